@@ -1,0 +1,53 @@
+// cuda_util.h: the CUDA runtime glue every .cu file and the host engine share (C linkage).
+//
+// G4_CUDA_CHECK(call): one checker for every runtime call; on failure it prints the statement,
+// function, file, line and error name, then aborts (a GPU error mid-run is not recoverable).
+// G4_CUDA_LAUNCH_CHECK(): cudaGetLastError() after a launch, and a device sync as well when
+// G4_SYNC_LAUNCHES=1 is set in the environment, so an error is reported at the launch that
+// caused it.
+#ifndef G4_CUDA_UTIL_H
+#define G4_CUDA_UTIL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// 0 when no usable GPU (no driver, no device); never aborts. *why (static string) says why.
+int g4_cuda_device_count(const char **why);
+// Name, SM count, L2 bytes and memory of device 0 into buf (for bench headers).
+void g4_cuda_describe(char *buf, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+static inline void g4_cuda_fatal(cudaError_t e, const char *stmt, const char *func,
+                                 const char *file, int line) {
+    fprintf(stderr, "g4cu: CUDA error %s (%s)\n  in %s\n  at %s() %s:%d\n", cudaGetErrorName(e),
+            cudaGetErrorString(e), stmt, func, file, line);
+    abort();
+}
+
+#define G4_CUDA_CHECK(call)                                                                        \
+    do {                                                                                           \
+        cudaError_t g4_e_ = (call);                                                                \
+        if (g4_e_ != cudaSuccess) g4_cuda_fatal(g4_e_, #call, __func__, __FILE__, __LINE__);       \
+    } while (0)
+
+int g4_cuda_sync_launches(void);
+#define G4_CUDA_LAUNCH_CHECK()                                                                     \
+    do {                                                                                           \
+        G4_CUDA_CHECK(cudaGetLastError());                                                         \
+        if (g4_cuda_sync_launches()) G4_CUDA_CHECK(cudaDeviceSynchronize());                       \
+    } while (0)
+#endif
+
+#endif

@@ -1,0 +1,67 @@
+// test_util.c: see test_util.h.
+#include "tests/test_util.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loader/base.h"
+
+int g4t_checks = 0, g4t_failures = 0;
+
+int g4t_finish(const char *name) {
+    printf("%s: %d checks, %d failed\n", name, g4t_checks, g4t_failures);
+    return g4t_failures ? 1 : 0;
+}
+
+int g4t_skip(const char *name, const char *why) {
+    printf("SKIP %s: %s\n", name, why);
+    return 77;
+}
+
+const char *g4t_env(const char *var) {
+    const char *v = getenv(var);
+    if (!v || !*v) {
+        fprintf(stderr, "test: environment variable %s is not set (run through ctest)\n", var);
+        exit(1);
+    }
+    return v;
+}
+
+char *g4t_tmpdir(void) {
+    const char *base = getenv("TMPDIR");
+    char *t = g4_sprintf("%s/g4t.XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(t)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    return t;
+}
+
+void g4t_rmtree(char *dir) {
+    if (dir && strncmp(dir, "/", 1) == 0 && strstr(dir, "g4t.")) g4t_sh("rm -rf '%s'", dir);
+    free(dir);
+}
+
+int g4t_sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return rc == -1 ? -1 : (rc >> 8) & 0xff;
+}
+
+unsigned long long g4t_rand_u64(unsigned long long *s) {
+    unsigned long long x = *s ? *s : 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+float g4t_rand_uniform(unsigned long long *s, float lo, float hi) {
+    double u = (double)(g4t_rand_u64(s) >> 11) / 9007199254740992.0;
+    return (float)(lo + (hi - lo) * u);
+}

@@ -1,0 +1,52 @@
+// test_util.h: a minimal test harness: checks that record and continue, a summary, env access.
+// A test binary returns 0 when every check passed, 1 otherwise, 77 when skipped (ctest
+// SKIP_RETURN_CODE) after printing why.
+#ifndef G4_TEST_UTIL_H
+#define G4_TEST_UTIL_H
+
+#include <stdio.h>
+
+extern int g4t_checks, g4t_failures;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        g4t_checks++;                                                                              \
+        if (!(cond)) {                                                                             \
+            g4t_failures++;                                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                       \
+    do {                                                                                           \
+        g4t_checks++;                                                                              \
+        if (!(cond)) {                                                                             \
+            g4t_failures++;                                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_INT(a, b)                                                                            \
+    do {                                                                                           \
+        long long g4t_a_ = (long long)(a), g4t_b_ = (long long)(b);                                \
+        CHECK_MSG(g4t_a_ == g4t_b_, "%lld != %lld", g4t_a_, g4t_b_);                               \
+    } while (0)
+
+// Prints the summary line and returns the process exit code.
+int g4t_finish(const char *name);
+// Prints "SKIP <name>: <why>" and returns 77.
+int g4t_skip(const char *name, const char *why);
+// An environment variable the test needs (exits 1 with a message when unset).
+const char *g4t_env(const char *var);
+// A fresh temporary directory; g4t_rmtree removes it and frees the string.
+char *g4t_tmpdir(void);
+void g4t_rmtree(char *dir);
+// Runs a shell command; returns its exit status.
+int g4t_sh(const char *fmt, ...);
+// A seeded xorshift generator for test inputs (never zeros unless asked).
+unsigned long long g4t_rand_u64(unsigned long long *state);
+float g4t_rand_uniform(unsigned long long *state, float lo, float hi);
+
+#endif

@@ -1,0 +1,26 @@
+// cli.h: the g4cu subcommands and small argument helpers shared by tools/cmd_*.c.
+// Exit codes: 0 success, 1 user error (one line on stderr), 2 internal error.
+#ifndef G4_CLI_H
+#define G4_CLI_H
+
+#include "loader/base.h"
+
+typedef int (*g4_cmd_fn)(int argc, char **argv);
+
+typedef struct {
+    const char *name;
+    g4_cmd_fn run;
+    const char *usage; // one line: arguments and options
+} g4_cmd;
+
+int g4_cmd_inspect(int argc, char **argv);
+
+// Prints "g4cu: <g4_error()>" and returns the exit code for a library return code.
+int g4_cli_fail(int rc);
+// Prints "g4cu <cmd>: <message>" for a usage error and returns 1.
+int g4_cli_usage_error(const char *cmd, const char *fmt, ...) G4_PRINTF(2, 3);
+// Parses a decimal int option value; on error prints and returns 0.
+int g4_cli_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
+               long long *out);
+
+#endif
