@@ -1,4 +1,5 @@
-// cli.h: the g4cu subcommands and small argument helpers shared by tools/cmd_*.c.
+// cli.h: the g4cu subcommand type and small argument helpers shared by tools/cmd_*.c.
+// A command lives in tools/cmd_<name>.c and defines `const g4_cmd g4_cmd_<name>`.
 // Exit codes: 0 success, 1 user error (one line on stderr), 2 internal error.
 #ifndef G4_CLI_H
 #define G4_CLI_H
@@ -13,7 +14,6 @@ typedef struct {
     const char *usage; // one line: arguments and options
 } g4_cmd;
 
-int g4_cmd_inspect(int argc, char **argv);
 
 // Prints "g4cu: <g4_error()>" and returns the exit code for a library return code.
 int g4_cli_fail(int rc);

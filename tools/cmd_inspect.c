@@ -219,7 +219,7 @@ static int print_tensor_stats(const g4_package *p, const char *name) {
     return G4_OK;
 }
 
-int g4_cmd_inspect(int argc, char **argv) {
+static int cmd_inspect(int argc, char **argv) {
     const char *pkg_dir = NULL, *tensor = NULL;
     int summary = 0;
     for (int i = 1; i < argc; i++) {
@@ -262,3 +262,7 @@ int g4_cmd_inspect(int argc, char **argv) {
     g4_package_close(p);
     return issues ? 1 : 0;
 }
+
+const g4_cmd g4_cmd_inspect = {
+    "inspect", cmd_inspect,
+    "PKG [--tensor NAME] [--summary]   components, tensors, dtypes, derived config; checks all"};

@@ -1,0 +1,39 @@
+// ops.c: backend-independent helpers of the op interface (see ops.h).
+#include "kernels/ops.h"
+
+#include "loader/base.h"
+
+size_t g4_type_size(g4_type t) {
+    switch (t) {
+    case G4_F32: return 4;
+    case G4_F16: return 2;
+    case G4_BF16: return 2;
+    case G4_I32: return 4;
+    }
+    G4_ASSERT(!"unknown g4_type");
+    return 0;
+}
+
+const char *g4_type_name(g4_type t) {
+    switch (t) {
+    case G4_F32: return "f32";
+    case G4_F16: return "f16";
+    case G4_BF16: return "bf16";
+    case G4_I32: return "i32";
+    }
+    return "?";
+}
+
+size_t g4_buf_bytes(const g4_buf *b) { return (size_t)b->rows * (size_t)b->cols * g4_type_size(b->type); }
+
+g4_buf g4_buf_new(g4_backend *be, g4_type type, int rows, int cols) {
+    G4_ASSERT(rows >= 0 && cols >= 0);
+    g4_buf b = {NULL, type, rows, cols};
+    b.data = be->alloc(be, g4_buf_bytes(&b) ? g4_buf_bytes(&b) : 1);
+    return b;
+}
+
+void g4_buf_free(g4_backend *be, g4_buf *b) {
+    if (b->data) be->free(be, b->data);
+    b->data = NULL;
+}

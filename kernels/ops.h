@@ -1,0 +1,142 @@
+// ops.h: the one op interface the engine is written against, and the two backends behind it.
+//
+// The engine (engine/) calls `be->op(be, ...)` and never knows whether the CPU reference
+// (kernels/ref/*.c, plain C, fp32 activations: the oracle) or our CUDA kernels (kernels/*.cu,
+// fp16 activations) run it. Buffers live where the backend computes (host memory for the CPU
+// backend, device memory for CUDA); every value that changes per step (positions, lengths) is
+// passed in a buffer, never as a scalar argument, so a CUDA backend step can be captured in a
+// graph and replayed.
+//
+// Shapes are written [rows, cols], row-major and contiguous. "tokens" (T) is the row count of the
+// activations in one call: the prompt length in prefill, 1 in decode.
+#ifndef G4_OPS_H
+#define G4_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    G4_F32 = 0,
+    G4_F16 = 1,
+    G4_BF16 = 2,
+    G4_I32 = 3,
+} g4_type;
+
+size_t g4_type_size(g4_type t);
+const char *g4_type_name(g4_type t);
+
+// An activation or other buffer on a backend: [rows, cols], row-major, contiguous.
+typedef struct {
+    void *data;
+    g4_type type;
+    int rows, cols;
+} g4_buf;
+
+// y = x @ W for a linear weight stored as the packages store it (no bias unless given).
+typedef enum {
+    G4_W_F16 = 0, // fp16 [in, out] row-major: the package's "<name>.weight_t" layout
+    G4_W_Q4 = 1,  // MatMulNBits 4-bit, block 32: q uint8 [out, in/32, 16] (element 2j in the low
+                  // nibble of byte j), scales fp16 [out, in/32], zero points uint8
+                  // [out, ceil(in/32/2)] (block 2j in the low nibble), w = (q - zp) * scale
+} g4_weight_kind;
+
+typedef struct {
+    g4_weight_kind kind;
+    int in, out;         // K, N
+    int block;           // Q4 block size along K (32); 0 for fp16
+    const void *w;       // fp16 [in, out] | Q4 q
+    const void *scales;  // Q4 only
+    const void *zp;      // Q4 only
+    const void *bias;    // fp16 [out], or NULL
+    const void *packed;  // backend-private repacked layout (CUDA), or NULL
+    // ClippableLinear (vision/audio towers): y = clamp(clamp(x, in_lo, in_hi) @ W, out_lo, out_hi)
+    int clipped;
+    float in_lo, in_hi, out_lo, out_hi;
+} g4_linear;
+
+typedef struct g4_backend g4_backend;
+
+// The op table. Every op asserts the types and shapes it supports (one table per backend).
+struct g4_backend {
+    const char *name; // "cpu", "cuda"
+    g4_type act_type; // type of compute activations (CPU: F32, CUDA: F16)
+    g4_type kv_type;  // type of the KV cache
+
+    // --- memory ---------------------------------------------------------------------------
+    void *(*alloc)(g4_backend *be, size_t bytes); // aborts on failure (OOM names the size)
+    void (*free)(g4_backend *be, void *p);
+    void (*upload)(g4_backend *be, void *dst, const void *src, size_t bytes);   // host -> be
+    void (*download)(g4_backend *be, void *dst, const void *src, size_t bytes); // be -> host
+    void (*sync)(g4_backend *be);
+    // Converts a buffer between types (F32 <-> F16 <-> BF16), same shape.
+    void (*convert)(g4_backend *be, g4_buf *dst, const g4_buf *src);
+
+    // --- linear algebra -----------------------------------------------------------------------
+    // y[T, out] = x[T, in] @ W (+ bias); when accumulate, y += x @ W instead (residual add).
+    void (*linear)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w, int accumulate);
+    // y[T, N] = gelu_tanh(x @ Wg) * (x @ Wu): the gated MLP's first half in one op.
+    void (*linear_gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
+                            const g4_linear *wu);
+
+    // --- norms and elementwise --------------------------------------------------------------
+    // y = x / sqrt(mean(x^2) + eps) * w over each group of `group` columns (group = cols for a
+    // row norm, head_dim for per-head norms); w fp16 [group] or NULL (no scale). y may alias x.
+    void (*rmsnorm)(g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int group,
+                    float eps);
+    // h = (h + rmsnorm(x) * w) * scale: a post-norm residual add; scale is a device/host fp16
+    // scalar pointer (the layer_scalar) or NULL for 1. h is F32 (the residual stream).
+    void (*add_rmsnorm)(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float eps,
+                        const void *scale);
+    // y = gelu_tanh(a) * b, elementwise (same shapes; b may have the same rows and cols).
+    void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b);
+    // x *= s elementwise.
+    void (*scale)(g4_backend *be, g4_buf *x, float s);
+    // y += x elementwise.
+    void (*add)(g4_backend *be, g4_buf *y, const g4_buf *x);
+
+    // --- attention ----------------------------------------------------------------------------
+    // In place on x[T, n_heads * head_dim]: rotate each head's pairs (j, j + head_dim/2) by
+    // angle pos[t] * inv_freq[j] (inv_freq: host/device float [head_dim/2]; pos: I32 [T]).
+    void (*rope)(g4_backend *be, g4_buf *x, int n_heads, int head_dim, const g4_buf *pos,
+                 const float *inv_freq);
+    // Writes k, v [T, n_kv * head_dim] into the caches [capacity, n_kv * head_dim] at rows
+    // pos[t] (I32 [T]).
+    void (*kv_store)(g4_backend *be, g4_buf *kcache, g4_buf *vcache, const g4_buf *k,
+                     const g4_buf *v, const g4_buf *pos);
+    // out[T, n_heads * head_dim] = softmax(q k^T * scale + mask) v over cache rows
+    // 0..pos[t] (causal), and only the last `window` of them when window > 0 (sliding: keys
+    // with pos[t] - window < key <= pos[t]). n_heads query heads share each of n_kv heads.
+    void (*attention)(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_buf *kcache,
+                      const g4_buf *vcache, const g4_buf *pos, int n_heads, int n_kv,
+                      int head_dim, int window, float scale);
+
+    // --- embedding and logits -------------------------------------------------------------
+    // y[T, cols] = table[ids[t]] * scale (table fp16 [rows, cols] in backend or pinned host
+    // memory; ids I32 [T]); ids outside [0, rows) are an error checked by the caller.
+    void (*embed)(g4_backend *be, g4_buf *y, const void *table, int table_rows, const g4_buf *ids,
+                  float scale);
+    // x = c * tanh(x / c) elementwise (c > 0).
+    void (*softcap)(g4_backend *be, g4_buf *x, float c);
+
+    void *ctx; // backend state (CUDA stream, cuBLAS handle, scratch)
+};
+
+// The CPU reference backend (always available).
+g4_backend *g4_backend_cpu(void);
+// The CUDA backend, or NULL with *why set when no GPU is usable.
+g4_backend *g4_backend_cuda(const char **why);
+
+// Helpers over a backend.
+g4_buf g4_buf_new(g4_backend *be, g4_type type, int rows, int cols);
+void g4_buf_free(g4_backend *be, g4_buf *b);
+size_t g4_buf_bytes(const g4_buf *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
