@@ -103,10 +103,16 @@ static void cpu_add_rmsnorm(g4_backend *be, g4_buf *h, const g4_buf *x, const vo
     ref_add_rmsnorm(F32(h), CF32(x), w, x->rows, x->cols, eps, s);
 }
 
-static void cpu_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b) {
+static void cpu_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b,
+                         int b_col0) {
     need_f32(y, "gelu_mul");
-    G4_ASSERT(a->rows == b->rows && a->cols == b->cols && y->rows == a->rows && y->cols == a->cols);
-    ref_gelu_mul(F32(y), CF32(a), CF32(b), (size_t)a->rows * a->cols);
+    need_f32(a, "gelu_mul");
+    need_f32(b, "gelu_mul");
+    G4_ASSERT(a->rows == b->rows && b_col0 >= 0 && b_col0 + a->cols <= b->cols);
+    G4_ASSERT(y->rows == a->rows && y->cols == a->cols);
+    for (int r = 0; r < a->rows; r++)
+        ref_gelu_mul(F32(y) + (size_t)r * y->cols, CF32(a) + (size_t)r * a->cols,
+                     CF32(b) + (size_t)r * b->cols + b_col0, (size_t)a->cols);
 }
 
 static void cpu_scale(g4_backend *be, g4_buf *x, float s) {
@@ -171,6 +177,7 @@ static void cpu_softcap(g4_backend *be, g4_buf *x, float c) {
 
 static g4_backend cpu_backend = {
     .name = "cpu",
+    .host_memory = 1,
     .act_type = G4_F32,
     .kv_type = G4_F32,
     .alloc = cpu_alloc,

@@ -63,6 +63,7 @@ typedef struct g4_backend g4_backend;
 // The op table. Every op asserts the types and shapes it supports (one table per backend).
 struct g4_backend {
     const char *name; // "cpu", "cuda"
+    int host_memory;  // 1 when buffers are plain host memory (weights may be used in place)
     g4_type act_type; // type of compute activations (CPU: F32, CUDA: F16)
     g4_type kv_type;  // type of the KV cache
 
@@ -91,8 +92,9 @@ struct g4_backend {
     // scalar pointer (the layer_scalar) or NULL for 1. h is F32 (the residual stream).
     void (*add_rmsnorm)(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float eps,
                         const void *scale);
-    // y = gelu_tanh(a) * b, elementwise (same shapes; b may have the same rows and cols).
-    void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b);
+    // y[T, n] = gelu_tanh(a[T, n]) * b[T, b_col0 : b_col0 + n] (b may be wider than a: the
+    // per-layer-input slice of layer l is columns l*P .. l*P+P of the PLE buffer).
+    void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);
     // x *= s elementwise.
     void (*scale)(g4_backend *be, g4_buf *x, float s);
     // y += x elementwise.

@@ -1,0 +1,248 @@
+// text_decoder.c: one forward pass of the Gemma-4 text model (spec/gemma4-architecture.md
+// sections 2-3): embeddings and per-layer inputs (the package's embedding model), then the
+// decoder layers with KV sharing, the final norm, the tied LM head and the logit soft-cap.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/text_model.h"
+#include "loader/base.h"
+
+// A [rows, cols] view of the first rows of b's storage (cols may be narrower than b's).
+static g4_buf view(const g4_buf *b, int rows, int cols) {
+    G4_ASSERT((size_t)rows * cols <= (size_t)b->rows * b->cols);
+    g4_buf v = {b->data, b->type, rows, cols};
+    return v;
+}
+
+int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_state **out) {
+    *out = NULL;
+    const g4_text_config *c = m->cfg;
+    if (capacity < 1 || max_tokens < 1)
+        return g4_fail(G4_EUSER, "state: capacity %d and max_tokens %d must be positive", capacity,
+                       max_tokens);
+    if (capacity > c->context_length)
+        return g4_fail(G4_EUSER, "context of %d tokens exceeds the model's context_length %d",
+                       capacity, c->context_length);
+    g4_backend *be = m->be;
+    g4_text_state *s = g4_calloc(1, sizeof *s);
+    s->m = m;
+    s->be = be;
+    s->capacity = capacity;
+    s->max_tokens = max_tokens;
+    int hd_max = 0, ffn_max = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer[l].head_dim > hd_max) hd_max = c->layer[l].head_dim;
+        if (c->layer[l].ffn > ffn_max) ffn_max = c->layer[l].ffn;
+    }
+    s->kc = g4_calloc((size_t)c->n_kv_layers, sizeof(g4_buf));
+    s->vc = g4_calloc((size_t)c->n_kv_layers, sizeof(g4_buf));
+    for (int l = 0; l < c->n_layers; l++) {
+        const g4_layer_config *lc = &c->layer[l];
+        if (lc->kv_source != l) continue;
+        s->kc[lc->kv_slot] = g4_buf_new(be, be->kv_type, capacity, c->n_kv_heads * lc->head_dim);
+        s->vc[lc->kv_slot] = g4_buf_new(be, be->kv_type, capacity, c->n_kv_heads * lc->head_dim);
+    }
+    const int T = max_tokens, H = c->hidden, LP = c->n_layers * c->ple_dim;
+    s->h = g4_buf_new(be, G4_F32, T, H);
+    s->x = g4_buf_new(be, be->act_type, T, H);
+    s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
+    s->k = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
+    s->v = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
+    s->attn = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
+    s->o = g4_buf_new(be, be->act_type, T, H);
+    s->mlp = g4_buf_new(be, be->act_type, T, ffn_max);
+    s->ple = g4_buf_new(be, be->act_type, T, LP);
+    s->ple_tok = g4_buf_new(be, be->act_type, T, LP);
+    s->pg = g4_buf_new(be, be->act_type, T, c->ple_dim);
+    s->ids = g4_buf_new(be, G4_I32, T, 1);
+    s->pos = g4_buf_new(be, G4_I32, T, 1);
+    s->logits = g4_buf_new(be, G4_F32, T, c->vocab);
+    *out = s;
+    return G4_OK;
+}
+
+void g4_text_state_free(g4_text_state *s) {
+    if (!s) return;
+    g4_backend *be = s->be;
+    for (int i = 0; i < s->m->cfg->n_kv_layers; i++) {
+        g4_buf_free(be, &s->kc[i]);
+        g4_buf_free(be, &s->vc[i]);
+    }
+    free(s->kc);
+    free(s->vc);
+    g4_buf *bufs[] = {&s->h,   &s->x,       &s->q,  &s->k,   &s->v,   &s->attn,  &s->o,
+                      &s->mlp, &s->ple,     &s->ple_tok, &s->pg, &s->ids, &s->pos, &s->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g4_buf_free(be, bufs[i]);
+    free(s);
+}
+
+static void emit(g4_text_state *s, const char *name, const g4_buf *b) {
+    if (s->hook) s->hook(s->hook_ctx, name, s->be, b);
+}
+
+static void emit_layer(g4_text_state *s, const char *what, int l, const g4_buf *b) {
+    if (!s->hook) return;
+    char name[32];
+    snprintf(name, sizeof name, "%s_%d", what, l);
+    s->hook(s->hook_ctx, name, s->be, b);
+}
+
+// Embeddings and per-layer inputs for T tokens (the package's embedding model):
+//   h   = embed_tokens[ids'] * embed_scale, soft-token rows replaced by the features
+//   ple = (rmsnorm_P(h @ W_plmp * proj_scale) + embed_tokens_per_layer[ids'] * tok_scale)
+//         * combine_scale                                       [T, L*P], layer l at cols l*P
+// where ids' has the image/audio placeholders replaced by the pad id.
+static int embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft) {
+    g4_text_model *m = s->m;
+    const g4_text_config *c = m->cfg;
+    g4_backend *be = s->be;
+    const int H = c->hidden, LP = c->n_layers * c->ple_dim;
+    int32_t *lookup = g4_malloc(sizeof(int32_t) * (size_t)T);
+    int n_soft = 0;
+    for (int t = 0; t < T; t++) {
+        int32_t id = ids[t];
+        int placeholder = (c->image_token_id >= 0 && id == c->image_token_id) ||
+                          (c->audio_token_id >= 0 && id == c->audio_token_id);
+        if (placeholder) {
+            n_soft++;
+            id = c->pad_id;
+        } else if (id < 0 || id >= c->vocab || id >= c->vocab_ple) {
+            free(lookup);
+            return g4_fail(G4_EUSER, "token id %d at position %d is outside the vocabulary [0, %d)",
+                           ids[t], t, c->vocab < c->vocab_ple ? c->vocab : c->vocab_ple);
+        }
+        lookup[t] = id;
+    }
+    if (n_soft != (soft ? soft->n : 0)) {
+        free(lookup);
+        return g4_fail(G4_EUSER,
+                       "%d image/audio placeholder tokens in the input, but %d soft tokens given",
+                       n_soft, soft ? soft->n : 0);
+    }
+    g4_buf ids_b = view(&s->ids, T, 1);
+    be->upload(be, ids_b.data, lookup, sizeof(int32_t) * (size_t)T);
+    free(lookup);
+
+    g4_buf h = view(&s->h, T, H);
+    g4_buf x = view(&s->x, T, H);
+    // The embedding model computes in the activation type; the residual stream is F32.
+    be->embed(be, &x, m->embed_tokens, c->vocab, &ids_b, c->embed_scale);
+    be->convert(be, &h, &x);
+    if (n_soft) { // overwrite placeholder rows with the soft tokens, in order
+        float *rows = g4_malloc(sizeof(float) * (size_t)T * H);
+        be->download(be, rows, h.data, sizeof(float) * (size_t)T * H);
+        for (int t = 0, k = 0; t < T; t++)
+            if (ids[t] == c->image_token_id || ids[t] == c->audio_token_id)
+                memcpy(rows + (size_t)t * H, soft->rows + (size_t)(k++) * H, sizeof(float) * H);
+        be->upload(be, h.data, rows, sizeof(float) * (size_t)T * H);
+        free(rows);
+        be->convert(be, &x, &h);
+    }
+    emit(s, "embeds", &h);
+
+    g4_buf ple = view(&s->ple, T, LP), tok = view(&s->ple_tok, T, LP);
+    be->linear(be, &ple, &x, &m->ple_model_proj, 0);
+    be->scale(be, &ple, c->ple_proj_scale);
+    be->rmsnorm(be, &ple, &ple, m->ple_proj_norm, c->ple_dim, c->rms_eps);
+    be->embed(be, &tok, m->embed_ple, c->vocab_ple, &ids_b, c->ple_token_scale);
+    be->add(be, &ple, &tok);
+    be->scale(be, &ple, c->ple_combine_scale);
+    emit(s, "per_layer_inputs", &ple);
+    return G4_OK;
+}
+
+// One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each a post-normed
+// residual add, then h *= layer_scalar (folded into the last add).
+static void layer(g4_text_state *s, int l, int T) {
+    g4_text_model *m = s->m;
+    const g4_text_config *c = m->cfg;
+    const g4_layer_config *lc = &c->layer[l];
+    const g4_text_layer *w = &m->layers[l];
+    g4_backend *be = s->be;
+    const int H = c->hidden, hd = lc->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    g4_buf h = view(&s->h, T, H), x = view(&s->x, T, H), o = view(&s->o, T, H);
+    g4_buf q = view(&s->q, T, nh * hd), attn = view(&s->attn, T, nh * hd);
+    g4_buf pos = view(&s->pos, T, 1);
+    const float *inv_freq = m->inv_freq[lc->rope];
+
+    // Attention block.
+    be->rmsnorm(be, &x, &h, w->input_norm, H, c->rms_eps);
+    be->linear(be, &q, &x, &w->q, 0);
+    be->rmsnorm(be, &q, &q, w->q_norm, hd, c->rms_eps);
+    be->rope(be, &q, nh, hd, &pos, inv_freq);
+    emit_layer(s, "q", l, &q);
+    if (lc->kv_source == l) { // this layer computes K/V and stores them in its cache slot
+        g4_buf k = view(&s->k, T, nkv * hd), v = view(&s->v, T, nkv * hd);
+        be->linear(be, &k, &x, &w->k, 0);
+        be->rmsnorm(be, &k, &k, w->k_norm, hd, c->rms_eps);
+        be->rope(be, &k, nkv, hd, &pos, inv_freq);
+        be->linear(be, &v, &x, &w->v, 0);
+        be->rmsnorm(be, &v, &v, NULL, hd, c->rms_eps); // weightless V norm
+        emit_layer(s, "k", l, &k);
+        emit_layer(s, "v", l, &v);
+        be->kv_store(be, &s->kc[lc->kv_slot], &s->vc[lc->kv_slot], &k, &v, &pos);
+    }
+    be->attention(be, &attn, &q, &s->kc[lc->kv_slot], &s->vc[lc->kv_slot], &pos, nh, nkv, hd,
+                  lc->window, c->attn_scale);
+    be->linear(be, &o, &attn, &w->o, 0);
+    be->add_rmsnorm(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL);
+
+    // MLP block: down(gelu_tanh(gate(x)) * up(x)).
+    g4_buf mlp = view(&s->mlp, T, lc->ffn);
+    be->rmsnorm(be, &x, &h, w->pre_ff_norm, H, c->rms_eps);
+    be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
+    be->linear(be, &o, &mlp, &w->down, 0);
+    be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
+
+    // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
+    g4_buf pg = view(&s->pg, T, c->ple_dim), ple = view(&s->ple, T, c->n_layers * c->ple_dim);
+    be->convert(be, &x, &h);
+    be->linear(be, &pg, &x, &w->ple_gate, 0);
+    be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
+    be->linear(be, &o, &pg, &w->ple_proj, 0);
+    be->add_rmsnorm(be, &h, &o, w->post_ple_norm, c->rms_eps, w->layer_scalar);
+    emit_layer(s, "layer", l, &h);
+}
+
+int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
+                    float *logits_out, int all_logits) {
+    g4_text_model *m = s->m;
+    const g4_text_config *c = m->cfg;
+    g4_backend *be = s->be;
+    if (T < 1 || T > s->max_tokens)
+        return g4_fail(G4_EUSER, "forward of %d tokens: this state takes 1..%d per call", T,
+                       s->max_tokens);
+    if (s->n_past + T > s->capacity)
+        return g4_fail(G4_EUSER,
+                       "%d tokens after %d already in the context exceed its capacity of %d "
+                       "tokens (prompt longer than the context?)",
+                       T, s->n_past, s->capacity);
+    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0; t < T; t++) pos[t] = s->n_past + t;
+    be->upload(be, s->pos.data, pos, sizeof(int32_t) * (size_t)T);
+    free(pos);
+    int rc = embed(s, ids, T, soft);
+    if (rc) return rc;
+    for (int l = 0; l < c->n_layers; l++) layer(s, l, T);
+
+    // Final norm, tied LM head, soft-cap (only the rows the caller wants).
+    const int rows = all_logits ? T : 1;
+    g4_buf h = view(&s->h, T, c->hidden);
+    g4_buf x = view(&s->x, T, c->hidden);
+    be->rmsnorm(be, &x, &h, m->final_norm, c->hidden, c->rms_eps);
+    emit(s, "final_norm", &x);
+    g4_buf xl = x;
+    if (!all_logits) { // the last row only
+        size_t es = g4_type_size(x.type);
+        xl.data = (char *)x.data + (size_t)(T - 1) * c->hidden * es;
+        xl.rows = 1;
+    }
+    g4_buf logits = view(&s->logits, rows, c->vocab);
+    be->linear(be, &logits, &xl, &m->lm_head, 0);
+    if (c->final_softcap > 0) be->softcap(be, &logits, c->final_softcap);
+    emit(s, "logits", &logits);
+    if (logits_out) be->download(be, logits_out, logits.data, g4_buf_bytes(&logits));
+    be->sync(be);
+    s->n_past += T;
+    return G4_OK;
+}

@@ -1,0 +1,144 @@
+// text_model.c: bind the text weights of a package by name and place them on a backend.
+#include "engine/text_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loader/base.h"
+
+// Keeps a backend allocation for g4_text_model_free.
+static void *own(g4_text_model *m, size_t bytes) {
+    void *p = m->be->alloc(m->be, bytes);
+    m->owned = g4_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+// Places host bytes on the backend: in place when the backend computes in host memory and the
+// data is aligned for its element type, otherwise a copy (aligned, or on the device).
+static const void *place(g4_text_model *m, const void *data, size_t bytes, size_t align) {
+    m->weight_bytes += bytes;
+    if (m->be->host_memory && ((uintptr_t)data % align) == 0) return data;
+    void *p = own(m, bytes);
+    m->be->upload(m->be, p, data, bytes);
+    return p;
+}
+
+static int vec(g4_text_model *m, const g4_component *c, const char *name, int64_t n,
+               const void **out) {
+    const g4_tensor *t;
+    int rc = g4_get(c, name, G4_DT_FLOAT16, &t, n);
+    if (rc) return rc;
+    *out = place(m, t->data, (size_t)t->nbytes, 2);
+    return G4_OK;
+}
+
+// A linear weight "<name>" ([in, out] fp16 "..._t") or its Q4 form "<name>_Q4".
+static int linear(g4_text_model *m, const g4_component *c, const char *name, int in, int out,
+                  g4_linear *w) {
+    memset(w, 0, sizeof *w);
+    w->in = in;
+    w->out = out;
+    const g4_tensor *t = g4_component_find(c, name);
+    if (t) {
+        int rc = g4_get(c, name, G4_DT_FLOAT16, &t, in, out);
+        if (rc) return rc;
+        w->kind = G4_W_F16;
+        w->w = place(m, t->data, (size_t)t->nbytes, 2);
+        return G4_OK;
+    }
+    char q4[300];
+    snprintf(q4, sizeof q4, "%s_Q4", name);
+    if (g4_component_find(c, q4))
+        return g4_fail(G4_EUSER, "%s: tensor '%s': Q4 (MatMulNBits) weights are not supported yet",
+                       c->onnx_path, q4);
+    return g4_fail(G4_EUSER, "%s: tensor '%s%s' (or its _Q4 form) is missing (expected float16 "
+                             "[%d, %d])",
+                   c->onnx_path, c->prefix, name, in, out);
+}
+
+int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **out) {
+    *out = NULL;
+    const g4_text_config *cfg = &pkg->text;
+    const g4_component *dec = g4_package_component(pkg, G4_COMP_DECODER);
+    const g4_component *emb = g4_package_component(pkg, G4_COMP_EMBEDDING);
+    G4_ASSERT(dec && emb); // g4_package_open requires both
+    g4_text_model *m = g4_calloc(1, sizeof *m);
+    m->pkg = pkg;
+    m->cfg = cfg;
+    m->be = be;
+    const int H = cfg->hidden, L = cfg->n_layers, P = cfg->ple_dim;
+    int rc;
+    const g4_tensor *t;
+    char nm[256];
+#define NAME(fmt) (snprintf(nm, sizeof nm, fmt, l), nm)
+
+    if ((rc = g4_get(emb, "embed_tokens.weight", G4_DT_FLOAT16, &t, cfg->vocab, H))) goto fail;
+    m->embed_tokens = place(m, t->data, (size_t)t->nbytes, 2);
+    if ((rc = g4_get(emb, "embed_tokens_per_layer.weight", G4_DT_FLOAT16, &t, cfg->vocab_ple,
+                     (int64_t)L * P)))
+        goto fail;
+    m->embed_ple = place(m, t->data, (size_t)t->nbytes, 2);
+    if ((rc = linear(m, emb, "per_layer_model_projection.weight_t", H, L * P, &m->ple_model_proj)) ||
+        (rc = vec(m, emb, "per_layer_projection_norm.weight", P, &m->ple_proj_norm)) ||
+        (rc = vec(m, dec, "model.norm.weight", H, &m->final_norm)) ||
+        (rc = linear(m, dec, "lm_head.weight_t", H, cfg->vocab, &m->lm_head)))
+        goto fail;
+
+    m->layers = g4_calloc((size_t)L, sizeof(g4_text_layer));
+    for (int l = 0; l < L; l++) {
+        const g4_layer_config *lc = &cfg->layer[l];
+        g4_text_layer *w = &m->layers[l];
+        const int hd = lc->head_dim, qw = cfg->n_heads * hd, kvw = cfg->n_kv_heads * hd;
+        if ((rc = linear(m, dec, NAME("model.layers.%d.self_attn.q_proj.weight_t"), H, qw, &w->q)) ||
+            (rc = linear(m, dec, NAME("model.layers.%d.self_attn.o_proj.weight_t"), qw, H, &w->o)) ||
+            (rc = linear(m, dec, NAME("model.layers.%d.mlp.gate_proj.weight_t"), H, lc->ffn,
+                         &w->gate)) ||
+            (rc = linear(m, dec, NAME("model.layers.%d.mlp.up_proj.weight_t"), H, lc->ffn, &w->up)) ||
+            (rc = linear(m, dec, NAME("model.layers.%d.mlp.down_proj.weight_t"), lc->ffn, H,
+                         &w->down)) ||
+            (rc = linear(m, dec, NAME("model.layers.%d.per_layer_input_gate.weight_t"), H, P,
+                         &w->ple_gate)) ||
+            (rc = linear(m, dec, NAME("model.layers.%d.per_layer_projection.weight_t"), P, H,
+                         &w->ple_proj)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.input_layernorm.weight"), H, &w->input_norm)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.post_attention_layernorm.weight"), H,
+                      &w->post_attn_norm)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.pre_feedforward_layernorm.weight"), H,
+                      &w->pre_ff_norm)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.post_feedforward_layernorm.weight"), H,
+                      &w->post_ff_norm)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.post_per_layer_input_norm.weight"), H,
+                      &w->post_ple_norm)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.self_attn.q_norm.weight"), hd, &w->q_norm)) ||
+            (rc = vec(m, dec, NAME("model.layers.%d.layer_scalar"), 1, &w->layer_scalar)))
+            goto fail;
+        if (lc->kv_source == l &&
+            ((rc = linear(m, dec, NAME("model.layers.%d.self_attn.k_proj.weight_t"), H, kvw,
+                          &w->k)) ||
+             (rc = linear(m, dec, NAME("model.layers.%d.self_attn.v_proj.weight_t"), H, kvw,
+                          &w->v)) ||
+             (rc = vec(m, dec, NAME("model.layers.%d.self_attn.k_norm.weight"), hd, &w->k_norm))))
+            goto fail;
+    }
+#undef NAME
+    for (int r = 0; r < cfg->n_rope; r++) {
+        size_t bytes = sizeof(float) * (size_t)cfg->rope[r].n_freq;
+        float *p = own(m, bytes);
+        be->upload(be, p, cfg->rope[r].inv_freq, bytes);
+        m->inv_freq[r] = p;
+    }
+    *out = m;
+    return G4_OK;
+fail:
+    g4_text_model_free(m);
+    return rc;
+}
+
+void g4_text_model_free(g4_text_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) m->be->free(m->be, m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    free(m);
+}
