@@ -515,6 +515,13 @@ int g4_derive_text_config(g4_package *p) {
                            dec->onnx_path, l, cos_name, c->rope[ri].head_dim, L->head_dim);
     }
     c->attn_scale = attn_scale;
+    // Positions beyond the rows of the package's RoPE tables were never prepared by the
+    // exporter: cap the usable context there (tiny packages write 4096 with 128-row tables).
+    for (int r = 0; r < c->n_rope; r++)
+        if (c->rope[r].max_positions < c->context_length) {
+            c->context_length = c->rope[r].max_positions;
+            c->context_from_rope = 1;
+        }
     c->ple_dim = (int)ple;
     c->n_kv_layers = n_slots;
     c->n_kv_shared = c->n_layers - n_slots;

@@ -47,7 +47,8 @@ typedef struct {
     int ple_dim;         // per_layer_input_gate.weight_t cols: 256
     int n_kv_layers;     // layers owning a KV cache (past_key_values inputs): 15
     int n_kv_shared;     // n_layers - n_kv_layers: 20
-    int context_length;  // genai context_length: 131072
+    int context_length;  // genai context_length, capped at the RoPE tables' rows: 131072
+    int context_from_rope; // 1 when the RoPE tables capped it
     float rms_eps;       // RMSNormalization epsilon in the decoder graph: 1e-6
     float final_softcap; // logits = c*tanh(logits/c), c from the decoder's Tanh node: 30 (0 = none)
     float attn_scale;    // GQA scale attribute: 1.0

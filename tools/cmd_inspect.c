@@ -118,8 +118,10 @@ static void print_text_config(const g4_package *p) {
     printf("\ntext decoder (derived):\n");
     printf("  hidden %d, layers %d, heads %d, kv heads %d, vocab %d, ple dim %d (table rows %d)\n",
            c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab, c->ple_dim, c->vocab_ple);
-    printf("  kv layers %d, kv-shared layers %d, context %d, weights %s\n", c->n_kv_layers,
-           c->n_kv_shared, c->context_length, c->weights_q4 ? "Q4 (MatMulNBits)" : "fp16");
+    printf("  kv layers %d, kv-shared layers %d, context %d%s, weights %s\n", c->n_kv_layers,
+           c->n_kv_shared, c->context_length,
+           c->context_from_rope ? " (limited by the RoPE tables)" : "",
+           c->weights_q4 ? "Q4 (MatMulNBits)" : "fp16");
     printf("  rms eps %g, attention scale %g, final soft-cap %g\n", c->rms_eps, c->attn_scale,
            c->final_softcap);
     printf("  embed scale %.9g, ple token scale %.9g, ple projection scale %.9g, ple combine "
