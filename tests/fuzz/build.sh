@@ -9,12 +9,20 @@ mkdir -p "$out"
 [ -f build/proto/onnx.pb-c.c ] || { cmake -S . -B build >/dev/null && cmake --build build --target g4_proto; }
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -I. -Ibuild/proto"
 loader="loader/base.c loader/onnx_model.c loader/json.c build/proto/onnx.pb-c.c"
-clang $flags tests/fuzz/fuzz_onnx.c $loader -lprotobuf-c -lcjson -lm -o "$out/fuzz_onnx"
-clang $flags tests/fuzz/fuzz_json.c $loader -lprotobuf-c -lcjson -lm -o "$out/fuzz_json"
+readers="eval/npy.c eval/npz.c eval/printable.c eval/safetensors.c"
+libs="-lprotobuf-c -lcjson -lz -lm"
+tokenizer="loader/tokenizer.c loader/tokenizer_vocab.c loader/tokenizer_encode.c loader/tokenizer_decode.c"
+for t in onnx json npz safetensors tokenizer; do
+    clang $flags tests/fuzz/fuzz_$t.c $loader $readers $tokenizer $libs -lutf8proc -o "$out/fuzz_$t"
+done
 # Seed corpora from the fixtures.
-mkdir -p "$out/seeds_onnx" "$out/seeds_json" "$out/corpus_onnx" "$out/corpus_json"
+for t in onnx json npz safetensors tokenizer; do mkdir -p "$out/seeds_$t" "$out/corpus_$t"; done
 for c in decoder embedding vision_encoder audio_encoder; do
     cp tests/fixtures/mobius-tiny-f16/package/$c/model.onnx "$out/seeds_onnx/$c.onnx"
 done
 cp tests/fixtures/mobius-tiny-f16/package/*.json "$out/seeds_json/"
-echo "built $out/fuzz_onnx $out/fuzz_json"
+cp tests/fixtures/readers/*.npz tests/fixtures/readers/*.npy "$out/seeds_npz/" 2>/dev/null || true
+cp tests/fixtures/refdumps/tiny2/len1.npz "$out/seeds_npz/"
+cp tests/fixtures/tokenizer/*.json "$out/seeds_tokenizer/"
+cp tests/fixtures/readers/*.safetensors "$out/seeds_safetensors/" 2>/dev/null || true
+echo "built $out/fuzz_{onnx,json,npz,safetensors,tokenizer}"
