@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "loader/base.h"
+#include "quant/q4.h"
 
 // Keeps a backend allocation for g4_text_model_free.
 static void *own(g4_text_model *m, size_t bytes) {
@@ -33,28 +34,22 @@ static int vec(g4_text_model *m, const g4_component *c, const char *name, int64_
     return G4_OK;
 }
 
-// A linear weight "<name>" ([in, out] fp16 "..._t") or its Q4 form "<name>_Q4".
+// A linear weight "<name>" ([in, out] fp16 "..._t") or its Q4 MatMulNBits form, placed on the
+// backend (bias and Q4 scales / zero points too).
 static int linear(g4_text_model *m, const g4_component *c, const char *name, int in, int out,
                   g4_linear *w) {
-    memset(w, 0, sizeof *w);
-    w->in = in;
-    w->out = out;
-    const g4_tensor *t = g4_component_find(c, name);
-    if (t) {
-        int rc = g4_get(c, name, G4_DT_FLOAT16, &t, in, out);
-        if (rc) return rc;
-        w->kind = G4_W_F16;
-        w->w = place(m, t->data, (size_t)t->nbytes, 2);
-        return G4_OK;
+    int rc = g4_linear_get(c, name, in, out, w);
+    if (rc) return rc;
+    if (w->kind == G4_W_F16) {
+        w->w = place(m, w->w, (size_t)in * out * 2, 2);
+    } else {
+        const size_t kb = (size_t)(in + w->block - 1) / w->block;
+        w->w = place(m, w->w, (size_t)out * kb * (size_t)(w->block / 2), 1);
+        w->scales = place(m, w->scales, (size_t)out * kb * 2, 2);
+        if (w->zp) w->zp = place(m, w->zp, (size_t)out * ((kb + 1) / 2), 1);
     }
-    char q4[300];
-    snprintf(q4, sizeof q4, "%s_Q4", name);
-    if (g4_component_find(c, q4))
-        return g4_fail(G4_EUSER, "%s: tensor '%s': Q4 (MatMulNBits) weights are not supported yet",
-                       c->onnx_path, q4);
-    return g4_fail(G4_EUSER, "%s: tensor '%s%s' (or its _Q4 form) is missing (expected float16 "
-                             "[%d, %d])",
-                   c->onnx_path, c->prefix, name, in, out);
+    if (w->bias) w->bias = place(m, w->bias, (size_t)out * 2, 2);
+    return G4_OK;
 }
 
 int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **out) {

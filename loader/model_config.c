@@ -115,7 +115,7 @@ typedef struct {
 static int find_linear(const g4_component *c, const char *fmt, int layer, g4_linear_info *li) {
     char name[256];
     memset(li, 0, sizeof *li);
-    snprintf(name, sizeof name - 8, fmt, layer);
+    snprintf(name, sizeof name - 10, fmt, layer);
     size_t n = strlen(name);
     if ((li->t = g4_component_find(c, name))) {
         if (li->t->ndim != 2)
@@ -125,8 +125,13 @@ static int find_linear(const g4_component *c, const char *fmt, int layer, g4_lin
         li->out = li->t->dims[1];
         return 1;
     }
+    // Olive names the packed weight "<W>_Q4", onnxruntime's quantizer "<W>_Q4G<block>".
     memcpy(name + n, "_Q4", 4);
-    if ((li->t = g4_component_find(c, name))) {
+    if (!(li->t = g4_component_find(c, name))) {
+        memcpy(name + n, "_Q4G32", 7);
+        li->t = g4_component_find(c, name);
+    }
+    if (li->t) {
         // K and N come from the MatMulNBits node that consumes it.
         const g4_node *cons[1];
         if (g4_onnx_consumers(c->model, li->t->name, cons, 1) < 1 ||

@@ -1,0 +1,226 @@
+// kquant.c: the k-quant block search and the whole-matrix quantizer (see kquant.h).
+//
+// Port of onnxruntime/python/tools/quantization/neural_compressor/weight_only.py
+// ::quant_tensor_k_quant_cpu (microsoft/onnxruntime), identical to Olive
+// olive/passes/onnx/kquant_quantization.py::_kquant_quantize_cpu (microsoft/Olive). Every line
+// below names the numpy expression it repeats: float32 arithmetic, one rounding per operation (no
+// fused multiply-add: this file must build in ISO C mode, where GCC does not contract), np.round
+// = round half to even (rint), np.sum = numpy's pairwise sum. Deviations from llama.cpp's
+// make_qkx that the Python code has, and so we keep: the running minimum `rmin` is replaced by
+// each accepted candidate's offset and the next candidates are built from it; the codes found by
+// the search are thrown away and recomputed by round-to-nearest in float64 from the final scale
+// and the rounded zero point; a block whose values are all equal gets scale 1.
+#include "quant/kquant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loader/base.h"
+#include "loader/onnx_model.h"
+#include "quant/q4.h"
+
+// np.sum(a, axis=1) over a contiguous float32 row of n values: numpy's pairwise summation
+// (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum: 8 accumulators up to 128 values, then
+// halves) added to the reduction's initial value 0. The accumulators start from +0 here instead
+// of a[0..7]; that changes nothing but the sign of a zero total, which the final 0 + res
+// normalises exactly as numpy's initial value does.
+static float np_sum(const float *a, int n) {
+    if (n < 8) {
+        float r = 0.0f;
+        for (int i = 0; i < n; i++) r += a[i];
+        return r;
+    }
+    if (n <= 128) {
+        float r[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        int i = 0;
+        for (; i < n - n % 8; i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return 0.0f + res;
+    }
+    int n2 = n / 2;
+    n2 -= n2 % 8;
+    return 0.0f + (np_sum(a, n2) + np_sum(a + n2, n - n2));
+}
+
+// np.clip(np.round(v), 0, 15) for float32 (NaN passes through, as in numpy).
+static float round_clip_f(float v) {
+    v = rintf(v); // np.round: half to even (the default rounding mode)
+    return v < 0.0f ? 0.0f : v > 15.0f ? 15.0f : v;
+}
+
+// .astype("uint8") of a value already clipped to [0, 15]; NaN becomes 0 (what x86 numpy gives).
+static uint8_t to_u8(double v) {
+    return isnan(v) ? 0 : (uint8_t)v;
+}
+
+// scratch: 4 * n floats owned by the caller (one allocation per thread, not per block).
+static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out, uint8_t *zp_out,
+                         float *scratch) {
+    const float maxq = 15.0f; // 2**num_bits - 1; minq = 0
+    float *w = scratch, *t = scratch + n, *qv = scratch + 2 * n, *wq = scratch + 3 * n;
+
+    for (int i = 0; i < n; i++) t[i] = x[i] * x[i];
+    const float sum_x2 = np_sum(t, n);                     // np.sum(data**2, axis=1)
+    const float av_x = sqrtf(sum_x2 / (float)n);           // np.sqrt(sum_x2 / group_size)
+    for (int i = 0; i < n; i++) w[i] = av_x + fabsf(x[i]); // weights = av_x + |data|
+    float rmin = x[0], rmax = x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < rmin) rmin = x[i];
+        if (x[i] > rmax) rmax = x[i];
+    }
+    const float sum_w = np_sum(w, n);
+    for (int i = 0; i < n; i++) t[i] = w[i] * x[i];
+    const float sum_x = np_sum(t, n); // np.sum(weights * data)
+
+    // Start: the min-max scale.
+    float iscale = 1.0f;
+    if (rmin != rmax) iscale = maxq / (rmax - rmin); // (maxq - minq) / (rmax - rmin)
+    float scale = 1.0f / iscale;
+    for (int i = 0; i < n; i++) qv[i] = round_clip_f(iscale * (x[i] - rmin));
+    for (int i = 0; i < n; i++) {
+        const float d = scale * qv[i] + rmin - x[i]; // diff = scale*q + rmin - data
+        t[i] = w[i] * (d * d);                       // weights * diff**2
+    }
+    float best_mad = np_sum(t, n);
+
+    // Search: 20 candidate inverse scales (15 - 1 + 0.1 * is) / (rmax - rmin), each refined by
+    // the weighted least-squares fit of scale and offset to its codes.
+    for (int is = 0; is < 20; is++) {
+        // np.array([rrmin + rdelta * is_ + maxq - minq]).astype(float32): Python doubles, then f32
+        const float factor = (float)(((-1.0 + 0.1 * (double)is) + 15.0) - 0.0);
+        float iscale_new = 1.0f;
+        if (rmin != rmax) iscale_new = factor / (rmax - rmin);
+        for (int i = 0; i < n; i++) {
+            qv[i] = round_clip_f(iscale_new * (x[i] - rmin));
+            wq[i] = w[i] * qv[i]; // mul_weights_quant_data_new
+        }
+        const float sum_l = np_sum(wq, n);
+        for (int i = 0; i < n; i++) t[i] = wq[i] * qv[i];
+        const float sum_l2 = np_sum(t, n);
+        for (int i = 0; i < n; i++) t[i] = wq[i] * x[i];
+        const float sum_xl = np_sum(t, n);
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        const float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        const float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        for (int i = 0; i < n; i++) {
+            const float d = this_scale * qv[i] + this_min - x[i];
+            t[i] = w[i] * (d * d);
+        }
+        const float mad = np_sum(t, n);
+        if (mad < best_mad) { // NaN (D == 0) never wins
+            best_mad = mad;
+            scale = this_scale;
+            rmin = this_min;
+        }
+    }
+
+    // zero_point = np.clip(((-rmin) / scale).round(), 0, maxq).astype("uint8")
+    const uint8_t zp = to_u8(round_clip_f((-rmin) / scale));
+    // q = np.clip(np.round(data / float64(scale) + zp), 0, maxq), in float64
+    for (int i = 0; i < n; i++) {
+        double v = rint((double)x[i] / (double)scale + (double)zp);
+        v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
+        codes[i] = to_u8(v);
+    }
+    *scale_out = scale;
+    *zp_out = zp;
+}
+
+void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
+    G4_ASSERT(block >= 16 && block <= G4_KQUANT_MAX_BLOCK && (block & (block - 1)) == 0);
+    float *scratch = g4_calloc(4 * (size_t)block, sizeof(float));
+    kquant_block(x, block, codes, scale, zp, scratch);
+    free(scratch);
+}
+
+// --- whole matrix -------------------------------------------------------------------------------
+
+#define TILE 32 // columns gathered per pass: rows of W are read 64 bytes at a time
+
+typedef struct {
+    const uint8_t *w;
+    int dtype, K, N, block, kb;
+    uint8_t *q;
+    uint16_t *scales;
+    uint8_t *zp;
+    int n_threads, thread;
+} kq_job;
+
+static float load_w(const kq_job *j, uint64_t i) {
+    if (j->dtype == G4_DT_FLOAT16) {
+        uint16_t h;
+        memcpy(&h, j->w + 2 * i, 2);
+        return g4_f16_to_f32(h);
+    }
+    float f;
+    memcpy(&f, j->w + 4 * i, 4);
+    return f;
+}
+
+static void *kq_worker(void *arg) {
+    const kq_job *j = arg;
+    const int B = j->block, kb = j->kb, padded = kb * B, zrow = g4_q4_zp_row_bytes(kb);
+    float *cols = g4_calloc((size_t)TILE * (size_t)padded, sizeof(float)); // [TILE][padded]
+    float *scratch = g4_calloc(4 * (size_t)B, sizeof(float));
+    uint8_t codes[G4_KQUANT_MAX_BLOCK];
+    uint8_t *zcodes = g4_malloc((size_t)kb);
+    const int n_tiles = (j->N + TILE - 1) / TILE;
+    for (int tile = j->thread; tile < n_tiles; tile += j->n_threads) {
+        const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
+        for (int k = 0; k < j->K; k++) // gather W[:, n0..n0+nt) as columns; padding stays 0
+            for (int t = 0; t < nt; t++)
+                cols[(size_t)t * padded + k] = load_w(j, (uint64_t)k * j->N + n0 + t);
+        for (int t = 0; t < nt; t++) {
+            const size_t n = (size_t)(n0 + t);
+            for (int b = 0; b < kb; b++) {
+                float s;
+                kquant_block(cols + (size_t)t * padded + (size_t)b * B, B, codes, &s, &zcodes[b],
+                             scratch);
+                g4_q4_pack_block(codes, B, j->q + (n * kb + b) * (size_t)(B / 2));
+                j->scales[n * kb + b] = g4_f32_to_f16(s); // scale.astype(float16)
+            }
+            g4_q4_pack_zp_row(zcodes, kb, j->zp + n * zrow);
+        }
+    }
+    free(scratch);
+    free(zcodes);
+    free(cols);
+    return NULL;
+}
+
+int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_threads, uint8_t *q,
+                   uint16_t *scales, uint8_t *zp) {
+    if (block < 16 || block > G4_KQUANT_MAX_BLOCK || (block & (block - 1)) != 0)
+        return g4_fail(G4_EUSER, "k-quant: block size %d, expected a power of two in [16, %d]",
+                       block, G4_KQUANT_MAX_BLOCK);
+    if (K <= 0 || N <= 0)
+        return g4_fail(G4_EUSER, "k-quant: weight [%d, %d], expected positive dims", K, N);
+    if (w_dtype != G4_DT_FLOAT16 && w_dtype != G4_DT_FLOAT)
+        return g4_fail(G4_EUSER, "k-quant: weight dtype %s, expected float16 or float32",
+                       g4_dtype_name(w_dtype));
+    const int n_tiles = (N + TILE - 1) / TILE;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > n_tiles) n_threads = n_tiles;
+    kq_job *jobs = g4_calloc((size_t)n_threads, sizeof *jobs);
+    pthread_t *tid = g4_calloc((size_t)n_threads, sizeof *tid);
+    int *joinable = g4_calloc((size_t)n_threads, sizeof *joinable);
+    for (int i = 0; i < n_threads; i++) {
+        jobs[i] = (kq_job){
+            (const uint8_t *)w, w_dtype, K, N, block, g4_q4_kblocks(K, block), q, scales, zp,
+            n_threads,          i};
+        if (i == 0) continue; // thread 0's share runs on the calling thread
+        joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
+        if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)
+    }
+    kq_worker(&jobs[0]);
+    for (int i = 1; i < n_threads; i++)
+        if (joinable[i]) pthread_join(tid[i], NULL);
+    free(joinable);
+    free(tid);
+    free(jobs);
+    return G4_OK;
+}

@@ -1,0 +1,34 @@
+// kquant.h: the k-quant search that made the packages' "Q4_K_M" decoder, ported to C.
+//
+// Per block of B weights (B = 32): asymmetric uint4 codes with a float scale and a uint4 zero
+// point, chosen by a weighted least-squares search over 20 candidate scales (llama.cpp
+// make_qkx-style). It is the rule of Olive olive/passes/onnx/kquant_quantization.py
+// (_kquant_quantize_cpu), itself taken from onnxruntime
+// onnxruntime/python/tools/quantization/neural_compressor/weight_only.py
+// (quant_tensor_k_quant_cpu, reached through matmul_nbits_quantizer.py's
+// KQuantWeightOnlyQuantConfig). Both run it in numpy float32; kquant.c repeats every numpy
+// operation in the same order and precision (including numpy's pairwise summation), so the bytes
+// match onnxruntime's output exactly (tests/test_quant.c checks it on onnxruntime-made fixtures).
+// The packed layout is the one q4.h draws.
+#ifndef G4_KQUANT_H
+#define G4_KQUANT_H
+
+#include <stdint.h>
+
+// Largest block the quantizer accepts (the packages use 32).
+#define G4_KQUANT_MAX_BLOCK 256
+
+// One block: x[block] -> codes[block] (0..15), the scale (fp32; the file stores its fp16
+// rounding) and the zero point (0..15), so that x[i] ~ (codes[i] - zp) * scale.
+// block: a power of two in [16, G4_KQUANT_MAX_BLOCK].
+void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp);
+
+// Quantizes a weight W [K, N] (row-major, the fp16 package's "<name>.weight_t" layout; w_dtype
+// G4_DT_FLOAT16 or G4_DT_FLOAT, data may be unaligned) into the MatMulNBits arrays:
+//   q [N, kb, block/2], scales fp16 [N * kb], zp [N * ceil(kb/2)]  (kb = ceil(K / block);
+// the last block of each column is zero-padded, as the Python quantizers pad W).
+// Work is split over n_threads threads by column tiles; the output does not depend on it.
+int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_threads, uint8_t *q,
+                   uint16_t *scales, uint8_t *zp);
+
+#endif

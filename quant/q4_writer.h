@@ -1,0 +1,49 @@
+// q4_writer.h: write a Q4 package from an fp16 one (what `g4cu quantize` runs).
+//
+// The decoder's linears become com.microsoft MatMulNBits exactly as Olive's
+// OnnxKQuantQuantization writes them (olive/passes/onnx/kquant_quantization.py): every MatMul
+// whose B is a 2-D initializer W [K, N] (the "*.weight_t" linears, lm_head included) is replaced,
+// in place, by a node named "<old name>_Q4" with inputs [A, W_Q4, W_scales, W_zero_point],
+// attributes K, N, bits = 4, block_size (no accuracy_level); its output is renamed
+// "<old output>_Q4" (with every reader and value_info entry) unless it is a graph output; the
+// three tensors are k-quantized (kquant.h) and appended to the initializers in node order (a
+// weight read by several MatMuls is quantized once and shared); W is dropped once nothing reads
+// it. The rest of the graph is left as it is: fields g4's onnx.proto subset does not name are
+// carried through as protobuf-c unknown fields. Initializers are then laid out by onnx_ir's rule
+// (ext_layout.h) into "<model>.data". The other components and the JSON files are hard-linked
+// (or copied). The output directory appears only when complete: everything is written to a
+// temporary directory beside it, reopened and checked, then renamed.
+#ifndef G4_Q4_WRITER_H
+#define G4_Q4_WRITER_H
+
+#include <stdint.h>
+
+#include "loader/onnx_model.h"
+
+typedef struct {
+    const char *const *keep; // glob patterns (fnmatch) on weight names: matching linears stay fp16;
+    int n_keep;              //   a pattern matches the name with or without the component prefix
+    int block;               // block size along K (G4_Q4_BLOCK = 32)
+    int n_threads;           // quantizer threads (>= 1)
+    int progress;            // print one line per weight to stderr
+} g4_q4_write_opts;
+
+typedef struct {
+    int n_quantized;     // MatMul nodes turned into MatMulNBits
+    int n_weights;       // distinct weights quantized
+    int n_kept;          // MatMul nodes left fp16 by a --keep pattern
+    uint64_t data_bytes; // size of the written model's external data file
+    char **names;        // [n_weights] quantized weight names (as in the file), for checks
+} g4_q4_write_stats;
+
+void g4_q4_write_stats_free(g4_q4_write_stats *st);
+
+// Rewrites model src (opened from disk) into out_dir/out_name + out_dir/out_name.data.
+int g4_q4_write_model(const g4_onnx_model *src, const char *out_dir, const char *out_name,
+                      const g4_q4_write_opts *o, g4_q4_write_stats *st);
+
+// Writes the Q4 package out_dir (which must not exist) from the fp16 package pkg_dir.
+int g4_q4_write_package(const char *pkg_dir, const char *out_dir, const g4_q4_write_opts *o,
+                        g4_q4_write_stats *st);
+
+#endif

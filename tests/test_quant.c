@@ -1,0 +1,748 @@
+// test_quant.c: the Q4 (MatMulNBits) format, its binding, the scalar dequantizer and the k-quant
+// quantizer, checked against hand-made bytes, a straightforward scalar formula and onnxruntime
+// (tests/fixtures/q4, made by tools/python/make_q4_fixture.py with onnxruntime's quantizer and
+// MatMulNBits kernel; see its README).
+//
+// Tolerances (named where used):
+//   - dequantization is exact: (q - zp) * scale is one fp32 product of a small integer and an
+//     fp16 value, so ours, the reference kernel's and onnxruntime's (chosen exact in fp16) agree
+//     bit for bit;
+//   - the quantizer is exact: it repeats onnxruntime's float32 numpy code operation by operation,
+//     so codes, fp16 scales and zero points must match byte for byte;
+//   - round-trip RMSE: per distribution, against the ideal uniform 4-bit error of each block,
+//     sqrt(mean_b (range_b / 15)^2 / 12) (a uniform quantizer with the block's min-max grid), see
+//     test_round_trip_budgets.
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "kernels/ref/ref.h"
+#include "loader/package.h"
+#include "onnx.pb-c.h"
+#include "quant/kquant.h"
+#include "quant/q4.h"
+#include "tests/test_util.h"
+
+static const char *fixtures;
+
+// A g4_component around a standalone model (prefix "": names are used as written).
+static g4_component standalone(g4_onnx_model *m) {
+    g4_component c = {G4_COMP_DECODER, "decoder", "", m->path, m};
+    return c;
+}
+
+static uint16_t rd16(const void *p, size_t i) {
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)p + 2 * i, 2);
+    return h;
+}
+
+// --- layout: nibble order and zero-point packing, by hand ------------------------------------
+
+static void test_nibble_order(void) {
+    // Element 2j is the low nibble of byte j, element 2j+1 the high nibble.
+    uint8_t codes[32], blob[16], back[32];
+    for (int i = 0; i < 32; i++) codes[i] = (uint8_t)((i * 7 + 3) & 15);
+    g4_q4_pack_block(codes, 32, blob);
+    for (int j = 0; j < 16; j++) CHECK_INT(blob[j], codes[2 * j] | codes[2 * j + 1] << 4);
+    g4_q4_unpack_block(blob, 32, back);
+    CHECK(memcmp(codes, back, 32) == 0);
+    const uint8_t b2[2] = {0x21, 0x43}; // elements 1, 2, 3, 4
+    CHECK_INT(g4_q4_nibble(b2, 0), 1);  // even k: low nibble
+    CHECK_INT(g4_q4_nibble(b2, 1), 2);  // odd k: high nibble
+    CHECK_INT(g4_q4_nibble(b2, 2), 3);
+    CHECK_INT(g4_q4_nibble(b2, 3), 4);
+    uint8_t s[2] = {0xff, 0xff};
+    g4_q4_set_nibble(s, 2, 5); // byte 1 low nibble only
+    CHECK_INT(s[0], 0xff);
+    CHECK_INT(s[1], 0xf5);
+    g4_q4_set_nibble(s, 1, 0);
+    CHECK_INT(s[0], 0x0f);
+
+    // Dequantization at odd/even k in an even and an odd block (K = 64: blocks 0 and 1, N = 1).
+    // q codes: k -> k % 16; zero points: block 0 -> 3, block 1 -> 12; scales 0.5 and -0.25.
+    uint8_t q[32];
+    uint8_t kc[64];
+    for (int k = 0; k < 64; k++) kc[k] = (uint8_t)(k % 16);
+    g4_q4_pack_block(kc, 32, q);
+    g4_q4_pack_block(kc + 32, 32, q + 16);
+    uint16_t sc[2] = {g4_f32_to_f16(0.5f), g4_f32_to_f16(-0.25f)};
+    uint8_t zp[1] = {0xC3}; // block 0 in the low nibble (3), block 1 in the high nibble (12)
+    g4_linear li = {
+        .kind = G4_W_Q4, .in = 64, .out = 1, .block = 32, .w = q, .scales = sc, .zp = zp};
+    float col[64];
+    g4_q4_dequant_col(&li, 0, col);
+    CHECK(col[4] == (4 - 3) * 0.5f);           // even k, even block
+    CHECK(col[5] == (5 - 3) * 0.5f);           // odd k, even block
+    CHECK(col[32 + 6] == (6 - 12) * -0.25f);   // even k, odd block
+    CHECK(col[32 + 15] == (15 - 12) * -0.25f); // odd k, odd block
+}
+
+static void test_zero_point_packing(void) {
+    uint8_t row[2], back[3];
+    const uint8_t zp3[3] = {3, 12, 5};
+    g4_q4_pack_zp_row(zp3, 3, row); // odd kb: the last high nibble is padding (8)
+    CHECK_INT(row[0], 0xC3);
+    CHECK_INT(row[1], 0x85);
+    g4_q4_unpack_zp_row(row, 3, back);
+    CHECK(memcmp(back, zp3, 3) == 0);
+    const uint8_t zp2[2] = {15, 0};
+    g4_q4_pack_zp_row(zp2, 2, row);
+    CHECK_INT(row[0], 0x0F);
+    const uint8_t zp1[1] = {9};
+    g4_q4_pack_zp_row(zp1, 1, row);
+    CHECK_INT(row[0], 0x89);
+    CHECK_INT(g4_q4_zp_row_bytes(1), 1);
+    CHECK_INT(g4_q4_zp_row_bytes(3), 2);
+    CHECK_INT(g4_q4_zp_row_bytes(48), 24);
+    g4_q4_shape sh = g4_q4_shape_of(1536, 2048, 32); // E2B q_proj (spec section 5.2)
+    CHECK(sh.kb == 48 && sh.q_bytes == 1572864 && sh.n_scales * 2 == 196608 &&
+          sh.zp_bytes == 49152);
+    sh = g4_q4_shape_of(80, 3, 32); // odd kb: per-column padding, not across columns
+    CHECK(sh.kb == 3 && sh.zp_bytes == 6 && sh.q_bytes == 144);
+}
+
+// --- dequantization against a straightforward formula on random packed data -------------------
+
+static void test_dequant_random(void) {
+    const int Ks[] = {16, 32, 33, 64, 80, 96, 100, 257}, Ns[] = {1, 3, 7};
+    unsigned long long rng = 12345;
+    int cases = 0, bad = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (int with_zp = 0; with_zp < 2; with_zp++) {
+                const int K = Ks[ki], N = Ns[ni], B = 32;
+                const g4_q4_shape sh = g4_q4_shape_of(K, N, B);
+                // codes and zero points kept unpacked: the formula reads these, dequant the bytes
+                uint8_t *codes = g4_malloc((size_t)N * sh.kb * B),
+                        *zc = g4_malloc((size_t)N * sh.kb);
+                uint8_t *q = g4_malloc((size_t)sh.q_bytes), *zp = g4_malloc((size_t)sh.zp_bytes);
+                uint16_t *sc = g4_malloc((size_t)sh.n_scales * 2);
+                for (int i = 0; i < N * sh.kb * B; i++)
+                    codes[i] = (uint8_t)(g4t_rand_u64(&rng) & 15);
+                for (int i = 0; i < N * sh.kb; i++) {
+                    zc[i] = (uint8_t)(g4t_rand_u64(&rng) & 15);
+                    sc[i] = g4_f32_to_f16(g4t_rand_uniform(&rng, -0.1f, 0.1f));
+                }
+                for (int n = 0; n < N; n++) {
+                    for (int b = 0; b < sh.kb; b++)
+                        for (int i = 0; i < B; i++) // pack by the spec's formula, nibble by nibble
+                            g4_q4_set_nibble(q + ((size_t)n * sh.kb + b) * 16, (uint64_t)i,
+                                             codes[((size_t)n * sh.kb + b) * B + i]);
+                    for (int b = 0; b < sh.kb; b++)
+                        g4_q4_set_nibble(zp + (size_t)n * g4_q4_zp_row_bytes(sh.kb), (uint64_t)b,
+                                         zc[n * sh.kb + b]);
+                }
+                g4_linear li = {.kind = G4_W_Q4,
+                                .in = K,
+                                .out = N,
+                                .block = B,
+                                .w = q,
+                                .scales = sc,
+                                .zp = with_zp ? zp : NULL};
+                float *W = g4_malloc(sizeof(float) * (size_t)K * N),
+                      *col = g4_malloc(sizeof(float) * K);
+                float *refc = g4_malloc(sizeof(float) * K), *row = g4_malloc(sizeof(float) * N);
+                g4_q4_dequant(&li, W);
+                for (int n = 0; n < N; n++) {
+                    g4_q4_dequant_col(&li, n, col);
+                    ref_q4_dequant_col(refc, q, sc, with_zp ? zp : NULL, K, B, n);
+                    for (int k = 0; k < K; k++) {
+                        const int b = k / B;
+                        const float want = (float)(codes[((size_t)n * sh.kb + b) * B + k % B] -
+                                                   (with_zp ? zc[n * sh.kb + b] : 8)) *
+                                           g4_f16_to_f32(sc[n * sh.kb + b]);
+                        bad += col[k] != want || W[(size_t)k * N + n] != want || refc[k] != want;
+                    }
+                }
+                for (int k = 0; k < K; k++) {
+                    g4_q4_dequant_row(&li, k, row);
+                    bad += memcmp(row, W + (size_t)k * N, sizeof(float) * N) != 0;
+                }
+                cases++;
+                free(codes), free(zc), free(q), free(zp), free(sc), free(W), free(col), free(refc),
+                    free(row);
+            }
+    CHECK_MSG(bad == 0,
+              "%d mismatching values over %d shapes (K in 16..257, N in 1..7, with/without zp)",
+              bad, cases);
+}
+
+// --- onnxruntime's MatMulNBits kernel on A = identity ------------------------------------------
+
+static void test_dequant_vs_onnxruntime(void) {
+    char *path = g4_sprintf("%s/q4/dequant_cases.onnx", fixtures);
+    g4_onnx_model *m;
+    int rc = g4_onnx_open(path, &m);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    free(path);
+    if (rc) return;
+    g4_component c = standalone(m);
+    static const struct {
+        const char *name;
+        int K, N, zp, bias;
+    } cases[] = {{"even_k64_n5", 64, 5, 1, 0}, {"odd_k96_n3", 96, 3, 1, 0},
+                 {"pad_k80_n4", 80, 4, 1, 0},  {"one_k16_n6", 16, 6, 1, 0},
+                 {"nozp_k64_n3", 64, 3, 0, 0}, {"odd_k33_n2", 33, 2, 1, 0},
+                 {"bias_k64_n4", 64, 4, 1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *wn = g4_sprintf("%s.weight_t", cases[i].name),
+             *en = g4_sprintf("%s.expected", cases[i].name);
+        g4_linear li;
+        rc = g4_q4_linear_get(&c, wn, cases[i].K, cases[i].N, &li);
+        CHECK_MSG(rc == G4_OK, "%s: %s", cases[i].name, g4_error());
+        const g4_tensor *want = g4_onnx_tensor(m, en);
+        CHECK_MSG(want && want->dtype == G4_DT_FLOAT16 &&
+                      want->numel == (uint64_t)cases[i].K * cases[i].N,
+                  "%s missing or wrong", en);
+        if (rc == G4_OK && want) {
+            CHECK((li.zp != NULL) == cases[i].zp && (li.bias != NULL) == cases[i].bias);
+            float *W = g4_malloc(sizeof(float) * (size_t)cases[i].K * cases[i].N);
+            g4_q4_dequant(&li, W);
+            int bad = 0;
+            for (int k = 0; k < cases[i].K; k++)
+                for (int n = 0; n < cases[i].N; n++) {
+                    float v = W[(size_t)k * cases[i].N + n];
+                    if (li.bias)
+                        v = g4_round_f16(
+                            v + g4_f16_to_f32(rd16(
+                                    li.bias, (size_t)n))); // one rounding, as ORT's fp16 output
+                    const float w = g4_f16_to_f32(rd16(want->data, (size_t)k * cases[i].N + n));
+                    bad += !(v == w); // exact; NaN fails
+                }
+            CHECK_MSG(bad == 0, "%s: %d of %d values differ from onnxruntime", cases[i].name, bad,
+                      cases[i].K * cases[i].N);
+            free(W);
+        }
+        free(wn);
+        free(en);
+    }
+    g4_onnx_close(m);
+}
+
+// --- binding: every check of g4_q4_linear_get on synthetic models ------------------------------
+
+typedef struct {
+    const char *what;       // the case
+    const char *expect_err; // fragment of the one-line error, or NULL when it must bind
+    int64_t K, N, bits, block, prepacked; // attributes (-1: absent)
+    int gidx, bias_dtype;                 // g_idx input present; bias dtype (0: none)
+    int64_t bias_n;
+    int64_t bdims[3]; // B dims
+    int scales_dtype, scales_2d, zp_2d, zp_dtype;
+    int64_t scales_n, zp_n; // 1-D element counts (2-D: [N, n/N])
+    const char *op;         // consumer op type
+    int b_slot;             // input index of B in the node
+    int expect_K, expect_N; // what the caller expects
+} bind_case;
+
+static Onnx__TensorProto *mk_tensor(const char *name, int dtype, int ndim, const int64_t *dims) {
+    Onnx__TensorProto *t = g4_malloc(sizeof *t);
+    onnx__tensor_proto__init(t);
+    t->name = g4_strdup(name);
+    t->has_data_type = 1;
+    t->data_type = dtype;
+    t->n_dims = (size_t)ndim;
+    t->dims = g4_malloc(sizeof(int64_t) * (size_t)(ndim ? ndim : 1));
+    uint64_t n = 1;
+    for (int d = 0; d < ndim; d++) t->dims[d] = dims[d], n *= (uint64_t)dims[d];
+    t->has_raw_data = 1;
+    t->raw_data.len = (size_t)(n * (uint64_t)g4_dtype_bits(dtype) / 8);
+    t->raw_data.data = g4_calloc(t->raw_data.len + 1, 1);
+    return t;
+}
+
+static Onnx__AttributeProto *mk_attr(const char *name, int64_t v) {
+    Onnx__AttributeProto *a = g4_malloc(sizeof *a);
+    onnx__attribute_proto__init(a);
+    a->name = g4_strdup(name);
+    a->has_i = 1;
+    a->i = v;
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    return a;
+}
+
+// One graph: an input A, the weight tensors, one consumer node; parsed by our loader.
+static g4_onnx_model *build_bind_model(const bind_case *bc) {
+    Onnx__ModelProto *mp = g4_malloc(sizeof *mp);
+    onnx__model_proto__init(mp);
+    Onnx__GraphProto *g = mp->graph = g4_malloc(sizeof *g);
+    onnx__graph_proto__init(g);
+    g->initializer = g4_malloc(8 * sizeof *g->initializer);
+    const int64_t N = bc->N > 0 ? bc->N : 3;
+    g->initializer[g->n_initializer++] = mk_tensor("w.weight_t_Q4", G4_DT_UINT8, 3, bc->bdims);
+    if (bc->scales_2d)
+        g->initializer[g->n_initializer++] =
+            mk_tensor("w.weight_t_scales", bc->scales_dtype, 2, (int64_t[]){N, bc->scales_n / N});
+    else
+        g->initializer[g->n_initializer++] =
+            mk_tensor("w.weight_t_scales", bc->scales_dtype, 1, &bc->scales_n);
+    if (bc->zp_2d)
+        g->initializer[g->n_initializer++] =
+            mk_tensor("w.weight_t_zero_point", bc->zp_dtype, 2, (int64_t[]){N, bc->zp_n / N});
+    else
+        g->initializer[g->n_initializer++] =
+            mk_tensor("w.weight_t_zero_point", bc->zp_dtype, 1, &bc->zp_n);
+    if (bc->gidx)
+        g->initializer[g->n_initializer++] = mk_tensor("w.g_idx", G4_DT_INT32, 1, (int64_t[]){64});
+    if (bc->bias_dtype)
+        g->initializer[g->n_initializer++] = mk_tensor("w.bias", bc->bias_dtype, 1, &bc->bias_n);
+    Onnx__NodeProto *nd = g4_malloc(sizeof *nd);
+    onnx__node_proto__init(nd);
+    nd->name = g4_strdup("layer/w/MatMul_Q4");
+    nd->op_type = g4_strdup(bc->op);
+    nd->domain = g4_strdup("com.microsoft");
+    const char *ins[6] = {"a",
+                          "w.weight_t_Q4",
+                          "w.weight_t_scales",
+                          "w.weight_t_zero_point",
+                          bc->gidx ? "w.g_idx" : "",
+                          bc->bias_dtype ? "w.bias" : ""};
+    if (bc->b_slot == 2) ins[1] = "w.weight_t_scales", ins[2] = "w.weight_t_Q4";
+    nd->n_input = bc->bias_dtype ? 6 : bc->gidx ? 5 : 4;
+    nd->input = g4_malloc(6 * sizeof(char *));
+    for (size_t i = 0; i < nd->n_input; i++) nd->input[i] = g4_strdup(ins[i]);
+    nd->n_output = 1;
+    nd->output = g4_malloc(sizeof(char *));
+    nd->output[0] = g4_strdup("y");
+    nd->attribute = g4_malloc(5 * sizeof *nd->attribute);
+    if (bc->K >= 0) nd->attribute[nd->n_attribute++] = mk_attr("K", bc->K);
+    if (bc->N >= 0) nd->attribute[nd->n_attribute++] = mk_attr("N", bc->N);
+    if (bc->bits >= 0) nd->attribute[nd->n_attribute++] = mk_attr("bits", bc->bits);
+    if (bc->block >= 0) nd->attribute[nd->n_attribute++] = mk_attr("block_size", bc->block);
+    if (bc->prepacked >= 0)
+        nd->attribute[nd->n_attribute++] = mk_attr("weight_prepacked", bc->prepacked);
+    g->node = g4_malloc(sizeof *g->node);
+    g->node[g->n_node++] = nd;
+    size_t n = onnx__model_proto__get_packed_size(mp);
+    uint8_t *buf = g4_malloc(n);
+    onnx__model_proto__pack(mp, buf);
+    onnx__model_proto__free_unpacked(mp, NULL);
+    g4_onnx_model *m = NULL;
+    int rc = g4_onnx_parse(buf, n, "synthetic/model.onnx", "/nonexistent", &m);
+    free(buf);
+    if (rc) fprintf(stderr, "build_bind_model(%s): %s\n", bc->what, g4_error());
+    return m;
+}
+
+static void test_binding_checks(void) {
+    // The valid base: K 64, N 3, block 32 -> B [3, 2, 16], scales [6], zp [3].
+    const bind_case base = {"valid 1-D (Olive)",
+                            NULL,
+                            64,
+                            3,
+                            4,
+                            32,
+                            -1,
+                            0,
+                            0,
+                            0,
+                            {3, 2, 16},
+                            G4_DT_FLOAT16,
+                            0,
+                            0,
+                            G4_DT_UINT8,
+                            6,
+                            3,
+                            "MatMulNBits",
+                            1,
+                            64,
+                            3};
+    bind_case cases[32];
+    int n = 0;
+    cases[n++] = base;
+    bind_case c;
+#define CASE(desc, err, ...)                                                                       \
+    do {                                                                                           \
+        c = base;                                                                                  \
+        c.what = desc;                                                                             \
+        c.expect_err = err;                                                                        \
+        __VA_ARGS__;                                                                               \
+        cases[n++] = c;                                                                            \
+    } while (0)
+    CASE("valid 2-D (onnxruntime)", NULL, c.scales_2d = 1, c.zp_2d = 1);
+    CASE("valid, bits absent (default 4), prepacked 0, fp16 bias", NULL, c.bits = -1,
+         c.prepacked = 0, c.bias_dtype = G4_DT_FLOAT16, c.bias_n = 3);
+    CASE("valid, K and N not checked", NULL, c.expect_K = -1, c.expect_N = -1);
+    CASE("K differs from the expected", "K = 64, N = 3, expected K = 128, N = 3", c.expect_K = 128);
+    CASE("N differs from the expected", "expected K = 64, N = 4", c.expect_N = 4);
+    CASE("K missing", "required attribute 'K' is missing", c.K = -1);
+    CASE("block_size missing", "required attribute 'block_size' is missing", c.block = -1);
+    CASE("bits 8", "bits = 8, g4cu supports 4", c.bits = 8);
+    CASE("block 24", "block_size = 24, expected a power of two >= 16", c.block = 24);
+    CASE("block 8", "block_size = 8, expected a power of two >= 16", c.block = 8);
+    CASE("block 64 (valid op, not our kernels)", "block_size = 64, g4cu kernels support 32",
+         c.block = 64, c.bdims[1] = 1, c.bdims[2] = 32, c.scales_n = 3);
+    CASE("prepacked", "weight_prepacked = 1, expected 0", c.prepacked = 1);
+    CASE("g_idx", "g_idx input 'w.g_idx' is not supported", c.gidx = 1);
+    CASE("bias fp32", "bias expected float16 [N] = [3], found float32 [3]",
+         c.bias_dtype = G4_DT_FLOAT, c.bias_n = 3);
+    CASE("bias length", "bias expected float16 [N] = [3], found float16 [4]",
+         c.bias_dtype = G4_DT_FLOAT16, c.bias_n = 4);
+    CASE("B blob size", "expected uint8 [N, ceil(K/32), 16] = [3, 2, 16], found uint8 [3, 2, 8]",
+         c.bdims[2] = 8);
+    CASE("B block count", "expected uint8 [N, ceil(K/32), 16] = [3, 2, 16], found uint8 [3, 3, 16]",
+         c.bdims[1] = 3);
+    CASE("scales fp32", "expected float16 [N*kb] = [6] (or [N, kb] = [3, 2]), found float32 [6]",
+         c.scales_dtype = G4_DT_FLOAT);
+    CASE("scales count", "expected float16 [N*kb] = [6] (or [N, kb] = [3, 2]), found float16 [9]",
+         c.scales_n = 9);
+    CASE("zp count", "expected uint8 [N*ceil(kb/2)] = [3] (or [N, ceil(kb/2)] = [3, 1]), found [6]",
+         c.zp_n = 6);
+    CASE("zp float", "zero points of dtype float16, expected packed uint8",
+         c.zp_dtype = G4_DT_FLOAT16, c.zp_n = 6);
+    CASE("consumer is not MatMulNBits", "expected only com.microsoft MatMulNBits nodes",
+         c.op = "MatMul");
+    CASE("B read as scales", "reads 'w.weight_t_Q4' as input 2+, expected it as B (input 1)",
+         c.b_slot = 2);
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        g4_onnx_model *m = build_bind_model(&cases[i]);
+        CHECK_MSG(m != NULL, "%s: synthetic model did not parse", cases[i].what);
+        if (!m) continue;
+        g4_component comp = standalone(m);
+        g4_linear li;
+        int rc = g4_q4_linear_get(&comp, "w.weight_t", cases[i].expect_K, cases[i].expect_N, &li);
+        if (!cases[i].expect_err) {
+            CHECK_MSG(rc == G4_OK, "%s: %s", cases[i].what, g4_error());
+            CHECK(li.kind == G4_W_Q4 && li.in == 64 && li.out == 3 && li.block == 32 && li.w &&
+                  li.scales && li.zp);
+            CHECK((li.bias != NULL) == (cases[i].bias_dtype != 0));
+        } else {
+            const char *e = g4_error();
+            CHECK_MSG(rc == G4_EUSER && strstr(e, cases[i].expect_err) &&
+                          strstr(e, "synthetic/model.onnx") && !strchr(e, '\n'),
+                      "%s: rc %d, error '%s', expected '%s'", cases[i].what, rc, e,
+                      cases[i].expect_err);
+        }
+        g4_onnx_close(m);
+    }
+    // A missing weight names the tensor it looked for.
+    g4_onnx_model *m = build_bind_model(&base);
+    if (m) {
+        g4_component comp = standalone(m);
+        g4_linear li;
+        int rc = g4_q4_linear_get(&comp, "other.weight_t", 64, 3, &li);
+        CHECK_MSG(rc == G4_EUSER && strstr(g4_error(), "tensor 'other.weight_t_Q4' is missing"),
+                  "%s", g4_error());
+        // g4_linear_get: no fp16 tensor of that name, so the Q4 form is bound
+        rc = g4_linear_get(&comp, "w.weight_t", 64, 3, &li);
+        CHECK_MSG(rc == G4_OK && li.kind == G4_W_Q4, "%s", g4_error());
+        g4_onnx_close(m);
+    }
+}
+
+// --- the quantizer
+// --------------------------------------------------------------------------------
+
+// The straightforward min-max round-to-nearest quantizer (for comparison, not a reference).
+static void rtn_block(const float *x, int B, float *out) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < B; i++) lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+    const float s = hi > lo ? (hi - lo) / 15.0f : 1.0f;
+    const float z = fminf(15.0f, fmaxf(0.0f, rintf(-lo / s)));
+    for (int i = 0; i < B; i++) out[i] = (fminf(15.0f, fmaxf(0.0f, rintf(x[i] / s + z))) - z) * s;
+}
+
+typedef struct {
+    double rmse, ideal, rtn; // our RMSE, the ideal uniform 4-bit RMSE, the RTN RMSE
+    double wse, wse_rtn;     // the k-quant's own objective, sum (av|x| + |x|) e^2: ours, RTN's
+} rt_stats;
+
+// Quantizes W [K, N] with ours, dequantizes, and measures.
+static rt_stats round_trip(const float *W, int K, int N, int threads) {
+    const int B = 32;
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, B);
+    uint8_t *q = g4_malloc((size_t)sh.q_bytes), *zp = g4_malloc((size_t)sh.zp_bytes);
+    uint16_t *sc = g4_malloc((size_t)sh.n_scales * 2);
+    int rc = g4_q4_quantize(W, G4_DT_FLOAT, K, N, B, threads, q, sc, zp);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    g4_linear li = {.kind = G4_W_Q4, .in = K, .out = N, .block = B, .w = q, .scales = sc, .zp = zp};
+    float *D = g4_malloc(sizeof(float) * (size_t)K * N), col[32], r[32];
+    g4_q4_dequant(&li, D);
+    double se = 0, ideal = 0, rtn = 0, wse = 0, wse_rtn = 0;
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < sh.kb; b++) {
+            float lo = INFINITY, hi = -INFINITY;
+            double ss = 0;
+            for (int i = 0; i < B; i++) {
+                const int k = b * B + i;
+                col[i] = k < K ? W[(size_t)k * N + n] : 0.0f; // the padding the quantizers use
+                lo = fminf(lo, col[i]), hi = fmaxf(hi, col[i]);
+                ss += (double)col[i] * col[i];
+            }
+            const double av = sqrt(ss / B);
+            rtn_block(col, B, r);
+            for (int i = 0; i < B && b * B + i < K; i++) {
+                const int k = b * B + i;
+                const double e = (double)D[(size_t)k * N + n] - col[i], er = (double)r[i] - col[i];
+                se += e * e;
+                rtn += er * er;
+                wse += (av + fabs(col[i])) * e * e;
+                wse_rtn += (av + fabs(col[i])) * er * er;
+            }
+            const double step = ((double)hi - lo) / 15.0;
+            ideal += step * step / 12.0 * (double)(K - b * B < B ? K - b * B : B);
+        }
+    free(q), free(zp), free(sc), free(D);
+    const double cnt = (double)K * N;
+    return (rt_stats){sqrt(se / cnt), sqrt(ideal / cnt), sqrt(rtn / cnt), wse, wse_rtn};
+}
+
+static float gauss(unsigned long long *s) {
+    float u1 = g4t_rand_uniform(s, 1e-7f, 1.0f), u2 = g4t_rand_uniform(s, 0.0f, 1.0f);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+static void test_round_trip_budgets(void) {
+    // Budgets on RMSE / ideal, the ideal being a uniform quantizer's error on each block's min-max
+    // grid (step = range/15, error^2 = step^2/12). Measured (seed 777, K 256, N 64, fp16 weights):
+    // uniform 1.035, Gaussian(0.02) 1.010, Laplace 1.011, Gaussian with 1 % outliers x20 0.958.
+    // The budgets sit ~5 % above; a real defect (a wrong zero point or nibble, a lost scale) costs
+    // far more. Second check: ours against plain min-max round-to-nearest with a rounded zero
+    // point. Measured RMSE ratios 1.020, 1.013, 1.015, 1.003: this k-quant is not better than RTN
+    // in plain MSE (the search fits a continuous offset and weights |x|, then the zero point is
+    // rounded and the codes recomputed; its own weighted objective also ends 3-6 % above RTN's
+    // except on outliers, where it is 8 % below). Budget 1.04 x RTN.
+    static const struct {
+        const char *dist;
+        double budget;
+    } d[] = {{"uniform", 1.09}, {"gaussian", 1.06}, {"laplace", 1.06}, {"outliers", 1.01}};
+    const int K = 256, N = 64;
+    float *W = g4_malloc(sizeof(float) * K * N);
+    for (size_t t = 0; t < sizeof d / sizeof *d; t++) {
+        unsigned long long s = 777;
+        for (int i = 0; i < K * N; i++) {
+            float v;
+            if (t == 0)
+                v = g4t_rand_uniform(&s, -1.0f, 1.0f);
+            else if (t == 1)
+                v = 0.02f * gauss(&s);
+            else if (t == 2) {
+                float u = g4t_rand_uniform(&s, -0.5f, 0.5f);
+                v = -0.05f * copysignf(logf(1.0f - 2.0f * fabsf(u) + 1e-7f), u);
+            } else {
+                v = 0.02f * gauss(&s);
+                if (g4t_rand_uniform(&s, 0.0f, 1.0f) < 0.01f) v *= 20.0f;
+            }
+            W[i] = g4_round_f16(v); // the packages' weights are fp16
+        }
+        rt_stats r = round_trip(W, K, N, 2);
+        const double ratio = r.rmse / r.ideal;
+        printf(
+            "  round trip %-9s RMSE %.4g, ideal 4-bit %.4g, ratio %.3f (budget %.2f), min-max RTN "
+            "ratio %.3f; weighted error vs RTN's %.3f\n",
+            d[t].dist, r.rmse, r.ideal, ratio, d[t].budget, r.rtn / r.ideal, r.wse / r.wse_rtn);
+        CHECK_MSG(ratio <= d[t].budget, "%s: RMSE/ideal %.4f over budget %.2f", d[t].dist, ratio,
+                  d[t].budget);
+        CHECK_MSG(r.rmse <= 1.04 * r.rtn,
+                  "%s: k-quant RMSE %.4g more than 4 %% over min-max RTN's %.4g", d[t].dist, r.rmse,
+                  r.rtn);
+    }
+    free(W);
+}
+
+static void test_quantizer_edge_blocks(void) {
+    uint8_t codes[32], zp;
+    float x[32], s;
+    memset(x, 0, sizeof x);
+    g4_kquant_block(x, 32, codes, &s, &zp); // all zeros: dequantizes to exactly 0
+    int ok = 1;
+    for (int i = 0; i < 32; i++) ok &= (codes[i] - zp) * s == 0.0f;
+    CHECK(ok);
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)(i % 16) * 0.25f - 1.0f; // exactly on a 16-level grid
+    g4_kquant_block(x, 32, codes, &s, &zp);
+    ok = 1;
+    for (int i = 0; i < 32; i++)
+        ok &= fabsf((float)(codes[i] - zp) * g4_round_f16(s) - x[i]) < 1e-6f;
+    CHECK_MSG(ok, "a block on a 4-bit grid must be reproduced (scale %g, zp %d)", s, zp);
+    // Thread count does not change the bytes.
+    const int K = 96, N = 70;
+    float *W = g4_malloc(sizeof(float) * K * N);
+    unsigned long long st = 99;
+    for (int i = 0; i < K * N; i++) W[i] = g4t_rand_uniform(&st, -2.0f, 2.0f);
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, 32);
+    uint8_t *q1 = g4_malloc(sh.q_bytes), *q3 = g4_malloc(sh.q_bytes), *z1 = g4_malloc(sh.zp_bytes),
+            *z3 = g4_malloc(sh.zp_bytes);
+    uint16_t *s1 = g4_malloc(sh.n_scales * 2), *s3 = g4_malloc(sh.n_scales * 2);
+    CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, 32, 1, q1, s1, z1) == G4_OK);
+    CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, 32, 3, q3, s3, z3) == G4_OK);
+    CHECK(!memcmp(q1, q3, sh.q_bytes) && !memcmp(s1, s3, sh.n_scales * 2) &&
+          !memcmp(z1, z3, sh.zp_bytes));
+    for (int n = 0; n < N; n++) CHECK_INT(z1[n * 2 + 1] >> 4, 8); // kb = 3: padding nibble 8
+    CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, 24, 1, q1, s1, z1) == G4_EUSER);
+    CHECK(strstr(g4_error(), "block size 24") != NULL);
+    free(W), free(q1), free(q3), free(z1), free(z3), free(s1), free(s3);
+}
+
+// Our quantizer on fp16 weight `src` must give onnxruntime's k_quant bytes (linear li).
+static int same_as_onnxruntime(const g4_tensor *src, const g4_linear *li, const char *what) {
+    const int K = li->in, N = li->out;
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, li->block);
+    uint8_t *q = g4_malloc(sh.q_bytes), *zp = g4_malloc(sh.zp_bytes);
+    uint16_t *sc = g4_malloc(sh.n_scales * 2);
+    int rc = g4_q4_quantize(src->data, G4_DT_FLOAT16, K, N, li->block, 2, q, sc, zp);
+    int ok = rc == G4_OK && li->zp;
+    if (ok) {
+        uint64_t dq = 0, ds = 0, dz = 0;
+        for (uint64_t i = 0; i < sh.q_bytes; i++) dq += q[i] != ((const uint8_t *)li->w)[i];
+        for (uint64_t i = 0; i < sh.n_scales; i++) ds += sc[i] != rd16(li->scales, i);
+        for (uint64_t i = 0; i < sh.zp_bytes; i++) dz += zp[i] != ((const uint8_t *)li->zp)[i];
+        ok = !dq && !ds && !dz;
+        if (!ok)
+            fprintf(stderr,
+                    "  %s [%d, %d]: %llu/%llu code bytes, %llu/%llu scales, %llu/%llu zero-point "
+                    "bytes differ from onnxruntime\n",
+                    what, K, N, (unsigned long long)dq, (unsigned long long)sh.q_bytes,
+                    (unsigned long long)ds, (unsigned long long)sh.n_scales, (unsigned long long)dz,
+                    (unsigned long long)sh.zp_bytes);
+    }
+    free(q), free(zp), free(sc);
+    return ok;
+}
+
+static void test_kquant_vs_onnxruntime_cases(void) {
+    char *path = g4_sprintf("%s/q4/kquant_cases.onnx", fixtures);
+    g4_onnx_model *m;
+    int rc = g4_onnx_open(path, &m);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    free(path);
+    if (rc) return;
+    g4_component c = standalone(m);
+    static const char *const cases[] = {"gauss_k256_n16",   "uniform_k64_n8", "outliers_k128_n16",
+                                        "laplace_k192_n12", "padded_k100_n7", "special_k256_n9"};
+    int matched = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *wn = g4_sprintf("%s.weight_t", cases[i]), *sn = g4_sprintf("%s.src", cases[i]);
+        const g4_tensor *src = g4_onnx_tensor(m, sn);
+        g4_linear li;
+        rc = g4_q4_linear_get(&c, wn, -1, -1, &li);
+        CHECK_MSG(rc == G4_OK && src, "%s: %s", cases[i], rc ? g4_error() : "no .src tensor");
+        if (rc == G4_OK && src) {
+            CHECK(src->dims[0] == li.in && src->dims[1] == li.out);
+            const int ok = same_as_onnxruntime(src, &li, cases[i]);
+            CHECK_MSG(ok, "%s: not byte for byte onnxruntime's k_quant", cases[i]);
+            matched += ok;
+        }
+        free(wn), free(sn);
+    }
+    printf("  k-quant cases identical to onnxruntime: %d of %zu\n", matched,
+           sizeof cases / sizeof *cases);
+    g4_onnx_close(m);
+}
+
+// --- the onnxruntime-made Q4 package
+// ---------------------------------------------------------------
+
+// A package directory: the tiny f16 package with the fixture's Q4 decoder (symlinks).
+static char *assemble_q4_package(const char *tiny) {
+    char *dir = g4t_tmpdir();
+    int rc = g4t_sh("cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); [ \"$b\" = decoder ] || "
+                    "ln -s \"$f\" \"$b\"; "
+                    "done && ln -s '%s/q4/decoder' decoder",
+                    dir, tiny, fixtures);
+    CHECK_MSG(rc == 0, "assembling the Q4 package in %s failed", dir);
+    return dir;
+}
+
+static void test_onnxruntime_q4_package(void) {
+    const char *tiny = g4t_env("G4_TINY_PKG");
+    char *dir = assemble_q4_package(tiny);
+    g4_package *p16 = NULL, *p4 = NULL;
+    int rc = g4_package_open(tiny, &p16);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    if (rc == G4_OK) {
+        rc = g4_package_open(dir, &p4);
+        CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    }
+    if (rc == G4_OK) {
+        CHECK(p4->text.weights_q4 == 1);
+        const g4_component *c16 = g4_package_component(p16, G4_COMP_DECODER);
+        const g4_component *c4 = g4_package_component(p4, G4_COMP_DECODER);
+        int n_lin = 0, n_bound = 0, n_kq = 0, n_kq_same = 0, n_rtn = 0, over = 0;
+        double worst_step = 0, sum_ratio = 0;
+        for (int i = 0; i < c16->model->n_tensors; i++) {
+            const g4_tensor *t = &c16->model->tensors[i];
+            const size_t L = strlen(t->name);
+            if (t->ndim != 2 || L < 9 || strcmp(t->name + L - 9, ".weight_t")) continue;
+            n_lin++;
+            const char *name = t->name + strlen(c16->prefix); // bind by the prefix-less name
+            g4_linear li;
+            rc = g4_q4_linear_get(c4, name, (int)t->dims[0], (int)t->dims[1], &li);
+            CHECK_MSG(rc == G4_OK, "%s: %s", name, g4_error());
+            if (rc) continue;
+            n_bound++;
+            char *bn = g4_sprintf("%s%s_Q4", c4->prefix, name);
+            const g4_tensor *b = g4_onnx_tensor(c4->model, bn);
+            free(bn);
+            CHECK_MSG(b && b->data == li.w, "%s: bound another tensor than its own _Q4", name);
+            if (g4_q4_kblocks(li.in, 32) % 2 == 0) { // k_quant: ours must give the same bytes
+                n_kq++;
+                n_kq_same += same_as_onnxruntime(t, &li, name);
+            } else {
+                n_rtn++; // onnxruntime's RTN (odd block count, see the fixture README): bound only
+            }
+            // 4-bit error bound against the f16 weight: per block, no element off by more than
+            // 1.5 steps of the block's min-max grid (RTN: half a step plus up to half a step of
+            // zero-point rounding; the k-quant grid is at most 15/14 as coarse and may clip),
+            // and per matrix RMSE within 1.25 x the ideal uniform error.
+            const int K = li.in, N = li.out, kb = g4_q4_kblocks(K, 32);
+            float *D = g4_malloc(sizeof(float) * (size_t)K * N);
+            g4_q4_dequant(&li, D);
+            double se = 0, ideal = 0;
+            for (int n = 0; n < N; n++)
+                for (int bb = 0; bb < kb; bb++) {
+                    float lo = 0, hi = 0; // the zero padding belongs to the block
+                    int first = 1;
+                    for (int k = bb * 32; k < (bb + 1) * 32; k++) {
+                        float v = k < K ? (float)g4_tensor_get(t, (uint64_t)k * N + n) : 0.0f;
+                        if (first || v < lo) lo = v;
+                        if (first || v > hi) hi = v;
+                        first = 0;
+                    }
+                    const double step = ((double)hi - lo) / 15.0;
+                    for (int k = bb * 32; k < (bb + 1) * 32 && k < K; k++) {
+                        const double e =
+                            D[(size_t)k * N + n] - g4_tensor_get(t, (uint64_t)k * N + n);
+                        se += e * e;
+                        ideal += step * step / 12.0;
+                        if (step > 0 && fabs(e) / step > worst_step) worst_step = fabs(e) / step;
+                        over += !(fabs(e) <= 1.5 * step + 1e-12); // NaN counts
+                    }
+                }
+            const double ratio = sqrt(se / ideal);
+            sum_ratio += ratio;
+            CHECK_MSG(ratio <= 1.25, "%s: RMSE %.3f x the ideal 4-bit error", name, ratio);
+            free(D);
+        }
+        printf(
+            "  onnxruntime Q4 package: %d linears, %d bound (%d k_quant, %d RTN); ours identical "
+            "to onnxruntime's k_quant on %d; worst element error %.3f steps, mean RMSE/ideal "
+            "%.3f\n",
+            n_lin, n_bound, n_kq, n_rtn, n_kq_same, worst_step, n_bound ? sum_ratio / n_bound : 0);
+        CHECK_INT(n_lin, 83);
+        CHECK_INT(n_bound, n_lin);
+        CHECK_INT(n_kq, 73);
+        CHECK_INT(n_kq_same, n_kq);
+        CHECK_MSG(over == 0, "%d elements off by more than 1.5 steps", over);
+    }
+    g4_package_close(p4);
+    g4_package_close(p16);
+    g4t_rmtree(dir);
+}
+
+int main(void) {
+    fixtures = g4t_env("G4_FIXTURES");
+    test_nibble_order();
+    test_zero_point_packing();
+    test_dequant_random();
+    test_dequant_vs_onnxruntime();
+    test_binding_checks();
+    test_round_trip_budgets();
+    test_quantizer_edge_blocks();
+    test_kquant_vs_onnxruntime_cases();
+    test_onnxruntime_q4_package();
+    return g4t_finish("test_quant");
+}
