@@ -29,6 +29,18 @@ typedef void (*g4_kbench_launch)(void *ctx, int rep);
 // between two events; returns median/min/mean/stdev in ms.
 g4_kbench_time g4_kbench_run(g4_kbench_launch fn, void *ctx, int warmup, int reps);
 
+// One launch of the op on `stream` (a cudaStream_t); rep as above.
+typedef void (*g4_kbench_launch_on)(void *ctx, int rep, void *stream);
+
+// Times fn as a CUDA graph: runs `per_graph` launches (rep = 0 .. per_graph - 1) once eagerly
+// (module loading, library workspaces and one-time attributes happen outside the capture),
+// captures them into one graph on a private stream, replays it `warmup` times, then times `reps`
+// replays each between two events. Returns per-launch statistics (replay time / per_graph).
+// For kernels of a few microseconds this measures the GPU time a decode step captured in a graph
+// sees, instead of host launch overhead; for long kernels it equals g4_kbench_run.
+g4_kbench_time g4_kbench_run_graph(g4_kbench_launch_on fn, void *ctx, int per_graph, int warmup,
+                                   int reps);
+
 // How many copies of a `bytes_per_set` input set to rotate through so one full rotation moves
 // more than 2x the L2 size (at least 1, at most 64).
 int g4_kbench_copies(size_t bytes_per_set);

@@ -10,6 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum {
     G4_OK = 0,
     G4_EUSER = -1,     // bad input: file, config, tensor or argument (exit code 1)
@@ -174,5 +178,9 @@ void g4_strmap_free(g4_strmap *m);
 int g4_strmap_put(g4_strmap *m, const char *key, int val);
 // The value of key, or -1 when absent.
 int g4_strmap_get(const g4_strmap *m, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -59,6 +59,79 @@ void ref_embed(float *y, const uint16_t *table, int cols, const int32_t *ids, in
 // x = c * tanh(x / c).
 void ref_softcap(float *x, size_t n, float c);
 
+// --- vision and audio towers (spec 4.2-4.5, 5.3-5.5) --------------------------------------
+// Vision "padding" patches are the ones at position (-1, -1), as in HF.
+
+// In place on x[T, n_heads * hd]: the vision tower's 2-D RoPE. Each head is two parts of hd/2
+// dims: part 0 rotates by the x (column) position, part 1 by the y (row) position, each with
+// rotate_half pairs (j, j + hd/4) at angle float(pos) * inv_freq[j], j < hd/4 (an fp32
+// product, like HF). pos_xy I32 [T, 2] = (x, y); inv_freq [hd/4] = theta^(-2j / (hd/2)) in fp32
+// (theta 100 for E2B).
+void ref_rope_2d(float *x, int T, int n_heads, int hd, const int32_t *pos_xy,
+                 const float *inv_freq);
+
+// Bidirectional attention (vision): out[i] = softmax_j(q[i] . k[j] * scale) v[j] per head over
+// the N keys j with key_valid[j] != 0 (key_valid NULL: every key). q, out [Nq, n_heads * hd]
+// (Nq = N for self-attention; fewer rows to check a sample), k, v [N, n_heads * hd] (one KV
+// head per query head). A query with no valid key gets 0.
+void ref_attention_bidir(float *out, const float *q, int Nq, const float *k, const float *v,
+                         const uint8_t *key_valid, int N, int n_heads, int hd, float scale);
+
+// Gemma-4 audio self-attention (HF Gemma4AudioAttention, spec 5.5), per head, query t, key u:
+//   q' = q * (hd^-0.5 / ln 2) * softplus(per_dim_scale),  k' = k * ln(1 + e) / ln 2,
+//   z(t, u) = logit_cap * tanh((q'.k'[u] + q'.rel[t - u]) / logit_cap),
+//   key u visible iff 0 <= t - u < band and valid[u];  out[t] = sum_u softmax(z)[u] v[u].
+// Masked logits are invalid_logit (-1e9) over HF's block context (see audio_attention.c), so a
+// query with no visible key gets the mean of v over that context, as HF computes it.
+// q, k, v, out [T, n_heads * hd] (projection outputs, unscaled); rel [>= band, n_heads * hd]:
+// rel[d] = relative_k_proj(sinusoid(d)) for distance d (HF's position_embeddings row c holds
+// d = 12 - c: reverse it); per_dim_scale [hd] (the raw parameter); valid [T] frame mask (NULL:
+// all valid). E2B: chunk 12, band = context_left - 1 = 12, logit_cap 50, invalid_logit -1e9.
+void ref_audio_attention(float *out, const float *q, const float *k, const float *v,
+                         const float *rel, const float *per_dim_scale, const uint8_t *valid,
+                         int T, int n_heads, int hd, int chunk, int band, float logit_cap,
+                         float invalid_logit);
+
+// One audio subsampling (SSCP) layer, batch 1, NCHW as HF: input rows h with valid[h] == 0 are
+// zeroed (valid NULL: none), conv 3x3 stride 2 pad 1 without bias (w fp16 [C_out, C_in, 3, 3]),
+// LayerNorm over the C_out channels of each output pixel (mean-subtracting, biased variance,
+// eps, weight ln_w fp16 [C_out], no bias), ReLU. x [C_in, H, W] -> y [C_out, Ho, Wo] with
+// Ho = (H + 1) / 2, Wo = (W + 1) / 2. The next layer's mask is valid[::2].
+void ref_sscp_conv(float *y, const float *x, const uint8_t *valid, const uint16_t *w,
+                   const uint16_t *ln_w, int C_in, int H, int W, int C_out, float eps);
+
+// Causal depthwise conv1d over time: y[t][c] = sum_{i<K} w[c][i] * x[t - (K-1) + i][c], rows
+// before 0 read as zeros (left pad K - 1). x, y [T, C]; w fp16 [C, K] (the weight [C, 1, K]).
+void ref_dwconv1d_causal(float *y, const float *x, const uint16_t *w, int T, int C, int K);
+
+// GLU over the last dim: y[T, C] = x[:, :C] * sigmoid(x[:, C:]) for x [T, 2C].
+void ref_glu(float *y, const float *x, int T, int C);
+
+// SiLU: y = x * sigmoid(x) over n elements (y may alias x).
+void ref_silu(float *y, const float *x, size_t n);
+
+// LayerNorm over each row of x[rows, cols]: (x - mean) / sqrt(var + eps) * w + b with the biased
+// variance; w, b fp16 [cols] or NULL (1 and 0). y may alias x.
+void ref_layernorm(float *y, const float *x, const uint16_t *w, const uint16_t *b, int rows,
+                   int cols, float eps);
+
+// x = min(max(x, lo), hi) over n elements; NaN stays NaN (torch.clamp).
+void ref_clamp(float *x, size_t n, float lo, float hi);
+
+// Vision pooling to soft tokens (HF Gemma4VisionPooler): patch i at pos_xy[i] = (x, y) adds
+// x[i] / k^2 to bin floor(x/k) + ((max_x + 1) / k) * floor(y/k) (padding patches add nothing
+// and count as position (0, 0), as HF clamps them), then out *= scale (sqrt(hidden), 27.71 for
+// E2B). x [N, D], out [n_bins, D] (fully written), used [n_bins] (optional): 1 where a patch
+// landed (HF's pooler mask). Returns G4_EUSER when a bin index is >= n_bins.
+int ref_vision_pool(float *out, uint8_t *used, const float *x, const int32_t *pos_xy, int N,
+                    int D, int k, int n_bins, float scale);
+
+// Vision patch position embedding: h[i] += table[0][x_i] + table[1][y_i] for each patch that is
+// not padding; table fp16 [2, table_rows, D]. h [N, D]. Returns G4_EUSER for a coordinate
+// outside [0, table_rows).
+int ref_vision_posemb_add(float *h, const uint16_t *table, int table_rows,
+                          const int32_t *pos_xy, int N, int D);
+
 #ifdef __cplusplus
 }
 #endif

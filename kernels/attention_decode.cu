@@ -1,0 +1,354 @@
+// attention_decode.cu: flash-decoding for the text decoder's decode step: out = attention of a
+// few query tokens (T = 1 in decode) over a KV cache of up to `capacity` rows (32k+).
+//
+// What it computes: attention_decode.cuh (oracle: ref_attention in kernels/ref/attention.c).
+// Test: tests/test_cuda_attention.c --op attn_decode; bench: g4cu bench --kernels --filter
+// attn_decode. Floor: K + V bytes of the visible keys at copy bandwidth.
+//
+// Scheme:
+//  * Rows: the G = n_heads / n_kv query heads sharing a KV head, times the T tokens, are the
+//    rows of one m16n8k16 MMA (16 rows per CTA; E2B decode: 8 heads x 1 token), so each K/V
+//    tile is read once from memory for all of them (GQA packing).
+//  * Splits: the key range [min lo, max pos] (from the device `pos`) is cut into tiles of TILE
+//    keys and the tiles into at most `n_splits` contiguous slices, one per CTA; a CTA whose slice
+//    is empty returns at once. n_splits = the SM count (for n_kv x row groups = 1), fixed at
+//    launch, so the grid suits a CUDA graph while the work follows the current length.
+//  * Per CTA (4 warps): K/V tiles of 32 KB each stream through a 3-stage cp.async pipeline (up
+//    to 192 KB in flight per SM, far more than the ~32 KB a SM needs to cover DRAM latency at
+//    its share of the bandwidth). Warp w computes S over head-dim quarter w (Q fragments in
+//    registers), the 4 partials are summed through shared memory in a fixed order (all warps
+//    hold identical S), online softmax in the log2 domain, then O[:, quarter w] += P V.
+//  * Each split writes its unnormalised O, running max m and sum l (fp32) to the workspace; the
+//    merge kernel rescales by exp2(m_s - max m) and divides: the log-sum-exp merge.
+// Keys past max(pos) are zero-filled, never read (cache rows beyond the length may hold NaN).
+#include "kernels/attention_decode.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/attnops_common.cuh"
+#include "kernels/cuda_util.h"
+
+using namespace g4k;
+
+namespace {
+
+constexpr int DEC_WARPS = 4, DEC_THREADS = 128, DEC_STAGES = 3, DEC_MAX_T = 64;
+
+template <int HD_> struct DecCfg {
+    static constexpr int HD = HD_;
+    static constexpr int TILE = 16384 / HD; // keys per tile: K tile = 32 KB
+    static constexpr int DW = HD / DEC_WARPS;
+    static constexpr int KSTEPS = DW / 16, NB_S = TILE / 8, NB_O = DW / 8;
+    static constexpr int CHUNKS = HD / 8, ROW_BYTES = HD * 2;
+    static constexpr int RED_STRIDE = TILE + 8;
+    static constexpr size_t TILE_BYTES = (size_t)TILE * ROW_BYTES;
+    static constexpr size_t SMEM_KV = (size_t)DEC_STAGES * 2 * TILE_BYTES;
+    static constexpr size_t SMEM = SMEM_KV + (size_t)DEC_WARPS * 16 * RED_STRIDE * 4;
+    static_assert(NB_S % 2 == 0 && NB_O % 2 == 0 && KSTEPS >= 1, "tile shape");
+};
+
+struct DecParams {
+    const uint16_t *q, *k, *v;
+    const int32_t *pos;
+    float *part_o;  // [T * n_heads][n_splits][HD] unnormalised O of each split
+    float *part_ml; // [T * n_heads][n_splits][2]  (m in log2 units, l)
+    uint16_t *out;
+    int T, n_heads, group, kv_rows, window, n_splits, hd;
+    int q_stride, kv_stride, out_stride;
+    float scale_log2;
+};
+
+struct DecSplit {
+    int lo_all, hi_all, n_tiles, tps, n_active;
+};
+
+// The tiling of the key range; the split kernel and the merge compute it identically.
+template <int TILE> __device__ __forceinline__ DecSplit dec_split(const DecParams &p) {
+    int lo_all = 0x7fffffff, hi_all = -1;
+    for (int t = 0; t < p.T; t++) {
+        const int ps = p.pos[t];
+        const int hi = min(ps, p.kv_rows - 1), lo = p.window > 0 ? max(0, ps - p.window + 1) : 0;
+        if (hi >= lo) lo_all = min(lo_all, lo), hi_all = max(hi_all, hi);
+    }
+    DecSplit s;
+    s.lo_all = lo_all, s.hi_all = hi_all;
+    s.n_tiles = hi_all >= lo_all ? (hi_all - lo_all) / TILE + 1 : 0;
+    s.tps = s.n_tiles > 0 ? (s.n_tiles + p.n_splits - 1) / p.n_splits : 1;
+    s.n_active = (s.n_tiles + s.tps - 1) / s.tps;
+    return s;
+}
+
+template <class C>
+__global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    float *red = reinterpret_cast<float *>(smem + C::SMEM_KV); // [4][16][RED_STRIDE]
+    const int split = blockIdx.x, kvh = blockIdx.y, rg = blockIdx.z;
+    const DecSplit sp = dec_split<C::TILE>(p);
+    if (split >= sp.n_active) return; // past the current length: nothing to do
+    const int t_begin = split * sp.tps, t_end = min(sp.n_tiles, t_begin + sp.tps);
+    const int n_tiles = t_end - t_begin, j_begin = sp.lo_all + t_begin * C::TILE;
+    const int j_last = sp.hi_all; // keys after it are zero-filled, never read
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    // Rows of this CTA: flattened (token t, head-in-group gg) indices rg*16 .. rg*16+15.
+    int rt[2], rh[2], rlo[2], rhi[2];
+    bool rvalid[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = rg * 16 + g + 8 * r;
+        rvalid[r] = i < p.T * p.group;
+        rt[r] = rvalid[r] ? i / p.group : 0;
+        rh[r] = kvh * p.group + (rvalid[r] ? i % p.group : 0);
+        rlo[r] = 1, rhi[r] = 0;
+        if (rvalid[r]) {
+            const int ps = p.pos[rt[r]];
+            rhi[r] = min(ps, p.kv_rows - 1);
+            rlo[r] = p.window > 0 ? max(0, ps - p.window + 1) : 0;
+        }
+    }
+    uint32_t qa[C::KSTEPS][4];
+#pragma unroll
+    for (int ks = 0; ks < C::KSTEPS; ks++) {
+        const int d = warp * C::DW + ks * 16 + 2 * c;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const uint16_t *src = p.q + (size_t)rt[r] * p.q_stride + (size_t)rh[r] * C::HD + d;
+            qa[ks][r] = rvalid[r] ? *reinterpret_cast<const uint32_t *>(src) : 0u;
+            qa[ks][2 + r] = rvalid[r] ? *reinterpret_cast<const uint32_t *>(src + 8) : 0u;
+        }
+    }
+
+    auto load_tile = [&](int stage, int j0) {
+        uint8_t *ks = smem + (size_t)stage * 2 * C::TILE_BYTES, *vs = ks + C::TILE_BYTES;
+#pragma unroll 4
+        for (int idx = tid; idx < C::TILE * C::CHUNKS; idx += DEC_THREADS) {
+            const int r = idx / C::CHUNKS, ch = idx % C::CHUNKS, j = j0 + r;
+            const bool ok = j <= j_last;
+            const size_t off = ok ? (size_t)j * p.kv_stride + (size_t)kvh * C::HD + ch * 8 : 0;
+            cp_async16(ks + swz(r, ch, C::ROW_BYTES), p.k + off, ok);
+            cp_async16(vs + swz(r, ch, C::ROW_BYTES), p.v + off, ok);
+        }
+    };
+
+    float o[C::NB_O][4];
+#pragma unroll
+    for (int i = 0; i < C::NB_O; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+#pragma unroll
+    for (int s = 0; s < DEC_STAGES - 1; s++) {
+        if (s < n_tiles) load_tile(s, j_begin + s * C::TILE);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_tiles; it++) {
+        cp_async_wait<DEC_STAGES - 2>();
+        __syncthreads();
+        {
+            const int nx = it + DEC_STAGES - 1;
+            if (nx < n_tiles) load_tile(nx % DEC_STAGES, j_begin + nx * C::TILE);
+            cp_async_commit();
+        }
+        const int stage = it % DEC_STAGES, j0 = j_begin + it * C::TILE;
+        const uint8_t *ks = smem + (size_t)stage * 2 * C::TILE_BYTES, *vs = ks + C::TILE_BYTES;
+
+        float s[C::NB_S][4];
+#pragma unroll
+        for (int i = 0; i < C::NB_S; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < C::KSTEPS; kk++) {
+            const int ch0 = (warp * C::DW + kk * 16) / 8;
+#pragma unroll
+            for (int nb = 0; nb < C::NB_S; nb += 2) {
+                const int mi = lane >> 3, key = (nb + (mi >> 1)) * 8 + (lane & 7);
+                uint32_t b[4];
+                ldmatrix_x4(b, ks + swz(key, ch0 + (mi & 1), C::ROW_BYTES));
+                mma_16816(s[nb], qa[kk], b[0], b[1]);
+                mma_16816(s[nb + 1], qa[kk], b[2], b[3]);
+            }
+        }
+        float *mine = red + (size_t)warp * 16 * C::RED_STRIDE;
+#pragma unroll
+        for (int nb = 0; nb < C::NB_S; nb++) {
+            *reinterpret_cast<float2 *>(&mine[g * C::RED_STRIDE + nb * 8 + 2 * c]) =
+                make_float2(s[nb][0], s[nb][1]);
+            *reinterpret_cast<float2 *>(&mine[(g + 8) * C::RED_STRIDE + nb * 8 + 2 * c]) =
+                make_float2(s[nb][2], s[nb][3]);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int nb = 0; nb < C::NB_S; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float *pr = red + (size_t)w * 16 * C::RED_STRIDE;
+#pragma unroll
+            for (int nb = 0; nb < C::NB_S; nb++) {
+                const float2 a =
+                    *reinterpret_cast<const float2 *>(&pr[g * C::RED_STRIDE + nb * 8 + 2 * c]);
+                const float2 b = *reinterpret_cast<const float2 *>(
+                    &pr[(g + 8) * C::RED_STRIDE + nb * 8 + 2 * c]);
+                s[nb][0] += a.x, s[nb][1] += a.y, s[nb][2] += b.x, s[nb][3] += b.y;
+            }
+        }
+#pragma unroll
+        for (int nb = 0; nb < C::NB_S; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, j = j0 + nb * 8 + 2 * c + (e & 1);
+                const bool ok = j >= rlo[r] && j <= rhi[r];
+                s[nb][e] = ok ? s[nb][e] * p.scale_log2 : -INFINITY;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nb = 0; nb < C::NB_S; nb++)
+                mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[r], mx);
+            const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int nb = 0; nb < C::NB_S; nb++) {
+                s[nb][2 * r] = exp2f(s[nb][2 * r] - m_use);
+                s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - m_use);
+                sum += s[nb][2 * r] + s[nb][2 * r + 1];
+            }
+            l[r] = l[r] * alpha + sum;
+            m[r] = m_new;
+#pragma unroll
+            for (int nb = 0; nb < C::NB_O; nb++) o[nb][2 * r] *= alpha, o[nb][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int kk = 0; kk < C::TILE / 16; kk++) {
+            uint32_t a[4];
+            a[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int nb = 0; nb < C::NB_O; nb += 2) {
+                const int mi = lane >> 3;
+                const int key = kk * 16 + (mi & 1) * 8 + (lane & 7);
+                const int ch = warp * C::DW / 8 + nb + (mi >> 1);
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, vs + swz(key, ch, C::ROW_BYTES));
+                mma_16816(o[nb], a, b[0], b[1]);
+                mma_16816(o[nb + 1], a, b[2], b[3]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Partials of this split: O over this warp's dim quarter, (m, l) from warp 0.
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        if (!rvalid[r]) continue;
+        const size_t prow = ((size_t)rt[r] * p.n_heads + rh[r]) * p.n_splits + split;
+        float *dst = p.part_o + prow * C::HD + warp * C::DW + 2 * c;
+#pragma unroll
+        for (int nb = 0; nb < C::NB_O; nb++)
+            *reinterpret_cast<float2 *>(dst + nb * 8) = make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
+        if (warp == 0 && c == 0)
+            *reinterpret_cast<float2 *>(p.part_ml + prow * 2) = make_float2(m[r], lt);
+    }
+}
+
+// out[t, h, d] = sum_s exp2(m_s - M) O_s[d] / sum_s exp2(m_s - M) l_s over the active splits
+// with l_s > 0 (a split where the row saw no key contributes nothing). One CTA per (row,
+// 128 dims).
+template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const DecParams p) {
+    const DecSplit sp = dec_split<C::TILE>(p);
+    const int row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
+    const int d = blockIdx.y * 128 + threadIdx.x;
+    const float *ml = p.part_ml + (size_t)row * p.n_splits * 2;
+    const float *po = p.part_o + (size_t)row * p.n_splits * C::HD + d;
+    float M = -INFINITY;
+    for (int s = 0; s < sp.n_active; s++)
+        if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < sp.n_active; s++) {
+        const float l = ml[2 * s + 1];
+        if (!(l > 0.0f)) continue; // unwritten or empty: never read its O
+        const float w = exp2f(ml[2 * s] - M);
+        den += w * l;
+        num += w * po[(size_t)s * C::HD];
+    }
+    p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] = f2h(den > 0.0f ? num / den : 0.0f);
+}
+
+int dec_sm_count(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        G4_CUDA_CHECK(cudaGetDevice(&dev));
+        G4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
+
+int dec_tile(int hd) {
+    return 16384 / hd;
+}
+
+// Splits per (KV head, row group): about one CTA per SM in all, at most one per tile.
+int dec_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
+    const int groups = n_kv * ((T * (n_heads / n_kv) + 15) / 16);
+    const int max_tiles = (capacity + dec_tile(hd) - 1) / dec_tile(hd);
+    int s = (dec_sm_count() + groups - 1) / groups;
+    return s < 1 ? 1 : s > max_tiles ? max_tiles : s;
+}
+
+template <class C> void dec_launch(const DecParams &p, int n_kv, cudaStream_t stream) {
+    static bool configured = false;
+    if (!configured) {
+        G4_CUDA_CHECK(cudaFuncSetAttribute(
+            dec_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+        configured = true;
+    }
+    const dim3 grid(p.n_splits, n_kv, (p.T * p.group + 15) / 16);
+    dec_split_kernel<C><<<grid, DEC_THREADS, C::SMEM, stream>>>(p);
+    G4_CUDA_LAUNCH_CHECK();
+    dec_merge_kernel<C><<<dim3(p.T * p.n_heads, C::HD / 128), 128, 0, stream>>>(p);
+    G4_CUDA_LAUNCH_CHECK();
+}
+
+} // namespace
+
+extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {
+    const int S = dec_n_splits(T, n_heads, n_kv, hd, capacity);
+    return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
+}
+
+extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc,
+                               const uint16_t *vc, const int32_t *pos, int T, int n_heads, int n_kv,
+                               int hd, int capacity, int window, float scale, void *workspace,
+                               size_t workspace_bytes, cudaStream_t stream) {
+    const char *op = "g4_attn_decode";
+    G4K_REQUIRE(T >= 1 && T <= DEC_MAX_T, op);
+    G4K_REQUIRE(n_kv > 0 && n_heads > 0 && n_heads % n_kv == 0 && capacity > 0 && window >= 0, op);
+    G4K_REQUIRE(hd == 256 || hd == 512, op);
+    G4K_REQUIRE((((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc | (uintptr_t)out) & 15) == 0, op);
+    G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
+    G4K_REQUIRE(workspace_bytes >= g4_attn_decode_workspace(T, n_heads, n_kv, hd, capacity), op);
+    DecParams p = {};
+    p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
+    p.T = T, p.n_heads = n_heads, p.group = n_heads / n_kv, p.kv_rows = capacity;
+    p.window = window, p.hd = hd;
+    p.n_splits = dec_n_splits(T, n_heads, n_kv, hd, capacity);
+    p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
+    p.scale_log2 = scale * 1.4426950408889634f;
+    p.part_o = static_cast<float *>(workspace);
+    p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
+    if (hd == 256)
+        dec_launch<DecCfg<256>>(p, n_kv, stream);
+    else
+        dec_launch<DecCfg<512>>(p, n_kv, stream);
+}

@@ -1,0 +1,35 @@
+// attention_decode.cuh: flash-decoding attention for the text decoder's decode step (one or a
+// few query tokens over a long KV cache). See attention_decode.cu.
+#ifndef G4_ATTENTION_DECODE_CUH
+#define G4_ATTENTION_DECODE_CUH
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Bytes of device workspace g4_attn_decode needs for these sizes (the split partials); allocate
+// it once with the run state. Needs a current CUDA device (the split count follows its SMs).
+size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
+
+// The same op as g4_attn_prefill (ops.h `attention`: causal, window > 0 = sliding, GQA) for
+// small T (1..64; decode is T = 1): out[T, n_heads * hd] fp16 from q[T, n_heads * hd] fp16 over
+// the caches kc, vc [capacity, n_kv * hd] fp16 at positions pos (device I32 [T]); hd 256 or 512.
+// The KV range is read from `pos` on the device and the grid is sized for `capacity`, so the
+// launch can be captured in a CUDA graph once and replayed at every position: CTAs past the
+// range exit at once. Two kernels: the splits (each CTA one slice of the keys for all query
+// heads of one KV head) and the log-sum-exp merge. workspace: >= g4_attn_decode_workspace(...)
+// bytes of device memory, no initialisation needed.
+void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                    const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
+                    int window, float scale, void *workspace, size_t workspace_bytes,
+                    cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,34 @@
+// attention_prefill.cuh: flash attention (online softmax on tensor cores) for the text decoder's
+// prefill and for the vision tower. See attention_prefill.cu.
+#ifndef G4_ATTENTION_PREFILL_CUH
+#define G4_ATTENTION_PREFILL_CUH
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Text decoder attention over the KV cache, as ops.h `attention`: for query row t (position
+// pos[t], device I32 [T]) and query head h, out[t, h] = softmax(q[t, h] . K^T * scale) V over the
+// cache rows lo..pos[t] of KV head h / (n_heads / n_kv), lo = max(0, pos[t] - window + 1) when
+// window > 0 (sliding), else 0 (causal). q, out [T, n_heads * hd] fp16; kc, vc [capacity,
+// n_kv * hd] fp16 (rows lo..pos[t] must have been stored); fp32 softmax. hd: 256 or 512 (64 too).
+// Cache rows beyond max(pos) are never read (they may hold anything, NaN included).
+void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                     const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
+                     int window, float scale, cudaStream_t stream);
+
+// Vision tower attention: bidirectional over N patches, keys j with key_valid[j] == 0 masked
+// (key_valid: device uint8 [N], or NULL for all). q, k, v, out [N, n_heads * hd] fp16, one KV
+// head per query head; hd 64 (E2B: 12 heads of 64, N <= 2520). A query with no valid key gets 0.
+void g4_attn_bidir(uint16_t *out, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                   const uint8_t *key_valid, int N, int n_heads, int hd, float scale,
+                   cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

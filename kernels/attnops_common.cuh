@@ -1,0 +1,137 @@
+// attnops_common.cuh: device helpers shared by the attention, small-op and conv kernels
+// (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
+// defines: cp.async (16 B, zero-fill), ldmatrix, mma.sync m16n8k16 (fp16 in, fp32 accumulate),
+// warp/block reductions, fp16 <-> float helpers, the 16-byte-chunk XOR swizzle.
+//
+// Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
+// g = l / 4 (group), c = l % 4 (thread in group):
+//   A 16x16 row-major: a0 = A[g][2c..2c+1], a1 = A[g+8][2c..], a2 = A[g][2c+8..], a3 =
+//   A[g+8][2c+8..] B 16x8 ("col"):    b0 = B[2c..2c+1][g],   b1 = B[2c+8..2c+9][g] C 16x8 fp32: c0,
+//   c1 = C[g][2c], C[g][2c+1];  c2, c3 = C[g+8][2c], C[g+8][2c+1]
+// ldmatrix (non-trans) of an 8x8 fp16 block whose rows are r gives lane l the pair
+// M[l/4][2(l%4)..]; .trans gives M[2(l%4)..][l/4]. So for S = Q K^T a K tile stored
+// [key][dim] loads B with plain ldmatrix, and for O = P V a V tile [key][dim] loads B with .trans.
+#ifndef G4_ATTNOPS_COMMON_CUH
+#define G4_ATTNOPS_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace g4k {
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16-byte global -> shared copy; when !pred nothing is read and the 16 bytes are zero-filled.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(pred ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+// c += a * b, m16n8k16, fp16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `row_bytes` bytes
+// (a multiple of 128), XOR-swizzled so the 8 rows an ldmatrix reads hit 8 different bank groups.
+__device__ __forceinline__ int swz(int row, int chunk, int row_bytes) {
+    return row * row_bytes + ((chunk ^ (row & 7)) << 4);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// `scratch` holds >= 33 floats of shared memory; the call ends with the scratch reusable.
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < nw ? scratch[lane] : 0.0f;
+        t = warp_sum(t);
+        if (lane == 0) scratch[32] = t;
+    }
+    __syncthreads();
+    const float r = scratch[32];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float h2f(uint16_t h) {
+    return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ uint16_t f2h(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+// Loads of an activation element as float: fp16 bits or fp32.
+__device__ __forceinline__ float ld_act(const uint16_t *p, size_t i) {
+    return h2f(p[i]);
+}
+__device__ __forceinline__ float ld_act(const float *p, size_t i) {
+    return p[i];
+}
+__device__ __forceinline__ void st_act(uint16_t *p, size_t i, float v) {
+    p[i] = f2h(v);
+}
+__device__ __forceinline__ void st_act(float *p, size_t i, float v) {
+    p[i] = v;
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; // sqrt(2/pi), as HF gelu_pytorch_tanh
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+} // namespace g4k
+
+// Launch-time precondition: aborts with the condition and the op's name (a caller bug).
+#define G4K_REQUIRE(cond, op)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "g4cu: internal error: %s: precondition failed: %s (%s:%d)\n", op,     \
+                    #cond, __FILE__, __LINE__);                                                    \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#endif

@@ -1,0 +1,508 @@
+// gemm_f16.cu: fp16 GEMM (mma.sync) and GEMV (decode), their launchers and the public entries
+// of gemm_f16.cuh; the Hopper wgmma path lives in gemm_f16_wgmma.cu.
+//
+// y[M, N] = x[M, K] @ W[K, N]: x fp16 row-major, W fp16 [K, N] row-major (the package layout),
+// fp32 accumulation, epilogue by g4_gemm_epi. Test: tests/test_cuda_gemm.c --op f16;
+// bench: g4cu bench --kernels --filter gemm_f16.
+#include <cooperative_groups.h>
+
+#include "kernels/gemm_common.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace g4k {
+
+// --- shared host helpers (declared in gemm_common.cuh) ----------------------------------------
+
+int num_sms() {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        G4_CUDA_CHECK(cudaGetDevice(&dev));
+        G4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
+}
+
+int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
+                 int K, g4_gemm_epi epi) {
+    if (!y || !x) return g4_fail(G4_EUSER, "%s: NULL x or y", who);
+    if (M < 1 || M > (1 << 21)) // grid.y = M / 64 must stay within 65535
+        return g4_fail(G4_EUSER, "%s: M = %d tokens, expected 1 .. 2097152", who, M);
+    if (N < 8 || N % 8)
+        return g4_fail(G4_EUSER, "%s: N = %d, expected a positive multiple of 8", who, N);
+    if (K < 8 || K % 8)
+        return g4_fail(G4_EUSER, "%s: K = %d, expected a positive multiple of 8", who, K);
+    if ((uintptr_t)x % 16) return g4_fail(G4_EUSER, "%s: x at %p is not 16-byte aligned", who, x);
+    if ((int)epi < G4_GEMM_Y_F16 || (int)epi > G4_GEMM_Y_F16_ADD)
+        return g4_fail(G4_EUSER, "%s: epilogue %d, expected 0..3 (g4_gemm_epi)", who, (int)epi);
+    const int yal = (epi == G4_GEMM_Y_F32 || epi == G4_GEMM_Y_F32_ADD) ? 8 : 4;
+    if ((uintptr_t)y % yal)
+        return g4_fail(G4_EUSER, "%s: y at %p is not %d-byte aligned", who, y, yal);
+    if ((uintptr_t)bias % 2)
+        return g4_fail(G4_EUSER, "%s: bias at %p is not 2-byte aligned", who, bias);
+    return G4_OK;
+}
+
+namespace {
+
+// =============================================================================================
+// MMA: mma.sync m16n8k16 GEMM. Block tile BM x 128 x 64 (BM = 128: 8 warps as 4 x 2; BM = 64:
+// 4 warps as 2 x 2), warp tile 32 x 64, 4-stage cp.async pipeline.
+//
+// The 128 shared-memory columns of B are, for the plain GEMM, W[:, n0 .. n0 + 127] with
+// n0 = 128 * blockIdx.x; for the fused gate/up GEMM, Wg[:, n0 .. n0 + 63] then
+// Wu[:, n0 .. n0 + 63] with n0 = 64 * blockIdx.x. Warp column wn owns the n8 tiles
+// col(j) = (j / 4) * 64 + wn * 32 + (j % 4) * 8, j = 0..7, so in the fused kernel tile j (gate)
+// and tile j + 4 (up) are the same output columns in the same thread.
+// =============================================================================================
+constexpr int MMA_BK = 64, MMA_BN = 128;
+
+// Both tile shapes use 96 KB of shared memory, so two blocks share an SM (BM = 128: 3 stages of
+// 32 KB; BM = 64: 4 stages of 24 KB).
+template <int BM> struct mma_tile {
+    static constexpr int STAGES = BM == 128 ? 3 : 4;
+    static constexpr int WARPS_M = BM / 32;
+    static constexpr int THREADS = WARPS_M * 2 * 32;
+    static constexpr int A_HALVES = BM * MMA_BK;     // [BM][64]
+    static constexpr int B_HALVES = MMA_BK * MMA_BN; // [64][128]
+    static constexpr int SMEM = STAGES * (A_HALVES + B_HALVES) * 2;
+};
+
+// Swizzled offsets (in halves) of 16-byte chunk c of row r. A rows are 8 chunks (128 bytes), B
+// rows 16 chunks (256 bytes); chunk c lands at c ^ (r % 8) (B: inside its half row), so the 8
+// rows one ldmatrix phase reads at one logical chunk fall in 8 different 16-byte bank groups.
+__device__ __forceinline__ int swz_a(int r, int c) {
+    return r * 64 + ((c ^ (r & 7)) << 3);
+}
+__device__ __forceinline__ int swz_b(int r, int c) {
+    return r * 128 + (((c & 8) | ((c ^ r) & 7)) << 3);
+}
+
+template <int BM, bool FUSED>
+__global__ void __launch_bounds__(mma_tile<BM>::THREADS)
+    gemm_f16_mma_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
+                        const __half *__restrict__ wu, const __half *__restrict__ bias, int M,
+                        int N, int K, int epi) {
+    using T = mma_tile<BM>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    __half *sA = (__half *)smem;               // [STAGES][BM][64], swizzled
+    __half *sB = sA + T::STAGES * T::A_HALVES; // [STAGES][64][128], swizzled
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 1, wn = warp & 1;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * (FUSED ? 64 : 128);
+    const int KT = (K + MMA_BK - 1) / MMA_BK;
+
+    // Rows past M, inputs past K and columns past N are zero-filled (K, N multiples of 8, so a
+    // 16-byte chunk is either all in or all out).
+    auto load_stage = [&](int stage, int kt) {
+        const int k0 = kt * MMA_BK;
+        __half *a = sA + stage * T::A_HALVES;
+#pragma unroll
+        for (int i = 0; i < BM * 8 / T::THREADS; i++) {
+            const int c = tid + i * T::THREADS, r = c >> 3, kc = c & 7;
+            const int gm = m0 + r, gk = k0 + kc * 8;
+            const bool ok = gm < M && gk < K;
+            cp_async16(smem_addr(a + swz_a(r, kc)), ok ? x + (size_t)gm * K + gk : x, ok);
+        }
+        __half *b = sB + stage * T::B_HALVES;
+#pragma unroll
+        for (int i = 0; i < MMA_BK * 16 / T::THREADS; i++) {
+            const int c = tid + i * T::THREADS, r = c >> 4, nc = c & 15;
+            const __half *src = (FUSED && nc >= 8) ? wu : w;
+            const int gn = FUSED ? n0 + (nc & 7) * 8 : n0 + nc * 8;
+            const int gk = k0 + r;
+            const bool ok = gk < K && gn < N;
+            cp_async16(smem_addr(b + swz_b(r, nc)), ok ? src + (size_t)gk * N + gn : src, ok);
+        }
+    };
+
+    float acc[2][8][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mi][j][i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < T::STAGES - 1; s++) {
+        if (s < KT) load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<T::STAGES - 2>(); // tile kt has landed (this thread's copies)
+        __syncthreads();                // ... and everyone's; stage kt-1 is free again
+        const int pf = kt + T::STAGES - 1;
+        if (pf < KT) load_stage(pf % T::STAGES, pf);
+        cp_async_commit();
+        const __half *a = sA + (kt % T::STAGES) * T::A_HALVES;
+        const __half *b = sB + (kt % T::STAGES) * T::B_HALVES;
+#pragma unroll
+        for (int kk = 0; kk < MMA_BK / 16; kk++) {
+            uint32_t af[2][4], bf[8][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const int r = wm * 32 + mi * 16 + (lane & 15);
+                ldsm_x4(af[mi], smem_addr(a + swz_a(r, kk * 2 + (lane >> 4))));
+            }
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++) { // n8 tiles 2 jp, 2 jp + 1 (16 adjacent columns)
+                const int col = (jp >> 1) * 64 + wn * 32 + (jp & 1) * 16;
+                const int r = kk * 16 + (lane & 15);
+                uint32_t t4[4];
+                ldsm_x4_t(t4, smem_addr(b + swz_b(r, (col >> 3) + (lane >> 4))));
+                bf[2 * jp][0] = t4[0];
+                bf[2 * jp][1] = t4[1];
+                bf[2 * jp + 1][0] = t4[2];
+                bf[2 * jp + 1][1] = t4[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) mma_16816(acc[mi][j], af[mi], bf[j][0], bf[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + wm * 32 + mi * 16 + g + 8 * h;
+            if (row >= M) continue;
+            if (!FUSED) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int col = n0 + (j >> 2) * 64 + wn * 32 + (j & 3) * 8 + 2 * t;
+                    if (col < N)
+                        store_pair(y, epi, bias, (size_t)row * N + col, col, acc[mi][j][2 * h],
+                                   acc[mi][j][2 * h + 1]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int col = n0 + wn * 32 + j * 8 + 2 * t;
+                    if (col < N)
+                        store_pair(y, G4_GEMM_Y_F16, nullptr, (size_t)row * N + col, col,
+                                   gelu_tanh(acc[mi][j][2 * h]) * acc[mi][j + 4][2 * h],
+                                   gelu_tanh(acc[mi][j][2 * h + 1]) * acc[mi][j + 4][2 * h + 1]);
+                }
+            }
+        }
+    }
+}
+
+template <int BM, bool FUSED>
+void launch_mma_t(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
+                  int M, int N, int K, int epi, cudaStream_t stream) {
+    using T = mma_tile<BM>;
+    static bool smem_set = false;
+    set_smem(gemm_f16_mma_kernel<BM, FUSED>, T::SMEM, &smem_set);
+    const dim3 grid((N + (FUSED ? 63 : 127)) / (FUSED ? 64 : 128), (M + BM - 1) / BM);
+    gemm_f16_mma_kernel<BM, FUSED>
+        <<<grid, T::THREADS, T::SMEM, stream>>>(y, x, w, wu, bias, M, N, K, epi);
+    G4_CUDA_LAUNCH_CHECK();
+}
+
+// 128-row tiles when they still give at least one block per SM, else 64-row tiles (twice the
+// blocks: small prompts and narrow N would otherwise leave most SMs idle).
+void launch_mma(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
+                int M, int N, int K, int epi, bool fused, cudaStream_t stream) {
+    const long cols = (N + (fused ? 63 : 127)) / (fused ? 64 : 128);
+    const bool big = (long)((M + 127) / 128) * cols >= num_sms();
+    if (fused) {
+        if (big)
+            launch_mma_t<128, true>(y, x, w, wu, bias, M, N, K, epi, stream);
+        else
+            launch_mma_t<64, true>(y, x, w, wu, bias, M, N, K, epi, stream);
+    } else {
+        if (big)
+            launch_mma_t<128, false>(y, x, w, wu, bias, M, N, K, epi, stream);
+        else
+            launch_mma_t<64, false>(y, x, w, wu, bias, M, N, K, epi, stream);
+    }
+}
+
+// =============================================================================================
+// GEMV (M <= 8): 256 threads own 64 columns; thread (tx = tid % 8, ty = tid / 8) owns columns
+// n0 + 8 tx .. + 7 (one 16-byte load of a W row) and rows k = ty, ty + 32, ... of its K range,
+// GEMV_U rows in flight. A cluster of cs blocks (grid.y) splits K; each block reduces its 32
+// row phases (shuffles, then shared memory), the cluster's rank 0 sums the cs partials in rank
+// order through distributed shared memory and runs the epilogue.
+// x is staged in shared memory transposed ([k][MT] fp16) in chunks of GEMV_KCH rows, so one
+// 2..16-byte load gives a row's value for every token.
+// =============================================================================================
+constexpr int GEMV_THREADS = 256, GEMV_COLS = 64, GEMV_KCH = 1024, GEMV_U = 4;
+
+template <int MT> __device__ __forceinline__ void load_x(float *xf, const __half *p) {
+    if constexpr (MT == 8) {
+        const uint4 v = *(const uint4 *)p;
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(h[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+    } else if constexpr (MT == 4) {
+        const uint2 v = *(const uint2 *)p;
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float2 f = __half22float2(h[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+    } else if constexpr (MT == 2) {
+        const float2 f = __half22float2(*(const __half2 *)p);
+        xf[0] = f.x;
+        xf[1] = f.y;
+    } else {
+        xf[0] = __half2float(*p);
+    }
+}
+
+template <int MT, bool FUSED> constexpr int gemv_smem() {
+    return GEMV_KCH * MT * 2 + (8 + 1) * (FUSED ? 2 : 1) * MT * GEMV_COLS * 4;
+}
+
+template <int MT, bool FUSED>
+__global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
+                    const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
+                    int K, int epi) {
+    constexpr int F = FUSED ? 2 : 1;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __half *xs = (__half *)smem;                      // [KCH][MT]
+    float *red = (float *)(smem + GEMV_KCH * MT * 2); // [8 warps][F][MT][64]
+    float *part = red + 8 * F * MT * GEMV_COLS;       // [F][MT][64], read by the cluster leader
+    cg::cluster_group cluster = cg::this_cluster();
+    const int cs = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tx = tid & 7, ty = tid >> 3;
+    const int n0 = blockIdx.x * GEMV_COLS, col = n0 + tx * 8;
+    const bool col_ok = col < N;
+    const int kb = (int)((long long)K * rank / cs), ke = (int)((long long)K * (rank + 1) / cs);
+
+    float acc[F][MT][8];
+#pragma unroll
+    for (int f = 0; f < F; f++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[f][m][j] = 0.0f;
+
+    for (int kc = kb; kc < ke; kc += GEMV_KCH) {
+        const int kn = min(GEMV_KCH, ke - kc);
+        __syncthreads(); // the previous chunk's readers are done with xs
+        for (int i = tid; i < MT * kn; i += GEMV_THREADS) {
+            const int m = i / kn, k = i - m * kn;
+            xs[k * MT + m] = m < M ? x[(size_t)m * K + kc + k] : __float2half(0.0f);
+        }
+        __syncthreads();
+        for (int k0 = ty; k0 < kn; k0 += 32 * GEMV_U) {
+            uint4 wv[F][GEMV_U];
+#pragma unroll
+            for (int u = 0; u < GEMV_U; u++) {
+                const int k = k0 + 32 * u;
+                const bool ok = col_ok && k < kn;
+                const size_t off = (size_t)(kc + k) * N + col;
+                wv[0][u] = ok ? ldg_stream(w + off) : make_uint4(0, 0, 0, 0);
+                if constexpr (FUSED)
+                    wv[F - 1][u] = ok ? ldg_stream(wu + off) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < GEMV_U; u++) {
+                const int k = k0 + 32 * u;
+                if (k < kn) {
+                    float xf[MT];
+                    load_x<MT>(xf, xs + k * MT);
+#pragma unroll
+                    for (int f = 0; f < F; f++) {
+                        const __half2 *h = (const __half2 *)&wv[f][u];
+                        float wf[8];
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            const float2 p = __half22float2(h[i]);
+                            wf[2 * i] = p.x;
+                            wf[2 * i + 1] = p.y;
+                        }
+#pragma unroll
+                        for (int m = 0; m < MT; m++)
+#pragma unroll
+                            for (int j = 0; j < 8; j++)
+                                acc[f][m][j] = fmaf(xf[m], wf[j], acc[f][m][j]);
+                    }
+                }
+            }
+        }
+    }
+
+    // Lanes l, l ^ 8, l ^ 16, l ^ 24 share tx (the warp's 4 row phases): sum them.
+#pragma unroll
+    for (int f = 0; f < F; f++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float v = acc[f][m][j];
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                acc[f][m][j] = v;
+            }
+    if (lane < 8) {
+#pragma unroll
+        for (int f = 0; f < F; f++)
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    red[((warp * F + f) * MT + m) * GEMV_COLS + tx * 8 + j] = acc[f][m][j];
+    }
+    __syncthreads();
+    for (int i = tid; i < F * MT * GEMV_COLS; i += GEMV_THREADS) {
+        float s = 0.0f;
+#pragma unroll
+        for (int wp = 0; wp < 8; wp++) s += red[wp * F * MT * GEMV_COLS + i];
+        part[i] = s;
+    }
+    cluster.sync(); // every block's partial is written and visible to the cluster
+    if (rank == 0) {
+        for (int i = tid; i < MT * GEMV_COLS; i += GEMV_THREADS) {
+            const int m = i / GEMV_COLS, n = n0 + i % GEMV_COLS;
+            if (m >= M || n >= N) continue;
+            float v[F];
+#pragma unroll
+            for (int f = 0; f < F; f++) v[f] = 0.0f;
+            for (int r = 0; r < cs; r++) {
+                const float *p = cluster.map_shared_rank(part, r);
+#pragma unroll
+                for (int f = 0; f < F; f++) v[f] += p[f * MT * GEMV_COLS + i];
+            }
+            if constexpr (FUSED)
+                store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + n, n,
+                          gelu_tanh(v[0]) * v[F - 1]);
+            else
+                store_one(y, epi, bias, (size_t)m * N + n, n, v[0]);
+        }
+    }
+    cluster.sync(); // keep every block's shared memory alive until the leader has read it
+}
+
+template <int MT, bool FUSED>
+void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
+                   int M, int N, int K, int epi, cudaStream_t stream) {
+    constexpr int smem = gemv_smem<MT, FUSED>();
+    static bool smem_set = false;
+    set_smem(gemv_f16_kernel<MT, FUSED>, smem, &smem_set);
+    const int strips = (N + GEMV_COLS - 1) / GEMV_COLS;
+    // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
+    int cs = 1;
+    while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(strips, cs, 1);
+    cfg.blockDim = dim3(GEMV_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = cs;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    G4_CUDA_CHECK(
+        cudaLaunchKernelEx(&cfg, gemv_f16_kernel<MT, FUSED>, y, x, w, wu, bias, M, N, K, epi));
+    G4_CUDA_LAUNCH_CHECK();
+}
+
+template <bool FUSED>
+void launch_gemv(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
+                 int M, int N, int K, int epi, cudaStream_t stream) {
+    if (M == 1)
+        launch_gemv_t<1, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+    else if (M == 2)
+        launch_gemv_t<2, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+    else if (M <= 4)
+        launch_gemv_t<4, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+    else
+        launch_gemv_t<8, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+}
+
+int dispatch(const char *who, void *y, const void *x, const void *w, const void *wu,
+             const void *bias, int M, int N, int K, g4_gemm_epi epi, g4_gemm_algo algo,
+             cudaStream_t stream) {
+    const bool fused = wu != nullptr;
+    if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
+        return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
+    if (algo == G4_GEMM_AUTO) algo = M <= 8 ? G4_GEMM_GEMV : G4_GEMM_MMA;
+    const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
+    const __half *hb = (const __half *)bias;
+    switch (algo) {
+    case G4_GEMM_GEMV:
+        if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
+        if (fused)
+            launch_gemv<true>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+        else
+            launch_gemv<false>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+        return G4_OK;
+    case G4_GEMM_MMA:
+        launch_mma(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
+        return G4_OK;
+    case G4_GEMM_WGMMA:
+        wgmma_launch(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
+        return G4_OK;
+    default:
+        return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..3 (g4_gemm_algo)", who, algo);
+    }
+}
+
+} // namespace
+} // namespace g4k
+
+extern "C" const char *g4_gemm_epi_name(g4_gemm_epi e) {
+    switch (e) {
+    case G4_GEMM_Y_F16:
+        return "f16";
+    case G4_GEMM_Y_F32:
+        return "f32";
+    case G4_GEMM_Y_F32_ADD:
+        return "f32+=";
+    case G4_GEMM_Y_F16_ADD:
+        return "f16+=";
+    }
+    return "?";
+}
+
+extern "C" const char *g4_gemm_algo_name(g4_gemm_algo a) {
+    switch (a) {
+    case G4_GEMM_AUTO:
+        return "auto";
+    case G4_GEMM_GEMV:
+        return "gemv";
+    case G4_GEMM_MMA:
+        return "mma";
+    case G4_GEMM_WGMMA:
+        return "wgmma";
+    }
+    return "?";
+}
+
+extern "C" int g4_gemm_f16(void *y, const void *x, const void *w, const void *bias, int M, int N,
+                           int K, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
+    int rc = g4k::check_common("gemm_f16", y, x, bias, M, N, K, epi);
+    if (rc) return rc;
+    return g4k::dispatch("gemm_f16", y, x, w, nullptr, bias, M, N, K, epi, algo, stream);
+}
+
+extern "C" int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu, int M,
+                                    int N, int K, g4_gemm_algo algo, cudaStream_t stream) {
+    int rc = g4k::check_common("gemm_f16_gelu_mul", y, x, nullptr, M, N, K, G4_GEMM_Y_F16);
+    if (rc) return rc;
+    if (!wu) return g4_fail(G4_EUSER, "gemm_f16_gelu_mul: NULL up-projection weight");
+    return g4k::dispatch("gemm_f16_gelu_mul", y, x, wg, wu, nullptr, M, N, K, G4_GEMM_Y_F16, algo,
+                         stream);
+}

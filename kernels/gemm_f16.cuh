@@ -1,0 +1,76 @@
+// gemm_f16.cuh: fp16 linear layers on the GPU: y[M, N] = x[M, K] @ W[K, N] (+ bias), fp16
+// inputs, fp32 accumulation, and the fused gated-MLP half y = gelu_tanh(x @ Wg) * (x @ Wu).
+//
+// Layouts (all row-major, contiguous, device memory):
+//   x    fp16 [M, K]   activations (M = tokens: 1..8 in decode, up to thousands in prefill)
+//   W    fp16 [K, N]   the package's "<name>.weight_t" layout ([in, out]), used as stored
+//   bias fp16 [N]      or NULL
+//   y    fp16 or fp32 [M, N], by the epilogue (g4_gemm_epi)
+// Requirements checked by every entry (G4_EUSER with a one-line message otherwise, nothing is
+// launched): M >= 1; N, K >= 8 and multiples of 8 (16-byte rows for cp.async / TMA / vector loads);
+// x, W 16-byte aligned; y 8-byte aligned (4 for fp16); bias 2-byte aligned; M <= 8 for GEMV.
+//
+// Algorithms (one table; the test and the bench run each explicitly, so a wrong or slow one shows):
+//   GEMV   M <= 8, decode: streams W once with 16-byte loads; a thread-block cluster of up to 8
+//          blocks splits K when N is small and reduces through distributed shared memory
+//          (deterministic, no workspace, graph-capturable). CUDA-core fp32 FMAs.
+//   MMA    any M: mma.sync m16n8k16 (fp16 in, fp32 accumulate), ldmatrix, a 4-stage cp.async
+//          pipeline, XOR-swizzled shared memory; 128x128 or 64x128 tiles.
+//   WGMMA  any M, Hopper (sm_90a): TMA loads with 128B swizzle into a 4-stage ring guarded by
+//          mbarriers, a producer warpgroup and one or two consumer warpgroups issuing
+//          wgmma.m64n128k16 (B read N-major straight from the [K, N] layout).
+//   AUTO   GEMV for M <= 8, else MMA (to be switched to WGMMA when the GPU bench shows it is the
+//          faster one and the test shows it is right; see bench/NOTES.md).
+//
+// Mapping from the op interface (kernels/ops.h), for the CUDA backend:
+//   linear(be, y, x, w, accumulate) with w->kind == G4_W_F16, x->type == G4_F16:
+//     g4_gemm_f16(y->data, x->data, w->w, w->bias, x->rows, w->out, w->in, epi, G4_GEMM_AUTO, s)
+//     epi = y F16: accumulate ? G4_GEMM_Y_F16_ADD : G4_GEMM_Y_F16
+//           y F32: accumulate ? G4_GEMM_Y_F32_ADD : G4_GEMM_Y_F32   (F32 + add = residual stream)
+//   linear_gelu_mul(be, y, x, wg, wu) with fp16 weights, y F16, no biases:
+//     g4_gemm_f16_gelu_mul(y->data, x->data, wg->w, wu->w, x->rows, wg->out, wg->in, AUTO, s)
+//   Clipped linears (w->clipped) are not handled here: clamp x before and y after.
+//
+// Test: tests/test_cuda_gemm.c (ctest -R test_cuda_gemm; ./test_cuda_gemm --op f16 --shape N=2048)
+// Bench: g4cu bench --kernels --filter gemm_f16   (kernels/bench_gemm.cu)
+#ifndef G4_GEMM_F16_CUH
+#define G4_GEMM_F16_CUH
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    G4_GEMM_Y_F16 = 0,     // y fp16 = round(x @ W + bias)
+    G4_GEMM_Y_F32 = 1,     // y fp32 = x @ W + bias
+    G4_GEMM_Y_F32_ADD = 2, // y fp32 += x @ W + bias (the residual-stream add)
+    G4_GEMM_Y_F16_ADD = 3, // y fp16 = round(y + (x @ W + bias))
+} g4_gemm_epi;
+
+typedef enum {
+    G4_GEMM_AUTO = 0,
+    G4_GEMM_GEMV = 1,  // M <= 8 only
+    G4_GEMM_MMA = 2,   // mma.sync tensor cores
+    G4_GEMM_WGMMA = 3, // Hopper wgmma + TMA (fp16 weights only)
+} g4_gemm_algo;
+
+const char *g4_gemm_epi_name(g4_gemm_epi e);
+const char *g4_gemm_algo_name(g4_gemm_algo a);
+
+// y[M, N] (epi) x[M, K] @ w[K, N] (+ bias). Returns G4_OK, or G4_EUSER for a shape, alignment or
+// algorithm the kernels do not support (message in g4_error()). Asynchronous on `stream`.
+int g4_gemm_f16(void *y, const void *x, const void *w, const void *bias, int M, int N, int K,
+                g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream);
+
+// y fp16 [M, N] = gelu_tanh(x @ wg) * (x @ wu), wg and wu fp16 [K, N]; both products are kept
+// in fp32 until the one rounding of y. Same requirements as g4_gemm_f16.
+int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu, int M, int N,
+                         int K, g4_gemm_algo algo, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,79 @@
+// gemm_q4.cuh: Q4 (MatMulNBits, 4 bit, block 32) linear layers on the GPU:
+// y[M, N] = x[M, K] @ W (+ bias), W[k][n] = (q - zp) * scale, and the fused gated-MLP half
+// y = gelu_tanh(x @ Wg) * (x @ Wu).
+//
+// The package layout (kernels/ops.h g4_linear, quant/q4.h) is repacked once at load by
+// g4_q4_repack into the tile layout of kernels/q4_pack.h (16 features x 64 inputs per tile, one
+// 16-byte load per lane per tile, scales and zero points in per-tile records; same byte count as
+// the package). Every kernel dequantizes exactly: (q - zp) in fp16 (exact), times the fp16 scale
+// (one fp16 rounding, the only difference from the fp32 reference), products summed in fp32 on
+// the tensor cores (mma.sync m16n8k16 with the weights as the A operand, so M = 1..8 tokens are
+// the 8 columns of one MMA: no padding waste in decode).
+//
+//   GEMV  M <= 8: streams the packed weight once (4 tiles in flight per warp, 8 warps split K
+//         inside a block, a cluster of up to 8 blocks splits K further when N is small; reduced
+//         through distributed shared memory, deterministic).
+//   MMA   any M: the prefill GEMM: x tiles (64 tokens x 64 inputs) and packed weight tiles (128
+//         features) go through a 4-stage cp.async pipeline in shared memory; each warp
+//         dequantizes its two feature tiles from shared memory into MMA fragments.
+//   AUTO  GEMV for M <= 8, else MMA. (WGMMA is not implemented for Q4: G4_EUSER.)
+//
+// Requirements (G4_EUSER otherwise): N % 16 == 0, K % 64 == 0, block 32 (at repack); M >= 1;
+// x 16-byte aligned, y 8-byte aligned (4 for fp16), bias 2-byte aligned.
+//
+// Mapping from the op interface (kernels/ops.h), for the CUDA backend:
+//   at load: g4_q4_weight *p = malloc; g4_q4_repack(p, w->w, w->scales, w->zp, w->out, w->in,
+//            w->block); w->packed = p;   (and g4_q4_weight_free(p) at unload)
+//   linear(be, y, x, w, acc), w->kind == G4_W_Q4:
+//     g4_gemm_q4(y->data, x->data, w->packed, w->bias, x->rows, epi, G4_GEMM_AUTO, s)
+//     (epi as in gemm_f16.cuh)
+//   linear_gelu_mul with Q4 weights: g4_gemm_q4_gelu_mul(y->data, x->data, wg->packed,
+//     wu->packed, x->rows, G4_GEMM_AUTO, s)
+//
+// Test: tests/test_cuda_gemm.c (--op q4), tests/test_q4_pack.c (layout, CPU only).
+// Bench: g4cu bench --kernels --filter q4
+#ifndef G4_GEMM_Q4_CUH
+#define G4_GEMM_Q4_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/gemm_f16.cuh"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A repacked Q4 weight in device memory (layout: kernels/q4_pack.h).
+typedef struct {
+    int n, k;        // N (outputs), K (inputs)
+    uint8_t *q;      // [N/16][K/64] tiles of 512 bytes
+    uint8_t *scales; // [N/16][K/64] records of 64 bytes (16 fp16 pairs)
+    uint8_t *zp;     // [N/16][K/64] records of 16 bytes
+    size_t bytes;    // total device bytes (= the package's q + scales + zero points)
+} g4_q4_weight;
+
+// Repacks the package tensors (host memory: q uint8 [N, K/32, 16], scales fp16 [N, K/32], zero
+// points uint8 [N, K/64] or NULL for 8) into one new device allocation described by *out.
+// Synchronous. Returns G4_OK, or G4_EUSER for an unsupported shape / block size.
+int g4_q4_repack(g4_q4_weight *out, const uint8_t *q, const uint16_t *scales, const uint8_t *zp,
+                 int N, int K, int block);
+void g4_q4_weight_free(g4_q4_weight *w);
+
+// y[M, N] (epi) x[M, K] @ W (+ bias), K = w->k, N = w->n. Asynchronous on `stream`.
+int g4_gemm_q4(void *y, const void *x, const g4_q4_weight *w, const void *bias, int M,
+               g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream);
+
+// y fp16 [M, N] = gelu_tanh(x @ Wg) * (x @ Wu); wg and wu of the same shape.
+int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *wg, const g4_q4_weight *wu,
+                        int M, g4_gemm_algo algo, cudaStream_t stream);
+
+// w_out fp16 [K, N] = the dequantized weight, computed exactly as the kernels compute it (so it
+// equals the fp32 reference (q - zp) * scale rounded once to fp16). For tests and debugging.
+int g4_q4_dequant_f16(void *w_out, const g4_q4_weight *w, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

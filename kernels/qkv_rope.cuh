@@ -1,0 +1,38 @@
+// qkv_rope.cuh: the attention input stage in one launch: per-head RMSNorms of q, k, v, RoPE on q
+// and k, and the KV-cache store. See qkv_rope.cu.
+#ifndef G4_QKV_ROPE_CUH
+#define G4_QKV_ROPE_CUH
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    uint16_t *q;               // [T, n_heads * hd] fp16, normalised + rotated in place
+    uint16_t *k, *v;           // [T, n_kv * hd] fp16, or both NULL (KV-shared layer: q only)
+    uint16_t *kcache, *vcache; // [capacity, n_kv * hd] fp16: k, v go to rows pos[t] (and k, v
+                               // stay as they were); NULL: k, v are written in place
+    const uint16_t *q_w, *k_w; // fp16 [hd] RMSNorm weights (NULL: no norm on q / on k)
+    int v_norm;                // 1: v = rmsnorm(v) without scale (Gemma-4), 0: v as is
+    const int32_t *pos;        // device I32 [T] (rope_2d: [T, 2] = (x, y))
+    const float *inv_freq;     // device fp32 [hd / 2] (rope_2d: [hd / 4]); zeros rotate nothing
+                               // (Gemma's proportional RoPE); NULL: no RoPE
+    int rope_2d;               // 1: the vision tower's axial 2-D RoPE (ref_rope_2d)
+    int T, n_heads, n_kv, hd, capacity;
+    float eps;
+} g4_qkv_args;
+
+// For each token t: q = rope(rmsnorm(q) * q_w); k = rope(rmsnorm(k) * k_w); v = rmsnorm(v);
+// k, v stored to the caches at row pos[t] when kcache is set (1-D RoPE only; a position outside
+// [0, capacity) stores nothing). fp32 math, one
+// fp16 rounding per output. hd: a multiple of 64, <= 512. One CTA per token.
+void g4_qkv_norm_rope(const g4_qkv_args *a, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,157 @@
+// rmsnorm.cu: RMSNorm (Gemma-4: x * (mean(x^2) + eps)^-0.5 * w, no 1 + w offset, fp32 math) and
+// the post-norm residual add with the layer scalar and the next norm fused in.
+//
+// Oracles: ref_rmsnorm, ref_add_rmsnorm (kernels/ref/rmsnorm.c). Test: tests/test_cuda_ops.c
+// --op rmsnorm / add_rmsnorm; bench: --filter rmsnorm. Memory-bound: read x (and h), write y.
+// One CTA per normalised group, 16-byte vectors, a block reduction of the sum of squares; a
+// second pass re-reads the CTA's own data (3 KB per row for E2B, an L1 hit) instead of holding
+// it in registers, so any group size works with one kernel.
+#include "kernels/rmsnorm.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/attnops_common.cuh"
+#include "kernels/cuda_util.h"
+
+using namespace g4k;
+
+namespace {
+
+// 8 consecutive elements as floats.
+__device__ __forceinline__ void load8(const uint16_t *p, float v[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void load8(const float *p, float v[8]) {
+    const float4 a = *reinterpret_cast<const float4 *>(p),
+                 b = *reinterpret_cast<const float4 *>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void store8(uint16_t *p, const float v[8]) {
+    uint4 u;
+    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
+    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+__device__ __forceinline__ void store8(float *p, const float v[8]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// One CTA per group: blockIdx.x = row * (cols / group) + group index.
+template <class X>
+__global__ void rms_kernel(uint16_t *y, const X *x, const uint16_t *w, int group, float eps) {
+    __shared__ float scratch[33];
+    const size_t base = (size_t)blockIdx.x * group;
+    float ss = 0.0f;
+    for (int i = threadIdx.x * 8; i < group; i += blockDim.x * 8) {
+        float v[8];
+        load8(x + base + i, v);
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)group + eps);
+    for (int i = threadIdx.x * 8; i < group; i += blockDim.x * 8) {
+        float v[8], wv[8];
+        load8(x + base + i, v);
+        if (w) load8(w + i, wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = v[e] * inv * (w ? wv[e] : 1.0f);
+        store8(y + base + i, v);
+    }
+}
+
+__global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
+                               const uint16_t *scale, float eps, int next, uint16_t *y2,
+                               const uint16_t *w2, int cols) {
+    __shared__ float scratch[33];
+    const size_t base = (size_t)blockIdx.x * cols;
+    float ss = 0.0f;
+    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
+        float v[8];
+        load8(x + base + i, v);
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)cols + eps);
+    const float sc = scale ? h2f(*scale) : 1.0f;
+    float ss2 = 0.0f;
+    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
+        float v[8], wv[8], hv[8];
+        load8(x + base + i, v);
+        load8(h + base + i, hv);
+        if (w) load8(w + i, wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            hv[e] = (hv[e] + v[e] * inv * (w ? wv[e] : 1.0f)) * sc;
+            ss2 += hv[e] * hv[e];
+        }
+        store8(h + base + i, hv);
+        if (next == G4_NEXT_COPY) store8(y2 + base + i, hv);
+    }
+    if (next != G4_NEXT_NORM) return;
+    const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)cols + eps);
+    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
+        float hv[8], wv[8];
+        load8(h + base + i, hv); // this thread's own stores above
+        if (w2) load8(w2 + i, wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) hv[e] = hv[e] * inv2 * (w2 ? wv[e] : 1.0f);
+        store8(y2 + base + i, hv);
+    }
+}
+
+// Threads per CTA: one 8-element vector each, a multiple of 32, at most 256.
+int rms_threads(int n) {
+    int t = (n / 8 + 31) / 32 * 32;
+    return t < 32 ? 32 : t > 256 ? 256 : t;
+}
+
+bool al16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+template <class X>
+void rms_launch(uint16_t *y, const X *x, const uint16_t *w, int rows, int cols, int group,
+                float eps, cudaStream_t stream, const char *op) {
+    G4K_REQUIRE(rows >= 0 && group > 0 && group % 8 == 0 && cols % group == 0, op);
+    G4K_REQUIRE(al16(y) && al16(x) && (!w || al16(w)), op);
+    const long long blocks = (long long)rows * (cols / group);
+    if (blocks == 0) return;
+    G4K_REQUIRE(blocks <= 0x7fffffffLL, op);
+    rms_kernel<X><<<(unsigned)blocks, rms_threads(group), 0, stream>>>(y, x, w, group, eps);
+    G4_CUDA_LAUNCH_CHECK();
+}
+
+} // namespace
+
+extern "C" void g4_rmsnorm_f16(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows,
+                               int cols, int group, float eps, cudaStream_t stream) {
+    rms_launch(y, x, w, rows, cols, group, eps, stream, "g4_rmsnorm_f16");
+}
+
+extern "C" void g4_rmsnorm_f32(uint16_t *y, const float *x, const uint16_t *w, int rows, int cols,
+                               int group, float eps, cudaStream_t stream) {
+    rms_launch(y, x, w, rows, cols, group, eps, stream, "g4_rmsnorm_f32");
+}
+
+extern "C" void g4_add_rmsnorm(float *h, const uint16_t *x, const uint16_t *w,
+                               const uint16_t *scale, float eps, g4_next_mode next, uint16_t *y2,
+                               const uint16_t *w2, int rows, int cols, cudaStream_t stream) {
+    const char *op = "g4_add_rmsnorm";
+    G4K_REQUIRE(rows >= 0 && cols > 0 && cols % 8 == 0, op);
+    G4K_REQUIRE(next == G4_NEXT_NONE || next == G4_NEXT_NORM || next == G4_NEXT_COPY, op);
+    G4K_REQUIRE(next == G4_NEXT_NONE || (y2 && al16(y2)), op);
+    G4K_REQUIRE(al16(h) && al16(x) && (!w || al16(w)) && (!w2 || al16(w2)), op);
+    if (rows == 0) return;
+    add_rms_kernel<<<rows, rms_threads(cols), 0, stream>>>(h, x, w, scale, eps, (int)next, y2, w2,
+                                                           cols);
+    G4_CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# test_bench_cli.sh: `g4cu bench`'s contract: usage errors exit 1 with one line, the whole-model
+# form is not implemented yet (exit 2, no numbers), --kernels needs a GPU (exit 2 without one;
+# with one, a filter that matches nothing prints the device line and exits 0 without timing).
+set -u
+: "${G4CU:?run through ctest}"
+fail=0
+pass=0
+check() { # check NAME STATUS(0 = ok)
+    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$G4CU" bench >"$tmp/out" 2>"$tmp/err"
+check "no arguments: exit 1" $(($? != 1))
+check "no arguments: one line on stderr" $(($(wc -l <"$tmp/err") != 1))
+
+"$G4CU" bench --kernels --reps 0 >"$tmp/out" 2>"$tmp/err"
+check "--reps 0: exit 1" $(($? != 1))
+grep -q -- "--reps" "$tmp/err"
+check "--reps 0: names the option" $?
+
+"$G4CU" bench --kernels --bogus >"$tmp/out" 2>"$tmp/err"
+check "unknown option: exit 1" $(($? != 1))
+
+"$G4CU" bench /some/package >"$tmp/out" 2>"$tmp/err"
+check "bench PKG: exit 2" $(($? != 2))
+grep -q "bench PKG: not implemented yet" "$tmp/err"
+check "bench PKG: says not implemented" $?
+check "bench PKG: prints no numbers" $(($(wc -c <"$tmp/out") != 0))
+
+"$G4CU" bench --kernels --filter no-such-kernel-row --reps 1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if grep -q "no usable CUDA device" "$tmp/err"; then
+    check "--kernels without a GPU: exit 2" $((rc != 2))
+else
+    check "--kernels --filter (no match): exit 0" $((rc != 0))
+    grep -q "^device: " "$tmp/out"
+    check "--kernels: device line" $?
+    grep -q "no benchmark matched" "$tmp/out"
+    check "--kernels: empty filter result reported" $?
+fi
+
+echo "test_bench_cli: $((pass + fail)) checks, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,848 @@
+// test_cuda_gemm.c: the GEMM/GEMV kernels (kernels/gemm_f16.cuh, kernels/gemm_q4.cuh) against the
+// CPU reference (kernels/ref/linear.c), one table of cases per op.
+//
+//   test_cuda_gemm [--op S] [--shape S] [--list] [--emulate]
+//     --op S     run the cases whose "op/algo" contains S (e.g. q4, f16/wgmma, glu, reject)
+//     --shape S  run the cases whose "M=.. N=.. K=.." contains S (e.g. "N=262144", "M=17 ")
+//     --list     print the table and exit
+//     --emulate  no GPU: feed the CPU expectation (rounded as the epilogue rounds) through the
+//                comparison, to check the harness itself and time the CPU side
+// Without a GPU the argument-check cases still run (they launch nothing), then the test exits 77.
+//
+// Every case: seeded random inputs (never zeros), output poisoned with NaN (0xff bytes) and
+// framed by 256-byte guards that must stay 0xa5, compared with the reference on every element
+// (or, when the CPU work would be large, on 24 rows incl. the first and last, and for
+// lm_head-sized weights on 512 random 16-column groups incl. the first and last; every element
+// is still checked for NaN/inf), and run a second time to check the result is bit-identical
+// (the kernels are deterministic: no atomics; a difference means a race).
+//
+// Expected values and tolerances (per element |got - exp| <= tol, and NMSE over the case):
+//   fp16 weights: exp = ref_linear_f16 on the same fp16 inputs (fp32 accumulate).
+//   Q4 weights:   the kernels multiply (q - zp) * scale in fp16 (one rounding) and sum in fp32,
+//                 so exp = ref_linear_f16 on W16 = fp16(ref_q4_dequant_col) (the CPU dequantizer
+//                 rounded once: independent of the code under test), with the fp16 tolerances;
+//                 the NMSE against ref_linear_q4 itself (unrounded weights) must stay < 1e-6.
+//   TOL_ACC  = 2^-13 of sum_k |x_k w_k|: fp32 accumulation of the same products in another
+//              order (tensor cores accumulate with truncation; ~sqrt(K) * 2^-24 in practice).
+//              One missing or doubled product (~ sum / K) exceeds it for K < 8192; at any K it
+//              moves the NMSE by ~1 / K, far over the budgets below.
+//   TOL_OUT16 = 2^-11 |exp| + 2^-24: the final rounding of an fp16 output (half an ulp);
+//   TOL_OUT32 = 2^-23 |exp| for fp32 outputs (the residual add's rounding).
+//   NMSE budgets: 1e-8 for fp32 outputs, 1e-6 for fp16 outputs (rounding alone ~ 1e-7).
+//   glu: the bound propagates through gelu (|gelu'| <= 1.13) and the product.
+//   exact cases: small integers (x, w in {-2, -1, 1, 2}; Q4 with power-of-two scales) make every
+//   product and partial sum exact in fp32 (and |y| < 2048 exact in fp16): must match bit for
+//   bit, which catches any indexing error regardless of tolerances.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda_util.h"
+#include "kernels/gemm_f16.cuh"
+#include "kernels/gemm_q4.cuh"
+#include "kernels/ref/ref.h"
+#include "loader/base.h"
+#include "tests/test_util.h"
+
+#define TOL_ACC              (1.0 / 8192.0)
+#define TOL_OUT16            (1.0 / 2048.0)
+#define ATOL_OUT16           (1.0 / 16777216.0)
+#define TOL_OUT32            (1.0 / 8388608.0)
+#define NMSE_F32             1e-8
+#define NMSE_F16             1e-6
+#define NMSE_Q4_VS_UNROUNDED 1e-6
+#define GUARD                256
+#define CHECK_ROWS           24
+
+typedef enum { OP_F16, OP_F16_GLU, OP_Q4, OP_Q4_GLU, OP_Q4_DEQUANT } op_kind;
+
+typedef struct {
+    op_kind op;
+    g4_gemm_algo algo;
+    int M, N, K;
+    const char *what; // "tiny", "odd", an E2B linear name
+    g4_gemm_epi epi;
+    int bias;
+    int exact;
+} gcase;
+
+static const char *op_name(op_kind o) {
+    static const char *n[] = {"f16", "f16_glu", "q4", "q4_glu", "q4_dequant"};
+    return n[o];
+}
+
+#define F16   G4_GEMM_Y_F16
+#define F32   G4_GEMM_Y_F32
+#define F32A  G4_GEMM_Y_F32_ADD
+#define F16A  G4_GEMM_Y_F16_ADD
+#define GEMV  G4_GEMM_GEMV
+#define MMA   G4_GEMM_MMA
+#define WGMMA G4_GEMM_WGMMA
+#define AUTO  G4_GEMM_AUTO
+
+// The E2B linears as "N (out), K (in), name".
+#define S_QS  2048, 1536, "q_proj sliding"
+#define S_QF  4096, 1536, "q_proj full"
+#define S_KVS 256, 1536, "k/v_proj sliding"
+#define S_KVF 512, 1536, "k/v_proj full"
+#define S_OS  1536, 2048, "o_proj sliding"
+#define S_OF  1536, 4096, "o_proj full"
+#define S_UP  6144, 1536, "gate/up_proj"
+#define S_UP2 12288, 1536, "gate/up_proj wide"
+#define S_DN  1536, 6144, "down_proj"
+#define S_DN2 1536, 12288, "down_proj wide"
+#define S_PG  256, 1536, "ple gate"
+#define S_PP  1536, 256, "ple proj"
+#define S_LM  262144, 1536, "lm_head"
+#define S_PE  8960, 1536, "ple projection (embedding)"
+
+// C: a case; X: a small-integer exact case; R: fp16 output, no bias, on "N, K, what" (an E2B
+// shape macro or explicit values); {op, algo, M, S_xx, epi, bias, 0} for other epilogues.
+#define C(op, algo, M, N, K, epi, bias, what)                                                      \
+    { op, algo, M, N, K, what, epi, bias, 0 }
+#define X(op, algo, M, N, K, epi, what)                                                            \
+    { op, algo, M, N, K, what, epi, 0, 1 }
+#define R(op, algo, M, ...)                                                                        \
+    { op, algo, M, __VA_ARGS__, F16, 0, 0 }
+
+// clang-format off
+static const gcase cases[] = {
+    // --- fp16 GEMV (decode) ---
+    C(OP_F16, GEMV, 1, 8, 8, F16, 0, "tiny"),
+    C(OP_F16, GEMV, 2, 16, 16, F32, 1, "tiny"),
+    C(OP_F16, GEMV, 1, 24, 40, F16, 1, "odd"),
+    C(OP_F16, GEMV, 3, 40, 1000, F32A, 1, "odd"),
+    C(OP_F16, GEMV, 8, 1000, 24, F16A, 0, "odd"),
+    C(OP_F16, GEMV, 5, 1000, 1000, F32, 0, "odd"),
+    C(OP_F16, GEMV, 7, 1000, 3000, F16, 1, "odd (cluster split-K)"),
+    X(OP_F16, GEMV, 5, 40, 256, F32, "exact"),
+    X(OP_F16, GEMV, 8, 1000, 248, F16, "exact"),
+    R(OP_F16, GEMV, 1, S_QS), R(OP_F16, GEMV, 1, S_QF), R(OP_F16, GEMV, 1, S_KVS),
+    R(OP_F16, GEMV, 1, S_KVF), R(OP_F16, GEMV, 1, S_OS), R(OP_F16, GEMV, 1, S_OF),
+    R(OP_F16, GEMV, 1, S_UP), R(OP_F16, GEMV, 1, S_UP2), R(OP_F16, GEMV, 1, S_DN),
+    R(OP_F16, GEMV, 1, S_DN2), R(OP_F16, GEMV, 1, S_PG), R(OP_F16, GEMV, 1, S_PP),
+    R(OP_F16, GEMV, 1, S_LM), R(OP_F16, GEMV, 1, S_PE),
+    R(OP_F16, GEMV, 8, S_QS), R(OP_F16, GEMV, 8, S_DN2), R(OP_F16, GEMV, 3, S_UP),
+    R(OP_F16, GEMV, 2, S_LM), R(OP_F16, GEMV, 4, S_KVS),
+    {OP_F16, GEMV, 1, S_OS, F32A, 1, 0}, {OP_F16, AUTO, 1, S_DN, F32A, 0, 0},
+
+    // --- fp16 GEMM: mma.sync and wgmma, same cases ---
+#define GEMM_F16_CASES(A)                                                                         \
+    C(OP_F16, A, 2, 16, 16, F16, 0, "tiny"), C(OP_F16, A, 1, 40, 40, F32, 1, "odd"),            \
+        C(OP_F16, A, 17, 40, 24, F16, 1, "odd"), C(OP_F16, A, 33, 1000, 40, F32A, 1, "odd"),    \
+        C(OP_F16, A, 1000, 24, 1000, F16A, 1, "odd"), C(OP_F16, A, 3, 1000, 1000, F16, 0, "odd"), \
+        C(OP_F16, A, 129, 136, 72, F32, 0, "odd (tile edges)"),                                 \
+        X(OP_F16, A, 33, 136, 256, F32, "exact"), X(OP_F16, A, 130, 264, 256, F16, "exact"),     \
+        X(OP_F16, A, 300, 520, 1024, F32, "exact (many k tiles)"),                                \
+        R(OP_F16, A, 128, S_QS), R(OP_F16, A, 128, S_KVS), R(OP_F16, A, 128, S_OF),              \
+        R(OP_F16, A, 128, S_UP), R(OP_F16, A, 128, S_DN2), R(OP_F16, A, 128, S_PP),              \
+        R(OP_F16, A, 512, S_DN), R(OP_F16, A, 4096, S_QS), R(OP_F16, A, 2048, S_UP2),            \
+        R(OP_F16, A, 1000, S_PE), {OP_F16, A, 512, S_OS, F32A, 1, 0},                            \
+        {OP_F16, A, 777, S_PG, F32, 1, 0}
+    GEMM_F16_CASES(MMA),
+    GEMM_F16_CASES(WGMMA),
+    R(OP_F16, AUTO, 64, S_QS),
+
+    // --- fp16 fused gate/up (y = gelu(x Wg) * (x Wu)) ---
+    R(OP_F16_GLU, GEMV, 1, 24, 40, "odd"), R(OP_F16_GLU, GEMV, 6, 1000, 1000, "odd"),
+    R(OP_F16_GLU, GEMV, 1, S_UP), R(OP_F16_GLU, GEMV, 8, S_UP2),
+    R(OP_F16_GLU, MMA, 17, 40, 24, "odd"), R(OP_F16_GLU, MMA, 200, 1000, 72, "odd"),
+    R(OP_F16_GLU, MMA, 128, S_UP), R(OP_F16_GLU, MMA, 1000, S_UP2),
+    R(OP_F16_GLU, WGMMA, 17, 40, 24, "odd"), R(OP_F16_GLU, WGMMA, 200, 1000, 72, "odd"),
+    R(OP_F16_GLU, WGMMA, 128, S_UP), R(OP_F16_GLU, WGMMA, 1000, S_UP2),
+    R(OP_F16_GLU, AUTO, 3, S_UP),
+
+    // --- Q4: repack + the kernels' dequantization, bit-exact against the CPU dequantizer ---
+    R(OP_Q4_DEQUANT, AUTO, 0, 16, 64, "tiny"), R(OP_Q4_DEQUANT, AUTO, 0, 48, 192, "odd"),
+    R(OP_Q4_DEQUANT, AUTO, 0, 1008, 960, "odd"), R(OP_Q4_DEQUANT, AUTO, 0, S_QS),
+    R(OP_Q4_DEQUANT, AUTO, 0, S_DN2), R(OP_Q4_DEQUANT, AUTO, 0, S_PE),
+
+    // --- Q4 GEMV ---
+    C(OP_Q4, GEMV, 1, 16, 64, F16, 0, "tiny"), C(OP_Q4, GEMV, 3, 48, 192, F32, 1, "odd"),
+    C(OP_Q4, GEMV, 8, 1008, 960, F16A, 1, "odd"), C(OP_Q4, GEMV, 2, 48, 64, F32A, 0, "odd"),
+    C(OP_Q4, GEMV, 7, 32, 3008, F16, 1, "odd (cluster split-K)"),
+    X(OP_Q4, GEMV, 5, 48, 256, F32, "exact"), X(OP_Q4, GEMV, 8, 1008, 960, F32, "exact"),
+    R(OP_Q4, GEMV, 1, S_QS), R(OP_Q4, GEMV, 1, S_QF), R(OP_Q4, GEMV, 1, S_KVS),
+    R(OP_Q4, GEMV, 1, S_KVF), R(OP_Q4, GEMV, 1, S_OS), R(OP_Q4, GEMV, 1, S_OF),
+    R(OP_Q4, GEMV, 1, S_UP), R(OP_Q4, GEMV, 1, S_UP2), R(OP_Q4, GEMV, 1, S_DN),
+    R(OP_Q4, GEMV, 1, S_DN2), R(OP_Q4, GEMV, 1, S_PG), R(OP_Q4, GEMV, 1, S_PP),
+    R(OP_Q4, GEMV, 1, S_LM), R(OP_Q4, GEMV, 1, S_PE),
+    R(OP_Q4, GEMV, 8, S_QS), R(OP_Q4, GEMV, 8, S_DN2), R(OP_Q4, GEMV, 5, S_UP),
+    {OP_Q4, GEMV, 1, S_OS, F32A, 1, 0},
+    {OP_Q4, AUTO, 1, S_DN, F32A, 0, 0},
+
+    // --- Q4 GEMM (prefill) ---
+    C(OP_Q4, MMA, 9, 16, 64, F16, 0, "tiny"), C(OP_Q4, MMA, 1, 48, 64, F32, 1, "odd"),
+    C(OP_Q4, MMA, 17, 48, 192, F16, 1, "odd"), C(OP_Q4, MMA, 33, 1008, 960, F32A, 1, "odd"),
+    C(OP_Q4, MMA, 1000, 16, 64, F16A, 1, "odd"), C(OP_Q4, MMA, 65, 144, 128, F32, 0, "odd"),
+    X(OP_Q4, MMA, 70, 80, 256, F32, "exact"), X(OP_Q4, MMA, 130, 272, 1024, F32, "exact"),
+    R(OP_Q4, MMA, 128, S_QS), R(OP_Q4, MMA, 128, S_KVS), R(OP_Q4, MMA, 128, S_OF),
+    R(OP_Q4, MMA, 128, S_UP), R(OP_Q4, MMA, 128, S_DN2), R(OP_Q4, MMA, 128, S_PP),
+    R(OP_Q4, MMA, 1000, S_UP), R(OP_Q4, MMA, 4096, S_QS), {OP_Q4, MMA, 512, S_OS, F32A, 1, 0},
+    R(OP_Q4, AUTO, 64, S_DN),
+
+    // --- Q4 fused gate/up ---
+    R(OP_Q4_GLU, GEMV, 3, 48, 192, "odd"), R(OP_Q4_GLU, GEMV, 1, S_UP),
+    R(OP_Q4_GLU, GEMV, 8, S_UP), R(OP_Q4_GLU, GEMV, 1, S_UP2),
+    R(OP_Q4_GLU, MMA, 17, 48, 192, "odd"), R(OP_Q4_GLU, MMA, 256, S_UP),
+    R(OP_Q4_GLU, MMA, 100, S_UP2), R(OP_Q4_GLU, AUTO, 2, S_UP),
+};
+// clang-format on
+
+// --- small helpers --------------------------------------------------------------------------
+
+static int g_emulate = 0;
+static unsigned long long g_seed = 0x6a09e667f3bcc909ull;
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
+                    cudaGetErrorString(e_));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Non-zero random values: uniform in +-[lo, hi] (sign random), or exact small integers.
+static float rnd_val(unsigned long long *s, float lo, float hi, int exact) {
+    if (exact) {
+        const int v = (int)(g4t_rand_u64(s) % 4); // -2, -1, 1, 2
+        return (float)(v < 2 ? v - 2 : v - 1);
+    }
+    const float m = g4t_rand_uniform(s, lo, hi);
+    return (g4t_rand_u64(s) & 1) ? m : -m;
+}
+
+// n random fp16 values, never zero: exact small integers, or sign * 2^e * (1 + m / 1024) with
+// e in [elo, elo + 3] (bits drawn directly: 21 random bits per value, fast for 400M weights).
+static uint16_t *rnd_f16(size_t n, int elo, int exact, unsigned long long *s) {
+    uint16_t *a = g4_malloc(n * 2);
+    if (exact) {
+        for (size_t i = 0; i < n; i++) a[i] = g4_f32_to_f16(rnd_val(s, 0, 0, 1));
+        return a;
+    }
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned long long r = g4t_rand_u64(s);
+        for (size_t j = i; j < i + 3 && j < n; j++, r >>= 21) {
+            const unsigned sign = (unsigned)(r >> 20) & 1, e = (unsigned)(r >> 10) & 3;
+            a[j] = (uint16_t)((sign << 15) | ((unsigned)(15 + elo) + e) << 10 | (r & 0x3ff));
+        }
+    }
+    return a;
+}
+
+static int out_is_f32(g4_gemm_epi e) {
+    return e == G4_GEMM_Y_F32 || e == G4_GEMM_Y_F32_ADD;
+}
+static int out_is_add(g4_gemm_epi e) {
+    return e == G4_GEMM_Y_F32_ADD || e == G4_GEMM_Y_F16_ADD;
+}
+
+// A device output with guard bytes on both sides.
+typedef struct {
+    uint8_t *base; // device: [GUARD][bytes][GUARD]
+    void *y;
+    size_t bytes;
+} guarded;
+
+static guarded guarded_new(size_t bytes) {
+    guarded g = {0};
+    g.bytes = bytes;
+    if (g_emulate) {
+        g.base = g4_malloc(bytes + 2 * GUARD);
+        memset(g.base, 0xa5, bytes + 2 * GUARD);
+    } else {
+        CK(cudaMalloc((void **)&g.base, bytes + 2 * GUARD));
+        CK(cudaMemset(g.base, 0xa5, bytes + 2 * GUARD));
+    }
+    g.y = g.base + GUARD;
+    return g;
+}
+
+static int guards_intact(const guarded *g) {
+    uint8_t h[2 * GUARD];
+    if (g_emulate) return 1;
+    CK(cudaMemcpy(h, g->base, GUARD, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h + GUARD, g->base + GUARD + g->bytes, GUARD, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 2 * GUARD; i++)
+        if (h[i] != 0xa5) return 0;
+    return 1;
+}
+
+static void guarded_free(guarded *g) {
+    if (g_emulate)
+        free(g->base);
+    else
+        CK(cudaFree(g->base));
+}
+
+static void *dev_upload(const void *h, size_t n) {
+    if (g_emulate) return NULL;
+    void *d;
+    CK(cudaMalloc(&d, n));
+    CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void dev_free(void *d) {
+    if (d) CK(cudaFree(d));
+}
+
+// Rows whose reference is computed: all, or CHECK_ROWS (first, last, seeded random others) when
+// M * N * K would make the CPU reference slow.
+static int pick_rows(int M, int N, int K, int *rows, unsigned long long *s) {
+    if ((double)M * N * K <= 4e8 || M <= CHECK_ROWS) {
+        for (int i = 0; i < M; i++) rows[i] = i;
+        return M;
+    }
+    int n = 0;
+    rows[n++] = 0;
+    while (n < CHECK_ROWS - 1) {
+        int r = 1 + (int)(g4t_rand_u64(s) % (unsigned long long)(M - 2));
+        int dup = 0;
+        for (int i = 0; i < n; i++) dup |= rows[i] == r;
+        if (!dup) rows[n++] = r;
+    }
+    rows[n++] = M - 1;
+    return n;
+}
+
+// mag[t][n] = sum_k |x[t][k]| |W[k][n]|: the scale of the accumulation error.
+static void abs_linear(float *mag, const float *x, const uint16_t *w, int T, int K, int N) {
+    for (int t = 0; t < T; t++) {
+        float *m = mag + (size_t)t * N;
+        for (int n = 0; n < N; n++) m[n] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const float xa = fabsf(x[(size_t)t * K + k]);
+            const uint16_t *wr = w + (size_t)k * N;
+            for (int n = 0; n < N; n++) m[n] += xa * ref_h2f(wr[n] & 0x7fff);
+        }
+    }
+}
+
+// --- comparison -------------------------------------------------------------------------------
+
+typedef struct {
+    double max_err, max_ratio, err2, ref2;
+    long bad, nonfinite;
+    int first_bad_row, first_bad_col;
+    double first_got, first_exp, first_tol;
+} cmp_stats;
+
+static void cmp_init(cmp_stats *c) {
+    memset(c, 0, sizeof *c);
+    c->first_bad_row = -1;
+}
+
+// One element: got vs exp with tolerance tol; base = the part of exp produced by the GEMM (exp
+// minus the residual) for the NMSE denominator.
+static void cmp_one(cmp_stats *c, int row, int col, double got, double exp, double tol, double base,
+                    int exact) {
+    const double err = fabs(got - exp);
+    c->err2 += (got - exp) * (got - exp);
+    c->ref2 += base * base;
+    const int bad = !isfinite(got) || (exact ? got != exp : !(err <= tol));
+    if (!isfinite(got)) c->nonfinite++;
+    if (err > c->max_err || !isfinite(got)) c->max_err = isfinite(got) ? err : INFINITY;
+    if (tol > 0 && err / tol > c->max_ratio) c->max_ratio = err / tol;
+    if (bad) {
+        if (c->first_bad_row < 0) {
+            c->first_bad_row = row;
+            c->first_bad_col = col;
+            c->first_got = got;
+            c->first_exp = exp;
+            c->first_tol = tol;
+        }
+        c->bad++;
+    }
+}
+
+// --- one case -----------------------------------------------------------------------------------
+
+static float host_out(const void *h, g4_gemm_epi epi, size_t i) {
+    return out_is_f32(epi) ? ((const float *)h)[i] : g4_f16_to_f32(((const uint16_t *)h)[i]);
+}
+
+// Packs per-column zero points (0..15) into the package layout [N][ceil(kb/2)].
+static uint8_t *pack_zp(const uint8_t *z, int N, int kb) {
+    const int row = (kb + 1) / 2;
+    uint8_t *p = g4_calloc((size_t)N * row, 1);
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < kb; b++)
+            p[(size_t)n * row + b / 2] |= (uint8_t)((z[(size_t)n * kb + b] & 15) << ((b & 1) * 4));
+    return p;
+}
+
+// A Q4 weight in the package layout (host).
+typedef struct {
+    uint8_t *q;       // [N][K/32][16]
+    uint16_t *scales; // [N][K/32]
+    uint8_t *zp;      // [N][K/64]
+} q4_host;
+
+static void q4_host_make(q4_host *h, int N, int K, int exact, unsigned long long *s) {
+    const int kb = K / 32;
+    h->q = g4_malloc((size_t)N * K / 2);
+    for (size_t i = 0; i < (size_t)N * K / 2; i += 8) {
+        const unsigned long long r = g4t_rand_u64(s);
+        memcpy(h->q + i, &r, 8); // N * K / 2 is a multiple of 512
+    }
+    h->scales = g4_malloc((size_t)N * kb * 2);
+    uint8_t *z = g4_malloc((size_t)N * kb);
+    for (size_t i = 0; i < (size_t)N * kb; i++) {
+        // Real scales are small positive fp16 values (max |w| / 15); exact mode: 1/2, 1, 2.
+        const float sc =
+            exact ? (float)(1 << (g4t_rand_u64(s) % 3)) * 0.5f : g4t_rand_uniform(s, 0.002f, 0.05f);
+        h->scales[i] = g4_f32_to_f16(sc);
+        z[i] = (uint8_t)(g4t_rand_u64(s) & 15);
+    }
+    h->zp = pack_zp(z, N, kb);
+    free(z);
+}
+
+static void q4_host_free(q4_host *h) {
+    free(h->q);
+    free(h->scales);
+    free(h->zp);
+    memset(h, 0, sizeof *h);
+}
+
+// The package tensors of columns cols[0 .. nc) only (their rows are contiguous per column).
+static void q4_host_cols(q4_host *sub, const q4_host *h, int K, const int *cols, int nc) {
+    const int kb = K / 32, zr = (kb + 1) / 2;
+    sub->q = g4_malloc((size_t)nc * K / 2);
+    sub->scales = g4_malloc((size_t)nc * kb * 2);
+    sub->zp = g4_malloc((size_t)nc * zr);
+    for (int j = 0; j < nc; j++) {
+        const size_t n = (size_t)cols[j];
+        memcpy(sub->q + (size_t)j * K / 2, h->q + n * K / 2, (size_t)K / 2);
+        memcpy(sub->scales + (size_t)j * kb, h->scales + n * kb, (size_t)kb * 2);
+        memcpy(sub->zp + (size_t)j * zr, h->zp + n * zr, (size_t)zr);
+    }
+}
+
+// The reference fp16 weight [K][nc] of columns cols: fp16(ref_q4_dequant_col), i.e. the CPU
+// dequantizer rounded once. 16 columns at a time, so the writes are runs, not N-strided.
+static uint16_t *q4_ref_w16(const q4_host *h, int K, const int *cols, int nc) {
+    uint16_t *w16 = g4_malloc((size_t)K * nc * 2);
+    float *col = g4_malloc((size_t)16 * K * sizeof(float));
+    for (int j0 = 0; j0 < nc; j0 += 16) {
+        const int nj = nc - j0 < 16 ? nc - j0 : 16;
+        for (int j = 0; j < nj; j++)
+            ref_q4_dequant_col(col + (size_t)j * K, h->q, h->scales, h->zp, K, 32, cols[j0 + j]);
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < nj; j++)
+                w16[(size_t)k * nc + j0 + j] = g4_f32_to_f16(col[(size_t)j * K + k]);
+    }
+    free(col);
+    return w16;
+}
+
+// Columns cols of an fp16 [K][N] weight, as [K][nc].
+static uint16_t *f16_cols(const uint16_t *w, int K, int N, const int *cols, int nc) {
+    uint16_t *o = g4_malloc((size_t)K * nc * 2);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < nc; j++) o[(size_t)k * nc + j] = w[(size_t)k * N + cols[j]];
+    return o;
+}
+
+// Columns whose reference is computed: all, or (lm_head-sized weights, N K > 3e7) 512 groups
+// of 16 (a Q4 tile's features): the first, the last and seeded random others.
+static int pick_cols(int N, int K, int *cols, unsigned long long *s) {
+    if ((double)N * K <= 3e7 || N < 1024 * 16) {
+        for (int i = 0; i < N; i++) cols[i] = i;
+        return N;
+    }
+    const int groups = N / 16, want = 512;
+    unsigned char *used = g4_calloc((size_t)groups, 1);
+    int n = 0;
+    for (int i = 0; i < want; i++) {
+        int gi = i == 0 ? 0 : i == 1 ? groups - 1 : (int)(g4t_rand_u64(s) % (unsigned)groups);
+        if (used[gi]) {
+            i--;
+            continue;
+        }
+        used[gi] = 1;
+        for (int j = 0; j < 16; j++) cols[n++] = 16 * gi + j;
+    }
+    free(used);
+    return n;
+}
+
+static void print_case(const gcase *c) {
+    printf("case op=%s algo=%s M=%d N=%d K=%d epi=%s bias=%d exact=%d  [%s]\n", op_name(c->op),
+           g4_gemm_algo_name(c->algo), c->M, c->N, c->K, g4_gemm_epi_name(c->epi), c->bias,
+           c->exact, c->what);
+}
+
+// The dequantizer case: device fp16 W must equal fp16(ref_q4_dequant_col) bit for bit.
+static void run_dequant(const gcase *c, unsigned long long *s) {
+    const int N = c->N, K = c->K;
+    q4_host h;
+    q4_host_make(&h, N, K, 0, s);
+    int *cols = g4_malloc(sizeof(int) * (size_t)N);
+    for (int i = 0; i < N; i++) cols[i] = i;
+    uint16_t *want = q4_ref_w16(&h, K, cols, N);
+    const size_t n = (size_t)K * N;
+    uint16_t *got = g4_malloc(n * 2);
+    if (g_emulate) {
+        memcpy(got, want, n * 2);
+    } else {
+        g4_q4_weight w;
+        int rc = g4_q4_repack(&w, h.q, h.scales, h.zp, N, K, 32);
+        CHECK_MSG(rc == G4_OK, "repack: %s", g4_error());
+        guarded out = guarded_new(n * 2);
+        CK(cudaMemset(out.y, 0xff, n * 2));
+        rc = g4_q4_dequant_f16(out.y, &w, 0);
+        CHECK_MSG(rc == G4_OK, "dequant: %s", g4_error());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got, out.y, n * 2, cudaMemcpyDeviceToHost));
+        CHECK_MSG(guards_intact(&out), "guard bytes around the dequantized weight changed");
+        guarded_free(&out);
+        g4_q4_weight_free(&w);
+    }
+    long bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i] && !bad++) first = i;
+    CHECK_MSG(bad == 0,
+              "%ld of %zu dequantized weights differ; first k=%zu n=%zu got %04x want %04x", bad, n,
+              first / N, first % N, got[first], want[first]);
+    printf("  %s: %zu weights bit-exact\n", bad ? "FAIL" : "ok", n);
+    free(got);
+    free(want);
+    free(cols);
+    q4_host_free(&h);
+}
+
+static void run_case(const gcase *c) {
+    unsigned long long s = g_seed ^ ((unsigned long long)c->M * 0x9e3779b97f4a7c15ull) ^
+                           ((unsigned long long)c->N << 20) ^ ((unsigned long long)c->K << 40) ^
+                           (unsigned long long)(c->op * 131 + c->algo * 17 + c->epi * 3);
+    print_case(c);
+    const double t0 = now_s();
+    if (c->op == OP_Q4_DEQUANT) {
+        run_dequant(c, &s);
+        return;
+    }
+    const int M = c->M, N = c->N, K = c->K;
+    const int glu = c->op == OP_F16_GLU || c->op == OP_Q4_GLU;
+    const int q4 = c->op == OP_Q4 || c->op == OP_Q4_GLU;
+    const g4_gemm_epi epi = glu ? G4_GEMM_Y_F16 : c->epi;
+    const int f32out = out_is_f32(epi), add = out_is_add(epi);
+    const size_t esz = f32out ? 4 : 2, ybytes = (size_t)M * N * esz;
+
+    // Inputs: x fp16 [M, K]; weights fp16 [K, N] or Q4 (package layout); bias fp16 [N]; the
+    // residual y0 for the accumulate epilogues.
+    uint16_t *x = rnd_f16((size_t)M * K, -4, c->exact, &s); // |x| in [1/16, 1)
+    uint16_t *w[2] = {NULL, NULL};
+    q4_host qh[2];
+    memset(qh, 0, sizeof qh);
+    for (int i = 0; i < 1 + glu; i++) {
+        if (q4) {
+            q4_host_make(&qh[i], N, K, c->exact, &s);
+        } else {
+            w[i] = rnd_f16((size_t)K * N, -6, c->exact, &s); // |w| in [1/64, 1/4)
+        }
+    }
+    uint16_t *bias = c->bias ? rnd_f16((size_t)N, -3, c->exact, &s) : NULL;
+    void *y0 = NULL;
+    if (add) {
+        y0 = g4_malloc(ybytes);
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            const float v = rnd_val(&s, 0.1f, 2.0f, c->exact);
+            if (f32out)
+                ((float *)y0)[i] = v;
+            else
+                ((uint16_t *)y0)[i] = g4_f32_to_f16(v);
+        }
+    }
+
+    // Device run (twice: the second result must be bit-identical).
+    void *got = g4_malloc(ybytes), *got2 = g4_malloc(ybytes);
+    int rc = G4_OK;
+    guarded out = guarded_new(ybytes);
+    if (!g_emulate) {
+        void *dx = dev_upload(x, (size_t)M * K * 2);
+        void *db = bias ? dev_upload(bias, (size_t)N * 2) : NULL;
+        void *dw[2] = {NULL, NULL};
+        g4_q4_weight qw[2];
+        memset(qw, 0, sizeof qw);
+        for (int i = 0; i < 1 + glu; i++) {
+            if (q4) {
+                rc = g4_q4_repack(&qw[i], qh[i].q, qh[i].scales, qh[i].zp, N, K, 32);
+                CHECK_MSG(rc == G4_OK, "repack: %s", g4_error());
+            } else {
+                dw[i] = dev_upload(w[i], (size_t)K * N * 2);
+            }
+        }
+        for (int run = 0; run < 2 && rc == G4_OK; run++) {
+            if (add)
+                CK(cudaMemcpy(out.y, y0, ybytes, cudaMemcpyHostToDevice));
+            else
+                CK(cudaMemset(out.y, 0xff, ybytes)); // NaN in fp16 and fp32
+            switch (c->op) {
+            case OP_F16:
+                rc = g4_gemm_f16(out.y, dx, dw[0], db, M, N, K, epi, c->algo, 0);
+                break;
+            case OP_F16_GLU:
+                rc = g4_gemm_f16_gelu_mul(out.y, dx, dw[0], dw[1], M, N, K, c->algo, 0);
+                break;
+            case OP_Q4:
+                rc = g4_gemm_q4(out.y, dx, &qw[0], db, M, epi, c->algo, 0);
+                break;
+            default:
+                rc = g4_gemm_q4_gelu_mul(out.y, dx, &qw[0], &qw[1], M, c->algo, 0);
+                break;
+            }
+            CHECK_MSG(rc == G4_OK, "launch: %s", g4_error());
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(run ? got2 : got, out.y, ybytes, cudaMemcpyDeviceToHost));
+        }
+        CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
+        dev_free(dx);
+        dev_free(db);
+        for (int i = 0; i < 2; i++) {
+            dev_free(dw[i]);
+            if (qw[i].q) g4_q4_weight_free(&qw[i]);
+        }
+    }
+    const double t_gpu = now_s() - t0;
+
+    // Reference on the checked rows x columns (the reference fp16 weight of a Q4 case is the
+    // CPU dequantizer's output rounded once to fp16).
+    int *rows = g4_malloc(sizeof(int) * (size_t)M), *cols = g4_malloc(sizeof(int) * (size_t)N);
+    const int nr = pick_rows(M, N, K, rows, &s), nc = pick_cols(N, K, cols, &s);
+    float *xr = g4_malloc(sizeof(float) * (size_t)nr * K);
+    for (int i = 0; i < nr; i++)
+        for (int k = 0; k < K; k++)
+            xr[(size_t)i * K + k] = g4_f16_to_f32(x[(size_t)rows[i] * K + k]);
+    uint16_t *bias_c = NULL;
+    if (bias && !glu) {
+        bias_c = g4_malloc((size_t)nc * 2);
+        for (int j = 0; j < nc; j++) bias_c[j] = bias[cols[j]];
+    }
+    float *ref[2] = {NULL, NULL}, *mag[2] = {NULL, NULL}, *refq[2] = {NULL, NULL};
+    for (int i = 0; i < 1 + glu; i++) {
+        uint16_t *wc = q4 ? q4_ref_w16(&qh[i], K, cols, nc)
+                          : (nc == N ? w[i] : f16_cols(w[i], K, N, cols, nc));
+        ref[i] = g4_malloc(sizeof(float) * (size_t)nr * nc);
+        mag[i] = g4_malloc(sizeof(float) * (size_t)nr * nc);
+        ref_linear_f16(ref[i], xr, wc, bias_c, nr, K, nc, 0);
+        abs_linear(mag[i], xr, wc, nr, K, nc);
+        if (q4) { // the unrounded-weight reference, for the NMSE check
+            q4_host sub;
+            q4_host_cols(&sub, &qh[i], K, cols, nc);
+            refq[i] = g4_malloc(sizeof(float) * (size_t)nr * nc);
+            ref_linear_q4(refq[i], xr, sub.q, sub.scales, sub.zp, bias_c, nr, K, nc, 32, 0);
+            q4_host_free(&sub);
+        }
+        if (wc != w[i]) free(wc);
+    }
+
+    if (g_emulate) { // the expectation, rounded as the epilogue rounds; unchecked rows finite
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            if (f32out)
+                ((float *)got)[i] = 0.0f;
+            else
+                ((uint16_t *)got)[i] = 0;
+        }
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < nc; j++) {
+                const size_t o = (size_t)rows[i] * N + cols[j], r = (size_t)i * nc + j;
+                float v = glu ? ref_gelu_tanh(ref[0][r]) * ref[1][r] : ref[0][r];
+                if (add) v += host_out(y0, epi, o);
+                if (f32out)
+                    ((float *)got)[o] = v;
+                else
+                    ((uint16_t *)got)[o] = g4_f32_to_f16(v);
+            }
+        memcpy(got2, got, ybytes);
+    }
+
+    // Compare.
+    cmp_stats cs, cq;
+    cmp_init(&cs);
+    cmp_init(&cq);
+    long nonfinite_all = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) nonfinite_all += !isfinite(host_out(got, epi, i));
+    const double out_rel = f32out ? TOL_OUT32 : TOL_OUT16, out_abs = f32out ? 0.0 : ATOL_OUT16;
+    for (int i = 0; i < nr; i++) {
+        for (int j = 0; j < nc; j++) {
+            const int n = cols[j];
+            const size_t o = (size_t)rows[i] * N + n, r = (size_t)i * nc + j;
+            const double res = add ? host_out(y0, epi, o) : 0.0;
+            double exp, tol, base, expq = 0.0;
+            if (glu) {
+                const double g = ref[0][r], u = ref[1][r];
+                const double eg = TOL_ACC * mag[0][r], eu = TOL_ACC * mag[1][r];
+                exp = ref_gelu_tanh((float)g) * (float)u;
+                tol = 1.13 * fabs(u) * eg + fabs(ref_gelu_tanh((float)g)) * eu + 1.13 * eg * eu;
+                if (q4) expq = ref_gelu_tanh(refq[0][r]) * refq[1][r];
+            } else {
+                exp = (double)ref[0][r];
+                tol = TOL_ACC * mag[0][r];
+                if (q4) expq = refq[0][r];
+            }
+            base = exp;
+            exp += res;
+            expq += res;
+            tol = tol * (1.0 + out_rel) + out_rel * fabs(exp) + out_abs;
+            const double gv = host_out(got, epi, o);
+            // NMSE denominator: the GEMM's own part for fp32 outputs (so a large residual does
+            // not hide accumulation errors); the whole output for fp16 ones, whose error is the
+            // rounding of the whole output.
+            cmp_one(&cs, rows[i], n, gv, exp, tol, f32out ? base : exp, c->exact);
+            if (q4) cmp_one(&cq, rows[i], n, gv, expq, INFINITY, expq - res, 0);
+        }
+    }
+    const double nmse = cs.ref2 > 0 ? cs.err2 / cs.ref2 : cs.err2;
+    const double budget = f32out ? NMSE_F32 : NMSE_F16;
+    CHECK_MSG(nonfinite_all == 0, "%ld NaN/inf outputs (unwritten or overflowed)", nonfinite_all);
+    CHECK_MSG(cs.bad == 0,
+              "%ld of %ld elements outside tolerance; first row %d col %d got %.9g want %.9g tol "
+              "%.3g",
+              cs.bad, (long)nr * nc, cs.first_bad_row, cs.first_bad_col, cs.first_got, cs.first_exp,
+              cs.first_tol);
+    CHECK_MSG(c->exact || nmse <= budget, "NMSE %.3g over the budget %.1g", nmse, budget);
+    double nmse_q = 0.0;
+    if (q4) {
+        nmse_q = cq.ref2 > 0 ? cq.err2 / cq.ref2 : cq.err2;
+        CHECK_MSG(nmse_q <= NMSE_Q4_VS_UNROUNDED,
+                  "NMSE vs the unrounded Q4 reference %.3g over %.1g", nmse_q,
+                  NMSE_Q4_VS_UNROUNDED);
+    }
+    const int same = memcmp(got, got2, ybytes) == 0;
+    CHECK_MSG(same, "second run differs from the first (race or uninitialised read)");
+    printf("  %s: rows %d/%d, cols %d/%d, max err %.3g (%.3f of tol), nmse %.3g, repeat %s, "
+           "%.2f s gpu+io, %.2f s total\n",
+           (cs.bad || nonfinite_all || !same) ? "FAIL" : "ok", nr, M, nc, N, cs.max_err,
+           cs.max_ratio, nmse, same ? "identical" : "DIFFERS", t_gpu, now_s() - t0);
+    if (q4) printf("       nmse vs unrounded Q4 weights %.3g\n", nmse_q);
+
+    for (int i = 0; i < 2; i++) {
+        free(ref[i]);
+        free(mag[i]);
+        free(refq[i]);
+        if (qh[i].q) q4_host_free(&qh[i]);
+        free(w[i]);
+    }
+    guarded_free(&out);
+    free(bias_c);
+    free(cols);
+    free(rows);
+    free(xr);
+    free(got);
+    free(got2);
+    free(y0);
+    free(bias);
+    free(x);
+}
+
+// --- argument checks (no launch, no GPU needed) -------------------------------------------------
+
+static void run_reject(void) {
+    printf("case op=reject: unsupported shapes, alignments and algorithms return G4_EUSER\n");
+    // Fake, never dereferenced, 256-aligned addresses.
+    void *X = (void *)(uintptr_t)0x10000, *W = (void *)(uintptr_t)0x20000;
+    void *Y = (void *)(uintptr_t)0x30000, *B = (void *)(uintptr_t)0x40000;
+    g4_q4_weight qw = {0};
+#define REJECT(call, what)                                                                         \
+    do {                                                                                           \
+        const int rc_ = (call);                                                                    \
+        CHECK_MSG(rc_ == G4_EUSER, "%s: rc %d, expected G4_EUSER", what, rc_);                     \
+        printf("  %-26s -> %s\n", what, rc_ == G4_EUSER ? g4_error() : "ACCEPTED");                \
+    } while (0)
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 4, 20, 64, F16, AUTO, 0), "N = 20");
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 4, 64, 12, F16, AUTO, 0), "K = 12");
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 0, 64, 64, F16, AUTO, 0), "M = 0");
+    REJECT(g4_gemm_f16(Y, (char *)X + 8, W, NULL, 4, 64, 64, F16, AUTO, 0), "x 8-byte aligned");
+    REJECT(g4_gemm_f16(Y, X, (char *)W + 2, NULL, 4, 64, 64, F16, AUTO, 0), "W 2-byte aligned");
+    REJECT(g4_gemm_f16((char *)Y + 4, X, W, NULL, 4, 64, 64, F32, AUTO, 0), "fp32 y 4-aligned");
+    REJECT(g4_gemm_f16(Y, X, W, (char *)B + 1, 4, 64, 64, F16, AUTO, 0), "odd bias address");
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 9, 64, 64, F16, GEMV, 0), "GEMV with M = 9");
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 4, 64, 64, (g4_gemm_epi)7, AUTO, 0), "epilogue 7");
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 4, 64, 64, F16, (g4_gemm_algo)9, 0), "algorithm 9");
+    REJECT(g4_gemm_f16(NULL, X, W, NULL, 4, 64, 64, F16, AUTO, 0), "NULL y");
+    REJECT(g4_gemm_f16_gelu_mul(Y, X, W, NULL, 4, 64, 64, AUTO, 0), "NULL up weight");
+    REJECT(g4_gemm_q4(Y, X, NULL, NULL, 4, F16, AUTO, 0), "NULL Q4 weight");
+    REJECT(g4_q4_repack(&qw, W, B, NULL, 24, 64, 32), "repack N = 24");
+    REJECT(g4_q4_repack(&qw, W, B, NULL, 32, 96, 32), "repack K = 96");
+    REJECT(g4_q4_repack(&qw, W, B, NULL, 32, 64, 64), "repack block 64");
+    g4_q4_weight fake = {24, 64, (uint8_t *)W, (uint8_t *)W, (uint8_t *)W, 0};
+    REJECT(g4_gemm_q4(Y, X, &fake, NULL, 4, F16, AUTO, 0), "Q4 weight N = 24");
+    fake.n = 32;
+    REJECT(g4_gemm_q4(Y, X, &fake, NULL, 4, F16, WGMMA, 0), "Q4 with WGMMA");
+    g4_q4_weight fake2 = fake;
+    fake2.k = 128;
+    REJECT(g4_gemm_q4_gelu_mul(Y, X, &fake, &fake2, 4, AUTO, 0), "gate/up shapes differ");
+#undef REJECT
+}
+
+// --- main ---------------------------------------------------------------------------------------
+
+static int matches(const gcase *c, const char *op, const char *shape) {
+    char a[64], b[96];
+    snprintf(a, sizeof a, "%s/%s", op_name(c->op), g4_gemm_algo_name(c->algo));
+    snprintf(b, sizeof b, "M=%d N=%d K=%d ", c->M, c->N, c->K);
+    return (!op || strstr(a, op)) && (!shape || strstr(b, shape));
+}
+
+int main(int argc, char **argv) {
+    const char *op = NULL, *shape = NULL;
+    int list = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--op") && i + 1 < argc)
+            op = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            shape = argv[++i];
+        else if (!strcmp(argv[i], "--list"))
+            list = 1;
+        else if (!strcmp(argv[i], "--emulate"))
+            g_emulate = 1;
+        else {
+            fprintf(stderr, "usage: test_cuda_gemm [--op S] [--shape S] [--list] [--emulate]\n");
+            return 1;
+        }
+    }
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    if (list) {
+        for (int i = 0; i < n_cases; i++)
+            if (matches(&cases[i], op, shape)) print_case(&cases[i]);
+        return 0;
+    }
+    g4_ref_init();
+    if (!op || strstr("reject", op)) run_reject();
+
+    const char *why = NULL;
+    if (!g_emulate && g4_cuda_device_count(&why) == 0) {
+        if (g4t_failures) return g4t_finish("test_cuda_gemm");
+        return g4t_skip("test_cuda_gemm", why ? why : "no CUDA device");
+    }
+    if (!g_emulate) {
+        char dev[256];
+        g4_cuda_describe(dev, sizeof dev);
+        printf("device: %s\n", dev);
+    }
+    const double t0 = now_s();
+    int ran = 0;
+    for (int i = 0; i < n_cases; i++) {
+        if (!matches(&cases[i], op, shape)) continue;
+        run_case(&cases[i]);
+        ran++;
+    }
+    printf("%d cases in %.1f s%s\n", ran, now_s() - t0, g_emulate ? " (emulated: no GPU ran)" : "");
+    return g4t_finish("test_cuda_gemm");
+}

@@ -1,0 +1,102 @@
+// g4cu bench --kernels [--filter S] [--reps N] [--json F]: kernel benchmarks against the H200
+// ceilings and their library baselines (kernels/kbench.h). `g4cu bench PKG` (whole model) is
+// not implemented yet.
+//
+// Each area's table comes from a g4_kbench_* function (kernels/bench_*.cu).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_util.h"
+#include "kernels/kbench.h"
+#include "tools/cli.h"
+
+int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max);
+int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *rows, int max);
+int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, int max);
+int g4_kbench_conv(const char *filter, int reps, g4_kbench_row *rows, int max);
+
+#define MAX_ROWS 1024
+
+static int bench_kernels(const char *filter, int reps, const char *json) {
+    const char *why = NULL;
+    if (g4_cuda_device_count(&why) == 0) {
+        fprintf(stderr, "g4cu bench: no usable CUDA device (%s)\n", why ? why : "unknown");
+        return 2;
+    }
+    char dev[256];
+    g4_cuda_describe(dev, sizeof dev);
+    printf("device: %s\n", dev);
+    printf("ceilings: copy %.0f GB/s, dense bf16 %.0f TFLOP/s; median of %d timed graph replays, "
+           "inputs rotated past 2x L2\n",
+           G4_H200_COPY_GBPS, G4_H200_BF16_TFLOPS, reps);
+    struct {
+        const char *name;
+        g4_kbench_area fn;
+    } areas[] = {
+        {"gemm", g4_kbench_gemm},
+        {"attention", g4_kbench_attention},
+        {"ops", g4_kbench_ops},
+        {"conv", g4_kbench_conv},
+    };
+    g4_kbench_row *rows = g4_calloc(MAX_ROWS, sizeof *rows);
+    int n = 0;
+    for (size_t i = 0; i < sizeof areas / sizeof areas[0]; i++) {
+        const int got = areas[i].fn(filter, reps, rows + n, MAX_ROWS - n);
+        g4_kbench_print(rows + n, got, n == 0);
+        fflush(stdout);
+        n += got;
+    }
+    if (n == 0) printf("no benchmark matched the filter '%s'\n", filter ? filter : "");
+    int rc = 0;
+    if (json) {
+        rc = g4_kbench_json(json, rows, n, dev);
+        if (rc)
+            rc = g4_cli_fail(rc);
+        else
+            printf("wrote %s (%d rows)\n", json, n);
+    }
+    free(rows);
+    return rc;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    const char *filter = NULL, *json = NULL, *pkg = NULL;
+    int kernels = 0;
+    long long reps = 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--kernels")) {
+            kernels = 1;
+        } else if (!strcmp(argv[i], "--filter")) {
+            if (++i >= argc) return g4_cli_usage_error("bench", "--filter needs a value");
+            filter = argv[i];
+        } else if (!strcmp(argv[i], "--reps")) {
+            if (++i >= argc) return g4_cli_usage_error("bench", "--reps needs a value");
+            if (!g4_cli_int("bench", "--reps", argv[i], 1, 100000, &reps)) return 1;
+        } else if (!strcmp(argv[i], "--json")) {
+            if (++i >= argc) return g4_cli_usage_error("bench", "--json needs a file name");
+            json = argv[i];
+        } else if (argv[i][0] == '-') {
+            return g4_cli_usage_error("bench", "unknown option '%s'", argv[i]);
+        } else if (!pkg) {
+            pkg = argv[i];
+        } else {
+            return g4_cli_usage_error("bench", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (kernels && pkg)
+        return g4_cli_usage_error("bench", "give either --kernels or a package, not both");
+    if (kernels) return bench_kernels(filter, (int)reps, json);
+    if (pkg) {
+        fprintf(stderr,
+                "g4cu: bench PKG: not implemented yet (got '%s'; kernel timings: g4cu bench "
+                "--kernels)\n",
+                pkg);
+        return 2;
+    }
+    return g4_cli_usage_error("bench", "expected --kernels or a package directory");
+}
+
+const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
+                             "PKG | --kernels [--filter S] [--reps N] [--json F]   timings vs the "
+                             "H200 ceilings"};
