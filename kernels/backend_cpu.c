@@ -22,7 +22,7 @@ static void need_f32(const g4_buf *b, const char *op) {
     }
 }
 
-static void *cpu_alloc(g4_backend *be, size_t n) { return g4_calloc(1, n); }
+static void *cpu_alloc(g4_backend *be, size_t n) { return calloc(1, n ? n : 1); } // NULL: OOM
 static void cpu_free(g4_backend *be, void *p) { free(p); }
 static void cpu_copy(g4_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static void cpu_sync(g4_backend *be) {}
@@ -175,6 +175,121 @@ static void cpu_softcap(g4_backend *be, g4_buf *x, float c) {
     ref_softcap(F32(x), (size_t)x->rows * x->cols, c);
 }
 
+// --- vision and audio towers -------------------------------------------------------------
+
+// An I32 0/1 row mask as the uint8 array the reference ops take (NULL stays NULL).
+static uint8_t *mask_u8(const g4_buf *valid, int n) {
+    if (!valid) return NULL;
+    G4_ASSERT(valid->type == G4_I32 && (size_t)valid->rows * valid->cols == (size_t)n);
+    uint8_t *m = g4_malloc((size_t)n + 1);
+    for (int i = 0; i < n; i++) m[i] = I32(valid)[i] != 0;
+    return m;
+}
+
+static void cpu_clamp(g4_backend *be, g4_buf *x, float lo, float hi) {
+    need_f32(x, "clamp");
+    ref_clamp(F32(x), (size_t)x->rows * x->cols, lo, hi);
+}
+
+static void cpu_silu(g4_backend *be, g4_buf *y, const g4_buf *x) {
+    need_f32(y, "silu");
+    need_f32(x, "silu");
+    G4_ASSERT(y->rows == x->rows && y->cols == x->cols);
+    ref_silu(F32(y), CF32(x), (size_t)x->rows * x->cols);
+}
+
+static void cpu_glu(g4_backend *be, g4_buf *y, const g4_buf *x) {
+    need_f32(y, "glu");
+    need_f32(x, "glu");
+    G4_ASSERT(x->cols == 2 * y->cols && x->rows == y->rows && x->data != y->data);
+    ref_glu(F32(y), CF32(x), x->rows, y->cols);
+}
+
+static void cpu_transpose(g4_backend *be, g4_buf *y, const g4_buf *x) {
+    G4_ASSERT(y->rows == x->cols && y->cols == x->rows && y->type == x->type && y->data != x->data);
+    const size_t es = g4_type_size(x->type);
+    for (int r = 0; r < x->rows; r++)
+        for (int c = 0; c < x->cols; c++)
+            memcpy((char *)y->data + ((size_t)c * y->cols + r) * es,
+                   (const char *)x->data + ((size_t)r * x->cols + c) * es, es);
+}
+
+static void cpu_rope_2d(g4_backend *be, g4_buf *x, int n_heads, int head_dim, const g4_buf *pos_xy,
+                        const float *inv_freq) {
+    need_f32(x, "rope_2d");
+    G4_ASSERT(pos_xy->type == G4_I32 && (size_t)pos_xy->rows * pos_xy->cols == 2 * (size_t)x->rows);
+    G4_ASSERT(x->cols == n_heads * head_dim && head_dim % 4 == 0);
+    ref_rope_2d(F32(x), x->rows, n_heads, head_dim, I32(pos_xy), inv_freq);
+}
+
+static void cpu_attention_bidir(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_buf *k,
+                                const g4_buf *v, int n_heads, int head_dim, float scale) {
+    need_f32(out, "attention_bidir");
+    need_f32(q, "attention_bidir");
+    need_f32(k, "attention_bidir");
+    need_f32(v, "attention_bidir");
+    const int w = n_heads * head_dim;
+    G4_ASSERT(q->cols == w && k->cols == w && v->cols == w && out->cols == w);
+    G4_ASSERT(k->rows == v->rows && out->rows == q->rows);
+    ref_attention_bidir(F32(out), CF32(q), q->rows, CF32(k), CF32(v), NULL, k->rows, n_heads,
+                        head_dim, scale);
+}
+
+static void cpu_vision_posemb(g4_backend *be, g4_buf *h, const void *table, int table_rows,
+                              const g4_buf *pos_xy) {
+    need_f32(h, "vision_posemb");
+    G4_ASSERT(pos_xy->type == G4_I32 && (size_t)pos_xy->rows * pos_xy->cols == 2 * (size_t)h->rows);
+    int rc = ref_vision_posemb_add(F32(h), table, table_rows, I32(pos_xy), h->rows, h->cols);
+    G4_ASSERT(rc == G4_OK); // the caller checked the coordinates
+}
+
+static void cpu_vision_pool(g4_backend *be, g4_buf *out, const g4_buf *x, const g4_buf *pos_xy,
+                            int k, float scale) {
+    need_f32(out, "vision_pool");
+    need_f32(x, "vision_pool");
+    G4_ASSERT(pos_xy->type == G4_I32 && (size_t)pos_xy->rows * pos_xy->cols == 2 * (size_t)x->rows);
+    G4_ASSERT(out->cols == x->cols);
+    int rc = ref_vision_pool(F32(out), NULL, CF32(x), I32(pos_xy), x->rows, x->cols, k, out->rows,
+                             scale);
+    G4_ASSERT(rc == G4_OK); // the caller checked that every patch has a bin
+}
+
+static void cpu_sscp_conv(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_buf *valid,
+                          const void *w, const void *ln_w, int H, int W, float eps) {
+    need_f32(y, "sscp_conv");
+    need_f32(x, "sscp_conv");
+    G4_ASSERT(x->cols == H * W && y->cols == ((H + 1) / 2) * ((W + 1) / 2));
+    uint8_t *m = mask_u8(valid, H);
+    ref_sscp_conv(F32(y), CF32(x), m, w, ln_w, x->rows, H, W, y->rows, eps);
+    free(m);
+}
+
+static void cpu_dwconv1d_causal(g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int K) {
+    need_f32(y, "dwconv1d_causal");
+    need_f32(x, "dwconv1d_causal");
+    G4_ASSERT(y->rows == x->rows && y->cols == x->cols && y->data != x->data && K > 0);
+    ref_dwconv1d_causal(F32(y), CF32(x), w, x->rows, x->cols, K);
+}
+
+static void cpu_audio_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_buf *k,
+                                const g4_buf *v, const g4_buf *rel, const float *per_dim_scale,
+                                const g4_buf *valid, int n_heads, int head_dim, int chunk,
+                                int band, float logit_cap, float invalid_logit) {
+    need_f32(out, "audio_attention");
+    need_f32(q, "audio_attention");
+    need_f32(k, "audio_attention");
+    need_f32(v, "audio_attention");
+    need_f32(rel, "audio_attention");
+    const int w = n_heads * head_dim;
+    G4_ASSERT(q->cols == w && k->cols == w && v->cols == w && out->cols == w && rel->cols == w);
+    G4_ASSERT(q->rows == k->rows && q->rows == v->rows && q->rows == out->rows);
+    G4_ASSERT(rel->rows >= band && chunk > 0 && band > 0);
+    uint8_t *m = mask_u8(valid, q->rows);
+    ref_audio_attention(F32(out), CF32(q), CF32(k), CF32(v), CF32(rel), per_dim_scale, m, q->rows,
+                        n_heads, head_dim, chunk, band, logit_cap, invalid_logit);
+    free(m);
+}
+
 static g4_backend cpu_backend = {
     .name = "cpu",
     .host_memory = 1,
@@ -198,6 +313,17 @@ static g4_backend cpu_backend = {
     .attention = cpu_attention,
     .embed = cpu_embed,
     .softcap = cpu_softcap,
+    .clamp = cpu_clamp,
+    .silu = cpu_silu,
+    .glu = cpu_glu,
+    .transpose = cpu_transpose,
+    .rope_2d = cpu_rope_2d,
+    .attention_bidir = cpu_attention_bidir,
+    .vision_posemb = cpu_vision_posemb,
+    .vision_pool = cpu_vision_pool,
+    .sscp_conv = cpu_sscp_conv,
+    .dwconv1d_causal = cpu_dwconv1d_causal,
+    .audio_attention = cpu_audio_attention,
 };
 
 g4_backend *g4_backend_cpu(void) {

@@ -68,7 +68,7 @@ struct g4_backend {
     g4_type kv_type;  // type of the KV cache
 
     // --- memory ---------------------------------------------------------------------------
-    void *(*alloc)(g4_backend *be, size_t bytes); // aborts on failure (OOM names the size)
+    void *(*alloc)(g4_backend *be, size_t bytes); // NULL when out of memory (callers report it)
     void (*free)(g4_backend *be, void *p);
     void (*upload)(g4_backend *be, void *dst, const void *src, size_t bytes);   // host -> be
     void (*download)(g4_backend *be, void *dst, const void *src, size_t bytes); // be -> host
@@ -79,6 +79,11 @@ struct g4_backend {
     // --- linear algebra -----------------------------------------------------------------------
     // y[T, out] = x[T, in] @ W (+ bias); when accumulate, y += x @ W instead (residual add).
     void (*linear)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w, int accumulate);
+    // Optional (NULL on the CPU): places a linear weight bound from the package (host pointers
+    // into the mapped files) in the backend's own layout (device memory; Q4 repacked for the
+    // kernels into w->packed) and rewrites w's pointers; release_linear frees what it made.
+    int (*prepare_linear)(g4_backend *be, g4_linear *w);
+    void (*release_linear)(g4_backend *be, g4_linear *w);
     // y[T, N] = gelu_tanh(x @ Wg) * (x @ Wu): the gated MLP's first half in one op.
     void (*linear_gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
                             const g4_linear *wu);
@@ -124,7 +129,68 @@ struct g4_backend {
     // x = c * tanh(x / c) elementwise (c > 0).
     void (*softcap)(g4_backend *be, g4_buf *x, float c);
 
+    // --- graphs (optional; NULL on the CPU) ---------------------------------------------------
+    // Everything enqueued between graph_begin and graph_end becomes one graph; graph_launch
+    // replays it (inputs staged in device buffers beforehand); graph_free destroys it.
+    void (*graph_begin)(g4_backend *be);
+    void *(*graph_end)(g4_backend *be);
+    void (*graph_launch)(g4_backend *be, void *graph);
+    void (*graph_free)(g4_backend *be, void *graph);
+    // Device I32 [rows] argmax of each row of the last softcap'ed logits (softcap computes it).
+    const int32_t *(*argmax)(g4_backend *be);
+
     void *ctx; // backend state (CUDA stream, cuBLAS handle, scratch)
+
+    // --- vision and audio towers (spec 4.2-4.6, 5.3-5.6; semantics = kernels/ref/ref.h) -----
+    // A backend that lacks them leaves them NULL; the towers check at load (g4_*_tower_load).
+    // Row masks (valid frames) are I32 buffers of 0/1.
+
+    // x = min(max(x, lo), hi) elementwise (torch.clamp: NaN stays NaN).
+    void (*clamp)(g4_backend *be, g4_buf *x, float lo, float hi);
+    // y = x * sigmoid(x) elementwise (SiLU). y may alias x.
+    void (*silu)(g4_backend *be, g4_buf *y, const g4_buf *x);
+    // y[T, C] = x[:, :C] * sigmoid(x[:, C:]) for x [T, 2C] (GLU over the last dim).
+    void (*glu)(g4_backend *be, g4_buf *y, const g4_buf *x);
+    // y[cols, rows] = x[rows, cols] transposed (same type; y must not alias x).
+    void (*transpose)(g4_backend *be, g4_buf *y, const g4_buf *x);
+    // In place on x[T, n_heads * head_dim]: the vision 2-D RoPE. Dims [0, hd/2) of each head
+    // rotate by the x position, [hd/2, hd) by the y position, pairs (j, j + hd/4) at angle
+    // pos * inv_freq[j]; pos_xy I32 [T, 2] = (x, y); inv_freq backend float [hd/4].
+    void (*rope_2d)(g4_backend *be, g4_buf *x, int n_heads, int head_dim, const g4_buf *pos_xy,
+                    const float *inv_freq);
+    // out[N, n_heads * hd] = softmax(q k^T * scale) v per head over all N rows of k/v
+    // (bidirectional, no mask: the engine passes only real patches; one KV head per head).
+    void (*attention_bidir)(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_buf *k,
+                            const g4_buf *v, int n_heads, int head_dim, float scale);
+    // h[N, D] += table[0][x_i] + table[1][y_i]: the vision position embedding. table fp16
+    // [2, table_rows, D]; pos_xy I32 [N, 2], every coordinate in [0, table_rows) (the caller
+    // checks: out-of-range is a user error there, an assert here).
+    void (*vision_posemb)(g4_backend *be, g4_buf *h, const void *table, int table_rows,
+                          const g4_buf *pos_xy);
+    // out[n_bins, D] (n_bins = out->rows) = for each bin the sum of its patches x[i] / k^2,
+    // times scale; patch i at pos_xy[i] = (x, y) goes to bin x/k + ((max x + 1)/k) (y/k). Every
+    // patch must fall in a bin < n_bins (the caller checks).
+    void (*vision_pool)(g4_backend *be, g4_buf *out, const g4_buf *x, const g4_buf *pos_xy, int k,
+                        float scale);
+    // One audio subsampling layer (NCHW, batch 1): x [C_in, H*W] with input rows h where
+    // valid[h] == 0 zeroed (valid I32 [H] or NULL), conv 3x3 stride 2 pad 1 (w fp16
+    // [C_out, C_in, 3, 3], no bias), LayerNorm over the C_out channels (ln_w fp16 [C_out], no
+    // bias), ReLU -> y [C_out, Ho*Wo], Ho = (H+1)/2, Wo = (W+1)/2.
+    void (*sscp_conv)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_buf *valid,
+                      const void *w, const void *ln_w, int H, int W, float eps);
+    // y[T, C] = causal depthwise conv1d over time, kernel K, left pad K - 1, no bias; w fp16
+    // [C, K]. y must not alias x.
+    void (*dwconv1d_causal)(g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int K);
+    // Gemma-4 audio attention (ref_audio_attention): out[T, n_heads * hd] from the projection
+    // outputs q, k, v [T, n_heads * hd]; rel [>= band, n_heads * hd] = relative_k_proj of the
+    // sinusoid of distance d in row d; per_dim_scale backend float [hd] (the raw parameter);
+    // valid I32 [T] or NULL. Key u is visible to query t iff 0 <= t - u < band and valid[u];
+    // logits are soft-capped at logit_cap, masked ones set to invalid_logit over HF's blocks of
+    // `chunk` queries.
+    void (*audio_attention)(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_buf *k,
+                            const g4_buf *v, const g4_buf *rel, const float *per_dim_scale,
+                            const g4_buf *valid, int n_heads, int head_dim, int chunk, int band,
+                            float logit_cap, float invalid_logit);
 };
 
 // The CPU reference backend (always available).

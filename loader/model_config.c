@@ -60,6 +60,13 @@ static int const_scalar(const g4_onnx_model *m, const char *value, double *c) {
             return 1;
         }
         const g4_node *n = g4_onnx_producer(m, value);
+        if (n && !strcmp(n->op_type, "Constant")) { // value_float / value_int attributes
+            const g4_attr *a = g4_node_attr(n, "value_float");
+            if (a && a->type == G4_ATTR_FLOAT) return *c = a->f, 1;
+            if ((a = g4_node_attr(n, "value_int")) && a->type == G4_ATTR_INT)
+                return *c = (double)a->i, 1;
+            return 0;
+        }
         if (!n || n->n_inputs < 1) return 0;
         if (strcmp(n->op_type, "Cast") && strcmp(n->op_type, "CastLike") &&
             strcmp(n->op_type, "Identity"))
@@ -640,6 +647,76 @@ int g4_derive_text_config(g4_package *p) {
 
 // --- vision tower ---------------------------------------------------------------------------
 
+// The vision 2-D RoPE frequencies from layer 0's cos/sin_cache [positions, head_dim/2]: HF's
+// axial rope uses the same head_dim/4 frequencies for both axes, so the table is
+// cat(cos(p f), cos(p f)). Recover f as derive_rope does, check the two halves agree, fit
+// inv_freq[j] = theta^(-2j / (head_dim/2)) and prefer the nearest integer theta when it
+// reproduces the table too (the fp16 table of a few hundred positions pins theta only to
+// ~1e-3 relative, which would rotate the last pair of a 64-wide grid by ~1e-3 rad; HF's
+// configs use round bases: 100 for E2B).
+static int derive_vision_rope(const g4_component *c, g4_vision_config *v) {
+    const g4_tensor *ct = g4_component_find(c, "encoder.layers.0.self_attn.cos_cache");
+    const g4_tensor *st = g4_component_find(c, "encoder.layers.0.self_attn.sin_cache");
+    const int half = v->head_dim / 2, nf = v->head_dim / 4;
+    if (!ct || !st || ct->ndim != 2 || st->ndim != 2 || ct->dims[1] != half ||
+        st->dims[1] != half || ct->dims[0] != st->dims[0] || ct->dims[0] < 2 ||
+        g4_dtype_bits(ct->dtype) < 16 || v->head_dim % 4 || nf > G4_MAX_VISION_ROPE)
+        return g4_fail(G4_EUSER,
+                       "%s: encoder.layers.0.self_attn.cos_cache / sin_cache must be float "
+                       "[positions >= 2, head_dim/2 = %d] (head_dim %d a multiple of 4, at most "
+                       "%d)",
+                       c->onnx_path, half, v->head_dim, 4 * G4_MAX_VISION_ROPE);
+    v->rope_n_freq = nf;
+    const double two_pi = 2.0 * M_PI;
+    double raw[G4_MAX_VISION_ROPE];
+    for (int j = 0; j < nf; j++) {
+        double est = table_angle(ct, st, 1, j);
+        for (int64_t p = 2; p < ct->dims[0]; p *= 2) {
+            double a = table_angle(ct, st, p, j);
+            double k = nearbyint((p * est - a) / two_pi);
+            est = (a + two_pi * k) / (double)p;
+        }
+        raw[j] = est;
+    }
+    for (int64_t p = 0; p < ct->dims[0]; p++)
+        for (int j = 0; j < nf; j++) {
+            const uint64_t a = (uint64_t)(p * half + j), b = a + (uint64_t)nf;
+            if (fabs(g4_tensor_get(ct, a) - g4_tensor_get(ct, b)) > 1e-3 ||
+                fabs(g4_tensor_get(st, a) - g4_tensor_get(st, b)) > 1e-3)
+                return g4_fail(G4_EUSER,
+                               "%s: vision cos/sin_cache row %lld: column %d differs from column "
+                               "%d (expected the same frequencies for the x and y halves)",
+                               c->onnx_path, (long long)p, j + nf, j);
+        }
+    double sxy = 0, sxx = 0;
+    for (int j = 1; j < nf; j++) {
+        if (raw[j] <= 0) continue;
+        double x = 2.0 * j / half, w = raw[j] * raw[j];
+        sxy += w * x * log(raw[j]);
+        sxx += w * x * x;
+    }
+    int64_t row = 0;
+    int col = 0;
+    double misfit = INFINITY;
+    if (sxx > 0 && nf >= 2) {
+        const double fitted = exp(-sxy / sxx);
+        const double cand[2] = {nearbyint(fitted), fitted};
+        for (int k = 0; k < 2 && !(misfit <= 1.0); k++) {
+            if (!(cand[k] > 1)) continue;
+            v->rope_theta = cand[k];
+            for (int j = 0; j < nf; j++)
+                v->rope_inv_freq[j] = (float)(1.0 / pow(cand[k], 2.0 * j / half));
+            misfit = rope_misfit(ct, st, v->rope_inv_freq, nf, &row, &col);
+        }
+    }
+    if (!(misfit <= 1.0))
+        return g4_fail(G4_EUSER,
+                       "%s: vision rotary table '%s' row %lld col %d is not cos/sin of position x "
+                       "theta^(-2j/%d) for any theta (off by %.3g x the fp16 tolerance)",
+                       c->onnx_path, ct->name, (long long)row, col, half, misfit);
+    return G4_OK;
+}
+
 int g4_derive_vision_config(g4_package *p) {
     g4_vision_config *v = &p->vision;
     const g4_component *c = &p->comp[G4_COMP_VISION];
@@ -696,7 +773,7 @@ int g4_derive_vision_config(g4_package *p) {
     v->out_dim = (int)li.out;
     v->clipped = g4_component_find(c, "encoder.layers.0.self_attn.q_proj.input_min") != NULL;
     v->rms_eps = first_norm_eps(c->model);
-    return G4_OK;
+    return derive_vision_rope(c, v);
 }
 
 // --- audio tower ----------------------------------------------------------------------------
@@ -781,5 +858,37 @@ int g4_derive_audio_config(g4_package *p) {
         return rc;
     a->out_dim = (int)li.out;
     a->rms_eps = first_norm_eps(c->model);
+
+    // Attention block and band (see model_config.h): HF's chunk of 12 queries, and the band
+    // from n_rel_pos = (chunk + band) / 2 + 1.
+    a->chunk = 12;
+    a->band = 2 * (a->n_rel_pos - 1) - a->chunk;
+    if (a->band < 1 || a->band > 2 * a->chunk)
+        return g4_fail(G4_EUSER,
+                       "%s: self_attn.pos_embed has %d rows; with attention chunks of %d that "
+                       "gives a band of %d keys, expected 1..%d",
+                       c->onnx_path, a->n_rel_pos, a->chunk, a->band, 2 * a->chunk);
+    a->invalid_logit = -1e9f;
+    a->grad_clip = 1e10f;
+    // The attention soft-cap: Tanh(x / c) * c (the first Tanh of the graph).
+    a->logit_cap = 0.0f;
+    for (int i = 0; i < c->model->n_nodes && a->logit_cap == 0.0f; i++) {
+        const g4_node *n = &c->model->nodes[i];
+        if (strcmp(n->op_type, "Tanh")) continue;
+        const g4_node *pre = g4_onnx_producer(c->model, n->inputs[0]);
+        double cap;
+        if (pre && scalar_operand(c->model, pre, &cap) && cap > 0)
+            a->logit_cap = strcmp(pre->op_type, "Div") == 0 ? (float)cap : (float)(1.0 / cap);
+    }
+    if (!(a->logit_cap > 0))
+        return g4_fail(G4_EUSER, "%s: no attention logit soft-cap (Tanh of x / c) in the graph",
+                       c->onnx_path);
+    if (!multiplier_after_weight(c, "encoder.layers.0.feed_forward1.post_layer_norm.weight",
+                                 &a->residual_weight) ||
+        !(a->residual_weight > 0))
+        return g4_fail(G4_EUSER,
+                       "%s: cannot find the residual multiplier after "
+                       "feed_forward1.post_layer_norm in the graph",
+                       c->onnx_path);
     return G4_OK;
 }

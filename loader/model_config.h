@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define G4_MAX_ROPE 4
+#define G4_MAX_VISION_ROPE 64 // vision head_dim / 4 (16 for E2B)
 
 typedef enum {
     G4_ATTN_SLIDING = 0, // causal, at most `window` keys including the query itself
@@ -100,6 +101,12 @@ typedef struct {
     int out_dim;       // projector.weight_t cols = text hidden: 1536
     int clipped;       // 1 when the linears carry input/output clip bounds
     float rms_eps;     // 1e-6
+    // 2-D RoPE, recovered from layer 0's cos/sin_cache [positions, head_dim/2] (the same
+    // head_dim/4 frequencies for the x and the y half, as HF's axial rope):
+    int rope_n_freq;   // head_dim / 4: 16
+    double rope_theta; // inv_freq[j] = theta^(-2j / (head_dim/2)): 100 (fitted, then snapped to
+                       // the nearest integer when that reproduces the table as well)
+    float rope_inv_freq[G4_MAX_VISION_ROPE]; // [rope_n_freq] in fp32, as HF computes them
 } g4_vision_config;
 
 // Audio tower (conformer), from the audio_encoder tensor table.
@@ -117,6 +124,16 @@ typedef struct {
     int out_hidden;     // output_proj cols: 1536 (E2B) / 64 (tiny)
     int out_dim;        // projector cols = text hidden: 1536
     float rms_eps;      // 1e-6
+    // Chunked local attention (spec 5.5). The package's graph is the dense banded form, so the
+    // block size is HF's Gemma4AudioConfig default; the band follows from the relative positions
+    // HF makes: n_rel_pos = (chunk + band) / 2 + 1 (context_right 0).
+    int chunk;          // attention_chunk_size: 12 (HF default; only padding frames depend on it)
+    int band;           // keys per query, self included: attention_context_left - 1 = 12
+    float logit_cap;    // attention soft-cap, from the graph's Tanh: 50
+    float invalid_logit; // masked-logit value: -1e9 (HF attention_invalid_logits_value default)
+    float residual_weight; // FFN half step, the graph's multiplier after post_layer_norm: 0.5
+    float grad_clip;    // HF gradient_clipping: 1e10 (clamps only where it is below the
+                        // activation type's range: a no-op in fp32, +-65504 in fp16)
 } g4_audio_config;
 
 void g4_text_config_free(g4_text_config *c);

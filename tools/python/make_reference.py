@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
 """HF transformers reference dumps of the Gemma-4 text decoder, one .npz per case, for
-`g4cu compare` and the CPU-vs-HF tests.
+`g4cu compare` and the CPU-vs-HF tests; with --mm, a multimodal case (image + audio: the
+processors, every vision / audio tower layer, the soft tokens and the decoder), written by
+mm_reference.py beside this file (its docstring lists the members).
 
     python tools/python/make_reference.py --hf tests/fixtures/mobius-tiny-f16/hf \
         --package tests/fixtures/mobius-tiny-f16/package \
         --out tests/fixtures/refdumps/mobius-tiny-f16 [--lengths 1,7,40] [--seed 1234]
+    python tools/python/make_reference.py --make-media tests/fixtures/refdumps/mm/media
+    python tools/python/make_reference.py --hf ... --package ... --mm OUT.npz --image F \
+        --audio F [--image-tokens 280] [--clip] [--seed 1234]
+
+(the exact commands for the committed dumps are in tests/fixtures/refdumps/README.md)
 
 What it does:
   * loads Gemma4ForConditionalGeneration from --hf in float32 on the CPU, eager attention;
@@ -60,6 +67,8 @@ import torch
 import transformers
 from transformers import Gemma4ForConditionalGeneration
 from transformers.models.gemma4 import modeling_gemma4
+
+import mm_reference
 
 
 def f16(x):
@@ -137,22 +146,14 @@ def check_rope_tables(pkg, model, n_pos):
                 f"{key[0]}: differs from HF's {layer_type} RoPE by {err} (shape {t.shape} vs {want.shape})"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hf", required=True, help="HF checkpoint dir (Gemma4ForConditionalGeneration)")
-    ap.add_argument("--out", required=True, help="output dir for <case>.npz and meta.json")
-    ap.add_argument("--package", help="the exported package, to check constants and RoPE tables")
-    ap.add_argument("--lengths", default="1,7,40", help="sequence lengths, one case each")
-    ap.add_argument("--seed", type=int, default=1234)
-    args = ap.parse_args()
-    torch.set_grad_enabled(False)
-    torch.manual_seed(args.seed)
-
+def load_model(args):
+    """The HF model in float32 on the CPU with the package's fp16 weights and constants (see the
+    module docstring); returns (model, consts, n_rounded)."""
     model = Gemma4ForConditionalGeneration.from_pretrained(
         args.hf, dtype=torch.float32, attn_implementation="eager").eval()
     tc = model.config.get_text_config()
     lm = model.model.language_model
-    H, L, P, V = tc.hidden_size, tc.num_hidden_layers, tc.hidden_size_per_layer_input, tc.vocab_size
+    H, P = tc.hidden_size, tc.hidden_size_per_layer_input
 
     # fp16 weights: every floating tensor of the state dict, in place (tied weights share storage)
     n_rounded = 0
@@ -179,6 +180,42 @@ def main():
     lm.embed_tokens_per_layer.embed_scale.fill_(consts["ple_token_scale"])
     lm.per_layer_model_projection_scale = consts["ple_proj_scale"]
     lm.per_layer_input_scale = consts["ple_combine_scale"]
+    return model, consts, n_rounded
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hf", help="HF checkpoint dir (Gemma4ForConditionalGeneration)")
+    ap.add_argument("--out", help="text cases: output dir for len<S>.npz and meta.json")
+    ap.add_argument("--package", help="the exported package, to check constants and RoPE tables "
+                    "(and, for --mm, to read the processor configs)")
+    ap.add_argument("--lengths", default="1,7,40", help="sequence lengths, one case each")
+    ap.add_argument("--seed", type=int, default=1234)
+    mm_reference.add_args(ap)
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    torch.manual_seed(args.seed)
+    if args.make_media:
+        mm_reference.make_media(args.make_media)
+    if not args.out and not args.mm:
+        if not args.make_media:
+            ap.error("nothing to do: give --out (text cases), --mm (multimodal case) or --make-media")
+        return
+    if not args.hf:
+        ap.error("--hf is required for --out / --mm")
+    model, consts, n_rounded = load_model(args)
+    if args.out:
+        text_cases(args, model, consts, n_rounded)
+    if args.mm:
+        if not args.package:
+            ap.error("--mm needs --package (its image_processor.json / audio_feature_extraction.json)")
+        mm_reference.mm_case(args, model, consts, n_rounded)
+
+
+def text_cases(args, model, consts, n_rounded):
+    tc = model.config.get_text_config()
+    lm = model.model.language_model
+    H, L, P, V = tc.hidden_size, tc.num_hidden_layers, tc.hidden_size_per_layer_input, tc.vocab_size
 
     lengths = [int(s) for s in args.lengths.split(",")]
     if args.package:
@@ -284,6 +321,7 @@ def main():
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
+
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+// tower_weights.c: see tower_weights.h.
+#include "engine/tower_weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loader/base.h"
+#include "quant/q4.h"
+
+void g4_binder_init(g4_binder *b, g4_backend *be, const g4_component *c) {
+    memset(b, 0, sizeof *b);
+    b->be = be;
+    b->c = c;
+}
+
+void g4_binder_free(g4_binder *b) {
+    for (int i = 0; i < b->n_prepared; i++) b->be->release_linear(b->be, b->prepared[i]);
+    for (int i = 0; i < b->n_owned; i++) b->be->free(b->be, b->owned[i]);
+    free(b->prepared);
+    free(b->owned);
+    free(b->clipped);
+    memset(b, 0, sizeof *b);
+}
+
+int g4_binder_oom(const g4_binder *b, const char *what) {
+    if (!b->oom_bytes) return G4_OK;
+    return g4_fail(G4_EUSER,
+                   "%s: %s backend out of memory: %llu of %llu bytes of %s weights did "
+                   "not fit",
+                   b->c->onnx_path, b->be->name, (unsigned long long)b->oom_bytes,
+                   (unsigned long long)b->weight_bytes, what);
+}
+
+void *g4_binder_alloc(g4_binder *b, size_t bytes) {
+    void *p = b->be->alloc(b->be, bytes ? bytes : 1);
+    if (!p) {
+        b->oom_bytes += bytes;
+        return NULL;
+    }
+    b->owned = g4_realloc(b->owned, sizeof(void *) * (size_t)(b->n_owned + 1));
+    b->owned[b->n_owned++] = p;
+    return p;
+}
+
+const void *g4_binder_place(g4_binder *b, const void *data, size_t bytes, size_t align) {
+    b->weight_bytes += bytes;
+    if (b->be->host_memory && ((uintptr_t)data % align) == 0) return data;
+    void *p = g4_binder_alloc(b, bytes);
+    if (p) b->be->upload(b->be, p, data, bytes);
+    return p;
+}
+
+int g4_bind_f16(g4_binder *b, const char *name, int ndim, const int64_t *dims, const void **out) {
+    const g4_tensor *t;
+    int rc = g4_component_get(b->c, name, G4_DT_FLOAT16, ndim, dims, &t);
+    if (rc) return rc;
+    *out = g4_binder_place(b, t->data, (size_t)t->nbytes, 2);
+    return G4_OK;
+}
+
+int g4_bind_vec(g4_binder *b, const char *name, int64_t n, const void **out) {
+    return g4_bind_f16(b, name, 1, &n, out);
+}
+
+int g4_has_clip_bounds(const g4_component *c, const char *base) {
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s.input_min", base);
+    return g4_component_find(c, nm) != NULL;
+}
+
+// One clip bound: a one-element float tensor "<base>.<what>" (fp16 in the packages; -inf / inf
+// where HF's buffer kept its default).
+static int clip_scalar(const g4_component *c, const char *base, const char *what, float *out) {
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s.%s", base, what);
+    const g4_tensor *t = g4_component_find(c, nm);
+    if (!t)
+        return g4_fail(G4_EUSER, "%s: clip bound '%s%s' is missing (its linear has the others)",
+                       c->onnx_path, c->prefix, nm);
+    if (t->numel != 1 ||
+        !(t->dtype == G4_DT_FLOAT16 || t->dtype == G4_DT_BFLOAT16 || t->dtype == G4_DT_FLOAT))
+        return g4_fail(G4_EUSER, "%s: clip bound '%s': expected one float value, found %s x %llu",
+                       c->onnx_path, t->name, g4_dtype_name(t->dtype),
+                       (unsigned long long)t->numel);
+    *out = (float)g4_tensor_get(t, 0);
+    if (isnan(*out)) return g4_fail(G4_EUSER, "%s: clip bound '%s' is NaN", c->onnx_path, t->name);
+    return G4_OK;
+}
+
+int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
+                   const char *bias_name, g4_linear *w) {
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s.weight_t", base);
+    int rc = g4_linear_get(b->c, nm, in, out, w);
+    if (rc) return rc;
+    const g4_tensor *bias = NULL;
+    if (bias_name && (rc = g4_get(b->c, bias_name, G4_DT_FLOAT16, &bias, out))) return rc;
+    const size_t kb = w->kind == G4_W_Q4 ? (size_t)(in + w->block - 1) / w->block : 0;
+    if (b->be->prepare_linear) { // the backend lays it out itself (device copy, Q4 repack)
+        w->bias = bias ? bias->data : NULL;
+        b->weight_bytes +=
+            w->kind == G4_W_F16
+                ? (uint64_t)in * out * 2
+                : (uint64_t)out * (kb * (size_t)(w->block / 2) + kb * 2 + (kb + 1) / 2);
+        if ((rc = b->be->prepare_linear(b->be, w))) {
+            g4_error_prefix("%s: '%s%s'", b->c->onnx_path, b->c->prefix, nm);
+            return rc;
+        }
+        b->prepared = g4_realloc(b->prepared, sizeof(g4_linear *) * (size_t)(b->n_prepared + 1));
+        b->prepared[b->n_prepared++] = w;
+    } else {
+        if (w->kind == G4_W_F16) {
+            w->w = g4_binder_place(b, w->w, (size_t)in * out * 2, 2);
+        } else {
+            w->w = g4_binder_place(b, w->w, (size_t)out * kb * (size_t)(w->block / 2), 1);
+            w->scales = g4_binder_place(b, w->scales, (size_t)out * kb * 2, 2);
+            if (w->zp) w->zp = g4_binder_place(b, w->zp, (size_t)out * ((kb + 1) / 2), 1);
+        }
+        if (bias) w->bias = g4_binder_place(b, bias->data, (size_t)bias->nbytes, 2);
+    }
+    if (!clipped) return G4_OK;
+    if ((rc = clip_scalar(b->c, base, "input_min", &w->in_lo)) ||
+        (rc = clip_scalar(b->c, base, "input_max", &w->in_hi)) ||
+        (rc = clip_scalar(b->c, base, "output_min", &w->out_lo)) ||
+        (rc = clip_scalar(b->c, base, "output_max", &w->out_hi)))
+        return rc;
+    if (!(w->in_lo <= w->in_hi) || !(w->out_lo <= w->out_hi))
+        return g4_fail(G4_EUSER,
+                       "%s: clip bounds of '%s%s': input [%g, %g], output [%g, %g]: "
+                       "expected min <= max",
+                       b->c->onnx_path, b->c->prefix, base, w->in_lo, w->in_hi, w->out_lo,
+                       w->out_hi);
+    w->clipped = 1;
+    b->clipped = g4_realloc(b->clipped, sizeof(g4_named_linear) * (size_t)(b->n_clipped + 1));
+    g4_named_linear *nl = &b->clipped[b->n_clipped++];
+    snprintf(nl->name, sizeof nl->name, "%s", base);
+    nl->lin = w;
+    return G4_OK;
+}

@@ -1,0 +1,63 @@
+// tower_weights.h: what the vision and audio towers share: weights bound by name from one
+// package component and placed on a backend, the ClippableLinear bounds, and the hook type.
+//
+// A linear named "<base>" is the package's "<base>.weight_t" (fp16 [in, out]) or its Q4 form;
+// a clipped linear also has the four scalars "<base>.input_min", ".input_max", ".output_min",
+// ".output_max" (HF Gemma4ClippableLinear buffers: y = clamp(clamp(x, in) @ W, out)).
+#ifndef G4_TOWER_WEIGHTS_H
+#define G4_TOWER_WEIGHTS_H
+
+#include "kernels/ops.h"
+#include "loader/package.h"
+
+// Called with every named intermediate of a tower forward (names in vision_tower.h /
+// audio_tower.h); the buffer lives on the backend. Same signature as g4_text_hook.
+typedef void (*g4_tower_hook)(void *ctx, const char *name, g4_backend *be, const g4_buf *b);
+
+// A clipped linear and its package name (for reports and for tests that set other bounds).
+typedef struct {
+    char name[96]; // "<base>", e.g. "encoder.layers.0.self_attn.q_proj"
+    g4_linear *lin;
+} g4_named_linear;
+
+// Binds weights of one component and keeps what it allocated on the backend. A backend
+// allocation that fails (out of memory) is counted in oom_bytes and leaves a NULL pointer; the
+// tower checks g4_binder_oom() once everything is bound.
+typedef struct {
+    g4_backend *be;
+    const g4_component *c;
+    void **owned; // backend allocations (uploads, aligned copies)
+    int n_owned;
+    g4_linear **prepared; // linears the backend laid out itself (prepare_linear), to release
+    int n_prepared;
+    uint64_t weight_bytes;    // bytes placed on the backend
+    uint64_t oom_bytes;       // bytes that did not fit
+    g4_named_linear *clipped; // the clipped linears bound so far, in binding order
+    int n_clipped;
+} g4_binder;
+
+void g4_binder_init(g4_binder *b, g4_backend *be, const g4_component *c);
+// Releases the backend copies (prepared linears and allocations).
+void g4_binder_free(g4_binder *b);
+// G4_EUSER naming `what` when some weights did not fit on the backend, else G4_OK.
+int g4_binder_oom(const g4_binder *b, const char *what);
+
+// A backend allocation of `bytes` that g4_binder_free releases (NULL when out of memory).
+void *g4_binder_alloc(g4_binder *b, size_t bytes);
+// Host bytes placed on the backend (in place when the backend computes in host memory and the
+// data is aligned to `align`, else a copy; NULL when out of memory).
+const void *g4_binder_place(g4_binder *b, const void *data, size_t bytes, size_t align);
+
+// An fp16 tensor `name` with exactly these dims, placed on the backend.
+int g4_bind_f16(g4_binder *b, const char *name, int ndim, const int64_t *dims, const void **out);
+// An fp16 vector [n].
+int g4_bind_vec(g4_binder *b, const char *name, int64_t n, const void **out);
+// Linear "<base>" [in, out] (see above), laid out by the backend's prepare_linear when it has
+// one; clipped: the four bounds are required and recorded. bias_name: an fp16 [out] bias
+// tensor, or NULL for none.
+int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
+                   const char *bias_name, g4_linear *w);
+// 1 when "<base>.input_min" exists (the export kept HF's clip buffers).
+int g4_has_clip_bounds(const g4_component *c, const char *base);
+
+#endif

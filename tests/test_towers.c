@@ -1,0 +1,368 @@
+// test_towers.c: the vision / audio towers and the multimodal merge on the CPU backend, beyond
+// the layer-by-layer dumps of test_towers_vs_hf.sh:
+//   1. g4_mm_merge places image and audio rows at their placeholders in prompt order and
+//      rejects a count mismatch (expected rows written out by hand);
+//   2. the production path from the media files (our image and audio front ends, towers, merge,
+//      decoder) against HF's multimodal logits: argmax equal at every position, the stored
+//      logits rows within rel err 1e-4 (tolerance "cpu-f32": the only differences to HF are
+//      fp32 summation order, libm, and our float64 log-mel vs HF's float32 FFT, measured
+//      ~5e-7 relative on these clips);
+//   3. the ClippableLinear bounds bite: on the clipped dump the towers' soft tokens match HF
+//      (rel <= 1e-4) only with the dump's bounds set, and miss by > 1e-3 with the package's
+//      +-inf (so the clamps are applied, where HF applies them);
+//   4. tower inputs the front end would never make are user errors, not crashes.
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/multimodal.h"
+#include "eval/compare.h"
+#include "eval/dump_run.h"
+#include "tests/test_util.h"
+
+static const char *fixtures;
+
+// --- 0. the tower configs derived from the packages ---------------------------------------
+// Expected values from the HF config.json beside each package (vision rope_theta 100;
+// audio attention_chunk_size 12, attention_context_left 13 -> 12 keys, logit cap 50,
+// residual_weight 0.5), which the loader never reads.
+static void test_config(const char *model) {
+    char *dir = g4_sprintf("%s/%s/package", fixtures, model);
+    g4_package *p;
+    if (g4_package_open(dir, &p)) {
+        CHECK_MSG(0, "%s", g4_error());
+        free(dir);
+        return;
+    }
+    CHECK_MSG(p->vision.rope_theta == 100.0, "%s: vision rope theta %g", model,
+              p->vision.rope_theta);
+    CHECK_INT(p->vision.rope_n_freq, p->vision.head_dim / 4);
+    for (int j = 0; j < p->vision.rope_n_freq; j++) {
+        const double want = 1.0 / pow(100.0, 2.0 * j / (p->vision.head_dim / 2));
+        CHECK_MSG(fabs(p->vision.rope_inv_freq[j] - want) <= 1e-7 * want, "inv_freq[%d]", j);
+    }
+    CHECK_INT(p->audio.chunk, 12);
+    CHECK_INT(p->audio.band, 12);
+    CHECK(p->audio.logit_cap == 50.0f);
+    CHECK(p->audio.residual_weight == 0.5f);
+    CHECK(p->audio.invalid_logit == -1e9f);
+    g4_package_close(p);
+    free(dir);
+}
+
+// --- 1. merge ---------------------------------------------------------------------------------
+static void test_merge(void) {
+    g4_text_config c = {0};
+    c.hidden = 2;
+    c.image_token_id = 100;
+    c.audio_token_id = 101;
+    const int32_t ids[] = {5, 101, 100, 100, 7, 101};
+    const float img[] = {1, 2, 3, 4}, aud[] = {10, 11, 12, 13};
+    g4_soft_tokens s;
+    CHECK_MSG(g4_mm_merge(&c, ids, 6, img, 2, aud, 2, &s) == G4_OK, "%s", g4_error());
+    const float want[] = {10, 11, 1, 2, 3, 4, 12, 13}; // aud0, img0, img1, aud1
+    CHECK_INT(s.n, 4);
+    for (int i = 0; i < 8 && s.rows; i++) CHECK_MSG(s.rows[i] == want[i], "row value %d", i);
+    g4_mm_soft_free(&s);
+    CHECK(g4_mm_merge(&c, ids, 6, img, 1, aud, 2, &s) == G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "2 image placeholder ids (100) but the image gives 1") != NULL,
+              "%s", g4_error());
+    CHECK(s.rows == NULL);
+    CHECK(g4_mm_merge(&c, ids, 6, img, 2, aud, 3, &s) == G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "2 audio placeholder ids (101) but the audio gives 3") != NULL,
+              "%s", g4_error());
+    CHECK(g4_mm_merge(&c, ids, 6, NULL, 0, aud, 2, &s) == G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "2 image placeholder ids (100) but no image was given") != NULL,
+              "%s", g4_error());
+    CHECK(g4_mm_merge(&c, ids, 1, NULL, 0, NULL, 0, &s) == G4_OK && s.n == 0 && !s.rows);
+}
+
+// An int member as int32 (new array), its length in *n.
+static int32_t *member_ints(g4_npz *z, const char *name, int *n) {
+    const g4_array *a;
+    if (g4_npz_get(z, name, &a)) return NULL;
+    g4_tensor v = g4_array_view(a);
+    int32_t *o = g4_malloc(sizeof(int32_t) * (size_t)a->numel + 1);
+    for (uint64_t i = 0; i < a->numel; i++) o[i] = (int32_t)g4_tensor_get(&v, i);
+    *n = (int)a->numel;
+    return o;
+}
+
+static float *member_f32(g4_npz *z, const char *name, size_t *n) {
+    const g4_array *a;
+    if (g4_npz_get(z, name, &a)) return NULL;
+    float *o = g4_malloc(sizeof(float) * (size_t)a->numel + 1);
+    g4_array_to_f32(a, o);
+    *n = (size_t)a->numel;
+    return o;
+}
+
+// --- 2. the production path from the media files ----------------------------------------------
+static void test_from_files(const char *model, const char *dump_name) {
+    char *pkg_dir = g4_sprintf("%s/%s/package", fixtures, model);
+    char *dump = g4_sprintf("%s/refdumps/mm/%s", fixtures, dump_name);
+    g4_npz *z = NULL;
+    g4_package *p = NULL;
+    g4_text_model *m = NULL;
+    g4_text_state *s = NULL;
+    g4_mm_towers tw = {0};
+    g4_image_features imf = {0};
+    g4_audio_features auf = {0};
+    g4_soft_tokens soft = {0};
+    char *image = NULL, *audio = NULL;
+    int32_t *ids = NULL, *argmax = NULL, *rows = NULL;
+    float *logits = NULL, *ref = NULL, *img = NULL, *aud = NULL;
+    int n = 0, n_am = 0, n_rows = 0;
+    size_t n_ref = 0;
+    int rc = g4_npz_open(dump, &z);
+    CHECK_MSG(rc == 0, "%s", g4_error());
+    if (rc) goto done;
+    ids = member_ints(z, "input_ids", &n);
+    argmax = member_ints(z, "logits_argmax", &n_am);
+    rows = member_ints(z, "logits.rows", &n_rows);
+    ref = member_f32(z, "logits", &n_ref);
+    int n_budget = 0;
+    int32_t *budget = member_ints(z, "image_max_soft_tokens", &n_budget);
+    CHECK(ids && argmax && rows && ref && budget && n_am == n);
+    if (!(ids && argmax && rows && ref && budget)) {
+        free(budget);
+        goto done;
+    }
+    CHECK((rc = g4_dump_media_path(z, dump, "image_file", &image)) == 0);
+    CHECK((rc = g4_dump_media_path(z, dump, "audio_file", &audio)) == 0);
+    CHECK_MSG((rc = g4_package_open(pkg_dir, &p)) == 0, "%s", g4_error());
+    if (rc || !image || !audio) {
+        free(budget);
+        goto done;
+    }
+    g4_image_proc_config ic = p->image_proc;
+    ic.max_soft_tokens = budget[0];
+    free(budget);
+    const int H = p->text.hidden, V = p->text.vocab;
+    g4_backend *be = g4_backend_cpu();
+    CHECK_MSG((rc = g4_text_model_load(p, be, &m)) == 0, "%s", g4_error());
+    if (!rc) CHECK_MSG((rc = g4_text_state_new(m, n, n, &s)) == 0, "%s", g4_error());
+    if (!rc) CHECK_MSG((rc = g4_image_features_load(&ic, image, &imf)) == 0, "%s", g4_error());
+    if (!rc)
+        CHECK_MSG((rc = g4_audio_features_load(&p->audio_fe, audio, &auf)) == 0, "%s", g4_error());
+    if (rc) goto done;
+    g4_mm_towers_init(&tw, p, be);
+    img = g4_malloc(sizeof(float) * (size_t)imf.n_soft_tokens * H);
+    aud = g4_malloc(sizeof(float) * (size_t)auf.n_soft_tokens * H);
+    CHECK_MSG((rc = g4_mm_image_tower(&tw, &imf, img)) == 0, "%s", g4_error());
+    if (!rc) CHECK_MSG((rc = g4_mm_audio_tower(&tw, &auf, aud)) == 0, "%s", g4_error());
+    if (!rc)
+        CHECK_MSG((rc = g4_mm_merge(&p->text, ids, n, img, imf.n_soft_tokens, aud,
+                                    auf.n_soft_tokens, &soft)) == 0,
+                  "%s", g4_error());
+    if (rc) goto done;
+    logits = g4_malloc(sizeof(float) * (size_t)n * V);
+    CHECK_MSG((rc = g4_text_forward(s, ids, n, &soft, logits, 1)) == 0, "%s", g4_error());
+    if (rc) goto done;
+    int agree = 0;
+    for (int t = 0; t < n; t++) {
+        int best = 0;
+        for (int j = 1; j < V; j++)
+            if (logits[(size_t)t * V + j] > logits[(size_t)t * V + best]) best = j;
+        agree += best == argmax[t];
+    }
+    CHECK_MSG(agree == n, "%s: argmax agrees at %d of %d positions", dump_name, agree, n);
+    CHECK((size_t)n_rows * V == n_ref);
+    float *ours = g4_malloc(sizeof(float) * (size_t)n_rows * V + 1);
+    for (int r = 0; r < n_rows && (size_t)n_rows * V == n_ref; r++) {
+        CHECK(rows[r] >= 0 && rows[r] < n);
+        if (rows[r] >= 0 && rows[r] < n)
+            memcpy(ours + (size_t)r * V, logits + (size_t)rows[r] * V, sizeof(float) * V);
+    }
+    g4_cmp_stats st = g4_cmp(ours, ref, (size_t)n_rows * V, (size_t)V);
+    CHECK_MSG(st.nan == 0 && st.rel <= 1e-4, "%s: logits rel err %.3g (%zu non-finite)", dump_name,
+              st.rel, st.nan);
+    printf("%s from %s + %s: %d image + %d audio soft tokens, argmax %d/%d, logits rel err "
+           "%.3g (tolerance 1e-4)\n",
+           model, strrchr(image, '/') + 1, strrchr(audio, '/') + 1, imf.n_soft_tokens,
+           auf.n_soft_tokens, agree, n, st.rel);
+    free(ours);
+done:
+    free(ids), free(argmax), free(rows), free(ref), free(logits), free(img), free(aud);
+    free(image), free(audio), free(pkg_dir), free(dump);
+    g4_mm_soft_free(&soft);
+    g4_image_features_free(&imf);
+    g4_audio_features_free(&auf);
+    g4_mm_towers_free(&tw);
+    g4_text_state_free(s);
+    g4_text_model_free(m);
+    g4_package_close(p);
+    if (z) g4_npz_close(z);
+}
+
+// --- 3. clip bounds -------------------------------------------------------------------------
+// rel err of the tower's soft tokens against the dump's member (at its stored rows).
+static double soft_rel(g4_npz *z, const char *name, const float *ours, int n_rows, int H) {
+    size_t n_ref = 0;
+    float *ref = member_f32(z, name, &n_ref);
+    char rn[64];
+    snprintf(rn, sizeof rn, "%s.rows", name);
+    int k = n_rows, *dummy = NULL;
+    int32_t *rows = g4_npz_find(z, rn) >= 0 ? member_ints(z, rn, &k) : NULL;
+    (void)dummy;
+    float *sel = g4_malloc(sizeof(float) * (size_t)k * H + 1);
+    for (int r = 0; r < k; r++) {
+        const int src = rows ? rows[r] : r;
+        G4_ASSERT(src >= 0 && src < n_rows);
+        memcpy(sel + (size_t)r * H, ours + (size_t)src * H, sizeof(float) * H);
+    }
+    double rel = INFINITY;
+    if (ref && n_ref == (size_t)k * H) {
+        g4_cmp_stats st = g4_cmp(sel, ref, n_ref, 0);
+        rel = st.nan ? INFINITY : st.rel;
+    }
+    free(ref), free(rows), free(sel);
+    return rel;
+}
+
+static void test_clip_bounds(void) {
+    char *pkg_dir = g4_sprintf("%s/tiny2/package", fixtures);
+    char *dump = g4_sprintf("%s/refdumps/mm/tiny2-clipped.npz", fixtures);
+    g4_npz *z = NULL;
+    g4_package *p = NULL;
+    g4_mm_towers tw = {0};
+    g4_image_features imf = {0};
+    g4_audio_features auf = {0};
+    char *image = NULL;
+    float *img = NULL, *aud = NULL;
+    int rc;
+    if ((rc = g4_npz_open(dump, &z)) || (rc = g4_package_open(pkg_dir, &p)) ||
+        (rc = g4_dump_media_path(z, dump, "image_file", &image))) {
+        CHECK_MSG(0, "%s", g4_error());
+        goto done;
+    }
+    g4_image_proc_config ic = p->image_proc;
+    ic.max_soft_tokens = 70; // the dump's budget (image_max_soft_tokens)
+    const int H = p->text.hidden;
+    g4_mm_towers_init(&tw, p, g4_backend_cpu());
+    CHECK_MSG((rc = g4_image_features_load(&ic, image, &imf)) == 0, "%s", g4_error());
+    // The audio tower on the dump's own log-mel (as compare runs it).
+    size_t nf = 0, nm = 0;
+    float *feat = member_f32(z, "input_features", &nf),
+          *mask = member_f32(z, "input_features_mask", &nm);
+    CHECK(feat && mask && nm > 0 && nf % nm == 0);
+    if (rc || !feat || !mask) {
+        free(feat), free(mask);
+        goto done;
+    }
+    auf.n_frames = (int)nm;
+    auf.n_mel = (int)(nf / nm);
+    auf.features = feat;
+    auf.mask = g4_malloc(nm);
+    for (size_t i = 0; i < nm; i++) {
+        auf.mask[i] = mask[i] != 0;
+        auf.n_soft_tokens += auf.mask[i] && i % 4 == 0;
+    }
+    free(mask);
+    img = g4_malloc(sizeof(float) * (size_t)imf.n_soft_tokens * H);
+    aud = g4_malloc(sizeof(float) * (size_t)auf.n_soft_tokens * H);
+    double rel[2][2]; // [without, with bounds][vision, audio]
+    for (int with = 0; with < 2; with++) {
+        if (with) CHECK_MSG(g4_dump_apply_clip_bounds(&tw, z, dump) == 0, "%s", g4_error());
+        CHECK_MSG(g4_mm_image_tower(&tw, &imf, img) == 0, "%s", g4_error());
+        CHECK_MSG(g4_mm_audio_tower(&tw, &auf, aud) == 0, "%s", g4_error());
+        rel[with][0] = soft_rel(z, "vision_soft_tokens", img, imf.n_soft_tokens, H);
+        rel[with][1] = soft_rel(z, "audio_soft_tokens", aud, auf.n_soft_tokens, H);
+    }
+    printf("clipped dump: soft tokens rel err vision %.3g / audio %.3g with the dump's bounds, "
+           "%.3g / %.3g with the package's +-inf\n",
+           rel[1][0], rel[1][1], rel[0][0], rel[0][1]);
+    CHECK_MSG(rel[1][0] <= 1e-4 && rel[1][1] <= 1e-4, "with bounds: %g %g", rel[1][0], rel[1][1]);
+    CHECK_MSG(rel[0][0] > 1e-3 && rel[0][1] > 1e-3, "without bounds: %g %g", rel[0][0], rel[0][1]);
+    CHECK(tw.vision && tw.vision->w.n_clipped == 7 * tw.vision->cfg->n_layers);
+    CHECK(tw.audio && tw.audio->w.n_clipped == 10 * tw.audio->cfg->n_layers);
+done:
+    free(img), free(aud), free(image), free(pkg_dir), free(dump);
+    g4_image_features_free(&imf);
+    g4_audio_features_free(&auf);
+    g4_mm_towers_free(&tw);
+    g4_package_close(p);
+    if (z) g4_npz_close(z);
+}
+
+// --- 4. bad tower inputs ----------------------------------------------------------------------
+static void test_bad_inputs(const char *pkg_dir) {
+    g4_package *p;
+    if (g4_package_open(pkg_dir, &p)) {
+        CHECK_MSG(0, "%s", g4_error());
+        return;
+    }
+    g4_vision_tower *vt = NULL;
+    g4_audio_tower *at = NULL;
+    CHECK_MSG(g4_vision_tower_load(p, g4_backend_cpu(), &vt) == 0, "%s", g4_error());
+    CHECK_MSG(g4_audio_tower_load(p, g4_backend_cpu(), &at) == 0, "%s", g4_error());
+    if (vt && at) {
+        const int pos_size = p->vision.pos_size, D = p->vision.patch_dim;
+        // A grid wider than the position table (a 20000x10 strip at 280 tokens is 840 x 3).
+        g4_image_features f = {0};
+        f.grid_w = (pos_size / 3 + 1) * 3; // > pos_size, a multiple of the kernel
+        f.grid_h = 3;
+        f.n_patches = f.grid_w * f.grid_h;
+        f.patch_dim = D;
+        f.n_soft_tokens = f.n_patches / 9;
+        f.pixel_values = g4_calloc((size_t)f.n_patches * D, sizeof(float));
+        f.position_ids = g4_malloc(sizeof(int32_t) * 2 * (size_t)f.n_patches);
+        for (int i = 0; i < f.n_patches; i++) {
+            f.position_ids[2 * i] = i % f.grid_w;
+            f.position_ids[2 * i + 1] = i / f.grid_w;
+        }
+        float *out = g4_malloc(sizeof(float) * (size_t)f.n_patches * p->text.hidden);
+        CHECK(g4_vision_tower_forward(vt, &f, out, NULL, NULL) == G4_EUSER);
+        CHECK_MSG(strstr(g4_error(), "exceeds the vision position table") != NULL, "%s",
+                  g4_error());
+        // A grid side that is not a multiple of the pooling kernel.
+        f.grid_w = 4;
+        f.n_patches = 12;
+        CHECK(g4_vision_tower_forward(vt, &f, out, NULL, NULL) == G4_EUSER);
+        CHECK_MSG(strstr(g4_error(), "multiples of the pooling kernel") != NULL, "%s", g4_error());
+        // A position outside the grid.
+        f.grid_w = 3;
+        f.n_patches = 9;
+        f.n_soft_tokens = 1;
+        for (int i = 0; i < 9; i++) {
+            f.position_ids[2 * i] = i % 3;
+            f.position_ids[2 * i + 1] = i / 3;
+        }
+        f.position_ids[0] = 7;
+        CHECK(g4_vision_tower_forward(vt, &f, out, NULL, NULL) == G4_EUSER);
+        CHECK_MSG(strstr(g4_error(), "outside its 3 x 3 grid") != NULL, "%s", g4_error());
+        f.position_ids[0] = 0;
+        CHECK_MSG(g4_vision_tower_forward(vt, &f, out, NULL, NULL) == G4_OK, "%s", g4_error());
+        size_t bad = 0;
+        for (int i = 0; i < p->text.hidden; i++) bad += !isfinite(out[i]);
+        CHECK_INT(bad, 0);
+        g4_image_features_free(&f);
+        // Audio features of the wrong width.
+        g4_audio_features a = {0};
+        a.n_frames = 8;
+        a.n_mel = p->audio.n_mel + 1;
+        a.features = g4_calloc((size_t)a.n_frames * a.n_mel, sizeof(float));
+        a.mask = g4_calloc((size_t)a.n_frames, 1);
+        CHECK(g4_audio_tower_forward(at, &a, out, NULL, NULL) == G4_EUSER);
+        CHECK_MSG(strstr(g4_error(), "mel bins") != NULL, "%s", g4_error());
+        // All frames padding: no soft tokens, no crash, no NaN rows written.
+        a.n_mel = p->audio.n_mel;
+        CHECK_MSG(g4_audio_tower_forward(at, &a, out, NULL, NULL) == G4_OK, "%s", g4_error());
+        g4_audio_features_free(&a);
+        free(out);
+    }
+    g4_vision_tower_free(vt);
+    g4_audio_tower_free(at);
+    g4_package_close(p);
+}
+
+int main(void) {
+    fixtures = g4t_env("G4_FIXTURES");
+    test_config("mobius-tiny-f16");
+    test_config("tiny2");
+    test_merge();
+    test_from_files("mobius-tiny-f16", "mobius-tiny-f16.npz");
+    test_from_files("tiny2", "tiny2.npz");
+    test_clip_bounds();
+    test_bad_inputs(g4t_env("G4_TINY_PKG"));
+    return g4t_finish("test_towers");
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# test_towers_vs_hf.sh: the CPU vision and audio towers and the multimodal merge against the HF
+# multimodal dumps (tools/python/mm_reference.py via make_reference.py --mm; README in
+# tests/fixtures/refdumps): `g4cu compare` runs the image through our front end and the vision
+# tower, the audio tower on the dump's own log-mel, merges the soft tokens at the placeholder
+# ids and runs the decoder. Every tower layer, the soft tokens, the merged embeddings, every
+# decoder layer and the logits must be within the named cpu-f32 tolerance (rel err <= 1e-4,
+# tools/cmd_compare.c: fp32 on the same fp16 weights differs from HF's fp32 only by summation
+# order and libm rounding, ~1e-6; a wrong scale, mask, clamp or order is >= 1e-3), and the
+# argmax of the logits must equal HF's at every position (logits_argmax).
+#   mobius-tiny-f16.npz  PNG at the package's 280-token budget, 16 kHz WAV (a padding conv row)
+#   tiny2.npz            JPEG at a 70-token budget, 24 kHz stereo FLAC (resampled, mixed down)
+#   tiny2-clipped.npz    the same with finite clip bounds on every ClippableLinear (the tiny
+#                        packages keep HF's +-inf, so this is where the clamps are exercised)
+set -u
+: "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
+dir="$G4_FIXTURES/refdumps/mm"
+fail=0
+check() { # model dump min_tensors [required names...]
+    local model=$1 dump=$2 want=$3
+    shift 3
+    local out rc
+    out=$("$G4CU" compare "$G4_FIXTURES/$model/package" "$dir/$dump" 2>&1)
+    rc=$?
+    local n
+    n=$(echo "$out" | grep -o '[0-9]* tensors compared, all within tolerance' | grep -o '^[0-9]*')
+    local missing=""
+    for name in "$@"; do
+        echo "$out" | grep -q "^$name  *[0-9].* ok" || missing="$missing $name"
+    done
+    local am
+    am=$(echo "$out" | grep '^logits_argmax ')
+    if [ $rc -ne 0 ] || [ -z "$n" ] || [ "$n" -lt "$want" ] || [ -n "$missing" ] || [ -z "$am" ]; then
+        echo "FAIL $model/$dump (exit $rc, ${n:-0} tensors ok, want >= $want; missing or not ok:$missing)"
+        echo "$out"
+        fail=$((fail + 1))
+    else
+        echo "ok   $model/$dump: $n tensors within tolerance, logits argmax equal at every position"
+        echo "$out" | grep -E '^(vision_layer|vision_soft|audio_layer|audio_soft|embeds|logits) '
+    fi
+}
+check mobius-tiny-f16 mobius-tiny-f16.npz 37 pixel_values pixel_position_ids vision_patch_embeds \
+    vision_layer_0 vision_layer_1 vision_pooled vision_soft_tokens input_features audio_subsample \
+    audio_ffn1_0 audio_attn_0 audio_lconv_0 audio_ffn2_0 audio_layer_1 audio_output_proj \
+    audio_soft_tokens embeds per_layer_inputs layer_9 logits logits_argmax
+check tiny2 tiny2.npz 28 vision_layer_0 vision_soft_tokens audio_layer_0 audio_soft_tokens embeds \
+    layer_6 logits logits_argmax
+check tiny2 tiny2-clipped.npz 18 vision_layer_0 vision_soft_tokens audio_attn_0 audio_layer_0 \
+    audio_soft_tokens embeds logits logits_argmax
+
+# (tests/test_towers.c checks that the clipped dump fails without its bounds.)
+# A multimodal dump of another model fails (exit 1), it does not crash.
+"$G4CU" compare "$G4_FIXTURES/tiny2/package" "$dir/mobius-tiny-f16.npz" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 1 ] || { echo "FAIL: mismatched multimodal dump gave exit $rc, expected 1"; fail=$((fail + 1)); }
+echo "test_towers_vs_hf: $fail failed"
+[ $fail -eq 0 ]
