@@ -1,0 +1,138 @@
+// generate.h: token generation on a text model: chunked prefill, then one token at a time,
+// greedy or sampled, until an EOS id, a stop string, max_new tokens or the context's end.
+//
+// Semantics (what HF's generate and the lmms-eval / Olive ORT-GenAI adapter do; spec
+// eval-metrics.md 2.3, gemma4-architecture.md 6.1):
+// - EOS ids: the model config's (genai_config.json eos_token_id: [1, 106] for E2B) plus the
+//   caller's extras (the commands add the chat template's <turn|>; generation_config.json also
+//   lists 50). The EOS token that ends generation is kept in `tokens`, as HF's generate
+//   returns it; special tokens never reach the text.
+// - Stop strings: after each token the generated ids are decoded (special tokens skipped) and
+//   the text is cut before the first occurrence of any stop string (the stop string itself is
+//   dropped), as the ORT adapter does. `ignore_stop` removes strings from the stop list (the
+//   benchmark's ignore_stop_strings: ["\n\n"], which leaves lmms-eval's injected "\n\n" out).
+// - Sampling (temperature > 0), in HF's order: logits / temperature, keep the top_k largest
+//   (0: all), then the smallest set of the most likely whose probability reaches top_p (HF's
+//   TopPLogitsWarper: a token stays while the probability of the tokens above it is below
+//   top_p; at least one stays), softmax over what is left (in double), one uniform draw.
+//   temperature <= 0 is greedy: the first index of the largest logit (torch.argmax).
+//   The PRNG is xoshiro256** (Blackman and Vigna) seeded through SplitMix64(seed); a draw
+//   is the top 53 bits / 2^53. The same seed gives the same tokens for the same logits (a
+//   different backend's logits can differ in the last bits, and so can its samples).
+// - Context: the KV cache holds prompt + max_new rows, at most the model's context. A prompt
+//   longer than the context is a user error; when prompt + max_new does not fit, generation
+//   stops where the context ends (stop reason "context").
+// - Prefill runs in chunks of `prefill_chunk` rows (the state's max_tokens); soft tokens are
+//   handed to each chunk in the order of their placeholders.
+// - Streaming: on_text receives the text as it becomes final: never a partial UTF-8
+//   character, never text from a trailing run of byte-fallback pieces (a later byte can still
+//   change how the run decodes), never a tail that could be the start of a stop string.
+//   The concatenation of all calls equals the result's text.
+#ifndef G4_GENERATE_H
+#define G4_GENERATE_H
+
+#include <stdint.h>
+
+#include "engine/text_model.h"
+#include "loader/tokenizer.h"
+
+// --- random numbers ---------------------------------------------------------------------------
+typedef struct {
+    uint64_t s[4];
+} g4_rng;
+void g4_rng_seed(g4_rng *r, uint64_t seed);
+uint64_t g4_rng_next(g4_rng *r);
+double g4_rng_uniform(g4_rng *r); // [0, 1), 53 random bits
+
+// --- one token from logits -------------------------------------------------------------------
+typedef struct {
+    float temperature; // <= 0: greedy
+    int top_k;         // 0: no top-k
+    float top_p;       // >= 1: no top-p
+} g4_sampler;
+
+// Picks a token id from logits [V]. A NaN logit is an internal error (it means a broken
+// forward pass, never a valid distribution).
+int g4_sample(const g4_sampler *s, const float *logits, int V, g4_rng *rng, int *token);
+
+// --- stop strings and streamed text (text_stream.c) -------------------------------------------
+typedef void (*g4_gen_text_fn)(void *ctx, const char *text, size_t len);
+
+// Byte offset of the first occurrence of any of the n stop strings in text[0..len) (*which:
+// its index), or -1.
+long g4_find_stop(const char *const *stop, int n, const char *text, size_t len, int *which);
+
+// The streamed text of a generation: after each token, update() passes on the part of the text
+// that is final (see "Streaming" above); finish() passes on the rest of the final text.
+typedef struct {
+    const g4_tokenizer *tok;
+    const char *const *stop; // (borrowed)
+    int n_stop;
+    g4_gen_text_fn fn;
+    void *ctx;
+    size_t emitted; // bytes passed on
+    char *sent;     // what was passed on, [emitted]
+} g4_text_stream;
+void g4_text_stream_init(g4_text_stream *s, const g4_tokenizer *tok, const char *const *stop,
+                         int n_stop, g4_gen_text_fn fn, void *ctx);
+// ids[0..n): every token generated so far.
+int g4_text_stream_update(g4_text_stream *s, const int *ids, size_t n);
+// text: the final text (already cut before a stop string).
+void g4_text_stream_finish(g4_text_stream *s, const char *text, size_t len);
+void g4_text_stream_free(g4_text_stream *s);
+
+// --- generation ------------------------------------------------------------------------------
+#define G4_GEN_DEFAULT_MAX_NEW 256
+#define G4_GEN_DEFAULT_CHUNK   512
+
+typedef struct {
+    int max_new;        // new tokens at most (>= 1)
+    g4_sampler sampler; // greedy by default
+    uint64_t seed;      // PRNG seed (sampling only)
+    const int *eos;     // extra EOS ids beyond the config's
+    int n_eos;
+    const char *const *stop; // stop strings (non-empty UTF-8)
+    int n_stop;
+    const char *const *ignore_stop; // stop strings to leave out
+    int n_ignore_stop;
+    int prefill_chunk;      // rows per prefill forward (0: G4_GEN_DEFAULT_CHUNK)
+    g4_gen_text_fn on_text; // streaming (NULL: none)
+    void *on_text_ctx;
+} g4_gen_params;
+
+// max_new G4_GEN_DEFAULT_MAX_NEW, greedy, top_p 1, seed 0, nothing else.
+void g4_gen_params_default(g4_gen_params *p);
+
+typedef enum {
+    G4_STOP_EOS = 0,     // an EOS id was generated
+    G4_STOP_STRING = 1,  // the text reached a stop string
+    G4_STOP_MAX_NEW = 2, // max_new tokens were generated
+    G4_STOP_CONTEXT = 3, // the context ended before max_new
+} g4_stop_reason;
+// "eos", "stop_string", "max_new", "context".
+const char *g4_stop_reason_name(g4_stop_reason r);
+
+typedef struct {
+    g4_ids tokens;   // generated ids (with the EOS id that ended it)
+    char *text;      // decoded, special tokens skipped, cut before a stop string
+    size_t text_len; // (the text may hold NUL bytes from <0x00> pieces)
+    g4_stop_reason stop;
+    int stop_id;             // the EOS id when stop == G4_STOP_EOS, else -1
+    const char *stop_string; // the stop string found (borrowed from the params), else NULL
+    int n_prompt;
+    int max_new;          // the limit actually used (max_new, or less at the context's end)
+    double prefill_ms;    // prompt forward passes and the first token's sampling
+    double decode_ms;     // every later step (forward + sampling + stop checks)
+    double prefill_tok_s; // n_prompt / prefill time
+    double decode_tok_s;  // (tokens - 1) / decode time (0 when only one token)
+} g4_gen_result;
+void g4_gen_result_free(g4_gen_result *r);
+
+// Generates after prompt[0..n_prompt) with soft tokens for its placeholders (NULL when it has
+// none). tok decodes the text (stop strings and streaming need it; NULL: no text). A new state
+// is made for the request and freed after it. Errors: an empty prompt, a prompt longer than
+// the context, bad parameters, stop strings without a tokenizer, and forward errors.
+int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
+                const g4_soft_tokens *soft, const g4_gen_params *p, g4_gen_result *out);
+
+#endif
