@@ -1,0 +1,193 @@
+// test_report.c: the pieces under `g4cu compare`'s reports, on inputs whose answers are known
+// by hand: the logits KL (eval/kl.h), the classification of hook names onto the chart, and a
+// report with a text decoder and a vision tower rendered to SVG (one panel each), Markdown and
+// JSON. The end-to-end checks on the tiny fixture are in test_fidelity.c.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval/kl.h"
+#include "eval/report.h"
+#include "eval/svg.h"
+#include "loader/base.h"
+#include "tests/test_util.h"
+
+static void test_kl(void) {
+    // p = softmax(0, ln 3) = (1/4, 3/4), q = softmax(0, 0) = (1/2, 1/2):
+    // KL = 1/4 ln(1/2) + 3/4 ln(3/2) = 0.130812035941137...
+    const float ref[] = {0, logf(3), 5, 5, 1000, -1000, 0, 0};
+    const float test[] = {0, 0, 5, 5, -1000, 1000, 0, NAN};
+    g4_kl_stats k = g4_kl_rows(ref, test, 4, 2);
+    const double want0 = 0.25 * log(0.5) + 0.75 * log(1.5);
+    // ref row 0 holds logf(3) (float): its exact softmax shifts KL by ~1e-8 at most.
+    CHECK_MSG(fabs(k.kl[0] - want0) < 1e-7, "KL %.17g, expected %.17g", k.kl[0], want0);
+    CHECK_MSG(k.kl[1] == 0, "equal rows: KL %g", k.kl[1]);
+    // p = (1, e^-2000), q = (e^-2000, 1): KL = 2000 (nats), finite despite the huge logits.
+    CHECK_MSG(fabs(k.kl[2] - 2000) < 1e-9, "extreme logits: KL %.17g, expected 2000", k.kl[2]);
+    CHECK_MSG(isnan(k.kl[3]) && k.nonfinite_rows == 1 && isnan(k.kl_mean) && isnan(k.kl_max),
+              "NaN row: KL %g, %d non-finite, mean %g", k.kl[3], k.nonfinite_rows, k.kl_mean);
+    CHECK_INT(k.top1_ref[0], 1);
+    CHECK_INT(k.top1_test[0], 0);
+    CHECK_INT(k.top1_ref[2], 0);
+    CHECK_INT(k.top1_test[2], 1);
+    CHECK_INT(k.top1_agree, 2); // rows 1 (tie: both first) and 3 (NaN never wins: first index)
+    g4_kl_free(&k);
+
+    // Three finite rows: the mean and the max with its row.
+    k = g4_kl_rows(ref, test, 3, 2);
+    CHECK_MSG(fabs(k.kl_mean - (want0 + 0 + 2000) / 3) < 1e-7 && k.kl_max == k.kl[2] &&
+                  k.kl_max_row == 2 && k.nonfinite_rows == 0,
+              "mean %.17g max %g at %d", k.kl_mean, k.kl_max, k.kl_max_row);
+    g4_kl_free(&k);
+}
+
+static void test_classify(void) {
+    struct {
+        const char *name, *comp, *kind;
+        int at, layer;
+    } cases[] = {
+        {"q_3", "text", "q", G4_REPORT_AT_LAYER, 3},
+        {"layer_12", "text", "layer", G4_REPORT_AT_LAYER, 12},
+        {"embeds", "text", "embeds", G4_REPORT_AT_IN, -1},
+        {"per_layer_inputs", "text", "per_layer_inputs", G4_REPORT_AT_IN, -1},
+        {"final_norm", "text", "final_norm", G4_REPORT_AT_OUT, -1},
+        {"logits", "text", "logits", G4_REPORT_AT_OUT, -1},
+        {"vision_layer_1", "vision", "layer", G4_REPORT_AT_LAYER, 1},
+        {"vision_patch_embeds", "vision", "patch_embeds", G4_REPORT_AT_IN, -1},
+        {"vision_soft_tokens", "vision", "soft_tokens", G4_REPORT_AT_OUT, -1},
+        {"audio_ffn1_0", "audio", "ffn1", G4_REPORT_AT_LAYER, 0},
+        {"audio_subsample", "audio", "subsample", G4_REPORT_AT_IN, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char comp[16], kind[32];
+        int layer;
+        const int at =
+            g4_report_classify(cases[i].name, comp, sizeof comp, kind, sizeof kind, &layer);
+        CHECK_MSG(at == cases[i].at && layer == cases[i].layer && !strcmp(comp, cases[i].comp) &&
+                      !strcmp(kind, cases[i].kind),
+                  "%s -> %s/%s at %d layer %d", cases[i].name, comp, kind, at, layer);
+    }
+}
+
+static void add(g4_cmp_report *r, const char *name, double rel) {
+    g4_cmp_row row = {0};
+    snprintf(row.name, sizeof row.name, "%s", name);
+    snprintf(row.tol_name, sizeof row.tol_name, "t");
+    row.tol = 1e-2;
+    row.shape_ok = 1;
+    row.s.rel = rel;
+    row.s.cosine = 1;
+    row.s.n = 4;
+    row.s.argmax_agree_rows = -1;
+    row.pass = rel <= row.tol;
+    g4_cmp_report_add(r, &row);
+}
+
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+static void test_two_panels(void) {
+    g4_cmp_report rep = {0};
+    add(&rep, "embeds", 0); // 0: cannot sit on a log axis, must be named in the note
+    for (int l = 0; l < 3; l++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "q_%d", l);
+        add(&rep, nm, 1e-3 * (l + 1));
+        snprintf(nm, sizeof nm, "layer_%d", l);
+        add(&rep, nm, 2e-3 * (l + 1));
+    }
+    add(&rep, "logits", 5e-2); // over the tolerance
+    add(&rep, "vision_patch_embeds", 1e-6);
+    add(&rep, "vision_layer_0", 1e-5);
+    add(&rep, "vision_layer_1", NAN); // non-finite: skipped and counted
+    add(&rep, "vision_soft_tokens", 3e-5);
+    const int32_t ids[] = {2, 5, 7};
+    g4_report r = {.mode = G4_REPORT_HF_DUMP,
+                   .reference = "dir/ref.npz",
+                   .test = "a/b/pkg",
+                   .backend = "cpu",
+                   .ids = ids,
+                   .n_ids = 3,
+                   .n_layers = 3,
+                   .tensors = &rep,
+                   .has_tolerance = 1};
+    char *svg = g4_report_svg(&r);
+    CHECK(svg && count(svg, "<svg") == 1 && count(svg, "</svg>") == 1);
+    CHECK_MSG(strstr(svg, ">text decoder<") && strstr(svg, ">vision tower<"),
+              "expected one panel per component");
+    CHECK_MSG(count(svg, "<clipPath") == 2, "%d clip paths (panels)", count(svg, "<clipPath"));
+    CHECK(strstr(svg, "not drawn (0 or non-finite):") != NULL);
+    CHECK(strstr(svg, "embeddings: 1 value") != NULL &&
+          strstr(svg, "layer output: 1 value") != NULL);
+    CHECK(strstr(svg, "layer") != NULL && strstr(svg, "patch_embeds") != NULL);
+    CHECK(strstr(svg, "stroke-dasharray") != NULL); // the tolerance line
+    // the decades from 1e-6 (vision) to 5e-2: ticks 1e-6 .. 0.1 on the vision panel
+    CHECK(strstr(svg, ">1e-6<") != NULL || strstr(svg, ">1e-06<") != NULL);
+    free(svg);
+
+    char *md = g4_report_md(&r);
+    CHECK(md && strstr(md, "| `logits` |") && strstr(md, "**FAIL**") &&
+          strstr(md, "| `vision_layer_0` |"));
+    free(md);
+    char *js = g4_report_json(&r);
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    CHECK_MSG(j, "JSON does not parse");
+    if (j) {
+        const cJSON *ts = cJSON_GetObjectItem(j, "tensors");
+        CHECK_INT(cJSON_GetArraySize(ts), rep.n);
+        const cJSON *v1 = cJSON_GetArrayItem(ts, 10);
+        CHECK(v1 && !strcmp(cJSON_GetObjectItem(v1, "name")->valuestring, "vision_layer_1"));
+        CHECK(v1 && cJSON_IsNull(cJSON_GetObjectItem(v1, "rel"))); // NaN -> null
+        CHECK(v1 && !strcmp(cJSON_GetObjectItem(v1, "component")->valuestring, "vision"));
+        cJSON_Delete(j);
+    }
+    free(js);
+    g4_cmp_report_free(&rep);
+}
+
+static void test_sens_sort(void) {
+    g4_sens_row rows[4] = {0};
+    const char *names[] = {"b", "a", "c", "d"};
+    const double kl[] = {1e-3, 1e-3, 5e-3, 0};
+    for (int i = 0; i < 4; i++) {
+        snprintf(rows[i].name, sizeof rows[i].name, "%s", names[i]);
+        rows[i].kl_mean = kl[i];
+        rows[i].evaluated = i < 3;
+        rows[i].out_rel = 1;
+    }
+    g4_report_sort_sens(rows, 4);
+    CHECK(!strcmp(rows[0].name, "c") && !strcmp(rows[1].name, "a") && !strcmp(rows[2].name, "b") &&
+          !strcmp(rows[3].name, "d"));
+    CHECK(g4_report_cmp_desc(NAN, 1) < 0 && g4_report_cmp_desc(1, NAN) > 0 &&
+          g4_report_cmp_desc(2, 1) < 0 && g4_report_cmp_desc(1, 1) == 0);
+}
+
+static void test_svg_escape(void) {
+    const double x[] = {0, 1}, y[] = {1, 10};
+    g4_svg_series s = {"a<b & \"c\"", G4_SVG_LINE, 2, x, y};
+    g4_svg_panel p = {.title = "t&t",
+                      .x_label = "x",
+                      .y_label = "y",
+                      .log_y = 1,
+                      .x_min = 0,
+                      .x_max = 1,
+                      .n_series = 1,
+                      .series = &s};
+    char *svg = g4_svg_render("title <1>", NULL, &p, 1);
+    CHECK(strstr(svg, "a&lt;b &amp; &quot;c&quot;") && strstr(svg, "t&amp;t") &&
+          strstr(svg, "title &lt;1&gt;") && !strstr(svg, "a<b"));
+    free(svg);
+}
+
+int main(void) {
+    test_kl();
+    test_classify();
+    test_two_panels();
+    test_sens_sort();
+    test_svg_escape();
+    return g4t_finish("test_report");
+}
