@@ -1,6 +1,7 @@
 // text_decoder.c: one forward pass of the Gemma-4 text model (spec/gemma4-architecture.md
 // sections 2-3): embeddings and per-layer inputs (the package's embedding model), then the
 // decoder layers with KV sharing, the final norm, the tied LM head and the logit soft-cap.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -57,6 +58,27 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
     s->ids = g4_buf_new(be, G4_I32, T, 1);
     s->pos = g4_buf_new(be, G4_I32, T, 1);
     s->logits = g4_buf_new(be, G4_F32, T, c->vocab);
+    // Out of memory shows up as NULL buffers: report the whole state's size.
+    size_t bytes = 0;
+    int oom = 0;
+    const g4_buf *all[] = {&s->h,   &s->x,   &s->q,       &s->k,  &s->v,   &s->attn,
+                           &s->o,   &s->mlp, &s->ple,     &s->ple_tok, &s->pg, &s->ids,
+                           &s->pos, &s->logits};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        bytes += g4_buf_bytes(all[i]);
+        oom |= all[i]->data == NULL;
+    }
+    for (int i = 0; i < c->n_kv_layers; i++) {
+        bytes += g4_buf_bytes(&s->kc[i]) + g4_buf_bytes(&s->vc[i]);
+        oom |= !s->kc[i].data || !s->vc[i].data;
+    }
+    if (oom) {
+        g4_text_state_free(s);
+        return g4_fail(G4_EUSER,
+                       "%s backend out of memory: a context of %d tokens needs %.2f GiB of KV "
+                       "cache and activations (ask for a shorter context)",
+                       be->name, capacity, (double)bytes / (1u << 30));
+    }
     *out = s;
     return G4_OK;
 }
@@ -64,6 +86,7 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
 void g4_text_state_free(g4_text_state *s) {
     if (!s) return;
     g4_backend *be = s->be;
+    if (s->graph) be->graph_free(be, s->graph);
     for (int i = 0; i < s->m->cfg->n_kv_layers; i++) {
         g4_buf_free(be, &s->kc[i]);
         g4_buf_free(be, &s->vc[i]);
@@ -87,17 +110,12 @@ static void emit_layer(g4_text_state *s, const char *what, int l, const g4_buf *
     s->hook(s->hook_ctx, name, s->be, b);
 }
 
-// Embeddings and per-layer inputs for T tokens (the package's embedding model):
-//   h   = embed_tokens[ids'] * embed_scale, soft-token rows replaced by the features
-//   ple = (rmsnorm_P(h @ W_plmp * proj_scale) + embed_tokens_per_layer[ids'] * tok_scale)
-//         * combine_scale                                       [T, L*P], layer l at cols l*P
-// where ids' has the image/audio placeholders replaced by the pad id.
-static int embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft) {
-    g4_text_model *m = s->m;
-    const g4_text_config *c = m->cfg;
+// Host side of a forward: validates the ids, replaces image/audio placeholders by the pad id
+// for the table lookups, and uploads ids and positions into the state's device buffers.
+static int stage_inputs(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft) {
+    const g4_text_config *c = s->m->cfg;
     g4_backend *be = s->be;
-    const int H = c->hidden, LP = c->n_layers * c->ple_dim;
-    int32_t *lookup = g4_malloc(sizeof(int32_t) * (size_t)T);
+    int32_t *buf = g4_malloc(sizeof(int32_t) * 2 * (size_t)T); // [lookup ids | positions]
     int n_soft = 0;
     for (int t = 0; t < T; t++) {
         int32_t id = ids[t];
@@ -107,34 +125,50 @@ static int embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
             n_soft++;
             id = c->pad_id;
         } else if (id < 0 || id >= c->vocab || id >= c->vocab_ple) {
-            free(lookup);
+            free(buf);
             return g4_fail(G4_EUSER, "token id %d at position %d is outside the vocabulary [0, %d)",
                            ids[t], t, c->vocab < c->vocab_ple ? c->vocab : c->vocab_ple);
         }
-        lookup[t] = id;
+        buf[t] = id;
+        buf[T + t] = s->n_past + t;
     }
     if (n_soft != (soft ? soft->n : 0)) {
-        free(lookup);
+        free(buf);
         return g4_fail(G4_EUSER,
                        "%d image/audio placeholder tokens in the input, but %d soft tokens given",
                        n_soft, soft ? soft->n : 0);
     }
-    g4_buf ids_b = view(&s->ids, T, 1);
-    be->upload(be, ids_b.data, lookup, sizeof(int32_t) * (size_t)T);
-    free(lookup);
+    be->upload(be, s->ids.data, buf, sizeof(int32_t) * (size_t)T);
+    be->upload(be, s->pos.data, buf + T, sizeof(int32_t) * (size_t)T);
+    be->sync(be); // buf is pageable host memory about to be freed
+    free(buf);
+    return G4_OK;
+}
 
+// Embeddings and per-layer inputs for T tokens (the package's embedding model):
+//   h   = embed_tokens[ids'] * embed_scale, soft-token rows replaced by the features
+//   ple = (rmsnorm_P(h @ W_plmp * proj_scale) + embed_tokens_per_layer[ids'] * tok_scale)
+//         * combine_scale                                       [T, L*P], layer l at cols l*P
+// where ids' (staged in s->ids) has the image/audio placeholders replaced by the pad id.
+static void embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft) {
+    g4_text_model *m = s->m;
+    const g4_text_config *c = m->cfg;
+    g4_backend *be = s->be;
+    const int H = c->hidden, LP = c->n_layers * c->ple_dim;
+    g4_buf ids_b = view(&s->ids, T, 1);
     g4_buf h = view(&s->h, T, H);
     g4_buf x = view(&s->x, T, H);
     // The embedding model computes in the activation type; the residual stream is F32.
     be->embed(be, &x, m->embed_tokens, c->vocab, &ids_b, c->embed_scale);
     be->convert(be, &h, &x);
-    if (n_soft) { // overwrite placeholder rows with the soft tokens, in order
+    if (soft && soft->n) { // overwrite placeholder rows with the soft tokens, in order
         float *rows = g4_malloc(sizeof(float) * (size_t)T * H);
         be->download(be, rows, h.data, sizeof(float) * (size_t)T * H);
         for (int t = 0, k = 0; t < T; t++)
             if (ids[t] == c->image_token_id || ids[t] == c->audio_token_id)
                 memcpy(rows + (size_t)t * H, soft->rows + (size_t)(k++) * H, sizeof(float) * H);
         be->upload(be, h.data, rows, sizeof(float) * (size_t)T * H);
+        be->sync(be);
         free(rows);
         be->convert(be, &x, &h);
     }
@@ -148,7 +182,6 @@ static int embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
     be->add(be, &ple, &tok);
     be->scale(be, &ple, c->ple_combine_scale);
     emit(s, "per_layer_inputs", &ple);
-    return G4_OK;
 }
 
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each a post-normed
@@ -204,11 +237,34 @@ static void layer(g4_text_state *s, int l, int T) {
     emit_layer(s, "layer", l, &h);
 }
 
-int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
-                    float *logits_out, int all_logits) {
+// The device work of a forward over T staged tokens: embeddings, layers, final norm, LM head
+// and soft-cap (logits of every row, or of the last row only). No host work unless soft tokens
+// are given, so a decode step (T = 1, no soft tokens, no hook) can be captured in a graph.
+static g4_buf compute(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
+                      int all_logits) {
     g4_text_model *m = s->m;
     const g4_text_config *c = m->cfg;
     g4_backend *be = s->be;
+    embed(s, ids, T, soft);
+    for (int l = 0; l < c->n_layers; l++) layer(s, l, T);
+    const int rows = all_logits ? T : 1;
+    g4_buf h = view(&s->h, T, c->hidden);
+    g4_buf x = view(&s->x, T, c->hidden);
+    be->rmsnorm(be, &x, &h, m->final_norm, c->hidden, c->rms_eps);
+    emit(s, "final_norm", &x);
+    g4_buf xl = x;
+    if (!all_logits) { // the last row only
+        xl.data = (char *)x.data + (size_t)(T - 1) * c->hidden * g4_type_size(x.type);
+        xl.rows = 1;
+    }
+    g4_buf logits = view(&s->logits, rows, c->vocab);
+    be->linear(be, &logits, &xl, &m->lm_head, 0);
+    if (c->final_softcap > 0) be->softcap(be, &logits, c->final_softcap);
+    emit(s, "logits", &logits);
+    return logits;
+}
+
+static int check_request(const g4_text_state *s, int T) {
     if (T < 1 || T > s->max_tokens)
         return g4_fail(G4_EUSER, "forward of %d tokens: this state takes 1..%d per call", T,
                        s->max_tokens);
@@ -217,32 +273,57 @@ int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_t
                        "%d tokens after %d already in the context exceed its capacity of %d "
                        "tokens (prompt longer than the context?)",
                        T, s->n_past, s->capacity);
-    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T);
-    for (int t = 0; t < T; t++) pos[t] = s->n_past + t;
-    be->upload(be, s->pos.data, pos, sizeof(int32_t) * (size_t)T);
-    free(pos);
-    int rc = embed(s, ids, T, soft);
-    if (rc) return rc;
-    for (int l = 0; l < c->n_layers; l++) layer(s, l, T);
+    return G4_OK;
+}
 
-    // Final norm, tied LM head, soft-cap (only the rows the caller wants).
-    const int rows = all_logits ? T : 1;
-    g4_buf h = view(&s->h, T, c->hidden);
-    g4_buf x = view(&s->x, T, c->hidden);
-    be->rmsnorm(be, &x, &h, m->final_norm, c->hidden, c->rms_eps);
-    emit(s, "final_norm", &x);
-    g4_buf xl = x;
-    if (!all_logits) { // the last row only
-        size_t es = g4_type_size(x.type);
-        xl.data = (char *)x.data + (size_t)(T - 1) * c->hidden * es;
-        xl.rows = 1;
-    }
-    g4_buf logits = view(&s->logits, rows, c->vocab);
-    be->linear(be, &logits, &xl, &m->lm_head, 0);
-    if (c->final_softcap > 0) be->softcap(be, &logits, c->final_softcap);
-    emit(s, "logits", &logits);
+int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
+                    float *logits_out, int all_logits) {
+    g4_backend *be = s->be;
+    int rc;
+    if ((rc = check_request(s, T)) || (rc = stage_inputs(s, ids, T, soft))) return rc;
+    g4_buf logits = compute(s, ids, T, soft, all_logits);
     if (logits_out) be->download(be, logits_out, logits.data, g4_buf_bytes(&logits));
     be->sync(be);
     s->n_past += T;
+    return G4_OK;
+}
+
+// Argmax of a host row (first maximum, NaN largest, as torch.argmax).
+static int32_t host_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (isnan(x[i]) ? !isnan(x[best]) : x[i] > x[best]) best = i;
+    return best;
+}
+
+int g4_text_decode_greedy(g4_text_state *s, int32_t id, int32_t *next) {
+    g4_backend *be = s->be;
+    const g4_text_config *c = s->m->cfg;
+    int rc;
+    if ((rc = check_request(s, 1)) || (rc = stage_inputs(s, &id, 1, NULL))) return rc;
+    if (!be->graph_begin || s->hook || c->final_softcap <= 0) {
+        // Eager: the CPU backend, or when intermediates are hooked.
+        g4_buf logits = compute(s, &id, 1, NULL, 0);
+        float *row = g4_malloc(sizeof(float) * (size_t)c->vocab);
+        be->download(be, row, logits.data, g4_buf_bytes(&logits));
+        *next = host_argmax(row, c->vocab);
+        free(row);
+    } else {
+        // The first step runs eagerly (sizing every workspace), the second captures the whole
+        // step in a graph; later steps replay it with the staged id and position.
+        if (!s->graph && s->eager_steps >= 1) {
+            be->graph_begin(be);
+            compute(s, &id, 1, NULL, 0);
+            s->graph = be->graph_end(be);
+        }
+        if (s->graph) {
+            be->graph_launch(be, s->graph);
+        } else {
+            compute(s, &id, 1, NULL, 0);
+            s->eager_steps++;
+        }
+        be->download(be, next, be->argmax(be), sizeof(int32_t));
+    }
+    s->n_past += 1;
     return G4_OK;
 }

@@ -7,9 +7,18 @@
 #include "loader/base.h"
 #include "quant/q4.h"
 
+// Bytes of a linear as the package stores it (weight, Q4 scales and zero points, bias).
+static uint64_t g4_linear_bytes(const g4_linear *w) {
+    uint64_t b = w->bias ? (uint64_t)w->out * 2 : 0;
+    if (w->kind == G4_W_F16) return b + (uint64_t)w->in * w->out * 2;
+    const uint64_t kb = (uint64_t)(w->in + w->block - 1) / w->block;
+    return b + (uint64_t)w->out * (kb * (uint64_t)(w->block / 2) + kb * 2 + (kb + 1) / 2);
+}
+
 // Keeps a backend allocation for g4_text_model_free.
 static void *own(g4_text_model *m, size_t bytes) {
     void *p = m->be->alloc(m->be, bytes);
+    if (!p) return NULL;
     m->owned = g4_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
     m->owned[m->n_owned++] = p;
     return p;
@@ -21,6 +30,10 @@ static const void *place(g4_text_model *m, const void *data, size_t bytes, size_
     m->weight_bytes += bytes;
     if (m->be->host_memory && ((uintptr_t)data % align) == 0) return data;
     void *p = own(m, bytes);
+    if (!p) {
+        m->oom_bytes += bytes;
+        return NULL;
+    }
     m->be->upload(m->be, p, data, bytes);
     return p;
 }
@@ -40,6 +53,14 @@ static int linear(g4_text_model *m, const g4_component *c, const char *name, int
                   g4_linear *w) {
     int rc = g4_linear_get(c, name, in, out, w);
     if (rc) return rc;
+    if (m->be->prepare_linear) { // the backend lays it out itself (device copy, Q4 repack)
+        m->weight_bytes += g4_linear_bytes(w);
+        if ((rc = m->be->prepare_linear(m->be, w))) {
+            g4_error_prefix("%s: '%s'", c->onnx_path, name);
+            return rc;
+        }
+        return G4_OK;
+    }
     if (w->kind == G4_W_F16) {
         w->w = place(m, w->w, (size_t)in * out * 2, 2);
     } else {
@@ -117,11 +138,15 @@ int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **ou
             goto fail;
     }
 #undef NAME
-    for (int r = 0; r < cfg->n_rope; r++) {
-        size_t bytes = sizeof(float) * (size_t)cfg->rope[r].n_freq;
-        float *p = own(m, bytes);
-        be->upload(be, p, cfg->rope[r].inv_freq, bytes);
-        m->inv_freq[r] = p;
+    for (int r = 0; r < cfg->n_rope; r++)
+        m->inv_freq[r] = place(m, cfg->rope[r].inv_freq, sizeof(float) * (size_t)cfg->rope[r].n_freq,
+                               4);
+    if (m->oom_bytes) {
+        rc = g4_fail(G4_EUSER, "%s: %s backend out of memory: %llu of %llu bytes of text weights "
+                               "did not fit",
+                     pkg->dir, be->name, (unsigned long long)m->oom_bytes,
+                     (unsigned long long)m->weight_bytes);
+        goto fail;
     }
     *out = m;
     return G4_OK;
@@ -130,8 +155,30 @@ fail:
     return rc;
 }
 
+// Every linear of the model (for release_linear).
+static int all_linears(g4_text_model *m, g4_linear **out, int max) {
+    int n = 0;
+    out[n++] = &m->ple_model_proj;
+    out[n++] = &m->lm_head;
+    for (int l = 0; m->layers && l < m->cfg->n_layers && n + 9 <= max; l++) {
+        g4_text_layer *w = &m->layers[l];
+        g4_linear *ls[] = {&w->q, &w->k, &w->v, &w->o, &w->gate, &w->up, &w->down, &w->ple_gate,
+                           &w->ple_proj};
+        for (int i = 0; i < 9; i++) out[n++] = ls[i];
+    }
+    return n;
+}
+
 void g4_text_model_free(g4_text_model *m) {
     if (!m) return;
+    if (m->be->release_linear) {
+        int max = 2 + 9 * m->cfg->n_layers;
+        g4_linear **ls = g4_malloc(sizeof(g4_linear *) * (size_t)max);
+        int n = all_linears(m, ls, max);
+        for (int i = 0; i < n; i++)
+            if (ls[i]->w || ls[i]->packed) m->be->release_linear(m->be, ls[i]);
+        free(ls);
+    }
     for (int i = 0; i < m->n_owned; i++) m->be->free(m->be, m->owned[i]);
     free(m->owned);
     free(m->layers);

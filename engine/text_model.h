@@ -42,6 +42,7 @@ typedef struct g4_text_model {
     g4_linear lm_head;          // [H, V]
     const float *inv_freq[G4_MAX_ROPE]; // backend memory, [head_dim/2] per rope table
     uint64_t weight_bytes;      // bytes of weights placed on the backend
+    uint64_t oom_bytes;         // bytes that did not fit (load fails when non-zero)
     void **owned;               // backend allocations (uploads, aligned copies)
     int n_owned;
 } g4_text_model;
@@ -75,6 +76,8 @@ typedef struct g4_text_state {
     g4_buf logits; // F32 [T, V]
     g4_text_hook hook;
     void *hook_ctx;
+    void *graph;     // captured greedy decode step (backends with graphs), or NULL
+    int eager_steps; // greedy steps run before capture (the first sizes the workspaces)
 } g4_text_state;
 
 // Binds every text weight of pkg (fp16 or Q4) and places it on be. Errors name the tensor.
@@ -99,5 +102,10 @@ typedef struct {
 // embedding rows from soft (which must hold exactly that many rows).
 int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
                     float *logits_out, int all_logits);
+
+// One greedy decode step: feeds `id` at position n_past and returns the argmax of the soft-capped
+// logits in *next. On backends with graphs (CUDA) the whole step is captured once and replayed
+// (ids and position staged in device buffers; only 4 bytes come back). Not with a hook set.
+int g4_text_decode_greedy(g4_text_state *s, int32_t id, int32_t *next);
 
 #endif

@@ -438,7 +438,9 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     const bool fused = wu != nullptr;
     if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
-    if (algo == G4_GEMM_AUTO) algo = M <= 8 ? G4_GEMM_GEMV : G4_GEMM_MMA;
+    // wgmma passed the whole test table on the H200 and beats mma.sync at every prefill shape
+    // (bench/RESULTS.md), so it is the prefill path; mma.sync stays for Q4 and as a reference.
+    if (algo == G4_GEMM_AUTO) algo = M <= 8 ? G4_GEMM_GEMV : G4_GEMM_WGMMA;
     const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
     const __half *hb = (const __half *)bias;
     switch (algo) {

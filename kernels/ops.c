@@ -29,7 +29,7 @@ size_t g4_buf_bytes(const g4_buf *b) { return (size_t)b->rows * (size_t)b->cols 
 g4_buf g4_buf_new(g4_backend *be, g4_type type, int rows, int cols) {
     G4_ASSERT(rows >= 0 && cols >= 0);
     g4_buf b = {NULL, type, rows, cols};
-    b.data = be->alloc(be, g4_buf_bytes(&b) ? g4_buf_bytes(&b) : 1);
+    b.data = be->alloc(be, g4_buf_bytes(&b) ? g4_buf_bytes(&b) : 1); // NULL: out of memory
     return b;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test_bench_cli.sh: `g4cu bench`'s contract: usage errors exit 1 with one line, the whole-model
-# form is not implemented yet (exit 2, no numbers), --kernels needs a GPU (exit 2 without one;
-# with one, a filter that matches nothing prints the device line and exits 0 without timing).
+# test_bench_cli.sh: `g4cu bench`'s contract: usage errors exit 1 with one line; the whole-model
+# form on a missing package is a user error (exit 1, one line, no numbers) and on the CPU backend
+# runs the tiny fixture; --kernels needs a GPU (exit 2 without one; with one, a filter that
+# matches nothing prints the device line and exits 0 without timing).
 set -u
 : "${G4CU:?run through ctest}"
 fail=0
@@ -24,11 +25,17 @@ check "--reps 0: names the option" $?
 "$G4CU" bench --kernels --bogus >"$tmp/out" 2>"$tmp/err"
 check "unknown option: exit 1" $(($? != 1))
 
-"$G4CU" bench /some/package >"$tmp/out" 2>"$tmp/err"
-check "bench PKG: exit 2" $(($? != 2))
-grep -q "bench PKG: not implemented yet" "$tmp/err"
-check "bench PKG: says not implemented" $?
-check "bench PKG: prints no numbers" $(($(wc -c <"$tmp/out") != 0))
+"$G4CU" bench /some/package --backend cpu >"$tmp/out" 2>"$tmp/err"
+check "bench missing PKG: exit 1" $(($? != 1))
+check "bench missing PKG: one line on stderr" $(($(wc -l <"$tmp/err") != 1))
+check "bench missing PKG: prints no numbers" $(($(wc -c <"$tmp/out") != 0))
+
+"$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --json "$tmp/b.json" >"$tmp/out" 2>"$tmp/err"
+check "bench tiny PKG on cpu: exit 0" $?
+grep -q "decode [0-9.]* tok/s" "$tmp/out"
+check "bench tiny PKG: decode tok/s printed" $?
+grep -q '"decode_tok_s"' "$tmp/b.json"
+check "bench tiny PKG: json written" $?
 
 "$G4CU" bench --kernels --filter no-such-kernel-row --reps 1 >"$tmp/out" 2>"$tmp/err"
 rc=$?

@@ -1,6 +1,6 @@
 // g4cu bench --kernels [--filter S] [--reps N] [--json F]: kernel benchmarks against the H200
-// ceilings and their library baselines (kernels/kbench.h). `g4cu bench PKG` (whole model) is
-// not implemented yet.
+// ceilings and their library baselines (kernels/kbench.h). `g4cu bench PKG [PKG2]`: the whole
+// model (tools/bench_model.c).
 //
 // Each area's table comes from a g4_kbench_* function (kernels/bench_*.cu).
 #include <stdio.h>
@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_util.h"
 #include "kernels/kbench.h"
+#include "tools/bench_model.h"
 #include "tools/cli.h"
 
 int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max);
@@ -61,8 +62,9 @@ static int bench_kernels(const char *filter, int reps, const char *json) {
 }
 
 static int cmd_bench(int argc, char **argv) {
-    const char *filter = NULL, *json = NULL, *pkg = NULL;
-    int kernels = 0;
+    const char *filter = NULL, *json = NULL, *pkgs[4] = {NULL}, *backend = "cuda";
+    const char *hf_dir = NULL, *hf_script = "tools/python/bench_hf.py";
+    int kernels = 0, n_pkgs = 0;
     long long reps = 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--kernels")) {
@@ -76,27 +78,28 @@ static int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--json")) {
             if (++i >= argc) return g4_cli_usage_error("bench", "--json needs a file name");
             json = argv[i];
+        } else if (!strcmp(argv[i], "--hf") && i + 1 < argc) {
+            hf_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--hf-script") && i + 1 < argc) {
+            hf_script = argv[++i];
+        } else if (!strcmp(argv[i], "--backend")) {
+            if (++i >= argc) return g4_cli_usage_error("bench", "--backend needs cpu or cuda");
+            backend = argv[i];
         } else if (argv[i][0] == '-') {
             return g4_cli_usage_error("bench", "unknown option '%s'", argv[i]);
-        } else if (!pkg) {
-            pkg = argv[i];
+        } else if (n_pkgs < 4) {
+            pkgs[n_pkgs++] = argv[i];
         } else {
             return g4_cli_usage_error("bench", "unexpected argument '%s'", argv[i]);
         }
     }
-    if (kernels && pkg)
-        return g4_cli_usage_error("bench", "give either --kernels or a package, not both");
+    if (kernels && n_pkgs)
+        return g4_cli_usage_error("bench", "give either --kernels or packages, not both");
     if (kernels) return bench_kernels(filter, (int)reps, json);
-    if (pkg) {
-        fprintf(stderr,
-                "g4cu: bench PKG: not implemented yet (got '%s'; kernel timings: g4cu bench "
-                "--kernels)\n",
-                pkg);
-        return 2;
-    }
+    if (n_pkgs) return g4_bench_model(pkgs, n_pkgs, backend, (int)reps, json, hf_dir, hf_script);
     return g4_cli_usage_error("bench", "expected --kernels or a package directory");
 }
 
 const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
-                             "PKG | --kernels [--filter S] [--reps N] [--json F]   timings vs the "
-                             "H200 ceilings"};
+                             "PKG [PKG2] [--backend cuda|cpu] [--hf HF_DIR] | --kernels [--filter S]  [--reps N] "
+                             "[--json F]   model tok/s, or kernels vs the H200 ceilings"};

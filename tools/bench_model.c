@@ -1,0 +1,206 @@
+// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512
+// and 2048 tokens, decode tok/s (128 new after a 128-token prompt, greedy, graph-replayed on
+// CUDA), time to first token, GPU memory, and the same for a second package (Q4); optionally HF
+// transformers on the same weights (tools/python/bench_hf.py) with the ratios.
+//
+// Timing: wall clock around synchronised work, median of `reps` runs after one warm-up run;
+// each run starts from an empty KV cache. Token ids are seeded random (never one repeated id).
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loader/json.h"
+
+#include "engine/backend_select.h"
+#include "engine/text_model.h"
+#include "tools/bench_model.h"
+#include "tools/cli.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    double prefill_ms[3]; // 128, 512, 2048 tokens
+    int prefill_len[3];
+    double ttft_ms;       // 128-token prompt -> first token id on the host
+    double decode_tok_s;  // 128 new tokens after the prompt
+    double load_s;
+    double weights_gib;   // weight bytes placed on the backend
+    double state_gib;     // KV cache + activations of the decode state
+} bench_result;
+
+// Runs one package; fills r. Prefill lengths beyond the context are skipped (ms = -1).
+static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r) {
+    memset(r, 0, sizeof *r);
+    g4_package *p = NULL;
+    g4_text_model *m = NULL;
+    g4_text_state *s = NULL;
+    int rc;
+    double t0 = now_ms();
+    if ((rc = g4_package_open(dir, &p)) || (rc = g4_text_model_load(p, be, &m))) goto done;
+    be->sync(be);
+    r->load_s = (now_ms() - t0) / 1e3;
+    r->weights_gib = (double)m->weight_bytes / (1u << 30);
+    const int lens[3] = {128, 512, 2048};
+    const int ctx = p->text.context_length;
+    int32_t *ids = g4_malloc(sizeof(int32_t) * 2048 + 4 * 256);
+    unsigned long long seed = 0x5eed;
+    for (int i = 0; i < 2048 + 256; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
+    }
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    for (int k = 0; k < 3; k++) {
+        r->prefill_len[k] = lens[k];
+        r->prefill_ms[k] = -1;
+        if (lens[k] > ctx) continue;
+        if ((rc = g4_text_state_new(m, lens[k], lens[k], &s))) goto done_t;
+        for (int i = 0; i <= reps; i++) {
+            g4_text_state_reset(s);
+            double a = now_ms();
+            if ((rc = g4_text_forward(s, ids, lens[k], NULL, NULL, 0))) goto done_t;
+            if (i) t[i - 1] = now_ms() - a; // run 0 warms up
+        }
+        r->prefill_ms[k] = median(t, reps);
+        g4_text_state_free(s);
+        s = NULL;
+    }
+    // Decode: a 128-token prompt (its last token goes through the decode step), 128 new.
+    const int P = 128 < ctx ? 128 : ctx / 2, N = 128 < ctx - P ? 128 : ctx - P - 1;
+    if ((rc = g4_text_state_new(m, P + N + 1, P, &s))) goto done_t;
+    r->state_gib = 0;
+    for (int i = 0; i < p->text.n_kv_layers; i++)
+        r->state_gib += (double)(g4_buf_bytes(&s->kc[i]) + g4_buf_bytes(&s->vc[i])) / (1u << 30);
+    double *ttft = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    for (int i = 0; i <= reps; i++) {
+        g4_text_state_reset(s);
+        double a = now_ms();
+        int32_t tok;
+        if ((rc = g4_text_forward(s, ids, P - 1, NULL, NULL, 0)) ||
+            (rc = g4_text_decode_greedy(s, ids[P - 1], &tok)))
+            goto done_d;
+        double b = now_ms();
+        for (int j = 1; j < N; j++)
+            if ((rc = g4_text_decode_greedy(s, tok, &tok))) goto done_d;
+        double c = now_ms();
+        if (i) {
+            ttft[i - 1] = b - a;
+            t[i - 1] = (N - 1) / ((c - b) / 1e3);
+        }
+    }
+    r->ttft_ms = median(ttft, reps);
+    r->decode_tok_s = median(t, reps);
+done_d:
+    free(ttft);
+done_t:
+    free(t);
+    free(ids);
+done:
+    g4_text_state_free(s);
+    g4_text_model_free(m);
+    g4_package_close(p);
+    return rc;
+}
+
+static void print_result(const char *name, const bench_result *r) {
+    printf("%-6s load %.1f s, weights %.2f GiB, KV %.3f GiB | ", name, r->load_s, r->weights_gib,
+           r->state_gib);
+    for (int k = 0; k < 3; k++)
+        if (r->prefill_ms[k] >= 0)
+            printf("prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k], r->prefill_ms[k],
+                   r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
+    printf("TTFT(128) %.2f ms | decode %.1f tok/s\n", r->ttft_ms, r->decode_tok_s);
+}
+
+static void json_result(FILE *f, const char *name, const bench_result *r) {
+    fprintf(f, "  \"%s\": {\"load_s\": %.3f, \"weights_gib\": %.4f, \"kv_gib\": %.4f, ", name,
+            r->load_s, r->weights_gib, r->state_gib);
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", r->prefill_len[k],
+                r->prefill_ms[k], r->prefill_len[k],
+                r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
+    fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f}", r->ttft_ms, r->decode_tok_s);
+}
+
+// Runs the HF peer script on hf_dir and prints our first package's speeds over HF's.
+static int peers(const char *hf_dir, const char *script, const bench_result *ours, int reps) {
+    char tmp[] = "/tmp/g4cu-hf-XXXXXX";
+    int fd = mkstemp(tmp);
+    if (fd < 0) return g4_fail(G4_EINTERNAL, "cannot create a temporary file");
+    close(fd);
+    const char *py = getenv("G4_PYTHON") ? getenv("G4_PYTHON") : "python3";
+    char *cmd = g4_sprintf("'%s' '%s' '%s' --reps %d --json '%s'", py, script, hf_dir, reps, tmp);
+    fflush(stdout);
+    int st = system(cmd);
+    free(cmd);
+    g4_json j;
+    int rc = st == 0 ? g4_json_open(tmp, &j) : g4_fail(G4_EUSER, "%s %s: exit status %d", script,
+                                                           hf_dir, st);
+    unlink(tmp);
+    if (rc) return rc;
+    const char *dts[2] = {"bf16", "fp16"};
+    for (int d = 0; d < 2; d++) {
+        double dec, ttft, pf[3];
+        char key[64];
+        snprintf(key, sizeof key, "%s.decode_tok_s", dts[d]);
+        if (g4_json_num(&j, j.root, key, 0, -1, &dec) || dec <= 0) continue;
+        snprintf(key, sizeof key, "%s.ttft_128_ms", dts[d]);
+        g4_json_num(&j, j.root, key, 0, -1, &ttft);
+        printf("vs HF %s: decode %.1fx (%.1f vs %.1f tok/s), TTFT %.1fx", dts[d],
+               ours->decode_tok_s / dec, ours->decode_tok_s, dec, ttft / ours->ttft_ms);
+        for (int k = 0; k < 3; k++) {
+            snprintf(key, sizeof key, "%s.prefill_%d_ms", dts[d], ours->prefill_len[k]);
+            if (!g4_json_num(&j, j.root, key, 0, -1, &pf[k]) && pf[k] > 0 &&
+                ours->prefill_ms[k] > 0)
+                printf(", prefill %d %.1fx", ours->prefill_len[k], pf[k] / ours->prefill_ms[k]);
+        }
+        printf("\n");
+    }
+    g4_json_close(&j);
+    return G4_OK;
+}
+
+int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int reps,
+                   const char *json, const char *hf_dir, const char *hf_script) {
+    g4_backend *be;
+    int rc = g4_backend_by_name(backend, &be);
+    if (rc) return g4_cli_fail(rc);
+    bench_result res[4];
+    const char *names[4];
+    for (int i = 0; i < n_pkgs && i < 4; i++) {
+        names[i] = pkgs[i];
+        if ((rc = bench_one(pkgs[i], be, reps, &res[i]))) return g4_cli_fail(rc);
+        print_result(i == 0 ? "pkg1" : i == 1 ? "pkg2" : "pkg", &res[i]);
+        printf("       (%s)\n", pkgs[i]);
+        fflush(stdout);
+    }
+    if (hf_dir && (rc = peers(hf_dir, hf_script, &res[0], reps > 3 ? 3 : reps)))
+        return g4_cli_fail(rc);
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) return g4_cli_fail(g4_fail(G4_EUSER, "%s: cannot write", json));
+        fprintf(f, "{\"backend\": \"%s\", \"reps\": %d, \"packages\": {\n", be->name, reps);
+        for (int i = 0; i < n_pkgs && i < 4; i++) {
+            json_result(f, names[i], &res[i]);
+            fprintf(f, "%s\n", i + 1 < n_pkgs ? "," : "");
+        }
+        fprintf(f, "}}\n");
+        fclose(f);
+        printf("wrote %s\n", json);
+    }
+    return 0;
+}

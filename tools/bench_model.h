@@ -1,0 +1,11 @@
+// bench_model.h: `g4cu bench PKG [PKG2]` (tools/bench_model.c).
+#ifndef G4_BENCH_MODEL_H
+#define G4_BENCH_MODEL_H
+
+// Benchmarks each package on the backend and prints (and writes to json when given) prefill,
+// TTFT and decode speed; with hf_dir, also runs hf_script (tools/python/bench_hf.py) on the same
+// weights and prints the ratios. Returns the command's exit code.
+int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int reps,
+                   const char *json, const char *hf_dir, const char *hf_script);
+
+#endif
