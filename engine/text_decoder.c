@@ -53,7 +53,6 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
     s->o = g4_buf_new(be, be->act_type, T, H);
     s->mlp = g4_buf_new(be, be->act_type, T, ffn_max);
     s->ple = g4_buf_new(be, be->act_type, T, LP);
-    s->ple_tok = g4_buf_new(be, be->act_type, T, LP);
     s->pg = g4_buf_new(be, be->act_type, T, c->ple_dim);
     s->ids = g4_buf_new(be, G4_I32, T, 1);
     s->pos = g4_buf_new(be, G4_I32, T, 1);
@@ -62,7 +61,7 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
     size_t bytes = 0;
     int oom = 0;
     const g4_buf *all[] = {&s->h,   &s->x,   &s->q,       &s->k,  &s->v,   &s->attn,
-                           &s->o,   &s->mlp, &s->ple,     &s->ple_tok, &s->pg, &s->ids,
+                           &s->o,   &s->mlp, &s->ple,     &s->pg, &s->ids,
                            &s->pos, &s->logits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         bytes += g4_buf_bytes(all[i]);
@@ -94,7 +93,7 @@ void g4_text_state_free(g4_text_state *s) {
     free(s->kc);
     free(s->vc);
     g4_buf *bufs[] = {&s->h,   &s->x,       &s->q,  &s->k,   &s->v,   &s->attn,  &s->o,
-                      &s->mlp, &s->ple,     &s->ple_tok, &s->pg, &s->ids, &s->pos, &s->logits};
+                      &s->mlp, &s->ple,     &s->pg, &s->ids, &s->pos, &s->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g4_buf_free(be, bufs[i]);
     free(s);
 }
@@ -174,18 +173,25 @@ static void embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tok
     }
     emit(s, "embeds", &h);
 
-    g4_buf ple = view(&s->ple, T, LP), tok = view(&s->ple_tok, T, LP);
+    g4_buf ple = view(&s->ple, T, LP);
     be->linear(be, &ple, &x, &m->ple_model_proj, 0);
-    be->scale(be, &ple, c->ple_proj_scale);
-    be->rmsnorm(be, &ple, &ple, m->ple_proj_norm, c->ple_dim, c->rms_eps);
-    be->embed(be, &tok, m->embed_ple, c->vocab_ple, &ids_b, c->ple_token_scale);
-    be->add(be, &ple, &tok);
-    be->scale(be, &ple, c->ple_combine_scale);
+    be->ple_inputs(be, &ple, m->embed_ple, c->vocab_ple, &ids_b, m->ple_proj_norm, c->ple_dim,
+                   c->ple_proj_scale, c->ple_token_scale, c->ple_combine_scale, c->rms_eps);
     emit(s, "per_layer_inputs", &ple);
 }
 
+// A [T, cols] view of cache rows n_past .. n_past+T-1 (what this call stored there).
+static g4_buf cache_rows(const g4_text_state *s, const g4_buf *cache, int T) {
+    g4_buf v = *cache;
+    v.data = (char *)cache->data + (size_t)s->n_past * cache->cols * g4_type_size(cache->type);
+    v.rows = T;
+    return v;
+}
+
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each a post-normed
-// residual add, then h *= layer_scalar (folded into the last add).
+// residual add that also produces the next op's input in x (the next block's pre-norm, the PLE
+// gate's input, the next layer's input norm or, after the last layer, the final norm), so no
+// norm runs on its own. On entry x holds this layer's input-normed h.
 static void layer(g4_text_state *s, int l, int T) {
     g4_text_model *m = s->m;
     const g4_text_config *c = m->cfg;
@@ -196,44 +202,46 @@ static void layer(g4_text_state *s, int l, int T) {
     g4_buf h = view(&s->h, T, H), x = view(&s->x, T, H), o = view(&s->o, T, H);
     g4_buf q = view(&s->q, T, nh * hd), attn = view(&s->attn, T, nh * hd);
     g4_buf pos = view(&s->pos, T, 1);
-    const float *inv_freq = m->inv_freq[lc->rope];
+    g4_buf *kc = &s->kc[lc->kv_slot], *vc = &s->vc[lc->kv_slot];
 
-    // Attention block.
-    be->rmsnorm(be, &x, &h, w->input_norm, H, c->rms_eps);
+    // Attention block. Layers that own a KV slot compute K/V and store them at rows pos[t];
+    // KV-shared layers read the slot their source layer filled earlier in this same pass.
     be->linear(be, &q, &x, &w->q, 0);
-    be->rmsnorm(be, &q, &q, w->q_norm, hd, c->rms_eps);
-    be->rope(be, &q, nh, hd, &pos, inv_freq);
-    emit_layer(s, "q", l, &q);
-    if (lc->kv_source == l) { // this layer computes K/V and stores them in its cache slot
+    if (lc->kv_source == l) {
         g4_buf k = view(&s->k, T, nkv * hd), v = view(&s->v, T, nkv * hd);
         be->linear(be, &k, &x, &w->k, 0);
-        be->rmsnorm(be, &k, &k, w->k_norm, hd, c->rms_eps);
-        be->rope(be, &k, nkv, hd, &pos, inv_freq);
         be->linear(be, &v, &x, &w->v, 0);
-        be->rmsnorm(be, &v, &v, NULL, hd, c->rms_eps); // weightless V norm
-        emit_layer(s, "k", l, &k);
-        emit_layer(s, "v", l, &v);
-        be->kv_store(be, &s->kc[lc->kv_slot], &s->vc[lc->kv_slot], &k, &v, &pos);
+        be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos, m->inv_freq[lc->rope],
+                     nh, nkv, hd, c->rms_eps);
+        if (s->hook) {
+            g4_buf kr = cache_rows(s, kc, T), vr = cache_rows(s, vc, T);
+            emit_layer(s, "q", l, &q);
+            emit_layer(s, "k", l, &kr);
+            emit_layer(s, "v", l, &vr);
+        }
+    } else {
+        be->qkv_prep(be, &q, NULL, NULL, NULL, NULL, w->q_norm, NULL, &pos,
+                     m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
+        emit_layer(s, "q", l, &q);
     }
-    be->attention(be, &attn, &q, &s->kc[lc->kv_slot], &s->vc[lc->kv_slot], &pos, nh, nkv, hd,
-                  lc->window, c->attn_scale);
+    be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
     be->linear(be, &o, &attn, &w->o, 0);
-    be->add_rmsnorm(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL);
+    be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1, w->pre_ff_norm);
 
-    // MLP block: down(gelu_tanh(gate(x)) * up(x)).
+    // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
     g4_buf mlp = view(&s->mlp, T, lc->ffn);
-    be->rmsnorm(be, &x, &h, w->pre_ff_norm, H, c->rms_eps);
     be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
     be->linear(be, &o, &mlp, &w->down, 0);
-    be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
+    be->add_rmsnorm_next(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL, &x, 0, NULL);
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
     g4_buf pg = view(&s->pg, T, c->ple_dim), ple = view(&s->ple, T, c->n_layers * c->ple_dim);
-    be->convert(be, &x, &h);
     be->linear(be, &pg, &x, &w->ple_gate, 0);
     be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
     be->linear(be, &o, &pg, &w->ple_proj, 0);
-    be->add_rmsnorm(be, &h, &o, w->post_ple_norm, c->rms_eps, w->layer_scalar);
+    const void *next_w = l + 1 < c->n_layers ? m->layers[l + 1].input_norm : m->final_norm;
+    be->add_rmsnorm_next(be, &h, &o, w->post_ple_norm, c->rms_eps, w->layer_scalar, &x, 1,
+                         next_w);
     emit_layer(s, "layer", l, &h);
 }
 
@@ -246,11 +254,11 @@ static g4_buf compute(g4_text_state *s, const int32_t *ids, int T, const g4_soft
     const g4_text_config *c = m->cfg;
     g4_backend *be = s->be;
     embed(s, ids, T, soft);
-    for (int l = 0; l < c->n_layers; l++) layer(s, l, T);
-    const int rows = all_logits ? T : 1;
     g4_buf h = view(&s->h, T, c->hidden);
     g4_buf x = view(&s->x, T, c->hidden);
-    be->rmsnorm(be, &x, &h, m->final_norm, c->hidden, c->rms_eps);
+    be->rmsnorm(be, &x, &h, m->layers[0].input_norm, c->hidden, c->rms_eps);
+    for (int l = 0; l < c->n_layers; l++) layer(s, l, T); // leaves the final norm in x
+    const int rows = all_logits ? T : 1;
     emit(s, "final_norm", &x);
     g4_buf xl = x;
     if (!all_logits) { // the last row only

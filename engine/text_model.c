@@ -79,12 +79,13 @@ int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **ou
     const g4_component *dec = g4_package_component(pkg, G4_COMP_DECODER);
     const g4_component *emb = g4_package_component(pkg, G4_COMP_EMBEDDING);
     G4_ASSERT(dec && emb); // g4_package_open requires both
+    int rc;
+    if (be->check_text && (rc = be->check_text(be, cfg))) return rc;
     g4_text_model *m = g4_calloc(1, sizeof *m);
     m->pkg = pkg;
     m->cfg = cfg;
     m->be = be;
     const int H = cfg->hidden, L = cfg->n_layers, P = cfg->ple_dim;
-    int rc;
     const g4_tensor *t;
     char nm[256];
 #define NAME(fmt) (snprintf(nm, sizeof nm, fmt, l), nm)

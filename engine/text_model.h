@@ -69,7 +69,6 @@ typedef struct g4_text_state {
     g4_buf o;      // act [T, H] sublayer output before its post-norm
     g4_buf mlp;    // act [T, ffn_max]
     g4_buf ple;    // act [T, L*P] per-layer inputs
-    g4_buf ple_tok; // act [T, L*P] token part of the per-layer inputs
     g4_buf pg;     // act [T, P]
     g4_buf ids;    // I32 [T]
     g4_buf pos;    // I32 [T]

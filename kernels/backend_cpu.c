@@ -103,6 +103,34 @@ static void cpu_add_rmsnorm(g4_backend *be, g4_buf *h, const g4_buf *x, const vo
     ref_add_rmsnorm(F32(h), CF32(x), w, x->rows, x->cols, eps, s);
 }
 
+static void cpu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w,
+                                 float eps, const void *scale, g4_buf *next, int next_norm,
+                                 const void *next_w) {
+    cpu_add_rmsnorm(be, h, x, w, eps, scale);
+    need_f32(next, "add_rmsnorm_next");
+    G4_ASSERT(next->rows == h->rows && next->cols == h->cols);
+    if (next_norm)
+        ref_rmsnorm(F32(next), CF32(h), next_w, h->rows, h->cols, h->cols, eps);
+    else
+        memcpy(next->data, h->data, g4_buf_bytes(h));
+}
+
+static void cpu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
+                           const g4_buf *ids, const void *norm_w, int D, float proj_scale,
+                           float tok_scale, float out_scale, float eps) {
+    need_f32(ple, "ple_inputs");
+    G4_ASSERT(ids->type == G4_I32 && ids->rows * ids->cols == ple->rows && ple->cols % D == 0);
+    const size_t n = (size_t)ple->rows * ple->cols;
+    float *x = F32(ple);
+    for (size_t i = 0; i < n; i++) x[i] *= proj_scale;
+    ref_rmsnorm(x, x, norm_w, ple->rows, ple->cols, D, eps);
+    float *tok = g4_malloc(sizeof(float) * n);
+    for (int t = 0; t < ple->rows; t++) G4_ASSERT(I32(ids)[t] >= 0 && I32(ids)[t] < table_rows);
+    ref_embed(tok, table, ple->cols, I32(ids), ple->rows, tok_scale);
+    for (size_t i = 0; i < n; i++) x[i] = (x[i] + tok[i]) * out_scale;
+    free(tok);
+}
+
 static void cpu_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b,
                          int b_col0) {
     need_f32(y, "gelu_mul");
@@ -129,19 +157,24 @@ static void cpu_add(g4_backend *be, g4_buf *y, const g4_buf *x) {
     for (size_t i = 0; i < n; i++) F32(y)[i] += CF32(x)[i];
 }
 
-static void cpu_rope(g4_backend *be, g4_buf *x, int n_heads, int head_dim, const g4_buf *pos,
-                     const float *inv_freq) {
-    need_f32(x, "rope");
-    G4_ASSERT(pos->type == G4_I32 && pos->rows * pos->cols == x->rows);
-    G4_ASSERT(x->cols == n_heads * head_dim && head_dim % 2 == 0);
-    ref_rope(F32(x), x->rows, n_heads, head_dim, I32(pos), inv_freq);
-}
-
-static void cpu_kv_store(g4_backend *be, g4_buf *kc, g4_buf *vc, const g4_buf *k,
-                         const g4_buf *v, const g4_buf *pos) {
-    need_f32(kc, "kv_store");
-    need_f32(vc, "kv_store");
-    G4_ASSERT(k->cols == kc->cols && v->cols == vc->cols && k->rows == v->rows);
+static void cpu_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kc, g4_buf *vc,
+                         const void *q_w, const void *k_w, const g4_buf *pos,
+                         const float *inv_freq, int n_heads, int n_kv, int hd, float eps) {
+    need_f32(q, "qkv_prep");
+    G4_ASSERT(pos->type == G4_I32 && pos->rows * pos->cols == q->rows);
+    G4_ASSERT(q->cols == n_heads * hd && hd % 2 == 0);
+    ref_rmsnorm(F32(q), CF32(q), q_w, q->rows, q->cols, hd, eps);
+    ref_rope(F32(q), q->rows, n_heads, hd, I32(pos), inv_freq);
+    if (!k) return;
+    need_f32(k, "qkv_prep");
+    need_f32(v, "qkv_prep");
+    need_f32(kc, "qkv_prep");
+    need_f32(vc, "qkv_prep");
+    G4_ASSERT(k->cols == n_kv * hd && v->cols == k->cols && kc->cols == k->cols &&
+              vc->cols == k->cols && k->rows == q->rows && v->rows == q->rows);
+    ref_rmsnorm(F32(k), CF32(k), k_w, k->rows, k->cols, hd, eps);
+    ref_rope(F32(k), k->rows, n_kv, hd, I32(pos), inv_freq);
+    ref_rmsnorm(F32(v), CF32(v), NULL, v->rows, v->cols, hd, eps); // weightless V norm
     for (int t = 0; t < k->rows; t++) {
         int p = I32(pos)[t];
         G4_ASSERT(p >= 0 && p < kc->rows && p < vc->rows);
@@ -308,8 +341,9 @@ static g4_backend cpu_backend = {
     .gelu_mul = cpu_gelu_mul,
     .scale = cpu_scale,
     .add = cpu_add,
-    .rope = cpu_rope,
-    .kv_store = cpu_kv_store,
+    .qkv_prep = cpu_qkv_prep,
+    .add_rmsnorm_next = cpu_add_rmsnorm_next,
+    .ple_inputs = cpu_ple_inputs,
     .attention = cpu_attention,
     .embed = cpu_embed,
     .softcap = cpu_softcap,

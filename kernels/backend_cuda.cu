@@ -17,6 +17,8 @@
 #include "kernels/gemm_q4.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
+#include "kernels/ple.cuh"
+#include "loader/model_config.h"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "loader/base.h"
@@ -104,17 +106,6 @@ static __global__ void add_kernel(void *y, int ty, const void *x, int tx, size_t
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         st(y, ty, i, ld(y, ty, i) + ld(x, tx, i));
-}
-
-// kc[pos[t], :] = k[t, :] (and v): one block per token row, 16-byte copies.
-static __global__ void kv_store_kernel(uint4 *kc, uint4 *vc, const uint4 *k, const uint4 *v,
-                                       const int32_t *pos, int row_vec) {
-    const int t = blockIdx.x;
-    const size_t dst = (size_t)pos[t] * row_vec, src = (size_t)t * row_vec;
-    for (int i = threadIdx.x; i < row_vec; i += blockDim.x) {
-        kc[dst + i] = k[src + i];
-        vc[dst + i] = v[src + i];
-    }
 }
 
 static unsigned grid_for(size_t n) {
@@ -260,32 +251,77 @@ static void cu_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf
                 (const uint16_t *)b->data + b_col0, b->cols, a->rows, a->cols, S(be));
 }
 
-static void cu_rope(g4_backend *be, g4_buf *x, int n_heads, int head_dim, const g4_buf *pos,
-                    const float *inv_freq) {
-    need(x->type == G4_F16 && pos->type == G4_I32, "rope", "x f16, pos i32");
+static void cu_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kc, g4_buf *vc,
+                        const void *q_w, const void *k_w, const g4_buf *pos,
+                        const float *inv_freq, int n_heads, int n_kv, int hd, float eps) {
+    need(q->type == G4_F16 && pos->type == G4_I32 && q->cols == n_heads * hd, "qkv_prep",
+         "q f16 [T, heads * hd], pos i32");
     g4_qkv_args a;
     memset(&a, 0, sizeof a);
-    a.q = (uint16_t *)x->data; // q only, no norm: a plain rotation
+    a.q = (uint16_t *)q->data;
+    a.q_w = (const uint16_t *)q_w;
+    if (k) { // K/V normalised, rotated and stored in the cache rows in the same launch
+        need(k->type == G4_F16 && v->type == G4_F16 && kc->type == G4_F16 && vc->type == G4_F16 &&
+                 k->cols == n_kv * hd && kc->cols == k->cols && vc->cols == k->cols,
+             "qkv_prep", "k, v and caches f16 [.., kv * hd]");
+        a.k = (uint16_t *)k->data;
+        a.v = (uint16_t *)v->data;
+        a.kcache = (uint16_t *)kc->data;
+        a.vcache = (uint16_t *)vc->data;
+        a.k_w = (const uint16_t *)k_w;
+        a.v_norm = 1;
+        a.capacity = kc->rows;
+    }
     a.pos = (const int32_t *)pos->data;
     a.inv_freq = inv_freq;
-    a.T = x->rows;
+    a.T = q->rows;
     a.n_heads = n_heads;
-    a.n_kv = 1;
-    a.hd = head_dim;
+    a.n_kv = n_kv;
+    a.hd = hd;
+    a.eps = eps;
     g4_qkv_norm_rope(&a, S(be));
 }
 
-static void cu_kv_store(g4_backend *be, g4_buf *kc, g4_buf *vc, const g4_buf *k, const g4_buf *v,
-                        const g4_buf *pos) {
-    need(kc->type == G4_F16 && k->type == G4_F16 && v->type == G4_F16 && vc->type == G4_F16,
-         "kv_store", "f16 only");
-    need(k->cols == kc->cols && v->cols == vc->cols && k->cols == v->cols && k->rows == v->rows &&
-             k->cols % 8 == 0,
-         "kv_store", "rows of 8-element multiples, matching caches");
-    kv_store_kernel<<<k->rows, 128, 0, S(be)>>>((uint4 *)kc->data, (uint4 *)vc->data,
-                                                (const uint4 *)k->data, (const uint4 *)v->data,
-                                                (const int32_t *)pos->data, k->cols / 8);
-    G4_CUDA_LAUNCH_CHECK();
+static void cu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w,
+                                float eps, const void *scale, g4_buf *next, int next_norm,
+                                const void *next_w) {
+    need(h->type == G4_F32 && x->type == G4_F16 && next->type == G4_F16 &&
+             h->rows == x->rows && h->cols == x->cols && next->rows == h->rows &&
+             next->cols == h->cols,
+         "add_rmsnorm_next", "h f32, x and next f16, one shape");
+    g4_add_rmsnorm((float *)h->data, (const uint16_t *)x->data, (const uint16_t *)w,
+                   (const uint16_t *)scale, eps, next_norm ? G4_NEXT_NORM : G4_NEXT_COPY,
+                   (uint16_t *)next->data, (const uint16_t *)next_w, x->rows, x->cols, S(be));
+}
+
+static void cu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
+                          const g4_buf *ids, const void *norm_w, int D, float proj_scale,
+                          float tok_scale, float out_scale, float eps) {
+    need(ple->type == G4_F16 && ids->type == G4_I32 && ple->cols % D == 0, "ple_inputs",
+         "ple f16 [T, L * D], ids i32");
+    g4_ple_inputs((uint16_t *)ple->data, (const uint16_t *)ple->data, (const uint16_t *)table,
+                  table_rows, (const int32_t *)ids->data, (const uint16_t *)norm_w, ple->rows,
+                  ple->cols / D, D, proj_scale, tok_scale, out_scale, eps, S(be));
+}
+
+// The shapes our kernels take (each launcher also asserts them): refuse a model up front with
+// a user error instead of aborting in the middle of a forward.
+static int cu_check_text(g4_backend *be, const g4_text_config *c) {
+    for (int l = 0; l < c->n_layers; l++) {
+        const int hd = c->layer[l].head_dim;
+        if (hd != 256 && hd != 512)
+            return g4_fail(G4_EUSER, "cuda backend: layer %d has head_dim %d; the attention "
+                                     "kernels take 256 and 512 (use --backend cpu)",
+                           l, hd);
+    }
+    if (c->ple_dim % 256)
+        return g4_fail(G4_EUSER, "cuda backend: per-layer input width %d is not a multiple of 256 "
+                                 "(the fused PLE kernel's unit; use --backend cpu)",
+                       c->ple_dim);
+    if (c->hidden % 64)
+        return g4_fail(G4_EUSER, "cuda backend: hidden size %d is not a multiple of 64",
+                       c->hidden);
+    return G4_OK;
 }
 
 // Decode (T <= 64: one query row per step, or a few) splits over the KV length; longer inputs
@@ -411,8 +447,10 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->gelu_mul = cu_gelu_mul;
     b->scale = cu_scale;
     b->add = cu_add;
-    b->rope = cu_rope;
-    b->kv_store = cu_kv_store;
+    b->qkv_prep = cu_qkv_prep;
+    b->add_rmsnorm_next = cu_add_rmsnorm_next;
+    b->ple_inputs = cu_ple_inputs;
+    b->check_text = cu_check_text;
     b->attention = cu_attention;
     b->embed = cu_embed;
     b->softcap = cu_softcap;

@@ -59,6 +59,7 @@ typedef struct {
 } g4_linear;
 
 typedef struct g4_backend g4_backend;
+struct g4_text_config_s; // loader/model_config.h
 
 // The op table. Every op asserts the types and shapes it supports (one table per backend).
 struct g4_backend {
@@ -66,6 +67,10 @@ struct g4_backend {
     int host_memory;  // 1 when buffers are plain host memory (weights may be used in place)
     g4_type act_type; // type of compute activations (CPU: F32, CUDA: F16)
     g4_type kv_type;  // type of the KV cache
+
+    // Optional: G4_OK when the backend's kernels take every shape of this text model, else a
+    // user error naming the first shape they do not (checked at model load).
+    int (*check_text)(g4_backend *be, const struct g4_text_config_s *cfg);
 
     // --- memory ---------------------------------------------------------------------------
     void *(*alloc)(g4_backend *be, size_t bytes); // NULL when out of memory (callers report it)
@@ -97,6 +102,11 @@ struct g4_backend {
     // scalar pointer (the layer_scalar) or NULL for 1. h is F32 (the residual stream).
     void (*add_rmsnorm)(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float eps,
                         const void *scale);
+    // h = (h + rmsnorm(x) * w) * scale as add_rmsnorm, then the input of the next op from the
+    // new h in the same pass: next = rmsnorm(h) * next_w (next_w fp16 [cols], or NULL for no
+    // scale) when next_norm, else next = h converted to next's type (a copy).
+    void (*add_rmsnorm_next)(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float eps,
+                             const void *scale, g4_buf *next, int next_norm, const void *next_w);
     // y[T, n] = gelu_tanh(a[T, n]) * b[T, b_col0 : b_col0 + n] (b may be wider than a: the
     // per-layer-input slice of layer l is columns l*P .. l*P+P of the PLE buffer).
     void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);
@@ -106,14 +116,15 @@ struct g4_backend {
     void (*add)(g4_backend *be, g4_buf *y, const g4_buf *x);
 
     // --- attention ----------------------------------------------------------------------------
-    // In place on x[T, n_heads * head_dim]: rotate each head's pairs (j, j + head_dim/2) by
-    // angle pos[t] * inv_freq[j] (inv_freq: host/device float [head_dim/2]; pos: I32 [T]).
-    void (*rope)(g4_backend *be, g4_buf *x, int n_heads, int head_dim, const g4_buf *pos,
-                 const float *inv_freq);
-    // Writes k, v [T, n_kv * head_dim] into the caches [capacity, n_kv * head_dim] at rows
-    // pos[t] (I32 [T]).
-    void (*kv_store)(g4_backend *be, g4_buf *kcache, g4_buf *vcache, const g4_buf *k,
-                     const g4_buf *v, const g4_buf *pos);
+    // The attention block's head preparation, one op (CUDA: one launch). In place on
+    // q[T, n_heads * hd]: q = rope(rmsnorm_hd(q) * q_w). When k and v are given (the layer owns
+    // its KV): k = rope(rmsnorm_hd(k) * k_w) and v = rmsnorm_hd(v) (no weight) are stored in the
+    // caches [capacity, n_kv * hd] at rows pos[t] (k and v themselves may be left as they were).
+    // RoPE: pair (j, j + hd/2) turns by pos[t] * inv_freq[j] (inv_freq backend float [hd/2]; a
+    // zero frequency leaves its pair as is); pos I32 [T].
+    void (*qkv_prep)(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kcache,
+                     g4_buf *vcache, const void *q_w, const void *k_w, const g4_buf *pos,
+                     const float *inv_freq, int n_heads, int n_kv, int head_dim, float eps);
     // out[T, n_heads * head_dim] = softmax(q k^T * scale + mask) v over cache rows
     // 0..pos[t] (causal), and only the last `window` of them when window > 0 (sliding: keys
     // with pos[t] - window < key <= pos[t]). n_heads query heads share each of n_kv heads.
@@ -122,6 +133,12 @@ struct g4_backend {
                       int head_dim, int window, float scale);
 
     // --- embedding and logits -------------------------------------------------------------
+    // The per-layer inputs from the projection of the merged embeddings, in place on
+    // ple[T, L*D] (= x @ W_plmp): ple = (rmsnorm_D(ple * proj_scale) * norm_w
+    // + table[ids[t]] * tok_scale) * out_scale, table fp16 [table_rows, L*D], norm_w fp16 [D].
+    void (*ple_inputs)(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
+                       const g4_buf *ids, const void *norm_w, int D, float proj_scale,
+                       float tok_scale, float out_scale, float eps);
     // y[T, cols] = table[ids[t]] * scale (table fp16 [rows, cols] in backend or pinned host
     // memory; ids I32 [T]); ids outside [0, rows) are an error checked by the caller.
     void (*embed)(g4_backend *be, g4_buf *y, const void *table, int table_rows, const g4_buf *ids,

@@ -38,7 +38,7 @@ typedef struct {
     int rope;      // index into g4_text_config.rope
 } g4_layer_config;
 
-typedef struct {
+typedef struct g4_text_config_s {
     int hidden;          // genai decoder.hidden_size = embed_tokens.weight cols: 1536
     int n_layers;        // genai decoder.num_hidden_layers = layers with q_proj: 35
     int n_heads;         // genai num_attention_heads = GQA num_heads: 8
