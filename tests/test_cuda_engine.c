@@ -4,9 +4,16 @@
 // `g4cu quantize`: G4_GPU_TINY_Q4).
 //
 // Named tolerances (fp16 activations and KV cache against fp32):
-//   cuda-vs-cpu   rel err ||cuda - cpu|| / ||cpu|| <= 1e-2 for every hooked tensor: an fp16
-//                 rounding is <= 4.9e-4 relative and each op adds a few; through 5 layers of
-//                 ~15 ops the errors stay near 1e-3, while a wrong index, mask or scale is >= 1e-1.
+//   gross         rel err ||cuda - cpu|| / ||cpu|| <= 0.1 for every hooked tensor: a guard
+//                 against wrong indices, masks or scales (>= 0.3 on this model). How close an
+//                 fp16 engine should be is judged against HF's own fp16 run instead
+//                 (g4cu compare --tol-from, tools/gpu/run.sh stage tiny): on this 5-layer
+//                 random model HF fp16 is 2.7e-2 off fp32 at the last layer.
+//   decode        the decode steps' logits error vs the CPU, over all steps (||all diffs|| /
+//                 ||all refs||, the measure the prefill row uses over its 40 rows) <= 3x the
+//                 prefill logits' error (floor 1e-2): the one-token path must not be worse than
+//                 the batched one. Single steps swing (2e-3 .. 1e-1 seen on the H200): random
+//                 weights make near-flat logits at some positions.
 //   argmax        >= 90% of rows agree (random weights give near-ties; 2 rows in 40 may flip).
 //   graph         a replayed decode step runs the very kernels of an eager step: bit-identical.
 #include <math.h>
@@ -54,6 +61,8 @@ static int run_prefill(g4_text_model *m, const int32_t *ids, int T, capture *cap
     return rc;
 }
 
+static double prefill_logits_err; // of the last test_prefill_vs_cpu
+
 static void test_prefill_vs_cpu(const char *what, g4_text_model *cpu, g4_text_model *gpu,
                                 const int32_t *ids, int T) {
     static capture a, b;
@@ -67,10 +76,11 @@ static void test_prefill_vs_cpu(const char *what, g4_text_model *cpu, g4_text_mo
         int is_logits = !strcmp(a.names[i], "logits");
         g4_cmp_stats st =
             g4_cmp(b.data[i], a.data[i], a.n[i], is_logits ? (size_t)cpu->cfg->vocab : 0);
-        CHECK_MSG(st.nan == 0 && st.rel <= 1e-2, "%s %s: rel err %.3e (tolerance cuda-vs-cpu 1e-2)",
-                  what, a.names[i], st.rel);
+        CHECK_MSG(st.nan == 0 && st.rel <= 0.1, "%s %s: rel err %.3e (tolerance gross 0.1)", what,
+                  a.names[i], st.rel);
         if (st.rel > worst) worst = st.rel, worst_name = a.names[i];
         if (is_logits) {
+            prefill_logits_err = st.rel;
             printf("  %s logits: rel err %.3e, argmax %d/%d\n", what, st.rel, st.argmax_agree_rows,
                    st.rows);
             CHECK(st.argmax_agree_rows * 10 >= st.rows * 9);
@@ -96,7 +106,7 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     CHECK(g4_text_forward(sc, prompt, P - 1, NULL, NULL, 0) == 0);
     int32_t tok = prompt[P - 1];
     int same_graph = 0, agree_cpu = 0;
-    double worst = 0;
+    double worst = 0, dd = 0, rr = 0;
     for (int i = 0; i < steps; i++) {
         int32_t next_graph = -1;
         CHECK(g4_text_decode_greedy(sg, tok, &next_graph) == 0);
@@ -111,14 +121,24 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
         agree_cpu += ae == ac;
         g4_cmp_stats st = g4_cmp(lg, lc, (size_t)V, 0);
         if (st.rel > worst || st.nan) worst = st.nan ? INFINITY : st.rel;
+        for (int v = 0; v < V; v++) {
+            dd += ((double)lg[v] - lc[v]) * ((double)lg[v] - lc[v]);
+            rr += (double)lc[v] * lc[v];
+        }
+        printf("    step %2d (position %d): logits rel err %.3e%s\n", i, P - 1 + i, st.rel,
+               next_graph == ae ? "" : "  graph != eager");
         tok = ac; // teacher-forced on the CPU's choice
     }
-    printf("  %s decode: %d steps, graph == eager %d, cuda argmax == cpu %d, worst logits rel err "
-           "%.3e\n",
-           what, steps, same_graph, agree_cpu, worst);
+    const double agg = rr > 0 ? sqrt(dd / rr) : INFINITY;
+    printf("  %s decode: %d steps, graph == eager %d, cuda argmax == cpu %d, logits rel err %.3e "
+           "over all steps (worst step %.3e)\n",
+           what, steps, same_graph, agree_cpu, agg, worst);
     CHECK_INT(same_graph, steps);
     CHECK(agree_cpu * 10 >= steps * 9);
-    CHECK_MSG(worst <= 1e-2, "%s decode logits rel err %.3e (cuda-vs-cpu 1e-2)", what, worst);
+    const double bound = 3 * prefill_logits_err > 1e-2 ? 3 * prefill_logits_err : 1e-2;
+    CHECK_MSG(agg <= bound && worst < INFINITY,
+              "%s decode logits rel err %.3e (decode: <= 3x prefill's %.3e)", what, agg,
+              prefill_logits_err);
     CHECK(sg->graph != NULL); // the replay path was taken
     g4_text_state_free(sg);
     g4_text_state_free(se);

@@ -191,6 +191,10 @@ def main():
                     "(and, for --mm, to read the processor configs)")
     ap.add_argument("--lengths", default="1,7,40", help="sequence lengths, one case each")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
+                    help="text cases: run HF in this dtype (the fp32 dump is the reference; an "
+                    "fp16 dump measures HF's own fp16 error, for g4cu compare --tol-from)")
+    ap.add_argument("--device", default="cpu", help="text cases: cpu or cuda")
     mm_reference.add_args(ap)
     args = ap.parse_args()
     torch.set_grad_enabled(False)
@@ -205,6 +209,9 @@ def main():
         ap.error("--hf is required for --out / --mm")
     model, consts, n_rounded = load_model(args)
     if args.out:
+        if args.dtype != "float32" or args.device != "cpu":
+            # after the fp16 rounding and the constants, in the requested dtype/device
+            model = model.to(dtype=getattr(torch, args.dtype), device=args.device)
         text_cases(args, model, consts, n_rounded)
     if args.mm:
         if not args.package:
@@ -218,7 +225,7 @@ def text_cases(args, model, consts, n_rounded):
     H, L, P, V = tc.hidden_size, tc.num_hidden_layers, tc.hidden_size_per_layer_input, tc.vocab_size
 
     lengths = [int(s) for s in args.lengths.split(",")]
-    if args.package:
+    if args.package and args.dtype == "float32":  # the fp32 run validates the package's tables
         check_rope_tables(args.package, model, max(lengths))
 
     # --- capture ---------------------------------------------------------------------------
@@ -226,7 +233,7 @@ def text_cases(args, model, consts, n_rounded):
 
     def grab(name, t):
         assert name not in cap, f"{name} captured twice"
-        cap[name] = t.detach().to(torch.float32).clone()
+        cap[name] = t.detach().to(device="cpu", dtype=torch.float32).clone()
 
     def pre_hook(i):
         def f(mod, a, kw):
@@ -264,8 +271,8 @@ def text_cases(args, model, consts, n_rounded):
         g = torch.Generator().manual_seed(args.seed + S)
         ids = torch.randint(0, V, (1, S), generator=g, dtype=torch.int64)
         cap.clear()
-        out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
-        hs = out.hidden_states
+        out = model(input_ids=ids.to(args.device), output_hidden_states=True, use_cache=False)
+        hs = [h.to(device="cpu", dtype=torch.float32) for h in out.hidden_states]
         assert torch.equal(cap.pop("embed_tokens_out"), cap["embeds"]), "embeds != embed_tokens output"
         assert torch.equal(hs[0][0], cap["embeds"]), "embeds != hidden_states[0]"
         assert len(hs) == L + 1, f"{len(hs)} hidden states for {L} layers"
@@ -283,7 +290,7 @@ def text_cases(args, model, consts, n_rounded):
                 if f"{k}_{i}" in cap:
                     d[f"{k}_{i}"] = cap.pop(f"{k}_{i}").numpy()
         d["final_norm"] = cap.pop("final_norm").numpy()
-        d["logits"] = out.logits[0].to(torch.float32).numpy()
+        d["logits"] = out.logits[0].to(device="cpu", dtype=torch.float32).numpy()
         assert not cap, f"uncollected captures: {sorted(cap)}"
         for k, v in d.items():
             assert np.isfinite(v).all(), f"{k} has NaN/inf"

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Markdown tables for bench/RESULTS.md from `g4cu bench --kernels --json` and
+`g4cu bench PKG [PKG2] --json` outputs (no third-party packages).
+
+    python3 tools/python/bench_tables.py kernels KBENCH.json [--filter S]
+    python3 tools/python/bench_tables.py model BENCH.json
+"""
+import json
+import sys
+
+COPY, PEAK = 4250.0, 795.0
+
+
+def kernels(path, filt=None):
+    d = json.load(open(path))
+    print(f"device: {d['device']}\n")
+    print("| op | shape | ms | GB/s | % copy | TFLOP/s | % peak | baseline | base ms | ours/base speed |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
+    for r in d["rows"]:
+        if filt and filt not in r["op"] + " " + r["shape"]:
+            continue
+        base = r["baseline_ms"]
+        ratio = f"{base / r['median_ms']:.2f}x" if base > 0 else "-"
+        print(f"| {r['op']} | {r['shape']} | {r['median_ms']:.4f} | {r['gbps']:.0f} | "
+              f"{100 * r['gbps'] / COPY:.1f}% | {r['tflops']:.1f} | {100 * r['tflops'] / PEAK:.1f}% | "
+              f"{r['baseline'] or '-'} | {base if base > 0 else '-'} | {ratio} |")
+
+
+def model(path):
+    d = json.load(open(path))
+    print(f"backend {d['backend']}, median of {d['reps']} runs\n")
+    print("| package | weights GiB | prefill 128 tok/s | prefill 512 tok/s | prefill 2048 tok/s "
+          "| TTFT 128 ms | decode tok/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in d["packages"].items():
+        print(f"| {name} | {r['weights_gib']:.2f} | {r['prefill_128_tok_s']:.0f} | "
+              f"{r['prefill_512_tok_s']:.0f} | {r['prefill_2048_tok_s']:.0f} | "
+              f"{r['ttft_128_ms']:.2f} | {r['decode_tok_s']:.1f} |")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "kernels":
+        kernels(sys.argv[2], sys.argv[4] if len(sys.argv) > 4 else None)
+    else:
+        model(sys.argv[2])
