@@ -10,7 +10,7 @@
 #include "loader/base.h"
 
 static int need_ops(const g4_backend *be) {
-    if (be->clamp && be->silu && be->glu && be->transpose && be->sscp_conv && be->dwconv1d_causal &&
+    if (be->clamp && be->silu && be->glu && be->sscp_conv && be->dwconv1d_causal &&
         be->audio_attention)
         return G4_OK;
     return g4_fail(G4_EUSER, "the %s backend does not implement the audio tower ops yet", be->name);
@@ -76,6 +76,7 @@ int g4_audio_tower_load(const g4_package *pkg, g4_backend *be, g4_audio_tower **
     int rc = need_ops(be);
     if (rc) return rc;
     const g4_audio_config *cfg = &pkg->audio;
+    if (be->check_audio && (rc = be->check_audio(be, cfg))) return rc;
     g4_audio_tower *t = g4_calloc(1, sizeof *t);
     t->pkg = pkg;
     t->cfg = cfg;
@@ -265,11 +266,10 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
 
     const g4_type at = be->act_type;
     const int wide = c->ffn > 2 * A ? c->ffn : 2 * A;
-    g4_buf feat32 = g4_buf_new(be, G4_F32, 1, T * M), feat = g4_buf_new(be, at, 1, T * M);
+    g4_buf feat32 = g4_buf_new(be, G4_F32, T * M, 1); // conv0 reads f32 (CUDA rounds it to f16)
     g4_buf v0 = g4_buf_new(be, G4_I32, T, 1), v1 = g4_buf_new(be, G4_I32, T1, 1);
     g4_buf vout = g4_buf_new(be, G4_I32, T2, 1);
-    g4_buf y0 = g4_buf_new(be, at, C0, T1 * M1), y1 = g4_buf_new(be, at, C1, T2 * M2);
-    g4_buf yt = g4_buf_new(be, at, T2 * M2, C1);
+    g4_buf y0 = g4_buf_new(be, at, T1 * M1, C0), y1 = g4_buf_new(be, at, T2 * M2, C1);
     g4_buf h = g4_buf_new(be, G4_F32, T2, A); // residual stream
     g4_buf x = g4_buf_new(be, at, T2, A), y = g4_buf_new(be, at, T2, A);
     g4_buf q = g4_buf_new(be, at, T2, A), k = g4_buf_new(be, at, T2, A),
@@ -278,8 +278,8 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
     g4_buf outp = g4_buf_new(be, at, T2, c->out_hidden);
     g4_buf soft = g4_buf_new(be, at, T2, t->text_hidden);
     g4_buf soft32 = g4_buf_new(be, G4_F32, T2, t->text_hidden);
-    g4_buf *bufs[] = {&feat32, &feat, &v0, &v1, &vout, &y0,  &y1,   &yt,   &h,     &x,
-                      &y,      &q,    &k,  &v,  &attn, &big, &outp, &soft, &soft32};
+    g4_buf *bufs[] = {&feat32, &v0, &v1, &vout, &y0,   &y1,  &h,    &x,    &y,
+                      &q,      &k,  &v,  &attn, &big, &outp, &soft, &soft32};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t i = 0; i < n_bufs; i++)
         if (!bufs[i]->data) {
@@ -289,16 +289,15 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
                            be->name, T);
         }
 
-    // Subsampling: [1, T, M] -> conv0 -> [C0, T1, M1] -> conv1 -> [C1, T2, M2] -> [T2, M2 x C1].
+    // Subsampling, channels last: [T, M, 1] -> conv0 -> [T1, M1, C0] -> conv1 -> [T2, M2, C1],
+    // which viewed [T2, M2 x C1] is input_proj's input (HF: permute(0, 2, 3, 1) + reshape).
     be->upload(be, feat32.data, f->features, g4_buf_bytes(&feat32));
     be->upload(be, v0.data, m0, sizeof(int32_t) * (size_t)T);
     be->upload(be, v1.data, m1, sizeof(int32_t) * (size_t)T1);
     be->upload(be, vout.data, m2, sizeof(int32_t) * (size_t)T2);
-    be->convert(be, &feat, &feat32);
-    be->sscp_conv(be, &y0, &feat, &v0, t->conv0_w, t->norm0_w, T, M, c->rms_eps);
+    be->sscp_conv(be, &y0, &feat32, &v0, t->conv0_w, t->norm0_w, T, M, c->rms_eps);
     be->sscp_conv(be, &y1, &y0, &v1, t->conv1_w, t->norm1_w, T1, M1, c->rms_eps);
-    be->transpose(be, &yt, &y1);
-    g4_buf flat = view(&yt, T2, M2 * C1);
+    g4_buf flat = view(&y1, T2, M2 * C1);
     be->linear(be, &x, &flat, &t->input_proj, 0);
     be->convert(be, &h, &x);
     emit(hook, hook_ctx, be, "audio_subsample", -1, &h);

@@ -24,6 +24,7 @@ int g4_vision_tower_load(const g4_package *pkg, g4_backend *be, g4_vision_tower 
     int rc = need_ops(be);
     if (rc) return rc;
     const g4_vision_config *cfg = &pkg->vision;
+    if (be->check_vision && (rc = be->check_vision(be, cfg))) return rc;
     g4_vision_tower *t = g4_calloc(1, sizeof *t);
     t->pkg = pkg;
     t->cfg = cfg;

@@ -287,14 +287,24 @@ static void cpu_vision_pool(g4_backend *be, g4_buf *out, const g4_buf *x, const 
     G4_ASSERT(rc == G4_OK); // the caller checked that every patch has a bin
 }
 
+// dst[c][r] = src[r][c] for src [rows, cols].
+static void transpose_f32(float *dst, const float *src, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
+// The op is channels last; the reference is NCHW as HF: transpose in and out around it.
 static void cpu_sscp_conv(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_buf *valid,
                           const void *w, const void *ln_w, int H, int W, float eps) {
     need_f32(y, "sscp_conv");
     need_f32(x, "sscp_conv");
-    G4_ASSERT(x->cols == H * W && y->cols == ((H + 1) / 2) * ((W + 1) / 2));
+    G4_ASSERT(x->rows == H * W && y->rows == ((H + 1) / 2) * ((W + 1) / 2));
     uint8_t *m = mask_u8(valid, H);
-    ref_sscp_conv(F32(y), CF32(x), m, w, ln_w, x->rows, H, W, y->rows, eps);
-    free(m);
+    float *xc = g4_malloc(g4_buf_bytes(x) + 1), *yc = g4_malloc(g4_buf_bytes(y) + 1);
+    transpose_f32(xc, CF32(x), x->rows, x->cols); // [C_in, H*W]
+    ref_sscp_conv(yc, xc, m, w, ln_w, x->cols, H, W, y->cols, eps);
+    transpose_f32(F32(y), yc, y->cols, y->rows); // [C_out, Ho*Wo] -> [Ho*Wo, C_out]
+    free(xc), free(yc), free(m);
 }
 
 static void cpu_dwconv1d_causal(g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int K) {

@@ -8,6 +8,8 @@
 #ifndef G4_CUDA_UTIL_H
 #define G4_CUDA_UTIL_H
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,6 +18,10 @@ extern "C" {
 int g4_cuda_device_count(const char **why);
 // Name, SM count, L2 bytes and memory of device 0 into buf (for bench headers).
 void g4_cuda_describe(char *buf, int n);
+// With G4_PROFILE=1 the CUDA backend times every op of eager forwards with events; report
+// prints the per-op split of the recorded work divided by `steps` (then clears it).
+void g4_cuda_profile_reset(void);
+void g4_cuda_profile_report(FILE *f, double steps);
 
 #ifdef __cplusplus
 }

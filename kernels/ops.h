@@ -54,12 +54,15 @@ typedef struct {
     const void *bias;    // fp16 [out], or NULL
     const void *packed;  // backend-private repacked layout (CUDA), or NULL
     // ClippableLinear (vision/audio towers): y = clamp(clamp(x, in_lo, in_hi) @ W, out_lo, out_hi)
+    // (x itself is left unchanged; a clipped linear never accumulates)
     int clipped;
     float in_lo, in_hi, out_lo, out_hi;
 } g4_linear;
 
 typedef struct g4_backend g4_backend;
-struct g4_text_config_s; // loader/model_config.h
+struct g4_text_config_s;   // loader/model_config.h
+struct g4_vision_config_s; // loader/model_config.h
+struct g4_audio_config_s;  // loader/model_config.h
 
 // The op table. Every op asserts the types and shapes it supports (one table per backend).
 struct g4_backend {
@@ -189,10 +192,12 @@ struct g4_backend {
     // patch must fall in a bin < n_bins (the caller checks).
     void (*vision_pool)(g4_backend *be, g4_buf *out, const g4_buf *x, const g4_buf *pos_xy, int k,
                         float scale);
-    // One audio subsampling layer (NCHW, batch 1): x [C_in, H*W] with input rows h where
-    // valid[h] == 0 zeroed (valid I32 [H] or NULL), conv 3x3 stride 2 pad 1 (w fp16
-    // [C_out, C_in, 3, 3], no bias), LayerNorm over the C_out channels (ln_w fp16 [C_out], no
-    // bias), ReLU -> y [C_out, Ho*Wo], Ho = (H+1)/2, Wo = (W+1)/2.
+    // One audio subsampling layer (batch 1, channels last): x [H*W, C_in] (row h*W + w holds
+    // pixel (h, w)'s channels) with input rows h where valid[h] == 0 zeroed (valid I32 [H] or
+    // NULL), conv 3x3 stride 2 pad 1 (w fp16 [C_out, C_in, 3, 3] as stored, no bias), LayerNorm
+    // over the C_out channels (ln_w fp16 [C_out], no bias), ReLU -> y [Ho*Wo, C_out],
+    // Ho = (H+1)/2, Wo = (W+1)/2. Channels last because input_proj_linear reads each output
+    // row of Wo pixels as (pixel, channel) pairs: y viewed [Ho, Wo*C_out] is its input as is.
     void (*sscp_conv)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_buf *valid,
                       const void *w, const void *ln_w, int H, int W, float eps);
     // y[T, C] = causal depthwise conv1d over time, kernel K, left pad K - 1, no bias; w fp16
@@ -208,6 +213,11 @@ struct g4_backend {
                             const g4_buf *v, const g4_buf *rel, const float *per_dim_scale,
                             const g4_buf *valid, int n_heads, int head_dim, int chunk, int band,
                             float logit_cap, float invalid_logit);
+    // Optional: G4_OK when the tower ops' kernels take every shape of this vision / audio
+    // tower, else a user error naming the first they do not (checked at tower load, so an
+    // unsupported model is refused up front instead of aborting in the middle of a forward).
+    int (*check_vision)(g4_backend *be, const struct g4_vision_config_s *cfg);
+    int (*check_audio)(g4_backend *be, const struct g4_audio_config_s *cfg);
 };
 
 // The CPU reference backend (always available).

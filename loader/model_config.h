@@ -90,7 +90,7 @@ typedef struct {
 } g4_audio_fe_config;
 
 // Vision tower, from the vision_encoder tensor table.
-typedef struct {
+typedef struct g4_vision_config_s {
     int hidden;        // input_proj.weight_t cols: 768
     int patch_dim;     // input_proj.weight_t rows = 3 x patch^2: 768
     int n_layers;      // 16
@@ -110,7 +110,7 @@ typedef struct {
 } g4_vision_config;
 
 // Audio tower (conformer), from the audio_encoder tensor table.
-typedef struct {
+typedef struct g4_audio_config_s {
     int n_mel;          // input_features width: 128
     int conv0_ch;       // subsample conv0 out channels: 128
     int conv1_ch;       // conv1 out channels: 32

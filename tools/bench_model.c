@@ -14,6 +14,7 @@
 
 #include "engine/backend_select.h"
 #include "engine/text_model.h"
+#include "kernels/cuda_util.h"
 #include "tools/bench_model.h"
 #include "tools/cli.h"
 
@@ -104,6 +105,17 @@ static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r)
     }
     r->ttft_ms = median(ttft, reps);
     r->decode_tok_s = median(t, reps);
+    if (getenv("G4_PROFILE") && !be->host_memory) {
+        // Per-op split of eager decode steps (no graph) on the same state and history.
+        g4_text_state_reset(s);
+        if ((rc = g4_text_forward(s, ids, P, NULL, NULL, 0))) goto done_d;
+        g4_cuda_profile_reset();
+        int32_t tok = ids[P];
+        for (int j = 0; j < 16; j++)
+            if ((rc = g4_text_forward(s, &tok, 1, NULL, NULL, 0))) goto done_d;
+        printf("decode step, eager, per op (%s):\n", dir);
+        g4_cuda_profile_report(stdout, 16);
+    }
 done_d:
     free(ttft);
 done_t:
