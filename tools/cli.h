@@ -23,4 +23,7 @@ int g4_cli_usage_error(const char *cmd, const char *fmt, ...) G4_PRINTF(2, 3);
 int g4_cli_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
                long long *out);
 
+// "2,5,17" -> a new array of ids (--ids of logits, compare and generate); one-line errors.
+int g4_cli_parse_ids(const char *s, int32_t **ids, int *n);
+
 #endif

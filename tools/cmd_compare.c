@@ -67,33 +67,6 @@ typedef struct {
 
 static const char *cmd = "compare";
 
-// "2,5,17" -> ids (new array).
-static int parse_ids(const char *s, int32_t **ids, int *n) {
-    int cap = 16;
-    *n = 0;
-    *ids = g4_malloc(sizeof(int32_t) * (size_t)cap);
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 0x7fffffff || (*end && *end != ',')) {
-            free(*ids);
-            *ids = NULL;
-            return g4_fail(G4_EUSER, "--ids '%s': expected comma-separated non-negative integers",
-                           s);
-        }
-        if (*n == cap) *ids = g4_realloc(*ids, sizeof(int32_t) * (size_t)(cap *= 2));
-        (*ids)[(*n)++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (*n == 0) {
-        free(*ids);
-        *ids = NULL;
-        return g4_fail(G4_EUSER, "--ids: no token ids given");
-    }
-    return G4_OK;
-}
-
 // "0-3,7" -> layer indices (appended to o->layers).
 static int parse_layers(const char *s, opts *o) {
     const char *p = s;
@@ -122,7 +95,7 @@ bad:
 // directory holding one; default PKG/tokenizer.json), with <bos> as HF's add_special_tokens.
 static int input_ids(const opts *o, const char *pkg_dir, int32_t **ids, int *n) {
     if (o->ids_s && o->prompt) return g4_fail(G4_EUSER, "give --ids or --prompt, not both");
-    if (o->ids_s) return parse_ids(o->ids_s, ids, n);
+    if (o->ids_s) return g4_cli_parse_ids(o->ids_s, ids, n);
     if (!o->prompt)
         return g4_fail(G4_EUSER, "%s needs the input: --ids 2,5,17 or --prompt TEXT", cmd);
     const char *t = o->tokenizer ? o->tokenizer : pkg_dir;

@@ -59,7 +59,7 @@ static int cmd_generate(int argc, char **argv) {
             goto done;
         }
         int32_t *ids;
-        int n, rc = g4_gen_cli_parse_ids(ids_s, &ids, &n);
+        int n, rc = g4_cli_parse_ids(ids_s, &ids, &n);
         if (rc) {
             code = g4_cli_fail(rc);
             goto done;

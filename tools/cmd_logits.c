@@ -15,31 +15,6 @@
 #include "eval/npy.h"
 #include "tools/cli.h"
 
-// "2,5,17" -> ids (new array).
-static int parse_ids(const char *s, int32_t **ids, int *n) {
-    int cap = 16;
-    *n = 0;
-    *ids = g4_malloc(sizeof(int32_t) * (size_t)cap);
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 0x7fffffff || (*end && *end != ',')) {
-            free(*ids);
-            return g4_fail(G4_EUSER, "--ids '%s': expected comma-separated non-negative integers",
-                           s);
-        }
-        if (*n == cap) *ids = g4_realloc(*ids, sizeof(int32_t) * (size_t)(cap *= 2));
-        (*ids)[(*n)++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (*n == 0) {
-        free(*ids);
-        return g4_fail(G4_EUSER, "--ids: no token ids given");
-    }
-    return G4_OK;
-}
-
 // The soft tokens of the image and audio files (either may be NULL).
 static int media_soft_tokens(g4_mm_towers *tw, const char *image, long long image_tokens,
                              const char *audio, float **img, int *n_img, float **aud,
@@ -98,7 +73,7 @@ static int cmd_logits(int argc, char **argv) {
     if (image_tokens && !image) return g4_cli_usage_error("logits", "--image-tokens needs --image");
     int32_t *ids;
     int n, rc, n_img = 0, n_aud = 0;
-    if ((rc = parse_ids(ids_s, &ids, &n))) return g4_cli_fail(rc);
+    if ((rc = g4_cli_parse_ids(ids_s, &ids, &n))) return g4_cli_fail(rc);
     g4_backend *be;
     g4_package *p = NULL;
     g4_text_model *m = NULL;

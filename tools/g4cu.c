@@ -39,6 +39,33 @@ int g4_cli_int(const char *cmd, const char *opt, const char *s, long long lo, lo
     return 1;
 }
 
+int g4_cli_parse_ids(const char *s, int32_t **ids, int *n) {
+    int cap = 16;
+    *n = 0;
+    *ids = g4_malloc(sizeof(int32_t) * (size_t)cap);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 0x7fffffff || (*end && *end != ',')) {
+            free(*ids);
+            *ids = NULL;
+            return g4_fail(G4_EUSER, "--ids '%s': expected comma-separated non-negative integers",
+                           s);
+        }
+        if (*n == cap) *ids = g4_realloc(*ids, sizeof(int32_t) * (size_t)(cap *= 2));
+        (*ids)[(*n)++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return g4_fail(G4_EUSER, "--ids: no token ids given");
+    }
+    return G4_OK;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: g4cu <command> [args]\n\ncommands:\n");
     for (int i = 0; i < n_commands; i++)

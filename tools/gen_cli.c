@@ -137,33 +137,6 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     return 1;
 }
 
-int g4_gen_cli_parse_ids(const char *s, int32_t **ids, int *n) {
-    int cap = 16;
-    *n = 0;
-    *ids = g4_malloc(sizeof(int32_t) * (size_t)cap);
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > 0x7fffffff || (*end && *end != ',')) {
-            free(*ids);
-            *ids = NULL;
-            return g4_fail(G4_EUSER, "--ids '%s': expected comma-separated non-negative integers",
-                           s);
-        }
-        if (*n == cap) *ids = g4_realloc(*ids, sizeof(int32_t) * (size_t)(cap *= 2));
-        (*ids)[(*n)++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (*n == 0) {
-        free(*ids);
-        *ids = NULL;
-        return g4_fail(G4_EUSER, "--ids: no token ids given");
-    }
-    return G4_OK;
-}
-
 static void stream_stdout(void *ctx, const char *text, size_t len) {
     (void)ctx;
     fwrite(text, 1, len, stdout);

@@ -37,8 +37,6 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i);
 // (then a newline), or with --json one JSON object (text, tokens, prompt_tokens, stop_reason,
 // stop_token, stop_string, max_new, timings). Returns the process exit code.
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr);
-// "2,5,17" -> ids (new array). Errors name the option.
-int g4_gen_cli_parse_ids(const char *s, int32_t **ids, int *n);
 // The same for prompt token ids given directly (no chat template, no media).
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n);
 
