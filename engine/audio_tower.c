@@ -194,24 +194,6 @@ void g4_audio_tower_free(g4_audio_tower *t) {
     free(t);
 }
 
-static void emit(g4_tower_hook hook, void *ctx, g4_backend *be, const char *name, int l,
-                 const g4_buf *b) {
-    if (!hook) return;
-    char nm[64];
-    if (l >= 0)
-        snprintf(nm, sizeof nm, "%s_%d", name, l);
-    else
-        snprintf(nm, sizeof nm, "%s", name);
-    hook(ctx, nm, be, b);
-}
-
-// A [rows, cols] view of the first rows x cols elements of b's storage.
-static g4_buf view(const g4_buf *b, int rows, int cols) {
-    G4_ASSERT((size_t)rows * cols <= (size_t)b->rows * b->cols);
-    g4_buf v = {b->data, b->type, rows, cols};
-    return v;
-}
-
 // Every 2nd entry of a 0/1 mask of n: HF's mask[:, ::2] after each stride-2 conv.
 static int32_t *mask_half(const int32_t *m, int n, int *n_out) {
     *n_out = (n + 1) / 2;
@@ -297,16 +279,16 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
     be->upload(be, vout.data, m2, sizeof(int32_t) * (size_t)T2);
     be->sscp_conv(be, &y0, &feat32, &v0, t->conv0_w, t->norm0_w, T, M, c->rms_eps);
     be->sscp_conv(be, &y1, &y0, &v1, t->conv1_w, t->norm1_w, T1, M1, c->rms_eps);
-    g4_buf flat = view(&y1, T2, M2 * C1);
+    g4_buf flat = g4_buf_view(&y1, T2, M2 * C1);
     be->linear(be, &x, &flat, &t->input_proj, 0);
     be->convert(be, &h, &x);
-    emit(hook, hook_ctx, be, "audio_subsample", -1, &h);
+    g4_tower_emit(hook, hook_ctx, be, "audio_subsample", -1, &h);
 
-    g4_buf glu_in = view(&big, T2, 2 * A), ffn_mid = view(&big, T2, c->ffn);
+    g4_buf glu_in = g4_buf_view(&big, T2, 2 * A), ffn_mid = g4_buf_view(&big, T2, c->ffn);
     for (int l = 0; l < c->n_layers; l++) {
         const g4_audio_layer *w = &t->layers[l];
         ffn(t, w, 0, &h, &x, &ffn_mid, &y);
-        emit(hook, hook_ctx, be, "audio_ffn1", l, &h);
+        g4_tower_emit(hook, hook_ctx, be, "audio_ffn1", l, &h);
 
         // Attention block.
         be->convert(be, &x, &h);
@@ -318,7 +300,7 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
         be->audio_attention(be, &attn, &q, &k, &v, &w->rel, w->per_dim_scale, &vout, c->n_heads,
                             c->head_dim, c->chunk, c->band, c->logit_cap, c->invalid_logit);
         be->linear(be, &y, &attn, &w->post, 0);
-        emit(hook, hook_ctx, be, "audio_attn", l, &y);
+        g4_tower_emit(hook, hook_ctx, be, "audio_attn", l, &y);
         be->clamp(be, &y, -t->clip, t->clip);
         be->add_rmsnorm(be, &h, &y, w->norm_post_attn, c->rms_eps, NULL);
 
@@ -332,20 +314,20 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
         be->silu(be, &attn, &attn);
         be->linear(be, &y, &attn, &w->lin_end, 0);
         be->add(be, &h, &y);
-        emit(hook, hook_ctx, be, "audio_lconv", l, &h);
+        g4_tower_emit(hook, hook_ctx, be, "audio_lconv", l, &h);
 
         ffn(t, w, 1, &h, &x, &ffn_mid, &y);
-        emit(hook, hook_ctx, be, "audio_ffn2", l, &h);
+        g4_tower_emit(hook, hook_ctx, be, "audio_ffn2", l, &h);
         be->clamp(be, &h, -t->clip, t->clip);
         be->rmsnorm(be, &x, &h, w->norm_out, A, c->rms_eps); // norms write the activation type
         be->convert(be, &h, &x);
-        emit(hook, hook_ctx, be, "audio_layer", l, &h);
+        g4_tower_emit(hook, hook_ctx, be, "audio_layer", l, &h);
     }
 
     // Output projection (bias), weightless RMSNorm, projection; keep the valid frames.
     be->convert(be, &x, &h);
     be->linear(be, &outp, &x, &t->output_proj, 0);
-    emit(hook, hook_ctx, be, "audio_output_proj", -1, &outp);
+    g4_tower_emit(hook, hook_ctx, be, "audio_output_proj", -1, &outp);
     be->rmsnorm(be, &outp, &outp, NULL, c->out_hidden, c->rms_eps);
     be->linear(be, &soft, &outp, &t->projector, 0);
     be->convert(be, &soft32, &soft);
@@ -358,9 +340,9 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
             memcpy(soft_out + (size_t)(j++) * t->text_hidden, all + (size_t)i * t->text_hidden,
                    row);
     if (hook && n_valid > 0) {
-        g4_buf kept = view(&soft32, n_valid, t->text_hidden);
+        g4_buf kept = g4_buf_view(&soft32, n_valid, t->text_hidden);
         be->upload(be, kept.data, soft_out, row * (size_t)n_valid);
-        emit(hook, hook_ctx, be, "audio_soft_tokens", -1, &kept);
+        g4_tower_emit(hook, hook_ctx, be, "audio_soft_tokens", -1, &kept);
     }
     free(all);
     free(m0), free(m1), free(m2);

@@ -8,13 +8,6 @@
 #include "engine/text_model.h"
 #include "loader/base.h"
 
-// A [rows, cols] view of the first rows of b's storage (cols may be narrower than b's).
-static g4_buf view(const g4_buf *b, int rows, int cols) {
-    G4_ASSERT((size_t)rows * cols <= (size_t)b->rows * b->cols);
-    g4_buf v = {b->data, b->type, rows, cols};
-    return v;
-}
-
 int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_state **out) {
     *out = NULL;
     const g4_text_config *c = m->cfg;
@@ -154,9 +147,9 @@ static void embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tok
     const g4_text_config *c = m->cfg;
     g4_backend *be = s->be;
     const int H = c->hidden, LP = c->n_layers * c->ple_dim;
-    g4_buf ids_b = view(&s->ids, T, 1);
-    g4_buf h = view(&s->h, T, H);
-    g4_buf x = view(&s->x, T, H);
+    g4_buf ids_b = g4_buf_view(&s->ids, T, 1);
+    g4_buf h = g4_buf_view(&s->h, T, H);
+    g4_buf x = g4_buf_view(&s->x, T, H);
     // The embedding model computes in the activation type; the residual stream is F32.
     be->embed(be, &x, m->embed_tokens, c->vocab, &ids_b, c->embed_scale);
     be->convert(be, &h, &x);
@@ -173,7 +166,7 @@ static void embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tok
     }
     emit(s, "embeds", &h);
 
-    g4_buf ple = view(&s->ple, T, LP);
+    g4_buf ple = g4_buf_view(&s->ple, T, LP);
     be->linear(be, &ple, &x, &m->ple_model_proj, 0);
     be->ple_inputs(be, &ple, m->embed_ple, c->vocab_ple, &ids_b, m->ple_proj_norm, c->ple_dim,
                    c->ple_proj_scale, c->ple_token_scale, c->ple_combine_scale, c->rms_eps);
@@ -199,16 +192,16 @@ static void layer(g4_text_state *s, int l, int T) {
     const g4_text_layer *w = &m->layers[l];
     g4_backend *be = s->be;
     const int H = c->hidden, hd = lc->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    g4_buf h = view(&s->h, T, H), x = view(&s->x, T, H), o = view(&s->o, T, H);
-    g4_buf q = view(&s->q, T, nh * hd), attn = view(&s->attn, T, nh * hd);
-    g4_buf pos = view(&s->pos, T, 1);
+    g4_buf h = g4_buf_view(&s->h, T, H), x = g4_buf_view(&s->x, T, H), o = g4_buf_view(&s->o, T, H);
+    g4_buf q = g4_buf_view(&s->q, T, nh * hd), attn = g4_buf_view(&s->attn, T, nh * hd);
+    g4_buf pos = g4_buf_view(&s->pos, T, 1);
     g4_buf *kc = &s->kc[lc->kv_slot], *vc = &s->vc[lc->kv_slot];
 
     // Attention block. Layers that own a KV slot compute K/V and store them at rows pos[t];
     // KV-shared layers read the slot their source layer filled earlier in this same pass.
     be->linear(be, &q, &x, &w->q, 0);
     if (lc->kv_source == l) {
-        g4_buf k = view(&s->k, T, nkv * hd), v = view(&s->v, T, nkv * hd);
+        g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
         be->linear(be, &k, &x, &w->k, 0);
         be->linear(be, &v, &x, &w->v, 0);
         be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos, m->inv_freq[lc->rope],
@@ -229,13 +222,13 @@ static void layer(g4_text_state *s, int l, int T) {
     be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1, w->pre_ff_norm);
 
     // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
-    g4_buf mlp = view(&s->mlp, T, lc->ffn);
+    g4_buf mlp = g4_buf_view(&s->mlp, T, lc->ffn);
     be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
     be->linear(be, &o, &mlp, &w->down, 0);
     be->add_rmsnorm_next(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL, &x, 0, NULL);
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
-    g4_buf pg = view(&s->pg, T, c->ple_dim), ple = view(&s->ple, T, c->n_layers * c->ple_dim);
+    g4_buf pg = g4_buf_view(&s->pg, T, c->ple_dim), ple = g4_buf_view(&s->ple, T, c->n_layers * c->ple_dim);
     be->linear(be, &pg, &x, &w->ple_gate, 0);
     be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
     be->linear(be, &o, &pg, &w->ple_proj, 0);
@@ -254,8 +247,8 @@ static g4_buf compute(g4_text_state *s, const int32_t *ids, int T, const g4_soft
     const g4_text_config *c = m->cfg;
     g4_backend *be = s->be;
     embed(s, ids, T, soft);
-    g4_buf h = view(&s->h, T, c->hidden);
-    g4_buf x = view(&s->x, T, c->hidden);
+    g4_buf h = g4_buf_view(&s->h, T, c->hidden);
+    g4_buf x = g4_buf_view(&s->x, T, c->hidden);
     be->rmsnorm(be, &x, &h, m->layers[0].input_norm, c->hidden, c->rms_eps);
     for (int l = 0; l < c->n_layers; l++) layer(s, l, T); // leaves the final norm in x
     const int rows = all_logits ? T : 1;
@@ -265,7 +258,7 @@ static g4_buf compute(g4_text_state *s, const int32_t *ids, int T, const g4_soft
         xl.data = (char *)x.data + (size_t)(T - 1) * c->hidden * g4_type_size(x.type);
         xl.rows = 1;
     }
-    g4_buf logits = view(&s->logits, rows, c->vocab);
+    g4_buf logits = g4_buf_view(&s->logits, rows, c->vocab);
     be->linear(be, &logits, &xl, &m->lm_head, 0);
     if (c->final_softcap > 0) be->softcap(be, &logits, c->final_softcap);
     emit(s, "logits", &logits);

@@ -138,3 +138,14 @@ int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
     nl->lin = w;
     return G4_OK;
 }
+
+void g4_tower_emit(g4_tower_hook hook, void *ctx, g4_backend *be, const char *name, int l,
+                   const g4_buf *b) {
+    if (!hook) return;
+    char nm[64];
+    if (l >= 0)
+        snprintf(nm, sizeof nm, "%s_%d", name, l);
+    else
+        snprintf(nm, sizeof nm, "%s", name);
+    hook(ctx, nm, be, b);
+}

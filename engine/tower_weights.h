@@ -14,6 +14,10 @@
 // audio_tower.h); the buffer lives on the backend. Same signature as g4_text_hook.
 typedef void (*g4_tower_hook)(void *ctx, const char *name, g4_backend *be, const g4_buf *b);
 
+// Calls hook (if set) with "<name>_<l>" (l >= 0) or "<name>".
+void g4_tower_emit(g4_tower_hook hook, void *ctx, g4_backend *be, const char *name, int l,
+                   const g4_buf *b);
+
 // A clipped linear and its package name (for reports and for tests that set other bounds).
 typedef struct {
     char name[96]; // "<base>", e.g. "encoder.layers.0.self_attn.q_proj"

@@ -93,17 +93,6 @@ void g4_vision_tower_free(g4_vision_tower *t) {
     free(t);
 }
 
-static void emit(g4_tower_hook hook, void *ctx, g4_backend *be, const char *name, int l,
-                 const g4_buf *b) {
-    if (!hook) return;
-    char nm[64];
-    if (l >= 0)
-        snprintf(nm, sizeof nm, "%s_%d", name, l);
-    else
-        snprintf(nm, sizeof nm, "%s", name);
-    hook(ctx, nm, be, b);
-}
-
 int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, float *soft_out,
                             g4_tower_hook hook, void *hook_ctx) {
     const g4_vision_config *c = t->cfg;
@@ -166,7 +155,7 @@ int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, floa
     be->linear(be, &x, &pix, &t->patch_proj, 0);
     be->convert(be, &h, &x);
     be->vision_posemb(be, &h, t->pos_table, c->pos_size, &pos);
-    emit(hook, hook_ctx, be, "vision_patch_embeds", -1, &h);
+    g4_tower_emit(hook, hook_ctx, be, "vision_patch_embeds", -1, &h);
 
     for (int l = 0; l < c->n_layers; l++) {
         const g4_vision_layer *w = &t->layers[l];
@@ -188,17 +177,17 @@ int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, floa
         be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
         be->linear(be, &o, &mlp, &w->down, 0);
         be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
-        emit(hook, hook_ctx, be, "vision_layer", l, &h);
+        g4_tower_emit(hook, hook_ctx, be, "vision_layer", l, &h);
     }
 
     // Pool k x k patches per soft token, scale by sqrt(D) (HF: fp32 math, python float scale),
     // weightless RMSNorm, project to the text width.
     be->vision_pool(be, &pooled, &h, &pos, k, (float)sqrt((double)D));
-    emit(hook, hook_ctx, be, "vision_pooled", -1, &pooled);
+    g4_tower_emit(hook, hook_ctx, be, "vision_pooled", -1, &pooled);
     be->rmsnorm(be, &pooled_a, &pooled, NULL, D, c->rms_eps);
     be->linear(be, &soft, &pooled_a, &t->projector, 0);
     be->convert(be, &soft32, &soft);
-    emit(hook, hook_ctx, be, "vision_soft_tokens", -1, &soft32);
+    g4_tower_emit(hook, hook_ctx, be, "vision_soft_tokens", -1, &soft32);
     be->download(be, soft_out, soft32.data, g4_buf_bytes(&soft32));
     be->sync(be);
 

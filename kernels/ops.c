@@ -37,3 +37,9 @@ void g4_buf_free(g4_backend *be, g4_buf *b) {
     if (b->data) be->free(be, b->data);
     b->data = NULL;
 }
+
+g4_buf g4_buf_view(const g4_buf *b, int rows, int cols) {
+    G4_ASSERT(rows >= 0 && cols >= 0 && (size_t)rows * cols <= (size_t)b->rows * b->cols);
+    g4_buf v = {b->data, b->type, rows, cols};
+    return v;
+}

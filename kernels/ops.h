@@ -229,6 +229,8 @@ g4_backend *g4_backend_cuda(const char **why);
 g4_buf g4_buf_new(g4_backend *be, g4_type type, int rows, int cols);
 void g4_buf_free(g4_backend *be, g4_buf *b);
 size_t g4_buf_bytes(const g4_buf *b);
+// A [rows, cols] view of the first rows x cols elements of b's storage (no copy).
+g4_buf g4_buf_view(const g4_buf *b, int rows, int cols);
 
 #ifdef __cplusplus
 }
