@@ -1,0 +1,285 @@
+// runner.c: g4_eval_run: manifest -> prompts -> generation -> predictions file -> scores (see
+// runner.h).
+#include "eval/runner.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/pipeline.h"
+#include "eval/eval_scores.h"
+#include "eval/manifest.h"
+#include "eval/predictions.h"
+#include "eval/progress.h"
+#include "eval/run_file.h"
+#include "loader/base.h"
+
+char *g4_eval_shard_suffix(int shard_i, int shard_n) {
+    return shard_n > 1 ? g4_sprintf(".shard-%d-of-%d", shard_i, shard_n) : g4_strdup("");
+}
+
+void g4_eval_run_result_free(g4_eval_run_result *r) {
+    free(r->scores_path);
+    memset(r, 0, sizeof *r);
+}
+
+static int make_dir(const char *dir) {
+    if (g4_is_dir(dir)) return G4_OK;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return g4_fail(G4_EUSER, "%s: cannot create the output directory: %s", dir,
+                       strerror(errno));
+    return G4_OK;
+}
+
+// The response lmms-eval scores, from a generation (spec eval-metrics.md 2.4): when the model
+// opened its thought channel (<|channel>), only what follows the last <channel|> counts, and
+// nothing when the channel never closed (the Olive adapter's _decode_generated_tokens). Else the
+// generation's text, already cut before an active stop string.
+// A NUL byte (from a <0x00> byte piece) becomes U+0001 (*n_nul counts them): the predictions
+// file and the scorers hold C strings, and both characters are controls (category Cc) that
+// every scorer treats alike (neither is whitespace, a digit, a letter with case, or M/S/P).
+static int response_text(const g4_pipeline *pl, const g4_gen_result *r, const char *const *stop,
+                         int n_stop, char **out, int *n_nul) {
+    const int soc = g4_tokenizer_id(pl->tok, "<|channel>", strlen("<|channel>"));
+    const int eoc = g4_tokenizer_id(pl->tok, "<channel|>", strlen("<channel|>"));
+    int has_soc = 0, last_eoc = -1;
+    for (size_t i = 0; i < r->tokens.n; i++) {
+        has_soc |= soc >= 0 && r->tokens.v[i] == soc;
+        if (eoc >= 0 && r->tokens.v[i] == eoc) last_eoc = (int)i;
+    }
+    char *text;
+    size_t len;
+    if (!has_soc) {
+        len = r->text ? r->text_len : 0;
+        text = g4_strndup(r->text ? r->text : "", len);
+    } else if (last_eoc < 0) {
+        len = 0;
+        text = g4_strdup("");
+    } else {
+        int rc = g4_tokenizer_decode(pl->tok, r->tokens.v + last_eoc + 1,
+                                     r->tokens.n - (size_t)last_eoc - 1, 1, &text, &len);
+        if (rc) return rc;
+        int which;
+        long cut = g4_find_stop(stop, n_stop, text, len, &which);
+        if (cut >= 0) text[len = (size_t)cut] = 0;
+    }
+    *n_nul = 0;
+    for (size_t i = 0; i < len; i++)
+        if (!text[i]) text[i] = 1, (*n_nul)++;
+    *out = text;
+    return G4_OK;
+}
+
+// One predictions line (new string).
+static char *pred_line(const g4_eval_task *t, const char *id, const char *text, int n_nul,
+                       const g4_gen_result *r, double item_ms) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "task", t->name);
+    cJSON_AddStringToObject(o, "prediction", text);
+    if (n_nul) cJSON_AddNumberToObject(o, "nul_bytes", n_nul); // written as U+0001
+    cJSON_AddStringToObject(o, "stop_reason", g4_stop_reason_name(r->stop));
+    cJSON_AddNumberToObject(o, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(o, "new_tokens", (double)r->tokens.n);
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+    for (size_t i = 0; i < r->tokens.n; i++)
+        cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens.v[i]));
+    cJSON_AddNumberToObject(o, "item_ms", item_ms);
+    cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
+    cJSON_AddNumberToObject(o, "decode_ms", r->decode_ms);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+// Generates the items of sel[] that done[] does not mark, appending each to f.
+static int generate_items(const g4_eval_run_opts *o, const g4_eval_manifest *m, const int *sel,
+                          int n_sel, const unsigned char *done, int n_done, g4_eval_pred_file *f,
+                          int *predicted) {
+    const g4_eval_task *t = o->task;
+    g4_pipeline *pl = NULL;
+    int rc = g4_pipeline_open(o->package, o->be ? o->be : g4_backend_cpu(), o->tokenizer, &pl);
+    if (rc) return rc;
+    const char *stop[1] = {G4_EVAL_INJECTED_STOP};
+    g4_gen_params p;
+    g4_gen_params_default(&p); // greedy
+    p.max_new = o->max_new > 0 ? o->max_new : t->max_new;
+    p.stop = stop, p.n_stop = 1; // lmms-eval's injected until = ["\n\n"] ...
+    if (!o->keep_stop) p.ignore_stop = stop, p.n_ignore_stop = 1; // ... which the benchmark ignored
+    const char *active_stop[1] = {G4_EVAL_INJECTED_STOP};
+    int n_active = o->keep_stop ? 1 : 0;
+
+    char *label = o->shard_n > 1 ? g4_sprintf("%s %d/%d", t->name, o->shard_i, o->shard_n)
+                                 : g4_strdup(t->name);
+    g4_progress bar;
+    g4_progress_start(&bar, o->progress, label, n_sel, n_done);
+    for (int k = 0; k < n_sel && !rc; k++) {
+        if (done[k]) continue;
+        const g4_eval_item *it = &m->items[sel[k]];
+        char *text = g4_eval_task_text(t, it->question);
+        const char *media[1] = {it->media_path};
+        g4_prompt pr = {.system = G4_EVAL_SYSTEM_PROMPT, .system_as_parts = 1, .text = text};
+        if (t->media == G4_MEDIA_IMAGE)
+            pr.images = media, pr.n_images = 1;
+        else
+            pr.audio = media, pr.n_audio = 1;
+        g4_gen_result r;
+        double t0 = g4_progress_now();
+        rc = g4_pipeline_generate(pl, &pr, &p, &r);
+        double item_ms = (g4_progress_now() - t0) * 1e3;
+        char *resp = NULL;
+        int n_nul = 0;
+        if (!rc) rc = response_text(pl, &r, active_stop, n_active, &resp, &n_nul);
+        if (!rc) {
+            char *line = pred_line(t, it->id, resp, n_nul, &r, item_ms);
+            rc = g4_eval_pred_file_append(f, line);
+            free(line);
+        } else {
+            g4_error_prefix("%s:%d (id '%s')", m->path, it->line, it->id);
+        }
+        free(resp);
+        g4_gen_result_free(&r);
+        free(text);
+        if (!rc) {
+            (*predicted)++;
+            g4_progress_step(&bar);
+        }
+    }
+    g4_progress_end(&bar);
+    free(label);
+    g4_pipeline_close(pl);
+    return rc;
+}
+
+int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
+    memset(res, 0, sizeof *res);
+    const g4_eval_task *t = o->task;
+    const int shard_n = o->shard_n > 1 ? o->shard_n : 1;
+    if (o->shard_i < 0 || o->shard_i >= shard_n)
+        return g4_fail(G4_EUSER, "--shard %d/%d: expected 0 <= i < n", o->shard_i, shard_n);
+    const double t_start = g4_progress_now();
+    g4_eval_manifest m;
+    int rc = g4_eval_manifest_read(o->manifest, t, o->data_dir, &m);
+    if (rc) return rc;
+    char *sfx = g4_eval_shard_suffix(o->shard_i, shard_n);
+    char *pred_path = g4_sprintf("%s/predictions%s.jsonl", o->out_dir, sfx);
+    char *run_path = g4_sprintf("%s/run%s.json", o->out_dir, sfx);
+    char *scores_stem = g4_sprintf("scores%s", sfx);
+    int *sel = NULL, n_sel = 0;
+    unsigned char *done = NULL;
+    g4_eval_preds old = {0}, now = {0};
+    const g4_eval_pred **paired = NULL;
+    g4_eval_scores sc = {0};
+    g4_eval_run_info info = {0};
+    g4_eval_pred_file f = {.fd = -1};
+
+    g4_eval_select(m.n, o->limit, o->shard_i, shard_n, &sel, &n_sel);
+    res->selected = n_sel;
+    if (n_sel == 0) {
+        rc = g4_fail(G4_EUSER, "%s: shard %d of %d selects no items (the manifest has %d%s)",
+                     o->manifest, o->shard_i, shard_n, m.n, o->limit > 0 ? " before --limit" : "");
+        goto done;
+    }
+    if ((rc = g4_eval_manifest_check_media(&m, sel, n_sel))) goto done;
+    if ((rc = make_dir(o->out_dir))) goto done;
+
+    // What this run's settings are, and what an earlier run of the same file used.
+    if ((rc = g4_eval_run_info_make(o, &info))) goto done;
+    if (o->resume) {
+        g4_eval_run_info before = {0};
+        int have = 0;
+        rc = g4_eval_run_info_read(run_path, &before, &have);
+        if (!rc && have) rc = g4_eval_run_info_compatible(&before, &info, run_path);
+        g4_eval_run_info_free(&before);
+        if (rc) goto done;
+    }
+    if (!o->resume) { // a run never appends to an earlier run's file by accident
+        if ((rc = g4_eval_preds_read(pred_path, t->name, 1, 0, &old))) goto done; // torn: say so
+        if (old.n > 0) {
+            rc = g4_fail(G4_EUSER,
+                         "%s already holds %d predictions; pass --resume to continue that run, or "
+                         "remove the file",
+                         pred_path, old.n);
+            goto done;
+        }
+        g4_eval_preds_free(&old);
+    }
+    // Lock the file before reading it: what was predicted cannot change under us.
+    if ((rc = g4_eval_pred_file_open(pred_path, &f))) goto done;
+    if ((rc = g4_eval_preds_read(pred_path, t->name, 1, 1, &old))) goto done;
+    res->torn_bytes = old.torn_bytes;
+    if (old.torn_bytes && o->log)
+        fprintf(o->log,
+                "g4cu eval: %s: dropped a torn last line (%ld bytes) left by an interrupted run\n",
+                pred_path, old.torn_bytes);
+    // Items predicted before: each must be one this run selects.
+    done = g4_calloc((size_t)n_sel, 1);
+    {
+        g4_strmap at;
+        g4_strmap_init(&at, (size_t)n_sel);
+        for (int k = 0; k < n_sel; k++) g4_strmap_put(&at, m.items[sel[k]].id, k);
+        for (int j = 0; j < old.n && !rc; j++) {
+            int k = g4_strmap_get(&at, old.v[j].id);
+            if (k < 0)
+                rc = g4_fail(G4_EUSER,
+                             "%s:%d: id '%s' is not among the items this run selects from %s "
+                             "(another manifest, --limit or --shard?)",
+                             pred_path, old.v[j].line, old.v[j].id, o->manifest);
+            else
+                done[k] = 1, res->resumed++;
+        }
+        g4_strmap_free(&at);
+        if (rc) goto done;
+    }
+    if (res->resumed && o->log)
+        fprintf(o->log, "g4cu eval: resuming %s: %d of %d items already predicted\n", pred_path,
+                res->resumed, n_sel);
+    if ((rc = g4_eval_run_info_write(run_path, &info))) goto done;
+
+    if (res->resumed < n_sel &&
+        (rc = generate_items(o, &m, sel, n_sel, done, res->resumed, &f, &res->predicted)))
+        goto done;
+    g4_eval_pred_file_close(&f);
+
+    // Score what the file now holds (read back, so the scores are those of the file on disk).
+    if ((rc = g4_eval_preds_read(pred_path, t->name, 0, 0, &now))) goto done;
+    if ((rc = g4_eval_match(&m, sel, n_sel, &now, 1, &paired))) goto done;
+    if ((rc = g4_eval_score(&m, sel, n_sel, paired, &sc))) goto done;
+    const char *files[1] = {pred_path};
+    g4_eval_meta meta = {
+        .manifest = info.manifest,
+        .pred_files = files,
+        .n_pred_files = 1,
+        .manifest_items = m.n,
+        .limit = o->limit,
+        .shard_i = o->shard_i,
+        .shard_n = shard_n > 1 ? shard_n : 0,
+        .max_new = info.max_new,
+        .keep_stop = o->keep_stop,
+        .package = info.package,
+        .backend = info.backend,
+        .wall_s = g4_progress_now() - t_start,
+    };
+    if ((rc = g4_eval_scores_write(o->out_dir, scores_stem, &sc, &meta))) goto done;
+    res->value = sc.value;
+    res->count = sc.count;
+    res->scores_path = g4_sprintf("%s/%s.json", o->out_dir, scores_stem);
+done:
+    g4_eval_pred_file_close(&f);
+    g4_eval_scores_free(&sc);
+    free(paired);
+    g4_eval_preds_free(&old);
+    g4_eval_preds_free(&now);
+    g4_eval_run_info_free(&info);
+    free(done);
+    free(sel);
+    free(scores_stem);
+    free(run_path);
+    free(pred_path);
+    free(sfx);
+    g4_eval_manifest_free(&m);
+    return rc;
+}

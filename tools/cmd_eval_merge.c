@@ -1,0 +1,54 @@
+// g4cu eval-merge DIR --task T [--manifest M] [--limit N]
+// Combines the prediction files of an eval output directory (every shard's) into the
+// corpus-level score of the task: DIR/scores.json and DIR/scores.md (eval/runner.h). Every item
+// the run selects must be predicted exactly once over the files.
+#include <stdio.h>
+#include <string.h>
+
+#include "eval/runner.h"
+#include "tools/cli.h"
+
+static int cmd_eval_merge(int argc, char **argv) {
+    const char *dir = NULL, *task = NULL, *manifest = NULL;
+    int limit = -1;
+    long long v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = !strcmp(a, "--task") || !strcmp(a, "--manifest") || !strcmp(a, "--limit");
+        if (takes && !val) return g4_cli_usage_error("eval-merge", "%s needs a value", a);
+        if (!strcmp(a, "--task"))
+            task = val;
+        else if (!strcmp(a, "--manifest"))
+            manifest = val;
+        else if (!strcmp(a, "--limit")) {
+            if (!g4_cli_int("eval-merge", a, val, 0, 0x7fffffff, &v)) return 1;
+            limit = (int)v;
+        } else if (a[0] == '-' && a[1]) {
+            return g4_cli_usage_error("eval-merge", "unknown option '%s'", a);
+        } else if (!dir) {
+            dir = a;
+            continue;
+        } else {
+            return g4_cli_usage_error("eval-merge", "unexpected argument '%s'", a);
+        }
+        i++;
+    }
+    if (!dir) return g4_cli_usage_error("eval-merge", "needs DIR (the --out of g4cu eval)");
+    if (!task) return g4_cli_usage_error("eval-merge", "needs --task %s", g4_eval_task_names());
+    const g4_eval_task *t = g4_eval_task_find(task);
+    if (!t)
+        return g4_cli_usage_error("eval-merge", "--task expects %s, got '%s'", g4_eval_task_names(),
+                                  task);
+    g4_eval_run_result r;
+    int rc = g4_eval_merge(dir, t, manifest, limit, &r);
+    if (!rc)
+        printf("%s %s = %.*f over %d items -> %s\n", t->name, t->metric, t->lower_is_better ? 4 : 6,
+               r.value, r.count, r.scores_path);
+    g4_eval_run_result_free(&r);
+    return rc ? g4_cli_fail(rc) : 0;
+}
+
+const g4_cmd g4_cmd_eval_merge = {
+    "eval-merge", cmd_eval_merge,
+    "DIR --task ocrbench|docvqa|chartqa|librispeech [--manifest M] [--limit N]   merge the "
+    "shards' predictions into the corpus-level score (DIR/scores.json, .md)"};
