@@ -36,6 +36,8 @@ grep -q "decode [0-9.]* tok/s" "$tmp/out"
 check "bench tiny PKG: decode tok/s printed" $?
 grep -q '"decode_tok_s"' "$tmp/b.json"
 check "bench tiny PKG: json written" $?
+grep -q "vision 768x768 [0-9.]* ms | audio 30 s [0-9.]* ms" "$tmp/out"
+check "bench tiny PKG: tower timings printed" $?
 
 "$G4CU" bench --kernels --filter no-such-kernel-row --reps 1 >"$tmp/out" 2>"$tmp/err"
 rc=$?

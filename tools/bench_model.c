@@ -5,6 +5,7 @@
 //
 // Timing: wall clock around synchronised work, median of `reps` runs after one warm-up run;
 // each run starts from an empty KV cache. Token ids are seeded random (never one repeated id).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -13,6 +14,7 @@
 #include "loader/json.h"
 
 #include "engine/backend_select.h"
+#include "engine/multimodal.h"
 #include "engine/text_model.h"
 #include "kernels/cuda_util.h"
 #include "tools/bench_model.h"
@@ -39,10 +41,74 @@ typedef struct {
     int prefill_len[3];
     double ttft_ms;       // 128-token prompt -> first token id on the host
     double decode_tok_s;  // 128 new tokens after the prompt
+    double vision_ms;     // vision tower (patch embedding .. projection) for one 768x768 image
+    double audio_ms;      // audio tower for a 30 s clip (750 soft tokens)
     double load_s;
     double weights_gib;   // weight bytes placed on the backend
     double state_gib;     // KV cache + activations of the decode state
 } bench_result;
+
+// Vision tower on one 768x768 image and audio tower on a 30 s clip (synthetic media through
+// the real front ends; tower time only, median of reps after a warm-up); -1 when the package
+// lacks the tower.
+static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_result *r) {
+    r->vision_ms = r->audio_ms = -1;
+    g4_mm_towers towers;
+    g4_mm_towers_init(&towers, p, be);
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    int rc = G4_OK;
+    if (g4_package_component(p, G4_COMP_VISION) && p->has_image_proc) {
+        g4_image img = {g4_malloc(768 * 768 * 3), 768, 768};
+        for (int i = 0; i < 768 * 768 * 3; i++) img.rgb[i] = (uint8_t)((i * 2654435761u) >> 24);
+        g4_image_features f;
+        rc = g4_image_features_from_rgb(&p->image_proc, &img, &f);
+        free(img.rgb);
+        if (rc) goto done;
+        float *rows = g4_malloc(sizeof(float) * (size_t)f.n_soft_tokens * p->text.hidden);
+        for (int i = 0; i <= reps && !rc; i++) {
+            double a = now_ms();
+            rc = g4_mm_image_tower(&towers, &f, rows);
+            if (i) t[i - 1] = now_ms() - a;
+        }
+        if (!rc) r->vision_ms = median(t, reps);
+        free(rows);
+        g4_image_features_free(&f);
+        if (rc) goto done;
+    }
+    if (g4_package_component(p, G4_COMP_AUDIO) && p->has_audio_fe) {
+        const int64_t n = 30 * (int64_t)p->audio_fe.sampling_rate;
+        float *wave = g4_malloc(sizeof(float) * (size_t)n);
+        unsigned long long s = 0x5eed;
+        for (int64_t i = 0; i < n; i++) { // speech-like: noise under a slow envelope
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            wave[i] = 0.3f * sinf(6.283f * 3.0f * (float)i / (float)p->audio_fe.sampling_rate) *
+                      ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
+        }
+        g4_logmel lm;
+        g4_audio_features f;
+        if ((rc = g4_logmel_init(&p->audio_fe, &lm))) {
+            free(wave);
+            goto done;
+        }
+        rc = g4_logmel_compute(&lm, wave, n, "bench audio", &f);
+        g4_logmel_free(&lm);
+        free(wave);
+        if (rc) goto done;
+        float *rows = g4_malloc(sizeof(float) * (size_t)f.n_soft_tokens * p->text.hidden);
+        for (int i = 0; i <= reps && !rc; i++) {
+            double a = now_ms();
+            rc = g4_mm_audio_tower(&towers, &f, rows);
+            if (i) t[i - 1] = now_ms() - a;
+        }
+        if (!rc) r->audio_ms = median(t, reps);
+        free(rows);
+        g4_audio_features_free(&f);
+    }
+done:
+    free(t);
+    g4_mm_towers_free(&towers);
+    return rc;
+}
 
 // Runs one package; fills r. Prefill lengths beyond the context are skipped (ms = -1).
 static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r) {
@@ -56,6 +122,7 @@ static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r)
     be->sync(be);
     r->load_s = (now_ms() - t0) / 1e3;
     r->weights_gib = (double)m->weight_bytes / (1u << 30);
+    if ((rc = bench_towers(p, be, reps, r))) goto done;
     const int lens[3] = {128, 512, 2048};
     const int ctx = p->text.context_length;
     int32_t *ids = g4_malloc(sizeof(int32_t) * 2048 + 4 * 256);
@@ -135,7 +202,10 @@ static void print_result(const char *name, const bench_result *r) {
         if (r->prefill_ms[k] >= 0)
             printf("prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k], r->prefill_ms[k],
                    r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
-    printf("TTFT(128) %.2f ms | decode %.1f tok/s\n", r->ttft_ms, r->decode_tok_s);
+    printf("TTFT(128) %.2f ms | decode %.1f tok/s", r->ttft_ms, r->decode_tok_s);
+    if (r->vision_ms >= 0) printf(" | vision 768x768 %.2f ms", r->vision_ms);
+    if (r->audio_ms >= 0) printf(" | audio 30 s %.2f ms", r->audio_ms);
+    printf("\n");
 }
 
 static void json_result(FILE *f, const char *name, const bench_result *r) {
@@ -145,7 +215,9 @@ static void json_result(FILE *f, const char *name, const bench_result *r) {
         fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", r->prefill_len[k],
                 r->prefill_ms[k], r->prefill_len[k],
                 r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
-    fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f}", r->ttft_ms, r->decode_tok_s);
+    fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"vision_768_ms\": %.4f, "
+               "\"audio_30s_ms\": %.4f}",
+            r->ttft_ms, r->decode_tok_s, r->vision_ms, r->audio_ms);
 }
 
 // Runs the HF peer script on hf_dir and prints our first package's speeds over HF's.
