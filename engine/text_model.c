@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loader/base.h"
 #include "quant/q4.h"
@@ -95,7 +96,20 @@ int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **ou
     if ((rc = g4_get(emb, "embed_tokens_per_layer.weight", G4_DT_FLOAT16, &t, cfg->vocab_ple,
                      (int64_t)L * P)))
         goto fail;
-    m->embed_ple = place(m, t->data, (size_t)t->nbytes, 2);
+    if (be->ple_host && be->alloc_mapped) { // the kernels read the few rows a step needs in place
+        void *hp = be->alloc_mapped(be, (size_t)t->nbytes);
+        if (!hp) {
+            rc = g4_fail(G4_EUSER, "%s: cannot pin %llu bytes of host memory for "
+                                   "embed_tokens_per_layer.weight (--ple-host)",
+                         emb->onnx_path, (unsigned long long)t->nbytes);
+            goto fail;
+        }
+        memcpy(hp, t->data, (size_t)t->nbytes);
+        m->embed_ple = m->ple_mapped = hp;
+        m->host_bytes += (uint64_t)t->nbytes;
+    } else {
+        m->embed_ple = place(m, t->data, (size_t)t->nbytes, 2);
+    }
     if ((rc = linear(m, emb, "per_layer_model_projection.weight_t", H, L * P, &m->ple_model_proj)) ||
         (rc = vec(m, emb, "per_layer_projection_norm.weight", P, &m->ple_proj_norm)) ||
         (rc = vec(m, dec, "model.norm.weight", H, &m->final_norm)) ||
@@ -181,6 +195,7 @@ void g4_text_model_free(g4_text_model *m) {
         free(ls);
     }
     for (int i = 0; i < m->n_owned; i++) m->be->free(m->be, m->owned[i]);
+    if (m->ple_mapped) m->be->free_mapped(m->be, m->ple_mapped);
     free(m->owned);
     free(m->layers);
     free(m);

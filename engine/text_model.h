@@ -34,7 +34,8 @@ typedef struct g4_text_model {
     const g4_text_config *cfg;
     g4_backend *be;
     const void *embed_tokens;   // fp16 [V, H]
-    const void *embed_ple;      // fp16 [V_ple, L*P]
+    const void *embed_ple;      // fp16 [V_ple, L*P] (on the backend, or ple_mapped)
+    void *ple_mapped;           // the same table in pinned host memory (be->ple_host), or NULL
     g4_linear ple_model_proj;   // [H, L*P]
     const void *ple_proj_norm;  // fp16 [P]
     g4_text_layer *layers;      // [L]
@@ -42,6 +43,7 @@ typedef struct g4_text_model {
     g4_linear lm_head;          // [H, V]
     const float *inv_freq[G4_MAX_ROPE]; // backend memory, [head_dim/2] per rope table
     uint64_t weight_bytes;      // bytes of weights placed on the backend
+    uint64_t host_bytes;        // bytes of weights the backend reads from pinned host memory
     uint64_t oom_bytes;         // bytes that did not fit (load fails when non-zero)
     void **owned;               // backend allocations (uploads, aligned copies)
     int n_owned;

@@ -74,6 +74,23 @@ static void *cu_alloc(g4_backend *be, size_t n) {
 
 static void cu_free(g4_backend *be, void *p) { G4_CUDA_CHECK(cudaFree(p)); }
 
+// Mapped pinned host memory: with unified addressing the host pointer is the device pointer
+// (checked). Write-combined: the host only writes it once, the GPU reads it over PCIe without
+// snooping the CPU caches.
+static void *cu_alloc_mapped(g4_backend *be, size_t n) {
+    void *p = NULL, *d = NULL;
+    cudaError_t e = cudaHostAlloc(&p, n ? n : 16, cudaHostAllocMapped | cudaHostAllocWriteCombined);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    G4_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+    G4_ASSERT(d == p); // unified addressing (every 64-bit Hopper platform)
+    return p;
+}
+
+static void cu_free_mapped(g4_backend *be, void *p) { G4_CUDA_CHECK(cudaFreeHost(p)); }
+
 static void cu_upload(g4_backend *be, void *dst, const void *src, size_t n) {
     G4_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, S(be)));
 }
@@ -912,6 +929,8 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->kv_type = G4_F16;
     b->alloc = cu_alloc;
     b->free = cu_free;
+    b->alloc_mapped = cu_alloc_mapped;
+    b->free_mapped = cu_free_mapped;
     b->upload = cu_upload;
     b->download = cu_download;
     b->sync = cu_sync;

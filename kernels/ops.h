@@ -81,6 +81,14 @@ struct g4_backend {
     void (*upload)(g4_backend *be, void *dst, const void *src, size_t bytes);   // host -> be
     void (*download)(g4_backend *be, void *dst, const void *src, size_t bytes); // be -> host
     void (*sync)(g4_backend *be);
+    // Optional (NULL on the CPU): pinned host memory the backend's kernels read in place over
+    // the bus (mapped, write-combined), for a table of which a step touches a few rows; NULL
+    // when the host cannot pin it.
+    void *(*alloc_mapped)(g4_backend *be, size_t bytes);
+    void (*free_mapped)(g4_backend *be, void *p);
+    // Placement policy set by the caller before a model load: keep the per-layer embedding
+    // table (the largest, touched one row per token) in alloc_mapped memory, not on the device.
+    int ple_host;
     // Converts a buffer between types (F32 <-> F16 <-> BF16), same shape.
     void (*convert)(g4_backend *be, g4_buf *dst, const g4_buf *src);
 

@@ -1,6 +1,7 @@
 // bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512
 // and 2048 tokens, decode tok/s (128 new after a 128-token prompt, greedy, graph-replayed on
-// CUDA), time to first token, GPU memory, and the same for a second package (Q4); optionally HF
+// CUDA), time to first token, GPU memory, the decode again with the per-layer embedding table in
+// pinned host memory, vision/audio tower ms, and the same for a second package (Q4); optionally HF
 // transformers on the same weights (tools/python/bench_hf.py) with the ratios.
 //
 // Timing: wall clock around synchronised work, median of `reps` runs after one warm-up run;
@@ -41,6 +42,8 @@ typedef struct {
     int prefill_len[3];
     double ttft_ms;       // 128-token prompt -> first token id on the host
     double decode_tok_s;  // 128 new tokens after the prompt
+    double ttft_host_ms, decode_host_tok_s; // the same with the PLE table in pinned host memory
+    double ple_gib;       // the PLE table's bytes (off the device in the host variant)
     double vision_ms;     // vision tower (patch embedding .. projection) for one 768x768 image
     double audio_ms;      // audio tower for a 30 s clip (750 soft tokens)
     double load_s;
@@ -110,6 +113,37 @@ done:
     return rc;
 }
 
+// TTFT of a P-token prompt (P - 1 prefilled, the last through the first greedy step) and the
+// decode rate of the N - 1 steps after it; medians of reps runs after a warm-up, on state s.
+static int bench_decode(g4_text_state *s, const int32_t *ids, int P, int N, int reps,
+                        double *ttft_ms, double *tok_s) {
+    double *ttft = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    double *rate = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    int rc = G4_OK;
+    for (int i = 0; i <= reps && !rc; i++) {
+        g4_text_state_reset(s);
+        double a = now_ms();
+        int32_t tok;
+        if ((rc = g4_text_forward(s, ids, P - 1, NULL, NULL, 0)) ||
+            (rc = g4_text_decode_greedy(s, ids[P - 1], &tok)))
+            break;
+        double b = now_ms();
+        for (int j = 1; j < N && !rc; j++) rc = g4_text_decode_greedy(s, tok, &tok);
+        double c = now_ms();
+        if (i) { // run 0 warms up (and captures the graph)
+            ttft[i - 1] = b - a;
+            rate[i - 1] = (N - 1) / ((c - b) / 1e3);
+        }
+    }
+    if (!rc) {
+        *ttft_ms = median(ttft, reps);
+        *tok_s = median(rate, reps);
+    }
+    free(ttft);
+    free(rate);
+    return rc;
+}
+
 // Runs one package; fills r. Prefill lengths beyond the context are skipped (ms = -1).
 static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r) {
     memset(r, 0, sizeof *r);
@@ -153,38 +187,37 @@ static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r)
     r->state_gib = 0;
     for (int i = 0; i < p->text.n_kv_layers; i++)
         r->state_gib += (double)(g4_buf_bytes(&s->kc[i]) + g4_buf_bytes(&s->vc[i])) / (1u << 30);
-    double *ttft = g4_malloc(sizeof(double) * (size_t)(reps + 1));
-    for (int i = 0; i <= reps; i++) {
-        g4_text_state_reset(s);
-        double a = now_ms();
-        int32_t tok;
-        if ((rc = g4_text_forward(s, ids, P - 1, NULL, NULL, 0)) ||
-            (rc = g4_text_decode_greedy(s, ids[P - 1], &tok)))
-            goto done_d;
-        double b = now_ms();
-        for (int j = 1; j < N; j++)
-            if ((rc = g4_text_decode_greedy(s, tok, &tok))) goto done_d;
-        double c = now_ms();
-        if (i) {
-            ttft[i - 1] = b - a;
-            t[i - 1] = (N - 1) / ((c - b) / 1e3);
-        }
+    if ((rc = bench_decode(s, ids, P, N, reps, &r->ttft_ms, &r->decode_tok_s))) goto done_t;
+    // The same with the PLE table read in place from pinned host memory (a fresh state: the
+    // captured graph holds the table's address).
+    r->ttft_host_ms = r->decode_host_tok_s = -1;
+    const size_t ple_bytes = (size_t)p->text.vocab_ple * p->text.n_layers * p->text.ple_dim * 2;
+    r->ple_gib = (double)ple_bytes / (1u << 30);
+    void *hp = be->alloc_mapped ? be->alloc_mapped(be, ple_bytes) : NULL;
+    if (hp) {
+        be->download(be, hp, m->embed_ple, ple_bytes);
+        be->sync(be);
+        const void *dev = m->embed_ple;
+        m->embed_ple = hp;
+        g4_text_state *sh = NULL;
+        if (!(rc = g4_text_state_new(m, P + N + 1, P, &sh)))
+            rc = bench_decode(sh, ids, P, N, reps, &r->ttft_host_ms, &r->decode_host_tok_s);
+        g4_text_state_free(sh);
+        m->embed_ple = dev;
+        be->free_mapped(be, hp);
+        if (rc) goto done_t;
     }
-    r->ttft_ms = median(ttft, reps);
-    r->decode_tok_s = median(t, reps);
     if (getenv("G4_PROFILE") && !be->host_memory) {
         // Per-op split of eager decode steps (no graph) on the same state and history.
         g4_text_state_reset(s);
-        if ((rc = g4_text_forward(s, ids, P, NULL, NULL, 0))) goto done_d;
+        if ((rc = g4_text_forward(s, ids, P, NULL, NULL, 0))) goto done_t;
         g4_cuda_profile_reset();
         int32_t tok = ids[P];
         for (int j = 0; j < 16; j++)
-            if ((rc = g4_text_forward(s, &tok, 1, NULL, NULL, 0))) goto done_d;
+            if ((rc = g4_text_forward(s, &tok, 1, NULL, NULL, 0))) goto done_t;
         printf("decode step, eager, per op (%s):\n", dir);
         g4_cuda_profile_report(stdout, 16);
     }
-done_d:
-    free(ttft);
 done_t:
     free(t);
     free(ids);
@@ -203,6 +236,9 @@ static void print_result(const char *name, const bench_result *r) {
             printf("prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k], r->prefill_ms[k],
                    r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
     printf("TTFT(128) %.2f ms | decode %.1f tok/s", r->ttft_ms, r->decode_tok_s);
+    if (r->decode_host_tok_s >= 0)
+        printf(" | PLE table (%.2f GiB) in pinned host memory: TTFT %.2f ms, decode %.1f tok/s",
+               r->ple_gib, r->ttft_host_ms, r->decode_host_tok_s);
     if (r->vision_ms >= 0) printf(" | vision 768x768 %.2f ms", r->vision_ms);
     if (r->audio_ms >= 0) printf(" | audio 30 s %.2f ms", r->audio_ms);
     printf("\n");
@@ -216,8 +252,10 @@ static void json_result(FILE *f, const char *name, const bench_result *r) {
                 r->prefill_ms[k], r->prefill_len[k],
                 r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
     fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"vision_768_ms\": %.4f, "
-               "\"audio_30s_ms\": %.4f}",
-            r->ttft_ms, r->decode_tok_s, r->vision_ms, r->audio_ms);
+               "\"audio_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
+               "\"ple_host_decode_tok_s\": %.2f}",
+            r->ttft_ms, r->decode_tok_s, r->vision_ms, r->audio_ms, r->ple_gib, r->ttft_host_ms,
+            r->decode_host_tok_s);
 }
 
 // Runs the HF peer script on hf_dir and prints our first package's speeds over HF's.

@@ -66,7 +66,7 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     static const char *const with_value[] = {
         "--max-new", "--stop", "--ignore-stop", "--eos",     "--temperature", "--top-k",
         "--top-p",   "--seed", "--system",      "--backend", "--tokenizer",   "--prefill-chunk"};
-    int known = !strcmp(a, "--json");
+    int known = !strcmp(a, "--json") || !strcmp(a, "--ple-host");
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         if (!strcmp(a, with_value[k])) {
             if (!v) {
@@ -79,6 +79,10 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     long long n;
     if (!strcmp(a, "--json")) {
         o->json = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--ple-host")) {
+        o->ple_host = 1;
         return 1;
     }
     (*i)++;
@@ -195,10 +199,20 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
     cJSON_Delete(j);
 }
 
+// The backend by name with the placement options applied.
+static int open_backend(const g4_gen_cli *o, g4_backend **be) {
+    int rc = g4_backend_by_name(o->backend, be);
+    if (rc) return rc;
+    if (o->ple_host && !(*be)->alloc_mapped)
+        return g4_fail(G4_EUSER, "%s: --ple-host needs a GPU backend (--backend cuda)", o->cmd);
+    (*be)->ple_host = o->ple_host;
+    return G4_OK;
+}
+
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
     g4_pipeline *pl;
     g4_backend *be;
-    int rc = g4_backend_by_name(o->backend, &be);
+    int rc = open_backend(o, &be);
     if (!rc) rc = g4_pipeline_open(pkg_dir, be, o->tokenizer, &pl);
     if (rc) return g4_cli_fail(rc);
     g4_gen_params p;
@@ -222,7 +236,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     char *tok_path = NULL;
     g4_gen_result r = {0};
     int rc;
-    if ((rc = g4_backend_by_name(o->backend, &be)) || (rc = g4_package_open(pkg_dir, &pkg)))
+    if ((rc = open_backend(o, &be)) || (rc = g4_package_open(pkg_dir, &pkg)))
         goto done;
     // The tokenizer is optional here: without one the ids are printed instead of text.
     tok_path = o->tokenizer ? g4_strdup(o->tokenizer) : g4_path_join(pkg_dir, "tokenizer.json");

@@ -13,6 +13,7 @@ typedef struct {
     const char *tokenizer; // --tokenizer F
     const char *system;    // --system S (sent as text parts, as the eval harness does)
     int json;              // --json
+    int ple_host;          // --ple-host: per-layer embedding table in pinned host memory
     g4_gen_params gen;
     char *stop[G4_GEN_CLI_MAX_LIST]; // --stop S (escapes decoded)
     int n_stop;
@@ -25,7 +26,7 @@ typedef struct {
 // The options every generating command takes, for the usage lines.
 #define G4_GEN_CLI_USAGE                                                                           \
     "[--max-new N] [--stop S]... [--ignore-stop S]... [--eos ID]... [--temperature T "             \
-    "--top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda] [--tokenizer F] [--json]"
+    "--top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda [--ple-host]] [--tokenizer F] [--json]"
 
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd);
 void g4_gen_cli_free(g4_gen_cli *o);

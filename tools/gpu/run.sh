@@ -10,6 +10,8 @@
 #   tests    the whole ctest suite (GPU tests run here instead of skipping)
 #   tiny     gpu-tiny package (tools/python/make_package.py --preset gpu-tiny) + its Q4 form +
 #            HF dumps; test_cuda_engine and g4cu compare --backend cuda|cpu against HF
+#   sanitize compute-sanitizer memcheck, racecheck, synccheck over the CUDA test tables and
+#            end-to-end runs on the gpu-tiny package (tools/gpu/sanitize.sh; after build, tiny)
 #   kernels  g4cu bench --kernels --json
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
@@ -60,14 +62,12 @@ stage_tiny() {
     echo "compare q4 cuda len40: exit $? $(tail -1 "$OUT/tiny_cmp_q4_cuda_len40.txt")"
     G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 | tee "$OUT/test_cuda_engine.log" | grep -v "    step" | tail -14
     G4_GPU_TINY_PKG="$d/f16" build-gpu/tests/test_cuda_towers 2>&1 | tee "$OUT/test_cuda_towers.log" | tail -12
+    G4_GPU_TINY_PKG="$d/f16" build-gpu/tests/test_cuda_ple_host 2>&1 | tee "$OUT/test_cuda_ple_host.log" | tail -4
+    G4_GPU_TINY_PKG="$d/f16" build-gpu/tests/test_cuda_oom 2>&1 | tee "$OUT/test_cuda_oom.log" | tail -6
 }
 
-stage_sanitize() {
-    if [ -x tools/gpu/sanitize.sh ] || [ -f tools/gpu/sanitize.sh ]; then
-        G4_GPU_TINY_PKG="$WORK/gpu-tiny/f16" bash tools/gpu/sanitize.sh ${SAN_TOOLS:-memcheck} 2>&1 | tail -20
-    else
-        echo "tools/gpu/sanitize.sh missing"
-    fi
+stage_sanitize() { # one line per run and per tool (logs in $OUT/sanitize/); SAN_TOOLS to narrow
+    G4_GPU_TINY_PKG="$WORK/gpu-tiny/f16" bash tools/gpu/sanitize.sh ${SAN_TOOLS:-memcheck racecheck synccheck}
 }
 
 stage_kernels() {
