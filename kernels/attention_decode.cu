@@ -21,6 +21,9 @@
 //  * Each split writes its unnormalised O, running max m and sum l (fp32) to the workspace; the
 //    merge kernel rescales by exp2(m_s - max m) and divides: the log-sum-exp merge.
 // Keys past max(pos) are zero-filled, never read (cache rows beyond the length may hold NaN).
+// Both kernels are launched with programmatic dependent launch (kernels/pdl.cuh) and have
+// nothing above their wait: q, pos and the KV cache come from the kernels just before (the
+// current row of the cache from qkv_prep), the merge's partials from the split kernel.
 #include "kernels/attention_decode.cuh"
 
 #include <math.h>
@@ -29,6 +32,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -82,6 +86,8 @@ template <int TILE> __device__ __forceinline__ DecSplit dec_split(const DecParam
 
 template <class C>
 __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
+    g4_pdl_wait(); // before pos is read and before the early return below
+    g4_pdl_trigger();
     extern __shared__ __align__(128) uint8_t smem[];
     float *red = reinterpret_cast<float *>(smem + C::SMEM_KV); // [4][16][RED_STRIDE]
     const int split = blockIdx.x, kvh = blockIdx.y, rg = blockIdx.z;
@@ -265,6 +271,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
 // with l_s > 0 (a split where the row saw no key contributes nothing). One CTA per (row,
 // 128 dims).
 template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const DecParams p) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
     const DecSplit sp = dec_split<C::TILE>(p);
     const int row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
     const int d = blockIdx.y * 128 + threadIdx.x;
@@ -314,10 +322,8 @@ template <class C> void dec_launch(const DecParams &p, int n_kv, cudaStream_t st
         configured = true;
     }
     const dim3 grid(p.n_splits, n_kv, (p.T * p.group + 15) / 16);
-    dec_split_kernel<C><<<grid, DEC_THREADS, C::SMEM, stream>>>(p);
-    G4_CUDA_LAUNCH_CHECK();
-    dec_merge_kernel<C><<<dim3(p.T * p.n_heads, C::HD / 128), 128, 0, stream>>>(p);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(dec_split_kernel<C>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
+    g4_pdl_launch(dec_merge_kernel<C>, dim3(p.T * p.n_heads, C::HD / 128), dim3(128), 0, stream, p);
 }
 
 } // namespace

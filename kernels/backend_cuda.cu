@@ -24,6 +24,7 @@
 #include "kernels/glu.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
+#include "kernels/pdl.cuh"
 #include "kernels/ple.cuh"
 #include "loader/model_config.h"
 #include "kernels/qkv_rope.cuh"
@@ -194,7 +195,11 @@ __device__ __forceinline__ void st(void *p, int type, size_t i, float v) {
     }
 }
 
+// On the decode path (embedding -> residual stream): launched with programmatic dependent
+// launch, so nothing above the wait (kernels/pdl.cuh).
 static __global__ void convert_kernel(void *y, int ty, const void *x, int tx, size_t n) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         st(y, ty, i, ld(x, tx, i));
@@ -222,8 +227,8 @@ static void cu_convert(g4_backend *be, g4_buf *dst, const g4_buf *src) {
     need(dst->rows == src->rows && dst->cols == src->cols, "convert", "shapes must match");
     need(src->type != G4_I32 && dst->type != G4_I32, "convert", "float types only");
     size_t n = (size_t)src->rows * src->cols;
-    convert_kernel<<<grid_for(n), 256, 0, S(be)>>>(dst->data, dst->type, src->data, src->type, n);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(convert_kernel, dim3(grid_for(n)), dim3(256), 0, S(be), dst->data, (int)dst->type,
+                  (const void *)src->data, (int)src->type, n);
 }
 
 static void cu_scale(g4_backend *be, g4_buf *x, float s) {

@@ -35,3 +35,29 @@ int g4_cuda_sync_launches(void) {
     }
     return cached;
 }
+
+// -1: not decided yet; 0 / 1: the setting in force. The environment is read once; the device
+// must be sm_90+ (griddepcontrol and the launch attribute exist from Hopper on).
+static int pdl_state = -1;
+
+static int pdl_device_ok(void) {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        cudaGetLastError(); // no device: launches fail on their own, with their own message
+        return 0;
+    }
+    return major >= 9;
+}
+
+extern "C" int g4_cuda_pdl_enabled(void) {
+    if (pdl_state < 0) {
+        const char *s = getenv("G4_PDL");
+        pdl_state = !(s && strcmp(s, "0") == 0) && pdl_device_ok();
+    }
+    return pdl_state;
+}
+
+extern "C" void g4_cuda_pdl_set(int on) {
+    pdl_state = on < 0 ? -1 : on ? pdl_device_ok() : 0;
+}

@@ -5,6 +5,7 @@
 // G4_CUDA_LAUNCH_CHECK(): cudaGetLastError() after a launch, and a device sync as well when
 // G4_SYNC_LAUNCHES=1 is set in the environment, so an error is reported at the launch that
 // caused it.
+// G4_PDL=0: decode-path kernels launched without programmatic dependent launch (pdl.cuh).
 #ifndef G4_CUDA_UTIL_H
 #define G4_CUDA_UTIL_H
 
@@ -22,6 +23,13 @@ void g4_cuda_describe(char *buf, int n);
 // prints the per-op split of the recorded work divided by `steps` (then clears it).
 void g4_cuda_profile_reset(void);
 void g4_cuda_profile_report(FILE *f, double steps);
+// Programmatic dependent launch (kernels/pdl.cuh) of the decode-path kernels: on by default on
+// sm_90+ devices, off with G4_PDL=0 in the environment (read once, at the first launch).
+// g4_cuda_pdl_set(0 / 1) overrides it for the launches that follow (tests run both settings;
+// a graph keeps the setting it was captured with); g4_cuda_pdl_set(-1) returns to the
+// environment's.
+int g4_cuda_pdl_enabled(void);
+void g4_cuda_pdl_set(int on);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,7 @@
 // embed.cu: embedding gather x scale (oracle: ref_embed; test: tests/test_cuda_ops.c --op embed).
 // One CTA per token, 16-byte vectors; reads one table row, writes one activation row.
+// Launched with programmatic dependent launch (kernels/pdl.cuh): nothing above the wait (the
+// row to read depends on the ids, which are read after it).
 #include "kernels/embed.cuh"
 
 #include <stdio.h>
@@ -7,6 +9,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -15,6 +18,8 @@ namespace {
 template <class Y>
 __global__ void embed_kernel(Y *y, const uint16_t *table, int rows, int cols, const int32_t *ids,
                              float scale) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
     const int t = blockIdx.x, id = ids[t];
     const bool ok = id >= 0 && id < rows;
     const uint16_t *src = table + (size_t)(ok ? id : 0) * cols;
@@ -39,8 +44,8 @@ void embed_launch(Y *y, const uint16_t *table, int rows, int cols, const int32_t
     if (T == 0) return;
     int threads = (cols / 8 + 31) / 32 * 32;
     threads = threads > 256 ? 256 : threads;
-    embed_kernel<Y><<<T, threads, 0, stream>>>(y, table, rows, cols, ids, scale);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(embed_kernel<Y>, dim3(T), dim3(threads), 0, stream, y, table, rows, cols, ids,
+                  scale);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 // gelu_mul.cu: y = gelu_tanh(a) * b, elementwise over strided rows (oracle: ref_gelu_mul).
 // Memory-bound: 16-byte vectors, grid-stride. Test: tests/test_cuda_ops.c --op gelu_mul.
+// Launched with programmatic dependent launch (kernels/pdl.cuh): nothing above the wait.
 #include "kernels/gelu_mul.cuh"
 
 #include <stdio.h>
@@ -7,6 +8,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -14,6 +16,8 @@ namespace {
 
 __global__ void gelu_mul_kernel(uint16_t *y, int ldy, const uint16_t *a, int lda, const uint16_t *b,
                                 int ldb, int T, int n) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
     const int nv = n / 8;
     const long long total = (long long)T * nv;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -47,6 +51,6 @@ extern "C" void g4_gelu_mul(uint16_t *y, int ldy, const uint16_t *a, int lda, co
     if (total == 0) return;
     long long blocks = (total + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    gelu_mul_kernel<<<(unsigned)blocks, 256, 0, stream>>>(y, ldy, a, lda, b, ldb, T, n);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(gelu_mul_kernel, dim3((unsigned)blocks), dim3(256), 0, stream, y, ldy, a, lda, b,
+                  ldb, T, n);
 }

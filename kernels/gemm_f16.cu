@@ -7,6 +7,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/gemm_common.cuh"
+#include "kernels/pdl.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -234,6 +235,10 @@ void launch_mma(void *y, const __half *x, const __half *w, const __half *wu, con
 // order through distributed shared memory and runs the epilogue.
 // x is staged in shared memory transposed ([k][MT] fp16) in chunks of GEMV_KCH rows, so one
 // 2..16-byte load gives a row's value for every token.
+// Launched with programmatic dependent launch (kernels/pdl.cuh): before its wait a block only
+// prefetches into L2 the W (and Wu) rows its first loop iteration loads, GEMV_U rows per
+// thread (GEMV_U * 32 rows x 128 bytes = 16 KB per block, 32 KB fused), so their DRAM latency
+// overlaps the previous kernel's tail; x is read and y written after the wait.
 // =============================================================================================
 constexpr int GEMV_THREADS = 256, GEMV_COLS = 64, GEMV_KCH = 1024, GEMV_U = 4;
 
@@ -265,12 +270,19 @@ template <int MT> __device__ __forceinline__ void load_x(float *xf, const __half
     }
 }
 
+// Blocks per SM the register allocation must leave room for (0: no constraint). Without it
+// the PDL prologue's prefetches cost ptxas 7-12 more registers in two variants, which would
+// drop a block per SM: M = 1 fused (64 -> 71: 4 -> 3 blocks) and M = 2 plain (48 -> 60: 5 -> 4).
+template <int MT, bool FUSED> constexpr int gemv_min_blocks() {
+    return (MT == 1 && FUSED) ? 4 : (MT == 2 && !FUSED) ? 5 : 0;
+}
+
 template <int MT, bool FUSED> constexpr int gemv_smem() {
     return GEMV_KCH * MT * 2 + (8 + 1) * (FUSED ? 2 : 1) * MT * GEMV_COLS * 4;
 }
 
 template <int MT, bool FUSED>
-__global__ void __launch_bounds__(GEMV_THREADS)
+__global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                     const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
                     int K, int epi) {
@@ -286,6 +298,23 @@ __global__ void __launch_bounds__(GEMV_THREADS)
     const int n0 = blockIdx.x * GEMV_COLS, col = n0 + tx * 8;
     const bool col_ok = col < N;
     const int kb = (int)((long long)K * rank / cs), ke = (int)((long long)K * (rank + 1) / cs);
+
+    // PDL prologue: exactly the W addresses of the first iteration below (kc = kb, k0 = ty),
+    // under the same bounds; L2 prefetches only (pdl.cuh rule 1). Then the wait, for everyone.
+    if (col_ok) {
+        const int kn0 = min(GEMV_KCH, ke - kb);
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            const int k = ty + 32 * u;
+            if (k < kn0) {
+                const size_t off = (size_t)(kb + k) * N + col;
+                g4_prefetch_l2(w + off);
+                if constexpr (FUSED) g4_prefetch_l2(wu + off);
+            }
+        }
+    }
+    g4_pdl_wait();
+    g4_pdl_trigger();
 
     float acc[F][MT][8];
 #pragma unroll
@@ -402,21 +431,8 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
     // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
     int cs = 1;
     while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(strips, cs, 1);
-    cfg.blockDim = dim3(GEMV_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = cs;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    G4_CUDA_CHECK(
-        cudaLaunchKernelEx(&cfg, gemv_f16_kernel<MT, FUSED>, y, x, w, wu, bias, M, N, K, epi));
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED>, dim3(strips, cs, 1), dim3(GEMV_THREADS, 1, 1),
+                          (size_t)smem, stream, dim3(1, cs, 1), y, x, w, wu, bias, M, N, K, epi);
 }
 
 template <bool FUSED>

@@ -14,6 +14,7 @@
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/q4_pack.h"
 
 namespace cg = cooperative_groups;
@@ -121,6 +122,10 @@ __global__ void __launch_bounds__(256) q4_dequant_kernel(__half *out, q4w w, int
 // gate and the up weight (fused); the warps take the block's k tiles round-robin, Q4V_U tiles
 // in flight each (weights streamed past L1; x re-read from L1/L2). A cluster of cs blocks
 // (grid.y) splits K when there are few feature tiles; rank 0 sums the partials in order.
+// Launched with programmatic dependent launch (kernels/pdl.cuh): before its wait each warp only
+// prefetches into L2 the packed words, scales and zero points of the Q4V_U tiles its first
+// loop iteration loads (for every decode shape of E2B that is the block's whole K range: <= 32
+// tiles x 592 bytes); x is read and y written after the wait.
 // =============================================================================================
 constexpr int Q4V_WARPS = 8, Q4V_U = 4;
 
@@ -142,6 +147,25 @@ __global__ void __launch_bounds__(Q4V_WARPS * 32)
     const __half *xrow = x + (size_t)(tok ? g : 0) * K + 16 * t;
     const int pair = 2 * g + (t >> 1); // the lane's scale / zero-point record entry
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
+
+    // PDL prologue: exactly the weight addresses of the first iteration below (kt0 = kb + warp),
+    // under the same bounds; L2 prefetches only (pdl.cuh rule 1). Then the wait, for everyone.
+#pragma unroll
+    for (int u = 0; u < Q4V_U; u++) {
+        const int kt = kb + warp + u * Q4V_WARPS;
+        if (kt < ke) {
+            const size_t ti = tile0 + kt;
+#pragma unroll
+            for (int f = 0; f < F; f++) {
+                const q4w &w = f ? w1 : w0;
+                g4_prefetch_l2(w.q + ti * 32 + lane);
+                g4_prefetch_l2(w.s + ti * 16 + pair);
+                g4_prefetch_l2(w.z + ti * 16 + pair);
+            }
+        }
+    }
+    g4_pdl_wait();
+    g4_pdl_trigger();
 
     float acc[F][4];
 #pragma unroll
@@ -245,21 +269,8 @@ void launch_gemv(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, i
     // Split K over a cluster until there are two blocks per SM, keeping >= 4 k tiles a block.
     int cs = 1;
     while (cs < 8 && (long)NT * cs < 2L * num_sms() && KT / (cs * 2) >= 4) cs *= 2;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(NT, cs, 1);
-    cfg.blockDim = dim3(Q4V_WARPS * 32, 1, 1);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = cs;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    G4_CUDA_CHECK(
-        cudaLaunchKernelEx(&cfg, gemv_q4_kernel<FUSED>, y, x, w0, w1, bias, M, N, K, epi));
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch_cluster(gemv_q4_kernel<FUSED>, dim3(NT, cs, 1), dim3(Q4V_WARPS * 32, 1, 1),
+                          (size_t)0, stream, dim3(1, cs, 1), y, x, w0, w1, bias, M, N, K, epi);
 }
 
 // =============================================================================================

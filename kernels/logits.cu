@@ -6,6 +6,7 @@
 // ticket after a __threadfence, the CUDA threadFenceReduction pattern) reduces the partials,
 // writes argmax[t] and resets the counter, so the launch can be replayed in a CUDA graph.
 // Memory-bound: V x 4 bytes read and written (1 MB each at V = 262144).
+// Launched with programmatic dependent launch (kernels/pdl.cuh): nothing above the wait.
 #include "kernels/logits.cuh"
 
 #include <math.h>
@@ -14,6 +15,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -53,6 +55,8 @@ __device__ __forceinline__ void lg_block_best(float &v, int &i, float *sv, int *
 __global__ void __launch_bounds__(LG_THREADS)
     lg_kernel(float *logits, int V, float cap, int32_t *argmax, float *part_v, int *part_i,
               unsigned *counter) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ bool last;
@@ -130,7 +134,6 @@ extern "C" void g4_logits_softcap_argmax(float *logits, int T, int V, float cap,
     int *part_i = reinterpret_cast<int *>(ws + lg_align((size_t)T * nb * sizeof(float)));
     unsigned *counter = reinterpret_cast<unsigned *>(ws + lg_align((size_t)T * nb * sizeof(float)) +
                                                      lg_align((size_t)T * nb * sizeof(int)));
-    lg_kernel<<<dim3(nb, T), LG_THREADS, 0, stream>>>(logits, V, cap, argmax, part_v, part_i,
-                                                      counter);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(lg_kernel, dim3(nb, T), dim3(LG_THREADS), 0, stream, logits, V, cap, argmax,
+                  part_v, part_i, counter);
 }

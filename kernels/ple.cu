@@ -2,6 +2,8 @@
 // sum and scale, in one pass (oracle: ref_embed + ref_rmsnorm composed as in spec 2.3; test:
 // tests/test_cuda_ops.c --op ple). One warp per (token, layer) slice of D values, 16-byte
 // vectors; memory-bound (T x n_layers x D x 2 bytes read twice, written once).
+// Launched with programmatic dependent launch (kernels/pdl.cuh): above the wait only the L2
+// prefetch of the norm weight (the table row depends on the ids, read after it).
 #include "kernels/ple.cuh"
 
 #include <math.h>
@@ -10,6 +12,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -20,6 +23,9 @@ __global__ void ple_kernel(uint16_t *ple, const uint16_t *proj, const uint16_t *
                            const int32_t *ids, const uint16_t *norm_w, int T, int n_layers,
                            float proj_scale, float tok_scale, float out_scale, float eps) {
     constexpr int D = 256 * V;
+    g4_prefetch_l2_bytes(norm_w, (size_t)D * 2);
+    g4_pdl_wait(); // before the early return below: every thread waits
+    g4_pdl_trigger();
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= T * n_layers) return;
     const int t = gw / n_layers, l = gw % n_layers;
@@ -77,10 +83,9 @@ extern "C" void g4_ple_inputs(uint16_t *ple, const uint16_t *proj, const uint16_
     if (warps == 0) return;
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
     if (D == 256)
-        ple_kernel<1><<<blocks, 256, 0, stream>>>(ple, proj, table, vocab, ids, norm_w, T, n_layers,
-                                                  proj_scale, tok_scale, out_scale, eps);
+        g4_pdl_launch(ple_kernel<1>, dim3(blocks), dim3(256), 0, stream, ple, proj, table, vocab,
+                      ids, norm_w, T, n_layers, proj_scale, tok_scale, out_scale, eps);
     else
-        ple_kernel<2><<<blocks, 256, 0, stream>>>(ple, proj, table, vocab, ids, norm_w, T, n_layers,
-                                                  proj_scale, tok_scale, out_scale, eps);
-    G4_CUDA_LAUNCH_CHECK();
+        g4_pdl_launch(ple_kernel<2>, dim3(blocks), dim3(256), 0, stream, ple, proj, table, vocab,
+                      ids, norm_w, T, n_layers, proj_scale, tok_scale, out_scale, eps);
 }

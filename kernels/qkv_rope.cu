@@ -8,6 +8,8 @@
 // partners b = a + hd/2 (1-D) or, for 2-D, the pairs of one axis part (a and a + hd/4 inside
 // part a / (hd/2)), so each rotation is done in registers after one warp reduction for the
 // norm. Angle = float(pos) * inv_freq[j] in fp32 and precise sincosf, as the reference.
+// Launched with programmatic dependent launch (kernels/pdl.cuh): above the wait only L2
+// prefetches of the norm weights and the RoPE frequencies.
 #include "kernels/qkv_rope.cuh"
 
 #include <math.h>
@@ -16,6 +18,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -24,6 +27,12 @@ namespace {
 constexpr int QKV_WARPS = 8;
 
 template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(const g4_qkv_args a) {
+    // Immutable tables, each prefetched only where the body below reads it.
+    g4_prefetch_l2_bytes(a.q_w, a.q_w ? (size_t)a.hd * 2 : 0);
+    g4_prefetch_l2_bytes(a.k_w, a.k && a.k_w ? (size_t)a.hd * 2 : 0);
+    g4_prefetch_l2_bytes(a.inv_freq, a.inv_freq ? (size_t)a.hd / (a.rope_2d ? 4 : 2) * 4 : 0);
+    g4_pdl_wait();
+    g4_pdl_trigger();
     const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = a.hd, half = hd / 2, quarter = hd / 4;
     const int n_vec = a.n_heads + (a.k ? 2 * a.n_kv : 0);
@@ -83,8 +92,7 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
 }
 
 template <int E> void qkv_launch(const g4_qkv_args &a, cudaStream_t stream) {
-    qkv_kernel<E><<<a.T, 32 * QKV_WARPS, 0, stream>>>(a);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(qkv_kernel<E>, dim3(a.T), dim3(32 * QKV_WARPS), 0, stream, a);
 }
 
 } // namespace

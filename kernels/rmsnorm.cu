@@ -6,6 +6,8 @@
 // One CTA per normalised group, 16-byte vectors, a block reduction of the sum of squares; a
 // second pass re-reads the CTA's own data (3 KB per row for E2B, an L1 hit) instead of holding
 // it in registers, so any group size works with one kernel.
+// Both kernels are launched with programmatic dependent launch (kernels/pdl.cuh): above the
+// wait only L2 prefetches of the norm weights (and the layer scalar).
 #include "kernels/rmsnorm.cuh"
 
 #include <math.h>
@@ -14,6 +16,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/pdl.cuh"
 
 using namespace g4k;
 
@@ -48,6 +51,9 @@ __device__ __forceinline__ void store8(float *p, const float v[8]) {
 // One CTA per group: blockIdx.x = row * (cols / group) + group index.
 template <class X>
 __global__ void rms_kernel(uint16_t *y, const X *x, const uint16_t *w, int group, float eps) {
+    g4_prefetch_l2_bytes(w, w ? (size_t)group * 2 : 0);
+    g4_pdl_wait();
+    g4_pdl_trigger();
     __shared__ float scratch[33];
     const size_t base = (size_t)blockIdx.x * group;
     float ss = 0.0f;
@@ -71,6 +77,11 @@ __global__ void rms_kernel(uint16_t *y, const X *x, const uint16_t *w, int group
 __global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
                                const uint16_t *scale, float eps, int next, uint16_t *y2,
                                const uint16_t *w2, int cols) {
+    g4_prefetch_l2_bytes(w, w ? (size_t)cols * 2 : 0);
+    g4_prefetch_l2_bytes(w2, w2 && next == G4_NEXT_NORM ? (size_t)cols * 2 : 0); // read only then
+    g4_prefetch_l2_bytes(scale, scale ? 2 : 0);
+    g4_pdl_wait();
+    g4_pdl_trigger();
     __shared__ float scratch[33];
     const size_t base = (size_t)blockIdx.x * cols;
     float ss = 0.0f;
@@ -126,8 +137,8 @@ void rms_launch(uint16_t *y, const X *x, const uint16_t *w, int rows, int cols, 
     const long long blocks = (long long)rows * (cols / group);
     if (blocks == 0) return;
     G4K_REQUIRE(blocks <= 0x7fffffffLL, op);
-    rms_kernel<X><<<(unsigned)blocks, rms_threads(group), 0, stream>>>(y, x, w, group, eps);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(rms_kernel<X>, dim3((unsigned)blocks), dim3(rms_threads(group)), 0, stream, y, x,
+                  w, group, eps);
 }
 
 } // namespace
@@ -151,7 +162,6 @@ extern "C" void g4_add_rmsnorm(float *h, const uint16_t *x, const uint16_t *w,
     G4K_REQUIRE(next == G4_NEXT_NONE || (y2 && al16(y2)), op);
     G4K_REQUIRE(al16(h) && al16(x) && (!w || al16(w)) && (!w2 || al16(w2)), op);
     if (rows == 0) return;
-    add_rms_kernel<<<rows, rms_threads(cols), 0, stream>>>(h, x, w, scale, eps, (int)next, y2, w2,
-                                                           cols);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_pdl_launch(add_rms_kernel, dim3(rows), dim3(rms_threads(cols)), 0, stream, h, x, w, scale,
+                  eps, (int)next, y2, w2, cols);
 }

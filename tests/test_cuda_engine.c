@@ -16,8 +16,12 @@
 //                 weights make near-flat logits at some positions.
 //   argmax        >= 90% of rows agree (random weights give near-ties; 2 rows in 40 may flip).
 //   graph         a replayed decode step runs the very kernels of an eager step: bit-identical.
+//   pdl           programmatic dependent launch (kernels/pdl.cuh; on by default) changes no bit:
+//                 prefill and decode logits (eager) and greedy tokens (graph) with it off and on
+//                 are identical (every kernel is deterministic; a difference is a race).
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/backend_select.h"
 #include "engine/text_model.h"
@@ -147,6 +151,45 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     free(lc);
 }
 
+// The same prompt and teacher-forced decode steps with PDL off, then on: eager logits (the
+// prompt's last row, then each step's) and the graph-replayed steps' argmaxes, compared exactly.
+static void test_pdl_same(const char *what, g4_text_model *gpu, const int32_t *ids, int P,
+                          int steps) {
+    const int V = gpu->cfg->vocab;
+    float *lg[2];
+    int32_t *am[2];
+    for (int on = 0; on < 2; on++) {
+        g4_cuda_pdl_set(on);
+        g4_text_state *sg, *se;
+        CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &sg) == 0);
+        CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &se) == 0);
+        lg[on] = g4_malloc(sizeof(float) * (size_t)V * (steps + 1));
+        am[on] = g4_malloc(sizeof(int32_t) * (size_t)steps);
+        CHECK(g4_text_forward(sg, ids, P, NULL, NULL, 0) == 0);
+        CHECK(g4_text_forward(se, ids, P, NULL, lg[on], 0) == 0);
+        for (int i = 0; i < steps; i++) {
+            const int32_t tok = ids[P + i];
+            am[on][i] = -1;
+            CHECK(g4_text_decode_greedy(sg, tok, &am[on][i]) == 0);
+            CHECK(g4_text_forward(se, &tok, 1, NULL, lg[on] + (size_t)V * (i + 1), 0) == 0);
+        }
+        CHECK(sg->graph != NULL); // the graph (captured with this setting) was replayed
+        g4_text_state_free(sg);
+        g4_text_state_free(se);
+    }
+    g4_cuda_pdl_set(-1);
+    int same_logits = 0, same_tokens = 0;
+    for (int i = 0; i <= steps; i++)
+        same_logits += !memcmp(lg[0] + (size_t)V * i, lg[1] + (size_t)V * i, sizeof(float) * V);
+    for (int i = 0; i < steps; i++) same_tokens += am[0][i] == am[1][i];
+    printf("  %s PDL off vs on: logits identical %d/%d rows (prefill + steps), graph tokens "
+           "identical %d/%d\n",
+           what, same_logits, steps + 1, same_tokens, steps);
+    CHECK_INT(same_logits, steps + 1);
+    CHECK_INT(same_tokens, steps);
+    for (int on = 0; on < 2; on++) free(lg[on]), free(am[on]);
+}
+
 static void run_package(const char *what, const char *dir) {
     g4_package *p;
     g4_backend *cuda;
@@ -165,6 +208,7 @@ static void run_package(const char *what, const char *dir) {
         test_prefill_vs_cpu(what, cpu, gpu, ids, 1);
         test_prefill_vs_cpu(what, cpu, gpu, ids, 40);
         test_decode(what, cpu, gpu, ids, 24, 24); // crosses the window (32) during decode
+        test_pdl_same(what, gpu, ids, 24, MAX_T - 24);
     }
     g4_text_model_free(cpu);
     g4_text_model_free(gpu);

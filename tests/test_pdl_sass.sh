@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# test_pdl_sass.sh: the programmatic-dependent-launch rule of kernels/pdl.cuh, checked on the
+# built SASS (no GPU needed). Every kernel that kernels/*.cu launch through g4_pdl_launch*
+# may start while the previous kernel still runs, so in each of its compiled variants:
+#   - griddepcontrol.wait (SASS ACQBULK) is present, and no global-memory instruction (load,
+#     store, atomic, reduction, cp.async, TMA, generic LD/ST, cache control other than the L2
+#     prefetch CCTL.E.PF*) comes before the first one in program order;
+#   - griddepcontrol.launch_dependents (SASS PREEXIT) is present, after the wait.
+# Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
+# for these kernels that is the execution order up to the wait. A kernel name found at a launch
+# site but in no SASS function fails (a renamed kernel or a launch written another way).
+# Needs cuobjdump ($CUOBJDUMP, PATH, the toolkit's, or the one Triton's wheel carries);
+# skips (77) without one.
+set -u
+: "${G4CU:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
+lib="$(dirname "$G4CU")/libg4_cuda.a"
+cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+if [ -z "$cuobjdump" ]; then
+    for c in /usr/local/cuda/bin/cuobjdump /work/venv-hf/lib/python3*/site-packages/triton/backends/nvidia/bin/cuobjdump; do
+        [ -x "$c" ] && cuobjdump=$c && break
+    done
+fi
+if [ -z "$cuobjdump" ]; then
+    echo "SKIP test_pdl_sass: no cuobjdump (set CUOBJDUMP)"
+    exit 77
+fi
+[ -f "$lib" ] || { echo "FAIL test_pdl_sass: $lib not found"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Kernel names at the launch sites (the first argument; the call may span lines).
+perl -0777 -ne 'while (/\bg4_pdl_launch(?:_cluster|_ex)?\s*\(\s*([A-Za-z_]\w*)/g) { print "$1\n" }' \
+    "$G4_SOURCE_DIR"/kernels/*.cu | sort -u >"$tmp/names"
+sites=$(cat "$G4_SOURCE_DIR"/kernels/*.cu | perl -0777 -ne '$n = () = /\bg4_pdl_launch(?:_cluster|_ex)?\s*\(/g; print $n')
+if [ ! -s "$tmp/names" ]; then
+    echo "FAIL test_pdl_sass: no g4_pdl_launch call found in kernels/*.cu"
+    exit 1
+fi
+"$cuobjdump" --dump-sass "$lib" >"$tmp/sass" 2>"$tmp/err" || {
+    cat "$tmp/err"
+    echo "FAIL test_pdl_sass: cuobjdump failed on $lib"
+    exit 1
+}
+
+perl -e '
+    my ($names, $sass, $sites) = @ARGV;
+    open my $nf, "<", $names or die; chomp(my @names = <$nf>);
+    my (%code, @order, $fn);
+    open my $sf, "<", $sass or die;
+    while (<$sf>) {
+        if (/Function : (\S+)/) { $fn = $1; push @order, $fn unless $code{$fn}; $code{$fn} ||= []; next; }
+        next unless defined $fn;
+        if (m{^\s+/\*[0-9a-f]{4,}\*/\s+(?:\@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)}) { push @{$code{$fn}}, $1; }
+    }
+    my $bad_re = qr/^(?:LDG|STG|LD|ST|ATOM|ATOMG|RED|REDG|LDGSTS|UTMALDG|UTMASTG|UTMAREDG|UBLKCP|UBLKRED|SULD|SUST|SUATOM|SURED|TLD|TEX|CCTL)(?:\.|$)/;
+    my ($fail, $checked) = (0, 0);
+    for my $n (@names) {
+        my $tok = length($n) . $n; # the Itanium-mangled identifier
+        my @fns = grep { index($_, $tok) >= 0 } @order;
+        if (!@fns) { print "FAIL $n: launched through g4_pdl_launch but no SASS function matches $tok\n"; $fail++; next; }
+        for my $f (@fns) {
+            my @ops = @{$code{$f}};
+            my ($wait) = grep { $ops[$_] eq "ACQBULK" } 0 .. $#ops;
+            my ($trig) = grep { $ops[$_] eq "PREEXIT" } 0 .. $#ops;
+            $checked++;
+            if (!defined $wait) { print "FAIL $f: no griddepcontrol.wait (ACQBULK)\n"; $fail++; next; }
+            my @early = grep { $ops[$_] =~ $bad_re && $ops[$_] !~ /^CCTL\.E\.PF[12]/ } 0 .. $wait - 1;
+            if (@early) {
+                print "FAIL $f: global memory access before the wait: " .
+                    join(", ", map { "$ops[$_] (#$_)" } @early[0 .. ($#early < 4 ? $#early : 4)]) . "\n";
+                $fail++;
+            }
+            if (!defined $trig || $trig < $wait) {
+                print "FAIL $f: no griddepcontrol.launch_dependents (PREEXIT) after the wait\n"; $fail++;
+            }
+        }
+    }
+    printf "test_pdl_sass: %d launch sites, %d kernels, %d compiled variants checked, %d failures\n",
+        $sites, scalar(@names), $checked, $fail;
+    exit($fail ? 1 : 0);
+' "$tmp/names" "$tmp/sass" "$sites"
