@@ -67,9 +67,10 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
     if (oom) {
         g4_text_state_free(s);
         return g4_fail(G4_EUSER,
-                       "%s backend out of memory: a context of %d tokens needs %.2f GiB of KV "
-                       "cache and activations (ask for a shorter context)",
-                       be->name, capacity, (double)bytes / (1u << 30));
+                       "%s backend out of memory: a context of %d tokens, up to %d per forward "
+                       "call, needs %.2f GiB of KV cache and activations (ask for a shorter "
+                       "context or fewer tokens per call)",
+                       be->name, capacity, max_tokens, (double)bytes / (1u << 30));
     }
     *out = s;
     return G4_OK;

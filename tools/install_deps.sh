@@ -6,7 +6,9 @@
 # images; tests/test_eval_smoke.sh reads them). Runs apt-get as root, or through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(cmake make gcc g++ clang libclang-rt-14-dev
+# clang + libclang-rt-dev: the libFuzzer, ASan and UBSan runtimes of Debian's default clang
+# (tests/fuzz/build.sh, tests/test_fuzz_smoke.sh); the unversioned names follow the release.
+pkgs=(cmake make gcc g++ clang libclang-rt-dev
       protobuf-c-compiler libprotobuf-c-dev libcjson-dev zlib1g-dev libpng-dev libjpeg-dev
       libsndfile1-dev libsoxr-dev libutf8proc-dev libpcre2-dev)
 sudo=""
