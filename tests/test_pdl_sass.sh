@@ -9,21 +9,24 @@
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
 # site but in no SASS function fails (a renamed kernel or a launch written another way).
-# Needs cuobjdump ($CUOBJDUMP, PATH, the toolkit's, or the one Triton's wheel carries);
+# Needs cuobjdump and nvdisasm ($CUOBJDUMP, PATH, the toolkit's, or tools/install_deps.sh's in .tools/);
 # skips (77) without one.
 set -u
 : "${G4CU:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
 lib="$(dirname "$G4CU")/libg4_cuda.a"
-cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+cuobjdump=${CUOBJDUMP:-}
 if [ -z "$cuobjdump" ]; then
-    for c in /usr/local/cuda/bin/cuobjdump /work/venv-hf/lib/python3*/site-packages/triton/backends/nvidia/bin/cuobjdump; do
-        [ -x "$c" ] && cuobjdump=$c && break
+    for d in "$(dirname "$(command -v cuobjdump || echo /none/x)")" \
+        "$(dirname "$(command -v nvcc || echo /none/x)")" /usr/local/cuda/bin \
+        "$G4_SOURCE_DIR/.tools/cuda/nvidia/cu13/bin"; do
+        [ -x "$d/cuobjdump" ] && [ -x "$d/nvdisasm" ] && cuobjdump=$d/cuobjdump && break
     done
 fi
 if [ -z "$cuobjdump" ]; then
-    echo "SKIP test_pdl_sass: no cuobjdump (set CUOBJDUMP)"
+    echo "SKIP test_pdl_sass: no cuobjdump + nvdisasm (tools/install_deps.sh fetches them into .tools/, or set CUOBJDUMP)"
     exit 77
 fi
+export PATH="$(dirname "$cuobjdump"):$PATH" # cuobjdump runs the nvdisasm beside it
 [ -f "$lib" ] || { echo "FAIL test_pdl_sass: $lib not found"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -3,7 +3,8 @@
 # on PATH, cuBLAS and cuDNN in its lib64), then lays out the eval smoke set's media in
 # .smoke-data/ from two Debian packages without installing them or their dependencies
 # (tools/fetch_smoke_set.sh: pocketsphinx-testdata's LibriVox utterances, python3-skimage's text
-# images; tests/test_eval_smoke.sh reads them). Runs apt-get as root, or through sudo.
+# images; tests/test_eval_smoke.sh reads them), and puts cuobjdump + nvdisasm in .tools/ when
+# the toolkit lacks them (tests/test_pdl_sass.sh). Runs apt-get as root, or through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # clang + libclang-rt-dev: the libFuzzer, ASan and UBSan runtimes of Debian's default clang
@@ -27,4 +28,31 @@ if [ ! -f .smoke-data/.complete ]; then
     [ $updated -eq 1 ] || $sudo apt-get update -qq
     rm -rf .smoke-data
     tools/fetch_smoke_set.sh .smoke-data && touch .smoke-data/.complete
+fi
+# cuobjdump + nvdisasm (it calls nvdisasm for SASS): a toolkit of nvcc + ptxas only lacks them;
+# tests/test_pdl_sass.sh reads the kernels' SASS with them. NVIDIA's PyPI wheels (any 13.x reads
+# sm_90a code), pinned by hash, unpacked into .tools/cuda (ignored; both land in nvidia/cu13/bin).
+# Without them that test skips, saying why.
+CUDA_TOOLS_VER=13.5.37
+CUDA_TOOLS=("nvidia-cuda-cuobjdump nvidia_cuda_cuobjdump 38780fee50863252a0b8926357faa91615ca1c8346490563f33a06100cd73f58"
+            "nvidia-cuda-nvdisasm nvidia_cuda_nvdisasm d3fdbdd49fa53e2e4aacd3db8259d052bd2b049ececdcb69e92e083c6728e7ca")
+nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /none/nvcc)")
+if ! { command -v cuobjdump && command -v nvdisasm; } >/dev/null 2>&1 &&
+    ! [ -x "$nvcc_dir/cuobjdump" -a -x "$nvcc_dir/nvdisasm" ] &&
+    ! [ -x .tools/cuda/nvidia/cu13/bin/cuobjdump -a -x .tools/cuda/nvidia/cu13/bin/nvdisasm ]; then
+    tmp=$(mktemp -d)
+    rm -rf .tools/cuda && mkdir -p .tools/cuda
+    for t in "${CUDA_TOOLS[@]}"; do
+        read -r name file sha <<<"$t"
+        whl="$tmp/$file-$CUDA_TOOLS_VER-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+        if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$name==$CUDA_TOOLS_VER" &&
+            echo "$sha  $whl" | sha256sum -c --quiet; then
+            python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+                "$whl" .tools/cuda
+        else
+            echo "install_deps: could not fetch $name $CUDA_TOOLS_VER from PyPI; tests/test_pdl_sass.sh will skip" >&2
+        fi
+    done
+    chmod +x .tools/cuda/nvidia/cu13/bin/* 2>/dev/null || true
+    rm -rf "$tmp"
 fi

@@ -4,7 +4,7 @@
 # registers, stack frame, spills and shared memory, then counts in each file's SASS the
 # tensor-core instructions (HGMMA = wgmma, HMMA = mma.sync), ldmatrix (LDSM), cp.async (LDGSTS),
 # local-memory traffic (LDL/STL: must be 0) and 16-byte global accesses. Needs no GPU.
-# cuobjdump: $CUOBJDUMP, else the toolkit's, else the one Triton's wheel carries.
+# cuobjdump: $CUOBJDUMP, else the toolkit's, else tools/install_deps.sh's in .tools/cuda.
 set -euo pipefail
 build=$(cd "${1:?usage: kernel_resources.sh BUILD_DIR [OUT_DIR] [kernel ...]}" && pwd)
 out=${2:-$(mktemp -d)}
@@ -14,10 +14,11 @@ mkdir -p "$out"
 nvcc=${NVCC:-nvcc}
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$cuobjdump" ]; then
-    for c in /usr/local/cuda/bin/cuobjdump /work/venv-hf/lib/python3*/site-packages/triton/backends/nvidia/bin/cuobjdump; do
+    for c in /usr/local/cuda/bin/cuobjdump "$src/.tools/cuda/nvidia/cu13/bin/cuobjdump"; do
         [ -x "$c" ] && cuobjdump=$c && break
     done
 fi
+[ -z "$cuobjdump" ] || export PATH="$(dirname "$cuobjdump"):$PATH" # its nvdisasm
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
     for f in "$src"/kernels/*.cu; do files+=("$(basename "$f" .cu)"); done
