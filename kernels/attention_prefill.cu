@@ -226,49 +226,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) fa_kernel(const FaParams 
                 }
                 s[nb][e] = v;
             }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nb = 0; nb < C::NB_S; nb++)
-                mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx);
-            // m_new == -inf: nothing visible yet; keep the state (alpha 1, p 0).
-            const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            float sum = 0.0f;
-#pragma unroll
-            for (int nb = 0; nb < C::NB_S; nb++) {
-                s[nb][2 * r] = exp2f(s[nb][2 * r] - m_use);
-                s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - m_use);
-                sum += s[nb][2 * r] + s[nb][2 * r + 1];
-            }
-            l[r] = l[r] * alpha + sum;
-            m[r] = m_new;
-#pragma unroll
-            for (int nb = 0; nb < C::NB_O; nb++) o[nb][2 * r] *= alpha, o[nb][2 * r + 1] *= alpha;
-        }
+        online_softmax(s, o, m, l);
         // 4. O += P V over this warp's dim slice
-#pragma unroll
-        for (int kk = 0; kk < C::BK / 16; kk++) {
-            uint32_t a[4];
-            a[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int nb = 0; nb < C::NB_O; nb += 2) {
-                const int mi = lane >> 3;
-                const int key = kk * 16 + (mi & 1) * 8 + (lane & 7);
-                const int ch = wd * C::DW / 8 + nb + (mi >> 1);
-                uint32_t b[4];
-                ldmatrix_x4_trans(b, vs + swz(key, ch, C::ROW_BYTES));
-                mma_16816(o[nb], a, b[0], b[1]);
-                mma_16816(o[nb + 1], a, b[2], b[3]);
-            }
-        }
+        pv_accumulate(o, s, vs, wd * C::DW / 8, C::ROW_BYTES, lane);
     }
     cp_async_wait<0>();
 
