@@ -1,7 +1,8 @@
 // attnops_common.cuh: device helpers shared by the attention, small-op and conv kernels
 // (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
-// defines: cp.async (16 B, zero-fill), ldmatrix, mma.sync m16n8k16 (fp16 in, fp32 accumulate),
-// warp/block reductions, fp16 <-> float helpers, the 16-byte-chunk XOR swizzle.
+// defines: ldmatrix on generic shared pointers, the flash-attention tile step (online softmax,
+// P.V), warp/block reductions, fp16 <-> float helpers, the 16-byte-chunk XOR swizzle (cp.async,
+// mma.sync m16n8k16 and GELU come from kernels/ptx_common.cuh).
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
 // g = l / 4 (group), c = l % 4 (thread in group):
@@ -17,24 +18,9 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "kernels/ptx_common.cuh"
+
 namespace g4k {
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// 16-byte global -> shared copy; when !pred nothing is read and the 16 bytes are zero-filled.
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-                 "r"(pred ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -45,15 +31,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p)));
-}
-
-// c += a * b, m16n8k16, fp16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
-                                          uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -174,11 +151,6 @@ __device__ __forceinline__ void st_act(uint16_t *p, size_t i, float v) {
 }
 __device__ __forceinline__ void st_act(float *p, size_t i, float v) {
     p[i] = v;
-}
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; // sqrt(2/pi), as HF gelu_pytorch_tanh
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
 } // namespace g4k

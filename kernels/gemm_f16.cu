@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
             const int c = tid + i * T::THREADS, r = c >> 3, kc = c & 7;
             const int gm = m0 + r, gk = k0 + kc * 8;
             const bool ok = gm < M && gk < K;
-            cp_async16(smem_addr(a + swz_a(r, kc)), ok ? x + (size_t)gm * K + gk : x, ok);
+            cp_async16(smem_u32(a + swz_a(r, kc)), ok ? x + (size_t)gm * K + gk : x, ok);
         }
         __half *b = sB + stage * T::B_HALVES;
 #pragma unroll
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
             const int gn = FUSED ? n0 + (nc & 7) * 8 : n0 + nc * 8;
             const int gk = k0 + r;
             const bool ok = gk < K && gn < N;
-            cp_async16(smem_addr(b + swz_b(r, nc)), ok ? src + (size_t)gk * N + gn : src, ok);
+            cp_async16(smem_u32(b + swz_b(r, nc)), ok ? src + (size_t)gk * N + gn : src, ok);
         }
     };
 
@@ -146,14 +146,14 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
                 const int r = wm * 32 + mi * 16 + (lane & 15);
-                ldsm_x4(af[mi], smem_addr(a + swz_a(r, kk * 2 + (lane >> 4))));
+                ldsm_x4(af[mi], smem_u32(a + swz_a(r, kk * 2 + (lane >> 4))));
             }
 #pragma unroll
             for (int jp = 0; jp < 4; jp++) { // n8 tiles 2 jp, 2 jp + 1 (16 adjacent columns)
                 const int col = (jp >> 1) * 64 + wn * 32 + (jp & 1) * 16;
                 const int r = kk * 16 + (lane & 15);
                 uint32_t t4[4];
-                ldsm_x4_t(t4, smem_addr(b + swz_b(r, (col >> 3) + (lane >> 4))));
+                ldsm_x4_t(t4, smem_u32(b + swz_b(r, (col >> 3) + (lane >> 4))));
                 bf[2 * jp][0] = t4[0];
                 bf[2 * jp][1] = t4[1];
                 bf[2 * jp + 1][0] = t4[2];

@@ -38,16 +38,16 @@ template <int NC> struct wg_tile {
 // --- mbarrier, TMA and wgmma PTX ------------------------------------------------------------
 
 __device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
                  "r"(bytes)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 // Waits until the phase with the given parity has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
@@ -57,7 +57,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
-                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "r"(smem_u32(bar)), "r"(parity)
                      : "memory");
     }
 }
@@ -65,8 +65,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int c0, int c1,
                                             uint64_t *bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
-                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
                  : "memory");
 }
 
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), wg_tile<NC>::MIN_BLOCKS)
         for (int kt = 0; kt < KT; kt++) {
             const int s = kt % T::STAGES;
             mbar_wait(&full[s], (kt / T::STAGES) & 1);
-            const uint32_t a = smem_addr(sA + s * T::A_BYTES + c * 64 * 128);
-            const uint32_t b = smem_addr(sB + s * T::B_BYTES);
+            const uint32_t a = smem_u32(sA + s * T::A_BYTES + c * 64 * 128);
+            const uint32_t b = smem_u32(sB + s * T::B_BYTES);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < WG_BK / 16; kk++) {

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(Q4M_THREADS)
             const int c = tid + i * Q4M_THREADS, r = c >> 3, kc = c & 7;
             const int gm = m0 + r;
             const bool ok = gm < M;
-            cp_async16(smem_addr(base + r * 128 + ((kc ^ (r & 7)) << 4)),
+            cp_async16(smem_u32(base + r * 128 + ((kc ^ (r & 7)) << 4)),
                        ok ? x + (size_t)gm * K + (size_t)kt * 64 + kc * 8 : x, ok);
         }
 #pragma unroll
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(Q4M_THREADS)
             const uint4 *wq = (FUSED && sl >= 4) ? w1.q : w0.q;
             const bool ok = nt < NT;
             const size_t ti = (size_t)nt * KT + kt;
-            cp_async16(smem_addr(base + Q4M_XB + sl * 512 + ch * 16),
+            cp_async16(smem_u32(base + Q4M_XB + sl * 512 + ch * 16),
                        ok ? (const void *)(wq + ti * 32 + ch) : (const void *)wq, ok);
         }
         if (tid < 40) { // scales: 8 slots x 4 chunks; zero points: 8 slots x 1 chunk
@@ -330,11 +330,11 @@ __global__ void __launch_bounds__(Q4M_THREADS)
             if (tid < 32) {
                 const uint32_t *ws = up ? w1.s : w0.s;
                 const int ch = tid & 3;
-                cp_async16(smem_addr(base + Q4M_XB + Q4M_QB + sl * 64 + ch * 16),
+                cp_async16(smem_u32(base + Q4M_XB + Q4M_QB + sl * 64 + ch * 16),
                            ok ? (const void *)(ws + ti * 16 + ch * 4) : (const void *)ws, ok);
             } else {
                 const uint8_t *wz = up ? w1.z : w0.z;
-                cp_async16(smem_addr(base + Q4M_XB + Q4M_QB + Q4M_SB + sl * 16),
+                cp_async16(smem_u32(base + Q4M_XB + Q4M_QB + Q4M_SB + sl * 16),
                            ok ? (const void *)(wz + ti * 16) : (const void *)wz, ok);
             }
         }
