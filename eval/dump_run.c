@@ -191,6 +191,20 @@ static int reduce_rows(g4_capture *c, g4_npz *ref, const char *ref_path) {
     return G4_OK;
 }
 
+int g4_dump_input_ids(g4_npz *ref, const char *ref_path, int32_t **ids, int *n) {
+    const g4_array *a;
+    int rc = g4_npz_get(ref, "input_ids", &a);
+    if (rc) return rc;
+    if (a->ndim != 1 || (a->dtype != G4_DT_INT64 && a->dtype != G4_DT_INT32) || a->numel == 0 ||
+        a->numel > 0x7fffffff)
+        return g4_fail(G4_EUSER, "%s: input_ids must be a 1-D int64/int32 array", ref_path);
+    *n = (int)a->numel;
+    *ids = g4_malloc(sizeof(int32_t) * (size_t)*n);
+    g4_tensor v = g4_array_view(a);
+    for (int i = 0; i < *n; i++) (*ids)[i] = (int32_t)g4_tensor_get(&v, (uint64_t)i);
+    return G4_OK;
+}
+
 int g4_capture_dump(const char *pkg_dir, g4_backend *be, g4_npz *ref, const char *ref_path,
                     g4_capture *out) {
     memset(out, 0, sizeof *out);
@@ -205,20 +219,8 @@ int g4_capture_dump(const char *pkg_dir, g4_backend *be, g4_npz *ref, const char
     int32_t *ids = NULL;
     char *image_path = NULL, *audio_path = NULL;
     int n = 0, n_img = 0, n_aud = 0, rc;
-    const g4_array *a;
     memset(&tw, 0, sizeof tw);
-    if ((rc = g4_npz_get(ref, "input_ids", &a))) goto done;
-    if (a->ndim != 1 || (a->dtype != G4_DT_INT64 && a->dtype != G4_DT_INT32) || a->numel == 0 ||
-        a->numel > 0x7fffffff) {
-        rc = g4_fail(G4_EUSER, "%s: input_ids must be a 1-D int64/int32 array", ref_path);
-        goto done;
-    }
-    n = (int)a->numel;
-    ids = g4_malloc(sizeof(int32_t) * (size_t)n);
-    {
-        g4_tensor v = g4_array_view(a);
-        for (int i = 0; i < n; i++) ids[i] = (int32_t)g4_tensor_get(&v, (uint64_t)i);
-    }
+    if ((rc = g4_dump_input_ids(ref, ref_path, &ids, &n))) goto done;
     if ((rc = g4_package_open(pkg_dir, &p)) || (rc = g4_text_model_load(p, be, &m)) ||
         (rc = g4_text_state_new(m, n, n, &s)))
         goto done;

@@ -31,6 +31,9 @@ int g4_dump_member_is_meta(const char *name);
 int g4_capture_dump(const char *pkg_dir, g4_backend *be, g4_npz *ref, const char *ref_path,
                     g4_capture *out);
 
+// The dump's input_ids (1-D int64/int32, non-empty) as a new int32 array of *n ids.
+int g4_dump_input_ids(g4_npz *ref, const char *ref_path, int32_t **ids, int *n);
+
 // Member `name` (image_file / audio_file: uint8 UTF-8, relative to the dump's directory) as a
 // path (new string).
 int g4_dump_media_path(g4_npz *ref, const char *ref_path, const char *name, char **out);

@@ -144,18 +144,8 @@ static int run_dump(const opts *o, g4_backend *be) {
     float *logits_ref = NULL;
     g4_kl_stats kl = {0};
     const g4_array *a;
-    if ((rc = g4_npz_open(ref_path, &ref)) || (rc = g4_npz_get(ref, "input_ids", &a))) goto done;
-    if (a->ndim != 1 || (a->dtype != G4_DT_INT64 && a->dtype != G4_DT_INT32) || a->numel == 0 ||
-        a->numel > 0x7fffffff) {
-        rc = g4_fail(G4_EUSER, "%s: input_ids must be a 1-D int64/int32 array", ref_path);
+    if ((rc = g4_npz_open(ref_path, &ref)) || (rc = g4_dump_input_ids(ref, ref_path, &ids, &n)))
         goto done;
-    }
-    n = (int)a->numel;
-    ids = g4_malloc(sizeof(int32_t) * (size_t)n);
-    {
-        g4_tensor v = g4_array_view(a);
-        for (int i = 0; i < n; i++) ids[i] = (int32_t)g4_tensor_get(&v, (uint64_t)i);
-    }
     // Text dumps and multimodal ones (media, processor outputs, towers; eval/dump_run.h).
     if ((rc = g4_capture_dump(pkg_dir, be, ref, ref_path, &cap))) goto done;
     const g4_tol *tol = be->host_memory ? &tol_cpu : &tol_cuda;
