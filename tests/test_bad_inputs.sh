@@ -8,12 +8,9 @@
 # from the committed fixtures.
 set -u
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 tok="$G4_FIXTURES/chat/chat_bpe.json"
 media="$G4_FIXTURES/frontends/media"
-fail=0
-pass=0
 
 # expect NAME EXIT PATTERN CMD...: exit code EXIT, one stderr line matching PATTERN (grep -E).
 expect() {
@@ -247,5 +244,4 @@ else
         eval_cmd "$tmp/m.jsonl" "$tmp/cut"
 fi
 
-echo "test_bad_inputs: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_bad_inputs

@@ -5,13 +5,7 @@
 # matches nothing prints the device line and exits 0 without timing).
 set -u
 : "${G4CU:?run through ctest}"
-fail=0
-pass=0
-check() { # check NAME STATUS(0 = ok)
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 
 "$G4CU" bench >"$tmp/out" 2>"$tmp/err"
 check "no arguments: exit 1" $(($? != 1))
@@ -51,5 +45,4 @@ else
     check "--kernels: empty filter result reported" $?
 fi
 
-echo "test_bench_cli: $((pass + fail)) checks, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_bench_cli

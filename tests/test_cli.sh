@@ -2,14 +2,8 @@
 # test_cli.sh: the g4cu command's contract: exit codes (0 ok, 1 bad input/usage), one-line
 # errors on stderr, and inspect's output on the shipped fixture.
 set -u
-fail=0
-pass=0
-check() { # check NAME CONDITION-STATUS
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 
 # The in-repo fixture must stay identical to the shared one it was copied from.
 shared="$(dirname "$0")/../../shared/fixtures/mobius-tiny-f16"
@@ -64,5 +58,4 @@ check "unknown command: exit 1" $?
 "$G4CU" help >/dev/null 2>&1
 check "help: exit 0" $?
 
-echo "test_cli: $((pass + fail)) checks, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_cli

@@ -7,27 +7,10 @@
 # The runs on the model are in test_eval_model.c (committed media) and test_eval_smoke.sh
 # (the Debian smoke media).
 set -u
-fail=0
-pass=0
-check() { # check NAME STATUS
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 ev="$G4_FIXTURES/eval"
 tok="$G4_FIXTURES/chat/chat_bpe.json"
-
-err1() { # NAME PATTERN CMD...: exit 1, exactly one stderr line holding PATTERN (fixed string)
-    local name=$1 pat=$2
-    shift 2
-    "$@" >"$tmp/o" 2>"$tmp/e"
-    local rc=$?
-    [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/e")" -eq 1 ] && grep -qF -- "$pat" "$tmp/e"
-    local ok=$?
-    [ $ok -ne 0 ] && { echo "  exit $rc, stderr:"; cat "$tmp/e"; }
-    check "$name" $ok
-}
 
 "$G4CU" help >"$tmp/help"
 grep -q "^  eval " "$tmp/help" && grep -q "^  eval-merge " "$tmp/help"
@@ -35,40 +18,40 @@ check "help lists eval and eval-merge" $?
 
 # usage errors
 m="$ev/ocr_smoke.jsonl"
-err1 "no arguments" "needs MANIFEST.jsonl and PKG" "$G4CU" eval
-err1 "no --task" "needs --task ocrbench|docvqa|chartqa|librispeech" "$G4CU" eval "$m" "$G4_TINY_PKG"
-err1 "unknown task" "--task expects ocrbench|docvqa|chartqa|librispeech, got 'vqav2'" \
+err1_fixed "no arguments" "needs MANIFEST.jsonl and PKG" "$G4CU" eval
+err1_fixed "no --task" "needs --task ocrbench|docvqa|chartqa|librispeech" "$G4CU" eval "$m" "$G4_TINY_PKG"
+err1_fixed "unknown task" "--task expects ocrbench|docvqa|chartqa|librispeech, got 'vqav2'" \
     "$G4CU" eval "$m" --task vqav2 "$G4_TINY_PKG"
-err1 "--shard 2/2" "--shard expects I/N with 0 <= I < N" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --shard 2/2
-err1 "--shard x" "--shard expects I/N" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --shard x
-err1 "--limit 0" "--limit expects an integer" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --limit 0
-err1 "--out without value" "--out needs a value" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --out
-err1 "unknown option" "unknown option '--nope'" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --nope
-err1 "bad backend" "--backend 'tpu': expected cpu or cuda" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --backend tpu
-err1 "eval-merge without DIR" "needs DIR" "$G4CU" eval-merge --task ocrbench
-err1 "eval-merge without --task" "needs --task" "$G4CU" eval-merge "$tmp"
-err1 "eval-merge of an empty dir" "no predictions*.jsonl" "$G4CU" eval-merge "$tmp" --task ocrbench
+err1_fixed "--shard 2/2" "--shard expects I/N with 0 <= I < N" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --shard 2/2
+err1_fixed "--shard x" "--shard expects I/N" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --shard x
+err1_fixed "--limit 0" "--limit expects an integer" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --limit 0
+err1_fixed "--out without value" "--out needs a value" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --out
+err1_fixed "unknown option" "unknown option '--nope'" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --nope
+err1_fixed "bad backend" "--backend 'tpu': expected cpu or cuda" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --backend tpu
+err1_fixed "eval-merge without DIR" "needs DIR" "$G4CU" eval-merge --task ocrbench
+err1_fixed "eval-merge without --task" "needs --task" "$G4CU" eval-merge "$tmp"
+err1_fixed "eval-merge of an empty dir" "no predictions*.jsonl" "$G4CU" eval-merge "$tmp" --task ocrbench
 
 # bad manifests: checked before the model loads; one line naming file:line and the field
 printf '%s\n' '{"id": "a", "image": "x.png", "question": "q", "answers": ["A"], "category": "c"}' \
     '{"id": "b", "image": "x.png", "question": "q", "answers": "A"}' >"$tmp/m1.jsonl"
-err1 "manifest without category" "$tmp/m1.jsonl:2: field 'category': expected a non-empty string, got nothing" \
+err1_fixed "manifest without category" "$tmp/m1.jsonl:2: field 'category': expected a non-empty string, got nothing" \
     "$G4CU" eval "$tmp/m1.jsonl" --task ocrbench "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/o1"
 printf '%s\n' '{"id": "a", "image": "x.png", "question": "q", "answers": ["A"], "category": "c"}' '' \
     '{"id": "a", "image": "y.png", "question": "q", "answers": ["A"], "category": "c"}' >"$tmp/m2.jsonl"
-err1 "duplicate id" "$tmp/m2.jsonl:3: field 'id': 'a' is already the id of line 1" \
+err1_fixed "duplicate id" "$tmp/m2.jsonl:3: field 'id': 'a' is already the id of line 1" \
     "$G4CU" eval "$tmp/m2.jsonl" --task ocrbench "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/o2"
 printf '%s\n' '{"id": "a", "image": "x.png", "question": "q", "answers": ["1", "2"], "category": "human_test"}' >"$tmp/m3.jsonl"
-err1 "chartqa with two answers" "$tmp/m3.jsonl:1: field 'answers'" \
+err1_fixed "chartqa with two answers" "$tmp/m3.jsonl:1: field 'answers'" \
     "$G4CU" eval "$tmp/m3.jsonl" --task chartqa "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/o3"
 printf '{"id": "a", "image": "x.png", "question": "q", "answers": ["A"], "category": "c"\n' >"$tmp/m4.jsonl"
-err1 "truncated JSON" "$tmp/m4.jsonl:1: not valid JSON" \
+err1_fixed "truncated JSON" "$tmp/m4.jsonl:1: not valid JSON" \
     "$G4CU" eval "$tmp/m4.jsonl" --task ocrbench "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/o4"
-err1 "librispeech manifest run as ocrbench" "librispeech_smoke.jsonl:1: field 'audio': task ocrbench takes image items" \
+err1_fixed "librispeech manifest run as ocrbench" "librispeech_smoke.jsonl:1: field 'audio': task ocrbench takes image items" \
     "$G4CU" eval "$ev/librispeech_smoke.jsonl" --task ocrbench "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/o5"
-err1 "missing media file" "ocr_smoke.jsonl:1: field 'image': $tmp/nodata/skimage/page.png is not a readable file" \
+err1_fixed "missing media file" "ocr_smoke.jsonl:1: field 'image': $tmp/nodata/skimage/page.png is not a readable file" \
     "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --tokenizer "$tok" --data-dir "$tmp/nodata" --out "$tmp/o6"
-err1 "missing manifest" "$tmp/none.jsonl" \
+err1_fixed "missing manifest" "$tmp/none.jsonl" \
     "$G4CU" eval "$tmp/none.jsonl" --task ocrbench "$G4_TINY_PKG" --out "$tmp/o7"
 [ ! -e "$tmp/o1" ] && [ ! -e "$tmp/o6" ]
 check "no output directory made for a bad manifest" $?
@@ -109,24 +92,23 @@ check "OCRBench per-category table" $?
 d="$tmp/dup"
 split_preds librispeech "$d" 2
 head -n1 "$d/predictions.shard-0-of-2.jsonl" >>"$d/predictions.shard-1-of-2.jsonl"
-err1 "eval-merge: id predicted twice" "predicted twice (also $d/predictions.shard-0-of-2.jsonl:1)" \
+err1_fixed "eval-merge: id predicted twice" "predicted twice (also $d/predictions.shard-0-of-2.jsonl:1)" \
     "$G4CU" eval-merge "$d" --task librispeech --manifest "$ev/librispeech_smoke.jsonl"
 d="$tmp/miss"
 split_preds librispeech "$d" 2
 rm "$d/predictions.shard-1-of-2.jsonl"
-err1 "eval-merge: a shard missing" "5 of the 10 selected items have no prediction (first: id 'librivox-0880', manifest line 2)" \
+err1_fixed "eval-merge: a shard missing" "5 of the 10 selected items have no prediction (first: id 'librivox-0880', manifest line 2)" \
     "$G4CU" eval-merge "$d" --task librispeech --manifest "$ev/librispeech_smoke.jsonl"
 d="$tmp/torn"
 split_preds librispeech "$d" 2
 printf '{"id": "cards-00' >>"$d/predictions.shard-1-of-2.jsonl"
-err1 "eval-merge: torn last line" "predictions.shard-1-of-2.jsonl:6: torn last line" \
+err1_fixed "eval-merge: torn last line" "predictions.shard-1-of-2.jsonl:6: torn last line" \
     "$G4CU" eval-merge "$d" --task librispeech --manifest "$ev/librispeech_smoke.jsonl"
 d="$tmp/other"
 split_preds librispeech "$d" 1
 sed -i 's/^{"id"/{"task": "ocrbench", "id"/' "$d/predictions.jsonl"
-err1 "eval-merge: another task's predictions" "field 'task': the file holds predictions of task 'ocrbench', not 'librispeech'" \
+err1_fixed "eval-merge: another task's predictions" "field 'task': the file holds predictions of task 'ocrbench', not 'librispeech'" \
     "$G4CU" eval-merge "$d" --task librispeech --manifest "$ev/librispeech_smoke.jsonl"
-err1 "eval-merge: no manifest known" "pass --manifest M" "$G4CU" eval-merge "$tmp/rec-docvqa-1" --task docvqa
+err1_fixed "eval-merge: no manifest known" "pass --manifest M" "$G4CU" eval-merge "$tmp/rec-docvqa-1" --task docvqa
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_eval_cli

@@ -14,14 +14,9 @@
 # installs them) laid out by tools/fetch_smoke_set.sh, or an already laid out directory in
 # G4_SMOKE_DATA. Skipped, with the reason printed, only when neither is there.
 set -u
-fail=0
-pass=0
-check() { # check NAME STATUS
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
 : "${G4_SOURCE_DIR:?run through ctest}"
-tmp=$(mktemp -d)
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 bg=""
 trap '[ -n "$bg" ] && kill -9 "$bg" 2>/dev/null; rm -rf "$tmp"' EXIT
 ev="$G4_FIXTURES/eval"
@@ -183,5 +178,4 @@ run "$tmp/ls" librispeech "$ls_man" --resume --keep-stop >"$tmp/out" 2>"$tmp/err
 [ $? -eq 1 ] && grep -q 'the earlier run ignored the "\\n\\n" stop' "$tmp/err"
 check "--resume with another stop setting is refused" $?
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_eval_smoke

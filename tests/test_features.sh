@@ -2,15 +2,9 @@
 # test_features.sh: `g4cu features` on the front-end fixtures: the counts HF reported (see
 # tests/fixtures/frontends/manifest.txt), the --out files, and one-line errors with exit 1.
 set -u
-fail=0
-pass=0
-check() { # check NAME STATUS
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
 fx="$G4_FIXTURES/frontends"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 
 "$G4CU" features "$G4_TINY_PKG" --image "$fx/media/big_down.png" --out "$tmp/pv.npy" >"$tmp/out" 2>&1
 check "image exit 0" $?
@@ -55,5 +49,4 @@ check "both --image and --audio: usage error" $?
 [ $? -eq 1 ]
 check "neither: usage error" $?
 
-echo "test_features: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_features

@@ -4,14 +4,8 @@
 # tools/python/make_generate_fixture.py), --json fields, stop strings and --ignore-stop, exit
 # codes and one-line errors. The engine-level checks are in test_generate.c / test_asr_vqa.c.
 set -u
-fail=0
-pass=0
-check() { # check NAME STATUS
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 cases="$G4_FIXTURES/chat/generate_cases.jsonl"
 tok="$G4_FIXTURES/chat/chat_bpe.json"
 media="$G4_FIXTURES/frontends/media"
@@ -103,16 +97,6 @@ check "asr streams a transcript" $?
 check "generate --image --audio" $?
 
 # errors: exit 1 and one line on stderr
-err1() { # NAME PATTERN CMD...: exit 1, exactly one stderr line matching PATTERN
-    local name=$1 pat=$2
-    shift 2
-    "$@" >"$tmp/o" 2>"$tmp/e"
-    local rc=$?
-    [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/e")" -eq 1 ] && grep -q -- "$pat" "$tmp/e"
-    local ok=$?
-    [ $ok -ne 0 ] && { echo "  exit $rc, stderr:"; cat "$tmp/e"; }
-    check "$name" $ok
-}
 err1 "no tokenizer" "has no tokenizer.json; pass one with --tokenizer" \
     "$G4CU" generate "$G4_TINY_PKG" --prompt hi
 err1 "missing tokenizer file" "nope.json" \
@@ -140,5 +124,4 @@ err1 "image placeholder typed in the prompt" "placeholder token '<|image|>'" \
 err1 "tokenizer whose placeholder is not the package's" "placeholder id is 258880" \
     "$G4CU" vqa "$G4_TINY_PKG" "$media/square_rgb.png" q --tokenizer "$G4_FIXTURES/tokenizer/gemma_bpe.json"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_generate_cli

@@ -3,16 +3,10 @@
 # (read from tests/fixtures/tokenizer/gemma_bpe_cases.jsonl), decoding back, stdin input, and the
 # exit-code contract (1 with one line on stderr for a missing file, a bad id, invalid UTF-8).
 set -u
-fail=0
-pass=0
-check() { # check NAME STATUS
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
-}
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
 tok="$G4_FIXTURES/tokenizer/gemma_bpe.json"
 cases="$G4_FIXTURES/tokenizer/gemma_bpe_cases.jsonl"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 
 # HF's ids for the encode case NAME (add_special ADD): "1,2,3".
 hf_ids() {
@@ -69,5 +63,4 @@ check "unsupported model: exit 1, one line" $?
 [ $? -eq 1 ]
 check "missing TEXT: usage error" $?
 
-echo "test_tokenize: $((pass + fail)) checks, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_tokenize

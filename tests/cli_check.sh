@@ -1,0 +1,32 @@
+# cli_check.sh: what the ctest shell tests share (sourced, after the script has checked the
+# environment it needs): the pass/fail counters and check, a temporary directory $tmp removed at
+# exit (a script with more to clean up sets its own trap after sourcing), err1 for the one-line
+# user errors, and the closing summary.
+fail=0
+pass=0
+check() { # check NAME STATUS (0 = ok)
+    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# err1 NAME PATTERN CMD...: CMD exits 1 with exactly one stderr line matching PATTERN (a grep
+# basic regex; err1_fixed: a fixed string).
+err1_grep() { # GREP-FLAGS NAME PATTERN CMD...
+    local flags=$1 name=$2 pat=$3
+    shift 3
+    "$@" >"$tmp/o" 2>"$tmp/e"
+    local rc=$?
+    [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/e")" -eq 1 ] && grep $flags -- "$pat" "$tmp/e"
+    local ok=$?
+    [ $ok -ne 0 ] && { echo "  exit $rc, stderr:"; cat "$tmp/e"; }
+    check "$name" $ok
+}
+err1() { err1_grep -q "$@"; }
+err1_fixed() { err1_grep -qF "$@"; }
+
+# finish NAME: the summary line; the script's exit status is 0 only when nothing failed.
+finish() {
+    echo "$1: $((pass + fail)) checks, $fail failed"
+    [ "$fail" -eq 0 ]
+}
