@@ -48,6 +48,34 @@ __device__ __forceinline__ void store8(float *p, const float v[8]) {
     *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+// 1 / sqrt(mean(x[0 .. n)^2) + eps) of the CTA's n elements, each thread summing its 8-element
+// vectors; every thread gets it.
+template <class X>
+__device__ __forceinline__ float block_inv_rms(const X *x, int n, float eps, float *scratch) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
+        float v[8];
+        load8(x + i, v);
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+    }
+    return rsqrtf(block_sum(ss, scratch) / (float)n + eps);
+}
+
+// y[i] = x[i] * inv * w[i] (w NULL: no scale) over the CTA's n elements.
+template <class X>
+__device__ __forceinline__ void store_normed(uint16_t *y, const X *x, float inv,
+                                             const uint16_t *w, int n) {
+    for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
+        float v[8], wv[8];
+        load8(x + i, v);
+        if (w) load8(w + i, wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = v[e] * inv * (w ? wv[e] : 1.0f);
+        store8(y + i, v);
+    }
+}
+
 // One CTA per group: blockIdx.x = row * (cols / group) + group index.
 template <class X>
 __global__ void rms_kernel(uint16_t *y, const X *x, const uint16_t *w, int group, float eps) {
@@ -56,22 +84,8 @@ __global__ void rms_kernel(uint16_t *y, const X *x, const uint16_t *w, int group
     g4_pdl_trigger();
     __shared__ float scratch[33];
     const size_t base = (size_t)blockIdx.x * group;
-    float ss = 0.0f;
-    for (int i = threadIdx.x * 8; i < group; i += blockDim.x * 8) {
-        float v[8];
-        load8(x + base + i, v);
-#pragma unroll
-        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / (float)group + eps);
-    for (int i = threadIdx.x * 8; i < group; i += blockDim.x * 8) {
-        float v[8], wv[8];
-        load8(x + base + i, v);
-        if (w) load8(w + i, wv);
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = v[e] * inv * (w ? wv[e] : 1.0f);
-        store8(y + base + i, v);
-    }
+    const float inv = block_inv_rms(x + base, group, eps, scratch);
+    store_normed(y + base, x + base, inv, w, group);
 }
 
 __global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
@@ -84,14 +98,7 @@ __global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
     g4_pdl_trigger();
     __shared__ float scratch[33];
     const size_t base = (size_t)blockIdx.x * cols;
-    float ss = 0.0f;
-    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
-        float v[8];
-        load8(x + base + i, v);
-#pragma unroll
-        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / (float)cols + eps);
+    const float inv = block_inv_rms(x + base, cols, eps, scratch);
     const float sc = scale ? h2f(*scale) : 1.0f;
     float ss2 = 0.0f;
     for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
@@ -109,14 +116,7 @@ __global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
     }
     if (next != G4_NEXT_NORM) return;
     const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)cols + eps);
-    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
-        float hv[8], wv[8];
-        load8(h + base + i, hv); // this thread's own stores above
-        if (w2) load8(w2 + i, wv);
-#pragma unroll
-        for (int e = 0; e < 8; e++) hv[e] = hv[e] * inv2 * (w2 ? wv[e] : 1.0f);
-        store8(y2 + base + i, hv);
-    }
+    store_normed(y2 + base, h + base, inv2, w2, cols); // reads this thread's own stores above
 }
 
 // Threads per CTA: one 8-element vector each, a multiple of 32, at most 256.
