@@ -26,6 +26,7 @@
 #include "eval/pystr.h"
 #include "eval/runner.h"
 #include "loader/base.h"
+#include "tests/spec_chartqa.h"
 #include "tests/test_util.h"
 
 static char *tmp;
@@ -528,22 +529,8 @@ static void test_recorded(const char *fixtures) {
 // manifest + predictions, through g4_eval_score; categories human_test / augmented_test give
 // the two split means.
 static void test_chartqa(void) {
-    static const struct {
-        const char *pred, *target;
-        int want;
-    } v[] = {
-        {"12", "12", 1},    {"12.5", "12", 1},
-        {"12.6", "12", 1},  {"12.60", "12", 1},
-        {"13", "12", 0},    {"50%", "0.5", 1},
-        {"50", "50%", 0},   {"12%%", "0.12", 1},
-        {"Yes", "yes", 1},  {"Dark Blue", "dark blue", 1},
-        {"yes.", "yes", 0}, {"1,000", "1000", 0},
-        {"1e3", "1000", 1}, {"1_000", "1000", 1},
-        {"0", "0", 1},      {"0.0", "0", 0},
-        {"-5", "5", 0},     {"2020", "2019", 1},
-        {"nan", "12", 0},   {"inf", "12", 0},
-    };
-    const int n = (int)(sizeof v / sizeof v[0]);
+    const g4t_chartqa_case *v = g4t_chartqa_spec;
+    const int n = G4T_CHARTQA_SPEC_N;
     g4_sb man = {0}, pred = {0};
     int human = 0, n_human = 0, aug = 0, n_aug = 0, total = 0;
     for (int i = 0; i < n; i++) {

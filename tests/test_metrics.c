@@ -18,6 +18,7 @@
 #include "eval/whisper_norm.h"
 #include "loader/base.h"
 #include "loader/json.h"
+#include "tests/spec_chartqa.h"
 #include "tests/test_util.h"
 
 // --- helpers ------------------------------------------------------------------------------------
@@ -339,22 +340,10 @@ static void spec_anls(void) {
 
 static void spec_chartqa(void) {
     // section 7.4
-    static const struct {
-        const char *p, *t;
-        int want;
-    } v[] = {
-        {"12", "12", 1},    {"12.5", "12", 1},
-        {"12.6", "12", 1},  {"12.60", "12", 1},
-        {"13", "12", 0},    {"50%", "0.5", 1},
-        {"50", "50%", 0},   {"12%%", "0.12", 1},
-        {"Yes", "yes", 1},  {"Dark Blue", "dark blue", 1},
-        {"yes.", "yes", 0}, {"1,000", "1000", 0},
-        {"1e3", "1000", 1}, {"1_000", "1000", 1},
-        {"0", "0", 1},      {"0.0", "0", 0},
-        {"-5", "5", 0},     {"2020", "2019", 1},
-        {"nan", "12", 0},   {"inf", "12", 0},
-    };
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) check_chartqa(v[i].p, v[i].t, v[i].want);
+    for (int i = 0; i < G4T_CHARTQA_SPEC_N; i++) {
+        const g4t_chartqa_case *c = &g4t_chartqa_spec[i];
+        check_chartqa(c->pred, c->target, c->want);
+    }
 }
 
 static void spec_ocrbench(void) {
