@@ -127,15 +127,6 @@ static int read_preds(const char *path, preds *p) {
     return 1;
 }
 
-static cJSON *read_json(const char *path) {
-    char *text;
-    size_t n;
-    if (g4_read_file(path, &text, &n)) return NULL;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    return j;
-}
-
 // Writes a manifest for case c; answers / transcripts from `alt` when given (derived ones).
 static char *write_manifest(const task_case *c, const char *name, char *const *alt) {
     char *path = g4_sprintf("%s/%s", tmp, name);
@@ -203,7 +194,7 @@ static double score_here(const task_case *c, const preds *p, char *const *ans, d
 // scores.json's value and per-item scores against ours.
 static void check_scores(const task_case *c, const char *scores_path, double want,
                          const double *item, const char *what) {
-    cJSON *j = read_json(scores_path);
+    cJSON *j = g4t_read_json(scores_path);
     CHECK_MSG(j != NULL, "%s: %s", what, scores_path);
     if (!j) return;
     const cJSON *v = cJSON_GetObjectItem(j, "value");
@@ -271,7 +262,7 @@ static void test_task(const task_case *c) {
 
     // run.json: the task's max_new_tokens; the predictions: one line per item, in order
     char *p = g4_sprintf("%s/run.json", out);
-    cJSON *rj = read_json(p);
+    cJSON *rj = g4t_read_json(p);
     CHECK(rj && cJSON_GetObjectItem(rj, "max_new")->valueint == t->max_new &&
           !strcmp(jstr(rj, "task"), t->name) && !strcmp(jstr(rj, "backend"), "cpu"));
     cJSON_Delete(rj);
@@ -434,7 +425,7 @@ static void test_resume_and_shards(const task_case *c) {
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
     g4_eval_run_result_free(&res);
     char *a = g4_sprintf("%s/scores.json", ref), *b = g4_sprintf("%s/scores.json", sdir);
-    cJSON *ja = read_json(a), *jb = read_json(b);
+    cJSON *ja = g4t_read_json(a), *jb = g4t_read_json(b);
     CHECK(ja && jb &&
           cJSON_GetObjectItem(ja, "value")->valuedouble ==
               cJSON_GetObjectItem(jb, "value")->valuedouble &&

@@ -335,15 +335,6 @@ static void test_predictions(void) {
 }
 
 // --- the recorded smoke predictions against lmms-eval's numbers --------------------------------
-static cJSON *read_json(const char *path) {
-    char *text;
-    size_t n;
-    if (g4_read_file(path, &text, &n)) return NULL;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    return j;
-}
-
 // Lines of smoke_predictions.jsonl for one manifest ("librispeech" / "ocr") as a predictions
 // file of our format (id + prediction), split round-robin into `parts` files in dir named as
 // shards (or predictions.jsonl when parts is 1). Returns the number of lines.
@@ -410,7 +401,7 @@ static double expected(const cJSON *exp, const char *section, const char *key) {
 // scores.json written by eval-merge: its value and count.
 static int merged_value(const char *dir, double *value, int *count) {
     char *p = g4_sprintf("%s/scores.json", dir);
-    cJSON *j = read_json(p);
+    cJSON *j = g4t_read_json(p);
     free(p);
     const cJSON *v = cJSON_GetObjectItem(j, "value"), *c = cJSON_GetObjectItem(j, "count");
     int ok = cJSON_IsNumber(v) && cJSON_IsNumber(c);
@@ -421,7 +412,7 @@ static int merged_value(const char *dir, double *value, int *count) {
 
 static void test_recorded(const char *fixtures) {
     char *exp_path = g4_sprintf("%s/eval/smoke_expected.json", fixtures);
-    cJSON *exp = read_json(exp_path);
+    cJSON *exp = g4t_read_json(exp_path);
     CHECK_MSG(exp != NULL, "%s", exp_path);
     struct {
         const char *task, *manifest, *which, *section, *key;
@@ -475,7 +466,7 @@ static void test_recorded(const char *fixtures) {
     // categories of the LibriSpeech manifest (cards + librivox = the corpus)
     if (exp) {
         char *dir = g4_sprintf("%s/rec-librispeech-1", tmp), *p = g4_sprintf("%s/scores.json", dir);
-        cJSON *j = read_json(p);
+        cJSON *j = g4t_read_json(p);
         const cJSON *items = cJSON_GetObjectItem(j, "items");
         const cJSON *want = cJSON_GetObjectItem(cJSON_GetObjectItem(exp, "librispeech"), "items");
         CHECK(cJSON_GetArraySize(items) == 10 && cJSON_GetArraySize(want) == 10);
@@ -507,7 +498,7 @@ static void test_recorded(const char *fixtures) {
         for (int t = 0; t < 2; t++) {
             dir = g4_sprintf("%s/rec-%s-1", tmp, tasks[t]);
             p = g4_sprintf("%s/scores.json", dir);
-            j = read_json(p);
+            j = g4t_read_json(p);
             items = cJSON_GetObjectItem(j, "items");
             want = cJSON_GetObjectItem(cJSON_GetObjectItem(exp, "ocr"), "items");
             CHECK(cJSON_GetArraySize(items) == 6);

@@ -708,14 +708,8 @@ int main(void) {
     const char *f16 = g4t_env("G4_TINY_PKG"), *fixtures = g4t_env("G4_FIXTURES");
     char ids[512] = {0};
     char *ids_path = g4_sprintf("%s/q4/ids.txt", fixtures);
-    FILE *f = fopen(ids_path, "r");
-    if (!f || !fgets(ids, sizeof ids, f)) {
-        fprintf(stderr, "cannot read %s\n", ids_path);
-        return 1;
-    }
-    fclose(f);
+    g4t_read_line(ids_path, ids, sizeof ids);
     free(ids_path);
-    ids[strcspn(ids, "\r\n")] = 0;
     char *tmpdir = g4t_tmpdir();
     tmp = tmpdir;
 

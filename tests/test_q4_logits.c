@@ -65,14 +65,8 @@ int main(void) {
     const char *fixtures = g4t_env("G4_FIXTURES");
     char ids[512] = {0};
     char *ids_path = g4_sprintf("%s/q4/ids.txt", fixtures);
-    FILE *f = fopen(ids_path, "r");
-    if (!f || !fgets(ids, sizeof ids, f)) {
-        fprintf(stderr, "cannot read %s\n", ids_path);
-        return 1;
-    }
-    fclose(f);
+    g4t_read_line(ids_path, ids, sizeof ids);
     free(ids_path);
-    ids[strcspn(ids, "\r\n")] = 0;
 
     char *tmp = g4t_tmpdir();
     char *err = g4_sprintf("%s/err", tmp), *o16 = g4_sprintf("%s/f16.npy", tmp),

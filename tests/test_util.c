@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "loader/base.h"
 
 int g4t_checks = 0, g4t_failures = 0;
@@ -64,4 +66,23 @@ unsigned long long g4t_rand_u64(unsigned long long *s) {
 float g4t_rand_uniform(unsigned long long *s, float lo, float hi) {
     double u = (double)(g4t_rand_u64(s) >> 11) / 9007199254740992.0;
     return (float)(lo + (hi - lo) * u);
+}
+
+void g4t_read_line(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, (int)n, f)) {
+        fprintf(stderr, "cannot read %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = 0;
+}
+
+struct cJSON *g4t_read_json(const char *path) {
+    char *text;
+    size_t n;
+    if (g4_read_file(path, &text, &n)) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    return j;
 }

@@ -4,6 +4,7 @@
 #ifndef G4_TEST_UTIL_H
 #define G4_TEST_UTIL_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 extern int g4t_checks, g4t_failures;
@@ -43,6 +44,11 @@ const char *g4t_env(const char *var);
 // A fresh temporary directory; g4t_rmtree removes it and frees the string.
 char *g4t_tmpdir(void);
 void g4t_rmtree(char *dir);
+// The first line of a text file, without its line end, into buf (size n); exits 1 with a
+// message when the file cannot be read.
+void g4t_read_line(const char *path, char *buf, size_t n);
+// A JSON file parsed with cJSON (cJSON_Delete it), or NULL when unreadable or invalid.
+struct cJSON *g4t_read_json(const char *path);
 // Runs a shell command; returns its exit status.
 int g4t_sh(const char *fmt, ...);
 // A seeded xorshift generator for test inputs (never zeros unless asked).
