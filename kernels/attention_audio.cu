@@ -78,13 +78,21 @@ template <int DPL> void aud_launch(const AudParams &p, cudaStream_t stream) {
 
 } // namespace
 
+extern "C" const char *g4_attn_audio_supported(int n_heads, int hd, int chunk, int band) {
+    if (n_heads < 1 || n_heads > 32) return "1 .. 32 heads (a warp each; attention_audio.cu)";
+    if (hd != 32 && hd != 64 && hd != 128 && hd != 256)
+        return "head_dim 32, 64, 128 or 256 (attention_audio.cu)";
+    if (chunk < 1 || band < 1) return "a positive chunk and band (attention_audio.cu)";
+    return NULL;
+}
+
 extern "C" void g4_attn_audio(uint16_t *out, const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const uint16_t *rel, const float *per_dim_scale,
                               const uint8_t *valid, int T, int n_heads, int hd, int chunk, int band,
                               float logit_cap, float invalid_logit, cudaStream_t stream) {
     const char *op = "g4_attn_audio";
-    G4K_REQUIRE(T >= 0 && n_heads >= 1 && n_heads <= 32 && hd % 32 == 0 && hd <= 256, op);
-    G4K_REQUIRE(chunk >= 1 && band >= 1 && logit_cap > 0, op);
+    G4K_SUPPORTED(g4_attn_audio_supported(n_heads, hd, chunk, band), op);
+    G4K_REQUIRE(T >= 0 && logit_cap > 0, op);
     if (T == 0) return;
     AudParams p = {};
     p.out = out, p.q = q, p.k = k, p.v = v, p.rel = rel, p.pds = per_dim_scale, p.valid = valid;

@@ -17,6 +17,8 @@ extern "C" {
 // softplus is applied here); valid device uint8 [T] frame mask or NULL (all valid).
 // E2B: n_heads 8, hd 128, chunk 12, band 12, logit_cap 50, invalid_logit -1e9. fp32 math.
 // hd: a multiple of 32, at most 256; chunk + band <= 32.
+// NULL when the kernel takes these heads, head_dim, chunk and band, else what it takes.
+const char *g4_attn_audio_supported(int n_heads, int hd, int chunk, int band);
 void g4_attn_audio(uint16_t *out, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                    const uint16_t *rel, const float *per_dim_scale, const uint8_t *valid, int T,
                    int n_heads, int hd, int chunk, int band, float logit_cap, float invalid_logit,

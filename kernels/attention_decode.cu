@@ -289,6 +289,13 @@ template <class C> void dec_launch(const DecParams &p, int n_kv, cudaStream_t st
 
 } // namespace
 
+extern "C" const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd) {
+    if (n_kv < 1 || n_heads < 1 || n_heads % n_kv)
+        return "query heads a positive multiple of the KV heads (attention_decode.cu)";
+    if (hd != 256 && hd != 512) return "head_dim 256 or 512 (attention_decode.cu)";
+    return NULL;
+}
+
 extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {
     const int S = dec_n_splits(T, n_heads, n_kv, hd, capacity);
     return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
@@ -300,8 +307,8 @@ extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t 
                                size_t workspace_bytes, cudaStream_t stream) {
     const char *op = "g4_attn_decode";
     G4K_REQUIRE(T >= 1 && T <= DEC_MAX_T, op);
-    G4K_REQUIRE(n_kv > 0 && n_heads > 0 && n_heads % n_kv == 0 && capacity > 0 && window >= 0, op);
-    G4K_REQUIRE(hd == 256 || hd == 512, op);
+    G4K_SUPPORTED(g4_attn_decode_supported(n_heads, n_kv, hd), op);
+    G4K_REQUIRE(capacity > 0 && window >= 0, op);
     G4K_REQUIRE((((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc | (uintptr_t)out) & 15) == 0, op);
     G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
     G4K_REQUIRE(workspace_bytes >= g4_attn_decode_workspace(T, n_heads, n_kv, hd, capacity), op);

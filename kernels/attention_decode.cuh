@@ -13,6 +13,9 @@ extern "C" {
 
 // Bytes of device workspace g4_attn_decode needs for these sizes (the split partials); allocate
 // it once with the run state. Needs a current CUDA device (the split count follows its SMs).
+// NULL when the decode kernels take these heads and head_dim, else what they take (host code:
+// the launcher asserts it, the CUDA backend's load check refuses a model with it).
+const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd);
 size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
 
 // The same op as g4_attn_prefill (ops.h `attention`: causal, window > 0 = sliding, GQA) for

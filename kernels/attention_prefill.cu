@@ -288,13 +288,28 @@ bool aligned16(const void *ptr) {
 
 } // namespace
 
+extern "C" const char *g4_attn_prefill_supported(int n_heads, int n_kv, int hd) {
+    if (n_kv < 1 || n_heads < 1 || n_heads % n_kv)
+        return "query heads a positive multiple of the KV heads (attention_prefill.cu)";
+    if (hd != 64 && hd != 256 && hd != 512)
+        return "head_dim 64, 256 or 512 (attention_prefill.cu)";
+    return NULL;
+}
+
+extern "C" const char *g4_attn_bidir_supported(int n_heads, int hd) {
+    if (n_heads < 1) return "at least one head (attention_prefill.cu)";
+    if (hd != 64) return "head_dim 64, the shape its bidirectional path is built and tested for "
+                         "(attention_prefill.cu)";
+    return NULL;
+}
+
 extern "C" void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t *kc,
                                 const uint16_t *vc, const int32_t *pos, int T, int n_heads,
                                 int n_kv, int hd, int capacity, int window, float scale,
                                 cudaStream_t stream) {
     const char *op = "g4_attn_prefill";
-    G4K_REQUIRE(T >= 0 && n_kv > 0 && n_heads > 0 && n_heads % n_kv == 0, op);
-    G4K_REQUIRE(capacity > 0 && window >= 0, op);
+    G4K_SUPPORTED(g4_attn_prefill_supported(n_heads, n_kv, hd), op);
+    G4K_REQUIRE(T >= 0 && capacity > 0 && window >= 0, op);
     G4K_REQUIRE(aligned16(q) && aligned16(kc) && aligned16(vc) && aligned16(out), op);
     if (T == 0) return;
     FaParams p = {};
@@ -310,7 +325,8 @@ extern "C" void g4_attn_bidir(uint16_t *out, const uint16_t *q, const uint16_t *
                               const uint16_t *v, const uint8_t *key_valid, int N, int n_heads,
                               int hd, float scale, cudaStream_t stream) {
     const char *op = "g4_attn_bidir";
-    G4K_REQUIRE(N >= 0 && n_heads > 0, op);
+    G4K_SUPPORTED(g4_attn_bidir_supported(n_heads, hd), op);
+    G4K_REQUIRE(N >= 0, op);
     G4K_REQUIRE(aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out), op);
     if (N == 0) return;
     FaParams p = {};

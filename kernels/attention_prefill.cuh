@@ -16,6 +16,10 @@ extern "C" {
 // window > 0 (sliding), else 0 (causal). q, out [T, n_heads * hd] fp16; kc, vc [capacity,
 // n_kv * hd] fp16 (rows lo..pos[t] must have been stored); fp32 softmax. hd: 256 or 512 (64 too).
 // Cache rows beyond max(pos) are never read (they may hold anything, NaN included).
+// NULL when the causal (prefill) / bidirectional kernels take these heads and head_dim, else
+// what they take (the launchers assert them, the CUDA backend's load checks refuse with them).
+const char *g4_attn_prefill_supported(int n_heads, int n_kv, int hd);
+const char *g4_attn_bidir_supported(int n_heads, int hd);
 void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
                      const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
                      int window, float scale, cudaStream_t stream);

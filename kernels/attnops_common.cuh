@@ -155,6 +155,19 @@ __device__ __forceinline__ void st_act(float *p, size_t i, float v) {
 
 } // namespace g4k
 
+// A shape the op's supported() predicate refuses (its reason: what the kernel takes): aborts
+// with it (a caller bug: the load check asks the same predicate, kernels/backend_cuda.cu).
+#define G4K_SUPPORTED(why_expr, op)                                                                \
+    do {                                                                                           \
+        const char *g4k_why_ = (why_expr);                                                         \
+        if (g4k_why_) {                                                                            \
+            fprintf(stderr, "g4cu: internal error: %s: unsupported shape: the kernel takes %s "    \
+                            "(%s:%d)\n",                                                           \
+                    op, g4k_why_, __FILE__, __LINE__);                                             \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
 // Launch-time precondition: aborts with the condition and the op's name (a caller bug).
 #define G4K_REQUIRE(cond, op)                                                                      \
     do {                                                                                           \

@@ -80,12 +80,18 @@ __global__ void __launch_bounds__(DW_THREADS)
 
 } // namespace
 
+extern "C" const char *g4_dwconv1d_supported(int C, int K) {
+    if (C < 8 || C % 8 || C > 8 * DW_THREADS || K < 1 || K > DW_MAX_K)
+        return "a multiple of 8 channels up to 2048 and a kernel of 1 .. 8 taps (conv_dw1d.cu)";
+    return NULL;
+}
+
 extern "C" void g4_dwconv1d(uint16_t *y, const uint16_t *x, const uint16_t *w, int T, int C, int K,
                             int glu, float clip, const uint16_t *norm_w, float eps, int silu,
                             cudaStream_t stream) {
     const char *op = "g4_dwconv1d";
-    G4K_REQUIRE(T >= 0 && C > 0 && C % 8 == 0 && C <= 8 * DW_THREADS && K >= 1 && K <= DW_MAX_K,
-                op);
+    G4K_SUPPORTED(g4_dwconv1d_supported(C, K), op);
+    G4K_REQUIRE(T >= 0, op);
     G4K_REQUIRE((((uintptr_t)y | (uintptr_t)x) & 15) == 0, op);
     if (T == 0) return;
     int threads = (C / 8 + 31) / 32 * 32;

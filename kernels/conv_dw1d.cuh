@@ -19,6 +19,8 @@ extern "C" {
 //   norm: RMSNorm over the C channels with weight norm_w fp16 [C] (NULL: no norm);
 //   act: SiLU when silu != 0.
 // E2B: C 1024, K 5, glu 1, norm conv_norm, silu 1. fp32 math. C % 8 == 0, C <= 2048.
+// NULL when the kernel takes C channels and a K-tap kernel, else what it takes.
+const char *g4_dwconv1d_supported(int C, int K);
 void g4_dwconv1d(uint16_t *y, const uint16_t *x, const uint16_t *w, int T, int C, int K, int glu,
                  float clip, const uint16_t *norm_w, float eps, int silu, cudaStream_t stream);
 

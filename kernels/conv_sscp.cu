@@ -259,14 +259,30 @@ void sscp_dispatch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t
 
 } // namespace
 
+// The tensor-core path: fp16 input, 32 output channels, C_in a multiple of 64, fits.
+static bool sscp_mma_ok(int x_f32, int W, int C_in, int C_out) {
+    return !x_f32 && C_out == 32 && C_in % 64 == 0 && sscp_mma_smem(W, C_in) <= 227 * 1024;
+}
+
+extern "C" const char *g4_sscp_conv_supported(int C_in, int C_out, int W, int x_f32) {
+    if (C_in < 1 || C_in > 256 || (C_out != 32 && C_out != 64 && C_out != 128 && C_out != 256) ||
+        W < 1)
+        return "1 .. 256 input channels and 32, 64, 128 or 256 output channels (conv_sscp.cu)";
+    const size_t direct = (size_t)9 * C_in * C_out * 4 + (size_t)3 * W * C_in * 2;
+    if (direct > 227 * 1024 && !sscp_mma_ok(x_f32, W, C_in, C_out))
+        return "its weights and three input rows (or, on its tensor-core path, five) in 227 KB "
+               "of shared memory (conv_sscp.cu)";
+    return NULL;
+}
+
 extern "C" void g4_sscp_conv(uint16_t *y, const void *x, int x_f32, const uint8_t *valid,
                              const uint16_t *w, const uint16_t *ln_w, int H, int W, int C_in,
                              int C_out, float eps, cudaStream_t stream) {
     const char *op = "g4_sscp_conv";
-    G4K_REQUIRE(H >= 0 && W > 0 && C_in > 0 && C_in <= 256 && C_out % 32 == 0 && C_out <= 256, op);
+    G4K_SUPPORTED(g4_sscp_conv_supported(C_in, C_out, W, x_f32), op);
+    G4K_REQUIRE(H >= 0, op);
     if (H == 0) return;
-    if (!x_f32 && C_out == 32 && C_in % 64 == 0 && sscp_mma_smem(W, C_in) <= 227 * 1024 &&
-        (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
+    if (sscp_mma_ok(x_f32, W, C_in, C_out) && (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
         static bool configured = false;
         if (!configured) {
             G4_CUDA_CHECK(cudaFuncSetAttribute(

@@ -21,6 +21,9 @@ extern "C" {
 // C_out % 32 == 0, C_out <= 256, C_in <= 256. fp16 x with C_in % 64 == 0 and C_out == 32 (E2B
 // layer 1) runs on tensor cores, everything else (layer 0) on CUDA cores; an fp32 x is rounded
 // to fp16 on the way in, as HF's fp16 model casts the conv input to the weight dtype.
+// NULL when the kernel takes C_in -> C_out channels over rows of W pixels (x f32 or f16), else
+// what it takes.
+const char *g4_sscp_conv_supported(int C_in, int C_out, int W, int x_f32);
 void g4_sscp_conv(uint16_t *y, const void *x, int x_f32, const uint8_t *valid, const uint16_t *w,
                   const uint16_t *ln_w, int H, int W, int C_in, int C_out, float eps,
                   cudaStream_t stream);

@@ -36,11 +36,20 @@ __global__ void embed_kernel(Y *y, const uint16_t *table, int rows, int cols, co
     }
 }
 
+} // namespace
+
+extern "C" const char *g4_embed_supported(int cols) {
+    if (cols < 8 || cols % 8) return "rows of a positive multiple of 8 columns (embed.cu)";
+    return NULL;
+}
+
+namespace {
+
 template <class Y>
 void embed_launch(Y *y, const uint16_t *table, int rows, int cols, const int32_t *ids, int T,
                   float scale, cudaStream_t stream, const char *op) {
-    G4K_REQUIRE(T >= 0 && rows > 0 && cols > 0 && cols % 8 == 0 && ((uintptr_t)table & 15) == 0,
-                op);
+    G4K_SUPPORTED(g4_embed_supported(cols), op);
+    G4K_REQUIRE(T >= 0 && rows > 0 && ((uintptr_t)table & 15) == 0, op);
     if (T == 0) return;
     int threads = (cols / 8 + 31) / 32 * 32;
     threads = threads > 256 ? 256 : threads;

@@ -40,10 +40,16 @@ __global__ void gelu_mul_kernel(uint16_t *y, int ldy, const uint16_t *a, int lda
 
 } // namespace
 
+extern "C" const char *g4_gelu_mul_supported(int n) {
+    if (n < 0 || n % 8) return "a multiple of 8 columns (gelu_mul.cu)";
+    return NULL;
+}
+
 extern "C" void g4_gelu_mul(uint16_t *y, int ldy, const uint16_t *a, int lda, const uint16_t *b,
                             int ldb, int T, int n, cudaStream_t stream) {
     const char *op = "g4_gelu_mul";
-    G4K_REQUIRE(T >= 0 && n >= 0 && n % 8 == 0, op);
+    G4K_SUPPORTED(g4_gelu_mul_supported(n), op);
+    G4K_REQUIRE(T >= 0, op);
     G4K_REQUIRE(ldy % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && ldy >= n && lda >= n && ldb >= n,
                 op);
     G4K_REQUIRE((((uintptr_t)y | (uintptr_t)a | (uintptr_t)b) & 15) == 0, op);

@@ -14,6 +14,8 @@ extern "C" {
 // elements) ldy, lda, ldb, so b can be a column slice: the PLE gating reads layer l's slice of
 // the per-layer inputs as b = ple + l * 256 with ldb = 35 * 256. y may alias a or b.
 // n, the strides and the pointers: multiples of 8 elements (16 bytes).
+// NULL when the kernel takes rows of n columns, else what it takes.
+const char *g4_gelu_mul_supported(int n);
 void g4_gelu_mul(uint16_t *y, int ldy, const uint16_t *a, int lda, const uint16_t *b, int ldb,
                  int T, int n, cudaStream_t stream);
 

@@ -11,6 +11,12 @@
 
 namespace cg = cooperative_groups;
 
+extern "C" const char *g4_gemm_f16_supported(int N, int K) {
+    if (N < 8 || N % 8 || K < 8 || K % 8)
+        return "fp16 weights [K, N] with K and N positive multiples of 8 (gemm_f16.cu)";
+    return NULL;
+}
+
 namespace g4k {
 
 // --- shared host helpers (declared in gemm_common.cuh) ----------------------------------------
@@ -30,10 +36,8 @@ int check_common(const char *who, const void *y, const void *x, const void *bias
     if (!y || !x) return g4_fail(G4_EUSER, "%s: NULL x or y", who);
     if (M < 1 || M > (1 << 21)) // grid.y = M / 64 must stay within 65535
         return g4_fail(G4_EUSER, "%s: M = %d tokens, expected 1 .. 2097152", who, M);
-    if (N < 8 || N % 8)
-        return g4_fail(G4_EUSER, "%s: N = %d, expected a positive multiple of 8", who, N);
-    if (K < 8 || K % 8)
-        return g4_fail(G4_EUSER, "%s: K = %d, expected a positive multiple of 8", who, K);
+    const char *why = g4_gemm_f16_supported(N, K);
+    if (why) return g4_fail(G4_EUSER, "%s: N = %d, K = %d: the GEMM takes %s", who, N, K, why);
     if ((uintptr_t)x % 16) return g4_fail(G4_EUSER, "%s: x at %p is not 16-byte aligned", who, x);
     if ((int)epi < G4_GEMM_Y_F16 || (int)epi > G4_GEMM_Y_F16_ADD)
         return g4_fail(G4_EUSER, "%s: epilogue %d, expected 0..3 (g4_gemm_epi)", who, (int)epi);

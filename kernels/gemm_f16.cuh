@@ -61,6 +61,9 @@ const char *g4_gemm_algo_name(g4_gemm_algo a);
 
 // y[M, N] (epi) x[M, K] @ w[K, N] (+ bias). Returns G4_OK, or G4_EUSER for a shape, alignment or
 // algorithm the kernels do not support (message in g4_error()). Asynchronous on `stream`.
+// NULL when the GEMMs take an fp16 weight [K, N], else what they take (the CUDA backend asks
+// it for every linear at load, g4_gemm_f16 checks it per call).
+const char *g4_gemm_f16_supported(int N, int K);
 int g4_gemm_f16(void *y, const void *x, const void *w, const void *bias, int M, int N, int K,
                 g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream);
 

@@ -71,12 +71,18 @@ __global__ void ple_kernel(uint16_t *ple, const uint16_t *proj, const uint16_t *
 
 } // namespace
 
+extern "C" const char *g4_ple_supported(int D) {
+    if (D != 256 && D != 512) return "a per-layer input width of 256 or 512 (ple.cu)";
+    return NULL;
+}
+
 extern "C" void g4_ple_inputs(uint16_t *ple, const uint16_t *proj, const uint16_t *table, int vocab,
                               const int32_t *ids, const uint16_t *norm_w, int T, int n_layers,
                               int D, float proj_scale, float tok_scale, float out_scale, float eps,
                               cudaStream_t stream) {
     const char *op = "g4_ple_inputs";
-    G4K_REQUIRE(T >= 0 && n_layers > 0 && vocab > 0 && (D == 256 || D == 512), op);
+    G4K_SUPPORTED(g4_ple_supported(D), op);
+    G4K_REQUIRE(T >= 0 && n_layers > 0 && vocab > 0, op);
     G4K_REQUIRE(
         (((uintptr_t)ple | (uintptr_t)proj | (uintptr_t)table | (uintptr_t)norm_w) & 15) == 0, op);
     const long long warps = (long long)T * n_layers;

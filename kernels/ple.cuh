@@ -18,6 +18,8 @@ extern "C" {
 // (device memory, or pinned host memory mapped into the device address space: only T rows
 // are read); ids device I32 [T] (placeholders already replaced by the pad id); norm_w fp16 [D].
 // An id outside [0, vocab) yields NaN rows (the caller validates ids). D % 256 == 0.
+// NULL when the fused kernel takes a per-layer input width D, else what it takes.
+const char *g4_ple_supported(int D);
 void g4_ple_inputs(uint16_t *ple, const uint16_t *proj, const uint16_t *table, int vocab,
                    const int32_t *ids, const uint16_t *norm_w, int T, int n_layers, int D,
                    float proj_scale, float tok_scale, float out_scale, float eps,

@@ -97,9 +97,17 @@ template <int E> void qkv_launch(const g4_qkv_args &a, cudaStream_t stream) {
 
 } // namespace
 
+extern "C" const char *g4_qkv_rope_supported(int n_heads, int hd) {
+    if (n_heads < 1) return "at least one head (qkv_rope.cu)";
+    if (hd != 64 && hd != 128 && hd != 256 && hd != 512)
+        return "head_dim 64, 128, 256 or 512 (qkv_rope.cu)";
+    return NULL;
+}
+
 extern "C" void g4_qkv_norm_rope(const g4_qkv_args *a, cudaStream_t stream) {
     const char *op = "g4_qkv_norm_rope";
-    G4K_REQUIRE(a && a->q && a->T >= 0 && a->n_heads > 0 && a->hd % 64 == 0 && a->hd <= 512, op);
+    G4K_REQUIRE(a && a->q && a->T >= 0, op);
+    G4K_SUPPORTED(g4_qkv_rope_supported(a->n_heads, a->hd), op);
     G4K_REQUIRE((a->k == nullptr) == (a->v == nullptr), op);
     G4K_REQUIRE(!a->k || a->n_kv > 0, op);
     G4K_REQUIRE((a->kcache == nullptr) == (a->vcache == nullptr), op);

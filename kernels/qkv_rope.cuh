@@ -29,6 +29,9 @@ typedef struct {
 // k, v stored to the caches at row pos[t] when kcache is set (1-D RoPE only; a position outside
 // [0, capacity) stores nothing). fp32 math, one
 // fp16 rounding per output. hd: a multiple of 64, <= 512. One CTA per token.
+// NULL when the kernel takes these heads and head_dim (text q/k/v and the vision 2-D RoPE),
+// else what it takes (the launcher asserts it, the load checks refuse with it).
+const char *g4_qkv_rope_supported(int n_heads, int hd);
 void g4_qkv_norm_rope(const g4_qkv_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus

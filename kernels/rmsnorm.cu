@@ -129,10 +129,26 @@ bool al16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }
 
+} // namespace
+
+extern "C" const char *g4_rmsnorm_supported(int cols, int group) {
+    if (group < 8 || group % 8 || cols < 1 || cols % group)
+        return "groups of a positive multiple of 8 columns that divide the row (rmsnorm.cu)";
+    return NULL;
+}
+
+extern "C" const char *g4_add_rmsnorm_supported(int cols) {
+    if (cols < 8 || cols % 8) return "rows of a positive multiple of 8 columns (rmsnorm.cu)";
+    return NULL;
+}
+
+namespace {
+
 template <class X>
 void rms_launch(uint16_t *y, const X *x, const uint16_t *w, int rows, int cols, int group,
                 float eps, cudaStream_t stream, const char *op) {
-    G4K_REQUIRE(rows >= 0 && group > 0 && group % 8 == 0 && cols % group == 0, op);
+    G4K_SUPPORTED(g4_rmsnorm_supported(cols, group), op);
+    G4K_REQUIRE(rows >= 0, op);
     G4K_REQUIRE(al16(y) && al16(x) && (!w || al16(w)), op);
     const long long blocks = (long long)rows * (cols / group);
     if (blocks == 0) return;
@@ -157,7 +173,8 @@ extern "C" void g4_add_rmsnorm(float *h, const uint16_t *x, const uint16_t *w,
                                const uint16_t *scale, float eps, g4_next_mode next, uint16_t *y2,
                                const uint16_t *w2, int rows, int cols, cudaStream_t stream) {
     const char *op = "g4_add_rmsnorm";
-    G4K_REQUIRE(rows >= 0 && cols > 0 && cols % 8 == 0, op);
+    G4K_SUPPORTED(g4_add_rmsnorm_supported(cols), op);
+    G4K_REQUIRE(rows >= 0, op);
     G4K_REQUIRE(next == G4_NEXT_NONE || next == G4_NEXT_NORM || next == G4_NEXT_COPY, op);
     G4K_REQUIRE(next == G4_NEXT_NONE || (y2 && al16(y2)), op);
     G4K_REQUIRE(al16(h) && al16(x) && (!w || al16(w)) && (!w2 || al16(w2)), op);

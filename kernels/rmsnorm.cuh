@@ -14,6 +14,10 @@ extern "C" {
 // (group = cols for a row norm, head_dim for per-head norms); w fp16 [group] or NULL (no
 // scale). x fp16 (g4_rmsnorm_f16, y may alias x) or fp32 (g4_rmsnorm_f32: the residual stream
 // into a layer's input norm). cols % group == 0, group % 8 == 0, 16-byte aligned rows.
+// NULL when the kernels take rows of `cols` normed in groups of `group` (rmsnorm) / rows of
+// `cols` (add_rmsnorm), else what they take.
+const char *g4_rmsnorm_supported(int cols, int group);
+const char *g4_add_rmsnorm_supported(int cols);
 void g4_rmsnorm_f16(uint16_t *y, const uint16_t *x, const uint16_t *w, int rows, int cols,
                     int group, float eps, cudaStream_t stream);
 void g4_rmsnorm_f32(uint16_t *y, const float *x, const uint16_t *w, int rows, int cols, int group,

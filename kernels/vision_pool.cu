@@ -77,11 +77,17 @@ __global__ void __launch_bounds__(VP_THREADS)
 
 } // namespace
 
+extern "C" const char *g4_vision_pool_supported(int D, int k) {
+    if (D < 4 || D % 4) return "rows of a positive multiple of 4 columns (vision_pool.cu)";
+    if (k < 1 || k * k > VP_MAX_LIST) return "a pooling kernel of at most 32 x 32 patches (vision_pool.cu)";
+    return NULL;
+}
+
 extern "C" void g4_vision_pool(float *out, uint8_t *used, const float *x, const int32_t *pos_xy,
                                int N, int D, int k, int n_bins, float scale, cudaStream_t stream) {
     const char *op = "g4_vision_pool";
-    G4K_REQUIRE(N >= 0 && D > 0 && D % 4 == 0 && k > 0 && n_bins >= 0, op);
-    G4K_REQUIRE(k * k <= VP_MAX_LIST, op); // a bin holds k*k patches of a proper grid
+    G4K_SUPPORTED(g4_vision_pool_supported(D, k), op); // a bin holds k*k patches
+    G4K_REQUIRE(N >= 0 && n_bins >= 0, op);
     G4K_REQUIRE((((uintptr_t)out | (uintptr_t)x) & 15) == 0, op);
     if (n_bins == 0) return;
     vp_kernel<<<n_bins, VP_THREADS, 0, stream>>>(out, used, x, pos_xy, N, D, k, scale);

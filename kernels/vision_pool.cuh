@@ -16,6 +16,8 @@ extern "C" {
 // in patch order. Patches whose bin is >= n_bins are skipped (the host that made the positions
 // checks them; ref_vision_pool reports them); a bin keeps at most 1024 patches (a grid gives
 // it k * k). D % 4 == 0.
+// NULL when the kernel takes rows of D columns and k x k bins, else what it takes.
+const char *g4_vision_pool_supported(int D, int k);
 void g4_vision_pool(float *out, uint8_t *used, const float *x, const int32_t *pos_xy, int N, int D,
                     int k, int n_bins, float scale, cudaStream_t stream);
 

@@ -39,10 +39,16 @@ __global__ void posemb_kernel(float *h, const uint16_t *table, int rows, const i
 
 } // namespace
 
+extern "C" const char *g4_vision_posemb_supported(int D) {
+    if (D < 8 || D % 8) return "rows of a positive multiple of 8 columns (vision_posemb.cu)";
+    return NULL;
+}
+
 extern "C" void g4_vision_posemb_add(float *h, const uint16_t *table, int table_rows,
                                      const int32_t *pos_xy, int N, int D, cudaStream_t stream) {
     const char *op = "g4_vision_posemb_add";
-    G4K_REQUIRE(N >= 0 && table_rows > 0 && D > 0 && D % 8 == 0, op);
+    G4K_SUPPORTED(g4_vision_posemb_supported(D), op);
+    G4K_REQUIRE(N >= 0 && table_rows > 0, op);
     G4K_REQUIRE((((uintptr_t)h | (uintptr_t)table) & 15) == 0, op);
     if (N == 0) return;
     int threads = (D / 8 + 31) / 32 * 32;

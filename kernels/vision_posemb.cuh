@@ -15,6 +15,8 @@ extern "C" {
 // h fp32 [N, D] (the tower's residual stream); table fp16 [2, table_rows, D]; pos_xy device I32
 // [N, 2]. Out-of-range coordinates are clamped into the table (the host checks them, like
 // ref_vision_posemb_add). D % 8 == 0.
+// NULL when the kernel takes rows of D columns, else what it takes.
+const char *g4_vision_posemb_supported(int D);
 void g4_vision_posemb_add(float *h, const uint16_t *table, int table_rows, const int32_t *pos_xy,
                           int N, int D, cudaStream_t stream);
 
