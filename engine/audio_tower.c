@@ -221,8 +221,20 @@ static void ffn(g4_audio_tower *t, const g4_audio_layer *w, int f, g4_buf *h, g4
 
 int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float *soft_out,
                            g4_tower_hook hook, void *hook_ctx) {
+    g4_buf out = g4_buf_new(t->be, G4_F32, f->n_soft_tokens, t->text_hidden);
+    if (!out.data)
+        return g4_fail(G4_EUSER, "%s backend out of memory for %d soft tokens", t->be->name,
+                       f->n_soft_tokens);
+    int rc = g4_audio_tower_run(t, NULL, f, &out, hook, hook_ctx);
+    if (!rc) t->be->download(t->be, soft_out, out.data, g4_buf_bytes(&out));
+    g4_buf_free(t->be, &out);
+    return rc;
+}
+
+int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_features *f,
+                       g4_buf *out, g4_tower_hook hook, void *hook_ctx) {
     const g4_audio_config *c = t->cfg;
-    g4_backend *be = t->be;
+    g4_backend *be = ex ? ex : t->be;
     const int T = f->n_frames, M = f->n_mel, A = c->hidden, C0 = c->conv0_ch, C1 = c->conv1_ch;
     if (M != c->n_mel)
         return g4_fail(G4_EUSER, "audio features have %d mel bins, the audio encoder takes %d", M,
@@ -245,6 +257,12 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
                        "audio front end reports %d soft tokens, the subsampled mask gives %d",
                        f->n_soft_tokens, n_valid);
     }
+    if (out->type != G4_F32 || out->rows != n_valid || out->cols != t->text_hidden ||
+        (n_valid && !out->data)) {
+        free(m0), free(m1), free(m2);
+        return g4_fail(G4_EINTERNAL, "audio tower output: expected f32 [%d, %d], got %s [%d, %d]",
+                       n_valid, t->text_hidden, g4_type_name(out->type), out->rows, out->cols);
+    }
 
     const g4_type at = be->act_type;
     const int wide = c->ffn > 2 * A ? c->ffn : 2 * A;
@@ -260,8 +278,9 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
     g4_buf outp = g4_buf_new(be, at, T2, c->out_hidden);
     g4_buf soft = g4_buf_new(be, at, T2, t->text_hidden);
     g4_buf soft32 = g4_buf_new(be, G4_F32, T2, t->text_hidden);
-    g4_buf *bufs[] = {&feat32, &v0, &v1, &vout, &y0,   &y1,  &h,    &x,    &y,
-                      &q,      &k,  &v,  &attn, &big, &outp, &soft, &soft32};
+    g4_buf keep = g4_buf_new(be, G4_I32, n_valid, 1); // the valid frames' rows of soft32
+    g4_buf *bufs[] = {&feat32, &v0, &v1,  &vout, &y0,   &y1,   &h,      &x,   &y,
+                      &q,      &k,  &v,   &attn, &big,  &outp, &soft,   &soft32, &keep};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t i = 0; i < n_bufs; i++)
         if (!bufs[i]->data) {
@@ -331,20 +350,17 @@ int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float 
     be->rmsnorm(be, &outp, &outp, NULL, c->out_hidden, c->rms_eps);
     be->linear(be, &soft, &outp, &t->projector, 0);
     be->convert(be, &soft32, &soft);
-    float *all = g4_malloc(g4_buf_bytes(&soft32));
-    be->download(be, all, soft32.data, g4_buf_bytes(&soft32));
-    be->sync(be);
-    const size_t row = sizeof(float) * (size_t)t->text_hidden;
-    for (int i = 0, j = 0; i < T2; i++)
-        if (m2[i])
-            memcpy(soft_out + (size_t)(j++) * t->text_hidden, all + (size_t)i * t->text_hidden,
-                   row);
-    if (hook && n_valid > 0) {
-        g4_buf kept = g4_buf_view(&soft32, n_valid, t->text_hidden);
-        be->upload(be, kept.data, soft_out, row * (size_t)n_valid);
-        g4_tower_emit(hook, hook_ctx, be, "audio_soft_tokens", -1, &kept);
+    if (n_valid > 0) { // out[j] = soft32[j-th valid frame], on the backend
+        int32_t *rows = g4_malloc(sizeof(int32_t) * (size_t)n_valid);
+        for (int i = 0, j = 0; i < T2; i++)
+            if (m2[i]) rows[j++] = i;
+        be->upload(be, keep.data, rows, sizeof(int32_t) * (size_t)n_valid);
+        be->sync(be); // rows is freed below
+        free(rows);
+        be->scatter_rows(be, out, &soft32, &keep);
+        g4_tower_emit(hook, hook_ctx, be, "audio_soft_tokens", -1, out);
     }
-    free(all);
+    be->sync(be); // (the caller's next work may be on another queue)
     free(m0), free(m1), free(m2);
     for (size_t i = 0; i < n_bufs; i++) g4_buf_free(be, bufs[i]);
     return G4_OK;

@@ -63,9 +63,13 @@ int g4_audio_tower_load(const g4_package *pkg, g4_backend *be, g4_audio_tower **
 void g4_audio_tower_free(g4_audio_tower *t);
 
 // Runs the tower on log-mel features f (from the audio front end or a dump: f->features
-// [n_frames, n_mel], f->mask, f->n_soft_tokens). Writes f->n_soft_tokens rows of text-width
-// soft tokens (the valid frames after subsampling, in order) to soft_out (host float
-// [n_soft, text_hidden]). hook may be NULL. Buffers are allocated for the call.
+// [n_frames, n_mel], f->mask, f->n_soft_tokens) on handle ex (NULL: the tower's backend).
+// Writes f->n_soft_tokens rows of text-width soft tokens (the valid frames after subsampling,
+// in order, picked on the backend) to out (F32 [n_soft, text_hidden] in backend memory),
+// complete when it returns. hook may be NULL. Activations are allocated for the call.
+int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_features *f,
+                       g4_buf *out, g4_tower_hook hook, void *hook_ctx);
+// The same into host rows soft_out [n_soft, text_hidden].
 int g4_audio_tower_forward(g4_audio_tower *t, const g4_audio_features *f, float *soft_out,
                            g4_tower_hook hook, void *hook_ctx);
 

@@ -76,14 +76,13 @@ static int check_params(const g4_text_model *m, const g4_tokenizer *tok, int n_p
     return G4_OK;
 }
 
-int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
+int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
                 const g4_soft_tokens *soft, const g4_gen_params *p, g4_gen_result *out) {
     memset(out, 0, sizeof *out);
     out->stop_id = -1;
-    int rc = check_params(m, tok, n_prompt, p);
+    int rc = check_params(s->m, tok, n_prompt, p);
     if (rc) return rc;
-    const g4_text_config *c = m->cfg;
-    const int V = c->vocab;
+    const g4_text_config *c = s->m->cfg;
 
     // KV rows: prompt + max_new, at most the context. The last token is never fed back, so
     // `capacity - n_prompt + 1` tokens fit.
@@ -93,7 +92,8 @@ int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt
     if (cap - n_prompt + 1 < limit) limit = (int)(cap - n_prompt + 1);
     out->n_prompt = n_prompt;
     out->max_new = limit;
-    int chunk = p->prefill_chunk ? p->prefill_chunk : G4_GEN_DEFAULT_CHUNK;
+    int chunk = p->prefill_chunk && p->prefill_chunk < s->max_tokens ? p->prefill_chunk
+                                                                       : s->max_tokens;
     if (chunk > n_prompt) chunk = n_prompt;
 
     // the effective stop list: the stop strings less the ignored ones
@@ -108,18 +108,16 @@ int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt
     g4_text_stream ts;
     g4_text_stream_init(&ts, tok, stops, n_stops, p->on_text, p->on_text_ctx);
 
-    g4_text_state *s = NULL;
     char *text = NULL; // decoded text during the loop (stop strings)
     size_t text_len = 0;
     double t0 = 0, t1 = 0, t2 = 0;
-    float *logits = g4_malloc(sizeof(float) * (size_t)V);
-    g4_rng rng;
-    g4_rng_seed(&rng, p->seed);
-    if ((rc = g4_text_state_new(m, (int)cap, chunk, &s))) goto done;
+    if ((rc = g4_text_state_reserve(s, (int)cap))) goto done; // (resets the state)
+    g4_text_state_set_sampler(s, &p->sampler, p->seed);
 
-    // Prefill in chunks; each chunk gets the soft-token rows of its own placeholders.
+    // Prefill in chunks; each chunk gets the soft-token rows of its own placeholders. The last
+    // chunk's step picks the first token.
     t0 = now_ms();
-    int soft_used = 0;
+    int soft_used = 0, id = -1;
     for (int a = 0; a < n_prompt; a += chunk) {
         int T = n_prompt - a < chunk ? n_prompt - a : chunk;
         int n_ph = 0;
@@ -134,10 +132,19 @@ int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt
                          soft ? soft->n : 0);
             goto done;
         }
-        g4_soft_tokens part = {soft ? soft->rows + (size_t)soft_used * c->hidden : NULL, n_ph};
-        int last = a + T == n_prompt;
-        if ((rc = g4_text_forward(s, prompt + a, T, n_ph ? &part : NULL, last ? logits : NULL, 0)))
-            goto done;
+        g4_soft_tokens part = {{0}, n_ph};
+        if (n_ph) {
+            part.rows = soft->rows;
+            part.rows.data = (float *)soft->rows.data + (size_t)soft_used * c->hidden;
+            part.rows.rows = n_ph;
+        }
+        const g4_soft_tokens *sp = n_ph ? &part : NULL;
+        int32_t first;
+        if (a + T < n_prompt)
+            rc = g4_text_forward(s, prompt + a, T, sp, NULL, 0);
+        else if (!(rc = g4_text_step(s, prompt + a, T, sp, &first)))
+            id = first;
+        if (rc) goto done;
         soft_used += n_ph;
     }
     if (soft && soft_used != soft->n) {
@@ -147,10 +154,8 @@ int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt
         goto done;
     }
 
-    // Decode: sample, check the stops, feed the token back.
+    // Decode: check the stops, feed the token back through the one decode step.
     for (int step = 0;; step++) {
-        int id;
-        if ((rc = g4_sample(&p->sampler, logits, V, &rng, &id))) goto done;
         g4_ids_push(&out->tokens, id);
         if (step == 0) t1 = now_ms();
         int stop = -1, which = -1;
@@ -165,7 +170,7 @@ int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt
         if (cut >= 0) {
             stop = G4_STOP_STRING;
             out->stop_string = stops[which];
-        } else if (is_eos(c, p, id)) {
+        } else if (!p->ignore_eos && is_eos(c, p, id)) {
             stop = G4_STOP_EOS;
             out->stop_id = id;
         } else if ((int)out->tokens.n >= limit) {
@@ -177,8 +182,10 @@ int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt
         }
         if (p->on_text && (rc = g4_text_stream_update(&ts, out->tokens.v, out->tokens.n)))
             goto done;
-        int32_t next = id;
-        if ((rc = g4_text_forward(s, &next, 1, NULL, logits, 0))) goto done;
+        const int32_t fed = id;
+        int32_t next;
+        if ((rc = g4_text_step(s, &fed, 1, NULL, &next))) goto done;
+        id = next;
     }
     t2 = now_ms();
 
@@ -204,8 +211,6 @@ done:
     free(text);
     free(stops);
     g4_text_stream_free(&ts);
-    free(logits);
-    g4_text_state_free(s);
     if (rc) g4_gen_result_free(out);
     return rc;
 }

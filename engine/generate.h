@@ -11,19 +11,21 @@
 //   the text is cut before the first occurrence of any stop string (the stop string itself is
 //   dropped), as the ORT adapter does. `ignore_stop` removes strings from the stop list (the
 //   benchmark's ignore_stop_strings: ["\n\n"], which leaves lmms-eval's injected "\n\n" out).
-// - Sampling (temperature > 0), in HF's order: logits / temperature, keep the top_k largest
-//   (0: all), then the smallest set of the most likely whose probability reaches top_p (HF's
-//   TopPLogitsWarper: a token stays while the probability of the tokens above it is below
-//   top_p; at least one stays), softmax over what is left (in double), one uniform draw.
-//   temperature <= 0 is greedy: the first index of the largest logit (torch.argmax).
-//   The PRNG is xoshiro256** (Blackman and Vigna) seeded through SplitMix64(seed); a draw
-//   is the top 53 bits / 2^53. The same seed gives the same tokens for the same logits (a
-//   different backend's logits can differ in the last bits, and so can its samples).
+// - Sampling (temperature > 0), in HF's order: logits / temperature, keep every logit >= the
+//   k-th largest (HF TopKLogitsWarper; 0: all), then the smallest set of the most likely whose
+//   probability reaches top_p (HF's TopPLogitsWarper: a token stays while the probability of
+//   the tokens above it is below top_p; at least one stays), one draw from what is left.
+//   temperature <= 0 is greedy: the first index of the largest logit (torch.argmax). The pick
+//   is the sample op of kernels/ops.h, on the backend (the exact arithmetic of
+//   kernels/sample_math.h: every backend picks the same id from the same logits). The draw of
+//   the token after position p is SplitMix64's output p for the seed: a pure function of
+//   (seed, p), so the same seed gives the same tokens run to run (a different backend's
+//   logits can differ in the last bits, and so can its samples).
 // - Context: the KV cache holds prompt + max_new rows, at most the model's context. A prompt
 //   longer than the context is a user error; when prompt + max_new does not fit, generation
 //   stops where the context ends (stop reason "context").
-// - Prefill runs in chunks of `prefill_chunk` rows (the state's max_tokens); soft tokens are
-//   handed to each chunk in the order of their placeholders.
+// - Prefill runs in chunks of `prefill_chunk` rows (at most the state's max_tokens); soft
+//   tokens are handed to each chunk in the order of their placeholders.
 // - Streaming: on_text receives the text as it becomes final: never a partial UTF-8
 //   character, never text from a trailing run of byte-fallback pieces (a later byte can still
 //   change how the run decodes), never a tail that could be the start of a stop string.
@@ -36,24 +38,12 @@
 #include "engine/text_model.h"
 #include "loader/tokenizer.h"
 
-// --- random numbers ---------------------------------------------------------------------------
-typedef struct {
-    uint64_t s[4];
-} g4_rng;
-void g4_rng_seed(g4_rng *r, uint64_t seed);
-uint64_t g4_rng_next(g4_rng *r);
-double g4_rng_uniform(g4_rng *r); // [0, 1), 53 random bits
-
-// --- one token from logits -------------------------------------------------------------------
-typedef struct {
-    float temperature; // <= 0: greedy
-    int top_k;         // 0: no top-k
-    float top_p;       // >= 1: no top-p
-} g4_sampler;
-
-// Picks a token id from logits [V]. A NaN logit is an internal error (it means a broken
-// forward pass, never a valid distribution).
-int g4_sample(const g4_sampler *s, const float *logits, int V, g4_rng *rng, int *token);
+// --- one token from host logits ----------------------------------------------------------
+// The sample op's reference on a host row (g4_sampler: engine/text_model.h): soft-cap is not
+// applied. n is the draw index. A NaN logit is an internal error (it means a broken forward
+// pass, never a valid distribution).
+int g4_sample(const g4_sampler *s, const float *logits, int V, uint64_t seed, uint32_t n,
+              int *token);
 
 // --- stop strings and streamed text (text_stream.c) -------------------------------------------
 typedef void (*g4_gen_text_fn)(void *ctx, const char *text, size_t len);
@@ -95,7 +85,9 @@ typedef struct {
     int n_stop;
     const char *const *ignore_stop; // stop strings to leave out
     int n_ignore_stop;
-    int prefill_chunk;      // rows per prefill forward (0: G4_GEN_DEFAULT_CHUNK)
+    int prefill_chunk;      // rows per prefill forward (0: the state's max_tokens)
+    int ignore_eos;         // 1: EOS ids do not end generation (llama.cpp --ignore-eos;
+                            // benchmarks run max_new tokens on random weights with it)
     g4_gen_text_fn on_text; // streaming (NULL: none)
     void *on_text_ctx;
 } g4_gen_params;
@@ -129,10 +121,14 @@ typedef struct {
 void g4_gen_result_free(g4_gen_result *r);
 
 // Generates after prompt[0..n_prompt) with soft tokens for its placeholders (NULL when it has
-// none). tok decodes the text (stop strings and streaming need it; NULL: no text). A new state
-// is made for the request and freed after it. Errors: an empty prompt, a prompt longer than
-// the context, bad parameters, stop strings without a tokenizer, and forward errors.
-int g4_generate(g4_text_model *m, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
+// none) on state s (of its model), which is reset first and left holding the request: a state
+// serves one request after another without allocating (g4_text_state_reserve grows it when a
+// request needs more rows than it has). Every token comes from g4_text_step (the prefill's
+// last row, then one graph-replayed step per token where the backend has graphs): the same
+// call every command and the benchmark make. tok decodes the text (stop strings and streaming
+// need it; NULL: no text). Errors: an empty prompt, a prompt longer than the context, bad
+// parameters, stop strings without a tokenizer, and forward errors.
+int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
                 const g4_soft_tokens *soft, const g4_gen_params *p, g4_gen_result *out);
 
 #endif

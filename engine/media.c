@@ -22,8 +22,8 @@ int g4_media_encoder_new(const g4_package *pkg, g4_backend *be, g4_media_encoder
     e->be = be;
     e->width = pkg->text.hidden;
     g4_mm_towers_init(&e->towers, pkg, be);
-    e->image_tower = g4_mm_image_tower;
-    e->audio_tower = g4_mm_audio_tower;
+    e->image_tower = g4_mm_image_tower_run;
+    e->audio_tower = g4_mm_audio_tower_run;
     e->image_ctx = e->audio_ctx = &e->towers;
     *out = e;
     return G4_OK;
@@ -41,10 +41,12 @@ void g4_media_encoder_set_towers(g4_media_encoder *e, g4_image_tower_fn image,
     if (audio) e->audio_tower = audio, e->audio_ctx = ctx;
 }
 
-void g4_media_embeds_free(g4_media_embeds *m) {
-    free(m->rows);
-    m->rows = NULL;
-    m->n_tokens = 0;
+void g4_media_input_free(g4_media_input *in) {
+    if (in->kind == G4_MEDIA_IMAGE)
+        g4_image_features_free(&in->image);
+    else
+        g4_audio_features_free(&in->audio);
+    memset(in, 0, sizeof *in);
 }
 
 int g4_image_soft_tokens(const g4_image_proc_config *cfg, int height, int width, int *n) {
@@ -56,15 +58,11 @@ int g4_image_soft_tokens(const g4_image_proc_config *cfg, int height, int width,
     return G4_OK;
 }
 
-// Room for n rows (at least one, so that a clip with no soft tokens still has a buffer).
-static float *alloc_rows(int n, int width) {
-    return g4_malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)width);
-}
-
-int g4_media_encode_file(g4_media_encoder *e, g4_media_kind kind, const char *path,
-                         g4_media_embeds *out) {
+int g4_media_load(g4_media_encoder *e, g4_media_kind kind, const char *path,
+                  g4_media_input *out) {
     const g4_package *pkg = e->pkg;
-    *out = (g4_media_embeds){.kind = kind, .width = e->width};
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
     int rc;
     if (kind == G4_MEDIA_IMAGE) {
         if (!g4_package_component(pkg, G4_COMP_VISION) || !pkg->has_image_proc)
@@ -72,28 +70,25 @@ int g4_media_encode_file(g4_media_encoder *e, g4_media_kind kind, const char *pa
                            "%s: the package %s has no vision encoder (or image_processor.json), "
                            "so it cannot take an image",
                            path, pkg->dir);
-        g4_image_features f;
-        if ((rc = g4_image_features_load(&pkg->image_proc, path, &f))) return rc;
-        out->n_tokens = f.n_soft_tokens;
-        out->rows = alloc_rows(f.n_soft_tokens, e->width);
-        rc = e->image_tower(e->image_ctx, &f, out->rows);
-        g4_image_features_free(&f);
+        if ((rc = g4_image_features_load(&pkg->image_proc, path, &out->image))) return rc;
+        out->n_tokens = out->image.n_soft_tokens;
     } else {
         if (!g4_package_component(pkg, G4_COMP_AUDIO) || !pkg->has_audio_fe)
             return g4_fail(G4_EUSER,
                            "%s: the package %s has no audio encoder (or "
                            "audio_feature_extraction.json), so it cannot take audio",
                            path, pkg->dir);
-        g4_audio_features f;
-        if ((rc = g4_audio_features_load(&pkg->audio_fe, path, &f))) return rc;
-        out->n_tokens = f.n_soft_tokens;
-        out->rows = alloc_rows(f.n_soft_tokens, e->width);
-        rc = e->audio_tower(e->audio_ctx, &f, out->rows);
-        g4_audio_features_free(&f);
+        if ((rc = g4_audio_features_load(&pkg->audio_fe, path, &out->audio))) return rc;
+        out->n_tokens = out->audio.n_soft_tokens;
     }
-    if (rc) {
-        g4_error_prefix("%s", path);
-        g4_media_embeds_free(out);
-    }
+    return G4_OK;
+}
+
+int g4_media_encode(g4_media_encoder *e, g4_backend *ex, const g4_media_input *in,
+                    const char *path, g4_buf *rows) {
+    if (!ex) ex = e->be;
+    int rc = in->kind == G4_MEDIA_IMAGE ? e->image_tower(e->image_ctx, ex, &in->image, rows)
+                                        : e->audio_tower(e->audio_ctx, ex, &in->audio, rows);
+    if (rc) g4_error_prefix("%s", path);
     return rc;
 }

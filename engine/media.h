@@ -4,9 +4,12 @@
 //   image file -> image_fe (decode, resize, patches)  -> vision tower -> rows [n, hidden]
 //   audio file -> audio_fe (decode, 16 kHz, log-mel)   -> audio tower  -> rows [n, hidden]
 //
-// The front end fixes n (the soft-token count the chat template writes, chat.h); the tower
-// turns the features into n rows of the text model's width, which g4_text_forward puts in
-// place of the placeholder ids (g4_soft_tokens, text_model.h), in prompt order.
+// Two steps, so the caller can size the rows before any tower runs: g4_media_load runs the
+// front end on the host and fixes n (the soft-token count the chat template writes, chat.h);
+// g4_media_encode runs the tower on a backend handle and writes the n rows of the text
+// model's width into backend memory (a text state's soft rows, g4_text_state_soft_rows),
+// where g4_text_forward / g4_text_step put them in place of the placeholder ids
+// (g4_soft_tokens, text_model.h), in prompt order. The rows never visit the host.
 // The tower step is a pair of function pointers: by default the package's towers
 // (engine/multimodal.h: vision_tower.h, audio_tower.h, each loaded on first use); a test can
 // install a stand-in.
@@ -19,18 +22,20 @@
 
 typedef enum { G4_MEDIA_IMAGE = 0, G4_MEDIA_AUDIO = 1 } g4_media_kind;
 
-// One media item as soft tokens.
+// One media item after its front end.
 typedef struct {
     g4_media_kind kind;
-    int n_tokens; // soft tokens (= placeholders in the prompt)
-    int width;    // text hidden size
-    float *rows;  // host [n_tokens, width]
-} g4_media_embeds;
-void g4_media_embeds_free(g4_media_embeds *m);
+    int n_tokens;              // soft tokens (= placeholders in the prompt)
+    g4_image_features image;   // kind image
+    g4_audio_features audio;   // kind audio
+} g4_media_input;
+void g4_media_input_free(g4_media_input *in);
 
-// Features -> rows [f->n_soft_tokens, width] (host memory, allocated by the caller).
-typedef int (*g4_image_tower_fn)(void *ctx, const g4_image_features *f, float *rows);
-typedef int (*g4_audio_tower_fn)(void *ctx, const g4_audio_features *f, float *rows);
+// Features -> rows (F32 [f->n_soft_tokens, width] in backend memory), run on handle ex.
+typedef int (*g4_image_tower_fn)(void *ctx, g4_backend *ex, const g4_image_features *f,
+                                 g4_buf *rows);
+typedef int (*g4_audio_tower_fn)(void *ctx, g4_backend *ex, const g4_audio_features *f,
+                                 g4_buf *rows);
 
 typedef struct g4_media_encoder g4_media_encoder;
 
@@ -42,9 +47,13 @@ void g4_media_encoder_free(g4_media_encoder *e);
 void g4_media_encoder_set_towers(g4_media_encoder *e, g4_image_tower_fn image,
                                  g4_audio_tower_fn audio, void *ctx);
 
-// Runs the front end and the tower on one file. Errors name the file.
-int g4_media_encode_file(g4_media_encoder *e, g4_media_kind kind, const char *path,
-                         g4_media_embeds *out);
+// Runs the front end on one file (host). Errors name the file.
+int g4_media_load(g4_media_encoder *e, g4_media_kind kind, const char *path,
+                  g4_media_input *out);
+// Runs the tower of in on handle ex (NULL: the encoder's backend) into rows (F32
+// [in->n_tokens, width] in backend memory). path names the file in errors.
+int g4_media_encode(g4_media_encoder *e, g4_backend *ex, const g4_media_input *in,
+                    const char *path, g4_buf *rows);
 
 // The soft-token count of an image of height x width under cfg, without decoding it
 // (Gemma4Processor's num_soft_tokens: (Ht / patch) * (Wt / patch) / k^2 of the resized size).

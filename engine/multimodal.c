@@ -32,8 +32,30 @@ int g4_mm_audio_tower(void *ctx, const g4_audio_features *f, float *rows) {
     return g4_audio_tower_forward(m->audio, f, rows, m->hook, m->hook_ctx);
 }
 
-int g4_mm_merge(const g4_text_config *c, const int32_t *ids, int n, const float *img, int n_img,
-                const float *aud, int n_aud, g4_soft_tokens *out) {
+// The tower loads through the towers' (root) handle; a forward may run on another handle's
+// queue: the root handle's sync makes the uploads visible to every queue.
+int g4_mm_image_tower_run(void *ctx, g4_backend *ex, const g4_image_features *f, g4_buf *rows) {
+    g4_mm_towers *m = ctx;
+    int rc;
+    if (!m->vision) {
+        if ((rc = g4_vision_tower_load(m->pkg, m->be, &m->vision))) return rc;
+        m->be->sync(m->be);
+    }
+    return g4_vision_tower_run(m->vision, ex, f, rows, m->hook, m->hook_ctx);
+}
+
+int g4_mm_audio_tower_run(void *ctx, g4_backend *ex, const g4_audio_features *f, g4_buf *rows) {
+    g4_mm_towers *m = ctx;
+    int rc;
+    if (!m->audio) {
+        if ((rc = g4_audio_tower_load(m->pkg, m->be, &m->audio))) return rc;
+        m->be->sync(m->be);
+    }
+    return g4_audio_tower_run(m->audio, ex, f, rows, m->hook, m->hook_ctx);
+}
+
+int g4_mm_merge(g4_backend *be, const g4_text_config *c, const int32_t *ids, int n,
+                const float *img, int n_img, const float *aud, int n_aud, g4_soft_tokens *out) {
     memset(out, 0, sizeof *out);
     int ph_img = 0, ph_aud = 0;
     for (int t = 0; t < n; t++) {
@@ -69,13 +91,20 @@ int g4_mm_merge(const g4_text_config *c, const int32_t *ids, int n, const float 
             src = aud + (size_t)(ka++) * H;
         if (src) memcpy(rows + (size_t)(k++) * H, src, sizeof(float) * (size_t)H);
     }
-    out->rows = rows;
+    out->rows = g4_buf_new(be, G4_F32, n_img + n_aud, H);
+    if (!out->rows.data) {
+        free(rows);
+        return g4_fail(G4_EUSER, "%s backend out of memory for %d soft tokens", be->name,
+                       n_img + n_aud);
+    }
+    be->upload(be, out->rows.data, rows, g4_buf_bytes(&out->rows));
+    be->sync(be); // rows is freed here
+    free(rows);
     out->n = n_img + n_aud;
     return G4_OK;
 }
 
-void g4_mm_soft_free(g4_soft_tokens *s) {
-    free((void *)s->rows);
-    s->rows = NULL;
+void g4_mm_soft_free(g4_backend *be, g4_soft_tokens *s) {
+    g4_buf_free(be, &s->rows);
     s->n = 0;
 }

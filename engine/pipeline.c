@@ -4,9 +4,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The pipeline's state, made for `rows` KV rows (at most the context) when there is none yet.
+static int ensure_state(g4_pipeline *pl, long rows) {
+    if (pl->state) return G4_OK;
+    const long ctx = pl->pkg->text.context_length;
+    if (rows > ctx) rows = ctx;
+    if (rows < 1) rows = 1;
+    const g4_text_state_opts so = {(int)rows, pl->max_tokens, 1, 0};
+    return g4_text_state_new_opts(pl->model, &so, &pl->state);
+}
+
 int g4_pipeline_open(const char *pkg_dir, g4_backend *be, const char *tokenizer_path,
                      g4_pipeline **out) {
+    g4_pipeline_opts o = {0};
+    o.tokenizer_path = tokenizer_path;
+    return g4_pipeline_open_opts(pkg_dir, be, &o, out);
+}
+
+int g4_pipeline_open_opts(const char *pkg_dir, g4_backend *be, const g4_pipeline_opts *o,
+                          g4_pipeline **out) {
     *out = NULL;
+    const g4_pipeline_opts defaults = {0};
+    if (!o) o = &defaults;
+    const char *tokenizer_path = o->tokenizer_path;
     g4_pipeline *pl = g4_calloc(1, sizeof *pl);
     pl->be = be;
     int rc;
@@ -27,8 +47,10 @@ int g4_pipeline_open(const char *pkg_dir, g4_backend *be, const char *tokenizer_
                      pl->tokenizer_path, pl->ct.bos, pl->pkg->text.bos_id);
         goto fail;
     }
-    if ((rc = g4_text_model_load(pl->pkg, pl->be, &pl->model))) goto fail;
+    if ((rc = g4_text_model_load_opts(pl->pkg, pl->be, &o->load, &pl->model))) goto fail;
     if ((rc = g4_media_encoder_new(pl->pkg, pl->be, &pl->media))) goto fail;
+    pl->max_tokens = o->max_tokens > 0 ? o->max_tokens : G4_GEN_DEFAULT_CHUNK;
+    if (o->n_ctx > 0 && (rc = ensure_state(pl, o->n_ctx))) goto fail;
     *out = pl;
     return G4_OK;
 fail:
@@ -38,6 +60,7 @@ fail:
 
 void g4_pipeline_close(g4_pipeline *pl) {
     if (!pl) return;
+    g4_text_state_free(pl->state);
     g4_media_encoder_free(pl->media);
     g4_text_model_free(pl->model);
     g4_tokenizer_close(pl->tok);
@@ -53,9 +76,10 @@ static int check_placeholder(const g4_pipeline *pl, const char *name, int tok_id
                    pl->tokenizer_path, name, tok_id, cfg_id);
 }
 
-int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_soft_tokens *soft) {
-    *soft = (g4_soft_tokens){0};
-    const int H = pl->pkg->text.hidden;
+// prepare, making the state (when there is none) for the prompt + max_new rows.
+static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *ids,
+                   g4_soft_tokens *soft) {
+    *soft = (g4_soft_tokens){{0}, 0};
     int rc = G4_OK;
     if (pr->n_images &&
         (rc = check_placeholder(pl, "<|image|>", pl->ct.image, pl->pkg->text.image_token_id)))
@@ -63,15 +87,18 @@ int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_so
     if (pr->n_audio &&
         (rc = check_placeholder(pl, "<|audio|>", pl->ct.audio, pl->pkg->text.audio_token_id)))
         return rc;
+    // Front ends first (they fix each item's soft-token count), then the chat ids, then the
+    // towers, each writing its rows into the state's soft rows at its offset (placeholder order
+    // is the media's order in the prompt).
     int n_media = pr->n_images + pr->n_audio;
-    g4_media_embeds *me = g4_calloc((size_t)n_media + 1, sizeof *me);
+    g4_media_input *in = g4_calloc((size_t)n_media + 1, sizeof *in);
     int *counts = g4_calloc((size_t)n_media + 1, sizeof(int));
     int total = 0;
+#define PATH(i) ((i) < pr->n_images ? pr->images[i] : pr->audio[(i) - pr->n_images])
     for (int i = 0; i < n_media && !rc; i++) {
-        int img = i < pr->n_images;
-        const char *path = img ? pr->images[i] : pr->audio[i - pr->n_images];
-        rc = g4_media_encode_file(pl->media, img ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO, path, &me[i]);
-        if (!rc) total += counts[i] = me[i].n_tokens;
+        rc = g4_media_load(pl->media, i < pr->n_images ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO, PATH(i),
+                           &in[i]);
+        if (!rc) total += counts[i] = in[i].n_tokens;
     }
     if (!rc) {
         g4_chat_request req = {
@@ -85,16 +112,27 @@ int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_so
         };
         rc = g4_chat_encode(pl->tok, &req, ids);
     }
-    if (!rc && total) { // rows in placeholder order: the media's order in the prompt
-        float *rows = g4_malloc(sizeof(float) * (size_t)total * H);
-        for (int i = 0, at = 0; i < n_media; at += me[i].n_tokens, i++)
-            memcpy(rows + (size_t)at * H, me[i].rows, sizeof(float) * (size_t)me[i].n_tokens * H);
-        *soft = (g4_soft_tokens){rows, total};
+    if (!rc) rc = ensure_state(pl, (long)ids->n + max_new);
+    if (!rc && total) {
+        g4_soft_tokens all;
+        rc = g4_text_state_soft_rows(pl->state, total, &all);
+        for (int i = 0, at = 0; i < n_media && !rc; at += in[i].n_tokens, i++) {
+            g4_buf rows = all.rows;
+            rows.data = (float *)all.rows.data + (size_t)at * all.rows.cols;
+            rows.rows = in[i].n_tokens;
+            rc = g4_media_encode(pl->media, pl->state->be, &in[i], PATH(i), &rows);
+        }
+        if (!rc) *soft = all;
     }
-    for (int i = 0; i < n_media; i++) g4_media_embeds_free(&me[i]);
-    free(me);
+#undef PATH
+    for (int i = 0; i < n_media; i++) g4_media_input_free(&in[i]);
+    free(in);
     free(counts);
     return rc;
+}
+
+int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_soft_tokens *soft) {
+    return prepare(pl, pr, 0, ids, soft);
 }
 
 int g4_pipeline_generate(g4_pipeline *pl, const g4_prompt *pr, const g4_gen_params *p,
@@ -102,7 +140,7 @@ int g4_pipeline_generate(g4_pipeline *pl, const g4_prompt *pr, const g4_gen_para
     memset(out, 0, sizeof *out);
     g4_ids ids = {0};
     g4_soft_tokens soft;
-    int rc = g4_pipeline_prepare(pl, pr, &ids, &soft);
+    int rc = prepare(pl, pr, p->max_new > 0 ? p->max_new : 0, &ids, &soft);
     if (!rc) {
         g4_gen_params q = *p;
         int *eos = g4_malloc(sizeof(int) * (size_t)(p->n_eos + 1));
@@ -110,10 +148,9 @@ int g4_pipeline_generate(g4_pipeline *pl, const g4_prompt *pr, const g4_gen_para
         eos[p->n_eos] = pl->ct.turn_close;
         q.eos = eos;
         q.n_eos = p->n_eos + 1;
-        rc = g4_generate(pl->model, pl->tok, ids.v, (int)ids.n, soft.n ? &soft : NULL, &q, out);
+        rc = g4_generate(pl->state, pl->tok, ids.v, (int)ids.n, soft.n ? &soft : NULL, &q, out);
         free(eos);
     }
-    free((void *)soft.rows);
     g4_ids_free(&ids);
     return rc;
 }

@@ -1,7 +1,8 @@
-// pipeline.h: a package ready to answer chat requests: package, backend, text model, tokenizer
-// and media encoder, opened once; each request goes media -> soft tokens (media.h) -> chat
-// template ids (chat.h) -> generation (generate.h). The generate / asr / vqa commands and the
-// eval runner use it.
+// pipeline.h: a package ready to answer chat requests: package, backend, text model, tokenizer,
+// media encoder and one text state, opened once; each request goes media -> soft tokens
+// (media.h, written into the state's soft rows on the backend) -> chat template ids (chat.h) ->
+// generation (generate.h) on that state, which every request reuses. The generate / asr / vqa
+// commands and the eval runner use it.
 #ifndef G4_PIPELINE_H
 #define G4_PIPELINE_H
 
@@ -17,11 +18,27 @@ typedef struct {
     char *tokenizer_path;
     g4_chat_tokens ct;
     g4_media_encoder *media;
+    g4_text_state *state; // the requests' state (KV cache, workspaces, soft rows, graph): made
+                          // at open (n_ctx given) or by the first request, reused after it
+    int max_tokens;       // its rows per prefill forward
 } g4_pipeline;
 
+typedef struct {
+    const char *tokenizer_path; // NULL: <pkg_dir>/tokenizer.json
+    g4_text_load_opts load;     // model placement (ple_host)
+    int n_ctx;      // KV rows of the state, made at open (0: made by the first request for its
+                    // prompt + max_new rows, as `g4cu generate --ids` and `g4cu bench` size
+                    // theirs); a request that needs more grows it (g4_text_state_reserve)
+    int max_tokens; // rows per prefill forward (0: G4_GEN_DEFAULT_CHUNK)
+} g4_pipeline_opts;
+
 // Opens pkg_dir on backend be (g4_backend_cpu(), or engine/backend_select.h by name) with the
-// tokenizer at tokenizer_path, or <pkg_dir>/tokenizer.json when that is NULL (a package without
-// one needs the path: a clear error says so). The tokenizer's <bos> must be the package's bos id.
+// tokenizer at o->tokenizer_path, or <pkg_dir>/tokenizer.json when that is NULL (a package
+// without one needs the path: a clear error says so). The tokenizer's <bos> must be the
+// package's bos id. o NULL: the defaults.
+int g4_pipeline_open_opts(const char *pkg_dir, g4_backend *be, const g4_pipeline_opts *o,
+                          g4_pipeline **out);
+// The same with default options and this tokenizer path.
 int g4_pipeline_open(const char *pkg_dir, g4_backend *be, const char *tokenizer_path,
                      g4_pipeline **out);
 void g4_pipeline_close(g4_pipeline *pl);
@@ -38,8 +55,10 @@ typedef struct {
     const char *text;
 } g4_prompt;
 
-// The prompt's ids and the soft tokens of its media, in placeholder order (soft->rows is a new
-// array, NULL when there is no media). Errors name the media file or the prompt.
+// The prompt's ids and the soft tokens of its media, in placeholder order: soft->rows is a view
+// of the pipeline state's soft rows on the backend (valid until the next prepare; n 0 when
+// there is no media; the state is made for the prompt when there is none yet). Errors name the
+// media file or the prompt.
 int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_soft_tokens *soft);
 
 // prepare + g4_generate. The chat template's <turn|> id is added to the EOS ids (the model ends

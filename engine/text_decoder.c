@@ -8,35 +8,123 @@
 #include "engine/text_model.h"
 #include "loader/base.h"
 
-int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_state **out) {
-    *out = NULL;
-    const g4_text_config *c = m->cfg;
-    if (capacity < 1 || max_tokens < 1)
-        return g4_fail(G4_EUSER, "state: capacity %d and max_tokens %d must be positive", capacity,
-                       max_tokens);
-    if (capacity > c->context_length)
-        return g4_fail(G4_EUSER, "context of %d tokens exceeds the model's context_length %d",
-                       capacity, c->context_length);
-    g4_backend *be = m->be;
-    g4_text_state *s = g4_calloc(1, sizeof *s);
-    s->m = m;
-    s->be = be;
-    s->capacity = capacity;
-    s->max_tokens = max_tokens;
-    int hd_max = 0, ffn_max = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer[l].head_dim > hd_max) hd_max = c->layer[l].head_dim;
-        if (c->layer[l].ffn > ffn_max) ffn_max = c->layer[l].ffn;
-    }
+static int capture_step(g4_text_state *s);
+
+// The KV caches for s->capacity rows (NULL buffers when out of memory: the caller checks).
+static void alloc_kv(g4_text_state *s) {
+    const g4_text_config *c = s->m->cfg;
     s->kc = g4_calloc((size_t)c->n_kv_layers, sizeof(g4_buf));
     s->vc = g4_calloc((size_t)c->n_kv_layers, sizeof(g4_buf));
     for (int l = 0; l < c->n_layers; l++) {
         const g4_layer_config *lc = &c->layer[l];
         if (lc->kv_source != l) continue;
-        s->kc[lc->kv_slot] = g4_buf_new(be, be->kv_type, capacity, c->n_kv_heads * lc->head_dim);
-        s->vc[lc->kv_slot] = g4_buf_new(be, be->kv_type, capacity, c->n_kv_heads * lc->head_dim);
+        const int w = c->n_kv_heads * lc->head_dim;
+        s->kc[lc->kv_slot] = g4_buf_new(s->be, s->be->kv_type, s->capacity, w);
+        s->vc[lc->kv_slot] = g4_buf_new(s->be, s->be->kv_type, s->capacity, w);
     }
-    const int T = max_tokens, H = c->hidden, LP = c->n_layers * c->ple_dim;
+}
+
+static void free_kv(g4_text_state *s) {
+    for (int i = 0; s->kc && i < s->m->cfg->n_kv_layers; i++) {
+        g4_buf_free(s->be, &s->kc[i]);
+        g4_buf_free(s->be, &s->vc[i]);
+    }
+    free(s->kc);
+    free(s->vc);
+    s->kc = s->vc = NULL;
+}
+
+// The state's own backend handle for its capacity (exec_new), or the model's.
+static int open_handle(g4_text_state *s) {
+    g4_backend *root = s->m->be;
+    s->be = root;
+    s->own_be = 0;
+    if (!root->exec_new) return G4_OK;
+    g4_backend *ex = root->exec_new(root, s->m->cfg, s->capacity, s->max_tokens);
+    if (!ex)
+        return g4_fail(G4_EUSER, "%s backend out of memory for the decode workspaces of a "
+                                 "%d-token context",
+                       root->name, s->capacity);
+    s->be = ex;
+    s->own_be = 1;
+    return G4_OK;
+}
+
+static void close_handle(g4_text_state *s) {
+    if (s->own_be) s->be->exec_free(s->be);
+    s->be = s->m->be;
+    s->own_be = 0;
+}
+
+// Every buffer of the state (for the out-of-memory check and free).
+static int state_bufs(g4_text_state *s, g4_buf **all) {
+    g4_buf *b[] = {&s->h,   &s->x,  &s->q,  &s->k,      &s->v,    &s->attn, &s->o,
+                   &s->mlp, &s->ple, &s->pg, &s->io,    &s->smap, &s->logits,
+                   &s->samp, &s->next, &s->soft};
+    const int n = (int)(sizeof b / sizeof b[0]);
+    for (int i = 0; i < n; i++) all[i] = b[i];
+    return n;
+}
+
+// One line naming what did not fit: the whole state's size.
+static int state_oom(g4_text_state *s) {
+    const g4_text_config *c = s->m->cfg;
+    g4_buf *all[32];
+    const int n = state_bufs(s, all);
+    size_t bytes = 0;
+    int oom = 0;
+    for (int i = 0; i < n; i++) {
+        bytes += g4_buf_bytes(all[i]);
+        oom |= all[i]->data == NULL && all[i] != &s->soft;
+    }
+    for (int i = 0; i < c->n_kv_layers; i++) {
+        bytes += g4_buf_bytes(&s->kc[i]) + g4_buf_bytes(&s->vc[i]);
+        oom |= !s->kc[i].data || !s->vc[i].data;
+    }
+    if (!oom) return G4_OK;
+    return g4_fail(G4_EUSER,
+                   "%s backend out of memory: a context of %d tokens, up to %d per forward "
+                   "call, needs %.2f GiB of KV cache and activations (ask for a shorter "
+                   "context or fewer tokens per call)",
+                   s->m->be->name, s->capacity, s->max_tokens, (double)bytes / (1u << 30));
+}
+
+int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_state **out) {
+    const g4_text_state_opts o = {capacity, max_tokens, max_tokens, 0};
+    return g4_text_state_new_opts(m, &o, out);
+}
+
+int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_text_state **out) {
+    *out = NULL;
+    const g4_text_config *c = m->cfg;
+    const int logit_rows = o->logit_rows ? o->logit_rows : o->max_tokens;
+    if (o->capacity < 1 || o->max_tokens < 1 || logit_rows < 1 || logit_rows > o->max_tokens)
+        return g4_fail(G4_EUSER,
+                       "state: capacity %d, max_tokens %d and logit rows %d must be positive "
+                       "(logit rows at most max_tokens)",
+                       o->capacity, o->max_tokens, logit_rows);
+    if (o->capacity > c->context_length)
+        return g4_fail(G4_EUSER, "context of %d tokens exceeds the model's context_length %d",
+                       o->capacity, c->context_length);
+    g4_text_state *s = g4_calloc(1, sizeof *s);
+    s->m = m;
+    s->capacity = o->capacity;
+    s->max_tokens = o->max_tokens;
+    s->logit_rows = logit_rows;
+    s->eager = o->eager;
+    int rc = open_handle(s);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    g4_backend *be = s->be;
+    int hd_max = 0, ffn_max = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer[l].head_dim > hd_max) hd_max = c->layer[l].head_dim;
+        if (c->layer[l].ffn > ffn_max) ffn_max = c->layer[l].ffn;
+    }
+    alloc_kv(s);
+    const int T = s->max_tokens, H = c->hidden, LP = c->n_layers * c->ple_dim;
     s->h = g4_buf_new(be, G4_F32, T, H);
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
@@ -47,30 +135,23 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
     s->mlp = g4_buf_new(be, be->act_type, T, ffn_max);
     s->ple = g4_buf_new(be, be->act_type, T, LP);
     s->pg = g4_buf_new(be, be->act_type, T, c->ple_dim);
-    s->ids = g4_buf_new(be, G4_I32, T, 1);
-    s->pos = g4_buf_new(be, G4_I32, T, 1);
-    s->logits = g4_buf_new(be, G4_F32, T, c->vocab);
-    // Out of memory shows up as NULL buffers: report the whole state's size.
-    size_t bytes = 0;
-    int oom = 0;
-    const g4_buf *all[] = {&s->h,   &s->x,   &s->q,       &s->k,  &s->v,   &s->attn,
-                           &s->o,   &s->mlp, &s->ple,     &s->pg, &s->ids,
-                           &s->pos, &s->logits};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        bytes += g4_buf_bytes(all[i]);
-        oom |= all[i]->data == NULL;
-    }
-    for (int i = 0; i < c->n_kv_layers; i++) {
-        bytes += g4_buf_bytes(&s->kc[i]) + g4_buf_bytes(&s->vc[i]);
-        oom |= !s->kc[i].data || !s->vc[i].data;
-    }
-    if (oom) {
+    s->io = g4_buf_new(be, G4_I32, 2 * T, 1);
+    s->ids = g4_buf_view(&s->io, T, 1);
+    s->pos = g4_buf_view(&s->io, T, 1);
+    s->smap = g4_buf_new(be, G4_I32, T, 1);
+    s->logits = g4_buf_new(be, G4_F32, s->logit_rows, c->vocab);
+    s->samp = g4_buf_new(be, G4_I32, (int)(sizeof(g4_sample_params) / 4), 1);
+    s->next = g4_buf_new(be, G4_I32, 1, 1);
+    s->host_io = g4_malloc(sizeof(int32_t) * 3 * (size_t)T); // [ids | positions | soft map]
+    if ((rc = state_oom(s))) {
         g4_text_state_free(s);
-        return g4_fail(G4_EUSER,
-                       "%s backend out of memory: a context of %d tokens, up to %d per forward "
-                       "call, needs %.2f GiB of KV cache and activations (ask for a shorter "
-                       "context or fewer tokens per call)",
-                       be->name, capacity, max_tokens, (double)bytes / (1u << 30));
+        return rc;
+    }
+    const g4_sampler greedy = {0, 0, 1.0f};
+    g4_text_state_set_sampler(s, &greedy, 0);
+    if ((rc = capture_step(s))) {
+        g4_text_state_free(s);
+        return rc;
     }
     *out = s;
     return G4_OK;
@@ -80,16 +161,68 @@ void g4_text_state_free(g4_text_state *s) {
     if (!s) return;
     g4_backend *be = s->be;
     if (s->graph) be->graph_free(be, s->graph);
-    for (int i = 0; i < s->m->cfg->n_kv_layers; i++) {
-        g4_buf_free(be, &s->kc[i]);
-        g4_buf_free(be, &s->vc[i]);
-    }
-    free(s->kc);
-    free(s->vc);
-    g4_buf *bufs[] = {&s->h,   &s->x,       &s->q,  &s->k,   &s->v,   &s->attn,  &s->o,
-                      &s->mlp, &s->ple,     &s->pg, &s->ids, &s->pos, &s->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g4_buf_free(be, bufs[i]);
+    free_kv(s);
+    g4_buf *all[32];
+    const int n = state_bufs(s, all);
+    for (int i = 0; i < n; i++) g4_buf_free(be, all[i]);
+    free(s->host_io);
+    close_handle(s);
     free(s);
+}
+
+int g4_text_state_reserve(g4_text_state *s, int capacity) {
+    s->n_past = 0;
+    if (capacity <= s->capacity) return G4_OK;
+    if (capacity > s->m->cfg->context_length)
+        return g4_fail(G4_EUSER, "context of %d tokens exceeds the model's context_length %d",
+                       capacity, s->m->cfg->context_length);
+    // The KV cache and the handle's workspaces depend on the capacity; the graph holds both.
+    s->be->sync(s->be);
+    if (s->graph) s->be->graph_free(s->be, s->graph);
+    s->graph = NULL;
+    free_kv(s);
+    g4_backend *old = s->be;
+    const int old_own = s->own_be;
+    s->capacity = capacity;
+    int rc = open_handle(s); // (the buffers stay: every handle of a backend shares its memory)
+    if (rc) {
+        s->be = old, s->own_be = old_own;
+        return rc;
+    }
+    if (old_own) old->exec_free(old);
+    alloc_kv(s);
+    if ((rc = state_oom(s))) return rc;
+    return capture_step(s);
+}
+
+void g4_text_state_set_sampler(g4_text_state *s, const g4_sampler *smp, uint64_t seed) {
+    g4_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = smp->temperature > 0 ? smp->temperature : 0.0f;
+    p.top_k = smp->top_k;
+    p.top_p = smp->top_p;
+    p.seed_lo = (uint32_t)seed;
+    p.seed_hi = (uint32_t)(seed >> 32);
+    s->be->upload(s->be, s->samp.data, &p, sizeof p);
+    s->be->sync(s->be); // p is on this stack frame
+}
+
+int g4_text_state_soft_rows(g4_text_state *s, int n, g4_soft_tokens *out) {
+    const int H = s->m->cfg->hidden;
+    if (n > s->soft.rows || !s->soft.data) {
+        s->be->sync(s->be); // queued work may still read the old rows
+        g4_buf_free(s->be, &s->soft);
+        const int rows = n > 0 ? (n + 255) / 256 * 256 : 1; // headroom against regrowth
+        s->soft = g4_buf_new(s->be, G4_F32, rows, H);
+        if (!s->soft.data) {
+            s->soft.rows = 0;
+            return g4_fail(G4_EUSER, "%s backend out of memory for %d soft tokens",
+                           s->m->be->name, n);
+        }
+    }
+    out->rows = g4_buf_view(&s->soft, n, H);
+    out->n = n;
+    return G4_OK;
 }
 
 static void emit(g4_text_state *s, const char *name, const g4_buf *b) {
@@ -104,21 +237,22 @@ static void emit_layer(g4_text_state *s, const char *what, int l, const g4_buf *
 }
 
 // Host side of a forward: validates the ids, replaces image/audio placeholders by the pad id
-// for the table lookups, and uploads ids and positions into the state's device buffers.
+// for the table lookups, maps each placeholder row to its soft-token row, and stages ids and
+// positions in one copy into the state's buffer (views s->ids, s->pos for this T).
 static int stage_inputs(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft) {
     const g4_text_config *c = s->m->cfg;
     g4_backend *be = s->be;
-    int32_t *buf = g4_malloc(sizeof(int32_t) * 2 * (size_t)T); // [lookup ids | positions]
+    int32_t *buf = s->host_io, *map = s->host_io + 2 * (size_t)s->max_tokens;
     int n_soft = 0;
     for (int t = 0; t < T; t++) {
         int32_t id = ids[t];
         int placeholder = (c->image_token_id >= 0 && id == c->image_token_id) ||
                           (c->audio_token_id >= 0 && id == c->audio_token_id);
+        map[t] = -1;
         if (placeholder) {
-            n_soft++;
+            map[t] = n_soft++;
             id = c->pad_id;
         } else if (id < 0 || id >= c->vocab || id >= c->vocab_ple) {
-            free(buf);
             return g4_fail(G4_EUSER, "token id %d at position %d is outside the vocabulary [0, %d)",
                            ids[t], t, c->vocab < c->vocab_ple ? c->vocab : c->vocab_ple);
         }
@@ -126,24 +260,29 @@ static int stage_inputs(g4_text_state *s, const int32_t *ids, int T, const g4_so
         buf[T + t] = s->n_past + t;
     }
     if (n_soft != (soft ? soft->n : 0)) {
-        free(buf);
         return g4_fail(G4_EUSER,
                        "%d image/audio placeholder tokens in the input, but %d soft tokens given",
                        n_soft, soft ? soft->n : 0);
     }
-    be->upload(be, s->ids.data, buf, sizeof(int32_t) * (size_t)T);
-    be->upload(be, s->pos.data, buf + T, sizeof(int32_t) * (size_t)T);
-    be->sync(be); // buf is pageable host memory about to be freed
-    free(buf);
+    if (n_soft && (soft->rows.type != G4_F32 || soft->rows.cols != c->hidden ||
+                   soft->rows.rows < n_soft || !soft->rows.data))
+        return g4_fail(G4_EINTERNAL, "soft tokens: expected f32 [%d, %d] rows, got %s [%d, %d]",
+                       n_soft, c->hidden, g4_type_name(soft->rows.type), soft->rows.rows,
+                       soft->rows.cols);
+    s->ids = (g4_buf){s->io.data, G4_I32, T, 1};
+    s->pos = (g4_buf){(int32_t *)s->io.data + T, G4_I32, T, 1};
+    // (host_io belongs to the state: a pageable copy is staged before the call returns)
+    be->upload(be, s->io.data, buf, sizeof(int32_t) * 2 * (size_t)T);
+    if (n_soft) be->upload(be, s->smap.data, map, sizeof(int32_t) * (size_t)T);
     return G4_OK;
 }
 
 // Embeddings and per-layer inputs for T tokens (the package's embedding model):
-//   h   = embed_tokens[ids'] * embed_scale, soft-token rows replaced by the features
+//   h   = embed_tokens[ids'] * embed_scale, soft-token rows put in place (scatter_rows)
 //   ple = (rmsnorm_P(h @ W_plmp * proj_scale) + embed_tokens_per_layer[ids'] * tok_scale)
 //         * combine_scale                                       [T, L*P], layer l at cols l*P
 // where ids' (staged in s->ids) has the image/audio placeholders replaced by the pad id.
-static void embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft) {
+static void embed(g4_text_state *s, int T, const g4_soft_tokens *soft) {
     g4_text_model *m = s->m;
     const g4_text_config *c = m->cfg;
     g4_backend *be = s->be;
@@ -154,15 +293,9 @@ static void embed(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tok
     // The embedding model computes in the activation type; the residual stream is F32.
     be->embed(be, &x, m->embed_tokens, c->vocab, &ids_b, c->embed_scale);
     be->convert(be, &h, &x);
-    if (soft && soft->n) { // overwrite placeholder rows with the soft tokens, in order
-        float *rows = g4_malloc(sizeof(float) * (size_t)T * H);
-        be->download(be, rows, h.data, sizeof(float) * (size_t)T * H);
-        for (int t = 0, k = 0; t < T; t++)
-            if (ids[t] == c->image_token_id || ids[t] == c->audio_token_id)
-                memcpy(rows + (size_t)t * H, soft->rows + (size_t)(k++) * H, sizeof(float) * H);
-        be->upload(be, h.data, rows, sizeof(float) * (size_t)T * H);
-        be->sync(be);
-        free(rows);
+    if (soft && soft->n) { // placeholder rows take the soft tokens, in order (on the backend)
+        g4_buf rows = g4_buf_view(&soft->rows, soft->n, H), map = g4_buf_view(&s->smap, T, 1);
+        be->scatter_rows(be, &h, &rows, &map);
         be->convert(be, &x, &h);
     }
     emit(s, "embeds", &h);
@@ -239,31 +372,31 @@ static void layer(g4_text_state *s, int l, int T) {
     emit_layer(s, "layer", l, &h);
 }
 
-// The device work of a forward over T staged tokens: embeddings, layers, final norm, LM head
-// and soft-cap (logits of every row, or of the last row only). No host work unless soft tokens
-// are given, so a decode step (T = 1, no soft tokens, no hook) can be captured in a graph.
-static g4_buf compute(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
-                      int all_logits) {
+// The device work of a forward over T staged tokens: embeddings, layers, final norm and LM
+// head (logits of every row, or of the last row only; none when `logits` is 0: a prefill chunk
+// whose logits nobody reads). No soft-cap: the caller's op does it (softcap, or sample). No
+// host work, so a decode step (T = 1, no soft tokens, no hook) can be captured in a graph.
+static g4_buf compute(g4_text_state *s, int T, const g4_soft_tokens *soft, int all_logits,
+                      int logits) {
     g4_text_model *m = s->m;
     const g4_text_config *c = m->cfg;
     g4_backend *be = s->be;
-    embed(s, ids, T, soft);
+    embed(s, T, soft);
     g4_buf h = g4_buf_view(&s->h, T, c->hidden);
     g4_buf x = g4_buf_view(&s->x, T, c->hidden);
     be->rmsnorm(be, &x, &h, m->layers[0].input_norm, c->hidden, c->rms_eps);
     for (int l = 0; l < c->n_layers; l++) layer(s, l, T); // leaves the final norm in x
-    const int rows = all_logits ? T : 1;
     emit(s, "final_norm", &x);
+    const int rows = all_logits ? T : 1;
+    g4_buf out = g4_buf_view(&s->logits, logits ? rows : 0, c->vocab);
+    if (!logits) return out;
     g4_buf xl = x;
     if (!all_logits) { // the last row only
         xl.data = (char *)x.data + (size_t)(T - 1) * c->hidden * g4_type_size(x.type);
         xl.rows = 1;
     }
-    g4_buf logits = g4_buf_view(&s->logits, rows, c->vocab);
-    be->linear(be, &logits, &xl, &m->lm_head, 0);
-    if (c->final_softcap > 0) be->softcap(be, &logits, c->final_softcap);
-    emit(s, "logits", &logits);
-    return logits;
+    be->linear(be, &out, &xl, &m->lm_head, 0);
+    return out;
 }
 
 static int check_request(const g4_text_state *s, int T) {
@@ -282,50 +415,66 @@ int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_t
                     float *logits_out, int all_logits) {
     g4_backend *be = s->be;
     int rc;
-    if ((rc = check_request(s, T)) || (rc = stage_inputs(s, ids, T, soft))) return rc;
-    g4_buf logits = compute(s, ids, T, soft, all_logits);
+    if ((rc = check_request(s, T))) return rc;
+    if (all_logits && T > s->logit_rows)
+        return g4_fail(G4_EUSER, "forward of %d tokens with every row's logits: this state keeps "
+                                 "%d rows of logits",
+                       T, s->logit_rows);
+    if ((rc = stage_inputs(s, ids, T, soft))) return rc;
+    const int want = logits_out || s->hook;
+    g4_buf logits = compute(s, T, soft, all_logits, want);
+    if (want && s->m->cfg->final_softcap > 0) be->softcap(be, &logits, s->m->cfg->final_softcap);
+    if (want) emit(s, "logits", &logits);
     if (logits_out) be->download(be, logits_out, logits.data, g4_buf_bytes(&logits));
     be->sync(be);
     s->n_past += T;
     return G4_OK;
 }
 
-// Argmax of a host row (first maximum, NaN largest, as torch.argmax).
-static int32_t host_argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (isnan(x[i]) ? !isnan(x[best]) : x[i] > x[best]) best = i;
-    return best;
+// The step's device work on T staged rows: the forward, then the sample op on the last row
+// (its draw index: that row's position, the last entry of s->pos) into s->next.
+static void step_work(g4_text_state *s, int T, const g4_soft_tokens *soft) {
+    g4_backend *be = s->be;
+    g4_buf logits = compute(s, T, soft, 0, 1);
+    g4_buf counter = {(int32_t *)s->pos.data + (T - 1), G4_I32, 1, 1};
+    be->sample(be, &s->next, &logits, s->m->cfg->final_softcap, s->samp.data, &counter);
+    emit(s, "logits", &logits);
 }
 
-int g4_text_decode_greedy(g4_text_state *s, int32_t id, int32_t *next) {
+// On a backend with graphs (and not eager): one warm-up step at position 0 (it loads every
+// kernel; the KV row it writes is rewritten by any request before it is read), then the same
+// step captured. A request replays it with its own staged id, position and sampler.
+static int capture_step(g4_text_state *s) {
     g4_backend *be = s->be;
-    const g4_text_config *c = s->m->cfg;
+    if (s->eager || !be->graph_begin) return G4_OK;
+    const int32_t pad = s->m->cfg->pad_id;
+    const int n_past = s->n_past;
+    s->n_past = 0;
+    int rc = stage_inputs(s, &pad, 1, NULL);
+    s->n_past = n_past;
+    if (rc) return rc;
+    step_work(s, 1, NULL);
+    be->graph_begin(be);
+    step_work(s, 1, NULL);
+    s->graph = be->graph_end(be);
+    be->sync(be);
+    return G4_OK;
+}
+
+int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
+                 int32_t *next) {
+    g4_backend *be = s->be;
     int rc;
-    if ((rc = check_request(s, 1)) || (rc = stage_inputs(s, &id, 1, NULL))) return rc;
-    if (!be->graph_begin || s->hook || c->final_softcap <= 0) {
-        // Eager: the CPU backend, or when intermediates are hooked.
-        g4_buf logits = compute(s, &id, 1, NULL, 0);
-        float *row = g4_malloc(sizeof(float) * (size_t)c->vocab);
-        be->download(be, row, logits.data, g4_buf_bytes(&logits));
-        *next = host_argmax(row, c->vocab);
-        free(row);
-    } else {
-        // The first step runs eagerly (sizing every workspace), the second captures the whole
-        // step in a graph; later steps replay it with the staged id and position.
-        if (!s->graph && s->eager_steps >= 1) {
-            be->graph_begin(be);
-            compute(s, &id, 1, NULL, 0);
-            s->graph = be->graph_end(be);
-        }
-        if (s->graph) {
-            be->graph_launch(be, s->graph);
-        } else {
-            compute(s, &id, 1, NULL, 0);
-            s->eager_steps++;
-        }
-        be->download(be, next, be->argmax(be), sizeof(int32_t));
-    }
-    s->n_past += 1;
+    if ((rc = check_request(s, T)) || (rc = stage_inputs(s, ids, T, soft))) return rc;
+    if (T == 1 && !(soft && soft->n) && !s->hook && s->graph)
+        be->graph_launch(be, s->graph);
+    else
+        step_work(s, T, soft);
+    be->download(be, next, s->next.data, sizeof(int32_t)); // (synchronises)
+    if (*next < 0)
+        return g4_fail(G4_EINTERNAL,
+                       "the logits after position %d hold a NaN (a broken forward pass)",
+                       s->n_past + T - 1);
+    s->n_past += T;
     return G4_OK;
 }

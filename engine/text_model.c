@@ -75,7 +75,18 @@ static int linear(g4_text_model *m, const g4_component *c, const char *name, int
 }
 
 int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **out) {
+    return g4_text_model_load_opts(pkg, be, NULL, out);
+}
+
+int g4_text_model_load_opts(const g4_package *pkg, g4_backend *be, const g4_text_load_opts *o,
+                            g4_text_model **out) {
     *out = NULL;
+    const g4_text_load_opts defaults = {0};
+    if (!o) o = &defaults;
+    if (o->ple_host && !be->alloc_mapped)
+        return g4_fail(G4_EUSER, "%s: the per-layer embedding table in pinned host memory "
+                                 "(--ple-host) needs a GPU backend, not %s",
+                       pkg->dir, be->name);
     const g4_text_config *cfg = &pkg->text;
     const g4_component *dec = g4_package_component(pkg, G4_COMP_DECODER);
     const g4_component *emb = g4_package_component(pkg, G4_COMP_EMBEDDING);
@@ -96,7 +107,7 @@ int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **ou
     if ((rc = g4_get(emb, "embed_tokens_per_layer.weight", G4_DT_FLOAT16, &t, cfg->vocab_ple,
                      (int64_t)L * P)))
         goto fail;
-    if (be->ple_host && be->alloc_mapped) { // the kernels read the few rows a step needs in place
+    if (o->ple_host) { // the kernels read the few rows a step needs in place
         void *hp = be->alloc_mapped(be, (size_t)t->nbytes);
         if (!hp) {
             rc = g4_fail(G4_EUSER, "%s: cannot pin %llu bytes of host memory for "
@@ -163,6 +174,7 @@ int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **ou
                      (unsigned long long)m->weight_bytes);
         goto fail;
     }
+    be->sync(be); // the uploads are complete before any state's queue reads the weights
     *out = m;
     return G4_OK;
 fail:

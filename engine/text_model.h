@@ -1,10 +1,26 @@
-// text_model.h: the Gemma-4 text model (embedding + PLE + decoder) on a backend.
+// text_model.h: the Gemma-4 text model (embedding + PLE + decoder) on a backend, kept apart from
+// the per-request state as whisper.cpp / llama.cpp keep model and context apart.
 //
-// g4_text_model holds the weights bound by name from a package (immutable after load); a
-// g4_text_state holds everything one request mutates: the KV cache, the activations (allocated
-// once, for at most max_tokens rows per call) and the position. Several states may share one
-// model. Every forward goes through the op table of kernels/ops.h, so the same code runs on the
-// CPU reference backend and on CUDA.
+// Model (g4_text_model): the weights bound by name from a package, the configs and the backend's
+// root handle, placed once by g4_text_model_load_opts under load options (where the per-layer
+// embedding table lives) and never written again: any number of states may use one model at
+// the same time.
+//
+// State (g4_text_state): everything one request mutates, allocated when the state is made and
+// reused by every request after it without allocating: the KV cache, the activations (for at
+// most max_tokens rows per call), the staged ids / positions, the sampler parameters and the
+// chosen token (in backend memory, so a captured step reads them from there), the soft-token
+// rows of the request's media, its own backend handle (kernels/ops.h exec_new: a CUDA stream
+// and the decode workspaces) and, on backends with graphs, the captured decode step. The two
+// exceptions, both documented at their functions: a request larger than the state grows it
+// (g4_text_state_reserve), and media rows beyond what the state holds grow its soft buffer.
+//
+// One decode step for every caller (g4_text_step): the forward of the new rows, then the sample
+// op of kernels/ops.h on the last row (soft-cap + greedy or sampled, on the backend): only the
+// chosen id crosses to the host. With T = 1 on a backend with graphs the whole step is one
+// graph captured when the state is made and replayed with the id and position staged.
+// Every forward goes through the op table of kernels/ops.h, so the same code runs on the CPU
+// reference backend and on CUDA.
 #ifndef G4_TEXT_MODEL_H
 #define G4_TEXT_MODEL_H
 
@@ -35,7 +51,7 @@ typedef struct g4_text_model {
     g4_backend *be;
     const void *embed_tokens;   // fp16 [V, H]
     const void *embed_ple;      // fp16 [V_ple, L*P] (on the backend, or ple_mapped)
-    void *ple_mapped;           // the same table in pinned host memory (be->ple_host), or NULL
+    void *ple_mapped;           // the same table in pinned host memory (load option ple_host)
     g4_linear ple_model_proj;   // [H, L*P]
     const void *ple_proj_norm;  // fp16 [P]
     g4_text_layer *layers;      // [L]
@@ -56,11 +72,14 @@ typedef struct g4_text_model {
 typedef void (*g4_text_hook)(void *ctx, const char *name, g4_backend *be, const g4_buf *b);
 
 typedef struct g4_text_state {
-    g4_text_model *m;
-    g4_backend *be;
-    int capacity;   // KV rows (context length of this state)
-    int max_tokens; // rows per forward call
-    int n_past;     // tokens already in the KV cache
+    g4_text_model *m; // (read only)
+    g4_backend *be;   // the state's own handle (m->be's exec_new), or m->be on the CPU
+    int own_be;       // 1 when be is the state's (exec_free at the end)
+    int capacity;     // KV rows (context length of this state)
+    int max_tokens;   // rows per forward call
+    int logit_rows;   // rows of logits a forward can return (all_logits needs T <= this)
+    int eager;        // 1: the decode step is never captured (it runs op by op)
+    int n_past;       // tokens already in the KV cache
     g4_buf *kc, *vc; // [n_kv_layers] caches [capacity, kv*hd]
     // activations, [max_tokens, ...]; used as [T, ...] views
     g4_buf h;      // F32 [T, H] residual stream
@@ -72,41 +91,88 @@ typedef struct g4_text_state {
     g4_buf mlp;    // act [T, ffn_max]
     g4_buf ple;    // act [T, L*P] per-layer inputs
     g4_buf pg;     // act [T, P]
-    g4_buf ids;    // I32 [T]
-    g4_buf pos;    // I32 [T]
-    g4_buf logits; // F32 [T, V]
+    g4_buf io;     // I32 [2 * max_tokens]: a call's ids then its positions, staged in one copy
+    g4_buf ids;    // I32 [T] view of io (the lookup ids: placeholders replaced by the pad id)
+    g4_buf pos;    // I32 [T] view of io after the ids
+    int32_t *host_io; // host staging of io [2 * max_tokens]
+    g4_buf smap;   // I32 [max_tokens]: soft-token row of each placeholder row, -1 elsewhere
+    g4_buf logits; // F32 [logit_rows, V]
+    g4_buf samp;   // the sampler (g4_sample_params, 8 x I32) the sample op reads
+    g4_buf next;   // I32 [1]: the token the last step chose
+    g4_buf soft;   // F32 [soft_rows, H]: the request's soft tokens (g4_text_state_soft_rows)
     g4_text_hook hook;
     void *hook_ctx;
-    void *graph;     // captured greedy decode step (backends with graphs), or NULL
-    int eager_steps; // greedy steps run before capture (the first sizes the workspaces)
+    void *graph; // the captured decode step (backends with graphs, not eager), or NULL
 } g4_text_state;
 
-// Binds every text weight of pkg (fp16 or Q4) and places it on be. Errors name the tensor.
+// Load options (g4_text_model_load_opts; all zero: the defaults).
+typedef struct {
+    // Keep the per-layer embedding table (the largest, 4.7 GB in E2B, touched one row per
+    // token) in pinned host memory that the kernels read in place (backends with alloc_mapped;
+    // a user error elsewhere), not in device memory.
+    int ple_host;
+} g4_text_load_opts;
+
+// Binds every text weight of pkg (fp16 or Q4) and places it on be (under o; NULL: defaults).
+// Errors name the tensor; a model the backend's kernels cannot run is refused here with the op,
+// the shape and what the op takes (be->check_text).
+int g4_text_model_load_opts(const g4_package *pkg, g4_backend *be, const g4_text_load_opts *o,
+                            g4_text_model **out);
 int g4_text_model_load(const g4_package *pkg, g4_backend *be, g4_text_model **out);
 void g4_text_model_free(g4_text_model *m);
 
-// A request state with a KV cache of `capacity` rows and room for max_tokens rows per call.
+// State options (g4_text_state_new_opts).
+typedef struct {
+    int capacity;   // KV rows (<= the model's context)
+    int max_tokens; // rows per forward call (the prefill chunk)
+    int logit_rows; // rows of logits g4_text_forward can return (0: max_tokens; generation
+                    // needs 1, and 1 saves max_tokens x V floats)
+    int eager;      // 1: never capture the decode step in a graph (tests compare with it)
+} g4_text_state_opts;
+
+// A request state (see the top). Its decode graph, on backends with graphs, is captured here
+// (after one warm-up step), so that no request pays for it.
+int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_text_state **out);
+// The same with logit_rows = max_tokens.
 int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_state **out);
 void g4_text_state_free(g4_text_state *s);
 static inline void g4_text_state_reset(g4_text_state *s) { s->n_past = 0; }
+// Makes the state hold at least `capacity` KV rows (at most the model's context): nothing when
+// it does; else its KV cache is allocated anew (larger) and its graph recaptured, the only
+// allocation a request can cause besides media rows (g4_text_state_soft_rows). Resets n_past.
+int g4_text_state_reserve(g4_text_state *s, int capacity);
+// The sampler of the following steps (greedy when s->temperature <= 0): written to the
+// state's parameter buffer, which the (captured) sample op reads.
+typedef struct {
+    float temperature; // <= 0: greedy
+    int top_k;         // 0: no top-k
+    float top_p;       // >= 1: no top-p
+} g4_sampler;
+void g4_text_state_set_sampler(g4_text_state *s, const g4_sampler *smp, uint64_t seed);
 
 // Soft tokens (image/audio features already projected to the text width) that replace the
-// placeholder ids' embedding rows, in order of appearance.
+// placeholder ids' embedding rows, in order of appearance: row k of `rows` is the k-th.
 typedef struct {
-    const float *rows; // host float [n, H]
+    g4_buf rows; // F32 [>= n, H] in backend memory (a state's soft buffer, or the caller's)
     int n;
 } g4_soft_tokens;
+// A view of n rows of the state's soft buffer for the towers to write into (grown when it
+// holds fewer: an allocation, the only one a media request adds). Valid until the next call.
+int g4_text_state_soft_rows(g4_text_state *s, int n, g4_soft_tokens *out);
 
 // Runs T tokens at positions n_past .. n_past+T-1 (T <= max_tokens, n_past + T <= capacity).
-// Writes logits to logits_out (host, [T, V] when all_logits, else the last row [V]) if not
-// NULL; advances n_past. Placeholder ids (the config's image/audio token ids) take their
-// embedding rows from soft (which must hold exactly that many rows).
+// Writes soft-capped logits to logits_out (host, [T, V] when all_logits (T <= logit_rows), else
+// the last row [V]) if not NULL; advances n_past. Placeholder ids (the config's image/audio
+// token ids) take their embedding rows from soft (which must hold exactly that many rows).
 int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
                     float *logits_out, int all_logits);
 
-// One greedy decode step: feeds `id` at position n_past and returns the argmax of the soft-capped
-// logits in *next. On backends with graphs (CUDA) the whole step is captured once and replayed
-// (ids and position staged in device buffers; only 4 bytes come back). Not with a hook set.
-int g4_text_decode_greedy(g4_text_state *s, int32_t id, int32_t *next);
+// The one decode step: runs T tokens as g4_text_forward does, then picks the next token from
+// the last row with the state's sampler (the sample op: its draw index is the row's position,
+// so a seed gives the same tokens every run) and returns it in *next. T = 1 without soft
+// tokens or a hook replays the state's captured graph where there is one (only the id and the
+// position go in, only *next comes out). A NaN in the logits is an internal error.
+int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
+                 int32_t *next);
 
 #endif

@@ -24,7 +24,9 @@ int g4_vision_tower_load(const g4_package *pkg, g4_backend *be, g4_vision_tower 
     int rc = need_ops(be);
     if (rc) return rc;
     const g4_vision_config *cfg = &pkg->vision;
-    if (be->check_vision && (rc = be->check_vision(be, cfg))) return rc;
+    if (be->check_vision &&
+        (rc = be->check_vision(be, cfg, pkg->image_proc.pooling_kernel_size)))
+        return rc;
     g4_vision_tower *t = g4_calloc(1, sizeof *t);
     t->pkg = pkg;
     t->cfg = cfg;
@@ -95,8 +97,20 @@ void g4_vision_tower_free(g4_vision_tower *t) {
 
 int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, float *soft_out,
                             g4_tower_hook hook, void *hook_ctx) {
+    g4_buf out = g4_buf_new(t->be, G4_F32, f->n_soft_tokens, t->text_hidden);
+    if (!out.data)
+        return g4_fail(G4_EUSER, "%s backend out of memory for %d soft tokens", t->be->name,
+                       f->n_soft_tokens);
+    int rc = g4_vision_tower_run(t, NULL, f, &out, hook, hook_ctx);
+    if (!rc) t->be->download(t->be, soft_out, out.data, g4_buf_bytes(&out));
+    g4_buf_free(t->be, &out);
+    return rc;
+}
+
+int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_features *f,
+                        g4_buf *out, g4_tower_hook hook, void *hook_ctx) {
     const g4_vision_config *c = t->cfg;
-    g4_backend *be = t->be;
+    g4_backend *be = ex ? ex : t->be;
     const int N = f->n_patches, D = c->hidden, hd = c->head_dim, nh = c->n_heads, k = t->pool_k;
     if (f->patch_dim != c->patch_dim)
         return g4_fail(G4_EUSER, "image patches of %d values, but the vision encoder takes %d",
@@ -121,6 +135,9 @@ int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, floa
     if (n_soft != f->n_soft_tokens)
         return g4_fail(G4_EINTERNAL, "image front end reports %d soft tokens, the grid gives %d",
                        f->n_soft_tokens, n_soft);
+    if (out->type != G4_F32 || out->rows != n_soft || out->cols != t->text_hidden || !out->data)
+        return g4_fail(G4_EINTERNAL, "vision tower output: expected f32 [%d, %d], got %s [%d, %d]",
+                       n_soft, t->text_hidden, g4_type_name(out->type), out->rows, out->cols);
 
     // Buffers for this image ([N, .] activations, [n_soft, .] pooled).
     const g4_type at = be->act_type;
@@ -134,9 +151,8 @@ int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, floa
     g4_buf attn = g4_buf_new(be, at, N, D), mlp = g4_buf_new(be, at, N, c->ffn);
     g4_buf pooled = g4_buf_new(be, G4_F32, n_soft, D), pooled_a = g4_buf_new(be, at, n_soft, D);
     g4_buf soft = g4_buf_new(be, at, n_soft, t->text_hidden);
-    g4_buf soft32 = g4_buf_new(be, G4_F32, n_soft, t->text_hidden);
-    g4_buf *bufs[] = {&pix32, &pix,  &pos, &h,      &x,        &o,    &q,     &kk,
-                      &v,     &attn, &mlp, &pooled, &pooled_a, &soft, &soft32};
+    g4_buf *bufs[] = {&pix32, &pix, &pos, &h, &x, &o, &q, &kk, &v, &attn, &mlp, &pooled,
+                      &pooled_a, &soft};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t i = 0; i < n_bufs; i++)
         if (!bufs[i]->data) {
@@ -186,10 +202,9 @@ int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, floa
     g4_tower_emit(hook, hook_ctx, be, "vision_pooled", -1, &pooled);
     be->rmsnorm(be, &pooled_a, &pooled, NULL, D, c->rms_eps);
     be->linear(be, &soft, &pooled_a, &t->projector, 0);
-    be->convert(be, &soft32, &soft);
-    g4_tower_emit(hook, hook_ctx, be, "vision_soft_tokens", -1, &soft32);
-    be->download(be, soft_out, soft32.data, g4_buf_bytes(&soft32));
-    be->sync(be);
+    be->convert(be, out, &soft);
+    g4_tower_emit(hook, hook_ctx, be, "vision_soft_tokens", -1, out);
+    be->sync(be); // (the caller's next work may be on another queue)
 
     for (size_t i = 0; i < n_bufs; i++) g4_buf_free(be, bufs[i]);
     return G4_OK;

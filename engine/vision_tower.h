@@ -50,9 +50,14 @@ int g4_vision_tower_load(const g4_package *pkg, g4_backend *be, g4_vision_tower 
 void g4_vision_tower_free(g4_vision_tower *t);
 
 // Runs the tower on one image's patches (f from the image front end: real patches only, grid
-// sides multiples of pool_k). Writes f->n_soft_tokens rows of text-width soft tokens to
-// soft_out (host float [n_soft, text_hidden]). hook may be NULL. Buffers are allocated for the
-// call (sized by the image) and freed before it returns.
+// sides multiples of pool_k) on handle ex (NULL: the tower's backend; a text state's handle
+// puts the work on that state's queue). Writes f->n_soft_tokens rows of text-width soft
+// tokens to out (F32 [n_soft, text_hidden] in backend memory, e.g. a state's soft rows): they
+// stay on the backend, and are complete when it returns. hook may be NULL. Activations are
+// allocated for the call (sized by the image) and freed before it returns.
+int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_features *f,
+                        g4_buf *out, g4_tower_hook hook, void *hook_ctx);
+// The same into host rows soft_out [n_soft, text_hidden] (for tools and tests that read them).
 int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, float *soft_out,
                             g4_tower_hook hook, void *hook_ctx);
 

@@ -275,7 +275,7 @@ int g4_capture_dump(const char *pkg_dir, g4_backend *be, g4_npz *ref, const char
         aud = g4_malloc(sizeof(float) * (size_t)(n_aud > 0 ? n_aud : 1) * p->text.hidden);
         if ((rc = g4_mm_audio_tower(&tw, f, aud))) goto done;
     }
-    if ((rc = g4_mm_merge(&p->text, ids, n, img, n_img, aud, n_aud, &soft))) goto done;
+    if ((rc = g4_mm_merge(be, &p->text, ids, n, img, n_img, aud, n_aud, &soft))) goto done;
     s->hook = hook;
     s->hook_ctx = out;
     logits = g4_malloc(sizeof(float) * (size_t)n * p->text.vocab);
@@ -298,7 +298,7 @@ int g4_capture_dump(const char *pkg_dir, g4_backend *be, g4_npz *ref, const char
     rc = reduce_rows(out, ref, ref_path);
 done:
     free(ids), free(img), free(aud), free(logits), free(image_path), free(audio_path);
-    g4_mm_soft_free(&soft);
+    g4_mm_soft_free(be, &soft);
     g4_image_features_free(&imf);
     g4_audio_features_free(&ours);
     free(theirs.features);

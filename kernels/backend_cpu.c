@@ -22,7 +22,15 @@ static void need_f32(const g4_buf *b, const char *op) {
     }
 }
 
-static void *cpu_alloc(g4_backend *be, size_t n) { return calloc(1, n ? n : 1); } // NULL: OOM
+// Buffers of backend memory made so far (cpu_alloc_count). The reference ops' own temporaries
+// are plain host memory (g4_malloc), not backend buffers, and are not counted.
+static uint64_t cpu_allocs;
+
+static void *cpu_alloc(g4_backend *be, size_t n) { // NULL: out of memory
+    __atomic_add_fetch(&cpu_allocs, 1, __ATOMIC_RELAXED);
+    return calloc(1, n ? n : 1);
+}
+static uint64_t cpu_alloc_count(g4_backend *be) { return __atomic_load_n(&cpu_allocs, __ATOMIC_RELAXED); }
 static void cpu_free(g4_backend *be, void *p) { free(p); }
 static void cpu_copy(g4_backend *be, void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 static void cpu_sync(g4_backend *be) {}
@@ -79,11 +87,11 @@ static void cpu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_line
 static void cpu_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
                                 const g4_linear *wu) {
     G4_ASSERT(wg->out == wu->out && y->cols == wg->out);
-    g4_buf u = g4_buf_new(be, G4_F32, y->rows, y->cols);
+    g4_buf u = {g4_malloc(g4_buf_bytes(y) + 1), G4_F32, y->rows, y->cols}; // a host temporary
     cpu_linear(be, y, x, wg, 0);
     cpu_linear(be, &u, x, wu, 0);
     ref_gelu_mul(F32(y), CF32(y), CF32(&u), (size_t)y->rows * y->cols);
-    g4_buf_free(be, &u);
+    free(u.data);
 }
 
 static void cpu_rmsnorm(g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int group,
@@ -206,6 +214,24 @@ static void cpu_embed(g4_backend *be, g4_buf *y, const void *table, int table_ro
 static void cpu_softcap(g4_backend *be, g4_buf *x, float c) {
     need_f32(x, "softcap");
     ref_softcap(F32(x), (size_t)x->rows * x->cols, c);
+}
+
+static void cpu_sample(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, const void *params,
+                       const g4_buf *counter) {
+    need_f32(logits, "sample");
+    G4_ASSERT(next->type == G4_I32 && counter->type == G4_I32 && params && logits->cols > 0);
+    G4_ASSERT((size_t)next->rows * next->cols == (size_t)logits->rows &&
+              (size_t)counter->rows * counter->cols == (size_t)logits->rows);
+    ref_sample((int32_t *)next->data, F32(logits), logits->rows, logits->cols, cap, params,
+               I32(counter));
+}
+
+static void cpu_scatter_rows(g4_backend *be, g4_buf *dst, const g4_buf *src, const g4_buf *idx) {
+    need_f32(dst, "scatter_rows");
+    need_f32(src, "scatter_rows");
+    G4_ASSERT(idx->type == G4_I32 && (size_t)idx->rows * idx->cols == (size_t)dst->rows &&
+              src->cols == dst->cols);
+    ref_scatter_rows(F32(dst), dst->rows, CF32(src), src->rows, dst->cols, I32(idx));
 }
 
 // --- vision and audio towers -------------------------------------------------------------
@@ -357,6 +383,9 @@ static g4_backend cpu_backend = {
     .attention = cpu_attention,
     .embed = cpu_embed,
     .softcap = cpu_softcap,
+    .sample = cpu_sample,
+    .scatter_rows = cpu_scatter_rows,
+    .alloc_count = cpu_alloc_count,
     .clamp = cpu_clamp,
     .silu = cpu_silu,
     .glu = cpu_glu,

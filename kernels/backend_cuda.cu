@@ -1,8 +1,13 @@
 // backend_cuda.cu: the CUDA backend: the op table of kernels/ops.h on our kernels
 // (kernels/*.cu). Activations are fp16, the residual stream and logits fp32, the KV cache fp16.
-// Everything runs on one stream, so a decode step can be captured in a CUDA graph
-// (g4_cuda_graph_*); device memory comes from cudaMalloc once, never inside a step.
-// cuBLAS/cuDNN are not used here: they are baselines in the benches only.
+// Each handle (the root one, and one per text state from exec_new) has its own stream and
+// workspaces, so a state's decode step can be captured in a CUDA graph that refers only to its
+// own buffers, and two states run side by side; a state's workspaces are allocated when its
+// handle is made, never inside a step. What each kernel takes is its supported() predicate
+// (kernels/<op>.cuh): the launchers assert them, and the load checks here (check_text,
+// check_vision, check_audio, prepare_linear) refuse a model with the same ones, naming the op,
+// the shape and what it takes. cuBLAS/cuDNN are not used here: they are baselines in the
+// benches only.
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,26 +34,38 @@
 #include "loader/model_config.h"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/scatter_rows.cuh"
 #include "kernels/silu.cuh"
 #include "kernels/transpose.cuh"
 #include "kernels/vision_pool.cuh"
 #include "kernels/vision_posemb.cuh"
 #include "loader/base.h"
 
+// A handle's execution context. A state's (exec_new) has its workspaces sized for its shape
+// when it is made; the root handle's grow on first use. Growth never happens inside a capture.
 typedef struct {
     cudaStream_t stream;
-    void *attn_ws; // decode attention split-K workspace (grown before capture, see attention)
+    void *attn_ws; // decode attention split-K partials
     size_t attn_ws_bytes;
-    void *logits_ws; // softcap + argmax workspace (zeroed at allocation, self-resetting)
-    size_t logits_ws_bytes;
-    int32_t *argmax; // device I32 [logits_rows]
-    int logits_rows;
+    void *sample_ws; // the sample op's counters and histograms (zeroed, self-resetting)
+    size_t sample_ws_bytes;
     // Tower scratch (see the towers' section): grown on first use, never inside a capture.
     struct {
         void *p;
         size_t bytes;
     } scratch[4];
 } cuda_ctx;
+
+// Device and pinned allocations of every handle (alloc_count).
+static uint64_t cu_allocs;
+
+static cudaError_t cu_malloc(void **p, size_t n) {
+    cudaError_t e = cudaMalloc(p, n ? n : 16);
+    if (e == cudaSuccess) __atomic_add_fetch(&cu_allocs, 1, __ATOMIC_RELAXED);
+    return e;
+}
+
+static uint64_t cu_alloc_count(g4_backend *be) { return __atomic_load_n(&cu_allocs, __ATOMIC_RELAXED); }
 
 static cuda_ctx *CTX(g4_backend *be) { return (cuda_ctx *)be->ctx; }
 static cudaStream_t S(g4_backend *be) { return CTX(be)->stream; }
@@ -65,7 +82,7 @@ static void need(int cond, const char *op, const char *what) {
 
 static void *cu_alloc(g4_backend *be, size_t n) {
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, n ? n : 16);
+    cudaError_t e = cu_malloc(&p, n);
     if (e != cudaSuccess) { // the caller turns NULL into "GPU out of memory" with the size
         cudaGetLastError();
         return NULL;
@@ -87,6 +104,7 @@ static void *cu_alloc_mapped(g4_backend *be, size_t n) {
     }
     G4_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
     G4_ASSERT(d == p); // unified addressing (every 64-bit Hopper platform)
+    __atomic_add_fetch(&cu_allocs, 1, __ATOMIC_RELAXED);
     return p;
 }
 
@@ -101,7 +119,17 @@ static void cu_download(g4_backend *be, void *dst, const void *src, size_t n) {
     G4_CUDA_CHECK(cudaStreamSynchronize(S(be)));
 }
 
-static void cu_sync(g4_backend *be) { G4_CUDA_CHECK(cudaStreamSynchronize(S(be))); }
+static cuda_ctx cuda_state; // the root handle's
+
+// A state's handle waits for its own stream; the root handle for the whole device (weight
+// uploads, tower loads: every stream, the legacy one of cudaMemcpy included, so that any
+// state's stream may read what they wrote).
+static void cu_sync(g4_backend *be) {
+    if (CTX(be) == &cuda_state)
+        G4_CUDA_CHECK(cudaDeviceSynchronize());
+    else
+        G4_CUDA_CHECK(cudaStreamSynchronize(S(be)));
+}
 
 // --- per-op profile (G4_PROFILE=1): events around every op of an eager forward -------------
 // One decode step's time split by op, launch gaps included (a graph replay hides part of the
@@ -302,6 +330,11 @@ static void cu_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const
 static int cu_prepare_linear(g4_backend *be, g4_linear *w) {
     const size_t bias_bytes = (size_t)w->out * 2;
     if (w->kind == G4_W_F16) {
+        const char *why = g4_gemm_f16_supported(w->out, w->in);
+        if (why) // (the caller names the tensor)
+            return g4_fail(G4_EUSER, "cuda backend: linear [%d, %d]: the kernel takes %s (use "
+                                     "--backend cpu)",
+                           w->in, w->out, why);
         const size_t bytes = (size_t)w->in * w->out * 2;
         void *d = cu_alloc(be, bytes);
         if (!d) return g4_fail(G4_EUSER, "GPU out of memory: %zu bytes for a [%d, %d] weight", bytes,
@@ -431,29 +464,39 @@ static void cu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int ta
                   ple->cols / D, D, proj_scale, tok_scale, out_scale, eps, S(be));
 }
 
-// The shapes our kernels take (each launcher also asserts them): refuse a model up front with
-// a user error instead of aborting in the middle of a forward.
-static int cu_check_text(g4_backend *be, const g4_text_config *c) {
-    for (int l = 0; l < c->n_layers; l++) {
-        const int hd = c->layer[l].head_dim;
-        if (hd != 256 && hd != 512)
-            return g4_fail(G4_EUSER, "cuda backend: layer %d has head_dim %d; the attention "
-                                     "kernels take 256 and 512 (use --backend cpu)",
-                           l, hd);
-    }
-    if (c->ple_dim % 256)
-        return g4_fail(G4_EUSER, "cuda backend: per-layer input width %d is not a multiple of 256 "
-                                 "(the fused PLE kernel's unit; use --backend cpu)",
-                       c->ple_dim);
-    if (c->hidden % 64)
-        return g4_fail(G4_EUSER, "cuda backend: hidden size %d is not a multiple of 64",
-                       c->hidden);
-    return G4_OK;
+// A workspace of at least `bytes` bytes in *p (zeroed when zero): as it is when large enough;
+// else grown, which must not happen inside a graph capture (a state's handle sizes its
+// workspaces when it is made, so its captured step never grows one).
+static void *grow_ws(g4_backend *be, void **p, size_t *have, size_t bytes, int zero,
+                     const char *op) {
+    if (bytes <= *have && *p) return *p;
+    cudaStreamCaptureStatus st;
+    G4_CUDA_CHECK(cudaStreamIsCapturing(S(be), &st));
+    need(st == cudaStreamCaptureStatusNone, op,
+         "its workspace must be sized before a graph capture (the state's handle sizes it)");
+    G4_CUDA_CHECK(cudaStreamSynchronize(S(be))); // queued kernels may still use the old one
+    if (*p) G4_CUDA_CHECK(cudaFree(*p));
+    G4_CUDA_CHECK(cu_malloc(p, bytes));
+    if (zero) G4_CUDA_CHECK(cudaMemsetAsync(*p, 0, bytes, S(be))); // (ordered before its users)
+    *have = bytes;
+    return *p;
+}
+
+// The decode attention workspace of up to T <= 64 rows over kv_rows cache rows.
+static size_t attn_ws_need(const g4_text_config *c, int kv_rows, int max_rows) {
+    size_t ws = 0;
+    const int T_max = max_rows < 64 ? max_rows : 64;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int T = 1; T <= T_max; T++) {
+            const size_t b = g4_attn_decode_workspace(T, c->n_heads, c->n_kv_heads,
+                                                      c->layer[l].head_dim, kv_rows);
+            if (b > ws) ws = b;
+        }
+    return ws;
 }
 
 // Decode (T <= 64: one query row per step, or a few) splits over the KV length; longer inputs
-// (prefill) take the flash kernel. The decode workspace grows on first use; the engine runs an
-// eager step before it captures a graph, so a captured step never allocates.
+// (prefill) take the flash kernel.
 static void cu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_buf *kc,
                          const g4_buf *vc, const g4_buf *pos, int n_heads, int n_kv, int head_dim,
                          int window, float scale) {
@@ -462,15 +505,7 @@ static void cu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_
     cuda_ctx *c = CTX(be);
     if (q->rows <= 64) {
         size_t ws = g4_attn_decode_workspace(q->rows, n_heads, n_kv, head_dim, kc->rows);
-        if (ws > c->attn_ws_bytes) {
-            cudaStreamCaptureStatus st;
-            G4_CUDA_CHECK(cudaStreamIsCapturing(c->stream, &st));
-            need(st == cudaStreamCaptureStatusNone, "attention",
-                 "decode workspace must be sized before graph capture");
-            if (c->attn_ws) G4_CUDA_CHECK(cudaFree(c->attn_ws));
-            G4_CUDA_CHECK(cudaMalloc(&c->attn_ws, ws));
-            c->attn_ws_bytes = ws;
-        }
+        grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 0, "attention");
         g4_attn_decode((uint16_t *)out->data, (const uint16_t *)q->data,
                        (const uint16_t *)kc->data, (const uint16_t *)vc->data,
                        (const int32_t *)pos->data, q->rows, n_heads, n_kv, head_dim, kc->rows,
@@ -497,27 +532,36 @@ static void cu_embed(g4_backend *be, g4_buf *y, const void *table, int table_row
         need(0, "embed", "y must be f16 or f32");
 }
 
-// Soft-cap in place; the same launch leaves each row's argmax in ctx->argmax (greedy decoding
-// reads 4 bytes instead of the logits).
 static void cu_softcap(g4_backend *be, g4_buf *x, float c) {
-    PROF("softcap_argmax");
+    PROF("softcap");
     need(x->type == G4_F32, "softcap", "f32 logits");
-    cuda_ctx *cx = CTX(be);
-    size_t ws = g4_logits_workspace(x->rows, x->cols);
-    if (ws > cx->logits_ws_bytes || x->rows > cx->logits_rows) {
-        cudaStreamCaptureStatus st;
-        G4_CUDA_CHECK(cudaStreamIsCapturing(cx->stream, &st));
-        need(st == cudaStreamCaptureStatusNone, "softcap", "workspace must exist before capture");
-        if (cx->logits_ws) G4_CUDA_CHECK(cudaFree(cx->logits_ws));
-        if (cx->argmax) G4_CUDA_CHECK(cudaFree(cx->argmax));
-        G4_CUDA_CHECK(cudaMalloc(&cx->logits_ws, ws));
-        G4_CUDA_CHECK(cudaMemset(cx->logits_ws, 0, ws)); // the kernel leaves it zeroed again
-        G4_CUDA_CHECK(cudaMalloc(&cx->argmax, sizeof(int32_t) * (size_t)x->rows));
-        cx->logits_ws_bytes = ws;
-        cx->logits_rows = x->rows;
-    }
-    g4_logits_softcap_argmax((float *)x->data, x->rows, x->cols, c, cx->argmax, cx->logits_ws,
-                             cx->logits_ws_bytes, cx->stream);
+    g4_logits_softcap((float *)x->data, x->rows, x->cols, c, S(be));
+}
+
+// Soft-cap + the next token (greedy or sampled) on the device; only next is read back.
+static void cu_sample(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, const void *params,
+                      const g4_buf *counter) {
+    PROF("sample");
+    need(logits->type == G4_F32 && next->type == G4_I32 && counter->type == G4_I32 && params,
+         "sample", "f32 logits, i32 next and counter, the sampler in device memory");
+    need((size_t)next->rows * next->cols == (size_t)logits->rows &&
+             (size_t)counter->rows * counter->cols == (size_t)logits->rows,
+         "sample", "one next id and one draw index per row");
+    cuda_ctx *c = CTX(be);
+    grow_ws(be, &c->sample_ws, &c->sample_ws_bytes, g4_logits_workspace(logits->rows, logits->cols),
+            1, "sample");
+    g4_logits_sample((int32_t *)next->data, (float *)logits->data, logits->rows, logits->cols, cap,
+                     (const g4_sample_params *)params, (const int32_t *)counter->data,
+                     c->sample_ws, c->sample_ws_bytes, S(be));
+}
+
+static void cu_scatter_rows(g4_backend *be, g4_buf *dst, const g4_buf *src, const g4_buf *idx) {
+    PROF("scatter_rows");
+    need(dst->type == G4_F32 && src->type == G4_F32 && idx->type == G4_I32 &&
+             dst->cols == src->cols && (size_t)idx->rows * idx->cols == (size_t)dst->rows,
+         "scatter_rows", "f32 rows of one width and an i32 index per destination row");
+    g4_scatter_rows_f32((float *)dst->data, dst->rows, (const float *)src->data, src->rows,
+                        dst->cols, (const int32_t *)idx->data, S(be));
 }
 
 // --- graphs ---------------------------------------------------------------------------------
@@ -543,7 +587,6 @@ static void cu_graph_free(g4_backend *be, void *graph) {
     G4_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
 }
 
-static const int32_t *cu_argmax(g4_backend *be) { return CTX(be)->argmax; }
 
 // --- vision and audio towers ---------------------------------------------------------------
 // The tower ops of ops.h (semantics: kernels/ref/ref.h) on kernels/*.cu: f16 activations, the
@@ -609,7 +652,7 @@ static void *tower_scratch(g4_backend *be, int slot, size_t bytes, const char *o
     G4_CUDA_CHECK(cudaStreamSynchronize(c->stream)); // queued kernels may still read the old one
     if (c->scratch[slot].p) G4_CUDA_CHECK(cudaFree(c->scratch[slot].p));
     const size_t cap = (bytes + bytes / 4 + 255) / 256 * 256; // headroom against regrowth
-    G4_CUDA_CHECK(cudaMalloc(&c->scratch[slot].p, cap));
+    G4_CUDA_CHECK(cu_malloc(&c->scratch[slot].p, cap));
     c->scratch[slot].bytes = cap;
     return c->scratch[slot].p;
 }
@@ -727,8 +770,8 @@ static void cu_rope_2d(g4_backend *be, g4_buf *x, int n_heads, int head_dim, con
     PROF("rope_2d");
     needf(x->type == G4_F16 && n_heads > 0 && x->cols == n_heads * head_dim, "rope_2d",
           "x " BF ": expected f16 [T, %d heads x %d]", BA(x), n_heads, head_dim);
-    needf(head_dim % 64 == 0 && head_dim <= 512, "rope_2d",
-          "head_dim %d: the kernel (qkv_rope.cu) takes multiples of 64 up to 512", head_dim);
+    const char *why = g4_qkv_rope_supported(n_heads, head_dim);
+    needf(!why, "rope_2d", "%d heads of %d: the kernel takes %s", n_heads, head_dim, why);
     needf(is_pos_xy(pos_xy, x->rows) && inv_freq, "rope_2d",
           "pos_xy " BF ": expected i32 [%d, 2] and device frequencies", BA(pos_xy), x->rows);
     g4_qkv_args a;
@@ -757,9 +800,8 @@ static void cu_attention_bidir(g4_backend *be, g4_buf *out, const g4_buf *q, con
           "out " BF ", q " BF ", k " BF ", v " BF ": expected all [N, %d heads x %d] (the kernel "
           "attends N queries over the same N rows)",
           BA(out), BA(q), BA(k), BA(v), n_heads, head_dim);
-    needf(head_dim == 64, "attention_bidir",
-          "head_dim %d: the bidirectional kernel (attention_prefill.cu) is built and tested for 64",
-          head_dim);
+    const char *why = g4_attn_bidir_supported(n_heads, head_dim);
+    needf(!why, "attention_bidir", "%d heads of %d: the kernel takes %s", n_heads, head_dim, why);
     g4_attn_bidir((uint16_t *)out->data, (const uint16_t *)q->data, (const uint16_t *)k->data,
                   (const uint16_t *)v->data, NULL, q->rows, n_heads, head_dim, scale, S(be));
 }
@@ -779,27 +821,14 @@ static void cu_vision_posemb(g4_backend *be, g4_buf *h, const void *table, int t
 static void cu_vision_pool(g4_backend *be, g4_buf *out, const g4_buf *x, const g4_buf *pos_xy,
                            int k, float scale) {
     PROF("vision_pool");
-    needf(out->type == G4_F32 && x->type == G4_F32 && out->cols == x->cols && x->cols % 4 == 0,
-          "vision_pool",
-          "out " BF ", x " BF ": expected f32 [bins, D] and [N, D], D a multiple of 4", BA(out),
-          BA(x));
+    needf(out->type == G4_F32 && x->type == G4_F32 && out->cols == x->cols, "vision_pool",
+          "out " BF ", x " BF ": expected f32 [bins, D] and [N, D]", BA(out), BA(x));
+    const char *why = g4_vision_pool_supported(x->cols, k);
+    needf(!why, "vision_pool", "D %d, kernel %d: the kernel takes %s", x->cols, k, why);
     needf(is_pos_xy(pos_xy, x->rows), "vision_pool", "pos_xy " BF ": expected i32 [%d, 2]",
           BA(pos_xy), x->rows);
-    needf(k >= 1 && k * k <= 1024, "vision_pool",
-          "kernel %d: the pooling kernel (vision_pool.cu) keeps at most 1024 patches a bin", k);
     g4_vision_pool((float *)out->data, NULL, (const float *)x->data, (const int32_t *)pos_xy->data,
                    x->rows, x->cols, k, out->rows, scale, S(be));
-}
-
-// Shared memory of g4_sscp_conv's two paths (conv_sscp.cu): the CUDA-core path holds the fp32
-// weights and three fp16 input rows; the tensor-core path (fp16 x, C_in % 64 == 0, C_out == 32)
-// the fp16 weights and five input rows with their padding.
-static int sscp_fits(int x_f16, int W, int C_in, int C_out) {
-    const size_t limit = 227 * 1024;
-    const size_t direct = (size_t)9 * C_in * C_out * 4 + (size_t)3 * W * C_in * 2;
-    const size_t mma = (size_t)32 * 9 * C_in * 2 + (size_t)5 * (W + 2) * C_in * 2;
-    if (x_f16 && C_out == 32 && C_in % 64 == 0 && mma <= limit) return 1;
-    return direct <= limit;
 }
 
 static void cu_sscp_conv(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_buf *valid,
@@ -812,12 +841,8 @@ static void cu_sscp_conv(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_bu
           BA(x), BA(y), H, W, Ho * Wo);
     needf(is_float(x) && y->type == G4_F16, "sscp_conv", "x %s, y %s: expected x f16 or f32, y f16",
           g4_type_name(x->type), g4_type_name(y->type));
-    needf(C_in >= 1 && C_in <= 256 && C_out % 32 == 0 && C_out >= 32 && C_out <= 256 &&
-              sscp_fits(x->type == G4_F16, W, C_in, C_out),
-          "sscp_conv",
-          "C_in %d, C_out %d, W %d: the kernel (conv_sscp.cu) takes C_in <= 256, C_out a "
-          "multiple of 32 up to 256, and its weights and input rows in shared memory",
-          C_in, C_out, W);
+    const char *why = g4_sscp_conv_supported(C_in, C_out, W, x->type == G4_F32);
+    needf(!why, "sscp_conv", "C_in %d, C_out %d, W %d: the kernel takes %s", C_in, C_out, W, why);
     const uint8_t *m = mask_u8(be, valid, H, "sscp_conv");
     g4_sscp_conv((uint16_t *)y->data, x->data, x->type == G4_F32, m, (const uint16_t *)w,
                  (const uint16_t *)ln_w, H, W, C_in, C_out, eps, S(be));
@@ -828,9 +853,8 @@ static void cu_dwconv1d_causal(g4_backend *be, g4_buf *y, const g4_buf *x, const
     needf(x->type == G4_F16 && y->type == G4_F16 && same_shape(y, x) && disjoint(y, x),
           "dwconv1d_causal", "y " BF ", x " BF ": expected a separate f16 y of x's shape", BA(y),
           BA(x));
-    needf(x->cols % 8 == 0 && x->cols <= 2048 && K >= 1 && K <= 8, "dwconv1d_causal",
-          "C %d, K %d: the kernel (conv_dw1d.cu) takes C a multiple of 8 up to 2048, K 1..8",
-          x->cols, K);
+    const char *why = g4_dwconv1d_supported(x->cols, K);
+    needf(!why, "dwconv1d_causal", "C %d, K %d: the kernel takes %s", x->cols, K, why);
     g4_dwconv1d((uint16_t *)y->data, (const uint16_t *)x->data, (const uint16_t *)w, x->rows,
                 x->cols, K, /*glu*/ 0, /*clip*/ 0.0f, /*norm_w*/ NULL, 0.0f, /*silu*/ 0, S(be));
 }
@@ -852,71 +876,141 @@ static void cu_audio_attention(g4_backend *be, g4_buf *out, const g4_buf *q, con
           "out " BF ", q " BF ", k " BF ", v " BF ", rel " BF ": expected [T, %d heads x %d] and "
           "rel with >= %d rows",
           BA(out), BA(q), BA(k), BA(v), BA(rel), n_heads, head_dim, band);
-    needf(n_heads >= 1 && n_heads <= 32 && head_dim % 32 == 0 && head_dim <= 256 && chunk >= 1 &&
-              band >= 1 && chunk + band <= 32 && logit_cap > 0 && per_dim_scale,
-          "audio_attention",
-          "%d heads of %d, chunk %d, band %d, cap %g: the kernel (attention_audio.cu) takes <= 32 "
-          "heads, head_dim a multiple of 32 up to 256, chunk + band <= 32, cap > 0",
-          n_heads, head_dim, chunk, band, logit_cap);
+    const char *why = g4_attn_audio_supported(n_heads, head_dim, chunk, band);
+    needf(!why, "audio_attention", "%d heads of %d, chunk %d, band %d: the kernel takes %s",
+          n_heads, head_dim, chunk, band, why);
+    needf(logit_cap > 0 && per_dim_scale, "audio_attention",
+          "cap %g: expected a positive cap and per-dim scales", logit_cap);
     const uint8_t *m = mask_u8(be, valid, q->rows, "audio_attention");
     g4_attn_audio((uint16_t *)out->data, (const uint16_t *)q->data, (const uint16_t *)k->data,
                   (const uint16_t *)v->data, (const uint16_t *)rel->data, per_dim_scale, m, q->rows,
                   n_heads, head_dim, chunk, band, logit_cap, invalid_logit, S(be));
 }
 
-// The shapes the tower kernels take, checked once at tower load (each op checks its own call).
-// Every linear's in/out width must suit the GEMM (multiples of 8).
-static int cu_check_vision(g4_backend *be, const g4_vision_config *c) {
-    const char *no = "cuda backend: vision tower";
-    if (c->head_dim != 64)
-        return g4_fail(G4_EUSER,
-                       "%s head_dim %d: the attention kernel takes 64 (use --backend "
-                       "cpu)",
-                       no, c->head_dim);
-    if (c->hidden % 8 || c->ffn % 8 || c->patch_dim % 8 || c->out_dim % 8)
-        return g4_fail(G4_EUSER,
-                       "%s widths hidden %d, ffn %d, patch %d, projection %d: the "
-                       "kernels take multiples of 8 (use --backend cpu)",
-                       no, c->hidden, c->ffn, c->patch_dim, c->out_dim);
+// --- load checks: every op's supported() predicate with the model's shapes ---------------------
+// The same predicates the launchers assert, so a package is refused here, with the op, the
+// shape and what the kernel takes, exactly when a forward would otherwise abort. The GEMMs are
+// checked per tensor when prepare_linear lays each weight out (fp16: g4_gemm_f16_supported;
+// Q4: g4_q4_repack), which names the tensor.
+
+// "cuda backend: <what>: the kernel takes <why> (use --backend cpu)"
+static int refuse(const char *why, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return g4_fail(G4_EUSER, "cuda backend: %s: the kernel takes %s (use --backend cpu)", what,
+                   why);
+}
+
+#define REFUSE_IF(why_expr, ...)                                                                   \
+    do {                                                                                           \
+        const char *why_ = (why_expr);                                                             \
+        if (why_) return refuse(why_, __VA_ARGS__);                                                \
+    } while (0)
+
+extern "C" int g4_cuda_check_text(const g4_text_config *c) {
+    const int H = c->hidden;
+    for (int l = 0; l < c->n_layers; l++) {
+        const int hd = c->layer[l].head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+        REFUSE_IF(g4_attn_decode_supported(nh, nkv, hd),
+                  "layer %d decode attention (%d heads, %d KV heads, head_dim %d)", l, nh, nkv, hd);
+        REFUSE_IF(g4_attn_prefill_supported(nh, nkv, hd),
+                  "layer %d prefill attention (%d heads, %d KV heads, head_dim %d)", l, nh, nkv,
+                  hd);
+        REFUSE_IF(g4_qkv_rope_supported(nh, hd), "layer %d q/k/v norm + RoPE (head_dim %d)", l, hd);
+    }
+    REFUSE_IF(g4_embed_supported(H), "token embedding of width %d", H);
+    REFUSE_IF(g4_rmsnorm_supported(H, H), "RMS norm over the hidden size %d", H);
+    REFUSE_IF(g4_add_rmsnorm_supported(H), "residual add + RMS norm over the hidden size %d", H);
+    REFUSE_IF(g4_ple_supported(c->ple_dim), "per-layer inputs of width %d", c->ple_dim);
+    REFUSE_IF(g4_gelu_mul_supported(c->ple_dim), "per-layer input gate of width %d", c->ple_dim);
+    REFUSE_IF(g4_logits_supported(c->vocab), "next-token pick over a vocabulary of %d", c->vocab);
     return G4_OK;
 }
 
-static int cu_check_audio(g4_backend *be, const g4_audio_config *c) {
-    const char *no = "cuda backend: audio tower";
-    if (c->n_heads < 1 || c->n_heads > 32 || c->head_dim % 32 || c->head_dim > 256 ||
-        c->chunk + c->band > 32)
-        return g4_fail(G4_EUSER,
-                       "%s attention of %d heads of %d, chunk %d + band %d: the kernel "
-                       "takes <= 32 heads of a multiple of 32 up to 256 and chunk + "
-                       "band <= 32 (use --backend cpu)",
-                       no, c->n_heads, c->head_dim, c->chunk, c->band);
-    const int m1 = (c->n_mel + 1) / 2, m2 = (m1 + 1) / 2;
-    if (c->conv0_ch % 32 || c->conv0_ch > 256 || c->conv1_ch % 32 || c->conv1_ch > 256 ||
-        !sscp_fits(0, c->n_mel, 1, c->conv0_ch) || !sscp_fits(1, m1, c->conv0_ch, c->conv1_ch))
-        return g4_fail(G4_EUSER,
-                       "%s subsampling channels %d, %d over %d mel bins: the conv "
-                       "kernel takes multiples of 32 up to 256 that fit its shared "
-                       "memory (use --backend cpu)",
-                       no, c->conv0_ch, c->conv1_ch, c->n_mel);
-    if (c->hidden % 8 || c->hidden > 2048 || c->conv_kernel < 1 || c->conv_kernel > 8)
-        return g4_fail(G4_EUSER,
-                       "%s width %d, light conv kernel %d: the depthwise conv takes "
-                       "widths of multiples of 8 up to 2048 and kernels of 1..8 (use "
-                       "--backend cpu)",
-                       no, c->hidden, c->conv_kernel);
-    if (c->ffn % 8 || c->out_hidden % 8 || c->out_dim % 8 || (m2 * c->conv1_ch) % 8)
-        return g4_fail(G4_EUSER,
-                       "%s widths ffn %d, output %d, projection %d, subsampled %d: "
-                       "the GEMM takes multiples of 8 (use --backend cpu)",
-                       no, c->ffn, c->out_hidden, c->out_dim, m2 * c->conv1_ch);
+extern "C" int g4_cuda_check_vision(const g4_vision_config *c, int pool_k) {
+    const int D = c->hidden, hd = c->head_dim, nh = c->n_heads;
+    REFUSE_IF(g4_vision_posemb_supported(D), "vision position embedding of width %d", D);
+    REFUSE_IF(g4_rmsnorm_supported(D, D), "vision RMS norm over the width %d", D);
+    REFUSE_IF(g4_rmsnorm_supported(D, hd), "vision per-head RMS norm (%d heads of %d)", nh, hd);
+    REFUSE_IF(g4_add_rmsnorm_supported(D), "vision residual add + RMS norm of width %d", D);
+    REFUSE_IF(g4_qkv_rope_supported(nh, hd), "vision 2-D RoPE (%d heads of %d)", nh, hd);
+    REFUSE_IF(g4_attn_bidir_supported(nh, hd), "vision attention (%d heads of %d)", nh, hd);
+    REFUSE_IF(g4_gelu_mul_supported(c->ffn), "vision MLP gate of width %d", c->ffn);
+    REFUSE_IF(g4_vision_pool_supported(D, pool_k), "vision pooling of width %d, kernel %d", D,
+              pool_k);
     return G4_OK;
 }
+
+extern "C" int g4_cuda_check_audio(const g4_audio_config *c) {
+    const int m1 = (c->n_mel + 1) / 2;
+    REFUSE_IF(g4_sscp_conv_supported(1, c->conv0_ch, c->n_mel, 1),
+              "audio subsampling conv 0 (1 -> %d channels over %d mel bins)", c->conv0_ch,
+              c->n_mel);
+    REFUSE_IF(g4_sscp_conv_supported(c->conv0_ch, c->conv1_ch, m1, 0),
+              "audio subsampling conv 1 (%d -> %d channels over %d columns)", c->conv0_ch,
+              c->conv1_ch, m1);
+    REFUSE_IF(g4_attn_audio_supported(c->n_heads, c->head_dim, c->chunk, c->band),
+              "audio attention (%d heads of %d, chunk %d, band %d)", c->n_heads, c->head_dim,
+              c->chunk, c->band);
+    REFUSE_IF(g4_dwconv1d_supported(c->hidden, c->conv_kernel),
+              "audio light conv (%d channels, kernel %d)", c->hidden, c->conv_kernel);
+    REFUSE_IF(g4_rmsnorm_supported(c->hidden, c->hidden), "audio RMS norm over the width %d",
+              c->hidden);
+    REFUSE_IF(g4_add_rmsnorm_supported(c->hidden), "audio residual add + RMS norm of width %d",
+              c->hidden);
+    REFUSE_IF(g4_rmsnorm_supported(c->out_hidden, c->out_hidden),
+              "audio output RMS norm over the width %d", c->out_hidden);
+    return G4_OK;
+}
+
+static int cu_check_text(g4_backend *be, const g4_text_config *c) { return g4_cuda_check_text(c); }
+static int cu_check_vision(g4_backend *be, const g4_vision_config *c, int pool_k) {
+    return g4_cuda_check_vision(c, pool_k);
+}
+static int cu_check_audio(g4_backend *be, const g4_audio_config *c) { return g4_cuda_check_audio(c); }
 
 #undef BF
 #undef BA
 
 static g4_backend cuda_backend;
-static cuda_ctx cuda_state;
+
+// A state's handle: the op table, a stream of its own, its decode workspaces sized for a
+// cache of kv_rows rows and up to max_rows rows per forward (zeroed where the kernels need it).
+static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_rows,
+                               int max_rows) {
+    g4_backend *ex = (g4_backend *)g4_calloc(1, sizeof *ex);
+    cuda_ctx *cx = (cuda_ctx *)g4_calloc(1, sizeof *cx);
+    *ex = cuda_backend;
+    ex->ctx = cx;
+    G4_CUDA_CHECK(cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking));
+    cx->attn_ws_bytes = attn_ws_need(c, kv_rows, max_rows);
+    cx->sample_ws_bytes = g4_logits_workspace(1, c->vocab);
+    if (cu_malloc(&cx->attn_ws, cx->attn_ws_bytes) != cudaSuccess ||
+        cu_malloc(&cx->sample_ws, cx->sample_ws_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        be->exec_free(ex);
+        return NULL;
+    }
+    G4_CUDA_CHECK(cudaMemsetAsync(cx->sample_ws, 0, cx->sample_ws_bytes, cx->stream));
+    // Everything queued before (weight uploads on any stream) is done before this stream runs.
+    G4_CUDA_CHECK(cudaDeviceSynchronize());
+    return ex;
+}
+
+static void cu_exec_free(g4_backend *ex) {
+    cuda_ctx *cx = CTX(ex);
+    G4_CUDA_CHECK(cudaStreamSynchronize(cx->stream));
+    if (cx->attn_ws) G4_CUDA_CHECK(cudaFree(cx->attn_ws));
+    if (cx->sample_ws) G4_CUDA_CHECK(cudaFree(cx->sample_ws));
+    for (int i = 0; i < 4; i++)
+        if (cx->scratch[i].p) G4_CUDA_CHECK(cudaFree(cx->scratch[i].p));
+    G4_CUDA_CHECK(cudaStreamDestroy(cx->stream));
+    free(cx);
+    free(ex);
+}
 
 extern "C" g4_backend *g4_backend_cuda(const char **why) {
     if (cuda_backend.name) return &cuda_backend;
@@ -956,11 +1050,15 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->attention = cu_attention;
     b->embed = cu_embed;
     b->softcap = cu_softcap;
+    b->sample = cu_sample;
+    b->scatter_rows = cu_scatter_rows;
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_launch = cu_graph_launch;
     b->graph_free = cu_graph_free;
-    b->argmax = cu_argmax;
+    b->exec_new = cu_exec_new;
+    b->exec_free = cu_exec_free;
+    b->alloc_count = cu_alloc_count;
     b->ctx = &cuda_state;
     // vision and audio towers
     b->clamp = cu_clamp;

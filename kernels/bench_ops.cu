@@ -153,9 +153,13 @@ int bench_ple(const char *f, int reps, g4_kbench_row *rows, int n, int max, int 
                         nullptr);
 }
 
-int bench_logits(const char *f, int reps, g4_kbench_row *rows, int n, int max, int T) {
+// The sample op at E2B's vocabulary: greedy, or sampled as `g4cu bench` samples (temperature
+// 1, top-k 64, top-p 0.95; the draw index advances per launch).
+int bench_logits(const char *f, int reps, g4_kbench_row *rows, int n, int max, int T,
+                 int sampled) {
     char shape[96];
-    snprintf(shape, sizeof shape, "T=%d V=262144 cap=30", T);
+    snprintf(shape, sizeof shape, "T=%d V=262144 cap=30 %s", T,
+             sampled ? "T1 k64 p0.95" : "greedy");
     if (!g4b::match(f, "logits", shape)) return n;
     Pool pool;
     const int V = 262144;
@@ -163,13 +167,21 @@ int bench_logits(const char *f, int reps, g4_kbench_row *rows, int n, int max, i
     const int copies = g4_kbench_copies(el * 8);
     std::vector<float *> x(copies);
     for (int c = 0; c < copies; c++) x[c] = pool.f32(el, 19 + c, -40, 40);
-    int32_t *am = (int32_t *)pool.alloc(4 * (size_t)T);
+    int32_t *next = (int32_t *)pool.alloc(4 * (size_t)T);
+    std::vector<int32_t> cnt_h(T, 0);
+    int32_t *cnt = pool.upload(cnt_h.data(), (size_t)T);
+    g4_sample_params hp = {};
+    hp.temperature = sampled ? 1.0f : 0.0f;
+    hp.top_k = sampled ? 64 : 0;
+    hp.top_p = sampled ? 0.95f : 1.0f;
+    hp.seed_lo = 7;
+    g4_sample_params *dp = pool.upload(&hp, 1);
     const size_t wsb = g4_logits_workspace(T, V);
     void *ws = pool.alloc(wsb);
     G4_CUDA_CHECK(cudaMemset(ws, 0, wsb));
     // repeated capping shrinks the values toward a fixed point; the work per launch is the same
     auto ours = [&](int rep, cudaStream_t st) {
-        g4_logits_softcap_argmax(x[rep % copies], T, V, 30.0f, am, ws, wsb, st);
+        g4_logits_sample(next, x[rep % copies], T, V, 30.0f, dp, cnt, ws, wsb, st);
     };
     return g4b::add_row(rows, n, max, "logits", shape, el * 8.0, 0, reps, copies, ours, NoBase(),
                         nullptr);
@@ -257,7 +269,8 @@ extern "C" int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, 
         n = bench_embed(filter, reps, rows, n, max, T);
     }
     n = bench_gelu_mul(filter, reps, rows, n, max, 1, 256); // PLE gate
-    n = bench_logits(filter, reps, rows, n, max, 1);
+    n = bench_logits(filter, reps, rows, n, max, 1, 0);
+    n = bench_logits(filter, reps, rows, n, max, 1, 1);
     n = bench_vision(filter, reps, rows, n, max);
     return n;
 }

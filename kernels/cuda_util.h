@@ -31,6 +31,16 @@ void g4_cuda_profile_report(FILE *f, double steps);
 int g4_cuda_pdl_enabled(void);
 void g4_cuda_pdl_set(int on);
 
+// The CUDA backend's load checks (its check_text / check_vision / check_audio): G4_OK, or a
+// one-line user error naming the first op whose supported() predicate refuses the model's
+// shape, the shape, and what the kernel takes. Host code (no GPU needed).
+struct g4_text_config_s;
+struct g4_vision_config_s;
+struct g4_audio_config_s;
+int g4_cuda_check_text(const struct g4_text_config_s *c);
+int g4_cuda_check_vision(const struct g4_vision_config_s *c, int pool_k);
+int g4_cuda_check_audio(const struct g4_audio_config_s *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
-// logits.cuh: final logit soft-cap and greedy argmax over the vocabulary in one launch. See
-// logits.cu.
+// logits.cuh: the sample op (soft-cap + the next token, greedy or sampled, on the device) and
+// the plain soft-cap. See logits.cu.
 #ifndef G4_LOGITS_CUH
 #define G4_LOGITS_CUH
 
@@ -7,20 +7,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/sample_math.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// Bytes of device workspace for T rows of V logits. The workspace holds per-row arrival
-// counters that must start at zero: clear it once after allocating (cudaMemset); every launch
-// leaves them at zero again.
-size_t g4_logits_workspace(int T, int V);
+// NULL when the kernels take a vocabulary of V tokens, else what they take (host code: the
+// load check and the launcher both ask it).
+const char *g4_logits_supported(int V);
 
-// logits[T, V] fp32, in place: x = cap * tanh(x / cap) (cap <= 0: left as is), and
-// argmax[t] = the first index of row t's maximum after capping (device I32 [T]; NaN counts as
-// the largest value, as torch.argmax). V % 8 == 0 (E2B: 262144).
-void g4_logits_softcap_argmax(float *logits, int T, int V, float cap, int32_t *argmax,
-                              void *workspace, size_t workspace_bytes, cudaStream_t stream);
+// Bytes of device workspace for rows x V logits. It holds counters and histograms that must
+// start at zero: clear it once after allocating (cudaMemset); every g4_logits_sample leaves
+// them at zero again.
+size_t g4_logits_workspace(int rows, int V);
+
+// logits[rows, V] fp32 in place: x = cap * tanh(x / cap) (cap <= 0: as is); next[r] (device I32
+// [rows]) = ref_sample_row(row r, *params, counter[r]) (kernels/ref/ref.h): the same id the CPU
+// reference picks from the same capped logits; -1 for a row with a NaN. params (a
+// g4_sample_params) and counter (I32 [rows]) in device memory, read by the kernels, so the
+// launches can be captured in a graph once and replayed for any sampler.
+void g4_logits_sample(int32_t *next, float *logits, int rows, int V, float cap,
+                      const g4_sample_params *params, const int32_t *counter, void *workspace,
+                      size_t workspace_bytes, cudaStream_t stream);
+
+// logits[rows, V] fp32 in place: x = cap * tanh(x / cap) (cap <= 0: nothing).
+void g4_logits_softcap(float *logits, int rows, int V, float cap, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

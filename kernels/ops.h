@@ -9,11 +9,21 @@
 //
 // Shapes are written [rows, cols], row-major and contiguous. "tokens" (T) is the row count of the
 // activations in one call: the prompt length in prefill, 1 in decode.
+//
+// Backend handles. g4_backend_cpu() / g4_backend_cuda() return a backend's root handle: the op
+// table, used to place weights (alloc, upload, prepare_linear) and for work tied to no text
+// state. exec_new makes a handle of its own for one state (engine/text_model.h): the same op
+// table and memory, its own queue (a CUDA stream) and the workspaces that state's forwards use,
+// sized when it is made, so that two states run side by side and each captured graph refers to
+// its own buffers only. The root handle's workspaces (used only by callers that run ops on it
+// directly) grow on first use, outside a graph capture.
 #ifndef G4_OPS_H
 #define G4_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/sample_math.h" // g4_sample_params
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,8 +82,20 @@ struct g4_backend {
     g4_type kv_type;  // type of the KV cache
 
     // Optional: G4_OK when the backend's kernels take every shape of this text model, else a
-    // user error naming the first shape they do not (checked at model load).
+    // user error naming the first op and shape they do not and what the op takes (checked at
+    // model load; the CUDA ops' launchers assert the same predicates, kernels/supported.h).
     int (*check_text)(g4_backend *be, const struct g4_text_config_s *cfg);
+
+    // --- execution contexts (optional: NULL on the CPU, whose ops keep no state) ------------
+    // A handle for one text state of cfg with a KV cache of kv_rows rows and up to max_rows
+    // rows per forward (see the top of this file): NULL when out of memory. Its workspaces are
+    // allocated here, never by its forwards. exec_free releases it (after its queue is idle).
+    g4_backend *(*exec_new)(g4_backend *be, const struct g4_text_config_s *cfg, int kv_rows,
+                            int max_rows);
+    void (*exec_free)(g4_backend *ex);
+    // Allocations of backend memory made so far through any handle of this backend (alloc,
+    // alloc_mapped and the backend's own workspaces): a test counts them around requests.
+    uint64_t (*alloc_count)(g4_backend *be);
 
     // --- memory ---------------------------------------------------------------------------
     void *(*alloc)(g4_backend *be, size_t bytes); // NULL when out of memory (callers report it)
@@ -86,9 +108,6 @@ struct g4_backend {
     // when the host cannot pin it.
     void *(*alloc_mapped)(g4_backend *be, size_t bytes);
     void (*free_mapped)(g4_backend *be, void *p);
-    // Placement policy set by the caller before a model load: keep the per-layer embedding
-    // table (the largest, touched one row per token) in alloc_mapped memory, not on the device.
-    int ple_host;
     // Converts a buffer between types (F32 <-> F16 <-> BF16), same shape.
     void (*convert)(g4_backend *be, g4_buf *dst, const g4_buf *src);
 
@@ -154,8 +173,22 @@ struct g4_backend {
     // memory; ids I32 [T]); ids outside [0, rows) are an error checked by the caller.
     void (*embed)(g4_backend *be, g4_buf *y, const void *table, int table_rows, const g4_buf *ids,
                   float scale);
-    // x = c * tanh(x / c) elementwise (c > 0).
+    // x = c * tanh(x / c) elementwise (c > 0). Nothing else (the next token: `sample`).
     void (*softcap)(g4_backend *be, g4_buf *x, float c);
+    // The next token of each row of logits [rows, V] (F32, in place): x = cap * tanh(x / cap)
+    // when cap > 0, then next[r] (I32 [rows]) = ref_sample_row(row r, params, counter[r])
+    // (kernels/ref/ref.h): greedy or temperature / top-k / top-p / draw in HF's order, with the
+    // exact arithmetic of kernels/sample_math.h, so every backend picks the same id from the
+    // same logits; -1 for a row holding a NaN. params: a g4_sample_params in backend memory;
+    // counter I32 [rows]: the draw index of each row (the engine passes the row's position).
+    // Only `next` crosses to the host.
+    void (*sample)(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, const void *params,
+                   const g4_buf *counter);
+    // dst[t] = src[idx[t]] (F32 rows of dst->cols) for each row t of dst with idx[t] >= 0 (idx
+    // I32 [dst->rows], each < src->rows); other rows keep their values. Places soft tokens at
+    // their placeholders' embedding rows (and picks an audio clip's valid frames), on the
+    // backend.
+    void (*scatter_rows)(g4_backend *be, g4_buf *dst, const g4_buf *src, const g4_buf *idx);
 
     // --- graphs (optional; NULL on the CPU) ---------------------------------------------------
     // Everything enqueued between graph_begin and graph_end becomes one graph; graph_launch
@@ -164,10 +197,8 @@ struct g4_backend {
     void *(*graph_end)(g4_backend *be);
     void (*graph_launch)(g4_backend *be, void *graph);
     void (*graph_free)(g4_backend *be, void *graph);
-    // Device I32 [rows] argmax of each row of the last softcap'ed logits (softcap computes it).
-    const int32_t *(*argmax)(g4_backend *be);
 
-    void *ctx; // backend state (CUDA stream, cuBLAS handle, scratch)
+    void *ctx; // the handle's execution context (CUDA: its stream and workspaces)
 
     // --- vision and audio towers (spec 4.2-4.6, 5.3-5.6; semantics = kernels/ref/ref.h) -----
     // A backend that lacks them leaves them NULL; the towers check at load (g4_*_tower_load).
@@ -221,10 +252,11 @@ struct g4_backend {
                             const g4_buf *v, const g4_buf *rel, const float *per_dim_scale,
                             const g4_buf *valid, int n_heads, int head_dim, int chunk, int band,
                             float logit_cap, float invalid_logit);
-    // Optional: G4_OK when the tower ops' kernels take every shape of this vision / audio
-    // tower, else a user error naming the first they do not (checked at tower load, so an
-    // unsupported model is refused up front instead of aborting in the middle of a forward).
-    int (*check_vision)(g4_backend *be, const struct g4_vision_config_s *cfg);
+    // Optional: G4_OK when the tower ops' kernels take every shape of this vision tower (with
+    // pooling kernel pool_k) / audio tower, else a user error naming the first op and shape
+    // they do not and what the op takes (checked at tower load, so an unsupported model is
+    // refused up front instead of aborting in the middle of a forward).
+    int (*check_vision)(g4_backend *be, const struct g4_vision_config_s *cfg, int pool_k);
     int (*check_audio)(g4_backend *be, const struct g4_audio_config_s *cfg);
 };
 

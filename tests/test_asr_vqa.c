@@ -15,10 +15,22 @@
 
 // A stand-in vision tower: every row is the image's patch count, so the test can see that
 // these rows (and not the real tower's) reached the prompt's soft tokens.
-static int stand_in_tower(void *ctx, const g4_image_features *f, float *rows) {
+static int stand_in_tower(void *ctx, g4_backend *ex, const g4_image_features *f, g4_buf *rows) {
     int width = *(const int *)ctx;
-    for (size_t i = 0; i < (size_t)f->n_soft_tokens * width; i++) rows[i] = (float)f->n_patches;
+    CHECK(rows->type == G4_F32 && rows->rows == f->n_soft_tokens && rows->cols == width);
+    float *v = g4_malloc(g4_buf_bytes(rows) + 1);
+    for (size_t i = 0; i < (size_t)f->n_soft_tokens * width; i++) v[i] = (float)f->n_patches;
+    ex->upload(ex, rows->data, v, g4_buf_bytes(rows));
+    ex->sync(ex);
+    free(v);
     return G4_OK;
+}
+
+// The soft rows of a prepared prompt, read back from the backend (they live there).
+static float *soft_host(g4_pipeline *pl, const g4_soft_tokens *soft) {
+    float *v = g4_malloc(g4_buf_bytes(&soft->rows) + 1);
+    pl->state->be->download(pl->state->be, v, soft->rows.data, g4_buf_bytes(&soft->rows));
+    return v;
 }
 
 int main(void) {
@@ -57,10 +69,11 @@ int main(void) {
         CHECK_MSG(d < 0, "%s: prompt id %d differs from HF's", name, d);
         CHECK_INT(soft.n, cf_int(o, "n_soft_tokens"));
         int finite = 1;
+        float *rows = soft_host(pl, &soft);
         for (size_t i = 0; i < (size_t)soft.n * (size_t)pl->pkg->text.hidden; i++)
-            finite &= soft.rows[i] == soft.rows[i] && soft.rows[i] - soft.rows[i] == 0;
+            finite &= rows[i] == rows[i] && rows[i] - rows[i] == 0;
         CHECK_MSG(finite, "%s: soft tokens have NaN/inf", name);
-        free((void *)soft.rows);
+        free(rows);
         g4_ids_free(&ids);
 
         g4_gen_params p;
@@ -102,9 +115,10 @@ int main(void) {
         g4_soft_tokens soft = {0};
         CHECK(g4_pipeline_prepare(pl, &pr, &ids, &soft) == G4_OK);
         int all = soft.n == 256; // 96x96 at 280 tokens: 48x48 patches, 256 soft tokens
-        for (size_t i = 0; all && i < (size_t)soft.n * width; i++) all = soft.rows[i] == 2304.0f;
+        float *rows = all ? soft_host(pl, &soft) : NULL;
+        for (size_t i = 0; all && i < (size_t)soft.n * width; i++) all = rows[i] == 2304.0f;
         CHECK_MSG(all, "stand-in tower rows did not reach the soft tokens");
-        free((void *)soft.rows);
+        free(rows);
         g4_ids_free(&ids);
         free(img);
     }

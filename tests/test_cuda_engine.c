@@ -15,7 +15,16 @@
 //                 the batched one. Single steps swing (2e-3 .. 1e-1 seen on the H200): random
 //                 weights make near-flat logits at some positions.
 //   argmax        >= 90% of rows agree (random weights give near-ties; 2 rows in 40 may flip).
-//   graph         a replayed decode step runs the very kernels of an eager step: bit-identical.
+//   graph         a replayed decode step runs the very kernels of an eager step: bit-identical
+//                 (the step's id, greedy and sampled, graph vs a state that never captures).
+//   old path      greedy tokens of g4_generate (prefill's last row + graph-replayed steps, the
+//                 sample op on the device) equal the old path's algorithm (eager forwards,
+//                 logits downloaded, first argmax on the host), on CUDA and on the CPU.
+//   sampled       each sampled id equals ref_sample_row (the CPU reference) on the same
+//                 step's capped logits (read back from an eager forward on another state).
+//   states        two states alive at once on one model, steps interleaved, give the tokens
+//                 each gives alone; a state allocates nothing after its first request (the
+//                 backend's alloc_count over requests of other lengths and samplers).
 //   pdl           programmatic dependent launch (kernels/pdl.cuh; on by default) changes no bit:
 //                 prefill and decode logits (eager) and greedy tokens (graph) with it off and on
 //                 are identical (every kernel is deterministic; a difference is a race).
@@ -26,7 +35,9 @@
 #include "engine/backend_select.h"
 #include "engine/text_model.h"
 #include "eval/compare.h"
+#include "engine/generate.h"
 #include "kernels/cuda_util.h"
+#include "kernels/ref/ref.h"
 #include "tests/test_util.h"
 
 #define MAX_T 48
@@ -108,12 +119,19 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     CHECK(g4_text_forward(sg, prompt, P - 1, NULL, NULL, 0) == 0);
     CHECK(g4_text_forward(se, prompt, P - 1, NULL, NULL, 0) == 0);
     CHECK(g4_text_forward(sc, prompt, P - 1, NULL, NULL, 0) == 0);
+    const g4_text_state_opts eo = {P + steps + 1, MAX_T, 1, 1};
+    g4_text_state *sx; // the same step, never captured
+    CHECK(g4_text_state_new_opts(gpu, &eo, &sx) == 0);
+    CHECK(g4_text_forward(sx, prompt, P - 1, NULL, NULL, 0) == 0);
+    CHECK(sx->graph == NULL);
     int32_t tok = prompt[P - 1];
-    int same_graph = 0, agree_cpu = 0;
+    int same_graph = 0, agree_cpu = 0, same_eager_step = 0;
     double worst = 0, dd = 0, rr = 0;
     for (int i = 0; i < steps; i++) {
-        int32_t next_graph = -1;
-        CHECK(g4_text_decode_greedy(sg, tok, &next_graph) == 0);
+        int32_t next_graph = -1, next_eager = -2;
+        CHECK(g4_text_step(sg, &tok, 1, NULL, &next_graph) == 0);
+        CHECK(g4_text_step(sx, &tok, 1, NULL, &next_eager) == 0);
+        same_eager_step += next_graph == next_eager;
         CHECK(g4_text_forward(se, &tok, 1, NULL, lg, 0) == 0);
         CHECK(g4_text_forward(sc, &tok, 1, NULL, lc, 0) == 0);
         int32_t ae = 0, ac = 0;
@@ -134,10 +152,11 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
         tok = ac; // teacher-forced on the CPU's choice
     }
     const double agg = rr > 0 ? sqrt(dd / rr) : INFINITY;
-    printf("  %s decode: %d steps, graph == eager %d, cuda argmax == cpu %d, logits rel err %.3e "
-           "over all steps (worst step %.3e)\n",
-           what, steps, same_graph, agree_cpu, agg, worst);
+    printf("  %s decode: %d steps, graph == eager step %d, graph == old path %d, cuda argmax == cpu "
+           "%d, logits rel err %.3e over all steps (worst step %.3e)\n",
+           what, steps, same_eager_step, same_graph, agree_cpu, agg, worst);
     CHECK_INT(same_graph, steps);
+    CHECK_INT(same_eager_step, steps);
     CHECK(agree_cpu * 10 >= steps * 9);
     const double bound = 3 * prefill_logits_err > 1e-2 ? 3 * prefill_logits_err : 1e-2;
     CHECK_MSG(agg <= bound && worst < INFINITY,
@@ -147,6 +166,7 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     g4_text_state_free(sg);
     g4_text_state_free(se);
     g4_text_state_free(sc);
+    g4_text_state_free(sx);
     free(lg);
     free(lc);
 }
@@ -170,7 +190,7 @@ static void test_pdl_same(const char *what, g4_text_model *gpu, const int32_t *i
         for (int i = 0; i < steps; i++) {
             const int32_t tok = ids[P + i];
             am[on][i] = -1;
-            CHECK(g4_text_decode_greedy(sg, tok, &am[on][i]) == 0);
+            CHECK(g4_text_step(sg, &tok, 1, NULL, &am[on][i]) == 0);
             CHECK(g4_text_forward(se, &tok, 1, NULL, lg[on] + (size_t)V * (i + 1), 0) == 0);
         }
         CHECK(sg->graph != NULL); // the graph (captured with this setting) was replayed
@@ -188,6 +208,161 @@ static void test_pdl_same(const char *what, g4_text_model *gpu, const int32_t *i
     CHECK_INT(same_logits, steps + 1);
     CHECK_INT(same_tokens, steps);
     for (int on = 0; on < 2; on++) free(lg[on]), free(am[on]);
+}
+
+// Index of the first difference of two id lists (-1 when equal).
+static int cf_first_diff_i(const int *a, int na, const int *b, int nb) {
+    const int n = na < nb ? na : nb;
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return na == nb ? -1 : n;
+}
+
+// The old path's algorithm: eager forwards on a fresh state, the last row's logits on the host,
+// the first argmax, until an EOS id or n tokens. Returns the count.
+static int old_greedy(g4_text_model *m, const int32_t *prompt, int P, int n, int *out) {
+    const int V = m->cfg->vocab;
+    g4_text_state *s;
+    if (g4_text_state_new(m, P + n, P, &s)) return -1;
+    float *lg = g4_malloc(sizeof(float) * (size_t)V);
+    int got = 0, rc = g4_text_forward(s, prompt, P, NULL, lg, 0);
+    while (!rc && got < n) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (lg[i] > lg[best]) best = i;
+        out[got++] = best;
+        int eos = 0;
+        for (int i = 0; i < m->cfg->n_eos; i++) eos |= m->cfg->eos_ids[i] == best;
+        if (eos || got == n) break;
+        const int32_t fed = best;
+        rc = g4_text_forward(s, &fed, 1, NULL, lg, 0);
+    }
+    free(lg);
+    g4_text_state_free(s);
+    return rc ? -1 : got;
+}
+
+// g4_generate (greedy) against the old path, on this model's backend.
+static void test_generate_vs_old(const char *what, g4_text_model *m, const int32_t *prompt, int P,
+                                 int n) {
+    g4_text_state *s;
+    CHECK(g4_text_state_new(m, P + n, 16, &s) == 0); // chunks of 16: several prefill calls
+    g4_gen_params p;
+    g4_gen_params_default(&p);
+    p.max_new = n;
+    g4_gen_result r;
+    CHECK_MSG(g4_generate(s, NULL, prompt, P, NULL, &p, &r) == 0, "%s", g4_error());
+    int *old = g4_malloc(sizeof(int) * (size_t)n);
+    const int n_old = old_greedy(m, prompt, P, n, old);
+    const int d = cf_first_diff_i(r.tokens.v, (int)r.tokens.n, old, n_old);
+    printf("  %s %s generate vs the old path: %d tokens, %s\n", what, m->be->name,
+           (int)r.tokens.n, d < 0 ? "identical" : "DIFFERENT");
+    CHECK_MSG(d < 0, "%s %s: greedy token %d differs from the old path's", what, m->be->name, d);
+    free(old);
+    g4_gen_result_free(&r);
+    g4_text_state_free(s);
+}
+
+// Sampled steps: graph == eager step, and each id == the CPU reference on the step's logits.
+static void test_sampled(const char *what, g4_text_model *gpu, const int32_t *ids, int P,
+                         int steps) {
+    const int V = gpu->cfg->vocab;
+    const g4_sampler smp = {1.0f, 64, 0.95f};
+    const uint64_t seed = 1234;
+    const g4_text_state_opts eo = {P + steps + 1, MAX_T, 1, 1};
+    g4_text_state *sg, *sx, *sf;
+    CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &sg) == 0);
+    CHECK(g4_text_state_new_opts(gpu, &eo, &sx) == 0);
+    CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &sf) == 0);
+    g4_text_state_set_sampler(sg, &smp, seed);
+    g4_text_state_set_sampler(sx, &smp, seed);
+    const g4_sample_params sp = {smp.temperature, smp.top_k, smp.top_p, (uint32_t)seed, 0, {0}};
+    float *lg = g4_malloc(sizeof(float) * (size_t)V);
+    int32_t a, b;
+    CHECK(g4_text_step(sg, ids, P, NULL, &a) == 0);
+    CHECK(g4_text_step(sx, ids, P, NULL, &b) == 0);
+    CHECK(g4_text_forward(sf, ids, P, NULL, lg, 0) == 0);
+    int same = a == b, ref_ok = ref_sample_row(lg, V, &sp, (uint32_t)(P - 1)) == a;
+    for (int i = 0; i < steps; i++) {
+        const int32_t fed = ids[P + i]; // teacher-forced: all three states see the same ids
+        CHECK(g4_text_step(sg, &fed, 1, NULL, &a) == 0);
+        CHECK(g4_text_step(sx, &fed, 1, NULL, &b) == 0);
+        CHECK(g4_text_forward(sf, &fed, 1, NULL, lg, 0) == 0);
+        same += a == b;
+        ref_ok += ref_sample_row(lg, V, &sp, (uint32_t)(P + i)) == a;
+    }
+    printf("  %s sampled (T 1, top-k 64, top-p 0.95): graph == eager step %d/%d, == CPU reference "
+           "on the step's logits %d/%d\n",
+           what, same, steps + 1, ref_ok, steps + 1);
+    CHECK_INT(same, steps + 1);
+    CHECK_INT(ref_ok, steps + 1);
+    free(lg);
+    g4_text_state_free(sg);
+    g4_text_state_free(sx);
+    g4_text_state_free(sf);
+}
+
+// n tokens on s after prompt (its sampler set), one step at a time.
+static int run_steps(g4_text_state *s, const int32_t *prompt, int P, int n, int32_t *out) {
+    g4_text_state_reset(s);
+    int32_t id;
+    int rc = g4_text_step(s, prompt, P, NULL, &id);
+    for (int i = 0; i < n && !rc; i++) {
+        out[i] = id;
+        if (i + 1 < n) rc = g4_text_step(s, &id, 1, NULL, &id);
+    }
+    return rc;
+}
+
+// Two states alive at once (greedy and sampled), steps interleaved == each alone; then no
+// allocation after a state's first request.
+static void test_states(const char *what, g4_text_model *gpu, const int32_t *ids) {
+    enum { N = 24 };
+    g4_text_state *a, *b;
+    CHECK(g4_text_state_new(gpu, 64, 32, &a) == 0);
+    CHECK(g4_text_state_new(gpu, 64, 32, &b) == 0);
+    const g4_sampler greedy = {0, 0, 1}, hot = {0.9f, 40, 0.9f};
+    g4_text_state_set_sampler(a, &greedy, 0);
+    g4_text_state_set_sampler(b, &hot, 77);
+    int32_t alone_a[N], alone_b[N], inter_a[N] = {0}, inter_b[N] = {0};
+    CHECK(run_steps(a, ids, 7, N, alone_a) == 0);
+    CHECK(run_steps(b, ids + 7, 13, N, alone_b) == 0);
+    g4_text_state_reset(a), g4_text_state_reset(b);
+    int32_t ia, ib;
+    int rc = g4_text_step(a, ids, 7, NULL, &ia);
+    if (!rc) rc = g4_text_step(b, ids + 7, 13, NULL, &ib);
+    for (int i = 0; i < N && !rc; i++) {
+        inter_a[i] = ia, inter_b[i] = ib;
+        if (i + 1 == N) break;
+        if (!(rc = g4_text_step(a, &ia, 1, NULL, &ia))) rc = g4_text_step(b, &ib, 1, NULL, &ib);
+    }
+    const int same = rc == 0 && !memcmp(alone_a, inter_a, sizeof alone_a) &&
+                     !memcmp(alone_b, inter_b, sizeof alone_b);
+    printf("  %s two states interleaved: %s\n", what, same ? "the tokens of each alone" : "DIFFERENT");
+    CHECK(same);
+    g4_text_state_free(b);
+    // allocations after the first request
+    g4_backend *be = gpu->be;
+    g4_gen_params p;
+    g4_gen_params_default(&p);
+    p.ignore_eos = 1;
+    p.max_new = 20;
+    g4_gen_result r;
+    CHECK(g4_generate(a, NULL, ids, 30, NULL, &p, &r) == 0);
+    g4_gen_result_free(&r);
+    const uint64_t before = be->alloc_count(be);
+    const int lens[3] = {3, 40, 11}, news[3] = {9, 24, 40};
+    for (int i = 0; i < 3; i++) {
+        p.max_new = news[i];
+        p.sampler = i == 1 ? hot : greedy;
+        CHECK_MSG(g4_generate(a, NULL, ids, lens[i], NULL, &p, &r) == 0, "%s", g4_error());
+        g4_gen_result_free(&r);
+    }
+    const uint64_t after = be->alloc_count(be);
+    printf("  %s allocations after the first request: %llu\n", what,
+           (unsigned long long)(after - before));
+    CHECK(after == before);
+    g4_text_state_free(a);
 }
 
 static void run_package(const char *what, const char *dir) {
@@ -209,6 +384,10 @@ static void run_package(const char *what, const char *dir) {
         test_prefill_vs_cpu(what, cpu, gpu, ids, 40);
         test_decode(what, cpu, gpu, ids, 24, 24); // crosses the window (32) during decode
         test_pdl_same(what, gpu, ids, 24, MAX_T - 24);
+        test_generate_vs_old(what, gpu, ids, 20, 28);
+        test_generate_vs_old(what, cpu, ids, 20, 28);
+        test_sampled(what, gpu, ids, 20, MAX_T - 20);
+        test_states(what, gpu, ids);
     }
     g4_text_model_free(cpu);
     g4_text_model_free(gpu);

@@ -5,7 +5,8 @@
 //   qkv_rope       g4_qkv_norm_rope          vs ref_rmsnorm + ref_rope / ref_rope_2d (+ cache rows)
 //   gelu_mul       g4_gelu_mul               vs ref_gelu_mul (strided b: the PLE slice)
 //   ple            g4_ple_inputs             vs ref_embed + ref_rmsnorm composed as spec 2.3
-//   logits         g4_logits_softcap_argmax  vs ref_softcap + a first-index argmax
+//   sample         g4_logits_sample          vs ref_softcap + ref_sample_row (the same ids)
+//   scatter_rows   g4_scatter_rows_f32       vs ref_scatter_rows (exact)
 //   embed          g4_embed_f32 / _f16       vs ref_embed
 //   vision_pool    g4_vision_pool            vs ref_vision_pool
 //   vision_posemb  g4_vision_posemb_add      vs ref_vision_posemb_add
@@ -21,6 +22,7 @@
 #include "kernels/qkv_rope.cuh"
 #include "kernels/ref/ref.h"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/scatter_rows.cuh"
 #include "kernels/vision_pool.cuh"
 #include "kernels/vision_posemb.cuh"
 #include "tests/attnops_harness.h"
@@ -316,59 +318,98 @@ static void case_ple(int T, int L, int D, int vocab, unsigned long long seed) {
         free(tok), free(got);
 }
 
-// --- softcap + argmax ---------------------------------------------------------------------------
-static void case_logits(int T, int V, float cap, int plant_tie, unsigned long long seed) {
-    if (!hx_case("logits", "T=%d V=%d cap=%g tie=%d", T, V, cap, plant_tie)) return;
+// --- sample: soft-cap + the next token ----------------------------------------------------------
+// The CUDA op against ref_sample_row (kernels/ref/sample.c) on the SAME capped logits (the GPU's,
+// read back): the ids must be equal (the arithmetic is exact: kernels/sample_math.h), for 4 sets
+// of draw indices, run twice (the kernels' counters and histograms must have reset); the capped
+// logits within the fp32 tolerance of ref_softcap. Optionally row 1 holds a NaN (-1 expected).
+static void case_sample(int T, int V, float cap, float temp, int top_k, float top_p, int quantized,
+                        int nan_row, unsigned long long seed) {
+    if (!hx_case("sample", "T=%d V=%d cap=%g temp=%g top_k=%d top_p=%g quantized=%d nan=%d", T, V,
+                 cap, temp, top_k, top_p, quantized, nan_row))
+        return;
     unsigned long long s = seed;
     const size_t n = (size_t)T * V;
     float *x = g4_malloc(sizeof(float) * n);
-    // multiples of 1/64: distinct values are >= 4e-3 apart after the cap (far above an ulp, so
-    // tanhf rounding cannot reorder them) and equal values tie often (the first index wins)
-    for (size_t i = 0; i < n; i++) x[i] = floorf(g4t_rand_uniform(&s, -40, 40) * 64.0f) / 64.0f;
-    if (plant_tie) // the same maximum at two places per row: the first must win
-        for (int t = 0; t < T; t++) {
-            const int a = (int)(g4t_rand_u64(&s) % (unsigned long long)(V / 2)), b = a + V / 2;
-            x[(size_t)t * V + a] = x[(size_t)t * V + b] = 45.0f;
-        }
-    void *dx = hx_upload(x, 4 * n), *dam = hx_dev_alloc(4 * (size_t)T);
+    // quantized: multiples of 1/64, so equal values tie often (ties broken by the smaller id)
+    for (size_t i = 0; i < n; i++) {
+        x[i] = g4t_rand_uniform(&s, -40, 40);
+        if (quantized) x[i] = floorf(x[i] * 64.0f) / 64.0f;
+    }
+    if (nan_row && T > 1) x[(size_t)V + (size_t)V / 3] = NAN;
+    const g4_sample_params p = {temp, top_k, top_p, (uint32_t)(seed * 2654435761u), 3, {0}};
+    void *dx = hx_upload(x, 4 * n), *dnext = hx_dev_alloc(4 * (size_t)T);
+    void *dp = hx_upload(&p, sizeof p), *dcnt = hx_dev_alloc(4 * (size_t)T);
     const size_t ws = g4_logits_workspace(T, V);
     void *dws = hx_dev_alloc(ws);
     HX_CUDA(cudaMemset(dws, 0, ws));
-    int32_t *am = g4_malloc(sizeof(int32_t) * (size_t)T);
-    float *want = g4_malloc(sizeof(float) * n);
+    int32_t *next = g4_malloc(sizeof(int32_t) * (size_t)T), *cnt = g4_malloc(sizeof(int32_t) * (size_t)T);
+    float *want = g4_malloc(sizeof(float) * n), *got = NULL;
     memcpy(want, x, sizeof(float) * n);
     if (cap > 0) ref_softcap(want, n, cap);
     double ms = 0;
-    for (int rep = 0; rep < 2; rep++) { // twice: the arrival counters must have reset
+    int wrong = 0, picks = 0;
+    for (int rep = 0; rep < 8; rep++) { // 4 draw sets, each twice
+        for (int t = 0; t < T; t++) cnt[t] = (rep / 2) * 1000 + 17 * t + 5;
         HX_CUDA(cudaMemcpy(dx, x, 4 * n, cudaMemcpyHostToDevice));
-        HX_CUDA(cudaMemset(dam, 0xff, 4 * (size_t)T));
+        HX_CUDA(cudaMemcpy(dcnt, cnt, 4 * (size_t)T, cudaMemcpyHostToDevice));
+        HX_CUDA(cudaMemset(dnext, 0x5a, 4 * (size_t)T));
         const double t0 = hx_now_ms();
-        g4_logits_softcap_argmax(dx, T, V, cap, dam, dws, ws, 0);
+        g4_logits_sample(dnext, dx, T, V, cap, dp, dcnt, dws, ws, 0);
         HX_CUDA(cudaDeviceSynchronize());
         ms = hx_now_ms() - t0;
-        HX_CUDA(cudaMemcpy(am, dam, 4 * (size_t)T, cudaMemcpyDeviceToHost));
-        int wrong = 0;
+        HX_CUDA(cudaMemcpy(next, dnext, 4 * (size_t)T, cudaMemcpyDeviceToHost));
+        free(got);
+        got = hx_download_f32(dx, n); // the GPU's capped logits: the reference picks from them
         for (int t = 0; t < T; t++) {
-            int best = 0;
-            for (int i = 1; i < V; i++)
-                if (want[(size_t)t * V + i] > want[(size_t)t * V + best]) best = i;
-            if (am[t] != best) {
+            const int32_t ref = ref_sample_row(got + (size_t)t * V, V, &p, (uint32_t)cnt[t]);
+            const int32_t exp_id = nan_row && t == 1 ? -1 : ref;
+            if (next[t] != exp_id || ref != exp_id) {
                 wrong++;
-                printf("    row %d: argmax %d, expected %d\n", t, am[t], best);
+                printf("    run %d row %d: picked %d, the reference %d (expected %d)\n", rep, t,
+                       next[t], ref, exp_id);
             }
+            picks++;
         }
-        g4t_checks++;
-        if (wrong) g4t_failures++, hx_cases_failed++;
-        printf("  argmax (run %d)         %s\n", rep + 1, wrong ? "FAIL" : "ok");
     }
-    float *got = hx_download_f32(dx, n);
+    g4t_checks++;
+    if (wrong) g4t_failures++, hx_cases_failed++;
+    printf("  ids vs the reference    %s (%d picks)\n", wrong ? "FAIL" : "ok", picks);
+    // NaN rows: the capped comparison skips them (NaN stays NaN on both sides)
+    if (nan_row && T > 1) got[(size_t)V + (size_t)V / 3] = want[(size_t)V + (size_t)V / 3] = 0;
     hx_report("capped logits", hx_compare(got, want, n, F32_ATOL, F32_RTOL), got, want, F32_ATOL,
               F32_RTOL,
-              hx_guards_ok(dx, 4 * n, "logits") && hx_guards_ok(dam, 4 * (size_t)T, "argmax") &&
+              hx_guards_ok(dx, 4 * n, "logits") && hx_guards_ok(dnext, 4 * (size_t)T, "next") &&
                   hx_guards_ok(dws, ws, "workspace"),
               ms);
-    hx_dev_free(dx), hx_dev_free(dam), hx_dev_free(dws);
-    free(x), free(am), free(want), free(got);
+    hx_dev_free(dx), hx_dev_free(dnext), hx_dev_free(dp), hx_dev_free(dcnt), hx_dev_free(dws);
+    free(x), free(next), free(cnt), free(want), free(got);
+}
+
+// --- scatter_rows ----------------------------------------------------------------------------------
+// dst rows with an index take their source row (exact: a copy), the others keep their values.
+static void case_scatter(int T, int n_src, int cols, unsigned long long seed) {
+    if (!hx_case("scatter_rows", "T=%d src=%d cols=%d", T, n_src, cols)) return;
+    unsigned long long s = seed;
+    float *dst = g4_malloc(sizeof(float) * (size_t)T * cols + 4);
+    float *src = g4_malloc(sizeof(float) * (size_t)n_src * cols + 4);
+    int32_t *idx = g4_malloc(sizeof(int32_t) * (size_t)T + 4);
+    for (size_t i = 0; i < (size_t)T * cols; i++) dst[i] = g4t_rand_uniform(&s, -1, 1);
+    for (size_t i = 0; i < (size_t)n_src * cols; i++) src[i] = g4t_rand_uniform(&s, 2, 3);
+    for (int t = 0, k = 0; t < T; t++) // every other row a placeholder, in order
+        idx[t] = (t % 2 && k < n_src) ? k++ : -1;
+    void *dd = hx_upload(dst, 4 * (size_t)T * cols), *ds = hx_upload(src, 4 * (size_t)n_src * cols);
+    void *di = hx_upload(idx, 4 * (size_t)T);
+    const double t0 = hx_now_ms();
+    g4_scatter_rows_f32(dd, T, ds, n_src, cols, di, 0);
+    HX_CUDA(cudaDeviceSynchronize());
+    const double ms = hx_now_ms() - t0;
+    ref_scatter_rows(dst, T, src, n_src, cols, idx);
+    float *got = hx_download_f32(dd, (size_t)T * cols);
+    hx_report("rows", hx_compare(got, dst, (size_t)T * cols, 0, 0), got, dst, 0, 0,
+              hx_guards_ok(dd, 4 * (size_t)T * cols, "dst"), ms);
+    hx_dev_free(dd), hx_dev_free(ds), hx_dev_free(di);
+    free(dst), free(src), free(idx), free(got);
 }
 
 // --- embedding ----------------------------------------------------------------------------------
@@ -506,11 +547,24 @@ int main(int argc, char **argv) {
     case_ple(33, 35, 256, 5000, 51);
     case_ple(513, 35, 256, 2000, 52);
     case_ple(3, 2, 512, 17, 53);
-    // logits: the E2B vocabulary, decode and a few rows, cap 30; no cap; ties
-    case_logits(1, 262144, 30.0f, 0, 60);
-    case_logits(3, 262144, 30.0f, 1, 61);
-    case_logits(2, 1000, 0.0f, 1, 62);
-    case_logits(1, 24, 30.0f, 0, 63);
+    // sample: the E2B vocabulary (greedy; top-k 64 + top-p 0.95 (gather path); top-p alone and
+    // plain temperature (radix path); top-k above the gather size (radix with the threshold)),
+    // three rows with a NaN row, odd vocabularies below and above the gather size (scalar
+    // loads), ties (quantized logits), no cap
+    case_sample(1, 262144, 30.0f, 0.0f, 0, 1.0f, 0, 0, 60);
+    case_sample(1, 262144, 30.0f, 1.0f, 64, 0.95f, 0, 0, 61);
+    case_sample(1, 262144, 30.0f, 1.0f, 0, 0.9f, 0, 0, 62);
+    case_sample(1, 262144, 30.0f, 0.7f, 0, 1.0f, 1, 0, 63);
+    case_sample(1, 262144, 30.0f, 1.0f, 5000, 0.98f, 1, 0, 64);
+    case_sample(3, 262144, 30.0f, 1.0f, 64, 0.95f, 1, 1, 65);
+    case_sample(3, 262144, 30.0f, 0.0f, 0, 1.0f, 1, 1, 66);
+    case_sample(2, 1001, 0.0f, 1.3f, 0, 0.8f, 1, 0, 67);
+    case_sample(2, 3001, 30.0f, 1.0f, 0, 0.9f, 1, 0, 68);
+    case_sample(1, 3001, 30.0f, 1.0f, 40, 1.0f, 0, 0, 69);
+    case_sample(1, 24, 30.0f, 2.0f, 5, 0.5f, 0, 0, 59);
+    // scatter: a prompt chunk with image rows (E2B width), odd sizes
+    case_scatter(600, 280, 1536, 95);
+    case_scatter(17, 5, 33, 96);
     // embedding gather
     case_embed(1, 4096, 1536, 1, 70);
     case_embed(1000, 4096, 1536, 1, 71);

@@ -14,7 +14,9 @@
 // "layers" of q / k (f16) and v (Q4) GEMVs, qkv_prep with the KV store, decode attention (split
 // + merge), o GEMV, add_rmsnorm (next norm), fused gate/up GEMV (f16), down GEMV (Q4),
 // add_rmsnorm (next copy), fused gate/up (Q4), gelu_mul on the PLE slice, a GEMV adding into
-// the fp32 residual (read-modify-write epilogue) and rmsnorm; LM-head GEMV and soft-cap + argmax.
+// the fp32 residual (read-modify-write epilogue) and rmsnorm; LM-head GEMV and the sample op
+// (soft-cap + a sampled pick, temperature 1, top-p 0.9 over 4096 logits: its three kernels, the
+// radix path of the last one, all do work).
 // Buffers are reused across layers, as in the engine, so write-after-read order matters too.
 // Skips (exit 77) without a GPU.
 #include <cuda_runtime_api.h>
@@ -45,7 +47,7 @@ enum {
     PD = 256,
     PL = 2,
     VOCAB = 64,
-    VL = 2048,
+    VL = 4096,
     CAP = 64,
     POS = 5,
     LAYERS = 4
@@ -105,7 +107,8 @@ static void q4_rand(g4_q4_weight *w, unsigned long long *s, int N, int K) {
 
 typedef struct {
     cudaStream_t st;
-    int32_t *ids, *pos, *argmax;
+    int32_t *ids, *pos, *argmax; // argmax: the sample op's pick
+    g4_sample_params *samp;
     void *emb, *ple_tab, *ple_norm;                           // tables
     void *w_plp, *w_q, *w_k, *w_o, *w_g, *w_u, *w_pp, *w_lm;  // f16 [K, N]
     g4_q4_weight q_v, q_d, q_pg, q_pu;                        // Q4
@@ -128,6 +131,9 @@ static void chain_init(chain *c) {
     c->argmax = dev_zero(4);
     PC(cudaMemcpy(c->ids, &ids, 4, cudaMemcpyHostToDevice));
     PC(cudaMemcpy(c->pos, &pos, 4, cudaMemcpyHostToDevice));
+    const g4_sample_params sp = {1.0f, 0, 0.9f, 7, 0, {0}};
+    c->samp = dev_zero(sizeof sp);
+    PC(cudaMemcpy(c->samp, &sp, sizeof sp, cudaMemcpyHostToDevice));
     const float wh = 1.0f / sqrtf((float)H);
     c->emb = dev_f16(&s, (size_t)VOCAB * H, 0.2f, 1.0f, 1);
     c->ple_tab = dev_f16(&s, (size_t)VOCAB * PL * PD, 0.2f, 1.0f, 1);
@@ -181,7 +187,7 @@ static void chain_free(chain *c) {
         c->w_k,   c->w_o,     c->w_g,    c->w_u,     c->w_pp,     c->w_lm,     c->n_in,   c->n_post,
         c->n_pre, c->n_post2, c->q_norm, c->k_norm,  c->inv_freq, c->h32,      c->logits, c->x16,
         c->xn,    c->ple,     c->q,      c->k,       c->v,        c->attn,     c->o16,    c->mlp,
-        c->pg,    c->kc,      c->vc,     c->attn_ws, c->lg_ws};
+        c->pg,    c->kc,      c->vc,     c->attn_ws, c->lg_ws,    c->samp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) PC(cudaFree(bufs[i]));
     g4_q4_weight_free(&c->q_v);
     g4_q4_weight_free(&c->q_d);
@@ -231,7 +237,8 @@ static void chain_run(chain *c) {
     }
     gemm_ok(
         g4_gemm_f16(c->logits, c->xn, c->w_lm, NULL, 1, VL, H, G4_GEMM_Y_F32, G4_GEMM_AUTO, st));
-    g4_logits_softcap_argmax(c->logits, 1, VL, 30.0f, c->argmax, c->lg_ws, c->lg_ws_bytes, st);
+    g4_logits_sample(c->argmax, c->logits, 1, VL, 30.0f, c->samp, c->pos, c->lg_ws, c->lg_ws_bytes,
+                     st);
 }
 
 typedef struct {

@@ -1,5 +1,5 @@
 // test_cuda_ple_host.c: the per-layer embedding table read in place from pinned host memory
-// (`--ple-host`, be->ple_host) gives bit-identical results to the table on the device: the same
+// (`--ple-host`, the load option g4_text_load_opts.ple_host) gives bit-identical results to the table on the device: the same
 // kernels read the same bytes, only over PCIe. Checks the placement accounting too (the table's
 // bytes leave weight_bytes and appear in host_bytes) and that a graph-replayed greedy decode
 // takes the same tokens, so the captured step reads the host table as well.
@@ -24,7 +24,7 @@ static int run(g4_text_model *m, const int32_t *ids, float *logits, int32_t *tok
     if (rc) return rc;
     if (!(rc = g4_text_forward(s, ids, T - 1, NULL, logits, 1))) {
         int32_t tok = ids[T - 1];
-        for (int i = 0; i < STEPS && !rc; i++) rc = g4_text_decode_greedy(s, tok, &tok), toks[i] = tok;
+        for (int i = 0; i < STEPS && !rc; i++) rc = g4_text_step(s, &tok, 1, NULL, &tok), toks[i] = tok;
     }
     g4_text_state_free(s);
     return rc;
@@ -43,11 +43,9 @@ int main(void) {
     CHECK(g4_backend_by_name("cuda", &be) == 0);
     CHECK(be->alloc_mapped != NULL);
     g4_text_model *dev = NULL, *host = NULL;
-    be->ple_host = 0;
+    const g4_text_load_opts on = {.ple_host = 1};
     CHECK_MSG(g4_text_model_load(p, be, &dev) == 0, "%s", g4_error());
-    be->ple_host = 1;
-    CHECK_MSG(g4_text_model_load(p, be, &host) == 0, "%s", g4_error());
-    be->ple_host = 0;
+    CHECK_MSG(g4_text_model_load_opts(p, be, &on, &host) == 0, "%s", g4_error());
     if (dev && host) {
         const uint64_t ple = (uint64_t)p->text.vocab_ple * p->text.n_layers * p->text.ple_dim * 2;
         CHECK(dev->ple_mapped == NULL && dev->host_bytes == 0);

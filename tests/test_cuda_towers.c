@@ -1071,8 +1071,8 @@ done:
 }
 
 // A tower whose shapes the kernels do not take is refused at load with a user error naming the
-// shape (not an abort in the middle of a forward): the mobius-tiny fixture has vision heads of
-// 32 and audio heads of 8.
+// op and the shape (not an abort in the middle of a forward): the mobius-tiny fixture has vision
+// heads of 32 (2 heads) and audio heads of 8 (8 heads).
 static void run_refusals(void) {
     if (!dut->check_vision || !dut->check_audio) return; // the CPU takes every shape
     if (!want_case("refuse_shapes", "mobius-tiny towers")) return;
@@ -1086,7 +1086,7 @@ static void run_refusals(void) {
     g4_vision_tower *v = NULL;
     g4_audio_tower *a = NULL;
     int rc = g4_vision_tower_load(p, dut, &v);
-    CHECK_MSG(rc == G4_EUSER && v == NULL && strstr(g4_error(), "vision tower head_dim 32"),
+    CHECK_MSG(rc == G4_EUSER && v == NULL && strstr(g4_error(), "vision 2-D RoPE (2 heads of 32)"),
               "vision: rc %d, '%s'", rc, g4_error());
     printf("  vision: %s\n", g4_error());
     rc = g4_audio_tower_load(p, dut, &a);

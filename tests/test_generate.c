@@ -1,67 +1,70 @@
-// test_generate.c: generation (engine/generate.c, engine/sample.c) on the CPU backend.
+// test_generate.c: generation (engine/generate.c), the one decode step (g4_text_step) and the
+// sample op (kernels/ref/sample.c, kernels/sample_math.h) on the CPU backend.
 //
-//  1. the PRNG: xoshiro256** seeded by SplitMix64 equals the fixture's values (computed in
-//     tools/python/make_generate_fixture.py from the published algorithms);
-//  2. the sampler on hand-made logits: greedy = first maximum; NaN is an internal error;
-//     top-k / top-p / temperature keep exactly the tokens HF's warpers keep, and the sampled
-//     frequencies match the renormalised probabilities (20000 draws: a 5-sigma bound, sigma
-//     = sqrt(p (1 - p) / n) <= 0.0036, so a correct sampler fails with probability < 1e-6);
+//  1. the draw: SplitMix64 outputs equal the fixture's (tools/python/make_sample_fixture.py,
+//     from the published algorithm);
+//  2. the sample op's reference against HF: on the fixture's logits, the tokens it can draw are
+//     exactly those HF's TemperatureLogitsWarper + TopKLogitsWarper + TopPLogitsWarper leave
+//     (ties at the k-th kept), and its picks for draws 0..7 are the fixture's (computed in
+//     exact Python integers from the documented arithmetic); greedy = first maximum; NaN is
+//     an internal error; the sampled frequencies match the renormalised probabilities (20000
+//     draws: a 5-sigma bound, sigma = sqrt(p (1 - p) / n) <= 0.0036, so a correct sampler
+//     fails with probability < 1e-6); the backend op (soft-cap + pick, V = 262144 and an odd
+//     V) equals a direct computation written here (qsort, libm exp);
 //  3. greedy generation on both tiny packages equals HF's greedy `generate` (the fixture's
 //     ids; exact: ids are discrete, and the fixture records the smallest top-2 logit gap HF
 //     saw, >= 4e-4, far above our ~1e-6 relative logit error), with the prefill in one chunk,
-//     in chunks of 7 and token by token;
+//     in chunks of 7 and token by token; and equals the old path's algorithm (eager forwards,
+//     logits on the host, first argmax), run here;
 //  4. stop strings (the fixture's, cut where Python's str.find cuts, after as many tokens as
 //     an engine checking after every token needs), --ignore-stop, "\n\n", max_new, extra EOS
-//     ids, the context limit (tiny2's 128 positions), streaming (the pieces are valid UTF-8
-//     and add up to the text, with and without a stop string);
-//  5. sampling is reproducible with a seed and changes with it; soft tokens reach the right
-//     placeholders whatever the chunking (same tokens for chunks of 1, 3 and all);
-//  6. bad parameters are user errors.
+//     ids, ignore_eos, the context limit (tiny2's 128 positions), streaming (the pieces are
+//     valid UTF-8 and add up to the text, with and without a stop string);
+//  5. sampling is reproducible with a seed and changes with it, and each sampled token is what
+//     a direct computation picks from the teacher-forced logits with draw index = position;
+//     soft tokens reach the right placeholders whatever the chunking (same tokens for chunks
+//     of 1, 3 and all), through the scatter op (checked on its own too);
+//  6. model vs state: two states alive at once on one model, their steps interleaved, give the
+//     tokens each gives alone; a state allocates no backend memory after its first request
+//     (requests of other lengths, greedy and sampled; backend alloc_count), and grows only for
+//     a request larger than it;
+//  7. bad parameters are user errors.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/generate.h"
 #include "eval/pystr.h"
+#include "kernels/ref/ref.h"
 #include "tests/chat_fixture.h"
 #include "tests/test_util.h"
 
-// --- 1. PRNG ----------------------------------------------------------------------------------
-static void test_rng(const cf_lines *l) {
+// --- 1. the draw ------------------------------------------------------------------------------
+static void test_splitmix(const cf_lines *l) {
     int n = 0;
     for (int c = 0; c < l->n; c++) {
         const cJSON *o = l->line[c];
-        if (strcmp(cf_str(o, "kind"), "rng")) continue;
-        g4_rng r;
-        uint64_t seed = (uint64_t)cJSON_GetObjectItem(o, "seed")->valuedouble;
-        g4_rng_seed(&r, seed);
+        if (strcmp(cf_str(o, "kind"), "splitmix")) continue;
+        uint64_t seed = strtoull(cf_str(o, "seed"), NULL, 10);
         const cJSON *want = cJSON_GetObjectItem(o, "u64");
         for (int i = 0; i < cJSON_GetArraySize(want); i++) {
             uint64_t w = strtoull(cJSON_GetArrayItem(want, i)->valuestring, NULL, 10);
-            uint64_t g = g4_rng_next(&r);
-            CHECK_MSG(g == w, "seed %llu output %d: %llu, expected %llu", (unsigned long long)seed,
+            uint64_t g = g4_sample_u64(seed, (uint64_t)i);
+            CHECK_MSG(g == w, "seed %llu draw %d: %llu, expected %llu", (unsigned long long)seed,
                       i, (unsigned long long)g, (unsigned long long)w);
         }
         n++;
     }
     CHECK(n >= 3);
-    g4_rng r;
-    g4_rng_seed(&r, 5);
-    for (int i = 0; i < 1000; i++) {
-        double u = g4_rng_uniform(&r);
-        CHECK(u >= 0 && u < 1);
-    }
 }
 
 // --- 2. sampler ---------------------------------------------------------------------------------
-// Draws n tokens and returns the frequency of each of V tokens.
+// Draws n tokens (draw indices 0..n-1 of one seed) and returns the frequency of each of V tokens.
 static void freqs(const g4_sampler *s, const float *logits, int V, int n, double *f) {
-    g4_rng r;
-    g4_rng_seed(&r, 12345);
     memset(f, 0, sizeof(double) * (size_t)V);
     for (int i = 0; i < n; i++) {
         int t = -1;
-        CHECK(g4_sample(s, logits, V, &r, &t) == G4_OK);
+        CHECK(g4_sample(s, logits, V, 12345, (uint32_t)i, &t) == G4_OK);
         if (t >= 0 && t < V) f[t] += 1.0 / n;
     }
 }
@@ -74,19 +77,59 @@ static void check_freqs(const char *what, const double *f, const double *p, int 
     }
 }
 
+static int cmp_int(const void *a, const void *b) {
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+// The fixture's logits: the reference keeps HF's tokens and picks the fixture's ids.
+static void test_warp_cases(const cf_lines *l) {
+    int n_cases = 0, n_ties = 0;
+    for (int c = 0; c < l->n; c++) {
+        const cJSON *o = l->line[c];
+        if (strcmp(cf_str(o, "kind"), "warp")) continue;
+        const int V = cf_int(o, "V");
+        const cJSON *lg = cJSON_GetObjectItem(o, "logits");
+        float *x = g4_malloc(sizeof(float) * (size_t)V);
+        for (int i = 0; i < V; i++) x[i] = (float)cJSON_GetArrayItem(lg, i)->valuedouble;
+        g4_sampler smp = {(float)cJSON_GetObjectItem(o, "temperature")->valuedouble,
+                          cf_int(o, "top_k"), (float)cJSON_GetObjectItem(o, "top_p")->valuedouble};
+        const uint64_t seed = strtoull(cf_str(o, "seed"), NULL, 10);
+        int n_kept, n_picks;
+        int *kept = cf_ints(o, "kept", &n_kept), *picks = cf_ints(o, "picks", &n_picks);
+        g4_sample_params p = {smp.temperature, smp.top_k, smp.top_p, (uint32_t)seed,
+                              (uint32_t)(seed >> 32), {0}};
+        int32_t *ours = g4_malloc(sizeof(int32_t) * (size_t)V);
+        int n_ours = ref_sample_kept(x, V, &p, ours);
+        qsort(ours, (size_t)(n_ours > 0 ? n_ours : 0), sizeof(int32_t), cmp_int);
+        CHECK_MSG(n_ours == n_kept && !memcmp(ours, kept, sizeof(int) * (size_t)n_kept),
+                  "case %d (V %d, T %g, top_k %d, top_p %g): %d tokens kept, HF keeps %d", n_cases,
+                  V, (double)smp.temperature, smp.top_k, (double)smp.top_p, n_ours, n_kept);
+        for (int n = 0; n < n_picks; n++) {
+            int t = -1;
+            CHECK(g4_sample(&smp, x, V, seed, (uint32_t)n, &t) == G4_OK);
+            CHECK_MSG(t == picks[n], "case %d draw %d: picked %d, the fixture %d", n_cases, n, t,
+                      picks[n]);
+        }
+        n_ties += cJSON_IsTrue(cJSON_GetObjectItem(o, "ties"));
+        n_cases++;
+        free(x), free(kept), free(picks), free(ours);
+    }
+    CHECK_MSG(n_cases >= 12 && n_ties >= 2, "%d warp cases (%d with ties)", n_cases, n_ties);
+    printf("sampler vs HF warpers and the exact picks: %d cases (%d with ties at the k-th)\n",
+           n_cases, n_ties);
+}
+
 static void test_sampler(void) {
-    g4_rng r;
-    g4_rng_seed(&r, 1);
     int t;
     const float tie[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
     g4_sampler greedy = {0, 0, 1};
-    CHECK(g4_sample(&greedy, tie, 5, &r, &t) == G4_OK && t == 1); // first of two maxima
+    CHECK(g4_sample(&greedy, tie, 5, 1, 0, &t) == G4_OK && t == 1); // first of two maxima
     float nan_l[3] = {0.1f, NAN, 0.3f};
-    CHECK(g4_sample(&greedy, nan_l, 3, &r, &t) == G4_EINTERNAL);
+    CHECK(g4_sample(&greedy, nan_l, 3, 1, 0, &t) == G4_EINTERNAL);
     g4_sampler hot = {1.0f, 0, 1};
-    CHECK(g4_sample(&hot, nan_l, 3, &r, &t) == G4_EINTERNAL);
+    CHECK(g4_sample(&hot, nan_l, 3, 1, 0, &t) == G4_EINTERNAL);
     const float neg_inf[3] = {-INFINITY, 0.0f, -INFINITY};
-    for (int i = 0; i < 50; i++) CHECK(g4_sample(&hot, neg_inf, 3, &r, &t) == G4_OK && t == 1);
+    for (int i = 0; i < 50; i++) CHECK(g4_sample(&hot, neg_inf, 3, 1, (uint32_t)i, &t) == G4_OK && t == 1);
 
     // p = (0.5, 0.3, 0.2) as logits ln p (plus a constant: softmax ignores it)
     const float l3[4] = {logf(0.5f) + 3, logf(0.3f) + 3, logf(0.2f) + 3, -INFINITY};
@@ -104,7 +147,7 @@ static void test_sampler(void) {
     g4_sampler p6 = {1.0f, 0, 0.6f};
     freqs(&p6, l3, 4, N, f);
     check_freqs("top_p 0.6", f, (double[]){0.625, 0.375, 0, 0}, 4, N);
-    // top_p 0.5: token 2 has exactly 0.5 above it: dropped (HF removes cumsum <= 1 - top_p)
+    // top_p 0.45: token 2 has 0.5 above it: dropped (HF removes cumsum <= 1 - top_p)
     g4_sampler p5 = {1.0f, 0, 0.45f};
     freqs(&p5, l3, 4, 500, f);
     CHECK(fabs(f[0] - 1.0) < 1e-9); // (a sum of n terms 1/n)
@@ -113,15 +156,141 @@ static void test_sampler(void) {
     g4_sampler t2 = {2.0f, 0, 1};
     freqs(&t2, l3, 4, N, f);
     check_freqs("T=2", f, (double[]){sqrt(0.5) / s, sqrt(0.3) / s, sqrt(0.2) / s, 0}, 4, N);
-    // top-k over a larger vocabulary (the heap path): only the 3 largest ever appear
+    // top-k ties: every logit >= the k-th largest stays (HF), here 3 equal at the 2nd place
+    const float ties[5] = {1.0f, 3.0f, 2.0f, 2.0f, 2.0f};
+    g4_sampler k2t = {1.0f, 2, 1};
+    freqs(&k2t, ties, 5, N, f);
+    const double e1 = exp(-1.0), zt = 1 + 3 * e1;
+    check_freqs("top_k 2 with ties", f, (double[]){0, 1 / zt, e1 / zt, e1 / zt, e1 / zt}, 5, N);
+    // top-k over a larger vocabulary: only the 3 largest ever appear
     float big[1000];
     for (int i = 0; i < 1000; i++) big[i] = (float)((i * 7919) % 1000) * 1e-3f;
     g4_sampler k3 = {1.0f, 3, 1};
-    g4_rng_seed(&r, 3);
     for (int i = 0; i < 300; i++) {
-        CHECK(g4_sample(&k3, big, 1000, &r, &t) == G4_OK);
+        CHECK(g4_sample(&k3, big, 1000, 3, (uint32_t)i, &t) == G4_OK);
         CHECK(big[t] >= 0.997f);
     }
+}
+
+// --- a direct computation of the pick, written apart from kernels/ref/sample.c ---------------
+typedef struct {
+    float x;
+    int id;
+} tok;
+
+static int tok_desc(const void *a, const void *b) {
+    const tok *p = a, *q = b;
+    if (p->x != q->x) return p->x > q->x ? -1 : 1;
+    return (p->id > q->id) - (p->id < q->id);
+}
+
+// The documented pick (generate.h, kernels/sample_math.h) from capped logits x[V].
+static int direct_pick(const float *x, int V, const g4_sampler *smp, uint64_t seed, uint32_t n) {
+    if (!(smp->temperature > 0)) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (x[i] > x[best]) best = i;
+        return best;
+    }
+    tok *t = g4_malloc(sizeof(tok) * (size_t)V);
+    for (int i = 0; i < V; i++) t[i] = (tok){x[i] == 0.0f ? 0.0f : x[i], i};
+    qsort(t, (size_t)V, sizeof *t, tok_desc);
+    int m = V;
+    if (smp->top_k > 0 && smp->top_k < V) {
+        m = 0;
+        while (m < V && t[m].x >= t[smp->top_k - 1].x) m++;
+    }
+    unsigned long long *w = g4_malloc(sizeof(unsigned long long) * (size_t)m), z = 0;
+    for (int j = 0; j < m; j++) {
+        const double e = exp(((double)t[j].x - (double)t[0].x) / (double)smp->temperature);
+        z += w[j] = (unsigned long long)floor(e * 1099511627776.0); // 2^40
+    }
+    if (smp->top_p < 1) {
+        const unsigned long long point = (unsigned long long)ceil((double)smp->top_p * (double)z) - 1;
+        unsigned long long a = 0;
+        for (int j = 0; j < m; j++)
+            if ((a += w[j]) > point) {
+                m = j + 1, z = a;
+                break;
+            }
+    }
+    uint64_t u = seed + (uint64_t)(n + 1) * 0x9e3779b97f4a7c15ull; // SplitMix64 output n
+    u = (u ^ (u >> 30)) * 0xbf58476d1ce4e5b9ull;
+    u = (u ^ (u >> 27)) * 0x94d049bb133111ebull;
+    u ^= u >> 31;
+    const unsigned long long r = (unsigned long long)(((unsigned __int128)(u >> 11) * z) >> 53);
+    int id = t[m - 1].id;
+    unsigned long long a = 0;
+    for (int j = 0; j < m; j++)
+        if ((a += w[j]) > r) {
+            id = t[j].id;
+            break;
+        }
+    free(w);
+    free(t);
+    return id;
+}
+
+// The CPU backend's sample op (soft-cap in place + pick) on random logits against the direct
+// computation, at E2B's vocabulary and an odd one, greedy and three samplers.
+static void test_sample_op(void) {
+    g4_backend *be = g4_backend_cpu();
+    const int Vs[2] = {262144, 1001};
+    const g4_sampler smps[4] = {{0, 0, 1}, {1.0f, 64, 0.95f}, {0.8f, 0, 0.9f}, {1.3f, 0, 1}};
+    unsigned long long st = 99;
+    int n = 0;
+    for (int v = 0; v < 2; v++) {
+        const int V = Vs[v], draws = V > 10000 ? 3 : 12;
+        g4_buf lg = g4_buf_new(be, G4_F32, 1, V), next = g4_buf_new(be, G4_I32, 1, 1),
+               cnt = g4_buf_new(be, G4_I32, 1, 1);
+        float *raw = g4_malloc(sizeof(float) * (size_t)V), *capped = g4_malloc(sizeof(float) * (size_t)V);
+        for (int i = 0; i < V; i++) raw[i] = g4t_rand_uniform(&st, -45.0f, 45.0f);
+        for (int i = 0; i < V; i++) capped[i] = 30.0f * tanhf(raw[i] / 30.0f);
+        for (int k = 0; k < 4; k++)
+            for (int d = 0; d < draws; d++) {
+                const uint64_t seed = 0x1234567890ull + (uint64_t)k;
+                const g4_sample_params p = {smps[k].temperature, smps[k].top_k, smps[k].top_p,
+                                            (uint32_t)seed, (uint32_t)(seed >> 32), {0}};
+                memcpy(lg.data, raw, sizeof(float) * (size_t)V);
+                ((int32_t *)cnt.data)[0] = 1000 + d;
+                be->sample(be, &next, &lg, 30.0f, &p, &cnt);
+                CHECK_MSG(!memcmp(lg.data, capped, sizeof(float) * (size_t)V),
+                          "V %d: the op's soft-cap differs from 30 tanh(x / 30)", V);
+                const int want = direct_pick(capped, V, &smps[k], seed, (uint32_t)(1000 + d));
+                CHECK_MSG(((int32_t *)next.data)[0] == want,
+                          "V %d sampler %d draw %d: the op picked %d, the direct computation %d", V,
+                          k, d, ((int32_t *)next.data)[0], want);
+                n++;
+            }
+        // a NaN row: -1
+        ((float *)lg.data)[V / 2] = NAN;
+        be->sample(be, &next, &lg, 30.0f, &(g4_sample_params){1.0f, 0, 1.0f, 1, 0, {0}}, &cnt);
+        CHECK_INT(((int32_t *)next.data)[0], -1);
+        g4_buf_free(be, &lg), g4_buf_free(be, &next), g4_buf_free(be, &cnt);
+        free(raw), free(capped);
+    }
+    printf("sample op vs the direct computation: %d picks (V 262144 and 1001)\n", n);
+}
+
+// The scatter op: the rows with an index take their source rows, the others stay.
+static void test_scatter_op(void) {
+    g4_backend *be = g4_backend_cpu();
+    const int T = 9, n = 4, C = 7;
+    g4_buf dst = g4_buf_new(be, G4_F32, T, C), src = g4_buf_new(be, G4_F32, n, C),
+           idx = g4_buf_new(be, G4_I32, T, 1);
+    const int32_t map[9] = {-1, 2, -1, 0, 3, -1, -1, 1, -1};
+    for (int i = 0; i < T * C; i++) ((float *)dst.data)[i] = -1.0f - (float)i;
+    for (int i = 0; i < n * C; i++) ((float *)src.data)[i] = 100.0f + (float)i;
+    memcpy(idx.data, map, sizeof map);
+    be->scatter_rows(be, &dst, &src, &idx);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            const float want = map[t] < 0 ? -1.0f - (float)(t * C + c) : 100.0f + (float)(map[t] * C + c);
+            bad += ((float *)dst.data)[t * C + c] != want;
+        }
+    CHECK_MSG(bad == 0, "scatter_rows: %d values differ", bad);
+    g4_buf_free(be, &dst), g4_buf_free(be, &src), g4_buf_free(be, &idx);
 }
 
 // --- 3/4. greedy vs HF, stops, streaming ---------------------------------------------------------
@@ -146,6 +315,7 @@ static void collect(void *ctx, const char *text, size_t len) {
 typedef struct {
     g4_package *pkg;
     g4_text_model *m;
+    g4_text_state *s; // every generation of the test runs on this one state
 } model;
 
 static model open_model(const char *dir) {
@@ -154,12 +324,44 @@ static model open_model(const char *dir) {
         fprintf(stderr, "%s\n", g4_error());
         exit(1);
     }
+    const g4_text_state_opts o = {64, G4_GEN_DEFAULT_CHUNK, 1, 0}; // grown by requests
+    if (g4_text_state_new_opts(md.m, &o, &md.s)) {
+        fprintf(stderr, "%s\n", g4_error());
+        exit(1);
+    }
     return md;
 }
 
 static void close_model(model *md) {
+    g4_text_state_free(md->s);
     g4_text_model_free(md->m);
     g4_package_close(md->pkg);
+}
+
+// The old path's algorithm (before the one decode step): eager forwards on a fresh state, the
+// last row's logits downloaded, the first argmax on the host, until an EOS id or n tokens.
+static int old_greedy(g4_text_model *m, const int *prompt, int n_prompt, const int *eos, int n_eos,
+                      int n, int *out) {
+    const int V = m->cfg->vocab;
+    g4_text_state *s;
+    G4_ASSERT(g4_text_state_new(m, n_prompt + n, n_prompt, &s) == G4_OK);
+    float *lg = g4_malloc(sizeof(float) * (size_t)V);
+    int got = 0, rc = g4_text_forward(s, prompt, n_prompt, NULL, lg, 0);
+    while (!rc && got < n) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (lg[i] > lg[best]) best = i;
+        out[got++] = best;
+        int stop = 0;
+        for (int i = 0; i < m->cfg->n_eos; i++) stop |= m->cfg->eos_ids[i] == best;
+        for (int i = 0; i < n_eos; i++) stop |= eos[i] == best;
+        if (stop || got == n) break;
+        const int32_t fed = best;
+        rc = g4_text_forward(s, &fed, 1, NULL, lg, 0);
+    }
+    free(lg);
+    g4_text_state_free(s);
+    return rc ? -1 : got;
 }
 
 static void expect_tokens(const char *what, const g4_gen_result *r, const int *want, int n_want) {
@@ -182,6 +384,7 @@ static void test_hf_greedy(const cf_lines *l, model *tiny, model *tiny2, const g
         int *eos = cf_ints(o, "eos", &n_eos);
         int is_chat = cf_str(o, "text") != NULL;
         const int chunks[3] = {0, 7, 1};
+        int d_old = -1;
         for (int k = 0; k < 3; k++) {
             g4_gen_params p;
             g4_gen_params_default(&p);
@@ -189,7 +392,7 @@ static void test_hf_greedy(const cf_lines *l, model *tiny, model *tiny2, const g
             p.eos = eos, p.n_eos = n_eos;
             p.prefill_chunk = chunks[k];
             g4_gen_result r;
-            int rc = g4_generate(md->m, is_chat ? tok : NULL, prompt, n_prompt, NULL, &p, &r);
+            int rc = g4_generate(md->s, is_chat ? tok : NULL, prompt, n_prompt, NULL, &p, &r);
             CHECK_MSG(rc == G4_OK, "%s: %s", name, g4_error());
             char what[96];
             snprintf(what, sizeof what, "%s/%s chunk %d", cf_str(o, "package"), name, chunks[k]);
@@ -199,6 +402,13 @@ static void test_hf_greedy(const cf_lines *l, model *tiny, model *tiny2, const g
             CHECK(r.n_prompt == n_prompt && r.max_new == p.max_new);
             CHECK(r.prefill_ms >= 0 && r.decode_ms >= 0 && r.decode_tok_s >= 0);
             if (is_chat) CHECK_MSG(r.text && !strcmp(r.text, cf_str(o, "text")), "%s: text", what);
+            if (k == 0) { // the old path's algorithm gives the same ids
+                int *old = g4_malloc(sizeof(int) * (size_t)p.max_new);
+                const int n_old = old_greedy(md->m, prompt, n_prompt, eos, n_eos, p.max_new, old);
+                d_old = cf_first_diff(r.tokens.v, (int)r.tokens.n, old, n_old);
+                CHECK_MSG(d_old < 0, "%s: token %d differs from the old path's", what, d_old);
+                free(old);
+            }
             g4_gen_result_free(&r);
         }
         n_cases++;
@@ -239,7 +449,7 @@ static void test_stops(const cf_lines *l, model *tiny, const g4_tokenizer *tok) 
             p.ignore_stop = &stop, p.n_ignore_stop = ignore;
             p.on_text = collect, p.on_text_ctx = &sk;
             g4_gen_result r;
-            CHECK_MSG(g4_generate(tiny->m, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK, "%s",
+            CHECK_MSG(g4_generate(tiny->s, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK, "%s",
                       g4_error());
             const char *want_text = ignore ? full : cf_str(st, "text");
             int want_n = ignore ? n_want : cf_int(st, "n_tokens");
@@ -266,7 +476,7 @@ static void test_stops(const cf_lines *l, model *tiny, const g4_tokenizer *tok) 
     p.eos = eos, p.n_eos = n_eos;
     p.max_new = 5;
     g4_gen_result r;
-    CHECK(g4_generate(tiny->m, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
+    CHECK(g4_generate(tiny->s, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
     expect_tokens("max_new 5", &r, want, 5);
     CHECK_INT(r.stop, G4_STOP_MAX_NEW);
     g4_gen_result_free(&r);
@@ -276,11 +486,20 @@ static void test_stops(const cf_lines *l, model *tiny, const g4_tokenizer *tok) 
     int extra[4] = {eos[0], n_eos > 1 ? eos[1] : eos[0], want[k], 999999};
     p.eos = extra, p.n_eos = 4;
     p.max_new = 40;
-    CHECK(g4_generate(tiny->m, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
+    CHECK(g4_generate(tiny->s, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
     expect_tokens("extra eos", &r, want, k + 1);
     CHECK_INT(r.stop, G4_STOP_EOS);
     CHECK_INT(r.stop_id, want[k]);
     g4_gen_result_free(&r);
+    // ignore_eos: the same ids, on past that EOS id, to max_new
+    p.ignore_eos = 1;
+    p.max_new = 12;
+    CHECK(g4_generate(tiny->s, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
+    expect_tokens("ignore_eos", &r, want, 12);
+    CHECK_INT(r.stop, G4_STOP_MAX_NEW);
+    CHECK_INT(r.tokens.n, 12);
+    g4_gen_result_free(&r);
+    p.ignore_eos = 0;
 
     // streaming without stop strings: pieces add up to the text (random tiny-model text has
     // many byte-fallback pieces, so this exercises holding back unfinished byte runs)
@@ -290,7 +509,7 @@ static void test_stops(const cf_lines *l, model *tiny, const g4_tokenizer *tok) 
     p.on_text = collect, p.on_text_ctx = &sk;
     p.sampler = (g4_sampler){1.0f, 0, 1};
     p.seed = 99;
-    CHECK(g4_generate(tiny->m, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
+    CHECK(g4_generate(tiny->s, tok, prompt, n_prompt, NULL, &p, &r) == G4_OK);
     CHECK(r.text && sk.buf && sk.n == r.text_len && !memcmp(sk.buf, r.text, sk.n));
     CHECK(sk.bad_utf8 == 0 && sk.calls > 1);
     free(sk.buf);
@@ -395,15 +614,32 @@ static void test_sampling_seed(model *tiny) {
     g4_gen_params p;
     g4_gen_params_default(&p);
     p.max_new = 16;
+    p.ignore_eos = 1;
     p.sampler = (g4_sampler){0.8f, 40, 0.9f};
     p.seed = 7;
-    CHECK(g4_generate(tiny->m, NULL, prompt, 6, NULL, &p, &a) == G4_OK);
-    CHECK(g4_generate(tiny->m, NULL, prompt, 6, NULL, &p, &b) == G4_OK);
+    CHECK(g4_generate(tiny->s, NULL, prompt, 6, NULL, &p, &a) == G4_OK);
+    CHECK(g4_generate(tiny->s, NULL, prompt, 6, NULL, &p, &b) == G4_OK);
     p.seed = 8;
-    CHECK(g4_generate(tiny->m, NULL, prompt, 6, NULL, &p, &c) == G4_OK);
+    CHECK(g4_generate(tiny->s, NULL, prompt, 6, NULL, &p, &c) == G4_OK);
     CHECK(cf_first_diff(a.tokens.v, (int)a.tokens.n, b.tokens.v, (int)b.tokens.n) < 0);
     CHECK(cf_first_diff(a.tokens.v, (int)a.tokens.n, c.tokens.v, (int)c.tokens.n) >= 0);
     CHECK(a.text == NULL);
+    // Each sampled token is the direct computation's pick from the teacher-forced logits of the
+    // same prefix, with draw index = the position of the row it comes from.
+    const int V = tiny->m->cfg->vocab, n = (int)a.tokens.n;
+    g4_text_state *s;
+    CHECK(g4_text_state_new(tiny->m, 6 + n, 6, &s) == G4_OK);
+    float *lg = g4_malloc(sizeof(float) * (size_t)V);
+    int same = 0, rc = g4_text_forward(s, prompt, 6, NULL, lg, 0);
+    for (int i = 0; i < n && !rc; i++) {
+        same += direct_pick(lg, V, &p.sampler, 7, (uint32_t)(5 + i)) == a.tokens.v[i];
+        const int32_t fed = a.tokens.v[i];
+        if (i + 1 < n) rc = g4_text_forward(s, &fed, 1, NULL, lg, 0);
+    }
+    CHECK_MSG(rc == G4_OK && same == n, "sampled tokens: %d of %d are the direct computation's",
+              same, n);
+    free(lg);
+    g4_text_state_free(s);
     g4_gen_result_free(&a);
     g4_gen_result_free(&b);
     g4_gen_result_free(&c);
@@ -417,7 +653,9 @@ static void test_soft_chunks(model *tiny) {
     float *rows = g4_malloc(sizeof(float) * (size_t)n_soft * H);
     unsigned long long st = 42;
     for (int i = 0; i < n_soft * H; i++) rows[i] = g4t_rand_uniform(&st, -2.0f, 2.0f);
-    g4_soft_tokens soft = {rows, n_soft};
+    g4_soft_tokens soft; // the state's soft rows, written as a tower would (on the backend)
+    CHECK(g4_text_state_soft_rows(tiny->s, n_soft, &soft) == G4_OK);
+    memcpy(soft.rows.data, rows, sizeof(float) * (size_t)n_soft * H);
     g4_gen_result ref = {0};
     const int chunks[3] = {0, 3, 1};
     for (int k = 0; k < 3; k++) {
@@ -426,7 +664,7 @@ static void test_soft_chunks(model *tiny) {
         p.max_new = 12;
         p.prefill_chunk = chunks[k];
         g4_gen_result r;
-        CHECK_MSG(g4_generate(tiny->m, NULL, prompt, n, &soft, &p, &r) == G4_OK, "%s", g4_error());
+        CHECK_MSG(g4_generate(tiny->s, NULL, prompt, n, &soft, &p, &r) == G4_OK, "%s", g4_error());
         if (k == 0)
             ref = r;
         else {
@@ -437,19 +675,19 @@ static void test_soft_chunks(model *tiny) {
         }
     }
     // the soft rows matter: other rows give other logits (and here other tokens)
-    for (int i = 0; i < n_soft * H; i++) rows[i] = -rows[i];
+    for (int i = 0; i < n_soft * H; i++) ((float *)soft.rows.data)[i] = -rows[i];
     g4_gen_params p;
     g4_gen_params_default(&p);
     p.max_new = 12;
     g4_gen_result r;
-    CHECK(g4_generate(tiny->m, NULL, prompt, n, &soft, &p, &r) == G4_OK);
+    CHECK(g4_generate(tiny->s, NULL, prompt, n, &soft, &p, &r) == G4_OK);
     CHECK(cf_first_diff(r.tokens.v, (int)r.tokens.n, ref.tokens.v, (int)ref.tokens.n) >= 0);
     g4_gen_result_free(&r);
     soft.n = 7;
-    CHECK(g4_generate(tiny->m, NULL, prompt, n, &soft, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, NULL, prompt, n, &soft, &p, &r) == G4_EUSER);
     soft.n = 9;
-    CHECK(g4_generate(tiny->m, NULL, prompt, n, &soft, &p, &r) == G4_EUSER);
-    CHECK(g4_generate(tiny->m, NULL, prompt, n, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, NULL, prompt, n, &soft, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, NULL, prompt, n, NULL, &p, &r) == G4_EUSER);
     g4_gen_result_free(&ref);
     free(rows);
 }
@@ -463,18 +701,103 @@ static void test_context(model *tiny2) {
     g4_gen_params_default(&p);
     p.max_new = 20;
     g4_gen_result r;
-    CHECK(g4_generate(tiny2->m, NULL, ids, ctx + 1, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny2->s, NULL, ids, ctx + 1, NULL, &p, &r) == G4_EUSER);
     CHECK(strstr(g4_error(), "longer than the model's context") != NULL);
-    CHECK(g4_generate(tiny2->m, NULL, ids, ctx - 8, NULL, &p, &r) == G4_OK);
+    CHECK(g4_generate(tiny2->s, NULL, ids, ctx - 8, NULL, &p, &r) == G4_OK);
     // 120 prompt rows + 8 fed-back tokens fill the 128 rows; the 9th token needs no row
     CHECK_INT(r.tokens.n, 9);
     CHECK_INT(r.max_new, 9);
     CHECK_INT(r.stop, G4_STOP_CONTEXT);
     g4_gen_result_free(&r);
-    CHECK(g4_generate(tiny2->m, NULL, ids, ctx, NULL, &p, &r) == G4_OK);
+    CHECK(g4_generate(tiny2->s, NULL, ids, ctx, NULL, &p, &r) == G4_OK);
     CHECK_INT(r.tokens.n, 1);
     g4_gen_result_free(&r);
     free(ids);
+}
+
+// --- 6. model vs state -------------------------------------------------------------------------
+// n tokens after prompt on state s (its sampler set), one step at a time: the first from the
+// prefill, each next from the step on the previous.
+static int steps(g4_text_state *s, const int *prompt, int n_prompt, int n, int *out) {
+    g4_text_state_reset(s);
+    int32_t id;
+    int rc = g4_text_step(s, prompt, n_prompt, NULL, &id);
+    for (int i = 0; i < n && !rc; i++) {
+        out[i] = id;
+        if (i + 1 < n) rc = g4_text_step(s, &id, 1, NULL, &id);
+    }
+    return rc;
+}
+
+static void test_two_states(model *tiny) {
+    const int pa[5] = {2, 11, 12, 13, 14}, pb[9] = {2, 300, 301, 302, 303, 304, 305, 306, 307};
+    const int N = 20;
+    g4_text_state *a, *b;
+    CHECK(g4_text_state_new(tiny->m, 64, 16, &a) == G4_OK);
+    CHECK(g4_text_state_new(tiny->m, 64, 16, &b) == G4_OK);
+    const g4_sampler greedy = {0, 0, 1}, hot = {1.0f, 30, 0.9f};
+    g4_text_state_set_sampler(a, &greedy, 0);
+    g4_text_state_set_sampler(b, &hot, 42);
+    int alone_a[20], alone_b[20], inter_a[20] = {0}, inter_b[20] = {0};
+    CHECK(steps(a, pa, 5, N, alone_a) == G4_OK);
+    CHECK(steps(b, pb, 9, N, alone_b) == G4_OK);
+    // the same, both alive, their steps interleaved
+    g4_text_state_reset(a), g4_text_state_reset(b);
+    int32_t ia, ib;
+    int rc = g4_text_step(a, pa, 5, NULL, &ia);
+    if (!rc) rc = g4_text_step(b, pb, 9, NULL, &ib);
+    for (int i = 0; i < N && !rc; i++) {
+        inter_a[i] = ia, inter_b[i] = ib;
+        if (i + 1 == N) break;
+        if (!(rc = g4_text_step(a, &ia, 1, NULL, &ia))) rc = g4_text_step(b, &ib, 1, NULL, &ib);
+    }
+    CHECK(rc == G4_OK);
+    CHECK_MSG(!memcmp(alone_a, inter_a, sizeof alone_a) && !memcmp(alone_b, inter_b, sizeof alone_b),
+              "two states interleaved: tokens differ from one at a time");
+    g4_text_state_free(a);
+    g4_text_state_free(b);
+    printf("two states on one model, interleaved: %d + %d tokens as alone\n", N, N);
+}
+
+// No backend allocation after a state's first request, whatever the later requests' lengths
+// and samplers (while they fit it); a larger request grows it (the documented exception).
+static void test_no_alloc(model *tiny) {
+    g4_backend *be = tiny->m->be;
+    CHECK(be->alloc_count != NULL);
+    const g4_text_state_opts o = {96, 16, 1, 0};
+    g4_text_state *s;
+    CHECK(g4_text_state_new_opts(tiny->m, &o, &s) == G4_OK);
+    int prompt[80];
+    for (int i = 0; i < 80; i++) prompt[i] = 3 + (i * 29) % 1000;
+    prompt[0] = 2;
+    g4_gen_params p;
+    g4_gen_params_default(&p);
+    p.ignore_eos = 1;
+    p.max_new = 30;
+    g4_gen_result r;
+    CHECK(g4_generate(s, NULL, prompt, 40, NULL, &p, &r) == G4_OK); // the first request
+    g4_gen_result_free(&r);
+    const uint64_t before = be->alloc_count(be);
+    const int lens[4] = {5, 66, 17, 1}, news[4] = {12, 30, 70, 3};
+    for (int i = 0; i < 4; i++) {
+        p.max_new = news[i];
+        p.sampler = i % 2 ? (g4_sampler){0.9f, 20, 0.8f} : (g4_sampler){0, 0, 1};
+        p.seed = (uint64_t)i;
+        p.prefill_chunk = i == 2 ? 3 : 0;
+        CHECK_MSG(g4_generate(s, NULL, prompt, lens[i], NULL, &p, &r) == G4_OK, "%s", g4_error());
+        CHECK_INT(r.tokens.n, news[i]);
+        g4_gen_result_free(&r);
+    }
+    const uint64_t after = be->alloc_count(be);
+    CHECK_MSG(after == before, "%llu backend allocations in 4 requests after the first",
+              (unsigned long long)(after - before));
+    p.max_new = 40; // 80 + 40 rows > 96: the state grows
+    CHECK(g4_generate(s, NULL, prompt, 80, NULL, &p, &r) == G4_OK);
+    CHECK(s->capacity >= 120 && be->alloc_count(be) > after);
+    g4_gen_result_free(&r);
+    g4_text_state_free(s);
+    printf("no allocation after the first request: %llu allocations in 4 requests\n",
+           (unsigned long long)(after - before));
 }
 
 static void test_bad_params(model *tiny, const g4_tokenizer *tok) {
@@ -483,28 +806,30 @@ static void test_bad_params(model *tiny, const g4_tokenizer *tok) {
     g4_gen_result r;
     g4_gen_params_default(&p);
     p.max_new = 0;
-    CHECK(g4_generate(tiny->m, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
     g4_gen_params_default(&p);
-    CHECK(g4_generate(tiny->m, tok, prompt, 0, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, tok, prompt, 0, NULL, &p, &r) == G4_EUSER);
     const char *empty = "";
     p.stop = &empty, p.n_stop = 1;
-    CHECK(g4_generate(tiny->m, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
     const char *ok = "x";
     p.stop = &ok;
-    CHECK(g4_generate(tiny->m, NULL, prompt, 3, NULL, &p, &r) == G4_EUSER); // needs a tokenizer
+    CHECK(g4_generate(tiny->s, NULL, prompt, 3, NULL, &p, &r) == G4_EUSER); // needs a tokenizer
     g4_gen_params_default(&p);
     p.sampler = (g4_sampler){1.0f, -1, 1};
-    CHECK(g4_generate(tiny->m, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
     p.sampler = (g4_sampler){1.0f, 0, 0};
-    CHECK(g4_generate(tiny->m, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, tok, prompt, 3, NULL, &p, &r) == G4_EUSER);
     int bad[2] = {2, 5000}; // outside the 1024-token vocabulary
     g4_gen_params_default(&p);
-    CHECK(g4_generate(tiny->m, tok, bad, 2, NULL, &p, &r) == G4_EUSER);
+    CHECK(g4_generate(tiny->s, tok, bad, 2, NULL, &p, &r) == G4_EUSER);
 }
 
 int main(void) {
     const char *dir = g4t_env("G4_FIXTURES");
     char *path = g4_sprintf("%s/chat/generate_cases.jsonl", dir);
+    char *sample_path = g4_sprintf("%s/chat/sample_cases.jsonl", dir);
+    cf_lines ls = cf_read(sample_path);
     char *tok_path = g4_sprintf("%s/chat/chat_bpe.json", dir);
     char *tiny2_dir = g4_sprintf("%s/tiny2/package", dir);
     cf_lines l = cf_read(path);
@@ -514,19 +839,26 @@ int main(void) {
         return 1;
     }
     model tiny = open_model(g4t_env("G4_TINY_PKG")), tiny2 = open_model(tiny2_dir);
-    test_rng(&l);
+    test_splitmix(&ls);
+    test_warp_cases(&ls);
     test_sampler();
+    test_sample_op();
+    test_scatter_op();
     test_hf_greedy(&l, &tiny, &tiny2, tok);
     test_stops(&l, &tiny, tok);
     test_text_stream(tok);
     test_sampling_seed(&tiny);
     test_soft_chunks(&tiny);
     test_context(&tiny2);
+    test_two_states(&tiny);
+    test_no_alloc(&tiny);
     test_bad_params(&tiny, tok);
     close_model(&tiny);
     close_model(&tiny2);
     g4_tokenizer_close(tok);
     cf_free(&l);
+    cf_free(&ls);
+    free(sample_path);
     free(path);
     free(tok_path);
     free(tiny2_dir);

@@ -58,22 +58,26 @@ static void test_merge(void) {
     const int32_t ids[] = {5, 101, 100, 100, 7, 101};
     const float img[] = {1, 2, 3, 4}, aud[] = {10, 11, 12, 13};
     g4_soft_tokens s;
-    CHECK_MSG(g4_mm_merge(&c, ids, 6, img, 2, aud, 2, &s) == G4_OK, "%s", g4_error());
+    g4_backend *be = g4_backend_cpu(); // (host memory: the rows can be read in place)
+    CHECK_MSG(g4_mm_merge(be, &c, ids, 6, img, 2, aud, 2, &s) == G4_OK, "%s", g4_error());
     const float want[] = {10, 11, 1, 2, 3, 4, 12, 13}; // aud0, img0, img1, aud1
     CHECK_INT(s.n, 4);
-    for (int i = 0; i < 8 && s.rows; i++) CHECK_MSG(s.rows[i] == want[i], "row value %d", i);
-    g4_mm_soft_free(&s);
-    CHECK(g4_mm_merge(&c, ids, 6, img, 1, aud, 2, &s) == G4_EUSER);
+    CHECK(s.rows.type == G4_F32 && s.rows.rows == 4 && s.rows.cols == 2);
+    for (int i = 0; i < 8 && s.rows.data; i++)
+        CHECK_MSG(((const float *)s.rows.data)[i] == want[i], "row value %d", i);
+    g4_mm_soft_free(be, &s);
+    CHECK(g4_mm_merge(be, &c, ids, 6, img, 1, aud, 2, &s) == G4_EUSER);
     CHECK_MSG(strstr(g4_error(), "2 image placeholder ids (100) but the image gives 1") != NULL,
               "%s", g4_error());
-    CHECK(s.rows == NULL);
-    CHECK(g4_mm_merge(&c, ids, 6, img, 2, aud, 3, &s) == G4_EUSER);
+    CHECK(s.rows.data == NULL);
+    CHECK(g4_mm_merge(be, &c, ids, 6, img, 2, aud, 3, &s) == G4_EUSER);
     CHECK_MSG(strstr(g4_error(), "2 audio placeholder ids (101) but the audio gives 3") != NULL,
               "%s", g4_error());
-    CHECK(g4_mm_merge(&c, ids, 6, NULL, 0, aud, 2, &s) == G4_EUSER);
+    CHECK(g4_mm_merge(be, &c, ids, 6, NULL, 0, aud, 2, &s) == G4_EUSER);
     CHECK_MSG(strstr(g4_error(), "2 image placeholder ids (100) but no image was given") != NULL,
               "%s", g4_error());
-    CHECK(g4_mm_merge(&c, ids, 1, NULL, 0, NULL, 0, &s) == G4_OK && s.n == 0 && !s.rows);
+    CHECK(g4_mm_merge(be, &c, ids, 1, NULL, 0, NULL, 0, &s) == G4_OK && s.n == 0 &&
+          !s.rows.data);
 }
 
 // An int member as int32 (new array), its length in *n.
@@ -151,7 +155,7 @@ static void test_from_files(const char *model, const char *dump_name) {
     CHECK_MSG((rc = g4_mm_image_tower(&tw, &imf, img)) == 0, "%s", g4_error());
     if (!rc) CHECK_MSG((rc = g4_mm_audio_tower(&tw, &auf, aud)) == 0, "%s", g4_error());
     if (!rc)
-        CHECK_MSG((rc = g4_mm_merge(&p->text, ids, n, img, imf.n_soft_tokens, aud,
+        CHECK_MSG((rc = g4_mm_merge(be, &p->text, ids, n, img, imf.n_soft_tokens, aud,
                                     auf.n_soft_tokens, &soft)) == 0,
                   "%s", g4_error());
     if (rc) goto done;
@@ -184,7 +188,7 @@ static void test_from_files(const char *model, const char *dump_name) {
 done:
     free(ids), free(argmax), free(rows), free(ref), free(logits), free(img), free(aud);
     free(image), free(audio), free(pkg_dir), free(dump);
-    g4_mm_soft_free(&soft);
+    g4_mm_soft_free(g4_backend_cpu(), &soft);
     g4_image_features_free(&imf);
     g4_audio_features_free(&auf);
     g4_mm_towers_free(&tw);

@@ -1,20 +1,30 @@
 // bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512
-// and 2048 tokens, decode tok/s (128 new after a 128-token prompt, greedy, graph-replayed on
-// CUDA), time to first token, GPU memory, the decode again with the per-layer embedding table in
-// pinned host memory, vision/audio tower ms, and the same for a second package (Q4); optionally HF
-// transformers on the same weights (tools/python/bench_hf.py) with the ratios.
+// and 2048 tokens; decode through the user path, g4_generate (the call `g4cu generate` makes:
+// the prefill's last row and every new token from the one decode step, graph-replayed on
+// CUDA, with the sample op on the device), timed by the generation result itself: greedy, 128
+// new tokens after a 128-token prompt (--ignore-eos: random weights end early otherwise), the
+// same sampled (temperature 1, top-k 64, top-p 0.95), and greedy after 4096- and 32768-token
+// prompts; time to first token, GPU memory, the greedy decode again with the per-layer
+// embedding table in pinned host memory (a second load with that load option), vision/audio
+// tower ms, and the same for a second package (Q4); optionally HF transformers on the same
+// weights (tools/python/bench_hf.py) with the ratios. Packages are keyed "f16" / "q4" by their
+// decoder's weights (a repeated kind gets "_2", "_3").
 //
-// Timing: wall clock around synchronised work, median of `reps` runs after one warm-up run;
-// each run starts from an empty KV cache. Token ids are seeded random (never one repeated id).
+// Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 32k prompts);
+// each generation starts from an empty KV cache on one state that every run reuses. Token ids
+// are seeded random (never one repeated id).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "loader/json.h"
 
 #include "engine/backend_select.h"
+#include "engine/generate.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
 #include "kernels/cuda_util.h"
@@ -37,18 +47,28 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+enum { N_LONG = 2 }; // decode after a 4096- and a 32768-token prompt
+static const int long_prompt[N_LONG] = {4096, 32768};
+
 typedef struct {
+    const char *kind;     // "f16" / "q4": the decoder's weights
+    char name[32];        // kind, + "_<i>" for a repeated kind
+    const char *dir;
+    int ple_host;         // the run's load option (--ple-host)
     double prefill_ms[3]; // 128, 512, 2048 tokens
     int prefill_len[3];
-    double ttft_ms;       // 128-token prompt -> first token id on the host
-    double decode_tok_s;  // 128 new tokens after the prompt
-    double ttft_host_ms, decode_host_tok_s; // the same with the PLE table in pinned host memory
+    double ttft_ms;       // 128-token prompt -> first token id on the host (g4_generate)
+    double decode_tok_s;  // greedy, 128 new tokens after the prompt (g4_generate)
+    double decode_sampled_tok_s; // the same, temperature 1, top-k 64, top-p 0.95
+    double ttft_long_ms[N_LONG], decode_long_tok_s[N_LONG]; // after 4k / 32k prompts (-1: the
+                                                            // context is shorter)
+    double ttft_host_ms, decode_host_tok_s; // greedy with the PLE table in pinned host memory
     double ple_gib;       // the PLE table's bytes (off the device in the host variant)
     double vision_ms;     // vision tower (patch embedding .. projection) for one 768x768 image
     double audio_ms;      // audio tower for a 30 s clip (750 soft tokens)
     double load_s;
     double weights_gib;   // weight bytes placed on the backend
-    double state_gib;     // KV cache + activations of the decode state
+    double state_gib;     // KV cache of a 128 + 128-token context
 } bench_result;
 
 // Vision tower on one 768x768 image and audio tower on a 30 s clip (synthetic media through
@@ -67,14 +87,14 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         rc = g4_image_features_from_rgb(&p->image_proc, &img, &f);
         free(img.rgb);
         if (rc) goto done;
-        float *rows = g4_malloc(sizeof(float) * (size_t)f.n_soft_tokens * p->text.hidden);
+        g4_buf rows = g4_buf_new(be, G4_F32, f.n_soft_tokens, p->text.hidden);
         for (int i = 0; i <= reps && !rc; i++) {
             double a = now_ms();
-            rc = g4_mm_image_tower(&towers, &f, rows);
+            rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows); // (complete when it returns)
             if (i) t[i - 1] = now_ms() - a;
         }
         if (!rc) r->vision_ms = median(t, reps);
-        free(rows);
+        g4_buf_free(be, &rows);
         g4_image_features_free(&f);
         if (rc) goto done;
     }
@@ -97,14 +117,14 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         g4_logmel_free(&lm);
         free(wave);
         if (rc) goto done;
-        float *rows = g4_malloc(sizeof(float) * (size_t)f.n_soft_tokens * p->text.hidden);
+        g4_buf rows = g4_buf_new(be, G4_F32, f.n_soft_tokens, p->text.hidden);
         for (int i = 0; i <= reps && !rc; i++) {
             double a = now_ms();
-            rc = g4_mm_audio_tower(&towers, &f, rows);
+            rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows);
             if (i) t[i - 1] = now_ms() - a;
         }
         if (!rc) r->audio_ms = median(t, reps);
-        free(rows);
+        g4_buf_free(be, &rows);
         g4_audio_features_free(&f);
     }
 done:
@@ -113,27 +133,28 @@ done:
     return rc;
 }
 
-// TTFT of a P-token prompt (P - 1 prefilled, the last through the first greedy step) and the
-// decode rate of the N - 1 steps after it; medians of reps runs after a warm-up, on state s.
-static int bench_decode(g4_text_state *s, const int32_t *ids, int P, int N, int reps,
-                        double *ttft_ms, double *tok_s) {
+// Generations of N new tokens (EOS ignored) after ids[0..P) on state s with the sampler: the
+// generation results' own TTFT (prefill_ms) and decode rate, medians of reps runs after a
+// warm-up.
+static int bench_generate(g4_text_state *s, const int32_t *ids, int P, int N,
+                          const g4_sampler *smp, int reps, double *ttft_ms, double *tok_s) {
     double *ttft = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     double *rate = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    g4_gen_params p;
+    g4_gen_params_default(&p);
+    p.max_new = N;
+    p.ignore_eos = 1;
+    p.sampler = *smp;
+    p.seed = 0x5eed;
     int rc = G4_OK;
     for (int i = 0; i <= reps && !rc; i++) {
-        g4_text_state_reset(s);
-        double a = now_ms();
-        int32_t tok;
-        if ((rc = g4_text_forward(s, ids, P - 1, NULL, NULL, 0)) ||
-            (rc = g4_text_decode_greedy(s, ids[P - 1], &tok)))
-            break;
-        double b = now_ms();
-        for (int j = 1; j < N && !rc; j++) rc = g4_text_decode_greedy(s, tok, &tok);
-        double c = now_ms();
-        if (i) { // run 0 warms up (and captures the graph)
-            ttft[i - 1] = b - a;
-            rate[i - 1] = (N - 1) / ((c - b) / 1e3);
+        g4_gen_result r;
+        if ((rc = g4_generate(s, NULL, ids, P, NULL, &p, &r))) break;
+        if (i) { // run 0 warms up
+            ttft[i - 1] = r.prefill_ms;
+            rate[i - 1] = r.decode_tok_s;
         }
+        g4_gen_result_free(&r);
     }
     if (!rc) {
         *ttft_ms = median(ttft, reps);
@@ -144,118 +165,174 @@ static int bench_decode(g4_text_state *s, const int32_t *ids, int P, int N, int 
     return rc;
 }
 
-// Runs one package; fills r. Prefill lengths beyond the context are skipped (ms = -1).
-static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r) {
+// KV-cache bytes of `rows` positions of the model on its backend.
+static double kv_gib(const g4_text_model *m, int rows) {
+    double b = 0;
+    for (int l = 0; l < m->cfg->n_layers; l++)
+        if (m->cfg->layer[l].kv_source == l)
+            b += 2.0 * rows * m->cfg->n_kv_heads * m->cfg->layer[l].head_dim *
+                 (double)g4_type_size(m->be->kv_type);
+    return b / (1u << 30);
+}
+
+// Runs one package; fills r. Lengths beyond the context are skipped (-1).
+static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, bench_result *r) {
     memset(r, 0, sizeof *r);
+    r->dir = dir;
+    r->ple_host = ple_host;
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_text_state *s = NULL;
+    int32_t *ids = NULL;
+    double *t = NULL;
     int rc;
     double t0 = now_ms();
-    if ((rc = g4_package_open(dir, &p)) || (rc = g4_text_model_load(p, be, &m))) goto done;
+    const g4_text_load_opts lo = {.ple_host = ple_host};
+    if ((rc = g4_package_open(dir, &p)) || (rc = g4_text_model_load_opts(p, be, &lo, &m)))
+        goto done;
     be->sync(be);
     r->load_s = (now_ms() - t0) / 1e3;
     r->weights_gib = (double)m->weight_bytes / (1u << 30);
+    r->kind = p->text.weights_q4 ? "q4" : "f16";
+    snprintf(r->name, sizeof r->name, "%s", r->kind);
     if ((rc = bench_towers(p, be, reps, r))) goto done;
     const int lens[3] = {128, 512, 2048};
-    const int ctx = p->text.context_length;
-    int32_t *ids = g4_malloc(sizeof(int32_t) * 2048 + 4 * 256);
+    const int ctx = p->text.context_length, max_ids = 32768 + 256;
+    ids = g4_malloc(sizeof(int32_t) * (size_t)max_ids);
     unsigned long long seed = 0x5eed;
-    for (int i = 0; i < 2048 + 256; i++) {
+    for (int i = 0; i < max_ids; i++) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
         ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
     }
-    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int k = 0; k < 3; k++) {
         r->prefill_len[k] = lens[k];
         r->prefill_ms[k] = -1;
         if (lens[k] > ctx) continue;
-        if ((rc = g4_text_state_new(m, lens[k], lens[k], &s))) goto done_t;
+        const g4_text_state_opts so = {lens[k], lens[k], 1, 1};
+        if ((rc = g4_text_state_new_opts(m, &so, &s))) goto done;
         for (int i = 0; i <= reps; i++) {
             g4_text_state_reset(s);
             double a = now_ms();
-            if ((rc = g4_text_forward(s, ids, lens[k], NULL, NULL, 0))) goto done_t;
+            if ((rc = g4_text_forward(s, ids, lens[k], NULL, NULL, 0))) goto done;
             if (i) t[i - 1] = now_ms() - a; // run 0 warms up
         }
         r->prefill_ms[k] = median(t, reps);
         g4_text_state_free(s);
         s = NULL;
     }
-    // Decode: a 128-token prompt (its last token goes through the decode step), 128 new.
+    // Decode through g4_generate on a state of prompt + N rows, the state `g4cu generate --ids
+    // ... --max-new N` makes (the decode attention's split count follows the capacity).
     const int P = 128 < ctx ? 128 : ctx / 2, N = 128 < ctx - P ? 128 : ctx - P - 1;
-    if ((rc = g4_text_state_new(m, P + N + 1, P, &s))) goto done_t;
-    r->state_gib = 0;
-    for (int i = 0; i < p->text.n_kv_layers; i++)
-        r->state_gib += (double)(g4_buf_bytes(&s->kc[i]) + g4_buf_bytes(&s->vc[i])) / (1u << 30);
-    if ((rc = bench_decode(s, ids, P, N, reps, &r->ttft_ms, &r->decode_tok_s))) goto done_t;
-    // The same with the PLE table read in place from pinned host memory (a fresh state: the
-    // captured graph holds the table's address).
-    r->ttft_host_ms = r->decode_host_tok_s = -1;
-    const size_t ple_bytes = (size_t)p->text.vocab_ple * p->text.n_layers * p->text.ple_dim * 2;
-    r->ple_gib = (double)ple_bytes / (1u << 30);
-    void *hp = be->alloc_mapped ? be->alloc_mapped(be, ple_bytes) : NULL;
-    if (hp) {
-        be->download(be, hp, m->embed_ple, ple_bytes);
-        be->sync(be);
-        const void *dev = m->embed_ple;
-        m->embed_ple = hp;
-        g4_text_state *sh = NULL;
-        if (!(rc = g4_text_state_new(m, P + N + 1, P, &sh)))
-            rc = bench_decode(sh, ids, P, N, reps, &r->ttft_host_ms, &r->decode_host_tok_s);
-        g4_text_state_free(sh);
-        m->embed_ple = dev;
-        be->free_mapped(be, hp);
-        if (rc) goto done_t;
+    const g4_text_state_opts so = {P + N, G4_GEN_DEFAULT_CHUNK, 1, 0};
+    if ((rc = g4_text_state_new_opts(m, &so, &s))) goto done;
+    r->state_gib = kv_gib(m, P + N);
+    const g4_sampler greedy = {0, 0, 1.0f}, sampled = {1.0f, 64, 0.95f};
+    double ttft_sampled;
+    if ((rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_ms, &r->decode_tok_s)) ||
+        (rc = bench_generate(s, ids, P, N, &sampled, reps, &ttft_sampled,
+                             &r->decode_sampled_tok_s)))
+        goto done;
+    for (int k = 0; k < N_LONG; k++) {
+        r->ttft_long_ms[k] = r->decode_long_tok_s[k] = -1;
+        if (long_prompt[k] + N > ctx) continue;
+        const g4_text_state_opts lo_s = {long_prompt[k] + N, G4_GEN_DEFAULT_CHUNK, 1, 0};
+        g4_text_state *sl = NULL;
+        if (!(rc = g4_text_state_new_opts(m, &lo_s, &sl)))
+            rc = bench_generate(sl, ids, long_prompt[k], N, &greedy, reps < 3 ? reps : 3,
+                                &r->ttft_long_ms[k], &r->decode_long_tok_s[k]);
+        g4_text_state_free(sl);
+        if (rc) goto done;
     }
     if (getenv("G4_PROFILE") && !be->host_memory) {
-        // Per-op split of eager decode steps (no graph) on the same state and history.
-        g4_text_state_reset(s);
-        if ((rc = g4_text_forward(s, ids, P, NULL, NULL, 0))) goto done_t;
-        g4_cuda_profile_reset();
-        int32_t tok = ids[P];
-        for (int j = 0; j < 16; j++)
-            if ((rc = g4_text_forward(s, &tok, 1, NULL, NULL, 0))) goto done_t;
-        printf("decode step, eager, per op (%s):\n", dir);
-        g4_cuda_profile_report(stdout, 16);
+        // Per-op split of eager decode steps (no graph) after the 128-token prompt.
+        const g4_text_state_opts eo = {P + 17, P, 1, 1};
+        g4_text_state *se = NULL;
+        if ((rc = g4_text_state_new_opts(m, &eo, &se))) goto done;
+        if (!(rc = g4_text_forward(se, ids, P, NULL, NULL, 0))) {
+            g4_cuda_profile_reset();
+            int32_t tok = ids[P];
+            for (int j = 0; j < 16 && !rc; j++) rc = g4_text_step(se, &tok, 1, NULL, &tok);
+            printf("decode step, eager, per op (%s):\n", dir);
+            g4_cuda_profile_report(stdout, 16);
+        }
+        g4_text_state_free(se);
+        if (rc) goto done;
     }
-done_t:
+    // The greedy decode again with the PLE table in pinned host memory: a second load with
+    // that load option (the model is immutable once loaded).
+    const size_t ple_bytes = (size_t)p->text.vocab_ple * p->text.n_layers * p->text.ple_dim * 2;
+    r->ple_gib = (double)ple_bytes / (1u << 30);
+    r->ttft_host_ms = r->decode_host_tok_s = -1;
+    if (ple_host) {
+        r->ttft_host_ms = r->ttft_ms;
+        r->decode_host_tok_s = r->decode_tok_s;
+    } else if (be->alloc_mapped) {
+        g4_text_state_free(s);
+        g4_text_model_free(m);
+        s = NULL;
+        m = NULL;
+        const g4_text_load_opts ho = {.ple_host = 1};
+        const g4_text_state_opts hs = {P + N, G4_GEN_DEFAULT_CHUNK, 1, 0};
+        if ((rc = g4_text_model_load_opts(p, be, &ho, &m)) ||
+            (rc = g4_text_state_new_opts(m, &hs, &s)) ||
+            (rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_host_ms,
+                                 &r->decode_host_tok_s)))
+            goto done;
+    }
+done:
     free(t);
     free(ids);
-done:
     g4_text_state_free(s);
     g4_text_model_free(m);
     g4_package_close(p);
     return rc;
 }
 
-static void print_result(const char *name, const bench_result *r) {
-    printf("%-6s load %.1f s, weights %.2f GiB, KV %.3f GiB | ", name, r->load_s, r->weights_gib,
-           r->state_gib);
+static void print_result(const bench_result *r) {
+    printf("%-6s load %.1f s, weights %.2f GiB, KV %.3f GiB | ", r->name, r->load_s,
+           r->weights_gib, r->state_gib);
     for (int k = 0; k < 3; k++)
         if (r->prefill_ms[k] >= 0)
             printf("prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k], r->prefill_ms[k],
                    r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
-    printf("TTFT(128) %.2f ms | decode %.1f tok/s", r->ttft_ms, r->decode_tok_s);
+    printf("TTFT(128) %.2f ms | decode %.1f tok/s | sampled (T 1, top-k 64, top-p 0.95) %.1f "
+           "tok/s",
+           r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
+    for (int k = 0; k < N_LONG; k++)
+        if (r->decode_long_tok_s[k] >= 0)
+            printf(" | after %d: TTFT %.1f ms, decode %.1f tok/s", long_prompt[k],
+                   r->ttft_long_ms[k], r->decode_long_tok_s[k]);
     if (r->decode_host_tok_s >= 0)
-        printf(" | PLE table (%.2f GiB) in pinned host memory: TTFT %.2f ms, decode %.1f tok/s",
-               r->ple_gib, r->ttft_host_ms, r->decode_host_tok_s);
+        printf(" | PLE table (%.2f GiB) in pinned host memory%s: TTFT %.2f ms, decode %.1f tok/s",
+               r->ple_gib, r->ple_host ? " (this run)" : "", r->ttft_host_ms,
+               r->decode_host_tok_s);
     if (r->vision_ms >= 0) printf(" | vision 768x768 %.2f ms", r->vision_ms);
     if (r->audio_ms >= 0) printf(" | audio 30 s %.2f ms", r->audio_ms);
     printf("\n");
 }
 
-static void json_result(FILE *f, const char *name, const bench_result *r) {
-    fprintf(f, "  \"%s\": {\"load_s\": %.3f, \"weights_gib\": %.4f, \"kv_gib\": %.4f, ", name,
-            r->load_s, r->weights_gib, r->state_gib);
+static void json_result(FILE *f, const bench_result *r) {
+    cJSON *dir = cJSON_CreateString(r->dir); // (escaped)
+    char *dir_s = cJSON_PrintUnformatted(dir);
+    fprintf(f, "  \"%s\": {\"dir\": %s, \"ple_host\": %d, \"load_s\": %.3f, "
+               "\"weights_gib\": %.4f, \"kv_gib\": %.4f, ",
+            r->name, dir_s, r->ple_host, r->load_s, r->weights_gib, r->state_gib);
+    free(dir_s);
+    cJSON_Delete(dir);
     for (int k = 0; k < 3; k++)
         fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", r->prefill_len[k],
                 r->prefill_ms[k], r->prefill_len[k],
                 r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
-    fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"vision_768_ms\": %.4f, "
+    fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"decode_sampled_tok_s\": %.2f, ",
+            r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
+    for (int k = 0; k < N_LONG; k++)
+        fprintf(f, "\"ttft_%dk_ms\": %.4f, \"decode_%dk_tok_s\": %.2f, ", long_prompt[k] / 1024,
+                r->ttft_long_ms[k], long_prompt[k] / 1024, r->decode_long_tok_s[k]);
+    fprintf(f, "\"vision_768_ms\": %.4f, "
                "\"audio_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
                "\"ple_host_decode_tok_s\": %.2f}",
-            r->ttft_ms, r->decode_tok_s, r->vision_ms, r->audio_ms, r->ple_gib, r->ttft_host_ms,
-            r->decode_host_tok_s);
+            r->vision_ms, r->audio_ms, r->ple_gib, r->ttft_host_ms, r->decode_host_tok_s);
 }
 
 // Runs the HF peer script on hf_dir and prints our first package's speeds over HF's.
@@ -296,17 +373,21 @@ static int peers(const char *hf_dir, const char *script, const bench_result *our
     return G4_OK;
 }
 
-int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int reps,
-                   const char *json, const char *hf_dir, const char *hf_script) {
+int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int ple_host,
+                   int reps, const char *json, const char *hf_dir, const char *hf_script) {
     g4_backend *be;
     int rc = g4_backend_by_name(backend, &be);
     if (rc) return g4_cli_fail(rc);
+    if (ple_host && !be->alloc_mapped)
+        return g4_cli_fail(g4_fail(G4_EUSER, "bench: --ple-host needs a GPU backend (--backend "
+                                             "cuda)"));
     bench_result res[4];
-    const char *names[4];
     for (int i = 0; i < n_pkgs && i < 4; i++) {
-        names[i] = pkgs[i];
-        if ((rc = bench_one(pkgs[i], be, reps, &res[i]))) return g4_cli_fail(rc);
-        print_result(i == 0 ? "pkg1" : i == 1 ? "pkg2" : "pkg", &res[i]);
+        if ((rc = bench_one(pkgs[i], be, ple_host, reps, &res[i]))) return g4_cli_fail(rc);
+        int same = 1; // a repeated kind: "q4_2"
+        for (int j = 0; j < i; j++) same += !strcmp(res[j].kind, res[i].kind);
+        if (same > 1) snprintf(res[i].name, sizeof res[i].name, "%s_%d", res[i].kind, same);
+        print_result(&res[i]);
         printf("       (%s)\n", pkgs[i]);
         fflush(stdout);
     }
@@ -317,7 +398,7 @@ int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int
         if (!f) return g4_cli_fail(g4_fail(G4_EUSER, "%s: cannot write", json));
         fprintf(f, "{\"backend\": \"%s\", \"reps\": %d, \"packages\": {\n", be->name, reps);
         for (int i = 0; i < n_pkgs && i < 4; i++) {
-            json_result(f, names[i], &res[i]);
+            json_result(f, &res[i]);
             fprintf(f, "%s\n", i + 1 < n_pkgs ? "," : "");
         }
         fprintf(f, "}}\n");

@@ -64,7 +64,7 @@ static int bench_kernels(const char *filter, int reps, const char *json) {
 static int cmd_bench(int argc, char **argv) {
     const char *filter = NULL, *json = NULL, *pkgs[4] = {NULL}, *backend = "cuda";
     const char *hf_dir = NULL, *hf_script = "tools/python/bench_hf.py";
-    int kernels = 0, n_pkgs = 0;
+    int kernels = 0, n_pkgs = 0, ple_host = 0;
     long long reps = 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--kernels")) {
@@ -82,6 +82,8 @@ static int cmd_bench(int argc, char **argv) {
             hf_dir = argv[++i];
         } else if (!strcmp(argv[i], "--hf-script") && i + 1 < argc) {
             hf_script = argv[++i];
+        } else if (!strcmp(argv[i], "--ple-host")) {
+            ple_host = 1;
         } else if (!strcmp(argv[i], "--backend")) {
             if (++i >= argc) return g4_cli_usage_error("bench", "--backend needs cpu or cuda");
             backend = argv[i];
@@ -96,10 +98,12 @@ static int cmd_bench(int argc, char **argv) {
     if (kernels && n_pkgs)
         return g4_cli_usage_error("bench", "give either --kernels or packages, not both");
     if (kernels) return bench_kernels(filter, (int)reps, json);
-    if (n_pkgs) return g4_bench_model(pkgs, n_pkgs, backend, (int)reps, json, hf_dir, hf_script);
+    if (n_pkgs)
+        return g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, hf_dir, hf_script);
     return g4_cli_usage_error("bench", "expected --kernels or a package directory");
 }
 
 const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
-                             "PKG [PKG2] [--backend cuda|cpu] [--hf HF_DIR] | --kernels [--filter S]  [--reps N] "
-                             "[--json F]   model tok/s, or kernels vs the H200 ceilings"};
+                             "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR] | --kernels [--filter S]  "
+                             "[--reps N] [--json F]   model tok/s (decode through g4cu generate's "
+                             "path), or kernels vs the H200 ceilings"};

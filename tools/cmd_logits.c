@@ -86,7 +86,7 @@ static int cmd_logits(int argc, char **argv) {
         goto done;
     g4_mm_towers_init(&tw, p, be);
     if ((rc = media_soft_tokens(&tw, image, image_tokens, audio, &img, &n_img, &aud, &n_aud)) ||
-        (rc = g4_mm_merge(&p->text, ids, n, img, n_img, aud, n_aud, &soft)))
+        (rc = g4_mm_merge(be, &p->text, ids, n, img, n_img, aud, n_aud, &soft)))
         goto done;
     logits = g4_malloc(sizeof(float) * (size_t)n * p->text.vocab);
     if ((rc = g4_text_forward(s, ids, n, &soft, logits, 1))) goto done;
@@ -97,7 +97,7 @@ done:
     free(logits);
     free(img);
     free(aud);
-    g4_mm_soft_free(&soft);
+    g4_mm_soft_free(be, &soft);
     g4_mm_towers_free(&tw);
     g4_text_state_free(s);
     g4_text_model_free(m);

@@ -66,7 +66,7 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     static const char *const with_value[] = {
         "--max-new", "--stop", "--ignore-stop", "--eos",     "--temperature", "--top-k",
         "--top-p",   "--seed", "--system",      "--backend", "--tokenizer",   "--prefill-chunk"};
-    int known = !strcmp(a, "--json") || !strcmp(a, "--ple-host");
+    int known = !strcmp(a, "--json") || !strcmp(a, "--ple-host") || !strcmp(a, "--ignore-eos");
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         if (!strcmp(a, with_value[k])) {
             if (!v) {
@@ -83,6 +83,10 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     }
     if (!strcmp(a, "--ple-host")) {
         o->ple_host = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--ignore-eos")) {
+        o->gen.ignore_eos = 1;
         return 1;
     }
     (*i)++;
@@ -199,21 +203,23 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
     cJSON_Delete(j);
 }
 
-// The backend by name with the placement options applied.
+// The backend by name (the placement options are load options: g4_text_load_opts).
 static int open_backend(const g4_gen_cli *o, g4_backend **be) {
     int rc = g4_backend_by_name(o->backend, be);
     if (rc) return rc;
     if (o->ple_host && !(*be)->alloc_mapped)
         return g4_fail(G4_EUSER, "%s: --ple-host needs a GPU backend (--backend cuda)", o->cmd);
-    (*be)->ple_host = o->ple_host;
     return G4_OK;
 }
 
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
     g4_pipeline *pl;
     g4_backend *be;
+    g4_pipeline_opts po = {0};
+    po.tokenizer_path = o->tokenizer;
+    po.load.ple_host = o->ple_host;
     int rc = open_backend(o, &be);
-    if (!rc) rc = g4_pipeline_open(pkg_dir, be, o->tokenizer, &pl);
+    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, &pl);
     if (rc) return g4_cli_fail(rc);
     g4_gen_params p;
     params_from(o, &p);
@@ -232,6 +238,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     g4_backend *be;
     g4_package *pkg = NULL;
     g4_text_model *m = NULL;
+    g4_text_state *s = NULL;
     g4_tokenizer *tok = NULL;
     char *tok_path = NULL;
     g4_gen_result r = {0};
@@ -249,14 +256,22 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
                      pkg_dir);
         goto done;
     }
-    if ((rc = g4_text_model_load(pkg, be, &m))) goto done;
+    const g4_text_load_opts lo = {.ple_host = o->ple_host};
+    if ((rc = g4_text_model_load_opts(pkg, be, &lo, &m))) goto done;
     g4_gen_params p;
     params_from(o, &p);
     if (!tok) p.on_text = NULL;
-    if ((rc = g4_generate(m, tok, ids, n, NULL, &p, &r))) goto done;
+    // One state sized for the request (an empty or too long prompt: g4_generate reports it).
+    long cap = (long)(n > 0 ? n : 1) + p.max_new;
+    if (cap > pkg->text.context_length) cap = pkg->text.context_length;
+    const g4_text_state_opts so = {(int)cap, G4_GEN_DEFAULT_CHUNK, 1, 0};
+    if ((rc = g4_text_state_new_opts(m, &so, &s)) ||
+        (rc = g4_generate(s, tok, ids, n, NULL, &p, &r)))
+        goto done;
     print_result(o, &r, tok != NULL);
 done:
     g4_gen_result_free(&r);
+    g4_text_state_free(s);
     g4_text_model_free(m);
     g4_tokenizer_close(tok);
     free(tok_path);

@@ -25,8 +25,9 @@ typedef struct {
 
 // The options every generating command takes, for the usage lines.
 #define G4_GEN_CLI_USAGE                                                                           \
-    "[--max-new N] [--stop S]... [--ignore-stop S]... [--eos ID]... [--temperature T "             \
-    "--top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda [--ple-host]] [--tokenizer F] [--json]"
+    "[--max-new N] [--stop S]... [--ignore-stop S]... [--eos ID]... [--ignore-eos] "               \
+    "[--temperature T --top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda [--ple-host]] " \
+    "[--tokenizer F] [--json]"
 
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd);
 void g4_gen_cli_free(g4_gen_cli *o);

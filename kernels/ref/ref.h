@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/sample_math.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,6 +60,30 @@ void ref_embed(float *y, const uint16_t *table, int cols, const int32_t *ids, in
 
 // x = c * tanh(x / c).
 void ref_softcap(float *x, size_t n, float c);
+
+// The next token of logits x[V] (already soft-capped) under sampler p, with draw n
+// (kernels/sample_math.h: exact integer weights, so the CUDA kernel picks the same id):
+//   - any NaN: -1 (a broken forward pass);
+//   - temperature <= 0: the first index of the largest logit (torch.argmax);
+//   - else, in HF's order: order the tokens by (logit desc, id asc); top_k > 0 keeps every
+//     token whose logit is >= the k-th largest; weights floor(exp((x - max) / T) * 2^40) over
+//     what is kept, total Z; top_p < 1 keeps the prefix up to the token holding mass point
+//     ceil(top_p * Z) - 1 (HF TopPLogitsWarper: a token stays while the mass above it is below
+//     top_p); the draw is the token holding mass point floor(u * Z_kept), u the top 53 bits of
+//     SplitMix64 output n of the seed over 2^53.
+int32_t ref_sample_row(const float *x, int V, const g4_sample_params *p, uint32_t n);
+// The tokens ref_sample_row can draw from x under p (nonzero weight after top-k and top-p), in
+// (logit desc, id asc) order, into ids[V]; returns their count (1, the argmax, when greedy; -1
+// with a NaN).
+int ref_sample_kept(const float *x, int V, const g4_sample_params *p, int32_t *ids);
+// For each row r of logits[rows, V]: soft-cap in place when cap > 0, then next[r] =
+// ref_sample_row(row, V, p, counter[r]).
+void ref_sample(int32_t *next, float *logits, int rows, int V, float cap,
+                const g4_sample_params *p, const int32_t *counter);
+// dst[t] = src[idx[t]] for each of the dst_rows rows t with idx[t] >= 0 (< src_rows); rows with
+// idx[t] < 0 keep their values. Rows of `cols` floats.
+void ref_scatter_rows(float *dst, int dst_rows, const float *src, int src_rows, int cols,
+                      const int32_t *idx);
 
 // --- vision and audio towers (spec 4.2-4.5, 5.3-5.5) --------------------------------------
 // Vision "padding" patches are the ones at position (-1, -1), as in HF.

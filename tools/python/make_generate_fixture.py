@@ -34,8 +34,8 @@ Cases:
         and audio_feature_extraction.json of the package, audio loaded as librosa.load would:
         soundfile float32, mono mean, soxr_hq to 16 kHz, fix_length), then generate with the
         processor's pixel_values / image_position_ids / input_features / input_features_mask.
-  rng   xoshiro256** seeded by SplitMix64 (the engine's documented PRNG), computed here from
-        the published algorithms, for a few seeds.
+(The sampler's draw, a counter-based SplitMix64, and its exact picks have their own fixture:
+tools/python/make_sample_fixture.py.)
 
 Run from the repository root (about 30 s on a CPU):
   /work/venv-hf/bin/python tools/python/make_generate_fixture.py [--out tests/fixtures/chat]
@@ -61,7 +61,6 @@ import make_chat_fixture as chatfx  # noqa: E402
 
 SEED = 20260612
 FIX = "tests/fixtures"
-M64 = (1 << 64) - 1
 
 
 def load_model(name):
@@ -115,31 +114,6 @@ def greedy_nocache(model, ids, max_new, eos):
         if nxt in eos:
             break
     return seq[len(ids):]
-
-
-def splitmix_xoshiro(seed, n):
-    z, s = seed, []
-    for _ in range(4):
-        z = (z + 0x9E3779B97F4A7C15) & M64
-        x = z
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-        s.append(x ^ (x >> 31))
-
-    def rotl(x, k):
-        return ((x << k) | (x >> (64 - k))) & M64
-    out = []
-    for _ in range(n):
-        r = (rotl((s[1] * 5) & M64, 7) * 9) & M64
-        t = (s[1] << 17) & M64
-        s[2] ^= s[0]
-        s[3] ^= s[1]
-        s[1] ^= s[2]
-        s[0] ^= s[3]
-        s[2] ^= t
-        s[3] = rotl(s[3], 45)
-        out.append(r)
-    return out
 
 
 def main():
@@ -230,10 +204,6 @@ def main():
                           "min_top2_gap": gap})
             print(f"{name}/{cname}: {len(ids)} prompt ids ({n_soft} soft) -> {new} "
                   f"(min gap {gap:.4f})")
-
-    for seed in (0, 1, 0xDEADBEEF):
-        lines.append({"kind": "rng", "seed": seed,
-                      "u64": [str(x) for x in splitmix_xoshiro(seed, 4)]})
 
     with open(os.path.join(args.out, "generate_cases.jsonl"), "w", encoding="utf-8") as f:
         for line in lines:
