@@ -38,6 +38,7 @@
 #include "engine/generate.h"
 #include "kernels/cuda_util.h"
 #include "kernels/ref/ref.h"
+#include "tests/state_check.h"
 #include "tests/test_util.h"
 
 #define MAX_T 48
@@ -210,38 +211,6 @@ static void test_pdl_same(const char *what, g4_text_model *gpu, const int32_t *i
     for (int on = 0; on < 2; on++) free(lg[on]), free(am[on]);
 }
 
-// Index of the first difference of two id lists (-1 when equal).
-static int cf_first_diff_i(const int *a, int na, const int *b, int nb) {
-    const int n = na < nb ? na : nb;
-    for (int i = 0; i < n; i++)
-        if (a[i] != b[i]) return i;
-    return na == nb ? -1 : n;
-}
-
-// The old path's algorithm: eager forwards on a fresh state, the last row's logits on the host,
-// the first argmax, until an EOS id or n tokens. Returns the count.
-static int old_greedy(g4_text_model *m, const int32_t *prompt, int P, int n, int *out) {
-    const int V = m->cfg->vocab;
-    g4_text_state *s;
-    if (g4_text_state_new(m, P + n, P, &s)) return -1;
-    float *lg = g4_malloc(sizeof(float) * (size_t)V);
-    int got = 0, rc = g4_text_forward(s, prompt, P, NULL, lg, 0);
-    while (!rc && got < n) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (lg[i] > lg[best]) best = i;
-        out[got++] = best;
-        int eos = 0;
-        for (int i = 0; i < m->cfg->n_eos; i++) eos |= m->cfg->eos_ids[i] == best;
-        if (eos || got == n) break;
-        const int32_t fed = best;
-        rc = g4_text_forward(s, &fed, 1, NULL, lg, 0);
-    }
-    free(lg);
-    g4_text_state_free(s);
-    return rc ? -1 : got;
-}
-
 // g4_generate (greedy) against the old path, on this model's backend.
 static void test_generate_vs_old(const char *what, g4_text_model *m, const int32_t *prompt, int P,
                                  int n) {
@@ -253,8 +222,8 @@ static void test_generate_vs_old(const char *what, g4_text_model *m, const int32
     g4_gen_result r;
     CHECK_MSG(g4_generate(s, NULL, prompt, P, NULL, &p, &r) == 0, "%s", g4_error());
     int *old = g4_malloc(sizeof(int) * (size_t)n);
-    const int n_old = old_greedy(m, prompt, P, n, old);
-    const int d = cf_first_diff_i(r.tokens.v, (int)r.tokens.n, old, n_old);
+    const int n_old = sc_old_greedy(m, prompt, P, NULL, 0, n, old);
+    const int d = sc_first_diff(r.tokens.v, (int)r.tokens.n, old, n_old);
     printf("  %s %s generate vs the old path: %d tokens, %s\n", what, m->be->name,
            (int)r.tokens.n, d < 0 ? "identical" : "DIFFERENT");
     CHECK_MSG(d < 0, "%s %s: greedy token %d differs from the old path's", what, m->be->name, d);
@@ -302,18 +271,6 @@ static void test_sampled(const char *what, g4_text_model *gpu, const int32_t *id
     g4_text_state_free(sf);
 }
 
-// n tokens on s after prompt (its sampler set), one step at a time.
-static int run_steps(g4_text_state *s, const int32_t *prompt, int P, int n, int32_t *out) {
-    g4_text_state_reset(s);
-    int32_t id;
-    int rc = g4_text_step(s, prompt, P, NULL, &id);
-    for (int i = 0; i < n && !rc; i++) {
-        out[i] = id;
-        if (i + 1 < n) rc = g4_text_step(s, &id, 1, NULL, &id);
-    }
-    return rc;
-}
-
 // Two states alive at once (greedy and sampled), steps interleaved == each alone; then no
 // allocation after a state's first request.
 static void test_states(const char *what, g4_text_model *gpu, const int32_t *ids) {
@@ -325,17 +282,9 @@ static void test_states(const char *what, g4_text_model *gpu, const int32_t *ids
     g4_text_state_set_sampler(a, &greedy, 0);
     g4_text_state_set_sampler(b, &hot, 77);
     int32_t alone_a[N], alone_b[N], inter_a[N] = {0}, inter_b[N] = {0};
-    CHECK(run_steps(a, ids, 7, N, alone_a) == 0);
-    CHECK(run_steps(b, ids + 7, 13, N, alone_b) == 0);
-    g4_text_state_reset(a), g4_text_state_reset(b);
-    int32_t ia, ib;
-    int rc = g4_text_step(a, ids, 7, NULL, &ia);
-    if (!rc) rc = g4_text_step(b, ids + 7, 13, NULL, &ib);
-    for (int i = 0; i < N && !rc; i++) {
-        inter_a[i] = ia, inter_b[i] = ib;
-        if (i + 1 == N) break;
-        if (!(rc = g4_text_step(a, &ia, 1, NULL, &ia))) rc = g4_text_step(b, &ib, 1, NULL, &ib);
-    }
+    CHECK(sc_steps(a, ids, 7, N, alone_a) == 0);
+    CHECK(sc_steps(b, ids + 7, 13, N, alone_b) == 0);
+    const int rc = sc_interleaved(a, ids, 7, b, ids + 7, 13, N, inter_a, inter_b);
     const int same = rc == 0 && !memcmp(alone_a, inter_a, sizeof alone_a) &&
                      !memcmp(alone_b, inter_b, sizeof alone_b);
     printf("  %s two states interleaved: %s\n", what, same ? "the tokens of each alone" : "DIFFERENT");

@@ -37,6 +37,7 @@
 #include "eval/pystr.h"
 #include "kernels/ref/ref.h"
 #include "tests/chat_fixture.h"
+#include "tests/state_check.h"
 #include "tests/test_util.h"
 
 // --- 1. the draw ------------------------------------------------------------------------------
@@ -338,32 +339,6 @@ static void close_model(model *md) {
     g4_package_close(md->pkg);
 }
 
-// The old path's algorithm (before the one decode step): eager forwards on a fresh state, the
-// last row's logits downloaded, the first argmax on the host, until an EOS id or n tokens.
-static int old_greedy(g4_text_model *m, const int *prompt, int n_prompt, const int *eos, int n_eos,
-                      int n, int *out) {
-    const int V = m->cfg->vocab;
-    g4_text_state *s;
-    G4_ASSERT(g4_text_state_new(m, n_prompt + n, n_prompt, &s) == G4_OK);
-    float *lg = g4_malloc(sizeof(float) * (size_t)V);
-    int got = 0, rc = g4_text_forward(s, prompt, n_prompt, NULL, lg, 0);
-    while (!rc && got < n) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (lg[i] > lg[best]) best = i;
-        out[got++] = best;
-        int stop = 0;
-        for (int i = 0; i < m->cfg->n_eos; i++) stop |= m->cfg->eos_ids[i] == best;
-        for (int i = 0; i < n_eos; i++) stop |= eos[i] == best;
-        if (stop || got == n) break;
-        const int32_t fed = best;
-        rc = g4_text_forward(s, &fed, 1, NULL, lg, 0);
-    }
-    free(lg);
-    g4_text_state_free(s);
-    return rc ? -1 : got;
-}
-
 static void expect_tokens(const char *what, const g4_gen_result *r, const int *want, int n_want) {
     int d = cf_first_diff(r->tokens.v, (int)r->tokens.n, want, n_want);
     CHECK_MSG(d < 0, "%s: token %d differs (got %d tokens, want %d; got %d, want %d)", what, d,
@@ -404,7 +379,7 @@ static void test_hf_greedy(const cf_lines *l, model *tiny, model *tiny2, const g
             if (is_chat) CHECK_MSG(r.text && !strcmp(r.text, cf_str(o, "text")), "%s: text", what);
             if (k == 0) { // the old path's algorithm gives the same ids
                 int *old = g4_malloc(sizeof(int) * (size_t)p.max_new);
-                const int n_old = old_greedy(md->m, prompt, n_prompt, eos, n_eos, p.max_new, old);
+                const int n_old = sc_old_greedy(md->m, prompt, n_prompt, eos, n_eos, p.max_new, old);
                 d_old = cf_first_diff(r.tokens.v, (int)r.tokens.n, old, n_old);
                 CHECK_MSG(d_old < 0, "%s: token %d differs from the old path's", what, d_old);
                 free(old);
@@ -716,19 +691,6 @@ static void test_context(model *tiny2) {
 }
 
 // --- 6. model vs state -------------------------------------------------------------------------
-// n tokens after prompt on state s (its sampler set), one step at a time: the first from the
-// prefill, each next from the step on the previous.
-static int steps(g4_text_state *s, const int *prompt, int n_prompt, int n, int *out) {
-    g4_text_state_reset(s);
-    int32_t id;
-    int rc = g4_text_step(s, prompt, n_prompt, NULL, &id);
-    for (int i = 0; i < n && !rc; i++) {
-        out[i] = id;
-        if (i + 1 < n) rc = g4_text_step(s, &id, 1, NULL, &id);
-    }
-    return rc;
-}
-
 static void test_two_states(model *tiny) {
     const int pa[5] = {2, 11, 12, 13, 14}, pb[9] = {2, 300, 301, 302, 303, 304, 305, 306, 307};
     const int N = 20;
@@ -739,19 +701,10 @@ static void test_two_states(model *tiny) {
     g4_text_state_set_sampler(a, &greedy, 0);
     g4_text_state_set_sampler(b, &hot, 42);
     int alone_a[20], alone_b[20], inter_a[20] = {0}, inter_b[20] = {0};
-    CHECK(steps(a, pa, 5, N, alone_a) == G4_OK);
-    CHECK(steps(b, pb, 9, N, alone_b) == G4_OK);
+    CHECK(sc_steps(a, pa, 5, N, alone_a) == G4_OK);
+    CHECK(sc_steps(b, pb, 9, N, alone_b) == G4_OK);
     // the same, both alive, their steps interleaved
-    g4_text_state_reset(a), g4_text_state_reset(b);
-    int32_t ia, ib;
-    int rc = g4_text_step(a, pa, 5, NULL, &ia);
-    if (!rc) rc = g4_text_step(b, pb, 9, NULL, &ib);
-    for (int i = 0; i < N && !rc; i++) {
-        inter_a[i] = ia, inter_b[i] = ib;
-        if (i + 1 == N) break;
-        if (!(rc = g4_text_step(a, &ia, 1, NULL, &ia))) rc = g4_text_step(b, &ib, 1, NULL, &ib);
-    }
-    CHECK(rc == G4_OK);
+    CHECK(sc_interleaved(a, pa, 5, b, pb, 9, N, inter_a, inter_b) == G4_OK);
     CHECK_MSG(!memcmp(alone_a, inter_a, sizeof alone_a) && !memcmp(alone_b, inter_b, sizeof alone_b),
               "two states interleaved: tokens differ from one at a time");
     g4_text_state_free(a);

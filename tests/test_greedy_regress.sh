@@ -28,4 +28,13 @@ while IFS=$'\t' read -r -a f; do
 done <"$G4_FIXTURES/chat/greedy_regression.tsv"
 [ $n -ge 11 ]
 check "the regression table has its $n cases" $?
+
+# --ignore-eos: the EOS case runs on to max_new, its first tokens the recorded ones
+IFS=$'\t' read -r -a f < <(grep "^tiny2_ids30" "$G4_FIXTURES/chat/greedy_regression.tsv")
+want=${f[2]}
+"$G4CU" generate "$G4_FIXTURES/${f[1]}" --ids "${f[5]}" --max-new 50 --ignore-eos --json >"$tmp/out" 2>"$tmp/err"
+got=$(tokens "$tmp/out")
+[ "${f[3]}" = eos ] && [ "${got:0:${#want}}" = "$want" ] && [ "$(stop_reason "$tmp/out")" = max_new ] &&
+    grep -q '"new_tokens":50' "$tmp/out"
+check "--ignore-eos: past the recorded EOS to max_new 50, the same tokens first" $?
 finish test_greedy_regress
