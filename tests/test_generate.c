@@ -135,7 +135,7 @@ static void test_sampler(void) {
     // p = (0.5, 0.3, 0.2) as logits ln p (plus a constant: softmax ignores it)
     const float l3[4] = {logf(0.5f) + 3, logf(0.3f) + 3, logf(0.2f) + 3, -INFINITY};
     const int N = 20000;
-    double f[4];
+    double f[5];
     freqs(&hot, l3, 4, N, f);
     check_freqs("T=1", f, (double[]){0.5, 0.3, 0.2, 0}, 4, N);
     g4_sampler k2 = {1.0f, 2, 1};
