@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "engine/audio_fe.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 void g4_audio_free(g4_audio *a) {
     free(a->samples);

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 // HTK mel scale, as transformers.audio_utils.hertz_to_mel / mel_to_hertz (mel_scale="htk").
 static double hz_to_mel_htk(double f) {

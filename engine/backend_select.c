@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4_backend_by_name(const char *name, g4_backend **out) {
     *out = NULL;

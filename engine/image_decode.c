@@ -12,7 +12,7 @@
 #include <setjmp.h>
 
 #include "engine/image_fe.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 void g4_image_free(g4_image *img) {
     free(img->rgb);

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "engine/image_fe.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef struct {
     int out_size;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "engine/multimodal.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 struct g4_media_encoder {
     const g4_package *pkg;

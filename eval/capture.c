@@ -6,7 +6,7 @@
 
 #include "engine/backend_select.h"
 #include "engine/text_model.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 static void capture_hook(void *ctx, const char *name, g4_backend *be, const g4_buf *b) {
     g4_capture *c = ctx;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
     g4_cmp_stats s = {0};

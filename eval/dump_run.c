@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "engine/multimodal.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4_dump_member_is_meta(const char *name) {
     static const char *const meta[] = {"input_ids",  "image_file",

@@ -7,7 +7,7 @@
 
 #include "engine/generate.h"
 #include "eval/metrics.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4_eval_match(const g4_eval_manifest *m, const int *sel, int n_sel, const g4_eval_preds *files,
                   int n_files, const g4_eval_pred ***preds) {

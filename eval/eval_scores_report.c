@@ -25,7 +25,7 @@
 #include "engine/generate.h"
 #include "eval/eval_scores.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 // A number printed with the fewest digits that read back as exactly v (cJSON's own printing
 // accepts 15 digits that are only within an epsilon of v, which would make a score read from

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "eval/pystr.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 static const g4_eval_task tasks[] = {
     {G4_EVAL_OCRBENCH, "ocrbench", "ocrbench", G4_MEDIA_IMAGE, "ocrbench_accuracy", 0, 128, 1, "",

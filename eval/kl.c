@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 // log(sum_i exp(x_i)) in double, max-shifted; -INFINITY for an empty row is not needed (V >= 1).
 static double logsumexp(const float *x, size_t V) {

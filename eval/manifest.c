@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "eval/pystr.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 
 // Where one line is being read, for messages.

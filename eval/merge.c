@@ -12,7 +12,7 @@
 #include "eval/predictions.h"
 #include "eval/run_file.h"
 #include "eval/runner.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef struct {
     char *name;           // file name in the directory

@@ -12,7 +12,7 @@
 #include "eval/pyre.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 // The response as the scorers see it: Task.process_results strips it (None -> "").
 static int stripped_response(const char *metric, const char *response, char **out) {

@@ -12,7 +12,7 @@
 
 #include "engine/generate.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 
 static int stop_reason_of(const char *s) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 #ifndef PCRE2_CODE_UNIT_WIDTH
 #define PCRE2_CODE_UNIT_WIDTH 8

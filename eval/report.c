@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4_report_classify(const char *name, char *component, size_t comp_size, char *kind,
                        size_t kind_size, int *layer) {

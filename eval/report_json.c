@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "eval/report.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 static const char *mode_name(g4_report_mode m) {
     return m == G4_REPORT_HF_DUMP    ? "hf-dump"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "eval/report.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 static const char *mode_title(g4_report_mode m) {
     switch (m) {

@@ -11,7 +11,7 @@
 
 #include "eval/report.h"
 #include "eval/svg.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 #define MAX_SERIES 24
 #define MAX_PANELS 4

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 
 // An absolute form of path (realpath when it exists, else cwd + path), new string.

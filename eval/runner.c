@@ -15,7 +15,7 @@
 #include "eval/predictions.h"
 #include "eval/progress.h"
 #include "eval/run_file.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 char *g4_eval_shard_suffix(int shard_i, int shard_n) {
     return shard_n > 1 ? g4_sprintf(".shard-%d-of-%d", shard_i, shard_n) : g4_strdup("");

@@ -15,7 +15,7 @@
 
 #include "engine/backend_select.h"
 #include "eval/kl.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "quant/kquant.h"
 #include "quant/q4.h"
 

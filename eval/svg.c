@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 enum {
     W = 980,

@@ -9,7 +9,7 @@
 #include "eval/pyre.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 // EnglishTextNormalizer.replacers, in the dict's (insertion) order: contractions, titles,
 // perfect tenses, then general contractions. Only the ASCII apostrophe is handled, as in Python.

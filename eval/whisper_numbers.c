@@ -16,7 +16,7 @@
 #include "eval/pyre.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 // --- the vocabulary (built as EnglishNumberNormalizer.__init__ builds it) ---------------------
 typedef enum {

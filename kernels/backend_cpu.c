@@ -7,7 +7,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 #define F32(b) ((float *)(b)->data)
 #define CF32(b) ((const float *)(b)->data)

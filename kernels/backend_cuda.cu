@@ -33,7 +33,7 @@
 #include "kernels/transpose.cuh"
 #include "kernels/vision_pool.cuh"
 #include "kernels/vision_posemb.cuh"
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef struct {
     cudaStream_t stream;

@@ -18,7 +18,7 @@
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/kbench.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/ptx_common.cuh"
-#include "loader/base.h"
+#include "base/base.h"
 
 namespace g4k {
 

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda_util.h"
 #include "kernels/kbench.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 // Median, min, mean and sample standard deviation of per-launch times (ms).
 static g4_kbench_time kbench_stats(std::vector<double> ms) {

@@ -1,7 +1,7 @@
 // ops.c: backend-independent helpers of the op interface (see ops.h).
 #include "kernels/ops.h"
 
-#include "loader/base.h"
+#include "base/base.h"
 
 size_t g4_type_size(g4_type t) {
     switch (t) {

@@ -8,7 +8,7 @@
 #ifndef G4_ONNX_MODEL_H
 #define G4_ONNX_MODEL_H
 
-#include "loader/base.h"
+#include "base/base.h"
 
 #define G4_MAX_DIMS 8
 

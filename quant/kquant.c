@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/onnx_model.h"
 #include "quant/q4.h"
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 static int copy_file(const char *src, const char *dst) {
     int in = open(src, O_RDONLY);

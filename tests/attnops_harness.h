@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "kernels/cuda_util.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/test_util.h"
 
 #define HX_GUARD      256

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 #include "tests/test_util.h"
 

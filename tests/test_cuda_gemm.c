@@ -46,7 +46,7 @@
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/test_util.h"
 
 #define TOL_ACC              (1.0 / 8192.0)

@@ -32,7 +32,7 @@
 #include "kernels/ple.cuh"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/test_util.h"
 
 // Shapes: E2B's hidden width and head shapes, small vocabularies and FFN.

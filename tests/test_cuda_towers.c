@@ -55,7 +55,7 @@
 #include "eval/compare.h"
 #include "kernels/cuda_util.h"
 #include "kernels/ops.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/package.h"
 #include "tests/test_util.h"
 

@@ -26,7 +26,7 @@
 #include "eval/metrics.h"
 #include "eval/pystr.h"
 #include "eval/runner.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/test_util.h"
 
 #define N_ITEMS 3

@@ -25,7 +25,7 @@
 #include "eval/predictions.h"
 #include "eval/pystr.h"
 #include "eval/runner.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/spec_chartqa.h"
 #include "tests/test_util.h"
 

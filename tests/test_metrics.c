@@ -16,7 +16,7 @@
 #include "eval/metrics.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 #include "tests/spec_chartqa.h"
 #include "tests/test_util.h"

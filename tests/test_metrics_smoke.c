@@ -12,7 +12,7 @@
 
 #include "eval/metrics.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 #include "tests/test_util.h"
 

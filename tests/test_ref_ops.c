@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/test_util.h"
 
 // --- .g4fx fixture container (see tools/python/make_attnops_fixtures.py) ------------------

@@ -10,7 +10,7 @@
 #include "eval/kl.h"
 #include "eval/report.h"
 #include "eval/svg.h"
-#include "loader/base.h"
+#include "base/base.h"
 #include "tests/test_util.h"
 
 static void test_kl(void) {

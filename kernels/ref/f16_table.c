@@ -2,7 +2,7 @@
 #include <pthread.h>
 
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 static float table[65536];
 const float *g4_f16_table = table;

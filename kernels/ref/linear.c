@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 void ref_linear_f16(float *y, const float *x, const uint16_t *w, const uint16_t *bias, int T,
                     int K, int N, int accumulate) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 void ref_sscp_conv(float *y, const float *x, const uint8_t *valid, const uint16_t *w,
                    const uint16_t *ln_w, int C_in, int H, int W, int C_out, float eps) {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 int ref_vision_pool(float *out, uint8_t *used, const float *x, const int32_t *pos_xy, int N, int D,
                     int k, int n_bins, float scale) {

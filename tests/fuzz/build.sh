@@ -36,7 +36,7 @@ rm -f "$out"/obj/*.o # always rebuilt: a stale object must not hide a failed com
 flags=(-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -D_GNU_SOURCE -I. -I"$proto")
 # The library code the targets reach (one list: every target links all of it).
-srcs=(loader/base.c loader/onnx_model.c loader/json.c "$proto/onnx.pb-c.c"
+srcs=(base/base.c loader/onnx_model.c loader/json.c "$proto/onnx.pb-c.c"
       loader/tokenizer.c loader/tokenizer_vocab.c loader/tokenizer_encode.c loader/tokenizer_decode.c
       eval/npy.c eval/npz.c eval/printable.c eval/safetensors.c
       engine/audio_decode.c engine/audio_fe.c engine/fft.c

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "engine/audio_fe.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

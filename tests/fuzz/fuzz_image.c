@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "engine/image_fe.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,5 @@
-// base.h: what every g4 module shares: error reporting, fp16/bf16 conversion, mapped files.
+// base.h: what every g4 layer shares: error reporting, checked allocation and sizes, fp16/bf16
+// conversion, files (mapped, read whole, written atomically), a string -> int map.
 //
 // Errors: library functions return G4_OK (0) or a negative code and leave one line in a
 // thread-local buffer (g4_error()). The line names the file, the tensor or value and what was
@@ -26,21 +27,6 @@ enum {
 #else
 #define G4_PRINTF(a, b)
 #define G4_NORETURN
-// --- string -> int map (open addressing; keys are borrowed, not copied) -------------------
-typedef struct {
-    const char **keys;
-    int *vals;
-    size_t cap; // power of two
-    size_t n;
-} g4_strmap;
-
-void g4_strmap_init(g4_strmap *m, size_t expected);
-void g4_strmap_free(g4_strmap *m);
-// Inserts key -> val; returns 0 when the key was already present (its value is left as is).
-int g4_strmap_put(g4_strmap *m, const char *key, int val);
-// The value of key, or -1 when absent.
-int g4_strmap_get(const g4_strmap *m, const char *key);
-
 #endif
 
 // Records the message (printf-style) and returns code, so callers write `return g4_fail(...)`.

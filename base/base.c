@@ -1,5 +1,5 @@
 // base.c: error buffer, checked allocation, file helpers (see base.h).
-#include "loader/base.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>
