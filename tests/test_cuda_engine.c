@@ -25,7 +25,7 @@
 
 #include "engine/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/compare.h"
+#include "fidelity/compare.h"
 #include "kernels/cuda_util.h"
 #include "tests/test_util.h"
 

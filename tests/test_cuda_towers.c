@@ -52,7 +52,7 @@
 #include "engine/audio_tower.h"
 #include "engine/backend_select.h"
 #include "engine/vision_tower.h"
-#include "eval/compare.h"
+#include "fidelity/compare.h"
 #include "kernels/cuda_util.h"
 #include "kernels/ops.h"
 #include "base/base.h"

@@ -1,4 +1,4 @@
-// test_eval_readers.c: eval/npy.h (.npy, .npz) and eval/safetensors.h on files written by numpy
+// test_eval_readers.c: fidelity/npy.h (.npy, .npz) and fidelity/safetensors.h on files written by numpy
 // and the safetensors library (tests/fixtures/readers, made by
 // tools/python/make_reader_fixtures.py), checked value by value against the script's plain-text
 // sidecar expected.txt (floats as exact hex) or its generator formula; the .npy writer checked
@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "eval/npy.h"
-#include "eval/safetensors.h"
+#include "fidelity/npy.h"
+#include "fidelity/safetensors.h"
 #include "tests/test_util.h"
 
 static char fixtures[4096];

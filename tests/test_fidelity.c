@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "loader/onnx_model.h"
 #include "tests/test_util.h"
 

@@ -11,7 +11,7 @@
 #include "engine/audio_fe.h"
 #include "engine/fft.h"
 #include "engine/image_fe.h"
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "loader/package.h"
 #include "tests/test_util.h"
 

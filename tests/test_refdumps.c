@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "loader/package.h"
 #include "tests/test_util.h"
 

@@ -1,9 +1,10 @@
-// g4cu compare: layer-by-layer agreement reports, in three modes (eval/report.h):
+// g4cu compare: layer-by-layer agreement reports, in three modes (fidelity/report.h):
 //
 //   g4cu compare PKG REF.npz [--backend B]
 //       runs the package on the dump's input_ids and compares every intermediate the dump holds
 //       (embeddings, per-layer inputs, q/k/v, each layer's output, final norm, logits) by name,
-//       each against a named tolerance; exit 1 when any tensor is over it or missing.
+//       each against a named tolerance (fidelity/tolerance.h); exit 1 when any tensor is over
+//       it or missing.
 //   g4cu compare PKG_REF PKG_TEST (--ids 2,5,17 | --prompt TEXT [--tokenizer F]) [--backend B]
 //                [--max-kl X]
 //       fidelity of a test package (Q4, mixed precision) against a reference (f16): both run on
@@ -13,7 +14,7 @@
 //       the test run has non-finite values, or with --max-kl when the mean KL is above X.
 //   g4cu compare PKG_F16 --sensitivity (--ids ... | --prompt ...) [--sensitivity-top N]
 //                [--layers 0-3,7] [--only GLOB]... [--threads N]
-//       each decoder linear quantized alone, in memory (eval/sensitivity.h); ranked by the KL.
+//       each decoder linear quantized alone, in memory (fidelity/sensitivity.h); ranked by the KL.
 //
 // Every mode also writes --md F (Markdown), --json F (all numbers) and --svg F (rel err, or KL,
 // per layer; log scale).
@@ -24,33 +25,16 @@
 
 #include "engine/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/capture.h"
-#include "eval/dump_run.h"
-#include "eval/compare.h"
-#include "eval/kl.h"
-#include "eval/npy.h"
-#include "eval/report.h"
-#include "eval/sensitivity.h"
+#include "fidelity/capture.h"
+#include "fidelity/dump_run.h"
+#include "fidelity/compare.h"
+#include "fidelity/kl.h"
+#include "fidelity/npy.h"
+#include "fidelity/report.h"
+#include "fidelity/sensitivity.h"
+#include "fidelity/tolerance.h"
 #include "loader/tokenizer.h"
 #include "tools/cli.h"
-
-// Named tolerances (max rel err ||ours - ref|| / ||ref||) against an HF dump, by backend:
-// cpu-f32: the CPU backend computes in fp32 like the fp32 HF reference on the same
-//   fp16-rounded weights; the only differences are summation order and libm rounding, which
-//   stay near 1e-6 per op and grow through 35 layers of residual adds: 1e-4 bounds that with
-//   room, while any real formula difference (a wrong scale, norm or mask) is >= 1e-3.
-// cuda-f16: fp16 activations and KV cache (each rounding ~2.4e-4 relative, ~100 per layer):
-//   2e-2 per tensor; logits are judged by argmax agreement too.
-// hf-fp16x3 (--tol-from HF16.npz): per tensor, 3x the error HF's own fp16 run (same weights,
-//   same ids) makes against the fp32 dump, floored at 1e-3: deep random-weight models amplify
-//   rounding layer by layer, and an independent fp16 implementation measures how much; an fp16
-//   engine that is right stays within a small multiple of it, a wrong op lands far above.
-typedef struct {
-    const char *name;
-    double rel;
-} g4_tol;
-static const g4_tol tol_cpu = {"cpu-f32", 1e-4};
-static const g4_tol tol_cuda = {"cuda-f16", 2e-2};
 
 typedef struct {
     const char *pos[2];
@@ -146,9 +130,9 @@ static int run_dump(const opts *o, g4_backend *be) {
     const g4_array *a;
     if ((rc = g4_npz_open(ref_path, &ref)) || (rc = g4_dump_input_ids(ref, ref_path, &ids, &n)))
         goto done;
-    // Text dumps and multimodal ones (media, processor outputs, towers; eval/dump_run.h).
+    // Text dumps and multimodal ones (media, processor outputs, towers; fidelity/dump_run.h).
     if ((rc = g4_capture_dump(pkg_dir, be, ref, ref_path, &cap))) goto done;
-    const g4_tol *tol = be->host_memory ? &tol_cpu : &tol_cuda;
+    const g4_tol *tol = g4_tol_for_backend(be); // fidelity/tolerance.h
     if (o->tol_from && (rc = g4_npz_open(o->tol_from, &tol_ref))) goto done;
     seen = g4_calloc((size_t)g4_npz_count(ref) + 1, sizeof(int));
     shapes = g4_malloc(sizeof(int) * 2 * (size_t)(cap.n + 1));
@@ -169,16 +153,9 @@ static int run_dump(const opts *o, g4_backend *be) {
         if (row.shape_ok) {
             float *r = g4_malloc(sizeof(float) * ne + 1);
             g4_array_to_f32(a, r);
-            const g4_array *h16;
-            if (tol_ref && g4_npz_find(tol_ref, it->name) >= 0 &&
-                g4_npz_get(tol_ref, it->name, &h16) == G4_OK && h16->numel == ne) {
-                float *h = g4_malloc(sizeof(float) * ne + 1);
-                g4_array_to_f32(h16, h);
-                const double e16 = g4_cmp(h, r, ne, 0).rel;
-                free(h);
-                row.tol = 3 * e16 > 1e-3 ? 3 * e16 : 1e-3;
-                snprintf(row.tol_name, sizeof row.tol_name, "hf-fp16x3");
-            }
+            const g4_tol t = g4_tol_for_tensor(tol, tol_ref, it->name, r, ne);
+            snprintf(row.tol_name, sizeof row.tol_name, "%s", t.name);
+            row.tol = t.rel;
             const int is_logits = !strcmp(it->name, "logits");
             row.s = g4_cmp(it->data, r, ne, is_logits ? (size_t)cap.vocab : 0);
             row.pass = row.s.nan == 0 && row.s.rel <= row.tol;

@@ -12,7 +12,7 @@
 #include "engine/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "tools/cli.h"
 
 // The soft tokens of the image and audio files (either may be NULL).

@@ -38,7 +38,7 @@ flags=(-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=
 # The library code the targets reach (one list: every target links all of it).
 srcs=(base/base.c loader/onnx_model.c loader/json.c "$proto/onnx.pb-c.c"
       loader/tokenizer.c loader/tokenizer_vocab.c loader/tokenizer_encode.c loader/tokenizer_decode.c
-      eval/npy.c eval/npz.c eval/printable.c eval/safetensors.c
+      fidelity/npy.c fidelity/npz.c fidelity/printable.c fidelity/safetensors.c
       engine/audio_decode.c engine/audio_fe.c engine/fft.c
       engine/image_decode.c engine/image_fe.c engine/image_resize.c)
 libs=(-lprotobuf-c -lcjson -lz -lutf8proc -lpng -ljpeg -lsndfile -lsoxr -lm)

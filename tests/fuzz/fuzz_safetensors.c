@@ -1,6 +1,6 @@
-// fuzz_safetensors.c: libFuzzer target for the .safetensors header reader (eval/safetensors.h):
+// fuzz_safetensors.c: libFuzzer target for the .safetensors header reader (fidelity/safetensors.h):
 // parse, then read the last element of every tensor it accepted.
-#include "eval/safetensors.h"
+#include "fidelity/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

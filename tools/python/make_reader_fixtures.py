@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the small files that tests/test_eval_readers.c reads with eval/npy.h and
-eval/safetensors.h, using numpy and the safetensors library (never our own code), plus a plain
+"""Writes the small files that tests/test_eval_readers.c reads with fidelity/npy.h and
+fidelity/safetensors.h, using numpy and the safetensors library (never our own code), plus a plain
 text sidecar `expected.txt` with every value the C test checks.
 
     python tools/python/make_reader_fixtures.py [--out tests/fixtures/readers]

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "eval/report.h"
+#include "fidelity/report.h"
 #include "base/base.h"
 
 static const char *mode_title(g4_report_mode m) {

@@ -1,7 +1,7 @@
 // safetensors.c: see safetensors.h.
-#include "eval/safetensors.h"
+#include "fidelity/safetensors.h"
 
-#include "eval/printable.h"
+#include "fidelity/printable.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

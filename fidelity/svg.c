@@ -1,7 +1,7 @@
 // svg.c: see svg.h. Layout (pixels): the document is W wide; a header of HEAD px holds the
 // title and subtitle; each panel is PANEL_H tall: its title, the plot box, x tick labels and
 // the x axis title below it, and a legend column right of the plot.
-#include "eval/svg.h"
+#include "fidelity/svg.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <zlib.h>
 
-#include "eval/npy.h"
-#include "eval/printable.h"
+#include "fidelity/npy.h"
+#include "fidelity/printable.h"
 
 #define ZIP_EOCD_SIG   0x06054b50u
 #define ZIP64_LOC_SIG  0x07064b50u

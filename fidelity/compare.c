@@ -1,5 +1,5 @@
 // compare.c: see compare.h.
-#include "eval/compare.h"
+#include "fidelity/compare.h"
 
 #include <math.h>
 #include <stdio.h>

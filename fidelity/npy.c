@@ -1,7 +1,7 @@
 // npy.c: .npy parse/write and the array helpers (see npy.h). The .npz zip layer is in npz.c.
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 
-#include "eval/printable.h"
+#include "fidelity/printable.h"
 
 #include <stdio.h>
 #include <stdlib.h>

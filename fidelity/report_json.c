@@ -17,7 +17,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 
-#include "eval/report.h"
+#include "fidelity/report.h"
 #include "base/base.h"
 
 static const char *mode_name(g4_report_mode m) {

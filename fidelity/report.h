@@ -6,7 +6,7 @@
 //                same ids: per tensor errors of the test run against the reference run, the
 //                logits' KL(p_ref || p_test) per position and top-1 agreement;
 //   sensitivity  one decoder linear at a time quantized in memory: linears ranked by the
-//                logit KL each one causes (eval/sensitivity.h).
+//                logit KL each one causes (fidelity/sensitivity.h).
 // The chart plots rel err (sensitivity: KL) per decoder layer on a log scale, one line per
 // tensor kind, with the inputs (embeddings) and outputs (final norm, logits) as markers, one
 // panel per component.
@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "eval/compare.h"
-#include "eval/kl.h"
+#include "fidelity/compare.h"
+#include "fidelity/kl.h"
 
 typedef enum {
     G4_REPORT_HF_DUMP = 0,

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/report.h"
-#include "eval/svg.h"
+#include "fidelity/report.h"
+#include "fidelity/svg.h"
 #include "base/base.h"
 
 #define MAX_SERIES 24

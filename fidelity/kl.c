@@ -1,5 +1,5 @@
 // kl.c: see kl.h.
-#include "eval/kl.h"
+#include "fidelity/kl.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 // candidate's own output error (x @ Wq vs x @ W on the very input the run gives it) without
 // touching the engine. A candidate is recognised by its slot: the address of its g4_linear in
 // the g4_text_model, which the decoder passes to the op.
-#include "eval/sensitivity.h"
+#include "fidelity/sensitivity.h"
 
 #include <fnmatch.h>
 #include <math.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "engine/backend_select.h"
-#include "eval/kl.h"
+#include "fidelity/kl.h"
 #include "base/base.h"
 #include "quant/kquant.h"
 #include "quant/q4.h"

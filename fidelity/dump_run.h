@@ -18,8 +18,8 @@
 #define G4_DUMP_RUN_H
 
 #include "engine/multimodal.h"
-#include "eval/capture.h"
-#include "eval/npy.h"
+#include "fidelity/capture.h"
+#include "fidelity/npy.h"
 
 // 1 when a dump member is an input or bookkeeping (input_ids, the media paths, the image
 // budget, "<name>.rows") rather than a tensor the engine produces.

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "engine/text_model.h"
-#include "eval/report.h"
+#include "fidelity/report.h"
 
 typedef struct {
     int top;           // > 0: pass 3 only for the first `top` linears (0: all)

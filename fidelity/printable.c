@@ -1,5 +1,5 @@
 // printable.c: see printable.h.
-#include "eval/printable.h"
+#include "fidelity/printable.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 // capture.c: see capture.h.
-#include "eval/capture.h"
+#include "fidelity/capture.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // report.c: see report.h. The table, the classification of hook names and the file writers'
 // common part; the formats live in report_md.c, report_json.c and report_svg.c.
-#include "eval/report.h"
+#include "fidelity/report.h"
 
 #include <ctype.h>
 #include <math.h>

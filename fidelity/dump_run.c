@@ -1,5 +1,5 @@
 // dump_run.c: see dump_run.h.
-#include "eval/dump_run.h"
+#include "fidelity/dump_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
