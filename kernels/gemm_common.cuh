@@ -1,9 +1,8 @@
 // gemm_common.cuh: device helpers shared by the GEMM/GEMV kernels (gemm_f16.cu,
 // gemm_f16_wgmma.cu, gemm_q4.cu): ldmatrix on shared addresses, the streamed weight load, the
-// epilogue stores, the argument checks of the public entries (cp.async, mma.sync and GELU come
-// from kernels/ptx_common.cuh). Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, num_sms, check_common,
-//          wgmma_launch, set_smem.
+// epilogue stores, the argument checks of the public entries (cp.async, mma.sync, GELU, the SM
+// count and set_smem come from kernels/common.cuh). Internal header.
+// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, check_common, wgmma_launch.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -13,7 +12,7 @@
 
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
-#include "kernels/ptx_common.cuh"
+#include "kernels/common.cuh"
 #include "base/base.h"
 
 namespace g4k {
@@ -93,9 +92,6 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 
 // Host side -----------------------------------------------------------------------------------
 
-// Multiprocessors of the current device (queried once).
-int num_sms();
-
 // The checks every entry makes; each returns G4_OK or a G4_EUSER message naming `who`.
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi);
@@ -104,12 +100,5 @@ int check_common(const char *who, const void *y, const void *x, const void *bias
 // selects the fused gate/up kernel (y fp16 = gelu_tanh(x @ w) * (x @ wu), epi ignored).
 void wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
                   int M, int N, int K, int epi, bool fused, cudaStream_t stream);
-
-// Sets a kernel's dynamic shared-memory limit (once per kernel; cheap afterwards).
-template <typename K> void set_smem(K *kernel, int bytes, bool *done) {
-    if (*done) return;
-    G4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    *done = true;
-}
 
 } // namespace g4k

@@ -15,16 +15,6 @@ namespace g4k {
 
 // --- shared host helpers (declared in gemm_common.cuh) ----------------------------------------
 
-int num_sms() {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        G4_CUDA_CHECK(cudaGetDevice(&dev));
-        G4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return n;
-}
-
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi) {
     if (!y || !x) return g4_fail(G4_EUSER, "%s: NULL x or y", who);

@@ -1,5 +1,5 @@
 // test_cuda_gemm.c: the GEMM/GEMV kernels (kernels/gemm_f16.cuh, kernels/gemm_q4.cuh) against the
-// CPU reference (kernels/ref/linear.c), one table of cases per op.
+// CPU reference (kernels/ref/gemm_f16.c, gemm_q4.c), one table of cases per op.
 //
 //   test_cuda_gemm [--op S] [--shape S] [--list] [--emulate]
 //     --op S     run the cases whose "op/algo" contains S (e.g. q4, f16/wgmma, glu, reject)

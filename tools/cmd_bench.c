@@ -1,14 +1,14 @@
 // g4cu bench --kernels [--filter S] [--reps N] [--json F]: kernel benchmarks against the H200
-// ceilings and their library baselines (kernels/kbench.h). `g4cu bench PKG [PKG2]`: the whole
-// model (tools/bench_model.c).
+// ceilings and their library baselines (kernels/bench/kbench.h). `g4cu bench PKG [PKG2]`: the
+// whole model (tools/bench_model.c).
 //
-// Each area's table comes from a g4_kbench_* function (kernels/bench_*.cu).
+// Each area's table comes from a g4_kbench_* function (kernels/bench/bench_*.cu).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda_util.h"
-#include "kernels/kbench.h"
+#include "kernels/bench/kbench.h"
 #include "tools/bench_model.h"
 #include "tools/cli.h"
 

@@ -1,4 +1,4 @@
-// dwconv1d.c: reference causal depthwise conv1d over time (the conformer's LightConv1d, spec
+// conv_dw1d.c: reference causal depthwise conv1d over time (the conformer's LightConv1d, spec
 // 5.4; HF Gemma4AudioCausalConv1d with groups = channels, left pad K - 1, no bias).
 #include "kernels/ref/ref.h"
 

@@ -1,4 +1,4 @@
-// audio_attention.c: reference Gemma-4 audio self-attention (spec 5.5; HF Gemma4AudioAttention):
+// attention_audio.c: reference Gemma-4 audio self-attention (spec 5.5; HF Gemma4AudioAttention):
 // chunked local attention with relative-position logits, computed in the dense form over each
 // query's HF block context. Double precision: this is the oracle.
 //

@@ -1,28 +1,10 @@
-// linear.c: reference y = x @ W for fp16 [K, N] weights and MatMulNBits Q4 weights.
-// Accumulates in fp32 in k order (as a plain fp32 matmul does).
+// gemm_q4.c: reference y = x @ W for MatMulNBits Q4 weights (the oracle of gemm_q4.cu): each
+// column dequantized to fp32, then accumulated in fp32 in k order.
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ref/ref.h"
 #include "base/base.h"
-
-void ref_linear_f16(float *y, const float *x, const uint16_t *w, const uint16_t *bias, int T,
-                    int K, int N, int accumulate) {
-    g4_ref_init();
-    float *acc = g4_malloc(sizeof(float) * (size_t)N);
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * K;
-        for (int n = 0; n < N; n++) acc[n] = bias ? ref_h2f(bias[n]) : 0.0f;
-        for (int k = 0; k < K; k++) {
-            const float xv = xr[k];
-            const uint16_t *wr = w + (size_t)k * N;
-            for (int n = 0; n < N; n++) acc[n] += xv * ref_h2f(wr[n]);
-        }
-        float *yr = y + (size_t)t * N;
-        for (int n = 0; n < N; n++) yr[n] = accumulate ? yr[n] + acc[n] : acc[n];
-    }
-    free(acc);
-}
+#include "kernels/ref/ref.h"
 
 //  MatMulNBits, 4 bits, block B along K, for output column n:
 //    q:      [N][K/B][B/2] bytes; byte j of a block holds element 2j (low nibble) and 2j+1 (high)

@@ -17,7 +17,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/kbench.h"
+#include "kernels/bench/kbench.h"
 #include "base/base.h"
 
 namespace {

@@ -13,7 +13,7 @@
 
 #include <vector>
 
-#include "kernels/attnops_bench.cuh"
+#include "kernels/bench/attnops_bench.cuh"
 #include "kernels/conv_dw1d.cuh"
 #include "kernels/conv_sscp.cuh"
 

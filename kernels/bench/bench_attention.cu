@@ -12,7 +12,7 @@
 #include "kernels/attention_audio.cuh"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
-#include "kernels/attnops_bench.cuh"
+#include "kernels/bench/attnops_bench.cuh"
 
 using g4b::NoBase;
 using g4b::Pool;

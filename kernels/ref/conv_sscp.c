@@ -1,4 +1,4 @@
-// sscp_conv.c: reference audio subsampling layer (SSCP, spec 5.3; HF
+// conv_sscp.c: reference audio subsampling layer (SSCP, spec 5.3; HF
 // Gemma4AudioSubSampleConvProjectionLayer): mask, conv 3x3 stride 2 pad 1, LayerNorm over the
 // channels (weight only), ReLU. Batch 1, NCHW as HF. Sums in double.
 #include <math.h>

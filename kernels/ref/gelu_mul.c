@@ -1,4 +1,4 @@
-// elementwise.c: reference GELU-tanh gating and the logit soft-cap.
+// gelu_mul.c: reference GELU-tanh gating (the oracle of gelu_mul.cu).
 #include <math.h>
 
 #include "kernels/ref/ref.h"
@@ -10,8 +10,4 @@ float ref_gelu_tanh(float x) {
 
 void ref_gelu_mul(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = ref_gelu_tanh(a[i]) * b[i];
-}
-
-void ref_softcap(float *x, size_t n, float c) {
-    for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
 }

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "kernels/attnops_bench.cuh"
+#include "kernels/bench/attnops_bench.cuh"
 #include "kernels/embed.cuh"
 #include "kernels/gelu_mul.cuh"
 #include "kernels/logits.cuh"

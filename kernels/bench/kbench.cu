@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/cuda_util.h"
-#include "kernels/kbench.h"
+#include "kernels/bench/kbench.h"
 #include "base/base.h"
 
 // Median, min, mean and sample standard deviation of per-launch times (ms).

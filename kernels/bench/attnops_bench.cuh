@@ -1,4 +1,4 @@
-// attnops_bench.cuh: helpers shared by kernels/bench_attention.cu, bench_ops.cu and
+// attnops_bench.cuh: helpers shared by kernels/bench/bench_attention.cu, bench_ops.cu and
 // bench_conv.cu (internal; included by those .cu files only).
 // defines: device-side random fills (never zeros: METHOD.md), a device buffer list freed at the
 // end of a bench, the row filter, and a row filler around g4_kbench_run.
@@ -13,7 +13,7 @@
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
-#include "kernels/kbench.h"
+#include "kernels/bench/kbench.h"
 
 namespace g4b {
 
