@@ -19,7 +19,7 @@ typedef struct {
     g4_media_encoder *media;
 } g4_pipeline;
 
-// Opens pkg_dir on backend be (g4_backend_cpu(), or engine/backend_select.h by name) with the
+// Opens pkg_dir on backend be (g4_backend_cpu(), or kernels/backend_select.h by name) with the
 // tokenizer at tokenizer_path, or <pkg_dir>/tokenizer.json when that is NULL (a package without
 // one needs the path: a clear error says so). The tokenizer's <bos> must be the package's bos id.
 int g4_pipeline_open(const char *pkg_dir, g4_backend *be, const char *tokenizer_path,

@@ -27,7 +27,7 @@ typedef struct {
     const char *manifest;  // path
     const char *package;   // package directory
     const char *tokenizer; // NULL: <package>/tokenizer.json
-    g4_backend *be;        // the backend to run on (NULL: the CPU; engine/backend_select.h
+    g4_backend *be;        // the backend to run on (NULL: the CPU; kernels/backend_select.h
                            // picks one by name)
     const char *backend;   // its name, for the run and scores files ("cpu" when NULL)
     const char *out_dir;   // created when missing (its parent must exist)

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/backend_select.h"
 #include "engine/text_model.h"
 #include "base/base.h"
 

@@ -30,8 +30,7 @@ static void add_item(g4_capture *c, const char *name, int rows, int cols, const 
     memcpy(it->data, data, sizeof(float) * (size_t)rows * (size_t)cols);
 }
 
-// (Not g4_buf_to_host_f32: engine/backend_select.c pulls in the CUDA backend, which the
-// CPU-only test binaries do not link.)
+// (g4_buf_to_host_f32 of kernels/ops.h plus a sync.)
 static void hook(void *ctx, const char *name, g4_backend *be, const g4_buf *b) {
     g4_capture *c = ctx;
     float *tmp = g4_malloc(sizeof(float) * (size_t)b->rows * (size_t)b->cols + 1);
@@ -307,7 +306,7 @@ done:
     g4_text_state_free(s);
     g4_text_model_free(m);
     g4_package_close(p);
-    if (rc) { // (g4_capture_free's file would pull g4_buf_to_host_f32 in, see hook())
+    if (rc) { // (what g4_capture_free does)
         for (int i = 0; i < out->n; i++) free(out->items[i].name), free(out->items[i].data);
         free(out->items);
         memset(out, 0, sizeof *out);

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend_select.h"
 #include "fidelity/kl.h"
 #include "base/base.h"
 #include "quant/kquant.h"

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "fidelity/compare.h"
 #include "kernels/cuda_util.h"

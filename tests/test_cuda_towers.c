@@ -50,7 +50,7 @@
 #include <string.h>
 
 #include "engine/audio_tower.h"
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/vision_tower.h"
 #include "fidelity/compare.h"
 #include "kernels/cuda_util.h"

@@ -14,7 +14,7 @@
 
 #include "loader/json.h"
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
 #include "kernels/cuda_util.h"

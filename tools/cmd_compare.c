@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "fidelity/capture.h"
 #include "fidelity/dump_run.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "eval/runner.h"
 #include "tools/cli.h"
 

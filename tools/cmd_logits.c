@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
 #include "fidelity/npy.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd) {
