@@ -39,13 +39,6 @@ g4_re *g4_re_compile(const char *pattern) {
     return re;
 }
 
-void g4_re_free(g4_re *re) {
-    if (!re) return;
-    pcre2_code_free(re->code);
-    free(re->pattern);
-    free(re);
-}
-
 char *g4_re_group(const g4_re_match *m, int i) {
     if (i >= m->ngroups || m->ovector[2 * i] == PCRE2_UNSET) return g4_strdup("");
     return g4_strndup(m->subject + m->ovector[2 * i], m->ovector[2 * i + 1] - m->ovector[2 * i]);

@@ -100,13 +100,6 @@ size_t g4_py_upper_len(const char *s) {
     return total;
 }
 
-size_t g4_py_len(const char *s) {
-    size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if ((*p & 0xc0) != 0x80) n++;
-    return n;
-}
-
 // --- split ----------------------------------------------------------------------------------
 size_t g4_py_split(const char *s, char ***words) {
     size_t n, count = 0, cap = 8;

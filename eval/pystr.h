@@ -29,8 +29,6 @@ char *g4_py_lower(const char *s);
 // folding for every character but U+0130 and U+1E9E (checked over all of Unicode against
 // Python 3.11), so the length comes from utf8proc's case folding with those two fixed.
 size_t g4_py_upper_len(const char *s);
-// len(s) in code points.
-size_t g4_py_len(const char *s);
 
 // s.split() (runs of Unicode whitespace): *words is a new array of new strings.
 size_t g4_py_split(const char *s, char ***words);

@@ -561,12 +561,6 @@ const g4_value_info *g4_onnx_input(const g4_onnx_model *m, const char *name) {
     return NULL;
 }
 
-const g4_value_info *g4_onnx_output(const g4_onnx_model *m, const char *name) {
-    for (int i = 0; i < m->n_outputs; i++)
-        if (strcmp(m->outputs[i].name, name) == 0) return &m->outputs[i];
-    return NULL;
-}
-
 const g4_attr *g4_node_attr(const g4_node *n, const char *name) {
     for (int i = 0; i < n->n_attrs; i++)
         if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];

@@ -137,9 +137,8 @@ const g4_tensor *g4_onnx_tensor(const g4_onnx_model *m, const char *name);
 const g4_node *g4_onnx_producer(const g4_onnx_model *m, const char *name);
 // Nodes consuming value `name`: writes up to max pointers, returns the total count.
 int g4_onnx_consumers(const g4_onnx_model *m, const char *name, const g4_node **out, int max);
-// Graph input or output by name, or NULL.
+// Graph input by name, or NULL.
 const g4_value_info *g4_onnx_input(const g4_onnx_model *m, const char *name);
-const g4_value_info *g4_onnx_output(const g4_onnx_model *m, const char *name);
 
 const g4_attr *g4_node_attr(const g4_node *n, const char *name);
 // INT attribute or def when absent.

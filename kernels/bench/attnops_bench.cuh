@@ -1,7 +1,7 @@
 // attnops_bench.cuh: helpers shared by kernels/bench/bench_attention.cu, bench_ops.cu and
 // bench_conv.cu (internal; included by those .cu files only).
 // defines: device-side random fills (never zeros: METHOD.md), a device buffer list freed at the
-// end of a bench, the row filter, and a row filler around g4_kbench_run.
+// end of a bench, the row filter, and a row filler around g4_kbench_run_graph.
 #ifndef G4_ATTNOPS_BENCH_CUH
 #define G4_ATTNOPS_BENCH_CUH
 

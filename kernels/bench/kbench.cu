@@ -62,30 +62,6 @@ extern "C" g4_kbench_time g4_kbench_run_graph(g4_kbench_launch_on fn, void *ctx,
     return kbench_stats(ms);
 }
 
-extern "C" g4_kbench_time g4_kbench_run(g4_kbench_launch fn, void *ctx, int warmup, int reps) {
-    G4_ASSERT(reps >= 1);
-    for (int i = 0; i < warmup; i++) fn(ctx, i);
-    G4_CUDA_CHECK(cudaGetLastError());
-    G4_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<cudaEvent_t> ev(2 * (size_t)reps);
-    for (auto &e : ev) G4_CUDA_CHECK(cudaEventCreate(&e));
-    for (int i = 0; i < reps; i++) {
-        G4_CUDA_CHECK(cudaEventRecord(ev[2 * i]));
-        fn(ctx, warmup + i);
-        G4_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
-    }
-    G4_CUDA_CHECK(cudaGetLastError());
-    G4_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<double> ms(reps);
-    for (int i = 0; i < reps; i++) {
-        float t;
-        G4_CUDA_CHECK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
-        ms[i] = t;
-    }
-    for (auto &e : ev) G4_CUDA_CHECK(cudaEventDestroy(e));
-    return kbench_stats(ms);
-}
-
 extern "C" int g4_kbench_copies(size_t bytes_per_set) {
     int l2 = 0;
     G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));

@@ -22,14 +22,8 @@ typedef struct {
     int reps;
 } g4_kbench_time;
 
-// One launch of the op; rep counts up from 0 so the callee can rotate input copies.
-typedef void (*g4_kbench_launch)(void *ctx, int rep);
-
-// Times fn on the current device/stream 0: `warmup` untimed launches, then `reps` launches each
-// between two events; returns median/min/mean/stdev in ms.
-g4_kbench_time g4_kbench_run(g4_kbench_launch fn, void *ctx, int warmup, int reps);
-
-// One launch of the op on `stream` (a cudaStream_t); rep as above.
+// One launch of the op on `stream` (a cudaStream_t); rep counts up from 0 so the callee can
+// rotate input copies.
 typedef void (*g4_kbench_launch_on)(void *ctx, int rep, void *stream);
 
 // Times fn as a CUDA graph: runs `per_graph` launches (rep = 0 .. per_graph - 1) once eagerly
@@ -37,7 +31,8 @@ typedef void (*g4_kbench_launch_on)(void *ctx, int rep, void *stream);
 // captures them into one graph on a private stream, replays it `warmup` times, then times `reps`
 // replays each between two events. Returns per-launch statistics (replay time / per_graph).
 // For kernels of a few microseconds this measures the GPU time a decode step captured in a graph
-// sees, instead of host launch overhead; for long kernels it equals g4_kbench_run.
+// sees, instead of host launch overhead; for long kernels it equals eager launches timed with
+// events.
 g4_kbench_time g4_kbench_run_graph(g4_kbench_launch_on fn, void *ctx, int per_graph, int warmup,
                                    int reps);
 
