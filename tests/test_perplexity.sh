@@ -85,7 +85,29 @@ near "RMS delta-p vs torch on onnxruntime" "$(num "$tmp/q4.json" "" rms_dp)" \
 near "self KLD ~ 0 (16-bit base rows)" "$(num "$tmp/self.json" "" kld_mean)" 0 0 1.2e-4
 near "self same top p = 1" "$(num "$tmp/self.json" "" same_top)" 1 0 0
 
-# 3. one-line errors
+# 3. quantize --keep-auto: the linears that cost the most KL per byte stay fp16 within the budget
+# (10% of the all-Q4 decoder's bytes), calibrated on train-split text: more bytes, less KLD
+q4_bytes=$(stat -c %s "$tmp/q4/decoder/model.onnx.data")
+budget=$((q4_bytes / 10))
+"$G4CU" quantize "$pkg" "$tmp/q4ka" --keep-auto "$budget" --calib "$fx/calib.txt" --threads 2 \
+    >"$tmp/ka.txt" 2>&1
+check "quantize --keep-auto: exit 0" $?
+kept=$(sed -nE 's/^keep-auto: ([0-9]+) linears kept fp16 for ([0-9]+) of.*/\1 \2/p' "$tmp/ka.txt")
+[ -n "$kept" ] && [ "${kept% *}" -gt 0 ] && [ "${kept#* }" -le "$budget" ]
+check "quantize --keep-auto: some linears kept, within the budget ($kept of $budget)" $?
+ka_bytes=$(stat -c %s "$tmp/q4ka/decoder/model.onnx.data")
+# the budget counts tensor bytes; the data file's 64 KiB alignment may add at most one block
+[ "$ka_bytes" -gt "$q4_bytes" ] && [ "$ka_bytes" -le $((q4_bytes + budget + 65536)) ]
+check "quantize --keep-auto: decoder bytes in (q4, q4 + budget + alignment]" $?
+"$G4CU" perplexity "$tmp/q4ka" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$tmp/ka.json" \
+    >/dev/null 2>&1
+awk -v a="$(num "$tmp/ka.json" "" kld_mean)" -v b="$(num "$tmp/q4.json" "" kld_mean)" \
+    'BEGIN { exit !(a != "" && b != "" && a < b) }'
+check "quantize --keep-auto: mean KLD below plain Q4's" $?
+err1 "quantize --keep-auto needs --calib" "keep-auto BYTES and --calib TEXT go together" \
+    "$G4CU" quantize "$pkg" "$tmp/x" --keep-auto 1000
+
+# 4. one-line errors
 err1 "short text: needs two chunks" "test.txt: tokenizes to only [0-9]* tokens; perplexity with --ctx 2048 needs at least 4096 (two chunks of ctx tokens)" \
     "$G4CU" perplexity "$pkg" --text "$fx/test.txt" --ctx 2048
 err1 "kl-base: other ctx refused" "base.kld: made with --ctx $ctx, this run has --ctx 32" \

@@ -20,8 +20,10 @@
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
-#            g4cu quantize (plain Q4 and each variant that quantize offers)
+#            g4cu quantize: plain Q4, and --keep-auto (10% more bytes, FIDELITY_KEEP_PCT)
 #   fidelity_wait wait for it (at most ~9.5 min a call; call again while it trains)
+#   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
+#   fidelity_measure  = fidelity_run (pipeline.sh's name)
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
@@ -134,13 +136,7 @@ stage_e2b_run() {
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------
 FID=${FID:-$WORK/fidelity}
-fid_q4_variants() { # NAME OPTIONS... lines: the Q4 variants g4cu quantize offers
-    echo "q4"
-    build-gpu/g4cu quantize 2>&1 | grep -q -- "--keep-auto" &&
-        echo "q4_keep_auto --keep-auto ${FIDELITY_KEEP_BYTES:-auto10}"
-    build-gpu/g4cu quantize 2>&1 | grep -q -- "--imatrix" && echo "q4_imatrix --imatrix"
-    true
-}
+FID_VARIANTS="q4 q4_keep_auto" # the Q4 variants fidelity_make writes (each one that succeeds)
 
 stage_fidelity_make() {
     local d="$FID" corpus=.carry/corpus t0
@@ -157,12 +153,17 @@ stage_fidelity_make() {
     [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
     stamp "fidelity: trained + exported ($(($(date +%s) - t0)) s)"
     while [ ! -x build-gpu/g4cu ]; do sleep 5; done # the foreground build may still run
-    fid_q4_variants | while read -r name opts; do
-        t0=$(date +%s)
-        build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/$name" $opts --threads "$(nproc)" ||
-            echo "fidelity: quantize $name FAILED"
-        stamp "fidelity: quantized $name ($(($(date +%s) - t0)) s)"
-    done
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4" --threads "$(nproc)" || echo "fidelity: quantize q4 FAILED"
+    stamp "fidelity: quantized q4 ($(($(date +%s) - t0)) s)"
+    # --keep-auto: ${FIDELITY_KEEP_PCT:-10}% more decoder bytes than plain Q4, calibrated on the
+    # train split (never the held-out text)
+    local budget
+    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_keep_auto" --keep-auto "$budget" \
+        --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
+    stamp "fidelity: quantized q4_keep_auto, budget $budget bytes ($(($(date +%s) - t0)) s)"
     touch "$d/READY"
 }
 
@@ -203,7 +204,7 @@ stage_fidelity_run() {
     cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
     local text="$d/test.txt" chunks=${FIDELITY_CHUNKS:-64}
     fid_ppl proxy "$d/f16" f16 --text "$text" --ctx "$ctx" --chunks "$chunks" --save-logits "$FID/proxy_f16.kld"
-    for v in $(fid_q4_variants | awk '{print $1}'); do
+    for v in $FID_VARIANTS; do
         [ -d "$d/$v" ] && fid_ppl proxy "$d/$v" "$v" --ctx "$ctx" --kl-base "$FID/proxy_f16.kld"
     done
     stamp "fidelity: proxy perplexity runs"
@@ -229,7 +230,14 @@ stage_fidelity_run() {
         echo "fidelity: no $WORK/e2b/READY: the E2B rows are left out"
     fi
     python3 tools/python/fidelity_report.py "$o" "$o/FIDELITY.md" && cat "$o/FIDELITY.md"
+    # one archive (the device tool brings back only a few files): FIDELITY.md, JSON, SVG, logs
+    tar -czf "$OUT/fidelity.tar.gz" -C "$OUT" fidelity && echo "fidelity: $OUT/fidelity.tar.gz"
 }
+
+# the names tools/gpu/pipeline.sh's plan uses (it detaches every stage, so train runs in the
+# foreground there): train = fidelity_make, fidelity_measure = fidelity_run
+stage_train() { stage_fidelity_make; }
+stage_fidelity_measure() { stage_fidelity_run; }
 
 for s in "${stages[@]}"; do
     stamp "stage $s"

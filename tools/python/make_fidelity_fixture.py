@@ -20,6 +20,8 @@ forward pass. tests/test_perplexity.sh checks `g4cu perplexity` against them.
    is above -16, as llama.cpp), its mean, median, 99th percentile (linear interpolation at
    0.99 (n-1)), same top p, RMS delta-p (delta-p = q[tok] - p[tok]), and both perplexities.
 5. OUT/reference.json holds all numbers, the versions, ctx and chunks.
+6. OUT/calib.txt: the first paragraphs (about 4 KB) of the corpus's train.txt, the calibration
+   text of the `quantize --keep-auto` test (never the held-out text).
 """
 import argparse
 import json
@@ -92,6 +94,7 @@ def main():
     ap.add_argument("--out", default="tests/fixtures/fidelity-tiny")
     ap.add_argument("--ctx", type=int, default=64)
     ap.add_argument("--chunks", type=int, default=24)
+    ap.add_argument("--corpus", default=".carry/corpus")
     args = ap.parse_args()
     import onnxruntime
     import tokenizers
@@ -115,6 +118,13 @@ def main():
             break
     with open(os.path.join(args.out, "test.txt"), "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
+    calib = ""
+    for p in open(os.path.join(args.corpus, "train.txt"), encoding="utf-8").read().split("\n\n"):
+        if len(calib) >= 4000:
+            break
+        calib += p + "\n\n"
+    with open(os.path.join(args.out, "calib.txt"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(calib)
     ids = tok.encode(text).ids  # add_special_tokens: "<bos> $A"
     assert ids[0] == bos and len(ids) >= need, (len(ids), need)
     n_chunks = min(n_chunks, len(ids) // ctx)
