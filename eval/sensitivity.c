@@ -347,3 +347,94 @@ done:
     free(pick);
     return rc;
 }
+
+// --- the activation importance of every candidate's input channels (imatrix) ------------------
+
+typedef struct {
+    g4_backend be; // first: ops receive &imx.be and cast back
+    g4_backend *real;
+    cand *c;
+    int n;
+    double **sum; // [n][K] sum of x^2 per input channel
+    long *rows;   // [n] rows accumulated
+} imx_probe;
+
+static void imx_add(imx_probe *p, const g4_buf *x, const g4_linear *w) {
+    int i = 0;
+    while (i < p->n && p->c[i].slot != w) i++;
+    if (i == p->n) return;
+    const size_t K = (size_t)x->cols, n = (size_t)x->rows * K;
+    float *a = g4_malloc(sizeof(float) * n);
+    g4_buf_to_host_f32(p->real, x, a);
+    for (size_t r = 0; r < (size_t)x->rows; r++)
+        for (size_t k = 0; k < K; k++) p->sum[i][k] += (double)a[r * K + k] * a[r * K + k];
+    p->rows[i] += x->rows;
+    free(a);
+}
+
+static void imx_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
+                       int accumulate) {
+    imx_probe *p = (imx_probe *)be;
+    imx_add(p, x, w);
+    p->real->linear(p->real, y, x, w, accumulate);
+}
+
+static void imx_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
+                                const g4_linear *wu) {
+    imx_probe *p = (imx_probe *)be;
+    imx_add(p, x, wg);
+    imx_add(p, x, wu);
+    p->real->linear_gelu_mul(p->real, y, x, wg, wu);
+}
+
+void g4_imatrix_free(g4_imatrix *im) {
+    for (int i = 0; i < im->n; i++) free(im->names[i]), free(im->imp[i]);
+    free(im->names);
+    free(im->imp);
+    free(im->K);
+    memset(im, 0, sizeof *im);
+}
+
+int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out) {
+    memset(out, 0, sizeof *out);
+    cand *c = NULL;
+    int nc = 0, n_q4 = 0, rc;
+    g4_sens_opts all = {0};
+    g4_text_state *s = NULL;
+    imx_probe p = {0};
+    if ((rc = enumerate(m, &all, &c, &nc, &n_q4))) goto done;
+    if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
+    p.be = *m->be;
+    p.be.linear = imx_linear;
+    p.be.linear_gelu_mul = imx_linear_gelu_mul;
+    p.real = m->be;
+    p.c = c;
+    p.n = nc;
+    p.sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
+    p.rows = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(long));
+    for (int i = 0; i < nc; i++) p.sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
+    s->be = &p.be;
+    rc = g4_text_forward(s, ids, n, NULL, NULL, 1); // all rows reach lm_head
+    s->be = m->be;
+    if (rc) goto done;
+    out->names = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(char *));
+    out->imp = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
+    out->K = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(int));
+    for (int i = 0; i < nc; i++) {
+        if (!p.rows[i]) continue; // never reached by this run (none expected)
+        const int K = c[i].row.K;
+        out->names[out->n] = g4_strdup(c[i].row.name);
+        out->K[out->n] = K;
+        out->imp[out->n] = g4_malloc(sizeof(float) * (size_t)K);
+        for (int k = 0; k < K; k++) out->imp[out->n][k] = (float)(p.sum[i][k] / (double)p.rows[i]);
+        out->n++;
+    }
+done:
+    if (s) s->be = m->be;
+    g4_text_state_free(s);
+    for (int i = 0; i < nc && p.sum; i++) free(p.sum[i]);
+    free(p.sum);
+    free(p.rows);
+    free(c);
+    return rc;
+}

@@ -1,12 +1,16 @@
 // g4cu quantize PKG_F16 OUT [--keep PATTERN]... [--threads N]
 //                [--keep-auto BYTES --calib TEXT [--tokenizer F] [--calib-tokens N]
-//                 [--backend cpu|cuda]]:
+//                 [--backend cpu|cuda]] [--imatrix --calib TEXT]:
 // k-quant the decoder's linears into a Q4 (MatMulNBits) package, the way Olive made the published
 // "Q4_K_M" packages (quant/q4_writer.h). OUT must not exist; it appears only when complete.
 // --keep-auto BYTES also keeps fp16 the linears whose 4 bits cost the most KL per byte, within
 // BYTES more decoder data than the all-Q4 package (eval/keep_auto.h): a sensitivity run
 // (eval/sensitivity.h, on --backend, default cpu) on the first --calib-tokens (256) tokens of TEXT (<bos> first; the
 // package's tokenizer.json unless --tokenizer) ranks them. The chosen names are printed.
+// --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
+// tokens measures the mean x^2 of every linear's input channels (eval/sensitivity.h
+// g4_imatrix_run), which weighs each block's least-squares search (kquant.h
+// g4_q4_quantize_imp); the package is still plain MatMulNBits, the same bytes in size.
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -55,10 +59,12 @@ static int calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
 }
 
 // Appends to keep[] the names of the linears --keep-auto picks (new strings in *owned).
-static int keep_auto(const char *pkg_dir, const char *backend, const char *calib,
+// The calibration runs: --keep-auto's sensitivity ranking (budget >= 0) and --imatrix's
+// activation importance (im != NULL), on one loaded model.
+static int calibrate(const char *pkg_dir, const char *backend, const char *calib,
                      const char *tok_path, int n_tokens,
                      long long budget, int threads, const char ***keep, int *n_keep,
-                     char ***owned, int *n_owned) {
+                     char ***owned, int *n_owned, g4_imatrix *im) {
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_sens_row *rows = NULL;
@@ -70,6 +76,12 @@ static int keep_auto(const char *pkg_dir, const char *backend, const char *calib
         (rc = g4_backend_by_name(backend, &be)) || (rc = g4_package_open(pkg_dir, &p)) ||
         (rc = g4_text_model_load(p, be, &m)))
         goto done;
+    if (im) {
+        if ((rc = g4_imatrix_run(m, ids, n, im))) goto done;
+        printf("imatrix: activation importance of %d linears from %d tokens of %s\n", im->n, n,
+               calib);
+    }
+    if (budget < 0) goto done;
     g4_sens_opts so = {0};
     so.n_threads = threads;
     so.progress = isatty(2);
@@ -101,6 +113,7 @@ done:
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
     long long auto_bytes = -1, calib_tokens = 256;
+    int use_imatrix = 0;
     const char **keep = g4_calloc((size_t)argc, sizeof(char *));
     int n_keep = 0;
     long long threads = sysconf(_SC_NPROCESSORS_ONLN);
@@ -125,6 +138,8 @@ static int cmd_quantize(int argc, char **argv) {
             const char *o = argv[i++];
             *(!strcmp(o, "--calib") ? &calib : !strcmp(o, "--backend") ? &backend : &tok_path) =
                 argv[i];
+        } else if (!strcmp(argv[i], "--imatrix")) {
+            use_imatrix = 1;
         } else if (!strcmp(argv[i], "--threads")) {
             if (!g4_cli_int("quantize", "--threads", i + 1 < argc ? argv[++i] : NULL, 1, 1024,
                             &threads)) {
@@ -147,20 +162,23 @@ static int cmd_quantize(int argc, char **argv) {
         free(keep);
         return g4_cli_usage_error("quantize", "expected PKG_F16 OUT");
     }
-    if ((auto_bytes >= 0) != (calib != NULL)) {
+    if ((auto_bytes >= 0 || use_imatrix) != (calib != NULL)) {
         free(keep);
-        return g4_cli_usage_error("quantize", "--keep-auto BYTES and --calib TEXT go together");
+        return g4_cli_usage_error("quantize", "--keep-auto BYTES and --imatrix need --calib TEXT "
+                                  "(and --calib one of them)");
     }
     char **owned = NULL;
     int n_owned = 0, rc = G4_OK;
-    if (auto_bytes >= 0) {
-        rc = keep_auto(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, (int)threads, &keep,
-                       &n_keep, &owned, &n_owned);
-    }
-    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, isatty(2)};
+    g4_imatrix im = {0};
+    if (calib)
+        rc = calibrate(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, (int)threads,
+                       &keep, &n_keep, &owned, &n_owned, use_imatrix ? &im : NULL);
+    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, isatty(2),
+                          (const char *const *)im.names, (const float *const *)im.imp, im.n};
     g4_q4_write_stats st;
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
     free(keep);
+    g4_imatrix_free(&im);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     if (rc) return g4_cli_fail(rc);
@@ -175,5 +193,5 @@ static int cmd_quantize(int argc, char **argv) {
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
-    "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]]   k-quant the decoder into a Q4 package (--keep-auto: "
+    "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT]   k-quant the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16)"};

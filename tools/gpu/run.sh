@@ -20,7 +20,7 @@
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
-#            g4cu quantize: plain Q4, and --keep-auto (10% more bytes, FIDELITY_KEEP_PCT)
+#            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
 #   fidelity_wait wait for it (at most ~9.5 min a call; call again while it trains)
 #   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
 #   fidelity_measure  = fidelity_run (pipeline.sh's name)
@@ -136,7 +136,7 @@ stage_e2b_run() {
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------
 FID=${FID:-$WORK/fidelity}
-FID_VARIANTS="q4 q4_keep_auto" # the Q4 variants fidelity_make writes (each one that succeeds)
+FID_VARIANTS="q4 q4_keep_auto q4_imatrix" # the Q4 variants fidelity_make writes (each one that succeeds)
 
 stage_fidelity_make() {
     local d="$FID" corpus=.carry/corpus t0
@@ -164,6 +164,10 @@ stage_fidelity_make() {
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_keep_auto" --keep-auto "$budget" \
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
     stamp "fidelity: quantized q4_keep_auto, budget $budget bytes ($(($(date +%s) - t0)) s)"
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 \
+        --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
+    stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
     touch "$d/READY"
 }
 
