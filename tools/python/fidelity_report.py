@@ -64,7 +64,8 @@ def main():
     tr = load(os.path.join(d, "train.json")) or {}
     co = load(os.path.join(d, "corpus.json")) or {}
     L = ["# Quantization fidelity on learned weights (issue 19)", "",
-         "Made by `tools/gpu/run.sh fidelity_bg fidelity_wait fidelity_run` "
+         "Made by `tools/gpu/run.sh fidelity_bg fidelity_wait fidelity_run` (pipeline.sh: `train` ... "
+         "`fidelity_measure`) "
          "(tools/python/fidelity_report.py). Statistics in llama-perplexity's definitions "
          "(eval/ppl.h): chunks of ctx tokens, each scored on its second half; KLD(f16 || Q4) "
          "per scored token; same top p = argmax agreement; dp = change in the probability of the "
@@ -95,6 +96,24 @@ def main():
                          "--sensitivity)")):
         if os.path.exists(os.path.join(d, name)):
             L += [f"{title}: [{name}]({name})", ""]
+    sens = load(os.path.join(d, "proxy_sens.json"))
+    if sens and sens.get("sensitivity"):
+        rows = [r for r in sens["sensitivity"] if r.get("evaluated")]
+        by_kind, by_layer = {}, {}
+        for r in rows:
+            by_kind.setdefault(r["kind"], []).append(r["kl_mean"])
+            by_layer.setdefault(r["layer"], 0.0)
+            by_layer[r["layer"]] = max(by_layer[r["layer"]], r["layer_kl"])
+        L += ["Which kinds of linears hurt most (each linear quantized alone; KL(f16 || one Q4) "
+              f"on {len(sens.get('ids', []))} held-out tokens):", "",
+              "| kind | linears | mean KL | max KL |", "|---|---:|---:|---:|"]
+        for k, v in sorted(by_kind.items(), key=lambda kv: -sum(kv[1]) / len(kv[1])):
+            L.append(f"| {k} | {len(v)} | {sum(v) / len(v):.3e} | {max(v):.3e} |")
+        L += ["", "Which layers hurt most (all of a layer's linears quantized together; lm_head "
+              "is layer -1):", "", "| layer | KL |", "|---:|---:|"]
+        for l, v in sorted(by_layer.items(), key=lambda kv: -kv[1])[:12]:
+            L.append(f"| {l} | {v:.3e} |")
+        L.append("")
     L += ["## Full-size E2B with random weights", "",
           "The same statistics on the random-weight E2B (tools/python/make_package.py), the text "
           "tokenized with the proxy's tokenizer (ids < 8192 are valid E2B ids): random weights "
