@@ -85,6 +85,14 @@ near "RMS delta-p vs torch on onnxruntime" "$(num "$tmp/q4.json" "" rms_dp)" \
 near "self KLD ~ 0 (16-bit base rows)" "$(num "$tmp/self.json" "" kld_mean)" 0 0 1.2e-4
 near "self same top p = 1" "$(num "$tmp/self.json" "" same_top)" 1 0 0
 
+# kld_below_plain NAME PKG: PKG's mean KLD against the f16 base is below plain Q4's
+kld_below_plain() {
+    "$G4CU" perplexity "$2" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$2.json" >/dev/null 2>&1
+    awk -v a="$(num "$2.json" "" kld_mean)" -v b="$(num "$tmp/q4.json" "" kld_mean)" \
+        'BEGIN { exit !(a != "" && b != "" && a < b) }'
+    check "$1: mean KLD below plain Q4's" $?
+}
+
 # 3. quantize --keep-auto and --imatrix. --keep-auto: the linears that cost the most KL per byte stay fp16 within the budget
 # (10% of the all-Q4 decoder's bytes), calibrated on train-split text: more bytes, less KLD
 q4_bytes=$(stat -c %s "$tmp/q4/decoder/model.onnx.data")
@@ -99,11 +107,7 @@ ka_bytes=$(stat -c %s "$tmp/q4ka/decoder/model.onnx.data")
 # the budget counts tensor bytes; the data file's 64 KiB alignment may add at most one block
 [ "$ka_bytes" -gt "$q4_bytes" ] && [ "$ka_bytes" -le $((q4_bytes + budget + 65536)) ]
 check "quantize --keep-auto: decoder bytes in (q4, q4 + budget + alignment]" $?
-"$G4CU" perplexity "$tmp/q4ka" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$tmp/ka.json" \
-    >/dev/null 2>&1
-awk -v a="$(num "$tmp/ka.json" "" kld_mean)" -v b="$(num "$tmp/q4.json" "" kld_mean)" \
-    'BEGIN { exit !(a != "" && b != "" && a < b) }'
-check "quantize --keep-auto: mean KLD below plain Q4's" $?
+kld_below_plain "quantize --keep-auto" "$tmp/q4ka"
 err1 "quantize --keep-auto needs --calib" "keep-auto BYTES and --imatrix need --calib TEXT" \
     "$G4CU" quantize "$pkg" "$tmp/x" --keep-auto 1000
 # --imatrix: the activation-aware k-quant, the same bytes (plain MatMulNBits), less KLD
@@ -111,11 +115,7 @@ err1 "quantize --keep-auto needs --calib" "keep-auto BYTES and --imatrix need --
 check "quantize --imatrix: exit 0" $?
 [ "$(stat -c %s "$tmp/q4im/decoder/model.onnx.data")" = "$q4_bytes" ]
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
-"$G4CU" perplexity "$tmp/q4im" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$tmp/im.json" \
-    >/dev/null 2>&1
-awk -v a="$(num "$tmp/im.json" "" kld_mean)" -v b="$(num "$tmp/q4.json" "" kld_mean)" \
-    'BEGIN { exit !(a != "" && b != "" && a < b) }'
-check "quantize --imatrix: mean KLD below plain Q4's" $?
+kld_below_plain "quantize --imatrix" "$tmp/q4im"
 
 # 4. one-line errors
 err1 "short text: needs two chunks" "test.txt: tokenizes to only [0-9]* tokens; perplexity with --ctx 2048 needs at least 4096 (two chunks of ctx tokens)" \

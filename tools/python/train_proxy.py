@@ -4,6 +4,7 @@ weights that have learned something (issue 19), then exports it with the mobius 
 
     python3 tools/python/train_proxy.py OUT [--corpus .carry/corpus] [--preset proxy|tiny]
                                             [--seed 0] [--minutes 8] [--epochs E] [--device D]
+                                            [--steps N --batch B: only to try the pipeline]
 
 The corpus is tools/python/prepare_corpus.py's (train.txt / test.txt: the Python 3.11
 documentation, Debian package python3.11-doc, PSF license; split by document).
@@ -144,12 +145,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--minutes", type=float, default=8.0, help="training time budget")
     ap.add_argument("--epochs", type=float, help="passes over the train tokens (preset's)")
+    ap.add_argument("--steps", type=int, help="override the step count (trying the pipeline)")
+    ap.add_argument("--batch", type=int, help="override the batch (trying the pipeline)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     args = ap.parse_args()
     p = dict(PRESETS[args.preset])
     if args.epochs is not None:
         p["epochs"] = args.epochs
+    if args.batch:
+        p["batch"] = args.batch
     if args.threads:
         torch.set_num_threads(args.threads)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -179,7 +184,7 @@ def main():
     print(f"train_proxy: {n_params:,} parameters ({n_text:,} in the text model) on {dev}",
           flush=True)
     seq, batch = p["seq"], p["batch"]
-    steps = max(p["warmup"] + 1, int(p["epochs"] * len(train_ids) / (seq * batch)))
+    steps = args.steps or max(p["warmup"] + 1, int(p["epochs"] * len(train_ids) / (seq * batch)))
     decay = [x for n, x in model.named_parameters() if x.dim() >= 2]
     no_decay = [x for n, x in model.named_parameters() if x.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
