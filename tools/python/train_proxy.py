@@ -212,7 +212,7 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         el = time.time() - t1
         if step % 25 == 0 or step == steps - 1:
             print(f"train_proxy: step {step + 1}/{steps} loss {losses[-1]:.3f} "
