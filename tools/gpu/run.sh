@@ -215,7 +215,7 @@ stage_fidelity_run() {
     # per-layer error of plain Q4 (compare's per-tensor report) and the sensitivity ranking, on
     # the first 128 held-out tokens
     local ids
-    ids=$(build-gpu/g4cu tokenize "$d/f16/tokenizer.json" --bos "$(head -c 2000 "$text")" | cut -d, -f1-128)
+    ids=$(build-gpu/g4cu tokenize "$d/f16/tokenizer.json" --bos "$(head -c 2000 "$text" | sed '$d')" | cut -d, -f1-128)
     build-gpu/g4cu compare "$d/f16" "$d/q4" --ids "$ids" --backend "$b" --md "$o/proxy_layers.md" \
         --svg "$o/proxy_layers.svg" >"$o/proxy_layers.txt" 2>&1
     echo "compare proxy f16 vs q4 (per layer): exit $? $(grep KL "$o/proxy_layers.txt" | head -2 | tr '\n' ' ')"
