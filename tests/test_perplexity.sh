@@ -117,7 +117,28 @@ check "quantize --imatrix: exit 0" $?
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
 kld_below_plain "quantize --imatrix" "$tmp/q4im"
 
-# 4. one-line errors
+# 4. the CUDA backend (skipped, saying why, without a GPU): the same perplexity and KLD within
+# the CUDA tolerances: PPL rel 1e-2 (the CUDA decoder is within 3x HF's own fp16 error per
+# tensor, hf-fp16x3; fp16 activations move each nll by ~1e-3); KLD 0.1 x ref + 1e-3 (logit errors
+# of ~3e-2 make a KLD of ~0.5 * 0.03^2 on their own); same top p 0.03 (more near-ties flip)
+if "$G4CU" perplexity "$pkg" --text "$fx/test.txt" --ctx "$ctx" --chunks "$chunks" --backend cuda \
+    --json "$tmp/cuda.json" >"$tmp/out" 2>"$tmp/err"; then
+    near "cuda: perplexity f16 vs HF fp32" "$(num "$tmp/cuda.json" "" ppl)" \
+        "$(num "$ref" hf_f32 ppl)" 1e-2 0
+    "$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$tmp/base.kld" --backend cuda \
+        --json "$tmp/cuda_q4.json" >/dev/null 2>&1
+    check "cuda: perplexity q4 --kl-base: exit 0" $?
+    near "cuda: mean KLD vs torch on onnxruntime" "$(num "$tmp/cuda_q4.json" "" kld_mean)" \
+        "$(num "$ref" $o kld_mean)" 0.1 1e-3
+    near "cuda: same top p vs torch on onnxruntime" "$(num "$tmp/cuda_q4.json" "" same_top)" \
+        "$(num "$ref" $o same_top)" 0 0.03
+else
+    grep -q "no usable GPU\|not built with CUDA\|cuda" "$tmp/err"
+    check "cuda: a clear reason when it cannot run" $?
+    echo "SKIP cuda checks: $(cat "$tmp/err")"
+fi
+
+# 5. one-line errors
 err1 "short text: needs two chunks" "test.txt: tokenizes to only [0-9]* tokens; perplexity with --ctx 2048 needs at least 4096 (two chunks of ctx tokens)" \
     "$G4CU" perplexity "$pkg" --text "$fx/test.txt" --ctx 2048
 err1 "kl-base: other ctx refused" "base.kld: made with --ctx $ctx, this run has --ctx 32" \
