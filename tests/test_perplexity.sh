@@ -97,7 +97,8 @@ kld_below_plain() {
 # (10% of the all-Q4 decoder's bytes), calibrated on train-split text: more bytes, less KLD
 q4_bytes=$(stat -c %s "$tmp/q4/decoder/model.onnx.data")
 budget=$((q4_bytes / 10))
-"$G4CU" quantize "$pkg" "$tmp/q4ka" --keep-auto "$budget" --calib "$fx/calib.txt" --threads 2 \
+"$G4CU" quantize "$pkg" "$tmp/q4ka" --keep-auto "$budget" --calib "$fx/calib.txt" \
+    --calib-tokens 64 --threads 2 \
     >"$tmp/ka.txt" 2>&1
 check "quantize --keep-auto: exit 0" $?
 kept=$(sed -nE 's/^keep-auto: ([0-9]+) linears kept fp16 for ([0-9]+) of.*/\1 \2/p' "$tmp/ka.txt")
@@ -111,7 +112,7 @@ kld_below_plain "quantize --keep-auto" "$tmp/q4ka"
 err1 "quantize --keep-auto needs --calib" "keep-auto BYTES and --imatrix need --calib TEXT" \
     "$G4CU" quantize "$pkg" "$tmp/x" --keep-auto 1000
 # --imatrix: the activation-aware k-quant, the same bytes (plain MatMulNBits), less KLD
-"$G4CU" quantize "$pkg" "$tmp/q4im" --imatrix --calib "$fx/calib.txt" --threads 2 >/dev/null 2>&1
+"$G4CU" quantize "$pkg" "$tmp/q4im" --imatrix --calib "$fx/calib.txt" --calib-tokens 64 --threads 2 >/dev/null 2>&1
 check "quantize --imatrix: exit 0" $?
 [ "$(stat -c %s "$tmp/q4im/decoder/model.onnx.data")" = "$q4_bytes" ]
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
