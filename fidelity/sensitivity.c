@@ -37,7 +37,12 @@ typedef struct {
     cand *c;
     int n;
     int measure; // 1 during pass 1
+    // the imatrix run instead (g4_imatrix_run): per candidate, sum x^2 per input channel
+    double **imx_sum; // [n][K], or NULL
+    long *imx_rows;   // [n]
 } probe;
+
+static void imx_add(probe *p, int i, const g4_buf *x);
 
 // Quantizes c's weight once into host buffers (the bytes `g4cu quantize` would write).
 static int quantize(cand *c, int n_threads) {
@@ -108,10 +113,14 @@ static double weight_rel(const cand *c) {
 
 // Pass 1: accumulates the candidate at slot w's output error on input x.
 static void measure(probe *p, const g4_buf *x, const g4_linear *w) {
-    if (!p->measure) return;
+    if (!p->measure && !p->imx_sum) return;
     int i = 0;
     while (i < p->n && p->c[i].slot != w) i++;
     if (i == p->n) return;
+    if (p->imx_sum) {
+        imx_add(p, i, x);
+        return;
+    }
     cand *c = &p->c[i];
     g4_backend *be = p->real;
     bind(be, c);
@@ -147,6 +156,16 @@ static void probe_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, co
     measure(p, x, wg);
     measure(p, x, wu);
     p->real->linear_gelu_mul(p->real, y, x, wg, wu);
+}
+
+// p: the backend's op table with linear and linear_gelu_mul through the probe (set s->be = &p->be).
+static void probe_install(probe *p, g4_text_model *m, cand *c, int nc) {
+    p->be = *m->be;
+    p->be.linear = probe_linear;
+    p->be.linear_gelu_mul = probe_linear_gelu_mul;
+    p->real = m->be;
+    p->c = c;
+    p->n = nc;
 }
 
 static int selected(const g4_sens_opts *o, const char *name, int layer) {
@@ -278,12 +297,7 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
         c[i].row.w_rel = weight_rel(&c[i]);
     }
     if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
-    p.be = *m->be;
-    p.be.linear = probe_linear;
-    p.be.linear_gelu_mul = probe_linear_gelu_mul;
-    p.real = m->be;
-    p.c = c;
-    p.n = nc;
+    probe_install(&p, m, c, nc);
     s->be = &p.be;
 
     // Pass 1: the unmodified run, measuring every candidate's own output error.
@@ -344,5 +358,65 @@ done:
     free(base);
     free(logits);
     free(pick);
+    return rc;
+}
+
+// --- the activation importance of every candidate's input channels (imatrix) ------------------
+// The same probe as pass 1, with imx_sum set: every candidate's input x adds its x^2.
+
+static void imx_add(probe *p, int i, const g4_buf *x) {
+    const size_t K = (size_t)x->cols, n = (size_t)x->rows * K;
+    float *a = g4_malloc(sizeof(float) * n);
+    g4_buf_to_host_f32(p->real, x, a);
+    for (size_t r = 0; r < (size_t)x->rows; r++)
+        for (size_t k = 0; k < K; k++) p->imx_sum[i][k] += (double)a[r * K + k] * a[r * K + k];
+    p->imx_rows[i] += x->rows;
+    free(a);
+}
+
+void g4_imatrix_free(g4_imatrix *im) {
+    for (int i = 0; i < im->n; i++) free(im->names[i]), free(im->imp[i]);
+    free(im->names);
+    free(im->imp);
+    free(im->K);
+    memset(im, 0, sizeof *im);
+}
+
+int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out) {
+    memset(out, 0, sizeof *out);
+    cand *c = NULL;
+    int nc = 0, n_q4 = 0, rc;
+    g4_sens_opts all = {0};
+    g4_text_state *s = NULL;
+    probe p = {0};
+    if ((rc = enumerate(m, &all, &c, &nc, &n_q4))) goto done;
+    if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
+    probe_install(&p, m, c, nc);
+    p.imx_sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
+    p.imx_rows = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(long));
+    for (int i = 0; i < nc; i++) p.imx_sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
+    s->be = &p.be;
+    rc = g4_text_forward(s, ids, n, NULL, NULL, 1); // all rows reach lm_head
+    s->be = m->be;
+    if (rc) goto done;
+    out->names = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(char *));
+    out->imp = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
+    out->K = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(int));
+    for (int i = 0; i < nc; i++) {
+        if (!p.imx_rows[i]) continue; // never reached by this run (none expected)
+        const int K = c[i].row.K;
+        out->names[out->n] = g4_strdup(c[i].row.name);
+        out->K[out->n] = K;
+        out->imp[out->n] = g4_malloc(sizeof(float) * (size_t)K);
+        for (int k = 0; k < K; k++) out->imp[out->n][k] = (float)(p.imx_sum[i][k] / (double)p.imx_rows[i]);
+        out->n++;
+    }
+done:
+    if (s) s->be = m->be;
+    g4_text_state_free(s);
+    for (int i = 0; i < nc && p.imx_sum; i++) free(p.imx_sum[i]);
+    free(p.imx_sum);
+    free(p.imx_rows);
+    free(c);
     return rc;
 }

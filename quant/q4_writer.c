@@ -504,8 +504,14 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
         uint8_t *q = g4_malloc((size_t)sh.q_bytes);
         uint16_t *sc = g4_malloc((size_t)sh.n_scales * 2);
         uint8_t *zp = g4_malloc((size_t)sh.zp_bytes);
-        rc =
-            g4_q4_quantize(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads, q, sc, zp);
+        const float *imp = NULL;
+        for (int i = 0; i < o->n_imp && !imp; i++) {
+            const char *nm = w->w_name, *dot = strchr(nm, '.');
+            if (!strcmp(o->imp_names[i], nm) || (dot && !strcmp(o->imp_names[i], dot + 1)))
+                imp = o->imp[i];
+        }
+        rc = g4_q4_quantize_imp(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads, imp,
+                                q, sc, zp);
         const void *data[3] = {q, sc, zp};
         for (int r = 0; r < 3 && rc == G4_OK; r++) {
             int i = g4_strmap_get(&index, w->tp[r]->name);

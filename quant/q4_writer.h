@@ -26,6 +26,11 @@ typedef struct {
     int block;               // block size along K (G4_Q4_BLOCK = 32)
     int n_threads;           // quantizer threads (>= 1)
     int progress;            // print one line per weight to stderr
+    // activation-aware k-quant (kquant.h g4_q4_quantize_imp): the importance imp[i][K] of the
+    // linear imp_names[i] (matched with or without the component prefix); others plain
+    const char *const *imp_names;
+    const float *const *imp;
+    int n_imp;
 } g4_q4_write_opts;
 
 typedef struct {

@@ -119,7 +119,7 @@ static int f16_linears(const g4_onnx_model *m, lin *out, int max) {
 
 static void test_full_quantize(const char *tmp) {
     char *out = g4_sprintf("%s/q4", tmp);
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 2, 0};
+    g4_q4_write_opts o = {.keep = NULL, .n_keep = 0, .block = G4_Q4_BLOCK, .n_threads = 2};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -285,7 +285,7 @@ done:
 static void test_keep_all_round_trip(const char *tmp) {
     char *out = g4_sprintf("%s/keepall", tmp);
     const char *keep[] = {"*"};
-    g4_q4_write_opts o = {keep, 1, G4_Q4_BLOCK, 1, 0};
+    g4_q4_write_opts o = {.keep = keep, .n_keep = 1, .block = G4_Q4_BLOCK, .n_threads = 1};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -308,7 +308,7 @@ static void test_keep_pattern(const char *tmp) {
     char *out = g4_sprintf("%s/keepmlp", tmp);
     const char *keep[] = {"model.layers.*.mlp.*",
                           "decoder.lm_head.weight_t"}; // without / with the prefix
-    g4_q4_write_opts o = {keep, 2, G4_Q4_BLOCK, 2, 0};
+    g4_q4_write_opts o = {.keep = keep, .n_keep = 2, .block = G4_Q4_BLOCK, .n_threads = 2};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -341,7 +341,7 @@ static void test_atomic_failures(const char *tmp) {
     // The output exists: refused, and left alone.
     char *out = g4_sprintf("%s/exists", tmp);
     mkdir(out, 0755);
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 1, 0};
+    g4_q4_write_opts o = {.keep = NULL, .n_keep = 0, .block = G4_Q4_BLOCK, .n_threads = 1};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_EUSER && strstr(g4_error(), "already exists"), "%s", g4_error());
@@ -400,7 +400,7 @@ static void test_writer_corner_cases(const char *tmp) {
     g4_onnx_model *src = NULL, *m = NULL;
     int rc = g4_onnx_open(path, &src);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 1, 0};
+    g4_q4_write_opts o = {.keep = NULL, .n_keep = 0, .block = G4_Q4_BLOCK, .n_threads = 1};
     g4_q4_write_stats st = {0};
     if (rc == G4_OK) rc = g4_q4_write_model(src, dir, "model.onnx", &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
