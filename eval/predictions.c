@@ -99,7 +99,10 @@ int g4_eval_preds_read(const char *path, const char *task, int missing_ok, int r
     if (missing_ok && access(path, F_OK) != 0 && errno == ENOENT) return G4_OK;
     char *text = NULL;
     size_t size = 0;
-    int rc = g4_read_file(path, &text, &size);
+    int rc = g4_read_file_max(path, G4_MAX_LINES_BYTES, &text, &size);
+    // A predictions file is the runner's own state, which it appends to (and a resume
+    // continues): not an input that an output must not replace.
+    g4_forget_input(path);
     if (rc) {
         g4_eval_preds_free(out);
         return rc;
@@ -164,15 +167,14 @@ void g4_eval_preds_free(g4_eval_preds *p) {
 }
 
 int g4_eval_pred_file_open(const char *path, g4_eval_pred_file *f) {
-    f->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     f->path = NULL;
-    if (f->fd < 0)
-        return g4_fail(G4_EUSER, "%s: cannot open for appending: %s", path, strerror(errno));
+    int rc = g4_open_output_append(path, &f->fd);
+    if (rc) return rc;
     // One writer per file: a second run on the same file (say, a resume while a killed run's
     // process is still alive) would interleave its lines with the first's.
     if (flock(f->fd, LOCK_EX | LOCK_NB) != 0) {
         int busy = errno == EWOULDBLOCK;
-        int rc = g4_fail(G4_EUSER, "%s: %s", path,
+        rc = g4_fail(G4_EUSER, "%s: %s", path,
                          busy ? "another process is writing it (a g4cu eval still running?)"
                               : strerror(errno));
         close(f->fd);

@@ -84,6 +84,7 @@ int g4_eval_run_info_read(const char *path, g4_eval_run_info *out, int *have) {
     if (access(path, F_OK) != 0 && errno == ENOENT) return G4_OK;
     g4_json j;
     int rc = g4_json_open(path, &j);
+    g4_forget_input(path); // the run's own settings, rewritten by the run that reads them
     if (rc) return rc;
     const cJSON *root = j.root;
     char *fmt = NULL;
