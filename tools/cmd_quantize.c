@@ -1,6 +1,9 @@
 // g4cu quantize PKG_F16 OUT [--keep PATTERN]... [--threads N]: k-quant the decoder's linears into
 // a Q4 (MatMulNBits) package, the way Olive made the published "Q4_K_M" packages
-// (quant/q4_writer.h). OUT must not exist; it appears only when complete.
+// (quant/q4_writer.h). OUT must not exist (nor lie inside PKG_F16); it appears only when
+// complete. The work goes to OUT.tmp-<pid> beside it; a run that is killed leaves that
+// directory, and the next quantize to the same OUT removes those whose process is gone.
+// Unchanged files are copied (reflinked where the file system can), never hard-linked.
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -44,7 +47,7 @@ static int cmd_quantize(int argc, char **argv) {
         free(keep);
         return g4_cli_usage_error("quantize", "expected PKG_F16 OUT");
     }
-    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, isatty(2)};
+    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, stderr, stderr};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(in, out, &o, &st);
     free(keep);
@@ -59,4 +62,6 @@ static int cmd_quantize(int argc, char **argv) {
 
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
-    "PKG_F16 OUT [--keep PATTERN]... [--threads N]   k-quant the decoder into a Q4 package"};
+    "PKG_F16 OUT [--keep PATTERN]... [--threads N]   k-quant the decoder into a Q4 package (work "
+    "in OUT.tmp-<pid>, renamed when complete; a killed run's is removed by the next run; "
+    "unchanged files are copied or reflinked, never hard-linked)"};
