@@ -219,6 +219,7 @@ int g4_package_open(const char *dir, g4_package **out) {
         g4_package_close(p);
         return rc;
     }
+    g4_note_input_dir(dir); // an output directory may not lie inside it (g4_check_output_dir)
     *out = p;
     return G4_OK;
 }
@@ -318,6 +319,10 @@ int g4_component_get(const g4_component *c, const char *name, int dtype, int ndi
         return g4_fail(G4_EUSER, "%s: tensor '%s': expected %s %s, found %s %s", c->onnx_path,
                        t->name, g4_dtype_name(dtype), ws, g4_dtype_name(t->dtype),
                        g4_tensor_shape_str(t, hs, sizeof hs));
+    // A weight with NaN/Inf would poison every output (a corrupt download, a bad export): bound
+    // weights are checked here, once, as they are bound (engine binders, towers, the quantizer).
+    int rc = g4_tensor_check_finite(t, c->onnx_path);
+    if (rc) return rc;
     *out = t;
     return G4_OK;
 }
