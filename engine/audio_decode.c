@@ -130,6 +130,17 @@ int g4_audio_load(const char *path, int target_rate, int64_t max_samples, g4_aud
         rc = g4_fail(G4_EUSER, "%s: truncated, no audio frames could be decoded", path);
         goto done;
     }
+    // A float file can hold NaN or Inf, which the log-mel would turn into NaN features and the
+    // tower into NaN soft tokens: a broken recording, said so here.
+    for (size_t i = 0; i < (size_t)got * (size_t)info.channels; i++)
+        if (!isfinite(inter[i])) {
+            rc = g4_fail(G4_EUSER,
+                         "%s: sample %zu (frame %zu, channel %zu) is %s: expected finite audio "
+                         "samples",
+                         path, i, i / (size_t)info.channels, i % (size_t)info.channels,
+                         isnan(inter[i]) ? "NaN" : "infinite");
+            goto done;
+        }
     // Fewer frames than the header said but no decoder error: python-soundfile returns what it
     // read, and so do we.
     // Mono as librosa.to_mono: np.mean over channels in float32, i.e. the channels summed in
