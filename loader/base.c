@@ -313,8 +313,7 @@ int g4_check_output(const char *path) {
     }
     if (!S_ISREG(st.st_mode))
         return g4_fail(G4_EUSER,
-                       "%s: is %s; an output must be a new or a regular file (it would be "
-                       "replaced)",
+                       "%s: is %s; an output must be a new or a regular file",
                        path, file_type(st.st_mode));
     char *in = find_id(0, &st);
     if (in) {
@@ -426,11 +425,13 @@ int g4_open_output_append(const char *path, int *fd_out) {
     return G4_OK;
 }
 
-static uint64_t g4_hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+uint64_t g4_hash64(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull; // FNV-1a
     return h;
 }
+
+static uint64_t g4_hash_str(const char *s) { return g4_hash64(G4_HASH64_INIT, s, strlen(s)); }
 
 void g4_strmap_init(g4_strmap *m, size_t expected) {
     size_t cap = 16;

@@ -50,6 +50,11 @@ char *g4_strndup(const char *s, size_t n);
 // printf into a new string.
 char *g4_sprintf(const char *fmt, ...) G4_PRINTF(1, 2);
 
+// 64-bit FNV-1a over n bytes, continuing from h (start with G4_HASH64_INIT): identity checks
+// (eval's fingerprints), not security.
+#define G4_HASH64_INIT 1469598103934665603ull
+uint64_t g4_hash64(uint64_t h, const void *data, size_t n);
+
 // Overflow-checked size arithmetic: return 0 and leave *out alone on overflow.
 int g4_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
 int g4_add_u64(uint64_t a, uint64_t b, uint64_t *out);
