@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "loader/json.h"
 
@@ -189,7 +190,9 @@ static int open_component(g4_package *p, g4_component_id id, const char *file, i
     char *cdir = g4_strndup(c->onnx_path, (size_t)(slash - c->onnx_path));
     int is_dir = g4_is_dir(cdir);
     free(cdir);
-    if (!is_dir || !g4_is_file(c->onnx_path))
+    // Missing when absent; anything that is there but not a regular file (a FIFO, a device)
+    // is g4_onnx_open's to refuse, as every input is.
+    if (!is_dir || access(c->onnx_path, F_OK) != 0)
         return g4_fail(G4_EUSER, "%s: missing %s component (genai_config.json names '%s')",
                        c->onnx_path, comp_names[id], file);
     return g4_onnx_open(c->onnx_path, &c->model);

@@ -538,6 +538,13 @@ static int cmd_compare(int argc, char **argv) {
                                 "--prompt or --max-kl)");
         goto done;
     }
+    // The reports' targets are checked before the run, not found unwritable after it.
+    const char *outs[3] = {o.md, o.json, o.svg};
+    for (int k = 0; k < 3; k++)
+        if (outs[k] && (rc = g4_check_output(outs[k]))) {
+            rc = g4_cli_fail(rc);
+            goto done;
+        }
     g4_backend *be;
     if ((rc = g4_backend_by_name(o.backend, &be))) {
         rc = g4_cli_fail(rc);
