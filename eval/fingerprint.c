@@ -13,7 +13,9 @@ static uint64_t hash_str(uint64_t h, const char *s) {
     return g4_hash64(h, s ? s : "", s ? strlen(s) + 1 : 1); // the NUL separates fields
 }
 
-static uint64_t hash_u64(uint64_t h, uint64_t v) { return g4_hash64(h, &v, sizeof v); }
+static uint64_t hash_u64(uint64_t h, uint64_t v) {
+    return g4_hash64(h, &v, sizeof v);
+}
 
 // A whole file's bytes; an absent optional file hashes as "absent".
 static int hash_file(uint64_t *h, const char *path, int optional) {
@@ -100,7 +102,8 @@ void g4_eval_fingerprint_free(g4_eval_fingerprint *f) {
     memset(f, 0, sizeof *f);
 }
 
-int g4_eval_fingerprint_check(const char *what_line, const char *got, const g4_eval_fingerprint *want,
+int g4_eval_fingerprint_check(const char *what_line, const char *got,
+                              const g4_eval_fingerprint *want,
                               const g4_eval_fingerprint *recorded) {
     if (got && !strcmp(got, want->value)) return G4_OK;
     if (!got)
@@ -110,8 +113,10 @@ int g4_eval_fingerprint_check(const char *what_line, const char *got, const g4_e
                        what_line);
     const char *part = "the package, tokenizer or settings";
     if (recorded && !strcmp(got, recorded->value)) {
-        if (strcmp(recorded->package, want->package)) part = "another package";
-        else if (strcmp(recorded->tokenizer, want->tokenizer)) part = "another tokenizer";
+        if (strcmp(recorded->package, want->package))
+            part = "another package";
+        else if (strcmp(recorded->tokenizer, want->tokenizer))
+            part = "another tokenizer";
         else if (recorded->options && want->options && strcmp(recorded->options, want->options))
             part = "other settings";
     }

@@ -30,7 +30,7 @@ void g4_eval_fingerprint_free(g4_eval_fingerprint *f);
 // G4_OK when a prediction's recorded fingerprint (NULL: none) is `want`'s value; else a user
 // error naming where (what_line: "F:3") and, when `recorded` (the run file's parts; may be
 // NULL) is known, which part differs.
-int g4_eval_fingerprint_check(const char *what_line, const char *got, const g4_eval_fingerprint *want,
-                              const g4_eval_fingerprint *recorded);
+int g4_eval_fingerprint_check(const char *what_line, const char *got,
+                              const g4_eval_fingerprint *want, const g4_eval_fingerprint *recorded);
 
 #endif

@@ -186,8 +186,8 @@ int g4_eval_pred_file_open(const char *path, g4_eval_pred_file *f) {
     if (flock(f->fd, LOCK_EX | LOCK_NB) != 0) {
         int busy = errno == EWOULDBLOCK;
         rc = g4_fail(G4_EUSER, "%s: %s", path,
-                         busy ? "another process is writing it (a g4cu eval still running?)"
-                              : strerror(errno));
+                     busy ? "another process is writing it (a g4cu eval still running?)"
+                          : strerror(errno));
         close(f->fd);
         f->fd = -1;
         return rc;

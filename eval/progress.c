@@ -51,8 +51,9 @@ void g4_progress_format_plain(char *buf, size_t n, const char *label, int done, 
     if (fresh > 0 && elapsed_s > 0) {
         double r = fresh / elapsed_s;
         fmt_duration(eta, sizeof eta, (total - done) / r);
-        snprintf(buf, n, r >= 10 ? "%s: %d/%d (%d%%), %.1f it/s, %s elapsed, ETA %s"
-                                 : "%s: %d/%d (%d%%), %.2f it/s, %s elapsed, ETA %s",
+        snprintf(buf, n,
+                 r >= 10 ? "%s: %d/%d (%d%%), %.1f it/s, %s elapsed, ETA %s"
+                         : "%s: %d/%d (%d%%), %.2f it/s, %s elapsed, ETA %s",
                  label, done, total, pct, r, el, eta);
     } else {
         snprintf(buf, n, "%s: %d/%d (%d%%), %s elapsed", label, done, total, pct, el);

@@ -22,7 +22,7 @@ typedef struct {
     int fresh;         // items finished by this process (the rate counts only these)
     double t0;         // start, seconds (monotonic)
     double last_draw;
-    char note[128];    // what the last item was (g4_progress_note), shown after the counts
+    char note[128]; // what the last item was (g4_progress_note), shown after the counts
 } g4_progress;
 
 // Starts over total items of which `done` are finished already, on out (stderr; NULL: none);

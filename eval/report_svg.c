@@ -15,7 +15,7 @@
 
 #define MAX_SERIES 24
 #define MAX_PANELS 4
-#define SLOT_NAME 64 // a tensor kind, as g4_report_classify writes it (kind[64] below)
+#define SLOT_NAME  64 // a tensor kind, as g4_report_classify writes it (kind[64] below)
 
 typedef struct {
     char label[64];

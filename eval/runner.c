@@ -284,9 +284,9 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
                 res->resumed, n_sel);
     if ((rc = g4_eval_run_info_write(run_path, &info))) goto done;
 
-    if (res->resumed < n_sel && (rc = generate_items(o, info.fp.value, &m, sel, n_sel, done,
-                                                     res->resumed, &f, &res->predicted,
-                                                     &res->failed)))
+    if (res->resumed < n_sel &&
+        (rc = generate_items(o, info.fp.value, &m, sel, n_sel, done, res->resumed, &f,
+                             &res->predicted, &res->failed)))
         goto done;
     g4_eval_pred_file_close(&f);
 

@@ -312,9 +312,8 @@ int g4_check_output(const char *path) {
         return g4_fail(G4_EUSER, "%s: cannot stat the output: %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode))
-        return g4_fail(G4_EUSER,
-                       "%s: is %s; an output must be a new or a regular file",
-                       path, file_type(st.st_mode));
+        return g4_fail(G4_EUSER, "%s: is %s; an output must be a new or a regular file", path,
+                       file_type(st.st_mode));
     char *in = find_id(0, &st);
     if (in) {
         int rc = g4_fail(G4_EUSER,
@@ -334,8 +333,9 @@ int g4_check_output_dir(const char *dir) {
     struct stat st;
     if (stat(at, &st) != 0) {
         char *slash = strrchr(at, '/');
-        char *parent = !slash ? g4_strdup(".") : slash == at ? g4_strdup("/")
-                                                           : g4_strndup(at, (size_t)(slash - at));
+        char *parent = !slash        ? g4_strdup(".")
+                       : slash == at ? g4_strdup("/")
+                                     : g4_strndup(at, (size_t)(slash - at));
         free(at);
         at = parent;
         if (stat(at, &st) != 0) {
@@ -379,7 +379,8 @@ static int create_temp_beside(const char *path, char **tmp_out, int *fd_out) {
         }
         int e = errno;
         free(tmp);
-        if (e != EEXIST) return g4_fail(G4_EUSER, "%s: cannot create a file beside it: %s", path, strerror(e));
+        if (e != EEXIST)
+            return g4_fail(G4_EUSER, "%s: cannot create a file beside it: %s", path, strerror(e));
     }
     return g4_fail(G4_EUSER, "%s: cannot create a temporary file beside it", path);
 }
@@ -395,8 +396,10 @@ int g4_write_file_atomic(const char *path, const void *data, size_t size) {
     for (size_t put = 0; put < size && !err;) {
         ssize_t w = write(fd, p + put, size - put);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) err = errno;
-        else put += (size_t)w;
+        if (w < 0)
+            err = errno;
+        else
+            put += (size_t)w;
     }
     if (close(fd) != 0 && !err) err = errno;
     if (!err && rename(tmp, path) != 0) err = errno;
@@ -431,7 +434,9 @@ uint64_t g4_hash64(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-static uint64_t g4_hash_str(const char *s) { return g4_hash64(G4_HASH64_INIT, s, strlen(s)); }
+static uint64_t g4_hash_str(const char *s) {
+    return g4_hash64(G4_HASH64_INIT, s, strlen(s));
+}
 
 void g4_strmap_init(g4_strmap *m, size_t expected) {
     size_t cap = 16;

@@ -141,15 +141,15 @@ static inline float g4_round_f16(float f) { return g4_f16_to_f32(g4_f32_to_f16(f
 // named), so that an output can refuse to replace one (g4_check_output).
 //
 // Size bounds, per format (bytes; what the readers load into memory whole):
-#define G4_MAX_JSON_BYTES (64ull << 20)       // JSON configs and run files (KBs in practice)
-#define G4_MAX_TOKENIZER_BYTES (1ull << 30)   // tokenizer.json (E2B's: 32 MB)
-#define G4_MAX_ONNX_BYTES (2ull << 30)        // model.onnx: protobuf's 2 GiB message limit
-#define G4_MAX_LINES_BYTES (1ull << 30)       // manifests, predictions (MBs for 10k items)
-#define G4_MAX_IMAGE_BYTES (1ull << 30)       // PNG / JPEG (PIL's pixel limit is ~0.5 GB RGB)
-#define G4_MAX_AUDIO_BYTES (16ull << 30)      // WAV / FLAC (only the head is decoded)
-#define G4_MAX_TEXT_BYTES (64ull << 20)       // text read from stdin (--prompt -, tokenize -)
-#define G4_MAX_READ_BYTES (1ull << 30)        // g4_read_file without a format's bound
-#define G4_NO_MAX_BYTES UINT64_MAX            // mapped data (model.onnx.data, dumps): no bound
+#define G4_MAX_JSON_BYTES      (64ull << 20) // JSON configs and run files (KBs in practice)
+#define G4_MAX_TOKENIZER_BYTES (1ull << 30)  // tokenizer.json (E2B's: 32 MB)
+#define G4_MAX_ONNX_BYTES      (2ull << 30)  // model.onnx: protobuf's 2 GiB message limit
+#define G4_MAX_LINES_BYTES     (1ull << 30)  // manifests, predictions (MBs for 10k items)
+#define G4_MAX_IMAGE_BYTES     (1ull << 30)  // PNG / JPEG (PIL's pixel limit is ~0.5 GB RGB)
+#define G4_MAX_AUDIO_BYTES     (16ull << 30) // WAV / FLAC (only the head is decoded)
+#define G4_MAX_TEXT_BYTES      (64ull << 20) // text read from stdin (--prompt -, tokenize -)
+#define G4_MAX_READ_BYTES      (1ull << 30)  // g4_read_file without a format's bound
+#define G4_NO_MAX_BYTES        UINT64_MAX    // mapped data (model.onnx.data, dumps): no bound
 
 // Opens path read-only (O_CLOEXEC) after checking it is a regular file of at most max_bytes;
 // *fd is blocking, *size its size. Errors are one line naming the path: "cannot open: <errno>",

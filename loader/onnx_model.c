@@ -694,9 +694,9 @@ static uint64_t nonfinite_scalar(const g4_tensor *t, uint64_t lo, uint64_t hi, u
 
 uint64_t g4_tensor_nonfinite(const g4_tensor *t, uint64_t *first) {
     const int esz = t->dtype == G4_DT_FLOAT16 || t->dtype == G4_DT_BFLOAT16 ? 2
-                    : t->dtype == G4_DT_FLOAT                                ? 4
-                    : t->dtype == G4_DT_DOUBLE                               ? 8
-                                                                             : 0;
+                    : t->dtype == G4_DT_FLOAT                               ? 4
+                    : t->dtype == G4_DT_DOUBLE                              ? 8
+                                                                            : 0;
     if (!esz || !t->data) return 0;
     // An element is non-finite when its exponent bits are all ones. Eight bytes at a time: y has
     // a zero lane exactly where an element's exponent is all ones, and (y - 1 per lane) & (top
@@ -739,5 +739,8 @@ int g4_tensor_check_finite(const g4_tensor *t, const char *file) {
                    "%s: tensor '%s' holds %llu NaN/Inf value%s (the first at element %llu: %s): "
                    "the package's weights are corrupt",
                    file, t->name, (unsigned long long)n, n == 1 ? "" : "s",
-                   (unsigned long long)first, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+                   (unsigned long long)first,
+                   isnan(v) ? "nan"
+                   : v > 0  ? "inf"
+                            : "-inf");
 }

@@ -598,14 +598,17 @@ static int check_output(const char *dir, const g4_q4_write_stats *st) {
 
 // The temporary directory of a run: "<out>.tmp-<pid>" beside out, so that a run that was killed
 // leaves a name the next run recognises.
-static char *tmp_dir_name(const char *out, long pid) { return g4_sprintf("%s.tmp-%ld", out, pid); }
+static char *tmp_dir_name(const char *out, long pid) {
+    return g4_sprintf("%s.tmp-%ld", out, pid);
+}
 
 // Removes "<out>.tmp-<pid>" directories beside out whose process is gone (a killed quantize
 // leaves its multi-GB temporary directory; nothing else would ever clean it), saying so on log.
 static void remove_stale_tmp(const char *out, FILE *log) {
     const char *slash = strrchr(out, '/');
-    char *dir = !slash ? g4_strdup(".") : slash == out ? g4_strdup("/")
-                                                       : g4_strndup(out, (size_t)(slash - out));
+    char *dir = !slash         ? g4_strdup(".")
+                : slash == out ? g4_strdup("/")
+                               : g4_strndup(out, (size_t)(slash - out));
     const char *base = slash ? slash + 1 : out;
     char *prefix = g4_sprintf("%s.tmp-", base);
     const size_t np = strlen(prefix);

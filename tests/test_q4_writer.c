@@ -494,7 +494,8 @@ static void test_output_safety(const char *tmp) {
         free(a), free(b);
     }
     // An in-place edit (what json.dump(open(F, 'w')), an editor or a patch does).
-    char *cfg = g4_sprintf("%s/genai_config.json", out), *cfg16 = g4_sprintf("%s/genai_config.json", src);
+    char *cfg = g4_sprintf("%s/genai_config.json", out),
+         *cfg16 = g4_sprintf("%s/genai_config.json", src);
     char *before = g4_sprintf("%s/before.json", tmp);
     g4t_sh("cp '%s' '%s'", cfg16, before);
     int fd = open(cfg, O_WRONLY | O_TRUNC);

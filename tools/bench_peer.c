@@ -81,8 +81,8 @@ int g4_bench_peer_run(const char *script, const char *hf_dir, int reps, g4_json 
     close(fd);
     char reps_s[16];
     snprintf(reps_s, sizeof reps_s, "%d", reps);
-    char *argv[] = {(char *)python(), (char *)script, (char *)hf_dir, "--reps", reps_s,
-                    "--json",         tmp,            NULL};
+    char *argv[] = {
+        (char *)python(), (char *)script, (char *)hf_dir, "--reps", reps_s, "--json", tmp, NULL};
     int rc = run_argv(argv, "bench --hf");
     if (!rc) rc = g4_json_open(tmp, out);
     unlink(tmp);

@@ -122,5 +122,6 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
-                             "PKG [PKG2] [--backend cuda|cpu] [--hf HF_DIR [--hf-script F]] | --kernels [--filter S]  [--reps N] "
+                             "PKG [PKG2] [--backend cuda|cpu] [--hf HF_DIR [--hf-script F]] | "
+                             "--kernels [--filter S]  [--reps N] "
                              "[--json F]   model tok/s, or kernels vs the H200 ceilings"};

@@ -63,9 +63,10 @@ static const g4_tol tol_cuda = {"cuda-f16", 2e-2};
 //   1e-5. Two fp32 implementations differ in how they sum (BLAS blocks and FMAs; our CPU
 //   reference sums each dot product in order), so ours is a steady multiple of HF fp32's at any
 //   depth: measured 0.8-3.2x on the fixtures' tensors and 2.4-4.5x on a hidden 2048, 12-layer,
-//   GQA 4:1 package (tests/fixtures/refdumps/README.md); 8x leaves room for other shapes. The floor covers what is not rounding noise: the RoPE bases the loader fits
-//   from the package's fp16 tables (tiny2: theta 20000.3 for 20000) put up to 5e-6 on the first
-//   layers' q/k at 40 positions, before any amplification.
+//   GQA 4:1 package (tests/fixtures/refdumps/README.md); 8x leaves room for other shapes. The floor
+//   covers what is not rounding noise: the RoPE bases the loader fits from the package's fp16
+//   tables (tiny2: theta 20000.3 for 20000) put up to 5e-6 on the first layers' q/k at 40
+//   positions, before any amplification.
 typedef struct {
     const char *dump_dtype; // the tolerance dump's precision
     const char *name;
@@ -248,7 +249,8 @@ static int derived_tol(g4_npz *tol_ref, const char *tol_path, const g4_tol_rule 
 
 static int run_dump(const opts *o, g4_backend *be) {
     const char *pkg_dir = o->pos[0], *ref_path = o->pos[1];
-    g4_npz *ref = NULL, *tol_ref = NULL; // tol_ref: a lower-precision HF dump, per-tensor tolerances
+    g4_npz *ref = NULL,
+           *tol_ref = NULL; // tol_ref: a lower-precision HF dump, per-tensor tolerances
     const g4_tol_rule *rule = NULL;
     g4_capture cap = {0};
     g4_cmp_report rep = {0};
@@ -260,8 +262,7 @@ static int run_dump(const opts *o, g4_backend *be) {
     const g4_array *a;
     if ((rc = g4_npz_open(ref_path, &ref)) || (rc = g4_dump_input_ids(ref, ref_path, &ids, &n)))
         goto done;
-    if (o->tol_from &&
-        (rc = open_tol_dump(o->tol_from, ref_path, ref, ids, n, &tol_ref, &rule)))
+    if (o->tol_from && (rc = open_tol_dump(o->tol_from, ref_path, ref, ids, n, &tol_ref, &rule)))
         goto done;
     // Text dumps and multimodal ones (media, processor outputs, towers; eval/dump_run.h).
     if ((rc = g4_capture_dump(pkg_dir, be, ref, ref_path, &cap))) goto done;
@@ -562,5 +563,6 @@ const g4_cmd g4_cmd_compare = {
     "compare", cmd_compare,
     "PKG REF.npz | PKG_REF PKG_TEST --ids I,.. | PKG_F16 --sensitivity --ids I,.. "
     "[--prompt T [--tokenizer F]] [--sensitivity-top N] [--layers 0-3,7] [--only GLOB] "
-    "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF_LOWER.npz] [--md F] [--json F] [--svg F]   "
+    "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF_LOWER.npz] [--md F] [--json F] "
+    "[--svg F]   "
     "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity"};

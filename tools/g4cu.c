@@ -81,7 +81,8 @@ static int finish_stdout(int code) {
     int e = errno;
     if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
     if (!bad) return code;
-    fprintf(stderr, "g4cu: writing the output to stdout failed: %s\n", e ? strerror(e) : "I/O error");
+    fprintf(stderr, "g4cu: writing the output to stdout failed: %s\n",
+            e ? strerror(e) : "I/O error");
     return code ? code : 1;
 }
 

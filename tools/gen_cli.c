@@ -86,7 +86,8 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
         return 1;
     }
     (*i)++;
-    if (!o->sampling_opt && (!strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--seed")))
+    if (!o->sampling_opt &&
+        (!strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--seed")))
         o->sampling_opt = a;
     if (!strcmp(a, "--max-new")) {
         if (!g4_cli_int(o->cmd, a, v, 1, 1 << 24, &n)) return -1;
