@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,16 +102,108 @@ int g4_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return 1;
 }
 
-int g4_map_file(const char *path, g4_mapped_file *out) {
-    memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+// --- inputs ---------------------------------------------------------------------------------
+// What this process has read (files) and reads from (package directories), by device and
+// inode, for g4_check_output and g4_check_output_dir.
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    char *path; // as first opened, for messages
+} g4_file_id;
+
+static struct {
+    pthread_mutex_t lock;
+    g4_file_id *files, *dirs;
+    size_t n_files, n_dirs, cap_files, cap_dirs;
+} g4_inputs = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+// Remembers st under path (the latest name an inode was opened by).
+static void note_id(g4_file_id **v, size_t *n, size_t *cap, const struct stat *st,
+                    const char *path) {
+    pthread_mutex_lock(&g4_inputs.lock);
+    size_t i = 0;
+    while (i < *n && !((*v)[i].dev == st->st_dev && (*v)[i].ino == st->st_ino)) i++;
+    if (i < *n) {
+        free((*v)[i].path);
+        (*v)[i].path = g4_strdup(path);
+    } else {
+        if (*n == *cap) *v = g4_realloc(*v, sizeof **v * (*cap = *cap ? 2 * *cap : 16));
+        (*v)[(*n)++] = (g4_file_id){st->st_dev, st->st_ino, g4_strdup(path)};
+    }
+    pthread_mutex_unlock(&g4_inputs.lock);
+}
+
+// The path of the remembered entry with st's device and inode (a new string), or NULL. An entry
+// whose path no longer names that inode is stale (the input was deleted and the inode number
+// reused, or it was replaced) and is dropped.
+static char *find_id(int dirs, const struct stat *st) {
+    char *hit = NULL;
+    pthread_mutex_lock(&g4_inputs.lock);
+    g4_file_id *v = dirs ? g4_inputs.dirs : g4_inputs.files;
+    size_t *n = dirs ? &g4_inputs.n_dirs : &g4_inputs.n_files;
+    for (size_t i = 0; i < *n && !hit;) {
+        if (v[i].dev != st->st_dev || v[i].ino != st->st_ino) {
+            i++;
+            continue;
+        }
+        struct stat now;
+        if (stat(v[i].path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino) {
+            hit = g4_strdup(v[i].path);
+        } else {
+            free(v[i].path);
+            v[i] = v[--*n];
+        }
+    }
+    pthread_mutex_unlock(&g4_inputs.lock);
+    return hit;
+}
+
+static const char *file_type(mode_t m) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "a special file";
+}
+
+int g4_open_input(const char *path, uint64_t max_bytes, int *fd_out, uint64_t *size) {
+    *fd_out = -1;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return g4_fail(G4_EUSER, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        int rc = g4_fail(G4_EUSER, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
-        return g4_fail(G4_EUSER, "%s: not a regular file", path);
+        return rc;
     }
-    out->size = (uint64_t)st.st_size;
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return g4_fail(G4_EUSER, "%s: is %s, not a regular file", path, file_type(st.st_mode));
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return g4_fail(G4_EUSER, "%s: %llu bytes, over the %llu-byte limit for this kind of file",
+                       path, (unsigned long long)st.st_size, (unsigned long long)max_bytes);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int rc = g4_fail(G4_EINTERNAL, "%s: fcntl: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    note_id(&g4_inputs.files, &g4_inputs.n_files, &g4_inputs.cap_files, &st, path);
+    *fd_out = fd;
+    *size = (uint64_t)st.st_size;
+    return G4_OK;
+}
+
+int g4_map_file_max(const char *path, uint64_t max_bytes, g4_mapped_file *out) {
+    memset(out, 0, sizeof *out);
+    int fd;
+    int rc = g4_open_input(path, max_bytes, &fd, &out->size);
+    if (rc) return rc;
     if (out->size > 0) {
         void *p = mmap(NULL, (size_t)out->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -126,33 +219,54 @@ int g4_map_file(const char *path, g4_mapped_file *out) {
     return G4_OK;
 }
 
+int g4_map_file(const char *path, g4_mapped_file *out) {
+    return g4_map_file_max(path, G4_NO_MAX_BYTES, out);
+}
+
 void g4_unmap_file(g4_mapped_file *m) {
     if (m->data) munmap((void *)m->data, (size_t)m->size);
     free(m->path);
     memset(m, 0, sizeof *m);
 }
 
-int g4_read_file(const char *path, char **data, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return g4_fail(G4_EUSER, "%s: cannot open: %s", path, strerror(errno));
+int g4_read_fd(int fd, const char *what, uint64_t max_bytes, char **data, size_t *size) {
     size_t cap = 1 << 16, n = 0;
     char *buf = g4_malloc(cap);
     for (;;) {
         if (n + 1 >= cap) buf = g4_realloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int rc = g4_fail(G4_EUSER, "%s: read error: %s", what, strerror(errno));
+            free(buf);
+            return rc;
+        }
         if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return g4_fail(G4_EUSER, "%s: read error", path);
+        n += (size_t)got;
+        if (n > max_bytes) { // a file that grew, or a pipe that does not end
+            free(buf);
+            return g4_fail(G4_EUSER, "%s: more than %llu bytes, the limit for this input", what,
+                           (unsigned long long)max_bytes);
+        }
     }
     buf[n] = 0;
     *data = buf;
     if (size) *size = n;
     return G4_OK;
+}
+
+int g4_read_file_max(const char *path, uint64_t max_bytes, char **data, size_t *size) {
+    int fd;
+    uint64_t sz;
+    int rc = g4_open_input(path, max_bytes, &fd, &sz);
+    if (rc) return rc;
+    rc = g4_read_fd(fd, path, max_bytes, data, size);
+    close(fd);
+    return rc;
+}
+
+int g4_read_file(const char *path, char **data, size_t *size) {
+    return g4_read_file_max(path, G4_MAX_READ_BYTES, data, size);
 }
 
 int g4_is_dir(const char *path) {
@@ -171,32 +285,157 @@ char *g4_path_join(const char *dir, const char *name) {
     return g4_sprintf("%s/%s", dir, name);
 }
 
-int g4_write_file_atomic(const char *path, const void *data, size_t size) {
-    char *tmp = g4_sprintf("%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int rc = g4_fail(G4_EUSER, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
+void g4_forget_input(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return;
+    pthread_mutex_lock(&g4_inputs.lock);
+    for (size_t i = 0; i < g4_inputs.n_files; i++)
+        if (g4_inputs.files[i].dev == st.st_dev && g4_inputs.files[i].ino == st.st_ino) {
+            free(g4_inputs.files[i].path);
+            g4_inputs.files[i] = g4_inputs.files[--g4_inputs.n_files];
+            break;
+        }
+    pthread_mutex_unlock(&g4_inputs.lock);
+}
+
+void g4_note_input_dir(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        note_id(&g4_inputs.dirs, &g4_inputs.n_dirs, &g4_inputs.cap_dirs, &st, dir);
+}
+
+// --- outputs --------------------------------------------------------------------------------
+int g4_check_output(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) return G4_OK; // a new file (a dangling symlink gets replaced)
+        return g4_fail(G4_EUSER, "%s: cannot stat the output: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return g4_fail(G4_EUSER, "%s: is %s; an output must be a new or a regular file", path,
+                       file_type(st.st_mode));
+    char *in = find_id(0, &st);
+    if (in) {
+        int rc = g4_fail(G4_EUSER,
+                         "%s: is an input of this command (the same file as %s); write the "
+                         "output elsewhere",
+                         path, in);
+        free(in);
         return rc;
     }
-    size_t put = size ? fwrite(data, 1, size, f) : 0;
-    int bad = put != size;
-    bad |= fflush(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        int rc = g4_fail(G4_EUSER, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return rc;
-    }
-    free(tmp);
     return G4_OK;
 }
 
-static uint64_t g4_hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+int g4_check_output_dir(const char *dir) {
+    // Start at dir when it exists, else at its parent (where it is about to be made).
+    char *at = g4_strdup(dir);
+    for (size_t n = strlen(at); n > 1 && at[n - 1] == '/'; n--) at[n - 1] = 0;
+    struct stat st;
+    if (stat(at, &st) != 0) {
+        char *slash = strrchr(at, '/');
+        char *parent = !slash        ? g4_strdup(".")
+                       : slash == at ? g4_strdup("/")
+                                     : g4_strndup(at, (size_t)(slash - at));
+        free(at);
+        at = parent;
+        if (stat(at, &st) != 0) {
+            free(at);
+            return G4_OK; // no parent: the caller's mkdir reports it
+        }
+    }
+    int rc = G4_OK;
+    for (int depth = 0; depth < 4096 && rc == G4_OK; depth++) {
+        char *in = find_id(1, &st);
+        if (in) {
+            rc = g4_fail(G4_EUSER,
+                         "%s: is inside the input package %s (or is it); write the output "
+                         "elsewhere",
+                         dir, in);
+            free(in);
+            break;
+        }
+        char *up = g4_path_join(at, "..");
+        struct stat pst;
+        int ok = stat(up, &pst) == 0;
+        free(at);
+        at = up;
+        if (!ok || (pst.st_dev == st.st_dev && pst.st_ino == st.st_ino)) break; // the root
+        st = pst;
+    }
+    free(at);
+    return rc;
+}
+
+// A new file beside path, created exclusively (never through an existing name or symlink).
+static int create_temp_beside(const char *path, char **tmp_out, int *fd_out) {
+    static _Atomic unsigned counter;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char *tmp = g4_sprintf("%s.tmp-%ld-%u", path, (long)getpid(), counter++);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (fd >= 0) {
+            *tmp_out = tmp;
+            *fd_out = fd;
+            return G4_OK;
+        }
+        int e = errno;
+        free(tmp);
+        if (e != EEXIST)
+            return g4_fail(G4_EUSER, "%s: cannot create a file beside it: %s", path, strerror(e));
+    }
+    return g4_fail(G4_EUSER, "%s: cannot create a temporary file beside it", path);
+}
+
+int g4_write_file_atomic(const char *path, const void *data, size_t size) {
+    int rc = g4_check_output(path);
+    if (rc) return rc;
+    char *tmp = NULL;
+    int fd = -1;
+    if ((rc = create_temp_beside(path, &tmp, &fd))) return rc;
+    const uint8_t *p = data;
+    int err = 0;
+    for (size_t put = 0; put < size && !err;) {
+        ssize_t w = write(fd, p + put, size - put);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0)
+            err = errno;
+        else
+            put += (size_t)w;
+    }
+    if (close(fd) != 0 && !err) err = errno;
+    if (!err && rename(tmp, path) != 0) err = errno;
+    if (err) {
+        rc = g4_fail(G4_EUSER, "%s: write failed: %s", path, strerror(err));
+        unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+int g4_open_output_append(const char *path, int *fd_out) {
+    *fd_out = -1;
+    int rc = g4_check_output(path);
+    if (rc) return rc;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0666);
+    if (fd < 0) return g4_fail(G4_EUSER, "%s: cannot open for writing: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { // swapped for a FIFO since the check
+        close(fd);
+        return g4_fail(G4_EUSER, "%s: is not a regular file; an output must be one", path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    return G4_OK;
+}
+
+uint64_t g4_hash64(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull; // FNV-1a
     return h;
+}
+
+static uint64_t g4_hash_str(const char *s) {
+    return g4_hash64(G4_HASH64_INIT, s, strlen(s));
 }
 
 void g4_strmap_init(g4_strmap *m, size_t expected) {

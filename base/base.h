@@ -51,6 +51,11 @@ char *g4_strndup(const char *s, size_t n);
 // printf into a new string.
 char *g4_sprintf(const char *fmt, ...) G4_PRINTF(1, 2);
 
+// 64-bit FNV-1a over n bytes, continuing from h (start with G4_HASH64_INIT): identity checks
+// (eval's fingerprints), not security.
+#define G4_HASH64_INIT 1469598103934665603ull
+uint64_t g4_hash64(uint64_t h, const void *data, size_t n);
+
 // Overflow-checked size arithmetic: return 0 and leave *out alone on overflow.
 int g4_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
 int g4_add_u64(uint64_t a, uint64_t b, uint64_t *out);
@@ -129,6 +134,30 @@ static inline uint16_t g4_bf16_round(float f) {
 static inline float g4_round_f16(float f) { return g4_f16_to_f32(g4_f32_to_f16(f)); }
 
 // --- files ------------------------------------------------------------------------------
+// Inputs: every file g4 reads is opened by g4_open_input, which refuses anything but a regular
+// file before reading a byte (a FIFO would block, /dev/zero and /dev/urandom never end, a
+// directory is not a file) and a file larger than the caller's bound for its format. It opens
+// with O_NONBLOCK, so that even opening a FIFO cannot hang, and clears it once the file is known
+// to be regular. The device and inode of every input are remembered (however the file was
+// named), so that an output can refuse to replace one (g4_check_output).
+//
+// Size bounds, per format (bytes; what the readers load into memory whole):
+#define G4_MAX_JSON_BYTES      (64ull << 20) // JSON configs and run files (KBs in practice)
+#define G4_MAX_TOKENIZER_BYTES (1ull << 30)  // tokenizer.json (E2B's: 32 MB)
+#define G4_MAX_ONNX_BYTES      (2ull << 30)  // model.onnx: protobuf's 2 GiB message limit
+#define G4_MAX_LINES_BYTES     (1ull << 30)  // manifests, predictions (MBs for 10k items)
+#define G4_MAX_IMAGE_BYTES     (1ull << 30)  // PNG / JPEG (PIL's pixel limit is ~0.5 GB RGB)
+#define G4_MAX_AUDIO_BYTES     (16ull << 30) // WAV / FLAC (only the head is decoded)
+#define G4_MAX_TEXT_BYTES      (64ull << 20) // text read from stdin (--prompt -, tokenize -)
+#define G4_MAX_READ_BYTES      (1ull << 30)  // g4_read_file without a format's bound
+#define G4_NO_MAX_BYTES        UINT64_MAX    // mapped data (model.onnx.data, dumps): no bound
+
+// Opens path read-only (O_CLOEXEC) after checking it is a regular file of at most max_bytes;
+// *fd is blocking, *size its size. Errors are one line naming the path: "cannot open: <errno>",
+// "is a FIFO / a character device / a directory ..., not a regular file", "N bytes, over the
+// M-byte limit for this file".
+int g4_open_input(const char *path, uint64_t max_bytes, int *fd, uint64_t *size);
+
 // A read-only memory map of a whole file.
 typedef struct {
     char *path;
@@ -136,19 +165,44 @@ typedef struct {
     uint64_t size;
 } g4_mapped_file;
 
-// Maps path read-only. Errors name the path.
+// Maps path read-only (through g4_open_input; no size bound). Errors name the path.
 int g4_map_file(const char *path, g4_mapped_file *out);
+// The same with a size bound.
+int g4_map_file_max(const char *path, uint64_t max_bytes, g4_mapped_file *out);
 void g4_unmap_file(g4_mapped_file *m);
-// Reads a whole (small) file into a NUL-terminated buffer.
+// Reads a whole file into a NUL-terminated buffer (through g4_open_input, at most
+// G4_MAX_READ_BYTES; g4_read_file_max takes the format's bound).
 int g4_read_file(const char *path, char **data, size_t *size);
+int g4_read_file_max(const char *path, uint64_t max_bytes, char **data, size_t *size);
+// Reads all of fd (a pipe: stdin) into a NUL-terminated buffer, at most max_bytes; `what`
+// names it in errors ("stdin").
+int g4_read_fd(int fd, const char *what, uint64_t max_bytes, char **data, size_t *size);
 // 1 when path exists and is a directory / a regular file.
 int g4_is_dir(const char *path);
 int g4_is_file(const char *path);
 // dir + "/" + name (new string).
 char *g4_path_join(const char *dir, const char *name);
-// Writes data to path atomically: a temporary file beside it, then rename, so a failed or
-// interrupted write never leaves a half-written file under the final name.
+
+// Outputs: every file g4 writes is checked by g4_check_output first, which refuses a target that
+// exists and is not a regular file (/dev/null, a FIFO, a directory: replacing a device node
+// with a file, or writing into a pipe nobody reads, is never what was meant) and a target that
+// is one of this process's inputs (the same device and inode: a hard link, a symlink or another
+// spelling of an input's name), so that an output never destroys what it was made from.
+int g4_check_output(const char *path);
+// Writes data to path atomically after g4_check_output: a new temporary file beside it, then
+// rename, so a failed or interrupted write never leaves a half-written file under the name.
 int g4_write_file_atomic(const char *path, const void *data, size_t size);
+// Opens path for appending (created when missing) after g4_check_output; refuses a non-regular
+// file that appears meanwhile. Returns the fd in *fd.
+int g4_open_output_append(const char *path, int *fd);
+// Input directories (a package): an output directory may be neither one of them nor inside one.
+void g4_note_input_dir(const char *dir);
+// G4_OK when dir (existing or about to be created) is not an input directory and lies in none
+// (compared by device and inode up the parent chain, not by name); else a user error.
+int g4_check_output_dir(const char *dir);
+// A file this process reads and then rewrites itself (eval's run and predictions files, which
+// a resume continues): it stops counting as an input that an output must not replace.
+void g4_forget_input(const char *path);
 
 // --- string -> int map (open addressing; keys are borrowed, not copied) -------------------
 typedef struct {

@@ -106,6 +106,7 @@ int g4_eval_score(const g4_eval_manifest *m, const int *sel, int n_sel,
     for (int k = 0; k < n_sel && !rc; k++) {
         const g4_eval_item *it = &m->items[sel[k]];
         const char *pred = preds[k]->prediction;
+        out->failed += preds[k]->error != NULL;
         const char *const *ans = (const char *const *)it->answers;
         g4_eval_item_score *is = &out->items[k];
         is->id = g4_strdup(it->id);

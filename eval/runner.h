@@ -13,7 +13,11 @@
 // Resume: the items already in predictions<S>.jsonl are skipped; a torn last line (a crash
 // mid-write) is dropped first. Without resume an existing non-empty predictions file is an
 // error, so two runs never mix by accident. Generation settings (task, max_new, stop handling)
-// must match the run file's on resume.
+// must match the run file's on resume, and every line already there must carry this run's
+// fingerprint (the package, tokenizer and settings that made it, fingerprint.h).
+// An item that is a user error (a prompt longer than the context, a corrupt media file) is
+// recorded as failed with its reason and the run goes on (predictions.h); the scores count
+// those items.
 #ifndef G4_EVAL_RUNNER_H
 #define G4_EVAL_RUNNER_H
 
@@ -46,6 +50,7 @@ typedef struct {
     int selected;    // items this run selects
     int resumed;     // of those, predicted before this process started
     int predicted;   // predicted by this process
+    int failed;      // of the selected items, those recorded as failed (their "error" field)
     long torn_bytes; // bytes of a torn last line dropped on resume
     double value;    // the task's headline metric over the selected items
     int count;

@@ -13,7 +13,11 @@ g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
     s.argmax_agree_rows = -1;
     double dd = 0, bb = 0, aa = 0, ab = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) && isfinite(b[i])) {
+        if (!isfinite(b[i])) { // a broken reference checks nothing: never "rel err 0"
+            s.ref_bad++;
+            continue;
+        }
+        if (!isfinite(a[i])) {
             s.nan++;
             continue;
         }
@@ -26,7 +30,7 @@ g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
     }
     s.rel = bb > 0 ? sqrt(dd / bb) : (dd > 0 ? INFINITY : 0);
     s.cosine = aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : (aa == bb ? 1 : 0);
-    if (s.nan) {
+    if (s.nan || s.ref_bad) {
         s.rel = s.max_abs = INFINITY;
         s.cosine = NAN;
     }
@@ -79,6 +83,7 @@ void g4_cmp_report_print(const g4_cmp_report *r) {
         printf("%-20s %12.4e %12.4e %12.8f %-14s %9.1e %s", x->name, x->s.max_abs, x->s.rel,
                x->s.cosine, x->tol_name, x->tol, x->pass ? "ok" : "FAIL");
         if (x->s.nan) printf(" (%zu non-finite)", x->s.nan);
+        if (x->s.ref_bad) printf(" (%zu non-finite in the reference)", x->s.ref_bad);
         if (x->s.argmax_agree_rows >= 0)
             printf("  argmax %d/%d", x->s.argmax_agree_rows, x->s.rows);
         printf("\n");

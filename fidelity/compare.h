@@ -11,12 +11,14 @@ typedef struct {
     double cosine;  // <a, b> / (||a|| ||b||)
     size_t n;       // elements compared
     size_t nan;     // NaN or Inf in a where b is finite (always a failure)
+    size_t ref_bad; // NaN or Inf in the reference b (always a failure: nothing is checked there)
     int argmax_agree_rows; // rows (of width row_len) whose argmax agrees; -1 when not computed
     int rows;
 } g4_cmp_stats;
 
 // Statistics of a against reference b (n elements, accumulated in double). When row_len > 0,
-// also counts rows whose argmax agrees (for logits).
+// also counts rows whose argmax agrees (for logits). A non-finite value on either side makes
+// rel and max_abs infinite (cosine NaN), so no tolerance passes it.
 g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len);
 
 typedef struct {

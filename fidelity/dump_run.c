@@ -8,9 +8,9 @@
 #include "base/base.h"
 
 int g4_dump_member_is_meta(const char *name) {
-    static const char *const meta[] = {"input_ids",  "image_file",
-                                       "audio_file", "image_max_soft_tokens",
-                                       "clip_names", "clip_bounds"};
+    static const char *const meta[] = {
+        "input_ids",  "image_file",  "audio_file", "image_max_soft_tokens",
+        "clip_names", "clip_bounds", "hf_dtype"};
     for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++)
         if (!strcmp(name, meta[i])) return 1;
     const size_t n = strlen(name);

@@ -120,6 +120,7 @@ void g4_report_print(const g4_report *r, FILE *f) {
                 x->s.cosine);
         if (x->s.argmax_agree_rows >= 0) fprintf(f, "  %d/%d", x->s.argmax_agree_rows, x->s.rows);
         if (x->s.nan) fprintf(f, "  (%zu non-finite)", x->s.nan);
+        if (x->s.ref_bad) fprintf(f, "  (%zu non-finite in the reference)", x->s.ref_bad);
         fprintf(f, "\n");
     }
     g4_report_print_kl(r, f);

@@ -51,6 +51,7 @@ static cJSON *tensor_json(const g4_report *r, int i) {
         cJSON_AddNumberToObject(o, "rel", x->s.rel);
         cJSON_AddNumberToObject(o, "cosine", x->s.cosine);
         cJSON_AddNumberToObject(o, "nonfinite", (double)x->s.nan);
+        cJSON_AddNumberToObject(o, "ref_nonfinite", (double)x->s.ref_bad);
         if (x->s.argmax_agree_rows >= 0) {
             cJSON_AddNumberToObject(o, "argmax_agree", x->s.argmax_agree_rows);
             cJSON_AddNumberToObject(o, "argmax_rows", x->s.rows);

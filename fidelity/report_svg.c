@@ -15,6 +15,7 @@
 
 #define MAX_SERIES 24
 #define MAX_PANELS 4
+#define SLOT_NAME  64 // a tensor kind, as g4_report_classify writes it (kind[64] below)
 
 typedef struct {
     char label[64];
@@ -28,7 +29,7 @@ typedef struct {
     series_buf s[MAX_SERIES];
     int n_s;
     int n_layers; // largest layer index + 1 seen
-    char in_names[4][32], out_names[4][32];
+    char in_names[4][SLOT_NAME], out_names[4][SLOT_NAME]; // a kind: as long as classify's
     int n_in, n_out;
 } panel_buf;
 
@@ -87,11 +88,11 @@ static panel_buf *panel_get(panel_buf *pb, int *n, const char *comp) {
 }
 
 // Index of name in list (appending it when new and there is room), or -1.
-static int slot_of(char list[4][32], int *n, const char *name) {
+static int slot_of(char list[4][SLOT_NAME], int *n, const char *name) {
     for (int i = 0; i < *n; i++)
         if (!strcmp(list[i], name)) return i;
     if (*n == 4) return -1;
-    snprintf(list[*n], 32, "%s", name);
+    snprintf(list[*n], SLOT_NAME, "%s", name);
     return (*n)++;
 }
 

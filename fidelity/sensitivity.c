@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fidelity/kl.h"
 #include "base/base.h"
+#include "base/progress.h"
+#include "fidelity/kl.h"
+#include "kernels/backend_select.h"
 #include "quant/kquant.h"
 #include "quant/q4.h"
 
@@ -282,6 +284,7 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
     float *base = NULL, *logits = NULL;
     char *pick = NULL;
     probe p = {0};
+    g4_progress bar = {0};
     const int threads = o->n_threads > 0 ? o->n_threads : 1;
     if ((rc = enumerate(m, o, &c, &nc, n_skipped_q4))) goto done;
     if (nc == 0) {
@@ -310,6 +313,16 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
     if (rc) goto done;
     for (int i = 0; i < nc; i++) c[i].row.out_rel = ratio(c[i].dd, c[i].yy);
 
+    // Progress over the forwards of passes 2 and 3.
+    int n_groups = 0;
+    for (int l = -1; l < m->cfg->n_layers; l++) {
+        int any = 0;
+        for (int i = 0; i < nc; i++) any |= c[i].row.layer == l;
+        n_groups += any;
+    }
+    const int n_run = o->top > 0 && o->top < nc ? o->top : nc;
+    g4_progress_start(&bar, o->progress, "sensitivity", n_groups + n_run, 0);
+
     // Pass 2: each layer's candidates together (lm_head, layer -1, on its own).
     pick = g4_calloc((size_t)nc, 1);
     for (int l = -1; l < m->cfg->n_layers; l++) {
@@ -320,18 +333,14 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
         if ((rc = run_with(s, m, c, nc, pick, ids, n, base, logits, &k))) goto done;
         for (int i = 0; i < nc; i++)
             if (pick[i]) c[i].row.layer_kl = k.kl_mean;
-        if (o->progress)
-            fprintf(stderr, "sensitivity: layer %s%d quantized: KL %.4e\n", l < 0 ? "lm_head " : "",
-                    l, k.kl_mean);
+        g4_progress_note(&bar, "layer %s%d quantized: KL %.4e", l < 0 ? "lm_head " : "", l,
+                         k.kl_mean);
+        g4_progress_step(&bar);
         g4_kl_free(&k);
     }
 
     // Pass 3: one linear at a time (with a cut: in the screen's order).
-    int n_run = nc;
-    if (o->top > 0 && o->top < nc) {
-        qsort(c, (size_t)nc, sizeof *c, by_screen);
-        n_run = o->top;
-    }
+    if (n_run < nc) qsort(c, (size_t)nc, sizeof *c, by_screen);
     for (int i = 0; i < n_run; i++) {
         memset(pick, 0, (size_t)nc);
         pick[i] = 1;
@@ -342,15 +351,16 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
         c[i].row.kl_max = k.kl_max;
         c[i].row.top1_agree = k.top1_agree;
         g4_kl_free(&k);
-        if (o->progress)
-            fprintf(stderr, "sensitivity %d/%d %-48s KL %.4e\n", i + 1, n_run, c[i].row.name,
-                    c[i].row.kl_mean);
+        g4_progress_note(&bar, "%s KL %.4e", c[i].row.name, c[i].row.kl_mean);
+        g4_progress_step(&bar);
     }
+    g4_progress_end(&bar);
     *rows = g4_malloc(sizeof(g4_sens_row) * (size_t)nc);
     for (int i = 0; i < nc; i++) (*rows)[i] = c[i].row;
     *n_rows = nc;
     g4_report_sort_sens(*rows, nc);
 done:
+    g4_progress_end(&bar);
     if (s) s->be = m->be;
     g4_text_state_free(s);
     for (int i = 0; i < nc; i++) free(c[i].q), free(c[i].scales), free(c[i].zp);

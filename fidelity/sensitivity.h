@@ -24,6 +24,7 @@
 #define G4_SENSITIVITY_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/text_model.h"
 #include "fidelity/report.h"
@@ -35,7 +36,7 @@ typedef struct {
     const char *const *only; // ... or whose weight name matches one of these globs (fnmatch;
     int n_only;              //     with or without the "decoder." prefix); no filter: all
     int n_threads;           // quantizer threads (>= 1)
-    int progress;            // one line per forward on stderr
+    FILE *progress;          // progress of the forwards (eval/progress.h); NULL: none
 } g4_sens_opts;
 
 // Decoder linears of m, in layer order then lm_head (q, k, v on KV-owning layers only, o,

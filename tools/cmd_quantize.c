@@ -11,6 +11,9 @@
 // tokens measures the mean x^2 of every linear's input channels (eval/sensitivity.h
 // g4_imatrix_run), which weighs each block's least-squares search (kquant.h
 // g4_q4_quantize_imp); the package is still plain MatMulNBits, the same bytes in size.
+// OUT must not lie inside PKG_F16. The work goes to OUT.tmp-<pid> beside it; a run that is
+// killed leaves that directory, and the next quantize to the same OUT removes those whose process
+// is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -173,7 +176,7 @@ static int cmd_quantize(int argc, char **argv) {
     if (calib)
         rc = calibrate(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, (int)threads,
                        &keep, &n_keep, &owned, &n_owned, use_imatrix ? &im : NULL);
-    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, isatty(2),
+    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, stderr, stderr,
                           (const char *const *)im.names, (const float *const *)im.imp, im.n};
     g4_q4_write_stats st;
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
@@ -194,4 +197,5 @@ const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT]   k-quant the decoder into a Q4 package (--keep-auto: "
-    "the most KL per byte stays fp16)"};
+    "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
+    "files are copied or reflinked, never hard-linked)"};
