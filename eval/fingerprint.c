@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/package.h"
 
 static uint64_t hash_str(uint64_t h, const char *s) {

@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 uint64_t g4_keep_auto_extra_bytes(int K, int N, int block) {
     const uint64_t kb = ((uint64_t)K + (uint64_t)block - 1) / (uint64_t)block;

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "eval/report.h"
+#include "fidelity/report.h"
 
 // Bytes a [K, N] linear takes as fp16 minus what it takes as MatMulNBits (block `block`: codes
 // N*kb*block/2, fp16 scales N*kb, zero points N*ceil(kb/2); kb = ceil(K / block)).

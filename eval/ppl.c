@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 double g4_ppl_logsumexp(const float *row, size_t V, int *argmax) {
     size_t im = 0;

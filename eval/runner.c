@@ -13,7 +13,7 @@
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "eval/run_file.h"
 #include "base/base.h"
 

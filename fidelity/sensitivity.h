@@ -36,7 +36,7 @@ typedef struct {
     const char *const *only; // ... or whose weight name matches one of these globs (fnmatch;
     int n_only;              //     with or without the "decoder." prefix); no filter: all
     int n_threads;           // quantizer threads (>= 1)
-    FILE *progress;          // progress of the forwards (eval/progress.h); NULL: none
+    FILE *progress;          // progress of the forwards (base/progress.h); NULL: none
 } g4_sens_opts;
 
 // Decoder linears of m, in layer order then lm_head (q, k, v on KV-owning layers only, o,

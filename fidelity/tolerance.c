@@ -8,6 +8,7 @@
 #include "base/base.h"
 #include "fidelity/capture.h"
 #include "fidelity/compare.h"
+#include "fidelity/dump_run.h"
 
 const g4_tol g4_tol_cpu_f32 = {"cpu-f32", 1e-4};
 const g4_tol g4_tol_cuda_f16 = {"cuda-f16", 2e-2};

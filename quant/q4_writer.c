@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "loader/package.h"
 #include "onnx.pb-c.h"
 #include "quant/ext_layout.h"

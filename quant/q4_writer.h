@@ -28,7 +28,7 @@ typedef struct {
     int n_keep;              //   a pattern matches the name with or without the component prefix
     int block;               // block size along K (G4_Q4_BLOCK = 32)
     int n_threads;           // quantizer threads (>= 1)
-    FILE *progress;          // progress of the weights (eval/progress.h; NULL: none)
+    FILE *progress;          // progress of the weights (base/progress.h; NULL: none)
     FILE *log;               // one-line notices (a stale temporary directory removed); NULL: none
     // activation-aware k-quant (kquant.h g4_q4_quantize_imp): the importance imp[i][K] of the
     // linear imp_names[i] (matched with or without the component prefix); others plain

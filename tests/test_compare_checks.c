@@ -12,7 +12,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "tests/test_util.h"
 
 static const char *g4cu, *fixtures;

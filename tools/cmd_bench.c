@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "kernels/cuda_util.h"
 #include "kernels/bench/kbench.h"
 #include "tools/bench_model.h"

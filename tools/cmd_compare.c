@@ -22,15 +22,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/capture.h"
-#include "eval/dump_run.h"
-#include "eval/compare.h"
-#include "eval/kl.h"
-#include "eval/npy.h"
-#include "eval/report.h"
-#include "eval/sensitivity.h"
+#include "fidelity/capture.h"
+#include "fidelity/dump_run.h"
+#include "fidelity/compare.h"
+#include "fidelity/kl.h"
+#include "fidelity/npy.h"
+#include "fidelity/report.h"
+#include "fidelity/sensitivity.h"
+#include "fidelity/tolerance.h"
 #include "loader/tokenizer.h"
 #include "tools/cli.h"
 

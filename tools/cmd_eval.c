@@ -87,7 +87,7 @@ static int cmd_eval(int argc, char **argv) {
     o.package = pos[1];
     char *def_out = g4_sprintf("eval-%s", o.task->name);
     o.out_dir = out ? out : def_out;
-    o.progress = stderr; // a bar on a terminal, plain lines otherwise (eval/progress.h)
+    o.progress = stderr; // a bar on a terminal, plain lines otherwise (base/progress.h)
     o.log = stderr;
     g4_eval_run_result r = {0};
     int rc = g4_backend_by_name(o.backend, &o.be);

@@ -28,10 +28,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "eval/ppl.h"
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "loader/tokenizer.h"
 #include "tools/cli.h"
 

@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "eval/keep_auto.h"
-#include "eval/sensitivity.h"
+#include "fidelity/sensitivity.h"
 #include "loader/tokenizer.h"
 #include "quant/q4.h"
 #include "quant/q4_writer.h"
@@ -87,7 +87,7 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     if (budget < 0) goto done;
     g4_sens_opts so = {0};
     so.n_threads = threads;
-    so.progress = isatty(2);
+    so.progress = stderr;
     if ((rc = g4_sensitivity_run(m, ids, n, &so, &rows, &n_rows, &n_q4))) goto done;
     int *picked = g4_calloc((size_t)n_rows, sizeof(int));
     uint64_t used = 0;

@@ -1,5 +1,5 @@
 // progress.c: the progress bar and plain progress lines (see progress.h).
-#include "eval/progress.h"
+#include "base/progress.h"
 
 #include <stdarg.h>
 #include <string.h>
