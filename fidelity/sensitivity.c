@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fidelity/kl.h"
 #include "base/base.h"
+#include "fidelity/kl.h"
 #include "quant/kquant.h"
 #include "quant/q4.h"
 

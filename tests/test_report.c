@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "fidelity/kl.h"
 #include "fidelity/report.h"
 #include "fidelity/svg.h"
 #include "fidelity/tolerance.h"
-#include "base/base.h"
 #include "tests/test_util.h"
 
 static void test_kl(void) {

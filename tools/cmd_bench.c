@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda_util.h"
 #include "kernels/bench/kbench.h"
+#include "kernels/cuda_util.h"
 #include "tools/bench_model.h"
 #include "tools/cli.h"
 
