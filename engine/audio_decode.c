@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/audio_fe.h"
 #include "base/base.h"
+#include "engine/audio_fe.h"
 
 void g4_audio_free(g4_audio *a) {
     free(a->samples);

@@ -11,8 +11,8 @@
 #include <png.h>
 #include <setjmp.h>
 
-#include "engine/image_fe.h"
 #include "base/base.h"
+#include "engine/image_fe.h"
 
 void g4_image_free(g4_image *img) {
     free(img->rgb);

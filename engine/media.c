@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 
-#include "engine/multimodal.h"
 #include "base/base.h"
+#include "engine/multimodal.h"
 
 struct g4_media_encoder {
     const g4_package *pkg;

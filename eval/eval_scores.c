@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/generate.h"
 #include "eval/metrics.h"
-#include "base/base.h"
 
 int g4_eval_match(const g4_eval_manifest *m, const int *sel, int n_sel, const g4_eval_preds *files,
                   int n_files, const g4_eval_pred ***preds) {

@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/generate.h"
 #include "eval/eval_scores.h"
 #include "eval/pystr.h"
-#include "base/base.h"
 
 // A number printed with the fewest digits that read back as exactly v (cJSON's own printing
 // accepts 15 digits that are only within an epsilon of v, which would make a score read from

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "eval/pystr.h"
 #include "base/base.h"
+#include "eval/pystr.h"
 #include "loader/json.h"
 
 // Where one line is being read, for messages.

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
 #include "eval/run_file.h"
 #include "eval/runner.h"
-#include "base/base.h"
 
 typedef struct {
     char *name;           // file name in the directory

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "engine/generate.h"
 #include "eval/pystr.h"
-#include "base/base.h"
 #include "loader/json.h"
 
 static int stop_reason_of(const char *s) {

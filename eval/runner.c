@@ -9,13 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/base.h"
 #include "engine/pipeline.h"
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
 #include "base/progress.h"
 #include "eval/run_file.h"
-#include "base/base.h"
 
 char *g4_eval_shard_suffix(int shard_i, int shard_n) {
     return shard_n > 1 ? g4_sprintf(".shard-%d-of-%d", shard_i, shard_n) : g4_strdup("");

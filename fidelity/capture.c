@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/text_model.h"
 #include "base/base.h"
+#include "engine/text_model.h"
 
 static void capture_hook(void *ctx, const char *name, g4_backend *be, const g4_buf *b) {
     g4_capture *c = ctx;

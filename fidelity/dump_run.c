@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/multimodal.h"
 #include "base/base.h"
+#include "engine/multimodal.h"
 
 int g4_dump_member_is_meta(const char *name) {
     static const char *const meta[] = {

@@ -17,8 +17,8 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 
-#include "fidelity/report.h"
 #include "base/base.h"
+#include "fidelity/report.h"
 
 static const char *mode_name(g4_report_mode m) {
     return m == G4_REPORT_HF_DUMP    ? "hf-dump"

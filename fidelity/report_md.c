@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fidelity/report.h"
 #include "base/base.h"
+#include "fidelity/report.h"
 
 static const char *mode_title(g4_report_mode m) {
     switch (m) {

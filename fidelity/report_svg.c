@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "fidelity/report.h"
 #include "fidelity/svg.h"
-#include "base/base.h"
 
 #define MAX_SERIES 24
 #define MAX_PANELS 4

@@ -1,6 +1,6 @@
 // cuda_util.cu: device discovery and the launch-check switch (see cuda_util.h).
-#include "kernels/cuda_util.h"
 #include "kernels/common.cuh"
+#include "kernels/cuda_util.h"
 
 #include <stdlib.h>
 #include <string.h>

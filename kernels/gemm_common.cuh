@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/base.h"
+#include "kernels/common.cuh"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
-#include "kernels/common.cuh"
-#include "base/base.h"
 
 namespace g4k {
 

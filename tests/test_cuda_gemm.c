@@ -42,11 +42,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "base/base.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/ref/ref.h"
-#include "base/base.h"
 #include "tests/test_util.h"
 
 #define TOL_ACC              (1.0 / 8192.0)

@@ -23,10 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "eval/metrics.h"
 #include "eval/pystr.h"
 #include "eval/runner.h"
-#include "base/base.h"
 #include "tests/test_util.h"
 
 #define N_ITEMS 3

@@ -477,7 +477,7 @@ static long dead_pid(void) {
 static void test_output_safety(const char *tmp) {
     char *src = g4_sprintf("%s/src16", tmp), *out = g4_sprintf("%s/q4safe", tmp);
     g4t_sh("mkdir -p '%s' && cp -r '%s'/. '%s'/ && chmod -R u+w '%s'", src, tiny, src, src);
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 2, NULL, NULL};
+    g4_q4_write_opts o = {.block = G4_Q4_BLOCK, .n_threads = 2};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(src, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -523,7 +523,7 @@ static void test_output_safety(const char *tmp) {
     g4t_sh("mkdir -p '%s/decoder' '%s' && head -c 100000 /dev/zero >'%s/decoder/model.onnx.data'",
            stale, live, stale);
     FILE *log = tmpfile();
-    g4_q4_write_opts ol = {NULL, 0, G4_Q4_BLOCK, 2, NULL, log};
+    g4_q4_write_opts ol = {.block = G4_Q4_BLOCK, .n_threads = 2, .log = log};
     rc = g4_q4_write_package(src, out2, &ol, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
     if (rc == G4_OK) g4_q4_write_stats_free(&st);

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "fidelity/kl.h"
 #include "fidelity/report.h"
 #include "fidelity/svg.h"
 #include "fidelity/tolerance.h"
-#include "base/base.h"
 #include "tests/test_util.h"
 
 static void test_kl(void) {
@@ -200,17 +200,17 @@ static void test_tolerance(void) {
     // ref: the fp32 reference; the dump's arr_0: HF's fp16 run. Only the last value differs:
     // e16 = ||arr_0 - ref|| / ||ref|| = (r - 1) / sqrt(1 + 0.25 + 0 + 0.25 + r^2), r = 1.1f.
     const float ref[] = {-1, -0.5f, 0, 0.5f, 1.1f};
-    t = g4_tol_for_tensor(&g4_tol_cpu_f32, z, "arr_0", ref, 5);
+    // The fp16 rule (a dump without hf_dtype is an fp16 dump) on member arr_0.
+    const g4_tol_rule rule = {"float16", "hf-fp16x3", 3, 1e-3, {"float32", "float64"}};
+    const g4_array *a0;
+    CHECK_INT(g4_npz_get(z, "arr_0", &a0), G4_OK);
+    CHECK_INT(g4_tol_derived(z, path, &rule, "arr_0", a0, ref, &t), G4_OK);
     const double r = 1.1f, want = 3 * (r - 1) / sqrt(1.5 + r * r);
     CHECK_MSG(!strcmp(t.name, "hf-fp16x3") && fabs(t.rel - want) < 1e-6 * want,
               "%s %.17g, expected %.17g", t.name, t.rel, want);
-    // Not in the dump, another size, or no dump: the backend's tolerance.
-    t = g4_tol_for_tensor(&g4_tol_cuda_f16, z, "missing", ref, 5);
-    CHECK(!strcmp(t.name, "cuda-f16") && t.rel == 2e-2);
-    t = g4_tol_for_tensor(&g4_tol_cuda_f16, z, "arr_0", ref, 4);
-    CHECK(!strcmp(t.name, "cuda-f16"));
-    t = g4_tol_for_tensor(&g4_tol_cpu_f32, NULL, "arr_0", ref, 5);
-    CHECK(!strcmp(t.name, "cpu-f32") && t.rel == 1e-4);
+    // A tensor the dump does not hold is refused, never silently given the backend's tolerance.
+    CHECK_INT(g4_tol_derived(z, path, &rule, "missing", a0, ref, &t), G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "no tensor 'missing'"), "%s", g4_error());
     g4_npz_close(z);
     free(path);
 }

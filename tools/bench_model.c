@@ -14,9 +14,9 @@
 
 #include "loader/json.h"
 
-#include "kernels/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
+#include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "tools/bench_model.h"
 #include "tools/bench_peer.h"

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "base/progress.h"
-#include "kernels/cuda_util.h"
 #include "kernels/bench/kbench.h"
+#include "kernels/cuda_util.h"
 #include "tools/bench_model.h"
 #include "tools/bench_peer.h"
 #include "tools/cli.h"

@@ -22,16 +22,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "fidelity/capture.h"
-#include "fidelity/dump_run.h"
 #include "fidelity/compare.h"
+#include "fidelity/dump_run.h"
 #include "fidelity/kl.h"
 #include "fidelity/npy.h"
 #include "fidelity/report.h"
 #include "fidelity/sensitivity.h"
 #include "fidelity/tolerance.h"
+#include "kernels/backend_select.h"
 #include "loader/tokenizer.h"
 #include "tools/cli.h"
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/backend_select.h"
 #include "eval/runner.h"
+#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 #define EVAL_USAGE                                                                                 \

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
 #include "fidelity/npy.h"
+#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 // The soft tokens of the image and audio files (either may be NULL).

@@ -5,7 +5,7 @@
 // tokens (at most --chunks); each chunk runs with its first token replaced by <bos>, from an
 // empty KV cache, and is scored on its second half: the logits at positions ctx/2 .. ctx-2
 // predict the tokens at ctx/2+1 .. ctx-1 (ctx - 1 - ctx/2 tokens a chunk). A text of fewer than
-// 2 * ctx tokens is refused, as llama.cpp does. Statistics: eval/ppl.h.
+// 2 * ctx tokens is refused, as llama.cpp does. Statistics: fidelity/ppl.h.
 //
 // --save-logits F writes the base run's scored distributions; --kl-base F reads them, runs the
 // same tokens (from F; --text, when given, must tokenize to them) and reports KL divergence,
@@ -18,7 +18,7 @@
 //   i32 tokens[n_chunks * ctx]      (as tokenized: chunk starts are not replaced by <bos>)
 //   n_chunks * n_scored rows, each: i32 top1; f32 nll; f32 scale; f32 min_log_prob;
 //           u16 q[n_vocab] (+ u16 0 when n_vocab is odd): log p_i = scale * q_i + min_log_prob
-//           over [max-16, max], llama.cpp's 16-bit scheme (eval/ppl.h g4_ppl_pack_row)
+//           over [max-16, max], llama.cpp's 16-bit scheme (fidelity/ppl.h g4_ppl_pack_row)
 // A mismatch of ctx, vocabulary, tokenizer or tokens is refused with a one-line error.
 //
 // Progress: a bar on a terminal; otherwise a plain line on stderr every 5 seconds.
@@ -30,7 +30,7 @@
 
 #include "kernels/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/ppl.h"
+#include "fidelity/ppl.h"
 #include "base/progress.h"
 #include "loader/tokenizer.h"
 #include "tools/cli.h"

@@ -4,7 +4,7 @@
 // k-quant the decoder's linears into a Q4 (MatMulNBits) package, the way Olive made the published
 // "Q4_K_M" packages (quant/q4_writer.h). OUT must not exist; it appears only when complete.
 // --keep-auto BYTES also keeps fp16 the linears whose 4 bits cost the most KL per byte, within
-// BYTES more decoder data than the all-Q4 package (eval/keep_auto.h): a sensitivity run
+// BYTES more decoder data than the all-Q4 package (fidelity/keep_auto.h): a sensitivity run
 // (eval/sensitivity.h, on --backend, default cpu) on the first --calib-tokens (256) tokens of TEXT (<bos> first; the
 // package's tokenizer.json unless --tokenizer) ranks them. The chosen names are printed.
 // --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
@@ -20,7 +20,7 @@
 
 #include "kernels/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/keep_auto.h"
+#include "fidelity/keep_auto.h"
 #include "fidelity/sensitivity.h"
 #include "loader/tokenizer.h"
 #include "quant/q4.h"

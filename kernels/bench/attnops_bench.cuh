@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "kernels/attnops_common.cuh"
-#include "kernels/cuda_util.h"
 #include "kernels/bench/kbench.h"
+#include "kernels/cuda_util.h"
 
 namespace g4b {
 

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <vector>
 
+#include "base/base.h"
+#include "kernels/bench/kbench.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/bench/kbench.h"
-#include "base/base.h"
 
 namespace {
 

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_util.h"
-#include "kernels/bench/kbench.h"
 #include "base/base.h"
+#include "kernels/bench/kbench.h"
+#include "kernels/cuda_util.h"
 
 // Median, min, mean and sample standard deviation of per-launch times (ms).
 static g4_kbench_time kbench_stats(std::vector<double> ms) {

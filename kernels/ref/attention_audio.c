@@ -10,8 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/ref/ref.h"
 #include "base/base.h"
+#include "kernels/ref/ref.h"
 
 void ref_audio_attention(float *out, const float *q, const float *k, const float *v,
                          const float *rel, const float *per_dim_scale, const uint8_t *valid, int T,

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/ref/ref.h"
 #include "base/base.h"
+#include "kernels/ref/ref.h"
 
 void ref_sscp_conv(float *y, const float *x, const uint8_t *valid, const uint16_t *w,
                    const uint16_t *ln_w, int C_in, int H, int W, int C_out, float eps) {

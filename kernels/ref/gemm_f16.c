@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ref/ref.h"
 #include "base/base.h"
+#include "kernels/ref/ref.h"
 
 void ref_linear_f16(float *y, const float *x, const uint16_t *w, const uint16_t *bias, int T,
                     int K, int N, int accumulate) {

@@ -1,5 +1,5 @@
 // keep_auto.c: the --keep-auto choice (see keep_auto.h).
-#include "eval/keep_auto.h"
+#include "fidelity/keep_auto.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 // ppl.c: perplexity and KL-divergence statistics (see ppl.h for the definitions).
-#include "eval/ppl.h"
+#include "fidelity/ppl.h"
 
 #include <math.h>
 #include <stdlib.h>
