@@ -282,6 +282,11 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
     p.be = *m->be;
     p.be.linear = probe_linear;
     p.be.linear_gelu_mul = probe_linear_gelu_mul;
+    // The fused decoder ops would run their linears inside the backend, past the probe: without
+    // them the engine calls every linear through the table (the same floats, kernels/ops.h).
+    p.be.linear_qkv_prep = NULL;
+    p.be.linear_add_rmsnorm_next = NULL;
+    p.be.linear_gelu_mul_by = NULL;
     p.real = m->be;
     p.c = c;
     p.n = nc;
