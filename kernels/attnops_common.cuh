@@ -1,8 +1,9 @@
 // attnops_common.cuh: device helpers shared by the attention, small-op and conv kernels
 // (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
 // defines: ldmatrix on generic shared pointers, the flash-attention tile step (online softmax,
-// P.V), warp/block reductions, fp16 <-> float helpers, the 16-byte-chunk XOR swizzle (cp.async,
-// mma.sync m16n8k16 and GELU come from kernels/ptx_common.cuh).
+// P.V), warp/block reductions, fp16 <-> float helpers, 8-element vector load8 / store8, the
+// 16-byte-chunk XOR swizzle (cp.async, mma.sync m16n8k16 and GELU come from
+// kernels/ptx_common.cuh).
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
 // g = l / 4 (group), c = l % 4 (thread in group):
@@ -151,6 +152,32 @@ __device__ __forceinline__ void st_act(uint16_t *p, size_t i, float v) {
 }
 __device__ __forceinline__ void st_act(float *p, size_t i, float v) {
     p[i] = v;
+}
+
+// 8 consecutive elements (16-byte aligned) as floats, and back (fp16 bits or fp32).
+__device__ __forceinline__ void load8(const uint16_t *p, float v[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void load8(const float *p, float v[8]) {
+    const float4 a = *reinterpret_cast<const float4 *>(p),
+                 b = *reinterpret_cast<const float4 *>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void store8(uint16_t *p, const float v[8]) {
+    uint4 u;
+    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
+    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+__device__ __forceinline__ void store8(float *p, const float v[8]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
 
 } // namespace g4k

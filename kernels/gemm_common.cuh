@@ -2,8 +2,8 @@
 // gemm_f16_wgmma.cu, gemm_q4.cu): ldmatrix on shared addresses, the streamed weight load, the
 // epilogue stores, the argument checks of the public entries (cp.async, mma.sync and GELU come
 // from kernels/ptx_common.cuh). Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, num_sms, check_common,
-//          wgmma_launch, set_smem.
+// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, gemv_load_x, num_sms,
+//          check_common, wgmma_launch, set_smem.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -88,6 +88,36 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
         const float2 o = __half22float2(*p);
         *p = __floats2half2_rn(o.x + v0, o.y + v1);
     }
+    }
+}
+
+// The MT tokens of one input row k of a GEMV, staged in shared memory as [k][MT] fp16: one
+// 2..16-byte load, as floats.
+template <int MT> __device__ __forceinline__ void gemv_load_x(float *xf, const __half *p) {
+    if constexpr (MT == 8) {
+        const uint4 v = *(const uint4 *)p;
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(h[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+    } else if constexpr (MT == 4) {
+        const uint2 v = *(const uint2 *)p;
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float2 f = __half22float2(h[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+    } else if constexpr (MT == 2) {
+        const float2 f = __half22float2(*(const __half2 *)p);
+        xf[0] = f.x;
+        xf[1] = f.y;
+    } else {
+        xf[0] = __half2float(*p);
     }
 }
 

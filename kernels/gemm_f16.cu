@@ -242,34 +242,6 @@ void launch_mma(void *y, const __half *x, const __half *w, const __half *wu, con
 // =============================================================================================
 constexpr int GEMV_THREADS = 256, GEMV_COLS = 64, GEMV_KCH = 1024, GEMV_U = 4;
 
-template <int MT> __device__ __forceinline__ void load_x(float *xf, const __half *p) {
-    if constexpr (MT == 8) {
-        const uint4 v = *(const uint4 *)p;
-        const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __half22float2(h[i]);
-            xf[2 * i] = f.x;
-            xf[2 * i + 1] = f.y;
-        }
-    } else if constexpr (MT == 4) {
-        const uint2 v = *(const uint2 *)p;
-        const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const float2 f = __half22float2(h[i]);
-            xf[2 * i] = f.x;
-            xf[2 * i + 1] = f.y;
-        }
-    } else if constexpr (MT == 2) {
-        const float2 f = __half22float2(*(const __half2 *)p);
-        xf[0] = f.x;
-        xf[1] = f.y;
-    } else {
-        xf[0] = __half2float(*p);
-    }
-}
-
 // Blocks per SM the register allocation must leave room for (0: no constraint). Without it
 // the PDL prologue's prefetches cost ptxas 7-12 more registers in two variants, which would
 // drop a block per SM: M = 1 fused (64 -> 71: 4 -> 3 blocks) and M = 2 plain (48 -> 60: 5 -> 4).
@@ -348,7 +320,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
                 const int k = k0 + 32 * u;
                 if (k < kn) {
                     float xf[MT];
-                    load_x<MT>(xf, xs + k * MT);
+                    gemv_load_x<MT>(xf, xs + k * MT);
 #pragma unroll
                     for (int f = 0; f < F; f++) {
                         const __half2 *h = (const __half2 *)&wv[f][u];
