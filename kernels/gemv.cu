@@ -356,7 +356,7 @@ template <int F> __global__ void __launch_bounds__(GV_THREADS, 2) gv_q4_kernel(c
             *reinterpret_cast<const uint4 *>(p.x + (size_t)m * p.K + (size_t)rkb * 64 + 8 * k8);
     }
     __syncthreads();
-    const __half *xrow = xs + (size_t)min(g, p.M - 1) * XS + 16 * t - (size_t)rkb * 64;
+    const __half *xrow = xs + (size_t)min(g, p.M - 1) * XS + 16 * t;
 
     float acc[F][4];
 #pragma unroll
@@ -367,8 +367,8 @@ template <int F> __global__ void __launch_bounds__(GV_THREADS, 2) gv_q4_kernel(c
         for (int u = 0; u < U; u++) {
             const int kt = kt0 + u;
             if (kt >= ke) break; // warp-uniform
-            const uint4 xa = *reinterpret_cast<const uint4 *>(xrow + (size_t)kt * 64);
-            const uint4 xb = *reinterpret_cast<const uint4 *>(xrow + (size_t)kt * 64 + 8);
+            const uint4 xa = *reinterpret_cast<const uint4 *>(xrow + (kt - rkb) * 64);
+            const uint4 xb = *reinterpret_cast<const uint4 *>(xrow + (kt - rkb) * 64 + 8);
             const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
             for (int f = 0; f < F; f++) {
