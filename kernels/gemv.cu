@@ -669,12 +669,13 @@ GvPlan plan_f16(int M, int N, int K, int F) {
     return pl;
 }
 
-// The checks every entry makes on its weights; fills p.seg / p.up, p.K, p.N and the plan.
-int gv_prepare(const char *who, GvParams &p, GvPlan &pl, int kind, int M, const g4_gemv_w *w,
-               int n_w, const g4_gemv_w *wu, int group) {
+// The checks every entry makes on its weights; fills p.seg / p.up, p.M, p.K, p.N, p.epi.
+int gv_prepare(const char *who, GvParams &p, int kind, int M, const g4_gemv_w *w, int n_w,
+               const g4_gemv_w *wu, int group) {
     if (M < 1 || M > GV_MAX_M) return g4_fail(G4_EUSER, "%s: M = %d tokens, expected 1..8", who, M);
     if (!w || n_w < 1 || n_w > GV_MAX_SEG)
-        return g4_fail(G4_EUSER, "%s: %d weight segments, expected 1..3", who, n_w);
+        return g4_fail(G4_EUSER, "%s: weights %s, %d segments: expected 1..3", who,
+                       w ? "given" : "NULL", n_w);
     const bool q4 = w[0].q4 != nullptr;
     const int K = w[0].k;
     int N = 0;
@@ -737,7 +738,13 @@ int gv_prepare(const char *who, GvParams &p, GvPlan &pl, int kind, int M, const 
     p.M = M, p.K = K, p.N = N;
     p.epi = kind;
     p.group_n = group;
-    pl = q4 ? plan_q4(M, N, K, wu ? 2 : 1, group) : plan_f16(M, N, K, wu ? 2 : 1);
+    return G4_OK;
+}
+
+// The grid of a prepared launch (after every argument check: it asks the device its SM count).
+int gv_plan(const char *who, GvParams &p, GvPlan &pl) {
+    const int M = p.M, N = p.N, K = p.K, F = p.epi == EPI_GLU ? 2 : 1;
+    pl = p.seg[0].w ? plan_f16(M, N, K, F) : plan_q4(M, N, K, F, p.group_n);
     p.S = pl.S;
     if (pl.smem > GV_SMEM_MAX)
         return g4_fail(G4_EUSER,
@@ -825,20 +832,25 @@ extern "C" int g4_gemv_supported(g4_gemv_kind kind, int M, const g4_gemv_w *w, i
     GvParams p = {};
     GvPlan pl;
     if (!w) return g4_fail(G4_EUSER, "gemv: NULL weights");
-    if (kind == G4_GEMV_GLU) // w = {gate, up}
-        return n_w == 2 ? gv_prepare("gemv_glu", p, pl, (int)kind, M, w, 1, &w[1], 0)
-                        : g4_fail(G4_EUSER, "gemv_glu: expected the gate and up weights");
-    const int group = kind == G4_GEMV_QKV ? hd : kind == G4_GEMV_ADD_NORM ? w[0].n : 0;
-    return gv_prepare("gemv", p, pl, (int)kind, M, w, n_w, nullptr, group);
+    int rc;
+    if (kind == G4_GEMV_GLU) { // w = {gate, up}
+        if (n_w != 2) return g4_fail(G4_EUSER, "gemv_glu: expected the gate and up weights");
+        rc = gv_prepare("gemv_glu", p, (int)kind, M, w, 1, &w[1], 0);
+    } else {
+        const int group = kind == G4_GEMV_QKV ? hd : kind == G4_GEMV_ADD_NORM ? w[0].n : 0;
+        rc = gv_prepare("gemv", p, (int)kind, M, w, n_w, nullptr, group);
+    }
+    return rc ? rc : gv_plan("gemv", p, pl);
 }
 
 extern "C" int g4_gemv(void *y, const void *x, const g4_gemv_w *w, const void *bias, int M,
                        g4_gemm_epi epi, cudaStream_t stream) {
     GvParams p = {};
     GvPlan pl;
-    int rc = gv_prepare("gemv", p, pl, EPI_STORE, M, w, 1, nullptr, 0);
+    int rc = gv_prepare("gemv", p, EPI_STORE, M, w, 1, nullptr, 0);
     if (!rc) rc = check_common("gemv", y, x, bias, M, p.N, p.K, epi);
     if (rc) return rc;
+    if ((rc = gv_plan("gemv", p, pl))) return rc;
     p.x = (const __half *)x, p.y = y, p.y_epi = (int)epi, p.bias = (const __half *)bias;
     gv_launch(p, pl, stream);
     return G4_OK;
@@ -849,9 +861,10 @@ extern "C" int g4_gemv_glu(void *y, const void *x, const g4_gemv_w *wg, const g4
     GvParams p = {};
     GvPlan pl;
     if (!wu) return g4_fail(G4_EUSER, "gemv_glu: NULL up weight");
-    int rc = gv_prepare("gemv_glu", p, pl, EPI_GLU, M, wg, 1, wu, 0);
+    int rc = gv_prepare("gemv_glu", p, EPI_GLU, M, wg, 1, wu, 0);
     if (!rc) rc = check_common("gemv_glu", y, x, nullptr, M, p.N, p.K, G4_GEMM_Y_F16);
     if (rc) return rc;
+    if ((rc = gv_plan("gemv_glu", p, pl))) return rc;
     p.x = (const __half *)x, p.y = y, p.y_epi = G4_GEMM_Y_F16;
     gv_launch(p, pl, stream);
     return G4_OK;
@@ -861,7 +874,7 @@ extern "C" int g4_gemv_gelu_mul(void *y, const void *x, const g4_gemv_w *w, cons
                                 int M, cudaStream_t stream) {
     GvParams p = {};
     GvPlan pl;
-    int rc = gv_prepare("gemv_gelu_mul", p, pl, EPI_GELU_MUL, M, w, 1, nullptr, 0);
+    int rc = gv_prepare("gemv_gelu_mul", p, EPI_GELU_MUL, M, w, 1, nullptr, 0);
     if (!rc) rc = check_common("gemv_gelu_mul", y, x, nullptr, M, p.N, p.K, G4_GEMM_Y_F16);
     if (rc) return rc;
     if (!b || (uintptr_t)b % 2 || ldb < p.N)
@@ -869,6 +882,7 @@ extern "C" int g4_gemv_gelu_mul(void *y, const void *x, const g4_gemv_w *w, cons
                        "gemv_gelu_mul: b %p with row stride %d: expected fp16 rows of "
                        ">= %d",
                        b, ldb, p.N);
+    if ((rc = gv_plan("gemv_gelu_mul", p, pl))) return rc;
     p.x = (const __half *)x, p.y = y, p.b = (const uint16_t *)b, p.ldb = ldb;
     gv_launch(p, pl, stream);
     return G4_OK;
@@ -880,7 +894,7 @@ extern "C" int g4_gemv_add_rmsnorm(const g4_gemv_norm *a, const void *x, const g
     GvParams p = {};
     GvPlan pl;
     if (!a || !w) return g4_fail(G4_EUSER, "%s: NULL arguments", who);
-    int rc = gv_prepare(who, p, pl, EPI_ADD_NORM, M, w, 1, nullptr, w->n);
+    int rc = gv_prepare(who, p, EPI_ADD_NORM, M, w, 1, nullptr, w->n);
     if (!rc) rc = gv_check_ws(who, p, ws, ws_bytes);
     if (rc) return rc;
     const uintptr_t al = (uintptr_t)x | (uintptr_t)a->h | (uintptr_t)a->next |
@@ -888,6 +902,7 @@ extern "C" int g4_gemv_add_rmsnorm(const g4_gemv_norm *a, const void *x, const g
     if (!x || !a->h || !a->next || al % 16)
         return g4_fail(G4_EUSER, "%s: x, h, next (and the norm weights) must be 16-byte aligned",
                        who);
+    if ((rc = gv_plan(who, p, pl))) return rc;
     p.x = (const __half *)x;
     p.h = a->h, p.norm_w = (const uint16_t *)a->norm_w, p.scale = (const uint16_t *)a->scale;
     p.eps = a->eps, p.next = (uint16_t *)a->next, p.next_norm = a->next_norm;
@@ -918,12 +933,13 @@ extern "C" int g4_gemv_qkv(const g4_gemv_qkv_args *a, const void *x, const g4_ge
                        "%d KV heads x %d",
                        who, w[0].n, n_w == 3 ? w[1].n : 0, n_w == 3 ? w[2].n : 0, a->n_heads, hd,
                        a->n_kv, hd);
-    int rc = gv_prepare(who, p, pl, EPI_QKV, M, w, n_w, nullptr, hd);
+    int rc = gv_prepare(who, p, EPI_QKV, M, w, n_w, nullptr, hd);
     if (!rc) rc = gv_check_ws(who, p, ws, ws_bytes);
     if (rc) return rc;
     if (!x || !a->q || !a->pos || (uintptr_t)x % 16 || (uintptr_t)a->q % 2 ||
         (a->kcache && (a->capacity < 1 || (uintptr_t)a->kcache % 2 || (uintptr_t)a->vcache % 2)))
         return g4_fail(G4_EUSER, "%s: NULL or misaligned x, q, pos or caches", who);
+    if ((rc = gv_plan(who, p, pl))) return rc;
     p.x = (const __half *)x;
     p.q = (uint16_t *)a->q, p.kc = (uint16_t *)a->kcache, p.vc = (uint16_t *)a->vcache;
     p.capacity = a->capacity, p.q_w = (const uint16_t *)a->q_w, p.k_w = (const uint16_t *)a->k_w;
