@@ -681,9 +681,11 @@ int main(int argc, char **argv) {
         printf("device: %s\n", dev);
     }
     int ran = 0;
+    const double t0 = hx_now_ms();
     for (int i = 0; i < n_cases; i++)
         if (matches(&cases[i], op, shape)) run_case(&cases[i]), ran++;
-    printf("%d cases%s\n", ran, g_emulate ? " (emulated: no GPU ran)" : "");
+    printf("%d cases in %.1f s%s\n", ran, (hx_now_ms() - t0) / 1e3,
+           g_emulate ? " (emulated: no GPU ran)" : "");
     if (!ran) return 1;
     return g4t_finish("test_cuda_gemv");
 }
