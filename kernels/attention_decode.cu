@@ -76,6 +76,10 @@ struct DecParams {
 };
 
 constexpr int DEC_MERGE_MAX = 32; // partials one merge reads (g1 and n_g1 are at most this)
+// The counters' region at the workspace's start, the same size for every call: calls of other
+// shapes (T, hd) share one workspace, and one call's partials must never land on another's
+// counters (they stay zero between launches only if nothing else writes there).
+constexpr size_t DEC_CTR_BYTES = 64 * 1024;
 
 struct DecSplit {
     int lo_all, hi_all, n_tiles, tps, n_active;
@@ -401,7 +405,7 @@ DecTree dec_tree(int T, int n_heads, int n_kv, int hd, int capacity) {
     d.n_g1 = (d.S + d.g1 - 1) / d.g1;
     d.n_rg = (T * (n_heads / n_kv) + 15) / 16;
     const size_t row = (size_t)T * n_heads * ((size_t)hd + 2) * sizeof(float);
-    d.ctr_bytes = ((size_t)n_kv * d.n_rg * (d.n_g1 + 1) * sizeof(unsigned) + 255) / 256 * 256;
+    d.ctr_bytes = DEC_CTR_BYTES; // fixed: calls with other T or hd share the workspace
     d.part_bytes = (row * d.S + 255) / 256 * 256; // keeps the level-1 partials 16-byte aligned
     d.grp_bytes = row * d.n_g1;
     return d;
@@ -414,8 +418,7 @@ extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd,
     return d.ctr_bytes + d.part_bytes + d.grp_bytes;
 }
 
-extern "C" size_t g4_attn_decode_counter_bytes(int T, int n_heads, int n_kv, int hd,
-                                               int capacity) {
+extern "C" size_t g4_attn_decode_counter_bytes(int T, int n_heads, int n_kv, int hd, int capacity) {
     return dec_tree(T, n_heads, n_kv, hd, capacity).ctr_bytes;
 }
 
@@ -436,6 +439,7 @@ extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t 
     p.window = window, p.hd = hd;
     const DecTree d = dec_tree(T, n_heads, n_kv, hd, capacity);
     G4K_REQUIRE(d.g1 <= DEC_MERGE_MAX && d.n_g1 <= DEC_MERGE_MAX, op);
+    G4K_REQUIRE((size_t)n_kv * d.n_rg * (d.n_g1 + 1) * sizeof(unsigned) <= DEC_CTR_BYTES, op);
     p.n_splits = d.S, p.g1 = d.g1, p.n_g1 = d.n_g1, p.n_rg = d.n_rg;
     p.c2_base = n_kv * d.n_rg * d.n_g1;
     p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;

@@ -14,8 +14,9 @@ extern "C" {
 // Bytes of device workspace g4_attn_decode needs for these sizes (the merge's counters, then the
 // split and level-1 partials); allocate it once with the run state and zero it once (at least
 // its first g4_attn_decode_counter_bytes bytes: the counters, which every launch leaves zero
-// again; the rest needs no initialisation). Needs a current CUDA device (the split count follows
-// its SMs).
+// again; the rest needs no initialisation). The counters' region has one size for every call,
+// so a workspace sized for the largest call serves calls of any T and hd. Needs a current CUDA
+// device (the split count follows its SMs).
 size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
 size_t g4_attn_decode_counter_bytes(int T, int n_heads, int n_kv, int hd, int capacity);
 

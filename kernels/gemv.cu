@@ -24,7 +24,8 @@
 // ty = tid / 8) loads 16 bytes (8 columns) of rows ty, ty + 32, ... of the rank's K range;
 // x staged transposed [k][MT] so one load gives a row's value for every token.
 //
-// Test: tests/test_cuda_gemv.c; bench: g4cu bench --kernels --filter gemv.
+// Test: tests/test_cuda_gemv.c, test_cuda_gemm.c (ops gv_*); bench: g4cu bench --kernels --filter
+// gv_.
 #include <cooperative_groups.h>
 
 #include "kernels/attnops_common.cuh"

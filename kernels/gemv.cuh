@@ -31,7 +31,8 @@
 // alignment or argument it does not take; g4_gemv_supported answers the same question without
 // launching (the CUDA backend's choice between the fused kernel and the composition of ops).
 // Launched with programmatic dependent launch (kernels/pdl.cuh).
-// Test: tests/test_cuda_gemv.c; bench: g4cu bench --kernels --filter gemv.
+// Test: tests/test_cuda_gemv.c, test_cuda_gemm.c (ops gv_*); bench: g4cu bench --kernels --filter
+// gv_.
 #ifndef G4_GEMV_CUH
 #define G4_GEMV_CUH
 
