@@ -17,9 +17,11 @@
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
 #   e2b_run  g4cu compare (cuda vs HF, f16 and Q4), bench f16 + Q4 + HF peers
-#   decode   issue 18's decode change (after build; the model part after e2b_wait): the fused
-#            GEMV / attention / PDL tests, the gv_* and today's GEMV kernel rows, and the model
-#            with the fused decode kernels off (G4_FUSED=0) and on, plus the per-op profile
+#   decode_tests  the decode change's tests alone (the fused GEMV epilogues, the decode GEMV
+#            rows of the GEMV table, decode attention, the PDL chains); `tests` runs them too
+#   decode   the decode change's kernel rows (gv_*, today's GEMV, attn_decode) and, after
+#            e2b_make, the model bench with the fused decode kernels off (G4_FUSED=0: the A/B
+#            against e2b_run's default run; e2b_run's profile names the new ops)
 # Logs and JSON go to $OUT (the device tool brings them back). Each stage prints its time.
 set -uo pipefail
 OUT=${OUT:-/tmp/g4out}
@@ -79,7 +81,7 @@ stage_kernels() {
     cat "$OUT/kbench.txt" | cut -c1-160
 }
 
-stage_decode() {
+stage_decode_tests() { # the decode change's tests alone (the `tests` stage's ctest runs them too)
     local t n
     for t in "test_cuda_gemv" "test_cuda_gemm --op gv_" "test_cuda_gemm --op reject" \
         "test_cuda_attention --op attn_decode" "test_cuda_pdl"; do
@@ -88,6 +90,9 @@ stage_decode() {
         echo "$t: exit $? | $(grep -E 'checks, [0-9]+ failed|cases, [0-9]+ failed' "$OUT/$n.log" | tail -1)"
         grep -E "FAIL|DIFFERENT|programmatic|saved per kernel" "$OUT/$n.log" | head -12
     done
+}
+
+stage_decode() { # kernel rows of the decode change, and the model with the fused kernels off
     build-gpu/g4cu bench --kernels --filter gv_ --reps 30 --json "$OUT/kbench_gv.json" >"$OUT/kbench_gv.txt" 2>&1
     echo "bench --kernels --filter gv_: exit $?"; cut -c1-160 "$OUT/kbench_gv.txt"
     build-gpu/g4cu bench --kernels --filter gemv --reps 30 --json "$OUT/kbench_gemv_old.json" >"$OUT/kbench_gemv_old.txt" 2>&1
@@ -96,12 +101,9 @@ stage_decode() {
     echo "bench --kernels --filter attn_decode: exit $?"; cut -c1-160 "$OUT/kbench_attn_decode.txt"
     local d="$WORK/e2b"
     if [ ! -f "$d/READY" ]; then echo "decode: no full-size package ($d/READY missing): model A/B skipped"; return 0; fi
-    for f in 0 1; do
-        G4_FUSED=$f build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/e2b_bench_fused$f.json" >"$OUT/e2b_bench_fused$f.txt" 2>&1
-        echo "G4_FUSED=$f bench f16 + q4: exit $?"; grep -E "^(f16|q4|pkg)|decode" "$OUT/e2b_bench_fused$f.txt" | cut -c1-220 | head -6
-    done
-    G4_PROFILE=1 build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/e2b_decode_profile.txt"
-    cat "$OUT/e2b_decode_profile.txt"
+    # e2b_run times the default (fused) path; this is the same bench with today's decode path
+    G4_FUSED=0 build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/e2b_bench_unfused.json" >"$OUT/e2b_bench_unfused.txt" 2>&1
+    echo "G4_FUSED=0 bench f16 + q4: exit $?"; grep -E "^pkg|decode" "$OUT/e2b_bench_unfused.txt" | cut -c1-220 | head -6
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF
