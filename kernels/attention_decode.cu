@@ -107,22 +107,6 @@ __device__ __forceinline__ size_t dec_row(const DecParams &p, int i, int kvh) {
     return (size_t)(i / p.group) * p.n_heads + (size_t)kvh * p.group + i % p.group;
 }
 
-// The CTA's ticket at a counter: true for the last of `expected` arrivals, which then sees the
-// others' partials (the pattern of kernels/gemv.cu gv_arrive: CTA barrier, thread 0's fence and
-// atomic; the last one's fence before its ld.global.cg reads).
-__device__ __forceinline__ bool dec_arrive(unsigned *ctr, unsigned expected) {
-    __shared__ unsigned s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(ctr, 1u) == expected - 1;
-    }
-    __syncthreads();
-    if (!s_last) return false;
-    __threadfence();
-    return true;
-}
-
 // out = 0 for the CTA's rows (no token sees a key; the old merge wrote 0 for an empty sum).
 template <class C> __device__ void dec_zero_rows(const DecParams &p, int kvh, int rg) {
     for (int e = threadIdx.x; e < 16 * C::HD; e += DEC_THREADS) {
@@ -344,7 +328,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     const int n_g1 = (sp.n_active + p.g1 - 1) / p.g1, gi = split / p.g1;
     const int s_lo = gi * p.g1, s_hi = min(sp.n_active, s_lo + p.g1);
     unsigned *c1 = p.ctr + ((size_t)kvh * p.n_rg + rg) * p.n_g1 + gi;
-    if (!dec_arrive(c1, (unsigned)(s_hi - s_lo))) return;
+    if (!last_arrival(c1, (unsigned)(s_hi - s_lo))) return;
     if (n_g1 == 1) { // one run: straight to the output
         dec_merge<C>(p, p.part_o, p.part_ml, p.n_splits, s_lo, s_hi, kvh, rg, nullptr, gi, mw);
         if (tid == 0) *c1 = 0;
@@ -353,7 +337,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     dec_merge<C>(p, p.part_o, p.part_ml, p.n_splits, s_lo, s_hi, kvh, rg, p.grp_o, gi, mw);
     if (tid == 0) *c1 = 0;
     unsigned *c2 = p.ctr + (size_t)p.c2_base + (size_t)kvh * p.n_rg + rg;
-    if (!dec_arrive(c2, (unsigned)n_g1)) return;
+    if (!last_arrival(c2, (unsigned)n_g1)) return;
     dec_merge<C>(p, p.grp_o, p.grp_ml, p.n_g1, 0, n_g1, kvh, rg, nullptr, 0, mw);
     if (tid == 0) *c2 = 0;
 }

@@ -2,8 +2,8 @@
 // (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
 // defines: ldmatrix on generic shared pointers, the flash-attention tile step (online softmax,
 // P.V), warp/block reductions, fp16 <-> float helpers, 8-element vector load8 / store8, the
-// 16-byte-chunk XOR swizzle (cp.async, mma.sync m16n8k16 and GELU come from
-// kernels/ptx_common.cuh).
+// last-block ticket (last_arrival), the 16-byte-chunk XOR swizzle (cp.async, mma.sync
+// m16n8k16 and GELU come from kernels/ptx_common.cuh).
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
 // g = l / 4 (group), c = l % 4 (thread in group):
@@ -178,6 +178,26 @@ __device__ __forceinline__ void store8(uint16_t *p, const float v[8]) {
 __device__ __forceinline__ void store8(float *p, const float v[8]) {
     *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
     *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// The block's ticket at a counter that `expected` blocks of one launch take: true for the last
+// to arrive, which then sees every other block's global stores made before their tickets (read
+// them with ld.global.cg, past L1). The cooperative-groups grid barrier's pattern without its
+// spin: the CTA barrier orders the block's stores before thread 0's fence and atomic; the last
+// block's fence after its ticket orders its reads after every other ticket. No block waits, so
+// it is correct for any scheduling order; the last block resets the counter for the next launch
+// (its own launches are stream-ordered after this one completes). All threads call it.
+__device__ __forceinline__ bool last_arrival(unsigned *ctr, unsigned expected) {
+    __shared__ unsigned s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(ctr, 1u) == expected - 1;
+    }
+    __syncthreads();
+    if (!s_last) return false;
+    __threadfence();
+    return true;
 }
 
 } // namespace g4k

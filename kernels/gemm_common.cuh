@@ -2,8 +2,8 @@
 // gemm_f16_wgmma.cu, gemm_q4.cu): ldmatrix on shared addresses, the streamed weight load, the
 // epilogue stores, the argument checks of the public entries (cp.async, mma.sync and GELU come
 // from kernels/ptx_common.cuh). Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, gemv_load_x, num_sms,
-//          check_common, wgmma_launch, set_smem.
+// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, gemv_load_x,
+//          gemv_f16_block_reduce, num_sms, check_common, wgmma_launch, set_smem.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -118,6 +118,44 @@ template <int MT> __device__ __forceinline__ void gemv_load_x(float *xf, const _
         xf[1] = f.y;
     } else {
         xf[0] = __half2float(*p);
+    }
+}
+
+// The fp16 GEMV's block reduction (256 threads = 8 warps; thread (tx = tid % 8, ty = tid / 8)
+// holds acc[f][m][j] for columns 8 tx + j of its rows): the warp's 4 row phases (lanes l, l ^ 8,
+// l ^ 16, l ^ 24 share tx) by shuffles, then the 8 warps in order through red [8][F][MT][64]
+// into part [F][MT][64]. Fixed order: deterministic. Ends with part written by every thread
+// (no barrier after it).
+template <int MT, int F>
+__device__ __forceinline__ void gemv_f16_block_reduce(float (&acc)[F][MT][8], float *red,
+                                                      float *part) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tx = tid & 7;
+#pragma unroll
+    for (int f = 0; f < F; f++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float v = acc[f][m][j];
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                acc[f][m][j] = v;
+            }
+    if (lane < 8) {
+#pragma unroll
+        for (int f = 0; f < F; f++)
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    red[((warp * F + f) * MT + m) * 64 + tx * 8 + j] = acc[f][m][j];
+    }
+    __syncthreads();
+    for (int i = tid; i < F * MT * 64; i += 256) {
+        float s = 0.0f;
+#pragma unroll
+        for (int wp = 0; wp < 8; wp++) s += red[wp * F * MT * 64 + i];
+        part[i] = s;
     }
 }
 

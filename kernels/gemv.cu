@@ -132,23 +132,6 @@ __device__ __forceinline__ void ldcg8(const float *p, float v[8]) {
 
 // --- grid-wide epilogues ----------------------------------------------------------------------
 
-// The block's ticket at a group's counter: true for the block that arrives last, which then sees
-// every other block's workspace stores. The cooperative-groups grid barrier's pattern: the CTA
-// barrier orders the block's stores before thread 0's fence and atomic; the last block's fence
-// after its ticket orders the reads (made with ld.global.cg, past L1) after every other ticket.
-__device__ __forceinline__ bool gv_arrive(unsigned *ctr, unsigned expected) {
-    __shared__ unsigned s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(ctr, 1u) == expected - 1;
-    }
-    __syncthreads();
-    if (!s_last) return false;
-    __threadfence();
-    return true;
-}
-
 // add_rmsnorm_next over the whole row, for every token (ops.h; the arithmetic of rmsnorm.cu's
 // add_rms_kernel with the projection read in fp32 from the workspace instead of fp16).
 __device__ void gv_tail_add_norm(const GvParams &p) {
@@ -264,7 +247,7 @@ __device__ __forceinline__ void gv_epilogue(const GvParams &p, const float *outs
         p.ws_y[(size_t)m * N + n0 + c] = outs[m * nb + c];
     }
     const int group = n0 / p.group_n;
-    if (!gv_arrive(p.ctr + group, (unsigned)(p.group_n / nb))) return;
+    if (!last_arrival(p.ctr + group, (unsigned)(p.group_n / nb))) return;
     if (p.epi == EPI_ADD_NORM)
         gv_tail_add_norm(p);
     else
@@ -448,6 +431,7 @@ template <int F> __global__ void __launch_bounds__(GV_THREADS, 2) gv_q4_kernel(c
 // --- fp16 -----------------------------------------------------------------------------------
 
 constexpr int GV_F16_COLS = 64;
+static_assert(GV_THREADS == 256 && GV_F16_COLS == 64, "gemv_f16_block_reduce's shape");
 
 // Rows per buffer (each thread keeps 2 U 16-byte loads per weight in flight): fewer for more
 // tokens, whose accumulators take the registers.
@@ -479,7 +463,7 @@ __global__ void __launch_bounds__(GV_THREADS, f16_min_blocks<MT, F>())
     extern __shared__ __align__(16) uint8_t smem[];
     cg::cluster_group cluster = cg::this_cluster();
     const int cs = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tx = tid & 7, ty = tid >> 3;
+    const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
     const int n0 = blockIdx.x * GV_F16_COLS, col = n0 + tx * 8;
     const GvSeg sg = seg_of(p, n0);
     const bool col_ok = col < sg.n0 + sg.n;
@@ -576,33 +560,7 @@ __global__ void __launch_bounds__(GV_THREADS, f16_min_blocks<MT, F>())
     float *red = reinterpret_cast<float *>(smem + L.red);   // [8][F][MT][64]
     float *part = reinterpret_cast<float *>(smem + L.part); // [F][MT][64]
     float *outs = reinterpret_cast<float *>(smem + L.outs); // [F][MT][64]
-#pragma unroll
-    for (int f = 0; f < F; f++)
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float v = acc[f][m][j];
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
-                acc[f][m][j] = v;
-            }
-    if (lane < 8) {
-#pragma unroll
-        for (int f = 0; f < F; f++)
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    red[((warp * F + f) * MT + m) * GV_F16_COLS + tx * 8 + j] = acc[f][m][j];
-    }
-    __syncthreads();
-    for (int i = tid; i < F * MT * GV_F16_COLS; i += GV_THREADS) {
-        float s = 0.0f;
-#pragma unroll
-        for (int wp = 0; wp < GV_WARPS; wp++) s += red[wp * F * MT * GV_F16_COLS + i];
-        part[i] = s;
-    }
+    gemv_f16_block_reduce<MT, F>(acc, red, part);
     if (cs > 1) {
         cluster.sync(); // every rank's part is written and visible to the cluster
         if (rank == 0)
