@@ -22,6 +22,7 @@
 #include "kernels/gelu_mul.cuh"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
+#include "kernels/gemv.cuh"
 #include "kernels/glu.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
@@ -37,10 +38,12 @@
 
 typedef struct {
     cudaStream_t stream;
-    void *attn_ws; // decode attention split-K workspace (grown before capture, see attention)
+    void *attn_ws; // decode attention workspace (grown before capture, zeroed: see attention)
     size_t attn_ws_bytes;
     void *logits_ws; // softcap + argmax workspace (zeroed at allocation, self-resetting)
     size_t logits_ws_bytes;
+    void *gemv_ws; // fused GEMV epilogues' workspace (zeroed at allocation, self-resetting)
+    size_t gemv_ws_bytes;
     int32_t *argmax; // device I32 [logits_rows]
     int logits_rows;
     // Tower scratch (see the towers' section): grown on first use, never inside a capture.
@@ -267,9 +270,61 @@ static void cu_linear_clipped(g4_backend *be, g4_buf *y, const g4_buf *x, const 
 static void cu_linear_gelu_mul_clipped(g4_backend *be, g4_buf *y, const g4_buf *x,
                                        const g4_linear *wg, const g4_linear *wu);
 
+// --- the decode GEMV (kernels/gemv.cuh): T <= 8 rows, unless G4_FUSED=0 ----------------------
+
+static g4_gemv_w gv_weight(const g4_linear *w) {
+    g4_gemv_w g;
+    g.f16 = w->kind == G4_W_F16 ? w->w : NULL;
+    g.q4 = w->kind == G4_W_Q4 ? (const g4_q4_weight *)w->packed : NULL;
+    g.n = w->out;
+    g.k = w->in;
+    return g;
+}
+
+// Whether the decode GEMV takes these T rows and linears (no clipping; biases only for kind
+// STORE), with the kernels' own shape predicate.
+static int gv_takes(int T, g4_gemv_kind kind, const g4_linear *const *ls, int n, int hd) {
+    if (T > 8 || !g4_cuda_fused_enabled()) return 0;
+    g4_gemv_w w[3];
+    for (int i = 0; i < n; i++) {
+        if (ls[i]->clipped || (ls[i]->bias && kind != G4_GEMV_STORE)) return 0;
+        w[i] = gv_weight(ls[i]);
+    }
+    return g4_gemv_supported(kind, T, w, n, hd) == G4_OK;
+}
+
+// The epilogues' workspace for T rows of N outputs: grown (zeroed: the counters start at 0 and
+// every launch leaves them so) outside a graph capture; the first eager decode step sizes it.
+static void *gv_workspace(g4_backend *be, int T, int N, size_t *bytes) {
+    cuda_ctx *c = CTX(be);
+    const size_t want = g4_gemv_workspace(T > 8 ? T : 8, N > 8192 ? N : 8192);
+    if (want > c->gemv_ws_bytes) {
+        cudaStreamCaptureStatus st;
+        G4_CUDA_CHECK(cudaStreamIsCapturing(c->stream, &st));
+        need(st == cudaStreamCaptureStatusNone, "gemv", "workspace must be sized before capture");
+        G4_CUDA_CHECK(cudaStreamSynchronize(c->stream)); // queued kernels may still use the old one
+        if (c->gemv_ws) G4_CUDA_CHECK(cudaFree(c->gemv_ws));
+        G4_CUDA_CHECK(cudaMalloc(&c->gemv_ws, want));
+        G4_CUDA_CHECK(cudaMemset(c->gemv_ws, 0, want));
+        c->gemv_ws_bytes = want;
+    }
+    *bytes = c->gemv_ws_bytes;
+    return c->gemv_ws;
+}
+
+static void cu_linear_gemv(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
+                           int accumulate) {
+    PROF("gemv");
+    const g4_gemv_w gw = gv_weight(w);
+    gemm_check(g4_gemv(y->data, x->data, &gw, w->bias, x->rows, epilogue(y, accumulate), S(be)));
+}
+
 static void cu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
                       int accumulate) {
     if (w->clipped) return cu_linear_clipped(be, y, x, w, accumulate);
+    need(x->type == G4_F16, "linear", "x must be f16");
+    need(x->cols == w->in && y->cols == w->out && y->rows == x->rows, "linear", "shape mismatch");
+    if (gv_takes(x->rows, G4_GEMV_STORE, &w, 1, 0)) return cu_linear_gemv(be, y, x, w, accumulate);
     PROF("linear");
     need(x->type == G4_F16, "linear", "x must be f16");
     need(x->cols == w->in && y->cols == w->out && y->rows == x->rows, "linear", "shape mismatch");
@@ -284,11 +339,18 @@ static void cu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linea
 static void cu_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
                                const g4_linear *wu) {
     if (wg->clipped || wu->clipped) return cu_linear_gelu_mul_clipped(be, y, x, wg, wu);
-    PROF("linear_gelu_mul");
     need(x->type == G4_F16 && y->type == G4_F16, "linear_gelu_mul", "x and y must be f16");
     need(wg->kind == wu->kind && wg->out == wu->out && y->cols == wg->out && !wg->bias &&
              !wu->bias,
          "linear_gelu_mul", "gate and up must match, without bias");
+    const g4_linear *gu[2] = {wg, wu};
+    if (gv_takes(x->rows, G4_GEMV_GLU, gu, 2, 0)) {
+        PROF("gemv_glu");
+        const g4_gemv_w g = gv_weight(wg), u = gv_weight(wu);
+        gemm_check(g4_gemv_glu(y->data, x->data, &g, &u, x->rows, S(be)));
+        return;
+    }
+    PROF("linear_gelu_mul");
     if (wg->kind == G4_W_F16)
         gemm_check(g4_gemm_f16_gelu_mul(y->data, x->data, wg->w, wu->w, x->rows, wg->out, wg->in,
                                         G4_GEMM_AUTO, S(be)));
@@ -420,6 +482,96 @@ static void cu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, cons
                    (uint16_t *)next->data, (const uint16_t *)next_w, x->rows, x->cols, S(be));
 }
 
+// --- fused decoder ops (kernels/ops.h): one GEMV launch for T <= 8, else the composition ------
+
+static void cu_linear_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kc,
+                               g4_buf *vc, const g4_buf *x, const g4_linear *wq,
+                               const g4_linear *wk, const g4_linear *wv, const void *q_w,
+                               const void *k_w, const g4_buf *pos, const float *inv_freq,
+                               int n_heads, int n_kv, int hd, float eps) {
+    const int T = x->rows, own = wk != NULL;
+    need((wk == NULL) == (wv == NULL) && (wk == NULL) == (kc == NULL) &&
+             (kc == NULL) == (vc == NULL) && (!own || (k && v)),
+         "linear_qkv_prep", "k, v, caches and their weights all given or all NULL");
+    const g4_linear *ls[3] = {wq, wk, wv};
+    if (!gv_takes(T, G4_GEMV_QKV, ls, own ? 3 : 1, hd)) {
+        cu_linear(be, q, x, wq, 0);
+        if (own) {
+            cu_linear(be, k, x, wk, 0);
+            cu_linear(be, v, x, wv, 0);
+        }
+        return cu_qkv_prep(be, q, k, v, kc, vc, q_w, k_w, pos, inv_freq, n_heads, n_kv, hd, eps);
+    }
+    PROF("gemv_qkv");
+    need(x->type == G4_F16 && q->type == G4_F16 && pos->type == G4_I32 && q->rows == T &&
+             q->cols == n_heads * hd && (!own || (kc->type == G4_F16 && vc->type == G4_F16 &&
+                                                  kc->cols == n_kv * hd && vc->cols == kc->cols &&
+                                                  vc->rows == kc->rows)),
+         "linear_qkv_prep", "x, q f16 [T, heads * hd], pos i32, caches f16 [cap, kv * hd]");
+    const g4_gemv_w w[3] = {gv_weight(wq), own ? gv_weight(wk) : gv_weight(wq),
+                            own ? gv_weight(wv) : gv_weight(wq)};
+    g4_gemv_qkv_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q->data;
+    a.kcache = own ? kc->data : NULL;
+    a.vcache = own ? vc->data : NULL;
+    a.capacity = own ? kc->rows : 0;
+    a.q_w = q_w;
+    a.k_w = k_w;
+    a.pos = (const int32_t *)pos->data;
+    a.inv_freq = inv_freq;
+    a.n_heads = n_heads;
+    a.n_kv = n_kv;
+    a.hd = hd;
+    a.eps = eps;
+    size_t ws_bytes;
+    void *ws = gv_workspace(be, T, (n_heads + 2 * n_kv) * hd, &ws_bytes);
+    gemm_check(g4_gemv_qkv(&a, x->data, w, own ? 3 : 1, T, ws, ws_bytes, S(be)));
+}
+
+static void cu_linear_add_rmsnorm_next(g4_backend *be, g4_buf *h, g4_buf *o, const g4_buf *x,
+                                       const g4_linear *w, const void *norm_w, float eps,
+                                       const void *scale, g4_buf *next, int next_norm,
+                                       const void *next_w) {
+    const int T = x->rows;
+    if (!gv_takes(T, G4_GEMV_ADD_NORM, &w, 1, 0)) {
+        cu_linear(be, o, x, w, 0);
+        return cu_add_rmsnorm_next(be, h, o, norm_w, eps, scale, next, next_norm, next_w);
+    }
+    PROF("gemv_add_norm");
+    need(x->type == G4_F16 && h->type == G4_F32 && next->type == G4_F16 && h->rows == T &&
+             h->cols == w->out && next->rows == T && next->cols == w->out && x->cols == w->in,
+         "linear_add_rmsnorm_next", "x f16 [T, in], h f32 and next f16 [T, out]");
+    const g4_gemv_w gw = gv_weight(w);
+    g4_gemv_norm a;
+    a.h = (float *)h->data;
+    a.norm_w = norm_w;
+    a.scale = scale;
+    a.eps = eps;
+    a.next = next->data;
+    a.next_norm = next_norm;
+    a.next_w = next_w;
+    size_t ws_bytes;
+    void *ws = gv_workspace(be, T, w->out, &ws_bytes);
+    gemm_check(g4_gemv_add_rmsnorm(&a, x->data, &gw, T, ws, ws_bytes, S(be)));
+}
+
+static void cu_linear_gelu_mul_by(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
+                                  const g4_buf *b, int b_col0) {
+    const int T = x->rows;
+    if (!gv_takes(T, G4_GEMV_GELU_MUL, &w, 1, 0)) {
+        cu_linear(be, y, x, w, 0);
+        return cu_gelu_mul(be, y, y, b, b_col0);
+    }
+    PROF("gemv_gelu_mul");
+    need(x->type == G4_F16 && y->type == G4_F16 && b->type == G4_F16 && y->rows == T &&
+             b->rows == T && y->cols == w->out && b_col0 >= 0 && b_col0 + w->out <= b->cols,
+         "linear_gelu_mul_by", "x, y, b f16, b [T, >= b_col0 + out]");
+    const g4_gemv_w gw = gv_weight(w);
+    gemm_check(g4_gemv_gelu_mul(y->data, x->data, &gw, (const uint16_t *)b->data + b_col0,
+                                b->cols, T, S(be)));
+}
+
 static void cu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
                           const g4_buf *ids, const void *norm_w, int D, float proj_scale,
                           float tok_scale, float out_scale, float eps) {
@@ -467,8 +619,10 @@ static void cu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_
             G4_CUDA_CHECK(cudaStreamIsCapturing(c->stream, &st));
             need(st == cudaStreamCaptureStatusNone, "attention",
                  "decode workspace must be sized before graph capture");
+            G4_CUDA_CHECK(cudaStreamSynchronize(c->stream)); // queued kernels may use the old one
             if (c->attn_ws) G4_CUDA_CHECK(cudaFree(c->attn_ws));
             G4_CUDA_CHECK(cudaMalloc(&c->attn_ws, ws));
+            G4_CUDA_CHECK(cudaMemset(c->attn_ws, 0, ws)); // the merge's counters start (and stay) 0
             c->attn_ws_bytes = ws;
         }
         g4_attn_decode((uint16_t *)out->data, (const uint16_t *)q->data,
@@ -976,6 +1130,9 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->audio_attention = cu_audio_attention;
     b->check_vision = cu_check_vision;
     b->check_audio = cu_check_audio;
+    b->linear_qkv_prep = cu_linear_qkv_prep;
+    b->linear_add_rmsnorm_next = cu_linear_add_rmsnorm_next;
+    b->linear_gelu_mul_by = cu_linear_gelu_mul_by;
     b->name = "cuda";
     return b;
 }
