@@ -8,7 +8,7 @@
 #ifndef G4_REF_FUSED_H
 #define G4_REF_FUSED_H
 
-#include "kernels/ops.h"
+#include "quant/linear.h"
 
 #ifdef __cplusplus
 extern "C" {
