@@ -8,6 +8,8 @@
 #ifndef G4_REF_FUSED_H
 #define G4_REF_FUSED_H
 
+#include <stdint.h>
+
 #include "quant/linear.h"
 
 #ifdef __cplusplus
