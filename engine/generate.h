@@ -17,7 +17,7 @@
 //   the tokens above it is below top_p; at least one stays), one draw from what is left.
 //   temperature <= 0 is greedy: the first index of the largest logit (torch.argmax). The pick
 //   is the sample op of kernels/ops.h, on the backend (the exact arithmetic of
-//   kernels/sample_math.h: every backend picks the same id from the same logits). The draw of
+//   kernels/ref/sample_math.h: every backend picks the same id from the same logits). The draw of
 //   the token after position p is SplitMix64's output p for the seed: a pure function of
 //   (seed, p), so the same seed gives the same tokens run to run (a different backend's
 //   logits can differ in the last bits, and so can its samples).

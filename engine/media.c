@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "engine/multimodal.h"
-#include "loader/base.h"
 
 struct g4_media_encoder {
     const g4_package *pkg;
@@ -80,6 +80,9 @@ int g4_media_load(g4_media_encoder *e, g4_media_kind kind, const char *path,
                            path, pkg->dir);
         if ((rc = g4_audio_features_load(&pkg->audio_fe, path, &out->audio))) return rc;
         out->n_tokens = out->audio.n_soft_tokens;
+        out->truncated = out->audio.truncated;
+        out->src_seconds = out->audio.src_seconds;
+        out->used_seconds = (double)out->audio.n_samples / pkg->audio_fe.sampling_rate;
     }
     return G4_OK;
 }

@@ -28,6 +28,11 @@ typedef struct {
     int n_tokens;              // soft tokens (= placeholders in the prompt)
     g4_image_features image;   // kind image
     g4_audio_features audio;   // kind audio
+    // Audio longer than the audio tower's window (G4_AUDIO_MAX_SAMPLES, 30 s) is cut to it, as
+    // HF's feature extractor does (long-form audio is not supported yet): truncated = 1, and
+    // the file's length and the seconds used, for the caller to say so.
+    int truncated;
+    double src_seconds, used_seconds;
 } g4_media_input;
 void g4_media_input_free(g4_media_input *in);
 

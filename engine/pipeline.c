@@ -66,6 +66,7 @@ void g4_pipeline_close(g4_pipeline *pl) {
     g4_tokenizer_close(pl->tok);
     free(pl->tokenizer_path);
     g4_package_close(pl->pkg);
+    free(pl->cuts);
     free(pl);
 }
 
@@ -91,6 +92,8 @@ static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *id
     // towers, each writing its rows into the state's soft rows at its offset (placeholder order
     // is the media's order in the prompt).
     int n_media = pr->n_images + pr->n_audio;
+    pl->n_cuts = 0;
+    pl->cuts = g4_realloc(pl->cuts, sizeof *pl->cuts * (size_t)(pr->n_audio + 1));
     g4_media_input *in = g4_calloc((size_t)n_media + 1, sizeof *in);
     int *counts = g4_calloc((size_t)n_media + 1, sizeof(int));
     int total = 0;
@@ -99,6 +102,8 @@ static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *id
         rc = g4_media_load(pl->media, i < pr->n_images ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO, PATH(i),
                            &in[i]);
         if (!rc) total += counts[i] = in[i].n_tokens;
+        if (!rc && in[i].truncated)
+            pl->cuts[pl->n_cuts++] = (g4_media_cut){PATH(i), in[i].src_seconds, in[i].used_seconds};
     }
     if (!rc) {
         g4_chat_request req = {

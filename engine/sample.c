@@ -1,4 +1,4 @@
-// sample.c: one token from host logits with the sample op's reference (kernels/ref/sample.c),
+// sample.c: one token from host logits with the sample op's reference (kernels/ref/logits.c),
 // for callers that hold a host row (see generate.h).
 #include <math.h>
 

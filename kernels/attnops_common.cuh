@@ -1,8 +1,9 @@
 // attnops_common.cuh: device helpers shared by the attention, small-op and conv kernels
 // (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
 // defines: ldmatrix on generic shared pointers, the flash-attention tile step (online softmax,
-// P.V), warp/block reductions, fp16 <-> float helpers, the 16-byte-chunk XOR swizzle (cp.async,
-// mma.sync m16n8k16 and GELU come from kernels/ptx_common.cuh).
+// P.V), the 8-element vector load8 / store8, the last-block ticket (last_arrival), the
+// 16-byte-chunk XOR swizzle (cp.async, mma.sync m16n8k16, GELU, reductions and fp16 <-> float
+// helpers come from kernels/common.cuh).
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
 // g = l / 4 (group), c = l % 4 (thread in group):
@@ -18,7 +19,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "kernels/ptx_common.cuh"
+#include "kernels/common.cuh"
 
 namespace g4k {
 
@@ -31,11 +32,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p)));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `row_bytes` bytes
@@ -103,79 +99,52 @@ __device__ __forceinline__ void pv_accumulate(float (&o)[NB_O][4], const float (
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+// 8 consecutive elements (16-byte aligned) as floats, and back (fp16 bits or fp32).
+__device__ __forceinline__ void load8(const uint16_t *p, float v[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
 }
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+__device__ __forceinline__ void load8(const float *p, float v[8]) {
+    const float4 a = *reinterpret_cast<const float4 *>(p),
+                 b = *reinterpret_cast<const float4 *>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void store8(uint16_t *p, const float v[8]) {
+    uint4 u;
+    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
+    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+__device__ __forceinline__ void store8(float *p, const float v[8]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
 
-// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
-// `scratch` holds >= 33 floats of shared memory; the call ends with the scratch reusable.
-__device__ __forceinline__ float block_sum(float v, float *scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) scratch[warp] = v;
+// The block's ticket at a counter that `expected` blocks of one launch take: true for the last
+// to arrive, which then sees every other block's global stores made before their tickets (read
+// them with ld.global.cg, past L1). The cooperative-groups grid barrier's pattern without its
+// spin: the CTA barrier orders the block's stores before thread 0's fence and atomic; the last
+// block's fence after its ticket orders its reads after every other ticket. No block waits, so
+// it is correct for any scheduling order; the last block resets the counter for the next launch
+// (its own launches are stream-ordered after this one completes). All threads call it.
+__device__ __forceinline__ bool last_arrival(unsigned *ctr, unsigned expected) {
+    __shared__ unsigned s_last;
     __syncthreads();
-    if (warp == 0) {
-        float t = lane < nw ? scratch[lane] : 0.0f;
-        t = warp_sum(t);
-        if (lane == 0) scratch[32] = t;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(ctr, 1u) == expected - 1;
     }
     __syncthreads();
-    const float r = scratch[32];
-    __syncthreads();
-    return r;
-}
-
-__device__ __forceinline__ float h2f(uint16_t h) {
-    return __half2float(__ushort_as_half(h));
-}
-__device__ __forceinline__ uint16_t f2h(float f) {
-    return __half_as_ushort(__float2half_rn(f));
-}
-
-// Loads of an activation element as float: fp16 bits or fp32.
-__device__ __forceinline__ float ld_act(const uint16_t *p, size_t i) {
-    return h2f(p[i]);
-}
-__device__ __forceinline__ float ld_act(const float *p, size_t i) {
-    return p[i];
-}
-__device__ __forceinline__ void st_act(uint16_t *p, size_t i, float v) {
-    p[i] = f2h(v);
-}
-__device__ __forceinline__ void st_act(float *p, size_t i, float v) {
-    p[i] = v;
+    if (!s_last) return false;
+    __threadfence();
+    return true;
 }
 
 } // namespace g4k
-
-// A shape the op's supported() predicate refuses (its reason: what the kernel takes): aborts
-// with it (a caller bug: the load check asks the same predicate, kernels/backend_cuda.cu).
-#define G4K_SUPPORTED(why_expr, op)                                                                \
-    do {                                                                                           \
-        const char *g4k_why_ = (why_expr);                                                         \
-        if (g4k_why_) {                                                                            \
-            fprintf(stderr, "g4cu: internal error: %s: unsupported shape: the kernel takes %s "    \
-                            "(%s:%d)\n",                                                           \
-                    op, g4k_why_, __FILE__, __LINE__);                                             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-// Launch-time precondition: aborts with the condition and the op's name (a caller bug).
-#define G4K_REQUIRE(cond, op)                                                                      \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "g4cu: internal error: %s: precondition failed: %s (%s:%d)\n", op,     \
-                    #cond, __FILE__, __LINE__);                                                    \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #endif

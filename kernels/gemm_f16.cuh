@@ -19,8 +19,8 @@
 //   WGMMA  any M, Hopper (sm_90a): TMA loads with 128B swizzle into a 4-stage ring guarded by
 //          mbarriers, a producer warpgroup and one or two consumer warpgroups issuing
 //          wgmma.m64n128k16 (B read N-major straight from the [K, N] layout).
-//   AUTO   GEMV for M <= 8, else MMA (to be switched to WGMMA when the GPU bench shows it is the
-//          faster one and the test shows it is right; see bench/NOTES.md).
+//   AUTO   GEMV for M <= 8, else WGMMA (it passed the whole test table on the H200 and beats
+//          MMA at every prefill shape, bench/RESULTS.md; MMA stays for Q4 and as a reference).
 //
 // Mapping from the op interface (kernels/ops.h), for the CUDA backend:
 //   linear(be, y, x, w, accumulate) with w->kind == G4_W_F16, x->type == G4_F16:
@@ -32,7 +32,7 @@
 //   Clipped linears (w->clipped) are not handled here: clamp x before and y after.
 //
 // Test: tests/test_cuda_gemm.c (ctest -R test_cuda_gemm; ./test_cuda_gemm --op f16 --shape N=2048)
-// Bench: g4cu bench --kernels --filter gemm_f16   (kernels/bench_gemm.cu)
+// Bench: g4cu bench --kernels --filter gemm_f16   (kernels/bench/bench_gemm.cu)
 #ifndef G4_GEMM_F16_CUH
 #define G4_GEMM_F16_CUH
 

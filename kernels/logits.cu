@@ -1,7 +1,7 @@
 // logits.cu: the sample op (ops.h `sample`): soft-cap + the next token of each row of logits,
 // greedy or sampled (temperature, top-k, top-p, one seeded draw) on the device; and the plain
-// soft-cap. Oracle: ref_sample / ref_softcap (kernels/ref/sample.c, elementwise.c), with the
-// exact integer arithmetic of kernels/sample_math.h, so this kernel picks the SAME id as the
+// soft-cap. Oracle: ref_sample / ref_softcap (kernels/ref/logits.c), with the
+// exact integer arithmetic of kernels/ref/sample_math.h, so this kernel picks the SAME id as the
 // reference for the same capped logits and the same (seed, draw index). Test:
 // tests/test_cuda_ops.c --op sample (V 262144 and odd V, greedy and sampled); bench:
 // g4cu bench --kernels --filter logits.
@@ -38,7 +38,7 @@
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
 #include "kernels/pdl.cuh"
-#include "kernels/sample_math.h"
+#include "kernels/ref/sample_math.h"
 
 using namespace g4k;
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/sample_math.h"
+#include "kernels/ref/sample_math.h"
 
 #ifdef __cplusplus
 extern "C" {

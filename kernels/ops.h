@@ -23,7 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/sample_math.h" // g4_sample_params
+#include "kernels/ref/sample_math.h" // g4_sample_params
+#include "quant/linear.h"         // g4_linear: the weight a linear op takes
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,29 +47,6 @@ typedef struct {
     int rows, cols;
 } g4_buf;
 
-// y = x @ W for a linear weight stored as the packages store it (no bias unless given).
-typedef enum {
-    G4_W_F16 = 0, // fp16 [in, out] row-major: the package's "<name>.weight_t" layout
-    G4_W_Q4 = 1,  // MatMulNBits 4-bit, block 32: q uint8 [out, in/32, 16] (element 2j in the low
-                  // nibble of byte j), scales fp16 [out, in/32], zero points uint8
-                  // [out, ceil(in/32/2)] (block 2j in the low nibble), w = (q - zp) * scale
-} g4_weight_kind;
-
-typedef struct {
-    g4_weight_kind kind;
-    int in, out;         // K, N
-    int block;           // Q4 block size along K (32); 0 for fp16
-    const void *w;       // fp16 [in, out] | Q4 q
-    const void *scales;  // Q4 only
-    const void *zp;      // Q4 only
-    const void *bias;    // fp16 [out], or NULL
-    const void *packed;  // backend-private repacked layout (CUDA), or NULL
-    // ClippableLinear (vision/audio towers): y = clamp(clamp(x, in_lo, in_hi) @ W, out_lo, out_hi)
-    // (x itself is left unchanged; a clipped linear never accumulates)
-    int clipped;
-    float in_lo, in_hi, out_lo, out_hi;
-} g4_linear;
-
 typedef struct g4_backend g4_backend;
 struct g4_text_config_s;   // loader/model_config.h
 struct g4_vision_config_s; // loader/model_config.h
@@ -83,7 +61,7 @@ struct g4_backend {
 
     // Optional: G4_OK when the backend's kernels take every shape of this text model, else a
     // user error naming the first op and shape they do not and what the op takes (checked at
-    // model load; the CUDA ops' launchers assert the same predicates, kernels/supported.h).
+    // model load; the CUDA ops' launchers assert the same supported() predicates, kernels/*.cuh).
     int (*check_text)(g4_backend *be, const struct g4_text_config_s *cfg);
 
     // --- execution contexts (optional: NULL on the CPU, whose ops keep no state) ------------
@@ -178,7 +156,7 @@ struct g4_backend {
     // The next token of each row of logits [rows, V] (F32, in place): x = cap * tanh(x / cap)
     // when cap > 0, then next[r] (I32 [rows]) = ref_sample_row(row r, params, counter[r])
     // (kernels/ref/ref.h): greedy or temperature / top-k / top-p / draw in HF's order, with the
-    // exact arithmetic of kernels/sample_math.h, so every backend picks the same id from the
+    // exact arithmetic of kernels/ref/sample_math.h, so every backend picks the same id from the
     // same logits; -1 for a row holding a NaN. params: a g4_sample_params in backend memory;
     // counter I32 [rows]: the draw index of each row (the engine passes the row's position).
     // Only `next` crosses to the host.
@@ -258,6 +236,32 @@ struct g4_backend {
     // refused up front instead of aborting in the middle of a forward).
     int (*check_vision)(g4_backend *be, const struct g4_vision_config_s *cfg, int pool_k);
     int (*check_audio)(g4_backend *be, const struct g4_audio_config_s *cfg);
+
+    // --- fused decoder ops (optional: NULL makes the engine run the composition itself) ------
+    // Each is exactly the composition of the unfused ops it names (references:
+    // kernels/ref/fused.c); the CPU backend computes that composition, float for float, so a
+    // cached decode stays bit-identical to a prefill. The CUDA backend runs one GEMV launch
+    // with the rest in its epilogue for T <= 8 (kernels/gemv.cuh) and the composition above.
+    // The scratch buffers hold the composition's intermediates; afterwards their contents are
+    // unspecified. The linears of one call share K and have no bias and no clipping.
+    //
+    // q = x @ Wq and, when wk is given (the layer owns its KV), k = x @ Wk, v = x @ Wv into the
+    // scratch k, v [T, n_kv * hd]; then qkv_prep(q, k, v, kcache, vcache, q_w, k_w, pos, ...)
+    // (k, v, kcache, vcache, wk, wv, k_w all NULL on KV-shared layers).
+    void (*linear_qkv_prep)(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kcache,
+                            g4_buf *vcache, const g4_buf *x, const g4_linear *wq,
+                            const g4_linear *wk, const g4_linear *wv, const void *q_w,
+                            const void *k_w, const g4_buf *pos, const float *inv_freq,
+                            int n_heads, int n_kv, int head_dim, float eps);
+    // o = x @ W into the scratch o [T, W->out], then add_rmsnorm_next(h, o, norm_w, eps, scale,
+    // next, next_norm, next_w).
+    void (*linear_add_rmsnorm_next)(g4_backend *be, g4_buf *h, g4_buf *o, const g4_buf *x,
+                                    const g4_linear *w, const void *norm_w, float eps,
+                                    const void *scale, g4_buf *next, int next_norm,
+                                    const void *next_w);
+    // y = x @ W, then gelu_mul(y, y, b, b_col0): y = gelu_tanh(x @ W) * b[:, b_col0 : + out].
+    void (*linear_gelu_mul_by)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
+                               const g4_buf *b, int b_col0);
 };
 
 // The CPU reference backend (always available).
@@ -271,6 +275,8 @@ void g4_buf_free(g4_backend *be, g4_buf *b);
 size_t g4_buf_bytes(const g4_buf *b);
 // A [rows, cols] view of the first rows x cols elements of b's storage (no copy).
 g4_buf g4_buf_view(const g4_buf *b, int rows, int cols);
+// Copies b (any float type) to host memory as float32 [rows * cols].
+void g4_buf_to_host_f32(g4_backend *be, const g4_buf *b, float *dst);
 
 #ifdef __cplusplus
 }

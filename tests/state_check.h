@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "engine/text_model.h"
-#include "loader/base.h"
+#include "base/base.h"
 
 // n tokens after prompt[0..P) on s (its sampler set), one step at a time: the first from the
 // prefill's last row, each next from the step on the previous.

@@ -319,8 +319,8 @@ static void case_ple(int T, int L, int D, int vocab, unsigned long long seed) {
 }
 
 // --- sample: soft-cap + the next token ----------------------------------------------------------
-// The CUDA op against ref_sample_row (kernels/ref/sample.c) on the SAME capped logits (the GPU's,
-// read back): the ids must be equal (the arithmetic is exact: kernels/sample_math.h), for 4 sets
+// The CUDA op against ref_sample_row (kernels/ref/logits.c) on the SAME capped logits (the GPU's,
+// read back): the ids must be equal (the arithmetic is exact: kernels/ref/sample_math.h), for 4 sets
 // of draw indices, run twice (the kernels' counters and histograms must have reset); the capped
 // logits within the fp32 tolerance of ref_softcap. Optionally row 1 holds a NaN (-1 expected).
 static void case_sample(int T, int V, float cap, float temp, int top_k, float top_p, int quantized,

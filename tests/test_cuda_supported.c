@@ -30,7 +30,7 @@
 #include "kernels/rmsnorm.cuh"
 #include "kernels/vision_pool.cuh"
 #include "kernels/vision_posemb.cuh"
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/model_config.h"
 #include "tests/test_util.h"
 

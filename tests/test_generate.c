@@ -1,5 +1,5 @@
 // test_generate.c: generation (engine/generate.c), the one decode step (g4_text_step) and the
-// sample op (kernels/ref/sample.c, kernels/sample_math.h) on the CPU backend.
+// sample op (kernels/ref/logits.c, kernels/ref/sample_math.h) on the CPU backend.
 //
 //  1. the draw: SplitMix64 outputs equal the fixture's (tools/python/make_sample_fixture.py,
 //     from the published algorithm);
@@ -173,7 +173,7 @@ static void test_sampler(void) {
     }
 }
 
-// --- a direct computation of the pick, written apart from kernels/ref/sample.c ---------------
+// --- a direct computation of the pick, written apart from kernels/ref/logits.c ---------------
 typedef struct {
     float x;
     int id;
@@ -185,7 +185,7 @@ static int tok_desc(const void *a, const void *b) {
     return (p->id > q->id) - (p->id < q->id);
 }
 
-// The documented pick (generate.h, kernels/sample_math.h) from capped logits x[V].
+// The documented pick (generate.h, kernels/ref/sample_math.h) from capped logits x[V].
 static int direct_pick(const float *x, int V, const g4_sampler *smp, uint64_t seed, uint32_t n) {
     if (!(smp->temperature > 0)) {
         int best = 0;

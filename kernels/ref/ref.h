@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/sample_math.h"
+#include "kernels/ref/sample_math.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,7 +62,7 @@ void ref_embed(float *y, const uint16_t *table, int cols, const int32_t *ids, in
 void ref_softcap(float *x, size_t n, float c);
 
 // The next token of logits x[V] (already soft-capped) under sampler p, with draw n
-// (kernels/sample_math.h: exact integer weights, so the CUDA kernel picks the same id):
+// (kernels/ref/sample_math.h: exact integer weights, so the CUDA kernel picks the same id):
 //   - any NaN: -1 (a broken forward pass);
 //   - temperature <= 0: the first index of the largest logit (torch.argmax);
 //   - else, in HF's order: order the tokens by (logit desc, id asc); top_k > 0 keeps every
@@ -107,7 +107,7 @@ void ref_attention_bidir(float *out, const float *q, int Nq, const float *k, con
 //   q' = q * (hd^-0.5 / ln 2) * softplus(per_dim_scale),  k' = k * ln(1 + e) / ln 2,
 //   z(t, u) = logit_cap * tanh((q'.k'[u] + q'.rel[t - u]) / logit_cap),
 //   key u visible iff 0 <= t - u < band and valid[u];  out[t] = sum_u softmax(z)[u] v[u].
-// Masked logits are invalid_logit (-1e9) over HF's block context (see audio_attention.c), so a
+// Masked logits are invalid_logit (-1e9) over HF's block context (see attention_audio.c), so a
 // query with no visible key gets the mean of v over that context, as HF computes it.
 // q, k, v, out [T, n_heads * hd] (projection outputs, unscaled); rel [>= band, n_heads * hd]:
 // rel[d] = relative_k_proj(sinusoid(d)) for distance d (HF's position_embeddings row c holds

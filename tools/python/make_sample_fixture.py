@@ -9,7 +9,7 @@ must pick, computed without the engine, for tests/test_generate.c:
             (temperature, top_k, top_p); `kept`: the ids HF transformers' own warpers leave
             finite (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, in the order
             generate() applies them, on float32 scores); `picks`: the id drawn for draw index
-            n = 0 .. 7 of `seed` under the engine's documented arithmetic (kernels/sample_math.h:
+            n = 0 .. 7 of `seed` under the engine's documented arithmetic (kernels/ref/sample_math.h:
             tokens ordered by logit desc then id asc, integer weights floor(exp((x - max) / T) *
             2^40) with Python's math.exp, the top-p cut at mass point ceil(top_p * Z) - 1, the draw
             at floor(u * Z_kept), u = the draw's top 53 bits / 2^53), in exact Python integers.
