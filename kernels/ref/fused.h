@@ -8,8 +8,6 @@
 #ifndef G4_REF_FUSED_H
 #define G4_REF_FUSED_H
 
-#include <stdint.h>
-
 #include "quant/linear.h"
 
 #ifdef __cplusplus
