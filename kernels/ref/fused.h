@@ -8,7 +8,7 @@
 #ifndef G4_REF_FUSED_H
 #define G4_REF_FUSED_H
 
-#include "quant/linear.h"
+#include "kernels/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
