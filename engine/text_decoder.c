@@ -315,30 +315,10 @@ static g4_buf cache_rows(const g4_text_state *s, const g4_buf *cache, int T) {
     return v;
 }
 
-// o = x @ W, then the post-norm residual add that also writes the next op's input
-// (add_rmsnorm_next): one fused op where the backend has it (kernels/ops.h), else the two ops.
-static void linear_add_norm(g4_text_state *s, const g4_buf *x, const g4_linear *w,
-                            const void *norm_w, const void *scale, int next_norm,
-                            const void *next_w, int T) {
-    g4_backend *be = s->be;
-    const int H = s->m->cfg->hidden;
-    const float eps = s->m->cfg->rms_eps;
-    g4_buf h = g4_buf_view(&s->h, T, H), o = g4_buf_view(&s->o, T, H);
-    g4_buf nx = g4_buf_view(&s->x, T, H);
-    if (be->linear_add_rmsnorm_next) {
-        be->linear_add_rmsnorm_next(be, &h, &o, x, w, norm_w, eps, scale, &nx, next_norm, next_w);
-        return;
-    }
-    be->linear(be, &o, x, w, 0);
-    be->add_rmsnorm_next(be, &h, &o, norm_w, eps, scale, &nx, next_norm, next_w);
-}
-
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each a post-normed
 // residual add that also produces the next op's input in x (the next block's pre-norm, the PLE
 // gate's input, the next layer's input norm or, after the last layer, the final norm), so no
-// norm runs on its own. On entry x holds this layer's input-normed h. Each block's projections
-// run fused with what follows them where the backend has the fused op (7 launches a layer on
-// CUDA in decode).
+// norm runs on its own. On entry x holds this layer's input-normed h.
 static void layer(g4_text_state *s, int l, int T) {
     g4_text_model *m = s->m;
     const g4_text_config *c = m->cfg;
@@ -346,55 +326,49 @@ static void layer(g4_text_state *s, int l, int T) {
     const g4_text_layer *w = &m->layers[l];
     g4_backend *be = s->be;
     const int H = c->hidden, hd = lc->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    g4_buf x = g4_buf_view(&s->x, T, H);
+    g4_buf h = g4_buf_view(&s->h, T, H), x = g4_buf_view(&s->x, T, H), o = g4_buf_view(&s->o, T, H);
     g4_buf q = g4_buf_view(&s->q, T, nh * hd), attn = g4_buf_view(&s->attn, T, nh * hd);
     g4_buf pos = g4_buf_view(&s->pos, T, 1);
     g4_buf *kc = &s->kc[lc->kv_slot], *vc = &s->vc[lc->kv_slot];
 
     // Attention block. Layers that own a KV slot compute K/V and store them at rows pos[t];
     // KV-shared layers read the slot their source layer filled earlier in this same pass.
-    const int own = lc->kv_source == l;
-    g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
-    if (be->linear_qkv_prep) {
-        be->linear_qkv_prep(be, &q, own ? &k : NULL, own ? &v : NULL, own ? kc : NULL,
-                            own ? vc : NULL, &x, &w->q, own ? &w->k : NULL, own ? &w->v : NULL,
-                            w->q_norm, own ? w->k_norm : NULL, &pos, m->inv_freq[lc->rope], nh,
-                            nkv, hd, c->rms_eps);
-    } else {
-        be->linear(be, &q, &x, &w->q, 0);
-        if (own) {
-            be->linear(be, &k, &x, &w->k, 0);
-            be->linear(be, &v, &x, &w->v, 0);
+    be->linear(be, &q, &x, &w->q, 0);
+    if (lc->kv_source == l) {
+        g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
+        be->linear(be, &k, &x, &w->k, 0);
+        be->linear(be, &v, &x, &w->v, 0);
+        be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos, m->inv_freq[lc->rope],
+                     nh, nkv, hd, c->rms_eps);
+        if (s->hook) {
+            g4_buf kr = cache_rows(s, kc, T), vr = cache_rows(s, vc, T);
+            emit_layer(s, "q", l, &q);
+            emit_layer(s, "k", l, &kr);
+            emit_layer(s, "v", l, &vr);
         }
-        be->qkv_prep(be, &q, own ? &k : NULL, own ? &v : NULL, own ? kc : NULL, own ? vc : NULL,
-                     w->q_norm, own ? w->k_norm : NULL, &pos, m->inv_freq[lc->rope], nh, nkv, hd,
-                     c->rms_eps);
-    }
-    emit_layer(s, "q", l, &q);
-    if (own && s->hook) {
-        g4_buf kr = cache_rows(s, kc, T), vr = cache_rows(s, vc, T);
-        emit_layer(s, "k", l, &kr);
-        emit_layer(s, "v", l, &vr);
+    } else {
+        be->qkv_prep(be, &q, NULL, NULL, NULL, NULL, w->q_norm, NULL, &pos,
+                     m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
+        emit_layer(s, "q", l, &q);
     }
     be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
-    linear_add_norm(s, &attn, &w->o, w->post_attn_norm, NULL, 1, w->pre_ff_norm, T);
+    be->linear(be, &o, &attn, &w->o, 0);
+    be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1, w->pre_ff_norm);
 
     // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
     g4_buf mlp = g4_buf_view(&s->mlp, T, lc->ffn);
     be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
-    linear_add_norm(s, &mlp, &w->down, w->post_ff_norm, NULL, 0, NULL, T);
+    be->linear(be, &o, &mlp, &w->down, 0);
+    be->add_rmsnorm_next(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL, &x, 0, NULL);
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
     g4_buf pg = g4_buf_view(&s->pg, T, c->ple_dim), ple = g4_buf_view(&s->ple, T, c->n_layers * c->ple_dim);
-    if (be->linear_gelu_mul_by) {
-        be->linear_gelu_mul_by(be, &pg, &x, &w->ple_gate, &ple, l * c->ple_dim);
-    } else {
-        be->linear(be, &pg, &x, &w->ple_gate, 0);
-        be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
-    }
+    be->linear(be, &pg, &x, &w->ple_gate, 0);
+    be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
+    be->linear(be, &o, &pg, &w->ple_proj, 0);
     const void *next_w = l + 1 < c->n_layers ? m->layers[l + 1].input_norm : m->final_norm;
-    linear_add_norm(s, &pg, &w->ple_proj, w->post_ple_norm, w->layer_scalar, 1, next_w, T);
-    g4_buf h = g4_buf_view(&s->h, T, H);
+    be->add_rmsnorm_next(be, &h, &o, w->post_ple_norm, c->rms_eps, w->layer_scalar, &x, 1,
+                         next_w);
     emit_layer(s, "layer", l, &h);
 }
 

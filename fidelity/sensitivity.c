@@ -165,11 +165,6 @@ static void probe_install(probe *p, g4_text_model *m, cand *c, int nc) {
     p->be = *m->be;
     p->be.linear = probe_linear;
     p->be.linear_gelu_mul = probe_linear_gelu_mul;
-    // The fused decoder ops would run their linears inside the backend, past the probe: without
-    // them the engine calls every linear through the table (the same floats, kernels/ops.h).
-    p->be.linear_qkv_prep = NULL;
-    p->be.linear_add_rmsnorm_next = NULL;
-    p->be.linear_gelu_mul_by = NULL;
     p->real = m->be;
     p->c = c;
     p->n = nc;

@@ -18,18 +18,12 @@
 //    its share of the bandwidth). Warp w computes S over head-dim quarter w (Q fragments in
 //    registers), the 4 partials are summed through shared memory in a fixed order (all warps
 //    hold identical S), online softmax in the log2 domain, then O[:, quarter w] += P V.
-//  * Each split writes its unnormalised O, running max m and sum l (fp32) to the workspace and
-//    takes a ticket at its group's counter; the log-sum-exp merge (rescale by exp2(m_s - max m),
-//    sum, divide) runs in the same launch, in the CTA that arrives last: with up to g1 ~
-//    sqrt(n_splits) active splits the last of them merges them into the output; with more, the
-//    last of each run of g1 splits merges the run into a level-1 partial, and the last of those
-//    merges the runs. A merging CTA reads at most ~sqrt(n_splits) partials (the separate merge
-//    kernel this replaces read up to n_splits of them per row, serially). No CTA waits for
-//    another; the counters reset themselves (graph replay).
+//  * Each split writes its unnormalised O, running max m and sum l (fp32) to the workspace; the
+//    merge kernel rescales by exp2(m_s - max m) and divides: the log-sum-exp merge.
 // Keys past max(pos) are zero-filled, never read (cache rows beyond the length may hold NaN).
-// Launched with programmatic dependent launch (kernels/pdl.cuh), nothing above the wait: q, pos
-// and the KV cache come from the kernels just before (the current row of the cache from
-// qkv_prep).
+// Both kernels are launched with programmatic dependent launch (kernels/pdl.cuh) and have
+// nothing above their wait: q, pos and the KV cache come from the kernels just before (the
+// current row of the cache from qkv_prep), the merge's partials from the split kernel.
 #include "kernels/attention_decode.cuh"
 
 #include <math.h>
@@ -64,22 +58,11 @@ struct DecParams {
     const int32_t *pos;
     float *part_o;  // [T * n_heads][n_splits][HD] unnormalised O of each split
     float *part_ml; // [T * n_heads][n_splits][2]  (m in log2 units, l)
-    float *grp_o;   // [T * n_heads][n_g1][HD] the level-1 merges (same form)
-    float *grp_ml;  // [T * n_heads][n_g1][2]
-    unsigned *ctr;  // [n_kv][n_rg][n_g1] level-1 tickets, then [n_kv][n_rg] level-2 tickets
     uint16_t *out;
     int T, n_heads, group, kv_rows, window, n_splits, hd;
-    int g1, n_g1, n_rg; // splits per level-1 group, level-1 groups, row groups
-    int c2_base;        // index of the first level-2 counter (n_kv * n_rg * n_g1)
     int q_stride, kv_stride, out_stride;
     float scale_log2;
 };
-
-constexpr int DEC_MERGE_MAX = 32; // partials one merge reads (g1 and n_g1 are at most this)
-// The counters' region at the workspace's start, the same size for every call: calls of other
-// shapes (T, hd) share one workspace, and one call's partials must never land on another's
-// counters (they stay zero between launches only if nothing else writes there).
-constexpr size_t DEC_CTR_BYTES = 64 * 1024;
 
 struct DecSplit {
     int lo_all, hi_all, n_tiles, tps, n_active;
@@ -101,80 +84,6 @@ template <int TILE> __device__ __forceinline__ DecSplit dec_split(const DecParam
     return s;
 }
 
-// Flattened row i (token i / group, query head kvh * group + i % group) of a KV head: its index
-// t * n_heads + h in the partials and the output.
-__device__ __forceinline__ size_t dec_row(const DecParams &p, int i, int kvh) {
-    return (size_t)(i / p.group) * p.n_heads + (size_t)kvh * p.group + i % p.group;
-}
-
-// out = 0 for the CTA's rows (no token sees a key; the old merge wrote 0 for an empty sum).
-template <class C> __device__ void dec_zero_rows(const DecParams &p, int kvh, int rg) {
-    for (int e = threadIdx.x; e < 16 * C::HD; e += DEC_THREADS) {
-        const int r = e / C::HD, d = e % C::HD, i = rg * 16 + r;
-        if (i >= p.T * p.group) continue;
-        const size_t row = dec_row(p, i, kvh);
-        p.out[(row / p.n_heads) * p.out_stride + (row % p.n_heads) * C::HD + d] = 0;
-    }
-}
-
-// The log-sum-exp merge of partials s_lo .. s_hi - 1 (row stride `stride` entries in src) of the
-// CTA's 16 rows, in split order: into the output (dst_o NULL), or into level-1 slot `slot` of
-// grp_o / grp_ml (unnormalised O, the max m, the sum l: the partials' own form). A partial with
-// l = 0 (its split saw no key of the row) is never read beyond its (m, l). mw: >= 16 x
-// DEC_MERGE_MAX + 32 floats of shared memory. All threads call it.
-template <class C>
-__device__ void dec_merge(const DecParams &p, const float *src_o, const float *src_ml, int stride,
-                          int s_lo, int s_hi, int kvh, int rg, float *dst_o, int slot, float *mw) {
-    const int n = s_hi - s_lo, tid = threadIdx.x, rows = p.T * p.group;
-    float *wt = mw, *mx = mw + 16 * DEC_MERGE_MAX, *den = mx + 16;
-    if (tid < 16) {
-        const int i = rg * 16 + tid;
-        float M = -INFINITY, D = 0.0f;
-        if (i < rows) {
-            const float *ml = src_ml + (dec_row(p, i, kvh) * stride + s_lo) * 2;
-            for (int s = 0; s < n; s++)
-                if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
-            for (int s = 0; s < n; s++) {
-                const float l = __ldcg(ml + 2 * s + 1);
-                const float w = l > 0.0f ? exp2f(__ldcg(ml + 2 * s) - M) : 0.0f;
-                wt[tid * DEC_MERGE_MAX + s] = w;
-                D += w * l;
-            }
-        }
-        mx[tid] = M;
-        den[tid] = D;
-    }
-    __syncthreads();
-    for (int e = tid; e < 16 * (C::HD / 4); e += DEC_THREADS) {
-        const int r = e / (C::HD / 4), d = (e % (C::HD / 4)) * 4, i = rg * 16 + r;
-        if (i >= rows) continue;
-        const size_t row = dec_row(p, i, kvh);
-        const float *o = src_o + (row * stride + s_lo) * C::HD + d;
-        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s = 0; s < n; s++) {
-            const float w = wt[r * DEC_MERGE_MAX + s];
-            if (w == 0.0f) continue;
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(o + (size_t)s * C::HD));
-            num.x += w * v.x, num.y += w * v.y, num.z += w * v.z, num.w += w * v.w;
-        }
-        if (dst_o) {
-            *reinterpret_cast<float4 *>(dst_o + (row * p.n_g1 + slot) * C::HD + d) = num;
-        } else {
-            const float D = den[r], inv = D > 0.0f ? 1.0f / D : 0.0f;
-            uint2 u;
-            u.x = pack_half2(D > 0.0f ? num.x * inv : 0.0f, D > 0.0f ? num.y * inv : 0.0f);
-            u.y = pack_half2(D > 0.0f ? num.z * inv : 0.0f, D > 0.0f ? num.w * inv : 0.0f);
-            *reinterpret_cast<uint2 *>(p.out + (row / p.n_heads) * p.out_stride +
-                                       (row % p.n_heads) * C::HD + d) = u;
-        }
-    }
-    if (dst_o && tid < 16 && rg * 16 + tid < rows) {
-        const size_t row = dec_row(p, rg * 16 + tid, kvh);
-        *reinterpret_cast<float2 *>(p.grp_ml + (row * p.n_g1 + slot) * 2) =
-            make_float2(mx[tid], den[tid]);
-    }
-}
-
 template <class C>
 __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
     g4_pdl_wait(); // before pos is read and before the early return below
@@ -183,10 +92,6 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     float *red = reinterpret_cast<float *>(smem + C::SMEM_KV); // [4][16][RED_STRIDE]
     const int split = blockIdx.x, kvh = blockIdx.y, rg = blockIdx.z;
     const DecSplit sp = dec_split<C::TILE>(p);
-    if (sp.n_active == 0) { // no token sees a key (a bad position): zeros, as the merge would
-        if (split == 0) dec_zero_rows<C>(p, kvh, rg);
-        return;
-    }
     if (split >= sp.n_active) return; // past the current length: nothing to do
     const int t_begin = split * sp.tps, t_end = min(sp.n_tiles, t_begin + sp.tps);
     const int n_tiles = t_end - t_begin, j_begin = sp.lo_all + t_begin * C::TILE;
@@ -321,25 +226,31 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
         if (warp == 0 && c == 0)
             *reinterpret_cast<float2 *>(p.part_ml + prow * 2) = make_float2(m[r], lt);
     }
+}
 
-    // The merge, by the last arrival (the pipeline's reduction buffer is free again: every warp
-    // passed its last read of it before the ticket's barrier).
-    float *mw = red; // [16 rows][DEC_MERGE_MAX] weights, then [16] maxima, [16] denominators
-    const int n_g1 = (sp.n_active + p.g1 - 1) / p.g1, gi = split / p.g1;
-    const int s_lo = gi * p.g1, s_hi = min(sp.n_active, s_lo + p.g1);
-    unsigned *c1 = p.ctr + ((size_t)kvh * p.n_rg + rg) * p.n_g1 + gi;
-    if (!last_arrival(c1, (unsigned)(s_hi - s_lo))) return;
-    if (n_g1 == 1) { // one run: straight to the output
-        dec_merge<C>(p, p.part_o, p.part_ml, p.n_splits, s_lo, s_hi, kvh, rg, nullptr, gi, mw);
-        if (tid == 0) *c1 = 0;
-        return;
+// out[t, h, d] = sum_s exp2(m_s - M) O_s[d] / sum_s exp2(m_s - M) l_s over the active splits
+// with l_s > 0 (a split where the row saw no key contributes nothing). One CTA per (row,
+// 128 dims).
+template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const DecParams p) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
+    const DecSplit sp = dec_split<C::TILE>(p);
+    const int row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
+    const int d = blockIdx.y * 128 + threadIdx.x;
+    const float *ml = p.part_ml + (size_t)row * p.n_splits * 2;
+    const float *po = p.part_o + (size_t)row * p.n_splits * C::HD + d;
+    float M = -INFINITY;
+    for (int s = 0; s < sp.n_active; s++)
+        if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < sp.n_active; s++) {
+        const float l = ml[2 * s + 1];
+        if (!(l > 0.0f)) continue; // unwritten or empty: never read its O
+        const float w = exp2f(ml[2 * s] - M);
+        den += w * l;
+        num += w * po[(size_t)s * C::HD];
     }
-    dec_merge<C>(p, p.part_o, p.part_ml, p.n_splits, s_lo, s_hi, kvh, rg, p.grp_o, gi, mw);
-    if (tid == 0) *c1 = 0;
-    unsigned *c2 = p.ctr + (size_t)p.c2_base + (size_t)kvh * p.n_rg + rg;
-    if (!last_arrival(c2, (unsigned)n_g1)) return;
-    dec_merge<C>(p, p.grp_o, p.grp_ml, p.n_g1, 0, n_g1, kvh, rg, nullptr, 0, mw);
-    if (tid == 0) *c2 = 0;
+    p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] = f2h(den > 0.0f ? num / den : 0.0f);
 }
 
 int dec_tile(int hd) {
@@ -361,28 +272,9 @@ template <class C> void dec_launch(const DecParams &p, int n_kv, cudaStream_t st
             dec_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
         configured = true;
     }
-    const dim3 grid(p.n_splits, n_kv, p.n_rg);
+    const dim3 grid(p.n_splits, n_kv, (p.T * p.group + 15) / 16);
     g4_pdl_launch(dec_split_kernel<C>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
-}
-
-// The merge tree's shape: level-1 runs of g1 ~ sqrt(S) splits, n_g1 of them.
-struct DecTree {
-    int S, g1, n_g1, n_rg;
-    size_t ctr_bytes, part_bytes, grp_bytes;
-};
-
-DecTree dec_tree(int T, int n_heads, int n_kv, int hd, int capacity) {
-    DecTree d;
-    d.S = dec_n_splits(T, n_heads, n_kv, hd, capacity);
-    d.g1 = 1;
-    while (d.g1 * d.g1 < d.S) d.g1++;
-    d.n_g1 = (d.S + d.g1 - 1) / d.g1;
-    d.n_rg = (T * (n_heads / n_kv) + 15) / 16;
-    const size_t row = (size_t)T * n_heads * ((size_t)hd + 2) * sizeof(float);
-    d.ctr_bytes = DEC_CTR_BYTES; // fixed: calls with other T or hd share the workspace
-    d.part_bytes = (row * d.S + 255) / 256 * 256; // keeps the level-1 partials 16-byte aligned
-    d.grp_bytes = row * d.n_g1;
-    return d;
+    g4_pdl_launch(dec_merge_kernel<C>, dim3(p.T * p.n_heads, C::HD / 128), dim3(128), 0, stream, p);
 }
 
 } // namespace
@@ -395,12 +287,8 @@ extern "C" const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd) {
 }
 
 extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {
-    const DecTree d = dec_tree(T, n_heads, n_kv, hd, capacity);
-    return d.ctr_bytes + d.part_bytes + d.grp_bytes;
-}
-
-extern "C" size_t g4_attn_decode_counter_bytes(int T, int n_heads, int n_kv, int hd, int capacity) {
-    return dec_tree(T, n_heads, n_kv, hd, capacity).ctr_bytes;
+    const int S = dec_n_splits(T, n_heads, n_kv, hd, capacity);
+    return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
 }
 
 extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc,
@@ -418,19 +306,11 @@ extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t 
     p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
     p.T = T, p.n_heads = n_heads, p.group = n_heads / n_kv, p.kv_rows = capacity;
     p.window = window, p.hd = hd;
-    const DecTree d = dec_tree(T, n_heads, n_kv, hd, capacity);
-    G4K_REQUIRE(d.g1 <= DEC_MERGE_MAX && d.n_g1 <= DEC_MERGE_MAX, op);
-    G4K_REQUIRE((size_t)n_kv * d.n_rg * (d.n_g1 + 1) * sizeof(unsigned) <= DEC_CTR_BYTES, op);
-    p.n_splits = d.S, p.g1 = d.g1, p.n_g1 = d.n_g1, p.n_rg = d.n_rg;
-    p.c2_base = n_kv * d.n_rg * d.n_g1;
+    p.n_splits = dec_n_splits(T, n_heads, n_kv, hd, capacity);
     p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
     p.scale_log2 = scale * 1.4426950408889634f;
-    uint8_t *ws = static_cast<uint8_t *>(workspace);
-    p.ctr = reinterpret_cast<unsigned *>(ws);
-    p.part_o = reinterpret_cast<float *>(ws + d.ctr_bytes);
+    p.part_o = static_cast<float *>(workspace);
     p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
-    p.grp_o = reinterpret_cast<float *>(ws + d.ctr_bytes + d.part_bytes);
-    p.grp_ml = p.grp_o + (size_t)T * n_heads * p.n_g1 * hd;
     if (hd == 256)
         dec_launch<DecCfg<256>>(p, n_kv, stream);
     else

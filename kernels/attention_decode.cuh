@@ -14,24 +14,18 @@ extern "C" {
 // NULL when the decode kernels take these heads and head_dim, else what they take (host code:
 // the launcher asserts it, the CUDA backend's load check refuses a model with it).
 const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd);
-// Bytes of device workspace g4_attn_decode needs for these sizes (the merge's counters, then the
-// split and level-1 partials); allocate it once with the run state and zero it once (at least
-// its first g4_attn_decode_counter_bytes bytes: the counters, which every launch leaves zero
-// again; the rest needs no initialisation). The counters' region has one size for every call,
-// so a workspace sized for the largest call serves calls of any T and hd. Needs a current CUDA
-// device (the split count follows its SMs).
+// Bytes of device workspace g4_attn_decode needs for these sizes (the split partials); allocate
+// it once with the run state. Needs a current CUDA device (the split count follows its SMs).
 size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
-size_t g4_attn_decode_counter_bytes(int T, int n_heads, int n_kv, int hd, int capacity);
 
 // The same op as g4_attn_prefill (ops.h `attention`: causal, window > 0 = sliding, GQA) for
 // small T (1..64; decode is T = 1): out[T, n_heads * hd] fp16 from q[T, n_heads * hd] fp16 over
 // the caches kc, vc [capacity, n_kv * hd] fp16 at positions pos (device I32 [T]); hd 256 or 512.
 // The KV range is read from `pos` on the device and the grid is sized for `capacity`, so the
 // launch can be captured in a CUDA graph once and replayed at every position: CTAs past the
-// range exit at once. One kernel: each CTA one slice of the keys for all query heads of one KV
-// head, the log-sum-exp merge by the last CTAs to finish (see attention_decode.cu).
-// workspace: >= g4_attn_decode_workspace(...) bytes of device memory, its counters zeroed once
-// (above); one workspace serves consecutive launches on one stream, not two streams at once.
+// range exit at once. Two kernels: the splits (each CTA one slice of the keys for all query
+// heads of one KV head) and the log-sum-exp merge. workspace: >= g4_attn_decode_workspace(...)
+// bytes of device memory, no initialisation needed.
 void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
                     const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
                     int window, float scale, void *workspace, size_t workspace_bytes,

@@ -1,9 +1,8 @@
 // attnops_common.cuh: device helpers shared by the attention, small-op and conv kernels
 // (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
 // defines: ldmatrix on generic shared pointers, the flash-attention tile step (online softmax,
-// P.V), the 8-element vector load8 / store8, the last-block ticket (last_arrival), the
-// 16-byte-chunk XOR swizzle (cp.async, mma.sync m16n8k16, GELU, reductions and fp16 <-> float
-// helpers come from kernels/common.cuh).
+// P.V), the 16-byte-chunk XOR swizzle (cp.async, mma.sync m16n8k16, GELU, reductions and
+// fp16 <-> float helpers come from kernels/common.cuh).
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
 // g = l / 4 (group), c = l % 4 (thread in group):
@@ -97,52 +96,6 @@ __device__ __forceinline__ void pv_accumulate(float (&o)[NB_O][4], const float (
             mma_16816(o[nb + 1], a, b[2], b[3]);
         }
     }
-}
-
-// 8 consecutive elements (16-byte aligned) as floats, and back (fp16 bits or fp32).
-__device__ __forceinline__ void load8(const uint16_t *p, float v[8]) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = __half22float2(h[i]);
-        v[2 * i] = f.x, v[2 * i + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void load8(const float *p, float v[8]) {
-    const float4 a = *reinterpret_cast<const float4 *>(p),
-                 b = *reinterpret_cast<const float4 *>(p + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ void store8(uint16_t *p, const float v[8]) {
-    uint4 u;
-    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
-    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
-    *reinterpret_cast<uint4 *>(p) = u;
-}
-__device__ __forceinline__ void store8(float *p, const float v[8]) {
-    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-// The block's ticket at a counter that `expected` blocks of one launch take: true for the last
-// to arrive, which then sees every other block's global stores made before their tickets (read
-// them with ld.global.cg, past L1). The cooperative-groups grid barrier's pattern without its
-// spin: the CTA barrier orders the block's stores before thread 0's fence and atomic; the last
-// block's fence after its ticket orders its reads after every other ticket. No block waits, so
-// it is correct for any scheduling order; the last block resets the counter for the next launch
-// (its own launches are stream-ordered after this one completes). All threads call it.
-__device__ __forceinline__ bool last_arrival(unsigned *ctr, unsigned expected) {
-    __shared__ unsigned s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(ctr, 1u) == expected - 1;
-    }
-    __syncthreads();
-    if (!s_last) return false;
-    __threadfence();
-    return true;
 }
 
 } // namespace g4k

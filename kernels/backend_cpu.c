@@ -7,7 +7,6 @@
 
 #include "base/base.h"
 #include "kernels/ops.h"
-#include "kernels/ref/fused.h"
 #include "kernels/ref/ref.h"
 
 #define F32(b) ((float *)(b)->data)
@@ -235,65 +234,6 @@ static void cpu_scatter_rows(g4_backend *be, g4_buf *dst, const g4_buf *src, con
     ref_scatter_rows(F32(dst), dst->rows, CF32(src), src->rows, dst->cols, I32(idx));
 }
 
-// --- fused decoder ops: the references of kernels/ref/fused.c (the unfused ops' own sequence) -
-
-static void need_linear_in(const g4_linear *w, const g4_buf *x, const g4_buf *y, const char *op) {
-    if (x->cols != w->in || y->cols != w->out || y->rows != x->rows || w->bias || w->clipped) {
-        fprintf(stderr,
-                "g4cu: internal error: cpu %s: x [%d, %d], y [%d, %d], weight [%d, %d]%s: expected "
-                "x [T, in], y [T, out], no bias or clipping\n",
-                op, x->rows, x->cols, y->rows, y->cols, w->in, w->out,
-                w->bias || w->clipped ? " with bias/clipping" : "");
-        abort();
-    }
-}
-
-static void cpu_linear_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kc,
-                                g4_buf *vc, const g4_buf *x, const g4_linear *wq,
-                                const g4_linear *wk, const g4_linear *wv, const void *q_w,
-                                const void *k_w, const g4_buf *pos, const float *inv_freq,
-                                int n_heads, int n_kv, int hd, float eps) {
-    need_f32(q, "linear_qkv_prep");
-    need_f32(x, "linear_qkv_prep");
-    need_linear_in(wq, x, q, "linear_qkv_prep");
-    G4_ASSERT(pos->type == G4_I32 && pos->rows * pos->cols == q->rows);
-    G4_ASSERT(q->cols == n_heads * hd && hd % 2 == 0);
-    G4_ASSERT((wk == NULL) == (kc == NULL) && (wk == NULL) == (wv == NULL) &&
-              (kc == NULL) == (vc == NULL));
-    if (wk) {
-        need_f32(kc, "linear_qkv_prep");
-        need_f32(vc, "linear_qkv_prep");
-        G4_ASSERT(kc->cols == n_kv * hd && vc->cols == kc->cols && vc->rows == kc->rows);
-    }
-    ref_linear_qkv_prep(F32(q), wk ? F32(kc) : NULL, wk ? F32(vc) : NULL, wk ? kc->rows : 0,
-                        CF32(x), x->rows, wq, wk, wv, q_w, k_w, I32(pos), inv_freq, n_heads, n_kv,
-                        hd, eps);
-}
-
-static void cpu_linear_add_rmsnorm_next(g4_backend *be, g4_buf *h, g4_buf *o, const g4_buf *x,
-                                        const g4_linear *w, const void *norm_w, float eps,
-                                        const void *scale, g4_buf *next, int next_norm,
-                                        const void *next_w) {
-    need_f32(h, "linear_add_rmsnorm_next");
-    need_f32(x, "linear_add_rmsnorm_next");
-    need_f32(next, "linear_add_rmsnorm_next");
-    need_linear_in(w, x, h, "linear_add_rmsnorm_next");
-    G4_ASSERT(next->rows == h->rows && next->cols == h->cols);
-    const float s = scale ? g4_f16_to_f32(*(const uint16_t *)scale) : 1.0f;
-    ref_linear_add_rmsnorm_next(F32(h), F32(next), CF32(x), x->rows, w, norm_w, eps, s,
-                                next_norm, next_w);
-}
-
-static void cpu_linear_gelu_mul_by(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
-                                   const g4_buf *b, int b_col0) {
-    need_f32(y, "linear_gelu_mul_by");
-    need_f32(x, "linear_gelu_mul_by");
-    need_f32(b, "linear_gelu_mul_by");
-    need_linear_in(w, x, y, "linear_gelu_mul_by");
-    G4_ASSERT(b->rows == y->rows && b_col0 >= 0 && b_col0 + y->cols <= b->cols);
-    ref_linear_gelu_mul_by(F32(y), CF32(x), x->rows, w, CF32(b) + b_col0, b->cols);
-}
-
 // --- vision and audio towers -------------------------------------------------------------
 
 // An I32 0/1 row mask as the uint8 array the reference ops take (NULL stays NULL).
@@ -457,9 +397,6 @@ static g4_backend cpu_backend = {
     .sscp_conv = cpu_sscp_conv,
     .dwconv1d_causal = cpu_dwconv1d_causal,
     .audio_attention = cpu_audio_attention,
-    .linear_qkv_prep = cpu_linear_qkv_prep,
-    .linear_add_rmsnorm_next = cpu_linear_add_rmsnorm_next,
-    .linear_gelu_mul_by = cpu_linear_gelu_mul_by,
 };
 
 g4_backend *g4_backend_cpu(void) {

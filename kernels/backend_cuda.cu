@@ -27,7 +27,6 @@
 #include "kernels/gelu_mul.cuh"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv.cuh"
 #include "kernels/glu.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
@@ -46,12 +45,10 @@
 // when it is made; the root handle's grow on first use. Growth never happens inside a capture.
 typedef struct {
     cudaStream_t stream;
-    void *attn_ws; // decode attention workspace (zeroed: the merge's counters start at 0)
+    void *attn_ws; // decode attention split-K workspace (sized with the state)
     size_t attn_ws_bytes;
     void *sample_ws; // the sample op's counters and histograms (zeroed, self-resetting)
     size_t sample_ws_bytes;
-    void *gemv_ws; // fused GEMV epilogues' workspace (zeroed, self-resetting)
-    size_t gemv_ws_bytes;
     // Tower scratch (see the towers' section): grown on first use, never inside a capture.
     struct {
         void *p;
@@ -301,52 +298,9 @@ static void cu_linear_gelu_mul_clipped(g4_backend *be, g4_buf *y, const g4_buf *
 static void *grow_ws(g4_backend *be, void **p, size_t *have, size_t bytes, int zero,
                      const char *op);
 
-// --- the decode GEMV (kernels/gemv.cuh): T <= 8 rows, unless G4_FUSED=0 ----------------------
-
-static g4_gemv_w gv_weight(const g4_linear *w) {
-    g4_gemv_w g;
-    g.f16 = w->kind == G4_W_F16 ? w->w : NULL;
-    g.q4 = w->kind == G4_W_Q4 ? (const g4_q4_weight *)w->packed : NULL;
-    g.n = w->out;
-    g.k = w->in;
-    return g;
-}
-
-// Whether the decode GEMV takes these T rows and linears (no clipping; biases only for kind
-// STORE), with the kernels' own shape predicate.
-static int gv_takes(int T, g4_gemv_kind kind, const g4_linear *const *ls, int n, int hd) {
-    if (T > 8 || !g4_cuda_fused_enabled()) return 0;
-    g4_gemv_w w[3];
-    for (int i = 0; i < n; i++) {
-        if (ls[i]->clipped || (ls[i]->bias && kind != G4_GEMV_STORE)) return 0;
-        w[i] = gv_weight(ls[i]);
-    }
-    return g4_gemv_supported(kind, T, w, n, hd) == G4_OK;
-}
-
-// The epilogues' workspace for T rows of N outputs: grown (zeroed: the counters start at 0 and
-// every launch leaves them so) outside a graph capture; the first eager decode step sizes it.
-static void *gv_workspace(g4_backend *be, int T, int N, size_t *bytes) {
-    cuda_ctx *c = CTX(be);
-    const size_t want = g4_gemv_workspace(T > 8 ? T : 8, N > 8192 ? N : 8192);
-    grow_ws(be, &c->gemv_ws, &c->gemv_ws_bytes, want, 1, "gemv");
-    *bytes = c->gemv_ws_bytes;
-    return c->gemv_ws;
-}
-
-static void cu_linear_gemv(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
-                           int accumulate) {
-    PROF("gemv");
-    const g4_gemv_w gw = gv_weight(w);
-    gemm_check(g4_gemv(y->data, x->data, &gw, w->bias, x->rows, epilogue(y, accumulate), S(be)));
-}
-
 static void cu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
                       int accumulate) {
     if (w->clipped) return cu_linear_clipped(be, y, x, w, accumulate);
-    need(x->type == G4_F16, "linear", "x must be f16");
-    need(x->cols == w->in && y->cols == w->out && y->rows == x->rows, "linear", "shape mismatch");
-    if (gv_takes(x->rows, G4_GEMV_STORE, &w, 1, 0)) return cu_linear_gemv(be, y, x, w, accumulate);
     PROF("linear");
     need(x->type == G4_F16, "linear", "x must be f16");
     need(x->cols == w->in && y->cols == w->out && y->rows == x->rows, "linear", "shape mismatch");
@@ -361,18 +315,11 @@ static void cu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linea
 static void cu_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
                                const g4_linear *wu) {
     if (wg->clipped || wu->clipped) return cu_linear_gelu_mul_clipped(be, y, x, wg, wu);
+    PROF("linear_gelu_mul");
     need(x->type == G4_F16 && y->type == G4_F16, "linear_gelu_mul", "x and y must be f16");
     need(wg->kind == wu->kind && wg->out == wu->out && y->cols == wg->out && !wg->bias &&
              !wu->bias,
          "linear_gelu_mul", "gate and up must match, without bias");
-    const g4_linear *gu[2] = {wg, wu};
-    if (gv_takes(x->rows, G4_GEMV_GLU, gu, 2, 0)) {
-        PROF("gemv_glu");
-        const g4_gemv_w g = gv_weight(wg), u = gv_weight(wu);
-        gemm_check(g4_gemv_glu(y->data, x->data, &g, &u, x->rows, S(be)));
-        return;
-    }
-    PROF("linear_gelu_mul");
     if (wg->kind == G4_W_F16)
         gemm_check(g4_gemm_f16_gelu_mul(y->data, x->data, wg->w, wu->w, x->rows, wg->out, wg->in,
                                         G4_GEMM_AUTO, S(be)));
@@ -509,96 +456,6 @@ static void cu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, cons
                    (uint16_t *)next->data, (const uint16_t *)next_w, x->rows, x->cols, S(be));
 }
 
-// --- fused decoder ops (kernels/ops.h): one GEMV launch for T <= 8, else the composition ------
-
-static void cu_linear_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kc,
-                               g4_buf *vc, const g4_buf *x, const g4_linear *wq,
-                               const g4_linear *wk, const g4_linear *wv, const void *q_w,
-                               const void *k_w, const g4_buf *pos, const float *inv_freq,
-                               int n_heads, int n_kv, int hd, float eps) {
-    const int T = x->rows, own = wk != NULL;
-    need((wk == NULL) == (wv == NULL) && (wk == NULL) == (kc == NULL) &&
-             (kc == NULL) == (vc == NULL) && (!own || (k && v)),
-         "linear_qkv_prep", "k, v, caches and their weights all given or all NULL");
-    const g4_linear *ls[3] = {wq, wk, wv};
-    if (!gv_takes(T, G4_GEMV_QKV, ls, own ? 3 : 1, hd)) {
-        cu_linear(be, q, x, wq, 0);
-        if (own) {
-            cu_linear(be, k, x, wk, 0);
-            cu_linear(be, v, x, wv, 0);
-        }
-        return cu_qkv_prep(be, q, k, v, kc, vc, q_w, k_w, pos, inv_freq, n_heads, n_kv, hd, eps);
-    }
-    PROF("gemv_qkv");
-    need(x->type == G4_F16 && q->type == G4_F16 && pos->type == G4_I32 && q->rows == T &&
-             q->cols == n_heads * hd && (!own || (kc->type == G4_F16 && vc->type == G4_F16 &&
-                                                  kc->cols == n_kv * hd && vc->cols == kc->cols &&
-                                                  vc->rows == kc->rows)),
-         "linear_qkv_prep", "x, q f16 [T, heads * hd], pos i32, caches f16 [cap, kv * hd]");
-    const g4_gemv_w w[3] = {gv_weight(wq), own ? gv_weight(wk) : gv_weight(wq),
-                            own ? gv_weight(wv) : gv_weight(wq)};
-    g4_gemv_qkv_args a;
-    memset(&a, 0, sizeof a);
-    a.q = q->data;
-    a.kcache = own ? kc->data : NULL;
-    a.vcache = own ? vc->data : NULL;
-    a.capacity = own ? kc->rows : 0;
-    a.q_w = q_w;
-    a.k_w = k_w;
-    a.pos = (const int32_t *)pos->data;
-    a.inv_freq = inv_freq;
-    a.n_heads = n_heads;
-    a.n_kv = n_kv;
-    a.hd = hd;
-    a.eps = eps;
-    size_t ws_bytes;
-    void *ws = gv_workspace(be, T, (n_heads + 2 * n_kv) * hd, &ws_bytes);
-    gemm_check(g4_gemv_qkv(&a, x->data, w, own ? 3 : 1, T, ws, ws_bytes, S(be)));
-}
-
-static void cu_linear_add_rmsnorm_next(g4_backend *be, g4_buf *h, g4_buf *o, const g4_buf *x,
-                                       const g4_linear *w, const void *norm_w, float eps,
-                                       const void *scale, g4_buf *next, int next_norm,
-                                       const void *next_w) {
-    const int T = x->rows;
-    if (!gv_takes(T, G4_GEMV_ADD_NORM, &w, 1, 0)) {
-        cu_linear(be, o, x, w, 0);
-        return cu_add_rmsnorm_next(be, h, o, norm_w, eps, scale, next, next_norm, next_w);
-    }
-    PROF("gemv_add_norm");
-    need(x->type == G4_F16 && h->type == G4_F32 && next->type == G4_F16 && h->rows == T &&
-             h->cols == w->out && next->rows == T && next->cols == w->out && x->cols == w->in,
-         "linear_add_rmsnorm_next", "x f16 [T, in], h f32 and next f16 [T, out]");
-    const g4_gemv_w gw = gv_weight(w);
-    g4_gemv_norm a;
-    a.h = (float *)h->data;
-    a.norm_w = norm_w;
-    a.scale = scale;
-    a.eps = eps;
-    a.next = next->data;
-    a.next_norm = next_norm;
-    a.next_w = next_w;
-    size_t ws_bytes;
-    void *ws = gv_workspace(be, T, w->out, &ws_bytes);
-    gemm_check(g4_gemv_add_rmsnorm(&a, x->data, &gw, T, ws, ws_bytes, S(be)));
-}
-
-static void cu_linear_gelu_mul_by(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
-                                  const g4_buf *b, int b_col0) {
-    const int T = x->rows;
-    if (!gv_takes(T, G4_GEMV_GELU_MUL, &w, 1, 0)) {
-        cu_linear(be, y, x, w, 0);
-        return cu_gelu_mul(be, y, y, b, b_col0);
-    }
-    PROF("gemv_gelu_mul");
-    need(x->type == G4_F16 && y->type == G4_F16 && b->type == G4_F16 && y->rows == T &&
-             b->rows == T && y->cols == w->out && b_col0 >= 0 && b_col0 + w->out <= b->cols,
-         "linear_gelu_mul_by", "x, y, b f16, b [T, >= b_col0 + out]");
-    const g4_gemv_w gw = gv_weight(w);
-    gemm_check(g4_gemv_gelu_mul(y->data, x->data, &gw, (const uint16_t *)b->data + b_col0,
-                                b->cols, T, S(be)));
-}
-
 static void cu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
                           const g4_buf *ids, const void *norm_w, int D, float proj_scale,
                           float tok_scale, float out_scale, float eps) {
@@ -651,7 +508,7 @@ static void cu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_
     cuda_ctx *c = CTX(be);
     if (q->rows <= 64) {
         size_t ws = g4_attn_decode_workspace(q->rows, n_heads, n_kv, head_dim, kc->rows);
-        grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "attention"); // (counters start 0)
+        grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "attention");
         g4_attn_decode((uint16_t *)out->data, (const uint16_t *)q->data,
                        (const uint16_t *)kc->data, (const uint16_t *)vc->data,
                        (const int32_t *)pos->data, q->rows, n_heads, n_kv, head_dim, kc->rows,
@@ -1134,22 +991,14 @@ static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_r
     G4_CUDA_CHECK(cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking));
     cx->attn_ws_bytes = attn_ws_need(c, kv_rows, max_rows);
     cx->sample_ws_bytes = g4_logits_workspace(1, c->vocab);
-    int gv_n = c->hidden; // the fused GEMVs' outputs: a row (add + norm) or q|k|v of a layer
-    for (int l = 0; l < c->n_layers; l++) {
-        const int n = (c->n_heads + 2 * c->n_kv_heads) * c->layer[l].head_dim;
-        if (n > gv_n) gv_n = n;
-    }
-    cx->gemv_ws_bytes = g4_gemv_workspace(8, gv_n > 8192 ? gv_n : 8192); // as gv_workspace asks
     if (cu_malloc(&cx->attn_ws, cx->attn_ws_bytes) != cudaSuccess ||
-        cu_malloc(&cx->sample_ws, cx->sample_ws_bytes) != cudaSuccess ||
-        cu_malloc(&cx->gemv_ws, cx->gemv_ws_bytes) != cudaSuccess) {
+        cu_malloc(&cx->sample_ws, cx->sample_ws_bytes) != cudaSuccess) {
         cudaGetLastError();
         be->exec_free(ex);
         return NULL;
     }
     G4_CUDA_CHECK(cudaMemsetAsync(cx->attn_ws, 0, cx->attn_ws_bytes, cx->stream));
     G4_CUDA_CHECK(cudaMemsetAsync(cx->sample_ws, 0, cx->sample_ws_bytes, cx->stream));
-    G4_CUDA_CHECK(cudaMemsetAsync(cx->gemv_ws, 0, cx->gemv_ws_bytes, cx->stream));
     // Everything queued before (weight uploads on any stream) is done before this stream runs.
     G4_CUDA_CHECK(cudaDeviceSynchronize());
     return ex;
@@ -1160,7 +1009,6 @@ static void cu_exec_free(g4_backend *ex) {
     G4_CUDA_CHECK(cudaStreamSynchronize(cx->stream));
     if (cx->attn_ws) G4_CUDA_CHECK(cudaFree(cx->attn_ws));
     if (cx->sample_ws) G4_CUDA_CHECK(cudaFree(cx->sample_ws));
-    if (cx->gemv_ws) G4_CUDA_CHECK(cudaFree(cx->gemv_ws));
     for (int i = 0; i < 4; i++)
         if (cx->scratch[i].p) G4_CUDA_CHECK(cudaFree(cx->scratch[i].p));
     G4_CUDA_CHECK(cudaStreamDestroy(cx->stream));
@@ -1230,9 +1078,6 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->audio_attention = cu_audio_attention;
     b->check_vision = cu_check_vision;
     b->check_audio = cu_check_audio;
-    b->linear_qkv_prep = cu_linear_qkv_prep;
-    b->linear_add_rmsnorm_next = cu_linear_add_rmsnorm_next;
-    b->linear_gelu_mul_by = cu_linear_gelu_mul_by;
     b->name = "cuda";
     return b;
 }

@@ -21,6 +21,16 @@ namespace {
 
 constexpr int DW_MAX_K = 8, DW_THREADS = 256;
 
+__device__ __forceinline__ void dw_load8(const uint16_t *p, float v[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+}
+
 __global__ void __launch_bounds__(DW_THREADS)
     dw_kernel(uint16_t *y, const uint16_t *x, const uint16_t *w, int T, int C, int K, int glu,
               float clip, const uint16_t *norm_w, float eps, int silu) {
@@ -34,10 +44,10 @@ __global__ void __launch_bounds__(DW_THREADS)
             const int src = t - (K - 1) + i;
             if (src < 0) continue;
             float a[8];
-            load8(x + (size_t)src * xw + c0, a);
+            dw_load8(x + (size_t)src * xw + c0, a);
             if (glu) {
                 float gt[8];
-                load8(x + (size_t)src * xw + C + c0, gt);
+                dw_load8(x + (size_t)src * xw + C + c0, gt);
 #pragma unroll
                 for (int e = 0; e < 8; e++) a[e] *= 1.0f / (1.0f + expf(-gt[e]));
             }

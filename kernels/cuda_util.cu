@@ -73,17 +73,3 @@ extern "C" int g4_cuda_pdl_enabled(void) {
 extern "C" void g4_cuda_pdl_set(int on) {
     pdl_state = on < 0 ? -1 : on ? pdl_device_ok() : 0;
 }
-
-// The fused decode kernels (kernels/gemv.cuh): same pattern as PDL's switch; no device check
-// (they run on every device the backend accepts).
-static int fused_state = -1;
-
-extern "C" int g4_cuda_fused_enabled(void) {
-    if (fused_state < 0) {
-        const char *s = getenv("G4_FUSED");
-        fused_state = !(s && strcmp(s, "0") == 0);
-    }
-    return fused_state;
-}
-
-extern "C" void g4_cuda_fused_set(int on) { fused_state = on < 0 ? -1 : on != 0; }

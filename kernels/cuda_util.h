@@ -6,7 +6,6 @@
 // G4_SYNC_LAUNCHES=1 is set in the environment, so an error is reported at the launch that
 // caused it.
 // G4_PDL=0: decode-path kernels launched without programmatic dependent launch (pdl.cuh).
-// G4_FUSED=0: the decode path without the fused GEMVs of kernels/gemv.cuh.
 #ifndef G4_CUDA_UTIL_H
 #define G4_CUDA_UTIL_H
 
@@ -31,11 +30,6 @@ void g4_cuda_profile_report(FILE *f, double steps);
 // environment's.
 int g4_cuda_pdl_enabled(void);
 void g4_cuda_pdl_set(int on);
-// The fused decode GEMVs of kernels/gemv.cuh for T <= 8 (the plain, GLU, qkv, row-norm and
-// PLE-gate launches of kernels/ops.h): on by default, off with G4_FUSED=0 (today's GEMV and the
-// unfused op sequence: the A/B and a fallback); g4_cuda_fused_set as g4_cuda_pdl_set.
-int g4_cuda_fused_enabled(void);
-void g4_cuda_fused_set(int on);
 
 // The CUDA backend's load checks (its check_text / check_vision / check_audio): G4_OK, or a
 // one-line user error naming the first op whose supported() predicate refuses the model's

@@ -1,10 +1,8 @@
 // gemm_common.cuh: device helpers shared by the GEMM/GEMV kernels (gemm_f16.cu,
 // gemm_f16_wgmma.cu, gemm_q4.cu): ldmatrix on shared addresses, the streamed weight load, the
-// epilogue stores, the GEMV x staging and block reduction, the argument checks of the public
-// entries (cp.async, mma.sync, GELU, the SM count and set_smem come from kernels/common.cuh).
-// Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, gemv_load_x,
-//          gemv_f16_block_reduce, check_common, wgmma_launch.
+// epilogue stores, the argument checks of the public entries (cp.async, mma.sync, GELU, the SM
+// count and set_smem come from kernels/common.cuh). Internal header.
+// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, check_common, wgmma_launch.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -89,74 +87,6 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
         const float2 o = __half22float2(*p);
         *p = __floats2half2_rn(o.x + v0, o.y + v1);
     }
-    }
-}
-
-// The MT tokens of one input row k of a GEMV, staged in shared memory as [k][MT] fp16: one
-// 2..16-byte load, as floats.
-template <int MT> __device__ __forceinline__ void gemv_load_x(float *xf, const __half *p) {
-    if constexpr (MT == 8) {
-        const uint4 v = *(const uint4 *)p;
-        const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __half22float2(h[i]);
-            xf[2 * i] = f.x;
-            xf[2 * i + 1] = f.y;
-        }
-    } else if constexpr (MT == 4) {
-        const uint2 v = *(const uint2 *)p;
-        const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const float2 f = __half22float2(h[i]);
-            xf[2 * i] = f.x;
-            xf[2 * i + 1] = f.y;
-        }
-    } else if constexpr (MT == 2) {
-        const float2 f = __half22float2(*(const __half2 *)p);
-        xf[0] = f.x;
-        xf[1] = f.y;
-    } else {
-        xf[0] = __half2float(*p);
-    }
-}
-
-// The fp16 GEMV's block reduction (256 threads = 8 warps; thread (tx = tid % 8, ty = tid / 8)
-// holds acc[f][m][j] for columns 8 tx + j of its rows): the warp's 4 row phases (lanes l, l ^ 8,
-// l ^ 16, l ^ 24 share tx) by shuffles, then the 8 warps in order through red [8][F][MT][64]
-// into part [F][MT][64]. Fixed order: deterministic. Ends with part written by every thread
-// (no barrier after it).
-template <int MT, int F>
-__device__ __forceinline__ void gemv_f16_block_reduce(float (&acc)[F][MT][8], float *red,
-                                                      float *part) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tx = tid & 7;
-#pragma unroll
-    for (int f = 0; f < F; f++)
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float v = acc[f][m][j];
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
-                acc[f][m][j] = v;
-            }
-    if (lane < 8) {
-#pragma unroll
-        for (int f = 0; f < F; f++)
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    red[((warp * F + f) * MT + m) * 64 + tx * 8 + j] = acc[f][m][j];
-    }
-    __syncthreads();
-    for (int i = tid; i < F * MT * 64; i += 256) {
-        float s = 0.0f;
-#pragma unroll
-        for (int wp = 0; wp < 8; wp++) s += red[wp * F * MT * 64 + i];
-        part[i] = s;
     }
 }
 

@@ -235,7 +235,34 @@ void launch_mma(void *y, const __half *x, const __half *w, const __half *wu, con
 // overlaps the previous kernel's tail; x is read and y written after the wait.
 // =============================================================================================
 constexpr int GEMV_THREADS = 256, GEMV_COLS = 64, GEMV_KCH = 1024, GEMV_U = 4;
-static_assert(GEMV_THREADS == 256 && GEMV_COLS == 64, "gemv_f16_block_reduce's shape");
+
+template <int MT> __device__ __forceinline__ void load_x(float *xf, const __half *p) {
+    if constexpr (MT == 8) {
+        const uint4 v = *(const uint4 *)p;
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(h[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+    } else if constexpr (MT == 4) {
+        const uint2 v = *(const uint2 *)p;
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float2 f = __half22float2(h[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+    } else if constexpr (MT == 2) {
+        const float2 f = __half22float2(*(const __half2 *)p);
+        xf[0] = f.x;
+        xf[1] = f.y;
+    } else {
+        xf[0] = __half2float(*p);
+    }
+}
 
 // Blocks per SM the register allocation must leave room for (0: no constraint). Without it
 // the PDL prologue's prefetches cost ptxas 7-12 more registers in two variants, which would
@@ -260,7 +287,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     float *part = red + 8 * F * MT * GEMV_COLS;       // [F][MT][64], read by the cluster leader
     cg::cluster_group cluster = cg::this_cluster();
     const int cs = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int tx = tid & 7, ty = tid >> 3;
     const int n0 = blockIdx.x * GEMV_COLS, col = n0 + tx * 8;
     const bool col_ok = col < N;
@@ -315,7 +342,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
                 const int k = k0 + 32 * u;
                 if (k < kn) {
                     float xf[MT];
-                    gemv_load_x<MT>(xf, xs + k * MT);
+                    load_x<MT>(xf, xs + k * MT);
 #pragma unroll
                     for (int f = 0; f < F; f++) {
                         const __half2 *h = (const __half2 *)&wv[f][u];
@@ -337,7 +364,34 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
         }
     }
 
-    gemv_f16_block_reduce<MT, F>(acc, red, part);
+    // Lanes l, l ^ 8, l ^ 16, l ^ 24 share tx (the warp's 4 row phases): sum them.
+#pragma unroll
+    for (int f = 0; f < F; f++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float v = acc[f][m][j];
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                acc[f][m][j] = v;
+            }
+    if (lane < 8) {
+#pragma unroll
+        for (int f = 0; f < F; f++)
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    red[((warp * F + f) * MT + m) * GEMV_COLS + tx * 8 + j] = acc[f][m][j];
+    }
+    __syncthreads();
+    for (int i = tid; i < F * MT * GEMV_COLS; i += GEMV_THREADS) {
+        float s = 0.0f;
+#pragma unroll
+        for (int wp = 0; wp < 8; wp++) s += red[wp * F * MT * GEMV_COLS + i];
+        part[i] = s;
+    }
     cluster.sync(); // every block's partial is written and visible to the cluster
     if (rank == 0) {
         for (int i = tid; i < MT * GEMV_COLS; i += GEMV_THREADS) {

@@ -236,32 +236,6 @@ struct g4_backend {
     // refused up front instead of aborting in the middle of a forward).
     int (*check_vision)(g4_backend *be, const struct g4_vision_config_s *cfg, int pool_k);
     int (*check_audio)(g4_backend *be, const struct g4_audio_config_s *cfg);
-
-    // --- fused decoder ops (optional: NULL makes the engine run the composition itself) ------
-    // Each is exactly the composition of the unfused ops it names (references:
-    // kernels/ref/fused.c); the CPU backend computes that composition, float for float, so a
-    // cached decode stays bit-identical to a prefill. The CUDA backend runs one GEMV launch
-    // with the rest in its epilogue for T <= 8 (kernels/gemv.cuh) and the composition above.
-    // The scratch buffers hold the composition's intermediates; afterwards their contents are
-    // unspecified. The linears of one call share K and have no bias and no clipping.
-    //
-    // q = x @ Wq and, when wk is given (the layer owns its KV), k = x @ Wk, v = x @ Wv into the
-    // scratch k, v [T, n_kv * hd]; then qkv_prep(q, k, v, kcache, vcache, q_w, k_w, pos, ...)
-    // (k, v, kcache, vcache, wk, wv, k_w all NULL on KV-shared layers).
-    void (*linear_qkv_prep)(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kcache,
-                            g4_buf *vcache, const g4_buf *x, const g4_linear *wq,
-                            const g4_linear *wk, const g4_linear *wv, const void *q_w,
-                            const void *k_w, const g4_buf *pos, const float *inv_freq,
-                            int n_heads, int n_kv, int head_dim, float eps);
-    // o = x @ W into the scratch o [T, W->out], then add_rmsnorm_next(h, o, norm_w, eps, scale,
-    // next, next_norm, next_w).
-    void (*linear_add_rmsnorm_next)(g4_backend *be, g4_buf *h, g4_buf *o, const g4_buf *x,
-                                    const g4_linear *w, const void *norm_w, float eps,
-                                    const void *scale, g4_buf *next, int next_norm,
-                                    const void *next_w);
-    // y = x @ W, then gelu_mul(y, y, b, b_col0): y = gelu_tanh(x @ W) * b[:, b_col0 : + out].
-    void (*linear_gelu_mul_by)(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
-                               const g4_buf *b, int b_col0);
 };
 
 // The CPU reference backend (always available).

@@ -28,8 +28,6 @@
 //   pdl           programmatic dependent launch (kernels/pdl.cuh; on by default) changes no bit:
 //                 prefill and decode logits (eager) and greedy tokens (graph) with it off and on
 //                 are identical (every kernel is deterministic; a difference is a race).
-// T <= 8 runs the fused decode GEMVs (kernels/gemv.cuh: the T = 1 prefill and every decode step
-// above); the T = 1 prefill and the decode checks run again with them off (G4_FUSED=0).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,16 +337,6 @@ static void run_package(const char *what, const char *dir) {
         test_generate_vs_old(what, cpu, ids, 20, 28);
         test_sampled(what, gpu, ids, 20, MAX_T - 20);
         test_states(what, gpu, ids);
-        // The fused decode GEMVs off (G4_FUSED=0: today's GEMV and the unfused ops): the same
-        // checks against the CPU, so the A/B switch and the fallback stay correct too.
-        char unf[64];
-        snprintf(unf, sizeof unf, "%s unfused", what);
-        g4_cuda_fused_set(0);
-        const double err40 = prefill_logits_err; // test_decode's bound: the T = 40 prefill's
-        test_prefill_vs_cpu(unf, cpu, gpu, ids, 1);
-        prefill_logits_err = err40;
-        test_decode(unf, cpu, gpu, ids, 24, 24);
-        g4_cuda_fused_set(-1);
     }
     g4_text_model_free(cpu);
     g4_text_model_free(gpu);

@@ -46,9 +46,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv.cuh"
 #include "kernels/ref/ref.h"
-#include "tests/gemm_host.h"
 #include "tests/test_util.h"
 
 #define TOL_ACC              (1.0 / 8192.0)
@@ -61,19 +59,7 @@
 #define GUARD                256
 #define CHECK_ROWS           24
 
-// OP_GV_*: the decode GEMV of kernels/gemv.cuh (g4_gemv, g4_gemv_glu; the same arithmetic as
-// the GEMV algorithm of the GEMM entries, so the same expectations and tolerances).
-typedef enum {
-    OP_F16,
-    OP_F16_GLU,
-    OP_Q4,
-    OP_Q4_GLU,
-    OP_Q4_DEQUANT,
-    OP_GV_F16,
-    OP_GV_F16_GLU,
-    OP_GV_Q4,
-    OP_GV_Q4_GLU
-} op_kind;
+typedef enum { OP_F16, OP_F16_GLU, OP_Q4, OP_Q4_GLU, OP_Q4_DEQUANT } op_kind;
 
 typedef struct {
     op_kind op;
@@ -86,8 +72,7 @@ typedef struct {
 } gcase;
 
 static const char *op_name(op_kind o) {
-    static const char *n[] = {"f16",    "f16_glu",    "q4",    "q4_glu",   "q4_dequant",
-                              "gv_f16", "gv_f16_glu", "gv_q4", "gv_q4_glu"};
+    static const char *n[] = {"f16", "f16_glu", "q4", "q4_glu", "q4_dequant"};
     return n[o];
 }
 
@@ -191,58 +176,6 @@ static const gcase cases[] = {
     {OP_Q4, GEMV, 1, S_OS, F32A, 1, 0},
     {OP_Q4, AUTO, 1, S_DN, F32A, 0, 0},
 
-    // --- the decode GEMV (kernels/gemv.cuh), fp16 ---
-    C(OP_GV_F16, GEMV, 1, 8, 8, F16, 0, "tiny"),
-    C(OP_GV_F16, GEMV, 2, 16, 16, F32, 1, "tiny"),
-    C(OP_GV_F16, GEMV, 1, 24, 40, F16, 1, "odd"),
-    C(OP_GV_F16, GEMV, 3, 40, 1000, F32A, 1, "odd"),
-    C(OP_GV_F16, GEMV, 8, 1000, 24, F16A, 0, "odd"),
-    C(OP_GV_F16, GEMV, 5, 1000, 1000, F32, 0, "odd"),
-    C(OP_GV_F16, GEMV, 7, 1000, 3000, F16, 1, "odd (cluster split-K)"),
-    C(OP_GV_F16, GEMV, 6, 72, 9000, F32, 0, "odd (cluster of 8)"),
-    C(OP_GV_F16, GEMV, 4, 136, 1024, F16A, 1, "odd"),
-    X(OP_GV_F16, GEMV, 5, 40, 256, F32, "exact"),
-    X(OP_GV_F16, GEMV, 8, 1000, 248, F16, "exact"),
-    X(OP_GV_F16, GEMV, 1, 64, 4096, F32, "exact (cluster split-K)"),
-    X(OP_GV_F16, GEMV, 3, 1536, 1544, F32, "exact (uneven rank ranges)"),
-    R(OP_GV_F16, GEMV, 1, S_QS), R(OP_GV_F16, GEMV, 1, S_QF), R(OP_GV_F16, GEMV, 1, S_KVS),
-    R(OP_GV_F16, GEMV, 1, S_KVF), R(OP_GV_F16, GEMV, 1, S_OS), R(OP_GV_F16, GEMV, 1, S_OF),
-    R(OP_GV_F16, GEMV, 1, S_UP), R(OP_GV_F16, GEMV, 1, S_UP2), R(OP_GV_F16, GEMV, 1, S_DN),
-    R(OP_GV_F16, GEMV, 1, S_DN2), R(OP_GV_F16, GEMV, 1, S_PG), R(OP_GV_F16, GEMV, 1, S_PP),
-    R(OP_GV_F16, GEMV, 1, S_LM), R(OP_GV_F16, GEMV, 1, S_PE),
-    R(OP_GV_F16, GEMV, 2, S_QS), R(OP_GV_F16, GEMV, 4, S_KVS), R(OP_GV_F16, GEMV, 8, S_QS),
-    R(OP_GV_F16, GEMV, 8, S_DN2), R(OP_GV_F16, GEMV, 3, S_UP), R(OP_GV_F16, GEMV, 2, S_LM),
-    {OP_GV_F16, GEMV, 1, S_OS, F32A, 1, 0}, {OP_GV_F16, GEMV, 1, S_DN, F32, 0, 0},
-    R(OP_GV_F16_GLU, GEMV, 1, 24, 40, "odd"), R(OP_GV_F16_GLU, GEMV, 6, 1000, 1000, "odd"),
-    R(OP_GV_F16_GLU, GEMV, 1, S_UP), R(OP_GV_F16_GLU, GEMV, 1, S_UP2),
-    R(OP_GV_F16_GLU, GEMV, 8, S_UP2), R(OP_GV_F16_GLU, GEMV, 3, S_UP2),
-    R(OP_GV_F16_GLU, GEMV, 4, S_UP),
-
-    // --- the decode GEMV (kernels/gemv.cuh), Q4 ---
-    C(OP_GV_Q4, GEMV, 1, 16, 64, F16, 0, "tiny"),
-    C(OP_GV_Q4, GEMV, 3, 48, 192, F32, 1, "odd"),
-    C(OP_GV_Q4, GEMV, 8, 1008, 960, F16A, 1, "odd"),
-    C(OP_GV_Q4, GEMV, 2, 48, 64, F32A, 0, "odd"),
-    C(OP_GV_Q4, GEMV, 7, 32, 3008, F16, 1, "odd (cluster split-K)"),
-    C(OP_GV_Q4, GEMV, 6, 144, 8000 - 8000 % 64, F32, 0, "odd (cluster, uneven ranks)"),
-    C(OP_GV_Q4, GEMV, 4, 1040, 64, F16, 0, "odd (one k tile)"),
-    X(OP_GV_Q4, GEMV, 5, 48, 256, F32, "exact"),
-    X(OP_GV_Q4, GEMV, 8, 1008, 960, F32, "exact"),
-    X(OP_GV_Q4, GEMV, 1, 16, 4096, F32, "exact (cluster split-K)"),
-    X(OP_GV_Q4, GEMV, 2, 2064, 1536, F32, "exact (S = 8)"),
-    X(OP_GV_Q4, GEMV, 1, 16384, 1536, F32, "exact (S = 1: a warp per feature tile)"),
-    R(OP_GV_Q4, GEMV, 1, S_QS), R(OP_GV_Q4, GEMV, 1, S_QF), R(OP_GV_Q4, GEMV, 1, S_KVS),
-    R(OP_GV_Q4, GEMV, 1, S_KVF), R(OP_GV_Q4, GEMV, 1, S_OS), R(OP_GV_Q4, GEMV, 1, S_OF),
-    R(OP_GV_Q4, GEMV, 1, S_UP), R(OP_GV_Q4, GEMV, 1, S_UP2), R(OP_GV_Q4, GEMV, 1, S_DN),
-    R(OP_GV_Q4, GEMV, 1, S_DN2), R(OP_GV_Q4, GEMV, 1, S_PG), R(OP_GV_Q4, GEMV, 1, S_PP),
-    R(OP_GV_Q4, GEMV, 1, S_LM), R(OP_GV_Q4, GEMV, 1, S_PE),
-    R(OP_GV_Q4, GEMV, 8, S_QS), R(OP_GV_Q4, GEMV, 8, S_DN2), R(OP_GV_Q4, GEMV, 5, S_UP),
-    R(OP_GV_Q4, GEMV, 3, S_LM), R(OP_GV_Q4, GEMV, 2, S_PP),
-    {OP_GV_Q4, GEMV, 1, S_OS, F32A, 1, 0}, {OP_GV_Q4, GEMV, 1, S_DN, F32A, 0, 0},
-    R(OP_GV_Q4_GLU, GEMV, 3, 48, 192, "odd"), R(OP_GV_Q4_GLU, GEMV, 1, S_UP),
-    R(OP_GV_Q4_GLU, GEMV, 8, S_UP), R(OP_GV_Q4_GLU, GEMV, 1, S_UP2),
-    R(OP_GV_Q4_GLU, GEMV, 2, S_UP2), R(OP_GV_Q4_GLU, GEMV, 1, 16, 4096, "odd (cluster)"),
-
     // --- Q4 GEMM (prefill) ---
     C(OP_Q4, MMA, 9, 16, 64, F16, 0, "tiny"), C(OP_Q4, MMA, 1, 48, 64, F32, 1, "odd"),
     C(OP_Q4, MMA, 17, 48, 192, F16, 1, "odd"), C(OP_Q4, MMA, 33, 1008, 960, F32A, 1, "odd"),
@@ -280,6 +213,34 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Non-zero random values: uniform in +-[lo, hi] (sign random), or exact small integers.
+static float rnd_val(unsigned long long *s, float lo, float hi, int exact) {
+    if (exact) {
+        const int v = (int)(g4t_rand_u64(s) % 4); // -2, -1, 1, 2
+        return (float)(v < 2 ? v - 2 : v - 1);
+    }
+    const float m = g4t_rand_uniform(s, lo, hi);
+    return (g4t_rand_u64(s) & 1) ? m : -m;
+}
+
+// n random fp16 values, never zero: exact small integers, or sign * 2^e * (1 + m / 1024) with
+// e in [elo, elo + 3] (bits drawn directly: 21 random bits per value, fast for 400M weights).
+static uint16_t *rnd_f16(size_t n, int elo, int exact, unsigned long long *s) {
+    uint16_t *a = g4_malloc(n * 2);
+    if (exact) {
+        for (size_t i = 0; i < n; i++) a[i] = g4_f32_to_f16(rnd_val(s, 0, 0, 1));
+        return a;
+    }
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned long long r = g4t_rand_u64(s);
+        for (size_t j = i; j < i + 3 && j < n; j++, r >>= 21) {
+            const unsigned sign = (unsigned)(r >> 20) & 1, e = (unsigned)(r >> 10) & 3;
+            a[j] = (uint16_t)((sign << 15) | ((unsigned)(15 + elo) + e) << 10 | (r & 0x3ff));
+        }
+    }
+    return a;
 }
 
 static int out_is_f32(g4_gemm_epi e) {
@@ -358,6 +319,19 @@ static int pick_rows(int M, int N, int K, int *rows, unsigned long long *s) {
     return n;
 }
 
+// mag[t][n] = sum_k |x[t][k]| |W[k][n]|: the scale of the accumulation error.
+static void abs_linear(float *mag, const float *x, const uint16_t *w, int T, int K, int N) {
+    for (int t = 0; t < T; t++) {
+        float *m = mag + (size_t)t * N;
+        for (int n = 0; n < N; n++) m[n] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const float xa = fabsf(x[(size_t)t * K + k]);
+            const uint16_t *wr = w + (size_t)k * N;
+            for (int n = 0; n < N; n++) m[n] += xa * ref_h2f(wr[n] & 0x7fff);
+        }
+    }
+}
+
 // --- comparison -------------------------------------------------------------------------------
 
 typedef struct {
@@ -399,6 +373,81 @@ static void cmp_one(cmp_stats *c, int row, int col, double got, double exp, doub
 
 static float host_out(const void *h, g4_gemm_epi epi, size_t i) {
     return out_is_f32(epi) ? ((const float *)h)[i] : g4_f16_to_f32(((const uint16_t *)h)[i]);
+}
+
+// Packs per-column zero points (0..15) into the package layout [N][ceil(kb/2)].
+static uint8_t *pack_zp(const uint8_t *z, int N, int kb) {
+    const int row = (kb + 1) / 2;
+    uint8_t *p = g4_calloc((size_t)N * row, 1);
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < kb; b++)
+            p[(size_t)n * row + b / 2] |= (uint8_t)((z[(size_t)n * kb + b] & 15) << ((b & 1) * 4));
+    return p;
+}
+
+// A Q4 weight in the package layout (host).
+typedef struct {
+    uint8_t *q;       // [N][K/32][16]
+    uint16_t *scales; // [N][K/32]
+    uint8_t *zp;      // [N][K/64]
+} q4_host;
+
+static void q4_host_make(q4_host *h, int N, int K, int exact, unsigned long long *s) {
+    const int kb = K / 32;
+    h->q = g4_malloc((size_t)N * K / 2);
+    for (size_t i = 0; i < (size_t)N * K / 2; i += 8) {
+        const unsigned long long r = g4t_rand_u64(s);
+        memcpy(h->q + i, &r, 8); // N * K / 2 is a multiple of 512
+    }
+    h->scales = g4_malloc((size_t)N * kb * 2);
+    uint8_t *z = g4_malloc((size_t)N * kb);
+    for (size_t i = 0; i < (size_t)N * kb; i++) {
+        // Real scales are small positive fp16 values (max |w| / 15); exact mode: 1/2, 1, 2.
+        const float sc =
+            exact ? (float)(1 << (g4t_rand_u64(s) % 3)) * 0.5f : g4t_rand_uniform(s, 0.002f, 0.05f);
+        h->scales[i] = g4_f32_to_f16(sc);
+        z[i] = (uint8_t)(g4t_rand_u64(s) & 15);
+    }
+    h->zp = pack_zp(z, N, kb);
+    free(z);
+}
+
+static void q4_host_free(q4_host *h) {
+    free(h->q);
+    free(h->scales);
+    free(h->zp);
+    memset(h, 0, sizeof *h);
+}
+
+// The package tensors of columns cols[0 .. nc) only (their rows are contiguous per column).
+static void q4_host_cols(q4_host *sub, const q4_host *h, int K, const int *cols, int nc) {
+    const int kb = K / 32, zr = (kb + 1) / 2;
+    sub->q = g4_malloc((size_t)nc * K / 2);
+    sub->scales = g4_malloc((size_t)nc * kb * 2);
+    sub->zp = g4_malloc((size_t)nc * zr);
+    for (int j = 0; j < nc; j++) {
+        const size_t n = (size_t)cols[j];
+        memcpy(sub->q + (size_t)j * K / 2, h->q + n * K / 2, (size_t)K / 2);
+        memcpy(sub->scales + (size_t)j * kb, h->scales + n * kb, (size_t)kb * 2);
+        memcpy(sub->zp + (size_t)j * zr, h->zp + n * zr, (size_t)zr);
+    }
+}
+
+// The reference fp16 weight [K][nc] of columns cols: fp16(ref_q4_dequant_col), i.e. the CPU
+// dequantizer rounded once. 16 columns at a time, so the writes are runs, not N-strided.
+static uint16_t *q4_ref_w16(const q4_host *h, int K, const int *cols, int nc) {
+    uint16_t *w16 = g4_malloc((size_t)K * nc * 2);
+    float *col = g4_malloc((size_t)16 * K * sizeof(float));
+    for (int j0 = 0; j0 < nc; j0 += 16) {
+        const int nj = nc - j0 < 16 ? nc - j0 : 16;
+        for (int j = 0; j < nj; j++)
+            ref_q4_dequant_col(col + (size_t)j * K, h->q, h->scales, h->zp, K, 32, cols[j0 + j]);
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < nj; j++)
+                w16[(size_t)k * nc + j0 + j] = g4_f32_to_f16(col[(size_t)j * K + k]);
+    }
+    free(col);
+    return w16;
 }
 
 // Columns cols of an fp16 [K][N] weight, as [K][nc].
@@ -489,10 +538,8 @@ static void run_case(const gcase *c) {
         return;
     }
     const int M = c->M, N = c->N, K = c->K;
-    const int glu = c->op == OP_F16_GLU || c->op == OP_Q4_GLU || c->op == OP_GV_F16_GLU ||
-                    c->op == OP_GV_Q4_GLU;
-    const int q4 =
-        c->op == OP_Q4 || c->op == OP_Q4_GLU || c->op == OP_GV_Q4 || c->op == OP_GV_Q4_GLU;
+    const int glu = c->op == OP_F16_GLU || c->op == OP_Q4_GLU;
+    const int q4 = c->op == OP_Q4 || c->op == OP_Q4_GLU;
     const g4_gemm_epi epi = glu ? G4_GEMM_Y_F16 : c->epi;
     const int f32out = out_is_f32(epi), add = out_is_add(epi);
     const size_t esz = f32out ? 4 : 2, ybytes = (size_t)M * N * esz;
@@ -556,15 +603,9 @@ static void run_case(const gcase *c) {
             case OP_Q4:
                 rc = g4_gemm_q4(out.y, dx, &qw[0], db, M, epi, c->algo, 0);
                 break;
-            case OP_Q4_GLU:
+            default:
                 rc = g4_gemm_q4_gelu_mul(out.y, dx, &qw[0], &qw[1], M, c->algo, 0);
                 break;
-            default: { // the decode GEMV
-                const g4_gemv_w w0 = {q4 ? NULL : dw[0], q4 ? &qw[0] : NULL, N, K},
-                                w1 = {q4 ? NULL : dw[1], q4 ? &qw[1] : NULL, N, K};
-                rc = glu ? g4_gemv_glu(out.y, dx, &w0, &w1, M, 0)
-                         : g4_gemv(out.y, dx, &w0, db, M, epi, 0);
-            }
             }
             CHECK_MSG(rc == G4_OK, "launch: %s", g4_error());
             CK(cudaDeviceSynchronize());
@@ -747,19 +788,6 @@ static void run_reject(void) {
     g4_q4_weight fake2 = fake;
     fake2.k = 128;
     REJECT(g4_gemm_q4_gelu_mul(Y, X, &fake, &fake2, 4, AUTO, 0), "gate/up shapes differ");
-    const g4_gemv_w gf = {W, NULL, 64, 64}, gq = {NULL, &fake, 24, 64}, gbad = {W, &fake, 32, 64};
-    const g4_gemv_w g1000 = {W, NULL, 1000, 64};
-    const g4_gemv_w gmis = {(char *)W + 8, NULL, 64, 64}, gk = {W, NULL, 64, 72};
-    REJECT(g4_gemv(Y, X, &gf, NULL, 0, F16, 0), "gemv M = 0");
-    REJECT(g4_gemv(Y, X, &gf, NULL, 9, F16, 0), "gemv M = 9");
-    REJECT(g4_gemv(Y, X, NULL, NULL, 1, F16, 0), "gemv NULL weight");
-    REJECT(g4_gemv(Y, X, &gbad, NULL, 1, F16, 0), "gemv fp16 and Q4 both set");
-    REJECT(g4_gemv(Y, X, &gmis, NULL, 1, F16, 0), "gemv W 8-byte aligned");
-    REJECT(g4_gemv(Y, (char *)X + 8, &gf, NULL, 1, F16, 0), "gemv x 8-byte aligned");
-    REJECT(g4_gemv(Y, X, &gq, NULL, 1, F16, 0), "gemv Q4 n 24 vs weight's 32");
-    REJECT(g4_gemv_glu(Y, X, &gf, &gk, 1, 0), "gemv_glu gate/up K differ");
-    REJECT(g4_gemv_glu(Y, X, &gf, &gq, 1, 0), "gemv_glu fp16 gate, Q4 up");
-    REJECT(g4_gemv_supported(G4_GEMV_ADD_NORM, 1, &g1000, 1, 0), "gemv row norm, N = 1000");
 #undef REJECT
 }
 

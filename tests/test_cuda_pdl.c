@@ -18,11 +18,6 @@
 // (soft-cap + a sampled pick, temperature 1, top-p 0.9 over 4096 logits: its three kernels, the
 // radix path of the last one, all do work).
 // Buffers are reused across layers, as in the engine, so write-after-read order matters too.
-// The fused chain does the same with the decode GEMVs of kernels/gemv.cuh (7 launches a layer:
-// q/k/v with the norms, RoPE and KV store; attention; o, down and PLE projection with the
-// residual norm; the gate/up GLU; the PLE gate with GELU x input), whose last-block tails take
-// tickets at counters shared by every launch: PDL must not let one launch's blocks touch them
-// before the previous launch completed.
 // Skips (exit 77) without a GPU.
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -36,7 +31,6 @@
 #include "kernels/gelu_mul.cuh"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ple.cuh"
 #include "kernels/qkv_rope.cuh"
@@ -115,16 +109,16 @@ typedef struct {
     cudaStream_t st;
     int32_t *ids, *pos, *argmax; // argmax: the sample op's pick
     g4_sample_params *samp;
-    void *emb, *ple_tab, *ple_norm;                                // tables
-    void *w_plp, *w_q, *w_k, *w_v, *w_o, *w_g, *w_u, *w_pp, *w_lm; // f16 [K, N]
-    g4_q4_weight q_v, q_d, q_pg, q_pu;                             // Q4
-    void *n_in, *n_post, *n_pre, *n_post2, *q_norm, *k_norm;       // norm weights [H] or [HD]
-    float *inv_freq;                                               // [HD / 2]
-    float *h32, *logits;                                           // [H], [VL]
-    void *x16, *xn, *ple, *q, *k, *v, *attn, *o16, *mlp, *pg;      // f16 activations
-    void *kc, *vc;                                                 // [CAP, HD]
-    void *attn_ws, *lg_ws, *gv_ws;
-    size_t attn_ws_bytes, lg_ws_bytes, gv_ws_bytes;
+    void *emb, *ple_tab, *ple_norm;                           // tables
+    void *w_plp, *w_q, *w_k, *w_o, *w_g, *w_u, *w_pp, *w_lm;  // f16 [K, N]
+    g4_q4_weight q_v, q_d, q_pg, q_pu;                        // Q4
+    void *n_in, *n_post, *n_pre, *n_post2, *q_norm, *k_norm;  // norm weights [H] or [HD]
+    float *inv_freq;                                          // [HD / 2]
+    float *h32, *logits;                                      // [H], [VL]
+    void *x16, *xn, *ple, *q, *k, *v, *attn, *o16, *mlp, *pg; // f16 activations
+    void *kc, *vc;                                            // [CAP, HD]
+    void *attn_ws, *lg_ws;
+    size_t attn_ws_bytes, lg_ws_bytes;
 } chain;
 
 static void chain_init(chain *c) {
@@ -147,7 +141,6 @@ static void chain_init(chain *c) {
     c->w_plp = dev_f16(&s, (size_t)H * PL * PD, 0.1f * wh, wh, 1);
     c->w_q = dev_f16(&s, (size_t)H * QW, 0.1f * wh, wh, 1);
     c->w_k = dev_f16(&s, (size_t)H * HD, 0.1f * wh, wh, 1);
-    c->w_v = dev_f16(&s, (size_t)H * HD, 0.1f * wh, wh, 1);
     c->w_o = dev_f16(&s, (size_t)QW * H, 0.1f / sqrtf(QW), 1.0f / sqrtf(QW), 1);
     c->w_g = dev_f16(&s, (size_t)H * FFN, 0.1f * wh, wh, 1);
     c->w_u = dev_f16(&s, (size_t)H * FFN, 0.1f * wh, wh, 1);
@@ -185,18 +178,16 @@ static void chain_init(chain *c) {
     c->attn_ws = dev_zero(c->attn_ws_bytes);
     c->lg_ws_bytes = g4_logits_workspace(1, VL);
     c->lg_ws = dev_zero(c->lg_ws_bytes); // counters start at zero and stay so
-    c->gv_ws_bytes = g4_gemv_workspace(1, QW + 2 * HD);
-    c->gv_ws = dev_zero(c->gv_ws_bytes);
     PC(cudaDeviceSynchronize());
 }
 
 static void chain_free(chain *c) {
     void *bufs[] = {
-        c->ids,    c->pos,   c->argmax,  c->emb,    c->ple_tab, c->ple_norm, c->w_plp, c->w_q,
-        c->w_k,    c->w_v,   c->w_o,     c->w_g,    c->w_u,     c->w_pp,     c->w_lm,  c->n_in,
-        c->n_post, c->n_pre, c->n_post2, c->q_norm, c->k_norm,  c->inv_freq, c->h32,   c->logits,
-        c->x16,    c->xn,    c->ple,     c->q,      c->k,       c->v,        c->attn,  c->o16,
-        c->mlp,    c->pg,    c->kc,      c->vc,     c->attn_ws, c->lg_ws,    c->gv_ws, c->samp};
+        c->ids,   c->pos,     c->argmax, c->emb,     c->ple_tab,  c->ple_norm, c->w_plp,  c->w_q,
+        c->w_k,   c->w_o,     c->w_g,    c->w_u,     c->w_pp,     c->w_lm,     c->n_in,   c->n_post,
+        c->n_pre, c->n_post2, c->q_norm, c->k_norm,  c->inv_freq, c->h32,      c->logits, c->x16,
+        c->xn,    c->ple,     c->q,      c->k,       c->v,        c->attn,     c->o16,    c->mlp,
+        c->pg,    c->kc,      c->vc,     c->attn_ws, c->lg_ws, c->samp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) PC(cudaFree(bufs[i]));
     g4_q4_weight_free(&c->q_v);
     g4_q4_weight_free(&c->q_d);
@@ -250,47 +241,6 @@ static void chain_run(chain *c) {
                      st);
 }
 
-// The same steps on the fused decode GEMVs (kernels/gemv.cuh): 7 launches a layer.
-static void chain_run_fused(chain *c) {
-    const cudaStream_t st = c->st;
-    const float eps = 1e-6f;
-    const g4_gemv_w wq = {c->w_q, NULL, QW, H}, wk = {c->w_k, NULL, HD, H},
-                    wv = {c->w_v, NULL, HD, H}, wo = {c->w_o, NULL, H, QW},
-                    wg = {c->w_g, NULL, FFN, H}, wu = {c->w_u, NULL, FFN, H},
-                    wd = {NULL, &c->q_d, H, FFN}, wpg = {NULL, &c->q_pg, PD, H},
-                    wpp = {c->w_pp, NULL, H, PD}, wlm = {c->w_lm, NULL, VL, H},
-                    wplp = {c->w_plp, NULL, PL * PD, H};
-    const g4_gemv_w qkv[3] = {wq, wk, wv};
-    g4_embed_f16(c->x16, c->emb, VOCAB, H, c->ids, 1, 2.0f, st);
-    gemm_ok(g4_gemv(c->ple, c->x16, &wplp, NULL, 1, G4_GEMM_Y_F16, st));
-    g4_ple_inputs(c->ple, c->ple, c->ple_tab, VOCAB, c->ids, c->ple_norm, 1, PL, PD, 0.5f, 0.7f,
-                  0.9f, eps, st);
-    g4_embed_f32(c->h32, c->emb, VOCAB, H, c->ids, 1, 2.0f, st);
-    g4_rmsnorm_f32(c->xn, c->h32, c->n_in, 1, H, H, eps, st);
-    for (int l = 0; l < LAYERS; l++) {
-        g4_gemv_qkv_args a;
-        memset(&a, 0, sizeof a);
-        a.q = c->q, a.kcache = c->kc, a.vcache = c->vc, a.capacity = CAP;
-        a.q_w = c->q_norm, a.k_w = c->k_norm, a.pos = c->pos, a.inv_freq = c->inv_freq;
-        a.n_heads = NH, a.n_kv = 1, a.hd = HD, a.eps = eps;
-        gemm_ok(g4_gemv_qkv(&a, c->xn, qkv, 3, 1, c->gv_ws, c->gv_ws_bytes, st));
-        g4_attn_decode(c->attn, c->q, c->kc, c->vc, c->pos, 1, NH, 1, HD, CAP, 0, 1.0f, c->attn_ws,
-                       c->attn_ws_bytes, st);
-        g4_gemv_norm n = {c->h32, c->n_post, NULL, eps, c->xn, 1, c->n_pre};
-        gemm_ok(g4_gemv_add_rmsnorm(&n, c->attn, &wo, 1, c->gv_ws, c->gv_ws_bytes, st));
-        gemm_ok(g4_gemv_glu(c->mlp, c->xn, &wg, &wu, 1, st));
-        g4_gemv_norm n2 = {c->h32, c->n_post2, NULL, eps, c->xn, 0, NULL};
-        gemm_ok(g4_gemv_add_rmsnorm(&n2, c->mlp, &wd, 1, c->gv_ws, c->gv_ws_bytes, st));
-        gemm_ok(g4_gemv_gelu_mul(c->pg, c->xn, &wpg, (const uint16_t *)c->ple + (l % PL) * PD,
-                                 PL * PD, 1, st));
-        g4_gemv_norm n3 = {c->h32, c->n_post, c->n_pre, eps, c->xn, 1, c->n_in}; // n_pre: scalar
-        gemm_ok(g4_gemv_add_rmsnorm(&n3, c->pg, &wpp, 1, c->gv_ws, c->gv_ws_bytes, st));
-    }
-    gemm_ok(g4_gemv(c->logits, c->xn, &wlm, NULL, 1, G4_GEMM_Y_F32, st));
-    g4_logits_sample(c->argmax, c->logits, 1, VL, 30.0f, c->samp, c->pos, c->lg_ws, c->lg_ws_bytes,
-                     st);
-}
-
 typedef struct {
     float h[H], logits[VL];
     uint16_t krow[HD], vrow[HD];
@@ -321,13 +271,10 @@ static void check_same(const char *what, const result *a, const result *b) {
 }
 
 // Captures the chain; counts the graph's edges by type.
-typedef void (*chain_fn)(chain *c);
-
-static cudaGraphExec_t chain_capture(chain *c, chain_fn run, int *n_nodes, int *n_edges,
-                                     int *n_prog) {
+static cudaGraphExec_t chain_capture(chain *c, int *n_nodes, int *n_edges, int *n_prog) {
     cudaGraph_t g;
     PC(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
-    run(c);
+    chain_run(c);
     PC(cudaStreamEndCapture(c->st, &g));
     size_t nn = 0, ne = 0;
     PC(cudaGraphGetNodes(g, NULL, &nn));
@@ -373,66 +320,6 @@ static double replay_us(chain *c, cudaGraphExec_t exec) {
     return t[3];
 }
 
-// PDL off (eager) as the reference, then on: eager, eager x8 without a sync, graph, graph x8,
-// a graph captured with PDL off; edge types of both graphs; replay times.
-static void run_suite(chain *c, chain_fn run, const char *name) {
-    static result ref, r;
-    char what[96];
-    printf(" %s chain\n", name);
-    g4_cuda_pdl_set(0);
-    CHECK_INT(g4_cuda_pdl_enabled(), 0);
-    run(c); // warm-up: one-time kernel attributes, module loading
-    chain_result(c, &ref);
-    printf("  reference (PDL off, eager): argmax %d\n", ref.argmax);
-
-    g4_cuda_pdl_set(1);
-    CHECK_INT(g4_cuda_pdl_enabled(), 1);
-    run(c);
-    chain_result(c, &r);
-    snprintf(what, sizeof what, "%s: PDL on, eager", name);
-    check_same(what, &ref, &r);
-    for (int i = 0; i < 8; i++) run(c); // queued back to back, one sync at the end
-    chain_result(c, &r);
-    snprintf(what, sizeof what, "%s: PDL on, eager x8 without sync", name);
-    check_same(what, &ref, &r);
-
-    int nodes, edges, prog;
-    cudaGraphExec_t on = chain_capture(c, run, &nodes, &edges, &prog);
-    printf("  graph, PDL on: %d nodes, %d edges, %d programmatic\n", nodes, edges, prog);
-    CHECK_MSG(prog > 0, "stream capture recorded no programmatic edge with PDL on");
-    CHECK_MSG(prog == edges, "%d of %d edges programmatic (every node is a PDL kernel)", prog,
-              edges);
-    PC(cudaGraphLaunch(on, c->st));
-    chain_result(c, &r);
-    snprintf(what, sizeof what, "%s: PDL on, graph", name);
-    check_same(what, &ref, &r);
-    for (int i = 0; i < 8; i++) PC(cudaGraphLaunch(on, c->st));
-    chain_result(c, &r);
-    snprintf(what, sizeof what, "%s: PDL on, graph x8 without sync", name);
-    check_same(what, &ref, &r);
-
-    g4_cuda_pdl_set(0);
-    cudaGraphExec_t off = chain_capture(c, run, &nodes, &edges, &prog);
-    printf("  graph, PDL off: %d nodes, %d edges, %d programmatic\n", nodes, edges, prog);
-    CHECK_INT(prog, 0);
-    PC(cudaGraphLaunch(off, c->st));
-    chain_result(c, &r);
-    snprintf(what, sizeof what, "%s: PDL off, graph", name);
-    check_same(what, &ref, &r);
-
-    const double t_off = replay_us(c, off), t_on = replay_us(c, on);
-    printf("  graph replay of the %s chain (%d kernels): PDL off %.1f us, on %.1f us: %.2f us "
-           "saved per kernel\n",
-           name, nodes, t_off, t_on, (t_off - t_on) / nodes);
-    chain_result(c, &r); // after 280 more replays of both graphs
-    snprintf(what, sizeof what, "%s: after the timed replays", name);
-    check_same(what, &ref, &r);
-
-    PC(cudaGraphExecDestroy(on));
-    PC(cudaGraphExecDestroy(off));
-    g4_cuda_pdl_set(-1);
-}
-
 int main(void) {
     const char *why = NULL;
     if (g4_cuda_device_count(&why) == 0) return g4t_skip("test_cuda_pdl", why);
@@ -440,9 +327,55 @@ int main(void) {
     PC(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     if (major < 9) return g4t_skip("test_cuda_pdl", "programmatic dependent launch needs sm_90+");
     static chain c;
+    static result ref, r;
     chain_init(&c);
-    run_suite(&c, chain_run, "unfused");
-    run_suite(&c, chain_run_fused, "fused");
+
+    g4_cuda_pdl_set(0);
+    CHECK_INT(g4_cuda_pdl_enabled(), 0);
+    chain_run(&c); // warm-up: one-time kernel attributes, module loading
+    chain_result(&c, &ref);
+    printf("  reference (PDL off, eager): argmax %d\n", ref.argmax);
+
+    g4_cuda_pdl_set(1);
+    CHECK_INT(g4_cuda_pdl_enabled(), 1);
+    chain_run(&c);
+    chain_result(&c, &r);
+    check_same("PDL on, eager", &ref, &r);
+    for (int i = 0; i < 8; i++) chain_run(&c); // queued back to back, one sync at the end
+    chain_result(&c, &r);
+    check_same("PDL on, eager x8 without sync", &ref, &r);
+
+    int nodes, edges, prog;
+    cudaGraphExec_t on = chain_capture(&c, &nodes, &edges, &prog);
+    printf("  graph, PDL on: %d nodes, %d edges, %d programmatic\n", nodes, edges, prog);
+    CHECK_MSG(prog > 0, "stream capture recorded no programmatic edge with PDL on");
+    CHECK_MSG(prog == edges, "%d of %d edges programmatic (every node is a PDL kernel)", prog,
+              edges);
+    PC(cudaGraphLaunch(on, c.st));
+    chain_result(&c, &r);
+    check_same("PDL on, graph", &ref, &r);
+    for (int i = 0; i < 8; i++) PC(cudaGraphLaunch(on, c.st));
+    chain_result(&c, &r);
+    check_same("PDL on, graph x8 without sync", &ref, &r);
+
+    g4_cuda_pdl_set(0);
+    cudaGraphExec_t off = chain_capture(&c, &nodes, &edges, &prog);
+    printf("  graph, PDL off: %d nodes, %d edges, %d programmatic\n", nodes, edges, prog);
+    CHECK_INT(prog, 0);
+    PC(cudaGraphLaunch(off, c.st));
+    chain_result(&c, &r);
+    check_same("PDL off, graph", &ref, &r);
+
+    const double t_off = replay_us(&c, off), t_on = replay_us(&c, on);
+    printf("  graph replay of the chain (%d kernels): PDL off %.1f us, on %.1f us: %.2f us saved "
+           "per kernel\n",
+           nodes, t_off, t_on, (t_off - t_on) / nodes);
+    chain_result(&c, &r); // after 280 more replays of both graphs
+    check_same("after the timed replays", &ref, &r);
+
+    PC(cudaGraphExecDestroy(on));
+    PC(cudaGraphExecDestroy(off));
+    g4_cuda_pdl_set(-1);
     chain_free(&c);
     return g4t_finish("test_cuda_pdl");
 }

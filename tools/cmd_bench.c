@@ -18,7 +18,6 @@ int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_conv(const char *filter, int reps, g4_kbench_row *rows, int max);
-int g4_kbench_gemv(const char *filter, int reps, g4_kbench_row *rows, int max);
 
 #define MAX_ROWS 1024
 
@@ -39,7 +38,6 @@ static int bench_kernels(const char *filter, int reps, const char *json) {
         g4_kbench_area fn;
     } areas[] = {
         {"gemm", g4_kbench_gemm},
-        {"gemv", g4_kbench_gemv},
         {"attention", g4_kbench_attention},
         {"ops", g4_kbench_ops},
         {"conv", g4_kbench_conv},

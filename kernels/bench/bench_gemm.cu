@@ -1,7 +1,6 @@
 // bench_gemm.cu: `g4cu bench --kernels` rows for the GEMM/GEMV kernels (gemm_f16.cuh,
 // gemm_q4.cuh) at the Gemma-4 E2B shapes, each next to its cuBLAS baseline timed in the same run.
 //
-// Rows gv_*: the decode GEMV of kernels/gemv.cuh, beside today's GEMV rows (gemv_*) and cuBLAS.
 // Baselines: cublasGemmEx, fp16 in / fp16 out, fp32 compute, same M, N, K ("cublas"). The fused
 // gate/up rows compare with two such GEMMs ("cublas x2", without the GELU-multiply). Q4 has no
 // cuBLAS kernel: its rows compare with the fp16 cuBLAS GEMM of the same shape ("cublas16"), and
@@ -20,7 +19,6 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv.cuh"
 
 namespace {
 
@@ -56,8 +54,7 @@ struct brow {
     bool glu;
     g4_gemm_algo algo;
     int M;
-    int shape;       // index into SHAPES
-    bool gv = false; // the decode GEMV of kernels/gemv.cuh (algo unused)
+    int shape; // index into SHAPES
 };
 
 // Deterministic pseudo-random fill (a hash of the index), never zero.
@@ -132,13 +129,6 @@ double row_bytes(const problem &p) {
 }
 
 int run_ours(problem *p, int c, cudaStream_t s) {
-    if (p->r.gv) {
-        const bool q4 = p->r.w == W_Q4;
-        const g4_gemv_w w = {q4 ? nullptr : p->w[c], q4 ? &p->q[c] : nullptr, p->N, p->K};
-        if (!p->r.glu) return g4_gemv(p->y[c], p->x[c], &w, nullptr, p->M, G4_GEMM_Y_F16, s);
-        const g4_gemv_w u = {q4 ? nullptr : p->wu[c], q4 ? &p->qu[c] : nullptr, p->N, p->K};
-        return g4_gemv_glu(p->y[c], p->x[c], &w, &u, p->M, s);
-    }
     if (p->r.w == W_F16) {
         if (p->r.glu)
             return g4_gemm_f16_gelu_mul(p->y[c], p->x[c], p->w[c], p->wu[c], p->M, p->N, p->K,
@@ -185,19 +175,6 @@ std::vector<brow> table() {
     for (int s : {6, 7}) {
         t.push_back({"glu_f16_gemv", W_F16, true, G4_GEMM_GEMV, 1, s});
         t.push_back({"glu_q4_gemv", W_Q4, true, G4_GEMM_GEMV, 1, s});
-    }
-    // The decode GEMV of kernels/gemv.cuh beside today's (the rows above) and cuBLAS.
-    for (int s = 0; s < N_SHAPES; s++) {
-        t.push_back({"gv_f16", W_F16, false, G4_GEMM_GEMV, 1, s, true});
-        t.push_back({"gv_q4", W_Q4, false, G4_GEMM_GEMV, 1, s, true});
-    }
-    for (int s : {0, 6, 8, 12}) {
-        t.push_back({"gv_f16", W_F16, false, G4_GEMM_GEMV, 8, s, true});
-        t.push_back({"gv_q4", W_Q4, false, G4_GEMM_GEMV, 8, s, true});
-    }
-    for (int s : {6, 7}) {
-        t.push_back({"gv_glu_f16", W_F16, true, G4_GEMM_GEMV, 1, s, true});
-        t.push_back({"gv_glu_q4", W_Q4, true, G4_GEMM_GEMV, 1, s, true});
     }
     const int prefill_shapes[] = {0, 2, 4, 5, 6, 7, 8, 9, 13};
     for (int M : {128, 512, 2048}) {

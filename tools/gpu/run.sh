@@ -37,11 +37,6 @@
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
-#   decode_tests  the decode change's tests alone (the fused GEMV epilogues, the decode GEMV
-#            rows of the GEMV table, decode attention, the PDL chains); `tests` runs them too
-#   decode   the decode change's kernel rows (gv_*, today's GEMV, attn_decode) and, after
-#            e2b_make, the model bench with the fused decode kernels off (G4_FUSED=0: the A/B
-#            against e2b_run's default run; e2b_run's profile names the new ops)
 # Logs and JSON go to $OUT (the device tool brings them back). Each stage prints its time.
 set -uo pipefail
 OUT=${OUT:-/tmp/g4out}
@@ -125,31 +120,6 @@ stage_kernels() {
     build-gpu/g4cu bench --kernels --reps 30 --json "$OUT/kbench.json" >"$OUT/kbench.txt" 2>&1
     echo "bench --kernels: exit $?"
     cat "$OUT/kbench.txt" | cut -c1-160
-}
-
-stage_decode_tests() { # the decode change's tests alone (the `tests` stage's ctest runs them too)
-    local t n
-    for t in "test_cuda_gemv" "test_cuda_gemm --op gv_" "test_cuda_gemm --op reject" \
-        "test_cuda_attention --op attn_decode" "test_cuda_pdl"; do
-        n=decode_$(echo "$t" | tr ' ' '_' | tr -d -)
-        build-gpu/tests/$t >"$OUT/$n.log" 2>&1
-        echo "$t: exit $? | $(grep -E 'checks, [0-9]+ failed|cases, [0-9]+ failed' "$OUT/$n.log" | tail -1)"
-        grep -E "FAIL|DIFFERENT|programmatic|saved per kernel" "$OUT/$n.log" | head -12
-    done
-}
-
-stage_decode() { # kernel rows of the decode change, and the model with the fused kernels off
-    build-gpu/g4cu bench --kernels --filter gv_ --reps 30 --json "$OUT/kbench_gv.json" >"$OUT/kbench_gv.txt" 2>&1
-    echo "bench --kernels --filter gv_: exit $?"; cut -c1-160 "$OUT/kbench_gv.txt"
-    build-gpu/g4cu bench --kernels --filter gemv --reps 30 --json "$OUT/kbench_gemv_old.json" >"$OUT/kbench_gemv_old.txt" 2>&1
-    echo "bench --kernels --filter gemv (today's GEMV): exit $?"; grep -E "M=1 " "$OUT/kbench_gemv_old.txt" | cut -c1-160
-    build-gpu/g4cu bench --kernels --filter attn_decode --reps 30 --json "$OUT/kbench_attn_decode.json" >"$OUT/kbench_attn_decode.txt" 2>&1
-    echo "bench --kernels --filter attn_decode: exit $?"; cut -c1-160 "$OUT/kbench_attn_decode.txt"
-    local d="$WORK/e2b"
-    if [ ! -f "$d/READY" ]; then echo "decode: no full-size package ($d/READY missing): model A/B skipped"; return 0; fi
-    # e2b_run times the default (fused) path; this is the same bench with today's decode path
-    G4_FUSED=0 build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/e2b_bench_unfused.json" >"$OUT/e2b_bench_unfused.txt" 2>&1
-    echo "G4_FUSED=0 bench f16 + q4: exit $?"; grep -E "^pkg|decode" "$OUT/e2b_bench_unfused.txt" | cut -c1-220 | head -6
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF

@@ -15,9 +15,9 @@
 #              step), `g4cu logits --ids <40 ids>` (a teacher-forced prefill), and `g4cu logits
 #              --image --image-tokens 70 --audio` (both towers; left out, saying why, when it
 #              fails without the sanitizer too)
-#   memcheck   then every case of test_cuda_gemm (per op), test_cuda_gemv, test_cuda_attention
-#              (per op), test_cuda_ops, test_cuda_conv, test_cuda_towers (op cases and, with the
-#              package, both towers), test_cuda_engine (prefill, chunked prefill, graph decode) and
+#   memcheck   then every case of test_cuda_gemm (per op), test_cuda_attention (per op),
+#              test_cuda_ops, test_cuda_conv, test_cuda_towers (op cases and, with the package,
+#              both towers), test_cuda_engine (prefill, chunked prefill, graph decode) and
 #              test_cuda_ple_host (the PLE table read in place from pinned host memory)
 #   racecheck  then the tiny / odd / tile-edge cases of the same tables (partial tiles and odd
 #              sizes are where shared-memory hazards live; racecheck is the slow tool)
@@ -84,8 +84,6 @@ small_runs=(
     "$T/test_cuda_gemm --shape 'N=48 K=192'"      # q4 gemv / mma / glu / dequant, odd
     "$T/test_cuda_gemm --shape 'K=3000'"           # f16 gemv, cluster split-K
     "$T/test_cuda_gemm --shape 'K=3008'"           # q4 gemv, split-K
-    "$T/test_cuda_gemv --shape 'N=64 K=64 '"      # fused GEMV tails (gelu_mul, add_norm) tiny
-    "$T/test_cuda_gemv --shape 'hd=64 '"          # fused q/k/v tails, tiny and odd heads
     "$T/test_cuda_attention --shape 'cap=64 '"    # decode, MHA, T=2, L=33
     "$T/test_cuda_attention --shape 'T=45 '"      # prefill, MHA, window 16
     "$T/test_cuda_attention --shape 'past=7 '"    # prefill after a past, GQA 2:1
@@ -109,7 +107,6 @@ full_runs=(
     "$T/test_cuda_gemm --op f16"
     "$T/test_cuda_gemm --op q4"
     "$T/test_cuda_gemm --op reject"
-    "$T/test_cuda_gemv"
     "$T/test_cuda_attention --op attn_decode"
     "$T/test_cuda_attention --op attn_prefill"
     "$T/test_cuda_attention --op attn_bidir"
