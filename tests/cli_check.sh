@@ -1,7 +1,8 @@
 # cli_check.sh: what the ctest shell tests share (sourced, after the script has checked the
 # environment it needs): the pass/fail counters and check, a temporary directory $tmp removed at
 # exit (a script with more to clean up sets its own trap after sourcing), err1 for the one-line
-# user errors, and the closing summary.
+# user errors, expect (an exit code and one stderr line), pkg (a writable package copy), and
+# the closing summary.
 fail=0
 pass=0
 check() { # check NAME STATUS (0 = ok)
@@ -24,6 +25,30 @@ err1_grep() { # GREP-FLAGS NAME PATTERN CMD...
 }
 err1() { err1_grep -q "$@"; }
 err1_fixed() { err1_grep -qF "$@"; }
+
+# expect NAME EXIT PATTERN CMD...: exit code EXIT, one stderr line matching PATTERN (grep -E),
+# printed as "ok NAME: <the line>" (the bad-input tables cite these names).
+expect() {
+    local name=$1 want=$2 pat=$3
+    shift 3
+    "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/stderr")
+    if [ $rc -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -qE -- "$pat" "$tmp/stderr"; then
+        echo "FAIL $name: exit $rc, $lines stderr lines; expected exit $want and one line matching '$pat':"
+        head -5 "$tmp/stderr"
+        fail=$((fail + 1))
+    else
+        echo "ok   $name: $(cat "$tmp/stderr")"
+        pass=$((pass + 1))
+    fi
+}
+
+# pkg NAME: a writable copy of the tiny package ($G4_TINY_PKG) at $tmp/NAME; prints the path.
+pkg() {
+    cp -r "$G4_TINY_PKG" "$tmp/$1" && chmod -R u+w "$tmp/$1"
+    echo "$tmp/$1"
+}
 
 # finish NAME: the summary line; the script's exit status is 0 only when nothing failed.
 finish() {

@@ -12,29 +12,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 tok="$G4_FIXTURES/chat/chat_bpe.json"
 media="$G4_FIXTURES/frontends/media"
 
-# expect NAME EXIT PATTERN CMD...: exit code EXIT, one stderr line matching PATTERN (grep -E).
-expect() {
-    local name=$1 want=$2 pat=$3
-    shift 3
-    "$@" >"$tmp/stdout" 2>"$tmp/stderr"
-    local rc=$? lines
-    lines=$(wc -l <"$tmp/stderr")
-    if [ $rc -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -qE -- "$pat" "$tmp/stderr"; then
-        echo "FAIL $name: exit $rc, $lines stderr lines; expected exit $want and one line matching '$pat':"
-        head -5 "$tmp/stderr"
-        fail=$((fail + 1))
-    else
-        echo "ok   $name: $(cat "$tmp/stderr")"
-        pass=$((pass + 1))
-    fi
-}
-
-# pkg NAME: a writable copy of the tiny package at $tmp/NAME
-pkg() {
-    cp -r "$G4_TINY_PKG" "$tmp/$1" && chmod -R u+w "$tmp/$1"
-    echo "$tmp/$1"
-}
-
 # --- packages (g4cu inspect checks everything at open; generate opens the same way) ----------
 expect "package: not a directory" 1 "^g4cu: $tmp/none: not a package directory$" \
     "$G4CU" inspect "$tmp/none"

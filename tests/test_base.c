@@ -102,6 +102,15 @@ static void test_json_errors(void) {
     CHECK(strstr(g4_error(), "bad.json: invalid JSON") != NULL);
 }
 
+// Element i of a dtype array set to v (rounded to the dtype).
+static void put_value(uint8_t *buf, int dtype, uint64_t i, double v) {
+    float f = (float)v;
+    uint16_t h = dtype == G4_DT_FLOAT16 ? g4_f32_to_f16(f) : g4_bf16_round(f);
+    if (dtype == G4_DT_DOUBLE) memcpy(buf + 8 * i, &v, 8);
+    else if (dtype == G4_DT_FLOAT) memcpy(buf + 4 * i, &f, 4);
+    else memcpy(buf + 2 * i, &h, 2);
+}
+
 // The word-parallel NaN/Inf scan (g4_tensor_nonfinite) against an element-by-element isfinite
 // of the converted values: every dtype, lengths around the word and block sizes, bad values
 // at the start, the end, block edges and random places, NaN and both infinities.
@@ -119,19 +128,7 @@ static void test_nonfinite(void) {
                 for (uint64_t i = 0; i < n; i++) { // finite values of any exponent
                     double v =
                         (g4t_rand_uniform(&s, -1, 1)) * pow(2, (int)(g4t_rand_u64(&s) % 20) - 10);
-                    if (es == 8) memcpy(buf + 8 * i, &v, 8);
-                    if (es == 4) {
-                        float f = (float)v;
-                        memcpy(buf + 4 * i, &f, 4);
-                    }
-                    if (dtypes[d] == G4_DT_FLOAT16) {
-                        uint16_t h = g4_f32_to_f16((float)v);
-                        memcpy(buf + 2 * i, &h, 2);
-                    }
-                    if (dtypes[d] == G4_DT_BFLOAT16) {
-                        uint16_t h = g4_bf16_round((float)v);
-                        memcpy(buf + 2 * i, &h, 2);
-                    }
+                    put_value(buf, dtypes[d], i, v);
                 }
                 const double specials[3] = {NAN, INFINITY, -INFINITY};
                 const int n_bad = n == 0 ? 0 : trial; // 0..5 bad values
@@ -141,19 +138,7 @@ static void test_nonfinite(void) {
                                   : k == 2 ? (n / 4096) * 4096 % n
                                            : g4t_rand_u64(&s) % n;
                     const double v = specials[g4t_rand_u64(&s) % 3];
-                    if (es == 8) memcpy(buf + 8 * at, &v, 8);
-                    if (es == 4) {
-                        float f = (float)v;
-                        memcpy(buf + 4 * at, &f, 4);
-                    }
-                    if (dtypes[d] == G4_DT_FLOAT16) {
-                        uint16_t h = g4_f32_to_f16((float)v);
-                        memcpy(buf + 2 * at, &h, 2);
-                    }
-                    if (dtypes[d] == G4_DT_BFLOAT16) {
-                        uint16_t h = g4_bf16_round((float)v);
-                        memcpy(buf + 2 * at, &h, 2);
-                    }
+                    put_value(buf, dtypes[d], at, v);
                 }
                 g4_tensor t = {.name = "t",
                                .dtype = dtypes[d],
@@ -216,6 +201,7 @@ static void test_files(void) {
     CHECK_MSG(g4_check_output(f) == G4_OK, "%s", g4_error());
     g4_forget_input(f);
     CHECK(g4_check_output("/dev/null") == G4_EUSER && strstr(g4_error(), "is a character device"));
+    CHECK(g4_write_file_atomic("/dev/null", "x", 1) == G4_EUSER); // never replaced by a file
     CHECK(g4_check_output(fifo) == G4_EUSER && strstr(g4_error(), "is a FIFO"));
     CHECK(g4_check_output(d) == G4_EUSER && strstr(g4_error(), "is a directory"));
     CHECK(g4_open_output_append(fifo, &fd) == G4_EUSER);

@@ -86,8 +86,8 @@ def e2b_config(layers=35):
                         eoa_token_index=258883, video_token_id=258884, eos_token_id=[1, 106])
 
 
-def gpu_tiny_config():
-    text = dict(
+def gpu_tiny_text():
+    return dict(
         vocab_size=512, vocab_size_per_layer_input=512, hidden_size=256, intermediate_size=256,
         num_hidden_layers=5, num_attention_heads=2, num_key_value_heads=1, head_dim=256,
         global_head_dim=512,
@@ -104,6 +104,10 @@ def gpu_tiny_config():
         hidden_activation="gelu_pytorch_tanh", pad_token_id=0, bos_token_id=2, eos_token_id=1,
         tie_word_embeddings=True, attention_k_eq_v=False, enable_moe_block=False,
     )
+
+
+def gpu_tiny_config():
+    text = gpu_tiny_text()
     vision = dict(
         hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=2, head_dim=64, patch_size=16, pooling_kernel_size=3,
@@ -128,22 +132,12 @@ def deep_config():
     (tests/fixtures/refdumps/README.md has the numbers); made on demand, not committed."""
     cfg = gpu_tiny_config()
     S, F = "sliding_attention", "full_attention"
-    text = dict(
-        vocab_size=4096, vocab_size_per_layer_input=4096, hidden_size=2048,
-        intermediate_size=4096, num_hidden_layers=12, num_attention_heads=8,
-        num_key_value_heads=2, head_dim=256, global_head_dim=512,
-        layer_types=[S, S, S, S, F, S, S, S, S, F, S, F],  # HF wants the last layer full
-        sliding_window=32, num_kv_shared_layers=4,
-        use_double_wide_mlp=True, hidden_size_per_layer_input=256,
-        final_logit_softcapping=30.0, max_position_embeddings=256, rms_norm_eps=1e-6,
-        rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                               "rope_theta": 1000000.0},
-        },
-        hidden_activation="gelu_pytorch_tanh", pad_token_id=0, bos_token_id=2, eos_token_id=1,
-        tie_word_embeddings=True, attention_k_eq_v=False, enable_moe_block=False,
-    )
+    text = dict(gpu_tiny_text(),
+                vocab_size=4096, vocab_size_per_layer_input=4096, hidden_size=2048,
+                intermediate_size=4096, num_hidden_layers=12, num_attention_heads=8,
+                num_key_value_heads=2,
+                layer_types=[S, S, S, S, F, S, S, S, S, F, S, F],  # HF wants the last layer full
+                num_kv_shared_layers=4)
     return Gemma4Config(text_config=text, vision_config=cfg.vision_config.to_dict(),
                         audio_config=cfg.audio_config.to_dict(), tie_word_embeddings=True)
 
