@@ -30,6 +30,7 @@ typedef struct {
     uint16_t *scales;  // [N * kb]
     g4_linear q4;      // the Q4 form the backend computes from (while bound)
     void *dev[3];      // backend copies of q, scales, zp while bound (device backends only)
+    int prepared;      // c->q4 was placed by the backend's prepare_linear (release_linear frees it)
     double dd, yy;     // pass 1: sum (x Wq - x W)^2, sum (x W)^2
 } cand;
 
@@ -39,6 +40,7 @@ typedef struct {
     cand *c;
     int n;
     int measure; // 1 during pass 1
+    int rc;      // the first bind failure inside a hooked op (reported after the forward)
     // the imatrix run instead (g4_imatrix_run): per candidate, sum x^2 per input channel
     double **imx_sum; // [n][K], or NULL
     long *imx_rows;   // [n]
@@ -70,11 +72,27 @@ static int quantize(cand *c, int n_threads) {
     return G4_OK;
 }
 
-// Makes c->q4 usable by the backend: our host buffers as they are on a host-memory backend,
-// copies on a device backend (bias: the model's own placement; decoder linears have none).
-static void bind(g4_backend *be, cand *c) {
+// Makes c->q4 usable by the backend: our host buffers as they are on a host-memory backend;
+// on a device backend the backend's own placement of them (prepare_linear: the CUDA backend
+// computes Q4 only from its repacked layout), else plain copies. The bias stays the model's
+// own placement (decoder linears have none), so prepare/release never see it.
+static int bind(g4_backend *be, cand *c) {
     c->q4 = c->q4_host;
-    if (be->host_memory) return;
+    if (be->host_memory) return G4_OK;
+    if (be->prepare_linear) {
+        g4_linear t = c->q4_host;
+        t.bias = NULL;
+        int rc = be->prepare_linear(be, &t);
+        if (rc) {
+            g4_error_prefix("sensitivity: %s in Q4", c->row.name);
+            memset(&c->q4, 0, sizeof c->q4);
+            return rc;
+        }
+        t.bias = c->f16.bias;
+        c->q4 = t;
+        c->prepared = 1;
+        return G4_OK;
+    }
     const g4_q4_shape sh = g4_q4_shape_of(c->row.K, c->row.N, G4_Q4_BLOCK);
     const void *src[3] = {c->q, c->scales, c->zp};
     const size_t bytes[3] = {sh.q_bytes, sizeof(uint16_t) * sh.n_scales, sh.zp_bytes};
@@ -83,9 +101,16 @@ static void bind(g4_backend *be, cand *c) {
         be->upload(be, c->dev[i], src[i], bytes[i]);
     }
     c->q4.w = c->dev[0], c->q4.scales = c->dev[1], c->q4.zp = c->dev[2];
+    return G4_OK;
 }
 
 static void unbind(g4_backend *be, cand *c) {
+    if (c->prepared) {
+        g4_linear t = c->q4;
+        t.bias = NULL; // the model's, not ours
+        be->release_linear(be, &t);
+        c->prepared = 0;
+    }
     for (int i = 0; i < 3; i++)
         if (c->dev[i]) be->free(be, c->dev[i]);
     memset(c->dev, 0, sizeof c->dev);
@@ -125,7 +150,8 @@ static void measure(probe *p, const g4_buf *x, const g4_linear *w) {
     }
     cand *c = &p->c[i];
     g4_backend *be = p->real;
-    bind(be, c);
+    if (p->rc) return;
+    if ((p->rc = bind(be, c))) return;
     g4_buf yf = g4_buf_new(be, be->act_type, x->rows, c->row.N);
     g4_buf yq = g4_buf_new(be, be->act_type, x->rows, c->row.N);
     be->linear(be, &yf, x, &c->f16, 0);
@@ -258,13 +284,11 @@ static double ratio(double dd, double yy) {
 // One forward with candidates c[i] for which pick[i] is set bound in Q4; KL against base.
 static int run_with(g4_text_state *s, g4_text_model *m, cand *c, int nc, const char *pick,
                     const int32_t *ids, int n, const float *base, float *logits, g4_kl_stats *k) {
-    for (int i = 0; i < nc; i++)
-        if (pick[i]) {
-            bind(m->be, &c[i]);
-            *c[i].slot = c[i].q4;
-        }
+    int rc = G4_OK;
+    for (int i = 0; i < nc && !rc; i++)
+        if (pick[i] && !(rc = bind(m->be, &c[i]))) *c[i].slot = c[i].q4;
     g4_text_state_reset(s);
-    int rc = g4_text_forward(s, ids, n, NULL, logits, 1);
+    if (!rc) rc = g4_text_forward(s, ids, n, NULL, logits, 1);
     for (int i = 0; i < nc; i++)
         if (pick[i]) {
             *c[i].slot = c[i].f16;
@@ -310,6 +334,7 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
     p.measure = 1;
     rc = g4_text_forward(s, ids, n, NULL, base, 1);
     p.measure = 0;
+    if (!rc) rc = p.rc;
     if (rc) goto done;
     for (int i = 0; i < nc; i++) c[i].row.out_rel = ratio(c[i].dd, c[i].yy);
 

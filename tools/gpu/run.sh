@@ -110,6 +110,14 @@ stage_engine() {
     done
     cmp -s <(sed -E 's/.*"tokens":(\[[^]]*\]).*/\1/' "$OUT/engine_sampled_1.json") <(sed -E 's/.*"tokens":(\[[^]]*\]).*/\1/' "$OUT/engine_sampled_2.json")
     echo "generate gpu-tiny sampled seed 11, run 1 vs run 2: $([ $? -eq 0 ] && echo same || echo DIFFERENT)"
+    # The sensitivity probe binds Q4 candidates through the CUDA backend's prepare_linear (it
+    # aborted on an unrepacked weight before): the ranking on CUDA and on the CPU (the fidelity
+    # stages run quantize --keep-auto --backend cuda on the trained proxy).
+    for b in cuda cpu; do
+        build-gpu/g4cu compare "$d/f16" --sensitivity --ids $ids --backend $b >"$OUT/engine_sens_$b.txt" 2>&1
+        echo "sensitivity gpu-tiny --backend $b: exit $?"
+    done
+    head -8 "$OUT/engine_sens_cuda.txt" | cut -c1-150
 }
 
 stage_sanitize() { # one line per run and per tool (logs in $OUT/sanitize/); SAN_TOOLS to narrow
