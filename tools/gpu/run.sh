@@ -20,6 +20,8 @@
 #   sanitize compute-sanitizer memcheck, racecheck, synccheck over the CUDA test tables and
 #            end-to-end runs on the gpu-tiny package (tools/gpu/sanitize.sh; after build, tiny)
 #   kernels  g4cu bench --kernels --json
+#   branch   an unlanded branch carried as .carry/branch.tar.gz: its own stages, its
+#            test_cuda_engine on gpu-tiny, its compare and bench on the full-size package
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -128,6 +130,26 @@ stage_kernels() {
     build-gpu/g4cu bench --kernels --reps 30 --json "$OUT/kbench.json" >"$OUT/kbench.txt" 2>&1
     echo "bench --kernels: exit $?"
     cat "$OUT/kbench.txt" | cut -c1-160
+}
+
+# An unlanded branch's tree, carried as .carry/branch.tar.gz (`git archive BRANCH -- .
+# ':!tests/fixtures' | gzip`), run beside this tree without replacing it: its own run.sh
+# stages ${BRANCH_STAGES:-build prefill} in $WORK/branch-src (its own build-gpu/), then its
+# test_cuda_engine on this run's gpu-tiny packages, and its g4cu bench and compare on the
+# full-size package when e2b_make made one. Logs under $OUT/branch/.
+stage_branch() {
+    local src="$WORK/branch-src" d="$WORK/e2b"
+    [ -f .carry/branch.tar.gz ] || { echo "branch: no .carry/branch.tar.gz"; return 1; }
+    rm -rf "$src" && mkdir -p "$src" "$OUT/branch" && tar -xzf .carry/branch.tar.gz -C "$src" || return 1
+    (cd "$src" && OUT="$OUT/branch" WORK="$WORK" bash tools/gpu/run.sh ${BRANCH_STAGES:-build prefill})
+    if [ -f "$WORK/gpu-tiny/f16/genai_config.json" ]; then
+        G4_GPU_TINY_PKG="$WORK/gpu-tiny/f16" G4_GPU_TINY_Q4="$WORK/gpu-tiny/q4" "$src/build-gpu/tests/test_cuda_engine" >"$OUT/branch/test_cuda_engine.log" 2>&1
+        echo "branch test_cuda_engine on gpu-tiny: exit $? $(tail -1 "$OUT/branch/test_cuda_engine.log")"
+    fi
+    [ -f "$d/READY" ] || { echo "branch: no full-size package ($d/READY)"; return 0; }
+    "$src/build-gpu/g4cu" compare "$d/f16" "$d/dumps/len16.npz" --backend cuda --tol-from "$d/dumps16/len16.npz" >"$OUT/branch/e2b_compare_cuda.txt" 2>&1
+    echo "branch e2b compare cuda vs HF fp32: exit $? $(tail -1 "$OUT/branch/e2b_compare_cuda.txt")"
+    "$src/build-gpu/g4cu" bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/branch/e2b_bench.json" 2>&1 | tee "$OUT/branch/e2b_bench.txt" | cut -c1-700
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF
