@@ -9,8 +9,10 @@
 //      dwconv1d_causal, audio_attention (frame masks), and the mixed-type add/convert the towers
 //      use between the f32 residual stream and f16 activations. Outputs lie between guard zones
 //      that must come back unchanged and are poisoned with NaN first; a NaN or inf where the
-//      reference is finite fails. Cases with bounds also check that the bounds change the
-//      reference (so a backend that ignored them would fail).
+//      reference is finite fails, and so does one in the reference (g4t_compare,
+//      tests/test_util.h), except in clamp, whose NaN input must come back NaN. Cases with
+//      bounds also check that the bounds change the reference (so a backend that ignored them
+//      would fail).
 //   2. a tower the kernels cannot take (the mobius-tiny fixture's) is refused at load with a
 //      user error (CUDA only).
 //   3. towers: the vision tower on two images and the audio tower on a speech clip (once with
@@ -299,28 +301,14 @@ static void *dev_copy(const void *host, size_t bytes) {
 }
 
 // --- comparison -------------------------------------------------------------------------------
-// Compares got with want (n values) under t and records one check. NaN in want must be NaN in
-// got (torch.clamp keeps NaN), an infinite want must be matched exactly, and a NaN or inf in got
-// where want is finite always fails (poisoned outputs that were never written).
-static void report(const char *what, const float *got, const float *want, size_t n, tol t,
-                   int extra_ok) {
-    size_t bad = 0, worst = 0, nonfinite = 0;
-    double max_err = 0, max_ratio = 0;
-    for (size_t i = 0; i < n; i++) {
-        double ratio; // |err| / allowed; INFINITY for a mismatched NaN or inf
-        if (isnan(want[i]) || isinf(want[i])) {
-            ratio = (isnan(want[i]) ? isnan(got[i]) : got[i] == want[i]) ? 0 : INFINITY;
-        } else if (!isfinite(got[i])) {
-            ratio = INFINITY;
-            nonfinite++;
-        } else {
-            const double d = fabs((double)got[i] - want[i]), lim = t.atol + t.rtol * fabs(want[i]);
-            if (d > max_err) max_err = d;
-            ratio = lim > 0 ? d / lim : d > 0 ? INFINITY : 0;
-        }
-        if (ratio > max_ratio) max_ratio = ratio, worst = i;
-        if (ratio > 1) bad++;
-    }
+// Compares got with want (n values) under t and records one check, with the NaN rule of
+// g4t_compare (tests/test_util.h): a NaN or inf on either side fails, except where the case
+// passes G4T_NONFINITE_SAME (clamp: torch.clamp keeps NaN, so want's NaN must be got's NaN).
+static void report_flags(const char *what, const float *got, const float *want, size_t n, tol t,
+                         int extra_ok, int flags) {
+    const g4t_cmp c = g4t_compare(got, want, n, t.atol, t.rtol, flags);
+    const size_t bad = c.bad, worst = c.worst, nonfinite = c.nonfinite + c.ref_nonfinite;
+    const double max_err = c.max_err, max_ratio = c.max_ratio;
     const int ok = bad == 0 && extra_ok;
     g4t_checks++;
     if (!ok) g4t_failures++;
@@ -331,6 +319,11 @@ static void report(const char *what, const float *got, const float *want, size_t
         printf("    %zu bad of %zu; worst [%zu] got %.7g want %.7g\n", bad, n, worst, got[worst],
                want[worst]);
     fflush(stdout);
+}
+
+static void report(const char *what, const float *got, const float *want, size_t n, tol t,
+                   int extra_ok) {
+    report_flags(what, got, want, n, t, extra_ok, 0);
 }
 
 // The largest |a - b| (a "does this setting change the result" measure).
@@ -377,7 +370,7 @@ static void case_clamp(g4_type t, int rows, int cols, float lo, float hi, int mi
     dbuf_set(&d, x);
     dut->clamp(dut, &d.b, lo, hi);
     float *got = dbuf_get(&d);
-    report("x vs cpu", got, want, n, TOL_EXACT, dbuf_guards_ok(&d, "x"));
+    report_flags("x vs cpu", got, want, n, TOL_EXACT, dbuf_guards_ok(&d, "x"), G4T_NONFINITE_SAME);
     dbuf_free(&d);
     free(x), free(want), free(got);
 }
