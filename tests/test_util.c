@@ -92,6 +92,10 @@ g4t_cmp g4t_compare(const float *got, const float *want, size_t n, double atol, 
     return c;
 }
 
+int g4t_elem_bad(double got, double want, double lim) {
+    return !isfinite(got) || !isfinite(want) || !(fabs(got - want) <= lim);
+}
+
 void g4t_read_line(const char *path, char *buf, size_t n) {
     FILE *f = fopen(path, "r");
     if (!f || !fgets(buf, (int)n, f)) {

@@ -71,5 +71,7 @@ typedef struct {
 } g4t_cmp;
 g4t_cmp g4t_compare(const float *got, const float *want, size_t n, double atol, double rtol,
                     int flags);
+// The same rule for one element against an allowed error lim (>= 0; 0: exact): 1 when it fails.
+int g4t_elem_bad(double got, double want, double lim);
 
 #endif
