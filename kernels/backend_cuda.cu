@@ -73,15 +73,8 @@ static uint64_t cu_alloc_count(g4_backend *be) { return __atomic_load_n(&cu_allo
 static cuda_ctx *CTX(g4_backend *be) { return (cuda_ctx *)be->ctx; }
 static cudaStream_t S(g4_backend *be) { return CTX(be)->stream; }
 
-// Preconditions the CUDA ops rely on: one message listing what is supported.
-static void need(int cond, const char *op, const char *what) {
-    if (!cond) {
-        fprintf(stderr, "g4cu: internal error: cuda %s: %s\n", op, what);
-        abort();
-    }
-}
-
-// --- memory -------------------------------------------------------------------------------
+// Preconditions the CUDA ops rely on (G4_REQUIRE): one message listing what is supported.
+#define need(cond, op, what) G4_REQUIRE(cond, "cuda %s: %s", op, what)
 
 static void *cu_alloc(g4_backend *be, size_t n) {
     void *p = NULL;
@@ -500,17 +493,8 @@ enum { SCR_CLIP_X = 0, SCR_GATE = 1, SCR_UP = 2, SCR_MASK = 3 }; // ctx->scratch
 #define BF    "%s [%d, %d]"
 #define BA(b) g4_type_name((b)->type), (b)->rows, (b)->cols
 
-// A precondition of a tower op, with the values in the message (a caller bug: abort).
-static void needf(int cond, const char *op, const char *fmt, ...) {
-    if (cond) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "g4cu: internal error: cuda %s: ", op);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    abort();
-}
+// A precondition of a tower op, with the values in the message (G4_REQUIRE: a caller bug).
+#define needf(cond, op, fmt, ...) G4_REQUIRE(cond, "cuda %s: " fmt, op, ##__VA_ARGS__)
 
 static int is_float(const g4_buf *b) {
     return b->type == G4_F16 || b->type == G4_F32;
