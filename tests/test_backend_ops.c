@@ -10,7 +10,8 @@
 //    lengths are cut where the naive loops would take too long on a CI core;
 //  * inputs are seeded random values rounded to fp16, so both backends (fp32 activations on the
 //    CPU, fp16 on CUDA) start from the same numbers; outputs are poisoned with NaN before the op
-//    and framed by guard zones that must come back unchanged (a write past either end fails);
+//    and framed by guard zones that must come back unchanged (a write past either end fails;
+//    tests/backend_buf.h);
 //  * comparisons use g4t_compare (tests/test_util.h): |got - want| <= atol + rtol |want| with a
 //    named tolerance per op and activation type, and a NaN or inf on either side fails;
 //  * a list check: the table below names every field of struct g4_backend (its bytes must tile
@@ -52,14 +53,15 @@
 #include "base/base.h"
 #include "kernels/cuda_util.h"
 #include "kernels/ops.h"
+#include "tests/backend_buf.h"
 #include "tests/test_util.h"
 
 #define NAME "test_backend_ops"
 
-static g4_backend *be; // the backend under test
-static const char *op_filter, *shape_filter;
+static g4_backend *be;  // the backend under test
+static g4t_cases cases; // tests/backend_buf.h
 static int perf_mode, perf_reps = 20, break_mode;
-static int cases_run, cases_failed, case_open, case_fail_mark, case_reports;
+static int case_reports; // comparisons in the open case (--break: each case needs one)
 
 static double now_ms(void) {
     struct timespec ts;
@@ -208,34 +210,19 @@ static void check_coverage(void) {
 
 // --- cases ------------------------------------------------------------------------------------
 static void close_case(void) {
-    if (case_open && break_mode && case_reports == 0) { // every case must be able to fail
+    if (cases.open && break_mode && case_reports == 0) { // every case must be able to fail
         g4t_checks++, g4t_failures++;
         printf("  FAIL: --break: the case has no comparison a perturbed reference could fail\n");
     }
-    if (case_open && g4t_failures > case_fail_mark) cases_failed++;
-    case_open = 0;
+    g4t_case_close(&cases);
 }
 
-// Whether a case runs; prints its op and parameters when it does.
-static int want_case(const char *op, const char *fmt, ...) G4_PRINTF(2, 3);
-static int want_case(const char *op, const char *fmt, ...) {
-    close_case();
-    char shape[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(shape, sizeof shape, fmt, ap);
-    va_end(ap);
-    if (op_filter && !strstr(op, op_filter)) return 0;
-    if (shape_filter && !strstr(shape, shape_filter)) return 0;
-    printf("case %-4s %-16s %s\n", be->name, op, shape);
-    fflush(stdout);
-    cases_run++;
-    case_open = 1;
-    case_fail_mark = g4t_failures;
+// Whether a case runs; prints its backend, op and parameters when it does.
+#define want_case(op, ...)                                                                         \
+    (close_case(), g4t_case_open(&cases, be->name, op, __VA_ARGS__) ? (case_started(op), 1) : 0)
+static void case_started(const char *op) {
     case_reports = 0;
     if (find_field(op)) called(op); // "memory" and "graph" cases cover several fields
-
-    return 1;
 }
 
 // Times `stmt` (the case's op call) in perf mode, after the case's check.
@@ -319,19 +306,11 @@ static void report_ids(const char *what, const int32_t *got, const int32_t *want
 }
 
 // --- host data --------------------------------------------------------------------------------
-// n random values in [lo, hi) rounded to fp16, never zero.
 static float *rnd(unsigned long long *s, size_t n, float lo, float hi) {
-    float *f = g4_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        const float v = g4t_rand_uniform(s, lo, hi);
-        f[i] = g4_round_f16(v == 0.0f ? 0.5f * hi : v);
-    }
-    return f;
+    return g4t_rand_f16(s, n, lo, hi);
 }
 static uint16_t *f16_bits(const float *x, size_t n) {
-    uint16_t *b = g4_malloc(2 * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) b[i] = g4_f32_to_f16(x[i]);
-    return b;
+    return g4t_f16_bits(x, n);
 }
 static float *zeros(size_t n) {
     return g4_calloc(n ? n : 1, sizeof(float));
@@ -346,15 +325,8 @@ static float act_round(float x) {
     return be->act_type == G4_F16 ? g4_round_f16(x) : x;
 }
 
-// --- backend buffers between guard zones --------------------------------------------------------
-#define GUARD      256
-#define GUARD_BYTE 0xA5
-
-typedef struct {
-    g4_buf b;
-    char *base;
-    size_t bytes; // of b
-} tbuf;
+// --- backend buffers between guard zones (tests/backend_buf.h) -------------------------------
+typedef g4t_bbuf tbuf;
 
 static void *be_alloc(size_t bytes) {
     const uint64_t before = be->alloc_count(be);
@@ -369,109 +341,37 @@ static void *be_alloc(size_t bytes) {
     return p;
 }
 
-// A [rows, cols] buffer of type t, poisoned (NaN, or 0x7fc00000 for I32), between guards.
+// A [rows, cols] buffer of type t, poisoned, between guards.
 static tbuf tb_new(g4_type t, int rows, int cols) {
-    tbuf d;
-    d.b = (g4_buf){NULL, t, rows, cols};
-    d.bytes = g4_buf_bytes(&d.b);
-    d.base = be_alloc(d.bytes + 2 * GUARD);
-    d.b.data = d.base + GUARD;
-    const size_t es = g4_type_size(t);
-    uint8_t *h = g4_malloc(d.bytes + 2 * GUARD);
-    memset(h, GUARD_BYTE, d.bytes + 2 * GUARD);
-    for (size_t i = 0; i < d.bytes / es; i++) {
-        uint8_t *e = h + GUARD + i * es;
-        if (es == 2) {
-            const uint16_t nan16 = t == G4_BF16 ? 0x7FC0 : 0x7E00;
-            memcpy(e, &nan16, 2);
-        } else {
-            const uint32_t nan32 = 0x7fc00000u;
-            memcpy(e, &nan32, 4);
-        }
-    }
-    be->upload(be, d.base, h, d.bytes + 2 * GUARD);
-    be->sync(be);
-    called("upload"), called("sync");
-    free(h);
+    const uint64_t before = be->alloc_count(be);
+    tbuf d = g4t_bbuf_new(be, t, rows, cols, 0);
+    CHECK_MSG(be->alloc_count(be) > before, "%s: alloc_count did not count an allocation",
+              be->name);
+    called("alloc"), called("alloc_count"), called("upload"), called("sync");
     return d;
 }
-
-static void to_type(void *dst, g4_type t, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) switch (t) {
-        case G4_F32:
-            ((float *)dst)[i] = src[i];
-            break;
-        case G4_F16:
-            ((uint16_t *)dst)[i] = g4_f32_to_f16(src[i]);
-            break;
-        case G4_BF16:
-            ((uint16_t *)dst)[i] = g4_bf16_round(src[i]);
-            break;
-        case G4_I32:
-            ((int32_t *)dst)[i] = (int32_t)src[i];
-            break;
-        }
-}
-static void from_type(float *dst, g4_type t, const void *src, size_t n) {
-    for (size_t i = 0; i < n; i++) switch (t) {
-        case G4_F32:
-            dst[i] = ((const float *)src)[i];
-            break;
-        case G4_F16:
-            dst[i] = g4_f16_to_f32(((const uint16_t *)src)[i]);
-            break;
-        case G4_BF16:
-            dst[i] = g4_bf16_to_f32(((const uint16_t *)src)[i]);
-            break;
-        case G4_I32:
-            dst[i] = (float)((const int32_t *)src)[i];
-            break;
-        }
-}
-
 // A buffer of type t holding x (converted), or the raw I32 values v.
 static tbuf tb_from(g4_type t, int rows, int cols, const float *x) {
     tbuf d = tb_new(t, rows, cols);
-    void *h = g4_malloc(d.bytes + 1);
-    to_type(h, t, x, (size_t)rows * cols);
-    be->upload(be, d.b.data, h, d.bytes);
-    free(h);
+    g4t_bbuf_set(&d, x);
     return d;
 }
 static tbuf tb_i32(int rows, int cols, const int32_t *v) {
     tbuf d = tb_new(G4_I32, rows, cols);
-    be->upload(be, d.b.data, v, d.bytes);
+    g4t_bbuf_set_raw(&d, v);
     return d;
 }
 // The buffer's values as floats (a new array).
 static float *tb_get(const tbuf *d) {
-    const size_t n = (size_t)d->b.rows * d->b.cols;
-    void *h = g4_malloc(d->bytes + 1);
-    be->sync(be);
-    be->download(be, h, d->b.data, d->bytes);
     called("download");
-    float *f = g4_malloc(sizeof(float) * (n ? n : 1));
-    from_type(f, d->b.type, h, n);
-    free(h);
-    return f;
+    return g4t_bbuf_get(d);
 }
 static int tb_guards_ok(const tbuf *d, const char *what) {
-    uint8_t g[2 * GUARD];
-    be->sync(be);
-    be->download(be, g, d->base, GUARD);
-    be->download(be, g + GUARD, (const char *)d->b.data + d->bytes, GUARD);
-    for (int i = 0; i < 2 * GUARD; i++)
-        if (g[i] != GUARD_BYTE) {
-            if (what) // NULL: an expected overwrite (check_harness)
-                printf("    %s: guard byte %d %s the buffer overwritten\n", what,
-                       i < GUARD ? GUARD - i : i - GUARD + 1, i < GUARD ? "before" : "after");
-            return 0;
-        }
-    return 1;
+    return g4t_bbuf_guards_ok(d, what);
 }
 static void tb_free(tbuf *d) {
-    if (d->base) be->free(be, d->base), called("free");
-    d->base = NULL;
+    if (d->base) called("free");
+    g4t_bbuf_free(d);
 }
 // Raw bytes placed in backend memory (weights, tables, frequencies, parameters).
 static void *be_copy(const void *host, size_t bytes) {
@@ -1642,7 +1542,7 @@ static void run_cases(void) {
 static void run_backend(void) {
     check_harness();
     run_cases();
-    if (!op_filter && !shape_filter) check_coverage();
+    if (!cases.op_filter && !cases.shape_filter) check_coverage();
 }
 
 int main(int argc, char **argv) {
@@ -1658,9 +1558,9 @@ int main(int argc, char **argv) {
                  (!strcmp(argv[i + 1], "cpu") || !strcmp(argv[i + 1], "cuda")))
             only = argv[++i];
         else if (!strcmp(argv[i], "--op") && i + 1 < argc)
-            op_filter = argv[++i];
+            cases.op_filter = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
-            shape_filter = argv[++i];
+            cases.shape_filter = argv[++i];
         else {
             fprintf(stderr,
                     "usage: %s [perf] [--reps N] [--break] [--backend cpu|cuda] [--op S] "
@@ -1691,9 +1591,9 @@ int main(int argc, char **argv) {
             run_backend();
         }
     }
-    printf("%s: %d cases, %d failed\n", NAME, cases_run, cases_failed);
+    printf("%s: %d cases, %d failed\n", NAME, cases.run, cases.failed);
     if (cuda_skip) printf("SKIP %s cuda half: %s\n", NAME, cuda_skip);
-    if (cases_run == 0) {
+    if (cases.run == 0) {
         if (cuda_skip && only) return g4t_skip(NAME, cuda_skip);
         printf("%s: no case matched the filters\n", NAME);
         return 1;
