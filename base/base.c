@@ -45,6 +45,17 @@ void g4_assert_failed(const char *what, const char *file, int line) {
     abort();
 }
 
+void g4_require_failed(const char *cond, const char *file, int line, const char *fmt, ...) {
+    fflush(stdout);
+    fprintf(stderr, "g4cu: internal error: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": requires %s (%s:%d)\n", cond, file, line);
+    exit(2);
+}
+
 static void g4_oom(size_t n) {
     fprintf(stderr, "g4cu: out of host memory allocating %zu bytes\n", n);
     abort();

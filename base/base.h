@@ -41,6 +41,17 @@ void g4_error_prefix(const char *fmt, ...) G4_PRINTF(1, 2);
         if (!(cond)) g4_assert_failed(#cond, __FILE__, __LINE__);                                  \
     } while (0)
 G4_NORETURN void g4_assert_failed(const char *what, const char *file, int line);
+// The precondition idiom: what a function requires of its caller (the types, shapes and ranges
+// an op supports). When cond is false: one line "g4cu: internal error: <message>: requires
+// <cond> (file:line)" with the values in the printf-style message, and exit code 2 (the
+// internal-error contract: a caller bug; user input is checked before it gets here and refused
+// with g4_fail(G4_EUSER, ...)). kernels/ uses it through G4K_REQUIRE and the backends' need*.
+#define G4_REQUIRE(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) g4_require_failed(#cond, __FILE__, __LINE__, __VA_ARGS__);                    \
+    } while (0)
+G4_NORETURN void g4_require_failed(const char *cond, const char *file, int line, const char *fmt,
+                                   ...) G4_PRINTF(4, 5);
 
 // Allocation that never returns NULL (aborts with the size on failure).
 void *g4_malloc(size_t n);

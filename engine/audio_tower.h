@@ -24,7 +24,7 @@
 #define G4_AUDIO_TOWER_H
 
 #include "engine/audio_fe.h"
-#include "engine/tower_weights.h"
+#include "engine/weights.h"
 
 typedef struct {
     g4_linear ffn_1[2], ffn_2[2];         // feed_forward1/2: ffw_layer_1 [A, F], ffw_layer_2 [F, A]

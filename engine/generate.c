@@ -122,9 +122,7 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
         int T = n_prompt - a < chunk ? n_prompt - a : chunk;
         int n_ph = 0;
         for (int t = a; t < a + T; t++)
-            if ((c->image_token_id >= 0 && prompt[t] == c->image_token_id) ||
-                (c->audio_token_id >= 0 && prompt[t] == c->audio_token_id))
-                n_ph++;
+            n_ph += g4_placeholder_of(c, prompt[t]) != G4_PH_NONE;
         if (soft_used + n_ph > (soft ? soft->n : 0)) {
             rc = g4_fail(G4_EUSER,
                          "the prompt has more image/audio placeholder tokens than the %d soft "

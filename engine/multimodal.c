@@ -59,8 +59,8 @@ int g4_mm_merge(g4_backend *be, const g4_text_config *c, const int32_t *ids, int
     memset(out, 0, sizeof *out);
     int ph_img = 0, ph_aud = 0;
     for (int t = 0; t < n; t++) {
-        ph_img += c->image_token_id >= 0 && ids[t] == c->image_token_id;
-        ph_aud += c->audio_token_id >= 0 && ids[t] == c->audio_token_id;
+        ph_img += g4_placeholder_of(c, ids[t]) == G4_PH_IMAGE;
+        ph_aud += g4_placeholder_of(c, ids[t]) == G4_PH_AUDIO;
     }
     if (ph_img && !img)
         return g4_fail(G4_EUSER,
@@ -85,9 +85,10 @@ int g4_mm_merge(g4_backend *be, const g4_text_config *c, const int32_t *ids, int
     float *rows = g4_malloc(sizeof(float) * (size_t)(n_img + n_aud) * H);
     for (int t = 0, k = 0, ki = 0, ka = 0; t < n; t++) {
         const float *src = NULL;
-        if (c->image_token_id >= 0 && ids[t] == c->image_token_id)
+        const g4_placeholder ph = g4_placeholder_of(c, ids[t]);
+        if (ph == G4_PH_IMAGE)
             src = img + (size_t)(ki++) * H;
-        else if (c->audio_token_id >= 0 && ids[t] == c->audio_token_id)
+        else if (ph == G4_PH_AUDIO)
             src = aud + (size_t)(ka++) * H;
         if (src) memcpy(rows + (size_t)(k++) * H, src, sizeof(float) * (size_t)H);
     }

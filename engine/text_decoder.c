@@ -246,8 +246,7 @@ static int stage_inputs(g4_text_state *s, const int32_t *ids, int T, const g4_so
     int n_soft = 0;
     for (int t = 0; t < T; t++) {
         int32_t id = ids[t];
-        int placeholder = (c->image_token_id >= 0 && id == c->image_token_id) ||
-                          (c->audio_token_id >= 0 && id == c->audio_token_id);
+        const int placeholder = g4_placeholder_of(c, id) != G4_PH_NONE;
         map[t] = -1;
         if (placeholder) {
             map[t] = n_soft++;

@@ -24,6 +24,7 @@
 #ifndef G4_TEXT_MODEL_H
 #define G4_TEXT_MODEL_H
 
+#include "engine/weights.h"
 #include "kernels/ops.h"
 #include "loader/package.h"
 
@@ -60,9 +61,7 @@ typedef struct g4_text_model {
     const float *inv_freq[G4_MAX_ROPE]; // backend memory, [head_dim/2] per rope table
     uint64_t weight_bytes;      // bytes of weights placed on the backend
     uint64_t host_bytes;        // bytes of weights the backend reads from pinned host memory
-    uint64_t oom_bytes;         // bytes that did not fit (load fails when non-zero)
-    void **owned;               // backend allocations (uploads, aligned copies)
-    int n_owned;
+    g4_binder bind;             // the backend copies of the weights (engine/weights.h)
 } g4_text_model;
 
 // Called with every named intermediate of a forward (for layer-by-layer comparison). Names

@@ -17,7 +17,7 @@
 #define G4_VISION_TOWER_H
 
 #include "engine/image_fe.h"
-#include "engine/tower_weights.h"
+#include "engine/weights.h"
 
 typedef struct {
     g4_linear q, k, v, o;   // [D, D] (heads * head_dim = D), clipped

@@ -15,11 +15,8 @@
 
 // Type and shape preconditions of the CPU ops (one place lists what is supported).
 static void need_f32(const g4_buf *b, const char *op) {
-    if (b->type != G4_F32) {
-        fprintf(stderr, "g4cu: internal error: cpu %s supports f32 buffers only, got %s\n", op,
-                g4_type_name(b->type));
-        abort();
-    }
+    G4_REQUIRE(b->type == G4_F32, "cpu %s supports f32 buffers only, got %s", op,
+               g4_type_name(b->type));
 }
 
 // Buffers of backend memory made so far (cpu_alloc_count). The reference ops' own temporaries

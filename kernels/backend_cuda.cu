@@ -7,7 +7,9 @@
 // (kernels/<op>.cuh): the launchers assert them, and the load checks here (check_text,
 // check_vision, check_audio, prepare_linear) refuse a model with the same ones, naming the op,
 // the shape and what it takes. cuBLAS/cuDNN are not used here: they are baselines in the
-// benches only.
+// benches only. This file is the glue and the op table; the per-op profiler is
+// kernels/profile.cu, the typed elementwise kernels kernels/eltwise.cu, the load checks
+// kernels/backend_cuda_checks.cu.
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include "kernels/conv_dw1d.cuh"
 #include "kernels/conv_sscp.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/eltwise.cuh"
 #include "kernels/embed.cuh"
 #include "kernels/gelu_mul.cuh"
 #include "kernels/gemm_f16.cuh"
@@ -30,8 +33,8 @@
 #include "kernels/glu.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
-#include "kernels/pdl.cuh"
 #include "kernels/ple.cuh"
+#include "kernels/profile.cuh"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/scatter_rows.cuh"
@@ -70,15 +73,8 @@ static uint64_t cu_alloc_count(g4_backend *be) { return __atomic_load_n(&cu_allo
 static cuda_ctx *CTX(g4_backend *be) { return (cuda_ctx *)be->ctx; }
 static cudaStream_t S(g4_backend *be) { return CTX(be)->stream; }
 
-// Preconditions the CUDA ops rely on: one message listing what is supported.
-static void need(int cond, const char *op, const char *what) {
-    if (!cond) {
-        fprintf(stderr, "g4cu: internal error: cuda %s: %s\n", op, what);
-        abort();
-    }
-}
-
-// --- memory -------------------------------------------------------------------------------
+// Preconditions the CUDA ops rely on (G4_REQUIRE): one message listing what is supported.
+#define need(cond, op, what) G4_REQUIRE(cond, "cuda %s: %s", op, what)
 
 static void *cu_alloc(g4_backend *be, size_t n) {
     void *p = NULL;
@@ -131,138 +127,20 @@ static void cu_sync(g4_backend *be) {
         G4_CUDA_CHECK(cudaStreamSynchronize(S(be)));
 }
 
-// --- per-op profile (G4_PROFILE=1): events around every op of an eager forward -------------
-// One decode step's time split by op, launch gaps included (a graph replay hides part of the
-// gaps, so this is an upper bound per op). Not recorded while a graph is being captured.
-struct ProfEntry {
-    const char *name;
-    cudaEvent_t a, b;
-};
-static ProfEntry *prof_entries;
-static int prof_n, prof_cap, prof_on = -1;
-
-struct ProfScope {
-    ProfEntry *e = nullptr;
-    cudaStream_t st;
-    ProfScope(const char *name, cudaStream_t stream) : st(stream) {
-        if (prof_on < 0) prof_on = getenv("G4_PROFILE") && strcmp(getenv("G4_PROFILE"), "0");
-        if (!prof_on) return;
-        cudaStreamCaptureStatus cs;
-        G4_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
-        if (cs != cudaStreamCaptureStatusNone) return;
-        if (prof_n == prof_cap) {
-            prof_cap = prof_cap ? 2 * prof_cap : 4096;
-            prof_entries = (ProfEntry *)g4_realloc(prof_entries, sizeof(ProfEntry) * prof_cap);
-            for (int i = prof_n; i < prof_cap; i++) {
-                G4_CUDA_CHECK(cudaEventCreate(&prof_entries[i].a));
-                G4_CUDA_CHECK(cudaEventCreate(&prof_entries[i].b));
-            }
-        }
-        e = &prof_entries[prof_n++];
-        e->name = name;
-        G4_CUDA_CHECK(cudaEventRecord(e->a, st));
-    }
-    ~ProfScope() {
-        if (e) G4_CUDA_CHECK(cudaEventRecord(e->b, st));
-    }
-};
-#define PROF(name) ProfScope prof_scope_(name, S(be))
-
-extern "C" void g4_cuda_profile_reset(void) { prof_n = 0; }
-
-extern "C" void g4_cuda_profile_report(FILE *f, double steps) {
-    if (prof_n == 0) return;
-    G4_CUDA_CHECK(cudaDeviceSynchronize());
-    const char *names[64];
-    double ms[64] = {0};
-    int count[64] = {0}, n = 0;
-    double total = 0;
-    for (int i = 0; i < prof_n; i++) {
-        float t;
-        G4_CUDA_CHECK(cudaEventElapsedTime(&t, prof_entries[i].a, prof_entries[i].b));
-        int k = 0;
-        while (k < n && strcmp(names[k], prof_entries[i].name)) k++;
-        if (k == n && n < 64) names[n++] = prof_entries[i].name;
-        if (k < 64) ms[k] += t, count[k]++;
-        total += t;
-    }
-    for (int i = 0; i < n; i++) // sort by time, descending
-        for (int j = i + 1; j < n; j++)
-            if (ms[j] > ms[i]) {
-                double tm = ms[i]; ms[i] = ms[j]; ms[j] = tm;
-                int tc = count[i]; count[i] = count[j]; count[j] = tc;
-                const char *tn = names[i]; names[i] = names[j]; names[j] = tn;
-            }
-    fprintf(f, "  %-18s %8s %10s %10s %7s\n", "op", "calls", "ms/step", "us/call", "share");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "  %-18s %8.0f %10.4f %10.2f %6.1f%%\n", names[i], count[i] / steps,
-                ms[i] / steps, 1e3 * ms[i] / count[i], 100 * ms[i] / total);
-    fprintf(f, "  %-18s %8.0f %10.4f (sum of op times; launches per step %.0f)\n", "total",
-            prof_n / steps, total / steps, prof_n / steps);
-    prof_n = 0;
-}
-
-// --- small elementwise kernels (everything bigger lives in its own kernels/<op>.cu) --------
-
-__device__ __forceinline__ float ld(const void *p, int type, size_t i) {
-    switch (type) {
-    case G4_F32: return ((const float *)p)[i];
-    case G4_F16: return __half2float(((const __half *)p)[i]);
-    default: return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16); // bf16
-    }
-}
-
-__device__ __forceinline__ void st(void *p, int type, size_t i, float v) {
-    switch (type) {
-    case G4_F32: ((float *)p)[i] = v; break;
-    case G4_F16: ((__half *)p)[i] = __float2half_rn(v); break;
-    default: { // bf16, round to nearest even
-        uint32_t u = __float_as_uint(v);
-        ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-    }
-}
-
-// On the decode path (embedding -> residual stream): launched with programmatic dependent
-// launch, so nothing above the wait (kernels/pdl.cuh).
-static __global__ void convert_kernel(void *y, int ty, const void *x, int tx, size_t n) {
-    g4_pdl_wait();
-    g4_pdl_trigger();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        st(y, ty, i, ld(x, tx, i));
-}
-
-static __global__ void scale_kernel(void *x, int tx, size_t n, float s) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        st(x, tx, i, ld(x, tx, i) * s);
-}
-
-static __global__ void add_kernel(void *y, int ty, const void *x, int tx, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        st(y, ty, i, ld(y, ty, i) + ld(x, tx, i));
-}
-
-static unsigned grid_for(size_t n) {
-    size_t b = (n + 255) / 256;
-    return (unsigned)(b < 4096 ? (b ? b : 1) : 4096);
-}
+#define PROF(name) g4k::ProfScope prof_scope_(name, S(be)) // kernels/profile.cuh
 
 static void cu_convert(g4_backend *be, g4_buf *dst, const g4_buf *src) {
     PROF("convert");
     need(dst->rows == src->rows && dst->cols == src->cols, "convert", "shapes must match");
     need(src->type != G4_I32 && dst->type != G4_I32, "convert", "float types only");
     size_t n = (size_t)src->rows * src->cols;
-    g4_pdl_launch(convert_kernel, dim3(grid_for(n)), dim3(256), 0, S(be), dst->data, (int)dst->type,
-                  (const void *)src->data, (int)src->type, n);
+    g4_convert_typed(dst->data, (int)dst->type, src->data, (int)src->type, n, S(be));
 }
 
 static void cu_scale(g4_backend *be, g4_buf *x, float s) {
     PROF("scale");
     size_t n = (size_t)x->rows * x->cols;
-    scale_kernel<<<grid_for(n), 256, 0, S(be)>>>(x->data, x->type, n, s);
+    g4_scale_typed(x->data, (int)x->type, n, s, S(be));
     G4_CUDA_LAUNCH_CHECK();
 }
 
@@ -270,7 +148,7 @@ static void cu_add(g4_backend *be, g4_buf *y, const g4_buf *x) {
     PROF("add");
     need(y->rows == x->rows && y->cols == x->cols, "add", "shapes must match");
     size_t n = (size_t)x->rows * x->cols;
-    add_kernel<<<grid_for(n), 256, 0, S(be)>>>(y->data, y->type, x->data, x->type, n);
+    g4_add_typed(y->data, (int)y->type, x->data, (int)x->type, n, S(be));
     G4_CUDA_LAUNCH_CHECK();
 }
 
@@ -615,17 +493,8 @@ enum { SCR_CLIP_X = 0, SCR_GATE = 1, SCR_UP = 2, SCR_MASK = 3 }; // ctx->scratch
 #define BF    "%s [%d, %d]"
 #define BA(b) g4_type_name((b)->type), (b)->rows, (b)->cols
 
-// A precondition of a tower op, with the values in the message (a caller bug: abort).
-static void needf(int cond, const char *op, const char *fmt, ...) {
-    if (cond) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "g4cu: internal error: cuda %s: ", op);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    abort();
-}
+// A precondition of a tower op, with the values in the message (G4_REQUIRE: a caller bug).
+#define needf(cond, op, fmt, ...) G4_REQUIRE(cond, "cuda %s: " fmt, op, ##__VA_ARGS__)
 
 static int is_float(const g4_buf *b) {
     return b->type == G4_F16 || b->type == G4_F32;
@@ -660,11 +529,6 @@ static void *tower_scratch(g4_backend *be, int slot, size_t bytes, const char *o
     return c->scratch[slot].p;
 }
 
-static __global__ void mask_u8_kernel(uint8_t *m, const int32_t *valid, int n) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        m[i] = valid[i] != 0;
-}
-
 // The kernels' uint8 mask [n] of an I32 0/1 mask buffer (NULL stays NULL: all valid). The one
 // mask scratch is reused by the next call: stream order keeps the previous reader before it.
 static const uint8_t *mask_u8(g4_backend *be, const g4_buf *valid, int n, const char *op) {
@@ -673,8 +537,7 @@ static const uint8_t *mask_u8(g4_backend *be, const g4_buf *valid, int n, const 
           "valid " BF ": expected i32 with %d entries", BA(valid), n);
     if (n == 0) return NULL;
     uint8_t *m = (uint8_t *)tower_scratch(be, SCR_MASK, (size_t)n, op);
-    mask_u8_kernel<<<grid_for((size_t)n), 256, 0, S(be)>>>(m, (const int32_t *)valid->data, n);
-    G4_CUDA_LAUNCH_CHECK();
+    g4_mask_u8(m, (const int32_t *)valid->data, n, S(be));
     return m;
 }
 
@@ -890,84 +753,7 @@ static void cu_audio_attention(g4_backend *be, g4_buf *out, const g4_buf *q, con
                   n_heads, head_dim, chunk, band, logit_cap, invalid_logit, S(be));
 }
 
-// --- load checks: every op's supported() predicate with the model's shapes ---------------------
-// The same predicates the launchers assert, so a package is refused here, with the op, the
-// shape and what the kernel takes, exactly when a forward would otherwise abort. The GEMMs are
-// checked per tensor when prepare_linear lays each weight out (fp16: g4_gemm_f16_supported;
-// Q4: g4_q4_repack), which names the tensor.
-
-// "cuda backend: <what>: the kernel takes <why> (use --backend cpu)"
-static int refuse(const char *why, const char *fmt, ...) {
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return g4_fail(G4_EUSER, "cuda backend: %s: the kernel takes %s (use --backend cpu)", what,
-                   why);
-}
-
-#define REFUSE_IF(why_expr, ...)                                                                   \
-    do {                                                                                           \
-        const char *why_ = (why_expr);                                                             \
-        if (why_) return refuse(why_, __VA_ARGS__);                                                \
-    } while (0)
-
-extern "C" int g4_cuda_check_text(const g4_text_config *c) {
-    const int H = c->hidden;
-    for (int l = 0; l < c->n_layers; l++) {
-        const int hd = c->layer[l].head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-        REFUSE_IF(g4_attn_decode_supported(nh, nkv, hd),
-                  "layer %d decode attention (%d heads, %d KV heads, head_dim %d)", l, nh, nkv, hd);
-        REFUSE_IF(g4_attn_prefill_supported(nh, nkv, hd),
-                  "layer %d prefill attention (%d heads, %d KV heads, head_dim %d)", l, nh, nkv,
-                  hd);
-        REFUSE_IF(g4_qkv_rope_supported(nh, hd), "layer %d q/k/v norm + RoPE (head_dim %d)", l, hd);
-    }
-    REFUSE_IF(g4_embed_supported(H), "token embedding of width %d", H);
-    REFUSE_IF(g4_rmsnorm_supported(H, H), "RMS norm over the hidden size %d", H);
-    REFUSE_IF(g4_add_rmsnorm_supported(H), "residual add + RMS norm over the hidden size %d", H);
-    REFUSE_IF(g4_ple_supported(c->ple_dim), "per-layer inputs of width %d", c->ple_dim);
-    REFUSE_IF(g4_gelu_mul_supported(c->ple_dim), "per-layer input gate of width %d", c->ple_dim);
-    REFUSE_IF(g4_logits_supported(c->vocab), "next-token pick over a vocabulary of %d", c->vocab);
-    return G4_OK;
-}
-
-extern "C" int g4_cuda_check_vision(const g4_vision_config *c, int pool_k) {
-    const int D = c->hidden, hd = c->head_dim, nh = c->n_heads;
-    REFUSE_IF(g4_vision_posemb_supported(D), "vision position embedding of width %d", D);
-    REFUSE_IF(g4_rmsnorm_supported(D, D), "vision RMS norm over the width %d", D);
-    REFUSE_IF(g4_rmsnorm_supported(D, hd), "vision per-head RMS norm (%d heads of %d)", nh, hd);
-    REFUSE_IF(g4_add_rmsnorm_supported(D), "vision residual add + RMS norm of width %d", D);
-    REFUSE_IF(g4_qkv_rope_supported(nh, hd), "vision 2-D RoPE (%d heads of %d)", nh, hd);
-    REFUSE_IF(g4_attn_bidir_supported(nh, hd), "vision attention (%d heads of %d)", nh, hd);
-    REFUSE_IF(g4_gelu_mul_supported(c->ffn), "vision MLP gate of width %d", c->ffn);
-    REFUSE_IF(g4_vision_pool_supported(D, pool_k), "vision pooling of width %d, kernel %d", D,
-              pool_k);
-    return G4_OK;
-}
-
-extern "C" int g4_cuda_check_audio(const g4_audio_config *c) {
-    const int m1 = (c->n_mel + 1) / 2;
-    REFUSE_IF(g4_sscp_conv_supported(1, c->conv0_ch, c->n_mel, 1),
-              "audio subsampling conv 0 (1 -> %d channels over %d mel bins)", c->conv0_ch,
-              c->n_mel);
-    REFUSE_IF(g4_sscp_conv_supported(c->conv0_ch, c->conv1_ch, m1, 0),
-              "audio subsampling conv 1 (%d -> %d channels over %d columns)", c->conv0_ch,
-              c->conv1_ch, m1);
-    REFUSE_IF(g4_attn_audio_supported(c->n_heads, c->head_dim, c->chunk, c->band),
-              "audio attention (%d heads of %d, chunk %d, band %d)", c->n_heads, c->head_dim,
-              c->chunk, c->band);
-    REFUSE_IF(g4_dwconv1d_supported(c->hidden, c->conv_kernel),
-              "audio light conv (%d channels, kernel %d)", c->hidden, c->conv_kernel);
-    REFUSE_IF(g4_rmsnorm_supported(c->hidden, c->hidden), "audio RMS norm over the width %d",
-              c->hidden);
-    REFUSE_IF(g4_add_rmsnorm_supported(c->hidden), "audio residual add + RMS norm of width %d",
-              c->hidden);
-    REFUSE_IF(g4_rmsnorm_supported(c->out_hidden, c->out_hidden),
-              "audio output RMS norm over the width %d", c->out_hidden);
-    return G4_OK;
-}
+// --- load checks: kernels/backend_cuda_checks.cu (g4_cuda_check_text, _vision, _audio) ----
 
 static int cu_check_text(g4_backend *be, const g4_text_config *c) { return g4_cuda_check_text(c); }
 static int cu_check_vision(g4_backend *be, const g4_vision_config *c, int pool_k) {

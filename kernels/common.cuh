@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "kernels/cuda_util.h"
 
 namespace g4k {
@@ -189,14 +190,7 @@ template <typename K> void set_smem(K *kernel, int bytes, bool *done) {
         }                                                                                          \
     } while (0)
 
-// Launch-time precondition: aborts with the condition and the op's name (a caller bug).
-#define G4K_REQUIRE(cond, op)                                                                      \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "g4cu: internal error: %s: precondition failed: %s (%s:%d)\n", op,     \
-                    #cond, __FILE__, __LINE__);                                                    \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+// Launch-time precondition (a caller bug): G4_REQUIRE (base/base.h) naming the op.
+#define G4K_REQUIRE(cond, op) G4_REQUIRE(cond, "%s: precondition failed", op)
 
 #endif

@@ -892,3 +892,9 @@ int g4_derive_audio_config(g4_package *p) {
                        c->onnx_path);
     return G4_OK;
 }
+
+g4_placeholder g4_placeholder_of(const g4_text_config *c, int32_t id) {
+    if (c->image_token_id >= 0 && id == c->image_token_id) return G4_PH_IMAGE;
+    if (c->audio_token_id >= 0 && id == c->audio_token_id) return G4_PH_AUDIO;
+    return G4_PH_NONE;
+}

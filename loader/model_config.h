@@ -138,4 +138,9 @@ typedef struct g4_audio_config_s {
 
 void g4_text_config_free(g4_text_config *c);
 
+// Which media placeholder a token id is: the one test of "is this a soft-token position" (a
+// model without an image or audio placeholder has -1 there, which no id matches).
+typedef enum { G4_PH_NONE = 0, G4_PH_IMAGE = 1, G4_PH_AUDIO = 2 } g4_placeholder;
+g4_placeholder g4_placeholder_of(const g4_text_config *c, int32_t id);
+
 #endif

@@ -8,7 +8,8 @@
 //    (unwritten elements fail).
 //  * Inputs are seeded random values rounded to fp16 (never zeros); the CPU reference runs on the
 //    same rounded values. Comparisons: |got - want| <= atol + rtol * |want| per element with
-//    named tolerances per op; NaN / inf in the output always fail.
+//    named tolerances per op; NaN / inf in the output or in the reference always fail
+//    (g4t_compare, tests/test_util.h: the one NaN rule of the op harnesses).
 //  * No GPU: exit 77 with the reason (ctest counts it as skipped).
 #ifndef G4_ATTNOPS_HARNESS_H
 #define G4_ATTNOPS_HARNESS_H
@@ -152,30 +153,13 @@ static inline float *hx_download_f32(const void *d, size_t n) {
 }
 
 // --- comparison -------------------------------------------------------------------------------
-typedef struct {
-    double max_err, max_ratio; // largest |got - want|, largest |got - want| / tol
-    size_t bad, worst;
-    int nonfinite;
-} hx_cmp;
+typedef g4t_cmp hx_cmp;
 
-// Compares got with want (n values) under atol + rtol * |want|; non-finite `got` always fails.
+// Compares got with want (n values) under atol + rtol * |want|, with the NaN rule of
+// g4t_compare (tests/test_util.h): a non-finite value on either side fails.
 static inline hx_cmp hx_compare(const float *got, const float *want, size_t n, double atol,
                                 double rtol) {
-    hx_cmp c = {0, 0, 0, 0, 0};
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) {
-            c.nonfinite++;
-            c.bad++;
-            if (c.max_ratio != INFINITY) c.worst = i;
-            c.max_ratio = INFINITY;
-            continue;
-        }
-        const double d = fabs((double)got[i] - want[i]), tol = atol + rtol * fabs(want[i]);
-        if (d > c.max_err) c.max_err = d;
-        if (d / tol > c.max_ratio) c.max_ratio = d / tol, c.worst = i;
-        if (d > tol) c.bad++;
-    }
-    return c;
+    return g4t_compare(got, want, n, atol, rtol, 0);
 }
 
 // Records the case result: prints one line, counts a failure (and a CHECK).
@@ -184,9 +168,10 @@ static inline void hx_report(const char *what, hx_cmp c, const float *got, const
     const int ok = c.bad == 0 && guards_ok;
     g4t_checks++;
     if (!ok) g4t_failures++, hx_cases_failed++;
-    printf("  %-22s %s  max|err| %.3g  worst/tol %.3g  (atol %.1e rtol %.1e)%s%s  %.2f ms\n", what,
-           ok ? "ok  " : "FAIL", c.max_err, c.max_ratio, atol, rtol, guards_ok ? "" : "  GUARD",
-           c.nonfinite ? "  NONFINITE" : "", ms);
+    printf("  %-22s %s  max|err| %.3g  worst/tol %.3g  (atol %.1e rtol %.1e)%s%s%s  %.2f ms\n",
+           what, ok ? "ok  " : "FAIL", c.max_err, c.max_ratio, atol, rtol,
+           guards_ok ? "" : "  GUARD", c.nonfinite ? "  NONFINITE" : "",
+           c.ref_nonfinite ? "  REF-NONFINITE" : "", ms);
     if (c.bad)
         printf("    %zu bad elements; worst [%zu] got %.7g want %.7g\n", c.bad, c.worst,
                got[c.worst], want[c.worst]);

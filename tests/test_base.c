@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -230,6 +231,37 @@ static void test_files(void) {
     g4t_rmtree(d);
 }
 
+// G4_REQUIRE's contract: a false precondition ends the process with exit code 2 and one line
+// naming the message, the values and the condition; a true one does nothing.
+static void test_require(void) {
+    G4_REQUIRE(1 + 1 == 2, "never printed %d", 1);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(stdout), fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        const int rows = 3;
+        G4_REQUIRE(rows == 4, "op x: rows %d, expected 4", rows);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[512] = {0};
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)r;
+    close(fds[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+              "G4_REQUIRE: status %d, expected exit 2", status);
+    CHECK_MSG(strstr(buf, "g4cu: internal error: op x: rows 3, expected 4: requires rows == 4 (") ==
+                  buf,
+              "G4_REQUIRE printed '%s'", buf);
+    CHECK_MSG(strchr(buf, '\n') == buf + strlen(buf) - 1, "G4_REQUIRE: not one line: '%s'", buf);
+}
+
 int main(void) {
     test_f16_to_f32_exhaustive();
     test_f32_to_f16();
@@ -238,5 +270,6 @@ int main(void) {
     test_json_errors();
     test_nonfinite();
     test_files();
+    test_require();
     return g4t_finish("test_base");
 }

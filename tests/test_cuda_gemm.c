@@ -353,7 +353,7 @@ static void cmp_one(cmp_stats *c, int row, int col, double got, double exp, doub
     const double err = fabs(got - exp);
     c->err2 += (got - exp) * (got - exp);
     c->ref2 += base * base;
-    const int bad = !isfinite(got) || (exact ? got != exp : !(err <= tol));
+    const int bad = g4t_elem_bad(got, exp, exact ? 0 : tol); // NaN on either side fails
     if (!isfinite(got)) c->nonfinite++;
     if (err > c->max_err || !isfinite(got)) c->max_err = isfinite(got) ? err : INFINITY;
     if (tol > 0 && err / tol > c->max_ratio) c->max_ratio = err / tol;

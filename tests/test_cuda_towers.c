@@ -9,8 +9,10 @@
 //      dwconv1d_causal, audio_attention (frame masks), and the mixed-type add/convert the towers
 //      use between the f32 residual stream and f16 activations. Outputs lie between guard zones
 //      that must come back unchanged and are poisoned with NaN first; a NaN or inf where the
-//      reference is finite fails. Cases with bounds also check that the bounds change the
-//      reference (so a backend that ignored them would fail).
+//      reference is finite fails, and so does one in the reference (g4t_compare,
+//      tests/test_util.h), except in clamp, whose NaN input must come back NaN. Cases with
+//      bounds also check that the bounds change the reference (so a backend that ignored them
+//      would fail).
 //   2. a tower the kernels cannot take (the mobius-tiny fixture's) is refused at load with a
 //      user error (CUDA only).
 //   3. towers: the vision tower on two images and the audio tower on a speech clip (once with
@@ -57,6 +59,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/ops.h"
 #include "loader/package.h"
+#include "tests/backend_buf.h"
 #include "tests/test_util.h"
 
 #define NAME "test_cuda_towers"
@@ -75,50 +78,20 @@ static const tol TOL_AUDIO = {"audio-attn", 2e-4, 1e-3};
 #define TOL_TOWER 1e-2
 
 static g4_backend *cpu, *dut;
-static const char *op_filter, *shape_filter;
-static int cases_run, cases_failed, case_open, case_fail_mark;
+static g4t_cases cases; // tests/backend_buf.h
 
-// Ends the current case: it failed when any check failed since it began.
 static void close_case(void) {
-    if (case_open && g4t_failures > case_fail_mark) cases_failed++;
-    case_open = 0;
+    g4t_case_close(&cases);
 }
-
 // Whether a case runs; prints its header line when it does.
-static int want_case(const char *op, const char *fmt, ...) G4_PRINTF(2, 3);
-static int want_case(const char *op, const char *fmt, ...) {
-    close_case();
-    char shape[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(shape, sizeof shape, fmt, ap);
-    va_end(ap);
-    if (op_filter && !strstr(op, op_filter)) return 0;
-    if (shape_filter && !strstr(shape, shape_filter)) return 0;
-    printf("case %-16s %s\n", op, shape);
-    fflush(stdout);
-    cases_run++;
-    case_open = 1;
-    case_fail_mark = g4t_failures;
-    return 1;
-}
+#define want_case(op, ...) g4t_case_open(&cases, NULL, op, __VA_ARGS__)
 
-// --- host data --------------------------------------------------------------------------------
-// n random values in [lo, hi), rounded to fp16 (so both backends start from the same values),
-// never zero.
+// n random values in [lo, hi), rounded to fp16, never zero.
 static float *rnd(unsigned long long *s, size_t n, float lo, float hi) {
-    float *f = g4_malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        float v = g4t_rand_uniform(s, lo, hi);
-        f[i] = g4_round_f16(v == 0.0f ? 0.5f * hi : v);
-    }
-    return f;
+    return g4t_rand_f16(s, n, lo, hi);
 }
-
 static uint16_t *f16_bits(const float *x, size_t n) {
-    uint16_t *b = g4_malloc(2 * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) b[i] = g4_f32_to_f16(x[i]);
-    return b;
+    return g4t_f16_bits(x, n);
 }
 
 static float *dup_f(const float *x, size_t n) {
@@ -163,127 +136,27 @@ static float *gather_rows(const float *x, int cols, const int *rows, int n) {
     return o;
 }
 
-// --- device (DUT) buffers -----------------------------------------------------------------------
-#define GUARD      256
-#define GUARD_BYTE 0xA5
+// --- device (DUT) buffers: guarded and NaN-poisoned (tests/backend_buf.h) ---------------------
+typedef g4t_bbuf dbuf;
 
-typedef struct {
-    g4_buf b;
-    char *base;
-    size_t bytes; // of b
-} dbuf;
-
-static void host_from_f32(void *dst, g4_type t, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) switch (t) {
-        case G4_F32:
-            ((float *)dst)[i] = src[i];
-            break;
-        case G4_F16:
-            ((uint16_t *)dst)[i] = g4_f32_to_f16(src[i]);
-            break;
-        case G4_BF16:
-            ((uint16_t *)dst)[i] = g4_bf16_round(src[i]);
-            break;
-        case G4_I32:
-            ((int32_t *)dst)[i] = (int32_t)src[i];
-            break;
-        }
-}
-
-static void host_to_f32(float *dst, g4_type t, const void *src, size_t n) {
-    for (size_t i = 0; i < n; i++) switch (t) {
-        case G4_F32:
-            dst[i] = ((const float *)src)[i];
-            break;
-        case G4_F16:
-            dst[i] = g4_f16_to_f32(((const uint16_t *)src)[i]);
-            break;
-        case G4_BF16:
-            dst[i] = g4_bf16_to_f32(((const uint16_t *)src)[i]);
-            break;
-        case G4_I32:
-            dst[i] = (float)((const int32_t *)src)[i];
-            break;
-        }
-}
-
-// A [rows, cols] buffer of type t on the DUT between two guard zones, poisoned with NaN (fp
-// types) or 0x7fc00000 (I32). misalign: the data starts one element past a 16-byte boundary
-// (the kernels' scalar fallbacks).
 static dbuf dbuf_new(g4_type t, int rows, int cols, int misalign) {
-    dbuf d;
-    const size_t es = g4_type_size(t), off = misalign ? es : 0;
-    d.b = (g4_buf){NULL, t, rows, cols};
-    d.bytes = g4_buf_bytes(&d.b);
-    d.base = dut->alloc(dut, d.bytes + off + 2 * GUARD);
-    if (!d.base) {
-        fprintf(stderr, "%s: out of memory for %zu bytes\n", NAME, d.bytes);
-        exit(2);
-    }
-    d.b.data = d.base + GUARD + off;
-    uint8_t *g = g4_malloc(GUARD + off);
-    memset(g, GUARD_BYTE, GUARD + off);
-    dut->upload(dut, d.base, g, GUARD + off);
-    dut->upload(dut, (char *)d.b.data + d.bytes, g, GUARD);
-    free(g);
-    uint8_t *p = g4_malloc(d.bytes + 1);
-    for (size_t i = 0; i < d.bytes / es; i++) {
-        if (es == 2) ((uint16_t *)p)[i] = t == G4_BF16 ? 0x7FC0 : 0x7E00;
-        if (es == 4) ((uint32_t *)p)[i] = 0x7fc00000u;
-    }
-    dut->upload(dut, d.b.data, p, d.bytes);
-    dut->sync(dut);
-    free(p);
-    return d;
+    return g4t_bbuf_new(dut, t, rows, cols, misalign);
 }
-
-// Sets the buffer from host floats (converted to its type; I32 from integral floats).
 static void dbuf_set(dbuf *d, const float *x) {
-    const size_t n = (size_t)d->b.rows * d->b.cols;
-    void *h = g4_malloc(d->bytes + 1);
-    host_from_f32(h, d->b.type, x, n);
-    dut->upload(dut, d->b.data, h, d->bytes);
-    dut->sync(dut);
-    free(h);
+    g4t_bbuf_set(d, x);
 }
-
 static void dbuf_set_i32(dbuf *d, const int32_t *v) {
     G4_ASSERT(d->b.type == G4_I32);
-    dut->upload(dut, d->b.data, v, d->bytes);
-    dut->sync(dut);
+    g4t_bbuf_set_raw(d, v);
 }
-
-// The buffer as host floats (new array).
 static float *dbuf_get(dbuf *d) {
-    const size_t n = (size_t)d->b.rows * d->b.cols;
-    void *h = g4_malloc(d->bytes + 1);
-    dut->sync(dut);
-    dut->download(dut, h, d->b.data, d->bytes);
-    float *f = g4_malloc(sizeof(float) * n + 1);
-    host_to_f32(f, d->b.type, h, n);
-    free(h);
-    return f;
+    return g4t_bbuf_get(d);
 }
-
 static int dbuf_guards_ok(dbuf *d, const char *what) {
-    const size_t off = (size_t)((char *)d->b.data - d->base) - GUARD;
-    uint8_t *g = g4_malloc(2 * GUARD + off);
-    dut->download(dut, g, d->base, GUARD + off);
-    dut->download(dut, g + GUARD + off, (char *)d->b.data + d->bytes, GUARD);
-    int ok = 1;
-    for (size_t i = 0; i < 2 * GUARD + off && ok; i++)
-        if (g[i] != GUARD_BYTE) {
-            printf("    %s: guard byte %zu of the %s zone overwritten\n", what,
-                   i < GUARD + off ? i : i - GUARD - off, i < GUARD + off ? "leading" : "trailing");
-            ok = 0;
-        }
-    free(g);
-    return ok;
+    return g4t_bbuf_guards_ok(d, what);
 }
-
 static void dbuf_free(dbuf *d) {
-    if (d->base) dut->free(dut, d->base);
-    d->base = NULL;
+    g4t_bbuf_free(d);
 }
 
 // Host bytes placed on the DUT (weights, tables, frequencies); free with dut->free.
@@ -299,28 +172,14 @@ static void *dev_copy(const void *host, size_t bytes) {
 }
 
 // --- comparison -------------------------------------------------------------------------------
-// Compares got with want (n values) under t and records one check. NaN in want must be NaN in
-// got (torch.clamp keeps NaN), an infinite want must be matched exactly, and a NaN or inf in got
-// where want is finite always fails (poisoned outputs that were never written).
-static void report(const char *what, const float *got, const float *want, size_t n, tol t,
-                   int extra_ok) {
-    size_t bad = 0, worst = 0, nonfinite = 0;
-    double max_err = 0, max_ratio = 0;
-    for (size_t i = 0; i < n; i++) {
-        double ratio; // |err| / allowed; INFINITY for a mismatched NaN or inf
-        if (isnan(want[i]) || isinf(want[i])) {
-            ratio = (isnan(want[i]) ? isnan(got[i]) : got[i] == want[i]) ? 0 : INFINITY;
-        } else if (!isfinite(got[i])) {
-            ratio = INFINITY;
-            nonfinite++;
-        } else {
-            const double d = fabs((double)got[i] - want[i]), lim = t.atol + t.rtol * fabs(want[i]);
-            if (d > max_err) max_err = d;
-            ratio = lim > 0 ? d / lim : d > 0 ? INFINITY : 0;
-        }
-        if (ratio > max_ratio) max_ratio = ratio, worst = i;
-        if (ratio > 1) bad++;
-    }
+// Compares got with want (n values) under t and records one check, with the NaN rule of
+// g4t_compare (tests/test_util.h): a NaN or inf on either side fails, except where the case
+// passes G4T_NONFINITE_SAME (clamp: torch.clamp keeps NaN, so want's NaN must be got's NaN).
+static void report_flags(const char *what, const float *got, const float *want, size_t n, tol t,
+                         int extra_ok, int flags) {
+    const g4t_cmp c = g4t_compare(got, want, n, t.atol, t.rtol, flags);
+    const size_t bad = c.bad, worst = c.worst, nonfinite = c.nonfinite + c.ref_nonfinite;
+    const double max_err = c.max_err, max_ratio = c.max_ratio;
     const int ok = bad == 0 && extra_ok;
     g4t_checks++;
     if (!ok) g4t_failures++;
@@ -331,6 +190,11 @@ static void report(const char *what, const float *got, const float *want, size_t
         printf("    %zu bad of %zu; worst [%zu] got %.7g want %.7g\n", bad, n, worst, got[worst],
                want[worst]);
     fflush(stdout);
+}
+
+static void report(const char *what, const float *got, const float *want, size_t n, tol t,
+                   int extra_ok) {
+    report_flags(what, got, want, n, t, extra_ok, 0);
 }
 
 // The largest |a - b| (a "does this setting change the result" measure).
@@ -377,7 +241,7 @@ static void case_clamp(g4_type t, int rows, int cols, float lo, float hi, int mi
     dbuf_set(&d, x);
     dut->clamp(dut, &d.b, lo, hi);
     float *got = dbuf_get(&d);
-    report("x vs cpu", got, want, n, TOL_EXACT, dbuf_guards_ok(&d, "x"));
+    report_flags("x vs cpu", got, want, n, TOL_EXACT, dbuf_guards_ok(&d, "x"), G4T_NONFINITE_SAME);
     dbuf_free(&d);
     free(x), free(want), free(got);
 }
@@ -1116,9 +980,9 @@ int main(int argc, char **argv) {
     int dut_cpu = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
-            op_filter = argv[++i];
+            cases.op_filter = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
-            shape_filter = argv[++i];
+            cases.shape_filter = argv[++i];
         else if (!strcmp(argv[i], "--dut") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             dut_cpu = 1, i++;
         else {
@@ -1144,8 +1008,8 @@ int main(int argc, char **argv) {
     const char *pkg = getenv("G4_GPU_TINY_PKG");
     if (pkg && *pkg) run_towers(pkg);
     close_case();
-    printf("%s: %d cases, %d failed\n", NAME, cases_run, cases_failed);
-    if (cases_run == 0) {
+    printf("%s: %d cases, %d failed\n", NAME, cases.run, cases.failed);
+    if (cases.run == 0) {
         printf("%s: no case matched the filters\n", NAME);
         return 1;
     }

@@ -117,6 +117,17 @@ static void test_config_matches_hf(const g4_package *p) {
     CHECK_INT(c->pad_id, hf_int(tc, "pad_token_id"));
     CHECK_INT(c->image_token_id, hf_int(j.root, "image_token_id"));
     CHECK_INT(c->audio_token_id, hf_int(j.root, "audio_token_id"));
+    // the placeholder test: each id is its kind, other ids (BOS, -1) are none; a model without
+    // an audio placeholder (-1) matches no id, -1 included
+    CHECK_INT(g4_placeholder_of(c, hf_int(j.root, "image_token_id")), G4_PH_IMAGE);
+    CHECK_INT(g4_placeholder_of(c, hf_int(j.root, "audio_token_id")), G4_PH_AUDIO);
+    CHECK_INT(g4_placeholder_of(c, c->bos_id), G4_PH_NONE);
+    {
+        g4_text_config no_audio = *c;
+        no_audio.audio_token_id = -1;
+        CHECK_INT(g4_placeholder_of(&no_audio, -1), G4_PH_NONE);
+        CHECK_INT(g4_placeholder_of(&no_audio, c->audio_token_id), G4_PH_NONE);
+    }
     CHECK(!c->weights_q4);
 
     const cJSON *types = g4_json_at(tc, "layer_types");

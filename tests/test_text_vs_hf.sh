@@ -8,21 +8,28 @@
 # does not. Every tensor within it and the logits' argmax equal at every position.
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
+source "$(dirname "$0")/compare_json.sh" # reads the --json report
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 fail=0
 n=0
 for model in mobius-tiny-f16 tiny2; do
     for dump in "$G4_FIXTURES/refdumps/$model"/float64/*.npz; do
         n=$((n + 1))
         case=$(basename "$dump")
+        rm -f "$tmp/r.json"
         out=$("$G4CU" compare "$G4_FIXTURES/$model/package" "$dump" \
-            --tol-from "$G4_FIXTURES/refdumps/$model/$case" 2>&1)
+            --tol-from "$G4_FIXTURES/refdumps/$model/$case" --json "$tmp/r.json" 2>&1)
         rc=$?
-        rows=$(echo "$out" | grep -c ' hf-fp32x8 .* ok')
-        total=$(echo "$out" | grep -o '[0-9]* tensors compared' | grep -o '^[0-9]*')
-        argmax=$(echo "$out" | grep -o 'argmax [0-9]*/[0-9]*' | head -1)
-        agree=${argmax#argmax }
+        rows=0 total=0 agree=""
+        if [ -s "$tmp/r.json" ]; then
+            rows=$(cj_ok "$tmp/r.json" hf-fp32x8)
+            total=$(cj_total "$tmp/r.json")
+            agree=$(cj_argmax "$tmp/r.json")
+        fi
+        argmax="argmax ${agree:-?}"
         if [ $rc -ne 0 ] || [ -z "$agree" ] || [ "${agree%/*}" != "${agree#*/}" ] ||
-            [ "$rows" != "$total" ]; then
+            [ "$total" -eq 0 ] || [ "$rows" != "$total" ]; then
             echo "FAIL $model/$case (exit $rc, $rows of ${total:-?} rows ok under hf-fp32x8, $argmax)"
             echo "$out"
             fail=$((fail + 1))

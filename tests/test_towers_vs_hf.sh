@@ -14,22 +14,29 @@
 #                        packages keep HF's +-inf, so this is where the clamps are exercised)
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
+source "$(dirname "$0")/compare_json.sh" # reads the --json report
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 dir="$G4_FIXTURES/refdumps/mm"
 fail=0
 check() { # model dump min_tensors [required names...]
     local model=$1 dump=$2 want=$3
     shift 3
     local out rc
-    out=$("$G4CU" compare "$G4_FIXTURES/$model/package" "$dir/$dump" 2>&1)
+    rm -f "$tmp/r.json"
+    out=$("$G4CU" compare "$G4_FIXTURES/$model/package" "$dir/$dump" --json "$tmp/r.json" 2>&1)
     rc=$?
-    local n
-    n=$(echo "$out" | grep -o '[0-9]* tensors compared, all within tolerance' | grep -o '^[0-9]*')
-    local missing=""
+    local n="" total="" missing=""
+    if [ -s "$tmp/r.json" ]; then
+        n=$(cj_ok "$tmp/r.json")
+        total=$(cj_total "$tmp/r.json")
+        [ "$n" = "$total" ] || n="" # all within tolerance, or none counted
+    fi
     for name in "$@"; do
-        echo "$out" | grep -q "^$name  *[0-9].* ok" || missing="$missing $name"
+        [ -s "$tmp/r.json" ] && cj_pass "$tmp/r.json" "$name" || missing="$missing $name"
     done
-    local am
-    am=$(echo "$out" | grep '^logits_argmax ')
+    local am=""
+    [ -s "$tmp/r.json" ] && cj_pass "$tmp/r.json" logits_argmax && am=ok
     if [ $rc -ne 0 ] || [ -z "$n" ] || [ "$n" -lt "$want" ] || [ -n "$missing" ] || [ -z "$am" ]; then
         echo "FAIL $model/$dump (exit $rc, ${n:-0} tensors ok, want >= $want; missing or not ok:$missing)"
         echo "$out"

@@ -1,6 +1,7 @@
 // test_util.c: see test_util.h.
 #include "tests/test_util.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,33 @@ unsigned long long g4t_rand_u64(unsigned long long *s) {
 float g4t_rand_uniform(unsigned long long *s, float lo, float hi) {
     double u = (double)(g4t_rand_u64(s) >> 11) / 9007199254740992.0;
     return (float)(lo + (hi - lo) * u);
+}
+
+g4t_cmp g4t_compare(const float *got, const float *want, size_t n, double atol, double rtol,
+                    int flags) {
+    g4t_cmp c = {0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        double ratio; // |err| / allowed; INFINITY for a non-finite mismatch
+        if (!isfinite(want[i])) {
+            const int same = isnan(want[i]) ? isnan(got[i]) : got[i] == want[i];
+            ratio = (flags & G4T_NONFINITE_SAME) && same ? 0 : INFINITY;
+            if (!(flags & G4T_NONFINITE_SAME)) c.ref_nonfinite++;
+        } else if (!isfinite(got[i])) {
+            ratio = INFINITY;
+            c.nonfinite++;
+        } else {
+            const double d = fabs((double)got[i] - want[i]), lim = atol + rtol * fabs(want[i]);
+            if (d > c.max_err) c.max_err = d;
+            ratio = lim > 0 ? d / lim : d > 0 ? INFINITY : 0;
+        }
+        if (ratio > c.max_ratio) c.max_ratio = ratio, c.worst = i;
+        if (ratio > 1) c.bad++;
+    }
+    return c;
+}
+
+int g4t_elem_bad(double got, double want, double lim) {
+    return !isfinite(got) || !isfinite(want) || !(fabs(got - want) <= lim);
 }
 
 void g4t_read_line(const char *path, char *buf, size_t n) {

@@ -55,4 +55,23 @@ int g4t_sh(const char *fmt, ...);
 unsigned long long g4t_rand_u64(unsigned long long *state);
 float g4t_rand_uniform(unsigned long long *state, float lo, float hi);
 
+// The one element-wise comparison of the op harnesses (test_backend_ops, test_cuda_ops /
+// _attention / _conv through tests/attnops_harness.h, test_cuda_towers): element i passes when
+// |got - want| <= atol + rtol * |want|. The NaN rule, the same everywhere: a NaN or inf in `got`
+// where want is finite fails (a poisoned output that was never written), and a NaN or inf in
+// `want` fails too (a broken reference must not pass), unless the op's contract passes
+// non-finite inputs through (torch.clamp keeps NaN) and the case says so with G4T_NONFINITE_SAME:
+// then a non-finite want must be matched exactly (NaN by NaN, inf by the same inf).
+#define G4T_NONFINITE_SAME 1
+typedef struct {
+    double max_err, max_ratio; // largest finite |got - want|, largest |got - want| / tol
+    size_t bad, worst;         // failing elements, the index of the worst one
+    size_t nonfinite;          // non-finite got where want is finite
+    size_t ref_nonfinite;      // non-finite want (failures unless G4T_NONFINITE_SAME)
+} g4t_cmp;
+g4t_cmp g4t_compare(const float *got, const float *want, size_t n, double atol, double rtol,
+                    int flags);
+// The same rule for one element against an allowed error lim (>= 0; 0: exact): 1 when it fails.
+int g4t_elem_bad(double got, double want, double lim);
+
 #endif

@@ -17,6 +17,9 @@
 #            two states interleaved, 0 allocations after the first request (f16 and Q4); and
 #            `g4cu generate` on gpu-tiny: greedy tokens equal on CUDA and the CPU where the
 #            logits agree, a seed reproduces the same sampled tokens run to run
+#   backend_ops  tests/test_backend_ops on both backends (every ops.h op vs its naive
+#            implementation: the CUDA half runs only here), its --break self-check on CUDA, and
+#            its perf mode on CUDA ($OUT/backend_ops*.log; after build)
 #   sanitize compute-sanitizer memcheck, racecheck, synccheck over the CUDA test tables and
 #            end-to-end runs on the gpu-tiny package (tools/gpu/sanitize.sh; after build, tiny)
 #   kernels  g4cu bench --kernels --json
@@ -120,6 +123,21 @@ stage_engine() {
         echo "sensitivity gpu-tiny --backend $b: exit $?"
     done
     head -8 "$OUT/engine_sens_cuda.txt" | cut -c1-150
+}
+
+# Lines to read: "test_backend_ops: N cases, 0 failed" and "N checks, 0 failed" for the run and
+# for --break (which passes only when every perturbed case failed), no "SKIP ... cuda half" line,
+# and "list: cuda: N ops, each called by a case"; the perf lines are ms per call on the H200.
+stage_backend_ops() {
+    build-gpu/tests/test_backend_ops >"$OUT/backend_ops.log" 2>&1
+    echo "test_backend_ops: exit $?"
+    grep -E "^list|FAIL|SKIP|cases|checks" "$OUT/backend_ops.log" | grep -v "^  list" | tail -20
+    build-gpu/tests/test_backend_ops --break --backend cuda >"$OUT/backend_ops_break.log" 2>&1
+    echo "test_backend_ops --break --backend cuda: exit $?"
+    tail -2 "$OUT/backend_ops_break.log"
+    build-gpu/tests/test_backend_ops perf --reps 50 --backend cuda >"$OUT/backend_ops_perf.log" 2>&1
+    echo "test_backend_ops perf --backend cuda: exit $?"
+    awk '/^case/ { c = $0 } /^  perf/ { print $2 "\t" $3 " ms  " substr(c, 28) }' "$OUT/backend_ops_perf.log" | cut -c1-150
 }
 
 stage_sanitize() { # one line per run and per tool (logs in $OUT/sanitize/); SAN_TOOLS to narrow

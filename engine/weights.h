@@ -1,11 +1,12 @@
-// tower_weights.h: what the vision and audio towers share: weights bound by name from one
-// package component and placed on a backend, the ClippableLinear bounds, and the hook type.
+// weights.h: the one weight binder of the text decoder and the towers: weights bound by name
+// from a package component, checked (dtype, exact shape) and placed on a backend, with the
+// ClippableLinear bounds of the towers; and the towers' hook type.
 //
 // A linear named "<base>" is the package's "<base>.weight_t" (fp16 [in, out]) or its Q4 form;
 // a clipped linear also has the four scalars "<base>.input_min", ".input_max", ".output_min",
 // ".output_max" (HF Gemma4ClippableLinear buffers: y = clamp(clamp(x, in) @ W, out)).
-#ifndef G4_TOWER_WEIGHTS_H
-#define G4_TOWER_WEIGHTS_H
+#ifndef G4_WEIGHTS_H
+#define G4_WEIGHTS_H
 
 #include "kernels/ops.h"
 #include "loader/package.h"
@@ -24,9 +25,10 @@ typedef struct {
     g4_linear *lin;
 } g4_named_linear;
 
-// Binds weights of one component and keeps what it allocated on the backend. A backend
+// Binds weights of a component (g4_binder_component switches to another: the text model binds
+// from the embedding and the decoder) and keeps what it allocated on the backend. A backend
 // allocation that fails (out of memory) is counted in oom_bytes and leaves a NULL pointer; the
-// tower checks g4_binder_oom() once everything is bound.
+// model checks g4_binder_oom() once everything is bound.
 typedef struct {
     g4_backend *be;
     const g4_component *c;
@@ -41,6 +43,8 @@ typedef struct {
 } g4_binder;
 
 void g4_binder_init(g4_binder *b, g4_backend *be, const g4_component *c);
+// Later binds read from component c.
+void g4_binder_component(g4_binder *b, const g4_component *c);
 // Releases the backend copies (prepared linears and allocations).
 void g4_binder_free(g4_binder *b);
 // G4_EUSER naming `what` when some weights did not fit on the backend, else G4_OK.
@@ -58,7 +62,7 @@ int g4_bind_f16(g4_binder *b, const char *name, int ndim, const int64_t *dims, c
 int g4_bind_vec(g4_binder *b, const char *name, int64_t n, const void **out);
 // Linear "<base>" [in, out] (see above), laid out by the backend's prepare_linear when it has
 // one; clipped: the four bounds are required and recorded. bias_name: an fp16 [out] bias
-// tensor, or NULL for none.
+// tensor, or NULL for the linear's own (a Q4 MatMulNBits node's bias input) if it has one.
 int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
                    const char *bias_name, g4_linear *w);
 // 1 when "<base>.input_min" exists (the export kept HF's clip buffers).

@@ -1,5 +1,5 @@
-// tower_weights.c: see tower_weights.h.
-#include "engine/tower_weights.h"
+// weights.c: see weights.h.
+#include "engine/weights.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,8 @@ void g4_binder_init(g4_binder *b, g4_backend *be, const g4_component *c) {
     b->be = be;
     b->c = c;
 }
+
+void g4_binder_component(g4_binder *b, const g4_component *c) { b->c = c; }
 
 void g4_binder_free(g4_binder *b) {
     for (int i = 0; i < b->n_prepared; i++) b->be->release_linear(b->be, b->prepared[i]);
@@ -96,13 +98,14 @@ int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
     if (rc) return rc;
     const g4_tensor *bias = NULL;
     if (bias_name && (rc = g4_get(b->c, bias_name, G4_DT_FLOAT16, &bias, out))) return rc;
+    if (bias) w->bias = bias->data; // else the linear's own bias (Q4 node input), if any
     const size_t kb = w->kind == G4_W_Q4 ? (size_t)(in + w->block - 1) / w->block : 0;
     if (b->be->prepare_linear) { // the backend lays it out itself (device copy, Q4 repack)
-        w->bias = bias ? bias->data : NULL;
         b->weight_bytes +=
-            w->kind == G4_W_F16
-                ? (uint64_t)in * out * 2
-                : (uint64_t)out * (kb * (size_t)(w->block / 2) + kb * 2 + (kb + 1) / 2);
+            (w->bias ? (uint64_t)out * 2 : 0) +
+            (w->kind == G4_W_F16
+                 ? (uint64_t)in * out * 2
+                 : (uint64_t)out * (kb * (size_t)(w->block / 2) + kb * 2 + (kb + 1) / 2));
         if ((rc = b->be->prepare_linear(b->be, w))) {
             g4_error_prefix("%s: '%s%s'", b->c->onnx_path, b->c->prefix, nm);
             return rc;
@@ -117,7 +120,7 @@ int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
             w->scales = g4_binder_place(b, w->scales, (size_t)out * kb * 2, 2);
             if (w->zp) w->zp = g4_binder_place(b, w->zp, (size_t)out * ((kb + 1) / 2), 1);
         }
-        if (bias) w->bias = g4_binder_place(b, bias->data, (size_t)bias->nbytes, 2);
+        if (w->bias) w->bias = g4_binder_place(b, w->bias, (size_t)out * 2, 2);
     }
     if (!clipped) return G4_OK;
     if ((rc = clip_scalar(b->c, base, "input_min", &w->in_lo)) ||

@@ -1,0 +1,1602 @@
+// test_backend_ops.c: every op of the op table (kernels/ops.h) through the table, on the CPU
+// backend and on the CUDA backend, against a second, naive implementation written here (plain
+// loops in double, from the op's contract in ops.h and ../shared/spec/, sharing no code with
+// kernels/ref/), in the style of ggml's test-backend-ops:
+//
+//  * each op runs at tiny, odd and real Gemma-4 E2B shapes (hidden 1536, 8 query heads over 1 KV
+//    head of 256 / 512 dims, FFN 6144, 35 x 256 per-layer inputs, vocabulary 262144; vision 768
+//    wide, 12 x 64 heads, 2520 patches, a 10240-row position table; audio 1024 wide, 8 x 128
+//    heads, chunk 12 / band 12, the two subsampling layers, a 5-tap depthwise conv); sequence
+//    lengths are cut where the naive loops would take too long on a CI core;
+//  * inputs are seeded random values rounded to fp16, so both backends (fp32 activations on the
+//    CPU, fp16 on CUDA) start from the same numbers; outputs are poisoned with NaN before the op
+//    and framed by guard zones that must come back unchanged (a write past either end fails;
+//    tests/backend_buf.h);
+//  * comparisons use g4t_compare (tests/test_util.h): |got - want| <= atol + rtol |want| with a
+//    named tolerance per op and activation type, and a NaN or inf on either side fails;
+//  * a list check: the table below names every field of struct g4_backend (its bytes must tile
+//    the struct, so a new field is caught) and how it is covered; after an unfiltered run every
+//    op field must have been called by a case, so a new op cannot be left without one;
+//  * `--break`: every case runs with its reference perturbed and must fail (the comparison of
+//    each case can fail); the harness's own guard, poison and NaN rules are checked on every
+//    run (a write past the end, an unwritten output and a NaN reference each fail);
+//  * `perf`: after its check, each case times its op (--reps N calls, synchronised) and prints
+//    ms per call.
+//
+// Named tolerances (atol, rtol), for a backend with f32 activations / with f16 activations:
+//   exact      (0, 0) / (0, 0)              copies, gathers, comparisons (transpose, scatter,
+//                                           clamp, embed of fp16 rows, conversions' roundings)
+//   elem       (1e-6, 1e-5) / (1e-4, 1e-3)  one elementwise function: libm vs double (a few
+//                                           fp32 ulp); f16: one output rounding (2^-11 = 4.9e-4
+//                                           relative, 2x) and atol for results near 0
+//   reduce     (1e-5, 1e-5) / (1e-4, 1e-3)  norms, RoPE, convolutions, pooling: fp32 sums in
+//                                           another order than the double ones here
+//   f32-out    (1e-5, 1e-5) / (1e-5, 1e-5)  f32 outputs on both (residual stream, logits,
+//                                           pooled soft tokens), fp32 sums
+//   dot        (1e-4, 1e-4) / (1e-3, 1e-3)  linear: fp32 accumulation of <= 6144 products of
+//                                           |x| <= 3, |w| <= 0.1 (~1e-5) + the f16 rounding
+//   gelu-dot   (1e-4, 1e-4) / (1e-3, 2e-3)  linear_gelu_mul: gate and up each rounded to fp16
+//                                           before the product on CUDA (three roundings)
+//   attn       (1e-5, 1e-5) / (1e-3, 2e-3)  attention: fp16 P in the P V product on CUDA
+//   audio-attn (1e-5, 1e-5) / (2e-4, 1e-3)  audio attention: fp32 end to end, fp16 output
+//
+// Usage: test_backend_ops [perf] [--reps N] [--break] [--backend cpu|cuda] [--op S] [--shape S]
+// Without --backend both halves run; the CUDA half prints why it is skipped without a GPU (the
+// CPU half still decides the exit status). Exit 0 pass, 1 fail.
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "kernels/cuda_util.h"
+#include "kernels/ops.h"
+#include "tests/backend_buf.h"
+#include "tests/test_util.h"
+
+#define NAME "test_backend_ops"
+
+static g4_backend *be;  // the backend under test
+static g4t_cases cases; // tests/backend_buf.h
+static int perf_mode, perf_reps = 20, break_mode;
+static int case_reports; // comparisons in the open case (--break: each case needs one)
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// --- the list check: every field of g4_backend and how it is covered --------------------------
+typedef enum {
+    K_OP,       // an op: a case below must call it
+    K_MEMORY,   // memory and helpers: every case calls them (their own case checks them too)
+    K_OPTIONAL, // optional (NULL on the CPU): called by a case where the backend has it
+    K_MODEL,    // model-level, tested with a model elsewhere (the reason says where)
+    K_DATA,     // not a function
+} field_kind;
+
+typedef struct {
+    const char *name;
+    size_t offset, size;
+    field_kind kind;
+    const char *why; // K_MODEL: where it is tested
+    int calls;       // cases that called it in this run
+} field;
+
+#define FIELD(f, kind, why)                                                                        \
+    { #f, offsetof(g4_backend, f), sizeof(((g4_backend *)0)->f), kind, why, 0 }
+static field fields[] = {
+    FIELD(name, K_DATA, NULL),
+    FIELD(host_memory, K_DATA, NULL),
+    FIELD(act_type, K_DATA, NULL),
+    FIELD(kv_type, K_DATA, NULL),
+    FIELD(check_text, K_MODEL, "a model config's refusals: tests/test_cuda_supported.c"),
+    FIELD(exec_new, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
+    FIELD(exec_free, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
+    FIELD(alloc_count, K_MEMORY, NULL),
+    FIELD(alloc, K_MEMORY, NULL),
+    FIELD(free, K_MEMORY, NULL),
+    FIELD(upload, K_MEMORY, NULL),
+    FIELD(download, K_MEMORY, NULL),
+    FIELD(sync, K_MEMORY, NULL),
+    FIELD(alloc_mapped, K_OPTIONAL, NULL),
+    FIELD(free_mapped, K_OPTIONAL, NULL),
+    FIELD(convert, K_OP, NULL),
+    FIELD(linear, K_OP, NULL),
+    FIELD(prepare_linear, K_OPTIONAL, NULL),
+    FIELD(release_linear, K_OPTIONAL, NULL),
+    FIELD(linear_gelu_mul, K_OP, NULL),
+    FIELD(rmsnorm, K_OP, NULL),
+    FIELD(add_rmsnorm, K_OP, NULL),
+    FIELD(add_rmsnorm_next, K_OP, NULL),
+    FIELD(gelu_mul, K_OP, NULL),
+    FIELD(scale, K_OP, NULL),
+    FIELD(add, K_OP, NULL),
+    FIELD(qkv_prep, K_OP, NULL),
+    FIELD(attention, K_OP, NULL),
+    FIELD(ple_inputs, K_OP, NULL),
+    FIELD(embed, K_OP, NULL),
+    FIELD(softcap, K_OP, NULL),
+    FIELD(sample, K_OP, NULL),
+    FIELD(scatter_rows, K_OP, NULL),
+    FIELD(graph_begin, K_OPTIONAL, NULL),
+    FIELD(graph_end, K_OPTIONAL, NULL),
+    FIELD(graph_launch, K_OPTIONAL, NULL),
+    FIELD(graph_free, K_OPTIONAL, NULL),
+    FIELD(ctx, K_DATA, NULL),
+    FIELD(clamp, K_OP, NULL),
+    FIELD(silu, K_OP, NULL),
+    FIELD(glu, K_OP, NULL),
+    FIELD(transpose, K_OP, NULL),
+    FIELD(rope_2d, K_OP, NULL),
+    FIELD(attention_bidir, K_OP, NULL),
+    FIELD(vision_posemb, K_OP, NULL),
+    FIELD(vision_pool, K_OP, NULL),
+    FIELD(sscp_conv, K_OP, NULL),
+    FIELD(dwconv1d_causal, K_OP, NULL),
+    FIELD(audio_attention, K_OP, NULL),
+    FIELD(check_vision, K_MODEL, "a vision config's refusals: tests/test_cuda_towers.c"),
+    FIELD(check_audio, K_MODEL, "an audio config's refusals: tests/test_cuda_towers.c"),
+};
+#define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+static field *find_field(const char *name) {
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strcmp(fields[i].name, name)) return &fields[i];
+    return NULL;
+}
+
+// Counts a call of field `name` by the current case (the list check reads it).
+static void called(const char *name) {
+    field *f = find_field(name);
+    if (!f) {
+        fprintf(stderr, "%s: internal error: no field %s in the list\n", NAME, name);
+        exit(2);
+    }
+    f->calls++;
+}
+
+// The table's fields tile struct g4_backend: in order, no overlap, and no gap but alignment
+// padding (< 8 bytes before an 8-aligned field). A field added to ops.h and not here leaves a
+// gap (every op is an 8-byte pointer) and fails.
+static void check_field_list(void) {
+    size_t end = 0;
+    int ok = 1;
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        const size_t gap = f->offset - end;
+        if (f->offset < end || gap >= 8 || (gap && f->offset % 8)) {
+            printf("  list: %zu unlisted bytes before field %s (offset %zu): a field of "
+                   "g4_backend is missing from this test's table\n",
+                   f->offset - end, f->name, f->offset);
+            ok = 0;
+        }
+        end = f->offset + f->size;
+    }
+    if (sizeof(g4_backend) - end >= 8) {
+        printf("  list: %zu unlisted bytes after the last field %s\n", sizeof(g4_backend) - end,
+               fields[N_FIELDS - 1].name);
+        ok = 0;
+    }
+    CHECK_MSG(ok, "the field table does not tile struct g4_backend (%zu bytes, %d fields)",
+              sizeof(g4_backend), N_FIELDS);
+    printf("list: %d fields of g4_backend listed (%zu bytes)\n", N_FIELDS, sizeof(g4_backend));
+}
+
+// After an unfiltered run of one backend: every op field was called, and every optional field
+// the backend has.
+static void check_coverage(void) {
+    int ops = 0;
+    for (int i = 0; i < N_FIELDS; i++) {
+        field *f = &fields[i];
+        void *fp = NULL;
+        if (f->kind != K_DATA) memcpy(&fp, (const char *)be + f->offset, sizeof fp);
+        if (f->kind == K_OP || f->kind == K_MEMORY || (f->kind == K_OPTIONAL && fp)) {
+            if (f->kind == K_OP) ops++;
+            CHECK_MSG(f->calls > 0, "%s: op %s has no case in %s", be->name, f->name, NAME);
+            CHECK_MSG(fp != NULL || f->kind == K_OPTIONAL, "%s: op %s is NULL", be->name, f->name);
+        } else if (f->kind == K_MODEL) {
+            printf("  list: %-16s tested elsewhere: %s\n", f->name, f->why);
+        } else if (f->kind == K_OPTIONAL) {
+            printf("  list: %-16s NULL on %s\n", f->name, be->name);
+        }
+        f->calls = 0;
+    }
+    printf("list: %s: %d ops, each called by a case\n", be->name, ops);
+}
+
+// --- cases ------------------------------------------------------------------------------------
+static void close_case(void) {
+    if (cases.open && break_mode && case_reports == 0) { // every case must be able to fail
+        g4t_checks++, g4t_failures++;
+        printf("  FAIL: --break: the case has no comparison a perturbed reference could fail\n");
+    }
+    g4t_case_close(&cases);
+}
+
+// Whether a case runs; prints its backend, op and parameters when it does.
+#define want_case(op, ...)                                                                         \
+    (close_case(), g4t_case_open(&cases, be->name, op, __VA_ARGS__) ? (case_started(op), 1) : 0)
+static void case_started(const char *op) {
+    case_reports = 0;
+    if (find_field(op)) called(op); // "memory" and "graph" cases cover several fields
+}
+
+// Times `stmt` (the case's op call) in perf mode, after the case's check.
+#define PERF(op, stmt)                                                                             \
+    do {                                                                                           \
+        if (perf_mode) {                                                                           \
+            be->sync(be);                                                                          \
+            const double t0_ = now_ms();                                                           \
+            for (int r_ = 0; r_ < perf_reps; r_++) {                                               \
+                stmt;                                                                              \
+            }                                                                                      \
+            be->sync(be);                                                                          \
+            printf("  perf %-16s %10.4f ms/call  (%s, %d calls)\n", op,                            \
+                   (now_ms() - t0_) / perf_reps, be->name, perf_reps);                             \
+        }                                                                                          \
+    } while (0)
+
+typedef struct {
+    const char *name;
+    double atol, rtol;
+} tol;
+typedef struct {
+    tol f32, f16; // for a backend with f32 / f16 activations
+} op_tol;
+static const op_tol TOL_EXACT = {{"exact", 0, 0}, {"exact", 0, 0}};
+static const op_tol TOL_ELEM = {{"elem", 1e-6, 1e-5}, {"elem", 1e-4, 1e-3}};
+static const op_tol TOL_REDUCE = {{"reduce", 1e-5, 1e-5}, {"reduce", 1e-4, 1e-3}};
+static const op_tol TOL_F32OUT = {{"f32-out", 1e-5, 1e-5}, {"f32-out", 1e-5, 1e-5}};
+static const op_tol TOL_DOT = {{"dot", 1e-4, 1e-4}, {"dot", 1e-3, 1e-3}};
+static const op_tol TOL_GELU_DOT = {{"gelu-dot", 1e-4, 1e-4}, {"gelu-dot", 1e-3, 2e-3}};
+static const op_tol TOL_ATTN = {{"attn", 1e-5, 1e-5}, {"attn", 1e-3, 2e-3}};
+static const op_tol TOL_AUDIO = {{"audio-attn", 1e-5, 1e-5}, {"audio-attn", 2e-4, 1e-3}};
+
+// Compares one output with the naive result and records one check. --break: the reference is
+// perturbed first (one element moved far outside any tolerance) and the check must fail.
+static void report(const char *what, const float *got, const float *want, size_t n,
+                   const op_tol *ot, int guards_ok, int flags) {
+    const tol t = be->act_type == G4_F32 ? ot->f32 : ot->f16;
+    float *w = NULL;
+    case_reports++;
+    if (break_mode && n) {
+        w = g4_malloc(sizeof(float) * n);
+        memcpy(w, want, sizeof(float) * n);
+        w[n / 2] += 1.0f + 4.0f * fabsf(w[n / 2]);
+        want = w;
+    }
+    const g4t_cmp c = g4t_compare(got, want, n, t.atol, t.rtol, flags);
+    const int ok = c.bad == 0 && guards_ok;
+    g4t_checks++;
+    if (ok == break_mode) g4t_failures++;
+    printf("  %-22s %s  max|err| %.3g  worst/tol %.3g  (%s: atol %.0e rtol %.0e)%s%s%s\n", what,
+           break_mode ? (ok ? "FAIL (a perturbed reference passed)" : "ok (caught)")
+           : ok       ? "ok"
+                      : "FAIL",
+           c.max_err, c.max_ratio, t.name, t.atol, t.rtol, guards_ok ? "" : "  GUARD",
+           c.nonfinite ? "  NONFINITE" : "", c.ref_nonfinite ? "  REF-NONFINITE" : "");
+    if (c.bad && !break_mode)
+        printf("    %zu bad of %zu; worst [%zu] got %.7g want %.7g\n", c.bad, n, c.worst,
+               got[c.worst], want[c.worst]);
+    fflush(stdout);
+    free(w);
+}
+
+// Records an exact integer comparison (ids); --break perturbs the expectation.
+static void report_ids(const char *what, const int32_t *got, const int32_t *want, int n) {
+    int bad = 0, first = -1;
+    case_reports++;
+    for (int i = 0; i < n; i++) {
+        const int32_t w = break_mode && i == n / 2 ? want[i] + 1 : want[i];
+        if (got[i] != w) bad++, first = first < 0 ? i : first;
+    }
+    g4t_checks++;
+    if ((bad == 0) == break_mode) g4t_failures++;
+    printf("  %-22s %s  (%d ids)\n", what,
+           break_mode ? (bad ? "ok (caught)" : "FAIL (a perturbed reference passed)")
+           : bad      ? "FAIL"
+                      : "ok",
+           n);
+    if (bad && !break_mode)
+        printf("    %d wrong; first [%d] got %d want %d\n", bad, first, got[first], want[first]);
+}
+
+// --- host data --------------------------------------------------------------------------------
+static float *rnd(unsigned long long *s, size_t n, float lo, float hi) {
+    return g4t_rand_f16(s, n, lo, hi);
+}
+static uint16_t *f16_bits(const float *x, size_t n) {
+    return g4t_f16_bits(x, n);
+}
+static float *zeros(size_t n) {
+    return g4_calloc(n ? n : 1, sizeof(float));
+}
+static float *dup(const float *x, size_t n) {
+    float *d = g4_malloc(sizeof(float) * (n ? n : 1));
+    memcpy(d, x, sizeof(float) * n);
+    return d;
+}
+// The value a backend with activations of type t holds for x (f16 activations round).
+static float act_round(float x) {
+    return be->act_type == G4_F16 ? g4_round_f16(x) : x;
+}
+
+// --- backend buffers between guard zones (tests/backend_buf.h) -------------------------------
+typedef g4t_bbuf tbuf;
+
+static void *be_alloc(size_t bytes) {
+    const uint64_t before = be->alloc_count(be);
+    void *p = be->alloc(be, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "%s: %s: out of memory for %zu bytes\n", NAME, be->name, bytes);
+        exit(2);
+    }
+    CHECK_MSG(be->alloc_count(be) > before, "%s: alloc_count did not count an allocation",
+              be->name);
+    called("alloc"), called("alloc_count");
+    return p;
+}
+
+// A [rows, cols] buffer of type t, poisoned, between guards.
+static tbuf tb_new(g4_type t, int rows, int cols) {
+    const uint64_t before = be->alloc_count(be);
+    tbuf d = g4t_bbuf_new(be, t, rows, cols, 0);
+    CHECK_MSG(be->alloc_count(be) > before, "%s: alloc_count did not count an allocation",
+              be->name);
+    called("alloc"), called("alloc_count"), called("upload"), called("sync");
+    return d;
+}
+// A buffer of type t holding x (converted), or the raw I32 values v.
+static tbuf tb_from(g4_type t, int rows, int cols, const float *x) {
+    tbuf d = tb_new(t, rows, cols);
+    g4t_bbuf_set(&d, x);
+    return d;
+}
+static tbuf tb_i32(int rows, int cols, const int32_t *v) {
+    tbuf d = tb_new(G4_I32, rows, cols);
+    g4t_bbuf_set_raw(&d, v);
+    return d;
+}
+// The buffer's values as floats (a new array).
+static float *tb_get(const tbuf *d) {
+    called("download");
+    return g4t_bbuf_get(d);
+}
+static int tb_guards_ok(const tbuf *d, const char *what) {
+    return g4t_bbuf_guards_ok(d, what);
+}
+static void tb_free(tbuf *d) {
+    if (d->base) called("free");
+    g4t_bbuf_free(d);
+}
+// Raw bytes placed in backend memory (weights, tables, frequencies, parameters).
+static void *be_copy(const void *host, size_t bytes) {
+    void *p = be_alloc(bytes);
+    be->upload(be, p, host, bytes);
+    return p;
+}
+
+// --- the naive implementations (double) ---------------------------------------------------------
+static double gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+static double sigmoid(double x) {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+// y[T, out] (+)= x[T, in] @ W[in, out] (+ bias), W given as floats.
+static void n_matmul(float *y, const float *x, const float *W, const float *bias, int T, int in,
+                     int out, int accumulate) {
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < out; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int i = 0; i < in; i++)
+                s += (double)x[(size_t)t * in + i] * W[(size_t)i * out + o];
+            y[(size_t)t * out + o] = (float)(accumulate ? y[(size_t)t * out + o] + s : s);
+        }
+}
+
+// x / sqrt(mean(x^2) + eps) * w over groups of `group` (w floats or NULL), into y.
+static void n_rmsnorm(float *y, const float *x, const float *w, int rows, int cols, int group,
+                      float eps) {
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < cols / group; g++) {
+            const float *xg = x + (size_t)r * cols + (size_t)g * group;
+            double ss = 0;
+            for (int i = 0; i < group; i++) ss += (double)xg[i] * xg[i];
+            const double inv = 1.0 / sqrt(ss / group + eps);
+            for (int i = 0; i < group; i++)
+                y[(size_t)r * cols + (size_t)g * group + i] =
+                    (float)(xg[i] * inv * (w ? w[i] : 1.0));
+        }
+}
+
+// Split-half RoPE of one head vector v[hd] at position p (angle: the fp32 product, as HF).
+static void n_rope_head(float *v, int hd, int p, const float *inv) {
+    for (int j = 0; j < hd / 2; j++) {
+        const double a = (double)((float)p * inv[j]), x0 = v[j], x1 = v[j + hd / 2];
+        v[j] = (float)(x0 * cos(a) - x1 * sin(a));
+        v[j + hd / 2] = (float)(x1 * cos(a) + x0 * sin(a));
+    }
+}
+
+// --- memory, conversion, graphs, mapped memory
+// ----------------------------------------------------
+static void case_memory(size_t bytes, unsigned long long seed) {
+    if (!want_case("memory", "bytes=%zu", bytes)) return;
+    unsigned long long s = seed;
+    uint8_t *h = g4_malloc(bytes + 1), *back = g4_malloc(bytes + 1);
+    for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)g4t_rand_u64(&s);
+    void *p = be_copy(h, bytes);
+    be->sync(be);
+    be->download(be, back, p, bytes);
+    if (break_mode) h[bytes / 2] ^= 1;
+    const int same = memcmp(h, back, bytes) == 0;
+    case_reports++;
+    g4t_checks++;
+    if (same == break_mode) g4t_failures++;
+    printf("  %-22s %s\n", "bytes back",
+           break_mode ? (same ? "FAIL (a perturbed reference passed)" : "ok (caught)")
+           : same     ? "ok"
+                      : "FAIL");
+    be->free(be, p);
+    called("free"), called("download"), called("upload"), called("sync");
+    free(h), free(back);
+}
+
+static void case_convert(g4_type from, g4_type to, int rows, int cols, unsigned long long seed) {
+    if (!want_case("convert", "%s -> %s [%d, %d]", g4_type_name(from), g4_type_name(to), rows,
+                   cols))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    // f32 sources: values that are not fp16-representable, so the rounding is what is checked
+    float *x = g4_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = g4t_rand_uniform(&s, -300, 300);
+        if (from == G4_F16) x[i] = g4_round_f16(x[i]);
+        if (from == G4_BF16) x[i] = g4_bf16_to_f32(g4_bf16_round(x[i]));
+    }
+    float *want = g4_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = to == G4_F16    ? g4_f16_to_f32(g4_f32_to_f16(x[i]))
+                  : to == G4_BF16 ? g4_bf16_to_f32(g4_bf16_round(x[i]))
+                                  : x[i];
+    tbuf dx = tb_from(from, rows, cols, x), dy = tb_new(to, rows, cols);
+    be->convert(be, &dy.b, &dx.b);
+    float *got = tb_get(&dy);
+    report("y vs rounding", got, want, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
+    PERF("convert", be->convert(be, &dy.b, &dx.b));
+    tb_free(&dx), tb_free(&dy);
+    free(x), free(want), free(got);
+}
+
+// A graph of two scale calls, replayed twice: x * s^4.
+static void case_graph(int rows, int cols, unsigned long long seed) {
+    if (!be->graph_begin) return;
+    if (!want_case("graph", "scale x2 captured, replayed x2 [%d, %d]", rows, cols)) return;
+    called("graph_begin"), called("graph_end"), called("graph_launch"), called("graph_free");
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -2, 2), *want = g4_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        for (int k = 0; k < 4; k++) v = act_round((float)(v * 0.5));
+        want[i] = (float)v;
+    }
+    tbuf dx = tb_from(be->act_type, rows, cols, x);
+    be->sync(be);
+    be->graph_begin(be);
+    be->scale(be, &dx.b, 0.5f);
+    be->scale(be, &dx.b, 0.5f);
+    void *g = be->graph_end(be);
+    be->graph_launch(be, g);
+    be->graph_launch(be, g);
+    float *got = tb_get(&dx);
+    report("x vs x * 0.5^4", got, want, n, &TOL_EXACT, tb_guards_ok(&dx, "x"), 0);
+    PERF("graph_launch", be->graph_launch(be, g));
+    be->graph_free(be, g);
+    tb_free(&dx);
+    free(x), free(want), free(got);
+}
+
+// --- linear algebra
+// ------------------------------------------------------------------------------- A linear weight
+// in host memory: fp16 [in, out] or MatMulNBits Q4 (block 32, layout of quant/linear.h), its float
+// values W[in, out] in *Wf (decoded here from the layout's description), optional bias.
+typedef struct {
+    g4_linear l;
+    void *w, *scales, *zp, *bias;
+    float *Wf, *biasf;
+} host_linear;
+
+static host_linear make_linear(unsigned long long *s, g4_weight_kind kind, int in, int out,
+                               int bias) {
+    host_linear h;
+    memset(&h, 0, sizeof h);
+    h.Wf = g4_malloc(sizeof(float) * (size_t)in * out);
+    h.l.kind = kind, h.l.in = in, h.l.out = out;
+    if (kind == G4_W_F16) {
+        float *w = rnd(s, (size_t)in * out, -0.1f, 0.1f);
+        h.w = f16_bits(w, (size_t)in * out);
+        memcpy(h.Wf, w, sizeof(float) * (size_t)in * out);
+        free(w);
+    } else {
+        const int B = 32, kb = in / B, zrow = (kb + 1) / 2;
+        uint8_t *q = g4_malloc((size_t)out * kb * (B / 2)), *zp = g4_malloc((size_t)out * zrow);
+        uint16_t *sc = g4_malloc(2 * (size_t)out * kb);
+        for (size_t i = 0; i < (size_t)out * kb * (B / 2); i++) q[i] = (uint8_t)g4t_rand_u64(s);
+        for (size_t i = 0; i < (size_t)out * zrow; i++) zp[i] = (uint8_t)g4t_rand_u64(s);
+        for (size_t i = 0; i < (size_t)out * kb; i++)
+            sc[i] = g4_f32_to_f16(g4t_rand_uniform(s, 0.002f, 0.02f));
+        for (int n = 0; n < out; n++)
+            for (int k = 0; k < in; k++) {
+                const int b = k / B, e = k % B;
+                const uint8_t qb = q[((size_t)n * kb + b) * (B / 2) + e / 2];
+                const int v = e % 2 ? qb >> 4 : qb & 15;
+                const uint8_t zb = zp[(size_t)n * zrow + b / 2];
+                const int z = b % 2 ? zb >> 4 : zb & 15;
+                h.Wf[(size_t)k * out + n] =
+                    (float)((v - z) * (double)g4_f16_to_f32(sc[(size_t)n * kb + b]));
+            }
+        h.w = q, h.scales = sc, h.zp = zp;
+        h.l.block = B, h.l.scales = sc, h.l.zp = zp;
+    }
+    h.l.w = h.w;
+    if (bias) {
+        h.biasf = rnd(s, (size_t)out, -0.5f, 0.5f);
+        h.bias = f16_bits(h.biasf, (size_t)out);
+        h.l.bias = h.bias;
+    }
+    return h;
+}
+static void free_linear(host_linear *h) {
+    free(h->w), free(h->scales), free(h->zp), free(h->bias), free(h->Wf), free(h->biasf);
+}
+// The backend's copy of a host linear (prepare_linear places it; the CPU uses it in place).
+static g4_linear be_linear(const g4_linear *host) {
+    g4_linear d = *host;
+    if (be->prepare_linear) {
+        called("prepare_linear");
+        if (be->prepare_linear(be, &d)) {
+            fprintf(stderr, "%s: prepare_linear: %s\n", NAME, g4_error());
+            exit(2);
+        }
+    }
+    return d;
+}
+static void be_linear_free(g4_linear *d) {
+    if (be->release_linear) be->release_linear(be, d), called("release_linear");
+}
+
+static float clampf(float x, float lo, float hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+// y = x @ W (+ bias), y f32 or act, accumulate or not; clip: a ClippableLinear
+// (clamp(clamp(x, +-1.5) @ W, +-0.5)).
+static void case_linear(g4_weight_kind kind, int T, int in, int out, int bias, int y_f32,
+                        int accumulate, int clip, unsigned long long seed) {
+    if (!want_case("linear", "%s T=%d in=%d out=%d bias=%d y=%s acc=%d clip=%d",
+                   kind == G4_W_Q4 ? "q4" : "f16", T, in, out, bias, y_f32 ? "f32" : "act",
+                   accumulate, clip))
+        return;
+    unsigned long long s = seed;
+    host_linear h = make_linear(&s, kind, in, out, bias);
+    if (clip)
+        h.l.clipped = 1, h.l.in_lo = -1.5f, h.l.in_hi = 1.5f, h.l.out_lo = -0.5f, h.l.out_hi = 0.5f;
+    float *x = rnd(&s, (size_t)T * in, -3, 3), *y0 = rnd(&s, (size_t)T * out, -1, 1);
+    float *xc = dup(x, (size_t)T * in), *want = dup(y0, (size_t)T * out);
+    if (clip)
+        for (size_t i = 0; i < (size_t)T * in; i++) xc[i] = clampf(xc[i], -1.5f, 1.5f);
+    n_matmul(want, xc, h.Wf, h.biasf, T, in, out, accumulate);
+    const g4_type yt = y_f32 ? G4_F32 : be->act_type;
+    if (clip)
+        for (size_t i = 0; i < (size_t)T * out; i++) want[i] = clampf(want[i], -0.5f, 0.5f);
+    g4_linear l = be_linear(&h.l);
+    tbuf dx = tb_from(be->act_type, T, in, x);
+    tbuf dy = accumulate ? tb_from(yt, T, out, y0) : tb_new(yt, T, out);
+    be->linear(be, &dy.b, &dx.b, &l, accumulate);
+    float *got = tb_get(&dy), *x_after = tb_get(&dx);
+    report("y vs naive", got, want, (size_t)T * out, &TOL_DOT, tb_guards_ok(&dy, "y"), 0);
+    CHECK_MSG(memcmp(x_after, x, sizeof(float) * (size_t)T * in) == 0, "linear changed x");
+    PERF("linear", be->linear(be, &dy.b, &dx.b, &l, 0));
+    be_linear_free(&l);
+    tb_free(&dx), tb_free(&dy);
+    free_linear(&h);
+    free(x), free(y0), free(xc), free(want), free(got), free(x_after);
+}
+
+static void case_linear_gelu_mul(g4_weight_kind kind, int T, int in, int F,
+                                 unsigned long long seed) {
+    if (!want_case("linear_gelu_mul", "%s T=%d in=%d F=%d", kind == G4_W_Q4 ? "q4" : "f16", T, in,
+                   F))
+        return;
+    unsigned long long s = seed;
+    host_linear g = make_linear(&s, kind, in, F, 0), u = make_linear(&s, kind, in, F, 0);
+    float *x = rnd(&s, (size_t)T * in, -3, 3);
+    float *a = zeros((size_t)T * F), *b = zeros((size_t)T * F), *want = zeros((size_t)T * F);
+    n_matmul(a, x, g.Wf, NULL, T, in, F, 0);
+    n_matmul(b, x, u.Wf, NULL, T, in, F, 0);
+    for (size_t i = 0; i < (size_t)T * F; i++) want[i] = (float)(gelu_tanh(a[i]) * b[i]);
+    g4_linear lg = be_linear(&g.l), lu = be_linear(&u.l);
+    tbuf dx = tb_from(be->act_type, T, in, x), dy = tb_new(be->act_type, T, F);
+    be->linear_gelu_mul(be, &dy.b, &dx.b, &lg, &lu);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, (size_t)T * F, &TOL_GELU_DOT, tb_guards_ok(&dy, "y"), 0);
+    PERF("linear_gelu_mul", be->linear_gelu_mul(be, &dy.b, &dx.b, &lg, &lu));
+    be_linear_free(&lg), be_linear_free(&lu);
+    tb_free(&dx), tb_free(&dy);
+    free_linear(&g), free_linear(&u);
+    free(x), free(a), free(b), free(want), free(got);
+}
+
+// --- norms and elementwise
+// ------------------------------------------------------------------------
+static void case_rmsnorm(int rows, int cols, int group, int weighted, int in_place,
+                         unsigned long long seed) {
+    if (!want_case("rmsnorm", "rows=%d cols=%d group=%d weighted=%d in_place=%d", rows, cols, group,
+                   weighted, in_place))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -3, 3), *w = rnd(&s, (size_t)group, 0.5f, 2.0f), *want = zeros(n);
+    n_rmsnorm(want, x, weighted ? w : NULL, rows, cols, group, 1e-6f);
+    uint16_t *wb = f16_bits(w, (size_t)group);
+    void *dw = be_copy(wb, 2 * (size_t)group);
+    tbuf dx = tb_from(be->act_type, rows, cols, x),
+         dy = in_place ? dx : tb_new(be->act_type, rows, cols);
+    be->rmsnorm(be, &dy.b, &dx.b, weighted ? dw : NULL, group, 1e-6f);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, n, &TOL_REDUCE, tb_guards_ok(&dy, "y"), 0);
+    PERF("rmsnorm", be->rmsnorm(be, &dy.b, &dx.b, weighted ? dw : NULL, group, 1e-6f));
+    be->free(be, dw);
+    tb_free(&dx);
+    if (!in_place) tb_free(&dy);
+    free(x), free(w), free(wb), free(want), free(got);
+}
+
+// h = (h + rmsnorm(x) w) * scale (h f32); next: 0 none (add_rmsnorm), 1 norm, 2 copy
+// (add_rmsnorm_next, next_w NULL when next == 3: a norm without scale).
+static void case_add_rmsnorm(int rows, int cols, int next, int with_scale,
+                             unsigned long long seed) {
+    static const char *nn[] = {"none", "norm", "copy", "norm-unweighted"};
+    if (!want_case(next ? "add_rmsnorm_next" : "add_rmsnorm", "rows=%d cols=%d next=%s scale=%d",
+                   rows, cols, nn[next], with_scale))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -3, 3), *h = rnd(&s, n, -20, 20), *w = rnd(&s, (size_t)cols, 0.5f, 2.0f);
+    float *w2 = rnd(&s, (size_t)cols, 0.5f, 2.0f), *nx = zeros(n), *want = dup(h, n);
+    const float sc = with_scale ? g4_round_f16(0.4434f) : 1.0f;
+    n_rmsnorm(nx, x, w, rows, cols, cols, 1e-6f);
+    for (size_t i = 0; i < n; i++) want[i] = (float)(((double)h[i] + nx[i]) * sc);
+    float *want_next = zeros(n);
+    if (next == 1 || next == 3)
+        n_rmsnorm(want_next, want, next == 1 ? w2 : NULL, rows, cols, cols, 1e-6f);
+    uint16_t *wb = f16_bits(w, (size_t)cols), *w2b = f16_bits(w2, (size_t)cols),
+             scb = g4_f32_to_f16(sc);
+    void *dw = be_copy(wb, 2 * (size_t)cols), *dw2 = be_copy(w2b, 2 * (size_t)cols),
+         *dsc = be_copy(&scb, 2);
+    tbuf dx = tb_from(be->act_type, rows, cols, x), dh = tb_from(G4_F32, rows, cols, h);
+    tbuf dn = tb_new(be->act_type, rows, cols);
+    if (next)
+        be->add_rmsnorm_next(be, &dh.b, &dx.b, dw, 1e-6f, with_scale ? dsc : NULL, &dn.b, next != 2,
+                             next == 1 ? dw2 : NULL);
+    else
+        be->add_rmsnorm(be, &dh.b, &dx.b, dw, 1e-6f, with_scale ? dsc : NULL);
+    float *got = tb_get(&dh);
+    report("h vs naive", got, want, n, &TOL_F32OUT, tb_guards_ok(&dh, "h"), 0);
+    if (next == 2) // a copy of the backend's own new h, in next's type
+        for (size_t i = 0; i < n; i++) want_next[i] = act_round(got[i]);
+    if (next) {
+        float *gn = tb_get(&dn);
+        report("next vs naive", gn, want_next, n, next == 2 ? &TOL_EXACT : &TOL_REDUCE,
+               tb_guards_ok(&dn, "next"), 0);
+        free(gn);
+    }
+    if (next)
+        PERF("add_rmsnorm_next",
+             be->add_rmsnorm_next(be, &dh.b, &dx.b, dw, 1e-6f, dsc, &dn.b, 1, dw2));
+    else
+        PERF("add_rmsnorm", be->add_rmsnorm(be, &dh.b, &dx.b, dw, 1e-6f, dsc));
+    be->free(be, dw), be->free(be, dw2), be->free(be, dsc);
+    tb_free(&dx), tb_free(&dh), tb_free(&dn);
+    free(x), free(h), free(w), free(w2), free(nx), free(want), free(want_next), free(wb), free(w2b),
+        free(got);
+}
+
+// y = gelu_tanh(a) * b[:, b_col0 : b_col0 + n] (b ldb wide).
+static void case_gelu_mul(int T, int n, int ldb, int b_col0, unsigned long long seed) {
+    if (!want_case("gelu_mul", "T=%d n=%d b_cols=%d b_col0=%d", T, n, ldb, b_col0)) return;
+    unsigned long long s = seed;
+    float *a = rnd(&s, (size_t)T * n, -4, 4), *b = rnd(&s, (size_t)T * ldb, -2, 2);
+    float *want = zeros((size_t)T * n);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++)
+            want[(size_t)t * n + i] =
+                (float)(gelu_tanh(a[(size_t)t * n + i]) * b[(size_t)t * ldb + b_col0 + i]);
+    tbuf da = tb_from(be->act_type, T, n, a), db = tb_from(be->act_type, T, ldb, b),
+         dy = tb_new(be->act_type, T, n);
+    be->gelu_mul(be, &dy.b, &da.b, &db.b, b_col0);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, (size_t)T * n, &TOL_ELEM, tb_guards_ok(&dy, "y"), 0);
+    PERF("gelu_mul", be->gelu_mul(be, &dy.b, &da.b, &db.b, b_col0));
+    tb_free(&da), tb_free(&db), tb_free(&dy);
+    free(a), free(b), free(want), free(got);
+}
+
+static void case_scale(int rows, int cols, float sc, unsigned long long seed) {
+    if (!want_case("scale", "rows=%d cols=%d s=%g", rows, cols, sc)) return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -3, 3), *want = zeros(n);
+    for (size_t i = 0; i < n; i++) want[i] = (float)((double)x[i] * sc);
+    tbuf dx = tb_from(be->act_type, rows, cols, x);
+    be->scale(be, &dx.b, sc);
+    float *got = tb_get(&dx);
+    report("x vs naive", got, want, n, &TOL_ELEM, tb_guards_ok(&dx, "x"), 0);
+    PERF("scale", be->scale(be, &dx.b, 1.0f));
+    tb_free(&dx);
+    free(x), free(want), free(got);
+}
+
+// y += x: y of the activation type, or the f32 residual stream += an activation.
+static void case_add(int rows, int cols, int y_f32, unsigned long long seed) {
+    if (!want_case("add", "rows=%d cols=%d y=%s", rows, cols, y_f32 ? "f32" : "act")) return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -3, 3), *y = rnd(&s, n, -20, 20), *want = zeros(n);
+    for (size_t i = 0; i < n; i++) want[i] = (float)((double)y[i] + x[i]);
+    tbuf dx = tb_from(be->act_type, rows, cols, x),
+         dy = tb_from(y_f32 ? G4_F32 : be->act_type, rows, cols, y);
+    be->add(be, &dy.b, &dx.b);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, n, y_f32 ? &TOL_F32OUT : &TOL_ELEM, tb_guards_ok(&dy, "y"), 0);
+    PERF("add", be->add(be, &dy.b, &dx.b));
+    tb_free(&dx), tb_free(&dy);
+    free(x), free(y), free(want), free(got);
+}
+
+// --- attention
+// -------------------------------------------------------------------------------------- rope: 0
+// default (theta 1e4, every pair), 1 proportional (theta 1e6, a quarter of the pairs).
+static float *text_inv_freq(int hd, int rope) {
+    float *inv = g4_malloc(sizeof(float) * (size_t)hd / 2);
+    const double theta = rope ? 1e6 : 1e4;
+    const int rotated = rope ? hd / 8 : hd / 2;
+    for (int j = 0; j < hd / 2; j++)
+        inv[j] = j < rotated ? (float)(1.0 / pow(theta, 2.0 * j / hd)) : 0.0f;
+    return inv;
+}
+
+static void case_qkv_prep(int T, int nh, int nkv, int hd, int rope, int with_kv, int p0,
+                          unsigned long long seed) {
+    if (!want_case("qkv_prep", "T=%d heads=%d kv=%d hd=%d rope=%s kv_in=%d pos0=%d", T, nh, nkv, hd,
+                   rope ? "proportional" : "default", with_kv, p0))
+        return;
+    unsigned long long s = seed;
+    const int qw = nh * hd, kw = nkv * hd, cap = p0 + T + 3;
+    float *q = rnd(&s, (size_t)T * qw, -2, 2), *k = rnd(&s, (size_t)T * kw, -2, 2),
+          *v = rnd(&s, (size_t)T * kw, -2, 2);
+    float *qwf = rnd(&s, (size_t)hd, 0.5f, 1.5f), *kwf = rnd(&s, (size_t)hd, 0.05f, 0.2f);
+    float *inv = text_inv_freq(hd, rope);
+    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0; t < T; t++) pos[t] = p0 + T - 1 - t; // out of order: rows land by pos[t]
+    float *wq = zeros((size_t)T * qw), *wk = zeros((size_t)T * kw), *wv = zeros((size_t)T * kw);
+    n_rmsnorm(wq, q, qwf, T, qw, hd, 1e-6f);
+    n_rmsnorm(wk, k, kwf, T, kw, hd, 1e-6f);
+    n_rmsnorm(wv, v, NULL, T, kw, hd, 1e-6f);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < nh; h++)
+            n_rope_head(wq + (size_t)t * qw + (size_t)h * hd, hd, pos[t], inv);
+        for (int h = 0; h < nkv; h++)
+            n_rope_head(wk + (size_t)t * kw + (size_t)h * hd, hd, pos[t], inv);
+    }
+    uint16_t *qwb = f16_bits(qwf, (size_t)hd), *kwb = f16_bits(kwf, (size_t)hd);
+    void *dqw = be_copy(qwb, 2 * (size_t)hd), *dkw = be_copy(kwb, 2 * (size_t)hd),
+         *dinv = be_copy(inv, sizeof(float) * (size_t)hd / 2);
+    tbuf dq = tb_from(be->act_type, T, qw, q), dk = tb_from(be->act_type, T, kw, k),
+         dv = tb_from(be->act_type, T, kw, v), dpos = tb_i32(T, 1, pos);
+    tbuf dkc = tb_new(be->kv_type, cap, kw), dvc = tb_new(be->kv_type, cap, kw);
+    be->qkv_prep(be, &dq.b, with_kv ? &dk.b : NULL, with_kv ? &dv.b : NULL, with_kv ? &dkc.b : NULL,
+                 with_kv ? &dvc.b : NULL, dqw, dkw, &dpos.b, dinv, nh, nkv, hd, 1e-6f);
+    float *gq = tb_get(&dq);
+    report("q vs naive", gq, wq, (size_t)T * qw, &TOL_REDUCE, tb_guards_ok(&dq, "q"), 0);
+    if (with_kv) {
+        float *ck = tb_get(&dkc), *cv = tb_get(&dvc);
+        float *gk = zeros((size_t)T * kw), *gv = zeros((size_t)T * kw);
+        for (int t = 0; t < T; t++) {
+            memcpy(gk + (size_t)t * kw, ck + (size_t)pos[t] * kw, sizeof(float) * kw);
+            memcpy(gv + (size_t)t * kw, cv + (size_t)pos[t] * kw, sizeof(float) * kw);
+        }
+        int stray = 0; // cache rows other than pos[t] stay poisoned
+        for (int r = 0; r < cap; r++) {
+            if (r >= p0 && r < p0 + T) continue;
+            for (int i = 0; i < kw; i++)
+                stray += !isnan(ck[(size_t)r * kw + i]) || !isnan(cv[(size_t)r * kw + i]);
+        }
+        CHECK_MSG(stray == 0, "qkv_prep: %d cache values written outside rows pos[t]", stray);
+        report("kcache[pos] vs naive", gk, wk, (size_t)T * kw, &TOL_REDUCE,
+               tb_guards_ok(&dkc, "kcache"), 0);
+        report("vcache[pos] vs naive", gv, wv, (size_t)T * kw, &TOL_REDUCE,
+               tb_guards_ok(&dvc, "vcache"), 0);
+        free(ck), free(cv), free(gk), free(gv);
+    }
+    PERF("qkv_prep", be->qkv_prep(be, &dq.b, with_kv ? &dk.b : NULL, with_kv ? &dv.b : NULL,
+                                  with_kv ? &dkc.b : NULL, with_kv ? &dvc.b : NULL, dqw, dkw,
+                                  &dpos.b, dinv, nh, nkv, hd, 1e-6f));
+    be->free(be, dqw), be->free(be, dkw), be->free(be, dinv);
+    tb_free(&dq), tb_free(&dk), tb_free(&dv), tb_free(&dpos), tb_free(&dkc), tb_free(&dvc);
+    free(q), free(k), free(v), free(qwf), free(kwf), free(inv), free(pos), free(wq), free(wk),
+        free(wv), free(qwb), free(kwb), free(gq);
+}
+
+// Causal (sliding when window > 0) attention over a cache of `cap` rows, queries at p0 + t.
+static void case_attention(int T, int nh, int nkv, int hd, int window, int p0,
+                           unsigned long long seed) {
+    if (!want_case("attention", "T=%d heads=%d kv=%d hd=%d window=%d pos0=%d", T, nh, nkv, hd,
+                   window, p0))
+        return;
+    unsigned long long s = seed;
+    const int qw = nh * hd, kw = nkv * hd, cap = p0 + T;
+    const float scale = 1.0f; // Gemma-4: q and k are normed, scaling 1
+    float *q = rnd(&s, (size_t)T * qw, -0.5f, 0.5f), *kc = rnd(&s, (size_t)cap * kw, -0.5f, 0.5f),
+          *vc = rnd(&s, (size_t)cap * kw, -1, 1), *want = zeros((size_t)T * qw);
+    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0; t < T; t++) pos[t] = p0 + t;
+    double *z = g4_malloc(sizeof(double) * (size_t)cap);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            const int g = h / (nh / nkv);
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < cap; j++) {
+                const int visible = j <= pos[t] && (window <= 0 || pos[t] - j < window);
+                if (!visible) {
+                    z[j] = -INFINITY;
+                    continue;
+                }
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)q[(size_t)t * qw + (size_t)h * hd + e] *
+                         kc[(size_t)j * kw + (size_t)g * hd + e];
+                z[j] = d * scale;
+                if (z[j] > mx) mx = z[j];
+            }
+            for (int j = 0; j < cap; j++) sum += z[j] == -INFINITY ? 0 : exp(z[j] - mx);
+            for (int e = 0; e < hd; e++) {
+                double acc = 0;
+                for (int j = 0; j < cap; j++)
+                    if (z[j] != -INFINITY)
+                        acc += exp(z[j] - mx) * vc[(size_t)j * kw + (size_t)g * hd + e];
+                want[(size_t)t * qw + (size_t)h * hd + e] = (float)(acc / sum);
+            }
+        }
+    tbuf dq = tb_from(be->act_type, T, qw, q), dkc = tb_from(be->kv_type, cap, kw, kc),
+         dvc = tb_from(be->kv_type, cap, kw, vc), dpos = tb_i32(T, 1, pos),
+         dout = tb_new(be->act_type, T, qw);
+    be->attention(be, &dout.b, &dq.b, &dkc.b, &dvc.b, &dpos.b, nh, nkv, hd, window, scale);
+    float *got = tb_get(&dout);
+    report("out vs naive", got, want, (size_t)T * qw, &TOL_ATTN, tb_guards_ok(&dout, "out"), 0);
+    PERF("attention",
+         be->attention(be, &dout.b, &dq.b, &dkc.b, &dvc.b, &dpos.b, nh, nkv, hd, window, scale));
+    tb_free(&dq), tb_free(&dkc), tb_free(&dvc), tb_free(&dpos), tb_free(&dout);
+    free(q), free(kc), free(vc), free(want), free(pos), free(z), free(got);
+}
+
+// --- embedding and logits -----------------------------------------------------------------------
+static void case_ple_inputs(int T, int L, int D, int vocab, unsigned long long seed) {
+    if (!want_case("ple_inputs", "T=%d layers=%d D=%d vocab=%d", T, L, D, vocab)) return;
+    unsigned long long s = seed;
+    const int w = L * D;
+    const size_t n = (size_t)T * w;
+    float *proj = rnd(&s, n, -30, 30), *table = rnd(&s, (size_t)vocab * w, -0.1f, 0.1f);
+    float *nw = rnd(&s, (size_t)D, 0.5f, 1.5f), *want = zeros(n);
+    int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)(g4t_rand_u64(&s) % (unsigned long long)vocab);
+    ids[0] = vocab - 1;
+    const float ps = 1.0f / sqrtf(1536.0f), ts = 16.0f, os = 1.0f / sqrtf(2.0f);
+    for (int t = 0; t < T; t++)
+        for (int l = 0; l < L; l++) {
+            double ss = 0;
+            const float *p = proj + (size_t)t * w + (size_t)l * D;
+            for (int d = 0; d < D; d++) ss += ((double)p[d] * ps) * ((double)p[d] * ps);
+            const double inv = 1.0 / sqrt(ss / D + 1e-6);
+            for (int d = 0; d < D; d++)
+                want[(size_t)t * w + (size_t)l * D + d] =
+                    (float)(((double)p[d] * ps * inv * nw[d] +
+                             (double)table[(size_t)ids[t] * w + (size_t)l * D + d] * ts) *
+                            os);
+        }
+    uint16_t *tb = f16_bits(table, (size_t)vocab * w), *nb = f16_bits(nw, (size_t)D);
+    void *dt = be_copy(tb, 2 * (size_t)vocab * w), *dn = be_copy(nb, 2 * (size_t)D);
+    tbuf dp = tb_from(be->act_type, T, w, proj), di = tb_i32(T, 1, ids);
+    be->ple_inputs(be, &dp.b, dt, vocab, &di.b, dn, D, ps, ts, os, 1e-6f);
+    float *got = tb_get(&dp);
+    report("ple vs naive", got, want, n, &TOL_REDUCE, tb_guards_ok(&dp, "ple"), 0);
+    PERF("ple_inputs", be->ple_inputs(be, &dp.b, dt, vocab, &di.b, dn, D, ps, ts, os, 1e-6f));
+    be->free(be, dt), be->free(be, dn);
+    tb_free(&dp), tb_free(&di);
+    free(proj), free(table), free(nw), free(want), free(ids), free(tb), free(nb), free(got);
+}
+
+// y = table[ids] * scale; mapped: the table in pinned host memory (alloc_mapped).
+static void case_embed(int T, int rows, int cols, int y_f32, int mapped, unsigned long long seed) {
+    if (mapped && !be->alloc_mapped) return;
+    if (!want_case("embed", "T=%d rows=%d cols=%d y=%s table=%s", T, rows, cols,
+                   y_f32 ? "f32" : "act", mapped ? "mapped" : "backend"))
+        return;
+    unsigned long long s = seed;
+    float *table = rnd(&s, (size_t)rows * cols, -0.2f, 0.2f), *want = zeros((size_t)T * cols);
+    int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)(g4t_rand_u64(&s) % (unsigned long long)rows);
+    ids[T - 1] = rows - 1;
+    const float sc = 39.1875f; // sqrt(1536) as fp16 rounds it
+    const g4_type yt = y_f32 ? G4_F32 : be->act_type;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < cols; c++) {
+            const float v = (float)((double)table[(size_t)ids[t] * cols + c] * sc);
+            want[(size_t)t * cols + c] = yt == G4_F16 ? g4_round_f16(v) : v;
+        }
+    uint16_t *tb = f16_bits(table, (size_t)rows * cols);
+    void *dt;
+    if (mapped) {
+        called("alloc_mapped"), called("free_mapped");
+        dt = be->alloc_mapped(be, 2 * (size_t)rows * cols);
+        if (!dt) {
+            printf("  (the host cannot pin the table: case skipped)\n");
+            free(table), free(want), free(ids), free(tb);
+            return;
+        }
+        memcpy(dt, tb, 2 * (size_t)rows * cols);
+    } else {
+        dt = be_copy(tb, 2 * (size_t)rows * cols);
+    }
+    tbuf di = tb_i32(T, 1, ids), dy = tb_new(yt, T, cols);
+    be->embed(be, &dy.b, dt, rows, &di.b, sc);
+    float *got = tb_get(&dy);
+    // fp32: the one product; f16: its rounding, if the kernel rounds the same product (else one
+    // ulp: the elem tolerance)
+    report("y vs naive", got, want, (size_t)T * cols, yt == G4_F32 ? &TOL_EXACT : &TOL_ELEM,
+           tb_guards_ok(&dy, "y"), 0);
+    PERF("embed", be->embed(be, &dy.b, dt, rows, &di.b, sc));
+    if (mapped)
+        be->free_mapped(be, dt);
+    else
+        be->free(be, dt);
+    tb_free(&di), tb_free(&dy);
+    free(table), free(want), free(ids), free(tb), free(got);
+}
+
+static void case_softcap(int rows, int cols, float c, unsigned long long seed) {
+    if (!want_case("softcap", "rows=%d cols=%d cap=%g", rows, cols, c)) return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -80, 80), *want = zeros(n);
+    for (size_t i = 0; i < n; i++) want[i] = (float)(c * tanh((double)x[i] / c));
+    tbuf dx = tb_from(G4_F32, rows, cols, x);
+    be->softcap(be, &dx.b, c);
+    float *got = tb_get(&dx);
+    report("x vs naive", got, want, n, &TOL_F32OUT, tb_guards_ok(&dx, "x"), 0);
+    PERF("softcap", be->softcap(be, &dx.b, c));
+    tb_free(&dx);
+    free(x), free(want), free(got);
+}
+
+// The next token: greedy (temperature 0) or top-k 1 (temperature 1: the same pick) must be the
+// argmax of the capped row (the smallest id among equal values; -1 for a row holding a NaN);
+// the capped logits within f32-out of cap tanh(x / cap). quantized: multiples of 1/8 (ties).
+static void case_sample(int rows, int V, float cap, int top_k1, int quantized, int nan_row,
+                        unsigned long long seed) {
+    if (!want_case("sample", "rows=%d V=%d cap=%g pick=%s quantized=%d nan_row=%d", rows, V, cap,
+                   top_k1 ? "top-k 1" : "greedy", quantized, nan_row))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * V;
+    float *x = g4_malloc(sizeof(float) * n), *want = zeros(n);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = g4t_rand_uniform(&s, -40, 40);
+        if (quantized) x[i] = floorf(x[i] * 8.0f) / 8.0f;
+    }
+    if (nan_row) x[(size_t)V * (rows - 1) + (size_t)V / 3] = NAN;
+    for (size_t i = 0; i < n; i++)
+        want[i] = cap > 0 ? (float)(cap * tanh((double)x[i] / cap)) : x[i];
+    const g4_sample_params p = {top_k1 ? 1.0f : 0.0f, top_k1 ? 1 : 0, 1.0f, (uint32_t)seed, 0, {0}};
+    int32_t *cnt = g4_malloc(sizeof(int32_t) * (size_t)rows),
+            *next = g4_malloc(sizeof(int32_t) * (size_t)rows);
+    for (int r = 0; r < rows; r++) cnt[r] = 100 + r;
+    void *dp = be_copy(&p, sizeof p);
+    tbuf dx = tb_from(G4_F32, rows, V, x), dc = tb_i32(rows, 1, cnt), dn = tb_new(G4_I32, rows, 1);
+    be->sample(be, &dn.b, &dx.b, cap, dp, &dc.b);
+    be->sync(be);
+    be->download(be, next, dn.b.data, sizeof(int32_t) * (size_t)rows);
+    float *got = tb_get(&dx);
+    int32_t *exp_id = g4_malloc(sizeof(int32_t) * (size_t)rows);
+    for (int r = 0; r < rows; r++) { // argmax of the backend's own capped row
+        const float *g = got + (size_t)r * V;
+        int best = 0, has_nan = 0;
+        for (int i = 0; i < V; i++) {
+            if (isnan(g[i]))
+                has_nan = 1;
+            else if (g[i] > g[best] || isnan(g[best]))
+                best = i;
+        }
+        exp_id[r] = has_nan ? -1 : best;
+    }
+    report_ids("next vs argmax", next, exp_id, rows);
+    if (nan_row) { // the NaN stays NaN on both sides; the rest of the row is compared
+        const size_t i = (size_t)V * (rows - 1) + (size_t)V / 3;
+        CHECK_MSG(isnan(got[i]), "sample: the NaN logit came back as %g", got[i]);
+        got[i] = want[i] = 0;
+    }
+    report("capped logits", got, want, n, &TOL_F32OUT,
+           tb_guards_ok(&dx, "logits") && tb_guards_ok(&dn, "next"), 0);
+    PERF("sample", be->sample(be, &dn.b, &dx.b, 0.0f, dp, &dc.b));
+    be->free(be, dp);
+    tb_free(&dx), tb_free(&dc), tb_free(&dn);
+    free(x), free(want), free(cnt), free(next), free(got), free(exp_id);
+}
+
+// dst[t] = src[idx[t]] where idx[t] >= 0 (every other row), the rest unchanged.
+static void case_scatter_rows(int T, int n_src, int cols, unsigned long long seed) {
+    if (!want_case("scatter_rows", "T=%d src=%d cols=%d", T, n_src, cols)) return;
+    unsigned long long s = seed;
+    float *dst = rnd(&s, (size_t)T * cols, -1, 1), *src = rnd(&s, (size_t)n_src * cols, 2, 3);
+    int32_t *idx = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0, k = 0; t < T; t++) idx[t] = (t % 2 && k < n_src) ? k++ : -1;
+    float *want = dup(dst, (size_t)T * cols);
+    for (int t = 0; t < T; t++)
+        if (idx[t] >= 0)
+            memcpy(want + (size_t)t * cols, src + (size_t)idx[t] * cols, sizeof(float) * cols);
+    tbuf dd = tb_from(G4_F32, T, cols, dst), ds = tb_from(G4_F32, n_src, cols, src),
+         di = tb_i32(T, 1, idx);
+    be->scatter_rows(be, &dd.b, &ds.b, &di.b);
+    float *got = tb_get(&dd);
+    report("dst vs naive", got, want, (size_t)T * cols, &TOL_EXACT, tb_guards_ok(&dd, "dst"), 0);
+    PERF("scatter_rows", be->scatter_rows(be, &dd.b, &ds.b, &di.b));
+    tb_free(&dd), tb_free(&ds), tb_free(&di);
+    free(dst), free(src), free(idx), free(want), free(got);
+}
+
+// --- vision and audio towers
+// ---------------------------------------------------------------------- with_nan: the first values
+// are NaN, +inf, -inf (torch.clamp: NaN stays NaN, infs clamp).
+static void case_clamp(int rows, int cols, float lo, float hi, int with_nan,
+                       unsigned long long seed) {
+    if (!want_case("clamp", "rows=%d cols=%d lo=%g hi=%g nonfinite_in=%d", rows, cols, lo, hi,
+                   with_nan))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -4, 4), *want = zeros(n);
+    if (with_nan && n >= 3) x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        want[i] = isnan(x[i]) ? x[i] : x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    tbuf dx = tb_from(be->act_type, rows, cols, x);
+    be->clamp(be, &dx.b, lo, hi);
+    float *got = tb_get(&dx);
+    report("x vs naive", got, want, n, &TOL_EXACT, tb_guards_ok(&dx, "x"),
+           with_nan ? G4T_NONFINITE_SAME : 0);
+    PERF("clamp", be->clamp(be, &dx.b, lo, hi));
+    tb_free(&dx);
+    free(x), free(want), free(got);
+}
+
+static void case_silu(int rows, int cols, int in_place, unsigned long long seed) {
+    if (!want_case("silu", "rows=%d cols=%d in_place=%d", rows, cols, in_place)) return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -12, 12), *want = zeros(n);
+    for (size_t i = 0; i < n; i++) want[i] = (float)(x[i] * sigmoid(x[i]));
+    tbuf dx = tb_from(be->act_type, rows, cols, x),
+         dy = in_place ? dx : tb_new(be->act_type, rows, cols);
+    be->silu(be, &dy.b, &dx.b);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, n, &TOL_ELEM, tb_guards_ok(&dy, "y"), 0);
+    PERF("silu", be->silu(be, &dy.b, &dx.b));
+    tb_free(&dx);
+    if (!in_place) tb_free(&dy);
+    free(x), free(want), free(got);
+}
+
+static void case_glu(int T, int C, unsigned long long seed) {
+    if (!want_case("glu", "T=%d C=%d", T, C)) return;
+    unsigned long long s = seed;
+    float *x = rnd(&s, (size_t)T * 2 * C, -6, 6), *want = zeros((size_t)T * C);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++)
+            want[(size_t)t * C + c] =
+                (float)(x[(size_t)t * 2 * C + c] * sigmoid(x[(size_t)t * 2 * C + C + c]));
+    tbuf dx = tb_from(be->act_type, T, 2 * C, x), dy = tb_new(be->act_type, T, C);
+    be->glu(be, &dy.b, &dx.b);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, (size_t)T * C, &TOL_ELEM, tb_guards_ok(&dy, "y"), 0);
+    PERF("glu", be->glu(be, &dy.b, &dx.b));
+    tb_free(&dx), tb_free(&dy);
+    free(x), free(want), free(got);
+}
+
+static void case_transpose(g4_type t, int rows, int cols, unsigned long long seed) {
+    if (t == G4_F16) t = be->act_type;
+    if (!want_case("transpose", "%s rows=%d cols=%d", g4_type_name(t), rows, cols)) return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd(&s, n, -100, 100), *want = zeros(n);
+    if (t == G4_I32)
+        for (size_t i = 0; i < n; i++) x[i] = floorf(x[i] * 1000.0f);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) want[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+    tbuf dx = tb_from(t, rows, cols, x), dy = tb_new(t, cols, rows);
+    be->transpose(be, &dy.b, &dx.b);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
+    PERF("transpose", be->transpose(be, &dy.b, &dx.b));
+    tb_free(&dx), tb_free(&dy);
+    free(x), free(want), free(got);
+}
+
+static int32_t *grid_pos(int gw, int gh) {
+    int32_t *p = g4_malloc(sizeof(int32_t) * 2 * (size_t)gw * gh);
+    for (int i = 0; i < gw * gh; i++) p[2 * i] = i % gw, p[2 * i + 1] = i / gw;
+    return p;
+}
+
+// Vision 2-D RoPE: dims [0, hd/2) turn by x, [hd/2, hd) by y, pairs (j, j + hd/4), theta 100.
+static void case_rope_2d(int gw, int gh, int nh, int hd, unsigned long long seed) {
+    if (!want_case("rope_2d", "grid=%dx%d heads=%d hd=%d", gw, gh, nh, hd)) return;
+    unsigned long long s = seed;
+    const int T = gw * gh, w = nh * hd;
+    float *x = rnd(&s, (size_t)T * w, -2, 2), *want = dup(x, (size_t)T * w);
+    float *inv = g4_malloc(sizeof(float) * (size_t)hd / 4);
+    for (int j = 0; j < hd / 4; j++) inv[j] = (float)(1.0 / pow(100.0, 2.0 * j / (hd / 2)));
+    int32_t *pos = grid_pos(gw, gh);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++)
+            for (int axis = 0; axis < 2; axis++) // each half is a split-half RoPE of hd/2 dims
+                n_rope_head(want + (size_t)t * w + (size_t)h * hd + axis * hd / 2, hd / 2,
+                            pos[2 * t + axis], inv);
+    void *dinv = be_copy(inv, sizeof(float) * (size_t)hd / 4);
+    tbuf dx = tb_from(be->act_type, T, w, x), dp = tb_i32(T, 2, pos);
+    be->rope_2d(be, &dx.b, nh, hd, &dp.b, dinv);
+    float *got = tb_get(&dx);
+    report("x vs naive", got, want, (size_t)T * w, &TOL_REDUCE, tb_guards_ok(&dx, "x"), 0);
+    PERF("rope_2d", be->rope_2d(be, &dx.b, nh, hd, &dp.b, dinv));
+    be->free(be, dinv);
+    tb_free(&dx), tb_free(&dp);
+    free(x), free(want), free(inv), free(pos), free(got);
+}
+
+static void case_attention_bidir(int N, int nh, int hd, float scale, unsigned long long seed) {
+    if (!want_case("attention_bidir", "N=%d heads=%d hd=%d scale=%g", N, nh, hd, scale)) return;
+    unsigned long long s = seed;
+    const int w = nh * hd;
+    const size_t n = (size_t)N * w;
+    float *q = rnd(&s, n, -1, 1), *k = rnd(&s, n, -1, 1), *v = rnd(&s, n, -1, 1), *want = zeros(n);
+    double *z = g4_malloc(sizeof(double) * (size_t)N),
+           *acc = g4_malloc(sizeof(double) * (size_t)hd);
+    for (int i = 0; i < N; i++)
+        for (int h = 0; h < nh; h++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < N; j++) {
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)q[(size_t)i * w + (size_t)h * hd + e] *
+                         k[(size_t)j * w + (size_t)h * hd + e];
+                z[j] = d * scale;
+                mx = z[j] > mx ? z[j] : mx;
+            }
+            for (int e = 0; e < hd; e++) acc[e] = 0;
+            for (int j = 0; j < N; j++) {
+                const double p = exp(z[j] - mx);
+                sum += p;
+                for (int e = 0; e < hd; e++) acc[e] += p * v[(size_t)j * w + (size_t)h * hd + e];
+            }
+            for (int e = 0; e < hd; e++)
+                want[(size_t)i * w + (size_t)h * hd + e] = (float)(acc[e] / sum);
+        }
+    tbuf dq = tb_from(be->act_type, N, w, q), dk = tb_from(be->act_type, N, w, k),
+         dv = tb_from(be->act_type, N, w, v), dout = tb_new(be->act_type, N, w);
+    be->attention_bidir(be, &dout.b, &dq.b, &dk.b, &dv.b, nh, hd, scale);
+    float *got = tb_get(&dout);
+    report("out vs naive", got, want, n, &TOL_ATTN, tb_guards_ok(&dout, "out"), 0);
+    PERF("attention_bidir", be->attention_bidir(be, &dout.b, &dq.b, &dk.b, &dv.b, nh, hd, scale));
+    tb_free(&dq), tb_free(&dk), tb_free(&dv), tb_free(&dout);
+    free(q), free(k), free(v), free(want), free(z), free(acc), free(got);
+}
+
+static void case_vision_posemb(int gw, int gh, int D, int table_rows, unsigned long long seed) {
+    if (!want_case("vision_posemb", "grid=%dx%d D=%d table=%d", gw, gh, D, table_rows)) return;
+    unsigned long long s = seed;
+    const int N = gw * gh;
+    float *h = rnd(&s, (size_t)N * D, -3, 3), *table = rnd(&s, (size_t)2 * table_rows * D, -1, 1);
+    float *want = dup(h, (size_t)N * D);
+    int32_t *pos = grid_pos(gw, gh);
+    for (int i = 0; i < N; i++)
+        for (int d = 0; d < D; d++)
+            want[(size_t)i * D + d] =
+                (float)((double)h[(size_t)i * D + d] +
+                        ((double)table[(size_t)pos[2 * i] * D + d] +
+                         table[((size_t)table_rows + pos[2 * i + 1]) * D + d]));
+    uint16_t *tb = f16_bits(table, (size_t)2 * table_rows * D);
+    void *dt = be_copy(tb, 4 * (size_t)table_rows * D);
+    tbuf dh = tb_from(G4_F32, N, D, h), dp = tb_i32(N, 2, pos);
+    be->vision_posemb(be, &dh.b, dt, table_rows, &dp.b);
+    float *got = tb_get(&dh);
+    report("h vs naive", got, want, (size_t)N * D, &TOL_F32OUT, tb_guards_ok(&dh, "h"), 0);
+    PERF("vision_posemb", be->vision_posemb(be, &dh.b, dt, table_rows, &dp.b));
+    be->free(be, dt);
+    tb_free(&dh), tb_free(&dp);
+    free(h), free(table), free(want), free(pos), free(tb), free(got);
+}
+
+// Pooling of a gw x gh grid (multiples of k) into (gw/k) x (gh/k) bins, times sqrt(D).
+static void case_vision_pool(int gw, int gh, int D, int k, unsigned long long seed) {
+    const int N = gw * gh, bins = (gw / k) * (gh / k);
+    if (!want_case("vision_pool", "grid=%dx%d D=%d k=%d bins=%d", gw, gh, D, k, bins)) return;
+    unsigned long long s = seed;
+    float *x = rnd(&s, (size_t)N * D, -5, 5), *want = zeros((size_t)bins * D);
+    int32_t *pos = grid_pos(gw, gh);
+    const double sc = sqrt((double)D);
+    for (int by = 0; by < gh / k; by++)
+        for (int bx = 0; bx < gw / k; bx++)
+            for (int d = 0; d < D; d++) {
+                double acc = 0;
+                for (int dy = 0; dy < k; dy++)
+                    for (int dx = 0; dx < k; dx++)
+                        acc += x[((size_t)(by * k + dy) * gw + bx * k + dx) * D + d];
+                want[((size_t)by * (gw / k) + bx) * D + d] = (float)(acc / (k * k) * sc);
+            }
+    tbuf dx = tb_from(G4_F32, N, D, x), dp = tb_i32(N, 2, pos), dout = tb_new(G4_F32, bins, D);
+    be->vision_pool(be, &dout.b, &dx.b, &dp.b, k, (float)sc);
+    float *got = tb_get(&dout);
+    report("out vs naive", got, want, (size_t)bins * D, &TOL_F32OUT, tb_guards_ok(&dout, "out"), 0);
+    PERF("vision_pool", be->vision_pool(be, &dout.b, &dx.b, &dp.b, k, (float)sc));
+    tb_free(&dx), tb_free(&dp), tb_free(&dout);
+    free(x), free(want), free(pos), free(got);
+}
+
+// Audio subsampling layer, channels last: masked rows, conv 3x3 stride 2 pad 1, LayerNorm over
+// the output channels (weight only), ReLU. x_f32: the first layer's f32 input.
+static void case_sscp_conv(int H, int W, int C_in, int C_out, int x_f32, int masked,
+                           unsigned long long seed) {
+    if (!want_case("sscp_conv", "H=%d W=%d C_in=%d C_out=%d x=%s masked=%d", H, W, C_in, C_out,
+                   x_f32 ? "f32" : "act", masked))
+        return;
+    unsigned long long s = seed;
+    const int Ho = (H + 1) / 2, Wo = (W + 1) / 2;
+    float *x = rnd(&s, (size_t)H * W * C_in, -2, 2);
+    float *w = rnd(&s, (size_t)C_out * C_in * 9, -0.3f, 0.3f),
+          *lw = rnd(&s, (size_t)C_out, 0.5f, 1.5f);
+    int32_t *valid = g4_malloc(sizeof(int32_t) * (size_t)H);
+    for (int h = 0; h < H; h++) valid[h] = !masked || h < H - H / 3; // the last third masked
+    float *want = zeros((size_t)Ho * Wo * C_out);
+    double *acc = g4_malloc(sizeof(double) * (size_t)C_out);
+    for (int oh = 0; oh < Ho; oh++)
+        for (int ow = 0; ow < Wo; ow++) {
+            double mean = 0, var = 0;
+            for (int co = 0; co < C_out; co++) {
+                double a = 0;
+                for (int ky = 0; ky < 3; ky++)
+                    for (int kx = 0; kx < 3; kx++) {
+                        const int ih = 2 * oh - 1 + ky, iw = 2 * ow - 1 + kx;
+                        if (ih < 0 || iw < 0 || ih >= H || iw >= W || !valid[ih]) continue;
+                        for (int ci = 0; ci < C_in; ci++)
+                            a += (double)x[((size_t)ih * W + iw) * C_in + ci] *
+                                 w[(((size_t)co * C_in + ci) * 3 + ky) * 3 + kx];
+                    }
+                acc[co] = a;
+                mean += a / C_out;
+            }
+            for (int co = 0; co < C_out; co++) var += (acc[co] - mean) * (acc[co] - mean) / C_out;
+            for (int co = 0; co < C_out; co++) {
+                const double v = (acc[co] - mean) / sqrt(var + 1e-6) * lw[co];
+                want[((size_t)oh * Wo + ow) * C_out + co] = (float)(v > 0 ? v : 0);
+            }
+        }
+    uint16_t *wb = f16_bits(w, (size_t)C_out * C_in * 9), *lb = f16_bits(lw, (size_t)C_out);
+    void *dw = be_copy(wb, 2 * (size_t)C_out * C_in * 9), *dl = be_copy(lb, 2 * (size_t)C_out);
+    tbuf dx = tb_from(x_f32 ? G4_F32 : be->act_type, H * W, C_in, x), dv = tb_i32(H, 1, valid),
+         dy = tb_new(be->act_type, Ho * Wo, C_out);
+    be->sscp_conv(be, &dy.b, &dx.b, masked ? &dv.b : NULL, dw, dl, H, W, 1e-6f);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, (size_t)Ho * Wo * C_out, &TOL_REDUCE, tb_guards_ok(&dy, "y"),
+           0);
+    PERF("sscp_conv", be->sscp_conv(be, &dy.b, &dx.b, masked ? &dv.b : NULL, dw, dl, H, W, 1e-6f));
+    be->free(be, dw), be->free(be, dl);
+    tb_free(&dx), tb_free(&dv), tb_free(&dy);
+    free(x), free(w), free(lw), free(valid), free(want), free(acc), free(wb), free(lb), free(got);
+}
+
+static void case_dwconv1d_causal(int T, int C, int K, unsigned long long seed) {
+    if (!want_case("dwconv1d_causal", "T=%d C=%d K=%d", T, C, K)) return;
+    unsigned long long s = seed;
+    float *x = rnd(&s, (size_t)T * C, -2, 2), *w = rnd(&s, (size_t)C * K, -0.5f, 0.5f),
+          *want = zeros((size_t)T * C);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double a = 0;
+            for (int j = 0; j < K; j++) { // tap j reads frame t - j; tap K-1-j of the kernel
+                if (t - j < 0) break;
+                a += (double)w[(size_t)c * K + (K - 1 - j)] * x[(size_t)(t - j) * C + c];
+            }
+            want[(size_t)t * C + c] = (float)a;
+        }
+    uint16_t *wb = f16_bits(w, (size_t)C * K);
+    void *dw = be_copy(wb, 2 * (size_t)C * K);
+    tbuf dx = tb_from(be->act_type, T, C, x), dy = tb_new(be->act_type, T, C);
+    be->dwconv1d_causal(be, &dy.b, &dx.b, dw, K);
+    float *got = tb_get(&dy);
+    report("y vs naive", got, want, (size_t)T * C, &TOL_REDUCE, tb_guards_ok(&dy, "y"), 0);
+    PERF("dwconv1d_causal", be->dwconv1d_causal(be, &dy.b, &dx.b, dw, K));
+    be->free(be, dw);
+    tb_free(&dx), tb_free(&dy);
+    free(x), free(w), free(want), free(wb), free(got);
+}
+
+// Gemma-4 audio attention (spec 5.5) as the ops.h contract states it, written per query over
+// HF's block context: queries in blocks of `chunk`; block b's context is keys
+// u = b*chunk - band + j, j < chunk + band; key u is visible to t iff 0 <= t - u < band, u is
+// inside [0, T) and valid; logits cap * tanh((q' . k' + q' . rel[t - u]) / cap) with
+// q' = q hd^-0.5 / ln 2 * softplus(per_dim_scale), k' = k ln(1 + e) / ln 2; others get
+// invalid_logit; entries outside [0, T) have zero values.
+static void case_audio_attention(int T, int nh, int hd, int masked, unsigned long long seed) {
+    if (!want_case("audio_attention", "T=%d heads=%d hd=%d masked=%d", T, nh, hd, masked)) return;
+    unsigned long long s = seed;
+    const int w = nh * hd, chunk = 12, band = 12, ctx = chunk + band;
+    const float cap = 50.0f, invalid = -1e9f;
+    const size_t n = (size_t)T * w;
+    float *q = rnd(&s, n, -1, 1), *k = rnd(&s, n, -1, 1), *v = rnd(&s, n, -1, 1);
+    float *rel = rnd(&s, (size_t)band * w, -0.5f, 0.5f),
+          *pds = g4_malloc(sizeof(float) * (size_t)hd);
+    for (int e = 0; e < hd; e++) pds[e] = g4t_rand_uniform(&s, -1.5f, 1.5f);
+    int32_t *valid = g4_malloc(sizeof(int32_t) * (size_t)T);
+    for (int t = 0; t < T; t++) valid[t] = !masked || (t % 7 != 3 && t < T - T / 4);
+    float *want = zeros(n);
+    double *z = g4_malloc(sizeof(double) * ctx), *qs = g4_malloc(sizeof(double) * (size_t)hd);
+    for (int h = 0; h < nh; h++)
+        for (int t = 0; t < T; t++) {
+            const int b = t / chunk;
+            for (int e = 0; e < hd; e++)
+                qs[e] = q[(size_t)t * w + (size_t)h * hd + e] / sqrt((double)hd) / log(2.0) *
+                        log(1.0 + exp((double)pds[e]));
+            double mx = -INFINITY;
+            for (int j = 0; j < ctx; j++) {
+                const int u = b * chunk - band + j;
+                z[j] = invalid;
+                if (u < 0 || u >= T || t - u < 0 || t - u >= band || !valid[u]) continue;
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += qs[e] * ((double)k[(size_t)u * w + (size_t)h * hd + e] *
+                                      log(1.0 + exp(1.0)) / log(2.0) +
+                                  rel[(size_t)(t - u) * w + (size_t)h * hd + e]);
+                z[j] = cap * tanh(d / cap);
+            }
+            for (int j = 0; j < ctx; j++) mx = z[j] > mx ? z[j] : mx;
+            double sum = 0;
+            for (int j = 0; j < ctx; j++) sum += exp(z[j] - mx);
+            for (int e = 0; e < hd; e++) {
+                double a = 0;
+                for (int j = 0; j < ctx; j++) {
+                    const int u = b * chunk - band + j;
+                    if (u >= 0 && u < T)
+                        a += exp(z[j] - mx) * v[(size_t)u * w + (size_t)h * hd + e];
+                }
+                want[(size_t)t * w + (size_t)h * hd + e] = (float)(a / sum);
+            }
+        }
+    void *dpds = be_copy(pds, sizeof(float) * (size_t)hd);
+    tbuf dq = tb_from(be->act_type, T, w, q), dk = tb_from(be->act_type, T, w, k),
+         dv = tb_from(be->act_type, T, w, v), dr = tb_from(be->act_type, band, w, rel),
+         dval = tb_i32(T, 1, valid), dout = tb_new(be->act_type, T, w);
+    be->audio_attention(be, &dout.b, &dq.b, &dk.b, &dv.b, &dr.b, dpds, masked ? &dval.b : NULL, nh,
+                        hd, chunk, band, cap, invalid);
+    float *got = tb_get(&dout);
+    report("out vs naive", got, want, n, &TOL_AUDIO, tb_guards_ok(&dout, "out"), 0);
+    PERF("audio_attention",
+         be->audio_attention(be, &dout.b, &dq.b, &dk.b, &dv.b, &dr.b, dpds, masked ? &dval.b : NULL,
+                             nh, hd, chunk, band, cap, invalid));
+    be->free(be, dpds);
+    tb_free(&dq), tb_free(&dk), tb_free(&dv), tb_free(&dr), tb_free(&dval), tb_free(&dout);
+    free(q), free(k), free(v), free(rel), free(pds), free(valid), free(want), free(z), free(qs),
+        free(got);
+}
+
+// --- the harness's own rules can fail -----------------------------------------------------------
+// A write one byte past a buffer, an output that was never written (still poisoned) and a NaN
+// in a reference must each be caught. Not cases: they check the checks, on every run.
+static void check_harness(void) {
+    tbuf d = tb_new(be->act_type, 3, 5);
+    const uint8_t stray = 0;
+    be->upload(be, (char *)d.b.data + d.bytes, &stray, 1);
+    CHECK_MSG(!tb_guards_ok(&d, NULL), "%s: a write past the end of a buffer was not caught",
+              be->name);
+    float *got = tb_get(&d), *want = zeros(15);
+    g4t_cmp c = g4t_compare(got, want, 15, 1e9, 1e9, 0);
+    CHECK_MSG(c.bad == 15 && c.nonfinite == 15, "%s: an unwritten (poisoned) output passed",
+              be->name);
+    want[7] = NAN;
+    c = g4t_compare(want, want, 15, 1e9, 1e9, 0);
+    CHECK_MSG(c.bad == 1 && c.ref_nonfinite == 1, "a NaN in the reference passed");
+    tb_free(&d);
+    free(got), free(want);
+}
+
+// --- the cases ----------------------------------------------------------------------------------
+// Shapes: tiny, odd (counts that are not multiples of the kernels' tiles), E2B. The CUDA kernels'
+// supported() predicates (kernels/*.cuh) bound the odd ones: GEMMs take K, N multiples of 8 (Q4:
+// N % 16, K % 64), the vision position embedding D % 8.
+static void run_cases(void) {
+    case_memory(1, 1);
+    case_memory(1000003, 2);
+    case_convert(G4_F32, G4_F16, 1, 3, 3);
+    case_convert(G4_F32, G4_F16, 17, 1536, 4);
+    case_convert(G4_F16, G4_F32, 33, 7, 5);
+    case_convert(G4_F32, G4_BF16, 5, 9, 6);
+    case_convert(G4_BF16, G4_F32, 5, 9, 7);
+    case_graph(17, 1536, 8);
+
+    case_linear(G4_W_F16, 1, 16, 8, 0, 0, 0, 0, 10);
+    case_linear(G4_W_F16, 17, 72, 40, 1, 0, 0, 0, 11);
+    case_linear(G4_W_F16, 33, 64, 48, 0, 1, 1, 0, 12);    // f32 y += (residual add)
+    case_linear(G4_W_F16, 17, 72, 40, 1, 0, 0, 1, 13);    // ClippableLinear
+    case_linear(G4_W_F16, 3, 1536, 2048, 0, 0, 0, 0, 14); // E2B q_proj (8 x 256)
+    case_linear(G4_W_F16, 5, 6144, 1536, 0, 1, 1, 0, 15); // E2B down_proj into the residual
+    case_linear(G4_W_Q4, 1, 64, 16, 0, 0, 0, 0, 16);
+    case_linear(G4_W_Q4, 17, 192, 48, 1, 0, 0, 0, 17);
+    case_linear(G4_W_Q4, 2, 1536, 6144, 0, 0, 0, 0, 18); // E2B gate_proj
+    case_linear_gelu_mul(G4_W_F16, 1, 64, 64, 20);
+    case_linear_gelu_mul(G4_W_F16, 17, 136, 88, 21);
+    case_linear_gelu_mul(G4_W_F16, 3, 1536, 6144, 22); // E2B MLP
+    case_linear_gelu_mul(G4_W_Q4, 5, 1536, 6144, 23);
+
+    case_rmsnorm(1, 24, 8, 1, 0, 30);
+    case_rmsnorm(17, 1536, 1536, 1, 0, 31);
+    case_rmsnorm(33, 2048, 256, 1, 1, 32); // per-head q norm, in place
+    case_rmsnorm(5, 4096, 512, 0, 0, 33);  // unweighted (v norm), global head dim
+    case_rmsnorm(7, 768, 768, 1, 0, 34);   // vision width
+    for (int next = 0; next < 4; next++) case_add_rmsnorm(1, 1536, next, next != 2, 40 + next);
+    case_add_rmsnorm(33, 1536, 1, 0, 44);
+    case_add_rmsnorm(7, 40, 0, 1, 45);
+    case_gelu_mul(1, 24, 24, 0, 50);
+    case_gelu_mul(17, 6144, 6144, 0, 51);
+    case_gelu_mul(33, 256, 35 * 256, 256 * 7, 52); // the per-layer-input slice of layer 7
+    case_scale(1, 3, 0.5f, 55);
+    case_scale(17, 1536, 39.1875f, 56);
+    case_add(1, 3, 0, 57);
+    case_add(17, 1536, 1, 58);
+    case_add(33, 1024, 0, 59);
+
+    case_qkv_prep(1, 8, 1, 256, 0, 1, 4000, 60);  // decode, sliding layer
+    case_qkv_prep(1, 8, 1, 512, 1, 1, 32767, 61); // decode, global layer (proportional)
+    case_qkv_prep(17, 8, 1, 256, 0, 1, 0, 62);    // prefill chunk
+    case_qkv_prep(33, 8, 1, 256, 0, 0, 7, 63);    // KV-shared layer: q only
+    case_qkv_prep(5, 4, 2, 128, 0, 1, 3, 64);     // GQA 2:1, hd 128
+    case_attention(1, 8, 1, 256, 512, 1000, 65);  // decode, sliding window 512
+    case_attention(1, 8, 1, 512, 0, 1000, 66);    // decode, global
+    case_attention(17, 8, 1, 256, 512, 600, 67);  // prefill chunk across the window edge
+    case_attention(33, 8, 1, 512, 0, 0, 68);
+    case_attention(5, 4, 2, 256, 3, 2, 69); // GQA 2:1, a tiny window
+
+    case_ple_inputs(1, 35, 256, 100, 70);
+    case_ple_inputs(17, 35, 256, 300, 71);
+    case_ple_inputs(3, 2, 512, 17, 72);
+    case_embed(1, 4096, 1536, 0, 0, 73);
+    case_embed(17, 500, 1536, 1, 0, 74);
+    case_embed(3, 17, 40, 0, 0, 75);
+    case_embed(5, 700, 1536, 0, 1, 76);
+    case_softcap(1, 3, 30.0f, 77);
+    case_softcap(2, 262144, 30.0f, 78);
+    case_sample(1, 262144, 30.0f, 0, 0, 0, 80); // E2B vocabulary, greedy
+    case_sample(1, 262144, 30.0f, 1, 0, 0, 81); // top-k 1 through the sampling path
+    case_sample(3, 262144, 30.0f, 0, 1, 1, 82); // ties, a NaN row
+    case_sample(2, 1001, 0.0f, 0, 1, 0, 83);    // odd vocabulary, no cap
+    case_sample(1, 24, 30.0f, 1, 0, 0, 84);
+    case_scatter_rows(17, 5, 33, 85);
+    case_scatter_rows(600, 280, 1536, 86);
+
+    case_clamp(1, 3, -1.5f, 2.25f, 1, 90);
+    case_clamp(17, 33, -1.5f, 2.25f, 0, 91);
+    case_clamp(750, 1024, -1.0f, 0.5f, 0, 92);
+    case_silu(1, 1, 0, 93);
+    case_silu(13, 37, 0, 94);
+    case_silu(750, 1024, 1, 95);
+    case_glu(1, 1, 96);
+    case_glu(7, 13, 97);
+    case_glu(750, 1024, 98);
+    case_transpose(G4_F16, 1, 1, 100);
+    case_transpose(G4_F16, 17, 33, 101);
+    case_transpose(G4_F32, 33, 17, 102);
+    case_transpose(G4_I32, 1000, 3, 103);
+    case_transpose(G4_F16, 24000, 32, 104); // E2B: 750 frames x 32 mel of 32 channels
+    case_rope_2d(1, 1, 1, 64, 105);
+    case_rope_2d(5, 3, 2, 64, 106);
+    case_rope_2d(42, 60, 12, 64, 107); // E2B, 2520 patches
+    case_attention_bidir(1, 1, 64, 1.0f, 110);
+    case_attention_bidir(17, 2, 64, 1.0f, 111);
+    case_attention_bidir(33, 3, 64, 0.125f, 112);
+    case_attention_bidir(300, 12, 64, 1.0f, 113); // E2B heads, 300 patches
+    case_vision_posemb(1, 1, 8, 1, 115);
+    case_vision_posemb(7, 5, 40, 16, 116);
+    case_vision_posemb(42, 60, 768, 10240, 117);
+    case_vision_pool(3, 3, 4, 3, 120);
+    case_vision_pool(9, 6, 40, 3, 121);
+    case_vision_pool(42, 60, 768, 3, 122);
+    case_sscp_conv(1, 1, 1, 32, 1, 0, 125);
+    case_sscp_conv(7, 9, 1, 128, 1, 1, 126);
+    case_sscp_conv(301, 128, 1, 128, 1, 1, 127); // E2B layer 0 (3 s)
+    case_sscp_conv(19, 64, 128, 32, 0, 1, 128);  // E2B layer 1
+    case_sscp_conv(9, 10, 32, 64, 0, 0, 129);
+    case_dwconv1d_causal(1, 8, 5, 130);
+    case_dwconv1d_causal(7, 40, 5, 131);
+    case_dwconv1d_causal(750, 1024, 5, 132);
+    case_audio_attention(1, 1, 32, 0, 135);
+    case_audio_attention(13, 8, 32, 1, 136);
+    case_audio_attention(100, 8, 128, 1, 137); // E2B heads
+    close_case();
+}
+
+static void run_backend(void) {
+    check_harness();
+    run_cases();
+    if (!cases.op_filter && !cases.shape_filter) check_coverage();
+}
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "perf"))
+            perf_mode = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            perf_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--break"))
+            break_mode = 1;
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "cpu") || !strcmp(argv[i + 1], "cuda")))
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--op") && i + 1 < argc)
+            cases.op_filter = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            cases.shape_filter = argv[++i];
+        else {
+            fprintf(stderr,
+                    "usage: %s [perf] [--reps N] [--break] [--backend cpu|cuda] [--op S] "
+                    "[--shape S]\n",
+                    NAME);
+            return 1;
+        }
+    }
+    if (perf_reps < 1) perf_reps = 1;
+    check_field_list();
+    const char *cuda_skip = NULL;
+    if (!only || !strcmp(only, "cpu")) {
+        be = g4_backend_cpu();
+        printf("== %s half: the cpu backend vs the naive ops%s\n", NAME,
+               break_mode ? " (--break: every case must fail)" : "");
+        run_backend();
+    }
+    if (!only || !strcmp(only, "cuda")) {
+        const char *why = NULL;
+        be = g4_cuda_device_count(&why) > 0 ? g4_backend_cuda(&why) : NULL;
+        if (!be) {
+            cuda_skip = why ? why : "no CUDA device";
+        } else {
+            char dev[256];
+            g4_cuda_describe(dev, sizeof dev);
+            printf("== %s half: the cuda backend vs the naive ops, on %s%s\n", NAME, dev,
+                   break_mode ? " (--break: every case must fail)" : "");
+            run_backend();
+        }
+    }
+    printf("%s: %d cases, %d failed\n", NAME, cases.run, cases.failed);
+    if (cuda_skip) printf("SKIP %s cuda half: %s\n", NAME, cuda_skip);
+    if (cases.run == 0) {
+        if (cuda_skip && only) return g4t_skip(NAME, cuda_skip);
+        printf("%s: no case matched the filters\n", NAME);
+        return 1;
+    }
+    return g4t_finish(NAME);
+}
