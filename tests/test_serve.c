@@ -219,6 +219,33 @@ static char *chat_text(const resp *r) {
     return s;
 }
 
+// The events of a server-sent-event body: the content deltas joined, the count of events, of
+// chunks with a finish_reason, and whether `data: [DONE]` came (body is cut up in place).
+typedef struct {
+    char text[8192];
+    int events, done, finish;
+} sse_events;
+
+static sse_events sse_parse(char *body) {
+    sse_events e = {{0}, 0, 0, 0};
+    for (char *p = body ? strstr(body, "data: ") : NULL; p; p = strstr(p, "data: ")) {
+        p += 6;
+        char *end = strstr(p, "\n\n");
+        if (!end) break;
+        *end = 0;
+        e.events++;
+        if (!strcmp(p, "[DONE]")) e.done = 1;
+        cJSON *j = cJSON_Parse(p);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
+        if (cJSON_IsString(d)) strncat(e.text, d->valuestring, sizeof e.text - strlen(e.text) - 1);
+        if (cJSON_IsString(cJSON_GetObjectItem(c0, "finish_reason"))) e.finish++;
+        cJSON_Delete(j);
+        p = end + 1;
+    }
+    return e;
+}
+
 // --- fixtures ---------------------------------------------------------------------------------
 static char *b64(const unsigned char *d, size_t n) {
     static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -415,54 +442,22 @@ int main(void) {
                   "\"content\":[{\"type\":\"text\",\"text\":\"Hello, who are you?\"}]}],"
                   "\"max_completion_tokens\":40,\"stream\":true}");
     {
-        CHECK_MSG(r.status == 200 && strcasestr(r.head, "text/event-stream"), "stream: %d",
-                  r.status);
-        char acc[8192] = {0};
-        int events = 0, done = 0, finish = 0;
-        for (char *p = r.body ? strstr(r.body, "data: ") : NULL; p; p = strstr(p, "data: ")) {
-            p += 6;
-            char *e = strstr(p, "\n\n");
-            if (!e) break;
-            *e = 0;
-            events++;
-            if (!strcmp(p, "[DONE]")) {
-                done = 1;
-            } else {
-                cJSON *j = cJSON_Parse(p);
-                const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-                const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
-                if (cJSON_IsString(d)) strncat(acc, d->valuestring, sizeof acc - strlen(acc) - 1);
-                if (cJSON_IsString(cJSON_GetObjectItem(c0, "finish_reason"))) finish++;
-                cJSON_Delete(j);
-            }
-            p = e + 1;
-        }
+        CHECK_MSG(r.status == 200 && r.head && strcasestr(r.head, "text/event-stream"),
+                  "stream: %d", r.status);
+        sse_events e = sse_parse(r.body);
         // (an empty system turn changes the prompt: only the stream's form is checked here;
         // the next request checks its text)
-        CHECK_MSG(done && finish == 1 && events >= 3, "stream: %d events, done %d, finish %d",
-                  events, done, finish);
+        CHECK_MSG(e.done && e.finish == 1 && e.events >= 3, "stream: %d events, done %d, finish %d",
+                  e.events, e.done, e.finish);
     }
     resp_free(&r);
     r = post_json(P, "/v1/chat/completions",
                   "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
                   "\"Hello, who are you?\"}]}],\"max_tokens\":40,\"stream\":true}");
     {
-        char acc[8192] = {0};
-        int done = 0;
-        for (char *p = r.body ? strstr(r.body, "data: ") : NULL; p; p = strstr(p, "data: ")) {
-            p += 6;
-            char *e = strstr(p, "\n\n");
-            if (!e) break;
-            *e = 0;
-            if (!strcmp(p, "[DONE]")) done = 1;
-            cJSON *j = cJSON_Parse(p);
-            const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-            const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
-            if (cJSON_IsString(d)) strncat(acc, d->valuestring, sizeof acc - strlen(acc) - 1);
-            cJSON_Delete(j);
-            p = e + 1;
-        }
-        CHECK_MSG(done && !strcmp(acc, want_chat), "stream: the deltas are '%s'", acc);
+        sse_events e = sse_parse(r.body);
+        CHECK_MSG(e.done && e.finish == 1 && !strcmp(e.text, want_chat), "stream: the deltas are '%s'",
+                  e.text);
     }
     resp_free(&r);
 
