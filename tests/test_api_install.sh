@@ -30,6 +30,9 @@ grep -q 'g4cu_generate' "$tmp/example.c"
 check "README's example program extracted" $?
 flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs g4cu)
 check "pkg-config --cflags --libs g4cu" $?
+# A sanitized build's library needs the sanitizer runtime first: the example is built with it.
+grep -q '^G4_SANITIZE:BOOL=ON' "$G4_BUILD_DIR/CMakeCache.txt" &&
+    flags="$flags -fsanitize=address,undefined -fno-omit-frame-pointer"
 cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter "$tmp/example.c" $flags \
     -o "$tmp/example" 2>"$tmp/cc.log"
 ok=$?

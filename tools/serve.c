@@ -439,10 +439,10 @@ static int num_field(const cJSON *root, const char *key, double lo, double hi, i
     return 1;
 }
 
-// The sampling fields shared by both endpoints' JSON (chat) and their defaults.
+// The chat request's generation fields, over their defaults.
 static int chat_params(job *j, const cJSON *root, perr *e) {
     int has;
-    double v;
+    double v = 0;
     j->rq.max_tokens = S.o.max_tokens < 256 ? S.o.max_tokens : 256;
     if (!num_field(root, "max_tokens", 1, S.o.max_tokens, 1, &has, &v, e)) return 0;
     if (has) j->rq.max_tokens = (int)v;
