@@ -12,7 +12,8 @@
 //    file, a body cut off mid-way (the connection closed)
 //  - load: 300 requests from 16 clients at once, every 5th malformed or cut off: every
 //    well-formed one answered 200 with the same text, every malformed one 4xx; the server's RSS
-//    after a second such round within 16 MiB of after the first (memory flat)
+//    after a second such round within 16 MiB of after the first (memory flat; under ASan,
+//    whose quarantine grows RSS, LeakSanitizer checks the server's exit instead)
 //  - a full queue answers 429 (--parallel 1 --queue 1, 8 clients at once)
 //  - SIGTERM while a request is in flight: it completes (200), the server exits 0
 #include <arpa/inet.h>
@@ -662,7 +663,13 @@ int main(void) {
             load_round(2);
             const long rss2 = srv_rss_kb(&s);
             printf("server RSS: %ld kB after round 1, %ld kB after round 2\n", rss1, rss2);
+#if defined(__SANITIZE_ADDRESS__)
+            // ASan holds freed blocks in its quarantine (up to 256 MB), so RSS grows without a
+            // leak: under it LeakSanitizer checks instead, at the server's exit (exit 0 below)
+            (void)rss2;
+#else
             CHECK_MSG(rss1 > 0 && rss2 - rss1 < 16 * 1024, "RSS grew by %ld kB", rss2 - rss1);
+#endif
         }
         free(w8);
     }
