@@ -321,8 +321,9 @@ int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     return code(generate(s, rq, out));
 }
 
-// opts (or the defaults) with one medium and the given text (or the default).
-static int one_media(g4cu_state *s, const g4cu_media *md, const char *text,
+// opts (or the defaults) with one medium and the text (transcribe: opts->text, when set,
+// replaces the default prompt; vqa: the question is the text).
+static int one_media(g4cu_state *s, const g4cu_media *md, const char *text, int text_from_opts,
                      const g4cu_request *opts, g4cu_result *out) {
     if (!out) return g4_fail(G4_EUSER, "g4cu: out is NULL");
     memset(out, 0, sizeof *out);
@@ -334,7 +335,7 @@ static int one_media(g4cu_state *s, const g4cu_media *md, const char *text,
         g4cu_request_default(&rq);
     if (rq.n_media)
         return g4_fail(G4_EUSER, "g4cu_transcribe / g4cu_vqa: the options must carry no media");
-    if (opts && opts->text) text = opts->text;
+    if (text_from_opts && opts && opts->text) text = opts->text;
     rq.text = text;
     rq.media = md;
     rq.n_media = 1;
@@ -345,17 +346,16 @@ int g4cu_transcribe(g4cu_state *s, const float *pcm, size_t n_samples, int rate,
                     const g4cu_request *opts, g4cu_result *out) {
     const g4cu_media md = {.kind = G4CU_AUDIO_PCM, .pcm = pcm, .n_samples = n_samples,
                            .sample_rate = rate};
-    return one_media(s, &md, G4_ASR_PROMPT, opts, out);
+    return one_media(s, &md, G4_ASR_PROMPT, 1, opts, out);
 }
 
 int g4cu_vqa(g4cu_state *s, const g4cu_media *image, const char *question,
              const g4cu_request *opts, g4cu_result *out) {
-    if (!image || !is_image(image)) {
-        if (out) memset(out, 0, sizeof *out);
+    if (out) memset(out, 0, sizeof *out);
+    if (!image || !is_image(image))
         return g4_fail(G4_EUSER, "g4cu_vqa: expected an image (G4CU_IMAGE_RGB or _ENCODED)");
-    }
     if (!question) return g4_fail(G4_EUSER, "g4cu_vqa: the question is NULL");
-    return one_media(s, image, question, opts, out);
+    return one_media(s, image, question, 0, opts, out);
 }
 
 // --- tokens and logits -------------------------------------------------------------------------

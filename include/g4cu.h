@@ -10,7 +10,8 @@
 // Errors: every function that can fail returns G4CU_OK (0), G4CU_EUSER (bad input: a file, a
 // value or a request, named in the message) or G4CU_EINTERNAL (a bug or an environment failure),
 // and leaves one line for g4cu_last_error() on the calling thread. The library never exits
-// the process and never prints.
+// the process on an error and never prints (as in the engine, only a failed allocation or a
+// broken internal invariant aborts).
 //
 //   g4cu_model *m;  g4cu_state *s;  g4cu_request rq;  g4cu_result r;
 //   g4cu_model_params mp;  g4cu_model_params_default(&mp);
@@ -133,7 +134,8 @@ int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out);
 // the defaults).
 int g4cu_transcribe(g4cu_state *s, const float *pcm, size_t n_samples, int rate,
                     const g4cu_request *opts, g4cu_result *out);
-// A question about one image (G4CU_IMAGE_RGB or G4CU_IMAGE_ENCODED); opts as for transcribe.
+// A question about one image (G4CU_IMAGE_RGB or G4CU_IMAGE_ENCODED); opts as for transcribe
+// (the question is the text: opts->text is not used).
 int g4cu_vqa(g4cu_state *s, const g4cu_media *image, const char *question,
              const g4cu_request *opts, g4cu_result *out);
 
