@@ -144,9 +144,10 @@ static int bytes_file(const void *data, size_t size, const char *what, int *fd, 
 }
 
 int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float **pcm,
-                      size_t *n_samples) {
+                      size_t *n_samples, double *seconds) {
     *pcm = NULL;
     *n_samples = 0;
+    if (seconds) *seconds = 0;
     if (!g4cu_model_has_audio(m))
         return g4_fail(G4_EUSER, "audio: the package %s has no audio encoder", m->pl->pkg->dir);
     if (!data || !size) return g4_fail(G4_EUSER, "audio: no bytes given");
@@ -163,6 +164,7 @@ int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float 
     }
     *pcm = a.samples;
     *n_samples = (size_t)a.n_samples;
+    if (seconds) *seconds = (double)a.src_frames / a.src_rate;
     return G4CU_OK;
 }
 
@@ -188,7 +190,7 @@ static int load_media(g4cu_model *m, const g4cu_media *md, const char *name, g4_
     case G4CU_AUDIO_ENCODED: {
         float *pcm;
         size_t n;
-        if ((rc = g4cu_decode_audio(m, md->data, md->size, &pcm, &n))) {
+        if ((rc = g4cu_decode_audio(m, md->data, md->size, &pcm, &n, NULL))) {
             g4_error_prefix("%s", name);
             return rc == G4CU_EUSER ? G4_EUSER : G4_EINTERNAL;
         }

@@ -145,9 +145,11 @@ int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n);
 // The soft-capped next-token logits after ids[0..n) (a fresh sequence on s): logits[n_vocab].
 int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits);
 
-// A sound file's bytes -> mono float32 at the model's audio rate (*pcm malloc'ed, g4cu_free).
+// A sound file's bytes -> mono float32 at the model's audio rate (*pcm malloc'ed, g4cu_free):
+// the first 30 s (the audio window; what the model hears), and in *seconds (may be NULL) the
+// file's whole length.
 int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float **pcm,
-                      size_t *n_samples);
+                      size_t *n_samples, double *seconds);
 void g4cu_free(void *p);
 
 #ifdef __cplusplus

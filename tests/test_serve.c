@@ -414,7 +414,7 @@ int main(void) {
     if (!want_chat || !vqa || !asr) return g4t_finish("test_serve");
 
     srv s;
-    CHECK_MSG(srv_start(&s, "--parallel 2 --queue 64 --max-body 4000000 --timeout 5"),
+    CHECK_MSG(srv_start(&s, "--parallel 2 --queue 64 --max-body 4000000 --timeout 5 --max-audio-seconds 5"),
               "the server did not start");
     if (!s.port) return g4t_finish("test_serve");
     const int P = s.port;
@@ -555,6 +555,30 @@ int main(void) {
             cJSON_Delete(j);
         }
         resp_free(&r);
+        // audio over --max-audio-seconds (7.3 s of speech, the limit 5 s): 400 naming it
+        {
+            char *fd;
+            size_t fn;
+            char *fb = file_b64("frontends/media/speech_7.3s_8k.flac", &fd, &fn);
+            size_t c2 = fn + 4096, m2 = 0;
+            char *mp2 = malloc(c2);
+            m2 += (size_t)snprintf(mp2, c2,
+                                   "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
+                                   "filename=\"s.flac\"\r\n\r\n",
+                                   bd);
+            memcpy(mp2 + m2, fd, fn);
+            m2 += fn;
+            m2 += (size_t)snprintf(mp2 + m2, c2 - m2, "\r\n--%s--\r\n", bd);
+            char *ct2 = g4_sprintf("multipart/form-data; boundary=%s", bd);
+            r = http(P, "POST", "/v1/audio/transcriptions", ct2, mp2, m2, -1);
+            CHECK_MSG(is_error(&r, 400) && strstr(r.body, "over the limit of 5 s"),
+                      "7.3 s over a 5 s limit: %d %s", r.status, r.body ? r.body : "");
+            resp_free(&r);
+            free(ct2);
+            free(mp2);
+            free(fd);
+            free(fb);
+        }
         // no file field: 400; not multipart: 415; a body cut inside the file: no answer
         char *nofile = g4_sprintf("--%s\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n"
                                   "x\r\n--%s--\r\n",

@@ -13,8 +13,8 @@
 // One model; --parallel N states, each with a worker thread; requests wait in a bounded queue
 // (--queue; 429 when full). Every bad request gets a 4xx JSON error
 // {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes, --max-tokens
-// per request, --max-media items per request; connections idle past --timeout are closed (a
-// body cut off mid-way). SIGTERM / SIGINT: no new connections, the requests in flight finish,
+// per request, --max-media items per request, --max-audio-seconds per clip (the model hears the
+// first 30 s); connections idle past --timeout are closed (a body cut off mid-way). SIGTERM / SIGINT: no new connections, the requests in flight finish,
 // exit 0. Binds 127.0.0.1 unless --host says otherwise; --port 0 takes a free port; the port is
 // printed on stdout ("g4cu serve: listening on http://HOST:PORT").
 #include "tools/serve.h"
@@ -50,7 +50,7 @@ int g4_serve_main(int argc, char **argv) {
 // --- options and the server ------------------------------------------------------------------
 typedef struct {
     const char *pkg, *host, *backend, *tokenizer, *name;
-    int port, parallel, queue, max_tokens, max_media, timeout_s, n_ctx, max_conn;
+    int port, parallel, queue, max_tokens, max_media, timeout_s, n_ctx, max_conn, max_audio_s;
     size_t max_body;
 } serve_opts;
 
@@ -364,6 +364,21 @@ static char *cat(char *a, const char *b) {
     return r;
 }
 
+// A sound file's bytes -> the model's PCM (*pcm), refused past --max-audio-seconds; `what`
+// names it in the message.
+static int decode_audio(const char *what, const void *data, size_t n, float **pcm, size_t *n_pcm,
+                        perr *e) {
+    double sec;
+    if (g4cu_decode_audio(S.model, data, n, pcm, n_pcm, &sec))
+        return fail(e, "%s: %s", what, g4cu_last_error());
+    if (sec > S.o.max_audio_s) {
+        free(*pcm);
+        *pcm = NULL;
+        return fail(e, "%s: %.1f s of audio is over the limit of %d s", what, sec, S.o.max_audio_s);
+    }
+    return 1;
+}
+
 static int add_media(job *j, g4cu_media_kind kind, unsigned char *data, size_t n, perr *e) {
     if (j->n_media >= S.o.max_media || j->n_media >= 16) {
         free(data);
@@ -416,7 +431,14 @@ static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
             size_t n;
             if (!b64_decode(d->valuestring, strlen(d->valuestring), &bytes, &n) || !n)
                 return fail(e, "input_audio.data is not valid base64");
-            if (!add_media(j, G4CU_AUDIO_ENCODED, bytes, n, e)) return 0;
+            float *pcm;
+            size_t n_pcm;
+            const int ok = decode_audio("input_audio", bytes, n, &pcm, &n_pcm, e);
+            free(bytes);
+            if (!ok || !add_media(j, G4CU_AUDIO_PCM, (unsigned char *)pcm, 0, e)) return 0;
+            j->media[j->n_media - 1].pcm = pcm;
+            j->media[j->n_media - 1].n_samples = n_pcm;
+            j->media[j->n_media - 1].sample_rate = g4cu_model_audio_rate(S.model);
         } else {
             return fail(e, "content part type \"%s\" is not taken here (text; image_url and "
                            "input_audio in the user turn)",
@@ -778,11 +800,10 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
     }
     if (x->prompt && x->prompt[0]) j->text = strdup(x->prompt), j->rq.text = j->text;
     j->rq.max_tokens = S.o.max_tokens < 448 ? S.o.max_tokens : 448;
-    if (g4cu_decode_audio(S.model, x->file, x->file_len, &j->pcm, &j->n_pcm)) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "file: %s", g4cu_last_error());
+    perr e;
+    if (!decode_audio("file", x->file, x->file_len, &j->pcm, &j->n_pcm, &e)) {
         job_unref(j);
-        return send_error(c, x, 400, "%s", msg);
+        return send_error(c, x, 400, "%s", e.msg);
     }
     return answer_job(c, x, j, text_format);
 }
@@ -977,6 +998,7 @@ static int int_opt(const char *opt, const char *s, long lo, long hi, long *out) 
 int g4_serve_main(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16,
                     .max_tokens = 2048, .max_media = 8, .timeout_s = 30, .max_conn = 256,
+                    .max_audio_s = 600,
                     .max_body = 32u << 20};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -987,6 +1009,7 @@ int g4_serve_main(int argc, char **argv) {
             {"--queue", &o.queue, 0, 100000},      {"--max-tokens", &o.max_tokens, 1, 1 << 20},
             {"--max-media", &o.max_media, 0, 16},  {"--timeout", &o.timeout_s, 1, 3600},
             {"--n-ctx", &o.n_ctx, 0, 1 << 20},     {"--max-connections", &o.max_conn, 1, 65536},
+            {"--max-audio-seconds", &o.max_audio_s, 1, 86400},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
