@@ -247,6 +247,30 @@ static sse_events sse_parse(char *body) {
     return e;
 }
 
+// A multipart/form-data body with boundary bd: an optional text field (name = value), then a
+// `file` field (filename, data[0..n)). *len: its length; *head_len: the bytes before the file's
+// end (a cut there leaves the form unfinished).
+static char *form_with_file(const char *bd, const char *name, const char *value,
+                            const char *filename, const char *data, size_t n, size_t *len,
+                            size_t *head_len) {
+    size_t cap = n + 4096, k = 0;
+    char *b = malloc(cap);
+    if (name)
+        k += (size_t)snprintf(b + k, cap - k,
+                              "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n",
+                              bd, name, value);
+    k += (size_t)snprintf(b + k, cap - k,
+                          "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
+                          "filename=\"%s\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+                          bd, filename);
+    memcpy(b + k, data, n);
+    k += n;
+    *head_len = k;
+    k += (size_t)snprintf(b + k, cap - k, "\r\n--%s--\r\n", bd);
+    *len = k;
+    return b;
+}
+
 // --- fixtures ---------------------------------------------------------------------------------
 static char *b64(const unsigned char *d, size_t n) {
     static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -533,17 +557,8 @@ int main(void) {
         // (the default prompt is the same ASR prompt; HF's case generated max_new tokens, so
         // the answer's first max_new tokens' text is compared: the server's default is longer)
         const char *bd = "g4cuTestBoundary7MA4YWxkTrZu0gW";
-        size_t cap = raw_n + 4096, n = 0;
-        char *mp = malloc(cap);
-        n += (size_t)snprintf(mp + n, cap - n,
-                              "--%s\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n"
-                              "package\r\n--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                              "filename=\"tone.wav\"\r\nContent-Type: audio/wav\r\n\r\n",
-                              bd, bd);
-        memcpy(mp + n, raw, raw_n);
-        n += raw_n;
-        const size_t head_n = n;
-        n += (size_t)snprintf(mp + n, cap - n, "\r\n--%s--\r\n", bd);
+        size_t n, head_n;
+        char *mp = form_with_file(bd, "model", "package", "tone.wav", raw, raw_n, &n, &head_n);
         char *ct = g4_sprintf("multipart/form-data; boundary=%s", bd);
         r = http(P, "POST", "/v1/audio/transcriptions", ct, mp, n, -1);
         {
@@ -560,21 +575,12 @@ int main(void) {
             char *fd;
             size_t fn;
             char *fb = file_b64("frontends/media/speech_7.3s_8k.flac", &fd, &fn);
-            size_t c2 = fn + 4096, m2 = 0;
-            char *mp2 = malloc(c2);
-            m2 += (size_t)snprintf(mp2, c2,
-                                   "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                                   "filename=\"s.flac\"\r\n\r\n",
-                                   bd);
-            memcpy(mp2 + m2, fd, fn);
-            m2 += fn;
-            m2 += (size_t)snprintf(mp2 + m2, c2 - m2, "\r\n--%s--\r\n", bd);
-            char *ct2 = g4_sprintf("multipart/form-data; boundary=%s", bd);
-            r = http(P, "POST", "/v1/audio/transcriptions", ct2, mp2, m2, -1);
+            size_t m2, h2;
+            char *mp2 = form_with_file(bd, NULL, NULL, "s.flac", fd, fn, &m2, &h2);
+            r = http(P, "POST", "/v1/audio/transcriptions", ct, mp2, m2, -1);
             CHECK_MSG(is_error(&r, 400) && strstr(r.body, "over the limit of 5 s"),
                       "7.3 s over a 5 s limit: %d %s", r.status, r.body ? r.body : "");
             resp_free(&r);
-            free(ct2);
             free(mp2);
             free(fd);
             free(fb);
