@@ -12,6 +12,7 @@
 
 #include "engine/audio_fe.h"
 #include "engine/image_fe.h"
+#include "kernels/ops.h"
 #include "loader/tokenizer.h"
 #include "tests/chat_fixture.h"
 #include "tests/test_util.h"
@@ -80,6 +81,24 @@ static void test_errors(void) {
     p.backend = "tpu";
     CHECK_INT(g4cu_model_load(g4t_env("G4_TINY_PKG"), &p, &m), G4CU_EUSER);
     CHECK_MSG(strstr(g4cu_last_error(), "tpu") != NULL, "message: %s", g4cu_last_error());
+    // "auto" (the default): CUDA where a GPU is usable, else the CPU. Checked without a GPU
+    // only (the tiny fixture's shapes are not all the CUDA kernels' shapes: gpu-tiny is theirs)
+    const char *why;
+    if (!g4_backend_cuda(&why)) {
+        g4cu_model_params a;
+        g4cu_model_params_default(&a);
+        a.tokenizer_path = g4_sprintf("%s/chat/chat_bpe.json", fix);
+        g4cu_model *am = NULL;
+        CHECK_MSG(g4cu_model_load(g4t_env("G4_TINY_PKG"), &a, &am) == G4CU_OK, "auto: %s",
+                  g4cu_last_error());
+        if (am) {
+            const char *b = g4cu_model_backend(am);
+            CHECK_MSG(!strcmp(b, "cpu"), "auto chose '%s' without a GPU", b);
+            printf("backend auto: %s\n", b);
+        }
+        g4cu_model_free(am);
+        free((char *)a.tokenizer_path);
+    }
     p.backend = "cpu"; // the package has no tokenizer.json: the error says so
     CHECK_INT(g4cu_model_load(g4t_env("G4_TINY_PKG"), &p, &m), G4CU_EUSER);
     CHECK_MSG(strstr(g4cu_last_error(), "tokenizer") != NULL, "message: %s", g4cu_last_error());
