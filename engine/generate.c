@@ -24,6 +24,8 @@ const char *g4_stop_reason_name(g4_stop_reason r) {
         return "max_new";
     case G4_STOP_CONTEXT:
         return "context";
+    case G4_STOP_CANCEL:
+        return "cancelled";
     }
     return "?";
 }
@@ -180,6 +182,10 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
         }
         if (p->on_text && (rc = g4_text_stream_update(&ts, out->tokens.v, out->tokens.n)))
             goto done;
+        if (p->cancel && *p->cancel) {
+            out->stop = G4_STOP_CANCEL;
+            break;
+        }
         const int32_t fed = id;
         int32_t next;
         if ((rc = g4_text_step(s, &fed, 1, NULL, &next))) goto done;

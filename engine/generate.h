@@ -90,6 +90,9 @@ typedef struct {
                             // benchmarks run max_new tokens on random weights with it)
     g4_gen_text_fn on_text; // streaming (NULL: none)
     void *on_text_ctx;
+    const volatile int *cancel; // non-NULL: checked after each token; once non-zero the
+                                // generation ends there (stop reason "cancelled": a streaming
+                                // caller's callback or a server whose client left sets it)
 } g4_gen_params;
 
 // max_new G4_GEN_DEFAULT_MAX_NEW, greedy, top_p 1, seed 0, nothing else.
@@ -100,8 +103,9 @@ typedef enum {
     G4_STOP_STRING = 1,  // the text reached a stop string
     G4_STOP_MAX_NEW = 2, // max_new tokens were generated
     G4_STOP_CONTEXT = 3, // the context ended before max_new
+    G4_STOP_CANCEL = 4,  // the caller's cancel flag was set
 } g4_stop_reason;
-// "eos", "stop_string", "max_new", "context".
+// "eos", "stop_string", "max_new", "context", "cancelled".
 const char *g4_stop_reason_name(g4_stop_reason r);
 
 typedef struct {

@@ -1,6 +1,7 @@
 // media.c: media file -> front end -> tower -> soft tokens (see media.h).
 #include "engine/media.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "base/base.h"
@@ -58,32 +59,94 @@ int g4_image_soft_tokens(const g4_image_proc_config *cfg, int height, int width,
     return G4_OK;
 }
 
+// The package must have the kind's tower and front-end config.
+static int check_kind(const g4_package *pkg, g4_media_kind kind, const char *what) {
+    if (kind == G4_MEDIA_IMAGE && (!g4_package_component(pkg, G4_COMP_VISION) || !pkg->has_image_proc))
+        return g4_fail(G4_EUSER,
+                       "%s: the package %s has no vision encoder (or image_processor.json), "
+                       "so it cannot take an image",
+                       what, pkg->dir);
+    if (kind == G4_MEDIA_AUDIO && (!g4_package_component(pkg, G4_COMP_AUDIO) || !pkg->has_audio_fe))
+        return g4_fail(G4_EUSER,
+                       "%s: the package %s has no audio encoder (or "
+                       "audio_feature_extraction.json), so it cannot take audio",
+                       what, pkg->dir);
+    return G4_OK;
+}
+
+// The counts and the cut of an audio input after its features.
+static void audio_done(const g4_package *pkg, g4_media_input *out) {
+    out->n_tokens = out->audio.n_soft_tokens;
+    out->truncated = out->audio.truncated;
+    out->used_seconds = (double)out->audio.n_samples / pkg->audio_fe.sampling_rate;
+}
+
 int g4_media_load(g4_media_encoder *e, g4_media_kind kind, const char *path,
                   g4_media_input *out) {
     const g4_package *pkg = e->pkg;
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    int rc;
+    int rc = check_kind(pkg, kind, path);
+    if (rc) return rc;
     if (kind == G4_MEDIA_IMAGE) {
-        if (!g4_package_component(pkg, G4_COMP_VISION) || !pkg->has_image_proc)
-            return g4_fail(G4_EUSER,
-                           "%s: the package %s has no vision encoder (or image_processor.json), "
-                           "so it cannot take an image",
-                           path, pkg->dir);
         if ((rc = g4_image_features_load(&pkg->image_proc, path, &out->image))) return rc;
         out->n_tokens = out->image.n_soft_tokens;
     } else {
-        if (!g4_package_component(pkg, G4_COMP_AUDIO) || !pkg->has_audio_fe)
-            return g4_fail(G4_EUSER,
-                           "%s: the package %s has no audio encoder (or "
-                           "audio_feature_extraction.json), so it cannot take audio",
-                           path, pkg->dir);
         if ((rc = g4_audio_features_load(&pkg->audio_fe, path, &out->audio))) return rc;
-        out->n_tokens = out->audio.n_soft_tokens;
-        out->truncated = out->audio.truncated;
+        audio_done(pkg, out);
         out->src_seconds = out->audio.src_seconds;
-        out->used_seconds = (double)out->audio.n_samples / pkg->audio_fe.sampling_rate;
     }
+    return G4_OK;
+}
+
+int g4_media_load_rgb(g4_media_encoder *e, const g4_image *img, const char *what,
+                      g4_media_input *out) {
+    memset(out, 0, sizeof *out);
+    out->kind = G4_MEDIA_IMAGE;
+    int rc = check_kind(e->pkg, G4_MEDIA_IMAGE, what);
+    if (rc) return rc;
+    if (!img->rgb || img->width < 1 || img->height < 1 ||
+        (int64_t)img->width * img->height > G4_IMAGE_MAX_PIXELS)
+        return g4_fail(G4_EUSER, "%s: a %d x %d RGB image: expected 1 to %lld pixels", what,
+                       img->width, img->height, (long long)G4_IMAGE_MAX_PIXELS);
+    if ((rc = g4_image_features_from_rgb(&e->pkg->image_proc, img, &out->image))) {
+        g4_error_prefix("%s", what);
+        return rc;
+    }
+    out->n_tokens = out->image.n_soft_tokens;
+    return G4_OK;
+}
+
+int g4_media_load_pcm(g4_media_encoder *e, const float *pcm, int64_t n, int rate,
+                      const char *what, g4_media_input *out) {
+    const g4_package *pkg = e->pkg;
+    memset(out, 0, sizeof *out);
+    out->kind = G4_MEDIA_AUDIO;
+    int rc = check_kind(pkg, G4_MEDIA_AUDIO, what);
+    if (rc) return rc;
+    if (n < 1 || !pcm || rate < 1)
+        return g4_fail(G4_EUSER, "%s: %lld samples at %d Hz: expected audio samples at a positive rate",
+                       what, (long long)n, rate);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(pcm[i]))
+            return g4_fail(G4_EUSER, "%s: sample %lld is not finite: expected finite audio samples",
+                           what, (long long)i);
+    const int target = pkg->audio_fe.sampling_rate;
+    float *res = NULL;
+    int64_t m = n;
+    if (rate != target && (rc = g4_audio_resample(pcm, n, rate, target, &res, &m))) {
+        g4_error_prefix("%s", what);
+        return rc;
+    }
+    g4_logmel lm;
+    if (!(rc = g4_logmel_init(&pkg->audio_fe, &lm))) {
+        rc = g4_logmel_compute(&lm, res ? res : pcm, m, what, &out->audio);
+        g4_logmel_free(&lm);
+    }
+    free(res);
+    if (rc) return rc;
+    audio_done(pkg, out);
+    out->src_seconds = (double)n / rate;
     return G4_OK;
 }
 

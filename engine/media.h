@@ -55,6 +55,13 @@ void g4_media_encoder_set_towers(g4_media_encoder *e, g4_image_tower_fn image,
 // Runs the front end on one file (host). Errors name the file.
 int g4_media_load(g4_media_encoder *e, g4_media_kind kind, const char *path,
                   g4_media_input *out);
+// The same from memory (the C API's image and PCM inputs): an RGB image, or mono float32 PCM at
+// `rate` Hz (resampled to the front end's rate as a file's samples are, and cut to the audio
+// window the same way). `what` names the input in errors.
+int g4_media_load_rgb(g4_media_encoder *e, const g4_image *img, const char *what,
+                      g4_media_input *out);
+int g4_media_load_pcm(g4_media_encoder *e, const float *pcm, int64_t n, int rate,
+                      const char *what, g4_media_input *out);
 // Runs the tower of in on handle ex (NULL: the encoder's backend) into rows (F32
 // [in->n_tokens, width] in backend memory). path names the file in errors.
 int g4_media_encode(g4_media_encoder *e, g4_backend *ex, const g4_media_input *in,

@@ -54,6 +54,14 @@ int g4_pipeline_open(const char *pkg_dir, g4_backend *be, const char *tokenizer_
                      g4_pipeline **out);
 void g4_pipeline_close(g4_pipeline *pl);
 
+// The E2B model card's ASR prompt (spec gemma4-architecture.md 6.2): `g4cu asr`'s and the C
+// API's default.
+#define G4_ASR_PROMPT                                                                              \
+    "Transcribe the following speech segment in its original language. Follow these specific "     \
+    "instructions for formatting the answer:\n* Only output the transcription, with no "           \
+    "newlines.\n* When transcribing numbers, write the digits, i.e. write 1.7 and not one point "  \
+    "seven, and write 3 instead of three."
+
 // One user turn: media files (images first, then audio, as the eval harness orders them) and
 // text, with an optional system message (see g4_chat_request).
 typedef struct {
@@ -76,5 +84,27 @@ int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_so
 // its turn with it; the E2B config lists it too).
 int g4_pipeline_generate(g4_pipeline *pl, const g4_prompt *pr, const g4_gen_params *p,
                          g4_gen_result *out);
+
+// A user turn whose media went through their front ends already (g4_media_load,
+// g4_media_load_rgb / _pcm): media[0..n_images) images, then n_audio clips, each named in
+// errors by names[i].
+typedef struct {
+    const char *system;
+    int system_as_parts;
+    const g4_media_input *media;
+    const char *const *names;
+    int n_images, n_audio;
+    const char *text;
+} g4_prompt_loaded;
+
+// g4_pipeline_generate on a state of the caller's (*state; NULL: one is made for the prompt +
+// max_new rows and left there for the caller to free) instead of the pipeline's own: several
+// states, each on its own thread, can share one pipeline (the C API's g4cu_state). The towers
+// and the tokenizer are the pipeline's: a caller running states at once serialises this call's
+// media and prompt encoding with g4_pipeline_generate_on's `lock` (NULL: no lock), which is
+// called with 1 before and 0 after them.
+int g4_pipeline_generate_on(g4_pipeline *pl, g4_text_state **state, const g4_prompt_loaded *pr,
+                            const g4_gen_params *p, void (*lock)(void *ctx, int on),
+                            void *lock_ctx, g4_gen_result *out);
 
 #endif

@@ -8,12 +8,6 @@
 #include "tools/cli.h"
 #include "tools/gen_cli.h"
 
-#define G4_ASR_PROMPT                                                                              \
-    "Transcribe the following speech segment in its original language. Follow these specific "     \
-    "instructions for formatting the answer:\n* Only output the transcription, with no "           \
-    "newlines.\n* When transcribing numbers, write the digits, i.e. write 1.7 and not one point "  \
-    "seven, and write 3 instead of three."
-
 static int cmd_asr(int argc, char **argv) {
     g4_gen_cli o;
     g4_gen_cli_init(&o, "asr");

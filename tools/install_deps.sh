@@ -7,11 +7,12 @@
 # the toolkit lacks them (tests/test_pdl_sass.sh). Runs apt-get as root, or through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# libmicrohttpd-dev: `g4cu serve` (without it the build works and serve says so).
 # clang + libclang-rt-dev: the libFuzzer, ASan and UBSan runtimes of Debian's default clang
 # (tests/fuzz/build.sh, tests/test_fuzz_smoke.sh); the unversioned names follow the release.
 pkgs=(cmake make gcc g++ clang libclang-rt-dev
       protobuf-c-compiler libprotobuf-c-dev libcjson-dev zlib1g-dev libpng-dev libjpeg-dev
-      libsndfile1-dev libsoxr-dev libutf8proc-dev libpcre2-dev)
+      libsndfile1-dev libsoxr-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()

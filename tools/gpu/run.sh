@@ -32,6 +32,12 @@
 #            is what bench/results.json commits), then `g4cu generate --backend cuda --ids <the
 #            bench's 128 prompt ids> --max-new 128 --ignore-eos --json` 3 times per package and
 #            the ratio of its decode tok/s (median) to bench's decode_tok_s (target: within 3%)
+#   serve    `g4cu serve` on the full-size package (after e2b_wait; SERVE_PKGS, default "f16 q4")
+#            with --backend ${SERVE_BACKEND:-cuda} --parallel ${SERVE_PARALLEL:-4} --n-ctx 4096, driven by
+#            tools/gpu/serve_load.py (300 requests from 16 clients, every 10th malformed or cut
+#            off, every 3rd streamed, 64 tokens each): prints throughput and p50/p99 latency
+#            ($OUT/serve_<pkg>.json), the server's RSS before and after, and its exit status
+#            after SIGTERM. Pass: "0 failed, 0 mis-answered" and "exit 0 after SIGTERM"
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
@@ -247,6 +253,37 @@ ratio = gen / bench
 print(f"e2b {sys.argv[2]} decode: generate {gen:.1f} tok/s (runs {', '.join(f'{x:.1f}' for x in runs)}), "
       f"bench {bench:.1f} tok/s, ratio {ratio:.4f}: {'PASS' if abs(1 - ratio) <= 0.03 else 'FAIL'} (target within 3%)")
 PY
+    done
+}
+
+# --- issue 20: g4cu serve on the full-size package --------------------------------------------
+# The random E2B package has no tokenizer.json of its own: the chat fixture's tokenizer (its
+# <bos> is the package's id 2; its ids are < 1024) serves text prompts, which is what the load
+# test sends (its media placeholder ids are not E2B's, so images / audio are not sent here).
+stage_serve() {
+    local d="$WORK/e2b" k
+    [ -f "$d/READY" ] || { echo "serve: no $d/READY (run e2b_bg and e2b_wait first)"; return 1; }
+    local tok="--tokenizer tests/fixtures/chat/chat_bpe.json"
+    for k in ${SERVE_PKGS:-f16 q4}; do
+        [ -f "$d/$k/tokenizer.json" ] && tok=""
+        build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
+            --queue 64 --n-ctx 4096 $tok >"$OUT/serve_$k.out" 2>"$OUT/serve_$k.err" &
+        local pid=$! port="" n=0
+        while [ -z "$port" ] && [ $n -lt 600 ] && kill -0 $pid 2>/dev/null; do
+            sleep 0.5; n=$((n + 1))
+            port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/serve_$k.out")
+        done
+        [ -n "$port" ] || { echo "serve $k: did not start"; tail -5 "$OUT/serve_$k.err"; kill $pid 2>/dev/null; continue; }
+        head -1 "$OUT/serve_$k.out"
+        echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) before the load"
+        python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients 16 --max-tokens 64 \
+            --json "$OUT/serve_$k.json" | sed "s/^serve load/serve $k load/"
+        echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) after"
+        curl -s "http://127.0.0.1:$port/metrics" >"$OUT/serve_${k}_metrics.txt" 2>/dev/null
+        kill -TERM $pid
+        wait $pid
+        echo "serve $k: exit $? after SIGTERM"
+        stamp "serve $k"
     done
 }
 

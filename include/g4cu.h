@@ -1,0 +1,159 @@
+// g4cu.h: the public C API of g4cu (libg4cu.so, `pkg-config --cflags --libs g4cu`): Gemma-4
+// E2B-it (text, vision, audio) from an onnxruntime-genai package directory, on the CPU or a GPU.
+//
+// A model (g4cu_model) is loaded once and never changes; a state (g4cu_state) holds one
+// request at a time (its KV cache, workspaces and, on CUDA, its own stream and captured decode
+// step) and is reused by the next request without allocating. A model may have several
+// states, each used by one thread at a time, all at once (the towers and the tokenizer are
+// shared: their part of a request runs under the model's lock).
+//
+// Errors: every function that can fail returns G4CU_OK (0), G4CU_EUSER (bad input: a file, a
+// value or a request, named in the message) or G4CU_EINTERNAL (a bug or an environment failure),
+// and leaves one line for g4cu_last_error() on the calling thread. The library never exits
+// the process on an error and never prints (as in the engine, only a failed allocation or a
+// broken internal invariant aborts).
+//
+//   g4cu_model *m;  g4cu_state *s;  g4cu_request rq;  g4cu_result r;
+//   g4cu_model_params mp;  g4cu_model_params_default(&mp);
+//   if (g4cu_model_load("pkg", &mp, &m) || g4cu_state_new(m, &s)) fail(g4cu_last_error());
+//   g4cu_request_default(&rq);  rq.text = "Describe the weather.";  rq.max_tokens = 16;
+//   if (g4cu_generate(s, &rq, &r) == G4CU_OK) puts(r.text);
+//   g4cu_result_free(&r);  g4cu_state_free(s);  g4cu_model_free(m);
+#ifndef G4CU_H
+#define G4CU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define G4CU_VERSION_MAJOR 0
+#define G4CU_VERSION_MINOR 1
+
+enum {
+    G4CU_OK = 0,
+    G4CU_EUSER = -1,     // bad input (a CLI would exit 1)
+    G4CU_EINTERNAL = -2, // internal error (exit 2)
+};
+
+// The last error message of the calling thread ("" when none); valid until its next call.
+const char *g4cu_last_error(void);
+// "0.1".
+const char *g4cu_version(void);
+
+typedef struct g4cu_model g4cu_model;
+typedef struct g4cu_state g4cu_state;
+
+// --- the model ---------------------------------------------------------------------------------
+typedef struct {
+    const char *backend;        // "cpu", "cuda" or "auto" (NULL: "auto": CUDA when a GPU is
+                                // usable, else the CPU)
+    const char *tokenizer_path; // NULL: <dir>/tokenizer.json
+    int n_ctx;                  // KV rows each state is made with (0: what its first request
+                                // needs; a larger request grows it); at most the context
+    int ple_host;               // CUDA: keep the per-layer embedding table in pinned host memory
+} g4cu_model_params;
+void g4cu_model_params_default(g4cu_model_params *p);
+
+// Loads the package in dir. p NULL: the defaults.
+int g4cu_model_load(const char *dir, const g4cu_model_params *p, g4cu_model **out);
+void g4cu_model_free(g4cu_model *m);
+const char *g4cu_model_backend(const g4cu_model *m); // "cpu" or "cuda"
+int g4cu_model_n_vocab(const g4cu_model *m);         // logits per row
+int g4cu_model_n_ctx(const g4cu_model *m);           // the model's context, in tokens
+int g4cu_model_has_vision(const g4cu_model *m);
+int g4cu_model_has_audio(const g4cu_model *m);
+int g4cu_model_audio_rate(const g4cu_model *m); // the audio front end's rate (16000), 0: no audio
+
+// --- states ------------------------------------------------------------------------------------
+int g4cu_state_new(g4cu_model *m, g4cu_state **out);
+void g4cu_state_free(g4cu_state *s);
+
+// --- requests ----------------------------------------------------------------------------------
+typedef enum {
+    G4CU_IMAGE_RGB = 0,     // rgb: [height, width, 3] 8-bit, row-major, interleaved
+    G4CU_IMAGE_ENCODED = 1, // data/size: a PNG or JPEG file's bytes
+    G4CU_AUDIO_PCM = 2,     // pcm/n_samples: mono float32 at sample_rate Hz (resampled)
+    G4CU_AUDIO_ENCODED = 3, // data/size: a sound file's bytes (WAV, FLAC, ...: libsndfile)
+} g4cu_media_kind;
+
+typedef struct {
+    g4cu_media_kind kind;
+    const uint8_t *rgb;
+    int width, height;
+    const void *data;
+    size_t size;
+    const float *pcm;
+    size_t n_samples;
+    int sample_rate;
+} g4cu_media;
+
+// Called with the generated text as it becomes final (never a partial UTF-8 character, never a
+// tail that could start a stop string); the pieces add up to the result's text. Return 0 to
+// go on, non-zero to end the generation there (finish reason "cancelled").
+typedef int (*g4cu_text_fn)(void *user, const char *text, size_t len);
+
+// One user turn (the Gemma-4 chat template, with an optional system turn): the media (images
+// are put before audio, as the template orders them), then the text.
+typedef struct {
+    const char *system; // NULL: no system turn
+    const char *text;   // the user's text (UTF-8); NULL: none
+    const g4cu_media *media;
+    int n_media;
+    int max_tokens;     // new tokens at most (default 256)
+    float temperature;  // <= 0: greedy (default 0)
+    int top_k;          // 0: off
+    float top_p;        // (0, 1]; 1: off
+    uint64_t seed;      // sampling seed: the same seed gives the same tokens
+    const char *const *stop; // stop strings: the text ends before the first one
+    int n_stop;
+    int ignore_eos;     // 1: run max_tokens tokens (benchmarks)
+    g4cu_text_fn on_text;
+    void *user;
+} g4cu_request;
+void g4cu_request_default(g4cu_request *r);
+
+typedef struct {
+    char *text;      // the generated text, cut before a stop string (malloc'ed)
+    size_t text_len; // (it may hold NUL bytes the model generated)
+    int n_prompt_tokens;
+    int n_tokens;               // generated tokens
+    const char *finish_reason;  // "stop" (end of turn or a stop string), "length"
+                                // (max_tokens or the context's end), "cancelled"
+    double prefill_ms, decode_ms;
+    double audio_seconds_cut;   // seconds of audio not heard (clips are cut to 30 s), 0: none
+} g4cu_result;
+void g4cu_result_free(g4cu_result *r);
+
+// Generates the answer to rq on s. *out is filled on success (and zeroed on error).
+int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out);
+// Speech recognition: mono PCM at `rate` Hz, with the model card's ASR prompt (opts: the
+// generation options; its text, when set, replaces the prompt; its media must be empty; NULL:
+// the defaults).
+int g4cu_transcribe(g4cu_state *s, const float *pcm, size_t n_samples, int rate,
+                    const g4cu_request *opts, g4cu_result *out);
+// A question about one image (G4CU_IMAGE_RGB or G4CU_IMAGE_ENCODED); opts as for transcribe
+// (the question is the text: opts->text is not used).
+int g4cu_vqa(g4cu_state *s, const g4cu_media *image, const char *question,
+             const g4cu_request *opts, g4cu_result *out);
+
+// --- tokens and logits -------------------------------------------------------------------------
+// The text's token ids (no special tokens added); *ids is malloc'ed (g4cu_free).
+int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n);
+// The soft-capped next-token logits after ids[0..n) (a fresh sequence on s): logits[n_vocab].
+int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits);
+
+// A sound file's bytes -> mono float32 at the model's audio rate (*pcm malloc'ed, g4cu_free):
+// the first 30 s (the audio window; what the model hears), and in *seconds (may be NULL) the
+// file's whole length.
+int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float **pcm,
+                      size_t *n_samples, double *seconds);
+void g4cu_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,304 @@
+// test_api.c: the public C API (include/g4cu.h) on the tiny fixture, against HF's greedy
+// generations (tests/fixtures/chat/generate_cases.jsonl, tools/python/make_generate_fixture.py):
+// chat text and its stop-string cuts (HF's decoded text), the media cases from in-memory
+// inputs (encoded PNG bytes, decoded RGB, a sound file's bytes, raw PCM at the file's own rate:
+// HF's ids), streaming and a callback that stops, two states on two threads at once, logits
+// (argmax = HF's first greedy id), and the error contract (codes + one message, no exit).
+#include <g4cu.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/audio_fe.h"
+#include "engine/image_fe.h"
+#include "kernels/ops.h"
+#include "loader/tokenizer.h"
+#include "tests/chat_fixture.h"
+#include "tests/test_util.h"
+
+static const char *fix;
+static g4cu_model *model;
+
+// HF's ids decoded by the fixture tokenizer (skip special), for the media cases' text.
+static char *hf_text(const cJSON *o) {
+    char *tp = g4_sprintf("%s/chat/chat_bpe.json", fix);
+    g4_tokenizer *t;
+    char *text = NULL;
+    size_t len;
+    int n, n_eos, *ids = cf_ints(o, "ids", &n), *eos = cf_ints(o, "eos", &n_eos);
+    if (g4_tokenizer_open(tp, &t) == G4_OK) {
+        g4_tokenizer_decode(t, ids, (size_t)n, 1, &text, &len);
+        g4_tokenizer_close(t);
+    }
+    free(ids);
+    free(eos);
+    free(tp);
+    return text;
+}
+
+typedef struct {
+    char buf[4096];
+    size_t len;
+    int calls, stop_after; // stop_after > 0: return 1 on that call
+} sink;
+
+static int collect(void *user, const char *text, size_t len) {
+    sink *k = user;
+    if (k->len + len < sizeof k->buf) memcpy(k->buf + k->len, text, len), k->len += len;
+    return ++k->calls == k->stop_after;
+}
+
+typedef struct {
+    g4cu_state *s;
+    const char *want;
+    int ok, rounds;
+} worker;
+
+static void *run_worker(void *arg) {
+    worker *w = arg;
+    w->ok = 1;
+    for (int i = 0; i < w->rounds; i++) {
+        g4cu_request rq;
+        g4cu_request_default(&rq);
+        rq.text = "Hello, who are you?";
+        rq.max_tokens = 40;
+        g4cu_result r;
+        if (g4cu_generate(w->s, &rq, &r) || strcmp(r.text, w->want)) w->ok = 0;
+        g4cu_result_free(&r);
+    }
+    return NULL;
+}
+
+static void test_errors(void) {
+    g4cu_model *m = (g4cu_model *)1;
+    CHECK_INT(g4cu_model_load("/nonexistent/pkg", NULL, &m), G4CU_EUSER);
+    CHECK(m == NULL);
+    CHECK_MSG(strstr(g4cu_last_error(), "/nonexistent/pkg") != NULL, "message: %s",
+              g4cu_last_error());
+    g4cu_model_params p;
+    g4cu_model_params_default(&p);
+    p.backend = "tpu";
+    CHECK_INT(g4cu_model_load(g4t_env("G4_TINY_PKG"), &p, &m), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "tpu") != NULL, "message: %s", g4cu_last_error());
+    // "auto" (the default): CUDA where a GPU is usable, else the CPU. Checked without a GPU
+    // only (the tiny fixture's shapes are not all the CUDA kernels' shapes: gpu-tiny is theirs)
+    const char *why;
+    if (!g4_backend_cuda(&why)) {
+        g4cu_model_params a;
+        g4cu_model_params_default(&a);
+        a.tokenizer_path = g4_sprintf("%s/chat/chat_bpe.json", fix);
+        g4cu_model *am = NULL;
+        CHECK_MSG(g4cu_model_load(g4t_env("G4_TINY_PKG"), &a, &am) == G4CU_OK, "auto: %s",
+                  g4cu_last_error());
+        if (am) {
+            const char *b = g4cu_model_backend(am);
+            CHECK_MSG(!strcmp(b, "cpu"), "auto chose '%s' without a GPU", b);
+            printf("backend auto: %s\n", b);
+        }
+        g4cu_model_free(am);
+        free((char *)a.tokenizer_path);
+    }
+    p.backend = "cpu"; // the package has no tokenizer.json: the error says so
+    CHECK_INT(g4cu_model_load(g4t_env("G4_TINY_PKG"), &p, &m), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "tokenizer") != NULL, "message: %s", g4cu_last_error());
+
+    g4cu_state *s;
+    CHECK(g4cu_state_new(model, &s) == G4CU_OK);
+    g4cu_request rq;
+    g4cu_result r;
+    g4cu_request_default(&rq);
+    CHECK_INT(g4cu_generate(s, &rq, &r), G4CU_EUSER); // no text, no media
+    rq.text = "hi";
+    rq.max_tokens = 0;
+    CHECK_INT(g4cu_generate(s, &rq, &r), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "max_tokens") != NULL, "message: %s", g4cu_last_error());
+    rq.max_tokens = 4;
+    rq.top_p = 0;
+    CHECK_INT(g4cu_generate(s, &rq, &r), G4CU_EUSER);
+    rq.top_p = 1;
+    const uint8_t junk[16] = {1, 2, 3};
+    g4cu_media bad = {.kind = G4CU_IMAGE_ENCODED, .data = junk, .size = sizeof junk};
+    rq.media = &bad;
+    rq.n_media = 1;
+    CHECK_INT(g4cu_generate(s, &rq, &r), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "image 1") != NULL, "message: %s", g4cu_last_error());
+    bad = (g4cu_media){.kind = G4CU_AUDIO_ENCODED, .data = junk, .size = sizeof junk};
+    CHECK_INT(g4cu_generate(s, &rq, &r), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "audio 1") != NULL, "message: %s", g4cu_last_error());
+    const float nan_pcm[400] = {[7] = 0.0f / 0.0f};
+    CHECK_INT(g4cu_transcribe(s, nan_pcm, 400, 16000, NULL, &r), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "finite") != NULL, "message: %s", g4cu_last_error());
+    const int32_t big[1] = {1 << 30};
+    float one;
+    CHECK_INT(g4cu_logits(s, big, 1, &one), G4CU_EUSER);
+    // the state still serves after every refusal
+    rq.media = NULL, rq.n_media = 0;
+    CHECK(g4cu_generate(s, &rq, &r) == G4CU_OK && r.n_tokens >= 1);
+    g4cu_result_free(&r);
+    g4cu_state_free(s);
+}
+
+int main(void) {
+    fix = g4t_env("G4_FIXTURES");
+    char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
+    char *tok = g4_sprintf("%s/chat/chat_bpe.json", fix);
+    cf_lines l = cf_read(cases);
+    g4cu_model_params mp;
+    g4cu_model_params_default(&mp);
+    mp.backend = "cpu";
+    mp.tokenizer_path = tok;
+    if (g4cu_model_load(g4t_env("G4_TINY_PKG"), &mp, &model)) {
+        fprintf(stderr, "test_api: %s\n", g4cu_last_error());
+        return 1;
+    }
+    CHECK(!strcmp(g4cu_model_backend(model), "cpu"));
+    CHECK(g4cu_model_has_vision(model) && g4cu_model_has_audio(model));
+    g4cu_state *s;
+    CHECK(g4cu_state_new(model, &s) == G4CU_OK);
+
+    int n_media = 0, n_stops = 0;
+    const char *chat_want = NULL;
+    for (int c = 0; c < l.n; c++) {
+        const cJSON *o = l.line[c];
+        const char *kind = cf_str(o, "kind"), *name = cf_str(o, "name");
+        if (!strcmp(kind, "text") && !strcmp(name, "chat_text") &&
+            !strcmp(cf_str(o, "package"), "mobius-tiny-f16")) {
+            chat_want = cf_str(o, "text");
+            g4cu_request rq;
+            g4cu_request_default(&rq);
+            rq.text = "Hello, who are you?";
+            rq.max_tokens = cf_int(o, "max_new");
+            sink k = {0};
+            rq.on_text = collect;
+            rq.user = &k;
+            g4cu_result r;
+            CHECK_MSG(g4cu_generate(s, &rq, &r) == G4CU_OK, "%s", g4cu_last_error());
+            CHECK_INT(r.n_prompt_tokens, cJSON_GetArraySize(cJSON_GetObjectItem(o, "prompt_ids")));
+            CHECK_MSG(r.text && !strcmp(r.text, chat_want), "chat_text: got '%s'", r.text);
+            CHECK_MSG(k.len == r.text_len && !memcmp(k.buf, r.text, k.len),
+                      "the streamed pieces do not add up to the text");
+            CHECK(!strcmp(r.finish_reason, "length"));
+            g4cu_result_free(&r);
+            // a callback that stops after its first piece
+            sink k1 = {.stop_after = 1};
+            rq.user = &k1;
+            CHECK(g4cu_generate(s, &rq, &r) == G4CU_OK);
+            CHECK_MSG(!strcmp(r.finish_reason, "cancelled") && r.n_tokens < rq.max_tokens,
+                      "stop from the callback: %s after %d tokens", r.finish_reason, r.n_tokens);
+            CHECK_INT(k1.calls, 1);
+            g4cu_result_free(&r);
+            // HF's text cut before each stop string
+            const cJSON *st;
+            cJSON_ArrayForEach(st, cJSON_GetObjectItem(o, "stops")) {
+                const char *stop = cf_str(st, "stop");
+                g4cu_request q;
+                g4cu_request_default(&q);
+                q.text = rq.text;
+                q.max_tokens = rq.max_tokens;
+                q.stop = &stop;
+                q.n_stop = 1;
+                CHECK(g4cu_generate(s, &q, &r) == G4CU_OK);
+                CHECK_MSG(!strcmp(r.text, cf_str(st, "text")) && !strcmp(r.finish_reason, "stop"),
+                          "stop '%s': got '%s' (%s)", stop, r.text, r.finish_reason);
+                CHECK_INT(r.n_tokens, cf_int(st, "n_tokens"));
+                g4cu_result_free(&r);
+                n_stops++;
+            }
+        }
+        if (!strcmp(kind, "text") && !strcmp(name, "ids_short") &&
+            !strcmp(cf_str(o, "package"), "mobius-tiny-f16")) {
+            int n, nw, *ids = cf_ints(o, "prompt_ids", &n), *want = cf_ints(o, "ids", &nw);
+            float *lg = malloc(sizeof(float) * (size_t)g4cu_model_n_vocab(model));
+            for (int i = 0; i < g4cu_model_n_vocab(model); i++) lg[i] = 0.0f / 0.0f; // poison
+            CHECK(g4cu_logits(s, (const int32_t *)ids, n, lg) == G4CU_OK);
+            int best = 0;
+            for (int i = 1; i < g4cu_model_n_vocab(model); i++)
+                if (lg[i] > lg[best]) best = i;
+            CHECK_MSG(best == want[0] && lg[best] == lg[best], "logits argmax %d, HF's %d", best,
+                      want[0]);
+            free(lg);
+            free(ids);
+            free(want);
+        }
+        if (strcmp(kind, "media")) continue;
+        // media from memory: the file's bytes, and the decoded form (RGB / PCM at its rate)
+        char *file = g4_sprintf("%s/%s", fix, cf_str(o, "file"));
+        char *bytes;
+        size_t size;
+        CHECK(g4_read_file(file, &bytes, &size) == G4_OK);
+        char *want = hf_text(o);
+        const int image = !strcmp(cf_str(o, "media"), "image");
+        for (int form = 0; form < 2; form++) {
+            g4cu_media md = {.kind = image ? G4CU_IMAGE_ENCODED : G4CU_AUDIO_ENCODED,
+                             .data = bytes, .size = size};
+            g4_image img = {0};
+            g4_audio au = {0};
+            if (form == 1 && image) {
+                CHECK(g4_image_load(file, &img) == G4_OK);
+                md = (g4cu_media){.kind = G4CU_IMAGE_RGB, .rgb = img.rgb, .width = img.width,
+                                  .height = img.height};
+            } else if (form == 1) {
+                {
+                    // the file's samples at its own rate: the API resamples them
+                    g4_audio probe;
+                    CHECK(g4_audio_load(file, 16000, 0, &probe) == G4_OK);
+                    int rate = probe.src_rate;
+                    g4_audio_free(&probe);
+                    CHECK(g4_audio_load(file, rate, 0, &au) == G4_OK);
+                }
+                md = (g4cu_media){.kind = G4CU_AUDIO_PCM, .pcm = au.samples,
+                                  .n_samples = (size_t)au.n_samples, .sample_rate = au.sample_rate};
+            }
+            g4cu_request rq;
+            g4cu_request_default(&rq);
+            rq.max_tokens = cf_int(o, "max_new");
+            g4cu_result r;
+            int rc = image ? g4cu_vqa(s, &md, cf_str(o, "text"), &rq, &r)
+                           : (rq.text = cf_str(o, "text"), rq.media = &md, rq.n_media = 1,
+                              g4cu_generate(s, &rq, &r));
+            CHECK_MSG(rc == G4CU_OK, "%s form %d: %s", name, form, g4cu_last_error());
+            if (rc == G4CU_OK) {
+                CHECK_INT(r.n_prompt_tokens,
+                          cJSON_GetArraySize(cJSON_GetObjectItem(o, "prompt_ids")));
+                CHECK_MSG(want && !strcmp(r.text, want), "%s form %d: got '%s', HF '%s'", name,
+                          form, r.text, want);
+                printf("%s (%s): %d prompt tokens, %d generated, %s\n", name,
+                       form ? (image ? "rgb" : "pcm") : "bytes", r.n_prompt_tokens, r.n_tokens,
+                       r.finish_reason);
+            }
+            g4cu_result_free(&r);
+            g4_image_free(&img);
+            g4_audio_free(&au);
+        }
+        free(want);
+        free(bytes);
+        free(file);
+        n_media++;
+    }
+    CHECK_MSG(chat_want && n_stops >= 2 && n_media >= 3, "cases: chat %d, stops %d, media %d",
+              chat_want != NULL, n_stops, n_media);
+
+    // two states on two threads at once: each gets HF's answer every round
+    if (chat_want) {
+        worker w[2];
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) {
+            w[i] = (worker){NULL, chat_want, 0, 3};
+            CHECK(g4cu_state_new(model, &w[i].s) == G4CU_OK);
+            pthread_create(&th[i], NULL, run_worker, &w[i]);
+        }
+        for (int i = 0; i < 2; i++) {
+            pthread_join(th[i], NULL);
+            CHECK_MSG(w[i].ok, "state %d on its thread: a wrong answer", i);
+            g4cu_state_free(w[i].s);
+        }
+    }
+    test_errors();
+    g4cu_state_free(s);
+    g4cu_model_free(model);
+    cf_free(&l);
+    free(cases);
+    free(tok);
+    return g4t_finish("test_api");
+}

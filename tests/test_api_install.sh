@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test_api_install.sh: `cmake --install` into a temporary prefix puts the header, libg4cu.so
+# (with its SONAME) and g4cu.pc there; the README's example program (the ```c block of its
+# "The C API" section, taken from README.md itself) compiles against that copy with
+# `cc $(pkg-config --cflags --libs g4cu)`, runs on the tiny fixture and streams 16 tokens; a
+# bad package makes it print the library's one-line error and exit 1. The library exports the
+# g4cu_* functions only.
+set -u
+: "${G4_BUILD_DIR:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?}"
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
+pre="$tmp/prefix"
+cmake --install "$G4_BUILD_DIR" --prefix "$pre" >"$tmp/install.log" 2>&1
+check "cmake --install to a temporary prefix" $?
+[ -f "$pre/include/g4cu.h" ]
+check "the header is installed" $?
+pc=$(find "$pre" -name g4cu.pc | head -1)
+lib=$(find "$pre" -name 'libg4cu.so.0' | head -1)
+[ -n "$pc" ] && [ -n "$lib" ]
+check "g4cu.pc and libg4cu.so.0 are installed" $?
+libdir=$(dirname "$lib")
+objdump -p "$lib" | grep -q 'SONAME *libg4cu.so.0'
+check "SONAME libg4cu.so.0" $?
+others=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDB]$/ && $3 !~ /^g4cu_/' | wc -l)
+[ "$others" -eq 0 ]
+check "only g4cu_* symbols exported ($others others)" $?
+
+awk '/^## The C API/{s=1} s && /^```c$/{c=1; next} c && /^```$/{exit} c' \
+    "$G4_SOURCE_DIR/README.md" >"$tmp/example.c"
+grep -q 'g4cu_generate' "$tmp/example.c"
+check "README's example program extracted" $?
+flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs g4cu)
+check "pkg-config --cflags --libs g4cu" $?
+# A sanitized build's library needs the sanitizer runtime first: the example is built with it.
+grep -q '^G4_SANITIZE:BOOL=ON' "$G4_BUILD_DIR/CMakeCache.txt" &&
+    flags="$flags -fsanitize=address,undefined -fno-omit-frame-pointer"
+cc -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter "$tmp/example.c" $flags \
+    -o "$tmp/example" 2>"$tmp/cc.log"
+ok=$?
+[ $ok -ne 0 ] && cat "$tmp/cc.log"
+check "the example compiles against the installed library" $ok
+
+pkgdir="$G4_FIXTURES/mobius-tiny-f16/package"
+tok="$G4_FIXTURES/chat/chat_bpe.json"
+LD_LIBRARY_PATH="$libdir" "$tmp/example" "$pkgdir" "$tok" "Describe the weather." \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && grep -qE '^\[[0-9]+ prompt tokens, 16 generated, length\]$' "$tmp/out"
+ok=$?
+[ $ok -ne 0 ] && { echo "  exit $rc:"; cat "$tmp/out" "$tmp/err"; }
+check "the example runs on the tiny fixture: 16 tokens" $ok
+# the library loaded is the installed one (not the build tree's)
+LD_LIBRARY_PATH="$libdir" LD_DEBUG=libs "$tmp/example" 2>&1 | grep -q "$libdir/libg4cu.so.0"
+check "the installed libg4cu.so.0 is the one loaded" $?
+err1 "a bad package: one-line error, exit 1" "example: .*no-such-pkg" \
+    env LD_LIBRARY_PATH="$libdir" "$tmp/example" "$tmp/no-such-pkg" "$tok" "hi"
+finish test_api_install

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Load test of a running `g4cu serve` (the GPU stage `serve` of tools/gpu/run.sh; Python's
+standard library only): REQUESTS requests from CLIENTS concurrent clients on 127.0.0.1, every
+MALFORMED_EVERY-th one malformed (bad JSON, wrong content type, a bad field) or cut off mid-body;
+every STREAM_EVERY-th well-formed one streamed (server-sent events). Prints one summary line:
+
+  serve load: N requests (G well-formed, B malformed) from C clients in S s: F failed, M
+  mis-answered; R req/s, T completion tok/s; latency p50 X s p99 Y s; streamed TTFT p50 Z s
+
+and writes --json with the same numbers. Exit 1 when any well-formed request failed or any
+malformed one was not answered 4xx (a cut-off body expects no answer)."""
+import argparse
+import http.client
+import json
+import socket
+import statistics
+import sys
+import threading
+import time
+
+
+def pct(xs, q):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def one(port, body, ctype="application/json", stream=False, timeout=600):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    t0 = time.monotonic()
+    c.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": ctype})
+    r = c.getresponse()
+    ttft = None
+    tokens = 0
+    if stream and r.status == 200:
+        text = []
+        for line in r:
+            line = line.decode("utf-8", "replace").strip()
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                break
+            ev = json.loads(data)
+            if "error" in ev:
+                raise RuntimeError(ev["error"]["message"])
+            ch = ev["choices"][0]
+            if ch["delta"].get("content"):
+                if ttft is None:
+                    ttft = time.monotonic() - t0
+                text.append(ch["delta"]["content"])
+            if "usage" in ev:
+                tokens = ev["usage"]["completion_tokens"]
+        payload = None
+    else:
+        payload = r.read()
+        if r.status == 200:
+            tokens = json.loads(payload)["usage"]["completion_tokens"]
+    c.close()
+    return r.status, time.monotonic() - t0, ttft, tokens, payload
+
+
+def cut_off(port, body):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[: len(body) // 3])
+    s.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--malformed-every", type=int, default=10)
+    ap.add_argument("--stream-every", type=int, default=3)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    req = {"messages": [{"role": "user", "content": "Describe the weather in a few words."}],
+           "max_tokens": a.max_tokens, "temperature": 0.8, "seed": 7}
+    good = json.dumps(req).encode()
+    good_stream = json.dumps(dict(req, stream=True)).encode()
+    lock = threading.Lock()
+    st = {"lat": [], "ttft": [], "tokens": 0, "failed": [], "mis": [], "good": 0, "bad": 0}
+    nxt = [0]
+
+    def client():
+        while True:
+            with lock:
+                k = nxt[0]
+                nxt[0] += 1
+            if k >= a.requests:
+                return
+            try:
+                if a.malformed_every and k % a.malformed_every == a.malformed_every - 1:
+                    with lock:
+                        st["bad"] += 1
+                    kind = (k // a.malformed_every) % 4
+                    if kind == 3:
+                        cut_off(a.port, good)
+                        continue
+                    body, ctype, want = [(b'{"messages": [', "application/json", 400),
+                                         (good, "text/plain", 415),
+                                         (b'{"messages": [], "max_tokens": -1}', "application/json", 400)][kind]
+                    status, _, _, _, payload = one(a.port, body, ctype)
+                    ok = status == want and "error" in json.loads(payload)
+                    if not ok:
+                        with lock:
+                            st["mis"].append(f"request {k}: {status} (want {want})")
+                    continue
+                with lock:
+                    st["good"] += 1
+                stream = a.stream_every and k % a.stream_every == 0
+                status, dt, ttft, tokens, payload = one(a.port, good_stream if stream else good,
+                                                        stream=stream)
+                with lock:
+                    if status != 200:
+                        st["failed"].append(f"request {k}: {status} {payload[:200] if payload else ''}")
+                    else:
+                        st["lat"].append(dt)
+                        st["tokens"] += tokens
+                        if ttft is not None:
+                            st["ttft"].append(ttft)
+            except Exception as e:  # a failed well-formed request (or a crash of the server)
+                with lock:
+                    st["failed"].append(f"request {k}: {e!r}")
+
+    t0 = time.monotonic()
+    th = [threading.Thread(target=client) for _ in range(a.clients)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    wall = time.monotonic() - t0
+    res = {"requests": a.requests, "well_formed": st["good"], "malformed": st["bad"],
+           "clients": a.clients, "max_tokens": a.max_tokens, "seconds": wall,
+           "failed": len(st["failed"]), "mis_answered": len(st["mis"]),
+           "req_per_s": len(st["lat"]) / wall, "completion_tok_per_s": st["tokens"] / wall,
+           "latency_p50_s": pct(st["lat"], 0.5), "latency_p99_s": pct(st["lat"], 0.99),
+           "ttft_p50_s": pct(st["ttft"], 0.5), "ttft_p99_s": pct(st["ttft"], 0.99)}
+    print(f"serve load: {a.requests} requests ({st['good']} well-formed, {st['bad']} malformed) from "
+          f"{a.clients} clients in {wall:.1f} s: {res['failed']} failed, {res['mis_answered']} "
+          f"mis-answered; {res['req_per_s']:.2f} req/s, {res['completion_tok_per_s']:.1f} completion "
+          f"tok/s; latency p50 {res['latency_p50_s']:.3f} s p99 {res['latency_p99_s']:.3f} s; "
+          f"streamed TTFT p50 {res['ttft_p50_s']:.3f} s")
+    for m in (st["failed"] + st["mis"])[:10]:
+        print("  " + m)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 1 if st["failed"] or st["mis"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
