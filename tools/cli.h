@@ -14,7 +14,6 @@ typedef struct {
     const char *usage; // one line: arguments and options
 } g4_cmd;
 
-
 // Prints "g4cu: <g4_error()>" and returns the exit code for a library return code.
 int g4_cli_fail(int rc);
 // Prints "g4cu <cmd>: <message>" for a usage error and returns 1.
@@ -22,6 +21,13 @@ int g4_cli_usage_error(const char *cmd, const char *fmt, ...) G4_PRINTF(2, 3);
 // Parses a decimal int option value; on error prints and returns 0.
 int g4_cli_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
                long long *out);
+
+// The options of every command (tools/cli_global.c): G4_THREADS, then --threads N anywhere after
+// the command name (taken out of argv), set the CPU backend's threads (default: all cores).
+// Returns 0 after printing a usage error.
+int g4_cli_global_options(int *argc, char **argv);
+#define G4_CLI_GLOBAL_HELP                                                                         \
+    "every command: --threads N   CPU backend threads (default: $G4_THREADS, else all cores)\n"
 
 // "2,5,17" -> a new array of ids (--ids of logits, compare and generate); one-line errors.
 int g4_cli_parse_ids(const char *s, int32_t **ids, int *n);

@@ -16,8 +16,8 @@
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
+#include "base/parallel.h"
 #include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "fidelity/keep_auto.h"
@@ -119,8 +119,7 @@ static int cmd_quantize(int argc, char **argv) {
     int use_imatrix = 0;
     const char **keep = g4_calloc((size_t)argc, sizeof(char *));
     int n_keep = 0;
-    long long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
+    const int threads = g4_threads(); // --threads N, G4_THREADS (tools/cli_global.c)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--keep")) {
             if (++i >= argc) {
@@ -143,12 +142,6 @@ static int cmd_quantize(int argc, char **argv) {
                 argv[i];
         } else if (!strcmp(argv[i], "--imatrix")) {
             use_imatrix = 1;
-        } else if (!strcmp(argv[i], "--threads")) {
-            if (!g4_cli_int("quantize", "--threads", i + 1 < argc ? argv[++i] : NULL, 1, 1024,
-                            &threads)) {
-                free(keep);
-                return 1;
-            }
         } else if (argv[i][0] == '-') {
             free(keep);
             return g4_cli_usage_error("quantize", "unknown option '%s'", argv[i]);
@@ -174,9 +167,9 @@ static int cmd_quantize(int argc, char **argv) {
     int n_owned = 0, rc = G4_OK;
     g4_imatrix im = {0};
     if (calib)
-        rc = calibrate(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, (int)threads,
+        rc = calibrate(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, threads,
                        &keep, &n_keep, &owned, &n_owned, use_imatrix ? &im : NULL);
-    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, stderr, stderr,
+    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, threads, stderr, stderr,
                           (const char *const *)im.names, (const float *const *)im.imp, im.n};
     g4_q4_write_stats st;
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);

@@ -70,7 +70,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: g4cu <command> [args]\n\ncommands:\n");
     for (int i = 0; i < n_commands; i++)
         fprintf(f, "  %-9s %s\n", commands[i]->name, commands[i]->usage);
-    fprintf(f, "\nexit codes: 0 ok, 1 bad input or usage, 2 internal error\n");
+    fprintf(f, "\n" G4_CLI_GLOBAL_HELP);
+    fprintf(f, "exit codes: 0 ok, 1 bad input or usage, 2 internal error\n");
 }
 
 // What went to stdout is the command's result: a write that failed (a full disk, /dev/full, a
@@ -92,6 +93,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
+    if (!g4_cli_global_options(&argc, argv)) return 1;
     for (int i = 0; i < n_commands; i++)
         if (strcmp(argv[1], commands[i]->name) == 0)
             return finish_stdout(commands[i]->run(argc - 1, argv + 1));
