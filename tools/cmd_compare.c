@@ -20,8 +20,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
+#include "base/parallel.h"
 #include "engine/text_model.h"
 #include "fidelity/capture.h"
 #include "fidelity/compare.h"
@@ -340,8 +340,7 @@ done:
 
 static int cmd_compare(int argc, char **argv) {
     opts o = {.backend = "cpu", .max_kl = -1};
-    long long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    o.threads = threads < 1 ? 1 : threads;
+    o.threads = g4_threads(); // --threads N, G4_THREADS (tools/cli_global.c)
     o.only = g4_calloc((size_t)argc, sizeof(char *));
     int rc = 1;
     // Options that take a string.
@@ -366,9 +365,6 @@ static int cmd_compare(int argc, char **argv) {
             o.sensitivity = 1;
         } else if (!strcmp(a, "--sensitivity-top")) {
             if (!g4_cli_int(cmd, a, v, 1, 1000000, &o.top)) goto done;
-            i++;
-        } else if (!strcmp(a, "--threads")) {
-            if (!g4_cli_int(cmd, a, v, 1, 1024, &o.threads)) goto done;
             i++;
         } else if (!strcmp(a, "--only") && v) {
             o.only[o.n_only++] = argv[++i];
