@@ -9,6 +9,10 @@
 
 #define G4_CLI_MAX_THREADS 1024
 
+const g4_opt g4_cli_global_opts[] = {
+    {"--threads", "N", "CPU backend threads, 1 to 1024 (default: $G4_THREADS, else all cores)"},
+    {NULL, NULL, NULL}};
+
 int g4_cli_global_options(int *argc, char **argv) {
     const char *cmd = *argc > 1 ? argv[1] : "g4cu";
     const char *env = getenv("G4_THREADS");
@@ -19,7 +23,7 @@ int g4_cli_global_options(int *argc, char **argv) {
     }
     int w = 2; // argv[0] is g4cu, argv[1] the command
     for (int i = 2; i < *argc; i++) {
-        if (strcmp(argv[i], "--threads") != 0) {
+        if (strcmp(argv[i], g4_cli_global_opts[0].name) != 0) {
             argv[w++] = argv[i];
             continue;
         }

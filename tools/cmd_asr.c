@@ -48,6 +48,12 @@ done:
     return code;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt asr_opts[] = {
+    {"--prompt", "P", "the instruction after the audio (default: the E2B model card's ASR prompt)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_asr = {"asr", cmd_asr,
                            "PKG AUDIO [--prompt P] " G4_GEN_CLI_USAGE
-                           "   transcript on stdout (default prompt: the E2B ASR prompt)"};
+                           "   transcript on stdout (default prompt: the E2B ASR prompt)",
+    asr_opts, g4_gen_cli_opts};

@@ -123,8 +123,21 @@ static int cmd_bench(int argc, char **argv) {
     return code;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt bench_opts[] = {
+    {"--backend", "B", "cuda or cpu (default cuda)"},
+    {"--ple-host", NULL, "cuda: the per-layer embedding table in pinned host memory (default off)"},
+    {"--hf", "HF_DIR", "also time HF transformers on this checkpoint (default: no peer)"},
+    {"--hf-script", "F", "the HF peer script (default: bench_hf.py beside the binary)"},
+    {"--kernels", NULL, "time the kernels against the H200 ceilings instead of packages"},
+    {"--filter", "S", "--kernels: only the kernels whose name contains S (default: all)"},
+    {"--reps", "N", "repetitions of each measurement (default 20)"},
+    {"--json", "F", "also write the results as JSON to F (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
                              "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR "
                              "[--hf-script F]] | --kernels [--filter S]  [--reps N] [--json F]   "
                              "model tok/s (decode through g4cu generate's path), or kernels vs the "
-                             "H200 ceilings"};
+                             "H200 ceilings",
+    bench_opts, NULL};

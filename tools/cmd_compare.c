@@ -429,10 +429,28 @@ done:
     return rc;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt compare_opts[] = {
+    {"--ids", "I,..", "the prompt token ids (f16 vs Q4, --sensitivity)"},
+    {"--prompt", "T", "a chat prompt instead of --ids (needs a tokenizer)"},
+    {"--tokenizer", "F", "tokenizer.json for --prompt (default: the package's)"},
+    {"--sensitivity", NULL, "rank the decoder linears by the KL 4 bits cause"},
+    {"--sensitivity-top", "N", "--sensitivity: how many to print (default: all)"},
+    {"--layers", "L", "--sensitivity: only these layers, as 0-3,7 (default: all)"},
+    {"--only", "GLOB", "--sensitivity: only linears matching GLOB (repeatable; default: all)"},
+    {"--max-kl", "X", "fail (exit 1) when the mean KL exceeds X (default: no gate)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--tol-from", "F", "per-tensor tolerances from an HF lower-precision dump (default: fixed)"},
+    {"--md", "F", "also write a Markdown report (default: none)"},
+    {"--json", "F", "also write a JSON report (default: none)"},
+    {"--svg", "F", "also write an SVG error plot (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_compare = {
     "compare", cmd_compare,
     "PKG REF.npz | PKG_REF PKG_TEST --ids I,.. | PKG_F16 --sensitivity --ids I,.. "
     "[--prompt T [--tokenizer F]] [--sensitivity-top N] [--layers 0-3,7] [--only GLOB] "
     "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF_LOWER.npz] [--md F] [--json F] "
     "[--svg F]   "
-    "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity"};
+    "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity",
+    compare_opts, NULL};

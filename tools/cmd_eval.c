@@ -106,6 +106,21 @@ static int cmd_eval(int argc, char **argv) {
     return rc ? g4_cli_fail(rc) : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt eval_opts[] = {
+    {"--task", "T", "ocrbench, docvqa, chartqa or librispeech (required)"},
+    {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--out", "DIR", "results directory (default eval-<task>)"},
+    {"--data-dir", "D", "the base of the manifest's media paths (default: its directory)"},
+    {"--shard", "I/N", "run shard I of N, counted from 0 (default 0/1: everything)"},
+    {"--resume", NULL, "keep the predictions already in DIR, run the rest (default off)"},
+    {"--limit", "N", "the first N items only (default: all)"},
+    {"--keep-stop", NULL, "keep the text after a \"\\n\\n\" stop (default: cut there)"},
+    {"--max-new", "N", "new tokens per item (default: the task's max_new_tokens)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_eval = {"eval", cmd_eval,
                             EVAL_USAGE "   run an lmms-eval task's manifest, score it (OUT: "
-                                       "eval-<task>)"};
+                                       "eval-<task>)",
+    eval_opts, NULL};

@@ -285,6 +285,13 @@ static int cmd_inspect(int argc, char **argv) {
     return issues ? 1 : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt inspect_opts[] = {
+    {"--tensor", "NAME", "one tensor's details (default: every table)"},
+    {"--summary", NULL, "components and totals only (default: the full tables)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_inspect = {
     "inspect", cmd_inspect,
-    "PKG [--tensor NAME] [--summary]   components, tensors, dtypes, derived config; checks all"};
+    "PKG [--tensor NAME] [--summary]   components, tensors, dtypes, derived config; checks all",
+    inspect_opts, NULL};

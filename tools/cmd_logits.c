@@ -106,8 +106,19 @@ done:
     return rc ? g4_cli_fail(rc) : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt logits_opts[] = {
+    {"--ids", "I,..", "the prompt token ids (required)"},
+    {"--out", "F.npy", "where the float32 [seq, vocab] logits go (required)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--image", "F", "an image whose soft tokens go at the image placeholder ids"},
+    {"--image-tokens", "N", "--image: soft tokens per image (default: the package's)"},
+    {"--audio", "F", "an audio file whose soft tokens go at the audio placeholder ids"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_logits = {"logits", cmd_logits,
                               "PKG --ids 2,5,17 [--image F [--image-tokens N]] [--audio F] "
                               "[--backend cpu|cuda] --out F.npy   float32 [seq, vocab] logits of "
                               "a teacher-forced prefill (media: soft tokens at the placeholder "
-                              "ids)"};
+                              "ids)",
+    logits_opts, NULL};

@@ -186,9 +186,21 @@ static int cmd_quantize(int argc, char **argv) {
     return 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt quantize_opts[] = {
+    {"--keep", "PATTERN", "linears matching PATTERN stay fp16 (repeatable; default: none)"},
+    {"--keep-auto", "BYTES", "keep fp16 the linears with the most KL per byte, within BYTES"},
+    {"--calib", "TEXT", "calibration text for --keep-auto / --imatrix"},
+    {"--tokenizer", "F", "tokenizer.json for --calib (default: the package's)"},
+    {"--calib-tokens", "N", "calibration tokens (default 256)"},
+    {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
+    {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT]   k-quant the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
-    "files are copied or reflinked, never hard-linked)"};
+    "files are copied or reflinked, never hard-linked)",
+    quantize_opts, NULL};

@@ -117,6 +117,15 @@ static int cmd_tokenize(int argc, char **argv) {
     return status;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt tokenize_opts[] = {
+    {"--bos", NULL, "put <bos> first (default off)"},
+    {"--pieces", NULL, "print each id with its piece (default: ids only)"},
+    {"--decode", NULL, "decode comma-separated ids to text instead"},
+    {"--skip-special", NULL, "--decode: leave out special tokens (default: keep them)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_tokenize = {
     "tokenize", cmd_tokenize,
-    "TOKENIZER_JSON|PKG [--bos] [--pieces] TEXT|-   ids;  --decode [--skip-special] IDS|-  text"};
+    "TOKENIZER_JSON|PKG [--bos] [--pieces] TEXT|-   ids;  --decode [--skip-special] IDS|-  text",
+    tokenize_opts, NULL};

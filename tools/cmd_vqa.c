@@ -38,5 +38,10 @@ done:
     return code;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt vqa_opts[] = {
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_vqa = {"vqa", cmd_vqa,
-                           "PKG IMAGE QUESTION " G4_GEN_CLI_USAGE "   answer on stdout"};
+                           "PKG IMAGE QUESTION " G4_GEN_CLI_USAGE "   answer on stdout",
+    vqa_opts, g4_gen_cli_opts};

@@ -11,6 +11,26 @@
 #include "kernels/backend_select.h"
 #include "tools/cli.h"
 
+#define G4_STR_(x) #x
+#define G4_STR(x)  G4_STR_(x)
+const g4_opt g4_gen_cli_opts[] = {
+    {"--max-new", "N", "new tokens at most (default " G4_STR(G4_GEN_DEFAULT_MAX_NEW) ")"},
+    {"--stop", "S", "stop at this string (repeatable; \\n \\t \\r \\\\ escapes; default: none)"},
+    {"--ignore-stop", "S", "a stop string that does not stop (repeatable; default: none)"},
+    {"--eos", "ID", "an end-of-sequence id (repeatable; default: the package's generation config)"},
+    {"--ignore-eos", NULL, "go on past EOS until --max-new (default: stop at EOS)"},
+    {"--temperature", "T", "sampling temperature; 0 is greedy argmax (default 0)"},
+    {"--top-k", "K", "sample from the K most likely tokens; 0 keeps all (default 0)"},
+    {"--top-p", "P", "nucleus sampling mass in (0, 1] (default 1)"},
+    {"--seed", "N", "sampling seed (default 0)"},
+    {"--system", "S", "a system turn (default: none)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--ple-host", NULL, "cuda: the per-layer embedding table in pinned host memory (default off)"},
+    {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
+    {"--prefill-chunk", "N", "prompt rows per prefill forward (default: the state's capacity)"},
+    {"--json", NULL, "one JSON object: text, tokens, stop reason, timings (default: text)"},
+    {NULL, NULL, NULL}};
+
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd) {
     memset(o, 0, sizeof *o);
     o->cmd = cmd;
@@ -63,19 +83,13 @@ static int parse_float(const char *cmd, const char *opt, const char *s, double l
 int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    static const char *const with_value[] = {
-        "--max-new", "--stop", "--ignore-stop", "--eos",     "--temperature", "--top-k",
-        "--top-p",   "--seed", "--system",      "--backend", "--tokenizer",   "--prefill-chunk"};
-    int known = !strcmp(a, "--json") || !strcmp(a, "--ple-host") || !strcmp(a, "--ignore-eos");
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-        if (!strcmp(a, with_value[k])) {
-            if (!v) {
-                g4_cli_usage_error(o->cmd, "%s needs a value", a);
-                return -1;
-            }
-            known = 1;
-        }
-    if (!known) return 0;
+    const g4_opt *t = g4_gen_cli_opts;
+    while (t->name && strcmp(a, t->name)) t++;
+    if (!t->name) return 0;
+    if (t->value && !v) {
+        g4_cli_usage_error(o->cmd, "%s needs a value", a);
+        return -1;
+    }
     long long n;
     if (!strcmp(a, "--json")) {
         o->json = 1;
@@ -278,8 +292,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     char *tok_path = NULL;
     g4_gen_result r = {0};
     int rc;
-    if ((rc = open_backend(o, &be)) || (rc = g4_package_open(pkg_dir, &pkg)))
-        goto done;
+    if ((rc = open_backend(o, &be)) || (rc = g4_package_open(pkg_dir, &pkg))) goto done;
     // The tokenizer is optional here: without one the ids are printed instead of text.
     tok_path = o->tokenizer ? g4_strdup(o->tokenizer) : g4_path_join(pkg_dir, "tokenizer.json");
     if ((o->tokenizer || g4_is_file(tok_path)) && (rc = g4_tokenizer_open(tok_path, &tok)))

@@ -4,6 +4,7 @@
 #define G4_GEN_CLI_H
 
 #include "engine/pipeline.h"
+#include "tools/cli.h"
 
 #define G4_GEN_CLI_MAX_LIST 64
 
@@ -27,8 +28,12 @@ typedef struct {
 // The options every generating command takes, for the usage lines.
 #define G4_GEN_CLI_USAGE                                                                           \
     "[--max-new N] [--stop S]... [--ignore-stop S]... [--eos ID]... [--ignore-eos] "               \
-    "[--temperature T --top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda [--ple-host]] " \
+    "[--temperature T --top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda "             \
+    "[--ple-host]] "                                                                               \
     "[--tokenizer F] [--json]"
+
+// The shared options with their defaults: the parser's list and the help's (tools/cli.h).
+extern const g4_opt g4_gen_cli_opts[];
 
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd);
 void g4_gen_cli_free(g4_gen_cli *o);
