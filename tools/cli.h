@@ -51,6 +51,10 @@ int g4_cli_int(const char *cmd, const char *opt, const char *s, long long lo, lo
 // Returns 0 after printing a usage error.
 int g4_cli_global_options(int *argc, char **argv);
 
+// Writes s[0, n) as a JSON string: quotes, backslashes and control bytes (NUL too) escaped, an
+// invalid UTF-8 byte written as U+FFFD (tools/cli_json.c).
+void g4_cli_json_string(FILE *f, const char *s, size_t n);
+
 // "2,5,17" -> a new array of ids (--ids of logits, compare and generate); one-line errors.
 int g4_cli_parse_ids(const char *s, int32_t **ids, int *n);
 
