@@ -1,8 +1,11 @@
-// g4cu asr PKG AUDIO [--prompt P] [options]
+// g4cu asr PKG AUDIO... [--prompt P] [options]
 // Speech recognition: the audio, then the prompt, in one user turn; the transcript streams to
-// stdout. The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md
+// stdout. Several files are transcribed in turn with the model loaded once (tools/gen_cli.h
+// g4_gen_cli_run_batch: "==> file <==" before each, or one JSON line each with --json; a
+// failing file is reported and the rest go on). The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md
 // 6.2); the LibriSpeech benchmark uses "Please recognize the speech and only output the
 // recognized content:" (eval-metrics.md), which --prompt can give.
+#include <stdlib.h>
 #include <string.h>
 
 #include "tools/cli.h"
@@ -17,7 +20,7 @@
 static int cmd_asr(int argc, char **argv) {
     g4_gen_cli o;
     g4_gen_cli_init(&o, "asr");
-    const char *pos[2] = {0}, *prompt = G4_ASR_PROMPT;
+    const char **pos = g4_calloc((size_t)argc, sizeof(char *)), *prompt = G4_ASR_PROMPT;
     int n_pos = 0, code = 1;
     for (int i = 1; i < argc; i++) {
         int r = g4_gen_cli_option(&o, argc, argv, &i);
@@ -28,23 +31,35 @@ static int cmd_asr(int argc, char **argv) {
         else if (argv[i][0] == '-') {
             code = g4_cli_usage_error("asr", "unknown option '%s' (or it needs a value)", argv[i]);
             goto done;
-        } else if (n_pos < 2)
+        } else
             pos[n_pos++] = argv[i];
-        else {
-            code = g4_cli_usage_error("asr", "unexpected argument '%s'", argv[i]);
-            goto done;
-        }
     }
     if (n_pos < 2) {
         code = g4_cli_usage_error("asr", "needs PKG and AUDIO");
         goto done;
     }
-    const char *audio[1] = {pos[1]};
-    g4_prompt pr = {
-        .system = o.system, .system_as_parts = 1, .audio = audio, .n_audio = 1, .text = prompt};
-    code = g4_gen_cli_run(&o, pos[0], &pr);
+    if (n_pos == 2) {
+        g4_prompt pr = {.system = o.system,
+                        .system_as_parts = 1,
+                        .audio = &pos[1],
+                        .n_audio = 1,
+                        .text = prompt};
+        code = g4_gen_cli_run(&o, pos[0], &pr);
+    } else {
+        g4_gen_cli_item *items = g4_calloc((size_t)n_pos, sizeof *items);
+        for (int k = 1; k < n_pos; k++)
+            items[k - 1] = (g4_gen_cli_item){.prompt = {.system = o.system,
+                                                        .system_as_parts = 1,
+                                                        .audio = &pos[k],
+                                                        .n_audio = 1,
+                                                        .text = prompt},
+                                             .input = pos[k]};
+        code = g4_gen_cli_run_batch(&o, pos[0], items, n_pos - 1);
+        free(items);
+    }
 done:
     g4_gen_cli_free(&o);
+    free(pos);
     return code;
 }
 
@@ -54,6 +69,7 @@ static const g4_opt asr_opts[] = {
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_asr = {"asr", cmd_asr,
-                           "PKG AUDIO [--prompt P] " G4_GEN_CLI_USAGE
-                           "   transcript on stdout (default prompt: the E2B ASR prompt)",
+                           "PKG AUDIO... [--prompt P] " G4_GEN_CLI_USAGE
+                           "   transcript on stdout (default prompt: the E2B ASR prompt); several files: one "
+                           "result each, the model loaded once",
     asr_opts, g4_gen_cli_opts};

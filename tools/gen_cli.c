@@ -188,8 +188,10 @@ static void report_cuts(const g4_gen_cli *o, const g4_media_cut *cuts, int n) {
                 o->cmd, cuts[i].path, cuts[i].seconds, cuts[i].used_seconds);
 }
 
+// input / id (either NULL): the batch forms' keys of the JSON line (the file, the item's id).
 static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_text,
-                         const g4_media_cut *cuts, int n_cuts) {
+                         const g4_media_cut *cuts, int n_cuts, const char *input,
+                         const cJSON *id) {
     if (!o->json) {
         if (has_text)
             printf("\n");
@@ -200,6 +202,8 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
         return;
     }
     cJSON *j = cJSON_CreateObject();
+    if (input) cJSON_AddStringToObject(j, "input", input);
+    if (id) cJSON_AddItemToObject(j, "id", cJSON_Duplicate(id, 1));
     if (has_text)
         cJSON_AddStringToObject(j, "text", r->text ? r->text : "");
     else
@@ -272,7 +276,7 @@ int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
     g4_gen_result r;
     rc = g4_pipeline_generate(pl, pr, &p, &r);
     if (!rc) {
-        print_result(o, &r, 1, pl->cuts, pl->n_cuts);
+        print_result(o, &r, 1, pl->cuts, pl->n_cuts, NULL, NULL);
         fflush(stdout);
         report_cuts(o, pl->cuts, pl->n_cuts);
     } else if (!o->json)
@@ -316,7 +320,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     if ((rc = g4_text_state_new_opts(m, &so, &s)) ||
         (rc = g4_generate(s, tok, ids, n, NULL, &p, &r)))
         goto done;
-    print_result(o, &r, tok != NULL, NULL, 0);
+    print_result(o, &r, tok != NULL, NULL, 0, NULL, NULL);
 done:
     g4_gen_result_free(&r);
     g4_text_state_free(s);
@@ -325,4 +329,59 @@ done:
     free(tok_path);
     g4_package_close(pkg);
     return rc ? g4_cli_fail(rc) : 0;
+}
+
+int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_item *items,
+                         int n) {
+    if (check_options(o)) return 1;
+    g4_pipeline *pl;
+    g4_backend *be;
+    g4_pipeline_opts po = {0};
+    po.tokenizer_path = o->tokenizer;
+    po.load.ple_host = o->ple_host;
+    int rc = open_backend(o, &be);
+    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, &pl);
+    if (rc) return g4_cli_fail(rc);
+    int code = 0;
+    for (int i = 0; i < n; i++) {
+        const g4_gen_cli_item *it = &items[i];
+        if (!o->json) {
+            printf("==> %s <==\n", it->input);
+            fflush(stdout);
+        }
+        g4_gen_params p;
+        params_from(o, &p);
+        g4_gen_result r = {0};
+        rc = it->error ? g4_fail(G4_EUSER, "%s", it->error)
+                       : g4_pipeline_generate(pl, &it->prompt, &p, &r);
+        if (!rc) {
+            print_result(o, &r, 1, pl->cuts, pl->n_cuts, it->input, it->id);
+            fflush(stdout);
+            report_cuts(o, pl->cuts, pl->n_cuts);
+        } else {
+            // Said on stderr and, with --json, in the input's own line; the rest go on.
+            const int c = rc == G4_EINTERNAL ? 2 : 1;
+            if (c > code) code = c;
+            if (o->json) {
+                cJSON *j = cJSON_CreateObject();
+                cJSON_AddStringToObject(j, "input", it->input);
+                if (it->id) cJSON_AddItemToObject(j, "id", cJSON_Duplicate(it->id, 1));
+                cJSON_AddStringToObject(j, "error", g4_error());
+                char *js = cJSON_PrintUnformatted(j);
+                printf("%s\n", js);
+                free(js);
+                cJSON_Delete(j);
+            } else {
+                printf("\n");
+            }
+            fflush(stdout);
+            if (strstr(g4_error(), it->input)) // the message names the file already
+                fprintf(stderr, "g4cu %s: %s\n", o->cmd, g4_error());
+            else
+                fprintf(stderr, "g4cu %s: %s: %s\n", o->cmd, it->input, g4_error());
+        }
+        g4_gen_result_free(&r);
+    }
+    g4_pipeline_close(pl);
+    return code;
 }

@@ -45,6 +45,24 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i);
 // (then a newline), or with --json one JSON object (text, tokens, prompt_tokens, stop_reason,
 // stop_token, stop_string, max_new, timings). Returns the process exit code.
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr);
+// One input of a batch (asr's files, vqa --batch's lines): its prompt, the name its results
+// and errors carry, its id (a JSON value copied into its line, or NULL), and an error found
+// while reading it (then it is not run).
+typedef struct {
+    g4_prompt prompt;
+    const char *input;
+    const struct cJSON *id;
+    const char *error;
+} g4_gen_cli_item;
+
+// The model loaded once, then each item in turn: text mode prints "==> input <==" and the
+// streamed text; --json one line per item (the g4_gen_cli_run object with "input" and "id"
+// first). A failing item is said on stderr ("g4cu CMD: input: why") and, with --json, in its
+// line as {"input", "id", "error"}; the rest go on. Returns 0, or 1 (2) when an item failed
+// with a user (internal) error.
+int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_item *items,
+                         int n);
+
 // The same for prompt token ids given directly (no chat template, no media).
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n);
 
