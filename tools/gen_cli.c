@@ -184,7 +184,7 @@ static void report_cuts(const g4_gen_cli *o, const g4_media_cut *cuts, int n) {
     for (int i = 0; i < n; i++)
         fprintf(stderr,
                 "g4cu %s: %s: %.1f s of audio, only the first %.1f s were used (the audio "
-                "tower's window; long-form audio is not supported yet)\n",
+                "tower's window; `g4cu asr PKG FILE` of one file transcribes all of it)\n",
                 o->cmd, cuts[i].path, cuts[i].seconds, cuts[i].used_seconds);
 }
 
@@ -261,20 +261,25 @@ static int check_options(const g4_gen_cli *o) {
     return 0;
 }
 
-int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
+void g4_gen_cli_params(g4_gen_cli *o, g4_gen_params *p) { params_from(o, p); }
+
+int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, g4_pipeline **pl) {
+    *pl = NULL;
     if (check_options(o)) return 1;
-    g4_pipeline *pl;
     g4_backend *be;
     g4_pipeline_opts po = {0};
     po.tokenizer_path = o->tokenizer;
     po.load.ple_host = o->ple_host;
     int rc = open_backend(o, &be);
-    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, &pl);
-    if (rc) return g4_cli_fail(rc);
+    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, pl);
+    return rc ? g4_cli_fail(rc) : 0;
+}
+
+int g4_gen_cli_run_on(g4_gen_cli *o, g4_pipeline *pl, const g4_prompt *pr) {
     g4_gen_params p;
     params_from(o, &p);
     g4_gen_result r;
-    rc = g4_pipeline_generate(pl, pr, &p, &r);
+    int rc = g4_pipeline_generate(pl, pr, &p, &r);
     if (!rc) {
         print_result(o, &r, 1, pl->cuts, pl->n_cuts, NULL, NULL);
         fflush(stdout);
@@ -282,8 +287,16 @@ int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
     } else if (!o->json)
         fflush(stdout);
     g4_gen_result_free(&r);
-    g4_pipeline_close(pl);
     return rc ? g4_cli_fail(rc) : 0;
+}
+
+int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
+    g4_pipeline *pl;
+    int code = g4_gen_cli_open(o, pkg_dir, &pl);
+    if (code) return code;
+    code = g4_gen_cli_run_on(o, pl, pr);
+    g4_pipeline_close(pl);
+    return code;
 }
 
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n) {
@@ -333,16 +346,9 @@ done:
 
 int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_item *items,
                          int n) {
-    if (check_options(o)) return 1;
     g4_pipeline *pl;
-    g4_backend *be;
-    g4_pipeline_opts po = {0};
-    po.tokenizer_path = o->tokenizer;
-    po.load.ple_host = o->ple_host;
-    int rc = open_backend(o, &be);
-    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, &pl);
-    if (rc) return g4_cli_fail(rc);
-    int code = 0;
+    int code = g4_gen_cli_open(o, pkg_dir, &pl), rc;
+    if (code) return code;
     for (int i = 0; i < n; i++) {
         const g4_gen_cli_item *it = &items[i];
         if (!o->json) {

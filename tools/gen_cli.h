@@ -45,6 +45,14 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i);
 // (then a newline), or with --json one JSON object (text, tokens, prompt_tokens, stop_reason,
 // stop_token, stop_string, max_new, timings). Returns the process exit code.
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr);
+// The pieces of g4_gen_cli_run, for commands that run more than one request: the option check
+// and the pipeline (returns the exit code: 0, or 1 / 2 after printing), one request on it
+// (printed as g4_gen_cli_run prints; returns the exit code), and the generation parameters the
+// options give (valid while o is).
+int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, g4_pipeline **pl);
+int g4_gen_cli_run_on(g4_gen_cli *o, g4_pipeline *pl, const g4_prompt *pr);
+void g4_gen_cli_params(g4_gen_cli *o, g4_gen_params *p);
+
 // One input of a batch (asr's files, vqa --batch's lines): its prompt, the name its results
 // and errors carry, its id (a JSON value copied into its line, or NULL), and an error found
 // while reading it (then it is not run).
