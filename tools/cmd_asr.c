@@ -4,8 +4,8 @@
 // g4_gen_cli_run_batch: "==> file <==" before each, or one JSON line each with --json; a
 // failing file is reported and the rest go on). One file longer than the audio tower's window
 // (or --srt / --vtt) is transcribed in overlapping windows and stitched (tools/asr_long.h,
-// engine/asr_window.h: the rule), printed as text, --json segments, SubRip or WebVTT. The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md
-// 6.2); the LibriSpeech benchmark uses "Please recognize the speech and only output the
+// engine/asr_window.h: the rule), printed as text, --json segments, SubRip or WebVTT.
+// The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md 6.2); the LibriSpeech benchmark uses "Please recognize the speech and only output the
 // recognized content:" (eval-metrics.md), which --prompt can give.
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +105,6 @@ static const g4_opt asr_opts[] = {
 
 const g4_cmd g4_cmd_asr = {"asr", cmd_asr,
                            "PKG AUDIO... [--prompt P] [--srt | --vtt] " G4_GEN_CLI_USAGE
-                           "   transcript on stdout (default prompt: the E2B ASR prompt); several files: one "
-                           "result each, the model loaded once",
+                           "   transcript on stdout (default prompt: the E2B ASR prompt); "
+                           "several files: one result each, the model loaded once",
     asr_opts, g4_gen_cli_opts};
