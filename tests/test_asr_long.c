@@ -67,13 +67,6 @@ static void test_windows(void) {
 static const char *g4cu, *pkg, *tok;
 static char *tmp;
 
-static char *slurp(const char *path) {
-    char *buf = NULL;
-    size_t n = 0;
-    if (g4_read_file(path, &buf, &n)) buf = g4_strdup("");
-    return buf;
-}
-
 static float *read_sound(const char *path, int64_t *n) {
     SF_INFO info = {0};
     SNDFILE *sf = sf_open(path, SFM_READ, &info);
@@ -98,7 +91,7 @@ static int window_tokens(const char *wav, int32_t *out, int cap) {
     int rc = g4t_sh("'%s' asr '%s' '%s' --tokenizer '%s' --max-new 3 --json >'%s' 2>/dev/null",
                     g4cu, pkg, wav, tok, res);
     CHECK_INT(rc, 0);
-    char *s = slurp(res);
+    char *s = g4t_slurp("%s", res);
     cJSON *j = cJSON_Parse(s);
     const cJSON *t = cJSON_GetObjectItem(j, "tokens");
     int n = 0;
@@ -155,7 +148,7 @@ static void test_cli(void) {
     int rc = g4t_sh("'%s' asr '%s' '%s' --tokenizer '%s' --max-new 3 --json >'%s' 2>'%s/err'", g4cu,
                     pkg, longwav, tok, res, tmp);
     CHECK_INT(rc, 0);
-    char *s = slurp(res);
+    char *s = g4t_slurp("%s", res);
     cJSON *j = cJSON_Parse(s);
     CHECK_MSG(j != NULL, "asr --json on the long file: %.200s", s);
     const cJSON *segs = cJSON_GetObjectItem(j, "segments");
@@ -183,8 +176,7 @@ static void test_cli(void) {
         CHECK_MSG(same, "segment %d: the tokens of the window run alone, stitched", i);
     }
     CHECK(nt[0] > 0);
-    CHECK_MSG(!strstr(slurp(g4_sprintf("%s/err", tmp)), "only the first"),
-              "long-form: no audio dropped");
+    CHECK_MSG(!strstr(g4t_slurp("%s/err", tmp), "only the first"), "long-form: no audio dropped");
 
     // --srt / --vtt: the same segments as cues
     const char *fmts[2] = {"srt", "vtt"};
@@ -196,7 +188,7 @@ static void test_cli(void) {
         rc = g4t_sh("'%s' asr '%s' '%s' --tokenizer '%s' --max-new 3 --%s >'%s' 2>/dev/null", g4cu,
                     pkg, longwav, tok, fmts[f], out);
         CHECK_INT(rc, 0);
-        char *c = slurp(out);
+        char *c = g4t_slurp("%s", out);
         CHECK(f == 0 ? !strncmp(c, "1\n00:00:00,000 --> ", 19) : !strncmp(c, "WEBVTT\n\n", 8));
         i = 0;
         for (const cJSON *g = segs ? segs->child : NULL; g && i < 3; g = g->next, i++) {

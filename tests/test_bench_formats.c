@@ -16,14 +16,6 @@
 static const char *g4cu, *pkg;
 static char *tmp;
 
-static char *slurp(const char *name) {
-    char *path = g4_path_join(tmp, name), *buf = NULL;
-    size_t n = 0;
-    if (g4_read_file(path, &buf, &n)) buf = g4_strdup("");
-    free(path);
-    return buf;
-}
-
 static const cJSON *row(const cJSON *rows, const char *test) {
     for (const cJSON *r = rows ? rows->child : NULL; r; r = r->next)
         if (!strcmp(cJSON_GetObjectItem(r, "test")->valuestring, test)) return r;
@@ -44,7 +36,8 @@ int main(void) {
                     ">'%s/rows.json' 2>'%s/err'",
                     g4cu, pkg, tmp, tmp, tmp);
     CHECK_INT(rc, 0);
-    char *rows_s = slurp("rows.json"), *file_s = slurp("b.json"), *err = slurp("err");
+    char *rows_s = g4t_slurp("%s/rows.json", tmp), *file_s = g4t_slurp("%s/b.json", tmp),
+         *err = g4t_slurp("%s/err", tmp);
     cJSON *rows = cJSON_Parse(rows_s), *file = cJSON_Parse(file_s);
     CHECK_MSG(rows && cJSON_IsArray(rows), "-o json: not a JSON array: %.200s", rows_s);
     CHECK(file != NULL);
@@ -85,7 +78,7 @@ int main(void) {
     rc = g4t_sh("'%s' bench '%s' --backend cpu --reps 1 -o md >'%s/rows.md' 2>/dev/null", g4cu, pkg,
                 tmp);
     CHECK_INT(rc, 0);
-    char *md = slurp("rows.md");
+    char *md = g4t_slurp("%s/rows.md", tmp);
     CHECK_INT(lines(md), n_rows + 2);
     CHECK(!strncmp(md, "| package | backend | test | reps | mean \xc2\xb1 sd | unit |\n", 52));
     for (const cJSON *r = rows ? rows->child : NULL; r; r = r->next) {
@@ -98,7 +91,7 @@ int main(void) {
     rc = g4t_sh("'%s' bench '%s' --backend cpu --reps 1 -o csv >'%s/rows.csv' 2>/dev/null", g4cu,
                 pkg, tmp);
     CHECK_INT(rc, 0);
-    char *csv = slurp("rows.csv");
+    char *csv = g4t_slurp("%s/rows.csv", tmp);
     CHECK_INT(lines(csv), n_rows + 1);
     CHECK(!strncmp(csv, "package,dir,backend,test,reps,mean,sd,unit\n", 43));
     char want[256];
@@ -106,7 +99,7 @@ int main(void) {
     CHECK_MSG(strstr(csv, want) != NULL, "csv: no '%s'", want);
 
     rc = g4t_sh("'%s' bench '%s' --backend cpu -o yaml >/dev/null 2>'%s/err'", g4cu, pkg, tmp);
-    char *e = slurp("err");
+    char *e = g4t_slurp("%s/err", tmp);
     CHECK_INT(rc, 1);
     CHECK(strstr(e, "-o expects md, csv or json, got 'yaml'") && lines(e) == 1);
     rc = g4t_sh("'%s' bench --kernels -o md >/dev/null 2>/dev/null", g4cu);

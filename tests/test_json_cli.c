@@ -17,18 +17,10 @@
 static const char *g4cu, *pkg, *tok;
 static char *tmp;
 
-static char *slurp(const char *name) {
-    char *path = g4_path_join(tmp, name), *buf = NULL;
-    size_t n = 0;
-    if (g4_read_file(path, &buf, &n)) buf = g4_strdup("");
-    free(path);
-    return buf;
-}
-
 static cJSON *run_json(const char *args) {
     int rc = g4t_sh("'%s' %s >'%s/out.json' 2>'%s/err'", g4cu, args, tmp, tmp);
     CHECK_MSG(rc == 0, "g4cu %s: exit %d", args, rc);
-    char *s = slurp("out.json");
+    char *s = g4t_slurp("%s/out.json", tmp);
     cJSON *j = cJSON_Parse(s);
     CHECK_MSG(j != NULL, "g4cu %s: not JSON: %.200s", args, s);
     free(s);
@@ -47,7 +39,7 @@ static int json_int(const cJSON *o, const char *path) {
 // The tensor rows of each component in the text form: "  name dtype shape where".
 static void check_tables(const cJSON *j) {
     CHECK(g4t_sh("'%s' inspect '%s' >'%s/out.txt' 2>&1", g4cu, pkg, tmp) == 0);
-    char *txt = slurp("out.txt");
+    char *txt = g4t_slurp("%s/out.txt", tmp);
     const cJSON *comps = cJSON_GetObjectItemCaseSensitive(j, "components");
     int n_comps = 0;
     for (const cJSON *c = comps ? comps->child : NULL; c; c = c->next) {
@@ -129,7 +121,7 @@ static void test_inspect(void) {
     if (name) {
         cJSON *tj = run_json(g4_sprintf("inspect '%s' --json --tensor '%s'", pkg, name));
         CHECK(g4t_sh("'%s' inspect '%s' --tensor '%s' >'%s/t.txt'", g4cu, pkg, name, tmp) == 0);
-        char *txt = slurp("t.txt");
+        char *txt = g4t_slurp("%s/t.txt", tmp);
         double mn, mx, mean, amean;
         const char *l = strstr(txt, "  min ");
         CHECK(l && sscanf(l, "  min %lf  max %lf  mean %lf  abs-mean %lf", &mn, &mx, &mean,
@@ -160,7 +152,7 @@ static void test_tokenize(void) {
     cJSON *j = run_json(g4_sprintf("tokenize '%s' --json \"%s\"", tok, text));
     CHECK(g4t_sh("'%s' tokenize '%s' \"%s\" >'%s/ids.txt'", g4cu, tok, text, tmp) == 0);
     CHECK(g4t_sh("'%s' tokenize '%s' --pieces \"%s\" >'%s/pieces.txt'", g4cu, tok, text, tmp) == 0);
-    char *ids = slurp("ids.txt"), *pieces = slurp("pieces.txt");
+    char *ids = g4t_slurp("%s/ids.txt", tmp), *pieces = g4t_slurp("%s/pieces.txt", tmp);
     // ids: the comma-joined JSON list equals the plain line
     char joined[4096] = "";
     const cJSON *a = cJSON_GetObjectItem(j, "ids"), *ps = cJSON_GetObjectItem(j, "pieces");
@@ -188,7 +180,7 @@ static void test_tokenize(void) {
     j = run_json(g4_sprintf("tokenize '%s' --decode --json 313,590,347,392,773,349,275", tok));
     CHECK(g4t_sh("'%s' tokenize '%s' --decode 313,590,347,392,773,349,275 >'%s/dec.txt'", g4cu, tok,
                  tmp) == 0);
-    char *dec = slurp("dec.txt");
+    char *dec = g4t_slurp("%s/dec.txt", tmp);
     const cJSON *t = cJSON_GetObjectItem(j, "text");
     CHECK(cJSON_IsString(t) && strlen(dec) == strlen(t->valuestring) + 1 &&
           !strncmp(dec, t->valuestring, strlen(t->valuestring)));

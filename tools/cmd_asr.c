@@ -5,8 +5,9 @@
 // failing file is reported and the rest go on). One file longer than the audio tower's window
 // (or --srt / --vtt) is transcribed in overlapping windows and stitched (tools/asr_long.h,
 // engine/asr_window.h: the rule), printed as text, --json segments, SubRip or WebVTT.
-// The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md 6.2); the LibriSpeech benchmark uses "Please recognize the speech and only output the
-// recognized content:" (eval-metrics.md), which --prompt can give.
+// The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md 6.2);
+// the LibriSpeech benchmark uses "Please recognize the speech and only output the recognized
+// content:" (eval-metrics.md), which --prompt can give.
 #include <stdlib.h>
 #include <string.h>
 

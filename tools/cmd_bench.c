@@ -148,7 +148,8 @@ static const g4_opt bench_opts[] = {
 
 const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
                              "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR "
-                             "[--hf-script F]] [-o md|csv|json] | --kernels [--filter S]  [--reps N] [--json F]   "
+                             "[--hf-script F]] [-o md|csv|json] | --kernels [--filter S]  "
+                             "[--reps N] [--json F]   "
                              "model tok/s (decode through g4cu generate's path), or kernels vs the "
                              "H200 ceilings",
     bench_opts, NULL};
