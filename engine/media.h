@@ -29,8 +29,8 @@ typedef struct {
     g4_image_features image;   // kind image
     g4_audio_features audio;   // kind audio
     // Audio longer than the audio tower's window (G4_AUDIO_MAX_SAMPLES, 30 s) is cut to it, as
-    // HF's feature extractor does (long-form audio is not supported yet): truncated = 1, and
-    // the file's length and the seconds used, for the caller to say so.
+    // HF's feature extractor does (long-form ASR cuts its own windows first: asr_window.h):
+    // truncated = 1, and the file's length and the seconds used, for the caller to say so.
     int truncated;
     double src_seconds, used_seconds;
 } g4_media_input;

@@ -106,6 +106,18 @@ void g4t_read_line(const char *path, char *buf, size_t n) {
     buf[strcspn(buf, "\r\n")] = 0;
 }
 
+char *g4t_slurp(const char *fmt, ...) {
+    char path[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof path, fmt, ap);
+    va_end(ap);
+    char *buf = NULL;
+    size_t n = 0;
+    if (g4_read_file(path, &buf, &n)) buf = g4_strdup("");
+    return buf;
+}
+
 struct cJSON *g4t_read_json(const char *path) {
     char *text;
     size_t n;

@@ -47,6 +47,9 @@ void g4t_rmtree(char *dir);
 // The first line of a text file, without its line end, into buf (size n); exits 1 with a
 // message when the file cannot be read.
 void g4t_read_line(const char *path, char *buf, size_t n);
+// A whole file (its path printf-style), NUL-terminated (free it); "" when it cannot be read
+// (the check that follows then fails on its content).
+char *g4t_slurp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // A JSON file parsed with cJSON (cJSON_Delete it), or NULL when unreadable or invalid.
 struct cJSON *g4t_read_json(const char *path);
 // Runs a shell command; returns its exit status.

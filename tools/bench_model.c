@@ -14,6 +14,7 @@
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
 // are seeded random (never one repeated id).
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -32,6 +33,9 @@
 #include "tools/bench_peer.h"
 #include "tools/cli.h"
 
+// Where the human-readable lines go: stdout, or stderr when -o puts a table there.
+static FILE *human;
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -48,29 +52,58 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+#define G4_BENCH_MAX_ROWS 16
+typedef struct {
+    char test[32];    // llama-bench's names: pp128 (prefill), tg128 (decode), ttft pp128, ...
+    const char *unit; // "tok/s" or "ms"
+    int n;            // repetitions
+    double mean, sd;
+} bench_row;
+
 enum { N_LONG = 2 }; // decode after a 4096- and a 32768-token prompt
 static const int long_prompt[N_LONG] = {4096, 32768};
 
 typedef struct {
-    const char *kind;     // "f16" / "q4": the decoder's weights
-    char name[32];        // kind, + "_<i>" for a repeated kind
+    const char *kind; // "f16" / "q4": the decoder's weights
+    char name[32];    // kind, + "_<i>" for a repeated kind
     const char *dir;
     int ple_host;         // the run's load option (--ple-host)
     double prefill_ms[3]; // 128, 512, 2048 tokens
     int prefill_len[3];
-    double ttft_ms;       // 128-token prompt -> first token id on the host (g4_generate)
-    double decode_tok_s;  // greedy, 128 new tokens after the prompt (g4_generate)
+    double ttft_ms;              // 128-token prompt -> first token id on the host (g4_generate)
+    double decode_tok_s;         // greedy, 128 new tokens after the prompt (g4_generate)
     double decode_sampled_tok_s; // the same, temperature 1, top-k 64, top-p 0.95
     double ttft_long_ms[N_LONG], decode_long_tok_s[N_LONG]; // after 4k / 32k prompts (-1: the
                                                             // context is shorter)
     double ttft_host_ms, decode_host_tok_s; // greedy with the PLE table in pinned host memory
-    double ple_gib;       // the PLE table's bytes (off the device in the host variant)
-    double vision_ms;     // vision tower (patch embedding .. projection) for one 768x768 image
-    double audio_ms;      // audio tower for a 30 s clip (750 soft tokens)
+    double ple_gib;   // the PLE table's bytes (off the device in the host variant)
+    double vision_ms; // vision tower (patch embedding .. projection) for one 768x768 image
+    double audio_ms;  // audio tower for a 30 s clip (750 soft tokens)
     double load_s;
-    double weights_gib;   // weight bytes placed on the backend
-    double state_gib;     // KV cache of a 128 + 128-token context
+    double weights_gib;                // weight bytes placed on the backend
+    double state_gib;                  // KV cache of a 128 + 128-token context
+    bench_row rows[G4_BENCH_MAX_ROWS]; // every measurement's mean and sd, for -o md|csv|json
+    int n_rows;
 } bench_result;
+
+// Records a measurement's repetitions v[n] (in `unit`) as a row: mean and sample standard
+// deviation (n - 1; 0 for one repetition), as llama-bench reports them.
+static void add_row(bench_result *r, const char *unit, const double *v, int n, const char *fmt, ...)
+    G4_PRINTF(5, 6);
+static void add_row(bench_result *r, const char *unit, const double *v, int n, const char *fmt,
+                    ...) {
+    G4_ASSERT(r->n_rows < G4_BENCH_MAX_ROWS && n > 0);
+    double sum = 0, ss = 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    const double mean = sum / n;
+    for (int i = 0; i < n; i++) ss += (v[i] - mean) * (v[i] - mean);
+    bench_row *row = &r->rows[r->n_rows++];
+    *row = (bench_row){.unit = unit, .n = n, .mean = mean, .sd = n > 1 ? sqrt(ss / (n - 1)) : 0};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(row->test, sizeof row->test, fmt, ap);
+    va_end(ap);
+}
 
 // Vision tower on one 768x768 image and audio tower on a 30 s clip (synthetic media through
 // the real front ends; tower time only, median of reps after a warm-up); -1 when the package
@@ -94,6 +127,7 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows); // (complete when it returns)
             if (i) t[i - 1] = now_ms() - a;
         }
+        if (!rc) add_row(r, "ms", t, reps, "vision 768x768");
         if (!rc) r->vision_ms = median(t, reps);
         g4_buf_free(be, &rows);
         g4_image_features_free(&f);
@@ -124,6 +158,7 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows);
             if (i) t[i - 1] = now_ms() - a;
         }
+        if (!rc) add_row(r, "ms", t, reps, "audio 30 s");
         if (!rc) r->audio_ms = median(t, reps);
         g4_buf_free(be, &rows);
         g4_audio_features_free(&f);
@@ -137,8 +172,9 @@ done:
 // Generations of N new tokens (EOS ignored) after ids[0..P) on state s with the sampler: the
 // generation results' own TTFT (prefill_ms) and decode rate, medians of reps runs after a
 // warm-up.
-static int bench_generate(g4_text_state *s, const int32_t *ids, int P, int N,
-                          const g4_sampler *smp, int reps, double *ttft_ms, double *tok_s) {
+static int bench_generate(g4_text_state *s, const int32_t *ids, int P, int N, const g4_sampler *smp,
+                          int reps, double *ttft_ms, double *tok_s, bench_result *res,
+                          const char *variant) {
     double *ttft = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     double *rate = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     g4_gen_params p;
@@ -158,6 +194,8 @@ static int bench_generate(g4_text_state *s, const int32_t *ids, int P, int N,
         g4_gen_result_free(&r);
     }
     if (!rc) {
+        add_row(res, "tok/s", rate, reps, "tg%d @ pp%d%s", N, P, variant);
+        add_row(res, "ms", ttft, reps, "ttft pp%d%s", P, variant);
         *ttft_ms = median(ttft, reps);
         *tok_s = median(rate, reps);
     }
@@ -218,6 +256,10 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
             if ((rc = g4_text_forward(s, ids, lens[k], NULL, NULL, 0))) goto done;
             if (i) t[i - 1] = now_ms() - a; // run 0 warms up
         }
+        double *tps = g4_malloc(sizeof(double) * (size_t)reps);
+        for (int i = 0; i < reps; i++) tps[i] = lens[k] / (t[i] / 1e3);
+        add_row(r, "tok/s", tps, reps, "pp%d", lens[k]);
+        free(tps);
         r->prefill_ms[k] = median(t, reps);
         g4_text_state_free(s);
         s = NULL;
@@ -230,9 +272,9 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
     r->state_gib = kv_gib(m, P + N);
     const g4_sampler greedy = {0, 0, 1.0f}, sampled = {1.0f, 64, 0.95f};
     double ttft_sampled;
-    if ((rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_ms, &r->decode_tok_s)) ||
-        (rc = bench_generate(s, ids, P, N, &sampled, reps, &ttft_sampled,
-                             &r->decode_sampled_tok_s)))
+    if ((rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_ms, &r->decode_tok_s, r, "")) ||
+        (rc = bench_generate(s, ids, P, N, &sampled, reps, &ttft_sampled, &r->decode_sampled_tok_s,
+                             r, " sampled")))
         goto done;
     for (int k = 0; k < N_LONG; k++) {
         r->ttft_long_ms[k] = r->decode_long_tok_s[k] = -1;
@@ -241,7 +283,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         g4_text_state *sl = NULL;
         if (!(rc = g4_text_state_new_opts(m, &lo_s, &sl)))
             rc = bench_generate(sl, ids, long_prompt[k], N, &greedy, reps < 3 ? reps : 3,
-                                &r->ttft_long_ms[k], &r->decode_long_tok_s[k]);
+                                &r->ttft_long_ms[k], &r->decode_long_tok_s[k], r, "");
         g4_text_state_free(sl);
         if (rc) goto done;
     }
@@ -254,8 +296,8 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
             g4_cuda_profile_reset();
             int32_t tok = ids[P];
             for (int j = 0; j < 16 && !rc; j++) rc = g4_text_step(se, &tok, 1, NULL, &tok);
-            printf("decode step, eager, per op (%s):\n", dir);
-            g4_cuda_profile_report(stdout, 16);
+            fprintf(human, "decode step, eager, per op (%s):\n", dir);
+            g4_cuda_profile_report(human, 16);
         }
         g4_text_state_free(se);
         if (rc) goto done;
@@ -278,7 +320,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         if ((rc = g4_text_model_load_opts(p, be, &ho, &m)) ||
             (rc = g4_text_state_new_opts(m, &hs, &s)) ||
             (rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_host_ms,
-                                 &r->decode_host_tok_s)))
+                                 &r->decode_host_tok_s, r, " ple-host")))
             goto done;
     }
 done:
@@ -291,33 +333,36 @@ done:
 }
 
 static void print_result(const bench_result *r) {
-    printf("%-6s load %.1f s, weights %.2f GiB, KV %.3f GiB | ", r->name, r->load_s,
-           r->weights_gib, r->state_gib);
+    fprintf(human, "%-6s load %.1f s, weights %.2f GiB, KV %.3f GiB | ", r->name, r->load_s,
+            r->weights_gib, r->state_gib);
     for (int k = 0; k < 3; k++)
         if (r->prefill_ms[k] >= 0)
-            printf("prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k], r->prefill_ms[k],
-                   r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
-    printf("TTFT(128) %.2f ms | decode %.1f tok/s | sampled (T 1, top-k 64, top-p 0.95) %.1f "
-           "tok/s",
-           r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
+            fprintf(human, "prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k],
+                    r->prefill_ms[k], r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
+    fprintf(human,
+            "TTFT(128) %.2f ms | decode %.1f tok/s | sampled (T 1, top-k 64, top-p 0.95) %.1f "
+            "tok/s",
+            r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
     for (int k = 0; k < N_LONG; k++)
         if (r->decode_long_tok_s[k] >= 0)
-            printf(" | after %d: TTFT %.1f ms, decode %.1f tok/s", long_prompt[k],
-                   r->ttft_long_ms[k], r->decode_long_tok_s[k]);
+            fprintf(human, " | after %d: TTFT %.1f ms, decode %.1f tok/s", long_prompt[k],
+                    r->ttft_long_ms[k], r->decode_long_tok_s[k]);
     if (r->decode_host_tok_s >= 0)
-        printf(" | PLE table (%.2f GiB) in pinned host memory%s: TTFT %.2f ms, decode %.1f tok/s",
-               r->ple_gib, r->ple_host ? " (this run)" : "", r->ttft_host_ms,
-               r->decode_host_tok_s);
-    if (r->vision_ms >= 0) printf(" | vision 768x768 %.2f ms", r->vision_ms);
-    if (r->audio_ms >= 0) printf(" | audio 30 s %.2f ms", r->audio_ms);
-    printf("\n");
+        fprintf(human,
+                " | PLE table (%.2f GiB) in pinned host memory%s: TTFT %.2f ms, decode %.1f tok/s",
+                r->ple_gib, r->ple_host ? " (this run)" : "", r->ttft_host_ms,
+                r->decode_host_tok_s);
+    if (r->vision_ms >= 0) fprintf(human, " | vision 768x768 %.2f ms", r->vision_ms);
+    if (r->audio_ms >= 0) fprintf(human, " | audio 30 s %.2f ms", r->audio_ms);
+    fprintf(human, "\n");
 }
 
 static void json_result(FILE *f, const bench_result *r) {
     cJSON *dir = cJSON_CreateString(r->dir); // (escaped)
     char *dir_s = cJSON_PrintUnformatted(dir);
-    fprintf(f, "  \"%s\": {\"dir\": %s, \"ple_host\": %d, \"load_s\": %.3f, "
-               "\"weights_gib\": %.4f, \"kv_gib\": %.4f, ",
+    fprintf(f,
+            "  \"%s\": {\"dir\": %s, \"ple_host\": %d, \"load_s\": %.3f, "
+            "\"weights_gib\": %.4f, \"kv_gib\": %.4f, ",
             r->name, dir_s, r->ple_host, r->load_s, r->weights_gib, r->state_gib);
     free(dir_s);
     cJSON_Delete(dir);
@@ -330,9 +375,10 @@ static void json_result(FILE *f, const bench_result *r) {
     for (int k = 0; k < N_LONG; k++)
         fprintf(f, "\"ttft_%dk_ms\": %.4f, \"decode_%dk_tok_s\": %.2f, ", long_prompt[k] / 1024,
                 r->ttft_long_ms[k], long_prompt[k] / 1024, r->decode_long_tok_s[k]);
-    fprintf(f, "\"vision_768_ms\": %.4f, "
-               "\"audio_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
-               "\"ple_host_decode_tok_s\": %.2f}",
+    fprintf(f,
+            "\"vision_768_ms\": %.4f, "
+            "\"audio_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
+            "\"ple_host_decode_tok_s\": %.2f}",
             r->vision_ms, r->audio_ms, r->ple_gib, r->ttft_host_ms, r->decode_host_tok_s);
 }
 
@@ -350,22 +396,68 @@ static int peers(const char *hf_dir, const char *script, const bench_result *our
         if (g4_json_num(&j, j.root, key, 0, -1, &dec) || dec <= 0) continue;
         snprintf(key, sizeof key, "%s.ttft_128_ms", dts[d]);
         g4_json_num(&j, j.root, key, 0, -1, &ttft);
-        printf("vs HF %s: decode %.1fx (%.1f vs %.1f tok/s), TTFT %.1fx", dts[d],
-               ours->decode_tok_s / dec, ours->decode_tok_s, dec, ttft / ours->ttft_ms);
+        fprintf(human, "vs HF %s: decode %.1fx (%.1f vs %.1f tok/s), TTFT %.1fx", dts[d],
+                ours->decode_tok_s / dec, ours->decode_tok_s, dec, ttft / ours->ttft_ms);
         for (int k = 0; k < 3; k++) {
             snprintf(key, sizeof key, "%s.prefill_%d_ms", dts[d], ours->prefill_len[k]);
             if (!g4_json_num(&j, j.root, key, 0, -1, &pf[k]) && pf[k] > 0 &&
                 ours->prefill_ms[k] > 0)
-                printf(", prefill %d %.1fx", ours->prefill_len[k], pf[k] / ours->prefill_ms[k]);
+                fprintf(human, ", prefill %d %.1fx", ours->prefill_len[k],
+                        pf[k] / ours->prefill_ms[k]);
         }
-        printf("\n");
+        fprintf(human, "\n");
     }
     g4_json_close(&j);
     return G4_OK;
 }
 
-int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int ple_host,
-                   int reps, const char *json, const char *hf_dir, const char *hf_script) {
+// -o md|csv|json: one row per measurement (package, test) with the mean and standard deviation
+// of its repetitions, in llama-bench's spirit.
+static void print_rows(const char *format, const bench_result *res, int n, const char *backend) {
+    if (!strcmp(format, "md")) {
+        printf("| package | backend | test | reps | mean ± sd | unit |\n");
+        printf("| --- | --- | --- | ---: | ---: | --- |\n");
+    } else if (!strcmp(format, "csv")) {
+        printf("package,dir,backend,test,reps,mean,sd,unit\n");
+    }
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < res[i].n_rows; k++) {
+            const bench_row *w = &res[i].rows[k];
+            if (!strcmp(format, "md")) {
+                printf("| %s | %s | %s | %d | %.2f ± %.2f | %s |\n", res[i].name, backend, w->test,
+                       w->n, w->mean, w->sd, w->unit);
+            } else if (!strcmp(format, "csv")) {
+                printf("%s,\"", res[i].name);
+                for (const char *c = res[i].dir; *c; c++) printf(*c == '"' ? "\"\"" : "%c", *c);
+                printf("\",%s,%s,%d,%.6g,%.6g,%s\n", backend, w->test, w->n, w->mean, w->sd,
+                       w->unit);
+            } else {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "package", res[i].name);
+                cJSON_AddStringToObject(o, "dir", res[i].dir);
+                cJSON_AddStringToObject(o, "backend", backend);
+                cJSON_AddStringToObject(o, "test", w->test);
+                cJSON_AddNumberToObject(o, "reps", w->n);
+                cJSON_AddNumberToObject(o, "mean", w->mean);
+                cJSON_AddNumberToObject(o, "sd", w->sd);
+                cJSON_AddStringToObject(o, "unit", w->unit);
+                cJSON_AddItemToArray(arr, o);
+            }
+        }
+    if (!strcmp(format, "json")) {
+        char *js = cJSON_PrintUnformatted(arr);
+        G4_ASSERT(js);
+        printf("%s\n", js);
+        free(js);
+    }
+    cJSON_Delete(arr);
+}
+
+int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int ple_host, int reps,
+                   const char *json, const char *format, const char *hf_dir,
+                   const char *hf_script) {
+    human = format ? stderr : stdout;
     g4_backend *be;
     int rc = g4_backend_by_name(backend, &be);
     if (rc) return g4_cli_fail(rc);
@@ -379,8 +471,8 @@ int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int
         for (int j = 0; j < i; j++) same += !strcmp(res[j].kind, res[i].kind);
         if (same > 1) snprintf(res[i].name, sizeof res[i].name, "%s_%d", res[i].kind, same);
         print_result(&res[i]);
-        printf("       (%s)\n", pkgs[i]);
-        fflush(stdout);
+        fprintf(human, "       (%s)\n", pkgs[i]);
+        fflush(human);
     }
     if (hf_dir && (rc = peers(hf_dir, hf_script, &res[0], reps > 3 ? 3 : reps)))
         return g4_cli_fail(rc);
@@ -394,7 +486,8 @@ int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int
         }
         fprintf(f, "}}\n");
         fclose(f);
-        printf("wrote %s\n", json);
+        fprintf(human, "wrote %s\n", json);
     }
+    if (format) print_rows(format, res, n_pkgs < 4 ? n_pkgs : 4, be->name);
     return 0;
 }

@@ -72,6 +72,7 @@ static int bench_kernels(const char *filter, int reps, const char *json) {
 static int cmd_bench(int argc, char **argv) {
     const char *filter = NULL, *json = NULL, *pkgs[4] = {NULL}, *backend = "cuda";
     const char *hf_dir = NULL, *hf_script = NULL; // NULL: bench_hf.py beside the binary
+    const char *format = NULL;                    // -o md|csv|json
     int kernels = 0, n_pkgs = 0, ple_host = 0;
     long long reps = 20;
     for (int i = 1; i < argc; i++) {
@@ -90,6 +91,10 @@ static int cmd_bench(int argc, char **argv) {
             hf_dir = argv[++i];
         } else if (!strcmp(argv[i], "--hf-script") && i + 1 < argc) {
             hf_script = argv[++i];
+        } else if (!strcmp(argv[i], "-o")) {
+            format = ++i < argc ? argv[i] : "";
+            if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json"))
+                return g4_cli_usage_error("bench", "-o expects md, csv or json, got '%s'", format);
         } else if (!strcmp(argv[i], "--ple-host")) {
             ple_host = 1;
         } else if (!strcmp(argv[i], "--backend")) {
@@ -108,9 +113,12 @@ static int cmd_bench(int argc, char **argv) {
     // The output is checked before the benchmark runs, not found unwritable after it.
     int rc;
     if (json && (rc = g4_check_output(json))) return g4_cli_fail(rc);
+    if (kernels && format)
+        return g4_cli_usage_error("bench", "-o applies to the model benchmark, not --kernels");
     if (kernels) return bench_kernels(filter, (int)reps, json);
     if (!n_pkgs) return g4_cli_usage_error("bench", "expected --kernels or a package directory");
-    if (!hf_dir) return g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, NULL, NULL);
+    if (!hf_dir)
+        return g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, format, NULL, NULL);
     // The HF peer: found from the binary, and able to start, before the long benchmark.
     char *script = NULL;
     if ((rc = g4_bench_peer_find(hf_script, &script)) ||
@@ -118,13 +126,30 @@ static int cmd_bench(int argc, char **argv) {
         free(script);
         return g4_cli_fail(rc);
     }
-    int code = g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, hf_dir, script);
+    int code = g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, format, hf_dir,
+                              script);
     free(script);
     return code;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt bench_opts[] = {
+    {"--backend", "B", "cuda or cpu (default cuda)"},
+    {"--ple-host", NULL, "cuda: the per-layer embedding table in pinned host memory (default off)"},
+    {"--hf", "HF_DIR", "also time HF transformers on this checkpoint (default: no peer)"},
+    {"--hf-script", "F", "the HF peer script (default: bench_hf.py beside the binary)"},
+    {"--kernels", NULL, "time the kernels against the H200 ceilings instead of packages"},
+    {"--filter", "S", "--kernels: only the kernels whose name contains S (default: all)"},
+    {"--reps", "N", "repetitions of each measurement (default 20)"},
+    {"-o", "md|csv|json", "a table on stdout: each measurement's mean and sd over the reps "
+                          "(default: none)"},
+    {"--json", "F", "also write the results as JSON to F (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
                              "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR "
-                             "[--hf-script F]] | --kernels [--filter S]  [--reps N] [--json F]   "
+                             "[--hf-script F]] [-o md|csv|json] | --kernels [--filter S]  "
+                             "[--reps N] [--json F]   "
                              "model tok/s (decode through g4cu generate's path), or kernels vs the "
-                             "H200 ceilings"};
+                             "H200 ceilings",
+    bench_opts, NULL};

@@ -20,8 +20,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
+#include "base/parallel.h"
 #include "engine/text_model.h"
 #include "fidelity/capture.h"
 #include "fidelity/compare.h"
@@ -340,8 +340,7 @@ done:
 
 static int cmd_compare(int argc, char **argv) {
     opts o = {.backend = "cpu", .max_kl = -1};
-    long long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    o.threads = threads < 1 ? 1 : threads;
+    o.threads = g4_threads(); // --threads N, G4_THREADS (tools/cli_global.c)
     o.only = g4_calloc((size_t)argc, sizeof(char *));
     int rc = 1;
     // Options that take a string.
@@ -366,9 +365,6 @@ static int cmd_compare(int argc, char **argv) {
             o.sensitivity = 1;
         } else if (!strcmp(a, "--sensitivity-top")) {
             if (!g4_cli_int(cmd, a, v, 1, 1000000, &o.top)) goto done;
-            i++;
-        } else if (!strcmp(a, "--threads")) {
-            if (!g4_cli_int(cmd, a, v, 1, 1024, &o.threads)) goto done;
             i++;
         } else if (!strcmp(a, "--only") && v) {
             o.only[o.n_only++] = argv[++i];
@@ -433,10 +429,28 @@ done:
     return rc;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt compare_opts[] = {
+    {"--ids", "I,..", "the prompt token ids (f16 vs Q4, --sensitivity)"},
+    {"--prompt", "T", "a chat prompt instead of --ids (needs a tokenizer)"},
+    {"--tokenizer", "F", "tokenizer.json for --prompt (default: the package's)"},
+    {"--sensitivity", NULL, "rank the decoder linears by the KL 4 bits cause"},
+    {"--sensitivity-top", "N", "--sensitivity: how many to print (default: all)"},
+    {"--layers", "L", "--sensitivity: only these layers, as 0-3,7 (default: all)"},
+    {"--only", "GLOB", "--sensitivity: only linears matching GLOB (repeatable; default: all)"},
+    {"--max-kl", "X", "fail (exit 1) when the mean KL exceeds X (default: no gate)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--tol-from", "F", "per-tensor tolerances from an HF lower-precision dump (default: fixed)"},
+    {"--md", "F", "also write a Markdown report (default: none)"},
+    {"--json", "F", "also write a JSON report (default: none)"},
+    {"--svg", "F", "also write an SVG error plot (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_compare = {
     "compare", cmd_compare,
     "PKG REF.npz | PKG_REF PKG_TEST --ids I,.. | PKG_F16 --sensitivity --ids I,.. "
     "[--prompt T [--tokenizer F]] [--sensitivity-top N] [--layers 0-3,7] [--only GLOB] "
     "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF_LOWER.npz] [--md F] [--json F] "
     "[--svg F]   "
-    "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity"};
+    "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity",
+    compare_opts, NULL};

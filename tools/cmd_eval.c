@@ -11,10 +11,11 @@
 #include "eval/runner.h"
 #include "kernels/backend_select.h"
 #include "tools/cli.h"
+#include "tools/shard_env.h"
 
 #define EVAL_USAGE                                                                                 \
     "MANIFEST.jsonl --task ocrbench|docvqa|chartqa|librispeech PKG [--tokenizer F] [--backend "    \
-    "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N] [--resume] [--limit N] [--keep-stop] "     \
+    "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N|auto] [--resume] [--limit N] [--keep-stop] "     \
     "[--max-new N]"
 
 // "I/N" with 0 <= I < N.
@@ -35,7 +36,7 @@ static int parse_shard(const char *s, int *i, int *n) {
 static int cmd_eval(int argc, char **argv) {
     g4_eval_run_opts o = {0};
     const char *pos[2] = {0}, *task = NULL, *out = NULL;
-    int n_pos = 0;
+    int n_pos = 0, shard_auto = 0;
     long long v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -53,7 +54,9 @@ static int cmd_eval(int argc, char **argv) {
             out = val;
         else if (!strcmp(a, "--data-dir"))
             o.data_dir = val;
-        else if (!strcmp(a, "--shard")) {
+        else if (!strcmp(a, "--shard") && !strcmp(val, "auto")) {
+            shard_auto = 1;
+        } else if (!strcmp(a, "--shard")) {
             if (!parse_shard(val, &o.shard_i, &o.shard_n)) return 1;
         } else if (!strcmp(a, "--limit")) {
             if (!g4_cli_int("eval", a, val, 1, 0x7fffffff, &v)) return 1;
@@ -78,6 +81,12 @@ static int cmd_eval(int argc, char **argv) {
         i++; // the option's value
     }
     if (n_pos < 2) return g4_cli_usage_error("eval", "needs MANIFEST.jsonl and PKG");
+    if (shard_auto) { // before the backend starts: it may set CUDA_VISIBLE_DEVICES
+        char how[512];
+        int rc = g4_shard_auto(&o.shard_i, &o.shard_n, how, sizeof how);
+        if (rc) return g4_cli_fail(rc);
+        fprintf(stderr, "g4cu eval: --shard auto: %s\n", how);
+    }
     if (!task) return g4_cli_usage_error("eval", "needs --task %s", g4_eval_task_names());
     o.task = g4_eval_task_find(task);
     if (!o.task)
@@ -106,6 +115,23 @@ static int cmd_eval(int argc, char **argv) {
     return rc ? g4_cli_fail(rc) : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt eval_opts[] = {
+    {"--task", "T", "ocrbench, docvqa, chartqa or librispeech (required)"},
+    {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--out", "DIR", "results directory (default eval-<task>)"},
+    {"--data-dir", "D", "the base of the manifest's media paths (default: its directory)"},
+    {"--shard", "I/N|auto", "run shard I of N, counted from 0 (default 0/1: everything); auto: "
+                            "from SLURM_ARRAY_TASK_ID/_COUNT, RANK/WORLD_SIZE or "
+                            "SLURM_PROCID/SLURM_NTASKS, the GPU from LOCAL_RANK / SLURM_LOCALID"},
+    {"--resume", NULL, "keep the predictions already in DIR, run the rest (default off)"},
+    {"--limit", "N", "the first N items only (default: all)"},
+    {"--keep-stop", NULL, "keep the text after a \"\\n\\n\" stop (default: cut there)"},
+    {"--max-new", "N", "new tokens per item (default: the task's max_new_tokens)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_eval = {"eval", cmd_eval,
                             EVAL_USAGE "   run an lmms-eval task's manifest, score it (OUT: "
-                                       "eval-<task>)"};
+                                       "eval-<task>)",
+    eval_opts, NULL};

@@ -51,7 +51,15 @@ static int cmd_eval_merge(int argc, char **argv) {
     return rc ? g4_cli_fail(rc) : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt eval_merge_opts[] = {
+    {"--task", "T", "ocrbench, docvqa, chartqa or librispeech (required)"},
+    {"--manifest", "M", "check the shards cover this manifest (default: not checked)"},
+    {"--limit", "N", "the run's --limit (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_eval_merge = {
     "eval-merge", cmd_eval_merge,
     "DIR --task ocrbench|docvqa|chartqa|librispeech [--manifest M] [--limit N]   merge the "
-    "shards' predictions into the corpus-level score (DIR/scores.json, .md)"};
+    "shards' predictions into the corpus-level score (DIR/scores.json, .md)",
+    eval_merge_opts, NULL};

@@ -105,6 +105,14 @@ static int cmd_features(int argc, char **argv) {
     return rc ? g4_cli_fail(rc) : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt features_opts[] = {
+    {"--image", "F", "an image: the vision front end's patches and soft-token count"},
+    {"--audio", "F", "an audio file: the log-mel frames and soft-token count"},
+    {"--out", "F.npy", "also write the front end's output (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_features = {
     "features", cmd_features,
-    "PKG (--image F | --audio F) [--out F.npy]   front-end output: shapes, soft tokens"};
+    "PKG (--image F | --audio F) [--out F.npy]   front-end output: shapes, soft tokens",
+    features_opts, NULL};

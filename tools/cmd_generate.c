@@ -95,7 +95,16 @@ done:
     return code;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt generate_opts[] = {
+    {"--prompt", "T", "the user turn; - reads stdin (default: none; --prompt or --ids is needed)"},
+    {"--ids", "I,..", "raw prompt token ids, no chat template (instead of --prompt)"},
+    {"--image", "F", "an image before the prompt (repeatable; default: none)"},
+    {"--audio", "F", "an audio file before the prompt (repeatable; default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_generate = {
     "generate", cmd_generate,
     "PKG --prompt T|- [--image F]... [--audio F]... | --ids 2,5,17   " G4_GEN_CLI_USAGE
-    "   chat-template prompt (or raw ids; --prompt - reads stdin) -> generated text on stdout"};
+    "   chat-template prompt (or raw ids; --prompt - reads stdin) -> generated text on stdout",
+    generate_opts, g4_gen_cli_opts};

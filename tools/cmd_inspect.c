@@ -2,13 +2,17 @@
 // Opening the package already validates every tensor and cross-checks the configs, so a
 // successful inspect is also the check; it also reads every weight for NaN/Inf (which the
 // engine refuses as it binds them), and lists what it finds, and problems that do not stop
-// opening (overlapping data), at the end (exit 1 when there are any).
+// opening (overlapping data), at the end (exit 1 when there are any). --json prints the same
+// as one JSON object (tools/inspect_json.c; the keys are listed there).
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "loader/package.h"
 #include "tools/cli.h"
+#include "tools/inspect_json.h"
 
 static void print_bytes(uint64_t b) {
     if (b >= (1ull << 30)) printf("%.2f GiB", (double)b / (1ull << 30));
@@ -29,7 +33,21 @@ static int range_cmp(const void *a, const void *b) {
 
 // Overlapping external ranges and the unused bytes of each data file: not errors the loader
 // stops on, but signs of a corrupt or hand-edited package.
-static int report_layout(const g4_component *c) {
+// An inconsistency: printed, or (json != NULL) added to that array.
+static void issue(cJSON *json, const char *fmt, ...) G4_PRINTF(2, 3);
+static void issue(cJSON *json, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (json)
+        cJSON_AddItemToArray(json, cJSON_CreateString(buf));
+    else
+        printf("  inconsistency: %s\n", buf);
+}
+
+static int report_layout(const g4_component *c, cJSON *json) {
     const g4_onnx_model *m = c->model;
     range *r = g4_calloc((size_t)m->n_tensors, sizeof *r);
     int n = 0, issues = 0;
@@ -40,8 +58,8 @@ static int report_layout(const g4_component *c) {
     qsort(r, (size_t)n, sizeof *r, range_cmp);
     for (int i = 1; i < n; i++)
         if (r[i].lo < r[i - 1].hi) {
-            printf("  inconsistency: %s: tensors '%s' and '%s' overlap in the data file\n",
-                   c->onnx_path, r[i - 1].name, r[i].name);
+            issue(json, "%s: tensors '%s' and '%s' overlap in the data file", c->onnx_path,
+                  r[i - 1].name, r[i].name);
             issues++;
         }
     free(r);
@@ -51,7 +69,7 @@ static int report_layout(const g4_component *c) {
 // NaN or Inf in a weight or table (what the engine refuses to bind; see
 // g4_tensor_check_finite). Infinite scalars are graph constants, not weights (ClippableLinear
 // bounds of +-inf, fill values), and stay allowed; a NaN is wrong anywhere.
-static int report_nonfinite(const g4_component *c) {
+static int report_nonfinite(const g4_component *c, cJSON *json) {
     const g4_onnx_model *m = c->model;
     int issues = 0;
     for (int i = 0; i < m->n_tensors; i++) {
@@ -59,7 +77,7 @@ static int report_nonfinite(const g4_component *c) {
         if (t->numel <= 1 && !(g4_tensor_nonfinite(t, NULL) && isnan(g4_tensor_get(t, 0))))
             continue;
         if (g4_tensor_check_finite(t, c->onnx_path)) {
-            printf("  inconsistency: %s\n", g4_error());
+            issue(json, "%s", g4_error());
             issues++;
         }
     }
@@ -192,15 +210,8 @@ static void print_media_configs(const g4_package *p) {
 }
 
 static int print_tensor_stats(const g4_package *p, const char *name) {
-    const g4_tensor *t = NULL;
     const g4_component *where = NULL;
-    for (int i = 0; i < G4_COMP_COUNT && !t; i++) {
-        const g4_component *c = g4_package_component(p, (g4_component_id)i);
-        if (!c) continue;
-        t = g4_onnx_tensor(c->model, name);
-        if (!t) t = g4_component_find(c, name);
-        if (t) where = c;
-    }
+    const g4_tensor *t = g4_inspect_find(p, name, &where);
     if (!t) return g4_fail(G4_EUSER, "%s: no tensor named '%s' in any component", p->dir, name);
     char shp[128];
     printf("%s (%s): %s %s, %llu elements, %llu bytes, %s", t->name, where->name,
@@ -213,43 +224,29 @@ static int print_tensor_stats(const g4_package *p, const char *name) {
         printf("  (packed 4-bit: no statistics)\n");
         return G4_OK;
     }
-    double mn = INFINITY, mx = -INFINITY, sum = 0, asum = 0;
-    uint64_t nan = 0, inf = 0, finite = 0;
-    for (uint64_t i = 0; i < t->numel; i++) {
-        double v = g4_tensor_get(t, i);
-        if (isnan(v)) {
-            nan++;
-            continue;
-        }
-        if (isinf(v)) {
-            inf++;
-            continue;
-        }
-        finite++;
-        if (v < mn) mn = v;
-        if (v > mx) mx = v;
-        sum += v;
-        asum += fabs(v);
-    }
-    if (finite)
-        printf("  min %.6g  max %.6g  mean %.6g  abs-mean %.6g  NaN %llu  Inf %llu\n", mn, mx,
-               sum / (double)finite, asum / (double)finite, (unsigned long long)nan,
-               (unsigned long long)inf);
+    g4_inspect_stats st;
+    g4_inspect_tensor_stats(t, &st);
+    if (st.finite)
+        printf("  min %.6g  max %.6g  mean %.6g  abs-mean %.6g  NaN %llu  Inf %llu\n", st.min,
+               st.max, st.mean, st.abs_mean, (unsigned long long)st.nan,
+               (unsigned long long)st.inf);
     else
-        printf("  no finite values  NaN %llu  Inf %llu\n", (unsigned long long)nan,
-               (unsigned long long)inf);
+        printf("  no finite values  NaN %llu  Inf %llu\n", (unsigned long long)st.nan,
+               (unsigned long long)st.inf);
     return G4_OK;
 }
 
 static int cmd_inspect(int argc, char **argv) {
     const char *pkg_dir = NULL, *tensor = NULL;
-    int summary = 0;
+    int summary = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tensor")) {
             if (++i >= argc) return g4_cli_usage_error("inspect", "--tensor needs a name");
             tensor = argv[i];
         } else if (!strcmp(argv[i], "--summary")) {
             summary = 1;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
         } else if (argv[i][0] == '-') {
             return g4_cli_usage_error("inspect", "unknown option '%s'", argv[i]);
         } else if (!pkg_dir) {
@@ -262,6 +259,18 @@ static int cmd_inspect(int argc, char **argv) {
     g4_package *p;
     int rc = g4_package_open(pkg_dir, &p);
     if (rc) return g4_cli_fail(rc);
+    if (json) {
+        cJSON *issues = cJSON_CreateArray();
+        for (int i = 0; i < G4_COMP_COUNT; i++) {
+            const g4_component *c = g4_package_component(p, (g4_component_id)i);
+            if (c && !tensor) report_layout(c, issues), report_nonfinite(c, issues);
+        }
+        rc = g4_inspect_json(p, tensor, !summary, issues);
+        int n_issues = cJSON_GetArraySize(issues);
+        cJSON_Delete(issues);
+        g4_package_close(p);
+        return rc ? g4_cli_fail(rc) : n_issues ? 1 : 0;
+    }
     if (tensor) {
         rc = print_tensor_stats(p, tensor);
         g4_package_close(p);
@@ -276,7 +285,7 @@ static int cmd_inspect(int argc, char **argv) {
             continue;
         }
         print_component(c, !summary);
-        issues += report_layout(c) + report_nonfinite(c);
+        issues += report_layout(c, NULL) + report_nonfinite(c, NULL);
     }
     print_text_config(p);
     print_media_configs(p);
@@ -285,6 +294,14 @@ static int cmd_inspect(int argc, char **argv) {
     return issues ? 1 : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt inspect_opts[] = {
+    {"--tensor", "NAME", "one tensor's details (default: every table)"},
+    {"--summary", NULL, "components and totals only (default: the full tables)"},
+    {"--json", NULL, "one JSON object on stdout (default: text)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_inspect = {
     "inspect", cmd_inspect,
-    "PKG [--tensor NAME] [--summary]   components, tensors, dtypes, derived config; checks all"};
+    "PKG [--tensor NAME] [--summary] [--json]   components, tensors, dtypes, derived config; checks all",
+    inspect_opts, NULL};

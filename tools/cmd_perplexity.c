@@ -451,7 +451,20 @@ static int cmd_perplexity(int argc, char **argv) {
     return rc ? g4_cli_fail(rc) : 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt perplexity_opts[] = {
+    {"--text", "F", "the text to score (required unless --kl-base has the tokens)"},
+    {"--ctx", "N", "tokens per chunk (required)"},
+    {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
+    {"--chunks", "N", "score at most N chunks (default: all)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--save-logits", "F", "save the scored distributions as a KL base (default: none)"},
+    {"--kl-base", "F", "KL divergence, same top p, RMS dp against a saved base run"},
+    {"--json", "F", "also write the results as JSON (default: none)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_perplexity = {
     "perplexity", cmd_perplexity,
     "PKG --text F --ctx N [--tokenizer F] [--chunks N] [--backend cpu|cuda] [--save-logits F | "
-    "--kl-base F] [--json F]   llama-perplexity's PPL; KL divergence vs a saved base run"};
+    "--kl-base F] [--json F]   llama-perplexity's PPL; KL divergence vs a saved base run",
+    perplexity_opts, NULL};

@@ -16,8 +16,8 @@
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
+#include "base/parallel.h"
 #include "kernels/backend_select.h"
 #include "engine/text_model.h"
 #include "fidelity/keep_auto.h"
@@ -119,8 +119,7 @@ static int cmd_quantize(int argc, char **argv) {
     int use_imatrix = 0;
     const char **keep = g4_calloc((size_t)argc, sizeof(char *));
     int n_keep = 0;
-    long long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
+    const int threads = g4_threads(); // --threads N, G4_THREADS (tools/cli_global.c)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--keep")) {
             if (++i >= argc) {
@@ -143,12 +142,6 @@ static int cmd_quantize(int argc, char **argv) {
                 argv[i];
         } else if (!strcmp(argv[i], "--imatrix")) {
             use_imatrix = 1;
-        } else if (!strcmp(argv[i], "--threads")) {
-            if (!g4_cli_int("quantize", "--threads", i + 1 < argc ? argv[++i] : NULL, 1, 1024,
-                            &threads)) {
-                free(keep);
-                return 1;
-            }
         } else if (argv[i][0] == '-') {
             free(keep);
             return g4_cli_usage_error("quantize", "unknown option '%s'", argv[i]);
@@ -174,9 +167,9 @@ static int cmd_quantize(int argc, char **argv) {
     int n_owned = 0, rc = G4_OK;
     g4_imatrix im = {0};
     if (calib)
-        rc = calibrate(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, (int)threads,
+        rc = calibrate(in, backend, calib, tok_path, (int)calib_tokens, auto_bytes, threads,
                        &keep, &n_keep, &owned, &n_owned, use_imatrix ? &im : NULL);
-    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, (int)threads, stderr, stderr,
+    g4_q4_write_opts o = {keep, n_keep, G4_Q4_BLOCK, threads, stderr, stderr,
                           (const char *const *)im.names, (const float *const *)im.imp, im.n};
     g4_q4_write_stats st;
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
@@ -193,9 +186,21 @@ static int cmd_quantize(int argc, char **argv) {
     return 0;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt quantize_opts[] = {
+    {"--keep", "PATTERN", "linears matching PATTERN stay fp16 (repeatable; default: none)"},
+    {"--keep-auto", "BYTES", "keep fp16 the linears with the most KL per byte, within BYTES"},
+    {"--calib", "TEXT", "calibration text for --keep-auto / --imatrix"},
+    {"--tokenizer", "F", "tokenizer.json for --calib (default: the package's)"},
+    {"--calib-tokens", "N", "calibration tokens (default 256)"},
+    {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
+    {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT]   k-quant the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
-    "files are copied or reflinked, never hard-linked)"};
+    "files are copied or reflinked, never hard-linked)",
+    quantize_opts, NULL};

@@ -3,7 +3,8 @@
 // Manual checks of loader/tokenizer (a package directory means its tokenizer.json): encode prints
 // the ids comma-separated on one line (the form `g4cu logits --ids` takes); --pieces prints
 // "id<TAB>piece" lines instead. --decode prints the text of ids given as "2,106,107" (commas and/or
-// spaces). "-" reads the argument from stdin.
+// spaces). "-" reads the argument from stdin. --json prints one object instead: encoding
+// {"ids": [...], "pieces": [...]}, decoding {"ids": [...], "text": "..."}.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +36,16 @@ static int parse_ids(const char *s, int n_vocab, g4_ids *out) {
     return 1;
 }
 
+// {"ids": [...], then the caller's key and value.
+static void print_ids_json(const g4_ids *ids) {
+    printf("{\"ids\":[");
+    for (size_t i = 0; i < ids->n; i++) printf("%s%d", i ? "," : "", ids->v[i]);
+    printf("]");
+}
+
 static int cmd_tokenize(int argc, char **argv) {
     const char *path = NULL, *arg = NULL;
-    int decode = 0, bos = 0, pieces = 0, skip_special = 0;
+    int decode = 0, bos = 0, pieces = 0, skip_special = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--decode"))
             decode = 1;
@@ -47,6 +55,8 @@ static int cmd_tokenize(int argc, char **argv) {
             pieces = 1;
         else if (!strcmp(argv[i], "--skip-special"))
             skip_special = 1;
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
         else if (argv[i][0] == '-' && argv[i][1] == '-')
             return g4_cli_usage_error("tokenize", "unknown option '%s'", argv[i]);
         else if (!path)
@@ -90,6 +100,12 @@ static int cmd_tokenize(int argc, char **argv) {
             rc = g4_tokenizer_decode(t, ids.v, ids.n, skip_special, &text, &len);
             if (rc) {
                 status = g4_cli_fail(rc);
+            } else if (json) {
+                print_ids_json(&ids);
+                printf(",\"text\":");
+                g4_cli_json_string(stdout, text, len);
+                printf("}\n");
+                free(text);
             } else {
                 fwrite(text, 1, len, stdout);
                 fputc('\n', stdout);
@@ -100,6 +116,16 @@ static int cmd_tokenize(int argc, char **argv) {
         rc = g4_tokenizer_encode(t, input, n, bos, &ids);
         if (rc) {
             status = g4_cli_fail(rc);
+        } else if (json) {
+            print_ids_json(&ids);
+            printf(",\"pieces\":[");
+            for (size_t i = 0; i < ids.n; i++) {
+                size_t len = 0;
+                const char *p = g4_tokenizer_piece(t, ids.v[i], &len);
+                if (i) printf(",");
+                g4_cli_json_string(stdout, p ? p : "", p ? len : 0);
+            }
+            printf("]}\n");
         } else if (pieces) {
             for (size_t i = 0; i < ids.n; i++) {
                 size_t len = 0;
@@ -117,6 +143,17 @@ static int cmd_tokenize(int argc, char **argv) {
     return status;
 }
 
+// The options, with their defaults: the help and the accepted list (tools/cli.h).
+static const g4_opt tokenize_opts[] = {
+    {"--bos", NULL, "put <bos> first (default off)"},
+    {"--pieces", NULL, "print each id with its piece (default: ids only)"},
+    {"--decode", NULL, "decode comma-separated ids to text instead"},
+    {"--skip-special", NULL, "--decode: leave out special tokens (default: keep them)"},
+    {"--json", NULL, "one JSON object: ids and pieces (encode) or ids and text (--decode)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_tokenize = {
     "tokenize", cmd_tokenize,
-    "TOKENIZER_JSON|PKG [--bos] [--pieces] TEXT|-   ids;  --decode [--skip-special] IDS|-  text"};
+    "TOKENIZER_JSON|PKG [--bos] [--pieces] [--json] TEXT|-   ids;  --decode [--skip-special] "
+    "[--json] IDS|-  text",
+    tokenize_opts, NULL};

@@ -70,7 +70,10 @@ static void usage(FILE *f) {
     fprintf(f, "usage: g4cu <command> [args]\n\ncommands:\n");
     for (int i = 0; i < n_commands; i++)
         fprintf(f, "  %-9s %s\n", commands[i]->name, commands[i]->usage);
-    fprintf(f, "\nexit codes: 0 ok, 1 bad input or usage, 2 internal error\n");
+    fprintf(f, "\nevery command: %s %s   %s\n", g4_cli_global_opts[0].name,
+            g4_cli_global_opts[0].value, g4_cli_global_opts[0].help);
+    fprintf(f, "g4cu COMMAND --help: its options and their defaults; g4cu --version\n");
+    fprintf(f, "exit codes: 0 ok, 1 bad input or usage, 2 internal error\n");
 }
 
 // What went to stdout is the command's result: a write that failed (a full disk, /dev/full, a
@@ -92,9 +95,13 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
+    if (!strcmp(argv[1], "--version")) return finish_stdout(g4_cli_version());
+    if (!g4_cli_global_options(&argc, argv)) return 1;
     for (int i = 0; i < n_commands; i++)
-        if (strcmp(argv[1], commands[i]->name) == 0)
-            return finish_stdout(commands[i]->run(argc - 1, argv + 1));
+        if (strcmp(argv[1], commands[i]->name) == 0) {
+            int pre = g4_cli_prepare(commands[i], argc - 1, argv + 1); // --help, unknown options
+            return finish_stdout(pre >= 0 ? pre : commands[i]->run(argc - 1, argv + 1));
+        }
     fprintf(stderr, "g4cu: unknown command '%s' (see g4cu help)\n", argv[1]);
     return 1;
 }

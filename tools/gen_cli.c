@@ -11,6 +11,26 @@
 #include "kernels/backend_select.h"
 #include "tools/cli.h"
 
+#define G4_STR_(x) #x
+#define G4_STR(x)  G4_STR_(x)
+const g4_opt g4_gen_cli_opts[] = {
+    {"--max-new", "N", "new tokens at most (default " G4_STR(G4_GEN_DEFAULT_MAX_NEW) ")"},
+    {"--stop", "S", "stop at this string (repeatable; \\n \\t \\r \\\\ escapes; default: none)"},
+    {"--ignore-stop", "S", "a stop string that does not stop (repeatable; default: none)"},
+    {"--eos", "ID", "an end-of-sequence id (repeatable; default: the package's generation config)"},
+    {"--ignore-eos", NULL, "go on past EOS until --max-new (default: stop at EOS)"},
+    {"--temperature", "T", "sampling temperature; 0 is greedy argmax (default 0)"},
+    {"--top-k", "K", "sample from the K most likely tokens; 0 keeps all (default 0)"},
+    {"--top-p", "P", "nucleus sampling mass in (0, 1] (default 1)"},
+    {"--seed", "N", "sampling seed (default 0)"},
+    {"--system", "S", "a system turn (default: none)"},
+    {"--backend", "B", "cpu or cuda (default cpu)"},
+    {"--ple-host", NULL, "cuda: the per-layer embedding table in pinned host memory (default off)"},
+    {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
+    {"--prefill-chunk", "N", "prompt rows per prefill forward (default: the state's capacity)"},
+    {"--json", NULL, "one JSON object: text, tokens, stop reason, timings (default: text)"},
+    {NULL, NULL, NULL}};
+
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd) {
     memset(o, 0, sizeof *o);
     o->cmd = cmd;
@@ -63,19 +83,13 @@ static int parse_float(const char *cmd, const char *opt, const char *s, double l
 int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    static const char *const with_value[] = {
-        "--max-new", "--stop", "--ignore-stop", "--eos",     "--temperature", "--top-k",
-        "--top-p",   "--seed", "--system",      "--backend", "--tokenizer",   "--prefill-chunk"};
-    int known = !strcmp(a, "--json") || !strcmp(a, "--ple-host") || !strcmp(a, "--ignore-eos");
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-        if (!strcmp(a, with_value[k])) {
-            if (!v) {
-                g4_cli_usage_error(o->cmd, "%s needs a value", a);
-                return -1;
-            }
-            known = 1;
-        }
-    if (!known) return 0;
+    const g4_opt *t = g4_gen_cli_opts;
+    while (t->name && strcmp(a, t->name)) t++;
+    if (!t->name) return 0;
+    if (t->value && !v) {
+        g4_cli_usage_error(o->cmd, "%s needs a value", a);
+        return -1;
+    }
     long long n;
     if (!strcmp(a, "--json")) {
         o->json = 1;
@@ -170,12 +184,14 @@ static void report_cuts(const g4_gen_cli *o, const g4_media_cut *cuts, int n) {
     for (int i = 0; i < n; i++)
         fprintf(stderr,
                 "g4cu %s: %s: %.1f s of audio, only the first %.1f s were used (the audio "
-                "tower's window; long-form audio is not supported yet)\n",
+                "tower's window; `g4cu asr PKG FILE` of one file transcribes all of it)\n",
                 o->cmd, cuts[i].path, cuts[i].seconds, cuts[i].used_seconds);
 }
 
+// input / id (either NULL): the batch forms' keys of the JSON line (the file, the item's id).
 static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_text,
-                         const g4_media_cut *cuts, int n_cuts) {
+                         const g4_media_cut *cuts, int n_cuts, const char *input,
+                         const cJSON *id) {
     if (!o->json) {
         if (has_text)
             printf("\n");
@@ -186,6 +202,8 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
         return;
     }
     cJSON *j = cJSON_CreateObject();
+    if (input) cJSON_AddStringToObject(j, "input", input);
+    if (id) cJSON_AddItemToObject(j, "id", cJSON_Duplicate(id, 1));
     if (has_text)
         cJSON_AddStringToObject(j, "text", r->text ? r->text : "");
     else
@@ -243,29 +261,42 @@ static int check_options(const g4_gen_cli *o) {
     return 0;
 }
 
-int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
+void g4_gen_cli_params(g4_gen_cli *o, g4_gen_params *p) { params_from(o, p); }
+
+int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, g4_pipeline **pl) {
+    *pl = NULL;
     if (check_options(o)) return 1;
-    g4_pipeline *pl;
     g4_backend *be;
     g4_pipeline_opts po = {0};
     po.tokenizer_path = o->tokenizer;
     po.load.ple_host = o->ple_host;
     int rc = open_backend(o, &be);
-    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, &pl);
-    if (rc) return g4_cli_fail(rc);
+    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, pl);
+    return rc ? g4_cli_fail(rc) : 0;
+}
+
+int g4_gen_cli_run_on(g4_gen_cli *o, g4_pipeline *pl, const g4_prompt *pr) {
     g4_gen_params p;
     params_from(o, &p);
     g4_gen_result r;
-    rc = g4_pipeline_generate(pl, pr, &p, &r);
+    int rc = g4_pipeline_generate(pl, pr, &p, &r);
     if (!rc) {
-        print_result(o, &r, 1, pl->cuts, pl->n_cuts);
+        print_result(o, &r, 1, pl->cuts, pl->n_cuts, NULL, NULL);
         fflush(stdout);
         report_cuts(o, pl->cuts, pl->n_cuts);
     } else if (!o->json)
         fflush(stdout);
     g4_gen_result_free(&r);
-    g4_pipeline_close(pl);
     return rc ? g4_cli_fail(rc) : 0;
+}
+
+int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
+    g4_pipeline *pl;
+    int code = g4_gen_cli_open(o, pkg_dir, &pl);
+    if (code) return code;
+    code = g4_gen_cli_run_on(o, pl, pr);
+    g4_pipeline_close(pl);
+    return code;
 }
 
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n) {
@@ -278,8 +309,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     char *tok_path = NULL;
     g4_gen_result r = {0};
     int rc;
-    if ((rc = open_backend(o, &be)) || (rc = g4_package_open(pkg_dir, &pkg)))
-        goto done;
+    if ((rc = open_backend(o, &be)) || (rc = g4_package_open(pkg_dir, &pkg))) goto done;
     // The tokenizer is optional here: without one the ids are printed instead of text.
     tok_path = o->tokenizer ? g4_strdup(o->tokenizer) : g4_path_join(pkg_dir, "tokenizer.json");
     if ((o->tokenizer || g4_is_file(tok_path)) && (rc = g4_tokenizer_open(tok_path, &tok)))
@@ -303,7 +333,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     if ((rc = g4_text_state_new_opts(m, &so, &s)) ||
         (rc = g4_generate(s, tok, ids, n, NULL, &p, &r)))
         goto done;
-    print_result(o, &r, tok != NULL, NULL, 0);
+    print_result(o, &r, tok != NULL, NULL, 0, NULL, NULL);
 done:
     g4_gen_result_free(&r);
     g4_text_state_free(s);
@@ -312,4 +342,52 @@ done:
     free(tok_path);
     g4_package_close(pkg);
     return rc ? g4_cli_fail(rc) : 0;
+}
+
+int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_item *items,
+                         int n) {
+    g4_pipeline *pl;
+    int code = g4_gen_cli_open(o, pkg_dir, &pl), rc;
+    if (code) return code;
+    for (int i = 0; i < n; i++) {
+        const g4_gen_cli_item *it = &items[i];
+        if (!o->json) {
+            printf("==> %s <==\n", it->input);
+            fflush(stdout);
+        }
+        g4_gen_params p;
+        params_from(o, &p);
+        g4_gen_result r = {0};
+        rc = it->error ? g4_fail(G4_EUSER, "%s", it->error)
+                       : g4_pipeline_generate(pl, &it->prompt, &p, &r);
+        if (!rc) {
+            print_result(o, &r, 1, pl->cuts, pl->n_cuts, it->input, it->id);
+            fflush(stdout);
+            report_cuts(o, pl->cuts, pl->n_cuts);
+        } else {
+            // Said on stderr and, with --json, in the input's own line; the rest go on.
+            const int c = rc == G4_EINTERNAL ? 2 : 1;
+            if (c > code) code = c;
+            if (o->json) {
+                cJSON *j = cJSON_CreateObject();
+                cJSON_AddStringToObject(j, "input", it->input);
+                if (it->id) cJSON_AddItemToObject(j, "id", cJSON_Duplicate(it->id, 1));
+                cJSON_AddStringToObject(j, "error", g4_error());
+                char *js = cJSON_PrintUnformatted(j);
+                printf("%s\n", js);
+                free(js);
+                cJSON_Delete(j);
+            } else {
+                printf("\n");
+            }
+            fflush(stdout);
+            if (strstr(g4_error(), it->input)) // the message names the file already
+                fprintf(stderr, "g4cu %s: %s\n", o->cmd, g4_error());
+            else
+                fprintf(stderr, "g4cu %s: %s: %s\n", o->cmd, it->input, g4_error());
+        }
+        g4_gen_result_free(&r);
+    }
+    g4_pipeline_close(pl);
+    return code;
 }

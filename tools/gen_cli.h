@@ -4,6 +4,7 @@
 #define G4_GEN_CLI_H
 
 #include "engine/pipeline.h"
+#include "tools/cli.h"
 
 #define G4_GEN_CLI_MAX_LIST 64
 
@@ -27,8 +28,12 @@ typedef struct {
 // The options every generating command takes, for the usage lines.
 #define G4_GEN_CLI_USAGE                                                                           \
     "[--max-new N] [--stop S]... [--ignore-stop S]... [--eos ID]... [--ignore-eos] "               \
-    "[--temperature T --top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda [--ple-host]] " \
+    "[--temperature T --top-k K --top-p P --seed N] [--system S] [--backend cpu|cuda "             \
+    "[--ple-host]] "                                                                               \
     "[--tokenizer F] [--json]"
+
+// The shared options with their defaults: the parser's list and the help's (tools/cli.h).
+extern const g4_opt g4_gen_cli_opts[];
 
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd);
 void g4_gen_cli_free(g4_gen_cli *o);
@@ -40,6 +45,32 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i);
 // (then a newline), or with --json one JSON object (text, tokens, prompt_tokens, stop_reason,
 // stop_token, stop_string, max_new, timings). Returns the process exit code.
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr);
+// The pieces of g4_gen_cli_run, for commands that run more than one request: the option check
+// and the pipeline (returns the exit code: 0, or 1 / 2 after printing), one request on it
+// (printed as g4_gen_cli_run prints; returns the exit code), and the generation parameters the
+// options give (valid while o is).
+int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, g4_pipeline **pl);
+int g4_gen_cli_run_on(g4_gen_cli *o, g4_pipeline *pl, const g4_prompt *pr);
+void g4_gen_cli_params(g4_gen_cli *o, g4_gen_params *p);
+
+// One input of a batch (asr's files, vqa --batch's lines): its prompt, the name its results
+// and errors carry, its id (a JSON value copied into its line, or NULL), and an error found
+// while reading it (then it is not run).
+typedef struct {
+    g4_prompt prompt;
+    const char *input;
+    const struct cJSON *id;
+    const char *error;
+} g4_gen_cli_item;
+
+// The model loaded once, then each item in turn: text mode prints "==> input <==" and the
+// streamed text; --json one line per item (the g4_gen_cli_run object with "input" and "id"
+// first). A failing item is said on stderr ("g4cu CMD: input: why") and, with --json, in its
+// line as {"input", "id", "error"}; the rest go on. Returns 0, or 1 (2) when an item failed
+// with a user (internal) error.
+int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_item *items,
+                         int n);
+
 // The same for prompt token ids given directly (no chat template, no media).
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n);
 

@@ -1,31 +1,45 @@
 // conv_sscp.c: reference audio subsampling layer (SSCP, spec 5.3; HF
 // Gemma4AudioSubSampleConvProjectionLayer): mask, conv 3x3 stride 2 pad 1, LayerNorm over the
-// channels (weight only), ReLU. Batch 1, NCHW as HF. Sums in double.
+// channels (weight only), ReLU. Batch 1, NCHW as HF. Sums in double. The output rows are split
+// over threads (base/parallel.h), each pixel computed whole by one.
 #include <math.h>
 #include <stdlib.h>
 
 #include "base/base.h"
+#include "base/parallel.h"
 #include "kernels/ref/ref.h"
 
-void ref_sscp_conv(float *y, const float *x, const uint8_t *valid, const uint16_t *w,
-                   const uint16_t *ln_w, int C_in, int H, int W, int C_out, float eps) {
-    g4_ref_init();
+typedef struct {
+    float *y;
+    const float *x;
+    const uint8_t *valid;
+    const uint16_t *w, *ln_w;
+    int C_in, H, W, C_out;
+    float eps;
+} sscp_job;
+
+// Output rows oh in [o0, o1), every column and channel.
+static void sscp_rows(void *ctx, int o0, int o1) {
+    const sscp_job *a = ctx;
+    const int C_in = a->C_in, H = a->H, W = a->W, C_out = a->C_out;
     const int Ho = (H + 1) / 2, Wo = (W + 1) / 2;
+    const float *x = a->x;
     double *acc = g4_malloc(sizeof(double) * (size_t)C_out);
-    for (int oh = 0; oh < Ho; oh++)
+    for (int oh = o0; oh < o1; oh++)
         for (int ow = 0; ow < Wo; ow++) {
             for (int co = 0; co < C_out; co++) {
                 double s = 0;
                 for (int ci = 0; ci < C_in; ci++)
                     for (int ky = 0; ky < 3; ky++) {
                         const int ih = 2 * oh + ky - 1;
-                        if (ih < 0 || ih >= H || (valid && !valid[ih])) continue; // pad / masked
+                        if (ih < 0 || ih >= H || (a->valid && !a->valid[ih]))
+                            continue; // pad / masked
                         for (int kx = 0; kx < 3; kx++) {
                             const int iw = 2 * ow + kx - 1;
                             if (iw < 0 || iw >= W) continue;
                             const float xv = x[((size_t)ci * H + ih) * W + iw];
                             const float wv =
-                                ref_h2f(w[(((size_t)co * C_in + ci) * 3 + ky) * 3 + kx]);
+                                ref_h2f(a->w[(((size_t)co * C_in + ci) * 3 + ky) * 3 + kx]);
                             s += (double)xv * wv;
                         }
                     }
@@ -37,11 +51,18 @@ void ref_sscp_conv(float *y, const float *x, const uint8_t *valid, const uint16_
             mean /= C_out;
             for (int co = 0; co < C_out; co++) var += (acc[co] - mean) * (acc[co] - mean);
             var /= C_out;
-            const double inv = 1.0 / sqrt(var + (double)eps);
+            const double inv = 1.0 / sqrt(var + (double)a->eps);
             for (int co = 0; co < C_out; co++) {
-                const double n = (acc[co] - mean) * inv * ref_h2f(ln_w[co]);
-                y[((size_t)co * Ho + oh) * Wo + ow] = n > 0 ? (float)n : 0.0f; // ReLU
+                const double n = (acc[co] - mean) * inv * ref_h2f(a->ln_w[co]);
+                a->y[((size_t)co * Ho + oh) * Wo + ow] = n > 0 ? (float)n : 0.0f; // ReLU
             }
         }
     free(acc);
+}
+
+void ref_sscp_conv(float *y, const float *x, const uint8_t *valid, const uint16_t *w,
+                   const uint16_t *ln_w, int C_in, int H, int W, int C_out, float eps) {
+    g4_ref_init();
+    sscp_job a = {y, x, valid, w, ln_w, C_in, H, W, C_out, eps};
+    g4_parallel_for((H + 1) / 2, 9.0 * ((W + 1) / 2) * C_in * C_out, sscp_rows, &a);
 }

@@ -48,6 +48,10 @@
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
+#   cli      issue 21's figures (after e2b_wait): `g4cu asr` long-form on a 600 s WAV made here on
+#            the E2B f16 package, CUDA (wall s, real-time factor = wall / 600, windows), with
+#            --tokenizer ${E2B_TOKENIZER:-$FID/proxy/f16/tokenizer.json} (the package has none);
+#            bench -o md (mean +/- sd over 5 reps); the CPU --threads speedup (tiny logits)
 # Logs and JSON go to $OUT (the device tool brings them back). Each stage prints its time.
 set -uo pipefail
 OUT=${OUT:-/tmp/g4out}
@@ -395,6 +399,44 @@ stage_fidelity_run() {
 # foreground there): train = fidelity_make, fidelity_measure = fidelity_run
 stage_train() { stage_fidelity_make; }
 stage_fidelity_measure() { stage_fidelity_run; }
+
+stage_cli() {
+    local d="$WORK/e2b" wav="$WORK/long_600s.wav" tok=${E2B_TOKENIZER:-$FID/proxy/f16/tokenizer.json}
+    python3 - "$wav" <<'PY' # 600 s of speech-like noise under a 3 Hz envelope, 16 kHz 16-bit
+import math, random, struct, sys, wave
+random.seed(21)
+rate, n = 16000, 600 * 16000
+with wave.open(sys.argv[1], "wb") as w:
+    w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+    w.writeframes(b"".join(struct.pack("<h", int(8000 * (0.5 + 0.5 * math.sin(6.2832 * 3 * i / rate))
+                                                  * (random.random() - 0.5))) for i in range(n)))
+PY
+    if [ -f "$d/READY" ] && [ -f "$tok" ]; then
+        local t0 t1
+        t0=$(date +%s.%N)
+        build-gpu/g4cu asr "$d/f16" "$wav" --backend cuda --tokenizer "$tok" --json \
+            >"$OUT/cli_asr_600s.json" 2>"$OUT/cli_asr_600s.err"
+        local rc=$?
+        t1=$(date +%s.%N)
+        echo "cli: asr 600 s (e2b f16, cuda): exit $rc, $(grep -o '"window_start"' "$OUT/cli_asr_600s.json" | wc -l) windows, wall $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s, RTF %.4f", b - a, (b - a) / 600 }')"
+        build-gpu/g4cu bench "$d/f16" --reps 5 -o md >"$OUT/cli_bench.md" 2>"$OUT/cli_bench.err"
+        echo "cli: bench -o md: exit $?"; cat "$OUT/cli_bench.md"
+    else
+        echo "cli: skipped the E2B runs: $d/READY or the tokenizer $tok is missing"
+    fi
+    local ids=2,105,258880,107,368,563,506,760,881,106,107,105,436,107 n # one image placeholder
+    for n in 1 "$(nproc)"; do
+        local t0 t1
+        t0=$(date +%s.%N)
+        build-gpu/g4cu logits tests/fixtures/mobius-tiny-f16/package --ids "$ids" --threads "$n" \
+            --image tests/fixtures/frontends/media/square_rgb.png --tokenizer tests/fixtures/chat/chat_bpe.json \
+            --out "$WORK/logits_$n.npy" >/dev/null 2>&1
+        local rc=$?
+        t1=$(date +%s.%N)
+        echo "cli: tiny logits + image on the CPU, --threads $n: exit $rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f s", b - a }')"
+    done
+    cmp -s "$WORK/logits_1.npy" "$WORK/logits_$(nproc).npy" && echo "cli: --threads 1 and $(nproc): bit-identical logits"
+}
 
 for s in "${stages[@]}"; do
     stamp "stage $s"
