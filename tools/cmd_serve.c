@@ -3,11 +3,26 @@
 #include "tools/cli.h"
 #include "tools/serve.h"
 
+// The options, with their defaults (serve.c's serve_opts): the help and the accepted list.
+static const g4_opt serve_opts_table[] = {
+    {"--host", "ADDR", "address to bind (default 127.0.0.1: loopback only)"},
+    {"--port", "N", "TCP port (default 8080; 0: a free one, printed)"},
+    {"--backend", "cpu|cuda|auto", "where the model runs (default auto)"},
+    {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
+    {"--parallel", "N", "reusable states, requests run at once (default 1)"},
+    {"--queue", "N", "requests waiting beyond those; more get 429 (default 16)"},
+    {"--max-body", "BYTES", "largest request body; more gets 413 (default 33554432)"},
+    {"--max-tokens", "N", "largest max_tokens a request may ask (default 2048)"},
+    {"--max-media", "N", "images + audio clips a request may carry (default 8)"},
+    {"--max-audio-seconds", "S", "longest audio a request may carry (default 600)"},
+    {"--timeout", "S", "seconds a client may take to send its request (default 30)"},
+    {"--max-connections", "N", "open connections at once (default 256)"},
+    {"--n-ctx", "N", "KV rows of each state (default 0: as the first request needs)"},
+    {"--name", "ID", "the model id /v1/models reports (default: the package's name)"},
+    {NULL, NULL, NULL}};
+
 const g4_cmd g4_cmd_serve = {
     "serve", g4_serve_main,
-    "PKG [--host 127.0.0.1] [--port 8080 (0: a free one)] [--backend cpu|cuda|auto]\n"
-    "            [--tokenizer F] [--parallel N] [--queue N] [--max-body BYTES] [--max-tokens N]\n"
-    "            [--max-media N] [--max-audio-seconds S] [--timeout S] [--n-ctx N] [--name ID]\n"
-    "            OpenAI-compatible HTTP\n"
-    "            server: /v1/chat/completions, /v1/audio/transcriptions, /v1/models, /health,\n"
-    "            /metrics"};
+    "PKG [--host 127.0.0.1] [--port 8080] [options]   OpenAI-compatible HTTP server:\n"
+    "            /v1/chat/completions, /v1/audio/transcriptions, /v1/models, /health, /metrics",
+    serve_opts_table, NULL};
