@@ -183,15 +183,26 @@ static void probe_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, co
     probe *p = (probe *)be;
     measure(p, x, wg);
     measure(p, x, wu);
-    p->real->linear_gelu_mul(p->real, y, x, wg, wu);
+    g4_backend *r = p->real;
+    if (wg->kind == wu->kind) return r->linear_gelu_mul(r, y, x, wg, wu);
+    // One of the pair bound in Q4, the other fp16 (a pass-3 pick): the fused op takes one
+    // weight kind, so the two linears, then gelu_mul (the same math, in two steps).
+    g4_buf g = g4_buf_new(r, y->type, y->rows, y->cols), u = g4_buf_new(r, y->type, y->rows, y->cols);
+    r->linear(r, &g, x, wg, 0);
+    r->linear(r, &u, x, wu, 0);
+    r->gelu_mul(r, y, &g, &u, 0);
+    g4_buf_free(r, &g);
+    g4_buf_free(r, &u);
 }
 
-// p: the backend's op table with linear and linear_gelu_mul through the probe (set s->be = &p->be).
-static void probe_install(probe *p, g4_text_model *m, cand *c, int nc) {
-    p->be = *m->be;
+// p: the state's own backend handle (its stream and workspaces: kernels/ops.h exec_new) with
+// linear and linear_gelu_mul through the probe (set s->be = &p->be; put `own` back before the
+// state is freed: freeing the model's root handle in its place crashes a CUDA run).
+static void probe_install(probe *p, g4_backend *own, cand *c, int nc) {
+    p->be = *own;
     p->be.linear = probe_linear;
     p->be.linear_gelu_mul = probe_linear_gelu_mul;
-    p->real = m->be;
+    p->real = own;
     p->c = c;
     p->n = nc;
 }
@@ -307,6 +318,7 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
     g4_text_state *s = NULL;
     float *base = NULL, *logits = NULL;
     char *pick = NULL;
+    g4_backend *own = NULL; // s's own handle, while the probe stands in for it
     probe p = {0};
     g4_progress bar = {0};
     const int threads = o->n_threads > 0 ? o->n_threads : 1;
@@ -324,7 +336,8 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
         c[i].row.w_rel = weight_rel(&c[i]);
     }
     if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
-    probe_install(&p, m, c, nc);
+    own = s->be;
+    probe_install(&p, own, c, nc);
     s->be = &p.be;
 
     // Pass 1: the unmodified run, measuring every candidate's own output error.
@@ -386,7 +399,7 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
     g4_report_sort_sens(*rows, nc);
 done:
     g4_progress_end(&bar);
-    if (s) s->be = m->be;
+    if (s) s->be = own;
     g4_text_state_free(s);
     for (int i = 0; i < nc; i++) free(c[i].q), free(c[i].scales), free(c[i].zp);
     free(c);
@@ -423,16 +436,18 @@ int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out)
     int nc = 0, n_q4 = 0, rc;
     g4_sens_opts all = {0};
     g4_text_state *s = NULL;
+    g4_backend *own = NULL; // s's own handle, while the probe stands in for it
     probe p = {0};
     if ((rc = enumerate(m, &all, &c, &nc, &n_q4))) goto done;
     if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
-    probe_install(&p, m, c, nc);
+    own = s->be;
+    probe_install(&p, own, c, nc);
     p.imx_sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
     p.imx_rows = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(long));
     for (int i = 0; i < nc; i++) p.imx_sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
     s->be = &p.be;
     rc = g4_text_forward(s, ids, n, NULL, NULL, 1); // all rows reach lm_head
-    s->be = m->be;
+    s->be = own;
     if (rc) goto done;
     out->names = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(char *));
     out->imp = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
@@ -447,7 +462,7 @@ int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out)
         out->n++;
     }
 done:
-    if (s) s->be = m->be;
+    if (s) s->be = own;
     g4_text_state_free(s);
     for (int i = 0; i < nc && p.imx_sum; i++) free(p.imx_sum[i]);
     free(p.imx_sum);
