@@ -41,7 +41,7 @@ check "the example compiles against the installed library" $ok
 
 pkgdir="$G4_FIXTURES/mobius-tiny-f16/package"
 tok="$G4_FIXTURES/chat/chat_bpe.json"
-LD_LIBRARY_PATH="$libdir" "$tmp/example" "$pkgdir" "$tok" "Describe the weather." \
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/example" "$pkgdir" "$tok" "Describe the weather." \
     >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -eq 0 ] && grep -qE '^\[[0-9]+ prompt tokens, 16 generated, length\]$' "$tmp/out"
@@ -49,8 +49,8 @@ ok=$?
 [ $ok -ne 0 ] && { echo "  exit $rc:"; cat "$tmp/out" "$tmp/err"; }
 check "the example runs on the tiny fixture: 16 tokens" $ok
 # the library loaded is the installed one (not the build tree's)
-LD_LIBRARY_PATH="$libdir" LD_DEBUG=libs "$tmp/example" 2>&1 | grep -q "$libdir/libg4cu.so.0"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_DEBUG=libs "$tmp/example" 2>&1 | grep -q "$libdir/libg4cu.so.0"
 check "the installed libg4cu.so.0 is the one loaded" $?
 err1 "a bad package: one-line error, exit 1" "example: .*no-such-pkg" \
-    env LD_LIBRARY_PATH="$libdir" "$tmp/example" "$tmp/no-such-pkg" "$tok" "hi"
+    env LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/example" "$tmp/no-such-pkg" "$tok" "hi"
 finish test_api_install
