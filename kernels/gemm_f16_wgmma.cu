@@ -299,4 +299,10 @@ void wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, c
     }
 }
 
+// The TMA map the wgmma prefill attention loads K and V through (wgmma_common.cuh): this
+// file's own make_map.
+void tma_map_f16(CUtensorMap *m, const void *base, int inner, int outer, int box_outer) {
+    make_map(m, base, inner, outer, box_outer);
+}
+
 } // namespace g4k

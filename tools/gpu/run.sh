@@ -23,6 +23,7 @@
 #   sanitize compute-sanitizer memcheck, racecheck, synccheck over the CUDA test tables and
 #            end-to-end runs on the gpu-tiny package (tools/gpu/sanitize.sh; after build, tiny)
 #   kernels  g4cu bench --kernels --json
+#   e2b_quick  bench --reps 3 and the prefill attention kernel rows on the full-size package
 #   branch   an unlanded branch carried as .carry/branch.tar.gz: its own stages, its
 #            test_cuda_engine on gpu-tiny, its compare and bench on the full-size package
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
@@ -158,6 +159,16 @@ stage_kernels() {
     build-gpu/g4cu bench --kernels --reps 30 --json "$OUT/kbench.json" >"$OUT/kbench.txt" 2>&1
     echo "bench --kernels: exit $?"
     cat "$OUT/kbench.txt" | cut -c1-160
+}
+
+# A short look at the full-size package (after e2b_make): bench at 3 reps and the prefill
+# attention kernel rows (wgmma vs HMMA), for a call without time for e2b_run.
+stage_e2b_quick() {
+    local d="$WORK/e2b"
+    [ -f "$d/READY" ] || { echo "e2b_quick: no $d/READY"; return 1; }
+    build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 3 --json "$OUT/e2b_quick_bench.json" 2>&1 | tee "$OUT/e2b_quick_bench.txt" | cut -c1-800
+    build-gpu/g4cu bench --kernels --filter attn_prefill --reps 20 --json "$OUT/e2b_quick_kattn.json" >"$OUT/e2b_quick_kattn.txt" 2>&1
+    echo "bench --kernels --filter attn_prefill: exit $?"; grep attn_prefill "$OUT/e2b_quick_kattn.txt" | cut -c1-160
 }
 
 # An unlanded branch's tree, carried as .carry/branch.tar.gz (`git archive BRANCH -- .
