@@ -278,7 +278,8 @@ PY
 stage_serve() {
     local d="$WORK/e2b" k
     [ -f "$d/READY" ] || { echo "serve: no $d/READY (run e2b_bg and e2b_wait first)"; return 1; }
-    local tok="--tokenizer tests/fixtures/chat/chat_bpe.json"
+    python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok.json" 262144 || return 1
+    local tok="--tokenizer $WORK/e2b_tok.json" # every id a random E2B can emit decodes
     for k in ${SERVE_PKGS:-f16 q4}; do
         [ -f "$d/$k/tokenizer.json" ] && tok=""
         build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
@@ -412,7 +413,9 @@ stage_train() { stage_fidelity_make; }
 stage_fidelity_measure() { stage_fidelity_run; }
 
 stage_cli() {
-    local d="$WORK/e2b" wav="$WORK/long_600s.wav" tok=${E2B_TOKENIZER:-$FID/proxy/f16/tokenizer.json}
+    local d="$WORK/e2b" wav="$WORK/long_600s.wav" tok=${E2B_TOKENIZER:-$WORK/e2b_tok.json}
+    # Gemma's special ids (the audio placeholder 258881) and a decodable id for all 262144.
+    python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok.json" 262144
     python3 - "$wav" <<'PY' # 600 s of speech-like noise under a 3 Hz envelope, 16 kHz 16-bit
 import math, random, struct, sys, wave
 random.seed(21)
