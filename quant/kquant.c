@@ -70,16 +70,8 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
     const float sum_x2 = np_sum(t, n);                     // np.sum(data**2, axis=1)
     const float av_x = sqrtf(sum_x2 / (float)n);           // np.sqrt(sum_x2 / group_size)
     for (int i = 0; i < n; i++) w[i] = av_x + fabsf(x[i]); // weights = av_x + |data|
-    if (imp) {
-        // The activation-aware weights: a weight's error costs its channel's mean x^2 at the
-        // output (the diagonal of X^T X), nothing else; a block whose channels never fired keeps
-        // the plain weights. (Measured on the tiny trained fixture, mean KLD vs f16: imp alone
-        // 0.00821, imp * (av_x + |x|) 0.00867, llama.cpp's imp * sqrt(2 sigma^2 + x^2) 0.00849.)
-        float sum_imp = 0.0f;
-        for (int i = 0; i < n; i++) sum_imp += imp[i];
-        if (sum_imp > 0.0f)
-            for (int i = 0; i < n; i++) w[i] = imp[i];
-    }
+    if (imp)
+        for (int i = 0; i < n; i++) w[i] *= imp[i];
     float rmin = x[0], rmax = x[0];
     for (int i = 1; i < n; i++) {
         if (x[i] < rmin) rmin = x[i];
@@ -135,37 +127,27 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
         }
     }
     if (imp) {
-        // The activation-aware pick: what is stored is an fp16 scale s, an integer zero point z
-        // and rounded codes, so the error to minimise is sum w (s (q - z) - x)^2 of that form,
-        // not the continuous fit's. From each candidate of the search (and z within +-2 of its
-        // rounded offset), alternate: codes for (s, z), then the weighted least-squares s for
-        // those codes and z; keep the best stored form seen.
+        // The activation-aware pick: the candidate (and zero point +-1) whose stored form (fp16
+        // scale, integer zero point, rounded codes) has the least importance-weighted error;
+        // the plain search's continuous offset is lost to the zero point's rounding otherwise.
         double best = INFINITY;
         float bs = scale, bm = rmin;
         for (int c = 0; c < 21; c++) {
             const float sc = c == 0 ? scale : cs[c], mn = c == 0 ? rmin : cm[c];
             if (!(sc != 0) || !isfinite(sc) || !isfinite(mn)) continue;
+            const double s16 = g4_f16_to_f32(g4_f32_to_f16(sc));
             const double z0 = rint((double)(-mn) / sc);
-            for (int dz = -2; dz <= 2; dz++) {
+            for (int dz = -1; dz <= 1; dz++) {
                 const double z = z0 + dz;
-                if (z < 0 || z > 15) continue;
-                double sfit = sc;
-                for (int it = 0; it < 3; it++) {
-                    const double s16 = g4_f16_to_f32(g4_f32_to_f16((float)sfit));
-                    if (!(s16 != 0) || !isfinite(s16)) break;
-                    double e = 0, num = 0, den = 0;
-                    for (int i = 0; i < n; i++) {
-                        double v = rint((double)x[i] / s16 + z);
-                        v = v < 0 ? 0 : v > 15 ? 15 : v;
-                        const double d = (v - z) * s16 - x[i];
-                        e += (double)w[i] * d * d;
-                        num += (double)w[i] * (v - z) * x[i];
-                        den += (double)w[i] * (v - z) * (v - z);
-                    }
-                    if (e < best) best = e, bs = (float)s16, bm = (float)(-z * s16);
-                    if (!(den > 0)) break;
-                    sfit = num / den;
+                if (z < 0 || z > 15 || s16 == 0) continue;
+                double e = 0;
+                for (int i = 0; i < n; i++) {
+                    double v = rint((double)x[i] / s16 + z);
+                    v = v < 0 ? 0 : v > 15 ? 15 : v;
+                    const double d = (v - z) * s16 - x[i];
+                    e += (double)w[i] * d * d;
                 }
+                if (e < best) best = e, bs = (float)s16, bm = (float)(-z * s16);
             }
         }
         scale = bs;

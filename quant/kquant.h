@@ -32,10 +32,9 @@ int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_th
                    uint16_t *scales, uint8_t *zp);
 
 // The activation-aware form (llama.cpp's imatrix): imp[K] (mean x^2 of each input channel over
-// calibration activations, any positive scale) is the weight of each value in the block's
-// least-squares search (so the error lands where inputs are small), and the stored form (fp16
-// scale, integer zero point, codes) is refined against that weighted error. Writes the same
-// arrays (plain MatMulNBits); imp NULL is g4_q4_quantize (bit-identical to onnxruntime's).
+// calibration activations, any positive scale) multiplies each weight of the block's weighted
+// least-squares search by its channel's importance, so the error lands where inputs are small.
+// Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
 int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, uint8_t *q, uint16_t *scales, uint8_t *zp);
 
