@@ -8,7 +8,8 @@
 #define HELP_WIDTH 99 // every line shorter than 100 characters
 #define NAME_COL   24 // where an option's help starts
 
-static const g4_opt help_opt = {"--help", NULL, "this help"};
+// A table like the commands' own: it ends with {NULL}.
+static const g4_opt help_opt[] = {{"--help", NULL, "this help"}, {NULL, NULL, NULL}};
 
 static const g4_opt *find(const g4_opt *t, const char *a) {
     for (; t && t->name; t++)
@@ -69,7 +70,7 @@ void g4_cli_help(FILE *f, const g4_cmd *c) {
     print_opts(f, c->opts);
     print_opts(f, c->shared);
     print_opts(f, g4_cli_global_opts);
-    print_opts(f, &help_opt);
+    print_opts(f, help_opt);
 }
 
 int g4_cli_prepare(const g4_cmd *c, int argc, char **argv) {
