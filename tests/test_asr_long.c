@@ -104,10 +104,13 @@ static int window_tokens(const char *wav, int32_t *out, int cap) {
 }
 
 static void test_cli(void) {
-    const char *media = g4_sprintf("%s/frontends/media", g4t_env("G4_FIXTURES"));
+    char *media = g4_sprintf("%s/frontends/media", g4t_env("G4_FIXTURES"));
+    char *path_a = g4_sprintf("%s/long_31s.flac", media);
+    char *path_b = g4_sprintf("%s/tone_1s_f32.wav", media);
     int64_t n31, n1;
-    float *a = read_sound(g4_sprintf("%s/long_31s.flac", media), &n31);
-    float *b = read_sound(g4_sprintf("%s/tone_1s_f32.wav", media), &n1);
+    float *a = read_sound(path_a, &n31);
+    float *b = read_sound(path_b, &n1);
+    free(path_a), free(path_b), free(media);
     const int64_t n = 2 * n31 + n1;
     float *x = g4_malloc(sizeof(float) * (size_t)n);
     memcpy(x, a, sizeof(float) * (size_t)n31);
@@ -176,7 +179,9 @@ static void test_cli(void) {
         CHECK_MSG(same, "segment %d: the tokens of the window run alone, stitched", i);
     }
     CHECK(nt[0] > 0);
-    CHECK_MSG(!strstr(g4t_slurp("%s/err", tmp), "only the first"), "long-form: no audio dropped");
+    char *err = g4t_slurp("%s/err", tmp);
+    CHECK_MSG(!strstr(err, "only the first"), "long-form: no audio dropped");
+    free(err);
 
     // --srt / --vtt: the same segments as cues
     const char *fmts[2] = {"srt", "vtt"};
@@ -198,9 +203,12 @@ static void test_cli(void) {
                 snprintf(t[e], sizeof t[e], "%02lld:%02lld:%02lld%c%03lld", ms / 3600000,
                          ms / 60000 % 60, ms / 1000 % 60, f == 0 ? ',' : '.', ms % 1000);
             }
-            char *want = g4_sprintf("%s%s --> %s\n%s\n\n", f == 0 ? g4_sprintf("%d\n", i + 1) : "",
-                                    t[0], t[1], cJSON_GetObjectItem(g, "text")->valuestring);
+            char num[16] = "";
+            if (f == 0) snprintf(num, sizeof num, "%d\n", i + 1);
+            char *want = g4_sprintf("%s%s --> %s\n%s\n\n", num, t[0], t[1],
+                                    cJSON_GetObjectItem(g, "text")->valuestring);
             CHECK_MSG(strstr(c, want) != NULL, "%s: no cue '%s'", fmts[f], want);
+            free(want);
         }
         free(c), free(out);
     }

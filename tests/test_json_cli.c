@@ -17,13 +17,15 @@
 static const char *g4cu, *pkg, *tok;
 static char *tmp;
 
-static cJSON *run_json(const char *args) {
+// Takes args (a g4_sprintf string) and frees it.
+static cJSON *run_json(char *args) {
     int rc = g4t_sh("'%s' %s >'%s/out.json' 2>'%s/err'", g4cu, args, tmp, tmp);
     CHECK_MSG(rc == 0, "g4cu %s: exit %d", args, rc);
     char *s = g4t_slurp("%s/out.json", tmp);
     cJSON *j = cJSON_Parse(s);
     CHECK_MSG(j != NULL, "g4cu %s: not JSON: %.200s", args, s);
     free(s);
+    free(args);
     return j;
 }
 
@@ -80,7 +82,7 @@ static void check_tables(const cJSON *j) {
 }
 
 static void test_inspect(void) {
-    cJSON *j = run_json(g4_sprintf("inspect '%s' --json", pkg)); // (leaked string: a test)
+    cJSON *j = run_json(g4_sprintf("inspect '%s' --json", pkg));
     if (!j) return;
     char *cfg_path = g4_path_join(pkg, "genai_config.json"), *cfg_s = NULL;
     size_t n = 0;
