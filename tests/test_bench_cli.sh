@@ -31,8 +31,9 @@ check "bench tiny PKG: decode tok/s printed" $?
 grep -q '"decode_tok_s"' "$tmp/b.json"
 check "bench tiny PKG: json written" $?
 grep -q '"f16": {' "$tmp/b.json" && grep -q '"decode_sampled_tok_s": [0-9]' "$tmp/b.json" &&
-    grep -q '"decode_4k_tok_s"' "$tmp/b.json" && grep -q '"decode_32k_tok_s"' "$tmp/b.json"
-check "bench tiny PKG: keyed f16, sampled / 4k / 32k decode keys" $?
+    grep -q '"decode_4k_tok_s"' "$tmp/b.json" && grep -q '"decode_16k_tok_s"' "$tmp/b.json" &&
+        grep -q '"decode_32k_tok_s"' "$tmp/b.json"
+check "bench tiny PKG: keyed f16, sampled / 4k / 16k / 32k decode keys" $?
 grep -q "sampled (T 1, top-k 64, top-p 0.95) [0-9.]* tok/s" "$tmp/out"
 check "bench tiny PKG: sampled decode printed" $?
 grep -q "vision 768x768 [0-9.]* ms | audio 30 s [0-9.]* ms" "$tmp/out"

@@ -10,7 +10,7 @@
 // weights (tools/python/bench_hf.py) with the ratios. Packages are keyed "f16" / "q4" by their
 // decoder's weights (a repeated kind gets "_2", "_3").
 //
-// Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 32k prompts);
+// Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 16k / 32k prompts);
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
 // are seeded random (never one repeated id).
 #include <math.h>
@@ -52,7 +52,7 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-#define G4_BENCH_MAX_ROWS 16
+#define G4_BENCH_MAX_ROWS 24
 typedef struct {
     char test[32];    // llama-bench's names: pp128 (prefill), tg128 (decode), ttft pp128, ...
     const char *unit; // "tok/s" or "ms"
@@ -60,8 +60,9 @@ typedef struct {
     double mean, sd;
 } bench_row;
 
-enum { N_LONG = 2 }; // decode after a 4096- and a 32768-token prompt
-static const int long_prompt[N_LONG] = {4096, 32768};
+// decode after a 4096-, a 16384- and a 32768-token prompt (16k: the peers stage's row)
+enum { N_LONG = 3 };
+static const int long_prompt[N_LONG] = {4096, 16384, 32768};
 
 typedef struct {
     const char *kind; // "f16" / "q4": the decoder's weights
@@ -73,8 +74,8 @@ typedef struct {
     double ttft_ms;              // 128-token prompt -> first token id on the host (g4_generate)
     double decode_tok_s;         // greedy, 128 new tokens after the prompt (g4_generate)
     double decode_sampled_tok_s; // the same, temperature 1, top-k 64, top-p 0.95
-    double ttft_long_ms[N_LONG], decode_long_tok_s[N_LONG]; // after 4k / 32k prompts (-1: the
-                                                            // context is shorter)
+    double ttft_long_ms[N_LONG], decode_long_tok_s[N_LONG]; // after 4k / 16k / 32k prompts
+                                                            // (-1: the context is shorter)
     double ttft_host_ms, decode_host_tok_s; // greedy with the PLE table in pinned host memory
     double ple_gib;   // the PLE table's bytes (off the device in the host variant)
     double vision_ms; // vision tower (patch embedding .. projection) for one 768x768 image
