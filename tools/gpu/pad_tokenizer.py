@@ -1,18 +1,44 @@
 #!/usr/bin/env python3
-"""pad_tokenizer.py IN OUT VOCAB: IN (a tokenizer.json) with special added tokens <g4_pad_N> for
-every id up to VOCAB - 1, so that each id a random-weight model of that vocabulary emits decodes.
-The full-size random E2B package has no tokenizer; the chat fixture's (tests/fixtures/chat) has
-Gemma's special ids (<|audio|> 258881, ...) but stops at 258884. Load tests only: the pads are
-not text."""
+"""pad_tokenizer.py IN OUT VOCAB [--dense]: IN (a tokenizer.json) with special added tokens
+<g4_pad_N> for every id up to VOCAB - 1, so that each id a random-weight model of that vocabulary
+emits decodes. The full-size random E2B package has no tokenizer; the chat fixture's (tests/
+fixtures/chat) has Gemma's special ids (<|audio|> 258881, ...) but stops at 258884. Load tests
+only: the pads are not text.
+
+--dense also fills the gaps below the highest used id, and moves the BPE vocabulary's entries
+past its dense prefix (the fixture keeps <|image|> 258880 .. <|video|> 258884 there) to added
+tokens: llama.cpp's convert_hf_to_gguf.py (gguf-py LlamaHfVocab) walks ids 0 .. the base
+vocabulary size and then the added tokens, and needs every id from 0 to VOCAB - 1 exactly once."""
 import json
 import sys
 
-src, dst, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3])
+args = [a for a in sys.argv[1:] if a != "--dense"]
+dense = len(args) != len(sys.argv) - 1
+src, dst, vocab = args[0], args[1], int(args[2])
 t = json.load(open(src, encoding="utf-8"))
-used = set(t["model"]["vocab"].values()) | {a["id"] for a in t.get("added_tokens", [])}
 t.setdefault("added_tokens", [])
-for k in range(max(used) + 1, vocab):
-    t["added_tokens"].append({"id": k, "content": f"<g4_pad_{k}>", "single_word": False,
-                              "lstrip": False, "rstrip": False, "normalized": False,
-                              "special": True})
+
+
+def added(k, content):
+    return {"id": k, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}
+
+
+if dense:
+    bpe = t["model"]["vocab"]
+    prefix = 0
+    while prefix in set(bpe.values()):
+        prefix += 1
+    have = {a["id"] for a in t["added_tokens"]}
+    for piece, k in sorted(bpe.items(), key=lambda x: x[1]):
+        if k >= prefix:
+            del bpe[piece]
+            if k not in have:
+                t["added_tokens"].append(added(k, piece))
+used = set(t["model"]["vocab"].values()) | {a["id"] for a in t["added_tokens"]}
+start = 0 if dense else max(used) + 1
+for k in range(start, vocab):
+    if k not in used:
+        t["added_tokens"].append(added(k, f"<g4_pad_{k}>"))
+t["added_tokens"].sort(key=lambda a: a["id"])
 json.dump(t, open(dst, "w", encoding="utf-8"))
