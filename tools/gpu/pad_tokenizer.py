@@ -7,8 +7,9 @@ only: the pads are not text.
 
 --dense also fills the gaps below the highest used id, and moves the BPE vocabulary's entries
 past its dense prefix (the fixture keeps <|image|> 258880 .. <|video|> 258884 there) to added
-tokens: llama.cpp's convert_hf_to_gguf.py (gguf-py LlamaHfVocab) walks ids 0 .. the base
-vocabulary size and then the added tokens, and needs every id from 0 to VOCAB - 1 exactly once."""
+tokens, and drops ids >= VOCAB (a tiny model's vocabulary ends before the placeholders):
+llama.cpp's convert_hf_to_gguf.py (gguf-py LlamaHfVocab) walks ids 0 .. the base vocabulary size
+and then the added tokens, and needs every id from 0 to VOCAB - 1 exactly once."""
 import json
 import sys
 
@@ -33,8 +34,9 @@ if dense:
     for piece, k in sorted(bpe.items(), key=lambda x: x[1]):
         if k >= prefix:
             del bpe[piece]
-            if k not in have:
+            if k not in have and k < vocab:
                 t["added_tokens"].append(added(k, piece))
+    t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < vocab]
 used = set(t["model"]["vocab"].values()) | {a["id"] for a in t["added_tokens"]}
 start = 0 if dense else max(used) + 1
 for k in range(start, vocab):

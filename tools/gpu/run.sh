@@ -49,6 +49,11 @@
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
+#   llama_build  llama.cpp (.carry/llama.tar.xz, tools/peers/pack_llamacpp.sh) unpacked to
+#            $WORK/llama and built with CUDA sm_90a: llama-bench, llama-quantize (beside e2b_make)
+#   peers    issue 23's table (after e2b_make, llama_build): g4cu bench f16 + Q4 beside
+#            onnxruntime-genai 0.18 ($WORK/ort), HF bf16 / fp16, llama.cpp F16 / Q4_K_M, and the
+#            logits parity vs HF fp32 -> $OUT/peers.md, $OUT/peers.json (PEERS_SKIP, PEERS_HF_REPS)
 #   cli      issue 21's figures (after e2b_wait): `g4cu asr` long-form on a 600 s WAV made here on
 #            the E2B f16 package, CUDA (wall s, real-time factor = wall / 600, windows), with
 #            --tokenizer ${E2B_TOKENIZER:-$FID/proxy/f16/tokenizer.json} (the package has none);
@@ -450,6 +455,101 @@ PY
         echo "cli: tiny logits + image on the CPU, --threads $n: exit $rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f s", b - a }')"
     done
     cmp -s "$WORK/logits_1.npy" "$WORK/logits_$(nproc).npy" && echo "cli: --threads 1 and $(nproc): bit-identical logits"
+}
+
+# llama.cpp for the peers stage: .carry/llama.tar.xz (tools/peers/pack_llamacpp.sh: the
+# llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, only what the build and the converter need)
+# unpacked to $WORK/llama and built there with CUDA for sm_90a (llama-bench, llama-quantize).
+# CPU and GPU-light: the pipeline runs it beside e2b_make. Line to read: "llamacpp.sh: built".
+stage_llama_build() {
+    local tar=.carry/llama.tar.xz
+    [ -f "$tar" ] || { echo "llama_build: $tar missing (carry it; tools/peers/pack_llamacpp.sh makes it)"; return 1; }
+    rm -rf "$WORK/llama"
+    tools/peers/llamacpp.sh build "$tar" "$WORK/llama" cuda 2>&1 | tee "$OUT/llama_build.log" | tail -20
+    [ -x "$WORK/llama/build/bin/llama-bench" ]
+}
+
+# The peers beside g4cu on the full-size random E2B (after e2b_make; llama_build for llama.cpp),
+# one after another on the same GPU, with g4cu bench's definitions: g4cu bench f16 + Q4,
+# onnxruntime-genai 0.18 (CUDA) on the same two packages (from $WORK/ort: onnxruntime_genai/ and
+# onnxruntime/ unpacked from the onnxruntime-genai-cuda 0.18.0 and onnxruntime-gpu 1.31.1 wheels,
+# ../shared/bench/PEERS.md), HF transformers bf16 / fp16 on the checkpoint, llama.cpp on the same
+# checkpoint converted to F16 and Q4_K_M GGUFs, then the logits parity (one teacher-forced
+# 64-id prompt: onnxruntime-genai CUDA and g4cu CUDA on the f16 package vs HF fp32). Writes
+# $OUT/peers.md (the table, versions, build flags, parity) and $OUT/peers.json; the drivers' own
+# JSON and logs in $OUT/peers/. A peer that cannot run gets its exact reason in the table.
+# PEERS_SKIP: names among "ort hf llama parity" to leave out; PEERS_HF_REPS (default 3).
+stage_peers() {
+    local d="$WORK/e2b" p="$OUT/peers" k skip=" ${PEERS_SKIP:-} "
+    [ -f "$d/READY" ] || { echo "peers: no $d/READY (run e2b_make first)"; return 1; }
+    mkdir -p "$p"
+    build-gpu/g4cu --version | head -1 >"$p/g4cu_version.txt"
+    build-gpu/g4cu bench "$d/f16" "$d/q4" --json "$p/g4cu.json" >"$p/g4cu_bench.log" 2>&1 ||
+        echo "g4cu bench: $(tail -1 "$p/g4cu_bench.log")" | tee "$p/g4cu.json.error"
+    stamp "peers: g4cu bench done"
+    # onnxruntime-genai: its own onnxruntime first on PYTHONPATH (the image's 1.30 is CPU-only),
+    # the CUDA 13 libraries of the image's python nvidia packages on LD_LIBRARY_PATH
+    local ort_pp="" ort_ld=""
+    if [ -d "$WORK/ort/onnxruntime_genai" ]; then
+        local nv
+        nv=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+        ort_pp=$WORK/ort
+        ort_ld=$( [ -n "$nv" ] && find "$nv" -maxdepth 2 -type d -name lib | paste -sd:)
+    fi
+    export G4_ORT_PYTHONPATH=$ort_pp G4_ORT_LD_LIBRARY_PATH=$ort_ld
+    for k in f16 q4; do
+        rm -f "$p/ort_$k.json" "$p/ort_$k.json.error"
+        if [[ $skip == *" ort "* ]]; then
+            echo "skipped (PEERS_SKIP)" >"$p/ort_$k.json.error"
+        elif [ -z "$ort_pp" ]; then
+            echo "onnxruntime-genai: not available ($WORK/ort missing)" | tee "$p/ort_$k.json.error"
+        else
+            PYTHONPATH="$ort_pp${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$ort_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+                python3 tools/peers/ort_genai.py "$d/$k" --json "$p/ort_$k.json" >"$p/ort_$k.log" 2>&1 ||
+                echo "onnxruntime-genai $k: $(grep -v '^ *$' "$p/ort_$k.log" | tail -1)" | tee "$p/ort_$k.json.error"
+            grep "^ort_genai" "$p/ort_$k.log" | tail -8
+        fi
+    done
+    stamp "peers: onnxruntime-genai done"
+    rm -f "$p/hf.json" "$p/hf.json.error"
+    if [[ $skip == *" hf "* ]]; then
+        echo "skipped (PEERS_SKIP)" >"$p/hf.json.error"
+    else
+        python3 tools/python/bench_hf.py "$d/hf" --reps "${PEERS_HF_REPS:-3}" --long 4096,16384 \
+            --json "$p/hf.json" >"$p/hf.log" 2>&1 ||
+            echo "HF transformers: $(grep -v '^ *$' "$p/hf.log" | tail -1)" | tee "$p/hf.json.error"
+        grep "^hf " "$p/hf.log"
+    fi
+    stamp "peers: HF done"
+    rm -f "$p/llama.json" "$p/llama.json.error"
+    if [[ $skip == *" llama "* ]]; then
+        echo "skipped (PEERS_SKIP)" >"$p/llama.json.error"
+    elif [ ! -x "$WORK/llama/build/bin/llama-bench" ]; then
+        echo "llama.cpp: not built ($WORK/llama/build/bin/llama-bench missing: run llama_build)" | tee "$p/llama.json.error"
+    else
+        tools/peers/llamacpp.sh bench "$WORK/llama" "$d/hf" "$WORK/llama_models" "$p/llama.json" \
+            >"$p/llama.log" 2>&1 ||
+            echo "llama.cpp: $(grep -v '^ *$' "$p/llama.log" | tail -1)" | tee "$p/llama.json.error"
+        grep "^llama" "$p/llama.log"
+        cp "$WORK/llama_models"/*.log "$p/" 2>/dev/null
+        cp -r "$WORK/llama_models/llama_results" "$p/" 2>/dev/null
+    fi
+    stamp "peers: llama.cpp done"
+    rm -f "$p/parity.json" "$p/parity.json.error"
+    if [[ $skip == *" parity "* ]]; then
+        echo "skipped (PEERS_SKIP)" >"$p/parity.json.error"
+    else
+        local no_ort=""; [ -z "$ort_pp" ] && no_ort=--no-ort
+        python3 tools/peers/logits_parity.py --pkg "$d/f16" --hf "$d/hf" --g4cu build-gpu/g4cu \
+            --backend cuda --hf-device cuda --n 64 $no_ort --work "$WORK/parity" \
+            --json "$p/parity.json" >"$p/parity.log" 2>&1 ||
+            echo "logits parity: $(grep -v '^ *$' "$p/parity.log" | tail -1)" | tee "$p/parity.json.error"
+        grep -E "^(logits_parity|onnxruntime-genai|g4cu)" "$p/parity.log"
+    fi
+    python3 tools/python/peers_table.py --g4cu "$p/g4cu.json" --g4cu-version "$(cat "$p/g4cu_version.txt")" \
+        --ort-f16 "$p/ort_f16.json" --ort-q4 "$p/ort_q4.json" --hf "$p/hf.json" \
+        --llama "$p/llama.json" --parity "$p/parity.json" --md "$OUT/peers.md" --json "$OUT/peers.json"
+    tar -czf "$OUT/peers.tar.gz" -C "$OUT" peers && echo "peers: $OUT/peers.md, $OUT/peers.json, $OUT/peers.tar.gz"
 }
 
 for s in "${stages[@]}"; do

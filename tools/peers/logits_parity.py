@@ -11,7 +11,8 @@ the package's special and placeholder ids (tools/python/peer_ids.py). Logits of 
   HF     tools/python/bench_hf.py HF_DIR --logits (float32 weights and math, eager attention)
   g4cu   g4cu logits PKG --ids ... --backend B --out F.npy
   ORT    tools/peers/ort_genai.py PKG --logits (the package's CUDA provider; skipped with --no-ort
-         or when onnxruntime_genai does not import: the reason is printed and kept in the json)
+         or when onnxruntime_genai does not import: the reason is printed and kept in the json;
+         G4_ORT_PYTHONPATH / G4_ORT_LD_LIBRARY_PATH are prepended to that run's environment)
 all soft-capped, float32 [n, vocab]. Per position: rel err ||a - hf|| / ||hf|| and whether a's
 argmax is HF's; then mean / max rel err and the top-1 agreement of each runtime against HF (and of
 g4cu against ORT). Prints a table; --json writes every number. Exit 0 when the runs it could do
@@ -30,12 +31,25 @@ sys.path.insert(0, os.path.join(here, "..", "python"))
 import peer_ids  # noqa: E402
 
 
-def run(cmd, what):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, what, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         return f"{what} exited {p.returncode}: " + " | ".join(tail)
     return None
+
+
+def ort_env():
+    """The environment of the onnxruntime-genai run: G4_ORT_PYTHONPATH and G4_ORT_LD_LIBRARY_PATH
+    (the peers stage: the carried onnxruntime-genai + onnxruntime-gpu, the CUDA libraries of the
+    image's python nvidia packages) prepended for that process only, so the HF run keeps the
+    image's own packages."""
+    env = dict(os.environ)
+    for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+        extra = os.environ.get("G4_ORT_" + var)
+        if extra:
+            env[var] = extra + (":" + env[var] if env.get(var) else "")
+    return env
 
 
 def compare(a, ref):
@@ -74,10 +88,11 @@ def main():
     if a.no_ort:
         err["ort"] = "skipped (--no-ort)"
     else:
+        env = ort_env()
         chk = subprocess.run([py, os.path.join(here, "ort_genai.py"), "--check"],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=env)
         err["ort"] = (run([py, os.path.join(here, "ort_genai.py"), a.pkg, "--logits", ids_file,
-                           "--out", npy["ort"]], "onnxruntime-genai")
+                           "--out", npy["ort"]], "onnxruntime-genai", env)
                       if chk.returncode == 0 else
                       "not available: " + (chk.stderr or chk.stdout).strip())
     for k, e in err.items():

@@ -128,7 +128,9 @@ def main():
     if a.check:
         print(f"bench_hf: ok (torch {torch.__version__}, {torch.cuda.get_device_name(0)})")
         return
-    res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
+    import transformers
+    res = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "device": torch.cuda.get_device_name(0)}
     for d in a.dtypes.split(","):
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[d]
         res[d] = bench(a.hf_dir, dt, a.reps, [int(x) for x in a.long.split(",") if x])
