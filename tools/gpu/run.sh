@@ -478,13 +478,14 @@ stage_llama_build() {
 # 64-id prompt: onnxruntime-genai CUDA and g4cu CUDA on the f16 package vs HF fp32). Writes
 # $OUT/peers.md (the table, versions, build flags, parity) and $OUT/peers.json; the drivers' own
 # JSON and logs in $OUT/peers/. A peer that cannot run gets its exact reason in the table.
-# PEERS_SKIP: names among "ort hf llama parity" to leave out; PEERS_HF_REPS (default 3).
+# PEERS_SKIP: names among "ort hf llama parity" to leave out; PEERS_HF_REPS (default 3);
+# PEERS_BACKEND=cpu runs g4cu and the parity's g4cu / HF on the CPU (a dry run of the stage).
 stage_peers() {
-    local d="$WORK/e2b" p="$OUT/peers" k skip=" ${PEERS_SKIP:-} "
+    local d="$WORK/e2b" p="$OUT/peers" k skip=" ${PEERS_SKIP:-} " be=${PEERS_BACKEND:-cuda}
     [ -f "$d/READY" ] || { echo "peers: no $d/READY (run e2b_make first)"; return 1; }
     mkdir -p "$p"
     build-gpu/g4cu --version | head -1 >"$p/g4cu_version.txt"
-    build-gpu/g4cu bench "$d/f16" "$d/q4" --json "$p/g4cu.json" >"$p/g4cu_bench.log" 2>&1 ||
+    build-gpu/g4cu bench "$d/f16" "$d/q4" --backend "$be" --json "$p/g4cu.json" >"$p/g4cu_bench.log" 2>&1 ||
         echo "g4cu bench: $(tail -1 "$p/g4cu_bench.log")" | tee "$p/g4cu.json.error"
     stamp "peers: g4cu bench done"
     # onnxruntime-genai: its own onnxruntime first on PYTHONPATH (the image's 1.30 is CPU-only),
@@ -541,7 +542,7 @@ stage_peers() {
     else
         local no_ort=""; [ -z "$ort_pp" ] && no_ort=--no-ort
         python3 tools/peers/logits_parity.py --pkg "$d/f16" --hf "$d/hf" --g4cu build-gpu/g4cu \
-            --backend cuda --hf-device cuda --n 64 $no_ort --work "$WORK/parity" \
+            --backend "$be" --hf-device "$be" --n 64 $no_ort --work "$WORK/parity" \
             --json "$p/parity.json" >"$p/parity.log" 2>&1 ||
             echo "logits parity: $(grep -v '^ *$' "$p/parity.log" | tail -1)" | tee "$p/parity.json.error"
         grep -E "^(logits_parity|onnxruntime-genai|g4cu)" "$p/parity.log"
