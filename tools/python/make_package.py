@@ -20,7 +20,9 @@ Presets:
      torch.manual_seed(seed) on --device, weights in float16 -> OUT/hf (safetensors);
   2. the public mobius exporter (tools/python/export_package.py, `--dtype f16 --ep cuda
      --runtime ort-genai`) -> OUT/f16: decoder/ embedding/ vision_encoder/ audio_encoder/
-     model.onnx + model.onnx.data, genai_config.json, processor JSONs;
+     model.onnx + model.onnx.data, genai_config.json (model.type "gemma4", not mobius's
+     "gemma4_text": onnxruntime-genai 0.18 refuses "gemma4_text" for a package with an embedding
+     component; export_package.py rewrites it; g4cu reads both), processor JSONs;
   3. prints each step's time and the component file sizes next to the real package's
      (spec/onnx-package-format.md section 1: decoder 4,733,337,600 bytes f16).
 
