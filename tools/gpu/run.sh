@@ -94,8 +94,14 @@ stage_tiny() {
             echo "compare $b $k: exit $? $(tail -1 "$OUT/tiny_cmp_${b}_$k.txt")"
         done
     done
+    # Q4 is a fidelity figure, not a pass/fail against the f16 HF dump (4-bit weights are not
+    # within fp16 tolerances by design): the f16 -> Q4 KL and top-1 on CUDA, then the per-tensor
+    # error of Q4 vs HF for the record (its exit status is not a verdict).
+    build-gpu/g4cu compare "$d/f16" "$d/q4" --backend cuda --ids "$(seq -s, 5 44)" \
+        >"$OUT/tiny_fid_q4_cuda.txt" 2>&1
+    echo "fidelity q4 vs f16 (cuda, 40 ids): exit $? $(tail -2 "$OUT/tiny_fid_q4_cuda.txt" | tr '\n' ' ')"
     build-gpu/g4cu compare "$d/q4" "$d/dumps/len40.npz" --backend cuda --tol-from "$d/dumps16/len40.npz" >"$OUT/tiny_cmp_q4_cuda_len40.txt" 2>&1
-    echo "compare q4 cuda len40: exit $? $(tail -1 "$OUT/tiny_cmp_q4_cuda_len40.txt")"
+    echo "q4 vs HF len40 (information, not a verdict): $(tail -1 "$OUT/tiny_cmp_q4_cuda_len40.txt")"
     G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 | tee "$OUT/test_cuda_engine.log" | grep -v "    step" | tail -14
     G4_GPU_TINY_PKG="$d/f16" build-gpu/tests/test_cuda_towers 2>&1 | tee "$OUT/test_cuda_towers.log" | tail -12
     G4_GPU_TINY_PKG="$d/f16" build-gpu/tests/test_cuda_ple_host 2>&1 | tee "$OUT/test_cuda_ple_host.log" | tail -4
