@@ -540,8 +540,11 @@ static host_linear make_linear(unsigned long long *s, g4_weight_kind kind, int i
                 const int v = e % 2 ? qb >> 4 : qb & 15;
                 const uint8_t zb = zp[(size_t)n * zrow + b / 2];
                 const int z = b % 2 ? zb >> 4 : zb & 15;
-                h.Wf[(size_t)k * out + n] =
-                    (float)((v - z) * (double)g4_f16_to_f32(sc[(size_t)n * kb + b]));
+                // MatMulNBits dequantizes B into A's type (T1): on a backend whose
+                // activations are fp16 the weight fed to the product is fp16((q - zp) * scale),
+                // one rounding, as onnxruntime's fp16 path and ours compute it.
+                const float wv = (float)((v - z) * (double)g4_f16_to_f32(sc[(size_t)n * kb + b]));
+                h.Wf[(size_t)k * out + n] = act_round(wv);
             }
         h.w = q, h.scales = sc, h.zp = zp;
         h.l.block = B, h.l.scales = sc, h.l.zp = zp;
@@ -1458,6 +1461,9 @@ static void run_cases(void) {
     case_rmsnorm(33, 2048, 256, 1, 1, 32); // per-head q norm, in place
     case_rmsnorm(5, 4096, 512, 0, 0, 33);  // unweighted (v norm), global head dim
     case_rmsnorm(7, 768, 768, 1, 0, 34);   // vision width
+    case_rmsnorm(2304, 768, 64, 1, 1, 35); // vision per-head q norm (sub-warp path), in place
+    case_rmsnorm(5, 48, 16, 0, 0, 36);     // sub-warp path, a part-filled CTA
+    case_rmsnorm(9, 72, 24, 1, 0, 37);     // 3 vectors a group: the CTA-per-group path
     for (int next = 0; next < 4; next++) case_add_rmsnorm(1, 1536, next, next != 2, 40 + next);
     case_add_rmsnorm(33, 1536, 1, 0, 44);
     case_add_rmsnorm(7, 40, 0, 1, 45);
