@@ -118,7 +118,11 @@ def main():
             cells.append(fmt(v, unit) + ("" if is_ours else ratio(ours, v, unit)))
         out_rows.append(rec)
         lines.append(f"| {label} ({unit}) | " + " | ".join(cells) + " |")
-    notes = ["", "Ratios: how many times g4cu (same precision group) is faster; '-': not measured."]
+    notes = ["", "Ratios: how many times g4cu (same precision group) is faster; '-': not measured.",
+             "Prefill: g4cu bench times the prompt's forward; onnxruntime-genai append_tokens() + "
+             "the first generate_next_token() (the first token included); HF one forward "
+             "without a cache; llama.cpp llama-bench pp<n>. Decode after N: llama-bench tg128 at "
+             "depth N (no TTFT in llama-bench)."]
     for title, _, _, why, _ in cols:
         if why:
             notes.append(f"- {title}: {why}")
