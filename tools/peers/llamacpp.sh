@@ -5,7 +5,7 @@
 #       unpack TARBALL (.carry/llama.tar.xz, made by tools/peers/pack_llamacpp.sh from the
 #       llama-cpp-python 0.3.36 sdist's vendor/llama.cpp) into DIR and build llama-bench and
 #       llama-quantize in DIR/build (cuda: -DGGML_CUDA=ON, sm_90a); DIR/BUILD_INFO keeps the
-#       source and the cmake flags
+#       source and the cmake flags (LLAMACPP_CONFIGURE_ONLY=1: configure, do not build)
 #   tools/peers/llamacpp.sh bench DIR HF_DIR WORK OUT_JSON [quick]
 #       HF_DIR (an HF Gemma-4 checkpoint) -> convert_hf_to_gguf.py --outtype f16 -> llama-quantize
 #       Q4_K_M, then llama-bench on each GGUF with -fa 1 -ngl 99 -o json:
@@ -36,6 +36,9 @@ build() {
     { cat "$dir/PEERS_SOURCE" 2>/dev/null; echo "cmake ${flags[*]}"; } >"$dir/BUILD_INFO"
     cmake -S "$dir" -B "$dir/build" "${flags[@]}" >"$dir/cmake.log" 2>&1 ||
         { tail -20 "$dir/cmake.log"; die "cmake failed ($dir/cmake.log)"; }
+    # (LLAMACPP_CONFIGURE_ONLY=1: stop here; trying the CUDA configuration on a machine without
+    # the time to build it)
+    [ "${LLAMACPP_CONFIGURE_ONLY:-0}" = 1 ] && { echo "llamacpp.sh: configured $dir/build ($kind)"; return 0; }
     cmake --build "$dir/build" -j"$(nproc)" --target llama-bench llama-quantize >"$dir/build.log" 2>&1 ||
         { grep -E "error" "$dir/build.log" | head -20; die "build failed ($dir/build.log)"; }
     ls "$dir/build/bin/llama-bench" "$dir/build/bin/llama-quantize" >/dev/null || die "no binaries in $dir/build/bin"
