@@ -558,6 +558,8 @@ stage_peers() {
         grep "^llama" "$p/llama.log"
         cp "$WORK/llama_models"/*.log "$p/" 2>/dev/null
         cp -r "$WORK/llama_models/llama_results" "$p/" 2>/dev/null
+        # the GGUFs are ~10 + 3.5 GB of a 64 GB disk that already holds the E2B packages
+        [ "${PEERS_KEEP_GGUF:-0}" = 1 ] || rm -f "$WORK/llama_models"/*.gguf
     fi
     stamp "peers: llama.cpp done"
     rm -f "$p/parity.json" "$p/parity.json.error"
