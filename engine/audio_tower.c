@@ -266,27 +266,29 @@ int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_feature
 
     const g4_type at = be->act_type;
     const int wide = c->ffn > 2 * A ? c->ffn : 2 * A;
-    g4_buf feat32 = g4_buf_shape(G4_F32, T * M, 1); // conv0 reads f32 (CUDA rounds it to f16)
-    g4_buf v0 = g4_buf_shape(G4_I32, T, 1), v1 = g4_buf_shape(G4_I32, T1, 1);
-    g4_buf vout = g4_buf_shape(G4_I32, T2, 1);
-    g4_buf y0 = g4_buf_shape(at, T1 * M1, C0), y1 = g4_buf_shape(at, T2 * M2, C1);
-    g4_buf h = g4_buf_shape(G4_F32, T2, A); // residual stream
-    g4_buf x = g4_buf_shape(at, T2, A), y = g4_buf_shape(at, T2, A);
-    g4_buf q = g4_buf_shape(at, T2, A), k = g4_buf_shape(at, T2, A),
-           v = g4_buf_shape(at, T2, A);
-    g4_buf attn = g4_buf_shape(at, T2, A), big = g4_buf_shape(at, T2, wide);
-    g4_buf outp = g4_buf_shape(at, T2, c->out_hidden);
-    g4_buf soft = g4_buf_shape(at, T2, t->text_hidden);
-    g4_buf soft32 = g4_buf_shape(G4_F32, T2, t->text_hidden);
-    g4_buf keep = g4_buf_shape(G4_I32, n_valid, 1); // the valid frames' rows of soft32
+    g4_buf feat32 = g4_buf_new(be, G4_F32, T * M, 1); // conv0 reads f32 (CUDA rounds it to f16)
+    g4_buf v0 = g4_buf_new(be, G4_I32, T, 1), v1 = g4_buf_new(be, G4_I32, T1, 1);
+    g4_buf vout = g4_buf_new(be, G4_I32, T2, 1);
+    g4_buf y0 = g4_buf_new(be, at, T1 * M1, C0), y1 = g4_buf_new(be, at, T2 * M2, C1);
+    g4_buf h = g4_buf_new(be, G4_F32, T2, A); // residual stream
+    g4_buf x = g4_buf_new(be, at, T2, A), y = g4_buf_new(be, at, T2, A);
+    g4_buf q = g4_buf_new(be, at, T2, A), k = g4_buf_new(be, at, T2, A),
+           v = g4_buf_new(be, at, T2, A);
+    g4_buf attn = g4_buf_new(be, at, T2, A), big = g4_buf_new(be, at, T2, wide);
+    g4_buf outp = g4_buf_new(be, at, T2, c->out_hidden);
+    g4_buf soft = g4_buf_new(be, at, T2, t->text_hidden);
+    g4_buf soft32 = g4_buf_new(be, G4_F32, T2, t->text_hidden);
+    g4_buf keep = g4_buf_new(be, G4_I32, n_valid, 1); // the valid frames' rows of soft32
     g4_buf *bufs[] = {&feat32, &v0, &v1,  &vout, &y0,   &y1,   &h,      &x,   &y,
                       &q,      &k,  &v,   &attn, &big,  &outp, &soft,   &soft32, &keep};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
-    if (g4_bufs_alloc(be, bufs, n_bufs)) { // one allocation
-        free(m0), free(m1), free(m2);
-        return g4_fail(G4_EUSER, "%s backend out of memory for the audio tower on %d frames",
-                       be->name, T);
-    }
+    for (size_t i = 0; i < n_bufs; i++)
+        if (!bufs[i]->data) {
+            for (size_t j = 0; j < n_bufs; j++) g4_buf_free(be, bufs[j]);
+            free(m0), free(m1), free(m2);
+            return g4_fail(G4_EUSER, "%s backend out of memory for the audio tower on %d frames",
+                           be->name, T);
+        }
 
     // Subsampling, channels last: [T, M, 1] -> conv0 -> [T1, M1, C0] -> conv1 -> [T2, M2, C1],
     // which viewed [T2, M2 x C1] is input_proj's input (HF: permute(0, 2, 3, 1) + reshape).
@@ -360,6 +362,6 @@ int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_feature
     }
     be->sync(be); // (the caller's next work may be on another queue)
     free(m0), free(m1), free(m2);
-    g4_bufs_free(be, bufs, n_bufs);
+    for (size_t i = 0; i < n_bufs; i++) g4_buf_free(be, bufs[i]);
     return G4_OK;
 }

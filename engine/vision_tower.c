@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include "base/base.h"
-#include "base/parallel.h"
 
 // The ops the tower calls beyond the text model's (a backend may not have them yet).
 static int need_ops(const g4_backend *be) {
@@ -108,25 +107,6 @@ int g4_vision_tower_forward(g4_vision_tower *t, const g4_image_features *f, floa
     return rc;
 }
 
-// The patch embedding's input rows [lo, hi): out = act(2 (p - 0.5)), act fp32 or fp16 bits.
-typedef struct {
-    const float *in;
-    void *out;
-    g4_type type;
-    int cols;
-} patch_job;
-
-static void patch_rows(void *ctx, int lo, int hi) {
-    const patch_job *j = ctx;
-    for (size_t i = (size_t)lo * j->cols; i < (size_t)hi * j->cols; i++) {
-        const float v = 2.0f * (j->in[i] - 0.5f);
-        if (j->type == G4_F32)
-            ((float *)j->out)[i] = v;
-        else
-            ((uint16_t *)j->out)[i] = g4_f32_to_f16(v);
-    }
-}
-
 int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_features *f,
                         g4_buf *out, g4_tower_hook hook, void *hook_ctx) {
     const g4_vision_config *c = t->cfg;
@@ -159,31 +139,35 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
         return g4_fail(G4_EINTERNAL, "vision tower output: expected f32 [%d, %d], got %s [%d, %d]",
                        n_soft, t->text_hidden, g4_type_name(out->type), out->rows, out->cols);
 
-    // Buffers for this image ([N, .] activations, [n_soft, .] pooled): one allocation.
+    // Buffers for this image ([N, .] activations, [n_soft, .] pooled).
     const g4_type at = be->act_type;
-    if (at != G4_F32 && at != G4_F16)
-        return g4_fail(G4_EINTERNAL, "vision tower: activations of type %s (expected f32 or f16)",
-                       g4_type_name(at));
-    g4_buf pix = g4_buf_shape(at, N, c->patch_dim), pos = g4_buf_shape(G4_I32, N, 2);
-    g4_buf h = g4_buf_shape(G4_F32, N, D); // residual stream
-    g4_buf x = g4_buf_shape(at, N, D), o = g4_buf_shape(at, N, D);
-    g4_buf q = g4_buf_shape(at, N, D), kk = g4_buf_shape(at, N, D), v = g4_buf_shape(at, N, D);
-    g4_buf attn = g4_buf_shape(at, N, D), mlp = g4_buf_shape(at, N, c->ffn);
-    g4_buf pooled = g4_buf_shape(G4_F32, n_soft, D), pooled_a = g4_buf_shape(at, n_soft, D);
-    g4_buf soft = g4_buf_shape(at, n_soft, t->text_hidden);
-    g4_buf *bufs[] = {&pix, &pos, &h, &x, &o, &q, &kk, &v, &attn, &mlp, &pooled, &pooled_a, &soft};
+    g4_buf pix32 = g4_buf_new(be, G4_F32, N, c->patch_dim),
+           pix = g4_buf_new(be, at, N, c->patch_dim);
+    g4_buf pos = g4_buf_new(be, G4_I32, N, 2);
+    g4_buf h = g4_buf_new(be, G4_F32, N, D); // residual stream
+    g4_buf x = g4_buf_new(be, at, N, D), o = g4_buf_new(be, at, N, D);
+    g4_buf q = g4_buf_new(be, at, N, D), kk = g4_buf_new(be, at, N, D),
+           v = g4_buf_new(be, at, N, D);
+    g4_buf attn = g4_buf_new(be, at, N, D), mlp = g4_buf_new(be, at, N, c->ffn);
+    g4_buf pooled = g4_buf_new(be, G4_F32, n_soft, D), pooled_a = g4_buf_new(be, at, n_soft, D);
+    g4_buf soft = g4_buf_new(be, at, n_soft, t->text_hidden);
+    g4_buf *bufs[] = {&pix32, &pix, &pos, &h, &x, &o, &q, &kk, &v, &attn, &mlp, &pooled,
+                      &pooled_a, &soft};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
-    if (g4_bufs_alloc(be, bufs, n_bufs))
-        return g4_fail(G4_EUSER, "%s backend out of memory for the vision tower on %d patches",
-                       be->name, N);
+    for (size_t i = 0; i < n_bufs; i++)
+        if (!bufs[i]->data) {
+            for (size_t j = 0; j < n_bufs; j++) g4_buf_free(be, bufs[j]);
+            return g4_fail(G4_EUSER, "%s backend out of memory for the vision tower on %d patches",
+                           be->name, N);
+        }
 
-    // Patch embedding: the model's own 2 (p - 0.5) in fp32 (as HF, before input_proj), rounded
-    // here to the activation type (the bits the backend's convert gave), rows on threads.
-    patch_job pj = {f->pixel_values, g4_malloc(g4_buf_bytes(&pix)), at, c->patch_dim};
-    g4_parallel_for(N, 2.0 * c->patch_dim, patch_rows, &pj);
-    be->upload(be, pix.data, pj.out, g4_buf_bytes(&pix));
-    free(pj.out);
+    // Patch embedding: the model's own 2 (p - 0.5) (HF does it in fp32 before input_proj).
+    float *p = g4_malloc(sizeof(float) * (size_t)N * c->patch_dim);
+    for (size_t i = 0; i < (size_t)N * c->patch_dim; i++) p[i] = 2.0f * (f->pixel_values[i] - 0.5f);
+    be->upload(be, pix32.data, p, g4_buf_bytes(&pix32));
+    free(p);
     be->upload(be, pos.data, f->position_ids, g4_buf_bytes(&pos));
+    be->convert(be, &pix, &pix32);
     be->linear(be, &x, &pix, &t->patch_proj, 0);
     be->convert(be, &h, &x);
     be->vision_posemb(be, &h, t->pos_table, c->pos_size, &pos);
@@ -222,6 +206,6 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
     g4_tower_emit(hook, hook_ctx, be, "vision_soft_tokens", -1, out);
     be->sync(be); // (the caller's next work may be on another queue)
 
-    g4_bufs_free(be, bufs, n_bufs);
+    for (size_t i = 0; i < n_bufs; i++) g4_buf_free(be, bufs[i]);
     return G4_OK;
 }

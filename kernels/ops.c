@@ -38,45 +38,6 @@ void g4_buf_free(g4_backend *be, g4_buf *b) {
     b->data = NULL;
 }
 
-g4_buf g4_buf_shape(g4_type type, int rows, int cols) {
-    G4_ASSERT(rows >= 0 && cols >= 0);
-    g4_buf b = {NULL, type, rows, cols};
-    return b;
-}
-
-static size_t bufs_part(const g4_buf *b) { // a buffer's part of the block: 256-byte multiples
-    const size_t n = g4_buf_bytes(b);
-    return ((n ? n : 1) + 255) & ~(size_t)255;
-}
-
-int g4_bufs_alloc(g4_backend *be, g4_buf *const *bufs, size_t n) {
-    if (be->host_memory) {
-        for (size_t i = 0; i < n; i++) {
-            *bufs[i] = g4_buf_new(be, bufs[i]->type, bufs[i]->rows, bufs[i]->cols);
-            if (!bufs[i]->data) {
-                g4_bufs_free(be, bufs, n);
-                return -1;
-            }
-        }
-        return 0;
-    }
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += bufs_part(bufs[i]);
-    uint8_t *block = be->alloc(be, total ? total : 1);
-    for (size_t i = 0, off = 0; i < n; off += bufs_part(bufs[i]), i++)
-        bufs[i]->data = block ? block + off : NULL;
-    return block ? 0 : -1;
-}
-
-void g4_bufs_free(g4_backend *be, g4_buf *const *bufs, size_t n) {
-    if (be->host_memory) {
-        for (size_t i = 0; i < n; i++) g4_buf_free(be, bufs[i]);
-        return;
-    }
-    if (n && bufs[0]->data) be->free(be, bufs[0]->data); // the block starts at the first part
-    for (size_t i = 0; i < n; i++) bufs[i]->data = NULL;
-}
-
 g4_buf g4_buf_view(const g4_buf *b, int rows, int cols) {
     G4_ASSERT(rows >= 0 && cols >= 0 && (size_t)rows * cols <= (size_t)b->rows * b->cols);
     g4_buf v = {b->data, b->type, rows, cols};

@@ -246,15 +246,6 @@ g4_backend *g4_backend_cuda(const char **why);
 // Helpers over a backend.
 g4_buf g4_buf_new(g4_backend *be, g4_type type, int rows, int cols);
 void g4_buf_free(g4_backend *be, g4_buf *b);
-// A buffer's type and shape without storage (for g4_bufs_alloc).
-g4_buf g4_buf_shape(g4_type type, int rows, int cols);
-// Storage for n buffers whose type and shape are set: on a device backend one allocation with a
-// 256-byte aligned part for each (a tower call makes one device allocation and one free, not
-// one per buffer: cudaMalloc costs tens of us and cudaFree waits for the device); on a host
-// backend one allocation each (so that the sanitizers see each buffer's bounds). 0, or -1 when
-// out of memory (every data NULL then). Free with g4_bufs_free once the device is done with them.
-int g4_bufs_alloc(g4_backend *be, g4_buf *const *bufs, size_t n);
-void g4_bufs_free(g4_backend *be, g4_buf *const *bufs, size_t n);
 size_t g4_buf_bytes(const g4_buf *b);
 // A [rows, cols] view of the first rows x cols elements of b's storage (no copy).
 g4_buf g4_buf_view(const g4_buf *b, int rows, int cols);
