@@ -471,8 +471,7 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
         launch_mma(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
         return G4_OK;
     case G4_GEMM_WGMMA:
-        wgmma_launch(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
-        return G4_OK;
+        return wgmma_launch(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
     default:
         return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..3 (g4_gemm_algo)", who, algo);
     }
