@@ -3,7 +3,7 @@
 // epilogue stores, the argument checks of the public entries (cp.async, mma.sync and GELU come
 // from kernels/ptx_common.cuh). Internal header.
 // defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, num_sms, check_common,
-//          wgmma_launch, q4_wgmma_launch, set_smem.
+//          prefill_mma_forced, wgmma_launch, q4_wgmma_launch, set_smem.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -95,6 +95,10 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 
 // Multiprocessors of the current device (queried once).
 int num_sms();
+
+// G4_GEMM_PREFILL=mma in the environment: AUTO runs the mma.sync GEMMs for M > 8 (a fallback
+// switch for A/B runs; read once).
+bool prefill_mma_forced();
 
 // The checks every entry makes; each returns G4_OK or a G4_EUSER message naming `who`.
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,

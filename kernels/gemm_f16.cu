@@ -5,6 +5,8 @@
 // fp32 accumulation, epilogue by g4_gemm_epi. Test: tests/test_cuda_gemm.c --op f16;
 // bench: g4cu bench --kernels --filter gemm_f16.
 #include <cooperative_groups.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/pdl.cuh"
@@ -23,6 +25,15 @@ int num_sms() {
         G4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     }
     return n;
+}
+
+bool prefill_mma_forced() {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("G4_GEMM_PREFILL");
+        forced = e && !strcmp(e, "mma");
+    }
+    return forced != 0;
 }
 
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
@@ -454,9 +465,10 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     const bool fused = wu != nullptr;
     if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
-    // wgmma passed the whole test table on the H200 and beats mma.sync at every prefill shape
-    // (bench/RESULTS.md), so it is the prefill path; mma.sync stays for Q4 and as a reference.
-    if (algo == G4_GEMM_AUTO) algo = M <= 8 ? G4_GEMM_GEMV : G4_GEMM_WGMMA;
+    // Prefill: the wgmma GEMM (gemm_f16_wgmma.cu); mma.sync stays as the reference and, with
+    // G4_GEMM_PREFILL=mma, the fallback.
+    if (algo == G4_GEMM_AUTO)
+        algo = M <= 8 ? G4_GEMM_GEMV : prefill_mma_forced() ? G4_GEMM_MMA : G4_GEMM_WGMMA;
     const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
     const __half *hb = (const __half *)bias;
     switch (algo) {

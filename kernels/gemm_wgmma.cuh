@@ -14,7 +14,8 @@
 //         four 16-byte stores, conflict-free); thread 0 also issues the x tile's TMA.
 //     Fused gate/up: columns 0 .. BN/2 - 1 of the B tile are the gate weight's features
 //     n0 .. n0 + BN/2 - 1 and columns BN/2 .. BN - 1 the up weight's same features, so an
-//     accumulator's gate and up values of one output sit in the same thread (j and j + BN/16).
+//     accumulator's gate and up values of one output sit in the same thread (j and j + BN/16);
+//     the Q4 producer's warps 0-1 fill the gate half and warps 2-3 the up half.
 //   warpgroups 1, 2, consumers: rows 64 c .. 64 c + 63 of the tile, wgmma m64nBNk16 (4 per
 //     stage), fp32 accumulators in registers (BN / 2 per thread).
 // Registers are moved from the producer to the consumers with setmaxnreg (wg_cfg).

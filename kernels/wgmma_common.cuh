@@ -61,15 +61,20 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
 // Waits until the phase with the given parity has completed (acquire). A fresh barrier is in
 // phase 0, so waiting on parity 1 returns at once: round r of a ring waits on parity
 // (r & 1) ^ 1 for the release of round r - 1.
+// Watchdog: after 2^28 unsuccessful polls (each try_wait suspends up to a hardware time limit:
+// seconds in all, against microseconds for any legitimate wait here) the thread traps, so a
+// protocol bug ends the launch with cudaErrorLaunchFailure ("unspecified launch failure")
+// instead of hanging the GPU.
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     uint32_t done = 0;
-    while (!done) {
+    for (uint32_t n = 0; !done; n++) {
         asm volatile("{\n.reg .pred p;\n"
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
                      : "r"(smem_u32(bar)), "r"(parity)
                      : "memory");
+        if (n == (1u << 28)) __trap();
     }
 }
 

@@ -1,5 +1,5 @@
-// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512
-// and 2048 tokens, decode tok/s (128 new after a 128-token prompt, greedy, graph-replayed on
+// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512,
+// 2048 and (CUDA, when the context allows) 16,000 tokens, decode tok/s (128 new after a 128-token prompt, greedy, graph-replayed on
 // CUDA), time to first token, GPU memory, the decode again with the per-layer embedding table in
 // pinned host memory, vision/audio tower ms, and the same for a second package (Q4); optionally HF
 // transformers on the same weights (tools/python/bench_hf.py) with the ratios.
@@ -46,6 +46,7 @@ typedef struct {
     double ple_gib;       // the PLE table's bytes (off the device in the host variant)
     double vision_ms;     // vision tower (patch embedding .. projection) for one 768x768 image
     double audio_ms;      // audio tower for a 30 s clip (750 soft tokens)
+    double prefill_long_ms; // one G4_BENCH_LONG_PREFILL-token prefill (issue 22); -1 when skipped
     double load_s;
     double weights_gib;   // weight bytes placed on the backend
     double state_gib;     // KV cache + activations of the decode state
@@ -144,9 +145,42 @@ static int bench_decode(g4_text_state *s, const int32_t *ids, int P, int N, int 
     return rc;
 }
 
+#define G4_BENCH_LONG_PREFILL 16000
+
+// The long-prompt row: median ms of a G4_BENCH_LONG_PREFILL-token prefill (own state and ids,
+// reps runs after a warm-up); -1 when the context is shorter or the backend is the CPU one (a
+// 16k-token CPU prefill takes hours).
+static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_backend *be,
+                              int reps, double *ms) {
+    const int n = G4_BENCH_LONG_PREFILL;
+    *ms = -1;
+    if (p->text.context_length < n || be->host_memory) return G4_OK;
+    int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n);
+    unsigned long long seed = 0x1f00d;
+    for (int i = 0; i < n; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
+    }
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    g4_text_state *s = NULL;
+    int rc = g4_text_state_new(m, n, n, &s);
+    for (int i = 0; i <= reps && !rc; i++) {
+        g4_text_state_reset(s);
+        double a = now_ms();
+        if ((rc = g4_text_forward(s, ids, n, NULL, NULL, 0))) break;
+        if (i) t[i - 1] = now_ms() - a; // run 0 warms up
+    }
+    if (!rc) *ms = median(t, reps);
+    g4_text_state_free(s);
+    free(t);
+    free(ids);
+    return rc;
+}
+
 // Runs one package; fills r. Prefill lengths beyond the context are skipped (ms = -1).
 static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r) {
     memset(r, 0, sizeof *r);
+    r->prefill_long_ms = -1;
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_text_state *s = NULL;
@@ -181,6 +215,7 @@ static int bench_one(const char *dir, g4_backend *be, int reps, bench_result *r)
         g4_text_state_free(s);
         s = NULL;
     }
+    if ((rc = bench_prefill_long(m, p, be, reps, &r->prefill_long_ms))) goto done_t;
     // Decode: a 128-token prompt (its last token goes through the decode step), 128 new.
     const int P = 128 < ctx ? 128 : ctx / 2, N = 128 < ctx - P ? 128 : ctx - P - 1;
     if ((rc = g4_text_state_new(m, P + N + 1, P, &s))) goto done_t;
@@ -235,6 +270,9 @@ static void print_result(const char *name, const bench_result *r) {
         if (r->prefill_ms[k] >= 0)
             printf("prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k], r->prefill_ms[k],
                    r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
+    if (r->prefill_long_ms >= 0)
+        printf("prefill %d: %.2f ms (%.0f tok/s) | ", G4_BENCH_LONG_PREFILL, r->prefill_long_ms,
+               G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3));
     printf("TTFT(128) %.2f ms | decode %.1f tok/s", r->ttft_ms, r->decode_tok_s);
     if (r->decode_host_tok_s >= 0)
         printf(" | PLE table (%.2f GiB) in pinned host memory: TTFT %.2f ms, decode %.1f tok/s",
@@ -251,6 +289,9 @@ static void json_result(FILE *f, const char *name, const bench_result *r) {
         fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", r->prefill_len[k],
                 r->prefill_ms[k], r->prefill_len[k],
                 r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
+    fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", G4_BENCH_LONG_PREFILL,
+            r->prefill_long_ms, G4_BENCH_LONG_PREFILL,
+            r->prefill_long_ms > 0 ? G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3) : -1.0);
     fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"vision_768_ms\": %.4f, "
                "\"audio_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
                "\"ple_host_decode_tok_s\": %.2f}",
