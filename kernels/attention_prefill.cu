@@ -27,7 +27,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
@@ -289,12 +288,8 @@ bool aligned16(const void *ptr) {
 
 // G4_ATTN_PREFILL=hmma: AUTO runs the HMMA kernel everywhere (read once).
 bool hmma_forced() {
-    static int forced = -1;
-    if (forced < 0) {
-        const char *e = getenv("G4_ATTN_PREFILL");
-        forced = e && !strcmp(e, "hmma");
-    }
-    return forced != 0;
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_ATTN_PREFILL", "hmma") != 0;
 }
 
 } // namespace

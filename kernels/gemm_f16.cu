@@ -5,8 +5,6 @@
 // fp32 accumulation, epilogue by g4_gemm_epi. Test: tests/test_cuda_gemm.c --op f16;
 // bench: g4cu bench --kernels --filter gemm_f16.
 #include <cooperative_groups.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/pdl.cuh"
@@ -28,12 +26,8 @@ int num_sms() {
 }
 
 bool prefill_mma_forced() {
-    static int forced = -1;
-    if (forced < 0) {
-        const char *e = getenv("G4_GEMM_PREFILL");
-        forced = e && !strcmp(e, "mma");
-    }
-    return forced != 0;
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_GEMM_PREFILL", "mma") != 0;
 }
 
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
