@@ -60,6 +60,12 @@ static int read_genai(g4_package *p) {
         g4_json_close(&j);
         return rc;
     }
+    // model.type: the mobius exporter writes "gemma4_text"; onnxruntime-genai 0.18 runs a
+    // package with an embedding component only as "gemma4" (the multimodal type), so packages
+    // made for it say that. Both name these same files; anything else is another model.
+    if (!rc && strcmp(g->model_type, "gemma4") && strcmp(g->model_type, "gemma4_text"))
+        rc = g4_fail(G4_EUSER, "%s: model.type is '%s'; expected 'gemma4' or 'gemma4_text'",
+                     j.path, g->model_type);
     if (!g->past_key_fmt) g->past_key_fmt = g4_strdup("past_key_values.%d.key");
     if (!g->past_value_fmt) g->past_value_fmt = g4_strdup("past_key_values.%d.value");
     // The formats are used with one int: insist on exactly one %d and nothing else.

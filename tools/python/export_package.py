@@ -11,8 +11,14 @@ Why the wrapper: transformers 5.17's Gemma4TextConfig folds `global_head_dim` in
 exposes the attribute, while mobius 0.1.0 reads `config.global_head_dim` (falling back to
 `head_dim`, which would give full layers the sliding head width). We restore the attribute from
 `per_layer_config` on the loaded config and allow the global `head_dim` read the exporter does;
-nothing else changes. Extra arguments after OUT_DIR are passed to `mobius build`.
+Afterwards genai_config.json's model.type becomes "gemma4": mobius writes "gemma4_text", which
+onnxruntime-genai 0.18 refuses for a package with an embedding component ("Decoder-only CPU
+embedding requires the dynamic-batching Engine"), while with "gemma4" (its multimodal type) it
+runs the same files; g4cu reads both. `--keep-model-type` leaves mobius's value.
+Extra arguments after OUT_DIR are passed to `mobius build`.
 """
+import json
+import os
 import sys
 
 import transformers
@@ -37,6 +43,8 @@ def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
     hf_dir, out_dir, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    keep_type = "--keep-model-type" in extra
+    extra = [a for a in extra if a != "--keep-model-type"]
     orig = transformers.AutoConfig.from_pretrained
 
     def patched(*a, **k):
@@ -45,6 +53,17 @@ def main():
     transformers.AutoConfig.from_pretrained = patched
     mobius_main(["build", "--config", hf_dir, "--dtype", "f16", "--ep", "cuda",
                  "--runtime", "ort-genai", *extra, out_dir])
+    cfg_path = os.path.join(out_dir, "genai_config.json")
+    if not keep_type and os.path.exists(cfg_path):
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        if cfg.get("model", {}).get("type") == "gemma4_text" and "embedding" in cfg["model"]:
+            cfg["model"]["type"] = "gemma4"
+            with open(cfg_path + ".tmp", "w") as f:
+                json.dump(cfg, f, indent=4)
+            os.replace(cfg_path + ".tmp", cfg_path)
+            print("  genai_config: model.type gemma4_text -> gemma4 (what onnxruntime-genai "
+                  "0.18 loads with an embedding component)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One GPU session as a detached pipeline that outlives each device call, so a 25-minute batch
+# can run under calls of at most 10 minutes (the machine stays warm ~30 s between calls):
+#
+#   bash tools/gpu/pipeline.sh start [PLAN]   copy the tree to $WORK/src, start PLAN detached
+#   bash tools/gpu/pipeline.sh wait SECONDS    follow it for up to SECONDS, then pack the logs
+#
+# Each stage of tools/gpu/run.sh runs as `bash tools/gpu/run.sh STAGE` inside $WORK/src with
+# its output in $WORK/logs/STAGE.log; `wait` prints each finished stage's tail and packs
+# $WORK/logs into $OUT/logs.tar.gz (the device tool brings back at most 8 files).
+# PLAN (default below) is a list of groups separated by '/': the stages of one group run one
+# after another; the groups run side by side, and a group may wait for another group's
+# stage with `after:STAGE`.
+set -uo pipefail
+WORK=${WORK:-/tmp/g4work}
+OUT=${OUT:-/tmp/g4out}
+mkdir -p "$WORK/logs" "$OUT"
+cmd=${1:-}
+shift || true
+
+stage_done() { [ -f "$WORK/logs/$1.done" ]; }
+
+run_group() { # stages of one group, in order
+    for s in "$@"; do
+        case "$s" in
+        after:*)
+            local dep=${s#after:} n=0
+            while ! stage_done "$dep" && [ $n -lt 3000 ]; do sleep 2; n=$((n + 2)); done
+            ;;
+        *)
+            local t0
+            t0=$(date +%s)
+            echo "[$(date +%T)] start $s" >>"$WORK/logs/pipeline.log"
+            (cd "$WORK/src" && OUT="$WORK/logs/$s.out" WORK="$WORK" bash tools/gpu/run.sh "$s") \
+                >"$WORK/logs/$s.log" 2>&1
+            echo "rc=$? seconds=$(($(date +%s) - t0))" >"$WORK/logs/$s.done"
+            echo "[$(date +%T)] done $s $(cat "$WORK/logs/$s.done")" >>"$WORK/logs/pipeline.log"
+            ;;
+        esac
+    done
+}
+
+case "$cmd" in
+start)
+    plan=${1:-"build tests tiny after:train kernels after:e2b_make e2b_run fidelity_measure / after:build e2b_make / after:build train"}
+    rm -rf "$WORK/src" && mkdir -p "$WORK/src"
+    tar --exclude=./build\* --exclude=./.git -cf - . | tar -xf - -C "$WORK/src"
+    mkdir -p "$WORK/logs"/
+    echo "$plan" >"$WORK/logs/plan.txt"
+    # the .deb prefix and the wheels, once, before the groups fork
+    (cd "$WORK/src" && source tools/gpu/env.sh && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv) \
+        >"$WORK/logs/env.log" 2>&1
+    IFS='/' read -r -a groups <<<"$plan"
+    for g in "${groups[@]}"; do
+        # shellcheck disable=SC2086
+        setsid nohup bash "$0" group $g >>"$WORK/logs/pipeline.log" 2>&1 </dev/null &
+    done
+    echo "pipeline started: $plan"
+    ;;
+group)
+    run_group "$@"
+    ;;
+wait)
+    limit=${1:-540}
+    t0=$(date +%s)
+    seen=" "
+    while :; do
+        for f in "$WORK"/logs/*.done; do
+            [ -f "$f" ] || continue
+            s=$(basename "$f" .done)
+            case "$seen" in *" $s "*) continue ;; esac
+            seen="$seen$s "
+            echo "=== $s: $(cat "$f")"
+            tail -n 25 "$WORK/logs/$s.log" | cut -c1-220
+        done
+        all=1
+        for s in $(tr '/' ' ' <"$WORK/logs/plan.txt"); do
+            case "$s" in after:*) continue ;; esac
+            stage_done "$s" || all=0
+        done
+        [ $all = 1 ] && { echo "pipeline: all stages done"; break; }
+        [ $(($(date +%s) - t0)) -ge "$limit" ] && { echo "pipeline: still running:"; tail -n 5 "$WORK/logs/pipeline.log"; break; }
+        sleep 5
+    done
+    tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
+    ls -la "$OUT"
+    ;;
+*)
+    echo "usage: $0 start [PLAN] | wait SECONDS" >&2
+    exit 2
+    ;;
+esac
