@@ -15,6 +15,7 @@
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
 #include "kernels/q4_tile.cuh"
 
@@ -374,7 +375,7 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     // and, with G4_GEMM_PREFILL=mma, the fallback.
     if (algo == G4_GEMM_AUTO)
         algo = M <= 8 ? G4_GEMM_GEMV : prefill_mma_forced() ? G4_GEMM_MMA : G4_GEMM_WGMMA;
-    const q4w w0 = q4_view(w), w1 = wu ? q4_view(wu) : w0;
+    const q4w w0 = view(w), w1 = wu ? view(wu) : w0;
     const __half *hx = (const __half *)x, *hb = (const __half *)bias;
     switch (algo) {
     case G4_GEMM_GEMV:
@@ -464,7 +465,7 @@ extern "C" int g4_q4_dequant_f16(void *w_out, const g4_q4_weight *w, cudaStream_
         return g4_fail(G4_EUSER, "q4_dequant_f16: output NULL or not 2-byte aligned");
     const size_t tiles = (size_t)(w->n / 16) * (w->k / 64);
     g4k::q4_dequant_kernel<<<(unsigned)((tiles + 7) / 8), 256, 0, stream>>>(
-        (__half *)w_out, g4k::q4_view(w), w->n, w->k);
+        (__half *)w_out, g4k::view(w), w->n, w->k);
     G4_CUDA_LAUNCH_CHECK();
     return G4_OK;
 }
