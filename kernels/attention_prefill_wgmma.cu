@@ -11,8 +11,8 @@
 // block are consecutive, so the union of their visible key ranges [lo_min, hi_max] is one short
 // interval: the block walks key tiles of 64 over it only (tiles outside are never loaded), with
 // the mask applied on tiles that cross some row's range edge. Persistent grid (one CTA per SM),
-// work items in order of decreasing length (latest query blocks first), CTA b taking items
-// b, b + grid, ...
+// work items in order of decreasing length (latest query blocks first) dealt to the CTAs in
+// snake order (fw_item), which balances causal prefill's linearly shrinking blocks.
 //
 // Warpgroups (128 threads each):
 //   0  producer: warp 0 lane 0 loads the K tiles, warp 1 lane 0 the V tiles (TMA boxes of 64 dims
@@ -145,6 +145,15 @@ __device__ __forceinline__ FwBlock fw_block_at(const FwParams &p, int w) {
     return b;
 }
 
+// The i-th work item of this CTA, or -1 past the last: items go round by round over the grid,
+// in snake order (round i even: CTA b takes i * grid + b, odd: i * grid + grid - 1 - b), so with
+// items sorted longest first (fw_block_at) every two rounds give each CTA the same total length.
+__device__ __forceinline__ int fw_item(const FwParams &p, int i) {
+    const int G = (int)gridDim.x, b = (int)blockIdx.x;
+    const long long w = (long long)i * G + ((i & 1) ? G - 1 - b : b);
+    return w < p.n_work ? (int)w : -1;
+}
+
 // Row r of a block -> (token, head), or token -1 for a padding row.
 __device__ __forceinline__ int fw_row_token(const FwParams &p, const FwBlock &b, int r,
                                             int &head) {
@@ -185,7 +194,7 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
             uint64_t *full = warp == 0 ? kfull : vfull, *empty = warp == 0 ? kempty : vempty;
             const uint32_t base = warp == 0 ? C::OFF_K : C::OFF_V;
             uint32_t gt = 0;
-            for (int w = blockIdx.x; w < p.n_work; w += gridDim.x) {
+            for (int i = 0, w; (w = fw_item(p, i)) >= 0; i++) {
                 const FwBlock b = fw_block_at(p, w);
                 for (int it = 0; it < b.n_tiles; it++, gt++) {
                     if (lane == 0) {
@@ -210,7 +219,7 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
         uint8_t *qs = smem + C::OFF_Q;
         uint32_t qa[C::QREG / 16][4];
         uint32_t gt = 0;
-        for (int w = blockIdx.x; w < p.n_work; w += gridDim.x) {
+        for (int i = 0, w; (w = fw_item(p, i)) >= 0; i++) {
             const FwBlock b = fw_block_at(p, w);
             // This thread's rows 16 w4 + g (+ 8) and their visible ranges; Q fragments.
             int rlo[2], rhi[2];
@@ -350,7 +359,7 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
 #pragma unroll
             for (int i = 0; i < C::PV_ACC; i++) o[x][i] = 0.0f;
         uint32_t gt = 0;
-        for (int w = blockIdx.x; w < p.n_work; w += gridDim.x) {
+        for (int i = 0, w; (w = fw_item(p, i)) >= 0; i++) {
             const FwBlock b = fw_block_at(p, w);
             for (int it = 0; it < b.n_tiles; it++, gt++) {
                 const int ps = gt & 1, sv = gt % C::SV, j0 = b.lo_min + it * FW_BK;

@@ -450,6 +450,29 @@ void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap
     cfg.blockDim = dim3(WG_THREADS);
     cfg.dynamicSmemBytes = C::SMEM;
     cfg.stream = stream;
+    if (split > 1) {
+        // A cluster of `split` CTAs of ~200 KB each needs `split` SMs of one GPC; if the device
+        // cannot co-schedule it (asked once per kernel and size), the persistent grid runs.
+        static int fits[4] = {-1, -1, -1, -1}; // split 2, 4, 8
+        int &f = fits[split == 2 ? 0 : split == 4 ? 1 : 2];
+        if (f < 0) {
+            int n = 0;
+            f = cudaOccupancyMaxActiveClusters(&n, gemm_wgmma_kernel<BSRC, BN, FUSED>, &cfg) ==
+                        cudaSuccess &&
+                n > 0;
+            cudaGetLastError();
+            if (!f)
+                fprintf(stderr,
+                        "g4cu: wgmma GEMM: the device cannot co-schedule clusters of %d CTAs "
+                        "with %d KB of shared memory each; split-K shapes run the persistent "
+                        "grid instead\n",
+                        split, C::SMEM >> 10);
+        }
+        if (!f) {
+            wg_launch_t<BSRC, BN, FUSED>(mx, mw, mu, p, 1, max_ctas, stream);
+            return;
+        }
+    }
     G4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wgmma_kernel<BSRC, BN, FUSED>, mx, mw, mu, p));
     G4_CUDA_LAUNCH_CHECK();
 }
