@@ -225,6 +225,13 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         memset(&row, 0, sizeof row);
         snprintf(row.op, sizeof row.op, "%s", r.op);
         snprintf(row.shape, sizeof row.shape, "M=%d N=%d K=%d %s", r.M, sh.N, sh.K, sh.name);
+        if (r.algo == G4_GEMM_WGMMA) { // the configuration the automatic choice ran
+            int bn, split;
+            g4_gemm_wgmma_plan(r.M, sh.N, sh.K, r.glu, r.w == W_Q4, &bn, &split);
+            const size_t l = strlen(row.shape);
+            snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
+                     split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
+        }
         if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
 
         problem p;

@@ -76,6 +76,9 @@ int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu,
 // count (so one CTA walks many tiles); 0 leaves a choice automatic, (0, 0, 0) restores all.
 // Launches that cannot run a forced value return G4_EUSER. Not thread-safe; not for the engine.
 int g4_gemm_wgmma_force(int bn, int split, int max_ctas);
+// The automatic WGMMA configuration of a shape (tile width, K split; split 1 = persistent), for
+// the bench's row labels. q4: Q4 weights; fused: the gate/up kernel.
+void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split);
 
 #ifdef __cplusplus
 }

@@ -73,6 +73,12 @@ int wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, co
 
 } // namespace g4k
 
+extern "C" void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split) {
+    const g4k::wg_choice c = g4k::wg_choose(M, N, K, fused != 0, q4 || !fused);
+    *bn = c.bn;
+    *split = c.split;
+}
+
 extern "C" int g4_gemm_wgmma_force(int bn, int split, int max_ctas) {
     if (bn != 0 && bn != 128 && bn != 192 && bn != 256)
         return g4_fail(G4_EUSER, "gemm wgmma force: tile width %d, expected 0, 128, 192, 256", bn);
