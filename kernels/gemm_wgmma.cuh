@@ -399,8 +399,10 @@ struct wg_choice {
 
 // Tile width and split for a shape: the smallest modelled time, where a k step of a tile costs
 // BN + 48 (the fixed part: per-stage barriers and issue, so 128-wide tiles do ~16% less per
-// column than 256-wide ones), a tile 2 extra steps (fill, epilogue), a split reduction 3, and
-// the CTAs run in ceil(CTAs / SMs) rounds. Ties keep the wider tile and the smaller split.
+// column than 256-wide ones), a tile 2 extra steps (fill, epilogue), the CTAs run in
+// ceil(CTAs / SMs) rounds, and a split pays 4 steps for its reduction and 5% for its extra
+// traffic and non-persistent CTAs (so it is taken only where it clearly fills the GPU better).
+// Ties keep the wider tile and the smaller split. Choices at the E2B shapes: bench/NOTES.md.
 inline wg_choice wg_choose(int M, int N, int K, bool fused, bool allow192) {
     const long P = num_sms(), KT = (K + WG_BK - 1) / WG_BK, MT = (M + WG_BM - 1) / WG_BM;
     wg_choice best = {256, 1};
@@ -413,8 +415,8 @@ inline wg_choice wg_choose(int M, int N, int K, bool fused, bool allow192) {
         for (int s = 1; s <= 8; s *= 2) {
             if (s > 1 && KT / s < 2) break;
             const long rounds = (tiles * s + P - 1) / P;
-            const double cost =
-                (double)rounds * ((KT + s - 1) / s + 2) * (bn + 48) + (s > 1 ? 3.0 * (bn + 48) : 0);
+            const double cost = ((double)rounds * ((KT + s - 1) / s + 2) + (s > 1 ? 4 : 0)) *
+                                (bn + 48) * (s > 1 ? 1.05 : 1.0);
             if (cost < best_cost) best_cost = cost, best = wg_choice{bn, s};
         }
     }
