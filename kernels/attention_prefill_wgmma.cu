@@ -50,6 +50,7 @@
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_common.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/wgmma_common.cuh"
 
 using namespace g4k;
@@ -221,6 +222,23 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
         uint32_t gt = 0;
         for (int i = 0, w; (w = fw_item(p, i)) >= 0; i++) {
             const FwBlock b = fw_block_at(p, w);
+            {
+                // The next block's Q rows into L2 (its loads below then wait ~half as long).
+                const int wn = fw_item(p, i + 1);
+                if (wn >= 0) {
+                    FwBlock nb;
+                    nb.kvh = wn % p.n_kv;
+                    nb.q0 = (p.n_blocks - 1 - wn / p.n_kv) * p.tq;
+                    constexpr int LINES = HD * 2 / 128; // 128-byte lines per Q row
+                    for (int k = threadIdx.x - 128; k < FW_ROWS * LINES; k += 128) {
+                        int head;
+                        const int tok = fw_row_token(p, nb, k / LINES, head);
+                        if (tok >= 0)
+                            g4_prefetch_l2(p.q + (size_t)tok * p.q_stride + (size_t)head * HD +
+                                           64 * (k % LINES));
+                    }
+                }
+            }
             // This thread's rows 16 w4 + g (+ 8) and their visible ranges; Q fragments.
             int rlo[2], rhi[2];
 #pragma unroll
