@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "engine/audio_fe.h"
-#include "loader/base.h"
 
 void g4_audio_free(g4_audio *a) {
     free(a->samples);
@@ -78,16 +78,19 @@ int g4_audio_load(const char *path, int target_rate, int64_t max_samples, g4_aud
     memset(out, 0, sizeof *out);
     if (target_rate <= 0)
         return g4_fail(G4_EUSER, "%s: target sample rate %d must be positive", path, target_rate);
-    if (g4_is_dir(path))
-        return g4_fail(G4_EUSER, "%s: is a directory, expected a sound file", path);
+    // Opened here (a regular file, bounded) and handed to libsndfile, which would otherwise
+    // open a FIFO or a device by name and block or read forever.
+    int fd;
+    uint64_t fsize;
+    int rc = g4_open_input(path, G4_MAX_AUDIO_BYTES, &fd, &fsize);
+    if (rc) return rc;
     SF_INFO info;
     memset(&info, 0, sizeof info);
-    SNDFILE *sf = sf_open(path, SFM_READ, &info);
+    SNDFILE *sf = sf_open_fd(fd, SFM_READ, &info, 1); // closes fd
     char msg[256];
     if (!sf)
         return g4_fail(G4_EUSER, "%s: not a sound file libsndfile can read (%s)", path,
                        sndfile_msg(NULL, msg, sizeof msg));
-    int rc = G4_OK;
     float *inter = NULL, *mono = NULL;
     if (info.channels <= 0 || info.samplerate <= 0) {
         rc = g4_fail(G4_EUSER,
@@ -127,6 +130,17 @@ int g4_audio_load(const char *path, int target_rate, int64_t max_samples, g4_aud
         rc = g4_fail(G4_EUSER, "%s: truncated, no audio frames could be decoded", path);
         goto done;
     }
+    // A float file can hold NaN or Inf, which the log-mel would turn into NaN features and the
+    // tower into NaN soft tokens: a broken recording, said so here.
+    for (size_t i = 0; i < (size_t)got * (size_t)info.channels; i++)
+        if (!isfinite(inter[i])) {
+            rc = g4_fail(G4_EUSER,
+                         "%s: sample %zu (frame %zu, channel %zu) is %s: expected finite audio "
+                         "samples",
+                         path, i, i / (size_t)info.channels, i % (size_t)info.channels,
+                         isnan(inter[i]) ? "NaN" : "infinite");
+            goto done;
+        }
     // Fewer frames than the header said but no decoder error: python-soundfile returns what it
     // read, and so do we.
     // Mono as librosa.to_mono: np.mean over channels in float32, i.e. the channels summed in

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 // HTK mel scale, as transformers.audio_utils.hertz_to_mel / mel_to_hertz (mel_scale="htk").
 static double hz_to_mel_htk(double f) {
@@ -203,6 +203,7 @@ int g4_audio_features_load(const g4_audio_fe_config *c, const char *path, g4_aud
     g4_audio a;
     rc = g4_audio_load(path, lm.sample_rate, G4_AUDIO_MAX_SAMPLES + 1, &a);
     if (!rc) rc = g4_logmel_compute(&lm, a.samples, a.n_samples, path, out);
+    if (!rc) out->src_seconds = (double)a.src_frames / a.src_rate;
     g4_audio_free(&a);
     g4_logmel_free(&lm);
     return rc;

@@ -86,6 +86,7 @@ typedef struct {
     int n_soft_tokens; // audio soft tokens after the two stride-2 convs (mask[::2][::2] sum)
     int64_t n_samples; // samples used (after truncation)
     int truncated;     // 1 when the input had more than G4_AUDIO_MAX_SAMPLES samples
+    double src_seconds; // g4_audio_features_load: the file's whole length, in seconds
 } g4_audio_features;
 
 // Log-mel features of wave[0..n) at lm->sample_rate. n == 0, or audio too short for one valid

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 static int need_ops(const g4_backend *be) {
     if (be->clamp && be->silu && be->glu && be->sscp_conv && be->dwconv1d_causal &&

@@ -10,7 +10,7 @@
 //              h = FFN2(h); h = norm_out(clip h)
 //              FFN(h) = h + 0.5 * post_norm(clip(ffw2(silu(ffw1(pre_norm(clip h))))))
 //              ATTN = chunked local attention with relative positions (12-key causal band,
-//              per-dim scale, soft-cap 50): kernels/ref/audio_attention.c
+//              per-dim scale, soft-cap 50): kernels/ref/attention_audio.c
 //   out:       output_proj (with bias) [T4, A_out]; soft = rmsnorm_noscale(out) @ projector,
 //              rows of the valid frames only                                  [m, text hidden]
 // clip = clamp to +-min(gradient_clipping 1e10, the activation type's max): a no-op in fp32.

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/pystr.h"
+#include "base/str.h"
 
 int g4_chat_tokens_find(const g4_tokenizer *tok, const char *what, g4_chat_tokens *out) {
     struct {

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4_fft_plan_init(g4_fft_plan *p, int n) {
     memset(p, 0, sizeof *p);

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "eval/pystr.h"
+#include "base/str.h"
 
 void g4_gen_params_default(g4_gen_params *p) {
     memset(p, 0, sizeof *p);

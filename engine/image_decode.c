@@ -11,8 +11,8 @@
 #include <png.h>
 #include <setjmp.h>
 
+#include "base/base.h"
 #include "engine/image_fe.h"
-#include "loader/base.h"
 
 void g4_image_free(g4_image *img) {
     free(img->rgb);
@@ -229,7 +229,7 @@ int g4_image_decode(const uint8_t *data, size_t size, const char *what, g4_image
 int g4_image_load(const char *path, g4_image *out) {
     memset(out, 0, sizeof *out);
     g4_mapped_file m;
-    int rc = g4_map_file(path, &m);
+    int rc = g4_map_file_max(path, G4_MAX_IMAGE_BYTES, &m);
     if (rc) return rc;
     rc = g4_image_decode(m.data, (size_t)m.size, path, out);
     g4_unmap_file(&m);

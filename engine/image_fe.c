@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 void g4_image_features_free(g4_image_features *f) {
     free(f->pixel_values);

@@ -15,8 +15,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "engine/image_fe.h"
-#include "loader/base.h"
 
 typedef struct {
     int out_size;

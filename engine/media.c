@@ -3,8 +3,8 @@
 
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "engine/multimodal.h"
-#include "loader/base.h"
 
 struct g4_media_encoder {
     const g4_package *pkg;
@@ -87,6 +87,9 @@ int g4_media_encode_file(g4_media_encoder *e, g4_media_kind kind, const char *pa
         g4_audio_features f;
         if ((rc = g4_audio_features_load(&pkg->audio_fe, path, &f))) return rc;
         out->n_tokens = f.n_soft_tokens;
+        out->truncated = f.truncated;
+        out->src_seconds = f.src_seconds;
+        out->used_seconds = (double)f.n_samples / pkg->audio_fe.sampling_rate;
         out->rows = alloc_rows(f.n_soft_tokens, e->width);
         rc = e->audio_tower(e->audio_ctx, &f, out->rows);
         g4_audio_features_free(&f);

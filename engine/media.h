@@ -25,6 +25,11 @@ typedef struct {
     int n_tokens; // soft tokens (= placeholders in the prompt)
     int width;    // text hidden size
     float *rows;  // host [n_tokens, width]
+    // Audio longer than the audio tower's window (G4_AUDIO_MAX_SAMPLES, 30 s) is cut to it, as
+    // HF's feature extractor does (long-form audio is not supported yet): truncated = 1, and
+    // the file's length and the seconds used, for the caller to say so.
+    int truncated;
+    double src_seconds, used_seconds;
 } g4_media_embeds;
 void g4_media_embeds_free(g4_media_embeds *m);
 

@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 void g4_mm_towers_init(g4_mm_towers *m, const g4_package *pkg, g4_backend *be) {
     memset(m, 0, sizeof *m);

@@ -43,6 +43,7 @@ void g4_pipeline_close(g4_pipeline *pl) {
     g4_tokenizer_close(pl->tok);
     free(pl->tokenizer_path);
     g4_package_close(pl->pkg);
+    free(pl->cuts);
     free(pl);
 }
 
@@ -64,6 +65,8 @@ int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_so
         (rc = check_placeholder(pl, "<|audio|>", pl->ct.audio, pl->pkg->text.audio_token_id)))
         return rc;
     int n_media = pr->n_images + pr->n_audio;
+    pl->n_cuts = 0;
+    pl->cuts = g4_realloc(pl->cuts, sizeof *pl->cuts * (size_t)(pr->n_audio + 1));
     g4_media_embeds *me = g4_calloc((size_t)n_media + 1, sizeof *me);
     int *counts = g4_calloc((size_t)n_media + 1, sizeof(int));
     int total = 0;
@@ -72,6 +75,8 @@ int g4_pipeline_prepare(g4_pipeline *pl, const g4_prompt *pr, g4_ids *ids, g4_so
         const char *path = img ? pr->images[i] : pr->audio[i - pr->n_images];
         rc = g4_media_encode_file(pl->media, img ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO, path, &me[i]);
         if (!rc) total += counts[i] = me[i].n_tokens;
+        if (!rc && me[i].truncated)
+            pl->cuts[pl->n_cuts++] = (g4_media_cut){path, me[i].src_seconds, me[i].used_seconds};
     }
     if (!rc) {
         g4_chat_request req = {

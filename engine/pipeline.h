@@ -9,6 +9,13 @@
 #include "engine/generate.h"
 #include "engine/media.h"
 
+// An audio file of the last request that was cut to the audio tower's window (media.h).
+typedef struct {
+    const char *path;    // the request's own string
+    double seconds;      // the file's length
+    double used_seconds; // what the model heard: the first 30 s
+} g4_media_cut;
+
 typedef struct {
     g4_package *pkg;
     g4_backend *be;
@@ -17,9 +24,13 @@ typedef struct {
     char *tokenizer_path;
     g4_chat_tokens ct;
     g4_media_encoder *media;
+    // What the last g4_pipeline_prepare / _generate cut (nothing is dropped without the caller
+    // being able to say so: the commands print it on stderr and in --json, eval records it).
+    g4_media_cut *cuts;
+    int n_cuts;
 } g4_pipeline;
 
-// Opens pkg_dir on backend be (g4_backend_cpu(), or engine/backend_select.h by name) with the
+// Opens pkg_dir on backend be (g4_backend_cpu(), or kernels/backend_select.h by name) with the
 // tokenizer at tokenizer_path, or <pkg_dir>/tokenizer.json when that is NULL (a package without
 // one needs the path: a clear error says so). The tokenizer's <bos> must be the package's bos id.
 int g4_pipeline_open(const char *pkg_dir, g4_backend *be, const char *tokenizer_path,

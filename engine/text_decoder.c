@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "engine/text_model.h"
-#include "loader/base.h"
 
 int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_state **out) {
     *out = NULL;

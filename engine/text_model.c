@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "quant/q4.h"
 
 // Bytes of a linear as the package stores it (weight, Q4 scales and zero points, bias).

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "quant/q4.h"
 
 void g4_binder_init(g4_binder *b, g4_backend *be, const g4_component *c) {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 // The ops the tower calls beyond the text model's (a backend may not have them yet).
 static int need_ops(const g4_backend *be) {

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/generate.h"
 #include "eval/metrics.h"
-#include "loader/base.h"
 
 int g4_eval_match(const g4_eval_manifest *m, const int *sel, int n_sel, const g4_eval_preds *files,
                   int n_files, const g4_eval_pred ***preds) {
@@ -106,6 +106,7 @@ int g4_eval_score(const g4_eval_manifest *m, const int *sel, int n_sel,
     for (int k = 0; k < n_sel && !rc; k++) {
         const g4_eval_item *it = &m->items[sel[k]];
         const char *pred = preds[k]->prediction;
+        out->failed += preds[k]->error != NULL;
         const char *const *ans = (const char *const *)it->answers;
         g4_eval_item_score *is = &out->items[k];
         is->id = g4_strdup(it->id);

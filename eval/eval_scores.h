@@ -45,6 +45,7 @@ typedef struct {
 typedef struct {
     const g4_eval_task *task;
     int count;
+    int failed;                // items recorded as failed (scored as empty responses)
     double value;              // the headline metric (task->metric)
     double sum;                // sum of per-item scores (not librispeech)
     int64_t edits, ref_words;  // librispeech

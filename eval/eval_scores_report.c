@@ -2,7 +2,7 @@
 // Markdown (see eval_scores.h).
 //
 //   {"format": "g4cu-eval", "version": 1, "task", "lmms_eval_task", "metric", "value",
-//    "lower_is_better", "count",
+//    "lower_is_better", "count", "failed" (items recorded as failed, scored as empty responses),
 //    "scores": {<metric name>: value, ...},          every aggregate lmms-eval reports for the
 //                                                      task (+ edits / ref_words for WER)
 //    "categories": [{"name", "count", "value", "sum" | "edits", "ref_words"}],
@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/generate.h"
 #include "eval/eval_scores.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
 
 // A number printed with the fewest digits that read back as exactly v (cJSON's own printing
 // accepts 15 digits that are only within an epsilon of v, which would make a score read from
@@ -120,6 +120,7 @@ char *g4_eval_scores_json(const g4_eval_scores *s, const g4_eval_meta *m) {
     add_num(j, "value", s->value);
     cJSON_AddBoolToObject(j, "lower_is_better", t->lower_is_better);
     add_num(j, "count", s->count);
+    add_num(j, "failed", s->failed); // items that could not be run (scored as empty responses)
     cJSON_AddItemToObject(j, "scores", scores_obj(s));
 
     cJSON *cats = cJSON_AddArrayToObject(j, "categories");
@@ -232,6 +233,11 @@ char *g4_eval_scores_md(const g4_eval_scores *s, const g4_eval_meta *m) {
     md_value(&b, s, s->value);
     md_printf(&b, "%s** over %d items (%s is better)\n\n", is_wer(s) ? " %" : "", s->count,
               t->lower_is_better ? "lower" : "higher");
+    if (s->failed)
+        md_printf(&b,
+                  "**%d of the %d items failed** (no prediction: scored as empty responses; the "
+                  "reasons are the \"error\" fields of the predictions file)\n\n",
+                  s->failed, s->count);
 
     g4_sb_puts(&b, "| metric | value |\n|---|---:|\n");
     md_printf(&b, "| %s | ", t->metric);

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
 
 static const g4_eval_task tasks[] = {
     {G4_EVAL_OCRBENCH, "ocrbench", "ocrbench", G4_MEDIA_IMAGE, "ocrbench_accuracy", 0, 128, 1, "",

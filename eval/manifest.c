@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
 #include "loader/json.h"
 
 // Where one line is being read, for messages.
@@ -167,7 +167,7 @@ int g4_eval_manifest_read(const char *path, const g4_eval_task *t, const char *d
     memset(out, 0, sizeof *out);
     char *text = NULL;
     size_t size = 0;
-    int rc = g4_read_file(path, &text, &size);
+    int rc = g4_read_file_max(path, G4_MAX_LINES_BYTES, &text, &size);
     if (rc) return rc;
     out->path = g4_strdup(path);
     out->task = t;

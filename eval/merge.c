@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
 #include "eval/run_file.h"
 #include "eval/runner.h"
-#include "loader/base.h"
 
 typedef struct {
     char *name;           // file name in the directory
@@ -149,6 +149,26 @@ int g4_eval_merge(const char *dir, const g4_eval_task *t, const char *manifest, 
         rc = g4_eval_preds_read(paths[i], t->name, 0, 0, &preds[i]);
     }
     if (rc) goto done;
+    // One model: every line of every file made with one fingerprint (fingerprint.h); a file
+    // from another tool has none on any line, and is merged only with its like.
+    const g4_eval_pred *first = NULL;
+    const char *first_path = NULL;
+    for (int i = 0; i < n_pf && !rc; i++)
+        for (int j = 0; j < preds[i].n && !rc; j++) {
+            const g4_eval_pred *p = &preds[i].v[j];
+            if (!first) {
+                first = p, first_path = paths[i];
+                continue;
+            }
+            const char *a = first->fingerprint, *b = p->fingerprint;
+            if (!a != !b || (a && strcmp(a, b)))
+                rc = g4_fail(G4_EUSER,
+                             "%s:%d: fingerprint %s, but %s:%d's is %s: these predictions were "
+                             "made by different packages, tokenizers or settings",
+                             paths[i], p->line, b ? b : "(none)", first_path, first->line,
+                             a ? a : "(none)");
+        }
+    if (rc) goto done;
     if ((rc = g4_eval_match(&m, sel, n_sel, preds, n_pf, &paired))) goto done;
     if ((rc = g4_eval_score(&m, sel, n_sel, paired, &sc))) goto done;
     g4_eval_meta meta = {
@@ -166,6 +186,7 @@ int g4_eval_merge(const char *dir, const g4_eval_task *t, const char *manifest, 
     if ((rc = g4_eval_scores_write(dir, "scores", &sc, &meta))) goto done;
     res->value = sc.value;
     res->count = sc.count;
+    res->failed = sc.failed;
     res->resumed = n_sel;
     res->scores_path = g4_sprintf("%s/scores.json", dir);
 done:

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "base/base.h"
 #include "eval/pyre.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
 
 // The response as the scorers see it: Task.process_results strips it (None -> "").
 static int stripped_response(const char *metric, const char *response, char **out) {

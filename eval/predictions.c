@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "engine/generate.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
 #include "loader/json.h"
 
 static int stop_reason_of(const char *s) {
@@ -50,6 +50,8 @@ static int parse_line(const char *path, int line, const char *text, size_t len, 
     const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "prediction");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "task");
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop_reason");
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(o, "fingerprint");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
     if (!cJSON_IsObject(o))
         rc = g4_fail(G4_EUSER, "%s:%d: expected a JSON object, got %s", path, line,
                      g4_json_type_name(o));
@@ -66,6 +68,11 @@ static int parse_line(const char *path, int line, const char *text, size_t len, 
         rc = g4_fail(G4_EUSER,
                      "%s:%d: field 'task': the file holds predictions of task '%s', not '%s'", path,
                      line, t->valuestring, task);
+    else if (fp && (!cJSON_IsString(fp) || strlen(fp->valuestring) != 16))
+        rc = g4_fail(G4_EUSER, "%s:%d: field 'fingerprint': expected 16 hex digits", path, line);
+    else if (err && !cJSON_IsString(err))
+        rc = g4_fail(G4_EUSER, "%s:%d: field 'error': expected a string, got %s", path, line,
+                     g4_json_type_name(err));
     else if (stop && (!cJSON_IsString(stop) || stop_reason_of(stop->valuestring) < 0))
         rc = g4_fail(G4_EUSER,
                      "%s:%d: field 'stop_reason': expected eos, stop_string, max_new or context",
@@ -87,6 +94,8 @@ static int parse_line(const char *path, int line, const char *text, size_t len, 
         p->prompt_tokens = prompt < 0 ? -1 : prompt > 1e9 ? 1000000000 : (int)prompt;
         p->new_tokens = fresh < 0 ? -1 : fresh > 1e9 ? 1000000000 : (int)fresh;
         p->stop_reason = stop ? stop_reason_of(stop->valuestring) : -1;
+        p->fingerprint = fp ? g4_strdup(fp->valuestring) : NULL;
+        p->error = err ? g4_strdup(err->valuestring) : NULL;
     }
     cJSON_Delete(o);
     return rc;
@@ -99,7 +108,10 @@ int g4_eval_preds_read(const char *path, const char *task, int missing_ok, int r
     if (missing_ok && access(path, F_OK) != 0 && errno == ENOENT) return G4_OK;
     char *text = NULL;
     size_t size = 0;
-    int rc = g4_read_file(path, &text, &size);
+    int rc = g4_read_file_max(path, G4_MAX_LINES_BYTES, &text, &size);
+    // A predictions file is the runner's own state, which it appends to (and a resume
+    // continues): not an input that an output must not replace.
+    g4_forget_input(path);
     if (rc) {
         g4_eval_preds_free(out);
         return rc;
@@ -157,6 +169,8 @@ void g4_eval_preds_free(g4_eval_preds *p) {
     for (int i = 0; i < p->n; i++) {
         free(p->v[i].id);
         free(p->v[i].prediction);
+        free(p->v[i].fingerprint);
+        free(p->v[i].error);
     }
     free(p->v);
     free(p->path);
@@ -164,17 +178,16 @@ void g4_eval_preds_free(g4_eval_preds *p) {
 }
 
 int g4_eval_pred_file_open(const char *path, g4_eval_pred_file *f) {
-    f->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     f->path = NULL;
-    if (f->fd < 0)
-        return g4_fail(G4_EUSER, "%s: cannot open for appending: %s", path, strerror(errno));
+    int rc = g4_open_output_append(path, &f->fd);
+    if (rc) return rc;
     // One writer per file: a second run on the same file (say, a resume while a killed run's
     // process is still alive) would interleave its lines with the first's.
     if (flock(f->fd, LOCK_EX | LOCK_NB) != 0) {
         int busy = errno == EWOULDBLOCK;
-        int rc = g4_fail(G4_EUSER, "%s: %s", path,
-                         busy ? "another process is writing it (a g4cu eval still running?)"
-                              : strerror(errno));
+        rc = g4_fail(G4_EUSER, "%s: %s", path,
+                     busy ? "another process is writing it (a g4cu eval still running?)"
+                          : strerror(errno));
         close(f->fd);
         f->fd = -1;
         return rc;

@@ -3,8 +3,13 @@
 // kill loses at most the item in flight.
 //
 // A line: {"id": "...", "prediction": "...", and, as the runner writes them, "task",
-//          "stop_reason", "prompt_tokens", "new_tokens", "tokens": [...], "item_ms",
-//          "prefill_ms", "decode_ms"}.
+//          "fingerprint" (what made it, fingerprint.h), "stop_reason", "prompt_tokens",
+//          "new_tokens", "tokens": [...], "item_ms", "prefill_ms", "decode_ms", and when it
+//          applies "audio_truncated_s" (the audio file's length, when only its first 30 s
+//          were heard)}; an item that could not be run (a prompt longer than the context, a
+//          corrupt media file) is {"id", "task", "fingerprint", "prediction": "", "error":
+//          "<the reason>"}: recorded as failed (scored as an empty response, counted as failed
+//          in the scores) so that a resume goes on past it.
 // Only id and prediction are required (so recorded predictions from elsewhere can be scored);
 // the other fields, when present, must have their types. "prediction" is the response as
 // generated (thought channel removed, cut before an active stop string), not yet stripped: the
@@ -30,6 +35,8 @@ typedef struct {
     int prompt_tokens;
     int new_tokens;
     int stop_reason; // g4_stop_reason, or -1
+    char *fingerprint; // NULL: the line has none (written by another tool or an older g4cu)
+    char *error;       // NULL: predicted; else why the item failed
 } g4_eval_pred;
 
 typedef struct {

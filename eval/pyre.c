@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 #ifndef PCRE2_CODE_UNIT_WIDTH
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -37,13 +37,6 @@ g4_re *g4_re_compile(const char *pattern) {
     re->code = code;
     re->pattern = g4_strdup(pattern);
     return re;
-}
-
-void g4_re_free(g4_re *re) {
-    if (!re) return;
-    pcre2_code_free(re->code);
-    free(re->pattern);
-    free(re);
 }
 
 char *g4_re_group(const g4_re_match *m, int i) {

@@ -21,9 +21,8 @@
 typedef struct g4_re g4_re;
 
 // Compiles a constant pattern; a pattern that does not compile is a bug, so this aborts with
-// PCRE2's message rather than returning.
+// PCRE2's message rather than returning. Compiled patterns live for the whole process.
 g4_re *g4_re_compile(const char *pattern);
-void g4_re_free(g4_re *re);
 
 // One match handed to a replacement function: group i spans subject[start(i), end(i)).
 typedef struct {

@@ -14,32 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// A growable byte string (always NUL-terminated once anything was put in it).
-typedef struct {
-    char *p;
-    size_t n, cap;
-} g4_sb;
+#include "base/str.h" // g4_sb, UTF-8 checks and code points, isspace, strip
 
-void g4_sb_put(g4_sb *b, const char *s, size_t n);
-void g4_sb_puts(g4_sb *b, const char *s);
-void g4_sb_putc(g4_sb *b, char c);
-void g4_sb_put_cp(g4_sb *b, int32_t cp); // one code point, UTF-8 encoded
-// The buffer's string (an empty string when nothing was put); the builder is reset.
-char *g4_sb_take(g4_sb *b);
-void g4_sb_free(g4_sb *b);
-
-// G4_OK when s is valid UTF-8 (no surrogates, no overlongs); otherwise G4_EUSER with
-// "<what>: not valid UTF-8 at byte N".
-int g4_py_check_utf8(const char *s, const char *what);
-
-// Code points of a valid UTF-8 string (new array, *n set; never NULL).
-int32_t *g4_py_decode(const char *s, size_t *n);
-// UTF-8 of n code points (new string).
-char *g4_py_encode(const int32_t *cp, size_t n);
-
-// str.isspace() of one character: category Zs, or bidirectional class WS, B or S (the
-// definition CPython's makeunicodedata.py uses). Also what `\s` and split() use.
-int g4_py_isspace(int32_t cp);
 // unicodedata.decimal(c): 0..9 for a character of category Nd, else -1. Unicode assigns Nd
 // characters in runs of ten, 0 to 9, so the value is the distance to the run's start mod 10.
 int g4_py_decimal(int32_t cp);
@@ -53,11 +29,7 @@ char *g4_py_lower(const char *s);
 // folding for every character but U+0130 and U+1E9E (checked over all of Unicode against
 // Python 3.11), so the length comes from utf8proc's case folding with those two fixed.
 size_t g4_py_upper_len(const char *s);
-// len(s) in code points.
-size_t g4_py_len(const char *s);
 
-// s.strip() (Unicode whitespace on both ends).
-char *g4_py_strip(const char *s);
 // s.split() (runs of Unicode whitespace): *words is a new array of new strings.
 size_t g4_py_split(const char *s, char ***words);
 void g4_py_words_free(char **words, size_t n);

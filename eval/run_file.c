@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
 
 // An absolute form of path (realpath when it exists, else cwd + path), new string.
@@ -33,7 +33,9 @@ int g4_eval_run_info_make(const g4_eval_run_opts *o, g4_eval_run_info *out) {
     out->backend = g4_strdup(o->backend ? o->backend : "cpu");
     out->max_new = o->max_new > 0 ? o->max_new : o->task->max_new;
     out->keep_stop = o->keep_stop ? 1 : 0;
-    return G4_OK;
+    int rc = g4_eval_fingerprint_make(o, &out->fp);
+    if (rc) g4_eval_run_info_free(out);
+    return rc;
 }
 
 void g4_eval_run_info_free(g4_eval_run_info *r) {
@@ -43,6 +45,7 @@ void g4_eval_run_info_free(g4_eval_run_info *r) {
     free(r->package);
     free(r->tokenizer);
     free(r->backend);
+    g4_eval_fingerprint_free(&r->fp);
     memset(r, 0, sizeof *r);
 }
 
@@ -69,6 +72,13 @@ int g4_eval_run_info_write(const char *path, const g4_eval_run_info *r) {
     add_str(o, "backend", r->backend);
     cJSON_AddNumberToObject(o, "max_new", r->max_new);
     cJSON_AddBoolToObject(o, "keep_stop", r->keep_stop);
+    if (r->fp.value[0]) {
+        cJSON *f = cJSON_AddObjectToObject(o, "fingerprint");
+        cJSON_AddStringToObject(f, "value", r->fp.value);
+        cJSON_AddStringToObject(f, "package", r->fp.package);
+        cJSON_AddStringToObject(f, "tokenizer", r->fp.tokenizer);
+        add_str(f, "options", r->fp.options);
+    }
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     char *text = g4_sprintf("%s\n", s);
@@ -84,6 +94,7 @@ int g4_eval_run_info_read(const char *path, g4_eval_run_info *out, int *have) {
     if (access(path, F_OK) != 0 && errno == ENOENT) return G4_OK;
     g4_json j;
     int rc = g4_json_open(path, &j);
+    g4_forget_input(path); // the run's own settings, rewritten by the run that reads them
     if (rc) return rc;
     const cJSON *root = j.root;
     char *fmt = NULL;
@@ -108,6 +119,23 @@ int g4_eval_run_info_read(const char *path, g4_eval_run_info *out, int *have) {
         rc = g4_json_str(&j, root, "backend", 0, &out->backend);
     if (!rc) rc = g4_json_int(&j, root, "max_new", 1, 0, &out->max_new);
     if (!rc) rc = g4_json_bool(&j, root, "keep_stop", 1, 0, &out->keep_stop);
+    if (!rc && g4_json_at(root, "fingerprint")) {
+        char *v[4] = {0};
+        static const char *const keys[4] = {"fingerprint.value", "fingerprint.package",
+                                            "fingerprint.tokenizer", "fingerprint.options"};
+        for (int k = 0; k < 4 && !rc; k++) rc = g4_json_str(&j, root, keys[k], 1, &v[k]);
+        for (int k = 0; k < 3 && !rc; k++)
+            if (strlen(v[k]) != 16)
+                rc = g4_fail(G4_EUSER, "%s: %s: expected 16 hex digits", path, keys[k]);
+        if (!rc) {
+            memcpy(out->fp.value, v[0], 17);
+            memcpy(out->fp.package, v[1], 17);
+            memcpy(out->fp.tokenizer, v[2], 17);
+            out->fp.options = v[3];
+            v[3] = NULL;
+        }
+        for (int k = 0; k < 4; k++) free(v[k]);
+    }
     g4_json_close(&j);
     if (rc)
         g4_eval_run_info_free(out);

@@ -4,10 +4,13 @@
 //
 //   {"format": "g4cu-eval-run", "version": 1, "task", "manifest" (absolute), "data_dir",
 //    "limit" (0: none), "shard": [i, n] (n = 1 when unsharded), "package" (absolute),
-//    "tokenizer", "backend", "max_new", "keep_stop"}
+//    "tokenizer", "backend", "max_new", "keep_stop",
+//    "fingerprint": {"value", "package", "tokenizer", "options"} (fingerprint.h; absent in
+//    files of an older g4cu)}
 #ifndef G4_EVAL_RUN_FILE_H
 #define G4_EVAL_RUN_FILE_H
 
+#include "eval/fingerprint.h"
 #include "eval/runner.h"
 
 typedef struct {
@@ -21,9 +24,11 @@ typedef struct {
     char *backend;
     int max_new;
     int keep_stop;
+    g4_eval_fingerprint fp; // fp.value[0] == 0: not recorded
 } g4_eval_run_info;
 
-// The settings of a run with these options (paths made absolute).
+// The settings of a run with these options (paths made absolute) and its fingerprint (which
+// reads the package's configs and tables and the tokenizer).
 int g4_eval_run_info_make(const g4_eval_run_opts *o, g4_eval_run_info *out);
 void g4_eval_run_info_free(g4_eval_run_info *r);
 int g4_eval_run_info_write(const char *path, const g4_eval_run_info *r);

@@ -9,13 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/base.h"
 #include "engine/pipeline.h"
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
-#include "eval/progress.h"
+#include "base/progress.h"
 #include "eval/run_file.h"
-#include "loader/base.h"
 
 char *g4_eval_shard_suffix(int shard_i, int shard_n) {
     return shard_n > 1 ? g4_sprintf(".shard-%d-of-%d", shard_i, shard_n) : g4_strdup("");
@@ -73,13 +73,16 @@ static int response_text(const g4_pipeline *pl, const g4_gen_result *r, const ch
     return G4_OK;
 }
 
-// One predictions line (new string).
-static char *pred_line(const g4_eval_task *t, const char *id, const char *text, int n_nul,
-                       const g4_gen_result *r, double item_ms) {
+// One predictions line (new string). cut: the audio the pipeline cut to the tower's window
+// (NULL: none).
+static char *pred_line(const g4_eval_task *t, const char *fp, const char *id, const char *text,
+                       int n_nul, const g4_gen_result *r, double item_ms, const g4_media_cut *cut) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "task", t->name);
+    cJSON_AddStringToObject(o, "fingerprint", fp);
     cJSON_AddStringToObject(o, "prediction", text);
+    if (cut) cJSON_AddNumberToObject(o, "audio_truncated_s", cut->seconds);
     if (n_nul) cJSON_AddNumberToObject(o, "nul_bytes", n_nul); // written as U+0001
     cJSON_AddStringToObject(o, "stop_reason", g4_stop_reason_name(r->stop));
     cJSON_AddNumberToObject(o, "prompt_tokens", r->n_prompt);
@@ -95,10 +98,28 @@ static char *pred_line(const g4_eval_task *t, const char *id, const char *text, 
     return s;
 }
 
+// The line of an item that could not be run (new string): no prediction, the reason.
+static char *failed_line(const g4_eval_task *t, const char *fp, const char *id, const char *why,
+                         double item_ms) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "task", t->name);
+    cJSON_AddStringToObject(o, "fingerprint", fp);
+    cJSON_AddStringToObject(o, "prediction", "");
+    cJSON_AddStringToObject(o, "error", why);
+    cJSON_AddNumberToObject(o, "item_ms", item_ms);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
 // Generates the items of sel[] that done[] does not mark, appending each to f.
-static int generate_items(const g4_eval_run_opts *o, const g4_eval_manifest *m, const int *sel,
-                          int n_sel, const unsigned char *done, int n_done, g4_eval_pred_file *f,
-                          int *predicted) {
+// An item whose request is a user error (a prompt longer than the context, a corrupt media
+// file) is recorded as failed with its reason, and the run goes on: otherwise every resume
+// would stop at the same item. Internal errors stop the run.
+static int generate_items(const g4_eval_run_opts *o, const char *fp, const g4_eval_manifest *m,
+                          const int *sel, int n_sel, const unsigned char *done, int n_done,
+                          g4_eval_pred_file *f, int *predicted, int *failed) {
     const g4_eval_task *t = o->task;
     g4_pipeline *pl = NULL;
     int rc = g4_pipeline_open(o->package, o->be ? o->be : g4_backend_cpu(), o->tokenizer, &pl);
@@ -133,10 +154,27 @@ static int generate_items(const g4_eval_run_opts *o, const g4_eval_manifest *m, 
         char *resp = NULL;
         int n_nul = 0;
         if (!rc) rc = response_text(pl, &r, active_stop, n_active, &resp, &n_nul);
+        const g4_media_cut *cut = !rc && pl->n_cuts ? &pl->cuts[0] : NULL;
+        if (cut && o->log)
+            fprintf(o->log,
+                    "g4cu eval: %s:%d (id '%s'): %s: %.1f s of audio, only the first %.1f s "
+                    "were used (the audio tower's window; long-form audio is not supported "
+                    "yet)\n",
+                    m->path, it->line, it->id, cut->path, cut->seconds, cut->used_seconds);
         if (!rc) {
-            char *line = pred_line(t, it->id, resp, n_nul, &r, item_ms);
+            char *line = pred_line(t, fp, it->id, resp, n_nul, &r, item_ms, cut);
             rc = g4_eval_pred_file_append(f, line);
             free(line);
+        } else if (rc == G4_EUSER) {
+            char *why = g4_strdup(g4_error());
+            if (o->log)
+                fprintf(o->log, "g4cu eval: %s:%d (id '%s'): %s; recorded as failed\n", m->path,
+                        it->line, it->id, why);
+            char *line = failed_line(t, fp, it->id, why, item_ms);
+            rc = g4_eval_pred_file_append(f, line);
+            free(line);
+            free(why);
+            (*failed)++;
         } else {
             g4_error_prefix("%s:%d (id '%s')", m->path, it->line, it->id);
         }
@@ -171,6 +209,8 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
     int *sel = NULL, n_sel = 0;
     unsigned char *done = NULL;
     g4_eval_preds old = {0}, now = {0};
+    g4_eval_run_info before = {0};
+    int have_before = 0;
     const g4_eval_pred **paired = NULL;
     g4_eval_scores sc = {0};
     g4_eval_run_info info = {0};
@@ -184,16 +224,16 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
         goto done;
     }
     if ((rc = g4_eval_manifest_check_media(&m, sel, n_sel))) goto done;
-    if ((rc = make_dir(o->out_dir))) goto done;
+    // What this run's settings are (its fingerprint opens the package), and where it writes:
+    // not inside the package.
+    if ((rc = g4_eval_run_info_make(o, &info)) || (rc = g4_check_output_dir(o->out_dir)) ||
+        (rc = make_dir(o->out_dir)))
+        goto done;
 
-    // What this run's settings are, and what an earlier run of the same file used.
-    if ((rc = g4_eval_run_info_make(o, &info))) goto done;
+    // What an earlier run of the same file used.
     if (o->resume) {
-        g4_eval_run_info before = {0};
-        int have = 0;
-        rc = g4_eval_run_info_read(run_path, &before, &have);
-        if (!rc && have) rc = g4_eval_run_info_compatible(&before, &info, run_path);
-        g4_eval_run_info_free(&before);
+        rc = g4_eval_run_info_read(run_path, &before, &have_before);
+        if (!rc && have_before) rc = g4_eval_run_info_compatible(&before, &info, run_path);
         if (rc) goto done;
     }
     if (!o->resume) { // a run never appends to an earlier run's file by accident
@@ -223,13 +263,18 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
         for (int k = 0; k < n_sel; k++) g4_strmap_put(&at, m.items[sel[k]].id, k);
         for (int j = 0; j < old.n && !rc; j++) {
             int k = g4_strmap_get(&at, old.v[j].id);
+            char *where = g4_sprintf("%s:%d", pred_path, old.v[j].line);
             if (k < 0)
                 rc = g4_fail(G4_EUSER,
-                             "%s:%d: id '%s' is not among the items this run selects from %s "
+                             "%s: id '%s' is not among the items this run selects from %s "
                              "(another manifest, --limit or --shard?)",
-                             pred_path, old.v[j].line, old.v[j].id, o->manifest);
-            else
-                done[k] = 1, res->resumed++;
+                             where, old.v[j].id, o->manifest);
+            else // made by this package, tokenizer and settings, or the run would mix models
+                rc = g4_eval_fingerprint_check(where, old.v[j].fingerprint, &info.fp,
+                                               have_before && before.fp.value[0] ? &before.fp
+                                                                                 : NULL);
+            if (!rc) done[k] = 1, res->resumed++;
+            free(where);
         }
         g4_strmap_free(&at);
         if (rc) goto done;
@@ -240,7 +285,8 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
     if ((rc = g4_eval_run_info_write(run_path, &info))) goto done;
 
     if (res->resumed < n_sel &&
-        (rc = generate_items(o, &m, sel, n_sel, done, res->resumed, &f, &res->predicted)))
+        (rc = generate_items(o, info.fp.value, &m, sel, n_sel, done, res->resumed, &f,
+                             &res->predicted, &res->failed)))
         goto done;
     g4_eval_pred_file_close(&f);
 
@@ -266,6 +312,7 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
     if ((rc = g4_eval_scores_write(o->out_dir, scores_stem, &sc, &meta))) goto done;
     res->value = sc.value;
     res->count = sc.count;
+    res->failed = sc.failed; // over the whole file, resumed items too
     res->scores_path = g4_sprintf("%s/%s.json", o->out_dir, scores_stem);
 done:
     g4_eval_pred_file_close(&f);
@@ -274,6 +321,7 @@ done:
     g4_eval_preds_free(&old);
     g4_eval_preds_free(&now);
     g4_eval_run_info_free(&info);
+    g4_eval_run_info_free(&before);
     free(done);
     free(sel);
     free(scores_stem);

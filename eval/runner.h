@@ -13,7 +13,11 @@
 // Resume: the items already in predictions<S>.jsonl are skipped; a torn last line (a crash
 // mid-write) is dropped first. Without resume an existing non-empty predictions file is an
 // error, so two runs never mix by accident. Generation settings (task, max_new, stop handling)
-// must match the run file's on resume.
+// must match the run file's on resume, and every line already there must carry this run's
+// fingerprint (the package, tokenizer and settings that made it, fingerprint.h).
+// An item that is a user error (a prompt longer than the context, a corrupt media file) is
+// recorded as failed with its reason and the run goes on (predictions.h); the scores count
+// those items.
 #ifndef G4_EVAL_RUNNER_H
 #define G4_EVAL_RUNNER_H
 
@@ -27,7 +31,7 @@ typedef struct {
     const char *manifest;  // path
     const char *package;   // package directory
     const char *tokenizer; // NULL: <package>/tokenizer.json
-    g4_backend *be;        // the backend to run on (NULL: the CPU; engine/backend_select.h
+    g4_backend *be;        // the backend to run on (NULL: the CPU; kernels/backend_select.h
                            // picks one by name)
     const char *backend;   // its name, for the run and scores files ("cpu" when NULL)
     const char *out_dir;   // created when missing (its parent must exist)
@@ -46,6 +50,7 @@ typedef struct {
     int selected;    // items this run selects
     int resumed;     // of those, predicted before this process started
     int predicted;   // predicted by this process
+    int failed;      // of the selected items, those recorded as failed (their "error" field)
     long torn_bytes; // bytes of a torn last line dropped on resume
     double value;    // the task's headline metric over the selected items
     int count;

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "base/base.h"
 #include "eval/pyre.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
 
 // EnglishTextNormalizer.replacers, in the dict's (insertion) order: contractions, titles,
 // perfect tenses, then general contractions. Only the ASCII apostrophe is handled, as in Python.

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "eval/pyre.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
 
 // --- the vocabulary (built as EnglishNumberNormalizer.__init__ builds it) ---------------------
 typedef enum {

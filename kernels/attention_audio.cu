@@ -5,7 +5,7 @@
 // hd/32 consecutive dims of the scaled query; for each of the frame's HF context entries the
 // warp forms q'.(k' + rel[t - u]) with a shuffle reduction, then an online softmax and the
 // weighted sum of v (all fp32). A frame with no visible key gets HF's uniform mean over its
-// block context (see kernels/ref/audio_attention.c). Memory: q, k, v read once from DRAM and
+// block context (see kernels/ref/attention_audio.c). Memory: q, k, v read once from DRAM and
 // ~12 times from L1/L2; the op is tiny (T <= 750 frames for 30 s of audio).
 // Test: tests/test_cuda_attention.c --op attn_audio; bench: --filter attn_audio.
 #include "kernels/attention_audio.cuh"

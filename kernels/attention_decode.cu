@@ -253,16 +253,6 @@ template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const
     p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] = f2h(den > 0.0f ? num / den : 0.0f);
 }
 
-int dec_sm_count(void) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        G4_CUDA_CHECK(cudaGetDevice(&dev));
-        G4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return sms;
-}
-
 int dec_tile(int hd) {
     return 16384 / hd;
 }
@@ -271,7 +261,7 @@ int dec_tile(int hd) {
 int dec_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
     const int groups = n_kv * ((T * (n_heads / n_kv) + 15) / 16);
     const int max_tiles = (capacity + dec_tile(hd) - 1) / dec_tile(hd);
-    int s = (dec_sm_count() + groups - 1) / groups;
+    int s = (num_sms() + groups - 1) / groups;
     return s < 1 ? 1 : s > max_tiles ? max_tiles : s;
 }
 

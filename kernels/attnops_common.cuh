@@ -1,8 +1,8 @@
 // attnops_common.cuh: device helpers shared by the attention, small-op and conv kernels
 // (kernels/attention_*.cu, rmsnorm.cu, qkv_rope.cu, ...). Internal: included by .cu files only.
 // defines: ldmatrix on generic shared pointers, the flash-attention tile step (online softmax,
-// P.V), warp/block reductions, fp16 <-> float helpers, the 16-byte-chunk XOR swizzle (cp.async,
-// mma.sync m16n8k16 and GELU come from kernels/ptx_common.cuh).
+// P.V), the 16-byte-chunk XOR swizzle (cp.async, mma.sync m16n8k16, GELU, reductions and
+// fp16 <-> float helpers come from kernels/common.cuh).
 //
 // Fragment layouts of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane l,
 // g = l / 4 (group), c = l % 4 (thread in group):
@@ -18,7 +18,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "kernels/ptx_common.cuh"
+#include "kernels/common.cuh"
 
 namespace g4k {
 
@@ -31,11 +31,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p)));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `row_bytes` bytes
@@ -103,66 +98,6 @@ __device__ __forceinline__ void pv_accumulate(float (&o)[NB_O][4], const float (
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
-// `scratch` holds >= 33 floats of shared memory; the call ends with the scratch reusable.
-__device__ __forceinline__ float block_sum(float v, float *scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float t = lane < nw ? scratch[lane] : 0.0f;
-        t = warp_sum(t);
-        if (lane == 0) scratch[32] = t;
-    }
-    __syncthreads();
-    const float r = scratch[32];
-    __syncthreads();
-    return r;
-}
-
-__device__ __forceinline__ float h2f(uint16_t h) {
-    return __half2float(__ushort_as_half(h));
-}
-__device__ __forceinline__ uint16_t f2h(float f) {
-    return __half_as_ushort(__float2half_rn(f));
-}
-
-// Loads of an activation element as float: fp16 bits or fp32.
-__device__ __forceinline__ float ld_act(const uint16_t *p, size_t i) {
-    return h2f(p[i]);
-}
-__device__ __forceinline__ float ld_act(const float *p, size_t i) {
-    return p[i];
-}
-__device__ __forceinline__ void st_act(uint16_t *p, size_t i, float v) {
-    p[i] = f2h(v);
-}
-__device__ __forceinline__ void st_act(float *p, size_t i, float v) {
-    p[i] = v;
-}
-
 } // namespace g4k
-
-// Launch-time precondition: aborts with the condition and the op's name (a caller bug).
-#define G4K_REQUIRE(cond, op)                                                                      \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "g4cu: internal error: %s: precondition failed: %s (%s:%d)\n", op,     \
-                    #cond, __FILE__, __LINE__);                                                    \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #endif

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 
 #define F32(b) ((float *)(b)->data)
 #define CF32(b) ((const float *)(b)->data)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "kernels/attention_audio.cuh"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
@@ -26,14 +27,13 @@
 #include "kernels/ops.h"
 #include "kernels/pdl.cuh"
 #include "kernels/ple.cuh"
-#include "loader/model_config.h"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/silu.cuh"
 #include "kernels/transpose.cuh"
 #include "kernels/vision_pool.cuh"
 #include "kernels/vision_posemb.cuh"
-#include "loader/base.h"
+#include "loader/model_config.h"
 
 typedef struct {
     cudaStream_t stream;

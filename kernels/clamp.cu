@@ -1,9 +1,9 @@
 // clamp.cu: x = clamp(x, lo, hi) elementwise with torch.clamp's NaN rule (oracle: ref_clamp;
 // test: tests/test_cuda_towers.c --op clamp). Memory-bound: 16-byte vectors, grid-stride
-// (eltwise_common.cuh).
+// (common.cuh).
 #include "kernels/clamp.cuh"
 
-#include "kernels/eltwise_common.cuh"
+#include "kernels/common.cuh"
 
 using namespace g4k;
 

@@ -206,16 +206,6 @@ size_t sscp_mma_smem(int W, int C_in) {
     return (size_t)32 * 9 * C_in * 2 + (size_t)5 * (W + 2) * C_in * 2;
 }
 
-int sscp_sm_count(void) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        G4_CUDA_CHECK(cudaGetDevice(&dev));
-        G4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return sms;
-}
-
 template <class X, int CPL>
 void sscp_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
                  const uint16_t *ln_w, int H, int W, int C_in, float eps, cudaStream_t stream) {
@@ -228,7 +218,7 @@ void sscp_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *
             sscp_kernel<X, CPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
         configured = true;
     }
-    const int Ho = (H + 1) / 2, sms = sscp_sm_count();
+    const int Ho = (H + 1) / 2, sms = num_sms();
     const int grid = Ho < sms ? Ho : sms;
     sscp_kernel<X, CPL>
         <<<grid, SSCP_THREADS, smem, stream>>>(y, x, valid, w, ln_w, H, W, C_in, eps);
@@ -273,7 +263,7 @@ extern "C" void g4_sscp_conv(uint16_t *y, const void *x, int x_f32, const uint8_
                 sscp_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
             configured = true;
         }
-        const int tiles = ((H + 1) / 2 + 1) / 2, sms = sscp_sm_count();
+        const int tiles = ((H + 1) / 2 + 1) / 2, sms = num_sms();
         const int grid = tiles < sms ? tiles : sms;
         const size_t smem = sscp_mma_smem(W, C_in);
         sscp_mma_kernel<<<grid, SSCP_MMA_THREADS, smem, stream>>>(

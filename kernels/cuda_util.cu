@@ -1,4 +1,5 @@
 // cuda_util.cu: device discovery and the launch-check switch (see cuda_util.h).
+#include "kernels/common.cuh"
 #include "kernels/cuda_util.h"
 
 #include <stdlib.h>
@@ -25,6 +26,17 @@ extern "C" void g4_cuda_describe(char *buf, int n) {
     snprintf(buf, (size_t)n, "%s, sm_%d%d, %d SMs, L2 %d MB, %.1f GiB, driver %d, runtime %d",
              p.name, p.major, p.minor, p.multiProcessorCount, p.l2CacheSize >> 20,
              (double)p.totalGlobalMem / (1 << 30), drv, rt);
+}
+
+// The one SM-count query (g4k::num_sms, kernels/common.cuh), cached.
+int g4k::num_sms() {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        G4_CUDA_CHECK(cudaGetDevice(&dev));
+        G4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
 }
 
 int g4_cuda_sync_launches(void) {

@@ -1,9 +1,10 @@
 // gemm_common.cuh: device helpers shared by the GEMM/GEMV kernels (gemm_f16.cu,
-// gemm_f16_wgmma.cu, gemm_q4.cu, gemm_q4_wgmma.cu): ldmatrix on shared addresses, the streamed weight load, the
-// epilogue stores, the argument checks of the public entries (cp.async, mma.sync and GELU come
-// from kernels/ptx_common.cuh). Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, num_sms, check_common,
-//          prefill_mma_forced, wgmma_launch, q4_wgmma_launch, set_smem.
+// gemm_f16_wgmma.cu, gemm_q4.cu, gemm_q4_wgmma.cu): ldmatrix on shared addresses, the
+// streamed weight load, the epilogue stores, the argument checks of the public entries
+// (cp.async, mma.sync, GELU, the SM count and set_smem come from kernels/common.cuh).
+// Internal header.
+// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, check_common,
+//          prefill_mma_forced, wgmma_launch, q4_wgmma_launch.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -11,10 +12,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/base.h"
+#include "kernels/common.cuh"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
-#include "kernels/ptx_common.cuh"
-#include "loader/base.h"
 
 namespace g4k {
 
@@ -93,9 +94,6 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 
 // Host side -----------------------------------------------------------------------------------
 
-// Multiprocessors of the current device (queried once).
-int num_sms();
-
 // G4_GEMM_PREFILL=mma in the environment: AUTO runs the mma.sync GEMMs for M > 8 (a fallback
 // switch for A/B runs; read once).
 bool prefill_mma_forced();
@@ -113,12 +111,5 @@ int wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, co
 struct q4w;
 int q4_wgmma_launch(void *y, const __half *x, const q4w &w0, const q4w &w1, const __half *bias,
                     int M, int N, int K, int epi, bool fused, cudaStream_t stream);
-
-// Sets a kernel's dynamic shared-memory limit (once per kernel; cheap afterwards).
-template <typename K> void set_smem(K *kernel, int bytes, bool *done) {
-    if (*done) return;
-    G4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    *done = true;
-}
 
 } // namespace g4k

@@ -15,16 +15,6 @@ namespace g4k {
 
 // --- shared host helpers (declared in gemm_common.cuh) ----------------------------------------
 
-int num_sms() {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        G4_CUDA_CHECK(cudaGetDevice(&dev));
-        G4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return n;
-}
-
 bool prefill_mma_forced() {
     static int cache = -1;
     return g4_cuda_env_is(&cache, "G4_GEMM_PREFILL", "mma") != 0;

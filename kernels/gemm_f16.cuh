@@ -34,7 +34,7 @@
 //   Clipped linears (w->clipped) are not handled here: clamp x before and y after.
 //
 // Test: tests/test_cuda_gemm.c (ctest -R test_cuda_gemm; ./test_cuda_gemm --op f16 --shape N=2048)
-// Bench: g4cu bench --kernels --filter gemm_f16   (kernels/bench_gemm.cu)
+// Bench: g4cu bench --kernels --filter gemm_f16   (kernels/bench/bench_gemm.cu)
 #ifndef G4_GEMM_F16_CUH
 #define G4_GEMM_F16_CUH
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/eltwise_common.cuh"
+#include "kernels/common.cuh"
 
 using namespace g4k;
 

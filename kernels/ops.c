@@ -1,7 +1,7 @@
 // ops.c: backend-independent helpers of the op interface (see ops.h).
 #include "kernels/ops.h"
 
-#include "loader/base.h"
+#include "base/base.h"
 
 size_t g4_type_size(g4_type t) {
     switch (t) {
@@ -42,4 +42,17 @@ g4_buf g4_buf_view(const g4_buf *b, int rows, int cols) {
     G4_ASSERT(rows >= 0 && cols >= 0 && (size_t)rows * cols <= (size_t)b->rows * b->cols);
     g4_buf v = {b->data, b->type, rows, cols};
     return v;
+}
+
+void g4_buf_to_host_f32(g4_backend *be, const g4_buf *b, float *dst) {
+    size_t n = (size_t)b->rows * b->cols;
+    if (b->type == G4_F32) {
+        be->download(be, dst, b->data, n * sizeof(float));
+        return;
+    }
+    g4_buf tmp = g4_buf_new(be, G4_F32, b->rows, b->cols);
+    G4_ASSERT(tmp.data);
+    be->convert(be, &tmp, b);
+    be->download(be, dst, tmp.data, n * sizeof(float));
+    g4_buf_free(be, &tmp);
 }

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "quant/linear.h" // g4_linear: the weight a linear op takes
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,29 +37,6 @@ typedef struct {
     g4_type type;
     int rows, cols;
 } g4_buf;
-
-// y = x @ W for a linear weight stored as the packages store it (no bias unless given).
-typedef enum {
-    G4_W_F16 = 0, // fp16 [in, out] row-major: the package's "<name>.weight_t" layout
-    G4_W_Q4 = 1,  // MatMulNBits 4-bit, block 32: q uint8 [out, in/32, 16] (element 2j in the low
-                  // nibble of byte j), scales fp16 [out, in/32], zero points uint8
-                  // [out, ceil(in/32/2)] (block 2j in the low nibble), w = (q - zp) * scale
-} g4_weight_kind;
-
-typedef struct {
-    g4_weight_kind kind;
-    int in, out;         // K, N
-    int block;           // Q4 block size along K (32); 0 for fp16
-    const void *w;       // fp16 [in, out] | Q4 q
-    const void *scales;  // Q4 only
-    const void *zp;      // Q4 only
-    const void *bias;    // fp16 [out], or NULL
-    const void *packed;  // backend-private repacked layout (CUDA), or NULL
-    // ClippableLinear (vision/audio towers): y = clamp(clamp(x, in_lo, in_hi) @ W, out_lo, out_hi)
-    // (x itself is left unchanged; a clipped linear never accumulates)
-    int clipped;
-    float in_lo, in_hi, out_lo, out_hi;
-} g4_linear;
 
 typedef struct g4_backend g4_backend;
 struct g4_text_config_s;   // loader/model_config.h
@@ -239,6 +218,8 @@ void g4_buf_free(g4_backend *be, g4_buf *b);
 size_t g4_buf_bytes(const g4_buf *b);
 // A [rows, cols] view of the first rows x cols elements of b's storage (no copy).
 g4_buf g4_buf_view(const g4_buf *b, int rows, int cols);
+// Copies b (any float type) to host memory as float32 [rows * cols].
+void g4_buf_to_host_f32(g4_backend *be, const g4_buf *b, float *dst);
 
 #ifdef __cplusplus
 }

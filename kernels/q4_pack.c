@@ -2,7 +2,7 @@
 // load time.
 #include "kernels/q4_pack.h"
 
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4_q4_pack_check(int N, int K, int block) {
     if (block != 32)

@@ -1,10 +1,10 @@
 // silu.cu: y = x * sigmoid(x) elementwise (oracle: ref_silu; test: tests/test_cuda_towers.c
-// --op silu). Memory-bound: 16-byte vectors, grid-stride (eltwise_common.cuh).
+// --op silu). Memory-bound: 16-byte vectors, grid-stride (common.cuh).
 #include "kernels/silu.cuh"
 
 #include <math.h>
 
-#include "kernels/eltwise_common.cuh"
+#include "kernels/common.cuh"
 
 using namespace g4k;
 

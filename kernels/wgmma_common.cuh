@@ -34,7 +34,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "kernels/ptx_common.cuh"
+#include "kernels/common.cuh"
 
 namespace g4k {
 

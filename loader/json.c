@@ -21,7 +21,7 @@ int g4_json_open(const char *path, g4_json *out) {
     char *text;
     size_t n;
     memset(out, 0, sizeof *out);
-    int rc = g4_read_file(path, &text, &n);
+    int rc = g4_read_file_max(path, G4_MAX_JSON_BYTES, &text, &n);
     if (rc) return rc;
     rc = g4_json_parse(text, n, path, out);
     free(text);

@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef struct {
     char *path; // file name for messages

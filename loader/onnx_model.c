@@ -3,6 +3,8 @@
 // message stays alive with the model, and names point into it.
 #include "loader/onnx_model.h"
 
+#include <math.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -487,7 +489,7 @@ int g4_onnx_open(const char *path, g4_onnx_model **out) {
     *out = NULL;
     char *bytes;
     size_t size;
-    int rc = g4_read_file(path, &bytes, &size);
+    int rc = g4_read_file_max(path, G4_MAX_ONNX_BYTES, &bytes, &size);
     if (rc) return rc;
     const char *slash = strrchr(path, '/');
     char *dir = slash ? g4_strndup(path, (size_t)(slash - path)) : g4_strdup(".");
@@ -558,12 +560,6 @@ int g4_onnx_consumers(const g4_onnx_model *m, const char *name, const g4_node **
 const g4_value_info *g4_onnx_input(const g4_onnx_model *m, const char *name) {
     for (int i = 0; i < m->n_inputs; i++)
         if (strcmp(m->inputs[i].name, name) == 0) return &m->inputs[i];
-    return NULL;
-}
-
-const g4_value_info *g4_onnx_output(const g4_onnx_model *m, const char *name) {
-    for (int i = 0; i < m->n_outputs; i++)
-        if (strcmp(m->outputs[i].name, name) == 0) return &m->outputs[i];
     return NULL;
 }
 
@@ -664,4 +660,81 @@ int g4_tensor_to_f32(const g4_tensor *t, float *dst) {
                        t->name, g4_dtype_name(t->dtype));
     }
     return G4_OK;
+}
+
+// Non-finite elements, counted one by one (the slow path, for blocks that hold some).
+static uint64_t nonfinite_scalar(const g4_tensor *t, uint64_t lo, uint64_t hi, uint64_t *first) {
+    uint64_t n = 0;
+    for (uint64_t i = lo; i < hi; i++) {
+        int bad;
+        if (t->dtype == G4_DT_FLOAT16 || t->dtype == G4_DT_BFLOAT16) {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            const uint16_t m = t->dtype == G4_DT_FLOAT16 ? 0x7c00u : 0x7f80u;
+            bad = (h & m) == m;
+        } else if (t->dtype == G4_DT_FLOAT) {
+            uint32_t w;
+            memcpy(&w, t->data + 4 * i, 4);
+            bad = (w & 0x7f800000u) == 0x7f800000u;
+        } else {
+            uint64_t w;
+            memcpy(&w, t->data + 8 * i, 8);
+            bad = (w & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        }
+        if (bad && n++ == 0 && first) *first = i;
+    }
+    return n;
+}
+
+uint64_t g4_tensor_nonfinite(const g4_tensor *t, uint64_t *first) {
+    const int esz = t->dtype == G4_DT_FLOAT16 || t->dtype == G4_DT_BFLOAT16 ? 2
+                    : t->dtype == G4_DT_FLOAT                               ? 4
+                    : t->dtype == G4_DT_DOUBLE                              ? 8
+                                                                            : 0;
+    if (!esz || !t->data) return 0;
+    // An element is non-finite when its exponent bits are all ones. Eight bytes at a time: y has
+    // a zero lane exactly where an element's exponent is all ones, and (y - 1 per lane) & (top
+    // bit per lane) is non-zero iff some lane of y is zero (y's top bits are clear). OR-ed over
+    // a block, so that the loop is branch-free (the compiler vectorises it) and a block with a
+    // hit is recounted element by element.
+    uint64_t mask, one, top;
+    if (esz == 2) {
+        const uint64_t m = t->dtype == G4_DT_FLOAT16 ? 0x7c00u : 0x7f80u;
+        mask = m * 0x0001000100010001ull, one = 0x0001000100010001ull, top = 0x8000800080008000ull;
+    } else if (esz == 4) {
+        mask = 0x7f8000007f800000ull, one = 0x0000000100000001ull, top = 0x8000000080000000ull;
+    } else {
+        mask = 0x7ff0000000000000ull, one = 1, top = 0x8000000000000000ull;
+    }
+    const uint64_t per_word = 8 / (uint64_t)esz, block_words = 4096;
+    const uint64_t n_words = t->numel / per_word;
+    uint64_t n = 0;
+    for (uint64_t b = 0; b < n_words; b += block_words) {
+        const uint64_t e = b + block_words < n_words ? b + block_words : n_words;
+        uint64_t acc = 0;
+        for (uint64_t k = b; k < e; k++) {
+            uint64_t w;
+            memcpy(&w, t->data + 8 * k, 8);
+            const uint64_t y = (w & mask) ^ mask;
+            acc |= (y - one) & top;
+        }
+        if (acc) n += nonfinite_scalar(t, b * per_word, e * per_word, n ? NULL : first);
+    }
+    n += nonfinite_scalar(t, n_words * per_word, t->numel, n ? NULL : first);
+    return n;
+}
+
+int g4_tensor_check_finite(const g4_tensor *t, const char *file) {
+    uint64_t first = 0;
+    const uint64_t n = g4_tensor_nonfinite(t, &first);
+    if (!n) return G4_OK;
+    const double v = g4_tensor_get(t, first);
+    return g4_fail(G4_EUSER,
+                   "%s: tensor '%s' holds %llu NaN/Inf value%s (the first at element %llu: %s): "
+                   "the package's weights are corrupt",
+                   file, t->name, (unsigned long long)n, n == 1 ? "" : "s",
+                   (unsigned long long)first,
+                   isnan(v) ? "nan"
+                   : v > 0  ? "inf"
+                            : "-inf");
 }

@@ -8,7 +8,7 @@
 #ifndef G4_ONNX_MODEL_H
 #define G4_ONNX_MODEL_H
 
-#include "loader/base.h"
+#include "base/base.h"
 
 #define G4_MAX_DIMS 8
 
@@ -137,9 +137,8 @@ const g4_tensor *g4_onnx_tensor(const g4_onnx_model *m, const char *name);
 const g4_node *g4_onnx_producer(const g4_onnx_model *m, const char *name);
 // Nodes consuming value `name`: writes up to max pointers, returns the total count.
 int g4_onnx_consumers(const g4_onnx_model *m, const char *name, const g4_node **out, int max);
-// Graph input or output by name, or NULL.
+// Graph input by name, or NULL.
 const g4_value_info *g4_onnx_input(const g4_onnx_model *m, const char *name);
-const g4_value_info *g4_onnx_output(const g4_onnx_model *m, const char *name);
 
 const g4_attr *g4_node_attr(const g4_node *n, const char *name);
 // INT attribute or def when absent.
@@ -151,6 +150,14 @@ float g4_node_attr_float(const g4_node *n, const char *name, float def);
 double g4_tensor_get(const g4_tensor *t, uint64_t i);
 // Copies a float16/bfloat16/float32 tensor into dst (numel floats) as float32.
 int g4_tensor_to_f32(const g4_tensor *t, float *dst);
+// Non-finite (NaN, Inf) elements of a float16 / bfloat16 / float32 / double tensor (0 for other
+// dtypes); *first (when not NULL and some are) gets the first one's index. Reads every byte at
+// memory speed (a word-parallel test of the exponent bits).
+uint64_t g4_tensor_nonfinite(const g4_tensor *t, uint64_t *first);
+// G4_OK when the tensor holds no NaN or Inf; else a user error naming file and the tensor, with
+// the count and the first one. Every weight the engine binds passes through it
+// (g4_component_get, g4_linear_get), and `g4cu inspect` runs it on every tensor.
+int g4_tensor_check_finite(const g4_tensor *t, const char *file);
 // "[1536, 2048]" into buf.
 const char *g4_tensor_shape_str(const g4_tensor *t, char *buf, size_t n);
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "loader/json.h"
 
@@ -195,7 +196,9 @@ static int open_component(g4_package *p, g4_component_id id, const char *file, i
     char *cdir = g4_strndup(c->onnx_path, (size_t)(slash - c->onnx_path));
     int is_dir = g4_is_dir(cdir);
     free(cdir);
-    if (!is_dir || !g4_is_file(c->onnx_path))
+    // Missing when absent; anything that is there but not a regular file (a FIFO, a device)
+    // is g4_onnx_open's to refuse, as every input is.
+    if (!is_dir || access(c->onnx_path, F_OK) != 0)
         return g4_fail(G4_EUSER, "%s: missing %s component (genai_config.json names '%s')",
                        c->onnx_path, comp_names[id], file);
     return g4_onnx_open(c->onnx_path, &c->model);
@@ -225,6 +228,7 @@ int g4_package_open(const char *dir, g4_package **out) {
         g4_package_close(p);
         return rc;
     }
+    g4_note_input_dir(dir); // an output directory may not lie inside it (g4_check_output_dir)
     *out = p;
     return G4_OK;
 }
@@ -324,6 +328,10 @@ int g4_component_get(const g4_component *c, const char *name, int dtype, int ndi
         return g4_fail(G4_EUSER, "%s: tensor '%s': expected %s %s, found %s %s", c->onnx_path,
                        t->name, g4_dtype_name(dtype), ws, g4_dtype_name(t->dtype),
                        g4_tensor_shape_str(t, hs, sizeof hs));
+    // A weight with NaN/Inf would poison every output (a corrupt download, a bad export): bound
+    // weights are checked here, once, as they are bound (engine binders, towers, the quantizer).
+    int rc = g4_tensor_check_finite(t, c->onnx_path);
+    if (rc) return rc;
     *out = t;
     return G4_OK;
 }

@@ -723,7 +723,7 @@ int g4_tokenizer_parse(const char *js, size_t n, const char *name, g4_tokenizer 
 int g4_tokenizer_open(const char *path, g4_tokenizer **out) {
     g4_mapped_file f;
     *out = NULL;
-    int rc = g4_map_file(path, &f);
+    int rc = g4_map_file_max(path, G4_MAX_TOKENIZER_BYTES, &f);
     if (rc) return rc;
     rc = g4_tokenizer_parse(f.data ? (const char *)f.data : "", (size_t)f.size, path, out);
     g4_unmap_file(&f);

@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef struct g4_tokenizer g4_tokenizer;
 

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/tokenizer.h"
 
 #define TOK_NONE    UINT32_MAX // "no string" length marker / "no id"

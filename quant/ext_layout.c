@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef struct {
     uint64_t size;

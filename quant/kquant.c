@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/onnx_model.h"
 #include "quant/q4.h"
 
@@ -58,15 +58,20 @@ static uint8_t to_u8(double v) {
 }
 
 // scratch: 4 * n floats owned by the caller (one allocation per thread, not per block).
+// imp: NULL, or the importance of each of the block's input channels (the activation-aware
+// search multiplies each weight of the least-squares fit by it).
 static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out, uint8_t *zp_out,
-                         float *scratch) {
+                         float *scratch, const float *imp) {
     const float maxq = 15.0f; // 2**num_bits - 1; minq = 0
     float *w = scratch, *t = scratch + n, *qv = scratch + 2 * n, *wq = scratch + 3 * n;
+    float cs[21] = {0}, cm[21] = {0}; // the search's candidates (imp only)
 
     for (int i = 0; i < n; i++) t[i] = x[i] * x[i];
     const float sum_x2 = np_sum(t, n);                     // np.sum(data**2, axis=1)
     const float av_x = sqrtf(sum_x2 / (float)n);           // np.sqrt(sum_x2 / group_size)
     for (int i = 0; i < n; i++) w[i] = av_x + fabsf(x[i]); // weights = av_x + |data|
+    if (imp)
+        for (int i = 0; i < n; i++) w[i] *= imp[i];
     float rmin = x[0], rmax = x[0];
     for (int i = 1; i < n; i++) {
         if (x[i] < rmin) rmin = x[i];
@@ -111,11 +116,42 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
             t[i] = w[i] * (d * d);
         }
         const float mad = np_sum(t, n);
+        if (imp) {
+            cs[is + 1] = this_scale;
+            cm[is + 1] = this_min;
+        }
         if (mad < best_mad) { // NaN (D == 0) never wins
             best_mad = mad;
             scale = this_scale;
             rmin = this_min;
         }
+    }
+    if (imp) {
+        // The activation-aware pick: the candidate (and zero point +-1) whose stored form (fp16
+        // scale, integer zero point, rounded codes) has the least importance-weighted error;
+        // the plain search's continuous offset is lost to the zero point's rounding otherwise.
+        double best = INFINITY;
+        float bs = scale, bm = rmin;
+        for (int c = 0; c < 21; c++) {
+            const float sc = c == 0 ? scale : cs[c], mn = c == 0 ? rmin : cm[c];
+            if (!(sc != 0) || !isfinite(sc) || !isfinite(mn)) continue;
+            const double s16 = g4_f16_to_f32(g4_f32_to_f16(sc));
+            const double z0 = rint((double)(-mn) / sc);
+            for (int dz = -1; dz <= 1; dz++) {
+                const double z = z0 + dz;
+                if (z < 0 || z > 15 || s16 == 0) continue;
+                double e = 0;
+                for (int i = 0; i < n; i++) {
+                    double v = rint((double)x[i] / s16 + z);
+                    v = v < 0 ? 0 : v > 15 ? 15 : v;
+                    const double d = (v - z) * s16 - x[i];
+                    e += (double)w[i] * d * d;
+                }
+                if (e < best) best = e, bs = (float)s16, bm = (float)(-z * s16);
+            }
+        }
+        scale = bs;
+        rmin = bm;
     }
 
     // zero_point = np.clip(((-rmin) / scale).round(), 0, maxq).astype("uint8")
@@ -133,7 +169,7 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
 void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
     G4_ASSERT(block >= 16 && block <= G4_KQUANT_MAX_BLOCK && (block & (block - 1)) == 0);
     float *scratch = g4_calloc(4 * (size_t)block, sizeof(float));
-    kquant_block(x, block, codes, scale, zp, scratch);
+    kquant_block(x, block, codes, scale, zp, scratch, NULL);
     free(scratch);
 }
 
@@ -148,6 +184,7 @@ typedef struct {
     uint16_t *scales;
     uint8_t *zp;
     int n_threads, thread;
+    const float *imp; // [kb * block] channel importance (padding 1), or NULL
 } kq_job;
 
 static float load_w(const kq_job *j, uint64_t i) {
@@ -179,7 +216,7 @@ static void *kq_worker(void *arg) {
             for (int b = 0; b < kb; b++) {
                 float s;
                 kquant_block(cols + (size_t)t * padded + (size_t)b * B, B, codes, &s, &zcodes[b],
-                             scratch);
+                             scratch, j->imp ? j->imp + (size_t)b * B : NULL);
                 g4_q4_pack_block(codes, B, j->q + (n * kb + b) * (size_t)(B / 2));
                 j->scales[n * kb + b] = g4_f32_to_f16(s); // scale.astype(float16)
             }
@@ -194,6 +231,11 @@ static void *kq_worker(void *arg) {
 
 int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_threads, uint8_t *q,
                    uint16_t *scales, uint8_t *zp) {
+    return g4_q4_quantize_imp(w, w_dtype, K, N, block, n_threads, NULL, q, scales, zp);
+}
+
+int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int n_threads,
+                       const float *imp, uint8_t *q, uint16_t *scales, uint8_t *zp) {
     if (block < 16 || block > G4_KQUANT_MAX_BLOCK || (block & (block - 1)) != 0)
         return g4_fail(G4_EUSER, "k-quant: block size %d, expected a power of two in [16, %d]",
                        block, G4_KQUANT_MAX_BLOCK);
@@ -205,13 +247,26 @@ int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_th
     const int n_tiles = (N + TILE - 1) / TILE;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
+    float *impp = NULL; // importance padded to whole blocks; a channel's weight floor is 1e-6 of
+                        // the mean, so a dead channel never zeroes a whole block's fit
+    if (imp) {
+        const size_t padded = (size_t)g4_q4_kblocks(K, block) * (size_t)block;
+        double mean = 0;
+        for (int k = 0; k < K; k++) mean += imp[k] > 0 ? imp[k] : 0;
+        mean = mean > 0 ? mean / K : 1;
+        impp = g4_malloc(sizeof(float) * padded);
+        for (size_t k = 0; k < padded; k++) {
+            const double v = k < (size_t)K && imp[k] > 0 ? imp[k] / mean : 0;
+            impp[k] = (float)(v > 1e-6 ? v : 1e-6);
+        }
+    }
     kq_job *jobs = g4_calloc((size_t)n_threads, sizeof *jobs);
     pthread_t *tid = g4_calloc((size_t)n_threads, sizeof *tid);
     int *joinable = g4_calloc((size_t)n_threads, sizeof *joinable);
     for (int i = 0; i < n_threads; i++) {
         jobs[i] = (kq_job){
             (const uint8_t *)w, w_dtype, K, N, block, g4_q4_kblocks(K, block), q, scales, zp,
-            n_threads,          i};
+            n_threads,          i, impp};
         if (i == 0) continue; // thread 0's share runs on the calling thread
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
         if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)
@@ -222,5 +277,6 @@ int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_th
     free(joinable);
     free(tid);
     free(jobs);
+    free(impp);
     return G4_OK;
 }

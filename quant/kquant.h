@@ -31,4 +31,11 @@ void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, ui
 int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_threads, uint8_t *q,
                    uint16_t *scales, uint8_t *zp);
 
+// The activation-aware form (llama.cpp's imatrix): imp[K] (mean x^2 of each input channel over
+// calibration activations, any positive scale) multiplies each weight of the block's weighted
+// least-squares search by its channel's importance, so the error lands where inputs are small.
+// Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
+int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int n_threads,
+                       const float *imp, uint8_t *q, uint16_t *scales, uint8_t *zp);
+
 #endif

@@ -189,6 +189,9 @@ static int bind_node(const g4_component *c, const g4_node *nd, const g4_tensor *
     if (nd->n_inputs > 6)
         return g4_fail(G4_EUSER, "%s: MatMulNBits node '%s' has %d inputs, expected at most 6", f,
                        nd->name, nd->n_inputs);
+    // The 4-bit codes cannot be NaN; the fp16 scales and bias can (as g4_component_get checks).
+    if ((rc = g4_tensor_check_finite(s, f)) || (bias && (rc = g4_tensor_check_finite(bias, f))))
+        return rc;
     memset(out, 0, sizeof *out);
     out->kind = G4_W_Q4;
     out->in = (int)k;
@@ -254,6 +257,8 @@ int g4_linear_get(const g4_component *c, const char *weight_name, int K, int N, 
         return g4_fail(G4_EUSER, "%s: tensor '%s': expected float16 [K, N] = [%d, %d], found %s %s",
                        c->onnx_path, t->name, K, N, g4_dtype_name(t->dtype),
                        g4_tensor_shape_str(t, found, sizeof found));
+    int rc = g4_tensor_check_finite(t, c->onnx_path); // as g4_component_get does
+    if (rc) return rc;
     out->kind = G4_W_F16;
     out->in = (int)t->dims[0];
     out->out = (int)t->dims[1];

@@ -32,8 +32,8 @@
 
 #include <stdint.h>
 
-#include "kernels/ops.h"
 #include "loader/package.h"
+#include "quant/linear.h"
 
 // The one block size our kernels implement (checked at bind time, never assumed silently).
 #define G4_Q4_BLOCK 32

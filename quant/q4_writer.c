@@ -6,14 +6,17 @@
 // whole tree is released by one onnx__model_proto__free_unpacked.
 #include "quant/q4_writer.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/progress.h"
 #include "loader/package.h"
 #include "onnx.pb-c.h"
 #include "quant/ext_layout.h"
@@ -434,7 +437,7 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
                        G4_KQUANT_MAX_BLOCK);
     char *bytes;
     size_t size;
-    int rc = g4_read_file(src->path, &bytes, &size);
+    int rc = g4_read_file_max(src->path, G4_MAX_ONNX_BYTES, &bytes, &size);
     if (rc) return rc;
     rewrite rw = {0};
     rw.mp = onnx__model_proto__unpack(NULL, size, (const uint8_t *)bytes);
@@ -495,17 +498,23 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
 
     // Quantized weights, one at a time.
     st->names = g4_calloc((size_t)rw.n_jobs + 1, sizeof(char *));
+    g4_progress bar;
+    g4_progress_start(&bar, rw.n_jobs ? o->progress : NULL, "quantize", rw.n_jobs, 0);
     for (int j = 0; j < rw.n_jobs && rc == G4_OK; j++) {
         const wjob *w = &rw.jobs[j];
         const g4_q4_shape sh = g4_q4_shape_of(w->K, w->N, block);
-        if (o->progress)
-            fprintf(stderr, "\rquantize %d/%d %s [%d, %d]\033[K", j + 1, rw.n_jobs, w->w_name, w->K,
-                    w->N);
+        g4_progress_note(&bar, "%s [%d, %d]", w->w_name, w->K, w->N);
         uint8_t *q = g4_malloc((size_t)sh.q_bytes);
         uint16_t *sc = g4_malloc((size_t)sh.n_scales * 2);
         uint8_t *zp = g4_malloc((size_t)sh.zp_bytes);
-        rc =
-            g4_q4_quantize(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads, q, sc, zp);
+        const float *imp = NULL;
+        for (int i = 0; i < o->n_imp && !imp; i++) {
+            const char *nm = w->w_name, *dot = strchr(nm, '.');
+            if (!strcmp(o->imp_names[i], nm) || (dot && !strcmp(o->imp_names[i], dot + 1)))
+                imp = o->imp[i];
+        }
+        rc = g4_q4_quantize_imp(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads, imp,
+                                q, sc, zp);
         const void *data[3] = {q, sc, zp};
         for (int r = 0; r < 3 && rc == G4_OK; r++) {
             int i = g4_strmap_get(&index, w->tp[r]->name);
@@ -515,8 +524,9 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
         free(sc);
         free(zp);
         st->names[st->n_weights++] = g4_strdup(w->w_name);
+        g4_progress_step(&bar);
     }
-    if (o->progress && rw.n_jobs) fprintf(stderr, "\n");
+    g4_progress_end(&bar);
     st->n_quantized = rw.n_convs;
     st->data_bytes = total;
     if (df.fd >= 0 && close(df.fd) != 0 && rc == G4_OK)
@@ -592,6 +602,43 @@ static int check_output(const char *dir, const g4_q4_write_stats *st) {
     return rc;
 }
 
+// The temporary directory of a run: "<out>.tmp-<pid>" beside out, so that a run that was killed
+// leaves a name the next run recognises.
+static char *tmp_dir_name(const char *out, long pid) {
+    return g4_sprintf("%s.tmp-%ld", out, pid);
+}
+
+// Removes "<out>.tmp-<pid>" directories beside out whose process is gone (a killed quantize
+// leaves its multi-GB temporary directory; nothing else would ever clean it), saying so on log.
+static void remove_stale_tmp(const char *out, FILE *log) {
+    const char *slash = strrchr(out, '/');
+    char *dir = !slash         ? g4_strdup(".")
+                : slash == out ? g4_strdup("/")
+                               : g4_strndup(out, (size_t)(slash - out));
+    const char *base = slash ? slash + 1 : out;
+    char *prefix = g4_sprintf("%s.tmp-", base);
+    const size_t np = strlen(prefix);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, np) != 0) continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(e->d_name + np, &end, 10);
+        if (*end || errno || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive (or not ours to judge)
+        char *path = g4_path_join(dir, e->d_name);
+        if (g4_is_dir(path) && g4_tree_remove(path) == G4_OK && log)
+            fprintf(log,
+                    "g4cu quantize: removed %s, left by an interrupted run (process %ld is gone)\n",
+                    path, pid);
+        free(path);
+    }
+    if (d) closedir(d);
+    free(prefix);
+    free(dir);
+}
+
 int g4_q4_write_package(const char *pkg_dir, const char *out_dir, const g4_q4_write_opts *o,
                         g4_q4_write_stats *st) {
     memset(st, 0, sizeof *st);
@@ -602,21 +649,24 @@ int g4_q4_write_package(const char *pkg_dir, const char *out_dir, const g4_q4_wr
     g4_package *p;
     int rc = g4_package_open(pkg_dir, &p);
     if (rc) return rc;
+    // Not inside the package it is made from (compared by device and inode, not by name).
+    if ((rc = g4_check_output_dir(out_dir))) {
+        g4_package_close(p);
+        return rc;
+    }
     const g4_component *dec = g4_package_component(p, G4_COMP_DECODER);
     char *out = g4_strdup(out_dir);
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = 0;
-    char *tmp = g4_sprintf("%s.tmp.XXXXXX", out);
+    remove_stale_tmp(out, o->log);
+    char *tmp = tmp_dir_name(out, (long)getpid());
     skip_set skip = {0};
     decoder_files(p, &skip);
-    if (!mkdtemp(tmp)) {
+    if (mkdir(tmp, 0755) != 0) {
         rc = g4_fail(G4_EUSER, "%s: cannot create a directory beside it: %s", out, strerror(errno));
         free(tmp);
         tmp = NULL;
     }
-    if (rc == G4_OK) {
-        chmod(tmp, 0755); // mkdtemp makes it private; a package directory is not
-        rc = g4_tree_link_copy(pkg_dir, tmp, skip_file, &skip);
-    }
+    if (rc == G4_OK) rc = g4_tree_copy(pkg_dir, tmp, skip_file, &skip);
     if (rc == G4_OK) {
         const char *rel = p->genai.decoder_file, *slash = strrchr(rel, '/');
         char *dir = slash ? g4_sprintf("%s/%.*s", tmp, (int)(slash - rel), rel) : g4_strdup(tmp);

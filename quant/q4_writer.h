@@ -10,13 +10,16 @@
 // weight read by several MatMuls is quantized once and shared); W is dropped once nothing reads
 // it. The rest of the graph is left as it is: fields g4's onnx.proto subset does not name are
 // carried through as protobuf-c unknown fields. Initializers are then laid out by onnx_ir's rule
-// (ext_layout.h) into "<model>.data". The other components and the JSON files are hard-linked
-// (or copied). The output directory appears only when complete: everything is written to a
-// temporary directory beside it, reopened and checked, then renamed.
+// (ext_layout.h) into "<model>.data". The other components and the JSON files are copied (reflinked
+// where the file system can), never hard-linked: an in-place edit of the Q4 package must not
+// change the f16 one. The output directory appears only when complete: everything is written to
+// "<out>.tmp-<pid>" beside it, reopened and checked, then renamed; a run that was killed leaves
+// that directory, and the next run for the same output removes those whose process is gone.
 #ifndef G4_Q4_WRITER_H
 #define G4_Q4_WRITER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loader/onnx_model.h"
 
@@ -25,7 +28,13 @@ typedef struct {
     int n_keep;              //   a pattern matches the name with or without the component prefix
     int block;               // block size along K (G4_Q4_BLOCK = 32)
     int n_threads;           // quantizer threads (>= 1)
-    int progress;            // print one line per weight to stderr
+    FILE *progress;          // progress of the weights (base/progress.h; NULL: none)
+    FILE *log;               // one-line notices (a stale temporary directory removed); NULL: none
+    // activation-aware k-quant (kquant.h g4_q4_quantize_imp): the importance imp[i][K] of the
+    // linear imp_names[i] (matched with or without the component prefix); others plain
+    const char *const *imp_names;
+    const float *const *imp;
+    int n_imp;
 } g4_q4_write_opts;
 
 typedef struct {
@@ -42,7 +51,8 @@ void g4_q4_write_stats_free(g4_q4_write_stats *st);
 int g4_q4_write_model(const g4_onnx_model *src, const char *out_dir, const char *out_name,
                       const g4_q4_write_opts *o, g4_q4_write_stats *st);
 
-// Writes the Q4 package out_dir (which must not exist) from the fp16 package pkg_dir.
+// Writes the Q4 package out_dir (which must not exist, nor lie inside pkg_dir) from the fp16
+// package pkg_dir.
 int g4_q4_write_package(const char *pkg_dir, const char *out_dir, const g4_q4_write_opts *o,
                         g4_q4_write_stats *st);
 

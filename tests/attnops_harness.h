@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "kernels/cuda_util.h"
-#include "loader/base.h"
 #include "tests/test_util.h"
 
 #define HX_GUARD      256

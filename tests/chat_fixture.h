@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 // Every line of a .jsonl file as a cJSON object (exits on an unreadable file: a broken
 // fixture is not a skip).

@@ -1,10 +1,14 @@
 // test_base.c: fp16/bf16 conversion, checked against the compiler's own _Float16 (an independent
 // implementation), the string map, overflow-checked sizes, and the typed JSON reader's errors.
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 #include "loader/json.h"
+#include "loader/onnx_model.h"
 #include "tests/test_util.h"
 
 static void test_f16_to_f32_exhaustive(void) {
@@ -98,11 +102,155 @@ static void test_json_errors(void) {
     CHECK(strstr(g4_error(), "bad.json: invalid JSON") != NULL);
 }
 
+// The word-parallel NaN/Inf scan (g4_tensor_nonfinite) against an element-by-element isfinite
+// of the converted values: every dtype, lengths around the word and block sizes, bad values
+// at the start, the end, block edges and random places, NaN and both infinities.
+static void test_nonfinite(void) {
+    unsigned long long s = 99;
+    const int dtypes[] = {G4_DT_FLOAT16, G4_DT_BFLOAT16, G4_DT_FLOAT, G4_DT_DOUBLE};
+    const uint64_t lens[] = {0, 1, 3, 4, 5, 7, 8, 9, 4096 * 4 - 1, 4096 * 4, 4096 * 4 + 3, 50001};
+    int bad_count = 0, bad_first = 0, cases = 0;
+    for (size_t d = 0; d < 4; d++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int trial = 0; trial < 6; trial++) {
+                const uint64_t n = lens[li];
+                const int es = dtypes[d] == G4_DT_FLOAT ? 4 : dtypes[d] == G4_DT_DOUBLE ? 8 : 2;
+                uint8_t *buf = g4_malloc((size_t)n * es + 1);
+                for (uint64_t i = 0; i < n; i++) { // finite values of any exponent
+                    double v =
+                        (g4t_rand_uniform(&s, -1, 1)) * pow(2, (int)(g4t_rand_u64(&s) % 20) - 10);
+                    if (es == 8) memcpy(buf + 8 * i, &v, 8);
+                    if (es == 4) {
+                        float f = (float)v;
+                        memcpy(buf + 4 * i, &f, 4);
+                    }
+                    if (dtypes[d] == G4_DT_FLOAT16) {
+                        uint16_t h = g4_f32_to_f16((float)v);
+                        memcpy(buf + 2 * i, &h, 2);
+                    }
+                    if (dtypes[d] == G4_DT_BFLOAT16) {
+                        uint16_t h = g4_bf16_round((float)v);
+                        memcpy(buf + 2 * i, &h, 2);
+                    }
+                }
+                const double specials[3] = {NAN, INFINITY, -INFINITY};
+                const int n_bad = n == 0 ? 0 : trial; // 0..5 bad values
+                for (int k = 0; k < n_bad; k++) {
+                    uint64_t at = k == 0   ? n - 1
+                                  : k == 1 ? 0
+                                  : k == 2 ? (n / 4096) * 4096 % n
+                                           : g4t_rand_u64(&s) % n;
+                    const double v = specials[g4t_rand_u64(&s) % 3];
+                    if (es == 8) memcpy(buf + 8 * at, &v, 8);
+                    if (es == 4) {
+                        float f = (float)v;
+                        memcpy(buf + 4 * at, &f, 4);
+                    }
+                    if (dtypes[d] == G4_DT_FLOAT16) {
+                        uint16_t h = g4_f32_to_f16((float)v);
+                        memcpy(buf + 2 * at, &h, 2);
+                    }
+                    if (dtypes[d] == G4_DT_BFLOAT16) {
+                        uint16_t h = g4_bf16_round((float)v);
+                        memcpy(buf + 2 * at, &h, 2);
+                    }
+                }
+                g4_tensor t = {.name = "t",
+                               .dtype = dtypes[d],
+                               .ndim = 1,
+                               .dims = {(int64_t)n},
+                               .numel = n,
+                               .nbytes = n * (uint64_t)es,
+                               .data = n ? buf : NULL};
+                uint64_t want = 0, want_first = 0, first = 0;
+                for (uint64_t i = 0; i < n; i++)
+                    if (!isfinite(g4_tensor_get(&t, i)) && want++ == 0) want_first = i;
+                const uint64_t got = g4_tensor_nonfinite(&t, &first);
+                bad_count += got != want;
+                bad_first += want && first != want_first;
+                cases++;
+                free(buf);
+            }
+    CHECK_MSG(bad_count == 0 && bad_first == 0,
+              "%d of %d cases count wrong, %d find the wrong first", bad_count, cases, bad_first);
+    g4_tensor u8 = {.name = "u",
+                    .dtype = G4_DT_UINT8,
+                    .numel = 4,
+                    .nbytes = 4,
+                    .data = (const uint8_t *)"\xff\xff\xff\xff"};
+    CHECK(g4_tensor_nonfinite(&u8, NULL) == 0); // integers are never NaN
+}
+
+// Inputs: regular files only (a FIFO is refused without blocking), bounded; outputs: never a
+// device, a FIFO, a directory or an input (by inode, whatever the name); a stale input (its
+// name now another file) does not count; output directories not inside an input package.
+static void test_files(void) {
+    char *d = g4t_tmpdir();
+    char *fifo = g4_sprintf("%s/fifo", d), *f = g4_sprintf("%s/f.txt", d),
+         *g = g4_sprintf("%s/g.txt", d);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    char *text;
+    size_t n;
+    CHECK(g4_read_file(fifo, &text, &n) == G4_EUSER &&
+          strstr(g4_error(), "is a FIFO (named pipe), not a regular file"));
+    CHECK(g4_read_file("/dev/zero", &text, &n) == G4_EUSER &&
+          strstr(g4_error(), "is a character device"));
+    CHECK(g4_read_file(d, &text, &n) == G4_EUSER && strstr(g4_error(), "is a directory"));
+    CHECK(g4_write_file_atomic(f, "0123456789", 10) == G4_OK);
+    CHECK(g4_read_file_max(f, 9, &text, &n) == G4_EUSER &&
+          strstr(g4_error(), "10 bytes, over the 9-byte limit"));
+    CHECK(g4_check_output(f) == G4_OK); // not read yet
+    CHECK(g4_read_file_max(f, 10, &text, &n) == G4_OK && n == 10 && !strcmp(text, "0123456789"));
+    free(text);
+    // now an input: refused under its name, a hard link and another spelling
+    CHECK(g4_write_file_atomic(f, "x", 1) == G4_EUSER &&
+          strstr(g4_error(), "is an input of this command"));
+    char *lnk = g4_sprintf("%s/link", d), *other = g4_sprintf("%s/./f.txt", d);
+    CHECK(link(f, lnk) == 0);
+    CHECK(g4_check_output(lnk) == G4_EUSER && g4_check_output(other) == G4_EUSER);
+    int fd;
+    CHECK(g4_open_output_append(f, &fd) == G4_EUSER);
+    // a stale input: the name now holds another file
+    unlink(lnk);
+    CHECK(g4_write_file_atomic(g, "y", 1) == G4_OK && rename(g, f) == 0);
+    CHECK_MSG(g4_check_output(f) == G4_OK, "%s", g4_error());
+    g4_forget_input(f);
+    CHECK(g4_check_output("/dev/null") == G4_EUSER && strstr(g4_error(), "is a character device"));
+    CHECK(g4_check_output(fifo) == G4_EUSER && strstr(g4_error(), "is a FIFO"));
+    CHECK(g4_check_output(d) == G4_EUSER && strstr(g4_error(), "is a directory"));
+    CHECK(g4_open_output_append(fifo, &fd) == G4_EUSER);
+    // output directories: not inside an input directory, however named
+    char *pkg = g4_sprintf("%s/pkg", d), *sub = g4_sprintf("%s/pkg/a/b", d),
+         *sym = g4_sprintf("%s/sym", d);
+    g4t_sh("mkdir -p '%s' && ln -s '%s' '%s'", sub, pkg, sym);
+    CHECK(g4_check_output_dir(sub) == G4_OK);
+    g4_note_input_dir(pkg);
+    CHECK(g4_check_output_dir(sub) == G4_EUSER &&
+          strstr(g4_error(), "is inside the input package"));
+    char *new_in_sym = g4_sprintf("%s/new", sym), *beside = g4_sprintf("%s/out", d);
+    CHECK(g4_check_output_dir(new_in_sym) == G4_EUSER); // not made yet: its parent is checked
+    CHECK(g4_check_output_dir(pkg) == G4_EUSER);
+    CHECK(g4_check_output_dir(beside) == G4_OK);
+    // stdin-like reads are bounded too
+    int p[2];
+    CHECK(pipe(p) == 0);
+    CHECK(write(p[1], "abcdef", 6) == 6);
+    close(p[1]);
+    CHECK(g4_read_fd(p[0], "stdin", 5, &text, &n) == G4_EUSER &&
+          strstr(g4_error(), "stdin: more than 5 bytes"));
+    close(p[0]);
+    free(fifo), free(f), free(g), free(lnk), free(other), free(pkg), free(sub), free(sym);
+    free(new_in_sym), free(beside);
+    g4t_rmtree(d);
+}
+
 int main(void) {
     test_f16_to_f32_exhaustive();
     test_f32_to_f16();
     test_strmap();
     test_sizes();
     test_json_errors();
+    test_nonfinite();
+    test_files();
     return g4t_finish("test_base");
 }

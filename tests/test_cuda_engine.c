@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/compare.h"
+#include "fidelity/compare.h"
+#include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "tests/test_util.h"
 

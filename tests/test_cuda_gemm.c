@@ -1,5 +1,5 @@
 // test_cuda_gemm.c: the GEMM/GEMV kernels (kernels/gemm_f16.cuh, kernels/gemm_q4.cuh) against the
-// CPU reference (kernels/ref/linear.c), one table of cases per op.
+// CPU reference (kernels/ref/gemm_f16.c, gemm_q4.c), one table of cases per op.
 //
 //   test_cuda_gemm [--op S] [--shape S] [--list] [--emulate]
 //     --op S     run the cases whose "op/algo" contains S (e.g. q4, f16/wgmma, glu, reject)
@@ -42,11 +42,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "base/base.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 #include "tests/test_util.h"
 
 #define TOL_ACC              (1.0 / 8192.0)

@@ -19,8 +19,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "engine/backend_select.h"
 #include "engine/text_model.h"
+#include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "tests/test_util.h"
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/cuda_util.h"
 #include "kernels/embed.cuh"
@@ -32,7 +33,6 @@
 #include "kernels/ple.cuh"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
-#include "loader/base.h"
 #include "tests/test_util.h"
 
 // Shapes: E2B's hidden width and head shapes, small vocabularies and FFN.

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend_select.h"
 #include "engine/text_model.h"
+#include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "tests/test_util.h"
 

@@ -49,13 +49,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/audio_tower.h"
-#include "engine/backend_select.h"
 #include "engine/vision_tower.h"
-#include "eval/compare.h"
+#include "fidelity/compare.h"
+#include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "kernels/ops.h"
-#include "loader/base.h"
 #include "loader/package.h"
 #include "tests/test_util.h"
 

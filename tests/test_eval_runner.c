@@ -20,12 +20,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/base.h"
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
 #include "eval/pystr.h"
 #include "eval/runner.h"
-#include "loader/base.h"
 #include "tests/spec_chartqa.h"
 #include "tests/test_util.h"
 

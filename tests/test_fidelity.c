@@ -27,7 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/npy.h"
+#include "fidelity/dump_run.h"
+#include "fidelity/npy.h"
 #include "loader/onnx_model.h"
 #include "tests/test_util.h"
 
@@ -304,7 +305,7 @@ static void dump_names(const char *npz_path, names *out) {
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
     if (rc) return;
     for (int i = 0; i < g4_npz_count(z); i++)
-        if (strcmp(g4_npz_name(z, i), "input_ids")) names_add(out, g4_npz_name(z, i));
+        if (!g4_dump_member_is_meta(g4_npz_name(z, i))) names_add(out, g4_npz_name(z, i));
     g4_npz_close(z);
 }
 

@@ -11,7 +11,7 @@
 #include "engine/audio_fe.h"
 #include "engine/fft.h"
 #include "engine/image_fe.h"
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "loader/package.h"
 #include "tests/test_util.h"
 
@@ -577,7 +577,7 @@ static void test_bad_audio(void) {
     expect_error(g4_audio_load(p, 16000, 0, &a), p, "not a sound file", "empty file");
     free(p);
     p = g4_sprintf("%s/missing.wav", tmp);
-    expect_error(g4_audio_load(p, 16000, 0, &a), p, "", "missing file");
+    expect_error(g4_audio_load(p, 16000, 0, &a), p, "cannot open: No such file", "missing file");
     free(p);
     p = g4_strdup(tmp);
     expect_error(g4_audio_load(p, 16000, 0, &a), p, "directory", "a directory");

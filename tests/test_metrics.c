@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "eval/metrics.h"
 #include "eval/pystr.h"
 #include "eval/whisper_norm.h"
-#include "loader/base.h"
 #include "loader/json.h"
 #include "tests/spec_chartqa.h"
 #include "tests/test_util.h"

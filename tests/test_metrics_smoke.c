@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "eval/metrics.h"
 #include "eval/pystr.h"
-#include "loader/base.h"
 #include "loader/json.h"
 #include "tests/test_util.h"
 

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "tests/test_util.h"
 
 typedef struct {

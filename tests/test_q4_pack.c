@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "kernels/q4_pack.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 #include "tests/test_util.h"
 
 // q4_pack.h's bit table, transcribed: nibble position p (bits 4p .. 4p + 3) of word s holds

@@ -1,10 +1,14 @@
 // test_q4_writer.c: `g4cu quantize` (quant/q4_writer.c) on the real exporter's tiny package:
 // the graph rewrite Olive makes, the k-quant bytes against onnxruntime's (tests/fixtures/q4), the
-// onnx_ir external-data layout, byte-exact round trip of everything left alone, --keep, and
-// atomic output (nothing half-written on failure).
+// onnx_ir external-data layout, byte-exact round trip of everything left alone, --keep,
+// atomic output (nothing half-written on failure), and an output that cannot damage its input
+// (copies, never hard links; not inside the input package; a killed run's temporary directory
+// removed by the next run).
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "loader/package.h"
@@ -119,7 +123,7 @@ static int f16_linears(const g4_onnx_model *m, lin *out, int max) {
 
 static void test_full_quantize(const char *tmp) {
     char *out = g4_sprintf("%s/q4", tmp);
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 2, 0};
+    g4_q4_write_opts o = {.keep = NULL, .n_keep = 0, .block = G4_Q4_BLOCK, .n_threads = 2};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -128,7 +132,7 @@ static void test_full_quantize(const char *tmp) {
     CHECK_INT(st.n_weights, 83);
     CHECK_INT(st.n_kept, 0);
     g4_q4_write_stats_free(&st);
-    CHECK_INT(count_entries(tmp, "q4.tmp."), 0);
+    CHECK_INT(count_entries(tmp, "q4.tmp-"), 0);
 
     g4_package *p16 = NULL, *p4 = NULL, *pr = NULL;
     char *ref_dir = g4t_tmpdir(); // onnxruntime's Q4 decoder in the tiny package
@@ -285,7 +289,7 @@ done:
 static void test_keep_all_round_trip(const char *tmp) {
     char *out = g4_sprintf("%s/keepall", tmp);
     const char *keep[] = {"*"};
-    g4_q4_write_opts o = {keep, 1, G4_Q4_BLOCK, 1, 0};
+    g4_q4_write_opts o = {.keep = keep, .n_keep = 1, .block = G4_Q4_BLOCK, .n_threads = 1};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -308,7 +312,7 @@ static void test_keep_pattern(const char *tmp) {
     char *out = g4_sprintf("%s/keepmlp", tmp);
     const char *keep[] = {"model.layers.*.mlp.*",
                           "decoder.lm_head.weight_t"}; // without / with the prefix
-    g4_q4_write_opts o = {keep, 2, G4_Q4_BLOCK, 2, 0};
+    g4_q4_write_opts o = {.keep = keep, .n_keep = 2, .block = G4_Q4_BLOCK, .n_threads = 2};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -341,7 +345,7 @@ static void test_atomic_failures(const char *tmp) {
     // The output exists: refused, and left alone.
     char *out = g4_sprintf("%s/exists", tmp);
     mkdir(out, 0755);
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 1, 0};
+    g4_q4_write_opts o = {.keep = NULL, .n_keep = 0, .block = G4_Q4_BLOCK, .n_threads = 1};
     g4_q4_write_stats st;
     int rc = g4_q4_write_package(tiny, out, &o, &st);
     CHECK_MSG(rc == G4_EUSER && strstr(g4_error(), "already exists"), "%s", g4_error());
@@ -379,7 +383,10 @@ static void test_command(const char *tmp) {
     CHECK(
         g4t_sh("grep -q '83 linears quantized to 4 bits (block 32, 83 weights), 0 kept fp16' '%s'",
                log) == 0);
-    CHECK(g4t_sh("test ! -s '%s'", err) == 0); // no progress lines when stderr is not a terminal
+    // stderr is not a terminal: plain progress lines (no bar redrawn with \r), the last one
+    // with every weight done
+    CHECK(g4t_sh("grep -q '^quantize: 83/83 (100%%)' '%s' && ! grep -q \"$(printf '\\r')\" '%s'",
+                 err, err) == 0);
     rc = g4t_sh("'%s' quantize '%s' '%s' >/dev/null 2>'%s'", g4cu, tiny, out, err);
     CHECK_INT(rc, 1);
     CHECK(g4t_sh("[ $(wc -l <'%s') -eq 1 ] && grep -q 'already exists' '%s'", err, err) == 0);
@@ -400,7 +407,7 @@ static void test_writer_corner_cases(const char *tmp) {
     g4_onnx_model *src = NULL, *m = NULL;
     int rc = g4_onnx_open(path, &src);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
-    g4_q4_write_opts o = {NULL, 0, G4_Q4_BLOCK, 1, 0};
+    g4_q4_write_opts o = {.keep = NULL, .n_keep = 0, .block = G4_Q4_BLOCK, .n_threads = 1};
     g4_q4_write_stats st = {0};
     if (rc == G4_OK) rc = g4_q4_write_model(src, dir, "model.onnx", &o, &st);
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
@@ -456,6 +463,82 @@ static void test_writer_corner_cases(const char *tmp) {
     free(path), free(dir), free(out);
 }
 
+// A pid that no process has (a child that has exited and been reaped).
+static long dead_pid(void) {
+    pid_t p = fork();
+    if (p == 0) _exit(0);
+    waitpid(p, NULL, 0);
+    return (long)p;
+}
+
+// Outputs never destroy anything: the unchanged files are copies (an in-place edit of the Q4
+// package leaves the f16 one alone), OUT may not lie inside the input package (however it is
+// named), and a killed run's OUT.tmp-<pid> is removed by the next run for that OUT.
+static void test_output_safety(const char *tmp) {
+    char *src = g4_sprintf("%s/src16", tmp), *out = g4_sprintf("%s/q4safe", tmp);
+    g4t_sh("mkdir -p '%s' && cp -r '%s'/. '%s'/ && chmod -R u+w '%s'", src, tiny, src, src);
+    g4_q4_write_opts o = {.block = G4_Q4_BLOCK, .n_threads = 2};
+    g4_q4_write_stats st;
+    int rc = g4_q4_write_package(src, out, &o, &st);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    if (rc == G4_OK) g4_q4_write_stats_free(&st);
+    const char *copied[] = {"genai_config.json", "embedding/model.onnx.data",
+                            "vision_encoder/model.onnx"};
+    for (size_t i = 0; rc == G4_OK && i < sizeof copied / sizeof copied[0]; i++) {
+        char *a = g4_sprintf("%s/%s", src, copied[i]), *b = g4_sprintf("%s/%s", out, copied[i]);
+        struct stat sa, sb;
+        CHECK(stat(a, &sa) == 0 && stat(b, &sb) == 0);
+        CHECK_MSG(sa.st_ino != sb.st_ino && sb.st_nlink == 1, "%s: a hard link of the source",
+                  copied[i]);
+        CHECK(files_equal(a, b));
+        free(a), free(b);
+    }
+    // An in-place edit (what json.dump(open(F, 'w')), an editor or a patch does).
+    char *cfg = g4_sprintf("%s/genai_config.json", out),
+         *cfg16 = g4_sprintf("%s/genai_config.json", src);
+    char *before = g4_sprintf("%s/before.json", tmp);
+    g4t_sh("cp '%s' '%s'", cfg16, before);
+    int fd = open(cfg, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0 && write(fd, "{}\n", 3) == 3);
+    if (fd >= 0) close(fd);
+    CHECK_MSG(files_equal(cfg16, before), "editing the Q4 package's genai_config.json changed %s",
+              cfg16);
+    free(cfg), free(cfg16), free(before);
+
+    // OUT inside the input package: refused, by the directory's identity (a symlink too).
+    char *inside = g4_sprintf("%s/decoder/q4", src), *link = g4_sprintf("%s/srclink", tmp);
+    rc = g4_q4_write_package(src, inside, &o, &st);
+    CHECK_MSG(rc == G4_EUSER && strstr(g4_error(), "inside the input package"), "%s", g4_error());
+    g4t_sh("ln -s '%s/decoder' '%s'", src, link);
+    char *via_link = g4_sprintf("%s/q4", link);
+    rc = g4_q4_write_package(src, via_link, &o, &st);
+    CHECK_MSG(rc == G4_EUSER && strstr(g4_error(), "inside the input package"), "%s", g4_error());
+    CHECK(count_entries(link, "q4") == 0);
+    free(inside), free(link), free(via_link);
+
+    // A killed run's temporary directory (its process gone) is removed and said so; a live
+    // process's (pid 1) is left alone.
+    char *out2 = g4_sprintf("%s/q4again", tmp);
+    char *stale = g4_sprintf("%s.tmp-%ld", out2, dead_pid()), *live = g4_sprintf("%s.tmp-1", out2);
+    g4t_sh("mkdir -p '%s/decoder' '%s' && head -c 100000 /dev/zero >'%s/decoder/model.onnx.data'",
+           stale, live, stale);
+    FILE *log = tmpfile();
+    g4_q4_write_opts ol = {.block = G4_Q4_BLOCK, .n_threads = 2, .log = log};
+    rc = g4_q4_write_package(src, out2, &ol, &st);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    if (rc == G4_OK) g4_q4_write_stats_free(&st);
+    struct stat sb;
+    CHECK_MSG(stat(stale, &sb) != 0, "%s (left by a killed run) is still there", stale);
+    CHECK(stat(live, &sb) == 0 && S_ISDIR(sb.st_mode));
+    char line[512] = "";
+    rewind(log);
+    CHECK(fgets(line, sizeof line, log) && strstr(line, "left by an interrupted run") &&
+          strstr(line, stale));
+    fclose(log);
+    free(out2), free(stale), free(live);
+    free(src), free(out);
+}
+
 int main(void) {
     tiny = g4t_env("G4_TINY_PKG");
     fixtures = g4t_env("G4_FIXTURES");
@@ -467,6 +550,7 @@ int main(void) {
     test_keep_all_round_trip(tmp);
     test_keep_pattern(tmp);
     test_atomic_failures(tmp);
+    test_output_safety(tmp);
     test_command(tmp);
     g4t_rmtree(tmp);
     return g4t_finish("test_q4_writer");

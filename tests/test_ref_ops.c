@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 #include "tests/test_util.h"
 
 // --- .g4fx fixture container (see tools/python/make_attnops_fixtures.py) ------------------

@@ -1,16 +1,17 @@
 // test_report.c: the pieces under `g4cu compare`'s reports, on inputs whose answers are known
-// by hand: the logits KL (eval/kl.h), the classification of hook names onto the chart, and a
-// report with a text decoder and a vision tower rendered to SVG (one panel each), Markdown and
-// JSON. The end-to-end checks on the tiny fixture are in test_fidelity.c.
+// by hand: the logits KL (fidelity/kl.h), the named tolerances (fidelity/tolerance.h), the
+// classification of hook names onto the chart, and a report with a text decoder and a vision
+// tower rendered to SVG (one panel each), Markdown and JSON. The end-to-end checks on the tiny fixture are in test_fidelity.c.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/kl.h"
-#include "eval/report.h"
-#include "eval/svg.h"
-#include "loader/base.h"
+#include "base/base.h"
+#include "fidelity/kl.h"
+#include "fidelity/report.h"
+#include "fidelity/svg.h"
+#include "fidelity/tolerance.h"
 #include "tests/test_util.h"
 
 static void test_kl(void) {
@@ -183,8 +184,40 @@ static void test_svg_escape(void) {
     free(svg);
 }
 
+// The comparison policy: cpu-f32 / cuda-f16 by backend, hf-fp16x3 from an fp16 dump's member
+// (tests/fixtures/readers/stored.npz "arr_0" = -1, -0.5, 0, 0.5, 1, written by numpy).
+static void test_tolerance(void) {
+    CHECK(g4_tol_for_backend(g4_backend_cpu()) == &g4_tol_cpu_f32);
+    CHECK(!strcmp(g4_tol_cpu_f32.name, "cpu-f32") && g4_tol_cpu_f32.rel == 1e-4);
+    CHECK(!strcmp(g4_tol_cuda_f16.name, "cuda-f16") && g4_tol_cuda_f16.rel == 2e-2);
+    g4_tol t = g4_tol_hf_fp16x3(1e-5); // 3e-5 is below the floor
+    CHECK_MSG(!strcmp(t.name, "hf-fp16x3") && t.rel == 1e-3, "%s %g", t.name, t.rel);
+    t = g4_tol_hf_fp16x3(0.01);
+    CHECK_MSG(fabs(t.rel - 0.03) < 1e-15, "3 x 0.01: %.17g", t.rel);
+    char *path = g4_path_join(g4t_env("G4_FIXTURES"), "readers/stored.npz");
+    g4_npz *z;
+    CHECK_INT(g4_npz_open(path, &z), G4_OK);
+    // ref: the fp32 reference; the dump's arr_0: HF's fp16 run. Only the last value differs:
+    // e16 = ||arr_0 - ref|| / ||ref|| = (r - 1) / sqrt(1 + 0.25 + 0 + 0.25 + r^2), r = 1.1f.
+    const float ref[] = {-1, -0.5f, 0, 0.5f, 1.1f};
+    // The fp16 rule (a dump without hf_dtype is an fp16 dump) on member arr_0.
+    const g4_tol_rule rule = {"float16", "hf-fp16x3", 3, 1e-3, {"float32", "float64"}};
+    const g4_array *a0;
+    CHECK_INT(g4_npz_get(z, "arr_0", &a0), G4_OK);
+    CHECK_INT(g4_tol_derived(z, path, &rule, "arr_0", a0, ref, &t), G4_OK);
+    const double r = 1.1f, want = 3 * (r - 1) / sqrt(1.5 + r * r);
+    CHECK_MSG(!strcmp(t.name, "hf-fp16x3") && fabs(t.rel - want) < 1e-6 * want,
+              "%s %.17g, expected %.17g", t.name, t.rel, want);
+    // A tensor the dump does not hold is refused, never silently given the backend's tolerance.
+    CHECK_INT(g4_tol_derived(z, path, &rule, "missing", a0, ref, &t), G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "no tensor 'missing'"), "%s", g4_error());
+    g4_npz_close(z);
+    free(path);
+}
+
 int main(void) {
     test_kl();
+    test_tolerance();
     test_classify();
     test_two_panels();
     test_sens_sort();

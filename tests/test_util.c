@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "loader/base.h"
+#include "base/base.h"
 
 int g4t_checks = 0, g4t_failures = 0;
 

@@ -14,11 +14,12 @@
 
 #include "loader/json.h"
 
-#include "engine/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
+#include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "tools/bench_model.h"
+#include "tools/bench_peer.h"
 #include "tools/cli.h"
 
 static double now_ms(void) {
@@ -299,21 +300,11 @@ static void json_result(FILE *f, const char *name, const bench_result *r) {
             r->decode_host_tok_s);
 }
 
-// Runs the HF peer script on hf_dir and prints our first package's speeds over HF's.
+// Runs the HF peer script on hf_dir (tools/bench_peer.h: an argument vector, no shell) and
+// prints our first package's speeds over HF's.
 static int peers(const char *hf_dir, const char *script, const bench_result *ours, int reps) {
-    char tmp[] = "/tmp/g4cu-hf-XXXXXX";
-    int fd = mkstemp(tmp);
-    if (fd < 0) return g4_fail(G4_EINTERNAL, "cannot create a temporary file");
-    close(fd);
-    const char *py = getenv("G4_PYTHON") ? getenv("G4_PYTHON") : "python3";
-    char *cmd = g4_sprintf("'%s' '%s' '%s' --reps %d --json '%s'", py, script, hf_dir, reps, tmp);
-    fflush(stdout);
-    int st = system(cmd);
-    free(cmd);
     g4_json j;
-    int rc = st == 0 ? g4_json_open(tmp, &j) : g4_fail(G4_EUSER, "%s %s: exit status %d", script,
-                                                           hf_dir, st);
-    unlink(tmp);
+    int rc = g4_bench_peer_run(script, hf_dir, reps, &j);
     if (rc) return rc;
     const char *dts[2] = {"bf16", "fp16"};
     for (int d = 0; d < 2; d++) {

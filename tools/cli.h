@@ -4,7 +4,7 @@
 #ifndef G4_CLI_H
 #define G4_CLI_H
 
-#include "loader/base.h"
+#include "base/base.h"
 
 typedef int (*g4_cmd_fn)(int argc, char **argv);
 

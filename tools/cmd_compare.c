@@ -22,35 +22,18 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
 #include "engine/text_model.h"
-#include "eval/capture.h"
-#include "eval/dump_run.h"
-#include "eval/compare.h"
-#include "eval/kl.h"
-#include "eval/npy.h"
-#include "eval/report.h"
-#include "eval/sensitivity.h"
+#include "fidelity/capture.h"
+#include "fidelity/compare.h"
+#include "fidelity/dump_run.h"
+#include "fidelity/kl.h"
+#include "fidelity/npy.h"
+#include "fidelity/report.h"
+#include "fidelity/sensitivity.h"
+#include "fidelity/tolerance.h"
+#include "kernels/backend_select.h"
 #include "loader/tokenizer.h"
 #include "tools/cli.h"
-
-// Named tolerances (max rel err ||ours - ref|| / ||ref||) against an HF dump, by backend:
-// cpu-f32: the CPU backend computes in fp32 like the fp32 HF reference on the same
-//   fp16-rounded weights; the only differences are summation order and libm rounding, which
-//   stay near 1e-6 per op and grow through 35 layers of residual adds: 1e-4 bounds that with
-//   room, while any real formula difference (a wrong scale, norm or mask) is >= 1e-3.
-// cuda-f16: fp16 activations and KV cache (each rounding ~2.4e-4 relative, ~100 per layer):
-//   2e-2 per tensor; logits are judged by argmax agreement too.
-// hf-fp16x3 (--tol-from HF16.npz): per tensor, 3x the error HF's own fp16 run (same weights,
-//   same ids) makes against the fp32 dump, floored at 1e-3: deep random-weight models amplify
-//   rounding layer by layer, and an independent fp16 implementation measures how much; an fp16
-//   engine that is right stays within a small multiple of it, a wrong op lands far above.
-typedef struct {
-    const char *name;
-    double rel;
-} g4_tol;
-static const g4_tol tol_cpu = {"cpu-f32", 1e-4};
-static const g4_tol tol_cuda = {"cuda-f16", 2e-2};
 
 typedef struct {
     const char *pos[2];
@@ -135,7 +118,9 @@ static int logits_kl(const g4_capture *ref, const g4_capture *test, g4_kl_stats 
 // --- mode 1: against an HF dump -------------------------------------------------------------
 static int run_dump(const opts *o, g4_backend *be) {
     const char *pkg_dir = o->pos[0], *ref_path = o->pos[1];
-    g4_npz *ref = NULL, *tol_ref = NULL; // tol_ref: HF fp16 dump, per-tensor tolerances
+    g4_npz *ref = NULL,
+           *tol_ref = NULL; // tol_ref: a lower-precision HF dump, per-tensor tolerances
+    const g4_tol_rule *rule = NULL;
     g4_capture cap = {0};
     g4_cmp_report rep = {0};
     int32_t *ids = NULL;
@@ -146,10 +131,11 @@ static int run_dump(const opts *o, g4_backend *be) {
     const g4_array *a;
     if ((rc = g4_npz_open(ref_path, &ref)) || (rc = g4_dump_input_ids(ref, ref_path, &ids, &n)))
         goto done;
+    if (o->tol_from && (rc = g4_tol_dump_open(o->tol_from, ref_path, ref, ids, n, &tol_ref, &rule)))
+        goto done;
     // Text dumps and multimodal ones (media, processor outputs, towers; eval/dump_run.h).
     if ((rc = g4_capture_dump(pkg_dir, be, ref, ref_path, &cap))) goto done;
-    const g4_tol *tol = be->host_memory ? &tol_cpu : &tol_cuda;
-    if (o->tol_from && (rc = g4_npz_open(o->tol_from, &tol_ref))) goto done;
+    const g4_tol *tol = g4_tol_for_backend(be); // fidelity/tolerance.h
     seen = g4_calloc((size_t)g4_npz_count(ref) + 1, sizeof(int));
     shapes = g4_malloc(sizeof(int) * 2 * (size_t)(cap.n + 1));
     for (int i = 0; i < cap.n; i++) {
@@ -169,19 +155,18 @@ static int run_dump(const opts *o, g4_backend *be) {
         if (row.shape_ok) {
             float *r = g4_malloc(sizeof(float) * ne + 1);
             g4_array_to_f32(a, r);
-            const g4_array *h16;
-            if (tol_ref && g4_npz_find(tol_ref, it->name) >= 0 &&
-                g4_npz_get(tol_ref, it->name, &h16) == G4_OK && h16->numel == ne) {
-                float *h = g4_malloc(sizeof(float) * ne + 1);
-                g4_array_to_f32(h16, h);
-                const double e16 = g4_cmp(h, r, ne, 0).rel;
-                free(h);
-                row.tol = 3 * e16 > 1e-3 ? 3 * e16 : 1e-3;
-                snprintf(row.tol_name, sizeof row.tol_name, "hf-fp16x3");
+            if (tol_ref) {
+                g4_tol t;
+                if ((rc = g4_tol_derived(tol_ref, o->tol_from, rule, it->name, a, r, &t))) {
+                    free(r);
+                    goto done;
+                }
+                row.tol = t.rel;
+                snprintf(row.tol_name, sizeof row.tol_name, "%s", t.name);
             }
             const int is_logits = !strcmp(it->name, "logits");
             row.s = g4_cmp(it->data, r, ne, is_logits ? (size_t)cap.vocab : 0);
-            row.pass = row.s.nan == 0 && row.s.rel <= row.tol;
+            row.pass = row.s.nan == 0 && row.s.ref_bad == 0 && row.s.rel <= row.tol;
             if (is_logits && !have_kl) {
                 kl = g4_kl_rows(r, it->data, it->rows, (size_t)it->cols);
                 have_kl = 1;
@@ -215,8 +200,25 @@ static int run_dump(const opts *o, g4_backend *be) {
                    .kl = have_kl ? &kl : NULL};
     g4_report_print_kl(&r, stdout);
     const int ok = g4_cmp_report_ok(&rep) && n_missing == 0 && rep.n > 0;
-    printf("%s: %d tensors compared, %s\n", ref_path, rep.n,
-           ok ? "all within tolerance" : "FAILED");
+    // The verdict names what broke it: the first failing tensor (non-finite values first).
+    const g4_cmp_row *first_bad = NULL;
+    for (int i = 0; i < rep.n && !first_bad; i++)
+        if (rep.rows[i].s.ref_bad || rep.rows[i].s.nan) first_bad = &rep.rows[i];
+    for (int i = 0; i < rep.n && !first_bad; i++)
+        if (!rep.rows[i].pass) first_bad = &rep.rows[i];
+    if (ok)
+        printf("%s: %d tensors compared, all within tolerance\n", ref_path, rep.n);
+    else if (first_bad && first_bad->s.ref_bad)
+        printf("%s: %d tensors compared, FAILED: the reference's '%s' has %zu NaN/Inf values\n",
+               ref_path, rep.n, first_bad->name, first_bad->s.ref_bad);
+    else if (first_bad && first_bad->s.nan)
+        printf("%s: %d tensors compared, FAILED: our '%s' has %zu NaN/Inf values\n", ref_path,
+               rep.n, first_bad->name, first_bad->s.nan);
+    else if (first_bad)
+        printf("%s: %d tensors compared, FAILED: first '%s' (rel err %.3e > %s %.1e)\n", ref_path,
+               rep.n, first_bad->name, first_bad->s.rel, first_bad->tol_name, first_bad->tol);
+    else
+        printf("%s: %d tensors compared, FAILED\n", ref_path, rep.n);
     if ((rc = write_reports(o, &r))) goto done;
     rc = ok ? G4_OK : 1;
 done:
@@ -262,7 +264,7 @@ static int run_packages(const opts *o, g4_backend *be) {
         if (row.shape_ok)
             row.s = g4_cmp(t->data, r->data, (size_t)t->rows * t->cols,
                            strcmp(t->name, "logits") ? 0 : (size_t)t->cols);
-        row.pass = row.shape_ok && row.s.nan == 0;
+        row.pass = row.shape_ok && row.s.nan == 0 && row.s.ref_bad == 0;
         bad += !row.pass;
         g4_cmp_report_add(&rep, &row);
     }
@@ -282,7 +284,9 @@ static int run_packages(const opts *o, g4_backend *be) {
     g4_report_print(&r, stdout);
     if ((rc = write_reports(o, &r))) goto done;
     if (bad) {
-        printf("FAILED: %d tensors with non-finite values or differing shapes\n", bad);
+        printf("FAILED: %d tensors with non-finite values (in the test or the reference run) or "
+               "differing shapes\n",
+               bad);
         rc = 1;
     } else if (o->max_kl >= 0 && !(have_kl && kl.kl_mean <= o->max_kl)) {
         printf("FAILED: logits KL mean %.6e is above --max-kl %g\n", have_kl ? kl.kl_mean : NAN,
@@ -310,7 +314,7 @@ static int run_sensitivity(const opts *o, g4_backend *be) {
         (rc = g4_text_model_load(p, be, &m)))
         goto done;
     g4_sens_opts so = {(int)o->top, o->layers,       o->n_layers, o->only,
-                       o->n_only,   (int)o->threads, isatty(2)};
+                       o->n_only,   (int)o->threads, stderr};
     if ((rc = g4_sensitivity_run(m, ids, n, &so, &rows, &n_rows, &n_q4))) goto done;
     g4_report r = {.mode = G4_REPORT_SENSITIVITY,
                    .reference = pkg_dir,
@@ -409,6 +413,13 @@ static int cmd_compare(int argc, char **argv) {
                                 "--prompt or --max-kl)");
         goto done;
     }
+    // The reports' targets are checked before the run, not found unwritable after it.
+    const char *outs[3] = {o.md, o.json, o.svg};
+    for (int k = 0; k < 3; k++)
+        if (outs[k] && (rc = g4_check_output(outs[k]))) {
+            rc = g4_cli_fail(rc);
+            goto done;
+        }
     g4_backend *be;
     if ((rc = g4_backend_by_name(o.backend, &be))) {
         rc = g4_cli_fail(rc);
@@ -426,5 +437,6 @@ const g4_cmd g4_cmd_compare = {
     "compare", cmd_compare,
     "PKG REF.npz | PKG_REF PKG_TEST --ids I,.. | PKG_F16 --sensitivity --ids I,.. "
     "[--prompt T [--tokenizer F]] [--sensitivity-top N] [--layers 0-3,7] [--only GLOB] "
-    "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF16.npz] [--md F] [--json F] [--svg F]   "
+    "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF_LOWER.npz] [--md F] [--json F] "
+    "[--svg F]   "
     "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity"};

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/backend_select.h"
 #include "eval/runner.h"
+#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 #define EVAL_USAGE                                                                                 \
@@ -87,14 +87,16 @@ static int cmd_eval(int argc, char **argv) {
     o.package = pos[1];
     char *def_out = g4_sprintf("eval-%s", o.task->name);
     o.out_dir = out ? out : def_out;
-    o.progress = isatty(fileno(stderr)) ? stderr : NULL;
+    o.progress = stderr; // a bar on a terminal, plain lines otherwise (base/progress.h)
     o.log = stderr;
     g4_eval_run_result r = {0};
     int rc = g4_backend_by_name(o.backend, &o.be);
     if (!rc) rc = g4_eval_run(&o, &r);
     if (!rc) {
-        printf("%s %s = %.*f over %d items -> %s\n", o.task->name, o.task->metric,
-               o.task->lower_is_better ? 4 : 6, r.value, r.count, r.scores_path);
+        printf("%s %s = %.*f over %d items", o.task->name, o.task->metric,
+               o.task->lower_is_better ? 4 : 6, r.value, r.count);
+        if (r.failed) printf(" (%d failed: scored as empty responses)", r.failed);
+        printf(" -> %s\n", r.scores_path);
         if (o.shard_n > 1)
             printf("shard %d of %d: run g4cu eval-merge %s --task %s when every shard is done\n",
                    o.shard_i, o.shard_n, o.out_dir, o.task->name);

@@ -41,9 +41,12 @@ static int cmd_eval_merge(int argc, char **argv) {
                                   task);
     g4_eval_run_result r;
     int rc = g4_eval_merge(dir, t, manifest, limit, &r);
-    if (!rc)
-        printf("%s %s = %.*f over %d items -> %s\n", t->name, t->metric, t->lower_is_better ? 4 : 6,
-               r.value, r.count, r.scores_path);
+    if (!rc) {
+        printf("%s %s = %.*f over %d items", t->name, t->metric, t->lower_is_better ? 4 : 6,
+               r.value, r.count);
+        if (r.failed) printf(" (%d failed: scored as empty responses)", r.failed);
+        printf(" -> %s\n", r.scores_path);
+    }
     g4_eval_run_result_free(&r);
     return rc ? g4_cli_fail(rc) : 0;
 }

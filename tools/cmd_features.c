@@ -9,7 +9,7 @@
 
 #include "engine/audio_fe.h"
 #include "engine/image_fe.h"
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 #include "loader/package.h"
 #include "tools/cli.h"
 

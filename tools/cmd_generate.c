@@ -1,4 +1,4 @@
-// g4cu generate PKG --prompt T [--image F]... [--audio F]... [options]
+// g4cu generate PKG --prompt T|- [--image F]... [--audio F]... [options]   (-: read stdin)
 // g4cu generate PKG --ids 2,5,17 [options]
 // A chat-template prompt (one user turn: images, then audio, then the text) or raw prompt ids,
 // then generation; the text streams to stdout (or --json prints tokens, timings and the stop
@@ -72,6 +72,15 @@ static int cmd_generate(int argc, char **argv) {
         code = g4_cli_usage_error("generate", "needs --prompt (and/or --image, --audio) or --ids");
         goto done;
     }
+    char *stdin_text = NULL; // --prompt -: the prompt is stdin's text, as `tokenize -` reads it
+    if (prompt && !strcmp(prompt, "-")) {
+        int rc = g4_read_fd(0, "stdin", G4_MAX_TEXT_BYTES, &stdin_text, NULL);
+        if (rc) {
+            code = g4_cli_fail(rc);
+            goto done;
+        }
+        prompt = stdin_text;
+    }
     g4_prompt pr = {.system = o.system,
                     .system_as_parts = 1,
                     .images = images,
@@ -80,6 +89,7 @@ static int cmd_generate(int argc, char **argv) {
                     .n_audio = n_audio,
                     .text = prompt};
     code = g4_gen_cli_run(&o, pkg_dir, &pr);
+    free(stdin_text);
 done:
     g4_gen_cli_free(&o);
     return code;
@@ -87,5 +97,5 @@ done:
 
 const g4_cmd g4_cmd_generate = {
     "generate", cmd_generate,
-    "PKG --prompt T [--image F]... [--audio F]... | --ids 2,5,17   " G4_GEN_CLI_USAGE
-    "   chat-template prompt (or raw ids) -> generated text on stdout"};
+    "PKG --prompt T|- [--image F]... [--audio F]... | --ids 2,5,17   " G4_GEN_CLI_USAGE
+    "   chat-template prompt (or raw ids; --prompt - reads stdin) -> generated text on stdout"};

@@ -1,6 +1,8 @@
 // g4cu inspect PKG [--tensor NAME] [--summary]: what the package holds and what it implies.
 // Opening the package already validates every tensor and cross-checks the configs, so a
-// successful inspect is also the check; problems that do not stop a run are listed at the end.
+// successful inspect is also the check; it also reads every weight for NaN/Inf (which the
+// engine refuses as it binds them), and lists what it finds, and problems that do not stop
+// opening (overlapping data), at the end (exit 1 when there are any).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,24 @@ static int report_layout(const g4_component *c) {
             issues++;
         }
     free(r);
+    return issues;
+}
+
+// NaN or Inf in a weight or table (what the engine refuses to bind; see
+// g4_tensor_check_finite). Infinite scalars are graph constants, not weights (ClippableLinear
+// bounds of +-inf, fill values), and stay allowed; a NaN is wrong anywhere.
+static int report_nonfinite(const g4_component *c) {
+    const g4_onnx_model *m = c->model;
+    int issues = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const g4_tensor *t = &m->tensors[i];
+        if (t->numel <= 1 && !(g4_tensor_nonfinite(t, NULL) && isnan(g4_tensor_get(t, 0))))
+            continue;
+        if (g4_tensor_check_finite(t, c->onnx_path)) {
+            printf("  inconsistency: %s\n", g4_error());
+            issues++;
+        }
+    }
     return issues;
 }
 
@@ -256,7 +276,7 @@ static int cmd_inspect(int argc, char **argv) {
             continue;
         }
         print_component(c, !summary);
-        issues += report_layout(c);
+        issues += report_layout(c) + report_nonfinite(c);
     }
     print_text_config(p);
     print_media_configs(p);

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/backend_select.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
-#include "eval/npy.h"
+#include "fidelity/npy.h"
+#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 // The soft tokens of the image and audio files (either may be NULL).
@@ -73,6 +73,7 @@ static int cmd_logits(int argc, char **argv) {
     if (image_tokens && !image) return g4_cli_usage_error("logits", "--image-tokens needs --image");
     int32_t *ids;
     int n, rc, n_img = 0, n_aud = 0;
+    if ((rc = g4_check_output(out))) return g4_cli_fail(rc); // before the work, not after it
     if ((rc = g4_cli_parse_ids(ids_s, &ids, &n))) return g4_cli_fail(rc);
     g4_backend *be;
     g4_package *p = NULL;

@@ -11,18 +11,6 @@
 #include "loader/tokenizer.h"
 #include "tools/cli.h"
 
-static char *read_stdin(size_t *n) {
-    size_t cap = 1 << 16;
-    char *buf = g4_malloc(cap);
-    *n = 0;
-    for (size_t got; (got = fread(buf + *n, 1, cap - *n - 1, stdin)) > 0;) {
-        *n += got;
-        if (*n + 1 >= cap) buf = g4_realloc(buf, cap *= 2);
-    }
-    buf[*n] = 0;
-    return buf;
-}
-
 // "2,106 107" -> ids; 0 (after printing why) on anything else.
 static int parse_ids(const char *s, int n_vocab, g4_ids *out) {
     const char *p = s;
@@ -81,7 +69,16 @@ static int cmd_tokenize(int argc, char **argv) {
     free(file);
     if (rc) return g4_cli_fail(rc);
     size_t n;
-    char *input = !strcmp(arg, "-") ? read_stdin(&n) : (n = strlen(arg), g4_strdup(arg));
+    char *input = NULL;
+    if (!strcmp(arg, "-")) {
+        if ((rc = g4_read_fd(0, "stdin", G4_MAX_TEXT_BYTES, &input, &n))) {
+            g4_tokenizer_close(t);
+            return g4_cli_fail(rc);
+        }
+    } else {
+        n = strlen(arg);
+        input = g4_strdup(arg);
+    }
     g4_ids ids = {0};
     int status = 0;
     if (decode) {

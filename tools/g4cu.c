@@ -73,6 +73,19 @@ static void usage(FILE *f) {
     fprintf(f, "\nexit codes: 0 ok, 1 bad input or usage, 2 internal error\n");
 }
 
+// What went to stdout is the command's result: a write that failed (a full disk, /dev/full, a
+// closed pipe) fails the command instead of passing for success.
+static int finish_stdout(int code) {
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (fclose(stdout) != 0 && !bad) bad = 1, e = errno;
+    if (!bad) return code;
+    fprintf(stderr, "g4cu: writing the output to stdout failed: %s\n",
+            e ? strerror(e) : "I/O error");
+    return code ? code : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
         !strcmp(argv[1], "-h")) {
@@ -80,7 +93,8 @@ int main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     for (int i = 0; i < n_commands; i++)
-        if (strcmp(argv[1], commands[i]->name) == 0) return commands[i]->run(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i]->name) == 0)
+            return finish_stdout(commands[i]->run(argc - 1, argv + 1));
     fprintf(stderr, "g4cu: unknown command '%s' (see g4cu help)\n", argv[1]);
     return 1;
 }

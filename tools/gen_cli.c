@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend_select.h"
+#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 void g4_gen_cli_init(g4_gen_cli *o, const char *cmd) {
@@ -86,6 +86,9 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
         return 1;
     }
     (*i)++;
+    if (!o->sampling_opt &&
+        (!strcmp(a, "--top-k") || !strcmp(a, "--top-p") || !strcmp(a, "--seed")))
+        o->sampling_opt = a;
     if (!strcmp(a, "--max-new")) {
         if (!g4_cli_int(o->cmd, a, v, 1, 1 << 24, &n)) return -1;
         o->gen.max_new = (int)n;
@@ -158,7 +161,17 @@ static void params_from(g4_gen_cli *o, g4_gen_params *p) {
     if (!o->json) p->on_text = stream_stdout;
 }
 
-static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_text) {
+// Audio cut to the tower's window, said on stderr (one line per file).
+static void report_cuts(const g4_gen_cli *o, const g4_media_cut *cuts, int n) {
+    for (int i = 0; i < n; i++)
+        fprintf(stderr,
+                "g4cu %s: %s: %.1f s of audio, only the first %.1f s were used (the audio "
+                "tower's window; long-form audio is not supported yet)\n",
+                o->cmd, cuts[i].path, cuts[i].seconds, cuts[i].used_seconds);
+}
+
+static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_text,
+                         const g4_media_cut *cuts, int n_cuts) {
     if (!o->json) {
         if (has_text)
             printf("\n");
@@ -193,6 +206,14 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
     cJSON_AddNumberToObject(j, "prefill_tok_s", r->prefill_tok_s);
     cJSON_AddNumberToObject(j, "decode_ms", r->decode_ms);
     cJSON_AddNumberToObject(j, "decode_tok_s", r->decode_tok_s);
+    cJSON *cut = cJSON_AddArrayToObject(j, "audio_truncated"); // files cut to the tower's window
+    for (int i = 0; i < n_cuts; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "file", cuts[i].path);
+        cJSON_AddNumberToObject(c, "seconds", cuts[i].seconds);
+        cJSON_AddNumberToObject(c, "used_seconds", cuts[i].used_seconds);
+        cJSON_AddItemToArray(cut, c);
+    }
     char *s = cJSON_PrintUnformatted(j);
     printf("%s\n", s);
     free(s);
@@ -209,7 +230,18 @@ static int open_backend(const g4_gen_cli *o, g4_backend **be) {
     return G4_OK;
 }
 
+// The sampling options mean nothing without sampling: refused rather than ignored.
+static int check_options(const g4_gen_cli *o) {
+    if (o->sampling_opt && !(o->gen.sampler.temperature > 0))
+        return g4_cli_usage_error(o->cmd,
+                                  "%s only applies when sampling: add --temperature T (T > 0); "
+                                  "without it generation is greedy",
+                                  o->sampling_opt);
+    return 0;
+}
+
 int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
+    if (check_options(o)) return 1;
     g4_pipeline *pl;
     g4_backend *be;
     int rc = open_backend(o, &be);
@@ -219,9 +251,11 @@ int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
     params_from(o, &p);
     g4_gen_result r;
     rc = g4_pipeline_generate(pl, pr, &p, &r);
-    if (!rc)
-        print_result(o, &r, 1);
-    else if (!o->json)
+    if (!rc) {
+        print_result(o, &r, 1, pl->cuts, pl->n_cuts);
+        fflush(stdout);
+        report_cuts(o, pl->cuts, pl->n_cuts);
+    } else if (!o->json)
         fflush(stdout);
     g4_gen_result_free(&r);
     g4_pipeline_close(pl);
@@ -229,6 +263,7 @@ int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
 }
 
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n) {
+    if (check_options(o)) return 1;
     g4_backend *be;
     g4_package *pkg = NULL;
     g4_text_model *m = NULL;
@@ -254,7 +289,7 @@ int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, i
     params_from(o, &p);
     if (!tok) p.on_text = NULL;
     if ((rc = g4_generate(m, tok, ids, n, NULL, &p, &r))) goto done;
-    print_result(o, &r, tok != NULL);
+    print_result(o, &r, tok != NULL, NULL, 0);
 done:
     g4_gen_result_free(&r);
     g4_text_model_free(m);

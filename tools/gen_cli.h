@@ -21,6 +21,7 @@ typedef struct {
     int n_ignore;
     int eos[G4_GEN_CLI_MAX_LIST]; // --eos ID
     int n_eos;
+    const char *sampling_opt; // the first of --top-k / --top-p / --seed given (NULL: none)
 } g4_gen_cli;
 
 // The options every generating command takes, for the usage lines.

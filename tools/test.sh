@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The test command: builds twice (RelWithDebInfo in build/, ASan+UBSan in build-asan/) and runs
-# the whole ctest suite in each. GPU tests skip with a printed reason where there is no GPU.
+# The test command: builds twice and runs the whole ctest suite in each (RelWithDebInfo in
+# build/, ASan+UBSan in build-asan/), then builds the other build types a user may type
+# (Release in build-release/, plain Debug in build-debug/) without running the suite again:
+# the optimiser's warnings differ by build type (gcc 12 -O3 -Werror=format-truncation), so a
+# build type that nobody builds breaks without anyone noticing. GPU tests skip with a printed
+# reason where there is no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -11,3 +15,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DG4_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
+for type in Release Debug; do
+    dir=build-$(echo "$type" | tr '[:upper:]' '[:lower:]')
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" >/dev/null
+    cmake --build "$dir" -j"$jobs"
+    echo "tools/test.sh: $type build in $dir: ok"
+done

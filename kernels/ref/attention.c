@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 
 void ref_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *pos, int T, int n_heads, int n_kv, int hd, int window,

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 
 void ref_attention_bidir(float *out, const float *q, int Nq, const float *k, const float *v,
                          const uint8_t *key_valid, int N, int n_heads, int hd, float scale) {

@@ -1,8 +1,8 @@
 // f16_table.c: the exact fp16 -> fp32 lookup table the reference ops read weights through.
 #include <pthread.h>
 
+#include "base/base.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 
 static float table[65536];
 const float *g4_f16_table = table;

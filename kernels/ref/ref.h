@@ -81,7 +81,7 @@ void ref_attention_bidir(float *out, const float *q, int Nq, const float *k, con
 //   q' = q * (hd^-0.5 / ln 2) * softplus(per_dim_scale),  k' = k * ln(1 + e) / ln 2,
 //   z(t, u) = logit_cap * tanh((q'.k'[u] + q'.rel[t - u]) / logit_cap),
 //   key u visible iff 0 <= t - u < band and valid[u];  out[t] = sum_u softmax(z)[u] v[u].
-// Masked logits are invalid_logit (-1e9) over HF's block context (see audio_attention.c), so a
+// Masked logits are invalid_logit (-1e9) over HF's block context (see attention_audio.c), so a
 // query with no visible key gets the mean of v over that context, as HF computes it.
 // q, k, v, out [T, n_heads * hd] (projection outputs, unscaled); rel [>= band, n_heads * hd]:
 // rel[d] = relative_k_proj(sinusoid(d)) for distance d (HF's position_embeddings row c holds

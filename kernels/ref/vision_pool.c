@@ -2,8 +2,8 @@
 // Gemma4VisionPooler._avg_pool_by_positions + the sqrt(hidden) scale). Sums in double.
 #include <stdlib.h>
 
+#include "base/base.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 
 int ref_vision_pool(float *out, uint8_t *used, const float *x, const int32_t *pos_xy, int N, int D,
                     int k, int n_bins, float scale) {

@@ -1,7 +1,7 @@
 // vision_posemb.c: reference vision patch position embedding add (spec 4.2; HF
 // Gemma4VisionPatchEmbedder._position_embeddings): h[i] += T[0][x_i] + T[1][y_i].
+#include "base/base.h"
 #include "kernels/ref/ref.h"
-#include "loader/base.h"
 
 int ref_vision_posemb_add(float *h, const uint16_t *table, int table_rows, const int32_t *pos_xy,
                           int N, int D) {

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 out=${1:-build-fuzz}
 proto=${G4_PROTO_DIR:-build/proto}
 jobs=${G4_FUZZ_JOBS:-$(nproc)}
-targets=(onnx json npz safetensors tokenizer audio image)
+targets=(onnx json npz tokenizer audio image)
 
 command -v clang >/dev/null || { echo "fuzz build: clang not found (tools/install_deps.sh installs it)"; exit 77; }
 probe=$(mktemp -d)
@@ -36,9 +36,9 @@ rm -f "$out"/obj/*.o # always rebuilt: a stale object must not hide a failed com
 flags=(-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -D_GNU_SOURCE -I. -I"$proto")
 # The library code the targets reach (one list: every target links all of it).
-srcs=(loader/base.c loader/onnx_model.c loader/json.c "$proto/onnx.pb-c.c"
+srcs=(base/base.c loader/onnx_model.c loader/json.c "$proto/onnx.pb-c.c"
       loader/tokenizer.c loader/tokenizer_vocab.c loader/tokenizer_encode.c loader/tokenizer_decode.c
-      eval/npy.c eval/npz.c eval/printable.c eval/safetensors.c
+      fidelity/npy.c fidelity/npz.c fidelity/printable.c
       engine/audio_decode.c engine/audio_fe.c engine/fft.c
       engine/image_decode.c engine/image_fe.c engine/image_resize.c)
 libs=(-lprotobuf-c -lcjson -lz -lutf8proc -lpng -ljpeg -lsndfile -lsoxr -lm)
@@ -69,7 +69,6 @@ cp $fx/mobius-tiny-f16/package/*.json "$out/seeds_json/"
 cp $fx/readers/*.npz $fx/readers/*.npy "$out/seeds_npz/" 2>/dev/null || true
 cp $fx/refdumps/tiny2/len1.npz "$out/seeds_npz/"
 cp $fx/tokenizer/*.json "$out/seeds_tokenizer/"
-cp $fx/readers/*.safetensors "$out/seeds_safetensors/" 2>/dev/null || true
 # (not long_31s.flac: 7 s per execution under ASan, and every mutation of it as slow; the
 # 30 s truncation is tested in test_frontends.c)
 cp $fx/frontends/media/*.wav $fx/frontends/media/*.flac $fx/refdumps/mm/media/*.wav \

@@ -10,8 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "engine/audio_fe.h"
-#include "loader/base.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

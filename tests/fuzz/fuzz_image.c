@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "engine/image_fe.h"
-#include "loader/base.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,8 +1,8 @@
-// fuzz_npz.c: libFuzzer target for the .npz (zip + zlib) and .npy readers of eval/npy.h: parse
+// fuzz_npz.c: libFuzzer target for the .npz (zip + zlib) and .npy readers of fidelity/npy.h: parse
 // the archive, then inflate and parse every member; the input is also tried as a bare .npy.
 #include <stdlib.h>
 
-#include "eval/npy.h"
+#include "fidelity/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

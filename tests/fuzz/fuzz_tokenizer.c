@@ -3,7 +3,7 @@
 // result is decoded (with and without special tokens). Seeds: tests/fixtures/tokenizer/*.json.
 // Build (clang, beside the other targets of build.sh):
 //   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. tests/fuzz/fuzz_tokenizer.c
-//     loader/base.c loader/json.c loader/tokenizer*.c -lcjson -lutf8proc -lm -o
+//     base/base.c loader/json.c loader/tokenizer*.c -lcjson -lutf8proc -lm -o
 //     build-fuzz/fuzz_tokenizer
 #include <stdlib.h>
 

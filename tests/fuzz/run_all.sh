@@ -16,7 +16,7 @@ secs=${2:?usage: run_all.sh OUT SECONDS [target ...]}
 shift 2
 out=$(cd "$out" && pwd) || exit 1
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(onnx json npz safetensors tokenizer audio image)
+[ ${#targets[@]} -gt 0 ] || targets=(onnx json npz tokenizer audio image)
 par=${G4_FUZZ_PAR:-$(nproc)}
 mkdir -p "$out/logs" "$out/artifacts"
 

@@ -21,6 +21,16 @@
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
 #   e2b_run  g4cu compare (cuda vs HF, f16 and Q4), bench f16 + Q4 + HF peers
+#   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
+#            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
+#            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
+#            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
+#   fidelity_wait wait for it (at most ~9.5 min a call; call again while it trains)
+#   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
+#   fidelity_measure  = fidelity_run (pipeline.sh's name)
+#   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
+#            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
+#            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
 # Logs and JSON go to $OUT (the device tool brings them back). Each stage prints its time.
 set -uo pipefail
 OUT=${OUT:-/tmp/g4out}
@@ -141,6 +151,115 @@ stage_e2b_run() {
     # per-op split of an eager decode step (events around every op; not the graph-replayed path)
     G4_PROFILE=1 build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" | tee "$OUT/e2b_profile.txt"
 }
+
+# --- issue 19: quantization fidelity on a trained proxy ------------------------------------
+FID=${FID:-$WORK/fidelity}
+FID_VARIANTS="q4 q4_keep_auto q4_imatrix" # the Q4 variants fidelity_make writes (each one that succeeds)
+
+stage_fidelity_make() {
+    local d="$FID" corpus=.carry/corpus t0
+    rm -rf "$d" && mkdir -p "$d"
+    t0=$(date +%s)
+    if [ ! -f "$corpus/train.txt" ]; then
+        python3 tools/python/prepare_corpus.py --out "$corpus" || { touch "$d/FAILED"; return 1; }
+    fi
+    stamp "fidelity: corpus ready ($(($(date +%s) - t0)) s)"
+    t0=$(date +%s)
+    python3 tools/python/train_proxy.py "$d/proxy" --corpus "$corpus" \
+        --preset "${FIDELITY_PRESET:-proxy}" --minutes "${FIDELITY_MINUTES:-8}" \
+        ${FIDELITY_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
+    [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
+    stamp "fidelity: trained + exported ($(($(date +%s) - t0)) s)"
+    while [ ! -x build-gpu/g4cu ]; do sleep 5; done # the foreground build may still run
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4" --threads "$(nproc)" || echo "fidelity: quantize q4 FAILED"
+    stamp "fidelity: quantized q4 ($(($(date +%s) - t0)) s)"
+    # --keep-auto: ${FIDELITY_KEEP_PCT:-10}% more decoder bytes than plain Q4, calibrated on the
+    # train split (never the held-out text)
+    local budget
+    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_keep_auto" --keep-auto "$budget" \
+        --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
+    stamp "fidelity: quantized q4_keep_auto, budget $budget bytes ($(($(date +%s) - t0)) s)"
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 \
+        --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
+    stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
+    touch "$d/READY"
+}
+
+stage_fidelity_bg() {
+    mkdir -p "$FID"
+    rm -f "$FID/READY" "$FID/FAILED"
+    setsid nohup bash tools/gpu/run.sh fidelity_make >"$WORK/fidelity_make.log" 2>&1 </dev/null &
+    echo "fidelity_make started in the background (log $WORK/fidelity_make.log)"
+}
+
+stage_fidelity_wait() {
+    local n=0
+    while [ ! -f "$FID/READY" ] && [ ! -f "$FID/FAILED" ] && [ $n -lt ${FIDELITY_WAIT_S:-560} ]; do
+        sleep 5; n=$((n + 5))
+    done
+    mkdir -p "$OUT/fidelity"
+    cp "$WORK/fidelity_make.log" "$OUT/fidelity/" 2>/dev/null
+    grep -E "train_proxy: (tokenizer|[0-9,]+ param|held-out|--minutes|exported)|step [0-9]+/|fidelity:|Error|error" \
+        "$WORK/fidelity_make.log" | tail -20
+    [ -f "$FID/READY" ] || { echo "fidelity: not ready yet (call fidelity_wait again)"; return 1; }
+}
+
+# fid_ppl MODEL PKG VARIANT ARGS...: one g4cu perplexity run, its JSON and decoder bytes in $OUT
+fid_ppl() {
+    local model=$1 pkg=$2 v=$3 o="$OUT/fidelity" t0
+    shift 3
+    t0=$(date +%s)
+    build-gpu/g4cu perplexity "$pkg" --backend "${FIDELITY_BACKEND:-cuda}" --json "$o/${model}_$v.json" \
+        "$@" >"$o/${model}_$v.txt" 2>"$o/${model}_$v.err"
+    echo "perplexity $model $v: exit $? ($(($(date +%s) - t0)) s) $(grep -E "^(PPL|Mean KLD|Same top)" "$o/${model}_$v.txt" | tr '\n' ' ')"
+    stat -c %s "$pkg/decoder/model.onnx.data" >"$o/${model}_$v.bytes"
+}
+
+stage_fidelity_run() {
+    local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
+    mkdir -p "$o"
+    [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
+    cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    local text="$d/test.txt" chunks=${FIDELITY_CHUNKS:-64}
+    fid_ppl proxy "$d/f16" f16 --text "$text" --ctx "$ctx" --chunks "$chunks" --save-logits "$FID/proxy_f16.kld"
+    for v in $FID_VARIANTS; do
+        [ -d "$d/$v" ] && fid_ppl proxy "$d/$v" "$v" --ctx "$ctx" --kl-base "$FID/proxy_f16.kld"
+    done
+    stamp "fidelity: proxy perplexity runs"
+    # per-layer error of plain Q4 (compare's per-tensor report) and the sensitivity ranking, on
+    # the first 128 held-out tokens
+    local ids
+    ids=$(build-gpu/g4cu tokenize "$d/f16/tokenizer.json" --bos "$(head -c 2000 "$text" | sed '$d')" | cut -d, -f1-128)
+    build-gpu/g4cu compare "$d/f16" "$d/q4" --ids "$ids" --backend "$b" --md "$o/proxy_layers.md" \
+        --svg "$o/proxy_layers.svg" >"$o/proxy_layers.txt" 2>&1
+    echo "compare proxy f16 vs q4 (per layer): exit $? $(grep KL "$o/proxy_layers.txt" | head -2 | tr '\n' ' ')"
+    build-gpu/g4cu compare "$d/f16" --sensitivity --ids "$ids" --backend "$b" --md "$o/proxy_sens.md" \
+        --json "$o/proxy_sens.json" --svg "$o/proxy_sens.svg" >"$o/proxy_sens.txt" 2>&1
+    echo "sensitivity proxy: exit $?"; head -16 "$o/proxy_sens.txt" | cut -c1-150
+    stamp "fidelity: proxy compare + sensitivity"
+    if [ -f "$WORK/e2b/READY" ]; then
+        local e=$WORK/e2b ec=${FIDELITY_E2B_CHUNKS:-4}
+        fid_ppl e2b "$e/f16" f16 --tokenizer "$d/f16/tokenizer.json" --text "$text" --ctx "$ctx" \
+            --chunks "$ec" --save-logits "$FID/e2b_f16.kld"
+        fid_ppl e2b "$e/q4" q4 --tokenizer "$d/f16/tokenizer.json" --ctx "$ctx" --kl-base "$FID/e2b_f16.kld"
+        rm -f "$FID/e2b_f16.kld"
+        stamp "fidelity: e2b perplexity runs"
+    else
+        echo "fidelity: no $WORK/e2b/READY: the E2B rows are left out"
+    fi
+    python3 tools/python/fidelity_report.py "$o" "$o/FIDELITY.md" && cat "$o/FIDELITY.md"
+    # one archive (the device tool brings back only a few files): FIDELITY.md, JSON, SVG, logs
+    tar -czf "$OUT/fidelity.tar.gz" -C "$OUT" fidelity && echo "fidelity: $OUT/fidelity.tar.gz"
+}
+
+# the names tools/gpu/pipeline.sh's plan uses (it detaches every stage, so train runs in the
+# foreground there): train = fidelity_make, fidelity_measure = fidelity_run
+stage_train() { stage_fidelity_make; }
+stage_fidelity_measure() { stage_fidelity_run; }
 
 for s in "${stages[@]}"; do
     stamp "stage $s"

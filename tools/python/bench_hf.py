@@ -2,6 +2,10 @@
 """HF transformers peer benchmark on the same weights as a g4cu package (GPU machine).
 
     python3 tools/python/bench_hf.py HF_DIR [--dtypes bf16,fp16] [--reps 5] [--json F]
+    python3 tools/python/bench_hf.py --check HF_DIR   (exit 0 when the benchmark can run: torch
+                                                       and transformers import, a CUDA device,
+                                                       HF_DIR/config.json; g4cu bench --hf runs
+                                                       it before its own long benchmark)
 
 For each dtype: Gemma4ForConditionalGeneration on cuda (sdpa attention), text only:
   prefill_<n>_ms  forward over n random ids (n = 128, 512, 2048), no cache kept
@@ -13,11 +17,17 @@ seeded random in [3, vocab) like g4cu bench.
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
-import torch
-from transformers import Gemma4ForConditionalGeneration
+try:
+    import torch
+    from transformers import Gemma4ForConditionalGeneration
+except ImportError as e:  # reported by --check (and by a run) as one line
+    torch = None
+    import_error = e
 
 
 def timed(fn, reps):
@@ -61,7 +71,21 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--check", action="store_true", help="only check that the benchmark can run")
     a = ap.parse_args()
+    why = None
+    if torch is None:
+        why = f"cannot import torch / transformers: {import_error}"
+    elif not torch.cuda.is_available():
+        why = "torch sees no CUDA device"
+    elif not os.path.isfile(os.path.join(a.hf_dir, "config.json")):
+        why = f"{a.hf_dir}: no config.json (expected an HF checkpoint directory)"
+    if why:
+        print(f"bench_hf: {why}", file=sys.stderr)
+        sys.exit(1)
+    if a.check:
+        print(f"bench_hf: ok (torch {torch.__version__}, {torch.cuda.get_device_name(0)})")
+        return
     res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
     for d in a.dtypes.split(","):
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[d]

@@ -10,6 +10,8 @@ Presets:
   gpu-tiny  a few-MB model whose every shape the CUDA kernels take (head_dim 256 / 512, GQA,
             sliding window 32, PLE 256, vision heads of 64, audio heads of 32), for GPU-vs-CPU
             and GPU-vs-HF tests of every op at tiny cost; made at test time, not committed.
+  deep      hidden 2048, 12 layers, GQA 4:1 (deep_config): the fp32 tolerances at depth, on a
+            CPU (about 1 GB; not committed).
 
   1. Gemma4ForConditionalGeneration (transformers 5.17) with the real E2B configuration
      (spec/gemma4-architecture.md section 1: text 1536 x 35 layers, 8 heads / 1 KV head,
@@ -117,12 +119,41 @@ def gpu_tiny_config():
                         tie_word_embeddings=True)
 
 
+def deep_config():
+    """Deeper and wider than the CPU fixtures, small enough for a CPU: hidden 2048, 12 layers
+    (S S S S F S S S S F S F, the last 4 KV-shared), 8 query heads / 2 KV heads (GQA 4:1), head_dim
+    256 / 512, MLP 4096 (8192 on shared layers), PLE 256, vocab 4096, 256 positions; the towers
+    as gpu-tiny's. For checking that the fp32 tolerances, which are derived from HF's own fp32
+    error (g4cu compare --tol-from), hold where the network amplifies rounding layer by layer
+    (tests/fixtures/refdumps/README.md has the numbers); made on demand, not committed."""
+    cfg = gpu_tiny_config()
+    S, F = "sliding_attention", "full_attention"
+    text = dict(
+        vocab_size=4096, vocab_size_per_layer_input=4096, hidden_size=2048,
+        intermediate_size=4096, num_hidden_layers=12, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=256, global_head_dim=512,
+        layer_types=[S, S, S, S, F, S, S, S, S, F, S, F],  # HF wants the last layer full
+        sliding_window=32, num_kv_shared_layers=4,
+        use_double_wide_mlp=True, hidden_size_per_layer_input=256,
+        final_logit_softcapping=30.0, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                               "rope_theta": 1000000.0},
+        },
+        hidden_activation="gelu_pytorch_tanh", pad_token_id=0, bos_token_id=2, eos_token_id=1,
+        tie_word_embeddings=True, attention_k_eq_v=False, enable_moe_block=False,
+    )
+    return Gemma4Config(text_config=text, vision_config=cfg.vision_config.to_dict(),
+                        audio_config=cfg.audio_config.to_dict(), tie_word_embeddings=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--preset", choices=["e2b", "gpu-tiny"], default="e2b")
+    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "deep"], default="e2b")
     ap.add_argument("--layers", type=int, default=35, help="e2b only: text layers")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -131,7 +162,8 @@ def main():
 
     t0 = time.time()
     torch.manual_seed(args.seed)
-    cfg = e2b_config(args.layers) if args.preset == "e2b" else gpu_tiny_config()
+    cfg = {"e2b": lambda: e2b_config(args.layers), "gpu-tiny": gpu_tiny_config,
+           "deep": deep_config}[args.preset]()
     # fp16 random init is fast on a GPU; on a CPU init in float32 (vectorized) and cast
     init_dtype = torch.float16 if args.device.startswith("cuda") else torch.float32
     with torch.device(args.device):

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes the small files that tests/test_eval_readers.c reads with eval/npy.h and
-eval/safetensors.h, using numpy and the safetensors library (never our own code), plus a plain
-text sidecar `expected.txt` with every value the C test checks.
+"""Writes the small files that tests/test_fidelity_readers.c reads with fidelity/npy.h, using
+numpy (never our own code), plus a plain text sidecar `expected.txt` with every value the C test
+checks.
 
     python tools/python/make_reader_fixtures.py [--out tests/fixtures/readers]
 
 Deterministic: numpy Generator PCG64 seed 20260801; re-running gives byte-identical files with
-the same numpy / safetensors versions (recorded in the README beside the files).
+the same numpy version (recorded in the README beside the files).
 
 expected.txt, one line per array, tab-separated:
     file  member  dtype  shape  sum  values
@@ -26,10 +26,6 @@ import zipfile
 import zlib
 
 import numpy as np
-import safetensors
-import safetensors.numpy
-import safetensors.torch
-import torch
 
 SEED = 20260801
 BIG_N = 70001  # > 2^16 elements, so zip sizes and deflate blocks exceed 16-bit ranges
@@ -175,32 +171,10 @@ def main():
     for k, v in z64.items():
         lines.append(line("zip64.npz", k, v))
 
-    # --- .safetensors, written by the safetensors library ------------------------------------
-    st = {
-        "w.f32": torch.from_numpy(rng.standard_normal((2, 3)).astype(np.float32)),
-        "w.f16": torch.from_numpy(rng.standard_normal((4,)).astype(np.float16)),
-        "w.bf16": torch.tensor([1.0, -0.5, 3.140625, 1e-3], dtype=torch.bfloat16),
-        "i.i64": torch.tensor([[5, -6], [2**50, 0]], dtype=torch.int64),
-        "i.i32": torch.tensor([7, -8, 9], dtype=torch.int32),
-        "b.u8": torch.tensor([0, 255, 17], dtype=torch.uint8),
-        "b.bool": torch.tensor([True, False], dtype=torch.bool),
-        "empty": torch.zeros((0, 3), dtype=torch.float32),
-        "scalar": torch.tensor(2.5, dtype=torch.float32),
-    }
-    safetensors.torch.save_file(st, os.path.join(out, "tensors.safetensors"),
-                                metadata={"format": "pt", "note": "g4cu reader fixture"})
-    for k, v in st.items():
-        if v.dtype == torch.bfloat16:
-            a = v.float().numpy()  # bf16 -> f32 is exact
-            lines.append(line("tensors.safetensors", k, a, dtype="bfloat16"))
-        else:
-            lines.append(line("tensors.safetensors", k, v.numpy()))
-
     with open(os.path.join(out, "expected.txt"), "w") as f:
         f.write("# written by tools/python/make_reader_fixtures.py; see its docstring\n")
         f.write("\n".join(lines) + "\n")
-    print(f"wrote {len(lines)} arrays to {out}; numpy {np.__version__}, "
-          f"safetensors {safetensors.__version__}, torch {torch.__version__}")
+    print(f"wrote {len(lines)} arrays to {out}; numpy {np.__version__}")
 
 
 if __name__ == "__main__":

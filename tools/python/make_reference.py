@@ -27,7 +27,7 @@ What it does:
     output_hidden_states=True plus forward hooks, and writes <out>/len<S>.npz
     (np.savez_compressed) and <out>/meta.json (constants, config summary, versions).
 
-Members (float32 unless noted; S = sequence length, H = hidden, L = layers, P = PLE dim,
+Members (float32 unless noted, float64 for --dtype float64; S = sequence length, H = hidden, L = layers, P = PLE dim,
 V = vocab; heads/head_dim are the layer's own):
   input_ids         [S] int64      the case's ids (uniform in [0, V), torch.Generator(seed + S))
   embeds            [S, H]         hidden state entering layer 0 = embed_tokens(ids) * embed
@@ -55,6 +55,9 @@ V = vocab; heads/head_dim are the layer's own):
                                    to output_hidden_states[L]
   logits            [S, V]         model output logits: lm_head(final_norm) then
                                    softcap * tanh(x / softcap)
+  hf_dtype          [n] uint8      the dtype HF ran in, as ASCII ("float64", "float32",
+                                   "float16", "bfloat16"): g4cu compare --tol-from derives a
+                                   tolerance from the dump's error and needs to know what it is
 """
 import argparse
 import json
@@ -68,7 +71,11 @@ import transformers
 from transformers import Gemma4ForConditionalGeneration
 from transformers.models.gemma4 import modeling_gemma4
 
-import mm_reference
+try:
+    import mm_reference
+except ImportError as e:  # the text cases need only torch, transformers, numpy (onnx: --package)
+    mm_reference = None
+    mm_import_error = e
 
 
 def f16(x):
@@ -191,12 +198,23 @@ def main():
                     "(and, for --mm, to read the processor configs)")
     ap.add_argument("--lengths", default="1,7,40", help="sequence lengths, one case each")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
-                    help="text cases: run HF in this dtype (the fp32 dump is the reference; an "
-                    "fp16 dump measures HF's own fp16 error, for g4cu compare --tol-from)")
+    ap.add_argument("--dtype", choices=["float64", "float32", "float16", "bfloat16"],
+                    default="float32",
+                    help="text cases: run HF in this dtype. The float32 dump is the reference for "
+                    "fp16 engines; a float16 dump measures HF's own fp16 error against it (g4cu "
+                    "compare --tol-from). The float64 dump (members kept in float64) is the "
+                    "reference for fp32 engines, and the float32 dump measures HF's own fp32 "
+                    "error against it.")
     ap.add_argument("--device", default="cpu", help="text cases: cpu or cuda")
-    mm_reference.add_args(ap)
+    if mm_reference:
+        mm_reference.add_args(ap)
+    else:  # the multimodal flags exist, but say what they need
+        for flag in ("--mm", "--make-media", "--image", "--audio", "--image-tokens"):
+            ap.add_argument(flag, help=f"needs mm_reference.py's modules ({mm_import_error})")
+        ap.add_argument("--clip", action="store_true", help="(see --mm)")
     args = ap.parse_args()
+    if not mm_reference and (args.mm or args.make_media):
+        ap.error(f"--mm / --make-media need mm_reference.py's modules: {mm_import_error}")
     torch.set_grad_enabled(False)
     torch.manual_seed(args.seed)
     if args.make_media:
@@ -231,9 +249,14 @@ def text_cases(args, model, consts, n_rounded):
     # --- capture ---------------------------------------------------------------------------
     cap = {}
 
+    # what the members are stored in: float32, or float64 for a float64 run (so the reference
+    # keeps the digits an fp32 engine is judged by)
+    keep = torch.float64 if args.dtype == "float64" else torch.float32
+    keep_np = np.float64 if args.dtype == "float64" else np.float32
+
     def grab(name, t):
         assert name not in cap, f"{name} captured twice"
-        cap[name] = t.detach().to(device="cpu", dtype=torch.float32).clone()
+        cap[name] = t.detach().to(device="cpu", dtype=keep).clone()
 
     def pre_hook(i):
         def f(mod, a, kw):
@@ -272,7 +295,7 @@ def text_cases(args, model, consts, n_rounded):
         ids = torch.randint(0, V, (1, S), generator=g, dtype=torch.int64)
         cap.clear()
         out = model(input_ids=ids.to(args.device), output_hidden_states=True, use_cache=False)
-        hs = [h.to(device="cpu", dtype=torch.float32) for h in out.hidden_states]
+        hs = [h.to(device="cpu", dtype=keep) for h in out.hidden_states]
         assert torch.equal(cap.pop("embed_tokens_out"), cap["embeds"]), "embeds != embed_tokens output"
         assert torch.equal(hs[0][0], cap["embeds"]), "embeds != hidden_states[0]"
         assert len(hs) == L + 1, f"{len(hs)} hidden states for {L} layers"
@@ -290,18 +313,20 @@ def text_cases(args, model, consts, n_rounded):
                 if f"{k}_{i}" in cap:
                     d[f"{k}_{i}"] = cap.pop(f"{k}_{i}").numpy()
         d["final_norm"] = cap.pop("final_norm").numpy()
-        d["logits"] = out.logits[0].to(device="cpu", dtype=torch.float32).numpy()
+        d["logits"] = out.logits[0].to(device="cpu", dtype=keep).numpy()
         assert not cap, f"uncollected captures: {sorted(cap)}"
         for k, v in d.items():
             assert np.isfinite(v).all(), f"{k} has NaN/inf"
             if k != "input_ids":
-                assert v.dtype == np.float32, k
+                assert v.dtype == keep_np, k
+        # the precision HF ran in, for g4cu compare --tol-from (ASCII bytes, uint8)
+        d["hf_dtype"] = np.frombuffer(args.dtype.encode(), dtype=np.uint8).copy()
         # the final soft-cap bounds the logits
         cap_v = tc.final_logit_softcapping
         assert cap_v is None or np.abs(d["logits"]).max() < cap_v
         name = f"len{S}"
         np.savez_compressed(os.path.join(args.out, name + ".npz"), **d)
-        cases.append({"case": name, "length": S, "ids": d["input_ids"].tolist(),
+        cases.append({"case": name, "length": S, "dtype": args.dtype, "ids": d["input_ids"].tolist(),
                       "members": {k: list(v.shape) for k, v in d.items()}})
         print(f"{name}: {len(d)} members, argmax of last logits {int(d['logits'][-1].argmax())}")
     modeling_gemma4.eager_attention_forward = real_eager

@@ -61,7 +61,7 @@ and output in an unclipped run, fp16-rounded), and the dump adds
     the package's encoder ("encoder.layers.0.self_attn.q_proj");
   clip_bounds [n, 4]: (input_min, input_max, output_min, output_max) per name;
 the decoder members are then only embeds, logits and logits_argmax. The engine must be given
-the same bounds (eval/dump_run.c sets them on the loaded towers).
+the same bounds (fidelity/dump_run.c sets them on the loaded towers).
 """
 import json
 import math

@@ -1,0 +1,45 @@
+// compare.h: tensor-by-tensor agreement between a run and a reference (an HF dump, another
+// backend, an fp16 run vs a Q4 run), with a named tolerance per tensor.
+#ifndef G4_COMPARE_H
+#define G4_COMPARE_H
+
+#include <stddef.h>
+
+typedef struct {
+    double max_abs; // max |a - b|
+    double rel;     // ||a - b|| / ||b||  (b = reference)
+    double cosine;  // <a, b> / (||a|| ||b||)
+    size_t n;       // elements compared
+    size_t nan;     // NaN or Inf in a where b is finite (always a failure)
+    size_t ref_bad; // NaN or Inf in the reference b (always a failure: nothing is checked there)
+    int argmax_agree_rows; // rows (of width row_len) whose argmax agrees; -1 when not computed
+    int rows;
+} g4_cmp_stats;
+
+// Statistics of a against reference b (n elements, accumulated in double). When row_len > 0,
+// also counts rows whose argmax agrees (for logits). A non-finite value on either side makes
+// rel and max_abs infinite (cosine NaN), so no tolerance passes it.
+g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len);
+
+typedef struct {
+    char name[64];
+    char tol_name[32]; // which named tolerance applied
+    double tol;        // max allowed rel err
+    g4_cmp_stats s;
+    int shape_ok;      // 0 when shapes differed (then s is empty)
+    int pass;
+} g4_cmp_row;
+
+typedef struct {
+    g4_cmp_row *rows;
+    int n, cap;
+} g4_cmp_report;
+
+void g4_cmp_report_add(g4_cmp_report *r, const g4_cmp_row *row);
+void g4_cmp_report_free(g4_cmp_report *r);
+// 1 when every row passed.
+int g4_cmp_report_ok(const g4_cmp_report *r);
+// Fixed-width table on stdout: tensor, max abs err, rel err, cosine, tolerance, verdict.
+void g4_cmp_report_print(const g4_cmp_report *r);
+
+#endif

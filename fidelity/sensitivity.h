@@ -1,0 +1,63 @@
+// sensitivity.h: which decoder linears does 4-bit quantization hurt most? Quantizes ONE linear
+// at a time in memory (quant/kquant.h: the same k-quant search and bytes `g4cu quantize` writes;
+// everything else stays as loaded), runs the model on the ids and measures the logits'
+// KL(p_base || p_one_q4) against the unmodified run. The ranking is the lever for choosing
+// `g4cu quantize --keep` patterns.
+//
+// No package is written: each linear is quantized once into host buffers we own (on a device
+// backend, copied there while bound), bound into the loaded g4_text_model in place of its fp16
+// binding for one forward, then the fp16 binding is restored.
+//
+// Passes (F = one forward of the ids):
+//   1. the unmodified run (the baseline logits), through a wrapped op table that also computes
+//      x @ Wq beside x @ W at every candidate: each linear's own output error (out_rel) on the
+//      inputs the f16 run gives it, for all candidates in one F;
+//   2. one F per decoder layer with all its candidates quantized together, and one for lm_head:
+//      layer_kl, the layer's sensitivity (the unit of --keep 'model.layers.N.*' patterns);
+//   3. one F per linear: kl_mean, kl_max, top-1 agreement.
+// Cost: (1 + L + 1 + n) F plus quantizing each candidate once; the quantized candidates stay
+// in host memory until the end (the size of the Q4 decoder: ~1.5 GB on E2B). To make large
+// models affordable, `top` limits pass 3 to the top linears in the order (layer_kl, out_rel):
+// the most sensitive layers first, by their own output error within a layer; the filters
+// restrict the candidates by layer or by name.
+#ifndef G4_SENSITIVITY_H
+#define G4_SENSITIVITY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/text_model.h"
+#include "fidelity/report.h"
+
+typedef struct {
+    int top;           // > 0: pass 3 only for the first `top` linears (0: all)
+    const int *layers; // candidates in these decoder layers ...
+    int n_layers;
+    const char *const *only; // ... or whose weight name matches one of these globs (fnmatch;
+    int n_only;              //     with or without the "decoder." prefix); no filter: all
+    int n_threads;           // quantizer threads (>= 1)
+    FILE *progress;          // progress of the forwards (base/progress.h); NULL: none
+} g4_sens_opts;
+
+// Decoder linears of m, in layer order then lm_head (q, k, v on KV-owning layers only, o,
+// gate, up, down, per_layer_input_gate, per_layer_projection), filtered by o; linears the
+// package already stores as Q4 are not candidates (*n_skipped_q4 counts them). Runs the
+// analysis on ids[n] (prefill) and returns the rows sorted (g4_report_sort_sens) in a new array.
+// Errors: no candidate left, ids out of range, a weight the package lacks.
+int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sens_opts *o,
+                       g4_sens_row **rows, int *n_rows, int *n_skipped_q4);
+
+// The imatrix (llama.cpp's activation importance): one forward of ids[n] through a probe op
+// table that sums x^2 over the rows of every fp16 decoder linear's input; out->imp[i][k] is the
+// mean x^2 of input channel k of linear out->names[i] ("model.layers.3.mlp.down_proj.weight_t",
+// [K = out->K[i]]). Free with g4_imatrix_free.
+typedef struct {
+    int n;
+    char **names;
+    float **imp;
+    int *K;
+} g4_imatrix;
+int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out);
+void g4_imatrix_free(g4_imatrix *im);
+
+#endif

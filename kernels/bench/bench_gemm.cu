@@ -1,0 +1,291 @@
+// bench_gemm.cu: `g4cu bench --kernels` rows for the GEMM/GEMV kernels (gemm_f16.cuh,
+// gemm_q4.cuh) at the Gemma-4 E2B shapes, each next to its cuBLAS baseline timed in the same run.
+//
+// Baselines: cublasGemmEx, fp16 in / fp16 out, fp32 compute, same M, N, K ("cublas"). The fused
+// gate/up rows compare with two such GEMMs ("cublas x2", without the GELU-multiply). Q4 has no
+// cuBLAS kernel: its rows compare with the fp16 cuBLAS GEMM of the same shape ("cublas16"), and
+// their GB/s counts the packed Q4 bytes (weights + scales + zero points, = the package's) plus x
+// and y, against the 4.25 TB/s copy ceiling (TARGETS.md: >= 85% at every decode shape).
+// Timing: g4_kbench_run_graph (per-launch time of launches replayed from a CUDA graph), inputs
+// rotated through enough copies to pass 2x the L2 (up to 1024 copies), filled with random values
+// (never zeros).
+#include <cublas_v2.h>
+
+#include <string.h>
+#include <vector>
+
+#include "base/base.h"
+#include "kernels/bench/kbench.h"
+#include "kernels/cuda_util.h"
+#include "kernels/gemm_f16.cuh"
+#include "kernels/gemm_q4.cuh"
+
+namespace {
+
+#define CUBLAS_CHECK(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "g4cu: cuBLAS error %d in %s at %s:%d\n", (int)s_, #call, __FILE__,    \
+                    __LINE__);                                                                     \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+struct e2b_shape {
+    const char *name;
+    int N, K;
+};
+// The E2B linears (N = out, K = in).
+const e2b_shape SHAPES[] = {
+    {"q_proj", 2048, 1536},      {"q_proj_full", 4096, 1536},   {"kv_proj", 256, 1536},
+    {"kv_proj_full", 512, 1536}, {"o_proj", 1536, 2048},        {"o_proj_full", 1536, 4096},
+    {"gate_up", 6144, 1536},     {"gate_up_wide", 12288, 1536}, {"down", 1536, 6144},
+    {"down_wide", 1536, 12288},  {"ple_gate", 256, 1536},       {"ple_proj", 1536, 256},
+    {"lm_head", 262144, 1536},   {"ple_emb", 8960, 1536},
+};
+const int N_SHAPES = (int)(sizeof SHAPES / sizeof SHAPES[0]);
+
+enum wkind { W_F16, W_Q4 };
+
+struct brow {
+    const char *op; // row name
+    wkind w;
+    bool glu;
+    g4_gemm_algo algo;
+    int M;
+    int shape; // index into SHAPES
+};
+
+// Deterministic pseudo-random fill (a hash of the index), never zero.
+__device__ __forceinline__ uint32_t mix(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+__global__ void fill_f16(__half *p, size_t n, uint32_t seed, float lo, float hi) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = mix((uint32_t)i * 2654435761u ^ seed);
+        const float m = lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f);
+        p[i] = __float2half((h & 1) ? m : -m);
+    }
+}
+__global__ void fill_u8(uint8_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = (uint8_t)mix((uint32_t)i * 2246822519u ^ seed);
+}
+
+void *dalloc(size_t n) {
+    void *p = nullptr;
+    G4_CUDA_CHECK(cudaMalloc(&p, n));
+    return p;
+}
+__half *rand_f16(size_t n, uint32_t seed, float lo, float hi) {
+    __half *p = (__half *)dalloc(n * 2);
+    fill_f16<<<1024, 256>>>(p, n, seed, lo, hi);
+    G4_CUDA_LAUNCH_CHECK();
+    return p;
+}
+
+// One benchmark problem with `copies` rotated input/output sets.
+struct problem {
+    brow r;
+    int M, N, K, copies;
+    std::vector<__half *> x, y, w, wu; // fp16 weights: ours (fp16 rows) and cuBLAS (all rows)
+    std::vector<g4_q4_weight> q, qu;
+    cublasHandle_t blas;
+    int rc;
+};
+
+g4_q4_weight rand_q4(int N, int K, uint32_t seed) {
+    g4_q4_weight w;
+    w.n = N;
+    w.k = K;
+    const size_t qb = (size_t)N * K / 2, sb = (size_t)N * K / 16, zb = (size_t)N * K / 64;
+    w.bytes = qb + sb + zb;
+    w.q = (uint8_t *)dalloc(w.bytes);
+    w.scales = w.q + qb;
+    w.zp = w.q + qb + sb;
+    fill_u8<<<1024, 256>>>(w.q, qb, seed);
+    G4_CUDA_LAUNCH_CHECK();
+    // The packed layout is bytes; scales must be real fp16 values (small, positive).
+    fill_f16<<<1024, 256>>>((__half *)w.scales, sb / 2, seed ^ 0x5bd1e995u, 0.002f, 0.05f);
+    G4_CUDA_LAUNCH_CHECK();
+    fill_u8<<<1024, 256>>>(w.zp, zb, seed ^ 0x27d4eb2fu);
+    G4_CUDA_LAUNCH_CHECK();
+    return w;
+}
+
+double row_bytes(const problem &p) {
+    const double x = 2.0 * p.M * p.K, y = 2.0 * p.M * p.N;
+    const double w =
+        p.r.w == W_F16 ? 2.0 * p.K * p.N : (double)p.N * p.K * (0.5 + 1.0 / 16 + 1.0 / 64);
+    return x + y + (p.r.glu ? 2 : 1) * w;
+}
+
+int run_ours(problem *p, int c, cudaStream_t s) {
+    if (p->r.w == W_F16) {
+        if (p->r.glu)
+            return g4_gemm_f16_gelu_mul(p->y[c], p->x[c], p->w[c], p->wu[c], p->M, p->N, p->K,
+                                        p->r.algo, s);
+        return g4_gemm_f16(p->y[c], p->x[c], p->w[c], nullptr, p->M, p->N, p->K, G4_GEMM_Y_F16,
+                           p->r.algo, s);
+    }
+    if (p->r.glu)
+        return g4_gemm_q4_gelu_mul(p->y[c], p->x[c], &p->q[c], &p->qu[c], p->M, p->r.algo, s);
+    return g4_gemm_q4(p->y[c], p->x[c], &p->q[c], nullptr, p->M, G4_GEMM_Y_F16, p->r.algo, s);
+}
+
+void launch_ours(void *ctx, int rep, void *stream) {
+    problem *p = (problem *)ctx;
+    const int rc = run_ours(p, rep % p->copies, (cudaStream_t)stream);
+    if (rc) p->rc = rc;
+}
+
+// y[M, N] = x[M, K] @ W[K, N], row-major: column-major y^T (N x M) = W^T (N x K) * x^T (K x M).
+void blas_gemm(problem *p, const __half *x, const __half *w, __half *y) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(p->blas, CUBLAS_OP_N, CUBLAS_OP_N, p->N, p->M, p->K, &one, w,
+                              CUDA_R_16F, p->N, x, CUDA_R_16F, p->K, &zero, y, CUDA_R_16F, p->N,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void launch_blas(void *ctx, int rep, void *stream) {
+    problem *p = (problem *)ctx;
+    const int c = rep % p->copies;
+    CUBLAS_CHECK(cublasSetStream(p->blas, (cudaStream_t)stream));
+    blas_gemm(p, p->x[c], p->w[c], p->y[c]);
+    if (p->r.glu) blas_gemm(p, p->x[c], p->wu[c], p->y[c]);
+}
+
+// The table: decode GEMVs at every shape, prefill GEMMs at the shapes that dominate prefill.
+std::vector<brow> table() {
+    std::vector<brow> t;
+    for (int s = 0; s < N_SHAPES; s++) t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 1, s});
+    for (int s = 0; s < N_SHAPES; s++) t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 1, s});
+    for (int s : {0, 6, 8, 12}) {
+        t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 8, s});
+        t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 8, s});
+    }
+    for (int s : {6, 7}) {
+        t.push_back({"glu_f16_gemv", W_F16, true, G4_GEMM_GEMV, 1, s});
+        t.push_back({"glu_q4_gemv", W_Q4, true, G4_GEMM_GEMV, 1, s});
+    }
+    const int prefill_shapes[] = {0, 2, 4, 5, 6, 7, 8, 9, 13};
+    for (int M : {128, 512, 2048}) {
+        for (int s : prefill_shapes) {
+            t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, M, s});
+            t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, M, s});
+        }
+        for (int s : {0, 2, 4, 6, 8, 9}) {
+            t.push_back({"gemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+            t.push_back({"gemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, M, s});
+        }
+        for (int s : {6, 7}) {
+            t.push_back({"glu_f16_mma", W_F16, true, G4_GEMM_MMA, M, s});
+            t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, M, s});
+            t.push_back({"glu_q4_mma", W_Q4, true, G4_GEMM_MMA, M, s});
+            t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, M, s});
+        }
+    }
+    t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 4096, 6});
+    t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, 4096, 6});
+    // the 16k-token prompt (issue 22): the MLP shapes of the wide layers and q/o of the full ones
+    for (int s : {1, 5, 9}) {
+        t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 16000, s});
+        t.push_back({"gemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, 16000, s});
+    }
+    t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, 16000, 7});
+    t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, 16000, 7});
+    return t;
+}
+
+} // namespace
+
+extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
+    const std::vector<brow> t = table();
+    cublasHandle_t blas;
+    CUBLAS_CHECK(cublasCreate(&blas));
+    // A fixed workspace, so cuBLAS allocates nothing while a graph is being captured.
+    const size_t ws_bytes = 64u << 20;
+    void *ws = dalloc(ws_bytes);
+    CUBLAS_CHECK(cublasSetWorkspace(blas, ws, ws_bytes));
+    int l2 = 0;
+    G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    int n = 0;
+    for (size_t i = 0; i < t.size() && n < max; i++) {
+        const brow &r = t[i];
+        const e2b_shape &sh = SHAPES[r.shape];
+        g4_kbench_row row;
+        memset(&row, 0, sizeof row);
+        snprintf(row.op, sizeof row.op, "%s", r.op);
+        snprintf(row.shape, sizeof row.shape, "M=%d N=%d K=%d %s", r.M, sh.N, sh.K, sh.name);
+        if (r.algo == G4_GEMM_WGMMA) { // the configuration the automatic choice ran
+            int bn, split;
+            g4_gemm_wgmma_plan(r.M, sh.N, sh.K, r.glu, r.w == W_Q4, &bn, &split);
+            const size_t l = strlen(row.shape);
+            snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
+                     split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
+        }
+        if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
+
+        problem p;
+        p.r = r;
+        p.M = r.M;
+        p.N = sh.N;
+        p.K = sh.K;
+        p.blas = blas;
+        p.rc = G4_OK;
+        // Copies so one rotation of the op's own bytes passes 2x the L2 (a Q4 k/v projection is
+        // 0.23 MB: g4_kbench_copies' cap of 64 would leave it in L2, so this allows 1024).
+        p.copies = (int)((2.0 * l2 + row_bytes(p) - 1) / row_bytes(p));
+        p.copies = p.copies < 1 ? 1 : p.copies > 1024 ? 1024 : p.copies;
+        for (int c = 0; c < p.copies; c++) {
+            const uint32_t seed = 0x1234567u * (uint32_t)(c + 1) + (uint32_t)i;
+            p.x.push_back(rand_f16((size_t)p.M * p.K, seed, 0.05f, 1.0f));
+            p.y.push_back((__half *)dalloc((size_t)p.M * p.N * 2));
+            p.w.push_back(rand_f16((size_t)p.K * p.N, seed ^ 1u, 0.01f, 0.25f));
+            p.wu.push_back(r.glu ? rand_f16((size_t)p.K * p.N, seed ^ 2u, 0.01f, 0.25f) : nullptr);
+            if (r.w == W_Q4) {
+                p.q.push_back(rand_q4(p.N, p.K, seed ^ 3u));
+                if (r.glu) p.qu.push_back(rand_q4(p.N, p.K, seed ^ 4u));
+            }
+        }
+        G4_CUDA_CHECK(cudaDeviceSynchronize());
+        const int trial = run_ours(&p, 0, 0);
+        if (trial != G4_OK) {
+            fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
+        } else {
+            // Enough launches per graph replay that a replay lasts well past launch overhead.
+            const int per_graph = p.copies < 8 ? 8 : p.copies;
+            row.ours = g4_kbench_run_graph(launch_ours, &p, per_graph, 2, reps);
+            row.base = g4_kbench_run_graph(launch_blas, &p, per_graph, 2, reps);
+            snprintf(row.base_name, sizeof row.base_name, "%s",
+                     r.glu         ? "cublas x2"
+                     : r.w == W_Q4 ? "cublas16"
+                                   : "cublas");
+            row.bytes = row_bytes(p);
+            row.flops = 2.0 * p.M * p.N * p.K * (r.glu ? 2 : 1);
+            if (p.rc != G4_OK)
+                fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
+            else
+                rows[n++] = row;
+        }
+        for (int c = 0; c < p.copies; c++) {
+            G4_CUDA_CHECK(cudaFree(p.x[c]));
+            G4_CUDA_CHECK(cudaFree(p.y[c]));
+            G4_CUDA_CHECK(cudaFree(p.w[c]));
+            if (p.wu[c]) G4_CUDA_CHECK(cudaFree(p.wu[c]));
+        }
+        for (auto &q : p.q) g4_q4_weight_free(&q);
+        for (auto &q : p.qu) g4_q4_weight_free(&q);
+    }
+    G4_CUDA_CHECK(cudaFree(ws));
+    CUBLAS_CHECK(cublasDestroy(blas));
+    return n;
+}

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# test_perplexity.sh: `g4cu perplexity` on the tiny trained fixture (tests/fixtures/fidelity-tiny,
+# made by tools/python/make_fidelity_fixture.py) against torch computations of the same
+# quantities on independent logits (reference.json): the perplexity from HF transformers' logits,
+# and the KL-divergence statistics of the Q4 package (written here by `g4cu quantize`, as the
+# fixture script did) against the f16 one from onnxruntime's logits of both. Also the one-line
+# errors: a text shorter than two chunks, a --kl-base file of another ctx / tokenizer / text, a
+# file that is not one, a truncated one.
+#
+# Named tolerances (decided from the engine's own checked tolerances, not from these numbers):
+#   PPL_REL   1e-3  f16 package vs HF fp32 on the same fp16 weights: the CPU decoder is within
+#                   rel 1e-4 of HF per tensor (test_text_vs_hf.sh), so each nll moves by far
+#                   less than 1e-3
+#   PPL_Q4_REL 5e-3 our Q4 vs onnxruntime's on the same Q4 package: logits within RMS 0.01
+#                   (test_q4_logits.c), a mean nll shift of at most ~0.005
+#   KLD       0.1 x ref + 5e-5 (mean, median, p99): logits within RMS 0.005 / 0.01 of
+#                   onnxruntime's move a KLD by ~ 0.5 * 0.01^2 = 5e-5 on their own, plus 10%
+#                   for the interaction with the quantization error; the 16-bit base rows add
+#                   < 1.2e-4 per log-probability, far less on the expectation
+#   SAME_TOP  0.01 (absolute fraction): near-ties may flip under those logit errors
+#   RMS_DP    0.1 x ref + 1e-4
+set -u
+: "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
+fx="$G4_FIXTURES/fidelity-tiny"
+pkg="$fx/package"
+ref="$fx/reference.json"
+ctx=$(sed -nE 's/^ "ctx": ([0-9]+),/\1/p' "$ref")
+chunks=$(sed -nE 's/^ "chunks": ([0-9]+),/\1/p' "$ref")
+
+# num FILE SECTION KEY: the number KEY (first after the line "SECTION": {, or top-level if "")
+num() {
+    if [ -z "$2" ]; then
+        sed -nE "s/^ *\"$3\": (-?[0-9.eE+-]+),?$/\1/p" "$1" | head -1
+    else
+        sed -n "/\"$2\": {/,/}/p" "$1" | sed -nE "s/^ *\"$3\": (-?[0-9.eE+-]+),?$/\1/p" | head -1
+    fi
+}
+# near NAME GOT WANT REL ABS: |GOT - WANT| <= REL * |WANT| + ABS (both must be numbers)
+near() {
+    awk -v g="$2" -v w="$3" -v r="$4" -v a="$5" 'BEGIN {
+        if (g == "" || w == "") exit 1
+        d = g - w; if (d < 0) d = -d; aw = w < 0 ? -w : w
+        exit !(d <= r * aw + a) }'
+    local ok=$?
+    [ $ok -ne 0 ] && echo "  $1: got $2, want $3 (rel $4, abs $5)"
+    check "$1" $ok
+}
+
+# 1. perplexity of the f16 package vs HF's, with the llama-perplexity chunking
+"$G4CU" perplexity "$pkg" --text "$fx/test.txt" --ctx "$ctx" --chunks "$chunks" \
+    --save-logits "$tmp/base.kld" --json "$tmp/f16.json" >"$tmp/out" 2>"$tmp/err"
+check "perplexity f16: exit 0" $?
+[ "$(num "$tmp/f16.json" "" scored_tokens)" = "$(num "$ref" hf_f32 scored_tokens)" ]
+check "perplexity f16: scored tokens = HF chunking's" $?
+near "perplexity f16 vs HF fp32" "$(num "$tmp/f16.json" "" ppl)" "$(num "$ref" hf_f32 ppl)" 1e-3 0
+near "perplexity stderr f16 vs HF fp32" "$(num "$tmp/f16.json" "" ppl_stderr)" \
+    "$(num "$ref" hf_f32 ppl_stderr)" 1e-2 0
+grep -q "^PPL = " "$tmp/out" && grep -q "^perplexity: chunk $chunks/$chunks" "$tmp/err"
+check "perplexity: summary on stdout, progress lines on stderr" $?
+
+# 2. KL divergence of our Q4 vs the f16 base, against onnxruntime + torch
+"$G4CU" quantize "$pkg" "$tmp/q4" >/dev/null 2>&1
+check "quantize the fixture" $?
+"$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$tmp/q4.json" \
+    >"$tmp/out" 2>"$tmp/err"
+check "perplexity q4 --kl-base: exit 0" $?
+o=ort_f16_vs_q4
+near "ppl(base) = the f16 run's" "$(num "$tmp/q4.json" "" ppl_base)" \
+    "$(num "$tmp/f16.json" "" ppl)" 1e-6 0
+near "ppl q4 vs onnxruntime's" "$(num "$tmp/q4.json" "" ppl)" "$(num "$ref" $o ppl_test)" 5e-3 0
+near "mean KLD vs torch on onnxruntime" "$(num "$tmp/q4.json" "" kld_mean)" \
+    "$(num "$ref" $o kld_mean)" 0.1 5e-5
+near "median KLD vs torch on onnxruntime" "$(num "$tmp/q4.json" "" kld_median)" \
+    "$(num "$ref" $o kld_median)" 0.1 5e-5
+near "p99 KLD vs torch on onnxruntime" "$(num "$tmp/q4.json" "" kld_p99)" \
+    "$(num "$ref" $o kld_p99)" 0.1 5e-5
+near "same top p vs torch on onnxruntime" "$(num "$tmp/q4.json" "" same_top)" \
+    "$(num "$ref" $o same_top)" 0 0.01
+near "RMS delta-p vs torch on onnxruntime" "$(num "$tmp/q4.json" "" rms_dp)" \
+    "$(num "$ref" $o rms_dp)" 0.1 1e-4
+# the f16 package against its own base: KLD 0 up to the 16-bit rows, every top-1 the same
+"$G4CU" perplexity "$pkg" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$tmp/self.json" \
+    >/dev/null 2>&1
+near "self KLD ~ 0 (16-bit base rows)" "$(num "$tmp/self.json" "" kld_mean)" 0 0 1.2e-4
+near "self same top p = 1" "$(num "$tmp/self.json" "" same_top)" 1 0 0
+
+# kld_below_plain NAME PKG: PKG's mean KLD against the f16 base is below plain Q4's
+kld_below_plain() {
+    "$G4CU" perplexity "$2" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$2.json" >/dev/null 2>&1
+    awk -v a="$(num "$2.json" "" kld_mean)" -v b="$(num "$tmp/q4.json" "" kld_mean)" \
+        'BEGIN { exit !(a != "" && b != "" && a < b) }'
+    check "$1: mean KLD below plain Q4's" $?
+}
+
+# 3. quantize --keep-auto and --imatrix. --keep-auto: the linears that cost the most KL per byte stay fp16 within the budget
+# (10% of the all-Q4 decoder's bytes), calibrated on train-split text: more bytes, less KLD
+q4_bytes=$(stat -c %s "$tmp/q4/decoder/model.onnx.data")
+budget=$((q4_bytes / 10))
+"$G4CU" quantize "$pkg" "$tmp/q4ka" --keep-auto "$budget" --calib "$fx/calib.txt" \
+    --calib-tokens 64 --threads 2 \
+    >"$tmp/ka.txt" 2>&1
+check "quantize --keep-auto: exit 0" $?
+kept=$(sed -nE 's/^keep-auto: ([0-9]+) linears kept fp16 for ([0-9]+) of.*/\1 \2/p' "$tmp/ka.txt")
+[ -n "$kept" ] && [ "${kept% *}" -gt 0 ] && [ "${kept#* }" -le "$budget" ]
+check "quantize --keep-auto: some linears kept, within the budget ($kept of $budget)" $?
+ka_bytes=$(stat -c %s "$tmp/q4ka/decoder/model.onnx.data")
+# the budget counts tensor bytes; the data file's 64 KiB alignment may add at most one block
+[ "$ka_bytes" -gt "$q4_bytes" ] && [ "$ka_bytes" -le $((q4_bytes + budget + 65536)) ]
+check "quantize --keep-auto: decoder bytes in (q4, q4 + budget + alignment]" $?
+kld_below_plain "quantize --keep-auto" "$tmp/q4ka"
+err1 "quantize --keep-auto needs --calib" "keep-auto BYTES and --imatrix need --calib TEXT" \
+    "$G4CU" quantize "$pkg" "$tmp/x" --keep-auto 1000
+# --imatrix: the activation-aware k-quant, the same bytes (plain MatMulNBits), less KLD
+"$G4CU" quantize "$pkg" "$tmp/q4im" --imatrix --calib "$fx/calib.txt" --calib-tokens 64 --threads 2 >/dev/null 2>&1
+check "quantize --imatrix: exit 0" $?
+[ "$(stat -c %s "$tmp/q4im/decoder/model.onnx.data")" = "$q4_bytes" ]
+check "quantize --imatrix: as many decoder bytes as plain Q4" $?
+kld_below_plain "quantize --imatrix" "$tmp/q4im"
+
+# 4. the CUDA backend (skipped, saying why, without a GPU): the same perplexity and KLD within
+# the CUDA tolerances: PPL rel 1e-2 (the CUDA decoder is within 3x HF's own fp16 error per
+# tensor, hf-fp16x3; fp16 activations move each nll by ~1e-3); KLD 0.1 x ref + 1e-3 (logit errors
+# of ~3e-2 make a KLD of ~0.5 * 0.03^2 on their own); same top p 0.03 (more near-ties flip)
+if "$G4CU" perplexity "$pkg" --text "$fx/test.txt" --ctx "$ctx" --chunks "$chunks" --backend cuda \
+    --json "$tmp/cuda.json" >"$tmp/out" 2>"$tmp/err"; then
+    near "cuda: perplexity f16 vs HF fp32" "$(num "$tmp/cuda.json" "" ppl)" \
+        "$(num "$ref" hf_f32 ppl)" 1e-2 0
+    "$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$tmp/base.kld" --backend cuda \
+        --json "$tmp/cuda_q4.json" >/dev/null 2>&1
+    check "cuda: perplexity q4 --kl-base: exit 0" $?
+    near "cuda: mean KLD vs torch on onnxruntime" "$(num "$tmp/cuda_q4.json" "" kld_mean)" \
+        "$(num "$ref" $o kld_mean)" 0.1 1e-3
+    near "cuda: same top p vs torch on onnxruntime" "$(num "$tmp/cuda_q4.json" "" same_top)" \
+        "$(num "$ref" $o same_top)" 0 0.03
+else
+    grep -q "no usable GPU\|not built with CUDA\|cuda" "$tmp/err"
+    check "cuda: a clear reason when it cannot run" $?
+    echo "SKIP cuda checks: $(cat "$tmp/err")"
+fi
+
+# 5. one-line errors
+err1 "short text: needs two chunks" "test.txt: tokenizes to only [0-9]* tokens; perplexity with --ctx 2048 needs at least 4096 (two chunks of ctx tokens)" \
+    "$G4CU" perplexity "$pkg" --text "$fx/test.txt" --ctx 2048
+err1 "kl-base: other ctx refused" "base.kld: made with --ctx $ctx, this run has --ctx 32" \
+    "$G4CU" perplexity "$tmp/q4" --ctx 32 --kl-base "$tmp/base.kld"
+err1 "kl-base: other tokenizer refused" "base.kld: made with another tokenizer" \
+    "$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$tmp/base.kld" \
+    --tokenizer "$G4_FIXTURES/chat/chat_bpe.json"
+head -c 3000 "$fx/test.txt" | tr 'a-z' 'b-za' >"$tmp/other.txt"
+cat "$fx/test.txt" >>"$tmp/other.txt"
+err1 "kl-base: other text refused" "base.kld: made from another text" \
+    "$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$tmp/base.kld" --text "$tmp/other.txt"
+err1 "kl-base: not such a file" "test.txt: not a g4cu perplexity --save-logits file" \
+    "$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$fx/test.txt"
+head -c 100000 "$tmp/base.kld" >"$tmp/trunc.kld"
+err1 "kl-base: truncated file" "trunc.kld: 100000 bytes, but its header" \
+    "$G4CU" perplexity "$tmp/q4" --ctx "$ctx" --kl-base "$tmp/trunc.kld"
+err1 "save-logits + kl-base" "exclude each other" \
+    "$G4CU" perplexity "$pkg" --ctx "$ctx" --kl-base "$tmp/base.kld" --save-logits "$tmp/x"
+err1 "no tokenizer in the package" "has no tokenizer.json (give --tokenizer F)" \
+    "$G4CU" perplexity "$G4_FIXTURES/mobius-tiny-f16/package" --ctx 64 --text "$fx/test.txt"
+finish test_perplexity

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Writes FIDELITY.md from the `g4cu perplexity --json` results of the fidelity stage
+(tools/gpu/run.sh fidelity_run): perplexity of the f16 package and of each Q4 variant on the
+proxy's held-out text, KL-divergence statistics and top-1 agreement against f16, decoder bytes;
+the same for the full-size random E2B when its results exist.
+
+    python3 tools/python/fidelity_report.py DIR OUT.md
+
+DIR holds train.json (train_proxy.py), corpus.json (prepare_corpus.py) and, per model M
+(proxy, e2b) and variant V (f16, q4, ...), M_V.json (g4cu perplexity --json) and M_V.bytes (the
+decoder's model.onnx.data size); M_sens.md (g4cu compare --sensitivity --md) and M_layers.svg
+are linked when present. Standard library only.
+"""
+import glob
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def table(d, model):
+    rows = []
+    base = load(os.path.join(d, f"{model}_f16.json"))
+    if not base:
+        return [f"(no results for {model})", ""]
+    fb = int(open(os.path.join(d, f"{model}_f16.bytes")).read().split()[0])
+    rows.append(f"ctx {base['ctx']}, {base['chunks']} chunks, {base['scored_tokens']} scored "
+                f"tokens, backend {base['backend']}")
+    rows.append("")
+    rows.append("| variant | decoder bytes | vs f16 | PPL | mean KLD | median KLD | 99% KLD | "
+                "same top p | RMS dp |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows.append(f"| f16 | {fb:,} | 1.000 | {base['ppl']:.4f} +/- {base['ppl_stderr']:.4f} | "
+                "- | - | - | - | - |")
+    variants = sorted(os.path.basename(p)[len(model) + 1:-5]
+                      for p in glob.glob(os.path.join(d, f"{model}_*.json")))
+    for v in [v for v in variants if v != "f16"]:
+        r = load(os.path.join(d, f"{model}_{v}.json"))
+        if not r or "kld_mean" not in r:
+            continue
+        try:
+            b = int(open(os.path.join(d, f"{model}_{v}.bytes")).read().split()[0])
+        except OSError:
+            b = 0
+        rows.append(f"| {v} | {b:,} | {b / fb:.3f} | {r['ppl']:.4f} +/- {r['ppl_stderr']:.4f} | "
+                    f"{r['kld_mean']:.5f} +/- {r['kld_mean_stderr']:.5f} | "
+                    f"{r['kld_median']:.5f} | {r['kld_p99']:.5f} | "
+                    f"{100 * r['same_top']:.2f} % | {100 * r['rms_dp']:.3f} % |")
+    rows.append("")
+    return rows
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    d, out = sys.argv[1], sys.argv[2]
+    tr = load(os.path.join(d, "train.json")) or {}
+    co = load(os.path.join(d, "corpus.json")) or {}
+    L = ["# Quantization fidelity on learned weights (issue 19)", "",
+         "Made by `tools/gpu/run.sh fidelity_bg fidelity_wait fidelity_run` (pipeline.sh: `train` ... "
+         "`fidelity_measure`) "
+         "(tools/python/fidelity_report.py). Statistics in llama-perplexity's definitions "
+         "(eval/ppl.h): chunks of ctx tokens, each scored on its second half; KLD(f16 || Q4) "
+         "per scored token; same top p = argmax agreement; dp = change in the probability of the "
+         "correct token.", ""]
+    L += ["## The trained proxy", ""]
+    if tr:
+        s = tr.get("shapes", {})
+        L.append(f"train_proxy.py --preset {tr.get('preset')} --seed {tr.get('seed')}: "
+                 f"{tr.get('parameters', 0):,} parameters ({tr.get('text_parameters', 0):,} in "
+                 f"the text model), hidden {s.get('hidden')}, {s.get('layers')} layers, head_dim "
+                 f"{s.get('head_dim')}/{s.get('global_hd')}, PLE {s.get('ple')}, vocab "
+                 f"{s.get('vocab')}; {tr.get('steps')} steps"
+                 + (f" (stopped at {tr['stopped_at']} by --minutes)" if tr.get("stopped_at")
+                    else "")
+                 + f" of {s.get('batch')} x {s.get('seq')} tokens on {tr.get('device')} in "
+                 f"{tr.get('seconds', {}).get('train', 0):.0f} s; held-out loss "
+                 f"{tr.get('held_out_loss', 0):.3f}.")
+        L.append("")
+    if co:
+        L.append(f"Corpus: Debian package `{co.get('package')}` {co.get('version')} "
+                 f"({co.get('license')}): the Python documentation's reST sources, split by "
+                 f"document ({len(co.get('documents', {}).get('train', []))} train, "
+                 f"{len(co.get('documents', {}).get('test', []))} held out).")
+        L.append("")
+    L += table(d, "proxy")
+    for name, title in (("proxy_layers.svg", "Per-layer error of plain Q4 vs f16 (proxy)"),
+                        ("proxy_sens.md", "Sensitivity ranking (proxy, g4cu compare "
+                         "--sensitivity)")):
+        if os.path.exists(os.path.join(d, name)):
+            L += [f"{title}: [{name}]({name})", ""]
+    sens = load(os.path.join(d, "proxy_sens.json"))
+    if sens and sens.get("sensitivity"):
+        rows = [r for r in sens["sensitivity"] if r.get("evaluated")]
+        by_kind, by_layer = {}, {}
+        for r in rows:
+            by_kind.setdefault(r["kind"], []).append(r["kl_mean"])
+            by_layer.setdefault(r["layer"], 0.0)
+            by_layer[r["layer"]] = max(by_layer[r["layer"]], r["layer_kl"])
+        L += ["Which kinds of linears hurt most (each linear quantized alone; KL(f16 || one Q4) "
+              f"on {len(sens.get('ids', []))} held-out tokens):", "",
+              "| kind | linears | mean KL | max KL |", "|---|---:|---:|---:|"]
+        for k, v in sorted(by_kind.items(), key=lambda kv: -sum(kv[1]) / len(kv[1])):
+            L.append(f"| {k} | {len(v)} | {sum(v) / len(v):.3e} | {max(v):.3e} |")
+        L += ["", "Which layers hurt most (all of a layer's linears quantized together; lm_head "
+              "is layer -1):", "", "| layer | KL |", "|---:|---:|"]
+        for l, v in sorted(by_layer.items(), key=lambda kv: -kv[1])[:12]:
+            L.append(f"| {l} | {v:.3e} |")
+        L.append("")
+    L += ["## Full-size E2B with random weights", "",
+          "The same statistics on the random-weight E2B (tools/python/make_package.py), the text "
+          "tokenized with the proxy's tokenizer (ids < 8192 are valid E2B ids): random weights "
+          "give near-uniform distributions whose KLD says little about trained models.", ""]
+    L += table(d, "e2b")
+    with open(out, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+if __name__ == "__main__":
+    main()
