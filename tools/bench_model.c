@@ -1,8 +1,9 @@
 // bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512,
-// 2048 and (CUDA, when the context allows) 16,000 tokens, decode tok/s (128 new after a 128-token prompt, greedy, graph-replayed on
-// CUDA), time to first token, GPU memory, the decode again with the per-layer embedding table in
-// pinned host memory, vision/audio tower ms, and the same for a second package (Q4); optionally HF
-// transformers on the same weights (tools/python/bench_hf.py) with the ratios.
+// 2048 and (CUDA, when the context allows) 16,000 tokens, decode tok/s (128 new after a 128-token
+// prompt, greedy, graph-replayed on CUDA), time to first token, GPU memory, the decode again
+// with the per-layer embedding table in pinned host memory, vision/audio tower ms, and the same
+// for a second package (Q4); optionally HF transformers on the same weights
+// (tools/python/bench_hf.py) with the ratios.
 //
 // Timing: wall clock around synchronised work, median of `reps` runs after one warm-up run;
 // each run starts from an empty KV cache. Token ids are seeded random (never one repeated id).
