@@ -61,8 +61,8 @@ constexpr int FW_ROWS = 64, FW_BK = 64;
 
 template <int HD> struct fw_cfg {
     static_assert(HD == 256 || HD == 512, "head dim");
-    static constexpr int NPV = HD / 256;             // PV warpgroups
-    static constexpr int THREADS = 128 * (2 + NPV);  // 384 or 512
+    static constexpr int NPV = HD / 256;               // PV warpgroups
+    static constexpr int THREADS = 128 * (2 + NPV);    // 384 or 512
     static constexpr int QREG = HD == 512 ? 384 : 256; // Q dims held in registers
     static constexpr int QS_DIMS = HD - QREG;          // Q dims in shared memory (hd 512: 128)
     static constexpr int SK = HD == 512 ? 2 : 3, SV = HD == 512 ? 1 : 3;
@@ -156,8 +156,7 @@ __device__ __forceinline__ int fw_item(const FwParams &p, int i) {
 }
 
 // Row r of a block -> (token, head), or token -1 for a padding row.
-__device__ __forceinline__ int fw_row_token(const FwParams &p, const FwBlock &b, int r,
-                                            int &head) {
+__device__ __forceinline__ int fw_row_token(const FwParams &p, const FwBlock &b, int r, int &head) {
     head = b.kvh * p.group + r % p.group;
     const int i = r / p.group, t = b.q0 + i;
     return (i < p.tq && t < p.T) ? t : -1;
@@ -206,8 +205,7 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
                         const int j0 = b.lo_min + it * FW_BK;
 #pragma unroll
                         for (int c = 0; c < HD / 64; c++)
-                            tma_load_2d(dst + c * C::CHUNK, map, b.kvh * HD + 64 * c, j0,
-                                        &full[s]);
+                            tma_load_2d(dst + c * C::CHUNK, map, b.kvh * HD + 64 * c, j0, &full[s]);
                     }
                     __syncwarp();
                 }
@@ -247,8 +245,8 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
                 const int tok = fw_row_token(p, b, 16 * w4 + g + 8 * h, head);
                 rlo[h] = 1, rhi[h] = 0; // padding row: nothing visible
                 if (tok >= 0) fw_row_range(p, tok, rlo[h], rhi[h]);
-                const uint16_t *src = p.q + (size_t)(tok >= 0 ? tok : 0) * p.q_stride +
-                                      (size_t)head * HD + 2 * t;
+                const uint16_t *src =
+                    p.q + (size_t)(tok >= 0 ? tok : 0) * p.q_stride + (size_t)head * HD + 2 * t;
 #pragma unroll
                 for (int ks = 0; ks < C::QREG / 16; ks++) {
                     qa[ks][h] = tok >= 0 ? *(const uint32_t *)(src + 16 * ks) : 0u;
@@ -286,7 +284,8 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
 #pragma unroll
                 for (int ks = 0; ks < HD / 16; ks++) {
                     // K tile: 64-dim chunk ks / 4, k16 step ks % 4 inside its 128-byte rows.
-                    const uint64_t dk = make_desc(kb + (ks / 4) * C::CHUNK + (ks % 4) * 32, 16, 1024);
+                    const uint64_t dk =
+                        make_desc(kb + (ks / 4) * C::CHUNK + (ks % 4) * 32, 16, 1024);
                     if (ks < C::QREG / 16) {
                         wgmma_rs(s, qa[ks], dk, ks > 0);
                     } else {
@@ -439,15 +438,14 @@ __global__ void __launch_bounds__(fw_cfg<HD>::THREADS, 1)
                         const int tok = fw_row_token(p, b, 16 * w4 + g + 8 * h, head);
                         if (tok < 0) continue;
                         const float lv = h ? l1 : l0, inv = lv > 0.0f ? 1.0f / lv : 0.0f;
-                        uint16_t *dst = p.out + (size_t)tok * p.q_stride + (size_t)head * HD +
-                                        256 * v + 2 * t;
+                        uint16_t *dst =
+                            p.out + (size_t)tok * p.q_stride + (size_t)head * HD + 256 * v + 2 * t;
 #pragma unroll
                         for (int x = 0; x < C::PV_SPLIT; x++)
 #pragma unroll
                             for (int j = 0; j < C::PV_ACC / 4; j++)
-                                *(uint32_t *)(dst + (256 / C::PV_SPLIT) * x + 8 * j) =
-                                    pack_half2(o[x][4 * j + 2 * h] * inv,
-                                               o[x][4 * j + 2 * h + 1] * inv);
+                                *(uint32_t *)(dst + (256 / C::PV_SPLIT) * x + 8 * j) = pack_half2(
+                                    o[x][4 * j + 2 * h] * inv, o[x][4 * j + 2 * h + 1] * inv);
                     }
                 }
             }
@@ -478,10 +476,9 @@ extern "C" int g4_attn_prefill_wgmma_supported(int hd, int n_heads, int n_kv) {
 }
 
 // The wgmma path of g4_attn_prefill (attention_prefill.cu checks the arguments).
-void g4_attn_prefill_wgmma(uint16_t *out, const uint16_t *q, const uint16_t *kc,
-                           const uint16_t *vc, const int32_t *pos, int T, int n_heads, int n_kv,
-                           int hd, int capacity, int window, float scale, int max_ctas,
-                           cudaStream_t stream) {
+void g4_attn_prefill_wgmma(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                           const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
+                           int window, float scale, int max_ctas, cudaStream_t stream) {
     FwParams p = {};
     p.out = out, p.q = q, p.pos = pos;
     p.T = T, p.n_heads = n_heads, p.n_kv = n_kv;

@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 const int ft = nt * (FUSED ? BN / 32 : BN / 16) + slot_j(i);
                 return ft < NT16 ? ft * KT + kt : -1;
             };
-            auto load = [&](int u, q4_raw (&r)[C::TPW]) {
+            auto load = [&](int u, q4_raw(&r)[C::TPW]) {
                 int m0, nt, kt;
                 step_at(u, m0, nt, kt);
 #pragma unroll
@@ -300,9 +300,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     sts128(b + swz128(r0 + 8, 2 * t), hi[0], hi[1], hi[2], hi[3]);
                     sts128(b + swz128(r0 + 8, 2 * t + 1), hi[4], hi[5], hi[6], hi[7]);
                     if (i + 1 < C::TPW) { // one tile's dequantization at a time (registers)
-                        asm volatile("" : "+r"(cur[i + 1].q.x), "+r"(cur[i + 1].q.y),
-                                     "+r"(cur[i + 1].q.z), "+r"(cur[i + 1].q.w),
-                                     "+r"(cur[i + 1].s), "+r"(cur[i + 1].z));
+                        asm volatile(""
+                                     : "+r"(cur[i + 1].q.x), "+r"(cur[i + 1].q.y),
+                                       "+r"(cur[i + 1].q.z), "+r"(cur[i + 1].q.w),
+                                       "+r"(cur[i + 1].s), "+r"(cur[i + 1].z));
                     }
                 }
                 fence_proxy_async(); // the stores above are read by wgmma (async proxy)
@@ -424,8 +425,8 @@ inline wg_choice wg_choose(int M, int N, int K, bool fused, bool allow192) {
 }
 
 template <int BSRC, int BN, bool FUSED>
-void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &mu,
-                 wg_params p, int split, int max_ctas, cudaStream_t stream) {
+void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &mu, wg_params p,
+                 int split, int max_ctas, cudaStream_t stream) {
     using C = wg_cfg<BSRC, BN>;
     static bool smem_set = false;
     set_smem(gemm_wgmma_kernel<BSRC, BN, FUSED>, C::SMEM, &smem_set);
@@ -460,7 +461,7 @@ void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap
         if (f < 0) {
             int n = 0;
             f = cudaOccupancyMaxActiveClusters(&n, gemm_wgmma_kernel<BSRC, BN, FUSED>, &cfg) ==
-                        cudaSuccess &&
+                    cudaSuccess &&
                 n > 0;
             cudaGetLastError();
             if (!f)
