@@ -286,6 +286,12 @@ bool aligned16(const void *ptr) {
     return ((uintptr_t)ptr & 15) == 0;
 }
 
+// G4_ATTN_PREFILL=hmma: AUTO runs the HMMA kernel everywhere (read once).
+bool hmma_forced() {
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_ATTN_PREFILL", "hmma") != 0;
+}
+
 } // namespace
 
 extern "C" const char *g4_attn_prefill_supported(int n_heads, int n_kv, int hd) {
@@ -303,15 +309,33 @@ extern "C" const char *g4_attn_bidir_supported(int n_heads, int hd) {
     return NULL;
 }
 
-extern "C" void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t *kc,
-                                const uint16_t *vc, const int32_t *pos, int T, int n_heads,
-                                int n_kv, int hd, int capacity, int window, float scale,
-                                cudaStream_t stream) {
+// attention_prefill_wgmma.cu
+void g4_attn_prefill_wgmma(uint16_t *out, const uint16_t *q, const uint16_t *kc,
+                           const uint16_t *vc, const int32_t *pos, int T, int n_heads, int n_kv,
+                           int hd, int capacity, int window, float scale, int max_ctas,
+                           cudaStream_t stream);
+
+extern "C" void g4_attn_prefill_algo(uint16_t *out, const uint16_t *q, const uint16_t *kc,
+                                     const uint16_t *vc, const int32_t *pos, int T, int n_heads,
+                                     int n_kv, int hd, int capacity, int window, float scale,
+                                     g4_attn_algo algo, int max_ctas, cudaStream_t stream) {
     const char *op = "g4_attn_prefill";
     G4K_SUPPORTED(g4_attn_prefill_supported(n_heads, n_kv, hd), op);
-    G4K_REQUIRE(T >= 0 && capacity > 0 && window >= 0, op);
+    G4K_REQUIRE(T >= 0, op);
+    G4K_REQUIRE(capacity > 0 && window >= 0 && max_ctas >= 0, op);
     G4K_REQUIRE(aligned16(q) && aligned16(kc) && aligned16(vc) && aligned16(out), op);
+    if (algo == G4_ATTN_AUTO)
+        algo = !hmma_forced() && g4_attn_prefill_wgmma_supported(hd, n_heads, n_kv)
+                   ? G4_ATTN_WGMMA
+                   : G4_ATTN_HMMA;
+    G4K_REQUIRE(algo == G4_ATTN_HMMA || algo == G4_ATTN_WGMMA, op);
     if (T == 0) return;
+    if (algo == G4_ATTN_WGMMA) {
+        G4K_REQUIRE(g4_attn_prefill_wgmma_supported(hd, n_heads, n_kv), op);
+        g4_attn_prefill_wgmma(out, q, kc, vc, pos, T, n_heads, n_kv, hd, capacity, window, scale,
+                              max_ctas, stream);
+        return;
+    }
     FaParams p = {};
     p.out = out, p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.key_valid = nullptr;
     p.T = T, p.group = n_heads / n_kv;
@@ -319,6 +343,14 @@ extern "C" void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t
     p.kv_rows = capacity, p.window = window, p.bidir = 0;
     p.scale_log2 = scale * 1.4426950408889634f;
     fa_dispatch(p, n_heads, hd, stream);
+}
+
+extern "C" void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t *kc,
+                                const uint16_t *vc, const int32_t *pos, int T, int n_heads,
+                                int n_kv, int hd, int capacity, int window, float scale,
+                                cudaStream_t stream) {
+    g4_attn_prefill_algo(out, q, kc, vc, pos, T, n_heads, n_kv, hd, capacity, window, scale,
+                         G4_ATTN_AUTO, 0, stream);
 }
 
 extern "C" void g4_attn_bidir(uint16_t *out, const uint16_t *q, const uint16_t *k,

@@ -48,6 +48,14 @@ int g4_cuda_sync_launches(void) {
     return cached;
 }
 
+extern "C" int g4_cuda_env_is(int *cache, const char *name, const char *value) {
+    if (*cache < 0) {
+        const char *s = getenv(name);
+        *cache = s && strcmp(s, value) == 0;
+    }
+    return *cache;
+}
+
 // -1: not decided yet; 0 / 1: the setting in force. The environment is read once; the device
 // must be sm_90+ (griddepcontrol and the launch attribute exist from Hopper on).
 static int pdl_state = -1;

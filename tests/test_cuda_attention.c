@@ -3,8 +3,11 @@
 //   attn_decode   g4_attn_decode  vs ref_attention  (KV lengths 1 .. 32768, T 1-2, window, GQA,
 //                 capacity >> length, NaN-poisoned cache rows past the length, a CUDA graph
 //                 replayed at several lengths)
-//   attn_prefill  g4_attn_prefill vs ref_attention  (T 1 .. 4096, causal / sliding 512, hd 256
-//                 and 512, chunked prefill after a past, GQA; rows sampled for the big ones)
+//   attn_prefill  g4_attn_prefill_algo vs ref_attention, the HMMA and the WGMMA kernel on each
+//                 case (T 1 .. 16000, causal / sliding 512 / small windows, hd 256 and 512,
+//                 chunked prefill after a past, GQA 1, 2, 3, 4, 8, 16, 64 heads per KV head,
+//                 persistent grids of 1-3 CTAs, caches ending at the last key; rows sampled
+//                 for the big ones; op attn_prefill/hmma or attn_prefill/wgmma)
 //   attn_bidir    g4_attn_bidir   vs ref_attention_bidir (vision: 12 x 64, N up to 2520, padding)
 //   attn_audio    g4_attn_audio   vs ref_audio_attention (8 x 128, T up to 750, invalid frames)
 // Skips (exit 77) without a GPU.
@@ -163,13 +166,17 @@ static void case_decode_graph(int hd, int capacity) {
 }
 
 // --- prefill ----------------------------------------------------------------------------------
-static void case_prefill(int hd, int nh, int nkv, int T, int p0, int window, float kspan,
-                         unsigned long long seed) {
-    if (!hx_case("attn_prefill", "hd=%d heads=%d kv=%d T=%d past=%d window=%d kspan=%g", hd, nh,
-                 nkv, T, p0, window, kspan))
+// algo: the kernel (HMMA or WGMMA, attention_prefill.cuh); max_ctas caps the WGMMA kernel's
+// persistent grid (0: one CTA per SM) so one CTA walks many blocks; slack: cache rows past the
+// last position (NaN), 0 = the cache ends at the last key (TMA zero-fills past it).
+static void case_prefill_x(g4_attn_algo algo, int hd, int nh, int nkv, int T, int p0, int window,
+                           float kspan, int max_ctas, int slack, unsigned long long seed) {
+    if (!hx_case(algo == G4_ATTN_WGMMA ? "attn_prefill/wgmma" : "attn_prefill/hmma",
+                 "hd=%d heads=%d kv=%d T=%d past=%d window=%d kspan=%g ctas=%d slack=%d", hd, nh,
+                 nkv, T, p0, window, kspan, max_ctas, slack))
         return;
     unsigned long long s = seed;
-    const int qw = nh * hd, kvw = nkv * hd, L = p0 + T, capacity = L + 29;
+    const int qw = nh * hd, kvw = nkv * hd, L = p0 + T, capacity = L + slack;
     uint16_t *qb, *kb, *vb;
     float *q = hx_rand_f16(&s, (size_t)T * qw, -1, 1, &qb);
     float *k = make_cache(&s, capacity, kvw, L, kspan, &kb);
@@ -182,7 +189,8 @@ static void case_prefill(int hd, int nh, int nkv, int T, int p0, int window, flo
     void *dout = hx_dev_alloc(2 * out_n);
     hx_poison_f16(dout, out_n);
     const double t0 = hx_now_ms();
-    g4_attn_prefill(dout, dq, dk, dv, dpos, T, nh, nkv, hd, capacity, window, 1.0f, 0);
+    g4_attn_prefill_algo(dout, dq, dk, dv, dpos, T, nh, nkv, hd, capacity, window, 1.0f, algo,
+                         max_ctas, 0);
     HX_CUDA(cudaDeviceSynchronize());
     const double ms = hx_now_ms() - t0;
     float *got = hx_download_f16(dout, out_n);
@@ -210,6 +218,14 @@ static void case_prefill(int hd, int nh, int nkv, int T, int p0, int window, flo
     hx_dev_free(dq), hx_dev_free(dk), hx_dev_free(dv), hx_dev_free(dpos), hx_dev_free(dout);
     free(q), free(k), free(v), free(qb), free(kb), free(vb), free(pos), free(got), free(qs),
         free(gs), free(want);
+}
+
+// Both kernels on the same case (WGMMA where it supports the shape).
+static void case_prefill(int hd, int nh, int nkv, int T, int p0, int window, float kspan,
+                         unsigned long long seed) {
+    case_prefill_x(G4_ATTN_HMMA, hd, nh, nkv, T, p0, window, kspan, 0, 29, seed);
+    if (g4_attn_prefill_wgmma_supported(hd, nh, nkv))
+        case_prefill_x(G4_ATTN_WGMMA, hd, nh, nkv, T, p0, window, kspan, 0, 29, seed);
 }
 
 // --- vision (bidirectional) -------------------------------------------------------------------
@@ -335,6 +351,26 @@ int main(int argc, char **argv) {
     case_prefill(512, 8, 1, 100, 2000, 0, 1.0f, 601);    // peaky
     case_prefill(256, 4, 2, 100, 7, 0, 0.5f, 602);       // GQA 2:1
     case_prefill(512, 3, 3, 45, 0, 16, 0.5f, 603);       // MHA, tiny window
+    // WGMMA block edges (64 rows = 8 tokens x 8 heads): T around multiples of 8 and 64
+    const int Te[] = {7, 8, 9, 63, 64, 65, 129};
+    for (int i = 0; i < 7; i++) {
+        case_prefill(256, 8, 1, Te[i], 0, 512, 0.25f, 610 + i);
+        case_prefill(512, 8, 1, Te[i], 0, 0, 0.25f, 620 + i);
+    }
+    case_prefill(256, 6, 2, 200, 0, 0, 0.5f, 630);    // 3 heads per KV head: 63-row blocks
+    case_prefill(512, 8, 2, 150, 40, 64, 0.5f, 631);  // 4:1, window 64 after a past of 40
+    case_prefill(256, 16, 1, 90, 0, 512, 0.25f, 632); // 16:1: 4 tokens a block
+    case_prefill(256, 64, 1, 20, 5, 0, 0.25f, 633);   // 64:1: 1 token a block
+    case_prefill(512, 8, 1, 700, 0, 100, 0.5f, 634);  // hd 512 with a sliding window
+    case_prefill(256, 8, 1, 16000, 0, 512, 0.25f, 635); // the 16k prompt
+    case_prefill(512, 8, 1, 8192, 0, 0, 0.25f, 636);
+    // persistent grids of 1 and 3 CTAs walking every block; a cache ending at the last key
+    case_prefill_x(G4_ATTN_WGMMA, 256, 8, 1, 1000, 0, 512, 0.25f, 1, 29, 640);
+    case_prefill_x(G4_ATTN_WGMMA, 512, 8, 1, 513, 0, 0, 0.25f, 3, 29, 641);
+    case_prefill_x(G4_ATTN_WGMMA, 256, 4, 2, 300, 77, 0, 0.5f, 3, 29, 642);
+    case_prefill_x(G4_ATTN_WGMMA, 256, 8, 1, 77, 0, 512, 0.25f, 0, 0, 643);
+    case_prefill_x(G4_ATTN_WGMMA, 512, 8, 1, 77, 0, 0, 0.25f, 0, 0, 644);
+    case_prefill_x(G4_ATTN_HMMA, 512, 8, 1, 77, 0, 0, 0.25f, 0, 0, 645);
     // vision: 12 heads of 64
     case_bidir(64, 12, 17, 0, 0, 700);
     case_bidir(64, 12, 33, 5, 0, 701);

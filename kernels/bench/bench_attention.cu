@@ -1,8 +1,9 @@
 // bench_attention.cu: `g4cu bench --kernels` rows for the attention kernels at E2B shapes
 // (decode at 4k-32k context, prefill, vision, audio). Each row states the bytes the op must
 // move and its FLOPs (kbench.h). Inputs rotate through enough copies to exceed the L2.
-// Baseline: none. cuDNN's fused SDPA (graph API) was not wired: it needs the frontend's
-// operation graph, and it could not be validated without a GPU here; see bench/NOTES.md.
+// Baselines: the prefill rows time the HMMA kernel (attention_prefill.cu) next to the production
+// WGMMA one ("hmma"); otherwise none. cuDNN's fused SDPA (graph API) was not wired: it needs the
+// frontend's operation graph, and it could not be validated without a GPU here; bench/NOTES.md.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,13 +76,18 @@ int bench_prefill(const char *filter, int reps, g4_kbench_row *rows, int n, int 
     std::vector<int32_t> pos_h(T);
     for (int t = 0; t < T; t++) pos_h[t] = t;
     int32_t *pos = pool.upload(pos_h.data(), (size_t)T);
-    auto ours = [&](int rep, cudaStream_t st) {
+    auto ours = [&](int rep, cudaStream_t st) { // the production path (WGMMA for hd 256 / 512)
         const int c = rep % copies;
         g4_attn_prefill(out, q[c], kc[c], vc[c], pos, T, nh, 1, hd, T, window, 1.0f, st);
     };
+    auto hmma = [&](int rep, cudaStream_t st) { // the mma.sync kernel as the baseline column
+        const int c = rep % copies;
+        g4_attn_prefill_algo(out, q[c], kc[c], vc[c], pos, T, nh, 1, hd, T, window, 1.0f,
+                             G4_ATTN_HMMA, 0, st);
+    };
     const double flops = 4.0 * nh * hd * prefill_pairs(T, window);
     return g4b::add_row(rows, n, max, "attn_prefill", shape, bytes, flops, reps, copies, ours,
-                        NoBase(), nullptr);
+                        hmma, "hmma");
 }
 
 int bench_bidir(const char *filter, int reps, g4_kbench_row *rows, int n, int max, int N,
@@ -148,11 +154,12 @@ extern "C" int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *
     for (int L : Ls) n = bench_decode(filter, reps, rows, n, max, 512, L, 0);
     n = bench_decode(filter, reps, rows, n, max, 256, 32768, 0);
     n = bench_decode(filter, reps, rows, n, max, 256, 4096, 512);
-    // prefill
-    const int Ts[] = {512, 2048, 4096};
+    // prefill (issue 22: hd 256 and 512 at 4k-16k; the baseline column is the HMMA kernel)
+    const int Ts[] = {512, 2048, 4096, 8192, 16384};
     for (int T : Ts) n = bench_prefill(filter, reps, rows, n, max, 256, T, 512);
     for (int T : Ts) n = bench_prefill(filter, reps, rows, n, max, 512, T, 0);
     n = bench_prefill(filter, reps, rows, n, max, 256, 4096, 0);
+    n = bench_prefill(filter, reps, rows, n, max, 256, 16384, 0);
     // vision and audio
     n = bench_bidir(filter, reps, rows, n, max, 2304, 0);
     n = bench_bidir(filter, reps, rows, n, max, 2520, 216);

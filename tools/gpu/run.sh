@@ -20,6 +20,10 @@
 #   sanitize compute-sanitizer memcheck, racecheck, synccheck over the CUDA test tables and
 #            end-to-end runs on the gpu-tiny package (tools/gpu/sanitize.sh; after build, tiny)
 #   kernels  g4cu bench --kernels --json
+#   prefill  the prefill kernels alone (issues 18, 22; after build): test_cuda_gemm --op wgmma,
+#            --op q4, test_cuda_attention --op attn_prefill, then their kernel bench rows
+#            (wgmma GEMMs next to cuBLAS, wgmma attention next to the HMMA kernel). A deadlocked
+#            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -128,6 +132,20 @@ stage_kernels() {
     build-gpu/g4cu bench --kernels --reps 30 --json "$OUT/kbench.json" >"$OUT/kbench.txt" 2>&1
     echo "bench --kernels: exit $?"
     cat "$OUT/kbench.txt" | cut -c1-160
+}
+
+stage_prefill() {
+    local t
+    for t in "test_cuda_gemm --op wgmma" "test_cuda_gemm --op q4" "test_cuda_attention --op attn_prefill"; do
+        local log="$OUT/prefill_${t// /_}.log"
+        timeout 480 build-gpu/tests/$t >"$log" 2>&1
+        echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
+        grep -E "FAIL|error|CUDA" "$log" | head -8
+    done
+    build-gpu/g4cu bench --kernels --filter wgmma --reps 30 --json "$OUT/prefill_kbench_gemm.json" >"$OUT/prefill_kbench_gemm.txt" 2>&1
+    echo "bench --kernels --filter wgmma: exit $?"; cut -c1-160 "$OUT/prefill_kbench_gemm.txt"
+    build-gpu/g4cu bench --kernels --filter attn_prefill --reps 20 --json "$OUT/prefill_kbench_attn.json" >"$OUT/prefill_kbench_attn.txt" 2>&1
+    echo "bench --kernels --filter attn_prefill: exit $?"; cut -c1-160 "$OUT/prefill_kbench_attn.txt"
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF
