@@ -8,8 +8,7 @@
 // decode again with the per-layer embedding table in pinned host memory (a second load with
 // that load option), vision/audio tower ms, and the same for a second package (Q4); optionally
 // HF transformers on the same weights (tools/python/bench_hf.py) with the ratios. Packages are
-// keyed "f16" / "q4" by their
-// decoder's weights (a repeated kind gets "_2", "_3").
+// keyed "f16" / "q4" by their decoder's weights (a repeated kind gets "_2", "_3").
 //
 // Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 32k prompts);
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
