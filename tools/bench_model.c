@@ -1,14 +1,14 @@
-// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512
-// and 2048 tokens; decode through the user path, g4_generate (the call `g4cu generate` makes:
-// the prefill's last row and every new token from the one decode step, graph-replayed on
-// CUDA, with the sample op on the device), timed by the generation result itself: greedy, 128
-// new tokens after a 128-token prompt (--ignore-eos: random weights end early otherwise), the
-// same sampled (temperature 1, top-k 64, top-p 0.95), and greedy after 4096- and 32768-token
-// prompts; time to first token, GPU memory, the greedy decode again with the per-layer
-// embedding table in pinned host memory (a second load with that load option), vision/audio
-// tower ms, and the same for a second package (Q4); optionally HF transformers on the same
-// weights (tools/python/bench_hf.py) with the ratios. Packages are keyed "f16" / "q4" by their
-// decoder's weights (a repeated kind gets "_2", "_3").
+// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512,
+// 2048 and (CUDA, when the context allows) 16,000 tokens; decode through the user path,
+// g4_generate (the call `g4cu generate` makes: the prefill's last row and every new token from
+// the one decode step, graph-replayed on CUDA, with the sample op on the device), timed by the
+// generation result itself: greedy, 128 new tokens after a 128-token prompt (--ignore-eos:
+// random weights end early otherwise), the same sampled (temperature 1, top-k 64, top-p 0.95),
+// and greedy after 4096- and 32768-token prompts; time to first token, GPU memory, the greedy
+// decode again with the per-layer embedding table in pinned host memory (a second load with
+// that load option), vision/audio tower ms, and the same for a second package (Q4); optionally
+// HF transformers on the same weights (tools/python/bench_hf.py) with the ratios. Packages are
+// keyed "f16" / "q4" by their decoder's weights (a repeated kind gets "_2", "_3").
 //
 // Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 32k prompts);
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
@@ -76,9 +76,10 @@ typedef struct {
     double ttft_long_ms[N_LONG], decode_long_tok_s[N_LONG]; // after 4k / 32k prompts (-1: the
                                                             // context is shorter)
     double ttft_host_ms, decode_host_tok_s; // greedy with the PLE table in pinned host memory
-    double ple_gib;   // the PLE table's bytes (off the device in the host variant)
-    double vision_ms; // vision tower (patch embedding .. projection) for one 768x768 image
-    double audio_ms;  // audio tower for a 30 s clip (750 soft tokens)
+    double ple_gib;         // the PLE table's bytes (off the device in the host variant)
+    double vision_ms;       // vision tower (patch embedding .. projection) for one 768x768 image
+    double audio_ms;        // audio tower for a 30 s clip (750 soft tokens)
+    double prefill_long_ms; // one G4_BENCH_LONG_PREFILL-token prefill (issue 22); -1 when skipped
     double load_s;
     double weights_gib;                // weight bytes placed on the backend
     double state_gib;                  // KV cache of a 128 + 128-token context
@@ -214,11 +215,44 @@ static double kv_gib(const g4_text_model *m, int rows) {
     return b / (1u << 30);
 }
 
+#define G4_BENCH_LONG_PREFILL 16000
+
+// The long-prompt row: median ms of a G4_BENCH_LONG_PREFILL-token prefill (own state and ids,
+// reps runs after a warm-up); -1 when the context is shorter or the backend is the CPU one (a
+// 16k-token CPU prefill takes hours).
+static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_backend *be,
+                              int reps, double *ms) {
+    const int n = G4_BENCH_LONG_PREFILL;
+    *ms = -1;
+    if (p->text.context_length < n || be->host_memory) return G4_OK;
+    int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n);
+    unsigned long long seed = 0x1f00d;
+    for (int i = 0; i < n; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
+    }
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    g4_text_state *s = NULL;
+    int rc = g4_text_state_new(m, n, n, &s);
+    for (int i = 0; i <= reps && !rc; i++) {
+        g4_text_state_reset(s);
+        double a = now_ms();
+        if ((rc = g4_text_forward(s, ids, n, NULL, NULL, 0))) break;
+        if (i) t[i - 1] = now_ms() - a; // run 0 warms up
+    }
+    if (!rc) *ms = median(t, reps);
+    g4_text_state_free(s);
+    free(t);
+    free(ids);
+    return rc;
+}
+
 // Runs one package; fills r. Lengths beyond the context are skipped (-1).
 static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, bench_result *r) {
     memset(r, 0, sizeof *r);
     r->dir = dir;
     r->ple_host = ple_host;
+    r->prefill_long_ms = -1;
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_text_state *s = NULL;
@@ -264,6 +298,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         g4_text_state_free(s);
         s = NULL;
     }
+    if ((rc = bench_prefill_long(m, p, be, reps, &r->prefill_long_ms))) goto done;
     // Decode through g4_generate on a state of prompt + N rows, the state `g4cu generate --ids
     // ... --max-new N` makes (the decode attention's split count follows the capacity).
     const int P = 128 < ctx ? 128 : ctx / 2, N = 128 < ctx - P ? 128 : ctx - P - 1;
@@ -339,6 +374,9 @@ static void print_result(const bench_result *r) {
         if (r->prefill_ms[k] >= 0)
             fprintf(human, "prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k],
                     r->prefill_ms[k], r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
+    if (r->prefill_long_ms >= 0)
+        fprintf(human, "prefill %d: %.2f ms (%.0f tok/s) | ", G4_BENCH_LONG_PREFILL,
+                r->prefill_long_ms, G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3));
     fprintf(human,
             "TTFT(128) %.2f ms | decode %.1f tok/s | sampled (T 1, top-k 64, top-p 0.95) %.1f "
             "tok/s",
@@ -370,6 +408,9 @@ static void json_result(FILE *f, const bench_result *r) {
         fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", r->prefill_len[k],
                 r->prefill_ms[k], r->prefill_len[k],
                 r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
+    fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", G4_BENCH_LONG_PREFILL,
+            r->prefill_long_ms, G4_BENCH_LONG_PREFILL,
+            r->prefill_long_ms > 0 ? G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3) : -1.0);
     fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"decode_sampled_tok_s\": %.2f, ",
             r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
     for (int k = 0; k < N_LONG; k++)

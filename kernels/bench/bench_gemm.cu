@@ -182,15 +182,26 @@ std::vector<brow> table() {
             t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, M, s});
             t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, M, s});
         }
-        for (int s : {0, 4, 6, 8}) t.push_back({"gemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+        for (int s : {0, 2, 4, 6, 8, 9}) {
+            t.push_back({"gemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+            t.push_back({"gemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, M, s});
+        }
         for (int s : {6, 7}) {
             t.push_back({"glu_f16_mma", W_F16, true, G4_GEMM_MMA, M, s});
             t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, M, s});
             t.push_back({"glu_q4_mma", W_Q4, true, G4_GEMM_MMA, M, s});
+            t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, M, s});
         }
     }
     t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 4096, 6});
     t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, 4096, 6});
+    // the 16k-token prompt (issue 22): the MLP shapes of the wide layers and q/o of the full ones
+    for (int s : {1, 5, 9}) {
+        t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 16000, s});
+        t.push_back({"gemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, 16000, s});
+    }
+    t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, 16000, 7});
+    t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, 16000, 7});
     return t;
 }
 
@@ -214,6 +225,13 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         memset(&row, 0, sizeof row);
         snprintf(row.op, sizeof row.op, "%s", r.op);
         snprintf(row.shape, sizeof row.shape, "M=%d N=%d K=%d %s", r.M, sh.N, sh.K, sh.name);
+        if (r.algo == G4_GEMM_WGMMA) { // the configuration the automatic choice ran
+            int bn, split;
+            g4_gemm_wgmma_plan(r.M, sh.N, sh.K, r.glu, r.w == W_Q4, &bn, &split);
+            const size_t l = strlen(row.shape);
+            snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
+                     split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
+        }
         if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
 
         problem p;
