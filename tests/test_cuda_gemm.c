@@ -103,6 +103,18 @@ static const char *op_name(op_kind o) {
 #define S_PP  1536, 256, "ple proj"
 #define S_LM  262144, 1536, "lm_head"
 #define S_PE  8960, 1536, "ple projection (embedding)"
+// the towers' (issue 22): vision at M = 2304 patches, audio at M = 750 frames
+#define S_VQ  768, 768, "vision q/k/v/o, patch embedding"
+#define S_VQKV 2304, 768, "vision q/k/v together"
+#define S_VUP 3072, 768, "vision gate/up"
+#define S_VDN 768, 3072, "vision down"
+#define S_VPJ 1536, 768, "vision projector"
+#define S_AQ  1024, 1024, "audio q/k/v/post, relative_k, linear_end"
+#define S_AF1 4096, 1024, "audio ffw_layer_1"
+#define S_AF2 1024, 4096, "audio ffw_layer_2"
+#define S_ALS 2048, 1024, "audio linear_start"
+#define S_AOP 1536, 1024, "audio output_proj"
+#define S_APJ 1536, 1536, "audio projector"
 
 // C: a case; X: a small-integer exact case; R: fp16 output, no bias, on "N, K, what" (an E2B
 // shape macro or explicit values); E for other epilogues.
@@ -233,6 +245,15 @@ static const gcase cases[] = {
     // the automatic choices at the prefill shapes that pick each path (bench/NOTES.md)
     R(OP_F16, WGMMA, 2048, S_DN), R(OP_F16, WGMMA, 2048, S_KVS), R(OP_F16, WGMMA, 128, S_DN2),
     R(OP_F16, WGMMA, 2048, S_QS), R(OP_F16_GLU, WGMMA, 2048, S_UP2), R(OP_F16_GLU, WGMMA, 128, S_UP),
+
+    // --- the towers' linears on the wgmma GEMM (one 768x768 image: 2,304 patches, 256 pooled
+    // rows; 30 s of audio: 750 frames), at their automatic configurations, and AUTO reaching it ---
+    R(OP_F16, WGMMA, 2304, S_VQ), R(OP_F16, WGMMA, 2304, S_VQKV), R(OP_F16, WGMMA, 2304, S_VDN),
+    R(OP_F16_GLU, WGMMA, 2304, S_VUP), R(OP_F16, WGMMA, 256, S_VPJ), R(OP_F16, AUTO, 2304, S_VDN),
+    R(OP_F16, WGMMA, 750, S_AQ), R(OP_F16, WGMMA, 750, S_AF1), R(OP_F16, WGMMA, 750, S_AF2),
+    R(OP_F16, WGMMA, 750, S_ALS), E(OP_F16, WGMMA, 750, S_AOP, F32, 1), R(OP_F16, WGMMA, 750, S_APJ),
+    R(OP_F16, AUTO, 750, S_AF1), R(OP_F16, WGMMA, 751, S_AQ), R(OP_F16, WGMMA, 2303, S_VQKV),
+    R(OP_Q4, WGMMA, 2304, S_VQ), R(OP_Q4_GLU, WGMMA, 2304, S_VUP), R(OP_Q4, WGMMA, 750, S_AF2),
 };
 // clang-format on
 
