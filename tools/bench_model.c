@@ -12,11 +12,12 @@
 //
 // Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 32k prompts);
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
-// are seeded random (never one repeated id).
+// are seeded random (never one repeated id, never bos/eos/pad nor a media placeholder).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +107,11 @@ static void add_row(bench_result *r, const char *unit, const double *v, int n, c
     va_end(ap);
 }
 
+// G4_PROFILE on a device backend: the towers' per-op split is printed after their timing.
+static int tower_profiled(const g4_backend *be) {
+    return getenv("G4_PROFILE") && strcmp(getenv("G4_PROFILE"), "0") && !be->host_memory;
+}
+
 // Vision tower on one 768x768 image and audio tower on a 30 s clip (synthetic media through
 // the real front ends; tower time only, median of reps after a warm-up); -1 when the package
 // lacks the tower.
@@ -130,6 +136,12 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         }
         if (!rc) add_row(r, "ms", t, reps, "vision 768x768");
         if (!rc) r->vision_ms = median(t, reps);
+        if (!rc && tower_profiled(be)) { // one more run, its per-op split (issue 22)
+            g4_cuda_profile_reset();
+            rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows);
+            fprintf(human, "vision tower, one 768x768 image, per op (eager, events):\n");
+            g4_cuda_profile_report(human, 1);
+        }
         g4_buf_free(be, &rows);
         g4_image_features_free(&f);
         if (rc) goto done;
@@ -161,6 +173,12 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         }
         if (!rc) add_row(r, "ms", t, reps, "audio 30 s");
         if (!rc) r->audio_ms = median(t, reps);
+        if (!rc && tower_profiled(be)) {
+            g4_cuda_profile_reset();
+            rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows);
+            fprintf(human, "audio tower, 30 s, per op (eager, events):\n");
+            g4_cuda_profile_report(human, 1);
+        }
         g4_buf_free(be, &rows);
         g4_audio_features_free(&f);
     }
@@ -217,33 +235,45 @@ static double kv_gib(const g4_text_model *m, int rows) {
 
 #define G4_BENCH_LONG_PREFILL 16000
 
-// The long-prompt row: median ms of a G4_BENCH_LONG_PREFILL-token prefill (own state and ids,
-// reps runs after a warm-up); -1 when the context is shorter or the backend is the CPU one (a
-// 16k-token CPU prefill takes hours).
-static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_backend *be,
-                              int reps, double *ms) {
-    const int n = G4_BENCH_LONG_PREFILL;
-    *ms = -1;
-    if (p->text.context_length < n || be->host_memory) return G4_OK;
-    int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n);
-    unsigned long long seed = 0x1f00d;
+// n seeded random prompt ids (xorshift from `seed`): never bos/eos/pad (0-2) and never a media
+// placeholder (the image / audio token ids, which a prompt without media rows must not hold:
+// the forward refuses them), redrawn from the same stream.
+static void bench_ids(const g4_package *p, int32_t *ids, int n, unsigned long long seed) {
     for (int i = 0; i < n; i++) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
+        do {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3));
+        } while (g4_placeholder_of(&p->text, ids[i]) != G4_PH_NONE);
     }
+}
+
+// The long-prompt row: median ms of one G4_BENCH_LONG_PREFILL-token prefill of ids (own state
+// with one logit row, as the other prefill rows; reps runs after a warm-up); -1 when the
+// context is shorter or the backend is the CPU one (a 16k-token CPU prefill takes hours).
+static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_backend *be,
+                              const int32_t *ids, int reps, bench_result *r) {
+    const int n = G4_BENCH_LONG_PREFILL;
+    r->prefill_long_ms = -1;
+    if (p->text.context_length < n || be->host_memory) return G4_OK;
     double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     g4_text_state *s = NULL;
-    int rc = g4_text_state_new(m, n, n, &s);
+    const g4_text_state_opts so = {n, n, 1, 1};
+    int rc = g4_text_state_new_opts(m, &so, &s);
     for (int i = 0; i <= reps && !rc; i++) {
         g4_text_state_reset(s);
         double a = now_ms();
         if ((rc = g4_text_forward(s, ids, n, NULL, NULL, 0))) break;
         if (i) t[i - 1] = now_ms() - a; // run 0 warms up
     }
-    if (!rc) *ms = median(t, reps);
+    if (!rc) {
+        double *tps = g4_malloc(sizeof(double) * (size_t)reps);
+        for (int i = 0; i < reps; i++) tps[i] = n / (t[i] / 1e3);
+        add_row(r, "tok/s", tps, reps, "pp%d", n);
+        free(tps);
+        r->prefill_long_ms = median(t, reps);
+    }
     g4_text_state_free(s);
     free(t);
-    free(ids);
     return rc;
 }
 
@@ -272,11 +302,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
     const int lens[3] = {128, 512, 2048};
     const int ctx = p->text.context_length, max_ids = 32768 + 256;
     ids = g4_malloc(sizeof(int32_t) * (size_t)max_ids);
-    unsigned long long seed = 0x5eed;
-    for (int i = 0; i < max_ids; i++) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
-    }
+    bench_ids(p, ids, max_ids, 0x5eed);
     t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int k = 0; k < 3; k++) {
         r->prefill_len[k] = lens[k];
@@ -298,7 +324,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         g4_text_state_free(s);
         s = NULL;
     }
-    if ((rc = bench_prefill_long(m, p, be, reps, &r->prefill_long_ms))) goto done;
+    if ((rc = bench_prefill_long(m, p, be, ids, reps, r))) goto done;
     // Decode through g4_generate on a state of prompt + N rows, the state `g4cu generate --ids
     // ... --max-new N` makes (the decode attention's split count follows the capacity).
     const int P = 128 < ctx ? 128 : ctx / 2, N = 128 < ctx - P ? 128 : ctx - P - 1;
