@@ -107,8 +107,8 @@ static void add_row(bench_result *r, const char *unit, const double *v, int n, c
     va_end(ap);
 }
 
-// G4_PROFILE on a device backend: the towers' per-op split is printed after their timing.
-static int tower_profiled(const g4_backend *be) {
+// G4_PROFILE=1 on a device backend: the per-op split (kernels/profile.cu) after the timed runs.
+static int profiling(const g4_backend *be) {
     return getenv("G4_PROFILE") && strcmp(getenv("G4_PROFILE"), "0") && !be->host_memory;
 }
 
@@ -134,14 +134,15 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows); // (complete when it returns)
             if (i) t[i - 1] = now_ms() - a;
         }
+        if (!rc && profiling(be)) { // one more run, split by op
+            g4_cuda_profile_reset();
+            if (!(rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows))) {
+                fprintf(human, "vision tower, one 768x768 image, per op (eager):\n");
+                g4_cuda_profile_report(human, 1);
+            }
+        }
         if (!rc) add_row(r, "ms", t, reps, "vision 768x768");
         if (!rc) r->vision_ms = median(t, reps);
-        if (!rc && tower_profiled(be)) { // one more run, its per-op split (issue 22)
-            g4_cuda_profile_reset();
-            rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows);
-            fprintf(human, "vision tower, one 768x768 image, per op (eager, events):\n");
-            g4_cuda_profile_report(human, 1);
-        }
         g4_buf_free(be, &rows);
         g4_image_features_free(&f);
         if (rc) goto done;
@@ -171,14 +172,15 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows);
             if (i) t[i - 1] = now_ms() - a;
         }
+        if (!rc && profiling(be)) {
+            g4_cuda_profile_reset();
+            if (!(rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows))) {
+                fprintf(human, "audio tower, 30 s, per op (eager):\n");
+                g4_cuda_profile_report(human, 1);
+            }
+        }
         if (!rc) add_row(r, "ms", t, reps, "audio 30 s");
         if (!rc) r->audio_ms = median(t, reps);
-        if (!rc && tower_profiled(be)) {
-            g4_cuda_profile_reset();
-            rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows);
-            fprintf(human, "audio tower, 30 s, per op (eager, events):\n");
-            g4_cuda_profile_report(human, 1);
-        }
         g4_buf_free(be, &rows);
         g4_audio_features_free(&f);
     }
@@ -348,7 +350,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         g4_text_state_free(sl);
         if (rc) goto done;
     }
-    if (getenv("G4_PROFILE") && !be->host_memory) {
+    if (profiling(be)) {
         // Per-op split of eager decode steps (no graph) after the 128-token prompt.
         const g4_text_state_opts eo = {P + 17, P, 1, 1};
         g4_text_state *se = NULL;
