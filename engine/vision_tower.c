@@ -173,10 +173,13 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
     be->vision_posemb(be, &h, t->pos_table, c->pos_size, &pos);
     g4_tower_emit(hook, hook_ctx, be, "vision_patch_embeds", -1, &h);
 
+    // Each post-norm residual add also makes the next block's normed input in the same pass
+    // (add_rmsnorm_next): x = rmsnorm(h) * pre_ff_norm after attention, * the next layer's
+    // input_norm after the MLP; only layer 0's input norm stands alone.
+    be->rmsnorm(be, &x, &h, t->layers[0].input_norm, D, c->rms_eps);
     for (int l = 0; l < c->n_layers; l++) {
         const g4_vision_layer *w = &t->layers[l];
         // Attention block: q/k normed per head and rotated, v normed without weight, scale 1.
-        be->rmsnorm(be, &x, &h, w->input_norm, D, c->rms_eps);
         be->linear(be, &q, &x, &w->q, 0);
         be->rmsnorm(be, &q, &q, w->q_norm, hd, c->rms_eps);
         be->rope_2d(be, &q, nh, hd, &pos, t->inv_freq);
@@ -187,12 +190,16 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
         be->rmsnorm(be, &v, &v, NULL, hd, c->rms_eps);
         be->attention_bidir(be, &attn, &q, &kk, &v, nh, hd, 1.0f);
         be->linear(be, &o, &attn, &w->o, 0);
-        be->add_rmsnorm(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL);
+        be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1,
+                             w->pre_ff_norm);
         // MLP block: down(gelu_tanh(gate x) * up x).
-        be->rmsnorm(be, &x, &h, w->pre_ff_norm, D, c->rms_eps);
         be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
         be->linear(be, &o, &mlp, &w->down, 0);
-        be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
+        if (l + 1 < c->n_layers)
+            be->add_rmsnorm_next(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL, &x, 1,
+                                 t->layers[l + 1].input_norm);
+        else
+            be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
         g4_tower_emit(hook, hook_ctx, be, "vision_layer", l, &h);
     }
 
