@@ -362,6 +362,66 @@ static void test_bad_inputs(const char *pkg_dir) {
     g4_package_close(p);
 }
 
+// Synthetic image features: a gw x gh patch grid (sides multiples of 3) of seeded pixels.
+static g4_image_features synth_image(int gw, int gh, int patch_dim, unsigned long long seed) {
+    g4_image_features f = {0};
+    f.grid_w = gw, f.grid_h = gh, f.n_patches = gw * gh, f.patch_dim = patch_dim;
+    f.n_soft_tokens = f.n_patches / 9;
+    f.pixel_values = g4_malloc(sizeof(float) * (size_t)f.n_patches * patch_dim);
+    for (size_t i = 0; i < (size_t)f.n_patches * patch_dim; i++)
+        f.pixel_values[i] = g4t_rand_uniform(&seed, 0.0f, 1.0f);
+    f.position_ids = g4_malloc(sizeof(int32_t) * 2 * (size_t)f.n_patches);
+    for (int i = 0; i < f.n_patches; i++) {
+        f.position_ids[2 * i] = i % gw;
+        f.position_ids[2 * i + 1] = i / gw;
+    }
+    return f;
+}
+
+// The vision tower keeps its activations between runs (t->ws, grown to the largest image):
+// a small image, a larger one (the workspace grows), the small one again, and the larger one
+// while the workspace is marked busy (the call's own buffers) give the same soft tokens, bit
+// for bit, as each image's first run: the kept buffers carry nothing from one run to the next.
+static void test_kept_activations(const char *pkg_dir) {
+    g4_package *p;
+    if (g4_package_open(pkg_dir, &p)) {
+        CHECK_MSG(0, "%s", g4_error());
+        return;
+    }
+    g4_vision_tower *vt = NULL;
+    CHECK_MSG(g4_vision_tower_load(p, g4_backend_cpu(), &vt) == 0, "%s", g4_error());
+    if (vt) {
+        const int H = p->text.hidden;
+        g4_image_features a = synth_image(3, 3, p->vision.patch_dim, 0xa11),
+                          b = synth_image(6, 3, p->vision.patch_dim, 0xb22);
+        float *oa = g4_malloc(sizeof(float) * (size_t)H * 2), *oa2 = g4_malloc(sizeof(float) * H),
+              *ob = g4_malloc(sizeof(float) * (size_t)H * 2),
+              *ob2 = g4_malloc(sizeof(float) * (size_t)H * 2);
+        int ok = g4_vision_tower_forward(vt, &a, oa, NULL, NULL) == G4_OK;
+        CHECK_INT(vt->ws.patches, 9);
+        ok &= g4_vision_tower_forward(vt, &b, ob, NULL, NULL) == G4_OK;
+        CHECK_INT(vt->ws.patches, 18);
+        ok &= g4_vision_tower_forward(vt, &a, oa2, NULL, NULL) == G4_OK;
+        vt->ws.busy = 1; // as if another thread's run held the workspace
+        ok &= g4_vision_tower_forward(vt, &b, ob2, NULL, NULL) == G4_OK;
+        CHECK_INT(vt->ws.busy, 1); // (the run did not take or release it)
+        vt->ws.busy = 0;
+        CHECK_MSG(ok, "%s", g4_error());
+        CHECK_MSG(ok && memcmp(oa, oa2, sizeof(float) * H) == 0,
+                  "the small image after the larger one differs from its first run");
+        CHECK_MSG(ok && memcmp(ob, ob2, sizeof(float) * (size_t)H * 2) == 0,
+                  "the run on its own buffers differs from the run on the kept ones");
+        size_t bad = 0;
+        for (int i = 0; i < 2 * H; i++) bad += !isfinite(ob[i]);
+        CHECK_INT(bad, 0);
+        free(oa), free(oa2), free(ob), free(ob2);
+        g4_image_features_free(&a);
+        g4_image_features_free(&b);
+    }
+    g4_vision_tower_free(vt);
+    g4_package_close(p);
+}
+
 int main(void) {
     fixtures = g4t_env("G4_FIXTURES");
     test_config("mobius-tiny-f16");
@@ -371,5 +431,6 @@ int main(void) {
     test_from_files("tiny2", "tiny2.npz");
     test_clip_bounds();
     test_bad_inputs(g4t_env("G4_TINY_PKG"));
+    test_kept_activations(g4t_env("G4_TINY_PKG"));
     return g4t_finish("test_towers");
 }
