@@ -88,57 +88,9 @@ fail:
     return rc;
 }
 
-// Frees what a workspace holds (on be, the backend that allocated it).
-static void ws_release(g4_backend *be, g4_vision_ws *ws) {
-    for (int i = 0; i < G4_VISION_WS_BUFS; i++) g4_buf_free(be, &ws->b[i]);
-    if (ws->pix_mapped)
-        be->free_mapped(be, ws->pix_host);
-    else
-        free(ws->pix_host);
-    ws->pix_host = NULL;
-    ws->pix_mapped = 0;
-    ws->patches = ws->soft = 0;
-}
-
-// Makes ws hold N patches and n_soft soft tokens (nothing when it does; else frees and
-// allocates anew at the new size). G4_EUSER when the backend is out of memory (ws then empty).
-static int ws_reserve(const g4_vision_tower *t, g4_backend *be, g4_vision_ws *ws, int N,
-                      int n_soft) {
-    if (ws->patches >= N && ws->soft >= n_soft) return G4_OK;
-    ws_release(be, ws);
-    const g4_vision_config *c = t->cfg;
-    const g4_type at = be->act_type;
-    const int D = c->hidden;
-    const struct {
-        g4_type type;
-        int soft_rows, cols;
-    } spec[G4_VISION_WS_BUFS] = {
-        {G4_F32, 0, c->patch_dim}, {at, 0, c->patch_dim}, {G4_I32, 0, 2}, {G4_F32, 0, D},
-        {at, 0, D},                {at, 0, D},            {at, 0, D},     {at, 0, D},
-        {at, 0, D},                {at, 0, D},            {at, 0, c->ffn}, {G4_F32, 1, D},
-        {at, 1, D},                {at, 1, t->text_hidden}};
-    int ok = 1;
-    for (int i = 0; i < G4_VISION_WS_BUFS; i++) {
-        ws->b[i] = g4_buf_new(be, spec[i].type, spec[i].soft_rows ? n_soft : N, spec[i].cols);
-        ok &= ws->b[i].data != NULL;
-    }
-    const size_t pix_bytes = sizeof(float) * (size_t)N * c->patch_dim;
-    if (ok && be->alloc_mapped && (ws->pix_host = be->alloc_mapped(be, pix_bytes)))
-        ws->pix_mapped = 1;
-    else if (ok)
-        ws->pix_host = g4_malloc(pix_bytes);
-    if (!ok) {
-        ws_release(be, ws);
-        return g4_fail(G4_EUSER, "%s backend out of memory for the vision tower on %d patches",
-                       be->name, N);
-    }
-    ws->patches = N, ws->soft = n_soft;
-    return G4_OK;
-}
-
 void g4_vision_tower_free(g4_vision_tower *t) {
     if (!t) return;
-    ws_release(t->be, &t->ws);
+    g4_tower_ws_free(t->be, &t->ws);
     g4_binder_free(&t->w);
     free(t->layers);
     free(t);
@@ -188,26 +140,29 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
         return g4_fail(G4_EINTERNAL, "vision tower output: expected f32 [%d, %d], got %s [%d, %d]",
                        n_soft, t->text_hidden, g4_type_name(out->type), out->rows, out->cols);
 
-    // Buffers for this image ([N, .] activations, [n_soft, .] pooled): views of the tower's
-    // kept workspace, or of the call's own when another run holds it.
-    g4_vision_ws own = {0}, *ws = &t->ws;
-    if (__atomic_exchange_n(&t->ws.busy, 1, __ATOMIC_ACQUIRE)) ws = &own;
-    // (allocated through the tower's root handle: memory outlives ex's queue)
-    int rc = ws_reserve(t, t->be, ws, N, n_soft);
-    if (rc) {
-        if (ws == &t->ws) __atomic_store_n(&t->ws.busy, 0, __ATOMIC_RELEASE);
-        return rc;
-    }
-    g4_buf vw[G4_VISION_WS_BUFS]; // (the last three are [n_soft, .])
-    for (int i = 0; i < G4_VISION_WS_BUFS; i++)
-        vw[i] = g4_buf_view(&ws->b[i], i < 11 ? N : n_soft, ws->b[i].cols);
+    // Buffers for this image ([N, .] activations, [n_soft, .] pooled): the tower's kept ones
+    // (allocated through its root handle: they outlive ex's queue).
+    const g4_type at = be->act_type;
+    const g4_ws_shape shape[] = {
+        {G4_F32, N, c->patch_dim}, {at, N, c->patch_dim}, {G4_I32, N, 2},  {G4_F32, N, D},
+        {at, N, D},                {at, N, D},            {at, N, D},      {at, N, D},
+        {at, N, D},                {at, N, D},            {at, N, c->ffn}, {G4_F32, n_soft, D},
+        {at, n_soft, D},           {at, n_soft, t->text_hidden}};
+    enum { NB = sizeof shape / sizeof shape[0] };
+    g4_buf vw[NB];
+    g4_tower_ws own = {0};
+    const size_t pix_bytes = sizeof(float) * (size_t)N * c->patch_dim;
+    g4_tower_ws *ws = g4_tower_ws_take(t->be, &t->ws, &own, shape, NB, pix_bytes, vw);
+    if (!ws)
+        return g4_fail(G4_EUSER, "%s backend out of memory for the vision tower on %d patches",
+                       be->name, N);
     g4_buf pix32 = vw[0], pix = vw[1], pos = vw[2], h = vw[3], x = vw[4], o = vw[5], q = vw[6],
            kk = vw[7], v = vw[8], attn = vw[9], mlp = vw[10], pooled = vw[11],
            pooled_a = vw[12], soft = vw[13];
 
     // Patch embedding: the model's own 2 (p - 0.5) (HF does it in fp32 before input_proj),
     // staged in pinned memory where the backend has it (one fast copy).
-    float *p = ws->pix_host;
+    float *p = ws->host;
     for (size_t i = 0; i < (size_t)N * c->patch_dim; i++) p[i] = 2.0f * (f->pixel_values[i] - 0.5f);
     be->upload(be, pix32.data, p, g4_buf_bytes(&pix32));
     be->upload(be, pos.data, f->position_ids, g4_buf_bytes(&pos));
@@ -257,9 +212,6 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
     g4_tower_emit(hook, hook_ctx, be, "vision_soft_tokens", -1, out);
     be->sync(be); // (the caller's next work may be on another queue)
 
-    if (ws == &t->ws)
-        __atomic_store_n(&t->ws.busy, 0, __ATOMIC_RELEASE);
-    else
-        ws_release(t->be, &own);
+    g4_tower_ws_done(t->be, &t->ws, ws);
     return G4_OK;
 }

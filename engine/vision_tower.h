@@ -30,19 +30,6 @@ typedef struct {
     const void *q_norm, *k_norm; // fp16 [head_dim]
 } g4_vision_layer;
 
-// The activations of a run, kept by the tower for the next one (issue 22: 14 device
-// allocations and frees and a pageable 7 MB upload per image cost milliseconds on the H200):
-// sized by the largest image so far, freed with the tower. One run at a time uses them; a run
-// that finds them busy (another thread's) allocates its own for the call.
-enum { G4_VISION_WS_BUFS = 14 };
-typedef struct {
-    int patches, soft;           // capacity in patches and soft tokens (0: none yet)
-    g4_buf b[G4_VISION_WS_BUFS]; // on the tower's backend, [capacity rows, cols]
-    float *pix_host;             // [patches, patch_dim] upload staging: pinned when the
-    int pix_mapped;              // backend has mapped memory (pix_mapped 1), else malloc
-    int busy;                    // 1 while a run holds them (__atomic_exchange_n)
-} g4_vision_ws;
-
 typedef struct g4_vision_tower {
     const g4_package *pkg;
     const g4_vision_config *cfg;
@@ -55,7 +42,7 @@ typedef struct g4_vision_tower {
     int pool_k;              // pooling kernel: 3 (image_processor.json)
     int text_hidden;         // soft-token width
     g4_binder w;             // owns the backend copies; w.clipped lists the clipped linears
-    g4_vision_ws ws;         // the activations kept between runs
+    g4_tower_ws ws;          // the activations kept between runs (weights.h)
 } g4_vision_tower;
 
 // Binds every vision weight of pkg (vision_encoder component) on be. Errors name the tensor;
