@@ -419,6 +419,40 @@ static void test_kept_activations(const char *pkg_dir) {
         g4_image_features_free(&b);
     }
     g4_vision_tower_free(vt);
+    // The audio tower the same way: 40 frames, 80, 40 again, 80 on the call's own buffers.
+    g4_audio_tower *at = NULL;
+    CHECK_MSG(g4_audio_tower_load(p, g4_backend_cpu(), &at) == 0, "%s", g4_error());
+    if (at) {
+        const int H = p->text.hidden, n_mel = p->audio.n_mel;
+        g4_audio_features a[2] = {{0}, {0}};
+        unsigned long long s = 0xa0d;
+        for (int j = 0; j < 2; j++) {
+            a[j].n_frames = 40 * (j + 1), a[j].n_mel = n_mel;
+            a[j].n_valid = a[j].n_frames; // every frame valid
+            a[j].n_soft_tokens = (a[j].n_frames / 2 + 1) / 2;
+            a[j].features = g4_malloc(sizeof(float) * (size_t)a[j].n_frames * n_mel);
+            for (int i = 0; i < a[j].n_frames * n_mel; i++)
+                a[j].features[i] = g4t_rand_uniform(&s, -4.0f, 1.0f);
+            a[j].mask = g4_malloc((size_t)a[j].n_frames);
+            memset(a[j].mask, 1, (size_t)a[j].n_frames);
+        }
+        float *o[4];
+        for (int j = 0; j < 4; j++) o[j] = g4_malloc(sizeof(float) * (size_t)H * 20);
+        int ok = g4_audio_tower_forward(at, &a[0], o[0], NULL, NULL) == G4_OK;
+        ok &= g4_audio_tower_forward(at, &a[1], o[1], NULL, NULL) == G4_OK;
+        ok &= g4_audio_tower_forward(at, &a[0], o[2], NULL, NULL) == G4_OK;
+        at->ws.busy = 1;
+        ok &= g4_audio_tower_forward(at, &a[1], o[3], NULL, NULL) == G4_OK;
+        at->ws.busy = 0;
+        CHECK_MSG(ok, "%s", g4_error());
+        CHECK_MSG(ok && memcmp(o[0], o[2], sizeof(float) * (size_t)H * 10) == 0,
+                  "audio: the short clip after the longer one differs from its first run");
+        CHECK_MSG(ok && memcmp(o[1], o[3], sizeof(float) * (size_t)H * 20) == 0,
+                  "audio: the run on its own buffers differs from the run on the kept ones");
+        for (int j = 0; j < 4; j++) free(o[j]);
+        for (int j = 0; j < 2; j++) g4_audio_features_free(&a[j]);
+    }
+    g4_audio_tower_free(at);
     g4_package_close(p);
 }
 
