@@ -40,8 +40,9 @@ def model(path):
               f"{r['ttft_128_ms']:.2f} | {r['decode_tok_s']:.1f} |")
     # the PLE table in pinned host memory, and the towers (absent from older runs' JSON)
     print("\n| package | PLE table GiB | weights GiB, PLE on host | TTFT 128 ms, PLE on host "
-          "| decode tok/s, PLE on host | vision 768x768 ms | audio 30 s ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| decode tok/s, PLE on host | vision 768x768 ms | audio 30 s ms | VQA TTFT ms "
+          "| ASR TTFT ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     na = lambda v, f: f.format(v) if v is not None and v >= 0 else "-"
     for name, r in d["packages"].items():
         ple = r.get("ple_gib")
@@ -49,7 +50,8 @@ def model(path):
               f"{na(r['weights_gib'] - ple if ple else None, '{:.2f}')} | "
               f"{na(r.get('ple_host_ttft_128_ms'), '{:.2f}')} | "
               f"{na(r.get('ple_host_decode_tok_s'), '{:.1f}')} | "
-              f"{na(r.get('vision_768_ms'), '{:.2f}')} | {na(r.get('audio_30s_ms'), '{:.2f}')} |")
+              f"{na(r.get('vision_768_ms'), '{:.2f}')} | {na(r.get('audio_30s_ms'), '{:.2f}')} | "
+              f"{na(r.get('vqa_ttft_768_ms'), '{:.2f}')} | {na(r.get('asr_ttft_30s_ms'), '{:.2f}')} |")
 
 if __name__ == "__main__":
     if sys.argv[1] == "kernels":
