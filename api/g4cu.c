@@ -124,6 +124,7 @@ void g4cu_request_default(g4cu_request *r) {
 void g4cu_result_free(g4cu_result *r) {
     if (!r) return;
     free(r->text);
+    free(r->tokens);
     memset(r, 0, sizeof *r);
 }
 
@@ -245,6 +246,8 @@ static int check_request(const g4cu_request *rq) {
         return g4_fail(G4_EUSER, "n_stop %d: expected >= 0 with the strings given", rq->n_stop);
     for (int i = 0; i < rq->n_stop; i++)
         if (!rq->stop[i]) return g4_fail(G4_EUSER, "stop string %d is NULL", i + 1);
+    if (rq->n_eos < 0 || (rq->n_eos && !rq->eos))
+        return g4_fail(G4_EUSER, "n_eos %d: expected >= 0 with the ids given", rq->n_eos);
     if (!rq->text && !rq->n_media)
         return g4_fail(G4_EUSER, "the request has no text and no media");
     return G4_OK;
@@ -254,6 +257,10 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
     int rc = check_request(rq);
     if (rc) return rc;
+    for (int i = 0; i < rq->n_eos; i++)
+        if (rq->eos[i] < 0 || rq->eos[i] >= m->pl->pkg->text.vocab)
+            return g4_fail(G4_EUSER, "eos id %d: expected 0 <= id < %d", rq->eos[i],
+                           m->pl->pkg->text.vocab);
     // media, images first (the template's order), each through its front end
     const int n = rq->n_media;
     g4_media_input *in = g4_calloc((size_t)n + 1, sizeof *in);
@@ -288,6 +295,10 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
         p.stop = rq->stop;
         p.n_stop = rq->n_stop;
         p.ignore_eos = rq->ignore_eos;
+        int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 1)); // the engine's id type
+        for (int i = 0; i < rq->n_eos; i++) eos[i] = rq->eos[i];
+        p.eos = eos;
+        p.n_eos = rq->n_eos;
         stream_ctx sc = {rq, 0};
         if (rq->on_text) {
             p.on_text = on_text;
@@ -308,8 +319,14 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
             out->prefill_ms = r.prefill_ms;
             out->decode_ms = r.decode_ms;
             out->audio_seconds_cut = cut;
+            out->tokens = g4_malloc(sizeof(int32_t) * (r.tokens.n + 1));
+            for (size_t i = 0; i < r.tokens.n; i++) out->tokens[i] = r.tokens.v[i];
+            out->stop_token = r.stop == G4_STOP_EOS ? r.stop_id : -1;
+            out->stop_string = r.stop_string; // (one of rq->stop: the params borrow them)
+            out->stop_reason = g4_stop_reason_name(r.stop);
             g4_gen_result_free(&r);
         }
+        free(eos);
     }
     for (int i = 0; i < n; i++) {
         g4_media_input_free(&in[i]);

@@ -110,6 +110,8 @@ typedef struct {
     const char *const *stop; // stop strings: the text ends before the first one
     int n_stop;
     int ignore_eos;     // 1: run max_tokens tokens (benchmarks)
+    const int32_t *eos; // end-of-sequence ids beyond the package's (its generation config and
+    int n_eos;          // the template's <turn|>), each in [0, n_vocab)
     g4cu_text_fn on_text;
     void *user;
 } g4cu_request;
@@ -124,6 +126,11 @@ typedef struct {
                                 // (max_tokens or the context's end), "cancelled"
     double prefill_ms, decode_ms;
     double audio_seconds_cut;   // seconds of audio not heard (clips are cut to 30 s), 0: none
+    int32_t *tokens;            // the generated ids [n_tokens] (malloc'ed, as text)
+    int stop_token;             // the end-of-sequence id it ended at, else -1
+    const char *stop_string;    // the request's stop string it ended at (rq->stop[i]), else NULL
+    const char *stop_reason;    // finish_reason in detail: "eos", "stop_string", "max_new",
+                                // "context" (the context ended first), "cancelled"
 } g4cu_result;
 void g4cu_result_free(g4cu_result *r);
 

@@ -274,7 +274,44 @@ int main(void) {
             CHECK_MSG(k.len == r.text_len && !memcmp(k.buf, r.text, k.len),
                       "the streamed pieces do not add up to the text");
             CHECK(!strcmp(r.finish_reason, "length"));
+            // the ids are HF's; it ran to max_tokens (no EOS, no stop string)
+            int nw, *hw = cf_ints(o, "ids", &nw);
+            CHECK_MSG(r.tokens && r.n_tokens == nw &&
+                          !memcmp(r.tokens, hw, sizeof(int) * (size_t)nw),
+                      "chat_text: %d ids, HF %d, first difference at %d", r.n_tokens, nw,
+                      r.tokens ? cf_first_diff((const int *)r.tokens, r.n_tokens, hw, nw) : 0);
+            CHECK(r.stop_token == -1 && r.stop_string == NULL && !strcmp(r.stop_reason, "max_new"));
             g4cu_result_free(&r);
+            // an extra EOS id: HF's j-th id (the first not seen before it) ends it there, kept
+            int j = 1;
+            for (; j < nw; j++) {
+                int seen = 0;
+                for (int i = 0; i < j; i++) seen |= hw[i] == hw[j];
+                if (!seen) break;
+            }
+            if (j < nw) {
+                g4cu_request q = rq;
+                const int32_t eos = hw[j];
+                q.eos = &eos;
+                q.n_eos = 1;
+                q.on_text = NULL;
+                CHECK(g4cu_generate(s, &q, &r) == G4CU_OK);
+                CHECK_MSG(r.n_tokens == j + 1 &&
+                              !memcmp(r.tokens, hw, sizeof(int) * (size_t)(j + 1)) &&
+                              r.stop_token == eos && !strcmp(r.stop_reason, "eos") &&
+                              !strcmp(r.finish_reason, "stop"),
+                          "eos %d (HF's id %d): %d tokens, stop_token %d, %s", eos, j, r.n_tokens,
+                          r.stop_token, r.stop_reason);
+                g4cu_result_free(&r);
+                const int32_t bad_eos = 1 << 30;
+                q.eos = &bad_eos;
+                CHECK_INT(g4cu_generate(s, &q, &r), G4CU_EUSER);
+                CHECK_MSG(strstr(g4cu_last_error(), "eos id") != NULL, "message: %s",
+                          g4cu_last_error());
+            }
+            CHECK_MSG(j < nw, "chat_text: no id of HF's that is not a repeat");
+            free(hw);
+            CHECK(r.tokens == NULL && r.text == NULL); // freed and zeroed
             // a callback that stops after its first piece
             sink k1 = {.stop_after = 1};
             rq.user = &k1;
@@ -282,6 +319,7 @@ int main(void) {
             CHECK_MSG(!strcmp(r.finish_reason, "cancelled") && r.n_tokens < rq.max_tokens,
                       "stop from the callback: %s after %d tokens", r.finish_reason, r.n_tokens);
             CHECK_INT(k1.calls, 1);
+            CHECK(!strcmp(r.stop_reason, "cancelled") && r.stop_token == -1);
             g4cu_result_free(&r);
             // HF's text cut before each stop string
             const cJSON *st;
@@ -297,6 +335,9 @@ int main(void) {
                 CHECK_MSG(!strcmp(r.text, cf_str(st, "text")) && !strcmp(r.finish_reason, "stop"),
                           "stop '%s': got '%s' (%s)", stop, r.text, r.finish_reason);
                 CHECK_INT(r.n_tokens, cf_int(st, "n_tokens"));
+                CHECK_MSG(r.stop_string == stop && !strcmp(r.stop_reason, "stop_string"),
+                          "stop '%s': stop_string %s, reason %s", stop,
+                          r.stop_string ? r.stop_string : "NULL", r.stop_reason);
                 g4cu_result_free(&r);
                 n_stops++;
             }
@@ -358,6 +399,15 @@ int main(void) {
                           cJSON_GetArraySize(cJSON_GetObjectItem(o, "prompt_ids")));
                 CHECK_MSG(want && !strcmp(r.text, want), "%s form %d: got '%s', HF '%s'", name,
                           form, r.text, want);
+                int nw, *hw = cf_ints(o, "ids", &nw); // HF's ids, its EOS id last if it ended so
+                const int ended = r.stop_token >= 0;
+                CHECK_MSG(
+                    r.n_tokens == nw && !memcmp(r.tokens, hw, sizeof(int) * (size_t)nw) &&
+                        (!ended || (r.stop_token == hw[nw - 1] && !strcmp(r.stop_reason, "eos"))),
+                    "%s form %d: %d ids (%s), HF %d, first difference at %d", name, form,
+                    r.n_tokens, r.stop_reason, nw,
+                    cf_first_diff((const int *)r.tokens, r.n_tokens, hw, nw));
+                free(hw);
                 printf("%s (%s): %d prompt tokens, %d generated, %s\n", name,
                        form ? (image ? "rgb" : "pcm") : "bytes", r.n_prompt_tokens, r.n_tokens,
                        r.finish_reason);
