@@ -30,7 +30,7 @@ constexpr int SSCP_WARPS = 8, SSCP_THREADS = 32 * SSCP_WARPS;
 template <class X, int CPL> // CPL: output channels per lane (C_out / 32)
 __global__ void __launch_bounds__(SSCP_THREADS)
     sscp_kernel(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
-                const uint16_t *ln_w, int H, int W, int C_in, float eps) {
+                const uint16_t *ln_w, int H, int W, int C_in, float eps, bool y_aligned8) {
     extern __shared__ __align__(128) uint8_t smem[];
     constexpr int C_out = 32 * CPL;
     const int Ho = (H + 1) / 2, Wo = (W + 1) / 2, K = 9 * C_in;
@@ -88,8 +88,24 @@ __global__ void __launch_bounds__(SSCP_THREADS)
             for (int j = 0; j < CPL; j++) v += (acc[j] - mean) * (acc[j] - mean);
             const float inv = rsqrtf(warp_sum(v) / (float)C_out + eps);
             uint16_t *dst = y + ((size_t)oh * Wo + ow) * C_out + c0;
+            bool stored = false;
+            if constexpr (CPL % 4 == 0) { // 8-byte stores: a warp writes whole sectors
+                if (y_aligned8) {
 #pragma unroll
-            for (int j = 0; j < CPL; j++) dst[j] = f2h(fmaxf((acc[j] - mean) * inv * lw[j], 0.0f));
+                    for (int j = 0; j < CPL; j += 4)
+                        *reinterpret_cast<uint2 *>(dst + j) = make_uint2(
+                            pack_half2(fmaxf((acc[j] - mean) * inv * lw[j], 0.0f),
+                                       fmaxf((acc[j + 1] - mean) * inv * lw[j + 1], 0.0f)),
+                            pack_half2(fmaxf((acc[j + 2] - mean) * inv * lw[j + 2], 0.0f),
+                                       fmaxf((acc[j + 3] - mean) * inv * lw[j + 3], 0.0f)));
+                    stored = true;
+                }
+            }
+            if (!stored) {
+#pragma unroll
+                for (int j = 0; j < CPL; j++)
+                    dst[j] = f2h(fmaxf((acc[j] - mean) * inv * lw[j], 0.0f));
+            }
         }
     }
 }
@@ -218,10 +234,16 @@ void sscp_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *
             sscp_kernel<X, CPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
         configured = true;
     }
-    const int Ho = (H + 1) / 2, sms = num_sms();
-    const int grid = Ho < sms ? Ho : sms;
+    // As many resident CTAs per SM as the shared memory allows: layer 0 (C_in = 1) needs 5 KB
+    // and does little per row, so one CTA (8 warps) per SM left it latency-bound (0.37x cuDNN).
+    int per_sm = 0;
+    G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sscp_kernel<X, CPL>,
+                                                                SSCP_THREADS, smem));
+    const int Ho = (H + 1) / 2, slots = num_sms() * (per_sm > 0 ? per_sm : 1);
+    const int grid = Ho < slots ? Ho : slots;
     sscp_kernel<X, CPL>
-        <<<grid, SSCP_THREADS, smem, stream>>>(y, x, valid, w, ln_w, H, W, C_in, eps);
+        <<<grid, SSCP_THREADS, smem, stream>>>(y, x, valid, w, ln_w, H, W, C_in, eps,
+                                               ((uintptr_t)y & 7) == 0);
     G4_CUDA_LAUNCH_CHECK();
 }
 

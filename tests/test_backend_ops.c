@@ -540,8 +540,11 @@ static host_linear make_linear(unsigned long long *s, g4_weight_kind kind, int i
                 const int v = e % 2 ? qb >> 4 : qb & 15;
                 const uint8_t zb = zp[(size_t)n * zrow + b / 2];
                 const int z = b % 2 ? zb >> 4 : zb & 15;
-                h.Wf[(size_t)k * out + n] =
-                    (float)((v - z) * (double)g4_f16_to_f32(sc[(size_t)n * kb + b]));
+                // MatMulNBits dequantizes B into A's type (T1): on a backend whose
+                // activations are fp16 the weight fed to the product is fp16((q - zp) * scale),
+                // one rounding, as onnxruntime's fp16 path and ours compute it.
+                const float wv = (float)((v - z) * (double)g4_f16_to_f32(sc[(size_t)n * kb + b]));
+                h.Wf[(size_t)k * out + n] = act_round(wv);
             }
         h.w = q, h.scales = sc, h.zp = zp;
         h.l.block = B, h.l.scales = sc, h.l.zp = zp;

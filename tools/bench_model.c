@@ -105,6 +105,11 @@ static void add_row(bench_result *r, const char *unit, const double *v, int n, c
     va_end(ap);
 }
 
+// G4_PROFILE=1 on a device backend: the per-op split (kernels/profile.cu) after the timed runs.
+static int profiling(const g4_backend *be) {
+    return getenv("G4_PROFILE") && strcmp(getenv("G4_PROFILE"), "0") && !be->host_memory;
+}
+
 // Vision tower on one 768x768 image and audio tower on a 30 s clip (synthetic media through
 // the real front ends; tower time only, median of reps after a warm-up); -1 when the package
 // lacks the tower.
@@ -126,6 +131,13 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             double a = now_ms();
             rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows); // (complete when it returns)
             if (i) t[i - 1] = now_ms() - a;
+        }
+        if (!rc && profiling(be)) { // one more run, split by op
+            g4_cuda_profile_reset();
+            if (!(rc = g4_mm_image_tower_run(&towers, NULL, &f, &rows))) {
+                fprintf(human, "vision tower, one 768x768 image, per op (eager):\n");
+                g4_cuda_profile_report(human, 1);
+            }
         }
         if (!rc) add_row(r, "ms", t, reps, "vision 768x768");
         if (!rc) r->vision_ms = median(t, reps);
@@ -157,6 +169,13 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             double a = now_ms();
             rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows);
             if (i) t[i - 1] = now_ms() - a;
+        }
+        if (!rc && profiling(be)) {
+            g4_cuda_profile_reset();
+            if (!(rc = g4_mm_audio_tower_run(&towers, NULL, &f, &rows))) {
+                fprintf(human, "audio tower, 30 s, per op (eager):\n");
+                g4_cuda_profile_report(human, 1);
+            }
         }
         if (!rc) add_row(r, "ms", t, reps, "audio 30 s");
         if (!rc) r->audio_ms = median(t, reps);
@@ -287,7 +306,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         g4_text_state_free(sl);
         if (rc) goto done;
     }
-    if (getenv("G4_PROFILE") && !be->host_memory) {
+    if (profiling(be)) {
         // Per-op split of eager decode steps (no graph) after the 128-token prompt.
         const g4_text_state_opts eo = {P + 17, P, 1, 1};
         g4_text_state *se = NULL;
