@@ -1461,9 +1461,18 @@ static void run_cases(void) {
     case_rmsnorm(33, 2048, 256, 1, 1, 32); // per-head q norm, in place
     case_rmsnorm(5, 4096, 512, 0, 0, 33);  // unweighted (v norm), global head dim
     case_rmsnorm(7, 768, 768, 1, 0, 34);   // vision width
+    case_rmsnorm(2304, 768, 64, 1, 1, 35); // vision per-head q norm (sub-warp path), in place
+    case_rmsnorm(5, 48, 16, 0, 0, 36);     // sub-warp path, a part-filled CTA
+    case_rmsnorm(9, 72, 24, 1, 0, 37);     // 3 vectors a group: the CTA-per-group path
+    case_rmsnorm(750, 1024, 1024, 1, 1, 38); // audio width (warp per row), in place
+    case_rmsnorm(11, 1024, 512, 0, 0, 39);  // 512-column groups (warp per group)
     for (int next = 0; next < 4; next++) case_add_rmsnorm(1, 1536, next, next != 2, 40 + next);
     case_add_rmsnorm(33, 1536, 1, 0, 44);
     case_add_rmsnorm(7, 40, 0, 1, 45);
+    // the towers' widths (the warp-per-row kernels): vision 768, audio 1024, and 512
+    for (int next = 0; next < 4; next++) case_add_rmsnorm(9, 768, next, next != 2, 46 + next);
+    case_add_rmsnorm(750, 1024, 0, 0, 50);
+    case_add_rmsnorm(3, 512, 1, 1, 51);
     case_gelu_mul(1, 24, 24, 0, 50);
     case_gelu_mul(17, 6144, 6144, 0, 51);
     case_gelu_mul(33, 256, 35 * 256, 256 * 7, 52); // the per-layer-input slice of layer 7
