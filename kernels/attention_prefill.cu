@@ -262,7 +262,12 @@ template <class C> void fa_launch(const FaParams &p, int n_heads, cudaStream_t s
 }
 
 // The configurations (one per head dim): see the header comment for the WM x WD choice.
-using Fa64 = FaCfg<64, 4, 1, 64, 3>;   // vision: 4 warps, ~32 KB smem, several CTAs per SM
+// vision: 4 warps, 32 KB smem, 4 CTAs per SM, so the 36 x 12 = 432 CTAs of one image fit in one
+// wave of 528 slots (with 3 per SM, 396 slots, the last 36 CTAs ran as a second wave; ptxas:
+// 32 bytes of spill at 128 registers). The two alternatives stay for the kernel table's A/B.
+using Fa64 = FaCfg<64, 4, 1, 64, 4>;
+using Fa64Min3 = FaCfg<64, 4, 1, 64, 3>; // the configuration before: 3 CTAs per SM, no spill
+using Fa64Bk32 = FaCfg<64, 4, 1, 32, 4>; // key tiles of 32: 4 CTAs per SM without spill
 using Fa256 = FaCfg<256, 4, 2, 64, 1>; // sliding layers: 8 warps, 64 query rows
 using Fa512 = FaCfg<512, 2, 4, 32, 1>; // global layers: 8 warps, 32 query rows
 
@@ -356,7 +361,15 @@ extern "C" void g4_attn_prefill(uint16_t *out, const uint16_t *q, const uint16_t
 extern "C" void g4_attn_bidir(uint16_t *out, const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const uint8_t *key_valid, int N, int n_heads,
                               int hd, float scale, cudaStream_t stream) {
+    g4_attn_bidir_cfg(out, q, k, v, key_valid, N, n_heads, hd, scale, 0, stream);
+}
+
+extern "C" void g4_attn_bidir_cfg(uint16_t *out, const uint16_t *q, const uint16_t *k,
+                                  const uint16_t *v, const uint8_t *key_valid, int N,
+                                  int n_heads, int hd, float scale, int cfg,
+                                  cudaStream_t stream) {
     const char *op = "g4_attn_bidir";
+    G4K_REQUIRE(cfg >= 0 && cfg <= 2, op);
     G4K_SUPPORTED(g4_attn_bidir_supported(n_heads, hd), op);
     G4K_REQUIRE(N >= 0, op);
     G4K_REQUIRE(aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out), op);
@@ -367,5 +380,10 @@ extern "C" void g4_attn_bidir(uint16_t *out, const uint16_t *q, const uint16_t *
     p.q_stride = p.out_stride = p.kv_stride = n_heads * hd;
     p.kv_rows = N, p.window = 0, p.bidir = 1;
     p.scale_log2 = scale * 1.4426950408889634f;
-    fa_dispatch(p, n_heads, hd, stream);
+    if (cfg == 1)
+        fa_launch<Fa64Min3>(p, n_heads, stream);
+    else if (cfg == 2)
+        fa_launch<Fa64Bk32>(p, n_heads, stream);
+    else
+        fa_dispatch(p, n_heads, hd, stream);
 }

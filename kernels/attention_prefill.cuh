@@ -54,6 +54,11 @@ void g4_attn_prefill_algo(uint16_t *out, const uint16_t *q, const uint16_t *kc, 
 void g4_attn_bidir(uint16_t *out, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                    const uint8_t *key_valid, int N, int n_heads, int hd, float scale,
                    cudaStream_t stream);
+// g4_attn_bidir with its tile configuration chosen (tests and the kernel table's A/B): 0 the
+// default, 1 three CTAs per SM (the configuration before), 2 key tiles of 32.
+void g4_attn_bidir_cfg(uint16_t *out, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                       const uint8_t *key_valid, int N, int n_heads, int hd, float scale, int cfg,
+                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -229,9 +229,11 @@ static void case_prefill(int hd, int nh, int nkv, int T, int p0, int window, flo
 }
 
 // --- vision (bidirectional) -------------------------------------------------------------------
-static void case_bidir(int hd, int nh, int N, int n_pad, int n_holes, unsigned long long seed) {
-    if (!hx_case("attn_bidir", "hd=%d heads=%d N=%d padding=%d holes=%d", hd, nh, N, n_pad,
-                 n_holes))
+// cfg: g4_attn_bidir_cfg's tile configuration (0: what g4_attn_bidir runs).
+static void case_bidir_cfg(int cfg, int hd, int nh, int N, int n_pad, int n_holes,
+                           unsigned long long seed) {
+    if (!hx_case("attn_bidir", "hd=%d heads=%d N=%d padding=%d holes=%d cfg=%d", hd, nh, N, n_pad,
+                 n_holes, cfg))
         return;
     unsigned long long s = seed;
     const int w = nh * hd;
@@ -249,7 +251,10 @@ static void case_bidir(int hd, int nh, int N, int n_pad, int n_holes, unsigned l
     void *dout = hx_dev_alloc(2 * out_n);
     hx_poison_f16(dout, out_n);
     const double t0 = hx_now_ms();
-    g4_attn_bidir(dout, dq, dk, dv, use_mask ? dkv : NULL, N, nh, hd, 1.0f, 0);
+    if (cfg)
+        g4_attn_bidir_cfg(dout, dq, dk, dv, use_mask ? dkv : NULL, N, nh, hd, 1.0f, cfg, 0);
+    else
+        g4_attn_bidir(dout, dq, dk, dv, use_mask ? dkv : NULL, N, nh, hd, 1.0f, 0);
     HX_CUDA(cudaDeviceSynchronize());
     const double ms = hx_now_ms() - t0;
     float *got = hx_download_f16(dout, out_n);
@@ -371,13 +376,15 @@ int main(int argc, char **argv) {
     case_prefill_x(G4_ATTN_WGMMA, 256, 8, 1, 77, 0, 512, 0.25f, 0, 0, 643);
     case_prefill_x(G4_ATTN_WGMMA, 512, 8, 1, 77, 0, 0, 0.25f, 0, 0, 644);
     case_prefill_x(G4_ATTN_HMMA, 512, 8, 1, 77, 0, 0, 0.25f, 0, 0, 645);
-    // vision: 12 heads of 64
-    case_bidir(64, 12, 17, 0, 0, 700);
-    case_bidir(64, 12, 33, 5, 0, 701);
-    case_bidir(64, 12, 1000, 0, 3, 702);
-    case_bidir(64, 12, 2304, 0, 0, 703);   // 768 x 768 image: 48 x 48 patches
-    case_bidir(64, 12, 2520, 216, 0, 704); // max_patches with trailing padding
-    case_bidir(64, 2, 65, 0, 64, 705);     // most keys masked
+    // vision: 12 heads of 64, each tile configuration
+    for (int cfg = 0; cfg <= 2; cfg++) {
+        case_bidir_cfg(cfg, 64, 12, 17, 0, 0, 700);
+        case_bidir_cfg(cfg, 64, 12, 33, 5, 0, 701);
+        case_bidir_cfg(cfg, 64, 12, 1000, 0, 3, 702);
+        case_bidir_cfg(cfg, 64, 12, 2304, 0, 0, 703);   // 768 x 768 image: 48 x 48 patches
+        case_bidir_cfg(cfg, 64, 12, 2520, 216, 0, 704); // max_patches with trailing padding
+        case_bidir_cfg(cfg, 64, 2, 65, 0, 64, 705);     // most keys masked
+    }
     // audio: 8 heads of 128
     case_audio(17, 8, 128, 0, 0, 800);
     case_audio(33, 8, 128, 1, 14, 801); // >= 12 trailing invalid frames: the uniform fallback

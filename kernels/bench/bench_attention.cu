@@ -90,10 +90,12 @@ int bench_prefill(const char *filter, int reps, g4_kbench_row *rows, int n, int 
                         hmma, "hmma");
 }
 
+// cfg: g4_attn_bidir_cfg's tile configuration for "ours" (the baseline column is cfg 1, the
+// configuration before: 3 CTAs per SM).
 int bench_bidir(const char *filter, int reps, g4_kbench_row *rows, int n, int max, int N,
-                int n_pad) {
+                int n_pad, int cfg) {
     char shape[96];
-    snprintf(shape, sizeof shape, "hd=64 h=12 N=%d pad=%d", N, n_pad);
+    snprintf(shape, sizeof shape, "hd=64 h=12 N=%d pad=%d cfg=%d", N, n_pad, cfg);
     if (!g4b::match(filter, "attn_bidir", shape)) return n;
     Pool pool;
     const int nh = 12, hd = 64, w = nh * hd;
@@ -111,11 +113,15 @@ int bench_bidir(const char *filter, int reps, g4_kbench_row *rows, int n, int ma
     uint16_t *out = static_cast<uint16_t *>(pool.alloc(2 * (size_t)N * w));
     auto ours = [&](int rep, cudaStream_t st) {
         const int c = rep % copies;
-        g4_attn_bidir(out, q[c], k[c], v[c], n_pad ? kv : nullptr, N, nh, hd, 1.0f, st);
+        g4_attn_bidir_cfg(out, q[c], k[c], v[c], n_pad ? kv : nullptr, N, nh, hd, 1.0f, cfg, st);
+    };
+    auto before = [&](int rep, cudaStream_t st) {
+        const int c = rep % copies;
+        g4_attn_bidir_cfg(out, q[c], k[c], v[c], n_pad ? kv : nullptr, N, nh, hd, 1.0f, 1, st);
     };
     const double flops = 4.0 * nh * hd * (double)N * (N - n_pad);
     return g4b::add_row(rows, n, max, "attn_bidir", shape, bytes, flops, reps, copies, ours,
-                        NoBase(), nullptr);
+                        before, "3/SM");
 }
 
 int bench_audio(const char *filter, int reps, g4_kbench_row *rows, int n, int max, int T) {
@@ -161,8 +167,10 @@ extern "C" int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *
     n = bench_prefill(filter, reps, rows, n, max, 256, 4096, 0);
     n = bench_prefill(filter, reps, rows, n, max, 256, 16384, 0);
     // vision and audio
-    n = bench_bidir(filter, reps, rows, n, max, 2304, 0);
-    n = bench_bidir(filter, reps, rows, n, max, 2520, 216);
+    for (int cfg = 0; cfg <= 2; cfg += 2) { // the default and key tiles of 32, vs 3 CTAs per SM
+        n = bench_bidir(filter, reps, rows, n, max, 2304, 0, cfg);
+        n = bench_bidir(filter, reps, rows, n, max, 2520, 216, cfg);
+    }
     n = bench_audio(filter, reps, rows, n, max, 750);
     return n;
 }
