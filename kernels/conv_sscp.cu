@@ -2,9 +2,10 @@
 // HWC (oracle: ref_sscp_conv with an NCHW <-> HWC transpose in the test; test:
 // tests/test_cuda_conv.c --op sscp; bench: --filter sscp, against cudnnConvolutionForward).
 //
-// Two paths, both in the test table: the tensor-core implicit GEMM below for C_in % 64 == 0 and
-// C_out == 32 (layer 1, 1.8 GFLOP at 30 s), and the CUDA-core direct convolution for the rest
-// (layer 0: C_in = 1, K = 9 taps, too thin for MMA; 0.2 GFLOP).
+// Three paths, all in the test table: the tensor-core implicit GEMM below for C_in % 64 == 0
+// and C_out == 32 (layer 1, 1.8 GFLOP at 30 s), the CUDA-core direct convolution with the
+// weights in registers for C_in = 1 (layer 0: K = 9 taps, too thin for MMA; 0.2 GFLOP), and
+// the CUDA-core direct convolution with the weights in shared memory for the rest.
 // CUDA-core direct convolution: a persistent grid of CTAs, each with the whole weight in shared
 // memory (fp32, transposed to [tap, ci][co] so a lane reads its consecutive output channels as
 // float4s), loops over output rows; per row it stages the three input rows (zeros for padding
@@ -105,6 +106,94 @@ __global__ void __launch_bounds__(SSCP_THREADS)
 #pragma unroll
                 for (int j = 0; j < CPL; j++)
                     dst[j] = f2h(fmaxf((acc[j] - mean) * inv * lw[j], 0.0f));
+            }
+        }
+    }
+}
+
+// The direct path for one input channel (E2B layer 0: the log-mel frames, 1 -> 128 channels):
+// K = 9 taps, so each lane keeps its CPL channels' 9 weights in registers (no shared-memory
+// weight reads per pixel) and a warp runs two output pixels at a time, their reductions
+// interleaved. Same taps in the same order as sscp_kernel: the same bits.
+template <class X, int CPL>
+__global__ void __launch_bounds__(SSCP_THREADS)
+    sscp_c1_kernel(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
+                   const uint16_t *ln_w, int H, int W, float eps, bool y_aligned8) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    constexpr int C_out = 32 * CPL, P = 2;
+    const int Ho = (H + 1) / 2, Wo = (W + 1) / 2;
+    uint16_t *x_s = reinterpret_cast<uint16_t *>(smem); // [3][W]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, c0 = lane * CPL;
+    float wr[9][CPL], lw[CPL];
+#pragma unroll
+    for (int t = 0; t < 9; t++)
+#pragma unroll
+        for (int j = 0; j < CPL; j++) wr[t][j] = h2f(w[(c0 + j) * 9 + t]); // OIHW, C_in = 1
+#pragma unroll
+    for (int j = 0; j < CPL; j++) lw[j] = h2f(ln_w[c0 + j]);
+    for (int oh = blockIdx.x; oh < Ho; oh += gridDim.x) {
+        __syncthreads(); // the previous row's x_s no longer read
+        for (int i = tid; i < 3 * W; i += SSCP_THREADS) {
+            const int ky = i / W, ih = 2 * oh - 1 + ky;
+            const bool ok = ih >= 0 && ih < H && (!valid || valid[ih]);
+            x_s[i] = ok ? f2h(ld_act(x, (size_t)ih * W + i % W)) : (uint16_t)0;
+        }
+        __syncthreads();
+        for (int ow0 = warp; ow0 < Wo; ow0 += P * SSCP_WARPS) {
+            float acc[P][CPL], mean[P], inv[P];
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const int ow = ow0 + p * SSCP_WARPS;
+#pragma unroll
+                for (int j = 0; j < CPL; j++) acc[p][j] = 0.0f;
+#pragma unroll
+                for (int ky = 0; ky < 3; ky++)
+#pragma unroll
+                    for (int kx = 0; kx < 3; kx++) {
+                        const int iw = 2 * ow - 1 + kx;
+                        if (ow >= Wo || iw < 0 || iw >= W) continue;
+                        const float xv = h2f(x_s[ky * W + iw]); // one broadcast read per warp
+#pragma unroll
+                        for (int j = 0; j < CPL; j++) acc[p][j] += xv * wr[ky * 3 + kx][j];
+                    }
+            }
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < CPL; j++) s += acc[p][j];
+                mean[p] = warp_sum(s) / (float)C_out;
+            }
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                float v = 0.0f;
+#pragma unroll
+                for (int j = 0; j < CPL; j++) v += (acc[p][j] - mean[p]) * (acc[p][j] - mean[p]);
+                inv[p] = rsqrtf(warp_sum(v) / (float)C_out + eps);
+            }
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const int ow = ow0 + p * SSCP_WARPS;
+                if (ow >= Wo) continue;
+                uint16_t *dst = y + ((size_t)oh * Wo + ow) * C_out + c0;
+                float o[CPL];
+#pragma unroll
+                for (int j = 0; j < CPL; j++)
+                    o[j] = fmaxf((acc[p][j] - mean[p]) * inv[p] * lw[j], 0.0f);
+                bool stored = false;
+                if constexpr (CPL % 4 == 0) {
+                    if (y_aligned8) {
+#pragma unroll
+                        for (int j = 0; j < CPL; j += 4)
+                            *reinterpret_cast<uint2 *>(dst + j) =
+                                make_uint2(pack_half2(o[j], o[j + 1]), pack_half2(o[j + 2], o[j + 3]));
+                        stored = true;
+                    }
+                }
+                if (!stored) {
+#pragma unroll
+                    for (int j = 0; j < CPL; j++) dst[j] = f2h(o[j]);
+                }
             }
         }
     }
@@ -223,8 +312,30 @@ size_t sscp_mma_smem(int W, int C_in) {
 }
 
 template <class X, int CPL>
+void sscp_c1_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
+                    const uint16_t *ln_w, int H, int W, float eps, cudaStream_t stream) {
+    const size_t smem = (size_t)3 * W * 2;
+    G4K_REQUIRE(smem <= 227 * 1024, "g4_sscp_conv: 3 fp16 input rows fit in shared memory");
+    static bool configured = false;
+    if (!configured) {
+        G4_CUDA_CHECK(cudaFuncSetAttribute(
+            sscp_c1_kernel<X, CPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+        configured = true;
+    }
+    int per_sm = 0;
+    G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sscp_c1_kernel<X, CPL>,
+                                                                SSCP_THREADS, smem));
+    const int Ho = (H + 1) / 2, slots = num_sms() * (per_sm > 0 ? per_sm : 1);
+    const int grid = Ho < slots ? Ho : slots;
+    sscp_c1_kernel<X, CPL><<<grid, SSCP_THREADS, smem, stream>>>(y, x, valid, w, ln_w, H, W, eps,
+                                                                  ((uintptr_t)y & 7) == 0);
+    G4_CUDA_LAUNCH_CHECK();
+}
+
+template <class X, int CPL>
 void sscp_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
                  const uint16_t *ln_w, int H, int W, int C_in, float eps, cudaStream_t stream) {
+    if (C_in == 1) return sscp_c1_launch<X, CPL>(y, x, valid, w, ln_w, H, W, eps, stream);
     const size_t smem = (size_t)9 * C_in * 32 * CPL * 4 + (size_t)3 * W * C_in * 2;
     G4K_REQUIRE(smem <= 227 * 1024,
                 "g4_sscp_conv: fp32 weights + 3 fp16 input rows fit in shared memory");

@@ -128,6 +128,10 @@ int main(int argc, char **argv) {
     case_sscp(31, 65, 128, 32, 0, 1, 9);
     case_sscp(12, 64, 16, 32, 0, 0, 10);  // C_in % 64 != 0: the CUDA-core path
     case_sscp(12, 64, 128, 32, 1, 0, 11); // fp32 input: the CUDA-core path
+    // one input channel (weights in registers, two pixels a warp): fp16 input, odd W (an odd
+    // pixel count: the second pixel of the last pair is past the row), 64 and 256 channels
+    case_sscp(13, 31, 1, 64, 0, 2, 12);
+    case_sscp(6, 17, 1, 256, 1, 1, 13);
     // LightConv1d core: E2B (1024 ch, k 5, GLU, conv_norm, SiLU) at 30 s and 1 s; variants
     case_dwconv(750, 1024, 5, 1, 65504.0f, 1, 1, 10);
     case_dwconv(25, 1024, 5, 1, 0.0f, 1, 1, 11);
