@@ -32,6 +32,10 @@ void g4cu_free(void *p) { free(p); }
 
 // Internal errors keep their code; anything else a library call returns is one of the two.
 static int code(int rc) { return rc == G4_OK ? G4CU_OK : rc == G4_EUSER ? G4CU_EUSER : G4CU_EINTERNAL; }
+// The command's exit codes come from the API's codes through tools/cli.h's g4_cli_fail.
+_Static_assert((int)G4CU_OK == (int)G4_OK && (int)G4CU_EUSER == (int)G4_EUSER &&
+                   (int)G4CU_EINTERNAL == (int)G4_EINTERNAL,
+               "the API's error codes are the engine's");
 
 void g4cu_model_params_default(g4cu_model_params *p) { memset(p, 0, sizeof *p); }
 
@@ -120,6 +124,7 @@ void g4cu_request_default(g4cu_request *r) {
 void g4cu_result_free(g4cu_result *r) {
     if (!r) return;
     free(r->text);
+    free(r->tokens);
     memset(r, 0, sizeof *r);
 }
 
@@ -241,6 +246,8 @@ static int check_request(const g4cu_request *rq) {
         return g4_fail(G4_EUSER, "n_stop %d: expected >= 0 with the strings given", rq->n_stop);
     for (int i = 0; i < rq->n_stop; i++)
         if (!rq->stop[i]) return g4_fail(G4_EUSER, "stop string %d is NULL", i + 1);
+    if (rq->n_eos < 0 || (rq->n_eos && !rq->eos))
+        return g4_fail(G4_EUSER, "n_eos %d: expected >= 0 with the ids given", rq->n_eos);
     if (!rq->text && !rq->n_media)
         return g4_fail(G4_EUSER, "the request has no text and no media");
     return G4_OK;
@@ -250,6 +257,10 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
     int rc = check_request(rq);
     if (rc) return rc;
+    for (int i = 0; i < rq->n_eos; i++)
+        if (rq->eos[i] < 0 || rq->eos[i] >= m->pl->pkg->text.vocab)
+            return g4_fail(G4_EUSER, "eos id %d: expected 0 <= id < %d", rq->eos[i],
+                           m->pl->pkg->text.vocab);
     // media, images first (the template's order), each through its front end
     const int n = rq->n_media;
     g4_media_input *in = g4_calloc((size_t)n + 1, sizeof *in);
@@ -284,6 +295,10 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
         p.stop = rq->stop;
         p.n_stop = rq->n_stop;
         p.ignore_eos = rq->ignore_eos;
+        int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 1)); // the engine's id type
+        for (int i = 0; i < rq->n_eos; i++) eos[i] = rq->eos[i];
+        p.eos = eos;
+        p.n_eos = rq->n_eos;
         stream_ctx sc = {rq, 0};
         if (rq->on_text) {
             p.on_text = on_text;
@@ -304,8 +319,14 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
             out->prefill_ms = r.prefill_ms;
             out->decode_ms = r.decode_ms;
             out->audio_seconds_cut = cut;
+            out->tokens = g4_malloc(sizeof(int32_t) * (r.tokens.n + 1));
+            for (size_t i = 0; i < r.tokens.n; i++) out->tokens[i] = r.tokens.v[i];
+            out->stop_token = r.stop == G4_STOP_EOS ? r.stop_id : -1;
+            out->stop_string = r.stop_string; // (one of rq->stop: the params borrow them)
+            out->stop_reason = g4_stop_reason_name(r.stop);
             g4_gen_result_free(&r);
         }
+        free(eos);
     }
     for (int i = 0; i < n; i++) {
         g4_media_input_free(&in[i]);
@@ -399,4 +420,68 @@ int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits) {
         rc = g4_text_forward(s->ts, ids + a, T, NULL, a + T == n ? logits : NULL, 0);
     }
     return code(rc);
+}
+
+// --- a tokenizer alone -------------------------------------------------------------------------
+// The public handle is the loader's tokenizer itself (no state of its own).
+struct g4cu_tokenizer {
+    g4_tokenizer *t;
+};
+
+int g4cu_tokenizer_load(const char *path, g4cu_tokenizer **out) {
+    if (!out) return g4_fail(G4_EUSER, "g4cu_tokenizer_load: out is NULL");
+    *out = NULL;
+    if (!path) return g4_fail(G4_EUSER, "g4cu_tokenizer_load: the path is NULL");
+    g4_tokenizer *t;
+    int rc = g4_tokenizer_open(path, &t);
+    if (rc) return code(rc);
+    *out = g4_malloc(sizeof **out);
+    (*out)->t = t;
+    return G4CU_OK;
+}
+
+void g4cu_tokenizer_free(g4cu_tokenizer *t) {
+    if (!t) return;
+    g4_tokenizer_close(t->t);
+    free(t);
+}
+
+int g4cu_tokenizer_n_vocab(const g4cu_tokenizer *t) { return g4_tokenizer_n_vocab(t->t); }
+
+int g4cu_tokenizer_encode(const g4cu_tokenizer *t, const char *text, size_t len, int add_bos,
+                          int32_t **ids, int *n) {
+    if (!ids || !n) return g4_fail(G4_EUSER, "g4cu_tokenizer_encode: ids or n is NULL");
+    *ids = NULL;
+    *n = 0;
+    if (!t || (!text && len)) return g4_fail(G4_EUSER, "g4cu_tokenizer_encode: a NULL argument");
+    g4_ids v = {0};
+    int rc = g4_tokenizer_encode(t->t, text ? text : "", len, add_bos, &v);
+    if (rc) return code(rc);
+    *ids = g4_malloc(sizeof(int32_t) * (v.n + 1));
+    for (size_t i = 0; i < v.n; i++) (*ids)[i] = v.v[i];
+    *n = (int)v.n;
+    g4_ids_free(&v);
+    return G4CU_OK;
+}
+
+int g4cu_tokenizer_decode(const g4cu_tokenizer *t, const int32_t *ids, int n, int skip_special,
+                          char **text, size_t *len) {
+    if (!text || !len) return g4_fail(G4_EUSER, "g4cu_tokenizer_decode: text or len is NULL");
+    *text = NULL;
+    *len = 0;
+    if (!t || n < 0 || (!ids && n))
+        return g4_fail(G4_EUSER, "g4cu_tokenizer_decode: bad arguments");
+    int *v = g4_malloc(sizeof(int) * (size_t)(n + 1)); // the loader's id type
+    for (int i = 0; i < n; i++) v[i] = ids[i];
+    int rc = g4_tokenizer_decode(t->t, v, (size_t)n, skip_special, text, len);
+    free(v);
+    return code(rc);
+}
+
+const char *g4cu_tokenizer_piece(const g4cu_tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    if (id < 0 || id >= g4_tokenizer_n_vocab(t->t)) return NULL;
+    const char *p = g4_tokenizer_piece(t->t, id, len);
+    if (!p) *len = 0;
+    return p;
 }

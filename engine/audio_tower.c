@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 
@@ -189,6 +190,7 @@ done:
 
 void g4_audio_tower_free(g4_audio_tower *t) {
     if (!t) return;
+    g4_tower_ws_free(t->be, &t->ws);
     g4_binder_free(&t->w);
     free(t->layers);
     free(t);
@@ -264,35 +266,38 @@ int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_feature
                        n_valid, t->text_hidden, g4_type_name(out->type), out->rows, out->cols);
     }
 
+    // Buffers for this clip: the tower's kept ones (allocated through its root handle: they
+    // outlive ex's queue), the features staged in pinned memory where the backend has it.
     const g4_type at = be->act_type;
     const int wide = c->ffn > 2 * A ? c->ffn : 2 * A;
-    g4_buf feat32 = g4_buf_new(be, G4_F32, T * M, 1); // conv0 reads f32 (CUDA rounds it to f16)
-    g4_buf v0 = g4_buf_new(be, G4_I32, T, 1), v1 = g4_buf_new(be, G4_I32, T1, 1);
-    g4_buf vout = g4_buf_new(be, G4_I32, T2, 1);
-    g4_buf y0 = g4_buf_new(be, at, T1 * M1, C0), y1 = g4_buf_new(be, at, T2 * M2, C1);
-    g4_buf h = g4_buf_new(be, G4_F32, T2, A); // residual stream
-    g4_buf x = g4_buf_new(be, at, T2, A), y = g4_buf_new(be, at, T2, A);
-    g4_buf q = g4_buf_new(be, at, T2, A), k = g4_buf_new(be, at, T2, A),
-           v = g4_buf_new(be, at, T2, A);
-    g4_buf attn = g4_buf_new(be, at, T2, A), big = g4_buf_new(be, at, T2, wide);
-    g4_buf outp = g4_buf_new(be, at, T2, c->out_hidden);
-    g4_buf soft = g4_buf_new(be, at, T2, t->text_hidden);
-    g4_buf soft32 = g4_buf_new(be, G4_F32, T2, t->text_hidden);
-    g4_buf keep = g4_buf_new(be, G4_I32, n_valid, 1); // the valid frames' rows of soft32
-    g4_buf *bufs[] = {&feat32, &v0, &v1,  &vout, &y0,   &y1,   &h,      &x,   &y,
-                      &q,      &k,  &v,   &attn, &big,  &outp, &soft,   &soft32, &keep};
-    const size_t n_bufs = sizeof bufs / sizeof bufs[0];
-    for (size_t i = 0; i < n_bufs; i++)
-        if (!bufs[i]->data) {
-            for (size_t j = 0; j < n_bufs; j++) g4_buf_free(be, bufs[j]);
-            free(m0), free(m1), free(m2);
-            return g4_fail(G4_EUSER, "%s backend out of memory for the audio tower on %d frames",
-                           be->name, T);
-        }
+    const g4_ws_shape shape[] = {
+        {G4_F32, T * M, 1}, // feat32: conv0 reads f32 (CUDA rounds it to f16)
+        {G4_I32, T, 1},          {G4_I32, T1, 1},     {G4_I32, T2, 1},          // v0, v1, vout
+        {at, T1 * M1, C0},       {at, T2 * M2, C1},                             // y0, y1
+        {G4_F32, T2, A},                                                        // h: residual
+        {at, T2, A},             {at, T2, A},         {at, T2, A},              // x, y, q
+        {at, T2, A},             {at, T2, A},         {at, T2, A},              // k, v, attn
+        {at, T2, wide},          {at, T2, c->out_hidden},                       // big, outp
+        {at, T2, t->text_hidden}, {G4_F32, T2, t->text_hidden},                 // soft, soft32
+        {G4_I32, n_valid, 1}}; // keep: the valid frames' rows of soft32
+    enum { NB = sizeof shape / sizeof shape[0] };
+    g4_buf vw[NB];
+    g4_tower_ws own = {0};
+    const size_t feat_bytes = sizeof(float) * (size_t)T * M;
+    g4_tower_ws *ws = g4_tower_ws_take(t->be, &t->ws, &own, shape, NB, feat_bytes, vw);
+    if (!ws) {
+        free(m0), free(m1), free(m2);
+        return g4_fail(G4_EUSER, "%s backend out of memory for the audio tower on %d frames",
+                       be->name, T);
+    }
+    g4_buf feat32 = vw[0], v0 = vw[1], v1 = vw[2], vout = vw[3], y0 = vw[4], y1 = vw[5],
+           h = vw[6], x = vw[7], y = vw[8], q = vw[9], k = vw[10], v = vw[11], attn = vw[12],
+           big = vw[13], outp = vw[14], soft = vw[15], soft32 = vw[16], keep = vw[17];
 
     // Subsampling, channels last: [T, M, 1] -> conv0 -> [T1, M1, C0] -> conv1 -> [T2, M2, C1],
     // which viewed [T2, M2 x C1] is input_proj's input (HF: permute(0, 2, 3, 1) + reshape).
-    be->upload(be, feat32.data, f->features, g4_buf_bytes(&feat32));
+    memcpy(ws->host, f->features, feat_bytes);
+    be->upload(be, feat32.data, ws->host, feat_bytes);
     be->upload(be, v0.data, m0, sizeof(int32_t) * (size_t)T);
     be->upload(be, v1.data, m1, sizeof(int32_t) * (size_t)T1);
     be->upload(be, vout.data, m2, sizeof(int32_t) * (size_t)T2);
@@ -362,6 +367,6 @@ int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_feature
     }
     be->sync(be); // (the caller's next work may be on another queue)
     free(m0), free(m1), free(m2);
-    for (size_t i = 0; i < n_bufs; i++) g4_buf_free(be, bufs[i]);
+    g4_tower_ws_done(t->be, &t->ws, ws);
     return G4_OK;
 }

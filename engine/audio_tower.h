@@ -52,7 +52,8 @@ typedef struct g4_audio_tower {
     g4_linear projector;           // [A_out, text hidden] (embed_audio.embedding_projection)
     float clip;                    // the conformer's clamp bound for this backend's activations
     int text_hidden;
-    g4_binder w; // owns the backend copies; w.clipped lists the clipped linears
+    g4_binder w;    // owns the backend copies; w.clipped lists the clipped linears
+    g4_tower_ws ws; // the activations kept between runs (weights.h)
 } g4_audio_tower;
 
 // Binds every audio weight of pkg (audio_encoder component) on be and precomputes each layer's
@@ -66,7 +67,8 @@ void g4_audio_tower_free(g4_audio_tower *t);
 // [n_frames, n_mel], f->mask, f->n_soft_tokens) on handle ex (NULL: the tower's backend).
 // Writes f->n_soft_tokens rows of text-width soft tokens (the valid frames after subsampling,
 // in order, picked on the backend) to out (F32 [n_soft, text_hidden] in backend memory),
-// complete when it returns. hook may be NULL. Activations are allocated for the call.
+// complete when it returns. hook may be NULL. Activations are the tower's kept ones (t->ws,
+// grown to the clip), or the call's own while another run holds those.
 int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_features *f,
                        g4_buf *out, g4_tower_hook hook, void *hook_ctx);
 // The same into host rows soft_out [n_soft, text_hidden].

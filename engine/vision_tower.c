@@ -90,6 +90,7 @@ fail:
 
 void g4_vision_tower_free(g4_vision_tower *t) {
     if (!t) return;
+    g4_tower_ws_free(t->be, &t->ws);
     g4_binder_free(&t->w);
     free(t->layers);
     free(t);
@@ -139,33 +140,31 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
         return g4_fail(G4_EINTERNAL, "vision tower output: expected f32 [%d, %d], got %s [%d, %d]",
                        n_soft, t->text_hidden, g4_type_name(out->type), out->rows, out->cols);
 
-    // Buffers for this image ([N, .] activations, [n_soft, .] pooled).
+    // Buffers for this image ([N, .] activations, [n_soft, .] pooled): the tower's kept ones
+    // (allocated through its root handle: they outlive ex's queue).
     const g4_type at = be->act_type;
-    g4_buf pix32 = g4_buf_new(be, G4_F32, N, c->patch_dim),
-           pix = g4_buf_new(be, at, N, c->patch_dim);
-    g4_buf pos = g4_buf_new(be, G4_I32, N, 2);
-    g4_buf h = g4_buf_new(be, G4_F32, N, D); // residual stream
-    g4_buf x = g4_buf_new(be, at, N, D), o = g4_buf_new(be, at, N, D);
-    g4_buf q = g4_buf_new(be, at, N, D), kk = g4_buf_new(be, at, N, D),
-           v = g4_buf_new(be, at, N, D);
-    g4_buf attn = g4_buf_new(be, at, N, D), mlp = g4_buf_new(be, at, N, c->ffn);
-    g4_buf pooled = g4_buf_new(be, G4_F32, n_soft, D), pooled_a = g4_buf_new(be, at, n_soft, D);
-    g4_buf soft = g4_buf_new(be, at, n_soft, t->text_hidden);
-    g4_buf *bufs[] = {&pix32, &pix, &pos, &h, &x, &o, &q, &kk, &v, &attn, &mlp, &pooled,
-                      &pooled_a, &soft};
-    const size_t n_bufs = sizeof bufs / sizeof bufs[0];
-    for (size_t i = 0; i < n_bufs; i++)
-        if (!bufs[i]->data) {
-            for (size_t j = 0; j < n_bufs; j++) g4_buf_free(be, bufs[j]);
-            return g4_fail(G4_EUSER, "%s backend out of memory for the vision tower on %d patches",
-                           be->name, N);
-        }
+    const g4_ws_shape shape[] = {
+        {G4_F32, N, c->patch_dim}, {at, N, c->patch_dim}, {G4_I32, N, 2},  {G4_F32, N, D},
+        {at, N, D},                {at, N, D},            {at, N, D},      {at, N, D},
+        {at, N, D},                {at, N, D},            {at, N, c->ffn}, {G4_F32, n_soft, D},
+        {at, n_soft, D},           {at, n_soft, t->text_hidden}};
+    enum { NB = sizeof shape / sizeof shape[0] };
+    g4_buf vw[NB];
+    g4_tower_ws own = {0};
+    const size_t pix_bytes = sizeof(float) * (size_t)N * c->patch_dim;
+    g4_tower_ws *ws = g4_tower_ws_take(t->be, &t->ws, &own, shape, NB, pix_bytes, vw);
+    if (!ws)
+        return g4_fail(G4_EUSER, "%s backend out of memory for the vision tower on %d patches",
+                       be->name, N);
+    g4_buf pix32 = vw[0], pix = vw[1], pos = vw[2], h = vw[3], x = vw[4], o = vw[5], q = vw[6],
+           kk = vw[7], v = vw[8], attn = vw[9], mlp = vw[10], pooled = vw[11],
+           pooled_a = vw[12], soft = vw[13];
 
-    // Patch embedding: the model's own 2 (p - 0.5) (HF does it in fp32 before input_proj).
-    float *p = g4_malloc(sizeof(float) * (size_t)N * c->patch_dim);
+    // Patch embedding: the model's own 2 (p - 0.5) (HF does it in fp32 before input_proj),
+    // staged in pinned memory where the backend has it (one fast copy).
+    float *p = ws->host;
     for (size_t i = 0; i < (size_t)N * c->patch_dim; i++) p[i] = 2.0f * (f->pixel_values[i] - 0.5f);
     be->upload(be, pix32.data, p, g4_buf_bytes(&pix32));
-    free(p);
     be->upload(be, pos.data, f->position_ids, g4_buf_bytes(&pos));
     be->convert(be, &pix, &pix32);
     be->linear(be, &x, &pix, &t->patch_proj, 0);
@@ -173,10 +172,13 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
     be->vision_posemb(be, &h, t->pos_table, c->pos_size, &pos);
     g4_tower_emit(hook, hook_ctx, be, "vision_patch_embeds", -1, &h);
 
+    // Each post-norm residual add also makes the next block's normed input in the same pass
+    // (add_rmsnorm_next): x = rmsnorm(h) * pre_ff_norm after attention, * the next layer's
+    // input_norm after the MLP; only layer 0's input norm stands alone.
+    be->rmsnorm(be, &x, &h, t->layers[0].input_norm, D, c->rms_eps);
     for (int l = 0; l < c->n_layers; l++) {
         const g4_vision_layer *w = &t->layers[l];
         // Attention block: q/k normed per head and rotated, v normed without weight, scale 1.
-        be->rmsnorm(be, &x, &h, w->input_norm, D, c->rms_eps);
         be->linear(be, &q, &x, &w->q, 0);
         be->rmsnorm(be, &q, &q, w->q_norm, hd, c->rms_eps);
         be->rope_2d(be, &q, nh, hd, &pos, t->inv_freq);
@@ -187,12 +189,16 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
         be->rmsnorm(be, &v, &v, NULL, hd, c->rms_eps);
         be->attention_bidir(be, &attn, &q, &kk, &v, nh, hd, 1.0f);
         be->linear(be, &o, &attn, &w->o, 0);
-        be->add_rmsnorm(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL);
+        be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1,
+                             w->pre_ff_norm);
         // MLP block: down(gelu_tanh(gate x) * up x).
-        be->rmsnorm(be, &x, &h, w->pre_ff_norm, D, c->rms_eps);
         be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
         be->linear(be, &o, &mlp, &w->down, 0);
-        be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
+        if (l + 1 < c->n_layers)
+            be->add_rmsnorm_next(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL, &x, 1,
+                                 t->layers[l + 1].input_norm);
+        else
+            be->add_rmsnorm(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL);
         g4_tower_emit(hook, hook_ctx, be, "vision_layer", l, &h);
     }
 
@@ -206,6 +212,6 @@ int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_featu
     g4_tower_emit(hook, hook_ctx, be, "vision_soft_tokens", -1, out);
     be->sync(be); // (the caller's next work may be on another queue)
 
-    for (size_t i = 0; i < n_bufs; i++) g4_buf_free(be, bufs[i]);
+    g4_tower_ws_done(t->be, &t->ws, ws);
     return G4_OK;
 }

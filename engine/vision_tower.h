@@ -42,6 +42,7 @@ typedef struct g4_vision_tower {
     int pool_k;              // pooling kernel: 3 (image_processor.json)
     int text_hidden;         // soft-token width
     g4_binder w;             // owns the backend copies; w.clipped lists the clipped linears
+    g4_tower_ws ws;          // the activations kept between runs (weights.h)
 } g4_vision_tower;
 
 // Binds every vision weight of pkg (vision_encoder component) on be. Errors name the tensor;
@@ -54,7 +55,8 @@ void g4_vision_tower_free(g4_vision_tower *t);
 // puts the work on that state's queue). Writes f->n_soft_tokens rows of text-width soft
 // tokens to out (F32 [n_soft, text_hidden] in backend memory, e.g. a state's soft rows): they
 // stay on the backend, and are complete when it returns. hook may be NULL. Activations are
-// allocated for the call (sized by the image) and freed before it returns.
+// the tower's kept ones (t->ws, grown to the image), or the call's own while another run holds
+// those.
 int g4_vision_tower_run(g4_vision_tower *t, g4_backend *ex, const g4_image_features *f,
                         g4_buf *out, g4_tower_hook hook, void *hook_ctx);
 // The same into host rows soft_out [n_soft, text_hidden] (for tools and tests that read them).

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "quant/q4.h"
@@ -140,6 +141,63 @@ int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
     snprintf(nl->name, sizeof nl->name, "%s", base);
     nl->lin = w;
     return G4_OK;
+}
+
+void g4_tower_ws_free(g4_backend *be, g4_tower_ws *ws) {
+    for (int i = 0; i < G4_TOWER_WS_MAX; i++)
+        if (ws->data[i]) be->free(be, ws->data[i]);
+    if (ws->host_mapped)
+        be->free_mapped(be, ws->host);
+    else
+        free(ws->host);
+    const int busy = ws->busy;
+    memset(ws, 0, sizeof *ws);
+    ws->busy = busy;
+}
+
+// Grows ws to shape[0 .. n) and host_bytes of staging; 0 when out of memory.
+static int ws_grow(g4_backend *be, g4_tower_ws *ws, const g4_ws_shape *shape, int n,
+                   size_t host_bytes) {
+    G4_ASSERT(n <= G4_TOWER_WS_MAX);
+    for (int i = 0; i < n; i++) {
+        const g4_buf b = {NULL, shape[i].type, shape[i].rows, shape[i].cols};
+        const size_t bytes = g4_buf_bytes(&b) ? g4_buf_bytes(&b) : 1;
+        if (ws->data[i] && ws->bytes[i] >= bytes) continue;
+        if (ws->data[i]) be->free(be, ws->data[i]);
+        ws->bytes[i] = 0;
+        if (!(ws->data[i] = be->alloc(be, bytes))) return 0;
+        ws->bytes[i] = bytes;
+    }
+    if (ws->host_bytes < host_bytes) {
+        if (ws->host_mapped)
+            be->free_mapped(be, ws->host);
+        else
+            free(ws->host);
+        ws->host_mapped = be->alloc_mapped && (ws->host = be->alloc_mapped(be, host_bytes));
+        if (!ws->host_mapped) ws->host = g4_malloc(host_bytes);
+        ws->host_bytes = host_bytes;
+    }
+    return 1;
+}
+
+g4_tower_ws *g4_tower_ws_take(g4_backend *be, g4_tower_ws *ws, g4_tower_ws *own,
+                              const g4_ws_shape *shape, int n, size_t host_bytes, g4_buf *out) {
+    g4_tower_ws *use = __atomic_exchange_n(&ws->busy, 1, __ATOMIC_ACQUIRE) ? own : ws;
+    if (!ws_grow(be, use, shape, n, host_bytes)) {
+        g4_tower_ws_free(be, use); // (no half-grown workspace stays)
+        if (use == ws) __atomic_store_n(&ws->busy, 0, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = (g4_buf){use->data[i], shape[i].type, shape[i].rows, shape[i].cols};
+    return use;
+}
+
+void g4_tower_ws_done(g4_backend *be, g4_tower_ws *ws, g4_tower_ws *used) {
+    if (used == ws)
+        __atomic_store_n(&ws->busy, 0, __ATOMIC_RELEASE);
+    else
+        g4_tower_ws_free(be, used);
 }
 
 void g4_tower_emit(g4_tower_hook hook, void *ctx, g4_backend *be, const char *name, int l,

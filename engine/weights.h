@@ -19,6 +19,35 @@ typedef void (*g4_tower_hook)(void *ctx, const char *name, g4_backend *be, const
 void g4_tower_emit(g4_tower_hook hook, void *ctx, g4_backend *be, const char *name, int l,
                    const g4_buf *b);
 
+// A tower's activations kept between runs (issue 22: a run's device allocations and frees,
+// cudaFree synchronizing, and its pageable input upload cost milliseconds on the H200): each
+// buffer grows to the largest request so far and is freed with the tower. One run holds them
+// at a time; a run that finds them busy (another thread's) gets its own for the call.
+enum { G4_TOWER_WS_MAX = 24 };
+typedef struct {
+    g4_type type;
+    int rows, cols;
+} g4_ws_shape;
+typedef struct {
+    void *data[G4_TOWER_WS_MAX]; // backend memory
+    size_t bytes[G4_TOWER_WS_MAX];
+    void *host; // the input's upload staging: pinned where the backend maps host memory
+    size_t host_bytes;
+    int host_mapped;
+    int busy; // 1 while a run holds them (__atomic_exchange_n)
+} g4_tower_ws;
+
+// Views out[i] of shape[i] (i < n) and host staging of host_bytes for one run: ws's buffers
+// (grown where too small) or, when another run holds ws, those of *own (zeroed by the caller),
+// allocated on be. Returns the workspace to hand to g4_tower_ws_done, NULL when be is out of
+// memory (nothing then held; the caller reports it).
+g4_tower_ws *g4_tower_ws_take(g4_backend *be, g4_tower_ws *ws, g4_tower_ws *own,
+                              const g4_ws_shape *shape, int n, size_t host_bytes, g4_buf *out);
+// Ends the run that took `used` (ws, or the own workspace, which is freed).
+void g4_tower_ws_done(g4_backend *be, g4_tower_ws *ws, g4_tower_ws *used);
+// Frees what ws holds (the tower's free).
+void g4_tower_ws_free(g4_backend *be, g4_tower_ws *ws);
+
 // A clipped linear and its package name (for reports and for tests that set other bounds).
 typedef struct {
     char name[96]; // "<base>", e.g. "encoder.layers.0.self_attn.q_proj"

@@ -110,6 +110,8 @@ typedef struct {
     const char *const *stop; // stop strings: the text ends before the first one
     int n_stop;
     int ignore_eos;     // 1: run max_tokens tokens (benchmarks)
+    const int32_t *eos; // end-of-sequence ids beyond the package's (its generation config and
+    int n_eos;          // the template's <turn|>), each in [0, n_vocab)
     g4cu_text_fn on_text;
     void *user;
 } g4cu_request;
@@ -124,6 +126,11 @@ typedef struct {
                                 // (max_tokens or the context's end), "cancelled"
     double prefill_ms, decode_ms;
     double audio_seconds_cut;   // seconds of audio not heard (clips are cut to 30 s), 0: none
+    int32_t *tokens;            // the generated ids [n_tokens] (malloc'ed, as text)
+    int stop_token;             // the end-of-sequence id it ended at, else -1
+    const char *stop_string;    // the request's stop string it ended at (rq->stop[i]), else NULL
+    const char *stop_reason;    // finish_reason in detail: "eos", "stop_string", "max_new",
+                                // "context" (the context ended first), "cancelled"
 } g4cu_result;
 void g4cu_result_free(g4cu_result *r);
 
@@ -144,6 +151,25 @@ int g4cu_vqa(g4cu_state *s, const g4cu_media *image, const char *question,
 int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n);
 // The soft-capped next-token logits after ids[0..n) (a fresh sequence on s): logits[n_vocab].
 int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits);
+
+// --- a tokenizer alone (no model: `g4cu tokenize`) -------------------------------------------
+typedef struct g4cu_tokenizer g4cu_tokenizer;
+// Loads a tokenizer.json (HF tokenizers' format: Gemma-4's BPE).
+int g4cu_tokenizer_load(const char *path, g4cu_tokenizer **out);
+void g4cu_tokenizer_free(g4cu_tokenizer *t);
+int g4cu_tokenizer_n_vocab(const g4cu_tokenizer *t); // ids are in [0, n_vocab)
+// text[0, len) (UTF-8; NUL bytes allowed) -> ids, <bos> first when add_bos (HF's
+// add_special_tokens); special tokens written in the text ("<|turn>") are matched as such.
+// *ids is malloc'ed (g4cu_free).
+int g4cu_tokenizer_encode(const g4cu_tokenizer *t, const char *text, size_t len, int add_bos,
+                          int32_t **ids, int *n);
+// ids -> UTF-8 text (special tokens left out when skip_special); *text is malloc'ed (g4cu_free)
+// and NUL-terminated, *len its length (it may hold NUL bytes).
+int g4cu_tokenizer_decode(const g4cu_tokenizer *t, const int32_t *ids, int n, int skip_special,
+                          char **text, size_t *len);
+// The vocabulary's piece of id as it stores it ("\xe2\x96\x81the" for " the"), not
+// NUL-terminated: its length in *len. NULL (and *len 0) for an id outside the vocabulary.
+const char *g4cu_tokenizer_piece(const g4cu_tokenizer *t, int32_t id, size_t *len);
 
 // A sound file's bytes -> mono float32 at the model's audio rate (*pcm malloc'ed, g4cu_free):
 // the first 30 s (the audio window; what the model hears), and in *seconds (may be NULL) the

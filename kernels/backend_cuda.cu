@@ -190,9 +190,14 @@ static void cu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linea
                               x->rows, epilogue(y, accumulate), G4_GEMM_AUTO, S(be)));
 }
 
+// A clipped linear whose four bounds are all infinite (HF's defaults, kept by a package made
+// from an untrained model) clamps nothing.
+static int clips_nothing(const g4_linear *w);
+
 static void cu_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
                                const g4_linear *wu) {
-    if (wg->clipped || wu->clipped) return cu_linear_gelu_mul_clipped(be, y, x, wg, wu);
+    if ((wg->clipped && !clips_nothing(wg)) || (wu->clipped && !clips_nothing(wu)))
+        return cu_linear_gelu_mul_clipped(be, y, x, wg, wu);
     PROF("linear_gelu_mul");
     need(x->type == G4_F16 && y->type == G4_F16, "linear_gelu_mul", "x and y must be f16");
     need(wg->kind == wu->kind && wg->out == wu->out && y->cols == wg->out && !wg->bias &&
@@ -553,6 +558,10 @@ static void clamp_buf(g4_backend *be, g4_buf *x, float lo, float hi, const char 
 // Clamping to [-inf, inf] changes nothing (NaN stays NaN): the launch is skipped.
 static int no_bounds(float lo, float hi) {
     return lo == -INFINITY && hi == INFINITY;
+}
+
+static int clips_nothing(const g4_linear *w) {
+    return no_bounds(w->in_lo, w->in_hi) && no_bounds(w->out_lo, w->out_hi);
 }
 
 // y = clamp(clamp(x, in) @ W, out): HF Gemma4ClippableLinear. The clamped x goes to a scratch

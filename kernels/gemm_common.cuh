@@ -1,8 +1,10 @@
 // gemm_common.cuh: device helpers shared by the GEMM/GEMV kernels (gemm_f16.cu,
-// gemm_f16_wgmma.cu, gemm_q4.cu): ldmatrix on shared addresses, the streamed weight load, the
-// epilogue stores, the argument checks of the public entries (cp.async, mma.sync, GELU, the SM
-// count and set_smem come from kernels/common.cuh). Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, check_common, wgmma_launch.
+// gemm_f16_wgmma.cu, gemm_q4.cu, gemm_q4_wgmma.cu): ldmatrix on shared addresses, the
+// streamed weight load, the epilogue stores, the argument checks of the public entries
+// (cp.async, mma.sync, GELU, the SM count and set_smem come from kernels/common.cuh).
+// Internal header.
+// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, check_common,
+//          prefill_mma_forced, wgmma_launch, q4_wgmma_launch.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -92,13 +94,22 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 
 // Host side -----------------------------------------------------------------------------------
 
+// G4_GEMM_PREFILL=mma in the environment: AUTO runs the mma.sync GEMMs for M > 8 (a fallback
+// switch for A/B runs; read once).
+bool prefill_mma_forced();
+
 // The checks every entry makes; each returns G4_OK or a G4_EUSER message naming `who`.
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi);
 
-// The Hopper wgmma GEMM (gemm_f16_wgmma.cu): arguments already checked by the entry; wu != NULL
-// selects the fused gate/up kernel (y fp16 = gelu_tanh(x @ w) * (x @ wu), epi ignored).
-void wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                  int M, int N, int K, int epi, bool fused, cudaStream_t stream);
+// The Hopper wgmma GEMMs (gemm_wgmma.cuh; arguments already checked by the entry): fp16 weights
+// (gemm_f16_wgmma.cu) and packed Q4 weights (gemm_q4_wgmma.cu, w1 = the up weight when fused).
+// fused selects y fp16 = gelu_tanh(x @ w) * (x @ wu) (epi ignored). Return G4_OK, or G4_EUSER
+// only for a configuration forced by g4_gemm_wgmma_force that the shape cannot run.
+int wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
+                 int M, int N, int K, int epi, bool fused, cudaStream_t stream);
+struct q4w;
+int q4_wgmma_launch(void *y, const __half *x, const q4w &w0, const q4w &w1, const __half *bias,
+                    int M, int N, int K, int epi, bool fused, cudaStream_t stream);
 
 } // namespace g4k

@@ -21,6 +21,11 @@ namespace g4k {
 
 // --- shared host helpers (declared in gemm_common.cuh) ----------------------------------------
 
+bool prefill_mma_forced() {
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_GEMM_PREFILL", "mma") != 0;
+}
+
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi) {
     if (!y || !x) return g4_fail(G4_EUSER, "%s: NULL x or y", who);
@@ -448,9 +453,10 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     const bool fused = wu != nullptr;
     if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
-    // wgmma passed the whole test table on the H200 and beats mma.sync at every prefill shape
-    // (bench/RESULTS.md), so it is the prefill path; mma.sync stays for Q4 and as a reference.
-    if (algo == G4_GEMM_AUTO) algo = M <= 8 ? G4_GEMM_GEMV : G4_GEMM_WGMMA;
+    // Prefill: the wgmma GEMM (gemm_f16_wgmma.cu); mma.sync stays as the reference and, with
+    // G4_GEMM_PREFILL=mma, the fallback.
+    if (algo == G4_GEMM_AUTO)
+        algo = M <= 8 ? G4_GEMM_GEMV : prefill_mma_forced() ? G4_GEMM_MMA : G4_GEMM_WGMMA;
     const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
     const __half *hb = (const __half *)bias;
     switch (algo) {
@@ -465,8 +471,7 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
         launch_mma(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
         return G4_OK;
     case G4_GEMM_WGMMA:
-        wgmma_launch(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
-        return G4_OK;
+        return wgmma_launch(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
     default:
         return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..3 (g4_gemm_algo)", who, algo);
     }

@@ -16,11 +16,13 @@
 //          (deterministic, no workspace, graph-capturable). CUDA-core fp32 FMAs.
 //   MMA    any M: mma.sync m16n8k16 (fp16 in, fp32 accumulate), ldmatrix, a 4-stage cp.async
 //          pipeline, XOR-swizzled shared memory; 128x128 or 64x128 tiles.
-//   WGMMA  any M, Hopper (sm_90a): TMA loads with 128B swizzle into a 4-stage ring guarded by
-//          mbarriers, a producer warpgroup and one or two consumer warpgroups issuing
-//          wgmma.m64n128k16 (B read N-major straight from the [K, N] layout).
-//   AUTO   GEMV for M <= 8, else WGMMA (it passed the whole test table on the H200 and beats
-//          MMA at every prefill shape, bench/RESULTS.md; MMA stays for Q4 and as a reference).
+//   WGMMA  any M, Hopper (sm_90a), the prefill path (gemm_wgmma.cuh): 128 x BN x 64 tiles
+//          (BN 128/192/256 chosen per shape), a TMA + mbarrier ring driven by a producer
+//          warpgroup, two consumer warpgroups issuing wgmma.m64nBNk16 (B read N-major straight
+//          from the [K, N] layout); a persistent grid over the tiles, or for few-tile shapes a
+//          thread-block cluster splitting K and reducing through distributed shared memory.
+//   AUTO   GEMV for M <= 8, else WGMMA (MMA with G4_GEMM_PREFILL=mma in the environment: the
+//          reference and the fallback, for fp16 and Q4 alike).
 //
 // Mapping from the op interface (kernels/ops.h), for the CUDA backend:
 //   linear(be, y, x, w, accumulate) with w->kind == G4_W_F16, x->type == G4_F16:
@@ -53,7 +55,7 @@ typedef enum {
     G4_GEMM_AUTO = 0,
     G4_GEMM_GEMV = 1,  // M <= 8 only
     G4_GEMM_MMA = 2,   // mma.sync tensor cores
-    G4_GEMM_WGMMA = 3, // Hopper wgmma + TMA (fp16 weights only)
+    G4_GEMM_WGMMA = 3, // Hopper wgmma + TMA (fp16 and Q4 weights)
 } g4_gemm_algo;
 
 const char *g4_gemm_epi_name(g4_gemm_epi e);
@@ -71,6 +73,15 @@ int g4_gemm_f16(void *y, const void *x, const void *w, const void *bias, int M, 
 // in fp32 until the one rounding of y. Same requirements as g4_gemm_f16.
 int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu, int M, int N,
                          int K, g4_gemm_algo algo, cudaStream_t stream);
+
+// Tests and benches only: force the WGMMA GEMMs' (fp16 and Q4) tile width (128, 192, 256),
+// K split over a cluster (1, 2, 4, 8; 1 = the persistent grid) and the persistent grid's CTA
+// count (so one CTA walks many tiles); 0 leaves a choice automatic, (0, 0, 0) restores all.
+// Launches that cannot run a forced value return G4_EUSER. Not thread-safe; not for the engine.
+int g4_gemm_wgmma_force(int bn, int split, int max_ctas);
+// The automatic WGMMA configuration of a shape (tile width, K split; split 1 = persistent), for
+// the bench's row labels. q4: Q4 weights; fused: the gate/up kernel.
+void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split);
 
 #ifdef __cplusplus
 }

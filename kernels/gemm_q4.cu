@@ -15,82 +15,19 @@
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
+#include "kernels/q4_tile.cuh"
 
 namespace cg = cooperative_groups;
 
 namespace g4k {
 namespace {
 
-// Device view of a packed weight.
-struct q4w {
-    const uint4 *q;    // [tiles][32 lanes] 16-byte words
-    const uint32_t *s; // [tiles][16] fp16 pairs
-    const uint8_t *z;  // [tiles][16] zero-point pairs
-};
-
-q4w view(const g4_q4_weight *w) {
-    return q4w{(const uint4 *)w->q, (const uint32_t *)w->scales, (const uint8_t *)w->zp};
-}
-
-// --- dequantization ---------------------------------------------------------------------------
-
-// Per lane and tile: zero points and scales of features g (lo) and g + 8 (hi) for the lane's
-// 32-input block.
-struct q4k {
-    __half2 zlo; // 1024 + zp(g), both halves
-    __half2 zhi; // -(64 + zp(g + 8)), both halves
-    __half2 slo; // scale(g), both halves
-    __half2 shi; // scale(g + 8), both halves
-};
-
-__device__ __forceinline__ __half2 u2h(uint32_t u) {
-    return *(const __half2 *)&u;
-}
-__device__ __forceinline__ uint32_t h2u(__half2 h) {
-    return *(const uint32_t *)&h;
-}
-
-// The fp16 constants are built from bits: 1024 + z is 0x6400 | z, and -(64 + z) is
-// 0xd400 | (z << 4) (exponent 6, so the ulp is 1/16), both exact for z = 0..15.
-__device__ __forceinline__ q4k q4_consts(uint32_t s2, uint32_t zb) {
-    q4k k;
-    k.zlo = u2h((0x6400u | (zb & 15)) * 0x10001u);
-    k.zhi = u2h((0xd400u | ((zb >> 4 & 15) << 4)) * 0x10001u);
-    const __half2 s = u2h(s2);
-    k.slo = __low2half2(s);
-    k.shi = __high2half2(s);
-    return k;
-}
-
-__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t d; // (a & b) | c
-    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-// One packed word -> the four A registers of one k16 step:
-// a[0] = (g; j 0,1), a[1] = (g+8; j 0,1), a[2] = (g; j 2,3), a[3] = (g+8; j 2,3), each
-// (q - zp) * scale. OR-ing a nibble into the mantissa of fp16 1024 gives 1024 + q exactly
-// (1024 + 16 q for the upper nibble of a byte); subtracting 1024 + zp (or scaling by 1/16 and
-// adding -(64 + zp) in one fma) gives q - zp exactly; the product with the scale is the one
-// rounding (round to nearest, the _rn forms so it is never fused into an fma).
-__device__ __forceinline__ void q4_dequant_word(uint32_t w, const q4k &k, uint32_t a[4]) {
-    const uint32_t MAGIC = 0x64006400u; // fp16 pair (1024, 1024)
-    const __half2 SIXTEENTH = __float2half2_rn(0.0625f);
-    const uint32_t w8 = w >> 8;
-    const __half2 lo = __hsub2_rn(u2h(lop3_and_or(w, 0x000f000fu, MAGIC)), k.zlo);
-    const __half2 hi = __hfma2(u2h(lop3_and_or(w, 0x00f000f0u, MAGIC)), SIXTEENTH, k.zhi);
-    const __half2 lo2 = __hsub2_rn(u2h(lop3_and_or(w8, 0x000f000fu, MAGIC)), k.zlo);
-    const __half2 hi2 = __hfma2(u2h(lop3_and_or(w8, 0x00f000f0u, MAGIC)), SIXTEENTH, k.zhi);
-    a[0] = h2u(__hmul2_rn(lo, k.slo));
-    a[1] = h2u(__hmul2_rn(hi, k.shi));
-    a[2] = h2u(__hmul2_rn(lo2, k.slo));
-    a[3] = h2u(__hmul2_rn(hi2, k.shi));
-}
-
 // =============================================================================================
-// Test dequantizer: one warp per tile writes its 16 x 64 values of W[K, N] (fp16).
+// Test dequantizer: one warp per tile writes its 16 x 64 values of W[K, N] (fp16), through the
+// same accessor (q4_lane_load, q4_lane_rows) as the wgmma GEMM's producer, whose dequantized
+// rows it therefore checks bit for bit (tests/test_cuda_gemm.c op q4_dequant).
 // =============================================================================================
 __global__ void __launch_bounds__(256) q4_dequant_kernel(__half *out, q4w w, int N, int K) {
     const int KT = K / 64;
@@ -99,21 +36,16 @@ __global__ void __launch_bounds__(256) q4_dequant_kernel(__half *out, q4w w, int
     if (tile >= tiles) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nt = (int)(tile / KT), kt = (int)(tile % KT);
-    const uint4 qv = w.q[tile * 32 + lane];
-    const q4k kc = q4_consts(w.s[tile * 16 + 2 * g + (t >> 1)], w.z[tile * 16 + 2 * g + (t >> 1)]);
-    const uint32_t words[4] = {qv.x, qv.y, qv.z, qv.w};
+    uint32_t lo[8], hi[8];
+    q4_lane_rows(q4_lane_load(w, tile, lane), lo, hi);
 #pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t a[4];
-        q4_dequant_word(words[s], kc, a);
-#pragma unroll
-        for (int v = 0; v < 4; v++) {
-            const __half2 h = u2h(a[v]);
-            const int n = 16 * nt + g + ((v & 1) ? 8 : 0);
-            const int k = 64 * kt + 16 * t + 4 * s + ((v & 2) ? 2 : 0);
-            out[(size_t)k * N + n] = __low2half(h);
-            out[(size_t)(k + 1) * N + n] = __high2half(h);
-        }
+    for (int i = 0; i < 8; i++) {
+        const int k = 64 * kt + 16 * t + 2 * i, n = 16 * nt + g;
+        const __half2 a = u2h(lo[i]), b = u2h(hi[i]);
+        out[(size_t)k * N + n] = __low2half(a);
+        out[(size_t)(k + 1) * N + n] = __high2half(a);
+        out[(size_t)k * N + n + 8] = __low2half(b);
+        out[(size_t)(k + 1) * N + n + 8] = __high2half(b);
     }
 }
 
@@ -439,7 +371,10 @@ int check_weight(const char *who, const g4_q4_weight *w) {
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
              const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
     const int N = w->n, K = w->k;
-    if (algo == G4_GEMM_AUTO) algo = M <= 8 ? G4_GEMM_GEMV : G4_GEMM_MMA;
+    // Prefill: the wgmma GEMM (gemm_q4_wgmma.cu); the mma.sync kernel stays as the reference
+    // and, with G4_GEMM_PREFILL=mma, the fallback.
+    if (algo == G4_GEMM_AUTO)
+        algo = M <= 8 ? G4_GEMM_GEMV : prefill_mma_forced() ? G4_GEMM_MMA : G4_GEMM_WGMMA;
     const q4w w0 = view(w), w1 = wu ? view(wu) : w0;
     const __half *hx = (const __half *)x, *hb = (const __half *)bias;
     switch (algo) {
@@ -456,9 +391,10 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
         else
             launch_mma<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
         return G4_OK;
+    case G4_GEMM_WGMMA:
+        return q4_wgmma_launch(y, hx, w0, w1, hb, M, N, K, epi, wu != nullptr, stream);
     default:
-        return g4_fail(G4_EUSER, "%s: algorithm %s is not implemented for Q4 (gemv, mma, auto)",
-                       who, g4_gemm_algo_name(algo));
+        return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..3 (g4_gemm_algo)", who, algo);
     }
 }
 

@@ -13,10 +13,14 @@
 //   GEMV  M <= 8: streams the packed weight once (4 tiles in flight per warp, 8 warps split K
 //         inside a block, a cluster of up to 8 blocks splits K further when N is small; reduced
 //         through distributed shared memory, deterministic).
-//   MMA   any M: the prefill GEMM: x tiles (64 tokens x 64 inputs) and packed weight tiles (128
-//         features) go through a 4-stage cp.async pipeline in shared memory; each warp
-//         dequantizes its two feature tiles from shared memory into MMA fragments.
-//   AUTO  GEMV for M <= 8, else MMA. (WGMMA is not implemented for Q4: G4_EUSER.)
+//   WGMMA any M, the prefill GEMM (gemm_q4_wgmma.cu, on gemm_wgmma.cuh): a producer warpgroup
+//         dequantizes the packed tiles (exactly as above) into shared memory in the wgmma B
+//         layout while two consumer warpgroups run wgmma m64nBNk16 on them and TMA-loaded x
+//         tiles; persistent over tiles, or split K over a cluster for few-tile shapes.
+//   MMA   any M: the older prefill GEMM (mma.sync from shared-memory packed tiles), kept as a
+//         reference: x tiles and packed weight tiles through a 4-stage cp.async pipeline, each
+//         warp dequantizing its feature tiles into MMA fragments.
+//   AUTO  GEMV for M <= 8, else WGMMA.
 //
 // Requirements (G4_EUSER otherwise): N % 16 == 0, K % 64 == 0, block 32 (at repack); M >= 1;
 // x 16-byte aligned, y 8-byte aligned (4 for fp16), bias 2-byte aligned.

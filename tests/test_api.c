@@ -3,7 +3,9 @@
 // chat text and its stop-string cuts (HF's decoded text), the media cases from in-memory
 // inputs (encoded PNG bytes, decoded RGB, a sound file's bytes, raw PCM at the file's own rate:
 // HF's ids), streaming and a callback that stops, two states on two threads at once, logits
-// (argmax = HF's first greedy id), and the error contract (codes + one message, no exit).
+// (argmax = HF's first greedy id), the error contract (codes + one message, no exit), and the
+// tokenizer alone (g4cu_tokenizer_*: every case of HF tokenizers' encodings and decodings in
+// tests/fixtures/tokenizer/gemma_bpe_cases.jsonl, tools/python/make_tokenizer_fixture.py).
 #include <g4cu.h>
 
 #include <pthread.h>
@@ -139,6 +141,99 @@ static void test_errors(void) {
     g4cu_state_free(s);
 }
 
+// "e28c" -> bytes (malloc'ed, NUL after them); 0 on a malformed string.
+static int unhex(const char *h, char **out, size_t *n) {
+    const size_t len = strlen(h);
+    if (len % 2) return 0;
+    char *b = g4_malloc(len / 2 + 1);
+    for (size_t i = 0; i < len / 2; i++) {
+        unsigned v;
+        if (sscanf(h + 2 * i, "%2x", &v) != 1) return free(b), 0;
+        b[i] = (char)v;
+    }
+    b[len / 2] = 0;
+    *out = b;
+    *n = len / 2;
+    return 1;
+}
+
+static void test_tokenizer(void) {
+    char *path = g4_sprintf("%s/tokenizer/gemma_bpe.json", fix);
+    char *cases = g4_sprintf("%s/tokenizer/gemma_bpe_cases.jsonl", fix);
+    g4cu_tokenizer *t = (g4cu_tokenizer *)1;
+    CHECK_INT(g4cu_tokenizer_load("/nonexistent/tok.json", &t), G4CU_EUSER);
+    CHECK(t == NULL);
+    CHECK_MSG(strstr(g4cu_last_error(), "/nonexistent/tok.json") != NULL, "message: %s",
+              g4cu_last_error());
+    if (g4cu_tokenizer_load(path, &t)) {
+        CHECK_MSG(0, "g4cu_tokenizer_load: %s", g4cu_last_error());
+        free(path), free(cases);
+        return;
+    }
+    cf_lines l = cf_read(cases);
+    int n_enc = 0, n_dec = 0;
+    for (int k = 0; k < l.n; k++) {
+        const cJSON *c = l.line[k];
+        const char *kind = cf_str(c, "kind"), *name = cf_str(c, "name"), *hex = cf_str(c, "hex");
+        if (!strcmp(kind, "meta")) {
+            CHECK_INT(g4cu_tokenizer_n_vocab(t), cf_int(c, "n_vocab"));
+            continue;
+        }
+        char *bytes = NULL;
+        size_t nb = 0;
+        int n_want, *want = cf_ints(c, "ids", &n_want);
+        CHECK_MSG(hex && unhex(hex, &bytes, &nb), "case %s: no hex", name);
+        if (!strcmp(kind, "encode")) {
+            int32_t *got = NULL;
+            int n_got = -1;
+            const int rc = g4cu_tokenizer_encode(
+                t, bytes, nb, cJSON_IsTrue(cJSON_GetObjectItem(c, "add_special")), &got, &n_got);
+            CHECK_MSG(rc == G4CU_OK && n_got == n_want &&
+                          (n_want == 0 || !memcmp(got, want, sizeof(int) * (size_t)n_want)),
+                      "encode '%s': %d ids, HF %d (%s)", name, n_got, n_want,
+                      rc ? g4cu_last_error() : "ok");
+            if (n_got > 0) { // each id's piece is the vocabulary's
+                size_t len;
+                CHECK(g4cu_tokenizer_piece(t, got[0], &len) != NULL && len > 0);
+            }
+            g4cu_free(got);
+            n_enc++;
+        } else {
+            char *text = NULL;
+            size_t len = 0;
+            const int rc = g4cu_tokenizer_decode(
+                t, (const int32_t *)want, n_want,
+                cJSON_IsTrue(cJSON_GetObjectItem(c, "skip_special")), &text, &len);
+            CHECK_MSG(rc == G4CU_OK && len == nb && !memcmp(text, bytes, nb),
+                      "decode '%s': '%.*s', HF '%s' (%s)", name, (int)len, text ? text : "",
+                      bytes ? bytes : "", rc ? g4cu_last_error() : "ok");
+            g4cu_free(text);
+            n_dec++;
+        }
+        free(want);
+        free(bytes);
+    }
+    printf("g4cu_tokenizer: %d encode and %d decode cases of HF's\n", n_enc, n_dec);
+    CHECK(n_enc > 100 && n_dec > 100);
+    // the errors: an id outside the vocabulary, invalid UTF-8; the piece of a bad id is NULL
+    const int32_t bad[2] = {2, 1 << 30};
+    char *text = (char *)1;
+    size_t len = 1;
+    CHECK_INT(g4cu_tokenizer_decode(t, bad, 2, 0, &text, &len), G4CU_EUSER);
+    CHECK(text == NULL && len == 0);
+    int32_t *ids = (int32_t *)1;
+    int n = 1;
+    CHECK_INT(g4cu_tokenizer_encode(t, "a\xff", 2, 0, &ids, &n), G4CU_EUSER);
+    CHECK(ids == NULL && n == 0);
+    CHECK_MSG(strstr(g4cu_last_error(), "UTF-8") != NULL, "message: %s", g4cu_last_error());
+    CHECK(g4cu_tokenizer_piece(t, -1, &len) == NULL && len == 0);
+    CHECK(g4cu_tokenizer_piece(t, g4cu_tokenizer_n_vocab(t), &len) == NULL && len == 0);
+    g4cu_tokenizer_free(t);
+    cf_free(&l);
+    free(path);
+    free(cases);
+}
+
 int main(void) {
     fix = g4t_env("G4_FIXTURES");
     char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
@@ -179,7 +274,44 @@ int main(void) {
             CHECK_MSG(k.len == r.text_len && !memcmp(k.buf, r.text, k.len),
                       "the streamed pieces do not add up to the text");
             CHECK(!strcmp(r.finish_reason, "length"));
+            // the ids are HF's; it ran to max_tokens (no EOS, no stop string)
+            int nw, *hw = cf_ints(o, "ids", &nw);
+            CHECK_MSG(r.tokens && r.n_tokens == nw &&
+                          !memcmp(r.tokens, hw, sizeof(int) * (size_t)nw),
+                      "chat_text: %d ids, HF %d, first difference at %d", r.n_tokens, nw,
+                      r.tokens ? cf_first_diff((const int *)r.tokens, r.n_tokens, hw, nw) : 0);
+            CHECK(r.stop_token == -1 && r.stop_string == NULL && !strcmp(r.stop_reason, "max_new"));
             g4cu_result_free(&r);
+            // an extra EOS id: HF's j-th id (the first not seen before it) ends it there, kept
+            int j = 1;
+            for (; j < nw; j++) {
+                int seen = 0;
+                for (int i = 0; i < j; i++) seen |= hw[i] == hw[j];
+                if (!seen) break;
+            }
+            if (j < nw) {
+                g4cu_request q = rq;
+                const int32_t eos = hw[j];
+                q.eos = &eos;
+                q.n_eos = 1;
+                q.on_text = NULL;
+                CHECK(g4cu_generate(s, &q, &r) == G4CU_OK);
+                CHECK_MSG(r.n_tokens == j + 1 &&
+                              !memcmp(r.tokens, hw, sizeof(int) * (size_t)(j + 1)) &&
+                              r.stop_token == eos && !strcmp(r.stop_reason, "eos") &&
+                              !strcmp(r.finish_reason, "stop"),
+                          "eos %d (HF's id %d): %d tokens, stop_token %d, %s", eos, j, r.n_tokens,
+                          r.stop_token, r.stop_reason);
+                g4cu_result_free(&r);
+                const int32_t bad_eos = 1 << 30;
+                q.eos = &bad_eos;
+                CHECK_INT(g4cu_generate(s, &q, &r), G4CU_EUSER);
+                CHECK_MSG(strstr(g4cu_last_error(), "eos id") != NULL, "message: %s",
+                          g4cu_last_error());
+            }
+            CHECK_MSG(j < nw, "chat_text: no id of HF's that is not a repeat");
+            free(hw);
+            CHECK(r.tokens == NULL && r.text == NULL); // freed and zeroed
             // a callback that stops after its first piece
             sink k1 = {.stop_after = 1};
             rq.user = &k1;
@@ -187,6 +319,7 @@ int main(void) {
             CHECK_MSG(!strcmp(r.finish_reason, "cancelled") && r.n_tokens < rq.max_tokens,
                       "stop from the callback: %s after %d tokens", r.finish_reason, r.n_tokens);
             CHECK_INT(k1.calls, 1);
+            CHECK(!strcmp(r.stop_reason, "cancelled") && r.stop_token == -1);
             g4cu_result_free(&r);
             // HF's text cut before each stop string
             const cJSON *st;
@@ -202,6 +335,9 @@ int main(void) {
                 CHECK_MSG(!strcmp(r.text, cf_str(st, "text")) && !strcmp(r.finish_reason, "stop"),
                           "stop '%s': got '%s' (%s)", stop, r.text, r.finish_reason);
                 CHECK_INT(r.n_tokens, cf_int(st, "n_tokens"));
+                CHECK_MSG(r.stop_string == stop && !strcmp(r.stop_reason, "stop_string"),
+                          "stop '%s': stop_string %s, reason %s", stop,
+                          r.stop_string ? r.stop_string : "NULL", r.stop_reason);
                 g4cu_result_free(&r);
                 n_stops++;
             }
@@ -263,6 +399,15 @@ int main(void) {
                           cJSON_GetArraySize(cJSON_GetObjectItem(o, "prompt_ids")));
                 CHECK_MSG(want && !strcmp(r.text, want), "%s form %d: got '%s', HF '%s'", name,
                           form, r.text, want);
+                int nw, *hw = cf_ints(o, "ids", &nw); // HF's ids, its EOS id last if it ended so
+                const int ended = r.stop_token >= 0;
+                CHECK_MSG(
+                    r.n_tokens == nw && !memcmp(r.tokens, hw, sizeof(int) * (size_t)nw) &&
+                        (!ended || (r.stop_token == hw[nw - 1] && !strcmp(r.stop_reason, "eos"))),
+                    "%s form %d: %d ids (%s), HF %d, first difference at %d", name, form,
+                    r.n_tokens, r.stop_reason, nw,
+                    cf_first_diff((const int *)r.tokens, r.n_tokens, hw, nw));
+                free(hw);
                 printf("%s (%s): %d prompt tokens, %d generated, %s\n", name,
                        form ? (image ? "rgb" : "pcm") : "bytes", r.n_prompt_tokens, r.n_tokens,
                        r.finish_reason);
@@ -295,6 +440,7 @@ int main(void) {
         }
     }
     test_errors();
+    test_tokenizer();
     g4cu_state_free(s);
     g4cu_model_free(model);
     cf_free(&l);

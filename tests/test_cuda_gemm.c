@@ -31,8 +31,10 @@
 //   NMSE budgets: 1e-8 for fp32 outputs, 1e-6 for fp16 outputs (rounding alone ~ 1e-7).
 //   glu: the bound propagates through gelu (|gelu'| <= 1.13) and the product.
 //   exact cases: small integers (x, w in {-2, -1, 1, 2}; Q4 with power-of-two scales) make every
-//   product and partial sum exact in fp32 (and |y| < 2048 exact in fp16): must match bit for
-//   bit, which catches any indexing error regardless of tolerances.
+//   product and partial sum exact in fp32: an fp32 output must match the exact sum bit for bit,
+//   an fp16 output the exact sum rounded once to fp16 (the epilogue's one rounding: Q4's scale
+//   1/2 makes half-integer sums, not representable in fp16 above 1024), which catches any
+//   indexing error regardless of tolerances.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +71,7 @@ typedef struct {
     g4_gemm_epi epi;
     int bias;
     int exact;
+    int bn, split, ctas; // WGMMA only: forced tile width, K split, persistent CTAs (0: auto)
 } gcase;
 
 static const char *op_name(op_kind o) {
@@ -100,15 +103,34 @@ static const char *op_name(op_kind o) {
 #define S_PP  1536, 256, "ple proj"
 #define S_LM  262144, 1536, "lm_head"
 #define S_PE  8960, 1536, "ple projection (embedding)"
+// the towers' (issue 22): vision at M = 2304 patches, audio at M = 750 frames
+#define S_VQ  768, 768, "vision q/k/v/o, patch embedding"
+#define S_VQKV 2304, 768, "vision q/k/v together"
+#define S_VUP 3072, 768, "vision gate/up"
+#define S_VDN 768, 3072, "vision down"
+#define S_VPJ 1536, 768, "vision projector"
+#define S_AQ  1024, 1024, "audio q/k/v/post, relative_k, linear_end"
+#define S_AF1 4096, 1024, "audio ffw_layer_1"
+#define S_AF2 1024, 4096, "audio ffw_layer_2"
+#define S_ALS 2048, 1024, "audio linear_start"
+#define S_AOP 1536, 1024, "audio output_proj"
+#define S_APJ 1536, 1536, "audio projector"
 
 // C: a case; X: a small-integer exact case; R: fp16 output, no bias, on "N, K, what" (an E2B
-// shape macro or explicit values); {op, algo, M, S_xx, epi, bias, 0} for other epilogues.
+// shape macro or explicit values); E for other epilogues.
 #define C(op, algo, M, N, K, epi, bias, what)                                                      \
-    { op, algo, M, N, K, what, epi, bias, 0 }
+    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0 }
 #define X(op, algo, M, N, K, epi, what)                                                            \
-    { op, algo, M, N, K, what, epi, 0, 1 }
+    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0 }
 #define R(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, F16, 0, 0 }
+    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0 }
+// E: like R with another epilogue and bias: E(op, algo, M, S_xx, epi, bias).
+#define E(op, algo, M, ...)                                                                        \
+    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0 }
+// W: a WGMMA case with a forced configuration (tile width bn, K split, CTAs of the persistent
+// grid; 0 = automatic): exact small integers unless epi/bias say otherwise.
+#define W(op, M, N, K, epi, bias, exact, bn, split, ctas, what)                                    \
+    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas }
 
 // clang-format off
 static const gcase cases[] = {
@@ -129,7 +151,7 @@ static const gcase cases[] = {
     R(OP_F16, GEMV, 1, S_LM), R(OP_F16, GEMV, 1, S_PE),
     R(OP_F16, GEMV, 8, S_QS), R(OP_F16, GEMV, 8, S_DN2), R(OP_F16, GEMV, 3, S_UP),
     R(OP_F16, GEMV, 2, S_LM), R(OP_F16, GEMV, 4, S_KVS),
-    {OP_F16, GEMV, 1, S_OS, F32A, 1, 0}, {OP_F16, AUTO, 1, S_DN, F32A, 0, 0},
+    E(OP_F16, GEMV, 1, S_OS, F32A, 1), E(OP_F16, AUTO, 1, S_DN, F32A, 0),
 
     // --- fp16 GEMM: mma.sync and wgmma, same cases ---
 #define GEMM_F16_CASES(A)                                                                         \
@@ -142,8 +164,8 @@ static const gcase cases[] = {
         R(OP_F16, A, 128, S_QS), R(OP_F16, A, 128, S_KVS), R(OP_F16, A, 128, S_OF),              \
         R(OP_F16, A, 128, S_UP), R(OP_F16, A, 128, S_DN2), R(OP_F16, A, 128, S_PP),              \
         R(OP_F16, A, 512, S_DN), R(OP_F16, A, 4096, S_QS), R(OP_F16, A, 2048, S_UP2),            \
-        R(OP_F16, A, 1000, S_PE), {OP_F16, A, 512, S_OS, F32A, 1, 0},                            \
-        {OP_F16, A, 777, S_PG, F32, 1, 0}
+        R(OP_F16, A, 1000, S_PE), E(OP_F16, A, 512, S_OS, F32A, 1),                            \
+        E(OP_F16, A, 777, S_PG, F32, 1)
     GEMM_F16_CASES(MMA),
     GEMM_F16_CASES(WGMMA),
     R(OP_F16, AUTO, 64, S_QS),
@@ -173,17 +195,21 @@ static const gcase cases[] = {
     R(OP_Q4, GEMV, 1, S_DN2), R(OP_Q4, GEMV, 1, S_PG), R(OP_Q4, GEMV, 1, S_PP),
     R(OP_Q4, GEMV, 1, S_LM), R(OP_Q4, GEMV, 1, S_PE),
     R(OP_Q4, GEMV, 8, S_QS), R(OP_Q4, GEMV, 8, S_DN2), R(OP_Q4, GEMV, 5, S_UP),
-    {OP_Q4, GEMV, 1, S_OS, F32A, 1, 0},
-    {OP_Q4, AUTO, 1, S_DN, F32A, 0, 0},
+    E(OP_Q4, GEMV, 1, S_OS, F32A, 1),
+    E(OP_Q4, AUTO, 1, S_DN, F32A, 0),
 
-    // --- Q4 GEMM (prefill) ---
-    C(OP_Q4, MMA, 9, 16, 64, F16, 0, "tiny"), C(OP_Q4, MMA, 1, 48, 64, F32, 1, "odd"),
-    C(OP_Q4, MMA, 17, 48, 192, F16, 1, "odd"), C(OP_Q4, MMA, 33, 1008, 960, F32A, 1, "odd"),
-    C(OP_Q4, MMA, 1000, 16, 64, F16A, 1, "odd"), C(OP_Q4, MMA, 65, 144, 128, F32, 0, "odd"),
-    X(OP_Q4, MMA, 70, 80, 256, F32, "exact"), X(OP_Q4, MMA, 130, 272, 1024, F32, "exact"),
-    R(OP_Q4, MMA, 128, S_QS), R(OP_Q4, MMA, 128, S_KVS), R(OP_Q4, MMA, 128, S_OF),
-    R(OP_Q4, MMA, 128, S_UP), R(OP_Q4, MMA, 128, S_DN2), R(OP_Q4, MMA, 128, S_PP),
-    R(OP_Q4, MMA, 1000, S_UP), R(OP_Q4, MMA, 4096, S_QS), {OP_Q4, MMA, 512, S_OS, F32A, 1, 0},
+    // --- Q4 GEMM (prefill): mma.sync and wgmma, same cases ---
+#define GEMM_Q4_CASES(A)                                                                          \
+    C(OP_Q4, A, 9, 16, 64, F16, 0, "tiny"), C(OP_Q4, A, 1, 48, 64, F32, 1, "odd"),              \
+        C(OP_Q4, A, 17, 48, 192, F16, 1, "odd"), C(OP_Q4, A, 33, 1008, 960, F32A, 1, "odd"),    \
+        C(OP_Q4, A, 1000, 16, 64, F16A, 1, "odd"), C(OP_Q4, A, 65, 144, 128, F32, 0, "odd"),    \
+        X(OP_Q4, A, 70, 80, 256, F32, "exact"), X(OP_Q4, A, 130, 272, 1024, F32, "exact"),       \
+        R(OP_Q4, A, 128, S_QS), R(OP_Q4, A, 128, S_KVS), R(OP_Q4, A, 128, S_OF),                 \
+        R(OP_Q4, A, 128, S_UP), R(OP_Q4, A, 128, S_DN2), R(OP_Q4, A, 128, S_PP),                 \
+        R(OP_Q4, A, 1000, S_UP), R(OP_Q4, A, 4096, S_QS), E(OP_Q4, A, 512, S_OS, F32A, 1)
+    GEMM_Q4_CASES(MMA),
+    GEMM_Q4_CASES(WGMMA),
+    R(OP_Q4, WGMMA, 2048, S_DN), R(OP_Q4, WGMMA, 2048, S_UP2), R(OP_Q4, WGMMA, 2048, S_KVF),
     R(OP_Q4, AUTO, 64, S_DN),
 
     // --- Q4 fused gate/up ---
@@ -191,6 +217,43 @@ static const gcase cases[] = {
     R(OP_Q4_GLU, GEMV, 8, S_UP), R(OP_Q4_GLU, GEMV, 1, S_UP2),
     R(OP_Q4_GLU, MMA, 17, 48, 192, "odd"), R(OP_Q4_GLU, MMA, 256, S_UP),
     R(OP_Q4_GLU, MMA, 100, S_UP2), R(OP_Q4_GLU, AUTO, 2, S_UP),
+    R(OP_Q4_GLU, WGMMA, 17, 48, 192, "odd"), R(OP_Q4_GLU, WGMMA, 256, S_UP),
+    R(OP_Q4_GLU, WGMMA, 100, S_UP2), R(OP_Q4_GLU, WGMMA, 2048, S_UP), R(OP_Q4_GLU, AUTO, 300, S_UP),
+
+    // --- wgmma with forced configurations (g4_gemm_wgmma_force): every tile width, every K split
+    // over a cluster, persistent grids of 1-3 CTAs that walk many tiles (the ring's phases wrap
+    // across tiles), partial tiles at both edges; fp16 and Q4, plain and fused ---
+#define WG_FORCED(op, bn)                                                                         \
+    W(op, 300, 528, 1024, F32, 0, 1, bn, 1, 0, "exact, 3 x 3-5 tiles"),                          \
+        W(op, 300, 528, 1024, F32, 0, 1, bn, 2, 0, "exact, split 2"),                            \
+        W(op, 300, 528, 1024, F32, 0, 1, bn, 4, 0, "exact, split 4"),                            \
+        W(op, 130, 272, 1024, F16, 0, 1, bn, 8, 0, "exact, split 8"),                            \
+        W(op, 1000, 1008, 256, F32, 0, 1, bn, 1, 1, "exact, 1 CTA for all tiles"),               \
+        W(op, 1000, 1008, 256, F32, 0, 1, bn, 1, 3, "exact, 3 CTAs"),                            \
+        W(op, 129, 272, 192, F32A, 1, 0, bn, 1, 2, "odd, residual add + bias"),                  \
+        W(op, 129, 272, 192, F16A, 1, 0, bn, 2, 0, "odd, fp16 add + bias, split 2"),             \
+        W(op, 777, 1536, 6144, F32, 1, 0, bn, 4, 0, "down_proj, split 4")
+    WG_FORCED(OP_F16, 128), WG_FORCED(OP_F16, 192), WG_FORCED(OP_F16, 256),
+    WG_FORCED(OP_Q4, 128), WG_FORCED(OP_Q4, 192), WG_FORCED(OP_Q4, 256),
+#define WG_FORCED_GLU(op, bn)                                                                     \
+    W(op, 300, 528, 1024, F16, 0, 0, bn, 1, 0, "3 x 5-9 tiles"),                                 \
+        W(op, 300, 528, 1024, F16, 0, 0, bn, 4, 0, "split 4"),                                   \
+        W(op, 130, 272, 1024, F16, 0, 0, bn, 8, 0, "split 8"),                                   \
+        W(op, 1000, 1008, 256, F16, 0, 0, bn, 1, 3, "3 CTAs")
+    WG_FORCED_GLU(OP_F16_GLU, 128), WG_FORCED_GLU(OP_F16_GLU, 256),
+    WG_FORCED_GLU(OP_Q4_GLU, 128), WG_FORCED_GLU(OP_Q4_GLU, 192), WG_FORCED_GLU(OP_Q4_GLU, 256),
+    // the automatic choices at the prefill shapes that pick each path (bench/NOTES.md)
+    R(OP_F16, WGMMA, 2048, S_DN), R(OP_F16, WGMMA, 2048, S_KVS), R(OP_F16, WGMMA, 128, S_DN2),
+    R(OP_F16, WGMMA, 2048, S_QS), R(OP_F16_GLU, WGMMA, 2048, S_UP2), R(OP_F16_GLU, WGMMA, 128, S_UP),
+
+    // --- the towers' linears on the wgmma GEMM (one 768x768 image: 2,304 patches, 256 pooled
+    // rows; 30 s of audio: 750 frames), at their automatic configurations, and AUTO reaching it ---
+    R(OP_F16, WGMMA, 2304, S_VQ), R(OP_F16, WGMMA, 2304, S_VQKV), R(OP_F16, WGMMA, 2304, S_VDN),
+    R(OP_F16_GLU, WGMMA, 2304, S_VUP), R(OP_F16, WGMMA, 256, S_VPJ), R(OP_F16, AUTO, 2304, S_VDN),
+    R(OP_F16, WGMMA, 750, S_AQ), R(OP_F16, WGMMA, 750, S_AF1), R(OP_F16, WGMMA, 750, S_AF2),
+    R(OP_F16, WGMMA, 750, S_ALS), E(OP_F16, WGMMA, 750, S_AOP, F32, 1), R(OP_F16, WGMMA, 750, S_APJ),
+    R(OP_F16, AUTO, 750, S_AF1), R(OP_F16, WGMMA, 751, S_AQ), R(OP_F16, WGMMA, 2303, S_VQKV),
+    R(OP_Q4, WGMMA, 2304, S_VQ), R(OP_Q4_GLU, WGMMA, 2304, S_VUP), R(OP_Q4, WGMMA, 750, S_AF2),
 };
 // clang-format on
 
@@ -353,7 +416,8 @@ static void cmp_one(cmp_stats *c, int row, int col, double got, double exp, doub
     const double err = fabs(got - exp);
     c->err2 += (got - exp) * (got - exp);
     c->ref2 += base * base;
-    const int bad = g4t_elem_bad(got, exp, exact ? 0 : tol); // NaN on either side fails
+    if (exact) tol = 0; // the tolerance applied (and printed for the first bad element)
+    const int bad = g4t_elem_bad(got, exp, tol); // NaN on either side fails
     if (!isfinite(got)) c->nonfinite++;
     if (err > c->max_err || !isfinite(got)) c->max_err = isfinite(got) ? err : INFINITY;
     if (tol > 0 && err / tol > c->max_ratio) c->max_ratio = err / tol;
@@ -482,9 +546,11 @@ static int pick_cols(int N, int K, int *cols, unsigned long long *s) {
 }
 
 static void print_case(const gcase *c) {
-    printf("case op=%s algo=%s M=%d N=%d K=%d epi=%s bias=%d exact=%d  [%s]\n", op_name(c->op),
+    printf("case op=%s algo=%s M=%d N=%d K=%d epi=%s bias=%d exact=%d", op_name(c->op),
            g4_gemm_algo_name(c->algo), c->M, c->N, c->K, g4_gemm_epi_name(c->epi), c->bias,
-           c->exact, c->what);
+           c->exact);
+    if (c->bn || c->split || c->ctas) printf(" bn=%d split=%d ctas=%d", c->bn, c->split, c->ctas);
+    printf("  [%s]\n", c->what);
 }
 
 // The dequantizer case: device fp16 W must equal fp16(ref_q4_dequant_col) bit for bit.
@@ -588,6 +654,8 @@ static void run_case(const gcase *c) {
                 dw[i] = dev_upload(w[i], (size_t)K * N * 2);
             }
         }
+        rc = g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
+        CHECK_MSG(rc == G4_OK, "force: %s", g4_error());
         for (int run = 0; run < 2 && rc == G4_OK; run++) {
             if (add)
                 CK(cudaMemcpy(out.y, y0, ybytes, cudaMemcpyHostToDevice));
@@ -611,6 +679,7 @@ static void run_case(const gcase *c) {
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(run ? got2 : got, out.y, ybytes, cudaMemcpyDeviceToHost));
         }
+        g4_gemm_wgmma_force(0, 0, 0);
         CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
         dev_free(dx);
         dev_free(db);
@@ -700,6 +769,8 @@ static void run_case(const gcase *c) {
             exp += res;
             expq += res;
             tol = tol * (1.0 + out_rel) + out_rel * fabs(exp) + out_abs;
+            // An exact fp16 output: the exact sum rounded once, as the epilogue stores it.
+            if (c->exact && !f32out) exp = g4_f16_to_f32(g4_f32_to_f16((float)exp));
             const double gv = host_out(got, epi, o);
             // NMSE denominator: the GEMM's own part for fp32 outputs (so a large residual does
             // not hide accumulation errors); the whole output for fp16 ones, whose error is the
@@ -784,11 +855,42 @@ static void run_reject(void) {
     g4_q4_weight fake = {24, 64, (uint8_t *)W, (uint8_t *)W, (uint8_t *)W, 0};
     REJECT(g4_gemm_q4(Y, X, &fake, NULL, 4, F16, AUTO, 0), "Q4 weight N = 24");
     fake.n = 32;
-    REJECT(g4_gemm_q4(Y, X, &fake, NULL, 4, F16, WGMMA, 0), "Q4 with WGMMA");
     g4_q4_weight fake2 = fake;
     fake2.k = 128;
     REJECT(g4_gemm_q4_gelu_mul(Y, X, &fake, &fake2, 4, AUTO, 0), "gate/up shapes differ");
+    REJECT(g4_gemm_wgmma_force(96, 0, 0), "force tile width 96");
+    REJECT(g4_gemm_wgmma_force(0, 3, 0), "force split 3");
+    REJECT(g4_gemm_wgmma_force(0, 0, -1), "force -1 CTAs");
 #undef REJECT
+}
+
+// Forced configurations a shape cannot run are refused before any launch (needs a device: the
+// entry builds its TMA maps first).
+static void run_reject_forced(void) {
+    printf("case op=reject: forced wgmma configurations the shape cannot run return G4_EUSER\n");
+    void *x, *w, *y;
+    CK(cudaMalloc(&x, 1 << 16));
+    CK(cudaMalloc(&w, 1 << 16));
+    CK(cudaMalloc(&y, 1 << 16));
+    CK(cudaMemset(y, 0, 1 << 16));
+    struct {
+        int bn, split, fused, K;
+        const char *what;
+    } r[] = {{192, 1, 1, 64, "fp16 fused with tile width 192"},
+             {128, 8, 0, 256, "split 8 over 4 k steps"}};
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(g4_gemm_wgmma_force(r[i].bn, r[i].split, 0) == G4_OK, "force: %s", g4_error());
+        const int rc = r[i].fused
+                           ? g4_gemm_f16_gelu_mul(y, x, w, w, 16, 64, r[i].K, WGMMA, 0)
+                           : g4_gemm_f16(y, x, w, NULL, 16, 64, r[i].K, F16, WGMMA, 0);
+        g4_gemm_wgmma_force(0, 0, 0);
+        CHECK_MSG(rc == G4_EUSER, "%s: rc %d, expected G4_EUSER", r[i].what, rc);
+        printf("  %-32s -> %s\n", r[i].what, rc == G4_EUSER ? g4_error() : "ACCEPTED");
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(x));
+    CK(cudaFree(w));
+    CK(cudaFree(y));
 }
 
 // --- main ---------------------------------------------------------------------------------------
@@ -835,6 +937,7 @@ int main(int argc, char **argv) {
         char dev[256];
         g4_cuda_describe(dev, sizeof dev);
         printf("device: %s\n", dev);
+        if (!op || strstr("reject", op)) run_reject_forced();
     }
     const double t0 = now_s();
     int ran = 0;

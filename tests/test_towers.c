@@ -362,6 +362,100 @@ static void test_bad_inputs(const char *pkg_dir) {
     g4_package_close(p);
 }
 
+// Synthetic image features: a gw x gh patch grid (sides multiples of 3) of seeded pixels.
+static g4_image_features synth_image(int gw, int gh, int patch_dim, unsigned long long seed) {
+    g4_image_features f = {0};
+    f.grid_w = gw, f.grid_h = gh, f.n_patches = gw * gh, f.patch_dim = patch_dim;
+    f.n_soft_tokens = f.n_patches / 9;
+    f.pixel_values = g4_malloc(sizeof(float) * (size_t)f.n_patches * patch_dim);
+    for (size_t i = 0; i < (size_t)f.n_patches * patch_dim; i++)
+        f.pixel_values[i] = g4t_rand_uniform(&seed, 0.0f, 1.0f);
+    f.position_ids = g4_malloc(sizeof(int32_t) * 2 * (size_t)f.n_patches);
+    for (int i = 0; i < f.n_patches; i++) {
+        f.position_ids[2 * i] = i % gw;
+        f.position_ids[2 * i + 1] = i / gw;
+    }
+    return f;
+}
+
+// The vision tower keeps its activations between runs (t->ws, grown to the largest image):
+// a small image, a larger one (the workspace grows), the small one again, and the larger one
+// while the workspace is marked busy (the call's own buffers) give the same soft tokens, bit
+// for bit, as each image's first run: the kept buffers carry nothing from one run to the next.
+static void test_kept_activations(const char *pkg_dir) {
+    g4_package *p;
+    if (g4_package_open(pkg_dir, &p)) {
+        CHECK_MSG(0, "%s", g4_error());
+        return;
+    }
+    g4_vision_tower *vt = NULL;
+    CHECK_MSG(g4_vision_tower_load(p, g4_backend_cpu(), &vt) == 0, "%s", g4_error());
+    if (vt) {
+        const int H = p->text.hidden;
+        g4_image_features a = synth_image(3, 3, p->vision.patch_dim, 0xa11),
+                          b = synth_image(6, 3, p->vision.patch_dim, 0xb22);
+        float *oa = g4_malloc(sizeof(float) * (size_t)H * 2), *oa2 = g4_malloc(sizeof(float) * H),
+              *ob = g4_malloc(sizeof(float) * (size_t)H * 2),
+              *ob2 = g4_malloc(sizeof(float) * (size_t)H * 2);
+        int ok = g4_vision_tower_forward(vt, &a, oa, NULL, NULL) == G4_OK;
+        const size_t bytes9 = vt->ws.bytes[0]; // pix32 [9, patch_dim]
+        ok &= g4_vision_tower_forward(vt, &b, ob, NULL, NULL) == G4_OK;
+        CHECK_MSG(vt->ws.bytes[0] == 2 * bytes9, "the workspace did not grow to 18 patches");
+        ok &= g4_vision_tower_forward(vt, &a, oa2, NULL, NULL) == G4_OK;
+        vt->ws.busy = 1; // as if another thread's run held the workspace
+        ok &= g4_vision_tower_forward(vt, &b, ob2, NULL, NULL) == G4_OK;
+        CHECK_INT(vt->ws.busy, 1); // (the run did not take or release it)
+        vt->ws.busy = 0;
+        CHECK_MSG(ok, "%s", g4_error());
+        CHECK_MSG(ok && memcmp(oa, oa2, sizeof(float) * H) == 0,
+                  "the small image after the larger one differs from its first run");
+        CHECK_MSG(ok && memcmp(ob, ob2, sizeof(float) * (size_t)H * 2) == 0,
+                  "the run on its own buffers differs from the run on the kept ones");
+        size_t bad = 0;
+        for (int i = 0; i < 2 * H; i++) bad += !isfinite(ob[i]);
+        CHECK_INT(bad, 0);
+        free(oa), free(oa2), free(ob), free(ob2);
+        g4_image_features_free(&a);
+        g4_image_features_free(&b);
+    }
+    g4_vision_tower_free(vt);
+    // The audio tower the same way: 40 frames, 80, 40 again, 80 on the call's own buffers.
+    g4_audio_tower *at = NULL;
+    CHECK_MSG(g4_audio_tower_load(p, g4_backend_cpu(), &at) == 0, "%s", g4_error());
+    if (at) {
+        const int H = p->text.hidden, n_mel = p->audio.n_mel;
+        g4_audio_features a[2] = {{0}, {0}};
+        unsigned long long s = 0xa0d;
+        for (int j = 0; j < 2; j++) {
+            a[j].n_frames = 40 * (j + 1), a[j].n_mel = n_mel;
+            a[j].n_valid = a[j].n_frames; // every frame valid
+            a[j].n_soft_tokens = (a[j].n_frames / 2 + 1) / 2;
+            a[j].features = g4_malloc(sizeof(float) * (size_t)a[j].n_frames * n_mel);
+            for (int i = 0; i < a[j].n_frames * n_mel; i++)
+                a[j].features[i] = g4t_rand_uniform(&s, -4.0f, 1.0f);
+            a[j].mask = g4_malloc((size_t)a[j].n_frames);
+            memset(a[j].mask, 1, (size_t)a[j].n_frames);
+        }
+        float *o[4];
+        for (int j = 0; j < 4; j++) o[j] = g4_malloc(sizeof(float) * (size_t)H * 20);
+        int ok = g4_audio_tower_forward(at, &a[0], o[0], NULL, NULL) == G4_OK;
+        ok &= g4_audio_tower_forward(at, &a[1], o[1], NULL, NULL) == G4_OK;
+        ok &= g4_audio_tower_forward(at, &a[0], o[2], NULL, NULL) == G4_OK;
+        at->ws.busy = 1;
+        ok &= g4_audio_tower_forward(at, &a[1], o[3], NULL, NULL) == G4_OK;
+        at->ws.busy = 0;
+        CHECK_MSG(ok, "%s", g4_error());
+        CHECK_MSG(ok && memcmp(o[0], o[2], sizeof(float) * (size_t)H * 10) == 0,
+                  "audio: the short clip after the longer one differs from its first run");
+        CHECK_MSG(ok && memcmp(o[1], o[3], sizeof(float) * (size_t)H * 20) == 0,
+                  "audio: the run on its own buffers differs from the run on the kept ones");
+        for (int j = 0; j < 4; j++) free(o[j]);
+        for (int j = 0; j < 2; j++) g4_audio_features_free(&a[j]);
+    }
+    g4_audio_tower_free(at);
+    g4_package_close(p);
+}
+
 int main(void) {
     fixtures = g4t_env("G4_FIXTURES");
     test_config("mobius-tiny-f16");
@@ -371,5 +465,6 @@ int main(void) {
     test_from_files("tiny2", "tiny2.npz");
     test_clip_bounds();
     test_bad_inputs(g4t_env("G4_TINY_PKG"));
+    test_kept_activations(g4t_env("G4_TINY_PKG"));
     return g4t_finish("test_towers");
 }

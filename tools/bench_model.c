@@ -1,22 +1,23 @@
-// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512
-// and 2048 tokens; decode through the user path, g4_generate (the call `g4cu generate` makes:
-// the prefill's last row and every new token from the one decode step, graph-replayed on
-// CUDA, with the sample op on the device), timed by the generation result itself: greedy, 128
-// new tokens after a 128-token prompt (--ignore-eos: random weights end early otherwise), the
-// same sampled (temperature 1, top-k 64, top-p 0.95), and greedy after 4096- and 32768-token
-// prompts; time to first token, GPU memory, the greedy decode again with the per-layer
-// embedding table in pinned host memory (a second load with that load option), vision/audio
-// tower ms, and the same for a second package (Q4); optionally HF transformers on the same
-// weights (tools/python/bench_hf.py) with the ratios. Packages are keyed "f16" / "q4" by their
-// decoder's weights (a repeated kind gets "_2", "_3").
+// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512,
+// 2048 and (CUDA, when the context allows) 16,000 tokens; decode through the user path,
+// g4_generate (the call `g4cu generate` makes: the prefill's last row and every new token from
+// the one decode step, graph-replayed on CUDA, with the sample op on the device), timed by the
+// generation result itself: greedy, 128 new tokens after a 128-token prompt (--ignore-eos:
+// random weights end early otherwise), the same sampled (temperature 1, top-k 64, top-p 0.95),
+// and greedy after 4096- and 32768-token prompts; time to first token, GPU memory, the greedy
+// decode again with the per-layer embedding table in pinned host memory (a second load with
+// that load option), vision/audio tower ms, and the same for a second package (Q4); optionally
+// HF transformers on the same weights (tools/python/bench_hf.py) with the ratios. Packages are
+// keyed "f16" / "q4" by their decoder's weights (a repeated kind gets "_2", "_3").
 //
 // Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 16k / 32k prompts);
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
-// are seeded random (never one repeated id).
+// are seeded random (never one repeated id, never bos/eos/pad nor a media placeholder).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,9 +78,11 @@ typedef struct {
     double ttft_long_ms[N_LONG], decode_long_tok_s[N_LONG]; // after 4k / 16k / 32k prompts
                                                             // (-1: the context is shorter)
     double ttft_host_ms, decode_host_tok_s; // greedy with the PLE table in pinned host memory
-    double ple_gib;   // the PLE table's bytes (off the device in the host variant)
-    double vision_ms; // vision tower (patch embedding .. projection) for one 768x768 image
-    double audio_ms;  // audio tower for a 30 s clip (750 soft tokens)
+    double ple_gib;         // the PLE table's bytes (off the device in the host variant)
+    double vision_ms;       // vision tower (patch embedding .. projection) for one 768x768 image
+    double audio_ms;        // audio tower for a 30 s clip (750 soft tokens)
+    double prefill_long_ms; // one G4_BENCH_LONG_PREFILL-token prefill (issue 22); -1 when skipped
+    double vqa_ttft_ms, asr_ttft_ms; // media request TTFT (bench_media_ttft); -1 when skipped
     double load_s;
     double weights_gib;                // weight bytes placed on the backend
     double state_gib;                  // KV cache of a 128 + 128-token context
@@ -111,11 +114,80 @@ static int profiling(const g4_backend *be) {
     return getenv("G4_PROFILE") && strcmp(getenv("G4_PROFILE"), "0") && !be->host_memory;
 }
 
+static void bench_ids(const g4_package *p, int32_t *ids, int n, unsigned long long seed);
+
+// What a media request runs before its prefill: the front end on the synthetic media and the
+// tower into the state's soft rows.
+typedef struct {
+    const g4_package *p;
+    g4_mm_towers *towers;
+    const g4_image *img; // vision, or
+    g4_logmel *lm;       // audio: wave[0 .. n) through lm
+    const float *wave;
+    int64_t n;
+} media_req;
+
+static int media_soft(const media_req *q, g4_text_state *s, g4_soft_tokens *soft) {
+    int rc;
+    if (q->img) {
+        g4_image_features f;
+        if ((rc = g4_image_features_from_rgb(&q->p->image_proc, q->img, &f))) return rc;
+        if (!(rc = g4_text_state_soft_rows(s, f.n_soft_tokens, soft)))
+            rc = g4_mm_image_tower_run(q->towers, NULL, &f, &soft->rows);
+        g4_image_features_free(&f);
+        return rc;
+    }
+    g4_audio_features f;
+    if ((rc = g4_logmel_compute(q->lm, q->wave, q->n, "bench audio", &f))) return rc;
+    if (!(rc = g4_text_state_soft_rows(s, f.n_soft_tokens, soft)))
+        rc = g4_mm_audio_tower_run(q->towers, NULL, &f, &soft->rows);
+    g4_audio_features_free(&f);
+    return rc;
+}
+
+// A media request's time to first token (issue 22's VQA / ASR row): front end, tower, the
+// prefill of 16 text ids + n_soft placeholders (image or audio id) + 16 text ids, and the first
+// token (g4_text_step), median of reps after a warm-up. Device backends only (-1 on the CPU,
+// whose towers take seconds). m NULL: skipped.
+static int bench_media_ttft(g4_text_model *m, const media_req *q, int n_soft, int reps,
+                            bench_result *r, const char *row, double *ms) {
+    *ms = -1;
+    const g4_text_config *c = &q->p->text;
+    const int n = 32 + n_soft, ph = q->img ? c->image_token_id : c->audio_token_id;
+    if (!m || m->be->host_memory || ph < 0 || n + 1 > c->context_length) return G4_OK;
+    int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n);
+    bench_ids(q->p, ids, 16, 0x7e57);
+    for (int i = 0; i < n_soft; i++) ids[16 + i] = ph;
+    bench_ids(q->p, ids + 16 + n_soft, 16, 0x7e58);
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    g4_text_state *s = NULL;
+    const g4_text_state_opts so = {n + 1, n, 1, 1};
+    int rc = g4_text_state_new_opts(m, &so, &s);
+    for (int i = 0; i <= reps && !rc; i++) {
+        g4_text_state_reset(s);
+        const double a = now_ms();
+        g4_soft_tokens soft;
+        int32_t next;
+        if ((rc = media_soft(q, s, &soft)) || (rc = g4_text_step(s, ids, n, &soft, &next))) break;
+        if (i) t[i - 1] = now_ms() - a; // run 0 warms up
+    }
+    if (!rc) {
+        add_row(r, "ms", t, reps, "%s", row);
+        *ms = median(t, reps);
+    }
+    g4_text_state_free(s);
+    free(t);
+    free(ids);
+    return rc;
+}
+
 // Vision tower on one 768x768 image and audio tower on a 30 s clip (synthetic media through
 // the real front ends; tower time only, median of reps after a warm-up); -1 when the package
-// lacks the tower.
-static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_result *r) {
-    r->vision_ms = r->audio_ms = -1;
+// lacks the tower. Then, with the text model m on a device backend, the VQA and ASR requests'
+// time to first token on the same media (bench_media_ttft).
+static int bench_towers(const g4_package *p, g4_backend *be, g4_text_model *m, int reps,
+                        bench_result *r) {
+    r->vision_ms = r->audio_ms = r->vqa_ttft_ms = r->asr_ttft_ms = -1;
     g4_mm_towers towers;
     g4_mm_towers_init(&towers, p, be);
     double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
@@ -125,8 +197,10 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         for (int i = 0; i < 768 * 768 * 3; i++) img.rgb[i] = (uint8_t)((i * 2654435761u) >> 24);
         g4_image_features f;
         rc = g4_image_features_from_rgb(&p->image_proc, &img, &f);
-        free(img.rgb);
-        if (rc) goto done;
+        if (rc) {
+            free(img.rgb);
+            goto done;
+        }
         g4_buf rows = g4_buf_new(be, G4_F32, f.n_soft_tokens, p->text.hidden);
         for (int i = 0; i <= reps && !rc; i++) {
             double a = now_ms();
@@ -142,6 +216,11 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         }
         if (!rc) add_row(r, "ms", t, reps, "vision 768x768");
         if (!rc) r->vision_ms = median(t, reps);
+        const media_req q = {p, &towers, &img, NULL, NULL, 0};
+        if (!rc)
+            rc = bench_media_ttft(m, &q, f.n_soft_tokens, reps, r, "VQA TTFT 768x768",
+                                  &r->vqa_ttft_ms);
+        free(img.rgb);
         g4_buf_free(be, &rows);
         g4_image_features_free(&f);
         if (rc) goto done;
@@ -162,9 +241,11 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
             goto done;
         }
         rc = g4_logmel_compute(&lm, wave, n, "bench audio", &f);
-        g4_logmel_free(&lm);
-        free(wave);
-        if (rc) goto done;
+        if (rc) {
+            g4_logmel_free(&lm);
+            free(wave);
+            goto done;
+        }
         g4_buf rows = g4_buf_new(be, G4_F32, f.n_soft_tokens, p->text.hidden);
         for (int i = 0; i <= reps && !rc; i++) {
             double a = now_ms();
@@ -180,6 +261,12 @@ static int bench_towers(const g4_package *p, g4_backend *be, int reps, bench_res
         }
         if (!rc) add_row(r, "ms", t, reps, "audio 30 s");
         if (!rc) r->audio_ms = median(t, reps);
+        const media_req q = {p, &towers, NULL, &lm, wave, n};
+        if (!rc)
+            rc = bench_media_ttft(m, &q, f.n_soft_tokens, reps, r, "ASR TTFT 30 s",
+                                  &r->asr_ttft_ms);
+        g4_logmel_free(&lm);
+        free(wave);
         g4_buf_free(be, &rows);
         g4_audio_features_free(&f);
     }
@@ -234,11 +321,56 @@ static double kv_gib(const g4_text_model *m, int rows) {
     return b / (1u << 30);
 }
 
+#define G4_BENCH_LONG_PREFILL 16000
+
+// n seeded random prompt ids (xorshift from `seed`): never bos/eos/pad (0-2) and never a media
+// placeholder (the image / audio token ids, which a prompt without media rows must not hold:
+// the forward refuses them), redrawn from the same stream.
+static void bench_ids(const g4_package *p, int32_t *ids, int n, unsigned long long seed) {
+    for (int i = 0; i < n; i++) {
+        do {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3));
+        } while (g4_placeholder_of(&p->text, ids[i]) != G4_PH_NONE);
+    }
+}
+
+// The long-prompt row: median ms of one G4_BENCH_LONG_PREFILL-token prefill of ids (own state
+// with one logit row, as the other prefill rows; reps runs after a warm-up); -1 when the
+// context is shorter or the backend is the CPU one (a 16k-token CPU prefill takes hours).
+static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_backend *be,
+                              const int32_t *ids, int reps, bench_result *r) {
+    const int n = G4_BENCH_LONG_PREFILL;
+    r->prefill_long_ms = -1;
+    if (p->text.context_length < n || be->host_memory) return G4_OK;
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    g4_text_state *s = NULL;
+    const g4_text_state_opts so = {n, n, 1, 1};
+    int rc = g4_text_state_new_opts(m, &so, &s);
+    for (int i = 0; i <= reps && !rc; i++) {
+        g4_text_state_reset(s);
+        double a = now_ms();
+        if ((rc = g4_text_forward(s, ids, n, NULL, NULL, 0))) break;
+        if (i) t[i - 1] = now_ms() - a; // run 0 warms up
+    }
+    if (!rc) {
+        double *tps = g4_malloc(sizeof(double) * (size_t)reps);
+        for (int i = 0; i < reps; i++) tps[i] = n / (t[i] / 1e3);
+        add_row(r, "tok/s", tps, reps, "pp%d", n);
+        free(tps);
+        r->prefill_long_ms = median(t, reps);
+    }
+    g4_text_state_free(s);
+    free(t);
+    return rc;
+}
+
 // Runs one package; fills r. Lengths beyond the context are skipped (-1).
 static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, bench_result *r) {
     memset(r, 0, sizeof *r);
     r->dir = dir;
     r->ple_host = ple_host;
+    r->prefill_long_ms = -1;
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_text_state *s = NULL;
@@ -254,15 +386,11 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
     r->weights_gib = (double)m->weight_bytes / (1u << 30);
     r->kind = p->text.weights_q4 ? "q4" : "f16";
     snprintf(r->name, sizeof r->name, "%s", r->kind);
-    if ((rc = bench_towers(p, be, reps, r))) goto done;
+    if ((rc = bench_towers(p, be, m, reps, r))) goto done;
     const int lens[3] = {128, 512, 2048};
     const int ctx = p->text.context_length, max_ids = 32768 + 256;
     ids = g4_malloc(sizeof(int32_t) * (size_t)max_ids);
-    unsigned long long seed = 0x5eed;
-    for (int i = 0; i < max_ids; i++) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        ids[i] = 3 + (int32_t)(seed % (unsigned)(p->text.vocab - 3)); // not bos/eos/pad
-    }
+    bench_ids(p, ids, max_ids, 0x5eed);
     t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     for (int k = 0; k < 3; k++) {
         r->prefill_len[k] = lens[k];
@@ -284,6 +412,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
         g4_text_state_free(s);
         s = NULL;
     }
+    if ((rc = bench_prefill_long(m, p, be, ids, reps, r))) goto done;
     // Decode through g4_generate on a state of prompt + N rows, the state `g4cu generate --ids
     // ... --max-new N` makes (the decode attention's split count follows the capacity).
     const int P = 128 < ctx ? 128 : ctx / 2, N = 128 < ctx - P ? 128 : ctx - P - 1;
@@ -359,6 +488,9 @@ static void print_result(const bench_result *r) {
         if (r->prefill_ms[k] >= 0)
             fprintf(human, "prefill %d: %.2f ms (%.0f tok/s) | ", r->prefill_len[k],
                     r->prefill_ms[k], r->prefill_len[k] / (r->prefill_ms[k] / 1e3));
+    if (r->prefill_long_ms >= 0)
+        fprintf(human, "prefill %d: %.2f ms (%.0f tok/s) | ", G4_BENCH_LONG_PREFILL,
+                r->prefill_long_ms, G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3));
     fprintf(human,
             "TTFT(128) %.2f ms | decode %.1f tok/s | sampled (T 1, top-k 64, top-p 0.95) %.1f "
             "tok/s",
@@ -374,6 +506,8 @@ static void print_result(const bench_result *r) {
                 r->decode_host_tok_s);
     if (r->vision_ms >= 0) fprintf(human, " | vision 768x768 %.2f ms", r->vision_ms);
     if (r->audio_ms >= 0) fprintf(human, " | audio 30 s %.2f ms", r->audio_ms);
+    if (r->vqa_ttft_ms >= 0) fprintf(human, " | VQA TTFT (768x768) %.2f ms", r->vqa_ttft_ms);
+    if (r->asr_ttft_ms >= 0) fprintf(human, " | ASR TTFT (30 s) %.2f ms", r->asr_ttft_ms);
     fprintf(human, "\n");
 }
 
@@ -390,16 +524,20 @@ static void json_result(FILE *f, const bench_result *r) {
         fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", r->prefill_len[k],
                 r->prefill_ms[k], r->prefill_len[k],
                 r->prefill_ms[k] > 0 ? r->prefill_len[k] / (r->prefill_ms[k] / 1e3) : -1.0);
+    fprintf(f, "\"prefill_%d_ms\": %.4f, \"prefill_%d_tok_s\": %.1f, ", G4_BENCH_LONG_PREFILL,
+            r->prefill_long_ms, G4_BENCH_LONG_PREFILL,
+            r->prefill_long_ms > 0 ? G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3) : -1.0);
     fprintf(f, "\"ttft_128_ms\": %.4f, \"decode_tok_s\": %.2f, \"decode_sampled_tok_s\": %.2f, ",
             r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
     for (int k = 0; k < N_LONG; k++)
         fprintf(f, "\"ttft_%dk_ms\": %.4f, \"decode_%dk_tok_s\": %.2f, ", long_prompt[k] / 1024,
                 r->ttft_long_ms[k], long_prompt[k] / 1024, r->decode_long_tok_s[k]);
     fprintf(f,
-            "\"vision_768_ms\": %.4f, "
-            "\"audio_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
+            "\"vision_768_ms\": %.4f, \"audio_30s_ms\": %.4f, \"vqa_ttft_768_ms\": %.4f, "
+            "\"asr_ttft_30s_ms\": %.4f, \"ple_gib\": %.4f, \"ple_host_ttft_128_ms\": %.4f, "
             "\"ple_host_decode_tok_s\": %.2f}",
-            r->vision_ms, r->audio_ms, r->ple_gib, r->ttft_host_ms, r->decode_host_tok_s);
+            r->vision_ms, r->audio_ms, r->vqa_ttft_ms, r->asr_ttft_ms, r->ple_gib, r->ttft_host_ms,
+            r->decode_host_tok_s);
 }
 
 // Runs the HF peer script on hf_dir (tools/bench_peer.h: an argument vector, no shell) and

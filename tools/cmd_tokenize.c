@@ -5,15 +5,19 @@
 // "id<TAB>piece" lines instead. --decode prints the text of ids given as "2,106,107" (commas and/or
 // spaces). "-" reads the argument from stdin. --json prints one object instead: encoding
 // {"ids": [...], "pieces": [...]}, decoding {"ids": [...], "text": "..."}.
+// On the public C API (include/g4cu.h: g4cu_tokenizer_*).
 #include <errno.h>
+#include <g4cu.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "loader/tokenizer.h"
 #include "tools/cli.h"
 
-// "2,106 107" -> ids; 0 (after printing why) on anything else.
-static int parse_ids(const char *s, int n_vocab, g4_ids *out) {
+// "2,106 107" -> *ids (malloc'ed), *n; 0 (after printing why) on anything else.
+static int parse_ids(const char *s, int n_vocab, int32_t **ids, int *n) {
+    size_t cap = 16;
+    *ids = g4_malloc(cap * sizeof **ids);
+    *n = 0;
     const char *p = s;
     while (*p) {
         if (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') {
@@ -30,16 +34,17 @@ static int parse_ids(const char *s, int n_vocab, g4_ids *out) {
                                n_vocab, p);
             return 0;
         }
-        g4_ids_push(out, (int)v);
+        if ((size_t)*n == cap) *ids = g4_realloc(*ids, (cap *= 2) * sizeof **ids);
+        (*ids)[(*n)++] = (int32_t)v;
         p = end;
     }
     return 1;
 }
 
 // {"ids": [...], then the caller's key and value.
-static void print_ids_json(const g4_ids *ids) {
+static void print_ids_json(const int32_t *ids, int n) {
     printf("{\"ids\":[");
-    for (size_t i = 0; i < ids->n; i++) printf("%s%d", i ? "," : "", ids->v[i]);
+    for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
     printf("]");
 }
 
@@ -74,72 +79,75 @@ static int cmd_tokenize(int argc, char **argv) {
         return g4_cli_usage_error("tokenize", "--skip-special applies to --decode only");
     // A package directory holds its tokenizer as tokenizer.json.
     char *file = g4_is_dir(path) ? g4_path_join(path, "tokenizer.json") : g4_strdup(path);
-    g4_tokenizer *t;
-    int rc = g4_tokenizer_open(file, &t);
+    g4cu_tokenizer *t;
+    int rc = g4cu_tokenizer_load(file, &t);
     free(file);
     if (rc) return g4_cli_fail(rc);
     size_t n;
     char *input = NULL;
     if (!strcmp(arg, "-")) {
         if ((rc = g4_read_fd(0, "stdin", G4_MAX_TEXT_BYTES, &input, &n))) {
-            g4_tokenizer_close(t);
+            g4cu_tokenizer_free(t);
             return g4_cli_fail(rc);
         }
     } else {
         n = strlen(arg);
         input = g4_strdup(arg);
     }
-    g4_ids ids = {0};
-    int status = 0;
+    int32_t *ids = NULL;
+    int n_ids = 0, status = 0;
     if (decode) {
-        if (!parse_ids(input, g4_tokenizer_n_vocab(t), &ids)) {
+        if (!parse_ids(input, g4cu_tokenizer_n_vocab(t), &ids, &n_ids)) {
             status = 1;
         } else {
             char *text;
             size_t len;
-            rc = g4_tokenizer_decode(t, ids.v, ids.n, skip_special, &text, &len);
+            rc = g4cu_tokenizer_decode(t, ids, n_ids, skip_special, &text, &len);
             if (rc) {
                 status = g4_cli_fail(rc);
             } else if (json) {
-                print_ids_json(&ids);
+                print_ids_json(ids, n_ids);
                 printf(",\"text\":");
                 g4_cli_json_string(stdout, text, len);
                 printf("}\n");
-                free(text);
+                g4cu_free(text);
             } else {
                 fwrite(text, 1, len, stdout);
                 fputc('\n', stdout);
-                free(text);
+                g4cu_free(text);
             }
         }
     } else {
-        rc = g4_tokenizer_encode(t, input, n, bos, &ids);
+        rc = g4cu_tokenizer_encode(t, input, n, bos, &ids, &n_ids);
         if (rc) {
             status = g4_cli_fail(rc);
         } else if (json) {
-            print_ids_json(&ids);
+            print_ids_json(ids, n_ids);
             printf(",\"pieces\":[");
-            for (size_t i = 0; i < ids.n; i++) {
+            for (int i = 0; i < n_ids; i++) {
                 size_t len = 0;
-                const char *p = g4_tokenizer_piece(t, ids.v[i], &len);
+                const char *p = g4cu_tokenizer_piece(t, ids[i], &len);
                 if (i) printf(",");
                 g4_cli_json_string(stdout, p ? p : "", p ? len : 0);
             }
             printf("]}\n");
         } else if (pieces) {
-            for (size_t i = 0; i < ids.n; i++) {
+            for (int i = 0; i < n_ids; i++) {
                 size_t len = 0;
-                const char *p = g4_tokenizer_piece(t, ids.v[i], &len);
-                printf("%d\t%.*s\n", ids.v[i], (int)len, p ? p : "");
+                const char *p = g4cu_tokenizer_piece(t, ids[i], &len);
+                printf("%d\t%.*s\n", ids[i], (int)len, p ? p : "");
             }
         } else {
-            for (size_t i = 0; i < ids.n; i++) printf("%s%d", i ? "," : "", ids.v[i]);
+            for (int i = 0; i < n_ids; i++) printf("%s%d", i ? "," : "", ids[i]);
             printf("\n");
         }
     }
-    g4_ids_free(&ids);
+    if (decode)
+        free(ids); // parse_ids's
+    else
+        g4cu_free(ids); // the library's
     free(input);
-    g4_tokenizer_close(t);
+    g4cu_tokenizer_free(t);
     return status;
 }
 

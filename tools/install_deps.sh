@@ -4,15 +4,19 @@
 # .smoke-data/ from two Debian packages without installing them or their dependencies
 # (tools/fetch_smoke_set.sh: pocketsphinx-testdata's LibriVox utterances, python3-skimage's text
 # images; tests/test_eval_smoke.sh reads them), and puts cuobjdump + nvdisasm in .tools/ when
-# the toolkit lacks them (tests/test_pdl_sass.sh). Runs apt-get as root, or through sudo.
+# the toolkit lacks them (tests/test_pdl_sass.sh), and makes the venv .tools/openai-venv with
+# the official `openai` client from PyPI (tests/test_openai_client.sh). Runs apt-get as root, or
+# through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # libmicrohttpd-dev: `g4cu serve` (without it the build works and serve says so).
+# python3 + python3-venv: the venv below (no pip into the system python).
 # clang + libclang-rt-dev: the libFuzzer, ASan and UBSan runtimes of Debian's default clang
 # (tests/fuzz/build.sh, tests/test_fuzz_smoke.sh); the unversioned names follow the release.
 pkgs=(cmake make gcc g++ clang libclang-rt-dev
       protobuf-c-compiler libprotobuf-c-dev libcjson-dev zlib1g-dev libpng-dev libjpeg-dev
-      libsndfile1-dev libsoxr-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev)
+      libsndfile1-dev libsoxr-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev
+      python3 python3-venv)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()
@@ -30,6 +34,24 @@ if [ ! -f .smoke-data/.complete ]; then
     rm -rf .smoke-data
     tools/fetch_smoke_set.sh .smoke-data && touch .smoke-data/.complete
 fi
+# The official `openai` Python client (Debian bookworm has no python3-openai): a venv of
+# Debian's python3 in .tools/openai-venv (ignored), every package pinned by
+# tools/python/requirements-openai.txt; made again when that file changes (its hash in the
+# venv). tests/test_openai_client.sh runs tools/python/openai_client_check.py with it against
+# `g4cu serve`; it skips without the venv, and fails without it under CI=true.
+venv=.tools/openai-venv
+req=tools/python/requirements-openai.txt
+req_sha=$(sha256sum "$req" | cut -d' ' -f1)
+if [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$req_sha" ]; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+    echo "$req_sha" >"$venv/.requirements.sha256"
+    ver=$("$venv/bin/python" -c 'import openai; print(openai.__version__)')
+    echo "install_deps: $venv: openai $ver"
+else
+    echo "install_deps: $venv up to date"
+fi
 # cuobjdump + nvdisasm (it calls nvdisasm for SASS): a toolkit of nvcc + ptxas only lacks them;
 # tests/test_pdl_sass.sh reads the kernels' SASS with them. NVIDIA's PyPI wheels (any 13.x reads
 # sm_90a code), pinned by hash, unpacked into .tools/cuda (ignored; both land in nvidia/cu13/bin).
@@ -46,7 +68,9 @@ if ! { command -v cuobjdump && command -v nvdisasm; } >/dev/null 2>&1 &&
     for t in "${CUDA_TOOLS[@]}"; do
         read -r name file sha <<<"$t"
         whl="$tmp/$file-$CUDA_TOOLS_VER-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
-        if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$name==$CUDA_TOOLS_VER" &&
+        # The venv's pip: a clean Debian's python3 has none (no python3-pip).
+        if "$venv/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" \
+                "$name==$CUDA_TOOLS_VER" &&
             echo "$sha  $whl" | sha256sum -c --quiet; then
             python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
                 "$whl" .tools/cuda

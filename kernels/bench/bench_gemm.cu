@@ -43,8 +43,14 @@ const e2b_shape SHAPES[] = {
     {"gate_up", 6144, 1536},     {"gate_up_wide", 12288, 1536}, {"down", 1536, 6144},
     {"down_wide", 1536, 12288},  {"ple_gate", 256, 1536},       {"ple_proj", 1536, 256},
     {"lm_head", 262144, 1536},   {"ple_emb", 8960, 1536},
+    // the towers' (issue 22; from N_TEXT_SHAPES on): vision (hidden 768, MLP 3072; q/k/v/o and
+    // the patch embedding are 768 x 768, q/k/v together 2304) and audio (hidden 1024, FFN 4096,
+    // lconv1d linear_start 2048)
+    {"vis_qkvo", 768, 768},      {"vis_qkv", 2304, 768},        {"vis_gate_up", 3072, 768},
+    {"vis_down", 768, 3072},     {"aud_qkvo", 1024, 1024},      {"aud_ffw1", 4096, 1024},
+    {"aud_ffw2", 1024, 4096},    {"aud_lin_start", 2048, 1024},
 };
-const int N_SHAPES = (int)(sizeof SHAPES / sizeof SHAPES[0]);
+const int N_TEXT_SHAPES = 14; // the decoder's (GEMV rows); the towers' follow
 
 enum wkind { W_F16, W_Q4 };
 
@@ -166,8 +172,10 @@ void launch_blas(void *ctx, int rep, void *stream) {
 // The table: decode GEMVs at every shape, prefill GEMMs at the shapes that dominate prefill.
 std::vector<brow> table() {
     std::vector<brow> t;
-    for (int s = 0; s < N_SHAPES; s++) t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 1, s});
-    for (int s = 0; s < N_SHAPES; s++) t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 1, s});
+    for (int s = 0; s < N_TEXT_SHAPES; s++)
+        t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 1, s});
+    for (int s = 0; s < N_TEXT_SHAPES; s++)
+        t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 1, s});
     for (int s : {0, 6, 8, 12}) {
         t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 8, s});
         t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 8, s});
@@ -182,15 +190,37 @@ std::vector<brow> table() {
             t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, M, s});
             t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, M, s});
         }
-        for (int s : {0, 4, 6, 8}) t.push_back({"gemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+        for (int s : {0, 2, 4, 6, 8, 9}) {
+            t.push_back({"gemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+            t.push_back({"gemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, M, s});
+        }
         for (int s : {6, 7}) {
             t.push_back({"glu_f16_mma", W_F16, true, G4_GEMM_MMA, M, s});
             t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, M, s});
             t.push_back({"glu_q4_mma", W_Q4, true, G4_GEMM_MMA, M, s});
+            t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, M, s});
         }
     }
     t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 4096, 6});
     t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, 4096, 6});
+    // the 16k-token prompt (issue 22): the MLP shapes of the wide layers and q/o of the full ones
+    for (int s : {1, 5, 9}) {
+        t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 16000, s});
+        t.push_back({"gemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, 16000, s});
+    }
+    t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, 16000, 7});
+    t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, 16000, 7});
+    // the towers: vision at 2,304 patches (one 768x768 image), audio at 750 frames (30 s)
+    for (int s : {14, 15, 17}) {
+        t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 2304, s});
+        t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, 2304, s});
+    }
+    t.push_back({"glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, 2304, 16});
+    t.push_back({"glu_f16_mma", W_F16, true, G4_GEMM_MMA, 2304, 16});
+    for (int s : {18, 19, 20, 21}) {
+        t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 750, s});
+        t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, 750, s});
+    }
     return t;
 }
 
@@ -214,6 +244,13 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         memset(&row, 0, sizeof row);
         snprintf(row.op, sizeof row.op, "%s", r.op);
         snprintf(row.shape, sizeof row.shape, "M=%d N=%d K=%d %s", r.M, sh.N, sh.K, sh.name);
+        if (r.algo == G4_GEMM_WGMMA) { // the configuration the automatic choice ran
+            int bn, split;
+            g4_gemm_wgmma_plan(r.M, sh.N, sh.K, r.glu, r.w == W_Q4, &bn, &split);
+            const size_t l = strlen(row.shape);
+            snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
+                     split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
+        }
         if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
 
         problem p;

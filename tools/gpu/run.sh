@@ -28,6 +28,10 @@
 #            towers' and the decode step's per-op split) and the kernel rows of the towers' ops
 #   branch   an unlanded branch carried as .carry/branch.tar.gz: its own stages, its
 #            test_cuda_engine on gpu-tiny, its compare and bench on the full-size package
+#   prefill  the prefill kernels alone (issues 18, 22; after build): test_cuda_gemm --op wgmma,
+#            --op q4, test_cuda_attention --op attn_prefill, then their kernel bench rows
+#            (wgmma GEMMs next to cuBLAS, wgmma attention next to the HMMA kernel). A deadlocked
+#            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -218,6 +222,20 @@ stage_branch() {
     "$src/build-gpu/g4cu" compare "$d/f16" "$d/dumps/len16.npz" --backend cuda --tol-from "$d/dumps16/len16.npz" >"$OUT/branch/e2b_compare_cuda.txt" 2>&1
     echo "branch e2b compare cuda vs HF fp32: exit $? $(tail -1 "$OUT/branch/e2b_compare_cuda.txt")"
     "$src/build-gpu/g4cu" bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/branch/e2b_bench.json" 2>&1 | tee "$OUT/branch/e2b_bench.txt" | cut -c1-700
+}
+
+stage_prefill() {
+    local t
+    for t in "test_cuda_gemm --op wgmma" "test_cuda_gemm --op q4" "test_cuda_attention --op attn_prefill"; do
+        local log="$OUT/prefill_${t// /_}.log"
+        timeout 480 build-gpu/tests/$t >"$log" 2>&1
+        echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
+        grep -E "FAIL|error|CUDA" "$log" | head -8
+    done
+    build-gpu/g4cu bench --kernels --filter wgmma --reps 30 --json "$OUT/prefill_kbench_gemm.json" >"$OUT/prefill_kbench_gemm.txt" 2>&1
+    echo "bench --kernels --filter wgmma: exit $?"; cut -c1-160 "$OUT/prefill_kbench_gemm.txt"
+    build-gpu/g4cu bench --kernels --filter attn_prefill --reps 20 --json "$OUT/prefill_kbench_attn.json" >"$OUT/prefill_kbench_attn.txt" 2>&1
+    echo "bench --kernels --filter attn_prefill: exit $?"; cut -c1-160 "$OUT/prefill_kbench_attn.txt"
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF

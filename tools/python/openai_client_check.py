@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """`g4cu serve` driven by the official `openai` Python package (PyPI; Debian bookworm has no
-python3-openai, so CI cannot run this: tests/test_serve.c checks the same requests over raw
-sockets). Run by hand with the package installed:
+python3-openai). tests/test_openai_client.sh runs it in CI with the venv tools/install_deps.sh
+makes (.tools/openai-venv, pinned by tools/python/requirements-openai.txt); by hand:
 
-    python3 tools/python/openai_client_check.py --g4cu build/g4cu
+    .tools/openai-venv/bin/python tools/python/openai_client_check.py --g4cu build/g4cu
 
 It starts the server on the tiny fixture (--port 0), then through the client: chat (plain and
 streaming), with an image (a data: URL) and with audio (input_audio), a transcription, the model
@@ -46,8 +46,17 @@ def main():
                             "--tokenizer", os.path.join(FIX, "chat", "chat_bpe.json"),
                             "--backend", "cpu", "--port", "0", "--parallel", "2"],
                            stdout=subprocess.PIPE, text=True)
-    port = int(re.search(r"127\.0\.0\.1:(\d+)", srv.stdout.readline()).group(1))
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+    first = srv.stdout.readline()
+    m = re.search(r"127\.0\.0\.1:(\d+)", first)
+    if not m:
+        srv.kill()
+        print(f"FAIL the server's first line names no port: {first!r} (exit {srv.wait()})")
+        print("openai client: 1 checks, 1 failed")
+        return 1
+    port = int(m.group(1))
+    # No retries: a retried 5xx or dropped connection would hide a server fault.
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                           timeout=120)
     results = []
 
     def check(name, ok, detail=""):

@@ -2,9 +2,10 @@
 xorshift64 13/7/17 from 0x5eed, id = 3 + state % (vocab - 3)), minus the ids a runtime may treat
 specially: every *_token_id(s) / *_token_index in the package's genai_config.json and processor
 JSONs and in an HF config.json (bos / eos / pad, the image / audio / video placeholders and their
-begin / end markers). A drawn special id is skipped (the next draw takes its place), so a peer's
-prompt differs from g4cu bench's only where g4cu's holds such an id; speed does not depend on the
-values."""
+begin / end markers). A drawn special id is skipped (the next draw takes its place), as g4cu
+bench redraws the image / audio placeholders; a peer's prompt differs from g4cu bench's only
+where g4cu's holds one of the other special ids (a begin / end marker); speed does not depend on
+the values."""
 import json
 import os
 

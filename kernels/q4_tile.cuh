@@ -1,0 +1,57 @@
+// q4_tile.cuh: the per-lane accessor of one packed Q4 tile (kernels/q4_pack.h) for the wgmma
+// GEMM's producer (gemm_q4_wgmma.cu) and the test dequantizer (gemm_q4.cu): what a lane loads
+// and the dequantized rows it gets, in input order. Built on q4_dequant.cuh (the view and the
+// exact per-word dequantization the GEMV and the mma.sync GEMM use). If the packed layout
+// changes, q4_pack.c, q4_dequant.cuh and this file change together. Internal header.
+// defines: g4k::q4_raw, q4_lane_load, q4_lane_rows.
+//
+// Dequantization is exact up to one rounding: (q - zp) is formed exactly in fp16 (the magic-
+// number trick below), then multiplied by the fp16 scale with round-to-nearest. So every kernel
+// produces fp16(w) with w = (q - zp) * scale computed in real arithmetic, which is what the CPU
+// reference rounded once to fp16 gives (tests/test_cuda_gemm.c, op q4_dequant: bit-exact).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/gemm_common.cuh"
+#include "kernels/q4_dequant.cuh"
+
+namespace g4k {
+
+// What lane L = 4 g + t of a warp reads of tile i (= nt * K/64 + kt): its 16-byte word of codes
+// (features g and g + 8 at inputs 16 t .. 16 t + 15 of the tile), the scale pair and the
+// zero-point pair of its 32-input block (record entry 2 g + t / 2).
+struct q4_raw {
+    uint4 q;
+    uint32_t s, z;
+};
+
+__device__ __forceinline__ q4_raw q4_lane_load(const q4w &w, size_t tile, int lane) {
+    const int pair = 2 * (lane >> 2) + ((lane & 3) >> 1);
+    q4_raw r;
+    r.q = ldg_stream(w.q + tile * 32 + lane);
+    r.s = __ldg(w.s + tile * 16 + pair);
+    r.z = (uint32_t)__ldg(w.z + tile * 16 + pair);
+    return r;
+}
+
+// The lane's two feature rows in input order: lo[i] = fp16 pair (w[g][16 t + 2 i],
+// w[g][16 t + 2 i + 1]) (low half first), hi[i] the same for feature g + 8; lo[0..3] and
+// lo[4..7] are the 16-byte runs of inputs 16 t .. + 7 and 16 t + 8 .. + 15.
+__device__ __forceinline__ void q4_lane_rows(const q4_raw &r, uint32_t lo[8], uint32_t hi[8]) {
+    const q4k kc = q4_consts(r.s, r.z);
+    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t a[4];
+        q4_dequant_word(words[s], kc, a);
+        lo[2 * s] = a[0];
+        lo[2 * s + 1] = a[2];
+        hi[2 * s] = a[1];
+        hi[2 * s + 1] = a[3];
+    }
+}
+
+} // namespace g4k
