@@ -57,9 +57,12 @@
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
 #   llama_build  llama.cpp (.carry/llama.tar.xz, tools/peers/pack_llamacpp.sh) unpacked to
 #            $WORK/llama and built with CUDA sm_90a: llama-bench, llama-quantize (beside e2b_make)
+#   llama_convert  llama.cpp's f16 GGUF and Q4_K_M of the checkpoint (after llama_build,
+#            e2b_make; CPU work beside the GPU stages: peers' llama-bench waits for it)
 #   peers    issue 23's table (after e2b_make, llama_build): g4cu bench f16 + Q4 beside
 #            onnxruntime-genai 0.18 ($WORK/ort), HF bf16 / fp16, llama.cpp F16 / Q4_K_M, and the
-#            logits parity vs HF fp32 -> $OUT/peers.md, $OUT/peers.json (PEERS_SKIP, PEERS_HF_REPS)
+#            logits parity vs HF fp32 -> $OUT/peers.md, $OUT/peers.json (PEERS_SKIP, PEERS_HF_REPS,
+#            PEERS_HF_LONG; LLAMACPP_DEPTH_REPS)
 #   cli      issue 21's figures (after e2b_wait): `g4cu asr` long-form on a 600 s WAV made here on
 #            the E2B f16 package, CUDA (wall s, real-time factor = wall / 600, windows), with
 #            --tokenizer ${E2B_TOKENIZER:-$FID/proxy/f16/tokenizer.json} (the package has none);
@@ -249,6 +252,8 @@ stage_e2b_make() {
     build-gpu/g4cu inspect "$d/f16" --summary >"$d/inspect.txt" 2>&1
     build-gpu/g4cu quantize "$d/f16" "$d/q4" --threads "$(nproc)" || { touch "$d/FAILED"; return 1; }
     ls -l "$d/q4/decoder/model.onnx.data" | awk '{print "q4 decoder data: " $5 " bytes (real 1,511,784,448)"}'
+    # E2B_DUMPS=0: no HF dumps (a call that runs no compare: the peers stage)
+    [ "${E2B_DUMPS:-1}" = 0 ] && { touch "$d/READY"; return 0; }
     python3 tools/python/make_reference.py --hf "$d/hf" --package "$d/f16" --out "$d/dumps" \
         --lengths 16 || { touch "$d/FAILED"; return 1; }
     python3 tools/python/make_reference.py --hf "$d/hf" --out "$d/dumps16" --lengths 16 \
@@ -511,6 +516,16 @@ stage_llama_build() {
     [ -x "$WORK/llama/build/bin/llama-bench" ]
 }
 
+# llama.cpp's conversion (convert_hf_to_gguf.py f16) and Q4_K_M quantization of the full-size
+# checkpoint, CPU work the pipeline runs beside the GPU benchmarks (after llama_build and
+# e2b_make); the peers stage's llama-bench then reuses the GGUFs.
+stage_llama_convert() {
+    [ -f "$WORK/e2b/READY" ] || { echo "llama_convert: no $WORK/e2b/READY"; return 1; }
+    mkdir -p "$WORK/llama_models"
+    tools/peers/llamacpp.sh convert "$WORK/llama" "$WORK/e2b/hf" "$WORK/llama_models" 2>&1 | tail -5
+    ls "$WORK/llama_models"/*.gguf 2>/dev/null
+}
+
 # The peers beside g4cu on the full-size random E2B (after e2b_make; llama_build for llama.cpp),
 # one after another on the same GPU, with g4cu bench's definitions: g4cu bench f16 + Q4,
 # onnxruntime-genai 0.18 (CUDA) on the same two packages (from $WORK/ort: onnxruntime_genai/ and
@@ -558,28 +573,12 @@ stage_peers() {
     if [[ $skip == *" hf "* ]]; then
         echo "skipped (PEERS_SKIP)" >"$p/hf.json.error"
     else
-        python3 tools/python/bench_hf.py "$d/hf" --reps "${PEERS_HF_REPS:-3}" --long 4096,16384 \
+        python3 tools/python/bench_hf.py "$d/hf" --reps "${PEERS_HF_REPS:-3}" --long "${PEERS_HF_LONG:-4096,16384}" \
             --json "$p/hf.json" >"$p/hf.log" 2>&1 ||
             echo "HF transformers: $(grep -v '^ *$' "$p/hf.log" | tail -1)" | tee "$p/hf.json.error"
         grep "^hf " "$p/hf.log"
     fi
     stamp "peers: HF done"
-    rm -f "$p/llama.json" "$p/llama.json.error"
-    if [[ $skip == *" llama "* ]]; then
-        echo "skipped (PEERS_SKIP)" >"$p/llama.json.error"
-    elif [ ! -x "$WORK/llama/build/bin/llama-bench" ]; then
-        echo "llama.cpp: not built ($WORK/llama/build/bin/llama-bench missing: run llama_build)" | tee "$p/llama.json.error"
-    else
-        tools/peers/llamacpp.sh bench "$WORK/llama" "$d/hf" "$WORK/llama_models" "$p/llama.json" \
-            >"$p/llama.log" 2>&1 ||
-            echo "llama.cpp: $(grep -v '^ *$' "$p/llama.log" | tail -1)" | tee "$p/llama.json.error"
-        grep "^llama" "$p/llama.log"
-        cp "$WORK/llama_models"/*.log "$p/" 2>/dev/null
-        cp -r "$WORK/llama_models/llama_results" "$p/" 2>/dev/null
-        # the GGUFs are ~10 + 3.5 GB of a 64 GB disk that already holds the E2B packages
-        [ "${PEERS_KEEP_GGUF:-0}" = 1 ] || rm -f "$WORK/llama_models"/*.gguf
-    fi
-    stamp "peers: llama.cpp done"
     rm -f "$p/parity.json" "$p/parity.json.error"
     if [[ $skip == *" parity "* ]]; then
         echo "skipped (PEERS_SKIP)" >"$p/parity.json.error"
@@ -591,6 +590,25 @@ stage_peers() {
             echo "logits parity: $(grep -v '^ *$' "$p/parity.log" | tail -1)" | tee "$p/parity.json.error"
         grep -E "^(logits_parity|onnxruntime-genai|g4cu)" "$p/parity.log"
     fi
+    rm -f "$p/llama.json" "$p/llama.json.error"
+    if [[ $skip == *" llama "* ]]; then
+        echo "skipped (PEERS_SKIP)" >"$p/llama.json.error"
+    elif [ ! -x "$WORK/llama/build/bin/llama-bench" ]; then
+        echo "llama.cpp: not built ($WORK/llama/build/bin/llama-bench missing: run llama_build)" | tee "$p/llama.json.error"
+    else
+        local n=0 # a pipeline that plans llama_convert (beside the GPU work) makes the GGUFs
+        while grep -qw llama_convert "$WORK/logs/plan.txt" 2>/dev/null &&
+            [ ! -f "$WORK/logs/llama_convert.done" ] && [ $n -lt 900 ]; do sleep 5; n=$((n + 5)); done
+        tools/peers/llamacpp.sh bench "$WORK/llama" "$d/hf" "$WORK/llama_models" "$p/llama.json" \
+            >"$p/llama.log" 2>&1 ||
+            echo "llama.cpp: $(grep -v '^ *$' "$p/llama.log" | tail -1)" | tee "$p/llama.json.error"
+        grep "^llama" "$p/llama.log"
+        cp "$WORK/llama_models"/*.log "$p/" 2>/dev/null
+        cp -r "$WORK/llama_models/llama_results" "$p/" 2>/dev/null
+        # the GGUFs are ~10 + 3.5 GB of a 64 GB disk that already holds the E2B packages
+        [ "${PEERS_KEEP_GGUF:-0}" = 1 ] || rm -f "$WORK/llama_models"/*.gguf
+    fi
+    stamp "peers: llama.cpp done"
     python3 tools/python/peers_table.py --g4cu "$p/g4cu.json" --g4cu-version "$(cat "$p/g4cu_version.txt")" \
         --ort-f16 "$p/ort_f16.json" --ort-q4 "$p/ort_q4.json" --hf "$p/hf.json" \
         --llama "$p/llama.json" --parity "$p/parity.json" --md "$OUT/peers.md" --json "$OUT/peers.json"

@@ -6,11 +6,15 @@
 #       llama-cpp-python 0.3.36 sdist's vendor/llama.cpp) into DIR and build llama-bench and
 #       llama-quantize in DIR/build (cuda: -DGGML_CUDA=ON, sm_90a); DIR/BUILD_INFO keeps the
 #       source and the cmake flags (LLAMACPP_CONFIGURE_ONLY=1: configure, do not build)
+#   tools/peers/llamacpp.sh convert DIR HF_DIR WORK
+#       only the conversion and the quantization below (a CPU step the pipeline runs beside
+#       the GPU work; `bench` then reuses the GGUFs)
 #   tools/peers/llamacpp.sh bench DIR HF_DIR WORK OUT_JSON [quick]
 #       HF_DIR (an HF Gemma-4 checkpoint) -> convert_hf_to_gguf.py --outtype f16 -> llama-quantize
 #       Q4_K_M, then llama-bench on each GGUF with -fa 1 -ngl 99 -o json:
 #         -p 128,512,2048 -n 128            prefill pp128 / pp512 / pp2048, decode tg128 at depth 0
 #         -p 0 -n 128 -d 128,4096,16384 -r 3  decode 128 after 128 / 4k / 16k tokens
+#                                             (-r: LLAMACPP_DEPTH_REPS, default 3)
 #       (quick: -p 16 -n 4, -d 16: the CPU try on a tiny checkpoint). HF_DIR without a
 #       tokenizer.json (the random E2B) gets the chat fixture's, padded to the vocabulary with
 #       tools/gpu/pad_tokenizer.py --dense, in a side dir of links. OUT_JSON: the build info and,
@@ -48,12 +52,15 @@ build() {
 # The first line of a log that says what went wrong (else its last line).
 why() { grep -m1 -iE "error|exception|failed|unsupported|unknown|not supported" "$1" || tail -1 "$1"; }
 
-bench() {
-    local dir=$1 hf=$2 work=$3 out=$4 quick=${5:-}
+# HF_DIR -> WORK/model-f16.gguf -> WORK/model-q4_k_m.gguf (errors in WORK/llama_results/*.error);
+# WORK/ggufs.made marks it done, so that `bench` after `convert` does not convert again.
+make_ggufs() {
+    local dir=$1 hf=$2 work=$3
     local bin=$dir/build/bin
-    [ -x "$bin/llama-bench" ] || die "$bin/llama-bench: not built (llamacpp.sh build first)"
+    [ -x "$bin/llama-quantize" ] || die "$bin/llama-quantize: not built (llamacpp.sh build first)"
     [ -f "$hf/config.json" ] || die "$hf: no config.json (expected an HF checkpoint)"
     mkdir -p "$work"
+    rm -f "$work/ggufs.made"
     local src=$hf
     if [ ! -f "$hf/tokenizer.json" ]; then # the random E2B has none: links + a padded tokenizer
         src=$work/hf_tok
@@ -65,8 +72,6 @@ bench() {
             "$src/tokenizer.json" "$vocab" --dense || die "pad_tokenizer.py failed"
         cp "$root/tests/fixtures/chat/tokenizer_config.json" "$src/"
     fi
-    local p="128,512,2048" n=128 d="128,4096,16384"
-    [ "$quick" = quick ] && p=16 n=4 d=16
     local f16=$work/model-f16.gguf q4=$work/model-q4_k_m.gguf
     local res=$work/llama_results
     rm -rf "$res" && mkdir -p "$res"
@@ -89,13 +94,24 @@ bench() {
     else
         echo "not made: the f16 conversion failed" >"$res/q4_k_m.error"
     fi
+    touch "$work/ggufs.made"
+}
+
+bench() {
+    local dir=$1 hf=$2 work=$3 out=$4 quick=${5:-}
+    local bin=$dir/build/bin
+    [ -x "$bin/llama-bench" ] || die "$bin/llama-bench: not built (llamacpp.sh build first)"
+    [ -f "$work/ggufs.made" ] || make_ggufs "$dir" "$hf" "$work"
+    local p="128,512,2048" n=128 d="128,4096,16384" reps=${LLAMACPP_DEPTH_REPS:-3}
+    [ "$quick" = quick ] && p=16 n=4 d=16
+    local f16=$work/model-f16.gguf q4=$work/model-q4_k_m.gguf res=$work/llama_results
     local k g
     for k in f16 q4_k_m; do
         g=$f16; [ $k = q4_k_m ] && g=$q4
         [ -f "$res/$k.error" ] && continue
         "$bin/llama-bench" -m "$g" -p "$p" -n "$n" -fa 1 -ngl 99 -o json >"$res/$k.json" 2>"$res/$k.log" ||
             { echo "llama-bench: $(why "$res/$k.log")" >"$res/$k.error"; cat "$res/$k.error"; continue; }
-        "$bin/llama-bench" -m "$g" -p 0 -n "$n" -d "$d" -r 3 -fa 1 -ngl 99 -o json >"$res/${k}_depth.json" 2>"$res/${k}_depth.log" ||
+        "$bin/llama-bench" -m "$g" -p 0 -n "$n" -d "$d" -r "$reps" -fa 1 -ngl 99 -o json >"$res/${k}_depth.json" 2>"$res/${k}_depth.log" ||
             { echo "llama-bench -d: $(why "$res/${k}_depth.log")" >"$res/${k}_depth.error"; cat "$res/${k}_depth.error"; }
         echo "llamacpp.sh: llama-bench $k done"
     done
@@ -132,5 +148,6 @@ PY
 case "${1:-}" in
     build) shift; [ $# -ge 2 ] || die "usage: llamacpp.sh build TARBALL DIR [cuda|cpu]"; build "$@" ;;
     bench) shift; [ $# -ge 4 ] || die "usage: llamacpp.sh bench DIR HF_DIR WORK OUT_JSON [quick]"; bench "$@" ;;
+    convert) shift; [ $# -ge 3 ] || die "usage: llamacpp.sh convert DIR HF_DIR WORK"; make_ggufs "$@" ;;
     *) sed -n '2,20p' "$0"; exit 1 ;;
 esac
