@@ -121,6 +121,22 @@ __global__ void rms_subwarp_kernel(uint16_t *y, const X *x, const uint16_t *w, i
     store8(y + off, v);
 }
 
+// The warp-per-row kernels' store: y = v * inv * w (w NULL: no scale) for the row's VPL vectors
+// that this lane holds (vectors lane + 32 j), the arithmetic of store_normed.
+template <int VPL>
+__device__ __forceinline__ void warp_store_normed(uint16_t *y, float (&v)[VPL][8], float inv,
+                                                  const uint16_t *w, int lane) {
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        const int c = (lane + 32 * j) * 8;
+        float wv[8];
+        if (w) load8(w + c, wv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[j][e] = v[j][e] * inv * (w ? wv[e] : 1.0f);
+        store8(y + c, v[j]);
+    }
+}
+
 // Rows (groups) of 256 VPL columns, VPL 2..4 (the towers' widths 768 and 1024, and 512): one
 // warp per row, VPL 8-element vectors per lane held in registers (lane l owns vectors l + 32 j),
 // one warp reduction, 8 rows per CTA. Beside one CTA per row this drops the block reductions'
@@ -143,16 +159,7 @@ __global__ void rms_warp_kernel(uint16_t *y, const X *x, const uint16_t *w, long
 #pragma unroll
         for (int e = 0; e < 8; e++) ss += v[j][e] * v[j][e];
     }
-    const float inv = rsqrtf(warp_sum(ss) / (float)group + eps);
-#pragma unroll
-    for (int j = 0; j < VPL; j++) {
-        const int c = (lane + 32 * j) * 8;
-        float wv[8];
-        if (w) load8(w + c, wv);
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[j][e] = v[j][e] * inv * (w ? wv[e] : 1.0f);
-        store8(y + base + c, v[j]);
-    }
+    warp_store_normed<VPL>(y + base, v, rsqrtf(warp_sum(ss) / (float)group + eps), w, lane);
 }
 
 // add_rms_kernel for rows of 256 VPL columns, VPL 2..4: one warp per row, in registers.
@@ -196,16 +203,7 @@ __global__ void add_rms_warp_kernel(float *h, const uint16_t *x, const uint16_t 
         if (next == G4_NEXT_COPY) store8(y2 + base + c, hv[j]);
     }
     if (next != G4_NEXT_NORM) return;
-    const float inv2 = rsqrtf(warp_sum(ss2) / (float)cols + eps);
-#pragma unroll
-    for (int j = 0; j < VPL; j++) {
-        const int c = (lane + 32 * j) * 8;
-        float wv[8];
-        if (w2) load8(w2 + c, wv);
-#pragma unroll
-        for (int e = 0; e < 8; e++) hv[j][e] *= inv2 * (w2 ? wv[e] : 1.0f);
-        store8(y2 + base + c, hv[j]);
-    }
+    warp_store_normed<VPL>(y2 + base, hv, rsqrtf(warp_sum(ss2) / (float)cols + eps), w2, lane);
 }
 
 __global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
