@@ -28,6 +28,23 @@ namespace {
 
 constexpr int SSCP_WARPS = 8, SSCP_THREADS = 32 * SSCP_WARPS;
 
+// A pixel's CPL channels (after LayerNorm and ReLU) as fp16: one 8-byte word per 4 channels when
+// y is 8-byte aligned (a warp then writes whole sectors), else one store each.
+template <int CPL>
+__device__ __forceinline__ void store_pixel(uint16_t *dst, const float (&o)[CPL], bool aligned8) {
+    if constexpr (CPL % 4 == 0) {
+        if (aligned8) {
+#pragma unroll
+            for (int j = 0; j < CPL; j += 4)
+                *reinterpret_cast<uint2 *>(dst + j) =
+                    make_uint2(pack_half2(o[j], o[j + 1]), pack_half2(o[j + 2], o[j + 3]));
+            return;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < CPL; j++) dst[j] = f2h(o[j]);
+}
+
 template <class X, int CPL> // CPL: output channels per lane (C_out / 32)
 __global__ void __launch_bounds__(SSCP_THREADS)
     sscp_kernel(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
@@ -88,25 +105,10 @@ __global__ void __launch_bounds__(SSCP_THREADS)
 #pragma unroll
             for (int j = 0; j < CPL; j++) v += (acc[j] - mean) * (acc[j] - mean);
             const float inv = rsqrtf(warp_sum(v) / (float)C_out + eps);
-            uint16_t *dst = y + ((size_t)oh * Wo + ow) * C_out + c0;
-            bool stored = false;
-            if constexpr (CPL % 4 == 0) { // 8-byte stores: a warp writes whole sectors
-                if (y_aligned8) {
+            float o[CPL];
 #pragma unroll
-                    for (int j = 0; j < CPL; j += 4)
-                        *reinterpret_cast<uint2 *>(dst + j) = make_uint2(
-                            pack_half2(fmaxf((acc[j] - mean) * inv * lw[j], 0.0f),
-                                       fmaxf((acc[j + 1] - mean) * inv * lw[j + 1], 0.0f)),
-                            pack_half2(fmaxf((acc[j + 2] - mean) * inv * lw[j + 2], 0.0f),
-                                       fmaxf((acc[j + 3] - mean) * inv * lw[j + 3], 0.0f)));
-                    stored = true;
-                }
-            }
-            if (!stored) {
-#pragma unroll
-                for (int j = 0; j < CPL; j++)
-                    dst[j] = f2h(fmaxf((acc[j] - mean) * inv * lw[j], 0.0f));
-            }
+            for (int j = 0; j < CPL; j++) o[j] = fmaxf((acc[j] - mean) * inv * lw[j], 0.0f);
+            store_pixel<CPL>(y + ((size_t)oh * Wo + ow) * C_out + c0, o, y_aligned8);
         }
     }
 }
@@ -175,25 +177,11 @@ __global__ void __launch_bounds__(SSCP_THREADS)
             for (int p = 0; p < P; p++) {
                 const int ow = ow0 + p * SSCP_WARPS;
                 if (ow >= Wo) continue;
-                uint16_t *dst = y + ((size_t)oh * Wo + ow) * C_out + c0;
                 float o[CPL];
 #pragma unroll
                 for (int j = 0; j < CPL; j++)
                     o[j] = fmaxf((acc[p][j] - mean[p]) * inv[p] * lw[j], 0.0f);
-                bool stored = false;
-                if constexpr (CPL % 4 == 0) {
-                    if (y_aligned8) {
-#pragma unroll
-                        for (int j = 0; j < CPL; j += 4)
-                            *reinterpret_cast<uint2 *>(dst + j) =
-                                make_uint2(pack_half2(o[j], o[j + 1]), pack_half2(o[j + 2], o[j + 3]));
-                        stored = true;
-                    }
-                }
-                if (!stored) {
-#pragma unroll
-                    for (int j = 0; j < CPL; j++) dst[j] = f2h(o[j]);
-                }
+                store_pixel<CPL>(y + ((size_t)oh * Wo + ow) * C_out + c0, o, y_aligned8);
             }
         }
     }
@@ -311,22 +299,25 @@ size_t sscp_mma_smem(int W, int C_in) {
     return (size_t)32 * 9 * C_in * 2 + (size_t)5 * (W + 2) * C_in * 2;
 }
 
+// The persistent grid of a direct kernel over Ho output rows: as many resident CTAs per SM as
+// its shared memory allows (layer 0 needs a few KB and does little per row: one CTA of 8 warps
+// per SM left it latency-bound at 0.37x cuDNN), at most one per row.
+template <typename K> int resident_grid(K *kernel, size_t smem, int Ho) {
+    int per_sm = 0;
+    G4_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, SSCP_THREADS, smem));
+    const int slots = num_sms() * (per_sm > 0 ? per_sm : 1);
+    return Ho < slots ? Ho : slots;
+}
+
 template <class X, int CPL>
 void sscp_c1_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *w,
                     const uint16_t *ln_w, int H, int W, float eps, cudaStream_t stream) {
     const size_t smem = (size_t)3 * W * 2;
     G4K_REQUIRE(smem <= 227 * 1024, "g4_sscp_conv: 3 fp16 input rows fit in shared memory");
-    static bool configured = false;
-    if (!configured) {
-        G4_CUDA_CHECK(cudaFuncSetAttribute(
-            sscp_c1_kernel<X, CPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-        configured = true;
-    }
-    int per_sm = 0;
-    G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sscp_c1_kernel<X, CPL>,
-                                                                SSCP_THREADS, smem));
-    const int Ho = (H + 1) / 2, slots = num_sms() * (per_sm > 0 ? per_sm : 1);
-    const int grid = Ho < slots ? Ho : slots;
+    static bool smem_set = false;
+    set_smem(sscp_c1_kernel<X, CPL>, 227 * 1024, &smem_set);
+    const int grid = resident_grid(sscp_c1_kernel<X, CPL>, smem, (H + 1) / 2);
     sscp_c1_kernel<X, CPL><<<grid, SSCP_THREADS, smem, stream>>>(y, x, valid, w, ln_w, H, W, eps,
                                                                   ((uintptr_t)y & 7) == 0);
     G4_CUDA_LAUNCH_CHECK();
@@ -339,19 +330,9 @@ void sscp_launch(uint16_t *y, const X *x, const uint8_t *valid, const uint16_t *
     const size_t smem = (size_t)9 * C_in * 32 * CPL * 4 + (size_t)3 * W * C_in * 2;
     G4K_REQUIRE(smem <= 227 * 1024,
                 "g4_sscp_conv: fp32 weights + 3 fp16 input rows fit in shared memory");
-    static bool configured = false; // opt in to the largest dynamic shared memory, once
-    if (!configured) {
-        G4_CUDA_CHECK(cudaFuncSetAttribute(
-            sscp_kernel<X, CPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-        configured = true;
-    }
-    // As many resident CTAs per SM as the shared memory allows: layer 0 (C_in = 1) needs 5 KB
-    // and does little per row, so one CTA (8 warps) per SM left it latency-bound (0.37x cuDNN).
-    int per_sm = 0;
-    G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sscp_kernel<X, CPL>,
-                                                                SSCP_THREADS, smem));
-    const int Ho = (H + 1) / 2, slots = num_sms() * (per_sm > 0 ? per_sm : 1);
-    const int grid = Ho < slots ? Ho : slots;
+    static bool smem_set = false; // opt in to the largest dynamic shared memory, once
+    set_smem(sscp_kernel<X, CPL>, 227 * 1024, &smem_set);
+    const int grid = resident_grid(sscp_kernel<X, CPL>, smem, (H + 1) / 2);
     sscp_kernel<X, CPL>
         <<<grid, SSCP_THREADS, smem, stream>>>(y, x, valid, w, ln_w, H, W, C_in, eps,
                                                ((uintptr_t)y & 7) == 0);
@@ -406,12 +387,8 @@ extern "C" void g4_sscp_conv(uint16_t *y, const void *x, int x_f32, const uint8_
     G4K_REQUIRE(H >= 0, op);
     if (H == 0) return;
     if (sscp_mma_ok(x_f32, W, C_in, C_out) && (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
-        static bool configured = false;
-        if (!configured) {
-            G4_CUDA_CHECK(cudaFuncSetAttribute(
-                sscp_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-            configured = true;
-        }
+        static bool smem_set = false;
+        set_smem(sscp_mma_kernel, 227 * 1024, &smem_set);
         const int tiles = ((H + 1) / 2 + 1) / 2, sms = num_sms();
         const int grid = tiles < sms ? tiles : sms;
         const size_t smem = sscp_mma_smem(W, C_in);
