@@ -11,7 +11,7 @@ mkdir -p "$WORK/ortc"
 cd "$WORK/ortc" || exit 1
 [ -f ort.sha256 ] || { echo "ort: no ort.sha256 yet ($(ls | wc -l) files)"; exit 0; }
 cat ort.tar.xz.part* >ort.tar.xz
-if sha256sum -c --quiet ort.sha256 2>/dev/null; then
+if sha256sum -c --status ort.sha256 2>/dev/null; then
     rm -rf "$WORK/ort" && tar xJf ort.tar.xz -C "$WORK" && rm -f ort.tar.xz &&
         echo "ort: unpacked to $WORK/ort ($(ls ort.tar.xz.part* | wc -l) parts)"
 else
