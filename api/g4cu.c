@@ -11,27 +11,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "api/api_internal.h"
 #include "base/base.h"
 #include "engine/pipeline.h"
 #include "kernels/backend_select.h"
-
-struct g4cu_model {
-    g4_pipeline *pl;
-    pthread_mutex_t lock; // the towers and the tokenizer's encoding (shared by the states)
-    int n_ctx;            // KV rows of a new state (0: made by its first request)
-};
-
-struct g4cu_state {
-    g4cu_model *m;
-    g4_text_state *ts; // made at g4cu_state_new (the model's n_ctx) or by the first request
-};
 
 const char *g4cu_last_error(void) { return g4_error(); }
 const char *g4cu_version(void) { return "0.1"; }
 void g4cu_free(void *p) { free(p); }
 
-// Internal errors keep their code; anything else a library call returns is one of the two.
-static int code(int rc) { return rc == G4_OK ? G4CU_OK : rc == G4_EUSER ? G4CU_EUSER : G4CU_EINTERNAL; }
+static int code(int rc) { return g4_api_code(rc); }
 // The command's exit codes come from the API's codes through tools/cli.h's g4_cli_fail.
 _Static_assert((int)G4CU_OK == (int)G4_OK && (int)G4CU_EUSER == (int)G4_EUSER &&
                    (int)G4CU_EINTERNAL == (int)G4_EINTERNAL,
