@@ -21,13 +21,9 @@ allowed=(
     tools/cmd_asr.c
     tools/cmd_bench.c
     tools/cmd_compare.c
-    tools/cmd_eval.c
-    tools/cmd_eval_merge.c
     tools/cmd_features.c
     tools/cmd_generate.c
     tools/cmd_inspect.c
-    tools/cmd_logits.c
-    tools/cmd_perplexity.c
     tools/cmd_quantize.c
     tools/cmd_vqa.c
     tools/gen_cli.c

@@ -1,15 +1,14 @@
 // g4cu eval MANIFEST.jsonl --task ocrbench|docvqa|chartqa|librispeech PKG [options]
 // Runs one lmms-eval task's manifest through the model and scores it as lmms-eval does
-// (eval/runner.h): predictions appended to OUT/predictions[.shard-I-of-N].jsonl as they come,
+// (g4cu_eval_run, include/g4cu_eval.h): predictions appended to OUT/predictions[.shard-I-of-N].jsonl as they come,
 // scores in OUT/scores[.shard-I-of-N].json and .md, the headline metric on stdout. A progress
 // bar goes to stderr when stderr is a terminal.
+// On the public C API (include/g4cu_eval.h: g4cu_eval_run).
+#include <g4cu_eval.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "eval/runner.h"
-#include "kernels/backend_select.h"
 #include "tools/cli.h"
 #include "tools/shard_env.h"
 
@@ -34,7 +33,8 @@ static int parse_shard(const char *s, int *i, int *n) {
 }
 
 static int cmd_eval(int argc, char **argv) {
-    g4_eval_run_opts o = {0};
+    g4cu_eval_params o;
+    g4cu_eval_params_default(&o);
     const char *pos[2] = {0}, *task = NULL, *out = NULL;
     int n_pos = 0, shard_auto = 0;
     long long v;
@@ -87,30 +87,28 @@ static int cmd_eval(int argc, char **argv) {
         if (rc) return g4_cli_fail(rc);
         fprintf(stderr, "g4cu eval: --shard auto: %s\n", how);
     }
-    if (!task) return g4_cli_usage_error("eval", "needs --task %s", g4_eval_task_names());
-    o.task = g4_eval_task_find(task);
-    if (!o.task)
-        return g4_cli_usage_error("eval", "--task expects %s, got '%s'", g4_eval_task_names(),
+    if (!task) return g4_cli_usage_error("eval", "needs --task %s", g4cu_eval_task_names());
+    g4cu_eval_task t;
+    if (!g4cu_eval_task_find(task, &t))
+        return g4_cli_usage_error("eval", "--task expects %s, got '%s'", g4cu_eval_task_names(),
                                   task);
-    o.manifest = pos[0];
-    o.package = pos[1];
-    char *def_out = g4_sprintf("eval-%s", o.task->name);
+    o.task = t.name;
+    char *def_out = g4_sprintf("eval-%s", t.name);
     o.out_dir = out ? out : def_out;
     o.progress = stderr; // a bar on a terminal, plain lines otherwise (base/progress.h)
     o.log = stderr;
-    g4_eval_run_result r = {0};
-    int rc = g4_backend_by_name(o.backend, &o.be);
-    if (!rc) rc = g4_eval_run(&o, &r);
+    g4cu_eval_result r;
+    int rc = g4cu_eval_run(pos[0], pos[1], &o, &r);
     if (!rc) {
-        printf("%s %s = %.*f over %d items", o.task->name, o.task->metric,
-               o.task->lower_is_better ? 4 : 6, r.value, r.count);
+        printf("%s %s = %.*f over %d items", t.name, t.metric, t.lower_is_better ? 4 : 6, r.value,
+               r.count);
         if (r.failed) printf(" (%d failed: scored as empty responses)", r.failed);
         printf(" -> %s\n", r.scores_path);
         if (o.shard_n > 1)
             printf("shard %d of %d: run g4cu eval-merge %s --task %s when every shard is done\n",
-                   o.shard_i, o.shard_n, o.out_dir, o.task->name);
+                   o.shard_i, o.shard_n, o.out_dir, t.name);
     }
-    g4_eval_run_result_free(&r);
+    g4cu_eval_result_free(&r);
     free(def_out);
     return rc ? g4_cli_fail(rc) : 0;
 }

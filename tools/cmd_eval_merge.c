@@ -1,11 +1,12 @@
 // g4cu eval-merge DIR --task T [--manifest M] [--limit N]
 // Combines the prediction files of an eval output directory (every shard's) into the
-// corpus-level score of the task: DIR/scores.json and DIR/scores.md (eval/runner.h). Every item
-// the run selects must be predicted exactly once over the files.
+// corpus-level score of the task: DIR/scores.json and DIR/scores.md. Every item the run selects
+// must be predicted exactly once over the files.
+// On the public C API (include/g4cu_eval.h: g4cu_eval_merge).
+#include <g4cu_eval.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "eval/runner.h"
 #include "tools/cli.h"
 
 static int cmd_eval_merge(int argc, char **argv) {
@@ -34,20 +35,21 @@ static int cmd_eval_merge(int argc, char **argv) {
         i++;
     }
     if (!dir) return g4_cli_usage_error("eval-merge", "needs DIR (the --out of g4cu eval)");
-    if (!task) return g4_cli_usage_error("eval-merge", "needs --task %s", g4_eval_task_names());
-    const g4_eval_task *t = g4_eval_task_find(task);
-    if (!t)
-        return g4_cli_usage_error("eval-merge", "--task expects %s, got '%s'", g4_eval_task_names(),
-                                  task);
-    g4_eval_run_result r;
-    int rc = g4_eval_merge(dir, t, manifest, limit, &r);
+    if (!task)
+        return g4_cli_usage_error("eval-merge", "needs --task %s", g4cu_eval_task_names());
+    g4cu_eval_task t;
+    if (!g4cu_eval_task_find(task, &t))
+        return g4_cli_usage_error("eval-merge", "--task expects %s, got '%s'",
+                                  g4cu_eval_task_names(), task);
+    g4cu_eval_result r;
+    int rc = g4cu_eval_merge(dir, t.name, manifest, limit, &r);
     if (!rc) {
-        printf("%s %s = %.*f over %d items", t->name, t->metric, t->lower_is_better ? 4 : 6,
-               r.value, r.count);
+        printf("%s %s = %.*f over %d items", t.name, t.metric, t.lower_is_better ? 4 : 6, r.value,
+               r.count);
         if (r.failed) printf(" (%d failed: scored as empty responses)", r.failed);
         printf(" -> %s\n", r.scores_path);
     }
-    g4_eval_run_result_free(&r);
+    g4cu_eval_result_free(&r);
     return rc ? g4_cli_fail(rc) : 0;
 }
 
