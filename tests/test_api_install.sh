@@ -4,15 +4,16 @@
 # "The C API" section, taken from README.md itself) compiles against that copy with
 # `cc $(pkg-config --cflags --libs g4cu)`, runs on the tiny fixture and streams 16 tokens; a
 # bad package makes it print the library's one-line error and exit 1. The library exports the
-# g4cu_* functions only.
+# g4cu_* functions only. A program on <g4cu_eval.h> (the measuring part) compiles against the
+# same copy and gets the logits of a 3-id prompt, [3, the package's vocabulary].
 set -u
 : "${G4_BUILD_DIR:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?}"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 pre="$tmp/prefix"
 cmake --install "$G4_BUILD_DIR" --prefix "$pre" >"$tmp/install.log" 2>&1
 check "cmake --install to a temporary prefix" $?
-[ -f "$pre/include/g4cu.h" ]
-check "the header is installed" $?
+[ -f "$pre/include/g4cu.h" ] && [ -f "$pre/include/g4cu_eval.h" ]
+check "the headers are installed (g4cu.h, g4cu_eval.h)" $?
 pc=$(find "$pre" -name g4cu.pc | head -1)
 lib=$(find "$pre" -name 'libg4cu.so.0' | head -1)
 [ -n "$pc" ] && [ -n "$lib" ]
@@ -53,4 +54,30 @@ LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_DEBUG=libs "$t
 check "the installed libg4cu.so.0 is the one loaded" $?
 err1 "a bad package: one-line error, exit 1" "example: .*no-such-pkg" \
     env LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/example" "$tmp/no-such-pkg" "$tok" "hi"
+cat >"$tmp/eval_example.c" <<'EOF'
+#include <g4cu_eval.h>
+#include <stdio.h>
+
+int main(int argc, char **argv) {
+    const int32_t ids[3] = {2, 5, 17};
+    float *lg;
+    int rows, vocab;
+    if (argc != 2 || g4cu_eval_logits(argv[1], ids, 3, NULL, &lg, &rows, &vocab))
+        return fprintf(stderr, "eval_example: %s\n", g4cu_last_error()), 1;
+    printf("%d rows of %d\n", rows, vocab);
+    g4cu_free(lg);
+    return 0;
+}
+EOF
+cc -std=c11 -Wall -Wextra -Werror "$tmp/eval_example.c" $flags -o "$tmp/eval_example" 2>"$tmp/cc.log"
+ok=$?
+[ $ok -ne 0 ] && cat "$tmp/cc.log"
+check "a <g4cu_eval.h> program compiles against the installed library" $ok
+vocab=$(sed -nE 's/.*"vocab_size": *([0-9]+).*/\1/p' "$pkgdir/genai_config.json" | head -1)
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/eval_example" "$pkgdir" >"$tmp/out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ -n "$vocab" ] && [ "$(cat "$tmp/out")" = "3 rows of $vocab" ]
+ok=$?
+[ $ok -ne 0 ] && { echo "  exit $rc, vocab '$vocab':"; cat "$tmp/out"; }
+check "g4cu_eval_logits from the installed library: [3, $vocab]" $ok
 finish test_api_install
