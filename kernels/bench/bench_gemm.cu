@@ -169,6 +169,35 @@ void launch_blas(void *ctx, int rep, void *stream) {
     if (p->r.glu) blas_gemm(p, p->x[c], p->wu[c], p->y[c]);
 }
 
+// The mma.sync / wgmma crossover sweep (a filter holding "xover" selects it instead of the
+// table): both prefill kernels at every linear's shape and the M the engine runs them at (text
+// prefill chunks and prompts; the towers' 256-2304 patches or frames), so AUTO's choice of
+// kernel per shape comes from measurements (bench/NOTES.md).
+std::vector<brow> sweep() {
+    std::vector<brow> t;
+    const g4_gemm_algo algos[2] = {G4_GEMM_MMA, G4_GEMM_WGMMA};
+    static const char *names[2][2][2] = {{{"xover_f16_mma", "xover_f16_wgmma"},
+                                          {"xover_q4_mma", "xover_q4_wgmma"}},
+                                         {{"xover_glu_f16_mma", "xover_glu_f16_wgmma"},
+                                          {"xover_glu_q4_mma", "xover_glu_q4_wgmma"}}};
+    const int text_shapes[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13};
+    auto add = [&](int M, int s, bool glu) {
+        for (int w = 0; w < 2; w++)
+            for (int a = 0; a < 2; a++)
+                t.push_back({names[glu][w][a], w ? W_Q4 : W_F16, glu, algos[a], M, s});
+    };
+    for (int M : {16, 32, 64, 128, 256, 512, 1024, 2048, 4096}) {
+        for (int s : text_shapes) add(M, s, false);
+        for (int s : {6, 7}) add(M, s, true);
+    }
+    for (int M : {256, 750, 2304}) {
+        for (int s = N_TEXT_SHAPES; s < (int)(sizeof SHAPES / sizeof SHAPES[0]); s++)
+            add(M, s, false);
+        add(M, 16, true);
+    }
+    return t;
+}
+
 // The table: decode GEMVs at every shape, prefill GEMMs at the shapes that dominate prefill.
 std::vector<brow> table() {
     std::vector<brow> t;
@@ -227,7 +256,7 @@ std::vector<brow> table() {
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
-    const std::vector<brow> t = table();
+    const std::vector<brow> t = filter && strstr(filter, "xover") ? sweep() : table();
     cublasHandle_t blas;
     CUBLAS_CHECK(cublasCreate(&blas));
     // A fixed workspace, so cuBLAS allocates nothing while a graph is being captured.

@@ -181,6 +181,14 @@ stage_kernels() {
     cat "$OUT/kbench.txt" | cut -c1-160
 }
 
+# The mma.sync / wgmma crossover sweep (bench_gemm.cu's sweep()): the data AUTO's per-shape
+# prefill kernel choice is set from.
+stage_xover() {
+    build-gpu/g4cu bench --kernels --filter xover --reps 10 --json "$OUT/xover.json" >"$OUT/xover.txt" 2>&1
+    echo "bench --kernels --filter xover: exit $?"
+    grep -c xover "$OUT/xover.txt"
+}
+
 # A short look at the full-size package (after e2b_make): bench at 3 reps and the prefill
 # attention kernel rows (wgmma vs HMMA), for a call without time for e2b_run.
 stage_e2b_quick() {
