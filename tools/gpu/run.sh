@@ -181,6 +181,22 @@ stage_kernels() {
     cat "$OUT/kbench.txt" | cut -c1-160
 }
 
+# The mma.sync / wgmma crossover sweep (bench_gemm.cu's sweep()): the data AUTO's per-shape
+# prefill kernel choice is set from.
+stage_xover() {
+    local k c n=0
+    for k in f16 q4 glu_f16 glu_q4; do
+        for c in mma wgmma wg128 wg192 wg256; do
+            build-gpu/g4cu bench --kernels --filter "xover_${k}_$c" --reps 10 \
+                --json "$OUT/xover_${k}_$c.json" >"$OUT/xover_${k}_$c.txt" 2>&1 ||
+                echo "xover_${k}_$c: exit $?"
+            n=$((n + $(grep -c "^xover" "$OUT/xover_${k}_$c.txt")))
+        done
+    done
+    echo "xover: $n rows"
+    tar czf "$OUT/xover.tar.gz" -C "$OUT" $(cd "$OUT" && ls xover_*.json) && rm -f "$OUT"/xover_*.json
+}
+
 # A short look at the full-size package (after e2b_make): bench at 3 reps and the prefill
 # attention kernel rows (wgmma vs HMMA), for a call without time for e2b_run.
 stage_e2b_quick() {
