@@ -1,14 +1,15 @@
 // g4cu_eval_ppl.c: g4cu_perplexity (include/g4cu_eval.h), the work of `g4cu perplexity`.
 // Perplexity of a text, in llama-perplexity's conventions (llama.cpp tools/perplexity): the text
 // is tokenized once with <bos> first; it is cut into floor(n / ctx) non-overlapping chunks of ctx
-// tokens (at most --chunks); each chunk runs with its first token replaced by <bos>, from an
+// tokens (at most `chunks`); each chunk runs with its first token replaced by <bos>, from an
 // empty KV cache, and is scored on its second half: the logits at positions ctx/2 .. ctx-2
 // predict the tokens at ctx/2+1 .. ctx-1 (ctx - 1 - ctx/2 tokens a chunk). A text of fewer than
 // 2 * ctx tokens is refused, as llama.cpp does. Statistics: fidelity/ppl.h.
 //
-// save_logits F (--save-logits) writes the base run's scored distributions; kl_base F (--kl-base) reads them, runs the
-// same tokens (from F; the text, when given, must tokenize to them) and reports KL divergence,
-// same top p and RMS delta-p against them. F's layout (little-endian), version 1:
+// save_logits F (--save-logits) writes the base run's scored distributions; kl_base F
+// (--kl-base) reads them, runs the same tokens (from F; the text, when given, must tokenize to
+// them) and reports KL divergence, same top p and RMS delta-p against them. F's layout
+// (little-endian), version 1:
 //   [0, 64) header: char magic[8] "G4PPLLP\n"; u32 version 1; u32 ctx; u32 n_vocab;
 //           u32 n_chunks; u32 n_scored (per chunk, ctx - 1 - ctx/2); u32 0;
 //           u64 tokenizer fingerprint (FNV-1a 64 of the tokenizer.json bytes);

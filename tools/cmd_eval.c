@@ -1,8 +1,9 @@
 // g4cu eval MANIFEST.jsonl --task ocrbench|docvqa|chartqa|librispeech PKG [options]
 // Runs one lmms-eval task's manifest through the model and scores it as lmms-eval does
-// (g4cu_eval_run, include/g4cu_eval.h): predictions appended to OUT/predictions[.shard-I-of-N].jsonl as they come,
-// scores in OUT/scores[.shard-I-of-N].json and .md, the headline metric on stdout. A progress
-// bar goes to stderr when stderr is a terminal.
+// (g4cu_eval_run, include/g4cu_eval.h): predictions appended to
+// OUT/predictions[.shard-I-of-N].jsonl as they come, scores in OUT/scores[.shard-I-of-N].json
+// and .md, the headline metric on stdout. A progress bar goes to stderr when stderr is a
+// terminal.
 // On the public C API (include/g4cu_eval.h: g4cu_eval_run).
 #include <g4cu_eval.h>
 #include <stdio.h>
