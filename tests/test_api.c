@@ -6,6 +6,12 @@
 // (argmax = HF's first greedy id), the error contract (codes + one message, no exit), and the
 // tokenizer alone (g4cu_tokenizer_*: every case of HF tokenizers' encodings and decodings in
 // tests/fixtures/tokenizer/gemma_bpe_cases.jsonl, tools/python/make_tokenizer_fixture.py).
+// What generate / asr / vqa need of it: media by path (HF's ids; a missing file named as
+// `g4cu asr` names it; the 31 s clip's cut as `asr --json` reports it), ignore_stop and
+// prefill_chunk (HF's ids), the system turn as parts or a string (HF's prompt-id counts in
+// chat_cases.jsonl), raw ids on the full model and on a text_only model without a tokenizer
+// (HF's ids), and long-form transcription (the windows by the rule, each window's tokens those
+// of g4cu_transcribe on it alone, stitched by the test's own loop).
 #include <g4cu.h>
 
 #include <math.h>
