@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_layering.sh: no #include runs from a lower layer to a higher one. The layers, lowest
 # first (README.md "Layout"; CMake links them in this order, with no rescan):
-#   base < loader < quant < kernels < engine < {fidelity, eval, api} < tools
+#   base < loader < quant < kernels < engine < {fidelity, eval} < api < tools
+# (api/: the public C API, whose developer part, include/g4cu_dev.h, runs fidelity/ and eval/)
 # A file may include its own folder and the folders below it; fidelity/ and eval/ include
 # neither each other; inside kernels/, only kernels/bench/ includes kernels/bench/, and the CPU
 # references (kernels/ref/) include nothing of kernels/ but kernels/ref/. tests/ may include
@@ -13,7 +14,7 @@ src=${G4_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 rank() {
     case $1 in
     base) echo 0 ;; loader) echo 1 ;; quant) echo 2 ;; kernels) echo 3 ;; engine) echo 4 ;;
-    fidelity | eval | api) echo 5 ;; tools) echo 6 ;; *) echo -1 ;;
+    fidelity | eval) echo 5 ;; api) echo 6 ;; tools) echo 7 ;; *) echo -1 ;;
     esac
 }
 

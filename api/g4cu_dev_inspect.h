@@ -1,9 +1,10 @@
-// inspect_json.h: `g4cu inspect --json` and what it shares with the text form (the tensor
-// look-up and statistics of --tensor).
-#ifndef G4_INSPECT_JSON_H
-#define G4_INSPECT_JSON_H
+// g4cu_dev_inspect.h: g4cu_dev_inspect's JSON form (api/g4cu_dev_inspect_json.c) and what it
+// shares with the text form (the tensor look-up and statistics of --tensor). Not installed.
+#ifndef G4_DEV_INSPECT_H
+#define G4_DEV_INSPECT_H
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 
 #include "loader/package.h"
 
@@ -17,7 +18,7 @@ const g4_tensor *g4_inspect_find(const g4_package *p, const char *name, const g4
 // Statistics of a numeric (not packed 4-bit) tensor.
 void g4_inspect_tensor_stats(const g4_tensor *t, g4_inspect_stats *st);
 
-// Prints the package (or, with tensor != NULL, that tensor) as one JSON object on stdout:
+// Prints the package (or, with tensor != NULL, that tensor) as one JSON object on f:
 //   package, model_type, components: {name: null | {onnx, producer, ir_version, nodes,
 //     initializers, external_initializers, constants, external_bytes, inline_bytes,
 //     dtypes: {dtype: {count, bytes}}, inputs: [{name, dtype, shape: [int | "symbol"]}],
@@ -27,6 +28,6 @@ void g4_inspect_tensor_stats(const g4_tensor *t, g4_inspect_stats *st);
 // --tensor: {name, component, dtype, shape, numel, nbytes, external, location?, offset?,
 //   packed_4bit, stats?: {finite, nan, inf, min, max, mean, abs_mean}}.
 // issues: the inconsistencies found (the caller keeps it). Errors: a tensor not found.
-int g4_inspect_json(const g4_package *p, const char *tensor, int tables, cJSON *issues);
+int g4_inspect_json(FILE *f, const g4_package *p, const char *tensor, int tables, cJSON *issues);
 
 #endif
