@@ -98,6 +98,17 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 // switch for A/B runs; read once).
 bool prefill_mma_forced();
 
+// AUTO's prefill kernel for M > 8: the tuned table (gemm_tuned.inc, the fastest kernel and
+// configuration bench's prefill sweep measured for the shape, at the entry whose M is nearest in
+// log2) when it holds (N, K, q4, fused) and the GPU has the table's SM count; else wgmma with
+// bn 0 (wg_choose's modelled configuration). G4_GEMM_TUNED=0 in the environment skips the table
+// (A/B runs; read once); G4_GEMM_PREFILL=mma still sends AUTO to mma.sync.
+struct prefill_plan {
+    g4_gemm_algo algo; // G4_GEMM_MMA or G4_GEMM_WGMMA
+    int bn, split;     // wgmma: tile width and split-K (0: the model's)
+};
+prefill_plan plan_prefill(int M, int N, int K, bool fused, bool q4);
+
 // The checks every entry makes; each returns G4_OK or a G4_EUSER message naming `who`.
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi);

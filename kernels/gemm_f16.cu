@@ -26,6 +26,35 @@ bool prefill_mma_forced() {
     return g4_cuda_env_is(&cache, "G4_GEMM_PREFILL", "mma") != 0;
 }
 
+namespace {
+struct tuned_entry {
+    int q4, fused, N, K, M;
+    g4_gemm_algo algo;
+    int bn, split;
+};
+const tuned_entry TUNED[] = {
+#include "kernels/gemm_tuned.inc"
+};
+} // namespace
+
+prefill_plan plan_prefill(int M, int N, int K, bool fused, bool q4) {
+    static int use_table = -1;
+    if (use_table < 0) {
+        static int off = -1;
+        use_table = num_sms() == G4_GEMM_TUNED_SMS && !g4_cuda_env_is(&off, "G4_GEMM_TUNED", "0");
+    }
+    const prefill_plan model = {G4_GEMM_WGMMA, 0, 0};
+    if (!use_table) return model;
+    const tuned_entry *near = nullptr;
+    double near_d = 0;
+    for (const tuned_entry &e : TUNED) {
+        if (e.N != N || e.K != K || e.q4 != (int)q4 || e.fused != (int)fused) continue;
+        const double d = fabs(log2((double)M / e.M));
+        if (!near || d < near_d) near = &e, near_d = d;
+    }
+    return near ? prefill_plan{near->algo, near->bn, near->split} : model;
+}
+
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi) {
     if (!y || !x) return g4_fail(G4_EUSER, "%s: NULL x or y", who);
@@ -453,10 +482,11 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     const bool fused = wu != nullptr;
     if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
-    // Prefill: the wgmma GEMM (gemm_f16_wgmma.cu); mma.sync stays as the reference and, with
-    // G4_GEMM_PREFILL=mma, the fallback.
+    // Prefill: the wgmma GEMM (gemm_f16_wgmma.cu) or mma.sync, as plan_prefill measured them.
     if (algo == G4_GEMM_AUTO)
-        algo = M <= 8 ? G4_GEMM_GEMV : prefill_mma_forced() ? G4_GEMM_MMA : G4_GEMM_WGMMA;
+        algo = M <= 8                 ? G4_GEMM_GEMV
+               : prefill_mma_forced() ? G4_GEMM_MMA
+                                      : plan_prefill(M, N, K, fused, false).algo;
     const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
     const __half *hb = (const __half *)bias;
     switch (algo) {

@@ -21,8 +21,10 @@
 //          warpgroup, two consumer warpgroups issuing wgmma.m64nBNk16 (B read N-major straight
 //          from the [K, N] layout); a persistent grid over the tiles, or for few-tile shapes a
 //          thread-block cluster splitting K and reducing through distributed shared memory.
-//   AUTO   GEMV for M <= 8, else WGMMA (MMA with G4_GEMM_PREFILL=mma in the environment: the
-//          reference and the fallback, for fp16 and Q4 alike).
+//   AUTO   GEMV for M <= 8, else what the tuned table (gemm_tuned.inc, measured on the H200 by
+//          bench's prefill sweep) found fastest for the shape: WGMMA at a tile width and split,
+//          or MMA; WGMMA with the modelled configuration for a shape the table lacks or another
+//          GPU. G4_GEMM_TUNED=0: the model only; G4_GEMM_PREFILL=mma: MMA (fp16 and Q4 alike).
 //
 // Mapping from the op interface (kernels/ops.h), for the CUDA backend:
 //   linear(be, y, x, w, accumulate) with w->kind == G4_W_F16, x->type == G4_F16:

@@ -74,7 +74,7 @@ int wgmma_launch(void *y, const __half *x, const __half *w, const __half *wu, co
 } // namespace g4k
 
 extern "C" void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split) {
-    const g4k::wg_choice c = g4k::wg_choose(M, N, K, fused != 0, q4 || !fused);
+    const g4k::wg_choice c = g4k::wg_plan(M, N, K, fused != 0, q4 != 0);
     *bn = c.bn;
     *split = c.split;
 }

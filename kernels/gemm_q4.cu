@@ -371,10 +371,11 @@ int check_weight(const char *who, const g4_q4_weight *w) {
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
              const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
     const int N = w->n, K = w->k;
-    // Prefill: the wgmma GEMM (gemm_q4_wgmma.cu); the mma.sync kernel stays as the reference
-    // and, with G4_GEMM_PREFILL=mma, the fallback.
+    // Prefill: the wgmma GEMM (gemm_q4_wgmma.cu) or mma.sync, as plan_prefill measured them.
     if (algo == G4_GEMM_AUTO)
-        algo = M <= 8 ? G4_GEMM_GEMV : prefill_mma_forced() ? G4_GEMM_MMA : G4_GEMM_WGMMA;
+        algo = M <= 8                 ? G4_GEMM_GEMV
+               : prefill_mma_forced() ? G4_GEMM_MMA
+                                      : plan_prefill(M, N, K, wu != nullptr, true).algo;
     const q4w w0 = view(w), w1 = wu ? view(wu) : w0;
     const __half *hx = (const __half *)x, *hb = (const __half *)bias;
     switch (algo) {

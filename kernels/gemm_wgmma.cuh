@@ -424,6 +424,14 @@ inline wg_choice wg_choose(int M, int N, int K, bool fused, bool allow192) {
     return best;
 }
 
+// The configuration AUTO runs: the tuned table's when it measured wgmma fastest for the shape
+// (plan_prefill), else the model's.
+inline wg_choice wg_plan(int M, int N, int K, bool fused, bool q4) {
+    const prefill_plan t = plan_prefill(M, N, K, fused, q4);
+    if (t.algo == G4_GEMM_WGMMA && t.bn) return wg_choice{t.bn, t.split};
+    return wg_choose(M, N, K, fused, q4 || !fused); // fp16 gate/up halves: no 192-wide variant
+}
+
 template <int BSRC, int BN, bool FUSED>
 void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &mu, wg_params p,
                  int split, int max_ctas, cudaStream_t stream) {
@@ -486,7 +494,7 @@ template <int BSRC>
 int wg_launch(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &mu,
               const wg_params &p, bool fused, cudaStream_t stream) {
     const bool allow192 = !(BSRC == WG_B_F16 && fused); // fp16 gate/up halves: 64-column boxes
-    wg_choice ch = wg_choose(p.M, p.N, p.K, fused, allow192);
+    wg_choice ch = wg_plan(p.M, p.N, p.K, fused, BSRC == WG_B_Q4);
     const wg_force f = wg_forced();
     if (f.bn) ch.bn = f.bn;
     if (f.split) ch.split = f.split;

@@ -61,6 +61,7 @@ struct brow {
     g4_gemm_algo algo;
     int M;
     int shape; // index into SHAPES
+    int bn = 0, split = 0; // wgmma configuration forced for the row (g4_gemm_wgmma_force); 0: AUTO
 };
 
 // Deterministic pseudo-random fill (a hash of the index), never zero.
@@ -169,6 +170,52 @@ void launch_blas(void *ctx, int rep, void *stream) {
     if (p->r.glu) blas_gemm(p, p->x[c], p->wu[c], p->y[c]);
 }
 
+// The prefill kernel sweep (a filter holding "xover" selects it instead of the table): mma.sync,
+// wgmma as AUTO plans it, and wgmma at every tile width and split, at every linear's shape and
+// the M the engine runs it at (text prefill chunks and prompts; the towers' 256-2304 patches or
+// frames). Row names are xover_KIND_CFG (KIND f16, q4, glu_f16, glu_q4; CFG mma, wgmma or
+// wgBNsS), so a filter such as "xover_q4_wg192" runs one slice (tools/gpu/run.sh's xover
+// stage). tools/python/gemm_plan.py turns its JSON into the tuned table AUTO follows.
+std::vector<brow> sweep() {
+    std::vector<brow> t;
+    static const char *kinds[4] = {"f16", "q4", "glu_f16", "glu_q4"};
+    static char row_names[4][14][24]; // [kind][mma, wgmma, wg128s1 .. wg256s8]
+    for (int k = 0; k < 4; k++) {
+        snprintf(row_names[k][0], 24, "xover_%s_mma", kinds[k]);
+        snprintf(row_names[k][1], 24, "xover_%s_wgmma", kinds[k]);
+        int i = 2;
+        for (int bn : {128, 192, 256})
+            for (int sp : {1, 2, 4, 8})
+                snprintf(row_names[k][i++], 24, "xover_%s_wg%ds%d", kinds[k], bn, sp);
+    }
+    const int text_shapes[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13};
+    auto add = [&](int M, int s, bool glu) {
+        for (int w = 0; w < 2; w++) {
+            const int k = (glu ? 2 : 0) + w;
+            const wkind wk = w ? W_Q4 : W_F16;
+            t.push_back({row_names[k][0], wk, glu, G4_GEMM_MMA, M, s, 0, 0});
+            t.push_back({row_names[k][1], wk, glu, G4_GEMM_WGMMA, M, s, 0, 0});
+            int i = 2;
+            for (int bn : {128, 192, 256})
+                for (int sp : {1, 2, 4, 8}) {
+                    if (!(bn == 192 && glu && !w)) // no fused fp16 variant at width 192
+                        t.push_back({row_names[k][i], wk, glu, G4_GEMM_WGMMA, M, s, bn, sp});
+                    i++;
+                }
+        }
+    };
+    for (int M : {16, 32, 64, 128, 256, 512, 1024, 2048, 4096}) {
+        for (int s : text_shapes) add(M, s, false);
+        for (int s : {6, 7}) add(M, s, true);
+    }
+    for (int M : {256, 750, 2304}) {
+        for (int s = N_TEXT_SHAPES; s < (int)(sizeof SHAPES / sizeof SHAPES[0]); s++)
+            add(M, s, false);
+        add(M, 16, true);
+    }
+    return t;
+}
+
 // The table: decode GEMVs at every shape, prefill GEMMs at the shapes that dominate prefill.
 std::vector<brow> table() {
     std::vector<brow> t;
@@ -227,7 +274,7 @@ std::vector<brow> table() {
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
-    const std::vector<brow> t = table();
+    const std::vector<brow> t = filter && strstr(filter, "xover") ? sweep() : table();
     cublasHandle_t blas;
     CUBLAS_CHECK(cublasCreate(&blas));
     // A fixed workspace, so cuBLAS allocates nothing while a graph is being captured.
@@ -244,9 +291,9 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         memset(&row, 0, sizeof row);
         snprintf(row.op, sizeof row.op, "%s", r.op);
         snprintf(row.shape, sizeof row.shape, "M=%d N=%d K=%d %s", r.M, sh.N, sh.K, sh.name);
-        if (r.algo == G4_GEMM_WGMMA) { // the configuration the automatic choice ran
-            int bn, split;
-            g4_gemm_wgmma_plan(r.M, sh.N, sh.K, r.glu, r.w == W_Q4, &bn, &split);
+        if (r.algo == G4_GEMM_WGMMA) { // the configuration the row ran (forced or AUTO's)
+            int bn = r.bn, split = r.split;
+            if (!bn) g4_gemm_wgmma_plan(r.M, sh.N, sh.K, r.glu, r.w == W_Q4, &bn, &split);
             const size_t l = strlen(row.shape);
             snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
                      split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
@@ -276,6 +323,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
             }
         }
         G4_CUDA_CHECK(cudaDeviceSynchronize());
+        if (r.bn) g4_gemm_wgmma_force(r.bn, r.split, 0); // read at launch (graph capture) time
         const int trial = run_ours(&p, 0, 0);
         if (trial != G4_OK) {
             fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
@@ -295,6 +343,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
             else
                 rows[n++] = row;
         }
+        if (r.bn) g4_gemm_wgmma_force(0, 0, 0);
         for (int c = 0; c < p.copies; c++) {
             G4_CUDA_CHECK(cudaFree(p.x[c]));
             G4_CUDA_CHECK(cudaFree(p.y[c]));

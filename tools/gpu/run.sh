@@ -181,6 +181,52 @@ stage_kernels() {
     cat "$OUT/kbench.txt" | cut -c1-160
 }
 
+# The mma.sync / wgmma crossover sweep (bench_gemm.cu's sweep()): the data AUTO's per-shape
+# prefill kernel choice is set from.
+stage_xover() {
+    local k c n=0
+    for k in f16 q4 glu_f16 glu_q4; do
+        for c in mma wgmma wg128 wg192 wg256; do
+            build-gpu/g4cu bench --kernels --filter "xover_${k}_$c" --reps 10 \
+                --json "$OUT/xover_${k}_$c.json" >"$OUT/xover_${k}_$c.txt" 2>&1 ||
+                echo "xover_${k}_$c: exit $?"
+            n=$((n + $(grep -c "^xover" "$OUT/xover_${k}_$c.txt")))
+        done
+    done
+    echo "xover: $n rows"
+    tar czf "$OUT/xover.tar.gz" -C "$OUT" $(cd "$OUT" && ls xover_*.json) && rm -f "$OUT"/xover_*.json
+}
+
+# AUTO's prefill GEMM choice A/B on the full-size package (after e2b_make): the tuned table
+# (default), its cost model alone (G4_GEMM_TUNED=0) and mma.sync (G4_GEMM_PREFILL=mma), one
+# bench each, then the rows side by side.
+stage_gemm_ab() {
+    local d="$WORK/e2b" v env_ab
+    while [ ! -f "$d/READY" ] && [ ! -f "$d/FAILED" ]; do sleep 5; done
+    [ -f "$d/READY" ] || { echo "gemm_ab: the package was not made"; return 1; }
+    for v in tuned model mma; do
+        case $v in
+        tuned) env_ab=() ;;
+        model) env_ab=(G4_GEMM_TUNED=0) ;;
+        mma) env_ab=(G4_GEMM_PREFILL=mma) ;;
+        esac
+        env "${env_ab[@]}" build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 3 \
+            --json "$OUT/gemm_ab_$v.json" >"$OUT/gemm_ab_$v.txt" 2>&1 || echo "gemm_ab $v: exit $?"
+    done
+    python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+runs = {v: json.load(open(f"{out}/gemm_ab_{v}.json"))["packages"] for v in ("tuned", "model", "mma")}
+keys = [k for k in next(iter(runs["tuned"].values())) if k.endswith(("_ms", "_tok_s"))]
+for pkg in runs["tuned"]:
+    print(f"== {pkg}: tuned / model / mma (and tuned vs model)")
+    for k in keys:
+        a, b, c = (runs[v][pkg].get(k) for v in ("tuned", "model", "mma"))
+        if None in (a, b, c) or not b: continue
+        print(f"{k:24s} {a:10.2f} {b:10.2f} {c:10.2f}   {a / b:5.3f}")
+PY
+}
+
 # A short look at the full-size package (after e2b_make): bench at 3 reps and the prefill
 # attention kernel rows (wgmma vs HMMA), for a call without time for e2b_run.
 stage_e2b_quick() {
