@@ -338,6 +338,8 @@ static int compare(const char *a, const char *b, const opts *o, FILE *rf, int *p
 
 int g4cu_dev_compare(const char *a, const char *b, const g4cu_dev_compare_params *p, FILE *report,
                      int *pass) {
+    int unused;
+    if (!pass) pass = &unused;
     *pass = 0;
     if (!p) return g4_api_code(g4_fail(G4_EUSER, "compare: no params (the mode is needed)"));
     return g4_api_code(compare(a, b, p, report, pass));

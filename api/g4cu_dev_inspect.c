@@ -299,6 +299,8 @@ static int inspect(const char *dir, const g4cu_dev_inspect_params *o, FILE *f, i
 int g4cu_dev_inspect(const char *dir, const g4cu_dev_inspect_params *p, FILE *out, int *n_issues) {
     g4cu_dev_inspect_params d;
     if (!p) g4cu_dev_inspect_params_default(&d), p = &d;
+    int unused;
+    if (!n_issues) n_issues = &unused;
     *n_issues = 0;
     return g4_api_code(inspect(dir, p, out, n_issues));
 }

@@ -18,16 +18,9 @@ const g4_tensor *g4_inspect_find(const g4_package *p, const char *name, const g4
 // Statistics of a numeric (not packed 4-bit) tensor.
 void g4_inspect_tensor_stats(const g4_tensor *t, g4_inspect_stats *st);
 
-// Prints the package (or, with tensor != NULL, that tensor) as one JSON object on f:
-//   package, model_type, components: {name: null | {onnx, producer, ir_version, nodes,
-//     initializers, external_initializers, constants, external_bytes, inline_bytes,
-//     dtypes: {dtype: {count, bytes}}, inputs: [{name, dtype, shape: [int | "symbol"]}],
-//     outputs: [name], tensors (with tables): [{name, dtype, shape, nbytes, location?, offset?}]}},
-//   text: the derived decoder config (per_layer: [...], rope: [...]), image_processor, vision,
-//   audio_features, audio (absent when the package has none), issues: [string], consistent.
-// --tensor: {name, component, dtype, shape, numel, nbytes, external, location?, offset?,
-//   packed_4bit, stats?: {finite, nan, inf, min, max, mean, abs_mean}}.
-// issues: the inconsistencies found (the caller keeps it). Errors: a tensor not found.
+// Prints the package (or, with tensor != NULL, that tensor) as one JSON object on f (its keys:
+// include/g4cu_dev.h, g4cu_dev_inspect_params.json). issues: the inconsistencies found (the
+// caller keeps it). Errors: a tensor not found.
 int g4_inspect_json(FILE *f, const g4_package *p, const char *tensor, int tables, cJSON *issues);
 
 #endif

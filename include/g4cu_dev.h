@@ -25,16 +25,26 @@ extern "C" {
 typedef struct {
     const char *tensor; // NULL: the whole package; else that tensor's details and statistics
     int summary;        // 1: components and totals only (no tensor tables)
-    int json;           // 1: one JSON object (its keys: api/g4cu_dev_inspect.h) instead of text
+    int json;           // 1: one JSON object instead of text (below)
 } g4cu_dev_inspect_params;
+// The JSON object, one line:
+//   package, model_type, components: {name: null | {onnx, producer, ir_version, nodes,
+//     initializers, external_initializers, constants, external_bytes, inline_bytes,
+//     dtypes: {dtype: {count, bytes}}, inputs: [{name, dtype, shape: [int | "symbol"]}],
+//     outputs: [name], tensors (not with summary): [{name, dtype, shape, nbytes, location?,
+//     offset?}]}},
+//   text: the derived decoder config (per_layer: [...], rope: [...]), image_processor, vision,
+//   audio_features, audio (absent when the package has none), issues: [string], consistent.
+// With tensor: {name, component, dtype, shape, numel, nbytes, external, location?, offset?,
+//   packed_4bit, stats?: {finite, nan, inf, min, max, mean, abs_mean}}.
 void g4cu_dev_inspect_params_default(g4cu_dev_inspect_params *p); // all off
 
 // Opens the package in dir (which validates every tensor and cross-checks the configs), reads
 // every weight for NaN/Inf and writes what it holds to out: the components, dtypes, inputs,
 // outputs, tensor tables, the derived text/vision/audio configs, then the inconsistencies that
 // do not stop opening (overlapping data, non-finite weights). *n_issues: how many of those
-// (0 with p->tensor). p NULL: the defaults. Errors: a package that does not open, a tensor not
-// found (G4CU_EUSER).
+// (0 with p->tensor; n_issues may be NULL). p NULL: the defaults. Errors: a package that does
+// not open, a tensor not found (G4CU_EUSER).
 int g4cu_dev_inspect(const char *dir, const g4cu_dev_inspect_params *p, FILE *out, int *n_issues);
 
 // --- features: the front ends' output ----------------------------------------------------------
@@ -122,7 +132,8 @@ typedef struct {
 void g4cu_dev_compare_params_default(g4cu_dev_compare_params *p);
 
 // Runs the comparison p->mode names on a and b (above) and writes its report (the table, the
-// KL summary, the verdict line) to report; *pass: 1 when it passed. p is needed (the mode).
+// KL summary, the verdict line) to report; *pass: 1 when it passed, else 0 (pass may be NULL).
+// p is needed (the mode).
 // Errors: a package or dump that does not open, different models, bad ids or prompt, options of
 // another mode, an unwritable report file (all G4CU_EUSER).
 int g4cu_dev_compare(const char *a, const char *b, const g4cu_dev_compare_params *p, FILE *report,
