@@ -13,6 +13,7 @@
 
 #include "api/api_internal.h"
 #include "base/base.h"
+#include "engine/asr_window.h"
 #include "engine/pipeline.h"
 #include "kernels/backend_select.h"
 
@@ -25,6 +26,8 @@ static int code(int rc) { return g4_api_code(rc); }
 _Static_assert((int)G4CU_OK == (int)G4_OK && (int)G4CU_EUSER == (int)G4_EUSER &&
                    (int)G4CU_EINTERNAL == (int)G4_EINTERNAL,
                "the API's error codes are the engine's");
+_Static_assert(G4CU_DEFAULT_MAX_TOKENS == G4_GEN_DEFAULT_MAX_NEW,
+               "the API's default is the engine's");
 
 void g4cu_model_params_default(g4cu_model_params *p) { memset(p, 0, sizeof *p); }
 
@@ -49,6 +52,7 @@ int g4cu_model_load(const char *dir, const g4cu_model_params *p, g4cu_model **ou
     g4_pipeline_opts o = {0};
     o.tokenizer_path = p->tokenizer_path;
     o.load.ple_host = p->ple_host;
+    o.text_only = p->text_only;
     g4cu_model *m = g4_calloc(1, sizeof *m);
     if ((rc = g4_pipeline_open_opts(dir, be, &o, &m->pl))) {
         free(m);
@@ -76,6 +80,15 @@ int g4cu_model_has_vision(const g4cu_model *m) {
 }
 int g4cu_model_has_audio(const g4cu_model *m) {
     return g4_package_component(m->pl->pkg, G4_COMP_AUDIO) && m->pl->pkg->has_audio_fe;
+}
+size_t g4cu_model_audio_window(const g4cu_model *m) {
+    return g4cu_model_has_audio(m) ? G4_AUDIO_MAX_SAMPLES : 0;
+}
+int g4cu_model_has_tokenizer(const g4cu_model *m) {
+    return m->pl->tok != NULL;
+}
+const char *g4cu_asr_prompt(void) {
+    return G4_ASR_PROMPT;
 }
 int g4cu_model_audio_rate(const g4cu_model *m) {
     return g4cu_model_has_audio(m) ? m->pl->pkg->audio_fe.sampling_rate : 0;
@@ -114,6 +127,7 @@ void g4cu_result_free(g4cu_result *r) {
     if (!r) return;
     free(r->text);
     free(r->tokens);
+    free(r->cuts);
     memset(r, 0, sizeof *r);
 }
 
@@ -162,7 +176,22 @@ int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float 
     return G4CU_OK;
 }
 
-// One request medium through its front end; name names it in errors ("image 1", "audio 2").
+int g4cu_audio_load(const g4cu_model *m, const char *path, float **pcm, size_t *n_samples) {
+    *pcm = NULL;
+    *n_samples = 0;
+    if (!g4cu_model_has_audio(m))
+        return g4_fail(G4_EUSER, "audio: the package %s has no audio encoder", m->pl->pkg->dir);
+    if (!path) return g4_fail(G4_EUSER, "g4cu_audio_load: the path is NULL");
+    g4_audio a;
+    int rc = g4_audio_load(path, m->pl->pkg->audio_fe.sampling_rate, 0, &a);
+    if (rc) return code(rc);
+    *pcm = a.samples;
+    *n_samples = (size_t)a.n_samples;
+    return G4CU_OK;
+}
+
+// One request medium through its front end; name names it in errors ("image 1", "audio 2",
+// a file's path).
 static int load_media(g4cu_model *m, const g4cu_media *md, const char *name, g4_media_input *in) {
     g4_media_encoder *e = m->pl->media;
     int rc;
@@ -181,6 +210,11 @@ static int load_media(g4cu_model *m, const g4cu_media *md, const char *name, g4_
     }
     case G4CU_AUDIO_PCM:
         return g4_media_load_pcm(e, md->pcm, (int64_t)md->n_samples, md->sample_rate, name, in);
+    case G4CU_IMAGE_FILE:
+    case G4CU_AUDIO_FILE:
+        if (!md->path) return g4_fail(G4_EUSER, "%s: no path given", name);
+        return g4_media_load(e, md->kind == G4CU_IMAGE_FILE ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO,
+                             md->path, in);
     case G4CU_AUDIO_ENCODED: {
         float *pcm;
         size_t n;
@@ -198,7 +232,11 @@ static int load_media(g4cu_model *m, const g4cu_media *md, const char *name, g4_
 }
 
 static int is_image(const g4cu_media *md) {
-    return md->kind == G4CU_IMAGE_RGB || md->kind == G4CU_IMAGE_ENCODED;
+    return md->kind == G4CU_IMAGE_RGB || md->kind == G4CU_IMAGE_ENCODED ||
+           md->kind == G4CU_IMAGE_FILE;
+}
+static int is_file(const g4cu_media *md) {
+    return (md->kind == G4CU_IMAGE_FILE || md->kind == G4CU_AUDIO_FILE) && md->path;
 }
 
 // --- generation --------------------------------------------------------------------------------
@@ -235,86 +273,127 @@ static int check_request(const g4cu_request *rq) {
         return g4_fail(G4_EUSER, "n_stop %d: expected >= 0 with the strings given", rq->n_stop);
     for (int i = 0; i < rq->n_stop; i++)
         if (!rq->stop[i]) return g4_fail(G4_EUSER, "stop string %d is NULL", i + 1);
+    if (rq->n_ignore_stop < 0 || (rq->n_ignore_stop && !rq->ignore_stop))
+        return g4_fail(G4_EUSER, "n_ignore_stop %d: expected >= 0 with the strings given",
+                       rq->n_ignore_stop);
+    for (int i = 0; i < rq->n_ignore_stop; i++)
+        if (!rq->ignore_stop[i]) return g4_fail(G4_EUSER, "ignore_stop string %d is NULL", i + 1);
     if (rq->n_eos < 0 || (rq->n_eos && !rq->eos))
         return g4_fail(G4_EUSER, "n_eos %d: expected >= 0 with the ids given", rq->n_eos);
-    if (!rq->text && !rq->n_media)
-        return g4_fail(G4_EUSER, "the request has no text and no media");
+    if (rq->prefill_chunk < 0)
+        return g4_fail(G4_EUSER, "prefill_chunk %d: expected >= 0 (0: the state's)",
+                       rq->prefill_chunk);
+    return G4_OK;
+}
+
+// The engine's generation parameters of rq (eos: the caller's buffer of n_eos + 1 ids; sc: the
+// streaming context).
+static void gen_params(const g4cu_request *rq, int *eos, stream_ctx *sc, g4_gen_params *p) {
+    g4_gen_params_default(p);
+    p->max_new = rq->max_tokens;
+    p->sampler.temperature = rq->temperature;
+    p->sampler.top_k = rq->top_k;
+    p->sampler.top_p = rq->top_p;
+    p->seed = rq->seed;
+    p->stop = rq->stop;
+    p->n_stop = rq->n_stop;
+    p->ignore_stop = rq->ignore_stop;
+    p->n_ignore_stop = rq->n_ignore_stop;
+    p->prefill_chunk = rq->prefill_chunk;
+    p->ignore_eos = rq->ignore_eos;
+    for (int i = 0; i < rq->n_eos; i++) eos[i] = rq->eos[i];
+    p->eos = eos;
+    p->n_eos = rq->n_eos;
+    *sc = (stream_ctx){rq, 0};
+    if (rq->on_text) {
+        p->on_text = on_text;
+        p->on_text_ctx = sc;
+        p->cancel = &sc->cancel;
+    }
+}
+
+// The engine's result r moved into out (r is freed).
+static void take_result(g4_gen_result *r, g4cu_result *out) {
+    out->text = r->text;
+    out->text_len = r->text_len;
+    r->text = NULL;
+    out->n_prompt_tokens = r->n_prompt;
+    out->n_tokens = (int)r->tokens.n;
+    out->finish_reason = r->stop == G4_STOP_EOS || r->stop == G4_STOP_STRING ? "stop"
+                         : r->stop == G4_STOP_CANCEL                         ? "cancelled"
+                                                                             : "length";
+    out->prefill_ms = r->prefill_ms;
+    out->decode_ms = r->decode_ms;
+    out->tokens = g4_malloc(sizeof(int32_t) * (r->tokens.n + 1));
+    for (size_t i = 0; i < r->tokens.n; i++) out->tokens[i] = r->tokens.v[i];
+    out->stop_token = r->stop == G4_STOP_EOS ? r->stop_id : -1;
+    out->stop_string = r->stop_string; // (one of rq->stop: the params borrow them)
+    out->stop_reason = g4_stop_reason_name(r->stop);
+    out->max_new = r->max_new;
+    out->prefill_tok_s = r->prefill_tok_s;
+    out->decode_tok_s = r->decode_tok_s;
+    g4_gen_result_free(r);
+}
+
+// The request's eos ids in the vocabulary.
+static int check_eos(const g4cu_model *m, const g4cu_request *rq) {
+    for (int i = 0; i < rq->n_eos; i++)
+        if (rq->eos[i] < 0 || rq->eos[i] >= m->pl->pkg->text.vocab)
+            return g4_fail(G4_EUSER, "eos id %d: expected 0 <= id < %d", rq->eos[i],
+                           m->pl->pkg->text.vocab);
     return G4_OK;
 }
 
 static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
+    if (!m->pl->media)
+        return g4_fail(G4_EUSER, "g4cu_generate: the model was loaded text_only (no chat "
+                                 "template, no towers): g4cu_generate_ids or g4cu_logits");
     int rc = check_request(rq);
-    if (rc) return rc;
-    for (int i = 0; i < rq->n_eos; i++)
-        if (rq->eos[i] < 0 || rq->eos[i] >= m->pl->pkg->text.vocab)
-            return g4_fail(G4_EUSER, "eos id %d: expected 0 <= id < %d", rq->eos[i],
-                           m->pl->pkg->text.vocab);
-    // media, images first (the template's order), each through its front end
+    if (!rc && !rq->text && !rq->n_media)
+        rc = g4_fail(G4_EUSER, "the request has no text and no media");
+    if (rc || (rc = check_eos(m, rq))) return rc;
+    // media, images first (the template's order), each through its front end; a file is named
+    // by its path, as the engine's path-taking calls name it
     const int n = rq->n_media;
     g4_media_input *in = g4_calloc((size_t)n + 1, sizeof *in);
     char **names = g4_calloc((size_t)n + 1, sizeof *names);
+    const g4cu_media **order = g4_calloc((size_t)n + 1, sizeof *order);
     int n_images = 0, k = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
-            if (is_image(&rq->media[i]) != (pass == 0)) continue;
+            const g4cu_media *md = &rq->media[i];
+            if (is_image(md) != (pass == 0)) continue;
             n_images += pass == 0;
-            names[k] = g4_sprintf("%s %d", pass == 0 ? "image" : "audio", i + 1);
-            k++;
+            names[k] = is_file(md) ? g4_strdup(md->path)
+                                   : g4_sprintf("%s %d", pass == 0 ? "image" : "audio", i + 1);
+            order[k++] = md;
         }
     double cut = 0;
-    k = 0;
-    for (int pass = 0; pass < 2 && !rc; pass++)
-        for (int i = 0; i < n && !rc; i++) {
-            if (is_image(&rq->media[i]) != (pass == 0)) continue;
-            rc = load_media(m, &rq->media[i], names[k], &in[k]);
-            if (!rc && in[k].truncated) cut += in[k].src_seconds - in[k].used_seconds;
-            k++;
+    out->cuts = g4_calloc((size_t)n + 1, sizeof *out->cuts);
+    for (k = 0; k < n && !rc; k++) {
+        rc = load_media(m, order[k], names[k], &in[k]);
+        if (!rc && in[k].truncated) {
+            cut += in[k].src_seconds - in[k].used_seconds;
+            out->cuts[out->n_cuts++] = (g4cu_audio_cut){is_file(order[k]) ? order[k]->path : NULL,
+                                                        in[k].src_seconds, in[k].used_seconds};
         }
+    }
     if (!rc) {
-        const g4_prompt_loaded pr = {rq->system, 0, in, (const char *const *)names,
-                                     n_images, n - n_images, rq->text};
-        g4_gen_params p;
-        g4_gen_params_default(&p);
-        p.max_new = rq->max_tokens;
-        p.sampler.temperature = rq->temperature;
-        p.sampler.top_k = rq->top_k;
-        p.sampler.top_p = rq->top_p;
-        p.seed = rq->seed;
-        p.stop = rq->stop;
-        p.n_stop = rq->n_stop;
-        p.ignore_eos = rq->ignore_eos;
+        const g4_prompt_loaded pr = {
+            rq->system, rq->system_as_parts, in,      (const char *const *)names,
+            n_images,   n - n_images,        rq->text};
         int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 1)); // the engine's id type
-        for (int i = 0; i < rq->n_eos; i++) eos[i] = rq->eos[i];
-        p.eos = eos;
-        p.n_eos = rq->n_eos;
-        stream_ctx sc = {rq, 0};
-        if (rq->on_text) {
-            p.on_text = on_text;
-            p.on_text_ctx = &sc;
-            p.cancel = &sc.cancel;
-        }
+        stream_ctx sc;
+        g4_gen_params p;
+        gen_params(rq, eos, &sc, &p);
         g4_gen_result r;
         rc = g4_pipeline_generate_on(m->pl, &s->ts, &pr, &p, model_lock, m, &r);
-        if (!rc) {
-            out->text = r.text;
-            out->text_len = r.text_len;
-            r.text = NULL;
-            out->n_prompt_tokens = r.n_prompt;
-            out->n_tokens = (int)r.tokens.n;
-            out->finish_reason = r.stop == G4_STOP_EOS || r.stop == G4_STOP_STRING ? "stop"
-                                 : r.stop == G4_STOP_CANCEL                        ? "cancelled"
-                                                                                   : "length";
-            out->prefill_ms = r.prefill_ms;
-            out->decode_ms = r.decode_ms;
-            out->audio_seconds_cut = cut;
-            out->tokens = g4_malloc(sizeof(int32_t) * (r.tokens.n + 1));
-            for (size_t i = 0; i < r.tokens.n; i++) out->tokens[i] = r.tokens.v[i];
-            out->stop_token = r.stop == G4_STOP_EOS ? r.stop_id : -1;
-            out->stop_string = r.stop_string; // (one of rq->stop: the params borrow them)
-            out->stop_reason = g4_stop_reason_name(r.stop);
+        if (!rc)
+            take_result(&r, out);
+        else
             g4_gen_result_free(&r);
-        }
+        out->audio_seconds_cut = cut;
         free(eos);
     }
     for (int i = 0; i < n; i++) {
@@ -323,6 +402,8 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     }
     free(in);
     free(names);
+    free(order);
+    if (rc) g4cu_result_free(out);
     return rc;
 }
 
@@ -331,6 +412,44 @@ int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     memset(out, 0, sizeof *out);
     if (!s || !rq) return g4_fail(G4_EUSER, "g4cu_generate: state or request is NULL");
     return code(generate(s, rq, out));
+}
+
+int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
+                      g4cu_result *out) {
+    if (!out) return g4_fail(G4_EUSER, "g4cu_generate_ids: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!s || (!ids && n)) return g4_fail(G4_EUSER, "g4cu_generate_ids: a NULL argument");
+    g4cu_request rq;
+    if (opts)
+        rq = *opts;
+    else
+        g4cu_request_default(&rq);
+    if (rq.text || rq.system || rq.n_media)
+        return g4_fail(G4_EUSER, "g4cu_generate_ids: the ids are the whole prompt: the options "
+                                 "must carry no text, system or media");
+    g4_pipeline *pl = s->m->pl;
+    int rc = check_request(&rq);
+    if (rc || (rc = check_eos(s->m, &rq))) return code(rc);
+    // a state sized for the request (an empty or too long prompt, an id outside the
+    // vocabulary: g4_generate says so)
+    if (!s->ts) {
+        long cap = (long)(n > 0 ? n : 1) + rq.max_tokens;
+        if (cap > pl->pkg->text.context_length) cap = pl->pkg->text.context_length;
+        const g4_text_state_opts so = {(int)cap, pl->max_tokens, 1, 0};
+        if ((rc = g4_text_state_new_opts(pl->model, &so, &s->ts))) return code(rc);
+    }
+    int *eos = g4_malloc(sizeof(int) * (size_t)(rq.n_eos + 1));
+    stream_ctx sc;
+    g4_gen_params p;
+    gen_params(&rq, eos, &sc, &p);
+    g4_gen_result r = {0};
+    rc = g4_generate(s->ts, pl->tok, ids, n, NULL, &p, &r);
+    if (!rc)
+        take_result(&r, out);
+    else
+        g4_gen_result_free(&r);
+    free(eos);
+    return code(rc);
 }
 
 // opts (or the defaults) with one medium and the text (transcribe: opts->text, when set,
@@ -370,11 +489,113 @@ int g4cu_vqa(g4cu_state *s, const g4cu_media *image, const char *question,
     return one_media(s, image, question, 0, opts, out);
 }
 
+// --- long-form speech recognition ----------------------------------------------------------
+void g4cu_transcribe_long_params_default(g4cu_transcribe_long_params *p) {
+    memset(p, 0, sizeof *p);
+}
+
+void g4cu_transcript_free(g4cu_transcript *t) {
+    if (!t) return;
+    for (int k = 0; k < t->n_segments; k++) {
+        free(t->segments[k].text);
+        free(t->segments[k].tokens);
+    }
+    free(t->segments);
+    free(t->text);
+    memset(t, 0, sizeof *t);
+}
+
+// (The tokenizer's ids are int: the same type here.)
+_Static_assert(sizeof(int) == sizeof(int32_t), "int is int32_t");
+
+// The windows (engine/asr_window.h's rule), each transcribed alone and stitched into out.
+static int transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
+                           const g4cu_transcribe_long_params *p, g4cu_transcript *out) {
+    g4_pipeline *pl = s->m->pl;
+    const size_t tower = g4cu_model_audio_window(s->m);
+    if (!tower)
+        return g4_fail(G4_EUSER, "audio: the package %s has no audio encoder", pl->pkg->dir);
+    if (!pcm || !n_samples) return g4_fail(G4_EUSER, "no audio samples given");
+    const size_t window = p->window ? p->window : tower;
+    const size_t overlap = p->window ? p->overlap : window / 6;
+    if (window > tower || overlap >= window)
+        return g4_fail(G4_EUSER,
+                       "window %zu, overlap %zu samples: expected 0 < window <= %zu "
+                       "(the audio window) and overlap < window",
+                       window, overlap, tower);
+    g4cu_request rq;
+    if (p->opts)
+        rq = *p->opts;
+    else
+        g4cu_request_default(&rq);
+    rq.on_text = NULL; // the segments are final only once stitched
+    const int rate = pl->pkg->audio_fe.sampling_rate;
+    g4_asr_window *w;
+    const int n = g4_asr_windows((int64_t)n_samples, (int64_t)window, (int64_t)overlap, &w);
+    out->segments = g4_calloc((size_t)n, sizeof *out->segments);
+    out->n_segments = n;
+    out->sample_rate = rate;
+    out->n_samples = n_samples;
+    out->window = window;
+    out->overlap = overlap;
+    g4cu_result prev = {0};
+    int rc = G4_OK;
+    for (int k = 0; k < n && !rc; k++) {
+        g4cu_segment *sg = &out->segments[k];
+        sg->start = (size_t)w[k].seg_start, sg->end = (size_t)w[k].seg_end;
+        sg->window_start = (size_t)w[k].start, sg->window_end = (size_t)w[k].end;
+        g4cu_result r;
+        rc = g4cu_transcribe(s, pcm + w[k].start, (size_t)(w[k].end - w[k].start), rate, &rq, &r);
+        if (rc) break;
+        int nt = r.n_tokens;
+        if (r.stop_token >= 0 && nt) nt--; // the EOS that ended the window
+        sg->window_tokens = nt;
+        sg->dropped_tokens = k ? g4_asr_overlap(prev.tokens, prev.n_tokens, r.tokens, nt) : 0;
+        sg->n_tokens = nt - sg->dropped_tokens;
+        sg->tokens = g4_malloc(sizeof(int32_t) * (size_t)(sg->n_tokens + 1));
+        memcpy(sg->tokens, r.tokens + sg->dropped_tokens, sizeof(int32_t) * (size_t)sg->n_tokens);
+        sg->prefill_ms = r.prefill_ms, sg->decode_ms = r.decode_ms;
+        size_t len;
+        rc = g4_tokenizer_decode(pl->tok, sg->tokens, (size_t)sg->n_tokens, 1, &sg->text, &len);
+        g4cu_result_free(&prev);
+        prev = r;
+        prev.n_tokens = nt;
+    }
+    g4cu_result_free(&prev);
+    free(w);
+    // the whole text: every window's kept tokens, decoded together
+    int total = 0;
+    for (int k = 0; k < n && !rc; k++) total += out->segments[k].n_tokens;
+    int32_t *all = g4_malloc(sizeof(int32_t) * (size_t)(total + 1));
+    for (int k = 0, at = 0; k < n && !rc; at += out->segments[k].n_tokens, k++)
+        memcpy(all + at, out->segments[k].tokens,
+               sizeof(int32_t) * (size_t)out->segments[k].n_tokens);
+    if (!rc) rc = g4_tokenizer_decode(pl->tok, all, (size_t)total, 1, &out->text, &out->text_len);
+    free(all);
+    return rc;
+}
+
+int g4cu_transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
+                         const g4cu_transcribe_long_params *p, g4cu_transcript *out) {
+    if (!out) return g4_fail(G4_EUSER, "g4cu_transcribe_long: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!s) return g4_fail(G4_EUSER, "g4cu_transcribe_long: the state is NULL");
+    g4cu_transcribe_long_params defaults;
+    g4cu_transcribe_long_params_default(&defaults);
+    int rc = transcribe_long(s, pcm, n_samples, p ? p : &defaults, out);
+    if (rc) {
+        if (p && p->name) g4_error_prefix("%s", p->name);
+        g4cu_transcript_free(out);
+    }
+    return code(rc);
+}
+
 // --- tokens and logits -------------------------------------------------------------------------
 int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
     if (!text) return g4_fail(G4_EUSER, "g4cu_tokenize: the text is NULL");
+    if (!m->pl->tok) return g4_fail(G4_EUSER, "g4cu_tokenize: the model has no tokenizer");
     g4_ids v = {0};
     g4cu_model *mm = (g4cu_model *)m; // (the lock only)
     pthread_mutex_lock(&mm->lock);

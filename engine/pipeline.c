@@ -33,22 +33,28 @@ int g4_pipeline_open_opts(const char *pkg_dir, g4_backend *be, const g4_pipeline
     if ((rc = g4_package_open(pkg_dir, &pl->pkg))) goto fail;
     pl->tokenizer_path =
         tokenizer_path ? g4_strdup(tokenizer_path) : g4_path_join(pkg_dir, "tokenizer.json");
-    if (!tokenizer_path && !g4_is_file(pl->tokenizer_path)) {
-        rc = g4_fail(G4_EUSER,
-                     "%s: the package has no tokenizer.json; pass one with --tokenizer F (the "
-                     "tiny test packages use tests/fixtures/chat/chat_bpe.json)",
-                     pkg_dir);
-        goto fail;
-    }
-    if ((rc = g4_tokenizer_open(pl->tokenizer_path, &pl->tok))) goto fail;
-    if ((rc = g4_chat_tokens_find(pl->tok, pl->tokenizer_path, &pl->ct))) goto fail;
-    if (pl->ct.bos != pl->pkg->text.bos_id) {
-        rc = g4_fail(G4_EUSER, "%s: '<bos>' is id %d, but the package's bos_token_id is %d",
-                     pl->tokenizer_path, pl->ct.bos, pl->pkg->text.bos_id);
-        goto fail;
+    if (o->text_only) { // ids in, ids out: the tokenizer is optional, no template, no towers
+        if ((tokenizer_path || g4_is_file(pl->tokenizer_path)) &&
+            (rc = g4_tokenizer_open(pl->tokenizer_path, &pl->tok)))
+            goto fail;
+    } else {
+        if (!tokenizer_path && !g4_is_file(pl->tokenizer_path)) {
+            rc = g4_fail(G4_EUSER,
+                         "%s: the package has no tokenizer.json; pass one with --tokenizer F (the "
+                         "tiny test packages use tests/fixtures/chat/chat_bpe.json)",
+                         pkg_dir);
+            goto fail;
+        }
+        if ((rc = g4_tokenizer_open(pl->tokenizer_path, &pl->tok))) goto fail;
+        if ((rc = g4_chat_tokens_find(pl->tok, pl->tokenizer_path, &pl->ct))) goto fail;
+        if (pl->ct.bos != pl->pkg->text.bos_id) {
+            rc = g4_fail(G4_EUSER, "%s: '<bos>' is id %d, but the package's bos_token_id is %d",
+                         pl->tokenizer_path, pl->ct.bos, pl->pkg->text.bos_id);
+            goto fail;
+        }
     }
     if ((rc = g4_text_model_load_opts(pl->pkg, pl->be, &o->load, &pl->model))) goto fail;
-    if ((rc = g4_media_encoder_new(pl->pkg, pl->be, &pl->media))) goto fail;
+    if (!o->text_only && (rc = g4_media_encoder_new(pl->pkg, pl->be, &pl->media))) goto fail;
     pl->max_tokens = o->max_tokens > 0 ? o->max_tokens : G4_GEN_DEFAULT_CHUNK;
     if (o->n_ctx > 0 && (rc = ensure_state(pl, &pl->state, o->n_ctx))) goto fail;
     *out = pl;

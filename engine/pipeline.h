@@ -41,6 +41,9 @@ typedef struct {
                     // prompt + max_new rows, as `g4cu generate --ids` and `g4cu bench` size
                     // theirs); a request that needs more grows it (g4_text_state_reserve)
     int max_tokens; // rows per prefill forward (0: G4_GEN_DEFAULT_CHUNK)
+    int text_only;  // 1: the text model alone (no media encoder, no chat template tokens), and
+                    // the tokenizer only when tokenizer_path is given or <pkg_dir>/tokenizer.json
+                    // exists (tok NULL: ids in, ids out): what `g4cu generate --ids` loads
 } g4_pipeline_opts;
 
 // Opens pkg_dir on backend be (g4_backend_cpu(), or kernels/backend_select.h by name) with the

@@ -54,6 +54,11 @@ typedef struct {
     int n_ctx;                  // KV rows each state is made with (0: what its first request
                                 // needs; a larger request grows it); at most the context
     int ple_host;               // CUDA: keep the per-layer embedding table in pinned host memory
+    int text_only;              // 1: the text model alone, for g4cu_generate_ids and
+                                // g4cu_logits (no towers, no chat template: g4cu_generate and
+                                // the media calls refuse); the tokenizer is optional then: the
+                                // one at tokenizer_path, else <dir>/tokenizer.json when it
+                                // exists, else none (results without text: ids in, ids out)
 } g4cu_model_params;
 void g4cu_model_params_default(g4cu_model_params *p);
 
@@ -66,17 +71,26 @@ int g4cu_model_n_ctx(const g4cu_model *m);           // the model's context, in 
 int g4cu_model_has_vision(const g4cu_model *m);
 int g4cu_model_has_audio(const g4cu_model *m);
 int g4cu_model_audio_rate(const g4cu_model *m); // the audio front end's rate (16000), 0: no audio
+// The audio tower's window in samples at g4cu_model_audio_rate (480000: 30 s); 0: no audio.
+// A longer clip in a request is cut to it (g4cu_result's cuts); g4cu_transcribe_long is not.
+size_t g4cu_model_audio_window(const g4cu_model *m);
+int g4cu_model_has_tokenizer(const g4cu_model *m); // 0 only for a text_only model without one
 
 // --- states ------------------------------------------------------------------------------------
 int g4cu_state_new(g4cu_model *m, g4cu_state **out);
 void g4cu_state_free(g4cu_state *s);
 
 // --- requests ----------------------------------------------------------------------------------
+#define G4CU_DEFAULT_MAX_TOKENS 256 // g4cu_request_default's max_tokens
+
 typedef enum {
     G4CU_IMAGE_RGB = 0,     // rgb: [height, width, 3] 8-bit, row-major, interleaved
     G4CU_IMAGE_ENCODED = 1, // data/size: a PNG or JPEG file's bytes
     G4CU_AUDIO_PCM = 2,     // pcm/n_samples: mono float32 at sample_rate Hz (resampled)
     G4CU_AUDIO_ENCODED = 3, // data/size: a sound file's bytes (WAV, FLAC, ...: libsndfile)
+    G4CU_IMAGE_FILE = 4,    // path: a PNG or JPEG file, read by the library (errors name path)
+    G4CU_AUDIO_FILE = 5,    // path: a sound file, read by the library (errors name path; longer
+                            // than the audio window: cut, said in the result's cuts)
 } g4cu_media_kind;
 
 typedef struct {
@@ -88,6 +102,7 @@ typedef struct {
     const float *pcm;
     size_t n_samples;
     int sample_rate;
+    const char *path; // G4CU_IMAGE_FILE, G4CU_AUDIO_FILE (borrowed for the call)
 } g4cu_media;
 
 // Called with the generated text as it becomes final (never a partial UTF-8 character, never a
@@ -102,7 +117,7 @@ typedef struct {
     const char *text;   // the user's text (UTF-8); NULL: none
     const g4cu_media *media;
     int n_media;
-    int max_tokens;     // new tokens at most (default 256)
+    int max_tokens;     // new tokens at most (default G4CU_DEFAULT_MAX_TOKENS)
     float temperature;  // <= 0: greedy (default 0)
     int top_k;          // 0: off
     float top_p;        // (0, 1]; 1: off
@@ -114,8 +129,21 @@ typedef struct {
     int n_eos;          // the template's <turn|>), each in [0, n_vocab)
     g4cu_text_fn on_text;
     void *user;
+    int system_as_parts; // 1: the system turn as a text part (the template renders it
+                         // trim(system) + " ", as the eval harness and `g4cu generate` send
+                         // it); 0: as a string (default)
+    const char *const *ignore_stop; // stop strings left out of stop (the same strings)
+    int n_ignore_stop;
+    int prefill_chunk; // prompt rows per prefill forward (0: the state's, 512)
 } g4cu_request;
 void g4cu_request_default(g4cu_request *r);
+
+// An audio medium of a request that was longer than the audio window (the rest is not heard).
+typedef struct {
+    const char *path;    // its path (G4CU_AUDIO_FILE; borrowed from the request), else NULL
+    double seconds;      // its whole length
+    double used_seconds; // what the model heard: the first 30 s
+} g4cu_audio_cut;
 
 typedef struct {
     char *text;      // the generated text, cut before a stop string (malloc'ed)
@@ -131,11 +159,22 @@ typedef struct {
     const char *stop_string;    // the request's stop string it ended at (rq->stop[i]), else NULL
     const char *stop_reason;    // finish_reason in detail: "eos", "stop_string", "max_new",
                                 // "context" (the context ended first), "cancelled"
+    int max_new;                // the token limit used: max_tokens, or less at the context's end
+    double prefill_tok_s;       // n_prompt_tokens / prefill time (tokens per second)
+    double decode_tok_s;        // (n_tokens - 1) / decode time (0 with one token)
+    g4cu_audio_cut *cuts;       // each audio medium cut to the audio window, in the order
+    int n_cuts;                 // the prompt has them [n_cuts] (malloc'ed, g4cu_result_free)
 } g4cu_result;
 void g4cu_result_free(g4cu_result *r);
 
 // Generates the answer to rq on s. *out is filled on success (and zeroed on error).
 int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out);
+// Generation after prompt ids[0..n) as they are (no chat template, no media, no <turn|> end;
+// each id in [0, n_vocab)): opts gives the options (its text, system and media must be unset;
+// NULL: the defaults). On a model without a tokenizer the result has no text (text NULL) and
+// opts may not have stop strings nor on_text.
+int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
+                      g4cu_result *out);
 // Speech recognition: mono PCM at `rate` Hz, with the model card's ASR prompt (opts: the
 // generation options; its text, when set, replaces the prompt; its media must be empty; NULL:
 // the defaults).
@@ -145,6 +184,49 @@ int g4cu_transcribe(g4cu_state *s, const float *pcm, size_t n_samples, int rate,
 // (the question is the text: opts->text is not used).
 int g4cu_vqa(g4cu_state *s, const g4cu_media *image, const char *question,
              const g4cu_request *opts, g4cu_result *out);
+
+// The E2B model card's ASR prompt: g4cu_transcribe's default (a static string).
+const char *g4cu_asr_prompt(void);
+
+// Long-form speech recognition (audio of any length): consecutive windows of `window` samples
+// overlapping by `overlap`, each transcribed alone with g4cu_transcribe, stitched by dropping
+// from each window's tokens the longest prefix that ends the previous window's (HF's chunked ASR
+// pipeline in its exact-match form); segment k spans from the middle of its overlap with window
+// k - 1 to the middle of its overlap with window k + 1.
+typedef struct {
+    const g4cu_request *opts; // each window's options, as g4cu_transcribe takes them (on_text is
+                              // not used: the text is final only once stitched); NULL: defaults
+    const char *name;         // errors start with it ("name: ..."; NULL: none), e.g. the file
+    size_t window;            // samples per window (0: g4cu_model_audio_window; at most that)
+    size_t overlap;           // samples (0 with window 0: a sixth of the window; < window)
+} g4cu_transcribe_long_params;
+void g4cu_transcribe_long_params_default(g4cu_transcribe_long_params *p);
+
+typedef struct {
+    size_t start, end;               // the segment's samples [start, end) of the whole audio
+    size_t window_start, window_end; // the window's samples it was transcribed from
+    char *text;                      // its kept tokens decoded, special tokens left out
+    int32_t *tokens;                 // the kept tokens [n_tokens] (after the stitch, no EOS)
+    int n_tokens;
+    int window_tokens;  // the window's own tokens (no EOS)
+    int dropped_tokens; // of them, the ones the previous window ended with
+    double prefill_ms, decode_ms;
+} g4cu_segment;
+
+typedef struct {
+    char *text; // every segment's kept tokens decoded together
+    size_t text_len;
+    g4cu_segment *segments; // [n_segments], in order; all malloc'ed (g4cu_transcript_free)
+    int n_segments;
+    int sample_rate;                   // the samples' rate (g4cu_model_audio_rate)
+    size_t n_samples, window, overlap; // the audio's length and the windows used, in samples
+} g4cu_transcript;
+void g4cu_transcript_free(g4cu_transcript *t);
+
+// pcm[0..n_samples): mono float32 at g4cu_model_audio_rate. *out is filled on success (zeroed
+// on error).
+int g4cu_transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
+                         const g4cu_transcribe_long_params *p, g4cu_transcript *out);
 
 // --- tokens and logits -------------------------------------------------------------------------
 // The text's token ids (no special tokens added); *ids is malloc'ed (g4cu_free).
@@ -176,6 +258,9 @@ const char *g4cu_tokenizer_piece(const g4cu_tokenizer *t, int32_t id, size_t *le
 // file's whole length.
 int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float **pcm,
                       size_t *n_samples, double *seconds);
+// The sound file at path -> mono float32 at the model's audio rate, all of it (no window cut;
+// *pcm malloc'ed, g4cu_free). Errors name the path.
+int g4cu_audio_load(const g4cu_model *m, const char *path, float **pcm, size_t *n_samples);
 void g4cu_free(void *p);
 
 #ifdef __cplusplus

@@ -100,7 +100,8 @@ bool prefill_mma_forced();
 
 // AUTO's prefill kernel for M > 8: the tuned table (gemm_tuned.inc, the fastest kernel and
 // configuration bench's prefill sweep measured for the shape, at the entry whose M is nearest in
-// log2) when it holds (N, K, q4, fused) and the GPU has the table's SM count; else wgmma with
+// log2 and within a factor of 2) when it holds (N, K, q4, fused) and the GPU has the table's
+// SM count; else wgmma with
 // bn 0 (wg_choose's modelled configuration). G4_GEMM_TUNED=0 in the environment skips the table
 // (A/B runs; read once); G4_GEMM_PREFILL=mma still sends AUTO to mma.sync.
 struct prefill_plan {

@@ -45,12 +45,15 @@ prefill_plan plan_prefill(int M, int N, int K, bool fused, bool q4) {
     }
     const prefill_plan model = {G4_GEMM_WGMMA, 0, 0};
     if (!use_table) return model;
+    // The entry nearest in log2, if it is within a factor of 2: further out (a 16k-token prompt
+    // against the sweep's largest M, 4096) the measured choice need not hold and the model's
+    // does better (bench/NOTES.md).
     const tuned_entry *near = nullptr;
-    double near_d = 0;
+    double near_d = 1.0;
     for (const tuned_entry &e : TUNED) {
         if (e.N != N || e.K != K || e.q4 != (int)q4 || e.fused != (int)fused) continue;
         const double d = fabs(log2((double)M / e.M));
-        if (!near || d < near_d) near = &e, near_d = d;
+        if (d <= near_d) near = &e, near_d = d;
     }
     return near ? prefill_plan{near->algo, near->bn, near->split} : model;
 }

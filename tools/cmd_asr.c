@@ -3,8 +3,8 @@
 // stdout. Several files are transcribed in turn with the model loaded once (tools/gen_cli.h
 // g4_gen_cli_run_batch: "==> file <==" before each, or one JSON line each with --json; a
 // failing file is reported and the rest go on). One file longer than the audio tower's window
-// (or --srt / --vtt) is transcribed in overlapping windows and stitched (tools/asr_long.h,
-// engine/asr_window.h: the rule), printed as text, --json segments, SubRip or WebVTT.
+// (or --srt / --vtt) is transcribed in overlapping windows and stitched (g4cu_transcribe_long:
+// the rule), printed as text, --json segments, SubRip or WebVTT (tools/asr_long.h).
 // The default prompt is the E2B model card's ASR prompt (spec gemma4-architecture.md 6.2);
 // the LibriSpeech benchmark uses "Please recognize the speech and only output the recognized
 // content:" (eval-metrics.md), which --prompt can give.
@@ -18,35 +18,37 @@
 // One file: long-form when it is longer than the tower's window or cues are asked for.
 static int asr_one(g4_gen_cli *o, const char *pkg, const char *path, const char *prompt,
                    g4_asr_format cues) {
-    g4_pipeline *pl;
-    int code = g4_gen_cli_open(o, pkg, &pl);
+    g4cu_model *m;
+    g4cu_state *s;
+    int code = g4_gen_cli_open(o, pkg, 0, &m, &s);
     if (code) return code;
-    g4_audio a = {0};
+    float *pcm = NULL;
+    size_t n = 0;
     // An unreadable file goes the one-window way, which reports it as it always has.
-    const int loaded = pl->pkg->has_audio_fe &&
-                       !g4_audio_load(path, pl->pkg->audio_fe.sampling_rate, 0, &a);
-    if (loaded && (a.n_samples > G4_AUDIO_MAX_SAMPLES || cues != G4_ASR_TEXT)) {
+    const int loaded = g4cu_model_has_audio(m) && !g4cu_audio_load(m, path, &pcm, &n);
+    g4cu_request rq;
+    g4_gen_cli_request(o, &rq);
+    rq.text = prompt;
+    if (loaded && (n > g4cu_model_audio_window(m) || cues != G4_ASR_TEXT)) {
         const g4_asr_format f = cues != G4_ASR_TEXT ? cues : o->json ? G4_ASR_JSON : G4_ASR_TEXT;
-        int rc = g4_asr_long(o, pl, path, prompt, &a, f);
+        int rc = g4_asr_long(o, s, &rq, path, pcm, n, f);
         code = rc ? g4_cli_fail(rc) : 0;
     } else {
-        const char *audio[1] = {path};
-        g4_prompt pr = {.system = o->system,
-                        .system_as_parts = 1,
-                        .audio = audio,
-                        .n_audio = 1,
-                        .text = prompt};
-        code = g4_gen_cli_run_on(o, pl, &pr);
+        const g4cu_media audio = {.kind = G4CU_AUDIO_FILE, .path = path};
+        rq.media = &audio;
+        rq.n_media = 1;
+        code = g4_gen_cli_run_on(o, s, &rq);
     }
-    g4_audio_free(&a);
-    g4_pipeline_close(pl);
+    g4cu_free(pcm);
+    g4cu_state_free(s);
+    g4cu_model_free(m);
     return code;
 }
 
 static int cmd_asr(int argc, char **argv) {
     g4_gen_cli o;
     g4_gen_cli_init(&o, "asr");
-    const char **pos = g4_calloc((size_t)argc, sizeof(char *)), *prompt = G4_ASR_PROMPT;
+    const char **pos = g4_calloc((size_t)argc, sizeof(char *)), *prompt = g4cu_asr_prompt();
     int n_pos = 0, code = 1;
     g4_asr_format cues = G4_ASR_TEXT;
     for (int i = 1; i < argc; i++) {
@@ -76,11 +78,8 @@ static int cmd_asr(int argc, char **argv) {
     } else {
         g4_gen_cli_item *items = g4_calloc((size_t)n_pos, sizeof *items);
         for (int k = 1; k < n_pos; k++)
-            items[k - 1] = (g4_gen_cli_item){.prompt = {.system = o.system,
-                                                        .system_as_parts = 1,
-                                                        .audio = &pos[k],
-                                                        .n_audio = 1,
-                                                        .text = prompt},
+            items[k - 1] = (g4_gen_cli_item){.media = {.kind = G4CU_AUDIO_FILE, .path = pos[k]},
+                                             .text = prompt,
                                              .input = pos[k]};
         code = g4_gen_cli_run_batch(&o, pos[0], items, n_pos - 1);
         free(items);

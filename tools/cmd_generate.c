@@ -15,7 +15,7 @@ static int cmd_generate(int argc, char **argv) {
     g4_gen_cli o;
     g4_gen_cli_init(&o, "generate");
     const char *pkg_dir = NULL, *prompt = NULL, *ids_s = NULL;
-    const char *images[MAX_MEDIA], *audio[MAX_MEDIA];
+    g4cu_media media[2 * MAX_MEDIA]; // the files, images and audio in the order given
     int n_images = 0, n_audio = 0, code = 1;
     for (int i = 1; i < argc; i++) {
         int r = g4_gen_cli_option(&o, argc, argv, &i);
@@ -33,10 +33,9 @@ static int cmd_generate(int argc, char **argv) {
                 code = g4_cli_usage_error("generate", "more than %d %s files", MAX_MEDIA, a);
                 goto done;
             }
-            if (img)
-                images[n_images++] = argv[++i];
-            else
-                audio[n_audio++] = argv[++i];
+            n_images += img, n_audio += !img;
+            media[n_images + n_audio - 1] =
+                (g4cu_media){.kind = img ? G4CU_IMAGE_FILE : G4CU_AUDIO_FILE, .path = argv[++i]};
         } else if (a[0] == '-') {
             code = g4_cli_usage_error("generate", "unknown option '%s' (or it needs a value)", a);
             goto done;
@@ -81,14 +80,7 @@ static int cmd_generate(int argc, char **argv) {
         }
         prompt = stdin_text;
     }
-    g4_prompt pr = {.system = o.system,
-                    .system_as_parts = 1,
-                    .images = images,
-                    .n_images = n_images,
-                    .audio = audio,
-                    .n_audio = n_audio,
-                    .text = prompt};
-    code = g4_gen_cli_run(&o, pkg_dir, &pr);
+    code = g4_gen_cli_run(&o, pkg_dir, media, n_images + n_audio, prompt);
     free(stdin_text);
 done:
     g4_gen_cli_free(&o);

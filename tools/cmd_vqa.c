@@ -26,7 +26,7 @@ static const char *keep(batch *b, char *s) {
 }
 
 // The lines of path as items; blank lines are skipped.
-static int read_batch(const char *path, const g4_gen_cli *o, batch *b) {
+static int read_batch(const char *path, batch *b) {
     char *text = NULL;
     size_t len = 0;
     int rc = g4_read_file(path, &text, &len);
@@ -60,13 +60,8 @@ static int read_batch(const char *path, const g4_gen_cli *o, batch *b) {
         const char *image = img->valuestring[0] == '/'
                                 ? img->valuestring
                                 : keep(b, g4_path_join(dir, img->valuestring));
-        const char **images = (const char **)keep(b, g4_malloc(sizeof(char *)));
-        images[0] = image;
-        it->prompt = (g4_prompt){.system = o->system,
-                                 .system_as_parts = 1,
-                                 .images = images,
-                                 .n_images = 1,
-                                 .text = q->valuestring};
+        it->media = (g4cu_media){.kind = G4CU_IMAGE_FILE, .path = image};
+        it->text = q->valuestring;
     }
     return G4_OK;
 }
@@ -105,7 +100,7 @@ static int cmd_vqa(int argc, char **argv) {
             goto done;
         }
         batch b = {0};
-        int rc = read_batch(batch_path, &o, &b);
+        int rc = read_batch(batch_path, &b);
         code = rc ? g4_cli_fail(rc) : g4_gen_cli_run_batch(&o, pos[0], b.items, b.n);
         batch_free(&b);
         goto done;
@@ -114,10 +109,8 @@ static int cmd_vqa(int argc, char **argv) {
         code = g4_cli_usage_error("vqa", "needs PKG, IMAGE and QUESTION");
         goto done;
     }
-    const char *images[1] = {pos[1]};
-    g4_prompt pr = {
-        .system = o.system, .system_as_parts = 1, .images = images, .n_images = 1, .text = pos[2]};
-    code = g4_gen_cli_run(&o, pos[0], &pr);
+    const g4cu_media image = {.kind = G4CU_IMAGE_FILE, .path = pos[1]};
+    code = g4_gen_cli_run(&o, pos[0], &image, 1, pos[2]);
 done:
     g4_gen_cli_free(&o);
     return code;

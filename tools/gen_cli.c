@@ -1,4 +1,5 @@
-// gen_cli.c: options, running and printing shared by the generate, asr and vqa commands.
+// gen_cli.c: options, running and printing shared by the generate, asr and vqa commands, on the
+// public API (include/g4cu.h).
 #include "tools/gen_cli.h"
 
 #include <cjson/cJSON.h>
@@ -8,13 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend_select.h"
 #include "tools/cli.h"
 
 #define G4_STR_(x) #x
 #define G4_STR(x)  G4_STR_(x)
 const g4_opt g4_gen_cli_opts[] = {
-    {"--max-new", "N", "new tokens at most (default " G4_STR(G4_GEN_DEFAULT_MAX_NEW) ")"},
+    {"--max-new", "N", "new tokens at most (default " G4_STR(G4CU_DEFAULT_MAX_TOKENS) ")"},
     {"--stop", "S", "stop at this string (repeatable; \\n \\t \\r \\\\ escapes; default: none)"},
     {"--ignore-stop", "S", "a stop string that does not stop (repeatable; default: none)"},
     {"--eos", "ID", "an end-of-sequence id (repeatable; default: the package's generation config)"},
@@ -35,7 +35,7 @@ void g4_gen_cli_init(g4_gen_cli *o, const char *cmd) {
     memset(o, 0, sizeof *o);
     o->cmd = cmd;
     o->backend = "cpu";
-    g4_gen_params_default(&o->gen);
+    g4cu_request_default(&o->rq);
 }
 
 void g4_gen_cli_free(g4_gen_cli *o) {
@@ -100,7 +100,7 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
         return 1;
     }
     if (!strcmp(a, "--ignore-eos")) {
-        o->gen.ignore_eos = 1;
+        o->rq.ignore_eos = 1;
         return 1;
     }
     (*i)++;
@@ -109,10 +109,10 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
         o->sampling_opt = a;
     if (!strcmp(a, "--max-new")) {
         if (!g4_cli_int(o->cmd, a, v, 1, 1 << 24, &n)) return -1;
-        o->gen.max_new = (int)n;
+        o->rq.max_tokens = (int)n;
     } else if (!strcmp(a, "--prefill-chunk")) {
         if (!g4_cli_int(o->cmd, a, v, 1, 1 << 20, &n)) return -1;
-        o->gen.prefill_chunk = (int)n;
+        o->rq.prefill_chunk = (int)n;
     } else if (!strcmp(a, "--stop") || !strcmp(a, "--ignore-stop")) {
         int is_stop = !strcmp(a, "--stop");
         if ((is_stop ? o->n_stop : o->n_ignore) == G4_GEN_CLI_MAX_LIST) {
@@ -135,14 +135,14 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
             return -1;
         }
         if (!g4_cli_int(o->cmd, a, v, 0, 0x7fffffff, &n)) return -1;
-        o->eos[o->n_eos++] = (int)n;
+        o->eos[o->n_eos++] = (int32_t)n;
     } else if (!strcmp(a, "--temperature")) {
-        if (!parse_float(o->cmd, a, v, 0, 1e6, &o->gen.sampler.temperature)) return -1;
+        if (!parse_float(o->cmd, a, v, 0, 1e6, &o->rq.temperature)) return -1;
     } else if (!strcmp(a, "--top-k")) {
         if (!g4_cli_int(o->cmd, a, v, 0, 0x7fffffff, &n)) return -1;
-        o->gen.sampler.top_k = (int)n;
+        o->rq.top_k = (int)n;
     } else if (!strcmp(a, "--top-p")) {
-        if (!parse_float(o->cmd, a, v, 1e-9, 1, &o->gen.sampler.top_p)) return -1;
+        if (!parse_float(o->cmd, a, v, 1e-9, 1, &o->rq.top_p)) return -1;
     } else if (!strcmp(a, "--seed")) {
         char *end;
         errno = 0;
@@ -151,7 +151,7 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
             g4_cli_usage_error(o->cmd, "--seed expects a non-negative integer, got '%s'", v);
             return -1;
         }
-        o->gen.seed = s;
+        o->rq.seed = s;
     } else if (!strcmp(a, "--system")) {
         o->system = v;
     } else if (!strcmp(a, "--backend")) {
@@ -162,41 +162,44 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
     return 1;
 }
 
-static void stream_stdout(void *ctx, const char *text, size_t len) {
-    (void)ctx;
+static int stream_stdout(void *user, const char *text, size_t len) {
+    (void)user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
+    return 0;
 }
 
-static void params_from(g4_gen_cli *o, g4_gen_params *p) {
-    *p = o->gen;
-    p->stop = (const char *const *)o->stop;
-    p->n_stop = o->n_stop;
-    p->ignore_stop = (const char *const *)o->ignore;
-    p->n_ignore_stop = o->n_ignore;
-    p->eos = o->eos;
-    p->n_eos = o->n_eos;
-    if (!o->json) p->on_text = stream_stdout;
+void g4_gen_cli_request(const g4_gen_cli *o, g4cu_request *rq) {
+    *rq = o->rq;
+    rq->system = o->system;
+    rq->system_as_parts = 1;
+    rq->stop = (const char *const *)o->stop;
+    rq->n_stop = o->n_stop;
+    rq->ignore_stop = (const char *const *)o->ignore;
+    rq->n_ignore_stop = o->n_ignore;
+    rq->eos = o->eos;
+    rq->n_eos = o->n_eos;
+    if (!o->json) rq->on_text = stream_stdout;
 }
 
 // Audio cut to the tower's window, said on stderr (one line per file).
-static void report_cuts(const g4_gen_cli *o, const g4_media_cut *cuts, int n) {
-    for (int i = 0; i < n; i++)
+static void report_cuts(const g4_gen_cli *o, const g4cu_result *r) {
+    for (int i = 0; i < r->n_cuts; i++)
         fprintf(stderr,
                 "g4cu %s: %s: %.1f s of audio, only the first %.1f s were used (the audio "
                 "tower's window; `g4cu asr PKG FILE` of one file transcribes all of it)\n",
-                o->cmd, cuts[i].path, cuts[i].seconds, cuts[i].used_seconds);
+                o->cmd, r->cuts[i].path, r->cuts[i].seconds, r->cuts[i].used_seconds);
 }
 
 // input / id (either NULL): the batch forms' keys of the JSON line (the file, the item's id).
-static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_text,
-                         const g4_media_cut *cuts, int n_cuts, const char *input,
+// A result without text (a model without a tokenizer) prints its ids.
+static void print_result(const g4_gen_cli *o, const g4cu_result *r, const char *input,
                          const cJSON *id) {
     if (!o->json) {
-        if (has_text)
+        if (r->text)
             printf("\n");
         else { // no tokenizer: the ids are all there is to print
-            for (size_t i = 0; i < r->tokens.n; i++) printf("%s%d", i ? "," : "", r->tokens.v[i]);
+            for (int i = 0; i < r->n_tokens; i++) printf("%s%d", i ? "," : "", r->tokens[i]);
             printf("\n");
         }
         return;
@@ -204,18 +207,18 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
     cJSON *j = cJSON_CreateObject();
     if (input) cJSON_AddStringToObject(j, "input", input);
     if (id) cJSON_AddItemToObject(j, "id", cJSON_Duplicate(id, 1));
-    if (has_text)
-        cJSON_AddStringToObject(j, "text", r->text ? r->text : "");
+    if (r->text)
+        cJSON_AddStringToObject(j, "text", r->text);
     else
         cJSON_AddNullToObject(j, "text");
     cJSON *toks = cJSON_AddArrayToObject(j, "tokens");
-    for (size_t i = 0; i < r->tokens.n; i++)
-        cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens.v[i]));
-    cJSON_AddNumberToObject(j, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(j, "new_tokens", (double)r->tokens.n);
-    cJSON_AddStringToObject(j, "stop_reason", g4_stop_reason_name(r->stop));
-    if (r->stop == G4_STOP_EOS)
-        cJSON_AddNumberToObject(j, "stop_token", r->stop_id);
+    for (int i = 0; i < r->n_tokens; i++)
+        cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens[i]));
+    cJSON_AddNumberToObject(j, "prompt_tokens", r->n_prompt_tokens);
+    cJSON_AddNumberToObject(j, "new_tokens", r->n_tokens);
+    cJSON_AddStringToObject(j, "stop_reason", r->stop_reason);
+    if (r->stop_token >= 0)
+        cJSON_AddNumberToObject(j, "stop_token", r->stop_token);
     else
         cJSON_AddNullToObject(j, "stop_token");
     if (r->stop_string)
@@ -229,11 +232,11 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
     cJSON_AddNumberToObject(j, "decode_ms", r->decode_ms);
     cJSON_AddNumberToObject(j, "decode_tok_s", r->decode_tok_s);
     cJSON *cut = cJSON_AddArrayToObject(j, "audio_truncated"); // files cut to the tower's window
-    for (int i = 0; i < n_cuts; i++) {
+    for (int i = 0; i < r->n_cuts; i++) {
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "file", cuts[i].path);
-        cJSON_AddNumberToObject(c, "seconds", cuts[i].seconds);
-        cJSON_AddNumberToObject(c, "used_seconds", cuts[i].used_seconds);
+        cJSON_AddStringToObject(c, "file", r->cuts[i].path ? r->cuts[i].path : "");
+        cJSON_AddNumberToObject(c, "seconds", r->cuts[i].seconds);
+        cJSON_AddNumberToObject(c, "used_seconds", r->cuts[i].used_seconds);
         cJSON_AddItemToArray(cut, c);
     }
     char *s = cJSON_PrintUnformatted(j);
@@ -242,18 +245,9 @@ static void print_result(const g4_gen_cli *o, const g4_gen_result *r, int has_te
     cJSON_Delete(j);
 }
 
-// The backend by name (the placement options are load options: g4_text_load_opts).
-static int open_backend(const g4_gen_cli *o, g4_backend **be) {
-    int rc = g4_backend_by_name(o->backend, be);
-    if (rc) return rc;
-    if (o->ple_host && !(*be)->alloc_mapped)
-        return g4_fail(G4_EUSER, "%s: --ple-host needs a GPU backend (--backend cuda)", o->cmd);
-    return G4_OK;
-}
-
 // The sampling options mean nothing without sampling: refused rather than ignored.
 static int check_options(const g4_gen_cli *o) {
-    if (o->sampling_opt && !(o->gen.sampler.temperature > 0))
+    if (o->sampling_opt && !(o->rq.temperature > 0))
         return g4_cli_usage_error(o->cmd,
                                   "%s only applies when sampling: add --temperature T (T > 0); "
                                   "without it generation is greedy",
@@ -261,93 +255,90 @@ static int check_options(const g4_gen_cli *o) {
     return 0;
 }
 
-void g4_gen_cli_params(g4_gen_cli *o, g4_gen_params *p) { params_from(o, p); }
-
-int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, g4_pipeline **pl) {
-    *pl = NULL;
+int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, int text_only, g4cu_model **m,
+                    g4cu_state **s) {
+    *m = NULL;
+    *s = NULL;
     if (check_options(o)) return 1;
-    g4_backend *be;
-    g4_pipeline_opts po = {0};
-    po.tokenizer_path = o->tokenizer;
-    po.load.ple_host = o->ple_host;
-    int rc = open_backend(o, &be);
-    if (!rc) rc = g4_pipeline_open_opts(pkg_dir, be, &po, pl);
+    // (the CPU backend has no pinned host memory; a name that is no backend: the load says so)
+    if (o->ple_host && !strcmp(o->backend, "cpu"))
+        return g4_cli_fail(
+            g4_fail(G4_EUSER, "%s: --ple-host needs a GPU backend (--backend cuda)", o->cmd));
+    g4cu_model_params mp;
+    g4cu_model_params_default(&mp);
+    mp.backend = o->backend;
+    mp.tokenizer_path = o->tokenizer;
+    mp.ple_host = o->ple_host;
+    mp.text_only = text_only;
+    int rc = g4cu_model_load(pkg_dir, &mp, m);
+    if (!rc && (rc = g4cu_state_new(*m, s))) {
+        g4cu_model_free(*m);
+        *m = NULL;
+    }
     return rc ? g4_cli_fail(rc) : 0;
 }
 
-int g4_gen_cli_run_on(g4_gen_cli *o, g4_pipeline *pl, const g4_prompt *pr) {
-    g4_gen_params p;
-    params_from(o, &p);
-    g4_gen_result r;
-    int rc = g4_pipeline_generate(pl, pr, &p, &r);
+int g4_gen_cli_run_on(const g4_gen_cli *o, g4cu_state *s, const g4cu_request *rq) {
+    g4cu_result r;
+    int rc = g4cu_generate(s, rq, &r);
     if (!rc) {
-        print_result(o, &r, 1, pl->cuts, pl->n_cuts, NULL, NULL);
+        print_result(o, &r, NULL, NULL);
         fflush(stdout);
-        report_cuts(o, pl->cuts, pl->n_cuts);
+        report_cuts(o, &r);
     } else if (!o->json)
         fflush(stdout);
-    g4_gen_result_free(&r);
+    g4cu_result_free(&r);
     return rc ? g4_cli_fail(rc) : 0;
 }
 
-int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4_prompt *pr) {
-    g4_pipeline *pl;
-    int code = g4_gen_cli_open(o, pkg_dir, &pl);
+int g4_gen_cli_run(g4_gen_cli *o, const char *pkg_dir, const g4cu_media *media, int n_media,
+                   const char *text) {
+    g4cu_model *m;
+    g4cu_state *s;
+    int code = g4_gen_cli_open(o, pkg_dir, 0, &m, &s);
     if (code) return code;
-    code = g4_gen_cli_run_on(o, pl, pr);
-    g4_pipeline_close(pl);
+    g4cu_request rq;
+    g4_gen_cli_request(o, &rq);
+    rq.media = media;
+    rq.n_media = n_media;
+    rq.text = text;
+    code = g4_gen_cli_run_on(o, s, &rq);
+    g4cu_state_free(s);
+    g4cu_model_free(m);
     return code;
 }
 
 int g4_gen_cli_run_ids(g4_gen_cli *o, const char *pkg_dir, const int32_t *ids, int n) {
-    if (check_options(o)) return 1;
-    g4_backend *be;
-    g4_package *pkg = NULL;
-    g4_text_model *m = NULL;
-    g4_text_state *s = NULL;
-    g4_tokenizer *tok = NULL;
-    char *tok_path = NULL;
-    g4_gen_result r = {0};
+    g4cu_model *m;
+    g4cu_state *s;
+    int code = g4_gen_cli_open(o, pkg_dir, 1, &m, &s);
+    if (code) return code;
+    g4cu_request rq;
+    g4_gen_cli_request(o, &rq);
+    rq.system = NULL; // (refused with --ids already)
+    g4cu_result r = {0};
     int rc;
-    if ((rc = open_backend(o, &be)) || (rc = g4_package_open(pkg_dir, &pkg))) goto done;
     // The tokenizer is optional here: without one the ids are printed instead of text.
-    tok_path = o->tokenizer ? g4_strdup(o->tokenizer) : g4_path_join(pkg_dir, "tokenizer.json");
-    if ((o->tokenizer || g4_is_file(tok_path)) && (rc = g4_tokenizer_open(tok_path, &tok)))
-        goto done;
-    if (!tok && o->n_stop) {
+    if (!g4cu_model_has_tokenizer(m) && o->n_stop) {
         rc = g4_fail(G4_EUSER,
                      "--stop needs a tokenizer: %s has no tokenizer.json; pass "
                      "--tokenizer F",
                      pkg_dir);
-        goto done;
+    } else {
+        if (!g4cu_model_has_tokenizer(m)) rq.on_text = NULL;
+        if (!(rc = g4cu_generate_ids(s, ids, n, &rq, &r))) print_result(o, &r, NULL, NULL);
     }
-    const g4_text_load_opts lo = {.ple_host = o->ple_host};
-    if ((rc = g4_text_model_load_opts(pkg, be, &lo, &m))) goto done;
-    g4_gen_params p;
-    params_from(o, &p);
-    if (!tok) p.on_text = NULL;
-    // One state sized for the request (an empty or too long prompt: g4_generate reports it).
-    long cap = (long)(n > 0 ? n : 1) + p.max_new;
-    if (cap > pkg->text.context_length) cap = pkg->text.context_length;
-    const g4_text_state_opts so = {(int)cap, G4_GEN_DEFAULT_CHUNK, 1, 0};
-    if ((rc = g4_text_state_new_opts(m, &so, &s)) ||
-        (rc = g4_generate(s, tok, ids, n, NULL, &p, &r)))
-        goto done;
-    print_result(o, &r, tok != NULL, NULL, 0, NULL, NULL);
-done:
-    g4_gen_result_free(&r);
-    g4_text_state_free(s);
-    g4_text_model_free(m);
-    g4_tokenizer_close(tok);
-    free(tok_path);
-    g4_package_close(pkg);
+    g4cu_result_free(&r);
+    g4cu_state_free(s);
+    g4cu_model_free(m);
     return rc ? g4_cli_fail(rc) : 0;
 }
 
 int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_item *items,
                          int n) {
-    g4_pipeline *pl;
-    int code = g4_gen_cli_open(o, pkg_dir, &pl), rc;
+    g4cu_model *m;
+    g4cu_state *s;
+    int code = g4_gen_cli_open(o, pkg_dir, 0, &m, &s), rc;
     if (code) return code;
     for (int i = 0; i < n; i++) {
         const g4_gen_cli_item *it = &items[i];
@@ -355,24 +346,27 @@ int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_it
             printf("==> %s <==\n", it->input);
             fflush(stdout);
         }
-        g4_gen_params p;
-        params_from(o, &p);
-        g4_gen_result r = {0};
-        rc = it->error ? g4_fail(G4_EUSER, "%s", it->error)
-                       : g4_pipeline_generate(pl, &it->prompt, &p, &r);
+        g4cu_request rq;
+        g4_gen_cli_request(o, &rq);
+        rq.media = &it->media;
+        rq.n_media = 1;
+        rq.text = it->text;
+        g4cu_result r = {0};
+        rc = it->error ? g4_fail(G4_EUSER, "%s", it->error) : g4cu_generate(s, &rq, &r);
+        const char *err = g4cu_last_error();
         if (!rc) {
-            print_result(o, &r, 1, pl->cuts, pl->n_cuts, it->input, it->id);
+            print_result(o, &r, it->input, it->id);
             fflush(stdout);
-            report_cuts(o, pl->cuts, pl->n_cuts);
+            report_cuts(o, &r);
         } else {
             // Said on stderr and, with --json, in the input's own line; the rest go on.
-            const int c = rc == G4_EINTERNAL ? 2 : 1;
+            const int c = rc == G4CU_EINTERNAL ? 2 : 1;
             if (c > code) code = c;
             if (o->json) {
                 cJSON *j = cJSON_CreateObject();
                 cJSON_AddStringToObject(j, "input", it->input);
                 if (it->id) cJSON_AddItemToObject(j, "id", cJSON_Duplicate(it->id, 1));
-                cJSON_AddStringToObject(j, "error", g4_error());
+                cJSON_AddStringToObject(j, "error", err);
                 char *js = cJSON_PrintUnformatted(j);
                 printf("%s\n", js);
                 free(js);
@@ -381,13 +375,14 @@ int g4_gen_cli_run_batch(g4_gen_cli *o, const char *pkg_dir, const g4_gen_cli_it
                 printf("\n");
             }
             fflush(stdout);
-            if (strstr(g4_error(), it->input)) // the message names the file already
-                fprintf(stderr, "g4cu %s: %s\n", o->cmd, g4_error());
+            if (strstr(err, it->input)) // the message names the file already
+                fprintf(stderr, "g4cu %s: %s\n", o->cmd, err);
             else
-                fprintf(stderr, "g4cu %s: %s: %s\n", o->cmd, it->input, g4_error());
+                fprintf(stderr, "g4cu %s: %s: %s\n", o->cmd, it->input, err);
         }
-        g4_gen_result_free(&r);
+        g4cu_result_free(&r);
     }
-    g4_pipeline_close(pl);
+    g4cu_state_free(s);
+    g4cu_model_free(m);
     return code;
 }

@@ -199,12 +199,12 @@ stage_xover() {
 
 # AUTO's prefill GEMM choice A/B on the full-size package (after e2b_make): the tuned table
 # (default), its cost model alone (G4_GEMM_TUNED=0) and mma.sync (G4_GEMM_PREFILL=mma), one
-# bench each, then the rows side by side.
+# bench each (GEMM_AB: a subset), then the rows side by side.
 stage_gemm_ab() {
     local d="$WORK/e2b" v env_ab
     while [ ! -f "$d/READY" ] && [ ! -f "$d/FAILED" ]; do sleep 5; done
     [ -f "$d/READY" ] || { echo "gemm_ab: the package was not made"; return 1; }
-    for v in tuned model mma; do
+    for v in ${GEMM_AB:-tuned model mma}; do
         case $v in
         tuned) env_ab=() ;;
         model) env_ab=(G4_GEMM_TUNED=0) ;;
@@ -216,7 +216,10 @@ stage_gemm_ab() {
     python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
-runs = {v: json.load(open(f"{out}/gemm_ab_{v}.json"))["packages"] for v in ("tuned", "model", "mma")}
+import os
+runs = {v: json.load(open(f"{out}/gemm_ab_{v}.json"))["packages"] for v in ("tuned", "model", "mma")
+        if os.path.exists(f"{out}/gemm_ab_{v}.json")}
+runs.setdefault("mma", runs["model"])  # GEMM_AB without mma: its column repeats the model's
 keys = [k for k in next(iter(runs["tuned"].values())) if k.endswith(("_ms", "_tok_s"))]
 for pkg in runs["tuned"]:
     print(f"== {pkg}: tuned / model / mma (and tuned vs model)")
