@@ -70,22 +70,22 @@ int g4_cmp_report_ok(const g4_cmp_report *r) {
     return 1;
 }
 
-void g4_cmp_report_print(const g4_cmp_report *r) {
-    printf("%-20s %12s %12s %12s %-14s %9s %s\n", "tensor", "max abs err", "rel err", "cosine",
-           "tolerance", "tol", "verdict");
+void g4_cmp_report_print(const g4_cmp_report *r, FILE *f) {
+    fprintf(f, "%-20s %12s %12s %12s %-14s %9s %s\n", "tensor", "max abs err", "rel err", "cosine",
+            "tolerance", "tol", "verdict");
     for (int i = 0; i < r->n; i++) {
         const g4_cmp_row *x = &r->rows[i];
         if (!x->shape_ok) {
-            printf("%-20s %12s %12s %12s %-14s %9.1e %s\n", x->name, "-", "-", "-", x->tol_name,
-                   x->tol, "FAIL (shape)");
+            fprintf(f, "%-20s %12s %12s %12s %-14s %9.1e %s\n", x->name, "-", "-", "-", x->tol_name,
+                    x->tol, "FAIL (shape)");
             continue;
         }
-        printf("%-20s %12.4e %12.4e %12.8f %-14s %9.1e %s", x->name, x->s.max_abs, x->s.rel,
-               x->s.cosine, x->tol_name, x->tol, x->pass ? "ok" : "FAIL");
-        if (x->s.nan) printf(" (%zu non-finite)", x->s.nan);
-        if (x->s.ref_bad) printf(" (%zu non-finite in the reference)", x->s.ref_bad);
+        fprintf(f, "%-20s %12.4e %12.4e %12.8f %-14s %9.1e %s", x->name, x->s.max_abs, x->s.rel,
+                x->s.cosine, x->tol_name, x->tol, x->pass ? "ok" : "FAIL");
+        if (x->s.nan) fprintf(f, " (%zu non-finite)", x->s.nan);
+        if (x->s.ref_bad) fprintf(f, " (%zu non-finite in the reference)", x->s.ref_bad);
         if (x->s.argmax_agree_rows >= 0)
-            printf("  argmax %d/%d", x->s.argmax_agree_rows, x->s.rows);
-        printf("\n");
+            fprintf(f, "  argmax %d/%d", x->s.argmax_agree_rows, x->s.rows);
+        fprintf(f, "\n");
     }
 }

@@ -4,6 +4,7 @@
 #define G4_COMPARE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct {
     double max_abs; // max |a - b|
@@ -39,7 +40,7 @@ void g4_cmp_report_add(g4_cmp_report *r, const g4_cmp_row *row);
 void g4_cmp_report_free(g4_cmp_report *r);
 // 1 when every row passed.
 int g4_cmp_report_ok(const g4_cmp_report *r);
-// Fixed-width table on stdout: tensor, max abs err, rel err, cosine, tolerance, verdict.
-void g4_cmp_report_print(const g4_cmp_report *r);
+// Fixed-width table on f: tensor, max abs err, rel err, cosine, tolerance, verdict.
+void g4_cmp_report_print(const g4_cmp_report *r, FILE *f);
 
 #endif

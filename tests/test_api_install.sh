@@ -4,8 +4,9 @@
 # "The C API" section, taken from README.md itself) compiles against that copy with
 # `cc $(pkg-config --cflags --libs g4cu)`, runs on the tiny fixture and streams 16 tokens; a
 # bad package makes it print the library's one-line error and exit 1. The library exports the
-# g4cu_* functions only. A program on <g4cu_eval.h> (the measuring part) compiles against the
-# same copy and gets the logits of a 3-id prompt, [3, the package's vocabulary].
+# g4cu_* functions only. The developer header (g4cu_dev.h) is installed and usable on its own.
+# A program on <g4cu_eval.h> (the measuring part) compiles against the same copy and gets the
+# logits of a 3-id prompt, [3, the package's vocabulary].
 set -u
 : "${G4_BUILD_DIR:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?}"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
@@ -80,4 +81,27 @@ rc=$?
 ok=$?
 [ $ok -ne 0 ] && { echo "  exit $rc, vocab '$vocab':"; cat "$tmp/out"; }
 check "g4cu_eval_logits from the installed library: [3, $vocab]" $ok
+
+# The developer part (include/g4cu_dev.h): installed, self-contained (a C11 program that
+# includes only it), its functions exported; g4cu_dev_inspect of the tiny package from there.
+cat >"$tmp/dev.c" <<'C'
+#include <g4cu_dev.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    g4cu_dev_inspect_params p;
+    g4cu_dev_inspect_params_default(&p);
+    p.summary = 1;
+    int n_issues = -1;
+    if (argc != 2 || g4cu_dev_inspect(argv[1], &p, stdout, &n_issues) != G4CU_OK) return 2;
+    return n_issues != 0;
+}
+C
+[ -f "$pre/include/g4cu_dev.h" ] &&
+    cc -std=c11 -Wall -Wextra -Werror -pedantic "$tmp/dev.c" $flags -o "$tmp/dev" 2>"$tmp/cc.log"
+ok=$?
+[ $ok -ne 0 ] && cat "$tmp/cc.log"
+check "g4cu_dev.h installed; a program on it alone compiles against the installed library" $ok
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/dev" "$pkgdir" >"$tmp/out" 2>&1 &&
+    grep -q "^consistent: all checks passed$" "$tmp/out"
+check "g4cu_dev_inspect from the installed library: the tiny package consistent" $?
 finish test_api_install

@@ -2,7 +2,8 @@
 # test_layering.sh: no #include runs from a lower layer to a higher one. The layers, lowest
 # first (README.md "Layout"; CMake links them in this order, with no rescan):
 #   base < loader < quant < kernels < engine < {fidelity, eval} < api < tools
-# (the public API wraps the measuring and developer work of fidelity/ and eval/ too)
+# (api/: the public C API, whose developer and measuring parts, include/g4cu_dev.h and
+# include/g4cu_eval.h, run fidelity/ and eval/)
 # A file may include its own folder and the folders below it; fidelity/ and eval/ include
 # neither each other; inside kernels/, only kernels/bench/ includes kernels/bench/, and the CPU
 # references (kernels/ref/) include nothing of kernels/ but kernels/ref/. tests/ may include

@@ -10,8 +10,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 src=$G4_SOURCE_DIR
 pkg=$src/tests/fixtures/mobius-tiny-f16/package
 
-# g4cu bench's draws for vocab 1024: 1018 918 669 454 820 (tools/bench_model.c's loop compiled
-# alone: xorshift64 13/7/17 from 0x5eed, 3 + s % 1021); skipping ids takes the next draws.
+# g4cu bench's draws for vocab 1024: 1018 918 669 454 820 (api/g4cu_dev_bench_model.c's loop
+# compiled alone: xorshift64 13/7/17 from 0x5eed, 3 + s % 1021); skipping ids takes the next draws.
 out=$(python3 - "$src/tools/python" "$pkg" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])

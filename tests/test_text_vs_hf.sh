@@ -4,7 +4,7 @@
 # tiny2 package. The reference is HF run in float64 (refdumps/<model>/float64/len<S>.npz); each
 # tensor's tolerance is derived from HF's own fp32 error on the same case (refdumps/<model>/
 # len<S>.npz, `g4cu compare --tol-from`): hf-fp32x8, 8x that error floored at 1e-5 (see
-# tools/cmd_compare.c), so the check means the same at any depth, where the fixed cpu-f32 1e-4
+# fidelity/tolerance.c), so the check means the same at any depth, where the fixed cpu-f32 1e-4
 # does not. Every tensor within it and the logits' argmax equal at every position.
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"

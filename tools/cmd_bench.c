@@ -1,72 +1,27 @@
 // g4cu bench --kernels [--filter S] [--reps N] [--json F]: kernel benchmarks against the H200
-// ceilings and their library baselines (kernels/bench/kbench.h). `g4cu bench PKG [PKG2]`: the
-// whole model (tools/bench_model.c).
-//
-// Each area's table comes from a g4_kbench_* function (kernels/bench/bench_*.cu).
+// ceilings and their library baselines. `g4cu bench PKG [PKG2]`: the whole model. On the public
+// C API (include/g4cu_dev.h: g4cu_dev_bench_kernels, g4cu_dev_bench_model).
+#include <g4cu_dev.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
-#include "kernels/bench/kbench.h"
-#include "kernels/cuda_util.h"
-#include "tools/bench_model.h"
-#include "tools/bench_peer.h"
 #include "tools/cli.h"
-
-int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max);
-int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *rows, int max);
-int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, int max);
-int g4_kbench_conv(const char *filter, int reps, g4_kbench_row *rows, int max);
-
-#define MAX_ROWS 1024
 
 static int bench_kernels(const char *filter, int reps, const char *json) {
     const char *why = NULL;
-    if (g4_cuda_device_count(&why) == 0) {
-        fprintf(stderr, "g4cu bench: no usable CUDA device (%s)\n", why ? why : "unknown");
+    if (g4cu_dev_cuda_device_count(&why) == 0) {
+        fprintf(stderr, "g4cu bench: no usable CUDA device (%s)\n", why);
         return 2;
     }
-    char dev[256];
-    g4_cuda_describe(dev, sizeof dev);
-    printf("device: %s\n", dev);
-    printf("ceilings: copy %.0f GB/s, dense bf16 %.0f TFLOP/s; median of %d timed graph replays, "
-           "inputs rotated past 2x L2\n",
-           G4_H200_COPY_GBPS, G4_H200_BF16_TFLOPS, reps);
-    struct {
-        const char *name;
-        g4_kbench_area fn;
-    } areas[] = {
-        {"gemm", g4_kbench_gemm},
-        {"attention", g4_kbench_attention},
-        {"ops", g4_kbench_ops},
-        {"conv", g4_kbench_conv},
-    };
-    g4_kbench_row *rows = g4_calloc(MAX_ROWS, sizeof *rows);
-    int n = 0;
-    const int n_areas = (int)(sizeof areas / sizeof areas[0]);
-    g4_progress bar;
-    g4_progress_start(&bar, stderr, "bench --kernels", n_areas, 0);
-    for (int i = 0; i < n_areas; i++) {
-        g4_progress_note(&bar, "%s", areas[i].name);
-        const int got = areas[i].fn(filter, reps, rows + n, MAX_ROWS - n);
-        g4_kbench_print(rows + n, got, n == 0);
-        fflush(stdout);
-        n += got;
-        g4_progress_step(&bar);
-    }
-    g4_progress_end(&bar);
-    if (n == 0) printf("no benchmark matched the filter '%s'\n", filter ? filter : "");
-    int rc = 0;
-    if (json) {
-        rc = g4_kbench_json(json, rows, n, dev);
-        if (rc)
-            rc = g4_cli_fail(rc);
-        else
-            printf("wrote %s (%d rows)\n", json, n);
-    }
-    free(rows);
-    return rc;
+    g4cu_dev_bench_kernels_params p;
+    g4cu_dev_bench_kernels_params_default(&p);
+    p.filter = filter;
+    p.reps = reps;
+    p.json = json;
+    p.progress = stderr;
+    const int rc = g4cu_dev_bench_kernels(&p, stdout);
+    return rc ? g4_cli_fail(rc) : 0;
 }
 
 static int cmd_bench(int argc, char **argv) {
@@ -117,19 +72,18 @@ static int cmd_bench(int argc, char **argv) {
         return g4_cli_usage_error("bench", "-o applies to the model benchmark, not --kernels");
     if (kernels) return bench_kernels(filter, (int)reps, json);
     if (!n_pkgs) return g4_cli_usage_error("bench", "expected --kernels or a package directory");
-    if (!hf_dir)
-        return g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, format, NULL, NULL);
-    // The HF peer: found from the binary, and able to start, before the long benchmark.
-    char *script = NULL;
-    if ((rc = g4_bench_peer_find(hf_script, &script)) ||
-        (rc = g4_bench_peer_check(script, hf_dir))) {
-        free(script);
-        return g4_cli_fail(rc);
-    }
-    int code = g4_bench_model(pkgs, n_pkgs, backend, ple_host, (int)reps, json, format, hf_dir,
-                              script);
-    free(script);
-    return code;
+    g4cu_dev_bench_params p;
+    g4cu_dev_bench_params_default(&p);
+    p.backend = backend;
+    p.ple_host = ple_host;
+    p.reps = (int)reps;
+    p.json = json;
+    p.format = format;
+    p.hf_dir = hf_dir;
+    p.hf_script = hf_script;
+    // The human-readable lines go to stderr when -o puts a table on stdout.
+    rc = g4cu_dev_bench_model(pkgs, n_pkgs, &p, format ? stderr : stdout, stdout);
+    return rc ? g4_cli_fail(rc) : 0;
 }
 
 // The options, with their defaults: the help and the accepted list (tools/cli.h).
@@ -141,8 +95,9 @@ static const g4_opt bench_opts[] = {
     {"--kernels", NULL, "time the kernels against the H200 ceilings instead of packages"},
     {"--filter", "S", "--kernels: only the kernels whose name contains S (default: all)"},
     {"--reps", "N", "repetitions of each measurement (default 20)"},
-    {"-o", "md|csv|json", "a table on stdout: each measurement's mean and sd over the reps "
-                          "(default: none)"},
+    {"-o", "md|csv|json",
+     "a table on stdout: each measurement's mean and sd over the reps "
+     "(default: none)"},
     {"--json", "F", "also write the results as JSON to F (default: none)"},
     {NULL, NULL, NULL}};
 
@@ -152,4 +107,4 @@ const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
                              "[--reps N] [--json F]   "
                              "model tok/s (decode through g4cu generate's path), or kernels vs the "
                              "H200 ceilings",
-    bench_opts, NULL};
+                             bench_opts, NULL};

@@ -1,4 +1,4 @@
-// g4cu compare: layer-by-layer agreement reports, in three modes (eval/report.h):
+// g4cu compare: layer-by-layer agreement reports, in three modes:
 //
 //   g4cu compare PKG REF.npz [--backend B]
 //       runs the package on the dump's input_ids and compares every intermediate the dump holds
@@ -13,26 +13,15 @@
 //       the test run has non-finite values, or with --max-kl when the mean KL is above X.
 //   g4cu compare PKG_F16 --sensitivity (--ids ... | --prompt ...) [--sensitivity-top N]
 //                [--layers 0-3,7] [--only GLOB]... [--threads N]
-//       each decoder linear quantized alone, in memory (eval/sensitivity.h); ranked by the KL.
+//       each decoder linear quantized alone, in memory; ranked by the KL.
 //
 // Every mode also writes --md F (Markdown), --json F (all numbers) and --svg F (rel err, or KL,
-// per layer; log scale).
-#include <math.h>
+// per layer; log scale). On the public C API (include/g4cu_dev.h: g4cu_dev_compare).
+#include <g4cu_dev.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/parallel.h"
-#include "engine/text_model.h"
-#include "fidelity/capture.h"
-#include "fidelity/compare.h"
-#include "fidelity/dump_run.h"
-#include "fidelity/kl.h"
-#include "fidelity/npy.h"
-#include "fidelity/report.h"
-#include "fidelity/sensitivity.h"
-#include "fidelity/tolerance.h"
-#include "kernels/backend_select.h"
-#include "loader/tokenizer.h"
 #include "tools/cli.h"
 
 typedef struct {
@@ -74,275 +63,12 @@ bad:
     return g4_fail(G4_EUSER, "--layers '%s': expected layers and ranges such as 0-3,7", s);
 }
 
-// The input: --ids, or --prompt through the tokenizer (--tokenizer F: a tokenizer.json or a
-// directory holding one; default PKG/tokenizer.json), with <bos> as HF's add_special_tokens.
-static int input_ids(const opts *o, const char *pkg_dir, int32_t **ids, int *n) {
-    if (o->ids_s && o->prompt) return g4_fail(G4_EUSER, "give --ids or --prompt, not both");
-    if (o->ids_s) return g4_cli_parse_ids(o->ids_s, ids, n);
-    if (!o->prompt)
-        return g4_fail(G4_EUSER, "%s needs the input: --ids 2,5,17 or --prompt TEXT", cmd);
-    const char *t = o->tokenizer ? o->tokenizer : pkg_dir;
-    char *path = g4_is_dir(t) ? g4_path_join(t, "tokenizer.json") : g4_strdup(t);
-    g4_tokenizer *tok;
-    int rc = g4_tokenizer_open(path, &tok);
-    free(path);
-    if (rc) return rc;
-    g4_ids v = {0};
-    rc = g4_tokenizer_encode(tok, o->prompt, strlen(o->prompt), 1, &v);
-    g4_tokenizer_close(tok);
-    if (!rc && v.n == 0) rc = g4_fail(G4_EUSER, "--prompt: the text gives no tokens");
-    if (!rc) {
-        *n = (int)v.n;
-        *ids = g4_malloc(sizeof(int32_t) * v.n);
-        for (size_t i = 0; i < v.n; i++) (*ids)[i] = v.v[i];
-    }
-    g4_ids_free(&v);
-    return rc;
-}
-
-static int write_reports(const opts *o, const g4_report *r) {
-    int rc = G4_OK;
-    if (!rc && o->md) rc = g4_report_write_md(r, o->md);
-    if (!rc && o->json) rc = g4_report_write_json(r, o->json);
-    if (!rc && o->svg) rc = g4_report_write_svg(r, o->svg);
-    return rc;
-}
-
-static int logits_kl(const g4_capture *ref, const g4_capture *test, g4_kl_stats *k) {
-    const g4_capture_item *a = g4_capture_find(ref, "logits"), *b = g4_capture_find(test, "logits");
-    if (!a || !b || a->rows != b->rows || a->cols != b->cols) return 0;
-    *k = g4_kl_rows(a->data, b->data, a->rows, (size_t)a->cols);
-    return 1;
-}
-
-// --- mode 1: against an HF dump -------------------------------------------------------------
-static int run_dump(const opts *o, g4_backend *be) {
-    const char *pkg_dir = o->pos[0], *ref_path = o->pos[1];
-    g4_npz *ref = NULL,
-           *tol_ref = NULL; // tol_ref: a lower-precision HF dump, per-tensor tolerances
-    const g4_tol_rule *rule = NULL;
-    g4_capture cap = {0};
-    g4_cmp_report rep = {0};
-    int32_t *ids = NULL;
-    int *shapes = NULL, *seen = NULL, n = 0, n_missing = 0, have_kl = 0, rc;
-    const char **missing = NULL;
-    float *logits_ref = NULL;
-    g4_kl_stats kl = {0};
-    const g4_array *a;
-    if ((rc = g4_npz_open(ref_path, &ref)) || (rc = g4_dump_input_ids(ref, ref_path, &ids, &n)))
-        goto done;
-    if (o->tol_from && (rc = g4_tol_dump_open(o->tol_from, ref_path, ref, ids, n, &tol_ref, &rule)))
-        goto done;
-    // Text dumps and multimodal ones (media, processor outputs, towers; eval/dump_run.h).
-    if ((rc = g4_capture_dump(pkg_dir, be, ref, ref_path, &cap))) goto done;
-    const g4_tol *tol = g4_tol_for_backend(be); // fidelity/tolerance.h
-    seen = g4_calloc((size_t)g4_npz_count(ref) + 1, sizeof(int));
-    shapes = g4_malloc(sizeof(int) * 2 * (size_t)(cap.n + 1));
-    for (int i = 0; i < cap.n; i++) {
-        const g4_capture_item *it = &cap.items[i];
-        const int idx = g4_npz_find(ref, it->name);
-        if (idx < 0) continue; // not in this dump
-        seen[idx] = 1;
-        g4_cmp_row row = {0};
-        snprintf(row.name, sizeof row.name, "%s", it->name);
-        snprintf(row.tol_name, sizeof row.tol_name, "%s", tol->name);
-        row.tol = tol->rel;
-        shapes[2 * rep.n] = it->rows;
-        shapes[2 * rep.n + 1] = it->cols;
-        if ((rc = g4_npz_get(ref, it->name, &a))) goto done;
-        const size_t ne = (size_t)it->rows * it->cols;
-        row.shape_ok = a->numel == ne;
-        if (row.shape_ok) {
-            float *r = g4_malloc(sizeof(float) * ne + 1);
-            g4_array_to_f32(a, r);
-            if (tol_ref) {
-                g4_tol t;
-                if ((rc = g4_tol_derived(tol_ref, o->tol_from, rule, it->name, a, r, &t))) {
-                    free(r);
-                    goto done;
-                }
-                row.tol = t.rel;
-                snprintf(row.tol_name, sizeof row.tol_name, "%s", t.name);
-            }
-            const int is_logits = !strcmp(it->name, "logits");
-            row.s = g4_cmp(it->data, r, ne, is_logits ? (size_t)cap.vocab : 0);
-            row.pass = row.s.nan == 0 && row.s.ref_bad == 0 && row.s.rel <= row.tol;
-            if (is_logits && !have_kl) {
-                kl = g4_kl_rows(r, it->data, it->rows, (size_t)it->cols);
-                have_kl = 1;
-                logits_ref = r;
-                r = NULL;
-            }
-            free(r);
-        }
-        g4_cmp_report_add(&rep, &row);
-    }
-    printf("compare %s (%s backend) with %s: %d tokens\n", pkg_dir, be->name, ref_path, n);
-    g4_cmp_report_print(&rep);
-    missing = g4_calloc((size_t)g4_npz_count(ref) + 1, sizeof(char *));
-    for (int i = 0; i < g4_npz_count(ref); i++)
-        if (!seen[i] && !g4_dump_member_is_meta(g4_npz_name(ref, i))) {
-            printf("%-20s not produced by the engine: FAIL\n", g4_npz_name(ref, i));
-            missing[n_missing++] = g4_npz_name(ref, i);
-        }
-    g4_report r = {.mode = G4_REPORT_HF_DUMP,
-                   .reference = ref_path,
-                   .test = pkg_dir,
-                   .backend = be->name,
-                   .ids = ids,
-                   .n_ids = n,
-                   .n_layers = cap.n_layers,
-                   .tensors = &rep,
-                   .shapes = shapes,
-                   .has_tolerance = 1,
-                   .missing = missing,
-                   .n_missing = n_missing,
-                   .kl = have_kl ? &kl : NULL};
-    g4_report_print_kl(&r, stdout);
-    const int ok = g4_cmp_report_ok(&rep) && n_missing == 0 && rep.n > 0;
-    // The verdict names what broke it: the first failing tensor (non-finite values first).
-    const g4_cmp_row *first_bad = NULL;
-    for (int i = 0; i < rep.n && !first_bad; i++)
-        if (rep.rows[i].s.ref_bad || rep.rows[i].s.nan) first_bad = &rep.rows[i];
-    for (int i = 0; i < rep.n && !first_bad; i++)
-        if (!rep.rows[i].pass) first_bad = &rep.rows[i];
-    if (ok)
-        printf("%s: %d tensors compared, all within tolerance\n", ref_path, rep.n);
-    else if (first_bad && first_bad->s.ref_bad)
-        printf("%s: %d tensors compared, FAILED: the reference's '%s' has %zu NaN/Inf values\n",
-               ref_path, rep.n, first_bad->name, first_bad->s.ref_bad);
-    else if (first_bad && first_bad->s.nan)
-        printf("%s: %d tensors compared, FAILED: our '%s' has %zu NaN/Inf values\n", ref_path,
-               rep.n, first_bad->name, first_bad->s.nan);
-    else if (first_bad)
-        printf("%s: %d tensors compared, FAILED: first '%s' (rel err %.3e > %s %.1e)\n", ref_path,
-               rep.n, first_bad->name, first_bad->s.rel, first_bad->tol_name, first_bad->tol);
-    else
-        printf("%s: %d tensors compared, FAILED\n", ref_path, rep.n);
-    if ((rc = write_reports(o, &r))) goto done;
-    rc = ok ? G4_OK : 1;
-done:
-    free(ids), free(seen), free(shapes), free(missing), free(logits_ref);
-    if (have_kl) g4_kl_free(&kl);
-    g4_cmp_report_free(&rep);
-    g4_capture_free(&cap);
-    if (ref) g4_npz_close(ref);
-    if (tol_ref) g4_npz_close(tol_ref);
-    return rc;
-}
-
-// --- mode 2: two packages ---------------------------------------------------------------------
-static int run_packages(const opts *o, g4_backend *be) {
-    const char *ref_dir = o->pos[0], *test_dir = o->pos[1];
-    g4_capture ref = {0}, test = {0};
-    g4_cmp_report rep = {0};
-    int32_t *ids = NULL;
-    int *shapes = NULL, n = 0, have_kl = 0, rc, bad = 0;
-    g4_kl_stats kl = {0};
-    if ((rc = input_ids(o, ref_dir, &ids, &n))) goto done;
-    // One model at a time: the reference's intermediates stay, its weights go.
-    if ((rc = g4_capture_run(ref_dir, be, ids, n, &ref)) ||
-        (rc = g4_capture_run(test_dir, be, ids, n, &test)))
-        goto done;
-    if (ref.vocab != test.vocab || ref.n_layers != test.n_layers || ref.hidden != test.hidden) {
-        rc = g4_fail(G4_EUSER,
-                     "%s and %s are different models (vocab %d / %d, layers %d / %d, hidden "
-                     "%d / %d): expected one model in two precisions",
-                     ref_dir, test_dir, ref.vocab, test.vocab, ref.n_layers, test.n_layers,
-                     ref.hidden, test.hidden);
-        goto done;
-    }
-    shapes = g4_malloc(sizeof(int) * 2 * (size_t)(test.n + 1));
-    for (int i = 0; i < test.n; i++) {
-        const g4_capture_item *t = &test.items[i], *r = g4_capture_find(&ref, t->name);
-        g4_cmp_row row = {0};
-        snprintf(row.name, sizeof row.name, "%s", t->name);
-        snprintf(row.tol_name, sizeof row.tol_name, "-");
-        shapes[2 * rep.n] = t->rows;
-        shapes[2 * rep.n + 1] = t->cols;
-        row.shape_ok = r && r->rows == t->rows && r->cols == t->cols;
-        if (row.shape_ok)
-            row.s = g4_cmp(t->data, r->data, (size_t)t->rows * t->cols,
-                           strcmp(t->name, "logits") ? 0 : (size_t)t->cols);
-        row.pass = row.shape_ok && row.s.nan == 0 && row.s.ref_bad == 0;
-        bad += !row.pass;
-        g4_cmp_report_add(&rep, &row);
-    }
-    have_kl = logits_kl(&ref, &test, &kl);
-    g4_report r = {.mode = G4_REPORT_PACKAGES,
-                   .reference = ref_dir,
-                   .test = test_dir,
-                   .backend = be->name,
-                   .ids = ids,
-                   .n_ids = n,
-                   .n_layers = ref.n_layers,
-                   .tensors = &rep,
-                   .shapes = shapes,
-                   .kl = have_kl ? &kl : NULL};
-    printf("compare %s (test) with %s (reference), %s backend: %d tokens\n", test_dir, ref_dir,
-           be->name, n);
-    g4_report_print(&r, stdout);
-    if ((rc = write_reports(o, &r))) goto done;
-    if (bad) {
-        printf("FAILED: %d tensors with non-finite values (in the test or the reference run) or "
-               "differing shapes\n",
-               bad);
-        rc = 1;
-    } else if (o->max_kl >= 0 && !(have_kl && kl.kl_mean <= o->max_kl)) {
-        printf("FAILED: logits KL mean %.6e is above --max-kl %g\n", have_kl ? kl.kl_mean : NAN,
-               o->max_kl);
-        rc = 1;
-    }
-done:
-    free(ids), free(shapes);
-    if (have_kl) g4_kl_free(&kl);
-    g4_cmp_report_free(&rep);
-    g4_capture_free(&ref);
-    g4_capture_free(&test);
-    return rc;
-}
-
-// --- mode 3: sensitivity ----------------------------------------------------------------------
-static int run_sensitivity(const opts *o, g4_backend *be) {
-    const char *pkg_dir = o->pos[0];
-    g4_package *p = NULL;
-    g4_text_model *m = NULL;
-    g4_sens_row *rows = NULL;
-    int32_t *ids = NULL;
-    int n = 0, n_rows = 0, n_q4 = 0, rc;
-    if ((rc = input_ids(o, pkg_dir, &ids, &n)) || (rc = g4_package_open(pkg_dir, &p)) ||
-        (rc = g4_text_model_load(p, be, &m)))
-        goto done;
-    g4_sens_opts so = {(int)o->top, o->layers,       o->n_layers, o->only,
-                       o->n_only,   (int)o->threads, stderr};
-    if ((rc = g4_sensitivity_run(m, ids, n, &so, &rows, &n_rows, &n_q4))) goto done;
-    g4_report r = {.mode = G4_REPORT_SENSITIVITY,
-                   .reference = pkg_dir,
-                   .backend = be->name,
-                   .ids = ids,
-                   .n_ids = n,
-                   .n_layers = p->text.n_layers,
-                   .sens = rows,
-                   .n_sens = n_rows};
-    printf("sensitivity of %s (%s backend, %d tokens): each decoder linear k-quantized to 4 bits "
-           "alone\n",
-           pkg_dir, be->name, n);
-    g4_report_print(&r, stdout);
-    if (n_q4)
-        printf("%d matching linears are already Q4 in the package and were not ranked\n", n_q4);
-    rc = write_reports(o, &r);
-done:
-    free(ids), free(rows);
-    g4_text_model_free(m);
-    g4_package_close(p);
-    return rc;
-}
-
 static int cmd_compare(int argc, char **argv) {
     opts o = {.backend = "cpu", .max_kl = -1};
     o.threads = g4_threads(); // --threads N, G4_THREADS (tools/cli_global.c)
     o.only = g4_calloc((size_t)argc, sizeof(char *));
-    int rc = 1;
+    int rc = 1, n_ids = 0;
+    int32_t *ids = NULL;
     // Options that take a string.
     struct {
         const char *name;
@@ -416,14 +142,41 @@ static int cmd_compare(int argc, char **argv) {
             rc = g4_cli_fail(rc);
             goto done;
         }
-    g4_backend *be;
-    if ((rc = g4_backend_by_name(o.backend, &be))) {
+    if (o.ids_s && o.prompt) {
+        rc = g4_cli_fail(g4_fail(G4_EUSER, "give --ids or --prompt, not both"));
+        goto done;
+    }
+    if (o.ids_s && (rc = g4_cli_parse_ids(o.ids_s, &ids, &n_ids))) {
         rc = g4_cli_fail(rc);
         goto done;
     }
-    rc = o.sensitivity ? run_sensitivity(&o, be) : dump ? run_dump(&o, be) : run_packages(&o, be);
-    if (rc < 0) rc = g4_cli_fail(rc);
+    g4cu_dev_compare_params p;
+    g4cu_dev_compare_params_default(&p);
+    p.mode = o.sensitivity ? G4CU_DEV_COMPARE_SENSITIVITY
+             : dump        ? G4CU_DEV_COMPARE_DUMP
+                           : G4CU_DEV_COMPARE_PACKAGES;
+    p.backend = o.backend;
+    p.ids = ids;
+    p.n_ids = n_ids;
+    p.prompt = o.prompt;
+    p.tokenizer = o.tokenizer;
+    p.tol_from = o.tol_from;
+    p.md = o.md;
+    p.json = o.json;
+    p.svg = o.svg;
+    p.max_kl = o.max_kl;
+    p.top = (int)o.top;
+    p.layers = o.layers;
+    p.n_layers = o.n_layers;
+    p.only = o.only;
+    p.n_only = o.n_only;
+    p.n_threads = (int)o.threads;
+    p.progress = stderr;
+    int pass = 0;
+    rc = g4cu_dev_compare(o.pos[0], o.sensitivity ? NULL : o.pos[1], &p, stdout, &pass);
+    rc = rc ? g4_cli_fail(rc) : !pass;
 done:
+    free(ids);
     free(o.only);
     free(o.layers);
     return rc;

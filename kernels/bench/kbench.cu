@@ -70,22 +70,22 @@ extern "C" int g4_kbench_copies(size_t bytes_per_set) {
     return std::max(1, std::min(64, n));
 }
 
-extern "C" void g4_kbench_print(const g4_kbench_row *rows, int n, int header) {
+extern "C" void g4_kbench_print(FILE *f, const g4_kbench_row *rows, int n, int header) {
     if (header)
-        printf("%-16s %-36s %10s %9s %6s %9s %6s | %-8s %10s %7s\n", "op", "shape", "ms", "GB/s",
-               "%copy", "TFLOP/s", "%peak", "base", "base ms", "ratio");
+        fprintf(f, "%-16s %-36s %10s %9s %6s %9s %6s | %-8s %10s %7s\n", "op", "shape", "ms",
+                "GB/s", "%copy", "TFLOP/s", "%peak", "base", "base ms", "ratio");
     for (int i = 0; i < n; i++) {
         const g4_kbench_row *r = &rows[i];
         double s = r->ours.median_ms * 1e-3;
         double gbs = r->bytes / s / 1e9, tfl = r->flops / s / 1e12;
-        printf("%-16s %-36s %10.4f %9.1f %5.1f%% %9.2f %5.1f%% | ", r->op, r->shape,
-               r->ours.median_ms, gbs, 100 * gbs / G4_H200_COPY_GBPS, tfl,
-               100 * tfl / G4_H200_BF16_TFLOPS);
+        fprintf(f, "%-16s %-36s %10.4f %9.1f %5.1f%% %9.2f %5.1f%% | ", r->op, r->shape,
+                r->ours.median_ms, gbs, 100 * gbs / G4_H200_COPY_GBPS, tfl,
+                100 * tfl / G4_H200_BF16_TFLOPS);
         if (r->base.reps)
-            printf("%-8s %10.4f %6.2fx\n", r->base_name, r->base.median_ms,
-                   r->base.median_ms / r->ours.median_ms);
+            fprintf(f, "%-8s %10.4f %6.2fx\n", r->base_name, r->base.median_ms,
+                    r->base.median_ms / r->ours.median_ms);
         else
-            printf("%-8s %10s %7s\n", "-", "-", "-");
+            fprintf(f, "%-8s %10s %7s\n", "-", "-", "-");
     }
 }
 

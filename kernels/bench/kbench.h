@@ -9,6 +9,7 @@
 #define G4_KBENCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,9 +56,9 @@ typedef struct {
 // (NULL = all); returns the number of rows.
 typedef int (*g4_kbench_area)(const char *filter, int reps, g4_kbench_row *rows, int max);
 
-// Prints a header and rows as a fixed-width table: time, GB/s, % of copy, TFLOP/s, % of bf16
-// peak, baseline time and ratio (ours / baseline throughput).
-void g4_kbench_print(const g4_kbench_row *rows, int n, int header);
+// Writes a header and rows to f as a fixed-width table: time, GB/s, % of copy, TFLOP/s, % of
+// bf16 peak, baseline time and ratio (ours / baseline throughput).
+void g4_kbench_print(FILE *f, const g4_kbench_row *rows, int n, int header);
 // Writes rows as a JSON array to path (atomically). Returns G4_OK or G4_EUSER.
 int g4_kbench_json(const char *path, const g4_kbench_row *rows, int n, const char *device);
 

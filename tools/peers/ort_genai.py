@@ -8,7 +8,7 @@
 
 The package runs as it is (its genai_config.json: the CUDA provider options the exporter wrote),
 text only, batch 1, greedy, through og.Generator, with the definitions of `g4cu bench`
-(tools/bench_model.c, ../shared/bench/TARGETS.md):
+(api/g4cu_dev_bench_model.c, ../shared/bench/TARGETS.md):
   prefill_<n>_ms   append_tokens() of an n-token prompt (n = 128, 512, 2048) + the first
                    generate_next_token(), i.e. ttft_<n>_ms: the prompt's forward and the first
                    token id on the host. Where the forward runs (append_tokens() or the first

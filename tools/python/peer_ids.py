@@ -1,6 +1,6 @@
-"""Token ids for the peer benchmarks, drawn as `g4cu bench` draws them (tools/bench_model.c:
-xorshift64 13/7/17 from 0x5eed, id = 3 + state % (vocab - 3)), minus the ids a runtime may treat
-specially: every *_token_id(s) / *_token_index in the package's genai_config.json and processor
+"""Token ids for the peer benchmarks, drawn as `g4cu bench` draws them
+(api/g4cu_dev_bench_model.c: xorshift64 13/7/17 from 0x5eed, id = 3 + state % (vocab - 3)),
+minus the ids a runtime may treat specially: every *_token_id(s) / *_token_index in the package's genai_config.json and processor
 JSONs and in an HF config.json (bos / eos / pad, the image / audio / video placeholders and their
 begin / end markers). A drawn special id is skipped (the next draw takes its place), as g4cu
 bench redraws the image / audio placeholders; a peer's prompt differs from g4cu bench's only

@@ -1,13 +1,13 @@
-// bench_peer.h: the HF transformers peer of `g4cu bench --hf HF_DIR` (tools/python/bench_hf.py),
-// run without a shell: the interpreter gets an argument vector (posix_spawnp), so no path or
-// directory name is ever parsed as a command.
+// g4cu_dev_bench_peer.h: the HF transformers peer of `g4cu bench --hf HF_DIR`
+// (g4cu_dev_bench_model; tools/python/bench_hf.py), run without a shell: the interpreter gets an
+// argument vector (posix_spawnp), so no path or directory name is ever parsed as a command.
 //
 // The script: --hf-script when given; else found from the binary (/proc/self/exe), not the
 // working directory: <exe dir>/../tools/python/bench_hf.py (a build directory in the source
 // tree: build/g4cu), then <exe dir>/../share/g4cu/python/bench_hf.py (an install). The
 // interpreter: $G4_PYTHON, else python3 on PATH.
-#ifndef G4_BENCH_PEER_H
-#define G4_BENCH_PEER_H
+#ifndef G4_DEV_BENCH_PEER_H
+#define G4_DEV_BENCH_PEER_H
 
 #include "loader/json.h"
 

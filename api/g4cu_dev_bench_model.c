@@ -1,14 +1,15 @@
-// bench_model.c: `g4cu bench PKG`: the whole text model on a backend: prefill tok/s at 128, 512,
-// 2048 and (CUDA, when the context allows) 16,000 tokens; decode through the user path,
-// g4_generate (the call `g4cu generate` makes: the prefill's last row and every new token from
-// the one decode step, graph-replayed on CUDA, with the sample op on the device), timed by the
-// generation result itself: greedy, 128 new tokens after a 128-token prompt (--ignore-eos:
-// random weights end early otherwise), the same sampled (temperature 1, top-k 64, top-p 0.95),
-// and greedy after 4096- and 32768-token prompts; time to first token, GPU memory, the greedy
-// decode again with the per-layer embedding table in pinned host memory (a second load with
-// that load option), vision/audio tower ms, and the same for a second package (Q4); optionally
-// HF transformers on the same weights (tools/python/bench_hf.py) with the ratios. Packages are
-// keyed "f16" / "q4" by their decoder's weights (a repeated kind gets "_2", "_3").
+// g4cu_dev_bench_model.c: `g4cu bench PKG` (include/g4cu_dev.h g4cu_dev_bench_model): the whole
+// text model on a backend: prefill tok/s at 128, 512, 2048 and (CUDA, when the context allows)
+// 16,000 tokens; decode through the user path, g4_generate (the call `g4cu generate` makes: the
+// prefill's last row and every new token from the one decode step, graph-replayed on CUDA, with the
+// sample op on the device), timed by the generation result itself: greedy, 128 new tokens after a
+// 128-token prompt (--ignore-eos: random weights end early otherwise), the same sampled
+// (temperature 1, top-k 64, top-p 0.95), and greedy after 4096- and 32768-token prompts; time to
+// first token, GPU memory, the greedy decode again with the per-layer embedding table in pinned
+// host memory (a second load with that load option), vision/audio tower ms, and the same for a
+// second package (Q4); optionally HF transformers on the same weights (tools/python/bench_hf.py)
+// with the ratios. Packages are keyed "f16" / "q4" by their decoder's weights (a repeated kind gets
+// "_2", "_3").
 //
 // Timing: median of `reps` runs after one warm-up run (3 at most for the 4k / 16k / 32k prompts);
 // each generation starts from an empty KV cache on one state that every run reuses. Token ids
@@ -22,20 +23,20 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <g4cu_dev.h>
 
 #include "loader/json.h"
 
+#include "api/api_internal.h"
+#include "api/g4cu_dev_bench_peer.h"
 #include "engine/generate.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
 #include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
-#include "tools/bench_model.h"
-#include "tools/bench_peer.h"
-#include "tools/cli.h"
 
-// Where the human-readable lines go: stdout, or stderr when -o puts a table there.
-static FILE *human;
+// `human` below: where the human-readable lines go (the caller's out: stdout, or stderr when
+// -o puts a table on stdout).
 
 static double now_ms(void) {
     struct timespec ts;
@@ -185,8 +186,8 @@ static int bench_media_ttft(g4_text_model *m, const media_req *q, int n_soft, in
 // the real front ends; tower time only, median of reps after a warm-up); -1 when the package
 // lacks the tower. Then, with the text model m on a device backend, the VQA and ASR requests'
 // time to first token on the same media (bench_media_ttft).
-static int bench_towers(const g4_package *p, g4_backend *be, g4_text_model *m, int reps,
-                        bench_result *r) {
+static int bench_towers(FILE *human, const g4_package *p, g4_backend *be, g4_text_model *m,
+                        int reps, bench_result *r) {
     r->vision_ms = r->audio_ms = r->vqa_ttft_ms = r->asr_ttft_ms = -1;
     g4_mm_towers towers;
     g4_mm_towers_init(&towers, p, be);
@@ -263,8 +264,8 @@ static int bench_towers(const g4_package *p, g4_backend *be, g4_text_model *m, i
         if (!rc) r->audio_ms = median(t, reps);
         const media_req q = {p, &towers, NULL, &lm, wave, n};
         if (!rc)
-            rc = bench_media_ttft(m, &q, f.n_soft_tokens, reps, r, "ASR TTFT 30 s",
-                                  &r->asr_ttft_ms);
+            rc =
+                bench_media_ttft(m, &q, f.n_soft_tokens, reps, r, "ASR TTFT 30 s", &r->asr_ttft_ms);
         g4_logmel_free(&lm);
         free(wave);
         g4_buf_free(be, &rows);
@@ -366,7 +367,8 @@ static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_ba
 }
 
 // Runs one package; fills r. Lengths beyond the context are skipped (-1).
-static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, bench_result *r) {
+static int bench_one(FILE *human, const char *dir, g4_backend *be, int ple_host, int reps,
+                     bench_result *r) {
     memset(r, 0, sizeof *r);
     r->dir = dir;
     r->ple_host = ple_host;
@@ -386,7 +388,7 @@ static int bench_one(const char *dir, g4_backend *be, int ple_host, int reps, be
     r->weights_gib = (double)m->weight_bytes / (1u << 30);
     r->kind = p->text.weights_q4 ? "q4" : "f16";
     snprintf(r->name, sizeof r->name, "%s", r->kind);
-    if ((rc = bench_towers(p, be, m, reps, r))) goto done;
+    if ((rc = bench_towers(human, p, be, m, reps, r))) goto done;
     const int lens[3] = {128, 512, 2048};
     const int ctx = p->text.context_length, max_ids = 32768 + 256;
     ids = g4_malloc(sizeof(int32_t) * (size_t)max_ids);
@@ -481,7 +483,7 @@ done:
     return rc;
 }
 
-static void print_result(const bench_result *r) {
+static void print_result(FILE *human, const bench_result *r) {
     fprintf(human, "%-6s load %.1f s, weights %.2f GiB, KV %.3f GiB | ", r->name, r->load_s,
             r->weights_gib, r->state_gib);
     for (int k = 0; k < 3; k++)
@@ -540,9 +542,10 @@ static void json_result(FILE *f, const bench_result *r) {
             r->decode_host_tok_s);
 }
 
-// Runs the HF peer script on hf_dir (tools/bench_peer.h: an argument vector, no shell) and
+// Runs the HF peer script on hf_dir (api/g4cu_dev_bench_peer.h: an argument vector, no shell) and
 // prints our first package's speeds over HF's.
-static int peers(const char *hf_dir, const char *script, const bench_result *ours, int reps) {
+static int peers(FILE *human, const char *hf_dir, const char *script, const bench_result *ours,
+                 int reps) {
     g4_json j;
     int rc = g4_bench_peer_run(script, hf_dir, reps, &j);
     if (rc) return rc;
@@ -571,25 +574,26 @@ static int peers(const char *hf_dir, const char *script, const bench_result *our
 
 // -o md|csv|json: one row per measurement (package, test) with the mean and standard deviation
 // of its repetitions, in llama-bench's spirit.
-static void print_rows(const char *format, const bench_result *res, int n, const char *backend) {
+static void print_rows(FILE *f, const char *format, const bench_result *res, int n,
+                       const char *backend) {
     if (!strcmp(format, "md")) {
-        printf("| package | backend | test | reps | mean ± sd | unit |\n");
-        printf("| --- | --- | --- | ---: | ---: | --- |\n");
+        fprintf(f, "| package | backend | test | reps | mean ± sd | unit |\n");
+        fprintf(f, "| --- | --- | --- | ---: | ---: | --- |\n");
     } else if (!strcmp(format, "csv")) {
-        printf("package,dir,backend,test,reps,mean,sd,unit\n");
+        fprintf(f, "package,dir,backend,test,reps,mean,sd,unit\n");
     }
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; i < n; i++)
         for (int k = 0; k < res[i].n_rows; k++) {
             const bench_row *w = &res[i].rows[k];
             if (!strcmp(format, "md")) {
-                printf("| %s | %s | %s | %d | %.2f ± %.2f | %s |\n", res[i].name, backend, w->test,
-                       w->n, w->mean, w->sd, w->unit);
+                fprintf(f, "| %s | %s | %s | %d | %.2f ± %.2f | %s |\n", res[i].name, backend,
+                        w->test, w->n, w->mean, w->sd, w->unit);
             } else if (!strcmp(format, "csv")) {
-                printf("%s,\"", res[i].name);
-                for (const char *c = res[i].dir; *c; c++) printf(*c == '"' ? "\"\"" : "%c", *c);
-                printf("\",%s,%s,%d,%.6g,%.6g,%s\n", backend, w->test, w->n, w->mean, w->sd,
-                       w->unit);
+                fprintf(f, "%s,\"", res[i].name);
+                for (const char *c = res[i].dir; *c; c++) fprintf(f, *c == '"' ? "\"\"" : "%c", *c);
+                fprintf(f, "\",%s,%s,%d,%.6g,%.6g,%s\n", backend, w->test, w->n, w->mean, w->sd,
+                        w->unit);
             } else {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "package", res[i].name);
@@ -606,39 +610,61 @@ static void print_rows(const char *format, const bench_result *res, int n, const
     if (!strcmp(format, "json")) {
         char *js = cJSON_PrintUnformatted(arr);
         G4_ASSERT(js);
-        printf("%s\n", js);
+        fprintf(f, "%s\n", js);
         free(js);
     }
     cJSON_Delete(arr);
 }
 
-int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int ple_host, int reps,
-                   const char *json, const char *format, const char *hf_dir,
-                   const char *hf_script) {
-    human = format ? stderr : stdout;
+void g4cu_dev_bench_params_default(g4cu_dev_bench_params *p) {
+    *p = (g4cu_dev_bench_params){.backend = "cuda", .reps = 20};
+}
+
+static int bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench_params *o,
+                       FILE *human, FILE *table) {
+    const char *format = o->format, *json = o->json;
+    const int reps = o->reps, ple_host = o->ple_host;
+    if (n_pkgs < 1 || n_pkgs > 4)
+        return g4_fail(G4_EUSER, "bench: %d packages: expected 1 to 4", n_pkgs);
+    if (reps < 1 || reps > 100000)
+        return g4_fail(G4_EUSER, "bench: reps %d: expected 1 to 100000", reps);
+    if (format && strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json"))
+        return g4_fail(G4_EUSER, "bench: format '%s': expected md, csv or json", format);
+    int rc;
+    if (json && (rc = g4_check_output(json))) return rc;
+    // The HF peer: found from the binary, and able to start, before the long benchmark.
+    char *script = NULL;
+    if (o->hf_dir && ((rc = g4_bench_peer_find(o->hf_script, &script)) ||
+                      (rc = g4_bench_peer_check(script, o->hf_dir)))) {
+        free(script);
+        return rc;
+    }
     g4_backend *be;
-    int rc = g4_backend_by_name(backend, &be);
-    if (rc) return g4_cli_fail(rc);
-    if (ple_host && !be->alloc_mapped)
-        return g4_cli_fail(g4_fail(G4_EUSER, "bench: --ple-host needs a GPU backend (--backend "
-                                             "cuda)"));
+    if ((rc = g4_backend_by_name(o->backend ? o->backend : "cuda", &be))) goto done;
+    if (ple_host && !be->alloc_mapped) {
+        rc = g4_fail(G4_EUSER, "bench: --ple-host needs a GPU backend (--backend cuda)");
+        goto done;
+    }
     bench_result res[4];
-    for (int i = 0; i < n_pkgs && i < 4; i++) {
-        if ((rc = bench_one(pkgs[i], be, ple_host, reps, &res[i]))) return g4_cli_fail(rc);
+    for (int i = 0; i < n_pkgs; i++) {
+        if ((rc = bench_one(human, pkgs[i], be, ple_host, reps, &res[i]))) goto done;
         int same = 1; // a repeated kind: "q4_2"
         for (int j = 0; j < i; j++) same += !strcmp(res[j].kind, res[i].kind);
         if (same > 1) snprintf(res[i].name, sizeof res[i].name, "%s_%d", res[i].kind, same);
-        print_result(&res[i]);
+        print_result(human, &res[i]);
         fprintf(human, "       (%s)\n", pkgs[i]);
         fflush(human);
     }
-    if (hf_dir && (rc = peers(hf_dir, hf_script, &res[0], reps > 3 ? 3 : reps)))
-        return g4_cli_fail(rc);
+    if (o->hf_dir && (rc = peers(human, o->hf_dir, script, &res[0], reps > 3 ? 3 : reps)))
+        goto done;
     if (json) {
         FILE *f = fopen(json, "w");
-        if (!f) return g4_cli_fail(g4_fail(G4_EUSER, "%s: cannot write", json));
+        if (!f) {
+            rc = g4_fail(G4_EUSER, "%s: cannot write", json);
+            goto done;
+        }
         fprintf(f, "{\"backend\": \"%s\", \"reps\": %d, \"packages\": {\n", be->name, reps);
-        for (int i = 0; i < n_pkgs && i < 4; i++) {
+        for (int i = 0; i < n_pkgs; i++) {
             json_result(f, &res[i]);
             fprintf(f, "%s\n", i + 1 < n_pkgs ? "," : "");
         }
@@ -646,6 +672,15 @@ int g4_bench_model(const char *const *pkgs, int n_pkgs, const char *backend, int
         fclose(f);
         fprintf(human, "wrote %s\n", json);
     }
-    if (format) print_rows(format, res, n_pkgs < 4 ? n_pkgs : 4, be->name);
-    return 0;
+    if (format) print_rows(table, format, res, n_pkgs, be->name);
+done:
+    free(script);
+    return rc;
+}
+
+int g4cu_dev_bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench_params *p,
+                         FILE *out, FILE *table) {
+    g4cu_dev_bench_params d;
+    if (!p) g4cu_dev_bench_params_default(&d), p = &d;
+    return g4_api_code(bench_model(pkgs, n_pkgs, p, out, table));
 }

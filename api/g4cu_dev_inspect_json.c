@@ -1,5 +1,5 @@
-// inspect_json.c: `g4cu inspect --json` (the keys: tools/inspect_json.h).
-#include "tools/inspect_json.h"
+// g4cu_dev_inspect_json.c: `g4cu inspect --json` (the keys: api/g4cu_dev_inspect.h).
+#include "api/g4cu_dev_inspect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -263,21 +263,21 @@ static cJSON *tensor_json(const g4_tensor *t, const g4_component *where) {
     return o;
 }
 
-static void print_json(cJSON *o) {
+static void print_json(FILE *f, cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
     G4_ASSERT(s);
-    printf("%s\n", s);
+    fprintf(f, "%s\n", s);
     free(s);
     cJSON_Delete(o);
 }
 
-int g4_inspect_json(const g4_package *p, const char *tensor, int tables, cJSON *issues) {
+int g4_inspect_json(FILE *f, const g4_package *p, const char *tensor, int tables, cJSON *issues) {
     if (tensor) {
         const g4_component *where = NULL;
         const g4_tensor *t = g4_inspect_find(p, tensor, &where);
         if (!t)
             return g4_fail(G4_EUSER, "%s: no tensor named '%s' in any component", p->dir, tensor);
-        print_json(tensor_json(t, where));
+        print_json(f, tensor_json(t, where));
         return G4_OK;
     }
     cJSON *root = cJSON_CreateObject();
@@ -294,6 +294,6 @@ int g4_inspect_json(const g4_package *p, const char *tensor, int tables, cJSON *
     const int n_issues = cJSON_GetArraySize(issues);
     cJSON_AddItemReferenceToObject(root, "issues", issues);
     cJSON_AddBoolToObject(root, "consistent", n_issues == 0);
-    print_json(root);
+    print_json(f, root);
     return G4_OK;
 }

@@ -1,5 +1,5 @@
-// bench_peer.c: see bench_peer.h.
-#include "tools/bench_peer.h"
+// g4cu_dev_bench_peer.c: see g4cu_dev_bench_peer.h.
+#include "api/g4cu_dev_bench_peer.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,0 +1,163 @@
+// g4cu_dev_quantize.c: `g4cu quantize` (include/g4cu_dev.h g4cu_dev_quantize): k-quant the
+// decoder's linears into a Q4 (MatMulNBits) package, the way Olive made the published "Q4_K_M"
+// packages (quant/q4_writer.h). keep_auto_bytes also keeps fp16 the linears whose 4 bits cost
+// the most KL per byte (fidelity/keep_auto.h), ranked by a sensitivity run (fidelity/
+// sensitivity.h) on the first calib_tokens tokens of the calibration text; imatrix weighs each
+// block's least-squares search by the mean x^2 of the linear's input channels (llama.cpp's
+// imatrix: g4_imatrix_run, kquant.h g4_q4_quantize_imp).
+#include <g4cu_dev.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api/api_internal.h"
+#include "base/parallel.h"
+#include "engine/text_model.h"
+#include "fidelity/keep_auto.h"
+#include "fidelity/sensitivity.h"
+#include "kernels/backend_select.h"
+#include "loader/tokenizer.h"
+#include "quant/q4.h"
+#include "quant/q4_writer.h"
+
+// The first n_max tokens (with <bos>) of the text file (its first 64 KiB, cut back to a whole
+// UTF-8 character).
+static int calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n) {
+    char *text;
+    size_t len;
+    int rc = g4_read_file(path, &text, &len);
+    if (rc) return rc;
+    if (len > 65536) {
+        len = 65536;
+        while (len > 0 && ((unsigned char)text[len] & 0xC0) == 0x80) len--;
+    }
+    g4_tokenizer *tok;
+    if ((rc = g4_tokenizer_open(tok_path, &tok))) {
+        free(text);
+        return rc;
+    }
+    g4_ids v = {0};
+    rc = g4_tokenizer_encode(tok, text, len, 1, &v);
+    g4_tokenizer_close(tok);
+    free(text);
+    if (!rc && v.n < 8)
+        rc = g4_fail(G4_EUSER, "%s: --calib gives only %zu tokens (at least 8 needed)", path, v.n);
+    if (rc) {
+        g4_error_prefix("%s", path);
+        g4_ids_free(&v);
+        return rc;
+    }
+    *n = v.n < (size_t)n_max ? (int)v.n : n_max;
+    *ids = g4_malloc(sizeof(int32_t) * (size_t)*n);
+    for (int i = 0; i < *n; i++) (*ids)[i] = v.v[i];
+    g4_ids_free(&v);
+    return G4_OK;
+}
+
+// Appends to keep[] the names of the linears --keep-auto picks (new strings in *owned).
+// The calibration runs: --keep-auto's sensitivity ranking (budget >= 0) and --imatrix's
+// activation importance (im != NULL), on one loaded model.
+static int calibrate(const char *pkg_dir, const char *backend, const char *calib,
+                     const char *tok_path, int n_tokens, long long budget, int threads, FILE *rep,
+                     FILE *progress, const char ***keep, int *n_keep, char ***owned, int *n_owned,
+                     g4_imatrix *im) {
+    g4_package *p = NULL;
+    g4_text_model *m = NULL;
+    g4_sens_row *rows = NULL;
+    int32_t *ids = NULL;
+    int n = 0, n_rows = 0, n_q4 = 0, rc;
+    g4_backend *be = NULL;
+    char *tp = tok_path ? g4_strdup(tok_path) : g4_path_join(pkg_dir, "tokenizer.json");
+    if ((rc = calib_ids(calib, tp, n_tokens, &ids, &n)) ||
+        (rc = g4_backend_by_name(backend, &be)) || (rc = g4_package_open(pkg_dir, &p)) ||
+        (rc = g4_text_model_load(p, be, &m)))
+        goto done;
+    if (im) {
+        if ((rc = g4_imatrix_run(m, ids, n, im))) goto done;
+        fprintf(rep, "imatrix: activation importance of %d linears from %d tokens of %s\n", im->n,
+                n, calib);
+    }
+    if (budget < 0) goto done;
+    g4_sens_opts so = {0};
+    so.n_threads = threads;
+    so.progress = progress;
+    if ((rc = g4_sensitivity_run(m, ids, n, &so, &rows, &n_rows, &n_q4))) goto done;
+    int *picked = g4_calloc((size_t)n_rows, sizeof(int));
+    uint64_t used = 0;
+    int kept = g4_keep_auto_pick(rows, n_rows, (uint64_t)budget, G4_Q4_BLOCK, picked, &used);
+    *owned = g4_malloc(sizeof(char *) * (size_t)(kept > 0 ? kept : 1));
+    *keep = g4_realloc(*keep, sizeof(char *) * (size_t)(*n_keep + kept + 1));
+    fprintf(rep,
+            "keep-auto: %d linears kept fp16 for %llu of %lld extra bytes (sensitivity on %d "
+            "tokens of %s):\n",
+            kept, (unsigned long long)used, budget, n, calib);
+    for (int i = 0; i < n_rows; i++) {
+        if (!picked[i]) continue;
+        fprintf(rep, "  %-52s KL %.4e  +%llu bytes\n", rows[i].name, rows[i].kl_mean,
+                (unsigned long long)g4_keep_auto_extra_bytes(rows[i].K, rows[i].N, G4_Q4_BLOCK));
+        (*owned)[(*n_owned)++] = g4_strdup(rows[i].name);
+        (*keep)[(*n_keep)++] = (*owned)[*n_owned - 1];
+    }
+    free(picked);
+done:
+    free(tp);
+    free(ids);
+    free(rows);
+    g4_text_model_free(m);
+    g4_package_close(p);
+    return rc;
+}
+
+void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p) {
+    *p = (g4cu_dev_quantize_params){.keep_auto_bytes = -1, .calib_tokens = 256, .backend = "cpu"};
+}
+
+static int quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p, FILE *rep) {
+    if ((p->keep_auto_bytes >= 0 || p->imatrix) != (p->calib != NULL))
+        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes and imatrix need a calibration text "
+                                 "(and the text one of them)");
+    if (p->calib && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
+        return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 8 to %d", p->calib_tokens,
+                       1 << 20);
+    const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
+    const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
+    int n_keep = p->n_keep;
+    for (int i = 0; i < n_keep; i++) keep[i] = p->keep[i];
+    char **owned = NULL;
+    int n_owned = 0, rc = G4_OK;
+    g4_imatrix im = {0};
+    if (p->calib)
+        rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
+                       p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep, &owned,
+                       &n_owned, p->imatrix ? &im : NULL);
+    g4_q4_write_opts o = {keep,
+                          n_keep,
+                          G4_Q4_BLOCK,
+                          threads,
+                          p->progress,
+                          p->progress,
+                          (const char *const *)im.names,
+                          (const float *const *)im.imp,
+                          im.n};
+    g4_q4_write_stats st;
+    if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
+    free(keep);
+    g4_imatrix_free(&im);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    if (rc) return rc;
+    fprintf(rep,
+            "%s: %d linears quantized to 4 bits (block %d, %d weights), %d kept fp16; decoder data "
+            "%llu bytes\n",
+            out, st.n_quantized, G4_Q4_BLOCK, st.n_weights, st.n_kept,
+            (unsigned long long)st.data_bytes);
+    g4_q4_write_stats_free(&st);
+    return G4_OK;
+}
+
+int g4cu_dev_quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p,
+                      FILE *report) {
+    g4cu_dev_quantize_params d;
+    if (!p) g4cu_dev_quantize_params_default(&d), p = &d;
+    return g4_api_code(quantize(in, out, p, report));
+}
