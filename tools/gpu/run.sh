@@ -219,7 +219,8 @@ out = sys.argv[1]
 import os
 runs = {v: json.load(open(f"{out}/gemm_ab_{v}.json"))["packages"] for v in ("tuned", "model", "mma")
         if os.path.exists(f"{out}/gemm_ab_{v}.json")}
-runs.setdefault("mma", runs["model"])  # GEMM_AB without mma: its column repeats the model's
+runs.setdefault("model", runs["tuned"])  # a subset (GEMM_AB): a missing column repeats one run
+runs.setdefault("mma", runs["model"])
 keys = [k for k in next(iter(runs["tuned"].values())) if k.endswith(("_ms", "_tok_s"))]
 for pkg in runs["tuned"]:
     print(f"== {pkg}: tuned / model / mma (and tuned vs model)")
