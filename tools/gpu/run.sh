@@ -380,8 +380,10 @@ PY
 stage_serve() {
     local d="$WORK/e2b" k
     [ -f "$d/READY" ] || { echo "serve: no $d/READY (run e2b_bg and e2b_wait first)"; return 1; }
-    python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok.json" 262144 || return 1
-    local tok="--tokenizer $WORK/e2b_tok.json" # every id a random E2B can emit decodes
+    # every id a random E2B can emit decodes, to visible text (--text: else a reply of gap or
+    # special-pad ids streams no content and the load test measures no TTFT)
+    python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok_text.json" 262144 --text || return 1
+    local tok="--tokenizer $WORK/e2b_tok_text.json"
     for k in ${SERVE_PKGS:-f16 q4}; do
         [ -f "$d/$k/tokenizer.json" ] && tok=""
         build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
