@@ -206,6 +206,285 @@ void launch_gemv(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, i
 }
 
 // =============================================================================================
+// GEMV (M <= 8), the streaming design (issue 29). Each warp owns a fixed run of packed tiles: one
+// feature tile (16 outputs) and a contiguous k range of it, for one group of feature tiles after
+// another (a persistent grid walks the groups; every CTA holds FT feature tiles x S k splits = 8
+// warps). A warp keeps U tiles in flight in registers (a ring: tile i is computed while tiles
+// i+1 .. i+U-1 load), across group boundaries, so the weight stream of a warp never drains
+// between its feature tiles. K may further split over a cluster of CS CTAs (grid.y) when there
+// are few feature tiles; then each CTA does one group. Splits are reduced in a fixed order
+// (shared memory, then distributed shared memory): deterministic.
+//
+// Why (bench/NOTES.md, issue 29): the earlier kernel gave each block one feature tile and 3
+// loads per warp, then a reduction and exit: a block's life was one DRAM round trip plus its
+// tail, and the Q4 lm_head streamed at 41% of copy. Here a warp's stream is long where the
+// shape allows (lm_head: ~190 tiles a warp), and where it does not (the 1.8-11 MB decoder
+// weights) the whole weight is in flight at once over <= 3 CTAs an SM, all resident, with the
+// PDL prologue prefetching each warp's first tiles into L2 under the previous kernel.
+// Plan: gemv_plan below; tests force it with g4_gemm_gemv_force.
+// =============================================================================================
+constexpr int GV_WARPS = 8;
+
+struct gv_item {
+    uint4 q[2];
+    uint32_t s[2], z[2];
+};
+
+template <bool FUSED, int U>
+__global__ void __launch_bounds__(GV_WARPS * 32, 2)
+    gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
+                          const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
+                          int CS, int groups, int pf_items) {
+    constexpr int F = FUSED ? 2 : 1;
+    __shared__ float4 red[2][GV_WARPS][F][32]; // split partials, double-buffered by group
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int NT = N / 16, KT = K / 64;
+    const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
+    const int rank = blockIdx.y, ST = S * CS, sp = rank * S + s;
+    const int kb = (int)((long long)KT * sp / ST), L = (int)((long long)KT * (sp + 1) / ST) - kb;
+    const int G = gridDim.x;
+    const int nj = (groups - (int)blockIdx.x + G - 1) / G; // groups this CTA walks
+    const int n = nj * L;                                   // this warp's tiles
+    const int pair = 2 * g + (t >> 1);
+    const bool tok = g < M;
+    const __half *xrow = x + (size_t)(tok ? g : 0) * K + 16 * t;
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    // feature tile of the warp in its j-th group (>= NT: past the edge, loads off, no output)
+    auto tile_nt = [&](int j) { return ((int)blockIdx.x + j * G) * FT + f; };
+
+    // PDL prologue: L2 prefetch of the first pf_items tiles (one instruction per lane and tile:
+    // lanes 0-3 the four 128-byte lines of the packed words, 4 the scales, 5 the zero points;
+    // lanes 8-13 the same for the up weight). Nothing else before the wait (pdl.cuh).
+    {
+        const int pn = n < pf_items ? n : pf_items;
+        const int sub = lane & 7;
+        const bool up = FUSED && lane >= 8; // select pointers, not a reference to a parameter
+        const char *wq = (const char *)(up ? w1.q : w0.q), *ws = (const char *)(up ? w1.s : w0.s),
+                   *wz = (const char *)(up ? w1.z : w0.z);
+        if (lane < 8 * F && sub < 6)
+            for (int i = 0; i < pn; i++) {
+                const int nt = tile_nt(i / L);
+                if (nt >= NT) break;
+                const size_t ti = (size_t)nt * KT + kb + i % L;
+                g4_prefetch_l2(sub < 4 ? wq + ti * 512 + 128 * sub : sub == 4 ? ws + ti * 64 : wz + ti * 16);
+            }
+    }
+    g4_pdl_wait();
+    g4_pdl_trigger();
+
+    auto load = [&](int j, int r, gv_item &it) {
+        const int nt = tile_nt(j);
+        const bool ok = nt < NT;
+        const size_t ti = (size_t)(ok ? nt : 0) * KT + kb + r;
+#pragma unroll
+        for (int ff = 0; ff < F; ff++) {
+            const uint4 *wq = ff ? w1.q : w0.q;
+            const uint32_t *ws = ff ? w1.s : w0.s;
+            const uint8_t *wz = ff ? w1.z : w0.z;
+            it.q[ff] = ok ? ldg_stream(wq + ti * 32 + lane) : zero4;
+            it.s[ff] = ok ? __ldg(ws + ti * 16 + pair) : 0u;
+            it.z[ff] = ok ? (uint32_t)__ldg(wz + ti * 16 + pair) : 0u;
+        }
+    };
+
+    float acc[F][4];
+#pragma unroll
+    for (int ff = 0; ff < F; ff++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[ff][i] = 0.0f;
+
+    // The outputs of group j: direct stores (no split), or the split partials reduced by the
+    // s == 0 warp of each feature tile (of cluster rank 0), in split order.
+    cg::cluster_group cluster = cg::this_cluster();
+    auto flush = [&](int j) {
+        const int nt = tile_nt(j);
+        float v[F][4];
+        if (ST == 1) {
+#pragma unroll
+            for (int ff = 0; ff < F; ff++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) v[ff][i] = acc[ff][i];
+        } else {
+            float4(*buf)[F][32] = red[j & 1];
+#pragma unroll
+            for (int ff = 0; ff < F; ff++)
+                buf[warp][ff][lane] = make_float4(acc[ff][0], acc[ff][1], acc[ff][2], acc[ff][3]);
+            if (CS > 1)
+                cluster.sync();
+            else
+                __syncthreads();
+            if (s != 0 || rank != 0) return;
+#pragma unroll
+            for (int ff = 0; ff < F; ff++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) v[ff][i] = 0.0f;
+            for (int r = 0; r < CS; r++) {
+                float4(*rb)[F][32] = CS > 1 ? (float4(*)[F][32])cluster.map_shared_rank(
+                                                  &red[j & 1][0][0][0], r)
+                                            : buf;
+                for (int ss = 0; ss < S; ss++)
+#pragma unroll
+                    for (int ff = 0; ff < F; ff++) {
+                        const float4 q = rb[f * S + ss][ff][lane];
+                        v[ff][0] += q.x;
+                        v[ff][1] += q.y;
+                        v[ff][2] += q.z;
+                        v[ff][3] += q.w;
+                    }
+            }
+        }
+        if (nt >= NT) return;
+        // D fragment: v[.][i] is feature 16 nt + g + 8 (i / 2), token 2 t + i % 2.
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int nn = 16 * nt + g + 8 * (i >> 1), m = 2 * t + (i & 1);
+            if (m >= M) continue;
+            if constexpr (FUSED)
+                store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn,
+                          gelu_tanh(v[0][i]) * v[F - 1][i]);
+            else
+                store_one(y, epi, bias, (size_t)m * N + nn, nn, v[0][i]);
+        }
+    };
+
+    gv_item ring[U];
+    int lj = 0, lr = 0; // load cursor: group, tile within the warp's k range
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < n) {
+            load(lj, lr, ring[u]);
+            if (++lr == L) lr = 0, lj++;
+        }
+    int cj = 0, cr = 0; // compute cursor
+    for (int i0 = 0; i0 < n; i0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i0 + u >= n) break; // warp-uniform
+            const int kt = kb + cr;
+            uint4 xa = zero4, xb = zero4;
+            if (tok) {
+                xa = __ldg((const uint4 *)(xrow + (size_t)kt * 64));
+                xb = __ldg((const uint4 *)(xrow + (size_t)kt * 64 + 8));
+            }
+            const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+            for (int ff = 0; ff < F; ff++) {
+                const q4k kc = q4_consts(ring[u].s[ff], ring[u].z[ff]);
+                const uint32_t words[4] = {ring[u].q[ff].x, ring[u].q[ff].y, ring[u].q[ff].z,
+                                           ring[u].q[ff].w};
+#pragma unroll
+                for (int st = 0; st < 4; st++) {
+                    uint32_t a[4];
+                    q4_dequant_word(words[st], kc, a);
+                    mma_16816(acc[ff], a, xw[2 * st], xw[2 * st + 1]);
+                }
+            }
+            if (i0 + u + U < n) { // refill this slot with the tile U ahead
+                load(lj, lr, ring[u]);
+                if (++lr == L) lr = 0, lj++;
+            }
+            if (++cr == L) {
+                flush(cj);
+                cr = 0;
+                cj++;
+#pragma unroll
+                for (int ff = 0; ff < F; ff++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[ff][i] = 0.0f;
+            }
+        }
+    }
+    if (CS > 1) cluster.sync(); // keep every CTA's partials alive until rank 0 has read them
+}
+
+// The launch plan of the streaming GEMV for a shape: the K split st (S warps of a CTA x CS CTAs
+// of a cluster), the groups of FT = 8 / S feature tiles and the grid, and U, the tiles a warp keeps
+// in flight (U of the plain weight, U / 2 of each of the fused pair: the same bytes). st grows
+// until every SM has CPS CTAs (G4_GEMV_CPS, default 1: one CTA of 8 warps an SM, so the next
+// kernel's CTAs fit beside it for the PDL overlap; the register count allows 2), never past 2
+// CTAs an SM (all resident), K / 64 or 64. Shapes with enough feature tiles keep st = 1 and
+// walk their groups with a persistent grid of CPS CTAs an SM.
+struct gv_plan {
+    int S, CS, groups, grid, U;
+};
+
+struct gv_force_t {
+    int split, ctas;
+};
+gv_force_t g_gv_force = {0, 0};
+
+int gv_env(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    const int x = atoi(v);
+    return x < lo || x > hi ? dflt : x;
+}
+
+gv_plan gemv_plan(int N, int K, bool fused) {
+    static int cps = -1, u_env = -1;
+    if (cps < 0) {
+        cps = gv_env("G4_GEMV_CPS", 1, 1, 2);
+        u_env = gv_env("G4_GEMV_U", 8, 2, 8);
+    }
+    const int NT = N / 16, KT = K / 64, sms = num_sms();
+    const int kmax = KT >= 64 ? 64 : 1 << (31 - __builtin_clz(KT)); // largest power of 2 <= K/64
+    auto ctas = [&](int st) {
+        const int S = st < GV_WARPS ? st : GV_WARPS, FT = GV_WARPS / S;
+        return (long)((NT + FT - 1) / FT) * (st / S);
+    };
+    const long target = (long)sms * cps, hw_cap = (long)sms * 2;
+    int st = 1;
+    if (g_gv_force.split)
+        st = g_gv_force.split < kmax ? g_gv_force.split : kmax;
+    else
+        while (st < kmax && ctas(st) < target && ctas(st * 2) <= hw_cap) st *= 2;
+    gv_plan p{};
+    p.S = st < GV_WARPS ? st : GV_WARPS;
+    p.CS = st / p.S;
+    p.groups = (NT + GV_WARPS / p.S - 1) / (GV_WARPS / p.S);
+    const long max_ctas = g_gv_force.ctas ? g_gv_force.ctas : p.groups <= hw_cap ? p.groups : target;
+    p.grid = p.CS > 1 || p.groups <= max_ctas ? p.groups : (int)max_ctas;
+    p.U = fused ? (u_env / 2 < 1 ? 1 : u_env / 2) : u_env;
+    return p;
+}
+
+template <bool FUSED, int U>
+void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
+                   int K, int epi, const gv_plan &p, cudaStream_t stream) {
+    const int pf = 8; // tiles a warp prefetches into L2 before its wait
+    if (p.CS > 1)
+        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), (size_t)0, stream, dim3(1, p.CS, 1), y,
+                              x, w0, w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf);
+    else
+        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U>, dim3(p.grid, 1, 1),
+                      dim3(GV_WARPS * 32, 1, 1), (size_t)0, stream, y, x, w0, w1, bias, M, N, K,
+                      epi, p.S, p.CS, p.groups, pf);
+}
+
+template <bool FUSED>
+void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
+                  int K, int epi, cudaStream_t stream) {
+    const gv_plan p = gemv_plan(N, K, FUSED);
+    // plain U 2, 4, 8; fused 1, 2, 4 (fused 8 would spill)
+    if constexpr (FUSED) {
+        if (p.U <= 1)
+            launch_stream<true, 1>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+        else if (p.U == 2)
+            launch_stream<true, 2>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+        else
+            launch_stream<true, 4>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+    } else {
+        if (p.U <= 2)
+            launch_stream<false, 2>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+        else if (p.U <= 4)
+            launch_stream<false, 4>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+        else
+            launch_stream<false, 8>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+    }
+}
+
+// =============================================================================================
 // GEMM (prefill). Block = 4 warps, 64 tokens x 8 feature tiles (plain: 128 features; fused: the
 // same 4 feature tiles = 64 features of the gate and of the up weight). Each stage of the
 // 4-stage cp.async pipeline holds, for one 64-input k tile:
@@ -368,6 +647,13 @@ int check_weight(const char *who, const g4_q4_weight *w) {
     return G4_OK;
 }
 
+// G4_GEMV=v1 in the environment: the Q4 GEMV runs the earlier kernel (gemv_q4_kernel), for A/B
+// runs in the bench (read once).
+bool gemv_v1() {
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_GEMV", "v1") != 0;
+}
+
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
              const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
     const int N = w->n, K = w->k;
@@ -381,10 +667,16 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        if (wu)
-            launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
-        else
-            launch_gemv<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+        if (gemv_v1()) { // the earlier kernel, for A/B runs (G4_GEMV=v1)
+            if (wu)
+                launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            else
+                launch_gemv<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+        } else if (wu) {
+            launch_gemv2<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+        } else {
+            launch_gemv2<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+        }
         return G4_OK;
     case G4_GEMM_MMA:
         if (wu)
@@ -468,5 +760,14 @@ extern "C" int g4_q4_dequant_f16(void *w_out, const g4_q4_weight *w, cudaStream_
     g4k::q4_dequant_kernel<<<(unsigned)((tiles + 7) / 8), 256, 0, stream>>>(
         (__half *)w_out, g4k::view(w), w->n, w->k);
     G4_CUDA_LAUNCH_CHECK();
+    return G4_OK;
+}
+
+extern "C" int g4_gemm_gemv_force(int split, int max_ctas) {
+    if (split != 0 && (split < 1 || split > 64 || (split & (split - 1))))
+        return g4_fail(G4_EUSER, "gemv force: split %d, expected 0 or a power of 2 in 1..64", split);
+    if (max_ctas < 0)
+        return g4_fail(G4_EUSER, "gemv force: max CTAs %d, expected >= 0", max_ctas);
+    g4k::g_gv_force = g4k::gv_force_t{split, max_ctas};
     return G4_OK;
 }

@@ -72,6 +72,11 @@ int g4_gemm_q4(void *y, const void *x, const g4_q4_weight *w, const void *bias, 
 int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *wg, const g4_q4_weight *wu,
                         int M, g4_gemm_algo algo, cudaStream_t stream);
 
+// Tests and benches only: force the Q4 GEMV's K split (a power of 2, 1..64: 8 warps of a CTA,
+// then a cluster; clamped to K / 64) and its persistent grid's CTA count (so a CTA walks many
+// feature-tile groups); 0 leaves a choice automatic. Not thread-safe; not for the engine.
+int g4_gemm_gemv_force(int split, int max_ctas);
+
 // w_out fp16 [K, N] = the dequantized weight, computed exactly as the kernels compute it (so it
 // equals the fp32 reference (q - zp) * scale rounded once to fp16). For tests and debugging.
 int g4_q4_dequant_f16(void *w_out, const g4_q4_weight *w, cudaStream_t stream);

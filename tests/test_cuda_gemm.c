@@ -71,7 +71,8 @@ typedef struct {
     g4_gemm_epi epi;
     int bias;
     int exact;
-    int bn, split, ctas; // WGMMA only: forced tile width, K split, persistent CTAs (0: auto)
+    int bn, split, ctas; // WGMMA: forced tile width, K split, persistent CTAs (0: auto); GEMV:
+                         // forced K split and persistent CTAs (g4_gemm_gemv_force)
 } gcase;
 
 static const char *op_name(op_kind o) {
@@ -131,6 +132,10 @@ static const char *op_name(op_kind o) {
 // grid; 0 = automatic): exact small integers unless epi/bias say otherwise.
 #define W(op, M, N, K, epi, bias, exact, bn, split, ctas, what)                                    \
     { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas }
+
+// V: a Q4 GEMV case with a forced K split (1..64) and persistent CTA count (0 = automatic).
+#define V(op, M, N, K, epi, bias, exact, split, ctas, what)                                     \
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas }
 
 // clang-format off
 static const gcase cases[] = {
@@ -197,6 +202,25 @@ static const gcase cases[] = {
     R(OP_Q4, GEMV, 8, S_QS), R(OP_Q4, GEMV, 8, S_DN2), R(OP_Q4, GEMV, 5, S_UP),
     E(OP_Q4, GEMV, 1, S_OS, F32A, 1),
     E(OP_Q4, AUTO, 1, S_DN, F32A, 0),
+    // the streaming GEMV's paths at forced plans: one warp per feature tile's whole K walking
+    // many groups (1-3 CTAs: the register ring wraps across feature tiles and groups), splits
+    // inside a CTA (2, 4, 8: shared-memory reduction, double-buffered across groups), over a
+    // cluster (16, 32, 64), uneven k ranges (K / 64 not a multiple of the split), M = 1..8
+    V(OP_Q4, 1, 1008, 960, F32, 0, 1, 1, 1, "exact, 1 CTA walks 8 groups"),
+    V(OP_Q4, 8, 1008, 960, F32, 0, 1, 1, 3, "exact, 3 CTAs"),
+    V(OP_Q4, 3, 1008, 960, F16A, 1, 0, 2, 2, "odd, split 2, 2 CTAs, residual add"),
+    V(OP_Q4, 5, 1008, 960, F32, 0, 1, 4, 3, "exact, split 4 (15 k tiles), 3 CTAs"),
+    V(OP_Q4, 2, 1008, 960, F32A, 1, 0, 8, 5, "odd, split 8, 5 CTAs"),
+    V(OP_Q4, 1, 48, 3008, F32, 0, 1, 16, 0, "exact, split 16 over a cluster of 2"),
+    V(OP_Q4, 7, 32, 3008, F16, 1, 0, 32, 0, "odd, split 32 (47 k tiles)"),
+    V(OP_Q4, 1, 16, 4096, F32, 0, 1, 64, 0, "exact, split 64"),
+    V(OP_Q4, 4, 48, 192, F32, 0, 1, 64, 0, "exact, split 64 clamped to 2 (3 k tiles)"),
+    V(OP_Q4, 1, 16, 64, F16, 0, 0, 8, 0, "tiny, split 8 clamped to 1"),
+    V(OP_Q4_GLU, 1, 1008, 960, F16, 0, 0, 1, 2, "1 x 2 CTAs walk the groups"),
+    V(OP_Q4_GLU, 8, 1008, 960, F16, 0, 0, 4, 3, "split 4, 3 CTAs"),
+    V(OP_Q4_GLU, 2, 48, 3008, F16, 0, 0, 16, 0, "split 16 over a cluster"),
+    V(OP_Q4, 1, 8960, 1536, F32, 0, 0, 2, 0, "ple_emb, split 2"),
+    V(OP_Q4, 8, 1536, 12288, F16, 0, 0, 32, 0, "down_proj wide, split 32"),
 
     // --- Q4 GEMM (prefill): mma.sync and wgmma, same cases ---
 #define GEMM_Q4_CASES(A)                                                                          \
@@ -654,7 +678,8 @@ static void run_case(const gcase *c) {
                 dw[i] = dev_upload(w[i], (size_t)K * N * 2);
             }
         }
-        rc = g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
+        rc = c->algo == GEMV ? g4_gemm_gemv_force(c->split, c->ctas)
+                             : g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
         CHECK_MSG(rc == G4_OK, "force: %s", g4_error());
         for (int run = 0; run < 2 && rc == G4_OK; run++) {
             if (add)
@@ -680,6 +705,7 @@ static void run_case(const gcase *c) {
             CK(cudaMemcpy(run ? got2 : got, out.y, ybytes, cudaMemcpyDeviceToHost));
         }
         g4_gemm_wgmma_force(0, 0, 0);
+        g4_gemm_gemv_force(0, 0);
         CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
         dev_free(dx);
         dev_free(db);
@@ -861,6 +887,9 @@ static void run_reject(void) {
     REJECT(g4_gemm_wgmma_force(96, 0, 0), "force tile width 96");
     REJECT(g4_gemm_wgmma_force(0, 3, 0), "force split 3");
     REJECT(g4_gemm_wgmma_force(0, 0, -1), "force -1 CTAs");
+    REJECT(g4_gemm_gemv_force(3, 0), "gemv force split 3");
+    REJECT(g4_gemm_gemv_force(128, 0), "gemv force split 128");
+    REJECT(g4_gemm_gemv_force(0, -1), "gemv force -1 CTAs");
 #undef REJECT
 }
 

@@ -32,6 +32,10 @@
 #            --op q4, test_cuda_attention --op attn_prefill, then their kernel bench rows
 #            (wgmma GEMMs next to cuBLAS, wgmma attention next to the HMMA kernel). A deadlocked
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
+#   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
+#            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
+#   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
+#            and the streaming GEMV, generate vs bench, the per-op decode split
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -289,6 +293,52 @@ stage_prefill() {
     echo "bench --kernels --filter wgmma: exit $?"; cut -c1-160 "$OUT/prefill_kbench_gemm.txt"
     build-gpu/g4cu bench --kernels --filter attn_prefill --reps 20 --json "$OUT/prefill_kbench_attn.json" >"$OUT/prefill_kbench_attn.txt" 2>&1
     echo "bench --kernels --filter attn_prefill: exit $?"; cut -c1-160 "$OUT/prefill_kbench_attn.txt"
+}
+
+# Issue 29's GEMV run (after build): the GEMV test cases (test_cuda_gemm --op q4 / --op f16,
+# every case of those ops: GEMV, forced streaming plans, prefill), then the decode GEMV kernel
+# rows twice for each variant: GEMV_VARIANTS (default: the earlier kernel G4_GEMV=v1, then the
+# streaming kernel at its defaults and at G4_GEMV_CPS / G4_GEMV_U settings), each "NAME=ENV..".
+stage_gemv() {
+    local t
+    for t in "test_cuda_gemm --op q4" "test_cuda_gemm --op f16"; do
+        local log="$OUT/gemv_${t// /_}.log"
+        timeout 480 build-gpu/tests/$t >"$log" 2>&1
+        echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
+        grep -E "FAIL|error|CUDA" "$log" | head -8
+    done
+    local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 cps1u8:G4_GEMV_CPS=1,G4_GEMV_U=8 cps1u4:G4_GEMV_CPS=1,G4_GEMV_U=4 cps2u8:G4_GEMV_CPS=2,G4_GEMV_U=8"}
+    local v name envs rep
+    for rep in 1 2; do
+        for v in $variants; do
+            name=${v%%:*}
+            envs=${v#*:}
+            env ${envs//,/ } build-gpu/g4cu bench --kernels --filter gemv --reps 30 \
+                --json "$OUT/gemv_${name}_$rep.json" >"$OUT/gemv_${name}_$rep.txt" 2>&1
+            echo "=== gemv rows, $name ($envs), run $rep: exit $?"
+            grep -E "q4" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
+        done
+    done
+}
+
+# Issue 29's end-to-end figures (after e2b_make, or e2b_wait): compare CUDA vs HF (f16, Q4),
+# bench f16 + Q4 (--reps 5) with the earlier GEMV (G4_GEMV=v1) and the streaming one, then
+# generate vs bench (the user path, 3 runs a package) and the per-op split of a decode step.
+stage_e2b_gemv() {
+    local d="$WORK/e2b"
+    [ -f "$d/READY" ] || { echo "e2b_gemv: no package ($d/READY missing)"; return 1; }
+    cp "$d/inspect.txt" "$OUT/e2b_inspect.txt" 2>/dev/null
+    build-gpu/g4cu compare "$d/f16" "$d/dumps/len16.npz" --backend cuda --tol-from "$d/dumps16/len16.npz" >"$OUT/e2b_compare_cuda.txt" 2>&1
+    echo "e2b compare cuda vs HF fp32 (tolerance 3x HF fp16's error): exit $? $(tail -1 "$OUT/e2b_compare_cuda.txt")"
+    build-gpu/g4cu compare "$d/q4" "$d/dumps/len16.npz" --backend cuda >"$OUT/e2b_compare_cuda_q4.txt" 2>&1
+    echo "e2b Q4 compare cuda vs HF(f16) (fidelity): exit $? $(grep KL "$OUT/e2b_compare_cuda_q4.txt")"
+    G4_GEMV=v1 build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/e2b_bench_v1.json" >"$OUT/e2b_bench_v1.txt" 2>&1
+    echo "=== bench, G4_GEMV=v1: exit $?"; grep -iE "decode|prefill 512|ttft" "$OUT/e2b_bench_v1.txt" | head -20
+    build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/e2b_bench.json" >"$OUT/e2b_bench.txt" 2>&1
+    echo "=== bench, streaming GEMV: exit $?"; grep -iE "decode|prefill 512|ttft" "$OUT/e2b_bench.txt" | head -20
+    e2b_generate_vs_bench "$d"
+    G4_PROFILE=1 build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/e2b_profile.txt"
+    grep -iE "gemv|linear|total|step" "$OUT/e2b_profile.txt" | head -30
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF
