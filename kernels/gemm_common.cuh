@@ -3,7 +3,7 @@
 // streamed weight load, the epilogue stores, the argument checks of the public entries
 // (cp.async, mma.sync, GELU, the SM count and set_smem come from kernels/common.cuh).
 // Internal header.
-// defines: g4k::ldsm_x4(_t), ldg_stream, store_one, store_pair, check_common,
+// defines: g4k::ldsm_x4(_t), ldg_stream(_u32, _u8), store_one, store_pair, check_common,
 //          prefill_mma_forced, wgmma_launch, q4_wgmma_launch.
 #pragma once
 
@@ -40,6 +40,20 @@ __device__ __forceinline__ uint4 ldg_stream(const void *p) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
+    return v;
+}
+
+// The same no-allocate non-coherent form for the scale and zero-point records of packed Q4
+// weights. kernels/pdl.cuh: the one global load form allowed above griddepcontrol.wait, so
+// it must only ever read immutable weights.
+__device__ __forceinline__ uint32_t ldg_stream_u32(const void *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldg_stream_u8(const void *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];\n" : "=r"(v) : "l"(p));
     return v;
 }
 

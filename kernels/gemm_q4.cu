@@ -230,6 +230,54 @@ struct gv_item {
     uint32_t s[2], z[2];
 };
 
+// The outputs of one group (feature tile nt): direct stores (st == 1), or the split partials
+// reduced in split order by the s == 0 warp of the feature tile (of cluster rank 0). Out of line:
+// inlined at each of the ring's U unrolled steps it made the kernel ~20k instructions, past the
+// instruction cache. Every thread of the CTA (of the cluster when CS > 1) calls it once a group.
+template <int F>
+__device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __half *bias, int epi,
+                                      int M, int N, int nt, int warp, int f, int s, int S, int CS,
+                                      int parity, float4 *red) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float4 v[2] = {a0, a1};
+    if (S * CS > 1) {
+        // red: [2 parities][GV_WARPS][F][32]
+        float4 *buf = red + (size_t)parity * GV_WARPS * F * 32;
+        buf[(warp * F + 0) * 32 + lane] = a0;
+        if (F == 2) buf[(warp * F + 1) * 32 + lane] = a1;
+        cg::cluster_group cluster = cg::this_cluster();
+        if (CS > 1)
+            cluster.sync();
+        else
+            __syncthreads();
+        if (s != 0 || (CS > 1 && cluster.block_rank() != 0)) return;
+        v[0] = v[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int r = 0; r < CS; r++) {
+            const float4 *rb = CS > 1 ? cluster.map_shared_rank(buf, r) : buf;
+            for (int ss = 0; ss < S; ss++)
+                for (int ff = 0; ff < F; ff++) {
+                    const float4 q = rb[((f * S + ss) * F + ff) * 32 + lane];
+                    v[ff].x += q.x;
+                    v[ff].y += q.y;
+                    v[ff].z += q.z;
+                    v[ff].w += q.w;
+                }
+        }
+    }
+    if (nt * 16 >= N) return;
+    // D fragment: element i is feature 16 nt + g + 8 (i / 2), token 2 t + i % 2.
+    const float e0[4] = {v[0].x, v[0].y, v[0].z, v[0].w}, e1[4] = {v[1].x, v[1].y, v[1].z, v[1].w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int nn = 16 * nt + g + 8 * (i >> 1), m = 2 * t + (i & 1);
+        if (m >= M) continue;
+        if (F == 2)
+            store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn, gelu_tanh(e0[i]) * e1[i]);
+        else
+            store_one(y, epi, bias, (size_t)m * N + nn, nn, e0[i]);
+    }
+}
+
 template <bool FUSED, int U>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
@@ -252,119 +300,89 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     // feature tile of the warp in its j-th group (>= NT: past the edge, loads off, no output)
     auto tile_nt = [&](int j) { return ((int)blockIdx.x + j * G) * FT + f; };
 
-    // PDL prologue: L2 prefetch of the first pf_items tiles (one instruction per lane and tile:
-    // lanes 0-3 the four 128-byte lines of the packed words, 4 the scales, 5 the zero points;
-    // lanes 8-13 the same for the up weight). Nothing else before the wait (pdl.cuh).
+    // PDL prologue: L2 prefetch of the pf_items tiles after the ring's first U (one instruction
+    // per lane and tile: lanes 0-3 the four 128-byte lines of the packed words, 4 the scales, 5
+    // the zero points; lanes 8-13 the same for the up weight); then the ring's loads below.
     {
-        const int pn = n < pf_items ? n : pf_items;
+        const int pn = n < U + pf_items ? n : U + pf_items;
         const int sub = lane & 7;
         const bool up = FUSED && lane >= 8; // select pointers, not a reference to a parameter
         const char *wq = (const char *)(up ? w1.q : w0.q), *ws = (const char *)(up ? w1.s : w0.s),
                    *wz = (const char *)(up ? w1.z : w0.z);
         if (lane < 8 * F && sub < 6)
-            for (int i = 0; i < pn; i++) {
+            for (int i = U; i < pn; i++) {
                 const int nt = tile_nt(i / L);
                 if (nt >= NT) break;
                 const size_t ti = (size_t)nt * KT + kb + i % L;
                 g4_prefetch_l2(sub < 4 ? wq + ti * 512 + 128 * sub : sub == 4 ? ws + ti * 64 : wz + ti * 16);
             }
     }
-    g4_pdl_wait();
-    g4_pdl_trigger();
-
-    auto load = [&](int j, int r, gv_item &it) {
-        const int nt = tile_nt(j);
-        const bool ok = nt < NT;
-        const size_t ti = (size_t)(ok ? nt : 0) * KT + kb + r;
-#pragma unroll
-        for (int ff = 0; ff < F; ff++) {
-            const uint4 *wq = ff ? w1.q : w0.q;
-            const uint32_t *ws = ff ? w1.s : w0.s;
-            const uint8_t *wz = ff ? w1.z : w0.z;
-            it.q[ff] = ok ? ldg_stream(wq + ti * 32 + lane) : zero4;
-            it.s[ff] = ok ? __ldg(ws + ti * 16 + pair) : 0u;
-            it.z[ff] = ok ? (uint32_t)__ldg(wz + ti * 16 + pair) : 0u;
-        }
-    };
-
     float acc[F][4];
 #pragma unroll
     for (int ff = 0; ff < F; ff++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[ff][i] = 0.0f;
 
-    // The outputs of group j: direct stores (no split), or the split partials reduced by the
-    // s == 0 warp of each feature tile (of cluster rank 0), in split order.
-    cg::cluster_group cluster = cg::this_cluster();
-    auto flush = [&](int j) {
-        const int nt = tile_nt(j);
-        float v[F][4];
-        if (ST == 1) {
-#pragma unroll
-            for (int ff = 0; ff < F; ff++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) v[ff][i] = acc[ff][i];
-        } else {
-            float4(*buf)[F][32] = red[j & 1];
-#pragma unroll
-            for (int ff = 0; ff < F; ff++)
-                buf[warp][ff][lane] = make_float4(acc[ff][0], acc[ff][1], acc[ff][2], acc[ff][3]);
-            if (CS > 1)
-                cluster.sync();
-            else
-                __syncthreads();
-            if (s != 0 || rank != 0) return;
-#pragma unroll
-            for (int ff = 0; ff < F; ff++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) v[ff][i] = 0.0f;
-            for (int r = 0; r < CS; r++) {
-                float4(*rb)[F][32] = CS > 1 ? (float4(*)[F][32])cluster.map_shared_rank(
-                                                  &red[j & 1][0][0][0], r)
-                                            : buf;
-                for (int ss = 0; ss < S; ss++)
-#pragma unroll
-                    for (int ff = 0; ff < F; ff++) {
-                        const float4 q = rb[f * S + ss][ff][lane];
-                        v[ff][0] += q.x;
-                        v[ff][1] += q.y;
-                        v[ff][2] += q.z;
-                        v[ff][3] += q.w;
-                    }
+    // Load cursor, as byte offsets into the packed arrays (tile ti at q + 512 ti, s + 64 ti,
+    // z + 16 ti), stepped by one tile along the warp's k range and, past its end, to the same
+    // range of the warp's feature tile in the next group (G * FT feature tiles further).
+    const size_t group_jump = (size_t)G * FT * KT - (L - 1);
+    size_t lti = (size_t)tile_nt(0) * KT + kb;
+    bool lok = tile_nt(0) < NT;
+    int lr = 0, lj = 0;
+    const char *q0 = (const char *)w0.q + 16 * lane, *q1 = (const char *)w1.q + 16 * lane;
+    const char *s0 = (const char *)w0.s + 4 * pair, *s1 = (const char *)w1.s + 4 * pair;
+    const char *z0 = (const char *)w0.z + pair, *z1 = (const char *)w1.z + pair;
+    auto load_next = [&](gv_item &it) {
+        if (lok) {
+            it.q[0] = ldg_stream(q0 + lti * 512);
+            it.s[0] = ldg_stream_u32(s0 + lti * 64);
+            it.z[0] = ldg_stream_u8(z0 + lti * 16);
+            if constexpr (FUSED) {
+                it.q[1] = ldg_stream(q1 + lti * 512);
+                it.s[1] = ldg_stream_u32(s1 + lti * 64);
+                it.z[1] = ldg_stream_u8(z1 + lti * 16);
             }
-        }
-        if (nt >= NT) return;
-        // D fragment: v[.][i] is feature 16 nt + g + 8 (i / 2), token 2 t + i % 2.
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int nn = 16 * nt + g + 8 * (i >> 1), m = 2 * t + (i & 1);
-            if (m >= M) continue;
-            if constexpr (FUSED)
-                store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn,
-                          gelu_tanh(v[0][i]) * v[F - 1][i]);
-            else
-                store_one(y, epi, bias, (size_t)m * N + nn, nn, v[0][i]);
+            for (int ff = 0; ff < F; ff++) it.q[ff] = zero4, it.s[ff] = it.z[ff] = 0u;
+        }
+        if (++lr == L) {
+            lr = 0;
+            lti += group_jump;
+            lok = tile_nt(++lj) < NT;
+        } else {
+            lti++;
         }
     };
 
+    // The first U tiles load into the ring before the wait: immutable weights, in the one load
+    // form pdl.cuh allows there (ldg_stream*), so a kernel made resident early by PDL holds
+    // its first weights in registers when the previous kernel completes.
     gv_item ring[U];
-    int lj = 0, lr = 0; // load cursor: group, tile within the warp's k range
 #pragma unroll
     for (int u = 0; u < U; u++)
-        if (u < n) {
-            load(lj, lr, ring[u]);
-            if (++lr == L) lr = 0, lj++;
+        if (u < n) load_next(ring[u]);
+    g4_pdl_wait();
+    g4_pdl_trigger();
+
+    // x of the first U tiles into L1 now, so its L2 round trip overlaps the weights' (x is the
+    // previous kernel's output: read only after the wait)
+    if (tok)
+        for (int i = 0; i < U && i < n; i++) {
+            const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
         }
-    int cj = 0, cr = 0; // compute cursor
+    int cj = 0, cr = 0;                                     // compute cursor
+    const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the tile being computed
     for (int i0 = 0; i0 < n; i0 += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (i0 + u >= n) break; // warp-uniform
-            const int kt = kb + cr;
             uint4 xa = zero4, xb = zero4;
             if (tok) {
-                xa = __ldg((const uint4 *)(xrow + (size_t)kt * 64));
-                xb = __ldg((const uint4 *)(xrow + (size_t)kt * 64 + 8));
+                xa = __ldg((const uint4 *)px);
+                xb = __ldg((const uint4 *)(px + 8));
             }
             const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
@@ -379,14 +397,16 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
                     mma_16816(acc[ff], a, xw[2 * st], xw[2 * st + 1]);
                 }
             }
-            if (i0 + u + U < n) { // refill this slot with the tile U ahead
-                load(lj, lr, ring[u]);
-                if (++lr == L) lr = 0, lj++;
-            }
+            if (i0 + u + U < n) load_next(ring[u]); // refill this slot with the tile U ahead
+            px += 64;
             if (++cr == L) {
-                flush(cj);
+                gv_flush<F>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
+                            make_float4(acc[F - 1][0], acc[F - 1][1], acc[F - 1][2], acc[F - 1][3]),
+                            y, bias, epi, M, N, tile_nt(cj), warp, f, s, S, CS, cj & 1,
+                            &red[0][0][0][0]);
                 cr = 0;
                 cj++;
+                px = px0;
 #pragma unroll
                 for (int ff = 0; ff < F; ff++)
 #pragma unroll
@@ -394,7 +414,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
             }
         }
     }
-    if (CS > 1) cluster.sync(); // keep every CTA's partials alive until rank 0 has read them
+    if (CS > 1) cg::this_cluster().sync(); // keep every CTA's partials alive until rank 0 read them
 }
 
 // The launch plan of the streaming GEMV for a shape: the K split st (S warps of a CTA x CS CTAs
@@ -403,7 +423,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 // until every SM has CPS CTAs (G4_GEMV_CPS, default 1: one CTA of 8 warps an SM, so the next
 // kernel's CTAs fit beside it for the PDL overlap; the register count allows 2), never past 2
 // CTAs an SM (all resident), K / 64 or 64. Shapes with enough feature tiles keep st = 1 and
-// walk their groups with a persistent grid of CPS CTAs an SM.
+// walk their groups with a persistent grid of PCPS CTAs an SM (G4_GEMV_PCPS, default 2: the
+// lm_head streams 35% faster with 16 warps an SM than with 8, bench/NOTES.md).
 struct gv_plan {
     int S, CS, groups, grid, U;
 };
@@ -421,9 +442,10 @@ int gv_env(const char *name, int dflt, int lo, int hi) {
 }
 
 gv_plan gemv_plan(int N, int K, bool fused) {
-    static int cps = -1, u_env = -1;
+    static int cps = -1, pcps = -1, u_env = -1;
     if (cps < 0) {
         cps = gv_env("G4_GEMV_CPS", 1, 1, 2);
+        pcps = gv_env("G4_GEMV_PCPS", 2, 1, 2);
         u_env = gv_env("G4_GEMV_U", 8, 2, 8);
     }
     const int NT = N / 16, KT = K / 64, sms = num_sms();
@@ -442,7 +464,9 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     p.S = st < GV_WARPS ? st : GV_WARPS;
     p.CS = st / p.S;
     p.groups = (NT + GV_WARPS / p.S - 1) / (GV_WARPS / p.S);
-    const long max_ctas = g_gv_force.ctas ? g_gv_force.ctas : p.groups <= hw_cap ? p.groups : target;
+    const long max_ctas = g_gv_force.ctas   ? g_gv_force.ctas
+                          : p.groups <= hw_cap ? p.groups
+                                               : (long)sms * pcps;
     p.grid = p.CS > 1 || p.groups <= max_ctas ? p.groups : (int)max_ctas;
     p.U = fused ? (u_env / 2 < 1 ? 1 : u_env / 2) : u_env;
     return p;

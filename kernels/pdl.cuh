@@ -25,11 +25,15 @@
 //
 // THE RULE for every kernel launched through g4_pdl_launch* (tests/test_pdl_sass.sh checks on
 // the SASS that each such kernel has the wait and no global load, store or atomic before it):
-//   1. Above g4_pdl_wait() there is only index arithmetic, kernel-parameter reads and
+//   1. Above g4_pdl_wait() there is only index arithmetic, kernel-parameter reads,
 //      g4_prefetch_l2* of immutable data (weights, scales, zero points, norm weights, RoPE
-//      tables). An L2 prefetch returns nothing to the program, and L2 is the GPU's point of
-//      coherence, so even a prefetched line that a previous kernel then writes is read fresh
-//      after the wait: the prologue cannot change a result, whatever the buffers hold.
+//      tables) and loads of immutable weights in the weight-stream form (gemm_common.cuh
+//      ldg_stream*: ld.global.nc.L1::no_allocate, SASS LDG.E.NA.*.CONSTANT), a form used for
+//      nothing else. An L2 prefetch returns nothing to the program, and L2 is the GPU's point
+//      of coherence, so even a prefetched line that a previous kernel then writes is read
+//      fresh after the wait; a weight is written once, at load, before any kernel that reads
+//      it is launched: the prologue cannot change a result. (The streaming Q4 GEMV loads its
+//      first tiles into registers there, so early-resident CTAs hold them at the wait.)
 //   2. g4_pdl_wait() is the first statement with a side effect, executed unconditionally by
 //      every thread, before any early return: no read of anything another kernel writes
 //      (activations, KV cache, positions, ids, workspaces) and no write (write-after-read
