@@ -671,11 +671,23 @@ int check_weight(const char *who, const g4_q4_weight *w) {
     return G4_OK;
 }
 
-// G4_GEMV=v1 in the environment: the Q4 GEMV runs the earlier kernel (gemv_q4_kernel), for A/B
-// runs in the bench (read once).
-bool gemv_v1() {
-    static int cache = -1;
-    return g4_cuda_env_is(&cache, "G4_GEMV", "v1") != 0;
+// Which Q4 GEMV runs a shape. G4_GEMV=v1 / v2 in the environment forces the earlier kernel
+// (gemv_q4_kernel) / the streaming one for A/B runs (read once). Otherwise the streaming kernel,
+// except where the earlier one measured faster on the H200 (bench/NOTES.md, 2026-12-02, both in
+// one run, twice): plain K = 1536 weights of N <= 512 (k/v, ple gate: 2.5 against 2.9 us, its
+// lighter cluster tail) and of N = 6144-12288 (ple_emb, the unfused gate/up: 6.9 against 7.9 us
+// for ple_emb; its 384-768 small CTAs spread better than the stream's 96-140). On a 132-SM GPU
+// only, like the prefill table; elsewhere the streaming kernel.
+bool gemv_v1(int N, int K, bool fused) {
+    static int force = -1;
+    if (force < 0) {
+        static int v1 = -1, v2 = -1;
+        force = g4_cuda_env_is(&v1, "G4_GEMV", "v1") ? 1 : g4_cuda_env_is(&v2, "G4_GEMV", "v2") ? 2 : 0;
+    }
+    if (force) return force == 1;
+    if (g_gv_force.split || g_gv_force.ctas) return false; // a forced plan is the stream's
+    if (num_sms() != 132) return false;
+    return !fused && K == 1536 && (N <= 512 || (N >= 6144 && N <= 12288));
 }
 
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
@@ -691,7 +703,7 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        if (gemv_v1()) { // the earlier kernel, for A/B runs (G4_GEMV=v1)
+        if (gemv_v1(N, K, wu != nullptr)) { // the earlier kernel where it measured faster
             if (wu)
                 launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
             else
