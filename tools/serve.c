@@ -1190,7 +1190,10 @@ int g4_serve_main(int argc, char **argv) {
         return 1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    serve_guard_set_port(di ? (unsigned)di->port : (unsigned)o.port);
+    if (serve_guard_listening()) {
+        MHD_stop_daemon(d);
+        return 2;
+    }
     printf("g4cu serve: listening on http://%s:%u (model %s, backend %s, %d states, queue %d)\n",
            o.host, di ? (unsigned)di->port : (unsigned)o.port, o.name,
            g4cu_model_backend(S.model), o.parallel, o.queue);

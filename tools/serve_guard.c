@@ -40,7 +40,6 @@ static struct {
     int drain_s;
     long long max_image_px, max_json_values, max_mem_mib;
     int loopback;
-    unsigned port;
     int timeout_s;
     size_t max_body;
     pthread_mutex_t mu; // mem_used, the connection list, stop
@@ -188,6 +187,10 @@ int serve_guard_start(const char *host, int timeout_s, size_t max_body) {
                 G.max_mem_mib, max_body, (body_cost(max_body) >> 20) + 1);
         return 1;
     }
+    return 0;
+}
+
+int serve_guard_listening(void) {
     if (pthread_create(&G.watchdog, NULL, watchdog_main, NULL)) {
         fprintf(stderr, "g4cu serve: cannot start a thread\n");
         return 1;
@@ -195,8 +198,6 @@ int serve_guard_start(const char *host, int timeout_s, size_t max_body) {
     G.started = 1;
     return 0;
 }
-
-void serve_guard_set_port(unsigned port) { G.port = port; }
 
 // --- connections: the read deadline and the drain -------------------------------------------------
 void serve_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,

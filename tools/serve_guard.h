@@ -1,6 +1,6 @@
 // serve_guard.h: who may use `g4cu serve` and how much one client can make it hold
 // (tools/serve_guard.c). serve.c calls these at a few points:
-//  - serve_guard_option / serve_guard_start while parsing its options and before listening;
+//  - serve_guard_option / serve_guard_start while parsing its options, serve_guard_listening;
 //  - serve_guard_check on a request's headers (before anything is read or routed);
 //  - serve_guard_admit for a POST body (a share of the request-memory budget);
 //  - serve_guard_image / serve_guard_json on bytes before the costly parse;
@@ -29,8 +29,9 @@ int serve_guard_option(int argc, char **argv, int *i);
 // After the options: reads --api-key-file / G4CU_API_KEY, warns on a non-loopback host without a
 // key. timeout_s: the deadline for reading a whole request. 0 ok, 1 bad input (printed).
 int serve_guard_start(const char *host, int timeout_s, size_t max_body);
-// The port actually bound (for the Host / Origin checks).
-void serve_guard_set_port(unsigned port);
+// The daemon listens: starts the read-deadline watchdog (a thread: call it after
+// SIGTERM is blocked, so that the signal reaches only sigwait). 0 ok, 1 failed (printed).
+int serve_guard_listening(void);
 // MHD_OPTION_NOTIFY_CONNECTION: tracks connections for the read deadline and the drain.
 void serve_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                         enum MHD_ConnectionNotificationCode code);
