@@ -20,7 +20,7 @@ static const g4_opt serve_opts_table[] = {
     {"--api-key", "KEY", "require `Authorization: Bearer KEY` (also G4CU_API_KEY; not /health)"},
     {"--api-key-file", "F", "the key from a file's first line (not shown by ps)"},
     {"--cors-origin", "O", "a browser Origin allowed besides the server's own (repeatable; *)"},
-    {"--drain-timeout", "S", "SIGTERM: seconds requests in flight get, then cancelled (default 30)"},
+    {"--drain-timeout", "S", "SIGTERM: seconds before requests in flight are cancelled (default 30)"},
     {"--max-image-pixels", "N", "image width x height, read from its header (default 33554432)"},
     {"--max-json-values", "N", "JSON values in a request body (default 100000)"},
     {"--max-request-memory", "MIB", "request bodies and their parsing, all at once (default 2048)"},

@@ -263,8 +263,8 @@ typedef struct {
     char *file;
     size_t file_len;
     char *prompt, *format, *temperature;
-    job *j; // a streaming request's job (its usage for the log line)
-    int oom;  // an allocation failed while reading the body: 503
+    job *j;  // a streaming request's job (its usage for the log line)
+    int oom; // an allocation failed while reading the body: 503
     serve_guard_req g;
 } conn_ctx;
 
@@ -408,8 +408,10 @@ static int decode_audio(const char *what, const void *data, size_t n, float **pc
         free(*pcm);
         *pcm = NULL;
         serve_guard_set_oom();
-        return fail(e, "%s: the server holds as much as --max-request-memory allows; retry "
-                       "later", what);
+        return fail(e,
+                    "%s: the server holds as much as --max-request-memory allows; retry "
+                    "later",
+                    what);
     }
     return 1;
 }
@@ -961,8 +963,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             pthread_mutex_lock(&S.mu);
             S.rejected++;
             pthread_mutex_unlock(&S.mu);
-            return send_error(c, x, 503, "the server holds as many request bodies as "
-                                         "--max-request-memory allows; retry later");
+            return send_error(c, x, 503,
+                              "the server holds as many request bodies as "
+                              "--max-request-memory allows; retry later");
         }
         if (x->ep == EP_CHAT && !content_type_is(c, "application/json"))
             return send_error(c, x, 415, "%s takes Content-Type application/json", url);
@@ -989,8 +992,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                     if (cap < x->len + *upload_size + 1) cap = (x->len + *upload_size + 1) * 2;
                     if (cap > S.o.max_body + 1) cap = S.o.max_body + 1;
                     char *b = realloc(x->body, cap);
-                    if (b) x->body = b, x->cap = cap;
-                    else x->oom = 1;
+                    if (b)
+                        x->body = b, x->cap = cap;
+                    else
+                        x->oom = 1;
                 }
                 if (!x->oom) {
                     memcpy(x->body + x->len, upload, *upload_size);

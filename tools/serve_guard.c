@@ -20,7 +20,7 @@
 #include <time.h>
 
 #define MAX_CORS 8
-#define MAX_KEY 4096
+#define MAX_KEY  4096
 
 typedef struct conn_entry conn_entry;
 struct conn_entry { // one open connection
@@ -124,8 +124,9 @@ static int key_ok(const char *what, const char *k, size_t n) {
     }
     for (size_t i = 0; i < n; i++)
         if (k[i] <= ' ' || k[i] > '~') {
-            fprintf(stderr, "g4cu serve: %s: byte %zu of the key is 0x%02x, expected printable "
-                            "ASCII without spaces\n",
+            fprintf(stderr,
+                    "g4cu serve: %s: byte %zu of the key is 0x%02x, expected printable "
+                    "ASCII without spaces\n",
                     what, i, (unsigned char)k[i]);
             return 0;
         }
@@ -176,14 +177,16 @@ int serve_guard_start(const char *host, int timeout_s, size_t max_body) {
     struct in_addr a;
     G.loopback = inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
     if (!G.loopback && !G.key)
-        fprintf(stderr, "g4cu serve: warning: --host %s serves every machine that can reach it, "
-                        "and there is no API key: anyone may use it (--api-key-file F)\n",
+        fprintf(stderr,
+                "g4cu serve: warning: --host %s serves every machine that can reach it, "
+                "and there is no API key: anyone may use it (--api-key-file F)\n",
                 host);
     G.timeout_s = timeout_s;
     G.max_body = max_body;
     if ((unsigned long long)G.max_mem_mib << 20 < body_cost(max_body)) {
-        fprintf(stderr, "g4cu serve: --max-request-memory %lld MiB cannot hold one request of "
-                        "--max-body %zu bytes (%zu MiB are reserved for it)\n",
+        fprintf(stderr,
+                "g4cu serve: --max-request-memory %lld MiB cannot hold one request of "
+                "--max-body %zu bytes (%zu MiB are reserved for it)\n",
                 G.max_mem_mib, max_body, (body_cost(max_body) >> 20) + 1);
         return 1;
     }
@@ -199,7 +202,7 @@ int serve_guard_listening(void) {
     return 0;
 }
 
-// --- connections: the read deadline and the drain -------------------------------------------------
+// --- connections: the read deadline and the drain -------------------------------------------
 void serve_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                         enum MHD_ConnectionNotificationCode code) {
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
@@ -224,8 +227,10 @@ void serve_guard_notify(void *cls, struct MHD_Connection *c, void **socket_conte
     } else if (*socket_context) { // closed: MHD closes the socket after this returns
         conn_entry *e = *socket_context;
         pthread_mutex_lock(&G.mu);
-        if (e->prev) e->prev->next = e->next;
-        else G.conns = e->next;
+        if (e->prev)
+            e->prev->next = e->next;
+        else
+            G.conns = e->next;
         if (e->next) e->next->prev = e->prev;
         pthread_mutex_unlock(&G.mu);
         free(e);
@@ -234,7 +239,8 @@ void serve_guard_notify(void *cls, struct MHD_Connection *c, void **socket_conte
 }
 
 static conn_entry *entry_of(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return i ? i->socket_context : NULL;
 }
 
@@ -267,7 +273,9 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-int serve_guard_drain_timeout(void) { return G.drain_s; }
+int serve_guard_drain_timeout(void) {
+    return G.drain_s;
+}
 
 void serve_guard_cancel_all(void) {
     pthread_mutex_lock(&G.mu);
@@ -276,7 +284,9 @@ void serve_guard_cancel_all(void) {
     pthread_mutex_unlock(&G.mu);
 }
 
-int serve_guard_cancelling(void) { return G.cancel; }
+int serve_guard_cancelling(void) {
+    return G.cancel;
+}
 
 void serve_guard_stop(void) {
     if (!G.started) return;
@@ -350,8 +360,10 @@ static void copy_route(serve_guard_req *g, const char *method, const char *url) 
     size_t k = 0;
     for (const char *p = url; *p && k + 4 < sizeof g->route; p++)
         g->route[k++] = *p > ' ' && *p <= '~' ? *p : '?';
-    if (strlen(url) > k) memcpy(g->route + k, "...", 4);
-    else g->route[k] = 0;
+    if (strlen(url) > k)
+        memcpy(g->route + k, "...", 4);
+    else
+        g->route[k] = 0;
     for (char *p = g->method; *p; p++)
         if (*p <= ' ' || *p > '~') *p = '?';
 }
@@ -372,16 +384,18 @@ int serve_guard_check(struct MHD_Connection *c, const char *method, const char *
     }
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (G.loopback && host && !host_is_loopback(host)) {
-        snprintf(msg, n, "Host '%.100s' is not this server's loopback address (localhost, "
-                         "127.0.0.1 or [::1]); refused against DNS rebinding",
+        snprintf(msg, n,
+                 "Host '%.100s' is not this server's loopback address (localhost, "
+                 "127.0.0.1 or [::1]); refused against DNS rebinding",
                  host);
         return 403;
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     int by_cors;
     if (origin && !origin_allowed(origin, host, &by_cors)) {
-        snprintf(msg, n, "Origin '%.100s' may not use this server (its own origin is "
-                         "http://%.100s; --cors-origin allows others)",
+        snprintf(msg, n,
+                 "Origin '%.100s' may not use this server (its own origin is "
+                 "http://%.100s; --cors-origin allows others)",
                  origin, host ? host : "?");
         return 403;
     }
@@ -393,8 +407,9 @@ int serve_guard_check(struct MHD_Connection *c, const char *method, const char *
             return 401;
         }
         if (strncasecmp(auth, "Bearer ", 7) || !key_equal(auth + 7, strlen(auth + 7))) {
-            snprintf(msg, n, "the API key in the Authorization header is not this server's "
-                             "(expected `Authorization: Bearer KEY`)");
+            snprintf(msg, n,
+                     "the API key in the Authorization header is not this server's "
+                     "(expected `Authorization: Bearer KEY`)");
             return 401;
         }
     }
@@ -425,7 +440,7 @@ enum MHD_Result serve_guard_preflight(struct MHD_Connection *c, serve_guard_req 
     return ok;
 }
 
-// --- the request-memory budget and the log line --------------------------------------------------
+// --- the request-memory budget and the log line --------------------------------------------
 // The request whose body this thread parses (MHD runs a connection's callbacks on its thread).
 static _Thread_local serve_guard_req *t_req;
 
@@ -442,7 +457,9 @@ int serve_guard_admit(serve_guard_req *g, long long clen) {
     return reserve(g, body_cost(clen >= 0 ? (size_t)clen : G.max_body));
 }
 
-int serve_guard_reserve(size_t bytes) { return !t_req || reserve(t_req, bytes); }
+int serve_guard_reserve(size_t bytes) {
+    return !t_req || reserve(t_req, bytes);
+}
 
 void serve_guard_end(struct MHD_Connection *c, serve_guard_req *g) {
     conn_entry *e = entry_of(c);
@@ -459,12 +476,11 @@ void serve_guard_end(struct MHD_Connection *c, serve_guard_req *g) {
     gmtime_r(&t, &tm);
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
     // One fprintf: stdio locks the stream for the call, so lines from threads do not mix.
-    fprintf(stderr, "%s %s %s %d prompt_tokens=%ld completion_tokens=%ld ms=%.0f\n", ts,
-            g->method, g->route, g->status, g->prompt_tokens, g->completion_tokens,
-            (mono_s() - g->t0) * 1e3);
+    fprintf(stderr, "%s %s %s %d prompt_tokens=%ld completion_tokens=%ld ms=%.0f\n", ts, g->method,
+            g->route, g->status, g->prompt_tokens, g->completion_tokens, (mono_s() - g->t0) * 1e3);
 }
 
-// --- bytes before the costly parse ---------------------------------------------------------------
+// --- bytes before the costly parse ------------------------------------------------------------
 int serve_guard_json(const char *b, size_t len, char *msg, size_t n) {
     long long values = 0;
     char key[48] = "";
@@ -483,8 +499,9 @@ int serve_guard_json(const char *b, size_t len, char *msg, size_t n) {
                 }
                 if (b[i] != '\\') continue;
                 if (i + 5 < len && b[i + 1] == 'u' && !memcmp(b + i + 2, "0000", 4)) {
-                    snprintf(msg, n, "a string%s%s%s holds a NUL character (\\u0000) at byte "
-                                     "%zu; refused rather than cut there",
+                    snprintf(msg, n,
+                             "a string%s%s%s holds a NUL character (\\u0000) at byte "
+                             "%zu; refused rather than cut there",
                              key[0] ? " in \"" : "", key, key[0] ? "\"" : "", i);
                     return 0;
                 }
@@ -501,14 +518,14 @@ int serve_guard_json(const char *b, size_t len, char *msg, size_t n) {
             }
         } else if (ch == '{' || ch == '[') {
             values++;
-        } else if ((ch == '-' || (ch >= '0' && ch <= '9') || ch == 't' || ch == 'f' ||
-                    ch == 'n') &&
+        } else if ((ch == '-' || (ch >= '0' && ch <= '9') || ch == 't' || ch == 'f' || ch == 'n') &&
                    (i == 0 || strchr(",:[ \t\r\n", b[i - 1]))) {
             values++; // a number or a literal begins
         }
         if (values > G.max_json_values) {
-            snprintf(msg, n, "the body has more than %lld JSON values (--max-json-values; a "
-                             "text content part is 3)",
+            snprintf(msg, n,
+                     "the body has more than %lld JSON values (--max-json-values; a "
+                     "text content part is 3)",
                      G.max_json_values);
             return 0;
         }
@@ -516,7 +533,9 @@ int serve_guard_json(const char *b, size_t len, char *msg, size_t n) {
     return 1;
 }
 
-static unsigned be16(const unsigned char *p) { return (unsigned)p[0] << 8 | p[1]; }
+static unsigned be16(const unsigned char *p) {
+    return (unsigned)p[0] << 8 | p[1];
+}
 static unsigned long be32(const unsigned char *p) {
     return (unsigned long)p[0] << 24 | (unsigned long)p[1] << 16 | (unsigned long)p[2] << 8 | p[3];
 }
@@ -552,15 +571,16 @@ int serve_guard_image(const unsigned char *d, size_t n, char *msg, size_t msg_n)
     if (!kind) return 1;
     const unsigned long long px = (unsigned long long)w * h;
     if (px > (unsigned long long)G.max_image_px) {
-        snprintf(msg, msg_n, "a %s of %lux%lu pixels (%llu) is over the limit of %lld pixels "
-                             "(--max-image-pixels); refused from its header",
+        snprintf(msg, msg_n,
+                 "a %s of %lux%lu pixels (%llu) is over the limit of %lld pixels "
+                 "(--max-image-pixels); refused from its header",
                  kind, w, h, px, G.max_image_px);
         return 0;
     }
     return 1;
 }
 
-// --- allocation failures -------------------------------------------------------------------------
+// --- allocation failures ----------------------------------------------------------------------
 static _Thread_local int t_oom;
 
 static void *guard_malloc(size_t n) {
@@ -580,6 +600,8 @@ int serve_guard_oom(void) {
     return o;
 }
 
-void serve_guard_set_oom(void) { t_oom = 1; }
+void serve_guard_set_oom(void) {
+    t_oom = 1;
+}
 
 #endif

@@ -15,8 +15,8 @@
 
 // Per request, kept in serve.c's connection context.
 typedef struct {
-    double t0;                  // monotonic seconds at the request's headers
-    int status;                 // the status answered (0: none)
+    double t0;  // monotonic seconds at the request's headers
+    int status; // the status answered (0: none)
     long prompt_tokens, completion_tokens;
     size_t reserved;            // bytes of the request-memory budget held
     char method[12], route[80]; // for the log line (route: the path, sanitised and cut)
