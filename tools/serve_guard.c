@@ -425,6 +425,7 @@ void serve_guard_headers(struct MHD_Connection *c, struct MHD_Response *r, int s
         MHD_add_response_header(r, "Vary", "Origin");
     }
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1"); // (the budget, the drain)
 }
 
 enum MHD_Result serve_guard_preflight(struct MHD_Connection *c, serve_guard_req *g) {

@@ -50,7 +50,8 @@ int serve_guard_admit(serve_guard_req *g, long long clen);
 int serve_guard_reserve(size_t bytes);
 // The whole request has been read: its read deadline ends.
 void serve_guard_read_done(struct MHD_Connection *c);
-// Headers every response gets (CORS for an allowed origin; WWW-Authenticate on a 401).
+// Headers every response gets: CORS for an allowed origin, WWW-Authenticate on a 401,
+// Retry-After on a 503.
 void serve_guard_headers(struct MHD_Connection *c, struct MHD_Response *r, int status);
 // The log line of a finished request (stderr), and the budget it held returned.
 void serve_guard_end(struct MHD_Connection *c, serve_guard_req *g);
