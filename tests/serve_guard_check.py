@@ -391,6 +391,15 @@ def server_a():
     r = post_chat(p, [{"type": "text", "text": "ok"}, {"type": "text", "text": "x\u0000"}], key,
                   max_tokens=2)
     check("a NUL in a text part -> 400", r.status == 400 and "NUL" in r.error().get("message", ""), r)
+    bd = "guardbd"
+    form = (f"--{bd}\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nsay\0more\r\n"
+            f"--{bd}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            f"Content-Type: audio/wav\r\n\r\nRIFF\r\n--{bd}--\r\n").encode()
+    r = request(p, "POST", "/v1/audio/transcriptions", form,
+                key + [("Content-Type", f"multipart/form-data; boundary={bd}")])
+    check("a NUL in the transcription's prompt field -> 400 naming it",
+          r.status == 400 and '"prompt"' in r.error().get("message", "") and
+          "NUL" in r.error().get("message", ""), r)
     r = post_chat(p, "a \\u0000 written out is fine", key, max_tokens=2)
     check("an escaped backslash before u0000 is text, not a NUL", r.status == 200, r)
     for _ in range(3):

@@ -265,6 +265,7 @@ typedef struct {
     char *prompt, *format, *temperature;
     job *j;  // a streaming request's job (its usage for the log line)
     int oom; // an allocation failed while reading the body: 503
+    const char *nul_field; // a form field holding a NUL (refused rather than cut): 400
     serve_guard_req g;
 } conn_ctx;
 
@@ -818,10 +819,19 @@ static enum MHD_Result form_field(void *cls, enum MHD_ValueKind kind, const char
         return MHD_YES;
     }
     if (dst) {
+        if (memchr(data, 0, size)) {
+            x->nul_field = dst == &x->prompt   ? "prompt"
+                           : dst == &x->format ? "response_format"
+                                               : "temperature";
+            return MHD_NO;
+        }
         size_t have = *dst ? strlen(*dst) : 0;
         if (have + size > 65536) return MHD_NO;
         char *v = realloc(*dst, have + size + 1);
-        if (!v) abort();
+        if (!v) {
+            x->oom = 1; // (answered 503)
+            return MHD_NO;
+        }
         memcpy(v + have, data, size);
         v[have + size] = 0;
         *dst = v;
@@ -830,6 +840,11 @@ static enum MHD_Result form_field(void *cls, enum MHD_ValueKind kind, const char
 }
 
 static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
+    if (x->nul_field)
+        return send_error(c, x, 400,
+                          "the form field \"%s\" holds a NUL byte; refused rather "
+                          "than cut there",
+                          x->nul_field);
     if (x->form_error || !x->pp)
         return send_error(c, x, 400, "the multipart/form-data body is malformed");
     if (!x->file || !x->file_len)
