@@ -127,7 +127,7 @@ struct job {
 
 static job *job_new(int kind) {
     job *j = calloc(1, sizeof *j);
-    if (!j) abort();
+    if (!j) return NULL; // (answered 503)
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
@@ -159,9 +159,12 @@ static int on_piece(void *user, const char *text, size_t len) {
     job *j = user;
     pthread_mutex_lock(&j->mu);
     if (j->out_len + len + 1 > j->out_cap) {
-        j->out_cap = (j->out_len + len + 1) * 2;
-        j->out = realloc(j->out, j->out_cap);
-        if (!j->out) abort();
+        char *o = realloc(j->out, (j->out_len + len + 1) * 2);
+        if (!o) { // out of memory: the text so far is the answer
+            pthread_mutex_unlock(&j->mu);
+            return 1;
+        }
+        j->out = o, j->out_cap = (j->out_len + len + 1) * 2;
     }
     memcpy(j->out + j->out_len, text, len);
     j->out_len += len;
@@ -292,10 +295,26 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, conn_ctx *x, int statu
     return ok;
 }
 
+// Out of memory while answering: a fixed 503 that allocates nothing of ours.
+static enum MHD_Result send_oom(struct MHD_Connection *c, conn_ctx *x) {
+    static const char msg[] = "{\"error\": {\"message\": \"the server is out of memory; retry "
+                              "later\", \"type\": \"server_error\"}}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    serve_guard_headers(c, r, 503);
+    if (x) x->g.status = 503;
+    enum MHD_Result ok = MHD_queue_response(c, 503, r);
+    MHD_destroy_response(r);
+    count(x ? x->ep : EP_OTHER, 503);
+    return ok;
+}
+
 static enum MHD_Result send_json(struct MHD_Connection *c, conn_ctx *x, int status, cJSON *j) {
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    if (!s) abort();
+    if (!s) return send_oom(c, x);
     return send_buf(c, x, status, "application/json", s, strlen(s));
 }
 
@@ -571,6 +590,11 @@ static job *parse_chat(const char *body, size_t len, perr *e) {
             return NULL;
         }
     job *j = job_new(JOB_CHAT);
+    if (!j) {
+        serve_guard_set_oom();
+        cJSON_Delete(root);
+        return NULL;
+    }
     int ok = 1, n_user = 0;
     if (!cJSON_IsObject(root)) ok = fail(e, "the body must be a JSON object");
     const cJSON *msgs = ok ? cJSON_GetObjectItemCaseSensitive(root, "messages") : NULL;
@@ -661,7 +685,12 @@ static void sse_set(sse *s, cJSON *o, const char *tail) {
     free(s->pending);
     size_t n = (js ? strlen(js) + 8 : 0) + (tail ? strlen(tail) : 0) + 1;
     s->pending = malloc(n);
-    if (!s->pending) abort();
+    if (!s->pending) { // out of memory: the stream ends here
+        s->p_len = s->p_at = 0;
+        s->phase = 2;
+        free(js);
+        return;
+    }
     s->p_len = (size_t)snprintf(s->pending, n, "%s%s%s%s", js ? "data: " : "", js ? js : "",
                                 js ? "\n\n" : "", tail ? tail : "");
     s->p_at = 0;
@@ -751,7 +780,11 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
     }
     if (j->stream) {
         sse *s = calloc(1, sizeof *s);
-        if (!s) abort();
+        if (!s) {
+            j->cancel = 1;
+            job_unref(j);
+            return send_oom(c, x);
+        }
         s->j = j;
         s->id = id;
         sse_set(s, chunk(s, NULL, NULL), NULL);
@@ -860,6 +893,7 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
                               x->format);
     }
     job *j = job_new(JOB_TRANSCRIBE);
+    if (!j) return send_oom(c, x);
     if (x->temperature) {
         char *end;
         double t = strtod(x->temperature, &end);
@@ -884,7 +918,7 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
 static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
     size_t cap = 16384, n = 0;
     char *b = malloc(cap);
-    if (!b) abort();
+    if (!b) return send_oom(c, x);
 #define OUT(...) n += (size_t)snprintf(b + n, n < cap ? cap - n : 0, __VA_ARGS__)
     pthread_mutex_lock(&S.mu);
     OUT("# HELP g4cu_requests_total HTTP requests answered, by endpoint and status code.\n"
@@ -946,7 +980,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     conn_ctx *x = *con_cls;
     if (!x) { // the first call: the headers
         x = calloc(1, sizeof *x);
-        if (!x) abort();
+        if (!x) return MHD_NO; // (out of memory: the connection is closed)
         *con_cls = x;
         pthread_mutex_lock(&S.mu);
         S.in_flight++;
