@@ -202,6 +202,9 @@ int serve_guard_listening(void) {
     return 0;
 }
 
+// An allocation failed on this thread (see serve_guard_oom).
+static _Thread_local int t_oom;
+
 // --- connections: the read deadline and the drain -------------------------------------------
 void serve_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                         enum MHD_ConnectionNotificationCode code) {
@@ -371,6 +374,7 @@ static void copy_route(serve_guard_req *g, const char *method, const char *url) 
 int serve_guard_check(struct MHD_Connection *c, const char *method, const char *url,
                       serve_guard_req *g, char *msg, size_t n) {
     g->t0 = mono_s();
+    t_oom = 0; // (a mark left by an earlier request on this thread's connection)
     copy_route(g, method, url);
     header_counts h = {0, 0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &h);
@@ -582,7 +586,6 @@ int serve_guard_image(const unsigned char *d, size_t n, char *msg, size_t msg_n)
 }
 
 // --- allocation failures ----------------------------------------------------------------------
-static _Thread_local int t_oom;
 
 static void *guard_malloc(size_t n) {
     void *p = malloc(n);
