@@ -651,8 +651,9 @@ int main(void) {
     // huge body: refused from its Content-Length (413) before a byte of it is read
     {
         int fd = dial(P);
-        const char *h = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                        "Content-Type: application/json\r\nContent-Length: 5000000\r\n\r\n";
+        const char *h = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        "Connection: close\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 5000000\r\n\r\n";
         send_all(fd, h, strlen(h));
         read_resp(fd, &r);
         close(fd);
@@ -662,7 +663,7 @@ int main(void) {
     // a body cut off mid-way with the connection kept open: closed after --timeout
     {
         int fd = dial(P);
-        const char *h = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        const char *h = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess";
         send_all(fd, h, strlen(h));
         read_resp(fd, &r); // blocks until the server's timeout closes it

@@ -14,9 +14,12 @@
 // (--queue; 429 when full). Every bad request gets a 4xx JSON error
 // {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes, --max-tokens
 // per request, --max-media items per request, --max-audio-seconds per clip (the model hears the
-// first 30 s); connections idle past --timeout are closed (a body cut off mid-way). SIGTERM / SIGINT: no new connections, the requests in flight finish,
-// exit 0. Binds 127.0.0.1 unless --host says otherwise; --port 0 takes a free port; the port is
-// printed on stdout ("g4cu serve: listening on http://HOST:PORT").
+// first 30 s); a request not read in full within --timeout is cut off. SIGTERM / SIGINT: new
+// connections refused, the requests in flight get --drain-timeout s, then are cancelled; exit 0.
+// Who may use it and the memory bound (API key, Host / Origin, the log line, the request-memory
+// budget, the JSON and image limits): tools/serve_guard.c. Binds 127.0.0.1 unless --host says
+// otherwise; --port 0 takes a free port; the port is printed on stdout ("g4cu serve: listening
+// on http://HOST:PORT").
 #include "tools/serve.h"
 
 #include <stdio.h>
@@ -45,6 +48,8 @@ int g4_serve_main(int argc, char **argv) {
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/serve_guard.h"
+
 #define MAX_STOP 4
 
 // --- options and the server ------------------------------------------------------------------
@@ -59,7 +64,7 @@ typedef struct job job;
 enum { EP_CHAT, EP_TRANSCRIBE, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, N_EP };
 static const char *const ep_name[N_EP] = {"chat_completions", "audio_transcriptions", "models",
                                           "health", "metrics", "other"};
-static const int codes[] = {200, 400, 404, 405, 408, 413, 415, 429, 500, 503};
+static const int codes[] = {200, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503};
 #define N_CODES (int)(sizeof codes / sizeof codes[0])
 static const double buckets[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 #define N_BUCKETS (int)(sizeof buckets / sizeof buckets[0])
@@ -122,7 +127,7 @@ struct job {
 
 static job *job_new(int kind) {
     job *j = calloc(1, sizeof *j);
-    if (!j) abort();
+    if (!j) return NULL; // (answered 503)
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
@@ -154,16 +159,19 @@ static int on_piece(void *user, const char *text, size_t len) {
     job *j = user;
     pthread_mutex_lock(&j->mu);
     if (j->out_len + len + 1 > j->out_cap) {
-        j->out_cap = (j->out_len + len + 1) * 2;
-        j->out = realloc(j->out, j->out_cap);
-        if (!j->out) abort();
+        char *o = realloc(j->out, (j->out_len + len + 1) * 2);
+        if (!o) { // out of memory: the text so far is the answer
+            pthread_mutex_unlock(&j->mu);
+            return 1;
+        }
+        j->out = o, j->out_cap = (j->out_len + len + 1) * 2;
     }
     memcpy(j->out + j->out_len, text, len);
     j->out_len += len;
     j->out[j->out_len] = 0;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    return j->cancel;
+    return j->cancel || serve_guard_cancelling();
 }
 
 static void run_job(g4cu_state *st, job *j) {
@@ -206,7 +214,7 @@ static void *worker_main(void *arg) {
         S.n_waiting--;
         S.n_running++;
         pthread_mutex_unlock(&S.mu);
-        if (!j->cancel) {
+        if (!j->cancel && !serve_guard_cancelling()) {
             run_job(st, j);
         } else {
             pthread_mutex_lock(&j->mu);
@@ -258,7 +266,10 @@ typedef struct {
     char *file;
     size_t file_len;
     char *prompt, *format, *temperature;
-    job *j; // a streaming request's job (released by the response's free callback)
+    job *j;  // a streaming request's job (its usage for the log line)
+    int oom; // an allocation failed while reading the body: 503
+    const char *nul_field; // a form field holding a NUL (refused rather than cut): 400
+    serve_guard_req g;
 } conn_ctx;
 
 static void count(int ep, int status) {
@@ -271,17 +282,39 @@ static void count(int ep, int status) {
 static enum MHD_Result send_buf(struct MHD_Connection *c, conn_ctx *x, int status,
                                 const char *type, char *buf, size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(buf);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", type);
+    serve_guard_headers(c, r, status);
+    if (x) x->g.status = status;
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count(x ? x->ep : EP_OTHER, status);
     return ok;
 }
 
+// Out of memory while answering: a fixed 503 that allocates nothing of ours.
+static enum MHD_Result send_oom(struct MHD_Connection *c, conn_ctx *x) {
+    static const char msg[] = "{\"error\": {\"message\": \"the server is out of memory; retry "
+                              "later\", \"type\": \"server_error\"}}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    serve_guard_headers(c, r, 503);
+    if (x) x->g.status = 503;
+    enum MHD_Result ok = MHD_queue_response(c, 503, r);
+    MHD_destroy_response(r);
+    count(x ? x->ep : EP_OTHER, 503);
+    return ok;
+}
+
 static enum MHD_Result send_json(struct MHD_Connection *c, conn_ctx *x, int status, cJSON *j) {
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    if (!s) abort();
+    if (!s) return send_oom(c, x);
     return send_buf(c, x, status, "application/json", s, strlen(s));
 }
 
@@ -301,6 +334,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, conn_ctx *x, int sta
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
+    if (status == 401) cJSON_AddStringToObject(e, "code", "invalid_api_key"); // (as OpenAI's)
     return send_json(c, x, status, root);
 }
 
@@ -319,7 +353,10 @@ static int b64_decode(const char *s, size_t n, unsigned char **out, size_t *out_
     while (n && s[n - 1] == '=') n--;
     if (n % 4 == 1) return 0;
     unsigned char *o = malloc(n / 4 * 3 + 3);
-    if (!o) abort();
+    if (!o) {
+        serve_guard_set_oom(); // (answered 503)
+        return 0;
+    }
     size_t k = 0;
     unsigned acc = 0;
     int bits = 0;
@@ -355,13 +392,24 @@ static int fail(perr *e, const char *fmt, ...) {
     return 0;
 }
 
-static char *cat(char *a, const char *b) {
-    size_t na = a ? strlen(a) : 0, nb = strlen(b);
-    char *r = realloc(a, na + nb + 2);
-    if (!r) abort();
-    if (na) r[na++] = '\n';
-    memcpy(r + na, b, nb + 1);
-    return r;
+// Appends b to *a on a new line; *len / *cap track *a so that many parts cost linear time
+// (*cap 0: *a's length is read once). 0 when out of memory (marked for a 503).
+static int cat(char **a, size_t *len, size_t *cap, const char *b) {
+    if (!*cap && *a) *len = strlen(*a), *cap = *len + 1;
+    const size_t nb = strlen(b);
+    if (*len + nb + 2 > *cap) {
+        const size_t want = (*len + nb + 2) * 2;
+        char *r = realloc(*a, want);
+        if (!r) {
+            serve_guard_set_oom();
+            return 0;
+        }
+        *a = r, *cap = want;
+    }
+    if (*len) (*a)[(*len)++] = '\n';
+    memcpy(*a + *len, b, nb + 1);
+    *len += nb;
+    return 1;
 }
 
 // A sound file's bytes -> the model's PCM (*pcm), refused past --max-audio-seconds; `what`
@@ -375,6 +423,15 @@ static int decode_audio(const char *what, const void *data, size_t n, float **pc
         free(*pcm);
         *pcm = NULL;
         return fail(e, "%s: %.1f s of audio is over the limit of %d s", what, sec, S.o.max_audio_s);
+    }
+    if (!serve_guard_reserve(*n_pcm * sizeof(float))) { // (answered 503)
+        free(*pcm);
+        *pcm = NULL;
+        serve_guard_set_oom();
+        return fail(e,
+                    "%s: the server holds as much as --max-request-memory allows; retry "
+                    "later",
+                    what);
     }
     return 1;
 }
@@ -391,10 +448,8 @@ static int add_media(job *j, g4cu_media_kind kind, unsigned char *data, size_t n
 
 // A message's content: a string, or an array of parts; media only for the user turn.
 static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
-    if (cJSON_IsString(c)) {
-        *text = cat(*text, c->valuestring);
-        return 1;
-    }
+    size_t len = 0, cap = 0;
+    if (cJSON_IsString(c)) return cat(text, &len, &cap, c->valuestring) || fail(e, "out of memory");
     if (!cJSON_IsArray(c)) return fail(e, "messages[].content: expected a string or an array of parts");
     const cJSON *p;
     cJSON_ArrayForEach(p, c) {
@@ -404,7 +459,7 @@ static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
         if (!strcmp(t, "text")) {
             const cJSON *s = cJSON_GetObjectItemCaseSensitive(p, "text");
             if (!cJSON_IsString(s)) return fail(e, "a text part has no \"text\" string");
-            *text = cat(*text, s->valuestring);
+            if (!cat(text, &len, &cap, s->valuestring)) return fail(e, "out of memory");
         } else if (!strcmp(t, "image_url") && user) {
             const cJSON *u = cJSON_GetObjectItemCaseSensitive(p, "image_url");
             if (cJSON_IsObject(u)) u = cJSON_GetObjectItemCaseSensitive(u, "url");
@@ -416,8 +471,16 @@ static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
                                "are not fetched)");
             unsigned char *bytes;
             size_t n;
-            if (!b64_decode(comma + 1, strlen(comma + 1), &bytes, &n) || !n)
+            if (!b64_decode(comma + 1, strlen(comma + 1), &bytes, &n))
                 return fail(e, "image_url: the data: URL is not valid base64");
+            if (!n) {
+                free(bytes);
+                return fail(e, "image_url: the data: URL is empty");
+            }
+            if (!serve_guard_image(bytes, n, e->msg, sizeof e->msg)) {
+                free(bytes);
+                return 0;
+            }
             if (!add_media(j, G4CU_IMAGE_ENCODED, bytes, n, e)) return 0;
         } else if (!strcmp(t, "input_audio") && user) {
             const cJSON *a = cJSON_GetObjectItemCaseSensitive(p, "input_audio");
@@ -429,8 +492,12 @@ static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
                 return fail(e, "input_audio.format: expected \"wav\" or \"flac\"");
             unsigned char *bytes;
             size_t n;
-            if (!b64_decode(d->valuestring, strlen(d->valuestring), &bytes, &n) || !n)
+            if (!b64_decode(d->valuestring, strlen(d->valuestring), &bytes, &n))
                 return fail(e, "input_audio.data is not valid base64");
+            if (!n) {
+                free(bytes);
+                return fail(e, "input_audio.data is empty");
+            }
             float *pcm;
             size_t n_pcm;
             const int ok = decode_audio("input_audio", bytes, n, &pcm, &n_pcm, e);
@@ -523,6 +590,11 @@ static job *parse_chat(const char *body, size_t len, perr *e) {
             return NULL;
         }
     job *j = job_new(JOB_CHAT);
+    if (!j) {
+        serve_guard_set_oom();
+        cJSON_Delete(root);
+        return NULL;
+    }
     int ok = 1, n_user = 0;
     if (!cJSON_IsObject(root)) ok = fail(e, "the body must be a JSON object");
     const cJSON *msgs = ok ? cJSON_GetObjectItemCaseSensitive(root, "messages") : NULL;
@@ -613,7 +685,12 @@ static void sse_set(sse *s, cJSON *o, const char *tail) {
     free(s->pending);
     size_t n = (js ? strlen(js) + 8 : 0) + (tail ? strlen(tail) : 0) + 1;
     s->pending = malloc(n);
-    if (!s->pending) abort();
+    if (!s->pending) { // out of memory: the stream ends here
+        s->p_len = s->p_at = 0;
+        s->phase = 2;
+        free(js);
+        return;
+    }
     s->p_len = (size_t)snprintf(s->pending, n, "%s%s%s%s", js ? "data: " : "", js ? js : "",
                                 js ? "\n\n" : "", tail ? tail : "");
     s->p_at = 0;
@@ -703,7 +780,11 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
     }
     if (j->stream) {
         sse *s = calloc(1, sizeof *s);
-        if (!s) abort();
+        if (!s) {
+            j->cancel = 1;
+            job_unref(j);
+            return send_oom(c, x);
+        }
         s->j = j;
         s->id = id;
         sse_set(s, chunk(s, NULL, NULL), NULL);
@@ -711,6 +792,12 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, s, sse_free);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        serve_guard_headers(c, r, 200);
+        x->g.status = 200;
+        pthread_mutex_lock(&j->mu);
+        j->refs++; // x->j: the usage for the log line
+        pthread_mutex_unlock(&j->mu);
+        x->j = j;
         enum MHD_Result ok = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         count(x->ep, 200);
@@ -738,6 +825,7 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
         add_usage(o, r);
         ok = send_json(c, x, 200, o);
     }
+    x->g.prompt_tokens = r->n_prompt_tokens, x->g.completion_tokens = r->n_tokens;
     job_unref(j);
     return ok;
 }
@@ -754,17 +842,29 @@ static enum MHD_Result form_field(void *cls, enum MHD_ValueKind kind, const char
                                                    : NULL;
     if (!strcmp(key, "file")) {
         char *f = realloc(x->file, x->file_len + size + 1);
-        if (!f) abort();
+        if (!f) {
+            x->oom = 1; // (answered 503)
+            return MHD_NO;
+        }
         memcpy(f + x->file_len, data, size);
         x->file = f;
         x->file_len += size;
         return MHD_YES;
     }
     if (dst) {
+        if (memchr(data, 0, size)) {
+            x->nul_field = dst == &x->prompt   ? "prompt"
+                           : dst == &x->format ? "response_format"
+                                               : "temperature";
+            return MHD_NO;
+        }
         size_t have = *dst ? strlen(*dst) : 0;
         if (have + size > 65536) return MHD_NO;
         char *v = realloc(*dst, have + size + 1);
-        if (!v) abort();
+        if (!v) {
+            x->oom = 1; // (answered 503)
+            return MHD_NO;
+        }
         memcpy(v + have, data, size);
         v[have + size] = 0;
         *dst = v;
@@ -773,6 +873,11 @@ static enum MHD_Result form_field(void *cls, enum MHD_ValueKind kind, const char
 }
 
 static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
+    if (x->nul_field)
+        return send_error(c, x, 400,
+                          "the form field \"%s\" holds a NUL byte; refused rather "
+                          "than cut there",
+                          x->nul_field);
     if (x->form_error || !x->pp)
         return send_error(c, x, 400, "the multipart/form-data body is malformed");
     if (!x->file || !x->file_len)
@@ -788,6 +893,7 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
                               x->format);
     }
     job *j = job_new(JOB_TRANSCRIBE);
+    if (!j) return send_oom(c, x);
     if (x->temperature) {
         char *end;
         double t = strtod(x->temperature, &end);
@@ -803,7 +909,7 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
     perr e;
     if (!decode_audio("file", x->file, x->file_len, &j->pcm, &j->n_pcm, &e)) {
         job_unref(j);
-        return send_error(c, x, 400, "%s", e.msg);
+        return send_error(c, x, serve_guard_oom() ? 503 : 400, "%s", e.msg);
     }
     return answer_job(c, x, j, text_format);
 }
@@ -812,7 +918,7 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
 static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
     size_t cap = 16384, n = 0;
     char *b = malloc(cap);
-    if (!b) abort();
+    if (!b) return send_oom(c, x);
 #define OUT(...) n += (size_t)snprintf(b + n, n < cap ? cap - n : 0, __VA_ARGS__)
     pthread_mutex_lock(&S.mu);
     OUT("# HELP g4cu_requests_total HTTP requests answered, by endpoint and status code.\n"
@@ -874,7 +980,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     conn_ctx *x = *con_cls;
     if (!x) { // the first call: the headers
         x = calloc(1, sizeof *x);
-        if (!x) abort();
+        if (!x) return MHD_NO; // (out of memory: the connection is closed)
         *con_cls = x;
         pthread_mutex_lock(&S.mu);
         S.in_flight++;
@@ -887,6 +993,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                 : !strcmp(url, "/metrics")                 ? EP_METRICS
                                                            : EP_OTHER;
         x->is_post = !strcmp(method, "POST");
+        char why[320];
+        const int refuse = serve_guard_check(c, method, url, &x->g, why, sizeof why);
+        if (refuse == 204) return serve_guard_preflight(c, &x->g);
+        if (refuse) return send_error(c, x, refuse, "%s", why);
         if (x->ep == EP_OTHER) return send_error(c, x, 404, "no endpoint %s %s", method, url);
         const int want_post = x->ep == EP_CHAT || x->ep == EP_TRANSCRIBE;
         if (want_post != x->is_post || (!x->is_post && strcmp(method, "GET")))
@@ -898,6 +1008,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (cl && strtoull(cl, NULL, 10) > S.o.max_body)
             return send_error(c, x, 413, "the body of %s bytes is over the limit of %zu", cl,
                               S.o.max_body);
+        if (!serve_guard_admit(&x->g, cl ? (long long)strtoull(cl, NULL, 10) : -1)) {
+            pthread_mutex_lock(&S.mu);
+            S.rejected++;
+            pthread_mutex_unlock(&S.mu);
+            return send_error(c, x, 503,
+                              "the server holds as many request bodies as "
+                              "--max-request-memory allows; retry later");
+        }
         if (x->ep == EP_CHAT && !content_type_is(c, "application/json"))
             return send_error(c, x, 415, "%s takes Content-Type application/json", url);
         if (x->ep == EP_TRANSCRIBE) {
@@ -910,26 +1028,39 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (*upload_size) { // a piece of the body
         if (x->len + *upload_size > S.o.max_body) x->too_big = 1;
-        if (!x->too_big) {
+        if (!x->too_big && !x->oom) {
             if (x->pp) {
                 if (MHD_post_process(x->pp, upload, *upload_size) != MHD_YES) x->form_error = 1;
                 x->len += *upload_size;
             } else {
                 if (x->len + *upload_size + 1 > x->cap) {
-                    x->cap = (x->len + *upload_size + 1) * 2;
-                    x->body = realloc(x->body, x->cap);
-                    if (!x->body) abort();
+                    // the declared length at once; else doubling, never past the limit
+                    const char *cl =
+                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+                    size_t cap = cl ? (size_t)strtoull(cl, NULL, 10) + 1 : 0;
+                    if (cap < x->len + *upload_size + 1) cap = (x->len + *upload_size + 1) * 2;
+                    if (cap > S.o.max_body + 1) cap = S.o.max_body + 1;
+                    char *b = realloc(x->body, cap);
+                    if (b)
+                        x->body = b, x->cap = cap;
+                    else
+                        x->oom = 1;
                 }
-                memcpy(x->body + x->len, upload, *upload_size);
-                x->len += *upload_size;
-                x->body[x->len] = 0;
+                if (!x->oom) {
+                    memcpy(x->body + x->len, upload, *upload_size);
+                    x->len += *upload_size;
+                    x->body[x->len] = 0;
+                }
             }
         }
         *upload_size = 0;
         return MHD_YES;
     }
     // the whole request is in
+    serve_guard_read_done(c);
     if (x->too_big) return send_error(c, x, 413, "the body is over the limit of %zu bytes", S.o.max_body);
+    if (x->oom || serve_guard_oom())
+        return send_error(c, x, 503, "out of memory reading the body; retry later");
     switch (x->ep) {
     case EP_HEALTH: {
         cJSON *o = cJSON_CreateObject();
@@ -948,7 +1079,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case EP_CHAT: {
         if (!x->len) return send_error(c, x, 400, "the body is empty: expected a JSON object");
         perr e;
+        if (!serve_guard_json(x->body, x->len, e.msg, sizeof e.msg))
+            return send_error(c, x, 400, "%s", e.msg);
         job *j = parse_chat(x->body, x->len, &e);
+        if (serve_guard_oom()) {
+            job_unref(j);
+            return send_error(c, x, 503, "out of memory parsing the request; retry later");
+        }
         if (!j) return send_error(c, x, 400, "%s", e.msg);
         return answer_job(c, x, j, 0);
     }
@@ -960,6 +1097,15 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
     conn_ctx *x = *con_cls;
     if (!x) return;
+    if (x->j) { // a stream: its usage, if it got that far
+        pthread_mutex_lock(&x->j->mu);
+        if (x->j->done && !x->j->rc)
+            x->g.prompt_tokens = x->j->res.n_prompt_tokens,
+            x->g.completion_tokens = x->j->res.n_tokens;
+        pthread_mutex_unlock(&x->j->mu);
+        job_unref(x->j);
+    }
+    serve_guard_end(c, &x->g);
     if (x->pp) MHD_destroy_post_processor(x->pp);
     free(x->body);
     free(x->file);
@@ -1006,7 +1152,7 @@ int g4_serve_main(int argc, char **argv) {
         long n;
         struct { const char *name; int *dst; long lo, hi; } ints[] = {
             {"--port", &o.port, 0, 65535},         {"--parallel", &o.parallel, 1, 64},
-            {"--queue", &o.queue, 0, 100000},      {"--max-tokens", &o.max_tokens, 1, 1 << 20},
+            {"--queue", &o.queue, 1, 100000},      {"--max-tokens", &o.max_tokens, 1, 1 << 20},
             {"--max-media", &o.max_media, 0, 16},  {"--timeout", &o.timeout_s, 1, 3600},
             {"--n-ctx", &o.n_ctx, 0, 1 << 20},     {"--max-connections", &o.max_conn, 1, 65536},
             {"--max-audio-seconds", &o.max_audio_s, 1, 86400},
@@ -1019,6 +1165,9 @@ int g4_serve_main(int argc, char **argv) {
                 done = 1;
             }
         if (done) continue;
+        const int guard = serve_guard_option(argc, argv, &i);
+        if (guard < 0) return 1;
+        if (guard) continue;
         if (!strcmp(a, "--max-body") && v) {
             if (!int_opt(a, argv[++i], 1024, 1L << 32, &n)) return 1;
             o.max_body = (size_t)n;
@@ -1050,6 +1199,8 @@ int g4_serve_main(int argc, char **argv) {
         snprintf(name, sizeof name, "%.*s", (int)(p - b), b);
         o.name = name[0] ? name : "g4cu";
     }
+    if (serve_guard_start(o.host, o.timeout_s, o.max_body)) return 1;
+    serve_guard_install_alloc_hooks();
     S.o = o;
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
@@ -1085,13 +1236,18 @@ int g4_serve_main(int argc, char **argv) {
             MHD_USE_ITC,
         (uint16_t)o.port, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)o.max_conn, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+        (unsigned)o.max_conn, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, serve_guard_notify, NULL, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "g4cu serve: cannot listen on %s:%d (%s)\n", o.host, o.port,
                 strerror(errno));
         return 1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    if (serve_guard_listening()) {
+        MHD_stop_daemon(d);
+        return 2;
+    }
     printf("g4cu serve: listening on http://%s:%u (model %s, backend %s, %d states, queue %d)\n",
            o.host, di ? (unsigned)di->port : (unsigned)o.port, o.name,
            g4cu_model_backend(S.model), o.parallel, o.queue);
@@ -1099,19 +1255,39 @@ int g4_serve_main(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    // Drain: no new connections, refuse new work, let the requests in flight finish.
-    fprintf(stderr, "g4cu serve: %s: finishing the requests in flight\n",
-            sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    // Drain: no new connections (the listening socket closed at once, so a connect is refused
+    // rather than left in the backlog), refuse new work, give the requests in flight
+    // --drain-timeout seconds, then cancel them (and cut connections still sending).
+    const int drain_s = serve_guard_drain_timeout();
+    fprintf(stderr, "g4cu serve: %s: finishing the requests in flight (at most %d s)\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT", drain_s);
     MHD_socket ls = MHD_quiesce_daemon(d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    ls = MHD_INVALID_SOCKET;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += drain_s;
     pthread_mutex_lock(&S.mu);
     S.draining = 1;
-    while (S.in_flight > 0 || S.n_waiting > 0 || S.n_running > 0) pthread_cond_wait(&S.cv, &S.mu);
+    while (S.in_flight > 0 || S.n_waiting > 0 || S.n_running > 0) {
+        if (!serve_guard_cancelling() &&
+            pthread_cond_timedwait(&S.cv, &S.mu, &until) == ETIMEDOUT) {
+            fprintf(stderr, "g4cu serve: the drain deadline passed: cancelling %d requests\n",
+                    S.in_flight + S.n_waiting);
+            serve_guard_cancel_all();
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 5; // the cancelled ones end at their next token
+        } else if (serve_guard_cancelling() &&
+                   pthread_cond_timedwait(&S.cv, &S.mu, &until) == ETIMEDOUT) {
+            break; // (a client that reads nothing: MHD_stop_daemon closes its socket)
+        }
+    }
     S.stop_workers = 1;
     pthread_cond_broadcast(&S.cv);
     pthread_mutex_unlock(&S.mu);
     for (int i = 0; i < o.parallel; i++) pthread_join(S.workers[i], NULL);
     MHD_stop_daemon(d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    serve_guard_stop();
     for (int i = 0; i < o.parallel; i++) g4cu_state_free(S.states[i]);
     free(S.states);
     free(S.workers);
