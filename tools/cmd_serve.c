@@ -25,5 +25,6 @@ static const g4_opt serve_opts_table[] = {
 const g4_cmd g4_cmd_serve = {
     "serve", g4_serve_main,
     "PKG [--host 127.0.0.1] [--port 8080] [options]   OpenAI-compatible HTTP server:\n"
-    "            /v1/chat/completions, /v1/audio/transcriptions, /v1/models, /health, /metrics",
+    "            /v1/chat/completions, /v1/completions, /v1/audio/transcriptions, /tokenize,\n"
+    "            /detokenize, /v1/models, /props, /slots, /health, /metrics",
     serve_opts_table, NULL};

@@ -1,20 +1,29 @@
 // serve.c: `g4cu serve PKG`: an OpenAI-compatible HTTP server on libmicrohttpd, written against
 // the public C API (include/g4cu.h) only.
 //
-//   POST /v1/chat/completions      messages (one optional system turn + one user turn; content a
-//                                  string or parts: text, image_url with a data: URL, input_audio
-//                                  base64 wav/flac), max_tokens | max_completion_tokens,
-//                                  temperature (absent: greedy), top_p, top_k, seed, stop,
-//                                  stream (server-sent events ending in `data: [DONE]`)
-//   POST /v1/audio/transcriptions  multipart/form-data: file (required), prompt, response_format
-//                                  (json | text), temperature; model is accepted and ignored
-//   GET  /v1/models, /health, /metrics (Prometheus text)
+//   POST /v1/chat/completions      messages: an optional first system turn, then user,
+//                                  assistant (tool_calls) and tool messages, through the chat
+//                                  template (g4cu_request.messages); content a string or parts:
+//                                  text, image_url / audio_url (data: URLs; files under
+//                                  --media-dir), input_audio base64 wav/flac, in any user turn;
+//                                  max_tokens | max_completion_tokens (clamped to --max-tokens),
+//                                  temperature (absent: greedy), top_p, top_k, seed (none or -1
+//                                  with a temperature: drawn, reported), stop, stream (server-sent
+//                                  events ending in `data: [DONE]`)
+//   POST /v1/completions           prompt (a string, [string] or token ids), the same fields
+//   POST /v1/audio/transcriptions  multipart/form-data: file (the whole upload, in windows),
+//                                  prompt, response_format (json | text | verbose_json | srt |
+//                                  vtt), temperature, language; model is accepted and ignored
+//   POST /tokenize, /detokenize    llama-server's shapes; POST /v1/embeddings: 501
+//   GET  /v1/models, /v1/models/{id}, /props, /slots, /health, /metrics (Prometheus text)
 //
 // One model; --parallel N states, each with a worker thread; requests wait in a bounded queue
-// (--queue; 429 when full). Every bad request gets a 4xx JSON error
+// (--queue; 429 with Retry-After when full). Every bad request gets a 4xx JSON error
 // {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes, --max-tokens
-// per request, --max-media items per request, --max-audio-seconds per clip (the model hears the
-// first 30 s); connections idle past --timeout are closed (a body cut off mid-way). SIGTERM / SIGINT: no new connections, the requests in flight finish,
+// per request (more is clamped), --max-media items per request, --max-audio-seconds per clip
+// (a clip past the 30 s window goes in as consecutive windows); connections idle past --timeout
+// are closed (a body cut off mid-way); a non-streamed request whose client leaves is cancelled.
+// SIGTERM / SIGINT: no new connections, the requests in flight finish,
 // exit 0. Binds 127.0.0.1 unless --host says otherwise; --port 0 takes a free port; the port is
 // printed on stdout ("g4cu serve: listening on http://HOST:PORT").
 #include "tools/serve.h"
