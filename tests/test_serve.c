@@ -323,6 +323,23 @@ static char *hf_text(const cJSON *o) {
     return text;
 }
 
+// A chat of one user turn: a `type` part {"url": prefix + b64} and the case's text, answered
+// with the case's max_new tokens: the text must be want (HF's).
+static void check_url_part(int P, const char *type, const char *prefix, const char *b64s,
+                           const cJSON *c, const char *want) {
+    char *body = g4_sprintf("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"%s\","
+                            "\"%s\":{\"url\":\"%s%s\"}},{\"type\":\"text\",\"text\":\"%s\"}]}],"
+                            "\"max_tokens\":%d}",
+                            type, type, prefix, b64s, cf_str(c, "text"), cf_int(c, "max_new"));
+    resp r = post_json(P, "/v1/chat/completions", body);
+    char *t = chat_text(&r);
+    CHECK_MSG(t && want && !strcmp(t, want), "%s: got '%s' (%d %s)", type, t ? t : "", r.status,
+              t ? "" : r.body);
+    free(t);
+    free(body);
+    resp_free(&r);
+}
+
 // --- the load test ----------------------------------------------------------------------------
 #define CLIENTS 16
 #define PER_CLIENT 19 // 304 requests
@@ -402,6 +419,22 @@ static void load_round(int round) {
               good - ok, good);
     CHECK_MSG(bad_ok == bad && bad > 0, "round %d: %d of %d malformed requests mis-answered", round,
               bad - bad_ok, bad);
+}
+
+typedef struct {
+    int port, status;
+    int retry_after; // the 429's Retry-After header was there
+} slow_req;
+
+static void *slow(void *arg) {
+    slow_req *q = arg;
+    resp r = post_json(q->port, "/v1/chat/completions",
+                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],"
+                       "\"max_tokens\":200,\"temperature\":0.7,\"seed\":3}");
+    q->status = r.status;
+    q->retry_after = r.head && strcasestr(r.head, "\r\nRetry-After: 1");
+    resp_free(&r);
+    return NULL;
 }
 
 // --- issue 32: the protocol clients expect ------------------------------------------------------
@@ -726,6 +759,21 @@ static void test_audio_formats_and_limits(const char *tone_rel) {
         free(body), free(b64w);
     }
     free(wav);
+    // lmms-eval's default: 32 requests at once, one state, the default queue: every one answered
+    {
+        slow_req q[32];
+        pthread_t th[32];
+        for (int i = 0; i < 32; i++) {
+            q[i] = (slow_req){P, 0, 0};
+            pthread_create(&th[i], NULL, slow, &q[i]);
+        }
+        int n200 = 0;
+        for (int i = 0; i < 32; i++) {
+            pthread_join(th[i], NULL);
+            n200 += q[i].status == 200;
+        }
+        CHECK_MSG(n200 == 32, "32 at once on the default queue: %d answered 200", n200);
+    }
     // max_tokens far past --max-tokens 4 (and the context): clamped, "length"
     r = post_json(P, "/v1/chat/completions",
                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],"
@@ -792,22 +840,6 @@ static void test_disconnect(void) {
               "a client that left: %ld cancelled, %ld tokens generated for it (of %d)", cancelled,
               tokens - full, full);
     CHECK_INT(srv_stop(&s), 0);
-}
-
-typedef struct {
-    int port, status;
-    int retry_after; // the 429's Retry-After header was there
-} slow_req;
-
-static void *slow(void *arg) {
-    slow_req *q = arg;
-    resp r = post_json(q->port, "/v1/chat/completions",
-                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],"
-                       "\"max_tokens\":200,\"temperature\":0.7,\"seed\":3}");
-    q->status = r.status;
-    q->retry_after = r.head && strcasestr(r.head, "\r\nRetry-After: 1");
-    resp_free(&r);
-    return NULL;
 }
 
 int main(void) {
@@ -887,17 +919,7 @@ int main(void) {
     // an image as a data: URL: HF's answer to vqa_square
     {
         char *img = file_b64(cf_str(vqa, "file"), NULL, NULL), *want = hf_text(vqa);
-        char *body = g4_sprintf(
-            "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
-            "{\"url\":\"data:image/png;base64,%s\"}},{\"type\":\"text\",\"text\":\"%s\"}]}],"
-            "\"max_tokens\":%d}",
-            img, cf_str(vqa, "text"), cf_int(vqa, "max_new"));
-        r = post_json(P, "/v1/chat/completions", body);
-        t = chat_text(&r);
-        CHECK_MSG(t && want && !strcmp(t, want), "image: got '%s' (%d %s)", t, r.status,
-                  t ? "" : r.body);
-        free(t);
-        resp_free(&r);
+        check_url_part(P, "image_url", "data:image/png;base64,", img, vqa, want);
         // bad base64, a remote URL, an unknown part: 400
         char *bad = g4_sprintf("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                                "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\"}}"
@@ -919,7 +941,6 @@ int main(void) {
                   r.body);
         resp_free(&r);
         free(bad);
-        free(body);
         free(img);
         free(want);
     }
@@ -950,19 +971,8 @@ int main(void) {
         CHECK_MSG(t && want && !strcmp(t, want), "audio: got '%s' (%d)", t, r.status);
         free(t);
         resp_free(&r);
-        { // the same clip as an audio_url part (a data: URL), as lmms-eval sends audio
-            char *ub = g4_sprintf("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-                                  "\"audio_url\",\"audio_url\":{\"url\":\"data:audio/wav;base64,%s\"}},"
-                                  "{\"type\":\"text\",\"text\":\"%s\"}]}],\"max_tokens\":%d}",
-                                  au, cf_str(asr, "text"), cf_int(asr, "max_new"));
-            r = post_json(P, "/v1/chat/completions", ub);
-            t = chat_text(&r);
-            CHECK_MSG(t && want && !strcmp(t, want), "audio_url: got '%s' (%d %s)", t, r.status,
-                      t ? "" : r.body);
-            free(t);
-            free(ub);
-            resp_free(&r);
-        }
+        // the same clip as an audio_url part (a data: URL), as lmms-eval sends audio
+        check_url_part(P, "audio_url", "data:audio/wav;base64,", au, asr, want);
 
         // the transcription: multipart/form-data with the file, the prompt and max tokens
         // (the default prompt is the same ASR prompt; HF's case generated max_new tokens, so

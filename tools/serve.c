@@ -975,16 +975,11 @@ static cJSON *chunk(sse *s, const char *content, const char *finish) {
     if (cmpl) { // /v1/completions: the text piece itself
         cJSON_AddStringToObject(c, "text", content ? content : "");
         cJSON_AddNullToObject(c, "logprobs");
-        if (finish)
-            cJSON_AddStringToObject(c, "finish_reason", finish);
-        else
-            cJSON_AddNullToObject(c, "finish_reason");
-        cJSON_AddItemToArray(ch, c);
-        return o;
+    } else {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (!content && !finish) cJSON_AddStringToObject(d, "role", "assistant");
+        if (content) cJSON_AddStringToObject(d, "content", content);
     }
-    cJSON *d = cJSON_AddObjectToObject(c, "delta");
-    if (!content && !finish) cJSON_AddStringToObject(d, "role", "assistant");
-    if (content) cJSON_AddStringToObject(d, "content", content);
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
