@@ -24,6 +24,16 @@
 
 static const char *fix;
 
+// Reads the environment (the fixtures folder); 0 when this g4cu was built without
+// libmicrohttpd (the test then skips).
+static inline int serve_setup(void) {
+    fix = g4t_env("G4_FIXTURES");
+    char *probe = g4_sprintf("'%s' serve 2>&1 | grep -q 'without libmicrohttpd'", g4t_env("G4CU"));
+    const int without = system(probe) == 0;
+    free(probe);
+    return !without;
+}
+
 // --- the server process -----------------------------------------------------------------------
 typedef struct {
     pid_t pid;

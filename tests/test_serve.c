@@ -103,14 +103,7 @@ static void load_round(int round) {
 }
 
 int main(void) {
-    fix = g4t_env("G4_FIXTURES");
-    const char *g4cu = g4t_env("G4CU");
-    {
-        char *probe = g4_sprintf("'%s' serve 2>&1 | grep -q 'without libmicrohttpd'", g4cu);
-        const int without = system(probe) == 0;
-        free(probe);
-        if (without) return g4t_skip("test_serve", "g4cu was built without libmicrohttpd");
-    }
+    if (!serve_setup()) return g4t_skip("test_serve", "g4cu was built without libmicrohttpd");
     char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
     cf_lines l = cf_read(cases);
     const char *want_chat = NULL;
