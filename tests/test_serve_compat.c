@@ -166,7 +166,7 @@ static void test_seed(int P) {
 }
 
 // A mono 16-bit WAV of `sec` seconds at 16 kHz (a seeded noise + tone), *n its size.
-static char *make_wav(double sec, size_t *n) {
+__attribute__((unused)) static char *make_wav(double sec, size_t *n) {
     const uint32_t rate = 16000, k = (uint32_t)(sec * rate), bytes = k * 2;
     char *w = malloc(44 + bytes);
     uint32_t v32;
@@ -253,6 +253,12 @@ static void test_audio_formats_and_limits(const char *tone_rel) {
     resp_free(&r);
     free(text);
     free(tone);
+#if defined(__SANITIZE_ADDRESS__)
+    // The sanitizer tree is an unoptimized build: the audio tower on a 30 s window takes minutes
+    // there, past the client's timeout; the long-audio cases run in the optimized tree only.
+    (void)wav, (void)wn;
+    printf("long audio: not run under ASan (the unoptimized tower on 30 s is minutes)\n");
+#else
     // 31 s: two windows (30 s, and the last 6 s with its 5 s overlap), two segments to 31 s
     wav = make_wav(31.0, &wn);
     r = transcribe_as(P, "verbose_json", wav, wn);
@@ -287,6 +293,7 @@ static void test_audio_formats_and_limits(const char *tone_rel) {
         free(body), free(b64w);
     }
     free(wav);
+#endif
     // lmms-eval's default: 32 requests at once, one state, the default queue: every one answered
     {
         slow_req q[32];
