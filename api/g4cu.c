@@ -344,31 +344,94 @@ static int check_eos(const g4cu_model *m, const g4cu_request *rq) {
     return G4_OK;
 }
 
+// A request's conversation as the engine's messages (*out: [n_messages], their media counts
+// zero: generate fills them in as it orders the media).
+static int conversation(const g4cu_request *rq, g4_chat_message **out) {
+    *out = NULL;
+    if (rq->n_messages < 0 || !rq->messages)
+        return g4_fail(G4_EUSER, "n_messages %d: expected >= 0 with the messages given",
+                       rq->n_messages);
+    if (rq->text)
+        return g4_fail(G4_EUSER, "a request with messages carries its text in them (text must "
+                                 "be NULL)");
+    long media = 0;
+    for (int i = 0; i < rq->n_messages; i++) {
+        const g4cu_message *mm = &rq->messages[i];
+        if (!mm->role || (strcmp(mm->role, "user") && strcmp(mm->role, "assistant") &&
+                          strcmp(mm->role, "tool")))
+            return g4_fail(G4_EUSER, "message %d: role '%s': expected user, assistant or tool",
+                           i + 1, mm->role ? mm->role : "(null)");
+        if (mm->n_media < 0 || mm->n_tool_calls < 0 || (mm->n_tool_calls && !mm->tool_calls))
+            return g4_fail(G4_EUSER, "message %d: n_media %d, n_tool_calls %d: expected >= 0 "
+                                     "(with the calls given)",
+                           i + 1, mm->n_media, mm->n_tool_calls);
+        media += mm->n_media;
+    }
+    if (media != rq->n_media)
+        return g4_fail(G4_EUSER, "the messages have %ld media items, the request %d", media,
+                       rq->n_media);
+    g4_chat_message *m = g4_calloc((size_t)rq->n_messages, sizeof *m);
+    for (int i = 0; i < rq->n_messages; i++) {
+        const g4cu_message *mm = &rq->messages[i];
+        m[i].role = mm->role[0] == 'u' ? G4_CHAT_USER
+                    : mm->role[0] == 'a' ? G4_CHAT_MODEL
+                                         : G4_CHAT_TOOL;
+        m[i].text = mm->text;
+        m[i].tool_call_id = mm->tool_call_id;
+        m[i].name = mm->name;
+        m[i].n_tool_calls = mm->n_tool_calls;
+        g4_chat_tool_call *tc = g4_calloc((size_t)mm->n_tool_calls + 1, sizeof *tc);
+        for (int k = 0; k < mm->n_tool_calls; k++)
+            tc[k] = (g4_chat_tool_call){mm->tool_calls[k].id, mm->tool_calls[k].name,
+                                        mm->tool_calls[k].arguments};
+        m[i].tool_calls = tc;
+    }
+    *out = m;
+    return G4_OK;
+}
+
+static void free_conversation(g4_chat_message *m, int n) {
+    if (!m) return;
+    for (int i = 0; i < n; i++) free((void *)m[i].tool_calls);
+    free(m);
+}
+
 static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
     if (!m->pl->media)
         return g4_fail(G4_EUSER, "g4cu_generate: the model was loaded text_only (no chat "
                                  "template, no towers): g4cu_generate_ids or g4cu_logits");
     int rc = check_request(rq);
-    if (!rc && !rq->text && !rq->n_media)
+    if (!rc && !rq->text && !rq->n_media && !rq->n_messages)
         rc = g4_fail(G4_EUSER, "the request has no text and no media");
-    if (rc || (rc = check_eos(m, rq))) return rc;
-    // media, images first (the template's order), each through its front end; a file is named
-    // by its path, as the engine's path-taking calls name it
+    g4_chat_message *msgs = NULL;
+    if (!rc && rq->n_messages) rc = conversation(rq, &msgs);
+    if (rc || (rc = check_eos(m, rq))) {
+        free_conversation(msgs, rq->n_messages);
+        return rc;
+    }
+    // media, images first (the template's order; in a conversation, each message's images
+    // first), each through its front end; a file is named by its path, as the engine's
+    // path-taking calls name it
     const int n = rq->n_media;
     g4_media_input *in = g4_calloc((size_t)n + 1, sizeof *in);
     char **names = g4_calloc((size_t)n + 1, sizeof *names);
     const g4cu_media **order = g4_calloc((size_t)n + 1, sizeof *order);
     int n_images = 0, k = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < n; i++) {
-            const g4cu_media *md = &rq->media[i];
-            if (is_image(md) != (pass == 0)) continue;
-            n_images += pass == 0;
-            names[k] = is_file(md) ? g4_strdup(md->path)
-                                   : g4_sprintf("%s %d", pass == 0 ? "image" : "audio", i + 1);
-            order[k++] = md;
-        }
+    for (int msg = 0, from = 0; msg < (rq->n_messages ? rq->n_messages : 1); msg++) {
+        const int to = rq->n_messages ? from + rq->messages[msg].n_media : n;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = from; i < to; i++) {
+                const g4cu_media *md = &rq->media[i];
+                if (is_image(md) != (pass == 0)) continue;
+                n_images += pass == 0;
+                if (msgs) ++*(pass == 0 ? &msgs[msg].n_images : &msgs[msg].n_audio);
+                names[k] = is_file(md) ? g4_strdup(md->path)
+                                       : g4_sprintf("%s %d", pass == 0 ? "image" : "audio", i + 1);
+                order[k++] = md;
+            }
+        from = to;
+    }
     double cut = 0;
     out->cuts = g4_calloc((size_t)n + 1, sizeof *out->cuts);
     for (k = 0; k < n && !rc; k++) {
@@ -381,8 +444,9 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     }
     if (!rc) {
         const g4_prompt_loaded pr = {
-            rq->system, rq->system_as_parts, in,      (const char *const *)names,
-            n_images,   n - n_images,        rq->text};
+            rq->system, rq->system_as_parts, in,   (const char *const *)names,
+            n_images,   n - n_images,        rq->text, msgs,
+            rq->n_messages};
         int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 1)); // the engine's id type
         stream_ctx sc;
         g4_gen_params p;
@@ -403,6 +467,7 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     free(in);
     free(names);
     free(order);
+    free_conversation(msgs, rq->n_messages);
     if (rc) g4cu_result_free(out);
     return rc;
 }
@@ -424,9 +489,9 @@ int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_reque
         rq = *opts;
     else
         g4cu_request_default(&rq);
-    if (rq.text || rq.system || rq.n_media)
+    if (rq.text || rq.system || rq.n_media || rq.n_messages)
         return g4_fail(G4_EUSER, "g4cu_generate_ids: the ids are the whole prompt: the options "
-                                 "must carry no text, system or media");
+                                 "must carry no text, system, messages or media");
     g4_pipeline *pl = s->m->pl;
     int rc = check_request(&rq);
     if (rc || (rc = check_eos(s->m, &rq))) return code(rc);
@@ -464,8 +529,9 @@ static int one_media(g4cu_state *s, const g4cu_media *md, const char *text, int 
         rq = *opts;
     else
         g4cu_request_default(&rq);
-    if (rq.n_media)
-        return g4_fail(G4_EUSER, "g4cu_transcribe / g4cu_vqa: the options must carry no media");
+    if (rq.n_media || rq.n_messages)
+        return g4_fail(G4_EUSER, "g4cu_transcribe / g4cu_vqa: the options must carry no media "
+                                 "and no messages");
     if (text_from_opts && opts && opts->text) text = opts->text;
     rq.text = text;
     rq.media = md;

@@ -6,8 +6,12 @@
 // expanded string, because the tokenizer cuts special tokens out before anything else.
 #include "engine/chat.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include <cjson/cJSON.h>
 
 #include "base/str.h"
 
@@ -116,6 +120,190 @@ static int put_media(walker *w, special open, special ph, special close, int n) 
     return put_special(w, close);
 }
 
+// --- a conversation (the template's message loop; see chat.h) ----------------------------------
+// A JSON value as the template's format_argument writes it (Python's str() of a number; keys
+// in dictsort order: case-insensitive, stable).
+static void put_argument(g4_sb *b, const cJSON *v, int escape_keys) {
+    if (cJSON_IsNull(v)) {
+        g4_sb_puts(b, "null");
+    } else if (cJSON_IsString(v)) {
+        g4_sb_puts(b, "<|\"|>");
+        g4_sb_puts(b, v->valuestring);
+        g4_sb_puts(b, "<|\"|>");
+    } else if (cJSON_IsBool(v)) {
+        g4_sb_puts(b, cJSON_IsTrue(v) ? "true" : "false");
+    } else if (cJSON_IsNumber(v)) {
+        char num[64];
+        const double d = v->valuedouble;
+        if (d == (double)(long long)d && d > -9.007199254740992e15 && d < 9.007199254740992e15)
+            snprintf(num, sizeof num, "%lld", (long long)d);
+        else // the shortest form that reads back the same, as Python's repr
+            for (int prec = 1; prec <= 17; prec++) {
+                snprintf(num, sizeof num, "%.*g", prec, d);
+                if (strtod(num, NULL) == d) break;
+            }
+        g4_sb_puts(b, num);
+    } else if (cJSON_IsArray(v)) {
+        g4_sb_putc(b, '[');
+        for (const cJSON *e = v->child; e; e = e->next) {
+            put_argument(b, e, escape_keys);
+            if (e->next) g4_sb_putc(b, ',');
+        }
+        g4_sb_putc(b, ']');
+    } else if (cJSON_IsObject(v)) {
+        int n = cJSON_GetArraySize(v), k = 0;
+        const cJSON **kv = g4_calloc((size_t)n + 1, sizeof *kv);
+        for (const cJSON *e = v->child; e; e = e->next) { // insertion sort: stable
+            int at = k++;
+            while (at > 0 && strcasecmp(kv[at - 1]->string, e->string) > 0) kv[at] = kv[at - 1], at--;
+            kv[at] = e;
+        }
+        g4_sb_putc(b, '{');
+        for (int i = 0; i < n; i++) {
+            if (i) g4_sb_putc(b, ',');
+            if (escape_keys) g4_sb_puts(b, "<|\"|>");
+            g4_sb_puts(b, kv[i]->string);
+            if (escape_keys) g4_sb_puts(b, "<|\"|>");
+            g4_sb_putc(b, ':');
+            put_argument(b, kv[i], escape_keys);
+        }
+        g4_sb_putc(b, '}');
+        free(kv);
+    }
+}
+
+// <|tool_call>call:NAME{k:v,...}<tool_call|>
+static int put_call(walker *w, const g4_chat_tool_call *c, int i) {
+    if (!c->name || !c->name[0])
+        return g4_fail(G4_EUSER, "tool call %d: expected a function name", i + 1);
+    int rc = g4_py_check_utf8(c->name, "a tool call's name");
+    if (!rc && c->arguments) rc = g4_py_check_utf8(c->arguments, "a tool call's arguments");
+    if (rc) return rc;
+    cJSON *args = c->arguments ? cJSON_Parse(c->arguments) : NULL;
+    if (c->arguments && !cJSON_IsObject(args)) {
+        cJSON_Delete(args);
+        return g4_fail(G4_EUSER, "tool call %d (%s): arguments: expected a JSON object", i + 1,
+                       c->name);
+    }
+    g4_sb_puts(&w->text, "<|tool_call>call:");
+    g4_sb_puts(&w->text, c->name);
+    g4_sb_putc(&w->text, '{');
+    const int n = args ? cJSON_GetArraySize(args) : 0;
+    if (n) { // the top level's keys, sorted, unescaped: the object's own form without its braces
+        g4_sb o = {0};
+        put_argument(&o, args, 0);
+        g4_sb_put(&w->text, o.p + 1, o.n - 2);
+        g4_sb_free(&o);
+    }
+    g4_sb_puts(&w->text, "}<tool_call|>");
+    cJSON_Delete(args);
+    return G4_OK;
+}
+
+// The template's strip_thinking: the text outside <|channel>...<channel|>, trimmed.
+static int put_model_text(walker *w, const char *s) {
+    if (!s) return G4_OK;
+    int rc = g4_py_check_utf8(s, "an assistant message");
+    if (rc) return rc;
+    g4_sb keep = {0};
+    for (const char *p = s;;) {
+        const char *close = strstr(p, "<channel|>");
+        const size_t n = close ? (size_t)(close - p) : strlen(p);
+        const char *open = memmem(p, n, "<|channel>", 10);
+        g4_sb_put(&keep, p, open ? (size_t)(open - p) : n);
+        if (!close) break;
+        p = close + 10;
+    }
+    g4_sb_putc(&keep, 0);
+    char *t = g4_py_strip(keep.p);
+    g4_sb_puts(&w->text, t);
+    free(t);
+    g4_sb_free(&keep);
+    return G4_OK;
+}
+
+static int walk_messages(walker *w, const g4_chat_request *r) {
+    const g4_chat_message *m = r->messages;
+    int rc, at = 0; // media_tokens used
+    enum { PREV_NONE, PREV_CALL, PREV_RESPONSE } prev = PREV_NONE;
+    int prev_model = 0; // the last non-tool message was a model message
+    for (int i = 0; i < r->n_messages; i++) {
+        if (m[i].role == G4_CHAT_TOOL) {
+            if (m[i].n_images || m[i].n_audio)
+                return g4_fail(G4_EUSER, "message %d: a tool message with media", i + 1);
+            continue;
+        }
+        const int model = m[i].role == G4_CHAT_MODEL;
+        prev = PREV_NONE;
+        if (!(model && prev_model)) {
+            if ((rc = put_special(w, SP_TURN_OPEN))) return rc;
+            g4_sb_puts(&w->text, model ? "model\n" : "user\n");
+        }
+        for (int k = 0; k < m[i].n_tool_calls; k++) {
+            if (!model) return g4_fail(G4_EUSER, "message %d: tool calls in a user message", i + 1);
+            if ((rc = put_call(w, &m[i].tool_calls[k], k))) return rc;
+            prev = PREV_CALL;
+        }
+        int responded = 0;
+        for (int j = i + 1; m[i].n_tool_calls && j < r->n_messages && m[j].role == G4_CHAT_TOOL; j++) {
+            const char *name = m[j].name ? m[j].name : "unknown";
+            for (int k = 0; k < m[i].n_tool_calls; k++)
+                if (m[i].tool_calls[k].id && m[j].tool_call_id &&
+                    !strcmp(m[i].tool_calls[k].id, m[j].tool_call_id))
+                    name = m[i].tool_calls[k].name;
+            if ((rc = g4_py_check_utf8(name, "a tool message's name")) ||
+                (m[j].text && (rc = g4_py_check_utf8(m[j].text, "a tool message"))))
+                return rc;
+            g4_sb_puts(&w->text, "<|tool_response>response:");
+            g4_sb_puts(&w->text, name);
+            g4_sb_puts(&w->text, "{value:<|\"|>");
+            g4_sb_puts(&w->text, m[j].text ? m[j].text : "");
+            g4_sb_puts(&w->text, "<|\"|>}<tool_response|>");
+            responded = 1;
+            prev = PREV_RESPONSE;
+        }
+        if (m[i].n_images < 0 || m[i].n_audio < 0 ||
+            m[i].n_images + m[i].n_audio > r->n_media_tokens - at)
+            return g4_fail(G4_EUSER, "message %d: %d images and %d audio clips, but %d media "
+                                     "items are left",
+                           i + 1, m[i].n_images, m[i].n_audio, r->n_media_tokens - at);
+        if (model && (m[i].n_images || m[i].n_audio))
+            return g4_fail(G4_EUSER, "message %d: an assistant message with media", i + 1);
+        for (int k = 0; k < m[i].n_images + m[i].n_audio; k++, at++) {
+            const int img = k < m[i].n_images;
+            if (r->media_tokens[at] < 0)
+                return g4_fail(G4_EUSER, "media %d: %d soft tokens (expected >= 0)", at + 1,
+                               r->media_tokens[at]);
+            rc = img ? put_media(w, SP_BOI, SP_IMAGE, SP_EOI, r->media_tokens[at])
+                     : put_media(w, SP_BOA, SP_AUDIO, SP_EOA, r->media_tokens[at]);
+            if (rc) return rc;
+        }
+        const size_t before = w->text.n;
+        rc = model ? put_model_text(w, m[i].text) : put_trimmed(w, m[i].text, "a user message");
+        if (rc) return rc;
+        const int content = w->text.n > before || m[i].n_images || m[i].n_audio;
+        int next = -1; // the next non-tool message
+        for (int k = i + 1; k < r->n_messages && next < 0; k++)
+            if (m[k].role != G4_CHAT_TOOL) next = k;
+        const int continues =
+            model && next >= 0 && m[next].role == G4_CHAT_MODEL && (!m[i].n_tool_calls || responded);
+        if (prev == PREV_CALL && !responded) {
+            g4_sb_puts(&w->text, "<|tool_response>");
+        } else if (!continues && !(responded && !content && next < 0)) {
+            if ((rc = put_special(w, SP_TURN_CLOSE))) return rc;
+            g4_sb_puts(&w->text, "\n");
+        }
+        prev_model = model;
+    }
+    if (at != r->n_media_tokens)
+        return g4_fail(G4_EUSER, "%d media items, but the messages place %d", r->n_media_tokens, at);
+    if (prev == PREV_NONE) {
+        if ((rc = put_special(w, SP_TURN_OPEN))) return rc;
+        g4_sb_puts(&w->text, "model\n");
+    }
+    return flush(w);
+}
+
 static int walk(walker *w, const g4_chat_request *r) {
     int rc;
     for (int i = 0; i < r->n_images; i++)
@@ -135,6 +323,7 @@ static int walk(walker *w, const g4_chat_request *r) {
         if ((rc = put_special(w, SP_TURN_CLOSE))) return rc;
         g4_sb_puts(&w->text, "\n");
     }
+    if (r->messages) return walk_messages(w, r);
     if ((rc = put_special(w, SP_TURN_OPEN))) return rc;
     g4_sb_puts(&w->text, "user\n");
     for (int i = 0; i < r->n_images; i++)

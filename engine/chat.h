@@ -42,6 +42,36 @@ typedef struct {
 // `what` (the tokenizer file).
 int g4_chat_tokens_find(const g4_tokenizer *tok, const char *what, g4_chat_tokens *out);
 
+// A conversation's message after the system turn (g4_chat_request's messages): the template's
+// message loop (the canonical E2B template, tests/fixtures/chat/gemma4_e2b_chat_template.jinja):
+//   user:      <|turn>user\n{media...}{trim(text)}<turn|>\n
+//   model:     <|turn>model\n{calls}{responses}{strip_thinking(text)}<turn|>\n, where a call is
+//              <|tool_call>call:NAME{k:v,...}<tool_call|> (keys sorted as Jinja's dictsort) and
+//              the tool messages right after it become
+//              <|tool_response>response:NAME{value:<|"|>TEXT<|"|>}<tool_response|>; a model
+//              message that follows a model message continues its turn; a call without a
+//              response leaves the turn open at <|tool_response>
+//   tool:      only as a response to the model message before it (alone, the template drops it)
+// and then the generation prompt <|turn>model\n, unless the last model turn ended in a call or
+// a tool response (the model goes on in its own turn).
+typedef enum { G4_CHAT_USER, G4_CHAT_MODEL, G4_CHAT_TOOL } g4_chat_role;
+
+typedef struct {
+    const char *id;        // the call's id (a tool message's tool_call_id names it), NULL: none
+    const char *name;      // the function's name
+    const char *arguments; // a JSON object's text (NULL: no arguments)
+} g4_chat_tool_call;
+
+typedef struct {
+    g4_chat_role role;
+    const char *text;      // its text (NULL: none; valid UTF-8)
+    int n_images, n_audio; // user: its media, the next ones of media_tokens (images first)
+    const g4_chat_tool_call *tool_calls; // model: the calls it made
+    int n_tool_calls;
+    const char *tool_call_id; // tool: the call it answers (its name is then the call's)
+    const char *name;         // tool: the function's name when no call id matches
+} g4_chat_message;
+
 typedef struct {
     const char *system;      // system message text, NULL for no system turn
     int system_as_parts;     // 1: sent as text parts (rendered trim(text) + " "), 0: a string
@@ -50,6 +80,12 @@ typedef struct {
     const int *audio_tokens; // [n_audio] soft tokens of each clip
     int n_audio;
     const char *text; // the user text (NULL = none); must be valid UTF-8
+    // A conversation instead of one user turn (text, image_tokens and audio_tokens unused):
+    // messages[0..n_messages) with the soft-token counts of all their media in prompt order.
+    const g4_chat_message *messages;
+    int n_messages;
+    const int *media_tokens;
+    int n_media_tokens;
 } g4_chat_request;
 
 // The template's text before the processor's expansion (one <|image|> / <|audio|> per item),

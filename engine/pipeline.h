@@ -98,6 +98,10 @@ typedef struct {
     const char *const *names;
     int n_images, n_audio;
     const char *text;
+    // A conversation instead of the one user turn (text NULL): media[] is then in prompt order
+    // (each message's images, then its audio), n_images / n_audio their totals.
+    const g4_chat_message *messages;
+    int n_messages;
 } g4_prompt_loaded;
 
 // g4_pipeline_generate on a state of the caller's (*state; NULL: one is made for the prompt +

@@ -110,8 +110,29 @@ typedef struct {
 // go on, non-zero to end the generation there (finish reason "cancelled").
 typedef int (*g4cu_text_fn)(void *user, const char *text, size_t len);
 
+// A tool call an assistant message made (g4cu_message).
+typedef struct {
+    const char *id;        // its id (a tool message's tool_call_id names it); NULL: none
+    const char *name;      // the function's name
+    const char *arguments; // a JSON object's text (OpenAI's function.arguments); NULL: none
+} g4cu_tool_call;
+
+// A message of a conversation (g4cu_request's messages), rendered by the Gemma-4 chat template.
+typedef struct {
+    const char *role; // "user", "assistant" or "tool"
+    const char *text; // its text (UTF-8; NULL: none); an assistant's thinking
+                      // (<|channel>...<channel|>) is left out, as the template does
+    int n_media;      // user: its images and audio, the next n_media of the request's media
+                      // (rendered images first, then audio, then the text)
+    const g4cu_tool_call *tool_calls; // assistant: the calls it made
+    int n_tool_calls;
+    const char *tool_call_id; // tool: the call it answers (it must follow that assistant
+    const char *name;         // message); name: the function's, when no call id matches
+} g4cu_message;
+
 // One user turn (the Gemma-4 chat template, with an optional system turn): the media (images
-// are put before audio, as the template orders them), then the text.
+// are put before audio, as the template orders them), then the text. Or a conversation:
+// messages (text NULL), whose media are the request's media in message order.
 typedef struct {
     const char *system; // NULL: no system turn
     const char *text;   // the user's text (UTF-8); NULL: none
@@ -135,6 +156,11 @@ typedef struct {
     const char *const *ignore_stop; // stop strings left out of stop (the same strings)
     int n_ignore_stop;
     int prefill_chunk; // prompt rows per prefill forward (0: the state's, 512)
+    // A conversation after the system turn (NULL: the one user turn of text and media): the
+    // answer follows its last message (the template's generation prompt <|turn>model\n, left
+    // out after a tool call or a tool response: the model goes on in its own turn).
+    const g4cu_message *messages;
+    int n_messages;
 } g4cu_request;
 void g4cu_request_default(g4cu_request *r);
 

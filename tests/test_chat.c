@@ -10,7 +10,13 @@
 //     other ids): the ids equal that tokenizer's encoding of the expanded template text, so no
 //     id is assumed;
 //  4. errors: placeholder tokens typed in the text, invalid UTF-8, a negative count, a tokenizer
-//     without <|turn> or without the media tokens a request needs.
+//     without <|turn> or without the media tokens a request needs;
+//  5. conversations (tests/fixtures/chat/multiturn_cases.jsonl: the E2B template rendered by
+//     Jinja2, tools/python/make_multiturn_fixture.py): user / assistant / tool messages, tool
+//     calls with sorted arguments, thinking left out, media in earlier turns: the rendered text
+//     equals Jinja's exactly, and the ids equal the tokenizer's encoding of the expanded text;
+//     and their errors (arguments not an object, media on an assistant message, a media count
+//     that does not add up).
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,6 +274,138 @@ static void test_errors(const g4_tokenizer *tok, const char *dir) {
     }
 }
 
+// --- conversations ------------------------------------------------------------------------------
+#define MT_MAX 16
+
+typedef struct {
+    g4_chat_message m[MT_MAX];
+    g4_chat_tool_call calls[MT_MAX][4];
+    char *args[MT_MAX][4];
+    char *text[MT_MAX];
+    int media[64], img[64], aud[64]; // soft tokens in prompt order; by kind, -1 ended
+    int n, n_media;
+} mt_conv;
+
+// A case's OpenAI-style messages -> the engine's (media parts before text, as the fixture
+// writes them; text parts joined).
+static void mt_parse(const cJSON *msgs, mt_conv *c) {
+    memset(c, 0, sizeof *c);
+    int ni = 0, na = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, msgs) {
+        G4_ASSERT(c->n < MT_MAX);
+        g4_chat_message *m = &c->m[c->n];
+        const char *role = cf_str(o, "role");
+        m->role = !strcmp(role, "user") ? G4_CHAT_USER
+                  : !strcmp(role, "assistant") ? G4_CHAT_MODEL
+                                               : G4_CHAT_TOOL;
+        const cJSON *ct = cJSON_GetObjectItem(o, "content"), *p;
+        if (cJSON_IsString(ct)) {
+            m->text = ct->valuestring;
+        } else if (cJSON_IsArray(ct)) {
+            cJSON_ArrayForEach(p, ct) {
+                const char *t = cf_str(p, "type");
+                if (!strcmp(t, "text")) {
+                    c->text[c->n] = g4_strdup(cf_str(p, "text")); // (one text part a message)
+                    m->text = c->text[c->n];
+                } else {
+                    const int n_tok = 2 + c->n_media % 3, image = !strcmp(t, "image");
+                    c->media[c->n_media++] = n_tok;
+                    if (image)
+                        c->img[ni++] = n_tok, m->n_images++;
+                    else
+                        c->aud[na++] = n_tok, m->n_audio++;
+                }
+            }
+        }
+        const cJSON *tcs = cJSON_GetObjectItem(o, "tool_calls"), *tc;
+        cJSON_ArrayForEach(tc, tcs) {
+            const int k = m->n_tool_calls++;
+            const cJSON *f = cJSON_GetObjectItem(tc, "function");
+            c->args[c->n][k] = cJSON_PrintUnformatted(cJSON_GetObjectItem(f, "arguments"));
+            c->calls[c->n][k] = (g4_chat_tool_call){cf_str(tc, "id"), cf_str(f, "name"),
+                                                    c->args[c->n][k]};
+        }
+        m->tool_calls = c->calls[c->n];
+        const cJSON *id = cJSON_GetObjectItem(o, "tool_call_id"), *nm = cJSON_GetObjectItem(o, "name");
+        m->tool_call_id = cJSON_IsString(id) ? id->valuestring : NULL;
+        m->name = cJSON_IsString(nm) ? nm->valuestring : NULL;
+        c->n++;
+    }
+    c->img[ni] = c->aud[na] = -1;
+}
+
+static void mt_free(mt_conv *c) {
+    for (int i = 0; i < MT_MAX; i++) {
+        free(c->text[i]);
+        for (int k = 0; k < 4; k++) free(c->args[i][k]);
+    }
+}
+
+static void test_multiturn(const g4_tokenizer *tok, const char *dir) {
+    char *path = g4_sprintf("%s/chat/multiturn_cases.jsonl", dir);
+    cf_lines l = cf_read(path);
+    int n = 0;
+    for (int i = 0; i < l.n; i++) {
+        const cJSON *o = l.line[i], *sys = cJSON_GetObjectItem(o, "system");
+        const char *name = cf_str(o, "name"), *want = cf_str(o, "rendered");
+        mt_conv c;
+        mt_parse(cJSON_GetObjectItem(o, "messages"), &c);
+        g4_chat_request req = {.system = cJSON_IsString(sys) ? sys->valuestring : NULL,
+                               .messages = c.m,
+                               .n_messages = c.n,
+                               .media_tokens = c.media,
+                               .n_media_tokens = c.n_media};
+        char *text = NULL;
+        CHECK_MSG(g4_chat_render(&req, &text) == G4_OK, "%s: %s", name, g4_error());
+        CHECK_MSG(text && !strcmp(text, want), "%s: rendered\n%s\nJinja\n%s", name,
+                  text ? text : "(null)", want);
+        char *full = expand(want, c.img, c.aud);
+        g4_ids want_ids = {0}, got = {0};
+        CHECK(g4_tokenizer_encode(tok, full, strlen(full), 0, &want_ids) == G4_OK);
+        CHECK_MSG(g4_chat_encode(tok, &req, &got) == G4_OK, "%s: %s", name, g4_error());
+        check_ids(name, &got, want_ids.v, (int)want_ids.n);
+        g4_ids_free(&want_ids);
+        g4_ids_free(&got);
+        free(full);
+        free(text);
+        mt_free(&c);
+        n++;
+    }
+    CHECK_MSG(n >= 12, "%d conversation cases (want 12)", n);
+    printf("conversations: %d rendered and encoded as Jinja renders them\n", n);
+    cf_free(&l);
+    free(path);
+
+    // errors: each refused with a message naming it
+    g4_chat_tool_call bad_args = {"x", "f", "[1, 2]"};
+    g4_chat_message two[2] = {{.role = G4_CHAT_USER, .text = "a"},
+                              {.role = G4_CHAT_MODEL, .tool_calls = &bad_args, .n_tool_calls = 1}};
+    int one = 4;
+    struct {
+        const char *name, *want;
+        g4_chat_request req;
+    } bad[] = {
+        {"arguments an array", "expected a JSON object", {.messages = two, .n_messages = 2}},
+        {"media not placed", "1 media items, but the messages place 0",
+         {.messages = two, .n_messages = 1, .media_tokens = &one, .n_media_tokens = 1}},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char *t = NULL;
+        CHECK_MSG(g4_chat_render(&bad[k].req, &t) == G4_EUSER && strstr(g4_error(), bad[k].want),
+                  "%s: '%s'", bad[k].name, g4_error());
+        free(t);
+    }
+    g4_chat_message media_model[2] = {{.role = G4_CHAT_USER, .text = "a"},
+                                      {.role = G4_CHAT_MODEL, .text = "b", .n_images = 1}};
+    g4_chat_request r = {.messages = media_model, .n_messages = 2, .media_tokens = &one,
+                         .n_media_tokens = 1};
+    char *t = NULL;
+    CHECK_MSG(g4_chat_render(&r, &t) == G4_EUSER && strstr(g4_error(), "assistant message with media"),
+              "media on an assistant message: '%s'", g4_error());
+    free(t);
+}
+
 int main(void) {
     const char *dir = g4t_env("G4_FIXTURES");
     char *tok_path = g4_sprintf("%s/chat/chat_bpe.json", dir);
@@ -281,6 +419,7 @@ int main(void) {
     test_media_files(tok, pkg, dir);
     test_other_tokenizer(dir);
     test_errors(tok, dir);
+    test_multiturn(tok, dir);
     g4_package_close(pkg);
     g4_tokenizer_close(tok);
     free(tok_path);

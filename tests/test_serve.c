@@ -16,306 +16,10 @@
 //    whose quarantine grows RSS, LeakSanitizer checks the server's exit instead)
 //  - a full queue answers 429 (--parallel 1 --queue 1, 8 clients at once)
 //  - SIGTERM while a request is in flight: it completes (200), the server exits 0
-#include <arpa/inet.h>
-#include <cjson/cJSON.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "loader/tokenizer.h"
-#include "tests/chat_fixture.h"
-#include "tests/test_util.h"
-
-static const char *fix;
-
-// --- the server process -----------------------------------------------------------------------
-typedef struct {
-    pid_t pid;
-    int port;
-} srv;
-
-static int srv_start(srv *s, const char *extra) {
-    int fd[2];
-    if (pipe(fd)) return 0;
-    char *cmd = g4_sprintf("exec '%s' serve '%s' --tokenizer '%s/chat/chat_bpe.json' --backend cpu "
-                           "--port 0 %s",
-                           g4t_env("G4CU"), g4t_env("G4_TINY_PKG"), fix, extra);
-    s->pid = fork();
-    if (s->pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    free(cmd);
-    close(fd[1]);
-    FILE *f = fdopen(fd[0], "r");
-    char line[512] = {0};
-    const int got = fgets(line, sizeof line, f) != NULL;
-    fclose(f); // (the server's later stdout goes nowhere; it prints only this line)
-    const char *p = strstr(line, "127.0.0.1:");
-    s->port = got && p ? atoi(p + 10) : 0;
-    if (!s->port) fprintf(stderr, "test_serve: the server printed '%s'\n", line);
-    return s->port > 0;
-}
-
-static long srv_rss_kb(const srv *s) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)s->pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6)) kb = atol(line + 6);
-    if (f) fclose(f);
-    return kb;
-}
-
-// SIGTERM and the exit status (-1: it did not exit within 60 s).
-static int srv_stop(srv *s) {
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 600; i++) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-        usleep(100000);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    return -1;
-}
-
-// --- a small HTTP/1.1 client ------------------------------------------------------------------
-typedef struct {
-    int status; // 0: no response (connection closed or failed)
-    char *head, *body;
-    size_t body_len;
-} resp;
-
-static void resp_free(resp *r) {
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct timeval tv = {180, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void send_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0) return;
-        p += w, n -= (size_t)w;
-    }
-}
-
-// Reads to EOF and splits the response (de-chunking a chunked body).
-static void read_resp(int fd, resp *r) {
-    memset(r, 0, sizeof *r);
-    size_t cap = 65536, n = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap) b = realloc(b, cap *= 2);
-        ssize_t k = recv(fd, b + n, cap - n - 1, 0);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    b[n] = 0;
-    char *sep = strstr(b, "\r\n\r\n");
-    if (!sep || strncmp(b, "HTTP/1.", 7)) {
-        free(b);
-        return;
-    }
-    r->status = atoi(b + 9);
-    r->head = g4_strndup(b, (size_t)(sep - b));
-    const char *body = sep + 4;
-    size_t blen = n - (size_t)(body - b);
-    if (strcasestr(r->head, "transfer-encoding: chunked")) {
-        char *o = malloc(blen + 1);
-        size_t k = 0;
-        const char *p = body, *end = body + blen;
-        while (p < end) {
-            char *e;
-            unsigned long sz = strtoul(p, &e, 16);
-            const char *d = strstr(e, "\r\n");
-            if (!d || !sz) break;
-            d += 2;
-            if (d + sz > end) sz = (unsigned long)(end - d);
-            memcpy(o + k, d, sz);
-            k += sz;
-            p = d + sz + 2;
-        }
-        o[k] = 0;
-        r->body = o, r->body_len = k;
-    } else {
-        r->body = g4_strndup(body, blen), r->body_len = blen;
-    }
-    free(b);
-}
-
-// One request (Connection: close); body_len bytes of body are sent of a declared clen
-// (clen < 0: the body's length).
-static resp http(int port, const char *method, const char *path, const char *ctype,
-                 const char *body, size_t body_len, long clen) {
-    resp r = {0};
-    int fd = dial(port);
-    if (fd < 0) return r;
-    char *h = g4_sprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s"
-                         "Content-Length: %ld\r\n\r\n",
-                         method, path, ctype ? "Content-Type: " : "", ctype ? ctype : "",
-                         ctype ? "\r\n" : "", clen >= 0 ? clen : (long)body_len);
-    send_all(fd, h, strlen(h));
-    if (body_len) send_all(fd, body, body_len);
-    free(h);
-    if (clen >= 0 && (size_t)clen > body_len) { // cut off: the client goes away
-        close(fd);
-        return r;
-    }
-    read_resp(fd, &r);
-    close(fd);
-    return r;
-}
-
-static resp post_json(int port, const char *path, const char *json) {
-    return http(port, "POST", path, "application/json", json, strlen(json), -1);
-}
-
-static resp get(int port, const char *path) { return http(port, "GET", path, NULL, NULL, 0, -1); }
-
-// A 4xx answer with the error object.
-static int is_error(const resp *r, int status) {
-    if (r->status != status || !r->body) return 0;
-    cJSON *j = cJSON_Parse(r->body);
-    const cJSON *e = cJSON_GetObjectItem(j, "error");
-    int ok = cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
-             cJSON_IsString(cJSON_GetObjectItem(e, "type"));
-    cJSON_Delete(j);
-    return ok;
-}
-
-// choices[0].message.content of a chat answer (a new string), or NULL.
-static char *chat_text(const resp *r) {
-    if (r->status != 200 || !r->body) return NULL;
-    cJSON *j = cJSON_Parse(r->body);
-    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-    const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "content");
-    char *s = cJSON_IsString(t) ? g4_strdup(t->valuestring) : NULL;
-    cJSON_Delete(j);
-    return s;
-}
-
-// The events of a server-sent-event body: the content deltas joined, the count of events, of
-// chunks with a finish_reason, and whether `data: [DONE]` came (body is cut up in place).
-typedef struct {
-    char text[8192];
-    int events, done, finish;
-} sse_events;
-
-static sse_events sse_parse(char *body) {
-    sse_events e = {{0}, 0, 0, 0};
-    for (char *p = body ? strstr(body, "data: ") : NULL; p; p = strstr(p, "data: ")) {
-        p += 6;
-        char *end = strstr(p, "\n\n");
-        if (!end) break;
-        *end = 0;
-        e.events++;
-        if (!strcmp(p, "[DONE]")) e.done = 1;
-        cJSON *j = cJSON_Parse(p);
-        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
-        const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content");
-        if (cJSON_IsString(d)) strncat(e.text, d->valuestring, sizeof e.text - strlen(e.text) - 1);
-        if (cJSON_IsString(cJSON_GetObjectItem(c0, "finish_reason"))) e.finish++;
-        cJSON_Delete(j);
-        p = end + 1;
-    }
-    return e;
-}
-
-// A multipart/form-data body with boundary bd: an optional text field (name = value), then a
-// `file` field (filename, data[0..n)). *len: its length; *head_len: the bytes before the file's
-// end (a cut there leaves the form unfinished).
-static char *form_with_file(const char *bd, const char *name, const char *value,
-                            const char *filename, const char *data, size_t n, size_t *len,
-                            size_t *head_len) {
-    size_t cap = n + 4096, k = 0;
-    char *b = malloc(cap);
-    if (name)
-        k += (size_t)snprintf(b + k, cap - k,
-                              "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n",
-                              bd, name, value);
-    k += (size_t)snprintf(b + k, cap - k,
-                          "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                          "filename=\"%s\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                          bd, filename);
-    memcpy(b + k, data, n);
-    k += n;
-    *head_len = k;
-    k += (size_t)snprintf(b + k, cap - k, "\r\n--%s--\r\n", bd);
-    *len = k;
-    return b;
-}
-
-// --- fixtures ---------------------------------------------------------------------------------
-static char *b64(const unsigned char *d, size_t n) {
-    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *o = malloc((n + 2) / 3 * 4 + 1), *p = o;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned)d[i] << 16 | (i + 1 < n ? (unsigned)d[i + 1] << 8 : 0) |
-                     (i + 2 < n ? d[i + 2] : 0);
-        *p++ = t[v >> 18 & 63], *p++ = t[v >> 12 & 63];
-        *p++ = i + 1 < n ? t[v >> 6 & 63] : '=';
-        *p++ = i + 2 < n ? t[v & 63] : '=';
-    }
-    *p = 0;
-    return o;
-}
-
-static char *file_b64(const char *rel, char **raw, size_t *raw_n) {
-    char *path = g4_sprintf("%s/%s", fix, rel), *data;
-    size_t n;
-    if (g4_read_file(path, &data, &n)) {
-        fprintf(stderr, "%s\n", g4_error());
-        exit(1);
-    }
-    free(path);
-    char *s = b64((unsigned char *)data, n);
-    if (raw)
-        *raw = data, *raw_n = n;
-    else
-        free(data);
-    return s;
-}
-
-// HF's ids of a case decoded by the fixture tokenizer (the media cases keep ids, not text).
-static char *hf_text(const cJSON *o) {
-    char *tp = g4_sprintf("%s/chat/chat_bpe.json", fix), *text = NULL;
-    g4_tokenizer *t;
-    size_t len;
-    int n, *ids = cf_ints(o, "ids", &n);
-    if (g4_tokenizer_open(tp, &t) == G4_OK) {
-        g4_tokenizer_decode(t, ids, (size_t)n, 1, &text, &len);
-        g4_tokenizer_close(t);
-    }
-    free(ids);
-    free(tp);
-    return text;
-}
+//  - an audio_url part, 429 with Retry-After; the protocol added for issue 32 (conversations,
+//    the other routes, seeds, transcription formats, long audio, cancellation) is checked by
+//    tests/test_serve_compat.c
+#include "tests/serve_client.h"
 
 // --- the load test ----------------------------------------------------------------------------
 #define CLIENTS 16
@@ -398,29 +102,8 @@ static void load_round(int round) {
               bad - bad_ok, bad);
 }
 
-typedef struct {
-    int port, status;
-} slow_req;
-
-static void *slow(void *arg) {
-    slow_req *q = arg;
-    resp r = post_json(q->port, "/v1/chat/completions",
-                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],"
-                       "\"max_tokens\":200,\"temperature\":0.7,\"seed\":3}");
-    q->status = r.status;
-    resp_free(&r);
-    return NULL;
-}
-
 int main(void) {
-    fix = g4t_env("G4_FIXTURES");
-    const char *g4cu = g4t_env("G4CU");
-    {
-        char *probe = g4_sprintf("'%s' serve 2>&1 | grep -q 'without libmicrohttpd'", g4cu);
-        const int without = system(probe) == 0;
-        free(probe);
-        if (without) return g4t_skip("test_serve", "g4cu was built without libmicrohttpd");
-    }
+    if (!serve_setup()) return g4t_skip("test_serve", "g4cu was built without libmicrohttpd");
     char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
     cf_lines l = cf_read(cases);
     const char *want_chat = NULL;
@@ -489,17 +172,7 @@ int main(void) {
     // an image as a data: URL: HF's answer to vqa_square
     {
         char *img = file_b64(cf_str(vqa, "file"), NULL, NULL), *want = hf_text(vqa);
-        char *body = g4_sprintf(
-            "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
-            "{\"url\":\"data:image/png;base64,%s\"}},{\"type\":\"text\",\"text\":\"%s\"}]}],"
-            "\"max_tokens\":%d}",
-            img, cf_str(vqa, "text"), cf_int(vqa, "max_new"));
-        r = post_json(P, "/v1/chat/completions", body);
-        t = chat_text(&r);
-        CHECK_MSG(t && want && !strcmp(t, want), "image: got '%s' (%d %s)", t, r.status,
-                  t ? "" : r.body);
-        free(t);
-        resp_free(&r);
+        check_url_part(P, "image_url", "data:image/png;base64,", img, vqa, want);
         // bad base64, a remote URL, an unknown part: 400
         char *bad = g4_sprintf("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                                "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\"}}"
@@ -521,7 +194,6 @@ int main(void) {
                   r.body);
         resp_free(&r);
         free(bad);
-        free(body);
         free(img);
         free(want);
     }
@@ -552,6 +224,8 @@ int main(void) {
         CHECK_MSG(t && want && !strcmp(t, want), "audio: got '%s' (%d)", t, r.status);
         free(t);
         resp_free(&r);
+        // the same clip as an audio_url part (a data: URL), as lmms-eval sends audio
+        check_url_part(P, "audio_url", "data:audio/wav;base64,", au, asr, want);
 
         // the transcription: multipart/form-data with the file, the prompt and max tokens
         // (the default prompt is the same ASR prompt; HF's case generated max_new tokens, so
@@ -618,14 +292,52 @@ int main(void) {
         {"empty body", "POST", "/v1/chat/completions", "application/json", "", 400},
         {"not an object", "POST", "/v1/chat/completions", "application/json", "[1,2]", 400},
         {"no messages", "POST", "/v1/chat/completions", "application/json", "{}", 400},
-        {"assistant turn", "POST", "/v1/chat/completions", "application/json",
-         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+        {"unknown role", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"robot\","
          "\"content\":\"b\"}]}",
          400},
+        {"system message second", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\","
+         "\"content\":\"b\"}]}",
+         400},
+        {"tool call arguments not an object", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+         "\"tool_calls\":[{\"id\":\"1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+         "\"arguments\":\"[1]\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"1\",\"content\":\"x\"}]}",
+         400},
+        {"image in an assistant message", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+         "\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,"
+         "aGVsbG8=\"}}]}]}",
+         400},
+        {"audio_url remote", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio_url\",\"audio_url\":"
+         "{\"url\":\"https://example.com/a.wav\"}}]}]}",
+         400},
+        {"audio_url a path without --media-dir", "POST", "/v1/chat/completions",
+         "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio_url\",\"audio_url\":"
+         "{\"url\":\"/etc/passwd\"}}]}]}",
+         400},
+        {"an empty data: URL", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio_url\",\"audio_url\":"
+         "{\"url\":\"data:audio/wav;base64,\"}}]}]}",
+         400},
+        {"completion without a prompt", "POST", "/v1/completions", "application/json",
+         "{\"max_tokens\":3}", 400},
+        {"completion of two prompts", "POST", "/v1/completions", "application/json",
+         "{\"prompt\":[\"a\",\"b\"]}", 400},
+        {"completion id out of the vocabulary", "POST", "/v1/completions", "application/json",
+         "{\"prompt\":[2,99999999]}", 400},
+        {"completion echo", "POST", "/v1/completions", "application/json",
+         "{\"prompt\":\"a\",\"echo\":true}", 400},
+        {"tokenize without content", "POST", "/tokenize", "application/json", "{\"x\":1}", 400},
+        {"detokenize a bad id", "POST", "/detokenize", "application/json", "{\"tokens\":[-1]}",
+         400},
+        {"embeddings", "POST", "/v1/embeddings", "application/json", "{\"input\":\"a\"}", 501},
+        {"another model", "GET", "/v1/models/gpt-4", NULL, "", 404},
         {"max_tokens 0", "POST", "/v1/chat/completions", "application/json",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":0}", 400},
-        {"max_tokens over the limit", "POST", "/v1/chat/completions", "application/json",
-         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":100000}", 400},
         {"temperature a string", "POST", "/v1/chat/completions", "application/json",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":\"hot\"}", 400},
         {"top_p 0", "POST", "/v1/chat/completions", "application/json",
@@ -714,7 +426,7 @@ int main(void) {
 
     // SIGTERM with a request in flight: it completes, the server exits 0
     {
-        slow_req q = {P, 0};
+        slow_req q = {P, 0, 0};
         pthread_t th;
         pthread_create(&th, NULL, slow, &q);
         usleep(300000);
@@ -731,17 +443,19 @@ int main(void) {
         slow_req q[8];
         pthread_t th[8];
         for (int i = 0; i < 8; i++) {
-            q[i] = (slow_req){s2.port, 0};
+            q[i] = (slow_req){s2.port, 0, 0};
             pthread_create(&th[i], NULL, slow, &q[i]);
         }
-        int n429 = 0, n200 = 0;
+        int n429 = 0, n200 = 0, n_retry = 0;
         for (int i = 0; i < 8; i++) {
             pthread_join(th[i], NULL);
+            n_retry += q[i].status == 429 && q[i].retry_after;
             n429 += q[i].status == 429;
             n200 += q[i].status == 200;
         }
         CHECK_MSG(n429 >= 1 && n200 >= 1 && n429 + n200 == 8, "8 at once, queue 1: %d x 200, %d x 429",
                   n200, n429);
+        CHECK_MSG(n_retry == n429, "%d of %d 429s without Retry-After", n429 - n_retry, n429);
         CHECK_INT(srv_stop(&s2), 0);
     }
     cf_free(&l);

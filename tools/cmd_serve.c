@@ -10,9 +10,9 @@ static const g4_opt serve_opts_table[] = {
     {"--backend", "cpu|cuda|auto", "where the model runs (default auto)"},
     {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
     {"--parallel", "N", "reusable states, requests run at once (default 1)"},
-    {"--queue", "N", "requests waiting beyond those (1 or more); more get 429 (default 16)"},
+    {"--queue", "N", "requests waiting beyond those (1 or more); more get 429 with Retry-After (default 64)"},
     {"--max-body", "BYTES", "largest request body; more gets 413 (default 33554432)"},
-    {"--max-tokens", "N", "largest max_tokens a request may ask (default 2048)"},
+    {"--max-tokens", "N", "new tokens a request gets at most; more asked is clamped (default 0: the context)"},
     {"--max-media", "N", "images + audio clips a request may carry (default 8)"},
     {"--max-audio-seconds", "S", "longest audio a request may carry (default 600)"},
     {"--timeout", "S", "seconds a client may take to send a whole request (default 30)"},
@@ -26,10 +26,12 @@ static const g4_opt serve_opts_table[] = {
     {"--max-request-memory", "MIB", "request bodies and their parsing, all at once (default 2048)"},
     {"--n-ctx", "N", "KV rows of each state (default 0: as the first request needs)"},
     {"--name", "ID", "the model id /v1/models reports (default: the package's name)"},
+    {"--media-dir", "DIR", "image_url / audio_url may name files under DIR (default: data: URLs only)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_serve = {
     "serve", g4_serve_main,
     "PKG [--host 127.0.0.1] [--port 8080] [options]   OpenAI-compatible HTTP server:\n"
-    "            /v1/chat/completions, /v1/audio/transcriptions, /v1/models, /health, /metrics",
+    "            /v1/chat/completions, /v1/completions, /v1/audio/transcriptions, /tokenize,\n"
+    "            /detokenize, /v1/models, /props, /slots, /health, /metrics",
     serve_opts_table, NULL};

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "tools/cli.h"
 
@@ -22,7 +24,7 @@ const g4_opt g4_gen_cli_opts[] = {
     {"--temperature", "T", "sampling temperature; 0 is greedy argmax (default 0)"},
     {"--top-k", "K", "sample from the K most likely tokens; 0 keeps all (default 0)"},
     {"--top-p", "P", "nucleus sampling mass in (0, 1] (default 1)"},
-    {"--seed", "N", "sampling seed (default 0)"},
+    {"--seed", "N", "sampling seed (default: a fresh one, printed on stderr and in --json)"},
     {"--system", "S", "a system turn (default: none)"},
     {"--backend", "B", "cpu or cuda (default cpu)"},
     {"--ple-host", NULL, "cuda: the per-layer embedding table in pinned host memory (default off)"},
@@ -152,6 +154,7 @@ int g4_gen_cli_option(g4_gen_cli *o, int argc, char **argv, int *i) {
             return -1;
         }
         o->rq.seed = s;
+        o->seed_given = 1;
     } else if (!strcmp(a, "--system")) {
         o->system = v;
     } else if (!strcmp(a, "--backend")) {
@@ -226,6 +229,11 @@ static void print_result(const g4_gen_cli *o, const g4cu_result *r, const char *
     else
         cJSON_AddNullToObject(j, "stop_string");
     cJSON_AddNumberToObject(j, "max_new", r->max_new);
+    if (o->rq.temperature > 0) { // an integer always (cJSON would write a seed ending in 0 as 6.8e+15)
+        char num[24];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)o->rq.seed);
+        cJSON_AddRawToObject(j, "seed", num);
+    }
     cJSON_AddStringToObject(j, "backend", o->backend);
     cJSON_AddNumberToObject(j, "prefill_ms", r->prefill_ms);
     cJSON_AddNumberToObject(j, "prefill_tok_s", r->prefill_tok_s);
@@ -260,6 +268,14 @@ int g4_gen_cli_open(g4_gen_cli *o, const char *pkg_dir, int text_only, g4cu_mode
     *m = NULL;
     *s = NULL;
     if (check_options(o)) return 1;
+    if (o->rq.temperature > 0 && !o->seed_given) { // a fresh sample each run, said how to repeat
+        uint64_t v = 0;
+        if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) v = (uint64_t)time(NULL);
+        o->rq.seed = v & ((1ull << 53) - 1); // (exact as a JSON number)
+        o->seed_given = 1;
+        fprintf(stderr, "g4cu %s: seed %llu (drawn; --seed %llu repeats this sample)\n", o->cmd,
+                (unsigned long long)o->rq.seed, (unsigned long long)o->rq.seed);
+    }
     // (the CPU backend has no pinned host memory; a name that is no backend: the load says so)
     if (o->ple_host && !strcmp(o->backend, "cpu"))
         return g4_cli_fail(

@@ -24,6 +24,7 @@ typedef struct {
     int32_t eos[G4_GEN_CLI_MAX_LIST]; // --eos ID
     int n_eos;
     const char *sampling_opt; // the first of --top-k / --top-p / --seed given (NULL: none)
+    int seed_given;           // --seed N (else a sampling run draws one: g4_gen_cli_open)
 } g4_gen_cli;
 
 // The options every generating command takes, for the usage lines.

@@ -5,7 +5,7 @@
 # (tools/fetch_smoke_set.sh: pocketsphinx-testdata's LibriVox utterances, python3-skimage's text
 # images; tests/test_eval_smoke.sh reads them), and puts cuobjdump + nvdisasm in .tools/ when
 # the toolkit lacks them (tests/test_pdl_sass.sh), and makes the venv .tools/openai-venv with
-# the official `openai` client from PyPI (tests/test_openai_client.sh). Runs apt-get as root, or
+# the official `openai` client, litellm and langchain-openai from PyPI (tests/test_openai_client.sh, test_clients.sh). Runs apt-get as root, or
 # through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,25 +1,33 @@
 // serve.c: `g4cu serve PKG`: an OpenAI-compatible HTTP server on libmicrohttpd, written against
 // the public C API (include/g4cu.h) only.
 //
-//   POST /v1/chat/completions      messages (one optional system turn + one user turn; content a
-//                                  string or parts: text, image_url with a data: URL, input_audio
-//                                  base64 wav/flac), max_tokens | max_completion_tokens,
-//                                  temperature (absent: greedy), top_p, top_k, seed, stop,
-//                                  stream (server-sent events ending in `data: [DONE]`)
-//   POST /v1/audio/transcriptions  multipart/form-data: file (required), prompt, response_format
-//                                  (json | text), temperature; model is accepted and ignored
-//   GET  /v1/models, /health, /metrics (Prometheus text)
+//   POST /v1/chat/completions      messages: an optional first system turn, then user,
+//                                  assistant (tool_calls) and tool messages, through the chat
+//                                  template (g4cu_request.messages); content a string or parts:
+//                                  text, image_url / audio_url (data: URLs; files under
+//                                  --media-dir), input_audio base64 wav/flac, in any user turn;
+//                                  max_tokens | max_completion_tokens (clamped to --max-tokens),
+//                                  temperature (absent: greedy), top_p, top_k, seed (none or -1
+//                                  with a temperature: drawn, reported), stop, stream (server-sent
+//                                  events ending in `data: [DONE]`)
+//   POST /v1/completions           prompt (a string, [string] or token ids), the same fields
+//   POST /v1/audio/transcriptions  multipart/form-data: file (the whole upload, in windows),
+//                                  prompt, response_format (json | text | verbose_json | srt |
+//                                  vtt), temperature, language; model is accepted and ignored
+//   POST /tokenize, /detokenize    llama-server's shapes; POST /v1/embeddings: 501
+//   GET  /v1/models, /v1/models/{id}, /props, /slots, /health, /metrics (Prometheus text)
 //
 // One model; --parallel N states, each with a worker thread; requests wait in a bounded queue
-// (--queue; 429 when full). Every bad request gets a 4xx JSON error
+// (--queue; 429 with Retry-After when full). Every bad request gets a 4xx JSON error
 // {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes, --max-tokens
-// per request, --max-media items per request, --max-audio-seconds per clip (the model hears the
-// first 30 s); a request not read in full within --timeout is cut off. SIGTERM / SIGINT: new
-// connections refused, the requests in flight get --drain-timeout s, then are cancelled; exit 0.
-// Who may use it and the memory bound (API key, Host / Origin, the log line, the request-memory
-// budget, the JSON and image limits): tools/serve_guard.c. Binds 127.0.0.1 unless --host says
-// otherwise; --port 0 takes a free port; the port is printed on stdout ("g4cu serve: listening
-// on http://HOST:PORT").
+// per request (more is clamped), --max-media items per request, --max-audio-seconds per clip
+// (a clip past the 30 s window goes in as consecutive windows); a request not read in full
+// within --timeout is cut off; a non-streamed request whose client leaves is cancelled.
+// SIGTERM / SIGINT: new connections refused, the requests in flight get --drain-timeout s, then
+// are cancelled; exit 0. Who may use it and the memory bound (API key, Host / Origin, the log
+// line, the request-memory budget, the JSON and image limits): tools/serve_guard.c. Binds
+// 127.0.0.1 unless --host says otherwise; --port 0 takes a free port; the port is printed on
+// stdout ("g4cu serve: listening on http://HOST:PORT").
 #include "tools/serve.h"
 
 #include <stdio.h>
@@ -41,10 +49,15 @@ int g4_serve_main(int argc, char **argv) {
 #include <errno.h>
 #include <g4cu.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,23 +67,64 @@ int g4_serve_main(int argc, char **argv) {
 
 // --- options and the server ------------------------------------------------------------------
 typedef struct {
-    const char *pkg, *host, *backend, *tokenizer, *name;
+    const char *pkg, *host, *backend, *tokenizer, *name, *media_dir;
     int port, parallel, queue, max_tokens, max_media, timeout_s, n_ctx, max_conn, max_audio_s;
     size_t max_body;
 } serve_opts;
 
 typedef struct job job;
 
-enum { EP_CHAT, EP_TRANSCRIBE, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, N_EP };
-static const char *const ep_name[N_EP] = {"chat_completions", "audio_transcriptions", "models",
-                                          "health", "metrics", "other"};
-static const int codes[] = {200, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503};
+enum {
+    EP_CHAT,
+    EP_TRANSCRIBE,
+    EP_MODELS,
+    EP_HEALTH,
+    EP_METRICS,
+    EP_COMPLETIONS,
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_MODEL,
+    EP_PROPS,
+    EP_SLOTS,
+    EP_EMBEDDINGS,
+    EP_OTHER,
+    N_EP
+};
+static const char *const ep_name[N_EP] = {
+    "chat_completions", "audio_transcriptions", "models",     "health", "metrics",
+    "completions",      "tokenize",             "detokenize", "model",  "props",
+    "slots",            "embeddings",           "other"};
+// The routes: path (a trailing '*': a prefix), method, endpoint; a body's content type.
+static const struct {
+    const char *path, *method;
+    int ep;
+    const char *body_type; // NULL: no body
+} routes[] = {
+    {"/v1/chat/completions", "POST", EP_CHAT, "application/json"},
+    {"/v1/completions", "POST", EP_COMPLETIONS, "application/json"},
+    {"/v1/audio/transcriptions", "POST", EP_TRANSCRIBE, "multipart/form-data"},
+    {"/tokenize", "POST", EP_TOKENIZE, "application/json"},
+    {"/detokenize", "POST", EP_DETOKENIZE, "application/json"},
+    {"/v1/embeddings", "POST", EP_EMBEDDINGS, NULL},
+    {"/v1/models", "GET", EP_MODELS, NULL},
+    {"/v1/models/*", "GET", EP_MODEL, NULL},
+    {"/health", "GET", EP_HEALTH, NULL},
+    {"/metrics", "GET", EP_METRICS, NULL},
+    {"/props", "GET", EP_PROPS, NULL},
+    {"/slots", "GET", EP_SLOTS, NULL},
+};
+#define N_ROUTES (int)(sizeof routes / sizeof routes[0])
+static const int codes[] = {200, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 501, 503};
 #define N_CODES (int)(sizeof codes / sizeof codes[0])
 static const double buckets[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 #define N_BUCKETS (int)(sizeof buckets / sizeof buckets[0])
 
 typedef struct {
     serve_opts o;
+    char *media_dir_real; // --media-dir's real path
+    int max_tokens;       // --max-tokens, or (0) the model's context
+    g4cu_tokenizer *tok;  // /tokenize, /detokenize, /v1/completions (the model's file, again)
+    int *busy;            // [parallel] a state is generating (under mu; /slots)
     g4cu_model *model;
     pthread_t *workers;
     g4cu_state **states;
@@ -83,6 +137,7 @@ typedef struct {
     // metrics (under mu)
     unsigned long long requests[N_EP][N_CODES];
     unsigned long long prompt_tokens, completion_tokens, rejected;
+    unsigned long long cancelled; // requests whose client left before the answer
     unsigned long long hist[N_BUCKETS + 1];
     double hist_sum;
     unsigned long long hist_count;
@@ -98,7 +153,7 @@ static double now_s(void) {
 }
 
 // --- jobs ------------------------------------------------------------------------------------
-enum { JOB_CHAT, JOB_TRANSCRIBE };
+enum { JOB_CHAT, JOB_TRANSCRIBE, JOB_COMPLETION };
 
 struct job {
     pthread_mutex_t mu;
@@ -107,13 +162,23 @@ struct job {
     int kind;
     g4cu_request rq;
     char *system, *text;
-    g4cu_media media[16];
-    void *owned[16]; // the media's buffers
-    int n_media;
+    g4cu_message *msgs; // the conversation (after the system turn)
+    int n_msgs;
+    g4cu_tool_call *calls; // every message's tool calls, one array
+    int n_calls;
+    char **strs; // strings the messages and calls point into
+    int n_strs;
+    g4cu_media *media; // [n_media]: the request's items, a long clip split into windows
+    void **owned;      // [n_media] the media's buffers
+    int n_media, n_items; // n_items: as the client sent them (--max-media counts these)
     char *stops[MAX_STOP];
-    float *pcm; // transcription
+    int32_t *ids; // completion: the prompt's ids
+    int n_ids;
+    float *pcm; // transcription: the whole upload, and its answer
     size_t n_pcm;
+    g4cu_transcript tr;
     int stream;
+    int sampled; // temperature > 0: the response reports rq.seed
     // progress (under mu)
     char *out;
     size_t out_len, out_cap;
@@ -144,9 +209,17 @@ static void job_unref(job *j) {
     if (left) return;
     free(j->system);
     free(j->text);
+    for (int i = 0; i < j->n_strs; i++) free(j->strs[i]);
+    free(j->strs);
+    free(j->msgs);
+    free(j->calls);
     for (int i = 0; i < j->n_media; i++) free(j->owned[i]);
+    free(j->owned);
+    free(j->media);
     for (int i = 0; i < MAX_STOP; i++) free(j->stops[i]);
     free(j->pcm);
+    g4cu_free(j->ids);
+    g4cu_transcript_free(&j->tr);
     free(j->out);
     free(j->err);
     g4cu_result_free(&j->res);
@@ -177,10 +250,20 @@ static int on_piece(void *user, const char *text, size_t len) {
 static void run_job(g4cu_state *st, job *j) {
     j->rq.on_text = on_piece;
     j->rq.user = j;
-    g4cu_result r;
-    int rc = j->kind == JOB_CHAT ? g4cu_generate(st, &j->rq, &r)
-                                 : g4cu_transcribe(st, j->pcm, j->n_pcm,
-                                                   g4cu_model_audio_rate(S.model), &j->rq, &r);
+    g4cu_result r = {0};
+    int rc;
+    if (j->kind == JOB_CHAT) {
+        rc = g4cu_generate(st, &j->rq, &r);
+    } else if (j->kind == JOB_COMPLETION) {
+        rc = g4cu_generate_ids(st, j->ids, j->n_ids, &j->rq, &r);
+    } else { // the whole upload, in overlapping windows (as `g4cu asr`)
+        g4cu_transcribe_long_params lp;
+        g4cu_transcribe_long_params_default(&lp);
+        lp.opts = &j->rq;
+        lp.name = "file";
+        rc = g4cu_transcribe_long(st, j->pcm, j->n_pcm, &lp, &j->tr);
+        for (int k = 0; !rc && k < j->tr.n_segments; k++) r.n_tokens += j->tr.segments[k].n_tokens;
+    }
     pthread_mutex_lock(&j->mu);
     j->rc = rc;
     if (rc) j->err = strdup(g4cu_last_error());
@@ -204,6 +287,8 @@ static void run_job(g4cu_state *st, job *j) {
 
 static void *worker_main(void *arg) {
     g4cu_state *st = arg;
+    int me = 0;
+    while (S.states[me] != st) me++;
     pthread_mutex_lock(&S.mu);
     for (;;) {
         while (!S.head && !S.stop_workers) pthread_cond_wait(&S.cv, &S.mu);
@@ -213,6 +298,7 @@ static void *worker_main(void *arg) {
         if (!S.head) S.tail = NULL;
         S.n_waiting--;
         S.n_running++;
+        S.busy[me] = 1;
         pthread_mutex_unlock(&S.mu);
         if (!j->cancel && !serve_guard_cancelling()) {
             run_job(st, j);
@@ -224,6 +310,7 @@ static void *worker_main(void *arg) {
         }
         job_unref(j);
         pthread_mutex_lock(&S.mu);
+        S.busy[me] = 0;
         S.n_running--;
         pthread_cond_broadcast(&S.cv);
     }
@@ -265,8 +352,9 @@ typedef struct {
     // multipart fields
     char *file;
     size_t file_len;
-    char *prompt, *format, *temperature;
-    job *j;  // a streaming request's job (its usage for the log line)
+    char *prompt, *format, *temperature, *language;
+    job *j;  // a streaming request's job (released by the response's free callback; its usage
+             // for the log line)
     int oom; // an allocation failed while reading the body: 503
     const char *nul_field; // a form field holding a NUL (refused rather than cut): 400
     serve_guard_req g;
@@ -279,6 +367,9 @@ static void count(int ep, int status) {
     pthread_mutex_unlock(&S.mu);
 }
 
+// A header the next send_buf adds to its response on this thread (Retry-After of a 429).
+static __thread const char *extra_header[2];
+
 static enum MHD_Result send_buf(struct MHD_Connection *c, conn_ctx *x, int status,
                                 const char *type, char *buf, size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
@@ -287,6 +378,8 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, conn_ctx *x, int statu
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
+    if (extra_header[0]) MHD_add_response_header(r, extra_header[0], extra_header[1]);
+    extra_header[0] = extra_header[1] = NULL;
     serve_guard_headers(c, r, status);
     if (x) x->g.status = status;
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
@@ -329,6 +422,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, conn_ctx *x, int sta
     va_end(ap);
     const char *type = status == 429   ? "rate_limit_error"
                        : status == 404 ? "not_found_error"
+                       : status == 501 ? "not_implemented_error"
                        : status >= 500 ? "server_error"
                                        : "invalid_request_error";
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
@@ -348,7 +442,8 @@ static int b64_val(int ch) {
     return -1;
 }
 
-// Strict base64 (standard or URL alphabet, '=' padding optional, no whitespace) -> *out.
+// Strict base64 (standard or URL alphabet, '=' padding optional, no whitespace) -> *out (0,
+// nothing allocated, when invalid or empty).
 static int b64_decode(const char *s, size_t n, unsigned char **out, size_t *out_n) {
     while (n && s[n - 1] == '=') n--;
     if (n % 4 == 1) return 0;
@@ -372,6 +467,10 @@ static int b64_decode(const char *s, size_t n, unsigned char **out, size_t *out_
             bits -= 8;
             o[k++] = (unsigned char)(acc >> bits);
         }
+    }
+    if (!k) {
+        free(o);
+        return 0;
     }
     *out = o;
     *out_n = k;
@@ -412,18 +511,36 @@ static int cat(char **a, size_t *len, size_t *cap, const char *b) {
     return 1;
 }
 
-// A sound file's bytes -> the model's PCM (*pcm), refused past --max-audio-seconds; `what`
-// names it in the message.
-static int decode_audio(const char *what, const void *data, size_t n, float **pcm, size_t *n_pcm,
-                        perr *e) {
+// A sound file's bytes -> the model's PCM (*pcm), all of it, refused past
+// --max-audio-seconds; `what` names it in the message. The bytes go through a memory file to
+// g4cu_audio_load, the public call that decodes a whole file.
+static int decode_audio_all(const char *what, const void *data, size_t n, float **pcm,
+                            size_t *n_pcm, perr *e) {
     double sec;
-    if (g4cu_decode_audio(S.model, data, n, pcm, n_pcm, &sec))
+    float *head;
+    size_t n_head;
+    // the length first (g4cu_decode_audio reads only the first window's samples)
+    if (g4cu_decode_audio(S.model, data, n, &head, &n_head, &sec))
         return fail(e, "%s: %s", what, g4cu_last_error());
-    if (sec > S.o.max_audio_s) {
-        free(*pcm);
-        *pcm = NULL;
+    g4cu_free(head);
+    if (sec > S.o.max_audio_s)
         return fail(e, "%s: %.1f s of audio is over the limit of %d s", what, sec, S.o.max_audio_s);
+    const int fd = memfd_create("g4cu-serve-audio", MFD_CLOEXEC);
+    size_t at = 0;
+    while (fd >= 0 && at < n) {
+        const ssize_t w = write(fd, (const char *)data + at, n - at);
+        if (w <= 0) break;
+        at += (size_t)w;
     }
+    if (fd < 0 || at < n) {
+        if (fd >= 0) close(fd);
+        return fail(e, "%s: cannot stage the upload for decoding (%s)", what, strerror(errno));
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    const int rc = g4cu_audio_load(S.model, path, pcm, n_pcm);
+    close(fd);
+    if (rc) return fail(e, "%s: %s", what, g4cu_last_error());
     if (!serve_guard_reserve(*n_pcm * sizeof(float))) { // (answered 503)
         free(*pcm);
         *pcm = NULL;
@@ -436,20 +553,135 @@ static int decode_audio(const char *what, const void *data, size_t n, float **pc
     return 1;
 }
 
-static int add_media(job *j, g4cu_media_kind kind, unsigned char *data, size_t n, perr *e) {
-    if (j->n_media >= S.o.max_media || j->n_media >= 16) {
-        free(data);
-        return fail(e, "more than %d images and audio clips in the request", S.o.max_media);
+// 0 when out of memory (owned freed, marked for a 503).
+static int push_media(job *j, g4cu_media md, void *owned) {
+    g4cu_media *m = realloc(j->media, sizeof *j->media * (size_t)(j->n_media + 1));
+    if (m) j->media = m;
+    void **o = m ? realloc(j->owned, sizeof *j->owned * (size_t)(j->n_media + 1)) : NULL;
+    if (o) j->owned = o;
+    if (!m || !o) {
+        free(owned);
+        serve_guard_set_oom();
+        return 0;
     }
-    j->owned[j->n_media] = data;
-    j->media[j->n_media++] = (g4cu_media){.kind = kind, .data = data, .size = n};
+    j->owned[j->n_media] = owned;
+    j->media[j->n_media++] = md;
     return 1;
 }
 
-// A message's content: a string, or an array of parts; media only for the user turn.
+static int add_media(job *j, g4cu_media_kind kind, unsigned char *data, size_t n, perr *e) {
+    if (j->n_items >= S.o.max_media) {
+        free(data);
+        return fail(e, "more than %d images and audio clips in the request", S.o.max_media);
+    }
+    j->n_items++;
+    return push_media(j, (g4cu_media){.kind = kind, .data = data, .size = n}, data) ||
+           fail(e, "out of memory");
+}
+
+// A sound file's bytes (freed here) -> the next media of j, as PCM: all of it, a clip longer
+// than the audio window split into consecutive windows (the model hears the whole upload).
+static int add_audio(job *j, const char *what, unsigned char *bytes, size_t n, perr *e) {
+    if (j->n_items >= S.o.max_media) {
+        free(bytes);
+        return fail(e, "more than %d images and audio clips in the request", S.o.max_media);
+    }
+    float *pcm;
+    size_t n_pcm;
+    const int ok = decode_audio_all(what, bytes, n, &pcm, &n_pcm, e);
+    free(bytes);
+    if (!ok) return 0;
+    j->n_items++;
+    const size_t win = g4cu_model_audio_window(S.model);
+    const int rate = g4cu_model_audio_rate(S.model);
+    if (!win || n_pcm <= win) {
+        return push_media(j, (g4cu_media){.kind = G4CU_AUDIO_PCM, .pcm = pcm, .n_samples = n_pcm,
+                                          .sample_rate = rate},
+                          pcm) ||
+               fail(e, "out of memory");
+    }
+    for (size_t at = 0; at < n_pcm; at += win) {
+        const size_t k = n_pcm - at < win ? n_pcm - at : win;
+        float *part = malloc(k * sizeof *part);
+        if (part) memcpy(part, pcm + at, k * sizeof *part);
+        if (!part || !push_media(j, (g4cu_media){.kind = G4CU_AUDIO_PCM, .pcm = part,
+                                                 .n_samples = k, .sample_rate = rate},
+                                 part)) {
+            if (!part) serve_guard_set_oom();
+            free(pcm);
+            return fail(e, "out of memory");
+        }
+    }
+    free(pcm);
+    return 1;
+}
+
+// --media-dir: a local file's bytes (a path or file:// URL; the file must be a regular file
+// whose real path is under the folder's, at most --max-body bytes).
+static int media_file(const char *what, const char *url, unsigned char **out, size_t *n, perr *e) {
+    const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
+    char *real = realpath(path, NULL);
+    const size_t dn = strlen(S.media_dir_real);
+    if (!real || strncmp(real, S.media_dir_real, dn) || real[dn] != '/') {
+        free(real);
+        return fail(e, "%s: '%.200s' is not a file under --media-dir (remote URLs are not "
+                       "fetched)",
+                    what, url);
+    }
+    FILE *f = fopen(real, "rb");
+    free(real);
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > S.o.max_body) {
+        if (f) fclose(f);
+        return fail(e, "%s: '%.200s': expected a readable regular file of 1 to %zu bytes", what,
+                    url, S.o.max_body);
+    }
+    *out = malloc((size_t)st.st_size);
+    if (!*out) {
+        fclose(f);
+        serve_guard_set_oom();
+        return fail(e, "out of memory");
+    }
+    *n = fread(*out, 1, (size_t)st.st_size, f);
+    fclose(f);
+    if (*n != (size_t)st.st_size) {
+        free(*out);
+        return fail(e, "%s: '%.200s': a short read", what, url);
+    }
+    return 1;
+}
+
+// A part's {"<key>": {"url": U}} (or {"<key>": U}) -> the file's bytes. U: a data: URL
+// (data:<kind>...;base64,... or data:application/octet-stream;base64,...); with --media-dir, a
+// path (or file:// URL) of a regular file under that folder. Remote URLs are not fetched.
+static int url_bytes(const cJSON *part, const char *key, const char *kind, unsigned char **out,
+                     size_t *n, perr *e) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, key);
+    if (cJSON_IsObject(u)) u = cJSON_GetObjectItemCaseSensitive(u, "url");
+    if (!cJSON_IsString(u)) return fail(e, "an %s part has no url string", key);
+    const char *url = u->valuestring, *comma = strchr(url, ',');
+    if (!strncmp(url, "data:", 5)) {
+        const size_t kn = strlen(kind);
+        if ((strncmp(url + 5, kind, kn) && strncmp(url + 5, "application/octet-stream", 24)) ||
+            !comma || strncmp(comma - 7, ";base64", 7) || comma - 7 < url + 5 + kn)
+            return fail(e, "%s: expected a data:%s...;base64, URL", key, kind);
+        if (!b64_decode(comma + 1, strlen(comma + 1), out, n))
+            return fail(e, "%s: the data: URL is not valid base64 (or empty)", key);
+        return 1;
+    }
+    if (S.o.media_dir) return media_file(key, url, out, n, e);
+    return fail(e, "%s: expected a data:%s...;base64, URL (remote URLs are not fetched; local "
+                   "paths only under --media-dir)",
+                key, kind);
+}
+
+// A message's content: a string, or an array of parts (text parts joined by newlines; null:
+// none); media only in user messages.
 static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
     size_t len = 0, cap = 0;
     if (cJSON_IsString(c)) return cat(text, &len, &cap, c->valuestring) || fail(e, "out of memory");
+    if (!c || cJSON_IsNull(c)) return 1;
     if (!cJSON_IsArray(c)) return fail(e, "messages[].content: expected a string or an array of parts");
     const cJSON *p;
     cJSON_ArrayForEach(p, c) {
@@ -461,27 +693,19 @@ static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
             if (!cJSON_IsString(s)) return fail(e, "a text part has no \"text\" string");
             if (!cat(text, &len, &cap, s->valuestring)) return fail(e, "out of memory");
         } else if (!strcmp(t, "image_url") && user) {
-            const cJSON *u = cJSON_GetObjectItemCaseSensitive(p, "image_url");
-            if (cJSON_IsObject(u)) u = cJSON_GetObjectItemCaseSensitive(u, "url");
-            if (!cJSON_IsString(u)) return fail(e, "an image_url part has no url string");
-            const char *url = u->valuestring, *comma = strchr(url, ',');
-            if (strncmp(url, "data:image/", 11) || !comma || comma - url < 18 ||
-                strncmp(comma - 7, ";base64", 7))
-                return fail(e, "image_url: expected a data:image/...;base64, URL (remote URLs "
-                               "are not fetched)");
             unsigned char *bytes;
             size_t n;
-            if (!b64_decode(comma + 1, strlen(comma + 1), &bytes, &n))
-                return fail(e, "image_url: the data: URL is not valid base64");
-            if (!n) {
-                free(bytes);
-                return fail(e, "image_url: the data: URL is empty");
-            }
+            if (!url_bytes(p, "image_url", "image/", &bytes, &n, e)) return 0;
             if (!serve_guard_image(bytes, n, e->msg, sizeof e->msg)) {
                 free(bytes);
                 return 0;
             }
             if (!add_media(j, G4CU_IMAGE_ENCODED, bytes, n, e)) return 0;
+        } else if (!strcmp(t, "audio_url") && user) {
+            unsigned char *bytes;
+            size_t n;
+            if (!url_bytes(p, "audio_url", "audio/", &bytes, &n, e)) return 0;
+            if (!add_audio(j, "audio_url", bytes, n, e)) return 0;
         } else if (!strcmp(t, "input_audio") && user) {
             const cJSON *a = cJSON_GetObjectItemCaseSensitive(p, "input_audio");
             const cJSON *d = cJSON_GetObjectItemCaseSensitive(a, "data");
@@ -493,26 +717,26 @@ static int content(job *j, const cJSON *c, int user, char **text, perr *e) {
             unsigned char *bytes;
             size_t n;
             if (!b64_decode(d->valuestring, strlen(d->valuestring), &bytes, &n))
-                return fail(e, "input_audio.data is not valid base64");
-            if (!n) {
-                free(bytes);
-                return fail(e, "input_audio.data is empty");
-            }
-            float *pcm;
-            size_t n_pcm;
-            const int ok = decode_audio("input_audio", bytes, n, &pcm, &n_pcm, e);
-            free(bytes);
-            if (!ok || !add_media(j, G4CU_AUDIO_PCM, (unsigned char *)pcm, 0, e)) return 0;
-            j->media[j->n_media - 1].pcm = pcm;
-            j->media[j->n_media - 1].n_samples = n_pcm;
-            j->media[j->n_media - 1].sample_rate = g4cu_model_audio_rate(S.model);
+                return fail(e, "input_audio.data is not valid base64 (or empty)");
+            if (!add_audio(j, "input_audio", bytes, n, e)) return 0;
         } else {
-            return fail(e, "content part type \"%s\" is not taken here (text; image_url and "
-                           "input_audio in the user turn)",
+            return fail(e, "content part type \"%s\" is not taken here (text; image_url, "
+                           "input_audio and audio_url in user messages)",
                         t);
         }
     }
     return 1;
+}
+
+// A seed for a request that gave none (or -1): from the kernel's random source, below 2^53 so
+// that the number in the response is exact in any JSON reader and can be sent back.
+static uint64_t fresh_seed(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) { // (no entropy yet: time and count)
+        static unsigned long long k;
+        v = (uint64_t)time(NULL) * 6364136223846793005ull + __atomic_add_fetch(&k, 1, __ATOMIC_RELAXED) * 1442695040888963407ull;
+    }
+    return v & ((1ull << 53) - 1);
 }
 
 static int num_field(const cJSON *root, const char *key, double lo, double hi, int integer,
@@ -532,11 +756,12 @@ static int num_field(const cJSON *root, const char *key, double lo, double hi, i
 static int chat_params(job *j, const cJSON *root, perr *e) {
     int has;
     double v = 0;
-    j->rq.max_tokens = S.o.max_tokens < 256 ? S.o.max_tokens : 256;
-    if (!num_field(root, "max_tokens", 1, S.o.max_tokens, 1, &has, &v, e)) return 0;
-    if (has) j->rq.max_tokens = (int)v;
-    if (!num_field(root, "max_completion_tokens", 1, S.o.max_tokens, 1, &has, &v, e)) return 0;
-    if (has) j->rq.max_tokens = (int)v;
+    // beyond --max-tokens (or the context: the engine stops there): clamped, finish "length"
+    j->rq.max_tokens = S.max_tokens < 256 ? S.max_tokens : 256;
+    if (!num_field(root, "max_tokens", 1, 9.2e18, 1, &has, &v, e)) return 0;
+    if (has) j->rq.max_tokens = v < S.max_tokens ? (int)v : S.max_tokens;
+    if (!num_field(root, "max_completion_tokens", 1, 9.2e18, 1, &has, &v, e)) return 0;
+    if (has) j->rq.max_tokens = v < S.max_tokens ? (int)v : S.max_tokens;
     if (!num_field(root, "temperature", 0, 2, 0, &has, &v, e)) return 0;
     if (has) j->rq.temperature = (float)v;
     if (!num_field(root, "top_p", 0, 1, 0, &has, &v, e)) return 0;
@@ -547,7 +772,11 @@ static int chat_params(job *j, const cJSON *root, perr *e) {
     if (!num_field(root, "top_k", 0, 1 << 30, 1, &has, &v, e)) return 0;
     if (has) j->rq.top_k = (int)v;
     if (!num_field(root, "seed", -9.2e18, 9.2e18, 1, &has, &v, e)) return 0;
-    if (has) j->rq.seed = (uint64_t)(int64_t)v;
+    if (has && v != -1) j->rq.seed = (uint64_t)(int64_t)v;
+    if (j->rq.temperature > 0) { // sampling: the seed used goes back in the response
+        if (!has || v == -1) j->rq.seed = fresh_seed();
+        j->sampled = 1;
+    }
     if (!num_field(root, "n", 1, 1, 1, &has, &v, e)) return 0;
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (stop && !cJSON_IsNull(stop)) {
@@ -575,6 +804,114 @@ static int chat_params(job *j, const cJSON *root, perr *e) {
     return 1;
 }
 
+// j keeps str (freed with j). NULL str, or no memory to keep it: NULL, marked for a 503.
+static char *own(job *j, char *str) {
+    char **a = str ? realloc(j->strs, sizeof *j->strs * (size_t)(j->n_strs + 1)) : NULL;
+    if (!a) {
+        free(str);
+        serve_guard_set_oom();
+        return NULL;
+    }
+    j->strs = a;
+    return j->strs[j->n_strs++] = str;
+}
+
+static const char *opt_string(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+// An assistant message's tool_calls ([{id, type: "function", function: {name, arguments}}],
+// arguments a JSON object's text, as OpenAI sends it) -> j->calls (m->tool_calls set later:
+// the array may move).
+static int tool_calls(job *j, const cJSON *tcs, int i, g4cu_message *m, perr *e) {
+    if (!tcs || cJSON_IsNull(tcs)) return 1;
+    if (!cJSON_IsArray(tcs)) return fail(e, "messages[%d].tool_calls: expected an array", i);
+    const cJSON *tc;
+    cJSON_ArrayForEach(tc, tcs) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const char *name = opt_string(f, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (!name) return fail(e, "messages[%d].tool_calls[]: expected function.name, a string", i);
+        if (args && !cJSON_IsString(args) && !cJSON_IsObject(args) && !cJSON_IsNull(args))
+            return fail(e, "messages[%d].tool_calls[].function.arguments: expected a JSON "
+                           "object's text",
+                        i);
+        g4cu_tool_call *calls = realloc(j->calls, sizeof *j->calls * (size_t)(j->n_calls + 1));
+        if (!calls) {
+            serve_guard_set_oom();
+            return fail(e, "out of memory");
+        }
+        j->calls = calls;
+        const char *id = opt_string(tc, "id");
+        j->calls[j->n_calls++] = (g4cu_tool_call){
+            id ? own(j, strdup(id)) : NULL, own(j, strdup(name)),
+            cJSON_IsString(args) ? own(j, strdup(args->valuestring))
+            : cJSON_IsObject(args) ? own(j, cJSON_PrintUnformatted(args))
+                                   : NULL};
+        m->n_tool_calls++;
+    }
+    return 1;
+}
+
+// "messages": an optional first system (or developer) message, then user, assistant and tool
+// messages in any order, rendered by the model's chat template (g4cu_request's messages).
+static int messages(job *j, const cJSON *msgs, perr *e) {
+    const int n = cJSON_GetArraySize(msgs);
+    j->msgs = calloc((size_t)n, sizeof *j->msgs);
+    if (!j->msgs) {
+        serve_guard_set_oom();
+        return fail(e, "out of memory");
+    }
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(role)) return fail(e, "messages[%d]: expected a \"role\" string", i);
+        const char *r = role->valuestring;
+        if (!strcmp(r, "system") || !strcmp(r, "developer")) {
+            if (i) return fail(e, "messages[%d]: a system message comes first, once", i);
+            if (!content(j, c, 0, &j->system, e)) return 0;
+            if (!j->system) j->system = strdup("");
+            // parts: the template writes trim(text) + " " (what the eval harness sends)
+            j->rq.system_as_parts = cJSON_IsArray(c);
+            i++;
+            continue;
+        }
+        g4cu_message *g = &j->msgs[j->n_msgs];
+        char *text = NULL;
+        const int media0 = j->n_media;
+        if (!strcmp(r, "user")) {
+            g->role = "user";
+        } else if (!strcmp(r, "assistant")) {
+            g->role = "assistant";
+            if (!tool_calls(j, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), i, g, e))
+                return 0;
+        } else if (!strcmp(r, "tool")) {
+            g->role = "tool";
+            const char *id = opt_string(m, "tool_call_id"), *name = opt_string(m, "name");
+            g->tool_call_id = id ? own(j, strdup(id)) : NULL;
+            g->name = name ? own(j, strdup(name)) : NULL;
+        } else {
+            return fail(e, "messages[%d]: role \"%s\": expected system, user, assistant or tool",
+                        i, r);
+        }
+        if (!content(j, c, g->role[0] == 'u', &text, e)) {
+            free(text);
+            return 0;
+        }
+        g->text = text ? own(j, text) : NULL;
+        g->n_media = j->n_media - media0;
+        j->n_msgs++;
+        i++;
+    }
+    if (!j->n_msgs) return fail(e, "messages: no user message");
+    for (int k = 0, at = 0; k < j->n_msgs; at += j->msgs[k++].n_tool_calls)
+        if (j->msgs[k].n_tool_calls) j->msgs[k].tool_calls = j->calls + at;
+    return 1;
+}
+
 static job *parse_chat(const char *body, size_t len, perr *e) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
@@ -595,54 +932,82 @@ static job *parse_chat(const char *body, size_t len, perr *e) {
         cJSON_Delete(root);
         return NULL;
     }
-    int ok = 1, n_user = 0;
+    int ok = 1;
     if (!cJSON_IsObject(root)) ok = fail(e, "the body must be a JSON object");
     const cJSON *msgs = ok ? cJSON_GetObjectItemCaseSensitive(root, "messages") : NULL;
     if (ok && (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs)))
         ok = fail(e, "\"messages\": expected a non-empty array");
-    const cJSON *m;
-    if (ok)
-        cJSON_ArrayForEach(m, msgs) {
-            const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-            const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-            if (!cJSON_IsString(role)) {
-                ok = fail(e, "messages[]: expected a \"role\" string");
-                break;
-            }
-            const char *r = role->valuestring;
-            if (!strcmp(r, "system") || !strcmp(r, "developer")) {
-                if (n_user || j->system) {
-                    ok = fail(e, "messages: one system message, before the user's");
-                    break;
-                }
-                if (!(ok = content(j, c, 0, &j->system, e))) break;
-                if (!j->system) j->system = strdup("");
-            } else if (!strcmp(r, "user")) {
-                if (n_user++) {
-                    ok = fail(e, "messages: only one user turn is supported (no multi-turn "
-                                 "history yet)");
-                    break;
-                }
-                if (!(ok = content(j, c, 1, &j->text, e))) break;
-            } else {
-                ok = fail(e, "messages: role \"%s\" is not supported (one optional system "
-                             "message and one user message)",
-                          r);
-                break;
-            }
-        }
-    if (ok && !n_user) ok = fail(e, "messages: no user message");
+    if (ok) ok = messages(j, msgs, e);
     if (ok) ok = chat_params(j, root, e);
     cJSON_Delete(root);
     if (!ok) {
         job_unref(j);
         return NULL;
     }
-    if (!j->text && !j->n_media) j->text = strdup("");
     j->rq.system = j->system;
-    j->rq.text = j->text;
+    j->rq.messages = j->msgs;
+    j->rq.n_messages = j->n_msgs;
     j->rq.media = j->media;
     j->rq.n_media = j->n_media;
+    return j;
+}
+
+// POST /v1/completions: "prompt" a string (its tokens after <bos>, as the tokenizer adds it;
+// special tokens written in it count as such), an array of one string, or an array of token
+// ids (as they are); no chat template. The generation fields as for chat.
+static job *parse_completion(const char *body, size_t len, perr *e) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!cJSON_IsObject(root)) {
+        fail(e, "the body is not a JSON object (at byte %ld)", end ? (long)(end - body) : 0L);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    job *j = job_new(JOB_COMPLETION);
+    if (!j) {
+        serve_guard_set_oom();
+        cJSON_Delete(root);
+        return NULL;
+    }
+    int ok = 1;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
+    const int vocab = g4cu_tokenizer_n_vocab(S.tok);
+    if (cJSON_IsString(p)) {
+        const char *t = p->valuestring;
+        if (g4cu_tokenizer_encode(S.tok, t, strlen(t), strncmp(t, "<bos>", 5) != 0, &j->ids,
+                                  &j->n_ids))
+            ok = fail(e, "prompt: %s", g4cu_last_error());
+    } else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && cJSON_IsNumber(p->child)) {
+        const cJSON *v;
+        j->ids = malloc(sizeof *j->ids * (size_t)cJSON_GetArraySize(p));
+        if (!j->ids) {
+            serve_guard_set_oom();
+            ok = fail(e, "out of memory");
+        }
+        if (j->ids) cJSON_ArrayForEach(v, p) {
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= vocab ||
+                v->valuedouble != (double)(int)v->valuedouble) {
+                ok = fail(e, "prompt: expected token ids in [0, %d)", vocab);
+                break;
+            }
+            j->ids[j->n_ids++] = (int32_t)v->valuedouble;
+        }
+    } else {
+        ok = fail(e, "\"prompt\": expected a string, an array of one string, or an array of "
+                     "token ids (one prompt a request)");
+    }
+    if (ok && !j->n_ids) ok = fail(e, "prompt: no tokens");
+    const cJSON *echo = cJSON_GetObjectItemCaseSensitive(root, "echo");
+    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (ok && cJSON_IsTrue(echo)) ok = fail(e, "\"echo\": true is not supported");
+    if (ok && suffix && !cJSON_IsNull(suffix)) ok = fail(e, "\"suffix\" is not supported");
+    if (ok) ok = chat_params(j, root, e);
+    cJSON_Delete(root);
+    if (!ok) {
+        job_unref(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -654,12 +1019,25 @@ static const char *finish_reason(const g4cu_result *r) {
 static cJSON *chat_object(const char *object, unsigned long long id) {
     cJSON *o = cJSON_CreateObject();
     char ids[64];
-    snprintf(ids, sizeof ids, "chatcmpl-%llu", id);
+    snprintf(ids, sizeof ids, "%s-%llu", strcmp(object, "text_completion") ? "chatcmpl" : "cmpl",
+             id);
     cJSON_AddStringToObject(o, "id", ids);
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
     cJSON_AddStringToObject(o, "model", S.o.name);
+    char fp[96];
+    snprintf(fp, sizeof fp, "g4cu-%s-%s", g4cu_version(), g4cu_model_backend(S.model));
+    cJSON_AddStringToObject(o, "system_fingerprint", fp);
     return o;
+}
+
+// The seed a sampled answer used (beside OpenAI's fields: send it back to repeat the sample).
+static void add_seed(cJSON *o, const job *j) {
+    if (j->sampled) { // an integer always (cJSON would write a seed ending in 0 as 6.8e+15)
+        char num[24];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)j->rq.seed);
+        cJSON_AddRawToObject(o, "seed", num);
+    }
 }
 
 static void add_usage(cJSON *o, const g4cu_result *r) {
@@ -698,12 +1076,18 @@ static void sse_set(sse *s, cJSON *o, const char *tail) {
 }
 
 static cJSON *chunk(sse *s, const char *content, const char *finish) {
-    cJSON *o = chat_object("chat.completion.chunk", s->id), *ch = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
+    const int cmpl = s->j->kind == JOB_COMPLETION;
+    cJSON *o = chat_object(cmpl ? "text_completion" : "chat.completion.chunk", s->id);
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
-    cJSON *d = cJSON_AddObjectToObject(c, "delta");
-    if (!content && !finish) cJSON_AddStringToObject(d, "role", "assistant");
-    if (content) cJSON_AddStringToObject(d, "content", content);
+    if (cmpl) { // /v1/completions: the text piece itself
+        cJSON_AddStringToObject(c, "text", content ? content : "");
+        cJSON_AddNullToObject(c, "logprobs");
+    } else {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (!content && !finish) cJSON_AddStringToObject(d, "role", "assistant");
+        if (content) cJSON_AddStringToObject(d, "content", content);
+    }
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -744,6 +1128,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         } else {
             o = chunk(s, NULL, finish_reason(&j->res));
             add_usage(o, &j->res);
+            add_seed(o, j);
         }
         pthread_mutex_unlock(&j->mu);
         sse_set(s, o, "data: [DONE]\n\n");
@@ -759,18 +1144,119 @@ static void sse_free(void *cls) {
     free(s);
 }
 
+// --- the transcription response ---------------------------------------------------------------
+enum { FMT_JSON, FMT_TEXT, FMT_VERBOSE_JSON, FMT_SRT, FMT_VTT, N_FMT };
+static const char *const fmt_name[N_FMT] = {"json", "text", "verbose_json", "srt", "vtt"};
+
+// "HH:MM:SS<sep>mmm"
+static void timestamp(char *buf, size_t n, double s, char sep) {
+    long long ms = (long long)(s * 1000.0 + 0.5);
+    snprintf(buf, n, "%02lld:%02lld:%02lld%c%03lld", ms / 3600000, ms / 60000 % 60,
+             ms / 1000 % 60, sep, ms % 1000);
+}
+
+// The transcript in a response_format: json {text}; text; verbose_json (OpenAI's: task,
+// language, duration, text, segments with id, seek, start, end, text, tokens, temperature);
+// srt and vtt (a cue a segment).
+static enum MHD_Result transcript_answer(struct MHD_Connection *c, conn_ctx *x,
+                                         const g4cu_transcript *t, int fmt, float temperature) {
+    const double rate = t->sample_rate > 0 ? t->sample_rate : 16000;
+    if (fmt == FMT_TEXT) {
+        char *s = strndup(t->text, t->text_len);
+        if (!s) return send_error(c, x, 503, "out of memory writing the transcript; retry later");
+        return send_buf(c, x, 200, "text/plain; charset=utf-8", s, strlen(s));
+    }
+    if (fmt == FMT_JSON || fmt == FMT_VERBOSE_JSON) {
+        cJSON *o = cJSON_CreateObject();
+        if (fmt == FMT_VERBOSE_JSON) {
+            cJSON_AddStringToObject(o, "task", "transcribe");
+            cJSON_AddStringToObject(o, "language", x->language ? x->language : "unknown");
+            cJSON_AddNumberToObject(o, "duration", (double)t->n_samples / rate);
+        }
+        cJSON_AddStringToObject(o, "text", t->text);
+        if (fmt == FMT_VERBOSE_JSON) {
+            cJSON *segs = cJSON_AddArrayToObject(o, "segments");
+            for (int k = 0; k < t->n_segments; k++) {
+                const g4cu_segment *g = &t->segments[k];
+                cJSON *sj = cJSON_CreateObject(), *toks;
+                cJSON_AddNumberToObject(sj, "id", k);
+                cJSON_AddNumberToObject(sj, "seek", (double)g->window_start);
+                cJSON_AddNumberToObject(sj, "start", (double)g->start / rate);
+                cJSON_AddNumberToObject(sj, "end", (double)g->end / rate);
+                cJSON_AddStringToObject(sj, "text", g->text);
+                toks = cJSON_AddArrayToObject(sj, "tokens");
+                for (int i = 0; i < g->n_tokens; i++)
+                    cJSON_AddItemToArray(toks, cJSON_CreateNumber(g->tokens[i]));
+                cJSON_AddNumberToObject(sj, "temperature", temperature);
+                cJSON_AddItemToArray(segs, sj);
+            }
+        }
+        return send_json(c, x, 200, o);
+    }
+    const int vtt = fmt == FMT_VTT;
+    size_t cap = 64 + t->text_len * 2, n = 0;
+    for (int k = 0; k < t->n_segments; k++) cap += 64 + strlen(t->segments[k].text);
+    char *b = malloc(cap);
+    if (!b) return send_error(c, x, 503, "out of memory writing the transcript; retry later");
+    if (vtt) n += (size_t)snprintf(b + n, cap - n, "WEBVTT\n\n");
+    for (int k = 0; k < t->n_segments; k++) {
+        char t0[32], t1[32];
+        timestamp(t0, sizeof t0, (double)t->segments[k].start / rate, vtt ? '.' : ',');
+        timestamp(t1, sizeof t1, (double)t->segments[k].end / rate, vtt ? '.' : ',');
+        if (!vtt) n += (size_t)snprintf(b + n, cap - n, "%d\n", k + 1);
+        n += (size_t)snprintf(b + n, cap - n, "%s --> %s\n%s\n\n", t0, t1, t->segments[k].text);
+    }
+    return send_buf(c, x, 200, vtt ? "text/vtt; charset=utf-8" : "application/x-subrip; charset=utf-8",
+                    b, n);
+}
+
+// Has the client closed its side of the connection? (MHD calls no one while this thread waits
+// in the request handler, so the socket is looked at directly: a hang-up, or a read of 0 bytes.
+// Bytes of a pipelined next request are left in place.)
+static int client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+    char b;
+    return (p.revents & POLLIN) && recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+// Waits for the job's end (or, streaming, its first text); a client that leaves meanwhile
+// cancels it (its generation stops at the next token, or it never runs).
+static void wait_job(struct MHD_Connection *c, job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && !(j->stream && j->out_len)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L; // look at the socket every 100 ms
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && !j->cancel && client_gone(c)) {
+            j->cancel = 1;
+            pthread_mutex_lock(&S.mu);
+            S.cancelled++;
+            pthread_mutex_unlock(&S.mu);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
 // Waits for the job's end (or, streaming, its first text) and answers.
 static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j, int text_format) {
     if (!submit(j)) {
         job_unref(j);
+        extra_header[0] = "Retry-After", extra_header[1] = "1";
         return send_error(c, x, 429, "the queue is full (%d requests waiting); retry later",
                           S.o.queue);
     }
     pthread_mutex_lock(&S.mu);
     unsigned long long id = ++S.next_id;
     pthread_mutex_unlock(&S.mu);
+    wait_job(c, j);
     pthread_mutex_lock(&j->mu);
-    while (!j->done && !(j->stream && j->out_len)) pthread_cond_wait(&j->cv, &j->mu);
     const int done = j->done, rc = j->rc;
     pthread_mutex_unlock(&j->mu);
     if (done && rc) {
@@ -787,7 +1273,7 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
         }
         s->j = j;
         s->id = id;
-        sse_set(s, chunk(s, NULL, NULL), NULL);
+        if (j->kind == JOB_CHAT) sse_set(s, chunk(s, NULL, NULL), NULL); // the role chunk
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, s, sse_free);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
@@ -806,23 +1292,24 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
     const g4cu_result *r = &j->res;
     enum MHD_Result ok;
     if (j->kind == JOB_TRANSCRIBE) {
-        if (text_format) {
-            char *t = strndup(r->text, r->text_len);
-            ok = send_buf(c, x, 200, "text/plain; charset=utf-8", t, strlen(t));
-        } else {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "text", r->text);
-            ok = send_json(c, x, 200, o);
-        }
+        ok = transcript_answer(c, x, &j->tr, text_format, j->rq.temperature);
     } else {
-        cJSON *o = chat_object("chat.completion", id), *ch = cJSON_AddArrayToObject(o, "choices");
-        cJSON *c0 = cJSON_CreateObject(), *msg = cJSON_AddObjectToObject(c0, "message");
+        const int cmpl = j->kind == JOB_COMPLETION;
+        cJSON *o = chat_object(cmpl ? "text_completion" : "chat.completion", id);
+        cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c0 = cJSON_CreateObject();
         cJSON_AddNumberToObject(c0, "index", 0);
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", r->text);
+        if (cmpl) {
+            cJSON_AddStringToObject(c0, "text", r->text);
+            cJSON_AddNullToObject(c0, "logprobs");
+        } else {
+            cJSON *msg = cJSON_AddObjectToObject(c0, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", r->text);
+        }
         cJSON_AddStringToObject(c0, "finish_reason", finish_reason(r));
         cJSON_AddItemToArray(ch, c0);
         add_usage(o, r);
+        add_seed(o, j);
         ok = send_json(c, x, 200, o);
     }
     x->g.prompt_tokens = r->n_prompt_tokens, x->g.completion_tokens = r->n_tokens;
@@ -839,6 +1326,7 @@ static enum MHD_Result form_field(void *cls, enum MHD_ValueKind kind, const char
     char **dst = !strcmp(key, "prompt")            ? &x->prompt
                  : !strcmp(key, "response_format") ? &x->format
                  : !strcmp(key, "temperature")     ? &x->temperature
+                 : !strcmp(key, "language")        ? &x->language
                                                    : NULL;
     if (!strcmp(key, "file")) {
         char *f = realloc(x->file, x->file_len + size + 1);
@@ -884,12 +1372,14 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
         return send_error(c, x, 400, "the form has no \"file\" field (the audio to transcribe)");
     if (!g4cu_model_has_audio(S.model))
         return send_error(c, x, 400, "the model %s has no audio encoder", S.o.name);
-    int text_format = 0;
+    int text_format = FMT_JSON;
     if (x->format) {
-        if (!strcmp(x->format, "text"))
-            text_format = 1;
-        else if (strcmp(x->format, "json"))
-            return send_error(c, x, 400, "response_format \"%s\": expected json or text",
+        for (text_format = 0; text_format < N_FMT; text_format++)
+            if (!strcmp(x->format, fmt_name[text_format])) break;
+        if (text_format == N_FMT)
+            return send_error(c, x, 400,
+                              "response_format \"%.64s\": expected json, text, verbose_json, srt "
+                              "or vtt",
                               x->format);
     }
     job *j = job_new(JOB_TRANSCRIBE);
@@ -905,9 +1395,9 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
         j->rq.temperature = (float)t;
     }
     if (x->prompt && x->prompt[0]) j->text = strdup(x->prompt), j->rq.text = j->text;
-    j->rq.max_tokens = S.o.max_tokens < 448 ? S.o.max_tokens : 448;
+    j->rq.max_tokens = S.max_tokens < 448 ? S.max_tokens : 448;
     perr e;
-    if (!decode_audio("file", x->file, x->file_len, &j->pcm, &j->n_pcm, &e)) {
+    if (!decode_audio_all("file", x->file, x->file_len, &j->pcm, &j->n_pcm, &e)) {
         job_unref(j);
         return send_error(c, x, serve_guard_oom() ? 503 : 400, "%s", e.msg);
     }
@@ -930,6 +1420,8 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
                     codes[k], S.requests[e][k]);
     OUT("# HELP g4cu_rejected_total Requests refused because the queue was full (429).\n"
         "# TYPE g4cu_rejected_total counter\ng4cu_rejected_total %llu\n", S.rejected);
+    OUT("# HELP g4cu_cancelled_total Requests stopped because their client left.\n"
+        "# TYPE g4cu_cancelled_total counter\ng4cu_cancelled_total %llu\n", S.cancelled);
     OUT("# HELP g4cu_prompt_tokens_total Prompt tokens of the answered requests.\n"
         "# TYPE g4cu_prompt_tokens_total counter\ng4cu_prompt_tokens_total %llu\n",
         S.prompt_tokens);
@@ -956,15 +1448,134 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
     return send_buf(c, x, 200, "text/plain; version=0.0.4", b, n);
 }
 
-static enum MHD_Result models(struct MHD_Connection *c, conn_ctx *x) {
-    cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
+static cJSON *model_object(void) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", S.o.name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "g4cu");
-    cJSON_AddItemToArray(d, m);
+    return m;
+}
+
+static enum MHD_Result models(struct MHD_Connection *c, conn_ctx *x) {
+    cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(d, model_object());
     return send_json(c, x, 200, o);
+}
+
+// GET /props (llama-server's shape, the parts that apply): the defaults a request gets, the
+// slots, the context, what media the model takes.
+static enum MHD_Result props(struct MHD_Connection *c, conn_ctx *x) {
+    cJSON *o = cJSON_CreateObject(), *d = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON *p = cJSON_AddObjectToObject(d, "params"), *m = cJSON_AddObjectToObject(o, "modalities");
+    cJSON_AddNumberToObject(d, "n_ctx", g4cu_model_n_ctx(S.model));
+    cJSON_AddNumberToObject(p, "n_predict", S.max_tokens < 256 ? S.max_tokens : 256);
+    cJSON_AddNumberToObject(p, "max_tokens_limit", S.max_tokens);
+    cJSON_AddNumberToObject(p, "temperature", 0);
+    cJSON_AddNumberToObject(p, "top_k", 0);
+    cJSON_AddNumberToObject(p, "top_p", 1);
+    cJSON_AddNumberToObject(o, "total_slots", S.o.parallel);
+    cJSON_AddNumberToObject(o, "queue", S.o.queue);
+    cJSON_AddStringToObject(o, "model_alias", S.o.name);
+    cJSON_AddStringToObject(o, "model_path", S.o.pkg);
+    cJSON_AddStringToObject(o, "backend", g4cu_model_backend(S.model));
+    cJSON_AddBoolToObject(m, "vision", g4cu_model_has_vision(S.model));
+    cJSON_AddBoolToObject(m, "audio", g4cu_model_has_audio(S.model));
+    cJSON_AddStringToObject(o, "build_info", g4cu_version());
+    return send_json(c, x, 200, o);
+}
+
+// GET /slots: one object a state (llama-server's id, n_ctx, is_processing).
+static enum MHD_Result slots(struct MHD_Connection *c, conn_ctx *x) {
+    cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&S.mu);
+    for (int i = 0; i < S.o.parallel; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddNumberToObject(o, "n_ctx", g4cu_model_n_ctx(S.model));
+        cJSON_AddBoolToObject(o, "is_processing", S.busy[i]);
+        cJSON_AddItemToArray(a, o);
+    }
+    pthread_mutex_unlock(&S.mu);
+    return send_json(c, x, 200, a);
+}
+
+// POST /tokenize {"content": S, "add_special": false, "with_pieces": false} -> {"tokens": [...]}
+// (with_pieces: [{"id", "piece"}]); POST /detokenize {"tokens": [...]} -> {"content": S}
+// (llama-server's shapes; special tokens are kept in the text).
+static enum MHD_Result tokenize(struct MHD_Connection *c, conn_ctx *x) {
+    if (!S.tok) return send_error(c, x, 501, "the server has no tokenizer of its own loaded");
+    cJSON *root = x->len ? cJSON_ParseWithLength(x->body, x->len) : NULL;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return send_error(c, x, 400, "the body is not a JSON object");
+    }
+    enum MHD_Result ok;
+    if (x->ep == EP_TOKENIZE) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "content");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "add_special");
+        const cJSON *wp = cJSON_GetObjectItemCaseSensitive(root, "with_pieces");
+        int32_t *ids = NULL;
+        int n = 0;
+        if (!cJSON_IsString(t)) {
+            ok = send_error(c, x, 400, "\"content\": expected a string");
+        } else if (g4cu_tokenizer_encode(S.tok, t->valuestring, strlen(t->valuestring),
+                                         cJSON_IsTrue(sp), &ids, &n)) {
+            ok = send_error(c, x, 400, "content: %s", g4cu_last_error());
+        } else {
+            cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
+            for (int i = 0; i < n; i++) {
+                if (!cJSON_IsTrue(wp)) {
+                    cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+                    continue;
+                }
+                char *piece = NULL;
+                size_t len;
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "id", ids[i]);
+                if (!g4cu_tokenizer_decode(S.tok, &ids[i], 1, 0, &piece, &len))
+                    cJSON_AddStringToObject(e, "piece", piece);
+                g4cu_free(piece);
+                cJSON_AddItemToArray(a, e);
+            }
+            ok = send_json(c, x, 200, o);
+        }
+        g4cu_free(ids);
+    } else {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens"), *v;
+        const int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
+        const int vocab = g4cu_tokenizer_n_vocab(S.tok);
+        int32_t *ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+        if (!ids) {
+            cJSON_Delete(root);
+            return send_error(c, x, 503, "out of memory; retry later");
+        }
+        int k = 0, bad = n < 0;
+        cJSON_ArrayForEach(v, t) {
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= vocab ||
+                v->valuedouble != (double)(int)v->valuedouble) {
+                bad = 1;
+                break;
+            }
+            ids[k++] = (int32_t)v->valuedouble;
+        }
+        char *text = NULL;
+        size_t len = 0;
+        if (bad)
+            ok = send_error(c, x, 400, "\"tokens\": expected an array of ids in [0, %d)", vocab);
+        else if (g4cu_tokenizer_decode(S.tok, ids, k, 0, &text, &len))
+            ok = send_error(c, x, 400, "tokens: %s", g4cu_last_error());
+        else {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "content", text);
+            ok = send_json(c, x, 200, o);
+        }
+        g4cu_free(text);
+        free(ids);
+    }
+    cJSON_Delete(root);
+    return ok;
 }
 
 // --- the request handler -----------------------------------------------------------------------
@@ -986,19 +1597,21 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         S.in_flight++;
         const int draining = S.draining;
         pthread_mutex_unlock(&S.mu);
-        x->ep = !strcmp(url, "/v1/chat/completions")       ? EP_CHAT
-                : !strcmp(url, "/v1/audio/transcriptions") ? EP_TRANSCRIBE
-                : !strcmp(url, "/v1/models")               ? EP_MODELS
-                : !strcmp(url, "/health")                  ? EP_HEALTH
-                : !strcmp(url, "/metrics")                 ? EP_METRICS
-                                                           : EP_OTHER;
+        int route = -1;
+        for (int k = 0; k < N_ROUTES && route < 0; k++) {
+            const char *p = routes[k].path;
+            const size_t n = strlen(p);
+            if (p[n - 1] == '*' ? !strncmp(url, p, n - 1) && url[n - 1] : !strcmp(url, p))
+                route = k;
+        }
+        x->ep = route < 0 ? EP_OTHER : routes[route].ep;
         x->is_post = !strcmp(method, "POST");
         char why[320];
         const int refuse = serve_guard_check(c, method, url, &x->g, why, sizeof why);
         if (refuse == 204) return serve_guard_preflight(c, &x->g);
         if (refuse) return send_error(c, x, refuse, "%s", why);
         if (x->ep == EP_OTHER) return send_error(c, x, 404, "no endpoint %s %s", method, url);
-        const int want_post = x->ep == EP_CHAT || x->ep == EP_TRANSCRIBE;
+        const int want_post = !strcmp(routes[route].method, "POST");
         if (want_post != x->is_post || (!x->is_post && strcmp(method, "GET")))
             return send_error(c, x, 405, "%s takes %s, not %s", url, want_post ? "POST" : "GET",
                               method);
@@ -1016,11 +1629,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                               "the server holds as many request bodies as "
                               "--max-request-memory allows; retry later");
         }
-        if (x->ep == EP_CHAT && !content_type_is(c, "application/json"))
-            return send_error(c, x, 415, "%s takes Content-Type application/json", url);
+        const char *bt = routes[route].body_type;
+        if (bt && !content_type_is(c, bt))
+            return send_error(c, x, 415, "%s takes Content-Type %s", url, bt);
         if (x->ep == EP_TRANSCRIBE) {
-            if (!content_type_is(c, "multipart/form-data"))
-                return send_error(c, x, 415, "%s takes Content-Type multipart/form-data", url);
             x->pp = MHD_create_post_processor(c, 65536, form_field, x);
             if (!x->pp) return send_error(c, x, 400, "the multipart/form-data header has no boundary");
         }
@@ -1076,12 +1688,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return metrics(c, x);
     case EP_TRANSCRIBE:
         return transcribe(c, x);
-    case EP_CHAT: {
+    case EP_CHAT:
+    case EP_COMPLETIONS: {
         if (!x->len) return send_error(c, x, 400, "the body is empty: expected a JSON object");
         perr e;
         if (!serve_guard_json(x->body, x->len, e.msg, sizeof e.msg))
             return send_error(c, x, 400, "%s", e.msg);
-        job *j = parse_chat(x->body, x->len, &e);
+        job *j = x->ep == EP_CHAT ? parse_chat(x->body, x->len, &e)
+                                  : parse_completion(x->body, x->len, &e);
         if (serve_guard_oom()) {
             job_unref(j);
             return send_error(c, x, 503, "out of memory parsing the request; retry later");
@@ -1089,6 +1703,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (!j) return send_error(c, x, 400, "%s", e.msg);
         return answer_job(c, x, j, 0);
     }
+    case EP_TOKENIZE:
+    case EP_DETOKENIZE:
+        return tokenize(c, x);
+    case EP_MODEL:
+        if (strcmp(url + strlen("/v1/models/"), S.o.name))
+            return send_error(c, x, 404, "no model '%s' (this server has '%s')",
+                              url + strlen("/v1/models/"), S.o.name);
+        return send_json(c, x, 200, model_object());
+    case EP_PROPS:
+        return props(c, x);
+    case EP_SLOTS:
+        return slots(c, x);
+    case EP_EMBEDDINGS:
+        return send_error(c, x, 501, "embeddings are not served: %s is a generative model with no "
+                                     "embedding (pooling) head",
+                          S.o.name);
     }
     return send_error(c, x, 404, "no endpoint %s", url);
 }
@@ -1112,6 +1742,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(x->prompt);
     free(x->format);
     free(x->temperature);
+    free(x->language);
     free(x);
     *con_cls = NULL;
     pthread_mutex_lock(&S.mu);
@@ -1142,8 +1773,8 @@ static int int_opt(const char *opt, const char *s, long lo, long hi, long *out) 
 }
 
 int g4_serve_main(int argc, char **argv) {
-    serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16,
-                    .max_tokens = 2048, .max_media = 8, .timeout_s = 30, .max_conn = 256,
+    serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 64,
+                    .max_tokens = 0, .max_media = 8, .timeout_s = 30, .max_conn = 256,
                     .max_audio_s = 600,
                     .max_body = 32u << 20};
     for (int i = 1; i < argc; i++) {
@@ -1152,7 +1783,7 @@ int g4_serve_main(int argc, char **argv) {
         long n;
         struct { const char *name; int *dst; long lo, hi; } ints[] = {
             {"--port", &o.port, 0, 65535},         {"--parallel", &o.parallel, 1, 64},
-            {"--queue", &o.queue, 1, 100000},      {"--max-tokens", &o.max_tokens, 1, 1 << 20},
+            {"--queue", &o.queue, 1, 100000},      {"--max-tokens", &o.max_tokens, 0, 1 << 20},
             {"--max-media", &o.max_media, 0, 16},  {"--timeout", &o.timeout_s, 1, 3600},
             {"--n-ctx", &o.n_ctx, 0, 1 << 20},     {"--max-connections", &o.max_conn, 1, 65536},
             {"--max-audio-seconds", &o.max_audio_s, 1, 86400},
@@ -1179,6 +1810,8 @@ int g4_serve_main(int argc, char **argv) {
             o.tokenizer = argv[++i];
         else if (!strcmp(a, "--name") && v)
             o.name = argv[++i];
+        else if (!strcmp(a, "--media-dir") && v)
+            o.media_dir = argv[++i];
         else if (a[0] == '-')
             return usage_error("unknown option '%s' (or it needs a value)", a);
         else if (!o.pkg)
@@ -1202,6 +1835,8 @@ int g4_serve_main(int argc, char **argv) {
     if (serve_guard_start(o.host, o.timeout_s, o.max_body)) return 1;
     serve_guard_install_alloc_hooks();
     S.o = o;
+    if (o.media_dir && !(S.media_dir_real = realpath(o.media_dir, NULL)))
+        return usage_error("--media-dir '%s': not an existing folder", o.media_dir);
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
 
@@ -1215,7 +1850,27 @@ int g4_serve_main(int argc, char **argv) {
         fprintf(stderr, "g4cu: %s\n", g4cu_last_error());
         return rc == G4CU_EUSER ? 1 : 2;
     }
+    S.max_tokens = o.max_tokens ? o.max_tokens : g4cu_model_n_ctx(S.model);
     S.states = calloc((size_t)o.parallel, sizeof *S.states);
+    S.busy = calloc((size_t)o.parallel, sizeof *S.busy);
+    if (!S.states || !S.busy) {
+        fprintf(stderr, "g4cu: serve: out of memory for %d states\n", o.parallel);
+        return 2;
+    }
+    { // the tokenizer again, for the routes that take or give ids
+        char *tp = o.tokenizer ? strdup(o.tokenizer) : malloc(strlen(o.pkg) + 32);
+        if (!tp) {
+            fprintf(stderr, "g4cu: serve: out of memory\n");
+            return 2;
+        }
+        if (!o.tokenizer) sprintf(tp, "%s/tokenizer.json", o.pkg);
+        if (g4cu_tokenizer_load(tp, &S.tok)) {
+            fprintf(stderr, "g4cu: %s\n", g4cu_last_error());
+            free(tp);
+            return 1;
+        }
+        free(tp);
+    }
     S.workers = calloc((size_t)o.parallel, sizeof *S.workers);
     for (int i = 0; i < o.parallel; i++)
         if ((rc = g4cu_state_new(S.model, &S.states[i]))) {
@@ -1291,6 +1946,9 @@ int g4_serve_main(int argc, char **argv) {
     for (int i = 0; i < o.parallel; i++) g4cu_state_free(S.states[i]);
     free(S.states);
     free(S.workers);
+    free(S.media_dir_real);
+    free(S.busy);
+    g4cu_tokenizer_free(S.tok);
     g4cu_model_free(S.model);
     fprintf(stderr, "g4cu serve: stopped\n");
     return 0;
