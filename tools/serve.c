@@ -18,6 +18,7 @@
 // exit 0. Binds 127.0.0.1 unless --host says otherwise; --port 0 takes a free port; the port is
 // printed on stdout ("g4cu serve: listening on http://HOST:PORT").
 #include "tools/serve.h"
+#include "tools/serve_sampling.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,10 @@ struct job {
     int done, rc;
     char *err;
     g4cu_result res;
+    ss_fields ss;              // the sampling fields' buffers (tools/serve_sampling.h)
+    g4cu_result *more;         // choices 2..n (n > 1)
+    g4cu_token_logprob *lps;   // streamed logprobs so far (under mu)
+    size_t n_lps, cap_lps;
     volatile int cancel;
     double t_submit;
     job *next;
@@ -145,6 +150,10 @@ static void job_unref(job *j) {
     free(j->out);
     free(j->err);
     g4cu_result_free(&j->res);
+    for (int i = 0; j->more && i < j->ss.n - 1; i++) g4cu_result_free(&j->more[i]);
+    free(j->more);
+    free(j->lps);
+    ss_free(&j->ss);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -166,13 +175,44 @@ static int on_piece(void *user, const char *text, size_t len) {
     return j->cancel;
 }
 
+// A streamed request's token logprobs, kept for its next chunk.
+static void on_logprob(void *user, const g4cu_token_logprob *lp) {
+    job *j = user;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lps == j->cap_lps) {
+        j->cap_lps = j->cap_lps ? 2 * j->cap_lps : 64;
+        j->lps = realloc(j->lps, sizeof *j->lps * j->cap_lps);
+        if (!j->lps) abort();
+    }
+    j->lps[j->n_lps++] = *lp;
+    pthread_mutex_unlock(&j->mu);
+}
+
+// Choices 2..n of a chat request (n > 1): the same request with seeds seed + 1, ... (greedy
+// gives n equal choices).
+static int run_more(g4cu_state *st, job *j) {
+    int rc = G4CU_OK;
+    j->more = calloc((size_t)j->ss.n, sizeof *j->more);
+    if (!j->more) abort();
+    g4cu_request rq = j->rq;
+    rq.on_text = NULL;
+    for (int i = 1; i < j->ss.n && !rc && !j->cancel; i++) {
+        rq.seed = j->rq.seed + (uint64_t)i;
+        rc = g4cu_generate(st, &rq, &j->more[i - 1]);
+    }
+    return rc;
+}
+
 static void run_job(g4cu_state *st, job *j) {
     j->rq.on_text = on_piece;
     j->rq.user = j;
+    if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
     g4cu_result r;
     int rc = j->kind == JOB_CHAT ? g4cu_generate(st, &j->rq, &r)
                                  : g4cu_transcribe(st, j->pcm, j->n_pcm,
                                                    g4cu_model_audio_rate(S.model), &j->rq, &r);
+    if (!rc && j->kind == JOB_CHAT && j->ss.n > 1 && (rc = run_more(st, j)))
+        g4cu_result_free(&r);
     pthread_mutex_lock(&j->mu);
     j->rc = rc;
     if (rc) j->err = strdup(g4cu_last_error());
@@ -481,7 +521,6 @@ static int chat_params(job *j, const cJSON *root, perr *e) {
     if (has) j->rq.top_k = (int)v;
     if (!num_field(root, "seed", -9.2e18, 9.2e18, 1, &has, &v, e)) return 0;
     if (has) j->rq.seed = (uint64_t)(int64_t)v;
-    if (!num_field(root, "n", 1, 1, 1, &has, &v, e)) return 0;
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         const cJSON *one = stop, *s;
@@ -505,7 +544,7 @@ static int chat_params(job *j, const cJSON *root, perr *e) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stream");
     if (st && !cJSON_IsNull(st) && !cJSON_IsBool(st)) return fail(e, "\"stream\": expected a boolean");
     j->stream = cJSON_IsTrue(st);
-    return 1;
+    return ss_parse(root, &j->rq, &j->ss, j->stream, e->msg, sizeof e->msg);
 }
 
 static job *parse_chat(const char *body, size_t len, perr *e) {
@@ -604,6 +643,7 @@ typedef struct {
     char *pending; // formatted bytes not yet handed to MHD
     size_t p_len, p_at;
     size_t sent; // bytes of j->out sent
+    size_t lps_sent; // of j->lps
     int phase;   // 0 role chunk sent, 1 final sent, 2 end
 } sse;
 
@@ -620,6 +660,16 @@ static void sse_set(sse *s, cJSON *o, const char *tail) {
     free(js);
 }
 
+// The logprobs streamed since the last chunk (under j->mu), or NULL.
+static cJSON *chunk_logprobs(sse *s) {
+    job *j = s->j;
+    if (!j->rq.logprobs || s->lps_sent == j->n_lps) return NULL;
+    cJSON *o = ss_logprobs(S.model, j->lps + s->lps_sent, j->n_lps - s->lps_sent,
+                           j->rq.top_logprobs);
+    s->lps_sent = j->n_lps;
+    return o;
+}
+
 static cJSON *chunk(sse *s, const char *content, const char *finish) {
     cJSON *o = chat_object("chat.completion.chunk", s->id), *ch = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
@@ -627,6 +677,10 @@ static cJSON *chunk(sse *s, const char *content, const char *finish) {
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
     if (!content && !finish) cJSON_AddStringToObject(d, "role", "assistant");
     if (content) cJSON_AddStringToObject(d, "content", content);
+    if (content || finish) {
+        cJSON *lp = chunk_logprobs(s);
+        if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+    }
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -651,8 +705,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (s->sent < j->out_len) {
             char *piece = strndup(j->out + s->sent, j->out_len - s->sent);
             s->sent = j->out_len;
+            cJSON *o = chunk(s, piece, NULL); // (its logprobs read j under mu)
             pthread_mutex_unlock(&j->mu);
-            sse_set(s, chunk(s, piece, NULL), NULL);
+            sse_set(s, o, NULL);
             free(piece);
             continue;
         }
@@ -729,13 +784,29 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
         }
     } else {
         cJSON *o = chat_object("chat.completion", id), *ch = cJSON_AddArrayToObject(o, "choices");
-        cJSON *c0 = cJSON_CreateObject(), *msg = cJSON_AddObjectToObject(c0, "message");
-        cJSON_AddNumberToObject(c0, "index", 0);
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", r->text);
-        cJSON_AddStringToObject(c0, "finish_reason", finish_reason(r));
-        cJSON_AddItemToArray(ch, c0);
+        for (int i = 0; i < j->ss.n; i++) {
+            const g4cu_result *ri = i ? &j->more[i - 1] : r;
+            cJSON *c0 = cJSON_CreateObject(), *msg = cJSON_AddObjectToObject(c0, "message");
+            cJSON_AddNumberToObject(c0, "index", i);
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", ri->text);
+            if (j->rq.logprobs)
+                cJSON_AddItemToObject(c0, "logprobs", ss_logprobs(S.model, ri->logprobs,
+                                                                  (size_t)ri->n_tokens,
+                                                                  j->rq.top_logprobs));
+            else
+                cJSON_AddNullToObject(c0, "logprobs");
+            cJSON_AddStringToObject(c0, "finish_reason", finish_reason(ri));
+            cJSON_AddItemToArray(ch, c0);
+        }
         add_usage(o, r);
+        if (j->ss.n > 1) { // usage counts every choice's tokens
+            int n_tok = r->n_tokens;
+            for (int i = 1; i < j->ss.n; i++) n_tok += j->more[i - 1].n_tokens;
+            cJSON *u = cJSON_GetObjectItem(o, "usage");
+            cJSON_SetNumberValue(cJSON_GetObjectItem(u, "completion_tokens"), n_tok);
+            cJSON_SetNumberValue(cJSON_GetObjectItem(u, "total_tokens"), r->n_prompt_tokens + n_tok);
+        }
         ok = send_json(c, x, 200, o);
     }
     job_unref(j);
