@@ -638,7 +638,40 @@ static int cmp_tokens(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// Whether b[0..n) is string content any string state accepts whole: bytes 0x20-0x7f other
+// than '"' and '\\', and whole UTF-8 characters (the same table as str_step).
+static int plain_bytes(const uint8_t *b, uint32_t n) {
+    if (!n) return 0;
+    for (uint32_t i = 0; i < n;) {
+        const int c = b[i];
+        if (c < 0x80) {
+            if (c < 0x20 || c == '"' || c == '\\' || c == 0x7f) return 0;
+            i++;
+            continue;
+        }
+        int need, lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) need = 1;
+        else if (c == 0xe0) need = 2, lo = 0xa0;
+        else if ((c >= 0xe1 && c <= 0xec) || c == 0xee || c == 0xef) need = 2;
+        else if (c == 0xed) need = 2, hi = 0x9f;
+        else if (c == 0xf0) need = 3, lo = 0x90;
+        else if (c >= 0xf1 && c <= 0xf3) need = 3;
+        else if (c == 0xf4) need = 3, hi = 0x8f;
+        else return 0;
+        if (i + (uint32_t)need >= n) return 0; // a character cut at the token's end
+        for (int k = 1; k <= need; k++) {
+            const int d = b[i + (uint32_t)k];
+            if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xbf)) return 0;
+        }
+        i += (uint32_t)need + 1;
+    }
+    return 1;
+}
+
 static void vb_sort(g4_vocab_bytes *v) {
+    v->plain = g4_malloc((size_t)v->n + 1);
+    for (int i = 0; i < v->n; i++)
+        v->plain[i] = (uint8_t)plain_bytes(v->bytes + v->off[i], v->off[i + 1] - v->off[i]);
     v->order = g4_malloc(sizeof(int32_t) * (size_t)(v->n + 1));
     v->n_sorted = 0;
     v->max_len = 0;
@@ -718,6 +751,7 @@ void g4_vocab_bytes_free(g4_vocab_bytes *v) {
     free(v->off);
     free(v->bytes);
     free(v->order);
+    free(v->plain);
     memset(v, 0, sizeof *v);
 }
 
@@ -728,8 +762,16 @@ int g4_json_mask(const g4_json_state *st, const g4_vocab_bytes *vb, uint8_t *all
     int ok_len = 0, died = 0, count = 0; // the last token walked: bytes fed, whether it failed
     const uint8_t *prev = NULL;
     int prev_len = 0;
+    // inside a string (not an escape or a UTF-8 sequence) plain tokens are accepted as they
+    // are; the walk skips them (prev stays the last token walked, whose states scratch holds)
+    const g4_json_frame *top = st->depth > 0 ? &st->f[st->depth - 1] : NULL;
+    const int in_string = !st->done && top && top->kind == F_STR && top->sub == S_IN;
     for (int k = 0; k < vb->n_sorted; k++) {
         const int id = vb->order[k];
+        if (in_string && vb->plain[id]) {
+            if (id < V) allowed[id] = 1, count++;
+            continue;
+        }
         const uint8_t *b = vb->bytes + vb->off[id];
         const int len = (int)(vb->off[id + 1] - vb->off[id]);
         int lcp = 0;

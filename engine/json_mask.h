@@ -76,6 +76,9 @@ typedef struct {
     int32_t *order; // [n_sorted]: the ids with bytes, sorted by their bytes
     int n_sorted;
     int max_len; // the longest token's bytes
+    uint8_t *plain; // [n] 1: the bytes are string content that needs no state (no quote,
+                    // backslash or control byte; whole UTF-8 characters): inside a string
+                    // such a token is always accepted, so the mask skips its walk
 } g4_vocab_bytes;
 
 // From a tokenizer whose decoder is Gemma's (Replace ▁ -> ' ', ByteFallback, Fuse): a piece
