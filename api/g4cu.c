@@ -14,6 +14,7 @@
 #include "api/api_internal.h"
 #include "base/base.h"
 #include "engine/asr_window.h"
+#include "engine/chat_tools.h"
 #include "engine/pipeline.h"
 #include "kernels/backend_select.h"
 
@@ -130,6 +131,11 @@ void g4cu_result_free(g4cu_result *r) {
     free(r->tokens);
     free(r->cuts);
     free(r->logprobs);
+    for (int i = 0; i < r->n_tool_calls; i++) {
+        free(r->tool_calls[i].name);
+        free(r->tool_calls[i].arguments);
+    }
+    free(r->tool_calls);
     memset(r, 0, sizeof *r);
 }
 
@@ -449,6 +455,52 @@ static int check_eos(const g4cu_model *m, const g4cu_request *rq) {
     return G4_OK;
 }
 
+// --- tools (engine/chat_tools.h) -------------------------------------------------------------
+static int tok_id(const g4_tokenizer *t, const char *name) {
+    return g4_tokenizer_id(t, name, strlen(name));
+}
+
+// The request's tool declarations (*decl, a new string), and the id of <|tool_response> (the
+// end of a call turn) in *eos_extra.
+static int tools_prepare(const g4cu_model *m, const g4cu_request *rq, char **decl,
+                         int *eos_extra) {
+    *decl = NULL;
+    *eos_extra = -1;
+    if (!rq->tools_json) return G4_OK;
+    if (rq->on_text)
+        return g4_fail(G4_EUSER, "tools: not with on_text (a call's text is not streamed)");
+    static const char *const need[] = {"<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
+                                       "<|\"|>", "<|tool_response>"};
+    for (int i = 0; i < 6; i++)
+        if (tok_id(m->pl->tok, need[i]) < 0)
+            return g4_fail(G4_EUSER, "tools: the tokenizer has no '%s' token (Gemma-4's tool "
+                                     "format needs it)",
+                           need[i]);
+    *eos_extra = tok_id(m->pl->tok, "<|tool_response>");
+    return g4_chat_tools_render(rq->tools_json, strlen(rq->tools_json), decl);
+}
+
+// The calls in the result's tokens into out->tool_calls; when any, the text becomes the tokens
+// outside them and the finish reason "tool_calls".
+static int tools_extract(const g4cu_model *m, g4cu_result *out) {
+    g4_tool_call *calls;
+    int n;
+    char *text;
+    size_t len;
+    int rc = g4_tool_calls_extract(m->pl->tok, out->tokens, out->n_tokens, &calls, &n, &text,
+                                   &len);
+    if (rc || !n) return rc;
+    out->tool_calls = g4_calloc((size_t)n, sizeof(g4cu_tool_call));
+    for (int i = 0; i < n; i++) out->tool_calls[i] = (g4cu_tool_call){calls[i].name, calls[i].arguments};
+    out->n_tool_calls = n;
+    free(calls); // (the strings moved)
+    free(out->text);
+    out->text = text;
+    out->text_len = len;
+    out->finish_reason = "tool_calls";
+    return G4_OK;
+}
+
 static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
     if (!m->pl->media)
@@ -484,14 +536,18 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
                                                         in[k].src_seconds, in[k].used_seconds};
         }
     }
+    char *decl = NULL;
+    int eos_tool = -1;
+    if (!rc) rc = tools_prepare(m, rq, &decl, &eos_tool);
     if (!rc) {
         const g4_prompt_loaded pr = {
             rq->system, rq->system_as_parts, in,      (const char *const *)names,
-            n_images,   n - n_images,        rq->text};
-        int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 1)); // the engine's id type
+            n_images,   n - n_images,        rq->text, decl};
+        int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 2)); // the engine's id type
         stream_ctx sc;
         g4_gen_params p;
         gen_params(rq, eos, &sc, &p);
+        if (eos_tool >= 0) eos[p.n_eos++] = eos_tool; // a call turn ends at <|tool_response>
         g4_gen_result r = {0};
         if (!(rc = extra_params(m, rq, &sc, &p)))
             rc = g4_pipeline_generate_on(m->pl, &s->ts, &pr, &p, model_lock, m, &r);
@@ -500,9 +556,11 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
         else
             g4_gen_result_free(&r);
         extra_free(&sc);
+        if (!rc && decl) rc = tools_extract(m, out);
         out->audio_seconds_cut = cut;
         free(eos);
     }
+    free(decl);
     for (int i = 0; i < n; i++) {
         g4_media_input_free(&in[i]);
         free(names[i]);
@@ -531,9 +589,9 @@ int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_reque
         rq = *opts;
     else
         g4cu_request_default(&rq);
-    if (rq.text || rq.system || rq.n_media)
+    if (rq.text || rq.system || rq.n_media || rq.tools_json)
         return g4_fail(G4_EUSER, "g4cu_generate_ids: the ids are the whole prompt: the options "
-                                 "must carry no text, system or media");
+                                 "must carry no text, system, media or tools");
     g4_pipeline *pl = s->m->pl;
     int rc = check_request(&rq);
     if (rc || (rc = check_eos(s->m, &rq))) return code(rc);

@@ -50,6 +50,8 @@ typedef struct {
     const int *audio_tokens; // [n_audio] soft tokens of each clip
     int n_audio;
     const char *text; // the user text (NULL = none); must be valid UTF-8
+    const char *tools; // tool declarations (engine/chat_tools.h's g4_chat_tools_render) written
+                       // after the system text in the system turn, which they open if needed
 } g4_chat_request;
 
 // The template's text before the processor's expansion (one <|image|> / <|audio|> per item),

@@ -441,3 +441,55 @@ int g4_tool_call_parse(const char *text, size_t len, char **name, char **argumen
     if (!*arguments_json) abort();
     return G4_OK;
 }
+
+int g4_tool_calls_extract(const g4_tokenizer *t, const int *ids, int n, g4_tool_call **calls,
+                          int *n_calls, char **text, size_t *text_len) {
+    *calls = NULL;
+    *n_calls = 0;
+    *text = NULL;
+    *text_len = 0;
+    const int open = g4_tokenizer_id(t, "<|tool_call>", 12);
+    const int close = g4_tokenizer_id(t, "<tool_call|>", 12);
+    if (open < 0 || close < 0)
+        return g4_fail(G4_EUSER, "tool calls: the tokenizer has no <|tool_call> / <tool_call|>");
+    int *rest = g4_malloc(sizeof(int) * ((size_t)n + 1));
+    int n_rest = 0, rc = G4_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        int e = -1;
+        if (ids[i] == open)
+            for (int k = i + 1; k < n && e < 0; k++)
+                if (ids[k] == close) e = k;
+        if (e < 0) {
+            rest[n_rest++] = ids[i];
+            continue;
+        }
+        char *body = NULL, *name = NULL, *args = NULL;
+        size_t len = 0;
+        rc = g4_tokenizer_decode(t, ids + i + 1, (size_t)(e - i - 1), 0, &body, &len);
+        if (!rc && !g4_tool_call_parse(body, len, &name, &args)) {
+            *calls = realloc(*calls, sizeof(g4_tool_call) * (size_t)(*n_calls + 1));
+            if (!*calls) abort();
+            (*calls)[(*n_calls)++] = (g4_tool_call){name, args};
+            i = e;
+        } else {
+            rest[n_rest++] = ids[i];
+        }
+        free(body);
+    }
+    if (!rc && *n_calls) rc = g4_tokenizer_decode(t, rest, (size_t)n_rest, 1, text, text_len);
+    free(rest);
+    if (rc) {
+        g4_tool_calls_free(*calls, *n_calls);
+        *calls = NULL;
+        *n_calls = 0;
+    }
+    return rc;
+}
+
+void g4_tool_calls_free(g4_tool_call *calls, int n) {
+    for (int i = 0; i < n; i++) {
+        free(calls[i].name);
+        free(calls[i].arguments);
+    }
+    free(calls);
+}

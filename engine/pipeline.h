@@ -98,6 +98,7 @@ typedef struct {
     const char *const *names;
     int n_images, n_audio;
     const char *text;
+    const char *tools; // rendered tool declarations (engine/chat_tools.h), or NULL
 } g4_prompt_loaded;
 
 // g4_pipeline_generate on a state of the caller's (*state; NULL: one is made for the prompt +

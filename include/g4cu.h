@@ -123,6 +123,12 @@ typedef struct {
 } g4cu_token_logprob;
 typedef void (*g4cu_token_fn)(void *user, const g4cu_token_logprob *lp);
 
+// A tool call the model made: the function's name and its arguments as a JSON object's text.
+typedef struct {
+    char *name;
+    char *arguments;
+} g4cu_tool_call;
+
 enum {
     G4CU_JSON_NONE = 0,   // free text
     G4CU_JSON_OBJECT = 1, // any JSON object (OpenAI's response_format json_object)
@@ -171,6 +177,10 @@ typedef struct {
     int json;                // G4CU_JSON_*: constrained decoding (the output is one JSON value)
     const char *json_schema; // G4CU_JSON_SCHEMA: the schema's JSON text (README: the subset)
     g4cu_token_fn on_token;  // with logprobs: each token as it is picked (user as on_text's)
+    const char *tools_json;  // OpenAI's "tools" array (JSON text) or NULL: their declarations
+                             // go into the system turn in Gemma-4's format, the model's calls
+                             // come back in the result's tool_calls (g4cu_generate only; not
+                             // with on_text: the call text is not streamed)
 } g4cu_request;
 void g4cu_request_default(g4cu_request *r);
 
@@ -186,7 +196,8 @@ typedef struct {
     size_t text_len; // (it may hold NUL bytes the model generated)
     int n_prompt_tokens;
     int n_tokens;               // generated tokens
-    const char *finish_reason;  // "stop" (end of turn, a stop string or the JSON's end), "length"
+    const char *finish_reason;  // "stop" (end of turn, a stop string or the JSON's end),
+                                // "tool_calls" (the model called tools), "length"
                                 // (max_tokens or the context's end), "cancelled"
     double prefill_ms, decode_ms;
     double audio_seconds_cut;   // seconds of audio not heard (clips are cut to 30 s), 0: none
@@ -201,6 +212,8 @@ typedef struct {
     g4cu_audio_cut *cuts;       // each audio medium cut to the audio window, in the order
     int n_cuts;                 // the prompt has them [n_cuts] (malloc'ed, g4cu_result_free)
     g4cu_token_logprob *logprobs; // [n_tokens] with rq->logprobs, else NULL (malloc'ed)
+    g4cu_tool_call *tool_calls;   // the calls the model made (rq->tools_json) [n_tool_calls];
+    int n_tool_calls;             // then finish_reason is "tool_calls" and text what is left
 } g4cu_result;
 void g4cu_result_free(g4cu_result *r);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_clients_sampling.sh: the official `openai` Python client against `g4cu serve`'s sampling
 # fields on the tiny fixture (tools/python/clients_sampling_check.py: logprobs plain and
-# streamed, json_schema / json_object, n, logit_bias, the 400s). The interpreter and the skip
+# streamed, json_schema / json_object, n, logit_bias, tools, the 400s). The interpreter and the skip
 # rules are test_openai_client.sh's: $G4_OPENAI_PYTHON, else .tools/openai-venv; without it a
 # skip (77), a failure under CI=true.
 set -u
@@ -24,7 +24,7 @@ out=$("$py" "$G4_SOURCE_DIR/tools/python/clients_sampling_check.py" --g4cu "$G4C
 rc=$?
 echo "$out"
 # the summary must be there with every check counted (a script that stopped early counts fewer)
-if [ $rc -ne 0 ] || ! grep -Eq '^clients sampling: 9 checks, 0 failed' <<<"$out"; then
+if [ $rc -ne 0 ] || ! grep -Eq '^clients sampling: 10 checks, 0 failed' <<<"$out"; then
     echo "test_clients_sampling: FAIL (exit $rc)" >&2
     exit 1
 fi

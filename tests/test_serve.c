@@ -413,9 +413,10 @@ static void *slow(void *arg) {
 }
 
 // The sampling fields (tools/serve_sampling.c): logprobs (greedy: HF's text, one entry per
-// token whose bytes add up to the content, the chosen token first among its alternatives),
+// token whose texts add up to the content, the chosen token first among its alternatives),
 // json_object across seeds (each finished answer an object), n = 2, the penalties and min_p
-// accepted, and a 400 naming the field for each refused value.
+// accepted, tools (their declarations lengthen the prompt by the count the fixture tokenizer
+// gives them; "none" leaves them out), and a 400 naming the field for each refused value.
 static void test_sampling_fields(int P, const char *want_chat) {
     resp r = post_json(P, "/v1/chat/completions",
                        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],"
@@ -491,6 +492,41 @@ static void test_sampling_fields(int P, const char *want_chat) {
     cJSON_Delete(j);
     resp_free(&r);
 
+    // tools: the declarations go into a system turn (prompt tokens: 9 for "hi" alone, plus the
+    // system turn's <|turn>system\n ... <turn|>\n and the declaration's tokens)
+    int with_tools = -1, without = -1, with_none = -1;
+    for (int k = 0; k < 3; k++) {
+        char *body = g4_sprintf(
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2%s}",
+            k == 0 ? "" : k == 1 ? ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                                   "\"now\",\"description\":\"The time.\"}}]"
+                                 : ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                                   "\"now\"}}],\"tool_choice\":\"none\"");
+        r = post_json(P, "/v1/chat/completions", body);
+        free(body);
+        j = r.body ? cJSON_Parse(r.body) : NULL;
+        const cJSON *pt = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens");
+        const int v = r.status == 200 && cJSON_IsNumber(pt) ? pt->valueint : -1;
+        *(k == 0 ? &without : k == 1 ? &with_tools : &with_none) = v;
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    {
+        char *tp = g4_sprintf("%s/chat/chat_bpe.json", fix);
+        g4_tokenizer *tk = NULL;
+        g4_ids ids = {0};
+        const char *sys = "<|turn>system\n<|tool>declaration:now{description:<|\"|>The time.<|\"|>}"
+                          "<tool|><turn|>\n";
+        CHECK(!g4_tokenizer_open(tp, &tk) && !g4_tokenizer_encode(tk, sys, strlen(sys), 0, &ids));
+        CHECK_MSG(without > 0 && with_none == without && with_tools == without + (int)ids.n,
+                  "prompt tokens: %d without tools, %d with, %d with tool_choice none (the "
+                  "system turn has %zu)",
+                  without, with_tools, with_none, ids.n);
+        g4_ids_free(&ids);
+        g4_tokenizer_close(tk);
+        free(tp);
+    }
+
     static const struct {
         const char *fields, *word;
     } bad[] = {
@@ -507,7 +543,10 @@ static void test_sampling_fields(int P, const char *want_chat) {
         {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
          "\"string\",\"pattern\":\"a\"}}}",
          "pattern"},
-        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"stream\":true",
+         "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "function.name"},
+        {"\"tools\":{}", "tools"},
         {"\"tool_choice\":\"required\"", "tool_choice"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {

@@ -204,7 +204,7 @@ static int run_more(g4cu_state *st, job *j) {
 }
 
 static void run_job(g4cu_state *st, job *j) {
-    j->rq.on_text = on_piece;
+    j->rq.on_text = j->rq.tools_json ? NULL : on_piece; // (a call's text is not streamed)
     j->rq.user = j;
     if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
     g4cu_result r;
@@ -789,7 +789,7 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
             cJSON *c0 = cJSON_CreateObject(), *msg = cJSON_AddObjectToObject(c0, "message");
             cJSON_AddNumberToObject(c0, "index", i);
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", ri->text);
+            ss_message(msg, ri, id);
             if (j->rq.logprobs)
                 cJSON_AddItemToObject(c0, "logprobs", ss_logprobs(S.model, ri->logprobs,
                                                                   (size_t)ri->n_tokens,

@@ -130,15 +130,21 @@ int ss_parse(const cJSON *root, g4cu_request *rq, ss_fields *f, int stream, char
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
     const int no_tools = !tools || cJSON_IsNull(tools) ||
                          (cJSON_IsArray(tools) && !cJSON_GetArraySize(tools));
-    const int choice_none =
-        !choice || cJSON_IsNull(choice) ||
-        (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
-    if (!no_tools && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")))
-        return refuse(err, n_err, "\"tools\": tool calls are not supported by this server (send "
-                                  "no tools, or tool_choice \"none\")");
-    if (!choice_none && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto")))
-        return refuse(err, n_err, "\"tool_choice\": only \"none\" (or \"auto\" without tools) "
-                                  "is supported");
+    const int absent = !choice || cJSON_IsNull(choice);
+    const int none = cJSON_IsString(choice) && !strcmp(choice->valuestring, "none");
+    const int aut = cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto");
+    if (!absent && !none && !aut)
+        return refuse(err, n_err, "\"tool_choice\": only \"auto\" or \"none\" are supported "
+                                  "(the model decides whether to call)");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+        return refuse(err, n_err, "\"tools\": expected an array");
+    if (!no_tools && !none) {
+        if (stream)
+            return refuse(err, n_err, "\"tools\": not with stream (calls are not streamed yet)");
+        f->tools = cJSON_PrintUnformatted(tools);
+        if (!f->tools) abort();
+        rq->tools_json = f->tools;
+    }
     if (cJSON_GetObjectItemCaseSensitive(root, "functions"))
         return refuse(err, n_err, "\"functions\": function calls are not supported");
     return 1;
@@ -146,6 +152,7 @@ int ss_parse(const cJSON *root, g4cu_request *rq, ss_fields *f, int stream, char
 
 void ss_free(ss_fields *f) {
     free(f->schema);
+    free(f->tools);
     free(f->bias_ids);
     free(f->bias_vals);
     memset(f, 0, sizeof *f);
@@ -186,6 +193,26 @@ static cJSON *token_entry(g4cu_model *m, int32_t id, float logprob) {
     for (size_t i = 0; i < len; i++)
         cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)buf[i]));
     return o;
+}
+
+void ss_message(cJSON *msg, const g4cu_result *r, unsigned long long id) {
+    if (r->n_tool_calls && !r->text_len)
+        cJSON_AddNullToObject(msg, "content");
+    else
+        cJSON_AddStringToObject(msg, "content", r->text);
+    if (!r->n_tool_calls) return;
+    cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+    for (int k = 0; k < r->n_tool_calls; k++) {
+        cJSON *c = cJSON_CreateObject(), *fn;
+        char cid[64];
+        snprintf(cid, sizeof cid, "call_%llu_%d", id, k);
+        cJSON_AddStringToObject(c, "id", cid);
+        cJSON_AddStringToObject(c, "type", "function");
+        fn = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(fn, "name", r->tool_calls[k].name);
+        cJSON_AddStringToObject(fn, "arguments", r->tool_calls[k].arguments);
+        cJSON_AddItemToArray(calls, c);
+    }
 }
 
 cJSON *ss_logprobs(g4cu_model *m, const g4cu_token_logprob *lp, size_t n, int top) {

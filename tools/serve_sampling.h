@@ -4,8 +4,9 @@
 //   frequency_penalty ([-2, 2]), repetition_penalty ((0, 10]), min_p ([0, 1]), logit_bias
 //   ({"<token id>": bias in [-100, 100]}, at most SS_MAX_BIAS), n (1..SS_MAX_N; not with
 //   stream), response_format ({"type": "text" | "json_object" | "json_schema", "json_schema":
-//   {"name", "schema", "strict", "description"}}), tools / tool_choice (refused unless empty or
-//   "none": the tool-call format is not implemented).
+//   {"name", "schema", "strict", "description"}}), tools (function tools, Gemma-4's format)
+//   with tool_choice "auto" (or absent; "none": the tools are not shown to the model; not with
+//   stream).
 #ifndef G4_SERVE_SAMPLING_H
 #define G4_SERVE_SAMPLING_H
 
@@ -19,6 +20,7 @@
 typedef struct {
     int n;         // choices (1 by default)
     char *schema;  // the json_schema's schema, printed
+    char *tools;   // the tools array, printed (tool_choice "auto" or absent)
     int32_t *bias_ids;
     float *bias_vals;
 } ss_fields;
@@ -33,5 +35,8 @@ void ss_free(ss_fields *f);
 // its token text, bytes and top_logprobs: top of them). Tokens with no bytes (end of turn) are
 // left out.
 cJSON *ss_logprobs(g4cu_model *m, const g4cu_token_logprob *lp, size_t n, int top);
+
+// A chat choice's "message" content and tool_calls (ids call_<id>_<k>) from r.
+void ss_message(cJSON *msg, const g4cu_result *r, unsigned long long id);
 
 #endif

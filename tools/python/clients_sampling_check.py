@@ -10,7 +10,8 @@ types: logprobs with top_logprobs (plain and streamed: one entry per content tok
 its token text, bytes and 3 alternatives, most likely first, the chosen one's logprob <= 0 and
 among them when greedy), response_format json_schema (strict) and json_object over several
 seeds (each answer finishing "stop" parses and validates, checked here by hand), n = 3 sampled
-choices, logit_bias forcing a token, and the 400s for an unsupported schema keyword and tools.
+choices, logit_bias forcing a token, tools reaching the prompt, and the 400s for an unsupported
+schema keyword and tool_choice "required".
 Prints one line per check and "clients sampling: N checks, F failed"; exit 1 when any failed."""
 import argparse
 import json
@@ -34,6 +35,12 @@ SCHEMA = {
     "required": ["name", "age", "tags"],
     "additionalProperties": False,
 }
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
 
 
 def valid(v):
@@ -143,13 +150,20 @@ def main():
                                            logprobs=True, logit_bias={"300": 100})
         forced = [e.token for e in r.choices[0].logprobs.content]
         check("logit_bias", len(set(forced)) == 1 and len(forced) == 4, f"{forced}")
-        # 6. refusals name the field
+        # 6. tools: the declarations reach the prompt (a random model does not call them)
+        plain = client.chat.completions.create(model="g4cu", messages=msgs, max_tokens=2)
+        r = client.chat.completions.create(model="g4cu", messages=msgs, max_tokens=2,
+                                           tools=TOOLS)
+        check("tools accepted, declared in the prompt",
+              r.usage.prompt_tokens > plain.usage.prompt_tokens + 10 and
+              r.choices[0].finish_reason in ("stop", "length", "tool_calls"),
+              f"{r.usage.prompt_tokens} vs {plain.usage.prompt_tokens}")
+        # 7. refusals name the field
         for name, kw, word in [
                 ("schema keyword", {"response_format": {"type": "json_schema", "json_schema": {
                     "name": "x", "schema": {"type": "string", "pattern": "a+"}}}}, "pattern"),
-                ("tools", {"tools": [{"type": "function", "function": {"name": "f",
-                                                                       "parameters": {}}}]},
-                 "tools")]:
+                ("tool_choice required", {"tools": TOOLS, "tool_choice": "required"},
+                 "tool_choice")]:
             try:
                 client.chat.completions.create(model="g4cu", messages=msgs, max_tokens=4, **kw)
                 check(f"400 for {name}", False, "accepted")
