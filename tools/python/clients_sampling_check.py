@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`g4cu serve`'s sampling fields through the official `openai` Python package:
-tests/test_clients_sampling.sh runs it in CI with the venv tools/install_deps.sh makes
+tests/test_openai_client.sh runs it in CI (after openai_client_check.py) with the venv tools/install_deps.sh makes
 (.tools/openai-venv, the pins of tools/python/requirements-openai.txt); by hand:
 
     .tools/openai-venv/bin/python tools/python/clients_sampling_check.py --g4cu build/g4cu
