@@ -349,7 +349,7 @@ int g4cu_token_bytes(g4cu_model *m, int32_t id, char *buf, size_t cap, size_t *l
         return g4_fail(G4_EUSER, "token id %d: expected 0 <= id < %d", id, g4cu_model_n_vocab(m));
     if (id >= vb->n) return G4CU_OK; // past the tokenizer's ids: no bytes
     *len = vb->off[id + 1] - vb->off[id];
-    memcpy(buf, vb->bytes + vb->off[id], *len < cap ? *len : cap);
+    if (buf && cap) memcpy(buf, vb->bytes + vb->off[id], *len < cap ? *len : cap);
     return G4CU_OK;
 }
 
