@@ -13,6 +13,8 @@ struct g4cu_model {
     g4_pipeline *pl;
     pthread_mutex_t lock; // the towers and the tokenizer's encoding (shared by the states)
     int n_ctx;            // KV rows of a new state (0: made by its first request)
+    g4_vocab_bytes vocab; // each token's bytes (JSON masks, logprobs), made on first use
+    int vocab_made;       // (under lock)
 };
 
 struct g4cu_state {

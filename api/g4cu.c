@@ -14,6 +14,7 @@
 #include "api/api_internal.h"
 #include "base/base.h"
 #include "engine/asr_window.h"
+#include "engine/chat_tools.h"
 #include "engine/pipeline.h"
 #include "kernels/backend_select.h"
 
@@ -68,6 +69,7 @@ int g4cu_model_load(const char *dir, const g4cu_model_params *p, g4cu_model **ou
 void g4cu_model_free(g4cu_model *m) {
     if (!m) return;
     g4_pipeline_close(m->pl);
+    g4_vocab_bytes_free(&m->vocab);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -128,6 +130,12 @@ void g4cu_result_free(g4cu_result *r) {
     free(r->text);
     free(r->tokens);
     free(r->cuts);
+    free(r->logprobs);
+    for (int i = 0; i < r->n_tool_calls; i++) {
+        free((void *)r->tool_calls[i].name); // (owned by the result)
+        free((void *)r->tool_calls[i].arguments);
+    }
+    free(r->tool_calls);
     memset(r, 0, sizeof *r);
 }
 
@@ -243,7 +251,29 @@ static int is_file(const g4cu_media *md) {
 typedef struct {
     const g4cu_request *rq;
     volatile int cancel;
+    g4_logit_bias *bias;    // the request's logit_bias in the engine's form
+    g4_json_schema *schema; // its compiled JSON format
 } stream_ctx;
+
+_Static_assert(G4CU_MAX_TOP_LOGPROBS == G4_MAX_TOP_LOGPROBS, "the API's top is the engine's");
+static void logprob_out(const g4_token_logprob *a, g4cu_token_logprob *b) {
+    memset(b, 0, sizeof *b);
+    b->id = a->id;
+    b->logprob = a->logprob;
+    b->n_top = a->n_top;
+    for (int k = 0; k < a->n_top; k++) {
+        b->top_id[k] = a->top_id[k];
+        b->top_logprob[k] = a->top_logprob[k];
+    }
+}
+static void on_token(void *ctx, const g4_token_logprob *lp) {
+    stream_ctx *c = ctx;
+    if (c->rq->on_token) {
+        g4cu_token_logprob t;
+        logprob_out(lp, &t);
+        c->rq->on_token(c->rq->user, &t);
+    }
+}
 
 static void on_text(void *ctx, const char *text, size_t len) {
     stream_ctx *c = ctx;
@@ -283,7 +313,82 @@ static int check_request(const g4cu_request *rq) {
     if (rq->prefill_chunk < 0)
         return g4_fail(G4_EUSER, "prefill_chunk %d: expected >= 0 (0: the state's)",
                        rq->prefill_chunk);
+    if (rq->top_logprobs < 0 || rq->top_logprobs > G4CU_MAX_TOP_LOGPROBS)
+        return g4_fail(G4_EUSER, "top_logprobs %d: expected 0..%d", rq->top_logprobs,
+                       G4CU_MAX_TOP_LOGPROBS);
+    if (rq->n_logit_bias < 0 || (rq->n_logit_bias && (!rq->logit_bias_ids || !rq->logit_bias)))
+        return g4_fail(G4_EUSER, "n_logit_bias %d: expected >= 0 with the ids and values given",
+                       rq->n_logit_bias);
+    if (rq->json < G4CU_JSON_NONE || rq->json > G4CU_JSON_SCHEMA)
+        return g4_fail(G4_EUSER, "json %d: expected G4CU_JSON_NONE, _OBJECT or _SCHEMA", rq->json);
+    if ((rq->json == G4CU_JSON_SCHEMA) != (rq->json_schema != NULL))
+        return g4_fail(G4_EUSER, "json_schema: given exactly when json is G4CU_JSON_SCHEMA");
     return G4_OK;
+}
+
+// The token bytes of m's tokenizer, made once.
+static int model_vocab(g4cu_model *m, const g4_vocab_bytes **out) {
+    if (!m->pl->tok)
+        return g4_fail(G4_EUSER, "JSON formats and token bytes need a tokenizer (this model "
+                                 "was loaded without one)");
+    int rc = G4_OK;
+    pthread_mutex_lock(&m->lock);
+    if (!m->vocab_made && !(rc = g4_vocab_bytes_build(m->pl->tok, &m->vocab))) m->vocab_made = 1;
+    pthread_mutex_unlock(&m->lock);
+    *out = &m->vocab;
+    return rc;
+}
+
+int g4cu_token_bytes(g4cu_model *m, int32_t id, char *buf, size_t cap, size_t *len) {
+    if (!m || !len || (!buf && cap)) return g4_fail(G4_EUSER, "g4cu_token_bytes: a NULL argument");
+    *len = 0;
+    const g4_vocab_bytes *vb;
+    int rc = model_vocab(m, &vb);
+    if (rc) return code(rc);
+    if (id < 0 || id >= g4cu_model_n_vocab(m))
+        return g4_fail(G4_EUSER, "token id %d: expected 0 <= id < %d", id, g4cu_model_n_vocab(m));
+    if (id >= vb->n) return G4CU_OK; // past the tokenizer's ids: no bytes
+    *len = vb->off[id + 1] - vb->off[id];
+    if (buf && cap) memcpy(buf, vb->bytes + vb->off[id], *len < cap ? *len : cap);
+    return G4CU_OK;
+}
+
+// The request's sampling rules, logprobs and JSON format in p (sc owns what they need).
+static int extra_params(g4cu_model *m, const g4cu_request *rq, stream_ctx *sc, g4_gen_params *p) {
+    p->rules.repetition = rq->repetition_penalty;
+    p->rules.presence = rq->presence_penalty;
+    p->rules.frequency = rq->frequency_penalty;
+    p->rules.min_p = rq->min_p;
+    if (rq->n_logit_bias) {
+        sc->bias = g4_malloc(sizeof(g4_logit_bias) * (size_t)rq->n_logit_bias);
+        for (int i = 0; i < rq->n_logit_bias; i++)
+            sc->bias[i] = (g4_logit_bias){rq->logit_bias_ids[i], rq->logit_bias[i]};
+        p->rules.bias = sc->bias;
+        p->rules.n_bias = rq->n_logit_bias;
+    }
+    p->logprobs = rq->logprobs != 0;
+    p->top_logprobs = rq->logprobs ? rq->top_logprobs : 0;
+    if (rq->logprobs && rq->on_token) {
+        p->on_token = on_token;
+        p->on_token_ctx = sc;
+    }
+    if (rq->json) {
+        int rc = model_vocab(m, &p->vocab);
+        if (!rc)
+            rc = g4_json_schema_compile(rq->json_schema,
+                                        rq->json_schema ? strlen(rq->json_schema) : 0,
+                                        &sc->schema);
+        if (rc) return rc;
+        p->json = sc->schema;
+    }
+    return G4_OK;
+}
+
+static void extra_free(stream_ctx *sc) {
+    free(sc->bias);
+    g4_json_schema_free(sc->schema);
+    sc->bias = NULL;
+    sc->schema = NULL;
 }
 
 // The engine's generation parameters of rq (eos: the caller's buffer of n_eos + 1 ids; sc: the
@@ -304,7 +409,7 @@ static void gen_params(const g4cu_request *rq, int *eos, stream_ctx *sc, g4_gen_
     for (int i = 0; i < rq->n_eos; i++) eos[i] = rq->eos[i];
     p->eos = eos;
     p->n_eos = rq->n_eos;
-    *sc = (stream_ctx){rq, 0};
+    *sc = (stream_ctx){rq, 0, NULL, NULL};
     if (rq->on_text) {
         p->on_text = on_text;
         p->on_text_ctx = sc;
@@ -319,7 +424,9 @@ static void take_result(g4_gen_result *r, g4cu_result *out) {
     r->text = NULL;
     out->n_prompt_tokens = r->n_prompt;
     out->n_tokens = (int)r->tokens.n;
-    out->finish_reason = r->stop == G4_STOP_EOS || r->stop == G4_STOP_STRING ? "stop"
+    out->finish_reason = r->stop == G4_STOP_EOS || r->stop == G4_STOP_STRING ||
+                                 r->stop == G4_STOP_JSON
+                             ? "stop"
                          : r->stop == G4_STOP_CANCEL                         ? "cancelled"
                                                                              : "length";
     out->prefill_ms = r->prefill_ms;
@@ -332,6 +439,10 @@ static void take_result(g4_gen_result *r, g4cu_result *out) {
     out->max_new = r->max_new;
     out->prefill_tok_s = r->prefill_tok_s;
     out->decode_tok_s = r->decode_tok_s;
+    if (r->logprobs) {
+        out->logprobs = g4_malloc(sizeof(g4cu_token_logprob) * (r->tokens.n + 1));
+        for (size_t i = 0; i < r->tokens.n; i++) logprob_out(&r->logprobs[i], &out->logprobs[i]);
+    }
     g4_gen_result_free(r);
 }
 
@@ -396,6 +507,52 @@ static void free_conversation(g4_chat_message *m, int n) {
     free(m);
 }
 
+// --- tools (engine/chat_tools.h) -------------------------------------------------------------
+static int tok_id(const g4_tokenizer *t, const char *name) {
+    return g4_tokenizer_id(t, name, strlen(name));
+}
+
+// The request's tool declarations (*decl, a new string), and the id of <|tool_response> (the
+// end of a call turn) in *eos_extra.
+static int tools_prepare(const g4cu_model *m, const g4cu_request *rq, char **decl,
+                         int *eos_extra) {
+    *decl = NULL;
+    *eos_extra = -1;
+    if (!rq->tools_json) return G4_OK;
+    if (rq->on_text)
+        return g4_fail(G4_EUSER, "tools: not with on_text (a call's text is not streamed)");
+    static const char *const need[] = {"<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
+                                       "<|\"|>", "<|tool_response>"};
+    for (int i = 0; i < 6; i++)
+        if (tok_id(m->pl->tok, need[i]) < 0)
+            return g4_fail(G4_EUSER, "tools: the tokenizer has no '%s' token (Gemma-4's tool "
+                                     "format needs it)",
+                           need[i]);
+    *eos_extra = tok_id(m->pl->tok, "<|tool_response>");
+    return g4_chat_tools_render(rq->tools_json, strlen(rq->tools_json), decl);
+}
+
+// The calls in the result's tokens into out->tool_calls; when any, the text becomes the tokens
+// outside them and the finish reason "tool_calls".
+static int tools_extract(const g4cu_model *m, g4cu_result *out) {
+    g4_tool_call *calls;
+    int n;
+    char *text;
+    size_t len;
+    int rc = g4_tool_calls_extract(m->pl->tok, out->tokens, out->n_tokens, &calls, &n, &text,
+                                   &len);
+    if (rc || !n) return rc;
+    out->tool_calls = g4_calloc((size_t)n, sizeof(g4cu_tool_call));
+    for (int i = 0; i < n; i++) out->tool_calls[i] = (g4cu_tool_call){NULL, calls[i].name, calls[i].arguments};
+    out->n_tool_calls = n;
+    free(calls); // (the strings moved)
+    free(out->text);
+    out->text = text;
+    out->text_len = len;
+    out->finish_reason = "tool_calls";
+    return G4_OK;
+}
+
 static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
     if (!m->pl->media)
@@ -442,24 +599,32 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
                                                         in[k].src_seconds, in[k].used_seconds};
         }
     }
+    char *decl = NULL;
+    int eos_tool = -1;
+    if (!rc) rc = tools_prepare(m, rq, &decl, &eos_tool);
     if (!rc) {
         const g4_prompt_loaded pr = {
-            rq->system, rq->system_as_parts, in,   (const char *const *)names,
+            rq->system, rq->system_as_parts, in,      (const char *const *)names,
             n_images,   n - n_images,        rq->text, msgs,
-            rq->n_messages};
-        int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 1)); // the engine's id type
+            rq->n_messages, decl};
+        int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 2)); // the engine's id type
         stream_ctx sc;
         g4_gen_params p;
         gen_params(rq, eos, &sc, &p);
-        g4_gen_result r;
-        rc = g4_pipeline_generate_on(m->pl, &s->ts, &pr, &p, model_lock, m, &r);
+        if (eos_tool >= 0) eos[p.n_eos++] = eos_tool; // a call turn ends at <|tool_response>
+        g4_gen_result r = {0};
+        if (!(rc = extra_params(m, rq, &sc, &p)))
+            rc = g4_pipeline_generate_on(m->pl, &s->ts, &pr, &p, model_lock, m, &r);
         if (!rc)
             take_result(&r, out);
         else
             g4_gen_result_free(&r);
+        extra_free(&sc);
+        if (!rc && decl) rc = tools_extract(m, out);
         out->audio_seconds_cut = cut;
         free(eos);
     }
+    free(decl);
     for (int i = 0; i < n; i++) {
         g4_media_input_free(&in[i]);
         free(names[i]);
@@ -489,9 +654,9 @@ int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_reque
         rq = *opts;
     else
         g4cu_request_default(&rq);
-    if (rq.text || rq.system || rq.n_media || rq.n_messages)
+    if (rq.text || rq.system || rq.n_media || rq.n_messages || rq.tools_json)
         return g4_fail(G4_EUSER, "g4cu_generate_ids: the ids are the whole prompt: the options "
-                                 "must carry no text, system, messages or media");
+                                 "must carry no text, system, messages, media or tools");
     g4_pipeline *pl = s->m->pl;
     int rc = check_request(&rq);
     if (rc || (rc = check_eos(s->m, &rq))) return code(rc);
@@ -508,11 +673,13 @@ int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_reque
     g4_gen_params p;
     gen_params(&rq, eos, &sc, &p);
     g4_gen_result r = {0};
-    rc = g4_generate(s->ts, pl->tok, ids, n, NULL, &p, &r);
+    if (!(rc = extra_params(s->m, &rq, &sc, &p)))
+        rc = g4_generate(s->ts, pl->tok, ids, n, NULL, &p, &r);
     if (!rc)
         take_result(&r, out);
     else
         g4_gen_result_free(&r);
+    extra_free(&sc);
     free(eos);
     return code(rc);
 }

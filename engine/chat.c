@@ -315,11 +315,12 @@ static int walk(walker *w, const g4_chat_request *r) {
             return g4_fail(G4_EUSER, "audio %d: %d soft tokens (expected >= 0)", i + 1,
                            r->audio_tokens[i]);
     if ((rc = put_special(w, SP_BOS))) return rc;
-    if (r->system) {
+    if (r->system || r->tools) {
         if ((rc = put_special(w, SP_TURN_OPEN))) return rc;
         g4_sb_puts(&w->text, "system\n");
         if ((rc = put_trimmed(w, r->system, "system prompt"))) return rc;
-        if (r->system_as_parts) g4_sb_putc(&w->text, ' ');
+        if (r->system && r->system_as_parts) g4_sb_putc(&w->text, ' ');
+        if (r->tools) g4_sb_puts(&w->text, r->tools); // (its special tokens are matched)
         if ((rc = put_special(w, SP_TURN_CLOSE))) return rc;
         g4_sb_puts(&w->text, "\n");
     }

@@ -86,6 +86,8 @@ typedef struct {
     int n_messages;
     const int *media_tokens;
     int n_media_tokens;
+    const char *tools; // tool declarations (engine/chat_tools.h's g4_chat_tools_render) written
+                       // after the system text in the system turn, which they open if needed
 } g4_chat_request;
 
 // The template's text before the processor's expansion (one <|image|> / <|audio|> per item),

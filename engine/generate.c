@@ -2,6 +2,7 @@
 // streaming (semantics in generate.h).
 #include "engine/generate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +27,8 @@ const char *g4_stop_reason_name(g4_stop_reason r) {
         return "context";
     case G4_STOP_CANCEL:
         return "cancelled";
+    case G4_STOP_JSON:
+        return "json_end";
     }
     return "?";
 }
@@ -34,6 +37,8 @@ void g4_gen_result_free(g4_gen_result *r) {
     g4_ids_free(&r->tokens);
     free(r->text);
     r->text = NULL;
+    free(r->logprobs);
+    r->logprobs = NULL;
 }
 
 static double now_ms(void) {
@@ -75,7 +80,112 @@ static int check_params(const g4_text_model *m, const g4_tokenizer *tok, int n_p
     }
     if ((p->n_stop || p->on_text) && !tok)
         return g4_fail(G4_EUSER, "generate: stop strings and streaming need a tokenizer");
+    if (p->top_logprobs < 0 || p->top_logprobs > G4_MAX_TOP_LOGPROBS)
+        return g4_fail(G4_EUSER, "top_logprobs %d: expected 0..%d", p->top_logprobs,
+                       G4_MAX_TOP_LOGPROBS);
+    if (p->json && !p->vocab)
+        return g4_fail(G4_EINTERNAL, "generate: a JSON constraint without the token bytes");
+    if (p->json && p->ignore_eos)
+        return g4_fail(G4_EUSER, "generate: a JSON format ends at its value: not with ignore_eos");
+    return g4_logit_rules_check(&p->rules, c->vocab);
+}
+
+// --- the host-side pick (sample_rules.h) --------------------------------------------------------
+typedef struct {
+    int on, V;
+    float *row;      // [V] the step's logits
+    uint8_t *seen;   // [V] prompt + output tokens (repetition penalty), else NULL
+    int32_t *counts; // [V] output counts (presence / frequency), else NULL
+    uint8_t *allowed;           // [V] the JSON mask, else NULL
+    g4_json_state js;           // the output's JSON so far
+    g4_json_state *scratch;     // [vocab max_len + 1]
+} host_pick;
+
+static void host_init(host_pick *h, const g4_text_config *c, const g4_gen_params *p,
+                      const int32_t *prompt, int n_prompt) {
+    memset(h, 0, sizeof *h);
+    h->on = p->logprobs || p->json || g4_logit_rules_active(&p->rules);
+    if (!h->on) return;
+    h->V = c->vocab;
+    h->row = g4_malloc(sizeof(float) * (size_t)h->V);
+    if (p->rules.repetition > 0 && p->rules.repetition != 1) {
+        h->seen = g4_calloc((size_t)h->V, 1);
+        for (int i = 0; i < n_prompt; i++)
+            if (prompt[i] >= 0 && prompt[i] < h->V) h->seen[prompt[i]] = 1;
+    }
+    if (p->rules.presence != 0 || p->rules.frequency != 0)
+        h->counts = g4_calloc((size_t)h->V, sizeof(int32_t));
+    if (p->json) {
+        h->allowed = g4_malloc((size_t)h->V);
+        h->scratch = g4_malloc(sizeof(g4_json_state) * (size_t)(p->vocab->max_len + 1));
+        g4_json_start(p->json, &h->js);
+    }
+}
+
+static void host_free(host_pick *h) {
+    free(h->row);
+    free(h->seen);
+    free(h->counts);
+    free(h->allowed);
+    free(h->scratch);
+}
+
+// Picks the token after h->row (the logits of position `pos`), in sample_rules.h's order.
+static int host_choose(host_pick *h, const g4_text_config *c, const g4_gen_params *p, int pos,
+                       g4_gen_result *out, int *id) {
+    float *x = h->row;
+    g4_logit_rules_apply(&p->rules, x, h->V, h->seen, h->counts);
+    if (p->json) {
+        int n = g4_json_mask(&h->js, p->vocab, h->allowed, h->V, h->scratch);
+        if (g4_json_can_end(&h->js)) // the value is whole: an end of sequence may come
+            for (int i = 0; i < h->V; i++)
+                if (is_eos(c, p, i) && !h->allowed[i]) h->allowed[i] = 1, n++;
+        if (!n)
+            return g4_fail(G4_EUSER,
+                           "response_format: no token of the vocabulary continues the JSON "
+                           "after %zu bytes",
+                           h->js.n_bytes);
+        for (int i = 0; i < h->V; i++)
+            if (!h->allowed[i]) x[i] = -INFINITY;
+    }
+    g4_token_logprob lp = {0};
+    double log_z = 0;
+    const float t = p->sampler.temperature;
+    if (p->logprobs) log_z = g4_logprobs_top(x, h->V, t, p->top_logprobs, &lp);
+    g4_min_p_apply(p->rules.min_p, t, x, h->V);
+    int rc = g4_sample(&p->sampler, x, h->V, p->seed, (uint32_t)pos, id);
+    if (rc) return rc;
+    if (*id < 0 || *id >= h->V)
+        return g4_fail(G4_EINTERNAL, "sample: no token picked after position %d", pos);
+    if (p->logprobs) {
+        lp.id = *id;
+        lp.logprob = g4_logprob_of(x, h->V, t, log_z, *id);
+        out->logprobs = realloc(out->logprobs, sizeof lp * (out->tokens.n + 1));
+        if (!out->logprobs) abort();
+        out->logprobs[out->tokens.n] = lp;
+        if (p->on_token) p->on_token(p->on_token_ctx, &lp);
+    }
+    if (h->seen) h->seen[*id] = 1;
+    if (h->counts) h->counts[*id]++;
+    if (p->json && *id < p->vocab->n) {
+        const g4_vocab_bytes *vb = p->vocab;
+        g4_json_feed(&h->js, vb->bytes + vb->off[*id], vb->off[*id + 1] - vb->off[*id]);
+    }
     return G4_OK;
+}
+
+// The step of T tokens: on the device (g4_text_step), or with the row brought to the host.
+static int step_pick(g4_text_state *s, host_pick *h, const g4_gen_params *p, const int32_t *ids,
+                     int T, const g4_soft_tokens *soft, g4_gen_result *out, int *id) {
+    if (!h->on) {
+        int32_t next;
+        int rc = g4_text_step(s, ids, T, soft, &next);
+        *id = next;
+        return rc;
+    }
+    int rc = g4_text_forward(s, ids, T, soft, h->row, 0);
+    if (rc) return rc;
+    return host_choose(h, s->m->cfg, p, s->n_past - 1, out, id); // (the device's draw index)
 }
 
 int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
@@ -113,6 +223,8 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
     char *text = NULL; // decoded text during the loop (stop strings)
     size_t text_len = 0;
     double t0 = 0, t1 = 0, t2 = 0;
+    host_pick hp;
+    host_init(&hp, c, p, prompt, n_prompt);
     if ((rc = g4_text_state_reserve(s, (int)cap))) goto done; // (resets the state)
     g4_text_state_set_sampler(s, &p->sampler, p->seed);
 
@@ -139,11 +251,10 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
             part.rows.rows = n_ph;
         }
         const g4_soft_tokens *sp = n_ph ? &part : NULL;
-        int32_t first;
         if (a + T < n_prompt)
             rc = g4_text_forward(s, prompt + a, T, sp, NULL, 0);
-        else if (!(rc = g4_text_step(s, prompt + a, T, sp, &first)))
-            id = first;
+        else
+            rc = step_pick(s, &hp, p, prompt + a, T, sp, out, &id);
         if (rc) goto done;
         soft_used += n_ph;
     }
@@ -173,6 +284,8 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
         } else if (!p->ignore_eos && is_eos(c, p, id)) {
             stop = G4_STOP_EOS;
             out->stop_id = id;
+        } else if (p->json && g4_json_done(&hp.js)) {
+            stop = G4_STOP_JSON;
         } else if ((int)out->tokens.n >= limit) {
             stop = limit < p->max_new ? G4_STOP_CONTEXT : G4_STOP_MAX_NEW;
         }
@@ -187,9 +300,7 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
             break;
         }
         const int32_t fed = id;
-        int32_t next;
-        if ((rc = g4_text_step(s, &fed, 1, NULL, &next))) goto done;
-        id = next;
+        if ((rc = step_pick(s, &hp, p, &fed, 1, NULL, out, &id))) goto done;
     }
     t2 = now_ms();
 
@@ -212,6 +323,7 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
     out->decode_tok_s =
         out->tokens.n > 1 && out->decode_ms > 0 ? (out->tokens.n - 1) / (out->decode_ms * 1e-3) : 0;
 done:
+    host_free(&hp);
     free(text);
     free(stops);
     g4_text_stream_free(&ts);

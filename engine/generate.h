@@ -35,6 +35,8 @@
 
 #include <stdint.h>
 
+#include "engine/json_mask.h"
+#include "engine/sample_rules.h"
 #include "engine/text_model.h"
 #include "loader/tokenizer.h"
 
@@ -93,6 +95,16 @@ typedef struct {
     const volatile int *cancel; // non-NULL: checked after each token; once non-zero the
                                 // generation ends there (stop reason "cancelled": a streaming
                                 // caller's callback or a server whose client left sets it)
+    // Host-side sampling (engine/sample_rules.h). A request with any of these brings its logits
+    // row to the host at each step (g4_text_forward) and picks there with the sample op's
+    // reference; without them every step is the device's g4_text_step, as before.
+    g4_logit_rules rules;
+    int logprobs;     // 1: each token's log-probability (the result's logprobs, on_token)
+    int top_logprobs; // 0..G4_MAX_TOP_LOGPROBS alternatives per token (with logprobs)
+    const g4_json_schema *json;  // constrained decoding (NULL: none); needs vocab
+    const g4_vocab_bytes *vocab; // the tokenizer's token bytes (g4_vocab_bytes_build)
+    void (*on_token)(void *ctx, const g4_token_logprob *lp); // each token as it is picked
+    void *on_token_ctx;                                       // (with logprobs)
 } g4_gen_params;
 
 // max_new G4_GEN_DEFAULT_MAX_NEW, greedy, top_p 1, seed 0, nothing else.
@@ -104,8 +116,9 @@ typedef enum {
     G4_STOP_MAX_NEW = 2, // max_new tokens were generated
     G4_STOP_CONTEXT = 3, // the context ended before max_new
     G4_STOP_CANCEL = 4,  // the caller's cancel flag was set
+    G4_STOP_JSON = 5,    // the JSON value of a json constraint closed
 } g4_stop_reason;
-// "eos", "stop_string", "max_new", "context", "cancelled".
+// "eos", "stop_string", "max_new", "context", "cancelled", "json_end".
 const char *g4_stop_reason_name(g4_stop_reason r);
 
 typedef struct {
@@ -121,6 +134,7 @@ typedef struct {
     double decode_ms;     // every later step (forward + sampling + stop checks)
     double prefill_tok_s; // n_prompt / prefill time
     double decode_tok_s;  // (tokens - 1) / decode time (0 when only one token)
+    g4_token_logprob *logprobs; // [tokens.n] with params.logprobs, else NULL
 } g4_gen_result;
 void g4_gen_result_free(g4_gen_result *r);
 

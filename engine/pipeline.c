@@ -114,6 +114,7 @@ static int prepare_loaded(g4_pipeline *pl, g4_text_state **st, const g4_prompt_l
         .n_messages = pr->n_messages,
         .media_tokens = counts,
         .n_media_tokens = n_media,
+        .tools = pr->tools,
     };
     rc = g4_chat_encode(pl->tok, &req, ids);
     free(counts);
@@ -152,7 +153,7 @@ static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *id
     }
     if (!rc) {
         const g4_prompt_loaded lp = {pr->system, pr->system_as_parts, in,       names,
-                                     pr->n_images, pr->n_audio,       pr->text, NULL, 0};
+                                     pr->n_images, pr->n_audio,       pr->text, NULL, 0, NULL};
         rc = prepare_loaded(pl, &pl->state, &lp, max_new, ids, soft);
     }
     for (int i = 0; i < n_media; i++) g4_media_input_free(&in[i]);

@@ -102,6 +102,7 @@ typedef struct {
     // (each message's images, then its audio), n_images / n_audio their totals.
     const g4_chat_message *messages;
     int n_messages;
+    const char *tools; // rendered tool declarations (engine/chat_tools.h), or NULL
 } g4_prompt_loaded;
 
 // g4_pipeline_generate on a state of the caller's (*state; NULL: one is made for the prompt +

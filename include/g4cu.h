@@ -110,7 +110,26 @@ typedef struct {
 // go on, non-zero to end the generation there (finish reason "cancelled").
 typedef int (*g4cu_text_fn)(void *user, const char *text, size_t len);
 
-// A tool call an assistant message made (g4cu_message).
+// A generated token's log-probability and the top alternatives (most likely first): the
+// distribution after the penalties, logit_bias and the JSON mask, at the temperature (1 when
+// greedy), before min_p / top-k / top-p cut it.
+#define G4CU_MAX_TOP_LOGPROBS 20
+typedef struct {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[G4CU_MAX_TOP_LOGPROBS];
+    float top_logprob[G4CU_MAX_TOP_LOGPROBS];
+} g4cu_token_logprob;
+typedef void (*g4cu_token_fn)(void *user, const g4cu_token_logprob *lp);
+
+enum {
+    G4CU_JSON_NONE = 0,   // free text
+    G4CU_JSON_OBJECT = 1, // any JSON object (OpenAI's response_format json_object)
+    G4CU_JSON_SCHEMA = 2, // a value valid under json_schema (response_format json_schema)
+};
+// A tool call: one an assistant message made (g4cu_message), or one the model made
+// (g4cu_result's tool_calls, strings owned by the result, id NULL).
 typedef struct {
     const char *id;        // its id (a tool message's tool_call_id names it); NULL: none
     const char *name;      // the function's name
@@ -161,6 +180,27 @@ typedef struct {
     // out after a tool call or a tool response: the model goes on in its own turn).
     const g4cu_message *messages;
     int n_messages;
+    // Sampling beyond temperature / top-k / top-p. With any of these set, the request's logits
+    // row comes to the host at every step and is processed there in this order (the defaults,
+    // all 0, keep the device's sampling as it was): repetition_penalty, presence / frequency
+    // penalties, logit_bias, the JSON mask, [logprobs are taken here], temperature, min_p,
+    // top-k, top-p, the draw.
+    int logprobs;             // 1: result.logprobs has each generated token's log-probability
+    int top_logprobs;         // 0..20: the most likely alternatives per token (with logprobs)
+    float repetition_penalty; // > 0, HF's (prompt and output tokens); 0 or 1: off
+    float presence_penalty;   // OpenAI's (output tokens); 0: off
+    float frequency_penalty;  // OpenAI's (output tokens); 0: off
+    float min_p;              // [0, 1]: drop tokens below min_p x the top probability; 0: off
+    const int32_t *logit_bias_ids; // [n_logit_bias] ids in [0, n_vocab), and the value added
+    const float *logit_bias;       // to each one's logit (finite)
+    int n_logit_bias;
+    int json;                // G4CU_JSON_*: constrained decoding (the output is one JSON value)
+    const char *json_schema; // G4CU_JSON_SCHEMA: the schema's JSON text (README: the subset)
+    g4cu_token_fn on_token;  // with logprobs: each token as it is picked (user as on_text's)
+    const char *tools_json;  // OpenAI's "tools" array (JSON text) or NULL: their declarations
+                             // go into the system turn in Gemma-4's format, the model's calls
+                             // come back in the result's tool_calls (g4cu_generate only; not
+                             // with on_text: the call text is not streamed)
 } g4cu_request;
 void g4cu_request_default(g4cu_request *r);
 
@@ -176,7 +216,8 @@ typedef struct {
     size_t text_len; // (it may hold NUL bytes the model generated)
     int n_prompt_tokens;
     int n_tokens;               // generated tokens
-    const char *finish_reason;  // "stop" (end of turn or a stop string), "length"
+    const char *finish_reason;  // "stop" (end of turn, a stop string or the JSON's end),
+                                // "tool_calls" (the model called tools), "length"
                                 // (max_tokens or the context's end), "cancelled"
     double prefill_ms, decode_ms;
     double audio_seconds_cut;   // seconds of audio not heard (clips are cut to 30 s), 0: none
@@ -190,6 +231,9 @@ typedef struct {
     double decode_tok_s;        // (n_tokens - 1) / decode time (0 with one token)
     g4cu_audio_cut *cuts;       // each audio medium cut to the audio window, in the order
     int n_cuts;                 // the prompt has them [n_cuts] (malloc'ed, g4cu_result_free)
+    g4cu_token_logprob *logprobs; // [n_tokens] with rq->logprobs, else NULL (malloc'ed)
+    g4cu_tool_call *tool_calls;   // the calls the model made (rq->tools_json) [n_tool_calls];
+    int n_tool_calls;             // then finish_reason is "tool_calls" and text what is left
 } g4cu_result;
 void g4cu_result_free(g4cu_result *r);
 
@@ -287,6 +331,9 @@ int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float 
 // The sound file at path -> mono float32 at the model's audio rate, all of it (no window cut;
 // *pcm malloc'ed, g4cu_free). Errors name the path.
 int g4cu_audio_load(const g4cu_model *m, const char *path, float **pcm, size_t *n_samples);
+// The bytes token id decodes to alone (special tokens: none), copied to buf[0..cap) (at most);
+// *len the full count. For logprobs' token text / bytes.
+int g4cu_token_bytes(g4cu_model *m, int32_t id, char *buf, size_t cap, size_t *len);
 void g4cu_free(void *p);
 
 #ifdef __cplusplus

@@ -102,6 +102,155 @@ static void load_round(int round) {
               bad - bad_ok, bad);
 }
 
+// The sampling fields (tools/serve_sampling.c): logprobs (greedy: HF's text, one entry per
+// token whose texts add up to the content, the chosen token first among its alternatives),
+// json_object across seeds (each finished answer an object), n = 2, the penalties and min_p
+// accepted, tools (their declarations lengthen the prompt by the count the fixture tokenizer
+// gives them; "none" leaves them out), and a 400 naming the field for each refused value.
+static void test_sampling_fields(int P, const char *want_chat) {
+    resp r = post_json(P, "/v1/chat/completions",
+                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello, who are you?\"}],"
+                       "\"max_tokens\":40,\"logprobs\":true,\"top_logprobs\":2}");
+    cJSON *j = r.body ? cJSON_Parse(r.body) : NULL;
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
+    const cJSON *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
+    char joined[4096] = {0};
+    size_t n_joined = 0;
+    int entries = 0, firsts = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, content) {
+        const cJSON *top = cJSON_GetObjectItem(e, "top_logprobs");
+        const char *tt = cJSON_GetObjectItem(e, "token")->valuestring;
+        const size_t tl = strlen(tt); // (U+FFFD for each byte outside a UTF-8 character, as the
+        if (n_joined + tl < sizeof joined) // decoder writes a lone byte-fallback piece)
+            memcpy(joined + n_joined, tt, tl), n_joined += tl;
+        const cJSON *t0 = cJSON_GetArrayItem(top, 0);
+        firsts += cJSON_GetArraySize(top) == 2 &&
+                  !strcmp(cJSON_GetObjectItem(t0, "token")->valuestring,
+                          cJSON_GetObjectItem(e, "token")->valuestring) &&
+                  cJSON_GetObjectItem(t0, "logprob")->valuedouble ==
+                      cJSON_GetObjectItem(e, "logprob")->valuedouble &&
+                  cJSON_GetObjectItem(e, "logprob")->valuedouble <= 0;
+        entries++;
+    }
+    CHECK_MSG(cJSON_IsString(msg) && !strcmp(msg->valuestring, want_chat), "logprobs: %s", r.body);
+    // HF's 40 ids hold one special token (48, <|tool_call>), which has no bytes: no entry
+    CHECK_MSG(entries == 39 && firsts == 39, "logprobs: %d entries, %d greedy firsts", entries,
+              firsts);
+    CHECK_MSG(cJSON_IsString(msg) && !strcmp(joined, msg->valuestring),
+              "logprobs: the tokens give '%s'", joined);
+    cJSON_Delete(j);
+    resp_free(&r);
+
+    int finished = 0, objects = 0;
+    for (int seed = 1; seed <= 4; seed++) {
+        char *body = g4_sprintf("{\"messages\":[{\"role\":\"user\",\"content\":\"JSON\"}],"
+                                "\"max_tokens\":64,\"temperature\":1,\"seed\":%d,"
+                                "\"response_format\":{\"type\":\"json_object\"},"
+                                "\"presence_penalty\":0.5,\"min_p\":0.01}",
+                                seed);
+        r = post_json(P, "/v1/chat/completions", body);
+        free(body);
+        j = r.body ? cJSON_Parse(r.body) : NULL;
+        c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const cJSON *fin = cJSON_GetObjectItem(c0, "finish_reason");
+        msg = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content");
+        CHECK_MSG(r.status == 200 && cJSON_IsString(fin) && cJSON_IsString(msg), "json_object: %s",
+                  r.body);
+        if (cJSON_IsString(fin) && !strcmp(fin->valuestring, "stop") && cJSON_IsString(msg)) {
+            finished++;
+            cJSON *v = cJSON_Parse(msg->valuestring);
+            objects += cJSON_IsObject(v);
+            cJSON_Delete(v);
+        }
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    CHECK_MSG(finished >= 1 && objects == finished, "json_object: %d finished, %d objects",
+              finished, objects);
+
+    r = post_json(P, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,"
+                  "\"n\":2,\"temperature\":1,\"frequency_penalty\":1,\"repetition_penalty\":1.3,"
+                  "\"logit_bias\":{\"5\":-100}}");
+    j = r.body ? cJSON_Parse(r.body) : NULL;
+    CHECK_MSG(r.status == 200 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")) == 2 &&
+                  cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 1),
+                                      "index")->valueint == 1,
+              "n = 2: %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+
+    // tools: the declarations go into a system turn (prompt tokens: 9 for "hi" alone, plus the
+    // system turn's <|turn>system\n ... <turn|>\n and the declaration's tokens)
+    int with_tools = -1, without = -1, with_none = -1;
+    for (int k = 0; k < 3; k++) {
+        char *body = g4_sprintf(
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2%s}",
+            k == 0 ? "" : k == 1 ? ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                                   "\"now\",\"description\":\"The time.\"}}]"
+                                 : ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                                   "\"now\"}}],\"tool_choice\":\"none\"");
+        r = post_json(P, "/v1/chat/completions", body);
+        free(body);
+        j = r.body ? cJSON_Parse(r.body) : NULL;
+        const cJSON *pt = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens");
+        const int v = r.status == 200 && cJSON_IsNumber(pt) ? pt->valueint : -1;
+        *(k == 0 ? &without : k == 1 ? &with_tools : &with_none) = v;
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    {
+        char *tp = g4_sprintf("%s/chat/chat_bpe.json", fix);
+        g4_tokenizer *tk = NULL;
+        g4_ids ids = {0};
+        const char *sys = "<|turn>system\n<|tool>declaration:now{description:<|\"|>The time.<|\"|>}"
+                          "<tool|><turn|>\n";
+        CHECK(!g4_tokenizer_open(tp, &tk) && !g4_tokenizer_encode(tk, sys, strlen(sys), 0, &ids));
+        CHECK_MSG(without > 0 && with_none == without && with_tools == without + (int)ids.n,
+                  "prompt tokens: %d without tools, %d with, %d with tool_choice none (the "
+                  "system turn has %zu)",
+                  without, with_tools, with_none, ids.n);
+        g4_ids_free(&ids);
+        g4_tokenizer_close(tk);
+        free(tp);
+    }
+
+    static const struct {
+        const char *fields, *word;
+    } bad[] = {
+        {"\"logprobs\":true,\"top_logprobs\":21", "top_logprobs"},
+        {"\"top_logprobs\":2", "top_logprobs"},
+        {"\"logit_bias\":{\"x\":1}", "logit_bias"},
+        {"\"logit_bias\":{\"3\":101}", "logit_bias"},
+        {"\"logit_bias\":{\"99999\":1}", "logit_bias"},
+        {"\"presence_penalty\":3", "presence_penalty"},
+        {"\"min_p\":-0.1", "min_p"},
+        {"\"n\":9", "in [1, 8]"},
+        {"\"n\":2,\"stream\":true", "not streamed"},
+        {"\"response_format\":{\"type\":\"xml\"}", "response_format"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
+         "\"string\",\"pattern\":\"a\"}}}",
+         "pattern"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"stream\":true",
+         "tools"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "function.name"},
+        {"\"tools\":{}", "tools"},
+        {"\"tool_choice\":\"required\"", "tool_choice"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char *body = g4_sprintf("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                "\"max_tokens\":2,%s}",
+                                bad[k].fields);
+        r = post_json(P, "/v1/chat/completions", body);
+        CHECK_MSG(is_error(&r, 400) && strstr(r.body, bad[k].word), "%s: %d %s", body, r.status,
+                  r.body ? r.body : "");
+        free(body);
+        resp_free(&r);
+    }
+}
+
 int main(void) {
     if (!serve_setup()) return g4t_skip("test_serve", "g4cu was built without libmicrohttpd");
     char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
@@ -143,6 +292,8 @@ int main(void) {
               "chat usage: %s", r.body);
     free(t);
     resp_free(&r);
+
+    test_sampling_fields(P, want_chat);
 
     // chat, streamed: the deltas add up to the same text; a finish chunk, then [DONE]
     r = post_json(P, "/v1/chat/completions",
@@ -344,8 +495,8 @@ int main(void) {
          "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":0}", 400},
         {"stop an empty string", "POST", "/v1/chat/completions", "application/json",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":\"\"}", 400},
-        {"n 2", "POST", "/v1/chat/completions", "application/json",
-         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", 400},
+        {"n 9", "POST", "/v1/chat/completions", "application/json",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":9}", 400},
         {"invalid UTF-8", "POST", "/v1/chat/completions", "application/json",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400},
         {"wrong content type", "POST", "/v1/chat/completions", "text/plain", "{}", 415},

@@ -29,6 +29,7 @@
 // 127.0.0.1 unless --host says otherwise; --port 0 takes a free port; the port is printed on
 // stdout ("g4cu serve: listening on http://HOST:PORT").
 #include "tools/serve.h"
+#include "tools/serve_sampling.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +186,10 @@ struct job {
     int done, rc;
     char *err;
     g4cu_result res;
+    ss_fields ss;              // the sampling fields' buffers (tools/serve_sampling.h)
+    g4cu_result *more;         // choices 2..n (n > 1)
+    g4cu_token_logprob *lps;   // streamed logprobs so far (under mu)
+    size_t n_lps, cap_lps;
     volatile int cancel;
     double t_submit;
     job *next;
@@ -223,6 +228,10 @@ static void job_unref(job *j) {
     free(j->out);
     free(j->err);
     g4cu_result_free(&j->res);
+    for (int i = 0; j->more && i < j->ss.n - 1; i++) g4cu_result_free(&j->more[i]);
+    free(j->more);
+    free(j->lps);
+    ss_free(&j->ss);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -247,13 +256,47 @@ static int on_piece(void *user, const char *text, size_t len) {
     return j->cancel || serve_guard_cancelling();
 }
 
+// A streamed request's token logprobs, kept for its next chunk.
+static void on_logprob(void *user, const g4cu_token_logprob *lp) {
+    job *j = user;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lps == j->cap_lps) {
+        const size_t cap = j->cap_lps ? 2 * j->cap_lps : 64;
+        g4cu_token_logprob *a = realloc(j->lps, sizeof *j->lps * cap);
+        if (!a) { // out of memory: this token's entry is left out of the stream
+            pthread_mutex_unlock(&j->mu);
+            return;
+        }
+        j->lps = a, j->cap_lps = cap;
+    }
+    j->lps[j->n_lps++] = *lp;
+    pthread_mutex_unlock(&j->mu);
+}
+
+// Choices 2..n of a chat request (n > 1): the same request with seeds seed + 1, ... (greedy
+// gives n equal choices).
+static int run_more(g4cu_state *st, job *j) {
+    int rc = G4CU_OK;
+    j->more = calloc((size_t)j->ss.n, sizeof *j->more);
+    if (!j->more) return G4CU_EINTERNAL; // (answered as a failed generation)
+    g4cu_request rq = j->rq;
+    rq.on_text = NULL;
+    for (int i = 1; i < j->ss.n && !rc && !j->cancel; i++) {
+        rq.seed = j->rq.seed + (uint64_t)i;
+        rc = g4cu_generate(st, &rq, &j->more[i - 1]);
+    }
+    return rc;
+}
+
 static void run_job(g4cu_state *st, job *j) {
-    j->rq.on_text = on_piece;
+    j->rq.on_text = j->rq.tools_json ? NULL : on_piece; // (a call's text is not streamed)
     j->rq.user = j;
+    if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
     g4cu_result r = {0};
     int rc;
     if (j->kind == JOB_CHAT) {
         rc = g4cu_generate(st, &j->rq, &r);
+        if (!rc && j->ss.n > 1 && (rc = run_more(st, j))) g4cu_result_free(&r);
     } else if (j->kind == JOB_COMPLETION) {
         rc = g4cu_generate_ids(st, j->ids, j->n_ids, &j->rq, &r);
     } else { // the whole upload, in overlapping windows (as `g4cu asr`)
@@ -777,7 +820,6 @@ static int chat_params(job *j, const cJSON *root, perr *e) {
         if (!has || v == -1) j->rq.seed = fresh_seed();
         j->sampled = 1;
     }
-    if (!num_field(root, "n", 1, 1, 1, &has, &v, e)) return 0;
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         const cJSON *one = stop, *s;
@@ -801,7 +843,7 @@ static int chat_params(job *j, const cJSON *root, perr *e) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stream");
     if (st && !cJSON_IsNull(st) && !cJSON_IsBool(st)) return fail(e, "\"stream\": expected a boolean");
     j->stream = cJSON_IsTrue(st);
-    return 1;
+    return ss_parse(root, &j->rq, &j->ss, j->stream, e->msg, sizeof e->msg);
 }
 
 // j keeps str (freed with j). NULL str, or no memory to keep it: NULL, marked for a 503.
@@ -1003,6 +1045,10 @@ static job *parse_completion(const char *body, size_t len, perr *e) {
     if (ok && cJSON_IsTrue(echo)) ok = fail(e, "\"echo\": true is not supported");
     if (ok && suffix && !cJSON_IsNull(suffix)) ok = fail(e, "\"suffix\" is not supported");
     if (ok) ok = chat_params(j, root, e);
+    if (ok && (j->ss.n > 1 || j->rq.tools_json || j->rq.logprobs))
+        ok = fail(e, "/v1/completions takes no %s (one choice of plain text: use "
+                     "/v1/chat/completions)",
+                  j->ss.n > 1 ? "\"n\" > 1" : j->rq.tools_json ? "\"tools\"" : "\"logprobs\"");
     cJSON_Delete(root);
     if (!ok) {
         job_unref(j);
@@ -1054,6 +1100,7 @@ typedef struct {
     char *pending; // formatted bytes not yet handed to MHD
     size_t p_len, p_at;
     size_t sent; // bytes of j->out sent
+    size_t lps_sent; // of j->lps
     int phase;   // 0 role chunk sent, 1 final sent, 2 end
 } sse;
 
@@ -1075,6 +1122,16 @@ static void sse_set(sse *s, cJSON *o, const char *tail) {
     free(js);
 }
 
+// The logprobs streamed since the last chunk (under j->mu), or NULL.
+static cJSON *chunk_logprobs(sse *s) {
+    job *j = s->j;
+    if (!j->rq.logprobs || s->lps_sent == j->n_lps) return NULL;
+    cJSON *o = ss_logprobs(S.model, j->lps + s->lps_sent, j->n_lps - s->lps_sent,
+                           j->rq.top_logprobs);
+    s->lps_sent = j->n_lps;
+    return o;
+}
+
 static cJSON *chunk(sse *s, const char *content, const char *finish) {
     const int cmpl = s->j->kind == JOB_COMPLETION;
     cJSON *o = chat_object(cmpl ? "text_completion" : "chat.completion.chunk", s->id);
@@ -1087,6 +1144,10 @@ static cJSON *chunk(sse *s, const char *content, const char *finish) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (!content && !finish) cJSON_AddStringToObject(d, "role", "assistant");
         if (content) cJSON_AddStringToObject(d, "content", content);
+        if (content || finish) {
+            cJSON *lp = chunk_logprobs(s);
+            if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+        }
     }
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -1112,8 +1173,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (s->sent < j->out_len) {
             char *piece = strndup(j->out + s->sent, j->out_len - s->sent);
             s->sent = j->out_len;
+            cJSON *o = chunk(s, piece, NULL); // (its logprobs read j under mu)
             pthread_mutex_unlock(&j->mu);
-            sse_set(s, chunk(s, piece, NULL), NULL);
+            sse_set(s, o, NULL);
             free(piece);
             continue;
         }
@@ -1296,19 +1358,35 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
     } else {
         const int cmpl = j->kind == JOB_COMPLETION;
         cJSON *o = chat_object(cmpl ? "text_completion" : "chat.completion", id);
-        cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c0 = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c0, "index", 0);
-        if (cmpl) {
-            cJSON_AddStringToObject(c0, "text", r->text);
-            cJSON_AddNullToObject(c0, "logprobs");
-        } else {
-            cJSON *msg = cJSON_AddObjectToObject(c0, "message");
-            cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", r->text);
+        cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+        for (int i = 0; i < j->ss.n; i++) {
+            const g4cu_result *ri = i ? &j->more[i - 1] : r;
+            cJSON *c0 = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c0, "index", i);
+            if (cmpl) {
+                cJSON_AddStringToObject(c0, "text", ri->text);
+            } else {
+                cJSON *msg = cJSON_AddObjectToObject(c0, "message");
+                cJSON_AddStringToObject(msg, "role", "assistant");
+                ss_message(msg, ri, id);
+            }
+            if (j->rq.logprobs && !cmpl)
+                cJSON_AddItemToObject(c0, "logprobs", ss_logprobs(S.model, ri->logprobs,
+                                                                  (size_t)ri->n_tokens,
+                                                                  j->rq.top_logprobs));
+            else
+                cJSON_AddNullToObject(c0, "logprobs");
+            cJSON_AddStringToObject(c0, "finish_reason", finish_reason(ri));
+            cJSON_AddItemToArray(ch, c0);
         }
-        cJSON_AddStringToObject(c0, "finish_reason", finish_reason(r));
-        cJSON_AddItemToArray(ch, c0);
         add_usage(o, r);
+        if (j->ss.n > 1) { // usage counts every choice's tokens
+            int n_tok = r->n_tokens;
+            for (int i = 1; i < j->ss.n; i++) n_tok += j->more[i - 1].n_tokens;
+            cJSON *u = cJSON_GetObjectItem(o, "usage");
+            cJSON_SetNumberValue(cJSON_GetObjectItem(u, "completion_tokens"), n_tok);
+            cJSON_SetNumberValue(cJSON_GetObjectItem(u, "total_tokens"), r->n_prompt_tokens + n_tok);
+        }
         add_seed(o, j);
         ok = send_json(c, x, 200, o);
     }
