@@ -73,7 +73,7 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
     int rc;
     if (pq->method == G4_QM_GPTQ) {
-        g4_gptq_opts go = {0.01f, pq->act_order};
+        g4_gptq_opts go = {0.01f, pq->act_order, 0};
         rc = g4_q4_gptq(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, &go, a.q, a.scales, a.zp);
     } else {
         rc = g4_q4_fit(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, a.q, a.scales, a.zp);

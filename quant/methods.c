@@ -101,6 +101,34 @@ static void rtn_codes(const float *x, int n, float s, int z, uint8_t *codes) {
     for (int i = 0; i < n; i++) codes[i] = clip15(rint((double)x[i] / s + z));
 }
 
+// GPTQ's block parameters: min/max shrunk by p = 1, 0.98, .. 0.60 (clipping the extremes), the
+// one with the least h-weighted squared error of the rounded block (h: each channel's X^T X
+// diagonal; GPTQ's "mse" grid). p = 1 is min/max itself, so the pick is never worse than it.
+static void grid_params(const float *x, const double *h, int n, float *scale, int *zp) {
+    float lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) {
+        if (x[i] < lo) lo = x[i];
+        if (x[i] > hi) hi = x[i];
+    }
+    if (!(hi > lo)) {
+        *scale = 1;
+        *zp = 0;
+        return;
+    }
+    double best = INFINITY;
+    for (int g = 0; g <= 20; g++) {
+        const float p = 1.0f - 0.02f * (float)g, l = p * lo, u = p * hi;
+        const float s = store_scale((u - l) / 15.0f);
+        const int z = clip15(rint((double)-l / s));
+        double e = 0;
+        for (int i = 0; i < n; i++) {
+            const double c = clip15(rint((double)x[i] / s + z)), d = (c - z) * s - x[i];
+            e += h[i] * d * d;
+        }
+        if (e < best) best = e, *scale = s, *zp = z;
+    }
+}
+
 void g4_rtn_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
     int z;
     rtn_params(x, block, scale, &z);
@@ -404,6 +432,8 @@ typedef struct {
     int dtype, K, N, B, kb;
     const float *U; // upper triangle: chol(H^-1) in permuted order
     const int *perm;
+    const double *hd; // [kb * B] X^T X diagonal by original channel (padding 0)
+    int minmax;       // 1: block parameters by min/max alone
     int act_order;
     uint8_t *q;
     uint16_t *scales;
@@ -411,6 +441,13 @@ typedef struct {
 } gptq_job;
 
 #define GPTQ_BATCH 128 // rows (input channels) per lazy batch
+
+static void block_params(const gptq_job *j, const float *x, int b, float *s, int *z) {
+    if (j->minmax)
+        rtn_params(x, j->B, s, z);
+    else
+        grid_params(x, j->hd + (size_t)b * j->B, j->B, s, z);
+}
 
 static void gptq_range(void *ctx, int lo, int hi) {
     const gptq_job *j = ctx;
@@ -422,6 +459,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
     int *zz = g4_malloc(sizeof(int) * (size_t)kb * TILE);
     uint8_t *codes = g4_malloc((size_t)padded * TILE); // [TILE][padded], original order
     float *x = g4_malloc(sizeof(float) * (size_t)B);
+    double *hx = g4_malloc(sizeof(double) * (size_t)B);
     uint8_t *zps = g4_malloc((size_t)kb);
     float *scol = g4_malloc(sizeof(float) * (size_t)kb);
     for (int tile = lo; tile < hi; tile++) {
@@ -438,7 +476,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
                         const int k = b * B + r;
                         x[r] = k < K ? load_w(j->w, j->dtype, (uint64_t)k * j->N + n0 + t) : 0.0f;
                     }
-                    rtn_params(x, B, &sc[b * TILE + t], &zz[b * TILE + t]);
+                    block_params(j, x, b, &sc[b * TILE + t], &zz[b * TILE + t]);
                 }
         for (int i0 = 0; i0 < K; i0 += GPTQ_BATCH) {
             const int i1 = i0 + GPTQ_BATCH < K ? i0 + GPTQ_BATCH : K;
@@ -448,7 +486,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
                     for (int t = 0; t < nt; t++) {
                         for (int r = 0; r < B; r++)
                             x[r] = i + r < K ? W[(size_t)(i + r) * TILE + t] : 0.0f;
-                        rtn_params(x, B, &sc[b * TILE + t], &zz[b * TILE + t]);
+                        block_params(j, x, b, &sc[b * TILE + t], &zz[b * TILE + t]);
                     }
                 const double uii = U[(size_t)i * K + i];
                 float *wi = W + (size_t)i * TILE, *ei = E + (size_t)(i - i0) * TILE;
@@ -484,7 +522,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
             store_col(n0 + t, kb, B, ct, scol, zps, j->q, j->scales, j->zp);
         }
     }
-    free(W), free(E), free(sc), free(zz), free(codes), free(x), free(zps), free(scol);
+    free(W), free(E), free(sc), free(zz), free(codes), free(x), free(hx), free(zps), free(scol);
 }
 
 typedef struct {
@@ -507,8 +545,11 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
     if (!(damp0 < 1e3f)) return g4_fail(G4_EUSER, "gptq: damping %g, expected (0, 1000)", damp0);
     const int act = o && o->act_order;
     int *perm = g4_malloc(sizeof(int) * (size_t)K);
+    const int kb = g4_q4_kblocks(K, block);
+    double *hd = g4_calloc((size_t)kb * block, sizeof(double));
     for (int k = 0; k < K; k++) {
         if (!(H[(size_t)k * K + k] > 0)) H[(size_t)k * K + k] = 1; // a dead channel
+        hd[k] = H[(size_t)k * K + k];
         perm[k] = k;
     }
     if (act) {
@@ -537,13 +578,13 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
     }
     free(diag);
     if (!ok) {
-        free(perm);
+        free(perm), free(hd);
         return g4_fail(G4_EUSER, "gptq: X^T X [%d, %d] is not positive definite after damping "
                                  "%g x its mean diagonal",
                        K, K, damp / 10);
     }
-    gptq_job j = {w, w_dtype, K, N, block, g4_q4_kblocks(K, block), H, perm, act, q, scales, zp};
+    gptq_job j = {w, w_dtype, K, N, block, kb, H, perm, hd, o && o->minmax, act, q, scales, zp};
     g4_parallel_for((N + TILE - 1) / TILE, (double)TILE * K * K, gptq_range, &j);
-    free(perm);
+    free(perm), free(hd);
     return G4_OK;
 }

@@ -10,8 +10,9 @@
 //   gptq     GPTQ (Frantar et al. 2022): codes chosen one input channel at a time, each one's
 //            rounding error pushed onto the channels not yet quantized through the inverse of
 //            H = X^T X (X: the linear's calibration inputs); per-block scale and zero point by
-//            min/max, taken when the block is reached (or from the original weights with
-//            act-order, which visits channels by decreasing H[k][k])
+//            min/max shrunk by the factor (1 .. 0.6) with the least H[k][k]-weighted error,
+//            taken when the block is reached (or from the original weights with act-order,
+//            which visits channels by decreasing H[k][k])
 //   fit      each block's scale and zero point (then its codes) chosen to minimise the block's
 //            share of the layer-output error ||X W - X Wq||^2, d^T H_bb d with H_bb the block's
 //            32 x 32 diagonal block of X^T X; candidates: a grid of scales around min/max, the
@@ -54,6 +55,8 @@ int g4_q4_quantize_rtn(const void *w, int w_dtype, int K, int N, int block, uint
 typedef struct {
     float damp;    // added to H's diagonal: damp x mean(diag H) (GPTQ's percdamp; default 0.01)
     int act_order; // 1: channels by decreasing H[k][k], block parameters from the original W
+    int minmax;    // 1: block parameters by min/max alone (the paper's); 0 (default): min/max
+                   //    shrunk by 1 .. 0.6, the least H[k][k]-weighted error of the rounded block
 } g4_gptq_opts;
 
 // H: K x K floats (symmetric), overwritten (its lower triangle and diagonal are kept as the

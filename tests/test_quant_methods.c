@@ -222,10 +222,21 @@ static void test_gptq_diagonal_is_rtn(void) {
     for (int act = 0; act <= 1; act++) {
         memset(H, 0, sizeof(float) * K * K);
         for (int k = 0; k < K; k++) H[k * K + k] = k == 7 ? 0.0f : g4t_rand_uniform(&rng, 0.1f, 5.0f);
-        g4_gptq_opts o = {0.01f, act};
+        double *Hd = g4_calloc((size_t)K * K, sizeof(double));
+        for (int k = 0; k < K; k++) Hd[k * K + k] = H[k * K + k] > 0 ? H[k * K + k] : 1;
+        float *H2 = g4_malloc(sizeof(float) * K * K);
+        memcpy(H2, H, sizeof(float) * K * K);
+        g4_gptq_opts o = {0.01f, act, 1};
         CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, g.q, g.sc, g.zp) == G4_OK,
                   "%s", g4_error());
         CHECK_MSG(q4_same(&r, &g, K, N), "gptq (act_order %d) with a diagonal X^T X != rtn", act);
+        // the default block parameters (a shrink grid that holds min/max): never a larger
+        // weighted error than RTN's when nothing is pushed between channels
+        o.minmax = 0;
+        CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H2, &o, g.q, g.sc, g.zp) == G4_OK);
+        const double eg = out_loss(W, K, N, Hd, &g), er = out_loss(W, K, N, Hd, &r);
+        CHECK_MSG(eg <= er && eg > 0, "gptq grid (act_order %d) %g vs rtn %g", act, eg, er);
+        free(Hd), free(H2);
     }
     free(W), free(H);
     q4_free(&r), q4_free(&g);
@@ -259,7 +270,7 @@ static void test_methods_lower_output_error(void) {
     CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, kq.q, kq.sc, kq.zp) == G4_OK);
     for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
     CHECK(g4_q4_fit(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, ft.q, ft.sc, ft.zp) == G4_OK);
-    g4_gptq_opts o = {0.01f, 0};
+    g4_gptq_opts o = {0.01f, 0, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, gp.q, gp.sc, gp.zp) == G4_OK);
     for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
     o.act_order = 1;
@@ -290,7 +301,7 @@ static void test_bad_inputs(void) {
     float W[64] = {0}, H[32 * 32];
     for (int i = 0; i < K * K; i++) H[i] = NAN;
     q4buf b = q4_new(K, N);
-    g4_gptq_opts o = {0.01f, 0};
+    g4_gptq_opts o = {0.01f, 0, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 32, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
     CHECK(strstr(g4_error(), "not positive definite") != NULL);
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 24, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
