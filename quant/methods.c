@@ -115,6 +115,7 @@ static void grid_params(const float *x, const double *h, int n, float *scale, in
         *zp = 0;
         return;
     }
+    rtn_params(x, n, scale, zp); // p = 1 (kept when every error is NaN)
     double best = INFINITY;
     for (int g = 0; g <= 20; g++) {
         const float p = 1.0f - 0.02f * (float)g, l = p * lo, u = p * hi;
@@ -459,7 +460,6 @@ static void gptq_range(void *ctx, int lo, int hi) {
     int *zz = g4_malloc(sizeof(int) * (size_t)kb * TILE);
     uint8_t *codes = g4_malloc((size_t)padded * TILE); // [TILE][padded], original order
     float *x = g4_malloc(sizeof(float) * (size_t)B);
-    double *hx = g4_malloc(sizeof(double) * (size_t)B);
     uint8_t *zps = g4_malloc((size_t)kb);
     float *scol = g4_malloc(sizeof(float) * (size_t)kb);
     for (int tile = lo; tile < hi; tile++) {
@@ -522,7 +522,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
             store_col(n0 + t, kb, B, ct, scol, zps, j->q, j->scales, j->zp);
         }
     }
-    free(W), free(E), free(sc), free(zz), free(codes), free(x), free(hx), free(zps), free(scol);
+    free(W), free(E), free(sc), free(zz), free(codes), free(x), free(zps), free(scol);
 }
 
 typedef struct {
