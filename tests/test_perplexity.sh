@@ -152,6 +152,8 @@ err1 "quantize --method unknown" "quantize method 'q4km': expected kquant, rtn, 
     "$G4CU" quantize "$pkg" "$tmp/x" --method q4km
 err1 "quantize --method gptq needs --calib" "need --calib TEXT" \
     "$G4CU" quantize "$pkg" "$tmp/x" --method gptq
+err1 "quantize --imatrix with another method" "imatrix with method 'gptq': imatrix is a method of its own" \
+    "$G4CU" quantize "$pkg" "$tmp/x" --imatrix --method gptq --calib "$fx/calib.txt"
 err1 "quantize --act-order needs gptq" "act-order with method 'fit': it is gptq's option" \
     "$G4CU" quantize "$pkg" "$tmp/x" --method fit --act-order --calib "$fx/calib.txt"
 
