@@ -271,6 +271,37 @@ static void fit_block(const float *x, int B, const double *hb, uint8_t *codes, f
     *zp_out = (uint8_t)z;
 }
 
+// fit, the whole column: the blocks' scales and zero points stay, the codes move by +-1 where
+// that lowers the full d^T H d (the cross-block terms the per-block fit leaves out), two sweeps.
+static void refine_col(const tile_job *j, const float *x, uint8_t *codes, const float *sc,
+                       const uint8_t *zps, double *d, double *g) {
+    const int K = j->K, B = j->B;
+    const float *H = j->H;
+    for (int k = 0; k < K; k++) d[k] = ((double)codes[k] - zps[k / B]) * sc[k / B] - x[k];
+    for (int a = 0; a < K; a++) {
+        double r = j->ridge * d[a];
+        const float *ha = H + (size_t)a * K;
+        for (int b = 0; b < K; b++) r += (double)ha[b] * d[b];
+        g[a] = r;
+    }
+    for (int sweep = 0; sweep < 2; sweep++)
+        for (int k = 0; k < K; k++) {
+            const double hkk = (double)H[(size_t)k * K + k] + j->ridge;
+            for (int dir = -1; dir <= 1; dir += 2) {
+                const int c2 = codes[k] + dir;
+                if (c2 < 0 || c2 > 15) continue;
+                const double delta = (double)dir * sc[k / B];
+                if (!(2 * delta * g[k] + delta * delta * hkk < 0)) continue;
+                codes[k] = (uint8_t)c2;
+                d[k] += delta;
+                const float *hk = H + (size_t)k * K; // row k = column k (symmetric)
+                for (int a = 0; a < K; a++) g[a] += (double)hk[a] * delta;
+                g[k] += j->ridge * delta;
+                break;
+            }
+        }
+}
+
 static void tile_range(void *ctx, int lo, int hi, int fit) {
     const tile_job *j = ctx;
     const int B = j->B, kb = j->kb, padded = kb * B;
@@ -279,6 +310,8 @@ static void tile_range(void *ctx, int lo, int hi, int fit) {
     float *sc = g4_malloc(sizeof(float) * (size_t)kb);
     double *hb = fit ? g4_malloc(sizeof(double) * (size_t)B * B) : NULL;
     double *d = g4_malloc(sizeof(double) * 2 * (size_t)B);
+    double *dk = fit ? g4_malloc(sizeof(double) * (size_t)j->K) : NULL;
+    double *gk = fit ? g4_malloc(sizeof(double) * (size_t)j->K) : NULL;
     for (int tile = lo; tile < hi; tile++) {
         const int n0 = tile * TILE, n1 = n0 + TILE < j->N ? n0 + TILE : j->N;
         for (int n = n0; n < n1; n++) {
@@ -301,10 +334,11 @@ static void tile_range(void *ctx, int lo, int hi, int fit) {
                     }
                 fit_block(x, B, hb, c, &sc[b], &zps[b], d, tc);
             }
+            if (fit) refine_col(j, col, codes, sc, zps, dk, gk);
             store_col(n, kb, B, codes, sc, zps, j->q, j->scales, j->zp);
         }
     }
-    free(col), free(codes), free(zps), free(sc), free(hb), free(d);
+    free(col), free(codes), free(zps), free(sc), free(hb), free(d), free(dk), free(gk);
 }
 
 static void rtn_range(void *ctx, int lo, int hi) {

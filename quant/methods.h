@@ -16,7 +16,9 @@
 //   fit      each block's scale and zero point (then its codes) chosen to minimise the block's
 //            share of the layer-output error ||X W - X Wq||^2, d^T H_bb d with H_bb the block's
 //            32 x 32 diagonal block of X^T X; candidates: a grid of scales around min/max, the
-//            zero points near each, and k-quant's own pick
+//            zero points near each, and k-quant's own pick; then, the scales and zero points
+//            fixed, two sweeps over the column's codes move each by +-1 where that lowers the
+//            whole column's d^T H d (the cross-block terms included)
 //
 // H arrives as K x K floats (both triangles; g4_hessian_run in fidelity/sensitivity.h builds it),
 // one linear at a time.
@@ -66,7 +68,7 @@ typedef struct {
 int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
                const g4_gptq_opts *o, uint8_t *q, uint16_t *scales, uint8_t *zp);
 
-// H: K x K floats (symmetric), read only (only its 32 x 32 diagonal blocks are read).
+// H: K x K floats (symmetric), read only.
 int g4_q4_fit(const void *w, int w_dtype, int K, int N, int block, const float *H, uint8_t *q,
               uint16_t *scales, uint8_t *zp);
 

@@ -12,8 +12,8 @@
 // 3. The methods on synthetic weights: RTN on a hand-made block (exact codes); GPTQ with a
 //    diagonal X^T X is RTN byte for byte (no error to push: U is diagonal), with and without
 //    act-order; on correlated inputs GPTQ and fit lower the layer-output error
-//    sum_n (w_n - q_n)^T H (w_n - q_n) below RTN's and k-quant's (budgets below, with the
-//    measured values); bad inputs get one-line errors.
+//    sum_n (w_n - q_n)^T H (w_n - q_n) below 0.8x RTN's and k-quant's (measured: gptq 0.67x
+//    RTN's, act-order 0.56x, fit 0.55x; k-quant 1.00x); bad inputs get one-line errors.
 #include <math.h>
 #include <stdlib.h>
 
@@ -286,7 +286,7 @@ static void test_methods_lower_output_error(void) {
               e_rtn, e_kq);
     CHECK_MSG(e_ga < 0.8 * e_rtn && e_ga < 0.8 * e_kq, "gptq act-order %g vs rtn %g, kquant %g",
               e_ga, e_rtn, e_kq);
-    CHECK_MSG(e_ft < 0.9 * e_rtn && e_ft < 0.9 * e_kq, "fit %g vs rtn %g, kquant %g", e_ft, e_rtn,
+    CHECK_MSG(e_ft < 0.8 * e_rtn && e_ft < 0.8 * e_kq, "fit %g vs rtn %g, kquant %g", e_ft, e_rtn,
               e_kq);
     free(W), free(A), free(X), free(Hf), free(H);
     q4_free(&rt), q4_free(&kq), q4_free(&gp), q4_free(&ga), q4_free(&ft);

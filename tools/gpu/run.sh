@@ -427,7 +427,7 @@ fid_quant() {
 }
 
 # The --method variants (issue 33), calibrated on ${FIDELITY_CALIB_TOKENS:-2048} tokens of the
-# train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-gptq --act-order}
+# train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-fit}
 # with --keep-auto at the same byte budget as q4_keep_auto (${FIDELITY_KEEP_PCT:-10}% of Q4's).
 fid_methods() {
     local d="$FID/proxy" corpus=.carry/corpus budget
@@ -439,7 +439,7 @@ fid_methods() {
     fid_quant q4_fit --method fit "${cal[@]}"
     budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
-    fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-gptq --act-order} --keep-auto "$budget" "${cal[@]}"
+    fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
 }
 
 stage_fidelity_methods() {
