@@ -458,20 +458,28 @@ void g4_imatrix_free(g4_imatrix *im) {
     memset(im, 0, sizeof *im);
 }
 
+// The imatrix and Hessian runs' start: every fp16 decoder linear a candidate, a state for n
+// rows, the probe over its own backend handle (*own, to put back) and p->imx_rows [nc].
+static int probe_start(g4_text_model *m, int n, cand **c, int *nc, g4_text_state **s,
+                       g4_backend **own, probe *p) {
+    g4_sens_opts all = {0};
+    int n_q4 = 0, rc;
+    if ((rc = enumerate(m, &all, c, nc, &n_q4)) || (rc = g4_text_state_new(m, n, n, s))) return rc;
+    *own = (*s)->be;
+    probe_install(p, *own, *c, *nc);
+    p->imx_rows = g4_calloc((size_t)(*nc > 0 ? *nc : 1), sizeof(long));
+    return G4_OK;
+}
+
 int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out) {
     memset(out, 0, sizeof *out);
     cand *c = NULL;
-    int nc = 0, n_q4 = 0, rc;
-    g4_sens_opts all = {0};
+    int nc = 0, rc;
     g4_text_state *s = NULL;
     g4_backend *own = NULL; // s's own handle, while the probe stands in for it
     probe p = {0};
-    if ((rc = enumerate(m, &all, &c, &nc, &n_q4))) goto done;
-    if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
-    own = s->be;
-    probe_install(&p, own, c, nc);
+    if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
     p.imx_sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
-    p.imx_rows = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(long));
     for (int i = 0; i < nc; i++) p.imx_sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
     s->be = &p.be;
     rc = forward_all_rows(s, ids, n);
@@ -539,17 +547,12 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_flo
                    g4_hessian_cb cb, void *ctx, int *n_linears) {
     *n_linears = 0;
     cand *c = NULL;
-    int nc = 0, n_q4 = 0, rc;
-    g4_sens_opts all = {0};
+    int nc = 0, rc;
     g4_text_state *s = NULL;
     g4_backend *own = NULL;
     probe p = {0};
-    if ((rc = enumerate(m, &all, &c, &nc, &n_q4))) goto done;
-    if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
-    own = s->be;
-    probe_install(&p, own, c, nc);
+    if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
     p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
-    p.imx_rows = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(long));
     for (int i0 = 0; i0 < nc && !rc;) {
         int i1 = i0;
         uint64_t used = 0;
