@@ -17,6 +17,7 @@
 #include "fidelity/sensitivity.h"
 #include "kernels/backend_select.h"
 #include "loader/tokenizer.h"
+#include "quant/methods.h"
 #include "quant/q4.h"
 #include "quant/q4_writer.h"
 
@@ -54,13 +55,46 @@ static int calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
     return G4_OK;
 }
 
+// X^T X floats held at once by the gptq / fit calibration (256 MiB; a larger linear alone).
+#define HESSIAN_FLOATS (1u << 26)
+
+// gptq / fit: each linear quantized from its X^T X as the Hessian run hands it over.
+typedef struct {
+    g4_qmethod method;
+    int act_order;
+    g4_q4_arrays *a;
+    int n;
+} prequant;
+
+static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
+    prequant *pq = ctx;
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
+    g4_q4_arrays a = {g4_strdup(name), K, N, g4_malloc((size_t)sh.q_bytes),
+                      g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
+    int rc;
+    if (pq->method == G4_QM_GPTQ) {
+        g4_gptq_opts go = {0.01f, pq->act_order, 0};
+        rc = g4_q4_gptq(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, &go, a.q, a.scales, a.zp);
+    } else {
+        rc = g4_q4_fit(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, a.q, a.scales, a.zp);
+    }
+    if (rc) {
+        g4_error_prefix("%s", name);
+        g4_q4_arrays_free(&a);
+        return rc;
+    }
+    pq->a = g4_realloc(pq->a, sizeof(g4_q4_arrays) * (size_t)(pq->n + 1));
+    pq->a[pq->n++] = a;
+    return G4_OK;
+}
+
 // Appends to keep[] the names of the linears --keep-auto picks (new strings in *owned).
-// The calibration runs: --keep-auto's sensitivity ranking (budget >= 0) and --imatrix's
-// activation importance (im != NULL), on one loaded model.
+// The calibration runs: --keep-auto's sensitivity ranking (budget >= 0), --imatrix's
+// activation importance (im != NULL) and gptq / fit's X^T X (pq != NULL), on one loaded model.
 static int calibrate(const char *pkg_dir, const char *backend, const char *calib,
                      const char *tok_path, int n_tokens, long long budget, int threads, FILE *rep,
                      FILE *progress, const char ***keep, int *n_keep, char ***owned, int *n_owned,
-                     g4_imatrix *im) {
+                     g4_imatrix *im, prequant *pq) {
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_sens_row *rows = NULL;
@@ -76,6 +110,12 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         if ((rc = g4_imatrix_run(m, ids, n, im))) goto done;
         fprintf(rep, "imatrix: activation importance of %d linears from %d tokens of %s\n", im->n,
                 n, calib);
+    }
+    if (pq) {
+        int n_lin = 0;
+        if ((rc = g4_hessian_run(m, ids, n, HESSIAN_FLOATS, prequant_one, pq, &n_lin))) goto done;
+        fprintf(rep, "%s: X^T X of %d linears from %d tokens of %s\n",
+                g4_qmethod_name(pq->method), n_lin, n, calib);
     }
     if (budget < 0) goto done;
     g4_sens_opts so = {0};
@@ -113,9 +153,20 @@ void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p) {
 }
 
 static int quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p, FILE *rep) {
-    if ((p->keep_auto_bytes >= 0 || p->imatrix) != (p->calib != NULL))
-        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes and imatrix need a calibration text "
-                                 "(and the text one of them)");
+    g4_qmethod method = G4_QM_KQUANT;
+    int rc = p->method ? g4_qmethod_parse(p->method, &method) : G4_OK;
+    if (rc) return rc;
+    if (p->imatrix && method != G4_QM_KQUANT && method != G4_QM_IMATRIX)
+        return g4_fail(G4_EUSER, "quantize: imatrix with method '%s': imatrix is a method of its "
+                                 "own (method imatrix)",
+                       p->method);
+    if (p->imatrix) method = G4_QM_IMATRIX;
+    if (p->gptq_act_order && method != G4_QM_GPTQ)
+        return g4_fail(G4_EUSER, "quantize: act-order with method '%s': it is gptq's option",
+                       g4_qmethod_name(method));
+    if ((p->keep_auto_bytes >= 0 || g4_qmethod_needs_calib(method)) != (p->calib != NULL))
+        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes and the methods imatrix, gptq and fit "
+                                 "need a calibration text (and the text one of them)");
     if (p->calib && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
         return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 8 to %d", p->calib_tokens,
                        1 << 20);
@@ -124,12 +175,14 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int n_keep = p->n_keep;
     for (int i = 0; i < n_keep; i++) keep[i] = p->keep[i];
     char **owned = NULL;
-    int n_owned = 0, rc = G4_OK;
+    int n_owned = 0;
     g4_imatrix im = {0};
+    prequant pq = {method, p->gptq_act_order, NULL, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep, &owned,
-                       &n_owned, p->imatrix ? &im : NULL);
+                       &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
+                       g4_qmethod_needs_hessian(method) ? &pq : NULL);
     g4_q4_write_opts o = {keep,
                           n_keep,
                           G4_Q4_BLOCK,
@@ -138,11 +191,16 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                           p->progress,
                           (const char *const *)im.names,
                           (const float *const *)im.imp,
-                          im.n};
+                          im.n,
+                          method == G4_QM_RTN ? G4_QM_RTN : G4_QM_KQUANT,
+                          pq.a,
+                          pq.n};
     g4_q4_write_stats st;
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
     free(keep);
     g4_imatrix_free(&im);
+    for (int i = 0; i < pq.n; i++) g4_q4_arrays_free(&pq.a[i]);
+    free(pq.a);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     if (rc) return rc;
@@ -151,6 +209,9 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
             "%llu bytes\n",
             out, st.n_quantized, G4_Q4_BLOCK, st.n_weights, st.n_kept,
             (unsigned long long)st.data_bytes);
+    if (g4_qmethod_needs_calib(method))
+        fprintf(rep, "calibrated: %d of %d weights quantized from calibration data (method %s)\n",
+                st.n_calibrated, st.n_weights, g4_qmethod_name(method));
     g4_q4_write_stats_free(&st);
     return G4_OK;
 }

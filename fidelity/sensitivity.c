@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/parallel.h"
 #include "base/progress.h"
 #include "fidelity/kl.h"
 #include "kernels/backend_select.h"
@@ -44,9 +45,12 @@ typedef struct {
     // the imatrix run instead (g4_imatrix_run): per candidate, sum x^2 per input channel
     double **imx_sum; // [n][K], or NULL
     long *imx_rows;   // [n]
+    // the Hessian run instead (g4_hessian_run): X^T X of the candidates with hess[i] set
+    float **hess; // [n][K * K], or NULL
 } probe;
 
 static void imx_add(probe *p, int i, const g4_buf *x);
+static void hess_add(probe *p, int i, const g4_buf *x);
 
 // Quantizes c's weight once into host buffers (the bytes `g4cu quantize` would write).
 static int quantize(cand *c, int n_threads) {
@@ -140,10 +144,14 @@ static double weight_rel(const cand *c) {
 
 // Pass 1: accumulates the candidate at slot w's output error on input x.
 static void measure(probe *p, const g4_buf *x, const g4_linear *w) {
-    if (!p->measure && !p->imx_sum) return;
+    if (!p->measure && !p->imx_sum && !p->hess) return;
     int i = 0;
     while (i < p->n && p->c[i].slot != w) i++;
     if (i == p->n) return;
+    if (p->hess) {
+        if (p->hess[i]) hess_add(p, i, x);
+        return;
+    }
     if (p->imx_sum) {
         imx_add(p, i, x);
         return;
@@ -422,6 +430,26 @@ static void imx_add(probe *p, int i, const g4_buf *x) {
     free(a);
 }
 
+// A hook that reads nothing: its presence alone makes the forward run the lm_head.
+static void hook_none(void *ctx, const char *name, g4_backend *be, const g4_buf *b) {
+    (void)ctx, (void)name, (void)be, (void)b;
+}
+
+// One forward of ids[n] in which every row reaches every linear, the lm_head included: the
+// forward skips the lm_head when nobody asks for logits (a prefill chunk), so a no-op hook asks
+// for them (on the device: no [n, V] download). Without it the lm_head received no input and
+// `--imatrix` quantized it plainly (82 of 83 linears with an importance on the tiny fixture).
+static int forward_all_rows(g4_text_state *s, const int32_t *ids, int n) {
+    const g4_text_hook h = s->hook;
+    void *hc = s->hook_ctx;
+    s->hook = hook_none;
+    s->hook_ctx = NULL;
+    int rc = g4_text_forward(s, ids, n, NULL, NULL, 1);
+    s->hook = h;
+    s->hook_ctx = hc;
+    return rc;
+}
+
 void g4_imatrix_free(g4_imatrix *im) {
     for (int i = 0; i < im->n; i++) free(im->names[i]), free(im->imp[i]);
     free(im->names);
@@ -430,30 +458,43 @@ void g4_imatrix_free(g4_imatrix *im) {
     memset(im, 0, sizeof *im);
 }
 
+// The imatrix and Hessian runs' start: every fp16 decoder linear a candidate, a state for n
+// rows, the probe over its own backend handle (*own, to put back) and p->imx_rows [nc].
+static int probe_start(g4_text_model *m, int n, cand **c, int *nc, g4_text_state **s,
+                       g4_backend **own, probe *p) {
+    g4_sens_opts all = {0};
+    int n_q4 = 0, rc;
+    if ((rc = enumerate(m, &all, c, nc, &n_q4)) || (rc = g4_text_state_new(m, n, n, s))) return rc;
+    *own = (*s)->be;
+    probe_install(p, *own, *c, *nc);
+    p->imx_rows = g4_calloc((size_t)(*nc > 0 ? *nc : 1), sizeof(long));
+    return G4_OK;
+}
+
 int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out) {
     memset(out, 0, sizeof *out);
     cand *c = NULL;
-    int nc = 0, n_q4 = 0, rc;
-    g4_sens_opts all = {0};
+    int nc = 0, rc;
     g4_text_state *s = NULL;
     g4_backend *own = NULL; // s's own handle, while the probe stands in for it
     probe p = {0};
-    if ((rc = enumerate(m, &all, &c, &nc, &n_q4))) goto done;
-    if ((rc = g4_text_state_new(m, n, n, &s))) goto done;
-    own = s->be;
-    probe_install(&p, own, c, nc);
+    if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
     p.imx_sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
-    p.imx_rows = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(long));
     for (int i = 0; i < nc; i++) p.imx_sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
     s->be = &p.be;
-    rc = g4_text_forward(s, ids, n, NULL, NULL, 1); // all rows reach lm_head
+    rc = forward_all_rows(s, ids, n);
     s->be = own;
     if (rc) goto done;
     out->names = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(char *));
     out->imp = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
     out->K = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(int));
+    for (int i = 0; i < nc; i++)
+        if (!p.imx_rows[i]) { // every candidate is on the forward's path: a skipped op is a bug
+            rc = g4_fail(G4_EINTERNAL, "imatrix: linear %s received no input in the forward",
+                         c[i].row.name);
+            goto done;
+        }
     for (int i = 0; i < nc; i++) {
-        if (!p.imx_rows[i]) continue; // never reached by this run (none expected)
         const int K = c[i].row.K;
         out->names[out->n] = g4_strdup(c[i].row.name);
         out->K[out->n] = K;
@@ -466,6 +507,80 @@ done:
     g4_text_state_free(s);
     for (int i = 0; i < nc && p.imx_sum; i++) free(p.imx_sum[i]);
     free(p.imx_sum);
+    free(p.imx_rows);
+    free(c);
+    return rc;
+}
+
+// --- X^T X of every candidate (GPTQ's Hessian), a group of candidates per forward ------------
+
+typedef struct {
+    float *H;
+    const float *x;
+    int K, rows;
+} hess_job;
+
+static void hess_range(void *ctx, int lo, int hi) { // rows a in [lo, hi) of H += x^T x
+    const hess_job *j = ctx;
+    const size_t K = (size_t)j->K;
+    for (int a = lo; a < hi; a++) {
+        float *ha = j->H + (size_t)a * K;
+        for (int r = 0; r < j->rows; r++) {
+            const float *xr = j->x + (size_t)r * K, xa = xr[a];
+            if (xa == 0) continue;
+            for (size_t b = 0; b < K; b++) ha[b] += xa * xr[b];
+        }
+    }
+}
+
+static void hess_add(probe *p, int i, const g4_buf *x) {
+    const size_t K = (size_t)x->cols, n = (size_t)x->rows * K;
+    float *a = g4_malloc(sizeof(float) * n);
+    g4_buf_to_host_f32(p->real, x, a);
+    hess_job j = {p->hess[i], a, (int)K, x->rows};
+    g4_parallel_for((int)K, (double)K * x->rows, hess_range, &j);
+    p->imx_rows[i] += x->rows;
+    free(a);
+}
+
+int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_floats,
+                   g4_hessian_cb cb, void *ctx, int *n_linears) {
+    *n_linears = 0;
+    cand *c = NULL;
+    int nc = 0, rc;
+    g4_text_state *s = NULL;
+    g4_backend *own = NULL;
+    probe p = {0};
+    if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
+    p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
+    for (int i0 = 0; i0 < nc && !rc;) {
+        int i1 = i0;
+        uint64_t used = 0;
+        do { // at least one; then while the group's H fit in max_floats
+            used += (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K;
+            p.hess[i1] = g4_calloc((size_t)c[i1].row.K * (size_t)c[i1].row.K, sizeof(float));
+            i1++;
+        } while (i1 < nc && used + (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K <= max_floats);
+        g4_text_state_reset(s);
+        s->be = &p.be;
+        rc = forward_all_rows(s, ids, n);
+        s->be = own;
+        for (int i = i0; i < i1 && !rc; i++) {
+            if (!p.imx_rows[i]) {
+                rc = g4_fail(G4_EINTERNAL, "hessian: linear %s received no input in the forward",
+                             c[i].row.name);
+                break;
+            }
+            rc = cb(ctx, c[i].row.name, c[i].host.w, c[i].row.K, c[i].row.N, p.hess[i]);
+            if (!rc) (*n_linears)++;
+        }
+        for (int i = i0; i < i1; i++) free(p.hess[i]), p.hess[i] = NULL;
+        i0 = i1;
+    }
+done:
+    if (s) s->be = own;
+    g4_text_state_free(s);
+    free(p.hess);
     free(p.imx_rows);
     free(c);
     return rc;

@@ -60,4 +60,16 @@ typedef struct {
 int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out);
 void g4_imatrix_free(g4_imatrix *im);
 
+// The layer-output loss of every fp16 decoder linear (GPTQ's Hessian): H = X^T X, K x K floats
+// (both triangles), summed over the rows of the linear's input in a forward of ids[n] in which
+// every row reaches every linear (the lm_head included). Each H goes to cb with the weight's
+// name and its fp16 [K, N] data in the mapped package, then is freed. Linears are gathered into
+// forwards of at most max_floats floats of H together, at least one each: memory holds
+// max(max_floats, the largest K^2) floats of H at a time. *n_linears: how many reached cb.
+// A linear that receives no input, or cb's nonzero return, stops the run with that error.
+typedef int (*g4_hessian_cb)(void *ctx, const char *name, const void *w_f16, int K, int N,
+                             float *H);
+int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_floats,
+                   g4_hessian_cb cb, void *ctx, int *n_linears);
+
 #endif

@@ -427,6 +427,17 @@ static uint64_t tensor_proto_nbytes(const Onnx__TensorProto *t) {
     return n * (uint64_t)g4_dtype_bits(t->data_type) / 8;
 }
 
+// A calibration name (with or without the component prefix) names the file's weight nm.
+static int same_weight(const char *cal, const char *nm) {
+    const char *dot = strchr(nm, '.');
+    return !strcmp(cal, nm) || (dot && !strcmp(cal, dot + 1));
+}
+
+void g4_q4_arrays_free(g4_q4_arrays *a) {
+    free(a->name), free(a->q), free(a->scales), free(a->zp);
+    memset(a, 0, sizeof *a);
+}
+
 // prefix: the component's tensor-name prefix ("decoder."), for --keep patterns written without it.
 static int write_model(const g4_onnx_model *src, const char *out_dir, const char *out_name,
                        const char *prefix, const g4_q4_write_opts *o, g4_q4_write_stats *st) {
@@ -508,13 +519,24 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
         uint16_t *sc = g4_malloc((size_t)sh.n_scales * 2);
         uint8_t *zp = g4_malloc((size_t)sh.zp_bytes);
         const float *imp = NULL;
-        for (int i = 0; i < o->n_imp && !imp; i++) {
-            const char *nm = w->w_name, *dot = strchr(nm, '.');
-            if (!strcmp(o->imp_names[i], nm) || (dot && !strcmp(o->imp_names[i], dot + 1)))
-                imp = o->imp[i];
-        }
-        rc = g4_q4_quantize_imp(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads, imp,
-                                q, sc, zp);
+        const g4_q4_arrays *pre = NULL;
+        for (int i = 0; i < o->n_imp && !imp; i++)
+            if (same_weight(o->imp_names[i], w->w_name)) imp = o->imp[i];
+        for (int i = 0; i < o->n_pre && !pre; i++)
+            if (same_weight(o->pre[i].name, w->w_name)) pre = &o->pre[i];
+        if (pre && (pre->K != w->K || pre->N != w->N))
+            rc = g4_fail(G4_EINTERNAL, "%s: quantized as [%d, %d], the file has [%d, %d]",
+                         w->w_name, pre->K, pre->N, w->K, w->N);
+        else if (pre) {
+            memcpy(q, pre->q, (size_t)sh.q_bytes);
+            memcpy(sc, pre->scales, (size_t)sh.n_scales * 2);
+            memcpy(zp, pre->zp, (size_t)sh.zp_bytes);
+        } else if (o->method == G4_QM_RTN && !imp)
+            rc = g4_q4_quantize_rtn(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, q, sc, zp);
+        else
+            rc = g4_q4_quantize_imp(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads,
+                                    imp, q, sc, zp);
+        st->n_calibrated += imp || pre;
         const void *data[3] = {q, sc, zp};
         for (int r = 0; r < 3 && rc == G4_OK; r++) {
             int i = g4_strmap_get(&index, w->tp[r]->name);

@@ -22,6 +22,17 @@
 #include <stdio.h>
 
 #include "loader/onnx_model.h"
+#include "quant/methods.h"
+
+// One weight's MatMulNBits arrays (q4.h layout), made before the write.
+typedef struct {
+    char *name; // "model.layers.0.mlp.up_proj.weight_t" (with or without the component prefix)
+    int K, N;
+    uint8_t *q;       // [N, kb, block/2]
+    uint16_t *scales; // [N * kb] fp16
+    uint8_t *zp;      // [N * ceil(kb/2)]
+} g4_q4_arrays;
+void g4_q4_arrays_free(g4_q4_arrays *a); // frees the members, not a
 
 typedef struct {
     const char *const *keep; // glob patterns (fnmatch) on weight names: matching linears stay fp16;
@@ -35,12 +46,21 @@ typedef struct {
     const char *const *imp_names;
     const float *const *imp;
     int n_imp;
+    // the method of the weights with neither an importance nor pre-made arrays: G4_QM_KQUANT
+    // (0, the default) or G4_QM_RTN (methods.h)
+    g4_qmethod method;
+    // weights already quantized (gptq, fit: made from calibration runs before the write):
+    // pre[i] is written for the weight pre[i].name (matched as imp_names); K and N must match
+    const g4_q4_arrays *pre;
+    int n_pre;
 } g4_q4_write_opts;
 
 typedef struct {
     int n_quantized;     // MatMul nodes turned into MatMulNBits
     int n_weights;       // distinct weights quantized
     int n_kept;          // MatMul nodes left fp16 by a --keep pattern
+    int n_calibrated;    // distinct weights quantized with calibration data (an importance or
+                         // pre-made arrays); the rest by o->method alone
     uint64_t data_bytes; // size of the written model's external data file
     char **names;        // [n_weights] quantized weight names (as in the file), for checks
 } g4_q4_write_stats;

@@ -1,8 +1,10 @@
 // g4cu quantize PKG_F16 OUT [--keep PATTERN]... [--threads N]
 //                [--keep-auto BYTES --calib TEXT [--tokenizer F] [--calib-tokens N]
-//                 [--backend cpu|cuda]] [--imatrix --calib TEXT]:
-// k-quant the decoder's linears into a Q4 (MatMulNBits) package, the way Olive made the published
-// "Q4_K_M" packages. OUT must not exist; it appears only when complete.
+//                 [--backend cpu|cuda]] [--method kquant|rtn|imatrix|gptq|fit [--act-order]]
+//                [--imatrix --calib TEXT]:
+// quantize the decoder's linears into a Q4 (MatMulNBits) package; by default k-quant, the way
+// Olive made the published "Q4_K_M" packages (byte-identical). OUT must not exist; it appears
+// only when complete.
 // --keep-auto BYTES also keeps fp16 the linears whose 4 bits cost the most KL per byte, within
 // BYTES more decoder data than the all-Q4 package: a sensitivity run (on --backend, default cpu)
 // on the first --calib-tokens (256) tokens of TEXT (<bos> first; the package's tokenizer.json
@@ -10,6 +12,10 @@
 // --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
 // tokens measures the mean x^2 of every linear's input channels, which weighs each block's
 // least-squares search; the package is still plain MatMulNBits, the same bytes in size.
+// --method: how each block's scale, zero point and codes are chosen (quant/methods.h): kquant,
+// rtn (round-to-nearest), imatrix (= --imatrix), gptq (from each linear's X^T X on --calib;
+// --act-order), fit (each block's scale and zero point against the layer-output error on
+// --calib). Every method writes the same layout and size.
 // OUT must not lie inside PKG_F16. The work goes to OUT.tmp-<pid> beside it; a run that is
 // killed leaves that directory, and the next quantize to the same OUT removes those whose process
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
@@ -24,7 +30,8 @@
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
     long long auto_bytes = -1, calib_tokens = 256;
-    int use_imatrix = 0;
+    int use_imatrix = 0, act_order = 0;
+    const char *method = NULL;
     g4cu_dev_quantize_params qp;
     g4cu_dev_quantize_params_default(&qp);
     const char **keep = g4_calloc((size_t)argc, sizeof(char *));
@@ -47,12 +54,15 @@ static int cmd_quantize(int argc, char **argv) {
             }
             i++;
         } else if ((!strcmp(argv[i], "--calib") || !strcmp(argv[i], "--tokenizer") ||
-                    !strcmp(argv[i], "--backend")) &&
+                    !strcmp(argv[i], "--backend") || !strcmp(argv[i], "--method")) &&
                    i + 1 < argc) {
             const char *o = argv[i++];
             *(!strcmp(o, "--calib")     ? &calib
               : !strcmp(o, "--backend") ? &backend
+              : !strcmp(o, "--method")  ? &method
                                         : &tok_path) = argv[i];
+        } else if (!strcmp(argv[i], "--act-order")) {
+            act_order = 1;
         } else if (!strcmp(argv[i], "--imatrix")) {
             use_imatrix = 1;
         } else if (argv[i][0] == '-') {
@@ -71,10 +81,14 @@ static int cmd_quantize(int argc, char **argv) {
         free(keep);
         return g4_cli_usage_error("quantize", "expected PKG_F16 OUT");
     }
-    if ((auto_bytes >= 0 || use_imatrix) != (calib != NULL)) {
+    const int calibrated = use_imatrix || (method && (!strcmp(method, "imatrix") ||
+                                                      !strcmp(method, "gptq") ||
+                                                      !strcmp(method, "fit")));
+    if ((auto_bytes >= 0 || calibrated) != (calib != NULL)) {
         free(keep);
         return g4_cli_usage_error("quantize", "--keep-auto BYTES and --imatrix need --calib TEXT "
-                                              "(and --calib one of them)");
+                                              "(and --calib one of them; so do --method imatrix, "
+                                              "gptq and fit)");
     }
     qp.keep = keep;
     qp.n_keep = n_keep;
@@ -84,6 +98,8 @@ static int cmd_quantize(int argc, char **argv) {
     qp.calib_tokens = (int)calib_tokens;
     qp.backend = backend;
     qp.imatrix = use_imatrix;
+    qp.method = method;
+    qp.gptq_act_order = act_order;
     qp.n_threads = threads;
     qp.progress = stderr;
     int rc = g4cu_dev_quantize(in, out, &qp, stdout);
@@ -100,12 +116,15 @@ static const g4_opt quantize_opts[] = {
     {"--calib-tokens", "N", "calibration tokens (default 256)"},
     {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
     {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
+    {"--method", "M", "kquant (default), rtn, imatrix, gptq or fit (README: quantize methods)"},
+    {"--act-order", NULL, "gptq: channels by decreasing X^T X diagonal (default off)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
-    "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT]   k-quant "
+    "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT] "
+    "[--method kquant|rtn|imatrix|gptq|fit [--act-order]]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
     "files are copied or reflinked, never hard-linked)",

@@ -52,6 +52,25 @@ if [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$req_sha" ]; then
 else
     echo "install_deps: $venv up to date"
 fi
+# onnxruntime's CPU provider (tests/test_quant_ort.sh: every quantize method's package run by
+# onnxruntime): the venv .tools/ort-venv, pinned by tools/python/requirements-ort.txt, made again
+# when that file changes (its hash in the venv). Without it that test skips, saying why.
+venv_ort=.tools/ort-venv
+req_ort=tools/python/requirements-ort.txt
+req_ort_sha=$(sha256sum "$req_ort" | cut -d' ' -f1)
+if [ "$(cat "$venv_ort/.requirements.sha256" 2>/dev/null)" != "$req_ort_sha" ]; then
+    rm -rf "$venv_ort"
+    if /usr/bin/python3 -m venv "$venv_ort" &&
+        "$venv_ort/bin/python" -m pip install -q --disable-pip-version-check -r "$req_ort"; then
+        echo "$req_ort_sha" >"$venv_ort/.requirements.sha256"
+        echo "install_deps: $venv_ort: onnxruntime $("$venv_ort/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)')"
+    else
+        rm -rf "$venv_ort"
+        echo "install_deps: could not make $venv_ort; tests/test_quant_ort.sh will skip" >&2
+    fi
+else
+    echo "install_deps: $venv_ort up to date"
+fi
 # cuobjdump + nvdisasm (it calls nvdisasm for SASS): a toolkit of nvcc + ptxas only lacks them;
 # tests/test_pdl_sass.sh reads the kernels' SASS with them. NVIDIA's PyPI wheels (any 13.x reads
 # sm_90a code), pinned by hash, unpacked into .tools/cuda (ignored; both land in nvidia/cu13/bin).

@@ -53,6 +53,10 @@
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
+#            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, and
+#            FIDELITY_BEST's method with the same --keep-auto budget; issue 33)
+#   fidelity_methods  on a trained proxy ($FID/READY): the --method variants again (after a
+#            quant/ change), then fidelity_run: the method table in one call
 #   fidelity_wait wait for it (at most ~9.5 min a call; call again while it trains)
 #   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
 #   fidelity_measure  = fidelity_run (pipeline.sh's name)
@@ -459,7 +463,40 @@ stage_serve() {
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------
 FID=${FID:-$WORK/fidelity}
-FID_VARIANTS="q4 q4_keep_auto q4_imatrix" # the Q4 variants fidelity_make writes (each one that succeeds)
+# the Q4 variants fidelity_make writes (each one that succeeds)
+FID_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
+
+# fid_quant NAME ARGS...: g4cu quantize of the proxy into $FID/proxy/NAME (replaced), timed
+fid_quant() {
+    local d="$FID/proxy" v=$1 t0
+    shift
+    rm -rf "${d:?}/$v"
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "$(nproc)" "$@" || echo "fidelity: quantize $v FAILED"
+    stamp "fidelity: quantized $v ($(($(date +%s) - t0)) s)"
+}
+
+# The --method variants (issue 33), calibrated on ${FIDELITY_CALIB_TOKENS:-2048} tokens of the
+# train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-fit}
+# with --keep-auto at the same byte budget as q4_keep_auto (${FIDELITY_KEEP_PCT:-10}% of Q4's).
+fid_methods() {
+    local d="$FID/proxy" corpus=.carry/corpus budget
+    local cal=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}"
+        --backend "${FIDELITY_BACKEND:-cuda}")
+    fid_quant q4_rtn --method rtn
+    fid_quant q4_gptq --method gptq "${cal[@]}"
+    fid_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
+    fid_quant q4_fit --method fit "${cal[@]}"
+    budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+    # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
+    fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
+}
+
+stage_fidelity_methods() {
+    [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
+    fid_methods
+    stage_fidelity_run
+}
 
 stage_fidelity_make() {
     local d="$FID" corpus=.carry/corpus t0
@@ -491,6 +528,7 @@ stage_fidelity_make() {
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 \
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
     stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
+    fid_methods
     touch "$d/READY"
 }
 

@@ -1,0 +1,75 @@
+// methods.h: the 4-bit quantization methods of `g4cu quantize --method` beside the k-quant
+// search (kquant.h). Every method writes the same arrays, plain MatMulNBits (q4.h: block 32,
+// fp16 scales, uint4 zero points), so the packages differ in their bytes, never in their layout
+// or size; they differ in how each block's scale, zero point and codes are chosen:
+//
+//   kquant   (default) Olive's / onnxruntime's k-quant search, byte-identical to theirs (kquant.h)
+//   rtn      plain round-to-nearest: the block's range [min(x, 0), max(x, 0)] over 15 steps
+//   imatrix  k-quant whose least-squares search weighs each input channel by its mean x^2 on
+//            calibration text (kquant.h g4_q4_quantize_imp)
+//   gptq     GPTQ (Frantar et al. 2022): codes chosen one input channel at a time, each one's
+//            rounding error pushed onto the channels not yet quantized through the inverse of
+//            H = X^T X (X: the linear's calibration inputs); per-block scale and zero point by
+//            min/max shrunk by the factor (1 .. 0.6) with the least H[k][k]-weighted error,
+//            taken when the block is reached (or from the original weights with act-order,
+//            which visits channels by decreasing H[k][k])
+//   fit      each block's scale and zero point (then its codes) chosen to minimise the block's
+//            share of the layer-output error ||X W - X Wq||^2, d^T H_bb d with H_bb the block's
+//            32 x 32 diagonal block of X^T X; candidates: a grid of scales around min/max, the
+//            zero points near each, and k-quant's own pick; then, the scales and zero points
+//            fixed, two sweeps over the column's codes move each by +-1 where that lowers the
+//            whole column's d^T H d (the cross-block terms included)
+//
+// H arrives as K x K floats (both triangles; g4_hessian_run in fidelity/sensitivity.h builds it),
+// one linear at a time.
+#ifndef G4_QUANT_METHODS_H
+#define G4_QUANT_METHODS_H
+
+#include <stdint.h>
+
+typedef enum {
+    G4_QM_KQUANT = 0,
+    G4_QM_RTN = 1,
+    G4_QM_IMATRIX = 2,
+    G4_QM_GPTQ = 3,
+    G4_QM_FIT = 4,
+} g4_qmethod;
+
+// "kquant" ... "fit" -> *out; else a one-line error naming the value and the accepted names.
+int g4_qmethod_parse(const char *name, g4_qmethod *out);
+const char *g4_qmethod_name(g4_qmethod m);
+// 1 for the methods that read calibration inputs (imatrix: mean x^2; gptq, fit: X^T X).
+int g4_qmethod_needs_calib(g4_qmethod m);
+// 1 for the methods that need the whole X^T X of each linear (gptq, fit).
+int g4_qmethod_needs_hessian(g4_qmethod m);
+
+// One block, round-to-nearest: lo = min(x, 0), hi = max(x, 0), scale = fp16((hi - lo) / 15)
+// (at least the smallest fp16 subnormal; 1 for an all-zero block), zp = clip(rint(-lo / scale)),
+// codes = clip(rint(x / scale + zp)), all against the stored (fp16) scale.
+void g4_rtn_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp);
+
+// The whole-matrix quantizers. w: W [K, N] row-major (fp16 or fp32, G4_DT_*; may be unaligned);
+// output arrays as kquant.h g4_q4_quantize (block: a power of two in [16, G4_KQUANT_MAX_BLOCK]).
+// They run on g4_threads() threads (base/parallel.h); the output does not depend on the count.
+int g4_q4_quantize_rtn(const void *w, int w_dtype, int K, int N, int block, uint8_t *q,
+                       uint16_t *scales, uint8_t *zp);
+
+typedef struct {
+    float damp;    // added to H's diagonal: damp x mean(diag H) (GPTQ's percdamp; default 0.01)
+    int act_order; // 1: channels by decreasing H[k][k], block parameters from the original W
+    int minmax;    // 1: block parameters by min/max alone (the paper's); 0 (default): min/max
+                   //    shrunk by 1 .. 0.6, the least H[k][k]-weighted error of the rounded block
+} g4_gptq_opts;
+
+// H: K x K floats (symmetric), overwritten (its lower triangle and diagonal are kept as the
+// input until the end, the upper triangle becomes the Cholesky factor of H^-1). A dead channel
+// (H[k][k] = 0) gets H[k][k] = 1. Not positive definite after damping: the damping is raised
+// tenfold, up to four times, then an error.
+int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
+               const g4_gptq_opts *o, uint8_t *q, uint16_t *scales, uint8_t *zp);
+
+// H: K x K floats (symmetric), read only.
+int g4_q4_fit(const void *w, int w_dtype, int K, int N, int block, const float *H, uint8_t *q,
+              uint16_t *scales, uint8_t *zp);
+
+#endif

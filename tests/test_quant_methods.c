@@ -1,0 +1,340 @@
+// test_quant_methods.c: the calibration runs behind `g4cu quantize --method` and the methods
+// themselves (quant/methods.h).
+//
+// 1. The imatrix reaches every linear, the lm_head included (the regression of issue 33: the
+//    forward skipped the lm_head when no logits were asked for, so --imatrix quantized it
+//    plainly): on the tiny trained fixture it returns exactly the 83 linears the package's
+//    writer quantizes, and the lm_head's importance equals the mean x^2 of the final norm's
+//    output read by a hook on an ordinary forward (another path than the probe).
+// 2. The Hessian run: X^T X of each of the same 83 linears, symmetric, its diagonal / rows
+//    equal to the imatrix's importance (two probes, one forward each); the grouping of linears
+//    into forwards changes nothing.
+// 3. The methods on synthetic weights: RTN on a hand-made block (exact codes); GPTQ with a
+//    diagonal X^T X is RTN byte for byte (no error to push: U is diagonal), with and without
+//    act-order; on correlated inputs GPTQ and fit lower the layer-output error
+//    sum_n (w_n - q_n)^T H (w_n - q_n) below 0.8x RTN's and k-quant's (measured: gptq 0.67x
+//    RTN's, act-order 0.56x, fit 0.55x; k-quant 1.00x); bad inputs get one-line errors.
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/text_model.h"
+#include "fidelity/sensitivity.h"
+#include "kernels/ops.h"
+#include "loader/onnx_model.h"
+#include "quant/kquant.h"
+#include "quant/methods.h"
+#include "quant/q4.h"
+#include "tests/test_util.h"
+
+#define N_LINEARS 83 // the tiny fixture: 6 KV-owning layers x 9 + 4 KV-shared x 7 + lm_head
+#define N_IDS     40
+
+static void make_ids(const g4_text_model *m, int32_t *ids) {
+    unsigned long long rng = 33;
+    ids[0] = 2; // <bos>
+    for (int i = 1; i < N_IDS; i++) ids[i] = 10 + (int32_t)(g4t_rand_u64(&rng) % 900);
+    (void)m;
+}
+
+// --- 1. imatrix -----------------------------------------------------------------------------
+
+typedef struct {
+    double *sum; // [H] sum of final_norm^2 per channel
+    int H, rows;
+} fn_capture;
+
+static void capture_final_norm(void *ctx, const char *name, g4_backend *be, const g4_buf *b) {
+    fn_capture *c = ctx;
+    if (strcmp(name, "final_norm")) return;
+    float *a = g4_malloc(sizeof(float) * (size_t)b->rows * b->cols);
+    g4_buf_to_host_f32(be, b, a);
+    for (int r = 0; r < b->rows; r++)
+        for (int k = 0; k < c->H; k++) c->sum[k] += (double)a[(size_t)r * b->cols + k] * a[(size_t)r * b->cols + k];
+    c->rows += b->rows;
+    free(a);
+}
+
+static int find(const g4_imatrix *im, const char *name) {
+    for (int i = 0; i < im->n; i++)
+        if (!strcmp(im->names[i], name)) return i;
+    return -1;
+}
+
+static void test_imatrix_covers_lm_head(g4_text_model *m, const int32_t *ids, g4_imatrix *im) {
+    int rc = g4_imatrix_run(m, ids, N_IDS, im);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    CHECK_MSG(im->n == N_LINEARS, "imatrix: importance of %d linears, expected %d", im->n,
+              N_LINEARS);
+    const int lm = find(im, "lm_head.weight_t");
+    CHECK_MSG(lm >= 0, "imatrix: no importance for lm_head.weight_t");
+    if (lm < 0) return;
+    const int H = m->cfg->hidden;
+    CHECK_INT(im->K[lm], H);
+    fn_capture c = {g4_calloc((size_t)H, sizeof(double)), H, 0};
+    g4_text_state *s;
+    CHECK((rc = g4_text_state_new(m, N_IDS, N_IDS, &s)) == G4_OK);
+    if (rc) return;
+    s->hook = capture_final_norm;
+    s->hook_ctx = &c;
+    CHECK(g4_text_forward(s, ids, N_IDS, NULL, NULL, 1) == G4_OK);
+    g4_text_state_free(s);
+    CHECK_INT(c.rows, N_IDS);
+    int bad = 0;
+    double worst = 0;
+    for (int k = 0; k < H; k++) {
+        const double want = c.sum[k] / N_IDS, got = im->imp[lm][k];
+        const double d = fabs(got - want) / (fabs(want) + 1e-12);
+        worst = d > worst ? d : worst;
+        bad += !(d <= 1e-5); // the same CPU forward: float rounding of the mean only
+    }
+    CHECK_MSG(bad == 0, "lm_head importance: %d of %d channels off the final norm's mean x^2 "
+                        "(worst rel %.3g)",
+              bad, H, worst);
+    free(c.sum);
+}
+
+// --- 2. X^T X ---------------------------------------------------------------------------------
+
+typedef struct {
+    const g4_imatrix *im;
+    int n, bad_sym, bad_diag, missing;
+    double sum_h; // sum of every H entry (to compare groupings)
+    double sum_h_by[N_LINEARS];
+} hess_check;
+
+static int check_hess(void *ctx, const char *name, const void *w, int K, int N, float *H) {
+    hess_check *c = ctx;
+    (void)w, (void)N;
+    const int i = find(c->im, name);
+    if (i < 0 || c->im->K[i] != K) {
+        c->missing++;
+        return G4_OK;
+    }
+    double s = 0;
+    for (int a = 0; a < K; a++)
+        for (int b = 0; b < K; b++) {
+            const float x = H[(size_t)a * K + b], y = H[(size_t)b * K + a];
+            c->bad_sym += !(fabsf(x - y) <= 1e-5f * (fabsf(x) + fabsf(y)) + 1e-30f);
+            s += x;
+        }
+    for (int k = 0; k < K; k++) {
+        const double d = H[(size_t)k * K + k] / N_IDS, want = c->im->imp[i][k];
+        c->bad_diag += !(fabs(d - want) <= 1e-4 * fabs(want) + 1e-12);
+    }
+    if (c->n < N_LINEARS) c->sum_h_by[c->n] = s;
+    c->sum_h += s;
+    c->n++;
+    return G4_OK;
+}
+
+static void test_hessian(g4_text_model *m, const int32_t *ids, const g4_imatrix *im) {
+    hess_check one = {im, 0, 0, 0, 0, 0, {0}}, all = one;
+    int n1 = 0, n2 = 0;
+    int rc = g4_hessian_run(m, ids, N_IDS, 20000, check_hess, &one, &n1); // ~20 forwards
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    rc = g4_hessian_run(m, ids, N_IDS, 1u << 24, check_hess, &all, &n2); // one forward
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    CHECK_INT(n1, N_LINEARS);
+    CHECK_INT(n2, N_LINEARS);
+    CHECK_INT(one.n, N_LINEARS);
+    CHECK_INT(one.missing, 0);
+    CHECK_MSG(one.bad_sym == 0 && all.bad_sym == 0, "X^T X not symmetric: %d / %d entries",
+              one.bad_sym, all.bad_sym);
+    CHECK_MSG(one.bad_diag == 0 && all.bad_diag == 0,
+              "diag(X^T X) / rows != imatrix: %d / %d channels", one.bad_diag, all.bad_diag);
+    int same = 1;
+    for (int i = 0; i < N_LINEARS; i++)
+        same &= fabs(one.sum_h_by[i] - all.sum_h_by[i]) <= 1e-6 * fabs(all.sum_h_by[i]) + 1e-12;
+    CHECK_MSG(same, "X^T X depends on how linears are grouped into forwards");
+}
+
+// --- 3. the methods on synthetic weights --------------------------------------------------------
+
+static void test_rtn_block_by_hand(void) {
+    // lo = -1.5, hi = 6: scale 7.5 / 15 = 0.5 (exact in fp16), zp = 3; code = rint(x / 0.5 + 3)
+    float x[32] = {-1.5f, 6.0f, 0.0f, 0.74f, 0.76f, -0.25f, 0.25f, 2.0f};
+    const uint8_t want[8] = {0, 15, 3, 4, 5, 2, 4, 7}; // -0.25/0.5+3 = 2.5 -> 2 (half to even)
+    uint8_t codes[32], zp;
+    float scale;
+    g4_rtn_block(x, 32, codes, &scale, &zp);
+    CHECK(scale == 0.5f);
+    CHECK_INT(zp, 3);
+    for (int i = 0; i < 8; i++) CHECK_INT(codes[i], want[i]);
+    for (int i = 8; i < 32; i++) CHECK_INT(codes[i], 3); // zeros sit on the zero point
+    // all-positive block: the range still includes 0 (zp 0), so the largest value is code 15
+    for (int i = 0; i < 32; i++) x[i] = 1.0f + (float)i / 31.0f * 14.0f; // 1 .. 15
+    g4_rtn_block(x, 32, codes, &scale, &zp);
+    CHECK(scale == 1.0f);
+    CHECK_INT(zp, 0);
+    CHECK_INT(codes[31], 15);
+    CHECK_INT(codes[0], 1);
+}
+
+typedef struct {
+    uint8_t *q, *zp;
+    uint16_t *sc;
+} q4buf;
+
+static q4buf q4_new(int K, int N) {
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
+    return (q4buf){g4_malloc(sh.q_bytes), g4_malloc(sh.zp_bytes), g4_malloc(2 * sh.n_scales)};
+}
+static void q4_free(q4buf *b) {
+    free(b->q), free(b->zp), free(b->sc);
+}
+static int q4_same(const q4buf *a, const q4buf *b, int K, int N) {
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
+    return !memcmp(a->q, b->q, sh.q_bytes) && !memcmp(a->zp, b->zp, sh.zp_bytes) &&
+           !memcmp(a->sc, b->sc, 2 * sh.n_scales);
+}
+
+// sum_n (w_n - q_n)^T H (w_n - q_n), in double.
+static double out_loss(const float *W, int K, int N, const double *H, const q4buf *b) {
+    g4_linear l = {.kind = G4_W_Q4, .in = K, .out = N, .block = G4_Q4_BLOCK, .w = b->q,
+                   .scales = b->sc, .zp = b->zp};
+    float *col = g4_malloc(sizeof(float) * (size_t)K);
+    double *d = g4_malloc(sizeof(double) * (size_t)K), e = 0;
+    for (int n = 0; n < N; n++) {
+        g4_q4_dequant_col(&l, n, col);
+        for (int k = 0; k < K; k++) d[k] = (double)col[k] - W[(size_t)k * N + n];
+        for (int a = 0; a < K; a++) {
+            double r = 0;
+            for (int c = 0; c < K; c++) r += H[(size_t)a * K + c] * d[c];
+            e += d[a] * r;
+        }
+    }
+    free(col), free(d);
+    return e;
+}
+
+static float gauss(unsigned long long *s) {
+    const float u1 = g4t_rand_uniform(s, 1e-7f, 1.0f), u2 = g4t_rand_uniform(s, 0.0f, 1.0f);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+static void test_gptq_diagonal_is_rtn(void) {
+    const int K = 80, N = 20; // 3 blocks, the last one padded
+    unsigned long long rng = 5150;
+    float *W = g4_malloc(sizeof(float) * K * N), *H = g4_malloc(sizeof(float) * K * K);
+    for (int i = 0; i < K * N; i++) W[i] = 0.05f * gauss(&rng);
+    q4buf r = q4_new(K, N), g = q4_new(K, N);
+    CHECK(g4_q4_quantize_rtn(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, r.q, r.sc, r.zp) == G4_OK);
+    for (int act = 0; act <= 1; act++) {
+        memset(H, 0, sizeof(float) * K * K);
+        for (int k = 0; k < K; k++) H[k * K + k] = k == 7 ? 0.0f : g4t_rand_uniform(&rng, 0.1f, 5.0f);
+        double *Hd = g4_calloc((size_t)K * K, sizeof(double));
+        for (int k = 0; k < K; k++) Hd[k * K + k] = H[k * K + k] > 0 ? H[k * K + k] : 1;
+        float *H2 = g4_malloc(sizeof(float) * K * K);
+        memcpy(H2, H, sizeof(float) * K * K);
+        g4_gptq_opts o = {0.01f, act, 1};
+        CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, g.q, g.sc, g.zp) == G4_OK,
+                  "%s", g4_error());
+        CHECK_MSG(q4_same(&r, &g, K, N), "gptq (act_order %d) with a diagonal X^T X != rtn", act);
+        // the default block parameters (a shrink grid that holds min/max): never a larger
+        // weighted error than RTN's when nothing is pushed between channels
+        o.minmax = 0;
+        CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H2, &o, g.q, g.sc, g.zp) == G4_OK);
+        const double eg = out_loss(W, K, N, Hd, &g), er = out_loss(W, K, N, Hd, &r);
+        CHECK_MSG(eg <= er && eg > 0, "gptq grid (act_order %d) %g vs rtn %g", act, eg, er);
+        free(Hd), free(H2);
+    }
+    free(W), free(H);
+    q4_free(&r), q4_free(&g);
+}
+
+// Correlated inputs X = Z A (rows of Z standard normal, A mixing channels within and across
+// blocks, channel scales 0.2 .. 3): the setting in which error feedback pays.
+static void test_methods_lower_output_error(void) {
+    const int K = 96, N = 32, R = 192;
+    unsigned long long rng = 20261202;
+    float *W = g4_malloc(sizeof(float) * K * N), *A = g4_malloc(sizeof(float) * K * K);
+    float *X = g4_malloc(sizeof(float) * R * K), *Hf = g4_malloc(sizeof(float) * K * K);
+    double *H = g4_calloc((size_t)K * K, sizeof(double));
+    for (int i = 0; i < K * N; i++) W[i] = 0.05f * gauss(&rng);
+    for (int i = 0; i < K * K; i++) A[i] = (i / K == i % K ? 1.0f : 0.0f) + 0.3f * gauss(&rng) / sqrtf((float)K);
+    for (int r = 0; r < R; r++) {
+        float z[96];
+        for (int k = 0; k < K; k++) z[k] = gauss(&rng);
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int j = 0; j < K; j++) s += (double)z[j] * A[j * K + k];
+            X[r * K + k] = (float)(s * (0.2 + 2.8 * ((k * 37) % K) / (double)K));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < K; a++)
+            for (int b = 0; b < K; b++) H[a * K + b] += (double)X[r * K + a] * X[r * K + b];
+    q4buf rt = q4_new(K, N), kq = q4_new(K, N), gp = q4_new(K, N), ga = q4_new(K, N),
+          ft = q4_new(K, N);
+    CHECK(g4_q4_quantize_rtn(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, rt.q, rt.sc, rt.zp) == G4_OK);
+    CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, kq.q, kq.sc, kq.zp) == G4_OK);
+    for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
+    CHECK(g4_q4_fit(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, ft.q, ft.sc, ft.zp) == G4_OK);
+    g4_gptq_opts o = {0.01f, 0, 0};
+    CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, gp.q, gp.sc, gp.zp) == G4_OK);
+    for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
+    o.act_order = 1;
+    CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, ga.q, ga.sc, ga.zp) == G4_OK);
+    const double e_rtn = out_loss(W, K, N, H, &rt), e_kq = out_loss(W, K, N, H, &kq),
+                 e_gp = out_loss(W, K, N, H, &gp), e_ga = out_loss(W, K, N, H, &ga),
+                 e_ft = out_loss(W, K, N, H, &ft);
+    printf("  layer-output error: rtn %.4g, kquant %.4g, gptq %.4g (%.3f x rtn), gptq act-order "
+           "%.4g (%.3f), fit %.4g (%.3f)\n",
+           e_rtn, e_kq, e_gp, e_gp / e_rtn, e_ga, e_ga / e_rtn, e_ft, e_ft / e_rtn);
+    CHECK(e_rtn > 0 && e_kq > 0);
+    CHECK_MSG(e_gp < 0.8 * e_rtn && e_gp < 0.8 * e_kq, "gptq %g vs rtn %g, kquant %g", e_gp,
+              e_rtn, e_kq);
+    CHECK_MSG(e_ga < 0.8 * e_rtn && e_ga < 0.8 * e_kq, "gptq act-order %g vs rtn %g, kquant %g",
+              e_ga, e_rtn, e_kq);
+    CHECK_MSG(e_ft < 0.8 * e_rtn && e_ft < 0.8 * e_kq, "fit %g vs rtn %g, kquant %g", e_ft, e_rtn,
+              e_kq);
+    free(W), free(A), free(X), free(Hf), free(H);
+    q4_free(&rt), q4_free(&kq), q4_free(&gp), q4_free(&ga), q4_free(&ft);
+}
+
+static void test_bad_inputs(void) {
+    g4_qmethod m;
+    CHECK(g4_qmethod_parse("gptq", &m) == G4_OK && m == G4_QM_GPTQ);
+    CHECK(g4_qmethod_parse("q4km", &m) == G4_EUSER);
+    CHECK(strstr(g4_error(), "'q4km': expected kquant, rtn, imatrix, gptq or fit") != NULL);
+    const int K = 32, N = 2;
+    float W[64] = {0}, H[32 * 32];
+    for (int i = 0; i < K * K; i++) H[i] = NAN;
+    q4buf b = q4_new(K, N);
+    g4_gptq_opts o = {0.01f, 0, 0};
+    CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 32, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
+    CHECK(strstr(g4_error(), "not positive definite") != NULL);
+    CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 24, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
+    CHECK(strstr(g4_error(), "block size 24") != NULL);
+    CHECK(g4_q4_fit(W, G4_DT_INT8, K, N, 32, H, b.q, b.sc, b.zp) == G4_EUSER);
+    CHECK(strstr(g4_error(), "expected float16 or float32") != NULL);
+    CHECK(g4_q4_quantize_rtn(W, G4_DT_FLOAT, 0, N, 32, b.q, b.sc, b.zp) == G4_EUSER);
+    q4_free(&b);
+}
+
+int main(void) {
+    test_rtn_block_by_hand();
+    test_gptq_diagonal_is_rtn();
+    test_methods_lower_output_error();
+    test_bad_inputs();
+    char *pkg_dir = g4_sprintf("%s/fidelity-tiny/package", g4t_env("G4_FIXTURES"));
+    g4_package *p;
+    int rc = g4_package_open(pkg_dir, &p);
+    CHECK_MSG(rc == 0, "%s", g4_error());
+    free(pkg_dir);
+    if (rc) return g4t_finish("test_quant_methods");
+    g4_text_model *m;
+    rc = g4_text_model_load(p, g4_backend_cpu(), &m);
+    CHECK_MSG(rc == 0, "%s", g4_error());
+    if (rc == 0) {
+        int32_t ids[N_IDS];
+        make_ids(m, ids);
+        g4_imatrix im = {0};
+        test_imatrix_covers_lm_head(m, ids, &im);
+        if (im.n == N_LINEARS) test_hessian(m, ids, &im);
+        g4_imatrix_free(&im);
+        g4_text_model_free(m);
+    }
+    g4_package_close(p);
+    return g4t_finish("test_quant_methods");
+}
