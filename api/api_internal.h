@@ -25,4 +25,34 @@ static inline int g4_api_code(int rc) {
     return rc == G4_OK ? G4CU_OK : rc == G4_EUSER ? G4CU_EUSER : G4CU_EINTERNAL;
 }
 
+// What the generation calls (api/g4cu.c) and the batch (api/g4cu_batch.c) share.
+// A request's streaming callback as the engine calls it (cancel: set once fn returns non-zero).
+typedef struct {
+    g4cu_text_fn fn;
+    void *user;
+    volatile int cancel;
+} g4_api_stream;
+// The request's checks (values, and its eos ids in the model's vocabulary).
+int g4_api_check_request(const g4cu_request *rq);
+int g4_api_check_eos(const g4cu_model *m, const g4cu_request *rq);
+// The engine's parameters of rq (eos: the caller's buffer of n_eos + 1 ids; sc: streaming).
+void g4_api_gen_params(const g4cu_request *rq, int *eos, g4_api_stream *sc, g4_gen_params *p);
+// The engine's result r moved into out (r is freed).
+void g4_api_take_result(g4_gen_result *r, g4cu_result *out);
+
+// A chat request's media through their front ends, images first (the template's order); a
+// file is named by its path, as the engine's path-taking calls name it.
+typedef struct {
+    g4_media_input *in;
+    char **names;
+    int n, n_images;
+    double cut;           // seconds of audio not heard
+    g4cu_audio_cut *cuts; // [n_cuts] (moved into the result)
+    int n_cuts;
+} g4_api_media;
+// The checks of a chat request (who: the call, for the text_only error) and its media loaded
+// into rm (nothing to free on error).
+int g4_api_media_load(g4cu_model *m, const g4cu_request *rq, const char *who, g4_api_media *rm);
+void g4_api_media_free(g4_api_media *rm);
+
 #endif
