@@ -35,6 +35,10 @@ typedef struct {
 // The request's checks (values, and its eos ids in the model's vocabulary).
 int g4_api_check_request(const g4cu_request *rq);
 int g4_api_check_eos(const g4cu_model *m, const g4cu_request *rq);
+// The options of a raw-ids request (opts, or the defaults, into *rq), checked: no text, system
+// or media (who: the call, named in the error), then as g4_api_check_request / _check_eos.
+int g4_api_ids_request(const g4cu_model *m, const g4cu_request *opts, const char *who,
+                       g4cu_request *rq);
 // The engine's parameters of rq (eos: the caller's buffer of n_eos + 1 ids; sc: streaming).
 void g4_api_gen_params(const g4cu_request *rq, int *eos, g4_api_stream *sc, g4_gen_params *p);
 // The engine's result r moved into out (r is freed).

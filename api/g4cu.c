@@ -423,22 +423,29 @@ int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     return code(generate(s, rq, out));
 }
 
+int g4_api_ids_request(const g4cu_model *m, const g4cu_request *opts, const char *who,
+                       g4cu_request *rq) {
+    if (opts)
+        *rq = *opts;
+    else
+        g4cu_request_default(rq);
+    if (rq->text || rq->system || rq->n_media)
+        return g4_fail(G4_EUSER, "%s: the ids are the whole prompt: the options must carry no "
+                                 "text, system or media",
+                       who);
+    int rc = g4_api_check_request(rq);
+    return rc ? rc : g4_api_check_eos(m, rq);
+}
+
 int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
                       g4cu_result *out) {
     if (!out) return g4_fail(G4_EUSER, "g4cu_generate_ids: out is NULL");
     memset(out, 0, sizeof *out);
     if (!s || (!ids && n)) return g4_fail(G4_EUSER, "g4cu_generate_ids: a NULL argument");
     g4cu_request rq;
-    if (opts)
-        rq = *opts;
-    else
-        g4cu_request_default(&rq);
-    if (rq.text || rq.system || rq.n_media)
-        return g4_fail(G4_EUSER, "g4cu_generate_ids: the ids are the whole prompt: the options "
-                                 "must carry no text, system or media");
     g4_pipeline *pl = s->m->pl;
-    int rc = g4_api_check_request(&rq);
-    if (rc || (rc = g4_api_check_eos(s->m, &rq))) return code(rc);
+    int rc = g4_api_ids_request(s->m, opts, "g4cu_generate_ids", &rq);
+    if (rc) return code(rc);
     // a state sized for the request (an empty or too long prompt, an id outside the
     // vocabulary: g4_generate says so)
     if (!s->ts) {

@@ -130,15 +130,8 @@ int g4cu_batch_submit_ids(g4cu_batch *cb, const int32_t *ids, int n, const g4cu_
     *id = 0;
     if (!cb || (!ids && n)) return g4_fail(G4_EUSER, "g4cu_batch_submit_ids: a NULL argument");
     g4cu_request rq;
-    if (opts)
-        rq = *opts;
-    else
-        g4cu_request_default(&rq);
-    if (rq.text || rq.system || rq.n_media)
-        return g4_fail(G4_EUSER, "g4cu_batch_submit_ids: the ids are the whole prompt: the "
-                                 "options must carry no text, system or media");
-    int rc = g4_api_check_request(&rq);
-    if (rc || (rc = g4_api_check_eos(cb->m, &rq))) return code(rc);
+    int rc = g4_api_ids_request(cb->m, opts, "g4cu_batch_submit_ids", &rq);
+    if (rc) return code(rc);
     if (n < 1) return g4_fail(G4_EUSER, "g4cu_batch_submit_ids: the prompt has no tokens");
     const int V = g4cu_model_n_vocab(cb->m);
     for (int i = 0; i < n; i++) // (checked here: the prompt's forward runs in a later step)

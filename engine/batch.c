@@ -78,7 +78,8 @@ void g4_batch_free(g4_batch *b) {
     if (!b) return;
     for (int i = 0; i < b->n_slots; i++) {
         g4_batch_slot *sl = &b->slots[i];
-        if (sl->phase == SLOT_PREFILL || sl->phase == SLOT_DECODE) g4_gen_seq_end(&sl->q, G4_OK);
+        if (sl->phase == SLOT_PREFILL || sl->phase == SLOT_DECODE) // dropped: no final text,
+            g4_gen_seq_end(&sl->q, G4_EINTERNAL);                  // no callback, result freed
         slot_clear(sl);
         g4_text_state_free(sl->st);
     }

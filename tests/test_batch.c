@@ -217,6 +217,11 @@ static void test_cancel_and_reuse(void) {
     CHECK_INT(info.in_use, 0);
     CHECK_INT(g4cu_batch_step(b, &running), G4CU_OK);
     CHECK_INT(running, 0);
+    // freed with requests still running and one finished, never polled (ASan: nothing leaks)
+    CHECK(g4cu_batch_submit(b, &a, &ia) == G4CU_OK && ia > 0);
+    CHECK(g4cu_batch_submit(b, &d, &id) == G4CU_OK && id > 0);
+    for (int i = 0; i < 3; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+    CHECK(g4cu_batch_cancel(b, id) == G4CU_OK);
     g4cu_batch_free(b);
     g4cu_batch_params bad_p = bp;
     bad_p.slots = 0;
