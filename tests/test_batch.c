@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "tests/chat_fixture.h"
 #include "tests/test_util.h"
 
 static g4cu_model *model;
@@ -94,27 +95,53 @@ static void poll_done(g4cu_batch *b, int64_t id, outcome *o, const char *name) {
     g4cu_result_free(&r);
 }
 
+// HF's greedy ids of the fixture's media case `name` (generate_cases.jsonl: what g4cu_vqa /
+// g4cu_transcribe give alone on this package, test_api checks) as an outcome, its prompt text
+// and file in *text, *file.
+static int hf_case(const cf_lines *l, const char *name, outcome *o, const char **text,
+                   char **file, int *max_new) {
+    for (int c = 0; c < l->n; c++) {
+        const cJSON *x = l->line[c];
+        const char *nm = cf_str(x, "name"), *pk = cf_str(x, "package");
+        if (!nm || !pk || strcmp(nm, name) || strcmp(pk, "mobius-tiny-f16")) continue;
+        int n, *ids = cf_ints(x, "ids", &n);
+        memset(o, 0, sizeof *o);
+        o->n_tokens = n < 512 ? n : 512;
+        for (int i = 0; i < o->n_tokens; i++) o->tokens[i] = ids[i];
+        free(ids);
+        *max_new = cf_int(x, "max_new");
+        snprintf(o->reason, sizeof o->reason, "%s", n == *max_new ? "max_new" : "eos");
+        *text = cf_str(x, "text");
+        *file = g4_sprintf("%s/%s", fix, cf_str(x, "file"));
+        return 1;
+    }
+    return 0;
+}
+
 static void test_four_kinds(void) {
-    char *img = g4_sprintf("%s/frontends/media/square_rgb.png", fix);
-    char *wav = g4_sprintf("%s/frontends/media/tone_1s_f32.wav", fix);
+    char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
+    cf_lines l = cf_read(cases);
+    outcome want[4], got[4];
+    char *img = NULL, *wav = NULL;
+    int img_new = 0, wav_new = 0;
+    const char *img_text = NULL, *wav_text = NULL;
+    CHECK(hf_case(&l, "vqa_square", &want[1], &img_text, &img, &img_new));
+    CHECK(hf_case(&l, "asr_tone", &want[2], &wav_text, &wav, &wav_new));
+    if (!img || !wav) return;
     g4cu_media mi = {.kind = G4CU_IMAGE_FILE, .path = img};
     g4cu_media ma = {.kind = G4CU_AUDIO_FILE, .path = wav};
     g4cu_request rq[4];
-    for (int i = 0; i < 4; i++) {
-        g4cu_request_default(&rq[i]);
-        rq[i].ignore_eos = 1; // every one runs its max_tokens: lengths differ by design
-    }
+    for (int i = 0; i < 4; i++) g4cu_request_default(&rq[i]);
     rq[0].text = "Tell me a story about a cat.";
-    rq[0].temperature = 0.9f, rq[0].seed = 7, rq[0].max_tokens = 24;
-    rq[1].text = "What is in this picture?";
-    rq[1].media = &mi, rq[1].n_media = 1, rq[1].max_tokens = 28;
-    rq[2].text = "Transcribe this.";
-    rq[2].media = &ma, rq[2].n_media = 1, rq[2].max_tokens = 17, rq[2].prefill_chunk = 8;
+    rq[0].temperature = 0.9f, rq[0].seed = 7, rq[0].max_tokens = 24, rq[0].ignore_eos = 1;
+    rq[1].text = img_text, rq[1].media = &mi, rq[1].n_media = 1, rq[1].max_tokens = img_new;
+    rq[2].text = wav_text, rq[2].media = &ma, rq[2].n_media = 1, rq[2].max_tokens = wav_new;
+    rq[2].prefill_chunk = 16; // its prompt in chunks between the others' decode steps
     rq[3].text = "Name three colours.";
     rq[3].temperature = 0.7f, rq[3].top_k = 5, rq[3].top_p = 0.9f, rq[3].seed = 3;
-    rq[3].max_tokens = 31;
-    outcome want[4], got[4];
-    for (int i = 0; i < 4; i++) CHECK_MSG(alone(&rq[i], &want[i]), "request %d alone", i);
+    rq[3].max_tokens = 12, rq[3].ignore_eos = 1;
+    // the text requests alone (the media ones: HF's ids above, no second tower run)
+    CHECK(alone(&rq[0], &want[0]) && alone(&rq[3], &want[3]));
     for (int i = 0; i < 4; i++) CHECK_INT(want[i].n_tokens, rq[i].max_tokens);
 
     g4cu_batch_params bp;
@@ -142,6 +169,10 @@ static void test_four_kinds(void) {
     const char *names[4] = {"text sampled", "image", "audio (chunked prefill)", "text top-k"};
     for (int i = 0; i < 4; i++) {
         poll_done(b, id[i], &got[i], names[i]);
+        if (i == 1 || i == 2) { // HF's ids: no text to compare
+            snprintf(got[i].text, sizeof got[i].text, "%s", "");
+            want[i].text[0] = 0;
+        }
         same(names[i], &got[i], &want[i]);
     }
     CHECK_MSG(k.len == strlen(got[0].text) && !memcmp(k.buf, got[0].text, k.len),
@@ -149,6 +180,8 @@ static void test_four_kinds(void) {
     g4cu_batch_get_info(b, &info);
     CHECK_INT(info.in_use, 0);
     g4cu_batch_free(b);
+    cf_free(&l);
+    free(cases);
     free(img);
     free(wav);
 }
@@ -157,13 +190,13 @@ static void test_cancel_and_reuse(void) {
     g4cu_request a, c, d;
     g4cu_request_default(&a);
     a.text = "Count to one hundred.";
-    a.max_tokens = 40, a.ignore_eos = 1;
+    a.max_tokens = 20, a.ignore_eos = 1;
     c = a;
     c.text = "List the planets.";
     c.temperature = 1.0f, c.seed = 11;
     d = a;
     d.text = "Why is the sky blue?";
-    d.max_tokens = 12;
+    d.max_tokens = 8;
     outcome wa, wc, wd, ga, gc, gd;
     CHECK(alone(&a, &wa) && alone(&c, &wc) && alone(&d, &wd));
     g4cu_batch_params bp;
@@ -231,15 +264,15 @@ static void test_cancel_and_reuse(void) {
 }
 
 static void test_lengths(void) {
-    // a long prompt (many prefill chunks) with 2 new tokens beside a short one with 60
+    // a long prompt (~190 tokens: 6 prefill chunks) with 2 new tokens beside a short one with 30
     char *longtext = g4_malloc(8192);
     longtext[0] = 0;
-    for (int i = 0; i < 60; i++) strcat(longtext, "the quick brown fox jumps over the lazy dog ");
+    for (int i = 0; i < 20; i++) strcat(longtext, "the quick brown fox jumps over the lazy dog ");
     g4cu_request lo, sh, again;
     g4cu_request_default(&lo);
-    lo.text = longtext, lo.max_tokens = 2, lo.ignore_eos = 1, lo.prefill_chunk = 64;
+    lo.text = longtext, lo.max_tokens = 2, lo.ignore_eos = 1, lo.prefill_chunk = 32;
     g4cu_request_default(&sh);
-    sh.text = "Hi", sh.max_tokens = 60, sh.ignore_eos = 1;
+    sh.text = "Hi", sh.max_tokens = 30, sh.ignore_eos = 1;
     again = sh;
     again.text = "Hello there", again.max_tokens = 5, again.temperature = 0.5f, again.seed = 99;
     outcome wl, ws, wa, gl, gs, ga;
