@@ -261,6 +261,8 @@ static void test_cancel_and_reuse(void) {
     g4cu_batch *nb = (g4cu_batch *)&bad_p;
     CHECK_INT(g4cu_batch_new(model, &bad_p, &nb), G4CU_EUSER);
     CHECK(nb == NULL);
+    CHECK_MSG(strstr(g4cu_last_error(), "batch of 0 slots: expected 1..4096"), "%s",
+              g4cu_last_error());
 }
 
 static void test_lengths(void) {
