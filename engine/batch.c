@@ -238,10 +238,8 @@ static int decode_all(g4_batch *b) {
     return rc;
 }
 
-int g4_batch_step(g4_batch *b, int *running) {
-    b->stats.rounds++;
-    prefill_one(b);
-    const int rc = decode_all(b);
+// Counts the slots prefilling or decoding now into b->stats.
+static void count_running(g4_batch *b) {
     int n = 0, d = 0;
     for (int i = 0; i < b->n_slots; i++) {
         n += b->slots[i].phase == SLOT_PREFILL || b->slots[i].phase == SLOT_DECODE;
@@ -249,8 +247,18 @@ int g4_batch_step(g4_batch *b, int *running) {
     }
     b->stats.running = n;
     b->stats.decoding = d;
-    if (running) *running = n;
+}
+
+int g4_batch_step(g4_batch *b, int *running) {
+    b->stats.rounds++;
+    prefill_one(b);
+    const int rc = decode_all(b);
+    count_running(b);
+    if (running) *running = b->stats.running;
     return rc;
 }
 
-void g4_batch_get_stats(const g4_batch *b, g4_batch_stats *st) { *st = b->stats; }
+void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st) {
+    count_running(b);
+    *st = b->stats;
+}

@@ -67,6 +67,6 @@ typedef struct {
     int running, decoding, max_decoding, states_made;
     long rounds, decode_steps, decode_rows;
 } g4_batch_stats;
-void g4_batch_get_stats(const g4_batch *b, g4_batch_stats *st);
+void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st);
 
 #endif

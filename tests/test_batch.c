@@ -223,6 +223,9 @@ static void test_cancel_and_reuse(void) {
               "the cancelled request's tokens are not a prefix of its alone run");
     // its slot takes d, reusing its state
     CHECK(g4cu_batch_submit(b, &d, &id) == G4CU_OK && id > 0);
+    g4cu_batch_info now;
+    g4cu_batch_get_info(b, &now);
+    CHECK(now.running == 2 && now.in_use == 2); // c decoding, d about to prefill
     run_all(b);
     poll_done(b, ic, &gc, "beside a cancel");
     poll_done(b, id, &gd, "in a reused slot");
