@@ -27,4 +27,44 @@ static inline int g4_api_code(int rc) {
     return rc == G4_OK ? G4CU_OK : rc == G4_EUSER ? G4CU_EUSER : G4CU_EINTERNAL;
 }
 
+// What the generation calls (api/g4cu.c) and the batch (api/g4cu_batch.c) share.
+// A request's streaming callbacks as the engine calls them (cancel: set once fn returns
+// non-zero), and what its sampling fields need while it runs (g4cu_generate's; NULL in a batch).
+typedef struct {
+    g4cu_text_fn fn;
+    void *user;
+    volatile int cancel;
+    g4cu_token_fn on_token; // (with logprobs)
+    g4_logit_bias *bias;    // the request's logit_bias in the engine's form
+    g4_json_schema *schema; // its compiled JSON format
+} g4_api_stream;
+// The request's checks (values, and its eos ids in the model's vocabulary).
+int g4_api_check_request(const g4cu_request *rq);
+int g4_api_check_eos(const g4cu_model *m, const g4cu_request *rq);
+// The options of a raw-ids request (opts, or the defaults, into *rq), checked: no text, system
+// or media (who: the call, named in the error), then as g4_api_check_request / _check_eos.
+int g4_api_ids_request(const g4cu_model *m, const g4cu_request *opts, const char *who,
+                       g4cu_request *rq);
+// The engine's parameters of rq (eos: the caller's buffer of n_eos + 1 ids; sc: streaming).
+void g4_api_gen_params(const g4cu_request *rq, int *eos, g4_api_stream *sc, g4_gen_params *p);
+// The engine's result r moved into out (r is freed).
+void g4_api_take_result(g4_gen_result *r, g4cu_result *out);
+
+// A chat request's media through their front ends, images first (the template's order); a
+// file is named by its path, as the engine's path-taking calls name it.
+typedef struct {
+    g4_media_input *in;
+    char **names;
+    int n, n_images;
+    double cut;           // seconds of audio not heard
+    g4cu_audio_cut *cuts; // [n_cuts] (moved into the result)
+    int n_cuts;
+    g4_chat_message *msgs; // the request's messages in the engine's form, their media counted
+    int n_msgs;            // (NULL, 0: one user turn)
+} g4_api_media;
+// The checks of a chat request (who: the call, for the text_only error), its conversation and
+// its media loaded into rm, a conversation's media in message order (nothing to free on error).
+int g4_api_media_load(g4cu_model *m, const g4cu_request *rq, const char *who, g4_api_media *rm);
+void g4_api_media_free(g4_api_media *rm);
+
 #endif

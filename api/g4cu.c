@@ -248,13 +248,6 @@ static int is_file(const g4cu_media *md) {
 }
 
 // --- generation --------------------------------------------------------------------------------
-typedef struct {
-    const g4cu_request *rq;
-    volatile int cancel;
-    g4_logit_bias *bias;    // the request's logit_bias in the engine's form
-    g4_json_schema *schema; // its compiled JSON format
-} stream_ctx;
-
 _Static_assert(G4CU_MAX_TOP_LOGPROBS == G4_MAX_TOP_LOGPROBS, "the API's top is the engine's");
 static void logprob_out(const g4_token_logprob *a, g4cu_token_logprob *b) {
     memset(b, 0, sizeof *b);
@@ -267,17 +260,17 @@ static void logprob_out(const g4_token_logprob *a, g4cu_token_logprob *b) {
     }
 }
 static void on_token(void *ctx, const g4_token_logprob *lp) {
-    stream_ctx *c = ctx;
-    if (c->rq->on_token) {
+    g4_api_stream *c = ctx;
+    if (c->on_token) {
         g4cu_token_logprob t;
         logprob_out(lp, &t);
-        c->rq->on_token(c->rq->user, &t);
+        c->on_token(c->user, &t);
     }
 }
 
 static void on_text(void *ctx, const char *text, size_t len) {
-    stream_ctx *c = ctx;
-    if (!c->cancel && c->rq->on_text(c->rq->user, text, len)) c->cancel = 1;
+    g4_api_stream *c = ctx;
+    if (!c->cancel && c->fn(c->user, text, len)) c->cancel = 1;
 }
 
 static void model_lock(void *ctx, int on) {
@@ -288,7 +281,7 @@ static void model_lock(void *ctx, int on) {
         pthread_mutex_unlock(&m->lock);
 }
 
-static int check_request(const g4cu_request *rq) {
+int g4_api_check_request(const g4cu_request *rq) {
     if (rq->max_tokens < 1)
         return g4_fail(G4_EUSER, "max_tokens %d: expected at least 1", rq->max_tokens);
     if (!(rq->temperature >= 0) || !isfinite(rq->temperature))
@@ -354,7 +347,7 @@ int g4cu_token_bytes(g4cu_model *m, int32_t id, char *buf, size_t cap, size_t *l
 }
 
 // The request's sampling rules, logprobs and JSON format in p (sc owns what they need).
-static int extra_params(g4cu_model *m, const g4cu_request *rq, stream_ctx *sc, g4_gen_params *p) {
+static int extra_params(g4cu_model *m, const g4cu_request *rq, g4_api_stream *sc, g4_gen_params *p) {
     p->rules.repetition = rq->repetition_penalty;
     p->rules.presence = rq->presence_penalty;
     p->rules.frequency = rq->frequency_penalty;
@@ -384,7 +377,7 @@ static int extra_params(g4cu_model *m, const g4cu_request *rq, stream_ctx *sc, g
     return G4_OK;
 }
 
-static void extra_free(stream_ctx *sc) {
+static void extra_free(g4_api_stream *sc) {
     free(sc->bias);
     g4_json_schema_free(sc->schema);
     sc->bias = NULL;
@@ -393,7 +386,7 @@ static void extra_free(stream_ctx *sc) {
 
 // The engine's generation parameters of rq (eos: the caller's buffer of n_eos + 1 ids; sc: the
 // streaming context).
-static void gen_params(const g4cu_request *rq, int *eos, stream_ctx *sc, g4_gen_params *p) {
+void g4_api_gen_params(const g4cu_request *rq, int *eos, g4_api_stream *sc, g4_gen_params *p) {
     g4_gen_params_default(p);
     p->max_new = rq->max_tokens;
     p->sampler.temperature = rq->temperature;
@@ -409,7 +402,7 @@ static void gen_params(const g4cu_request *rq, int *eos, stream_ctx *sc, g4_gen_
     for (int i = 0; i < rq->n_eos; i++) eos[i] = rq->eos[i];
     p->eos = eos;
     p->n_eos = rq->n_eos;
-    *sc = (stream_ctx){rq, 0, NULL, NULL};
+    *sc = (g4_api_stream){rq->on_text, rq->user, 0, rq->on_token, NULL, NULL};
     if (rq->on_text) {
         p->on_text = on_text;
         p->on_text_ctx = sc;
@@ -418,7 +411,7 @@ static void gen_params(const g4cu_request *rq, int *eos, stream_ctx *sc, g4_gen_
 }
 
 // The engine's result r moved into out (r is freed).
-static void take_result(g4_gen_result *r, g4cu_result *out) {
+void g4_api_take_result(g4_gen_result *r, g4cu_result *out) {
     out->text = r->text;
     out->text_len = r->text_len;
     r->text = NULL;
@@ -447,7 +440,7 @@ static void take_result(g4_gen_result *r, g4cu_result *out) {
 }
 
 // The request's eos ids in the vocabulary.
-static int check_eos(const g4cu_model *m, const g4cu_request *rq) {
+int g4_api_check_eos(const g4cu_model *m, const g4cu_request *rq) {
     for (int i = 0; i < rq->n_eos; i++)
         if (rq->eos[i] < 0 || rq->eos[i] >= m->pl->pkg->text.vocab)
             return g4_fail(G4_EUSER, "eos id %d: expected 0 <= id < %d", rq->eos[i],
@@ -553,86 +546,104 @@ static int tools_extract(const g4cu_model *m, g4cu_result *out) {
     return G4_OK;
 }
 
-static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
-    g4cu_model *m = s->m;
+void g4_api_media_free(g4_api_media *rm) {
+    for (int i = 0; i < rm->n; i++) {
+        g4_media_input_free(&rm->in[i]);
+        free(rm->names[i]);
+    }
+    free(rm->in);
+    free(rm->names);
+    free(rm->cuts);
+    free_conversation(rm->msgs, rm->n_msgs);
+    memset(rm, 0, sizeof *rm);
+}
+
+// The checks of a chat request and its media loaded into rm (freed on error).
+int g4_api_media_load(g4cu_model *m, const g4cu_request *rq, const char *who, g4_api_media *rm) {
+    memset(rm, 0, sizeof *rm);
     if (!m->pl->media)
-        return g4_fail(G4_EUSER, "g4cu_generate: the model was loaded text_only (no chat "
-                                 "template, no towers): g4cu_generate_ids or g4cu_logits");
-    int rc = check_request(rq);
+        return g4_fail(G4_EUSER, "%s: the model was loaded text_only (no chat "
+                                 "template, no towers): g4cu_generate_ids or g4cu_logits", who);
+    int rc = g4_api_check_request(rq);
     if (!rc && !rq->text && !rq->n_media && !rq->n_messages)
         rc = g4_fail(G4_EUSER, "the request has no text and no media");
-    g4_chat_message *msgs = NULL;
-    if (!rc && rq->n_messages) rc = conversation(rq, &msgs);
-    if (rc || (rc = check_eos(m, rq))) {
-        free_conversation(msgs, rq->n_messages);
+    if (!rc && rq->n_messages && !(rc = conversation(rq, &rm->msgs))) rm->n_msgs = rq->n_messages;
+    if (rc || (rc = g4_api_check_eos(m, rq))) {
+        g4_api_media_free(rm);
         return rc;
     }
     // media, images first (the template's order; in a conversation, each message's images
     // first), each through its front end; a file is named by its path, as the engine's
     // path-taking calls name it
     const int n = rq->n_media;
-    g4_media_input *in = g4_calloc((size_t)n + 1, sizeof *in);
-    char **names = g4_calloc((size_t)n + 1, sizeof *names);
+    rm->n = n;
+    rm->in = g4_calloc((size_t)n + 1, sizeof *rm->in);
+    rm->names = g4_calloc((size_t)n + 1, sizeof *rm->names);
     const g4cu_media **order = g4_calloc((size_t)n + 1, sizeof *order);
-    int n_images = 0, k = 0;
+    int k = 0;
     for (int msg = 0, from = 0; msg < (rq->n_messages ? rq->n_messages : 1); msg++) {
         const int to = rq->n_messages ? from + rq->messages[msg].n_media : n;
         for (int pass = 0; pass < 2; pass++)
             for (int i = from; i < to; i++) {
                 const g4cu_media *md = &rq->media[i];
                 if (is_image(md) != (pass == 0)) continue;
-                n_images += pass == 0;
-                if (msgs) ++*(pass == 0 ? &msgs[msg].n_images : &msgs[msg].n_audio);
-                names[k] = is_file(md) ? g4_strdup(md->path)
-                                       : g4_sprintf("%s %d", pass == 0 ? "image" : "audio", i + 1);
+                rm->n_images += pass == 0;
+                if (rm->msgs) ++*(pass == 0 ? &rm->msgs[msg].n_images : &rm->msgs[msg].n_audio);
+                rm->names[k] = is_file(md) ? g4_strdup(md->path)
+                                           : g4_sprintf("%s %d", pass == 0 ? "image" : "audio",
+                                                        i + 1);
                 order[k++] = md;
             }
         from = to;
     }
-    double cut = 0;
-    out->cuts = g4_calloc((size_t)n + 1, sizeof *out->cuts);
+    rm->cuts = g4_calloc((size_t)n + 1, sizeof *rm->cuts);
     for (k = 0; k < n && !rc; k++) {
-        rc = load_media(m, order[k], names[k], &in[k]);
-        if (!rc && in[k].truncated) {
-            cut += in[k].src_seconds - in[k].used_seconds;
-            out->cuts[out->n_cuts++] = (g4cu_audio_cut){is_file(order[k]) ? order[k]->path : NULL,
-                                                        in[k].src_seconds, in[k].used_seconds};
+        rc = load_media(m, order[k], rm->names[k], &rm->in[k]);
+        if (!rc && rm->in[k].truncated) {
+            rm->cut += rm->in[k].src_seconds - rm->in[k].used_seconds;
+            rm->cuts[rm->n_cuts++] =
+                (g4cu_audio_cut){is_file(order[k]) ? order[k]->path : NULL,
+                                 rm->in[k].src_seconds, rm->in[k].used_seconds};
         }
     }
+    free(order);
+    if (rc) g4_api_media_free(rm);
+    return rc;
+}
+
+static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
+    g4cu_model *m = s->m;
+    g4_api_media rm;
+    int rc = g4_api_media_load(m, rq, "g4cu_generate", &rm);
+    if (rc) return rc;
     char *decl = NULL;
     int eos_tool = -1;
-    if (!rc) rc = tools_prepare(m, rq, &decl, &eos_tool);
-    if (!rc) {
-        const g4_prompt_loaded pr = {
-            rq->system, rq->system_as_parts, in,      (const char *const *)names,
-            n_images,   n - n_images,        rq->text, msgs,
-            rq->n_messages, decl};
+    if (!(rc = tools_prepare(m, rq, &decl, &eos_tool))) {
+        const g4_prompt_loaded pr = {rq->system,   rq->system_as_parts, rm.in,
+                                     (const char *const *)rm.names,    rm.n_images,
+                                     rm.n - rm.n_images, rq->text,      rm.msgs,
+                                     rm.n_msgs,    decl};
         int *eos = g4_malloc(sizeof(int) * (size_t)(rq->n_eos + 2)); // the engine's id type
-        stream_ctx sc;
+        g4_api_stream sc;
         g4_gen_params p;
-        gen_params(rq, eos, &sc, &p);
+        g4_api_gen_params(rq, eos, &sc, &p);
         if (eos_tool >= 0) eos[p.n_eos++] = eos_tool; // a call turn ends at <|tool_response>
         g4_gen_result r = {0};
         if (!(rc = extra_params(m, rq, &sc, &p)))
             rc = g4_pipeline_generate_on(m->pl, &s->ts, &pr, &p, model_lock, m, &r);
         if (!rc)
-            take_result(&r, out);
+            g4_api_take_result(&r, out);
         else
             g4_gen_result_free(&r);
         extra_free(&sc);
         if (!rc && decl) rc = tools_extract(m, out);
-        out->audio_seconds_cut = cut;
+        out->audio_seconds_cut = rm.cut;
+        out->cuts = rm.cuts, out->n_cuts = rm.n_cuts;
+        rm.cuts = NULL;
         free(eos);
     }
     free(decl);
-    for (int i = 0; i < n; i++) {
-        g4_media_input_free(&in[i]);
-        free(names[i]);
-    }
-    free(in);
-    free(names);
-    free(order);
-    free_conversation(msgs, rq->n_messages);
+    g4_api_media_free(&rm);
     if (rc) g4cu_result_free(out);
     return rc;
 }
@@ -644,22 +655,29 @@ int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     return code(generate(s, rq, out));
 }
 
+int g4_api_ids_request(const g4cu_model *m, const g4cu_request *opts, const char *who,
+                       g4cu_request *rq) {
+    if (opts)
+        *rq = *opts;
+    else
+        g4cu_request_default(rq);
+    if (rq->text || rq->system || rq->n_media || rq->n_messages || rq->tools_json)
+        return g4_fail(G4_EUSER, "%s: the ids are the whole prompt: the options must carry no "
+                                 "text, system, messages, media or tools",
+                       who);
+    int rc = g4_api_check_request(rq);
+    return rc ? rc : g4_api_check_eos(m, rq);
+}
+
 int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
                       g4cu_result *out) {
     if (!out) return g4_fail(G4_EUSER, "g4cu_generate_ids: out is NULL");
     memset(out, 0, sizeof *out);
     if (!s || (!ids && n)) return g4_fail(G4_EUSER, "g4cu_generate_ids: a NULL argument");
     g4cu_request rq;
-    if (opts)
-        rq = *opts;
-    else
-        g4cu_request_default(&rq);
-    if (rq.text || rq.system || rq.n_media || rq.n_messages || rq.tools_json)
-        return g4_fail(G4_EUSER, "g4cu_generate_ids: the ids are the whole prompt: the options "
-                                 "must carry no text, system, messages, media or tools");
     g4_pipeline *pl = s->m->pl;
-    int rc = check_request(&rq);
-    if (rc || (rc = check_eos(s->m, &rq))) return code(rc);
+    int rc = g4_api_ids_request(s->m, opts, "g4cu_generate_ids", &rq);
+    if (rc) return code(rc);
     // a state sized for the request (an empty or too long prompt, an id outside the
     // vocabulary: g4_generate says so)
     if (!s->ts) {
@@ -669,14 +687,14 @@ int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_reque
         if ((rc = g4_text_state_new_opts(pl->model, &so, &s->ts))) return code(rc);
     }
     int *eos = g4_malloc(sizeof(int) * (size_t)(rq.n_eos + 1));
-    stream_ctx sc;
+    g4_api_stream sc;
     g4_gen_params p;
-    gen_params(&rq, eos, &sc, &p);
+    g4_api_gen_params(&rq, eos, &sc, &p);
     g4_gen_result r = {0};
     if (!(rc = extra_params(s->m, &rq, &sc, &p)))
         rc = g4_generate(s->ts, pl->tok, ids, n, NULL, &p, &r);
     if (!rc)
-        take_result(&r, out);
+        g4_api_take_result(&r, out);
     else
         g4_gen_result_free(&r);
     extra_free(&sc);

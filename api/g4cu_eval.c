@@ -230,7 +230,10 @@ int g4cu_eval_run(const char *manifest, const char *dir, const g4cu_eval_params 
                           .keep_stop = p->keep_stop,
                           .max_new = p->max_new,
                           .progress = p->progress,
-                          .log = p->log};
+                          .log = p->log,
+                          .batch = p->batch};
+    if (p->batch < 0 || p->batch > 4096)
+        return g4_fail(G4_EUSER, "batch %d: expected 1..4096 items at once (0: one)", p->batch);
     g4_eval_run_result r = {0};
     rc = g4_backend_by_name(o.backend, &o.be);
     if (!rc) rc = g4_eval_run(&o, &r);

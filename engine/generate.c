@@ -91,7 +91,7 @@ static int check_params(const g4_text_model *m, const g4_tokenizer *tok, int n_p
 }
 
 // --- the host-side pick (sample_rules.h) --------------------------------------------------------
-typedef struct {
+typedef struct g4_host_pick {
     int on, V;
     float *row;      // [V] the step's logits
     uint8_t *seen;   // [V] prompt + output tokens (repetition penalty), else NULL
@@ -177,7 +177,7 @@ static int host_choose(host_pick *h, const g4_text_config *c, const g4_gen_param
 // The step of T tokens: on the device (g4_text_step), or with the row brought to the host.
 static int step_pick(g4_text_state *s, host_pick *h, const g4_gen_params *p, const int32_t *ids,
                      int T, const g4_soft_tokens *soft, g4_gen_result *out, int *id) {
-    if (!h->on) {
+    if (!h || !h->on) {
         int32_t next;
         int rc = g4_text_step(s, ids, T, soft, &next);
         *id = next;
@@ -188,145 +188,187 @@ static int step_pick(g4_text_state *s, host_pick *h, const g4_gen_params *p, con
     return host_choose(h, s->m->cfg, p, s->n_past - 1, out, id); // (the device's draw index)
 }
 
-int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
-                const g4_soft_tokens *soft, const g4_gen_params *p, g4_gen_result *out) {
+// --- one generation, step by step (g4_gen_seq) ------------------------------------------------
+int g4_gen_seq_begin(g4_gen_seq *q, g4_text_state *s, const g4_tokenizer *tok,
+                     const int32_t *prompt, int n_prompt, const g4_soft_tokens *soft,
+                     const g4_gen_params *p, g4_gen_result *out) {
+    memset(q, 0, sizeof *q);
     memset(out, 0, sizeof *out);
     out->stop_id = -1;
+    q->out = out;
     int rc = check_params(s->m, tok, n_prompt, p);
     if (rc) return rc;
+    if (!prompt) return g4_fail(G4_EUSER, "generate: the prompt ids are NULL");
     const g4_text_config *c = s->m->cfg;
+    q->s = s;
+    q->tok = tok;
+    q->p = *p;
+    q->soft = soft ? *soft : (g4_soft_tokens){{0}, 0};
+    q->prompt = g4_malloc(sizeof(int32_t) * (size_t)n_prompt);
+    memcpy(q->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    q->n_prompt = n_prompt;
 
     // KV rows: prompt + max_new, at most the context. The last token is never fed back, so
     // `capacity - n_prompt + 1` tokens fit.
     long cap = (long)n_prompt + p->max_new;
     if (cap > c->context_length) cap = c->context_length;
-    int limit = p->max_new;
-    if (cap - n_prompt + 1 < limit) limit = (int)(cap - n_prompt + 1);
+    q->limit = p->max_new;
+    if (cap - n_prompt + 1 < q->limit) q->limit = (int)(cap - n_prompt + 1);
     out->n_prompt = n_prompt;
-    out->max_new = limit;
-    int chunk = p->prefill_chunk && p->prefill_chunk < s->max_tokens ? p->prefill_chunk
-                                                                       : s->max_tokens;
-    if (chunk > n_prompt) chunk = n_prompt;
+    out->max_new = q->limit;
+    q->chunk = p->prefill_chunk && p->prefill_chunk < s->max_tokens ? p->prefill_chunk
+                                                                      : s->max_tokens;
+    if (q->chunk > n_prompt) q->chunk = n_prompt;
 
     // the effective stop list: the stop strings less the ignored ones
-    const char **stops = g4_malloc(sizeof(char *) * (size_t)(p->n_stop + 1));
-    int n_stops = 0;
+    q->stops = g4_malloc(sizeof(char *) * (size_t)(p->n_stop + 1));
     for (int i = 0; i < p->n_stop; i++) {
         int ignored = 0;
         for (int j = 0; j < p->n_ignore_stop; j++)
             if (!strcmp(p->stop[i], p->ignore_stop[j])) ignored = 1;
-        if (!ignored) stops[n_stops++] = p->stop[i];
+        if (!ignored) q->stops[q->n_stops++] = p->stop[i];
     }
-    g4_text_stream ts;
-    g4_text_stream_init(&ts, tok, stops, n_stops, p->on_text, p->on_text_ctx);
-
-    char *text = NULL; // decoded text during the loop (stop strings)
-    size_t text_len = 0;
-    double t0 = 0, t1 = 0, t2 = 0;
-    host_pick hp;
-    host_init(&hp, c, p, prompt, n_prompt);
-    if ((rc = g4_text_state_reserve(s, (int)cap))) goto done; // (resets the state)
+    g4_text_stream_init(&q->ts, tok, q->stops, q->n_stops, p->on_text, p->on_text_ctx);
+    q->started = 1;
+    host_pick *hp = g4_calloc(1, sizeof *hp);
+    host_init(hp, c, &q->p, q->prompt, n_prompt);
+    if (hp->on) {
+        q->hp = hp;
+    } else {
+        host_free(hp);
+        free(hp);
+    }
+    if ((rc = g4_text_state_reserve(s, (int)cap))) return rc; // (resets the state)
     g4_text_state_set_sampler(s, &p->sampler, p->seed);
+    q->t0 = now_ms();
+    return G4_OK;
+}
 
-    // Prefill in chunks; each chunk gets the soft-token rows of its own placeholders. The last
-    // chunk's step picks the first token.
-    t0 = now_ms();
-    int soft_used = 0, id = -1;
-    for (int a = 0; a < n_prompt; a += chunk) {
-        int T = n_prompt - a < chunk ? n_prompt - a : chunk;
-        int n_ph = 0;
-        for (int t = a; t < a + T; t++)
-            n_ph += g4_placeholder_of(c, prompt[t]) != G4_PH_NONE;
-        if (soft_used + n_ph > (soft ? soft->n : 0)) {
-            rc = g4_fail(G4_EUSER,
-                         "the prompt has more image/audio placeholder tokens than the %d soft "
-                         "tokens given",
-                         soft ? soft->n : 0);
-            goto done;
-        }
-        g4_soft_tokens part = {{0}, n_ph};
-        if (n_ph) {
-            part.rows = soft->rows;
-            part.rows.data = (float *)soft->rows.data + (size_t)soft_used * c->hidden;
-            part.rows.rows = n_ph;
-        }
-        const g4_soft_tokens *sp = n_ph ? &part : NULL;
-        if (a + T < n_prompt)
-            rc = g4_text_forward(s, prompt + a, T, sp, NULL, 0);
-        else
-            rc = step_pick(s, &hp, p, prompt + a, T, sp, out, &id);
-        if (rc) goto done;
-        soft_used += n_ph;
+int g4_gen_seq_prefill(g4_gen_seq *q) {
+    const g4_text_config *c = q->s->m->cfg;
+    const g4_soft_tokens *soft = q->soft.n ? &q->soft : NULL;
+    const int a = q->at, T = q->n_prompt - a < q->chunk ? q->n_prompt - a : q->chunk;
+    if (T < 1) return g4_fail(G4_EINTERNAL, "generate: prefill after the prompt's end");
+    int n_ph = 0, rc;
+    for (int t = a; t < a + T; t++) n_ph += g4_placeholder_of(c, q->prompt[t]) != G4_PH_NONE;
+    if (q->soft_used + n_ph > q->soft.n)
+        return g4_fail(G4_EUSER,
+                       "the prompt has more image/audio placeholder tokens than the %d soft "
+                       "tokens given",
+                       q->soft.n);
+    g4_soft_tokens part = {{0}, n_ph};
+    if (n_ph) {
+        part.rows = soft->rows;
+        part.rows.data = (float *)soft->rows.data + (size_t)q->soft_used * c->hidden;
+        part.rows.rows = n_ph;
     }
-    if (soft && soft_used != soft->n) {
-        rc = g4_fail(G4_EUSER,
-                     "%d soft tokens given, but the prompt has %d image/audio placeholder tokens",
-                     soft->n, soft_used);
-        goto done;
-    }
+    const g4_soft_tokens *sp = n_ph ? &part : NULL;
+    q->soft_used += n_ph;
+    q->at += T;
+    if (q->at < q->n_prompt) return g4_text_forward(q->s, q->prompt + a, T, sp, NULL, 0);
+    // the last chunk's step picks the first token
+    int32_t first;
+    if ((rc = step_pick(q->s, q->hp, &q->p, q->prompt + a, T, sp, q->out, &first))) return rc;
+    if (q->soft_used != q->soft.n)
+        return g4_fail(G4_EUSER,
+                       "%d soft tokens given, but the prompt has %d image/audio placeholder tokens",
+                       q->soft.n, q->soft_used);
+    return g4_gen_seq_accept(q, first);
+}
 
-    // Decode: check the stops, feed the token back through the one decode step.
-    for (int step = 0;; step++) {
-        g4_ids_push(&out->tokens, id);
-        if (step == 0) t1 = now_ms();
-        int stop = -1, which = -1;
-        long cut = -1;
-        if (n_stops) {
-            free(text);
-            text = NULL;
-            if ((rc = g4_tokenizer_decode(tok, out->tokens.v, out->tokens.n, 1, &text, &text_len)))
-                goto done;
-            cut = g4_find_stop(stops, n_stops, text, text_len, &which);
-        }
-        if (cut >= 0) {
-            stop = G4_STOP_STRING;
-            out->stop_string = stops[which];
-        } else if (!p->ignore_eos && is_eos(c, p, id)) {
-            stop = G4_STOP_EOS;
-            out->stop_id = id;
-        } else if (p->json && g4_json_done(&hp.js)) {
-            stop = G4_STOP_JSON;
-        } else if ((int)out->tokens.n >= limit) {
-            stop = limit < p->max_new ? G4_STOP_CONTEXT : G4_STOP_MAX_NEW;
-        }
-        if (stop >= 0) {
-            out->stop = (g4_stop_reason)stop;
-            break;
-        }
-        if (p->on_text && (rc = g4_text_stream_update(&ts, out->tokens.v, out->tokens.n)))
-            goto done;
-        if (p->cancel && *p->cancel) {
-            out->stop = G4_STOP_CANCEL;
-            break;
-        }
-        const int32_t fed = id;
-        if ((rc = step_pick(s, &hp, p, &fed, 1, NULL, out, &id))) goto done;
+int g4_gen_seq_accept(g4_gen_seq *q, int32_t id) {
+    g4_gen_result *out = q->out;
+    const g4_gen_params *p = &q->p;
+    int rc;
+    g4_ids_push(&out->tokens, id);
+    if (out->tokens.n == 1) q->t1 = now_ms();
+    q->next = id;
+    int stop = -1, which = -1;
+    long cut = -1;
+    if (q->n_stops) {
+        free(q->text);
+        q->text = NULL;
+        if ((rc = g4_tokenizer_decode(q->tok, out->tokens.v, out->tokens.n, 1, &q->text,
+                                      &q->text_len)))
+            return rc;
+        cut = g4_find_stop(q->stops, q->n_stops, q->text, q->text_len, &which);
     }
-    t2 = now_ms();
+    if (cut >= 0) {
+        stop = G4_STOP_STRING;
+        out->stop_string = q->stops[which];
+    } else if (!p->ignore_eos && is_eos(q->s->m->cfg, p, id)) {
+        stop = G4_STOP_EOS;
+        out->stop_id = id;
+    } else if (p->json && q->hp && g4_json_done(&q->hp->js)) {
+        stop = G4_STOP_JSON;
+    } else if ((int)out->tokens.n >= q->limit) {
+        stop = q->limit < p->max_new ? G4_STOP_CONTEXT : G4_STOP_MAX_NEW;
+    }
+    if (stop >= 0) {
+        out->stop = (g4_stop_reason)stop;
+        q->done = 1;
+        q->t2 = now_ms();
+        return G4_OK;
+    }
+    if (p->on_text && (rc = g4_text_stream_update(&q->ts, out->tokens.v, out->tokens.n)))
+        return rc;
+    if (p->cancel && *p->cancel) g4_gen_seq_cancel(q);
+    return G4_OK;
+}
 
-    // The final text, cut before the stop string; stream what is left of it.
-    if (tok) {
-        if ((rc = g4_tokenizer_decode(tok, out->tokens.v, out->tokens.n, 1, &out->text,
-                                      &out->text_len)))
-            goto done;
+void g4_gen_seq_cancel(g4_gen_seq *q) {
+    q->out->stop = G4_STOP_CANCEL;
+    q->done = 1;
+    q->t2 = now_ms();
+}
+
+int g4_gen_seq_end(g4_gen_seq *q, int rc) {
+    g4_gen_result *out = q->out;
+    if (!rc && q->tok) { // the final text, cut before the stop string; stream what is left
+        rc = g4_tokenizer_decode(q->tok, out->tokens.v, out->tokens.n, 1, &out->text,
+                                 &out->text_len);
         int which;
-        long cut2 = g4_find_stop(stops, n_stops, out->text, out->text_len, &which);
+        long cut2 = rc ? -1 : g4_find_stop(q->stops, q->n_stops, out->text, out->text_len, &which);
         if (cut2 >= 0) {
             out->text_len = (size_t)cut2;
             out->text[cut2] = 0;
         }
-        if (p->on_text) g4_text_stream_finish(&ts, out->text, out->text_len);
+        if (!rc && q->p.on_text) g4_text_stream_finish(&q->ts, out->text, out->text_len);
     }
-    out->prefill_ms = t1 - t0;
-    out->decode_ms = t2 - t1;
-    out->prefill_tok_s = out->prefill_ms > 0 ? n_prompt / (out->prefill_ms * 1e-3) : 0;
-    out->decode_tok_s =
-        out->tokens.n > 1 && out->decode_ms > 0 ? (out->tokens.n - 1) / (out->decode_ms * 1e-3) : 0;
-done:
-    host_free(&hp);
-    free(text);
-    free(stops);
-    g4_text_stream_free(&ts);
+    if (!rc) {
+        const double t2 = q->t2;
+        out->prefill_ms = q->t1 - q->t0;
+        out->decode_ms = t2 - q->t1;
+        out->prefill_tok_s = out->prefill_ms > 0 ? q->n_prompt / (out->prefill_ms * 1e-3) : 0;
+        out->decode_tok_s = out->tokens.n > 1 && out->decode_ms > 0
+                                ? (out->tokens.n - 1) / (out->decode_ms * 1e-3)
+                                : 0;
+    }
+    free(q->text);
+    free(q->stops);
+    free(q->prompt);
+    if (q->hp) {
+        host_free(q->hp);
+        free(q->hp);
+        q->hp = NULL;
+    }
+    if (q->started) g4_text_stream_free(&q->ts);
+    q->text = NULL, q->stops = NULL, q->prompt = NULL, q->started = 0;
     if (rc) g4_gen_result_free(out);
     return rc;
+}
+
+int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
+                const g4_soft_tokens *soft, const g4_gen_params *p, g4_gen_result *out) {
+    g4_gen_seq q;
+    int rc = g4_gen_seq_begin(&q, s, tok, prompt, n_prompt, soft, p, out);
+    while (!rc && q.at < q.n_prompt) rc = g4_gen_seq_prefill(&q);
+    // decode: feed each token back through the one decode step
+    while (!rc && !q.done) {
+        const int32_t fed = q.next;
+        int32_t next;
+        if (!(rc = step_pick(s, q.hp, &q.p, &fed, 1, NULL, out, &next)))
+            rc = g4_gen_seq_accept(&q, next);
+    }
+    return g4_gen_seq_end(&q, rc);
 }

@@ -149,4 +149,48 @@ void g4_gen_result_free(g4_gen_result *r);
 int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt, int n_prompt,
                 const g4_soft_tokens *soft, const g4_gen_params *p, g4_gen_result *out);
 
+// --- one generation, step by step ---------------------------------------------------------------
+// g4_generate cut into the calls a batch (engine/batch.h) interleaves with other sequences':
+//   begin: checks, sizes the state (reserve: resets it) and sets its sampler;
+//   prefill: one chunk of the prompt (while at < n_prompt); the last chunk's step picks the
+//            first token, which it accepts;
+//   accept: a token some step chose for this sequence (its own state's next row): EOS, stop
+//           strings, limits, streaming and the cancel flag, as g4_generate checks them; sets
+//           done when the generation ends, else `next` is the id to feed the next step;
+//   end:    the final text and timings into out (rc != 0: out is freed), always called once.
+// g4_generate is begin + prefill until the prompt is in + (g4_text_step + accept) until done +
+// end, so a sequence that a batch runs gets exactly the tokens g4_generate gives it wherever the
+// batch's step gives each row the logits a step of its own would (the CPU backend: exactly).
+typedef struct {
+    g4_text_state *s;
+    const g4_tokenizer *tok;
+    g4_gen_params p;      // (the pointers in it are borrowed until end)
+    g4_soft_tokens soft;  // (n 0: none)
+    int32_t *prompt;      // a copy [n_prompt]
+    int n_prompt;
+    int at;               // prompt rows already prefilled
+    int chunk, limit;     // rows per prefill chunk; the token limit (max_new or the context's)
+    int soft_used;
+    int32_t next;         // the last accepted token (the next step's input)
+    int done;             // the generation has ended (out->stop says why)
+    int started;          // begin got as far as the stream (end frees it)
+    const char **stops;   // the active stop strings [n_stops]
+    int n_stops;
+    g4_text_stream ts;
+    char *text;           // the decoded text (stop strings)
+    size_t text_len;
+    double t0, t1, t2;
+    g4_gen_result *out;
+    struct g4_host_pick *hp; // the request's logits row picked on the host (logprobs,
+                             // penalties, logit_bias, min_p, the JSON mask), else NULL
+} g4_gen_seq;
+int g4_gen_seq_begin(g4_gen_seq *q, g4_text_state *s, const g4_tokenizer *tok,
+                     const int32_t *prompt, int n_prompt, const g4_soft_tokens *soft,
+                     const g4_gen_params *p, g4_gen_result *out);
+int g4_gen_seq_prefill(g4_gen_seq *q);
+int g4_gen_seq_accept(g4_gen_seq *q, int32_t id);
+// Ends the generation where it is (stop reason "cancelled").
+void g4_gen_seq_cancel(g4_gen_seq *q);
+int g4_gen_seq_end(g4_gen_seq *q, int rc);
+
 #endif

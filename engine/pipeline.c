@@ -133,6 +133,11 @@ static int prepare_loaded(g4_pipeline *pl, g4_text_state **st, const g4_prompt_l
     return rc;
 }
 
+int g4_pipeline_prepare_on(g4_pipeline *pl, g4_text_state **state, const g4_prompt_loaded *pr,
+                           int max_new, g4_ids *ids, g4_soft_tokens *soft) {
+    return prepare_loaded(pl, state, pr, max_new, ids, soft);
+}
+
 // prepare on the pipeline's state: the front ends on the prompt's files, then prepare_loaded.
 static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *ids,
                    g4_soft_tokens *soft) {

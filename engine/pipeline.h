@@ -115,4 +115,10 @@ int g4_pipeline_generate_on(g4_pipeline *pl, g4_text_state **state, const g4_pro
                             const g4_gen_params *p, void (*lock)(void *ctx, int on),
                             void *lock_ctx, g4_gen_result *out);
 
+// The chat ids of pr and its media's soft tokens in (*state)'s soft rows (the towers run here;
+// *state NULL: one is made for the prompt + max_new rows), without generating: what a batch
+// (engine/batch.h) does when a request takes a slot.
+int g4_pipeline_prepare_on(g4_pipeline *pl, g4_text_state **state, const g4_prompt_loaded *pr,
+                           int max_new, g4_ids *ids, g4_soft_tokens *soft);
+
 #endif

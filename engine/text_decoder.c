@@ -141,7 +141,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->smap = g4_buf_new(be, G4_I32, T, 1);
     s->logits = g4_buf_new(be, G4_F32, s->logit_rows, c->vocab);
     s->samp = g4_buf_new(be, G4_I32, (int)(sizeof(g4_sample_params) / 4), 1);
-    s->next = g4_buf_new(be, G4_I32, 1, 1);
+    s->next = g4_buf_new(be, G4_I32, T, 1); // (a batch step: one per row)
     s->host_io = g4_malloc(sizeof(int32_t) * 3 * (size_t)T); // [ids | positions | soft map]
     if ((rc = state_oom(s))) {
         g4_text_state_free(s);
@@ -256,7 +256,7 @@ static int stage_inputs(g4_text_state *s, const int32_t *ids, int T, const g4_so
                            ids[t], t, c->vocab < c->vocab_ple ? c->vocab : c->vocab_ple);
         }
         buf[t] = id;
-        buf[T + t] = s->n_past + t;
+        buf[T + t] = s->rows ? s->rows[t]->n_past : s->n_past + t;
     }
     if (n_soft != (soft ? soft->n : 0)) {
         return g4_fail(G4_EUSER,
@@ -314,6 +314,40 @@ static g4_buf cache_rows(const g4_text_state *s, const g4_buf *cache, int T) {
     return v;
 }
 
+// Row r of a [T, cols] buffer as a [1, cols] view.
+static g4_buf row_view(const g4_buf *b, int r) {
+    g4_buf v = *b;
+    v.data = (char *)b->data + (size_t)r * b->cols * g4_type_size(b->type);
+    v.rows = 1;
+    return v;
+}
+
+// A batch step's attention of layer l (s->rows set: row r is sequence s->rows[r] at its own
+// position pos[r]): the head preparation and the decode attention of each row over that
+// sequence's own KV cache, one row per op call (the ops take one cache; q, k, v and attn hold
+// the batch's T rows, computed by the linears with M = T).
+static void batch_attention(g4_text_state *s, int l, int T) {
+    const g4_text_config *c = s->m->cfg;
+    const g4_layer_config *lc = &c->layer[l];
+    const g4_text_layer *w = &s->m->layers[l];
+    g4_backend *be = s->be;
+    const int hd = lc->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int own = lc->kv_source == l;
+    g4_buf q = g4_buf_view(&s->q, T, nh * hd), attn = g4_buf_view(&s->attn, T, nh * hd);
+    g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
+    g4_buf pos = g4_buf_view(&s->pos, T, 1);
+    for (int r = 0; r < T; r++) {
+        g4_text_state *rs = s->rows[r];
+        g4_buf *kc = &rs->kc[lc->kv_slot], *vc = &rs->vc[lc->kv_slot];
+        g4_buf qr = row_view(&q, r), ar = row_view(&attn, r), pr = row_view(&pos, r);
+        g4_buf kr = row_view(&k, r), vr = row_view(&v, r);
+        be->qkv_prep(be, &qr, own ? &kr : NULL, own ? &vr : NULL, own ? kc : NULL,
+                     own ? vc : NULL, w->q_norm, own ? w->k_norm : NULL, &pr,
+                     s->m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
+        be->attention(be, &ar, &qr, kc, vc, &pr, nh, nkv, hd, lc->window, c->attn_scale);
+    }
+}
+
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each a post-normed
 // residual add that also produces the next op's input in x (the next block's pre-norm, the PLE
 // gate's input, the next layer's input norm or, after the last layer, the final norm), so no
@@ -337,20 +371,25 @@ static void layer(g4_text_state *s, int l, int T) {
         g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
         be->linear(be, &k, &x, &w->k, 0);
         be->linear(be, &v, &x, &w->v, 0);
-        be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos, m->inv_freq[lc->rope],
-                     nh, nkv, hd, c->rms_eps);
-        if (s->hook) {
-            g4_buf kr = cache_rows(s, kc, T), vr = cache_rows(s, vc, T);
-            emit_layer(s, "q", l, &q);
-            emit_layer(s, "k", l, &kr);
-            emit_layer(s, "v", l, &vr);
+        if (!s->rows) { // (a batch prepares each row into its own cache: batch_attention)
+            be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos,
+                         m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
+            if (s->hook) {
+                g4_buf kr = cache_rows(s, kc, T), vr = cache_rows(s, vc, T);
+                emit_layer(s, "q", l, &q);
+                emit_layer(s, "k", l, &kr);
+                emit_layer(s, "v", l, &vr);
+            }
         }
-    } else {
+    } else if (!s->rows) {
         be->qkv_prep(be, &q, NULL, NULL, NULL, NULL, w->q_norm, NULL, &pos,
                      m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
         emit_layer(s, "q", l, &q);
     }
-    be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
+    if (s->rows)
+        batch_attention(s, l, T);
+    else
+        be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
     be->linear(be, &o, &attn, &w->o, 0);
     be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1, w->pre_ff_norm);
 
@@ -436,7 +475,8 @@ static void step_work(g4_text_state *s, int T, const g4_soft_tokens *soft) {
     g4_backend *be = s->be;
     g4_buf logits = compute(s, T, soft, 0, 1);
     g4_buf counter = {(int32_t *)s->pos.data + (T - 1), G4_I32, 1, 1};
-    be->sample(be, &s->next, &logits, s->m->cfg->final_softcap, s->samp.data, &counter);
+    g4_buf next = g4_buf_view(&s->next, 1, 1);
+    be->sample(be, &next, &logits, s->m->cfg->final_softcap, s->samp.data, &counter);
     emit(s, "logits", &logits);
 }
 
@@ -475,5 +515,48 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
                        "the logits after position %d hold a NaN (a broken forward pass)",
                        s->n_past + T - 1);
     s->n_past += T;
+    return G4_OK;
+}
+
+// The batch step (text_model.h): s is the batch's own state (its activations hold the rows,
+// its KV cache is not used); rows[r] is the sequence of row r, with ids[r] at its n_past.
+int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
+                       int32_t *next) {
+    g4_backend *be = s->be;
+    if (n < 1 || n > s->max_tokens || n > s->logit_rows)
+        return g4_fail(G4_EUSER, "batch step of %d rows: this batch takes 1..%d", n,
+                       s->max_tokens < s->logit_rows ? s->max_tokens : s->logit_rows);
+    for (int r = 0; r < n; r++) {
+        if (!rows[r] || rows[r]->m != s->m)
+            return g4_fail(G4_EINTERNAL, "batch step: row %d is not a state of the batch's model", r);
+        for (int j = 0; j < r; j++)
+            if (rows[j] == rows[r])
+                return g4_fail(G4_EINTERNAL, "batch step: rows %d and %d are one state", j, r);
+        if (rows[r]->n_past + 1 > rows[r]->capacity)
+            return g4_fail(G4_EUSER,
+                           "batch step: row %d has %d tokens in a context of %d: no room for one "
+                           "more",
+                           r, rows[r]->n_past, rows[r]->capacity);
+    }
+    s->rows = rows;
+    int rc = stage_inputs(s, ids, n, NULL);
+    if (!rc) {
+        g4_buf logits = compute(s, n, NULL, 1, 1);
+        for (int r = 0; r < n; r++) { // each row with its own sampler, drawn at its position
+            g4_buf lr = row_view(&logits, r), nr = row_view(&s->next, r);
+            g4_buf pr = row_view(&s->pos, r);
+            be->sample(be, &nr, &lr, s->m->cfg->final_softcap, rows[r]->samp.data, &pr);
+        }
+        be->download(be, next, s->next.data, sizeof(int32_t) * (size_t)n); // (synchronises)
+    }
+    s->rows = NULL;
+    if (rc) return rc;
+    for (int r = 0; r < n; r++)
+        if (next[r] < 0)
+            return g4_fail(G4_EINTERNAL,
+                           "the logits of batch row %d after position %d hold a NaN (a broken "
+                           "forward pass)",
+                           r, rows[r]->n_past);
+    for (int r = 0; r < n; r++) rows[r]->n_past++;
     return G4_OK;
 }

@@ -102,6 +102,8 @@ typedef struct g4_text_state {
     g4_text_hook hook;
     void *hook_ctx;
     void *graph; // the captured decode step (backends with graphs, not eager), or NULL
+    // During g4_text_batch_step only: the sequence of each row (NULL otherwise).
+    struct g4_text_state *const *rows;
 } g4_text_state;
 
 // Load options (g4_text_model_load_opts; all zero: the defaults).
@@ -173,5 +175,20 @@ int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_t
 // position go in, only *next comes out). A NaN in the logits is an internal error.
 int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_tokens *soft,
                  int32_t *next);
+
+// --- a batch of sequences in one decode step -------------------------------------------------
+// One decode step over n sequences, one new token each: rows[r] (a state of s's model, holding
+// its sequence's KV cache at rows 0..n_past) takes ids[r] at position rows[r]->n_past. s is
+// the batch's own state (made with max_tokens and logit_rows >= n, eager): its activations hold
+// the n rows, so every linear runs once with M = n rows through the op table (both backends),
+// while the head preparation and the decode attention run per row on that row's own cache at
+// its own position (the ops take one cache). Each row's next token comes from the sample op on
+// its own logits row with its own state's sampler and seed, drawn at its own position, into
+// next[r]; each row's n_past advances by one. A row computes exactly what g4_text_step(rows[r],
+// &ids[r], 1, ...) computes from the same cache wherever the backend's ops are row-independent
+// (the CPU reference is). No graph: the step runs op by op (graphs per batch size: not yet).
+// Hooks are not called.
+int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
+                       int32_t *next);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "engine/batch.h"
 #include "engine/pipeline.h"
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
@@ -113,82 +114,225 @@ static char *failed_line(const g4_eval_task *t, const char *fp, const char *id, 
     return s;
 }
 
+// The shared settings of a run's items: the greedy parameters, the active stop list.
+typedef struct {
+    const g4_eval_run_opts *o;
+    const char *fp;
+    const g4_eval_manifest *m;
+    g4_pipeline *pl;
+    g4_eval_pred_file *f;
+    const char *stop[1], *active_stop[1];
+    int n_active;
+    g4_gen_params p;
+    int *predicted, *failed;
+    g4_progress bar;
+} items_run;
+
+// The prompt of item it (text: a new string the caller frees; media: [1] of the caller's).
+static g4_prompt item_prompt(const g4_eval_task *t, const g4_eval_item *it, char **text,
+                             const char **media) {
+    *text = g4_eval_task_text(t, it->question);
+    media[0] = it->media_path;
+    g4_prompt pr = {.system = G4_EVAL_SYSTEM_PROMPT, .system_as_parts = 1, .text = *text};
+    if (t->media == G4_MEDIA_IMAGE)
+        pr.images = media, pr.n_images = 1;
+    else
+        pr.audio = media, pr.n_audio = 1;
+    return pr;
+}
+
+// The predictions line of item it from its generation (rc: its outcome; why: its error line
+// when rc is a user error), appended to the file; *line_out the line (new string) instead when
+// line_out is given. An item whose request is a user error (a prompt longer than the context,
+// a corrupt media file) is recorded as failed with its reason, and the run goes on: otherwise
+// every resume would stop at the same item. Internal errors stop the run (returned).
+static int item_line(items_run *ir, const g4_eval_item *it, int rc, const char *why,
+                     const g4_gen_result *r, double item_ms, const g4_media_cut *cut,
+                     char **line_out) {
+    const g4_eval_run_opts *o = ir->o;
+    const g4_eval_manifest *m = ir->m;
+    char *resp = NULL, *line = NULL;
+    int n_nul = 0;
+    if (!rc) rc = response_text(ir->pl, r, ir->active_stop, ir->n_active, &resp, &n_nul);
+    if (!rc && cut && o->log)
+        fprintf(o->log,
+                "g4cu eval: %s:%d (id '%s'): %s: %.1f s of audio, only the first %.1f s "
+                "were used (the audio tower's window; long-form audio is not supported "
+                "yet)\n",
+                m->path, it->line, it->id, cut->path, cut->seconds, cut->used_seconds);
+    if (!rc) {
+        line = pred_line(o->task, ir->fp, it->id, resp, n_nul, r, item_ms, cut);
+    } else if (rc == G4_EUSER) {
+        if (o->log)
+            fprintf(o->log, "g4cu eval: %s:%d (id '%s'): %s; recorded as failed\n", m->path,
+                    it->line, it->id, why);
+        line = failed_line(o->task, ir->fp, it->id, why, item_ms);
+        (*ir->failed)++;
+        rc = G4_OK;
+    } else {
+        g4_error_prefix("%s:%d (id '%s')", m->path, it->line, it->id);
+    }
+    free(resp);
+    if (rc) return rc;
+    if (line_out) {
+        *line_out = line;
+        return G4_OK;
+    }
+    rc = g4_eval_pred_file_append(ir->f, line);
+    free(line);
+    if (!rc) {
+        (*ir->predicted)++;
+        g4_progress_step(&ir->bar);
+    }
+    return rc;
+}
+
+// The items of sel[] that done[] does not mark, one at a time.
+static int items_one_by_one(items_run *ir, const int *sel, int n_sel, const unsigned char *done) {
+    int rc = G4_OK;
+    for (int k = 0; k < n_sel && !rc; k++) {
+        if (done[k]) continue;
+        const g4_eval_item *it = &ir->m->items[sel[k]];
+        char *text;
+        const char *media[1];
+        const g4_prompt pr = item_prompt(ir->o->task, it, &text, media);
+        g4_gen_result r;
+        double t0 = g4_progress_now();
+        rc = g4_pipeline_generate(ir->pl, &pr, &ir->p, &r);
+        double item_ms = (g4_progress_now() - t0) * 1e3;
+        char *why = rc == G4_EUSER ? g4_strdup(g4_error()) : NULL;
+        const g4_media_cut *cut = !rc && ir->pl->n_cuts ? &ir->pl->cuts[0] : NULL;
+        rc = item_line(ir, it, rc, why, &r, item_ms, cut, NULL);
+        free(why);
+        g4_gen_result_free(&r);
+        free(text);
+    }
+    return rc;
+}
+
+// The items of sel[] that done[] does not mark, up to o->batch at once (engine/batch.h): each
+// free slot takes the next item, one round steps them all; the lines are written in the
+// manifest's order (a finished item waits for the ones before it), so the file reads as a
+// one-at-a-time run's.
+static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigned char *done) {
+    const g4_eval_run_opts *o = ir->o;
+    g4_batch *b;
+    const g4_batch_opts bo = {o->batch, 0};
+    int rc = g4_batch_new(ir->pl, &bo, &b);
+    if (rc) return rc;
+    char **lines = g4_calloc((size_t)n_sel + 1, sizeof *lines);
+    unsigned char *ready = g4_calloc((size_t)n_sel + 1, 1);
+    int *slot_item = g4_malloc(sizeof(int) * (size_t)o->batch);
+    double *slot_t0 = g4_malloc(sizeof(double) * (size_t)o->batch);
+    g4_media_cut *slot_cut = g4_calloc((size_t)o->batch, sizeof *slot_cut);
+    int *slot_has_cut = g4_calloc((size_t)o->batch, sizeof(int));
+    for (int i = 0; i < o->batch; i++) slot_item[i] = -1;
+    int next = 0, flushed = 0, running = 0;
+    for (;;) {
+        // fill the free slots with the next items
+        while (!rc && next < n_sel) {
+            if (done[next]) {
+                ready[next++] = 1;
+                continue;
+            }
+            const g4_eval_item *it = &ir->m->items[sel[next]];
+            char *text;
+            const char *media[1];
+            const g4_prompt pr = item_prompt(o->task, it, &text, media);
+            g4_media_input in = {0};
+            const g4_media_kind kind = pr.n_images ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO;
+            const double t0 = g4_progress_now();
+            int slot = -1, irc = g4_media_load(ir->pl->media, kind, media[0], &in);
+            if (!irc) {
+                const g4_prompt_loaded lp = {pr.system, pr.system_as_parts, &in, media,
+                                             pr.n_images, pr.n_audio, pr.text,
+                                             NULL,        0,          NULL};
+                irc = g4_batch_submit(b, &lp, NULL, 0, &ir->p, &slot);
+            }
+            if (!irc && slot >= 0) {
+                slot_item[slot] = next;
+                slot_t0[slot] = t0;
+                slot_has_cut[slot] = in.truncated;
+                slot_cut[slot] = (g4_media_cut){it->media_path, in.src_seconds, in.used_seconds};
+            }
+            g4_media_input_free(&in);
+            free(text);
+            if (!irc && slot < 0) break; // every slot taken
+            if (irc) { // the item's own error: its line now (an internal one stops the run)
+                char *why = irc == G4_EUSER ? g4_strdup(g4_error()) : NULL;
+                g4_gen_result none = {0};
+                rc = item_line(ir, it, irc, why, &none, (g4_progress_now() - t0) * 1e3, NULL,
+                               &lines[next]);
+                free(why);
+                ready[next] = 1;
+            }
+            next++;
+        }
+        // write what is ready, in order
+        while (!rc && flushed < n_sel && ready[flushed]) {
+            if (lines[flushed]) {
+                rc = g4_eval_pred_file_append(ir->f, lines[flushed]);
+                free(lines[flushed]);
+                lines[flushed] = NULL;
+                if (!rc) {
+                    (*ir->predicted)++;
+                    g4_progress_step(&ir->bar);
+                }
+            }
+            flushed++;
+        }
+        if (rc || flushed == n_sel) break;
+        if ((rc = g4_batch_step(b, &running))) break;
+        for (int sl = 0; sl < o->batch && !rc; sl++) { // the items that ended
+            g4_gen_result r;
+            int irc;
+            char *why;
+            if (slot_item[sl] < 0 || !g4_batch_take(b, sl, &r, &irc, &why)) continue;
+            const int k = slot_item[sl];
+            slot_item[sl] = -1;
+            const double item_ms = (g4_progress_now() - slot_t0[sl]) * 1e3;
+            if (irc == G4_EINTERNAL) g4_fail(irc, "%s", why);
+            rc = item_line(ir, &ir->m->items[sel[k]], irc, why, &r, item_ms,
+                           slot_has_cut[sl] ? &slot_cut[sl] : NULL, &lines[k]);
+            ready[k] = 1;
+            free(why);
+            g4_gen_result_free(&r);
+        }
+    }
+    for (int k = 0; k < n_sel; k++) free(lines[k]);
+    free(lines);
+    free(ready);
+    free(slot_item);
+    free(slot_t0);
+    free(slot_cut);
+    free(slot_has_cut);
+    g4_batch_free(b);
+    return rc;
+}
+
 // Generates the items of sel[] that done[] does not mark, appending each to f.
-// An item whose request is a user error (a prompt longer than the context, a corrupt media
-// file) is recorded as failed with its reason, and the run goes on: otherwise every resume
-// would stop at the same item. Internal errors stop the run.
 static int generate_items(const g4_eval_run_opts *o, const char *fp, const g4_eval_manifest *m,
                           const int *sel, int n_sel, const unsigned char *done, int n_done,
                           g4_eval_pred_file *f, int *predicted, int *failed) {
     const g4_eval_task *t = o->task;
-    g4_pipeline *pl = NULL;
-    int rc = g4_pipeline_open(o->package, o->be ? o->be : g4_backend_cpu(), o->tokenizer, &pl);
+    items_run ir = {.o = o, .fp = fp, .m = m, .f = f, .predicted = predicted, .failed = failed};
+    int rc = g4_pipeline_open(o->package, o->be ? o->be : g4_backend_cpu(), o->tokenizer, &ir.pl);
     if (rc) return rc;
-    const char *stop[1] = {G4_EVAL_INJECTED_STOP};
-    g4_gen_params p;
-    g4_gen_params_default(&p); // greedy
-    p.max_new = o->max_new > 0 ? o->max_new : t->max_new;
-    p.stop = stop, p.n_stop = 1; // lmms-eval's injected until = ["\n\n"] ...
-    if (!o->keep_stop) p.ignore_stop = stop, p.n_ignore_stop = 1; // ... which the benchmark ignored
-    const char *active_stop[1] = {G4_EVAL_INJECTED_STOP};
-    int n_active = o->keep_stop ? 1 : 0;
+    ir.stop[0] = G4_EVAL_INJECTED_STOP;
+    g4_gen_params_default(&ir.p); // greedy
+    ir.p.max_new = o->max_new > 0 ? o->max_new : t->max_new;
+    ir.p.stop = ir.stop, ir.p.n_stop = 1; // lmms-eval's injected until = ["\n\n"] ...
+    if (!o->keep_stop) ir.p.ignore_stop = ir.stop, ir.p.n_ignore_stop = 1; // ... which the benchmark ignored
+    ir.active_stop[0] = G4_EVAL_INJECTED_STOP;
+    ir.n_active = o->keep_stop ? 1 : 0;
 
     char *label = o->shard_n > 1 ? g4_sprintf("%s %d/%d", t->name, o->shard_i, o->shard_n)
                                  : g4_strdup(t->name);
-    g4_progress bar;
-    g4_progress_start(&bar, o->progress, label, n_sel, n_done);
-    for (int k = 0; k < n_sel && !rc; k++) {
-        if (done[k]) continue;
-        const g4_eval_item *it = &m->items[sel[k]];
-        char *text = g4_eval_task_text(t, it->question);
-        const char *media[1] = {it->media_path};
-        g4_prompt pr = {.system = G4_EVAL_SYSTEM_PROMPT, .system_as_parts = 1, .text = text};
-        if (t->media == G4_MEDIA_IMAGE)
-            pr.images = media, pr.n_images = 1;
-        else
-            pr.audio = media, pr.n_audio = 1;
-        g4_gen_result r;
-        double t0 = g4_progress_now();
-        rc = g4_pipeline_generate(pl, &pr, &p, &r);
-        double item_ms = (g4_progress_now() - t0) * 1e3;
-        char *resp = NULL;
-        int n_nul = 0;
-        if (!rc) rc = response_text(pl, &r, active_stop, n_active, &resp, &n_nul);
-        const g4_media_cut *cut = !rc && pl->n_cuts ? &pl->cuts[0] : NULL;
-        if (cut && o->log)
-            fprintf(o->log,
-                    "g4cu eval: %s:%d (id '%s'): %s: %.1f s of audio, only the first %.1f s "
-                    "were used (the audio tower's window; long-form audio is not supported "
-                    "yet)\n",
-                    m->path, it->line, it->id, cut->path, cut->seconds, cut->used_seconds);
-        if (!rc) {
-            char *line = pred_line(t, fp, it->id, resp, n_nul, &r, item_ms, cut);
-            rc = g4_eval_pred_file_append(f, line);
-            free(line);
-        } else if (rc == G4_EUSER) {
-            char *why = g4_strdup(g4_error());
-            if (o->log)
-                fprintf(o->log, "g4cu eval: %s:%d (id '%s'): %s; recorded as failed\n", m->path,
-                        it->line, it->id, why);
-            char *line = failed_line(t, fp, it->id, why, item_ms);
-            rc = g4_eval_pred_file_append(f, line);
-            free(line);
-            free(why);
-            (*failed)++;
-        } else {
-            g4_error_prefix("%s:%d (id '%s')", m->path, it->line, it->id);
-        }
-        free(resp);
-        g4_gen_result_free(&r);
-        free(text);
-        if (!rc) {
-            (*predicted)++;
-            g4_progress_step(&bar);
-        }
-    }
-    g4_progress_end(&bar);
+    g4_progress_start(&ir.bar, o->progress, label, n_sel, n_done);
+    rc = o->batch > 1 ? items_batched(&ir, sel, n_sel, done) : items_one_by_one(&ir, sel, n_sel, done);
+    g4_progress_end(&ir.bar);
     free(label);
-    g4_pipeline_close(pl);
+    g4_pipeline_close(ir.pl);
     return rc;
 }
 

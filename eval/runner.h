@@ -44,6 +44,8 @@ typedef struct {
     int max_new;    // 0: the task's max_new_tokens (anything else is not the benchmark's)
     FILE *progress; // progress bar destination (NULL: none)
     FILE *log;      // one-line notices (a torn line dropped, items resumed); NULL: none
+    int batch;      // items generated at once (engine/batch.h; 0 or 1: one at a time); the
+                    // predictions are written in the manifest's order either way
 } g4_eval_run_opts;
 
 typedef struct {

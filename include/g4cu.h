@@ -298,6 +298,66 @@ void g4cu_transcript_free(g4cu_transcript *t);
 int g4cu_transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
                          const g4cu_transcribe_long_params *p, g4cu_transcript *out);
 
+// --- batching: many requests decoded together ----------------------------------------------
+// A batch runs up to `slots` requests of one model at once: one decode step computes the next
+// token of every running request (the linears read each weight once for all of them), and a
+// new request's prompt is prefilled in chunks between those steps. Each request keeps its own
+// KV cache (a slot's, reused by the slot's next request), sampler and seed, so it gets the
+// tokens it would get alone on a g4cu_state (exactly on the CPU backend). KV memory: at most
+// slots x n_ctx rows. The caller drives it: submit requests, call g4cu_batch_step in a loop
+// while any runs, poll each request for its result (its text also streams through the
+// request's on_text, called from inside g4cu_batch_step). Every call locks the batch, so
+// other threads may submit, poll and cancel while one thread steps; on_text must not call the
+// batch. A server with N slots: one thread loops g4cu_batch_step while requests run (and
+// waits for a submit otherwise), each connection submits (retrying after a step when the
+// slots are full), streams through on_text and polls its id once its on_text saw the end.
+//
+//   g4cu_batch *b;  g4cu_batch_params bp;  g4cu_batch_params_default(&bp);  bp.slots = 4;
+//   g4cu_batch_new(m, &bp, &b);
+//   g4cu_batch_submit(b, &rq1, &id1);  g4cu_batch_submit(b, &rq2, &id2);
+//   for (int running = 1; running;) g4cu_batch_step(b, &running);
+//   g4cu_batch_poll(b, id1, &r1, &done);  g4cu_batch_poll(b, id2, &r2, &done);
+typedef struct g4cu_batch g4cu_batch;
+typedef struct {
+    int slots; // requests decoded together (default 8; 1..4096)
+    int n_ctx; // KV rows of each slot (0: the model's n_ctx when set, else what each request
+               // needs, grown by a larger one); at most the model's context
+} g4cu_batch_params;
+void g4cu_batch_params_default(g4cu_batch_params *p);
+int g4cu_batch_new(g4cu_model *m, const g4cu_batch_params *p, g4cu_batch **out);
+// Frees the batch and every request still in it (their results are lost).
+void g4cu_batch_free(g4cu_batch *b);
+
+// Starts rq (as g4cu_generate takes it) in a free slot: *id > 0 names it, or *id = 0 when every
+// slot is taken (nothing was done: step, poll the finished requests, then submit again). The
+// media go through their front ends and towers here. rq's strings and arrays are copied;
+// on_text and user stay borrowed until the request ends. Errors in the request (as
+// g4cu_generate's) are returned here and take no slot.
+int g4cu_batch_submit(g4cu_batch *b, const g4cu_request *rq, int64_t *id);
+// The same for prompt ids as they are (g4cu_generate_ids' rules; opts NULL: the defaults).
+int g4cu_batch_submit_ids(g4cu_batch *b, const int32_t *ids, int n, const g4cu_request *opts,
+                          int64_t *id);
+// One round: one prefill chunk of the oldest request still prefilling, then one decode step
+// over every decoding request. *running (may be NULL): requests prefilling or decoding after
+// it. A request's own failure ends that request only (its poll returns the error).
+int g4cu_batch_step(g4cu_batch *b, int *running);
+// Ends request id where it is (finish reason "cancelled", its tokens so far); its slot is free
+// for the next request once it is polled. An unknown id is a user error.
+int g4cu_batch_cancel(g4cu_batch *b, int64_t id);
+// *done = 1 when request id has ended: its result moved into *out (zeroed on error) and its
+// own return code returned (G4CU_OK, or its error with the line in g4cu_last_error); the id is
+// forgotten and its slot free. *done = 0 while it runs (G4CU_OK, out untouched). An unknown id
+// is a user error.
+int g4cu_batch_poll(g4cu_batch *b, int64_t id, g4cu_result *out, int *done);
+// The batch now: requests in it (running or finished and not yet polled), requests running,
+// the most rows one decode step has run, decode steps and rows stepped in all.
+typedef struct {
+    int slots, in_use, running, max_rows;
+    int states; // KV caches (text states) made so far: at most one per slot, reused after it
+    long steps, rows_stepped;
+} g4cu_batch_info;
+void g4cu_batch_get_info(g4cu_batch *b, g4cu_batch_info *info);
+
 // --- tokens and logits -------------------------------------------------------------------------
 // The text's token ids (no special tokens added); *ids is malloc'ed (g4cu_free).
 int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n);

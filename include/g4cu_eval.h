@@ -123,6 +123,9 @@ typedef struct {
     int max_new;           // new tokens per item (0: the task's max_new_tokens)
     FILE *progress;        // a progress bar on a terminal, plain lines otherwise (NULL: none)
     FILE *log;             // one-line notices: a torn line dropped, items resumed (NULL: none)
+    int batch;             // items generated at once, decoded together (g4cu_batch; 0 or 1:
+                           // one at a time, the default); the same predictions either way on
+                           // the CPU, written in the manifest's order
 } g4cu_eval_params;
 void g4cu_eval_params_default(g4cu_eval_params *p);
 

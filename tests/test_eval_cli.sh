@@ -25,6 +25,7 @@ err1_fixed "unknown task" "--task expects ocrbench|docvqa|chartqa|librispeech, g
 err1_fixed "--shard 2/2" "--shard expects I/N with 0 <= I < N" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --shard 2/2
 err1_fixed "--shard x" "--shard expects I/N" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --shard x
 err1_fixed "--limit 0" "--limit expects an integer" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --limit 0
+err1_fixed "--batch 0" "--batch expects an integer in [1, 4096], got '0'" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --batch 0
 err1_fixed "--out without value" "--out needs a value" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --out
 err1_fixed "unknown option" "unknown option '--nope'" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --nope
 err1_fixed "bad backend" "--backend 'tpu': expected cpu or cuda" "$G4CU" eval "$m" --task ocrbench "$G4_TINY_PKG" --backend tpu

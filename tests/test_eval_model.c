@@ -12,7 +12,9 @@
 //   - --keep-stop: every prediction is the default run's cut before its first "\n\n" (greedy
 //     decoding is deterministic, so the tokens up to there are the same);
 //   - --resume after a torn line continues to the same predictions; shards merged give
-//     exactly the unsharded score.
+//     exactly the unsharded score;
+//   - --batch N (librispeech): the items decoded together give the one-at-a-time predictions in
+//     the same order, and so does a torn file resumed with --batch 2.
 // Exact comparisons: the runner and this test add the per-item scores in manifest order and
 // divide once, the same double operations.
 #include <cjson/cJSON.h>
@@ -447,6 +449,54 @@ static void test_resume_and_shards(const task_case *c) {
     free(manifest);
 }
 
+// --batch: the items decoded together give the one-at-a-time run's predictions, in its order;
+// a torn file resumed with --batch too.
+static void test_batched(const task_case *c) {
+    char *manifest = g4_sprintf("%s/%s.jsonl", tmp, c->task);
+    char *ref_preds = g4_sprintf("%s/out-%s/predictions.jsonl", tmp, c->task);
+    preds want, got;
+    CHECK(read_preds(ref_preds, &want) && want.n == n_items);
+    char *dir = g4_sprintf("%s/batch-%s", tmp, c->task);
+    g4_eval_run_opts o = {.task = g4_eval_task_find(c->task),
+                          .manifest = manifest,
+                          .package = package,
+                          .tokenizer = tokenizer,
+                          .be = g4_backend_cpu(),
+                          .out_dir = dir,
+                          .batch = n_items};
+    g4_eval_run_result res;
+    int rc = g4_eval_run(&o, &res);
+    CHECK_MSG(rc == G4_OK, "%s --batch %d: %s", c->task, n_items, g4_error());
+    CHECK(!rc && res.predicted == n_items && res.failed == 0);
+    g4_eval_run_result_free(&res);
+    char *path = g4_sprintf("%s/predictions.jsonl", dir);
+    CHECK_MSG(read_preds(path, &got) && same_preds(&got, &want),
+              "%s: --batch %d predictions differ from one at a time", c->task, n_items);
+    preds_free(&got);
+    // the first line only, then resumed two at a time
+    char *text;
+    size_t n;
+    CHECK(g4_read_file(path, &text, &n) == G4_OK);
+    g4_forget_input(path); // the runner appends to it again
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, (size_t)(strchr(text, '\n') - text) + 1, f);
+    fclose(f);
+    free(text);
+    o.resume = 1, o.batch = 2;
+    rc = g4_eval_run(&o, &res);
+    CHECK_MSG(rc == G4_OK, "%s", g4_error());
+    CHECK(!rc && res.resumed == 1 && res.predicted == n_items - 1);
+    g4_eval_run_result_free(&res);
+    CHECK_MSG(read_preds(path, &got) && same_preds(&got, &want),
+              "%s: resumed --batch 2 predictions differ from one at a time", c->task);
+    preds_free(&got);
+    preds_free(&want);
+    free(path);
+    free(dir);
+    free(ref_preds);
+    free(manifest);
+}
+
 int main(void) {
     fixtures = g4_strdup(g4t_env("G4_FIXTURES"));
     package = g4t_env("G4_TINY_PKG");
@@ -456,6 +506,7 @@ int main(void) {
     // "\n\n" in some default prediction, so the --keep-stop checks cut something
     CHECK_MSG(n_double_newline > 0, "no default prediction holds \"\\n\\n\"");
     test_resume_and_shards(&cases[3]); // librispeech: no vision tower, the quickest
+    test_batched(&cases[3]);
     g4t_rmtree(tmp);
     free(tokenizer);
     free(fixtures);

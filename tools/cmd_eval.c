@@ -16,7 +16,7 @@
 #define EVAL_USAGE                                                                                 \
     "MANIFEST.jsonl --task ocrbench|docvqa|chartqa|librispeech PKG [--tokenizer F] [--backend "    \
     "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N|auto] [--resume] [--limit N] [--keep-stop] "     \
-    "[--max-new N]"
+    "[--max-new N] [--batch N]"
 
 // "I/N" with 0 <= I < N.
 static int parse_shard(const char *s, int *i, int *n) {
@@ -43,7 +43,7 @@ static int cmd_eval(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(a, "--task") || !strcmp(a, "--tokenizer") || !strcmp(a, "--backend") ||
                     !strcmp(a, "--out") || !strcmp(a, "--data-dir") || !strcmp(a, "--shard") ||
-                    !strcmp(a, "--limit") || !strcmp(a, "--max-new");
+                    !strcmp(a, "--limit") || !strcmp(a, "--max-new") || !strcmp(a, "--batch");
         if (takes && !val) return g4_cli_usage_error("eval", "%s needs a value", a);
         if (!strcmp(a, "--task"))
             task = val;
@@ -65,6 +65,9 @@ static int cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--max-new")) {
             if (!g4_cli_int("eval", a, val, 1, 1 << 20, &v)) return 1;
             o.max_new = (int)v;
+        } else if (!strcmp(a, "--batch")) {
+            if (!g4_cli_int("eval", a, val, 1, 4096, &v)) return 1;
+            o.batch = (int)v;
         } else if (!strcmp(a, "--resume")) {
             o.resume = 1;
             continue;
@@ -128,6 +131,8 @@ static const g4_opt eval_opts[] = {
     {"--limit", "N", "the first N items only (default: all)"},
     {"--keep-stop", NULL, "keep the text after a \"\\n\\n\" stop (default: cut there)"},
     {"--max-new", "N", "new tokens per item (default: the task's max_new_tokens)"},
+    {"--batch", "N", "items generated at once, decoded together (default 1); the same "
+                     "predictions as one at a time on the CPU"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_eval = {"eval", cmd_eval,

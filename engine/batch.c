@@ -1,0 +1,267 @@
+// batch.c: continuous batching over a pipeline's model (see batch.h): slots, each a text state
+// and one generation run step by step (generate.h's g4_gen_seq), decoded together by
+// g4_text_batch_step.
+#include "engine/batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE } slot_phase;
+
+typedef struct {
+    slot_phase phase;
+    long order;        // submission number (the oldest prefills first)
+    g4_text_state *st; // made by the slot's first request, reused after it
+    g4_gen_seq q;
+    g4_gen_result res;
+    int rc;     // the request's outcome (SLOT_DONE)
+    char *err;  // its error line when rc != G4_OK
+    // what the request's parameters point to, owned by the slot
+    char **strs; // stop then ignore_stop strings
+    const char **stop, **ignore;
+    int *eos;
+} g4_batch_slot;
+
+struct g4_batch {
+    g4_pipeline *pl;
+    int n_slots, n_ctx;
+    g4_batch_slot *slots;
+    g4_text_state *step_state; // the decode step's rows (activations only; made on first need)
+    long submitted;
+    g4_batch_stats stats;
+    // per step: the decoding slots' states, ids and next ids [n_slots]
+    g4_text_state **rows;
+    int32_t *ids, *next;
+    int *which;
+};
+
+int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
+    *out = NULL;
+    const int ctx = pl->pkg->text.context_length;
+    if (o->slots < 1 || o->slots > 4096)
+        return g4_fail(G4_EUSER, "batch of %d slots: expected 1..4096", o->slots);
+    if (o->n_ctx < 0 || o->n_ctx > ctx)
+        return g4_fail(G4_EUSER, "batch n_ctx %d: expected 0..%d (the model's context)", o->n_ctx,
+                       ctx);
+    g4_batch *b = g4_calloc(1, sizeof *b);
+    b->pl = pl;
+    b->n_slots = o->slots;
+    b->n_ctx = o->n_ctx;
+    b->slots = g4_calloc((size_t)o->slots, sizeof *b->slots);
+    b->rows = g4_calloc((size_t)o->slots, sizeof *b->rows);
+    b->ids = g4_calloc((size_t)o->slots, sizeof *b->ids);
+    b->next = g4_calloc((size_t)o->slots, sizeof *b->next);
+    b->which = g4_calloc((size_t)o->slots, sizeof *b->which);
+    *out = b;
+    return G4_OK;
+}
+
+// The slot's own copies of what its request's parameters point to: freed.
+static void slot_free_params(g4_batch_slot *sl) {
+    for (int i = 0; sl->strs && sl->strs[i]; i++) free(sl->strs[i]);
+    free(sl->strs);
+    free(sl->stop);
+    free(sl->ignore);
+    free(sl->eos);
+    sl->strs = NULL, sl->stop = sl->ignore = NULL, sl->eos = NULL;
+}
+
+static void slot_clear(g4_batch_slot *sl) {
+    g4_gen_result_free(&sl->res);
+    free(sl->err);
+    sl->err = NULL;
+    slot_free_params(sl);
+    sl->phase = SLOT_FREE;
+}
+
+void g4_batch_free(g4_batch *b) {
+    if (!b) return;
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        if (sl->phase == SLOT_PREFILL || sl->phase == SLOT_DECODE) // dropped: no final text,
+            g4_gen_seq_end(&sl->q, G4_EINTERNAL);                  // no callback, result freed
+        slot_clear(sl);
+        g4_text_state_free(sl->st);
+    }
+    g4_text_state_free(b->step_state);
+    free(b->slots);
+    free(b->rows);
+    free(b->ids);
+    free(b->next);
+    free(b->which);
+    free(b);
+}
+
+// p with its arrays and strings copied into the slot (extra_eos: one more EOS id, -1: none).
+static void own_params(g4_batch_slot *sl, const g4_gen_params *p, int extra_eos, g4_gen_params *q) {
+    *q = *p;
+    const int n = p->n_stop + p->n_ignore_stop;
+    sl->strs = g4_calloc((size_t)n + 1, sizeof *sl->strs);
+    sl->stop = g4_calloc((size_t)p->n_stop + 1, sizeof *sl->stop);
+    sl->ignore = g4_calloc((size_t)p->n_ignore_stop + 1, sizeof *sl->ignore);
+    for (int i = 0; i < p->n_stop; i++) sl->stop[i] = sl->strs[i] = g4_strdup(p->stop[i]);
+    for (int i = 0; i < p->n_ignore_stop; i++)
+        sl->ignore[i] = sl->strs[p->n_stop + i] = g4_strdup(p->ignore_stop[i]);
+    sl->eos = g4_calloc((size_t)p->n_eos + 2, sizeof *sl->eos);
+    for (int i = 0; i < p->n_eos; i++) sl->eos[i] = p->eos[i];
+    q->n_eos = p->n_eos;
+    if (extra_eos >= 0) sl->eos[q->n_eos++] = extra_eos;
+    q->stop = sl->stop;
+    q->ignore_stop = sl->ignore;
+    q->eos = sl->eos;
+}
+
+// The request in sl has ended (rc: its error, or G4_OK): its result is final, it leaves the
+// batch.
+static void slot_finish(g4_batch_slot *sl, int rc) {
+    sl->rc = g4_gen_seq_end(&sl->q, rc);
+    if (sl->rc) sl->err = g4_strdup(g4_error());
+    sl->phase = SLOT_DONE;
+}
+
+int g4_batch_submit(g4_batch *b, const g4_prompt_loaded *pr, const int32_t *ids, int n_ids,
+                    const g4_gen_params *p, int *slot) {
+    *slot = -1;
+    if (p->logprobs || p->json || g4_logit_rules_active(&p->rules)) // (the C API names the field)
+        return g4_fail(G4_EUSER, "batch: logprobs, JSON formats, penalties, logit_bias and min_p "
+                                 "are not batched yet (the decode step samples on the device)");
+    int k = 0;
+    while (k < b->n_slots && b->slots[k].phase != SLOT_FREE) k++;
+    if (k == b->n_slots) return G4_OK; // every slot taken
+    g4_batch_slot *sl = &b->slots[k];
+    g4_pipeline *pl = b->pl;
+    const int max_new = p->max_new > 0 ? p->max_new : 0;
+    int rc = G4_OK;
+    g4_ids chat = {0};
+    g4_soft_tokens soft = {{0}, 0};
+    const int had_state = sl->st != NULL;
+    if (!sl->st && b->n_ctx > 0) {
+        const g4_text_state_opts so = {b->n_ctx, pl->max_tokens, 1, 0};
+        rc = g4_text_state_new_opts(pl->model, &so, &sl->st);
+    }
+    if (!rc && pr) {
+        if (!pl->media)
+            rc = g4_fail(G4_EUSER, "batch: the pipeline was opened text_only: no chat turns");
+        else
+            rc = g4_pipeline_prepare_on(pl, &sl->st, pr, max_new, &chat, &soft);
+        ids = chat.v;
+        n_ids = (int)chat.n;
+    } else if (!rc && !sl->st) {
+        long cap = (long)(n_ids > 0 ? n_ids : 1) + max_new;
+        if (cap > pl->pkg->text.context_length) cap = pl->pkg->text.context_length;
+        const g4_text_state_opts so = {(int)cap, pl->max_tokens, 1, 0};
+        rc = g4_text_state_new_opts(pl->model, &so, &sl->st);
+    }
+    if (!had_state && sl->st) b->stats.states_made++;
+    if (!rc) {
+        g4_gen_params q;
+        own_params(sl, p, pr ? pl->ct.turn_close : -1, &q);
+        rc = g4_gen_seq_begin(&sl->q, sl->st, pl->tok, ids, n_ids, soft.n ? &soft : NULL, &q,
+                              &sl->res);
+        if (rc) {
+            g4_gen_seq_end(&sl->q, rc);
+            slot_free_params(sl);
+        }
+    }
+    g4_ids_free(&chat);
+    if (rc) return rc;
+    sl->phase = SLOT_PREFILL;
+    sl->order = b->submitted++;
+    *slot = k;
+    return G4_OK;
+}
+
+void g4_batch_cancel(g4_batch *b, int slot) {
+    if (slot < 0 || slot >= b->n_slots) return;
+    g4_batch_slot *sl = &b->slots[slot];
+    if (sl->phase != SLOT_PREFILL && sl->phase != SLOT_DECODE) return;
+    g4_gen_seq_cancel(&sl->q);
+    slot_finish(sl, G4_OK);
+}
+
+int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err) {
+    memset(out, 0, sizeof *out);
+    *rc = G4_OK;
+    *err = NULL;
+    if (slot < 0 || slot >= b->n_slots || b->slots[slot].phase != SLOT_DONE) return 0;
+    g4_batch_slot *sl = &b->slots[slot];
+    *out = sl->res;
+    memset(&sl->res, 0, sizeof sl->res);
+    *rc = sl->rc;
+    *err = sl->err;
+    sl->err = NULL;
+    slot_clear(sl);
+    return 1;
+}
+
+// One prefill chunk of the oldest request still prefilling (nothing when none).
+static void prefill_one(g4_batch *b) {
+    g4_batch_slot *sl = NULL;
+    for (int i = 0; i < b->n_slots; i++)
+        if (b->slots[i].phase == SLOT_PREFILL && (!sl || b->slots[i].order < sl->order))
+            sl = &b->slots[i];
+    if (!sl) return;
+    int rc = g4_gen_seq_prefill(&sl->q);
+    if (rc || sl->q.done)
+        slot_finish(sl, rc);
+    else if (sl->q.at == sl->q.n_prompt)
+        sl->phase = SLOT_DECODE;
+}
+
+// One decode step over every decoding slot (one row each, in slot order).
+static int decode_all(g4_batch *b) {
+    int n = 0;
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        if (sl->phase != SLOT_DECODE) continue;
+        b->which[n] = i;
+        b->rows[n] = sl->st;
+        b->ids[n] = sl->q.next;
+        n++;
+    }
+    if (!n) return G4_OK;
+    b->stats.decode_steps++;
+    b->stats.decode_rows += n;
+    if (n > b->stats.max_decoding) b->stats.max_decoding = n;
+    int rc = G4_OK;
+    if (n == 1) { // one row: the state's own step (its captured graph where there is one)
+        rc = g4_text_step(b->rows[0], &b->ids[0], 1, NULL, &b->next[0]);
+    } else {
+        if (!b->step_state) {
+            const g4_text_state_opts so = {1, b->n_slots, b->n_slots, 1};
+            rc = g4_text_state_new_opts(b->pl->model, &so, &b->step_state);
+        }
+        if (!rc) rc = g4_text_batch_step(b->step_state, b->rows, b->ids, n, b->next);
+    }
+    for (int r = 0; r < n; r++) {
+        g4_batch_slot *sl = &b->slots[b->which[r]];
+        const int rr = rc ? rc : g4_gen_seq_accept(&sl->q, b->next[r]);
+        if (rr || sl->q.done) slot_finish(sl, rr);
+    }
+    return rc;
+}
+
+// Counts the slots prefilling or decoding now into b->stats.
+static void count_running(g4_batch *b) {
+    int n = 0, d = 0;
+    for (int i = 0; i < b->n_slots; i++) {
+        n += b->slots[i].phase == SLOT_PREFILL || b->slots[i].phase == SLOT_DECODE;
+        d += b->slots[i].phase == SLOT_DECODE;
+    }
+    b->stats.running = n;
+    b->stats.decoding = d;
+}
+
+int g4_batch_step(g4_batch *b, int *running) {
+    b->stats.rounds++;
+    prefill_one(b);
+    const int rc = decode_all(b);
+    count_running(b);
+    if (running) *running = b->stats.running;
+    return rc;
+}
+
+void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st) {
+    count_running(b);
+    *st = b->stats;
+}

@@ -1,0 +1,72 @@
+// batch.h: continuous batching on a pipeline: up to `slots` requests at once, each in a slot that
+// owns a text state (its own KV cache, sampler and soft rows), decoded together by one step
+// (g4_text_batch_step: the linears with M = the number of decoding slots). Each round
+// (g4_batch_step) runs one prefill chunk of the oldest request still prefilling, then one decode
+// step over every decoding slot, so a long prompt or an image never stalls the running streams
+// for more than one chunk. A request that ends (EOS, stop string, max_new, the context's end,
+// cancel, or its own error) leaves the decode batch in the same round; its slot is free again
+// once the caller takes its result (g4_batch_take), and the next request reuses the slot's
+// state (its KV rows, workspaces and graph) without allocating, as one state serves request
+// after request (g4_text_state_reserve grows it when a request needs more rows).
+//
+// KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx), at
+// most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks) because the decode
+// attention and head preparation ops take one contiguous cache per call: each row runs them
+// on its own cache, unchanged on both backends; a paged pool would need a block-table
+// attention kernel on each backend first.
+//
+// Exactness: a request run in a batch gets the tokens g4_generate gives it alone on the same
+// backend wherever the ops are row-independent (the CPU reference is: the tests check it):
+// prefill is the same g4_text_forward / g4_text_step on its own state, the decode rows the same
+// ops per row, and its own sampler and seed drawn at its own positions.
+//
+// Not thread-safe: one thread calls the functions of a batch (the C API's g4cu_batch locks).
+#ifndef G4_BATCH_H
+#define G4_BATCH_H
+
+#include "engine/pipeline.h"
+
+typedef struct {
+    int slots; // requests decoded together (>= 1)
+    int n_ctx; // KV rows each slot's state is made with (0: what its first request needs; a
+               // larger request grows it), at most the model's context
+} g4_batch_opts;
+
+typedef struct g4_batch g4_batch;
+
+int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out);
+void g4_batch_free(g4_batch *b);
+
+// Starts a request in a free slot: *slot its slot (>= 0), or -1 when every slot is taken (then
+// nothing is done: step and take results first). pr: one chat turn whose media went through
+// their front ends (pipeline.h); the towers run here, into the slot's soft rows, and the
+// template's <turn|> ends the turn as in g4_pipeline_generate. pr NULL: ids[0..n_ids) are the
+// whole prompt (no template, no <turn|>). p is copied with its stop, ignore_stop and eos arrays
+// and strings; on_text and cancel stay borrowed until the request ends. An error here (bad
+// parameters, a prompt longer than the context, a broken medium) leaves the slot free.
+int g4_batch_submit(g4_batch *b, const g4_prompt_loaded *pr, const int32_t *ids, int n_ids,
+                    const g4_gen_params *p, int *slot);
+
+// One round (see the top). *running: slots prefilling or decoding after it. A request's own
+// error ends that request (its result holds it); only a failure of the batch itself (a broken
+// step: every decoding row then ends with its error) is returned too.
+int g4_batch_step(g4_batch *b, int *running);
+
+// Ends the request in slot (prefilling or decoding) where it is: stop reason "cancelled", its
+// tokens so far; it leaves the batch at once. Nothing for a free or finished slot.
+void g4_batch_cancel(g4_batch *b, int slot);
+
+// 1 when the request in slot has ended: its result moved into *out (as g4_generate's), its
+// return code in *rc and, when that is not G4_OK, its error line in *err (malloc'ed); the slot
+// is free again. 0 while it runs (or the slot is free): nothing moved.
+int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err);
+
+// Slots prefilling or decoding now / the most that ran in one decode step so far / the text
+// states made so far (a state is made once per slot, then reused) / the decode rows stepped.
+typedef struct {
+    int running, decoding, max_decoding, states_made;
+    long rounds, decode_steps, decode_rows;
+} g4_batch_stats;
+void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st);
+
+#endif

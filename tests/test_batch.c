@@ -1,0 +1,453 @@
+// test_batch.c: continuous batching (engine/batch.h through the public g4cu_batch_* API) on the
+// tiny fixture, CPU backend. Each request run in a batch must give exactly the tokens, text and
+// finish reason it gives alone on a g4cu_state (g4cu_generate, the one-state path):
+//   - four different requests at once (text sampled, an image, an audio clip, text with top-k),
+//     of different lengths, one prefilled in small chunks between the others' decode steps;
+//     the step really ran them together (max_rows 4, rows stepped counted);
+//   - a request cancelled mid-batch: its tokens so far are a prefix of its alone run, it
+//     leaves at once, and its slot (KV state) is reused by the next request without making a
+//     new one; a full batch refuses a submit (id 0);
+//   - sequences of very different lengths (a long prompt with 2 new tokens beside a short one
+//     with many), slot reuse across them, and raw ids (g4cu_batch_submit_ids vs
+//     g4cu_generate_ids);
+//   - the error contract: bad requests take no slot, unknown ids are user errors;
+//   - a conversation (messages) as g4cu_generate runs it;
+//     each field that needs the host-side pick (logprobs, penalties, logit_bias, min_p, JSON,
+//     tools) refused by name, taking no slot.
+#include <g4cu.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "tests/chat_fixture.h"
+#include "tests/test_util.h"
+
+static g4cu_model *model;
+static const char *fix;
+
+typedef struct {
+    int n_tokens;
+    int32_t tokens[512];
+    char text[4096];
+    char reason[32];
+} outcome;
+
+static void keep(const g4cu_result *r, outcome *o) {
+    memset(o, 0, sizeof *o);
+    o->n_tokens = r->n_tokens < 512 ? r->n_tokens : 512;
+    memcpy(o->tokens, r->tokens, sizeof(int32_t) * (size_t)o->n_tokens);
+    if (r->text) snprintf(o->text, sizeof o->text, "%s", r->text);
+    snprintf(o->reason, sizeof o->reason, "%s", r->stop_reason ? r->stop_reason : "");
+}
+
+// rq alone on a fresh state.
+static int alone(const g4cu_request *rq, outcome *o) {
+    g4cu_state *s;
+    g4cu_result r;
+    if (g4cu_state_new(model, &s)) return 0;
+    int ok = g4cu_generate(s, rq, &r) == G4CU_OK;
+    if (!ok) fprintf(stderr, "alone: %s\n", g4cu_last_error());
+    if (ok) keep(&r, o);
+    g4cu_result_free(&r);
+    g4cu_state_free(s);
+    return ok;
+}
+
+static void same(const char *name, const outcome *got, const outcome *want) {
+    CHECK_MSG(got->n_tokens == want->n_tokens, "%s: %d tokens in the batch, %d alone", name,
+              got->n_tokens, want->n_tokens);
+    int first = -1;
+    for (int i = 0; i < got->n_tokens && i < want->n_tokens && first < 0; i++)
+        if (got->tokens[i] != want->tokens[i]) first = i;
+    CHECK_MSG(first < 0, "%s: token %d differs (%d in the batch, %d alone)", name, first,
+              first >= 0 ? got->tokens[first] : 0, first >= 0 ? want->tokens[first] : 0);
+    CHECK_MSG(!strcmp(got->text, want->text), "%s: text '%s' in the batch, '%s' alone", name,
+              got->text, want->text);
+    CHECK_MSG(!strcmp(got->reason, want->reason), "%s: stop '%s' in the batch, '%s' alone", name,
+              got->reason, want->reason);
+}
+
+typedef struct {
+    char buf[4096];
+    size_t len;
+} sink;
+
+static int collect(void *user, const char *text, size_t len) {
+    sink *k = user;
+    if (k->len + len < sizeof k->buf) memcpy(k->buf + k->len, text, len), k->len += len;
+    return 0;
+}
+
+// Steps b until nothing runs (bounded); returns the steps taken.
+static int run_all(g4cu_batch *b) {
+    int running = 1, steps = 0;
+    while (running && steps < 10000) {
+        CHECK_MSG(g4cu_batch_step(b, &running) == G4CU_OK, "%s", g4cu_last_error());
+        steps++;
+    }
+    return steps;
+}
+
+static void poll_done(g4cu_batch *b, int64_t id, outcome *o, const char *name) {
+    g4cu_result r;
+    int done = 0;
+    CHECK_MSG(g4cu_batch_poll(b, id, &r, &done) == G4CU_OK, "%s: %s", name, g4cu_last_error());
+    CHECK_MSG(done, "%s: not done after the batch ran out", name);
+    if (done) keep(&r, o);
+    g4cu_result_free(&r);
+}
+
+// HF's greedy ids of the fixture's media case `name` (generate_cases.jsonl: what g4cu_vqa /
+// g4cu_transcribe give alone on this package, test_api checks) as an outcome, its prompt text
+// and file in *text, *file.
+static int hf_case(const cf_lines *l, const char *name, outcome *o, const char **text,
+                   char **file, int *max_new) {
+    for (int c = 0; c < l->n; c++) {
+        const cJSON *x = l->line[c];
+        const char *nm = cf_str(x, "name"), *pk = cf_str(x, "package");
+        if (!nm || !pk || strcmp(nm, name) || strcmp(pk, "mobius-tiny-f16")) continue;
+        int n, *ids = cf_ints(x, "ids", &n);
+        memset(o, 0, sizeof *o);
+        o->n_tokens = n < 512 ? n : 512;
+        for (int i = 0; i < o->n_tokens; i++) o->tokens[i] = ids[i];
+        free(ids);
+        *max_new = cf_int(x, "max_new");
+        snprintf(o->reason, sizeof o->reason, "%s", n == *max_new ? "max_new" : "eos");
+        *text = cf_str(x, "text");
+        *file = g4_sprintf("%s/%s", fix, cf_str(x, "file"));
+        return 1;
+    }
+    return 0;
+}
+
+static void test_four_kinds(void) {
+    char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
+    cf_lines l = cf_read(cases);
+    outcome want[4], got[4];
+    char *img = NULL, *wav = NULL;
+    int img_new = 0, wav_new = 0;
+    const char *img_text = NULL, *wav_text = NULL;
+    CHECK(hf_case(&l, "vqa_square", &want[1], &img_text, &img, &img_new));
+    CHECK(hf_case(&l, "asr_tone", &want[2], &wav_text, &wav, &wav_new));
+    if (!img || !wav) return;
+    g4cu_media mi = {.kind = G4CU_IMAGE_FILE, .path = img};
+    g4cu_media ma = {.kind = G4CU_AUDIO_FILE, .path = wav};
+    g4cu_request rq[4];
+    for (int i = 0; i < 4; i++) g4cu_request_default(&rq[i]);
+    rq[0].text = "Tell me a story about a cat.";
+    rq[0].temperature = 0.9f, rq[0].seed = 7, rq[0].max_tokens = 24, rq[0].ignore_eos = 1;
+    rq[1].text = img_text, rq[1].media = &mi, rq[1].n_media = 1, rq[1].max_tokens = img_new;
+    rq[2].text = wav_text, rq[2].media = &ma, rq[2].n_media = 1, rq[2].max_tokens = wav_new;
+    rq[2].prefill_chunk = 16; // its prompt in chunks between the others' decode steps
+    rq[3].text = "Name three colours.";
+    rq[3].temperature = 0.7f, rq[3].top_k = 5, rq[3].top_p = 0.9f, rq[3].seed = 3;
+    rq[3].max_tokens = 12, rq[3].ignore_eos = 1;
+    // the text requests alone (the media ones: HF's ids above, no second tower run)
+    CHECK(alone(&rq[0], &want[0]) && alone(&rq[3], &want[3]));
+    for (int i = 0; i < 4; i++) CHECK_INT(want[i].n_tokens, rq[i].max_tokens);
+
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 4;
+    g4cu_batch *b;
+    CHECK_MSG(g4cu_batch_new(model, &bp, &b) == G4CU_OK, "%s", g4cu_last_error());
+    sink k = {0};
+    rq[0].on_text = collect, rq[0].user = &k;
+    int64_t id[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(g4cu_batch_submit(b, &rq[i], &id[i]) == G4CU_OK, "%d: %s", i,
+                  g4cu_last_error());
+        CHECK(id[i] > 0);
+    }
+    run_all(b);
+    g4cu_batch_info info;
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.max_rows, 4);
+    CHECK_INT(info.states, 4);
+    // every generated token but each request's first (its prefill's) went through a decode row
+    long rows = 0;
+    for (int i = 0; i < 4; i++) rows += rq[i].max_tokens - 1;
+    CHECK_INT(info.rows_stepped, rows);
+    const char *names[4] = {"text sampled", "image", "audio (chunked prefill)", "text top-k"};
+    for (int i = 0; i < 4; i++) {
+        poll_done(b, id[i], &got[i], names[i]);
+        if (i == 1 || i == 2) { // HF's ids: no text to compare
+            snprintf(got[i].text, sizeof got[i].text, "%s", "");
+            want[i].text[0] = 0;
+        }
+        same(names[i], &got[i], &want[i]);
+    }
+    CHECK_MSG(k.len == strlen(got[0].text) && !memcmp(k.buf, got[0].text, k.len),
+              "the streamed pieces of request 0 do not add up to its text");
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.in_use, 0);
+    g4cu_batch_free(b);
+    cf_free(&l);
+    free(cases);
+    free(img);
+    free(wav);
+}
+
+static void test_cancel_and_reuse(void) {
+    g4cu_request a, c, d;
+    g4cu_request_default(&a);
+    a.text = "Count to one hundred.";
+    a.max_tokens = 20, a.ignore_eos = 1;
+    c = a;
+    c.text = "List the planets.";
+    c.temperature = 1.0f, c.seed = 11;
+    d = a;
+    d.text = "Why is the sky blue?";
+    d.max_tokens = 8;
+    outcome wa, wc, wd, ga, gc, gd;
+    CHECK(alone(&a, &wa) && alone(&c, &wc) && alone(&d, &wd));
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 2;
+    g4cu_batch *b;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    int64_t ia = 0, ic = 0, id = 0, full = -1;
+    CHECK(g4cu_batch_submit(b, &a, &ia) == G4CU_OK && ia > 0);
+    CHECK(g4cu_batch_submit(b, &c, &ic) == G4CU_OK && ic > 0);
+    CHECK(g4cu_batch_submit(b, &d, &full) == G4CU_OK);
+    CHECK_INT(full, 0); // both slots taken
+    int running = 0;
+    for (int i = 0; i < 6; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+    CHECK_INT(running, 2);
+    CHECK(g4cu_batch_cancel(b, ia) == G4CU_OK);
+    CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+    CHECK_INT(running, 1); // a left at once
+    poll_done(b, ia, &ga, "cancelled");
+    CHECK(!strcmp(ga.reason, "cancelled"));
+    CHECK_MSG(ga.n_tokens >= 2 && ga.n_tokens < a.max_tokens, "%d tokens before the cancel",
+              ga.n_tokens);
+    CHECK_MSG(!memcmp(ga.tokens, wa.tokens, sizeof(int32_t) * (size_t)ga.n_tokens),
+              "the cancelled request's tokens are not a prefix of its alone run");
+    // its slot takes d, reusing its state
+    CHECK(g4cu_batch_submit(b, &d, &id) == G4CU_OK && id > 0);
+    g4cu_batch_info now;
+    g4cu_batch_get_info(b, &now);
+    CHECK(now.running == 2 && now.in_use == 2); // c decoding, d about to prefill
+    run_all(b);
+    poll_done(b, ic, &gc, "beside a cancel");
+    poll_done(b, id, &gd, "in a reused slot");
+    same("beside a cancel", &gc, &wc);
+    same("in a reused slot", &gd, &wd);
+    g4cu_batch_info info;
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.states, 2);
+    // errors: unknown and already-polled ids, a bad request (no slot taken)
+    g4cu_result r;
+    int done = 1;
+    CHECK_INT(g4cu_batch_poll(b, ia, &r, &done), G4CU_EUSER);
+    CHECK_INT(done, 0);
+    CHECK_MSG(strstr(g4cu_last_error(), "not in the batch"), "%s", g4cu_last_error());
+    CHECK_INT(g4cu_batch_cancel(b, 12345), G4CU_EUSER);
+    g4cu_request bad = a;
+    bad.max_tokens = 0;
+    int64_t ib = 7;
+    CHECK_INT(g4cu_batch_submit(b, &bad, &ib), G4CU_EUSER);
+    CHECK_INT(ib, 0);
+    bad = a;
+    bad.text = NULL;
+    CHECK_INT(g4cu_batch_submit(b, &bad, &ib), G4CU_EUSER);
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.in_use, 0);
+    CHECK_INT(g4cu_batch_step(b, &running), G4CU_OK);
+    CHECK_INT(running, 0);
+    // freed with requests still running and one finished, never polled (ASan: nothing leaks)
+    CHECK(g4cu_batch_submit(b, &a, &ia) == G4CU_OK && ia > 0);
+    CHECK(g4cu_batch_submit(b, &d, &id) == G4CU_OK && id > 0);
+    for (int i = 0; i < 3; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+    CHECK(g4cu_batch_cancel(b, id) == G4CU_OK);
+    g4cu_batch_free(b);
+    g4cu_batch_params bad_p = bp;
+    bad_p.slots = 0;
+    g4cu_batch *nb = (g4cu_batch *)&bad_p;
+    CHECK_INT(g4cu_batch_new(model, &bad_p, &nb), G4CU_EUSER);
+    CHECK(nb == NULL);
+    CHECK_MSG(strstr(g4cu_last_error(), "batch of 0 slots: expected 1..4096"), "%s",
+              g4cu_last_error());
+}
+
+static void test_lengths(void) {
+    // a long prompt (~190 tokens: 6 prefill chunks) with 2 new tokens beside a short one with 30
+    char *longtext = g4_malloc(8192);
+    longtext[0] = 0;
+    for (int i = 0; i < 20; i++) strcat(longtext, "the quick brown fox jumps over the lazy dog ");
+    g4cu_request lo, sh, again;
+    g4cu_request_default(&lo);
+    lo.text = longtext, lo.max_tokens = 2, lo.ignore_eos = 1, lo.prefill_chunk = 32;
+    g4cu_request_default(&sh);
+    sh.text = "Hi", sh.max_tokens = 30, sh.ignore_eos = 1;
+    again = sh;
+    again.text = "Hello there", again.max_tokens = 5, again.temperature = 0.5f, again.seed = 99;
+    outcome wl, ws, wa, gl, gs, ga;
+    CHECK(alone(&lo, &wl) && alone(&sh, &ws) && alone(&again, &wa));
+    g4cu_batch *b;
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 2;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    int64_t il = 0, is = 0, ia = 0;
+    CHECK(g4cu_batch_submit(b, &sh, &is) == G4CU_OK && is > 0);
+    CHECK(g4cu_batch_submit(b, &lo, &il) == G4CU_OK && il > 0);
+    // the short one decodes while the long prompt is prefilled chunk by chunk; then the long one
+    // ends after 2 tokens, and its slot takes another request while the short one still runs
+    int running = 1, steps = 0, submitted = 0;
+    while (running && steps++ < 1000) {
+        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+        g4cu_result r;
+        int done = 0;
+        if (il && g4cu_batch_poll(b, il, &r, &done) == G4CU_OK && done) {
+            keep(&r, &gl);
+            g4cu_result_free(&r);
+            il = 0;
+            CHECK(g4cu_batch_submit(b, &again, &ia) == G4CU_OK && ia > 0);
+            submitted = 1;
+            running = 1;
+        }
+    }
+    CHECK(submitted);
+    poll_done(b, is, &gs, "short prompt, long answer");
+    poll_done(b, ia, &ga, "after the long prompt");
+    same("long prompt, short answer", &gl, &wl);
+    same("short prompt, long answer", &gs, &ws);
+    same("after the long prompt", &ga, &wa);
+    g4cu_batch_free(b);
+
+    // raw ids: g4cu_batch_submit_ids as g4cu_generate_ids
+    int32_t ids1[] = {2, 5, 17, 40, 41, 42}, ids2[] = {2, 9};
+    g4cu_request o1, o2;
+    g4cu_request_default(&o1);
+    o1.max_tokens = 7, o1.ignore_eos = 1;
+    o2 = o1;
+    o2.max_tokens = 13, o2.temperature = 0.8f, o2.seed = 5;
+    outcome w1, w2, g1, g2;
+    g4cu_state *s;
+    CHECK(g4cu_state_new(model, &s) == G4CU_OK);
+    g4cu_result r;
+    CHECK(g4cu_generate_ids(s, ids1, 6, &o1, &r) == G4CU_OK);
+    keep(&r, &w1);
+    g4cu_result_free(&r);
+    CHECK(g4cu_generate_ids(s, ids2, 2, &o2, &r) == G4CU_OK);
+    keep(&r, &w2);
+    g4cu_result_free(&r);
+    g4cu_state_free(s);
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    int64_t j1 = 0, j2 = 0;
+    CHECK(g4cu_batch_submit_ids(b, ids1, 6, &o1, &j1) == G4CU_OK && j1 > 0);
+    CHECK(g4cu_batch_submit_ids(b, ids2, 2, &o2, &j2) == G4CU_OK && j2 > 0);
+    run_all(b);
+    poll_done(b, j1, &g1, "ids 1");
+    poll_done(b, j2, &g2, "ids 2");
+    same("ids 1", &g1, &w1);
+    same("ids 2", &g2, &w2);
+    int32_t bad_ids[] = {2, 1 << 30};
+    int64_t jb = 0;
+    CHECK(g4cu_batch_submit_ids(b, bad_ids, 2, &o1, &jb) == G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "outside the vocabulary"), "%s", g4cu_last_error());
+    CHECK_INT(jb, 0);
+    g4cu_batch_free(b);
+    free(longtext);
+}
+
+static void test_conversation_and_refusals(void) {
+    // (text only: a tower run costs seconds here, and the media's order per message is the
+    // loader g4cu_generate shares, which test_api checks)
+    const g4cu_message msgs[3] = {
+        {.role = "user", .text = "Hello."},
+        {.role = "assistant", .text = "Hi! How can I help?"},
+        {.role = "user", .text = "Name a colour."},
+    };
+    g4cu_request cv;
+    g4cu_request_default(&cv);
+    cv.system = "Be brief.";
+    cv.messages = msgs, cv.n_messages = 3;
+    cv.max_tokens = 6, cv.ignore_eos = 1, cv.temperature = 0.8f, cv.seed = 21;
+    outcome want, got;
+    CHECK(alone(&cv, &want));
+    CHECK_INT(want.n_tokens, 6);
+    g4cu_batch *b;
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 2;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    int64_t id = 0;
+    CHECK_MSG(g4cu_batch_submit(b, &cv, &id) == G4CU_OK && id > 0, "%s", g4cu_last_error());
+    run_all(b);
+    poll_done(b, id, &got, "conversation");
+    same("conversation", &got, &want);
+    g4cu_request bad = cv;
+    bad.text = "also a text";
+    CHECK_INT(g4cu_batch_submit(b, &bad, &id), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "text must be NULL"), "%s", g4cu_last_error());
+
+    // the host-side pick's fields: refused by name, no slot taken
+    const int32_t bias_id = 5;
+    const float bias = 2.0f;
+    const char *fields[9] = {"logprobs",   "repetition_penalty", "presence_penalty",
+                             "frequency_penalty", "logit_bias", "min_p",
+                             "json_schema", "json", "tools_json"};
+    for (int f = 0; f < 9; f++) {
+        g4cu_request rq;
+        g4cu_request_default(&rq);
+        rq.text = "Hi", rq.max_tokens = 3;
+        switch (f) {
+        case 0: rq.logprobs = 1; break;
+        case 1: rq.repetition_penalty = 1.3f; break;
+        case 2: rq.presence_penalty = 0.5f; break;
+        case 3: rq.frequency_penalty = 0.5f; break;
+        case 4: rq.logit_bias_ids = &bias_id, rq.logit_bias = &bias, rq.n_logit_bias = 1; break;
+        case 5: rq.min_p = 0.1f; break;
+        case 6: rq.json = G4CU_JSON_SCHEMA, rq.json_schema = "{\"type\":\"object\"}"; break;
+        case 7: rq.json = G4CU_JSON_OBJECT; break;
+        case 8: rq.tools_json = "[]"; break;
+        }
+        id = 7;
+        CHECK_INT(g4cu_batch_submit(b, &rq, &id), G4CU_EUSER);
+        CHECK_INT(id, 0);
+        char want_msg[96];
+        snprintf(want_msg, sizeof want_msg, "g4cu_batch_submit: %s is not batched yet",
+                 fields[f]);
+        CHECK_MSG(strstr(g4cu_last_error(), want_msg), "%s: %s", fields[f], g4cu_last_error());
+    }
+    g4cu_request lp;
+    g4cu_request_default(&lp);
+    lp.logprobs = 1, lp.max_tokens = 3;
+    int32_t ids[] = {2, 9};
+    CHECK_INT(g4cu_batch_submit_ids(b, ids, 2, &lp, &id), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "g4cu_batch_submit_ids: logprobs is not batched yet"),
+              "%s", g4cu_last_error());
+    lp.logprobs = 0, lp.repetition_penalty = 1.0f; // 1: off, so batched
+    CHECK_MSG(g4cu_batch_submit_ids(b, ids, 2, &lp, &id) == G4CU_OK && id > 0, "%s",
+              g4cu_last_error());
+    run_all(b);
+    poll_done(b, id, &got, "repetition_penalty 1");
+    CHECK_INT(got.n_tokens > 0, 1);
+    g4cu_batch_info info;
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.in_use, 0);
+    g4cu_batch_free(b);
+}
+
+int main(void) {
+    fix = g4t_env("G4_FIXTURES");
+    char *tok = g4_sprintf("%s/chat/chat_bpe.json", fix);
+    g4cu_model_params mp;
+    g4cu_model_params_default(&mp);
+    mp.backend = "cpu";
+    mp.tokenizer_path = tok;
+    if (g4cu_model_load(g4t_env("G4_TINY_PKG"), &mp, &model)) {
+        fprintf(stderr, "test_batch: %s\n", g4cu_last_error());
+        return 1;
+    }
+    test_four_kinds();
+    test_cancel_and_reuse();
+    test_lengths();
+    test_conversation_and_refusals();
+    g4cu_model_free(model);
+    free(tok);
+    return g4t_finish("test_batch");
+}
