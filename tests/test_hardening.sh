@@ -238,4 +238,14 @@ printf 'Describe the weather.' | "$G4CU" generate "$G4_TINY_PKG" --tokenizer "$t
 [ -s "$tmp/a" ] && [ "$(grep -o '"tokens":\[[0-9,]*\],"prompt_tokens":[0-9]*' "$tmp/a")" = "$(grep -o '"tokens":\[[0-9,]*\],"prompt_tokens":[0-9]*' "$tmp/b")" ]
 check "generate: --prompt - reads the prompt from stdin" $?
 
+# --- the smaller items of issue 34 -------------------------------------------------------------
+expect "generate: <|video|> typed in the prompt" 1 "placeholder token '<\|video\|>' itself" \
+    "$G4CU" generate "$G4_TINY_PKG" --tokenizer "$tok" --prompt "see <|video|>"
+printf '\n  \n' >"$tmp/empty.jsonl"
+expect "vqa --batch: an empty file" 1 "$tmp/empty.jsonl: no items" \
+    "$G4CU" vqa "$G4_TINY_PKG" --tokenizer "$tok" --batch "$tmp/empty.jsonl"
+printf '{"image": "%s", "question": "q", "id": "a"}\n' "$media/square_rgb.png" "$media/square_rgb.png" >"$tmp/dup.jsonl"
+expect "vqa --batch: a duplicate id" 1 "$tmp/dup.jsonl:2: id \"a\" again \(also $tmp/dup.jsonl:1\)" \
+    "$G4CU" vqa "$G4_TINY_PKG" --tokenizer "$tok" --batch "$tmp/dup.jsonl"
+
 finish test_hardening
