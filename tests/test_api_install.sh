@@ -110,7 +110,7 @@ check "g4cu_dev_inspect from the installed library: the tiny package consistent"
 [ -x "$pre/bin/g4cu" ] && env -u LD_LIBRARY_PATH "$pre/bin/g4cu" --version >"$tmp/out" 2>&1 &&
     grep -q "^g4cu " "$tmp/out" && [ -f "$pre/share/g4cu/python/bench_hf.py" ]
 check "cmake --install installs g4cu (runs without LD_LIBRARY_PATH) and bench_hf.py" $?
-readelf -d "$pre/bin/g4cu" | grep -qE "R(UN)?PATH.*\\$ORIGIN/\.\./lib" &&
+readelf -d "$pre/bin/g4cu" | grep -qE 'R(UN)?PATH.*\$ORIGIN/\.\./lib' &&
     readelf -d "$lib" | grep -qE "R(UN)?PATH"
 check "g4cu and libg4cu.so carry an RPATH" $?
 env -u LD_LIBRARY_PATH "$tmp/example" "$pkgdir" "$tok" "Describe the weather." >"$tmp/out" 2>"$tmp/err" &&

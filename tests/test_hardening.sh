@@ -196,18 +196,20 @@ check "bench --hf: no shell, script found from the binary, checked first, exit c
 FAKE_LOG="$tmp/log2" FAKE_RUN_EXIT=5 G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "bench --hf: $tmp/py exited with code 5" "$tmp/err"
 check "bench --hf: the peer's exit code, not a wait status" $?
-FAKE_LOG="$tmp/log3" G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
-[ $? -eq 0 ] && grep -q "vs HF bf16: decode" "$tmp/out"
+FAKE_LOG="$tmp/log3" G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" -o csv >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && grep -q "vs HF bf16: decode" "$tmp/err"
 check "bench --hf: a peer that runs" $?
-# a binary outside the source tree (an out-of-tree build): the script from the configured source
-mkdir -p "$tmp/elsewhere/bin" && cp "$G4CU" "$tmp/elsewhere/bin/g4cu"
-FAKE_LOG="$tmp/log4" G4_PYTHON="$tmp/py" "$tmp/elsewhere/bin/g4cu" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" -o csv >"$tmp/out" 2>"$tmp/err"
-[ $? -eq 0 ] && [ "$(sed -n 1p "$tmp/log4")" = "$(realpath "$G4_SOURCE_DIR/tools/python/bench_hf.py")" ]
-check "bench --hf: the script found from an out-of-tree binary" $?
 # bench prints each measurement on stderr as it is measured: as many lines as the table's rows
 rows=$(($(wc -l <"$tmp/out") - 1)) lines=$(grep -c "^bench: f16 " "$tmp/err")
 [ "$rows" -ge 5 ] && [ "$lines" -eq "$rows" ] && grep -q "^bench: f16 pp128: .* tok/s (1 reps)$" "$tmp/err"
 check "bench: each of the $rows measurements printed as it is measured ($lines lines)" $?
+# a binary outside the source tree (an out-of-tree build): the script from the configured source
+# (the peer's check fails on purpose: the benchmark itself is not needed for this)
+mkdir -p "$tmp/elsewhere/bin" && cp "$G4CU" "$tmp/elsewhere/bin/g4cu"
+FAKE_LOG="$tmp/log4" FAKE_FAIL=3 G4_PYTHON="$tmp/py" "$tmp/elsewhere/bin/g4cu" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "exited with code 3" "$tmp/err" &&
+    [ "$(sed -n 1p "$tmp/log4")" = "$(realpath "$G4_SOURCE_DIR/tools/python/bench_hf.py")" ]
+check "bench --hf: the script found from an out-of-tree binary" $?
 
 # --- nothing dropped silently -------------------------------------------------------------------
 # (one file is transcribed in windows, all of it: test_asr_long.c; several go one window each)
