@@ -5,6 +5,7 @@
 
 #include <g4cu.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "base/base.h"
 #include "engine/pipeline.h"
@@ -20,7 +21,13 @@ struct g4cu_model {
 struct g4cu_state {
     g4cu_model *m;
     g4_text_state *ts; // made at g4cu_state_new (the model's n_ctx) or by the first request
+    atomic_int busy;   // 1 while a call runs on it: a second thread's call, or one from its own
+                       // on_text, is refused (g4_state_enter) instead of sharing the buffers
 };
+
+// Takes s for one call (fn names the call in the error), or refuses: the state is in use.
+int g4_state_enter(g4cu_state *s, const char *fn);
+void g4_state_leave(g4cu_state *s);
 
 // Internal errors keep their code; anything else a library call returns is one of the two.
 static inline int g4_api_code(int rc) {

@@ -74,20 +74,33 @@ void g4cu_model_free(g4cu_model *m) {
     free(m);
 }
 
-const char *g4cu_model_backend(const g4cu_model *m) { return m->pl->be->name; }
-int g4cu_model_n_vocab(const g4cu_model *m) { return m->pl->pkg->text.vocab; }
-int g4cu_model_n_ctx(const g4cu_model *m) { return m->pl->pkg->text.context_length; }
+// The queries on a NULL model: NULL / 0 and a message (they return no code).
+static int null_model(const g4cu_model *m, const char *fn) {
+    if (!m) g4_fail(G4_EUSER, "%s: the model is NULL", fn);
+    return !m;
+}
+const char *g4cu_model_backend(const g4cu_model *m) {
+    return null_model(m, "g4cu_model_backend") ? NULL : m->pl->be->name;
+}
+int g4cu_model_n_vocab(const g4cu_model *m) {
+    return null_model(m, "g4cu_model_n_vocab") ? 0 : m->pl->pkg->text.vocab;
+}
+int g4cu_model_n_ctx(const g4cu_model *m) {
+    return null_model(m, "g4cu_model_n_ctx") ? 0 : m->pl->pkg->text.context_length;
+}
 int g4cu_model_has_vision(const g4cu_model *m) {
-    return g4_package_component(m->pl->pkg, G4_COMP_VISION) && m->pl->pkg->has_image_proc;
+    return !null_model(m, "g4cu_model_has_vision") &&
+           g4_package_component(m->pl->pkg, G4_COMP_VISION) && m->pl->pkg->has_image_proc;
 }
 int g4cu_model_has_audio(const g4cu_model *m) {
-    return g4_package_component(m->pl->pkg, G4_COMP_AUDIO) && m->pl->pkg->has_audio_fe;
+    return !null_model(m, "g4cu_model_has_audio") &&
+           g4_package_component(m->pl->pkg, G4_COMP_AUDIO) && m->pl->pkg->has_audio_fe;
 }
 size_t g4cu_model_audio_window(const g4cu_model *m) {
     return g4cu_model_has_audio(m) ? G4_AUDIO_MAX_SAMPLES : 0;
 }
 int g4cu_model_has_tokenizer(const g4cu_model *m) {
-    return m->pl->tok != NULL;
+    return !null_model(m, "g4cu_model_has_tokenizer") && m->pl->tok != NULL;
 }
 const char *g4cu_asr_prompt(void) {
     return G4_ASR_PROMPT;
@@ -114,10 +127,22 @@ int g4cu_state_new(g4cu_model *m, g4cu_state **out) {
 }
 
 void g4cu_state_free(g4cu_state *s) {
-    if (!s) return;
+    if (!s || atomic_load(&s->busy)) return; // (freeing a state mid-request: left alone)
     g4_text_state_free(s->ts);
     free(s);
 }
+
+int g4_state_enter(g4cu_state *s, const char *fn) {
+    int idle = 0;
+    if (atomic_compare_exchange_strong(&s->busy, &idle, 1)) return G4_OK;
+    return g4_fail(G4_EUSER,
+                   "%s: the state is in use by another call (a state serves one call at a time: "
+                   "one thread each, and no call on it from its own on_text); give each thread "
+                   "its own g4cu_state",
+                   fn);
+}
+
+void g4_state_leave(g4cu_state *s) { atomic_store(&s->busy, 0); }
 
 void g4cu_request_default(g4cu_request *r) {
     memset(r, 0, sizeof *r);
@@ -161,9 +186,11 @@ static int bytes_file(const void *data, size_t size, const char *what, int *fd, 
 
 int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float **pcm,
                       size_t *n_samples, double *seconds) {
+    if (!pcm || !n_samples) return g4_fail(G4_EUSER, "g4cu_decode_audio: pcm or n_samples is NULL");
     *pcm = NULL;
     *n_samples = 0;
     if (seconds) *seconds = 0;
+    if (!m) return g4_fail(G4_EUSER, "g4cu_decode_audio: the model is NULL");
     if (!g4cu_model_has_audio(m))
         return g4_fail(G4_EUSER, "audio: the package %s has no audio encoder", m->pl->pkg->dir);
     if (!data || !size) return g4_fail(G4_EUSER, "audio: no bytes given");
@@ -185,8 +212,10 @@ int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float 
 }
 
 int g4cu_audio_load(const g4cu_model *m, const char *path, float **pcm, size_t *n_samples) {
+    if (!pcm || !n_samples) return g4_fail(G4_EUSER, "g4cu_audio_load: pcm or n_samples is NULL");
     *pcm = NULL;
     *n_samples = 0;
+    if (!m) return g4_fail(G4_EUSER, "g4cu_audio_load: the model is NULL");
     if (!g4cu_model_has_audio(m))
         return g4_fail(G4_EUSER, "audio: the package %s has no audio encoder", m->pl->pkg->dir);
     if (!path) return g4_fail(G4_EUSER, "g4cu_audio_load: the path is NULL");
@@ -290,8 +319,9 @@ int g4_api_check_request(const g4cu_request *rq) {
     if (!(rq->top_p > 0 && rq->top_p <= 1))
         return g4_fail(G4_EUSER, "top_p %g: expected in (0, 1]", (double)rq->top_p);
     if (rq->top_k < 0) return g4_fail(G4_EUSER, "top_k %d: expected >= 0 (0: off)", rq->top_k);
-    if (rq->n_media < 0 || (rq->n_media && !rq->media))
-        return g4_fail(G4_EUSER, "n_media %d: expected >= 0 with the media given", rq->n_media);
+    if (rq->n_media < 0 || rq->n_media > G4CU_MAX_MEDIA || (rq->n_media && !rq->media))
+        return g4_fail(G4_EUSER, "n_media %d: expected 0 to %d with the media given",
+                       rq->n_media, G4CU_MAX_MEDIA);
     if (rq->n_stop < 0 || (rq->n_stop && !rq->stop))
         return g4_fail(G4_EUSER, "n_stop %d: expected >= 0 with the strings given", rq->n_stop);
     for (int i = 0; i < rq->n_stop; i++)
@@ -611,7 +641,7 @@ int g4_api_media_load(g4cu_model *m, const g4cu_request *rq, const char *who, g4
     return rc;
 }
 
-static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
+static int generate_held(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     g4cu_model *m = s->m;
     g4_api_media rm;
     int rc = g4_api_media_load(m, rq, "g4cu_generate", &rm);
@@ -648,6 +678,15 @@ static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     return rc;
 }
 
+// generate_held with s taken for the call (refused when it is in use).
+static int generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
+    int rc = g4_state_enter(s, "g4cu_generate");
+    if (rc) return rc;
+    rc = generate_held(s, rq, out);
+    g4_state_leave(s);
+    return rc;
+}
+
 int g4cu_generate(g4cu_state *s, const g4cu_request *rq, g4cu_result *out) {
     if (!out) return g4_fail(G4_EUSER, "g4cu_generate: out is NULL");
     memset(out, 0, sizeof *out);
@@ -669,11 +708,8 @@ int g4_api_ids_request(const g4cu_model *m, const g4cu_request *opts, const char
     return rc ? rc : g4_api_check_eos(m, rq);
 }
 
-int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
-                      g4cu_result *out) {
-    if (!out) return g4_fail(G4_EUSER, "g4cu_generate_ids: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (!s || (!ids && n)) return g4_fail(G4_EUSER, "g4cu_generate_ids: a NULL argument");
+static int generate_ids_held(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
+                             g4cu_result *out) {
     g4cu_request rq;
     g4_pipeline *pl = s->m->pl;
     int rc = g4_api_ids_request(s->m, opts, "g4cu_generate_ids", &rq);
@@ -700,6 +736,19 @@ int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_reque
     extra_free(&sc);
     free(eos);
     return code(rc);
+}
+
+int g4cu_generate_ids(g4cu_state *s, const int32_t *ids, int n, const g4cu_request *opts,
+                      g4cu_result *out) {
+    if (!out) return g4_fail(G4_EUSER, "g4cu_generate_ids: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!s || (!ids && n)) return g4_fail(G4_EUSER, "g4cu_generate_ids: a NULL argument");
+    if (n < 0) return g4_fail(G4_EUSER, "g4cu_generate_ids: n %d: expected >= 0", n);
+    int rc = g4_state_enter(s, "g4cu_generate_ids");
+    if (rc) return code(rc);
+    rc = generate_ids_held(s, ids, n, opts, out);
+    g4_state_leave(s);
+    return rc;
 }
 
 // opts (or the defaults) with one medium and the text (transcribe: opts->text, when set,
@@ -811,6 +860,9 @@ static int transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
         g4cu_result_free(&prev);
         prev = r;
         prev.n_tokens = nt;
+        // segment k is final now (the next window only drops from its own start)
+        if (!rc && p->on_segment && p->on_segment(p->user, sg, k, n))
+            rc = g4_fail(G4_EUSER, "stopped by on_segment after window %d of %d", k + 1, n);
     }
     g4cu_result_free(&prev);
     free(w);
@@ -843,8 +895,10 @@ int g4cu_transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
 
 // --- tokens and logits -------------------------------------------------------------------------
 int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n) {
+    if (!ids || !n) return g4_fail(G4_EUSER, "g4cu_tokenize: ids or n is NULL");
     *ids = NULL;
     *n = 0;
+    if (!m) return g4_fail(G4_EUSER, "g4cu_tokenize: the model is NULL");
     if (!text) return g4_fail(G4_EUSER, "g4cu_tokenize: the text is NULL");
     if (!m->pl->tok) return g4_fail(G4_EUSER, "g4cu_tokenize: the model has no tokenizer");
     g4_ids v = {0};
@@ -860,8 +914,7 @@ int g4cu_tokenize(const g4cu_model *m, const char *text, int32_t **ids, int *n) 
     return G4CU_OK;
 }
 
-int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits) {
-    if (!s || !ids || !logits) return g4_fail(G4_EUSER, "g4cu_logits: a NULL argument");
+static int logits_held(g4cu_state *s, const int32_t *ids, int n, float *logits) {
     g4_pipeline *pl = s->m->pl;
     const int V = pl->pkg->text.vocab, ctx = pl->pkg->text.context_length;
     if (n < 1 || n > ctx)
@@ -881,6 +934,15 @@ int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits) {
         rc = g4_text_forward(s->ts, ids + a, T, NULL, a + T == n ? logits : NULL, 0);
     }
     return code(rc);
+}
+
+int g4cu_logits(g4cu_state *s, const int32_t *ids, int n, float *logits) {
+    if (!s || !ids || !logits) return g4_fail(G4_EUSER, "g4cu_logits: a NULL argument");
+    int rc = g4_state_enter(s, "g4cu_logits");
+    if (rc) return code(rc);
+    rc = logits_held(s, ids, n, logits);
+    g4_state_leave(s);
+    return rc;
 }
 
 // --- a tokenizer alone -------------------------------------------------------------------------
@@ -907,7 +969,13 @@ void g4cu_tokenizer_free(g4cu_tokenizer *t) {
     free(t);
 }
 
-int g4cu_tokenizer_n_vocab(const g4cu_tokenizer *t) { return g4_tokenizer_n_vocab(t->t); }
+int g4cu_tokenizer_n_vocab(const g4cu_tokenizer *t) {
+    if (!t) {
+        g4_fail(G4_EUSER, "g4cu_tokenizer_n_vocab: the tokenizer is NULL");
+        return 0;
+    }
+    return g4_tokenizer_n_vocab(t->t);
+}
 
 int g4cu_tokenizer_encode(const g4cu_tokenizer *t, const char *text, size_t len, int add_bos,
                           int32_t **ids, int *n) {
@@ -940,6 +1008,11 @@ int g4cu_tokenizer_decode(const g4cu_tokenizer *t, const int32_t *ids, int n, in
 }
 
 const char *g4cu_tokenizer_piece(const g4cu_tokenizer *t, int32_t id, size_t *len) {
+    if (!len || !t) {
+        g4_fail(G4_EUSER, "g4cu_tokenizer_piece: the tokenizer or len is NULL");
+        if (len) *len = 0;
+        return NULL;
+    }
     *len = 0;
     if (id < 0 || id >= g4_tokenizer_n_vocab(t->t)) return NULL;
     const char *p = g4_tokenizer_piece(t->t, id, len);

@@ -82,5 +82,6 @@ static int bench_kernels(const g4cu_dev_bench_kernels_params *o, FILE *out) {
 int g4cu_dev_bench_kernels(const g4cu_dev_bench_kernels_params *p, FILE *out) {
     g4cu_dev_bench_kernels_params d;
     if (!p) g4cu_dev_bench_kernels_params_default(&d), p = &d;
+    if (!out) return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_bench_kernels: out is NULL"));
     return g4_api_code(bench_kernels(p, out));
 }

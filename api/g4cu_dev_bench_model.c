@@ -89,6 +89,7 @@ typedef struct {
     double state_gib;                  // KV cache of a 128 + 128-token context
     bench_row rows[G4_BENCH_MAX_ROWS]; // every measurement's mean and sd, for -o md|csv|json
     int n_rows;
+    FILE *progress; // each row as it is measured (NULL: none)
 } bench_result;
 
 // Records a measurement's repetitions v[n] (in `unit`) as a row: mean and sample standard
@@ -108,6 +109,11 @@ static void add_row(bench_result *r, const char *unit, const double *v, int n, c
     va_start(ap, fmt);
     vsnprintf(row->test, sizeof row->test, fmt, ap);
     va_end(ap);
+    if (r->progress) { // (a CPU run takes minutes: what is done so far, as it is done)
+        fprintf(r->progress, "bench: %s %s: %.3f +/- %.3f %s (%d reps)\n", r->name, row->test,
+                row->mean, row->sd, unit, n);
+        fflush(r->progress);
+    }
 }
 
 // G4_PROFILE=1 on a device backend: the per-op split (kernels/profile.cu) after the timed runs.
@@ -368,8 +374,9 @@ static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_ba
 
 // Runs one package; fills r. Lengths beyond the context are skipped (-1).
 static int bench_one(FILE *human, const char *dir, g4_backend *be, int ple_host, int reps,
-                     bench_result *r) {
+                     FILE *progress, bench_result *r) {
     memset(r, 0, sizeof *r);
+    r->progress = progress;
     r->dir = dir;
     r->ple_host = ple_host;
     r->prefill_long_ms = -1;
@@ -647,7 +654,7 @@ static int bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench
     }
     bench_result res[4];
     for (int i = 0; i < n_pkgs; i++) {
-        if ((rc = bench_one(human, pkgs[i], be, ple_host, reps, &res[i]))) goto done;
+        if ((rc = bench_one(human, pkgs[i], be, ple_host, reps, o->progress, &res[i]))) goto done;
         int same = 1; // a repeated kind: "q4_2"
         for (int j = 0; j < i; j++) same += !strcmp(res[j].kind, res[i].kind);
         if (same > 1) snprintf(res[i].name, sizeof res[i].name, "%s_%d", res[i].kind, same);
@@ -682,5 +689,11 @@ int g4cu_dev_bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_ben
                          FILE *out, FILE *table) {
     g4cu_dev_bench_params d;
     if (!p) g4cu_dev_bench_params_default(&d), p = &d;
+    if (!pkgs || !out || (p->format && !table))
+        return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_bench_model: pkgs, out or (with a "
+                                             "format) table is NULL"));
+    for (int i = 0; i < n_pkgs && i < 4; i++)
+        if (!pkgs[i])
+            return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_bench_model: package %d is NULL", i));
     return g4_api_code(bench_model(pkgs, n_pkgs, p, out, table));
 }

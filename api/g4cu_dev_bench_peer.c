@@ -38,10 +38,19 @@ int g4_bench_peer_find(const char *hf_script, char **script) {
         }
         free(p);
     }
+    // The source tree this binary was configured from (an out-of-tree build directory has no
+    // ../tools beside it)
+    char *src = g4_path_join(G4_SOURCE_DIR, "tools/python/bench_hf.py"), real[PATH_MAX];
+    if (g4_is_file(src) && realpath(src, real)) {
+        *script = g4_strdup(real);
+        free(src);
+        return G4_OK;
+    }
+    free(src);
     return g4_fail(G4_EUSER,
                    "bench --hf: no bench_hf.py beside the binary (%s/../tools/python/ or "
-                   "%s/../share/g4cu/python/); pass --hf-script F",
-                   exe, exe);
+                   "%s/../share/g4cu/python/) nor in the source tree %s; pass --hf-script F",
+                   exe, exe, G4_SOURCE_DIR);
 }
 
 // Runs argv (argv[0] looked up on PATH) and waits: G4_OK on exit 0; else a user error saying how

@@ -342,5 +342,6 @@ int g4cu_dev_compare(const char *a, const char *b, const g4cu_dev_compare_params
     if (!pass) pass = &unused;
     *pass = 0;
     if (!p) return g4_api_code(g4_fail(G4_EUSER, "compare: no params (the mode is needed)"));
+    if (!report) return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_compare: report is NULL"));
     return g4_api_code(compare(a, b, p, report, pass));
 }

@@ -85,6 +85,8 @@ int g4cu_dev_features(const char *dir, const g4cu_dev_features_params *p, FILE *
     if (!p || !p->image == !p->audio)
         return g4_api_code(
             g4_fail(G4_EUSER, "features: give exactly one of an image, an audio file"));
+    if (!dir || !out)
+        return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_features: dir or out is NULL"));
     g4_package *pkg;
     int rc = g4_package_open(dir, &pkg);
     if (rc) return g4_api_code(rc);

@@ -302,5 +302,6 @@ int g4cu_dev_inspect(const char *dir, const g4cu_dev_inspect_params *p, FILE *ou
     int unused;
     if (!n_issues) n_issues = &unused;
     *n_issues = 0;
+    if (!dir || !out) return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_inspect: dir or out is NULL"));
     return g4_api_code(inspect(dir, p, out, n_issues));
 }

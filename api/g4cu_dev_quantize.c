@@ -220,5 +220,7 @@ int g4cu_dev_quantize(const char *in, const char *out, const g4cu_dev_quantize_p
                       FILE *report) {
     g4cu_dev_quantize_params d;
     if (!p) g4cu_dev_quantize_params_default(&d), p = &d;
+    if (!in || !out || !report)
+        return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_quantize: in, out or report is NULL"));
     return g4_api_code(quantize(in, out, p, report));
 }

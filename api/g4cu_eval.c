@@ -126,6 +126,8 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
                      int *n_vocab) {
     g4cu_eval_logits_params defaults;
     if (!prm) g4cu_eval_logits_params_default(&defaults), prm = &defaults;
+    if (!logits || !n_rows || !n_vocab)
+        return g4_fail(G4_EUSER, "g4cu_eval_logits: logits, n_rows or n_vocab is NULL");
     *logits = NULL;
     *n_rows = *n_vocab = 0;
     if (!dir || !ids_in || n_ids < 1)
@@ -173,6 +175,12 @@ int g4cu_eval_write_npy(const char *path, const float *data, int rows, int cols)
     if (!path || !data || rows < 1 || cols < 1)
         return g4_fail(G4_EUSER, "g4cu_eval_write_npy: needs a path and a [rows >= 1, cols >= 1] "
                        "array");
+    // What the caller says data holds, in bytes: refused when it cannot be an array in memory.
+    uint64_t bytes;
+    if (!g4_mul_u64((uint64_t)rows, (uint64_t)cols, &bytes) || !g4_mul_u64(bytes, 4, &bytes) ||
+        bytes > G4CU_EVAL_NPY_MAX_BYTES)
+        return g4_fail(G4_EUSER, "g4cu_eval_write_npy: [%d, %d] float32 is over the %llu-byte "
+                       "limit", rows, cols, (unsigned long long)G4CU_EVAL_NPY_MAX_BYTES);
     const int64_t shape[2] = {rows, cols};
     return g4_api_code(g4_npy_write(path, G4_DT_FLOAT, 2, shape, data));
 }
@@ -182,7 +190,7 @@ const char *g4cu_eval_task_names(void) { return g4_eval_task_names(); }
 
 int g4cu_eval_task_find(const char *name, g4cu_eval_task *out) {
     const g4_eval_task *t = name ? g4_eval_task_find(name) : NULL;
-    if (!t) return 0;
+    if (!t || !out) return 0;
     *out = (g4cu_eval_task){t->name, t->metric, t->lower_is_better};
     return 1;
 }
@@ -190,6 +198,7 @@ int g4cu_eval_task_find(const char *name, g4cu_eval_task *out) {
 void g4cu_eval_params_default(g4cu_eval_params *p) { memset(p, 0, sizeof *p); }
 
 void g4cu_eval_result_free(g4cu_eval_result *r) {
+    if (!r) return;
     free(r->scores_path);
     memset(r, 0, sizeof *r);
 }
@@ -210,6 +219,7 @@ static const g4_eval_task *task_or_fail(const char *name, int *rc) {
 
 int g4cu_eval_run(const char *manifest, const char *dir, const g4cu_eval_params *p,
                   g4cu_eval_result *out) {
+    if (!out) return g4_fail(G4_EUSER, "g4cu_eval_run: out is NULL");
     memset(out, 0, sizeof *out);
     int rc = G4_OK;
     if (!manifest || !dir || !p || !p->out_dir)
@@ -244,6 +254,7 @@ int g4cu_eval_run(const char *manifest, const char *dir, const g4cu_eval_params 
 
 int g4cu_eval_merge(const char *dir, const char *task, const char *manifest, int limit,
                     g4cu_eval_result *out) {
+    if (!out) return g4_fail(G4_EUSER, "g4cu_eval_merge: out is NULL");
     memset(out, 0, sizeof *out);
     int rc = G4_OK;
     if (!dir) return g4_fail(G4_EUSER, "g4cu_eval_merge: needs a directory");

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/api_internal.h"
 #include "base/progress.h"
@@ -93,8 +94,16 @@ static size_t row_bytes(uint32_t V) { return 16 + 2 * (size_t)(V + (V & 1)); }
 
 // Reads F's header and tokens; every field checked against the file's size.
 static int base_open(const char *path, FILE **f, ppl_header *h, int32_t **ids) {
-    *f = fopen(path, "rb");
-    if (!*f) return g4_fail(G4_EUSER, "%s: cannot open: %s", path, strerror(errno));
+    // Through g4_open_input: a regular file, and remembered as an input, so that --json or
+    // --save-logits naming it are refused instead of overwriting the saved base run.
+    int fd;
+    uint64_t fsize;
+    int rc = g4_open_input(path, G4_NO_MAX_BYTES, &fd, &fsize);
+    if (rc) return rc;
+    if (!(*f = fdopen(fd, "rb"))) {
+        close(fd);
+        return g4_fail(G4_EUSER, "%s: cannot open: %s", path, strerror(errno));
+    }
     uint8_t b[PPL_HEADER];
     if (fread(b, 1, PPL_HEADER, *f) != PPL_HEADER || memcmp(b, PPL_MAGIC, 8))
         return g4_fail(G4_EUSER, "%s: not a g4cu perplexity --save-logits file (no %s magic)",
@@ -128,12 +137,6 @@ static int base_open(const char *path, FILE **f, ppl_header *h, int32_t **ids) {
     if (got != n_ids) return g4_fail(G4_EUSER, "%s: truncated token list", path);
     if (fnv64(FNV_SEED, *ids, 4 * n_ids) != h->ids_fp)
         return g4_fail(G4_EUSER, "%s: the token list does not match its fingerprint", path);
-    return G4_OK;
-}
-
-static int write_all(FILE *f, const void *p, size_t n, const char *path) {
-    if (fwrite(p, 1, n, f) != n)
-        return g4_fail(G4_EUSER, "%s: write failed: %s", path, strerror(errno));
     return G4_OK;
 }
 
@@ -209,8 +212,9 @@ static int run(const ppl_args *a, g4cu_perplexity_result *out) {
     g4_text_state *st = NULL;
     g4_ids ids = {0};
     int32_t *base_ids = NULL, *chunk = NULL;
-    FILE *base = NULL, *save = NULL;
-    char *tok_path = NULL, *save_tmp = NULL;
+    FILE *base = NULL;
+    g4_out_file save_out = {.fd = -1}, *save = NULL; // --save-logits (save: while open)
+    char *tok_path = NULL;
     float *logits = NULL;
     uint8_t *row = NULL;
     g4_ppl_stats stats = {0};
@@ -298,20 +302,19 @@ static int run(const ppl_args *a, g4cu_perplexity_result *out) {
         }
     if (!a->base) h.ids_fp = fnv64(FNV_SEED, ids.v, 4 * (size_t)h.n_chunks * h.ctx);
 
+    // The output is opened once every input has been read (the text, the tokenizer, the
+    // package): --save-logits naming one of them is refused, never overwritten; a FIFO or
+    // /dev/stdout is streamed to in place.
     if (a->save) {
-        save_tmp = g4_malloc(strlen(a->save) + 8);
-        sprintf(save_tmp, "%s.tmp", a->save);
-        if (!(save = fopen(save_tmp, "wb"))) {
-            rc = g4_fail(G4_EUSER, "%s: cannot create: %s", save_tmp, strerror(errno));
-            goto done;
-        }
+        if ((rc = g4_out_open(a->save, &save_out))) goto done;
+        save = &save_out;
         uint8_t hb[PPL_HEADER];
         header_pack(&h, hb);
         const size_t nt = (size_t)h.n_chunks * h.ctx;
         uint8_t *raw = g4_malloc(4 * nt);
         for (size_t i = 0; i < nt; i++) put_u32(raw + 4 * i, (uint32_t)ids.v[i]);
-        rc = write_all(save, hb, PPL_HEADER, save_tmp);
-        if (!rc) rc = write_all(save, raw, 4 * nt, save_tmp);
+        rc = g4_out_write(save, hb, PPL_HEADER);
+        if (!rc) rc = g4_out_write(save, raw, 4 * nt);
         free(raw);
         if (rc) goto done;
     }
@@ -349,7 +352,7 @@ static int run(const ppl_args *a, g4cu_perplexity_result *out) {
                         uint16_t v = q[i];
                         row[16 + 2 * i] = (uint8_t)v, row[17 + 2 * i] = (uint8_t)(v >> 8);
                     }
-                    if ((rc = write_all(save, row, row_bytes(h.n_vocab), save_tmp))) goto done;
+                    if ((rc = g4_out_write(save, row, row_bytes(h.n_vocab)))) goto done;
                 } else if (base) {
                     if (fread(row, 1, row_bytes(h.n_vocab), base) != row_bytes(h.n_vocab)) {
                         rc = g4_fail(G4_EUSER, "%s: truncated at chunk %u", a->base, c);
@@ -379,12 +382,8 @@ static int run(const ppl_args *a, g4cu_perplexity_result *out) {
         }
     }
     if (save) {
-        FILE *f = save;
         save = NULL;
-        if (fclose(f) || rename(save_tmp, a->save)) {
-            rc = g4_fail(G4_EUSER, "%s: cannot write: %s", a->save, strerror(errno));
-            goto done;
-        }
+        if ((rc = g4_out_commit(&save_out))) goto done;
     }
     g4_ppl_summary s = g4_ppl_summarize(&stats);
     *out = (g4cu_perplexity_result){.n_chunks = (int)h.n_chunks,
@@ -403,12 +402,8 @@ static int run(const ppl_args *a, g4cu_perplexity_result *out) {
         out->rms_dp = s.rms_dp, out->rms_dp_stderr = s.rms_dp_unc, out->mean_dp = s.dp_mean;
     }
 done:
-    if (save) {
-        fclose(save);
-        remove(save_tmp);
-    }
+    if (save) g4_out_abort(save);
     if (base) fclose(base);
-    free(save_tmp);
     free(tok_path);
     free(base_ids);
     free(chunk);
@@ -427,6 +422,7 @@ void g4cu_perplexity_params_default(g4cu_perplexity_params *p) { memset(p, 0, si
 
 int g4cu_perplexity(const char *dir, const g4cu_perplexity_params *p,
                     g4cu_perplexity_result *out) {
+    if (!out) return g4_api_code(g4_fail(G4_EUSER, "g4cu_perplexity: out is NULL"));
     memset(out, 0, sizeof *out);
     if (!dir || !p) return g4_fail(G4_EUSER, "g4cu_perplexity: needs a package and params");
     if (p->ctx < 4 || p->ctx > 1 << 20)

@@ -316,15 +316,46 @@ void g4_note_input_dir(const char *dir) {
 }
 
 // --- outputs --------------------------------------------------------------------------------
-int g4_check_output(const char *path) {
+// 1 when path names one of this process's open files by descriptor (/dev/stdout, /dev/fd/N,
+// /proc/self/fd/N): written where it is (the shell's redirection), never replaced by a rename.
+static int names_open_fd(const char *path) {
+    char link[64];
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n > 0) {
+        link[n] = 0;
+        if (!strncmp(link, "/proc/self/fd/", 14) || !strncmp(link, "/dev/fd/", 8)) return 1;
+    }
+    const char *slash = strrchr(path, '/');
+    if (!slash) return 0;
+    char *dir = g4_strndup(path, (size_t)(slash - path) + (slash == path));
+    char *real = realpath(dir, NULL);
+    free(dir);
+    int fd_dir = 0;
+    if (real) {
+        const char *tail = NULL;
+        if (!strncmp(real, "/proc/", 6)) tail = strchr(real + 6, '/');
+        fd_dir = tail && !strcmp(tail, "/fd");
+        free(real);
+    }
+    return fd_dir;
+}
+
+// Where an output goes: 0 replaced atomically (a new or regular file), 1 written in place (a
+// FIFO, a character device, or a file named by an open descriptor); a user error otherwise.
+static int output_kind(const char *path, int *in_place) {
+    *in_place = 0;
     struct stat st;
     if (stat(path, &st) != 0) {
         if (errno == ENOENT) return G4_OK; // a new file (a dangling symlink gets replaced)
         return g4_fail(G4_EUSER, "%s: cannot stat the output: %s", path, strerror(errno));
     }
-    if (!S_ISREG(st.st_mode))
-        return g4_fail(G4_EUSER, "%s: is %s; an output must be a new or a regular file", path,
-                       file_type(st.st_mode));
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode))
+        return g4_fail(G4_EUSER,
+                       "%s: is %s; an output must be a new or a regular file, a FIFO or a "
+                       "character device",
+                       path, file_type(st.st_mode));
+    *in_place = !S_ISREG(st.st_mode) || names_open_fd(path);
+    if (!S_ISREG(st.st_mode)) return G4_OK; // (inputs are regular files: never one of them)
     char *in = find_id(0, &st);
     if (in) {
         int rc = g4_fail(G4_EUSER,
@@ -335,6 +366,11 @@ int g4_check_output(const char *path) {
         return rc;
     }
     return G4_OK;
+}
+
+int g4_check_output(const char *path) {
+    int in_place;
+    return output_kind(path, &in_place);
 }
 
 int g4_check_output_dir(const char *dir) {
@@ -396,39 +432,78 @@ static int create_temp_beside(const char *path, char **tmp_out, int *fd_out) {
     return g4_fail(G4_EUSER, "%s: cannot create a temporary file beside it", path);
 }
 
-int g4_write_file_atomic(const char *path, const void *data, size_t size) {
-    int rc = g4_check_output(path);
+int g4_out_open(const char *path, g4_out_file *o) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    int in_place, rc = output_kind(path, &in_place);
     if (rc) return rc;
-    char *tmp = NULL;
-    int fd = -1;
-    if ((rc = create_temp_beside(path, &tmp, &fd))) return rc;
+    if (in_place) {
+        fflush(NULL); // what this process printed before comes first on a shared stdout
+        // O_APPEND: a regular file behind /dev/stdout keeps what the shell and we wrote before
+        int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) return g4_fail(G4_EUSER, "%s: cannot open for writing: %s", path, strerror(errno));
+        o->fd = fd;
+    } else if ((rc = create_temp_beside(path, &o->tmp, &o->fd))) {
+        return rc;
+    }
+    o->path = g4_strdup(path);
+    return G4_OK;
+}
+
+int g4_out_write(g4_out_file *o, const void *data, size_t size) {
     const uint8_t *p = data;
-    int err = 0;
-    for (size_t put = 0; put < size && !err;) {
-        ssize_t w = write(fd, p + put, size - put);
+    for (size_t put = 0; put < size;) {
+        ssize_t w = write(o->fd, p + put, size - put);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0)
-            err = errno;
-        else
-            put += (size_t)w;
+        if (w < 0) return g4_fail(G4_EUSER, "%s: write failed: %s", o->path, strerror(errno));
+        put += (size_t)w;
     }
-    if (close(fd) != 0 && !err) err = errno;
-    if (!err && rename(tmp, path) != 0) err = errno;
-    if (err) {
-        rc = g4_fail(G4_EUSER, "%s: write failed: %s", path, strerror(err));
-        unlink(tmp);
-    }
-    free(tmp);
+    return G4_OK;
+}
+
+int g4_out_commit(g4_out_file *o) {
+    int err = close(o->fd) != 0 ? errno : 0;
+    o->fd = -1;
+    if (!err && o->tmp && rename(o->tmp, o->path) != 0) err = errno;
+    int rc = err ? g4_fail(G4_EUSER, "%s: write failed: %s", o->path, strerror(err)) : G4_OK;
+    if (err && o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
     return rc;
+}
+
+void g4_out_abort(g4_out_file *o) {
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+}
+
+int g4_write_file_atomic(const char *path, const void *data, size_t size) {
+    g4_out_file o;
+    int rc = g4_out_open(path, &o);
+    if (rc) return rc;
+    if ((rc = g4_out_write(&o, data, size))) {
+        g4_out_abort(&o);
+        return rc;
+    }
+    return g4_out_commit(&o);
 }
 
 int g4_open_output_append(const char *path, int *fd_out) {
     *fd_out = -1;
     int rc = g4_check_output(path);
     if (rc) return rc;
+    struct stat st; // (a file appended to is read back: a regular one, never a stream)
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return g4_fail(G4_EUSER, "%s: is %s; an output must be a new or a regular file (it is "
+                       "appended to and read back)", path, file_type(st.st_mode));
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0666);
     if (fd < 0) return g4_fail(G4_EUSER, "%s: cannot open for writing: %s", path, strerror(errno));
-    struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { // swapped for a FIFO since the check
         close(fd);
         return g4_fail(G4_EUSER, "%s: is not a regular file; an output must be one", path);

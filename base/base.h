@@ -195,16 +195,33 @@ int g4_is_file(const char *path);
 char *g4_path_join(const char *dir, const char *name);
 
 // Outputs: every file g4 writes is checked by g4_check_output first, which refuses a target that
-// exists and is not a regular file (/dev/null, a FIFO, a directory: replacing a device node
-// with a file, or writing into a pipe nobody reads, is never what was meant) and a target that
-// is one of this process's inputs (the same device and inode: a hard link, a symlink or another
-// spelling of an input's name), so that an output never destroys what it was made from.
+// exists and is neither a regular file, a FIFO nor a character device (a directory, a block
+// device, a socket) and a target that is one of this process's inputs (the same device and
+// inode: a hard link, a symlink or another spelling of an input's name), so that an output
+// never destroys what it was made from. A FIFO, a character device (/dev/null, a terminal) and
+// a file named by an open descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) are written in
+// place, appending, as a stream: never replaced by a new file.
 int g4_check_output(const char *path);
-// Writes data to path atomically after g4_check_output: a new temporary file beside it, then
-// rename, so a failed or interrupted write never leaves a half-written file under the name.
+// An output being written: a temporary file beside path, renamed over it at commit; or, for
+// the in-place targets above, path itself.
+typedef struct {
+    int fd;
+    char *tmp;  // the temporary file (NULL: written in place)
+    char *path; // the target
+} g4_out_file;
+// g4_check_output, then the temporary file (created exclusively) or path opened in place.
+int g4_out_open(const char *path, g4_out_file *o);
+int g4_out_write(g4_out_file *o, const void *data, size_t size);
+// Closes, and renames the temporary file over the target; g4_out_abort removes it instead.
+int g4_out_commit(g4_out_file *o);
+void g4_out_abort(g4_out_file *o);
+// Writes data to path after g4_check_output: a new temporary file beside it, then rename, so a
+// failed or interrupted write never leaves a half-written file under the name (in place for a
+// FIFO, a character device or /dev/stdout).
 int g4_write_file_atomic(const char *path, const void *data, size_t size);
 // Opens path for appending (created when missing) after g4_check_output; refuses a non-regular
-// file that appears meanwhile. Returns the fd in *fd.
+// file (it is read back: eval's predictions), also one that appears meanwhile. Returns the fd
+// in *fd.
 int g4_open_output_append(const char *path, int *fd);
 // Input directories (a package): an output directory may be neither one of them nor inside one.
 void g4_note_input_dir(const char *dir);

@@ -28,13 +28,24 @@ int g4_audio_resample(const float *in, int64_t n, int in_rate, int out_rate, flo
                       int64_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    if (in_rate <= 0 || out_rate <= 0)
-        return g4_fail(G4_EUSER, "resample %d Hz -> %d Hz: rates must be positive", in_rate,
-                       out_rate);
+    if (in_rate < G4_AUDIO_MIN_RATE || in_rate > G4_AUDIO_MAX_RATE || out_rate < G4_AUDIO_MIN_RATE ||
+        out_rate > G4_AUDIO_MAX_RATE)
+        return g4_fail(G4_EUSER, "resample %d Hz -> %d Hz: expected rates from %d to %d Hz",
+                       in_rate, out_rate, G4_AUDIO_MIN_RATE, G4_AUDIO_MAX_RATE);
+    if (n < 0 || n > G4_AUDIO_MAX_HELD)
+        return g4_fail(G4_EUSER, "resample: %lld samples: expected 0 to %lld", (long long)n,
+                       (long long)G4_AUDIO_MAX_HELD);
     // librosa.resample(fix=True): the result has exactly ceil(n * target / orig) samples.
     const double ratio = (double)out_rate / (double)in_rate;
     const int64_t n_fixed = (int64_t)ceil((double)n * ratio);
     if (n == 0) return G4_OK;
+    if (n_fixed > G4_AUDIO_MAX_HELD)
+        return g4_fail(G4_EUSER,
+                       "resample %d Hz -> %d Hz: %lld samples would become %lld, over the "
+                       "%lld-sample limit (%.1f h at %d Hz): split the audio",
+                       in_rate, out_rate, (long long)n, (long long)n_fixed,
+                       (long long)G4_AUDIO_MAX_HELD, (double)G4_AUDIO_MAX_HELD / out_rate / 3600,
+                       out_rate);
 
     soxr_error_t err = NULL;
     const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
@@ -48,7 +59,8 @@ int g4_audio_resample(const float *in, int64_t n, int in_rate, int out_rate, flo
     const size_t olen = (size_t)((double)n * out_rate / in_rate) + 1;
     size_t chunk = (size_t)(48000.0 * in_rate / out_rate);
     if (chunk == 0) chunk = 1;
-    float *y = g4_calloc(olen, sizeof(float));
+    // One zeroed buffer of max(olen, n_fixed): fix_length's zero padding is already there.
+    float *y = g4_calloc(olen > (size_t)n_fixed ? olen : (size_t)n_fixed, sizeof(float));
     size_t pos = 0, odone = 0;
     for (size_t i = 0; i < (size_t)n && !err; i += chunk) {
         size_t len = (size_t)n - i < chunk ? (size_t)n - i : chunk;
@@ -65,11 +77,8 @@ int g4_audio_resample(const float *in, int64_t n, int in_rate, int out_rate, flo
         return g4_fail(G4_EINTERNAL, "resample %d Hz -> %d Hz: soxr_process failed (%s)", in_rate,
                        out_rate, err);
     }
-    // fix_length: trim, or pad with zeros at the end.
-    float *r = g4_calloc(n_fixed > 0 ? (size_t)n_fixed : 1, sizeof(float));
-    memcpy(r, y, sizeof(float) * (pos < (size_t)n_fixed ? pos : (size_t)n_fixed));
-    free(y);
-    *out = r;
+    // fix_length: trim (the tail past n_fixed is ignored), or pad with the buffer's zeros.
+    *out = y;
     *n_out = n_fixed;
     return G4_OK;
 }
@@ -97,6 +106,11 @@ int g4_audio_load(const char *path, int target_rate, int64_t max_samples, g4_aud
                      "%s: %d channels at %d Hz, expected at least one channel and a "
                      "positive rate",
                      path, info.channels, info.samplerate);
+        goto done;
+    }
+    if (info.samplerate < G4_AUDIO_MIN_RATE || info.samplerate > G4_AUDIO_MAX_RATE) {
+        rc = g4_fail(G4_EUSER, "%s: a sample rate of %d Hz: expected %d to %d Hz (a broken header?)",
+                     path, info.samplerate, G4_AUDIO_MIN_RATE, G4_AUDIO_MAX_RATE);
         goto done;
     }
     if (info.frames <= 0) {

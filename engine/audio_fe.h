@@ -53,9 +53,19 @@ typedef struct {
 int g4_audio_load(const char *path, int target_rate, int64_t max_samples, g4_audio *out);
 void g4_audio_free(g4_audio *a);
 
+// Sample rates accepted from a file or a caller's PCM: a header that claims 1 Hz would make
+// 50,000 samples 14 hours of audio (800 M samples at 16 kHz), so rates outside this range are
+// refused as broken rather than resampled.
+#define G4_AUDIO_MIN_RATE 1000
+#define G4_AUDIO_MAX_RATE 768000
+// The most samples one decode or resample holds (float32: 4 GiB; 18.6 h at 16 kHz).
+#define G4_AUDIO_MAX_HELD (1ll << 30)
+
 // Mono float32 resampling with libsoxr SOXR_HQ (as soxr.resample(x, in, out, "soxr_hq")),
 // followed by librosa's fix_length: the output has exactly ceil(n * out_rate / in_rate) samples
-// (trimmed, or zero-padded at the end). *out is malloc'ed (NULL when *n_out is 0).
+// (trimmed, or zero-padded at the end). *out is malloc'ed (NULL when *n_out is 0). Rates
+// outside [G4_AUDIO_MIN_RATE, G4_AUDIO_MAX_RATE] and outputs over G4_AUDIO_MAX_HELD samples are
+// user errors.
 int g4_audio_resample(const float *in, int64_t n, int in_rate, int out_rate, float **out,
                       int64_t *n_out);
 

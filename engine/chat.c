@@ -68,13 +68,17 @@ static int flush(walker *w) {
     if (!w->tok || w->text.n == 0) return G4_OK;
     g4_ids ids = {0};
     int rc = g4_tokenizer_encode(w->tok, w->text.p, w->text.n, 0, &ids);
+    // (<|video|> too: the tokenizer has it, the engine takes no video, and a placeholder with
+    // no medium behind it would reach the model as a bare soft-token slot)
+    const int video = g4_tokenizer_id(w->tok, "<|video|>", 9);
     for (size_t i = 0; rc == G4_OK && i < ids.n; i++) {
         int id = ids.v[i];
-        if ((id == w->ct.image && id >= 0) || (id == w->ct.audio && id >= 0))
+        if ((id == w->ct.image && id >= 0) || (id == w->ct.audio && id >= 0) ||
+            (id == video && id >= 0))
             rc = g4_fail(G4_EUSER,
                          "prompt text contains the media placeholder token '%s' itself; pass "
                          "images and audio as media, not as text",
-                         id == w->ct.image ? "<|image|>" : "<|audio|>");
+                         id == w->ct.image ? "<|image|>" : id == w->ct.audio ? "<|audio|>" : "<|video|>");
         else
             g4_ids_push(w->out, id);
     }

@@ -124,17 +124,24 @@ int g4_media_load_pcm(g4_media_encoder *e, const float *pcm, int64_t n, int rate
     out->kind = G4_MEDIA_AUDIO;
     int rc = check_kind(pkg, G4_MEDIA_AUDIO, what);
     if (rc) return rc;
-    if (n < 1 || !pcm || rate < 1)
-        return g4_fail(G4_EUSER, "%s: %lld samples at %d Hz: expected audio samples at a positive rate",
-                       what, (long long)n, rate);
-    for (int64_t i = 0; i < n; i++)
+    if (n < 1 || !pcm)
+        return g4_fail(G4_EUSER, "%s: %lld samples: expected audio samples", what, (long long)n);
+    if (rate < G4_AUDIO_MIN_RATE || rate > G4_AUDIO_MAX_RATE)
+        return g4_fail(G4_EUSER, "%s: a sample rate of %d Hz: expected %d to %d Hz", what, rate,
+                       G4_AUDIO_MIN_RATE, G4_AUDIO_MAX_RATE);
+    // Only the head the tower can use is resampled (its window and one second more for the
+    // resampler's look-ahead, as g4_audio_load decodes a file's head): memory bounded by the
+    // window, not by the caller's length. The features see the same first window.
+    const int target = pkg->audio_fe.sampling_rate;
+    const double head = ceil(((double)G4_AUDIO_MAX_SAMPLES + 1 + target) * rate / target);
+    const int64_t n_used = head < (double)n ? (int64_t)head : n;
+    for (int64_t i = 0; i < n_used; i++)
         if (!isfinite(pcm[i]))
             return g4_fail(G4_EUSER, "%s: sample %lld is not finite: expected finite audio samples",
                            what, (long long)i);
-    const int target = pkg->audio_fe.sampling_rate;
     float *res = NULL;
-    int64_t m = n;
-    if (rate != target && (rc = g4_audio_resample(pcm, n, rate, target, &res, &m))) {
+    int64_t m = n_used;
+    if (rate != target && (rc = g4_audio_resample(pcm, n_used, rate, target, &res, &m))) {
         g4_error_prefix("%s", what);
         return rc;
     }

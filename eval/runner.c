@@ -362,11 +362,13 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
 
     g4_eval_select(m.n, o->limit, o->shard_i, shard_n, &sel, &n_sel);
     res->selected = n_sel;
-    if (n_sel == 0) {
-        rc = g4_fail(G4_EUSER, "%s: shard %d of %d selects no items (the manifest has %d%s)",
-                     o->manifest, o->shard_i, shard_n, m.n, o->limit > 0 ? " before --limit" : "");
-        goto done;
-    }
+    // More shards than items: this shard's share is empty. That is a success with 0 items (an
+    // empty predictions file and the run file, no scores), so a launcher that waits for every
+    // shard to succeed goes on to eval-merge.
+    if (n_sel == 0 && o->log)
+        fprintf(o->log, "g4cu eval: %s: shard %d of %d selects no items (the manifest has %d%s): "
+                "nothing to predict\n", o->manifest, o->shard_i, shard_n, m.n,
+                o->limit > 0 ? " before --limit" : "");
     if ((rc = g4_eval_manifest_check_media(&m, sel, n_sel))) goto done;
     // What this run's settings are (its fingerprint opens the package), and where it writes:
     // not inside the package.
@@ -426,7 +428,7 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
     if (res->resumed && o->log)
         fprintf(o->log, "g4cu eval: resuming %s: %d of %d items already predicted\n", pred_path,
                 res->resumed, n_sel);
-    if ((rc = g4_eval_run_info_write(run_path, &info))) goto done;
+    if ((rc = g4_eval_run_info_write(run_path, &info)) || n_sel == 0) goto done;
 
     if (res->resumed < n_sel &&
         (rc = generate_items(o, info.fp.value, &m, sel, n_sel, done, res->resumed, &f,

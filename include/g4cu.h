@@ -5,7 +5,9 @@
 // request at a time (its KV cache, workspaces and, on CUDA, its own stream and captured decode
 // step) and is reused by the next request without allocating. A model may have several
 // states, each used by one thread at a time, all at once (the towers and the tokenizer are
-// shared: their part of a request runs under the model's lock).
+// shared: their part of a request runs under the model's lock). A call on a state that is
+// already running one (another thread's, or one made from its own on_text) is refused with
+// G4CU_EUSER ("the state is in use"), never run on the same buffers.
 //
 // Errors: every function that can fail returns G4CU_OK (0), G4CU_EUSER (bad input: a file, a
 // value or a request, named in the message) or G4CU_EINTERNAL (a bug or an environment failure),
@@ -65,6 +67,7 @@ void g4cu_model_params_default(g4cu_model_params *p);
 // Loads the package in dir. p NULL: the defaults.
 int g4cu_model_load(const char *dir, const g4cu_model_params *p, g4cu_model **out);
 void g4cu_model_free(g4cu_model *m);
+// The queries below return NULL / 0 for a NULL model (and leave a message).
 const char *g4cu_model_backend(const g4cu_model *m); // "cpu" or "cuda"
 int g4cu_model_n_vocab(const g4cu_model *m);         // logits per row
 int g4cu_model_n_ctx(const g4cu_model *m);           // the model's context, in tokens
@@ -82,6 +85,7 @@ void g4cu_state_free(g4cu_state *s);
 
 // --- requests ----------------------------------------------------------------------------------
 #define G4CU_DEFAULT_MAX_TOKENS 256 // g4cu_request_default's max_tokens
+#define G4CU_MAX_MEDIA 64           // media in one request at most
 
 typedef enum {
     G4CU_IMAGE_RGB = 0,     // rgb: [height, width, 3] 8-bit, row-major, interleaved
@@ -156,7 +160,7 @@ typedef struct {
     const char *system; // NULL: no system turn
     const char *text;   // the user's text (UTF-8); NULL: none
     const g4cu_media *media;
-    int n_media;
+    int n_media;        // 0 to G4CU_MAX_MEDIA
     int max_tokens;     // new tokens at most (default G4CU_DEFAULT_MAX_TOKENS)
     float temperature;  // <= 0: greedy (default 0)
     int top_k;          // 0: off
@@ -263,16 +267,22 @@ const char *g4cu_asr_prompt(void);
 // from each window's tokens the longest prefix that ends the previous window's (HF's chunked ASR
 // pipeline in its exact-match form); segment k spans from the middle of its overlap with window
 // k - 1 to the middle of its overlap with window k + 1.
+typedef struct g4cu_segment g4cu_segment; // (below)
 typedef struct {
     const g4cu_request *opts; // each window's options, as g4cu_transcribe takes them (on_text is
                               // not used: the text is final only once stitched); NULL: defaults
     const char *name;         // errors start with it ("name: ..."; NULL: none), e.g. the file
     size_t window;            // samples per window (0: g4cu_model_audio_window; at most that)
     size_t overlap;           // samples (0 with window 0: a sixth of the window; < window)
+    // Called as each window finishes with its segment k of n, final from then on (so a long
+    // recording's transcript comes out as it is made, and a stopped run keeps what it printed);
+    // non-zero stops the run (G4CU_EUSER). NULL: none.
+    int (*on_segment)(void *user, const g4cu_segment *seg, int k, int n);
+    void *user;
 } g4cu_transcribe_long_params;
 void g4cu_transcribe_long_params_default(g4cu_transcribe_long_params *p);
 
-typedef struct {
+struct g4cu_segment {
     size_t start, end;               // the segment's samples [start, end) of the whole audio
     size_t window_start, window_end; // the window's samples it was transcribed from
     char *text;                      // its kept tokens decoded, special tokens left out
@@ -281,7 +291,7 @@ typedef struct {
     int window_tokens;  // the window's own tokens (no EOS)
     int dropped_tokens; // of them, the ones the previous window ended with
     double prefill_ms, decode_ms;
-} g4cu_segment;
+};
 
 typedef struct {
     char *text; // every segment's kept tokens decoded together

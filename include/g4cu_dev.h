@@ -163,6 +163,8 @@ typedef struct {
     const char *hf_script; // the peer script (NULL: bench_hf.py found from the binary:
                            // <exe dir>/../tools/python/, then <exe dir>/../share/g4cu/python/);
                            // the interpreter: $G4_PYTHON, else python3 on PATH
+    FILE *progress;        // each measurement's line as it is measured (NULL, the default:
+                           // none): a CPU run takes minutes before its summary line
 } g4cu_dev_bench_params;
 void g4cu_dev_bench_params_default(g4cu_dev_bench_params *p);
 

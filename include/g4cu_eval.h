@@ -46,7 +46,10 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids, int n_ids,
 
 // Writes data, float32 [rows, cols] row-major, as a .npy file at path (NumPy format 1.0,
 // little-endian '<f4'), after the output checks every g4cu output gets (never over an input
-// package file, the parent directory must exist).
+// package file, the parent directory must exist). rows x cols x 4 bytes may be at most
+// G4CU_EVAL_NPY_MAX_BYTES (the size is the caller's word for what data holds: an overflowing or
+// absurd one is refused before a byte is read).
+#define G4CU_EVAL_NPY_MAX_BYTES (1ull << 40)
 int g4cu_eval_write_npy(const char *path, const float *data, int rows, int cols);
 
 // --- perplexity ----------------------------------------------------------------------------

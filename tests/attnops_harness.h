@@ -11,6 +11,9 @@
 //    named tolerances per op; NaN / inf in the output or in the reference always fail
 //    (g4t_compare, tests/test_util.h: the one NaN rule of the op harnesses).
 //  * No GPU: exit 77 with the reason (ctest counts it as skipped).
+//  * `--list` (no GPU needed): prints the cases the filters select ("case OP SHAPE") and runs
+//    none; a filter that selects no case fails, as a run does (tools/gpu/sanitize.sh's filters
+//    are checked against the table this way: test_gpu_filters.sh).
 #ifndef G4_ATTNOPS_HARNESS_H
 #define G4_ATTNOPS_HARNESS_H
 
@@ -30,7 +33,7 @@
 #define HX_GUARD_BYTE 0xA5
 
 static const char *hx_op_filter, *hx_shape_filter;
-static int hx_cases_run, hx_cases_failed;
+static int hx_cases_run, hx_cases_failed, hx_list;
 
 static inline void hx_cuda(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
@@ -47,11 +50,14 @@ static inline int hx_init(int argc, char **argv, const char *name) {
             hx_op_filter = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
             hx_shape_filter = argv[++i];
+        else if (!strcmp(argv[i], "--list"))
+            hx_list = 1;
         else {
-            fprintf(stderr, "usage: %s [--op SUBSTRING] [--shape SUBSTRING]\n", name);
+            fprintf(stderr, "usage: %s [--op SUBSTRING] [--shape SUBSTRING] [--list]\n", name);
             exit(1);
         }
     }
+    if (hx_list) return 0;
     const char *why = NULL;
     if (g4_cuda_device_count(&why) == 0) return g4t_skip(name, why ? why : "no CUDA device");
     char dev[256];
@@ -72,7 +78,7 @@ static inline int hx_case(const char *op, const char *fmt, ...) {
     printf("case %-14s %s\n", op, shape);
     fflush(stdout);
     hx_cases_run++;
-    return 1;
+    return !hx_list;
 }
 
 // --- guarded device buffers -------------------------------------------------------------------
@@ -185,11 +191,13 @@ static inline double hx_now_ms(void) {
 }
 
 static inline int hx_finish(const char *name) {
-    printf("%s: %d cases, %d failed\n", name, hx_cases_run, hx_cases_failed);
+    printf("%s: %d cases%s, %d failed\n", name, hx_cases_run, hx_list ? " listed" : "",
+           hx_cases_failed);
     if (hx_cases_run == 0) {
         printf("%s: no case matched the filters\n", name);
         return 1;
     }
+    if (hx_list) return 0;
     return g4t_finish(name);
 }
 

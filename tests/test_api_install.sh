@@ -104,4 +104,17 @@ check "g4cu_dev.h installed; a program on it alone compiles against the installe
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/dev" "$pkgdir" >"$tmp/out" 2>&1 &&
     grep -q "^consistent: all checks passed$" "$tmp/out"
 check "g4cu_dev_inspect from the installed library: the tiny package consistent" $?
+# The command too, with an RPATH: the installed g4cu and the README's example run from the
+# prefix without LD_LIBRARY_PATH (issue 34), and bench --hf's script is installed where the
+# installed g4cu looks for it.
+[ -x "$pre/bin/g4cu" ] && env -u LD_LIBRARY_PATH "$pre/bin/g4cu" --version >"$tmp/out" 2>&1 &&
+    grep -q "^g4cu " "$tmp/out" && [ -f "$pre/share/g4cu/python/bench_hf.py" ]
+check "cmake --install installs g4cu (runs without LD_LIBRARY_PATH) and bench_hf.py" $?
+# (libg4cu.so gets one only for link directories outside the loader's own paths: none here)
+readelf -d "$pre/bin/g4cu" | grep -qE 'R(UN)?PATH.*\$ORIGIN/\.\./lib'
+check "the installed g4cu carries an RPATH to the prefix's lib" $?
+env -u LD_LIBRARY_PATH "$tmp/example" "$pkgdir" "$tok" "Describe the weather." >"$tmp/out" 2>"$tmp/err" &&
+    grep -qE '^\[[0-9]+ prompt tokens, 16 generated, length\]$' "$tmp/out" &&
+    env -u LD_LIBRARY_PATH LD_DEBUG=libs "$tmp/example" 2>&1 | grep -q "$libdir/libg4cu.so.0"
+check "the README's example runs from the prefix without LD_LIBRARY_PATH" $?
 finish test_api_install

@@ -21,6 +21,7 @@
 #include "engine/asr_window.h"
 #include "engine/audio_fe.h"
 #include "tests/test_util.h"
+#include "tools/asr_cues.h"
 
 static void test_windows(void) {
     const int64_t W = 480000, O = W / 6;
@@ -183,43 +184,140 @@ static void test_cli(void) {
     CHECK_MSG(!strstr(err, "only the first"), "long-form: no audio dropped");
     free(err);
 
-    // --srt / --vtt: the same segments as cues
+    // --srt / --vtt: each segment's words as cues (checked by parsing the file back): cue
+    // numbers 1, 2, ... (SubRip), a timing line and one non-empty text line per cue, the
+    // cues of segment i tiling its span (from the middles of the overlaps to the end of the
+    // audio) with each cue's words in order, every cue at most 7 s unless it is one word
     const char *fmts[2] = {"srt", "vtt"};
-    // cue times from the segment bounds (samples at 16 kHz): the middles of the overlaps, the
-    // end of the audio
     const int64_t bound[4] = {0, (start[1] + end[0]) / 2, (start[2] + end[1]) / 2, n};
     for (int f = 0; f < 2; f++) {
         char *out = g4_sprintf("%s/long.%s", tmp, fmts[f]);
-        rc = g4t_sh("'%s' asr '%s' '%s' --tokenizer '%s' --max-new 3 --%s >'%s' 2>/dev/null", g4cu,
-                    pkg, longwav, tok, fmts[f], out);
+        rc = g4t_sh("'%s' asr '%s' '%s' --tokenizer '%s' --max-new 3 --%s >'%s' 2>'%s/err'", g4cu,
+                    pkg, longwav, tok, fmts[f], out, tmp);
         CHECK_INT(rc, 0);
-        char *c = g4t_slurp("%s", out);
-        CHECK(f == 0 ? !strncmp(c, "1\n00:00:00,000 --> ", 19) : !strncmp(c, "WEBVTT\n\n", 8));
+        char *c = g4t_slurp("%s", out), *e = g4t_slurp("%s/err", tmp);
+        CHECK_MSG(strstr(e, "asr: window 3/3 done (63.0 of 63.0 s)"), "progress: %s", e);
+        free(e);
+        const char *p = c;
+        if (f == 1) {
+            CHECK(!strncmp(p, "WEBVTT\n\n", 8));
+            p += 8;
+        }
+        char words[3][512] = {{0}}; // the words of each segment's cues, space-joined
+        double seg_first[3] = {-1, -1, -1}, seg_last[3] = {-1, -1, -1}, prev_end = 0;
+        int n_cues = 0, bad = 0;
+        while (*p && !bad) {
+            int num = 0, used = 0, h0, m0, s0, ms0, h1, m1, s1, ms1;
+            char sep0, sep1;
+            if (f == 0 && (sscanf(p, "%d\n%n", &num, &used) != 1 || num != n_cues + 1)) bad = 1;
+            p += used;
+            if (bad || sscanf(p, "%d:%d:%d%c%d --> %d:%d:%d%c%d\n%n", &h0, &m0, &s0, &sep0, &ms0,
+                              &h1, &m1, &s1, &sep1, &ms1, &used) != 10 ||
+                sep0 != (f ? '.' : ','))
+                bad = 2;
+            if (bad) break;
+            p += used;
+            const char *nl = strchr(p, '\n');
+            if (!nl || nl == p || nl[1] != '\n') { // one non-empty text line, then a blank one
+                bad = 3;
+                break;
+            }
+            const double t0 = h0 * 3600 + m0 * 60 + s0 + ms0 / 1000.0,
+                         t1 = h1 * 3600 + m1 * 60 + s1 + ms1 / 1000.0;
+            int seg = 0;
+            while (seg < 2 && t0 >= bound[seg + 1] / 16000.0 - 1e-3) seg++;
+            if (seg_first[seg] < 0) seg_first[seg] = t0;
+            else if (fabs(t0 - prev_end) > 1.5e-3) bad = 4; // cues of a segment are contiguous
+            seg_last[seg] = prev_end = t1;
+            const int one_word = !memchr(p, ' ', (size_t)(nl - p));
+            if (t1 - t0 > 7.0 + 1e-3 && !one_word) bad = 5;
+            size_t wl = strlen(words[seg]);
+            snprintf(words[seg] + wl, sizeof words[seg] - wl, "%s%.*s", wl ? " " : "",
+                     (int)(nl - p), p);
+            p = nl + 2;
+            n_cues++;
+        }
+        CHECK_MSG(!bad && n_cues >= 1, "%s: cue %d is malformed (%d)", fmts[f], n_cues + 1, bad);
         i = 0;
         for (const cJSON *g = segs ? segs->child : NULL; g && i < 3; g = g->next, i++) {
-            char t[2][32];
-            for (int e = 0; e < 2; e++) {
-                const long long ms = (long long)((double)bound[i + e] / 16.0 + 0.5);
-                snprintf(t[e], sizeof t[e], "%02lld:%02lld:%02lld%c%03lld", ms / 3600000,
-                         ms / 60000 % 60, ms / 1000 % 60, f == 0 ? ',' : '.', ms % 1000);
+            // the segment's words, whitespace-normalised
+            char want[512] = "";
+            size_t wl = 0;
+            for (const char *q = cJSON_GetObjectItem(g, "text")->valuestring; *q;) {
+                while (*q == ' ' || *q == '\n' || *q == '\t' || *q == '\r') q++;
+                if (!*q) break;
+                if (wl && wl + 1 < sizeof want) want[wl++] = ' ';
+                while (*q && *q != ' ' && *q != '\n' && *q != '\t' && *q != '\r' &&
+                       wl + 1 < sizeof want)
+                    want[wl++] = *q++;
+                want[wl] = 0;
             }
-            char num[16] = "";
-            if (f == 0) snprintf(num, sizeof num, "%d\n", i + 1);
-            char *want = g4_sprintf("%s%s --> %s\n%s\n\n", num, t[0], t[1],
-                                    cJSON_GetObjectItem(g, "text")->valuestring);
-            CHECK_MSG(strstr(c, want) != NULL, "%s: no cue '%s'", fmts[f], want);
-            free(want);
+            CHECK_MSG(!strcmp(words[i], want), "%s: segment %d's cues say '%s', its text '%s'",
+                      fmts[f], i, words[i], want);
+            if (want[0]) // (a segment with no words has no cue)
+                CHECK_MSG(fabs(seg_first[i] - bound[i] / 16000.0) < 1.5e-3 &&
+                              fabs(seg_last[i] - bound[i + 1] / 16000.0) < 1.5e-3,
+                          "%s: segment %d's cues span %g-%g, expected %g-%g", fmts[f], i,
+                          seg_first[i], seg_last[i], bound[i] / 16000.0, bound[i + 1] / 16000.0);
         }
         free(c), free(out);
     }
     rc = g4t_sh("'%s' asr '%s' '%s' '%s' --srt >/dev/null 2>&1", g4cu, pkg, longwav, longwav);
     CHECK_INT(rc, 1);
+    rc = g4t_sh("'%s' asr '%s' '%s' --srt --vtt >/dev/null 2>'%s/err'", g4cu, pkg, longwav, tmp);
+    char *both = g4t_slurp("%s/err", tmp);
+    CHECK_MSG(rc == 1 && strstr(both, "--srt and --vtt exclude each other"), "--srt --vtt: %d %s",
+              rc, both);
+    free(both);
     cJSON_Delete(j);
     free(s), free(res), free(x), free(a), free(b), free(longwav);
 }
 
+// The cue splitter on texts whose cues are worked out by hand (times: a segment's span shared
+// out over the words by characters, one more per word for the gap).
+static void test_cues(void) {
+    struct {
+        const char *text;
+        double t0, t1;
+        int n;
+        const char *cue[6];
+        double end[6];
+    } cases[] = {
+        // a leading line break (what gave the blank line and the empty cue): dropped; two
+        // sentences, two cues; "Hello there." is 13 of 26 character units: ends at 5 s
+        {"\nHello there. How are you?", 0, 10, 2, {"Hello there.", "How are you?"}, {5, 10}},
+        {" \n \n", 0, 10, 0, {0}, {0}}, // no words: no cue
+        {"", 3, 4, 0, {0}, {0}},
+        // no punctuation, 25 s: words of 2.5 s, two a cue (three would be 7.5 s)
+        {"aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii jjjj", 0, 25, 5,
+         {"aaaa bbbb", "cccc dddd", "eeee ffff", "gggg hhhh", "iiii jjjj"}, {5, 10, 15, 20, 25}},
+        // past 7 s: back to the pause (the comma), then the words that fit (29 units over 12 s)
+        {"one two, three four five six", 0, 12, 3, {"one two,", "three four five", "six"},
+         {9 * 12.0 / 29, 25 * 12.0 / 29, 12}},
+        // one word longer than the limit: one cue, the whole span; a line break ends a cue
+        {"Supercalifragilistic", 30, 50, 1, {"Supercalifragilistic"}, {50}},
+        {"up\ndown", 0, 2, 2, {"up", "down"}, {0.75, 2}}, // (3 of 8 units)
+    };
+    int checked = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        g4_asr_cue *q;
+        const int n = g4_asr_cues(cases[c].text, cases[c].t0, cases[c].t1, 7.0, &q);
+        CHECK_MSG(n == cases[c].n, "case %zu: %d cues, expected %d", c, n, cases[c].n);
+        for (int i = 0; i < n && i < cases[c].n; i++, checked++) {
+            const double st = i ? q[i - 1].end : cases[c].t0;
+            CHECK_MSG(!strcmp(q[i].text, cases[c].cue[i]) && fabs(q[i].start - st) < 1e-9 &&
+                          fabs(q[i].end - cases[c].end[i]) < 1e-9,
+                      "case %zu cue %d: '%s' %g-%g, expected '%s' %g-%g", c, i, q[i].text,
+                      q[i].start, q[i].end, cases[c].cue[i], st, cases[c].end[i]);
+        }
+        g4_asr_cues_free(q, n);
+    }
+    CHECK_INT(checked, 13);
+}
+
 int main(void) {
     test_windows();
+    test_cues();
     g4cu = g4t_env("G4CU");
     pkg = g4t_env("G4_TINY_PKG");
     tok = g4_sprintf("%s/chat/chat_bpe.json", g4t_env("G4_FIXTURES"));

@@ -58,17 +58,26 @@ printf '{"id": "s", "audio": "%s", "transcript": "a", "category": "c"}\n' \
 expect "input: FIFO as the predictions file" 1 "predictions.jsonl: is a FIFO \(named pipe\)[,;] (not a regular file|an output must be a new or a regular file)" \
     $T "$G4CU" eval "$tmp/m1.jsonl" --task librispeech "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/e1" --resume
 
-# --- outputs: never a device, a FIFO, a directory or an input ----------------------------------
-# Through a symlink to /dev/null: the refusal is the same (the target is what counts), and an
-# engine that regressed would replace the link, not the system's /dev/null (as root, writing
-# --out /dev/null itself would replace the device with a regular file).
+# --- outputs: a FIFO or a device written in place, never replaced; never a directory or an input
+# Through a symlink to /dev/null: an engine that regressed would replace the link, not the
+# system's /dev/null (as root, renaming over /dev/null itself would replace the device).
 ln -s /dev/null "$tmp/devnull"
-expect "output: --out /dev/null" 1 "$tmp/devnull: is a character device; an output must be a new or a regular file" \
-    $T "$G4CU" logits "$G4_TINY_PKG" --ids 2,3 --out "$tmp/devnull"
-[ -L "$tmp/devnull" ] && [ -c /dev/null ]
-check "output: /dev/null is still a device" $?
-expect "output: --out a FIFO" 1 "$tmp/fifo: is a FIFO \(named pipe\); an output must be a new or a regular file" \
-    $T "$G4CU" features "$G4_TINY_PKG" --audio "$media/silence_1s.wav" --out "$tmp/fifo"
+$T "$G4CU" logits "$G4_TINY_PKG" --ids 2,3 --out "$tmp/devnull" >/dev/null 2>"$tmp/err"
+[ $? -eq 0 ] && [ -L "$tmp/devnull" ] && [ -c /dev/null ] && ! ls "$tmp"/devnull.tmp-* >/dev/null 2>&1
+check "output: --out /dev/null is written in place (still a device, the link kept)" $?
+"$G4CU" features "$G4_TINY_PKG" --audio "$media/silence_1s.wav" --out "$tmp/feat.npy" >/dev/null 2>&1
+(cat "$tmp/fifo" >"$tmp/from_fifo" &) # the reader: the write waits for it, as a shell's would
+$T "$G4CU" features "$G4_TINY_PKG" --audio "$media/silence_1s.wav" --out "$tmp/fifo" >/dev/null 2>"$tmp/err"
+rc=$?
+sleep 0.2
+[ $rc -eq 0 ] && [ -p "$tmp/fifo" ] && [ -s "$tmp/feat.npy" ] && cmp -s "$tmp/feat.npy" "$tmp/from_fifo"
+check "output: --out a FIFO is streamed in place (the same bytes as a file; still a FIFO)" $?
+"$G4CU" logits "$G4_TINY_PKG" --ids 2,3 --out "$tmp/l_file.npy" >/dev/null 2>&1
+$T "$G4CU" logits "$G4_TINY_PKG" --ids 2,3 --out /dev/stdout >"$tmp/l_stdout.npy" 2>"$tmp/err" &&
+    $T "$G4CU" logits "$G4_TINY_PKG" --ids 2,3 --out /dev/stdout 2>"$tmp/err" | cat >"$tmp/l_pipe.npy"
+[ $? -eq 0 ] && [ -s "$tmp/l_file.npy" ] && cmp -s "$tmp/l_file.npy" "$tmp/l_stdout.npy" &&
+    cmp -s "$tmp/l_file.npy" "$tmp/l_pipe.npy"
+check "output: --out /dev/stdout (a file, a pipe) gets the same bytes" $?
 expect "output: --json a directory" 1 "$tmp: is a directory; an output must be a new or a regular file" \
     $T "$G4CU" compare "$G4_TINY_PKG" "$G4_FIXTURES/refdumps/mobius-tiny-f16/len1.npz" --json "$tmp"
 cp "$media/silence_1s.wav" "$tmp/rec.wav" && cp "$tmp/rec.wav" "$tmp/rec.orig"
@@ -77,6 +86,8 @@ expect "output: the input itself" 1 "$tmp/rec.wav: is an input of this command \
 ln "$tmp/rec.wav" "$tmp/link.wav"
 expect "output: a hard link of the input" 1 "$tmp/link.wav: is an input of this command \(the same file as $tmp/rec.wav\)" \
     $T "$G4CU" features "$G4_TINY_PKG" --audio "$tmp/rec.wav" --out "$tmp/link.wav"
+expect "output: an input through /dev/fd" 1 "/dev/fd/3: is an input of this command \(the same file as $tmp/rec.wav\)" \
+    $T sh -c '"$1" features "$2" --audio "$3" --out /dev/fd/3 3<>"$3"' sh "$G4CU" "$G4_TINY_PKG" "$tmp/rec.wav"
 cmp -s "$tmp/rec.wav" "$tmp/rec.orig"
 check "output: the recording is unchanged" $?
 p=$(pkg evalpkg)
@@ -104,6 +115,15 @@ expect "weights: NaN in a decoder weight: generate" 1 "tensor 'decoder.model.lay
     $T "$G4CU" generate "$p" --ids 2,3
 cp "$media/tone_1s_f32.wav" "$tmp/nan.wav"
 printf '\000\000\300\177' | dd of="$tmp/nan.wav" bs=1 seek=$((44 + 4 * 100)) conv=notrunc 2>/dev/null
+# A header that says 1 Hz: 50,000 samples would be 800 M samples at 16 kHz (it aborted asking
+# for 6.4 GB); refused by its rate
+{ printf 'RIFF'; printf '\xc4\x86\x01\x00'; printf 'WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00'
+  printf '\x01\x00\x00\x00\x02\x00\x00\x00\x02\x00\x10\x00'; printf 'data\xa0\x86\x01\x00'
+  head -c 100000 /dev/zero; } >"$tmp/1hz.wav"
+expect "audio: a 1 Hz WAV" 1 "$tmp/1hz.wav: a sample rate of 1 Hz: expected 1000 to 768000 Hz" \
+    $T "$G4CU" asr "$G4_TINY_PKG" "$tmp/1hz.wav" --tokenizer "$tok"
+expect "audio: a 1 Hz WAV (features)" 1 "$tmp/1hz.wav: a sample rate of 1 Hz" \
+    $T "$G4CU" features "$G4_TINY_PKG" --audio "$tmp/1hz.wav"
 expect "audio: a NaN sample" 1 "$tmp/nan.wav: sample 100 \(frame 100, channel 0\) is NaN: expected finite audio samples" \
     $T "$G4CU" asr "$G4_TINY_PKG" "$tmp/nan.wav" --tokenizer "$tok"
 
@@ -144,6 +164,17 @@ check "eval: an item longer than the context is recorded as failed and the run g
 [ $? -eq 0 ] && grep -q "2 of 2 items already predicted" "$tmp/err" && grep -q "(1 failed" "$tmp/out"
 check "eval: a resume goes past the failed item" $?
 
+# More shards than items: the empty shard succeeds with 0 items (eval_gpus.sh and the Slurm
+# merge job wait for every shard to succeed), and eval-merge scores the whole
+"$G4CU" eval "$tmp/m1.jsonl" --task librispeech --max-new 2 "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/e6" --shard 1/2 >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && grep -q "shard 1 of 2: 0 items" "$tmp/out" && [ -f "$tmp/e6/predictions.shard-1-of-2.jsonl" ] &&
+    [ ! -s "$tmp/e6/predictions.shard-1-of-2.jsonl" ] && grep -q "selects no items" "$tmp/err"
+check "eval: an empty shard is a success with 0 items" $?
+"$G4CU" eval "$tmp/m1.jsonl" --task librispeech --max-new 2 "$G4_TINY_PKG" --tokenizer "$tok" --out "$tmp/e6" --shard 0/2 >/dev/null 2>&1 &&
+    "$G4CU" eval-merge "$tmp/e6" --task librispeech >"$tmp/out" 2>&1
+[ $? -eq 0 ] && grep -q "over 1 items" "$tmp/out"
+check "eval-merge after an empty shard" $?
+
 # --- no shell: bench --hf --------------------------------------------------------------------
 cat >"$tmp/py" <<'EOF'
 #!/bin/sh
@@ -165,9 +196,20 @@ check "bench --hf: no shell, script found from the binary, checked first, exit c
 FAKE_LOG="$tmp/log2" FAKE_RUN_EXIT=5 G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "bench --hf: $tmp/py exited with code 5" "$tmp/err"
 check "bench --hf: the peer's exit code, not a wait status" $?
-FAKE_LOG="$tmp/log3" G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
-[ $? -eq 0 ] && grep -q "vs HF bf16: decode" "$tmp/out"
+FAKE_LOG="$tmp/log3" G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" -o csv >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && grep -q "vs HF bf16: decode" "$tmp/err"
 check "bench --hf: a peer that runs" $?
+# bench prints each measurement on stderr as it is measured: as many lines as the table's rows
+rows=$(($(wc -l <"$tmp/out") - 1)) lines=$(grep -c "^bench: f16 " "$tmp/err")
+[ "$rows" -ge 5 ] && [ "$lines" -eq "$rows" ] && grep -q "^bench: f16 pp128: .* tok/s (1 reps)$" "$tmp/err"
+check "bench: each of the $rows measurements printed as it is measured ($lines lines)" $?
+# a binary outside the source tree (an out-of-tree build): the script from the configured source
+# (the peer's check fails on purpose: the benchmark itself is not needed for this)
+mkdir -p "$tmp/elsewhere/bin" && cp "$G4CU" "$tmp/elsewhere/bin/g4cu"
+FAKE_LOG="$tmp/log4" FAKE_FAIL=3 G4_PYTHON="$tmp/py" "$tmp/elsewhere/bin/g4cu" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "exited with code 3" "$tmp/err" &&
+    [ "$(sed -n 1p "$tmp/log4")" = "$(realpath "$G4_SOURCE_DIR/tools/python/bench_hf.py")" ]
+check "bench --hf: the script found from an out-of-tree binary" $?
 
 # --- nothing dropped silently -------------------------------------------------------------------
 # (one file is transcribed in windows, all of it: test_asr_long.c; several go one window each)
@@ -197,5 +239,15 @@ printf 'Describe the weather.' | "$G4CU" generate "$G4_TINY_PKG" --tokenizer "$t
 "$G4CU" generate "$G4_TINY_PKG" --tokenizer "$tok" --prompt "Describe the weather." --max-new 3 --json >"$tmp/b"
 [ -s "$tmp/a" ] && [ "$(grep -o '"tokens":\[[0-9,]*\],"prompt_tokens":[0-9]*' "$tmp/a")" = "$(grep -o '"tokens":\[[0-9,]*\],"prompt_tokens":[0-9]*' "$tmp/b")" ]
 check "generate: --prompt - reads the prompt from stdin" $?
+
+# --- the smaller items of issue 34 -------------------------------------------------------------
+expect "generate: <|video|> typed in the prompt" 1 "placeholder token '<\|video\|>' itself" \
+    "$G4CU" generate "$G4_TINY_PKG" --tokenizer "$tok" --prompt "see <|video|>"
+printf '\n  \n' >"$tmp/empty.jsonl"
+expect "vqa --batch: an empty file" 1 "$tmp/empty.jsonl: no items" \
+    "$G4CU" vqa "$G4_TINY_PKG" --tokenizer "$tok" --batch "$tmp/empty.jsonl"
+printf '{"image": "%s", "question": "q", "id": "a"}\n' "$media/square_rgb.png" "$media/square_rgb.png" >"$tmp/dup.jsonl"
+expect "vqa --batch: a duplicate id" 1 "$tmp/dup.jsonl:2: id \"a\" again \(also $tmp/dup.jsonl:1\)" \
+    "$G4CU" vqa "$G4_TINY_PKG" --tokenizer "$tok" --batch "$tmp/dup.jsonl"
 
 finish test_hardening

@@ -199,4 +199,16 @@ err1 "save-logits + kl-base" "exclude each other" \
     "$G4CU" perplexity "$pkg" --ctx "$ctx" --kl-base "$tmp/base.kld" --save-logits "$tmp/x"
 err1 "no tokenizer in the package" "has no tokenizer.json (give --tokenizer F)" \
     "$G4CU" perplexity "$G4_FIXTURES/mobius-tiny-f16/package" --ctx 64 --text "$fx/test.txt"
+# outputs that are inputs: refused, the input unchanged (they used to be overwritten, exit 0)
+cp "$fx/test.txt" "$tmp/text.txt" && cp "$tmp/base.kld" "$tmp/keep.kld"
+err1 "save-logits over the --text file refused" "text.txt: is an input of this command" \
+    "$G4CU" perplexity "$pkg" --text "$tmp/text.txt" --ctx "$ctx" --chunks 2 --save-logits "$tmp/text.txt"
+cmp -s "$tmp/text.txt" "$fx/test.txt"
+check "save-logits over the --text file: the text is unchanged" $?
+err1 "json over the --kl-base file refused (before the run)" "keep.kld: is an input of this command" \
+    "$G4CU" perplexity "$pkg" --ctx "$ctx" --kl-base "$tmp/keep.kld" --json "$tmp/keep.kld"
+err1 "json over the --text file refused" "text.txt: is an input of this command" \
+    "$G4CU" perplexity "$pkg" --text "$tmp/text.txt" --ctx "$ctx" --json "$tmp/text.txt"
+cmp -s "$tmp/keep.kld" "$tmp/base.kld"
+check "json over the --kl-base file: the base run is unchanged" $?
 finish test_perplexity

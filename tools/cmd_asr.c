@@ -31,7 +31,7 @@ static int asr_one(g4_gen_cli *o, const char *pkg, const char *path, const char 
     rq.text = prompt;
     if (loaded && (n > g4cu_model_audio_window(m) || cues != G4_ASR_TEXT)) {
         const g4_asr_format f = cues != G4_ASR_TEXT ? cues : o->json ? G4_ASR_JSON : G4_ASR_TEXT;
-        int rc = g4_asr_long(o, s, &rq, path, pcm, n, f);
+        int rc = g4_asr_long(o, s, &rq, path, pcm, n, g4cu_model_audio_rate(m), f);
         code = rc ? g4_cli_fail(rc) : 0;
     } else {
         const g4cu_media audio = {.kind = G4CU_AUDIO_FILE, .path = path};
@@ -57,8 +57,14 @@ static int cmd_asr(int argc, char **argv) {
         if (r) continue;
         if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
             prompt = argv[++i];
-        else if (!strcmp(argv[i], "--srt") || !strcmp(argv[i], "--vtt"))
-            cues = !strcmp(argv[i], "--srt") ? G4_ASR_SRT : G4_ASR_VTT;
+        else if (!strcmp(argv[i], "--srt") || !strcmp(argv[i], "--vtt")) {
+            const g4_asr_format f = !strcmp(argv[i], "--srt") ? G4_ASR_SRT : G4_ASR_VTT;
+            if (cues != G4_ASR_TEXT && cues != f) {
+                code = g4_cli_usage_error("asr", "--srt and --vtt exclude each other");
+                goto done;
+            }
+            cues = f;
+        }
         else if (argv[i][0] == '-') {
             code = g4_cli_usage_error("asr", "unknown option '%s' (or it needs a value)", argv[i]);
             goto done;
@@ -93,8 +99,8 @@ done:
 // The options, with their defaults: the help and the accepted list (tools/cli.h).
 static const g4_opt asr_opts[] = {
     {"--prompt", "P", "the instruction after the audio (default: the E2B model card's ASR prompt)"},
-    {"--srt", NULL, "SubRip cues, one per window segment (long-form; default: text)"},
-    {"--vtt", NULL, "WebVTT cues, one per window segment (long-form; default: text)"},
+    {"--srt", NULL, "SubRip cues of at most ~7 s, split at sentences and pauses (long-form)"},
+    {"--vtt", NULL, "WebVTT cues, as --srt (long-form; not with --srt)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_asr = {"asr", cmd_asr,

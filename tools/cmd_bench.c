@@ -81,6 +81,7 @@ static int cmd_bench(int argc, char **argv) {
     p.format = format;
     p.hf_dir = hf_dir;
     p.hf_script = hf_script;
+    p.progress = stderr; // each row as it is measured
     // The human-readable lines go to stderr when -o puts a table on stdout.
     rc = g4cu_dev_bench_model(pkgs, n_pkgs, &p, format ? stderr : stdout, stdout);
     return rc ? g4_cli_fail(rc) : 0;

@@ -103,7 +103,10 @@ static int cmd_eval(int argc, char **argv) {
     o.log = stderr;
     g4cu_eval_result r;
     int rc = g4cu_eval_run(pos[0], pos[1], &o, &r);
-    if (!rc) {
+    if (!rc && r.selected == 0) {
+        printf("shard %d of %d: 0 items (more shards than items); run g4cu eval-merge %s --task %s "
+               "when every shard is done\n", o.shard_i, o.shard_n, o.out_dir, t.name);
+    } else if (!rc) {
         printf("%s %s = %.*f over %d items", t.name, t.metric, t.lower_is_better ? 4 : 6, r.value,
                r.count);
         if (r.failed) printf(" (%d failed: scored as empty responses)", r.failed);

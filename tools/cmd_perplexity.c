@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "base/progress.h"
 #include "tools/cli.h"
 
@@ -68,6 +69,18 @@ static int cmd_perplexity(int argc, char **argv) {
     if (!a.backend) a.backend = "cpu";
     a.ctx = (int)ctx;
     a.chunks = (int)chunks;
+    // --json is checked before the run, against the inputs (not found to be the --kl-base
+    // file or the text only when the run is over)
+    if (json) {
+        const char *ins[3] = {a.text, a.kl_base, a.tokenizer};
+        for (int k = 0; k < 3; k++) {
+            int fd;
+            uint64_t size;
+            if (ins[k] && g4_open_input(ins[k], G4_NO_MAX_BYTES, &fd, &size) == G4_OK) close(fd);
+        }
+        int rc = g4_check_output(json);
+        if (rc) return g4_cli_fail(rc);
+    }
     ppl_progress pr = {0};
     a.progress = on_chunk;
     a.user = &pr;

@@ -63,7 +63,24 @@ static int read_batch(const char *path, batch *b) {
         it->media = (g4cu_media){.kind = G4CU_IMAGE_FILE, .path = image};
         it->text = q->valuestring;
     }
-    return G4_OK;
+    if (b->n == 0) // (it exited 0 having answered nothing)
+        return g4_fail(G4_EUSER, "%s: no items (expected one {\"image\", \"question\", \"id\"} "
+                       "JSON object a line)", path);
+    // An id names one answer: a repeated one would make two answers with the same name.
+    char **ids = g4_calloc((size_t)b->n, sizeof *ids);
+    g4_strmap seen;
+    g4_strmap_init(&seen, (size_t)b->n);
+    rc = G4_OK;
+    for (int i = 0; i < b->n && !rc; i++) {
+        if (!b->items[i].id || !(ids[i] = cJSON_PrintUnformatted(b->items[i].id))) continue;
+        if (!g4_strmap_put(&seen, ids[i], i))
+            rc = g4_fail(G4_EUSER, "%s: id %s again (also %s); ids must be unique",
+                         b->items[i].input, ids[i], b->items[g4_strmap_get(&seen, ids[i])].input);
+    }
+    g4_strmap_free(&seen);
+    for (int i = 0; i < b->n; i++) free(ids[i]);
+    free(ids);
+    return rc;
 }
 
 static void batch_free(batch *b) {

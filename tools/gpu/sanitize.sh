@@ -25,7 +25,9 @@
 #   initcheck  (on request) as racecheck
 # test_cuda_oom is left out: its cudaMalloc failures are what it tests, and compute-sanitizer
 # reports every failed API call as an error. A table run whose filter matches no case counts as
-# failed ("NO CASES"), so a renamed case cannot make a run pass vacuously.
+# failed ("NO CASES"), so a renamed case cannot make a run pass vacuously; on the CPU,
+# tests/test_gpu_filters.sh checks every filter of the harness tables (test_cuda_ops,
+# _attention, _conv) against the table itself (`--list`), so the list follows the op table.
 #
 # Time: G4_SAN_TOTAL_S (default 540 s, one 10-minute device call with room to spare) is split
 # evenly between the tools asked for; each run is cut at G4_SAN_RUN_S (default 240 s) or at
@@ -94,7 +96,8 @@ small_runs=(
     "$T/test_cuda_ops --shape 'T=5 heads=4'"      # qkv norm + rope, GQA, hd 128
     "$T/test_cuda_ops --shape 'n=24 '"            # gelu_mul tiny
     "$T/test_cuda_ops --shape 'layers=2 '"        # ple tiny
-    "$T/test_cuda_ops --shape 'V=1000 '"          # logits softcap + argmax with a tie
+    "$T/test_cuda_ops --shape 'V=1001 '"          # sample: odd vocabulary, no cap, ties
+    "$T/test_cuda_ops --shape 'V=24 '"            # sample: tiny, top-k 5 + top-p
     "$T/test_cuda_ops --shape 'rows=17 '"         # embed tiny
     "$T/test_cuda_ops --shape 'grid=6x3'"          # vision pool / posemb with padding
     "$T/test_cuda_conv --shape 'H=17 W=33'"       # sscp, tensor-core path, odd
