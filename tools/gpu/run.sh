@@ -345,6 +345,14 @@ stage_e2b_gemv() {
     grep -iE "gemv|linear|total|step" "$OUT/e2b_profile.txt" | head -30
 }
 
+# Issue 31's batched step on CUDA (after build): test_batch's cases (tiny fixture) with the CUDA
+# backend, informational (the batch's M > 1 linears may round differently from M = 1), and the
+# generate / sampled tokens of the one-state path on gpu-tiny are the engine stage's.
+stage_batch_cuda() {
+    G4_BATCH_BACKEND=cuda G4_TINY_PKG="$PWD/tests/fixtures/mobius-tiny-f16/package" \
+        G4_FIXTURES="$PWD/tests/fixtures" timeout 300 build-gpu/tests/test_batch 2>&1 | tail -40
+}
+
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF
 # dumps): e2b_bg starts it detached (setsid) so a later call can wait for it (e2b_wait) on the
 # same machine while this call goes on with other stages.
