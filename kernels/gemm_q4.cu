@@ -219,8 +219,8 @@ void launch_gemv(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, i
 // loads per warp, then a reduction and exit: a block's life was one DRAM round trip plus its
 // tail, and the Q4 lm_head streamed at 41% of copy. Here a warp's stream is long where the
 // shape allows (lm_head: ~190 tiles a warp), and where it does not (the 1.8-11 MB decoder
-// weights) the whole weight is in flight at once over <= 3 CTAs an SM, all resident, with the
-// PDL prologue prefetching each warp's first tiles into L2 under the previous kernel.
+// weights) the whole weight is in flight at once over <= 2 CTAs an SM, all resident; each warp
+// loads its first U tiles into registers before the PDL wait (under the previous kernel).
 // Plan: gemv_plan below; tests force it with g4_gemm_gemv_force.
 // =============================================================================================
 constexpr int GV_WARPS = 8;

@@ -10,9 +10,11 @@
 // the tensor cores (mma.sync m16n8k16 with the weights as the A operand, so M = 1..8 tokens are
 // the 8 columns of one MMA: no padding waste in decode).
 //
-//   GEMV  M <= 8: streams the packed weight once (4 tiles in flight per warp, 8 warps split K
-//         inside a block, a cluster of up to 8 blocks splits K further when N is small; reduced
-//         through distributed shared memory, deterministic).
+//   GEMV  M <= 8: streams the packed weight once. The streaming kernel: each warp owns a run of
+//         tiles behind a register ring of U tiles (the first loaded before the PDL wait), K split
+//         over a CTA's 8 warps and then a cluster when N is small, a persistent grid when it is
+//         large; the earlier kernel (one block a feature tile) where it measured faster
+//         (gemv_v1 in gemm_q4.cu). Reductions in a fixed order: deterministic.
 //   WGMMA any M, the prefill GEMM (gemm_q4_wgmma.cu, on gemm_wgmma.cuh): a producer warpgroup
 //         dequantizes the packed tiles (exactly as above) into shared memory in the wgmma B
 //         layout while two consumer warpgroups run wgmma m64nBNk16 on them and TMA-loaded x
