@@ -278,13 +278,97 @@ __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __hal
     }
 }
 
-template <bool FUSED, int U>
+// The add-norm prologue's operands (g4_gemv_q4_add_norm, kernels/ops.h add_norm_linear).
+struct gv_pro {
+    const float *h_in;
+    float *h_out;
+    const __half *r, *w, *scale, *next_w;
+    __half *x_out;
+    float eps;
+    int next_norm;
+};
+
+__device__ __forceinline__ void ld8h(const __half *p, float v[8]) {
+    const uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float2 f = __half22float2(h[e]);
+        v[2 * e] = f.x, v[2 * e + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void st8h(__half *p, const float v[8]) {
+    uint4 u;
+    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
+    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
+    *(uint4 *)p = u;
+}
+
+// The add-norm prologue, after the PDL wait: every CTA computes the M rows of the linear's
+// input into shared memory xs [M][K] (the same values in every CTA: each reads h_in and r, a
+// few KB in L2), and CTA (0, 0) writes h_out and x_out for the kernels after this one. The
+// arithmetic of add_rms_kernel (rmsnorm.cu), one 8-column vector a thread (K <= 8 x 256):
+//   h = (h_in + r * rsqrt(mean(r^2) + eps) * w) * scale,  x = h * rsqrt(mean(h^2) + eps) * next_w
+__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K) {
+    __shared__ float scratch[33];
+    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+    const float sc = p.scale ? __half2float(*p.scale) : 1.0f;
+    const int i = threadIdx.x * 8;
+    const bool on = i < K;
+    float wv[8], nw[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) wv[e] = nw[e] = 1.0f;
+    if (on && p.w) ld8h(p.w + i, wv);
+    if (on && p.next_norm && p.next_w) ld8h(p.next_w + i, nw);
+    for (int m = 0; m < M; m++) {
+        const size_t base = (size_t)m * K + i;
+        float v[8], hv[8], ss = 0.0f, ss2 = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = hv[e] = 0.0f;
+        if (on) {
+            ld8h(p.r + base, v);
+            const float4 a = *(const float4 *)(p.h_in + base),
+                         b = *(const float4 *)(p.h_in + base + 4);
+            hv[0] = a.x, hv[1] = a.y, hv[2] = a.z, hv[3] = a.w;
+            hv[4] = b.x, hv[5] = b.y, hv[6] = b.z, hv[7] = b.w;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+        const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + p.eps);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            hv[e] = (hv[e] + v[e] * inv * wv[e]) * sc;
+            ss2 += hv[e] * hv[e];
+        }
+        if (on && writer) {
+            *(float4 *)(p.h_out + base) = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            *(float4 *)(p.h_out + base + 4) = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        if (p.next_norm) {
+            const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)K + p.eps);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = hv[e] * inv2 * nw[e];
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = hv[e];
+        }
+        if (on) {
+            st8h(xs + base, v);
+            if (writer) st8h(p.x_out + base, v);
+        }
+    }
+    __syncthreads();
+}
+
+template <bool FUSED, int U, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                           const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
-                          int CS, int groups, int pf_items) {
+                          int CS, int groups, int pf_items, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
     __shared__ float4 red[2][GV_WARPS][F][32]; // split partials, double-buffered by group
+    extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int NT = N / 16, KT = K / 64;
     const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
@@ -295,7 +379,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     const int n = nj * L;                                   // this warp's tiles
     const int pair = 2 * g + (t >> 1);
     const bool tok = g < M;
-    const __half *xrow = x + (size_t)(tok ? g : 0) * K + 16 * t;
+    // (PRO: x is the prologue's, in shared memory; set after the wait)
+    const __half *xrow = PRO ? nullptr : x + (size_t)(tok ? g : 0) * K + 16 * t;
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     // feature tile of the warp in its j-th group (>= NT: past the edge, loads off, no output)
     auto tile_nt = [&](int j) { return ((int)blockIdx.x + j * G) * FT + f; };
@@ -365,10 +450,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         if (u < n) load_next(ring[u]);
     g4_pdl_wait();
     g4_pdl_trigger();
+    if constexpr (PRO) {
+        gv_norm_prologue(pro, xs, M, K);
+        xrow = xs + (size_t)(tok ? g : 0) * K + 16 * t;
+    }
 
     // x of the first U tiles into L1 now, so its L2 round trip overlaps the weights' (x is the
     // previous kernel's output: read only after the wait)
-    if (tok)
+    if (!PRO && tok)
         for (int i = 0; i < U && i < n; i++) {
             const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
             asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
@@ -380,7 +469,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         for (int u = 0; u < U; u++) {
             if (i0 + u >= n) break; // warp-uniform
             uint4 xa = zero4, xb = zero4;
-            if (tok) {
+            if (PRO && tok) { // shared memory
+                xa = *(const uint4 *)px;
+                xb = *(const uint4 *)(px + 8);
+            } else if (tok) {
                 xa = __ldg((const uint4 *)px);
                 xb = __ldg((const uint4 *)(px + 8));
             }
@@ -472,39 +564,49 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     return p;
 }
 
-template <bool FUSED, int U>
+template <bool FUSED, int U, bool PRO>
 void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                   int K, int epi, const gv_plan &p, cudaStream_t stream) {
+                   int K, int epi, const gv_plan &p, const gv_pro &pro, cudaStream_t stream) {
     const int pf = 8; // tiles a warp prefetches into L2 before its wait
+    const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
+    if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
+        static bool opted = false;
+        if (!opted) {
+            G4_CUDA_CHECK(cudaFuncSetAttribute(gemv_q4_stream_kernel<FUSED, U, PRO>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               8 * 2048 * 2));
+            opted = true;
+        }
+    }
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U>, dim3(p.grid, p.CS, 1),
-                              dim3(GV_WARPS * 32, 1, 1), (size_t)0, stream, dim3(1, p.CS, 1), y,
-                              x, w0, w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf);
+        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U, PRO>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U>, dim3(p.grid, 1, 1),
-                      dim3(GV_WARPS * 32, 1, 1), (size_t)0, stream, y, x, w0, w1, bias, M, N, K,
-                      epi, p.S, p.CS, p.groups, pf);
+        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U, PRO>, dim3(p.grid, 1, 1),
+                      dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
+                      p.S, p.CS, p.groups, pf, pro);
 }
 
-template <bool FUSED>
-void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                  int K, int epi, cudaStream_t stream) {
+template <bool FUSED, bool PRO>
+void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
     const gv_plan p = gemv_plan(N, K, FUSED);
     // plain U 2, 4, 8; fused 1, 2, 4 (fused 8 would spill)
     if constexpr (FUSED) {
         if (p.U <= 1)
-            launch_stream<true, 1>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<true, 1, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U == 2)
-            launch_stream<true, 2>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<true, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else
-            launch_stream<true, 4>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<true, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     } else {
         if (p.U <= 2)
-            launch_stream<false, 2>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<false, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U <= 4)
-            launch_stream<false, 4>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<false, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else
-            launch_stream<false, 8>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<false, 8, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     }
 }
 
@@ -709,9 +811,9 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
             else
                 launch_gemv<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
         } else if (wu) {
-            launch_gemv2<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            launch_gemv2<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         } else {
-            launch_gemv2<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            launch_gemv2<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         }
         return G4_OK;
     case G4_GEMM_MMA:
@@ -785,6 +887,55 @@ extern "C" int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *w
     rc = g4k::check_common("gemm_q4_gelu_mul", y, x, nullptr, M, wg->n, wg->k, G4_GEMM_Y_F16);
     if (rc) return rc;
     return g4k::dispatch("gemm_q4_gelu_mul", y, x, wg, wu, nullptr, M, G4_GEMM_Y_F16, algo, stream);
+}
+
+extern "C" const char *g4_gemv_q4_add_norm_supported(int M, int K) {
+    if (M < 1 || M > 8 || K < 64 || K > 2048 || K % 64)
+        return "M 1..8 tokens and K a multiple of 64 up to 2048 (one 8-column vector a thread "
+               "in the prologue; gemm_q4.cu gv_norm_prologue)";
+    return NULL;
+}
+
+extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
+                                   const g4_q4_weight *wu, const void *bias, int M, g4_gemm_epi epi,
+                                   cudaStream_t stream) {
+    const char *who = "gemv_q4_add_norm";
+    int rc = g4k::check_weight(who, w);
+    if (!rc && wu) rc = g4k::check_weight(who, wu);
+    if (rc) return rc;
+    if (wu && (wu->n != w->n || wu->k != w->k || bias || epi != G4_GEMM_Y_F16))
+        return g4_fail(G4_EUSER,
+                       "%s: gate (N %d, K %d) and up (N %d, K %d) must match, fp16 y, "
+                       "no bias",
+                       who, w->n, w->k, wu->n, wu->k);
+    const char *why = g4_gemv_q4_add_norm_supported(M, w->k);
+    if (why) return g4_fail(G4_EUSER, "%s: M %d, K %d: takes %s", who, M, w->k, why);
+    auto al16 = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
+    if (!a || !a->h_in || !a->h_out || !a->r || !a->x_out || a->h_in == a->h_out ||
+        !al16(a->h_in) || !al16(a->h_out) || !al16(a->r) || !al16(a->x_out) ||
+        (a->w && !al16(a->w)) || (a->next_w && !al16(a->next_w)))
+        return g4_fail(G4_EUSER,
+                       "%s: h_in, h_out, r and x_out 16-byte aligned and given, h_out "
+                       "not h_in; norm weights 16-byte aligned",
+                       who);
+    rc = g4k::check_common(who, y, a->x_out, bias, M, w->n, w->k, epi);
+    if (rc) return rc;
+    const g4k::gv_pro pro{a->h_in,
+                          a->h_out,
+                          (const __half *)a->r,
+                          (const __half *)a->w,
+                          (const __half *)a->scale,
+                          (const __half *)a->next_w,
+                          (__half *)a->x_out,
+                          a->eps,
+                          a->next_norm};
+    const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
+    if (wu)
+        g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, stream);
+    else
+        g4k::launch_gemv2<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k, epi,
+                                       pro, stream);
+    return G4_OK;
 }
 
 extern "C" int g4_q4_dequant_f16(void *w_out, const g4_q4_weight *w, cudaStream_t stream) {
