@@ -129,7 +129,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->h = g4_buf_new(be, G4_F32, T, H);
     s->h2 = g4_buf_new(be, G4_F32, T < 8 ? T : 8, H);
     s->hcur = &s->h;
-    const char *fuse_env = getenv("G4_FUSE_NORM");
+    const char *fuse_env = getenv("G4_FUSE");
     s->fuse_norm = fuse_env && !strcmp(fuse_env, "1") && be->add_norm_linear;
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
@@ -376,8 +376,10 @@ static void apply_pending(g4_text_state *s, int T) {
     s->pending.r.data = NULL;
 }
 
-// y = x @ W (gelu_tanh(x @ W) * (x @ Wu) when wu), after the pending add.
-static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, const g4_linear *wu) {
+// y = x @ W (gelu_tanh(x @ W) * (x @ Wu) when wu; then gelu_tanh(y) * mul[:, col0 ..] when
+// mul), after the pending add.
+static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, const g4_linear *wu,
+                     const g4_buf *mul, int mul_col0) {
     g4_backend *be = s->be;
     const int H = s->m->cfg->hidden;
     g4_buf x = g4_buf_view(&s->x, T, H);
@@ -392,7 +394,7 @@ static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, con
                                s->m->cfg->rms_eps,
                                s->pending.next_norm,
                                s->pending.next_w};
-        be->add_norm_linear(be, &a, &x, y, w, wu);
+        be->add_norm_linear(be, &a, &x, y, w, wu, mul, mul_col0);
         s->hcur = other;
         s->pending.r.data = NULL;
         return;
@@ -402,6 +404,7 @@ static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, con
         be->linear_gelu_mul(be, y, &x, w, wu);
     else
         be->linear(be, y, &x, w, 0);
+    if (mul) be->gelu_mul(be, y, y, mul, mul_col0);
 }
 
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each ending with a
@@ -423,7 +426,7 @@ static void layer(g4_text_state *s, int l, int T) {
 
     // Attention block. Layers that own a KV slot compute K/V and store them at rows pos[t];
     // KV-shared layers read the slot their source layer filled earlier in this same pass.
-    linear_x(s, T, &q, &w->q, NULL);
+    linear_x(s, T, &q, &w->q, NULL, NULL, 0);
     if (lc->kv_source == l) {
         g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
         be->linear(be, &k, &x, &w->k, 0);
@@ -452,14 +455,13 @@ static void layer(g4_text_state *s, int l, int T) {
 
     // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
     g4_buf mlp = g4_buf_view(&s->mlp, T, lc->ffn);
-    linear_x(s, T, &mlp, &w->gate, &w->up);
+    linear_x(s, T, &mlp, &w->gate, &w->up, NULL, 0);
     be->linear(be, &o, &mlp, &w->down, 0);
     set_pending(s, &o, w->post_ff_norm, NULL, 0, NULL);
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
     g4_buf pg = g4_buf_view(&s->pg, T, c->ple_dim), ple = g4_buf_view(&s->ple, T, c->n_layers * c->ple_dim);
-    linear_x(s, T, &pg, &w->ple_gate, NULL);
-    be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
+    linear_x(s, T, &pg, &w->ple_gate, NULL, &ple, l * c->ple_dim);
     be->linear(be, &o, &pg, &w->ple_proj, 0);
     const void *next_w = l + 1 < c->n_layers ? m->layers[l + 1].input_norm : m->final_norm;
     set_pending(s, &o, w->post_ple_norm, w->layer_scalar, 1, next_w);

@@ -608,7 +608,8 @@ static void cu_linear_gelu_mul_clipped(g4_backend *be, g4_buf *y, const g4_buf *
 // add-norm in its prologue (g4_gemv_q4_add_norm), with no norm kernel of its own; other shapes
 // and weights run the add-norm kernel out of place and then the linear.
 static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *y,
-                               const g4_linear *w, const g4_linear *wu) {
+                               const g4_linear *w, const g4_linear *wu, const g4_buf *mul,
+                               int mul_col0) {
     const g4_buf *hi = a->h_in, *ho = a->h_out, *r = a->r;
     needf(hi->type == G4_F32 && ho->type == G4_F32 && r->type == G4_F16 && x->type == G4_F16 &&
               same_shape(hi, ho) && same_shape(hi, r) && same_shape(hi, x) && x->cols == w->in &&
@@ -617,17 +618,30 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
           "h_in " BF ", h_out " BF ", r " BF ", x " BF ", y " BF ": expected f32 h, f16 r and x "
           "of one shape [T, %d], y [T, %d]",
           BA(hi), BA(ho), BA(r), BA(x), BA(y), w->in, w->out);
+    needf(!mul || (!wu && mul->type == G4_F16 && y->type == G4_F16 && mul->rows == y->rows &&
+                   mul_col0 >= 0 && mul_col0 + y->cols <= mul->cols),
+          "add_norm_linear",
+          "mul " BF " from column %d: expected f16 [T, >= %d + %d], no up weight", BA(mul),
+          mul_col0, mul_col0, y->cols);
     const int q4 =
         w->kind == G4_W_Q4 && !w->clipped && (!wu || (wu->kind == G4_W_Q4 && !wu->clipped));
     if (q4 && ho->data != hi->data && !g4_gemv_q4_add_norm_supported(x->rows, w->in)) {
         PROF("add_norm_linear");
-        const g4_gemv_norm gn = {
-            (const float *)hi->data,         (float *)ho->data, r->data, a->w,        a->scale,
-            a->next_norm ? a->next_w : NULL, x->data,           a->eps,  a->next_norm};
+        const g4_gemv_norm gn = {(const float *)hi->data,
+                                 (float *)ho->data,
+                                 r->data,
+                                 a->w,
+                                 a->scale,
+                                 a->next_norm ? a->next_w : NULL,
+                                 x->data,
+                                 a->eps,
+                                 a->next_norm,
+                                 mul ? (const uint16_t *)mul->data + mul_col0 : NULL,
+                                 mul ? mul->cols : 0};
         gemm_check(g4_gemv_q4_add_norm(y->data, &gn, (const g4_q4_weight *)w->packed,
                                        wu ? (const g4_q4_weight *)wu->packed : NULL,
                                        wu ? NULL : w->bias, x->rows,
-                                       wu ? G4_GEMM_Y_F16 : epilogue(y, 0), S(be)));
+                                       wu || mul ? G4_GEMM_Y_F16 : epilogue(y, 0), S(be)));
         return;
     }
     {
@@ -642,6 +656,7 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
         cu_linear_gelu_mul(be, y, x, w, wu);
     else
         cu_linear(be, y, x, w, 0);
+    if (mul) cu_gelu_mul(be, y, y, mul, mul_col0);
 }
 
 static void cu_clamp(g4_backend *be, g4_buf *x, float lo, float hi) {

@@ -237,7 +237,7 @@ struct gv_item {
 template <int F>
 __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __half *bias, int epi,
                                       int M, int N, int nt, int warp, int f, int s, int S, int CS,
-                                      int parity, float4 *red) {
+                                      int parity, float4 *red, const __half *mul, int ldm) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float4 v[2] = {a0, a1};
     if (S * CS > 1) {
@@ -273,6 +273,10 @@ __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __hal
         if (m >= M) continue;
         if (F == 2)
             store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn, gelu_tanh(e0[i]) * e1[i]);
+        else if (mul) // the PLE gate: gelu_tanh(y) * mul[m][nn] (fp16 y)
+            store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn,
+                      gelu_tanh(__half2float(__float2half_rn(e0[i]))) *
+                          __half2float(mul[(size_t)m * ldm + nn]));
         else
             store_one(y, epi, bias, (size_t)m * N + nn, nn, e0[i]);
     }
@@ -286,6 +290,8 @@ struct gv_pro {
     __half *x_out;
     float eps;
     int next_norm;
+    const __half *mul; // the PLE gate's multiplier [M][ldm] (at its column 0), or NULL
+    int ldm;
 };
 
 __device__ __forceinline__ void ld8h(const __half *p, float v[8]) {
@@ -495,7 +501,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
                 gv_flush<F>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
                             make_float4(acc[F - 1][0], acc[F - 1][1], acc[F - 1][2], acc[F - 1][3]),
                             y, bias, epi, M, N, tile_nt(cj), warp, f, s, S, CS, cj & 1,
-                            &red[0][0][0][0]);
+                            &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
                 cj++;
                 px = px0;
@@ -903,11 +909,16 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     int rc = g4k::check_weight(who, w);
     if (!rc && wu) rc = g4k::check_weight(who, wu);
     if (rc) return rc;
-    if (wu && (wu->n != w->n || wu->k != w->k || bias || epi != G4_GEMM_Y_F16))
+    if (wu && (wu->n != w->n || wu->k != w->k || bias || epi != G4_GEMM_Y_F16 || (a && a->mul)))
         return g4_fail(G4_EUSER,
-                       "%s: gate (N %d, K %d) and up (N %d, K %d) must match, fp16 y, "
-                       "no bias",
+                       "%s: gate (N %d, K %d) and up (N %d, K %d) must match, fp16 y, no bias, "
+                       "no multiplier",
                        who, w->n, w->k, wu->n, wu->k);
+    if (a && a->mul && (bias || epi != G4_GEMM_Y_F16 || a->ldm < w->n || (uintptr_t)a->mul % 2))
+        return g4_fail(G4_EUSER,
+                       "%s: a multiplier takes fp16 y, no bias, ldm %d >= N %d and a 2-byte "
+                       "aligned pointer",
+                       who, a->ldm, w->n);
     const char *why = g4_gemv_q4_add_norm_supported(M, w->k);
     if (why) return g4_fail(G4_EUSER, "%s: M %d, K %d: takes %s", who, M, w->k, why);
     auto al16 = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
@@ -928,7 +939,9 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
                           (const __half *)a->next_w,
                           (__half *)a->x_out,
                           a->eps,
-                          a->next_norm};
+                          a->next_norm,
+                          (const __half *)a->mul,
+                          a->ldm};
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
     if (wu)
         g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, stream);

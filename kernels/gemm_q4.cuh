@@ -78,7 +78,8 @@ int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *wg, const g4
 // streaming GEMV with a prologue that computes its own input from the residual stream,
 //   h_out = (h_in + rmsnorm(r) * w) * scale,  x = next_norm ? rmsnorm(h_out) * next_w : h_out,
 // in every CTA (h_out and x_out written once, for the kernels after it), then y = x @ W, or
-// gelu_tanh(x @ W) * (x @ Wu) when wu (y fp16). No norm kernel of its own in the decode chain.
+// gelu_tanh(x @ W) * (x @ Wu) when wu (y fp16), or gelu_tanh(x @ W) * mul when mul (the PLE gate:
+// mul fp16 [M, ldm] from its first column, y fp16). No norm kernel of its own in the decode chain.
 typedef struct {
     const float *h_in;  // f32 [M, K]
     float *h_out;       // f32 [M, K], not h_in (every CTA reads h_in)
@@ -89,6 +90,8 @@ typedef struct {
     void *x_out;        // fp16 [M, K]
     float eps;
     int next_norm;
+    const void *mul; // fp16, row m at mul + m * ldm, or NULL
+    int ldm;
 } g4_gemv_norm;
 // NULL when the fused kernel takes M tokens of K inputs, else what it takes.
 const char *g4_gemv_q4_add_norm_supported(int M, int K);

@@ -133,11 +133,13 @@ struct g4_backend {
     //   a->h_out = (a->h_in + rmsnorm(a->r) * a->w) * a->scale        (F32 [T, H])
     //   x        = a->next_norm ? rmsnorm(h_out) * a->next_w : h_out  (act type [T, H])
     //   y        = x @ W, or gelu_tanh(x @ W) * (x @ Wu) when wu      ([T, N])
+    //   y        = gelu_tanh(y) * mul[:, mul_col0 : mul_col0 + N] when mul (the PLE gate)
     // Every output is written as by the two ops apart (x too: later linears may read it).
     // h_out may be h_in only on a backend that does not fuse (the CPU); a fused kernel reads
     // h_in in every block, so h_out must be another buffer (the engine alternates two).
     void (*add_norm_linear)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *y,
-                            const g4_linear *w, const g4_linear *wu);
+                            const g4_linear *w, const g4_linear *wu, const g4_buf *mul,
+                            int mul_col0);
     // y[T, n] = gelu_tanh(a[T, n]) * b[T, b_col0 : b_col0 + n] (b may be wider than a: the
     // per-layer-input slice of layer l is columns l*P .. l*P+P of the PLE buffer).
     void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);

@@ -715,7 +715,8 @@ static void case_add_rmsnorm(int rows, int cols, int next, int with_scale,
 }
 
 // add_norm_linear (issue 30's fused add-norm + linear): h_out = (h_in + rmsnorm(r) w) * scale,
-// x = rmsnorm(h_out) w2 (next 1), h_out (next 0), then y = x @ W or gelu(x @ Wg) * (x @ Wu).
+// x = rmsnorm(h_out) w2 (next 1), h_out (next 0), then y = x @ W, gelu(x @ Wg) * (x @ Wu)
+// (gated 1) or gelu(x @ W) * m[:, N : 2N] with m [T, 3N] (gated 2: the PLE gate's multiplier).
 // Each output against the naive result of its own inputs: h_out and x from h_in and r, y from
 // the backend's own x (so a rounding of x does not count twice); h_in and r unchanged.
 static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, int gated, int next,
@@ -727,7 +728,8 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
     unsigned long long s = seed;
     const size_t n = (size_t)T * in, ny = (size_t)T * out;
     host_linear g = make_linear(&s, kind, in, out, 0);
-    host_linear u = gated ? make_linear(&s, kind, in, out, 0) : (host_linear){0};
+    host_linear u = gated == 1 ? make_linear(&s, kind, in, out, 0) : (host_linear){0};
+    float *mul = gated == 2 ? rnd(&s, ny * 3, -2, 2) : NULL;
     float *r = rnd(&s, n, -3, 3), *h = rnd(&s, n, -20, 20), *w = rnd(&s, (size_t)in, 0.5f, 2.0f);
     float *w2 = rnd(&s, (size_t)in, 0.5f, 2.0f), *nr = zeros(n), *want_h = dup(h, n);
     const float sc = with_scale ? g4_round_f16(0.4434f) : 1.0f;
@@ -739,13 +741,15 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
              scb = g4_f32_to_f16(sc);
     void *dw = be_copy(wb, 2 * (size_t)in), *dw2 = be_copy(w2b, 2 * (size_t)in),
          *dsc = be_copy(&scb, 2);
-    g4_linear lg = be_linear(&g.l), lu = gated ? be_linear(&u.l) : (g4_linear){0};
+    g4_linear lg = be_linear(&g.l), lu = gated == 1 ? be_linear(&u.l) : (g4_linear){0};
+    tbuf dm = mul ? tb_from(be->act_type, T, 3 * out, mul) : tb_new(be->act_type, 1, 1);
     tbuf dhi = tb_from(G4_F32, T, in, h), dr = tb_from(be->act_type, T, in, r);
     tbuf dho = tb_new(G4_F32, T, in), dx = tb_new(be->act_type, T, in);
     tbuf dy = tb_new(be->act_type, T, out);
     const g4_add_norm a = {&dhi.b, &dho.b,           &dr.b, dw, with_scale ? dsc : NULL, 1e-6f,
                            next,   next ? dw2 : NULL};
-    be->add_norm_linear(be, &a, &dx.b, &dy.b, &lg, gated ? &lu : NULL);
+    be->add_norm_linear(be, &a, &dx.b, &dy.b, &lg, gated == 1 ? &lu : NULL, mul ? &dm.b : NULL,
+                        out);
     float *got_h = tb_get(&dho), *got_x = tb_get(&dx), *got_y = tb_get(&dy);
     float *hi_after = tb_get(&dhi), *r_after = tb_get(&dr);
     report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(&dho, "h_out"), 0);
@@ -755,7 +759,13 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
            0);
     float *a0 = zeros(ny), *want_y = zeros(ny);
     n_matmul(a0, got_x, g.Wf, NULL, T, in, out, 0);
-    if (gated) {
+    if (gated == 2) {
+        for (size_t i = 0; i < ny; i++) {
+            const size_t row = i / out, col = i % out;
+            want_y[i] =
+                (float)(gelu_tanh(act_round(a0[i])) * act_round(mul[row * 3 * out + out + col]));
+        }
+    } else if (gated) {
         float *b0 = zeros(ny);
         n_matmul(b0, got_x, u.Wf, NULL, T, in, out, 0);
         for (size_t i = 0; i < ny; i++) want_y[i] = (float)(gelu_tanh(a0[i]) * b0[i]);
@@ -769,10 +779,13 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
     for (size_t i = 0; i < n; i++) h_act[i] = act_round(r[i]);
     CHECK_MSG(memcmp(hi_after, h, sizeof(float) * n) == 0, "add_norm_linear changed h_in");
     CHECK_MSG(memcmp(r_after, h_act, sizeof(float) * n) == 0, "add_norm_linear changed r");
-    PERF("add_norm_linear", be->add_norm_linear(be, &a, &dx.b, &dy.b, &lg, gated ? &lu : NULL));
+    PERF("add_norm_linear", be->add_norm_linear(be, &a, &dx.b, &dy.b, &lg, gated == 1 ? &lu : NULL,
+                                                mul ? &dm.b : NULL, out));
     be->free(be, dw), be->free(be, dw2), be->free(be, dsc);
     be_linear_free(&lg);
-    if (gated) be_linear_free(&lu), free_linear(&u);
+    if (gated == 1) be_linear_free(&lu), free_linear(&u);
+    tb_free(&dm);
+    free(mul);
     free_linear(&g);
     tb_free(&dhi), tb_free(&dr), tb_free(&dho), tb_free(&dx), tb_free(&dy);
     free(r), free(h), free(w), free(w2), free(nr), free(want_h), free(want_x), free(wb), free(w2b),
@@ -1541,8 +1554,10 @@ static void run_cases(void) {
     // pair (9 rows, K > 2048, fp16 weights)
     case_add_norm_linear(G4_W_Q4, 1, 1536, 2048, 0, 1, 1, 45);
     case_add_norm_linear(G4_W_Q4, 1, 1536, 6144, 1, 1, 0, 46);
-    case_add_norm_linear(G4_W_Q4, 1, 1536, 256, 0, 0, 0, 47);
-    case_add_norm_linear(G4_W_Q4, 8, 1536, 256, 0, 0, 0, 48);
+    case_add_norm_linear(G4_W_Q4, 1, 1536, 256, 2, 0, 0, 47);
+    case_add_norm_linear(G4_W_Q4, 8, 1536, 256, 2, 0, 0, 48);
+    case_add_norm_linear(G4_W_Q4, 3, 1536, 256, 0, 0, 0, 54);
+    case_add_norm_linear(G4_W_F16, 1, 64, 32, 2, 0, 1, 55);
     case_add_norm_linear(G4_W_Q4, 1, 64, 16, 0, 1, 1, 49);
     case_add_norm_linear(G4_W_Q4, 5, 640, 48, 1, 1, 1, 50);
     case_add_norm_linear(G4_W_Q4, 9, 64, 16, 0, 1, 0, 51);

@@ -37,7 +37,7 @@
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
-#            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE_NORM=1, and on the
+#            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=1, and on the
 #            full-size package generate fused vs unfused and bench both ways
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
@@ -348,7 +348,7 @@ stage_e2b_gemv() {
     grep -iE "gemv|linear|total|step" "$OUT/e2b_profile.txt" | head -30
 }
 
-# Issue 30 stage 1, the consumer-side fusion (G4_FUSE_NORM=1; after build, tiny, and e2b_make
+# Issue 30 stage 1, the consumer-side fusion (G4_FUSE=1; after build, tiny, and e2b_make
 # for the full-size half): the fused add-norm GEMV against the naive op (test_backend_ops
 # --op add_norm_linear on CUDA), test_cuda_engine on gpu-tiny with the fusion on (graph == eager,
 # CUDA vs the CPU reference, 0 allocations), then on the full-size package: greedy tokens of
@@ -360,14 +360,14 @@ stage_fuse() {
     echo "test_backend_ops --op add_norm_linear (cuda): exit $?"
     grep -E "FAIL|cases|checks" "$OUT/fuse_backend_ops.log" | tail -12
     build-gpu/tests/test_backend_ops --break --backend cuda --op add_norm_linear 2>&1 | tail -1
-    G4_FUSE_NORM=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+    G4_FUSE=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
         tee "$OUT/fuse_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL" | tail -24
     [ -f "$e/READY" ] || { echo "fuse: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
     local ids
     ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
     for p in q4 f16; do
         for f in 0 1; do
-            G4_FUSE_NORM=$f build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
+            G4_FUSE=$f build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
                 --ignore-eos --json >"$OUT/fuse_gen_${p}_$f.json" 2>&1
         done
         python3 - "$OUT/fuse_gen_${p}_0.json" "$OUT/fuse_gen_${p}_1.json" "$p" <<'PY'
@@ -380,10 +380,10 @@ print(f"fuse {sys.argv[3]}: greedy tokens fused == unfused for the first {same} 
 PY
     done
     for f in 0 1; do
-        G4_FUSE_NORM=$f build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/fuse_bench_$f.json" >"$OUT/fuse_bench_$f.txt" 2>&1
-        echo "=== bench G4_FUSE_NORM=$f: exit $?"; grep -iE "decode" "$OUT/fuse_bench_$f.txt" | head -6 | cut -c1-400
+        G4_FUSE=$f build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/fuse_bench_$f.json" >"$OUT/fuse_bench_$f.txt" 2>&1
+        echo "=== bench G4_FUSE=$f: exit $?"; grep -iE "decode" "$OUT/fuse_bench_$f.txt" | head -6 | cut -c1-400
     done
-    G4_FUSE_NORM=1 G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/fuse_profile.txt"
+    G4_FUSE=1 G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/fuse_profile.txt"
     grep -A14 "decode step, eager" "$OUT/fuse_profile.txt" | head -16
 }
 
