@@ -48,10 +48,13 @@
 #            the ratio of its decode tok/s (median) to bench's decode_tok_s (target: within 3%)
 #   serve    `g4cu serve` on the full-size package (after e2b_wait; SERVE_PKGS, default "f16 q4")
 #            with --backend ${SERVE_BACKEND:-cuda} --parallel ${SERVE_PARALLEL:-4} --n-ctx 4096, driven by
-#            tools/gpu/serve_load.py (300 requests from 16 clients, every 10th malformed or cut
-#            off, every 3rd streamed, 64 tokens each): prints throughput and p50/p99 latency
-#            ($OUT/serve_<pkg>.json), the server's RSS before and after, and its exit status
-#            after SIGTERM. Pass: "0 failed, 0 mis-answered" and "exit 0 after SIGTERM"
+#            tools/gpu/serve_load.py (300 requests from ${SERVE_CLIENTS:-16} clients, every 10th
+#            malformed or cut off, every 3rd streamed, ${SERVE_MAX_TOKENS:-64} tokens each, plus
+#            $SERVE_LOAD_ARGS): prints throughput, p50/p99 latency and the batch size over the
+#            run ($OUT/serve_<pkg>.json), the server's RSS before and after, and its exit status
+#            after SIGTERM. Pass: "0 failed, 0 mis-answered" and "exit 0 after SIGTERM". Issue
+#            31's load: SERVE_PARALLEL=32 SERVE_CLIENTS=32 SERVE_MAX_TOKENS=128
+#            SERVE_LOAD_ARGS="--greedy --prompt-words 100"
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
@@ -500,8 +503,10 @@ stage_serve() {
         [ -n "$port" ] || { echo "serve $k: did not start"; tail -5 "$OUT/serve_$k.err"; kill $pid 2>/dev/null; continue; }
         head -1 "$OUT/serve_$k.out"
         echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) before the load"
-        python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients 16 --max-tokens 64 \
-            --json "$OUT/serve_$k.json" | sed "s/^serve load/serve $k load/"
+        # shellcheck disable=SC2086
+        python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients "${SERVE_CLIENTS:-16}" \
+            --max-tokens "${SERVE_MAX_TOKENS:-64}" ${SERVE_LOAD_ARGS:-} \
+            --json "$OUT/serve_$k.json" | sed "s/^serve /serve $k /"
         echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) after"
         curl -s "http://127.0.0.1:$port/metrics" >"$OUT/serve_${k}_metrics.txt" 2>/dev/null
         kill -TERM $pid
