@@ -623,9 +623,8 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
           "add_norm_linear",
           "mul " BF " from column %d: expected f16 [T, >= %d + %d], no up weight", BA(mul),
           mul_col0, mul_col0, y->cols);
-    const int q4 =
-        w->kind == G4_W_Q4 && !w->clipped && (!wu || (wu->kind == G4_W_Q4 && !wu->clipped));
-    if (q4 && ho->data != hi->data && !g4_gemv_q4_add_norm_supported(x->rows, w->in)) {
+    const int plain = !w->clipped && (!wu || (wu->kind == w->kind && !wu->clipped));
+    if (plain && ho->data != hi->data && !g4_gemv_add_norm_supported(x->rows, w->in)) {
         PROF("add_norm_linear");
         const g4_gemv_norm gn = {(const float *)hi->data,
                                  (float *)ho->data,
@@ -638,10 +637,15 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
                                  a->next_norm,
                                  mul ? (const uint16_t *)mul->data + mul_col0 : NULL,
                                  mul ? mul->cols : 0};
-        gemm_check(g4_gemv_q4_add_norm(y->data, &gn, (const g4_q4_weight *)w->packed,
-                                       wu ? (const g4_q4_weight *)wu->packed : NULL,
-                                       wu ? NULL : w->bias, x->rows,
-                                       wu || mul ? G4_GEMM_Y_F16 : epilogue(y, 0), S(be)));
+        const g4_gemm_epi epi = wu || mul ? G4_GEMM_Y_F16 : epilogue(y, 0);
+        if (w->kind == G4_W_Q4)
+            gemm_check(g4_gemv_q4_add_norm(y->data, &gn, (const g4_q4_weight *)w->packed,
+                                           wu ? (const g4_q4_weight *)wu->packed : NULL,
+                                           wu ? NULL : w->bias, x->rows, epi, S(be)));
+        else
+            gemm_check(g4_gemv_f16_add_norm(y->data, &gn, w->w, wu ? wu->w : NULL,
+                                            wu ? NULL : w->bias, x->rows, w->out, w->in, epi,
+                                            S(be)));
         return;
     }
     {

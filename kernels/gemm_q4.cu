@@ -282,91 +282,6 @@ __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __hal
     }
 }
 
-// The add-norm prologue's operands (g4_gemv_q4_add_norm, kernels/ops.h add_norm_linear).
-struct gv_pro {
-    const float *h_in;
-    float *h_out;
-    const __half *r, *w, *scale, *next_w;
-    __half *x_out;
-    float eps;
-    int next_norm;
-    const __half *mul; // the PLE gate's multiplier [M][ldm] (at its column 0), or NULL
-    int ldm;
-};
-
-__device__ __forceinline__ void ld8h(const __half *p, float v[8]) {
-    const uint4 u = *(const uint4 *)p;
-    const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(h[e]);
-        v[2 * e] = f.x, v[2 * e + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void st8h(__half *p, const float v[8]) {
-    uint4 u;
-    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
-    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
-    *(uint4 *)p = u;
-}
-
-// The add-norm prologue, after the PDL wait: every CTA computes the M rows of the linear's
-// input into shared memory xs [M][K] (the same values in every CTA: each reads h_in and r, a
-// few KB in L2), and CTA (0, 0) writes h_out and x_out for the kernels after this one. The
-// arithmetic of add_rms_kernel (rmsnorm.cu), one 8-column vector a thread (K <= 8 x 256):
-//   h = (h_in + r * rsqrt(mean(r^2) + eps) * w) * scale,  x = h * rsqrt(mean(h^2) + eps) * next_w
-__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K) {
-    __shared__ float scratch[33];
-    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
-    const float sc = p.scale ? __half2float(*p.scale) : 1.0f;
-    const int i = threadIdx.x * 8;
-    const bool on = i < K;
-    float wv[8], nw[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) wv[e] = nw[e] = 1.0f;
-    if (on && p.w) ld8h(p.w + i, wv);
-    if (on && p.next_norm && p.next_w) ld8h(p.next_w + i, nw);
-    for (int m = 0; m < M; m++) {
-        const size_t base = (size_t)m * K + i;
-        float v[8], hv[8], ss = 0.0f, ss2 = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = hv[e] = 0.0f;
-        if (on) {
-            ld8h(p.r + base, v);
-            const float4 a = *(const float4 *)(p.h_in + base),
-                         b = *(const float4 *)(p.h_in + base + 4);
-            hv[0] = a.x, hv[1] = a.y, hv[2] = a.z, hv[3] = a.w;
-            hv[4] = b.x, hv[5] = b.y, hv[6] = b.z, hv[7] = b.w;
-        }
-#pragma unroll
-        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
-        const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + p.eps);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            hv[e] = (hv[e] + v[e] * inv * wv[e]) * sc;
-            ss2 += hv[e] * hv[e];
-        }
-        if (on && writer) {
-            *(float4 *)(p.h_out + base) = make_float4(hv[0], hv[1], hv[2], hv[3]);
-            *(float4 *)(p.h_out + base + 4) = make_float4(hv[4], hv[5], hv[6], hv[7]);
-        }
-        if (p.next_norm) {
-            const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)K + p.eps);
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = hv[e] * inv2 * nw[e];
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = hv[e];
-        }
-        if (on) {
-            st8h(xs + base, v);
-            if (writer) st8h(p.x_out + base, v);
-        }
-    }
-    __syncthreads();
-}
-
 template <bool FUSED, int U, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
@@ -895,13 +810,6 @@ extern "C" int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *w
     return g4k::dispatch("gemm_q4_gelu_mul", y, x, wg, wu, nullptr, M, G4_GEMM_Y_F16, algo, stream);
 }
 
-extern "C" const char *g4_gemv_q4_add_norm_supported(int M, int K) {
-    if (M < 1 || M > 8 || K < 64 || K > 2048 || K % 64)
-        return "M 1..8 tokens and K a multiple of 64 up to 2048 (one 8-column vector a thread "
-               "in the prologue; gemm_q4.cu gv_norm_prologue)";
-    return NULL;
-}
-
 extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
                                    const g4_q4_weight *wu, const void *bias, int M, g4_gemm_epi epi,
                                    cudaStream_t stream) {
@@ -909,39 +817,12 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     int rc = g4k::check_weight(who, w);
     if (!rc && wu) rc = g4k::check_weight(who, wu);
     if (rc) return rc;
-    if (wu && (wu->n != w->n || wu->k != w->k || bias || epi != G4_GEMM_Y_F16 || (a && a->mul)))
-        return g4_fail(G4_EUSER,
-                       "%s: gate (N %d, K %d) and up (N %d, K %d) must match, fp16 y, no bias, "
-                       "no multiplier",
-                       who, w->n, w->k, wu->n, wu->k);
-    if (a && a->mul && (bias || epi != G4_GEMM_Y_F16 || a->ldm < w->n || (uintptr_t)a->mul % 2))
-        return g4_fail(G4_EUSER,
-                       "%s: a multiplier takes fp16 y, no bias, ldm %d >= N %d and a 2-byte "
-                       "aligned pointer",
-                       who, a->ldm, w->n);
-    const char *why = g4_gemv_q4_add_norm_supported(M, w->k);
-    if (why) return g4_fail(G4_EUSER, "%s: M %d, K %d: takes %s", who, M, w->k, why);
-    auto al16 = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
-    if (!a || !a->h_in || !a->h_out || !a->r || !a->x_out || a->h_in == a->h_out ||
-        !al16(a->h_in) || !al16(a->h_out) || !al16(a->r) || !al16(a->x_out) ||
-        (a->w && !al16(a->w)) || (a->next_w && !al16(a->next_w)))
-        return g4_fail(G4_EUSER,
-                       "%s: h_in, h_out, r and x_out 16-byte aligned and given, h_out "
-                       "not h_in; norm weights 16-byte aligned",
-                       who);
-    rc = g4k::check_common(who, y, a->x_out, bias, M, w->n, w->k, epi);
+    if (wu && (wu->n != w->n || wu->k != w->k))
+        return g4_fail(G4_EUSER, "%s: gate (N %d, K %d) and up (N %d, K %d) differ", who, w->n,
+                       w->k, wu->n, wu->k);
+    g4k::gv_pro pro;
+    rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
     if (rc) return rc;
-    const g4k::gv_pro pro{a->h_in,
-                          a->h_out,
-                          (const __half *)a->r,
-                          (const __half *)a->w,
-                          (const __half *)a->scale,
-                          (const __half *)a->next_w,
-                          (__half *)a->x_out,
-                          a->eps,
-                          a->next_norm,
-                          (const __half *)a->mul,
-                          a->ldm};
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
     if (wu)
         g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, stream);

@@ -74,27 +74,7 @@ int g4_gemm_q4(void *y, const void *x, const g4_q4_weight *w, const void *bias, 
 int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *wg, const g4_q4_weight *wu,
                         int M, g4_gemm_algo algo, cudaStream_t stream);
 
-// The add-norm GEMV (kernels/ops.h add_norm_linear; issue 30's consumer-side fusion): the
-// streaming GEMV with a prologue that computes its own input from the residual stream,
-//   h_out = (h_in + rmsnorm(r) * w) * scale,  x = next_norm ? rmsnorm(h_out) * next_w : h_out,
-// in every CTA (h_out and x_out written once, for the kernels after it), then y = x @ W, or
-// gelu_tanh(x @ W) * (x @ Wu) when wu (y fp16), or gelu_tanh(x @ W) * mul when mul (the PLE gate:
-// mul fp16 [M, ldm] from its first column, y fp16). No norm kernel of its own in the decode chain.
-typedef struct {
-    const float *h_in;  // f32 [M, K]
-    float *h_out;       // f32 [M, K], not h_in (every CTA reads h_in)
-    const void *r;      // fp16 [M, K]
-    const void *w;      // fp16 [K] or NULL
-    const void *scale;  // fp16 scalar or NULL
-    const void *next_w; // fp16 [K] or NULL
-    void *x_out;        // fp16 [M, K]
-    float eps;
-    int next_norm;
-    const void *mul; // fp16, row m at mul + m * ldm, or NULL
-    int ldm;
-} g4_gemv_norm;
-// NULL when the fused kernel takes M tokens of K inputs, else what it takes.
-const char *g4_gemv_q4_add_norm_supported(int M, int K);
+// The add-norm GEMV (g4_gemv_norm, gemm_f16.cuh) with Q4 weights.
 int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
                         const g4_q4_weight *wu, const void *bias, int M, g4_gemm_epi epi,
                         cudaStream_t stream);

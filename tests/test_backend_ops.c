@@ -1558,6 +1558,10 @@ static void run_cases(void) {
     case_add_norm_linear(G4_W_Q4, 8, 1536, 256, 2, 0, 0, 48);
     case_add_norm_linear(G4_W_Q4, 3, 1536, 256, 0, 0, 0, 54);
     case_add_norm_linear(G4_W_F16, 1, 64, 32, 2, 0, 1, 55);
+    case_add_norm_linear(G4_W_F16, 1, 1536, 2048, 0, 1, 1, 56); // the f16 step's three adds
+    case_add_norm_linear(G4_W_F16, 1, 1536, 6144, 1, 1, 0, 57);
+    case_add_norm_linear(G4_W_F16, 8, 1536, 256, 2, 0, 0, 58);
+    case_add_norm_linear(G4_W_F16, 3, 1536, 256, 0, 0, 1, 59);
     case_add_norm_linear(G4_W_Q4, 1, 64, 16, 0, 1, 1, 49);
     case_add_norm_linear(G4_W_Q4, 5, 640, 48, 1, 1, 1, 50);
     case_add_norm_linear(G4_W_Q4, 9, 64, 16, 0, 1, 0, 51);
