@@ -198,6 +198,17 @@ static inline resp post_json(int port, const char *path, const char *json) {
 static inline resp get(int port, const char *path) { return http(port, "GET", path, NULL, NULL, 0, -1); }
 
 // A 4xx answer with the error object.
+// The metric's value in a /metrics body (-1: absent); name may carry its labels.
+static inline long metric(const char *body, const char *name) {
+    const char *p = body;
+    const size_t n = strlen(name);
+    while (p && (p = strstr(p, name))) {
+        if ((p == body || p[-1] == '\n') && p[n] == ' ') return atol(p + n + 1);
+        p += n;
+    }
+    return -1;
+}
+
 static inline int is_error(const resp *r, int status) {
     if (r->status != status || !r->body) return 0;
     cJSON *j = cJSON_Parse(r->body);

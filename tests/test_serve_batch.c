@@ -97,17 +97,6 @@ static void *ask_single(void *arg) {
     return NULL;
 }
 
-// The metric's value in a /metrics body (-1: absent); name may carry its labels.
-static long metric(const char *body, const char *name) {
-    const char *p = body;
-    const size_t n = strlen(name);
-    while (p && (p = strstr(p, name))) {
-        if ((p == body || p[-1] == '\n') && p[n] == ' ') return atol(p + n + 1);
-        p += n;
-    }
-    return -1;
-}
-
 // A long streamed request on its own socket, read until its first content delta arrived (it
 // is decoding then); the caller reads the rest (read_resp) or closes the socket.
 // ("Hello, who are you?" runs 930 tokens greedy on the fixture before its EOS: max_tokens up to

@@ -321,17 +321,6 @@ static void test_audio_formats_and_limits(const char *tone_rel) {
     CHECK_INT(srv_stop(&s), 0);
 }
 
-// The metric's value in a /metrics body (-1: absent).
-static long metric(const char *body, const char *name) {
-    const char *p = body;
-    const size_t n = strlen(name);
-    while (p && (p = strstr(p, name))) {
-        if ((p == body || p[-1] == '\n') && p[n] == ' ') return atol(p + n + 1);
-        p += n;
-    }
-    return -1;
-}
-
 // A non-streamed request whose client leaves: its generation stops (a greedy answer of up to
 // 600 tokens, measured whole first, the same request cut 150 ms after it is sent).
 static void test_disconnect(void) {
