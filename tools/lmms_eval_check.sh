@@ -82,7 +82,7 @@ for _ in $(seq 600); do
 done
 port=$(sed -nE 's#.*listening on http://[^:]+:([0-9]+).*#\1#p' "$out/serve.out")
 [ -n "$port" ] || { echo "lmms_eval_check: g4cu serve did not start:" >&2; cat "$out/serve.log" >&2; exit 1; }
-echo "g4cu serve: $(head -n1 "$out/serve.out")"
+head -n1 "$out/serve.out"
 
 # 2. lmms-eval, offline, its default concurrency and retries
 t0=$(date +%s.%N)
