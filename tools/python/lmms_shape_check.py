@@ -7,7 +7,7 @@ path as {"type": "audio_url", "audio_url": {"url": PATH}} and the task's text af
 max_tokens and temperature 0. `g4cu serve` (defaults: one state and the queue; --media-dir the
 fixtures) answers them; `g4cu eval` then runs the same manifests with the same max_new_tokens.
 
-    lmms_shape_check.py --g4cu BIN --fixtures DIR --out DIR [--max-new N]
+    lmms_shape_check.py --g4cu BIN --fixtures DIR --out DIR [--max-new N] [--quick]
 
 Checks: every request 200 at the first try (no retry: a 429 or an error counts as failed); the
 server's log holds one 200 line for each request and no other; every reply's text identical to
@@ -80,7 +80,12 @@ def main():
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-new", type=int, default=8)
+    ap.add_argument("--quick", action="store_true",
+                    help="one image and two clips ('stereo48k' kept), for sanitizer builds")
     a = ap.parse_args()
+    if a.quick:  # (module-level lists: the helpers read them)
+        OCR[:] = [x for x in OCR if x[0] == "square"]
+        ASR[:] = [x for x in ASR if x[0] in ("speech", "stereo48k")]
     fix = os.path.realpath(a.fixtures)
     pkg = os.path.join(fix, "mobius-tiny-f16", "package")
     tok = os.path.join(fix, "chat", "chat_bpe.json")
