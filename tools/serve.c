@@ -1518,7 +1518,7 @@ static enum MHD_Result answer_job(struct MHD_Connection *c, conn_ctx *x, job *j,
             } else {
                 cJSON *msg = cJSON_AddObjectToObject(c0, "message");
                 cJSON_AddStringToObject(msg, "role", "assistant");
-                ss_message(msg, ri, id);
+                ss_message(msg, ri, id, S.tok, j->rq.stop, j->rq.n_stop);
             }
             if (j->rq.logprobs && !cmpl)
                 cJSON_AddItemToObject(c0, "logprobs", ss_logprobs(S.model, ri->logprobs,

@@ -205,10 +205,69 @@ static cJSON *token_entry(g4cu_model *m, int32_t id, float logprob) {
     return o;
 }
 
-void ss_message(cJSON *msg, const g4cu_result *r, unsigned long long id) {
+// The id of the special token spelled s, or -1 when the tokenizer has none.
+static int32_t special_id(const g4cu_tokenizer *t, const char *s) {
+    int32_t *ids = NULL, id = -1;
+    int n = 0;
+    if (!g4cu_tokenizer_encode(t, s, strlen(s), 0, &ids, &n) && n == 1) id = ids[0];
+    g4cu_free(ids);
+    return id;
+}
+
+// ids[0, n) as text (special tokens left out), cut before the first of the request's stop
+// strings, into msg[key]. 0: out of memory or a decoding error.
+static int add_decoded(cJSON *msg, const char *key, const g4cu_tokenizer *t, const int32_t *ids,
+                       int n, const char *const *stop, int n_stop) {
+    char *text = NULL;
+    size_t len = 0;
+    if (n > 0 && g4cu_tokenizer_decode(t, ids, n, 1, &text, &len)) return 0;
+    size_t cut = len;
+    for (int k = 0; k < n_stop && text; k++) {
+        const size_t sl = strlen(stop[k]);
+        for (size_t at = 0; sl && at + sl <= cut; at++)
+            if (!memcmp(text + at, stop[k], sl)) {
+                cut = at;
+                break;
+            }
+    }
+    if (text) text[cut] = 0;
+    const int ok = cJSON_AddStringToObject(msg, key, text ? text : "") != NULL;
+    g4cu_free(text);
+    return ok;
+}
+
+// A generation that opened Gemma-4's thought channel (<|channel>): the answer is what follows
+// the last <channel|>, and nothing while the channel never closed (what `g4cu eval` scores, as
+// the Olive adapter decodes; eval/runner.c response_text); the thought goes in
+// reasoning_content, where vLLM's and llama-server's reasoning parsers put it. 1 when the
+// channel was opened and msg got both fields; 0 when it was not (or a field could not be made).
+static int thought_channel(cJSON *msg, const g4cu_result *r, const g4cu_tokenizer *t,
+                           const char *const *stop, int n_stop) {
+    const int32_t soc = t ? special_id(t, "<|channel>") : -1;
+    const int32_t eoc = t ? special_id(t, "<channel|>") : -1;
+    int first_soc = -1, last_eoc = -1;
+    for (int i = 0; soc >= 0 && i < r->n_tokens; i++) {
+        if (r->tokens[i] == soc && first_soc < 0) first_soc = i;
+        if (r->tokens[i] == eoc) last_eoc = i;
+    }
+    if (first_soc < 0) return 0;
+    const int thought_end = last_eoc > first_soc ? last_eoc : r->n_tokens;
+    if (!add_decoded(msg, "content", t, r->tokens + last_eoc + 1,
+                     last_eoc < 0 ? 0 : r->n_tokens - last_eoc - 1, stop, n_stop))
+        return 0;
+    if (!add_decoded(msg, "reasoning_content", t, r->tokens + first_soc + 1,
+                     thought_end - first_soc - 1, stop, n_stop)) {
+        cJSON_DeleteItemFromObject(msg, "content");
+        return 0;
+    }
+    return 1;
+}
+
+void ss_message(cJSON *msg, const g4cu_result *r, unsigned long long id, const g4cu_tokenizer *t,
+                const char *const *stop, int n_stop) {
     if (r->n_tool_calls && !r->text_len)
         cJSON_AddNullToObject(msg, "content");
-    else
+    else if (r->n_tool_calls || !thought_channel(msg, r, t, stop, n_stop))
         cJSON_AddStringToObject(msg, "content", r->text);
     if (!r->n_tool_calls) return;
     cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");

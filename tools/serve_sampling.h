@@ -36,7 +36,11 @@ void ss_free(ss_fields *f);
 // left out.
 cJSON *ss_logprobs(g4cu_model *m, const g4cu_token_logprob *lp, size_t n, int top);
 
-// A chat choice's "message" content and tool_calls (ids call_<id>_<k>) from r.
-void ss_message(cJSON *msg, const g4cu_result *r, unsigned long long id);
+// A chat choice's "message" content and tool_calls (ids call_<id>_<k>) from r. A generation
+// that opened the thought channel (<|channel>) answers with what follows the last <channel|>
+// ("" while it never closed), cut before the first of stop[0, n_stop), and the thought in
+// reasoning_content; t: the model's tokenizer (NULL: the text as it is).
+void ss_message(cJSON *msg, const g4cu_result *r, unsigned long long id, const g4cu_tokenizer *t,
+                const char *const *stop, int n_stop);
 
 #endif
