@@ -201,8 +201,10 @@ int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float 
     g4_audio a;
     rc = g4_audio_load(path, m->pl->pkg->audio_fe.sampling_rate, G4_AUDIO_MAX_SAMPLES + 1, &a);
     close(fd);
-    if (rc) {
-        g4_error_prefix("audio (%zu bytes)", size); // (the memfd path means nothing to a caller)
+    if (rc) { // the memfd's /proc/self/fd/N means nothing to a caller: named by its size
+        char name[48];
+        snprintf(name, sizeof name, "audio (%zu bytes)", size);
+        g4_error_rename(path, name);
         return code(rc);
     }
     *pcm = a.samples;
