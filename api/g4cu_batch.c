@@ -63,9 +63,9 @@ void g4cu_batch_free(g4cu_batch *b) {
     free(b);
 }
 
-// The fields that need the request's logits row on the host (engine/generate.c's host pick):
-// the batch's decode step samples every row on the device, so they are refused here.
-static int host_pick_fields(const g4cu_request *rq, const char *who) {
+// The first field of rq that needs the request's logits row on the host (engine/generate.c's
+// host pick), or NULL: the batch's decode step samples every row on the device.
+static const char *host_pick_field(const g4cu_request *rq) {
     const char *f = NULL;
     if (rq->logprobs)
         f = "logprobs";
@@ -83,6 +83,14 @@ static int host_pick_fields(const g4cu_request *rq, const char *who) {
         f = rq->json == G4CU_JSON_SCHEMA ? "json_schema" : "json";
     else if (rq->tools_json)
         f = "tools_json";
+    return f;
+}
+
+int g4cu_batch_accepts(const g4cu_request *rq) { return rq && !host_pick_field(rq); }
+
+// The host-pick fields refused (who: the call, named in the error).
+static int host_pick_fields(const g4cu_request *rq, const char *who) {
+    const char *f = host_pick_field(rq);
     if (!f) return G4_OK;
     return g4_fail(G4_EUSER, "%s: %s is not batched yet (the batch samples on the device); "
                              "g4cu_generate runs it",
@@ -247,5 +255,20 @@ void g4cu_batch_get_info(g4cu_batch *cb, g4cu_batch_info *info) {
     info->states = st.states_made;
     info->steps = st.decode_steps;
     info->rows_stepped = st.decode_rows;
+    pthread_mutex_unlock(&cb->lock);
+}
+
+void g4cu_batch_get_slot(g4cu_batch *cb, int slot, g4cu_batch_slot_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!cb || slot < 0 || slot >= cb->slots) return;
+    pthread_mutex_lock(&cb->lock);
+    g4_batch_slot_state st;
+    g4_batch_get_slot(cb->b, slot, &st);
+    info->id = cb->req[slot].id;
+    info->phase = (g4cu_slot_phase)st.phase;
+    info->n_prompt = st.n_prompt;
+    info->n_prefilled = st.n_prefilled;
+    info->n_generated = st.n_generated;
+    info->n_ctx = st.n_ctx;
     pthread_mutex_unlock(&cb->lock);
 }

@@ -265,3 +265,23 @@ void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st) {
     count_running(b);
     *st = b->stats;
 }
+
+void g4_batch_get_slot(g4_batch *b, int slot, g4_batch_slot_state *out) {
+    memset(out, 0, sizeof *out);
+    if (slot < 0 || slot >= b->n_slots) return;
+    const g4_batch_slot *sl = &b->slots[slot];
+    out->phase = sl->phase == SLOT_PREFILL  ? 1
+                 : sl->phase == SLOT_DECODE ? 2
+                 : sl->phase == SLOT_DONE   ? 3
+                                            : 0;
+    out->n_ctx = sl->st ? sl->st->capacity : 0;
+    if (sl->phase == SLOT_PREFILL || sl->phase == SLOT_DECODE) {
+        out->n_prompt = sl->q.n_prompt;
+        out->n_prefilled = sl->q.at;
+        out->n_generated = (int)sl->res.tokens.n;
+    } else if (sl->phase == SLOT_DONE) {
+        out->n_prompt = sl->res.n_prompt;
+        out->n_prefilled = sl->res.n_prompt;
+        out->n_generated = (int)sl->res.tokens.n;
+    }
+}

@@ -69,4 +69,12 @@ typedef struct {
 } g4_batch_stats;
 void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st);
 
+// One slot now: its phase (0 free, 1 prefilling, 2 decoding, 3 ended and not yet taken), its
+// request's prompt rows, those prefilled so far, the tokens generated so far, the KV rows its
+// state holds (0: no state made yet).
+typedef struct {
+    int phase, n_prompt, n_prefilled, n_generated, n_ctx;
+} g4_batch_slot_state;
+void g4_batch_get_slot(g4_batch *b, int slot, g4_batch_slot_state *out);
+
 #endif

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "engine/text_model.h"
@@ -58,9 +59,9 @@ static void close_handle(g4_text_state *s) {
 
 // Every buffer of the state (for the out-of-memory check and free).
 static int state_bufs(g4_text_state *s, g4_buf **all) {
-    g4_buf *b[] = {&s->h,   &s->x,  &s->q,  &s->k,      &s->v,    &s->attn, &s->o,
-                   &s->mlp, &s->ple, &s->pg, &s->io,    &s->smap, &s->logits,
-                   &s->samp, &s->next, &s->soft};
+    g4_buf *b[] = {&s->h,    &s->h2,     &s->x,    &s->q,    &s->k,   &s->v,
+                   &s->attn, &s->o,      &s->mlp,  &s->ple,  &s->pg,  &s->io,
+                   &s->smap, &s->logits, &s->samp, &s->next, &s->soft};
     const int n = (int)(sizeof b / sizeof b[0]);
     for (int i = 0; i < n; i++) all[i] = b[i];
     return n;
@@ -126,6 +127,10 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     alloc_kv(s);
     const int T = s->max_tokens, H = c->hidden, LP = c->n_layers * c->ple_dim;
     s->h = g4_buf_new(be, G4_F32, T, H);
+    s->h2 = g4_buf_new(be, G4_F32, T < 8 ? T : 8, H);
+    s->hcur = &s->h;
+    const char *fuse_env = getenv("G4_FUSE");
+    s->fuse_norm = fuse_env && !strcmp(fuse_env, "1") && be->add_norm_linear;
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
     s->k = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
@@ -348,10 +353,65 @@ static void batch_attention(g4_text_state *s, int l, int T) {
     }
 }
 
-// One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each a post-normed
-// residual add that also produces the next op's input in x (the next block's pre-norm, the PLE
-// gate's input, the next layer's input norm or, after the last layer, the final norm), so no
-// norm runs on its own. On entry x holds this layer's input-normed h.
+// The post-norm residual add a block ends with (spec 2.4: h = (h + rmsnorm(r) * w) * scale,
+// then the next op's input x = rmsnorm(h) * next_w, or h itself), left pending until the next
+// linear that reads x. Unfused, it runs there as add_rmsnorm_next in place; fused (s->fuse),
+// the linear's own op applies it (add_norm_linear), from the current residual buffer into the
+// other one.
+static void set_pending(g4_text_state *s, const g4_buf *r, const void *w, const void *scale,
+                        int next_norm, const void *next_w) {
+    s->pending.r = *r;
+    s->pending.w = w;
+    s->pending.scale = scale;
+    s->pending.next_norm = next_norm;
+    s->pending.next_w = next_w;
+}
+
+static void apply_pending(g4_text_state *s, int T) {
+    if (!s->pending.r.data) return;
+    g4_buf h = g4_buf_view(s->hcur, T, s->m->cfg->hidden);
+    g4_buf x = g4_buf_view(&s->x, T, s->m->cfg->hidden);
+    s->be->add_rmsnorm_next(s->be, &h, &s->pending.r, s->pending.w, s->m->cfg->rms_eps,
+                            s->pending.scale, &x, s->pending.next_norm, s->pending.next_w);
+    s->pending.r.data = NULL;
+}
+
+// y = x @ W (gelu_tanh(x @ W) * (x @ Wu) when wu; then gelu_tanh(y) * mul[:, col0 ..] when
+// mul), after the pending add.
+static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, const g4_linear *wu,
+                     const g4_buf *mul, int mul_col0) {
+    g4_backend *be = s->be;
+    const int H = s->m->cfg->hidden;
+    g4_buf x = g4_buf_view(&s->x, T, H);
+    if (s->fuse && s->pending.r.data) {
+        g4_buf *other = s->hcur == &s->h ? &s->h2 : &s->h;
+        g4_buf hi = g4_buf_view(s->hcur, T, H), ho = g4_buf_view(other, T, H);
+        const g4_add_norm a = {&hi,
+                               &ho,
+                               &s->pending.r,
+                               s->pending.w,
+                               s->pending.scale,
+                               s->m->cfg->rms_eps,
+                               s->pending.next_norm,
+                               s->pending.next_w};
+        be->add_norm_linear(be, &a, &x, y, w, wu, mul, mul_col0);
+        s->hcur = other;
+        s->pending.r.data = NULL;
+        return;
+    }
+    apply_pending(s, T);
+    if (wu)
+        be->linear_gelu_mul(be, y, &x, w, wu);
+    else
+        be->linear(be, y, &x, w, 0);
+    if (mul) be->gelu_mul(be, y, y, mul, mul_col0);
+}
+
+// One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each ending with a
+// post-normed residual add that also produces the next op's input in x (the next block's
+// pre-norm, the PLE gate's input, the next layer's input norm or, after the last layer, the
+// final norm), so no norm runs on its own. On entry x holds this layer's input-normed h, or the
+// previous layer's add is pending (a fused forward); unfused, every add is applied by the end.
 static void layer(g4_text_state *s, int l, int T) {
     g4_text_model *m = s->m;
     const g4_text_config *c = m->cfg;
@@ -359,14 +419,14 @@ static void layer(g4_text_state *s, int l, int T) {
     const g4_text_layer *w = &m->layers[l];
     g4_backend *be = s->be;
     const int H = c->hidden, hd = lc->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    g4_buf h = g4_buf_view(&s->h, T, H), x = g4_buf_view(&s->x, T, H), o = g4_buf_view(&s->o, T, H);
+    g4_buf x = g4_buf_view(&s->x, T, H), o = g4_buf_view(&s->o, T, H);
     g4_buf q = g4_buf_view(&s->q, T, nh * hd), attn = g4_buf_view(&s->attn, T, nh * hd);
     g4_buf pos = g4_buf_view(&s->pos, T, 1);
     g4_buf *kc = &s->kc[lc->kv_slot], *vc = &s->vc[lc->kv_slot];
 
     // Attention block. Layers that own a KV slot compute K/V and store them at rows pos[t];
     // KV-shared layers read the slot their source layer filled earlier in this same pass.
-    be->linear(be, &q, &x, &w->q, 0);
+    linear_x(s, T, &q, &w->q, NULL, NULL, 0);
     if (lc->kv_source == l) {
         g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
         be->linear(be, &k, &x, &w->k, 0);
@@ -391,23 +451,25 @@ static void layer(g4_text_state *s, int l, int T) {
     else
         be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
     be->linear(be, &o, &attn, &w->o, 0);
-    be->add_rmsnorm_next(be, &h, &o, w->post_attn_norm, c->rms_eps, NULL, &x, 1, w->pre_ff_norm);
+    set_pending(s, &o, w->post_attn_norm, NULL, 1, w->pre_ff_norm);
 
     // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
     g4_buf mlp = g4_buf_view(&s->mlp, T, lc->ffn);
-    be->linear_gelu_mul(be, &mlp, &x, &w->gate, &w->up);
+    linear_x(s, T, &mlp, &w->gate, &w->up, NULL, 0);
     be->linear(be, &o, &mlp, &w->down, 0);
-    be->add_rmsnorm_next(be, &h, &o, w->post_ff_norm, c->rms_eps, NULL, &x, 0, NULL);
+    set_pending(s, &o, w->post_ff_norm, NULL, 0, NULL);
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
     g4_buf pg = g4_buf_view(&s->pg, T, c->ple_dim), ple = g4_buf_view(&s->ple, T, c->n_layers * c->ple_dim);
-    be->linear(be, &pg, &x, &w->ple_gate, 0);
-    be->gelu_mul(be, &pg, &pg, &ple, l * c->ple_dim);
+    linear_x(s, T, &pg, &w->ple_gate, NULL, &ple, l * c->ple_dim);
     be->linear(be, &o, &pg, &w->ple_proj, 0);
     const void *next_w = l + 1 < c->n_layers ? m->layers[l + 1].input_norm : m->final_norm;
-    be->add_rmsnorm_next(be, &h, &o, w->post_ple_norm, c->rms_eps, w->layer_scalar, &x, 1,
-                         next_w);
-    emit_layer(s, "layer", l, &h);
+    set_pending(s, &o, w->post_ple_norm, w->layer_scalar, 1, next_w);
+    if (!s->fuse) apply_pending(s, T); // (fused: the next layer's q linear applies it)
+    if (s->hook) {
+        g4_buf h = g4_buf_view(s->hcur, T, H);
+        emit_layer(s, "layer", l, &h);
+    }
 }
 
 // The device work of a forward over T staged tokens: embeddings, layers, final norm and LM
@@ -422,8 +484,12 @@ static g4_buf compute(g4_text_state *s, int T, const g4_soft_tokens *soft, int a
     embed(s, T, soft);
     g4_buf h = g4_buf_view(&s->h, T, c->hidden);
     g4_buf x = g4_buf_view(&s->x, T, c->hidden);
+    s->hcur = &s->h;
+    s->pending.r.data = NULL;
+    s->fuse = s->fuse_norm && !s->hook && T <= s->h2.rows;
     be->rmsnorm(be, &x, &h, m->layers[0].input_norm, c->hidden, c->rms_eps);
-    for (int l = 0; l < c->n_layers; l++) layer(s, l, T); // leaves the final norm in x
+    for (int l = 0; l < c->n_layers; l++) layer(s, l, T);
+    apply_pending(s, T); // the last layer's add (fused): the final norm into x
     emit(s, "final_norm", &x);
     const int rows = all_logits ? T : 1;
     g4_buf out = g4_buf_view(&s->logits, logits ? rows : 0, c->vocab);

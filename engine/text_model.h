@@ -82,6 +82,8 @@ typedef struct g4_text_state {
     g4_buf *kc, *vc; // [n_kv_layers] caches [capacity, kv*hd]
     // activations, [max_tokens, ...]; used as [T, ...] views
     g4_buf h;      // F32 [T, H] residual stream
+    g4_buf h2;     // F32 [min(T, 8), H]: the other residual buffer of a fused forward
+    g4_buf *hcur;  // the residual buffer a forward is at: &h, or &h2 after a fused add
     g4_buf x;      // act [T, H] normed input of a sublayer
     g4_buf q;      // act [T, heads*hd_max]
     g4_buf k, v;   // act [T, kv*hd_max]
@@ -102,6 +104,17 @@ typedef struct g4_text_state {
     g4_text_hook hook;
     void *hook_ctx;
     void *graph; // the captured decode step (backends with graphs, not eager), or NULL
+    // Issue 30's consumer-side fusion (G4_FUSE=1 in the environment, read at state
+    // creation; forwards of <= h2.rows rows without a hook): each block's post-norm residual
+    // add runs in the next linear's op (add_norm_linear), which reads one residual buffer and
+    // writes the other, instead of add_rmsnorm_next on its own.
+    int fuse_norm;
+    int fuse; // this forward fuses
+    struct {  // the add a block ended with, not applied yet (pending.r.data != NULL)
+        g4_buf r;
+        const void *w, *scale, *next_w;
+        int next_norm;
+    } pending;
     // During g4_text_batch_step only: the sequence of each row (NULL otherwise).
     struct g4_text_state *const *rows;
 } g4_text_state;

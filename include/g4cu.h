@@ -367,6 +367,25 @@ typedef struct {
     long steps, rows_stepped;
 } g4cu_batch_info;
 void g4cu_batch_get_info(g4cu_batch *b, g4cu_batch_info *info);
+// One slot of the batch (0 <= slot < slots): the request in it (id 0: none), what it is doing,
+// its prompt tokens, those prefilled so far, the tokens it has generated so far, and the KV
+// rows the slot's cache holds (0: not made yet). A slot index outside the batch: all zero.
+typedef enum {
+    G4CU_SLOT_FREE = 0,
+    G4CU_SLOT_PREFILL, // its prompt is going in, a chunk a step
+    G4CU_SLOT_DECODE,  // one token a step, in the batch's decode step
+    G4CU_SLOT_DONE     // ended; its result waits for g4cu_batch_poll
+} g4cu_slot_phase;
+typedef struct {
+    int64_t id;
+    g4cu_slot_phase phase;
+    int n_prompt, n_prefilled, n_generated, n_ctx;
+} g4cu_batch_slot_info;
+void g4cu_batch_get_slot(g4cu_batch *b, int slot, g4cu_batch_slot_info *info);
+// 1 when g4cu_batch_submit takes rq's sampling fields; 0 when rq asks for something the
+// batch's device-side sampler does not do (logprobs, penalties, logit_bias, min_p, a JSON
+// format, tools): run such a request with g4cu_generate on a state. Sets no error.
+int g4cu_batch_accepts(const g4cu_request *rq);
 
 // --- tokens and logits -------------------------------------------------------------------------
 // The text's token ids (no special tokens added); *ids is malloc'ed (g4cu_free).

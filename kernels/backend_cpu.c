@@ -120,6 +120,26 @@ static void cpu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, con
         memcpy(next->data, h->data, g4_buf_bytes(h));
 }
 
+static void cpu_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);
+
+// The two ops apart (nothing to fuse on the CPU): h_out may be h_in.
+static void cpu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *y,
+                                const g4_linear *w, const g4_linear *wu, const g4_buf *mul,
+                                int mul_col0) {
+    G4_ASSERT(!(wu && mul));
+    need_f32(a->h_in, "add_norm_linear");
+    G4_ASSERT(a->h_out->rows == a->h_in->rows && a->h_out->cols == a->h_in->cols &&
+              a->h_out->type == G4_F32);
+    if (a->h_out->data != a->h_in->data)
+        memcpy(a->h_out->data, a->h_in->data, g4_buf_bytes(a->h_in));
+    cpu_add_rmsnorm_next(be, a->h_out, a->r, a->w, a->eps, a->scale, x, a->next_norm, a->next_w);
+    if (wu)
+        cpu_linear_gelu_mul(be, y, x, w, wu);
+    else
+        cpu_linear(be, y, x, w, 0);
+    if (mul) cpu_gelu_mul(be, y, y, mul, mul_col0);
+}
+
 static void cpu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
                            const g4_buf *ids, const void *norm_w, int D, float proj_scale,
                            float tok_scale, float out_scale, float eps) {
@@ -376,6 +396,7 @@ static g4_backend cpu_backend = {
     .add = cpu_add,
     .qkv_prep = cpu_qkv_prep,
     .add_rmsnorm_next = cpu_add_rmsnorm_next,
+    .add_norm_linear = cpu_add_norm_linear,
     .ple_inputs = cpu_ple_inputs,
     .attention = cpu_attention,
     .embed = cpu_embed,

@@ -604,6 +604,65 @@ static void cu_linear_gelu_mul_clipped(g4_backend *be, g4_buf *y, const g4_buf *
     cu_gelu_mul(be, y, &g, &u, 0);
 }
 
+// Issue 30's consumer-side fusion: a Q4 GEMV of <= 8 rows (the decode step) computes the
+// add-norm in its prologue (g4_gemv_q4_add_norm), with no norm kernel of its own; other shapes
+// and weights run the add-norm kernel out of place and then the linear.
+static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *y,
+                               const g4_linear *w, const g4_linear *wu, const g4_buf *mul,
+                               int mul_col0) {
+    const g4_buf *hi = a->h_in, *ho = a->h_out, *r = a->r;
+    needf(hi->type == G4_F32 && ho->type == G4_F32 && r->type == G4_F16 && x->type == G4_F16 &&
+              same_shape(hi, ho) && same_shape(hi, r) && same_shape(hi, x) && x->cols == w->in &&
+              y->rows == x->rows && y->cols == w->out,
+          "add_norm_linear",
+          "h_in " BF ", h_out " BF ", r " BF ", x " BF ", y " BF ": expected f32 h, f16 r and x "
+          "of one shape [T, %d], y [T, %d]",
+          BA(hi), BA(ho), BA(r), BA(x), BA(y), w->in, w->out);
+    needf(!mul || (!wu && mul->type == G4_F16 && y->type == G4_F16 && mul->rows == y->rows &&
+                   mul_col0 >= 0 && mul_col0 + y->cols <= mul->cols),
+          "add_norm_linear",
+          "mul " BF " from column %d: expected f16 [T, >= %d + %d], no up weight", BA(mul),
+          mul_col0, mul_col0, y->cols);
+    const int plain = !w->clipped && (!wu || (wu->kind == w->kind && !wu->clipped));
+    if (plain && ho->data != hi->data && !g4_gemv_add_norm_supported(x->rows, w->in)) {
+        PROF("add_norm_linear");
+        const g4_gemv_norm gn = {(const float *)hi->data,
+                                 (float *)ho->data,
+                                 r->data,
+                                 a->w,
+                                 a->scale,
+                                 a->next_norm ? a->next_w : NULL,
+                                 x->data,
+                                 a->eps,
+                                 a->next_norm,
+                                 mul ? (const uint16_t *)mul->data + mul_col0 : NULL,
+                                 mul ? mul->cols : 0};
+        const g4_gemm_epi epi = wu || mul ? G4_GEMM_Y_F16 : epilogue(y, 0);
+        if (w->kind == G4_W_Q4)
+            gemm_check(g4_gemv_q4_add_norm(y->data, &gn, (const g4_q4_weight *)w->packed,
+                                           wu ? (const g4_q4_weight *)wu->packed : NULL,
+                                           wu ? NULL : w->bias, x->rows, epi, S(be)));
+        else
+            gemm_check(g4_gemv_f16_add_norm(y->data, &gn, w->w, wu ? wu->w : NULL,
+                                            wu ? NULL : w->bias, x->rows, w->out, w->in, epi,
+                                            S(be)));
+        return;
+    }
+    {
+        PROF("add_rmsnorm_next");
+        g4_add_rmsnorm_to((float *)ho->data, (const float *)hi->data, (const uint16_t *)r->data,
+                          (const uint16_t *)a->w, (const uint16_t *)a->scale, a->eps,
+                          a->next_norm ? G4_NEXT_NORM : G4_NEXT_COPY, (uint16_t *)x->data,
+                          (const uint16_t *)(a->next_norm ? a->next_w : NULL), x->rows, x->cols,
+                          S(be));
+    }
+    if (wu)
+        cu_linear_gelu_mul(be, y, x, w, wu);
+    else
+        cu_linear(be, y, x, w, 0);
+    if (mul) cu_gelu_mul(be, y, y, mul, mul_col0);
+}
+
 static void cu_clamp(g4_backend *be, g4_buf *x, float lo, float hi) {
     PROF("clamp");
     clamp_buf(be, x, lo, hi, "clamp");
@@ -844,6 +903,7 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->add = cu_add;
     b->qkv_prep = cu_qkv_prep;
     b->add_rmsnorm_next = cu_add_rmsnorm_next;
+    b->add_norm_linear = cu_add_norm_linear;
     b->ple_inputs = cu_ple_inputs;
     b->check_text = cu_check_text;
     b->attention = cu_attention;

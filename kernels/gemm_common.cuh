@@ -124,6 +124,97 @@ struct prefill_plan {
 };
 prefill_plan plan_prefill(int M, int N, int K, bool fused, bool q4);
 
+// The add-norm prologue's operands (g4_gemv_norm: the GEMVs' add_norm entries, kernels/ops.h
+// add_norm_linear).
+struct gv_pro {
+    const float *h_in;
+    float *h_out;
+    const __half *r, *w, *scale, *next_w;
+    __half *x_out;
+    float eps;
+    int next_norm;
+    const __half *mul; // the PLE gate's multiplier [M][ldm] (at its column 0), or NULL
+    int ldm;
+};
+
+__device__ __forceinline__ void ld8h(const __half *p, float v[8]) {
+    const uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float2 f = __half22float2(h[e]);
+        v[2 * e] = f.x, v[2 * e + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void st8h(__half *p, const float v[8]) {
+    uint4 u;
+    u.x = pack_half2(v[0], v[1]), u.y = pack_half2(v[2], v[3]);
+    u.z = pack_half2(v[4], v[5]), u.w = pack_half2(v[6], v[7]);
+    *(uint4 *)p = u;
+}
+
+// The add-norm prologue, after the PDL wait: every CTA computes the M rows of the linear's
+// input into shared memory xs [M][K] (the same values in every CTA: each reads h_in and r, a
+// few KB in L2), and CTA (0, 0) writes h_out and x_out for the kernels after this one. The
+// arithmetic of add_rms_kernel (rmsnorm.cu), one 8-column vector a thread (K <= 8 x 256):
+//   h = (h_in + r * rsqrt(mean(r^2) + eps) * w) * scale,  x = h * rsqrt(mean(h^2) + eps) * next_w
+__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K) {
+    __shared__ float scratch[33];
+    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+    const float sc = p.scale ? __half2float(*p.scale) : 1.0f;
+    const int i = threadIdx.x * 8;
+    const bool on = i < K;
+    float wv[8], nw[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) wv[e] = nw[e] = 1.0f;
+    if (on && p.w) ld8h(p.w + i, wv);
+    if (on && p.next_norm && p.next_w) ld8h(p.next_w + i, nw);
+    for (int m = 0; m < M; m++) {
+        const size_t base = (size_t)m * K + i;
+        float v[8], hv[8], ss = 0.0f, ss2 = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = hv[e] = 0.0f;
+        if (on) {
+            ld8h(p.r + base, v);
+            const float4 a = *(const float4 *)(p.h_in + base),
+                         b = *(const float4 *)(p.h_in + base + 4);
+            hv[0] = a.x, hv[1] = a.y, hv[2] = a.z, hv[3] = a.w;
+            hv[4] = b.x, hv[5] = b.y, hv[6] = b.z, hv[7] = b.w;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss += v[e] * v[e];
+        const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + p.eps);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            hv[e] = (hv[e] + v[e] * inv * wv[e]) * sc;
+            ss2 += hv[e] * hv[e];
+        }
+        if (on && writer) {
+            *(float4 *)(p.h_out + base) = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            *(float4 *)(p.h_out + base + 4) = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        if (p.next_norm) {
+            const float inv2 = rsqrtf(block_sum(ss2, scratch) / (float)K + p.eps);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = hv[e] * inv2 * nw[e];
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = hv[e];
+        }
+        if (on) {
+            st8h(xs + base, v);
+            if (writer) st8h(p.x_out + base, v);
+        }
+    }
+    __syncthreads();
+}
+
+// The add-norm entries' checks (aligned, given, h_out not h_in, a multiplier's own rules) and
+// their operands for the kernels; G4_OK or a G4_EUSER message naming `who`.
+int norm_operands(const char *who, const g4_gemv_norm *a, const void *y, const void *bias, int M,
+                  int N, int K, g4_gemm_epi epi, bool gated, gv_pro *out);
+
 // The checks every entry makes; each returns G4_OK or a G4_EUSER message naming `who`.
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi);

@@ -76,6 +76,42 @@ int check_common(const char *who, const void *y, const void *x, const void *bias
     return G4_OK;
 }
 
+int norm_operands(const char *who, const g4_gemv_norm *a, const void *y, const void *bias, int M,
+                  int N, int K, g4_gemm_epi epi, bool gated, gv_pro *out) {
+    const char *why = g4_gemv_add_norm_supported(M, K);
+    if (why) return g4_fail(G4_EUSER, "%s: M %d, K %d: takes %s", who, M, K, why);
+    auto al16 = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
+    if (!a || !a->h_in || !a->h_out || !a->r || !a->x_out || a->h_in == a->h_out ||
+        !al16(a->h_in) || !al16(a->h_out) || !al16(a->r) || !al16(a->x_out) ||
+        (a->w && !al16(a->w)) || (a->next_w && !al16(a->next_w)))
+        return g4_fail(G4_EUSER,
+                       "%s: h_in, h_out, r and x_out 16-byte aligned and given, h_out not h_in; "
+                       "norm weights 16-byte aligned",
+                       who);
+    if ((gated || a->mul) && (bias || epi != G4_GEMM_Y_F16 || (gated && a->mul)))
+        return g4_fail(G4_EUSER,
+                       "%s: an up weight or a multiplier (not both) takes fp16 y and "
+                       "no bias",
+                       who);
+    if (a->mul && (a->ldm < N || (uintptr_t)a->mul % 2))
+        return g4_fail(G4_EUSER, "%s: multiplier ldm %d, expected >= N %d, 2-byte aligned", who,
+                       a->ldm, N);
+    const int rc = check_common(who, y, a->x_out, bias, M, N, K, epi);
+    if (rc) return rc;
+    *out = gv_pro{(const float *)a->h_in,
+                  (float *)a->h_out,
+                  (const __half *)a->r,
+                  (const __half *)a->w,
+                  (const __half *)a->scale,
+                  (const __half *)a->next_w,
+                  (__half *)a->x_out,
+                  a->eps,
+                  a->next_norm,
+                  (const __half *)a->mul,
+                  a->ldm};
+    return G4_OK;
+}
+
 namespace {
 
 // =============================================================================================
@@ -312,11 +348,14 @@ template <int MT, bool FUSED> constexpr int gemv_smem() {
     return GEMV_KCH * MT * 2 + (8 + 1) * (FUSED ? 2 : 1) * MT * GEMV_COLS * 4;
 }
 
-template <int MT, bool FUSED>
+// PRO: the add-norm prologue (gemm_common.cuh gv_norm_prologue) computes x [M][K] into shared
+// memory after the wait, in place of reading x; a multiplier (pro.mul) makes the epilogue the
+// PLE gate's gelu_tanh(fp16(y)) * mul.
+template <int MT, bool FUSED, bool PRO>
 __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                     const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
-                    int K, int epi) {
+                    int K, int epi, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
     extern __shared__ __align__(16) uint8_t smem[];
     __half *xs = (__half *)smem;                      // [KCH][MT]
@@ -346,6 +385,12 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     }
     g4_pdl_wait();
     g4_pdl_trigger();
+    const __half *xsrc = x; // [M][K]
+    if constexpr (PRO) {
+        __half *xfull = (__half *)(smem + gemv_smem<MT, FUSED>());
+        gv_norm_prologue(pro, xfull, M, K);
+        xsrc = xfull;
+    }
 
     float acc[F][MT][8];
 #pragma unroll
@@ -360,7 +405,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
         __syncthreads(); // the previous chunk's readers are done with xs
         for (int i = tid; i < MT * kn; i += GEMV_THREADS) {
             const int m = i / kn, k = i - m * kn;
-            xs[k * MT + m] = m < M ? x[(size_t)m * K + kc + k] : __float2half(0.0f);
+            xs[k * MT + m] = m < M ? xsrc[(size_t)m * K + kc + k] : __float2half(0.0f);
         }
         __syncthreads();
         for (int k0 = ty; k0 < kn; k0 += 32 * GEMV_U) {
@@ -445,6 +490,10 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
             if constexpr (FUSED)
                 store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + n, n,
                           gelu_tanh(v[0]) * v[F - 1]);
+            else if (PRO && pro.mul)
+                store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + n, n,
+                          gelu_tanh(__half2float(__float2half_rn(v[0]))) *
+                              __half2float(pro.mul[(size_t)m * pro.ldm + n]));
             else
                 store_one(y, epi, bias, (size_t)m * N + n, n, v[0]);
         }
@@ -452,31 +501,34 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     cluster.sync(); // keep every block's shared memory alive until the leader has read it
 }
 
-template <int MT, bool FUSED>
+template <int MT, bool FUSED, bool PRO>
 void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                   int M, int N, int K, int epi, cudaStream_t stream) {
-    constexpr int smem = gemv_smem<MT, FUSED>();
+                   int M, int N, int K, int epi, const gv_pro &pro, cudaStream_t stream) {
+    // (PRO: x [M][K] after the block's own, K <= 2048)
+    const int smem = gemv_smem<MT, FUSED>() + (PRO ? M * K * 2 : 0);
     static bool smem_set = false;
-    set_smem(gemv_f16_kernel<MT, FUSED>, smem, &smem_set);
+    set_smem(gemv_f16_kernel<MT, FUSED, PRO>, gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0),
+             &smem_set);
     const int strips = (N + GEMV_COLS - 1) / GEMV_COLS;
     // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
     int cs = 1;
     while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
-    g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED>, dim3(strips, cs, 1), dim3(GEMV_THREADS, 1, 1),
-                          (size_t)smem, stream, dim3(1, cs, 1), y, x, w, wu, bias, M, N, K, epi);
+    g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
+                          dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x, w,
+                          wu, bias, M, N, K, epi, pro);
 }
 
-template <bool FUSED>
+template <bool FUSED, bool PRO>
 void launch_gemv(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                 int M, int N, int K, int epi, cudaStream_t stream) {
+                 int M, int N, int K, int epi, const gv_pro &pro, cudaStream_t stream) {
     if (M == 1)
-        launch_gemv_t<1, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+        launch_gemv_t<1, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
     else if (M == 2)
-        launch_gemv_t<2, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+        launch_gemv_t<2, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
     else if (M <= 4)
-        launch_gemv_t<4, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+        launch_gemv_t<4, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
     else
-        launch_gemv_t<8, FUSED>(y, x, w, wu, bias, M, N, K, epi, stream);
+        launch_gemv_t<8, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
 }
 
 int dispatch(const char *who, void *y, const void *x, const void *w, const void *wu,
@@ -496,9 +548,9 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
         if (fused)
-            launch_gemv<true>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+            launch_gemv<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else
-            launch_gemv<false>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+            launch_gemv<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         return G4_OK;
     case G4_GEMM_MMA:
         launch_mma(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
@@ -546,6 +598,31 @@ extern "C" int g4_gemm_f16(void *y, const void *x, const void *w, const void *bi
     int rc = g4k::check_common("gemm_f16", y, x, bias, M, N, K, epi);
     if (rc) return rc;
     return g4k::dispatch("gemm_f16", y, x, w, nullptr, bias, M, N, K, epi, algo, stream);
+}
+
+extern "C" const char *g4_gemv_add_norm_supported(int M, int K) {
+    if (M < 1 || M > 8 || K < 64 || K > 2048 || K % 64)
+        return "M 1..8 tokens and K a multiple of 64 up to 2048 (one 8-column vector a thread "
+               "in the prologue: gemm_common.cuh gv_norm_prologue)";
+    return NULL;
+}
+
+extern "C" int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *w, const void *wu,
+                                    const void *bias, int M, int N, int K, g4_gemm_epi epi,
+                                    cudaStream_t stream) {
+    const char *who = "gemv_f16_add_norm";
+    if (!w || (uintptr_t)w % 16 || (wu && (uintptr_t)wu % 16))
+        return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
+    g4k::gv_pro pro;
+    const int rc = g4k::norm_operands(who, a, y, bias, M, N, K, epi, wu != nullptr, &pro);
+    if (rc) return rc;
+    if (wu)
+        g4k::launch_gemv<true, true>(y, nullptr, (const __half *)w, (const __half *)wu, nullptr, M,
+                                     N, K, epi, pro, stream);
+    else
+        g4k::launch_gemv<false, true>(y, nullptr, (const __half *)w, nullptr, (const __half *)bias,
+                                      M, N, K, epi, pro, stream);
+    return G4_OK;
 }
 
 extern "C" int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu, int M,

@@ -76,6 +76,33 @@ int g4_gemm_f16(void *y, const void *x, const void *w, const void *bias, int M, 
 int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu, int M, int N,
                          int K, g4_gemm_algo algo, cudaStream_t stream);
 
+// The add-norm GEMVs (kernels/ops.h add_norm_linear; issue 30's consumer-side fusion): a GEMV of
+// M <= 8 rows whose prologue computes its own input from the residual stream,
+//   h_out = (h_in + rmsnorm(r) * w) * scale,  x = next_norm ? rmsnorm(h_out) * next_w : h_out,
+// in every CTA (h_out and x_out written once, by one CTA, for the kernels after it), then
+// y = x @ W, or gelu_tanh(x @ W) * (x @ Wu) when an up weight is given (y fp16), or
+// gelu_tanh(fp16(x @ W)) * mul when mul (the PLE gate: mul fp16 [M, ldm] from its first column,
+// y fp16). No norm kernel of its own in the decode chain.
+typedef struct {
+    const float *h_in;  // f32 [M, K]
+    float *h_out;       // f32 [M, K], not h_in (every CTA reads h_in)
+    const void *r;      // fp16 [M, K]
+    const void *w;      // fp16 [K] or NULL
+    const void *scale;  // fp16 scalar or NULL
+    const void *next_w; // fp16 [K] or NULL
+    void *x_out;        // fp16 [M, K]
+    float eps;
+    int next_norm;
+    const void *mul; // fp16, row m at mul + m * ldm, or NULL
+    int ldm;
+} g4_gemv_norm;
+// NULL when the add-norm GEMVs take M tokens of K inputs, else what they take.
+const char *g4_gemv_add_norm_supported(int M, int K);
+// fp16 weights [K, N] (wu NULL or the up weight); the Q4 entry is gemm_q4.cuh's.
+int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *w, const void *wu,
+                         const void *bias, int M, int N, int K, g4_gemm_epi epi,
+                         cudaStream_t stream);
+
 // Tests and benches only: force the WGMMA GEMMs' (fp16 and Q4) tile width (128, 192, 256),
 // K split over a cluster (1, 2, 4, 8; 1 = the persistent grid) and the persistent grid's CTA
 // count (so one CTA walks many tiles); 0 leaves a choice automatic, (0, 0, 0) restores all.

@@ -237,7 +237,7 @@ struct gv_item {
 template <int F>
 __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __half *bias, int epi,
                                       int M, int N, int nt, int warp, int f, int s, int S, int CS,
-                                      int parity, float4 *red) {
+                                      int parity, float4 *red, const __half *mul, int ldm) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float4 v[2] = {a0, a1};
     if (S * CS > 1) {
@@ -273,18 +273,23 @@ __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __hal
         if (m >= M) continue;
         if (F == 2)
             store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn, gelu_tanh(e0[i]) * e1[i]);
+        else if (mul) // the PLE gate: gelu_tanh(y) * mul[m][nn] (fp16 y)
+            store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn,
+                      gelu_tanh(__half2float(__float2half_rn(e0[i]))) *
+                          __half2float(mul[(size_t)m * ldm + nn]));
         else
             store_one(y, epi, bias, (size_t)m * N + nn, nn, e0[i]);
     }
 }
 
-template <bool FUSED, int U>
+template <bool FUSED, int U, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                           const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
-                          int CS, int groups, int pf_items) {
+                          int CS, int groups, int pf_items, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
     __shared__ float4 red[2][GV_WARPS][F][32]; // split partials, double-buffered by group
+    extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int NT = N / 16, KT = K / 64;
     const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
@@ -295,7 +300,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     const int n = nj * L;                                   // this warp's tiles
     const int pair = 2 * g + (t >> 1);
     const bool tok = g < M;
-    const __half *xrow = x + (size_t)(tok ? g : 0) * K + 16 * t;
+    // (PRO: x is the prologue's, in shared memory; set after the wait)
+    const __half *xrow = PRO ? nullptr : x + (size_t)(tok ? g : 0) * K + 16 * t;
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     // feature tile of the warp in its j-th group (>= NT: past the edge, loads off, no output)
     auto tile_nt = [&](int j) { return ((int)blockIdx.x + j * G) * FT + f; };
@@ -365,10 +371,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         if (u < n) load_next(ring[u]);
     g4_pdl_wait();
     g4_pdl_trigger();
+    if constexpr (PRO) {
+        gv_norm_prologue(pro, xs, M, K);
+        xrow = xs + (size_t)(tok ? g : 0) * K + 16 * t;
+    }
 
     // x of the first U tiles into L1 now, so its L2 round trip overlaps the weights' (x is the
     // previous kernel's output: read only after the wait)
-    if (tok)
+    if (!PRO && tok)
         for (int i = 0; i < U && i < n; i++) {
             const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
             asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
@@ -380,7 +390,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         for (int u = 0; u < U; u++) {
             if (i0 + u >= n) break; // warp-uniform
             uint4 xa = zero4, xb = zero4;
-            if (tok) {
+            if (PRO && tok) { // shared memory
+                xa = *(const uint4 *)px;
+                xb = *(const uint4 *)(px + 8);
+            } else if (tok) {
                 xa = __ldg((const uint4 *)px);
                 xb = __ldg((const uint4 *)(px + 8));
             }
@@ -403,7 +416,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
                 gv_flush<F>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
                             make_float4(acc[F - 1][0], acc[F - 1][1], acc[F - 1][2], acc[F - 1][3]),
                             y, bias, epi, M, N, tile_nt(cj), warp, f, s, S, CS, cj & 1,
-                            &red[0][0][0][0]);
+                            &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
                 cj++;
                 px = px0;
@@ -472,39 +485,49 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     return p;
 }
 
-template <bool FUSED, int U>
+template <bool FUSED, int U, bool PRO>
 void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                   int K, int epi, const gv_plan &p, cudaStream_t stream) {
+                   int K, int epi, const gv_plan &p, const gv_pro &pro, cudaStream_t stream) {
     const int pf = 8; // tiles a warp prefetches into L2 before its wait
+    const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
+    if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
+        static bool opted = false;
+        if (!opted) {
+            G4_CUDA_CHECK(cudaFuncSetAttribute(gemv_q4_stream_kernel<FUSED, U, PRO>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               8 * 2048 * 2));
+            opted = true;
+        }
+    }
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U>, dim3(p.grid, p.CS, 1),
-                              dim3(GV_WARPS * 32, 1, 1), (size_t)0, stream, dim3(1, p.CS, 1), y,
-                              x, w0, w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf);
+        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U, PRO>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U>, dim3(p.grid, 1, 1),
-                      dim3(GV_WARPS * 32, 1, 1), (size_t)0, stream, y, x, w0, w1, bias, M, N, K,
-                      epi, p.S, p.CS, p.groups, pf);
+        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U, PRO>, dim3(p.grid, 1, 1),
+                      dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
+                      p.S, p.CS, p.groups, pf, pro);
 }
 
-template <bool FUSED>
-void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                  int K, int epi, cudaStream_t stream) {
+template <bool FUSED, bool PRO>
+void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
     const gv_plan p = gemv_plan(N, K, FUSED);
     // plain U 2, 4, 8; fused 1, 2, 4 (fused 8 would spill)
     if constexpr (FUSED) {
         if (p.U <= 1)
-            launch_stream<true, 1>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<true, 1, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U == 2)
-            launch_stream<true, 2>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<true, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else
-            launch_stream<true, 4>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<true, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     } else {
         if (p.U <= 2)
-            launch_stream<false, 2>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<false, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U <= 4)
-            launch_stream<false, 4>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<false, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else
-            launch_stream<false, 8>(y, x, w0, w1, bias, M, N, K, epi, p, stream);
+            launch_stream<false, 8, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     }
 }
 
@@ -709,9 +732,9 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
             else
                 launch_gemv<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
         } else if (wu) {
-            launch_gemv2<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            launch_gemv2<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         } else {
-            launch_gemv2<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            launch_gemv2<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         }
         return G4_OK;
     case G4_GEMM_MMA:
@@ -785,6 +808,28 @@ extern "C" int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *w
     rc = g4k::check_common("gemm_q4_gelu_mul", y, x, nullptr, M, wg->n, wg->k, G4_GEMM_Y_F16);
     if (rc) return rc;
     return g4k::dispatch("gemm_q4_gelu_mul", y, x, wg, wu, nullptr, M, G4_GEMM_Y_F16, algo, stream);
+}
+
+extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
+                                   const g4_q4_weight *wu, const void *bias, int M, g4_gemm_epi epi,
+                                   cudaStream_t stream) {
+    const char *who = "gemv_q4_add_norm";
+    int rc = g4k::check_weight(who, w);
+    if (!rc && wu) rc = g4k::check_weight(who, wu);
+    if (rc) return rc;
+    if (wu && (wu->n != w->n || wu->k != w->k))
+        return g4_fail(G4_EUSER, "%s: gate (N %d, K %d) and up (N %d, K %d) differ", who, w->n,
+                       w->k, wu->n, wu->k);
+    g4k::gv_pro pro;
+    rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
+    if (rc) return rc;
+    const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
+    if (wu)
+        g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, stream);
+    else
+        g4k::launch_gemv2<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k, epi,
+                                       pro, stream);
+    return G4_OK;
 }
 
 extern "C" int g4_q4_dequant_f16(void *w_out, const g4_q4_weight *w, cudaStream_t stream) {

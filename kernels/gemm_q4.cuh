@@ -74,6 +74,10 @@ int g4_gemm_q4(void *y, const void *x, const g4_q4_weight *w, const void *bias, 
 int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *wg, const g4_q4_weight *wu,
                         int M, g4_gemm_algo algo, cudaStream_t stream);
 
+// The add-norm GEMV (g4_gemv_norm, gemm_f16.cuh) with Q4 weights.
+int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
+                        const g4_q4_weight *wu, const void *bias, int M, g4_gemm_epi epi,
+                        cudaStream_t stream);
 // Tests and benches only: force the Q4 GEMV's K split (a power of 2, 1..64: 8 warps of a CTA,
 // then a cluster; clamped to K / 64) and its persistent grid's CTA count (so a CTA walks many
 // feature-tile groups); 0 leaves a choice automatic. Not thread-safe; not for the engine.

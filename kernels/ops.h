@@ -48,6 +48,18 @@ typedef struct {
 } g4_buf;
 
 typedef struct g4_backend g4_backend;
+
+// The post-norm residual add that add_norm_linear runs before its linear (see there).
+typedef struct {
+    const g4_buf *h_in; // F32 [T, H] the residual stream before the add
+    g4_buf *h_out;      // F32 [T, H] after it
+    const g4_buf *r;    // act type [T, H] the block's output, normed and added
+    const void *w;      // fp16 [H] its norm's weight
+    const void *scale;  // fp16 scalar (the layer scalar) or NULL for 1
+    float eps;
+    int next_norm;      // 1: the linear reads rmsnorm(h_out) * next_w; 0: h_out itself
+    const void *next_w; // fp16 [H] (next_norm) or NULL for no scale
+} g4_add_norm;
 struct g4_text_config_s;   // loader/model_config.h
 struct g4_vision_config_s; // loader/model_config.h
 struct g4_audio_config_s;  // loader/model_config.h
@@ -115,6 +127,19 @@ struct g4_backend {
     // scale) when next_norm, else next = h converted to next's type (a copy).
     void (*add_rmsnorm_next)(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float eps,
                              const void *scale, g4_buf *next, int next_norm, const void *next_w);
+    // add_rmsnorm_next out of place, then the linear that reads its output, as one op (issue
+    // 30's consumer-side fusion: a backend may compute the norms in the linear kernel's prologue
+    // instead of a kernel of their own):
+    //   a->h_out = (a->h_in + rmsnorm(a->r) * a->w) * a->scale        (F32 [T, H])
+    //   x        = a->next_norm ? rmsnorm(h_out) * a->next_w : h_out  (act type [T, H])
+    //   y        = x @ W, or gelu_tanh(x @ W) * (x @ Wu) when wu      ([T, N])
+    //   y        = gelu_tanh(y) * mul[:, mul_col0 : mul_col0 + N] when mul (the PLE gate)
+    // Every output is written as by the two ops apart (x too: later linears may read it).
+    // h_out may be h_in only on a backend that does not fuse (the CPU); a fused kernel reads
+    // h_in in every block, so h_out must be another buffer (the engine alternates two).
+    void (*add_norm_linear)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *y,
+                            const g4_linear *w, const g4_linear *wu, const g4_buf *mul,
+                            int mul_col0);
     // y[T, n] = gelu_tanh(a[T, n]) * b[T, b_col0 : b_col0 + n] (b may be wider than a: the
     // per-layer-input slice of layer l is columns l*P .. l*P+P of the PLE buffer).
     void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);

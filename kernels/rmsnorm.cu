@@ -164,9 +164,9 @@ __global__ void rms_warp_kernel(uint16_t *y, const X *x, const uint16_t *w, long
 
 // add_rms_kernel for rows of 256 VPL columns, VPL 2..4: one warp per row, in registers.
 template <int VPL>
-__global__ void add_rms_warp_kernel(float *h, const uint16_t *x, const uint16_t *w,
-                                    const uint16_t *scale, float eps, int next, uint16_t *y2,
-                                    const uint16_t *w2, int rows) {
+__global__ void add_rms_warp_kernel(float *h, const float *h_in, const uint16_t *x,
+                                    const uint16_t *w, const uint16_t *scale, float eps, int next,
+                                    uint16_t *y2, const uint16_t *w2, int rows) {
     constexpr int cols = 256 * VPL;
     g4_prefetch_l2_bytes(w, w ? (size_t)cols * 2 : 0);
     g4_prefetch_l2_bytes(w2, w2 && next == G4_NEXT_NORM ? (size_t)cols * 2 : 0);
@@ -182,7 +182,7 @@ __global__ void add_rms_warp_kernel(float *h, const uint16_t *x, const uint16_t 
     for (int j = 0; j < VPL; j++) {
         const size_t c = base + (size_t)(lane + 32 * j) * 8;
         load8(x + c, v[j]);
-        load8(h + c, hv[j]);
+        load8(h_in + c, hv[j]);
 #pragma unroll
         for (int e = 0; e < 8; e++) ss += v[j][e] * v[j][e];
     }
@@ -206,7 +206,7 @@ __global__ void add_rms_warp_kernel(float *h, const uint16_t *x, const uint16_t 
     warp_store_normed<VPL>(y2 + base, hv, rsqrtf(warp_sum(ss2) / (float)cols + eps), w2, lane);
 }
 
-__global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
+__global__ void add_rms_kernel(float *h, const float *h_in, const uint16_t *x, const uint16_t *w,
                                const uint16_t *scale, float eps, int next, uint16_t *y2,
                                const uint16_t *w2, int cols) {
     g4_prefetch_l2_bytes(w, w ? (size_t)cols * 2 : 0);
@@ -222,7 +222,7 @@ __global__ void add_rms_kernel(float *h, const uint16_t *x, const uint16_t *w,
     for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
         float v[8], wv[8], hv[8];
         load8(x + base + i, v);
-        load8(h + base + i, hv);
+        load8(h_in + base + i, hv);
         if (w) load8(w + i, wv);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
@@ -310,26 +310,32 @@ extern "C" void g4_rmsnorm_f32(uint16_t *y, const float *x, const uint16_t *w, i
 extern "C" void g4_add_rmsnorm(float *h, const uint16_t *x, const uint16_t *w,
                                const uint16_t *scale, float eps, g4_next_mode next, uint16_t *y2,
                                const uint16_t *w2, int rows, int cols, cudaStream_t stream) {
+    g4_add_rmsnorm_to(h, h, x, w, scale, eps, next, y2, w2, rows, cols, stream);
+}
+
+extern "C" void g4_add_rmsnorm_to(float *h, const float *h_in, const uint16_t *x, const uint16_t *w,
+                                  const uint16_t *scale, float eps, g4_next_mode next, uint16_t *y2,
+                                  const uint16_t *w2, int rows, int cols, cudaStream_t stream) {
     const char *op = "g4_add_rmsnorm";
     G4K_SUPPORTED(g4_add_rmsnorm_supported(cols), op);
     G4K_REQUIRE(rows >= 0, op);
     G4K_REQUIRE(next == G4_NEXT_NONE || next == G4_NEXT_NORM || next == G4_NEXT_COPY, op);
     G4K_REQUIRE(next == G4_NEXT_NONE || (y2 && al16(y2)), op);
-    G4K_REQUIRE(al16(h) && al16(x) && (!w || al16(w)) && (!w2 || al16(w2)), op);
+    G4K_REQUIRE(al16(h) && al16(h_in) && al16(x) && (!w || al16(w)) && (!w2 || al16(w2)), op);
     if (rows == 0) return;
     if (cols == 512 || cols == 768 || cols == 1024) { // the warp-per-row path
         const dim3 grid((unsigned)((rows + 7) / 8)), block(256);
         if (cols == 512)
-            g4_pdl_launch(add_rms_warp_kernel<2>, grid, block, 0, stream, h, x, w, scale, eps,
+            g4_pdl_launch(add_rms_warp_kernel<2>, grid, block, 0, stream, h, h_in, x, w, scale, eps,
                           (int)next, y2, w2, rows);
         else if (cols == 768)
-            g4_pdl_launch(add_rms_warp_kernel<3>, grid, block, 0, stream, h, x, w, scale, eps,
+            g4_pdl_launch(add_rms_warp_kernel<3>, grid, block, 0, stream, h, h_in, x, w, scale, eps,
                           (int)next, y2, w2, rows);
         else
-            g4_pdl_launch(add_rms_warp_kernel<4>, grid, block, 0, stream, h, x, w, scale, eps,
+            g4_pdl_launch(add_rms_warp_kernel<4>, grid, block, 0, stream, h, h_in, x, w, scale, eps,
                           (int)next, y2, w2, rows);
         return;
     }
-    g4_pdl_launch(add_rms_kernel, dim3(rows), dim3(rms_threads(cols)), 0, stream, h, x, w, scale,
-                  eps, (int)next, y2, w2, cols);
+    g4_pdl_launch(add_rms_kernel, dim3(rows), dim3(rms_threads(cols)), 0, stream, h, h_in, x, w,
+                  scale, eps, (int)next, y2, w2, cols);
 }

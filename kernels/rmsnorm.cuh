@@ -37,6 +37,10 @@ typedef enum {
 void g4_add_rmsnorm(float *h, const uint16_t *x, const uint16_t *w, const uint16_t *scale,
                     float eps, g4_next_mode next, uint16_t *y2, const uint16_t *w2, int rows,
                     int cols, cudaStream_t stream);
+// The same out of place: h = (h_in + rmsnorm(x) * w) * scale (h may be h_in).
+void g4_add_rmsnorm_to(float *h, const float *h_in, const uint16_t *x, const uint16_t *w,
+                       const uint16_t *scale, float eps, g4_next_mode next, uint16_t *y2,
+                       const uint16_t *w2, int rows, int cols, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,7 @@ static field fields[] = {
     FIELD(rmsnorm, K_OP, NULL),
     FIELD(add_rmsnorm, K_OP, NULL),
     FIELD(add_rmsnorm_next, K_OP, NULL),
+    FIELD(add_norm_linear, K_OP, NULL),
     FIELD(gelu_mul, K_OP, NULL),
     FIELD(scale, K_OP, NULL),
     FIELD(add, K_OP, NULL),
@@ -711,6 +712,85 @@ static void case_add_rmsnorm(int rows, int cols, int next, int with_scale,
     tb_free(&dx), tb_free(&dh), tb_free(&dn);
     free(x), free(h), free(w), free(w2), free(nx), free(want), free(want_next), free(wb), free(w2b),
         free(got);
+}
+
+// add_norm_linear (issue 30's fused add-norm + linear): h_out = (h_in + rmsnorm(r) w) * scale,
+// x = rmsnorm(h_out) w2 (next 1), h_out (next 0), then y = x @ W, gelu(x @ Wg) * (x @ Wu)
+// (gated 1) or gelu(x @ W) * m[:, N : 2N] with m [T, 3N] (gated 2: the PLE gate's multiplier).
+// Each output against the naive result of its own inputs: h_out and x from h_in and r, y from
+// the backend's own x (so a rounding of x does not count twice); h_in and r unchanged.
+static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, int gated, int next,
+                                 int with_scale, unsigned long long seed) {
+    if (!want_case("add_norm_linear", "%s T=%d in=%d out=%d gated=%d next=%s scale=%d",
+                   kind == G4_W_Q4 ? "q4" : "f16", T, in, out, gated, next ? "norm" : "copy",
+                   with_scale))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)T * in, ny = (size_t)T * out;
+    host_linear g = make_linear(&s, kind, in, out, 0);
+    host_linear u = gated == 1 ? make_linear(&s, kind, in, out, 0) : (host_linear){0};
+    float *mul = gated == 2 ? rnd(&s, ny * 3, -2, 2) : NULL;
+    float *r = rnd(&s, n, -3, 3), *h = rnd(&s, n, -20, 20), *w = rnd(&s, (size_t)in, 0.5f, 2.0f);
+    float *w2 = rnd(&s, (size_t)in, 0.5f, 2.0f), *nr = zeros(n), *want_h = dup(h, n);
+    const float sc = with_scale ? g4_round_f16(0.4434f) : 1.0f;
+    n_rmsnorm(nr, r, w, T, in, in, 1e-6f);
+    for (size_t i = 0; i < n; i++) want_h[i] = (float)(((double)h[i] + nr[i]) * sc);
+    float *want_x = dup(want_h, n);
+    if (next) n_rmsnorm(want_x, want_h, w2, T, in, in, 1e-6f);
+    uint16_t *wb = f16_bits(w, (size_t)in), *w2b = f16_bits(w2, (size_t)in),
+             scb = g4_f32_to_f16(sc);
+    void *dw = be_copy(wb, 2 * (size_t)in), *dw2 = be_copy(w2b, 2 * (size_t)in),
+         *dsc = be_copy(&scb, 2);
+    g4_linear lg = be_linear(&g.l), lu = gated == 1 ? be_linear(&u.l) : (g4_linear){0};
+    tbuf dm = mul ? tb_from(be->act_type, T, 3 * out, mul) : tb_new(be->act_type, 1, 1);
+    tbuf dhi = tb_from(G4_F32, T, in, h), dr = tb_from(be->act_type, T, in, r);
+    tbuf dho = tb_new(G4_F32, T, in), dx = tb_new(be->act_type, T, in);
+    tbuf dy = tb_new(be->act_type, T, out);
+    const g4_add_norm a = {&dhi.b, &dho.b,           &dr.b, dw, with_scale ? dsc : NULL, 1e-6f,
+                           next,   next ? dw2 : NULL};
+    be->add_norm_linear(be, &a, &dx.b, &dy.b, &lg, gated == 1 ? &lu : NULL, mul ? &dm.b : NULL,
+                        out);
+    float *got_h = tb_get(&dho), *got_x = tb_get(&dx), *got_y = tb_get(&dy);
+    float *hi_after = tb_get(&dhi), *r_after = tb_get(&dr);
+    report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(&dho, "h_out"), 0);
+    if (!next) // a copy of the backend's own h_out, in x's type
+        for (size_t i = 0; i < n; i++) want_x[i] = act_round(got_h[i]);
+    report("x vs naive", got_x, want_x, n, next ? &TOL_REDUCE : &TOL_EXACT, tb_guards_ok(&dx, "x"),
+           0);
+    float *a0 = zeros(ny), *want_y = zeros(ny);
+    n_matmul(a0, got_x, g.Wf, NULL, T, in, out, 0);
+    if (gated == 2) {
+        for (size_t i = 0; i < ny; i++) {
+            const size_t row = i / out, col = i % out;
+            want_y[i] =
+                (float)(gelu_tanh(act_round(a0[i])) * act_round(mul[row * 3 * out + out + col]));
+        }
+    } else if (gated) {
+        float *b0 = zeros(ny);
+        n_matmul(b0, got_x, u.Wf, NULL, T, in, out, 0);
+        for (size_t i = 0; i < ny; i++) want_y[i] = (float)(gelu_tanh(a0[i]) * b0[i]);
+        free(b0);
+    } else {
+        memcpy(want_y, a0, sizeof(float) * ny);
+    }
+    report("y vs naive", got_y, want_y, ny, gated ? &TOL_GELU_DOT : &TOL_DOT,
+           tb_guards_ok(&dy, "y"), 0);
+    float *h_act = zeros(n); // the inputs as the backend holds them
+    for (size_t i = 0; i < n; i++) h_act[i] = act_round(r[i]);
+    CHECK_MSG(memcmp(hi_after, h, sizeof(float) * n) == 0, "add_norm_linear changed h_in");
+    CHECK_MSG(memcmp(r_after, h_act, sizeof(float) * n) == 0, "add_norm_linear changed r");
+    PERF("add_norm_linear", be->add_norm_linear(be, &a, &dx.b, &dy.b, &lg, gated == 1 ? &lu : NULL,
+                                                mul ? &dm.b : NULL, out));
+    be->free(be, dw), be->free(be, dw2), be->free(be, dsc);
+    be_linear_free(&lg);
+    if (gated == 1) be_linear_free(&lu), free_linear(&u);
+    tb_free(&dm);
+    free(mul);
+    free_linear(&g);
+    tb_free(&dhi), tb_free(&dr), tb_free(&dho), tb_free(&dx), tb_free(&dy);
+    free(r), free(h), free(w), free(w2), free(nr), free(want_h), free(want_x), free(wb), free(w2b),
+        free(got_h), free(got_x), free(got_y), free(hi_after), free(r_after), free(a0),
+        free(want_y), free(h_act);
 }
 
 // y = gelu_tanh(a) * b[:, b_col0 : b_col0 + n] (b ldb wide).
@@ -1468,6 +1548,25 @@ static void run_cases(void) {
     case_rmsnorm(11, 1024, 512, 0, 0, 39);  // 512-column groups (warp per group)
     for (int next = 0; next < 4; next++) case_add_rmsnorm(1, 1536, next, next != 2, 40 + next);
     case_add_rmsnorm(33, 1536, 1, 0, 44);
+    // add_norm_linear: the decode step's three adds (E2B: q after the PLE add with the layer
+    // scalar, the gated MLP after the attention add, the PLE gate after the MLP add's copy),
+    // tiny and odd shapes, M = 8 rows, and shapes the CUDA fused kernel leaves to the unfused
+    // pair (9 rows, K > 2048, fp16 weights)
+    case_add_norm_linear(G4_W_Q4, 1, 1536, 2048, 0, 1, 1, 45);
+    case_add_norm_linear(G4_W_Q4, 1, 1536, 6144, 1, 1, 0, 46);
+    case_add_norm_linear(G4_W_Q4, 1, 1536, 256, 2, 0, 0, 47);
+    case_add_norm_linear(G4_W_Q4, 8, 1536, 256, 2, 0, 0, 48);
+    case_add_norm_linear(G4_W_Q4, 3, 1536, 256, 0, 0, 0, 54);
+    case_add_norm_linear(G4_W_F16, 1, 64, 32, 2, 0, 1, 55);
+    case_add_norm_linear(G4_W_F16, 1, 1536, 2048, 0, 1, 1, 56); // the f16 step's three adds
+    case_add_norm_linear(G4_W_F16, 1, 1536, 6144, 1, 1, 0, 57);
+    case_add_norm_linear(G4_W_F16, 8, 1536, 256, 2, 0, 0, 58);
+    case_add_norm_linear(G4_W_F16, 3, 1536, 256, 0, 0, 1, 59);
+    case_add_norm_linear(G4_W_Q4, 1, 64, 16, 0, 1, 1, 49);
+    case_add_norm_linear(G4_W_Q4, 5, 640, 48, 1, 1, 1, 50);
+    case_add_norm_linear(G4_W_Q4, 9, 64, 16, 0, 1, 0, 51);
+    case_add_norm_linear(G4_W_Q4, 1, 2112, 32, 0, 1, 0, 52);
+    case_add_norm_linear(G4_W_F16, 2, 72, 40, 1, 1, 1, 53);
     case_add_rmsnorm(7, 40, 0, 1, 45);
     // the towers' widths (the warp-per-row kernels): vision 768, audio 1024, and 512
     for (int next = 0; next < 4; next++) case_add_rmsnorm(9, 768, next, next != 2, 46 + next);

@@ -6,14 +6,15 @@
 //     the step really ran them together (max_rows 4, rows stepped counted);
 //   - a request cancelled mid-batch: its tokens so far are a prefix of its alone run, it
 //     leaves at once, and its slot (KV state) is reused by the next request without making a
-//     new one; a full batch refuses a submit (id 0);
+//     new one; a full batch refuses a submit (id 0); g4cu_batch_get_slot's view of the slots
+//     (ids, phases, prompt and generated tokens counted by the rounds run) along the way;
 //   - sequences of very different lengths (a long prompt with 2 new tokens beside a short one
 //     with many), slot reuse across them, and raw ids (g4cu_batch_submit_ids vs
 //     g4cu_generate_ids);
 //   - the error contract: bad requests take no slot, unknown ids are user errors;
 //   - a conversation (messages) as g4cu_generate runs it;
 //     each field that needs the host-side pick (logprobs, penalties, logit_bias, min_p, JSON,
-//     tools) refused by name, taking no slot.
+//     tools) refused by name, taking no slot, and refused by g4cu_batch_accepts too.
 #include <g4cu.h>
 
 #include <stdlib.h>
@@ -215,10 +216,34 @@ static void test_cancel_and_reuse(void) {
     int running = 0;
     for (int i = 0; i < 6; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
     CHECK_INT(running, 2);
+    // the slots as g4cu_batch_get_slot sees them: a (slot 0) and c decoding, their prompts in
+    // (one chunk each: a's in step 1, c's in step 2). A round's prefill gives a request's first
+    // token and the same round's decode step its second, each later round one more: a has
+    // 2 + 5 = 7 tokens, c 2 + 4 = 6.
+    g4cu_batch_slot_info si[2];
+    for (int k = 0; k < 2; k++) g4cu_batch_get_slot(b, k, &si[k]);
+    CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
+              (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
+    for (int k = 0; k < 2; k++)
+        CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
+                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k &&
+                      si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
+                  "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
+                  (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
+                  si[k].n_ctx);
     CHECK(g4cu_batch_cancel(b, ia) == G4CU_OK);
+    g4cu_batch_get_slot(b, 0, &si[0]);
+    CHECK_MSG(si[0].phase == G4CU_SLOT_DONE && si[0].id == ia, "slot 0 after the cancel: phase %d",
+              (int)si[0].phase);
+    g4cu_batch_get_slot(b, 7, &si[1]); // outside the batch: all zero
+    CHECK(si[1].id == 0 && si[1].phase == G4CU_SLOT_FREE && si[1].n_ctx == 0);
     CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
     CHECK_INT(running, 1); // a left at once
     poll_done(b, ia, &ga, "cancelled");
+    g4cu_batch_get_slot(b, 0, &si[0]);
+    CHECK_MSG(si[0].phase == G4CU_SLOT_FREE && si[0].id == 0 && si[0].n_ctx > 0,
+              "slot 0 once polled: phase %d, id %lld, kv rows %d (kept for the next request)",
+              (int)si[0].phase, (long long)si[0].id, si[0].n_ctx);
     CHECK(!strcmp(ga.reason, "cancelled"));
     CHECK_MSG(ga.n_tokens >= 2 && ga.n_tokens < a.max_tokens, "%d tokens before the cancel",
               ga.n_tokens);
@@ -405,6 +430,7 @@ static void test_conversation_and_refusals(void) {
         case 7: rq.json = G4CU_JSON_OBJECT; break;
         case 8: rq.tools_json = "[]"; break;
         }
+        CHECK_MSG(!g4cu_batch_accepts(&rq), "g4cu_batch_accepts takes %s", fields[f]);
         id = 7;
         CHECK_INT(g4cu_batch_submit(b, &rq, &id), G4CU_EUSER);
         CHECK_INT(id, 0);
@@ -421,6 +447,7 @@ static void test_conversation_and_refusals(void) {
     CHECK_MSG(strstr(g4cu_last_error(), "g4cu_batch_submit_ids: logprobs is not batched yet"),
               "%s", g4cu_last_error());
     lp.logprobs = 0, lp.repetition_penalty = 1.0f; // 1: off, so batched
+    CHECK(g4cu_batch_accepts(&lp) && !g4cu_batch_accepts(NULL));
     CHECK_MSG(g4cu_batch_submit_ids(b, ids, 2, &lp, &id) == G4CU_OK && id > 0, "%s",
               g4cu_last_error());
     run_all(b);

@@ -9,7 +9,7 @@ static const g4_opt serve_opts_table[] = {
     {"--port", "N", "TCP port (default 8080; 0: a free one, printed)"},
     {"--backend", "cpu|cuda|auto", "where the model runs (default auto)"},
     {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
-    {"--parallel", "N", "reusable states, requests run at once (default 1)"},
+    {"--parallel", "N", "slots: requests decoded together in one batch (default 1; 1..64)"},
     {"--queue", "N", "requests waiting beyond those (1 or more); more get 429 with Retry-After (default 64)"},
     {"--max-body", "BYTES", "largest request body; more gets 413 (default 33554432)"},
     {"--max-tokens", "N", "new tokens a request gets at most; more asked is clamped (default 0: the context)"},
@@ -24,7 +24,7 @@ static const g4_opt serve_opts_table[] = {
     {"--max-image-pixels", "N", "image width x height, read from its header (default 33554432)"},
     {"--max-json-values", "N", "JSON values in a request body (default 100000)"},
     {"--max-request-memory", "MIB", "request bodies and their parsing, all at once (default 2048)"},
-    {"--n-ctx", "N", "KV rows of each state (default 0: as the first request needs)"},
+    {"--n-ctx", "N", "KV rows of each slot's cache (default 0: as its largest request needs)"},
     {"--name", "ID", "the model id /v1/models reports (default: the package's name)"},
     {"--media-dir", "DIR", "image_url / audio_url may name files under DIR (default: data: URLs only)"},
     {NULL, NULL, NULL}};

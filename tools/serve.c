@@ -17,12 +17,19 @@
 //   POST /tokenize, /detokenize    llama-server's shapes; POST /v1/embeddings: 501
 //   GET  /v1/models, /v1/models/{id}, /props, /slots, /health, /metrics (Prometheus text)
 //
-// One model; --parallel N states, each with a worker thread; requests wait in a bounded queue
-// (--queue; 429 with Retry-After when full). Every bad request gets a 4xx JSON error
-// {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes, --max-tokens
-// per request (more is clamped), --max-media items per request, --max-audio-seconds per clip
-// (a clip past the 30 s window goes in as consecutive windows); a request not read in full
-// within --timeout is cut off; a non-streamed request whose client leaves is cancelled.
+// One model; --parallel N slots decoded together: one scheduler thread owns a g4cu_batch of N
+// slots, moves queued requests into free slots, steps the batch (one prefill chunk of a new
+// request, then one decode step over every running one: the weights are read once a step for
+// all of them), streams each request's text as its tokens come, and frees a slot as soon as
+// its request ends or its client leaves. A request the batch cannot run (logprobs, penalties,
+// logit_bias, min_p, response_format json, tools, n > 1, transcriptions: g4cu_batch_accepts)
+// runs on one extra state, made on first need, one such request at a time. Requests wait in
+// a bounded queue (--queue; 429 with Retry-After when full). Every bad request gets a 4xx JSON
+// error {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes,
+// --max-tokens per request (more is clamped), --max-media items per request,
+// --max-audio-seconds per clip (a clip past the 30 s window goes in as consecutive windows); a
+// request not read in full within --timeout is cut off; a request whose client leaves is
+// cancelled (its slot freed).
 // SIGTERM / SIGINT: new connections refused, the requests in flight get --drain-timeout s, then
 // are cancelled; exit 0. Who may use it and the memory bound (API key, Host / Origin, the log
 // line, the request-memory budget, the JSON and image limits): tools/serve_guard.c. Binds
@@ -119,20 +126,28 @@ static const int codes[] = {200, 400, 401, 403, 404, 405, 408, 413, 415, 429, 50
 #define N_CODES (int)(sizeof codes / sizeof codes[0])
 static const double buckets[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 #define N_BUCKETS (int)(sizeof buckets / sizeof buckets[0])
+static const int batch_buckets[] = {1, 2, 4, 8, 16, 32, 64};
+#define N_BATCH_BUCKETS (int)(sizeof batch_buckets / sizeof batch_buckets[0])
 
 typedef struct {
     serve_opts o;
     char *media_dir_real; // --media-dir's real path
     int max_tokens;       // --max-tokens, or (0) the model's context
     g4cu_tokenizer *tok;  // /tokenize, /detokenize, /v1/completions (the model's file, again)
-    int *busy;            // [parallel] a state is generating (under mu; /slots)
     g4cu_model *model;
-    pthread_t *workers;
-    g4cu_state **states;
+    g4cu_batch *batch;  // --parallel slots; stepped by the scheduler thread only
+    pthread_t sched;
+    job **slot_job;     // [parallel] the scheduler's running jobs (its own; not under mu)
+    int64_t *slot_rid;  // [parallel] their batch request ids
+    g4cu_batch_slot_info *slot_info; // [parallel] the slots after the last step (under mu)
+    g4cu_state *single; // the requests the batch cannot run, one at a time (made on first need)
+    pthread_t single_worker;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *head, *tail; // waiting jobs
+    job *head, *tail;   // jobs waiting for a slot
+    job *shead, *stail; // jobs waiting for the single state
     int n_waiting, n_running, stop_workers;
+    int single_busy; // the single state is generating (under mu)
     int draining;
     int in_flight; // requests between their first call and their completion
     // metrics (under mu)
@@ -142,6 +157,10 @@ typedef struct {
     unsigned long long hist[N_BUCKETS + 1];
     double hist_sum;
     unsigned long long hist_count;
+    // decode steps by their rows (the batch size), and the rows in all (under mu)
+    unsigned long long batch_hist[N_BATCH_BUCKETS + 1];
+    unsigned long long batch_steps, batch_rows;
+    unsigned long long single_requests; // requests run on the single state
     unsigned long long next_id;
 } server;
 
@@ -191,6 +210,7 @@ struct job {
     g4cu_token_logprob *lps;   // streamed logprobs so far (under mu)
     size_t n_lps, cap_lps;
     volatile int cancel;
+    int batched; // runs in the batch (else on the single state)
     double t_submit;
     job *next;
 };
@@ -288,28 +308,12 @@ static int run_more(g4cu_state *st, job *j) {
     return rc;
 }
 
-static void run_job(g4cu_state *st, job *j) {
-    j->rq.on_text = j->rq.tools_json ? NULL : on_piece; // (a call's text is not streamed)
-    j->rq.user = j;
-    if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
-    g4cu_result r = {0};
-    int rc;
-    if (j->kind == JOB_CHAT) {
-        rc = g4cu_generate(st, &j->rq, &r);
-        if (!rc && j->ss.n > 1 && (rc = run_more(st, j))) g4cu_result_free(&r);
-    } else if (j->kind == JOB_COMPLETION) {
-        rc = g4cu_generate_ids(st, j->ids, j->n_ids, &j->rq, &r);
-    } else { // the whole upload, in overlapping windows (as `g4cu asr`)
-        g4cu_transcribe_long_params lp;
-        g4cu_transcribe_long_params_default(&lp);
-        lp.opts = &j->rq;
-        lp.name = "file";
-        rc = g4cu_transcribe_long(st, j->pcm, j->n_pcm, &lp, &j->tr);
-        for (int k = 0; !rc && k < j->tr.n_segments; k++) r.n_tokens += j->tr.segments[k].n_tokens;
-    }
+// The job has ended (rc, its result r moved in; err: the line of a failed rc): the waiting
+// connection is woken, the counters move.
+static void job_finish(job *j, int rc, const char *err, g4cu_result r) {
     pthread_mutex_lock(&j->mu);
     j->rc = rc;
-    if (rc) j->err = strdup(g4cu_last_error());
+    if (rc) j->err = strdup(err ? err : "the request failed");
     j->res = r;
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
@@ -328,32 +332,66 @@ static void run_job(g4cu_state *st, job *j) {
     pthread_mutex_unlock(&S.mu);
 }
 
-static void *worker_main(void *arg) {
-    g4cu_state *st = arg;
-    int me = 0;
-    while (S.states[me] != st) me++;
+// A job that never ran (its client left, or the server is cancelling everything).
+static void job_skip(job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->done = 1, j->rc = -1, j->err = strdup("cancelled before it ran");
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void set_callbacks(job *j) {
+    j->rq.on_text = j->rq.tools_json ? NULL : on_piece; // (a call's text is not streamed)
+    j->rq.user = j;
+    if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
+}
+
+static void run_job(g4cu_state *st, job *j) {
+    set_callbacks(j);
+    g4cu_result r = {0};
+    int rc;
+    if (j->kind == JOB_CHAT) {
+        rc = g4cu_generate(st, &j->rq, &r);
+        if (!rc && j->ss.n > 1 && (rc = run_more(st, j))) g4cu_result_free(&r);
+    } else if (j->kind == JOB_COMPLETION) {
+        rc = g4cu_generate_ids(st, j->ids, j->n_ids, &j->rq, &r);
+    } else { // the whole upload, in overlapping windows (as `g4cu asr`)
+        g4cu_transcribe_long_params lp;
+        g4cu_transcribe_long_params_default(&lp);
+        lp.opts = &j->rq;
+        lp.name = "file";
+        rc = g4cu_transcribe_long(st, j->pcm, j->n_pcm, &lp, &j->tr);
+        for (int k = 0; !rc && k < j->tr.n_segments; k++) r.n_tokens += j->tr.segments[k].n_tokens;
+    }
+    job_finish(j, rc, rc ? g4cu_last_error() : NULL, r);
+}
+
+// The single state's worker: the queued jobs the batch cannot run, one at a time. Its state is
+// made by the first such job (a server whose requests all batch never holds it).
+static void *single_main(void *arg) {
+    (void)arg;
     pthread_mutex_lock(&S.mu);
     for (;;) {
-        while (!S.head && !S.stop_workers) pthread_cond_wait(&S.cv, &S.mu);
-        if (!S.head) break; // stopping, and nothing left
-        job *j = S.head;
-        S.head = j->next;
-        if (!S.head) S.tail = NULL;
+        while (!S.shead && !S.stop_workers) pthread_cond_wait(&S.cv, &S.mu);
+        if (!S.shead) break; // stopping, and nothing left
+        job *j = S.shead;
+        S.shead = j->next;
+        if (!S.shead) S.stail = NULL;
         S.n_waiting--;
         S.n_running++;
-        S.busy[me] = 1;
+        S.single_busy = 1;
+        S.single_requests++;
         pthread_mutex_unlock(&S.mu);
-        if (!j->cancel && !serve_guard_cancelling()) {
-            run_job(st, j);
+        if (j->cancel || serve_guard_cancelling()) {
+            job_skip(j);
+        } else if (!S.single && g4cu_state_new(S.model, &S.single)) {
+            job_finish(j, G4CU_EINTERNAL, g4cu_last_error(), (g4cu_result){0});
         } else {
-            pthread_mutex_lock(&j->mu);
-            j->done = 1, j->rc = -1, j->err = strdup("cancelled before it ran");
-            pthread_cond_broadcast(&j->cv);
-            pthread_mutex_unlock(&j->mu);
+            run_job(S.single, j);
         }
         job_unref(j);
         pthread_mutex_lock(&S.mu);
-        S.busy[me] = 0;
+        S.single_busy = 0;
         S.n_running--;
         pthread_cond_broadcast(&S.cv);
     }
@@ -361,8 +399,119 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-// Queues j (taking a reference for the worker); 0 when the queue is full.
+// Starts j in a free slot of the batch (the scheduler thread; S.mu not held): 1 when it runs,
+// 0 when it ended here (refused: its error answered; or its client already left).
+static int batch_start(job *j, int k) {
+    if (j->cancel || serve_guard_cancelling()) {
+        job_skip(j);
+        return 0;
+    }
+    set_callbacks(j);
+    int64_t id = 0;
+    const int rc = j->kind == JOB_COMPLETION
+                       ? g4cu_batch_submit_ids(S.batch, j->ids, j->n_ids, &j->rq, &id)
+                       : g4cu_batch_submit(S.batch, &j->rq, &id);
+    if (rc || !id) { // (no id: no free slot, which the scheduler's count rules out)
+        job_finish(j, rc ? rc : G4CU_EINTERNAL,
+                   rc ? g4cu_last_error() : "serve: the batch had no free slot", (g4cu_result){0});
+        return 0;
+    }
+    S.slot_job[k] = j;
+    S.slot_rid[k] = id;
+    return 1;
+}
+
+// The slots as the batch has them now, for /slots and /metrics (the batch's lock is held by a
+// step; the HTTP threads read this copy instead).
+static void publish_slots(void) {
+    g4cu_batch_slot_info info[64]; // (--parallel is at most 64)
+    const int n = S.o.parallel;
+    for (int k = 0; k < n; k++) g4cu_batch_get_slot(S.batch, k, &info[k]);
+    pthread_mutex_lock(&S.mu);
+    memcpy(S.slot_info, info, sizeof *info * (size_t)n);
+    pthread_mutex_unlock(&S.mu);
+}
+
+// The scheduler: queued jobs into free slots, one batch step, the ended jobs answered and
+// their slots freed (the same round); a job whose client left is cancelled before the step.
+static void *sched_main(void *arg) {
+    (void)arg;
+    const int n = S.o.parallel;
+    int active = 0;
+    for (;;) {
+        pthread_mutex_lock(&S.mu);
+        while (!active && !S.head && !S.stop_workers) pthread_cond_wait(&S.cv, &S.mu);
+        if (!active && !S.head) { // stopping, and nothing left
+            pthread_mutex_unlock(&S.mu);
+            break;
+        }
+        int started = 0;
+        while (S.head && active < n) {
+            job *j = S.head;
+            S.head = j->next;
+            if (!S.head) S.tail = NULL;
+            S.n_waiting--;
+            S.n_running++;
+            pthread_mutex_unlock(&S.mu);
+            int k = 0;
+            while (S.slot_job[k]) k++;
+            if (batch_start(j, k)) {
+                active++, started++;
+            } else {
+                job_unref(j);
+                pthread_mutex_lock(&S.mu);
+                S.n_running--;
+                pthread_cond_broadcast(&S.cv);
+                pthread_mutex_unlock(&S.mu);
+            }
+            pthread_mutex_lock(&S.mu);
+        }
+        pthread_mutex_unlock(&S.mu);
+        if (started) publish_slots();
+        if (!active) continue;
+        for (int k = 0; k < n; k++) // clients that left, or the drain's deadline
+            if (S.slot_job[k] && (S.slot_job[k]->cancel || serve_guard_cancelling()))
+                g4cu_batch_cancel(S.batch, S.slot_rid[k]);
+        g4cu_batch_info a, b;
+        g4cu_batch_get_info(S.batch, &a);
+        const int step_rc = g4cu_batch_step(S.batch, NULL);
+        g4cu_batch_get_info(S.batch, &b);
+        if (step_rc) fprintf(stderr, "g4cu serve: a batch step failed: %s\n", g4cu_last_error());
+        int ended = 0;
+        for (int k = 0; k < n; k++) {
+            job *j = S.slot_job[k];
+            if (!j) continue;
+            g4cu_result r;
+            int done = 0;
+            const int rc = g4cu_batch_poll(S.batch, S.slot_rid[k], &r, &done);
+            if (!done && !rc) continue;
+            job_finish(j, rc, rc ? g4cu_last_error() : NULL, done && !rc ? r : (g4cu_result){0});
+            job_unref(j);
+            S.slot_job[k] = NULL, S.slot_rid[k] = 0;
+            active--, ended++;
+        }
+        pthread_mutex_lock(&S.mu);
+        if (b.steps > a.steps) { // one decode step: its rows are the batch size
+            const long rows = b.rows_stepped - a.rows_stepped;
+            int i = 0;
+            while (i < N_BATCH_BUCKETS && rows > batch_buckets[i]) i++;
+            S.batch_hist[i]++;
+            S.batch_steps++;
+            S.batch_rows += (unsigned long long)rows;
+        }
+        S.n_running -= ended;
+        if (ended) pthread_cond_broadcast(&S.cv);
+        pthread_mutex_unlock(&S.mu);
+        publish_slots();
+    }
+    return NULL;
+}
+
+// Queues j (taking a reference for the scheduler or the single state's worker); 0 when the
+// queue is full.
 static int submit(job *j) {
+    // the batch runs what its device-side sampler can; the rest goes to the single state
+    j->batched = j->kind != JOB_TRANSCRIBE && j->ss.n <= 1 && g4cu_batch_accepts(&j->rq);
     pthread_mutex_lock(&S.mu);
     if (S.n_waiting >= S.o.queue) {
         S.rejected++;
@@ -372,11 +521,12 @@ static int submit(job *j) {
     j->refs++; // (no other thread has j yet)
     j->t_submit = now_s();
     j->next = NULL;
-    if (S.tail)
-        S.tail->next = j;
+    job **head = j->batched ? &S.head : &S.shead, **tail = j->batched ? &S.tail : &S.stail;
+    if (*tail)
+        (*tail)->next = j;
     else
-        S.head = j;
-    S.tail = j;
+        *head = j;
+    *tail = j;
     S.n_waiting++;
     pthread_cond_broadcast(&S.cv);
     pthread_mutex_unlock(&S.mu);
@@ -1489,7 +1639,7 @@ static enum MHD_Result transcribe(struct MHD_Connection *c, conn_ctx *x) {
 
 // --- GET endpoints -----------------------------------------------------------------------------
 static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
-    size_t cap = 16384, n = 0;
+    size_t cap = 32768, n = 0;
     char *b = malloc(cap);
     if (!b) return send_oom(c, x);
 #define OUT(...) n += (size_t)snprintf(b + n, n < cap ? cap - n : 0, __VA_ARGS__)
@@ -1511,10 +1661,41 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
     OUT("# HELP g4cu_completion_tokens_total Tokens generated.\n"
         "# TYPE g4cu_completion_tokens_total counter\ng4cu_completion_tokens_total %llu\n",
         S.completion_tokens);
-    OUT("# HELP g4cu_queue_waiting Requests waiting for a state.\n"
+    OUT("# HELP g4cu_queue_waiting Requests waiting for a slot (or the single state).\n"
         "# TYPE g4cu_queue_waiting gauge\ng4cu_queue_waiting %d\n", S.n_waiting);
     OUT("# HELP g4cu_running Requests being generated.\n"
         "# TYPE g4cu_running gauge\ng4cu_running %d\n", S.n_running);
+    int prefill = 0, decode = 0;
+    long kv_rows = 0;
+    for (int k = 0; k < S.o.parallel; k++) {
+        prefill += S.slot_info[k].phase == G4CU_SLOT_PREFILL;
+        decode += S.slot_info[k].phase == G4CU_SLOT_DECODE;
+        kv_rows += S.slot_info[k].n_ctx;
+    }
+    OUT("# HELP g4cu_batch_slots Slots decoded together (--parallel).\n"
+        "# TYPE g4cu_batch_slots gauge\ng4cu_batch_slots %d\n", S.o.parallel);
+    OUT("# HELP g4cu_batch_running Slots prefilling or decoding after the last step.\n"
+        "# TYPE g4cu_batch_running gauge\ng4cu_batch_running %d\n", prefill + decode);
+    OUT("# HELP g4cu_batch_decoding Slots decoding after the last step (the next step's "
+        "batch size).\n"
+        "# TYPE g4cu_batch_decoding gauge\ng4cu_batch_decoding %d\n", decode);
+    OUT("# HELP g4cu_batch_kv_rows KV rows the slots' caches hold (at most --n-ctx x slots).\n"
+        "# TYPE g4cu_batch_kv_rows gauge\ng4cu_batch_kv_rows %ld\n", kv_rows);
+    OUT("# HELP g4cu_batch_size Decode steps by their rows (running requests decoded together); "
+        "_sum / _count is the mean batch size.\n"
+        "# TYPE g4cu_batch_size histogram\n");
+    unsigned long long bacc = 0;
+    for (int i = 0; i < N_BATCH_BUCKETS; i++) {
+        bacc += S.batch_hist[i];
+        OUT("g4cu_batch_size_bucket{le=\"%d\"} %llu\n", batch_buckets[i], bacc);
+    }
+    OUT("g4cu_batch_size_bucket{le=\"+Inf\"} %llu\n", bacc + S.batch_hist[N_BATCH_BUCKETS]);
+    OUT("g4cu_batch_size_sum %llu\ng4cu_batch_size_count %llu\n", S.batch_rows, S.batch_steps);
+    OUT("# HELP g4cu_single_running Requests on the single state (what the batch cannot run).\n"
+        "# TYPE g4cu_single_running gauge\ng4cu_single_running %d\n", S.single_busy);
+    OUT("# HELP g4cu_single_requests_total Requests run on the single state.\n"
+        "# TYPE g4cu_single_requests_total counter\ng4cu_single_requests_total %llu\n",
+        S.single_requests);
     OUT("# HELP g4cu_request_seconds Time from queueing to the end of generation.\n"
         "# TYPE g4cu_request_seconds histogram\n");
     unsigned long long acc = 0;
@@ -1569,15 +1750,26 @@ static enum MHD_Result props(struct MHD_Connection *c, conn_ctx *x) {
     return send_json(c, x, 200, o);
 }
 
-// GET /slots: one object a state (llama-server's id, n_ctx, is_processing).
+// GET /slots: one object a slot of the batch, as of its last step (llama-server's id, n_ctx,
+// is_processing; ours: state, the request's id in the batch, its prompt tokens, those
+// prefilled, the tokens generated, the KV rows the slot's cache holds).
 static enum MHD_Result slots(struct MHD_Connection *c, conn_ctx *x) {
+    static const char *const phase[] = {"idle", "prefill", "decode", "done"};
     cJSON *a = cJSON_CreateArray();
     pthread_mutex_lock(&S.mu);
     for (int i = 0; i < S.o.parallel; i++) {
+        const g4cu_batch_slot_info *si = &S.slot_info[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", i);
-        cJSON_AddNumberToObject(o, "n_ctx", g4cu_model_n_ctx(S.model));
-        cJSON_AddBoolToObject(o, "is_processing", S.busy[i]);
+        cJSON_AddNumberToObject(o, "n_ctx", S.o.n_ctx ? S.o.n_ctx : g4cu_model_n_ctx(S.model));
+        cJSON_AddBoolToObject(o, "is_processing",
+                              si->phase == G4CU_SLOT_PREFILL || si->phase == G4CU_SLOT_DECODE);
+        cJSON_AddStringToObject(o, "state", phase[si->phase >= 0 && si->phase <= 3 ? si->phase : 0]);
+        cJSON_AddNumberToObject(o, "id_task", (double)si->id);
+        cJSON_AddNumberToObject(o, "n_prompt_tokens", si->n_prompt);
+        cJSON_AddNumberToObject(o, "n_prompt_tokens_processed", si->n_prefilled);
+        cJSON_AddNumberToObject(o, "n_decoded", si->n_generated);
+        cJSON_AddNumberToObject(o, "kv_rows", si->n_ctx);
         cJSON_AddItemToArray(a, o);
     }
     pthread_mutex_unlock(&S.mu);
@@ -1934,10 +2126,11 @@ int g4_serve_main(int argc, char **argv) {
         return rc == G4CU_EUSER ? 1 : 2;
     }
     S.max_tokens = o.max_tokens ? o.max_tokens : g4cu_model_n_ctx(S.model);
-    S.states = calloc((size_t)o.parallel, sizeof *S.states);
-    S.busy = calloc((size_t)o.parallel, sizeof *S.busy);
-    if (!S.states || !S.busy) {
-        fprintf(stderr, "g4cu: serve: out of memory for %d states\n", o.parallel);
+    S.slot_job = calloc((size_t)o.parallel, sizeof *S.slot_job);
+    S.slot_rid = calloc((size_t)o.parallel, sizeof *S.slot_rid);
+    S.slot_info = calloc((size_t)o.parallel, sizeof *S.slot_info);
+    if (!S.slot_job || !S.slot_rid || !S.slot_info) {
+        fprintf(stderr, "g4cu: serve: out of memory for %d slots\n", o.parallel);
         return 2;
     }
     { // the tokenizer again, for the routes that take or give ids
@@ -1954,12 +2147,16 @@ int g4_serve_main(int argc, char **argv) {
         }
         free(tp);
     }
-    S.workers = calloc((size_t)o.parallel, sizeof *S.workers);
-    for (int i = 0; i < o.parallel; i++)
-        if ((rc = g4cu_state_new(S.model, &S.states[i]))) {
+    { // the slots: KV caches made per slot by its first request (at most --n-ctx rows each)
+        g4cu_batch_params bp;
+        g4cu_batch_params_default(&bp);
+        bp.slots = o.parallel;
+        bp.n_ctx = o.n_ctx;
+        if ((rc = g4cu_batch_new(S.model, &bp, &S.batch))) {
             fprintf(stderr, "g4cu: %s\n", g4cu_last_error());
             return rc == G4CU_EUSER ? 1 : 2;
         }
+    }
     // SIGTERM / SIGINT are taken by sigwait below: blocked in every thread made from here on
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -1967,7 +2164,9 @@ int g4_serve_main(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    for (int i = 0; i < o.parallel; i++) pthread_create(&S.workers[i], NULL, worker_main, S.states[i]);
+    publish_slots();
+    pthread_create(&S.sched, NULL, sched_main, NULL);
+    pthread_create(&S.single_worker, NULL, single_main, NULL);
 
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
@@ -1986,7 +2185,7 @@ int g4_serve_main(int argc, char **argv) {
         MHD_stop_daemon(d);
         return 2;
     }
-    printf("g4cu serve: listening on http://%s:%u (model %s, backend %s, %d states, queue %d)\n",
+    printf("g4cu serve: listening on http://%s:%u (model %s, backend %s, %d slots, queue %d)\n",
            o.host, di ? (unsigned)di->port : (unsigned)o.port, o.name,
            g4cu_model_backend(S.model), o.parallel, o.queue);
     fflush(stdout);
@@ -2023,14 +2222,16 @@ int g4_serve_main(int argc, char **argv) {
     S.stop_workers = 1;
     pthread_cond_broadcast(&S.cv);
     pthread_mutex_unlock(&S.mu);
-    for (int i = 0; i < o.parallel; i++) pthread_join(S.workers[i], NULL);
+    pthread_join(S.sched, NULL);
+    pthread_join(S.single_worker, NULL);
     MHD_stop_daemon(d);
     serve_guard_stop();
-    for (int i = 0; i < o.parallel; i++) g4cu_state_free(S.states[i]);
-    free(S.states);
-    free(S.workers);
+    g4cu_batch_free(S.batch);
+    g4cu_state_free(S.single);
+    free(S.slot_job);
+    free(S.slot_rid);
+    free(S.slot_info);
     free(S.media_dir_real);
-    free(S.busy);
     g4cu_tokenizer_free(S.tok);
     g4cu_model_free(S.model);
     fprintf(stderr, "g4cu serve: stopped\n");

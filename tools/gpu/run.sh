@@ -36,6 +36,9 @@
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
+#   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
+#            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=1, and on the
+#            full-size package generate fused vs unfused and bench both ways
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -45,10 +48,13 @@
 #            the ratio of its decode tok/s (median) to bench's decode_tok_s (target: within 3%)
 #   serve    `g4cu serve` on the full-size package (after e2b_wait; SERVE_PKGS, default "f16 q4")
 #            with --backend ${SERVE_BACKEND:-cuda} --parallel ${SERVE_PARALLEL:-4} --n-ctx 4096, driven by
-#            tools/gpu/serve_load.py (300 requests from 16 clients, every 10th malformed or cut
-#            off, every 3rd streamed, 64 tokens each): prints throughput and p50/p99 latency
-#            ($OUT/serve_<pkg>.json), the server's RSS before and after, and its exit status
-#            after SIGTERM. Pass: "0 failed, 0 mis-answered" and "exit 0 after SIGTERM"
+#            tools/gpu/serve_load.py (300 requests from ${SERVE_CLIENTS:-16} clients, every 10th
+#            malformed or cut off, every 3rd streamed, ${SERVE_MAX_TOKENS:-64} tokens each, plus
+#            $SERVE_LOAD_ARGS): prints throughput, p50/p99 latency and the batch size over the
+#            run ($OUT/serve_<pkg>.json), the server's RSS before and after, and its exit status
+#            after SIGTERM. Pass: "0 failed, 0 mis-answered" and "exit 0 after SIGTERM". Issue
+#            31's load: SERVE_PARALLEL=32 SERVE_CLIENTS=32 SERVE_MAX_TOKENS=128
+#            SERVE_LOAD_ARGS="--greedy --prompt-words 100"
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
@@ -345,6 +351,45 @@ stage_e2b_gemv() {
     grep -iE "gemv|linear|total|step" "$OUT/e2b_profile.txt" | head -30
 }
 
+# Issue 30 stage 1, the consumer-side fusion (G4_FUSE=1; after build, tiny, and e2b_make
+# for the full-size half): the fused add-norm GEMV against the naive op (test_backend_ops
+# --op add_norm_linear on CUDA), test_cuda_engine on gpu-tiny with the fusion on (graph == eager,
+# CUDA vs the CPU reference, 0 allocations), then on the full-size package: greedy tokens of
+# generate fused vs unfused (Q4 and f16, 128 tokens: equal where the logits' top-2 gap exceeds
+# the reduction-order difference), bench --reps 5 both ways and the fused per-op profile.
+stage_fuse() {
+    local d="$WORK/gpu-tiny" e="$WORK/e2b"
+    build-gpu/tests/test_backend_ops --backend cuda --op add_norm_linear >"$OUT/fuse_backend_ops.log" 2>&1
+    echo "test_backend_ops --op add_norm_linear (cuda): exit $?"
+    grep -E "FAIL|cases|checks" "$OUT/fuse_backend_ops.log" | tail -12
+    build-gpu/tests/test_backend_ops --break --backend cuda --op add_norm_linear 2>&1 | tail -1
+    G4_FUSE=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/fuse_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL" | tail -24
+    [ -f "$e/READY" ] || { echo "fuse: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
+    local ids
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
+    for p in q4 f16; do
+        for f in 0 1; do
+            G4_FUSE=$f build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
+                --ignore-eos --json >"$OUT/fuse_gen_${p}_$f.json" 2>&1
+        done
+        python3 - "$OUT/fuse_gen_${p}_0.json" "$OUT/fuse_gen_${p}_1.json" "$p" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+ta, tb = a["tokens"], b["tokens"]
+same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
+print(f"fuse {sys.argv[3]}: greedy tokens fused == unfused for the first {same} of {len(ta)}; "
+      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
+PY
+    done
+    for f in 0 1; do
+        G4_FUSE=$f build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/fuse_bench_$f.json" >"$OUT/fuse_bench_$f.txt" 2>&1
+        echo "=== bench G4_FUSE=$f: exit $?"; grep -iE "decode" "$OUT/fuse_bench_$f.txt" | head -6 | cut -c1-400
+    done
+    G4_FUSE=1 G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/fuse_profile.txt"
+    grep -A14 "decode step, eager" "$OUT/fuse_profile.txt" | head -16
+}
+
 # Issue 31's batched step on CUDA (after build): test_batch's cases (tiny fixture) with the CUDA
 # backend, informational (the batch's M > 1 linears may round differently from M = 1), and the
 # generate / sampled tokens of the one-state path on gpu-tiny are the engine stage's.
@@ -458,8 +503,10 @@ stage_serve() {
         [ -n "$port" ] || { echo "serve $k: did not start"; tail -5 "$OUT/serve_$k.err"; kill $pid 2>/dev/null; continue; }
         head -1 "$OUT/serve_$k.out"
         echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) before the load"
-        python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients 16 --max-tokens 64 \
-            --json "$OUT/serve_$k.json" | sed "s/^serve load/serve $k load/"
+        # shellcheck disable=SC2086
+        python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients "${SERVE_CLIENTS:-16}" \
+            --max-tokens "${SERVE_MAX_TOKENS:-64}" ${SERVE_LOAD_ARGS:-} \
+            --json "$OUT/serve_$k.json" | sed "s/^serve /serve $k /"
         echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) after"
         curl -s "http://127.0.0.1:$port/metrics" >"$OUT/serve_${k}_metrics.txt" 2>/dev/null
         kill -TERM $pid

@@ -2,13 +2,22 @@
 """Load test of a running `g4cu serve` (the GPU stage `serve` of tools/gpu/run.sh; Python's
 standard library only): REQUESTS requests from CLIENTS concurrent clients on 127.0.0.1, every
 MALFORMED_EVERY-th one malformed (bad JSON, wrong content type, a bad field) or cut off mid-body;
-every STREAM_EVERY-th well-formed one streamed (server-sent events). Prints one summary line:
+every STREAM_EVERY-th well-formed one streamed (server-sent events). --clients 32 is the
+issue-31 load (32 concurrent streams against `serve --parallel 32`); --greedy and
+--prompt-words make its greedy, ~128-token prompts. Prints one summary line:
 
   serve load: N requests (G well-formed, B malformed) from C clients in S s: F failed, M
   mis-answered; R req/s, T completion tok/s; latency p50 X s p99 Y s; streamed TTFT p50 Z s
 
-and writes --json with the same numbers. Exit 1 when any well-formed request failed or any
-malformed one was not answered 4xx (a cut-off body expects no answer)."""
+then the batch size over the run, from the server's /metrics (sampled every --metrics-every s
+while the load runs, and the g4cu_batch_size histogram's change over the run):
+
+  serve batch: mean B rows a decode step over K steps; running slots sampled p50 X max Y; steps
+  by rows: <=1 a, <=2 b, ...
+
+and writes --json with the same numbers (batch_size_mean, batch_steps, batch_running_samples,
+batch_size_buckets). Exit 1 when any well-formed request failed or any malformed one was not
+answered 4xx (a cut-off body expects no answer)."""
 import argparse
 import http.client
 import json
@@ -61,6 +70,33 @@ def one(port, body, ctype="application/json", stream=False, timeout=600):
     return r.status, time.monotonic() - t0, ttft, tokens, payload
 
 
+def metrics(port):
+    """The server's /metrics as {name (with its labels): value} (None when unreachable)."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/metrics")
+        r = c.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        c.close()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " in line:
+            k, v = line.rsplit(" ", 1)
+            try:
+                out[k] = float(v)
+            except ValueError:
+                pass
+    return out
+
+
+def batch_buckets(m):
+    """The g4cu_batch_size histogram's cumulative buckets {le: count} of a metrics dict."""
+    pre = 'g4cu_batch_size_bucket{le="'
+    return {k[len(pre):-2]: v for k, v in m.items() if k.startswith(pre)}
+
+
 def cut_off(port, body):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -72,14 +108,26 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--clients", "--concurrency", type=int, default=16,
+                    help="concurrent clients (32: the issue-31 load against --parallel 32)")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--greedy", action="store_true", help="temperature 0 (default: 0.8, seed 7)")
+    ap.add_argument("--prompt-words", type=int, default=0,
+                    help="a prompt of about this many words (0: one short sentence)")
+    ap.add_argument("--metrics-every", type=float, default=0.25,
+                    help="seconds between /metrics samples of the batch size (0: none)")
     ap.add_argument("--malformed-every", type=int, default=10)
     ap.add_argument("--stream-every", type=int, default=3)
     ap.add_argument("--json")
     a = ap.parse_args()
-    req = {"messages": [{"role": "user", "content": "Describe the weather in a few words."}],
-           "max_tokens": a.max_tokens, "temperature": 0.8, "seed": 7}
+    prompt = "Describe the weather in a few words."
+    if a.prompt_words > 0:
+        words = ("the quick brown fox jumps over a lazy dog while rain falls on the old town "
+                 "and wind moves the trees").split()
+        prompt = " ".join(words[i % len(words)] for i in range(a.prompt_words)) + ". " + prompt
+    req = {"messages": [{"role": "user", "content": prompt}], "max_tokens": a.max_tokens}
+    if not a.greedy:
+        req.update(temperature=0.8, seed=7)
     good = json.dumps(req).encode()
     good_stream = json.dumps(dict(req, stream=True)).encode()
     lock = threading.Lock()
@@ -127,24 +175,57 @@ def main():
                 with lock:
                     st["failed"].append(f"request {k}: {e!r}")
 
+    m0 = metrics(a.port) or {}
+    samples = []  # (g4cu_batch_running, g4cu_batch_decoding) while the load runs
+    stop = threading.Event()
+
+    def sampler():
+        while not stop.wait(a.metrics_every):
+            m = metrics(a.port)
+            if m and "g4cu_batch_running" in m:
+                samples.append((m["g4cu_batch_running"], m.get("g4cu_batch_decoding", 0)))
+
+    sth = threading.Thread(target=sampler, daemon=True) if a.metrics_every > 0 else None
     t0 = time.monotonic()
     th = [threading.Thread(target=client) for _ in range(a.clients)]
+    if sth:
+        sth.start()
     for t in th:
         t.start()
     for t in th:
         t.join()
     wall = time.monotonic() - t0
+    stop.set()
+    if sth:
+        sth.join()
+    m1 = metrics(a.port) or {}
+    steps = m1.get("g4cu_batch_size_count", 0) - m0.get("g4cu_batch_size_count", 0)
+    rows = m1.get("g4cu_batch_size_sum", 0) - m0.get("g4cu_batch_size_sum", 0)
+    b0, b1 = batch_buckets(m0), batch_buckets(m1)
+    buckets = {le: b1[le] - b0.get(le, 0) for le in b1}
     res = {"requests": a.requests, "well_formed": st["good"], "malformed": st["bad"],
            "clients": a.clients, "max_tokens": a.max_tokens, "seconds": wall,
            "failed": len(st["failed"]), "mis_answered": len(st["mis"]),
            "req_per_s": len(st["lat"]) / wall, "completion_tok_per_s": st["tokens"] / wall,
            "latency_p50_s": pct(st["lat"], 0.5), "latency_p99_s": pct(st["lat"], 0.99),
-           "ttft_p50_s": pct(st["ttft"], 0.5), "ttft_p99_s": pct(st["ttft"], 0.99)}
+           "ttft_p50_s": pct(st["ttft"], 0.5), "ttft_p99_s": pct(st["ttft"], 0.99),
+           "batch_steps": steps, "batch_size_mean": rows / steps if steps else float("nan"),
+           "batch_size_buckets": buckets,
+           "batch_running_samples": [r for r, _ in samples],
+           "batch_decoding_samples": [d for _, d in samples]}
     print(f"serve load: {a.requests} requests ({st['good']} well-formed, {st['bad']} malformed) from "
           f"{a.clients} clients in {wall:.1f} s: {res['failed']} failed, {res['mis_answered']} "
           f"mis-answered; {res['req_per_s']:.2f} req/s, {res['completion_tok_per_s']:.1f} completion "
           f"tok/s; latency p50 {res['latency_p50_s']:.3f} s p99 {res['latency_p99_s']:.3f} s; "
           f"streamed TTFT p50 {res['ttft_p50_s']:.3f} s")
+    run = [r for r, _ in samples]
+    prev, by_rows = 0, []
+    for le, v in buckets.items():  # cumulative counts -> steps in each bucket
+        by_rows.append(f"<={le} {int(v - prev)}")
+        prev = v
+    print(f"serve batch: mean {res['batch_size_mean']:.2f} rows a decode step over {int(steps)} steps; "
+          f"running slots sampled p50 {pct(run, 0.5):.0f} max {max(run) if run else float('nan'):.0f} "
+          f"({len(run)} samples); steps by rows: {', '.join(by_rows) if by_rows else 'none'}")
     for m in (st["failed"] + st["mis"])[:10]:
         print("  " + m)
     if a.json:
