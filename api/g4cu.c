@@ -201,8 +201,10 @@ int g4cu_decode_audio(const g4cu_model *m, const void *data, size_t size, float 
     g4_audio a;
     rc = g4_audio_load(path, m->pl->pkg->audio_fe.sampling_rate, G4_AUDIO_MAX_SAMPLES + 1, &a);
     close(fd);
-    if (rc) {
-        g4_error_prefix("audio (%zu bytes)", size); // (the memfd path means nothing to a caller)
+    if (rc) { // the memfd's /proc/self/fd/N means nothing to a caller: named by its size
+        char name[48];
+        snprintf(name, sizeof name, "audio (%zu bytes)", size);
+        g4_error_rename(path, name);
         return code(rc);
     }
     *pcm = a.samples;
@@ -365,7 +367,7 @@ static int model_vocab(g4cu_model *m, const g4_vocab_bytes **out) {
 int g4cu_token_bytes(g4cu_model *m, int32_t id, char *buf, size_t cap, size_t *len) {
     if (!m || !len || (!buf && cap)) return g4_fail(G4_EUSER, "g4cu_token_bytes: a NULL argument");
     *len = 0;
-    const g4_vocab_bytes *vb;
+    const g4_vocab_bytes *vb = NULL; // (gcc 12 -O3 cannot see model_vocab set it on success)
     int rc = model_vocab(m, &vb);
     if (rc) return code(rc);
     if (id < 0 || id >= g4cu_model_n_vocab(m))

@@ -13,6 +13,7 @@
 #include "kernels/bench/kbench.h"
 #include "kernels/cuda_util.h"
 
+// (kernels/bench/*.cu: not in a build without CUDA, where bench_kernels stops at the device)
 int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, int max);
@@ -41,6 +42,10 @@ static int bench_kernels(const g4cu_dev_bench_kernels_params *o, FILE *out) {
     const char *why = NULL;
     if (g4cu_dev_cuda_device_count(&why) == 0)
         return g4_fail(G4_EINTERNAL, "bench: no usable CUDA device (%s)", why);
+#ifdef G4_NO_CUDA
+    (void)filter; // (not reached: a build without CUDA has no device, and no kernels to time)
+    return G4_EINTERNAL;
+#else
     char dev[256];
     g4_cuda_describe(dev, sizeof dev);
     fprintf(out, "device: %s\n", dev);
@@ -77,6 +82,7 @@ static int bench_kernels(const g4cu_dev_bench_kernels_params *o, FILE *out) {
         fprintf(out, "wrote %s (%d rows)\n", json, n);
     free(rows);
     return rc;
+#endif
 }
 
 int g4cu_dev_bench_kernels(const g4cu_dev_bench_kernels_params *p, FILE *out) {

@@ -40,6 +40,24 @@ void g4_error_prefix(const char *fmt, ...) {
     g4_err_buf[k + 2 + n] = 0;
 }
 
+void g4_error_rename(const char *from, const char *to) {
+    const size_t nf = strlen(from), nt = strlen(to), cap = sizeof g4_err_buf;
+    if (!nf) return;
+    char old[sizeof g4_err_buf];
+    memcpy(old, g4_err_buf, sizeof old);
+    size_t k = 0;
+    for (const char *p = old; *p && k + 1 < cap;) {
+        const int hit = !strncmp(p, from, nf);
+        const char *src = hit ? to : p;
+        size_t n = hit ? nt : 1;
+        if (n > cap - 1 - k) n = cap - 1 - k; // (cut at the buffer's end, as g4_fail does)
+        memcpy(g4_err_buf + k, src, n);
+        k += n;
+        p += hit ? nf : 1;
+    }
+    g4_err_buf[k] = 0;
+}
+
 void g4_assert_failed(const char *what, const char *file, int line) {
     fprintf(stderr, "g4cu: internal error: assertion '%s' failed at %s:%d\n", what, file, line);
     abort();

@@ -35,6 +35,9 @@ int g4_fail(int code, const char *fmt, ...) G4_PRINTF(2, 3);
 const char *g4_error(void);
 // Prefixes the recorded message with "<ctx>: " (to add the file name at an outer level).
 void g4_error_prefix(const char *fmt, ...) G4_PRINTF(1, 2);
+// Replaces every "from" in the recorded message with "to": a path the code opened on the
+// caller's behalf (a memfd's /proc/self/fd/N) becomes the name the caller knows it by.
+void g4_error_rename(const char *from, const char *to);
 // Aborts with file:line when an invariant the code relies on is false (not for user input).
 #define G4_ASSERT(cond)                                                                            \
     do {                                                                                           \

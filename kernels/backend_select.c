@@ -13,6 +13,10 @@ int g4_backend_by_name(const char *name, g4_backend **out) {
         return G4_OK;
     }
     if (!strcmp(name, "cuda")) {
+#ifdef G4_NO_CUDA
+        return g4_fail(G4_EUSER, "--backend cuda: this g4cu was built without CUDA (cmake "
+                                 "-DG4CU_CUDA=OFF); use --backend cpu");
+#endif
         const char *why = "unknown reason";
         *out = g4_backend_cuda(&why);
         if (!*out) return g4_fail(G4_EUSER, "--backend cuda: no usable GPU (%s)", why);

@@ -135,6 +135,18 @@ static void test_errors(void) {
     bad = (g4cu_media){.kind = G4CU_AUDIO_ENCODED, .data = junk, .size = sizeof junk};
     CHECK_INT(g4cu_generate(s, &rq, &r), G4CU_EUSER);
     CHECK_MSG(strstr(g4cu_last_error(), "audio 1") != NULL, "message: %s", g4cu_last_error());
+    // bytes are decoded through a memfd: the message names them by size, never by the memfd's
+    // /proc/self/fd/N (a path the caller never gave)
+    CHECK_MSG(strstr(g4cu_last_error(), "audio (16 bytes)") &&
+                  !strstr(g4cu_last_error(), "/proc/self/fd"),
+              "message: %s", g4cu_last_error());
+    float *pcm = NULL;
+    size_t n_pcm = 0;
+    CHECK_INT(g4cu_decode_audio(model, junk, sizeof junk, &pcm, &n_pcm, NULL), G4CU_EUSER);
+    CHECK_MSG(!strncmp(g4cu_last_error(), "audio (16 bytes): not a sound file", 34) &&
+                  !strstr(g4cu_last_error(), "/proc/self/fd"),
+              "message: %s", g4cu_last_error());
+    CHECK(pcm == NULL && n_pcm == 0);
     const float nan_pcm[400] = {[7] = 0.0f / 0.0f};
     CHECK_INT(g4cu_transcribe(s, nan_pcm, 400, 16000, NULL, &r), G4CU_EUSER);
     CHECK_MSG(strstr(g4cu_last_error(), "finite") != NULL, "message: %s", g4cu_last_error());

@@ -69,7 +69,11 @@ expect "tokenizer: package without tokenizer.json" 1 \
 # --- backend ------------------------------------------------------------------------------------
 # Without a usable GPU, --backend cuda is a user error (on the GPU machine this check is moot:
 # test_cuda_oom.c covers the GPU's own limit there).
-if nvidia-smi -L >/dev/null 2>&1; then
+if "$G4CU" --version | grep -q 'built without CUDA'; then # (cmake -DG4CU_CUDA=OFF)
+    expect "backend: --backend cuda in a build without CUDA" 1 \
+        "^g4cu: --backend cuda: this g4cu was built without CUDA \(cmake -DG4CU_CUDA=OFF\); use --backend cpu$" \
+        "$G4CU" generate "$G4_TINY_PKG" --ids 2,3 --max-new 1 --backend cuda
+elif nvidia-smi -L >/dev/null 2>&1; then
     echo "skip backend: --backend cuda without a GPU (this machine has one)"
 else
     expect "backend: --backend cuda without a usable GPU" 1 "^g4cu: --backend cuda: no usable GPU \(.+\)$" \

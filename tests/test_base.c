@@ -266,7 +266,28 @@ static void test_require(void) {
     CHECK_MSG(strchr(buf, '\n') == buf + strlen(buf) - 1, "G4_REQUIRE: not one line: '%s'", buf);
 }
 
+// g4_error_rename: every occurrence replaced, longer or shorter; the message cut at the buffer's
+// end (1023 characters) when the new name makes it longer, never past it.
+static void test_error_rename(void) {
+    g4_fail(G4_EUSER, "/proc/self/fd/3: bad; /proc/self/fd/3 again");
+    g4_error_rename("/proc/self/fd/3", "audio (16 bytes)");
+    CHECK_MSG(!strcmp(g4_error(), "audio (16 bytes): bad; audio (16 bytes) again"), "got '%s'",
+              g4_error());
+    g4_error_rename("audio (16 bytes)", "a");
+    CHECK_MSG(!strcmp(g4_error(), "a: bad; a again"), "got '%s'", g4_error());
+    g4_error_rename("", "x"); // (nothing to find: unchanged)
+    CHECK_MSG(!strcmp(g4_error(), "a: bad; a again"), "got '%s'", g4_error());
+    char big[1100];
+    memset(big, 'y', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    g4_fail(G4_EUSER, "a%.1000s", big);
+    g4_error_rename("a", big);
+    CHECK_MSG(strlen(g4_error()) == 1023 && g4_error()[0] == 'y', "got %zu characters",
+              strlen(g4_error()));
+}
+
 int main(void) {
+    test_error_rename();
     test_f16_to_f32_exhaustive();
     test_f32_to_f16();
     test_strmap();

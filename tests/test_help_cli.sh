@@ -46,9 +46,10 @@ check "a value that looks like an option stays a value" $?
 
 "$G4CU" --version >"$tmp/v" 2>"$tmp/err"
 check "--version exit 0" $?
-grep -qE '^g4cu [0-9]+\.[0-9]+\.[0-9]+$' "$tmp/v" && grep -qE '^CUDA runtime [0-9]+\.[0-9]+ ' "$tmp/v" &&
-    grep -qE '^cuBLAS [0-9]+\.[0-9]+\.[0-9]+$' "$tmp/v"
-check "--version: version, CUDA runtime, cuBLAS lines" $?
+# (a build without CUDA says so instead of the CUDA lines: G4CU_CUDA=OFF)
+grep -qE '^g4cu [0-9]+\.[0-9]+\.[0-9]+$' "$tmp/v" && { grep -qE '^CUDA runtime [0-9]+\.[0-9]+ ' "$tmp/v" &&
+    grep -qE '^cuBLAS [0-9]+\.[0-9]+\.[0-9]+$' "$tmp/v" || grep -qx 'CUDA: none (built without CUDA: --backend cpu only)' "$tmp/v"; }
+check "--version: version, CUDA runtime, cuBLAS lines (or: built without CUDA)" $?
 if head=$(git -C "$G4_SOURCE_DIR" rev-parse HEAD 2>/dev/null); then
     commit=$(sed -nE 's/^commit ([0-9a-f]+)(-dirty)?$/\1/p' "$tmp/v")
     [ -n "$commit" ] && [ "${head#"$commit"}" != "$head" ]

@@ -20,12 +20,76 @@
 // killed leaves that directory, and the next quantize to the same OUT removes those whose process
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
 // On the public C API (include/g4cu_dev.h: g4cu_dev_quantize).
+// SIGINT / SIGTERM mid-run remove OUT.tmp-<pid> before the process ends (see stop_main).
+#include <ftw.h>
 #include <g4cu_dev.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/parallel.h"
 #include "tools/cli.h"
+
+// --- an interrupted run leaves nothing ------------------------------------------------------
+// SIGINT and SIGTERM are blocked in every thread (the quantizer's are made after) and taken by
+// one thread with sigwait, so the removal runs as ordinary code, not in a signal handler. The
+// main thread, should the run fail under it (its files vanishing), waits for that thread
+// instead of exiting first; the signal then ends the process as it would have (a shell sees the
+// SIGINT). A signal after the rename leaves the complete OUT.
+static sigset_t stop_sigs;
+static char *stop_work_dir;   // OUT.tmp-<pid>: where g4cu_dev_quantize works (g4cu_dev.h)
+static atomic_int stop_taken; // the signal being handled, 0 while none
+
+static int stop_rm(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st;
+    (void)f;
+    (flag == FTW_DP ? rmdir : unlink)(path); // (an entry that vanished under us is fine)
+    return 0;
+}
+
+static void *stop_main(void *arg) {
+    (void)arg;
+    int sig;
+    if (sigwait(&stop_sigs, &sig)) return NULL;
+    atomic_store(&stop_taken, sig);
+    // Again while it is there: the writer may add a file between the walk and the rmdir.
+    for (int i = 0; i < 100 && access(stop_work_dir, F_OK) == 0; i++)
+        nftw(stop_work_dir, stop_rm, 16, FTW_DEPTH | FTW_PHYS);
+    const int left = access(stop_work_dir, F_OK) == 0;
+    fprintf(stderr, "g4cu: quantize: %s: %s %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            left ? "could not remove" : "stopped; no output written, removed", stop_work_dir);
+    signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
+    raise(sig);
+    _exit(128 + sig); // (not reached)
+}
+
+// Starts the thread that takes SIGINT / SIGTERM for the run writing out (none when the parent
+// ignores both); 0 when it cannot.
+static int stop_start(const char *out) {
+    char *o = g4_strdup(out);
+    for (size_t n = strlen(o); n > 1 && o[n - 1] == '/'; n--) o[n - 1] = 0; // as the writer does
+    stop_work_dir = g4_sprintf("%s.tmp-%ld", o, (long)getpid());
+    free(o);
+    sigemptyset(&stop_sigs);
+    for (int sig = SIGINT; sig; sig = sig == SIGINT ? SIGTERM : 0) {
+        struct sigaction now;
+        // one ignored by the parent (a shell's background job) stays ignored
+        if (sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_IGN)
+            sigaddset(&stop_sigs, sig);
+    }
+    if (!sigismember(&stop_sigs, SIGINT) && !sigismember(&stop_sigs, SIGTERM)) return 1;
+    pthread_t t;
+    if (pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL) || pthread_create(&t, NULL, stop_main, NULL)) {
+        pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
+        return 0;
+    }
+    pthread_detach(t);
+    return 1;
+}
 
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
@@ -102,7 +166,14 @@ static int cmd_quantize(int argc, char **argv) {
     qp.gptq_act_order = act_order;
     qp.n_threads = threads;
     qp.progress = stderr;
+    if (!stop_start(out))
+        fprintf(stderr,
+                "g4cu: quantize: cannot start the SIGINT watcher: an interrupted run "
+                "leaves %s\n",
+                stop_work_dir);
     int rc = g4cu_dev_quantize(in, out, &qp, stdout);
+    if (atomic_load(&stop_taken))
+        for (;;) pause(); // the signal thread removes the work and ends the process
     free(keep);
     return rc ? g4_cli_fail(rc) : 0;
 }

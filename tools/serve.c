@@ -733,7 +733,12 @@ static int decode_audio_all(const char *what, const void *data, size_t n, float 
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     const int rc = g4cu_audio_load(S.model, path, pcm, n_pcm);
     close(fd);
-    if (rc) return fail(e, "%s: %s", what, g4cu_last_error());
+    if (rc) { // named as g4cu_decode_audio names it: its size, never the memfd's path
+        const char *m = g4cu_last_error(), *at = strstr(m, path);
+        if (!at) return fail(e, "%s: %s", what, m);
+        return fail(e, "%s: %.*saudio (%zu bytes)%s", what, (int)(at - m), m, n,
+                    at + strlen(path));
+    }
     if (!serve_guard_reserve(*n_pcm * sizeof(float))) { // (answered 503)
         free(*pcm);
         *pcm = NULL;
