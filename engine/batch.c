@@ -216,7 +216,7 @@ static int decode_all(g4_batch *b) {
         if (sl->phase != SLOT_DECODE) continue;
         b->which[n] = i;
         b->rows[n] = sl->st;
-        b->ids[n] = sl->q.next;
+        b->ids[n] = g4_fed_back_id(sl->st->m->cfg, sl->q.next);
         n++;
     }
     if (!n) return G4_OK;

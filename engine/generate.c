@@ -365,7 +365,7 @@ int g4_generate(g4_text_state *s, const g4_tokenizer *tok, const int32_t *prompt
     while (!rc && q.at < q.n_prompt) rc = g4_gen_seq_prefill(&q);
     // decode: feed each token back through the one decode step
     while (!rc && !q.done) {
-        const int32_t fed = q.next;
+        const int32_t fed = g4_fed_back_id(s->m->cfg, q.next);
         int32_t next;
         if (!(rc = step_pick(s, q.hp, &q.p, &fed, 1, NULL, out, &next)))
             rc = g4_gen_seq_accept(&q, next);

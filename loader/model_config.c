@@ -898,3 +898,7 @@ g4_placeholder g4_placeholder_of(const g4_text_config *c, int32_t id) {
     if (c->audio_token_id >= 0 && id == c->audio_token_id) return G4_PH_AUDIO;
     return G4_PH_NONE;
 }
+
+int32_t g4_fed_back_id(const g4_text_config *c, int32_t id) {
+    return g4_placeholder_of(c, id) != G4_PH_NONE ? c->pad_id : id;
+}

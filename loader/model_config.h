@@ -142,5 +142,9 @@ void g4_text_config_free(g4_text_config *c);
 // model without an image or audio placeholder has -1 there, which no id matches).
 typedef enum { G4_PH_NONE = 0, G4_PH_IMAGE = 1, G4_PH_AUDIO = 2 } g4_placeholder;
 g4_placeholder g4_placeholder_of(const g4_text_config *c, int32_t id);
+// The input id of a generated token fed back to the model: a placeholder the model generated
+// has no medium behind it, so it is looked up as the pad id (spec 2.3, as HF's decode steps
+// embed it); every other id as is.
+int32_t g4_fed_back_id(const g4_text_config *c, int32_t id);
 
 #endif
