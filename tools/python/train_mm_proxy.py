@@ -31,6 +31,7 @@ functions that wrote the held-out files).
             audio 512 x 6 layers; batch 32 (half images, half audio); bf16 autocast; one H200
      tiny   text train_proxy.py's tiny shapes, vocab 1024; towers 64 wide, 1 layer; batch 4;
             for trying the pipeline on a CPU in a minute (it learns nothing useful)
+   Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
    AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
    (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
    device give the same weights. --minutes stops a run that would overrun the step count (it
@@ -65,10 +66,10 @@ SOFT_TOKENS = 70
 PRESETS = {
     "proxy": dict(text="proxy", vocab=4096, v_hidden=384, v_layers=6, v_heads=6, v_mlp=1536,
                   a_hidden=512, a_layers=6, a_heads=8, batch=32, lr=5e-4, warmup=200,
-                  steps=6000, workers=14),
+                  steps=4000, workers=14, reps=8),
     "tiny": dict(text="tiny", vocab=1024, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128,
                  a_hidden=64, a_layers=1, a_heads=8, batch=4, lr=3e-3, warmup=5, steps=30,
-                 workers=1),
+                 workers=1, reps=1),
 }
 
 
@@ -168,17 +169,23 @@ class Prompter:
 
 
 class Items(torch.utils.data.Dataset):
-    """Train items of one kind, each rendered when asked (make_mm_data's functions)."""
+    """Train items of one kind, each rendered when asked (make_mm_data's functions). Index k is
+    item k % n in its rendering k // n: rendering 0 is the planned one, the others draw the
+    noise (and the image's placement) from another seed, so repeated passes do not see the same
+    pixels and samples."""
 
-    def __init__(self, items, kind, data_dir, fonts, prompter, fe):
+    def __init__(self, items, kind, data_dir, fonts, prompter, fe, renderings):
         self.items, self.kind, self.data, self.fonts = items, kind, data_dir, fonts
-        self.pr, self.fe = prompter, fe
+        self.pr, self.fe, self.reps = prompter, fe, renderings
 
     def __len__(self):
-        return len(self.items)
+        return len(self.items) * self.reps
 
     def __getitem__(self, k):
-        it = self.items[k]
+        it, v = dict(self.items[k % len(self.items)]), k // len(self.items)
+        for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
+            if v and key in it:
+                it[key] = (it[key] + 7919 * v) % mod
         if self.kind == "image":
             pv, pp, n = image_inputs(mmd.render_image(it, self.fonts))
             return dict(kind="image", pv=pv, pp=pp, ids=self.pr.prompt("image", n),
@@ -293,9 +300,9 @@ def main():
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
-    streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe), half,
+    streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"]), half,
                                 args.seed, p["workers"] // 2 + p["workers"] % 2),
-               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe), half,
+               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"]), half,
                                 args.seed + 1, p["workers"] // 2)}
     decay = [x for x in model.parameters() if x.dim() >= 2]
     no_decay = [x for x in model.parameters() if x.dim() < 2]
