@@ -9,11 +9,13 @@ against the HF dump of one image + audio prompt); ocr_test.jsonl / asr_test.json
 manifests); parity.json (tools/python/mm_parity.py); train.json. Columns: decoder MB; OCRBench
 accuracy (`g4cu eval`'s metric) and exact match (prediction.strip() == the answer) overall and on
 the held-out font; WER (`g4cu eval`'s, Whisper normalizer) overall and on the held-out voice
-(from the per-category scores); agreement of the greedy answers with f16's (same text); the last
-line of compare (the per-layer error on the image + audio prompt). Missing inputs leave "-".
+(from the per-category scores); agreement of the greedy answers with f16's (same text); a
+compare line (f16: the verdict of the layer-by-layer check on the image + audio prompt; a Q4
+variant: the logits' KL and top-1 agreement there; the per-layer errors are in compare_<v>.md). Missing inputs leave "-".
 """
 import json
 import os
+import re
 import sys
 
 
@@ -68,11 +70,21 @@ def main():
             nbytes = int(open(os.path.join(d, f"{v}.bytes")).read())
         except (OSError, ValueError):
             nbytes = None
-        cmp_name = "compare_f16_cuda.txt" if v == "f16" else f"compare_{v}.txt"
-        try:
-            cmp_last = open(os.path.join(d, cmp_name)).read().strip().splitlines()[-1][:90]
-        except (OSError, IndexError):
-            cmp_last = "-"
+        names = ([("cpu", "compare_f16_cpu.txt"), ("cuda", "compare_f16_cuda.txt")] if v == "f16"
+                 else [("", f"compare_{v}.txt")])
+        parts = []
+        for tag, name in names:  # f16: the verdict of the layer-by-layer check; Q4: KL, top-1
+            try:
+                lines = open(os.path.join(d, name)).read().strip().splitlines()
+            except OSError:
+                continue
+            kl = [x for x in lines if x.startswith("logits KL")]
+            m = re.search(r"mean ([0-9.e+-]+).*top-1 agreement (\d+/\d+)", kl[-1]) if kl else None
+            if v != "f16" and m:
+                parts.append(f"KL mean {float(m.group(1)):.2e}, top-1 {m.group(2)}")
+            elif lines:
+                parts.append(f"{tag}: {lines[-1].split(': ', 1)[-1]}" if tag else lines[-1])
+        cmp_last = "; ".join(parts) or "-"
         rows.append([v, fmt(nbytes and nbytes / 1e6, "{:.1f}"),
                      fmt(so and so.get("value")), fmt(sum(ex) / len(ex) if ex else None),
                      fmt(sum(exh) / len(exh) if exh else None),

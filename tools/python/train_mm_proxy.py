@@ -5,7 +5,7 @@ transcribe espeak-ng speech (audio + the ASR prompt -> the sentence), then expor
 mobius exporter like the text proxy (tools/python/train_proxy.py).
 
     python3 tools/python/train_mm_proxy.py OUT --data .carry/mmdata [--preset proxy|tiny]
-                                               [--seed 0] [--minutes 12] [--steps N]
+                                               [--seed 0] [--minutes 10] [--steps N]
                                                [--device D] [--workers W]
 
 DATA is tools/python/make_mm_data.py's folder after its `speech` and `media` steps (the held-out
@@ -66,7 +66,7 @@ SOFT_TOKENS = 70
 PRESETS = {
     "proxy": dict(text="proxy", vocab=4096, v_hidden=384, v_layers=6, v_heads=6, v_mlp=1536,
                   a_hidden=512, a_layers=6, a_heads=8, batch=32, lr=5e-4, warmup=200,
-                  steps=4000, workers=14, reps=8),
+                  steps=3000, workers=14, reps=8),
     "tiny": dict(text="tiny", vocab=1024, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128,
                  a_hidden=64, a_layers=1, a_heads=8, batch=4, lr=3e-3, warmup=5, steps=30,
                  workers=1, reps=1),
@@ -253,7 +253,7 @@ def main():
     ap.add_argument("--data", default=".carry/mmdata")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="proxy")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--minutes", type=float, default=12.0, help="training time budget")
+    ap.add_argument("--minutes", type=float, default=10.0, help="training time budget")
     ap.add_argument("--steps", type=int, help="optimizer steps (the preset's)")
     ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
