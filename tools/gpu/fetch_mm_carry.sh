@@ -6,7 +6,7 @@
 #                   its python3 has no PIL
 #   .carry/corpus   the sentences (tools/python/prepare_corpus.py), unless present
 #   .carry/mmdata   the espeak-ng speech and the item plan (tools/python/make_mm_data.py speech;
-#                   about 15 MB; resumes an interrupted run, the same bytes either way)
+#                   about 15 MB; resumes an interrupted run: the same samples either way)
 # The speech takes ~0.25 s of CPU per utterance (3080 of them): about 7 minutes on 2 idle cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

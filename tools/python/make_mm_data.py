@@ -43,8 +43,9 @@ training renders its items itself with render_image() and audio_samples(), in it
 each media line with its sha256. Images are drawn at sizes the Gemma-4 image processor keeps as
 they are at 70 soft tokens (a multiple of 48 on each side that fills the patch budget: no
 resize, so HF's torchvision and PIL backends and g4cu see the same pixels). Every random choice
-comes from numpy's PCG64 seeded with (seed, split, index): the same seed gives the same files,
-whatever --jobs.
+comes from numpy's PCG64 seeded with (seed, split, index): the same seed gives the same plan,
+the same decoded speech and the same media files, whatever --jobs (the .opus files' bytes differ
+in the Ogg stream's serial number, which libsndfile draws at random; their samples do not).
 """
 import argparse
 import hashlib
@@ -232,7 +233,7 @@ def render_speech(job):
     import soundfile as sf
 
     path = os.path.join(out_dir, item["split"], item["id"] + ".opus")
-    if os.path.exists(path):  # an earlier, interrupted run's (the same bytes: deterministic)
+    if os.path.exists(path):  # an earlier, interrupted run's (the same samples)
         return item["id"], sf.info(path).frames / 16000
     with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
         subprocess.run(["espeak-ng", "-v", item["voice"], "-s", str(item["rate"]), "-p",

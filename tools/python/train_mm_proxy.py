@@ -260,6 +260,7 @@ def main():
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
+    ap.add_argument("--no-export", action="store_true", help="stop after saving OUT/hf")
     args = ap.parse_args()
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers"):
@@ -346,6 +347,15 @@ def main():
     t2 = time.time()
     model.to(torch.float16).save_pretrained(hf_dir, safe_serialization=True)
     times["save"] = time.time() - t2
+    info = {"preset": args.preset, "shapes": p, "seed": args.seed, "device": str(dev),
+            "parameters": n_params, "steps": steps, "stopped_at": stopped,
+            "train_images": len(tr_i), "train_audio": len(tr_a),
+            "losses_every_25": {k: v[::25] for k, v in losses.items()},
+            "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items()},
+            "seconds": times}
+    if args.no_export:
+        json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
+        return
     t3 = time.time()
     subprocess.run([sys.executable, os.path.join(HERE, "export_package.py"), hf_dir, pkg_dir],
                    check=True)
@@ -362,13 +372,7 @@ def main():
     json.dump(j, open(ipj, "w"), indent=4)
     times["export"] = time.time() - t3
     print(f"train_mm_proxy: exported {pkg_dir} ({times['export']:.1f} s)", flush=True)
-    json.dump({"preset": args.preset, "shapes": p, "seed": args.seed, "device": str(dev),
-               "parameters": n_params, "steps": steps, "stopped_at": stopped,
-               "train_images": len(tr_i), "train_audio": len(tr_a),
-               "losses_every_25": {k: v[::25] for k, v in losses.items()},
-               "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items()},
-               "seconds": times},
-              open(os.path.join(args.out, "train.json"), "w"), indent=1)
+    json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
 
 
 if __name__ == "__main__":
