@@ -257,13 +257,14 @@ def main():
     ap.add_argument("--steps", type=int, help="optimizer steps (the preset's)")
     ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     ap.add_argument("--no-export", action="store_true", help="stop after saving OUT/hf")
     args = ap.parse_args()
     p = dict(PRESETS[args.preset])
-    for k in ("steps", "batch", "workers"):
+    for k in ("steps", "batch", "workers", "vocab"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if args.threads:
@@ -281,6 +282,10 @@ def main():
                                                    "system", "user", "model"] * 50
     tok_path = os.path.join(hf_dir, "tokenizer.json")
     tok = train_tokenizer("\n\n".join(texts), p["vocab"], tok_path)
+    if tok.get_vocab_size() != p["vocab"]:  # the model could emit ids that decode to nothing
+        raise SystemExit(f"train_mm_proxy: the tokenizer has {tok.get_vocab_size()} ids for a "
+                         f"vocabulary of {p['vocab']}: give --vocab {tok.get_vocab_size()} or "
+                         "more data")
     pr = Prompter(tok)
     times["tokenizer"] = time.time() - t0
     print(f"train_mm_proxy: tokenizer {tok.get_vocab_size()} ids; {len(tr_i)} train images, "
