@@ -69,6 +69,20 @@
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
+#   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): the held-out media from
+#            .carry/mmdata (carried: tools/python/make_mm_data.py speech, on a Debian CPU
+#            machine; fonts from .debs), train_mm_proxy.py --preset ${MM_PRESET:-proxy}
+#            --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize: plain Q4, --keep-auto,
+#            --imatrix and the --method variants (as fid_methods; calibrated on the train
+#            sentences)
+#   mm_wait  wait for it (at most ~9.5 min a call; call again while it trains). Order the first
+#            call `mm_bg build mm_wait`: mm_make trains while build runs and waits for
+#            build-gpu/g4cu before quantizing
+#   mm_run   on $WORK/mm/READY: g4cu eval (ocrbench accuracy, librispeech WER) of f16 and each
+#            Q4 variant on the held-out items (${MM_BACKEND:-cuda}), the parity of f16's greedy
+#            answers with HF's (tools/python/mm_parity.py, >= 95%), g4cu compare of f16 and
+#            each variant against an HF dump of one image + audio prompt; writes
+#            $OUT/mm/MM_FIDELITY.md (tools/python/mm_report.py) and $OUT/mm.tar.gz
 #   llama_build  llama.cpp (.carry/llama.tar.xz, tools/peers/pack_llamacpp.sh) unpacked to
 #            $WORK/llama and built with CUDA sm_90a: llama-bench, llama-quantize (beside e2b_make)
 #   llama_convert  llama.cpp's f16 GGUF and Q4_K_M of the checkpoint (after llama_build,
@@ -658,6 +672,126 @@ stage_fidelity_run() {
 # foreground there): train = fidelity_make, fidelity_measure = fidelity_run
 stage_train() { stage_fidelity_make; }
 stage_fidelity_measure() { stage_fidelity_run; }
+
+# --- issue 35: a proxy that reads and listens ------------------------------------------------
+MMD=${MMD:-$WORK/mm}
+MM_DATA=${MM_DATA:-.carry/mmdata}
+MM_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
+
+# mm_quant NAME ARGS...: g4cu quantize of the mm proxy into $MMD/proxy/NAME (replaced), timed
+mm_quant() {
+    local d="$MMD/proxy" v=$1 t0
+    shift
+    rm -rf "${d:?}/$v"
+    t0=$(date +%s)
+    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "$(nproc)" "$@" || echo "mm: quantize $v FAILED"
+    stamp "mm: quantized $v ($(($(date +%s) - t0)) s)"
+}
+
+stage_mm_make() {
+    local d="$MMD" t0 budget
+    rm -rf "$d" && mkdir -p "$d"
+    [ -f "$MM_DATA/speech.jsonl" ] || { echo "mm: $MM_DATA/speech.jsonl missing (make_mm_data.py speech on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
+    # PIL renders the images: the image's, else the wheel carried in .whl/opt/
+    if ! python3 -c 'import PIL' 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/g4site .whl/opt/pillow-*.whl || { touch "$d/FAILED"; return 1; }
+    fi
+    t0=$(date +%s)
+    python3 tools/python/make_mm_data.py media "$MM_DATA" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
+    stamp "mm: held-out media ($(($(date +%s) - t0)) s)"
+    t0=$(date +%s)
+    python3 tools/python/train_mm_proxy.py "$d/proxy" --data "$MM_DATA" --preset "${MM_PRESET:-proxy}" \
+        --minutes "${MM_MINUTES:-10}" ${MM_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
+    [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
+    stamp "mm: trained + exported ($(($(date +%s) - t0)) s)"
+    python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    it = json.loads(l)
+    if it['split'] == 'train': print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
+    while [ ! -x build-gpu/g4cu ]; do sleep 5; done # the foreground build may still run
+    local cal=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS:-2048}" --backend "${MM_BACKEND:-cuda}")
+    mm_quant q4
+    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+    mm_quant q4_keep_auto --keep-auto "$budget" "${cal[@]}"
+    mm_quant q4_imatrix --imatrix "${cal[@]}"
+    mm_quant q4_rtn --method rtn
+    mm_quant q4_gptq --method gptq "${cal[@]}"
+    mm_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
+    mm_quant q4_fit --method fit "${cal[@]}"
+    # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
+    mm_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
+    touch "$d/READY"
+}
+
+stage_mm_bg() {
+    mkdir -p "$MMD"
+    rm -f "$MMD/READY" "$MMD/FAILED"
+    setsid nohup bash tools/gpu/run.sh mm_make >"$WORK/mm_make.log" 2>&1 </dev/null &
+    echo "mm_make started in the background (log $WORK/mm_make.log)"
+}
+
+stage_mm_wait() {
+    local n=0
+    while [ ! -f "$MMD/READY" ] && [ ! -f "$MMD/FAILED" ] && [ $n -lt ${MM_WAIT_S:-560} ]; do
+        sleep 5; n=$((n + 5))
+    done
+    mkdir -p "$OUT/mm"
+    cp "$WORK/mm_make.log" "$OUT/mm/" 2>/dev/null
+    grep -E "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported)|step [0-9]+/|mm:|make_mm_data|Error|error" \
+        "$WORK/mm_make.log" | tail -24
+    [ -f "$MMD/READY" ] || { echo "mm: not ready yet (call mm_wait again)"; return 1; }
+}
+
+stage_mm_run() {
+    local d="$MMD/proxy" o="$OUT/mm" b=${MM_BACKEND:-cuda} v t0
+    mkdir -p "$o"
+    [ -f "$MMD/READY" ] || { echo "mm: $MMD/READY missing (mm_bg, mm_wait)"; return 1; }
+    cp "$d/train.json" "$o/" 2>/dev/null
+    cp "$MM_DATA/data.json" "$MM_DATA/ocr_test.jsonl" "$MM_DATA/asr_test.jsonl" "$o/" 2>/dev/null
+    for v in f16 $MM_VARIANTS; do
+        [ -d "$d/$v" ] || continue
+        t0=$(date +%s)
+        build-gpu/g4cu eval "$MM_DATA/ocr_test.jsonl" --task ocrbench "$d/$v" --backend "$b" \
+            --out "$o/eval_${v}_ocr" --max-new "${MM_MAX_NEW:-48}" >"$o/eval_${v}_ocr.txt" 2>&1
+        echo "eval $v ocr: exit $? $(tail -1 "$o/eval_${v}_ocr.txt")"
+        build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d/$v" --backend "$b" \
+            --out "$o/eval_${v}_asr" --max-new "${MM_MAX_NEW:-48}" >"$o/eval_${v}_asr.txt" 2>&1
+        echo "eval $v asr: exit $? $(tail -1 "$o/eval_${v}_asr.txt") ($(($(date +%s) - t0)) s)"
+        stat -c %s "$d/$v/decoder/model.onnx.data" >"$o/$v.bytes"
+    done
+    stamp "mm: evals"
+    python3 tools/python/mm_parity.py --hf "$d/hf" --data "$MM_DATA" --ocr "$o/eval_f16_ocr/predictions.jsonl" \
+        --asr "$o/eval_f16_asr/predictions.jsonl" --max-new "${MM_MAX_NEW:-48}" --json "$o/parity.json" \
+        2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/parity.txt"
+    stamp "mm: parity (HF vs g4cu f16 on $b)"
+    # one image + audio prompt: HF's layer-by-layer dump, g4cu compare of f16 (pass / fail) and
+    # of each Q4 variant (the per-layer error, image and audio positions included)
+    # (mm_reference.py wants audio whose feature padding leaves a padding conv row: the first
+    # held-out utterance that gives one)
+    local img aud k
+    img=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['image'])" "$MM_DATA/ocr_test.jsonl")
+    rm -f "$MMD/mm.npz"
+    for k in 1 2 3 4 5 6; do
+        aud=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])-1])['audio'])" "$MM_DATA/asr_test.jsonl" $k)
+        python3 tools/python/make_reference.py --hf "$d/hf" --package "$d/f16" --mm "$MMD/mm.npz" \
+            --image "$MM_DATA/$img" --audio "$MM_DATA/$aud" --image-tokens 70 >"$o/mm_reference.txt" 2>&1
+        echo "make_reference --mm ($img, $aud): exit $? $(tail -1 "$o/mm_reference.txt")"
+        [ -f "$MMD/mm.npz" ] && break
+    done
+    for bb in cpu "$b"; do
+        build-gpu/g4cu compare "$d/f16" "$MMD/mm.npz" --backend "$bb" --md "$o/compare_f16_$bb.md" >"$o/compare_f16_$bb.txt" 2>&1
+        echo "compare f16 vs HF (mm prompt, $bb): exit $? $(tail -1 "$o/compare_f16_$bb.txt")"
+    done
+    for v in $MM_VARIANTS; do
+        [ -d "$d/$v" ] || continue
+        build-gpu/g4cu compare "$d/$v" "$MMD/mm.npz" --backend "$b" --md "$o/compare_$v.md" >"$o/compare_$v.txt" 2>&1
+        echo "compare $v vs HF (mm prompt, information): $(tail -1 "$o/compare_$v.txt")"
+    done
+    stamp "mm: compare"
+    python3 tools/python/mm_report.py "$o" "$o/MM_FIDELITY.md" && cat "$o/MM_FIDELITY.md"
+    tar -czf "$OUT/mm.tar.gz" -C "$OUT" mm && echo "mm: $OUT/mm.tar.gz"
+}
 
 stage_cli() {
     local d="$WORK/e2b" wav="$WORK/long_600s.wav" tok=${E2B_TOKENIZER:-$WORK/e2b_tok.json}

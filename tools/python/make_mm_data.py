@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""The reading and listening data of the multimodal proxy (issue 35; tools/python/
+train_mm_proxy.py trains on it), deterministic from a seed.
+
+    python3 tools/python/make_mm_data.py speech OUT --corpus .carry/corpus [--seed 0]
+                                         [--preset proxy|tiny] [--jobs N]      (a Debian machine)
+    python3 tools/python/make_mm_data.py media OUT [--fonts DIR ...] [--jobs N]   (anywhere)
+
+Two steps because of where things run. espeak-ng pulls in PulseAudio, ALSA and X11 libraries
+that the GPU machine does not have and cannot install, so speech is rendered here (`speech`,
+on the Debian CPU machine) and carried in OUT (.carry/mmdata: about 15 MB for the proxy preset,
+clean speech as Ogg/Opus at about 10 kbit/s, the device tool's carry limit is 64 MiB in all). Images
+cost nothing to carry: the fonts are three arch-independent .deb files (tools/gpu/
+fetch_debs.sh), and `media` renders them, adds the noise to the speech and writes the files
+both sides read, wherever it runs (the GPU machine: PIL, numpy, soundfile).
+
+`speech` (needs espeak-ng, soundfile with Opus, the corpus of tools/python/prepare_corpus.py):
+  1. Sentences: the corpus's prose (train.txt for training, test.txt, other documents, for the
+     held-out items) cut at ". ", kept when 4 to 14 words of plain letters (apostrophes and
+     commas allowed) with no reST markup; the train vocabulary is the words of the kept train
+     sentences; a held-out sentence must not be a train sentence and its words must be in the
+     train vocabulary (the model can know every word, never the sentence).
+  2. Voices: espeak-ng English voices x variants; the train voices never use the held-out
+     variant "f4"; held-out items alternate between a train voice (category
+     "unseen_sentence") and en-us+f4 (category "held_out_voice"). Rate 140-200 wpm, pitch
+     30-70, drawn per item.
+  3. Each sentence -> espeak-ng WAV (22050 Hz) -> 16 kHz (our windowed-sinc resampler, below)
+     -> OUT/speech/<split>/<id>.opus; OUT/speech.jsonl lists the items (id, split, text, voice,
+     rate, pitch, SNR in dB and the noise seed `media` uses).
+  4. OCR strings (no rendering yet): words of the train vocabulary (every 10th word only in
+     held-out images), numbers (integers, decimals,
+     grouped digits, dates, codes like "AB-1234"), and 2-4 word pieces of sentences; the
+     held-out strings come from the held-out sentences and fresh numbers and are never a train
+     string. Each item draws a font, size, colours, background, rotation and noise; the font
+     family FreeSerif is held out (category "held_out_font" on half the held-out images).
+     OUT/images.jsonl lists them. OUT/data.json: seed, preset, counts, espeak-ng's version.
+
+`media` writes OUT/media/test/<id>.png and .wav (16 kHz mono 16-bit) and the manifests (the
+training renders its items itself with render_image() and audio_samples(), in its data loader;
+--train-files writes them too, with OUT/train.jsonl: {"id", "kind", "file", "text", "sha256"}):
+  OUT/ocr_test.jsonl        `g4cu eval --task ocrbench` manifest of the held-out images
+  OUT/asr_test.jsonl        `g4cu eval --task librispeech` manifest of the held-out audio
+each media line with its sha256. Images are drawn at sizes the Gemma-4 image processor keeps as
+they are at 70 soft tokens (a multiple of 48 on each side that fills the patch budget: no
+resize, so HF's torchvision and PIL backends and g4cu see the same pixels). Every random choice
+comes from numpy's PCG64 seeded with (seed, split, index): the same seed gives the same plan,
+the same decoded speech and the same media files, whatever --jobs (the .opus files' bytes differ
+in the Ogg stream's serial number, which libsndfile draws at random; their samples do not).
+"""
+import argparse
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import wave
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+PRESETS = {  # items per split
+    "proxy": dict(train_audio=3000, test_audio=80, train_images=20000, test_images=200),
+    "tiny": dict(train_audio=24, test_audio=6, train_images=48, test_images=6),
+}
+QUESTION = "What is written in the image?"
+VOICES = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-gb-x-gbclan"]
+VARIANTS = ["", "+m1", "+m2", "+m3", "+m4", "+f1", "+f2", "+f3", "+f5"]  # never +f4
+HELD_OUT_VOICE = "en-us+f4"
+FONTS = [  # (file under a fonts root, family); FreeSerif is the held-out family
+    ("truetype/dejavu/DejaVuSans.ttf", "DejaVuSans"),
+    ("truetype/dejavu/DejaVuSans-Bold.ttf", "DejaVuSans"),
+    ("truetype/dejavu/DejaVuSansMono.ttf", "DejaVuSansMono"),
+    ("truetype/dejavu/DejaVuSerif.ttf", "DejaVuSerif"),
+    ("truetype/liberation/LiberationSans-Regular.ttf", "LiberationSans"),
+    ("truetype/liberation/LiberationSans-Bold.ttf", "LiberationSans"),
+    ("truetype/liberation/LiberationSerif-Regular.ttf", "LiberationSerif"),
+    ("truetype/liberation/LiberationSerif-Italic.ttf", "LiberationSerif"),
+    ("truetype/liberation/LiberationMono-Regular.ttf", "LiberationMono"),
+    ("truetype/freefont/FreeSans.ttf", "FreeSans"),
+    ("truetype/freefont/FreeMono.ttf", "FreeMono"),
+    ("truetype/freefont/FreeSerif.ttf", "FreeSerif"),
+    ("truetype/freefont/FreeSerifBold.ttf", "FreeSerif"),
+]
+HELD_OUT_FAMILY = "FreeSerif"
+SPLIT_CODE = {"train": 1, "test": 2}
+KIND_CODE = {"audio": 1, "image": 2, "plan": 3}
+
+
+def rng_for(seed, split, kind, index):
+    return np.random.default_rng([seed, SPLIT_CODE[split], KIND_CODE[kind], index])
+
+
+# --- sentences and strings ------------------------------------------------------------------
+WORD = re.compile(r"^[A-Za-z]+(?:'[a-z]+)?,?$")
+
+
+def sentences(text):
+    out = []
+    for para in text.split("\n\n"):
+        if para.startswith((" ", "..", "*", "-", "=", "#", ">")):
+            continue  # code, directives, lists, titles
+        flat = " ".join(para.split())
+        for s in re.split(r"(?<=\.) ", flat):
+            if not s.endswith(".") or not s[:1].isupper():
+                continue
+            words = s[:-1].split()
+            if 4 <= len(words) <= 14 and all(WORD.match(w) for w in words):
+                out.append(s)
+    return list(dict.fromkeys(out))  # first occurrence order, no repeats
+
+
+def words_of(s):
+    return [w.strip(",.").lower() for w in s.split()]
+
+
+def make_number(rng):
+    k = rng.integers(0, 5)
+    if k == 0:
+        return str(int(rng.integers(0, 100000)))
+    if k == 1:
+        return f"{rng.integers(0, 1000)}.{rng.integers(0, 100):02d}"
+    if k == 2:
+        return f"{rng.integers(1, 1000)},{rng.integers(0, 1000):03d}"
+    if k == 3:
+        return f"{rng.integers(1, 29):02d}/{rng.integers(1, 13):02d}/{rng.integers(1950, 2030)}"
+    letters = "".join(chr(65 + int(c)) for c in rng.integers(0, 26, 2))
+    return f"{letters}-{rng.integers(100, 10000)}"
+
+
+def make_string(rng, sents, vocab):
+    k = rng.random()
+    if k < 0.35:
+        w = vocab[rng.integers(0, len(vocab))]
+        return w.capitalize() if rng.random() < 0.3 else w
+    if k < 0.6:
+        return make_number(rng)
+    words = sents[rng.integers(0, len(sents))].rstrip(".").split()
+    n = int(rng.integers(2, 5))
+    i = int(rng.integers(0, max(1, len(words) - n + 1)))
+    return " ".join(words[i:i + n]).rstrip(",")
+
+
+def image_style(rng, held_font):
+    fam_ok = [f for f in FONTS if (f[1] == HELD_OUT_FAMILY) == held_font]
+    font = fam_ok[rng.integers(0, len(fam_ok))][0]
+    dark = rng.random() < 0.75  # dark text on a light background, else the reverse
+    lo, hi = (0, 90), (170, 256)
+    fg = rng.integers(*(lo if dark else hi), 3).tolist()
+    bg = rng.integers(*(hi if dark else lo), 3).tolist()
+    bg2 = np.clip(np.array(bg) + rng.integers(-40, 41, 3), 0, 255).tolist()
+    return dict(font=font, size_frac=float(rng.uniform(0.45, 0.8)), fg=fg, bg=bg,
+                bg2=bg2 if rng.random() < 0.5 else bg, angle=float(rng.uniform(-4, 4)),
+                noise=float(rng.uniform(0, 12)), shape=int(rng.integers(0, 1 << 30)))
+
+
+def plan(args, corpus):
+    """Every item's text and draws (no media), deterministic from the seed."""
+    n = dict(PRESETS[args.preset])
+    tr_s = sentences(open(os.path.join(corpus, "train.txt"), encoding="utf-8").read())
+    te_s = sentences(open(os.path.join(corpus, "test.txt"), encoding="utf-8").read())
+    vocab = sorted({w for s in tr_s for w in words_of(s)})
+    tr_set = set(tr_s)
+    te_s = [s for s in te_s if s not in tr_set and all(w in set(vocab) for w in words_of(s))]
+    r = rng_for(args.seed, "train", "plan", 0)
+    tr_order = r.permutation(len(tr_s))
+    te_order = r.permutation(len(te_s))
+    if len(te_s) < n["test_audio"]:
+        sys.exit(f"make_mm_data: {len(te_s)} held-out sentences < {n['test_audio']}")
+    # every 10th word (alphabetical) is never a single-word train image
+    vocab_words = [w for w in vocab if len(w) >= 3]
+    words = {"train": [w for i, w in enumerate(vocab_words) if i % 10],
+             "test": vocab_words[::10]}
+    items = {"audio": [], "image": []}
+    for split, count, order, pool in (("train", n["train_audio"], tr_order, tr_s),
+                                      ("test", n["test_audio"], te_order, te_s)):
+        for i in range(count):
+            rr = rng_for(args.seed, split, "audio", i)
+            text = pool[order[i % len(order)]]
+            if split == "test" and i % 2 == 1:
+                voice, cat = HELD_OUT_VOICE, "held_out_voice"
+            else:
+                voice = VOICES[rr.integers(0, len(VOICES))] + VARIANTS[rr.integers(0, len(VARIANTS))]
+                cat = "unseen_sentence" if split == "test" else "train"
+            items["audio"].append(dict(
+                id=f"{split}_a{i:05d}", split=split, text=text, voice=voice, category=cat,
+                rate=int(rr.integers(140, 201)), pitch=int(rr.integers(30, 71)),
+                snr_db=float(rr.uniform(15, 40)), noise_seed=int(rr.integers(0, 1 << 31))))
+    train_strings = set()
+    for split, count in (("train", n["train_images"]), ("test", n["test_images"])):
+        sents = tr_s if split == "train" else te_s
+        for i in range(count):
+            rr = rng_for(args.seed, split, "image", i)
+            while True:
+                s = make_string(rr, sents, words[split])
+                if split == "train" or s not in train_strings:
+                    break
+            if split == "train":
+                train_strings.add(s)
+            held = split == "test" and i % 2 == 1
+            items["image"].append(dict(
+                id=f"{split}_i{i:05d}", split=split, text=s,
+                category="held_out_font" if held else ("unseen_string" if split == "test"
+                                                        else "train"),
+                **image_style(rr, held)))
+    return items, dict(train_sentences=len(tr_s), test_sentences=len(te_s), vocab=len(vocab))
+
+
+# --- speech ---------------------------------------------------------------------------------
+def resample(x, src, dst, taps=64):
+    """Windowed-sinc (Blackman window) polyphase resampling of float x from src Hz to dst Hz,
+    cut-off at 0.95 x the lower Nyquist frequency. Plain numpy, so the same everywhere."""
+    g = math.gcd(src, dst)
+    up, down = dst // g, src // g
+    n_out = (len(x) * up) // down
+    cut = 0.95 * min(1.0, up / down)  # relative to the input Nyquist
+    k = np.arange(-taps // 2 + 1, taps // 2 + 1)
+    # output n sits at input position n * down / up = base + phase / up
+    d = (np.arange(up)[:, None] / up) - k[None, :]  # [phase, tap]: distance to each tap
+    win = 0.42 + 0.5 * np.cos(np.pi * d / (taps / 2)) + 0.08 * np.cos(2 * np.pi * d / (taps / 2))
+    bank = cut * np.sinc(cut * d) * np.where(np.abs(d) < taps / 2, win, 0.0)
+    n = np.arange(n_out)
+    base, phase = (n * down) // up, (n * down) % up
+    xp = np.concatenate([np.zeros(taps), x, np.zeros(taps)])
+    return (xp[base[:, None] + k[None, :] + taps] * bank[phase]).sum(axis=1)
+
+
+def render_speech(job):
+    item, out_dir = job
+    import soundfile as sf
+
+    path = os.path.join(out_dir, item["split"], item["id"] + ".opus")
+    if os.path.exists(path):  # an earlier, interrupted run's (the same samples)
+        return item["id"], sf.info(path).frames / 16000
+    with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
+        subprocess.run(["espeak-ng", "-v", item["voice"], "-s", str(item["rate"]), "-p",
+                        str(item["pitch"]), "-w", tmp.name, item["text"]], check=True)
+        with wave.open(tmp.name) as w:
+            rate = w.getframerate()
+            x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float64)
+    y = resample(x / 32768.0, rate, 16000)
+    y = y / max(1e-6, np.abs(y).max()) * 0.7
+    sf.write(path + ".tmp", y.astype(np.float32), 16000, format="OGG", subtype="OPUS",
+             compression_level=1.0)  # ~10 kbit/s
+    os.replace(path + ".tmp", path)
+    return item["id"], len(y) / 16000
+
+
+def cmd_speech(args):
+    items, stats = plan(args, args.corpus)
+    ver = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout.strip()
+    sp = os.path.join(args.out, "speech")
+    for s in SPLIT_CODE:
+        os.makedirs(os.path.join(sp, s), exist_ok=True)
+    jobs = [(it, sp) for it in items["audio"]]
+    secs = {}
+    with ProcessPoolExecutor(args.jobs) as ex:
+        for k, (i, d) in enumerate(ex.map(render_speech, jobs, chunksize=16)):
+            secs[i] = d
+            if k % 500 == 0:
+                print(f"make_mm_data: speech {k + 1}/{len(jobs)}", flush=True)
+    for it in items["audio"]:
+        it["seconds"] = round(secs[it["id"]], 3)
+    with open(os.path.join(args.out, "speech.jsonl"), "w") as f:
+        for it in items["audio"]:
+            f.write(json.dumps(it) + "\n")
+    with open(os.path.join(args.out, "images.jsonl"), "w") as f:
+        for it in items["image"]:
+            f.write(json.dumps(it) + "\n")
+    total = sum(secs.values())
+    json.dump(dict(seed=args.seed, preset=args.preset, espeak_ng=ver, counts=PRESETS[args.preset],
+                   speech_seconds=round(total, 1), **stats),
+              open(os.path.join(args.out, "data.json"), "w"), indent=1)
+    print(f"make_mm_data: {len(jobs)} utterances, {total:.0f} s of speech; {stats}")
+
+
+# --- media ----------------------------------------------------------------------------------
+def fixed_sizes(max_soft_tokens=70, patch=16, pool=3):
+    """(h, w) that Gemma4ImageProcessor keeps unresized at this budget (its
+    get_aspect_ratio_preserving_size is the identity there), aspect 1 to 12."""
+    side, budget = patch * pool, max_soft_tokens * pool * pool * patch * patch
+    out = []
+    for h in range(side, 1000, side):
+        for w in range(h, 12 * h + 1, side):
+            if h * w > budget:
+                break
+            f = math.sqrt(budget / (h * w))
+            if (math.floor(f * h / side) * side, math.floor(f * w / side) * side) == (h, w):
+                out.append((h, w))
+    return out
+
+
+def render_image(item, fonts_roots):
+    from PIL import Image, ImageDraw, ImageFont
+
+    sizes = fixed_sizes()
+    path = next((os.path.join(r, item["font"]) for r in fonts_roots
+                 if os.path.exists(os.path.join(r, item["font"]))), None)
+    if path is None:
+        raise SystemExit(f"make_mm_data: font {item['font']} not under {fonts_roots}")
+    r = np.random.default_rng(item["shape"])
+    # the canvas whose aspect is nearest the text's at a height-filling size
+    probe = ImageFont.truetype(path, 100)
+    x0, y0, x1, y1 = probe.getbbox(item["text"])
+    aspect = (x1 - x0) / max(1, y1 - y0) / item["size_frac"] * 1.15
+    h, w = min(sizes, key=lambda s: abs(math.log(s[1] / s[0] / max(1.0, aspect))))
+    px = max(8, int(100 * min(h * item["size_frac"] / max(1, y1 - y0),
+                              w * 0.9 / max(1, x1 - x0))))
+    font = ImageFont.truetype(path, px)
+    bg, bg2 = np.array(item["bg"], np.float64), np.array(item["bg2"], np.float64)
+    ramp = np.linspace(0, 1, w)[None, :, None]
+    canvas = Image.fromarray((bg * (1 - ramp) + bg2 * ramp).repeat(h, 0).astype(np.uint8))
+    layer = Image.new("L", (w, h), 0)
+    d = ImageDraw.Draw(layer)
+    bx0, by0, bx1, by1 = d.textbbox((0, 0), item["text"], font=font)
+    ox = (w - (bx1 - bx0)) / 2 - bx0 + r.uniform(-0.04, 0.04) * w
+    oy = (h - (by1 - by0)) / 2 - by0 + r.uniform(-0.06, 0.06) * h
+    d.text((ox, oy), item["text"], fill=255, font=font)
+    layer = layer.rotate(item["angle"], resample=Image.BILINEAR)
+    canvas.paste(Image.new("RGB", (w, h), tuple(item["fg"])), (0, 0), layer)
+    a = np.asarray(canvas).astype(np.float64)
+    a += r.normal(0, item["noise"], a.shape)
+    return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8))
+
+
+def write_image(job):
+    item, out, fonts_roots = job
+    path = os.path.join(out, "media", item["split"], item["id"] + ".png")
+    render_image(item, fonts_roots).save(path, optimize=False, compress_level=6)
+    return item["id"], sha_of(path)
+
+
+def audio_samples(item, data_dir):
+    """The item's int16 samples at 16 kHz: the carried clean speech, silence before and after,
+    white noise at the item's SNR, a gain (what the WAV file holds)."""
+    import soundfile as sf
+
+    x, rate = sf.read(os.path.join(data_dir, "speech", item["split"], item["id"] + ".opus"),
+                      dtype="float64")
+    if rate != 16000:
+        raise SystemExit(f"make_mm_data: {item['id']}: {rate} Hz, expected 16000")
+    r = np.random.default_rng(item["noise_seed"])
+    lead, tail = r.integers(0, 4800, 2)  # up to 0.3 s of silence before and after
+    x = np.concatenate([np.zeros(lead), x, np.zeros(tail)])
+    p = np.mean(x ** 2)
+    x = x + r.normal(0, math.sqrt(p / 10 ** (item["snr_db"] / 10)), len(x))
+    x = x * r.uniform(0.5, 1.0) / max(1e-6, np.abs(x).max())
+    return np.clip(np.rint(x * 32767), -32768, 32767).astype("<i2")
+
+
+def write_audio(job):
+    item, out = job
+    path = os.path.join(out, "media", item["split"], item["id"] + ".wav")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(audio_samples(item, out).tobytes())
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return item["id"], sha_of(path)
+
+
+def sha_of(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def cmd_media(args):
+    roots = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
+                                        "usr/share/fonts"), "/usr/share/fonts"]
+    audio = [json.loads(l) for l in open(os.path.join(args.out, "speech.jsonl"))]
+    images = [json.loads(l) for l in open(os.path.join(args.out, "images.jsonl"))]
+    for s in SPLIT_CODE:
+        os.makedirs(os.path.join(args.out, "media", s), exist_ok=True)
+    sha = {}
+    pick = ("train", "test") if args.train_files else ("test",)
+    with ProcessPoolExecutor(args.jobs) as ex:
+        for i, h in ex.map(write_image, [(it, args.out, roots) for it in images
+                                         if it["split"] in pick], chunksize=8):
+            sha[i] = h
+        for i, h in ex.map(write_audio, [(it, args.out) for it in audio if it["split"] in pick],
+                           chunksize=8):
+            sha[i] = h
+    if args.train_files:
+        with open(os.path.join(args.out, "train.jsonl"), "w") as f:
+            for kind, its, ext in (("image", images, "png"), ("audio", audio, "wav")):
+                for it in its:
+                    if it["split"] == "train":
+                        f.write(json.dumps(dict(id=it["id"], kind=kind,
+                                                file=f"media/train/{it['id']}.{ext}",
+                                                text=it["text"], sha256=sha[it["id"]])) + "\n")
+    with open(os.path.join(args.out, "ocr_test.jsonl"), "w") as f:
+        for it in images:
+            if it["split"] == "test":
+                f.write(json.dumps(dict(id=it["id"], image=f"media/test/{it['id']}.png",
+                                        question=QUESTION, answers=[it["text"]],
+                                        category=it["category"], sha256=sha[it["id"]])) + "\n")
+    with open(os.path.join(args.out, "asr_test.jsonl"), "w") as f:
+        for it in audio:
+            if it["split"] == "test":
+                f.write(json.dumps(dict(id=it["id"], audio=f"media/test/{it['id']}.wav",
+                                        transcript=it["text"], category=it["category"],
+                                        sha256=sha[it["id"]])) + "\n")
+    print(f"make_mm_data: {sum(i['split'] in pick for i in images)} images, "
+          f"{sum(i['split'] in pick for i in audio)} audio files under "
+          f"{os.path.join(args.out, 'media')}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("step", choices=["speech", "media"])
+    ap.add_argument("out")
+    ap.add_argument("--corpus", default=".carry/corpus")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="proxy")
+    ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--fonts", action="append", help="fonts root (has truetype/...)")
+    ap.add_argument("--train-files", action="store_true",
+                    help="media: write the train items' files too (training renders them itself)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    (cmd_speech if args.step == "speech" else cmd_media)(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Parity of `g4cu eval`'s greedy answers with HF transformers' on the multimodal proxy's
+held-out items (issue 35), and HF's own scores on them.
+
+    python3 tools/python/mm_parity.py --hf PROXY/hf --data .carry/mmdata \\
+        --ocr EVAL_OCR/predictions.jsonl --asr EVAL_ASR/predictions.jsonl \\
+        [--device cuda] [--dtype float32|float16] [--max-new 48] [--min-agree 0.95] [--json F]
+
+For each item of DATA/ocr_test.jsonl and DATA/asr_test.jsonl that g4cu predicted: the prompt ids
+train_mm_proxy.py trains on (which are g4cu's chat template: engine/chat.h), the media read from
+the files g4cu read (the PNG through PIL; the WAV as int16 / 32768 through Gemma4AudioFeature
+Extractor), HF's Gemma4ForConditionalGeneration (OUT/hf: the float16 weights, run in --dtype)
+generates greedily up to --max-new tokens or an eos id of its config (<eos>, <turn|>). Agreement:
+HF's new tokens equal g4cu's "tokens" (both without the final eos id). The prompt lengths must
+agree too (g4cu's "prompt_tokens"): a difference is reported as such, because then the two did
+not see the same input. Exit 0 when the agreement is >= --min-agree on each task, else 1.
+Also printed: HF's exact-match accuracy on the OCR items (the answer equals the prediction after
+strip()) and its WER on the ASR items (words of lower-case text without punctuation; the
+official figures are `g4cu eval`'s, with the Whisper normalizer), next to g4cu's on the same
+predictions by the same rule.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import train_mm_proxy as tmp  # noqa: E402
+
+
+def words(s):
+    return re.sub(r"[^a-z0-9' ]+", " ", s.lower()).split()
+
+
+def edits(a, b):
+    d = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        prev, d[0] = d[0], i
+        for j in range(1, len(b) + 1):
+            cur = min(d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] != b[j - 1]))
+            prev, d[j] = d[j], cur
+    return d[len(b)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hf", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--ocr", help="g4cu eval predictions.jsonl of ocr_test.jsonl")
+    ap.add_argument("--asr", help="g4cu eval predictions.jsonl of asr_test.jsonl")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--min-agree", type=float, default=0.95)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    from PIL import Image
+    from tokenizers import Tokenizer
+    from transformers import Gemma4ForConditionalGeneration
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    dev = torch.device(args.device)
+    model = Gemma4ForConditionalGeneration.from_pretrained(
+        args.hf, dtype=getattr(torch, args.dtype), attn_implementation="eager").to(dev).eval()
+    # the audio tower's eager path inverts its band mask in transformers 5.17
+    # (tools/python/mm_reference.py): sdpa there
+    model.model.audio_tower.config._attn_implementation = "sdpa"
+    tok = Tokenizer.from_file(os.path.join(args.hf, "tokenizer.json"))
+    pr = tmp.Prompter(tok)
+    fe = Gemma4AudioFeatureExtractor()
+    eos = set(model.config.eos_token_id if isinstance(model.config.eos_token_id, list)
+              else [model.config.eos_token_id])
+    report, ok = {}, True
+    for task, manifest, preds_path in (("ocr", "ocr_test.jsonl", args.ocr),
+                                       ("asr", "asr_test.jsonl", args.asr)):
+        if not preds_path:
+            continue
+        items = {}
+        for line in open(os.path.join(args.data, manifest)):
+            it = json.loads(line)
+            items[it["id"]] = it
+        preds = [json.loads(x) for x in open(preds_path) if x.strip()]
+        agree = n = prompt_diff = 0
+        hf_score = g4_score = 0.0
+        ref_words = 0
+        mism = []
+        for p in preds:
+            it = items[p["id"]]
+            if task == "ocr":
+                img = Image.open(os.path.join(args.data, it["image"]))
+                pv, pp, k = tmp.image_inputs(img)
+                ids = pr.prompt("image", k)
+                extra = dict(pixel_values=torch.from_numpy(pv)[None].to(dev, model.dtype),
+                             image_position_ids=torch.from_numpy(pp)[None].to(dev))
+            else:
+                import soundfile as sf
+
+                x, rate = sf.read(os.path.join(args.data, it["audio"]), dtype="int16")
+                f = fe([x.astype(np.float32) / 32768.0], return_tensors="np", padding="longest")
+                ids = pr.prompt("audio", tmp.audio_token_count(f["input_features_mask"][0]))
+                extra = dict(input_features=torch.from_numpy(f["input_features"]).to(dev, model.dtype),
+                             input_features_mask=torch.from_numpy(f["input_features_mask"]).to(dev))
+            if len(ids) != p.get("prompt_tokens", len(ids)):
+                prompt_diff += 1
+            x = torch.tensor([ids], device=dev)
+            with torch.no_grad():
+                out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), **extra,
+                                     max_new_tokens=args.max_new, do_sample=False,
+                                     eos_token_id=sorted(eos), pad_token_id=0)
+            hf = out[0, len(ids):].tolist()
+            hf = hf[:next((i for i, t in enumerate(hf) if t in eos), len(hf))]
+            g4 = p.get("tokens", [])
+            g4 = g4[:next((i for i, t in enumerate(g4) if t in eos), len(g4))]
+            same = hf == g4
+            agree += same
+            n += 1
+            hf_text = tok.decode(hf).strip()
+            if not same and len(mism) < 10:
+                mism.append(dict(id=p["id"], hf=hf_text, g4cu=p.get("prediction", "")))
+            if task == "ocr":
+                ans = it["answers"][0].strip()
+                hf_score += hf_text == ans
+                g4_score += p.get("prediction", "").strip() == ans
+            else:
+                ref = words(it["transcript"])
+                ref_words += len(ref)
+                hf_score += edits(ref, words(hf_text))
+                g4_score += edits(ref, words(p.get("prediction", "")))
+        rate = agree / max(1, n)
+        metric = "exact" if task == "ocr" else "wer"
+        den = n if task == "ocr" else max(1, ref_words)
+        report[task] = dict(items=n, agree=agree, agreement=rate, prompt_length_differs=prompt_diff,
+                            **{f"hf_{metric}": hf_score / max(1, den),
+                               f"g4cu_{metric}": g4_score / max(1, den)}, mismatches=mism)
+        verdict = "ok" if rate >= args.min_agree and prompt_diff == 0 else "BELOW"
+        ok &= verdict == "ok"
+        print(f"mm_parity {task}: {agree}/{n} greedy answers equal ({rate:.3f}, need >= "
+              f"{args.min_agree}: {verdict}); prompt length differs on {prompt_diff}; "
+              f"{metric} hf {hf_score / max(1, den):.4f} g4cu {g4_score / max(1, den):.4f}")
+        for m in mism[:5]:
+            print(f"  differs {m['id']}: hf {m['hf']!r} g4cu {m['g4cu']!r}")
+    if args.json:
+        json.dump(report, open(args.json, "w"), indent=1)
+    sys.exit(0 if ok and report else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""Trains a Gemma-4 proxy that reads and listens (issue 35): its vision and audio towers and its
+decoder learn to read rendered text (image + "What is written in the image?" -> the text) and to
+transcribe espeak-ng speech (audio + the ASR prompt -> the sentence), then exports it with the
+mobius exporter like the text proxy (tools/python/train_proxy.py).
+
+    python3 tools/python/train_mm_proxy.py OUT --data .carry/mmdata [--preset proxy|tiny]
+                                               [--seed 0] [--minutes 10] [--steps N]
+                                               [--device D] [--workers W]
+
+DATA is tools/python/make_mm_data.py's folder after its `speech` and `media` steps (the held-out
+media and manifests exist; train items are rendered here, in the data loader, by the same
+functions that wrote the held-out files).
+
+1. Tokenizer: train_proxy.py's (Gemma's special ids, BPE with byte fallback) trained on the train
+   sentences and strings and the two prompts -> OUT/hf/tokenizer.json.
+2. Prompts exactly as `g4cu eval` builds them (engine/chat.h, the E2B chat template):
+     <bos><|turn>system\\nYou are a helpful assistant. <turn|>\\n<|turn>user\\n{media}{text}<turn|>\\n
+     <|turn>model\\n
+   media = <|image> + N x <|image|> + <image|> (N = the image's patches / 9) or <|audio> +
+   M x <|audio|> + <audio|> (M: the feature mask through the two stride-2 convolutions, as
+   Gemma4Processor.replace_audio_token counts); text = the ocrbench question or the librispeech
+   prompt (eval/eval_task.c). The target is the answer followed by <turn|> (an eos id of the
+   config), and the loss is on the target tokens only.
+3. Model: transformers' Gemma4ForConditionalGeneration; the text decoder of train_proxy.py's
+   preset, the towers of the same layer kinds as E2B's with fewer / narrower layers (vision
+   head_dim 64, audio head_dim 64: shapes the CUDA kernels take), the media token ids those of
+   the tokenizer (8 audio heads: the mobius exporter assumes 8). Images at 70 soft tokens (vision default_output_length 70; the exported
+   image_processor.json says 70, so `g4cu eval` uses the same budget).
+     proxy  text 768 x 15 layers (train_proxy.py's proxy), vocab 4096; vision 384 x 6 layers;
+            audio 512 x 6 layers; batch 32 (half images, half audio); bf16 autocast; one H200
+     tiny   text train_proxy.py's tiny shapes, vocab 1024; towers 64 wide, 1 layer; batch 4;
+            for trying the pipeline on a CPU in a minute (it learns nothing useful)
+   Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
+   AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
+   (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
+   device give the same weights. --minutes stops a run that would overrun the step count (it
+   says so; the result then depends on the machine's speed).
+4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
+   steps, losses, seconds), exports OUT/f16 with tools/python/export_package.py, copies the
+   tokenizer, and sets image_processor.json's max_soft_tokens to 70.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import make_mm_data as mmd  # noqa: E402
+from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
+from train_proxy import ROPE, train_tokenizer  # noqa: E402
+
+SYSTEM = "You are a helpful assistant."  # eval/eval_task.h G4_EVAL_SYSTEM_PROMPT
+ASR_PROMPT = "Please recognize the speech and only output the recognized content:"
+OCR_PROMPT = mmd.QUESTION
+SOFT_TOKENS = 70
+
+PRESETS = {
+    "proxy": dict(text="proxy", vocab=4096, v_hidden=384, v_layers=6, v_heads=6, v_mlp=1536,
+                  a_hidden=512, a_layers=6, a_heads=8, batch=32, lr=5e-4, warmup=200,
+                  steps=3000, workers=14, reps=8),
+    "tiny": dict(text="tiny", vocab=1024, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128,
+                 a_hidden=64, a_layers=1, a_heads=8, batch=4, lr=3e-3, warmup=5, steps=30,
+                 workers=1, reps=1),
+}
+
+
+def model_config(p, tok):
+    from transformers import Gemma4Config
+
+    t = dict(TEXT_PRESETS[p["text"]])
+    L = t["layers"]
+    text = dict(
+        vocab_size=p["vocab"], vocab_size_per_layer_input=p["vocab"], hidden_size=t["hidden"],
+        intermediate_size=t["mlp"], num_hidden_layers=L, num_attention_heads=t["heads"],
+        num_key_value_heads=t["kv"], head_dim=t["head_dim"], global_head_dim=t["global_hd"],
+        layer_types=((["sliding_attention"] * 4 + ["full_attention"]) * L)[:L],
+        sliding_window=t["window"], num_kv_shared_layers=t["shared"], use_double_wide_mlp=True,
+        hidden_size_per_layer_input=t["ple"], final_logit_softcapping=30.0,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, rope_parameters=ROPE,
+        hidden_activation="gelu_pytorch_tanh", pad_token_id=0, bos_token_id=2, eos_token_id=1,
+        tie_word_embeddings=True, attention_k_eq_v=False, enable_moe_block=False,
+        attention_bias=False, use_bidirectional_attention=None,
+    )
+    vision = dict(
+        hidden_size=p["v_hidden"], intermediate_size=p["v_mlp"], num_hidden_layers=p["v_layers"],
+        num_attention_heads=p["v_heads"], num_key_value_heads=p["v_heads"],
+        head_dim=p["v_hidden"] // p["v_heads"], patch_size=16, pooling_kernel_size=3,
+        position_embedding_size=128, use_clipped_linears=True, standardize=False,
+        default_output_length=SOFT_TOKENS,
+        rope_parameters={"rope_type": "axial", "rope_theta": 100.0},
+        hidden_activation="gelu_pytorch_tanh",
+    )
+    audio = dict(
+        hidden_size=p["a_hidden"], num_hidden_layers=p["a_layers"],
+        num_attention_heads=p["a_heads"], subsampling_conv_channels=[128, 32],
+        conv_kernel_size=5, attention_chunk_size=12, attention_context_left=13,
+        attention_context_right=0, attention_logit_cap=50.0, residual_weight=0.5,
+        output_proj_dims=t["hidden"], use_clipped_linears=True, rms_norm_eps=1e-6,
+        hidden_act="silu",
+    )
+    ids = {k: tok.token_to_id(k) for k in ("<|image|>", "<|audio|>", "<|image>", "<image|>",
+                                            "<|audio>", "<audio|>", "<turn|>")}
+    return Gemma4Config(text_config=text, vision_config=vision, audio_config=audio,
+                        tie_word_embeddings=True, image_token_id=ids["<|image|>"],
+                        audio_token_id=ids["<|audio|>"], boi_token_id=ids["<|image>"],
+                        eoi_token_id=ids["<image|>"], boa_token_id=ids["<|audio>"],
+                        eoa_token_index=ids["<audio|>"], eos_token_id=[1, ids["<turn|>"]])
+
+
+# --- inputs ---------------------------------------------------------------------------------
+def image_inputs(img):
+    """Gemma4ImageProcessor's output for an image it does not resize (make_mm_data's sizes):
+    rescale by 1/255, 16 x 16 patches (row-major, each patch [y][x][rgb]), padded to 70 x 9
+    rows with zeros at position (-1, -1); position ids (x = column, y = row)."""
+    a = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    h, w = a.shape[:2]
+    ph, pw = h // 16, w // 16
+    patches = a.reshape(ph, 16, pw, 16, 3).transpose(0, 2, 1, 3, 4).reshape(ph * pw, -1)
+    pos = np.stack(np.meshgrid(np.arange(pw), np.arange(ph), indexing="xy"), -1).reshape(-1, 2)
+    n_max = SOFT_TOKENS * 9
+    if ph * pw > n_max or h % 48 or w % 48:
+        raise SystemExit(f"train_mm_proxy: image {w}x{h} is not one the processor keeps")
+    pv = np.zeros((n_max, 768), np.float32)
+    pp = np.full((n_max, 2), -1, np.int64)
+    pv[:ph * pw], pp[:ph * pw] = patches, pos
+    return pv, pp, ph * pw // 9
+
+
+def audio_token_count(mask):
+    m = np.asarray(mask)
+    for _ in range(2):  # Gemma4Processor.replace_audio_token
+        t = (len(m) + 2 - 3) // 2 + 1
+        m = m[::2][:t]
+    return int(m.sum())
+
+
+class Prompter:
+    def __init__(self, tok):
+        self.tok = tok
+        self.id = {k: tok.token_to_id(k) for k in ("<bos>", "<|turn>", "<turn|>", "<|image>",
+                                                    "<|image|>", "<image|>", "<|audio>",
+                                                    "<|audio|>", "<audio|>")}
+        if any(v is None for v in self.id.values()):
+            raise SystemExit(f"train_mm_proxy: the tokenizer lacks a special token: {self.id}")
+
+    def enc(self, s):
+        return self.tok.encode(s, add_special_tokens=False).ids
+
+    def prompt(self, kind, n_soft):
+        i = self.id
+        media = ([i["<|image>"]] + [i["<|image|>"]] * n_soft + [i["<image|>"]] if kind == "image"
+                 else [i["<|audio>"]] + [i["<|audio|>"]] * n_soft + [i["<audio|>"]])
+        text = OCR_PROMPT if kind == "image" else ASR_PROMPT
+        return ([i["<bos>"], i["<|turn>"]] + self.enc(f"system\n{SYSTEM} ") + [i["<turn|>"]] +
+                self.enc("\n") + [i["<|turn>"]] + self.enc("user\n") + media + self.enc(text) +
+                [i["<turn|>"]] + self.enc("\n") + [i["<|turn>"]] + self.enc("model\n"))
+
+    def target(self, text):
+        return self.enc(text) + [self.id["<turn|>"]]
+
+
+class Items(torch.utils.data.Dataset):
+    """Train items of one kind, each rendered when asked (make_mm_data's functions). Index k is
+    item k % n in its rendering k // n: rendering 0 is the planned one, the others draw the
+    noise (and the image's placement) from another seed, so repeated passes do not see the same
+    pixels and samples."""
+
+    def __init__(self, items, kind, data_dir, fonts, prompter, fe, renderings):
+        self.items, self.kind, self.data, self.fonts = items, kind, data_dir, fonts
+        self.pr, self.fe, self.reps = prompter, fe, renderings
+
+    def __len__(self):
+        return len(self.items) * self.reps
+
+    def __getitem__(self, k):
+        it, v = dict(self.items[k % len(self.items)]), k // len(self.items)
+        for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
+            if v and key in it:
+                it[key] = (it[key] + 7919 * v) % mod
+        if self.kind == "image":
+            pv, pp, n = image_inputs(mmd.render_image(it, self.fonts))
+            return dict(kind="image", pv=pv, pp=pp, ids=self.pr.prompt("image", n),
+                        tgt=self.pr.target(it["text"]))
+        x = mmd.audio_samples(it, self.data).astype(np.float32) / 32768.0
+        f = self.fe([x], return_tensors="np", padding="longest")
+        feats, mask = f["input_features"][0], f["input_features_mask"][0]
+        return dict(kind="audio", feats=feats, mask=mask,
+                    ids=self.pr.prompt("audio", audio_token_count(mask)),
+                    tgt=self.pr.target(it["text"]))
+
+
+def collate(batch):
+    seqs = [b["ids"] + b["tgt"] for b in batch]
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros(len(batch), T, dtype=torch.long)
+    att = torch.zeros(len(batch), T, dtype=torch.long)
+    lab = torch.full((len(batch), T), -100, dtype=torch.long)
+    for r, (b, s) in enumerate(zip(batch, seqs)):  # right padding
+        ids[r, :len(s)] = torch.tensor(s)
+        att[r, :len(s)] = 1
+        lab[r, len(b["ids"]) - 1:len(s) - 1] = torch.tensor(b["tgt"])  # next-token targets
+    out = dict(input_ids=ids, attention_mask=att, labels=lab)
+    if batch[0]["kind"] == "image":
+        out["pixel_values"] = torch.from_numpy(np.stack([b["pv"] for b in batch]))
+        out["image_position_ids"] = torch.from_numpy(np.stack([b["pp"] for b in batch]))
+    else:
+        F = max(len(b["feats"]) for b in batch)
+        feats = np.zeros((len(batch), F, batch[0]["feats"].shape[1]), np.float32)
+        mask = np.zeros((len(batch), F), bool)
+        for r, b in enumerate(batch):
+            feats[r, :len(b["feats"])], mask[r, :len(b["mask"])] = b["feats"], b["mask"]
+        out["input_features"], out["input_features_mask"] = (torch.from_numpy(feats),
+                                                             torch.from_numpy(mask))
+    return out
+
+
+def forever(ds, batch, seed, workers):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, generator=g,
+                                     drop_last=True, collate_fn=collate, num_workers=workers,
+                                     persistent_workers=workers > 0,
+                                     prefetch_factor=4 if workers else None)
+    while True:
+        yield from dl
+
+
+def lr_at(step, steps, p):
+    if step < p["warmup"]:
+        return p["lr"] * (step + 1) / p["warmup"]
+    t = (step - p["warmup"]) / max(1, steps - p["warmup"])
+    return p["lr"] * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def load_items(data):
+    audio = [json.loads(x) for x in open(os.path.join(data, "speech.jsonl"))]
+    images = [json.loads(x) for x in open(os.path.join(data, "images.jsonl"))]
+    return audio, images
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--data", default=".carry/mmdata")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="proxy")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--minutes", type=float, default=10.0, help="training time budget")
+    ap.add_argument("--steps", type=int, help="optimizer steps (the preset's)")
+    ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
+    ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
+    ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
+    ap.add_argument("--no-export", action="store_true", help="stop after saving OUT/hf")
+    args = ap.parse_args()
+    p = dict(PRESETS[args.preset])
+    for k in ("steps", "batch", "workers", "vocab"):
+        if getattr(args, k) is not None:
+            p[k] = getattr(args, k)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
+                                        "usr/share/fonts"), "/usr/share/fonts"]
+    hf_dir, pkg_dir = os.path.join(args.out, "hf"), os.path.join(args.out, "f16")
+    os.makedirs(hf_dir, exist_ok=True)
+    times, t0 = {}, time.time()
+
+    audio, images = load_items(args.data)
+    tr_a = [i for i in audio if i["split"] == "train"]
+    tr_i = [i for i in images if i["split"] == "train"]
+    texts = [i["text"] for i in tr_a + tr_i] * 2 + [SYSTEM, OCR_PROMPT, ASR_PROMPT,
+                                                   "system", "user", "model"] * 50
+    tok_path = os.path.join(hf_dir, "tokenizer.json")
+    tok = train_tokenizer("\n\n".join(texts), p["vocab"], tok_path)
+    if tok.get_vocab_size() != p["vocab"]:  # the model could emit ids that decode to nothing
+        raise SystemExit(f"train_mm_proxy: the tokenizer has {tok.get_vocab_size()} ids for a "
+                         f"vocabulary of {p['vocab']}: give --vocab {tok.get_vocab_size()} or "
+                         "more data")
+    pr = Prompter(tok)
+    times["tokenizer"] = time.time() - t0
+    print(f"train_mm_proxy: tokenizer {tok.get_vocab_size()} ids; {len(tr_i)} train images, "
+          f"{len(tr_a)} train utterances", flush=True)
+
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    from transformers import Gemma4ForConditionalGeneration
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    fe = Gemma4AudioFeatureExtractor()
+    dev = torch.device(args.device)
+    cfg = model_config(p, tok)
+    # sdpa everywhere: transformers 5.17's eager audio attention inverts its band mask
+    # (tools/python/mm_reference.py), and g4cu computes the band the sdpa path uses
+    model = Gemma4ForConditionalGeneration._from_config(cfg, dtype=torch.float32,
+                                                        attn_implementation="sdpa").to(dev)
+    n_params = sum(x.numel() for x in model.parameters())
+    print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
+    half = max(1, p["batch"] // 2)
+    streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"]), half,
+                                args.seed, p["workers"] // 2 + p["workers"] % 2),
+               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"]), half,
+                                args.seed + 1, p["workers"] // 2)}
+    decay = [x for x in model.parameters() if x.dim() >= 2]
+    no_decay = [x for x in model.parameters() if x.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
+    amp = dev.type == "cuda"
+    steps = p["steps"]
+    model.train()
+    losses = {"image": [], "audio": []}
+    t1, stopped = time.time(), None
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, p)
+        opt.zero_grad(set_to_none=True)
+        for kind in ("image", "audio"):  # one half-batch of each, gradients summed
+            b = {k: v.to(dev) for k, v in next(streams[kind]).items()}
+            lab = b.pop("labels")
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(**b).logits
+            loss = torch.nn.functional.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+            (loss / 2).backward()
+            losses[kind].append(loss.item())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        el = time.time() - t1
+        if step % 50 == 0 or step == steps - 1:
+            print(f"train_mm_proxy: step {step + 1}/{steps} loss image "
+                  f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
+                  f" lr {lr_at(step, steps, p):.2e} {el:.0f} s", flush=True)
+        if el > args.minutes * 60 and step < steps - 1:
+            stopped = step + 1
+            print(f"train_mm_proxy: --minutes {args.minutes} reached after {stopped}/{steps} "
+                  "steps: stopping early (the weights now depend on the machine's speed)",
+                  flush=True)
+            break
+    times["train"] = time.time() - t1
+    del streams
+
+    t2 = time.time()
+    model.to(torch.float16).save_pretrained(hf_dir, safe_serialization=True)
+    times["save"] = time.time() - t2
+    info = {"preset": args.preset, "shapes": p, "seed": args.seed, "device": str(dev),
+            "parameters": n_params, "steps": steps, "stopped_at": stopped,
+            "train_images": len(tr_i), "train_audio": len(tr_a),
+            "losses_every_25": {k: v[::25] for k, v in losses.items()},
+            "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items()},
+            "seconds": times}
+    if args.no_export:
+        json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
+        return
+    t3 = time.time()
+    subprocess.run([sys.executable, os.path.join(HERE, "export_package.py"), hf_dir, pkg_dir],
+                   check=True)
+    shutil.copy(tok_path, os.path.join(pkg_dir, "tokenizer.json"))
+    ipj = os.path.join(pkg_dir, "image_processor.json")
+    j = json.load(open(ipj))
+    n_set = 0
+    for t in j["processor"]["transforms"]:
+        attrs = t["operation"].get("attrs", {})
+        if "max_soft_tokens" in attrs:
+            attrs["max_soft_tokens"], n_set = SOFT_TOKENS, n_set + 1
+    if n_set != 1:
+        raise SystemExit(f"train_mm_proxy: {ipj}: expected one max_soft_tokens, found {n_set}")
+    json.dump(j, open(ipj, "w"), indent=4)
+    times["export"] = time.time() - t3
+    print(f"train_mm_proxy: exported {pkg_dir} ({times['export']:.1f} s)", flush=True)
+    json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
