@@ -365,7 +365,7 @@ static int model_vocab(g4cu_model *m, const g4_vocab_bytes **out) {
 int g4cu_token_bytes(g4cu_model *m, int32_t id, char *buf, size_t cap, size_t *len) {
     if (!m || !len || (!buf && cap)) return g4_fail(G4_EUSER, "g4cu_token_bytes: a NULL argument");
     *len = 0;
-    const g4_vocab_bytes *vb;
+    const g4_vocab_bytes *vb = NULL; // (model_vocab sets it on success: gcc 12 -O3 misses that)
     int rc = model_vocab(m, &vb);
     if (rc) return code(rc);
     if (id < 0 || id >= g4cu_model_n_vocab(m))
