@@ -89,8 +89,23 @@ typedef struct {
     double state_gib;                  // KV cache of a 128 + 128-token context
     bench_row rows[G4_BENCH_MAX_ROWS]; // every measurement's mean and sd, for -o md|csv|json
     int n_rows;
-    FILE *progress; // each row as it is measured (NULL: none)
+    FILE *progress;     // each row as it is measured (NULL: none)
+    const char *filter; // only the rows whose test name contains it (NULL: all)
 } bench_result;
+
+// --filter S: whether the row named by fmt is wanted. A measurement runs when one of the rows
+// it makes is wanted (the generation makes "tg128 @ pp128" and "ttft pp128"); add_row keeps only
+// the wanted rows.
+static int wanted(const bench_result *r, const char *fmt, ...) G4_PRINTF(2, 3);
+static int wanted(const bench_result *r, const char *fmt, ...) {
+    if (!r->filter) return 1;
+    char test[sizeof r->rows[0].test];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(test, sizeof test, fmt, ap);
+    va_end(ap);
+    return strstr(test, r->filter) != NULL;
+}
 
 // Records a measurement's repetitions v[n] (in `unit`) as a row: mean and sample standard
 // deviation (n - 1; 0 for one repetition), as llama-bench reports them.
@@ -103,12 +118,14 @@ static void add_row(bench_result *r, const char *unit, const double *v, int n, c
     for (int i = 0; i < n; i++) sum += v[i];
     const double mean = sum / n;
     for (int i = 0; i < n; i++) ss += (v[i] - mean) * (v[i] - mean);
-    bench_row *row = &r->rows[r->n_rows++];
+    bench_row *row = &r->rows[r->n_rows];
     *row = (bench_row){.unit = unit, .n = n, .mean = mean, .sd = n > 1 ? sqrt(ss / (n - 1)) : 0};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(row->test, sizeof row->test, fmt, ap);
     va_end(ap);
+    if (r->filter && !strstr(row->test, r->filter)) return;
+    r->n_rows++;
     if (r->progress) { // (a CPU run takes minutes: what is done so far, as it is done)
         fprintf(r->progress, "bench: %s %s: %.3f +/- %.3f %s (%d reps)\n", r->name, row->test,
                 row->mean, row->sd, unit, n);
@@ -199,7 +216,8 @@ static int bench_towers(FILE *human, const g4_package *p, g4_backend *be, g4_tex
     g4_mm_towers_init(&towers, p, be);
     double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     int rc = G4_OK;
-    if (g4_package_component(p, G4_COMP_VISION) && p->has_image_proc) {
+    if (g4_package_component(p, G4_COMP_VISION) && p->has_image_proc &&
+        (wanted(r, "vision 768x768") || (!be->host_memory && wanted(r, "VQA TTFT 768x768")))) {
         g4_image img = {g4_malloc(768 * 768 * 3), 768, 768};
         for (int i = 0; i < 768 * 768 * 3; i++) img.rgb[i] = (uint8_t)((i * 2654435761u) >> 24);
         g4_image_features f;
@@ -232,7 +250,8 @@ static int bench_towers(FILE *human, const g4_package *p, g4_backend *be, g4_tex
         g4_image_features_free(&f);
         if (rc) goto done;
     }
-    if (g4_package_component(p, G4_COMP_AUDIO) && p->has_audio_fe) {
+    if (g4_package_component(p, G4_COMP_AUDIO) && p->has_audio_fe &&
+        (wanted(r, "audio 30 s") || (!be->host_memory && wanted(r, "ASR TTFT 30 s")))) {
         const int64_t n = 30 * (int64_t)p->audio_fe.sampling_rate;
         float *wave = g4_malloc(sizeof(float) * (size_t)n);
         unsigned long long s = 0x5eed;
@@ -349,7 +368,7 @@ static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_ba
                               const int32_t *ids, int reps, bench_result *r) {
     const int n = G4_BENCH_LONG_PREFILL;
     r->prefill_long_ms = -1;
-    if (p->text.context_length < n || be->host_memory) return G4_OK;
+    if (p->text.context_length < n || be->host_memory || !wanted(r, "pp%d", n)) return G4_OK;
     double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
     g4_text_state *s = NULL;
     const g4_text_state_opts so = {n, n, 1, 1};
@@ -374,9 +393,10 @@ static int bench_prefill_long(g4_text_model *m, const g4_package *p, const g4_ba
 
 // Runs one package; fills r. Lengths beyond the context are skipped (-1).
 static int bench_one(FILE *human, const char *dir, g4_backend *be, int ple_host, int reps,
-                     FILE *progress, bench_result *r) {
+                     const char *filter, FILE *progress, bench_result *r) {
     memset(r, 0, sizeof *r);
     r->progress = progress;
+    r->filter = filter;
     r->dir = dir;
     r->ple_host = ple_host;
     r->prefill_long_ms = -1;
@@ -404,7 +424,7 @@ static int bench_one(FILE *human, const char *dir, g4_backend *be, int ple_host,
     for (int k = 0; k < 3; k++) {
         r->prefill_len[k] = lens[k];
         r->prefill_ms[k] = -1;
-        if (lens[k] > ctx) continue;
+        if (lens[k] > ctx || !wanted(r, "pp%d", lens[k])) continue;
         const g4_text_state_opts so = {lens[k], lens[k], 1, 1};
         if ((rc = g4_text_state_new_opts(m, &so, &s))) goto done;
         for (int i = 0; i <= reps; i++) {
@@ -430,13 +450,18 @@ static int bench_one(FILE *human, const char *dir, g4_backend *be, int ple_host,
     r->state_gib = kv_gib(m, P + N);
     const g4_sampler greedy = {0, 0, 1.0f}, sampled = {1.0f, 64, 0.95f};
     double ttft_sampled;
-    if ((rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_ms, &r->decode_tok_s, r, "")) ||
-        (rc = bench_generate(s, ids, P, N, &sampled, reps, &ttft_sampled, &r->decode_sampled_tok_s,
-                             r, " sampled")))
-        goto done;
+    r->ttft_ms = r->decode_tok_s = r->decode_sampled_tok_s = -1;
+    if (wanted(r, "tg%d @ pp%d", N, P) || wanted(r, "ttft pp%d", P))
+        rc = bench_generate(s, ids, P, N, &greedy, reps, &r->ttft_ms, &r->decode_tok_s, r, "");
+    if (!rc && (wanted(r, "tg%d @ pp%d sampled", N, P) || wanted(r, "ttft pp%d sampled", P)))
+        rc = bench_generate(s, ids, P, N, &sampled, reps, &ttft_sampled, &r->decode_sampled_tok_s,
+                            r, " sampled");
+    if (rc) goto done;
     for (int k = 0; k < N_LONG; k++) {
         r->ttft_long_ms[k] = r->decode_long_tok_s[k] = -1;
-        if (long_prompt[k] + N > ctx) continue;
+        if (long_prompt[k] + N > ctx || !(wanted(r, "tg%d @ pp%d", N, long_prompt[k]) ||
+                                          wanted(r, "ttft pp%d", long_prompt[k])))
+            continue;
         const g4_text_state_opts lo_s = {long_prompt[k] + N, G4_GEN_DEFAULT_CHUNK, 1, 0};
         g4_text_state *sl = NULL;
         if (!(rc = g4_text_state_new_opts(m, &lo_s, &sl)))
@@ -465,7 +490,9 @@ static int bench_one(FILE *human, const char *dir, g4_backend *be, int ple_host,
     const size_t ple_bytes = (size_t)p->text.vocab_ple * p->text.n_layers * p->text.ple_dim * 2;
     r->ple_gib = (double)ple_bytes / (1u << 30);
     r->ttft_host_ms = r->decode_host_tok_s = -1;
-    if (ple_host) {
+    if (!(wanted(r, "tg%d @ pp%d ple-host", N, P) || wanted(r, "ttft pp%d ple-host", P))) {
+        // (not wanted: -1)
+    } else if (ple_host) {
         r->ttft_host_ms = r->ttft_ms;
         r->decode_host_tok_s = r->decode_tok_s;
     } else if (be->alloc_mapped) {
@@ -500,10 +527,11 @@ static void print_result(FILE *human, const bench_result *r) {
     if (r->prefill_long_ms >= 0)
         fprintf(human, "prefill %d: %.2f ms (%.0f tok/s) | ", G4_BENCH_LONG_PREFILL,
                 r->prefill_long_ms, G4_BENCH_LONG_PREFILL / (r->prefill_long_ms / 1e3));
-    fprintf(human,
-            "TTFT(128) %.2f ms | decode %.1f tok/s | sampled (T 1, top-k 64, top-p 0.95) %.1f "
-            "tok/s",
-            r->ttft_ms, r->decode_tok_s, r->decode_sampled_tok_s);
+    if (r->decode_tok_s >= 0) // (-1: not in --filter)
+        fprintf(human, "TTFT(128) %.2f ms | decode %.1f tok/s", r->ttft_ms, r->decode_tok_s);
+    if (r->decode_sampled_tok_s >= 0)
+        fprintf(human, "%ssampled (T 1, top-k 64, top-p 0.95) %.1f tok/s",
+                r->decode_tok_s >= 0 ? " | " : "", r->decode_sampled_tok_s);
     for (int k = 0; k < N_LONG; k++)
         if (r->decode_long_tok_s[k] >= 0)
             fprintf(human, " | after %d: TTFT %.1f ms, decode %.1f tok/s", long_prompt[k],
@@ -637,6 +665,8 @@ static int bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench
         return g4_fail(G4_EUSER, "bench: reps %d: expected 1 to 100000", reps);
     if (format && strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json"))
         return g4_fail(G4_EUSER, "bench: format '%s': expected md, csv or json", format);
+    if (o->filter && o->hf_dir) // (the peer's ratios need the rows a filter leaves out)
+        return g4_fail(G4_EUSER, "bench: --filter and --hf: give one of them");
     int rc;
     if (json && (rc = g4_check_output(json))) return rc;
     // The HF peer: found from the binary, and able to start, before the long benchmark.
@@ -654,7 +684,8 @@ static int bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench
     }
     bench_result res[4];
     for (int i = 0; i < n_pkgs; i++) {
-        if ((rc = bench_one(human, pkgs[i], be, ple_host, reps, o->progress, &res[i]))) goto done;
+        if ((rc = bench_one(human, pkgs[i], be, ple_host, reps, o->filter, o->progress, &res[i])))
+            goto done;
         int same = 1; // a repeated kind: "q4_2"
         for (int j = 0; j < i; j++) same += !strcmp(res[j].kind, res[i].kind);
         if (same > 1) snprintf(res[i].name, sizeof res[i].name, "%s_%d", res[i].kind, same);

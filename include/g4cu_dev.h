@@ -165,6 +165,10 @@ typedef struct {
                            // the interpreter: $G4_PYTHON, else python3 on PATH
     FILE *progress;        // each measurement's line as it is measured (NULL, the default:
                            // none): a CPU run takes minutes before its summary line
+    const char *filter;    // NULL (the default): every measurement; else only the rows whose
+                           // test name contains it ("pp128": pp128, tg128 @ pp128, ttft pp128,
+                           // ...), and only the measurements that make such a row; the others
+                           // are -1 in the json and left out of the summary line. Not with hf_dir
 } g4cu_dev_bench_params;
 void g4cu_dev_bench_params_default(g4cu_dev_bench_params *p);
 

@@ -81,6 +81,7 @@ static int cmd_bench(int argc, char **argv) {
     p.format = format;
     p.hf_dir = hf_dir;
     p.hf_script = hf_script;
+    p.filter = filter;
     p.progress = stderr; // each row as it is measured
     // The human-readable lines go to stderr when -o puts a table on stdout.
     rc = g4cu_dev_bench_model(pkgs, n_pkgs, &p, format ? stderr : stdout, stdout);
@@ -94,7 +95,9 @@ static const g4_opt bench_opts[] = {
     {"--hf", "HF_DIR", "also time HF transformers on this checkpoint (default: no peer)"},
     {"--hf-script", "F", "the HF peer script (default: bench_hf.py beside the binary)"},
     {"--kernels", NULL, "time the kernels against the H200 ceilings instead of packages"},
-    {"--filter", "S", "--kernels: only the kernels whose name contains S (default: all)"},
+    {"--filter", "S",
+     "only the kernels, or the rows (pp128, tg128 @ pp128, audio 30 s, ...), whose name "
+     "contains S (default: all)"},
     {"--reps", "N", "repetitions of each measurement (default 20)"},
     {"-o", "md|csv|json",
      "a table on stdout: each measurement's mean and sd over the reps "
@@ -102,10 +105,11 @@ static const g4_opt bench_opts[] = {
     {"--json", "F", "also write the results as JSON to F (default: none)"},
     {NULL, NULL, NULL}};
 
-const g4_cmd g4_cmd_bench = {"bench", cmd_bench,
-                             "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR "
-                             "[--hf-script F]] [-o md|csv|json] | --kernels [--filter S]  "
-                             "[--reps N] [--json F]   "
-                             "model tok/s (decode through g4cu generate's path), or kernels vs the "
-                             "H200 ceilings",
-                             bench_opts, NULL};
+const g4_cmd g4_cmd_bench = {
+    "bench", cmd_bench,
+    "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR "
+    "[--hf-script F]] [-o md|csv|json] [--filter S] | --kernels [--filter S]  "
+    "[--reps N] [--json F]   "
+    "model tok/s (decode through g4cu generate's path), or kernels vs the "
+    "H200 ceilings",
+    bench_opts, NULL};
