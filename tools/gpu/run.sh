@@ -601,23 +601,34 @@ stage_fidelity_make() {
     touch "$d/READY"
 }
 
-stage_fidelity_bg() {
-    mkdir -p "$FID"
-    rm -f "$FID/READY" "$FID/FAILED"
-    setsid nohup bash tools/gpu/run.sh fidelity_make >"$WORK/fidelity_make.log" 2>&1 </dev/null &
-    echo "fidelity_make started in the background (log $WORK/fidelity_make.log)"
+# bg_start DIR STAGE: run.sh STAGE detached (setsid), logging to $WORK/STAGE.log; the stage
+# leaves DIR/READY or DIR/FAILED when it ends.
+bg_start() {
+    local dir=$1 stage=$2
+    mkdir -p "$dir"
+    rm -f "$dir/READY" "$dir/FAILED"
+    setsid nohup bash tools/gpu/run.sh "$stage" >"$WORK/$stage.log" 2>&1 </dev/null &
+    echo "$stage started in the background (log $WORK/$stage.log)"
 }
 
-stage_fidelity_wait() {
-    local n=0
-    while [ ! -f "$FID/READY" ] && [ ! -f "$FID/FAILED" ] && [ $n -lt ${FIDELITY_WAIT_S:-560} ]; do
+# bg_wait DIR STAGE NAME WAIT_S LINES PATTERN: waits up to WAIT_S for bg_start's stage, copies its
+# log to $OUT/NAME, prints its last LINES lines matching PATTERN; fails while it is not ready.
+bg_wait() {
+    local dir=$1 stage=$2 name=$3 limit=$4 lines=$5 pat=$6 n=0
+    while [ ! -f "$dir/READY" ] && [ ! -f "$dir/FAILED" ] && [ $n -lt "$limit" ]; do
         sleep 5; n=$((n + 5))
     done
-    mkdir -p "$OUT/fidelity"
-    cp "$WORK/fidelity_make.log" "$OUT/fidelity/" 2>/dev/null
-    grep -E "train_proxy: (tokenizer|[0-9,]+ param|held-out|--minutes|exported)|step [0-9]+/|fidelity:|Error|error" \
-        "$WORK/fidelity_make.log" | tail -20
-    [ -f "$FID/READY" ] || { echo "fidelity: not ready yet (call fidelity_wait again)"; return 1; }
+    mkdir -p "$OUT/$name"
+    cp "$WORK/$stage.log" "$OUT/$name/" 2>/dev/null
+    grep -E "$pat" "$WORK/$stage.log" | tail -"$lines"
+    [ -f "$dir/READY" ] || { echo "$name: not ready yet (call ${name}_wait again)"; return 1; }
+}
+
+stage_fidelity_bg() { bg_start "$FID" fidelity_make; }
+
+stage_fidelity_wait() {
+    bg_wait "$FID" fidelity_make fidelity "${FIDELITY_WAIT_S:-560}" 20 \
+        "train_proxy: (tokenizer|[0-9,]+ param|held-out|--minutes|exported)|step [0-9]+/|fidelity:|Error|error"
 }
 
 # fid_ppl MODEL PKG VARIANT ARGS...: one g4cu perplexity run, its JSON and decoder bytes in $OUT
@@ -724,23 +735,11 @@ for l in open(sys.argv[1]):
     touch "$d/READY"
 }
 
-stage_mm_bg() {
-    mkdir -p "$MMD"
-    rm -f "$MMD/READY" "$MMD/FAILED"
-    setsid nohup bash tools/gpu/run.sh mm_make >"$WORK/mm_make.log" 2>&1 </dev/null &
-    echo "mm_make started in the background (log $WORK/mm_make.log)"
-}
+stage_mm_bg() { bg_start "$MMD" mm_make; }
 
 stage_mm_wait() {
-    local n=0
-    while [ ! -f "$MMD/READY" ] && [ ! -f "$MMD/FAILED" ] && [ $n -lt ${MM_WAIT_S:-560} ]; do
-        sleep 5; n=$((n + 5))
-    done
-    mkdir -p "$OUT/mm"
-    cp "$WORK/mm_make.log" "$OUT/mm/" 2>/dev/null
-    grep -E "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported)|step [0-9]+/|mm:|make_mm_data|Error|error" \
-        "$WORK/mm_make.log" | tail -24
-    [ -f "$MMD/READY" ] || { echo "mm: not ready yet (call mm_wait again)"; return 1; }
+    bg_wait "$MMD" mm_make mm "${MM_WAIT_S:-560}" 24 \
+        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported)|step [0-9]+/|mm:|make_mm_data|Error|error"
 }
 
 stage_mm_run() {
