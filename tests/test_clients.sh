@@ -2,6 +2,7 @@
 # test_clients.sh: three clients no one here wrote, the official `openai` package, `litellm` and
 # `langchain-openai` (PyPI, pinned in tools/python/requirements-openai.txt), against `g4cu serve`
 # on the tiny fixture: tools/python/clients_check.py runs a multi-turn chat (plain and streamed),
+# logprobs with top_logprobs, response_format json_schema (langchain: with_structured_output),
 # an image and audio through each. The interpreter: $G4_OPENAI_PYTHON, else the venv
 # tools/install_deps.sh makes (.tools/openai-venv). Without it or its modules the test skips (77)
 # saying why; under CI=true (.ci/run, after install_deps.sh) that is a failure.
@@ -25,8 +26,9 @@ fi
 out=$("$py" "$G4_SOURCE_DIR/tools/python/clients_check.py" --g4cu "$G4CU" 2>&1)
 rc=$?
 echo "$out"
-# 3 clients x 4 checks + the exit: a script that died early or skipped a check counts fewer
-if [ $rc -ne 0 ] || ! grep -Eq '^clients: 13 checks, 0 failed' <<<"$out"; then
+# 3 clients x 6 checks (multi-turn, streamed, image, audio, logprobs, json_schema) + the exit: a
+# script that died early or skipped a check counts fewer
+if [ $rc -ne 0 ] || ! grep -Eq '^clients: 19 checks, 0 failed' <<<"$out"; then
     echo "test_clients: FAIL (exit $rc)" >&2
     exit 1
 fi

@@ -7,7 +7,10 @@ venv tools/install_deps.sh makes). tests/test_clients.sh runs it in CI; by hand:
 
 It starts the server on the tiny fixture (--port 0, greedy: temperature 0) and, through each
 client: a multi-turn chat (system, user, assistant, user), the same streamed, an image (a data:
-URL) and audio (input_audio). The expected texts come from outside the server: the single-turn
+URL) and audio (input_audio), logprobs with top_logprobs (greedy: the chosen token first among 3
+alternatives, the tokens spelling the reply) and response_format json_schema (strict; over
+seeds, each answer finishing "stop" validates against the schema, by hand; langchain's
+with_structured_output parses it). The expected texts come from outside the server: the single-turn
 media answers are HF's greedy ids (tests/fixtures/chat/generate_cases.jsonl) decoded with the
 `tokenizers` package; the multi-turn answer is the greedy continuation of the prompt that Jinja
 renders from the canonical chat template (tests/fixtures/chat/multiturn_cases.jsonl, case
@@ -59,7 +62,8 @@ def post(port, path, body):
         return json.load(r)
 
 
-# --- each client: (multi-turn messages) -> text, streamed text; (user content parts) -> text ---
+# --- each client: (multi-turn messages) -> text, streamed text; (user content parts) -> text;
+# ask(msgs, **fields) -> (content, finish_reason, [(token, logprob, [(token, logprob)] * k)]) ---
 def openai_client(port):
     import openai
     c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
@@ -71,7 +75,11 @@ def openai_client(port):
         if not stream:
             return r.choices[0].message.content
         return "".join(ch.choices[0].delta.content or "" for ch in r if ch.choices)
-    return chat, f"openai {openai.__version__}"
+
+    def ask(msgs, **kw):
+        ch = c.chat.completions.create(model="package", messages=msgs, **kw).choices[0]
+        return ch.message.content, ch.finish_reason, lp_entries(ch.logprobs)
+    return chat, f"openai {openai.__version__}", ask
 
 
 def litellm_client(port):
@@ -84,8 +92,13 @@ def litellm_client(port):
         if not stream:
             return r.choices[0].message.content
         return "".join(ch.choices[0].delta.content or "" for ch in r if ch.choices)
+
+    def ask(msgs, **kw):
+        ch = litellm.completion(model="openai/package", api_base=f"http://127.0.0.1:{port}/v1",
+                                api_key="none", messages=msgs, num_retries=0, **kw).choices[0]
+        return ch.message.content, ch.finish_reason, lp_entries(getattr(ch, "logprobs", None))
     from importlib.metadata import version
-    return chat, f"litellm {version('litellm')}"
+    return chat, f"litellm {version('litellm')}", ask
 
 
 def langchain_client(port):
@@ -97,7 +110,32 @@ def langchain_client(port):
         if not stream:
             return llm.invoke(msgs).content
         return "".join(ch.content for ch in llm.stream(msgs))
-    return chat, f"langchain-openai {version('langchain-openai')}"
+
+    def ask(msgs, max_tokens=MAX, temperature=0, seed=None, structured=None, **kw):
+        llm = ChatOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", model="package",
+                         max_tokens=max_tokens, temperature=temperature, seed=seed,
+                         max_retries=0, timeout=120)
+        if structured is not None: # langchain's own structured output: (parsed, finish_reason)
+            r = llm.with_structured_output(structured, method="json_schema", strict=True,
+                                           include_raw=True).invoke(msgs)
+            return r["parsed"], r["raw"].response_metadata.get("finish_reason"), None
+        m = llm.bind(**kw).invoke(msgs)
+        return m.content, m.response_metadata.get("finish_reason"), \
+            lp_entries(m.response_metadata.get("logprobs"))
+    return chat, f"langchain-openai {version('langchain-openai')}", ask
+
+
+def lp_entries(lp):
+    """A reply's logprobs (the openai types, litellm's or langchain's dicts) as plain tuples."""
+    if lp is None:
+        return None
+    get = lambda o, k: o.get(k) if isinstance(o, dict) else getattr(o, k, None)
+    content = get(lp, "content")
+    if content is None:
+        return None
+    return [(get(e, "token"), get(e, "logprob"),
+             [(get(t, "token"), get(t, "logprob")) for t in (get(e, "top_logprobs") or [])])
+            for e in content]
 
 
 def main():
@@ -136,7 +174,7 @@ def main():
             {"type": "text", "text": s["text"]}]}]
         for make in (openai_client, litellm_client, langchain_client):
             try:
-                chat, name = make(port)
+                chat, name, ask = make(port)
             except ImportError as e:
                 check(f"{make.__name__}: importable", False, str(e))
                 continue
@@ -159,7 +197,7 @@ def main():
                     check(f"{name}: {what}", got == want, repr(got))
                 except Exception as e:
                     check(f"{name}: {what}", False, f"{type(e).__name__}: {e}")
-            sampling_cases(chat, name, check)
+            sampling_cases(ask, name, check)
     finally:
         srv.send_signal(signal.SIGTERM)
         code = srv.wait(timeout=60)
@@ -168,9 +206,44 @@ def main():
     return 1 if False in results else 0
 
 
-def sampling_cases(chat, name, check):
-    """The sampling helper's cases go here, for each client: logprobs / top_logprobs, and
-    response_format with a JSON schema (constrained decoding), when the server takes them."""
+def sampling_cases(ask, name, check):
+    """Each client's logprobs / top_logprobs and response_format json_schema (constrained
+    decoding), the cases clients_sampling_check.py runs in depth through the openai package."""
+    from clients_sampling_check import SCHEMA, valid
+    msgs = [{"role": "user", "content": "Say something."}]
+    try:
+        text, _, lp = ask(msgs, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+        ok = bool(lp) and all(len(top) == 3 and l <= 0 and top[0][0] == t and
+                              abs(top[0][1] - l) < 1e-6 and top[0][1] >= top[2][1]
+                              for t, l, top in lp)
+        check(f"{name}: logprobs (greedy, top 3; the tokens spell the reply)",
+              ok and "".join(t for t, _, _ in lp) == text, f"{lp!r} vs {text!r}")
+    except Exception as e:
+        check(f"{name}: logprobs", False, f"{type(e).__name__}: {e}")
+    done = good = 0
+    try:
+        for seed in range(1, 9):
+            if name.startswith("langchain"):
+                parsed, fin, _ = ask(msgs, max_tokens=128, temperature=1.0, seed=seed,
+                                     structured={"title": "person", **SCHEMA})
+                if fin == "stop":
+                    done += 1
+                    good += valid(parsed)
+                continue
+            rf = {"type": "json_schema",
+                  "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
+            content, fin, _ = ask(msgs, max_tokens=128, temperature=1.0, seed=seed,
+                                  response_format=rf)
+            if fin == "stop":
+                done += 1
+                try:
+                    good += valid(json.loads(content))
+                except ValueError:
+                    pass
+        check(f"{name}: json_schema: every finished answer validates ({done} of 8 finished)",
+              done >= 1 and good == done, f"{good} of {done} valid")
+    except Exception as e:
+        check(f"{name}: json_schema", False, f"{type(e).__name__}: {e}")
 
 
 if __name__ == "__main__":
