@@ -308,16 +308,10 @@ static int run_more(g4cu_state *st, job *j) {
     return rc;
 }
 
-// The job has ended (rc, its result r moved in; err: the line of a failed rc): the waiting
-// connection is woken, the counters move.
+// The job has ended (rc, its result r moved in; err: the line of a failed rc): the counters
+// move, then the waiting connection is woken (a client that reads /metrics once it has its
+// answer finds it counted).
 static void job_finish(job *j, int rc, const char *err, g4cu_result r) {
-    pthread_mutex_lock(&j->mu);
-    j->rc = rc;
-    if (rc) j->err = strdup(err ? err : "the request failed");
-    j->res = r;
-    j->done = 1;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
     pthread_mutex_lock(&S.mu);
     if (!rc) {
         S.prompt_tokens += (unsigned long long)r.n_prompt_tokens;
@@ -330,6 +324,13 @@ static void job_finish(job *j, int rc, const char *err, g4cu_result r) {
     S.hist_sum += dt;
     S.hist_count++;
     pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&j->mu);
+    j->rc = rc;
+    if (rc) j->err = strdup(err ? err : "the request failed");
+    j->res = r;
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
 }
 
 // A job that never ran (its client left, or the server is cancelling everything).
@@ -477,6 +478,12 @@ static void *sched_main(void *arg) {
         const int step_rc = g4cu_batch_step(S.batch, NULL);
         g4cu_batch_get_info(S.batch, &b);
         if (step_rc) fprintf(stderr, "g4cu serve: a batch step failed: %s\n", g4cu_last_error());
+        // The ended jobs are answered after the gauges and /slots have moved (a client that
+        // reads them once it has its answer sees its slot free).
+        job *fin[64]; // (--parallel is at most 64)
+        int fin_rc[64];
+        char *fin_err[64];
+        g4cu_result fin_res[64];
         int ended = 0;
         for (int k = 0; k < n; k++) {
             job *j = S.slot_job[k];
@@ -485,8 +492,9 @@ static void *sched_main(void *arg) {
             int done = 0;
             const int rc = g4cu_batch_poll(S.batch, S.slot_rid[k], &r, &done);
             if (!done && !rc) continue;
-            job_finish(j, rc, rc ? g4cu_last_error() : NULL, done && !rc ? r : (g4cu_result){0});
-            job_unref(j);
+            fin[ended] = j, fin_rc[ended] = rc;
+            fin_err[ended] = rc ? strdup(g4cu_last_error()) : NULL;
+            fin_res[ended] = done && !rc ? r : (g4cu_result){0};
             S.slot_job[k] = NULL, S.slot_rid[k] = 0;
             active--, ended++;
         }
@@ -503,6 +511,11 @@ static void *sched_main(void *arg) {
         if (ended) pthread_cond_broadcast(&S.cv);
         pthread_mutex_unlock(&S.mu);
         publish_slots();
+        for (int i = 0; i < ended; i++) {
+            job_finish(fin[i], fin_rc[i], fin_err[i], fin_res[i]);
+            free(fin_err[i]);
+            job_unref(fin[i]);
+        }
     }
     return NULL;
 }
