@@ -535,15 +535,19 @@ FID=${FID:-$WORK/fidelity}
 # the Q4 variants fidelity_make writes (each one that succeeds)
 FID_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
 
-# fid_quant NAME ARGS...: g4cu quantize of the proxy into $FID/proxy/NAME (replaced), timed
-fid_quant() {
-    local d="$FID/proxy" v=$1 t0
-    shift
+# quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
+# its lines prefixed TAG
+quant_into() {
+    local d=$1 tag=$2 v=$3 t0
+    shift 3
     rm -rf "${d:?}/$v"
     t0=$(date +%s)
-    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "$(nproc)" "$@" || echo "fidelity: quantize $v FAILED"
-    stamp "fidelity: quantized $v ($(($(date +%s) - t0)) s)"
+    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "$(nproc)" "$@" || echo "$tag: quantize $v FAILED"
+    stamp "$tag: quantized $v ($(($(date +%s) - t0)) s)"
 }
+
+# fid_quant NAME ARGS...: the text proxy's ($FID/proxy/NAME)
+fid_quant() { quant_into "$FID/proxy" fidelity "$@"; }
 
 # The --method variants (issue 33), calibrated on ${FIDELITY_CALIB_TOKENS:-2048} tokens of the
 # train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-fit}
@@ -687,17 +691,10 @@ stage_fidelity_measure() { stage_fidelity_run; }
 # --- issue 35: a proxy that reads and listens ------------------------------------------------
 MMD=${MMD:-$WORK/mm}
 MM_DATA=${MM_DATA:-.carry/mmdata}
-MM_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
+MM_VARIANTS=$FID_VARIANTS # (the same quantize variants as the text proxy's)
 
-# mm_quant NAME ARGS...: g4cu quantize of the mm proxy into $MMD/proxy/NAME (replaced), timed
-mm_quant() {
-    local d="$MMD/proxy" v=$1 t0
-    shift
-    rm -rf "${d:?}/$v"
-    t0=$(date +%s)
-    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "$(nproc)" "$@" || echo "mm: quantize $v FAILED"
-    stamp "mm: quantized $v ($(($(date +%s) - t0)) s)"
-}
+# mm_quant NAME ARGS...: the multimodal proxy's ($MMD/proxy/NAME)
+mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
 
 stage_mm_make() {
     local d="$MMD" t0 budget
