@@ -129,8 +129,9 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->h = g4_buf_new(be, G4_F32, T, H);
     s->h2 = g4_buf_new(be, G4_F32, T < 8 ? T : 8, H);
     s->hcur = &s->h;
+    // on unless G4_FUSE=0 (measured on the H200: Q4 decode 524 -> 560 tok/s, f16 equal)
     const char *fuse_env = getenv("G4_FUSE");
-    s->fuse_norm = fuse_env && !strcmp(fuse_env, "1") && be->add_norm_linear;
+    s->fuse_norm = !(fuse_env && !strcmp(fuse_env, "0")) && be->add_norm_linear;
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
     s->k = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);

@@ -104,7 +104,7 @@ typedef struct g4_text_state {
     g4_text_hook hook;
     void *hook_ctx;
     void *graph; // the captured decode step (backends with graphs, not eager), or NULL
-    // Issue 30's consumer-side fusion (G4_FUSE=1 in the environment, read at state
+    // Issue 30's consumer-side fusion (on unless G4_FUSE=0 in the environment, read at state
     // creation; forwards of <= h2.rows rows without a hook): each block's post-norm residual
     // add runs in the next linear's op (add_norm_linear), which reads one residual buffer and
     // writes the other, instead of add_rmsnorm_next on its own.

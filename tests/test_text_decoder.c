@@ -65,7 +65,7 @@ static void count_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, c
     cpu_ops->add_rmsnorm_next(be, h, x, w, eps, scale, next, next_norm, next_w);
 }
 
-// Issue 30's consumer-side fusion (G4_FUSE=1, read when a state is made): on the CPU,
+// Issue 30's consumer-side fusion (on unless G4_FUSE=0, read when a state is made): on the CPU,
 // add_norm_linear is add_rmsnorm_next and the linear, so a fused forward (<= 8 rows) must give
 // the unfused logits bit for bit; this checks the engine's side of it (the pending add, the two
 // residual buffers, the last layer's add before the final norm), and that it did fuse.
@@ -74,7 +74,7 @@ static void test_fused_adds(g4_text_model *m) {
     int32_t ids[5] = {2, 17, 5, 40, 9};
     float *want = g4_malloc(sizeof(float) * T * V), *got = g4_malloc(sizeof(float) * T * V);
     g4_text_state *s;
-    unsetenv("G4_FUSE");
+    setenv("G4_FUSE", "0", 1);
     CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
     n_add_norm_linear = n_add_rmsnorm_next = 0;
     CHECK_MSG(g4_text_forward(s, ids, T, NULL, want, 1) == 0, "%s", g4_error());
@@ -101,7 +101,12 @@ static void test_fused_adds(g4_text_model *m) {
     const int a[] = {1}, c[] = {7, 9, 17};
     test_cache_equals_prefill(m, 40, a, 1);
     test_cache_equals_prefill(m, 40, c, 3);
-    unsetenv("G4_FUSE");
+    unsetenv("G4_FUSE"); // the default: fused
+    CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
+    n_add_norm_linear = 0;
+    CHECK(g4_text_forward(s, ids, T, NULL, NULL, 0) == 0);
+    CHECK_INT(n_add_norm_linear, 3 * L - 1);
+    g4_text_state_free(s);
     free(want);
     free(got);
 }

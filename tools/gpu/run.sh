@@ -39,6 +39,7 @@
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
 #            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=1, and on the
 #            full-size package generate fused vs unfused and bench both ways
+#   eval_batch  issue 31's eval --batch 16 vs 1 on the carried smoke media (tiny package, CUDA)
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -410,6 +411,45 @@ PY
 stage_batch_cuda() {
     G4_BATCH_BACKEND=cuda G4_TINY_PKG="$PWD/tests/fixtures/mobius-tiny-f16/package" \
         G4_FIXTURES="$PWD/tests/fixtures" timeout 300 build-gpu/tests/test_batch 2>&1 | tail -40
+}
+
+# Issue 31's eval target (after build): `g4cu eval --backend cuda` on the smoke media (carried
+# as .smoke-data, tools/fetch_smoke_set.sh) with each item repeated EVAL_REPEAT times (ids made
+# unique), on the tiny fixture package, --batch 1 then --batch 16: wall seconds, items/s and
+# how many predictions differ (the batched M > 1 linears may round differently).
+stage_eval_batch() {
+    local data="$PWD/.smoke-data" pkg="$PWD/tests/fixtures/mobius-tiny-f16/package"
+    [ -d "$data/librivox" ] || { echo "eval_batch: no .smoke-data carried"; return 1; }
+    local task man b
+    for task in librispeech ocrbench; do
+        man="$WORK/eval_${task}.jsonl"
+        [ $task = librispeech ] && src=tests/fixtures/eval/librispeech_smoke.jsonl || src=tests/fixtures/eval/ocr_smoke.jsonl
+        python3 - "$src" "$man" "${EVAL_REPEAT:-8}" <<'PY'
+import json, sys
+items = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+with open(sys.argv[2], "w") as f:
+    for r in range(int(sys.argv[3])):
+        for it in items:
+            f.write(json.dumps(dict(it, id=f"{it['id']}-r{r}")) + "\n")
+PY
+        for b in 1 16; do
+            rm -rf "$WORK/eval_${task}_b$b"
+            local t0=$(date +%s.%N)
+            build-gpu/g4cu eval "$man" --task $task "$pkg" --backend cuda --tokenizer tests/fixtures/chat/chat_bpe.json \
+                --data-dir "$data" --out "$WORK/eval_${task}_b$b" --batch $b >"$OUT/eval_${task}_b$b.out" 2>"$OUT/eval_${task}_b$b.err"
+            local rc=$? t1=$(date +%s.%N)
+            echo "eval $task --batch $b: exit $rc, $(wc -l <"$man") items in $(python3 -c "print(f'{$t1 - $t0:.2f}')") s wall, $(tail -1 "$OUT/eval_${task}_b$b.out")"
+        done
+        python3 - "$WORK/eval_${task}_b1/predictions.jsonl" "$WORK/eval_${task}_b16/predictions.jsonl" "$task" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+ka = {x["id"]: x for x in a}
+diff = sum(1 for x in b if ka.get(x["id"], {}).get("prediction") != x.get("prediction"))
+ms = lambda r: sum(x.get("item_ms", 0) for x in r)
+print(f"eval {sys.argv[3]}: {len(a)} / {len(b)} predictions, {diff} differ between --batch 1 and 16; "
+      f"sum of item_ms {ms(a):.0f} / {ms(b):.0f}")
+PY
+    done
 }
 
 # The full-size package takes minutes to make (random init, save, mobius export, quantize, HF
