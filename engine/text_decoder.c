@@ -59,9 +59,9 @@ static void close_handle(g4_text_state *s) {
 
 // Every buffer of the state (for the out-of-memory check and free).
 static int state_bufs(g4_text_state *s, g4_buf **all) {
-    g4_buf *b[] = {&s->h,    &s->h2,     &s->x,    &s->q,    &s->k,   &s->v,
-                   &s->attn, &s->o,      &s->mlp,  &s->ple,  &s->pg,  &s->io,
-                   &s->smap, &s->logits, &s->samp, &s->next, &s->soft};
+    g4_buf *b[] = {&s->h,   &s->h2,   &s->x,      &s->q,    &s->k,    &s->v,
+                   &s->qkv, &s->attn, &s->o,      &s->mlp,  &s->ple,  &s->pg,
+                   &s->io,  &s->smap, &s->logits, &s->samp, &s->next, &s->soft};
     const int n = (int)(sizeof b / sizeof b[0]);
     for (int i = 0; i < n; i++) all[i] = b[i];
     return n;
@@ -132,10 +132,13 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     // on unless G4_FUSE=0 (measured on the H200: Q4 decode 524 -> 560 tok/s, f16 equal)
     const char *fuse_env = getenv("G4_FUSE");
     s->fuse_norm = !(fuse_env && !strcmp(fuse_env, "0")) && be->add_norm_linear;
+    const char *qkv_env = getenv("G4_QKV"); // on unless G4_QKV=0 (issue 30: q|k|v one linear)
+    s->qkv_on = !(qkv_env && !strcmp(qkv_env, "0"));
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
     s->k = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
     s->v = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
+    s->qkv = g4_buf_new(be, be->act_type, 1, (c->n_heads + 2 * c->n_kv_heads) * hd_max);
     s->attn = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
     s->o = g4_buf_new(be, be->act_type, T, H);
     s->mlp = g4_buf_new(be, be->act_type, T, ffn_max);
@@ -320,6 +323,16 @@ static g4_buf cache_rows(const g4_text_state *s, const g4_buf *cache, int T) {
     return v;
 }
 
+// Columns [c0, c0 + n) of a one-row buffer as a [1, n] view (contiguous only because it is one
+// row).
+static g4_buf col_view(const g4_buf *b, int c0, int n) {
+    G4_ASSERT(b->rows == 1 && c0 >= 0 && c0 + n <= b->cols);
+    g4_buf v = *b;
+    v.data = (char *)b->data + (size_t)c0 * g4_type_size(b->type);
+    v.cols = n;
+    return v;
+}
+
 // Row r of a [T, cols] buffer as a [1, cols] view.
 static g4_buf row_view(const g4_buf *b, int r) {
     g4_buf v = *b;
@@ -332,21 +345,21 @@ static g4_buf row_view(const g4_buf *b, int r) {
 // position pos[r]): the head preparation and the decode attention of each row over that
 // sequence's own KV cache, one row per op call (the ops take one cache; q, k, v and attn hold
 // the batch's T rows, computed by the linears with M = T).
-static void batch_attention(g4_text_state *s, int l, int T) {
+static void batch_attention(g4_text_state *s, int l, int T, const g4_buf *q, const g4_buf *k,
+                            const g4_buf *v) {
     const g4_text_config *c = s->m->cfg;
     const g4_layer_config *lc = &c->layer[l];
     const g4_text_layer *w = &s->m->layers[l];
     g4_backend *be = s->be;
     const int hd = lc->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int own = lc->kv_source == l;
-    g4_buf q = g4_buf_view(&s->q, T, nh * hd), attn = g4_buf_view(&s->attn, T, nh * hd);
-    g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
+    g4_buf attn = g4_buf_view(&s->attn, T, nh * hd);
     g4_buf pos = g4_buf_view(&s->pos, T, 1);
     for (int r = 0; r < T; r++) {
         g4_text_state *rs = s->rows[r];
         g4_buf *kc = &rs->kc[lc->kv_slot], *vc = &rs->vc[lc->kv_slot];
-        g4_buf qr = row_view(&q, r), ar = row_view(&attn, r), pr = row_view(&pos, r);
-        g4_buf kr = row_view(&k, r), vr = row_view(&v, r);
+        g4_buf qr = row_view(q, r), ar = row_view(&attn, r), pr = row_view(&pos, r);
+        g4_buf kr = row_view(k, r), vr = row_view(v, r);
         be->qkv_prep(be, &qr, own ? &kr : NULL, own ? &vr : NULL, own ? kc : NULL,
                      own ? vc : NULL, w->q_norm, own ? w->k_norm : NULL, &pr,
                      s->m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
@@ -427,11 +440,22 @@ static void layer(g4_text_state *s, int l, int T) {
 
     // Attention block. Layers that own a KV slot compute K/V and store them at rows pos[t];
     // KV-shared layers read the slot their source layer filled earlier in this same pass.
-    linear_x(s, T, &q, &w->q, NULL, NULL, 0);
+    g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
+    if (lc->kv_source == l && T == 1 && s->qkv_on && w->qkv.in) {
+        // one linear for the three; one row, so q, k, v are its column ranges back to back
+        g4_buf qkv = g4_buf_view(&s->qkv, 1, (nh + 2 * nkv) * hd);
+        linear_x(s, T, &qkv, &w->qkv, NULL, NULL, 0);
+        q = col_view(&qkv, 0, nh * hd);
+        k = col_view(&qkv, nh * hd, nkv * hd);
+        v = col_view(&qkv, (nh + nkv) * hd, nkv * hd);
+    } else {
+        linear_x(s, T, &q, &w->q, NULL, NULL, 0);
+        if (lc->kv_source == l) {
+            be->linear(be, &k, &x, &w->k, 0);
+            be->linear(be, &v, &x, &w->v, 0);
+        }
+    }
     if (lc->kv_source == l) {
-        g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
-        be->linear(be, &k, &x, &w->k, 0);
-        be->linear(be, &v, &x, &w->v, 0);
         if (!s->rows) { // (a batch prepares each row into its own cache: batch_attention)
             be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos,
                          m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
@@ -448,7 +472,7 @@ static void layer(g4_text_state *s, int l, int T) {
         emit_layer(s, "q", l, &q);
     }
     if (s->rows)
-        batch_attention(s, l, T);
+        batch_attention(s, l, T, &q, &k, &v);
     else
         be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
     be->linear(be, &o, &attn, &w->o, 0);

@@ -78,6 +78,9 @@ int g4_text_model_load_opts(const g4_package *pkg, g4_backend *be, const g4_text
         goto fail;
 
     m->layers = g4_calloc((size_t)L, sizeof(g4_text_layer));
+    // G4_QKV=0 at load: no q|k|v copies (their memory saved; every state then runs q, k, v apart)
+    const char *qkv_env = getenv("G4_QKV");
+    const int qkv = !(qkv_env && !strcmp(qkv_env, "0"));
     for (int l = 0; l < L; l++) {
         const g4_layer_config *lc = &cfg->layer[l];
         g4_text_layer *w = &m->layers[l];
@@ -112,6 +115,16 @@ int g4_text_model_load_opts(const g4_package *pkg, g4_backend *be, const g4_text
                           &w->v)) ||
              (rc = vec(m, dec, NAME("model.layers.%d.self_attn.k_norm.weight"), hd, &w->k_norm))))
             goto fail;
+        if (lc->kv_source == l && qkv) { // the decode's q|k|v (a copy; prefill reads q, k, v)
+            char qn[96], kn[96], vn[96];
+            snprintf(qn, sizeof qn, "model.layers.%d.self_attn.q_proj", l);
+            snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_proj", l);
+            snprintf(vn, sizeof vn, "model.layers.%d.self_attn.v_proj", l);
+            const char *parts[3] = {qn, kn, vn};
+            const int outs[3] = {qw, kvw, kvw};
+            g4_binder_component(&m->bind, dec);
+            if ((rc = g4_bind_linear_cat(&m->bind, parts, 3, H, outs, &w->qkv))) goto fail;
+        }
     }
 #undef NAME
     for (int r = 0; r < cfg->n_rope; r++)

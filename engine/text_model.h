@@ -31,6 +31,10 @@
 typedef struct {
     g4_linear q;            // [H, heads*hd]
     g4_linear k, v;         // [H, kv*hd] (only layers that own a KV cache)
+    // [H, (heads + 2 kv) * hd]: q | k | v side by side along N, a copy (owners only; in == 0
+    // where not built, or when G4_QKV=0 at load): a one-token forward's one linear for the
+    // three (issue 30)
+    g4_linear qkv;
     g4_linear o;            // [heads*hd, H]
     g4_linear gate, up;     // [H, ffn]
     g4_linear down;         // [ffn, H]
@@ -87,6 +91,7 @@ typedef struct g4_text_state {
     g4_buf x;      // act [T, H] normed input of a sublayer
     g4_buf q;      // act [T, heads*hd_max]
     g4_buf k, v;   // act [T, kv*hd_max]
+    g4_buf qkv;    // act [1, (heads + 2 kv) * hd_max]: a one-token forward's q | k | v (qkv_on)
     g4_buf attn;   // act [T, heads*hd_max]
     g4_buf o;      // act [T, H] sublayer output before its post-norm
     g4_buf mlp;    // act [T, ffn_max]
@@ -110,6 +115,10 @@ typedef struct g4_text_state {
     // writes the other, instead of add_rmsnorm_next on its own.
     int fuse_norm;
     int fuse; // this forward fuses
+    // Issue 30: a one-token forward computes q, k and v of a KV-owning layer as one linear over
+    // the layer's q|k|v weight (views of s->qkv), its pending add applied once; on unless
+    // G4_QKV=0 in the environment (read at state creation). Prefill keeps the three linears.
+    int qkv_on;
     struct {  // the add a block ended with, not applied yet (pending.r.data != NULL)
         g4_buf r;
         const void *w, *scale, *next_w;

@@ -91,6 +91,50 @@ static int clip_scalar(const g4_component *c, const char *base, const char *what
     return G4_OK;
 }
 
+// g4_binder_place, but always a backend copy (never the host pointer itself).
+static const void *place_copy(g4_binder *b, const void *data, size_t bytes, size_t align) {
+    (void)align;
+    b->weight_bytes += bytes;
+    void *p = g4_binder_alloc(b, bytes);
+    if (p) b->be->upload(b->be, p, data, bytes);
+    return p;
+}
+
+// Places a bound linear's arrays (host memory) on the backend: its prepare_linear, or each array
+// placed (copy: always copied, for host arrays that are freed after this call). `what` names the
+// weight in an error.
+static int place_linear(g4_binder *b, g4_linear *w, const char *what, int copy) {
+    const int in = w->in, out = w->out;
+    const size_t kb = w->kind == G4_W_Q4 ? (size_t)(in + w->block - 1) / w->block : 0;
+    if (b->be->prepare_linear) { // the backend lays it out itself (device copy, Q4 repack)
+        b->weight_bytes +=
+            (w->bias ? (uint64_t)out * 2 : 0) +
+            (w->kind == G4_W_F16
+                 ? (uint64_t)in * out * 2
+                 : (uint64_t)out * (kb * (size_t)(w->block / 2) + kb * 2 + (kb + 1) / 2));
+        int rc = b->be->prepare_linear(b->be, w);
+        if (rc) {
+            g4_error_prefix("%s: '%s%s'", b->c->onnx_path, b->c->prefix, what);
+            return rc;
+        }
+        b->prepared = g4_realloc(b->prepared, sizeof(g4_linear *) * (size_t)(b->n_prepared + 1));
+        b->prepared[b->n_prepared++] = w;
+        return G4_OK;
+    }
+    const void *(*put)(g4_binder *, const void *, size_t, size_t) =
+        copy ? place_copy : g4_binder_place;
+    if (w->kind == G4_W_F16) {
+        w->w = put(b, w->w, (size_t)in * out * 2, 2);
+    } else {
+        w->w = put(b, w->w, (size_t)out * kb * (size_t)(w->block / 2), 1);
+        w->scales = put(b, w->scales, (size_t)out * kb * 2, 2);
+        if (w->zp) w->zp = put(b, w->zp, (size_t)out * ((kb + 1) / 2), 1);
+    }
+    if (w->bias) w->bias = put(b, w->bias, (size_t)out * 2, 2);
+    if (copy) b->be->sync(b->be); // the host arrays are freed after this call
+    return G4_OK;
+}
+
 int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
                    const char *bias_name, g4_linear *w) {
     char nm[160];
@@ -100,29 +144,7 @@ int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
     const g4_tensor *bias = NULL;
     if (bias_name && (rc = g4_get(b->c, bias_name, G4_DT_FLOAT16, &bias, out))) return rc;
     if (bias) w->bias = bias->data; // else the linear's own bias (Q4 node input), if any
-    const size_t kb = w->kind == G4_W_Q4 ? (size_t)(in + w->block - 1) / w->block : 0;
-    if (b->be->prepare_linear) { // the backend lays it out itself (device copy, Q4 repack)
-        b->weight_bytes +=
-            (w->bias ? (uint64_t)out * 2 : 0) +
-            (w->kind == G4_W_F16
-                 ? (uint64_t)in * out * 2
-                 : (uint64_t)out * (kb * (size_t)(w->block / 2) + kb * 2 + (kb + 1) / 2));
-        if ((rc = b->be->prepare_linear(b->be, w))) {
-            g4_error_prefix("%s: '%s%s'", b->c->onnx_path, b->c->prefix, nm);
-            return rc;
-        }
-        b->prepared = g4_realloc(b->prepared, sizeof(g4_linear *) * (size_t)(b->n_prepared + 1));
-        b->prepared[b->n_prepared++] = w;
-    } else {
-        if (w->kind == G4_W_F16) {
-            w->w = g4_binder_place(b, w->w, (size_t)in * out * 2, 2);
-        } else {
-            w->w = g4_binder_place(b, w->w, (size_t)out * kb * (size_t)(w->block / 2), 1);
-            w->scales = g4_binder_place(b, w->scales, (size_t)out * kb * 2, 2);
-            if (w->zp) w->zp = g4_binder_place(b, w->zp, (size_t)out * ((kb + 1) / 2), 1);
-        }
-        if (w->bias) w->bias = g4_binder_place(b, w->bias, (size_t)out * 2, 2);
-    }
+    if ((rc = place_linear(b, w, nm, 0))) return rc;
     if (!clipped) return G4_OK;
     if ((rc = clip_scalar(b->c, base, "input_min", &w->in_lo)) ||
         (rc = clip_scalar(b->c, base, "input_max", &w->in_hi)) ||
@@ -141,6 +163,68 @@ int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
     snprintf(nl->name, sizeof nl->name, "%s", base);
     nl->lin = w;
     return G4_OK;
+}
+
+int g4_bind_linear_cat(g4_binder *b, const char *const *bases, int n, int in, const int *outs,
+                       g4_linear *w) {
+    memset(w, 0, sizeof *w);
+    G4_ASSERT(n >= 1 && n <= G4_CAT_MAX);
+    g4_linear part[G4_CAT_MAX];
+    char nm[160];
+    int N = 0, any_zp = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(nm, sizeof nm, "%s.weight_t", bases[i]);
+        int rc = g4_linear_get(b->c, nm, in, outs[i], &part[i]);
+        if (rc) return rc;
+        // one weight kind and block, no bias (a bias would need its own concatenation)
+        if (part[i].bias || part[i].kind != part[0].kind || part[i].block != part[0].block)
+            return G4_OK;
+        any_zp |= part[i].zp != NULL;
+        N += outs[i];
+    }
+    g4_linear cat = {.kind = part[0].kind, .in = in, .out = N, .block = part[0].block};
+    uint8_t *q = NULL, *sc = NULL, *zp = NULL;
+    if (cat.kind == G4_W_F16) { // [K, N] row-major: row k is the parts' rows k side by side
+        const size_t row = (size_t)N * 2;
+        q = g4_malloc((size_t)in * row);
+        for (int k = 0; k < in; k++) {
+            size_t off = 0;
+            for (int i = 0; i < n; i++) {
+                const size_t pr = (size_t)outs[i] * 2;
+                memcpy(q + (size_t)k * row + off, (const uint8_t *)part[i].w + (size_t)k * pr, pr);
+                off += pr;
+            }
+        }
+    } else { // Q4: q, scales and zero points are column-major (per output n): appended
+        const size_t kb = (size_t)g4_q4_kblocks(in, cat.block);
+        const size_t qc = kb * (size_t)(cat.block / 2), sc_c = kb * 2,
+                     zc = (size_t)g4_q4_zp_row_bytes((int)kb);
+        q = g4_malloc((size_t)N * qc);
+        sc = g4_malloc((size_t)N * sc_c);
+        if (any_zp) zp = g4_malloc((size_t)N * zc);
+        size_t col = 0;
+        for (int i = 0; i < n; i++) {
+            const size_t c = (size_t)outs[i];
+            memcpy(q + col * qc, part[i].w, c * qc);
+            memcpy(sc + col * sc_c, part[i].scales, c * sc_c);
+            if (zp && part[i].zp)
+                memcpy(zp + col * zc, part[i].zp, c * zc);
+            else if (zp) // the op's default zero point 8 in both nibbles
+                memset(zp + col * zc, 0x88, c * zc);
+            col += c;
+        }
+        cat.scales = sc;
+        cat.zp = zp;
+    }
+    cat.w = q;
+    snprintf(nm, sizeof nm, "%s.weight_t and %d more (concatenated)", bases[0], n - 1);
+    *w = cat;
+    const int rc = place_linear(b, w, nm, 1);
+    free(q);
+    free(sc);
+    free(zp);
+    if (rc) memset(w, 0, sizeof *w);
+    return rc;
 }
 
 void g4_tower_ws_free(g4_backend *be, g4_tower_ws *ws) {

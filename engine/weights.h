@@ -94,6 +94,14 @@ int g4_bind_vec(g4_binder *b, const char *name, int64_t n, const void **out);
 // tensor, or NULL for the linear's own (a Q4 MatMulNBits node's bias input) if it has one.
 int g4_bind_linear(g4_binder *b, const char *base, int in, int out, int clipped,
                    const char *bias_name, g4_linear *w);
+// One linear [in, sum(outs)] whose output columns are those of linears bases[0 .. n) side by
+// side (y = x @ [W0 | W1 | ...]; n <= G4_CAT_MAX), a new copy placed on the backend (the parts
+// stay as bound). Each part is bound as g4_bind_linear binds it (errors name the tensor); when
+// the parts differ in kind (fp16 / Q4) or block, or one has a bias, nothing is built: w stays
+// zeroed (w->in == 0) and G4_OK is returned. A Q4 part without zero points takes the default 8.
+enum { G4_CAT_MAX = 4 };
+int g4_bind_linear_cat(g4_binder *b, const char *const *bases, int n, int in, const int *outs,
+                       g4_linear *w);
 // 1 when "<base>.input_min" exists (the export kept HF's clip buffers).
 int g4_has_clip_bounds(const g4_component *c, const char *base);
 

@@ -1531,6 +1531,8 @@ static void run_cases(void) {
     case_linear(G4_W_Q4, 1, 64, 16, 0, 0, 0, 0, 16);
     case_linear(G4_W_Q4, 17, 192, 48, 1, 0, 0, 0, 17);
     case_linear(G4_W_Q4, 2, 1536, 6144, 0, 0, 0, 0, 18); // E2B gate_proj
+    case_linear(G4_W_Q4, 1, 1536, 5120, 0, 0, 0, 0, 19); // E2B q|k|v, full layer (unfused adds)
+    case_linear(G4_W_F16, 1, 1536, 2560, 0, 0, 0, 0, 19); // E2B q|k|v, sliding layer
     case_linear_gelu_mul(G4_W_F16, 1, 64, 64, 20);
     case_linear_gelu_mul(G4_W_F16, 17, 136, 88, 21);
     case_linear_gelu_mul(G4_W_F16, 3, 1536, 6144, 22); // E2B MLP
@@ -1567,6 +1569,11 @@ static void run_cases(void) {
     case_add_norm_linear(G4_W_Q4, 9, 64, 16, 0, 1, 0, 51);
     case_add_norm_linear(G4_W_Q4, 1, 2112, 32, 0, 1, 0, 52);
     case_add_norm_linear(G4_W_F16, 2, 72, 40, 1, 1, 1, 53);
+    // the decode's q|k|v as one GEMV (E2B: 8 q heads + k + v of 256, or of 512 on full layers)
+    case_add_norm_linear(G4_W_Q4, 1, 1536, 2560, 0, 1, 1, 60);
+    case_add_norm_linear(G4_W_Q4, 1, 1536, 5120, 0, 1, 1, 61);
+    case_add_norm_linear(G4_W_F16, 1, 1536, 2560, 0, 1, 1, 62);
+    case_add_norm_linear(G4_W_F16, 1, 1536, 5120, 0, 1, 1, 63);
     case_add_rmsnorm(7, 40, 0, 1, 45);
     // the towers' widths (the warp-per-row kernels): vision 768, audio 1024, and 512
     for (int next = 0; next < 4; next++) case_add_rmsnorm(9, 768, next, next != 2, 46 + next);

@@ -2,6 +2,7 @@
 // token at a time, in several splits) must equal one long prefill; bad requests fail cleanly.
 // (Agreement with HF is tests/test_text_vs_hf.c.)
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,20 @@ static void count_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *
     n_add_norm_linear++;
     cpu_ops->add_norm_linear(be, a, x, y, w, wu, mul, mul_col0);
 }
+static int n_linear, n_linear_gelu_mul;
+static void count_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
+                         int accumulate) {
+    n_linear++;
+    cpu_ops->linear(be, y, x, w, accumulate);
+}
+static void count_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg,
+                                  const g4_linear *wu) {
+    n_linear_gelu_mul++;
+    cpu_ops->linear_gelu_mul(be, y, x, wg, wu);
+}
+static int linears(void) {
+    return n_linear + n_linear_gelu_mul + n_add_norm_linear;
+}
 static void count_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w,
                                    float eps, const void *scale, g4_buf *next, int next_norm,
                                    const void *next_w) {
@@ -111,6 +126,92 @@ static void test_fused_adds(g4_text_model *m) {
     free(got);
 }
 
+// Issue 30: a one-token forward runs one linear over an owner layer's q|k|v weight (on unless
+// G4_QKV=0, read when a state is made; prefill keeps q, k and v apart). On the CPU each output
+// column is summed alone in k order, so the logits must be bit-identical either way, fused adds
+// or not; and the decode step must run exactly 2 linears fewer per KV-owning layer.
+static void test_qkv(g4_text_model *m, const char *what) {
+    const g4_text_config *c = m->cfg;
+    const int V = c->vocab, H = c->hidden, P = 5, D = 4, N = P + D;
+    g4_backend *be = m->be;
+    // the concatenated weights: built for the owners only, and x @ [Wq | Wk | Wv] computes the
+    // three linears' columns bit for bit
+    unsigned long long seed = 31;
+    float *x = g4_malloc(sizeof(float) * (size_t)H);
+    for (int i = 0; i < H; i++) x[i] = g4t_rand_uniform(&seed, -2.0f, 2.0f);
+    for (int l = 0; l < c->n_layers; l++) {
+        const g4_layer_config *lc = &c->layer[l];
+        const g4_text_layer *w = &m->layers[l];
+        const int qw = c->n_heads * lc->head_dim, kvw = c->n_kv_heads * lc->head_dim;
+        if (lc->kv_source != l) {
+            CHECK_MSG(w->qkv.in == 0, "%s: layer %d shares its KV but has a q|k|v weight", what, l);
+            continue;
+        }
+        CHECK_MSG(w->qkv.in == H && w->qkv.out == qw + 2 * kvw && w->qkv.kind == w->q.kind,
+                  "%s: layer %d: q|k|v weight [%d, %d] kind %d, expected [%d, %d] kind %d", what, l,
+                  w->qkv.in, w->qkv.out, (int)w->qkv.kind, H, qw + 2 * kvw, (int)w->q.kind);
+        if (w->qkv.in != H) continue;
+        float *cat = g4_malloc(sizeof(float) * (size_t)(qw + 2 * kvw));
+        float *sep = g4_malloc(sizeof(float) * (size_t)(qw + 2 * kvw));
+        g4_buf xb = {x, G4_F32, 1, H}, yc = {cat, G4_F32, 1, qw + 2 * kvw};
+        g4_buf yq = {sep, G4_F32, 1, qw}, yk = {sep + qw, G4_F32, 1, kvw},
+               yv = {sep + qw + kvw, G4_F32, 1, kvw};
+        cpu_ops->linear(be, &yc, &xb, &w->qkv, 0);
+        cpu_ops->linear(be, &yq, &xb, &w->q, 0);
+        cpu_ops->linear(be, &yk, &xb, &w->k, 0);
+        cpu_ops->linear(be, &yv, &xb, &w->v, 0);
+        CHECK_MSG(memcmp(cat, sep, sizeof(float) * (size_t)(qw + 2 * kvw)) == 0,
+                  "%s: layer %d: x @ [Wq | Wk | Wv] differs from the three linears", what, l);
+        free(cat);
+        free(sep);
+    }
+    free(x);
+
+    // a P-token prefill, then D one-token forwards (all logits), under each setting
+    int32_t ids[9] = {2, 17, 5, 40, 9, 3, 31, 8, 12};
+    float *want = g4_malloc(sizeof(float) * (size_t)N * V),
+          *got = g4_malloc(sizeof(float) * (size_t)N * V);
+    int decode_linears[2][2], prefill_linears[2][2];
+    for (int qkv = 0; qkv < 2; qkv++)
+        for (int fuse = 0; fuse < 2; fuse++) {
+            setenv("G4_FUSE", fuse ? "1" : "0", 1);
+            if (qkv)
+                unsetenv("G4_QKV"); // the default: on
+            else
+                setenv("G4_QKV", "0", 1);
+            g4_text_state *s;
+            CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
+            float *out = qkv == 0 && fuse == 0 ? want : got;
+            n_linear = n_linear_gelu_mul = n_add_norm_linear = 0;
+            CHECK_MSG(g4_text_forward(s, ids, P, NULL, out, 1) == 0, "%s", g4_error());
+            prefill_linears[qkv][fuse] = linears();
+            for (int t = P; t < N; t++) {
+                n_linear = n_linear_gelu_mul = n_add_norm_linear = 0;
+                CHECK_MSG(g4_text_forward(s, ids + t, 1, NULL, out + (size_t)t * V, 1) == 0, "%s",
+                          g4_error());
+            }
+            decode_linears[qkv][fuse] = linears();
+            g4_text_state_free(s);
+            if (out == got)
+                CHECK_MSG(memcmp(want, got, sizeof(float) * (size_t)N * V) == 0,
+                          "%s: G4_QKV=%d G4_FUSE=%d: the logits differ from G4_QKV=0 G4_FUSE=0",
+                          what, qkv, fuse);
+        }
+    unsetenv("G4_FUSE");
+    unsetenv("G4_QKV");
+    for (int fuse = 0; fuse < 2; fuse++) {
+        CHECK_MSG(decode_linears[0][fuse] - decode_linears[1][fuse] == 2 * c->n_kv_layers,
+                  "%s (G4_FUSE=%d): a decode step ran %d linears with G4_QKV=0 and %d with "
+                  "q|k|v, expected %d fewer",
+                  what, fuse, decode_linears[0][fuse], decode_linears[1][fuse], 2 * c->n_kv_layers);
+        CHECK_INT(prefill_linears[1][fuse], prefill_linears[0][fuse]); // prefill: q, k, v apart
+    }
+    printf("  %s: a decode step %d linears with q|k|v, %d without (%d KV layers)\n", what,
+           decode_linears[1][1], decode_linears[0][1], c->n_kv_layers);
+    free(want);
+    free(got);
+}
+
 static void test_bad_requests(g4_text_model *m) {
     g4_text_state *s;
     CHECK(g4_text_state_new(m, 8, 4, &s) == 0);
@@ -155,12 +256,50 @@ int main(void) {
     counting = *cpu_ops;
     counting.add_norm_linear = count_add_norm_linear;
     counting.add_rmsnorm_next = count_add_rmsnorm_next;
+    counting.linear = count_linear;
+    counting.linear_gelu_mul = count_linear_gelu_mul;
     rc = g4_text_model_load(p, &counting, &m);
     CHECK_MSG(rc == 0, "%s", g4_error());
     if (rc == 0) {
         test_fused_adds(m);
+        test_qkv(m, "f16");
+        g4_text_model_free(m);
+    }
+    setenv("G4_QKV", "0", 1); // at load: no q|k|v copies, so a state runs q, k, v apart
+    rc = g4_text_model_load(p, &counting, &m);
+    unsetenv("G4_QKV");
+    CHECK_MSG(rc == 0, "%s", g4_error());
+    if (rc == 0) {
+        for (int l = 0; l < m->cfg->n_layers; l++) CHECK_INT(m->layers[l].qkv.in, 0);
+        g4_text_state *s;
+        int32_t ids[2] = {2, 17};
+        CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
+        CHECK(g4_text_forward(s, ids, 1, NULL, NULL, 0) == 0);
+        n_linear = n_linear_gelu_mul = n_add_norm_linear = 0;
+        CHECK(g4_text_forward(s, ids + 1, 1, NULL, NULL, 0) == 0);
+        // the PLE projection, then q, o, gate|up, down, PLE gate and projection a layer, k and
+        // v on the owners (no logits asked: no LM head)
+        CHECK_INT(linears(), 1 + 6 * m->cfg->n_layers + 2 * m->cfg->n_kv_layers);
+        g4_text_state_free(s);
         g4_text_model_free(m);
     }
     g4_package_close(p);
+    // the Q4 package: the f16 one with onnxruntime's Q4 decoder (tests/fixtures/q4)
+    char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
+    rc = g4t_sh("mkdir '%s' && cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); [ \"$b\" = "
+                "decoder ] || ln -s \"$f\" \"$b\"; done && ln -s '%s/q4/decoder' decoder",
+                pkg, pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
+    CHECK(rc == 0);
+    if (rc == 0 && (rc = g4_package_open(pkg, &p)) == 0) {
+        if ((rc = g4_text_model_load(p, &counting, &m)) == 0) {
+            CHECK(m->layers[0].qkv.kind == G4_W_Q4);
+            test_qkv(m, "q4");
+            g4_text_model_free(m);
+        }
+        g4_package_close(p);
+    }
+    CHECK_MSG(rc == 0, "Q4 package: %s", g4_error());
+    free(pkg);
+    g4t_rmtree(tmp);
     return g4t_finish("test_text_decoder");
 }

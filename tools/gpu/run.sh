@@ -39,6 +39,10 @@
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
 #            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=1, and on the
 #            full-size package generate fused vs unfused and bench both ways
+#   qkv      issue 30 stage 1, q|k|v as one decode GEMV (after build, tiny; e2b_make for its
+#            full-size half): the q|k|v shapes of add_norm_linear / linear vs the naive op,
+#            test_cuda_engine with it on and off, and on the full-size package generate and bench
+#            --reps 5 with G4_QKV=0 and the default, greedy tokens compared, the per-op profile
 #   eval_batch  issue 31's eval --batch 16 vs 1 on the carried smoke media (tiny package, CUDA)
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
@@ -403,6 +407,53 @@ PY
     done
     G4_FUSE=1 G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/fuse_profile.txt"
     grep -A14 "decode step, eager" "$OUT/fuse_profile.txt" | head -16
+}
+
+# Issue 30 stage 1, q|k|v as one GEMV in a one-token forward (G4_QKV=0 turns it off; after build,
+# tiny, and e2b_make for the full-size half): the E2B q|k|v shapes (N 2560, 5120) of
+# add_norm_linear and linear on CUDA against the naive op, test_cuda_engine on gpu-tiny with it on
+# and off (graph == eager, CUDA vs the CPU reference, 0 allocations), then on the full-size
+# package: greedy tokens of generate with G4_QKV=0 and the default (Q4 and f16, 128 tokens: equal
+# where the logits' top-2 gap exceeds the GEMV's reduction-order difference), bench --reps 5
+# both ways (the weights line says what the copies add) and the per-op profile (launches a step).
+stage_qkv() {
+    local d="$WORK/gpu-tiny" e="$WORK/e2b"
+    for op in add_norm_linear linear; do
+        build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/qkv_backend_ops_$op.log" 2>&1
+        echo "test_backend_ops --op $op (cuda): exit $?"
+        grep -E "FAIL|2560|5120" "$OUT/qkv_backend_ops_$op.log" | head -12
+        tail -2 "$OUT/qkv_backend_ops_$op.log"
+    done
+    for q in 1 0; do
+        G4_QKV=$q G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+            tee "$OUT/qkv_cuda_engine_$q.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL" | tail -24
+        echo "=== test_cuda_engine G4_QKV=$q: exit ${PIPESTATUS[0]}"
+    done
+    [ -f "$e/READY" ] || { echo "qkv: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
+    local ids
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
+    for p in q4 f16; do
+        for q in 0 1; do
+            G4_QKV=$q build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
+                --ignore-eos --json >"$OUT/qkv_gen_${p}_$q.json" 2>&1
+        done
+        python3 - "$OUT/qkv_gen_${p}_0.json" "$OUT/qkv_gen_${p}_1.json" "$p" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+ta, tb = a["tokens"], b["tokens"]
+same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
+print(f"qkv {sys.argv[3]}: greedy tokens q|k|v == separate for the first {same} of {len(ta)}; "
+      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
+PY
+    done
+    for q in 0 1; do
+        G4_QKV=$q build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/qkv_bench_$q.json" >"$OUT/qkv_bench_$q.txt" 2>&1
+        echo "=== bench G4_QKV=$q: exit $?"; grep -iE "weights|decode" "$OUT/qkv_bench_$q.txt" | head -6 | cut -c1-400
+    done
+    for q in 0 1; do
+        G4_QKV=$q G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/qkv_profile_$q.txt"
+        echo "=== profile G4_QKV=$q"; grep -A14 "decode step, eager" "$OUT/qkv_profile_$q.txt" | head -16
+    done
 }
 
 # Issue 31's batched step on CUDA (after build): test_batch's cases (tiny fixture) with the CUDA
