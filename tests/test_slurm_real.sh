@@ -9,7 +9,8 @@
 # until the merge's afterok dependency on the whole array has been read, then released. Each
 # job must complete, each array task must take its shard and its GPU from the variables Slurm
 # set, the merge must start after the last shard ended, the shards must hold, per item, the
-# unsharded run's tokens, and the merged scores must be the unsharded run's. At the end (and on
+# unsharded run's tokens, and the merged scores must be the unsharded run's. Then 2 shards of a
+# 1-item manifest: the empty shard succeeds, so the merge still runs. At the end (and on
 # any exit: trap) it cancels what is queued, stops every daemon it started, and checks that no
 # process it started is left. Without the Slurm or MUNGE binaries (Debian: slurmctld slurmd
 # slurm-client munge) it skips (77) saying why; under CI=true (.ci/run, after
@@ -156,7 +157,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+# jobs start at the next 1 s pass after they became eligible (the default waits up to 3 s)
 SchedulerType=sched/builtin
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
@@ -216,11 +219,14 @@ check "the jobs released" $?
 jobs_done() {
     no_jobs || squeue -h -j "$merge_job" -o %r | grep -q DependencyNeverSatisfied
 }
-if ! wait_for 60 jobs_done || ! no_jobs; then
-    check "the jobs ran to the end within 60 s (the queue empty)" 1
-    squeue
-    scontrol show job "$merge_job"
-fi
+wait_jobs() { # NAME
+    if ! wait_for 60 jobs_done || ! no_jobs; then
+        check "$1: the jobs ran to the end within 60 s (the queue empty)" 1
+        squeue
+        scontrol show job "$merge_job"
+    fi
+}
+wait_jobs "2 shards of 3 items"
 scontrol show job -o >"$tmp/jobs"
 # field JOB_LINE NAME: the value of NAME= in one `scontrol show job -o` line
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
@@ -262,6 +268,20 @@ if bad or b.get("count") != 3:
     sys.exit(f"merged scores differ from the unsharded run's in {bad} (count {b.get('count')})")
 PY
 check "the merged scores equal the unsharded run's" $?
+
+# More shards than items: the empty shard is a success with 0 items, so the merge (afterok)
+# still runs and scores the one item.
+head -1 "$tmp/m.jsonl" >"$tmp/m1.jsonl"
+(cd "$tmp/work" && G4CU="$G4CU" bash "$G4_SOURCE_DIR/tools/slurm/eval.sbatch" submit 2 \
+    "$tmp/m1.jsonl" "${run_opts[@]:1}" --out "$tmp/slurm1") >"$tmp/submit1.out" 2>&1
+check "eval.sbatch submit 2 on 1 item: exit 0" $?
+read -r array_job merge_job < <(sed -nE 's/^submitted: array job ([0-9]+) \(2 shards\), merge job ([0-9]+) -> .*/\1 \2/p' "$tmp/submit1.out")
+merge_job=${merge_job:-none}
+wait_jobs "2 shards of 1 item"
+line=$(scontrol show job -o "$merge_job" 2>&1)
+[ "$(field "$line" JobState)" = COMPLETED ] && [ "$(field "$line" ExitCode)" = 0:0 ] &&
+    grep -q "librispeech wer = .* over 1 items" "$tmp/work/g4cu-eval-${merge_job}_"*.log 2>/dev/null
+check "2 shards of 1 item: the empty shard succeeded, the merge ran and scored the item" $?
 if [ "$fail" -ne 0 ] || [ -n "${G4_SLURM_LOGS:-}" ]; then cat "$SLURM_CONF" "$tmp/jobs"; show_logs; fi
 
 # --- stopped: nothing this test started still runs ----------------------------------------
