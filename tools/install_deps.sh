@@ -13,10 +13,13 @@ cd "$(dirname "$0")/.."
 # python3 + python3-venv: the venv below (no pip into the system python).
 # clang + libclang-rt-dev: the libFuzzer, ASan and UBSan runtimes of Debian's default clang
 # (tests/fuzz/build.sh, tests/test_fuzz_smoke.sh); the unversioned names follow the release.
+# slurmctld + slurmd + slurm-client + munge: tests/test_slurm_real.sh runs tools/slurm/eval.sbatch
+# under a one-node Slurm it starts itself (its own slurm.conf and munge key in a temporary
+# directory); the packages' own services are not used.
 pkgs=(cmake make gcc g++ clang libclang-rt-dev
       protobuf-c-compiler libprotobuf-c-dev libcjson-dev zlib1g-dev libpng-dev libjpeg-dev
       libsndfile1-dev libsoxr-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev
-      python3 python3-venv)
+      python3 python3-venv slurmctld slurmd slurm-client munge)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 missing=()
