@@ -106,15 +106,28 @@ LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/dev" "$pkgd
 check "g4cu_dev_inspect from the installed library: the tiny package consistent" $?
 # The command too, with an RPATH: the installed g4cu and the README's example run from the
 # prefix without LD_LIBRARY_PATH (issue 34), and bench --hf's script is installed where the
-# installed g4cu looks for it.
+# installed g4cu looks for it. On a failure: what the run printed and what the loader could not
+# find without LD_LIBRARY_PATH.
+unresolved() { # unresolved BINARY...: the `ldd` lines "not found" without LD_LIBRARY_PATH
+    local b
+    for b in "$@"; do env -u LD_LIBRARY_PATH ldd "$b" 2>&1 | grep 'not found' | sed "s|^|  $b: |"; done
+}
 [ -x "$pre/bin/g4cu" ] && env -u LD_LIBRARY_PATH "$pre/bin/g4cu" --version >"$tmp/out" 2>&1 &&
     grep -q "^g4cu " "$tmp/out" && [ -f "$pre/share/g4cu/python/bench_hf.py" ]
-check "cmake --install installs g4cu (runs without LD_LIBRARY_PATH) and bench_hf.py" $?
-# (libg4cu.so gets one only for link directories outside the loader's own paths: none here)
-readelf -d "$pre/bin/g4cu" | grep -qE 'R(UN)?PATH.*\$ORIGIN/\.\./lib'
+ok=$?
+[ $ok -ne 0 ] && { echo "  g4cu --version without LD_LIBRARY_PATH:"; cat "$tmp/out"; unresolved "$pre/bin/g4cu"; }
+check "cmake --install installs g4cu (runs without LD_LIBRARY_PATH) and bench_hf.py" $ok
+readelf -d "$pre/bin/g4cu" | grep -qE '\(RPATH\).*\$ORIGIN/\.\./lib'
 check "the installed g4cu carries an RPATH to the prefix's lib" $?
+# DT_RPATH, not DT_RUNPATH (CMakeLists.txt says why): a RUNPATH would leave the dependencies of a
+# library found through it (libsndfile's libFLAC) to LD_LIBRARY_PATH. libg4cu.so has an RPATH
+# only for link directories outside the loader's own paths (none on a machine with the packages).
+! readelf -d "$pre/bin/g4cu" "$lib" | grep -q '(RUNPATH)'
+check "the installed g4cu and libg4cu.so.0 carry no RUNPATH (an RPATH serves their dependencies' dependencies too)" $?
 env -u LD_LIBRARY_PATH "$tmp/example" "$pkgdir" "$tok" "Describe the weather." >"$tmp/out" 2>"$tmp/err" &&
     grep -qE '^\[[0-9]+ prompt tokens, 16 generated, length\]$' "$tmp/out" &&
     env -u LD_LIBRARY_PATH LD_DEBUG=libs "$tmp/example" 2>&1 | grep -q "$libdir/libg4cu.so.0"
-check "the README's example runs from the prefix without LD_LIBRARY_PATH" $?
+ok=$?
+[ $ok -ne 0 ] && { echo "  the example without LD_LIBRARY_PATH:"; cat "$tmp/out" "$tmp/err"; unresolved "$tmp/example" "$lib"; }
+check "the README's example runs from the prefix without LD_LIBRARY_PATH" $ok
 finish test_api_install

@@ -43,7 +43,8 @@
 #            full-size half): the q|k|v shapes of add_norm_linear / linear vs the naive op,
 #            test_cuda_engine with it on and off, and on the full-size package generate and bench
 #            --reps 5 with G4_QKV=0 and the default, greedy tokens compared, the per-op profile
-#   eval_batch  issue 31's eval --batch 16 vs 1 on the carried smoke media (tiny package, CUDA)
+#   eval_batch  issue 31's eval --batch 16 vs 1 on the carried smoke media (CUDA; a gpu-eval
+#            package: gpu-tiny's shapes with the tiny fixture's vocabulary and token ids)
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -466,11 +467,19 @@ stage_batch_cuda() {
 
 # Issue 31's eval target (after build): `g4cu eval --backend cuda` on the smoke media (carried
 # as .smoke-data, tools/fetch_smoke_set.sh) with each item repeated EVAL_REPEAT times (ids made
-# unique), on the tiny fixture package, --batch 1 then --batch 16: wall seconds, items/s and
-# how many predictions differ (the batched M > 1 linears may round differently).
+# unique), --batch 1 then --batch 16: wall seconds, items/s and how many predictions differ
+# (the batched M > 1 linears may round differently). The package: make_package.py's gpu-eval
+# preset (gpu-tiny's shapes, head_dim 256 / 512, which the CUDA attention takes; the tiny
+# fixture's head_dim 32 it does not) with the vocabulary and token ids of the tiny fixture
+# (--like), which the chat fixture tokenizer fits.
 stage_eval_batch() {
-    local data="$PWD/.smoke-data" pkg="$PWD/tests/fixtures/mobius-tiny-f16/package"
+    local data="$PWD/.smoke-data" d="$WORK/gpu-eval" pkg="$WORK/gpu-eval/f16"
     [ -d "$data/librivox" ] || { echo "eval_batch: no .smoke-data carried"; return 1; }
+    rm -rf "$d"
+    python3 tools/python/make_package.py "$d" --preset gpu-eval \
+        --like tests/fixtures/mobius-tiny-f16/package >"$OUT/eval_batch_make.log" 2>&1 ||
+        { tail -20 "$OUT/eval_batch_make.log"; return 1; }
+    grep '^make_package:' "$OUT/eval_batch_make.log"
     local task man b
     for task in librispeech ocrbench; do
         man="$WORK/eval_${task}.jsonl"
@@ -490,6 +499,7 @@ PY
                 --data-dir "$data" --out "$WORK/eval_${task}_b$b" --batch $b >"$OUT/eval_${task}_b$b.out" 2>"$OUT/eval_${task}_b$b.err"
             local rc=$? t1=$(date +%s.%N)
             echo "eval $task --batch $b: exit $rc, $(wc -l <"$man") items in $(python3 -c "print(f'{$t1 - $t0:.2f}')") s wall, $(tail -1 "$OUT/eval_${task}_b$b.out")"
+            [ $rc -ne 0 ] && tail -3 "$OUT/eval_${task}_b$b.err"
         done
         python3 - "$WORK/eval_${task}_b1/predictions.jsonl" "$WORK/eval_${task}_b16/predictions.jsonl" "$task" <<'PY'
 import json, sys

@@ -2,14 +2,18 @@
 """Builds a random-weight Gemma-4 package through transformers + the mobius exporter (runs on
 the GPU machine; the presets below).
 
-    python3 tools/python/make_package.py OUT [--preset e2b|gpu-tiny] [--seed 0] [--device cuda]
-                                             [--layers N]
+    python3 tools/python/make_package.py OUT [--preset e2b|gpu-tiny|gpu-eval|deep] [--seed 0]
+                                             [--device cuda] [--layers N] [--like PKG]
 
 Presets:
   e2b       the full-size E2B (below): speed, memory and numerics at the real shapes.
   gpu-tiny  a few-MB model whose every shape the CUDA kernels take (head_dim 256 / 512, GQA,
             sliding window 32, PLE 256, vision heads of 64, audio heads of 32), for GPU-vs-CPU
             and GPU-vs-HF tests of every op at tiny cost; made at test time, not committed.
+  gpu-eval  gpu-tiny's shapes, with the real E2B's vision position table (10240 per axis, so
+            any image the image processor lays out fits: the smoke set's 2:1 page is a 69-patch-wide
+            grid, past gpu-tiny's 64), for running `g4cu eval --backend cuda` on real media at tiny
+            cost. Needs --like (the vocabulary and ids the eval tokenizer was made for).
   deep      hidden 2048, 12 layers, GQA 4:1 (deep_config): the fp32 tolerances at depth, on a
             CPU (about 1 GB; not committed).
 
@@ -25,6 +29,12 @@ Presets:
      component; export_package.py rewrites it; g4cu reads both), processor JSONs;
   3. prints each step's time and the component file sizes next to the real package's
      (spec/onnx-package-format.md section 1: decoder 4,733,337,600 bytes f16).
+
+--like PKG takes the vocabulary size, the context length and the special and media-placeholder
+ids (bos, eos, pad, image, audio, boa) from PKG/genai_config.json, so that a tokenizer made for
+PKG (tests/fixtures/chat/chat_bpe.json for the tiny fixtures) fits the new package too; after
+the export it checks that the new genai_config.json has those values and that the new processor
+JSONs (image_processor.json, audio_feature_extraction.json) equal PKG's, and stops otherwise.
 
 --layers N shrinks the text decoder (N layers, the last 4/7 of them KV-shared) for trying the
 pipeline on a small machine; the numbers then do not match the real package.
@@ -125,6 +135,73 @@ def gpu_tiny_config():
                         tie_word_embeddings=True)
 
 
+def gpu_eval_config():
+    cfg = gpu_tiny_config()
+    vision = dict(cfg.vision_config.to_dict(), position_embedding_size=10240)
+    return Gemma4Config(text_config=cfg.text_config.to_dict(), vision_config=vision,
+                        audio_config=cfg.audio_config.to_dict(), tie_word_embeddings=True)
+
+
+# --like: genai_config.json "model" keys -> where they go in the HF config (text_config or the
+# top level); the exporter writes them back from there.
+LIKE_KEYS = {
+    "vocab_size": ("text", ["vocab_size", "vocab_size_per_layer_input"]),
+    "context_length": ("text", ["max_position_embeddings"]),
+    "bos_token_id": ("text", ["bos_token_id"]),
+    "eos_token_id": ("text", ["eos_token_id"]),
+    "pad_token_id": ("text", ["pad_token_id"]),
+    "image_token_id": ("top", ["image_token_id"]),
+    "audio_token_id": ("top", ["audio_token_id"]),
+    "boa_token_id": ("top", ["boa_token_id"]),
+}
+LIKE_FILES = ["image_processor.json", "audio_feature_extraction.json"]
+
+
+def like_values(pkg):
+    path = os.path.join(pkg, "genai_config.json")
+    try:
+        with open(path) as f:
+            model = json.load(f)["model"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"make_package: --like {path}: {e}")
+    vals = {k: model[k] for k in LIKE_KEYS if k in model}
+    if "vocab_size" not in vals:
+        raise SystemExit(f"make_package: --like {path}: no model.vocab_size")
+    return vals
+
+
+def apply_like(cfg, vals):
+    for key, v in vals.items():
+        where, names = LIKE_KEYS[key]
+        for n in names:
+            setattr(cfg.text_config if where == "text" else cfg, n, v)
+    return cfg
+
+
+def check_like(pkg_dir, like_pkg, vals):
+    """The exported package has --like's values and processor files (else a tokenizer made for
+    that package would not fit this one)."""
+    with open(os.path.join(pkg_dir, "genai_config.json")) as f:
+        model = json.load(f)["model"]
+    for k, v in vals.items():
+        if model.get(k) != v:
+            raise SystemExit(f"make_package: {pkg_dir}/genai_config.json: model.{k} is "
+                             f"{model.get(k)!r}, expected {v!r} (as in {like_pkg})")
+    for name in LIKE_FILES:
+        mine, theirs = os.path.join(pkg_dir, name), os.path.join(like_pkg, name)
+        if not os.path.exists(theirs):
+            continue
+        with open(theirs) as f:
+            want = json.load(f)
+        got = None
+        if os.path.exists(mine):
+            with open(mine) as f:
+                got = json.load(f)
+        if got != want:
+            raise SystemExit(f"make_package: {mine} differs from {theirs} (the image or audio "
+                             f"front end of the new package would not match the tokenizer's)")
+
+
 def deep_config():
     """Deeper and wider than the CPU fixtures, small enough for a CPU: hidden 2048, 12 layers
     (S S S S F S S S S F S F, the last 4 KV-shared), 8 query heads / 2 KV heads (GQA 4:1), head_dim
@@ -149,9 +226,14 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "deep"], default="e2b")
+    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "gpu-eval", "deep"], default="e2b")
     ap.add_argument("--layers", type=int, default=35, help="e2b only: text layers")
+    ap.add_argument("--like", metavar="PKG",
+                    help="vocabulary, context length and token ids from PKG/genai_config.json")
     args = ap.parse_args()
+    if args.preset == "gpu-eval" and not args.like:
+        ap.error("--preset gpu-eval needs --like PKG (the package the eval tokenizer fits)")
+    like = like_values(args.like) if args.like else None
     here = os.path.dirname(os.path.abspath(__file__))
     hf_dir, pkg_dir = os.path.join(args.out, "hf"), os.path.join(args.out, "f16")
     os.makedirs(args.out, exist_ok=True)
@@ -159,7 +241,9 @@ def main():
     t0 = time.time()
     torch.manual_seed(args.seed)
     cfg = {"e2b": lambda: e2b_config(args.layers), "gpu-tiny": gpu_tiny_config,
-           "deep": deep_config}[args.preset]()
+           "gpu-eval": gpu_eval_config, "deep": deep_config}[args.preset]()
+    if like:
+        cfg = apply_like(cfg, like)
     # fp16 random init is fast on a GPU; on a CPU init in float32 (vectorized) and cast
     init_dtype = torch.float16 if args.device.startswith("cuda") else torch.float32
     with torch.device(args.device):
@@ -178,12 +262,16 @@ def main():
                    check=True)
     t3 = time.time()
     print(f"make_package: exported {pkg_dir} in {t3 - t2:.1f} s", flush=True)
+    if like:
+        check_like(pkg_dir, args.like, like)
+        print(f"make_package: vocabulary, ids and processor files as in {args.like}", flush=True)
     for comp, real in (REAL_SIZES.items() if args.preset == "e2b" else []):
         path = os.path.join(pkg_dir, comp, "model.onnx.data")
         size = os.path.getsize(path) if os.path.exists(path) else -1
         verdict = "same as the real package" if size == real else f"differs by {size - real:+,}"
         print(f"  {comp:15s} {size:>15,} bytes (real {real:,}: {verdict})")
-    json.dump({"preset": args.preset, "seed": args.seed, "layers": args.layers, "parameters": n_params,
+    json.dump({"preset": args.preset, "seed": args.seed, "layers": args.layers, "like": args.like,
+               "parameters": n_params,
                "seconds": {"init": t1 - t0, "save": t2 - t1, "export": t3 - t2}},
               open(os.path.join(args.out, "make_package.json"), "w"), indent=1)
 
