@@ -229,6 +229,15 @@ std::vector<brow> table() {
         t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 8, s});
         t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 8, s});
     }
+    // The batched decode's linears past the GEMV (issue 31: 9..32 rows go to the prefill GEMMs)
+    // and the GEMMs at M = 8 beside the GEMV rows above: op names "dgemm_*" (--filter dgemm)
+    for (int M : {8, 32})
+        for (int s = 0; s < N_TEXT_SHAPES; s++) {
+            t.push_back({"dgemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, M, s});
+            t.push_back({"dgemm_f16_mma", W_F16, false, G4_GEMM_MMA, M, s});
+            t.push_back({"dgemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, M, s});
+            t.push_back({"dgemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+        }
     for (int s : {6, 7})
         for (int M : {1, 8}) {
             t.push_back({"glu_f16_gemv", W_F16, true, G4_GEMM_GEMV, M, s});

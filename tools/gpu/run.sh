@@ -34,6 +34,7 @@
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
+#   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
@@ -349,6 +350,14 @@ stage_gemv() {
             grep -E "q4" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
         done
     done
+}
+
+# The decode GEMMs (issues 29 and 31; after build): the wgmma and mma.sync GEMMs at M = 8 (beside
+# the GEMV rows) and M = 32 (the batched decode's linears past 8 rows), each with cuBLAS's time.
+stage_dgemm() {
+    build-gpu/g4cu bench --kernels --filter dgemm --reps 30 --json "$OUT/dgemm.json" >"$OUT/dgemm.txt" 2>&1
+    echo "bench --kernels --filter dgemm: exit $?"
+    grep dgemm "$OUT/dgemm.txt" | cut -c1-150
 }
 
 # Issue 29's end-to-end figures (after e2b_make, or e2b_wait): compare CUDA vs HF (f16, Q4),
