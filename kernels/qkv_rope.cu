@@ -80,10 +80,17 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
             }
         }
         uint16_t *dst = src;
-        if (kind != 0 && a.kcache) {
+        if (kind != 0 && (a.kcache || a.kc_tab)) {
             const int row = a.pos[t];
-            if (row < 0 || row >= a.capacity) continue; // a bad position never writes outside
-            dst = (kind == 1 ? a.kcache : a.vcache) + (size_t)row * a.n_kv * hd + (size_t)head * hd;
+            // one cache for every token, or token t's own (the row-batched op)
+            const int cap = a.kc_tab ? a.cap_tab[t] : a.capacity;
+            if (row < 0 || row >= cap) continue; // a bad position never writes outside
+            uint16_t *base = kind == 1 ? a.kcache : a.vcache;
+            if (a.kc_tab) {
+                const uint64_t *tab = kind == 1 ? a.kc_tab : a.vc_tab;
+                base = reinterpret_cast<uint16_t *>(tab[t]);
+            }
+            dst = base + (size_t)row * a.n_kv * hd + (size_t)head * hd;
         }
 #pragma unroll
         for (int i = 0; i < E; i++)
@@ -112,6 +119,8 @@ extern "C" void g4_qkv_norm_rope(const g4_qkv_args *a, cudaStream_t stream) {
     G4K_REQUIRE(!a->k || a->n_kv > 0, op);
     G4K_REQUIRE((a->kcache == nullptr) == (a->vcache == nullptr), op);
     G4K_REQUIRE(!a->kcache || (a->k && !a->rope_2d && a->capacity > 0), op);
+    G4K_REQUIRE((a->kc_tab == nullptr) == (a->vc_tab == nullptr), op);
+    G4K_REQUIRE(!a->kc_tab || (a->k && !a->kcache && !a->rope_2d && a->cap_tab), op);
     G4K_REQUIRE(!a->inv_freq || a->pos, op);
     if (a->T == 0) return;
     switch (a->hd / 64) {
