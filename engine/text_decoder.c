@@ -132,6 +132,10 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     // on unless G4_FUSE=0 (measured on the H200: Q4 decode 524 -> 560 tok/s, f16 equal)
     const char *fuse_env = getenv("G4_FUSE");
     s->fuse_norm = !(fuse_env && !strcmp(fuse_env, "0")) && be->add_norm_linear;
+    // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
+    const char *rows_env = getenv("G4_BATCH_ROWS");
+    s->batch_rows_ops = !(rows_env && !strcmp(rows_env, "0")) && be->qkv_prep_rows &&
+                        be->attention_rows && be->sample_rows;
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
     s->k = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
@@ -172,6 +176,8 @@ void g4_text_state_free(g4_text_state *s) {
     const int n = state_bufs(s, all);
     for (int i = 0; i < n; i++) g4_buf_free(be, all[i]);
     free(s->host_io);
+    if (s->tab) be->free(be, s->tab);
+    free(s->host_tab);
     close_handle(s);
     free(s);
 }
@@ -342,6 +348,17 @@ static void batch_attention(g4_text_state *s, int l, int T) {
     g4_buf q = g4_buf_view(&s->q, T, nh * hd), attn = g4_buf_view(&s->attn, T, nh * hd);
     g4_buf k = g4_buf_view(&s->k, T, nkv * hd), v = g4_buf_view(&s->v, T, nkv * hd);
     g4_buf pos = g4_buf_view(&s->pos, T, 1);
+    if (s->batch_rows_ops) { // every row in one call each, through the step's tables
+        const uint64_t *tab = s->tab;
+        const int nkvl = c->n_kv_layers, j = lc->kv_slot;
+        g4_buf cap = {(char *)s->tab + sizeof(uint64_t) * (size_t)(2 * nkvl + 1) * T, G4_I32, T, 1};
+        const g4_kv_rows kv = {tab + (size_t)2 * j * T, tab + (size_t)(2 * j + 1) * T, &cap};
+        be->qkv_prep_rows(be, &q, own ? &k : NULL, own ? &v : NULL, &kv, w->q_norm,
+                          own ? w->k_norm : NULL, &pos, s->m->inv_freq[lc->rope], nh, nkv, hd,
+                          c->rms_eps);
+        be->attention_rows(be, &attn, &q, &kv, &pos, nh, nkv, hd, lc->window, c->attn_scale);
+        return;
+    }
     for (int r = 0; r < T; r++) {
         g4_text_state *rs = s->rows[r];
         g4_buf *kc = &rs->kc[lc->kv_slot], *vc = &rs->vc[lc->kv_slot];
@@ -585,6 +602,40 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
     return G4_OK;
 }
 
+// The batch step's tables for rows[0..n) (text_model.h, s->tab): every KV slot's cache pointers
+// of each row, each row's sampler and cache rows, staged and uploaded in one copy (made at the
+// first batch step of s, for s->max_tokens rows).
+static int stage_row_tables(g4_text_state *s, g4_text_state *const *rows, int n) {
+    g4_backend *be = s->be;
+    const int nkvl = s->m->cfg->n_kv_layers;
+    if (!s->tab) {
+        const size_t bytes =
+            (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * (size_t)s->max_tokens;
+        s->tab = be->alloc(be, bytes);
+        if (!s->tab)
+            return g4_fail(G4_EUSER,
+                           "%s backend out of memory for a batch step's row tables "
+                           "(%zu bytes)",
+                           s->m->be->name, bytes);
+        s->host_tab = g4_malloc(bytes);
+        s->tab_bytes = bytes;
+    }
+    uint64_t *h = s->host_tab;
+    for (int j = 0; j < nkvl; j++)
+        for (int r = 0; r < n; r++) {
+            h[(size_t)2 * j * n + r] = (uint64_t)(uintptr_t)rows[r]->kc[j].data;
+            h[(size_t)(2 * j + 1) * n + r] = (uint64_t)(uintptr_t)rows[r]->vc[j].data;
+        }
+    int32_t *cap = (int32_t *)(h + (size_t)(2 * nkvl + 1) * n);
+    for (int r = 0; r < n; r++) {
+        h[(size_t)2 * nkvl * n + r] = (uint64_t)(uintptr_t)rows[r]->samp.data;
+        cap[r] = rows[r]->kc[0].rows;
+    }
+    // (host_tab belongs to the state: a pageable copy is staged before the call returns)
+    be->upload(be, s->tab, h, (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * n);
+    return G4_OK;
+}
+
 // The batch step (text_model.h): s is the batch's own state (its activations hold the rows,
 // its KV cache is not used); rows[r] is the sequence of row r, with ids[r] at its n_past.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
@@ -607,12 +658,19 @@ int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32
     }
     s->rows = rows;
     int rc = stage_inputs(s, ids, n, NULL);
+    if (!rc && s->batch_rows_ops) rc = stage_row_tables(s, rows, n);
     if (!rc) {
         g4_buf logits = compute(s, n, NULL, 1, 1);
-        for (int r = 0; r < n; r++) { // each row with its own sampler, drawn at its position
-            g4_buf lr = row_view(&logits, r), nr = row_view(&s->next, r);
-            g4_buf pr = row_view(&s->pos, r);
-            be->sample(be, &nr, &lr, s->m->cfg->final_softcap, rows[r]->samp.data, &pr);
+        if (s->batch_rows_ops) { // each row with its own sampler, drawn at its position
+            g4_buf nx = g4_buf_view(&s->next, n, 1), pos = g4_buf_view(&s->pos, n, 1);
+            const uint64_t *smp = (const uint64_t *)s->tab + (size_t)2 * s->m->cfg->n_kv_layers * n;
+            be->sample_rows(be, &nx, &logits, s->m->cfg->final_softcap, smp, &pos);
+        } else {
+            for (int r = 0; r < n; r++) {
+                g4_buf lr = row_view(&logits, r), nr = row_view(&s->next, r);
+                g4_buf pr = row_view(&s->pos, r);
+                be->sample(be, &nr, &lr, s->m->cfg->final_softcap, rows[r]->samp.data, &pr);
+            }
         }
         be->download(be, next, s->next.data, sizeof(int32_t) * (size_t)n); // (synchronises)
     }
