@@ -126,6 +126,13 @@ typedef struct g4_text_state {
     uint64_t *host_tab;
     size_t tab_bytes;
     int batch_rows_ops;
+    // The batch step captured per row count (G4_BATCH_GRAPH=1 at state creation, a backend
+    // with graphs and exec_reserve_rows, the row-batched ops): bgraph[n] replays the step of n
+    // rows with the ids, positions and tables staged; a count is captured the second time it
+    // is stepped (the first runs eager: it loads the kernels). NULL: no batch graphs.
+    void **bgraph;
+    uint8_t *bseen; // [max_tokens + 1]: row counts stepped once
+    int batch_graph;
 } g4_text_state;
 
 // Load options (g4_text_model_load_opts; all zero: the defaults).
@@ -209,8 +216,9 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
 // sample_rows call: its own logits row with its own state's sampler and seed, drawn at its own
 // position, into next[r]; each row's n_past advances by one. A row computes exactly what
 // g4_text_step(rows[r], &ids[r], 1, ...) computes from the same cache wherever the backend's
-// ops are row-independent (the CPU reference is). No graph: the step runs op by op (graphs per
-// batch size: not yet). G4_BATCH_ROWS=0: one qkv_prep / attention / sample call per row.
+// ops are row-independent (the CPU reference is). The step runs op by op, or (G4_BATCH_GRAPH=1
+// at s's creation, a backend with graphs) from a graph captured per row count the second time
+// that count is stepped. G4_BATCH_ROWS=0: one qkv_prep / attention / sample call per row.
 // Hooks are not called.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
                        int32_t *next);

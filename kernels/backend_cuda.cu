@@ -929,6 +929,22 @@ static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_r
     return ex;
 }
 
+// The row-batched ops' workspaces of ex for up to `rows` rows (ops.h exec_reserve_rows): the
+// largest any row count up to it asks (the split count per row falls as the rows grow).
+static void cu_exec_reserve_rows(g4_backend *ex, const g4_text_config *c, int rows) {
+    cuda_ctx *cx = CTX(ex);
+    size_t ws = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int T = 1; T <= rows; T++) {
+            const size_t b =
+                g4_attn_decode_rows_workspace(T, c->n_heads, c->n_kv_heads, c->layer[l].head_dim);
+            if (b > ws) ws = b;
+        }
+    grow_ws(ex, &cx->attn_ws, &cx->attn_ws_bytes, ws, 1, "exec_reserve_rows");
+    grow_ws(ex, &cx->sample_ws, &cx->sample_ws_bytes, g4_logits_workspace(rows, c->vocab), 1,
+            "exec_reserve_rows");
+}
+
 static void cu_exec_free(g4_backend *ex) {
     cuda_ctx *cx = CTX(ex);
     G4_CUDA_CHECK(cudaStreamSynchronize(cx->stream));
@@ -990,6 +1006,7 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->graph_launch = cu_graph_launch;
     b->graph_free = cu_graph_free;
     b->exec_new = cu_exec_new;
+    b->exec_reserve_rows = cu_exec_reserve_rows;
     b->exec_free = cu_exec_free;
     b->alloc_count = cu_alloc_count;
     b->ctx = &cuda_state;

@@ -89,6 +89,10 @@ struct g4_backend {
     g4_backend *(*exec_new)(g4_backend *be, const struct g4_text_config_s *cfg, int kv_rows,
                             int max_rows);
     void (*exec_free)(g4_backend *ex);
+    // Optional (NULL on the CPU): sizes ex's workspaces for the row-batched ops (qkv_prep_rows,
+    // attention_rows, sample_rows) over up to `rows` rows of cfg, outside a capture, so graphs
+    // of a batch step captured after it (one per row count) never see a workspace grow.
+    void (*exec_reserve_rows)(g4_backend *ex, const struct g4_text_config_s *cfg, int rows);
     // Allocations of backend memory made so far through any handle of this backend (alloc,
     // alloc_mapped and the backend's own workspaces): a test counts them around requests.
     uint64_t (*alloc_count)(g4_backend *be);

@@ -96,6 +96,8 @@ static field fields[] = {
     FIELD(check_text, K_MODEL, "a model config's refusals: tests/test_cuda_supported.c"),
     FIELD(exec_new, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
     FIELD(exec_free, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
+    FIELD(exec_reserve_rows, K_MODEL,
+          "the batch step's graphs: test_batch on CUDA with G4_BATCH_GRAPH=1 (run.sh batch_cuda)"),
     FIELD(alloc_count, K_MEMORY, NULL),
     FIELD(alloc, K_MEMORY, NULL),
     FIELD(free, K_MEMORY, NULL),

@@ -421,6 +421,9 @@ stage_batch_cuda() {
     [ -d "$d/f16" ] || { echo "batch_cuda: no gpu-tiny package ($d/f16): run the tiny stage first"; return 1; }
     G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
         timeout 300 build-gpu/tests/test_batch 2>&1 | tail -40
+    echo "--- the same with the batch step in a graph per row count (G4_BATCH_GRAPH=1):"
+    G4_BATCH_GRAPH=1 G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
+        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -12
     for op in qkv_prep_rows attention_rows sample_rows; do
         build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/batch_ops_$op.log" 2>&1
         echo "test_backend_ops --op $op (cuda): exit $?"
@@ -432,7 +435,8 @@ stage_batch_cuda() {
 # Issue 31's batched decode step (after e2b_make): g4cu bench --batch-rows 1,8,16,32 on the
 # full-size f16 and Q4 packages (step ms, per-stream and total tok/s; each of N sequences has
 # its own 128-token prompt, 128 greedy steps), the per-row calls (G4_BATCH_ROWS=0) at 32 rows for
-# A/B, and the per-op split of the 32-row step under G4_PROFILE=1 (the batch step runs eager).
+# A/B, the step captured per row count (G4_BATCH_GRAPH=1), and the per-op split of the 32-row
+# step under G4_PROFILE=1 (eager).
 stage_batch_bench() {
     local e="$WORK/e2b"
     [ -f "$e/READY" ] || { echo "batch_bench: no full-size package ($e/READY missing)"; return 1; }
@@ -442,6 +446,10 @@ stage_batch_bench() {
     grep -E "batch rows|wrote|rror" "$OUT/batch_bench.txt"
     G4_BATCH_ROWS=0 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 32 --reps 1 2>&1 |
         grep -E "batch rows|rror" | sed 's/^/G4_BATCH_ROWS=0 (per-row calls): /'
+    # the batch step captured per row count (new, off by default): tokens must not change
+    G4_BATCH_GRAPH=1 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 1,8,16,32 --reps 3 \
+        --json "$OUT/batch_bench_graph.json" 2>&1 | grep -E "batch rows|rror" |
+        sed 's/^/G4_BATCH_GRAPH=1: /'
     for p in q4 f16; do
         G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/batch_profile_$p.txt" 2>&1
         grep -A18 "batch step of 32 rows" "$OUT/batch_profile_$p.txt" | head -20
