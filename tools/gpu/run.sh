@@ -36,8 +36,8 @@
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
-#   batch_cuda  issue 31's batch on CUDA (after tiny): test_batch on gpu-tiny, the row-batched
-#            ops' test_backend_ops cases on CUDA (and --break)
+#   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch check), the
+#            row-batched ops' test_backend_ops cases on CUDA (and --break), test_batch on gpu-tiny
 #   batch_bench  issue 31's batched decode step (after e2b_make): g4cu bench --batch-rows
 #            1,8,16,32 on the full-size f16 and Q4 packages, G4_BATCH_ROWS=0 at 32 for A/B, and
 #            the 32-row step's per-op split (G4_PROFILE=1)
@@ -410,26 +410,30 @@ PY
     grep -A14 "decode step, eager" "$OUT/fuse_profile.txt" | head -16
 }
 
-# Issue 31's batched step on CUDA (after build, tiny): test_batch's cases with the CUDA backend
-# on the gpu-tiny package (G4_TINY_PKG: the CUDA attention refuses the CPU fixture's head_dim
-# 32), informational (the batch's M > 1 linears may round differently from M = 1; gpu-tiny's
-# 512-token vocabulary and 256-token context may refuse some of the chat fixture's requests:
-# read the errors), then the row-batched ops' cases of test_backend_ops on CUDA (and --break);
-# the generate / sampled tokens of the one-state path on gpu-tiny are the engine stage's.
+# Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
+# check: the row-batched ops vs the per-row ops vs the step in a graph per row count, f16 and
+# Q4), the row-batched ops' cases of test_backend_ops on CUDA (and --break), then test_batch's
+# cases with the CUDA backend on the gpu-tiny package (G4_TINY_PKG: the CUDA attention refuses
+# the CPU fixture's head_dim 32), without and with G4_BATCH_GRAPH=1: informational (the batch's
+# M > 1 linears may round differently from M = 1; gpu-tiny's 512-token vocabulary and 256-token
+# context may refuse some of the chat fixture's requests: read the errors). The generate /
+# sampled tokens of the one-state path on gpu-tiny are the engine stage's.
 stage_batch_cuda() {
     local d="$WORK/gpu-tiny"
     [ -d "$d/f16" ] || { echo "batch_cuda: no gpu-tiny package ($d/f16): run the tiny stage first"; return 1; }
-    G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
-        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -40
-    echo "--- the same with the batch step in a graph per row count (G4_BATCH_GRAPH=1):"
-    G4_BATCH_GRAPH=1 G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
-        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -12
+    G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/batch_cuda_engine.log" | grep -E "batch of|checks|FAIL" | tail -8
     for op in qkv_prep_rows attention_rows sample_rows; do
         build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/batch_ops_$op.log" 2>&1
         echo "test_backend_ops --op $op (cuda): exit $?"
         grep -E "FAIL|cases,|checks," "$OUT/batch_ops_$op.log" | head -12
         build-gpu/tests/test_backend_ops --break --backend cuda --op $op 2>&1 | tail -1
     done
+    G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
+        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -30
+    echo "--- test_batch with the batch step in a graph per row count (G4_BATCH_GRAPH=1):"
+    G4_BATCH_GRAPH=1 G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
+        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -12
 }
 
 # Issue 31's batched decode step (after e2b_make): g4cu bench --batch-rows 1,8,16,32 on the
