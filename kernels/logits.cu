@@ -48,10 +48,11 @@ constexpr int LG_THREADS = 256, LG_PER_THREAD = 8, LG_BLOCKS_MAX = 128;
 constexpr int SEL_THREADS = 1024, SEL_CAP = 2048;
 constexpr int NB0 = 2048, NB1 = 2048, NB2 = 1024; // key digits: bits 31..21, 20..10, 9..0
 
-// Per-row workspace (all zero between launches except part_v / part_i / best_v).
+// Per-row workspace (all zero between launches except part_v / part_i / best_v / p).
 struct RowWs {
     unsigned ticket;
     float best_v; // the row's largest capped logit (NaN when the row has one)
+    g4_sample_params p;   // the row's sampler, for lg_select (written by lg_pass1's last CTA)
     unsigned long long z; // lg_mass: total weight
     unsigned cnt0[NB0];  // lg_pass1: tokens per 11-bit key prefix (top-k requests)
     unsigned long long mass0[NB0]; // lg_mass: weight per 11-bit key prefix
@@ -199,6 +200,7 @@ __global__ void __launch_bounds__(LG_THREADS)
     lg_block_best(bv, bi, sv, si);
     if (threadIdx.x == 0) {
         rw->best_v = bv;
+        rw->p = p;
         if (isnan(bv)) next[t] = -1; // a broken forward pass: no distribution
         else if (!sampling(p)) next[t] = bi;
         rw->ticket = 0; // ready for the next launch (graph replay)
@@ -413,14 +415,13 @@ __device__ void sel_count_level(const float *row, int V, int shift, int nbins, u
 }
 
 __global__ void __launch_bounds__(SEL_THREADS)
-    lg_select(const float *logits, int V, const g4_sample_params *params, const uint64_t *ptab,
-              const int32_t *counter, int32_t *next, RowWs *rws) {
+    lg_select(const float *logits, int V, const int32_t *counter, int32_t *next, RowWs *rws) {
     g4_pdl_wait();
     g4_pdl_trigger();
     __shared__ SelShared sh;
     const int t = blockIdx.x;
-    const g4_sample_params p = row_params(params, ptab, t);
     RowWs *rw = &rws[t];
+    const g4_sample_params p = rw->p; // (lg_pass1 copied the row's sampler)
     if (!sampling(p)) return; // lg_pass1 wrote the greedy id
     const float mx = rw->best_v;
     const float *row = logits + (size_t)t * V;
@@ -630,7 +631,7 @@ static void lg_sample(const char *op, int32_t *next, float *logits, int rows, in
     g4_pdl_launch(lg_mass, dim3(nb, rows), dim3(LG_THREADS), 0, stream, (const float *)logits, V,
                   params, ptab, l.rows);
     g4_pdl_launch(lg_select, dim3(rows), dim3(SEL_THREADS), 0, stream, (const float *)logits, V,
-                  params, ptab, counter, next, l.rows);
+                  counter, next, l.rows);
 }
 
 extern "C" void g4_logits_sample(int32_t *next, float *logits, int rows, int V, float cap,

@@ -35,6 +35,14 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
     g4_pdl_trigger();
     const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = a.hd, half = hd / 2, quarter = hd / 4;
+    // The caches k and v go to: one for every token, or token t's own (the row-batched op).
+    uint16_t *kdst = a.kcache, *vdst = a.vcache;
+    int cap = a.capacity;
+    if (a.kc_tab) {
+        kdst = reinterpret_cast<uint16_t *>(a.kc_tab[t]);
+        vdst = reinterpret_cast<uint16_t *>(a.vc_tab[t]);
+        cap = a.cap_tab[t];
+    }
     const int n_vec = a.n_heads + (a.k ? 2 * a.n_kv : 0);
     for (int hv = warp; hv < n_vec; hv += QKV_WARPS) {
         // which vector: 0 = q, 1 = k, 2 = v
@@ -80,17 +88,10 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
             }
         }
         uint16_t *dst = src;
-        if (kind != 0 && (a.kcache || a.kc_tab)) {
+        if (kind != 0 && kdst) {
             const int row = a.pos[t];
-            // one cache for every token, or token t's own (the row-batched op)
-            const int cap = a.kc_tab ? a.cap_tab[t] : a.capacity;
             if (row < 0 || row >= cap) continue; // a bad position never writes outside
-            uint16_t *base = kind == 1 ? a.kcache : a.vcache;
-            if (a.kc_tab) {
-                const uint64_t *tab = kind == 1 ? a.kc_tab : a.vc_tab;
-                base = reinterpret_cast<uint16_t *>(tab[t]);
-            }
-            dst = base + (size_t)row * a.n_kv * hd + (size_t)head * hd;
+            dst = (kind == 1 ? kdst : vdst) + (size_t)row * a.n_kv * hd + (size_t)head * hd;
         }
 #pragma unroll
         for (int i = 0; i < E; i++)
