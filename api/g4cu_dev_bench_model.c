@@ -651,6 +651,151 @@ static void print_rows(FILE *f, const char *format, const bench_result *res, int
     cJSON_Delete(arr);
 }
 
+// --- the continuous-batching step: N sequences decoded together ---------------------------------
+#define BR_MAX 32 // counts in one --batch-rows list
+
+typedef struct {
+    int rows;
+    double step_ms, stream_tok_s, total_tok_s;
+} batch_row;
+
+// The counts of "N[,N...]" into n[] (1 to 4096 each, at most BR_MAX); the count of them.
+static int parse_batch_rows(const char *list, int *n, int *count) {
+    *count = 0;
+    const char *c = list;
+    while (*c) {
+        char *end;
+        const long v = strtol(c, &end, 10);
+        if (end == c || v < 1 || v > 4096 || (*end && *end != ',') || *count == BR_MAX)
+            return g4_fail(G4_EUSER,
+                           "bench: --batch-rows '%s': expected up to %d counts N[,N...], each 1 "
+                           "to 4096",
+                           list, BR_MAX);
+        n[(*count)++] = (int)v;
+        c = *end ? end + 1 : end;
+    }
+    if (!*count) return g4_fail(G4_EUSER, "bench: --batch-rows '%s': expected N[,N...]", list);
+    return G4_OK;
+}
+
+// One package: for each count N, N states (the batch's slots: capacity P + STEPS + 16, the
+// one-state graph captured as a slot's is) each prefilled with a 128-token prompt of its own,
+// then STEPS greedy decode steps over all of them: g4_text_batch_step on the batch's own state
+// (batch.c's decode_all), or g4_text_step alone for N = 1 (as decode_all does). The timed
+// interval is the decode steps only (the token ids go back to the host each step, as in the
+// batch). Medians of reps runs after a warm-up. G4_PROFILE=1 (a device backend): the per-op
+// split of 16 more steps at each N.
+static int bench_batch_pkg(FILE *human, const char *dir, g4_backend *be, const int *counts,
+                           int n_counts, int reps, batch_row *out, const char **kind) {
+    enum { P = 128, STEPS = 128 };
+    g4_package *p = NULL;
+    g4_text_model *m = NULL;
+    int max_n = 0, rc;
+    for (int i = 0; i < n_counts; i++) max_n = counts[i] > max_n ? counts[i] : max_n;
+    g4_text_state **st = g4_calloc((size_t)max_n, sizeof *st), *bs = NULL;
+    int32_t *ids = g4_malloc(sizeof(int32_t) * (P + 1) * (size_t)max_n);
+    int32_t *tok = g4_malloc(sizeof(int32_t) * (size_t)max_n);
+    int32_t *next = g4_malloc(sizeof(int32_t) * (size_t)max_n);
+    double *t = g4_malloc(sizeof(double) * (size_t)(reps + 1));
+    if ((rc = g4_package_open(dir, &p)) || (rc = g4_text_model_load(p, be, &m))) goto done;
+    *kind = p->text.weights_q4 ? "q4" : "f16";
+    if (p->text.context_length < P + STEPS + 16) {
+        rc = g4_fail(G4_EUSER,
+                     "bench --batch-rows: %s has a context of %d tokens, below the %d "
+                     "the batch bench needs",
+                     dir, p->text.context_length, P + STEPS + 16);
+        goto done;
+    }
+    for (int r = 0; r < max_n; r++) {
+        bench_ids(p, ids + (size_t)r * (P + 1), P + 1, 0x5eed + 7919ull * (unsigned)r);
+        const g4_text_state_opts so = {P + STEPS + 16, G4_GEN_DEFAULT_CHUNK, 1, 0};
+        if ((rc = g4_text_state_new_opts(m, &so, &st[r]))) goto done;
+    }
+    const g4_text_state_opts bo = {1, max_n, max_n, 1}; // batch.c's step state
+    if ((rc = g4_text_state_new_opts(m, &bo, &bs))) goto done;
+    for (int c = 0; c < n_counts; c++) {
+        const int n = counts[c];
+        for (int i = 0; i <= reps && !rc; i++) { // run 0 warms up
+            for (int r = 0; r < n && !rc; r++) {
+                g4_text_state_reset(st[r]);
+                rc = g4_text_forward(st[r], ids + (size_t)r * (P + 1), P, NULL, NULL, 0);
+                tok[r] = ids[(size_t)r * (P + 1) + P];
+            }
+            const double a = now_ms();
+            for (int k = 0; k < STEPS && !rc; k++) {
+                rc = n == 1 ? g4_text_step(st[0], tok, 1, NULL, next)
+                            : g4_text_batch_step(bs, st, tok, n, next);
+                for (int r = 0; r < n; r++) tok[r] = g4_fed_back_id(m->cfg, next[r]);
+            }
+            if (i) t[i - 1] = now_ms() - a;
+            if (!rc && i == reps && profiling(be)) { // 16 more steps: the per-op split
+                g4_cuda_profile_reset();
+                for (int k = 0; k < 16 && !rc; k++) {
+                    rc = n == 1 ? g4_text_step(st[0], tok, 1, NULL, next)
+                                : g4_text_batch_step(bs, st, tok, n, next);
+                    for (int r = 0; r < n; r++) tok[r] = g4_fed_back_id(m->cfg, next[r]);
+                }
+                fprintf(human, "batch step of %d rows, per op (%s):\n", n, dir);
+                g4_cuda_profile_report(human, 16);
+            }
+        }
+        if (rc) goto done;
+        const double ms = median(t, reps) / STEPS;
+        out[c] = (batch_row){n, ms, 1e3 / ms, n * 1e3 / ms};
+        fprintf(human,
+                "%s batch rows %4d: step %7.3f ms | per stream %8.1f tok/s | total %9.1f "
+                "tok/s\n",
+                *kind, n, ms, out[c].stream_tok_s, out[c].total_tok_s);
+        fflush(human);
+    }
+done:
+    g4_text_state_free(bs);
+    for (int r = 0; r < max_n; r++) g4_text_state_free(st[r]);
+    free(st), free(ids), free(tok), free(next), free(t);
+    g4_text_model_free(m);
+    g4_package_close(p);
+    return rc;
+}
+
+static int bench_batch_rows(FILE *human, const char *const *pkgs, int n_pkgs, g4_backend *be,
+                            const char *list, int reps, const char *json) {
+    int counts[BR_MAX], n_counts, rc;
+    if ((rc = parse_batch_rows(list, counts, &n_counts))) return rc;
+    batch_row res[4][BR_MAX];
+    const char *kinds[4] = {NULL};
+    for (int i = 0; i < n_pkgs; i++) {
+        if ((rc = bench_batch_pkg(human, pkgs[i], be, counts, n_counts, reps, res[i], &kinds[i])))
+            return rc;
+        fprintf(human, "       (%s)\n", pkgs[i]);
+    }
+    if (!json) return G4_OK;
+    FILE *f = fopen(json, "w");
+    if (!f) return g4_fail(G4_EUSER, "%s: cannot write", json);
+    fprintf(f,
+            "{\"backend\": \"%s\", \"reps\": %d, \"steps\": 128, \"prompt\": 128, "
+            "\"batch_rows\": {\n",
+            be->name, reps);
+    for (int i = 0; i < n_pkgs; i++) {
+        int same = 1; // a repeated kind: "q4_2"
+        for (int j = 0; j < i; j++) same += !strcmp(kinds[j], kinds[i]);
+        if (same > 1)
+            fprintf(f, "  \"%s_%d\": [", kinds[i], same);
+        else
+            fprintf(f, "  \"%s\": [", kinds[i]);
+        for (int c = 0; c < n_counts; c++)
+            fprintf(f,
+                    "%s{\"rows\": %d, \"step_ms\": %.4f, \"stream_tok_s\": %.2f, "
+                    "\"total_tok_s\": %.2f}",
+                    c ? ", " : "", res[i][c].rows, res[i][c].step_ms, res[i][c].stream_tok_s,
+                    res[i][c].total_tok_s);
+        fprintf(f, "]%s\n", i + 1 < n_pkgs ? "," : "");
+    }
+    fprintf(f, "}}\n");
+    fclose(f);
+    fprintf(human, "wrote %s\n", json);
+    return G4_OK;
+}
+
 void g4cu_dev_bench_params_default(g4cu_dev_bench_params *p) {
     *p = (g4cu_dev_bench_params){.backend = "cuda", .reps = 20};
 }
@@ -667,6 +812,9 @@ static int bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench
         return g4_fail(G4_EUSER, "bench: format '%s': expected md, csv or json", format);
     if (o->filter && o->hf_dir) // (the peer's ratios need the rows a filter leaves out)
         return g4_fail(G4_EUSER, "bench: --filter and --hf: give one of them");
+    if (o->batch_rows && (o->filter || o->hf_dir || format || o->ple_host))
+        return g4_fail(G4_EUSER, "bench: --batch-rows runs alone: not with --filter, --hf, -o or "
+                                 "--ple-host");
     int rc;
     if (json && (rc = g4_check_output(json))) return rc;
     // The HF peer: found from the binary, and able to start, before the long benchmark.
@@ -680,6 +828,10 @@ static int bench_model(const char *const *pkgs, int n_pkgs, const g4cu_dev_bench
     if ((rc = g4_backend_by_name(o->backend ? o->backend : "cuda", &be))) goto done;
     if (ple_host && !be->alloc_mapped) {
         rc = g4_fail(G4_EUSER, "bench: --ple-host needs a GPU backend (--backend cuda)");
+        goto done;
+    }
+    if (o->batch_rows) {
+        rc = bench_batch_rows(human, pkgs, n_pkgs, be, o->batch_rows, reps, json);
         goto done;
     }
     bench_result res[4];

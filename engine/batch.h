@@ -10,15 +10,16 @@
 // after request (g4_text_state_reserve grows it when a request needs more rows).
 //
 // KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx), at
-// most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks) because the decode
-// attention and head preparation ops take one contiguous cache per call: each row runs them
-// on its own cache, unchanged on both backends; a paged pool would need a block-table
-// attention kernel on each backend first.
+// most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks): the decode step's
+// row-batched ops (kernels/ops.h qkv_prep_rows, attention_rows) take a table of each row's
+// contiguous cache, so every row keeps the cache its own one-row step (and graph) uses; a
+// paged pool would need a block-table attention kernel on each backend first.
 //
 // Exactness: a request run in a batch gets the tokens g4_generate gives it alone on the same
 // backend wherever the ops are row-independent (the CPU reference is: the tests check it):
-// prefill is the same g4_text_forward / g4_text_step on its own state, the decode rows the same
-// ops per row, and its own sampler and seed drawn at its own positions.
+// prefill is the same g4_text_forward / g4_text_step on its own state, the decode rows the
+// one-row ops applied per row (the row-batched ops), and its own sampler and seed drawn at its
+// own positions.
 //
 // Not thread-safe: one thread calls the functions of a batch (the C API's g4cu_batch locks).
 #ifndef G4_BATCH_H

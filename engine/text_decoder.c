@@ -134,6 +134,14 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->fuse_norm = !(fuse_env && !strcmp(fuse_env, "0")) && be->add_norm_linear;
     const char *qkv_env = getenv("G4_QKV"); // on unless G4_QKV=0 (issue 30: q|k|v one linear)
     s->qkv_on = !(qkv_env && !strcmp(qkv_env, "0"));
+    // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
+    const char *rows_env = getenv("G4_BATCH_ROWS");
+    s->batch_rows_ops = !(rows_env && !strcmp(rows_env, "0")) && be->qkv_prep_rows &&
+                        be->attention_rows && be->sample_rows;
+    // the batch step in a graph per row count, when G4_BATCH_GRAPH=1 (off by default: new)
+    const char *bg_env = getenv("G4_BATCH_GRAPH");
+    s->batch_graph = bg_env && !strcmp(bg_env, "1") && s->batch_rows_ops && be->graph_begin &&
+                     be->exec_reserve_rows;
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
     s->k = g4_buf_new(be, be->act_type, T, c->n_kv_heads * hd_max);
@@ -166,15 +174,28 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     return G4_OK;
 }
 
+// The batch step's graphs (they hold the handle's workspaces): freed.
+static void free_batch_graphs(g4_text_state *s) {
+    for (int n = 0; s->bgraph && n <= s->max_tokens; n++)
+        if (s->bgraph[n]) s->be->graph_free(s->be, s->bgraph[n]);
+    free(s->bgraph);
+    free(s->bseen);
+    s->bgraph = NULL;
+    s->bseen = NULL;
+}
+
 void g4_text_state_free(g4_text_state *s) {
     if (!s) return;
     g4_backend *be = s->be;
     if (s->graph) be->graph_free(be, s->graph);
+    free_batch_graphs(s);
     free_kv(s);
     g4_buf *all[32];
     const int n = state_bufs(s, all);
     for (int i = 0; i < n; i++) g4_buf_free(be, all[i]);
     free(s->host_io);
+    if (s->tab) be->free(be, s->tab);
+    free(s->host_tab);
     close_handle(s);
     free(s);
 }
@@ -189,6 +210,7 @@ int g4_text_state_reserve(g4_text_state *s, int capacity) {
     s->be->sync(s->be);
     if (s->graph) s->be->graph_free(s->be, s->graph);
     s->graph = NULL;
+    free_batch_graphs(s);
     free_kv(s);
     g4_backend *old = s->be;
     const int old_own = s->own_be;
@@ -355,6 +377,18 @@ static void batch_attention(g4_text_state *s, int l, int T, const g4_buf *q, con
     const int own = lc->kv_source == l;
     g4_buf attn = g4_buf_view(&s->attn, T, nh * hd);
     g4_buf pos = g4_buf_view(&s->pos, T, 1);
+    if (s->batch_rows_ops) { // every row in one call each, through the step's tables
+        const uint64_t *tab = s->tab;
+        const int nkvl = c->n_kv_layers, j = lc->kv_slot;
+        g4_buf cap = {(char *)s->tab + sizeof(uint64_t) * (size_t)(2 * nkvl + 1) * T, G4_I32, T, 1};
+        const g4_kv_rows kv = {tab + (size_t)2 * j * T, tab + (size_t)(2 * j + 1) * T, &cap};
+        g4_buf qq = *q, kk = *k, vv = *v; // (views: the op takes them writable)
+        be->qkv_prep_rows(be, &qq, own ? &kk : NULL, own ? &vv : NULL, &kv, w->q_norm,
+                          own ? w->k_norm : NULL, &pos, s->m->inv_freq[lc->rope], nh, nkv, hd,
+                          c->rms_eps);
+        be->attention_rows(be, &attn, &qq, &kv, &pos, nh, nkv, hd, lc->window, c->attn_scale);
+        return;
+    }
     for (int r = 0; r < T; r++) {
         g4_text_state *rs = s->rows[r];
         g4_buf *kc = &rs->kc[lc->kv_slot], *vc = &rs->vc[lc->kv_slot];
@@ -609,6 +643,51 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
     return G4_OK;
 }
 
+// The batch step's tables for rows[0..n) (text_model.h, s->tab): every KV slot's cache pointers
+// of each row, each row's sampler and cache rows, staged and uploaded in one copy (made at the
+// first batch step of s, for s->max_tokens rows).
+static int stage_row_tables(g4_text_state *s, g4_text_state *const *rows, int n) {
+    g4_backend *be = s->be;
+    const int nkvl = s->m->cfg->n_kv_layers;
+    if (!s->tab) {
+        const size_t bytes =
+            (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * (size_t)s->max_tokens;
+        s->tab = be->alloc(be, bytes);
+        if (!s->tab)
+            return g4_fail(G4_EUSER,
+                           "%s backend out of memory for a batch step's row tables "
+                           "(%zu bytes)",
+                           s->m->be->name, bytes);
+        s->host_tab = g4_malloc(bytes);
+        s->tab_bytes = bytes;
+    }
+    uint64_t *h = s->host_tab;
+    for (int j = 0; j < nkvl; j++)
+        for (int r = 0; r < n; r++) {
+            h[(size_t)2 * j * n + r] = (uint64_t)(uintptr_t)rows[r]->kc[j].data;
+            h[(size_t)(2 * j + 1) * n + r] = (uint64_t)(uintptr_t)rows[r]->vc[j].data;
+        }
+    int32_t *cap = (int32_t *)(h + (size_t)(2 * nkvl + 1) * n);
+    for (int r = 0; r < n; r++) {
+        h[(size_t)2 * nkvl * n + r] = (uint64_t)(uintptr_t)rows[r]->samp.data;
+        cap[r] = rows[r]->kc[0].rows;
+    }
+    // (host_tab belongs to the state: a pageable copy is staged before the call returns)
+    be->upload(be, s->tab, h, (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * n);
+    return G4_OK;
+}
+
+// The device work of a batch step of n rows staged (ids, positions, tables): the forward and
+// one sample_rows call (each row with its own sampler, drawn at its position). No host work:
+// it can be captured.
+static void batch_work(g4_text_state *s, int n) {
+    g4_backend *be = s->be;
+    g4_buf logits = compute(s, n, NULL, 1, 1);
+    g4_buf nx = g4_buf_view(&s->next, n, 1), pos = g4_buf_view(&s->pos, n, 1);
+    const uint64_t *smp = (const uint64_t *)s->tab + (size_t)2 * s->m->cfg->n_kv_layers * n;
+    be->sample_rows(be, &nx, &logits, s->m->cfg->final_softcap, smp, &pos);
+}
+
 // The batch step (text_model.h): s is the batch's own state (its activations hold the rows,
 // its KV cache is not used); rows[r] is the sequence of row r, with ids[r] at its n_past.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
@@ -631,15 +710,31 @@ int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32
     }
     s->rows = rows;
     int rc = stage_inputs(s, ids, n, NULL);
-    if (!rc) {
+    if (!rc && s->batch_rows_ops) rc = stage_row_tables(s, rows, n);
+    if (!rc && s->batch_graph && !s->bgraph) { // workspaces for every row count, then graphs
+        be->exec_reserve_rows(be, s->m->cfg, s->max_tokens);
+        s->bgraph = g4_calloc((size_t)s->max_tokens + 1, sizeof *s->bgraph);
+        s->bseen = g4_calloc((size_t)s->max_tokens + 1, 1);
+    }
+    if (!rc && s->bgraph && (s->bgraph[n] || s->bseen[n])) {
+        if (!s->bgraph[n]) { // the second step of n rows: captured, then replayed
+            be->graph_begin(be);
+            batch_work(s, n);
+            s->bgraph[n] = be->graph_end(be);
+        }
+        be->graph_launch(be, s->bgraph[n]);
+    } else if (!rc && s->batch_rows_ops) {
+        if (s->bseen) s->bseen[n] = 1;
+        batch_work(s, n);
+    } else if (!rc) { // G4_BATCH_ROWS=0: one sample call per row
         g4_buf logits = compute(s, n, NULL, 1, 1);
-        for (int r = 0; r < n; r++) { // each row with its own sampler, drawn at its position
+        for (int r = 0; r < n; r++) {
             g4_buf lr = row_view(&logits, r), nr = row_view(&s->next, r);
             g4_buf pr = row_view(&s->pos, r);
             be->sample(be, &nr, &lr, s->m->cfg->final_softcap, rows[r]->samp.data, &pr);
         }
-        be->download(be, next, s->next.data, sizeof(int32_t) * (size_t)n); // (synchronises)
     }
+    if (!rc) be->download(be, next, s->next.data, sizeof(int32_t) * (size_t)n); // (synchronises)
     s->rows = NULL;
     if (rc) return rc;
     for (int r = 0; r < n; r++)

@@ -126,6 +126,22 @@ typedef struct g4_text_state {
     } pending;
     // During g4_text_batch_step only: the sequence of each row (NULL otherwise).
     struct g4_text_state *const *rows;
+    // The batch step's per-row tables (a batch's own state; made at its first batch step):
+    // for n rows, uint64 [2 * n_kv_layers + 1][n] (KV slot j's K cache pointers at 2j, its V
+    // at 2j + 1, then each row's sampler) followed by I32 [n] (each row's cache rows), staged
+    // on the host (host_tab) and uploaded in one copy a step. The row-batched ops use them
+    // unless G4_BATCH_ROWS=0 (read at state creation: then one op call per row, the earlier path).
+    void *tab;
+    uint64_t *host_tab;
+    size_t tab_bytes;
+    int batch_rows_ops;
+    // The batch step captured per row count (G4_BATCH_GRAPH=1 at state creation, a backend
+    // with graphs and exec_reserve_rows, the row-batched ops): bgraph[n] replays the step of n
+    // rows with the ids, positions and tables staged; a count is captured the second time it
+    // is stepped (the first runs eager: it loads the kernels). NULL: no batch graphs.
+    void **bgraph;
+    uint8_t *bseen; // [max_tokens + 1]: row counts stepped once
+    int batch_graph;
 } g4_text_state;
 
 // Load options (g4_text_model_load_opts; all zero: the defaults).
@@ -203,12 +219,15 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
 // its sequence's KV cache at rows 0..n_past) takes ids[r] at position rows[r]->n_past. s is
 // the batch's own state (made with max_tokens and logit_rows >= n, eager): its activations hold
 // the n rows, so every linear runs once with M = n rows through the op table (both backends),
-// while the head preparation and the decode attention run per row on that row's own cache at
-// its own position (the ops take one cache). Each row's next token comes from the sample op on
-// its own logits row with its own state's sampler and seed, drawn at its own position, into
-// next[r]; each row's n_past advances by one. A row computes exactly what g4_text_step(rows[r],
-// &ids[r], 1, ...) computes from the same cache wherever the backend's ops are row-independent
-// (the CPU reference is). No graph: the step runs op by op (graphs per batch size: not yet).
+// while the head preparation and the decode attention of every row run in one op call a layer
+// (qkv_prep_rows, attention_rows: each row over its own cache at its own position, through
+// tables of the rows' cache pointers staged once a step). Each row's next token comes from one
+// sample_rows call: its own logits row with its own state's sampler and seed, drawn at its own
+// position, into next[r]; each row's n_past advances by one. A row computes exactly what
+// g4_text_step(rows[r], &ids[r], 1, ...) computes from the same cache wherever the backend's
+// ops are row-independent (the CPU reference is). The step runs op by op, or (G4_BATCH_GRAPH=1
+// at s's creation, a backend with graphs) from a graph captured per row count the second time
+// that count is stepped. G4_BATCH_ROWS=0: one qkv_prep / attention / sample call per row.
 // Hooks are not called.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
                        int32_t *next);

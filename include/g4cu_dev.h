@@ -169,6 +169,13 @@ typedef struct {
                            // test name contains it ("pp128": pp128, tg128 @ pp128, ttft pp128,
                            // ...), and only the measurements that make such a row; the others
                            // are -1 in the json and left out of the summary line. Not with hf_dir
+    const char *batch_rows; // NULL (the default): the rows above; else a list "N[,N...]" (1 to
+                            // 4096 each): instead of them, for each N, N sequences each with a
+                            // 128-token prompt of its own decoded together for 128 greedy steps
+                            // (the continuous-batching step, engine/batch.h's decode: N = 1 is
+                            // the one-state step): step ms, per-stream and total tok/s (medians
+                            // of reps runs after a warm-up), in the json as "batch_rows". Not
+                            // with hf_dir or filter
 } g4cu_dev_bench_params;
 void g4cu_dev_bench_params_default(g4cu_dev_bench_params *p);
 

@@ -21,6 +21,10 @@
 //  * Each split writes its unnormalised O, running max m and sum l (fp32) to the workspace; the
 //    merge kernel rescales by exp2(m_s - max m) and divides: the log-sum-exp merge.
 // Keys past max(pos) are zero-filled, never read (cache rows beyond the length may hold NaN).
+// The row-batched op (g4_attn_decode_rows, a batch decode step) is the same kernels with each
+// token a sequence of its own: its caches come from a device table, a CTA's rows are the query
+// heads of one token (8 of 16 MMA rows in E2B: the K/V tile is that sequence's alone), and the
+// key range and splits follow that token's position only.
 // Both kernels are launched with programmatic dependent launch (kernels/pdl.cuh) and have
 // nothing above their wait: q, pos and the KV cache come from the kernels just before (the
 // current row of the cache from qkv_prep), the merge's partials from the split kernel.
@@ -39,6 +43,7 @@ using namespace g4k;
 namespace {
 
 constexpr int DEC_WARPS = 4, DEC_THREADS = 128, DEC_STAGES = 3, DEC_MAX_T = 64;
+constexpr int DEC_MAX_ROWS = 4096; // the row-batched op: a batch of up to 4096 sequences
 
 template <int HD_> struct DecCfg {
     static constexpr int HD = HD_;
@@ -62,18 +67,26 @@ struct DecParams {
     int T, n_heads, group, kv_rows, window, n_splits, hd;
     int q_stride, kv_stride, out_stride;
     float scale_log2;
+    // The row-batched op (g4_attn_decode_rows): token t is a sequence of its own over the caches
+    // at k_tab[t] / v_tab[t] of cap_tab[t] rows (k, v and kv_rows unused); a CTA holds the
+    // query heads of one token only (rg_per_t row groups of 16 per token). NULL: one cache.
+    const uint64_t *k_tab, *v_tab;
+    const int32_t *cap_tab;
+    int rg_per_t;
 };
 
 struct DecSplit {
     int lo_all, hi_all, n_tiles, tps, n_active;
 };
 
-// The tiling of the key range; the split kernel and the merge compute it identically.
-template <int TILE> __device__ __forceinline__ DecSplit dec_split(const DecParams &p) {
+// The tiling of the key range of tokens [t0, t0 + nt) over a cache of kv_rows rows; the split
+// kernel and the merge compute it identically.
+template <int TILE>
+__device__ __forceinline__ DecSplit dec_split(const DecParams &p, int t0, int nt, int kv_rows) {
     int lo_all = 0x7fffffff, hi_all = -1;
-    for (int t = 0; t < p.T; t++) {
+    for (int t = t0; t < t0 + nt; t++) {
         const int ps = p.pos[t];
-        const int hi = min(ps, p.kv_rows - 1), lo = p.window > 0 ? max(0, ps - p.window + 1) : 0;
+        const int hi = min(ps, kv_rows - 1), lo = p.window > 0 ? max(0, ps - p.window + 1) : 0;
         if (hi >= lo) lo_all = min(lo_all, lo), hi_all = max(hi_all, hi);
     }
     DecSplit s;
@@ -90,8 +103,18 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     g4_pdl_trigger();
     extern __shared__ __align__(128) uint8_t smem[];
     float *red = reinterpret_cast<float *>(smem + C::SMEM_KV); // [4][16][RED_STRIDE]
-    const int split = blockIdx.x, kvh = blockIdx.y, rg = blockIdx.z;
-    const DecSplit sp = dec_split<C::TILE>(p);
+    const int split = blockIdx.x, kvh = blockIdx.y;
+    // The tokens of this CTA: all T over the one cache, or (rows) token rg / rg_per_t alone
+    // over its own; rg then counts this CTA's row groups within those tokens.
+    int rg = blockIdx.z, t_first = 0, t_count = p.T, kv_rows = p.kv_rows;
+    const uint16_t *kbase = p.k, *vbase = p.v;
+    if (p.k_tab) {
+        t_first = rg / p.rg_per_t, rg = rg % p.rg_per_t, t_count = 1;
+        kv_rows = p.cap_tab[t_first];
+        kbase = reinterpret_cast<const uint16_t *>(p.k_tab[t_first]);
+        vbase = reinterpret_cast<const uint16_t *>(p.v_tab[t_first]);
+    }
+    const DecSplit sp = dec_split<C::TILE>(p, t_first, t_count, kv_rows);
     if (split >= sp.n_active) return; // past the current length: nothing to do
     const int t_begin = split * sp.tps, t_end = min(sp.n_tiles, t_begin + sp.tps);
     const int n_tiles = t_end - t_begin, j_begin = sp.lo_all + t_begin * C::TILE;
@@ -99,19 +122,20 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
-    // Rows of this CTA: flattened (token t, head-in-group gg) indices rg*16 .. rg*16+15.
+    // Rows of this CTA: flattened (token t - t_first, head-in-group gg) indices rg*16 ..
+    // rg*16+15.
     int rt[2], rh[2], rlo[2], rhi[2];
     bool rvalid[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int i = rg * 16 + g + 8 * r;
-        rvalid[r] = i < p.T * p.group;
-        rt[r] = rvalid[r] ? i / p.group : 0;
+        rvalid[r] = i < t_count * p.group;
+        rt[r] = t_first + (rvalid[r] ? i / p.group : 0);
         rh[r] = kvh * p.group + (rvalid[r] ? i % p.group : 0);
         rlo[r] = 1, rhi[r] = 0;
         if (rvalid[r]) {
             const int ps = p.pos[rt[r]];
-            rhi[r] = min(ps, p.kv_rows - 1);
+            rhi[r] = min(ps, kv_rows - 1);
             rlo[r] = p.window > 0 ? max(0, ps - p.window + 1) : 0;
         }
     }
@@ -134,8 +158,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
             const int r = idx / C::CHUNKS, ch = idx % C::CHUNKS, j = j0 + r;
             const bool ok = j <= j_last;
             const size_t off = ok ? (size_t)j * p.kv_stride + (size_t)kvh * C::HD + ch * 8 : 0;
-            cp_async16(ks + swz(r, ch, C::ROW_BYTES), p.k + off, ok);
-            cp_async16(vs + swz(r, ch, C::ROW_BYTES), p.v + off, ok);
+            cp_async16(ks + swz(r, ch, C::ROW_BYTES), kbase + off, ok);
+            cp_async16(vs + swz(r, ch, C::ROW_BYTES), vbase + off, ok);
         }
     };
 
@@ -234,8 +258,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
 template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const DecParams p) {
     g4_pdl_wait();
     g4_pdl_trigger();
-    const DecSplit sp = dec_split<C::TILE>(p);
     const int row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
+    const DecSplit sp = p.k_tab ? dec_split<C::TILE>(p, t, 1, p.cap_tab[t])
+                                : dec_split<C::TILE>(p, 0, p.T, p.kv_rows);
     const int d = blockIdx.y * 128 + threadIdx.x;
     const float *ml = p.part_ml + (size_t)row * p.n_splits * 2;
     const float *po = p.part_o + (size_t)row * p.n_splits * C::HD + d;
@@ -272,7 +297,7 @@ template <class C> void dec_launch(const DecParams &p, int n_kv, cudaStream_t st
             dec_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
         configured = true;
     }
-    const dim3 grid(p.n_splits, n_kv, (p.T * p.group + 15) / 16);
+    const dim3 grid(p.n_splits, n_kv, p.k_tab ? p.T * p.rg_per_t : (p.T * p.group + 15) / 16);
     g4_pdl_launch(dec_split_kernel<C>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
     g4_pdl_launch(dec_merge_kernel<C>, dim3(p.T * p.n_heads, C::HD / 128), dim3(128), 0, stream, p);
 }
@@ -284,6 +309,48 @@ extern "C" const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd) {
         return "query heads a positive multiple of the KV heads (attention_decode.cu)";
     if (hd != 256 && hd != 512) return "head_dim 256 or 512 (attention_decode.cu)";
     return NULL;
+}
+
+// Splits per (KV head, token) of the row-batched op: about one CTA per SM in all (no cache
+// length bound: the rows' lengths live on the device; CTAs past a row's length exit at once).
+static int dec_rows_n_splits(int T, int n_heads, int n_kv) {
+    const int groups = n_kv * T * ((n_heads / n_kv + 15) / 16);
+    const int s = (num_sms() + groups - 1) / groups;
+    return s < 1 ? 1 : s;
+}
+
+extern "C" size_t g4_attn_decode_rows_workspace(int T, int n_heads, int n_kv, int hd) {
+    const int S = dec_rows_n_splits(T, n_heads, n_kv);
+    return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
+}
+
+extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
+                                    const uint64_t *v_tab, const int32_t *cap_tab,
+                                    const int32_t *pos, int T, int n_heads, int n_kv, int hd,
+                                    int window, float scale, void *workspace,
+                                    size_t workspace_bytes, cudaStream_t stream) {
+    const char *op = "g4_attn_decode_rows";
+    G4K_REQUIRE(T >= 1 && T <= DEC_MAX_ROWS, op);
+    G4K_SUPPORTED(g4_attn_decode_supported(n_heads, n_kv, hd), op);
+    G4K_REQUIRE(window >= 0 && k_tab && v_tab && cap_tab && pos, op);
+    G4K_REQUIRE((((uintptr_t)q | (uintptr_t)out) & 15) == 0, op);
+    G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
+    G4K_REQUIRE(workspace_bytes >= g4_attn_decode_rows_workspace(T, n_heads, n_kv, hd), op);
+    DecParams p = {};
+    p.q = q, p.pos = pos, p.out = out;
+    p.k_tab = k_tab, p.v_tab = v_tab, p.cap_tab = cap_tab;
+    p.T = T, p.n_heads = n_heads, p.group = n_heads / n_kv, p.kv_rows = 0;
+    p.rg_per_t = (p.group + 15) / 16;
+    p.window = window, p.hd = hd;
+    p.n_splits = dec_rows_n_splits(T, n_heads, n_kv);
+    p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
+    p.scale_log2 = scale * 1.4426950408889634f;
+    p.part_o = static_cast<float *>(workspace);
+    p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
+    if (hd == 256)
+        dec_launch<DecCfg<256>>(p, n_kv, stream);
+    else
+        dec_launch<DecCfg<512>>(p, n_kv, stream);
 }
 
 extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {

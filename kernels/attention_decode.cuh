@@ -31,6 +31,18 @@ void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc, const 
                     int window, float scale, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream);
 
+// The row-batched op (ops.h attention_rows: a batch decode step): out[t] = g4_attn_decode of
+// token t alone (T = 1 at pos[t]) over its own caches, k_tab[t] / v_tab[t] (device tables of T
+// pointers to fp16 [cap_tab[t], n_kv * hd] caches, 16-byte aligned), pos[t] < cap_tab[t].
+// T 1..4096. One launch pair for every token; the grid depends on T only, so a capture per row
+// count replays with new tables, positions and lengths. workspace: >=
+// g4_attn_decode_rows_workspace(...) bytes.
+size_t g4_attn_decode_rows_workspace(int T, int n_heads, int n_kv, int hd);
+void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
+                         const uint64_t *v_tab, const int32_t *cap_tab, const int32_t *pos, int T,
+                         int n_heads, int n_kv, int hd, int window, float scale, void *workspace,
+                         size_t workspace_bytes, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

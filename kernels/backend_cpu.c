@@ -221,6 +221,70 @@ static void cpu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4
                   head_dim, window, scale);
 }
 
+// Row t of a [T, cols] buffer as a [1, cols] view.
+static g4_buf cpu_row(const g4_buf *b, int t) {
+    g4_buf r = *b;
+    r.data = (char *)b->data + (size_t)t * b->cols * g4_type_size(b->type);
+    r.rows = 1;
+    return r;
+}
+
+// The caches of row t of a row-batched op (host pointers in host tables), [cap[t], cols].
+static g4_buf cpu_kv_row(const g4_kv_rows *kv, const void *tab, int t, int cols) {
+    G4_ASSERT(kv && tab && kv->cap && kv->cap->type == G4_I32);
+    const uint64_t p = ((const uint64_t *)tab)[t];
+    G4_ASSERT(p != 0 && I32(kv->cap)[t] > 0);
+    g4_buf b = {(void *)(uintptr_t)p, G4_F32, I32(kv->cap)[t], cols};
+    return b;
+}
+
+// qkv_prep of each row alone, its k and v into its own caches (ops.h).
+static void cpu_qkv_prep_rows(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, const g4_kv_rows *kv,
+                              const void *q_w, const void *k_w, const g4_buf *pos,
+                              const float *inv_freq, int n_heads, int n_kv, int hd, float eps) {
+    G4_ASSERT(pos->type == G4_I32 && pos->rows * pos->cols == q->rows);
+    G4_ASSERT(!k || (kv && k->rows == q->rows && v->rows == q->rows));
+    for (int t = 0; t < q->rows; t++) {
+        g4_buf qt = cpu_row(q, t), pt = cpu_row(pos, t);
+        if (!k) {
+            cpu_qkv_prep(be, &qt, NULL, NULL, NULL, NULL, q_w, NULL, &pt, inv_freq, n_heads, n_kv,
+                         hd, eps);
+            continue;
+        }
+        g4_buf kt = cpu_row(k, t), vt = cpu_row(v, t);
+        g4_buf kc = cpu_kv_row(kv, kv->k, t, k->cols), vc = cpu_kv_row(kv, kv->v, t, k->cols);
+        const int p = I32(pos)[t];
+        if (p < 0 || p >= kc.rows) { // stores nothing (as the CUDA kernel): q only
+            cpu_qkv_prep(be, &qt, NULL, NULL, NULL, NULL, q_w, NULL, &pt, inv_freq, n_heads, n_kv,
+                         hd, eps);
+            continue;
+        }
+        cpu_qkv_prep(be, &qt, &kt, &vt, &kc, &vc, q_w, k_w, &pt, inv_freq, n_heads, n_kv, hd, eps);
+    }
+}
+
+static void cpu_attention_rows(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_kv_rows *kv,
+                               const g4_buf *pos, int n_heads, int n_kv, int head_dim, int window,
+                               float scale) {
+    need_f32(out, "attention_rows");
+    need_f32(q, "attention_rows");
+    G4_ASSERT(q->cols == n_heads * head_dim && n_heads % n_kv == 0 && out->rows == q->rows &&
+              pos->type == G4_I32 && pos->rows * pos->cols == q->rows);
+    const int T = q->rows;
+    const float **kc = g4_malloc(sizeof(float *) * (size_t)(T ? T : 1));
+    const float **vc = g4_malloc(sizeof(float *) * (size_t)(T ? T : 1));
+    for (int t = 0; t < T; t++) {
+        const g4_buf k = cpu_kv_row(kv, kv->k, t, n_kv * head_dim),
+                     v = cpu_kv_row(kv, kv->v, t, n_kv * head_dim);
+        G4_ASSERT(I32(pos)[t] >= 0 && I32(pos)[t] < k.rows);
+        kc[t] = CF32(&k), vc[t] = CF32(&v);
+    }
+    ref_attention_rows(F32(out), CF32(q), kc, vc, I32(pos), T, n_heads, n_kv, head_dim, window,
+                       scale);
+    free(kc);
+    free(vc);
+}
+
 static void cpu_embed(g4_backend *be, g4_buf *y, const void *table, int table_rows,
                       const g4_buf *ids, float scale) {
     need_f32(y, "embed");
@@ -241,6 +305,22 @@ static void cpu_sample(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, 
               (size_t)counter->rows * counter->cols == (size_t)logits->rows);
     ref_sample((int32_t *)next->data, F32(logits), logits->rows, logits->cols, cap, params,
                I32(counter));
+}
+
+static void cpu_sample_rows(g4_backend *be, g4_buf *next, g4_buf *logits, float cap,
+                            const void *params, const g4_buf *counter) {
+    need_f32(logits, "sample_rows");
+    G4_ASSERT(next->type == G4_I32 && counter->type == G4_I32 && params && logits->cols > 0);
+    G4_ASSERT((size_t)next->rows * next->cols == (size_t)logits->rows &&
+              (size_t)counter->rows * counter->cols == (size_t)logits->rows);
+    const int rows = logits->rows;
+    const g4_sample_params **p = g4_malloc(sizeof *p * (size_t)(rows ? rows : 1));
+    for (int r = 0; r < rows; r++) {
+        p[r] = (const g4_sample_params *)(uintptr_t)((const uint64_t *)params)[r];
+        G4_ASSERT(p[r]);
+    }
+    ref_sample_rows((int32_t *)next->data, F32(logits), rows, logits->cols, cap, p, I32(counter));
+    free(p);
 }
 
 static void cpu_scatter_rows(g4_backend *be, g4_buf *dst, const g4_buf *src, const g4_buf *idx) {
@@ -399,9 +479,12 @@ static g4_backend cpu_backend = {
     .add_norm_linear = cpu_add_norm_linear,
     .ple_inputs = cpu_ple_inputs,
     .attention = cpu_attention,
+    .qkv_prep_rows = cpu_qkv_prep_rows,
+    .attention_rows = cpu_attention_rows,
     .embed = cpu_embed,
     .softcap = cpu_softcap,
     .sample = cpu_sample,
+    .sample_rows = cpu_sample_rows,
     .scatter_rows = cpu_scatter_rows,
     .alloc_count = cpu_alloc_count,
     .clamp = cpu_clamp,

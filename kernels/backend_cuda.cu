@@ -326,6 +326,42 @@ static void cu_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf 
     g4_qkv_norm_rope(&a, S(be));
 }
 
+// qkv_prep of each row over its own caches (ops.h qkv_prep_rows): the same launch as qkv_prep
+// with the device tables of cache pointers.
+static void cu_qkv_prep_rows(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, const g4_kv_rows *kv,
+                             const void *q_w, const void *k_w, const g4_buf *pos,
+                             const float *inv_freq, int n_heads, int n_kv, int hd, float eps) {
+    PROF("qkv_prep_rows");
+    need(q->type == G4_F16 && pos->type == G4_I32 && q->cols == n_heads * hd &&
+             (size_t)pos->rows * pos->cols == (size_t)q->rows,
+         "qkv_prep_rows", "q f16 [T, heads * hd], pos i32 [T]");
+    g4_qkv_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (uint16_t *)q->data;
+    a.q_w = (const uint16_t *)q_w;
+    if (k) {
+        need(k->type == G4_F16 && v->type == G4_F16 && k->cols == n_kv * hd && v->cols == k->cols &&
+                 k->rows == q->rows && v->rows == q->rows && kv && kv->k && kv->v && kv->cap &&
+                 kv->cap->type == G4_I32,
+             "qkv_prep_rows", "k, v f16 [T, kv * hd] and the per-row cache tables");
+        a.k = (uint16_t *)k->data;
+        a.v = (uint16_t *)v->data;
+        a.kc_tab = (const uint64_t *)kv->k;
+        a.vc_tab = (const uint64_t *)kv->v;
+        a.cap_tab = (const int32_t *)kv->cap->data;
+        a.k_w = (const uint16_t *)k_w;
+        a.v_norm = 1;
+    }
+    a.pos = (const int32_t *)pos->data;
+    a.inv_freq = inv_freq;
+    a.T = q->rows;
+    a.n_heads = n_heads;
+    a.n_kv = n_kv;
+    a.hd = hd;
+    a.eps = eps;
+    g4_qkv_norm_rope(&a, S(be));
+}
+
 static void cu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w,
                                 float eps, const void *scale, g4_buf *next, int next_norm,
                                 const void *next_w) {
@@ -404,6 +440,24 @@ static void cu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_
     }
 }
 
+// Decode attention of each row over its own caches (ops.h attention_rows): one launch pair.
+static void cu_attention_rows(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_kv_rows *kv,
+                              const g4_buf *pos, int n_heads, int n_kv, int head_dim, int window,
+                              float scale) {
+    PROF("attention_rows");
+    need(out->type == G4_F16 && q->type == G4_F16 && out->rows == q->rows && out->cols == q->cols &&
+             pos->type == G4_I32 && (size_t)pos->rows * pos->cols == (size_t)q->rows && kv &&
+             kv->k && kv->v && kv->cap && kv->cap->type == G4_I32,
+         "attention_rows", "out, q f16 [T, heads * hd], pos i32 [T], the per-row cache tables");
+    cuda_ctx *c = CTX(be);
+    const size_t ws = g4_attn_decode_rows_workspace(q->rows, n_heads, n_kv, head_dim);
+    grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "attention_rows");
+    g4_attn_decode_rows((uint16_t *)out->data, (const uint16_t *)q->data, (const uint64_t *)kv->k,
+                        (const uint64_t *)kv->v, (const int32_t *)kv->cap->data,
+                        (const int32_t *)pos->data, q->rows, n_heads, n_kv, head_dim, window, scale,
+                        c->attn_ws, c->attn_ws_bytes, c->stream);
+}
+
 static void cu_embed(g4_backend *be, g4_buf *y, const void *table, int table_rows,
                      const g4_buf *ids, float scale) {
     PROF("embed");
@@ -439,6 +493,23 @@ static void cu_sample(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, c
     g4_logits_sample((int32_t *)next->data, (float *)logits->data, logits->rows, logits->cols, cap,
                      (const g4_sample_params *)params, (const int32_t *)counter->data,
                      c->sample_ws, c->sample_ws_bytes, S(be));
+}
+
+// The sample op with a sampler per row (ops.h sample_rows): one launch triple for every row.
+static void cu_sample_rows(g4_backend *be, g4_buf *next, g4_buf *logits, float cap,
+                           const void *params, const g4_buf *counter) {
+    PROF("sample_rows");
+    need(logits->type == G4_F32 && next->type == G4_I32 && counter->type == G4_I32 && params,
+         "sample_rows", "f32 logits, i32 next and counter, the samplers' table in device memory");
+    need((size_t)next->rows * next->cols == (size_t)logits->rows &&
+             (size_t)counter->rows * counter->cols == (size_t)logits->rows,
+         "sample_rows", "one next id and one draw index per row");
+    cuda_ctx *c = CTX(be);
+    grow_ws(be, &c->sample_ws, &c->sample_ws_bytes, g4_logits_workspace(logits->rows, logits->cols),
+            1, "sample_rows");
+    g4_logits_sample_rows((int32_t *)next->data, (float *)logits->data, logits->rows, logits->cols,
+                          cap, (const uint64_t *)params, (const int32_t *)counter->data,
+                          c->sample_ws, c->sample_ws_bytes, S(be));
 }
 
 static void cu_scatter_rows(g4_backend *be, g4_buf *dst, const g4_buf *src, const g4_buf *idx) {
@@ -858,6 +929,22 @@ static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_r
     return ex;
 }
 
+// The row-batched ops' workspaces of ex for up to `rows` rows (ops.h exec_reserve_rows): the
+// largest any row count up to it asks (the split count per row falls as the rows grow).
+static void cu_exec_reserve_rows(g4_backend *ex, const g4_text_config *c, int rows) {
+    cuda_ctx *cx = CTX(ex);
+    size_t ws = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int T = 1; T <= rows; T++) {
+            const size_t b =
+                g4_attn_decode_rows_workspace(T, c->n_heads, c->n_kv_heads, c->layer[l].head_dim);
+            if (b > ws) ws = b;
+        }
+    grow_ws(ex, &cx->attn_ws, &cx->attn_ws_bytes, ws, 1, "exec_reserve_rows");
+    grow_ws(ex, &cx->sample_ws, &cx->sample_ws_bytes, g4_logits_workspace(rows, c->vocab), 1,
+            "exec_reserve_rows");
+}
+
 static void cu_exec_free(g4_backend *ex) {
     cuda_ctx *cx = CTX(ex);
     G4_CUDA_CHECK(cudaStreamSynchronize(cx->stream));
@@ -902,20 +989,24 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->scale = cu_scale;
     b->add = cu_add;
     b->qkv_prep = cu_qkv_prep;
+    b->qkv_prep_rows = cu_qkv_prep_rows;
     b->add_rmsnorm_next = cu_add_rmsnorm_next;
     b->add_norm_linear = cu_add_norm_linear;
     b->ple_inputs = cu_ple_inputs;
     b->check_text = cu_check_text;
     b->attention = cu_attention;
+    b->attention_rows = cu_attention_rows;
     b->embed = cu_embed;
     b->softcap = cu_softcap;
     b->sample = cu_sample;
+    b->sample_rows = cu_sample_rows;
     b->scatter_rows = cu_scatter_rows;
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_launch = cu_graph_launch;
     b->graph_free = cu_graph_free;
     b->exec_new = cu_exec_new;
+    b->exec_reserve_rows = cu_exec_reserve_rows;
     b->exec_free = cu_exec_free;
     b->alloc_count = cu_alloc_count;
     b->ctx = &cuda_state;

@@ -48,10 +48,11 @@ constexpr int LG_THREADS = 256, LG_PER_THREAD = 8, LG_BLOCKS_MAX = 128;
 constexpr int SEL_THREADS = 1024, SEL_CAP = 2048;
 constexpr int NB0 = 2048, NB1 = 2048, NB2 = 1024; // key digits: bits 31..21, 20..10, 9..0
 
-// Per-row workspace (all zero between launches except part_v / part_i / best_v).
+// Per-row workspace (all zero between launches except part_v / part_i / best_v / p).
 struct RowWs {
     unsigned ticket;
     float best_v; // the row's largest capped logit (NaN when the row has one)
+    g4_sample_params p;   // the row's sampler, for lg_select (written by lg_pass1's last CTA)
     unsigned long long z; // lg_mass: total weight
     unsigned cnt0[NB0];  // lg_pass1: tokens per 11-bit key prefix (top-k requests)
     unsigned long long mass0[NB0]; // lg_mass: weight per 11-bit key prefix
@@ -81,6 +82,12 @@ WsLayout lg_layout(void *ws, int rows, int nb) {
     p += lg_align(sizeof(float) * (size_t)rows * nb);
     l.part_i = reinterpret_cast<int *>(p);
     return l;
+}
+
+// Row t's sampler: the one for every row, or (sample_rows) row t's own from the table.
+__device__ __forceinline__ g4_sample_params row_params(const g4_sample_params *params,
+                                                       const uint64_t *tab, int t) {
+    return tab ? *reinterpret_cast<const g4_sample_params *>(tab[t]) : *params;
 }
 
 __device__ __forceinline__ bool sampling(const g4_sample_params &p) {
@@ -122,16 +129,16 @@ __device__ __forceinline__ void lg_block_best(float &v, int &i, float *sv, int *
 
 // --- 1. cap, max, key counts -------------------------------------------------------------------
 __global__ void __launch_bounds__(LG_THREADS)
-    lg_pass1(float *logits, int V, float cap, const g4_sample_params *params, int32_t *next,
-             RowWs *rws, float *part_v, int *part_i, int vec) {
+    lg_pass1(float *logits, int V, float cap, const g4_sample_params *params, const uint64_t *ptab,
+             int32_t *next, RowWs *rws, float *part_v, int *part_i, int vec) {
     g4_pdl_wait();
     g4_pdl_trigger();
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ unsigned hist[NB0];
     __shared__ bool last;
-    const g4_sample_params p = *params;
     const int t = blockIdx.y, nb = gridDim.x;
+    const g4_sample_params p = row_params(params, ptab, t);
     RowWs *rw = &rws[t];
     float *row = logits + (size_t)t * V;
     const bool count = sampling(p) && topk_on(p, V) && V > SEL_CAP;
@@ -193,6 +200,7 @@ __global__ void __launch_bounds__(LG_THREADS)
     lg_block_best(bv, bi, sv, si);
     if (threadIdx.x == 0) {
         rw->best_v = bv;
+        rw->p = p;
         if (isnan(bv)) next[t] = -1; // a broken forward pass: no distribution
         else if (!sampling(p)) next[t] = bi;
         rw->ticket = 0; // ready for the next launch (graph replay)
@@ -201,13 +209,14 @@ __global__ void __launch_bounds__(LG_THREADS)
 
 // --- 2. weights: total and histogram by key prefix ---------------------------------------------
 __global__ void __launch_bounds__(LG_THREADS)
-    lg_mass(const float *logits, int V, const g4_sample_params *params, RowWs *rws) {
+    lg_mass(const float *logits, int V, const g4_sample_params *params, const uint64_t *ptab,
+            RowWs *rws) {
     g4_pdl_wait();
     g4_pdl_trigger();
     __shared__ unsigned long long hist[NB0];
     __shared__ unsigned long long zs[32];
-    const g4_sample_params p = *params;
     const int t = blockIdx.y, nb = gridDim.x;
+    const g4_sample_params p = row_params(params, ptab, t);
     RowWs *rw = &rws[t];
     const float mx = rw->best_v;
     if (!sampling(p) || topk_on(p, V) || V <= SEL_CAP || isnan(mx)) return;
@@ -406,14 +415,13 @@ __device__ void sel_count_level(const float *row, int V, int shift, int nbins, u
 }
 
 __global__ void __launch_bounds__(SEL_THREADS)
-    lg_select(const float *logits, int V, const g4_sample_params *params,
-              const int32_t *counter, int32_t *next, RowWs *rws) {
+    lg_select(const float *logits, int V, const int32_t *counter, int32_t *next, RowWs *rws) {
     g4_pdl_wait();
     g4_pdl_trigger();
     __shared__ SelShared sh;
-    const g4_sample_params p = *params;
     const int t = blockIdx.x;
     RowWs *rw = &rws[t];
+    const g4_sample_params p = rw->p; // (lg_pass1 copied the row's sampler)
     if (!sampling(p)) return; // lg_pass1 wrote the greedy id
     const float mx = rw->best_v;
     const float *row = logits + (size_t)t * V;
@@ -603,25 +611,42 @@ extern "C" void g4_logits_softcap(float *logits, int rows, int V, float cap, cud
     G4_CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void g4_logits_sample(int32_t *next, float *logits, int rows, int V, float cap,
-                                 const g4_sample_params *params, const int32_t *counter,
-                                 void *workspace, size_t workspace_bytes, cudaStream_t stream) {
-    const char *op = "g4_logits_sample";
+// The three launches for one sampler (params) or a table of one per row (ptab).
+static void lg_sample(const char *op, int32_t *next, float *logits, int rows, int V, float cap,
+                      const g4_sample_params *params, const uint64_t *ptab, const int32_t *counter,
+                      void *workspace, size_t workspace_bytes, cudaStream_t stream) {
     const char *why = g4_logits_supported(V);
     if (why) {
         fprintf(stderr, "g4cu: internal error: %s: V = %d: the kernel takes %s\n", op, V, why);
         abort();
     }
-    G4K_REQUIRE(rows >= 0 && next && logits && params && counter, op);
+    G4K_REQUIRE(rows >= 0 && next && logits && (params || ptab) && counter, op);
     G4K_REQUIRE(workspace && workspace_bytes >= g4_logits_workspace(rows, V), op);
     if (rows == 0) return;
     const int nb = lg_blocks(V);
     const WsLayout l = lg_layout(workspace, rows, nb);
     const int vec = V % 8 == 0 && ((uintptr_t)logits & 15) == 0;
     g4_pdl_launch(lg_pass1, dim3(nb, rows), dim3(LG_THREADS), 0, stream, logits, V, cap, params,
-                  next, l.rows, l.part_v, l.part_i, vec);
+                  ptab, next, l.rows, l.part_v, l.part_i, vec);
     g4_pdl_launch(lg_mass, dim3(nb, rows), dim3(LG_THREADS), 0, stream, (const float *)logits, V,
-                  params, l.rows);
+                  params, ptab, l.rows);
     g4_pdl_launch(lg_select, dim3(rows), dim3(SEL_THREADS), 0, stream, (const float *)logits, V,
-                  params, counter, next, l.rows);
+                  counter, next, l.rows);
+}
+
+extern "C" void g4_logits_sample(int32_t *next, float *logits, int rows, int V, float cap,
+                                 const g4_sample_params *params, const int32_t *counter,
+                                 void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    G4K_REQUIRE(params, "g4_logits_sample");
+    lg_sample("g4_logits_sample", next, logits, rows, V, cap, params, nullptr, counter, workspace,
+              workspace_bytes, stream);
+}
+
+extern "C" void g4_logits_sample_rows(int32_t *next, float *logits, int rows, int V, float cap,
+                                      const uint64_t *params_tab, const int32_t *counter,
+                                      void *workspace, size_t workspace_bytes,
+                                      cudaStream_t stream) {
+    G4K_REQUIRE(params_tab, "g4_logits_sample_rows");
+    lg_sample("g4_logits_sample_rows", next, logits, rows, V, cap, nullptr, params_tab, counter,
+              workspace, workspace_bytes, stream);
 }

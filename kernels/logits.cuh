@@ -31,6 +31,13 @@ void g4_logits_sample(int32_t *next, float *logits, int rows, int V, float cap,
                       const g4_sample_params *params, const int32_t *counter, void *workspace,
                       size_t workspace_bytes, cudaStream_t stream);
 
+// g4_logits_sample with a sampler per row: row r is drawn with *params_tab[r] (a device table
+// of rows pointers, each to a g4_sample_params in device memory), the same id as
+// g4_logits_sample of that row alone with that sampler. One launch triple for every row.
+void g4_logits_sample_rows(int32_t *next, float *logits, int rows, int V, float cap,
+                           const uint64_t *params_tab, const int32_t *counter, void *workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+
 // logits[rows, V] fp32 in place: x = cap * tanh(x / cap) (cap <= 0: nothing).
 void g4_logits_softcap(float *logits, int rows, int V, float cap, cudaStream_t stream);
 

@@ -60,6 +60,12 @@ typedef struct {
     int next_norm;      // 1: the linear reads rmsnorm(h_out) * next_w; 0: h_out itself
     const void *next_w; // fp16 [H] (next_norm) or NULL for no scale
 } g4_add_norm;
+// The per-row KV caches of a row-batched op (qkv_prep_rows, attention_rows; see there). The
+// tables are in backend memory; a backend reads them on its own queue.
+typedef struct {
+    const void *k, *v; // uint64 [T]: row t's K / V cache base pointers (backend memory)
+    const g4_buf *cap; // I32 [T]: the rows of row t's caches
+} g4_kv_rows;
 struct g4_text_config_s;   // loader/model_config.h
 struct g4_vision_config_s; // loader/model_config.h
 struct g4_audio_config_s;  // loader/model_config.h
@@ -83,6 +89,10 @@ struct g4_backend {
     g4_backend *(*exec_new)(g4_backend *be, const struct g4_text_config_s *cfg, int kv_rows,
                             int max_rows);
     void (*exec_free)(g4_backend *ex);
+    // Optional (NULL on the CPU): sizes ex's workspaces for the row-batched ops (qkv_prep_rows,
+    // attention_rows, sample_rows) over up to `rows` rows of cfg, outside a capture, so graphs
+    // of a batch step captured after it (one per row count) never see a workspace grow.
+    void (*exec_reserve_rows)(g4_backend *ex, const struct g4_text_config_s *cfg, int rows);
     // Allocations of backend memory made so far through any handle of this backend (alloc,
     // alloc_mapped and the backend's own workspaces): a test counts them around requests.
     uint64_t (*alloc_count)(g4_backend *be);
@@ -165,6 +175,25 @@ struct g4_backend {
                       const g4_buf *vcache, const g4_buf *pos, int n_heads, int n_kv,
                       int head_dim, int window, float scale);
 
+    // --- row-batched attention (a batch decode step: row t is a sequence of its own) ---------
+    // Per-row caches (kv): row t of q / k / v / out / pos belongs to its own sequence, whose
+    // caches [kv->cap[t], n_kv * hd] (kv_type) start at kv->k[t] and kv->v[t]: tables of T
+    // pointers in backend memory (uint64), built by the engine once a step for every KV slot
+    // and uploaded in one copy, so the op launches once for all rows (and a graph replays it
+    // with new tables staged). A table of pointers, not a shared pool with a slot index: each
+    // sequence keeps the cache its own one-row step reads and writes (g4_text_step, its
+    // graph), so a row moves between the batch and a step alone without a copy.
+    //   qkv_prep_rows: qkv_prep of each row t alone (q[t], k[t], v[t], pos[t]) with its k and
+    //     v stored in row t's caches at row pos[t] (a pos[t] outside [0, cap[t]) stores nothing).
+    //   attention_rows: attention of each row t alone over row t's caches (rows 0..pos[t], the
+    //     last `window` of them when window > 0), pos[t] < cap[t].
+    void (*qkv_prep_rows)(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, const g4_kv_rows *kv,
+                          const void *q_w, const void *k_w, const g4_buf *pos,
+                          const float *inv_freq, int n_heads, int n_kv, int head_dim, float eps);
+    void (*attention_rows)(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_kv_rows *kv,
+                           const g4_buf *pos, int n_heads, int n_kv, int head_dim, int window,
+                           float scale);
+
     // --- embedding and logits -------------------------------------------------------------
     // The per-layer inputs from the projection of the merged embeddings, in place on
     // ple[T, L*D] (= x @ W_plmp): ple = (rmsnorm_D(ple * proj_scale) * norm_w
@@ -187,6 +216,11 @@ struct g4_backend {
     // Only `next` crosses to the host.
     void (*sample)(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, const void *params,
                    const g4_buf *counter);
+    // sample with a sampler per row: row r of logits is drawn with *params[r] (params: a table
+    // of rows pointers in backend memory, uint64, each to a g4_sample_params in backend memory)
+    // at its own draw index counter[r]; otherwise exactly `sample` on each row alone.
+    void (*sample_rows)(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, const void *params,
+                        const g4_buf *counter);
     // dst[t] = src[idx[t]] (F32 rows of dst->cols) for each row t of dst with idx[t] >= 0 (idx
     // I32 [dst->rows], each < src->rows); other rows keep their values. Places soft tokens at
     // their placeholders' embedding rows (and picks an audio clip's valid frames), on the

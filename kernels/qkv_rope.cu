@@ -35,6 +35,14 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
     g4_pdl_trigger();
     const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = a.hd, half = hd / 2, quarter = hd / 4;
+    // The caches k and v go to: one for every token, or token t's own (the row-batched op).
+    uint16_t *kdst = a.kcache, *vdst = a.vcache;
+    int cap = a.capacity;
+    if (a.kc_tab) {
+        kdst = reinterpret_cast<uint16_t *>(a.kc_tab[t]);
+        vdst = reinterpret_cast<uint16_t *>(a.vc_tab[t]);
+        cap = a.cap_tab[t];
+    }
     const int n_vec = a.n_heads + (a.k ? 2 * a.n_kv : 0);
     for (int hv = warp; hv < n_vec; hv += QKV_WARPS) {
         // which vector: 0 = q, 1 = k, 2 = v
@@ -80,10 +88,10 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
             }
         }
         uint16_t *dst = src;
-        if (kind != 0 && a.kcache) {
+        if (kind != 0 && kdst) {
             const int row = a.pos[t];
-            if (row < 0 || row >= a.capacity) continue; // a bad position never writes outside
-            dst = (kind == 1 ? a.kcache : a.vcache) + (size_t)row * a.n_kv * hd + (size_t)head * hd;
+            if (row < 0 || row >= cap) continue; // a bad position never writes outside
+            dst = (kind == 1 ? kdst : vdst) + (size_t)row * a.n_kv * hd + (size_t)head * hd;
         }
 #pragma unroll
         for (int i = 0; i < E; i++)
@@ -112,6 +120,8 @@ extern "C" void g4_qkv_norm_rope(const g4_qkv_args *a, cudaStream_t stream) {
     G4K_REQUIRE(!a->k || a->n_kv > 0, op);
     G4K_REQUIRE((a->kcache == nullptr) == (a->vcache == nullptr), op);
     G4K_REQUIRE(!a->kcache || (a->k && !a->rope_2d && a->capacity > 0), op);
+    G4K_REQUIRE((a->kc_tab == nullptr) == (a->vc_tab == nullptr), op);
+    G4K_REQUIRE(!a->kc_tab || (a->k && !a->kcache && !a->rope_2d && a->cap_tab), op);
     G4K_REQUIRE(!a->inv_freq || a->pos, op);
     if (a->T == 0) return;
     switch (a->hd / 64) {

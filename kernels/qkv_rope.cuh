@@ -23,6 +23,12 @@ typedef struct {
     int rope_2d;               // 1: the vision tower's axial 2-D RoPE (ref_rope_2d)
     int T, n_heads, n_kv, hd, capacity;
     float eps;
+    // Per-row caches (the row-batched op, ops.h qkv_prep_rows): when kc_tab is set (with k, and
+    // kcache NULL), token t's k and v go to row pos[t] of the caches at kc_tab[t] / vc_tab[t]
+    // (device tables of T pointers) of cap_tab[t] rows (device I32 [T]); a position outside
+    // [0, cap_tab[t]) stores nothing. NULL (zeroed args): the one cache above.
+    const uint64_t *kc_tab, *vc_tab;
+    const int32_t *cap_tab;
 } g4_qkv_args;
 
 // For each token t: q = rope(rmsnorm(q) * q_w); k = rope(rmsnorm(k) * k_w); v = rmsnorm(v);

@@ -96,6 +96,8 @@ static field fields[] = {
     FIELD(check_text, K_MODEL, "a model config's refusals: tests/test_cuda_supported.c"),
     FIELD(exec_new, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
     FIELD(exec_free, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
+    FIELD(exec_reserve_rows, K_MODEL,
+          "the batch step's graphs: test_batch on CUDA with G4_BATCH_GRAPH=1 (run.sh batch_cuda)"),
     FIELD(alloc_count, K_MEMORY, NULL),
     FIELD(alloc, K_MEMORY, NULL),
     FIELD(free, K_MEMORY, NULL),
@@ -118,10 +120,13 @@ static field fields[] = {
     FIELD(add, K_OP, NULL),
     FIELD(qkv_prep, K_OP, NULL),
     FIELD(attention, K_OP, NULL),
+    FIELD(qkv_prep_rows, K_OP, NULL),
+    FIELD(attention_rows, K_OP, NULL),
     FIELD(ple_inputs, K_OP, NULL),
     FIELD(embed, K_OP, NULL),
     FIELD(softcap, K_OP, NULL),
     FIELD(sample, K_OP, NULL),
+    FIELD(sample_rows, K_OP, NULL),
     FIELD(scatter_rows, K_OP, NULL),
     FIELD(graph_begin, K_OPTIONAL, NULL),
     FIELD(graph_end, K_OPTIONAL, NULL),
@@ -971,6 +976,175 @@ static void case_attention(int T, int nh, int nkv, int hd, int window, int p0,
     free(q), free(kc), free(vc), free(want), free(pos), free(z), free(got);
 }
 
+// --- row-batched attention (a batch decode step: each row a sequence of its own) ---------------
+// The naive attention of one query row q[nh * hd] at position p over a cache kc / vc
+// [>= p + 1, nkv * hd] (the last `window` keys when window > 0) into out[nh * hd]: the one-row
+// op's contract, applied per row below.
+static void n_attention_row(float *out, const float *q, const float *kc, const float *vc, int p,
+                            int nh, int nkv, int hd, int window, float scale) {
+    const int kw = nkv * hd, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    double *z = g4_malloc(sizeof(double) * (size_t)(p + 1));
+    for (int h = 0; h < nh; h++) {
+        const int g = h / (nh / nkv);
+        double mx = -INFINITY, sum = 0;
+        for (int j = lo; j <= p; j++) {
+            double d = 0;
+            for (int e = 0; e < hd; e++)
+                d += (double)q[(size_t)h * hd + e] * kc[(size_t)j * kw + (size_t)g * hd + e];
+            z[j] = d * scale;
+            if (z[j] > mx) mx = z[j];
+        }
+        for (int j = lo; j <= p; j++) sum += exp(z[j] - mx);
+        for (int e = 0; e < hd; e++) {
+            double acc = 0;
+            for (int j = lo; j <= p; j++)
+                acc += exp(z[j] - mx) * vc[(size_t)j * kw + (size_t)g * hd + e];
+            out[(size_t)h * hd + e] = (float)(acc / sum);
+        }
+    }
+    free(z);
+}
+
+// Row r's position in the rows cases: row 0 at 0 (one key), row 1 past the window (or deep
+// into the cache without one), the others spread over [0, maxpos]; its cache has 1 + r % 3 rows
+// more than it needs (never read: poisoned).
+static int rows_pos(int r, int window, int maxpos, unsigned long long seed) {
+    if (r == 0) return 0;
+    if (r == 1) return window > 0 ? (2 * window + 3 < maxpos ? 2 * window + 3 : maxpos) : maxpos;
+    return (int)((r * 7919ull + seed * 31ull) % (unsigned long long)(maxpos + 1));
+}
+
+// A per-row cache table on the backend (uint64 [T] of the caches' data pointers).
+static void *rows_table(const tbuf *c, int T) {
+    uint64_t *h = g4_malloc(sizeof(uint64_t) * (size_t)T);
+    for (int t = 0; t < T; t++) h[t] = (uint64_t)(uintptr_t)c[t].b.data;
+    void *d = be_copy(h, sizeof(uint64_t) * (size_t)T);
+    free(h);
+    return d;
+}
+
+// qkv_prep_rows: each row's q (and k, v into its own caches at row pos[t]) against the naive
+// norms and RoPE of that row alone; cache rows other than pos[t] stay poisoned; with 3+ rows,
+// row 2 sits at its cache's end (pos == cap): it stores nothing.
+static void case_qkv_prep_rows(int T, int nh, int nkv, int hd, int rope, int with_kv,
+                               unsigned long long seed) {
+    if (!want_case("qkv_prep_rows", "T=%d heads=%d kv=%d hd=%d rope=%s kv_in=%d", T, nh, nkv, hd,
+                   rope ? "proportional" : "default", with_kv))
+        return;
+    unsigned long long s = seed;
+    const int qw = nh * hd, kw = nkv * hd;
+    float *q = rnd(&s, (size_t)T * qw, -2, 2), *k = rnd(&s, (size_t)T * kw, -2, 2),
+          *v = rnd(&s, (size_t)T * kw, -2, 2);
+    float *qwf = rnd(&s, (size_t)hd, 0.5f, 1.5f), *kwf = rnd(&s, (size_t)hd, 0.05f, 0.2f);
+    float *inv = text_inv_freq(hd, rope);
+    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T), *cap = g4_malloc(sizeof(int32_t) * T);
+    for (int t = 0; t < T; t++) {
+        pos[t] = rows_pos(t, 0, 200, seed);
+        cap[t] = pos[t] + 1 + t % 3;
+        if (t == 2) cap[t] = pos[t]; // outside its cache: nothing stored
+    }
+    float *wq = zeros((size_t)T * qw), *wk = zeros((size_t)T * kw), *wv = zeros((size_t)T * kw);
+    n_rmsnorm(wq, q, qwf, T, qw, hd, 1e-6f);
+    n_rmsnorm(wk, k, kwf, T, kw, hd, 1e-6f);
+    n_rmsnorm(wv, v, NULL, T, kw, hd, 1e-6f);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < nh; h++)
+            n_rope_head(wq + (size_t)t * qw + (size_t)h * hd, hd, pos[t], inv);
+        for (int h = 0; h < nkv; h++)
+            n_rope_head(wk + (size_t)t * kw + (size_t)h * hd, hd, pos[t], inv);
+    }
+    uint16_t *qwb = f16_bits(qwf, (size_t)hd), *kwb = f16_bits(kwf, (size_t)hd);
+    void *dqw = be_copy(qwb, 2 * (size_t)hd), *dkw = be_copy(kwb, 2 * (size_t)hd),
+         *dinv = be_copy(inv, sizeof(float) * (size_t)hd / 2);
+    tbuf dq = tb_from(be->act_type, T, qw, q), dk = tb_from(be->act_type, T, kw, k),
+         dv = tb_from(be->act_type, T, kw, v), dpos = tb_i32(T, 1, pos), dcap = tb_i32(T, 1, cap);
+    tbuf *kc = g4_calloc((size_t)T, sizeof(tbuf)), *vc = g4_calloc((size_t)T, sizeof(tbuf));
+    for (int t = 0; t < T; t++)
+        kc[t] = tb_new(be->kv_type, cap[t], kw), vc[t] = tb_new(be->kv_type, cap[t], kw);
+    void *ktab = rows_table(kc, T), *vtab = rows_table(vc, T);
+    const g4_kv_rows kv = {ktab, vtab, &dcap.b};
+    be->qkv_prep_rows(be, &dq.b, with_kv ? &dk.b : NULL, with_kv ? &dv.b : NULL, &kv, dqw, dkw,
+                      &dpos.b, dinv, nh, nkv, hd, 1e-6f);
+    float *gq = tb_get(&dq);
+    report("q vs naive per row", gq, wq, (size_t)T * qw, &TOL_REDUCE, tb_guards_ok(&dq, "q"), 0);
+    if (with_kv) {
+        float *gk = zeros((size_t)T * kw), *gv = zeros((size_t)T * kw);
+        int stray = 0, guards = 1;
+        for (int t = 0; t < T; t++) {
+            float *ck = tb_get(&kc[t]), *cv = tb_get(&vc[t]);
+            guards &= tb_guards_ok(&kc[t], "kcache") && tb_guards_ok(&vc[t], "vcache");
+            for (int r = 0; r < cap[t]; r++) {
+                if (r == pos[t]) continue; // every other row stays poisoned
+                for (int i = 0; i < kw; i++)
+                    stray += !isnan(ck[(size_t)r * kw + i]) || !isnan(cv[(size_t)r * kw + i]);
+            }
+            if (pos[t] < cap[t]) {
+                memcpy(gk + (size_t)t * kw, ck + (size_t)pos[t] * kw, sizeof(float) * kw);
+                memcpy(gv + (size_t)t * kw, cv + (size_t)pos[t] * kw, sizeof(float) * kw);
+            } else { // nothing stored: compared as equal
+                memcpy(gk + (size_t)t * kw, wk + (size_t)t * kw, sizeof(float) * kw);
+                memcpy(gv + (size_t)t * kw, wv + (size_t)t * kw, sizeof(float) * kw);
+            }
+            free(ck), free(cv);
+        }
+        CHECK_MSG(stray == 0, "qkv_prep_rows: %d cache values written outside rows pos[t]", stray);
+        report("kcache[t][pos] vs naive", gk, wk, (size_t)T * kw, &TOL_REDUCE, guards, 0);
+        report("vcache[t][pos] vs naive", gv, wv, (size_t)T * kw, &TOL_REDUCE, guards, 0);
+        free(gk), free(gv);
+    }
+    PERF("qkv_prep_rows",
+         be->qkv_prep_rows(be, &dq.b, with_kv ? &dk.b : NULL, with_kv ? &dv.b : NULL, &kv, dqw, dkw,
+                           &dpos.b, dinv, nh, nkv, hd, 1e-6f));
+    be->free(be, dqw), be->free(be, dkw), be->free(be, dinv), be->free(be, ktab),
+        be->free(be, vtab);
+    for (int t = 0; t < T; t++) tb_free(&kc[t]), tb_free(&vc[t]);
+    tb_free(&dq), tb_free(&dk), tb_free(&dv), tb_free(&dpos), tb_free(&dcap);
+    free(kc), free(vc), free(q), free(k), free(v), free(qwf), free(kwf), free(inv), free(pos),
+        free(cap), free(wq), free(wk), free(wv), free(qwb), free(kwb), free(gq);
+}
+
+// attention_rows: each row over its own cache (rows past its position poisoned: never read)
+// against the naive one-row attention of that row alone; positions from rows_pos (a row with
+// one key, one past the window, the rest spread up to maxpos).
+static void case_attention_rows(int T, int nh, int nkv, int hd, int window, int maxpos,
+                                unsigned long long seed) {
+    if (!want_case("attention_rows", "T=%d heads=%d kv=%d hd=%d window=%d maxpos=%d", T, nh, nkv,
+                   hd, window, maxpos))
+        return;
+    unsigned long long s = seed;
+    const int qw = nh * hd, kw = nkv * hd;
+    const float scale = 1.0f;
+    float *q = rnd(&s, (size_t)T * qw, -0.5f, 0.5f), *want = zeros((size_t)T * qw);
+    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T), *cap = g4_malloc(sizeof(int32_t) * T);
+    tbuf dq = tb_from(be->act_type, T, qw, q), dout = tb_new(be->act_type, T, qw);
+    tbuf *kc = g4_calloc((size_t)T, sizeof(tbuf)), *vc = g4_calloc((size_t)T, sizeof(tbuf));
+    for (int t = 0; t < T; t++) {
+        pos[t] = rows_pos(t, window, maxpos, seed);
+        cap[t] = pos[t] + 1 + t % 3;
+        float *k = rnd(&s, (size_t)cap[t] * kw, -0.5f, 0.5f),
+              *v = rnd(&s, (size_t)cap[t] * kw, -1, 1);
+        n_attention_row(want + (size_t)t * qw, q + (size_t)t * qw, k, v, pos[t], nh, nkv, hd,
+                        window, scale);
+        for (size_t i = (size_t)(pos[t] + 1) * kw; i < (size_t)cap[t] * kw; i++)
+            k[i] = v[i] = NAN; // past the row's position: must not be read
+        kc[t] = tb_from(be->kv_type, cap[t], kw, k), vc[t] = tb_from(be->kv_type, cap[t], kw, v);
+        free(k), free(v);
+    }
+    tbuf dpos = tb_i32(T, 1, pos), dcap = tb_i32(T, 1, cap);
+    void *ktab = rows_table(kc, T), *vtab = rows_table(vc, T);
+    const g4_kv_rows kv = {ktab, vtab, &dcap.b};
+    be->attention_rows(be, &dout.b, &dq.b, &kv, &dpos.b, nh, nkv, hd, window, scale);
+    float *got = tb_get(&dout);
+    report("out vs naive per row", got, want, (size_t)T * qw, &TOL_ATTN, tb_guards_ok(&dout, "out"),
+           0);
+    PERF("attention_rows",
+         be->attention_rows(be, &dout.b, &dq.b, &kv, &dpos.b, nh, nkv, hd, window, scale));
+    be->free(be, ktab), be->free(be, vtab);
+    for (int t = 0; t < T; t++) tb_free(&kc[t]), tb_free(&vc[t]);
+    tb_free(&dq), tb_free(&dout), tb_free(&dpos), tb_free(&dcap);
+    free(kc), free(vc), free(q), free(want), free(pos), free(cap), free(got);
+}
+
 // --- embedding and logits -----------------------------------------------------------------------
 static void case_ple_inputs(int T, int L, int D, int vocab, unsigned long long seed) {
     if (!want_case("ple_inputs", "T=%d layers=%d D=%d vocab=%d", T, L, D, vocab)) return;
@@ -1122,6 +1296,79 @@ static void case_sample(int rows, int V, float cap, int top_k1, int quantized, i
     be->free(be, dp);
     tb_free(&dx), tb_free(&dc), tb_free(&dn);
     free(x), free(want), free(cnt), free(next), free(got), free(exp_id);
+}
+
+// sample_rows: rows with their own samplers (greedy and sampled rows mixed: temperature, top-k,
+// top-p, seeds, draw indices of their own), each against the one-row sample op on that row
+// alone with its sampler and counter, greedy rows also against the argmax of the naive capped
+// row; with nan_row the last row holds a NaN (-1).
+static void case_sample_rows(int rows, int V, float cap, int nan_row, unsigned long long seed) {
+    if (!want_case("sample_rows", "rows=%d V=%d cap=%g nan_row=%d", rows, V, cap, nan_row)) return;
+    called("sample");
+    unsigned long long s = seed;
+    const size_t n = (size_t)rows * V;
+    float *x = g4_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = floorf(g4t_rand_uniform(&s, -40, 40) * 16.0f) / 16.0f;
+    if (nan_row) x[(size_t)V * (rows - 1) + (size_t)V / 3] = NAN;
+    g4_sample_params *p = g4_calloc((size_t)rows, sizeof *p);
+    void **dp = g4_calloc((size_t)rows, sizeof *dp);
+    uint64_t *ptab = g4_malloc(sizeof(uint64_t) * (size_t)rows);
+    int32_t *cnt = g4_malloc(sizeof(int32_t) * (size_t)rows);
+    for (int r = 0; r < rows; r++) {
+        if (r % 2) { // sampled rows of their own kinds
+            p[r].temperature = r % 3 ? 0.8f : 1.3f;
+            p[r].top_k = r % 4 == 1 ? 40 : 0;
+            p[r].top_p = r % 4 == 3 ? 0.9f : 1.0f;
+        } else {
+            p[r].top_p = 1.0f; // greedy
+        }
+        p[r].seed_lo = (uint32_t)(seed * 1000 + (unsigned)r), p[r].seed_hi = (uint32_t)r;
+        cnt[r] = 17 + 13 * r;
+        dp[r] = be_copy(&p[r], sizeof p[r]);
+        ptab[r] = (uint64_t)(uintptr_t)dp[r];
+    }
+    void *dtab = be_copy(ptab, sizeof(uint64_t) * (size_t)rows);
+    tbuf dx = tb_from(G4_F32, rows, V, x), dc = tb_i32(rows, 1, cnt), dn = tb_new(G4_I32, rows, 1);
+    be->sample_rows(be, &dn.b, &dx.b, cap, dtab, &dc.b);
+    be->sync(be);
+    int32_t *next = g4_malloc(sizeof(int32_t) * (size_t)rows),
+            *one = g4_malloc(sizeof(int32_t) * (size_t)rows);
+    be->download(be, next, dn.b.data, sizeof(int32_t) * (size_t)rows);
+    // the one-row op on each row alone (from the same uncapped logits)
+    for (int r = 0; r < rows; r++) {
+        tbuf ox = tb_from(G4_F32, 1, V, x + (size_t)r * V), oc = tb_i32(1, 1, &cnt[r]),
+             on = tb_new(G4_I32, 1, 1);
+        be->sample(be, &on.b, &ox.b, cap, dp[r], &oc.b);
+        be->sync(be);
+        be->download(be, &one[r], on.b.data, sizeof(int32_t));
+        tb_free(&ox), tb_free(&oc), tb_free(&on);
+    }
+    report_ids("next vs one row alone", next, one, rows);
+    // greedy rows: the argmax of the naive capped row (sampled rows keep the one-row answer)
+    int32_t *am = g4_malloc(sizeof(int32_t) * (size_t)rows);
+    for (int r = 0; r < rows; r++) {
+        am[r] = one[r];
+        if (p[r].temperature > 0) continue;
+        const float *g = x + (size_t)r * V;
+        int best = 0, has_nan = 0;
+        double bv = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            const double c = cap > 0 ? cap * tanh((double)g[i] / cap) : g[i];
+            if (isnan(g[i]))
+                has_nan = 1;
+            else if ((float)c > bv)
+                bv = (float)c, best = i;
+        }
+        am[r] = has_nan ? -1 : best;
+    }
+    report_ids("greedy rows vs argmax", next, am, rows);
+    CHECK_MSG(tb_guards_ok(&dn, "next") && tb_guards_ok(&dx, "logits"),
+              "sample_rows: a guard zone was written");
+    PERF("sample_rows", be->sample_rows(be, &dn.b, &dx.b, 0.0f, dtab, &dc.b));
+    for (int r = 0; r < rows; r++) be->free(be, dp[r]);
+    be->free(be, dtab);
+    tb_free(&dx), tb_free(&dc), tb_free(&dn);
+    free(x), free(p), free(dp), free(ptab), free(cnt), free(next), free(one), free(am);
 }
 
 // dst[t] = src[idx[t]] where idx[t] >= 0 (every other row), the rest unchanged.
@@ -1598,6 +1845,22 @@ static void run_cases(void) {
     case_attention(17, 8, 1, 256, 512, 600, 67);  // prefill chunk across the window edge
     case_attention(33, 8, 1, 512, 0, 0, 68);
     case_attention(5, 4, 2, 256, 3, 2, 69); // GQA 2:1, a tiny window
+    // the batch step's row-batched ops: 1, 2, 3, 7 and 32 rows, each its own cache and length
+    // (one key, past the window, spread), E2B heads at 256 / 512, GQA
+    case_qkv_prep_rows(1, 8, 1, 256, 0, 1, 140);
+    case_qkv_prep_rows(2, 8, 1, 512, 1, 1, 141);
+    case_qkv_prep_rows(3, 8, 1, 256, 0, 1, 142); // row 2 outside its cache
+    case_qkv_prep_rows(7, 4, 2, 256, 0, 1, 143);
+    case_qkv_prep_rows(32, 8, 1, 512, 1, 0, 144); // KV-shared layer: q only
+    case_qkv_prep_rows(32, 8, 1, 256, 0, 1, 145);
+    case_attention_rows(1, 8, 1, 256, 0, 40, 146);
+    case_attention_rows(2, 8, 1, 512, 0, 300, 147);
+    case_attention_rows(3, 8, 1, 256, 4, 30, 148); // a tiny window: lengths 1, past it, ...
+    case_attention_rows(7, 4, 2, 256, 3, 20, 149); // GQA 2:1
+    case_attention_rows(7, 8, 1, 512, 0, 90, 150);
+    case_attention_rows(32, 8, 1, 256, 16, 70, 151);
+    case_attention_rows(32, 8, 1, 512, 0, 40, 152);
+    case_attention_rows(3, 8, 1, 256, 512, 1100, 153); // E2B sliding window, many tiles
 
     case_ple_inputs(1, 35, 256, 100, 70);
     case_ple_inputs(17, 35, 256, 300, 71);
@@ -1613,6 +1876,11 @@ static void run_cases(void) {
     case_sample(3, 262144, 30.0f, 0, 1, 1, 82); // ties, a NaN row
     case_sample(2, 1001, 0.0f, 0, 1, 0, 83);    // odd vocabulary, no cap
     case_sample(1, 24, 30.0f, 1, 0, 0, 84);
+    case_sample_rows(1, 1001, 30.0f, 0, 154);
+    case_sample_rows(2, 262144, 30.0f, 0, 155); // E2B vocabulary: a greedy and a sampled row
+    case_sample_rows(3, 1001, 0.0f, 1, 156);    // a NaN row
+    case_sample_rows(7, 5003, 30.0f, 0, 157);
+    case_sample_rows(32, 2048, 30.0f, 0, 158);
     case_scatter_rows(17, 5, 33, 85);
     case_scatter_rows(600, 280, 1536, 86);
 

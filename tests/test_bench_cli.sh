@@ -42,6 +42,22 @@ check "bench tiny PKG: tower timings printed" $?
 [ $? -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "--ple-host needs a GPU" "$tmp/err"
 check "bench --ple-host on the CPU: one-line user error" $?
 
+# --batch-rows: the one-state step (1) and a batch step (2) on the CPU, numbers and json
+"$G4CU" bench "$G4_TINY_PKG" --backend cpu --batch-rows 1,2 --reps 1 --json "$tmp/br.json" \
+    >"$tmp/out" 2>"$tmp/err"
+check "bench --batch-rows 1,2 on cpu: exit 0" $?
+grep -qE "^f16 batch rows +1: step +[0-9.]+ ms" "$tmp/out" &&
+    grep -qE "^f16 batch rows +2: step +[0-9.]+ ms \| per stream +[0-9.]+ tok/s \| total" "$tmp/out"
+check "bench --batch-rows: a line per count" $?
+grep -q '"batch_rows": {' "$tmp/br.json" && grep -q '"rows": 2, "step_ms": [0-9]' "$tmp/br.json"
+check "bench --batch-rows: json written" $?
+"$G4CU" bench "$G4_TINY_PKG" --backend cpu --batch-rows 2,0 >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q -- "--batch-rows '2,0'" "$tmp/err"
+check "bench --batch-rows 2,0: one-line user error" $?
+"$G4CU" bench "$G4_TINY_PKG" --backend cpu --batch-rows 2 --filter pp128 >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "runs alone" "$tmp/err"
+check "bench --batch-rows with --filter: refused" $?
+
 "$G4CU" bench --kernels --filter no-such-kernel-row --reps 1 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if grep -q "no usable CUDA device" "$tmp/err"; then

@@ -25,6 +25,13 @@
 //   states        two states alive at once on one model, steps interleaved, give the tokens
 //                 each gives alone; a state allocates nothing after its first request (the
 //                 backend's alloc_count over requests of other lengths and samplers).
+//   batch         a batch step of 4 sequences (prompts of 3, 11, 24 and 30 tokens, crossing the
+//                 window during the steps) with the row-batched ops (qkv_prep_rows,
+//                 attention_rows, sample_rows): its greedy ids agree with the per-row ops'
+//                 (G4_BATCH_ROWS=0: other split-KV boundaries, so near-ties may flip: the
+//                 argmax rule, >= 90%) and are bit-identical with the step captured per row
+//                 count (G4_BATCH_GRAPH=1: the same kernels); teacher-forced on the first's ids.
+//                 Against each sequence stepped alone (M = 1 linears): reported only.
 //   pdl           programmatic dependent launch (kernels/pdl.cuh; on by default) changes no bit:
 //                 prefill and decode logits (eager) and greedy tokens (graph) with it off and on
 //                 are identical (every kernel is deterministic; a difference is a race).
@@ -170,6 +177,53 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     g4_text_state_free(sx);
     free(lg);
     free(lc);
+}
+
+// The batch step (see the top: batch). Sets of 4 row states with the same prompts: a (rows
+// ops), b (per-row ops), c (graph per row count), d (each alone).
+static void test_batch_rows(const char *what, g4_text_model *gpu, const int32_t *ids) {
+    enum { R = 4, STEPS = 12 };
+    const int P[R] = {3, 11, 24, 30};
+    g4_text_state *rows[4][R], *bs[3];
+    const char *env_rows = "G4_BATCH_ROWS", *env_graph = "G4_BATCH_GRAPH";
+    for (int k = 0; k < 3; k++) { // the batch states read the environment when made
+        setenv(env_rows, k == 1 ? "0" : "1", 1);
+        setenv(env_graph, k == 2 ? "1" : "0", 1);
+        const g4_text_state_opts bo = {1, R, R, 1};
+        CHECK(g4_text_state_new_opts(gpu, &bo, &bs[k]) == 0);
+    }
+    unsetenv(env_rows);
+    unsetenv(env_graph);
+    CHECK(bs[0]->batch_rows_ops && !bs[1]->batch_rows_ops && bs[2]->batch_graph);
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < R; r++) {
+            CHECK(g4_text_state_new(gpu, P[r] + STEPS + 1, MAX_T, &rows[k][r]) == 0);
+            CHECK(g4_text_forward(rows[k][r], ids + r, P[r], NULL, NULL, 0) == 0);
+        }
+    int32_t tok[R], nx[4][R];
+    for (int r = 0; r < R; r++) tok[r] = ids[r + P[r]];
+    int same_rows = 0, same_graph = 0, same_alone = 0;
+    for (int i = 0; i < STEPS; i++) {
+        for (int k = 0; k < 3; k++) CHECK(g4_text_batch_step(bs[k], rows[k], tok, R, nx[k]) == 0);
+        for (int r = 0; r < R; r++)
+            CHECK(g4_text_step(rows[3][r], &tok[r], 1, NULL, &nx[3][r]) == 0);
+        for (int r = 0; r < R; r++) {
+            same_rows += nx[0][r] == nx[1][r];
+            same_graph += nx[0][r] == nx[2][r];
+            same_alone += nx[0][r] == nx[3][r];
+            tok[r] = nx[0][r] >= 0 ? nx[0][r] : 0;
+        }
+    }
+    const int n = R * STEPS;
+    printf("  %s batch of %d rows, %d steps: rows ops == per-row ops %d / %d, == graph per row "
+           "count %d / %d, == each alone %d / %d (reported only)\n",
+           what, R, STEPS, same_rows, n, same_graph, n, same_alone, n);
+    CHECK(same_rows * 10 >= n * 9);
+    CHECK_INT(same_graph, n);
+    CHECK(bs[2]->bgraph && bs[2]->bgraph[R]); // the replay path was taken
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < R; r++) g4_text_state_free(rows[k][r]);
+    for (int k = 0; k < 3; k++) g4_text_state_free(bs[k]);
 }
 
 // The same prompt and teacher-forced decode steps with PDL off, then on: eager logits (the
@@ -337,6 +391,7 @@ static void run_package(const char *what, const char *dir) {
         test_generate_vs_old(what, cpu, ids, 20, 28);
         test_sampled(what, gpu, ids, 20, MAX_T - 20);
         test_states(what, gpu, ids);
+        test_batch_rows(what, gpu, ids);
     }
     g4_text_model_free(cpu);
     g4_text_model_free(gpu);

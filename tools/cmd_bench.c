@@ -28,6 +28,7 @@ static int cmd_bench(int argc, char **argv) {
     const char *filter = NULL, *json = NULL, *pkgs[4] = {NULL}, *backend = "cuda";
     const char *hf_dir = NULL, *hf_script = NULL; // NULL: bench_hf.py beside the binary
     const char *format = NULL;                    // -o md|csv|json
+    const char *batch_rows = NULL;                // --batch-rows N[,N...]
     int kernels = 0, n_pkgs = 0, ple_host = 0;
     long long reps = 20;
     for (int i = 1; i < argc; i++) {
@@ -50,6 +51,9 @@ static int cmd_bench(int argc, char **argv) {
             format = ++i < argc ? argv[i] : "";
             if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json"))
                 return g4_cli_usage_error("bench", "-o expects md, csv or json, got '%s'", format);
+        } else if (!strcmp(argv[i], "--batch-rows")) {
+            if (++i >= argc) return g4_cli_usage_error("bench", "--batch-rows needs N[,N...]");
+            batch_rows = argv[i];
         } else if (!strcmp(argv[i], "--ple-host")) {
             ple_host = 1;
         } else if (!strcmp(argv[i], "--backend")) {
@@ -82,6 +86,7 @@ static int cmd_bench(int argc, char **argv) {
     p.hf_dir = hf_dir;
     p.hf_script = hf_script;
     p.filter = filter;
+    p.batch_rows = batch_rows;
     p.progress = stderr; // each row as it is measured
     // The human-readable lines go to stderr when -o puts a table on stdout.
     rc = g4cu_dev_bench_model(pkgs, n_pkgs, &p, format ? stderr : stdout, stdout);
@@ -98,6 +103,9 @@ static const g4_opt bench_opts[] = {
     {"--filter", "S",
      "only the kernels, or the rows (pp128, tg128 @ pp128, audio 30 s, ...), whose name "
      "contains S (default: all)"},
+    {"--batch-rows", "N[,N...]",
+     "instead of the rows above: N sequences (128-token prompts) decoded together for 128 "
+     "steps, for each N: step ms, per-stream and total tok/s (default: off)"},
     {"--reps", "N", "repetitions of each measurement (default 20)"},
     {"-o", "md|csv|json",
      "a table on stdout: each measurement's mean and sd over the reps "
@@ -107,7 +115,7 @@ static const g4_opt bench_opts[] = {
 
 const g4_cmd g4_cmd_bench = {
     "bench", cmd_bench,
-    "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--hf HF_DIR "
+    "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--batch-rows N[,N...]] [--hf HF_DIR "
     "[--hf-script F]] [-o md|csv|json] [--filter S] | --kernels [--filter S]  "
     "[--reps N] [--json F]   "
     "model tok/s (decode through g4cu generate's path), or kernels vs the "

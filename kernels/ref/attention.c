@@ -60,3 +60,12 @@ void ref_attention(float *out, const float *q, const float *kc, const float *vc,
     const int span = window > 0 && window < maxlen ? window : maxlen;
     g4_parallel_for(T * n_heads, 2.0 * span * hd, attention_rows, &a);
 }
+
+void ref_attention_rows(float *out, const float *q, const float *const *kc, const float *const *vc,
+                        const int32_t *pos, int T, int n_heads, int n_kv, int hd, int window,
+                        float scale) {
+    const size_t w = (size_t)n_heads * hd;
+    for (int t = 0; t < T; t++) // each row alone over its own caches: the one-row op
+        ref_attention(out + t * w, q + t * w, kc[t], vc[t], pos + t, 1, n_heads, n_kv, hd, window,
+                      scale);
+}

@@ -118,3 +118,9 @@ void ref_sample(int32_t *next, float *logits, int rows, int V, float cap,
         next[r] = ref_sample_row(x, V, p, (uint32_t)counter[r]);
     }
 }
+
+void ref_sample_rows(int32_t *next, float *logits, int rows, int V, float cap,
+                     const g4_sample_params *const *p, const int32_t *counter) {
+    for (int r = 0; r < rows; r++) // each row alone with its own sampler: the one-row op
+        ref_sample(next + r, logits + (size_t)r * V, 1, V, cap, p[r], counter + r);
+}

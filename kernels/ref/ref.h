@@ -55,6 +55,12 @@ void ref_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *pos, int T, int n_heads, int n_kv, int hd, int window,
                    float scale);
 
+// ref_attention of each row t alone (T = 1 at pos[t]) over its own caches kc[t], vc[t] (the
+// batch decode step: row t is a sequence of its own).
+void ref_attention_rows(float *out, const float *q, const float *const *kc, const float *const *vc,
+                        const int32_t *pos, int T, int n_heads, int n_kv, int hd, int window,
+                        float scale);
+
 // y[T, cols] = table[ids[t]] * scale, table fp16 [rows, cols].
 void ref_embed(float *y, const uint16_t *table, int cols, const int32_t *ids, int T, float scale);
 
@@ -80,6 +86,9 @@ int ref_sample_kept(const float *x, int V, const g4_sample_params *p, int32_t *i
 // ref_sample_row(row, V, p, counter[r]).
 void ref_sample(int32_t *next, float *logits, int rows, int V, float cap,
                 const g4_sample_params *p, const int32_t *counter);
+// ref_sample of each row r alone with its own sampler p[r] and draw index counter[r].
+void ref_sample_rows(int32_t *next, float *logits, int rows, int V, float cap,
+                     const g4_sample_params *const *p, const int32_t *counter);
 // dst[t] = src[idx[t]] for each of the dst_rows rows t with idx[t] >= 0 (< src_rows); rows with
 // idx[t] < 0 keep their values. Rows of `cols` floats.
 void ref_scatter_rows(float *dst, int dst_rows, const float *src, int src_rows, int cols,

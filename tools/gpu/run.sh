@@ -37,6 +37,11 @@
 #   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
+#   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch check), the
+#            row-batched ops' test_backend_ops cases on CUDA (and --break), test_batch on gpu-tiny
+#   batch_bench  issue 31's batched decode step (after e2b_make): g4cu bench --batch-rows
+#            1,8,16,32 on the full-size f16 and Q4 packages, G4_BATCH_ROWS=0 at 32 for A/B, and
+#            the 32-row step's per-op split (G4_PROFILE=1)
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
 #            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=1, and on the
 #            full-size package generate fused vs unfused and bench both ways
@@ -469,9 +474,54 @@ PY
 # Issue 31's batched step on CUDA (after build): test_batch's cases (tiny fixture) with the CUDA
 # backend, informational (the batch's M > 1 linears may round differently from M = 1), and the
 # generate / sampled tokens of the one-state path on gpu-tiny are the engine stage's.
+# Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
+# check: the row-batched ops vs the per-row ops vs the step in a graph per row count, f16 and
+# Q4), the row-batched ops' cases of test_backend_ops on CUDA (and --break), then test_batch's
+# cases with the CUDA backend on the gpu-tiny package (G4_TINY_PKG: the CUDA attention refuses
+# the CPU fixture's head_dim 32), without and with G4_BATCH_GRAPH=1: informational (the batch's
+# M > 1 linears may round differently from M = 1; gpu-tiny's 512-token vocabulary and 256-token
+# context may refuse some of the chat fixture's requests: read the errors). The generate /
+# sampled tokens of the one-state path on gpu-tiny are the engine stage's.
 stage_batch_cuda() {
-    G4_BATCH_BACKEND=cuda G4_TINY_PKG="$PWD/tests/fixtures/mobius-tiny-f16/package" \
-        G4_FIXTURES="$PWD/tests/fixtures" timeout 300 build-gpu/tests/test_batch 2>&1 | tail -40
+    local d="$WORK/gpu-tiny"
+    [ -d "$d/f16" ] || { echo "batch_cuda: no gpu-tiny package ($d/f16): run the tiny stage first"; return 1; }
+    G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/batch_cuda_engine.log" | grep -E "batch of|checks|FAIL" | tail -8
+    for op in qkv_prep_rows attention_rows sample_rows; do
+        build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/batch_ops_$op.log" 2>&1
+        echo "test_backend_ops --op $op (cuda): exit $?"
+        grep -E "FAIL|cases,|checks," "$OUT/batch_ops_$op.log" | head -12
+        build-gpu/tests/test_backend_ops --break --backend cuda --op $op 2>&1 | tail -1
+    done
+    G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
+        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -30
+    echo "--- test_batch with the batch step in a graph per row count (G4_BATCH_GRAPH=1):"
+    G4_BATCH_GRAPH=1 G4_BATCH_BACKEND=cuda G4_TINY_PKG="$d/f16" G4_FIXTURES="$PWD/tests/fixtures" \
+        timeout 300 build-gpu/tests/test_batch 2>&1 | tail -12
+}
+
+# Issue 31's batched decode step (after e2b_make): g4cu bench --batch-rows 1,8,16,32 on the
+# full-size f16 and Q4 packages (step ms, per-stream and total tok/s; each of N sequences has
+# its own 128-token prompt, 128 greedy steps), the per-row calls (G4_BATCH_ROWS=0) at 32 rows for
+# A/B, the step captured per row count (G4_BATCH_GRAPH=1), and the per-op split of the 32-row
+# step under G4_PROFILE=1 (eager).
+stage_batch_bench() {
+    local e="$WORK/e2b"
+    [ -f "$e/READY" ] || { echo "batch_bench: no full-size package ($e/READY missing)"; return 1; }
+    build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 1,8,16,32 --reps 3 \
+        --json "$OUT/batch_bench.json" >"$OUT/batch_bench.txt" 2>&1
+    echo "bench --batch-rows 1,8,16,32: exit $?"
+    grep -E "batch rows|wrote|rror" "$OUT/batch_bench.txt"
+    G4_BATCH_ROWS=0 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 32 --reps 1 2>&1 |
+        grep -E "batch rows|rror" | sed 's/^/G4_BATCH_ROWS=0 (per-row calls): /'
+    # the batch step captured per row count (new, off by default): tokens must not change
+    G4_BATCH_GRAPH=1 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 1,8,16,32 --reps 3 \
+        --json "$OUT/batch_bench_graph.json" 2>&1 | grep -E "batch rows|rror" |
+        sed 's/^/G4_BATCH_GRAPH=1: /'
+    for p in q4 f16; do
+        G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/batch_profile_$p.txt" 2>&1
+        grep -A18 "batch step of 32 rows" "$OUT/batch_profile_$p.txt" | head -20
+    done
 }
 
 # Issue 31's eval target (after build): `g4cu eval --backend cuda` on the smoke media (carried
