@@ -471,9 +471,6 @@ PY
     done
 }
 
-# Issue 31's batched step on CUDA (after build): test_batch's cases (tiny fixture) with the CUDA
-# backend, informational (the batch's M > 1 linears may round differently from M = 1), and the
-# generate / sampled tokens of the one-state path on gpu-tiny are the engine stage's.
 # Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
 # check: the row-batched ops vs the per-row ops vs the step in a graph per row count, f16 and
 # Q4), the row-batched ops' cases of test_backend_ops on CUDA (and --break), then test_batch's
