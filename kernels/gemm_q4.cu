@@ -924,13 +924,25 @@ int gemv_forced_version() {
     return env;
 }
 
-// The third design indexes tiles in 32 bits (gemv_q4_v3_kernel's cursor).
-bool gemv_v3(int N, int K) {
-    return gemv_forced_version() == 3 && (uint64_t)(N / 16) * (uint64_t)(K / 64) < (1ull << 32);
+// Whether the third design runs a shape: forced, or where it measured faster than the streaming
+// kernel and the earlier one on the H200 (bench/NOTES.md, 2026-12-03, twice in one run): the
+// fused gate/up (2-3%) and plain K = 1536 weights of N >= 8960 (lm_head 91.7 -> 71.0 us,
+// ple_emb 8.2 -> 6.4 us); on 132-SM GPUs only, like the earlier kernel's shapes. Elsewhere its
+// two-tile units split K further and cost 1.1-1.6x (q, o, k/v, down, the PLE gate and proj).
+// A forced plan (g4_gemm_gemv_force) is the streaming kernel's unless v3 is forced too. The
+// kernel indexes tiles in 32 bits.
+bool gemv_v3(int N, int K, bool fused) {
+    if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
+    const int force = gemv_forced_version();
+    if (force) return force == 3;
+    if (g_gv_force.split || g_gv_force.ctas) return false;
+    if (num_sms() != 132) return false;
+    return K == 1536 && (fused || N >= 8960);
 }
 
-// Which Q4 GEMV runs a shape. G4_GEMV=v1 / v2 in the environment forces the earlier kernel
-// (gemv_q4_kernel) / the streaming one for A/B runs (read once). Otherwise the streaming kernel,
+// Which Q4 GEMV runs a shape where gemv_v3 did not take it. G4_GEMV=v1 / v2 in the environment
+// forces the earlier kernel (gemv_q4_kernel) / the streaming one for A/B runs (read once).
+// Otherwise the streaming kernel,
 // except where the earlier one measured faster on the H200 (bench/NOTES.md, 2026-12-02, both in
 // one run, twice): plain K = 1536 weights of N <= 512 (k/v, ple gate: 2.5 against 2.9 us, its
 // lighter cluster tail) and of N = 6144-12288 (ple_emb, the unfused gate/up: 6.9 against 7.9 us
@@ -957,7 +969,7 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        if (gemv_v3(N, K)) {
+        if (gemv_v3(N, K, wu != nullptr)) { // where it measured faster
             if (wu)
                 launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
@@ -1060,7 +1072,7 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
-    if (g4k::gemv_v3(w->n, w->k)) {
+    if (g4k::gemv_v3(w->n, w->k, wu != nullptr)) {
         if (wu)
             g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);

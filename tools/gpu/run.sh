@@ -33,8 +33,8 @@
 #            (wgmma GEMMs next to cuBLAS, wgmma attention next to the HMMA kernel). A deadlocked
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   gemv     issue 29 (after build): the GEMV test cases (the third design's add-norm GEMVs
-#            too), then the decode GEMV kernel rows for the streaming kernel (G4_GEMV=v2) and
-#            the third design (G4_GEMV=v3), twice (GEMV_VARIANTS)
+#            too), then the decode GEMV kernel rows for the earlier kernel, the streaming one,
+#            the third design and the automatic choice (G4_GEMV=v1/v2/v3/auto), twice
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
@@ -328,8 +328,9 @@ stage_prefill() {
 # Issue 29's GEMV run (after build): the GEMV test cases (test_cuda_gemm --op q4 / --op f16,
 # every case of those ops: GEMV, forced streaming plans, the third design's cases, prefill), the
 # add-norm GEMVs with the third design forced (G4_GEMV=v3 test_backend_ops --op add_norm_linear),
-# then the decode GEMV kernel rows twice for each variant: GEMV_VARIANTS (default: the streaming
-# kernel G4_GEMV=v2 and the third design G4_GEMV=v3), each "NAME:ENV,ENV..".
+# then the decode GEMV kernel rows twice for each variant: GEMV_VARIANTS (default: the earlier
+# kernel G4_GEMV=v1, the streaming one v2, the third design v3, and the automatic choice, which
+# mixes them by shape), each "NAME:ENV,ENV..".
 stage_gemv() {
     local t
     for t in "test_cuda_gemm --op q4" "test_cuda_gemm --op f16"; do
@@ -342,7 +343,7 @@ stage_gemv() {
         >"$OUT/gemv_v3_add_norm.log" 2>&1
     echo "G4_GEMV=v3 test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_v3_add_norm.log")"
     grep -E "FAIL|error|CUDA" "$OUT/gemv_v3_add_norm.log" | head -8
-    local variants=${GEMV_VARIANTS:-"v2:G4_GEMV=v2 v3:G4_GEMV=v3"}
+    local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 v3:G4_GEMV=v3 auto:G4_GEMV=auto"}
     local v name envs rep
     for rep in 1 2; do
         for v in $variants; do
