@@ -532,6 +532,219 @@ void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
 }
 
 // =============================================================================================
+// GEMV (M <= 8), the third design (issue 29, G4_GEMV=v3; bench/NOTES.md "The Q4 GEMV, third
+// design"). The streaming kernel's plan and ring (groups of feature units walked by a persistent
+// grid, K split over the warps of a CTA and a cluster, U steps in flight a warp, the reductions
+// of gv_flush), with less issued a tile: its SASS spent ~120 instructions a tile and warp of
+// which 56 dequantize and multiply; the rest was the load cursor's 64-bit address arithmetic,
+// the zero-filled loads past the edge (branches), and x loaded for every tile.
+//   - A warp's unit is T feature tiles (plain: T = 2, 32 features) or the gate and up tiles of
+//     one feature tile (fused: F = 2, T = 1): the E = F T items of a step share one x fragment
+//     (two 16-byte loads for E tiles).
+//   - Load addresses from 32-bit tile indices (one IMAD.WIDE each); past the edge (the last
+//     group's missing units, an odd tile count's second tile) a warp reloads the last real tile
+//     and never stores it, and B columns of tokens >= M read token 0's x: no zero fills, no
+//     branches around loads.
+// The arithmetic is the other kernels': every weight is fp16((q - zp) * scale) (q4_dequant_word),
+// products summed in fp32 by the tensor cores, splits reduced in a fixed order (deterministic).
+// Hoisting the zero point and the scale out of the inner loop (s (sum x q - z sum x)) was not
+// taken: it changes each weight's rounding (fp16(q s) or the unrounded weight against
+// fp16((q - z) s)), which the Q4 tolerance of tests/test_cuda_gemm.c does not cover at small K.
+// =============================================================================================
+// p + (64-bit) a * b in one IMAD.WIDE.U32 (the compiler otherwise rebuilt each load address
+// from the tile index with 3-4 instructions).
+__device__ __forceinline__ const char *mad_wide(uint32_t a, uint32_t b, const char *p) {
+    const char *r;
+    asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(r) : "r"(a), "r"(b), "l"(p));
+    return r;
+}
+
+template <int F, int T, int U, bool PRO>
+__global__ void __launch_bounds__(GV_WARPS * 32, 2)
+    gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
+                      const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
+                      int groups, int pf_items, gv_pro pro) {
+    constexpr int E = F * T;                     // items a step: weight ff's tile tt is ff * T + tt
+    __shared__ float4 red[2][GV_WARPS][F][32];   // split partials, double-buffered by flush
+    extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int NT = N / 16, KT = K / 64;
+    const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
+    const int rank = blockIdx.y, ST = S * CS, sp = rank * S + s;
+    const int kb = (int)((long long)KT * sp / ST), L = (int)((long long)KT * (sp + 1) / ST) - kb;
+    const int G = gridDim.x;
+    const int nj = (groups - (int)blockIdx.x + G - 1) / G; // groups this CTA walks
+    const int n = nj * L;                                  // this warp's steps
+    const int pair = 2 * g + (t >> 1);
+    const int xr = g < M ? g : 0; // B column g is token g; columns >= M (never stored) read row 0
+    // first feature tile of the warp's unit in its j-th group (>= NT: past the edge, no output)
+    auto unit_nt = [&](int j) { return (((int)blockIdx.x + j * G) * FT + f) * T; };
+
+    // PDL prologue: L2 prefetch of the pf_items steps after the ring's first U (lanes 8 e + 0-3:
+    // the four 128-byte lines of item e's packed words, 8 e + 4 its scales, 8 e + 5 its zero
+    // points); then the ring's loads below.
+    {
+        const int pn = n < U + pf_items ? n : U + pf_items;
+        const int sub = lane & 7, e = lane >> 3, ff = e / T, tt = e % T;
+        const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
+                   *wz = (const char *)(ff ? w1.z : w0.z);
+        if (e < E && sub < 6)
+            for (int i = U; i < pn; i++) {
+                const int nt = unit_nt(i / L) + tt;
+                if (nt >= NT) break;
+                const size_t ti = (size_t)nt * KT + kb + i % L;
+                g4_prefetch_l2(sub < 4    ? wq + ti * 512 + 128 * sub
+                               : sub == 4 ? ws + ti * 64
+                                          : wz + ti * 16);
+            }
+    }
+
+    // Load cursor: bt[tt] = the tile index (nt * KT + kb) of the unit's tile tt in load group lj
+    // (clamped to the last real tile past the edge), lr the step within the k range.
+    uint32_t bt[T];
+    int lr = 0, lj = 0;
+    auto set_bases = [&](int j) {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const int nt = unit_nt(j) + tt;
+            bt[tt] = (uint32_t)(nt < NT ? nt : NT - 1) * (uint32_t)KT + (uint32_t)kb;
+        }
+    };
+    const char *qb[F], *sb[F], *zb[F];
+#pragma unroll
+    for (int ff = 0; ff < F; ff++) {
+        qb[ff] = (const char *)(ff ? w1.q : w0.q) + 16 * lane;
+        sb[ff] = (const char *)(ff ? w1.s : w0.s) + 4 * pair;
+        zb[ff] = (const char *)(ff ? w1.z : w0.z) + pair;
+    }
+    uint4 rq[U][E];
+    uint32_t rs[U][E], rz[U][E];
+    auto load_next = [&](int u) {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const uint32_t ti = bt[tt] + (uint32_t)lr;
+#pragma unroll
+            for (int ff = 0; ff < F; ff++) {
+                rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
+                rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
+                rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
+            }
+        }
+        if (++lr == L) {
+            lr = 0;
+            set_bases(++lj);
+        }
+    };
+
+    // The first U steps load into the ring before the wait: immutable weights, in the one load
+    // form pdl.cuh allows there (ldg_stream*).
+    set_bases(0);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < n) load_next(u);
+    g4_pdl_wait();
+    g4_pdl_trigger();
+    const __half *xrow;
+    if constexpr (PRO) {
+        gv_norm_prologue(pro, xs, M, K);
+        xrow = xs + (size_t)xr * K + 16 * t;
+    } else {
+        xrow = x + (size_t)xr * K + 16 * t;
+        // x of the first U steps into L1 now, so its L2 round trip overlaps the weights'
+        for (int i = 0; i < U && i < n; i++) {
+            const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
+        }
+    }
+
+    float acc[E][4];
+#pragma unroll
+    for (int e = 0; e < E; e++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+    int cj = 0, cr = 0;                                   // compute cursor
+    const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the step being computed
+    for (int i0 = 0; i0 < n; i0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i0 + u >= n) break; // warp-uniform
+            uint4 xa, xb;
+            if constexpr (PRO) { // shared memory
+                xa = *(const uint4 *)px;
+                xb = *(const uint4 *)(px + 8);
+            } else {
+                xa = __ldg((const uint4 *)px);
+                xb = __ldg((const uint4 *)(px + 8));
+            }
+            const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const q4k kc = q4_consts(rs[u][e], rz[u][e]);
+                const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
+#pragma unroll
+                for (int st = 0; st < 4; st++) {
+                    uint32_t a[4];
+                    q4_dequant_word(words[st], kc, a);
+                    mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
+                }
+            }
+            if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
+            px += 64;
+            if (++cr == L) {
+#pragma unroll
+                for (int tt = 0; tt < T; tt++)
+                    gv_flush<F>(make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]),
+                                make_float4(acc[(F - 1) * T + tt][0], acc[(F - 1) * T + tt][1],
+                                            acc[(F - 1) * T + tt][2], acc[(F - 1) * T + tt][3]),
+                                y, bias, epi, M, N, unit_nt(cj) + tt, warp, f, s, S, CS,
+                                (cj * T + tt) & 1, &red[0][0][0][0], PRO ? pro.mul : nullptr,
+                                pro.ldm);
+                cr = 0;
+                cj++;
+                px = px0;
+#pragma unroll
+                for (int e = 0; e < E; e++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+            }
+        }
+    }
+    if (CS > 1) cg::this_cluster().sync(); // keep every CTA's partials alive until rank 0 read them
+}
+
+// The third design's launch: the streaming kernel's plan (gemv_plan) on units of T feature tiles
+// (plain T = 2, fused T = 1), U = 4 steps in flight a warp (plain: 8 tiles, fused: 4 pairs: the
+// bytes of the streaming kernel's default U 8 / fused 4).
+constexpr int GV3_U = 4;
+
+template <bool FUSED, bool PRO>
+void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
+    constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
+    const int units = (N / 16 + T - 1) / T;
+    const gv_plan p = gemv_plan(16 * units, K, FUSED);
+    const int pf = 8; // steps a warp prefetches into L2 before its wait
+    const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
+    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO>;
+    if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
+        static bool opted = false;
+        if (!opted) {
+            G4_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               8 * 2048 * 2));
+            opted = true;
+        }
+    }
+    if (p.CS > 1)
+        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
+    else
+        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
+                      dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
+                      p.S, p.CS, p.groups, pf, pro);
+}
+
+// =============================================================================================
 // GEMM (prefill). Block = 4 warps, 64 tokens x 8 feature tiles (plain: 128 features; fused: the
 // same 4 feature tiles = 64 features of the gate and of the up weight). Each stage of the
 // 4-stage cp.async pipeline holds, for one 64-input k tile:
@@ -694,19 +907,49 @@ int check_weight(const char *who, const g4_q4_weight *w) {
     return G4_OK;
 }
 
-// Which Q4 GEMV runs a shape. G4_GEMV=v1 / v2 in the environment forces the earlier kernel
-// (gemv_q4_kernel) / the streaming one for A/B runs (read once). Otherwise the streaming kernel,
+// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 / v2 / v3 in
+// the environment (read once; A/B runs): 1 the earlier kernel (gemv_q4_kernel), 2 the streaming
+// one, 3 the third design (gemv_q4_v3_kernel); 0 none (the choice below).
+int g_gv_version = -1; // -1: the environment's
+int gemv_forced_version() {
+    if (g_gv_version >= 0) return g_gv_version;
+    static int env = -1;
+    if (env < 0) {
+        static int v1 = -1, v2 = -1, v3 = -1;
+        env = g4_cuda_env_is(&v1, "G4_GEMV", "v1")   ? 1
+              : g4_cuda_env_is(&v2, "G4_GEMV", "v2") ? 2
+              : g4_cuda_env_is(&v3, "G4_GEMV", "v3") ? 3
+                                                     : 0;
+    }
+    return env;
+}
+
+// Whether the third design runs a shape: forced, or where it measured faster than the streaming
+// kernel and the earlier one on the H200 (bench/NOTES.md, 2026-12-03, twice in one run): the
+// fused gate/up (2-3%) and plain K = 1536 weights of N >= 8960 (lm_head 91.7 -> 71.0 us,
+// ple_emb 8.2 -> 6.4 us); on 132-SM GPUs only, like the earlier kernel's shapes. Elsewhere its
+// two-tile units split K further and cost 1.1-1.6x (q, o, k/v, down, the PLE gate and proj).
+// A forced plan (g4_gemm_gemv_force) is the streaming kernel's unless v3 is forced too. The
+// kernel indexes tiles in 32 bits.
+bool gemv_v3(int N, int K, bool fused) {
+    if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
+    const int force = gemv_forced_version();
+    if (force) return force == 3;
+    if (g_gv_force.split || g_gv_force.ctas) return false;
+    if (num_sms() != 132) return false;
+    return K == 1536 && (fused || N >= 8960);
+}
+
+// Which Q4 GEMV runs a shape where gemv_v3 did not take it. G4_GEMV=v1 / v2 in the environment
+// forces the earlier kernel (gemv_q4_kernel) / the streaming one for A/B runs (read once).
+// Otherwise the streaming kernel,
 // except where the earlier one measured faster on the H200 (bench/NOTES.md, 2026-12-02, both in
 // one run, twice): plain K = 1536 weights of N <= 512 (k/v, ple gate: 2.5 against 2.9 us, its
 // lighter cluster tail) and of N = 6144-12288 (ple_emb, the unfused gate/up: 6.9 against 7.9 us
 // for ple_emb; its 384-768 small CTAs spread better than the stream's 96-140). On a 132-SM GPU
 // only, like the prefill table; elsewhere the streaming kernel.
 bool gemv_v1(int N, int K, bool fused) {
-    static int force = -1;
-    if (force < 0) {
-        static int v1 = -1, v2 = -1;
-        force = g4_cuda_env_is(&v1, "G4_GEMV", "v1") ? 1 : g4_cuda_env_is(&v2, "G4_GEMV", "v2") ? 2 : 0;
-    }
+    const int force = gemv_forced_version();
     if (force) return force == 1;
     if (g_gv_force.split || g_gv_force.ctas) return false; // a forced plan is the stream's
     if (num_sms() != 132) return false;
@@ -726,7 +969,12 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        if (gemv_v1(N, K, wu != nullptr)) { // the earlier kernel where it measured faster
+        if (gemv_v3(N, K, wu != nullptr)) { // where it measured faster
+            if (wu)
+                launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
+            else
+                launch_gemv3<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
+        } else if (gemv_v1(N, K, wu != nullptr)) { // the earlier kernel where it measured faster
             if (wu)
                 launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
             else
@@ -824,7 +1072,14 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
-    if (wu)
+    if (g4k::gemv_v3(w->n, w->k, wu != nullptr)) {
+        if (wu)
+            g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
+                                          stream);
+        else
+            g4k::launch_gemv3<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k,
+                                           epi, pro, stream);
+    } else if (wu)
         g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, stream);
     else
         g4k::launch_gemv2<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k, epi,
@@ -850,5 +1105,13 @@ extern "C" int g4_gemm_gemv_force(int split, int max_ctas) {
     if (max_ctas < 0)
         return g4_fail(G4_EUSER, "gemv force: max CTAs %d, expected >= 0", max_ctas);
     g4k::g_gv_force = g4k::gv_force_t{split, max_ctas};
+    return G4_OK;
+}
+
+extern "C" int g4_gemm_gemv_version(int version) {
+    if (version < -1 || version > 3)
+        return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..3",
+                       version);
+    g4k::g_gv_version = version;
     return G4_OK;
 }

@@ -82,6 +82,10 @@ int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
 // then a cluster; clamped to K / 64) and its persistent grid's CTA count (so a CTA walks many
 // feature-tile groups); 0 leaves a choice automatic. Not thread-safe; not for the engine.
 int g4_gemm_gemv_force(int split, int max_ctas);
+// Tests and benches only: force the Q4 GEMV design of M <= 8 (1 the earlier kernel, 2 the
+// streaming one, 3 the third design; 0 the automatic choice; -1, the initial state, G4_GEMV's).
+// Not thread-safe; not for the engine.
+int g4_gemm_gemv_version(int version);
 
 // w_out fp16 [K, N] = the dequantized weight, computed exactly as the kernels compute it (so it
 // equals the fp32 reference (q - zp) * scale rounded once to fp16). For tests and debugging.

@@ -73,6 +73,7 @@ typedef struct {
     int exact;
     int bn, split, ctas; // WGMMA: forced tile width, K split, persistent CTAs (0: auto); GEMV:
                          // forced K split and persistent CTAs (g4_gemm_gemv_force)
+    int ver;             // Q4 GEMV design forced by g4_gemm_gemv_version (0: automatic)
 } gcase;
 
 static const char *op_name(op_kind o) {
@@ -120,22 +121,28 @@ static const char *op_name(op_kind o) {
 // C: a case; X: a small-integer exact case; R: fp16 output, no bias, on "N, K, what" (an E2B
 // shape macro or explicit values); E for other epilogues.
 #define C(op, algo, M, N, K, epi, bias, what)                                                      \
-    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0 }
+    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0, 0 }
 #define X(op, algo, M, N, K, epi, what)                                                            \
-    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0 }
+    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0, 0 }
 #define R(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0 }
+    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0, 0 }
 // E: like R with another epilogue and bias: E(op, algo, M, S_xx, epi, bias).
 #define E(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0 }
+    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0, 0 }
 // W: a WGMMA case with a forced configuration (tile width bn, K split, CTAs of the persistent
 // grid; 0 = automatic): exact small integers unless epi/bias say otherwise.
 #define W(op, M, N, K, epi, bias, exact, bn, split, ctas, what)                                    \
-    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas }
+    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0 }
 
 // V: a Q4 GEMV case with a forced K split (1..64) and persistent CTA count (0 = automatic).
 #define V(op, M, N, K, epi, bias, exact, split, ctas, what)                                     \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas }
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 0 }
+// V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
+#define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3 }
+// E3: an E2B shape with the third design: E3(op, M, S_xx, epi, bias).
+#define E3(op, M, ...)                                                                             \
+    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 3 }
 
 // clang-format off
 static const gcase cases[] = {
@@ -221,6 +228,35 @@ static const gcase cases[] = {
     V(OP_Q4_GLU, 2, 48, 3008, F16, 0, 0, 16, 0, "split 16 over a cluster"),
     V(OP_Q4, 1, 8960, 1536, F32, 0, 0, 2, 0, "ple_emb, split 2"),
     V(OP_Q4, 8, 1536, 12288, F16, 0, 0, 32, 0, "down_proj wide, split 32"),
+    // the third design (G4_GEMV=v3): plain weights two feature tiles a warp, so odd tile counts
+    // (N 16, 48, 1008) leave a unit's second tile past the edge; the last group's missing
+    // units; tokens M = 1..8 (B columns >= M read token 0); K not a multiple of 256; the
+    // streaming kernel's forced plans (splits in a CTA, over a cluster, few CTAs walking groups)
+    V3(OP_Q4, 1, 16, 64, F16, 0, 0, 0, 0, "v3 tiny, 1 tile"),
+    V3(OP_Q4, 2, 32, 64, F32, 1, 0, 0, 0, "v3 tiny, 2 tiles"),
+    V3(OP_Q4, 3, 48, 192, F32, 1, 0, 0, 0, "v3 odd, 3 tiles"),
+    V3(OP_Q4, 4, 16, 960, F16A, 1, 0, 0, 0, "v3 odd, 15 k tiles"),
+    V3(OP_Q4, 6, 48, 3008, F16, 1, 0, 0, 0, "v3 odd, 47 k tiles (cluster split-K)"),
+    V3(OP_Q4, 7, 32, 3008, F32A, 0, 0, 0, 0, "v3 odd"),
+    V3(OP_Q4, 5, 48, 256, F32, 0, 1, 0, 0, "v3 exact"),
+    V3(OP_Q4, 8, 1008, 960, F32, 0, 1, 0, 0, "v3 exact, 63 tiles"),
+    V3(OP_Q4, 1, 1008, 960, F32, 0, 1, 1, 1, "v3 exact, 1 CTA walks 4 groups"),
+    V3(OP_Q4, 8, 1008, 960, F32, 0, 1, 1, 3, "v3 exact, 3 CTAs"),
+    V3(OP_Q4, 3, 1008, 960, F16A, 1, 0, 2, 2, "v3 odd, split 2, 2 CTAs, residual add"),
+    V3(OP_Q4, 5, 1008, 960, F32, 0, 1, 4, 3, "v3 exact, split 4 (15 k tiles), 3 CTAs"),
+    V3(OP_Q4, 2, 1008, 960, F32A, 1, 0, 8, 1, "v3 odd, split 8, 1 CTA"),
+    V3(OP_Q4, 1, 48, 3008, F32, 0, 1, 16, 0, "v3 exact, split 16 over a cluster of 2"),
+    V3(OP_Q4, 1, 16, 4096, F32, 0, 1, 64, 0, "v3 exact, split 64"),
+    V3(OP_Q4, 4, 48, 192, F32, 0, 1, 64, 0, "v3 exact, split 64 clamped to 2 (3 k tiles)"),
+    V3(OP_Q4_GLU, 1, 16, 64, F16, 0, 0, 0, 0, "v3 tiny"),
+    V3(OP_Q4_GLU, 3, 48, 960, F16, 0, 0, 0, 0, "v3 odd"),
+    V3(OP_Q4_GLU, 1, 1008, 960, F16, 0, 0, 1, 2, "v3 1 x 2 CTAs walk the groups"),
+    V3(OP_Q4_GLU, 8, 1008, 960, F16, 0, 0, 4, 3, "v3 split 4, 3 CTAs"),
+    V3(OP_Q4_GLU, 2, 48, 3008, F16, 0, 0, 16, 0, "v3 split 16 over a cluster"),
+    E3(OP_Q4, 1, S_LM, F16, 0), E3(OP_Q4, 8, S_LM, F16, 0), E3(OP_Q4, 1, S_QS, F16, 0),
+    E3(OP_Q4, 1, S_KVS, F16, 0), E3(OP_Q4, 1, S_OF, F16, 0), E3(OP_Q4, 1, S_UP, F16, 0),
+    E3(OP_Q4, 8, S_DN2, F16, 0), E3(OP_Q4, 1, S_PP, F32A, 1), E3(OP_Q4, 3, S_PE, F16, 0),
+    E3(OP_Q4_GLU, 1, S_UP, F16, 0), E3(OP_Q4_GLU, 8, S_UP2, F16, 0),
 
     // --- Q4 GEMM (prefill): mma.sync and wgmma, same cases ---
 #define GEMM_Q4_CASES(A)                                                                          \
@@ -574,6 +610,7 @@ static void print_case(const gcase *c) {
            g4_gemm_algo_name(c->algo), c->M, c->N, c->K, g4_gemm_epi_name(c->epi), c->bias,
            c->exact);
     if (c->bn || c->split || c->ctas) printf(" bn=%d split=%d ctas=%d", c->bn, c->split, c->ctas);
+    if (c->ver) printf(" gemv=v%d", c->ver);
     printf("  [%s]\n", c->what);
 }
 
@@ -680,6 +717,7 @@ static void run_case(const gcase *c) {
         }
         rc = c->algo == GEMV ? g4_gemm_gemv_force(c->split, c->ctas)
                              : g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
+        if (rc == G4_OK && c->ver) rc = g4_gemm_gemv_version(c->ver);
         CHECK_MSG(rc == G4_OK, "force: %s", g4_error());
         for (int run = 0; run < 2 && rc == G4_OK; run++) {
             if (add)
@@ -706,6 +744,7 @@ static void run_case(const gcase *c) {
         }
         g4_gemm_wgmma_force(0, 0, 0);
         g4_gemm_gemv_force(0, 0);
+        if (c->ver) g4_gemm_gemv_version(-1); // back to G4_GEMV's choice
         CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
         dev_free(dx);
         dev_free(db);

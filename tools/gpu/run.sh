@@ -35,6 +35,9 @@
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
 #   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
+#   gemv     issue 29 (after build): the GEMV test cases (the third design's add-norm GEMVs
+#            too), then the decode GEMV kernel rows for the earlier kernel, the streaming one,
+#            the third design and the automatic choice (G4_GEMV=v1/v2/v3/auto), twice
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch check), the
@@ -332,9 +335,11 @@ stage_prefill() {
 }
 
 # Issue 29's GEMV run (after build): the GEMV test cases (test_cuda_gemm --op q4 / --op f16,
-# every case of those ops: GEMV, forced streaming plans, prefill), then the decode GEMV kernel
-# rows twice for each variant: GEMV_VARIANTS (default: the earlier kernel G4_GEMV=v1, then the
-# streaming kernel at its defaults and at G4_GEMV_CPS / G4_GEMV_U settings), each "NAME=ENV..".
+# every case of those ops: GEMV, forced streaming plans, the third design's cases, prefill), the
+# add-norm GEMVs with the third design forced (G4_GEMV=v3 test_backend_ops --op add_norm_linear),
+# then the decode GEMV kernel rows twice for each variant: GEMV_VARIANTS (default: the earlier
+# kernel G4_GEMV=v1, the streaming one v2, the third design v3, and the automatic choice, which
+# mixes them by shape), each "NAME:ENV,ENV..".
 stage_gemv() {
     local t
     for t in "test_cuda_gemm --op q4" "test_cuda_gemm --op f16"; do
@@ -343,7 +348,11 @@ stage_gemv() {
         echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
         grep -E "FAIL|error|CUDA" "$log" | head -8
     done
-    local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 cps1u8:G4_GEMV_CPS=1,G4_GEMV_U=8 cps1u4:G4_GEMV_CPS=1,G4_GEMV_U=4 cps2u8:G4_GEMV_CPS=2,G4_GEMV_U=8"}
+    G4_GEMV=v3 timeout 300 build-gpu/tests/test_backend_ops --op add_norm_linear \
+        >"$OUT/gemv_v3_add_norm.log" 2>&1
+    echo "G4_GEMV=v3 test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_v3_add_norm.log")"
+    grep -E "FAIL|error|CUDA" "$OUT/gemv_v3_add_norm.log" | head -8
+    local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 v3:G4_GEMV=v3 auto:G4_GEMV=auto"}
     local v name envs rep
     for rep in 1 2; do
         for v in $variants; do
