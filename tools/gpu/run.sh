@@ -34,6 +34,7 @@
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
+#   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make)
 #   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
 #   gemv     issue 29 (after build): the GEMV test cases (the third design's add-norm GEMVs
 #            too), then the decode GEMV kernel rows for the earlier kernel, the streaming one,
@@ -477,6 +478,20 @@ PY
     for q in 0 1; do
         G4_QKV=$q G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/qkv_profile_$q.txt"
         echo "=== profile G4_QKV=$q"; grep -A14 "decode step, eager" "$OUT/qkv_profile_$q.txt" | head -16
+    done
+}
+
+# One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
+# q|k|v, the GEMV plan), then with G4_QKV=0 and with G4_GEMV=v2 (the A/Bs of this round), and
+# greedy generate tokens of the landed Q4 against G4_QKV=0.
+stage_e2bq() {
+    local e="$WORK/e2b"
+    [ -f "$e/READY" ] || { echo "e2bq: no full-size package ($e/READY missing)"; return 1; }
+    local v
+    for v in landed:X=1 qkv0:G4_QKV=0 gemv2:G4_GEMV=v2; do
+        env ${v#*:} build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/e2bq_${v%%:*}.json" >"$OUT/e2bq_${v%%:*}.txt" 2>&1
+        echo "=== bench ${v%%:*} (${v#*:}): exit $?"
+        grep -E "^(f16|q4) " "$OUT/e2bq_${v%%:*}.txt" | sed -E 's/\| prefill 128.*TTFT\(128\)/| TTFT(128)/' | cut -c1-330
     done
 }
 
