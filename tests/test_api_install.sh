@@ -117,6 +117,14 @@ unresolved() { # unresolved BINARY...: the `ldd` lines "not found" without LD_LI
 ok=$?
 [ $ok -ne 0 ] && { echo "  g4cu --version without LD_LIBRARY_PATH:"; cat "$tmp/out"; unresolved "$pre/bin/g4cu"; }
 check "cmake --install installs g4cu (runs without LD_LIBRARY_PATH) and bench_hf.py" $ok
+# cuBLAS and cuDNN are not linked but loaded on use (bench --kernels, --version): the installed
+# g4cu finds them without LD_LIBRARY_PATH too (its RPATH names their directories; CMakeLists.txt).
+if grep -q '^cuBLAS ' "$tmp/out"; then
+    grep -qE '^cuBLAS .* loaded [0-9.]+ \(' "$tmp/out" && grep -qE '^cuDNN .* loaded [0-9.]+ \(' "$tmp/out"
+    ok=$?
+    [ $ok -ne 0 ] && grep -E '^cu(BLAS|DNN) ' "$tmp/out"
+    check "the installed g4cu loads cuBLAS and cuDNN on use without LD_LIBRARY_PATH" $ok
+fi
 readelf -d "$pre/bin/g4cu" | grep -qE '\(RPATH\).*\$ORIGIN/\.\./lib'
 check "the installed g4cu carries an RPATH to the prefix's lib" $?
 # DT_RPATH, not DT_RUNPATH (CMakeLists.txt says why): a RUNPATH would leave the dependencies of a

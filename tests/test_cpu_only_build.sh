@@ -5,8 +5,12 @@
 # CI time), then: neither links the CUDA runtime, cuBLAS nor cuDNN (ldd); --version says it was
 # built without CUDA; a CPU generate on the tiny fixture gives the ids this build's g4cu gives;
 # --backend cuda is one line saying it was built without CUDA. AUTO is checked at configure
-# time only, with a PATH that holds no nvcc. Skipped (77) in the sanitizer build: it checks the
-# build configuration, which the plain build's run already covers.
+# time only, with a PATH that holds no nvcc. First, this build's own g4cu (with CUDA or not): a
+# CPU run does not load cuBLAS or cuDNN (issue 34: bench --kernels and --version dlopen them):
+# the loader's log (LD_DEBUG=libs) of a CPU generate names neither, while that of --version,
+# which loads them, does; and neither g4cu nor libg4cu.so has a NEEDED entry for them (readelf).
+# Skipped (77) in the sanitizer build: it checks the build configuration, which the plain
+# build's run already covers.
 set -u
 : "${G4CU:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}" "${G4_TINY_PKG:?}"
 : "${G4_CMAKE:?run through ctest}"
@@ -20,6 +24,33 @@ checkd() { # NAME STATUS DETAIL: check, printing DETAIL when it failed
     check "$1" "$2"
 }
 start=$SECONDS
+
+# The CPU run of this build's g4cu maps neither cuBLAS nor cuDNN.
+LD_DEBUG=libs "$G4CU" generate "$G4_TINY_PKG" --ids 2,5,17 --max-new 4 --backend cpu \
+    >/dev/null 2>"$tmp/ld_cpu.txt"
+rc=$?
+[ $rc -eq 0 ] && grep -q 'calling init:' "$tmp/ld_cpu.txt" &&
+    ! grep -qE 'libcublas|libcudnn' "$tmp/ld_cpu.txt"
+checkd "generate --backend cpu loads neither libcublas nor libcudnn (LD_DEBUG=libs)" $? \
+    "exit $rc: $(grep -m3 -E 'libcublas|libcudnn' "$tmp/ld_cpu.txt")"
+if ! "$G4CU" --version | grep -qx 'CUDA: none (built without CUDA: --backend cpu only)'; then
+    # the same log does show them where they are loaded: --version (a found library, or not)
+    LD_DEBUG=libs "$G4CU" --version >"$tmp/ver.txt" 2>"$tmp/ld_ver.txt"
+    grep -q 'libcublas' "$tmp/ld_ver.txt" && grep -q 'libcudnn' "$tmp/ld_ver.txt"
+    checkd "--version: the loader's log names libcublas and libcudnn (the check above sees them)" \
+        $? "$(tail -2 "$tmp/ver.txt")"
+fi
+if command -v readelf >/dev/null; then
+    for f in "$G4CU" "${G4_BUILD_DIR:-/nonexistent}/libg4cu.so"; do
+        [ -f "$f" ] || continue
+        needed=$(readelf -d "$f" | grep NEEDED | grep -E 'libcublas|libcudnn' | tr '\n' ' ')
+        [ -z "$needed" ]
+        checkd "${f##*/}: no NEEDED entry for libcublas or libcudnn (readelf -d)" $? "$needed"
+    done
+else
+    echo "skip the NEEDED check: no readelf"
+fi
+
 b="$tmp/build-off"
 args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="${G4_C_COMPILER:-cc}")
 [ -n "${G4_C_LAUNCHER:-}" ] && args+=(-DCMAKE_C_COMPILER_LAUNCHER="$G4_C_LAUNCHER")

@@ -3,7 +3,8 @@
 # on stderr, every line under 100 characters, and every option the command's source names (the
 # "--x" literals of tools/cmd_COMMAND.c, and tools/gen_cli.c's for the commands built on it: an
 # independent list of what the parser handles) is in the help; an option not in the tables is
-# refused in one line. `g4cu --version`: the version, this checkout's commit, CUDA and cuBLAS.
+# refused in one line. `g4cu --version`: the version, this checkout's commit, CUDA, and cuBLAS and
+# cuDNN (headers, and the library loaded on use or why not: a missing file, a missing symbol).
 set -u
 : "${G4CU:?run through ctest}" "${G4_TINY_PKG:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
 : "${G4_FIXTURES:?run through ctest}"
@@ -47,9 +48,26 @@ check "a value that looks like an option stays a value" $?
 "$G4CU" --version >"$tmp/v" 2>"$tmp/err"
 check "--version exit 0" $?
 # (a build without CUDA says so instead of the CUDA lines: G4CU_CUDA=OFF)
+lib_line='(loaded [0-9]+\.[0-9]+\.[0-9]+ \(.*libcu(blas|dnn)\.so\.[0-9]+\)|not loaded: .+)$'
 grep -qE '^g4cu [0-9]+\.[0-9]+\.[0-9]+$' "$tmp/v" && { grep -qE '^CUDA runtime [0-9]+\.[0-9]+ ' "$tmp/v" &&
-    grep -qE '^cuBLAS [0-9]+\.[0-9]+\.[0-9]+$' "$tmp/v" || grep -qx 'CUDA: none (built without CUDA: --backend cpu only)' "$tmp/v"; }
-check "--version: version, CUDA runtime, cuBLAS lines (or: built without CUDA)" $?
+    grep -qE "^cuBLAS [0-9]+\.[0-9]+\.[0-9]+ \(headers\), $lib_line" "$tmp/v" &&
+    grep -qE "^cuDNN [0-9]+\.[0-9]+\.[0-9]+ \(headers\), $lib_line" "$tmp/v" ||
+    grep -qx 'CUDA: none (built without CUDA: --backend cpu only)' "$tmp/v"; }
+check "--version: version, CUDA runtime, cuBLAS, cuDNN lines (or: built without CUDA)" $?
+if grep -q '^cuBLAS ' "$tmp/v"; then
+    # cuBLAS and cuDNN are loaded on use (kernels/bench/baselines.h): one missing, or lacking a
+    # function, is a line saying so, and --version still succeeds (as bench --kernels goes on
+    # without that baseline). libc: a library that loads but has none of their functions.
+    G4_CUBLAS_LIB=/nonexistent/libcublas.so.13 G4_CUDNN_LIB=libc.so.6 "$G4CU" --version \
+        >"$tmp/v2" 2>"$tmp/err"
+    check "--version with cuBLAS and cuDNN unusable: exit 0" $?
+    grep -qE '^cuBLAS [0-9.]+ \(headers\), not loaded: /nonexistent/libcublas\.so\.13: .*No such file.* \(from G4_CUBLAS_LIB\)$' "$tmp/v2"
+    check "--version: a missing cuBLAS says so with the loader's message" $?
+    grep -qE '^cuDNN [0-9.]+ \(headers\), not loaded: .*libc\.so\.6: undefined symbol: cudnn[A-Za-z]+$' "$tmp/v2"
+    check "--version: a cuDNN without its functions says so with the loader's message" $?
+    [ ! -s "$tmp/err" ]
+    check "--version with cuBLAS and cuDNN unusable: nothing on stderr" $?
+fi
 if head=$(git -C "$G4_SOURCE_DIR" rev-parse HEAD 2>/dev/null); then
     commit=$(sed -nE 's/^commit ([0-9a-f]+)(-dirty)?$/\1/p' "$tmp/v")
     [ -n "$commit" ] && [ "${head#"$commit"}" != "$head" ]

@@ -8,13 +8,15 @@
 // and y, against the 4.25 TB/s copy ceiling (TARGETS.md: >= 85% at every decode shape).
 // Timing: g4_kbench_run_graph (per-launch time of launches replayed from a CUDA graph), inputs
 // rotated through enough copies to pass 2x the L2 (up to 1024 copies), filled with random values
-// (never zeros).
-#include <cublas_v2.h>
-
+// (never zeros). cuBLAS is loaded on first use (baselines.h); without it the rows have no
+// baseline and the table's base column says "cublas: not loaded" (the reason on stderr).
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <vector>
 
 #include "base/base.h"
+#include "kernels/bench/baselines.h"
 #include "kernels/bench/kbench.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
@@ -105,6 +107,7 @@ struct problem {
     int M, N, K, copies;
     std::vector<__half *> x, y, w, wu; // fp16 weights: ours (fp16 rows) and cuBLAS (all rows)
     std::vector<g4_q4_weight> q, qu;
+    const g4_cublas_api *bl; // NULL: cuBLAS not loaded, no baseline
     cublasHandle_t blas;
     int rc;
 };
@@ -157,15 +160,15 @@ void launch_ours(void *ctx, int rep, void *stream) {
 // y[M, N] = x[M, K] @ W[K, N], row-major: column-major y^T (N x M) = W^T (N x K) * x^T (K x M).
 void blas_gemm(problem *p, const __half *x, const __half *w, __half *y) {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasGemmEx(p->blas, CUBLAS_OP_N, CUBLAS_OP_N, p->N, p->M, p->K, &one, w,
-                              CUDA_R_16F, p->N, x, CUDA_R_16F, p->K, &zero, y, CUDA_R_16F, p->N,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(p->bl->cublasGemmEx(p->blas, CUBLAS_OP_N, CUBLAS_OP_N, p->N, p->M, p->K, &one, w,
+                                     CUDA_R_16F, p->N, x, CUDA_R_16F, p->K, &zero, y, CUDA_R_16F,
+                                     p->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void launch_blas(void *ctx, int rep, void *stream) {
     problem *p = (problem *)ctx;
     const int c = rep % p->copies;
-    CUBLAS_CHECK(cublasSetStream(p->blas, (cudaStream_t)stream));
+    CUBLAS_CHECK(p->bl->cublasSetStream_v2(p->blas, (cudaStream_t)stream));
     blas_gemm(p, p->x[c], p->w[c], p->y[c]);
     if (p->r.glu) blas_gemm(p, p->x[c], p->wu[c], p->y[c]);
 }
@@ -287,12 +290,18 @@ std::vector<brow> table() {
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
     const std::vector<brow> t = filter && strstr(filter, "xover") ? sweep() : table();
-    cublasHandle_t blas;
-    CUBLAS_CHECK(cublasCreate(&blas));
+    const char *why = "";
+    const g4_cublas_api *bl = g4_cublas(&why, nullptr);
+    if (!bl) fprintf(stderr, "bench --kernels: cublas: %s: the GEMM rows have no baseline\n", why);
+    cublasHandle_t blas = nullptr;
     // A fixed workspace, so cuBLAS allocates nothing while a graph is being captured.
     const size_t ws_bytes = 64u << 20;
-    void *ws = dalloc(ws_bytes);
-    CUBLAS_CHECK(cublasSetWorkspace(blas, ws, ws_bytes));
+    void *ws = nullptr;
+    if (bl) {
+        CUBLAS_CHECK(bl->cublasCreate_v2(&blas));
+        ws = dalloc(ws_bytes);
+        CUBLAS_CHECK(bl->cublasSetWorkspace_v2(blas, ws, ws_bytes));
+    }
     int l2 = 0;
     G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     int n = 0;
@@ -317,6 +326,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         p.M = r.M;
         p.N = sh.N;
         p.K = sh.K;
+        p.bl = bl;
         p.blas = blas;
         p.rc = G4_OK;
         // Copies so one rotation of the op's own bytes passes 2x the L2 (a Q4 k/v projection is
@@ -343,11 +353,15 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
             // Enough launches per graph replay that a replay lasts well past launch overhead.
             const int per_graph = p.copies < 8 ? 8 : p.copies;
             row.ours = g4_kbench_run_graph(launch_ours, &p, per_graph, 2, reps);
-            row.base = g4_kbench_run_graph(launch_blas, &p, per_graph, 2, reps);
-            snprintf(row.base_name, sizeof row.base_name, "%s",
-                     r.glu         ? "cublas x2"
-                     : r.w == W_Q4 ? "cublas16"
-                                   : "cublas");
+            if (bl) {
+                row.base = g4_kbench_run_graph(launch_blas, &p, per_graph, 2, reps);
+                snprintf(row.base_name, sizeof row.base_name, "%s",
+                         r.glu         ? "cublas x2"
+                         : r.w == W_Q4 ? "cublas16"
+                                       : "cublas");
+            } else { // (base.reps == 0: the table prints the name and no time)
+                snprintf(row.base_name, sizeof row.base_name, "cublas: not loaded");
+            }
             row.bytes = row_bytes(p);
             row.flops = 2.0 * p.M * p.N * p.K * (r.glu ? 2 : 1);
             if (p.rc != G4_OK)
@@ -365,7 +379,9 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         for (auto &q : p.q) g4_q4_weight_free(&q);
         for (auto &q : p.qu) g4_q4_weight_free(&q);
     }
-    G4_CUDA_CHECK(cudaFree(ws));
-    CUBLAS_CHECK(cublasDestroy(blas));
+    if (bl) {
+        G4_CUDA_CHECK(cudaFree(ws));
+        CUBLAS_CHECK(bl->cublasDestroy_v2(blas));
+    }
     return n;
 }

@@ -84,8 +84,8 @@ extern "C" void g4_kbench_print(FILE *f, const g4_kbench_row *rows, int n, int h
         if (r->base.reps)
             fprintf(f, "%-8s %10.4f %6.2fx\n", r->base_name, r->base.median_ms,
                     r->base.median_ms / r->ours.median_ms);
-        else
-            fprintf(f, "%-8s %10s %7s\n", "-", "-", "-");
+        else // (a baseline that could not run, e.g. "cublas: not loaded", names itself)
+            fprintf(f, "%-8s %10s %7s\n", r->base_name[0] ? r->base_name : "-", "-", "-");
     }
 }
 

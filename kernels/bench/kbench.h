@@ -48,8 +48,8 @@ typedef struct {
     double bytes;    // bytes the op must move
     double flops;    // floating-point operations (0 for pure data movement)
     g4_kbench_time ours;
-    g4_kbench_time base; // reps == 0 when there is no baseline
-    char base_name[16];  // "cublas", "cudnn", ""
+    g4_kbench_time base; // reps == 0 when there is no baseline (not timed)
+    char base_name[32];  // "cublas", "cudnn", "" (none), "cublas: not loaded" (baselines.h)
 } g4_kbench_row;
 
 // An area's benchmark: fills up to max rows for cases whose op or shape contains `filter`

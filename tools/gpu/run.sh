@@ -223,6 +223,12 @@ stage_kernels() {
     build-gpu/g4cu bench --kernels --reps 30 --json "$OUT/kbench.json" >"$OUT/kbench.txt" 2>&1
     echo "bench --kernels: exit $?"
     cat "$OUT/kbench.txt" | cut -c1-160
+    # cuBLAS / cuDNN are dlopen()ed on use (kernels/bench/baselines.h, issue 34): which were
+    # loaded, and how many rows timed each baseline (0 with a "not loaded" line: look at why)
+    build-gpu/g4cu --version | grep -E '^cu(BLAS|DNN) '
+    echo "baseline rows timed: cublas $(grep -cE '\| cublas(16| x2)? +[0-9]+\.[0-9]+ ' "$OUT/kbench.txt")," \
+        "cudnn $(grep -cE '\| cudnn +[0-9]+\.[0-9]+ ' "$OUT/kbench.txt")," \
+        "not loaded $(grep -c 'not loaded' "$OUT/kbench.txt")"
 }
 
 # The mma.sync / wgmma crossover sweep (bench_gemm.cu's sweep()): the data AUTO's per-shape
