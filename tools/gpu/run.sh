@@ -494,7 +494,7 @@ stage_e2bq() {
     local e="$WORK/e2b"
     [ -f "$e/READY" ] || { echo "e2bq: no full-size package ($e/READY missing)"; return 1; }
     local v
-    for v in landed:X=1 qkv0:G4_QKV=0 gemv2:G4_GEMV=v2; do
+    for v in ${E2BQ_VARIANTS:-landed:X=1 qkv0:G4_QKV=0 gemv2:G4_GEMV=v2}; do
         env ${v#*:} build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/e2bq_${v%%:*}.json" >"$OUT/e2bq_${v%%:*}.txt" 2>&1
         echo "=== bench ${v%%:*} (${v#*:}): exit $?"
         grep -E "^(f16|q4) " "$OUT/e2bq_${v%%:*}.txt" | sed -E 's/\| prefill 128.*TTFT\(128\)/| TTFT(128)/' | cut -c1-330
