@@ -925,12 +925,13 @@ int gemv_forced_version() {
 }
 
 // Whether the third design runs a shape: forced, or where it measured faster than the streaming
-// kernel and the earlier one on the H200 (bench/NOTES.md, 2026-12-03, twice in one run): the
-// fused gate/up (2-3%) and plain K = 1536 weights of N >= 8960 (lm_head 91.7 -> 71.0 us,
-// ple_emb 8.2 -> 6.4 us); on 132-SM GPUs only, like the earlier kernel's shapes. Elsewhere its
-// two-tile units split K further and cost 1.1-1.6x (q, o, k/v, down, the PLE gate and proj).
-// A forced plan (g4_gemm_gemv_force) is the streaming kernel's unless v3 is forced too. The
-// kernel indexes tiles in 32 bits.
+// kernel on the H200 (bench/NOTES.md, 2026-12-03, twice in one run): the fused gate/up (2-3%)
+// and plain K = 1536 weights of N >= 8960 (lm_head 92 -> 71 us, ple_emb 8.2 -> 6.4 us, where
+// the earlier kernel, the default before, took 6.9 us in the same run); on 132-SM GPUs only,
+// like the earlier kernel's shapes. Elsewhere its two-tile
+// units split K further and cost 1.1-1.6x (q, o, k/v, down, the PLE gate and proj). A forced
+// plan (g4_gemm_gemv_force) is the streaming kernel's unless v3 is forced too. The kernel
+// indexes tiles in 32 bits.
 bool gemv_v3(int N, int K, bool fused) {
     if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
     const int force = gemv_forced_version();
