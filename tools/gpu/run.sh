@@ -533,22 +533,24 @@ stage_batch_cuda() {
 # A/B, the step captured per row count (G4_BATCH_GRAPH=1), and the per-op split of the 32-row
 # step under G4_PROFILE=1 (eager).
 stage_batch_bench() {
-    local e="$WORK/e2b"
+    local e="$WORK/e2b" rows=${BATCH_BENCH_ROWS:-1,8,16,32} reps=${BATCH_BENCH_REPS:-3}
     [ -f "$e/READY" ] || { echo "batch_bench: no full-size package ($e/READY missing)"; return 1; }
-    build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 1,8,16,32 --reps 3 \
+    build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows $rows --reps $reps \
         --json "$OUT/batch_bench.json" >"$OUT/batch_bench.txt" 2>&1
-    echo "bench --batch-rows 1,8,16,32: exit $?"
+    echo "bench --batch-rows $rows: exit $?"
     grep -E "batch rows|wrote|rror" "$OUT/batch_bench.txt"
-    G4_BATCH_ROWS=0 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 32 --reps 1 2>&1 |
-        grep -E "batch rows|rror" | sed 's/^/G4_BATCH_ROWS=0 (per-row calls): /'
     # the batch step captured per row count (new, off by default): tokens must not change
-    G4_BATCH_GRAPH=1 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 1,8,16,32 --reps 3 \
+    G4_BATCH_GRAPH=1 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows $rows --reps $reps \
         --json "$OUT/batch_bench_graph.json" 2>&1 | grep -E "batch rows|rror" |
         sed 's/^/G4_BATCH_GRAPH=1: /'
-    for p in q4 f16; do
+    local p
+    for p in ${BATCH_BENCH_PROFILE:-q4 f16}; do
         G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/batch_profile_$p.txt" 2>&1
         grep -A18 "batch step of 32 rows" "$OUT/batch_profile_$p.txt" | head -20
     done
+    [ "${BATCH_BENCH_PERROW:-1}" = 1 ] || return 0
+    G4_BATCH_ROWS=0 build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 32 --reps 1 2>&1 |
+        grep -E "batch rows|rror" | sed 's/^/G4_BATCH_ROWS=0 (per-row calls): /'
 }
 
 # Issue 31's eval target (after build): `g4cu eval --backend cuda` on the smoke media (carried
