@@ -12,6 +12,11 @@
 #include "base/progress.h"
 #include "kernels/bench/kbench.h"
 #include "kernels/cuda_util.h"
+#ifndef G4_NO_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/bench/baselines.h"
+#endif
 
 // (kernels/bench/*.cu: not in a build without CUDA, where bench_kernels stops at the device)
 int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max);
@@ -26,6 +31,36 @@ int g4cu_dev_cuda_device_count(const char **why) {
     const int n = g4_cuda_device_count(&w);
     if (why) *why = n ? NULL : w ? w : "unknown";
     return n;
+}
+
+int g4cu_dev_gpu_libraries(FILE *out) {
+    if (!out) return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_gpu_libraries: out is NULL"));
+#ifdef G4_NO_CUDA
+    fprintf(out, "CUDA: none (built without CUDA: --backend cpu only)\n");
+#else
+    fprintf(out, "CUDA runtime %d.%d (CUDART_VERSION %d)\n", CUDART_VERSION / 1000,
+            CUDART_VERSION % 1000 / 10, CUDART_VERSION);
+    const char *why = "", *from = "";
+    fprintf(out, "cuBLAS %d.%d.%d (headers), ", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
+            CUBLAS_VER_PATCH);
+    const g4_cublas_api *bl = g4_cublas(&why, &from);
+    int v[3] = {-1, -1, -1};
+    if (bl && bl->cublasGetProperty(MAJOR_VERSION, &v[0]) == CUBLAS_STATUS_SUCCESS &&
+        bl->cublasGetProperty(MINOR_VERSION, &v[1]) == CUBLAS_STATUS_SUCCESS &&
+        bl->cublasGetProperty(PATCH_LEVEL, &v[2]) == CUBLAS_STATUS_SUCCESS)
+        fprintf(out, "loaded %d.%d.%d (%s)\n", v[0], v[1], v[2], from);
+    else
+        fprintf(out, "%s\n", bl ? "loaded, version unknown (cublasGetProperty failed)" : why);
+    fprintf(out, "cuDNN %d.%d.%d (headers), ", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    const g4_cudnn_api *dn = g4_cudnn(&why, &from);
+    if (dn) { // (MAJOR * 10000 + MINOR * 100 + PATCH since cuDNN 9, as CUDNN_VERSION)
+        const size_t d = dn->cudnnGetVersion();
+        fprintf(out, "loaded %zu.%zu.%zu (%s)\n", d / 10000, d % 10000 / 100, d % 100, from);
+    } else {
+        fprintf(out, "%s\n", why);
+    }
+#endif
+    return G4CU_OK;
 }
 
 void g4cu_dev_bench_kernels_params_default(g4cu_dev_bench_kernels_params *p) {

@@ -201,6 +201,11 @@ void g4cu_dev_bench_kernels_params_default(g4cu_dev_bench_kernels_params *p);
 // The CUDA devices usable now (0: none, and *why, when why is not NULL, says why: a static
 // string; NULL when there are devices).
 int g4cu_dev_cuda_device_count(const char **why);
+// Writes the CUDA runtime the library was built with and, for cuBLAS and cuDNN (the kernel
+// bench's baselines, loaded on first use: a CPU run never maps them), the headers' version and
+// the loaded library's with where it was found, or why it could not be loaded; one line each
+// ("CUDA: none ..." in a build without CUDA). Errors: out NULL (G4CU_EUSER).
+int g4cu_dev_gpu_libraries(FILE *out);
 // Times our kernels (GEMM, attention, the other ops, convolutions) against the H200's copy and
 // bf16 ceilings and their cuBLAS/cuDNN baselines; writes the device line, the ceilings and
 // each area's table (ms, GB/s, % of copy, TFLOP/s, % of peak, baseline ms and ratio) to out.

@@ -127,6 +127,7 @@ static void test_nulls(g4cu_state *s) {
     REFUSED(g4cu_dev_bench_model(pk, 1, NULL, stdout, NULL), "g4cu_dev_bench_model");
     REFUSED(g4cu_dev_bench_model(NULL, 1, NULL, stdout, NULL), "g4cu_dev_bench_model");
     REFUSED(g4cu_dev_bench_kernels(NULL, NULL), "g4cu_dev_bench_kernels");
+    REFUSED(g4cu_dev_gpu_libraries(NULL), "g4cu_dev_gpu_libraries");
     printf("nulls: %d checks\n", g4t_checks - before);
     CHECK(g4t_checks - before >= 45);
 }
