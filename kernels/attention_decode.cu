@@ -324,6 +324,23 @@ extern "C" size_t g4_attn_decode_rows_workspace(int T, int n_heads, int n_kv, in
     return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
 }
 
+// The rest of the decode attention's parameters (the one-cache and the per-row forms share
+// them: kv_rows 0 in the per-row form, whose rows' lengths come from its tables) and the launch.
+static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_rows, int n_splits,
+                    int window, float scale, void *workspace, cudaStream_t stream) {
+    p.T = T, p.n_heads = n_heads, p.group = n_heads / n_kv, p.kv_rows = kv_rows;
+    p.window = window, p.hd = hd;
+    p.n_splits = n_splits;
+    p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
+    p.scale_log2 = scale * 1.4426950408889634f;
+    p.part_o = static_cast<float *>(workspace);
+    p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
+    if (hd == 256)
+        dec_launch<DecCfg<256>>(p, n_kv, stream);
+    else
+        dec_launch<DecCfg<512>>(p, n_kv, stream);
+}
+
 extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
                                     const uint64_t *v_tab, const int32_t *cap_tab,
                                     const int32_t *pos, int T, int n_heads, int n_kv, int hd,
@@ -339,18 +356,9 @@ extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint
     DecParams p = {};
     p.q = q, p.pos = pos, p.out = out;
     p.k_tab = k_tab, p.v_tab = v_tab, p.cap_tab = cap_tab;
-    p.T = T, p.n_heads = n_heads, p.group = n_heads / n_kv, p.kv_rows = 0;
-    p.rg_per_t = (p.group + 15) / 16;
-    p.window = window, p.hd = hd;
-    p.n_splits = dec_rows_n_splits(T, n_heads, n_kv);
-    p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
-    p.scale_log2 = scale * 1.4426950408889634f;
-    p.part_o = static_cast<float *>(workspace);
-    p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
-    if (hd == 256)
-        dec_launch<DecCfg<256>>(p, n_kv, stream);
-    else
-        dec_launch<DecCfg<512>>(p, n_kv, stream);
+    p.rg_per_t = ((n_heads / n_kv) + 15) / 16;
+    dec_run(p, T, n_heads, n_kv, hd, 0, dec_rows_n_splits(T, n_heads, n_kv), window, scale,
+            workspace, stream);
 }
 
 extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {
@@ -371,15 +379,6 @@ extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t 
     G4K_REQUIRE(workspace_bytes >= g4_attn_decode_workspace(T, n_heads, n_kv, hd, capacity), op);
     DecParams p = {};
     p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
-    p.T = T, p.n_heads = n_heads, p.group = n_heads / n_kv, p.kv_rows = capacity;
-    p.window = window, p.hd = hd;
-    p.n_splits = dec_n_splits(T, n_heads, n_kv, hd, capacity);
-    p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
-    p.scale_log2 = scale * 1.4426950408889634f;
-    p.part_o = static_cast<float *>(workspace);
-    p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
-    if (hd == 256)
-        dec_launch<DecCfg<256>>(p, n_kv, stream);
-    else
-        dec_launch<DecCfg<512>>(p, n_kv, stream);
+    dec_run(p, T, n_heads, n_kv, hd, capacity, dec_n_splits(T, n_heads, n_kv, hd, capacity), window,
+            scale, workspace, stream);
 }

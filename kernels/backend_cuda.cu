@@ -478,18 +478,28 @@ static void cu_softcap(g4_backend *be, g4_buf *x, float c) {
     g4_logits_softcap((float *)x->data, x->rows, x->cols, c, S(be));
 }
 
+// The sample ops' checks (f32 logits, one i32 next id and draw index a row, the sampler(s) in
+// device memory) and their workspace, grown for these logits.
+static cuda_ctx *sample_prep(g4_backend *be, const g4_buf *next, const g4_buf *logits,
+                             const void *params, const g4_buf *counter, const char *op,
+                             const char *params_what) {
+    need(logits->type == G4_F32 && next->type == G4_I32 && counter->type == G4_I32 && params, op,
+         params_what);
+    need((size_t)next->rows * next->cols == (size_t)logits->rows &&
+             (size_t)counter->rows * counter->cols == (size_t)logits->rows,
+         op, "one next id and one draw index per row");
+    cuda_ctx *c = CTX(be);
+    grow_ws(be, &c->sample_ws, &c->sample_ws_bytes, g4_logits_workspace(logits->rows, logits->cols),
+            1, op);
+    return c;
+}
+
 // Soft-cap + the next token (greedy or sampled) on the device; only next is read back.
 static void cu_sample(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, const void *params,
                       const g4_buf *counter) {
     PROF("sample");
-    need(logits->type == G4_F32 && next->type == G4_I32 && counter->type == G4_I32 && params,
-         "sample", "f32 logits, i32 next and counter, the sampler in device memory");
-    need((size_t)next->rows * next->cols == (size_t)logits->rows &&
-             (size_t)counter->rows * counter->cols == (size_t)logits->rows,
-         "sample", "one next id and one draw index per row");
-    cuda_ctx *c = CTX(be);
-    grow_ws(be, &c->sample_ws, &c->sample_ws_bytes, g4_logits_workspace(logits->rows, logits->cols),
-            1, "sample");
+    cuda_ctx *c = sample_prep(be, next, logits, params, counter, "sample",
+                              "f32 logits, i32 next and counter, the sampler in device memory");
     g4_logits_sample((int32_t *)next->data, (float *)logits->data, logits->rows, logits->cols, cap,
                      (const g4_sample_params *)params, (const int32_t *)counter->data,
                      c->sample_ws, c->sample_ws_bytes, S(be));
@@ -499,14 +509,9 @@ static void cu_sample(g4_backend *be, g4_buf *next, g4_buf *logits, float cap, c
 static void cu_sample_rows(g4_backend *be, g4_buf *next, g4_buf *logits, float cap,
                            const void *params, const g4_buf *counter) {
     PROF("sample_rows");
-    need(logits->type == G4_F32 && next->type == G4_I32 && counter->type == G4_I32 && params,
-         "sample_rows", "f32 logits, i32 next and counter, the samplers' table in device memory");
-    need((size_t)next->rows * next->cols == (size_t)logits->rows &&
-             (size_t)counter->rows * counter->cols == (size_t)logits->rows,
-         "sample_rows", "one next id and one draw index per row");
-    cuda_ctx *c = CTX(be);
-    grow_ws(be, &c->sample_ws, &c->sample_ws_bytes, g4_logits_workspace(logits->rows, logits->cols),
-            1, "sample_rows");
+    cuda_ctx *c = sample_prep(be, next, logits, params, counter, "sample_rows",
+                              "f32 logits, i32 next and counter, the samplers' table in device "
+                              "memory");
     g4_logits_sample_rows((int32_t *)next->data, (float *)logits->data, logits->rows, logits->cols,
                           cap, (const uint64_t *)params, (const int32_t *)counter->data,
                           c->sample_ws, c->sample_ws_bytes, S(be));

@@ -862,6 +862,23 @@ static float *text_inv_freq(int hd, int rope) {
     return inv;
 }
 
+// The naive head preparation (ops.h qkv_prep) of T rows into wq, wk, wv: per-head RMSNorm (q and
+// k with their weights, v without), then RoPE at pos[t] on q and k.
+static void n_qkv_prep(float *wq, float *wk, float *wv, const float *q, const float *k,
+                       const float *v, const float *qwf, const float *kwf, const int32_t *pos,
+                       const float *inv, int T, int nh, int nkv, int hd) {
+    const int qw = nh * hd, kw = nkv * hd;
+    n_rmsnorm(wq, q, qwf, T, qw, hd, 1e-6f);
+    n_rmsnorm(wk, k, kwf, T, kw, hd, 1e-6f);
+    n_rmsnorm(wv, v, NULL, T, kw, hd, 1e-6f);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < nh; h++)
+            n_rope_head(wq + (size_t)t * qw + (size_t)h * hd, hd, pos[t], inv);
+        for (int h = 0; h < nkv; h++)
+            n_rope_head(wk + (size_t)t * kw + (size_t)h * hd, hd, pos[t], inv);
+    }
+}
+
 static void case_qkv_prep(int T, int nh, int nkv, int hd, int rope, int with_kv, int p0,
                           unsigned long long seed) {
     if (!want_case("qkv_prep", "T=%d heads=%d kv=%d hd=%d rope=%s kv_in=%d pos0=%d", T, nh, nkv, hd,
@@ -876,15 +893,7 @@ static void case_qkv_prep(int T, int nh, int nkv, int hd, int rope, int with_kv,
     int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T);
     for (int t = 0; t < T; t++) pos[t] = p0 + T - 1 - t; // out of order: rows land by pos[t]
     float *wq = zeros((size_t)T * qw), *wk = zeros((size_t)T * kw), *wv = zeros((size_t)T * kw);
-    n_rmsnorm(wq, q, qwf, T, qw, hd, 1e-6f);
-    n_rmsnorm(wk, k, kwf, T, kw, hd, 1e-6f);
-    n_rmsnorm(wv, v, NULL, T, kw, hd, 1e-6f);
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < nh; h++)
-            n_rope_head(wq + (size_t)t * qw + (size_t)h * hd, hd, pos[t], inv);
-        for (int h = 0; h < nkv; h++)
-            n_rope_head(wk + (size_t)t * kw + (size_t)h * hd, hd, pos[t], inv);
-    }
+    n_qkv_prep(wq, wk, wv, q, k, v, qwf, kwf, pos, inv, T, nh, nkv, hd);
     uint16_t *qwb = f16_bits(qwf, (size_t)hd), *kwb = f16_bits(kwf, (size_t)hd);
     void *dqw = be_copy(qwb, 2 * (size_t)hd), *dkw = be_copy(kwb, 2 * (size_t)hd),
          *dinv = be_copy(inv, sizeof(float) * (size_t)hd / 2);
@@ -1044,15 +1053,7 @@ static void case_qkv_prep_rows(int T, int nh, int nkv, int hd, int rope, int wit
         if (t == 2) cap[t] = pos[t]; // outside its cache: nothing stored
     }
     float *wq = zeros((size_t)T * qw), *wk = zeros((size_t)T * kw), *wv = zeros((size_t)T * kw);
-    n_rmsnorm(wq, q, qwf, T, qw, hd, 1e-6f);
-    n_rmsnorm(wk, k, kwf, T, kw, hd, 1e-6f);
-    n_rmsnorm(wv, v, NULL, T, kw, hd, 1e-6f);
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < nh; h++)
-            n_rope_head(wq + (size_t)t * qw + (size_t)h * hd, hd, pos[t], inv);
-        for (int h = 0; h < nkv; h++)
-            n_rope_head(wk + (size_t)t * kw + (size_t)h * hd, hd, pos[t], inv);
-    }
+    n_qkv_prep(wq, wk, wv, q, k, v, qwf, kwf, pos, inv, T, nh, nkv, hd);
     uint16_t *qwb = f16_bits(qwf, (size_t)hd), *kwb = f16_bits(kwf, (size_t)hd);
     void *dqw = be_copy(qwb, 2 * (size_t)hd), *dkw = be_copy(kwb, 2 * (size_t)hd),
          *dinv = be_copy(inv, sizeof(float) * (size_t)hd / 2);

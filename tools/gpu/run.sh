@@ -47,7 +47,7 @@
 #            1,8,16,32 on the full-size f16 and Q4 packages, G4_BATCH_ROWS=0 at 32 for A/B, and
 #            the 32-row step's per-op split (G4_PROFILE=1)
 #   fuse     issue 30 stage 1 (after build, tiny; e2b_make for its full-size half): the fused
-#            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=1, and on the
+#            add-norm GEMV vs the naive op, test_cuda_engine with G4_FUSE=0, and on the
 #            full-size package generate fused vs unfused and bench both ways
 #   qkv      issue 30 stage 1, q|k|v as one decode GEMV (after build, tiny; e2b_make for its
 #            full-size half): the q|k|v shapes of add_norm_linear / linear vs the naive op,
@@ -401,6 +401,37 @@ stage_e2b_gemv() {
     grep -iE "gemv|linear|total|step" "$OUT/e2b_profile.txt" | head -30
 }
 
+# e2b_switch_ab VAR NAME WHAT: an on/off switch A/B on the full-size package ($WORK/e2b): greedy
+# generate tokens with VAR=0 and VAR=1 (Q4 and f16, 128 tokens: equal where the logits' top-2 gap
+# exceeds the rounding difference), bench f16 + Q4 --reps 5 both ways, the eager per-op profile
+# of Q4 both ways; files $OUT/NAME_*.
+e2b_switch_ab() {
+    local var=$1 name=$2 what=$3 e="$WORK/e2b" ids p v
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
+    for p in q4 f16; do
+        for v in 0 1; do
+            env "$var=$v" build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
+                --ignore-eos --json >"$OUT/${name}_gen_${p}_$v.json" 2>&1
+        done
+        python3 - "$OUT/${name}_gen_${p}_0.json" "$OUT/${name}_gen_${p}_1.json" "$name $p" "$what" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+ta, tb = a["tokens"], b["tokens"]
+same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
+print(f"{sys.argv[3]}: greedy tokens {sys.argv[4]} for the first {same} of {len(ta)}; "
+      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
+PY
+    done
+    for v in 0 1; do
+        env "$var=$v" build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/${name}_bench_$v.json" >"$OUT/${name}_bench_$v.txt" 2>&1
+        echo "=== bench $var=$v: exit $?"; grep -iE "weights|decode" "$OUT/${name}_bench_$v.txt" | head -6 | cut -c1-400
+    done
+    for v in 0 1; do
+        env "$var=$v" G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/${name}_profile_$v.txt"
+        echo "=== profile $var=$v"; grep -A14 "decode step, eager" "$OUT/${name}_profile_$v.txt" | head -16
+    done
+}
+
 # Issue 30 stage 1, the consumer-side fusion (G4_FUSE=1; after build, tiny, and e2b_make
 # for the full-size half): the fused add-norm GEMV against the naive op (test_backend_ops
 # --op add_norm_linear on CUDA), test_cuda_engine on gpu-tiny with the fusion on (graph == eager,
@@ -413,31 +444,11 @@ stage_fuse() {
     echo "test_backend_ops --op add_norm_linear (cuda): exit $?"
     grep -E "FAIL|cases|checks" "$OUT/fuse_backend_ops.log" | tail -12
     build-gpu/tests/test_backend_ops --break --backend cuda --op add_norm_linear 2>&1 | tail -1
-    G4_FUSE=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+    # (the fusion is the default, which the tiny stage's test_cuda_engine runs: here without it)
+    G4_FUSE=0 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
         tee "$OUT/fuse_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL" | tail -24
     [ -f "$e/READY" ] || { echo "fuse: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
-    local ids
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
-    for p in q4 f16; do
-        for f in 0 1; do
-            G4_FUSE=$f build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
-                --ignore-eos --json >"$OUT/fuse_gen_${p}_$f.json" 2>&1
-        done
-        python3 - "$OUT/fuse_gen_${p}_0.json" "$OUT/fuse_gen_${p}_1.json" "$p" <<'PY'
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-ta, tb = a["tokens"], b["tokens"]
-same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
-print(f"fuse {sys.argv[3]}: greedy tokens fused == unfused for the first {same} of {len(ta)}; "
-      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
-PY
-    done
-    for f in 0 1; do
-        G4_FUSE=$f build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/fuse_bench_$f.json" >"$OUT/fuse_bench_$f.txt" 2>&1
-        echo "=== bench G4_FUSE=$f: exit $?"; grep -iE "decode" "$OUT/fuse_bench_$f.txt" | head -6 | cut -c1-400
-    done
-    G4_FUSE=1 G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/fuse_profile.txt"
-    grep -A14 "decode step, eager" "$OUT/fuse_profile.txt" | head -16
+    e2b_switch_ab G4_FUSE fuse "fused == unfused"
 }
 
 # Issue 30 stage 1, q|k|v as one GEMV in a one-token forward (G4_QKV=0 turns it off; after build,
@@ -461,30 +472,7 @@ stage_qkv() {
         echo "=== test_cuda_engine G4_QKV=$q: exit ${PIPESTATUS[0]}"
     done
     [ -f "$e/READY" ] || { echo "qkv: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
-    local ids
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
-    for p in q4 f16; do
-        for q in 0 1; do
-            G4_QKV=$q build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
-                --ignore-eos --json >"$OUT/qkv_gen_${p}_$q.json" 2>&1
-        done
-        python3 - "$OUT/qkv_gen_${p}_0.json" "$OUT/qkv_gen_${p}_1.json" "$p" <<'PY'
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-ta, tb = a["tokens"], b["tokens"]
-same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
-print(f"qkv {sys.argv[3]}: greedy tokens q|k|v == separate for the first {same} of {len(ta)}; "
-      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
-PY
-    done
-    for q in 0 1; do
-        G4_QKV=$q build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/qkv_bench_$q.json" >"$OUT/qkv_bench_$q.txt" 2>&1
-        echo "=== bench G4_QKV=$q: exit $?"; grep -iE "weights|decode" "$OUT/qkv_bench_$q.txt" | head -6 | cut -c1-400
-    done
-    for q in 0 1; do
-        G4_QKV=$q G4_PROFILE=1 build-gpu/g4cu bench "$e/q4" --reps 1 2>&1 | grep -v "^pkg\|^  *(" >"$OUT/qkv_profile_$q.txt"
-        echo "=== profile G4_QKV=$q"; grep -A14 "decode step, eager" "$OUT/qkv_profile_$q.txt" | head -16
-    done
+    e2b_switch_ab G4_QKV qkv "q|k|v == separate"
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
