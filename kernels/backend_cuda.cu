@@ -294,6 +294,19 @@ static void cu_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf
                 (const uint16_t *)b->data + b_col0, b->cols, a->rows, a->cols, S(be));
 }
 
+// The head preparation's launch (qkv_prep and qkv_prep_rows), once a's q, k, v and caches are set.
+static void qkv_launch(g4_backend *be, g4_qkv_args *a, const g4_buf *pos, const float *inv_freq,
+                       int T, int n_heads, int n_kv, int hd, float eps) {
+    a->pos = (const int32_t *)pos->data;
+    a->inv_freq = inv_freq;
+    a->T = T;
+    a->n_heads = n_heads;
+    a->n_kv = n_kv;
+    a->hd = hd;
+    a->eps = eps;
+    g4_qkv_norm_rope(a, S(be));
+}
+
 static void cu_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf *kc, g4_buf *vc,
                         const void *q_w, const void *k_w, const g4_buf *pos,
                         const float *inv_freq, int n_heads, int n_kv, int hd, float eps) {
@@ -316,14 +329,7 @@ static void cu_qkv_prep(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, g4_buf 
         a.v_norm = 1;
         a.capacity = kc->rows;
     }
-    a.pos = (const int32_t *)pos->data;
-    a.inv_freq = inv_freq;
-    a.T = q->rows;
-    a.n_heads = n_heads;
-    a.n_kv = n_kv;
-    a.hd = hd;
-    a.eps = eps;
-    g4_qkv_norm_rope(&a, S(be));
+    qkv_launch(be, &a, pos, inv_freq, q->rows, n_heads, n_kv, hd, eps);
 }
 
 // qkv_prep of each row over its own caches (ops.h qkv_prep_rows): the same launch as qkv_prep
@@ -352,14 +358,7 @@ static void cu_qkv_prep_rows(g4_backend *be, g4_buf *q, g4_buf *k, g4_buf *v, co
         a.k_w = (const uint16_t *)k_w;
         a.v_norm = 1;
     }
-    a.pos = (const int32_t *)pos->data;
-    a.inv_freq = inv_freq;
-    a.T = q->rows;
-    a.n_heads = n_heads;
-    a.n_kv = n_kv;
-    a.hd = hd;
-    a.eps = eps;
-    g4_qkv_norm_rope(&a, S(be));
+    qkv_launch(be, &a, pos, inv_freq, q->rows, n_heads, n_kv, hd, eps);
 }
 
 static void cu_add_rmsnorm_next(g4_backend *be, g4_buf *h, const g4_buf *x, const void *w,
