@@ -44,6 +44,7 @@ static void keep(const g4cu_result *r, outcome *o) {
 
 // rq alone on a fresh state.
 static int alone(const g4cu_request *rq, outcome *o) {
+    memset(o, 0, sizeof *o); // (compared even when it fails: no garbage in the report)
     g4cu_state *s;
     g4cu_result r;
     if (g4cu_state_new(model, &s)) return 0;
@@ -91,7 +92,8 @@ static int run_all(g4cu_batch *b) {
 }
 
 static void poll_done(g4cu_batch *b, int64_t id, outcome *o, const char *name) {
-    g4cu_result r;
+    memset(o, 0, sizeof *o);
+    g4cu_result r = {0}; // (a failed poll may leave it as it was)
     int done = 0;
     CHECK_MSG(g4cu_batch_poll(b, id, &r, &done) == G4CU_OK, "%s: %s", name, g4cu_last_error());
     CHECK_MSG(done, "%s: not done after the batch ran out", name);
@@ -125,7 +127,7 @@ static int hf_case(const cf_lines *l, const char *name, outcome *o, const char *
 static void test_four_kinds(void) {
     char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
     cf_lines l = cf_read(cases);
-    outcome want[4], got[4];
+    outcome want[4] = {{0}}, got[4] = {{0}};
     char *img = NULL, *wav = NULL;
     int img_new = 0, wav_new = 0;
     const char *img_text = NULL, *wav_text = NULL;
@@ -201,7 +203,7 @@ static void test_cancel_and_reuse(void) {
     d = a;
     d.text = "Why is the sky blue?";
     d.max_tokens = 8;
-    outcome wa, wc, wd, ga, gc, gd;
+    outcome wa = {0}, wc = {0}, wd = {0}, ga = {0}, gc = {0}, gd = {0};
     CHECK(alone(&a, &wa) && alone(&c, &wc) && alone(&d, &wd));
     g4cu_batch_params bp;
     g4cu_batch_params_default(&bp);
@@ -308,7 +310,7 @@ static void test_lengths(void) {
     sh.text = "Hi", sh.max_tokens = 30, sh.ignore_eos = 1;
     again = sh;
     again.text = "Hello there", again.max_tokens = 5, again.temperature = 0.5f, again.seed = 99;
-    outcome wl, ws, wa, gl, gs, ga;
+    outcome wl = {0}, ws = {0}, wa = {0}, gl = {0}, gs = {0}, ga = {0};
     CHECK(alone(&lo, &wl) && alone(&sh, &ws) && alone(&again, &wa));
     g4cu_batch *b;
     g4cu_batch_params bp;
@@ -349,7 +351,7 @@ static void test_lengths(void) {
     o1.max_tokens = 7, o1.ignore_eos = 1;
     o2 = o1;
     o2.max_tokens = 13, o2.temperature = 0.8f, o2.seed = 5;
-    outcome w1, w2, g1, g2;
+    outcome w1 = {0}, w2 = {0}, g1 = {0}, g2 = {0};
     g4cu_state *s;
     CHECK(g4cu_state_new(model, &s) == G4CU_OK);
     g4cu_result r;
@@ -391,7 +393,7 @@ static void test_conversation_and_refusals(void) {
     cv.system = "Be brief.";
     cv.messages = msgs, cv.n_messages = 3;
     cv.max_tokens = 6, cv.ignore_eos = 1, cv.temperature = 0.8f, cv.seed = 21;
-    outcome want, got;
+    outcome want = {0}, got = {0};
     CHECK(alone(&cv, &want));
     CHECK_INT(want.n_tokens, 6);
     g4cu_batch *b;
