@@ -12,6 +12,8 @@
 //     with many), slot reuse across them, and raw ids (g4cu_batch_submit_ids vs
 //     g4cu_generate_ids);
 //   - the error contract: bad requests take no slot, unknown ids are user errors;
+//   - a hostile caller: a prompt past the context, ids never submitted (poll's *out zeroed), prompt
+//     tokens past the vocabulary (ends that request only, in a step; the batch stays usable);
 //   - a conversation (messages) as g4cu_generate runs it;
 //     each field that needs the host-side pick (logprobs, penalties, logit_bias, min_p, JSON,
 //     tools) refused by name, taking no slot, and refused by g4cu_batch_accepts too.
