@@ -213,11 +213,17 @@ int g4cu_batch_cancel(g4cu_batch *cb, int64_t id) {
 int g4cu_batch_poll(g4cu_batch *cb, int64_t id, g4cu_result *out, int *done) {
     if (!out || !done) return g4_fail(G4_EUSER, "g4cu_batch_poll: out or done is NULL");
     *done = 0;
-    if (!cb) return g4_fail(G4_EUSER, "g4cu_batch_poll: the batch is NULL");
+    if (!cb) {
+        memset(out, 0, sizeof *out);
+        return g4_fail(G4_EUSER, "g4cu_batch_poll: the batch is NULL");
+    }
     pthread_mutex_lock(&cb->lock);
     int rc = G4_OK;
     const int k = slot_of(cb, id, "g4cu_batch_poll");
-    if (k < 0) rc = G4_EUSER;
+    if (k < 0) { // zeroed, as on a request's error: a caller may free it after any failed poll
+        rc = G4_EUSER;
+        memset(out, 0, sizeof *out);
+    }
     g4_gen_result r;
     int req_rc = G4_OK;
     char *err = NULL;

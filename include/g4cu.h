@@ -357,7 +357,7 @@ int g4cu_batch_cancel(g4cu_batch *b, int64_t id);
 // *done = 1 when request id has ended: its result moved into *out (zeroed on error) and its
 // own return code returned (G4CU_OK, or its error with the line in g4cu_last_error); the id is
 // forgotten and its slot free. *done = 0 while it runs (G4CU_OK, out untouched). An unknown id
-// is a user error.
+// (0, what a refused submit leaves, or one polled already) is a user error, *out zeroed.
 int g4cu_batch_poll(g4cu_batch *b, int64_t id, g4cu_result *out, int *done);
 // The batch now: requests in it (running or finished and not yet polled), requests running,
 // the most rows one decode step has run, decode steps and rows stepped in all.

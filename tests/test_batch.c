@@ -12,6 +12,8 @@
 //     with many), slot reuse across them, and raw ids (g4cu_batch_submit_ids vs
 //     g4cu_generate_ids);
 //   - the error contract: bad requests take no slot, unknown ids are user errors;
+//   - a hostile caller: a prompt past the context, ids never submitted (poll's *out zeroed), prompt
+//     tokens past the vocabulary (ends that request only, in a step; the batch stays usable);
 //   - a conversation (messages) as g4cu_generate runs it;
 //     each field that needs the host-side pick (logprobs, penalties, logit_bias, min_p, JSON,
 //     tools) refused by name, taking no slot, and refused by g4cu_batch_accepts too.
@@ -44,6 +46,7 @@ static void keep(const g4cu_result *r, outcome *o) {
 
 // rq alone on a fresh state.
 static int alone(const g4cu_request *rq, outcome *o) {
+    memset(o, 0, sizeof *o); // (compared even when it fails: no garbage in the report)
     g4cu_state *s;
     g4cu_result r;
     if (g4cu_state_new(model, &s)) return 0;
@@ -91,7 +94,8 @@ static int run_all(g4cu_batch *b) {
 }
 
 static void poll_done(g4cu_batch *b, int64_t id, outcome *o, const char *name) {
-    g4cu_result r;
+    memset(o, 0, sizeof *o);
+    g4cu_result r = {0}; // (a failed poll may leave it as it was)
     int done = 0;
     CHECK_MSG(g4cu_batch_poll(b, id, &r, &done) == G4CU_OK, "%s: %s", name, g4cu_last_error());
     CHECK_MSG(done, "%s: not done after the batch ran out", name);
@@ -125,7 +129,7 @@ static int hf_case(const cf_lines *l, const char *name, outcome *o, const char *
 static void test_four_kinds(void) {
     char *cases = g4_sprintf("%s/chat/generate_cases.jsonl", fix);
     cf_lines l = cf_read(cases);
-    outcome want[4], got[4];
+    outcome want[4] = {{0}}, got[4] = {{0}};
     char *img = NULL, *wav = NULL;
     int img_new = 0, wav_new = 0;
     const char *img_text = NULL, *wav_text = NULL;
@@ -201,7 +205,7 @@ static void test_cancel_and_reuse(void) {
     d = a;
     d.text = "Why is the sky blue?";
     d.max_tokens = 8;
-    outcome wa, wc, wd, ga, gc, gd;
+    outcome wa = {0}, wc = {0}, wd = {0}, ga = {0}, gc = {0}, gd = {0};
     CHECK(alone(&a, &wa) && alone(&c, &wc) && alone(&d, &wd));
     g4cu_batch_params bp;
     g4cu_batch_params_default(&bp);
@@ -308,7 +312,7 @@ static void test_lengths(void) {
     sh.text = "Hi", sh.max_tokens = 30, sh.ignore_eos = 1;
     again = sh;
     again.text = "Hello there", again.max_tokens = 5, again.temperature = 0.5f, again.seed = 99;
-    outcome wl, ws, wa, gl, gs, ga;
+    outcome wl = {0}, ws = {0}, wa = {0}, gl = {0}, gs = {0}, ga = {0};
     CHECK(alone(&lo, &wl) && alone(&sh, &ws) && alone(&again, &wa));
     g4cu_batch *b;
     g4cu_batch_params bp;
@@ -349,7 +353,7 @@ static void test_lengths(void) {
     o1.max_tokens = 7, o1.ignore_eos = 1;
     o2 = o1;
     o2.max_tokens = 13, o2.temperature = 0.8f, o2.seed = 5;
-    outcome w1, w2, g1, g2;
+    outcome w1 = {0}, w2 = {0}, g1 = {0}, g2 = {0};
     g4cu_state *s;
     CHECK(g4cu_state_new(model, &s) == G4CU_OK);
     g4cu_result r;
@@ -391,7 +395,7 @@ static void test_conversation_and_refusals(void) {
     cv.system = "Be brief.";
     cv.messages = msgs, cv.n_messages = 3;
     cv.max_tokens = 6, cv.ignore_eos = 1, cv.temperature = 0.8f, cv.seed = 21;
-    outcome want, got;
+    outcome want = {0}, got = {0};
     CHECK(alone(&cv, &want));
     CHECK_INT(want.n_tokens, 6);
     g4cu_batch *b;
@@ -459,6 +463,113 @@ static void test_conversation_and_refusals(void) {
     g4cu_batch_free(b);
 }
 
+// A hostile caller (or a package not made for the tokenizer, as on the GPU's gpu-tiny): a prompt
+// longer than the context, ids never submitted, prompt tokens outside the model's vocabulary.
+// Each is an error that takes no slot or ends only its own request; the batch stays usable
+// and frees clean (ASan).
+static void test_hostile(void) {
+    g4cu_batch *b;
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 2;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    // longer than the model's context (4096 on the tiny fixture): ~9.5 tokens a sentence
+    char *longtext = g4_malloc(32768);
+    longtext[0] = 0;
+    for (int i = 0; i < 600; i++) strcat(longtext, "the quick brown fox jumps over the lazy dog ");
+    g4cu_request lo;
+    g4cu_request_default(&lo);
+    lo.text = longtext, lo.max_tokens = 2;
+    int64_t id = 7;
+    CHECK_INT(g4cu_batch_submit(b, &lo, &id), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "longer than the model's context"), "%s",
+              g4cu_last_error());
+    CHECK_INT(id, 0);
+    g4cu_batch_info info;
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.in_use, 0);
+    // ids never submitted (0 is what a refused submit leaves): user errors, *out zeroed
+    const int64_t unknown[3] = {0, -1, 999};
+    for (int i = 0; i < 3; i++) {
+        g4cu_result r;
+        memset(&r, 0xab, sizeof r); // what an uninitialised result may hold
+        int done = 1;
+        CHECK_INT(g4cu_batch_poll(b, unknown[i], &r, &done), G4CU_EUSER);
+        CHECK_INT(done, 0);
+        const int zeroed = r.tokens == NULL && r.text == NULL && r.n_tokens == 0;
+        CHECK_MSG(zeroed, "poll of unknown id %lld left *out unzeroed", (long long)unknown[i]);
+        if (zeroed) g4cu_result_free(&r); // safe after a failed poll (garbage would crash here)
+        CHECK_INT(g4cu_batch_cancel(b, unknown[i]), G4CU_EUSER);
+    }
+    {
+        g4cu_result r;
+        memset(&r, 0xab, sizeof r);
+        int done = 1;
+        CHECK_INT(g4cu_batch_poll(NULL, 1, &r, &done), G4CU_EUSER);
+        CHECK(done == 0 && r.tokens == NULL && r.text == NULL);
+    }
+    g4cu_batch_free(b);
+    free(longtext);
+
+    // prompt tokens past the vocabulary, found only when the prefill runs inside a step: the
+    // chat tokenizer (ids up to 1023) over tiny2 (256 rows), as a package of another
+    // vocabulary does on the GPU. That request ends alone, its poll returns the error; a
+    // request of in-vocabulary ids beside it runs as it does alone.
+    g4cu_model *m2;
+    g4cu_model_params mp;
+    g4cu_model_params_default(&mp);
+    mp.backend = "cpu";
+    char *tok = g4_sprintf("%s/chat/chat_bpe.json", fix);
+    char *pkg = g4_sprintf("%s/tiny2/package", fix);
+    mp.tokenizer_path = tok;
+    if (g4cu_model_load(pkg, &mp, &m2)) {
+        CHECK_MSG(0, "%s", g4cu_last_error());
+        free(tok), free(pkg);
+        return;
+    }
+    CHECK_INT(g4cu_model_n_vocab(m2), 256);
+    g4cu_request bad, good;
+    g4cu_request_default(&bad);
+    bad.text = "Why is the sky blue? Tell me everything.", bad.max_tokens = 4;
+    g4cu_request_default(&good);
+    good.max_tokens = 6, good.ignore_eos = 1;
+    const int32_t ids[] = {2, 9, 40, 41};
+    g4cu_state *s;
+    g4cu_result r;
+    outcome want = {0}, got = {0};
+    CHECK(g4cu_state_new(m2, &s) == G4CU_OK);
+    CHECK(g4cu_generate_ids(s, ids, 4, &good, &r) == G4CU_OK);
+    keep(&r, &want);
+    g4cu_result_free(&r);
+    g4cu_state_free(s);
+    CHECK(g4cu_batch_new(m2, &bp, &b) == G4CU_OK);
+    int64_t ib = 0, ig = 0;
+    CHECK_MSG(g4cu_batch_submit(b, &bad, &ib) == G4CU_OK && ib > 0, "%s", g4cu_last_error());
+    CHECK(g4cu_batch_submit_ids(b, ids, 4, &good, &ig) == G4CU_OK && ig > 0);
+    run_all(b);
+    int done = 0;
+    r = (g4cu_result){0};
+    CHECK_INT(g4cu_batch_poll(b, ib, &r, &done), G4CU_EUSER);
+    CHECK_INT(done, 1);
+    CHECK_MSG(strstr(g4cu_last_error(), "outside the vocabulary [0, 256)"), "%s",
+              g4cu_last_error());
+    CHECK(r.tokens == NULL && r.n_tokens == 0);
+    g4cu_result_free(&r);
+    poll_done(b, ig, &got, "beside an out-of-vocabulary prompt");
+    same("beside an out-of-vocabulary prompt", &got, &want);
+    // both slots usable again; freed with a failed request never polled
+    CHECK(g4cu_batch_submit(b, &bad, &ib) == G4CU_OK && ib > 0);
+    CHECK(g4cu_batch_submit_ids(b, ids, 4, &good, &ig) == G4CU_OK && ig > 0);
+    run_all(b);
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.in_use, 2);
+    CHECK_INT(info.running, 0);
+    g4cu_batch_free(b);
+    g4cu_model_free(m2);
+    free(tok);
+    free(pkg);
+}
+
 int main(void) {
     fix = g4t_env("G4_FIXTURES");
     char *tok = g4_sprintf("%s/chat/chat_bpe.json", fix);
@@ -476,6 +587,7 @@ int main(void) {
     test_cancel_and_reuse();
     test_lengths();
     test_conversation_and_refusals();
+    test_hostile();
     g4cu_model_free(model);
     free(tok);
     return g4t_finish("test_batch");
