@@ -45,17 +45,23 @@ static void keep(const g4cu_result *r, outcome *o) {
 }
 
 // rq alone on a fresh state.
-static int alone(const g4cu_request *rq, outcome *o) {
+// The outcome of rq run alone on a fresh state of m: g4cu_generate, or with ids (n of them)
+// g4cu_generate_ids with rq as its options. 0 when it fails.
+static int alone_on(g4cu_model *m, const g4cu_request *rq, const int32_t *ids, int n, outcome *o) {
     memset(o, 0, sizeof *o); // (compared even when it fails: no garbage in the report)
     g4cu_state *s;
     g4cu_result r;
-    if (g4cu_state_new(model, &s)) return 0;
-    int ok = g4cu_generate(s, rq, &r) == G4CU_OK;
+    if (g4cu_state_new(m, &s)) return 0;
+    int ok = (ids ? g4cu_generate_ids(s, ids, n, rq, &r) : g4cu_generate(s, rq, &r)) == G4CU_OK;
     if (!ok) fprintf(stderr, "alone: %s\n", g4cu_last_error());
     if (ok) keep(&r, o);
     g4cu_result_free(&r);
     g4cu_state_free(s);
     return ok;
+}
+
+static int alone(const g4cu_request *rq, outcome *o) {
+    return alone_on(model, rq, NULL, 0, o);
 }
 
 static void same(const char *name, const outcome *got, const outcome *want) {
@@ -354,16 +360,8 @@ static void test_lengths(void) {
     o2 = o1;
     o2.max_tokens = 13, o2.temperature = 0.8f, o2.seed = 5;
     outcome w1 = {0}, w2 = {0}, g1 = {0}, g2 = {0};
-    g4cu_state *s;
-    CHECK(g4cu_state_new(model, &s) == G4CU_OK);
-    g4cu_result r;
-    CHECK(g4cu_generate_ids(s, ids1, 6, &o1, &r) == G4CU_OK);
-    keep(&r, &w1);
-    g4cu_result_free(&r);
-    CHECK(g4cu_generate_ids(s, ids2, 2, &o2, &r) == G4CU_OK);
-    keep(&r, &w2);
-    g4cu_result_free(&r);
-    g4cu_state_free(s);
+    CHECK(alone_on(model, &o1, ids1, 6, &w1));
+    CHECK(alone_on(model, &o2, ids2, 2, &w2));
     CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
     int64_t j1 = 0, j2 = 0;
     CHECK(g4cu_batch_submit_ids(b, ids1, 6, &o1, &j1) == G4CU_OK && j1 > 0);
@@ -534,14 +532,9 @@ static void test_hostile(void) {
     g4cu_request_default(&good);
     good.max_tokens = 6, good.ignore_eos = 1;
     const int32_t ids[] = {2, 9, 40, 41};
-    g4cu_state *s;
     g4cu_result r;
     outcome want = {0}, got = {0};
-    CHECK(g4cu_state_new(m2, &s) == G4CU_OK);
-    CHECK(g4cu_generate_ids(s, ids, 4, &good, &r) == G4CU_OK);
-    keep(&r, &want);
-    g4cu_result_free(&r);
-    g4cu_state_free(s);
+    CHECK(alone_on(m2, &good, ids, 4, &want));
     CHECK(g4cu_batch_new(m2, &bp, &b) == G4CU_OK);
     int64_t ib = 0, ig = 0;
     CHECK_MSG(g4cu_batch_submit(b, &bad, &ib) == G4CU_OK && ib > 0, "%s", g4cu_last_error());
