@@ -99,6 +99,11 @@ void *g4_realloc(void *p, size_t n) {
 
 char *g4_strdup(const char *s) { return g4_strndup(s, strlen(s)); }
 
+int g4_env_is(const char *name, const char *value) {
+    const char *s = getenv(name);
+    return s && strcmp(s, value) == 0;
+}
+
 char *g4_strndup(const char *s, size_t n) {
     char *d = g4_malloc(n + 1);
     memcpy(d, s, n);

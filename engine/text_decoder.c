@@ -130,17 +130,13 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->h2 = g4_buf_new(be, G4_F32, T < 8 ? T : 8, H);
     s->hcur = &s->h;
     // on unless G4_FUSE=0 (measured on the H200: Q4 decode 524 -> 560 tok/s, f16 equal)
-    const char *fuse_env = getenv("G4_FUSE");
-    s->fuse_norm = !(fuse_env && !strcmp(fuse_env, "0")) && be->add_norm_linear;
-    const char *qkv_env = getenv("G4_QKV"); // on unless G4_QKV=0 (issue 30: q|k|v one linear)
-    s->qkv_on = !(qkv_env && !strcmp(qkv_env, "0"));
+    s->fuse_norm = !g4_env_is("G4_FUSE", "0") && be->add_norm_linear;
+    s->qkv_on = !g4_env_is("G4_QKV", "0"); // (issue 30: q|k|v one linear)
     // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
-    const char *rows_env = getenv("G4_BATCH_ROWS");
-    s->batch_rows_ops = !(rows_env && !strcmp(rows_env, "0")) && be->qkv_prep_rows &&
+    s->batch_rows_ops = !g4_env_is("G4_BATCH_ROWS", "0") && be->qkv_prep_rows &&
                         be->attention_rows && be->sample_rows;
     // the batch step in a graph per row count, when G4_BATCH_GRAPH=1 (off by default: new)
-    const char *bg_env = getenv("G4_BATCH_GRAPH");
-    s->batch_graph = bg_env && !strcmp(bg_env, "1") && s->batch_rows_ops && be->graph_begin &&
+    s->batch_graph = g4_env_is("G4_BATCH_GRAPH", "1") && s->batch_rows_ops && be->graph_begin &&
                      be->exec_reserve_rows;
     s->x = g4_buf_new(be, be->act_type, T, H);
     s->q = g4_buf_new(be, be->act_type, T, c->n_heads * hd_max);
@@ -363,6 +359,19 @@ static g4_buf row_view(const g4_buf *b, int r) {
     return v;
 }
 
+// The batch step's row tables for n rows (text_model.h, s->tab): uint64 block b of n entries
+// (2j: KV slot j's K cache pointers, 2j + 1: its V, 2 n_kv_layers: the rows' samplers), then
+// the I32 [n] cache rows; their bytes.
+static uint64_t *row_tab(void *tab, int b, int n) {
+    return (uint64_t *)tab + (size_t)b * n;
+}
+static int32_t *row_caps(void *tab, int nkvl, int n) {
+    return (int32_t *)row_tab(tab, 2 * nkvl + 1, n);
+}
+static size_t row_tab_bytes(int nkvl, int n) {
+    return (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * (size_t)n;
+}
+
 // A batch step's attention of layer l (s->rows set: row r is sequence s->rows[r] at its own
 // position pos[r]): the head preparation and the decode attention of each row over that
 // sequence's own KV cache, one row per op call (the ops take one cache; q, k, v and attn hold
@@ -378,10 +387,9 @@ static void batch_attention(g4_text_state *s, int l, int T, const g4_buf *q, con
     g4_buf attn = g4_buf_view(&s->attn, T, nh * hd);
     g4_buf pos = g4_buf_view(&s->pos, T, 1);
     if (s->batch_rows_ops) { // every row in one call each, through the step's tables
-        const uint64_t *tab = s->tab;
         const int nkvl = c->n_kv_layers, j = lc->kv_slot;
-        g4_buf cap = {(char *)s->tab + sizeof(uint64_t) * (size_t)(2 * nkvl + 1) * T, G4_I32, T, 1};
-        const g4_kv_rows kv = {tab + (size_t)2 * j * T, tab + (size_t)(2 * j + 1) * T, &cap};
+        g4_buf cap = {row_caps(s->tab, nkvl, T), G4_I32, T, 1};
+        const g4_kv_rows kv = {row_tab(s->tab, 2 * j, T), row_tab(s->tab, 2 * j + 1, T), &cap};
         g4_buf qq = *q, kk = *k, vv = *v; // (views: the op takes them writable)
         be->qkv_prep_rows(be, &qq, own ? &kk : NULL, own ? &vv : NULL, &kv, w->q_norm,
                           own ? w->k_norm : NULL, &pos, s->m->inv_freq[lc->rope], nh, nkv, hd,
@@ -650,8 +658,7 @@ static int stage_row_tables(g4_text_state *s, g4_text_state *const *rows, int n)
     g4_backend *be = s->be;
     const int nkvl = s->m->cfg->n_kv_layers;
     if (!s->tab) {
-        const size_t bytes =
-            (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * (size_t)s->max_tokens;
+        const size_t bytes = row_tab_bytes(nkvl, s->max_tokens);
         s->tab = be->alloc(be, bytes);
         if (!s->tab)
             return g4_fail(G4_EUSER,
@@ -659,21 +666,19 @@ static int stage_row_tables(g4_text_state *s, g4_text_state *const *rows, int n)
                            "(%zu bytes)",
                            s->m->be->name, bytes);
         s->host_tab = g4_malloc(bytes);
-        s->tab_bytes = bytes;
     }
-    uint64_t *h = s->host_tab;
+    void *h = s->host_tab;
     for (int j = 0; j < nkvl; j++)
         for (int r = 0; r < n; r++) {
-            h[(size_t)2 * j * n + r] = (uint64_t)(uintptr_t)rows[r]->kc[j].data;
-            h[(size_t)(2 * j + 1) * n + r] = (uint64_t)(uintptr_t)rows[r]->vc[j].data;
+            row_tab(h, 2 * j, n)[r] = (uint64_t)(uintptr_t)rows[r]->kc[j].data;
+            row_tab(h, 2 * j + 1, n)[r] = (uint64_t)(uintptr_t)rows[r]->vc[j].data;
         }
-    int32_t *cap = (int32_t *)(h + (size_t)(2 * nkvl + 1) * n);
     for (int r = 0; r < n; r++) {
-        h[(size_t)2 * nkvl * n + r] = (uint64_t)(uintptr_t)rows[r]->samp.data;
-        cap[r] = rows[r]->kc[0].rows;
+        row_tab(h, 2 * nkvl, n)[r] = (uint64_t)(uintptr_t)rows[r]->samp.data;
+        row_caps(h, nkvl, n)[r] = rows[r]->kc[0].rows;
     }
     // (host_tab belongs to the state: a pageable copy is staged before the call returns)
-    be->upload(be, s->tab, h, (sizeof(uint64_t) * (size_t)(2 * nkvl + 1) + sizeof(int32_t)) * n);
+    be->upload(be, s->tab, h, row_tab_bytes(nkvl, n));
     return G4_OK;
 }
 
@@ -684,7 +689,7 @@ static void batch_work(g4_text_state *s, int n) {
     g4_backend *be = s->be;
     g4_buf logits = compute(s, n, NULL, 1, 1);
     g4_buf nx = g4_buf_view(&s->next, n, 1), pos = g4_buf_view(&s->pos, n, 1);
-    const uint64_t *smp = (const uint64_t *)s->tab + (size_t)2 * s->m->cfg->n_kv_layers * n;
+    const uint64_t *smp = row_tab(s->tab, 2 * s->m->cfg->n_kv_layers, n);
     be->sample_rows(be, &nx, &logits, s->m->cfg->final_softcap, smp, &pos);
 }
 

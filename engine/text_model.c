@@ -79,8 +79,7 @@ int g4_text_model_load_opts(const g4_package *pkg, g4_backend *be, const g4_text
 
     m->layers = g4_calloc((size_t)L, sizeof(g4_text_layer));
     // G4_QKV=0 at load: no q|k|v copies (their memory saved; every state then runs q, k, v apart)
-    const char *qkv_env = getenv("G4_QKV");
-    const int qkv = !(qkv_env && !strcmp(qkv_env, "0"));
+    const int qkv = !g4_env_is("G4_QKV", "0");
     for (int l = 0; l < L; l++) {
         const g4_layer_config *lc = &cfg->layer[l];
         g4_text_layer *w = &m->layers[l];

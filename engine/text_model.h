@@ -133,7 +133,6 @@ typedef struct g4_text_state {
     // unless G4_BATCH_ROWS=0 (read at state creation: then one op call per row, the earlier path).
     void *tab;
     uint64_t *host_tab;
-    size_t tab_bytes;
     int batch_rows_ops;
     // The batch step captured per row count (G4_BATCH_GRAPH=1 at state creation, a backend
     // with graphs and exec_reserve_rows, the row-batched ops): bgraph[n] replays the step of n

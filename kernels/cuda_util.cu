@@ -49,10 +49,7 @@ int g4_cuda_sync_launches(void) {
 }
 
 extern "C" int g4_cuda_env_is(int *cache, const char *name, const char *value) {
-    if (*cache < 0) {
-        const char *s = getenv(name);
-        *cache = s && strcmp(s, value) == 0;
-    }
+    if (*cache < 0) *cache = g4_env_is(name, value);
     return *cache;
 }
 
