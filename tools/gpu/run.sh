@@ -34,6 +34,7 @@
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
+#   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make)
 #   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
 #   gemv     issue 29 (after build): the GEMV test cases (the third design's add-norm GEMVs
@@ -473,6 +474,24 @@ stage_qkv() {
     done
     [ -f "$e/READY" ] || { echo "qkv: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
     e2b_switch_ab G4_QKV qkv "q|k|v == separate"
+}
+
+# Issue 30: each kernel's own duration in Q4 / f16 decode steps (after e2b_make), under Nsight
+# Compute (kernels serialized: no PDL overlap, so the sum over a step against the step's graph
+# time is the launch and dependency cost). generate of 4 tokens after a 16-token prompt.
+stage_ncu_step() {
+    local e="$WORK/e2b" ncu p ids
+    [ -f "$e/READY" ] || { echo "ncu_step: no full-size package ($e/READY missing)"; return 1; }
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$ncu" ] || { echo "ncu_step: no ncu"; return 1; }
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(16)))")
+    for p in ${NCU_PKGS:-q4 f16}; do
+        timeout 240 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+            --log-file "$OUT/ncu_step_$p.csv" build-gpu/g4cu generate "$e/$p" --backend cuda \
+            --ids "$ids" --max-new 4 --ignore-eos >"$OUT/ncu_step_$p.log" 2>&1
+        echo "ncu $p: exit $? ($(wc -l <"$OUT/ncu_step_$p.csv") csv lines)"
+        python3 tools/gpu/ncu_step.py "$OUT/ncu_step_$p.csv" | head -40
+    done
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
