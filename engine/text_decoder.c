@@ -132,6 +132,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     // on unless G4_FUSE=0 (measured on the H200: Q4 decode 524 -> 560 tok/s, f16 equal)
     s->fuse_norm = !g4_env_is("G4_FUSE", "0") && be->add_norm_linear;
     s->qkv_on = !g4_env_is("G4_QKV", "0"); // (issue 30: q|k|v one linear)
+    s->attn_fused = !g4_env_is("G4_FUSE_ATTN", "0"); // (issue 30: qkv_prep inside attention)
     // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
     s->batch_rows_ops = !g4_env_is("G4_BATCH_ROWS", "0") && be->qkv_prep_rows &&
                         be->attention_rows && be->sample_rows;
@@ -391,6 +392,13 @@ static void batch_attention(g4_text_state *s, int l, int T, const g4_buf *q, con
         g4_buf cap = {row_caps(s->tab, nkvl, T), G4_I32, T, 1};
         const g4_kv_rows kv = {row_tab(s->tab, 2 * j, T), row_tab(s->tab, 2 * j + 1, T), &cap};
         g4_buf qq = *q, kk = *k, vv = *v; // (views: the op takes them writable)
+        if (s->attn_fused && be->qkv_attention_rows) {
+            be->qkv_attention_rows(be, &attn, &qq, own ? &kk : NULL, own ? &vv : NULL, &kv,
+                                   w->q_norm, own ? w->k_norm : NULL, &pos,
+                                   s->m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps, lc->window,
+                                   c->attn_scale);
+            return;
+        }
         be->qkv_prep_rows(be, &qq, own ? &kk : NULL, own ? &vv : NULL, &kv, w->q_norm,
                           own ? w->k_norm : NULL, &pos, s->m->inv_freq[lc->rope], nh, nkv, hd,
                           c->rms_eps);
@@ -497,7 +505,14 @@ static void layer(g4_text_state *s, int l, int T) {
             be->linear(be, &v, &x, &w->v, 0);
         }
     }
-    if (lc->kv_source == l) {
+    // one token, no layer hook: the head preparation inside the attention (one launch fewer)
+    const int prep_in_attn = !s->rows && T == 1 && !s->hook && s->attn_fused && be->qkv_attention;
+    if (prep_in_attn) {
+        const int own = lc->kv_source == l;
+        be->qkv_attention(be, &attn, &q, own ? &k : NULL, own ? &v : NULL, kc, vc, w->q_norm,
+                          own ? w->k_norm : NULL, &pos, m->inv_freq[lc->rope], nh, nkv, hd,
+                          c->rms_eps, lc->window, c->attn_scale);
+    } else if (lc->kv_source == l) {
         if (!s->rows) { // (a batch prepares each row into its own cache: batch_attention)
             be->qkv_prep(be, &q, &k, &v, kc, vc, w->q_norm, w->k_norm, &pos,
                          m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps);
@@ -515,7 +530,7 @@ static void layer(g4_text_state *s, int l, int T) {
     }
     if (s->rows)
         batch_attention(s, l, T, &q, &k, &v);
-    else
+    else if (!prep_in_attn)
         be->attention(be, &attn, &q, kc, vc, &pos, nh, nkv, hd, lc->window, c->attn_scale);
     be->linear(be, &o, &attn, &w->o, 0);
     set_pending(s, &o, w->post_attn_norm, NULL, 1, w->pre_ff_norm);

@@ -119,6 +119,10 @@ typedef struct g4_text_state {
     // the layer's q|k|v weight (views of s->qkv), its pending add applied once; on unless
     // G4_QKV=0 in the environment (read at state creation). Prefill keeps the three linears.
     int qkv_on;
+    // Issue 30: a one-token forward (and the batch step's rows) runs the head preparation inside
+    // the decode attention (ops.h qkv_attention, _rows), one launch fewer a layer; on unless
+    // G4_FUSE_ATTN=0 (read at state creation) or a layer hook wants the prepared q, k, v.
+    int attn_fused;
     struct {  // the add a block ended with, not applied yet (pending.r.data != NULL)
         g4_buf r;
         const void *w, *scale, *next_w;

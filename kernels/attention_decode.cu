@@ -37,6 +37,7 @@
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
 #include "kernels/pdl.cuh"
+#include "kernels/qkv_vec.cuh"
 
 using namespace g4k;
 
@@ -73,6 +74,14 @@ struct DecParams {
     const uint64_t *k_tab, *v_tab;
     const int32_t *cap_tab;
     int rg_per_t;
+    // The fused head preparation (g4_attn_decode_prep / _rows_prep, the PREP kernels): q above
+    // is the raw projection, normalised and rotated into shared memory by every CTA; k_new,
+    // v_new [T, n_kv * hd] the raw k, v (NULL: a KV-shared layer, q only), prepared and stored
+    // at cache row pos[t] by the one CTA whose key slice holds that row, before it loads it.
+    const uint16_t *k_new, *v_new, *q_w, *k_w;
+    const float *inv_freq;
+    float eps;
+    int prep; // 1: the PREP kernels
 };
 
 struct DecSplit {
@@ -97,7 +106,7 @@ __device__ __forceinline__ DecSplit dec_split(const DecParams &p, int t0, int nt
     return s;
 }
 
-template <class C>
+template <class C, bool PREP>
 __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
     g4_pdl_wait(); // before pos is read and before the early return below
     g4_pdl_trigger();
@@ -139,17 +148,52 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
             rlo[r] = p.window > 0 ? max(0, ps - p.window + 1) : 0;
         }
     }
+    // PREP: this CTA's query rows (row i = g + 8 r of the 16) prepared into shared memory
+    // (stage 0's K area, [16][HD] fp16, free until the pipeline starts); the new k, v rows of
+    // its token prepared and stored in the cache when its slice holds row pos (the last tile),
+    // so they are in memory before its own loads below read them back (no other CTA reads
+    // them: the other slices end before that row, and PREP runs one token a sequence).
+    uint16_t *qs = reinterpret_cast<uint16_t *>(smem);
+    if constexpr (PREP) {
+        const int n_rows = min(16, t_count * p.group - rg * 16);
+        const int ps = p.pos[t_first];
+        const bool store = p.k_new && rg == 0 && ps >= 0 && ps < kv_rows &&
+                           split == ((ps - sp.lo_all) / C::TILE) / sp.tps;
+        const int n_vec = n_rows + (store ? 2 : 0);
+        for (int iv = warp; iv < n_vec; iv += DEC_WARPS) {
+            if (iv < n_rows) {
+                const int i = rg * 16 + iv, t = t_first + i / p.group;
+                const int h = kvh * p.group + i % p.group;
+                qkv_vec<C::HD / 64>(p.q + (size_t)t * p.q_stride + (size_t)h * C::HD,
+                                    qs + (size_t)iv * C::HD, p.q_w, p.q_w != nullptr, p.pos + t,
+                                    p.inv_freq, 0, C::HD, p.eps, lane);
+            } else { // iv == n_rows: k (weight, RoPE); n_rows + 1: v (norm without weight)
+                const bool is_k = iv == n_rows;
+                const size_t off = (size_t)kvh * C::HD;
+                const uint16_t *src = (is_k ? p.k_new : p.v_new) + (size_t)t_first * p.kv_stride;
+                uint16_t *dst =
+                    const_cast<uint16_t *>(is_k ? kbase : vbase) + (size_t)ps * p.kv_stride;
+                qkv_vec<C::HD / 64>(src + off, dst + off, is_k ? p.k_w : nullptr,
+                                    is_k ? p.k_w != nullptr : true, p.pos + t_first,
+                                    is_k ? p.inv_freq : nullptr, 0, C::HD, p.eps, lane);
+            }
+        }
+        __syncthreads(); // the q rows and the stored k, v row are visible to the whole CTA
+    }
     uint32_t qa[C::KSTEPS][4];
 #pragma unroll
     for (int ks = 0; ks < C::KSTEPS; ks++) {
         const int d = warp * C::DW + ks * 16 + 2 * c;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const uint16_t *src = p.q + (size_t)rt[r] * p.q_stride + (size_t)rh[r] * C::HD + d;
+            const uint16_t *src =
+                PREP ? qs + (size_t)(g + 8 * r) * C::HD + d
+                     : p.q + (size_t)rt[r] * p.q_stride + (size_t)rh[r] * C::HD + d;
             qa[ks][r] = rvalid[r] ? *reinterpret_cast<const uint32_t *>(src) : 0u;
             qa[ks][2 + r] = rvalid[r] ? *reinterpret_cast<const uint32_t *>(src + 8) : 0u;
         }
     }
+    if (PREP) __syncthreads(); // every q fragment is in registers before stage 0 is overwritten
 
     auto load_tile = [&](int stage, int j0) {
         uint8_t *ks = smem + (size_t)stage * 2 * C::TILE_BYTES, *vs = ks + C::TILE_BYTES;
@@ -290,15 +334,15 @@ int dec_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
     return s < 1 ? 1 : s > max_tiles ? max_tiles : s;
 }
 
-template <class C> void dec_launch(const DecParams &p, int n_kv, cudaStream_t stream) {
+template <class C, bool PREP> void dec_launch(const DecParams &p, int n_kv, cudaStream_t stream) {
     static bool configured = false;
     if (!configured) {
         G4_CUDA_CHECK(cudaFuncSetAttribute(
-            dec_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+            dec_split_kernel<C, PREP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
         configured = true;
     }
     const dim3 grid(p.n_splits, n_kv, p.k_tab ? p.T * p.rg_per_t : (p.T * p.group + 15) / 16);
-    g4_pdl_launch(dec_split_kernel<C>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
+    g4_pdl_launch(dec_split_kernel<C, PREP>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
     g4_pdl_launch(dec_merge_kernel<C>, dim3(p.T * p.n_heads, C::HD / 128), dim3(128), 0, stream, p);
 }
 
@@ -335,10 +379,13 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
     p.scale_log2 = scale * 1.4426950408889634f;
     p.part_o = static_cast<float *>(workspace);
     p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
+    const bool prep = p.prep != 0;
     if (hd == 256)
-        dec_launch<DecCfg<256>>(p, n_kv, stream);
+        prep ? dec_launch<DecCfg<256>, true>(p, n_kv, stream)
+             : dec_launch<DecCfg<256>, false>(p, n_kv, stream);
     else
-        dec_launch<DecCfg<512>>(p, n_kv, stream);
+        prep ? dec_launch<DecCfg<512>, true>(p, n_kv, stream)
+             : dec_launch<DecCfg<512>, false>(p, n_kv, stream);
 }
 
 extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
@@ -381,4 +428,61 @@ extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t 
     p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
     dec_run(p, T, n_heads, n_kv, hd, capacity, dec_n_splits(T, n_heads, n_kv, hd, capacity), window,
             scale, workspace, stream);
+}
+
+// The head preparation of the rows (ops.h qkv_prep) into the decode attention's parameters.
+static void dec_set_prep(DecParams &p, const g4_attn_prep *prep) {
+    p.prep = 1;
+    p.k_new = prep->k, p.v_new = prep->v;
+    p.q_w = prep->q_w, p.k_w = prep->k_w;
+    p.inv_freq = prep->inv_freq;
+    p.eps = prep->eps;
+}
+
+extern "C" const char *g4_attn_decode_prep_supported(int n_heads, int n_kv, int hd) {
+    const char *why = g4_attn_decode_supported(n_heads, n_kv, hd);
+    if (why) return why;
+    if (n_heads / n_kv > 16) return "at most 16 query heads a KV head (attention_decode.cu prep)";
+    return NULL;
+}
+
+extern "C" void g4_attn_decode_prep(uint16_t *out, const uint16_t *q, uint16_t *kc, uint16_t *vc,
+                                    const int32_t *pos, int n_heads, int n_kv, int hd, int capacity,
+                                    int window, float scale, const g4_attn_prep *prep,
+                                    void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    const char *op = "g4_attn_decode_prep";
+    G4K_SUPPORTED(g4_attn_decode_prep_supported(n_heads, n_kv, hd), op);
+    G4K_REQUIRE(prep && (prep->k == nullptr) == (prep->v == nullptr), op);
+    G4K_REQUIRE(capacity > 0 && window >= 0, op);
+    G4K_REQUIRE((((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc | (uintptr_t)out) & 15) == 0, op);
+    G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
+    G4K_REQUIRE(workspace_bytes >= g4_attn_decode_workspace(1, n_heads, n_kv, hd, capacity), op);
+    DecParams p = {};
+    p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
+    dec_set_prep(p, prep);
+    dec_run(p, 1, n_heads, n_kv, hd, capacity, dec_n_splits(1, n_heads, n_kv, hd, capacity), window,
+            scale, workspace, stream);
+}
+
+extern "C" void g4_attn_decode_rows_prep(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
+                                         const uint64_t *v_tab, const int32_t *cap_tab,
+                                         const int32_t *pos, int T, int n_heads, int n_kv, int hd,
+                                         int window, float scale, const g4_attn_prep *prep,
+                                         void *workspace, size_t workspace_bytes,
+                                         cudaStream_t stream) {
+    const char *op = "g4_attn_decode_rows_prep";
+    G4K_REQUIRE(T >= 1 && T <= DEC_MAX_ROWS, op);
+    G4K_SUPPORTED(g4_attn_decode_prep_supported(n_heads, n_kv, hd), op);
+    G4K_REQUIRE(prep && (prep->k == nullptr) == (prep->v == nullptr), op);
+    G4K_REQUIRE(window >= 0 && k_tab && v_tab && cap_tab && pos, op);
+    G4K_REQUIRE((((uintptr_t)q | (uintptr_t)out) & 15) == 0, op);
+    G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
+    G4K_REQUIRE(workspace_bytes >= g4_attn_decode_rows_workspace(T, n_heads, n_kv, hd), op);
+    DecParams p = {};
+    p.q = q, p.pos = pos, p.out = out;
+    p.k_tab = k_tab, p.v_tab = v_tab, p.cap_tab = cap_tab;
+    p.rg_per_t = ((n_heads / n_kv) + 15) / 16;
+    dec_set_prep(p, prep);
+    dec_run(p, T, n_heads, n_kv, hd, 0, dec_rows_n_splits(T, n_heads, n_kv), window, scale,
+            workspace, stream);
 }

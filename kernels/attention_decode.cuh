@@ -43,6 +43,35 @@ void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab
                          int n_heads, int n_kv, int hd, int window, float scale, void *workspace,
                          size_t workspace_bytes, cudaStream_t stream);
 
+// The head preparation (ops.h qkv_prep) fused into the decode attention (ops.h qkv_attention):
+// what the attention's query rows and the new cache rows are made from.
+typedef struct {
+    const uint16_t *k, *v;     // [T, n_kv * hd] fp16 raw projections; both NULL: q only
+    const uint16_t *q_w, *k_w; // fp16 [hd] RMSNorm weights (NULL: no norm on q / on k)
+    const float *inv_freq;     // fp32 [hd / 2], zeros rotate nothing; NULL: no RoPE
+    float eps;                 // (v is normalised without a weight, as qkv_prep does)
+} g4_attn_prep;
+
+// NULL when the _prep forms take these heads (as g4_attn_decode, and at most 16 query heads a KV
+// head: one CTA holds a token's rows), else what they take.
+const char *g4_attn_decode_prep_supported(int n_heads, int n_kv, int hd);
+// qkv_prep then g4_attn_decode for ONE token (T = 1), in one launch pair: q[1, n_heads * hd] is
+// the raw projection (left as it is); every CTA prepares its query rows in its prologue, and the
+// CTA whose key slice holds row pos[0] prepares k and v (when prep->k is set) and stores them
+// at that row of kc, vc before reading it (pos outside [0, capacity): nothing stored, as
+// qkv_prep). The same fp16 values as qkv_prep + g4_attn_decode (kernels/qkv_vec.cuh).
+void g4_attn_decode_prep(uint16_t *out, const uint16_t *q, uint16_t *kc, uint16_t *vc,
+                         const int32_t *pos, int n_heads, int n_kv, int hd, int capacity,
+                         int window, float scale, const g4_attn_prep *prep, void *workspace,
+                         size_t workspace_bytes, cudaStream_t stream);
+// The row-batched form (qkv_prep_rows then g4_attn_decode_rows; each row is one token of its
+// own sequence): k, v of row t go to row pos[t] of its caches (outside [0, cap_tab[t]): none).
+void g4_attn_decode_rows_prep(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
+                              const uint64_t *v_tab, const int32_t *cap_tab, const int32_t *pos,
+                              int T, int n_heads, int n_kv, int hd, int window, float scale,
+                              const g4_attn_prep *prep, void *workspace, size_t workspace_bytes,
+                              cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

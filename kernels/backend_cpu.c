@@ -285,6 +285,25 @@ static void cpu_attention_rows(g4_backend *be, g4_buf *out, const g4_buf *q, con
     free(vc);
 }
 
+// The fused forms (ops.h qkv_attention, _rows) are their two ops one after the other here.
+static void cpu_qkv_attention(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, g4_buf *v,
+                              g4_buf *kc, g4_buf *vc, const void *q_w, const void *k_w,
+                              const g4_buf *pos, const float *inv_freq, int n_heads, int n_kv,
+                              int hd, float eps, int window, float scale) {
+    G4_ASSERT(q->rows == 1);
+    cpu_qkv_prep(be, q, k, v, k ? kc : NULL, k ? vc : NULL, q_w, k_w, pos, inv_freq, n_heads, n_kv,
+                 hd, eps);
+    cpu_attention(be, out, q, kc, vc, pos, n_heads, n_kv, hd, window, scale);
+}
+
+static void cpu_qkv_attention_rows(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, g4_buf *v,
+                                   const g4_kv_rows *kv, const void *q_w, const void *k_w,
+                                   const g4_buf *pos, const float *inv_freq, int n_heads, int n_kv,
+                                   int hd, float eps, int window, float scale) {
+    cpu_qkv_prep_rows(be, q, k, v, kv, q_w, k_w, pos, inv_freq, n_heads, n_kv, hd, eps);
+    cpu_attention_rows(be, out, q, kv, pos, n_heads, n_kv, hd, window, scale);
+}
+
 static void cpu_embed(g4_backend *be, g4_buf *y, const void *table, int table_rows,
                       const g4_buf *ids, float scale) {
     need_f32(y, "embed");
@@ -481,6 +500,8 @@ static g4_backend cpu_backend = {
     .attention = cpu_attention,
     .qkv_prep_rows = cpu_qkv_prep_rows,
     .attention_rows = cpu_attention_rows,
+    .qkv_attention = cpu_qkv_attention,
+    .qkv_attention_rows = cpu_qkv_attention_rows,
     .embed = cpu_embed,
     .softcap = cpu_softcap,
     .sample = cpu_sample,

@@ -457,6 +457,76 @@ static void cu_attention_rows(g4_backend *be, g4_buf *out, const g4_buf *q, cons
                         c->attn_ws, c->attn_ws_bytes, c->stream);
 }
 
+// qkv_prep then attention for one token (ops.h qkv_attention): the preparation in the decode
+// attention's prologue (g4_attn_decode_prep), one launch fewer; where that form does not take
+// the heads, the two ops.
+static void cu_qkv_attention(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, g4_buf *v,
+                             g4_buf *kc, g4_buf *vc, const void *q_w, const void *k_w,
+                             const g4_buf *pos, const float *inv_freq, int n_heads, int n_kv,
+                             int hd, float eps, int window, float scale) {
+    if (q->rows != 1 || g4_attn_decode_prep_supported(n_heads, n_kv, hd)) {
+        cu_qkv_prep(be, q, k, v, k ? kc : NULL, k ? vc : NULL, q_w, k_w, pos, inv_freq, n_heads,
+                    n_kv, hd, eps);
+        cu_attention(be, out, q, kc, vc, pos, n_heads, n_kv, hd, window, scale);
+        return;
+    }
+    PROF("qkv_attention");
+    need(out->type == G4_F16 && q->type == G4_F16 && pos->type == G4_I32 &&
+             q->cols == n_heads * hd && out->rows == 1 && out->cols == q->cols &&
+             kc->type == G4_F16 && vc->type == G4_F16 && kc->cols == n_kv * hd &&
+             vc->cols == kc->cols && vc->rows == kc->rows,
+         "qkv_attention", "q, out f16 [1, heads * hd], pos i32, caches f16 [.., kv * hd]");
+    need(!k || (k->type == G4_F16 && v->type == G4_F16 && k->cols == n_kv * hd &&
+                v->cols == k->cols && k->rows == 1 && v->rows == 1),
+         "qkv_attention", "k, v f16 [1, kv * hd]");
+    cuda_ctx *c = CTX(be);
+    const size_t ws = g4_attn_decode_workspace(1, n_heads, n_kv, hd, kc->rows);
+    grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "qkv_attention");
+    const g4_attn_prep prep = {k ? (const uint16_t *)k->data : NULL,
+                               k ? (const uint16_t *)v->data : NULL,
+                               (const uint16_t *)q_w,
+                               k ? (const uint16_t *)k_w : NULL,
+                               inv_freq,
+                               eps};
+    g4_attn_decode_prep((uint16_t *)out->data, (const uint16_t *)q->data, (uint16_t *)kc->data,
+                        (uint16_t *)vc->data, (const int32_t *)pos->data, n_heads, n_kv, hd,
+                        kc->rows, window, scale, &prep, c->attn_ws, c->attn_ws_bytes, c->stream);
+}
+
+// qkv_prep_rows then attention_rows (ops.h qkv_attention_rows), the same fusion.
+static void cu_qkv_attention_rows(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, g4_buf *v,
+                                  const g4_kv_rows *kv, const void *q_w, const void *k_w,
+                                  const g4_buf *pos, const float *inv_freq, int n_heads, int n_kv,
+                                  int hd, float eps, int window, float scale) {
+    if (g4_attn_decode_prep_supported(n_heads, n_kv, hd)) {
+        cu_qkv_prep_rows(be, q, k, v, kv, q_w, k_w, pos, inv_freq, n_heads, n_kv, hd, eps);
+        cu_attention_rows(be, out, q, kv, pos, n_heads, n_kv, hd, window, scale);
+        return;
+    }
+    PROF("qkv_attention_rows");
+    need(out->type == G4_F16 && q->type == G4_F16 && out->rows == q->rows && out->cols == q->cols &&
+             q->cols == n_heads * hd && pos->type == G4_I32 &&
+             (size_t)pos->rows * pos->cols == (size_t)q->rows && kv && kv->k && kv->v && kv->cap &&
+             kv->cap->type == G4_I32,
+         "qkv_attention_rows", "out, q f16 [T, heads * hd], pos i32 [T], the per-row cache tables");
+    need(!k || (k->type == G4_F16 && v->type == G4_F16 && k->cols == n_kv * hd &&
+                v->cols == k->cols && k->rows == q->rows && v->rows == q->rows),
+         "qkv_attention_rows", "k, v f16 [T, kv * hd]");
+    cuda_ctx *c = CTX(be);
+    const size_t ws = g4_attn_decode_rows_workspace(q->rows, n_heads, n_kv, hd);
+    grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "qkv_attention_rows");
+    const g4_attn_prep prep = {k ? (const uint16_t *)k->data : NULL,
+                               k ? (const uint16_t *)v->data : NULL,
+                               (const uint16_t *)q_w,
+                               k ? (const uint16_t *)k_w : NULL,
+                               inv_freq,
+                               eps};
+    g4_attn_decode_rows_prep(
+        (uint16_t *)out->data, (const uint16_t *)q->data, (const uint64_t *)kv->k,
+        (const uint64_t *)kv->v, (const int32_t *)kv->cap->data, (const int32_t *)pos->data,
+        q->rows, n_heads, n_kv, hd, window, scale, &prep, c->attn_ws, c->attn_ws_bytes, c->stream);
+}
+
 static void cu_embed(g4_backend *be, g4_buf *y, const void *table, int table_rows,
                      const g4_buf *ids, float scale) {
     PROF("embed");
@@ -1000,6 +1070,8 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->check_text = cu_check_text;
     b->attention = cu_attention;
     b->attention_rows = cu_attention_rows;
+    b->qkv_attention = cu_qkv_attention;
+    b->qkv_attention_rows = cu_qkv_attention_rows;
     b->embed = cu_embed;
     b->softcap = cu_softcap;
     b->sample = cu_sample;

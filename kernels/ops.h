@@ -194,6 +194,21 @@ struct g4_backend {
                            const g4_buf *pos, int n_heads, int n_kv, int head_dim, int window,
                            float scale);
 
+    // --- the head preparation fused into the decode attention (issue 30: one launch fewer a
+    // layer) -------------------------------------------------------------------------------------
+    //   qkv_attention: qkv_prep then attention, for ONE token (q->rows == 1): out as attention
+    //     gives it, the caches as qkv_prep leaves them; q, k and v are left unspecified (CUDA
+    //     leaves them as they were: the preparation happens inside the attention kernel).
+    //   qkv_attention_rows: qkv_prep_rows then attention_rows (each row one token of its own).
+    void (*qkv_attention)(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, g4_buf *v,
+                          g4_buf *kcache, g4_buf *vcache, const void *q_w, const void *k_w,
+                          const g4_buf *pos, const float *inv_freq, int n_heads, int n_kv,
+                          int head_dim, float eps, int window, float scale);
+    void (*qkv_attention_rows)(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, g4_buf *v,
+                               const g4_kv_rows *kv, const void *q_w, const void *k_w,
+                               const g4_buf *pos, const float *inv_freq, int n_heads, int n_kv,
+                               int head_dim, float eps, int window, float scale);
+
     // --- embedding and logits -------------------------------------------------------------
     // The per-layer inputs from the projection of the merged embeddings, in place on
     // ple[T, L*D] (= x @ W_plmp): ple = (rmsnorm_D(ple * proj_scale) * norm_w

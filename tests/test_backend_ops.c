@@ -122,6 +122,8 @@ static field fields[] = {
     FIELD(attention, K_OP, NULL),
     FIELD(qkv_prep_rows, K_OP, NULL),
     FIELD(attention_rows, K_OP, NULL),
+    FIELD(qkv_attention, K_OP, NULL),
+    FIELD(qkv_attention_rows, K_OP, NULL),
     FIELD(ple_inputs, K_OP, NULL),
     FIELD(embed, K_OP, NULL),
     FIELD(softcap, K_OP, NULL),
@@ -1146,6 +1148,141 @@ static void case_attention_rows(int T, int nh, int nkv, int hd, int window, int 
     free(kc), free(vc), free(q), free(want), free(pos), free(cap), free(got);
 }
 
+// qkv_attention (rows_form 0: one token over one cache) and qkv_attention_rows (each of T rows
+// over its own cache): out against the naive preparation then attention of each row alone, the
+// stored k, v row against the naive preparation, every other cache row as it was (earlier rows
+// their values, later rows poisoned: never read), and out, q's and the caches' bits equal to
+// the backend's own two ops (qkv_prep then attention) on copies of the same inputs.
+static void case_qkv_attention(int rows_form, int T, int nh, int nkv, int hd, int rope, int with_kv,
+                               int window, int maxpos, unsigned long long seed) {
+    const char *name = rows_form ? "qkv_attention_rows" : "qkv_attention";
+    if (!want_case(name, "T=%d heads=%d kv=%d hd=%d rope=%s kv_in=%d window=%d maxpos=%d", T, nh,
+                   nkv, hd, rope ? "proportional" : "default", with_kv, window, maxpos))
+        return;
+    unsigned long long s = seed;
+    const int qw = nh * hd, kw = nkv * hd;
+    const float scale = 1.0f;
+    float *q = rnd(&s, (size_t)T * qw, -2, 2), *k = rnd(&s, (size_t)T * kw, -2, 2),
+          *v = rnd(&s, (size_t)T * kw, -2, 2);
+    float *qwf = rnd(&s, (size_t)hd, 0.5f, 1.5f), *kwf = rnd(&s, (size_t)hd, 0.05f, 0.2f);
+    float *inv = text_inv_freq(hd, rope);
+    int32_t *pos = g4_malloc(sizeof(int32_t) * (size_t)T), *cap = g4_malloc(sizeof(int32_t) * T);
+    for (int t = 0; t < T; t++) {
+        pos[t] = rows_form ? rows_pos(t, window, maxpos, seed) : maxpos;
+        cap[t] = pos[t] + 1 + t % 3;
+    }
+    float *wq = zeros((size_t)T * qw), *wk = zeros((size_t)T * kw), *wv = zeros((size_t)T * kw);
+    n_qkv_prep(wq, wk, wv, q, k, v, qwf, kwf, pos, inv, T, nh, nkv, hd);
+    uint16_t *qwb = f16_bits(qwf, (size_t)hd), *kwb = f16_bits(kwf, (size_t)hd);
+    void *dqw = be_copy(qwb, 2 * (size_t)hd), *dkw = be_copy(kwb, 2 * (size_t)hd),
+         *dinv = be_copy(inv, sizeof(float) * (size_t)hd / 2);
+    // two of everything the ops write: [0] the fused op's, [1] the two ops'
+    tbuf dq[2], dk[2], dv[2], dout[2], *kc[2], *vc[2];
+    float **init_k = g4_calloc((size_t)T, sizeof(float *)),
+          **init_v = g4_calloc((size_t)T, sizeof(float *));
+    for (int t = 0; t < T; t++) { // earlier rows random, row pos random when nothing is stored
+        const size_t n = (size_t)cap[t] * kw, own = (size_t)pos[t] * kw;
+        init_k[t] = rnd(&s, n, -0.5f, 0.5f), init_v[t] = rnd(&s, n, -1, 1);
+        for (size_t i = own + (with_kv ? 0 : kw); i < n; i++) init_k[t][i] = init_v[t][i] = NAN;
+    }
+    for (int c = 0; c < 2; c++) {
+        dq[c] = tb_from(be->act_type, T, qw, q), dk[c] = tb_from(be->act_type, T, kw, k);
+        dv[c] = tb_from(be->act_type, T, kw, v), dout[c] = tb_new(be->act_type, T, qw);
+        kc[c] = g4_calloc((size_t)T, sizeof(tbuf)), vc[c] = g4_calloc((size_t)T, sizeof(tbuf));
+        for (int t = 0; t < T; t++) {
+            kc[c][t] = tb_from(be->kv_type, cap[t], kw, init_k[t]);
+            vc[c][t] = tb_from(be->kv_type, cap[t], kw, init_v[t]);
+        }
+    }
+    tbuf dpos = tb_i32(T, 1, pos), dcap = tb_i32(T, 1, cap);
+    void *ktab[2] = {rows_table(kc[0], T), rows_table(kc[1], T)},
+         *vtab[2] = {rows_table(vc[0], T), rows_table(vc[1], T)};
+    const g4_kv_rows kv[2] = {{ktab[0], vtab[0], &dcap.b}, {ktab[1], vtab[1], &dcap.b}};
+    // the cache contents as uploaded (the backend's type), before any op
+    float **had_k = g4_calloc((size_t)T, sizeof(float *)),
+          **had_v = g4_calloc((size_t)T, sizeof(float *));
+    for (int t = 0; t < T; t++) had_k[t] = tb_get(&kc[0][t]), had_v[t] = tb_get(&vc[0][t]);
+    const int kvn = with_kv; // (the layer owns its KV)
+#define KV(c) (kvn ? &dk[c].b : NULL), (kvn ? &dv[c].b : NULL)
+    if (rows_form) {
+        be->qkv_attention_rows(be, &dout[0].b, &dq[0].b, KV(0), &kv[0], dqw, kvn ? dkw : NULL,
+                               &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale);
+        be->qkv_prep_rows(be, &dq[1].b, KV(1), &kv[1], dqw, kvn ? dkw : NULL, &dpos.b, dinv, nh,
+                          nkv, hd, 1e-6f);
+        be->attention_rows(be, &dout[1].b, &dq[1].b, &kv[1], &dpos.b, nh, nkv, hd, window, scale);
+    } else {
+        be->qkv_attention(be, &dout[0].b, &dq[0].b, KV(0), &kc[0][0].b, &vc[0][0].b, dqw,
+                          kvn ? dkw : NULL, &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale);
+        be->qkv_prep(be, &dq[1].b, KV(1), kvn ? &kc[1][0].b : NULL, kvn ? &vc[1][0].b : NULL, dqw,
+                     kvn ? dkw : NULL, &dpos.b, dinv, nh, nkv, hd, 1e-6f);
+        be->attention(be, &dout[1].b, &dq[1].b, &kc[1][0].b, &vc[1][0].b, &dpos.b, nh, nkv, hd,
+                      window, scale);
+    }
+    // the naive: each row's prepared q over its cache with row pos = the prepared k, v
+    float *want = zeros((size_t)T * qw), *gk = zeros((size_t)T * kw), *gv = zeros((size_t)T * kw),
+          *nk = zeros((size_t)T * kw), *nv = zeros((size_t)T * kw);
+    int stray = 0, differ = 0, guards = 1;
+    for (int t = 0; t < T; t++) {
+        float *ck = tb_get(&kc[0][t]), *cv = tb_get(&vc[0][t]);
+        float *ck1 = tb_get(&kc[1][t]), *cv1 = tb_get(&vc[1][t]);
+        guards &= tb_guards_ok(&kc[0][t], "kcache") && tb_guards_ok(&vc[0][t], "vcache");
+        const size_t own = (size_t)pos[t] * kw, n = (size_t)cap[t] * kw;
+        for (size_t i = 0; i < n; i++) {
+            if (i >= own && i < own + kw) continue; // row pos: compared below
+            // every other row as uploaded (NaN rows stay NaN): bits, not a tolerance
+            stray += memcmp(&ck[i], &had_k[t][i], sizeof(float)) != 0 ||
+                     memcmp(&cv[i], &had_v[t][i], sizeof(float)) != 0;
+        }
+        differ +=
+            memcmp(ck, ck1, sizeof(float) * n) != 0 || memcmp(cv, cv1, sizeof(float) * n) != 0;
+        memcpy(gk + (size_t)t * kw, ck + own, sizeof(float) * kw);
+        memcpy(gv + (size_t)t * kw, cv + own, sizeof(float) * kw);
+        if (with_kv) { // the naive cache: the uploaded rows, row pos the naive k, v
+            memcpy(ck + own, wk + (size_t)t * kw, sizeof(float) * kw);
+            memcpy(cv + own, wv + (size_t)t * kw, sizeof(float) * kw);
+            memcpy(nk + (size_t)t * kw, wk + (size_t)t * kw, sizeof(float) * kw);
+            memcpy(nv + (size_t)t * kw, wv + (size_t)t * kw, sizeof(float) * kw);
+        } else { // nothing stored: row pos as uploaded
+            memcpy(nk + (size_t)t * kw, had_k[t] + own, sizeof(float) * kw);
+            memcpy(nv + (size_t)t * kw, had_v[t] + own, sizeof(float) * kw);
+        }
+        n_attention_row(want + (size_t)t * qw, wq + (size_t)t * qw, ck, cv, pos[t], nh, nkv, hd,
+                        window, scale);
+        free(ck), free(cv), free(ck1), free(cv1);
+    }
+#undef KV
+    float *got = tb_get(&dout[0]), *got1 = tb_get(&dout[1]);
+    CHECK_MSG(stray == 0, "%s: %d cache values changed outside rows pos[t]", name, stray);
+    differ += memcmp(got, got1, sizeof(float) * (size_t)T * qw) != 0;
+    CHECK_MSG(differ == 0, "%s: %d of out and the %d rows' caches differ from qkv_prep + attention",
+              name, differ, T);
+    report("out vs naive", got, want, (size_t)T * qw, &TOL_ATTN, tb_guards_ok(&dout[0], "out"), 0);
+    report("kcache[pos] vs naive", gk, nk, (size_t)T * kw, &TOL_REDUCE, guards, 0);
+    report("vcache[pos] vs naive", gv, nv, (size_t)T * kw, &TOL_REDUCE, guards, 0);
+    if (rows_form)
+        PERF("qkv_attention_rows",
+             be->qkv_attention_rows(be, &dout[0].b, &dq[0].b, with_kv ? &dk[0].b : NULL,
+                                    with_kv ? &dv[0].b : NULL, &kv[0], dqw, with_kv ? dkw : NULL,
+                                    &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale));
+    else
+        PERF("qkv_attention", be->qkv_attention(be, &dout[0].b, &dq[0].b, with_kv ? &dk[0].b : NULL,
+                                                with_kv ? &dv[0].b : NULL, &kc[0][0].b, &vc[0][0].b,
+                                                dqw, with_kv ? dkw : NULL, &dpos.b, dinv, nh, nkv,
+                                                hd, 1e-6f, window, scale));
+    be->free(be, dqw), be->free(be, dkw), be->free(be, dinv);
+    for (int c = 0; c < 2; c++) {
+        be->free(be, ktab[c]), be->free(be, vtab[c]);
+        tb_free(&dq[c]), tb_free(&dk[c]), tb_free(&dv[c]), tb_free(&dout[c]);
+        for (int t = 0; t < T; t++) tb_free(&kc[c][t]), tb_free(&vc[c][t]);
+        free(kc[c]), free(vc[c]);
+    }
+    for (int t = 0; t < T; t++) free(init_k[t]), free(init_v[t]), free(had_k[t]), free(had_v[t]);
+    tb_free(&dpos), tb_free(&dcap);
+    free(init_k), free(init_v), free(had_k), free(had_v), free(q), free(k), free(v), free(qwf),
+        free(kwf), free(inv), free(pos), free(cap), free(wq), free(wk), free(wv), free(qwb),
+        free(kwb), free(want), free(gk), free(gv), free(nk), free(nv), free(got), free(got1);
+}
+
 // --- embedding and logits -----------------------------------------------------------------------
 static void case_ple_inputs(int T, int L, int D, int vocab, unsigned long long seed) {
     if (!want_case("ple_inputs", "T=%d layers=%d D=%d vocab=%d", T, L, D, vocab)) return;
@@ -1862,6 +1999,19 @@ static void run_cases(void) {
     case_attention_rows(32, 8, 1, 256, 16, 70, 151);
     case_attention_rows(32, 8, 1, 512, 0, 40, 152);
     case_attention_rows(3, 8, 1, 256, 512, 1100, 153); // E2B sliding window, many tiles
+    // the head preparation inside the decode attention (issue 30): one token (E2B heads at 256
+    // sliding and 512 global, q only for a KV-shared layer, many tiles and splits, GQA 2:1) and
+    // the rows form (lengths 1, past the window, spread)
+    case_qkv_attention(0, 1, 8, 1, 256, 0, 1, 512, 1000, 154);
+    case_qkv_attention(0, 1, 8, 1, 512, 1, 1, 0, 3000, 155);
+    case_qkv_attention(0, 1, 8, 1, 512, 1, 0, 0, 700, 156); // KV-shared: q only
+    case_qkv_attention(0, 1, 8, 1, 256, 0, 1, 0, 0, 157);   // the first token
+    case_qkv_attention(0, 1, 4, 2, 256, 0, 1, 3, 70, 158);  // GQA 2:1, a tiny window
+    case_qkv_attention(1, 3, 8, 1, 256, 0, 1, 4, 30, 159);
+    case_qkv_attention(1, 7, 8, 1, 512, 1, 1, 0, 90, 160);
+    case_qkv_attention(1, 7, 4, 2, 256, 0, 1, 3, 20, 161);
+    case_qkv_attention(1, 32, 8, 1, 512, 1, 0, 0, 40, 162);    // KV-shared
+    case_qkv_attention(1, 3, 8, 1, 256, 0, 1, 512, 1100, 163); // E2B window, many tiles
 
     case_ple_inputs(1, 35, 256, 100, 70);
     case_ple_inputs(17, 35, 256, 300, 71);
