@@ -34,6 +34,7 @@
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
+#   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make)
 #   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
@@ -474,6 +475,46 @@ stage_qkv() {
     done
     [ -f "$e/READY" ] || { echo "qkv: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
     e2b_switch_ab G4_QKV qkv "q|k|v == separate"
+}
+
+# Issue 30 stage 1, the head preparation inside the decode attention (G4_FUSE_ATTN=0 turns it
+# off; after build, tiny; e2b_make for the full-size half): test_backend_ops on CUDA for the
+# fused ops (vs the naive and bit-equal to qkv_prep + attention) and the changed qkv_prep grid,
+# --break; test_cuda_engine without it (the tiny stage runs it on); on the full-size package
+# greedy generate tokens with it off and on (equal bits: all 128 tokens must agree), and the
+# bench of the two (FATTN_BENCH=0 skips).
+stage_fattn() {
+    local d="$WORK/gpu-tiny" e="$WORK/e2b" op p v
+    for op in qkv_attention qkv_prep attention; do
+        build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/fattn_backend_ops_$op.log" 2>&1
+        echo "test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/fattn_backend_ops_$op.log")"
+        grep -E "FAIL|differ" "$OUT/fattn_backend_ops_$op.log" | head -12
+    done
+    build-gpu/tests/test_backend_ops --break --backend cuda --op qkv_attention 2>&1 | tail -1
+    G4_FUSE_ATTN=0 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/fattn_cuda_engine_0.log" | grep -E "checks|FAIL" | tail -8
+    [ -f "$e/READY" ] || { echo "fattn: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
+    local ids
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
+    for p in q4 f16; do
+        for v in 0 1; do
+            G4_FUSE_ATTN=$v build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
+                --ignore-eos --json >"$OUT/fattn_gen_${p}_$v.json" 2>&1
+        done
+        python3 - "$OUT/fattn_gen_${p}_0.json" "$OUT/fattn_gen_${p}_1.json" "$p" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+ta, tb = a["tokens"], b["tokens"]
+same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
+print(f"fattn {sys.argv[3]}: greedy tokens fused == unfused for the first {same} of {len(ta)}; "
+      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
+PY
+    done
+    [ "${FATTN_BENCH:-1}" = 1 ] || return 0
+    for v in 0 1; do
+        G4_FUSE_ATTN=$v build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/fattn_bench_$v.json" >"$OUT/fattn_bench_$v.txt" 2>&1
+        echo "=== bench G4_FUSE_ATTN=$v: exit $?"; grep -E "^(f16|q4) " "$OUT/fattn_bench_$v.txt" | sed -E 's/\| prefill 128.*TTFT\(128\)/| TTFT(128)/' | cut -c1-300
+    done
 }
 
 # Issue 30: each kernel's own duration in Q4 / f16 decode steps (after e2b_make), under Nsight
