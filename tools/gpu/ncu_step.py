@@ -15,7 +15,9 @@ for r in csv.DictReader(lines):
     v = float(r["Metric Value"].replace(",", ""))
     unit = r.get("Metric Unit", "nsecond")
     us = v / 1000.0 if unit.startswith("n") else v if unit.startswith("u") else v * 1000.0
-    rows.append((int(r["ID"]), r["Kernel Name"].split("(")[0].split("<")[0], us))
+    name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    name = name[5:] if name.startswith("void ") else name
+    rows.append((int(r["ID"]), name.split("(")[0].split("<")[0], us))
 rows.sort()
 if not rows:
     sys.exit("no kernel rows")
