@@ -12,6 +12,7 @@
 #include "kernels/embed.cuh"
 #include "kernels/gelu_mul.cuh"
 #include "kernels/logits.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/ple.cuh"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
@@ -210,6 +211,46 @@ int bench_embed(const char *f, int reps, g4_kbench_row *rows, int n, int max, in
                         NoBase(), nullptr);
 }
 
+// The launch floor of a decode step's kernels (issue 30): a kernel that does nothing but the
+// PDL wait and trigger (and one store, so it is not empty), replayed 64 to a graph like the
+// step's; its time per launch is what each of the step's ~300 launches costs before any work.
+__global__ void floor_kernel(int *sink) {
+    g4_pdl_wait();
+    g4_pdl_trigger();
+    if (threadIdx.x == 0) sink[blockIdx.x] = (int)blockIdx.x;
+}
+
+int bench_launch_floor(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
+    struct variant {
+        int ctas, cluster, pdl;
+    };
+    int sms = 0;
+    G4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const variant vs[] = {{1, 0, 1}, {sms, 0, 1}, {2 * sms, 0, 1}, {2 * sms, 2, 1}, {2 * sms, 0, 0}};
+    for (const variant &v : vs) {
+        char shape[96];
+        snprintf(shape, sizeof shape, "CTAs=%d x 256%s %s", v.ctas, v.cluster ? " cluster=2" : "",
+                 v.pdl ? "pdl" : "plain");
+        if (!g4b::match(f, "launch_floor", shape)) continue;
+        Pool pool;
+        int *sink = (int *)pool.alloc(sizeof(int) * (size_t)v.ctas);
+        auto ours = [&](int, cudaStream_t st) {
+            if (!v.pdl) {
+                floor_kernel<<<v.ctas, 256, 0, st>>>(sink);
+                G4_CUDA_LAUNCH_CHECK();
+            } else if (v.cluster) {
+                g4_pdl_launch_cluster(floor_kernel, dim3(v.ctas), dim3(256), 0, st,
+                                      dim3(v.cluster, 1, 1), sink);
+            } else {
+                g4_pdl_launch(floor_kernel, dim3(v.ctas), dim3(256), 0, st, sink);
+            }
+        };
+        n = g4b::add_row(rows, n, max, "launch_floor", shape, 0, 0, reps, 64, ours, NoBase(),
+                         nullptr);
+    }
+    return n;
+}
+
 int bench_vision(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
     const int gw = 42, gh = 57, pad = 126, N = gw * gh + pad, D = 768, bins = N / 9;
     std::vector<int32_t> pos_h(2 * (size_t)N);
@@ -272,5 +313,6 @@ extern "C" int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, 
     n = bench_logits(filter, reps, rows, n, max, 1, 0);
     n = bench_logits(filter, reps, rows, n, max, 1, 1);
     n = bench_vision(filter, reps, rows, n, max);
+    n = bench_launch_floor(filter, reps, rows, n, max);
     return n;
 }

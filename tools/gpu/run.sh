@@ -34,6 +34,7 @@
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
+#   floor    issue 30: the launch floor of a graph-replayed PDL kernel (1 CTA .. 2 an SM)
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make)
@@ -475,6 +476,14 @@ stage_qkv() {
     done
     [ -f "$e/READY" ] || { echo "qkv: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
     e2b_switch_ab G4_QKV qkv "q|k|v == separate"
+}
+
+# Issue 30: the launch floor (a kernel that only waits and triggers, 64 to a graph: 1 CTA, one
+# and two an SM, a 2-CTA cluster, and without PDL), what each of the step's launches costs.
+stage_floor() {
+    build-gpu/g4cu bench --kernels --filter launch_floor --reps 30 >"$OUT/floor.txt" 2>&1
+    echo "bench --kernels --filter launch_floor: exit $?"
+    grep launch_floor "$OUT/floor.txt" | cut -c1-100
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (G4_FUSE_ATTN=0 turns it
