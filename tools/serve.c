@@ -168,6 +168,8 @@ typedef struct {
     g4cu_batch_times times;
     double submit_s, sched_s;
     unsigned long long single_requests; // requests run on the single state
+    int text_all; // G4_SERVE_TEXT_ALL=1: every job streams into j->out, batched or not (the old
+                  // way: an A/B of the batch's per-row host work)
     unsigned long long next_id;
 } server;
 
@@ -353,7 +355,7 @@ static void job_skip(job *j) {
 // wakes its connection's thread for every token). On the single state on_piece's return is
 // how a job whose client left stops, so every job there streams into j->out.
 static void set_callbacks(job *j, int batched) {
-    j->rq.on_text = j->rq.tools_json || (batched && !j->stream) ? NULL : on_piece;
+    j->rq.on_text = j->rq.tools_json || (batched && !j->stream && !S.text_all) ? NULL : on_piece;
     j->rq.user = j;
     if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
 }
@@ -2180,6 +2182,7 @@ int g4_serve_main(int argc, char **argv) {
     if (serve_guard_start(o.host, o.timeout_s, o.max_body)) return 1;
     serve_guard_install_alloc_hooks();
     S.o = o;
+    S.text_all = getenv("G4_SERVE_TEXT_ALL") && !strcmp(getenv("G4_SERVE_TEXT_ALL"), "1");
     if (o.media_dir && !(S.media_dir_real = realpath(o.media_dir, NULL)))
         return usage_error("--media-dir '%s': not an existing folder", o.media_dir);
     pthread_mutex_init(&S.mu, NULL);
