@@ -272,6 +272,14 @@ int g4cu_batch_set_prefill_tokens(g4cu_batch *cb, int n) {
     return code(rc);
 }
 
+int g4cu_batch_reserve(g4cu_batch *cb) {
+    if (!cb) return g4_fail(G4_EUSER, "g4cu_batch_reserve: the batch is NULL");
+    pthread_mutex_lock(&cb->lock);
+    const int rc = g4_batch_reserve(cb->b);
+    pthread_mutex_unlock(&cb->lock);
+    return code(rc);
+}
+
 void g4cu_batch_get_times(g4cu_batch *cb, g4cu_batch_times *t) {
     if (!t) return;
     memset(t, 0, sizeof *t);

@@ -253,6 +253,13 @@ static void prefill_round(g4_batch *b) {
     }
 }
 
+// The decode step's own state (activations for n_slots rows, no KV), made on first need.
+static int step_state(g4_batch *b) {
+    if (b->step_state) return G4_OK;
+    const g4_text_state_opts so = {1, b->n_slots, b->n_slots, 1};
+    return g4_text_state_new_opts(b->pl->model, &so, &b->step_state);
+}
+
 // One decode step over every decoding slot (one row each, in slot order).
 static int decode_all(g4_batch *b) {
     int n = 0;
@@ -273,10 +280,7 @@ static int decode_all(g4_batch *b) {
     if (n == 1) { // one row: the state's own step (its captured graph where there is one)
         rc = g4_text_step(b->rows[0], &b->ids[0], 1, NULL, &b->next[0]);
     } else {
-        if (!b->step_state) {
-            const g4_text_state_opts so = {1, b->n_slots, b->n_slots, 1};
-            rc = g4_text_state_new_opts(b->pl->model, &so, &b->step_state);
-        }
+        rc = step_state(b);
         if (!rc) rc = g4_text_batch_step(b->step_state, b->rows, b->ids, n, b->next);
     }
     const double t1 = now_s();
@@ -313,6 +317,21 @@ int g4_batch_step(g4_batch *b, int *running) {
 void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st) {
     count_running(b);
     *st = b->stats;
+}
+
+int g4_batch_reserve(g4_batch *b) {
+    if (b->n_ctx < 1)
+        return g4_fail(G4_EUSER, "batch: making the slots' states ahead needs n_ctx (the KV rows "
+                                 "of each); without it each is sized by its first request");
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        if (sl->st || sl->phase != SLOT_FREE) continue;
+        const g4_text_state_opts so = {b->n_ctx, b->pl->max_tokens, 1, 0};
+        const int rc = g4_text_state_new_opts(b->pl->model, &so, &sl->st);
+        if (rc) return rc;
+        b->stats.states_made++;
+    }
+    return b->n_slots > 1 ? step_state(b) : G4_OK;
 }
 
 int g4_batch_set_prefill_tokens(g4_batch *b, int n) {

@@ -87,6 +87,12 @@ typedef struct {
 } g4_batch_stats;
 void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st);
 
+// Makes now what the slots' first requests would make: every free slot's state (KV cache of
+// opts.n_ctx rows, workspaces, on CUDA its one-row graph) and the decode step's rows, so no
+// request pays for them (a server at start-up). Needs opts.n_ctx > 0 (else each state is sized
+// by its request). The memory is the bound batch.h states: slots x n_ctx rows.
+int g4_batch_reserve(g4_batch *b);
+
 // Sets the prefill budget of the next rounds (as opts.prefill_tokens: >= 1, 0 the default).
 int g4_batch_set_prefill_tokens(g4_batch *b, int n);
 

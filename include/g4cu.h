@@ -358,6 +358,11 @@ int g4cu_batch_step(g4cu_batch *b, int *running);
 // together share a round). Smaller keeps a round nearer one decode step while a long prompt
 // goes in (the running requests stall less), at the cost of more, smaller prefill chunks.
 int g4cu_batch_set_prefill_tokens(g4cu_batch *b, int n);
+// Makes every free slot's KV cache (n_ctx rows: g4cu_batch_params' n_ctx, else the model's;
+// needed here) and the decode step's activations now, rather than as the first requests come:
+// a server's start-up, so its first requests do not wait for them. The memory is what the slots
+// hold anyway once each has run a request: slots x n_ctx KV rows.
+int g4cu_batch_reserve(g4cu_batch *b);
 // Ends request id where it is (finish reason "cancelled", its tokens so far); its slot is free
 // for the next request once it is polled. An unknown id is a user error.
 int g4cu_batch_cancel(g4cu_batch *b, int64_t id);

@@ -13,6 +13,7 @@
 //     g4cu_generate_ids);
 //   - the round's prefill budget: prompts cut to it, several prompts in one round, one that does
 //     not fit waiting while a younger one that fits goes in, each request's tokens as alone;
+//     g4cu_batch_reserve (the slots' states made ahead: none made by the requests);
 //     the timing split (g4cu_batch_get_times): exact counts, finite non-negative seconds that
 //     grow with the work;
 //   - the error contract: bad requests take no slot, unknown ids are user errors;
@@ -482,8 +483,9 @@ static g4cu_batch_times times_now(g4cu_batch *b) {
 // then the 7 does not fit in the 6 left and waits (never cut to fill the budget), the 1 after
 // it does. Round 3: the 7, whole. Each request's tokens are still those it gets alone (its
 // prompt in chunks of 8 + 2 here, in one alone: the CPU reference's rows do not depend on the
-// chunking). The times' counts are exact: 4 chunks, 18 tokens, one round per call; no decode
-// step before round 2, so no decode or accept seconds before it.
+// chunking, nor on the states' 64 rows made ahead by g4cu_batch_reserve). The times' counts
+// are exact: 4 chunks, 18 tokens, one round per call; no decode step before round 2, so no
+// decode or accept seconds before it.
 static void test_prefill_budget(void) {
     int32_t pa[10] = {2, 5, 17, 40, 41, 42, 43, 44, 45, 46}, pb[7] = {2, 9, 11, 13, 15, 17, 19},
             pc[1] = {2};
@@ -501,7 +503,19 @@ static void test_prefill_budget(void) {
     g4cu_batch_params bp;
     g4cu_batch_params_default(&bp);
     bp.slots = 3;
+    // g4cu_batch_reserve: needs n_ctx (else each state is sized by its request)
     CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    CHECK_INT(g4cu_batch_reserve(b), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "ahead needs n_ctx"), "%s", g4cu_last_error());
+    CHECK_INT(g4cu_batch_reserve(NULL), G4CU_EUSER);
+    g4cu_batch_free(b);
+    // with n_ctx, every slot's state is made now and the requests below make none
+    bp.n_ctx = 64;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    CHECK_MSG(g4cu_batch_reserve(b) == G4CU_OK, "%s", g4cu_last_error());
+    g4cu_batch_info info;
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.states, 3);
     g4cu_batch_times t = times_now(b);
     CHECK(t.rounds == 0 && t.steps == 0 && t.prefill_chunks == 0 && t.prefill_tokens == 0 &&
           t.prefill_s == 0 && t.decode_s == 0 && t.accept_s == 0);
@@ -550,8 +564,8 @@ static void test_prefill_budget(void) {
         poll_done(b, id[i], &got[i], name);
         same(name, &got[i], &want[i]);
     }
-    g4cu_batch_info info;
     g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.states, 3);
     t = times_now(b);
     CHECK_MSG(t.rounds == steps_run && t.steps == info.steps && t.prefill_chunks == 4 &&
                   t.prefill_tokens == 18,

@@ -25,7 +25,7 @@ static const g4_opt serve_opts_table[] = {
     {"--max-image-pixels", "N", "image width x height, read from its header (default 33554432)"},
     {"--max-json-values", "N", "JSON values in a request body (default 100000)"},
     {"--max-request-memory", "MIB", "request bodies and their parsing, all at once (default 2048)"},
-    {"--n-ctx", "N", "KV rows of each slot's cache (default 0: as its largest request needs)"},
+    {"--n-ctx", "N", "KV rows of each slot's cache, made at start-up (default 0: as its largest request needs, made by its first)"},
     {"--name", "ID", "the model id /v1/models reports (default: the package's name)"},
     {"--media-dir", "DIR", "image_url / audio_url may name files under DIR (default: data: URLs only)"},
     {NULL, NULL, NULL}};

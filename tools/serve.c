@@ -2220,13 +2220,16 @@ int g4_serve_main(int argc, char **argv) {
         }
         free(tp);
     }
-    { // the slots: KV caches made per slot by its first request (at most --n-ctx rows each)
+    { // the slots: KV caches of --n-ctx rows made now, else per slot by its first request
         g4cu_batch_params bp;
         g4cu_batch_params_default(&bp);
         bp.slots = o.parallel;
         bp.n_ctx = o.n_ctx;
+        // (with --n-ctx every slot's cache is made here, not by the first requests: they would
+        // wait for 32 caches and graph captures in a row on the scheduler thread)
         if ((rc = g4cu_batch_new(S.model, &bp, &S.batch)) ||
-            (rc = g4cu_batch_set_prefill_tokens(S.batch, o.prefill_tokens))) {
+            (rc = g4cu_batch_set_prefill_tokens(S.batch, o.prefill_tokens)) ||
+            (o.n_ctx > 0 && (rc = g4cu_batch_reserve(S.batch)))) {
             fprintf(stderr, "g4cu: %s\n", g4cu_last_error());
             return rc == G4CU_EUSER ? 1 : 2;
         }
