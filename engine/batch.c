@@ -39,9 +39,8 @@ struct g4_batch {
 };
 
 static int bad_budget(int n) {
-    return g4_fail(G4_EUSER, "batch prefill budget of %d tokens a round: expected >= 1 (0: the "
-                             "default, %d)",
-                   n, G4_BATCH_PREFILL_TOKENS);
+    return g4_fail(G4_EUSER,
+                   "batch prefill budget of %d tokens a round: expected >= 1 (0: the default)", n);
 }
 
 int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
@@ -57,7 +56,7 @@ int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     b->pl = pl;
     b->n_slots = o->slots;
     b->n_ctx = o->n_ctx;
-    b->prefill_tokens = o->prefill_tokens ? o->prefill_tokens : G4_BATCH_PREFILL_TOKENS;
+    b->prefill_tokens = o->prefill_tokens ? o->prefill_tokens : pl->max_tokens;
     b->slots = g4_calloc((size_t)o->slots, sizeof *b->slots);
     b->rows = g4_calloc((size_t)o->slots, sizeof *b->rows);
     b->ids = g4_calloc((size_t)o->slots, sizeof *b->ids);
@@ -336,7 +335,7 @@ int g4_batch_reserve(g4_batch *b) {
 
 int g4_batch_set_prefill_tokens(g4_batch *b, int n) {
     if (n < 0) return bad_budget(n);
-    b->prefill_tokens = n ? n : G4_BATCH_PREFILL_TOKENS;
+    b->prefill_tokens = n ? n : b->pl->max_tokens;
     return G4_OK;
 }
 

@@ -35,12 +35,11 @@ typedef struct {
     int slots; // requests decoded together (>= 1)
     int n_ctx; // KV rows each slot's state is made with (0: what its first request needs; a
                // larger request grows it), at most the model's context
-    int prefill_tokens; // prompt tokens prefilled a round at most (0: G4_BATCH_PREFILL_TOKENS)
+    int prefill_tokens; // prompt tokens prefilled a round at most (0: the pipeline's rows per
+                        // prefill forward, pl->max_tokens, 512: the largest chunk a request
+                        // gets, so every prompt is chunked as alone, and short prompts waiting
+                        // together share a round)
 } g4_batch_opts;
-
-// The default prefill budget of a round: the default prefill chunk (G4_GEN_DEFAULT_CHUNK), so
-// every prompt is chunked as alone, and short prompts waiting together share a round.
-#define G4_BATCH_PREFILL_TOKENS G4_GEN_DEFAULT_CHUNK
 
 typedef struct g4_batch g4_batch;
 
