@@ -28,7 +28,7 @@ struct g4_batch {
     int n_slots, n_ctx;
     int prefill_tokens; // a round's prefill budget (opts.prefill_tokens)
     g4_batch_slot *slots;
-    char *taken; // [n_slots] a round's prefill: the slots it has looked at
+    char *taken;               // [n_slots] a round's prefill: the slots it has looked at
     g4_text_state *step_state; // the decode step's rows (activations only; made on first need)
     long submitted;
     g4_batch_stats stats;
