@@ -40,7 +40,7 @@ int g4cu_batch_new(g4cu_model *m, const g4cu_batch_params *p, g4cu_batch **out) 
     g4cu_batch_params defaults;
     g4cu_batch_params_default(&defaults);
     if (!p) p = &defaults;
-    const g4_batch_opts o = {p->slots, p->n_ctx ? p->n_ctx : m->n_ctx};
+    const g4_batch_opts o = {p->slots, p->n_ctx ? p->n_ctx : m->n_ctx, 0};
     g4_batch *b;
     int rc = g4_batch_new(m->pl, &o, &b);
     if (rc) return code(rc);
@@ -261,6 +261,39 @@ void g4cu_batch_get_info(g4cu_batch *cb, g4cu_batch_info *info) {
     info->states = st.states_made;
     info->steps = st.decode_steps;
     info->rows_stepped = st.decode_rows;
+    pthread_mutex_unlock(&cb->lock);
+}
+
+int g4cu_batch_set_prefill_tokens(g4cu_batch *cb, int n) {
+    if (!cb) return g4_fail(G4_EUSER, "g4cu_batch_set_prefill_tokens: the batch is NULL");
+    pthread_mutex_lock(&cb->lock);
+    const int rc = g4_batch_set_prefill_tokens(cb->b, n);
+    pthread_mutex_unlock(&cb->lock);
+    return code(rc);
+}
+
+int g4cu_batch_reserve(g4cu_batch *cb) {
+    if (!cb) return g4_fail(G4_EUSER, "g4cu_batch_reserve: the batch is NULL");
+    pthread_mutex_lock(&cb->lock);
+    const int rc = g4_batch_reserve(cb->b);
+    pthread_mutex_unlock(&cb->lock);
+    return code(rc);
+}
+
+void g4cu_batch_get_times(g4cu_batch *cb, g4cu_batch_times *t) {
+    if (!t) return;
+    memset(t, 0, sizeof *t);
+    if (!cb) return;
+    pthread_mutex_lock(&cb->lock);
+    g4_batch_stats st;
+    g4_batch_get_stats(cb->b, &st);
+    t->rounds = st.rounds;
+    t->steps = st.decode_steps;
+    t->prefill_chunks = st.prefill_chunks;
+    t->prefill_tokens = st.prefill_tokens;
+    t->prefill_s = st.prefill_s;
+    t->decode_s = st.decode_s;
+    t->accept_s = st.accept_s;
     pthread_mutex_unlock(&cb->lock);
 }
 

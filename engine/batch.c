@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE } slot_phase;
 
@@ -25,7 +26,9 @@ typedef struct {
 struct g4_batch {
     g4_pipeline *pl;
     int n_slots, n_ctx;
+    int prefill_tokens; // a round's prefill budget (opts.prefill_tokens)
     g4_batch_slot *slots;
+    char *taken;               // [n_slots] a round's prefill: the slots it has looked at
     g4_text_state *step_state; // the decode step's rows (activations only; made on first need)
     long submitted;
     g4_batch_stats stats;
@@ -35,6 +38,11 @@ struct g4_batch {
     int *which;
 };
 
+static int bad_budget(int n) {
+    return g4_fail(G4_EUSER,
+                   "batch prefill budget of %d tokens a round: expected >= 1 (0: the default)", n);
+}
+
 int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     *out = NULL;
     const int ctx = pl->pkg->text.context_length;
@@ -43,15 +51,18 @@ int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     if (o->n_ctx < 0 || o->n_ctx > ctx)
         return g4_fail(G4_EUSER, "batch n_ctx %d: expected 0..%d (the model's context)", o->n_ctx,
                        ctx);
+    if (o->prefill_tokens < 0) return bad_budget(o->prefill_tokens);
     g4_batch *b = g4_calloc(1, sizeof *b);
     b->pl = pl;
     b->n_slots = o->slots;
     b->n_ctx = o->n_ctx;
+    b->prefill_tokens = o->prefill_tokens ? o->prefill_tokens : pl->max_tokens;
     b->slots = g4_calloc((size_t)o->slots, sizeof *b->slots);
     b->rows = g4_calloc((size_t)o->slots, sizeof *b->rows);
     b->ids = g4_calloc((size_t)o->slots, sizeof *b->ids);
     b->next = g4_calloc((size_t)o->slots, sizeof *b->next);
     b->which = g4_calloc((size_t)o->slots, sizeof *b->which);
+    b->taken = g4_calloc((size_t)o->slots, 1);
     *out = b;
     return G4_OK;
 }
@@ -89,6 +100,7 @@ void g4_batch_free(g4_batch *b) {
     free(b->ids);
     free(b->next);
     free(b->which);
+    free(b->taken);
     free(b);
 }
 
@@ -194,18 +206,57 @@ int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err
     return 1;
 }
 
-// One prefill chunk of the oldest request still prefilling (nothing when none).
-static void prefill_one(g4_batch *b) {
-    g4_batch_slot *sl = NULL;
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// The oldest request still prefilling that is not yet in this round (taken[i] set), or -1.
+static int oldest_prefilling(const g4_batch *b, const char *taken) {
+    int k = -1;
     for (int i = 0; i < b->n_slots; i++)
-        if (b->slots[i].phase == SLOT_PREFILL && (!sl || b->slots[i].order < sl->order))
-            sl = &b->slots[i];
-    if (!sl) return;
-    int rc = g4_gen_seq_prefill(&sl->q);
-    if (rc || sl->q.done)
-        slot_finish(sl, rc);
-    else if (sl->q.at == sl->q.n_prompt)
-        sl->phase = SLOT_DECODE;
+        if (b->slots[i].phase == SLOT_PREFILL && !taken[i] &&
+            (k < 0 || b->slots[i].order < b->slots[k].order))
+            k = i;
+    return k;
+}
+
+// The round's prefill (batch.h): the oldest request still prefilling gets one chunk (its own
+// chunk size, cut to the budget), then each next one, oldest first, whose whole chunk fits in
+// what is left of the budget; none is cut to fill it. Each request at most one chunk a round.
+static void prefill_round(g4_batch *b) {
+    char *taken = b->taken;
+    memset(taken, 0, (size_t)b->n_slots);
+    int left = b->prefill_tokens;
+    for (int first = 1; left > 0; first = 0) {
+        const int k = oldest_prefilling(b, taken);
+        if (k < 0) return;
+        taken[k] = 1;
+        g4_batch_slot *sl = &b->slots[k];
+        int T = sl->q.n_prompt - sl->q.at < sl->q.chunk ? sl->q.n_prompt - sl->q.at : sl->q.chunk;
+        if (T > left) {
+            if (!first) continue; // it waits for a round of its own; a younger one may fit
+            T = left;
+        }
+        const double t0 = now_s();
+        const int rc = g4_gen_seq_prefill_upto(&sl->q, T);
+        if (rc || sl->q.done)
+            slot_finish(sl, rc);
+        else if (sl->q.at == sl->q.n_prompt)
+            sl->phase = SLOT_DECODE;
+        b->stats.prefill_s += now_s() - t0;
+        b->stats.prefill_chunks++;
+        b->stats.prefill_tokens += T;
+        left -= T;
+    }
+}
+
+// The decode step's own state (activations for n_slots rows, no KV), made on first need.
+static int step_state(g4_batch *b) {
+    if (b->step_state) return G4_OK;
+    const g4_text_state_opts so = {1, b->n_slots, b->n_slots, 1};
+    return g4_text_state_new_opts(b->pl->model, &so, &b->step_state);
 }
 
 // One decode step over every decoding slot (one row each, in slot order).
@@ -224,20 +275,21 @@ static int decode_all(g4_batch *b) {
     b->stats.decode_rows += n;
     if (n > b->stats.max_decoding) b->stats.max_decoding = n;
     int rc = G4_OK;
+    const double t0 = now_s();
     if (n == 1) { // one row: the state's own step (its captured graph where there is one)
         rc = g4_text_step(b->rows[0], &b->ids[0], 1, NULL, &b->next[0]);
     } else {
-        if (!b->step_state) {
-            const g4_text_state_opts so = {1, b->n_slots, b->n_slots, 1};
-            rc = g4_text_state_new_opts(b->pl->model, &so, &b->step_state);
-        }
+        rc = step_state(b);
         if (!rc) rc = g4_text_batch_step(b->step_state, b->rows, b->ids, n, b->next);
     }
+    const double t1 = now_s();
     for (int r = 0; r < n; r++) {
         g4_batch_slot *sl = &b->slots[b->which[r]];
         const int rr = rc ? rc : g4_gen_seq_accept(&sl->q, b->next[r]);
         if (rr || sl->q.done) slot_finish(sl, rr);
     }
+    b->stats.decode_s += t1 - t0;
+    b->stats.accept_s += now_s() - t1;
     return rc;
 }
 
@@ -254,7 +306,7 @@ static void count_running(g4_batch *b) {
 
 int g4_batch_step(g4_batch *b, int *running) {
     b->stats.rounds++;
-    prefill_one(b);
+    prefill_round(b);
     const int rc = decode_all(b);
     count_running(b);
     if (running) *running = b->stats.running;
@@ -264,6 +316,27 @@ int g4_batch_step(g4_batch *b, int *running) {
 void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st) {
     count_running(b);
     *st = b->stats;
+}
+
+int g4_batch_reserve(g4_batch *b) {
+    if (b->n_ctx < 1)
+        return g4_fail(G4_EUSER, "batch: making the slots' states ahead needs n_ctx (the KV rows "
+                                 "of each); without it each is sized by its first request");
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        if (sl->st || sl->phase != SLOT_FREE) continue;
+        const g4_text_state_opts so = {b->n_ctx, b->pl->max_tokens, 1, 0};
+        const int rc = g4_text_state_new_opts(b->pl->model, &so, &sl->st);
+        if (rc) return rc;
+        b->stats.states_made++;
+    }
+    return b->n_slots > 1 ? step_state(b) : G4_OK;
+}
+
+int g4_batch_set_prefill_tokens(g4_batch *b, int n) {
+    if (n < 0) return bad_budget(n);
+    b->prefill_tokens = n ? n : b->pl->max_tokens;
+    return G4_OK;
 }
 
 void g4_batch_get_slot(g4_batch *b, int slot, g4_batch_slot_state *out) {

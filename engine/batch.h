@@ -1,13 +1,17 @@
 // batch.h: continuous batching on a pipeline: up to `slots` requests at once, each in a slot that
 // owns a text state (its own KV cache, sampler and soft rows), decoded together by one step
 // (g4_text_batch_step: the linears with M = the number of decoding slots). Each round
-// (g4_batch_step) runs one prefill chunk of the oldest request still prefilling, then one decode
-// step over every decoding slot, so a long prompt or an image never stalls the running streams
-// for more than one chunk. A request that ends (EOS, stop string, max_new, the context's end,
-// cancel, or its own error) leaves the decode batch in the same round; its slot is free again
-// once the caller takes its result (g4_batch_take), and the next request reuses the slot's
-// state (its KV rows, workspaces and graph) without allocating, as one state serves request
-// after request (g4_text_state_reserve grows it when a request needs more rows).
+// (g4_batch_step) runs prefill chunks within a token budget (opts.prefill_tokens), then one
+// decode step over every decoding slot, so a long prompt or an image never stalls the running
+// streams for more than the budget: the oldest request still prefilling always gets a chunk
+// (its own chunk size, cut to the budget), then each next one in submission order whose whole
+// chunk fits in what is left (a chunk is never cut to fill the budget: a prompt keeps the
+// chunks it gets alone unless the budget is below its chunk size). A request that ends (EOS,
+// stop string, max_new, the context's end, cancel, or its own error) leaves the decode batch in
+// the same round; its slot is free again once the caller takes its result (g4_batch_take), and
+// the next request reuses the slot's state (its KV rows, workspaces and graph) without
+// allocating, as one state serves request after request (g4_text_state_reserve grows it when a
+// request needs more rows).
 //
 // KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx), at
 // most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks): the decode step's
@@ -31,6 +35,10 @@ typedef struct {
     int slots; // requests decoded together (>= 1)
     int n_ctx; // KV rows each slot's state is made with (0: what its first request needs; a
                // larger request grows it), at most the model's context
+    int prefill_tokens; // prompt tokens prefilled a round at most (0: the pipeline's rows per
+                        // prefill forward, pl->max_tokens, 512: the largest chunk a request
+                        // gets, so every prompt is chunked as alone, and short prompts waiting
+                        // together share a round)
 } g4_batch_opts;
 
 typedef struct g4_batch g4_batch;
@@ -64,11 +72,28 @@ int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err
 
 // Slots prefilling or decoding now / the most that ran in one decode step so far / the text
 // states made so far (a state is made once per slot, then reused) / the decode rows stepped.
+// Where the rounds' time went, cumulative wall seconds (CLOCK_MONOTONIC) of the calling thread:
+// prefill_s in prefill chunks (the forward, the first token's pick and accept, a request ending
+// there), decode_s in the decode step call (g4_text_batch_step / g4_text_step: the forward over
+// every row, the sampler, the ids back to the host), accept_s in the host work after it for
+// each row (stop checks, detokenizing for stop strings and streaming, the on_text callbacks,
+// ending requests: the final text).
 typedef struct {
     int running, decoding, max_decoding, states_made;
     long rounds, decode_steps, decode_rows;
+    long prefill_chunks, prefill_tokens; // chunks run and prompt tokens they took
+    double prefill_s, decode_s, accept_s;
 } g4_batch_stats;
 void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st);
+
+// Makes now what the slots' first requests would make: every free slot's state (KV cache of
+// opts.n_ctx rows, workspaces, on CUDA its one-row graph) and the decode step's rows, so no
+// request pays for them (a server at start-up). Needs opts.n_ctx > 0 (else each state is sized
+// by its request). The memory is the bound batch.h states: slots x n_ctx rows.
+int g4_batch_reserve(g4_batch *b);
+
+// Sets the prefill budget of the next rounds (as opts.prefill_tokens: >= 1, 0 the default).
+int g4_batch_set_prefill_tokens(g4_batch *b, int n);
 
 // One slot now: its phase (0 free, 1 prefilling, 2 decoding, 3 ended and not yet taken), its
 // request's prompt rows, those prefilled so far, the tokens generated so far, the KV rows its

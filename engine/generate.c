@@ -244,10 +244,13 @@ int g4_gen_seq_begin(g4_gen_seq *q, g4_text_state *s, const g4_tokenizer *tok,
     return G4_OK;
 }
 
-int g4_gen_seq_prefill(g4_gen_seq *q) {
+int g4_gen_seq_prefill(g4_gen_seq *q) { return g4_gen_seq_prefill_upto(q, q->chunk); }
+
+int g4_gen_seq_prefill_upto(g4_gen_seq *q, int max_rows) {
     const g4_text_config *c = q->s->m->cfg;
     const g4_soft_tokens *soft = q->soft.n ? &q->soft : NULL;
-    const int a = q->at, T = q->n_prompt - a < q->chunk ? q->n_prompt - a : q->chunk;
+    const int chunk = max_rows < q->chunk ? max_rows : q->chunk;
+    const int a = q->at, T = q->n_prompt - a < chunk ? q->n_prompt - a : chunk;
     if (T < 1) return g4_fail(G4_EINTERNAL, "generate: prefill after the prompt's end");
     int n_ph = 0, rc;
     for (int t = a; t < a + T; t++) n_ph += g4_placeholder_of(c, q->prompt[t]) != G4_PH_NONE;

@@ -188,6 +188,8 @@ int g4_gen_seq_begin(g4_gen_seq *q, g4_text_state *s, const g4_tokenizer *tok,
                      const int32_t *prompt, int n_prompt, const g4_soft_tokens *soft,
                      const g4_gen_params *p, g4_gen_result *out);
 int g4_gen_seq_prefill(g4_gen_seq *q);
+// The same with the chunk cut to at most max_rows rows (>= 1): a batch's prefill budget.
+int g4_gen_seq_prefill_upto(g4_gen_seq *q, int max_rows);
 int g4_gen_seq_accept(g4_gen_seq *q, int32_t id);
 // Ends the generation where it is (stop reason "cancelled").
 void g4_gen_seq_cancel(g4_gen_seq *q);

@@ -217,7 +217,7 @@ static int items_one_by_one(items_run *ir, const int *sel, int n_sel, const unsi
 static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigned char *done) {
     const g4_eval_run_opts *o = ir->o;
     g4_batch *b;
-    const g4_batch_opts bo = {o->batch, 0};
+    const g4_batch_opts bo = {o->batch, 0, 0};
     int rc = g4_batch_new(ir->pl, &bo, &b);
     if (rc) return rc;
     char **lines = g4_calloc((size_t)n_sel + 1, sizeof *lines);

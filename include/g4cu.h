@@ -347,10 +347,22 @@ int g4cu_batch_submit(g4cu_batch *b, const g4cu_request *rq, int64_t *id);
 // The same for prompt ids as they are (g4cu_generate_ids' rules; opts NULL: the defaults).
 int g4cu_batch_submit_ids(g4cu_batch *b, const int32_t *ids, int n, const g4cu_request *opts,
                           int64_t *id);
-// One round: one prefill chunk of the oldest request still prefilling, then one decode step
-// over every decoding request. *running (may be NULL): requests prefilling or decoding after
-// it. A request's own failure ends that request only (its poll returns the error).
+// One round: prompt chunks of the requests still prefilling, within the prefill budget
+// (g4cu_batch_set_prefill_tokens: the oldest always gets one chunk, cut to the budget; each
+// next one, oldest first, whose whole chunk fits in what is left), then one decode step over
+// every decoding request. *running (may be NULL): requests prefilling or decoding after it. A
+// request's own failure ends that request only (its poll returns the error).
 int g4cu_batch_step(g4cu_batch *b, int *running);
+// The prompt tokens one round prefills at most (>= 1; 0: the default, 512, the default prefill
+// chunk: every prompt is chunked as g4cu_generate chunks it, and short prompts that wait
+// together share a round). Smaller keeps a round nearer one decode step while a long prompt
+// goes in (the running requests stall less), at the cost of more, smaller prefill chunks.
+int g4cu_batch_set_prefill_tokens(g4cu_batch *b, int n);
+// Makes every free slot's KV cache (n_ctx rows: g4cu_batch_params' n_ctx, else the model's;
+// needed here) and the decode step's activations now, rather than as the first requests come:
+// a server's start-up, so its first requests do not wait for them. The memory is what the slots
+// hold anyway once each has run a request: slots x n_ctx KV rows.
+int g4cu_batch_reserve(g4cu_batch *b);
 // Ends request id where it is (finish reason "cancelled", its tokens so far); its slot is free
 // for the next request once it is polled. An unknown id is a user error.
 int g4cu_batch_cancel(g4cu_batch *b, int64_t id);
@@ -367,6 +379,22 @@ typedef struct {
     long steps, rows_stepped;
 } g4cu_batch_info;
 void g4cu_batch_get_info(g4cu_batch *b, g4cu_batch_info *info);
+// Where the batch's rounds spent their time, cumulative since g4cu_batch_new: wall seconds
+// (monotonic clock) of the thread calling g4cu_batch_step. (A struct of its own rather than
+// fields appended to g4cu_batch_info: a program built against the older, smaller struct would
+// have the library write past it.)
+typedef struct {
+    long rounds;         // g4cu_batch_step calls
+    long steps;          // decode steps (g4cu_batch_info's)
+    long prefill_chunks; // prompt chunks run, and the prompt tokens they took
+    long prefill_tokens;
+    double prefill_s; // in prompt chunks: the forward, the first token's pick, a request ending
+    double decode_s;  // in the decode step: the forward over every row, the sampler, the ids
+                      // back to the host
+    double accept_s;  // after each decode step, per row on the host: stop checks, detokenizing
+                      // (for stop strings and on_text), on_text calls, ending requests
+} g4cu_batch_times;
+void g4cu_batch_get_times(g4cu_batch *b, g4cu_batch_times *t);
 // One slot of the batch (0 <= slot < slots): the request in it (id 0: none), what it is doing,
 // its prompt tokens, those prefilled so far, the tokens it has generated so far, and the KV
 // rows the slot's cache holds (0: not made yet). A slot index outside the batch: all zero.

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -207,6 +208,17 @@ static inline long metric(const char *body, const char *name) {
         p += n;
     }
     return -1;
+}
+
+// The same as a double (NAN: absent), for the seconds counters.
+static inline double metric_f(const char *body, const char *name) {
+    const char *p = body;
+    const size_t n = strlen(name);
+    while (p && (p = strstr(p, name))) {
+        if ((p == body || p[-1] == '\n') && p[n] == ' ') return strtod(p + n + 1, NULL);
+        p += n;
+    }
+    return NAN;
 }
 
 static inline int is_error(const resp *r, int status) {

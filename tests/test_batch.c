@@ -11,6 +11,11 @@
 //   - sequences of very different lengths (a long prompt with 2 new tokens beside a short one
 //     with many), slot reuse across them, and raw ids (g4cu_batch_submit_ids vs
 //     g4cu_generate_ids);
+//   - the round's prefill budget: prompts cut to it, several prompts in one round, one that does
+//     not fit waiting while a younger one that fits goes in, each request's tokens as alone;
+//     g4cu_batch_reserve (the slots' states made ahead: none made by the requests);
+//     the timing split (g4cu_batch_get_times): exact counts, finite non-negative seconds that
+//     grow with the work;
 //   - the error contract: bad requests take no slot, unknown ids are user errors;
 //   - a hostile caller: a prompt past the context, ids never submitted (poll's *out zeroed), prompt
 //     tokens past the vocabulary (ends that request only, in a step; the batch stays usable);
@@ -19,6 +24,7 @@
 //     tools) refused by name, taking no slot, and refused by g4cu_batch_accepts too.
 #include <g4cu.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -227,16 +233,16 @@ static void test_cancel_and_reuse(void) {
     for (int i = 0; i < 6; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
     CHECK_INT(running, 2);
     // the slots as g4cu_batch_get_slot sees them: a (slot 0) and c decoding, their prompts in
-    // (one chunk each: a's in step 1, c's in step 2). A round's prefill gives a request's first
-    // token and the same round's decode step its second, each later round one more: a has
-    // 2 + 5 = 7 tokens, c 2 + 4 = 6.
+    // (one chunk each, both in step 1: the default prefill budget of 512 tokens takes both
+    // short prompts in one round). A round's prefill gives a request's first token and the same
+    // round's decode step its second, each later round one more: a and c have 2 + 5 = 7.
     g4cu_batch_slot_info si[2];
     for (int k = 0; k < 2; k++) g4cu_batch_get_slot(b, k, &si[k]);
     CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
               (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
     for (int k = 0; k < 2; k++)
         CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
-                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k &&
+                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 &&
                       si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
                   "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
                   (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
@@ -461,6 +467,120 @@ static void test_conversation_and_refusals(void) {
     g4cu_batch_free(b);
 }
 
+// The batch's timing split (g4cu_batch_get_times) at a given state: its counts checked exactly,
+// its seconds finite and non-negative.
+static g4cu_batch_times times_now(g4cu_batch *b) {
+    g4cu_batch_times t;
+    g4cu_batch_get_times(b, &t);
+    const double s[3] = {t.prefill_s, t.decode_s, t.accept_s};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(isfinite(s[i]) && s[i] >= 0, "batch times: seconds %d is %g", i, s[i]);
+    return t;
+}
+
+// The round's prefill budget (g4cu_batch_set_prefill_tokens): prompts of 10, 7 and 1 ids under
+// a budget of 8 tokens. Round 1: the oldest (10) gets a chunk cut to 8. Round 2: its last 2,
+// then the 7 does not fit in the 6 left and waits (never cut to fill the budget), the 1 after
+// it does. Round 3: the 7, whole. Each request's tokens are still those it gets alone (its
+// prompt in chunks of 8 + 2 here, in one alone: the CPU reference's rows do not depend on the
+// chunking, nor on the states' 64 rows made ahead by g4cu_batch_reserve). The times' counts
+// are exact: 4 chunks, 18 tokens, one round per call; no decode step before round 2, so no
+// decode or accept seconds before it.
+static void test_prefill_budget(void) {
+    int32_t pa[10] = {2, 5, 17, 40, 41, 42, 43, 44, 45, 46}, pb[7] = {2, 9, 11, 13, 15, 17, 19},
+            pc[1] = {2};
+    const int32_t *ids[3] = {pa, pb, pc};
+    const int n[3] = {10, 7, 1};
+    g4cu_request o[3];
+    for (int i = 0; i < 3; i++) {
+        g4cu_request_default(&o[i]);
+        o[i].max_tokens = 6 + i, o[i].ignore_eos = 1;
+    }
+    o[1].temperature = 0.8f, o[1].seed = 4;
+    outcome want[3] = {{0}}, got[3] = {{0}};
+    for (int i = 0; i < 3; i++) CHECK(alone_on(model, &o[i], ids[i], n[i], &want[i]));
+    g4cu_batch *b;
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 3;
+    // g4cu_batch_reserve: needs n_ctx (else each state is sized by its request)
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    CHECK_INT(g4cu_batch_reserve(b), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "ahead needs n_ctx"), "%s", g4cu_last_error());
+    CHECK_INT(g4cu_batch_reserve(NULL), G4CU_EUSER);
+    g4cu_batch_free(b);
+    // with n_ctx, every slot's state is made now and the requests below make none
+    bp.n_ctx = 64;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    CHECK_MSG(g4cu_batch_reserve(b) == G4CU_OK, "%s", g4cu_last_error());
+    g4cu_batch_info info;
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.states, 3);
+    g4cu_batch_times t = times_now(b);
+    CHECK(t.rounds == 0 && t.steps == 0 && t.prefill_chunks == 0 && t.prefill_tokens == 0 &&
+          t.prefill_s == 0 && t.decode_s == 0 && t.accept_s == 0);
+    CHECK_INT(g4cu_batch_set_prefill_tokens(b, -1), G4CU_EUSER);
+    CHECK_MSG(strstr(g4cu_last_error(), "batch prefill budget of -1 tokens a round: expected >= 1"),
+              "%s", g4cu_last_error());
+    CHECK_INT(g4cu_batch_set_prefill_tokens(NULL, 8), G4CU_EUSER);
+    CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
+    int64_t id[3] = {0};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(g4cu_batch_submit_ids(b, ids[i], n[i], &o[i], &id[i]) == G4CU_OK && id[i] > 0,
+                  "%d: %s", i, g4cu_last_error());
+    // after each round: the prompt rows each slot has prefilled
+    const int after[3][3] = {{8, 0, 0}, {10, 0, 1}, {10, 7, 1}};
+    const long chunks[3] = {1, 3, 4}, tokens[3] = {8, 11, 18}, steps[3] = {0, 1, 2};
+    int running = 0;
+    for (int r = 0; r < 3; r++) {
+        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+        for (int k = 0; k < 3; k++) {
+            g4cu_batch_slot_info si;
+            g4cu_batch_get_slot(b, k, &si);
+            CHECK_MSG(si.n_prefilled == after[r][k] && si.n_prompt == n[k],
+                      "round %d, slot %d: %d of %d prompt rows prefilled, want %d of %d", r + 1,
+                      k, si.n_prefilled, si.n_prompt, after[r][k], n[k]);
+        }
+        const g4cu_batch_times p = t;
+        t = times_now(b);
+        CHECK_MSG(t.rounds == r + 1 && t.steps == steps[r] && t.prefill_chunks == chunks[r] &&
+                      t.prefill_tokens == tokens[r],
+                  "round %d: %ld rounds, %ld steps, %ld chunks, %ld tokens; want %d, %ld, %ld, "
+                  "%ld",
+                  r + 1, t.rounds, t.steps, t.prefill_chunks, t.prefill_tokens, r + 1, steps[r],
+                  chunks[r], tokens[r]);
+        // (every round ran a chunk: its seconds grow; a decode step ran from round 2 on)
+        CHECK_MSG(t.prefill_s > p.prefill_s && t.decode_s >= p.decode_s &&
+                      t.accept_s >= p.accept_s,
+                  "round %d: times went from %g/%g/%g to %g/%g/%g", r + 1, p.prefill_s,
+                  p.decode_s, p.accept_s, t.prefill_s, t.decode_s, t.accept_s);
+        if (r == 0) CHECK(t.decode_s == 0 && t.accept_s == 0);
+        if (r == 1) CHECK(t.decode_s > 0);
+    }
+    const int steps_run = 3 + run_all(b);
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "budget 8, prompt of %d", n[i]);
+        poll_done(b, id[i], &got[i], name);
+        same(name, &got[i], &want[i]);
+    }
+    g4cu_batch_get_info(b, &info);
+    CHECK_INT(info.states, 3);
+    t = times_now(b);
+    CHECK_MSG(t.rounds == steps_run && t.steps == info.steps && t.prefill_chunks == 4 &&
+                  t.prefill_tokens == 18,
+              "at the end: %ld rounds (%d steps called), %ld decode steps (info %ld), %ld chunks, "
+              "%ld tokens",
+              t.rounds, steps_run, t.steps, info.steps, t.prefill_chunks, t.prefill_tokens);
+    printf("prefill budget: %ld rounds, %ld decode steps, prefill %.6f s decode %.6f s accept "
+           "%.6f s\n",
+           t.rounds, t.steps, t.prefill_s, t.decode_s, t.accept_s);
+    g4cu_batch_get_times(NULL, &t); // zeroed
+    CHECK(t.rounds == 0 && t.prefill_s == 0);
+    g4cu_batch_get_times(b, NULL); // nothing
+    g4cu_batch_free(b);
+}
+
 // A hostile caller (or a package not made for the tokenizer, as on the GPU's gpu-tiny): a prompt
 // longer than the context, ids never submitted, prompt tokens outside the model's vocabulary.
 // Each is an error that takes no slot or ends only its own request; the batch stays usable
@@ -579,6 +699,7 @@ int main(void) {
     test_four_kinds();
     test_cancel_and_reuse();
     test_lengths();
+    test_prefill_budget();
     test_conversation_and_refusals();
     test_hostile();
     g4cu_model_free(model);

@@ -9,6 +9,8 @@
 //  - meanwhile malformed requests (bad JSON, a wrong content type, a body cut off) get their
 //    4xx or no answer, and a request the batch cannot run (logprobs) is served on the single
 //    state with HF's text; none of them disturbs the batch's answers.
+//  - /metrics' split of the scheduler's rounds (g4cu_batch_seconds_total by phase: finite,
+//    non-negative, growing with the work; the prompt tokens prefilled counted exactly);
 //  - a client that leaves mid-stream (--parallel 1) frees its slot at once: the next request
 //    runs, and the cut request generated far fewer tokens than it asked for.
 #include "tests/serve_client.h"
@@ -83,6 +85,7 @@ typedef struct {
     int port, status;
     char *text;
     int has_logprobs;
+    int prompt_tokens;
 } single_req;
 
 static void *ask_single(void *arg) {
@@ -93,6 +96,7 @@ static void *ask_single(void *arg) {
     q->status = r.status;
     q->text = chat_text(&r);
     q->has_logprobs = r.body && strstr(r.body, "\"logprobs\":{\"content\":[") != NULL;
+    q->prompt_tokens = usage_of(&r, "prompt_tokens");
     resp_free(&r);
     return NULL;
 }
@@ -147,13 +151,15 @@ static void test_batch(const char *want_chat) {
               alone[0].text ? alone[0].text : "", want_chat);
     CHECK_MSG(alone[0].tokens == 40, "alone: %d tokens, want 40", alone[0].tokens);
 
+    resp m0 = get(P, "/metrics"); // (the rounds' split so far: it grows with the work below)
+
     // together, while a long stream decodes; malformed and single-state requests meanwhile
     const int anchor = start_stream(P, 400);
     CHECK_MSG(anchor >= 0, "the long stream did not start");
     answer both[N_REQ];
     pthread_t th[N_REQ + 2];
     bad_sender bs = {P, 0, 0};
-    single_req sq = {P, 0, NULL, 0};
+    single_req sq = {P, 0, NULL, 0, 0};
     for (int k = 0; k < N_REQ; k++) {
         both[k] = (answer){.port = P, .k = k};
         pthread_create(&th[k], NULL, ask, &both[k]);
@@ -215,6 +221,30 @@ static void test_batch(const char *want_chat) {
            steps, ones, rows, steps > 0 ? (double)rows / (double)steps : 0.0, busy);
     CHECK_MSG(steps > 0 && ones >= 0 && ones < steps && rows > steps,
               "g4cu_batch_size: %ld steps, %ld of one row, %ld rows", steps, ones, rows);
+    // where the rounds went: every phase's seconds finite, non-negative and not fewer than
+    // before the batch ran; prefill and decode grew (prompts went in, steps ran). Exact counts:
+    // the batch prefilled every prompt token of the requests it answered (all but the single
+    // state's), and ran a round for each decode step or more.
+    const char *const phases[5] = {"prefill", "decode", "accept", "submit", "sched"};
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "g4cu_batch_seconds_total{phase=\"%s\"}", phases[i]);
+        const double v0 = metric_f(m0.body, name), v1 = metric_f(r.body, name);
+        printf("%s: %.6f s before the batch, %.6f s after\n", name, v0, v1);
+        CHECK_MSG(isfinite(v0) && isfinite(v1) && v0 >= 0 && v1 >= v0 && (i >= 2 || v1 > v0),
+                  "%s: %g, then %g", name, v0, v1);
+    }
+    const long rounds = metric(r.body, "g4cu_batch_rounds_total");
+    const long ptok = metric(r.body, "g4cu_batch_prefill_tokens_total");
+    const long all_ptok = metric(r.body, "g4cu_prompt_tokens_total");
+    CHECK_MSG(rounds >= steps && rounds > metric(m0.body, "g4cu_batch_rounds_total"),
+              "g4cu_batch_rounds_total %ld, %ld decode steps", rounds, steps);
+    CHECK_MSG(sq.prompt_tokens > 0 && ptok == all_ptok - sq.prompt_tokens &&
+                  metric(r.body, "g4cu_batch_prefill_chunks_total") > 0,
+              "prefill tokens: %ld in the batch, %ld prompt tokens answered, %d of them the "
+              "single state's",
+              ptok, all_ptok, sq.prompt_tokens);
+    resp_free(&m0);
     CHECK_MSG(metric(r.body, "g4cu_batch_slots") == 4 &&
                   metric(r.body, "g4cu_batch_running") == 0 &&
                   metric(r.body, "g4cu_running") == 0 &&

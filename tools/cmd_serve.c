@@ -10,6 +10,7 @@ static const g4_opt serve_opts_table[] = {
     {"--backend", "cpu|cuda|auto", "where the model runs (default auto)"},
     {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
     {"--parallel", "N", "slots: requests decoded together in one batch (default 1; 1..64)"},
+    {"--batch-prefill-tokens", "N", "prompt tokens the batch prefills a round at most, between decode steps (default 0: 512)"},
     {"--queue", "N", "requests waiting beyond those (1 or more); more get 429 with Retry-After (default 64)"},
     {"--max-body", "BYTES", "largest request body; more gets 413 (default 33554432)"},
     {"--max-tokens", "N", "new tokens a request gets at most; more asked is clamped (default 0: the context)"},
@@ -24,7 +25,7 @@ static const g4_opt serve_opts_table[] = {
     {"--max-image-pixels", "N", "image width x height, read from its header (default 33554432)"},
     {"--max-json-values", "N", "JSON values in a request body (default 100000)"},
     {"--max-request-memory", "MIB", "request bodies and their parsing, all at once (default 2048)"},
-    {"--n-ctx", "N", "KV rows of each slot's cache (default 0: as its largest request needs)"},
+    {"--n-ctx", "N", "KV rows of each slot's cache, made at start-up (default 0: as its largest request needs, made by its first)"},
     {"--name", "ID", "the model id /v1/models reports (default: the package's name)"},
     {"--media-dir", "DIR", "image_url / audio_url may name files under DIR (default: data: URLs only)"},
     {NULL, NULL, NULL}};

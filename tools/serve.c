@@ -18,10 +18,10 @@
 //   GET  /v1/models, /v1/models/{id}, /props, /slots, /health, /metrics (Prometheus text)
 //
 // One model; --parallel N slots decoded together: one scheduler thread owns a g4cu_batch of N
-// slots, moves queued requests into free slots, steps the batch (one prefill chunk of a new
-// request, then one decode step over every running one: the weights are read once a step for
-// all of them), streams each request's text as its tokens come, and frees a slot as soon as
-// its request ends or its client leaves. A request the batch cannot run (logprobs, penalties,
+// slots, moves queued requests into free slots, steps the batch (prompt chunks of new requests
+// within --batch-prefill-tokens, then one decode step over every running one: the weights are
+// read once a step for all of them), streams each request's text as its tokens come, and frees
+// a slot as soon as its request ends or its client leaves. A request the batch cannot run (logprobs, penalties,
 // logit_bias, min_p, response_format json, tools, n > 1, transcriptions: g4cu_batch_accepts)
 // runs on one extra state, made on first need, one such request at a time. Requests wait in
 // a bounded queue (--queue; 429 with Retry-After when full). Every bad request gets a 4xx JSON
@@ -77,6 +77,7 @@ int g4_serve_main(int argc, char **argv) {
 typedef struct {
     const char *pkg, *host, *backend, *tokenizer, *name, *media_dir;
     int port, parallel, queue, max_tokens, max_media, timeout_s, n_ctx, max_conn, max_audio_s;
+    int prefill_tokens; // --batch-prefill-tokens (0: the library's default)
     size_t max_body;
 } serve_opts;
 
@@ -160,7 +161,15 @@ typedef struct {
     // decode steps by their rows (the batch size), and the rows in all (under mu)
     unsigned long long batch_hist[N_BATCH_BUCKETS + 1];
     unsigned long long batch_steps, batch_rows;
+    // where the scheduler's rounds went (under mu): the batch's own split as of its last step
+    // (prefill, decode, accept), the submits (batch_start: the template, the tokenizer, the
+    // towers) and the rest of the scheduler's work (sched: the queue, cancels, polls,
+    // publish_slots, answering ended jobs, waiting for mu), seconds in all
+    g4cu_batch_times times;
+    double submit_s, sched_s;
     unsigned long long single_requests; // requests run on the single state
+    int text_all; // G4_SERVE_TEXT_ALL=1: every job streams into j->out, batched or not (the old
+                  // way: an A/B of the batch's per-row host work)
     unsigned long long next_id;
 } server;
 
@@ -341,14 +350,18 @@ static void job_skip(job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
-static void set_callbacks(job *j) {
-    j->rq.on_text = j->rq.tools_json ? NULL : on_piece; // (a call's text is not streamed)
+// batched: the job runs in the batch, where the scheduler cancels it (a streaming callback is
+// needed only to stream; without one the batch neither detokenizes it a token at a time nor
+// wakes its connection's thread for every token). On the single state on_piece's return is
+// how a job whose client left stops, so every job there streams into j->out.
+static void set_callbacks(job *j, int batched) {
+    j->rq.on_text = j->rq.tools_json || (batched && !j->stream && !S.text_all) ? NULL : on_piece;
     j->rq.user = j;
     if (j->stream && j->rq.logprobs) j->rq.on_token = on_logprob;
 }
 
 static void run_job(g4cu_state *st, job *j) {
-    set_callbacks(j);
+    set_callbacks(j, 0);
     g4cu_result r = {0};
     int rc;
     if (j->kind == JOB_CHAT) {
@@ -407,7 +420,7 @@ static int batch_start(job *j, int k) {
         job_skip(j);
         return 0;
     }
-    set_callbacks(j);
+    set_callbacks(j, 1);
     int64_t id = 0;
     const int rc = j->kind == JOB_COMPLETION
                        ? g4cu_batch_submit_ids(S.batch, j->ids, j->n_ids, &j->rq, &id)
@@ -433,6 +446,16 @@ static void publish_slots(void) {
     pthread_mutex_unlock(&S.mu);
 }
 
+// The scheduler's time of one round (from its wake-up: t0) less the submits' and the batch
+// step's, into S.sched_s; the submits' into S.submit_s.
+static void sched_account(double t0, double submit_s, double step_s) {
+    const double dt = now_s() - t0 - submit_s - step_s;
+    pthread_mutex_lock(&S.mu);
+    S.submit_s += submit_s;
+    S.sched_s += dt > 0 ? dt : 0;
+    pthread_mutex_unlock(&S.mu);
+}
+
 // The scheduler: queued jobs into free slots, one batch step, the ended jobs answered and
 // their slots freed (the same round); a job whose client left is cancelled before the step.
 static void *sched_main(void *arg) {
@@ -446,6 +469,8 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&S.mu);
             break;
         }
+        const double t0 = now_s();
+        double submit_s = 0;
         int started = 0;
         while (S.head && active < n) {
             job *j = S.head;
@@ -456,7 +481,10 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&S.mu);
             int k = 0;
             while (S.slot_job[k]) k++;
-            if (batch_start(j, k)) {
+            const double ts = now_s();
+            const int ran = batch_start(j, k);
+            submit_s += now_s() - ts;
+            if (ran) {
                 active++, started++;
             } else {
                 job_unref(j);
@@ -468,15 +496,22 @@ static void *sched_main(void *arg) {
             pthread_mutex_lock(&S.mu);
         }
         pthread_mutex_unlock(&S.mu);
-        if (started) publish_slots();
-        if (!active) continue;
+        if (!active) {
+            if (started) publish_slots();
+            sched_account(t0, submit_s, 0);
+            continue;
+        }
         for (int k = 0; k < n; k++) // clients that left, or the drain's deadline
             if (S.slot_job[k] && (S.slot_job[k]->cancel || serve_guard_cancelling()))
                 g4cu_batch_cancel(S.batch, S.slot_rid[k]);
         g4cu_batch_info a, b;
         g4cu_batch_get_info(S.batch, &a);
+        const double ts = now_s();
         const int step_rc = g4cu_batch_step(S.batch, NULL);
+        const double step_s = now_s() - ts;
         g4cu_batch_get_info(S.batch, &b);
+        g4cu_batch_times bt;
+        g4cu_batch_get_times(S.batch, &bt);
         if (step_rc) fprintf(stderr, "g4cu serve: a batch step failed: %s\n", g4cu_last_error());
         // The ended jobs are answered after the gauges and /slots have moved (a client that
         // reads them once it has its answer sees its slot free).
@@ -507,6 +542,7 @@ static void *sched_main(void *arg) {
             S.batch_steps++;
             S.batch_rows += (unsigned long long)rows;
         }
+        S.times = bt;
         S.n_running -= ended;
         if (ended) pthread_cond_broadcast(&S.cv);
         pthread_mutex_unlock(&S.mu);
@@ -516,6 +552,7 @@ static void *sched_main(void *arg) {
             free(fin_err[i]);
             job_unref(fin[i]);
         }
+        sched_account(t0, submit_s, step_s);
     }
     return NULL;
 }
@@ -1704,6 +1741,27 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
     }
     OUT("g4cu_batch_size_bucket{le=\"+Inf\"} %llu\n", bacc + S.batch_hist[N_BATCH_BUCKETS]);
     OUT("g4cu_batch_size_sum %llu\ng4cu_batch_size_count %llu\n", S.batch_rows, S.batch_steps);
+    OUT("# HELP g4cu_batch_seconds_total Where the scheduler's rounds spent their time: "
+        "prefill (prompt chunks), decode (the decode step: the forward over every row, the "
+        "sampler, the ids back), accept (the host work per row after a step: stop checks, "
+        "detokenizing, streaming callbacks, ending requests), submit (starting requests: the "
+        "template, the tokenizer, the towers), sched (the scheduler's other work: the queue, "
+        "cancels, polls, /slots, answering ended requests, waiting for locks).\n"
+        "# TYPE g4cu_batch_seconds_total counter\n");
+    const struct { const char *phase; double s; } split[] = {
+        {"prefill", S.times.prefill_s}, {"decode", S.times.decode_s},
+        {"accept", S.times.accept_s},   {"submit", S.submit_s},
+        {"sched", S.sched_s}};
+    for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+        OUT("g4cu_batch_seconds_total{phase=\"%s\"} %.6f\n", split[i].phase, split[i].s);
+    OUT("# HELP g4cu_batch_rounds_total Scheduler rounds (batch steps: prefill, then decode).\n"
+        "# TYPE g4cu_batch_rounds_total counter\ng4cu_batch_rounds_total %ld\n", S.times.rounds);
+    OUT("# HELP g4cu_batch_prefill_chunks_total Prompt chunks prefilled in the batch's rounds.\n"
+        "# TYPE g4cu_batch_prefill_chunks_total counter\ng4cu_batch_prefill_chunks_total %ld\n",
+        S.times.prefill_chunks);
+    OUT("# HELP g4cu_batch_prefill_tokens_total Prompt tokens prefilled in the batch's rounds.\n"
+        "# TYPE g4cu_batch_prefill_tokens_total counter\ng4cu_batch_prefill_tokens_total %ld\n",
+        S.times.prefill_tokens);
     OUT("# HELP g4cu_single_running Requests on the single state (what the batch cannot run).\n"
         "# TYPE g4cu_single_running gauge\ng4cu_single_running %d\n", S.single_busy);
     OUT("# HELP g4cu_single_requests_total Requests run on the single state.\n"
@@ -2075,6 +2133,7 @@ int g4_serve_main(int argc, char **argv) {
             {"--max-media", &o.max_media, 0, 16},  {"--timeout", &o.timeout_s, 1, 3600},
             {"--n-ctx", &o.n_ctx, 0, 1 << 20},     {"--max-connections", &o.max_conn, 1, 65536},
             {"--max-audio-seconds", &o.max_audio_s, 1, 86400},
+            {"--batch-prefill-tokens", &o.prefill_tokens, 0, 1 << 20},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
@@ -2123,6 +2182,7 @@ int g4_serve_main(int argc, char **argv) {
     if (serve_guard_start(o.host, o.timeout_s, o.max_body)) return 1;
     serve_guard_install_alloc_hooks();
     S.o = o;
+    S.text_all = getenv("G4_SERVE_TEXT_ALL") && !strcmp(getenv("G4_SERVE_TEXT_ALL"), "1");
     if (o.media_dir && !(S.media_dir_real = realpath(o.media_dir, NULL)))
         return usage_error("--media-dir '%s': not an existing folder", o.media_dir);
     pthread_mutex_init(&S.mu, NULL);
@@ -2160,12 +2220,16 @@ int g4_serve_main(int argc, char **argv) {
         }
         free(tp);
     }
-    { // the slots: KV caches made per slot by its first request (at most --n-ctx rows each)
+    { // the slots: KV caches of --n-ctx rows made now, else per slot by its first request
         g4cu_batch_params bp;
         g4cu_batch_params_default(&bp);
         bp.slots = o.parallel;
         bp.n_ctx = o.n_ctx;
-        if ((rc = g4cu_batch_new(S.model, &bp, &S.batch))) {
+        // (with --n-ctx every slot's cache is made here, not by the first requests: they would
+        // wait for 32 caches and graph captures in a row on the scheduler thread)
+        if ((rc = g4cu_batch_new(S.model, &bp, &S.batch)) ||
+            (rc = g4cu_batch_set_prefill_tokens(S.batch, o.prefill_tokens)) ||
+            (o.n_ctx > 0 && (rc = g4cu_batch_reserve(S.batch)))) {
             fprintf(stderr, "g4cu: %s\n", g4cu_last_error());
             return rc == G4CU_EUSER ? 1 : 2;
         }

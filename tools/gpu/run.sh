@@ -69,10 +69,14 @@
 #            with --backend ${SERVE_BACKEND:-cuda} --parallel ${SERVE_PARALLEL:-4} --n-ctx 4096, driven by
 #            tools/gpu/serve_load.py (300 requests from ${SERVE_CLIENTS:-16} clients, every 10th
 #            malformed or cut off, every 3rd streamed, ${SERVE_MAX_TOKENS:-64} tokens each, plus
-#            $SERVE_LOAD_ARGS): prints throughput, p50/p99 latency and the batch size over the
-#            run ($OUT/serve_<pkg>.json), the server's RSS before and after, and its exit status
-#            after SIGTERM. Pass: "0 failed, 0 mis-answered" and "exit 0 after SIGTERM". Issue
-#            31's load: SERVE_PARALLEL=32 SERVE_CLIENTS=32 SERVE_MAX_TOKENS=128
+#            $SERVE_LOAD_ARGS): prints throughput, p50/p99 latency, the batch size over the
+#            run and where the scheduler's rounds went ("serve <pkg> rounds:": prefill, decode,
+#            accept, submit, sched, idle seconds; $OUT/serve_<pkg>.json), the server's RSS before
+#            and after, its whole-run g4cu_batch_seconds_total, and its exit status after
+#            SIGTERM. SERVE_PREFILL_TOKENS="512 128" runs the load once per
+#            --batch-prefill-tokens value (a fresh server each; default: the server's default;
+#            files serve_<pkg>_p<N>.*). Pass: "0 failed, 0 mis-answered" and "exit 0 after
+#            SIGTERM". Issue 31's load: SERVE_PARALLEL=32 SERVE_CLIENTS=32 SERVE_MAX_TOKENS=128
 #            SERVE_LOAD_ARGS="--greedy --prompt-words 100"
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
@@ -745,35 +749,51 @@ PY
 # <bos> is the package's id 2; its ids are < 1024) serves text prompts, which is what the load
 # test sends (its media placeholder ids are not E2B's, so images / audio are not sent here).
 stage_serve() {
-    local d="$WORK/e2b" k
+    local d="$WORK/e2b" k p
     [ -f "$d/READY" ] || { echo "serve: no $d/READY (run e2b_bg and e2b_wait first)"; return 1; }
     # every id a random E2B can emit decodes, to visible text (--text: else a reply of gap or
     # special-pad ids streams no content and the load test measures no TTFT)
     python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok_text.json" 262144 --text || return 1
-    local tok="--tokenizer $WORK/e2b_tok_text.json"
     for k in ${SERVE_PKGS:-f16 q4}; do
-        [ -f "$d/$k/tokenizer.json" ] && tok=""
-        build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
-            --queue 64 --n-ctx 4096 $tok >"$OUT/serve_$k.out" 2>"$OUT/serve_$k.err" &
-        local pid=$! port="" n=0
-        while [ -z "$port" ] && [ $n -lt 600 ] && kill -0 $pid 2>/dev/null; do
-            sleep 0.5; n=$((n + 1))
-            port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/serve_$k.out")
+        for p in ${SERVE_PREFILL_TOKENS:-default}; do
+            serve_one "$d" "$k" "$p"
         done
-        [ -n "$port" ] || { echo "serve $k: did not start"; tail -5 "$OUT/serve_$k.err"; kill $pid 2>/dev/null; continue; }
-        head -1 "$OUT/serve_$k.out"
-        echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) before the load"
-        # shellcheck disable=SC2086
-        python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients "${SERVE_CLIENTS:-16}" \
-            --max-tokens "${SERVE_MAX_TOKENS:-64}" ${SERVE_LOAD_ARGS:-} \
-            --json "$OUT/serve_$k.json" | sed "s/^serve /serve $k /"
-        echo "serve $k: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) after"
-        curl -s "http://127.0.0.1:$port/metrics" >"$OUT/serve_${k}_metrics.txt" 2>/dev/null
-        kill -TERM $pid
-        wait $pid
-        echo "serve $k: exit $? after SIGTERM"
-        stamp "serve $k"
     done
+}
+
+# serve_one DIR PKG BUDGET: one server (--batch-prefill-tokens BUDGET unless "default") under
+# the load test, its split of the rounds printed
+serve_one() {
+    local d=$1 k=$2 p=$3 tok="--tokenizer $WORK/e2b_tok_text.json" tag=$2 f=serve_$2 budget=()
+    [ -f "$d/$k/tokenizer.json" ] && tok=""
+    if [ "$p" != default ]; then
+        budget=(--batch-prefill-tokens "$p")
+        tag="$k prefill-$p" f="serve_${k}_p$p"
+    fi
+    # shellcheck disable=SC2086
+    build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
+        --queue 64 --n-ctx 4096 "${budget[@]}" $tok >"$OUT/$f.out" 2>"$OUT/$f.err" &
+    local pid=$! port="" n=0
+    while [ -z "$port" ] && [ $n -lt 600 ] && kill -0 $pid 2>/dev/null; do
+        sleep 0.5; n=$((n + 1))
+        port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/$f.out")
+    done
+    [ -n "$port" ] || { echo "serve $tag: did not start"; tail -5 "$OUT/$f.err"; kill $pid 2>/dev/null; return; }
+    head -1 "$OUT/$f.out"
+    echo "serve $tag: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) before the load"
+    # shellcheck disable=SC2086
+    python3 tools/gpu/serve_load.py --port "$port" --requests 300 --clients "${SERVE_CLIENTS:-16}" \
+        --max-tokens "${SERVE_MAX_TOKENS:-64}" ${SERVE_LOAD_ARGS:-} \
+        --json "$OUT/$f.json" | sed "s/^serve /serve $tag /"
+    echo "serve $tag: RSS $(awk '/VmRSS/{print $2, $3}' /proc/$pid/status) after"
+    curl -s "http://127.0.0.1:$port/metrics" >"$OUT/${f}_metrics.txt" 2>/dev/null
+    # the whole run's split (start-up included), as the server counts it
+    echo "serve $tag whole run: $(grep -E '^g4cu_batch_(seconds|rounds|prefill_(chunks|tokens))_total' \
+        "$OUT/${f}_metrics.txt" | tr '\n' ' ')"
+    kill -TERM $pid
+    wait $pid
+    echo "serve $tag: exit $? after SIGTERM"
+    stamp "serve $tag"
 }
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------

@@ -15,8 +15,14 @@ while the load runs, and the g4cu_batch_size histogram's change over the run):
   serve batch: mean B rows a decode step over K steps; running slots sampled p50 X max Y; steps
   by rows: <=1 a, <=2 b, ...
 
+then where the scheduler's rounds went over the run (the change of /metrics'
+g4cu_batch_seconds_total by phase; the rest of the wall time is the scheduler waiting for work):
+
+  serve rounds: K rounds, S steps in W s: prefill P s (C chunks, T tokens), decode D s (X ms a
+  step), accept A s, submit U s, sched Y s; idle Z s
+
 and writes --json with the same numbers (batch_size_mean, batch_steps, batch_running_samples,
-batch_size_buckets). Exit 1 when any well-formed request failed or any malformed one was not
+batch_size_buckets, rounds, round_seconds {phase: s}, prefill_chunks, prefill_tokens). Exit 1 when any well-formed request failed or any malformed one was not
 answered 4xx (a cut-off body expects no answer)."""
 import argparse
 import http.client
@@ -203,6 +209,13 @@ def main():
     rows = m1.get("g4cu_batch_size_sum", 0) - m0.get("g4cu_batch_size_sum", 0)
     b0, b1 = batch_buckets(m0), batch_buckets(m1)
     buckets = {le: b1[le] - b0.get(le, 0) for le in b1}
+    phases = ("prefill", "decode", "accept", "submit", "sched")
+
+    def delta(name):
+        return m1.get(name, 0) - m0.get(name, 0) if name in m1 else None
+
+    split = {p: delta(f'g4cu_batch_seconds_total{{phase="{p}"}}') for p in phases}
+    rounds = delta("g4cu_batch_rounds_total")
     res = {"requests": a.requests, "well_formed": st["good"], "malformed": st["bad"],
            "clients": a.clients, "max_tokens": a.max_tokens, "seconds": wall,
            "failed": len(st["failed"]), "mis_answered": len(st["mis"]),
@@ -212,7 +225,10 @@ def main():
            "batch_steps": steps, "batch_size_mean": rows / steps if steps else float("nan"),
            "batch_size_buckets": buckets,
            "batch_running_samples": [r for r, _ in samples],
-           "batch_decoding_samples": [d for _, d in samples]}
+           "batch_decoding_samples": [d for _, d in samples],
+           "rounds": rounds, "round_seconds": split,
+           "prefill_chunks": delta("g4cu_batch_prefill_chunks_total"),
+           "prefill_tokens": delta("g4cu_batch_prefill_tokens_total")}
     print(f"serve load: {a.requests} requests ({st['good']} well-formed, {st['bad']} malformed) from "
           f"{a.clients} clients in {wall:.1f} s: {res['failed']} failed, {res['mis_answered']} "
           f"mis-answered; {res['req_per_s']:.2f} req/s, {res['completion_tok_per_s']:.1f} completion "
@@ -226,6 +242,14 @@ def main():
     print(f"serve batch: mean {res['batch_size_mean']:.2f} rows a decode step over {int(steps)} steps; "
           f"running slots sampled p50 {pct(run, 0.5):.0f} max {max(run) if run else float('nan'):.0f} "
           f"({len(run)} samples); steps by rows: {', '.join(by_rows) if by_rows else 'none'}")
+    if rounds is not None and None not in split.values():  # (a server without the split: none)
+        busy = sum(split.values())
+        print(f"serve rounds: {int(rounds)} rounds, {int(steps)} steps in {wall:.2f} s: prefill "
+              f"{split['prefill']:.3f} s ({int(res['prefill_chunks'] or 0)} chunks, "
+              f"{int(res['prefill_tokens'] or 0)} tokens), decode {split['decode']:.3f} s "
+              f"({1e3 * split['decode'] / steps if steps else float('nan'):.2f} ms a step), accept "
+              f"{split['accept']:.3f} s, submit {split['submit']:.3f} s, sched {split['sched']:.3f} s; "
+              f"idle {wall - busy:.3f} s")
     for m in (st["failed"] + st["mis"])[:10]:
         print("  " + m)
     if a.json:
