@@ -663,6 +663,13 @@ extern "C" int g4_gemm_skinny_force(int split) {
     return G4_OK;
 }
 
+extern "C" int g4_gemm_skinny_plan(int M, int N, int K, int fused) {
+    // the launchers' grid: 128 features a CTA (fused: 64 of each weight), 32 or 64 rows
+    const long cols = (N + (fused ? 63 : 127)) / (fused ? 64 : 128);
+    const int bm = M <= 32 ? 32 : 64;
+    return g4k::skinny_split(cols * ((M + bm - 1) / bm), (K + 63) / 64);
+}
+
 extern "C" const char *g4_gemv_add_norm_supported(int M, int K) {
     if (M < 1 || M > 8 || K < 64 || K > 2048 || K % 64)
         return "M 1..8 tokens and K a multiple of 64 up to 2048 (one 8-column vector a thread "

@@ -113,6 +113,8 @@ int g4_gemm_wgmma_force(int bn, int split, int max_ctas);
 // (1, 2, 4, 8; a split past the k tiles leaves some CTAs an empty range); 0 restores the
 // automatic one. Not thread-safe; not for the engine.
 int g4_gemm_skinny_force(int split);
+// The K split G4_GEMM_SKINNY runs for the shape (forced or automatic; the bench prints it).
+int g4_gemm_skinny_plan(int M, int N, int K, int fused);
 // The automatic WGMMA configuration of a shape (tile width, K split; split 1 = persistent), for
 // the bench's row labels. q4: Q4 weights; fused: the gate/up kernel.
 void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split);
