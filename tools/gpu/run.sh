@@ -393,10 +393,10 @@ stage_dgemm() {
 # decode's linears at 8 < M <= 64 on the mma.sync GEMMs with K split over a cluster. First the
 # kernels' cases (test_cuda_gemm --op skinny; --op mma and --op auto: the prefill kernels and
 # AUTO's choices run the same code), the PDL rule on the SASS, test_backend_ops' linear cases on
-# CUDA (AUTO at T = 16..33); then the dgemm kernel rows (explicit algorithms: the skinny rows
-# beside mma / wgmma / cuBLAS at M = 16, 32, 64; G4_SKINNY only moves AUTO, so one run); then
-# on the full-size package the batch step at 16 and 32 rows with G4_SKINNY=0 (the prefill GEMMs,
-# as before) and 1, and the 32-row step's per-op split (G4_PROFILE=1) with the skinny path.
+# CUDA (AUTO at T = 16..33); then on the full-size package the batch step at 16 and 32 rows
+# with G4_SKINNY=0 (the prefill GEMMs, as before) and 1, and the 32-row step's per-op split
+# (G4_PROFILE=1) with the skinny path; last the dgemm kernel rows at M = 16, 32, 64 (explicit
+# algorithms: the skinny rows beside mma / wgmma / cuBLAS; G4_SKINNY only moves AUTO, so one run).
 stage_skinny() {
     local t
     for t in "test_cuda_gemm --op skinny" "test_cuda_gemm --op mma" "test_cuda_gemm --op auto"; do
@@ -409,23 +409,30 @@ stage_skinny() {
     timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op linear >"$OUT/skinny_backend_ops.log" 2>&1
     echo "test_backend_ops --backend cuda --op linear: exit $? $(tail -1 "$OUT/skinny_backend_ops.log")"
     grep -E "FAIL" "$OUT/skinny_backend_ops.log" | head -8
-    build-gpu/g4cu bench --kernels --filter dgemm --reps 30 --json "$OUT/skinny_dgemm.json" \
-        >"$OUT/skinny_dgemm.txt" 2>&1
-    echo "bench --kernels --filter dgemm: exit $?"
-    grep -E "dgemm" "$OUT/skinny_dgemm.txt" | grep -E "M=(16|32|64) " | cut -c1-150
-    local e="$WORK/e2b" v
-    [ -f "$e/READY" ] || { echo "skinny: no full-size package ($e/READY missing): end-to-end half skipped"; return 1; }
-    for v in 0 1; do
-        G4_SKINNY=$v build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 16,32 --reps 2 \
-            --json "$OUT/skinny_batch_$v.json" >"$OUT/skinny_batch_$v.txt" 2>&1
-        echo "G4_SKINNY=$v bench --batch-rows 16,32: exit $?"
-        grep -E "batch rows|rror" "$OUT/skinny_batch_$v.txt" | sed "s/^/G4_SKINNY=$v: /"
-    done
-    local p
-    for p in q4 f16; do
-        G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/skinny_profile_$p.txt" 2>&1
-        echo "G4_PROFILE=1 $p --batch-rows 32: exit $?"
-        grep -A18 "batch step of 32 rows" "$OUT/skinny_profile_$p.txt" | head -20
+    # the full-size half before the kernel rows (the longer part, SKINNY_DGEMM_M to narrow it)
+    local e="$WORK/e2b" v p m
+    if [ -f "$e/READY" ]; then
+        for v in 0 1; do
+            G4_SKINNY=$v build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 16,32 --reps 2 \
+                --json "$OUT/skinny_batch_$v.json" >"$OUT/skinny_batch_$v.txt" 2>&1
+            echo "G4_SKINNY=$v bench --batch-rows 16,32: exit $?"
+            grep -E "batch rows|rror" "$OUT/skinny_batch_$v.txt" | sed "s/^/G4_SKINNY=$v: /"
+        done
+        for p in q4 f16; do
+            G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/skinny_profile_$p.txt" 2>&1
+            echo "G4_PROFILE=1 $p --batch-rows 32: exit $?"
+            grep -A18 "batch step of 32 rows" "$OUT/skinny_profile_$p.txt" | head -20
+        done
+    else
+        echo "skinny: no full-size package ($e/READY missing): end-to-end half skipped"
+    fi
+    # the dgemm rows at M > 8 (filter "M=16 N" etc. selects exactly them): skinny, mma, wgmma,
+    # cuBLAS side by side
+    for m in ${SKINNY_DGEMM_M:-16 32 64}; do
+        timeout 280 build-gpu/g4cu bench --kernels --filter "M=$m N" --reps 20 \
+            --json "$OUT/skinny_dgemm_M$m.json" >"$OUT/skinny_dgemm_M$m.txt" 2>&1
+        echo "bench --kernels --filter 'M=$m N': exit $?"
+        grep -E "^dgemm" "$OUT/skinny_dgemm_M$m.txt" | cut -c1-150
     done
 }
 
