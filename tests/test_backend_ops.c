@@ -1919,7 +1919,7 @@ static void run_cases(void) {
     case_linear(G4_W_Q4, 1, 1536, 5120, 0, 0, 0, 0, 19); // E2B q|k|v, full layer (unfused adds)
     case_linear(G4_W_F16, 1, 1536, 2560, 0, 0, 0, 0, 19); // E2B q|k|v, sliding layer
     // batched decode rows (8 < T <= 64): AUTO's skinny split-K GEMM
-    case_linear(G4_W_Q4, 32, 2048, 1536, 0, 1, 1, 0, 24); // E2B o_proj into the residual
+    case_linear(G4_W_Q4, 32, 2048, 256, 0, 1, 1, 0, 24); // o_proj-like K, into the residual
     case_linear(G4_W_F16, 16, 1536, 256, 1, 0, 0, 0, 25); // E2B k/v_proj
     case_linear_gelu_mul(G4_W_F16, 1, 64, 64, 20);
     case_linear_gelu_mul(G4_W_F16, 17, 136, 88, 21);
