@@ -31,7 +31,7 @@ void g4_cuda_profile_report(FILE *f, double steps);
 int g4_cuda_pdl_enabled(void);
 void g4_cuda_pdl_set(int on);
 // 1 when the environment variable `name` is set to `value`, read once into *cache (which starts
-// at -1): the kernels' A/B switches (G4_GEMM_PREFILL=mma, G4_ATTN_PREFILL=hmma).
+// at -1): the kernels' A/B switches (G4_GEMM_PREFILL=mma, G4_ATTN_PREFILL=hmma, G4_SKINNY=0).
 int g4_cuda_env_is(int *cache, const char *name, const char *value);
 
 // The CUDA backend's load checks (its check_text / check_vision / check_audio): G4_OK, or a

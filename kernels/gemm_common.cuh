@@ -4,9 +4,11 @@
 // (cp.async, mma.sync, GELU, the SM count and set_smem come from kernels/common.cuh).
 // Internal header.
 // defines: g4k::ldsm_x4(_t), ldg_stream(_u32, _u8), store_one, store_pair, check_common,
-//          prefill_mma_forced, wgmma_launch, q4_wgmma_launch.
+//          prefill_mma_forced, skinny_on, skinny_split, splitk_emit, wgmma_launch,
+//          q4_wgmma_launch.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -111,6 +113,52 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 // G4_GEMM_PREFILL=mma in the environment: AUTO runs the mma.sync GEMMs for M > 8 (a fallback
 // switch for A/B runs; read once).
 bool prefill_mma_forced();
+
+// The skinny path (issue 31's batched decode, 8 < M <= 64 rows): the mma.sync GEMMs with K split
+// over a thread-block cluster so the whole GPU streams each weight byte once. AUTO takes it for
+// 8 < M <= 64 unless G4_SKINNY=0 is in the environment (A/B runs; read once).
+bool skinny_on();
+
+// The skinny path's K split S (1, 2, 4, 8: the cluster size, grid.z) for `ctas` CTAs without a
+// split and KT k tiles: g4_gemm_skinny_force's when set (tests, benches), else doubled while the
+// grid stays within 2 CTAs per SM and every CTA keeps >= 3 k tiles.
+int skinny_split(long ctas, int KT);
+
+// The epilogue of a GEMM whose K may be split over a cluster of gridDim.z CTAs (launched with
+// cluster (1, 1, gridDim.z)): each thread's NV accumulators, flattened as units of E values
+// that one emit(u, v) call stores. gridDim.z == 1: emit straight from the registers. Else each
+// CTA writes its partial to its own shared memory buf ([NV][blockDim.x] floats, no longer used
+// by the main loop: cp.async drained), and after a cluster barrier rank r reduces units
+// r, r + S, ... by summing ranks 0 .. S - 1 in that order (deterministic), then emits them; a
+// second barrier keeps every CTA's buf alive until all ranks have read it.
+template <int NV, int E, typename Emit>
+__device__ __forceinline__ void splitk_emit(const float (&part)[NV], float *buf, Emit emit) {
+    static_assert(NV % E == 0, "units of E values");
+    if (gridDim.z == 1) {
+#pragma unroll
+        for (int u = 0; u < NV / E; u++) emit(u, part + u * E);
+        return;
+    }
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int S = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    const int T = (int)blockDim.x, tid = (int)threadIdx.x;
+    __syncthreads(); // every warp is done with the pipeline's shared memory
+#pragma unroll
+    for (int j = 0; j < NV; j++) buf[j * T + tid] = part[j];
+    cluster.sync(); // every CTA's partial is written and visible to the cluster
+    for (int u = rank; u < NV / E; u += S) {
+        float v[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = 0.0f;
+        for (int r = 0; r < S; r++) {
+            const float *p = cluster.map_shared_rank(buf, r);
+#pragma unroll
+            for (int e = 0; e < E; e++) v[e] += p[(u * E + e) * T + tid];
+        }
+        emit(u, v);
+    }
+    cluster.sync();
+}
 
 // AUTO's prefill kernel for M > 8: the tuned table (gemm_tuned.inc, the fastest kernel and
 // configuration bench's prefill sweep measured for the shape, at the entry whose M is nearest in

@@ -26,6 +26,22 @@ bool prefill_mma_forced() {
     return g4_cuda_env_is(&cache, "G4_GEMM_PREFILL", "mma") != 0;
 }
 
+bool skinny_on() {
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_SKINNY", "0") == 0;
+}
+
+namespace {
+int g_skinny_split = 0; // g4_gemm_skinny_force's (0: automatic)
+} // namespace
+
+int skinny_split(long ctas, int KT) {
+    if (g_skinny_split) return g_skinny_split;
+    int S = 1;
+    while (S < 8 && ctas * S * 2 <= 2L * num_sms() && KT / (S * 2) >= 3) S *= 2;
+    return S;
+}
+
 namespace {
 struct tuned_entry {
     int q4, fused, N, K, M;
@@ -123,11 +139,18 @@ namespace {
 // Wu[:, n0 .. n0 + 63] with n0 = 64 * blockIdx.x. Warp column wn owns the n8 tiles
 // col(j) = (j / 4) * 64 + wn * 32 + (j % 4) * 8, j = 0..7, so in the fused kernel tile j (gate)
 // and tile j + 4 (up) are the same output columns in the same thread.
+//
+// The skinny path (issue 31's batched decode, 8 < M <= 64): the grid above has N / 128 CTAs
+// (12..16 at the decoder's N = 1536..2048 on 132 SMs), too few to stream the weights at
+// bandwidth, so K splits over a cluster of S CTAs (grid.z, skinny_split) reduced in rank order
+// through distributed shared memory (splitk_emit), BM = 32 for M <= 32, launched with PDL
+// (pdl.cuh: the wait is the first statement, no prologue; a no-op for the plain prefill launch).
 // =============================================================================================
 constexpr int MMA_BK = 64, MMA_BN = 128;
 
-// Both tile shapes use 96 KB of shared memory, so two blocks share an SM (BM = 128: 3 stages of
-// 32 KB; BM = 64: 4 stages of 24 KB).
+// Both prefill tile shapes use 96 KB of shared memory, so two blocks share an SM (BM = 128: 3
+// stages of 32 KB; BM = 64: 4 stages of 24 KB). BM = 32 (the skinny path's, M <= 32: 2 warps as
+// 1 x 2) 4 stages of 20 KB.
 template <int BM> struct mma_tile {
     static constexpr int STAGES = BM == 128 ? 3 : 4;
     static constexpr int WARPS_M = BM / 32;
@@ -135,6 +158,8 @@ template <int BM> struct mma_tile {
     static constexpr int A_HALVES = BM * MMA_BK;     // [BM][64]
     static constexpr int B_HALVES = MMA_BK * MMA_BN; // [64][128]
     static constexpr int SMEM = STAGES * (A_HALVES + B_HALVES) * 2;
+    static constexpr int NV = 2 * 8 * 4; // accumulators a thread
+    static_assert(NV * THREADS * 4 <= SMEM, "split-K partials fit in the pipeline's memory");
 };
 
 // Swizzled offsets (in halves) of 16-byte chunk c of row r. A rows are 8 chunks (128 bytes), B
@@ -154,6 +179,8 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
                         int N, int K, int epi) {
     using T = mma_tile<BM>;
     extern __shared__ __align__(128) uint8_t smem[];
+    g4_pdl_wait();
+    g4_pdl_trigger();
     __half *sA = (__half *)smem;               // [STAGES][BM][64], swizzled
     __half *sB = sA + T::STAGES * T::A_HALVES; // [STAGES][64][128], swizzled
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -161,6 +188,9 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.x * (FUSED ? 64 : 128);
     const int KT = (K + MMA_BK - 1) / MMA_BK;
+    // This CTA's k tiles: [kb, kb + nk) of split blockIdx.z of gridDim.z (the cluster rank).
+    const int S = (int)gridDim.z, z = (int)blockIdx.z;
+    const int kb = (int)((long long)KT * z / S), nk = (int)((long long)KT * (z + 1) / S) - kb;
 
     // Rows past M, inputs past K and columns past N are zero-filled (K, N multiples of 8, so a
     // 16-byte chunk is either all in or all out).
@@ -196,17 +226,17 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
 
 #pragma unroll
     for (int s = 0; s < T::STAGES - 1; s++) {
-        if (s < KT) load_stage(s, s);
+        if (s < nk) load_stage(s, kb + s);
         cp_async_commit();
     }
-    for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<T::STAGES - 2>(); // tile kt has landed (this thread's copies)
-        __syncthreads();                // ... and everyone's; stage kt-1 is free again
-        const int pf = kt + T::STAGES - 1;
-        if (pf < KT) load_stage(pf % T::STAGES, pf);
+    for (int it = 0; it < nk; it++) {
+        cp_async_wait<T::STAGES - 2>(); // tile it has landed (this thread's copies)
+        __syncthreads();                // ... and everyone's; stage it-1 is free again
+        const int pf = it + T::STAGES - 1;
+        if (pf < nk) load_stage(pf % T::STAGES, kb + pf);
         cp_async_commit();
-        const __half *a = sA + (kt % T::STAGES) * T::A_HALVES;
-        const __half *b = sB + (kt % T::STAGES) * T::B_HALVES;
+        const __half *a = sA + (it % T::STAGES) * T::A_HALVES;
+        const __half *b = sB + (it % T::STAGES) * T::B_HALVES;
 #pragma unroll
         for (int kk = 0; kk < MMA_BK / 16; kk++) {
             uint32_t af[2][4], bf[8][2];
@@ -234,63 +264,83 @@ __global__ void __launch_bounds__(mma_tile<BM>::THREADS)
     }
     cp_async_wait<0>();
 
+    // Unit u of E values: plain, acc[mi][j][2h + e] (u = (2 mi + h) * 8 + j: a column pair of one
+    // row); fused, the gate then the up pair, acc[mi][j + 4 q][2h + e] (u = (2 mi + h) * 4 + j).
+    constexpr int E = FUSED ? 4 : 2, JN = FUSED ? 4 : 8;
+    float part[T::NV];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < JN; j++)
+#pragma unroll
+                for (int q = 0; q < E / 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        part[((mi * 2 + h) * JN + j) * E + q * 2 + e] =
+                            acc[mi][j + 4 * q][2 * h + e];
     const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = m0 + wm * 32 + mi * 16 + g + 8 * h;
-            if (row >= M) continue;
-            if (!FUSED) {
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const int col = n0 + (j >> 2) * 64 + wn * 32 + (j & 3) * 8 + 2 * t;
-                    if (col < N)
-                        store_pair(y, epi, bias, (size_t)row * N + col, col, acc[mi][j][2 * h],
-                                   acc[mi][j][2 * h + 1]);
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const int col = n0 + wn * 32 + j * 8 + 2 * t;
-                    if (col < N)
-                        store_pair(y, G4_GEMM_Y_F16, nullptr, (size_t)row * N + col, col,
-                                   gelu_tanh(acc[mi][j][2 * h]) * acc[mi][j + 4][2 * h],
-                                   gelu_tanh(acc[mi][j][2 * h + 1]) * acc[mi][j + 4][2 * h + 1]);
-                }
-            }
+    splitk_emit<T::NV, E>(part, (float *)smem, [&](int u, const float *v) {
+        const int j = u % JN, h = (u / JN) & 1, mi = u / (2 * JN);
+        const int row = m0 + wm * 32 + mi * 16 + g + 8 * h;
+        if (row >= M) return;
+        if constexpr (!FUSED) {
+            const int col = n0 + (j >> 2) * 64 + wn * 32 + (j & 3) * 8 + 2 * t;
+            if (col < N) store_pair(y, epi, bias, (size_t)row * N + col, col, v[0], v[1]);
+        } else {
+            const int col = n0 + wn * 32 + j * 8 + 2 * t;
+            if (col < N)
+                store_pair(y, G4_GEMM_Y_F16, nullptr, (size_t)row * N + col, col,
+                           gelu_tanh(v[0]) * v[2], gelu_tanh(v[1]) * v[3]);
         }
-    }
+    });
 }
 
+// Prefill (skinny false): the whole K per CTA, a plain launch, as measured before. Skinny: K
+// split over a cluster of skinny_split CTAs, PDL.
 template <int BM, bool FUSED>
 void launch_mma_t(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                  int M, int N, int K, int epi, cudaStream_t stream) {
+                  int M, int N, int K, int epi, bool skinny, cudaStream_t stream) {
     using T = mma_tile<BM>;
     static bool smem_set = false;
     set_smem(gemm_f16_mma_kernel<BM, FUSED>, T::SMEM, &smem_set);
     const dim3 grid((N + (FUSED ? 63 : 127)) / (FUSED ? 64 : 128), (M + BM - 1) / BM);
-    gemm_f16_mma_kernel<BM, FUSED>
-        <<<grid, T::THREADS, T::SMEM, stream>>>(y, x, w, wu, bias, M, N, K, epi);
-    G4_CUDA_LAUNCH_CHECK();
+    if (!skinny) {
+        gemm_f16_mma_kernel<BM, FUSED>
+            <<<grid, T::THREADS, T::SMEM, stream>>>(y, x, w, wu, bias, M, N, K, epi);
+        G4_CUDA_LAUNCH_CHECK();
+        return;
+    }
+    const int S = skinny_split((long)grid.x * grid.y, (K + MMA_BK - 1) / MMA_BK);
+    g4_pdl_launch_cluster(gemm_f16_mma_kernel<BM, FUSED>, dim3(grid.x, grid.y, S),
+                          dim3(T::THREADS, 1, 1), (size_t)T::SMEM, stream, dim3(1, 1, S), y, x, w,
+                          wu, bias, M, N, K, epi);
 }
 
-// 128-row tiles when they still give at least one block per SM, else 64-row tiles (twice the
-// blocks: small prompts and narrow N would otherwise leave most SMs idle).
+// Prefill: 128-row tiles when they still give at least one block per SM, else 64-row tiles
+// (twice the blocks: small prompts and narrow N would otherwise leave most SMs idle). Skinny:
+// 32-row tiles for M <= 32, else 64.
 void launch_mma(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                int M, int N, int K, int epi, bool fused, cudaStream_t stream) {
+                int M, int N, int K, int epi, bool fused, bool skinny, cudaStream_t stream) {
     const long cols = (N + (fused ? 63 : 127)) / (fused ? 64 : 128);
-    const bool big = (long)((M + 127) / 128) * cols >= num_sms();
+    const int bm = skinny                                        ? (M <= 32 ? 32 : 64)
+                   : (long)((M + 127) / 128) * cols >= num_sms() ? 128
+                                                                 : 64;
     if (fused) {
-        if (big)
-            launch_mma_t<128, true>(y, x, w, wu, bias, M, N, K, epi, stream);
+        if (bm == 128)
+            launch_mma_t<128, true>(y, x, w, wu, bias, M, N, K, epi, false, stream);
+        else if (bm == 64)
+            launch_mma_t<64, true>(y, x, w, wu, bias, M, N, K, epi, skinny, stream);
         else
-            launch_mma_t<64, true>(y, x, w, wu, bias, M, N, K, epi, stream);
+            launch_mma_t<32, true>(y, x, w, wu, bias, M, N, K, epi, true, stream);
     } else {
-        if (big)
-            launch_mma_t<128, false>(y, x, w, wu, bias, M, N, K, epi, stream);
+        if (bm == 128)
+            launch_mma_t<128, false>(y, x, w, wu, bias, M, N, K, epi, false, stream);
+        else if (bm == 64)
+            launch_mma_t<64, false>(y, x, w, wu, bias, M, N, K, epi, skinny, stream);
         else
-            launch_mma_t<64, false>(y, x, w, wu, bias, M, N, K, epi, stream);
+            launch_mma_t<32, false>(y, x, w, wu, bias, M, N, K, epi, true, stream);
     }
 }
 
@@ -538,10 +588,12 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
     // Prefill: the wgmma GEMM (gemm_f16_wgmma.cu) or mma.sync, as plan_prefill measured them.
+    // Batched decode (8 < M <= 64): the skinny split-K mma.sync path unless G4_SKINNY=0.
     if (algo == G4_GEMM_AUTO)
-        algo = M <= 8                 ? G4_GEMM_GEMV
-               : prefill_mma_forced() ? G4_GEMM_MMA
-                                      : plan_prefill(M, N, K, fused, false).algo;
+        algo = M <= 8                   ? G4_GEMM_GEMV
+               : M <= 64 && skinny_on() ? G4_GEMM_SKINNY
+               : prefill_mma_forced()   ? G4_GEMM_MMA
+                                        : plan_prefill(M, N, K, fused, false).algo;
     const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
     const __half *hb = (const __half *)bias;
     switch (algo) {
@@ -553,12 +605,13 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
             launch_gemv<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         return G4_OK;
     case G4_GEMM_MMA:
-        launch_mma(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
+    case G4_GEMM_SKINNY:
+        launch_mma(y, hx, hw, hu, hb, M, N, K, epi, fused, algo == G4_GEMM_SKINNY, stream);
         return G4_OK;
     case G4_GEMM_WGMMA:
         return wgmma_launch(y, hx, hw, hu, hb, M, N, K, epi, fused, stream);
     default:
-        return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..3 (g4_gemm_algo)", who, algo);
+        return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..4 (g4_gemm_algo)", who, algo);
     }
 }
 
@@ -589,6 +642,8 @@ extern "C" const char *g4_gemm_algo_name(g4_gemm_algo a) {
         return "mma";
     case G4_GEMM_WGMMA:
         return "wgmma";
+    case G4_GEMM_SKINNY:
+        return "skinny";
     }
     return "?";
 }
@@ -598,6 +653,21 @@ extern "C" int g4_gemm_f16(void *y, const void *x, const void *w, const void *bi
     int rc = g4k::check_common("gemm_f16", y, x, bias, M, N, K, epi);
     if (rc) return rc;
     return g4k::dispatch("gemm_f16", y, x, w, nullptr, bias, M, N, K, epi, algo, stream);
+}
+
+extern "C" int g4_gemm_skinny_force(int split) {
+    if (split != 0 && split != 1 && split != 2 && split != 4 && split != 8)
+        return g4_fail(G4_EUSER, "skinny force: split %d, expected 0 (automatic), 1, 2, 4 or 8",
+                       split);
+    g4k::g_skinny_split = split;
+    return G4_OK;
+}
+
+extern "C" int g4_gemm_skinny_plan(int M, int N, int K, int fused) {
+    // the launchers' grid: 128 features a CTA (fused: 64 of each weight), 32 or 64 rows
+    const long cols = (N + (fused ? 63 : 127)) / (fused ? 64 : 128);
+    const int bm = M <= 32 ? 32 : 64;
+    return g4k::skinny_split(cols * ((M + bm - 1) / bm), (K + 63) / 64);
 }
 
 extern "C" const char *g4_gemv_add_norm_supported(int M, int K) {

@@ -55,9 +55,10 @@ typedef enum {
 
 typedef enum {
     G4_GEMM_AUTO = 0,
-    G4_GEMM_GEMV = 1,  // M <= 8 only
-    G4_GEMM_MMA = 2,   // mma.sync tensor cores
-    G4_GEMM_WGMMA = 3, // Hopper wgmma + TMA (fp16 and Q4 weights)
+    G4_GEMM_GEMV = 1,   // M <= 8 only
+    G4_GEMM_MMA = 2,    // mma.sync tensor cores
+    G4_GEMM_WGMMA = 3,  // Hopper wgmma + TMA (fp16 and Q4 weights)
+    G4_GEMM_SKINNY = 4, // mma.sync with K split over a cluster: AUTO's for 8 < M <= 64 (decode)
 } g4_gemm_algo;
 
 const char *g4_gemm_epi_name(g4_gemm_epi e);
@@ -108,6 +109,12 @@ int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *w, const vo
 // count (so one CTA walks many tiles); 0 leaves a choice automatic, (0, 0, 0) restores all.
 // Launches that cannot run a forced value return G4_EUSER. Not thread-safe; not for the engine.
 int g4_gemm_wgmma_force(int bn, int split, int max_ctas);
+// Tests and benches only: force the skinny path's (G4_GEMM_SKINNY) K split over a cluster
+// (1, 2, 4, 8; a split past the k tiles leaves some CTAs an empty range); 0 restores the
+// automatic one. Not thread-safe; not for the engine.
+int g4_gemm_skinny_force(int split);
+// The K split G4_GEMM_SKINNY runs for the shape (forced or automatic; the bench prints it).
+int g4_gemm_skinny_plan(int M, int N, int K, int fused);
 // The automatic WGMMA configuration of a shape (tile width, K split; split 1 = persistent), for
 // the bench's row labels. q4: Q4 weights; fused: the gate/up kernel.
 void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split);

@@ -745,38 +745,60 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
 }
 
 // =============================================================================================
-// GEMM (prefill). Block = 4 warps, 64 tokens x 8 feature tiles (plain: 128 features; fused: the
-// same 4 feature tiles = 64 features of the gate and of the up weight). Each stage of the
-// 4-stage cp.async pipeline holds, for one 64-input k tile:
-//   x    [64 tokens][64 inputs] fp16, 128-byte rows, 16-byte chunk c at c ^ (row % 8)  8192 B
+// GEMM (prefill, and the skinny path of 8 < M <= 64 rows). Block = 4 warps, BM tokens x 8
+// feature tiles (plain: 128 features; fused: the same 4 feature tiles = 64 features of the gate
+// and of the up weight). Each stage of the cp.async pipeline holds, for one 64-input k tile:
+//   x    [BM tokens][64 inputs] fp16, 128-byte rows, 16-byte chunk c at c ^ (row % 8)  BM * 128 B
 //   q    8 slots x 512 bytes (the tiles as packed)                                        4096 B
 //   s    8 slots x 64 bytes,  z  8 slots x 16 bytes                                        640 B
 // Warp w owns slots (2w, 2w + 1) (plain) or (w, w + 4) (fused: gate, up); per k tile it
-// dequantizes its two slots into A fragments (32 registers) and runs them against the 8 token
-// groups of 8 (two 16-byte shared loads each, conflict-free thanks to the swizzle).
+// dequantizes its two slots into A fragments (32 registers) and runs them against the BM / 8
+// token groups of 8 (two 16-byte shared loads each, conflict-free thanks to the swizzle).
+//
+// Prefill: BM = 64, grid (feature groups, M / 64), the whole K per CTA, launched plainly.
+// Skinny (issue 31's batched decode): the grid above has only N / 128 CTAs (12..16 at the
+// decoder's N = 1536..2048 on 132 SMs), too few to stream the weights at bandwidth, so K splits
+// over a cluster of S CTAs (grid.z, skinny_split: ~2 CTAs per SM, >= 3 k tiles each) whose
+// partials are reduced in rank order through distributed shared memory (splitk_emit), and BM =
+// 32 for M <= 32 (half the x traffic and MMAs). Launched with PDL (pdl.cuh): the wait is the
+// first statement, no prologue.
 // =============================================================================================
-constexpr int Q4M_BM = 64, Q4M_STAGES = 4, Q4M_THREADS = 128;
-constexpr int Q4M_XB = 8192, Q4M_QB = 4096, Q4M_SB = 512, Q4M_ZB = 128;
-constexpr int Q4M_STAGE = Q4M_XB + Q4M_QB + Q4M_SB + Q4M_ZB;
-constexpr int Q4M_SMEM = Q4M_STAGES * Q4M_STAGE;
+constexpr int Q4M_THREADS = 128;
+constexpr int Q4M_QB = 4096, Q4M_SB = 512, Q4M_ZB = 128;
 
-template <bool FUSED>
+template <int BM> struct q4m_tile {
+    static constexpr int STAGES = BM == 32 ? 6 : 4; // ~52 KB either way; more k tiles in flight
+    static constexpr int XB = BM * 128;
+    static constexpr int STAGE = XB + Q4M_QB + Q4M_SB + Q4M_ZB; // a multiple of 128
+    static constexpr int SMEM = STAGES * STAGE;
+    static constexpr int NV = 2 * (BM / 8) * 4; // accumulators a thread
+    static_assert(NV * Q4M_THREADS * 4 <= SMEM, "split-K partials fit in the pipeline's memory");
+};
+
+template <bool FUSED, int BM>
 __global__ void __launch_bounds__(Q4M_THREADS)
     gemm_q4_mma_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                        const __half *__restrict__ bias, int M, int N, int K, int epi) {
+    using T = q4m_tile<BM>;
+    constexpr int XB = T::XB, TT = BM / 8;
     extern __shared__ __align__(128) uint8_t smem[];
+    g4_pdl_wait(); // (no-op for the plain prefill launch)
+    g4_pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int m0 = blockIdx.y * Q4M_BM;
+    const int m0 = blockIdx.y * BM;
     const int NT = N / 16, KT = K / 64;
+    // This CTA's k tiles: [kb, kb + nk) of split blockIdx.z of gridDim.z (the cluster rank).
+    const int S = (int)gridDim.z, z = (int)blockIdx.z;
+    const int kb = (int)((long long)KT * z / S), nk = (int)((long long)KT * (z + 1) / S) - kb;
     // Slot i of a stage: feature tile slot_nt(i) of weight (FUSED && i >= 4 ? up : gate/plain).
     auto slot_nt = [&](int i) {
         return FUSED ? (int)blockIdx.x * 4 + (i & 3) : (int)blockIdx.x * 8 + i;
     };
 
     auto load_stage = [&](int st, int kt) {
-        uint8_t *base = smem + st * Q4M_STAGE;
+        uint8_t *base = smem + st * T::STAGE;
 #pragma unroll
-        for (int i = 0; i < Q4M_BM * 8 / Q4M_THREADS; i++) { // x: 512 chunks
+        for (int i = 0; i < BM * 8 / Q4M_THREADS; i++) { // x: BM * 8 chunks
             const int c = tid + i * Q4M_THREADS, r = c >> 3, kc = c & 7;
             const int gm = m0 + r;
             const bool ok = gm < M;
@@ -790,7 +812,7 @@ __global__ void __launch_bounds__(Q4M_THREADS)
             const uint4 *wq = (FUSED && sl >= 4) ? w1.q : w0.q;
             const bool ok = nt < NT;
             const size_t ti = (size_t)nt * KT + kt;
-            cp_async16(smem_u32(base + Q4M_XB + sl * 512 + ch * 16),
+            cp_async16(smem_u32(base + XB + sl * 512 + ch * 16),
                        ok ? (const void *)(wq + ti * 32 + ch) : (const void *)wq, ok);
         }
         if (tid < 40) { // scales: 8 slots x 4 chunks; zero points: 8 slots x 1 chunk
@@ -801,44 +823,44 @@ __global__ void __launch_bounds__(Q4M_THREADS)
             if (tid < 32) {
                 const uint32_t *ws = up ? w1.s : w0.s;
                 const int ch = tid & 3;
-                cp_async16(smem_u32(base + Q4M_XB + Q4M_QB + sl * 64 + ch * 16),
+                cp_async16(smem_u32(base + XB + Q4M_QB + sl * 64 + ch * 16),
                            ok ? (const void *)(ws + ti * 16 + ch * 4) : (const void *)ws, ok);
             } else {
                 const uint8_t *wz = up ? w1.z : w0.z;
-                cp_async16(smem_u32(base + Q4M_XB + Q4M_QB + Q4M_SB + sl * 16),
+                cp_async16(smem_u32(base + XB + Q4M_QB + Q4M_SB + sl * 16),
                            ok ? (const void *)(wz + ti * 16) : (const void *)wz, ok);
             }
         }
     };
 
-    float acc[2][8][4];
+    float acc[2][TT][4];
 #pragma unroll
     for (int f = 0; f < 2; f++)
 #pragma unroll
-        for (int tt = 0; tt < 8; tt++)
+        for (int tt = 0; tt < TT; tt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[f][tt][i] = 0.0f;
 
 #pragma unroll
-    for (int s = 0; s < Q4M_STAGES - 1; s++) {
-        if (s < KT) load_stage(s, s);
+    for (int s = 0; s < T::STAGES - 1; s++) {
+        if (s < nk) load_stage(s, kb + s);
         cp_async_commit();
     }
     const int pair = 2 * g + (t >> 1);
-    for (int kt = 0; kt < KT; kt++) {
-        cp_async_wait<Q4M_STAGES - 2>();
+    for (int it = 0; it < nk; it++) {
+        cp_async_wait<T::STAGES - 2>();
         __syncthreads();
-        const int pf = kt + Q4M_STAGES - 1;
-        if (pf < KT) load_stage(pf % Q4M_STAGES, pf);
+        const int pf = it + T::STAGES - 1;
+        if (pf < nk) load_stage(pf % T::STAGES, kb + pf);
         cp_async_commit();
-        const uint8_t *base = smem + (kt % Q4M_STAGES) * Q4M_STAGE;
+        const uint8_t *base = smem + (it % T::STAGES) * T::STAGE;
         uint32_t a[2][4][4];
 #pragma unroll
         for (int f = 0; f < 2; f++) {
             const int sl = FUSED ? warp + 4 * f : 2 * warp + f;
-            const uint4 qv = *(const uint4 *)(base + Q4M_XB + sl * 512 + lane * 16);
-            const uint32_t sv = *(const uint32_t *)(base + Q4M_XB + Q4M_QB + sl * 64 + pair * 4);
-            const uint32_t zv = base[Q4M_XB + Q4M_QB + Q4M_SB + sl * 16 + pair];
+            const uint4 qv = *(const uint4 *)(base + XB + sl * 512 + lane * 16);
+            const uint32_t sv = *(const uint32_t *)(base + XB + Q4M_QB + sl * 64 + pair * 4);
+            const uint32_t zv = base[XB + Q4M_QB + Q4M_SB + sl * 16 + pair];
             const q4k kc = q4_consts(sv, zv);
             q4_dequant_word(qv.x, kc, a[f][0]);
             q4_dequant_word(qv.y, kc, a[f][1]);
@@ -846,7 +868,7 @@ __global__ void __launch_bounds__(Q4M_THREADS)
             q4_dequant_word(qv.w, kc, a[f][3]);
         }
 #pragma unroll
-        for (int tt = 0; tt < 8; tt++) {
+        for (int tt = 0; tt < TT; tt++) {
             const int r = tt * 8 + g;
             const uint4 u0 = *(const uint4 *)(base + r * 128 + (((2 * t) ^ (r & 7)) << 4));
             const uint4 u1 = *(const uint4 *)(base + r * 128 + (((2 * t + 1) ^ (r & 7)) << 4));
@@ -861,39 +883,62 @@ __global__ void __launch_bounds__(Q4M_THREADS)
     cp_async_wait<0>();
 
     // D fragment: acc[f][tt][i] is feature 16 slot_nt + g + 8 (i / 2), token m0 + 8 tt + 2 t + i
-    // % 2.
+    // % 2. Unit u = 4 tt + i carries (acc[0][tt][i], acc[1][tt][i]): gate and up (fused) or the
+    // warp's two slots (plain).
+    float part[T::NV];
 #pragma unroll
-    for (int tt = 0; tt < 8; tt++) {
+    for (int tt = 0; tt < TT; tt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int m = m0 + tt * 8 + 2 * t + (i & 1);
-            if (m >= M) continue;
-            if constexpr (FUSED) {
-                const int n = 16 * slot_nt(warp) + g + 8 * (i >> 1);
-                if (n < N)
-                    store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + n, n,
-                              gelu_tanh(acc[0][tt][i]) * acc[1][tt][i]);
-            } else {
+        for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int f = 0; f < 2; f++) {
-                    const int n = 16 * slot_nt(2 * warp + f) + g + 8 * (i >> 1);
-                    if (n < N) store_one(y, epi, bias, (size_t)m * N + n, n, acc[f][tt][i]);
-                }
+            for (int f = 0; f < 2; f++) part[(tt * 4 + i) * 2 + f] = acc[f][tt][i];
+    splitk_emit<T::NV, 2>(part, (float *)smem, [&](int u, const float *v) {
+        const int tt = u >> 2, i = u & 3;
+        const int m = m0 + tt * 8 + 2 * t + (i & 1);
+        if (m >= M) return;
+        if constexpr (FUSED) {
+            const int n = 16 * slot_nt(warp) + g + 8 * (i >> 1);
+            if (n < N)
+                store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + n, n, gelu_tanh(v[0]) * v[1]);
+        } else {
+#pragma unroll
+            for (int f = 0; f < 2; f++) {
+                const int n = 16 * slot_nt(2 * warp + f) + g + 8 * (i >> 1);
+                if (n < N) store_one(y, epi, bias, (size_t)m * N + n, n, v[f]);
             }
         }
+    });
+}
+
+// Prefill (skinny false): BM = 64, the whole K per CTA, a plain launch, as measured before.
+// Skinny: BM = 32 for M <= 32, else 64; K split over a cluster of skinny_split CTAs; PDL.
+template <bool FUSED, int BM>
+void launch_mma_t(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, bool skinny, cudaStream_t stream) {
+    using T = q4m_tile<BM>;
+    static bool smem_set = false;
+    set_smem(gemm_q4_mma_kernel<FUSED, BM>, T::SMEM, &smem_set);
+    const int NT = N / 16;
+    const dim3 grid(FUSED ? (NT + 3) / 4 : (NT + 7) / 8, (M + BM - 1) / BM);
+    if (!skinny) {
+        gemm_q4_mma_kernel<FUSED, BM>
+            <<<grid, Q4M_THREADS, T::SMEM, stream>>>(y, x, w0, w1, bias, M, N, K, epi);
+        G4_CUDA_LAUNCH_CHECK();
+        return;
     }
+    const int S = skinny_split((long)grid.x * grid.y, K / 64);
+    g4_pdl_launch_cluster(gemm_q4_mma_kernel<FUSED, BM>, dim3(grid.x, grid.y, S),
+                          dim3(Q4M_THREADS, 1, 1), (size_t)T::SMEM, stream, dim3(1, 1, S), y, x, w0,
+                          w1, bias, M, N, K, epi);
 }
 
 template <bool FUSED>
 void launch_mma(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                int epi, cudaStream_t stream) {
-    static bool smem_set = false;
-    set_smem(gemm_q4_mma_kernel<FUSED>, Q4M_SMEM, &smem_set);
-    const int NT = N / 16;
-    const dim3 grid(FUSED ? (NT + 3) / 4 : (NT + 7) / 8, (M + Q4M_BM - 1) / Q4M_BM);
-    gemm_q4_mma_kernel<FUSED>
-        <<<grid, Q4M_THREADS, Q4M_SMEM, stream>>>(y, x, w0, w1, bias, M, N, K, epi);
-    G4_CUDA_LAUNCH_CHECK();
+                int epi, bool skinny, cudaStream_t stream) {
+    if (skinny && M <= 32)
+        launch_mma_t<FUSED, 32>(y, x, w0, w1, bias, M, N, K, epi, true, stream);
+    else
+        launch_mma_t<FUSED, 64>(y, x, w0, w1, bias, M, N, K, epi, skinny, stream);
 }
 
 int check_weight(const char *who, const g4_q4_weight *w) {
@@ -961,10 +1006,12 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
              const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
     const int N = w->n, K = w->k;
     // Prefill: the wgmma GEMM (gemm_q4_wgmma.cu) or mma.sync, as plan_prefill measured them.
+    // Batched decode (8 < M <= 64): the skinny split-K mma.sync path unless G4_SKINNY=0.
     if (algo == G4_GEMM_AUTO)
-        algo = M <= 8                 ? G4_GEMM_GEMV
-               : prefill_mma_forced() ? G4_GEMM_MMA
-                                      : plan_prefill(M, N, K, wu != nullptr, true).algo;
+        algo = M <= 8                   ? G4_GEMM_GEMV
+               : M <= 64 && skinny_on() ? G4_GEMM_SKINNY
+               : prefill_mma_forced()   ? G4_GEMM_MMA
+                                        : plan_prefill(M, N, K, wu != nullptr, true).algo;
     const q4w w0 = view(w), w1 = wu ? view(wu) : w0;
     const __half *hx = (const __half *)x, *hb = (const __half *)bias;
     switch (algo) {
@@ -987,15 +1034,16 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
         }
         return G4_OK;
     case G4_GEMM_MMA:
+    case G4_GEMM_SKINNY:
         if (wu)
-            launch_mma<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            launch_mma<true>(y, hx, w0, w1, hb, M, N, K, epi, algo == G4_GEMM_SKINNY, stream);
         else
-            launch_mma<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
+            launch_mma<false>(y, hx, w0, w1, hb, M, N, K, epi, algo == G4_GEMM_SKINNY, stream);
         return G4_OK;
     case G4_GEMM_WGMMA:
         return q4_wgmma_launch(y, hx, w0, w1, hb, M, N, K, epi, wu != nullptr, stream);
     default:
-        return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..3 (g4_gemm_algo)", who, algo);
+        return g4_fail(G4_EUSER, "%s: algorithm %d, expected 0..4 (g4_gemm_algo)", who, algo);
     }
 }
 

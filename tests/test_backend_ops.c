@@ -1918,10 +1918,15 @@ static void run_cases(void) {
     case_linear(G4_W_Q4, 2, 1536, 6144, 0, 0, 0, 0, 18); // E2B gate_proj
     case_linear(G4_W_Q4, 1, 1536, 5120, 0, 0, 0, 0, 19); // E2B q|k|v, full layer (unfused adds)
     case_linear(G4_W_F16, 1, 1536, 2560, 0, 0, 0, 0, 19); // E2B q|k|v, sliding layer
+    // batched decode rows (8 < T <= 64): AUTO's skinny split-K GEMM
+    case_linear(G4_W_Q4, 32, 2048, 256, 0, 1, 1, 0, 24); // o_proj-like K, into the residual
+    case_linear(G4_W_F16, 16, 1536, 256, 1, 0, 0, 0, 25); // E2B k/v_proj
     case_linear_gelu_mul(G4_W_F16, 1, 64, 64, 20);
     case_linear_gelu_mul(G4_W_F16, 17, 136, 88, 21);
     case_linear_gelu_mul(G4_W_F16, 3, 1536, 6144, 22); // E2B MLP
     case_linear_gelu_mul(G4_W_Q4, 5, 1536, 6144, 23);
+    case_linear_gelu_mul(G4_W_Q4, 31, 256, 512, 26); // batched decode rows (skinny)
+    case_linear_gelu_mul(G4_W_F16, 64, 192, 264, 27);
 
     case_rmsnorm(1, 24, 8, 1, 0, 30);
     case_rmsnorm(17, 1536, 1536, 1, 0, 31);

@@ -89,6 +89,7 @@ static const char *op_name(op_kind o) {
 #define MMA   G4_GEMM_MMA
 #define WGMMA G4_GEMM_WGMMA
 #define AUTO  G4_GEMM_AUTO
+#define SKINNY G4_GEMM_SKINNY
 
 // The E2B linears as "N (out), K (in), name".
 #define S_QS  2048, 1536, "q_proj sliding"
@@ -140,6 +141,10 @@ static const char *op_name(op_kind o) {
 // V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
 #define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
     { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3 }
+// SK: a skinny-path case (G4_GEMM_SKINNY) with a forced K split over the cluster (1, 2, 4, 8;
+// 0 = automatic, g4_gemm_skinny_force).
+#define SK(op, M, N, K, epi, bias, exact, split, what)                                          \
+    { op, SKINNY, M, N, K, what, epi, bias, exact, 0, split, 0, 0 }
 // E3: an E2B shape with the third design: E3(op, M, S_xx, epi, bias).
 #define E3(op, M, ...)                                                                             \
     { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 3 }
@@ -279,6 +284,51 @@ static const gcase cases[] = {
     R(OP_Q4_GLU, MMA, 100, S_UP2), R(OP_Q4_GLU, AUTO, 2, S_UP),
     R(OP_Q4_GLU, WGMMA, 17, 48, 192, "odd"), R(OP_Q4_GLU, WGMMA, 256, S_UP),
     R(OP_Q4_GLU, WGMMA, 100, S_UP2), R(OP_Q4_GLU, WGMMA, 2048, S_UP), R(OP_Q4_GLU, AUTO, 300, S_UP),
+
+    // --- the skinny path (batched decode, 8 < M <= 64: mma.sync, K split over a cluster, the
+    // partials reduced through distributed shared memory): M = 9..64 across both token tiles
+    // (32 rows for M <= 32, else 64) and their edges, every epilogue, each split incl. splits
+    // past the k tiles (ranks with an empty K range), uneven ranges (K / 64 not a multiple of
+    // the split), K not a multiple of 256 (fp16: not of 64, the zero-filled tail), partial
+    // feature groups at the N edge; then the E2B shapes at the automatic split and AUTO ---
+    SK(OP_Q4, 9, 16, 64, F16, 0, 0, 0, "tiny"),
+    SK(OP_Q4, 15, 48, 192, F32, 1, 0, 0, "odd"),
+    SK(OP_Q4, 16, 32, 320, F16A, 1, 0, 2, "odd, split 2 (5 k tiles: 2 + 3)"),
+    SK(OP_Q4, 31, 48, 320, F32A, 1, 0, 4, "odd, split 4"),
+    SK(OP_Q4, 32, 16, 192, F16, 1, 0, 8, "odd, split 8 over 3 k tiles"),
+    SK(OP_Q4, 33, 48, 320, F32, 0, 0, 2, "odd, 64-row tile"),
+    SK(OP_Q4, 63, 144, 192, F16A, 1, 0, 4, "odd, 2 feature groups, the second partial"),
+    SK(OP_Q4, 64, 48, 256, F32, 0, 1, 8, "exact, split 8"),
+    SK(OP_Q4, 17, 272, 1024, F32, 0, 1, 0, "exact, automatic split"),
+    SK(OP_Q4, 40, 1008, 960, F16, 1, 1, 2, "exact, fp16 out, split 2"),
+    SK(OP_Q4, 24, 48, 320, F32A, 0, 1, 4, "exact, residual add, split 4"),
+    SK(OP_Q4_GLU, 9, 16, 64, F16, 0, 0, 0, "tiny"),
+    SK(OP_Q4_GLU, 31, 48, 320, F16, 0, 0, 4, "odd, split 4"),
+    SK(OP_Q4_GLU, 33, 80, 192, F16, 0, 0, 2, "odd, 2 feature groups, the second partial"),
+    SK(OP_Q4_GLU, 64, 1008, 960, F16, 0, 0, 8, "odd, split 8"),
+    SK(OP_F16, 9, 16, 64, F16, 0, 0, 0, "tiny"),
+    SK(OP_F16, 15, 40, 200, F32, 1, 0, 0, "odd"),
+    SK(OP_F16, 16, 24, 320, F16A, 1, 0, 2, "odd, split 2"),
+    SK(OP_F16, 31, 136, 264, F32A, 1, 0, 4, "odd, split 4 (5 k tiles, K tail)"),
+    SK(OP_F16, 32, 40, 72, F16, 1, 0, 8, "odd, split 8 over 2 k tiles"),
+    SK(OP_F16, 33, 264, 320, F32, 0, 0, 2, "odd, 64-row tile"),
+    SK(OP_F16, 63, 40, 1000, F16A, 0, 0, 4, "odd"),
+    SK(OP_F16, 64, 136, 256, F32, 0, 1, 8, "exact, split 8"),
+    SK(OP_F16, 17, 520, 1024, F32, 0, 1, 0, "exact, automatic split"),
+    SK(OP_F16, 40, 264, 256, F16, 1, 1, 2, "exact, fp16 out, split 2"),
+    SK(OP_F16_GLU, 9, 16, 64, F16, 0, 0, 0, "tiny"),
+    SK(OP_F16_GLU, 31, 40, 320, F16, 0, 0, 4, "odd, split 4"),
+    SK(OP_F16_GLU, 33, 200, 200, F16, 0, 0, 2, "odd, 64-row tile, K tail"),
+    SK(OP_F16_GLU, 64, 1000, 1000, F16, 0, 0, 8, "odd, split 8"),
+    R(OP_Q4, SKINNY, 16, S_QS), R(OP_Q4, SKINNY, 32, S_OS), R(OP_Q4, SKINNY, 32, S_KVS),
+    R(OP_Q4, SKINNY, 16, S_DN), R(OP_Q4, SKINNY, 64, S_DN2), R(OP_Q4, SKINNY, 32, S_PG),
+    E(OP_Q4, SKINNY, 32, S_PP, F32A, 1), R(OP_Q4, SKINNY, 48, S_UP2),
+    R(OP_Q4_GLU, SKINNY, 16, S_UP), R(OP_Q4_GLU, SKINNY, 32, S_UP2), R(OP_Q4_GLU, SKINNY, 64, S_UP),
+    R(OP_Q4, AUTO, 32, S_QS), R(OP_Q4_GLU, AUTO, 32, S_UP),
+    R(OP_F16, SKINNY, 16, S_QS), R(OP_F16, SKINNY, 32, S_OS), R(OP_F16, SKINNY, 32, S_KVS),
+    R(OP_F16, SKINNY, 16, S_DN), R(OP_F16, SKINNY, 64, S_DN2), R(OP_F16, SKINNY, 32, S_PG),
+    E(OP_F16, SKINNY, 32, S_PP, F32A, 1), R(OP_F16_GLU, SKINNY, 32, S_UP),
+    R(OP_F16_GLU, SKINNY, 16, S_UP2), R(OP_F16, AUTO, 32, S_QS), R(OP_F16_GLU, AUTO, 64, S_UP),
 
     // --- wgmma with forced configurations (g4_gemm_wgmma_force): every tile width, every K split
     // over a cluster, persistent grids of 1-3 CTAs that walk many tiles (the ring's phases wrap
@@ -715,8 +765,9 @@ static void run_case(const gcase *c) {
                 dw[i] = dev_upload(w[i], (size_t)K * N * 2);
             }
         }
-        rc = c->algo == GEMV ? g4_gemm_gemv_force(c->split, c->ctas)
-                             : g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
+        rc = c->algo == GEMV     ? g4_gemm_gemv_force(c->split, c->ctas)
+             : c->algo == SKINNY ? g4_gemm_skinny_force(c->split)
+                                 : g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
         if (rc == G4_OK && c->ver) rc = g4_gemm_gemv_version(c->ver);
         CHECK_MSG(rc == G4_OK, "force: %s", g4_error());
         for (int run = 0; run < 2 && rc == G4_OK; run++) {
@@ -744,6 +795,7 @@ static void run_case(const gcase *c) {
         }
         g4_gemm_wgmma_force(0, 0, 0);
         g4_gemm_gemv_force(0, 0);
+        g4_gemm_skinny_force(0);
         if (c->ver) g4_gemm_gemv_version(-1); // back to G4_GEMV's choice
         CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
         dev_free(dx);
@@ -929,6 +981,9 @@ static void run_reject(void) {
     REJECT(g4_gemm_gemv_force(3, 0), "gemv force split 3");
     REJECT(g4_gemm_gemv_force(128, 0), "gemv force split 128");
     REJECT(g4_gemm_gemv_force(0, -1), "gemv force -1 CTAs");
+    REJECT(g4_gemm_skinny_force(3), "skinny force split 3");
+    REJECT(g4_gemm_skinny_force(16), "skinny force split 16");
+    REJECT(g4_gemm_f16(Y, X, W, NULL, 4, 64, 64, F16, (g4_gemm_algo)5, 0), "algorithm 5");
 #undef REJECT
 }
 

@@ -232,14 +232,27 @@ std::vector<brow> table() {
         t.push_back({"gemv_f16", W_F16, false, G4_GEMM_GEMV, 8, s});
         t.push_back({"gemv_q4", W_Q4, false, G4_GEMM_GEMV, 8, s});
     }
-    // The batched decode's linears past the GEMV (issue 31: 9..32 rows go to the prefill GEMMs)
-    // and the GEMMs at M = 8 beside the GEMV rows above: op names "dgemm_*" (--filter dgemm)
-    for (int M : {8, 32})
+    // The batched decode's linears past the GEMV (issue 31: 9..64 rows) and the GEMMs at M = 8
+    // beside the GEMV rows above: op names "dgemm_*" (--filter dgemm). The skinny path (AUTO's
+    // for 8 < M <= 64 unless G4_SKINNY=0) beside the prefill GEMMs it replaces there; the fused
+    // gate/up ("dgemm_glu_*") as the decode step runs it.
+    for (int M : {8, 16, 32, 64})
         for (int s = 0; s < N_TEXT_SHAPES; s++) {
             t.push_back({"dgemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, M, s});
             t.push_back({"dgemm_f16_mma", W_F16, false, G4_GEMM_MMA, M, s});
+            if (M > 8) t.push_back({"dgemm_f16_skinny", W_F16, false, G4_GEMM_SKINNY, M, s});
             t.push_back({"dgemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, M, s});
             t.push_back({"dgemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+            if (M > 8) t.push_back({"dgemm_q4_skinny", W_Q4, false, G4_GEMM_SKINNY, M, s});
+        }
+    for (int M : {16, 32, 64})
+        for (int s : {6, 7}) {
+            t.push_back({"dgemm_glu_f16_wgmma", W_F16, true, G4_GEMM_WGMMA, M, s});
+            t.push_back({"dgemm_glu_f16_mma", W_F16, true, G4_GEMM_MMA, M, s});
+            t.push_back({"dgemm_glu_f16_skinny", W_F16, true, G4_GEMM_SKINNY, M, s});
+            t.push_back({"dgemm_glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, M, s});
+            t.push_back({"dgemm_glu_q4_mma", W_Q4, true, G4_GEMM_MMA, M, s});
+            t.push_back({"dgemm_glu_q4_skinny", W_Q4, true, G4_GEMM_SKINNY, M, s});
         }
     for (int s : {6, 7})
         for (int M : {1, 8}) {
@@ -318,6 +331,11 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
             const size_t l = strlen(row.shape);
             snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
                      split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
+        }
+        if (r.algo == G4_GEMM_SKINNY) { // the K split over the cluster
+            const size_t l = strlen(row.shape);
+            snprintf(row.shape + l, sizeof row.shape - l, " s%d",
+                     g4_gemm_skinny_plan(r.M, sh.N, sh.K, r.glu));
         }
         if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
 

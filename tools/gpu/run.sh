@@ -38,7 +38,12 @@
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make)
-#   dgemm    the wgmma / mma GEMMs at M = 8 and 32 on the decoder's shapes, beside cuBLAS
+#   dgemm    the wgmma / mma GEMMs at M = 8, 16, 32, 64 on the decoder's shapes (the skinny path
+#            at 16..64 beside them), beside cuBLAS
+#   skinny   issues 31 / 29, the skinny split-K GEMM for 8 < M <= 64 (after build; e2b_make for
+#            its second half): its test_cuda_gemm cases (and the mma / AUTO ones, same kernels),
+#            test_backend_ops linear cases on CUDA, the dgemm kernel rows, then on the full-size
+#            package bench --batch-rows 16,32 with G4_SKINNY=0 and 1 and the 32-row profile
 #   gemv     issue 29 (after build): the GEMV test cases (the third design's add-norm GEMVs
 #            too), then the decode GEMV kernel rows for the earlier kernel, the streaming one,
 #            the third design and the automatic choice (G4_GEMV=v1/v2/v3/auto), twice
@@ -386,6 +391,53 @@ stage_dgemm() {
     build-gpu/g4cu bench --kernels --filter dgemm --reps 30 --json "$OUT/dgemm.json" >"$OUT/dgemm.txt" 2>&1
     echo "bench --kernels --filter dgemm: exit $?"
     grep dgemm "$OUT/dgemm.txt" | cut -c1-150
+}
+
+# Issues 31 / 29, the skinny path (after build; e2b_make for the full-size half): the batched
+# decode's linears at 8 < M <= 64 on the mma.sync GEMMs with K split over a cluster. First the
+# kernels' cases (test_cuda_gemm --op skinny; --op mma and --op auto: the prefill kernels and
+# AUTO's choices run the same code), the PDL rule on the SASS, test_backend_ops' linear cases on
+# CUDA (AUTO at T = 16..33); then on the full-size package the batch step at 16 and 32 rows
+# with G4_SKINNY=0 (the prefill GEMMs, as before) and 1, and the 32-row step's per-op split
+# (G4_PROFILE=1) with the skinny path; last the dgemm kernel rows at M = 16, 32, 64 (explicit
+# algorithms: the skinny rows beside mma / wgmma / cuBLAS; G4_SKINNY only moves AUTO, so one run).
+stage_skinny() {
+    local t
+    for t in "test_cuda_gemm --op skinny" "test_cuda_gemm --op mma" "test_cuda_gemm --op auto"; do
+        local log="$OUT/skinny_${t// /_}.log"
+        timeout 480 build-gpu/tests/$t >"$log" 2>&1
+        echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
+        grep -E "FAIL|error|CUDA" "$log" | head -8
+    done
+    ctest --test-dir build-gpu -R 'test_pdl_sass|test_cuda_pdl' --output-on-failure 2>&1 | grep -E "tests passed|Failed|checked" | head -4
+    timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op linear >"$OUT/skinny_backend_ops.log" 2>&1
+    echo "test_backend_ops --backend cuda --op linear: exit $? $(tail -1 "$OUT/skinny_backend_ops.log")"
+    grep -E "FAIL" "$OUT/skinny_backend_ops.log" | head -8
+    # the full-size half before the kernel rows (the longer part, SKINNY_DGEMM_M to narrow it)
+    local e="$WORK/e2b" v p m
+    if [ -f "$e/READY" ]; then
+        for v in 0 1; do
+            G4_SKINNY=$v build-gpu/g4cu bench "$e/f16" "$e/q4" --batch-rows 16,32 --reps 2 \
+                --json "$OUT/skinny_batch_$v.json" >"$OUT/skinny_batch_$v.txt" 2>&1
+            echo "G4_SKINNY=$v bench --batch-rows 16,32: exit $?"
+            grep -E "batch rows|rror" "$OUT/skinny_batch_$v.txt" | sed "s/^/G4_SKINNY=$v: /"
+        done
+        for p in q4 f16; do
+            G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/skinny_profile_$p.txt" 2>&1
+            echo "G4_PROFILE=1 $p --batch-rows 32: exit $?"
+            grep -A18 "batch step of 32 rows" "$OUT/skinny_profile_$p.txt" | head -20
+        done
+    else
+        echo "skinny: no full-size package ($e/READY missing): end-to-end half skipped"
+    fi
+    # the dgemm rows at M > 8 (filter "M=16 N" etc. selects exactly them): skinny, mma, wgmma,
+    # cuBLAS side by side
+    for m in ${SKINNY_DGEMM_M:-16 32 64}; do
+        timeout 280 build-gpu/g4cu bench --kernels --filter "M=$m N" --reps 20 \
+            --json "$OUT/skinny_dgemm_M$m.json" >"$OUT/skinny_dgemm_M$m.txt" 2>&1
+        echo "bench --kernels --filter 'M=$m N': exit $?"
+        grep -E "^dgemm" "$OUT/skinny_dgemm_M$m.txt" | cut -c1-150
+    done
 }
 
 # Issue 29's end-to-end figures (after e2b_make, or e2b_wait): compare CUDA vs HF (f16, Q4),
