@@ -320,6 +320,13 @@ static const gcase cases[] = {
     SK(OP_F16_GLU, 31, 40, 320, F16, 0, 0, 4, "odd, split 4"),
     SK(OP_F16_GLU, 33, 200, 200, F16, 0, 0, 2, "odd, 64-row tile, K tail"),
     SK(OP_F16_GLU, 64, 1000, 1000, F16, 0, 0, 8, "odd, split 8"),
+    // below 9 rows (the bench's M = 8 rows beside the GEMV: the path forced there)
+    SK(OP_F16, 1, 40, 200, F32, 1, 0, 0, "one row"),
+    SK(OP_F16, 5, 136, 264, F16A, 1, 0, 2, "odd, split 2"),
+    SK(OP_F16, 8, 264, 320, F16, 0, 1, 4, "exact, split 4"),
+    SK(OP_Q4, 2, 48, 320, F32, 1, 0, 2, "odd, split 2"),
+    SK(OP_Q4, 8, 272, 1024, F16, 0, 1, 0, "exact, automatic split"),
+    SK(OP_F16_GLU, 8, 40, 320, F16, 0, 0, 4, "odd, split 4"),
     R(OP_Q4, SKINNY, 16, S_QS), R(OP_Q4, SKINNY, 32, S_OS), R(OP_Q4, SKINNY, 32, S_KVS),
     R(OP_Q4, SKINNY, 16, S_DN), R(OP_Q4, SKINNY, 64, S_DN2), R(OP_Q4, SKINNY, 32, S_PG),
     E(OP_Q4, SKINNY, 32, S_PP, F32A, 1), R(OP_Q4, SKINNY, 48, S_UP2),

@@ -240,10 +240,12 @@ std::vector<brow> table() {
         for (int s = 0; s < N_TEXT_SHAPES; s++) {
             t.push_back({"dgemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, M, s});
             t.push_back({"dgemm_f16_mma", W_F16, false, G4_GEMM_MMA, M, s});
-            if (M > 8) t.push_back({"dgemm_f16_skinny", W_F16, false, G4_GEMM_SKINNY, M, s});
+            t.push_back({"dgemm_f16_skinny", W_F16, false, G4_GEMM_SKINNY, M, s}); // (M = 8:
+            // beside gemv_f16 M = 8 above, which runs at 0.4-0.6x cuBLAS: whether the skinny
+            // path should take fp16 below 9 rows too)
             t.push_back({"dgemm_q4_wgmma", W_Q4, false, G4_GEMM_WGMMA, M, s});
             t.push_back({"dgemm_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
-            if (M > 8) t.push_back({"dgemm_q4_skinny", W_Q4, false, G4_GEMM_SKINNY, M, s});
+            t.push_back({"dgemm_q4_skinny", W_Q4, false, G4_GEMM_SKINNY, M, s});
         }
     for (int M : {16, 32, 64})
         for (int s : {6, 7}) {

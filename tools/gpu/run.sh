@@ -432,7 +432,7 @@ stage_skinny() {
     fi
     # the dgemm rows at M > 8 (filter "M=16 N" etc. selects exactly them): skinny, mma, wgmma,
     # cuBLAS side by side
-    for m in ${SKINNY_DGEMM_M:-16 32 64}; do
+    for m in ${SKINNY_DGEMM_M:-8 16 32 64}; do
         timeout 280 build-gpu/g4cu bench --kernels --filter "M=$m N" --reps 20 \
             --json "$OUT/skinny_dgemm_M$m.json" >"$OUT/skinny_dgemm_M$m.txt" 2>&1
         echo "bench --kernels --filter 'M=$m N': exit $?"
