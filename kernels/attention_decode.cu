@@ -388,14 +388,18 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
              : dec_launch<DecCfg<512>, false>(p, n_kv, stream);
 }
 
-extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
-                                    const uint64_t *v_tab, const int32_t *cap_tab,
-                                    const int32_t *pos, int T, int n_heads, int n_kv, int hd,
-                                    int window, float scale, void *workspace,
-                                    size_t workspace_bytes, cudaStream_t stream) {
-    const char *op = "g4_attn_decode_rows";
+static void dec_set_prep(DecParams &p, const g4_attn_prep *prep);
+
+// The row-batched launch, with the head preparation when prep is set.
+static void dec_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab, const uint64_t *v_tab,
+                     const int32_t *cap_tab, const int32_t *pos, int T, int n_heads, int n_kv,
+                     int hd, int window, float scale, const g4_attn_prep *prep, void *workspace,
+                     size_t workspace_bytes, cudaStream_t stream, const char *op) {
     G4K_REQUIRE(T >= 1 && T <= DEC_MAX_ROWS, op);
-    G4K_SUPPORTED(g4_attn_decode_supported(n_heads, n_kv, hd), op);
+    G4K_SUPPORTED(prep ? g4_attn_decode_prep_supported(n_heads, n_kv, hd)
+                       : g4_attn_decode_supported(n_heads, n_kv, hd),
+                  op);
+    G4K_REQUIRE(!prep || (prep->k == nullptr) == (prep->v == nullptr), op);
     G4K_REQUIRE(window >= 0 && k_tab && v_tab && cap_tab && pos, op);
     G4K_REQUIRE((((uintptr_t)q | (uintptr_t)out) & 15) == 0, op);
     G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
@@ -404,8 +408,18 @@ extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint
     p.q = q, p.pos = pos, p.out = out;
     p.k_tab = k_tab, p.v_tab = v_tab, p.cap_tab = cap_tab;
     p.rg_per_t = ((n_heads / n_kv) + 15) / 16;
+    if (prep) dec_set_prep(p, prep);
     dec_run(p, T, n_heads, n_kv, hd, 0, dec_rows_n_splits(T, n_heads, n_kv), window, scale,
             workspace, stream);
+}
+
+extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
+                                    const uint64_t *v_tab, const int32_t *cap_tab,
+                                    const int32_t *pos, int T, int n_heads, int n_kv, int hd,
+                                    int window, float scale, void *workspace,
+                                    size_t workspace_bytes, cudaStream_t stream) {
+    dec_rows(out, q, k_tab, v_tab, cap_tab, pos, T, n_heads, n_kv, hd, window, scale, nullptr,
+             workspace, workspace_bytes, stream, "g4_attn_decode_rows");
 }
 
 extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {
@@ -413,21 +427,34 @@ extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd,
     return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
 }
 
-extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc,
-                               const uint16_t *vc, const int32_t *pos, int T, int n_heads, int n_kv,
-                               int hd, int capacity, int window, float scale, void *workspace,
-                               size_t workspace_bytes, cudaStream_t stream) {
-    const char *op = "g4_attn_decode";
-    G4K_REQUIRE(T >= 1 && T <= DEC_MAX_T, op);
-    G4K_SUPPORTED(g4_attn_decode_supported(n_heads, n_kv, hd), op);
+// The one-cache launch (T tokens over one cache), with the head preparation when prep is set
+// (then T = 1).
+static void dec_one(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                    const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
+                    int window, float scale, const g4_attn_prep *prep, void *workspace,
+                    size_t workspace_bytes, cudaStream_t stream, const char *op) {
+    G4K_REQUIRE(T >= 1 && T <= (prep ? 1 : DEC_MAX_T), op);
+    G4K_SUPPORTED(prep ? g4_attn_decode_prep_supported(n_heads, n_kv, hd)
+                       : g4_attn_decode_supported(n_heads, n_kv, hd),
+                  op);
+    G4K_REQUIRE(!prep || (prep->k == nullptr) == (prep->v == nullptr), op);
     G4K_REQUIRE(capacity > 0 && window >= 0, op);
     G4K_REQUIRE((((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc | (uintptr_t)out) & 15) == 0, op);
     G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
     G4K_REQUIRE(workspace_bytes >= g4_attn_decode_workspace(T, n_heads, n_kv, hd, capacity), op);
     DecParams p = {};
     p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
+    if (prep) dec_set_prep(p, prep);
     dec_run(p, T, n_heads, n_kv, hd, capacity, dec_n_splits(T, n_heads, n_kv, hd, capacity), window,
             scale, workspace, stream);
+}
+
+extern "C" void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc,
+                               const uint16_t *vc, const int32_t *pos, int T, int n_heads, int n_kv,
+                               int hd, int capacity, int window, float scale, void *workspace,
+                               size_t workspace_bytes, cudaStream_t stream) {
+    dec_one(out, q, kc, vc, pos, T, n_heads, n_kv, hd, capacity, window, scale, nullptr, workspace,
+            workspace_bytes, stream, "g4_attn_decode");
 }
 
 // The head preparation of the rows (ops.h qkv_prep) into the decode attention's parameters.
@@ -450,18 +477,9 @@ extern "C" void g4_attn_decode_prep(uint16_t *out, const uint16_t *q, uint16_t *
                                     const int32_t *pos, int n_heads, int n_kv, int hd, int capacity,
                                     int window, float scale, const g4_attn_prep *prep,
                                     void *workspace, size_t workspace_bytes, cudaStream_t stream) {
-    const char *op = "g4_attn_decode_prep";
-    G4K_SUPPORTED(g4_attn_decode_prep_supported(n_heads, n_kv, hd), op);
-    G4K_REQUIRE(prep && (prep->k == nullptr) == (prep->v == nullptr), op);
-    G4K_REQUIRE(capacity > 0 && window >= 0, op);
-    G4K_REQUIRE((((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc | (uintptr_t)out) & 15) == 0, op);
-    G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
-    G4K_REQUIRE(workspace_bytes >= g4_attn_decode_workspace(1, n_heads, n_kv, hd, capacity), op);
-    DecParams p = {};
-    p.q = q, p.k = kc, p.v = vc, p.pos = pos, p.out = out;
-    dec_set_prep(p, prep);
-    dec_run(p, 1, n_heads, n_kv, hd, capacity, dec_n_splits(1, n_heads, n_kv, hd, capacity), window,
-            scale, workspace, stream);
+    G4K_REQUIRE(prep, "g4_attn_decode_prep");
+    dec_one(out, q, kc, vc, pos, 1, n_heads, n_kv, hd, capacity, window, scale, prep, workspace,
+            workspace_bytes, stream, "g4_attn_decode_prep");
 }
 
 extern "C" void g4_attn_decode_rows_prep(uint16_t *out, const uint16_t *q, const uint64_t *k_tab,
@@ -470,19 +488,7 @@ extern "C" void g4_attn_decode_rows_prep(uint16_t *out, const uint16_t *q, const
                                          int window, float scale, const g4_attn_prep *prep,
                                          void *workspace, size_t workspace_bytes,
                                          cudaStream_t stream) {
-    const char *op = "g4_attn_decode_rows_prep";
-    G4K_REQUIRE(T >= 1 && T <= DEC_MAX_ROWS, op);
-    G4K_SUPPORTED(g4_attn_decode_prep_supported(n_heads, n_kv, hd), op);
-    G4K_REQUIRE(prep && (prep->k == nullptr) == (prep->v == nullptr), op);
-    G4K_REQUIRE(window >= 0 && k_tab && v_tab && cap_tab && pos, op);
-    G4K_REQUIRE((((uintptr_t)q | (uintptr_t)out) & 15) == 0, op);
-    G4K_REQUIRE(workspace && ((uintptr_t)workspace & 15) == 0, op);
-    G4K_REQUIRE(workspace_bytes >= g4_attn_decode_rows_workspace(T, n_heads, n_kv, hd), op);
-    DecParams p = {};
-    p.q = q, p.pos = pos, p.out = out;
-    p.k_tab = k_tab, p.v_tab = v_tab, p.cap_tab = cap_tab;
-    p.rg_per_t = ((n_heads / n_kv) + 15) / 16;
-    dec_set_prep(p, prep);
-    dec_run(p, T, n_heads, n_kv, hd, 0, dec_rows_n_splits(T, n_heads, n_kv), window, scale,
-            workspace, stream);
+    G4K_REQUIRE(prep, "g4_attn_decode_rows_prep");
+    dec_rows(out, q, k_tab, v_tab, cap_tab, pos, T, n_heads, n_kv, hd, window, scale, prep,
+             workspace, workspace_bytes, stream, "g4_attn_decode_rows_prep");
 }

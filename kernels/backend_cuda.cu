@@ -457,6 +457,18 @@ static void cu_attention_rows(g4_backend *be, g4_buf *out, const g4_buf *q, cons
                         c->attn_ws, c->attn_ws_bytes, c->stream);
 }
 
+// What the fused forms prepare from: the raw k, v (NULL: a KV-shared layer, q only).
+static g4_attn_prep attn_prep(const g4_buf *k, const g4_buf *v, const void *q_w, const void *k_w,
+                              const float *inv_freq, float eps) {
+    const g4_attn_prep p = {k ? (const uint16_t *)k->data : NULL,
+                            k ? (const uint16_t *)v->data : NULL,
+                            (const uint16_t *)q_w,
+                            k ? (const uint16_t *)k_w : NULL,
+                            inv_freq,
+                            eps};
+    return p;
+}
+
 // qkv_prep then attention for one token (ops.h qkv_attention): the preparation in the decode
 // attention's prologue (g4_attn_decode_prep), one launch fewer; where that form does not take
 // the heads, the two ops.
@@ -482,12 +494,7 @@ static void cu_qkv_attention(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, 
     cuda_ctx *c = CTX(be);
     const size_t ws = g4_attn_decode_workspace(1, n_heads, n_kv, hd, kc->rows);
     grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "qkv_attention");
-    const g4_attn_prep prep = {k ? (const uint16_t *)k->data : NULL,
-                               k ? (const uint16_t *)v->data : NULL,
-                               (const uint16_t *)q_w,
-                               k ? (const uint16_t *)k_w : NULL,
-                               inv_freq,
-                               eps};
+    const g4_attn_prep prep = attn_prep(k, v, q_w, k_w, inv_freq, eps);
     g4_attn_decode_prep((uint16_t *)out->data, (const uint16_t *)q->data, (uint16_t *)kc->data,
                         (uint16_t *)vc->data, (const int32_t *)pos->data, n_heads, n_kv, hd,
                         kc->rows, window, scale, &prep, c->attn_ws, c->attn_ws_bytes, c->stream);
@@ -515,12 +522,7 @@ static void cu_qkv_attention_rows(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf
     cuda_ctx *c = CTX(be);
     const size_t ws = g4_attn_decode_rows_workspace(q->rows, n_heads, n_kv, hd);
     grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "qkv_attention_rows");
-    const g4_attn_prep prep = {k ? (const uint16_t *)k->data : NULL,
-                               k ? (const uint16_t *)v->data : NULL,
-                               (const uint16_t *)q_w,
-                               k ? (const uint16_t *)k_w : NULL,
-                               inv_freq,
-                               eps};
+    const g4_attn_prep prep = attn_prep(k, v, q_w, k_w, inv_freq, eps);
     g4_attn_decode_rows_prep(
         (uint16_t *)out->data, (const uint16_t *)q->data, (const uint64_t *)kv->k,
         (const uint64_t *)kv->v, (const int32_t *)kv->cap->data, (const int32_t *)pos->data,
