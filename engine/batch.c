@@ -6,11 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/progress.h"
+
 typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE } slot_phase;
 
 typedef struct {
     slot_phase phase;
     long order;        // submission number (the oldest prefills first)
+    long prefill_round; // the round of its last prefill chunk (one chunk a round at most)
     g4_text_state *st; // made by the slot's first request, reused after it
     g4_gen_seq q;
     g4_gen_result res;
@@ -167,6 +170,7 @@ int g4_batch_submit(g4_batch *b, const g4_prompt_loaded *pr, const int32_t *ids,
     if (rc) return rc;
     sl->phase = SLOT_PREFILL;
     sl->order = b->submitted++;
+    sl->prefill_round = -1;
     *slot = k;
     return G4_OK;
 }
@@ -194,18 +198,39 @@ int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err
     return 1;
 }
 
-// One prefill chunk of the oldest request still prefilling (nothing when none).
-static void prefill_one(g4_batch *b) {
+// The oldest request still prefilling that has not had a chunk this round (NULL: none).
+static g4_batch_slot *oldest_prefilling(g4_batch *b, long round) {
     g4_batch_slot *sl = NULL;
     for (int i = 0; i < b->n_slots; i++)
-        if (b->slots[i].phase == SLOT_PREFILL && (!sl || b->slots[i].order < sl->order))
+        if (b->slots[i].phase == SLOT_PREFILL && b->slots[i].prefill_round != round &&
+            (!sl || b->slots[i].order < sl->order))
             sl = &b->slots[i];
-    if (!sl) return;
-    int rc = g4_gen_seq_prefill(&sl->q);
-    if (rc || sl->q.done)
-        slot_finish(sl, rc);
-    else if (sl->q.at == sl->q.n_prompt)
-        sl->phase = SLOT_DECODE;
+    return sl;
+}
+
+// The prefill chunks of one round: one chunk of the oldest request still prefilling, then one
+// chunk of each next-oldest one while the round's rows stay within one forward's rows
+// (pl->max_tokens): the running streams wait for at most a chunk's rows per round, as with one
+// chunk, yet many short prompts (a batch of eval items, each a few hundred rows with its audio)
+// all start decoding in the same round instead of one per round. A request gets at most one
+// chunk per round, at its own chunk size, so its chunks (and results) are those it gets alone.
+// G4_BATCH_PREFILL_ONE=1: one chunk per round (the old rule, for A/B).
+static void prefill_round(g4_batch *b) {
+    const int one = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
+    const long round = b->stats.rounds;
+    int rows = 0;
+    for (g4_batch_slot *sl; (sl = oldest_prefilling(b, round));) {
+        const int left = sl->q.n_prompt - sl->q.at, T = left < sl->q.chunk ? left : sl->q.chunk;
+        if (rows > 0 && (one || rows + T > b->pl->max_tokens)) break;
+        rows += T;
+        sl->prefill_round = round;
+        int rc = g4_gen_seq_prefill(&sl->q);
+        if (rc || sl->q.done)
+            slot_finish(sl, rc);
+        else if (sl->q.at == sl->q.n_prompt)
+            sl->phase = SLOT_DECODE;
+    }
+    b->stats.prefill_rows += rows;
 }
 
 // One decode step over every decoding slot (one row each, in slot order).
@@ -254,8 +279,14 @@ static void count_running(g4_batch *b) {
 
 int g4_batch_step(g4_batch *b, int *running) {
     b->stats.rounds++;
-    prefill_one(b);
+    // (wall time on this thread: on an asynchronous backend a phase's device work is counted
+    // where the host waits for it, the prefill's last chunk and the decode step's ids)
+    const double t0 = g4_progress_now();
+    prefill_round(b);
+    const double t1 = g4_progress_now();
     const int rc = decode_all(b);
+    b->stats.prefill_s += t1 - t0;
+    b->stats.decode_s += g4_progress_now() - t1;
     count_running(b);
     if (running) *running = b->stats.running;
     return rc;

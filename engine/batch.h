@@ -63,10 +63,14 @@ void g4_batch_cancel(g4_batch *b, int slot);
 int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err);
 
 // Slots prefilling or decoding now / the most that ran in one decode step so far / the text
-// states made so far (a state is made once per slot, then reused) / the decode rows stepped.
+// states made so far (a state is made once per slot, then reused) / the decode rows stepped /
+// the prompt rows prefilled; the seconds this thread spent in the rounds' prefill chunks and
+// decode steps (wall time: an asynchronous backend's device work is counted where the host
+// waits for it).
 typedef struct {
     int running, decoding, max_decoding, states_made;
-    long rounds, decode_steps, decode_rows;
+    long rounds, decode_steps, decode_rows, prefill_rows;
+    double prefill_s, decode_s;
 } g4_batch_stats;
 void g4_batch_get_stats(g4_batch *b, g4_batch_stats *st);
 

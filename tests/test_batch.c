@@ -227,16 +227,18 @@ static void test_cancel_and_reuse(void) {
     for (int i = 0; i < 6; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
     CHECK_INT(running, 2);
     // the slots as g4cu_batch_get_slot sees them: a (slot 0) and c decoding, their prompts in
-    // (one chunk each: a's in step 1, c's in step 2). A round's prefill gives a request's first
-    // token and the same round's decode step its second, each later round one more: a has
-    // 2 + 5 = 7 tokens, c 2 + 4 = 6.
+    // (one chunk each, both in step 1: together they are within one forward's rows). A round's
+    // prefill gives a request's first token and the same round's decode step its second, each
+    // later round one more: a and c have 2 + 5 = 7 tokens each (with G4_BATCH_PREFILL_ONE=1,
+    // one chunk a round, c's prompt goes in in step 2 and c has 6).
     g4cu_batch_slot_info si[2];
+    const int one_a_round = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
     for (int k = 0; k < 2; k++) g4cu_batch_get_slot(b, k, &si[k]);
     CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
               (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
     for (int k = 0; k < 2; k++)
         CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
-                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k &&
+                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k * one_a_round &&
                       si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
                   "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
                   (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
