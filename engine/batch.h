@@ -1,9 +1,11 @@
 // batch.h: continuous batching on a pipeline: up to `slots` requests at once, each in a slot that
 // owns a text state (its own KV cache, sampler and soft rows), decoded together by one step
 // (g4_text_batch_step: the linears with M = the number of decoding slots). Each round
-// (g4_batch_step) runs one prefill chunk of the oldest request still prefilling, then one decode
-// step over every decoding slot, so a long prompt or an image never stalls the running streams
-// for more than one chunk. A request that ends (EOS, stop string, max_new, the context's end,
+// (g4_batch_step) runs one prefill chunk of the oldest request still prefilling, and one chunk of
+// each next-oldest while the round's prefill rows stay within one forward's (the pipeline's
+// max_tokens; G4_BATCH_PREFILL_ONE=1: one chunk a round), then one decode step over every
+// decoding slot, so a long prompt or an image never stalls the running streams for more than one
+// forward's rows, and short prompts submitted together start decoding in the same round. A request that ends (EOS, stop string, max_new, the context's end,
 // cancel, or its own error) leaves the decode batch in the same round; its slot is free again
 // once the caller takes its result (g4_batch_take), and the next request reuses the slot's
 // state (its KV rows, workspaces and graph) without allocating, as one state serves request

@@ -347,7 +347,8 @@ int g4cu_batch_submit(g4cu_batch *b, const g4cu_request *rq, int64_t *id);
 // The same for prompt ids as they are (g4cu_generate_ids' rules; opts NULL: the defaults).
 int g4cu_batch_submit_ids(g4cu_batch *b, const int32_t *ids, int n, const g4cu_request *opts,
                           int64_t *id);
-// One round: one prefill chunk of the oldest request still prefilling, then one decode step
+// One round: one prefill chunk of the oldest request still prefilling (and one of each
+// next-oldest while the round's prefill rows stay within one forward's), then one decode step
 // over every decoding request. *running (may be NULL): requests prefilling or decoding after
 // it. A request's own failure ends that request only (its poll returns the error).
 int g4cu_batch_step(g4cu_batch *b, int *running);

@@ -18,8 +18,8 @@
 //   GET  /v1/models, /v1/models/{id}, /props, /slots, /health, /metrics (Prometheus text)
 //
 // One model; --parallel N slots decoded together: one scheduler thread owns a g4cu_batch of N
-// slots, moves queued requests into free slots, steps the batch (one prefill chunk of a new
-// request, then one decode step over every running one: the weights are read once a step for
+// slots, moves queued requests into free slots, steps the batch (a prefill chunk of the new
+// requests, at most one forward's rows a round, then one decode step over every running one: the weights are read once a step for
 // all of them), streams each request's text as its tokens come, and frees a slot as soon as
 // its request ends or its client leaves. A request the batch cannot run (logprobs, penalties,
 // logit_bias, min_p, response_format json, tools, n > 1, transcriptions: g4cu_batch_accepts)
