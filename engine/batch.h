@@ -5,11 +5,12 @@
 // each next-oldest while the round's prefill rows stay within one forward's (the pipeline's
 // max_tokens; G4_BATCH_PREFILL_ONE=1: one chunk a round), then one decode step over every
 // decoding slot, so a long prompt or an image never stalls the running streams for more than one
-// forward's rows, and short prompts submitted together start decoding in the same round. A request that ends (EOS, stop string, max_new, the context's end,
-// cancel, or its own error) leaves the decode batch in the same round; its slot is free again
-// once the caller takes its result (g4_batch_take), and the next request reuses the slot's
-// state (its KV rows, workspaces and graph) without allocating, as one state serves request
-// after request (g4_text_state_reserve grows it when a request needs more rows).
+// forward's rows, and short prompts submitted together start decoding in the same round. A
+// request that ends (EOS, stop string, max_new, the context's end, cancel, or its own error)
+// leaves the decode batch in the same round; its slot is free again once the caller takes its
+// result (g4_batch_take), and the next request reuses the slot's state (its KV rows, workspaces
+// and graph) without allocating, as one state serves request after request
+// (g4_text_state_reserve grows it when a request needs more rows).
 //
 // KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx), at
 // most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks): the decode step's

@@ -86,10 +86,10 @@ typedef struct {
     double tower_s;     // the image / audio towers
     double prompt_s;    // the rest of an item's setup: chat template, tokenizer, its state
     double prefill_s, decode_s;
-    double lines_s;     // predictions lines: response text, JSON, append + fsync
-    double items_s;     // all the items, start to end
-    double score_s;     // reading the predictions back, scoring, writing the scores (known
-                        // after the scores file is written: not in it)
+    double lines_s; // predictions lines: response text, JSON, append + fsync
+    double items_s; // all the items, start to end
+    double score_s; // reading the predictions back, scoring, writing the scores (known
+                    // after the scores file is written: not in it)
 } g4_eval_split;
 
 // What a scores file records about the run besides the scores.

@@ -53,8 +53,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-g4_prep_pool *g4_prep_pool_new(g4_media_encoder *e, const g4_prep_job *jobs, int n,
-                               int n_threads, int ahead) {
+g4_prep_pool *g4_prep_pool_new(g4_media_encoder *e, const g4_prep_job *jobs, int n, int n_threads,
+                               int ahead) {
     G4_ASSERT(n >= 0 && n_threads >= 0 && ahead >= 1);
     g4_prep_pool *p = g4_calloc(1, sizeof *p);
     p->e = e;
@@ -84,6 +84,7 @@ void g4_prep_pool_take(g4_prep_pool *p, int i, g4_prep_result *out, double *wait
         p->claimed = i + 1;
         pthread_mutex_unlock(&p->mu);
         run_job(p, i, out);
+        if (p->n_threads) *waited = out->seconds; // (the taker waited for it by running it)
         pthread_mutex_lock(&p->mu);
     } else {
         const double t0 = g4_progress_now();

@@ -34,10 +34,11 @@ typedef struct g4_prep_pool g4_prep_pool;
 // Prepares jobs[0..n) (the array is borrowed) in that order on n_threads workers (0: none,
 // each job runs on the taker's thread when taken, the one-thread path) keeping at most ahead
 // (>= 1) results untaken.
-g4_prep_pool *g4_prep_pool_new(g4_media_encoder *e, const g4_prep_job *jobs, int n,
-                               int n_threads, int ahead);
+g4_prep_pool *g4_prep_pool_new(g4_media_encoder *e, const g4_prep_job *jobs, int n, int n_threads,
+                               int ahead);
 // Job i's result, moved into *out, waiting for it when it is not ready (*waited: the seconds
-// waited). Jobs are taken in order: i is 0, then 1, ...
+// waited; a job no worker has started yet runs on the taker's thread, and with workers that
+// counts as waited). Jobs are taken in order: i is 0, then 1, ...
 void g4_prep_pool_take(g4_prep_pool *p, int i, g4_prep_result *out, double *waited);
 // The most jobs a worker had started and the taker not yet taken at any time (the memory
 // bound: at most ahead; for tests).

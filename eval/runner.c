@@ -243,14 +243,13 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
     for (int k = 0; k < n_sel; k++) {
         if (done[k]) continue;
         const g4_eval_item *it = &ir->m->items[sel[k]];
-        jobs[n_todo] = (g4_prep_job){o->task->media == G4_MEDIA_IMAGE ? G4_MEDIA_IMAGE
-                                                                     : G4_MEDIA_AUDIO,
-                                     it->media_path};
+        jobs[n_todo] = (g4_prep_job){
+            o->task->media == G4_MEDIA_IMAGE ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO, it->media_path};
         todo[n_todo++] = k;
     }
     // ahead: the next round's refill of every slot, and one job per worker beyond it
-    g4_prep_pool *pool = g4_prep_pool_new(ir->pl->media, jobs, n_todo, n_threads,
-                                          o->batch + n_threads);
+    g4_prep_pool *pool =
+        g4_prep_pool_new(ir->pl->media, jobs, n_todo, n_threads, o->batch + n_threads);
     char **lines = g4_calloc((size_t)n_sel + 1, sizeof *lines);
     unsigned char *ready = g4_calloc((size_t)n_sel + 1, 1);
     int *slot_item = g4_malloc(sizeof(int) * (size_t)o->batch);
@@ -273,26 +272,30 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
             g4_prep_result pre;
             double waited;
             g4_prep_pool_take(pool, next, &pre, &waited);
+            // the item's time starts with its front end: the part a worker ran before the take
+            double before = pre.seconds - (g4_progress_now() - t0);
+            if (before < 0) before = 0;
             sp->frontend_s += pre.seconds;
             sp->prep_wait_s += waited;
             int slot = -1, irc = pre.rc;
             if (irc) g4_fail(irc, "%s", pre.why); // (the worker's error line, on this thread)
             const double t1 = g4_progress_now(), tw0 = ir->pl->tower_s;
             if (!irc) {
-                const g4_prompt_loaded lp = {pr.system, pr.system_as_parts, &pre.in, media,
-                                             pr.n_images, pr.n_audio, pr.text,
-                                             NULL,        0,          NULL};
+                const g4_prompt_loaded lp = {pr.system,   pr.system_as_parts,
+                                             &pre.in,     media,
+                                             pr.n_images, pr.n_audio,
+                                             pr.text,     NULL,
+                                             0,           NULL};
                 irc = g4_batch_submit(b, &lp, NULL, 0, &ir->p, &slot);
                 if (!irc && slot < 0)
-                    irc = g4_fail(G4_EINTERNAL, "batch: no free slot for item %d with %d free",
-                                  k, n_free);
+                    irc = g4_fail(G4_EINTERNAL, "batch: no free slot for item %d with %d free", k,
+                                  n_free);
             }
             sp->prompt_s += g4_progress_now() - t1 - (ir->pl->tower_s - tw0);
             if (!irc) {
                 n_free--;
                 slot_item[slot] = k;
-                // the item's time starts with its front end (on a worker: its own seconds)
-                slot_t0[slot] = t0 - (n_threads ? pre.seconds - waited : 0);
+                slot_t0[slot] = t0 - before;
                 slot_has_cut[slot] = pre.in.truncated;
                 slot_cut[slot] =
                     (g4_media_cut){it->media_path, pre.in.src_seconds, pre.in.used_seconds};
@@ -371,8 +374,8 @@ static int generate_items(const g4_eval_run_opts *o, const char *fp, const g4_ev
                           const int *sel, int n_sel, const unsigned char *done, int n_done,
                           g4_eval_pred_file *f, int *predicted, int *failed, g4_eval_split *split) {
     const g4_eval_task *t = o->task;
-    items_run ir = {.o = o, .fp = fp, .m = m, .f = f, .predicted = predicted, .failed = failed,
-                    .split = split};
+    items_run ir = {
+        .o = o, .fp = fp, .m = m, .f = f, .predicted = predicted, .failed = failed, .split = split};
     int rc = g4_pipeline_open(o->package, o->be ? o->be : g4_backend_cpu(), o->tokenizer, &ir.pl);
     if (rc) return rc;
     ir.stop[0] = G4_EVAL_INJECTED_STOP;

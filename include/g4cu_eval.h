@@ -143,9 +143,9 @@ typedef struct {
     double tower_s;     // the image / audio towers
     double prompt_s;    // the rest of an item's setup: chat template, tokenizer, its state
     double prefill_s, decode_s;
-    double lines_s;     // predictions lines: response text, JSON, append + fsync
-    double items_s;     // all the items, start to end
-    double score_s;     // reading the predictions back, scoring, writing the scores
+    double lines_s; // predictions lines: response text, JSON, append + fsync
+    double items_s; // all the items, start to end
+    double score_s; // reading the predictions back, scoring, writing the scores
 } g4cu_eval_time;
 
 typedef struct {
@@ -156,7 +156,7 @@ typedef struct {
     double value;      // the task's headline metric over the scored items
     int count;         // items scored
     char *scores_path; // <out_dir>/scores[.shard-I-of-N].json (malloc'ed: g4cu_eval_result_free)
-    int has_time;        // 1 (g4cu_eval_run, when items ran): time holds where it went
+    int has_time;      // 1 (g4cu_eval_run, when items ran): time holds where it went
     g4cu_eval_time time;
 } g4cu_eval_result;
 void g4cu_eval_result_free(g4cu_eval_result *r);

@@ -237,12 +237,12 @@ static void test_cancel_and_reuse(void) {
     CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
               (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
     for (int k = 0; k < 2; k++)
-        CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
-                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k * one_a_round &&
-                      si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
-                  "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
-                  (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
-                  si[k].n_ctx);
+        CHECK_MSG(
+            si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
+                si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k * one_a_round &&
+                si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
+            "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
+            (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated, si[k].n_ctx);
     CHECK(g4cu_batch_cancel(b, ia) == G4CU_OK);
     g4cu_batch_get_slot(b, 0, &si[0]);
     CHECK_MSG(si[0].phase == G4CU_SLOT_DONE && si[0].id == ia, "slot 0 after the cancel: phase %d",

@@ -18,8 +18,7 @@
 #define N_JOBS 18
 
 static int same_input(const g4_media_input *a, const g4_media_input *b) {
-    if (a->kind != b->kind || a->n_tokens != b->n_tokens || a->truncated != b->truncated)
-        return 0;
+    if (a->kind != b->kind || a->n_tokens != b->n_tokens || a->truncated != b->truncated) return 0;
     if (a->kind == G4_MEDIA_AUDIO) {
         const g4_audio_features *x = &a->audio, *y = &b->audio;
         return x->n_frames == y->n_frames && x->n_mel == y->n_mel &&
@@ -43,21 +42,20 @@ int main(void) {
         return 1;
     }
     // audio and images of different sizes in turn, and a file that is not there
-    static const char *files[] = {"speech_7.3s_8k.flac", "photo.jpg",  "silence_1s.wav",
-                                  "gray.jpg",            "missing.wav", "stereo_48k_16.wav",
-                                  "interlaced.png",      "tone_1s_f32.wav", "big_down.png"};
+    static const char *files[] = {
+        "speech_7.3s_8k.flac", "photo.jpg",      "silence_1s.wav",  "gray.jpg",    "missing.wav",
+        "stereo_48k_16.wav",   "interlaced.png", "tone_1s_f32.wav", "big_down.png"};
     enum { N_FILES = sizeof files / sizeof files[0] };
     char *paths[N_FILES];
     g4_prep_job jobs[N_JOBS];
     g4_prep_result want[N_JOBS];
     for (int f = 0; f < N_FILES; f++)
         paths[f] = g4_sprintf("%s/frontends/media/%s", fixtures, files[f]);
-    for (int i = 0; i < N_JOBS; i++) { // the reference: each file on this thread
+    for (int i = 0; i < N_JOBS; i++) {   // the reference: each file on this thread
         const int f = (i * 4) % N_FILES; // (4 and 9 coprime: every file, out of order)
         const char *x = strrchr(files[f], '.');
-        jobs[i] = (g4_prep_job){strcmp(x, ".jpg") && strcmp(x, ".png") ? G4_MEDIA_AUDIO
-                                                                       : G4_MEDIA_IMAGE,
-                                paths[f]};
+        jobs[i] = (g4_prep_job){
+            strcmp(x, ".jpg") && strcmp(x, ".png") ? G4_MEDIA_AUDIO : G4_MEDIA_IMAGE, paths[f]};
         memset(&want[i], 0, sizeof want[i]);
         want[i].rc = g4_media_load(enc, jobs[i].kind, jobs[i].path, &want[i].in);
         if (want[i].rc) want[i].why = g4_strdup(g4_error());
@@ -72,9 +70,7 @@ int main(void) {
     }
     CHECK_INT(n_missing, 2);
 
-    const struct {
-        int threads, ahead;
-    } cases[] = {{0, 1}, {1, 1}, {3, 2}, {8, 5}};
+    const struct { int threads, ahead; } cases[] = {{0, 1}, {1, 1}, {3, 2}, {8, 5}};
     unsigned long long seed = 12345;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int nt = cases[c].threads, ahead = cases[c].ahead;
@@ -84,8 +80,8 @@ int main(void) {
             g4_prep_result r;
             double waited;
             g4_prep_pool_take(p, i, &r, &waited);
-            CHECK_MSG(r.rc == want[i].rc && (r.rc ? !strcmp(r.why, want[i].why)
-                                                  : same_input(&r.in, &want[i].in)),
+            CHECK_MSG(r.rc == want[i].rc &&
+                          (r.rc ? !strcmp(r.why, want[i].why) : same_input(&r.in, &want[i].in)),
                       "threads %d, ahead %d: job %d (%s): rc %d (%s), want rc %d: another "
                       "result than alone",
                       nt, ahead, i, jobs[i].path, r.rc, r.why ? r.why : "", want[i].rc);

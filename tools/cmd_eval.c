@@ -15,7 +15,7 @@
 
 #define EVAL_USAGE                                                                                 \
     "MANIFEST.jsonl --task ocrbench|docvqa|chartqa|librispeech PKG [--tokenizer F] [--backend "    \
-    "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N|auto] [--resume] [--limit N] [--keep-stop] "     \
+    "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N|auto] [--resume] [--limit N] [--keep-stop] "\
     "[--max-new N] [--batch N] [--time]"
 
 // "I/N" with 0 <= I < N.
