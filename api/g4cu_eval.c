@@ -214,9 +214,10 @@ static void result_from_run(g4_eval_run_result *r, g4cu_eval_result *out) {
                               .scores_path = r->scores_path,
                               .has_time = r->has_split};
     r->scores_path = NULL; // (moved)
-    out->time = (g4cu_eval_time){t->batch,   t->prep_threads, t->frontend_s, t->prep_wait_s,
-                                 t->tower_s, t->prompt_s,     t->prefill_s,  t->decode_s,
-                                 t->lines_s, t->items_s,      t->score_s};
+    out->time =
+        (g4cu_eval_time){t->batch,    t->prep_threads, t->frontend_s,  t->prep_wait_s, t->tower_s,
+                         t->prompt_s, t->prefill_s,    t->decode_s,    t->lines_s,     t->items_s,
+                         t->score_s,  t->states,       t->states_grown};
 }
 
 static const g4_eval_task *task_or_fail(const char *name, int *rc) {

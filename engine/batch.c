@@ -156,6 +156,20 @@ int g4_batch_submit(g4_batch *b, const g4_prompt_loaded *pr, const int32_t *ids,
         rc = g4_text_state_new_opts(pl->model, &so, &sl->st);
     }
     if (!had_state && sl->st) b->stats.states_made++;
+    // A reused state that is too small for this request grows with headroom, to a multiple of
+    // G4_BATCH_KV_STEP rows: requests of varying length (eval's audio items) would otherwise
+    // regrow a slot at each new longest one, and a regrowth opens a new handle and recaptures
+    // the step's graph (CUDA). (g4_gen_seq_begin's own reserve then finds the rows there.)
+    if (!rc && had_state && sl->st) {
+        const long ctx = pl->pkg->text.context_length;
+        long need = (long)(n_ids > 0 ? n_ids : 1) + max_new;
+        if (need > ctx) need = ctx;
+        if (need > sl->st->capacity) {
+            long cap = (need + G4_BATCH_KV_STEP - 1) / G4_BATCH_KV_STEP * G4_BATCH_KV_STEP;
+            rc = g4_text_state_reserve(sl->st, (int)(cap < ctx ? cap : ctx));
+            b->stats.states_grown++;
+        }
+    }
     if (!rc) {
         g4_gen_params q;
         own_params(sl, p, pr ? pl->ct.turn_close : -1, &q);

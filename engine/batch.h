@@ -12,7 +12,8 @@
 // and graph) without allocating, as one state serves request after request
 // (g4_text_state_reserve grows it when a request needs more rows).
 //
-// KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx), at
+// KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx; a
+// reused slot too small for its next request grows to a multiple of G4_BATCH_KV_STEP rows), at
 // most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks): the decode step's
 // row-batched ops (kernels/ops.h qkv_prep_rows, attention_rows) take a table of each row's
 // contiguous cache, so every row keeps the cache its own one-row step (and graph) uses; a
@@ -37,6 +38,9 @@ typedef struct {
 } g4_batch_opts;
 
 typedef struct g4_batch g4_batch;
+
+// The rows a slot's KV cache grows by at a time (see KV memory above).
+#define G4_BATCH_KV_STEP 256
 
 int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out);
 void g4_batch_free(g4_batch *b);
@@ -66,12 +70,13 @@ void g4_batch_cancel(g4_batch *b, int slot);
 int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err);
 
 // Slots prefilling or decoding now / the most that ran in one decode step so far / the text
-// states made so far (a state is made once per slot, then reused) / the decode rows stepped /
+// states made so far (a state is made once per slot, then reused) / the reused states grown for a
+// longer request / the decode rows stepped /
 // the prompt rows prefilled; the seconds this thread spent in the rounds' prefill chunks and
 // decode steps (wall time: an asynchronous backend's device work is counted where the host
 // waits for it).
 typedef struct {
-    int running, decoding, max_decoding, states_made;
+    int running, decoding, max_decoding, states_made, states_grown;
     long rounds, decode_steps, decode_rows, prefill_rows;
     double prefill_s, decode_s;
 } g4_batch_stats;

@@ -90,6 +90,7 @@ typedef struct {
     double items_s; // all the items, start to end
     double score_s; // reading the predictions back, scoring, writing the scores (known
                     // after the scores file is written: not in it)
+    int states, states_grown; // text states made, and grown for a longer item (in prompt_s)
 } g4_eval_split;
 
 // What a scores file records about the run besides the scores.

@@ -16,7 +16,8 @@
 //                "new_tokens", "prefill_ms", "decode_ms", "prefill_tok_s", "decode_tok_s",
 //                "stop_reasons": {"eos", "stop_string", "max_new", "context"},
 //                "split": {"batch", "prep_threads", "frontend_s", "prep_wait_s", "tower_s",
-//                          "prompt_s", "prefill_s", "decode_s", "lines_s", "items_s"}}}
+//                          "prompt_s", "prefill_s", "decode_s", "lines_s", "items_s",
+//                          "states", "states_grown"}}}
 //    (split: only from a run, eval_scores.h's g4_eval_split)
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -200,6 +201,8 @@ char *g4_eval_scores_json(const g4_eval_scores *s, const g4_eval_meta *m) {
         add_num(o, "decode_s", p->decode_s);
         add_num(o, "lines_s", p->lines_s);
         add_num(o, "items_s", p->items_s);
+        add_num(o, "states", p->states);
+        add_num(o, "states_grown", p->states_grown);
     }
     cJSON_AddItemToObject(j, "timings", tj);
     char *out = cJSON_Print(j);

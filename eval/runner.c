@@ -354,6 +354,8 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
     g4_batch_get_stats(b, &st);
     sp->prefill_s = st.prefill_s;
     sp->decode_s = st.decode_s;
+    sp->states = st.states_made;
+    sp->states_grown = st.states_grown;
     sp->tower_s = ir->pl->tower_s;
     g4_prep_pool_free(pool); // (before the jobs it reads; an error may leave some untaken)
     for (int k = 0; k < n_sel; k++) free(lines[k]);

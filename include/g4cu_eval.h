@@ -146,6 +146,8 @@ typedef struct {
     double lines_s; // predictions lines: response text, JSON, append + fsync
     double items_s; // all the items, start to end
     double score_s; // reading the predictions back, scoring, writing the scores
+    int states, states_grown; // --batch: the slots' text states made, and grown for a longer
+                              // item (their time is in prompt_s); 0 one at a time
 } g4cu_eval_time;
 
 typedef struct {

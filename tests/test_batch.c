@@ -379,6 +379,32 @@ static void test_lengths(void) {
     CHECK_MSG(strstr(g4cu_last_error(), "outside the vocabulary"), "%s", g4cu_last_error());
     CHECK_INT(jb, 0);
     g4cu_batch_free(b);
+
+    // one slot: the short request, then the long one in the same state, which grows with
+    // headroom (to a multiple of 256 rows, engine/batch.h) and still gives the tokens alone
+    bp.slots = 1;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    outcome g3 = {0}, g4 = {0};
+    CHECK(g4cu_batch_submit(b, &sh, &is) == G4CU_OK && is > 0);
+    g4cu_batch_slot_info si;
+    g4cu_batch_get_slot(b, 0, &si);
+    const int first_rows = si.n_ctx;
+    run_all(b);
+    poll_done(b, is, &g3, "one slot: short");
+    CHECK(g4cu_batch_submit(b, &lo, &il) == G4CU_OK && il > 0);
+    g4cu_batch_get_slot(b, 0, &si);
+    CHECK_MSG(first_rows < si.n_prompt + 2 && si.n_ctx % 256 == 0 && si.n_ctx >= si.n_prompt + 2,
+              "one slot: %d KV rows for the short request, %d for the long one's %d + 2 (want a "
+              "multiple of 256)",
+              first_rows, si.n_ctx, si.n_prompt);
+    run_all(b);
+    poll_done(b, il, &g4, "one slot: long after short");
+    same("one slot: short", &g3, &ws);
+    same("one slot: long after short (grown)", &g4, &wl);
+    g4cu_batch_info bi;
+    g4cu_batch_get_info(b, &bi);
+    CHECK_INT(bi.states, 1);
+    g4cu_batch_free(b);
     free(longtext);
 }
 

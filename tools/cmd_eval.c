@@ -39,16 +39,19 @@ static void print_time(const g4cu_eval_time *t, int items) {
     if (t->prep_threads)
         snprintf(how, sizeof how, "%d thread%s ahead", t->prep_threads,
                  t->prep_threads > 1 ? "s" : "");
+    char states[64] = ""; // (the batch's slots; one at a time has the pipeline's one state)
+    if (t->batch > 1)
+        snprintf(states, sizeof states, " (%d states made, %d grown)", t->states, t->states_grown);
     // what the stepping thread did besides the parts named (the front ends only when it ran them)
     const double other = t->items_s - t->prep_wait_s - t->tower_s - t->prompt_s - t->prefill_s -
                          t->decode_s - t->lines_s - (t->prep_threads ? 0 : t->frontend_s);
     fprintf(stderr,
             "g4cu eval: time: %d items in %.2f s (%.2f items/s, batch %d): front end %.2f s "
-            "(%s, waited %.2f s), towers %.2f s, prompts %.2f s, prefill %.2f s, decode %.2f s, "
-            "lines %.2f s, other %.2f s; scoring %.2f s\n",
+            "(%s, waited %.2f s), towers %.2f s, prompts %.2f s%s, "
+            "prefill %.2f s, decode %.2f s, lines %.2f s, other %.2f s; scoring %.2f s\n",
             items, t->items_s, t->items_s > 0 ? items / t->items_s : 0.0, t->batch, t->frontend_s,
-            how, t->prep_wait_s, t->tower_s, t->prompt_s, t->prefill_s, t->decode_s, t->lines_s,
-            other, t->score_s);
+            how, t->prep_wait_s, t->tower_s, t->prompt_s, states, t->prefill_s, t->decode_s,
+            t->lines_s, other, t->score_s);
 }
 
 static int cmd_eval(int argc, char **argv) {
