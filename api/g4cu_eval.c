@@ -204,9 +204,20 @@ void g4cu_eval_result_free(g4cu_eval_result *r) {
 }
 
 static void result_from_run(g4_eval_run_result *r, g4cu_eval_result *out) {
-    *out = (g4cu_eval_result){r->selected, r->resumed, r->predicted, r->failed,
-                              r->value,    r->count,   r->scores_path};
+    const g4_eval_split *t = &r->split;
+    *out = (g4cu_eval_result){.selected = r->selected,
+                              .resumed = r->resumed,
+                              .predicted = r->predicted,
+                              .failed = r->failed,
+                              .value = r->value,
+                              .count = r->count,
+                              .scores_path = r->scores_path,
+                              .has_time = r->has_split};
     r->scores_path = NULL; // (moved)
+    out->time =
+        (g4cu_eval_time){t->batch,    t->prep_threads, t->frontend_s,  t->prep_wait_s, t->tower_s,
+                         t->prompt_s, t->prefill_s,    t->decode_s,    t->lines_s,     t->items_s,
+                         t->score_s,  t->states,       t->states_grown};
 }
 
 static const g4_eval_task *task_or_fail(const char *name, int *rc) {

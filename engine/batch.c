@@ -5,7 +5,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "base/progress.h"
 
 typedef enum { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE } slot_phase;
 
@@ -27,6 +28,7 @@ struct g4_batch {
     g4_pipeline *pl;
     int n_slots, n_ctx;
     int prefill_tokens; // a round's prefill budget (opts.prefill_tokens)
+    int prefill_one;    // G4_BATCH_PREFILL_ONE=1: the budget is the oldest's one chunk (A/B)
     g4_batch_slot *slots;
     char *taken;               // [n_slots] a round's prefill: the slots it has looked at
     g4_text_state *step_state; // the decode step's rows (activations only; made on first need)
@@ -57,6 +59,7 @@ int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     b->n_slots = o->slots;
     b->n_ctx = o->n_ctx;
     b->prefill_tokens = o->prefill_tokens ? o->prefill_tokens : pl->max_tokens;
+    b->prefill_one = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
     b->slots = g4_calloc((size_t)o->slots, sizeof *b->slots);
     b->rows = g4_calloc((size_t)o->slots, sizeof *b->rows);
     b->ids = g4_calloc((size_t)o->slots, sizeof *b->ids);
@@ -165,6 +168,20 @@ int g4_batch_submit(g4_batch *b, const g4_prompt_loaded *pr, const int32_t *ids,
         rc = g4_text_state_new_opts(pl->model, &so, &sl->st);
     }
     if (!had_state && sl->st) b->stats.states_made++;
+    // A reused state that is too small for this request grows with headroom, to a multiple of
+    // G4_BATCH_KV_STEP rows: requests of varying length (eval's audio items) would otherwise
+    // regrow a slot at each new longest one, and a regrowth opens a new handle and recaptures
+    // the step's graph (CUDA). (g4_gen_seq_begin's own reserve then finds the rows there.)
+    if (!rc && had_state && sl->st) {
+        const long ctx = pl->pkg->text.context_length;
+        long need = (long)(n_ids > 0 ? n_ids : 1) + max_new;
+        if (need > ctx) need = ctx;
+        if (need > sl->st->capacity) {
+            long cap = (need + G4_BATCH_KV_STEP - 1) / G4_BATCH_KV_STEP * G4_BATCH_KV_STEP;
+            rc = g4_text_state_reserve(sl->st, (int)(cap < ctx ? cap : ctx));
+            b->stats.states_grown++;
+        }
+    }
     if (!rc) {
         g4_gen_params q;
         own_params(sl, p, pr ? pl->ct.turn_close : -1, &q);
@@ -206,12 +223,6 @@ int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err
     return 1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 // The oldest request still prefilling that is not yet in this round (taken[i] set), or -1.
 static int oldest_prefilling(const g4_batch *b, const char *taken) {
     int k = -1;
@@ -225,6 +236,7 @@ static int oldest_prefilling(const g4_batch *b, const char *taken) {
 // The round's prefill (batch.h): the oldest request still prefilling gets one chunk (its own
 // chunk size, cut to the budget), then each next one, oldest first, whose whole chunk fits in
 // what is left of the budget; none is cut to fill it. Each request at most one chunk a round.
+// With prefill_one (G4_BATCH_PREFILL_ONE=1) the budget is that first chunk: nothing is left.
 static void prefill_round(g4_batch *b) {
     char *taken = b->taken;
     memset(taken, 0, (size_t)b->n_slots);
@@ -239,16 +251,16 @@ static void prefill_round(g4_batch *b) {
             if (!first) continue; // it waits for a round of its own; a younger one may fit
             T = left;
         }
-        const double t0 = now_s();
+        const double t0 = g4_progress_now();
         const int rc = g4_gen_seq_prefill_upto(&sl->q, T);
         if (rc || sl->q.done)
             slot_finish(sl, rc);
         else if (sl->q.at == sl->q.n_prompt)
             sl->phase = SLOT_DECODE;
-        b->stats.prefill_s += now_s() - t0;
+        b->stats.prefill_s += g4_progress_now() - t0;
         b->stats.prefill_chunks++;
         b->stats.prefill_tokens += T;
-        left -= T;
+        left = b->prefill_one ? 0 : left - T;
     }
 }
 
@@ -275,21 +287,21 @@ static int decode_all(g4_batch *b) {
     b->stats.decode_rows += n;
     if (n > b->stats.max_decoding) b->stats.max_decoding = n;
     int rc = G4_OK;
-    const double t0 = now_s();
+    const double t0 = g4_progress_now();
     if (n == 1) { // one row: the state's own step (its captured graph where there is one)
         rc = g4_text_step(b->rows[0], &b->ids[0], 1, NULL, &b->next[0]);
     } else {
         rc = step_state(b);
         if (!rc) rc = g4_text_batch_step(b->step_state, b->rows, b->ids, n, b->next);
     }
-    const double t1 = now_s();
+    const double t1 = g4_progress_now();
     for (int r = 0; r < n; r++) {
         g4_batch_slot *sl = &b->slots[b->which[r]];
         const int rr = rc ? rc : g4_gen_seq_accept(&sl->q, b->next[r]);
         if (rr || sl->q.done) slot_finish(sl, rr);
     }
     b->stats.decode_s += t1 - t0;
-    b->stats.accept_s += now_s() - t1;
+    b->stats.accept_s += g4_progress_now() - t1;
     return rc;
 }
 

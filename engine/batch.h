@@ -6,14 +6,16 @@
 // streams for more than the budget: the oldest request still prefilling always gets a chunk
 // (its own chunk size, cut to the budget), then each next one in submission order whose whole
 // chunk fits in what is left (a chunk is never cut to fill the budget: a prompt keeps the
-// chunks it gets alone unless the budget is below its chunk size). A request that ends (EOS,
-// stop string, max_new, the context's end, cancel, or its own error) leaves the decode batch in
-// the same round; its slot is free again once the caller takes its result (g4_batch_take), and
-// the next request reuses the slot's state (its KV rows, workspaces and graph) without
-// allocating, as one state serves request after request (g4_text_state_reserve grows it when a
-// request needs more rows).
+// chunks it gets alone unless the budget is below its chunk size), so short prompts submitted
+// together start decoding in the same round. G4_BATCH_PREFILL_ONE=1 (for A/B) makes the budget
+// the oldest's one chunk: one chunk a round. A request that ends (EOS, stop string, max_new,
+// the context's end, cancel, or its own error) leaves the decode batch in the same round; its
+// slot is free again once the caller takes its result (g4_batch_take), and the next request
+// reuses the slot's state (its KV rows, workspaces and graph) without allocating, as one state
+// serves request after request (g4_text_state_reserve grows it when a request needs more rows).
 //
-// KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx), at
+// KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx; a
+// reused slot too small for its next request grows to a multiple of G4_BATCH_KV_STEP rows), at
 // most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks): the decode step's
 // row-batched ops (kernels/ops.h qkv_prep_rows, attention_rows) take a table of each row's
 // contiguous cache, so every row keeps the cache its own one-row step (and graph) uses; a
@@ -43,6 +45,9 @@ typedef struct {
 
 typedef struct g4_batch g4_batch;
 
+// The rows a slot's KV cache grows by at a time (see KV memory above).
+#define G4_BATCH_KV_STEP 256
+
 int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out);
 void g4_batch_free(g4_batch *b);
 
@@ -71,15 +76,17 @@ void g4_batch_cancel(g4_batch *b, int slot);
 int g4_batch_take(g4_batch *b, int slot, g4_gen_result *out, int *rc, char **err);
 
 // Slots prefilling or decoding now / the most that ran in one decode step so far / the text
-// states made so far (a state is made once per slot, then reused) / the decode rows stepped.
-// Where the rounds' time went, cumulative wall seconds (CLOCK_MONOTONIC) of the calling thread:
+// states made so far (a state is made once per slot, then reused) / the reused states grown for
+// a longer request / the decode rows stepped.
+// Where the rounds' time went, cumulative wall seconds (CLOCK_MONOTONIC) of the calling thread
+// (an asynchronous backend's device work is counted where the host waits for it):
 // prefill_s in prefill chunks (the forward, the first token's pick and accept, a request ending
 // there), decode_s in the decode step call (g4_text_batch_step / g4_text_step: the forward over
 // every row, the sampler, the ids back to the host), accept_s in the host work after it for
 // each row (stop checks, detokenizing for stop strings and streaming, the on_text callbacks,
 // ending requests: the final text).
 typedef struct {
-    int running, decoding, max_decoding, states_made;
+    int running, decoding, max_decoding, states_made, states_grown;
     long rounds, decode_steps, decode_rows;
     long prefill_chunks, prefill_tokens; // chunks run and prompt tokens they took
     double prefill_s, decode_s, accept_s;

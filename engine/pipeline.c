@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/progress.h"
+
 // A state made for `rows` KV rows (at most the context) when *st is none yet.
 static int ensure_state(g4_pipeline *pl, g4_text_state **st, long rows) {
     if (*st) return G4_OK;
@@ -122,12 +124,14 @@ static int prepare_loaded(g4_pipeline *pl, g4_text_state **st, const g4_prompt_l
     if (!rc && total) {
         g4_soft_tokens all;
         rc = g4_text_state_soft_rows(*st, total, &all);
+        const double t0 = g4_progress_now();
         for (int i = 0, at = 0; i < n_media && !rc; at += pr->media[i].n_tokens, i++) {
             g4_buf rows = all.rows;
             rows.data = (float *)all.rows.data + (size_t)at * all.rows.cols;
             rows.rows = pr->media[i].n_tokens;
             rc = g4_media_encode(pl->media, (*st)->be, &pr->media[i], pr->names[i], &rows);
         }
+        pl->tower_s += g4_progress_now() - t0;
         if (!rc) *soft = all;
     }
     return rc;
@@ -148,6 +152,7 @@ static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *id
     pl->cuts = g4_realloc(pl->cuts, sizeof *pl->cuts * (size_t)(pr->n_audio + 1));
     g4_media_input *in = g4_calloc((size_t)n_media + 1, sizeof *in);
     const char **names = g4_calloc((size_t)n_media + 1, sizeof *names);
+    const double t0 = g4_progress_now();
     for (int i = 0; i < n_media && !rc; i++) {
         names[i] = i < pr->n_images ? pr->images[i] : pr->audio[i - pr->n_images];
         rc = g4_media_load(pl->media, i < pr->n_images ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO,
@@ -156,6 +161,7 @@ static int prepare(g4_pipeline *pl, const g4_prompt *pr, int max_new, g4_ids *id
             pl->cuts[pl->n_cuts++] =
                 (g4_media_cut){names[i], in[i].src_seconds, in[i].used_seconds};
     }
+    pl->frontend_s += g4_progress_now() - t0;
     if (!rc) {
         const g4_prompt_loaded lp = {pr->system, pr->system_as_parts, in,       names,
                                      pr->n_images, pr->n_audio,       pr->text, NULL, 0, NULL};

@@ -32,6 +32,10 @@ typedef struct {
     // being able to say so: the commands print it on stderr and in --json, eval records it).
     g4_media_cut *cuts;
     int n_cuts;
+    // Seconds the requests spent in the front ends (g4_pipeline_generate's g4_media_load) and
+    // in the towers (g4_media_encode, wall time: an asynchronous backend's tower ends with a
+    // sync), summed since open: where eval's time goes.
+    double frontend_s, tower_s;
 } g4_pipeline;
 
 typedef struct {

@@ -75,6 +75,25 @@ void g4_eval_scores_free(g4_eval_scores *s);
 int g4_eval_match(const g4_eval_manifest *m, const int *sel, int n_sel, const g4_eval_preds *files,
                   int n_files, const g4_eval_pred ***preds);
 
+// Where a run's time went, in seconds of wall time on the stepping thread unless said (an
+// asynchronous backend's device work is counted where the host waits for it: a tower's end, a
+// prefill's last chunk, a decode step's ids).
+typedef struct {
+    int batch;          // items at once (1: one at a time)
+    int prep_threads;   // front-end workers running ahead (0: the front ends on this thread)
+    double frontend_s;  // media decode + features on the host (summed over the workers)
+    double prep_wait_s; // this thread waiting for a worker's front end
+    double tower_s;     // the image / audio towers
+    double prompt_s;    // the rest of an item's setup: chat template, tokenizer, its state
+    // prefill and decode; with --batch the batch's g4_batch_stats (decode_s there + accept_s)
+    double prefill_s, decode_s;
+    double lines_s; // predictions lines: response text, JSON, append + fsync
+    double items_s; // all the items, start to end
+    double score_s; // reading the predictions back, scoring, writing the scores (known
+                    // after the scores file is written: not in it)
+    int states, states_grown; // text states made, and grown for a longer item (in prompt_s)
+} g4_eval_split;
+
 // What a scores file records about the run besides the scores.
 typedef struct {
     const char *manifest;          // path
@@ -88,6 +107,7 @@ typedef struct {
     int keep_stop;                 // 1: lmms-eval's "\n\n" stop was active
     const char *package, *backend; // NULL when not known (eval-merge of foreign predictions)
     double wall_s;                 // this process's wall time for the items (0: not known)
+    const g4_eval_split *split;    // where it went (NULL: not known, as in eval-merge)
 } g4_eval_meta;
 
 // The scores as one JSON document (new string) and as Markdown (new string).

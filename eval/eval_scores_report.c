@@ -14,7 +14,11 @@
 //                   "stop_strings"},
 //    "timings": {"items_timed", "wall_s", "item_ms_total", "item_ms_mean", "prompt_tokens",
 //                "new_tokens", "prefill_ms", "decode_ms", "prefill_tok_s", "decode_tok_s",
-//                "stop_reasons": {"eos", "stop_string", "max_new", "context"}}}
+//                "stop_reasons": {"eos", "stop_string", "max_new", "context"},
+//                "split": {"batch", "prep_threads", "frontend_s", "prep_wait_s", "tower_s",
+//                          "prompt_s", "prefill_s", "decode_s", "lines_s", "items_s",
+//                          "states", "states_grown"}}}
+//    (split: only from a run, eval_scores.h's g4_eval_split)
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -183,7 +187,24 @@ char *g4_eval_scores_json(const g4_eval_scores *s, const g4_eval_meta *m) {
     add_str_or_null(run, "package", m->package);
     add_str_or_null(run, "backend", m->backend);
     cJSON_AddItemToObject(j, "generation", generation_obj(s, m));
-    cJSON_AddItemToObject(j, "timings", timings_obj(&s->timing, m->wall_s));
+    cJSON *tj = timings_obj(&s->timing, m->wall_s);
+    if (m->split) {
+        const g4_eval_split *p = m->split;
+        cJSON *o = cJSON_AddObjectToObject(tj, "split");
+        add_num(o, "batch", p->batch);
+        add_num(o, "prep_threads", p->prep_threads);
+        add_num(o, "frontend_s", p->frontend_s);
+        add_num(o, "prep_wait_s", p->prep_wait_s);
+        add_num(o, "tower_s", p->tower_s);
+        add_num(o, "prompt_s", p->prompt_s);
+        add_num(o, "prefill_s", p->prefill_s);
+        add_num(o, "decode_s", p->decode_s);
+        add_num(o, "lines_s", p->lines_s);
+        add_num(o, "items_s", p->items_s);
+        add_num(o, "states", p->states);
+        add_num(o, "states_grown", p->states_grown);
+    }
+    cJSON_AddItemToObject(j, "timings", tj);
     char *out = cJSON_Print(j);
     cJSON_Delete(j);
     char *with_nl = g4_sprintf("%s\n", out);

@@ -15,6 +15,7 @@
 #include "eval/eval_scores.h"
 #include "eval/manifest.h"
 #include "eval/predictions.h"
+#include "eval/prep.h"
 #include "base/progress.h"
 #include "eval/run_file.h"
 
@@ -126,6 +127,7 @@ typedef struct {
     g4_gen_params p;
     int *predicted, *failed;
     g4_progress bar;
+    g4_eval_split *split; // where the time goes
 } items_run;
 
 // The prompt of item it (text: a new string the caller frees; media: [1] of the caller's).
@@ -189,6 +191,7 @@ static int item_line(items_run *ir, const g4_eval_item *it, int rc, const char *
 
 // The items of sel[] that done[] does not mark, one at a time.
 static int items_one_by_one(items_run *ir, const int *sel, int n_sel, const unsigned char *done) {
+    g4_eval_split *sp = ir->split;
     int rc = G4_OK;
     for (int k = 0; k < n_sel && !rc; k++) {
         if (done[k]) continue;
@@ -197,29 +200,56 @@ static int items_one_by_one(items_run *ir, const int *sel, int n_sel, const unsi
         const char *media[1];
         const g4_prompt pr = item_prompt(ir->o->task, it, &text, media);
         g4_gen_result r;
+        const double fe0 = ir->pl->frontend_s, tw0 = ir->pl->tower_s;
         double t0 = g4_progress_now();
         rc = g4_pipeline_generate(ir->pl, &pr, &ir->p, &r);
-        double item_ms = (g4_progress_now() - t0) * 1e3;
+        const double t1 = g4_progress_now(), item_ms = (t1 - t0) * 1e3;
+        // the item's time: front end, tower, prefill, decode, and the rest of its setup
+        const double pf = rc ? 0 : r.prefill_ms * 1e-3, dc = rc ? 0 : r.decode_ms * 1e-3;
+        sp->prefill_s += pf;
+        sp->decode_s += dc;
+        sp->prompt_s += (t1 - t0) - (ir->pl->frontend_s - fe0) - (ir->pl->tower_s - tw0) - pf - dc;
         char *why = rc == G4_EUSER ? g4_strdup(g4_error()) : NULL;
         const g4_media_cut *cut = !rc && ir->pl->n_cuts ? &ir->pl->cuts[0] : NULL;
         rc = item_line(ir, it, rc, why, &r, item_ms, cut, NULL);
+        sp->lines_s += g4_progress_now() - t1;
         free(why);
         g4_gen_result_free(&r);
         free(text);
     }
+    sp->frontend_s = ir->pl->frontend_s;
+    sp->tower_s = ir->pl->tower_s;
     return rc;
 }
 
 // The items of sel[] that done[] does not mark, up to o->batch at once (engine/batch.h): each
 // free slot takes the next item, one round steps them all; the lines are written in the
 // manifest's order (a finished item waits for the ones before it), so the file reads as a
-// one-at-a-time run's.
+// one-at-a-time run's. The items' front ends run ahead on worker threads (prep.h); the towers,
+// the prompts and the steps stay on this thread, the batch's one.
 static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigned char *done) {
     const g4_eval_run_opts *o = ir->o;
+    g4_eval_split *sp = ir->split;
     g4_batch *b;
     const g4_batch_opts bo = {o->batch, 0, 0};
+    const int n_threads = g4_prep_threads(o->batch);
+    if (n_threads < 0) return G4_EUSER;
     int rc = g4_batch_new(ir->pl, &bo, &b);
     if (rc) return rc;
+    sp->prep_threads = n_threads;
+    // the front ends of the items to run, in order: job j is item todo[j]
+    int *todo = g4_malloc(sizeof(int) * ((size_t)n_sel + 1)), n_todo = 0;
+    g4_prep_job *jobs = g4_calloc((size_t)n_sel + 1, sizeof *jobs);
+    for (int k = 0; k < n_sel; k++) {
+        if (done[k]) continue;
+        const g4_eval_item *it = &ir->m->items[sel[k]];
+        jobs[n_todo] = (g4_prep_job){
+            o->task->media == G4_MEDIA_IMAGE ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO, it->media_path};
+        todo[n_todo++] = k;
+    }
+    // ahead: the next round's refill of every slot, and one job per worker beyond it
+    g4_prep_pool *pool =
+        g4_prep_pool_new(ir->pl->media, jobs, n_todo, n_threads, o->batch + n_threads);
     char **lines = g4_calloc((size_t)n_sel + 1, sizeof *lines);
     unsigned char *ready = g4_calloc((size_t)n_sel + 1, 1);
     int *slot_item = g4_malloc(sizeof(int) * (size_t)o->batch);
@@ -227,48 +257,65 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
     g4_media_cut *slot_cut = g4_calloc((size_t)o->batch, sizeof *slot_cut);
     int *slot_has_cut = g4_calloc((size_t)o->batch, sizeof(int));
     for (int i = 0; i < o->batch; i++) slot_item[i] = -1;
-    int next = 0, flushed = 0, running = 0;
+    for (int k = 0; k < n_sel; k++) ready[k] = done[k];
+    int next = 0, flushed = 0, running = 0, n_free = o->batch;
     for (;;) {
-        // fill the free slots with the next items
-        while (!rc && next < n_sel) {
-            if (done[next]) {
-                ready[next++] = 1;
-                continue;
-            }
-            const g4_eval_item *it = &ir->m->items[sel[next]];
+        // fill the free slots with the next items (only while a slot is free: an item's front
+        // end is taken once, when it can start)
+        while (!rc && next < n_todo && n_free > 0) {
+            const int k = todo[next];
+            const g4_eval_item *it = &ir->m->items[sel[k]];
             char *text;
             const char *media[1];
             const g4_prompt pr = item_prompt(o->task, it, &text, media);
-            g4_media_input in = {0};
-            const g4_media_kind kind = pr.n_images ? G4_MEDIA_IMAGE : G4_MEDIA_AUDIO;
             const double t0 = g4_progress_now();
-            int slot = -1, irc = g4_media_load(ir->pl->media, kind, media[0], &in);
+            g4_prep_result pre;
+            double waited;
+            g4_prep_pool_take(pool, next, &pre, &waited);
+            // the item's time starts with its front end: the part a worker ran before the take
+            double before = pre.seconds - (g4_progress_now() - t0);
+            if (before < 0) before = 0;
+            sp->frontend_s += pre.seconds;
+            sp->prep_wait_s += waited;
+            int slot = -1, irc = pre.rc;
+            if (irc) g4_fail(irc, "%s", pre.why); // (the worker's error line, on this thread)
+            const double t1 = g4_progress_now(), tw0 = ir->pl->tower_s;
             if (!irc) {
-                const g4_prompt_loaded lp = {pr.system, pr.system_as_parts, &in, media,
-                                             pr.n_images, pr.n_audio, pr.text,
-                                             NULL,        0,          NULL};
+                const g4_prompt_loaded lp = {pr.system,   pr.system_as_parts,
+                                             &pre.in,     media,
+                                             pr.n_images, pr.n_audio,
+                                             pr.text,     NULL,
+                                             0,           NULL};
                 irc = g4_batch_submit(b, &lp, NULL, 0, &ir->p, &slot);
+                if (!irc && slot < 0)
+                    irc = g4_fail(G4_EINTERNAL, "batch: no free slot for item %d with %d free", k,
+                                  n_free);
             }
-            if (!irc && slot >= 0) {
-                slot_item[slot] = next;
-                slot_t0[slot] = t0;
-                slot_has_cut[slot] = in.truncated;
-                slot_cut[slot] = (g4_media_cut){it->media_path, in.src_seconds, in.used_seconds};
+            sp->prompt_s += g4_progress_now() - t1 - (ir->pl->tower_s - tw0);
+            if (!irc) {
+                n_free--;
+                slot_item[slot] = k;
+                slot_t0[slot] = t0 - before;
+                slot_has_cut[slot] = pre.in.truncated;
+                slot_cut[slot] =
+                    (g4_media_cut){it->media_path, pre.in.src_seconds, pre.in.used_seconds};
             }
-            g4_media_input_free(&in);
+            g4_media_input_free(&pre.in);
+            free(pre.why);
             free(text);
-            if (!irc && slot < 0) break; // every slot taken
             if (irc) { // the item's own error: its line now (an internal one stops the run)
+                const double tl = g4_progress_now();
                 char *why = irc == G4_EUSER ? g4_strdup(g4_error()) : NULL;
                 g4_gen_result none = {0};
-                rc = item_line(ir, it, irc, why, &none, (g4_progress_now() - t0) * 1e3, NULL,
-                               &lines[next]);
+                rc = item_line(ir, it, irc, why, &none, (tl - t0) * 1e3, NULL, &lines[k]);
                 free(why);
-                ready[next] = 1;
+                ready[k] = 1;
+                sp->lines_s += g4_progress_now() - tl;
             }
             next++;
         }
         // write what is ready, in order
+        const double tw = g4_progress_now();
         while (!rc && flushed < n_sel && ready[flushed]) {
             if (lines[flushed]) {
                 rc = g4_eval_pred_file_append(ir->f, lines[flushed]);
@@ -281,6 +328,7 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
             }
             flushed++;
         }
+        sp->lines_s += g4_progress_now() - tw;
         if (rc || flushed == n_sel) break;
         if ((rc = g4_batch_step(b, &running))) break;
         for (int sl = 0; sl < o->batch && !rc; sl++) { // the items that ended
@@ -288,17 +336,28 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
             int irc;
             char *why;
             if (slot_item[sl] < 0 || !g4_batch_take(b, sl, &r, &irc, &why)) continue;
+            const double tl = g4_progress_now();
             const int k = slot_item[sl];
             slot_item[sl] = -1;
-            const double item_ms = (g4_progress_now() - slot_t0[sl]) * 1e3;
+            n_free++;
+            const double item_ms = (tl - slot_t0[sl]) * 1e3;
             if (irc == G4_EINTERNAL) g4_fail(irc, "%s", why);
             rc = item_line(ir, &ir->m->items[sel[k]], irc, why, &r, item_ms,
                            slot_has_cut[sl] ? &slot_cut[sl] : NULL, &lines[k]);
             ready[k] = 1;
             free(why);
             g4_gen_result_free(&r);
+            sp->lines_s += g4_progress_now() - tl;
         }
     }
+    g4_batch_stats st;
+    g4_batch_get_stats(b, &st);
+    sp->prefill_s = st.prefill_s;
+    sp->decode_s = st.decode_s + st.accept_s; // (the step and its rows' host work, as one alone)
+    sp->states = st.states_made;
+    sp->states_grown = st.states_grown;
+    sp->tower_s = ir->pl->tower_s;
+    g4_prep_pool_free(pool); // (before the jobs it reads; an error may leave some untaken)
     for (int k = 0; k < n_sel; k++) free(lines[k]);
     free(lines);
     free(ready);
@@ -306,6 +365,8 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
     free(slot_t0);
     free(slot_cut);
     free(slot_has_cut);
+    free(jobs);
+    free(todo);
     g4_batch_free(b);
     return rc;
 }
@@ -313,9 +374,10 @@ static int items_batched(items_run *ir, const int *sel, int n_sel, const unsigne
 // Generates the items of sel[] that done[] does not mark, appending each to f.
 static int generate_items(const g4_eval_run_opts *o, const char *fp, const g4_eval_manifest *m,
                           const int *sel, int n_sel, const unsigned char *done, int n_done,
-                          g4_eval_pred_file *f, int *predicted, int *failed) {
+                          g4_eval_pred_file *f, int *predicted, int *failed, g4_eval_split *split) {
     const g4_eval_task *t = o->task;
-    items_run ir = {.o = o, .fp = fp, .m = m, .f = f, .predicted = predicted, .failed = failed};
+    items_run ir = {
+        .o = o, .fp = fp, .m = m, .f = f, .predicted = predicted, .failed = failed, .split = split};
     int rc = g4_pipeline_open(o->package, o->be ? o->be : g4_backend_cpu(), o->tokenizer, &ir.pl);
     if (rc) return rc;
     ir.stop[0] = G4_EVAL_INJECTED_STOP;
@@ -329,7 +391,10 @@ static int generate_items(const g4_eval_run_opts *o, const char *fp, const g4_ev
     char *label = o->shard_n > 1 ? g4_sprintf("%s %d/%d", t->name, o->shard_i, o->shard_n)
                                  : g4_strdup(t->name);
     g4_progress_start(&ir.bar, o->progress, label, n_sel, n_done);
+    split->batch = o->batch > 1 ? o->batch : 1;
+    const double t0 = g4_progress_now();
     rc = o->batch > 1 ? items_batched(&ir, sel, n_sel, done) : items_one_by_one(&ir, sel, n_sel, done);
+    split->items_s = g4_progress_now() - t0;
     g4_progress_end(&ir.bar);
     free(label);
     g4_pipeline_close(ir.pl);
@@ -430,10 +495,12 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
                 res->resumed, n_sel);
     if ((rc = g4_eval_run_info_write(run_path, &info)) || n_sel == 0) goto done;
 
-    if (res->resumed < n_sel &&
-        (rc = generate_items(o, info.fp.value, &m, sel, n_sel, done, res->resumed, &f,
-                             &res->predicted, &res->failed)))
+    g4_eval_split split = {0};
+    const int ran = res->resumed < n_sel;
+    if (ran && (rc = generate_items(o, info.fp.value, &m, sel, n_sel, done, res->resumed, &f,
+                                    &res->predicted, &res->failed, &split)))
         goto done;
+    const double t_score = g4_progress_now();
     g4_eval_pred_file_close(&f);
 
     // Score what the file now holds (read back, so the scores are those of the file on disk).
@@ -454,8 +521,14 @@ int g4_eval_run(const g4_eval_run_opts *o, g4_eval_run_result *res) {
         .package = info.package,
         .backend = info.backend,
         .wall_s = g4_progress_now() - t_start,
+        .split = ran ? &split : NULL,
     };
     if ((rc = g4_eval_scores_write(o->out_dir, scores_stem, &sc, &meta))) goto done;
+    if (ran) {
+        split.score_s = g4_progress_now() - t_score;
+        res->split = split;
+        res->has_split = 1;
+    }
     res->value = sc.value;
     res->count = sc.count;
     res->failed = sc.failed; // over the whole file, resumed items too

@@ -23,6 +23,7 @@
 
 #include <stdio.h>
 
+#include "eval/eval_scores.h"
 #include "eval/eval_task.h"
 #include "kernels/ops.h"
 
@@ -57,6 +58,8 @@ typedef struct {
     double value;    // the task's headline metric over the selected items
     int count;
     char *scores_path; // <out_dir>/scores<S>.json (new string)
+    int has_split;     // 1: items ran in this process, and split says where the time went
+    g4_eval_split split; // (also in the scores file's "timings")
 } g4_eval_run_result;
 void g4_eval_run_result_free(g4_eval_run_result *r);
 

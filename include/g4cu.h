@@ -349,9 +349,10 @@ int g4cu_batch_submit_ids(g4cu_batch *b, const int32_t *ids, int n, const g4cu_r
                           int64_t *id);
 // One round: prompt chunks of the requests still prefilling, within the prefill budget
 // (g4cu_batch_set_prefill_tokens: the oldest always gets one chunk, cut to the budget; each
-// next one, oldest first, whose whole chunk fits in what is left), then one decode step over
-// every decoding request. *running (may be NULL): requests prefilling or decoding after it. A
-// request's own failure ends that request only (its poll returns the error).
+// next one, oldest first, whose whole chunk fits in what is left, so short prompts submitted
+// together start decoding in the same round), then one decode step over every decoding
+// request. *running (may be NULL): requests prefilling or decoding after it. A request's own
+// failure ends that request only (its poll returns the error).
 int g4cu_batch_step(g4cu_batch *b, int *running);
 // The prompt tokens one round prefills at most (>= 1; 0: the default, 512, the default prefill
 // chunk: every prompt is chunked as g4cu_generate chunks it, and short prompts that wait

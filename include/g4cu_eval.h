@@ -132,6 +132,25 @@ typedef struct {
 } g4cu_eval_params;
 void g4cu_eval_params_default(g4cu_eval_params *p);
 
+// Where a run's time went, in seconds of wall time on the thread that steps the model unless
+// said (an asynchronous backend's device work is counted where the host waits for it: a
+// tower's end, a prefill's last chunk, a decode step's ids).
+typedef struct {
+    int batch;          // items at once (1: one at a time)
+    int prep_threads;   // threads running the next items' front ends ahead (0: none)
+    double frontend_s;  // media decode + features on the host (summed over those threads)
+    double prep_wait_s; // the stepping thread waiting for a front end from them
+    double tower_s;     // the image / audio towers
+    double prompt_s;    // the rest of an item's setup: chat template, tokenizer, its state
+    // prefill and decode; with --batch the batch's g4cu_batch_get_times (decode_s + accept_s)
+    double prefill_s, decode_s;
+    double lines_s; // predictions lines: response text, JSON, append + fsync
+    double items_s; // all the items, start to end
+    double score_s; // reading the predictions back, scoring, writing the scores
+    int states, states_grown; // --batch: the slots' text states made, and grown for a longer
+                              // item (their time is in prompt_s); 0 one at a time
+} g4cu_eval_time;
+
 typedef struct {
     int selected;      // items this run selects
     int resumed;       // of those, predicted before the call
@@ -140,6 +159,8 @@ typedef struct {
     double value;      // the task's headline metric over the scored items
     int count;         // items scored
     char *scores_path; // <out_dir>/scores[.shard-I-of-N].json (malloc'ed: g4cu_eval_result_free)
+    int has_time;      // 1 (g4cu_eval_run, when items ran): time holds where it went
+    g4cu_eval_time time;
 } g4cu_eval_result;
 void g4cu_eval_result_free(g4cu_eval_result *r);
 

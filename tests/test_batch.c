@@ -13,6 +13,7 @@
 //     g4cu_generate_ids);
 //   - the round's prefill budget: prompts cut to it, several prompts in one round, one that does
 //     not fit waiting while a younger one that fits goes in, each request's tokens as alone;
+//     G4_BATCH_PREFILL_ONE=1 (the budget one chunk: one chunk a round);
 //     g4cu_batch_reserve (the slots' states made ahead: none made by the requests);
 //     the timing split (g4cu_batch_get_times): exact counts, finite non-negative seconds that
 //     grow with the work;
@@ -235,18 +236,21 @@ static void test_cancel_and_reuse(void) {
     // the slots as g4cu_batch_get_slot sees them: a (slot 0) and c decoding, their prompts in
     // (one chunk each, both in step 1: the default prefill budget of 512 tokens takes both
     // short prompts in one round). A round's prefill gives a request's first token and the same
-    // round's decode step its second, each later round one more: a and c have 2 + 5 = 7.
+    // round's decode step its second, each later round one more: a and c have 2 + 5 = 7 tokens
+    // each (with G4_BATCH_PREFILL_ONE=1, a budget of one chunk, c's prompt goes in in step 2
+    // and c has 6).
     g4cu_batch_slot_info si[2];
+    const int one_a_round = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
     for (int k = 0; k < 2; k++) g4cu_batch_get_slot(b, k, &si[k]);
     CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
               (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
     for (int k = 0; k < 2; k++)
-        CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
-                      si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 &&
-                      si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
-                  "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
-                  (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
-                  si[k].n_ctx);
+        CHECK_MSG(
+            si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
+                si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k * one_a_round &&
+                si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
+            "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
+            (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated, si[k].n_ctx);
     CHECK(g4cu_batch_cancel(b, ia) == G4CU_OK);
     g4cu_batch_get_slot(b, 0, &si[0]);
     CHECK_MSG(si[0].phase == G4CU_SLOT_DONE && si[0].id == ia, "slot 0 after the cancel: phase %d",
@@ -383,6 +387,32 @@ static void test_lengths(void) {
     CHECK_MSG(strstr(g4cu_last_error(), "outside the vocabulary"), "%s", g4cu_last_error());
     CHECK_INT(jb, 0);
     g4cu_batch_free(b);
+
+    // one slot: the short request, then the long one in the same state, which grows with
+    // headroom (to a multiple of 256 rows, engine/batch.h) and still gives the tokens alone
+    bp.slots = 1;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    outcome g3 = {0}, g4 = {0};
+    CHECK(g4cu_batch_submit(b, &sh, &is) == G4CU_OK && is > 0);
+    g4cu_batch_slot_info si;
+    g4cu_batch_get_slot(b, 0, &si);
+    const int first_rows = si.n_ctx;
+    run_all(b);
+    poll_done(b, is, &g3, "one slot: short");
+    CHECK(g4cu_batch_submit(b, &lo, &il) == G4CU_OK && il > 0);
+    g4cu_batch_get_slot(b, 0, &si);
+    CHECK_MSG(first_rows < si.n_prompt + 2 && si.n_ctx % 256 == 0 && si.n_ctx >= si.n_prompt + 2,
+              "one slot: %d KV rows for the short request, %d for the long one's %d + 2 (want a "
+              "multiple of 256)",
+              first_rows, si.n_ctx, si.n_prompt);
+    run_all(b);
+    poll_done(b, il, &g4, "one slot: long after short");
+    same("one slot: short", &g3, &ws);
+    same("one slot: long after short (grown)", &g4, &wl);
+    g4cu_batch_info bi;
+    g4cu_batch_get_info(b, &bi);
+    CHECK_INT(bi.states, 1);
+    g4cu_batch_free(b);
     free(longtext);
 }
 
@@ -486,7 +516,13 @@ static g4cu_batch_times times_now(g4cu_batch *b) {
 // chunking, nor on the states' 64 rows made ahead by g4cu_batch_reserve). The times' counts
 // are exact: 4 chunks, 18 tokens, one round per call; no decode step before round 2, so no
 // decode or accept seconds before it.
+// Then G4_BATCH_PREFILL_ONE=1 (read when a batch is made): the budget is the oldest's one chunk,
+// so the same prompts go in one chunk a round (8, the 2 left, the 7, the 1), still as alone.
 static void test_prefill_budget(void) {
+    // (the default rule first, whatever the caller's environment)
+    const char *env_one = getenv("G4_BATCH_PREFILL_ONE");
+    char *saved_one = env_one ? g4_strdup(env_one) : NULL;
+    unsetenv("G4_BATCH_PREFILL_ONE");
     int32_t pa[10] = {2, 5, 17, 40, 41, 42, 43, 44, 45, 46}, pb[7] = {2, 9, 11, 13, 15, 17, 19},
             pc[1] = {2};
     const int32_t *ids[3] = {pa, pb, pc};
@@ -578,6 +614,42 @@ static void test_prefill_budget(void) {
     g4cu_batch_get_times(NULL, &t); // zeroed
     CHECK(t.rounds == 0 && t.prefill_s == 0);
     g4cu_batch_get_times(b, NULL); // nothing
+    g4cu_batch_free(b);
+
+    setenv("G4_BATCH_PREFILL_ONE", "1", 1);
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    if (saved_one)
+        setenv("G4_BATCH_PREFILL_ONE", saved_one, 1);
+    else
+        unsetenv("G4_BATCH_PREFILL_ONE");
+    free(saved_one);
+    CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(g4cu_batch_submit_ids(b, ids[i], n[i], &o[i], &id[i]) == G4CU_OK && id[i] > 0,
+                  "one a round, %d: %s", i, g4cu_last_error());
+    const int after_one[4][3] = {{8, 0, 0}, {10, 0, 0}, {10, 7, 0}, {10, 7, 1}};
+    for (int r = 0; r < 4; r++) {
+        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+        for (int k = 0; k < 3; k++) {
+            g4cu_batch_slot_info si;
+            g4cu_batch_get_slot(b, k, &si);
+            CHECK_MSG(si.n_prefilled == after_one[r][k],
+                      "one a round: round %d, slot %d: %d prompt rows prefilled, want %d", r + 1,
+                      k, si.n_prefilled, after_one[r][k]);
+        }
+    }
+    t = times_now(b);
+    CHECK_MSG(t.rounds == 4 && t.prefill_chunks == 4 && t.prefill_tokens == 18,
+              "one a round: %ld rounds, %ld chunks, %ld tokens; want 4, 4, 18", t.rounds,
+              t.prefill_chunks, t.prefill_tokens);
+    run_all(b);
+    for (int i = 0; i < 3; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "one a round, prompt of %d", n[i]);
+        outcome g = {0};
+        poll_done(b, id[i], &g, name);
+        same(name, &g, &want[i]);
+    }
     g4cu_batch_free(b);
 }
 

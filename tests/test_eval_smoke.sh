@@ -10,7 +10,9 @@
 #     both resumed to the predictions of an uninterrupted run;
 #   - shards 0/3, 1/3, 2/3 merged by eval-merge: the unsharded run's predictions and its
 #     corpus-level score, digit for digit;
-#   - docvqa / chartqa prompts run with their max_new_tokens; --keep-stop cuts at "\n\n".
+#   - docvqa / chartqa prompts run with their max_new_tokens; --keep-stop cuts at "\n\n";
+#   - --batch 4 with the front ends on worker threads gives the same predictions in order, and
+#     --time prints where the time went.
 # Media: the Debian packages pocketsphinx-testdata and python3-skimage (tools/install_deps.sh
 # installs them) laid out by tools/fetch_smoke_set.sh, or an already laid out directory in
 # G4_SMOKE_DATA. Skipped, with the reason printed, only when neither is there.
@@ -81,6 +83,18 @@ grep -q '"task":"librispeech"' "$tmp/ls/predictions.jsonl" && grep -q '"stop_rea
     grep -q "| librivox | $n_librivox |" "$tmp/ls/scores.md" &&
     grep -q '^## Timings' "$tmp/ls/scores.md"
 check "librispeech: predictions fields, per-category table, timings" $?
+
+# 1b. --batch 4 with the front ends on 2 threads ahead of the batch (eval/prep.h): the
+# one-at-a-time predictions of the first 4 items, in order; --time's line on stderr after the
+# progress lines, the split in scores.json
+G4_EVAL_PREP_THREADS=2 run "$tmp/lsb" librispeech "$ls_man" --limit 4 --batch 4 --time \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(stable "$tmp/lsb/predictions.jsonl")" = "$(head -n 4 "$tmp/ls/predictions.jsonl" | stable)" ] &&
+    grep -qE "^g4cu eval: time: 4 items in [0-9.]+ s \([0-9.]+ items/s, batch 4\): front end [0-9.]+ s \(2 threads ahead, waited [0-9.]+ s\), towers [0-9.]+ s, .*decode [0-9.]+ s, .*scoring [0-9.]+ s\$" "$tmp/err" &&
+    [ "$(grep -vcE "^librispeech: [0-9]+/4 \([0-9]+%\)" "$tmp/err")" -eq 1 ] &&
+    grep -qE '"prep_threads":[[:space:]]*2,' "$tmp/lsb/scores.json"
+check "librispeech --batch 4, 2 front-end threads: the same predictions in order; --time" $?
 
 # 2. progress bar on a terminal: count, rate, ETA
 if command -v script >/dev/null; then

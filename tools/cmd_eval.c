@@ -15,8 +15,8 @@
 
 #define EVAL_USAGE                                                                                 \
     "MANIFEST.jsonl --task ocrbench|docvqa|chartqa|librispeech PKG [--tokenizer F] [--backend "    \
-    "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N|auto] [--resume] [--limit N] [--keep-stop] "     \
-    "[--max-new N] [--batch N]"
+    "cpu|cuda] [--out DIR] [--data-dir D] [--shard I/N|auto] [--resume] [--limit N] [--keep-stop] "\
+    "[--max-new N] [--batch N] [--time]"
 
 // "I/N" with 0 <= I < N.
 static int parse_shard(const char *s, int *i, int *n) {
@@ -33,11 +33,32 @@ static int parse_shard(const char *s, int *i, int *n) {
     return 1;
 }
 
+// --time: where the items' time went, one line on stderr.
+static void print_time(const g4cu_eval_time *t, int items) {
+    char how[48] = "on the stepping thread";
+    if (t->prep_threads)
+        snprintf(how, sizeof how, "%d thread%s ahead", t->prep_threads,
+                 t->prep_threads > 1 ? "s" : "");
+    char states[64] = ""; // (the batch's slots; one at a time has the pipeline's one state)
+    if (t->batch > 1)
+        snprintf(states, sizeof states, " (%d states made, %d grown)", t->states, t->states_grown);
+    // what the stepping thread did besides the parts named (the front ends only when it ran them)
+    const double other = t->items_s - t->prep_wait_s - t->tower_s - t->prompt_s - t->prefill_s -
+                         t->decode_s - t->lines_s - (t->prep_threads ? 0 : t->frontend_s);
+    fprintf(stderr,
+            "g4cu eval: time: %d items in %.2f s (%.2f items/s, batch %d): front end %.2f s "
+            "(%s, waited %.2f s), towers %.2f s, prompts %.2f s%s, "
+            "prefill %.2f s, decode %.2f s, lines %.2f s, other %.2f s; scoring %.2f s\n",
+            items, t->items_s, t->items_s > 0 ? items / t->items_s : 0.0, t->batch, t->frontend_s,
+            how, t->prep_wait_s, t->tower_s, t->prompt_s, states, t->prefill_s, t->decode_s,
+            t->lines_s, other, t->score_s);
+}
+
 static int cmd_eval(int argc, char **argv) {
     g4cu_eval_params o;
     g4cu_eval_params_default(&o);
     const char *pos[2] = {0}, *task = NULL, *out = NULL;
-    int n_pos = 0, shard_auto = 0;
+    int n_pos = 0, shard_auto = 0, show_time = 0;
     long long v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -73,6 +94,9 @@ static int cmd_eval(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--keep-stop")) {
             o.keep_stop = 1;
+            continue;
+        } else if (!strcmp(a, "--time")) {
+            show_time = 1;
             continue;
         } else if (a[0] == '-' && a[1]) {
             return g4_cli_usage_error("eval", "unknown option '%s'", a);
@@ -114,6 +138,7 @@ static int cmd_eval(int argc, char **argv) {
         if (o.shard_n > 1)
             printf("shard %d of %d: run g4cu eval-merge %s --task %s when every shard is done\n",
                    o.shard_i, o.shard_n, o.out_dir, t.name);
+        if (show_time && r.has_time) print_time(&r.time, r.predicted);
     }
     g4cu_eval_result_free(&r);
     free(def_out);
@@ -135,7 +160,11 @@ static const g4_opt eval_opts[] = {
     {"--keep-stop", NULL, "keep the text after a \"\\n\\n\" stop (default: cut there)"},
     {"--max-new", "N", "new tokens per item (default: the task's max_new_tokens)"},
     {"--batch", "N", "items generated at once, decoded together (default 1); the same "
-                     "predictions as one at a time on the CPU"},
+                     "predictions as one at a time on the CPU; the next items' media front ends "
+                     "run ahead on threads ($G4_EVAL_PREP_THREADS, default: the cores less one, "
+                     "at most 8; 0: none)"},
+    {"--time", NULL, "print where the items' time went on stderr (front end, towers, prompts, "
+                     "prefill, decode, lines, scoring; also in scores.json's timings)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_eval = {"eval", cmd_eval,

@@ -19,14 +19,15 @@
 //
 // One model; --parallel N slots decoded together: one scheduler thread owns a g4cu_batch of N
 // slots, moves queued requests into free slots, steps the batch (prompt chunks of new requests
-// within --batch-prefill-tokens, then one decode step over every running one: the weights are
-// read once a step for all of them), streams each request's text as its tokens come, and frees
-// a slot as soon as its request ends or its client leaves. A request the batch cannot run (logprobs, penalties,
-// logit_bias, min_p, response_format json, tools, n > 1, transcriptions: g4cu_batch_accepts)
-// runs on one extra state, made on first need, one such request at a time. Requests wait in
-// a bounded queue (--queue; 429 with Retry-After when full). Every bad request gets a 4xx JSON
-// error {"error": {"message", "type"}} and the server goes on. Limits: --max-body bytes,
-// --max-tokens per request (more is clamped), --max-media items per request,
+// within --batch-prefill-tokens: the oldest's chunk, then each next one's whole chunk that fits
+// in what is left; then one decode step over every running one: the weights are read once a
+// step for all of them), streams each request's text as its tokens come, and frees a slot as
+// soon as its request ends or its client leaves. A request the batch cannot run (logprobs,
+// penalties, logit_bias, min_p, response_format json, tools, n > 1, transcriptions:
+// g4cu_batch_accepts) runs on one extra state, made on first need, one such request at a time.
+// Requests wait in a bounded queue (--queue; 429 with Retry-After when full). Every bad request
+// gets a 4xx JSON error {"error": {"message", "type"}} and the server goes on. Limits:
+// --max-body bytes, --max-tokens per request (more is clamped), --max-media items per request,
 // --max-audio-seconds per clip (a clip past the 30 s window goes in as consecutive windows); a
 // request not read in full within --timeout is cut off; a request whose client leaves is
 // cancelled (its slot freed).

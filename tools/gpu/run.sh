@@ -62,7 +62,11 @@
 #            test_cuda_engine with it on and off, and on the full-size package generate and bench
 #            --reps 5 with G4_QKV=0 and the default, greedy tokens compared, the per-op profile
 #   eval_batch  issue 31's eval --batch 16 vs 1 on the carried smoke media (CUDA; a gpu-eval
-#            package: gpu-tiny's shapes with the tiny fixture's vocabulary and token ids)
+#            package: gpu-tiny's shapes with the tiny fixture's vocabulary and token ids), each
+#            run's --time split, and --batch 16 with G4_EVAL_PREP_THREADS=0
+#            G4_BATCH_PREFILL_ONE=1 (the front ends on the stepping thread, a prefill budget of
+#            one chunk: one prompt chunk a round)
+#            and with G4_BATCH_GRAPH=1 (the batch step captured per row count)
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
 #   e2b_wait wait for it (a later call on the same, still warm machine)
@@ -693,16 +697,24 @@ with open(sys.argv[2], "w") as f:
         for it in items:
             f.write(json.dumps(dict(it, id=f"{it['id']}-r{r}")) + "\n")
 PY
-        for b in 1 16; do
+        # 16ab: --batch 16 with the front ends on the stepping thread and a prefill budget of one
+        # chunk a round (G4_EVAL_PREP_THREADS=0 G4_BATCH_PREFILL_ONE=1): what the worker threads
+        # and the default budget (several prompts a round) bring (the A/B of issue 31's eval half); 16g: the batch step captured
+        # per row count (G4_BATCH_GRAPH=1): whether the tiny model's eager step is launch-bound
+        for b in 1 16 16ab 16g; do
             rm -rf "$WORK/eval_${task}_b$b"
-            local t0=$(date +%s.%N)
-            build-gpu/g4cu eval "$man" --task $task "$pkg" --backend cuda --tokenizer tests/fixtures/chat/chat_bpe.json \
-                --data-dir "$data" --out "$WORK/eval_${task}_b$b" --batch $b >"$OUT/eval_${task}_b$b.out" 2>"$OUT/eval_${task}_b$b.err"
+            local t0=$(date +%s.%N) env=()
+            [ $b = 16ab ] && env=(G4_EVAL_PREP_THREADS=0 G4_BATCH_PREFILL_ONE=1)
+            [ $b = 16g ] && env=(G4_BATCH_GRAPH=1)
+            env ${env[@]+"${env[@]}"} build-gpu/g4cu eval "$man" --task $task "$pkg" --backend cuda --tokenizer tests/fixtures/chat/chat_bpe.json \
+                --data-dir "$data" --out "$WORK/eval_${task}_b$b" --batch ${b%%[a-z]*} --time >"$OUT/eval_${task}_b$b.out" 2>"$OUT/eval_${task}_b$b.err"
             local rc=$? t1=$(date +%s.%N)
             echo "eval $task --batch $b: exit $rc, $(wc -l <"$man") items in $(python3 -c "print(f'{$t1 - $t0:.2f}')") s wall, $(tail -1 "$OUT/eval_${task}_b$b.out")"
+            grep '^g4cu eval: time:' "$OUT/eval_${task}_b$b.err"
             [ $rc -ne 0 ] && tail -3 "$OUT/eval_${task}_b$b.err"
         done
-        python3 - "$WORK/eval_${task}_b1/predictions.jsonl" "$WORK/eval_${task}_b16/predictions.jsonl" "$task" <<'PY'
+        python3 - "$WORK/eval_${task}_b1/predictions.jsonl" "$WORK/eval_${task}_b16/predictions.jsonl" "$task" \
+            "$WORK/eval_${task}_b16ab/predictions.jsonl" "$WORK/eval_${task}_b16g/predictions.jsonl" <<'PY'
 import json, sys
 a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
 ka = {x["id"]: x for x in a}
@@ -710,6 +722,15 @@ diff = sum(1 for x in b if ka.get(x["id"], {}).get("prediction") != x.get("predi
 ms = lambda r: sum(x.get("item_ms", 0) for x in r)
 print(f"eval {sys.argv[3]}: {len(a)} / {len(b)} predictions, {diff} differ between --batch 1 and 16; "
       f"sum of item_ms {ms(a):.0f} / {ms(b):.0f}")
+kb = [x.get("prediction") for x in b]
+for name, path in (("16ab", sys.argv[4]), ("16g", sys.argv[5])):
+    try:
+        c = [json.loads(l) for l in open(path)]
+        print(f"eval {sys.argv[3]}: --batch 16 and {name}: {sum(1 for x, y in zip(kb, c) if x != y.get('prediction'))} "
+              f"of {len(c)} predictions differ, in order (none on the CPU; on CUDA a row may round "
+              f"differently beside other rows, as --batch 1 vs 16)")
+    except OSError as e:
+        print(f"eval {sys.argv[3]}: no {name} predictions: {e}")
 PY
     done
 }
