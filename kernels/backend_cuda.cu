@@ -770,7 +770,8 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
           "add_norm_linear",
           "mul " BF " from column %d: expected f16 [T, >= %d + %d], no up weight", BA(mul),
           mul_col0, mul_col0, y->cols);
-    const int plain = !w->clipped && (!wu || (wu->kind == w->kind && !wu->clipped));
+    const int plain = !w->clipped && (!wu || (wu->kind == w->kind && !wu->clipped)) &&
+                      !(w->kind == G4_W_F16 && g4_gemm_f16_skinny_takes(x->rows));
     if (plain && ho->data != hi->data && !g4_gemv_add_norm_supported(x->rows, w->in)) {
         PROF("add_norm_linear");
         const g4_gemv_norm gn = {(const float *)hi->data,

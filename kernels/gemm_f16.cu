@@ -31,6 +31,19 @@ bool skinny_on() {
     return g4_cuda_env_is(&cache, "G4_SKINNY", "0") == 0;
 }
 
+// The fewest rows the skinny path takes for fp16 weights under AUTO: 9 (the GEMV below), unless
+// G4_SKINNY_F16_MIN=2..8 in the environment (read once: the A/B of the fp16 GEMV at 2..8 rows,
+// which runs at 0.4-0.6x cuBLAS at 8, against the skinny path there).
+int skinny_f16_min() {
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("G4_SKINNY_F16_MIN");
+        const int n = e ? atoi(e) : 9;
+        v = n >= 2 && n <= 9 ? n : 9;
+    }
+    return v;
+}
+
 namespace {
 int g_skinny_split = 0; // g4_gemm_skinny_force's (0: automatic)
 } // namespace
@@ -590,10 +603,10 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     // Prefill: the wgmma GEMM (gemm_f16_wgmma.cu) or mma.sync, as plan_prefill measured them.
     // Batched decode (8 < M <= 64): the skinny split-K mma.sync path unless G4_SKINNY=0.
     if (algo == G4_GEMM_AUTO)
-        algo = M <= 8                   ? G4_GEMM_GEMV
-               : M <= 64 && skinny_on() ? G4_GEMM_SKINNY
-               : prefill_mma_forced()   ? G4_GEMM_MMA
-                                        : plan_prefill(M, N, K, fused, false).algo;
+        algo = g4_gemm_f16_skinny_takes(M) ? G4_GEMM_SKINNY
+               : M <= 8                    ? G4_GEMM_GEMV
+               : prefill_mma_forced()      ? G4_GEMM_MMA
+                                           : plan_prefill(M, N, K, fused, false).algo;
     const __half *hx = (const __half *)x, *hw = (const __half *)w, *hu = (const __half *)wu;
     const __half *hb = (const __half *)bias;
     switch (algo) {
@@ -661,6 +674,10 @@ extern "C" int g4_gemm_skinny_force(int split) {
                        split);
     g4k::g_skinny_split = split;
     return G4_OK;
+}
+
+extern "C" int g4_gemm_f16_skinny_takes(int M) {
+    return M <= 64 && M >= g4k::skinny_f16_min() && g4k::skinny_on();
 }
 
 extern "C" int g4_gemm_skinny_plan(int M, int N, int K, int fused) {

@@ -426,6 +426,12 @@ stage_skinny() {
             echo "G4_SKINNY=$v bench --batch-rows 16,32: exit $?"
             grep -E "batch rows|rror" "$OUT/skinny_batch_$v.txt" | sed "s/^/G4_SKINNY=$v: /"
         done
+        # fp16 at 2..8 rows: its GEMV (0.4-0.6x cuBLAS at M = 8) against the skinny path there
+        for v in 9 2; do
+            G4_SKINNY_F16_MIN=$v build-gpu/g4cu bench "$e/f16" --batch-rows 2,4,8 --reps 2 \
+                >"$OUT/skinny_f16min_$v.txt" 2>&1
+            grep -E "batch rows|rror" "$OUT/skinny_f16min_$v.txt" | sed "s/^/G4_SKINNY_F16_MIN=$v: /"
+        done
         for p in q4 f16; do
             G4_PROFILE=1 build-gpu/g4cu bench "$e/$p" --batch-rows 32 --reps 1 >"$OUT/skinny_profile_$p.txt" 2>&1
             echo "G4_PROFILE=1 $p --batch-rows 32: exit $?"
