@@ -187,7 +187,7 @@ EOF
 chmod +x "$tmp/py"
 # The benchmark between the peer's check and its run, on a text-only copy of the tiny package
 # at context 300: five rows (pp128, tg128 and its TTFT, greedy and sampled) instead of the
-# towers and the 512- and 2048-token prefills, which under ASan took two minutes a run here;
+# towers and the 512- and 2048-token prefills, about 40 s of CPU a run under ASan;
 # the whole table is test_bench_cli's.
 bp=$(pkg textonly) && rm -r "$bp"/vision_encoder "$bp"/audio_encoder "$bp"/image_processor.json \
     "$bp"/audio_feature_extraction.json && python3 - "$bp/genai_config.json" <<'EOF'
