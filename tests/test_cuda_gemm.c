@@ -1,12 +1,17 @@
 // test_cuda_gemm.c: the GEMM/GEMV kernels (kernels/gemm_f16.cuh, kernels/gemm_q4.cuh) against the
 // CPU reference (kernels/ref/gemm_f16.c, gemm_q4.c), one table of cases per op.
 //
-//   test_cuda_gemm [--op S] [--shape S] [--list] [--emulate]
+//   test_cuda_gemm [--op S] [--shape S] [--list] [--emulate] [--max-work N]
 //     --op S     run the cases whose "op/algo" contains S (e.g. q4, f16/wgmma, glu, reject)
 //     --shape S  run the cases whose "M=.. N=.. K=.." contains S (e.g. "N=262144", "M=17 ")
 //     --list     print the table and exit
 //     --emulate  no GPU: feed the CPU expectation (rounded as the epilogue rounds) through the
-//                comparison, to check the harness itself and time the CPU side
+//                comparison, to check the harness itself and time the CPU side; a case that
+//                differs from an earlier one only in its forced GPU configuration is the same
+//                emulation and runs once
+//     --max-work N  (with --emulate) leave out, each with a printed line, the cases whose CPU
+//                reference takes over N multiply-adds (the sanitizer build's run: the larger
+//                shapes take the same harness branches as smaller ones, at 10-100x the time)
 // Without a GPU the argument-check cases still run (they launch nothing), then the test exits 77.
 //
 // Every case: seeded random inputs (never zeros), output poisoned with NaN (0xff bytes) and
@@ -482,8 +487,11 @@ static void dev_free(void *d) {
 
 // Rows whose reference is computed: all, or CHECK_ROWS (first, last, seeded random others) when
 // M * N * K would make the CPU reference slow.
+static int all_rows(int M, int N, int K) {
+    return (double)M * N * K <= 4e8 || M <= CHECK_ROWS;
+}
 static int pick_rows(int M, int N, int K, int *rows, unsigned long long *s) {
-    if ((double)M * N * K <= 4e8 || M <= CHECK_ROWS) {
+    if (all_rows(M, N, K)) {
         for (int i = 0; i < M; i++) rows[i] = i;
         return M;
     }
@@ -1025,6 +1033,22 @@ static void run_reject_forced(void) {
 
 // --- main ---------------------------------------------------------------------------------------
 
+// --emulate: a case that differs from an earlier one only in what reaches the GPU alone (the
+// forced tile width, K split, CTAs, GEMV design) has the same seed, inputs, reference and
+// comparison: the harness's work, done again to the bit. Run once.
+static int same_emulation(const gcase *a, const gcase *b) {
+    return a->op == b->op && a->algo == b->algo && a->M == b->M && a->N == b->N && a->K == b->K &&
+           a->epi == b->epi && a->bias == b->bias && a->exact == b->exact;
+}
+
+// The CPU reference's multiply-adds for a case (checked rows x columns x K, per weight): what
+// --max-work bounds.
+static double case_work(const gcase *c) {
+    const int glu = c->op == OP_F16_GLU || c->op == OP_Q4_GLU;
+    const double rows = all_rows(c->M, c->N, c->K) ? c->M : CHECK_ROWS;
+    return (1 + glu) * rows * c->N * c->K;
+}
+
 static int matches(const gcase *c, const char *op, const char *shape) {
     char a[64], b[96];
     snprintf(a, sizeof a, "%s/%s", op_name(c->op), g4_gemm_algo_name(c->algo));
@@ -1035,6 +1059,7 @@ static int matches(const gcase *c, const char *op, const char *shape) {
 int main(int argc, char **argv) {
     const char *op = NULL, *shape = NULL;
     int list = 0;
+    double max_work = 0; // 0: no bound
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
             op = argv[++i];
@@ -1044,10 +1069,23 @@ int main(int argc, char **argv) {
             list = 1;
         else if (!strcmp(argv[i], "--emulate"))
             g_emulate = 1;
-        else {
-            fprintf(stderr, "usage: test_cuda_gemm [--op S] [--shape S] [--list] [--emulate]\n");
+        else if (!strcmp(argv[i], "--max-work") && i + 1 < argc) {
+            char *end;
+            max_work = strtod(argv[++i], &end);
+            if (*end || !(max_work > 0)) {
+                fprintf(stderr, "test_cuda_gemm: --max-work '%s': expected a positive number\n",
+                        argv[i]);
+                return 1;
+            }
+        } else {
+            fprintf(stderr, "usage: test_cuda_gemm [--op S] [--shape S] [--list] [--emulate] "
+                            "[--max-work N]\n");
             return 1;
         }
+    }
+    if (max_work > 0 && !g_emulate) {
+        fprintf(stderr, "test_cuda_gemm: --max-work bounds the emulation only (add --emulate)\n");
+        return 1;
     }
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     if (list) {
@@ -1070,12 +1108,31 @@ int main(int argc, char **argv) {
         if (!op || strstr("reject", op)) run_reject_forced();
     }
     const double t0 = now_s();
-    int ran = 0;
+    int ran = 0, same = 0, over = 0;
     for (int i = 0; i < n_cases; i++) {
         if (!matches(&cases[i], op, shape)) continue;
+        int first = -1;
+        for (int j = 0; g_emulate && j < i && first < 0; j++)
+            if (matches(&cases[j], op, shape) && same_emulation(&cases[j], &cases[i])) first = j;
+        if (first >= 0 || (max_work > 0 && case_work(&cases[i]) > max_work)) {
+            print_case(&cases[i]);
+            if (first >= 0) {
+                printf("  emulated above (table entry %d): the same inputs, reference and "
+                       "comparison; its forced configuration reaches the GPU only\n",
+                       first);
+                same++;
+            } else {
+                printf("  not emulated here: %.3g reference multiply-adds, over --max-work %.3g\n",
+                       case_work(&cases[i]), max_work);
+                over++;
+            }
+            continue;
+        }
         run_case(&cases[i]);
         ran++;
     }
     printf("%d cases in %.1f s%s\n", ran, now_s() - t0, g_emulate ? " (emulated: no GPU ran)" : "");
+    if (same) printf("%d cases emulated once with an earlier one (the same emulation)\n", same);
+    if (over) printf("%d cases over --max-work %.3g not emulated in this run\n", over, max_work);
     return g4t_finish("test_cuda_gemm");
 }

@@ -185,18 +185,31 @@ while [ $# -gt 0 ]; do [ "$1" = --json ] && printf '{"bf16": {"decode_tok_s": 10
 exit "${FAKE_RUN_EXIT:-0}"
 EOF
 chmod +x "$tmp/py"
+# The benchmark between the peer's check and its run, on a text-only copy of the tiny package
+# at context 300: five rows (pp128, tg128 and its TTFT, greedy and sampled) instead of the
+# towers and the 512- and 2048-token prefills, about 40 s of CPU a run under ASan;
+# the whole table is test_bench_cli's.
+bp=$(pkg textonly) && rm -r "$bp"/vision_encoder "$bp"/audio_encoder "$bp"/image_processor.json \
+    "$bp"/audio_feature_extraction.json && python3 - "$bp/genai_config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+del c["model"]["vision"], c["model"]["speech"]
+c["model"]["context_length"] = 300
+json.dump(c, open(sys.argv[1], "w"), indent=4)
+EOF
+check "bench --hf: a text-only package at context 300" $?
 hostile="x'; touch $tmp/PWNED; echo '"
-(cd / && FAKE_LOG="$tmp/log1" FAKE_FAIL=3 G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$hostile" >"$tmp/out" 2>"$tmp/err")
+(cd / && FAKE_LOG="$tmp/log1" FAKE_FAIL=3 G4_PYTHON="$tmp/py" "$G4CU" bench "$bp" --backend cpu --reps 1 --hf "$hostile" >"$tmp/out" 2>"$tmp/err")
 rc=$?
 [ $rc -eq 1 ] && [ ! -e "$tmp/PWNED" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
     grep -q "checking the peer before the benchmark): $tmp/py exited with code 3" "$tmp/err" &&
     [ ! -s "$tmp/out" ] && [ "$(sed -n 3p "$tmp/log1")" = "$hostile" ] &&
     [ "$(sed -n 1p "$tmp/log1")" = "$(realpath "$G4_SOURCE_DIR/tools/python/bench_hf.py")" ]
 check "bench --hf: no shell, script found from the binary, checked first, exit code reported" $?
-FAKE_LOG="$tmp/log2" FAKE_RUN_EXIT=5 G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
+FAKE_LOG="$tmp/log2" FAKE_RUN_EXIT=5 G4_PYTHON="$tmp/py" "$G4CU" bench "$bp" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "bench --hf: $tmp/py exited with code 5" "$tmp/err"
 check "bench --hf: the peer's exit code, not a wait status" $?
-FAKE_LOG="$tmp/log3" G4_PYTHON="$tmp/py" "$G4CU" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" -o csv >"$tmp/out" 2>"$tmp/err"
+FAKE_LOG="$tmp/log3" G4_PYTHON="$tmp/py" "$G4CU" bench "$bp" --backend cpu --reps 1 --hf "$tmp" -o csv >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 0 ] && grep -q "vs HF bf16: decode" "$tmp/err"
 check "bench --hf: a peer that runs" $?
 # bench prints each measurement on stderr as it is measured: as many lines as the table's rows
@@ -206,7 +219,7 @@ check "bench: each of the $rows measurements printed as it is measured ($lines l
 # a binary outside the source tree (an out-of-tree build): the script from the configured source
 # (the peer's check fails on purpose: the benchmark itself is not needed for this)
 mkdir -p "$tmp/elsewhere/bin" && cp "$G4CU" "$tmp/elsewhere/bin/g4cu"
-FAKE_LOG="$tmp/log4" FAKE_FAIL=3 G4_PYTHON="$tmp/py" "$tmp/elsewhere/bin/g4cu" bench "$G4_TINY_PKG" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
+FAKE_LOG="$tmp/log4" FAKE_FAIL=3 G4_PYTHON="$tmp/py" "$tmp/elsewhere/bin/g4cu" bench "$bp" --backend cpu --reps 1 --hf "$tmp" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "exited with code 3" "$tmp/err" &&
     [ "$(sed -n 1p "$tmp/log4")" = "$(realpath "$G4_SOURCE_DIR/tools/python/bench_hf.py")" ]
 check "bench --hf: the script found from an out-of-tree binary" $?

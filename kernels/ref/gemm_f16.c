@@ -16,21 +16,48 @@ typedef struct {
     int T, K, N, accumulate;
 } linear_f16_job;
 
-// Output columns [n0, n1) of every row.
+// Output columns [n0, n1) of every row. Four rows a pass share each weight's conversion; every
+// y[t][n] is still its own fp32 sum in k order (bias first), the same bits as one row a pass.
 static void linear_f16_cols(void *ctx, int n0, int n1) {
     const linear_f16_job *j = ctx;
     const int K = j->K, N = j->N, w = n1 - n0;
-    float *acc = g4_malloc(sizeof(float) * (size_t)w);
-    for (int t = 0; t < j->T; t++) {
-        const float *xr = j->x + (size_t)t * K;
-        for (int n = 0; n < w; n++) acc[n] = j->bias ? ref_h2f(j->bias[n0 + n]) : 0.0f;
-        for (int k = 0; k < K; k++) {
-            const float xv = xr[k];
-            const uint16_t *wr = j->w + (size_t)k * N + n0;
-            for (int n = 0; n < w; n++) acc[n] += xv * ref_h2f(wr[n]);
+    float *acc = g4_malloc(sizeof(float) * (size_t)w * 4);
+    int t = 0;
+    for (; t < j->T; t += 4) {
+        const int rows = j->T - t < 4 ? j->T - t : 4;
+        for (int r = 0; r < rows; r++)
+            for (int n = 0; n < w; n++)
+                acc[(size_t)r * w + n] = j->bias ? ref_h2f(j->bias[n0 + n]) : 0.0f;
+        if (rows == 4) {
+            const float *x0 = j->x + (size_t)t * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+            float *a0 = acc, *a1 = acc + w, *a2 = a1 + w, *a3 = a2 + w;
+            for (int k = 0; k < K; k++) {
+                const float v0 = x0[k], v1 = x1[k], v2 = x2[k], v3 = x3[k];
+                const uint16_t *wr = j->w + (size_t)k * N + n0;
+                for (int n = 0; n < w; n++) {
+                    const float wv = ref_h2f(wr[n]);
+                    a0[n] += v0 * wv;
+                    a1[n] += v1 * wv;
+                    a2[n] += v2 * wv;
+                    a3[n] += v3 * wv;
+                }
+            }
+        } else {
+            for (int r = 0; r < rows; r++) {
+                const float *xr = j->x + (size_t)(t + r) * K;
+                float *ar = acc + (size_t)r * w;
+                for (int k = 0; k < K; k++) {
+                    const float xv = xr[k];
+                    const uint16_t *wr = j->w + (size_t)k * N + n0;
+                    for (int n = 0; n < w; n++) ar[n] += xv * ref_h2f(wr[n]);
+                }
+            }
         }
-        float *yr = j->y + (size_t)t * N + n0;
-        for (int n = 0; n < w; n++) yr[n] = j->accumulate ? yr[n] + acc[n] : acc[n];
+        for (int r = 0; r < rows; r++) {
+            float *yr = j->y + (size_t)(t + r) * N + n0;
+            const float *ar = acc + (size_t)r * w;
+            for (int n = 0; n < w; n++) yr[n] = j->accumulate ? yr[n] + ar[n] : ar[n];
+        }
     }
     free(acc);
 }
