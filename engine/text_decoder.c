@@ -133,6 +133,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->fuse_norm = !g4_env_is("G4_FUSE", "0") && be->add_norm_linear;
     s->qkv_on = !g4_env_is("G4_QKV", "0"); // (issue 30: q|k|v one linear)
     s->attn_fused = !g4_env_is("G4_FUSE_ATTN", "0"); // (issue 30: qkv_prep inside attention)
+    s->attn_fused_one = g4_env_is("G4_FUSE_ATTN", "1");
     // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
     s->batch_rows_ops = !g4_env_is("G4_BATCH_ROWS", "0") && be->qkv_prep_rows &&
                         be->attention_rows && be->sample_rows;
@@ -506,7 +507,8 @@ static void layer(g4_text_state *s, int l, int T) {
         }
     }
     // one token, no layer hook: the head preparation inside the attention (one launch fewer)
-    const int prep_in_attn = !s->rows && T == 1 && !s->hook && s->attn_fused && be->qkv_attention;
+    const int prep_in_attn =
+        !s->rows && T == 1 && !s->hook && s->attn_fused_one && be->qkv_attention;
     if (prep_in_attn) {
         const int own = lc->kv_source == l;
         be->qkv_attention(be, &attn, &q, own ? &k : NULL, own ? &v : NULL, kc, vc, w->q_norm,

@@ -119,10 +119,12 @@ typedef struct g4_text_state {
     // the layer's q|k|v weight (views of s->qkv), its pending add applied once; on unless
     // G4_QKV=0 in the environment (read at state creation). Prefill keeps the three linears.
     int qkv_on;
-    // Issue 30: a one-token forward (and the batch step's rows) runs the head preparation inside
-    // the decode attention (ops.h qkv_attention, _rows), one launch fewer a layer; on unless
-    // G4_FUSE_ATTN=0 (read at state creation) or a layer hook wants the prepared q, k, v.
-    int attn_fused;
+    // Issue 30: the head preparation inside the decode attention (ops.h qkv_attention, _rows),
+    // one launch fewer a layer: for the batch step's rows (attn_fused: on unless G4_FUSE_ATTN=0)
+    // and for a one-token forward (attn_fused_one: only with G4_FUSE_ATTN=1, measured 1.4%
+    // slower in the graph-replayed step, bench/RESULTS.md); never when a layer hook wants the
+    // prepared q, k, v. Read at state creation.
+    int attn_fused, attn_fused_one;
     struct {  // the add a block ended with, not applied yet (pending.r.data != NULL)
         g4_buf r;
         const void *w, *scale, *next_w;

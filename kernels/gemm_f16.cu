@@ -31,14 +31,15 @@ bool skinny_on() {
     return g4_cuda_env_is(&cache, "G4_SKINNY", "0") == 0;
 }
 
-// The fewest rows the skinny path takes for fp16 weights under AUTO: 9 (the GEMV below), unless
-// G4_SKINNY_F16_MIN=2..8 in the environment (read once: the A/B of the fp16 GEMV at 2..8 rows,
-// which runs at 0.4-0.6x cuBLAS at 8, against the skinny path there).
+// The fewest rows the skinny path takes for fp16 weights under AUTO: 4, where it measured faster
+// than the fp16 GEMV (H200, full-size E2B, the batch step: 4 rows 4.05 -> 3.75 ms, 8 rows 6.47
+// -> 3.78 ms; 2 rows 3.36 -> 3.73 ms, slower: bench/RESULTS.md, eighth session).
+// G4_SKINNY_F16_MIN=2..9 in the environment moves it (read once; 9: the GEMV up to 8 rows).
 int skinny_f16_min() {
     static int v = 0;
     if (!v) {
         const char *e = getenv("G4_SKINNY_F16_MIN");
-        const int n = e ? atoi(e) : 9;
+        const int n = e ? atoi(e) : 4;
         v = n >= 2 && n <= 9 ? n : 9;
     }
     return v;

@@ -114,7 +114,7 @@ int g4_gemm_wgmma_force(int bn, int split, int max_ctas);
 // automatic one. Not thread-safe; not for the engine.
 int g4_gemm_skinny_force(int split);
 // The K split G4_GEMM_SKINNY runs for the shape (forced or automatic; the bench prints it).
-// Whether AUTO runs an fp16 linear of M rows on the skinny path (9..64, or from
+// Whether AUTO runs an fp16 linear of M rows on the skinny path (4..64, or from
 // G4_SKINNY_F16_MIN rows; not with G4_SKINNY=0): the CUDA backend then leaves the add-norm
 // unfused (the GEMV's prologue form) so the linear takes it.
 int g4_gemm_f16_skinny_takes(int M);

@@ -332,6 +332,9 @@ static float *dup(const float *x, size_t n) {
 static float act_round(float x) {
     return be->act_type == G4_F16 ? g4_round_f16(x) : x;
 }
+static float kv_round(float x) {
+    return be->kv_type == G4_F16 ? g4_round_f16(x) : x;
+}
 
 // --- backend buffers between guard zones (tests/backend_buf.h) -------------------------------
 typedef g4t_bbuf tbuf;
@@ -1237,18 +1240,22 @@ static void case_qkv_attention(int rows_form, int T, int nh, int nkv, int hd, in
             memcmp(ck, ck1, sizeof(float) * n) != 0 || memcmp(cv, cv1, sizeof(float) * n) != 0;
         memcpy(gk + (size_t)t * kw, ck + own, sizeof(float) * kw);
         memcpy(gv + (size_t)t * kw, cv + own, sizeof(float) * kw);
-        if (with_kv) { // the naive cache: the uploaded rows, row pos the naive k, v
-            memcpy(ck + own, wk + (size_t)t * kw, sizeof(float) * kw);
-            memcpy(cv + own, wv + (size_t)t * kw, sizeof(float) * kw);
+        if (with_kv) { // the naive cache: the uploaded rows, row pos the naive k, v as the
+            // cache type holds them (the op stores them there before attending)
+            for (int i = 0; i < kw; i++) {
+                ck[own + i] = kv_round(wk[(size_t)t * kw + i]);
+                cv[own + i] = kv_round(wv[(size_t)t * kw + i]);
+            }
             memcpy(nk + (size_t)t * kw, wk + (size_t)t * kw, sizeof(float) * kw);
             memcpy(nv + (size_t)t * kw, wv + (size_t)t * kw, sizeof(float) * kw);
         } else { // nothing stored: row pos as uploaded
             memcpy(nk + (size_t)t * kw, had_k[t] + own, sizeof(float) * kw);
             memcpy(nv + (size_t)t * kw, had_v[t] + own, sizeof(float) * kw);
         }
-        n_attention_row(want + (size_t)t * qw, wq + (size_t)t * qw, ck, cv, pos[t], nh, nkv, hd,
-                        window, scale);
-        free(ck), free(cv), free(ck1), free(cv1);
+        float *qr = dup(wq + (size_t)t * qw, (size_t)qw); // the prepared q as the op holds it
+        for (int i = 0; i < qw; i++) qr[i] = act_round(qr[i]);
+        n_attention_row(want + (size_t)t * qw, qr, ck, cv, pos[t], nh, nkv, hd, window, scale);
+        free(qr), free(ck), free(cv), free(ck1), free(cv1);
     }
 #undef KV
     float *got = tb_get(&dout[0]), *got1 = tb_get(&dout[1]);

@@ -552,12 +552,12 @@ stage_floor() {
     grep launch_floor "$OUT/floor.txt" | cut -c1-100
 }
 
-# Issue 30 stage 1, the head preparation inside the decode attention (G4_FUSE_ATTN=0 turns it
-# off; after build, tiny; e2b_make for the full-size half): test_backend_ops on CUDA for the
-# fused ops (vs the naive and bit-equal to qkv_prep + attention) and the changed qkv_prep grid,
-# --break; test_cuda_engine without it (the tiny stage runs it on); on the full-size package
-# greedy generate tokens with it off and on (equal bits: all 128 tokens must agree), and the
-# bench of the two (FATTN_BENCH=0 skips).
+# Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
+# only; G4_FUSE_ATTN=0 off everywhere, =1 on everywhere; after build, tiny; e2b_make for the
+# full-size half): test_backend_ops on CUDA for the fused ops (vs the naive and bit-equal to
+# qkv_prep + attention) and the changed qkv_prep grid, --break; test_cuda_engine off and on
+# everywhere; on the full-size package greedy generate tokens with it off and on (equal bits: all
+# 128 tokens must agree), and the bench of the two (FATTN_BENCH=0 skips).
 stage_fattn() {
     local d="$WORK/gpu-tiny" e="$WORK/e2b" op p v
     for op in qkv_attention qkv_prep attention; do
@@ -566,8 +566,11 @@ stage_fattn() {
         grep -E "FAIL|differ" "$OUT/fattn_backend_ops_$op.log" | head -12
     done
     build-gpu/tests/test_backend_ops --break --backend cuda --op qkv_attention 2>&1 | tail -1
-    G4_FUSE_ATTN=0 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
-        tee "$OUT/fattn_cuda_engine_0.log" | grep -E "checks|FAIL" | tail -8
+    # (the default fuses the batch rows only: here off everywhere, and on everywhere)
+    for v in 0 1; do
+        G4_FUSE_ATTN=$v G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
+            tee "$OUT/fattn_cuda_engine_$v.log" | grep -E "checks|FAIL" | tail -8
+    done
     [ -f "$e/READY" ] || { echo "fattn: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
     local ids
     ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
