@@ -343,14 +343,22 @@ stage_branch() {
     "$src/build-gpu/g4cu" bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/branch/e2b_bench.json" 2>&1 | tee "$OUT/branch/e2b_bench.txt" | cut -c1-700
 }
 
-stage_prefill() {
-    local t
-    for t in "test_cuda_gemm --op wgmma" "test_cuda_gemm --op q4" "test_cuda_attention --op attn_prefill"; do
-        local log="$OUT/prefill_${t// /_}.log"
+# Kernel test programs, each "PROGRAM ARGS" under build-gpu/tests with its log in
+# $OUT/PREFIX_<words>.log: the exit code, case count and last line, and any failure lines.
+kernel_tests() {
+    local prefix=$1 t log
+    shift
+    for t in "$@"; do
+        log="$OUT/${prefix}_${t// /_}.log"
         timeout 480 build-gpu/tests/$t >"$log" 2>&1
         echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
         grep -E "FAIL|error|CUDA" "$log" | head -8
     done
+}
+
+stage_prefill() {
+    kernel_tests prefill "test_cuda_gemm --op wgmma" "test_cuda_gemm --op q4" \
+        "test_cuda_attention --op attn_prefill"
     build-gpu/g4cu bench --kernels --filter wgmma --reps 30 --json "$OUT/prefill_kbench_gemm.json" >"$OUT/prefill_kbench_gemm.txt" 2>&1
     echo "bench --kernels --filter wgmma: exit $?"; cut -c1-160 "$OUT/prefill_kbench_gemm.txt"
     build-gpu/g4cu bench --kernels --filter attn_prefill --reps 20 --json "$OUT/prefill_kbench_attn.json" >"$OUT/prefill_kbench_attn.txt" 2>&1
@@ -406,13 +414,7 @@ stage_dgemm() {
 # (G4_PROFILE=1) with the skinny path; last the dgemm kernel rows at M = 16, 32, 64 (explicit
 # algorithms: the skinny rows beside mma / wgmma / cuBLAS; G4_SKINNY only moves AUTO, so one run).
 stage_skinny() {
-    local t
-    for t in "test_cuda_gemm --op skinny" "test_cuda_gemm --op mma" "test_cuda_gemm --op auto"; do
-        local log="$OUT/skinny_${t// /_}.log"
-        timeout 480 build-gpu/tests/$t >"$log" 2>&1
-        echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
-        grep -E "FAIL|error|CUDA" "$log" | head -8
-    done
+    kernel_tests skinny "test_cuda_gemm --op skinny" "test_cuda_gemm --op mma" "test_cuda_gemm --op auto"
     ctest --test-dir build-gpu -R 'test_pdl_sass|test_cuda_pdl' --output-on-failure 2>&1 | grep -E "tests passed|Failed|checked" | head -4
     timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op linear >"$OUT/skinny_backend_ops.log" 2>&1
     echo "test_backend_ops --backend cuda --op linear: exit $? $(tail -1 "$OUT/skinny_backend_ops.log")"
