@@ -4,7 +4,7 @@
 // (cp.async, mma.sync, GELU, the SM count and set_smem come from kernels/common.cuh).
 // Internal header.
 // defines: g4k::ldsm_x4(_t), ldg_stream(_u32, _u8), store_one, store_pair, check_common,
-//          prefill_mma_forced, skinny_on, skinny_split, splitk_emit, wgmma_launch,
+//          env_int, prefill_mma_forced, skinny_on, skinny_split, splitk_emit, wgmma_launch,
 //          q4_wgmma_launch.
 #pragma once
 
@@ -109,6 +109,10 @@ __device__ __forceinline__ void store_pair(void *y, int epi, const __half *bias,
 }
 
 // Host side -----------------------------------------------------------------------------------
+
+// The integer knob `name` of the environment (A/B runs): dflt when unset, empty or outside
+// [lo, hi].
+int env_int(const char *name, int dflt, int lo, int hi);
 
 // G4_GEMM_PREFILL=mma in the environment: AUTO runs the mma.sync GEMMs for M > 8 (a fallback
 // switch for A/B runs; read once).

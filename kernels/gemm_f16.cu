@@ -26,6 +26,13 @@ bool prefill_mma_forced() {
     return g4_cuda_env_is(&cache, "G4_GEMM_PREFILL", "mma") != 0;
 }
 
+int env_int(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    const int x = atoi(v);
+    return x < lo || x > hi ? dflt : x;
+}
+
 bool skinny_on() {
     static int cache = -1;
     return g4_cuda_env_is(&cache, "G4_SKINNY", "0") == 0;
@@ -36,12 +43,7 @@ bool skinny_on() {
 // -> 3.78 ms; 2 rows 3.36 -> 3.73 ms, slower: bench/RESULTS.md, eighth session).
 // G4_SKINNY_F16_MIN=2..9 in the environment moves it (read once; 9: the GEMV up to 8 rows).
 int skinny_f16_min() {
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("G4_SKINNY_F16_MIN");
-        const int n = e ? atoi(e) : 4;
-        v = n >= 2 && n <= 9 ? n : 9;
-    }
+    static const int v = env_int("G4_SKINNY_F16_MIN", 4, 2, 9);
     return v;
 }
 

@@ -447,19 +447,12 @@ struct gv_force_t {
 };
 gv_force_t g_gv_force = {0, 0};
 
-int gv_env(const char *name, int dflt, int lo, int hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    const int x = atoi(v);
-    return x < lo || x > hi ? dflt : x;
-}
-
 gv_plan gemv_plan(int N, int K, bool fused) {
     static int cps = -1, pcps = -1, u_env = -1;
     if (cps < 0) {
-        cps = gv_env("G4_GEMV_CPS", 1, 1, 2);
-        pcps = gv_env("G4_GEMV_PCPS", 2, 1, 2);
-        u_env = gv_env("G4_GEMV_U", 8, 2, 8);
+        cps = env_int("G4_GEMV_CPS", 1, 1, 2);
+        pcps = env_int("G4_GEMV_PCPS", 2, 1, 2);
+        u_env = env_int("G4_GEMV_U", 8, 2, 8);
     }
     const int NT = N / 16, KT = K / 64, sms = num_sms();
     const int kmax = KT >= 64 ? 64 : 1 << (31 - __builtin_clz(KT)); // largest power of 2 <= K/64
