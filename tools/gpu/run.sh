@@ -476,7 +476,10 @@ stage_e2b_gemv() {
 # generate tokens with VAR=0 and VAR=1 (Q4 and f16, 128 tokens: equal where the logits' top-2 gap
 # exceeds the rounding difference), bench f16 + Q4 --reps 5 both ways, the eager per-op profile
 # of Q4 both ways; files $OUT/NAME_*.
-e2b_switch_ab() {
+# Greedy generate of 128 tokens after the same 128 prompt ids on the full-size Q4 and f16
+# packages with VAR=0 and VAR=1 ($OUT/NAME_gen_<pkg>_<v>.json), and the first token where the two
+# differ, with both runs' decode rate: e2b_greedy_ab VAR NAME WHAT.
+e2b_greedy_ab() {
     local var=$1 name=$2 what=$3 e="$WORK/e2b" ids p v
     ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
     for p in q4 f16; do
@@ -493,6 +496,11 @@ print(f"{sys.argv[3]}: greedy tokens {sys.argv[4]} for the first {same} of {len(
       f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
 PY
     done
+}
+
+e2b_switch_ab() {
+    local var=$1 name=$2 what=$3 e="$WORK/e2b" v
+    e2b_greedy_ab "$var" "$name" "$what"
     for v in 0 1; do
         env "$var=$v" build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 5 --json "$OUT/${name}_bench_$v.json" >"$OUT/${name}_bench_$v.txt" 2>&1
         echo "=== bench $var=$v: exit $?"; grep -iE "weights|decode" "$OUT/${name}_bench_$v.txt" | head -6 | cut -c1-400
@@ -561,7 +569,7 @@ stage_floor() {
 # everywhere; on the full-size package greedy generate tokens with it off and on (equal bits: all
 # 128 tokens must agree), and the bench of the two (FATTN_BENCH=0 skips).
 stage_fattn() {
-    local d="$WORK/gpu-tiny" e="$WORK/e2b" op p v
+    local d="$WORK/gpu-tiny" e="$WORK/e2b" op v
     for op in qkv_attention qkv_prep attention; do
         build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/fattn_backend_ops_$op.log" 2>&1
         echo "test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/fattn_backend_ops_$op.log")"
@@ -574,22 +582,7 @@ stage_fattn() {
             tee "$OUT/fattn_cuda_engine_$v.log" | grep -E "checks|FAIL" | tail -8
     done
     [ -f "$e/READY" ] || { echo "fattn: no full-size package ($e/READY missing): the e2b half skipped"; return 0; }
-    local ids
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
-    for p in q4 f16; do
-        for v in 0 1; do
-            G4_FUSE_ATTN=$v build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
-                --ignore-eos --json >"$OUT/fattn_gen_${p}_$v.json" 2>&1
-        done
-        python3 - "$OUT/fattn_gen_${p}_0.json" "$OUT/fattn_gen_${p}_1.json" "$p" <<'PY'
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-ta, tb = a["tokens"], b["tokens"]
-same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), len(ta))
-print(f"fattn {sys.argv[3]}: greedy tokens fused == unfused for the first {same} of {len(ta)}; "
-      f"decode {a['decode_tok_s']:.1f} -> {b['decode_tok_s']:.1f} tok/s")
-PY
-    done
+    e2b_greedy_ab G4_FUSE_ATTN fattn "fused == unfused"
     [ "${FATTN_BENCH:-1}" = 1 ] || return 0
     for v in 0 1; do
         G4_FUSE_ATTN=$v build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/fattn_bench_$v.json" >"$OUT/fattn_bench_$v.txt" 2>&1
