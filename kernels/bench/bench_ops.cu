@@ -224,8 +224,7 @@ int bench_launch_floor(const char *f, int reps, g4_kbench_row *rows, int n, int 
     struct variant {
         int ctas, cluster, pdl;
     };
-    int sms = 0;
-    G4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int sms = g4k::num_sms();
     const variant vs[] = {{1, 0, 1}, {sms, 0, 1}, {2 * sms, 0, 1}, {2 * sms, 2, 1}, {2 * sms, 0, 0}};
     for (const variant &v : vs) {
         char shape[96];
