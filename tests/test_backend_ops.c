@@ -1207,15 +1207,19 @@ static void case_qkv_attention(int rows_form, int T, int nh, int nkv, int hd, in
     for (int t = 0; t < T; t++) had_k[t] = tb_get(&kc[0][t]), had_v[t] = tb_get(&vc[0][t]);
     const int kvn = with_kv; // (the layer owns its KV)
 #define KV(c) (kvn ? &dk[c].b : NULL), (kvn ? &dv[c].b : NULL)
+    // the fused op (on copy 0; the check and the perf loop), then the two ops on copy 1
+#define FUSED()                                                                                    \
+    (rows_form                                                                                     \
+         ? be->qkv_attention_rows(be, &dout[0].b, &dq[0].b, KV(0), &kv[0], dqw, kvn ? dkw : NULL,  \
+                                  &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale)                \
+         : be->qkv_attention(be, &dout[0].b, &dq[0].b, KV(0), &kc[0][0].b, &vc[0][0].b, dqw,       \
+                             kvn ? dkw : NULL, &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale))
+    FUSED();
     if (rows_form) {
-        be->qkv_attention_rows(be, &dout[0].b, &dq[0].b, KV(0), &kv[0], dqw, kvn ? dkw : NULL,
-                               &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale);
         be->qkv_prep_rows(be, &dq[1].b, KV(1), &kv[1], dqw, kvn ? dkw : NULL, &dpos.b, dinv, nh,
                           nkv, hd, 1e-6f);
         be->attention_rows(be, &dout[1].b, &dq[1].b, &kv[1], &dpos.b, nh, nkv, hd, window, scale);
     } else {
-        be->qkv_attention(be, &dout[0].b, &dq[0].b, KV(0), &kc[0][0].b, &vc[0][0].b, dqw,
-                          kvn ? dkw : NULL, &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale);
         be->qkv_prep(be, &dq[1].b, KV(1), kvn ? &kc[1][0].b : NULL, kvn ? &vc[1][0].b : NULL, dqw,
                      kvn ? dkw : NULL, &dpos.b, dinv, nh, nkv, hd, 1e-6f);
         be->attention(be, &dout[1].b, &dq[1].b, &kc[1][0].b, &vc[1][0].b, &dpos.b, nh, nkv, hd,
@@ -1257,7 +1261,6 @@ static void case_qkv_attention(int rows_form, int T, int nh, int nkv, int hd, in
         n_attention_row(want + (size_t)t * qw, qr, ck, cv, pos[t], nh, nkv, hd, window, scale);
         free(qr), free(ck), free(cv), free(ck1), free(cv1);
     }
-#undef KV
     float *got = tb_get(&dout[0]), *got1 = tb_get(&dout[1]);
     CHECK_MSG(stray == 0, "%s: %d cache values changed outside rows pos[t]", name, stray);
     differ += memcmp(got, got1, sizeof(float) * (size_t)T * qw) != 0;
@@ -1266,16 +1269,9 @@ static void case_qkv_attention(int rows_form, int T, int nh, int nkv, int hd, in
     report("out vs naive", got, want, (size_t)T * qw, &TOL_ATTN, tb_guards_ok(&dout[0], "out"), 0);
     report("kcache[pos] vs naive", gk, nk, (size_t)T * kw, &TOL_REDUCE, guards, 0);
     report("vcache[pos] vs naive", gv, nv, (size_t)T * kw, &TOL_REDUCE, guards, 0);
-    if (rows_form)
-        PERF("qkv_attention_rows",
-             be->qkv_attention_rows(be, &dout[0].b, &dq[0].b, with_kv ? &dk[0].b : NULL,
-                                    with_kv ? &dv[0].b : NULL, &kv[0], dqw, with_kv ? dkw : NULL,
-                                    &dpos.b, dinv, nh, nkv, hd, 1e-6f, window, scale));
-    else
-        PERF("qkv_attention", be->qkv_attention(be, &dout[0].b, &dq[0].b, with_kv ? &dk[0].b : NULL,
-                                                with_kv ? &dv[0].b : NULL, &kc[0][0].b, &vc[0][0].b,
-                                                dqw, with_kv ? dkw : NULL, &dpos.b, dinv, nh, nkv,
-                                                hd, 1e-6f, window, scale));
+    PERF(name, FUSED());
+#undef FUSED
+#undef KV
     be->free(be, dqw), be->free(be, dkw), be->free(be, dinv);
     for (int c = 0; c < 2; c++) {
         be->free(be, ktab[c]), be->free(be, vtab[c]);
