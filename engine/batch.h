@@ -26,7 +26,8 @@
 // prompt with media (soft rows live in its own state) or with ids the step cannot take still
 // gets a chunk of its own forward, as above. Each round counts as one decode step in the stats
 // (its time in decode_s; prefill_s only for those own-forward chunks), each prompt given rows a
-// chunk. Needs the row-batched ops (not G4_BATCH_ROWS=0: then the rounds above).
+// chunk. Needs the row-batched ops (not G4_BATCH_ROWS=0: then the rounds above);
+// G4_BATCH_PREFILL_ONE does not apply.
 //
 // KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx; a
 // reused slot too small for its next request grows to a multiple of G4_BATCH_KV_STEP rows), at
