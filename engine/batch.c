@@ -29,15 +29,19 @@ struct g4_batch {
     int n_slots, n_ctx;
     int prefill_tokens; // a round's prefill budget (opts.prefill_tokens)
     int prefill_one;    // G4_BATCH_PREFILL_ONE=1: the budget is the oldest's one chunk (A/B)
+    int prompt_rows;    // G4_BATCH_PROMPT_ROWS=1: prompts as rows of the decode step (batch.h)
+    int max_rows;       // the step's rows at most (its state's max_tokens)
     g4_batch_slot *slots;
     char *taken;               // [n_slots] a round's prefill: the slots it has looked at
     g4_text_state *step_state; // the decode step's rows (activations only; made on first need)
     long submitted;
     g4_batch_stats stats;
-    // per step: the decoding slots' states, ids and next ids [n_slots]
-    g4_text_state **rows;
-    int32_t *ids, *next;
-    int *which;
+    // per step: the rows' states and ids [max_rows] (prompt rows: the sampled rows first, the
+    // others gathered in trows, tids [max_rows] first), the sampled rows' next ids and slots
+    // [n_slots], each slot's prompt rows in this step [n_slots]
+    g4_text_state **rows, **trows;
+    int32_t *ids, *tids, *next;
+    int *which, *take;
 };
 
 static int bad_budget(int n) {
@@ -60,9 +64,20 @@ int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     b->n_ctx = o->n_ctx;
     b->prefill_tokens = o->prefill_tokens ? o->prefill_tokens : pl->max_tokens;
     b->prefill_one = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
+    b->prompt_rows = g4_env_is("G4_BATCH_PROMPT_ROWS", "1");
+    // prompt rows: the slots' decode rows and one forward's worth of prompt rows (at most the
+    // 4096 rows the row-batched attention takes, kernels/attention_decode.cuh)
+    b->max_rows = o->slots;
+    if (b->prompt_rows) {
+        b->max_rows = o->slots + pl->max_tokens;
+        if (b->max_rows > 4096) b->max_rows = o->slots > 4096 ? o->slots : 4096;
+    }
     b->slots = g4_calloc((size_t)o->slots, sizeof *b->slots);
-    b->rows = g4_calloc((size_t)o->slots, sizeof *b->rows);
-    b->ids = g4_calloc((size_t)o->slots, sizeof *b->ids);
+    b->rows = g4_calloc((size_t)b->max_rows, sizeof *b->rows);
+    b->trows = g4_calloc((size_t)b->max_rows, sizeof *b->trows);
+    b->ids = g4_calloc((size_t)b->max_rows, sizeof *b->ids);
+    b->tids = g4_calloc((size_t)b->max_rows, sizeof *b->tids);
+    b->take = g4_calloc((size_t)o->slots, sizeof *b->take);
     b->next = g4_calloc((size_t)o->slots, sizeof *b->next);
     b->which = g4_calloc((size_t)o->slots, sizeof *b->which);
     b->taken = g4_calloc((size_t)o->slots, 1);
@@ -100,7 +115,10 @@ void g4_batch_free(g4_batch *b) {
     g4_text_state_free(b->step_state);
     free(b->slots);
     free(b->rows);
+    free(b->trows);
     free(b->ids);
+    free(b->tids);
+    free(b->take);
     free(b->next);
     free(b->which);
     free(b->taken);
@@ -267,7 +285,7 @@ static void prefill_round(g4_batch *b) {
 // The decode step's own state (activations for n_slots rows, no KV), made on first need.
 static int step_state(g4_batch *b) {
     if (b->step_state) return G4_OK;
-    const g4_text_state_opts so = {1, b->n_slots, b->n_slots, 1};
+    const g4_text_state_opts so = {1, b->max_rows, b->n_slots, 1};
     return g4_text_state_new_opts(b->pl->model, &so, &b->step_state);
 }
 
@@ -316,10 +334,123 @@ static void count_running(g4_batch *b) {
     b->stats.decoding = d;
 }
 
+// 1 when ids[0..n) can be rows of a batch step (stage_inputs' checks pass: text ids within the
+// vocabularies); else the prompt goes through its own prefill, which fails it alone.
+static int text_ids(const g4_text_config *c, const int32_t *ids, int n) {
+    for (int t = 0; t < n; t++)
+        if (g4_placeholder_of(c, ids[t]) != G4_PH_NONE || ids[t] < 0 || ids[t] >= c->vocab ||
+            ids[t] >= c->vocab_ple)
+            return 0;
+    return 1;
+}
+
+// A round with prompt rows (G4_BATCH_PROMPT_ROWS=1, batch.h): the requests still prefilling,
+// oldest first, take prompt rows within the budget (the round's prefill budget, and the step's
+// rows less the decode rows), each as many as fit (the last one cut to what is left); a prompt
+// with media (or ids the step cannot take) gets a chunk of its own forward, as in
+// prefill_round. Then ONE step: each decoding slot's row and the last row of each prompt that
+// ends in it sample (rows [0, nl)), the other prompt rows only store their k, v.
+static int rows_round(g4_batch *b) {
+    memset(b->taken, 0, (size_t)b->n_slots);
+    memset(b->take, 0, sizeof *b->take * (size_t)b->n_slots);
+    int nd = 0, any = 0;
+    for (int i = 0; i < b->n_slots; i++) nd += b->slots[i].phase == SLOT_DECODE;
+    int left = b->max_rows - nd < b->prefill_tokens ? b->max_rows - nd : b->prefill_tokens;
+    while (left > 0) {
+        const int k = oldest_prefilling(b, b->taken);
+        if (k < 0) break;
+        b->taken[k] = 1;
+        g4_batch_slot *sl = &b->slots[k];
+        g4_gen_seq *q = &sl->q;
+        int T = q->n_prompt - q->at < left ? q->n_prompt - q->at : left;
+        if (q->soft.n || q->hp || !text_ids(sl->st->m->cfg, q->prompt + q->at, T)) {
+            if (T > q->chunk) T = q->chunk; // its own forward (soft rows live in its state)
+            const double t0 = g4_progress_now();
+            const int rc = g4_gen_seq_prefill_upto(q, T);
+            if (rc || q->done)
+                slot_finish(sl, rc);
+            else if (q->at == q->n_prompt)
+                sl->phase = SLOT_DECODE; // (it decodes in this round's step, as prefill_round's)
+            b->stats.prefill_s += g4_progress_now() - t0;
+        } else {
+            b->take[k] = T;
+            any = 1;
+        }
+        b->stats.prefill_chunks++;
+        b->stats.prefill_tokens += T;
+        left -= T;
+    }
+    if (!any) return decode_all(b);
+    // the rows: sampled ones in rows[0, nl) (decode rows, then ending prompts' last rows in slot
+    // order), the other prompt rows gathered in trows and put after them
+    int nl = 0, nt = 0;
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        if (sl->phase != SLOT_DECODE) continue;
+        b->which[nl] = i;
+        b->rows[nl] = sl->st;
+        b->ids[nl++] = g4_fed_back_id(sl->st->m->cfg, sl->q.next);
+    }
+    nd = nl;
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        const int T = b->take[i];
+        if (!T) continue;
+        const int ends = sl->q.at + T == sl->q.n_prompt;
+        for (int t = 0; t < T; t++) {
+            const int32_t id = sl->q.prompt[sl->q.at + t];
+            if (ends && t == T - 1) {
+                b->which[nl] = i;
+                b->rows[nl] = sl->st;
+                b->ids[nl++] = id;
+            } else {
+                b->trows[nt] = sl->st;
+                b->tids[nt++] = id;
+            }
+        }
+    }
+    G4_ASSERT(nl <= b->n_slots && nl + nt <= b->max_rows);
+    memcpy(b->rows + nl, b->trows, sizeof *b->rows * (size_t)nt);
+    memcpy(b->ids + nl, b->tids, sizeof *b->ids * (size_t)nt);
+    b->stats.decode_steps++;
+    b->stats.decode_rows += nd;
+    if (nd > b->stats.max_decoding) b->stats.max_decoding = nd;
+    const double t0 = g4_progress_now();
+    const int rc = g4_text_batch_step_rows(b->step_state, b->rows, b->ids, nl + nt, nl, b->next);
+    const double t1 = g4_progress_now();
+    for (int r = 0; r < nl; r++) { // (the slots that sample: decode rows, ending prompts)
+        g4_batch_slot *sl = &b->slots[b->which[r]];
+        int rr = rc;
+        if (!rr && b->take[b->which[r]])
+            rr = g4_gen_seq_rows_done(&sl->q, b->take[b->which[r]], b->next[r]);
+        else if (!rr)
+            rr = g4_gen_seq_accept(&sl->q, b->next[r]);
+        if (rr || sl->q.done)
+            slot_finish(sl, rr);
+        else if (sl->phase == SLOT_PREFILL)
+            sl->phase = SLOT_DECODE;
+        b->take[b->which[r]] = 0;
+    }
+    for (int i = 0; i < b->n_slots; i++) { // prompts that go on in a later round
+        g4_batch_slot *sl = &b->slots[i];
+        if (!b->take[i]) continue;
+        const int rr = rc ? rc : g4_gen_seq_rows_done(&sl->q, b->take[i], -1);
+        if (rr) slot_finish(sl, rr);
+    }
+    b->stats.decode_s += t1 - t0;
+    b->stats.accept_s += g4_progress_now() - t1;
+    return rc;
+}
+
 int g4_batch_step(g4_batch *b, int *running) {
     b->stats.rounds++;
-    prefill_round(b);
-    const int rc = decode_all(b);
+    int rc;
+    if (b->prompt_rows && !step_state(b) && b->step_state->batch_rows_ops) {
+        rc = rows_round(b);
+    } else {
+        prefill_round(b);
+        rc = decode_all(b);
+    }
     count_running(b);
     if (running) *running = b->stats.running;
     return rc;
@@ -342,7 +473,7 @@ int g4_batch_reserve(g4_batch *b) {
         if (rc) return rc;
         b->stats.states_made++;
     }
-    return b->n_slots > 1 ? step_state(b) : G4_OK;
+    return b->n_slots > 1 || b->prompt_rows ? step_state(b) : G4_OK;
 }
 
 int g4_batch_set_prefill_tokens(g4_batch *b, int n) {

@@ -14,6 +14,21 @@
 // reuses the slot's state (its KV rows, workspaces and graph) without allocating, as one state
 // serves request after request (g4_text_state_reserve grows it when a request needs more rows).
 //
+// Prompts as rows of the decode step (G4_BATCH_PROMPT_ROWS=1, read at g4_batch_new; off by
+// default, a prototype for measurement: issue 31): a round is then ONE forward, the decode
+// rows and the prompt rows together (g4_text_batch_step_rows), instead of a forward per prompt
+// chunk and one for the decode rows. The requests still prefilling, oldest first, take prompt
+// rows within min(the prefill budget, the step's rows less the decode rows), each as many as
+// fit (the last one cut to what is left: a prompt longer than that goes over several steps);
+// the step's rows are at most slots + the pipeline's rows per forward (at most 4096), so its
+// activations stay bounded. The last row of a prompt that ends in the step samples its first
+// token (the step's pick, as the last prefill chunk's); its other rows sample nothing. A
+// prompt with media (soft rows live in its own state) or with ids the step cannot take still
+// gets a chunk of its own forward, as above. Each round counts as one decode step in the stats
+// (its time in decode_s; prefill_s only for those own-forward chunks), each prompt given rows a
+// chunk. Needs the row-batched ops (not G4_BATCH_ROWS=0: then the rounds above);
+// G4_BATCH_PREFILL_ONE does not apply.
+//
 // KV memory: one cache per slot, sized for its request (prompt + max_new, or opts.n_ctx; a
 // reused slot too small for its next request grows to a multiple of G4_BATCH_KV_STEP rows), at
 // most slots x n_ctx rows in all. Per-slot caches (not a pool of blocks): the decode step's

@@ -279,6 +279,16 @@ int g4_gen_seq_prefill_upto(g4_gen_seq *q, int max_rows) {
     return g4_gen_seq_accept(q, first);
 }
 
+int g4_gen_seq_rows_done(g4_gen_seq *q, int T, int32_t first) {
+    if (T < 1 || q->at + T > q->n_prompt || q->soft.n || q->hp)
+        return g4_fail(G4_EINTERNAL,
+                       "generate: %d prompt rows stepped after %d of %d (soft tokens %d, host "
+                       "pick %d): expected text rows within the prompt",
+                       T, q->at, q->n_prompt, q->soft.n, q->hp != NULL);
+    q->at += T;
+    return q->at < q->n_prompt ? G4_OK : g4_gen_seq_accept(q, first);
+}
+
 int g4_gen_seq_accept(g4_gen_seq *q, int32_t id) {
     g4_gen_result *out = q->out;
     const g4_gen_params *p = &q->p;

@@ -191,6 +191,11 @@ int g4_gen_seq_prefill(g4_gen_seq *q);
 // The same with the chunk cut to at most max_rows rows (>= 1): a batch's prefill budget.
 int g4_gen_seq_prefill_upto(g4_gen_seq *q, int max_rows);
 int g4_gen_seq_accept(g4_gen_seq *q, int32_t id);
+// A batch step took the prompt's next T rows itself (g4_text_batch_step_rows: ids
+// q->prompt + q->at, which advanced the state's n_past by T; a text prompt: no soft tokens, no
+// host pick): marks them prefilled. When they were the prompt's last, `first` is the token the
+// step picked after them, accepted as the prefill's last chunk's pick is.
+int g4_gen_seq_rows_done(g4_gen_seq *q, int T, int32_t first);
 // Ends the generation where it is (stop reason "cancelled").
 void g4_gen_seq_cancel(g4_gen_seq *q);
 int g4_gen_seq_end(g4_gen_seq *q, int rc);

@@ -194,6 +194,7 @@ void g4_text_state_free(g4_text_state *s) {
     free(s->host_io);
     if (s->tab) be->free(be, s->tab);
     free(s->host_tab);
+    free(s->host_pos);
     close_handle(s);
     free(s);
 }
@@ -285,7 +286,7 @@ static int stage_inputs(g4_text_state *s, const int32_t *ids, int T, const g4_so
                            ids[t], t, c->vocab < c->vocab_ple ? c->vocab : c->vocab_ple);
         }
         buf[t] = id;
-        buf[T + t] = s->rows ? s->rows[t]->n_past : s->n_past + t;
+        buf[T + t] = s->rows ? s->host_pos[t] : s->n_past + t;
     }
     if (n_soft != (soft ? soft->n : 0)) {
         return g4_fail(G4_EUSER,
@@ -393,7 +394,7 @@ static void batch_attention(g4_text_state *s, int l, int T, const g4_buf *q, con
         g4_buf cap = {row_caps(s->tab, nkvl, T), G4_I32, T, 1};
         const g4_kv_rows kv = {row_tab(s->tab, 2 * j, T), row_tab(s->tab, 2 * j + 1, T), &cap};
         g4_buf qq = *q, kk = *k, vv = *v; // (views: the op takes them writable)
-        if (s->attn_fused && be->qkv_attention_rows) {
+        if (s->attn_fused && be->qkv_attention_rows && !s->rows_prompt) {
             be->qkv_attention_rows(be, &attn, &qq, own ? &kk : NULL, own ? &vv : NULL, &kv,
                                    w->q_norm, own ? w->k_norm : NULL, &pos,
                                    s->m->inv_freq[lc->rope], nh, nkv, hd, c->rms_eps, lc->window,
@@ -700,37 +701,65 @@ static int stage_row_tables(g4_text_state *s, g4_text_state *const *rows, int n)
 }
 
 // The device work of a batch step of n rows staged (ids, positions, tables): the forward and
-// one sample_rows call (each row with its own sampler, drawn at its position). No host work:
-// it can be captured.
-static void batch_work(g4_text_state *s, int n) {
+// one sample_rows call over the first nl rows (each row with its own sampler, drawn at its
+// position; nl < n: the LM head on those rows only, nl 0: none). No host work: it can be
+// captured.
+static void batch_work(g4_text_state *s, int n, int nl) {
     g4_backend *be = s->be;
-    g4_buf logits = compute(s, n, NULL, 1, 1);
-    g4_buf nx = g4_buf_view(&s->next, n, 1), pos = g4_buf_view(&s->pos, n, 1);
-    const uint64_t *smp = row_tab(s->tab, 2 * s->m->cfg->n_kv_layers, n);
-    be->sample_rows(be, &nx, &logits, s->m->cfg->final_softcap, smp, &pos);
+    const g4_text_config *c = s->m->cfg;
+    g4_buf logits;
+    if (nl == n) {
+        logits = compute(s, n, NULL, 1, 1);
+    } else { // the rows that sample are the first nl (g4_text_batch_step_rows): contiguous
+        compute(s, n, NULL, 1, 0);
+        if (!nl) return;
+        g4_buf x = g4_buf_view(&s->x, nl, c->hidden);
+        logits = g4_buf_view(&s->logits, nl, c->vocab);
+        be->linear(be, &logits, &x, &s->m->lm_head, 0);
+    }
+    g4_buf nx = g4_buf_view(&s->next, nl, 1), pos = g4_buf_view(&s->pos, nl, 1);
+    const uint64_t *smp = row_tab(s->tab, 2 * c->n_kv_layers, n);
+    be->sample_rows(be, &nx, &logits, c->final_softcap, smp, &pos);
 }
 
 // The batch step (text_model.h): s is the batch's own state (its activations hold the rows,
-// its KV cache is not used); rows[r] is the sequence of row r, with ids[r] at its n_past.
+// its KV cache is not used); rows[r] is the sequence of row r, ids[r] its id.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
                        int32_t *next) {
+    return g4_text_batch_step_rows(s, rows, ids, n, n, next);
+}
+
+int g4_text_batch_step_rows(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
+                            int nl, int32_t *next) {
     g4_backend *be = s->be;
-    if (n < 1 || n > s->max_tokens || n > s->logit_rows)
-        return g4_fail(G4_EUSER, "batch step of %d rows: this batch takes 1..%d", n,
-                       s->max_tokens < s->logit_rows ? s->max_tokens : s->logit_rows);
-    for (int r = 0; r < n; r++) {
+    if (n < 1 || n > s->max_tokens || nl < 0 || nl > n || nl > s->logit_rows)
+        return g4_fail(G4_EUSER,
+                       "batch step of %d rows, %d of them sampled: this batch takes "
+                       "1..%d rows, at most %d sampled",
+                       n, nl, s->max_tokens, s->logit_rows);
+    if (nl < n && !s->batch_rows_ops)
+        return g4_fail(G4_EUSER, "batch step with prompt rows: needs the row-batched ops (not "
+                                 "G4_BATCH_ROWS=0)");
+    for (int r = 0; r < n; r++)
         if (!rows[r] || rows[r]->m != s->m)
             return g4_fail(G4_EINTERNAL, "batch step: row %d is not a state of the batch's model", r);
+    for (int r = 0; r < nl; r++) // (the prompt rows after nl may share a sequence)
         for (int j = 0; j < r; j++)
             if (rows[j] == rows[r])
                 return g4_fail(G4_EINTERNAL, "batch step: rows %d and %d are one state", j, r);
-        if (rows[r]->n_past + 1 > rows[r]->capacity)
+    if (!s->host_pos) s->host_pos = g4_malloc(sizeof(int32_t) * (size_t)s->max_tokens);
+    // positions (text_model.h): each sequence's rows after nl in order, then its row before nl
+    for (int r = 0; r < n; r++) rows[r]->bnext = rows[r]->n_past;
+    for (int r = nl; r < n; r++) s->host_pos[r] = rows[r]->bnext++;
+    for (int r = 0; r < nl; r++) s->host_pos[r] = rows[r]->bnext++;
+    for (int r = 0; r < n; r++)
+        if (s->host_pos[r] >= rows[r]->capacity)
             return g4_fail(G4_EUSER,
-                           "batch step: row %d has %d tokens in a context of %d: no room for one "
-                           "more",
-                           r, rows[r]->n_past, rows[r]->capacity);
-    }
+                           "batch step: row %d at position %d in a context of %d: no room for "
+                           "it",
+                           r, s->host_pos[r], rows[r]->capacity);
     s->rows = rows;
+    s->rows_prompt = nl < n;
     int rc = stage_inputs(s, ids, n, NULL);
     if (!rc && s->batch_rows_ops) rc = stage_row_tables(s, rows, n);
     if (!rc && s->batch_graph && !s->bgraph) { // workspaces for every row count, then graphs
@@ -738,16 +767,16 @@ int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32
         s->bgraph = g4_calloc((size_t)s->max_tokens + 1, sizeof *s->bgraph);
         s->bseen = g4_calloc((size_t)s->max_tokens + 1, 1);
     }
-    if (!rc && s->bgraph && (s->bgraph[n] || s->bseen[n])) {
+    if (!rc && nl == n && s->bgraph && (s->bgraph[n] || s->bseen[n])) {
         if (!s->bgraph[n]) { // the second step of n rows: captured, then replayed
             be->graph_begin(be);
-            batch_work(s, n);
+            batch_work(s, n, n);
             s->bgraph[n] = be->graph_end(be);
         }
         be->graph_launch(be, s->bgraph[n]);
     } else if (!rc && s->batch_rows_ops) {
-        if (s->bseen) s->bseen[n] = 1;
-        batch_work(s, n);
+        if (s->bseen && nl == n) s->bseen[n] = 1;
+        batch_work(s, n, nl);
     } else if (!rc) { // G4_BATCH_ROWS=0: one sample call per row
         g4_buf logits = compute(s, n, NULL, 1, 1);
         for (int r = 0; r < n; r++) {
@@ -756,15 +785,19 @@ int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32
             be->sample(be, &nr, &lr, s->m->cfg->final_softcap, rows[r]->samp.data, &pr);
         }
     }
-    if (!rc) be->download(be, next, s->next.data, sizeof(int32_t) * (size_t)n); // (synchronises)
+    if (!rc && nl) // (synchronises)
+        be->download(be, next, s->next.data, sizeof(int32_t) * (size_t)nl);
+    else if (!rc)
+        be->sync(be);
     s->rows = NULL;
+    s->rows_prompt = 0;
     if (rc) return rc;
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < nl; r++)
         if (next[r] < 0)
             return g4_fail(G4_EINTERNAL,
                            "the logits of batch row %d after position %d hold a NaN (a broken "
                            "forward pass)",
-                           r, rows[r]->n_past);
-    for (int r = 0; r < n; r++) rows[r]->n_past++;
+                           r, s->host_pos[r]);
+    for (int r = 0; r < n; r++) rows[r]->n_past = rows[r]->bnext;
     return G4_OK;
 }

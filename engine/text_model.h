@@ -130,8 +130,15 @@ typedef struct g4_text_state {
         const void *w, *scale, *next_w;
         int next_norm;
     } pending;
-    // During g4_text_batch_step only: the sequence of each row (NULL otherwise).
+    // During g4_text_batch_step(_rows) only: the sequence of each row (NULL otherwise), each
+    // row's position (host_pos, [max_tokens], made at the first batch step of s) and whether
+    // the step has prompt rows (rows that sample nothing: never the fused qkv_attention_rows,
+    // whose k, v store happens inside the attention, per CTA, so another row of the same
+    // sequence could read its key before it is stored).
     struct g4_text_state *const *rows;
+    int32_t *host_pos;
+    int rows_prompt;
+    int bnext; // a sequence in a batch step: the next position given to its rows (scratch)
     // The batch step's per-row tables (a batch's own state; made at its first batch step):
     // for n rows, uint64 [2 * n_kv_layers + 1][n] (KV slot j's K cache pointers at 2j, its V
     // at 2j + 1, then each row's sampler) followed by I32 [n] (each row's cache rows), staged
@@ -236,5 +243,20 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
 // Hooks are not called.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
                        int32_t *next);
+
+// The batch step with prompt rows (engine/batch.h, G4_BATCH_PROMPT_ROWS=1): several rows may
+// belong to one sequence, so a round's prompt tokens go through the same forward as the decode
+// rows. Rows [0, n_logits) are each the LAST row of a distinct sequence and sample its next
+// token into next[0..n_logits) (as g4_text_batch_step's rows); rows [n_logits, n) only store
+// their k, v (a prompt's rows before its last, or a prompt chunk that does not end the prompt).
+// A sequence given k rows takes positions n_past .. n_past + k - 1: its rows after n_logits
+// in their order, then its row before n_logits (when it has one) last; its n_past advances by
+// k. Every row's k, v is stored before any row's attention reads (qkv_prep_rows, then
+// attention_rows), so a row of a prompt attends to the rows of the same prompt before it, as
+// a prefill forward does. Needs the row-batched ops (not G4_BATCH_ROWS=0) when n_logits < n;
+// the step runs op by op (no graph) then. n_logits == n: exactly g4_text_batch_step. Rows of
+// text only (no soft tokens).
+int g4_text_batch_step_rows(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
+                            int n_logits, int32_t *next);
 
 #endif

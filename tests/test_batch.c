@@ -238,19 +238,22 @@ static void test_cancel_and_reuse(void) {
     // short prompts in one round). A round's prefill gives a request's first token and the same
     // round's decode step its second, each later round one more: a and c have 2 + 5 = 7 tokens
     // each (with G4_BATCH_PREFILL_ONE=1, a budget of one chunk, c's prompt goes in in step 2
-    // and c has 6).
+    // and c has 6; with G4_BATCH_PROMPT_ROWS=1 both prompts are rows of step 1, whose pick is
+    // each one's first token, and each later step gives one more: 1 + 5 = 6 each).
     g4cu_batch_slot_info si[2];
     const int one_a_round = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
+    const int prompt_rows = g4_env_is("G4_BATCH_PROMPT_ROWS", "1");
     for (int k = 0; k < 2; k++) g4cu_batch_get_slot(b, k, &si[k]);
     CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
               (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
     for (int k = 0; k < 2; k++)
-        CHECK_MSG(
-            si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
-                si[k].n_prefilled == si[k].n_prompt && si[k].n_generated == 7 - k * one_a_round &&
-                si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
-            "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
-            (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated, si[k].n_ctx);
+        CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
+                      si[k].n_prefilled == si[k].n_prompt &&
+                      si[k].n_generated == (prompt_rows ? 6 : 7 - k * one_a_round) &&
+                      si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
+                  "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
+                  (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
+                  si[k].n_ctx);
     CHECK(g4cu_batch_cancel(b, ia) == G4CU_OK);
     g4cu_batch_get_slot(b, 0, &si[0]);
     CHECK_MSG(si[0].phase == G4CU_SLOT_DONE && si[0].id == ia, "slot 0 after the cancel: phase %d",
@@ -653,6 +656,136 @@ static void test_prefill_budget(void) {
     g4cu_batch_free(b);
 }
 
+// Prompts as rows of the decode step (G4_BATCH_PROMPT_ROWS=1, read when a batch is made;
+// engine/batch.h): a round is ONE step over the decode rows and the prompt rows the budget
+// takes (oldest first, each as many as fit, the last cut to what is left).
+//  1. Prompts of 10, 7 and 1 ids, budget 8: step 1 takes 8 of the 10 (no row samples); step 2
+//     its last 2 (its last row samples its first token) and 6 of the 7; step 3 a's decode row,
+//     the 7's last row and the 1 (each samples). Counts exact: one step a round, chunks 1, 3,
+//     5, tokens 8, 16, 18; tokens generated after each round 0/0/0, 1/0/0, 2/1/1. Then a (6
+//     new) ends in round 7, b (7) in round 9, c (8) in round 10: 10 rounds, 10 steps.
+//  2. A prompt of 30 ids arriving while another request decodes, budget 8 (the prompt longer
+//     than a step's rows: over 4 steps, 8 + 8 + 8 + 6): the decoding request gets a token in
+//     every one of those steps (it is not stalled), and the long one's first token comes with
+//     its last rows.
+//  3. The cases above run again with the switch on: every request's tokens as alone.
+// Each request's tokens, text and finish reason are those it gets alone (CPU: exact).
+static void test_hostile(void);
+
+static void test_prompt_rows(void) {
+    const char *env = getenv("G4_BATCH_PROMPT_ROWS");
+    char *saved = env ? g4_strdup(env) : NULL;
+    setenv("G4_BATCH_PROMPT_ROWS", "1", 1);
+    int32_t pa[10] = {2, 5, 17, 40, 41, 42, 43, 44, 45, 46}, pb[7] = {2, 9, 11, 13, 15, 17, 19},
+            pc[1] = {2};
+    const int32_t *ids[3] = {pa, pb, pc};
+    const int n[3] = {10, 7, 1};
+    g4cu_request o[3];
+    for (int i = 0; i < 3; i++) {
+        g4cu_request_default(&o[i]);
+        o[i].max_tokens = 6 + i, o[i].ignore_eos = 1;
+    }
+    o[1].temperature = 0.8f, o[1].seed = 4;
+    outcome want[3] = {{0}}, got[3] = {{0}};
+    for (int i = 0; i < 3; i++) CHECK(alone_on(model, &o[i], ids[i], n[i], &want[i]));
+    g4cu_batch *b;
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    bp.slots = 3;
+    bp.n_ctx = 64;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    CHECK_MSG(g4cu_batch_reserve(b) == G4CU_OK, "%s", g4cu_last_error());
+    CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
+    int64_t id[3] = {0};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(g4cu_batch_submit_ids(b, ids[i], n[i], &o[i], &id[i]) == G4CU_OK && id[i] > 0,
+                  "prompt rows %d: %s", i, g4cu_last_error());
+    const int after[3][3] = {{8, 0, 0}, {10, 6, 0}, {10, 7, 1}};
+    const int gen[3][3] = {{0, 0, 0}, {1, 0, 0}, {2, 1, 1}};
+    const long chunks[3] = {1, 3, 5}, tokens[3] = {8, 16, 18};
+    int running = 0;
+    for (int r = 0; r < 3; r++) {
+        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+        for (int k = 0; k < 3; k++) {
+            g4cu_batch_slot_info si;
+            g4cu_batch_get_slot(b, k, &si);
+            CHECK_MSG(si.n_prefilled == after[r][k] && si.n_generated == gen[r][k],
+                      "prompt rows, round %d, slot %d: %d prompt rows prefilled, %d generated; "
+                      "want %d, %d",
+                      r + 1, k, si.n_prefilled, si.n_generated, after[r][k], gen[r][k]);
+        }
+        const g4cu_batch_times t = times_now(b);
+        CHECK_MSG(t.rounds == r + 1 && t.steps == r + 1 && t.prefill_chunks == chunks[r] &&
+                      t.prefill_tokens == tokens[r],
+                  "prompt rows, round %d: %ld rounds, %ld steps, %ld chunks, %ld tokens; want "
+                  "%d, %d, %ld, %ld",
+                  r + 1, t.rounds, t.steps, t.prefill_chunks, t.prefill_tokens, r + 1, r + 1,
+                  chunks[r], tokens[r]);
+    }
+    const int rounds = 3 + run_all(b);
+    CHECK_INT(rounds, 10);
+    g4cu_batch_times t = times_now(b);
+    CHECK_MSG(t.rounds == 10 && t.steps == 10 && t.prefill_chunks == 5 && t.prefill_tokens == 18,
+              "prompt rows at the end: %ld rounds, %ld steps, %ld chunks, %ld tokens", t.rounds,
+              t.steps, t.prefill_chunks, t.prefill_tokens);
+    for (int i = 0; i < 3; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "prompt rows, prompt of %d", n[i]);
+        poll_done(b, id[i], &got[i], name);
+        same(name, &got[i], &want[i]);
+    }
+    g4cu_batch_free(b);
+
+    // 2. a long prompt arriving while another request decodes
+    int32_t lp[30];
+    for (int i = 0; i < 30; i++) lp[i] = 2 + (i * 7) % 50;
+    g4cu_request od, ol;
+    g4cu_request_default(&od);
+    od.max_tokens = 20, od.ignore_eos = 1;
+    g4cu_request_default(&ol);
+    ol.max_tokens = 5, ol.ignore_eos = 1, ol.temperature = 0.7f, ol.seed = 3;
+    outcome wd = {0}, wl = {0}, gd = {0}, gl = {0};
+    CHECK(alone_on(model, &od, pc, 1, &wd) && alone_on(model, &ol, lp, 30, &wl));
+    bp.slots = 2;
+    bp.n_ctx = 0;
+    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+    CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
+    int64_t jd = 0, jl = 0;
+    CHECK(g4cu_batch_submit_ids(b, pc, 1, &od, &jd) == G4CU_OK && jd > 0);
+    for (int r = 0; r < 2; r++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+    CHECK(g4cu_batch_submit_ids(b, lp, 30, &ol, &jl) == G4CU_OK && jl > 0);
+    const int long_after[4] = {8, 16, 24, 30};
+    for (int r = 0; r < 4; r++) {
+        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+        g4cu_batch_slot_info sd, sl;
+        g4cu_batch_get_slot(b, 0, &sd);
+        g4cu_batch_get_slot(b, 1, &sl);
+        CHECK_MSG(sd.n_generated == 3 + r && sl.n_prefilled == long_after[r] &&
+                      sl.n_generated == (r == 3),
+                  "long prompt, step %d: the decoding one has %d tokens (want %d), the long one "
+                  "%d rows prefilled (want %d), %d tokens",
+                  r + 1, sd.n_generated, 3 + r, sl.n_prefilled, long_after[r], sl.n_generated);
+    }
+    run_all(b);
+    poll_done(b, jd, &gd, "prompt rows: decoding beside a long prompt");
+    poll_done(b, jl, &gl, "prompt rows: long prompt over 4 steps");
+    same("prompt rows: decoding beside a long prompt", &gd, &wd);
+    same("prompt rows: long prompt over 4 steps", &gl, &wl);
+    g4cu_batch_free(b);
+
+    // 3. the cases above with prompts as rows (media prompts keep their own forward)
+    test_four_kinds();
+    test_cancel_and_reuse();
+    test_lengths();
+    test_conversation_and_refusals();
+    test_hostile();
+    if (saved)
+        setenv("G4_BATCH_PROMPT_ROWS", saved, 1);
+    else
+        unsetenv("G4_BATCH_PROMPT_ROWS");
+    free(saved);
+}
+
 // A hostile caller (or a package not made for the tokenizer, as on the GPU's gpu-tiny): a prompt
 // longer than the context, ids never submitted, prompt tokens outside the model's vocabulary.
 // Each is an error that takes no slot or ends only its own request; the batch stays usable
@@ -768,12 +901,19 @@ int main(void) {
         fprintf(stderr, "test_batch: %s\n", g4cu_last_error());
         return 1;
     }
+    // (today's path first, whatever the caller's environment: test_prompt_rows sets it)
+    const char *env_rows = getenv("G4_BATCH_PROMPT_ROWS");
+    char *saved_rows = env_rows ? g4_strdup(env_rows) : NULL;
+    unsetenv("G4_BATCH_PROMPT_ROWS");
     test_four_kinds();
     test_cancel_and_reuse();
     test_lengths();
     test_prefill_budget();
     test_conversation_and_refusals();
     test_hostile();
+    test_prompt_rows();
+    if (saved_rows) setenv("G4_BATCH_PROMPT_ROWS", saved_rows, 1);
+    free(saved_rows);
     g4cu_model_free(model);
     free(tok);
     return g4t_finish("test_batch");

@@ -32,6 +32,14 @@
 //                 argmax rule, >= 90%) and are bit-identical with the step captured per row
 //                 count (G4_BATCH_GRAPH=1: the same kernels); teacher-forced on the first's ids.
 //                 Against each sequence stepped alone (M = 1 linears): reported only.
+//   prompt rows   the batch step with prompt rows (g4_text_batch_step_rows, engine/batch.h's
+//                 G4_BATCH_PROMPT_ROWS=1): a decoding sequence beside a prompt of 30 tokens fed
+//                 as rows over two steps (8, then 22, its last row sampling) and one of 5 in
+//                 one step (the unfused qkv_prep_rows + attention_rows: every row's k, v stored
+//                 before any row reads). Against each prompt prefilled alone: the last KV-owning
+//                 layer's cache rows (they depend on every earlier layer's attention) within
+//                 the gross 0.1 of the prefill check; the first tokens and 10 teacher-forced
+//                 greedy steps after them (M = 3 vs M = 1 linears) reported only, as batch's.
 //   pdl           programmatic dependent launch (kernels/pdl.cuh; on by default) changes no bit:
 //                 prefill and decode logits (eager) and greedy tokens (graph) with it off and on
 //                 are identical (every kernel is deterministic; a difference is a race).
@@ -226,6 +234,90 @@ static void test_batch_rows(const char *what, g4_text_model *gpu, const int32_t 
     for (int k = 0; k < 3; k++) g4_text_state_free(bs[k]);
 }
 
+// The last KV-owning layer's cache rows [0, n) of state a against b's (see the top: prompt rows).
+static double cache_rel(g4_text_state *a, g4_text_state *b, int n) {
+    const int j = a->m->cfg->n_kv_layers - 1, cols = a->kc[j].cols;
+    float *x = g4_malloc(sizeof(float) * (size_t)n * cols);
+    float *y = g4_malloc(sizeof(float) * (size_t)n * cols);
+    double worst = 0;
+    for (int kv = 0; kv < 2; kv++) {
+        g4_buf ca = g4_buf_view(kv ? &a->vc[j] : &a->kc[j], n, cols);
+        g4_buf cb = g4_buf_view(kv ? &b->vc[j] : &b->kc[j], n, cols);
+        g4_buf_to_host_f32(a->be, &ca, x);
+        g4_buf_to_host_f32(b->be, &cb, y);
+        const g4_cmp_stats st = g4_cmp(x, y, (size_t)n * cols, 0);
+        const double rel = st.nan || st.ref_bad ? INFINITY : st.rel;
+        if (rel > worst) worst = rel;
+    }
+    free(x);
+    free(y);
+    return worst;
+}
+
+// The batch step with prompt rows (see the top: prompt rows). Sequence 0 decodes (prompt of
+// 11 prefilled alone), 1 is a prompt of 30 (rows 8 + 22), 2 a prompt of 5 (rows in step 2).
+static void test_prompt_rows(const char *what, g4_text_model *gpu, const int32_t *ids) {
+    enum { STEPS = 10, CAP = 30 + STEPS + 2 };
+    const int32_t *pa = ids, *pb = ids + 11, *pc = ids + 42; // (ids[41]: 0's next; MAX_T 48)
+    g4_text_state *bt[3], *al[3], *bs;
+    const g4_text_state_opts bo = {1, 32, 3, 1}; // step 2 has 1 + 22 + 5 = 28 rows, 3 sampled
+    CHECK(g4_text_state_new_opts(gpu, &bo, &bs) == 0);
+    for (int r = 0; r < 3; r++) {
+        CHECK(g4_text_state_new(gpu, CAP, MAX_T, &bt[r]) == 0);
+        CHECK(g4_text_state_new(gpu, CAP, MAX_T, &al[r]) == 0);
+    }
+    CHECK(bs->batch_rows_ops);
+    CHECK(g4_text_forward(bt[0], pa, 11, NULL, NULL, 0) == 0);
+    CHECK(g4_text_forward(al[0], pa, 11, NULL, NULL, 0) == 0);
+    g4_text_state *rows[28];
+    int32_t tok[28], nx[3], na[3];
+    // step 1: sequence 0's decode row, then 8 rows of the prompt of 30 (sampling nothing)
+    rows[0] = bt[0], tok[0] = ids[11 + 30];
+    for (int t = 0; t < 8; t++) rows[1 + t] = bt[1], tok[1 + t] = pb[t];
+    CHECK_MSG(g4_text_batch_step_rows(bs, rows, tok, 9, 1, nx) == 0, "%s", g4_error());
+    CHECK(g4_text_step(al[0], &tok[0], 1, NULL, &na[0]) == 0);
+    CHECK(g4_text_forward(al[1], pb, 8, NULL, NULL, 0) == 0);
+    CHECK(bt[0]->n_past == 12 && bt[1]->n_past == 8);
+    int same_first = nx[0] == na[0];
+    // step 2: sequence 0, then the last rows of the two prompts (sampling), then their others
+    rows[0] = bt[0], tok[0] = nx[0];
+    rows[1] = bt[1], tok[1] = pb[29];
+    rows[2] = bt[2], tok[2] = pc[4];
+    int n = 3;
+    for (int t = 8; t < 29; t++) rows[n] = bt[1], tok[n++] = pb[t];
+    for (int t = 0; t < 4; t++) rows[n] = bt[2], tok[n++] = pc[t];
+    CHECK(n == 28);
+    CHECK_MSG(g4_text_batch_step_rows(bs, rows, tok, n, 3, nx) == 0, "%s", g4_error());
+    CHECK(g4_text_step(al[0], &tok[0], 1, NULL, &na[0]) == 0);
+    CHECK(g4_text_step(al[1], pb + 8, 22, NULL, &na[1]) == 0);
+    CHECK(g4_text_step(al[2], pc, 5, NULL, &na[2]) == 0);
+    CHECK(bt[0]->n_past == 13 && bt[1]->n_past == 30 && bt[2]->n_past == 5);
+    for (int r = 0; r < 3; r++) same_first += nx[r] == na[r];
+    const double rel_b = cache_rel(bt[1], al[1], 30), rel_c = cache_rel(bt[2], al[2], 5);
+    CHECK_MSG(rel_b <= 0.1 && rel_c <= 0.1,
+              "%s prompt rows: the last KV layer's cache rel err %.3e (prompt of 30), %.3e (5) "
+              "against each prefilled alone (tolerance gross 0.1)",
+              what, rel_b, rel_c);
+    // then decode rows only, teacher-forced on the batch's ids
+    int same = 0;
+    for (int i = 0; i < STEPS; i++) {
+        for (int r = 0; r < 3; r++) rows[r] = bt[r], tok[r] = nx[r] >= 0 ? nx[r] : 0;
+        CHECK(g4_text_batch_step(bs, rows, tok, 3, nx) == 0);
+        for (int r = 0; r < 3; r++) {
+            CHECK(g4_text_step(al[r], &tok[r], 1, NULL, &na[r]) == 0);
+            same += nx[r] == na[r];
+        }
+    }
+    printf("  %s prompt rows: cache rel err %.3e / %.3e against prefill alone; ids == alone: "
+           "first steps %d / 4, then %d / %d (reported only)\n",
+           what, rel_b, rel_c, same_first, same, 3 * STEPS);
+    for (int r = 0; r < 3; r++) {
+        g4_text_state_free(bt[r]);
+        g4_text_state_free(al[r]);
+    }
+    g4_text_state_free(bs);
+}
+
 // The same prompt and teacher-forced decode steps with PDL off, then on: eager logits (the
 // prompt's last row, then each step's) and the graph-replayed steps' argmaxes, compared exactly.
 static void test_pdl_same(const char *what, g4_text_model *gpu, const int32_t *ids, int P,
@@ -392,6 +484,7 @@ static void run_package(const char *what, const char *dir) {
         test_sampled(what, gpu, ids, 20, MAX_T - 20);
         test_states(what, gpu, ids);
         test_batch_rows(what, gpu, ids);
+        test_prompt_rows(what, gpu, ids);
     }
     g4_text_model_free(cpu);
     g4_text_model_free(gpu);

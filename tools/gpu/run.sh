@@ -86,7 +86,10 @@
 #            --batch-prefill-tokens value (a fresh server each; default: the server's default;
 #            files serve_<pkg>_p<N>.*). Pass: "0 failed, 0 mis-answered" and "exit 0 after
 #            SIGTERM". Issue 31's load: SERVE_PARALLEL=32 SERVE_CLIENTS=32 SERVE_MAX_TOKENS=128
-#            SERVE_LOAD_ARGS="--greedy --prompt-words 100"
+#            SERVE_LOAD_ARGS="--greedy --prompt-words 100". SERVE_PROMPT_ROWS="0 1" runs each
+#            load once per G4_BATCH_PROMPT_ROWS value (engine/batch.h: prompts as rows of the
+#            decode step; a fresh server each; files serve_<pkg>[_p<N>]_rows1.* for 1; default:
+#            $G4_BATCH_PROMPT_ROWS as set, else 0)
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
@@ -833,7 +836,9 @@ stage_serve() {
     python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok_text.json" 262144 --text || return 1
     for k in ${SERVE_PKGS:-f16 q4}; do
         for p in ${SERVE_PREFILL_TOKENS:-default}; do
-            serve_one "$d" "$k" "$p"
+            for r in ${SERVE_PROMPT_ROWS:-${G4_BATCH_PROMPT_ROWS:-0}}; do
+                G4_BATCH_PROMPT_ROWS=$r serve_one "$d" "$k" "$p"
+            done
         done
     done
 }
@@ -846,6 +851,9 @@ serve_one() {
     if [ "$p" != default ]; then
         budget=(--batch-prefill-tokens "$p")
         tag="$k prefill-$p" f="serve_${k}_p$p"
+    fi
+    if [ "${G4_BATCH_PROMPT_ROWS:-0}" = 1 ]; then # (read by the server's batch)
+        tag="$tag rows" f="${f}_rows1"
     fi
     # shellcheck disable=SC2086
     build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
