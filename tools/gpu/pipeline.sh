@@ -45,7 +45,9 @@ start)
     plan=${1:-"build tests tiny engine after:train kernels after:e2b_make e2b_run fidelity_measure / after:build e2b_make / after:build train"}
     rm -rf "$WORK/src" && mkdir -p "$WORK/src"
     tar --exclude=./build\* --exclude=./.git -cf - . | tar -xf - -C "$WORK/src"
-    mkdir -p "$WORK/logs"/
+    # a fresh log folder: an earlier plan's .done files would make `wait` return at once and
+    # an `after:` dependency pass before its stage ran
+    rm -rf "$WORK/logs" && mkdir -p "$WORK/logs"
     echo "$plan" >"$WORK/logs/plan.txt"
     # the .deb prefix and the wheels, once, before the groups fork
     (cd "$WORK/src" && source tools/gpu/env.sh && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv) \
