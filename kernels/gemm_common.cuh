@@ -208,12 +208,15 @@ __device__ __forceinline__ void st8h(__half *p, const float v[8]) {
 
 // The add-norm prologue, after the PDL wait: every CTA computes the M rows of the linear's
 // input into shared memory xs [M][K] (the same values in every CTA: each reads h_in and r, a
-// few KB in L2), and CTA (0, 0) writes h_out and x_out for the kernels after this one. The
+// few KB in L2), and CTA (0, 0) writes h_out and x_out for the kernels after this one (or the
+// CTA that passes writer 1; writer -1: CTA (0, 0)). The
 // arithmetic of add_rms_kernel (rmsnorm.cu), one 8-column vector a thread (K <= 8 x 256):
 //   h = (h_in + r * rsqrt(mean(r^2) + eps) * w) * scale,  x = h * rsqrt(mean(h^2) + eps) * next_w
-__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K) {
+__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K,
+                                                 int writer_cta = -1) {
     __shared__ float scratch[33];
-    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+    const bool writer =
+        writer_cta < 0 ? blockIdx.x == 0 && blockIdx.y == 0 : writer_cta != 0;
     const float sc = p.scale ? __half2float(*p.scale) : 1.0f;
     const int i = threadIdx.x * 8;
     const bool on = i < K;
