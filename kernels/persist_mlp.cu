@@ -362,18 +362,14 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2) persist_mlp_kernel(pm_args a
     }
 }
 
-// CTAs an SM: the occupancy of the kernel (<= 2 by its launch bounds), or G4_PERSIST_CPS (1..2;
-// A/B runs, read once). Residency is not needed for correctness (see the top): it only sizes
+// CTAs an SM: 2 (the launch bounds hold the kernel to 128 registers, 2 x 21 KB of shared
+// memory: 2 fit) or G4_PERSIST_CPS=1 (A/B runs, read once: one CTA an SM leaves room for the next
+// kernel's CTAs to become resident early under PDL). No runtime query: the first launch may be
+// inside a graph capture. Residency is not needed for correctness (see the top): it only sizes
 // the grid.
 int ctas_per_sm() {
     static int cps = -1;
-    if (cps < 0) {
-        int occ = 0;
-        G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persist_mlp_kernel<true>,
-                                                                    PM_WARPS * 32, 0));
-        occ = occ < 1 ? 1 : occ > 2 ? 2 : occ;
-        cps = env_int("G4_PERSIST_CPS", occ, 1, 2);
-    }
+    if (cps < 0) cps = env_int("G4_PERSIST_CPS", 2, 1, 2);
     return cps;
 }
 
@@ -422,7 +418,10 @@ extern "C" size_t g4_persist_mlp_workspace(int H, int F) {
 extern "C" void g4_persist_mlp_plan(int H, int F, int *grid, int *units1, int *units2,
                                     int *chunks) {
     const int S2 = g4k::down_chunks(F), U1 = F / 16, U2 = H / 16 * S2;
-    const long cap = (long)g4k::num_sms() * g4k::ctas_per_sm();
+    // G4_PERSIST_GRID=N (tests: a few CTAs walk every unit; read once) caps the grid
+    static int forced = -1;
+    if (forced < 0) forced = g4k::env_int("G4_PERSIST_GRID", 0, 0, 1 << 20);
+    const long cap = forced ? forced : (long)g4k::num_sms() * g4k::ctas_per_sm();
     *grid = (int)(cap < U1 + U2 ? cap : U1 + U2);
     *units1 = U1;
     *units2 = U2;

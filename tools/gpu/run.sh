@@ -634,21 +634,30 @@ stage_e2bq() {
 # tiny for the engine half): the MLP block of one token as one persistent launch
 # (kernels/persist_mlp.cu, op mlp_block, G4_PERSIST_MLP=1). test_backend_ops --op mlp_block on
 # CUDA (vs the naive op at tiny, odd and E2B shapes, y written over r, run 3 times and replayed 3
-# times from a graph, bit-identical) and its --break; the kernel rows twice (ours: the persistent
-# launch, base: the fused gate/up GEMV + the down GEMV, both graph-replayed with PDL); then
+# times from a graph, bit-identical) and its --break, again with G4_PERSIST_GRID=1 and 3 (a few
+# CTAs walk every unit) and G4_PERSIST_CPS=1; the kernel rows twice (ours: the persistent
+# launch, base: the fused gate/up GEMV + the down GEMV, both graph-replayed with PDL), and once
+# each with G4_PERSIST_CPS=1, G4_PERSIST_PF=0 and =2 (PERSIST_VARIANTS: NAME:VAR=VALUE ...); then
 # test_cuda_engine on gpu-tiny with G4_PERSIST_MLP=1 (graph == eager, CUDA vs the CPU reference).
 # Every run is under a timeout: a kernel that waited too long traps (persist_mlp.cu), never hangs.
 # The end-to-end A/B: the e2bq stage with E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1".
 stage_persist() {
-    local d="$WORK/gpu-tiny" i
+    local d="$WORK/gpu-tiny" v
     timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist_backend_ops.log" 2>&1
     echo "test_backend_ops --op mlp_block (cuda): exit $?"
     grep -E "^case|FAIL|vs naive|rms|cases|checks" "$OUT/persist_backend_ops.log" | cut -c1-150 | tail -70
     timeout 300 build-gpu/tests/test_backend_ops --break --backend cuda --op mlp_block 2>&1 | tail -1
-    for i in 1 2; do
-        timeout 300 build-gpu/g4cu bench --kernels --filter persist --reps 30 >"$OUT/persist_bench_$i.txt" 2>&1
-        echo "=== bench --kernels --filter persist ($i): exit $?"
-        grep -vE "^\[|^$" "$OUT/persist_bench_$i.txt" | cut -c1-230
+    # smaller grids: one CTA walks every unit (no wait), 3 CTAs, one CTA an SM
+    for v in G4_PERSIST_GRID=1 G4_PERSIST_GRID=3 G4_PERSIST_CPS=1; do
+        env $v timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist_backend_ops_$v.log" 2>&1
+        echo "test_backend_ops --op mlp_block (cuda) $v: exit $? $(tail -1 "$OUT/persist_backend_ops_$v.log")"
+        grep FAIL "$OUT/persist_backend_ops_$v.log" | head -5
+    done
+    # twice as built, then the plan's knobs once each (PERSIST_VARIANTS)
+    for v in run1:X=1 run2:X=1 ${PERSIST_VARIANTS:-cps1:G4_PERSIST_CPS=1 pf0:G4_PERSIST_PF=0 pf2:G4_PERSIST_PF=2}; do
+        env ${v#*:} timeout 300 build-gpu/g4cu bench --kernels --filter persist --reps 30 >"$OUT/persist_bench_${v%%:*}.txt" 2>&1
+        echo "=== bench --kernels --filter persist, ${v%%:*} (${v#*:}): exit $?"
+        grep -vE "^\[|^$" "$OUT/persist_bench_${v%%:*}.txt" | cut -c1-230
     done
     [ -d "$d/f16" ] || { echo "persist: no gpu-tiny package ($d/f16): test_cuda_engine skipped"; return 0; }
     G4_PERSIST_MLP=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
