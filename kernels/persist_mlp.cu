@@ -42,12 +42,11 @@
 // tiles of unit blockIdx.x (a guess of its first claim: if the claim differs it reloads, from L2
 // since another CTA's guess loaded that unit) and prefetches into L2 its 1/G slice of the down
 // weight (pf >= 1) and of gate/up (pf >= 2): immutable weights, ldg_stream and prefetch forms
-// only. After the wait: the claim, then the units. Before its first phase-1 unit a CTA runs the
-// add-norm prologue of the fused GLU GEMV (gv_norm_prologue: x into shared memory; the CTA of
-// unit 0 also writes h_out and x), or loads x: so every read of h_in, r and x precedes the
-// publication of some phase-1 unit, hence every phase-2 store, and y may be r (the engine
-// writes the block's output over the attention output the add reads). CTAs with no phase-1
-// unit skip it.
+// only. After the wait: the first claim, and while it is in flight the add-norm prologue of the
+// fused GLU GEMV (gv_norm_prologue: x into shared memory; the CTA whose first claim is unit 0
+// also writes h_out and x), or x loaded; then the units. Every CTA that computes a phase-1
+// unit read h_in, r and x before it publishes that unit, hence before any phase-2 store, so y
+// may be r (the engine writes the block's output over the attention output the add reads).
 #include <cuda_fp16.h>
 #include <stdio.h>
 
@@ -188,6 +187,18 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2) persist_mlp_kernel(pm_args a
     g4_pdl_trigger();
 
     if (threadIdx.x == 0) s_unit[1] = atomicAdd(a.ctr + PM_WORK, 1); // the first claim
+    // x into shared memory while the claim is in flight. The prologue's h_out and x are written
+    // by the CTA whose first claim is unit 0 (s_unit[1], read after the prologue's first barrier):
+    // it reads h_in and r before it publishes unit 0, so before any phase-2 store, and y may be
+    // r (the engine's o). So does every CTA that computes a phase-1 unit (it publishes that unit
+    // after its prologue); a CTA with none may read r after y was stored over it, but then its x
+    // is never used and it writes nothing.
+    if constexpr (PRO) {
+        gv_norm_prologue(pro, xs, 1, a.H, &s_unit[1]); // (ends with a barrier)
+    } else {
+        for (int i = threadIdx.x * 8; i < a.H; i += blockDim.x * 8)
+            *(uint4 *)(xs + i) = __ldg((const uint4 *)(a.x + i));
+    }
     __syncthreads();
     // One load site, one compute site and one epilogue site each (the kernel stays small for the
     // instruction cache): iteration j issues the loads of the unit claimed last (`next`), runs
@@ -196,7 +207,6 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2) persist_mlp_kernel(pm_args a
     int next = s_unit[1], cur = -1, cpar = 0;
     bool have = next == guess && guess < a.U1; // the registers hold next's tiles already
     bool p1_done = false;                      // (CTA-uniform) phase 1 seen complete
-    bool have_x = false;                       // (CTA-uniform) xs holds x
     const uint32_t *xw1 = (const uint32_t *)(xs + 16 * t); // B column g reads token 0 (M = 1)
     for (int j = 0;; j++) {
         // the weights of `next` go out first, before cur's reduction and stores
@@ -205,19 +215,6 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2) persist_mlp_kernel(pm_args a
         else if (!have && next < total)
             load2(next - a.U1);
         have = false;
-        if (!have_x && next < a.U1) { // before this CTA's first phase-1 unit (weights in flight)
-            if constexpr (PRO) {
-                // every read of h_in and r happens here, before that unit is published, so
-                // before any phase-2 store: y may be r (the engine's o). The CTA of unit 0
-                // writes h_out and x. (ends with a barrier)
-                gv_norm_prologue(pro, xs, 1, a.H, next == 0 ? 1 : 0);
-            } else {
-                for (int i = threadIdx.x * 8; i < a.H; i += blockDim.x * 8)
-                    *(uint4 *)(xs + i) = __ldg((const uint4 *)(a.x + i));
-                __syncthreads();
-            }
-            have_x = true;
-        }
         if (cur >= 0 && warp == 0) {
             const bool ph1 = cur < a.U1;
             float4 v0 = red[cpar][0][0][lane], v1 = red[cpar][0][1][lane];
