@@ -63,7 +63,7 @@ constexpr int PM_TPW = 4;                // k tiles a warp holds for one unit
 constexpr int PM_KT = PM_WARPS * PM_TPW; // k tiles a unit: 32 (phase 1: K <= 2048)
 constexpr int PM_LINE = 32;              // ints a 128-byte line
 constexpr int PM_WORK = 0, PM_DONE1 = PM_LINE, PM_EXIT = 2 * PM_LINE, PM_TILES = 3 * PM_LINE;
-constexpr unsigned PM_MAX_POLLS = 1u << 25; // ~10-30 s of polling: a bug, never a wait
+constexpr unsigned PM_MAX_POLLS = 1u << 25; // >= ~10 s of polling: a bug, never a wait
 
 // The workspace: 3 + H/16 counter lines, then the phase-2 partials float [S2][H].
 size_t counters_bytes(int H) {
@@ -94,13 +94,15 @@ __device__ __forceinline__ int ld_acquire(const int *p) {
 __device__ __noinline__ void wait_count(const int *p, int target) {
     unsigned polls = 0;
     int v;
-    while ((v = ld_acquire(p)) < target)
+    while ((v = ld_acquire(p)) < target) {
+        __nanosleep(32); // (up to 264 pollers share the line's L2 slice with the publishers)
         if (++polls == PM_MAX_POLLS) {
             printf("persist_mlp: CTA %d polled the phase-1 counter %u times: %d of %d units "
                    "published; trapping\n",
                    (int)blockIdx.x, polls, v, target);
             __trap();
         }
+    }
     __threadfence();
 }
 
