@@ -38,7 +38,8 @@
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
-#            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1" for issue 30 stage 2's A/B
+#            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1 pf2:G4_PERSIST_MLP=1,G4_PERSIST_PF=2"
+#            for issue 30 stage 2's A/B (a variant's variables comma-separated)
 #   persist  issue 30 stage 2, the decode MLP block as one persistent launch (after build; tiny
 #            for its engine half): test_backend_ops --op mlp_block on CUDA and --break, the kernel
 #            rows `bench --kernels --filter persist` twice (the persistent launch vs the fused
@@ -623,8 +624,8 @@ stage_e2bq() {
     local e="$WORK/e2b"
     [ -f "$e/READY" ] || { echo "e2bq: no full-size package ($e/READY missing)"; return 1; }
     local v
-    for v in ${E2BQ_VARIANTS:-landed:X=1 qkv0:G4_QKV=0 gemv2:G4_GEMV=v2}; do
-        env ${v#*:} build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/e2bq_${v%%:*}.json" >"$OUT/e2bq_${v%%:*}.txt" 2>&1
+    for v in ${E2BQ_VARIANTS:-landed:X=1 qkv0:G4_QKV=0 gemv2:G4_GEMV=v2}; do # (NAME:A=1,B=2)
+        env $(tr , " " <<<"${v#*:}") build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/e2bq_${v%%:*}.json" >"$OUT/e2bq_${v%%:*}.txt" 2>&1
         echo "=== bench ${v%%:*} (${v#*:}): exit $?"
         grep -E "^(f16|q4) " "$OUT/e2bq_${v%%:*}.txt" | sed -E 's/\| prefill 128.*TTFT\(128\)/| TTFT(128)/' | cut -c1-330
     done
@@ -640,7 +641,8 @@ stage_e2bq() {
 # each with G4_PERSIST_CPS=1, G4_PERSIST_PF=0 and =2 (PERSIST_VARIANTS: NAME:VAR=VALUE ...); then
 # test_cuda_engine on gpu-tiny with G4_PERSIST_MLP=1 (graph == eager, CUDA vs the CPU reference).
 # Every run is under a timeout: a kernel that waited too long traps (persist_mlp.cu), never hangs.
-# The end-to-end A/B: the e2bq stage with E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1".
+# The end-to-end A/B: the e2bq stage with
+# E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1 pf2:G4_PERSIST_MLP=1,G4_PERSIST_PF=2".
 stage_persist() {
     local d="$WORK/gpu-tiny" v
     timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist_backend_ops.log" 2>&1
