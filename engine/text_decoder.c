@@ -134,6 +134,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->qkv_on = !g4_env_is("G4_QKV", "0"); // (issue 30: q|k|v one linear)
     s->attn_fused = !g4_env_is("G4_FUSE_ATTN", "0"); // (issue 30: qkv_prep inside attention)
     s->attn_fused_one = g4_env_is("G4_FUSE_ATTN", "1");
+    s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1"); // (issue 30 stage 2, off by default)
     // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
     s->batch_rows_ops = !g4_env_is("G4_BATCH_ROWS", "0") && be->qkv_prep_rows &&
                         be->attention_rows && be->sample_rows;
@@ -473,6 +474,32 @@ static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, con
     if (mul) be->gelu_mul(be, y, y, mul, mul_col0);
 }
 
+// The MLP block as one op (mlp_block): mlp = gelu_tanh(gate(x)) * up(x), y = down(mlp), after
+// the pending add, which the op applies itself when this forward fuses (as linear_x does).
+static void mlp_x(g4_text_state *s, int T, g4_buf *mlp, g4_buf *y, const g4_text_layer *w) {
+    g4_backend *be = s->be;
+    const int H = s->m->cfg->hidden;
+    g4_buf x = g4_buf_view(&s->x, T, H);
+    if (s->fuse && s->pending.r.data) {
+        g4_buf *other = s->hcur == &s->h ? &s->h2 : &s->h;
+        g4_buf hi = g4_buf_view(s->hcur, T, H), ho = g4_buf_view(other, T, H);
+        const g4_add_norm a = {&hi,
+                               &ho,
+                               &s->pending.r,
+                               s->pending.w,
+                               s->pending.scale,
+                               s->m->cfg->rms_eps,
+                               s->pending.next_norm,
+                               s->pending.next_w};
+        be->mlp_block(be, &a, &x, mlp, y, &w->gate, &w->up, &w->down);
+        s->hcur = other;
+        s->pending.r.data = NULL;
+        return;
+    }
+    apply_pending(s, T);
+    be->mlp_block(be, NULL, &x, mlp, y, &w->gate, &w->up, &w->down);
+}
+
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each ending with a
 // post-normed residual add that also produces the next op's input in x (the next block's
 // pre-norm, the PLE gate's input, the next layer's input norm or, after the last layer, the
@@ -540,8 +567,12 @@ static void layer(g4_text_state *s, int l, int T) {
 
     // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
     g4_buf mlp = g4_buf_view(&s->mlp, T, lc->ffn);
-    linear_x(s, T, &mlp, &w->gate, &w->up, NULL, 0);
-    be->linear(be, &o, &mlp, &w->down, 0);
+    if (T == 1 && !s->rows && s->persist_mlp && be->mlp_block) {
+        mlp_x(s, T, &mlp, &o, w); // (G4_PERSIST_MLP=1: one op, on CUDA one launch)
+    } else {
+        linear_x(s, T, &mlp, &w->gate, &w->up, NULL, 0);
+        be->linear(be, &o, &mlp, &w->down, 0);
+    }
     set_pending(s, &o, w->post_ff_norm, NULL, 0, NULL);
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.

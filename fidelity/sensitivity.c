@@ -210,6 +210,7 @@ static void probe_install(probe *p, g4_backend *own, cand *c, int nc) {
     p->be = *own;
     p->be.linear = probe_linear;
     p->be.linear_gelu_mul = probe_linear_gelu_mul;
+    p->be.mlp_block = NULL; // (G4_PERSIST_MLP: the engine then calls the two ops probed here)
     p->real = own;
     p->c = c;
     p->n = nc;

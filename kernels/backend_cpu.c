@@ -140,6 +140,17 @@ static void cpu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x,
     if (mul) cpu_gelu_mul(be, y, y, mul, mul_col0);
 }
 
+// The MLP block: the ops apart (the CPU reference of the fused forms is their composition).
+static void cpu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp,
+                          g4_buf *y, const g4_linear *wg, const g4_linear *wu,
+                          const g4_linear *wd) {
+    if (a)
+        cpu_add_norm_linear(be, a, x, mlp, wg, wu, NULL, 0);
+    else
+        cpu_linear_gelu_mul(be, mlp, x, wg, wu);
+    cpu_linear(be, y, mlp, wd, 0);
+}
+
 static void cpu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
                            const g4_buf *ids, const void *norm_w, int D, float proj_scale,
                            float tok_scale, float out_scale, float eps) {
@@ -496,6 +507,7 @@ static g4_backend cpu_backend = {
     .qkv_prep = cpu_qkv_prep,
     .add_rmsnorm_next = cpu_add_rmsnorm_next,
     .add_norm_linear = cpu_add_norm_linear,
+    .mlp_block = cpu_mlp_block,
     .ple_inputs = cpu_ple_inputs,
     .attention = cpu_attention,
     .qkv_prep_rows = cpu_qkv_prep_rows,

@@ -33,6 +33,7 @@
 #include "kernels/glu.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
+#include "kernels/persist_mlp.cuh"
 #include "kernels/ple.cuh"
 #include "kernels/profile.cuh"
 #include "kernels/qkv_rope.cuh"
@@ -52,6 +53,8 @@ typedef struct {
     size_t attn_ws_bytes;
     void *sample_ws; // the sample op's counters and histograms (zeroed, self-resetting)
     size_t sample_ws_bytes;
+    void *persist_ws; // the persistent MLP's counters and partials (zeroed, self-resetting)
+    size_t persist_ws_bytes;
     // Tower scratch (see the towers' section): grown on first use, never inside a capture.
     struct {
         void *p;
@@ -811,6 +814,54 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
     if (mul) cu_gelu_mul(be, y, y, mul, mul_col0);
 }
 
+// Issue 30 stage 2: the MLP block of one token with Q4 weights as one persistent launch
+// (persist_mlp.cuh), its add-norm in every CTA's prologue as the fused GLU GEMV does; other
+// shapes and weights (fp16, several rows, clipped, biased gate/up) run the ops apart.
+static void cu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
+                         const g4_linear *wg, const g4_linear *wu, const g4_linear *wd) {
+    needf(x->type == G4_F16 && mlp->type == G4_F16 && mlp->rows == x->rows && y->rows == x->rows &&
+              x->cols == wg->in && mlp->cols == wg->out && wu->in == wg->in && wu->out == wg->out &&
+              wd->in == wg->out && y->cols == wd->out,
+          "mlp_block",
+          "x " BF ", mlp " BF ", y " BF ": expected f16 x [T, %d], f16 mlp [T, %d], y [T, %d]",
+          BA(x), BA(mlp), BA(y), wg->in, wg->out, wd->out);
+    const int q4 = wg->kind == G4_W_Q4 && wu->kind == G4_W_Q4 && wd->kind == G4_W_Q4 &&
+                   !wg->clipped && !wu->clipped && !wd->clipped && !wg->bias && !wu->bias;
+    const int fused_norm =
+        !a || (a->h_out->data != a->h_in->data && a->r->type == G4_F16 && a->h_in->type == G4_F32 &&
+               a->h_out->type == G4_F32 && same_shape(a->h_in, x) && same_shape(a->h_out, x) &&
+               same_shape(a->r, x));
+    if (x->rows != 1 || !q4 || !fused_norm || g4_persist_mlp_supported(wg->in, wg->out)) {
+        if (a)
+            cu_add_norm_linear(be, a, x, mlp, wg, wu, NULL, 0);
+        else
+            cu_linear_gelu_mul(be, mlp, x, wg, wu);
+        cu_linear(be, y, mlp, wd, 0);
+        return;
+    }
+    PROF("mlp_block");
+    cuda_ctx *c = CTX(be);
+    grow_ws(be, &c->persist_ws, &c->persist_ws_bytes, g4_persist_mlp_workspace(wg->in, wg->out), 1,
+            "mlp_block");
+    g4_gemv_norm gn = {};
+    if (a)
+        gn = g4_gemv_norm{(const float *)a->h_in->data,
+                          (float *)a->h_out->data,
+                          a->r->data,
+                          a->w,
+                          a->scale,
+                          a->next_norm ? a->next_w : NULL,
+                          x->data,
+                          a->eps,
+                          a->next_norm,
+                          NULL,
+                          0};
+    gemm_check(g4_persist_mlp_q4(y->data, epilogue(y, 0), wd->bias, mlp->data, a ? NULL : x->data,
+                                 a ? &gn : NULL, (const g4_q4_weight *)wg->packed,
+                                 (const g4_q4_weight *)wu->packed, (const g4_q4_weight *)wd->packed,
+                                 c->persist_ws, c->persist_ws_bytes, S(be)));
+}
+
 static void cu_clamp(g4_backend *be, g4_buf *x, float lo, float hi) {
     PROF("clamp");
     clamp_buf(be, x, lo, hi, "clamp");
@@ -993,14 +1044,20 @@ static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_r
     G4_CUDA_CHECK(cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking));
     cx->attn_ws_bytes = attn_ws_need(c, kv_rows, max_rows);
     cx->sample_ws_bytes = g4_logits_workspace(1, c->vocab);
+    for (int l = 0; l < c->n_layers; l++) {
+        const size_t b = g4_persist_mlp_workspace(c->hidden, c->layer[l].ffn);
+        if (b > cx->persist_ws_bytes) cx->persist_ws_bytes = b;
+    }
     if (cu_malloc(&cx->attn_ws, cx->attn_ws_bytes) != cudaSuccess ||
-        cu_malloc(&cx->sample_ws, cx->sample_ws_bytes) != cudaSuccess) {
+        cu_malloc(&cx->sample_ws, cx->sample_ws_bytes) != cudaSuccess ||
+        cu_malloc(&cx->persist_ws, cx->persist_ws_bytes) != cudaSuccess) {
         cudaGetLastError();
         be->exec_free(ex);
         return NULL;
     }
     G4_CUDA_CHECK(cudaMemsetAsync(cx->attn_ws, 0, cx->attn_ws_bytes, cx->stream));
     G4_CUDA_CHECK(cudaMemsetAsync(cx->sample_ws, 0, cx->sample_ws_bytes, cx->stream));
+    G4_CUDA_CHECK(cudaMemsetAsync(cx->persist_ws, 0, cx->persist_ws_bytes, cx->stream));
     // Everything queued before (weight uploads on any stream) is done before this stream runs.
     G4_CUDA_CHECK(cudaDeviceSynchronize());
     return ex;
@@ -1027,6 +1084,7 @@ static void cu_exec_free(g4_backend *ex) {
     G4_CUDA_CHECK(cudaStreamSynchronize(cx->stream));
     if (cx->attn_ws) G4_CUDA_CHECK(cudaFree(cx->attn_ws));
     if (cx->sample_ws) G4_CUDA_CHECK(cudaFree(cx->sample_ws));
+    if (cx->persist_ws) G4_CUDA_CHECK(cudaFree(cx->persist_ws));
     for (int i = 0; i < 4; i++)
         if (cx->scratch[i].p) G4_CUDA_CHECK(cudaFree(cx->scratch[i].p));
     G4_CUDA_CHECK(cudaStreamDestroy(cx->stream));
@@ -1069,6 +1127,7 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->qkv_prep_rows = cu_qkv_prep_rows;
     b->add_rmsnorm_next = cu_add_rmsnorm_next;
     b->add_norm_linear = cu_add_norm_linear;
+    b->mlp_block = cu_mlp_block;
     b->ple_inputs = cu_ple_inputs;
     b->check_text = cu_check_text;
     b->attention = cu_attention;

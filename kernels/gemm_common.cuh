@@ -211,9 +211,12 @@ __device__ __forceinline__ void st8h(__half *p, const float v[8]) {
 // few KB in L2), and CTA (0, 0) writes h_out and x_out for the kernels after this one. The
 // arithmetic of add_rms_kernel (rmsnorm.cu), one 8-column vector a thread (K <= 8 x 256):
 //   h = (h_in + r * rsqrt(mean(r^2) + eps) * w) * scale,  x = h * rsqrt(mean(h^2) + eps) * next_w
-__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K) {
+// writer_unit (persist_mlp.cu): instead, the CTA in which *writer_unit == 0 writes them; a shared
+// int the CTA's threads may still be setting when they enter (it is read after the first barrier).
+__device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K,
+                                                 const volatile int *writer_unit = nullptr) {
     __shared__ float scratch[33];
-    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+    bool writer = !writer_unit && blockIdx.x == 0 && blockIdx.y == 0;
     const float sc = p.scale ? __half2float(*p.scale) : 1.0f;
     const int i = threadIdx.x * 8;
     const bool on = i < K;
@@ -237,6 +240,7 @@ __device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, in
 #pragma unroll
         for (int e = 0; e < 8; e++) ss += v[e] * v[e];
         const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + p.eps);
+        if (writer_unit) writer = *writer_unit == 0; // (after block_sum's barriers)
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             hv[e] = (hv[e] + v[e] * inv * wv[e]) * sc;

@@ -150,6 +150,16 @@ struct g4_backend {
     void (*add_norm_linear)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *y,
                             const g4_linear *w, const g4_linear *wu, const g4_buf *mul,
                             int mul_col0);
+    // The gated MLP block as one op (issue 30 stage 2: a backend may run it as one persistent
+    // launch whose phases hand over through device counters):
+    //   (a given) the add-norm of add_norm_linear: a->h_out, and x = its output
+    //   mlp = gelu_tanh(x @ Wg) * (x @ Wu)          (act type [T, F])
+    //   y   = mlp @ Wd                              ([T, H], y's type as linear, not accumulated)
+    // a NULL: x is the input as is. Every output is written as by the ops apart (add_norm_linear
+    // or linear_gelu_mul, then linear): x, mlp and y, and h_out when a is given. y may be a->r
+    // (the engine writes the block's output over the attention output its add reads).
+    void (*mlp_block)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
+                      const g4_linear *wg, const g4_linear *wu, const g4_linear *wd);
     // y[T, n] = gelu_tanh(a[T, n]) * b[T, b_col0 : b_col0 + n] (b may be wider than a: the
     // per-layer-input slice of layer l is columns l*P .. l*P+P of the PLE buffer).
     void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);

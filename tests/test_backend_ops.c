@@ -115,6 +115,7 @@ static field fields[] = {
     FIELD(add_rmsnorm, K_OP, NULL),
     FIELD(add_rmsnorm_next, K_OP, NULL),
     FIELD(add_norm_linear, K_OP, NULL),
+    FIELD(mlp_block, K_OP, NULL),
     FIELD(gelu_mul, K_OP, NULL),
     FIELD(scale, K_OP, NULL),
     FIELD(add, K_OP, NULL),
@@ -801,6 +802,121 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
     free(r), free(h), free(w), free(w2), free(nr), free(want_h), free(want_x), free(wb), free(w2b),
         free(got_h), free(got_x), free(got_y), free(hi_after), free(r_after), free(a0),
         free(want_y), free(h_act);
+}
+
+// mlp_block (issue 30 stage 2; CUDA: one persistent launch for one row of Q4 weights): with
+// norm, the add-norm of add_norm_linear first (h_out, x; next 1: the MLP's pre-FF norm);
+// mlp = gelu(x Wg) * (x Wu), y = mlp Wd. Each output against the naive result of the
+// backend's own input (x, then mlp), as add_norm_linear's case. alias: y is r's buffer (the
+// engine writes the block's output over the attention output its add reads). repeat: the op
+// again twice with y and mlp poisoned, and, where the backend has graphs, captured once and
+// replayed 3 times: y and mlp bit-identical every time (its counters reset themselves).
+static void case_mlp_block(g4_weight_kind kind, int T, int H, int F, int norm, int alias,
+                           int repeat, unsigned long long seed) {
+    if (!want_case("mlp_block", "%s T=%d H=%d F=%d norm=%d y_is_r=%d repeat=%d",
+                   kind == G4_W_Q4 ? "q4" : "f16", T, H, F, norm, alias, repeat))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)T * H, nm = (size_t)T * F;
+    host_linear g = make_linear(&s, kind, H, F, 0), u = make_linear(&s, kind, H, F, 0);
+    host_linear d = make_linear(&s, kind, F, H, 0);
+    float *r = rnd(&s, n, -3, 3), *h = rnd(&s, n, -20, 20), *w = rnd(&s, (size_t)H, 0.5f, 2.0f);
+    // x of rms ~12 / sqrt(H) (through the pre-FF norm's weight, or x itself): gate and up (Q4
+    // weights of rms ~0.07) are then O(1) at every H, so mlp, the down linear's input, stays
+    // within the dot tolerance's premise (|input| <= 3) and far above its atol
+    const float c = 12.0f / sqrtf((float)H);
+    float *w2 = rnd(&s, (size_t)H, 0.5f * c, 1.5f * c), *x = rnd(&s, n, -1.7f * c, 1.7f * c);
+    float *nr = zeros(n);
+    float *want_h = dup(h, n);
+    n_rmsnorm(nr, r, w, T, H, H, 1e-6f);
+    for (size_t i = 0; i < n; i++) want_h[i] = (float)((double)h[i] + nr[i]);
+    float *want_x = zeros(n);
+    if (norm) n_rmsnorm(want_x, want_h, w2, T, H, H, 1e-6f);
+    uint16_t *wb = f16_bits(w, (size_t)H), *w2b = f16_bits(w2, (size_t)H);
+    void *dw = be_copy(wb, 2 * (size_t)H), *dw2 = be_copy(w2b, 2 * (size_t)H);
+    g4_linear lg = be_linear(&g.l), lu = be_linear(&u.l), ld = be_linear(&d.l);
+    tbuf dhi = tb_from(G4_F32, T, H, h), dr = tb_from(be->act_type, T, H, r);
+    tbuf dho = tb_new(G4_F32, T, H);
+    tbuf dx = norm ? tb_new(be->act_type, T, H) : tb_from(be->act_type, T, H, x);
+    tbuf dm = tb_new(be->act_type, T, F), dy = alias ? dr : tb_new(be->act_type, T, H);
+    const g4_add_norm a = {&dhi.b, &dho.b, &dr.b, dw, NULL, 1e-6f, 1, dw2};
+    const g4_add_norm *pa = norm ? &a : NULL;
+    be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld);
+    float *got_x = tb_get(&dx), *got_m = tb_get(&dm), *got_y = tb_get(&dy);
+    if (norm) {
+        float *got_h = tb_get(&dho);
+        report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(&dho, "h_out"), 0);
+        report("x vs naive", got_x, want_x, n, &TOL_REDUCE, tb_guards_ok(&dx, "x"), 0);
+        free(got_h);
+    } else {
+        float *x_act = zeros(n);
+        for (size_t i = 0; i < n; i++) x_act[i] = act_round(x[i]);
+        CHECK_MSG(memcmp(got_x, x_act, sizeof(float) * n) == 0, "mlp_block changed x");
+        free(x_act);
+    }
+    float *a0 = zeros(nm), *b0 = zeros(nm), *want_m = zeros(nm), *want_y = zeros(n);
+    n_matmul(a0, got_x, g.Wf, NULL, T, H, F, 0);
+    n_matmul(b0, got_x, u.Wf, NULL, T, H, F, 0);
+    for (size_t i = 0; i < nm; i++) want_m[i] = (float)(gelu_tanh(a0[i]) * b0[i]);
+    double rm = 0, ry = 0;
+    for (size_t i = 0; i < nm; i++) rm += (double)want_m[i] * want_m[i];
+    report("mlp vs naive", got_m, want_m, nm, &TOL_GELU_DOT, tb_guards_ok(&dm, "mlp"), 0);
+    n_matmul(want_y, got_m, d.Wf, NULL, T, F, H, 0);
+    for (size_t i = 0; i < n; i++) ry += (double)want_y[i] * want_y[i];
+    report("y vs naive", got_y, want_y, n, &TOL_DOT, tb_guards_ok(&dy, "y"), 0);
+    printf("  (rms of the naive mlp %.3g, y %.3g)\n", sqrt(rm / nm), sqrt(ry / n));
+    if (!alias) {
+        float *hi_after = tb_get(&dhi), *r_after = tb_get(&dr), *r_act = zeros(n);
+        for (size_t i = 0; i < n; i++) r_act[i] = act_round(r[i]);
+        CHECK_MSG(memcmp(hi_after, h, sizeof(float) * n) == 0, "mlp_block changed h_in");
+        CHECK_MSG(memcmp(r_after, r_act, sizeof(float) * n) == 0, "mlp_block changed r");
+        free(hi_after), free(r_after), free(r_act);
+    }
+    if (repeat) { // (alias: the op would read its own output as r; not repeated)
+        float *nan_y = zeros(n), *nan_m = zeros(nm);
+        for (size_t i = 0; i < n; i++) nan_y[i] = NAN;
+        for (size_t i = 0; i < nm; i++) nan_m[i] = NAN;
+        char what[64];
+        for (int k = 0; k < 2; k++) { // eager, twice more
+            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dm, nan_m);
+            be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld);
+            float *ry = tb_get(&dy), *rm = tb_get(&dm);
+            snprintf(what, sizeof what, "y, run %d == run 1", k + 2);
+            report(what, ry, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
+            snprintf(what, sizeof what, "mlp, run %d == run 1", k + 2);
+            report(what, rm, got_m, nm, &TOL_EXACT, tb_guards_ok(&dm, "mlp"), 0);
+            free(ry), free(rm);
+        }
+        if (be->graph_begin) { // captured once, replayed 3 times
+            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dm, nan_m);
+            be->graph_begin(be);
+            be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld);
+            void *gr = be->graph_end(be);
+            called("graph_begin"), called("graph_end"), called("graph_launch"),
+                called("graph_free");
+            for (int k = 0; k < 3; k++) {
+                if (k) g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dm, nan_m);
+                be->graph_launch(be, gr);
+                float *ry = tb_get(&dy), *rm = tb_get(&dm);
+                snprintf(what, sizeof what, "y, replay %d == run 1", k + 1);
+                report(what, ry, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
+                snprintf(what, sizeof what, "mlp, replay %d == run 1", k + 1);
+                report(what, rm, got_m, nm, &TOL_EXACT, tb_guards_ok(&dm, "mlp"), 0);
+                free(ry), free(rm);
+            }
+            be->graph_free(be, gr);
+        }
+        free(nan_y), free(nan_m);
+    }
+    if (!alias) PERF("mlp_block", be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld));
+    be->free(be, dw), be->free(be, dw2);
+    be_linear_free(&lg), be_linear_free(&lu), be_linear_free(&ld);
+    tb_free(&dhi), tb_free(&dr), tb_free(&dho), tb_free(&dx), tb_free(&dm);
+    if (!alias) tb_free(&dy);
+    free_linear(&g), free_linear(&u), free_linear(&d);
+    free(r), free(h), free(w), free(w2), free(x), free(nr), free(want_h), free(want_x), free(wb),
+        free(w2b), free(got_x), free(got_m), free(got_y), free(a0), free(b0), free(want_m),
+        free(want_y);
 }
 
 // y = gelu_tanh(a) * b[:, b_col0 : b_col0 + n] (b ldb wide).
@@ -1967,6 +2083,19 @@ static void run_cases(void) {
     case_add_norm_linear(G4_W_Q4, 1, 1536, 5120, 0, 1, 1, 61);
     case_add_norm_linear(G4_W_F16, 1, 1536, 2560, 0, 1, 1, 62);
     case_add_norm_linear(G4_W_F16, 1, 1536, 5120, 0, 1, 1, 63);
+    // mlp_block: tiny, odd (3 of 8 warps hold k tiles in phase 1; 65 k tiles of down in 3
+    // uneven chunks; 20 phase-1 units), E2B (both widths, the engine's form: the add-norm, y
+    // over r), repeated and graph-replayed; rows and weights CUDA runs as the ops apart
+    case_mlp_block(G4_W_Q4, 1, 64, 64, 1, 0, 1, 64);
+    case_mlp_block(G4_W_Q4, 1, 192, 320, 0, 0, 1, 65);
+    case_mlp_block(G4_W_Q4, 1, 64, 4160, 1, 0, 0, 66);
+    case_mlp_block(G4_W_Q4, 1, 1536, 6144, 1, 0, 1, 67);
+    case_mlp_block(G4_W_Q4, 1, 1536, 6144, 0, 0, 0, 68);
+    case_mlp_block(G4_W_Q4, 1, 1536, 6144, 1, 1, 0, 69);
+    case_mlp_block(G4_W_Q4, 1, 1536, 12288, 1, 1, 0, 70);
+    case_mlp_block(G4_W_Q4, 1, 1536, 12288, 1, 0, 1, 71);
+    case_mlp_block(G4_W_Q4, 2, 128, 256, 1, 0, 0, 72);
+    case_mlp_block(G4_W_F16, 1, 128, 256, 1, 1, 0, 73);
     case_add_rmsnorm(7, 40, 0, 1, 45);
     // the towers' widths (the warp-per-row kernels): vision 768, audio 1024, and 512
     for (int next = 0; next < 4; next++) case_add_rmsnorm(9, 768, next, next != 2, 46 + next);

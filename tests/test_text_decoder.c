@@ -70,6 +70,12 @@ static void count_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, co
     n_linear_gelu_mul++;
     cpu_ops->linear_gelu_mul(be, y, x, wg, wu);
 }
+static int n_mlp_block;
+static void count_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
+                            const g4_linear *wg, const g4_linear *wu, const g4_linear *wd) {
+    n_mlp_block++;
+    cpu_ops->mlp_block(be, a, x, mlp, y, wg, wu, wd);
+}
 static int linears(void) {
     return n_linear + n_linear_gelu_mul + n_add_norm_linear;
 }
@@ -122,6 +128,40 @@ static void test_fused_adds(g4_text_model *m) {
     CHECK(g4_text_forward(s, ids, T, NULL, NULL, 0) == 0);
     CHECK_INT(n_add_norm_linear, 3 * L - 1);
     g4_text_state_free(s);
+    free(want);
+    free(got);
+}
+
+// Issue 30 stage 2: with G4_PERSIST_MLP=1 (read when a state is made) a one-token forward runs
+// each MLP block as one op (mlp_block; on the CPU the ops apart, on CUDA one persistent launch),
+// its pending add inside when the forward fuses: the decode's logits must be those without it
+// bit for bit, fused adds or not, and a prefill keeps the ops apart.
+static void test_persist_mlp(g4_text_model *m) {
+    const int V = m->cfg->vocab, L = m->cfg->n_layers;
+    int32_t ids[4] = {2, 17, 5, 40};
+    float *want = g4_malloc(sizeof(float) * 2 * V), *got = g4_malloc(sizeof(float) * 2 * V);
+    for (int fuse = 0; fuse < 2; fuse++) {
+        setenv("G4_FUSE", fuse ? "1" : "0", 1);
+        for (int on = 0; on < 2; on++) {
+            setenv("G4_PERSIST_MLP", on ? "1" : "0", 1);
+            g4_text_state *s;
+            CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
+            n_mlp_block = 0;
+            CHECK(g4_text_forward(s, ids, 2, NULL, NULL, 0) == 0);
+            CHECK_INT(n_mlp_block, 0); // (prefill)
+            for (int t = 2; t < 4; t++)
+                CHECK_MSG(
+                    g4_text_forward(s, ids + t, 1, NULL, (on ? got : want) + (t - 2) * V, 1) == 0,
+                    "%s", g4_error());
+            CHECK_INT(n_mlp_block, on ? 2 * L : 0);
+            g4_text_state_free(s);
+        }
+        CHECK_MSG(memcmp(want, got, sizeof(float) * 2 * V) == 0,
+                  "G4_PERSIST_MLP=1 (G4_FUSE=%d): the decode logits differ from the ops apart",
+                  fuse);
+    }
+    unsetenv("G4_PERSIST_MLP");
+    unsetenv("G4_FUSE");
     free(want);
     free(got);
 }
@@ -258,11 +298,13 @@ int main(void) {
     counting.add_rmsnorm_next = count_add_rmsnorm_next;
     counting.linear = count_linear;
     counting.linear_gelu_mul = count_linear_gelu_mul;
+    counting.mlp_block = count_mlp_block;
     rc = g4_text_model_load(p, &counting, &m);
     CHECK_MSG(rc == 0, "%s", g4_error());
     if (rc == 0) {
         test_fused_adds(m);
         test_qkv(m, "f16");
+        test_persist_mlp(m);
         g4_text_model_free(m);
     }
     setenv("G4_QKV", "0", 1); // at load: no q|k|v copies, so a state runs q, k, v apart
@@ -294,6 +336,7 @@ int main(void) {
         if ((rc = g4_text_model_load(p, &counting, &m)) == 0) {
             CHECK(m->layers[0].qkv.kind == G4_W_Q4);
             test_qkv(m, "q4");
+            test_persist_mlp(m);
             g4_text_model_free(m);
         }
         g4_package_close(p);

@@ -21,6 +21,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
+#include "kernels/persist_mlp.cuh"
 
 namespace {
 
@@ -301,6 +302,101 @@ std::vector<brow> table() {
     return t;
 }
 
+// The decode MLP block of one token (issue 30 stage 2, kernels/persist_mlp.cuh) as ONE
+// persistent launch ("ours") against the two launches it replaces in the decode step, the fused
+// gate/up GEMV then the down GEMV ("base": both through AUTO, PDL in the same graph), E2B's two
+// widths. Both read x (the engine's form adds the add-norm prologue to both). Bytes: x, mlp
+// written and read, y, the three Q4 weights.
+struct pm_problem {
+    int H, F, copies, rc;
+    std::vector<__half *> x, mlp, y;
+    std::vector<g4_q4_weight> g, u, d;
+    void *ws;
+    size_t ws_bytes;
+};
+
+double pm_bytes(int H, int F) {
+    return 2.0 * H * 2 + 2.0 * F * 2 + 3.0 * H * F * (0.5 + 1.0 / 16 + 1.0 / 64);
+}
+
+void launch_persist(void *ctx, int rep, void *stream) {
+    pm_problem *p = (pm_problem *)ctx;
+    const int c = rep % p->copies;
+    const int rc =
+        g4_persist_mlp_q4(p->y[c], G4_GEMM_Y_F16, nullptr, p->mlp[c], p->x[c], nullptr, &p->g[c],
+                          &p->u[c], &p->d[c], p->ws, p->ws_bytes, (cudaStream_t)stream);
+    if (rc) p->rc = rc;
+}
+
+void launch_pair(void *ctx, int rep, void *stream) {
+    pm_problem *p = (pm_problem *)ctx;
+    const int c = rep % p->copies;
+    const cudaStream_t s = (cudaStream_t)stream;
+    int rc = g4_gemm_q4_gelu_mul(p->mlp[c], p->x[c], &p->g[c], &p->u[c], 1, G4_GEMM_AUTO, s);
+    if (!rc)
+        rc = g4_gemm_q4(p->y[c], p->mlp[c], &p->d[c], nullptr, 1, G4_GEMM_Y_F16, G4_GEMM_AUTO, s);
+    if (rc) p->rc = rc;
+}
+
+int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int max) {
+    int n = 0;
+    for (int F : {6144, 12288}) {
+        if (n >= max) break;
+        const int H = 1536;
+        g4_kbench_row row;
+        memset(&row, 0, sizeof row);
+        int grid, u1, u2, s2;
+        g4_persist_mlp_plan(H, F, &grid, &u1, &u2, &s2);
+        snprintf(row.op, sizeof row.op, "persist_mlp_q4");
+        snprintf(row.shape, sizeof row.shape, "M=1 H=%d ffn=%d grid %d units %d+%d chunks %d", H, F,
+                 grid, u1, u2, s2);
+        if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
+        pm_problem p;
+        p.H = H, p.F = F, p.rc = G4_OK;
+        p.copies = (int)((2.0 * l2 + pm_bytes(H, F) - 1) / pm_bytes(H, F));
+        p.copies = p.copies < 1 ? 1 : p.copies > 64 ? 64 : p.copies;
+        for (int c = 0; c < p.copies; c++) {
+            const uint32_t seed = 0x9e3779b9u * (uint32_t)(c + 1) + (uint32_t)F;
+            p.x.push_back(rand_f16((size_t)H, seed, 0.05f, 1.0f));
+            p.mlp.push_back((__half *)dalloc((size_t)F * 2));
+            p.y.push_back((__half *)dalloc((size_t)H * 2));
+            p.g.push_back(rand_q4(F, H, seed ^ 1u));
+            p.u.push_back(rand_q4(F, H, seed ^ 2u));
+            p.d.push_back(rand_q4(H, F, seed ^ 3u));
+        }
+        p.ws_bytes = g4_persist_mlp_workspace(H, F);
+        p.ws = dalloc(p.ws_bytes);
+        G4_CUDA_CHECK(cudaMemset(p.ws, 0, p.ws_bytes));
+        G4_CUDA_CHECK(cudaDeviceSynchronize());
+        launch_persist(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
+        G4_CUDA_CHECK(cudaDeviceSynchronize());
+        if (p.rc != G4_OK) {
+            fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
+        } else {
+            const int per_graph = p.copies < 8 ? 8 : p.copies;
+            row.ours = g4_kbench_run_graph(launch_persist, &p, per_graph, 2, reps);
+            row.base = g4_kbench_run_graph(launch_pair, &p, per_graph, 2, reps);
+            snprintf(row.base_name, sizeof row.base_name, "glu+down (2 launches)");
+            row.bytes = pm_bytes(H, F);
+            row.flops = 2.0 * 3.0 * H * F;
+            if (p.rc != G4_OK)
+                fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
+            else
+                rows[n++] = row;
+        }
+        for (int c = 0; c < p.copies; c++) {
+            G4_CUDA_CHECK(cudaFree(p.x[c]));
+            G4_CUDA_CHECK(cudaFree(p.mlp[c]));
+            G4_CUDA_CHECK(cudaFree(p.y[c]));
+            g4_q4_weight_free(&p.g[c]);
+            g4_q4_weight_free(&p.u[c]);
+            g4_q4_weight_free(&p.d[c]);
+        }
+        G4_CUDA_CHECK(cudaFree(p.ws));
+    }
+    return n;
+}
+
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
@@ -399,6 +495,8 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         for (auto &q : p.q) g4_q4_weight_free(&q);
         for (auto &q : p.qu) g4_q4_weight_free(&q);
     }
+    if (!(filter && strstr(filter, "xover")))
+        n += bench_persist(filter, reps, l2, rows + n, max - n);
     if (bl) {
         G4_CUDA_CHECK(cudaFree(ws));
         CUBLAS_CHECK(bl->cublasDestroy_v2(blas));
