@@ -753,6 +753,28 @@ static void batch_work(g4_text_state *s, int n, int nl) {
     be->sample_rows(be, &nx, &logits, c->final_softcap, smp, &pos);
 }
 
+// The error of a batch step whose row r (< nl of n) sampled no id (-1): its logits (row r of
+// s->logits, capped by the sample op) read back to tell a broken forward pass (a NaN there)
+// from a sample op that failed on finite logits.
+static int bad_row(g4_text_state *s, int r, int n, int nl) {
+    const int V = s->m->cfg->vocab;
+    float *x = g4_malloc(sizeof(float) * (size_t)V);
+    g4_buf lr = row_view(&s->logits, r);
+    g4_buf_to_host_f32(s->be, &lr, x);
+    int nan = 0;
+    for (int i = 0; i < V; i++) nan += isnan(x[i]) != 0;
+    free(x);
+    if (nan)
+        return g4_fail(G4_EINTERNAL,
+                       "the logits of batch row %d after position %d hold a NaN (%d of %d; a "
+                       "broken forward pass; a step of %d rows, %d sampled)",
+                       r, s->host_pos[r], nan, V, n, nl);
+    return g4_fail(G4_EINTERNAL,
+                   "batch row %d after position %d sampled no id though its logits are finite (the "
+                   "sample op failed; a step of %d rows, %d sampled)",
+                   r, s->host_pos[r], n, nl);
+}
+
 // The batch step (text_model.h): s is the batch's own state (its activations hold the rows,
 // its KV cache is not used); rows[r] is the sequence of row r, ids[r] its id.
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
@@ -824,11 +846,7 @@ int g4_text_batch_step_rows(g4_text_state *s, g4_text_state *const *rows, const 
     s->rows_prompt = 0;
     if (rc) return rc;
     for (int r = 0; r < nl; r++)
-        if (next[r] < 0)
-            return g4_fail(G4_EINTERNAL,
-                           "the logits of batch row %d after position %d hold a NaN (a broken "
-                           "forward pass)",
-                           r, s->host_pos[r]);
+        if (next[r] < 0) return bad_row(s, r, n, nl);
     for (int r = 0; r < n; r++) rows[r]->n_past = rows[r]->bnext;
     return G4_OK;
 }

@@ -48,7 +48,11 @@ constexpr int LG_THREADS = 256, LG_PER_THREAD = 8, LG_BLOCKS_MAX = 128;
 constexpr int SEL_THREADS = 1024, SEL_CAP = 2048;
 constexpr int NB0 = 2048, NB1 = 2048, NB2 = 1024; // key digits: bits 31..21, 20..10, 9..0
 
-// Per-row workspace (all zero between launches except part_v / part_i / best_v / p).
+// Per-row workspace (all zero between launches except part_v / part_i / best_v / p). Row t's is
+// the t-th of the array whatever the launch's row count, with its partials inside, so one
+// workspace serves launches of any row count in any order (a batch step's sampled rows). (Issue
+// 31: the partials used to follow rows x RowWs, so a launch of fewer rows wrote them where a
+// later, larger one read its rows' tickets and samplers: rows never merged, stale or random ids.)
 struct RowWs {
     unsigned ticket;
     float best_v; // the row's largest capped logit (NaN when the row has one)
@@ -56,6 +60,8 @@ struct RowWs {
     unsigned long long z; // lg_mass: total weight
     unsigned cnt0[NB0];  // lg_pass1: tokens per 11-bit key prefix (top-k requests)
     unsigned long long mass0[NB0]; // lg_mass: weight per 11-bit key prefix
+    float part_v[LG_BLOCKS_MAX];   // lg_pass1: each CTA's (max, first index)
+    int part_i[LG_BLOCKS_MAX];
 };
 
 size_t lg_align(size_t n) {
@@ -65,23 +71,6 @@ size_t lg_align(size_t n) {
 int lg_blocks(int V) {
     int b = (V + LG_THREADS * LG_PER_THREAD - 1) / (LG_THREADS * LG_PER_THREAD);
     return b < 1 ? 1 : b > LG_BLOCKS_MAX ? LG_BLOCKS_MAX : b;
-}
-
-struct WsLayout {
-    RowWs *rows;
-    float *part_v;
-    int *part_i;
-};
-
-WsLayout lg_layout(void *ws, int rows, int nb) {
-    uint8_t *p = static_cast<uint8_t *>(ws);
-    WsLayout l;
-    l.rows = reinterpret_cast<RowWs *>(p);
-    p += lg_align(sizeof(RowWs) * (size_t)rows);
-    l.part_v = reinterpret_cast<float *>(p);
-    p += lg_align(sizeof(float) * (size_t)rows * nb);
-    l.part_i = reinterpret_cast<int *>(p);
-    return l;
 }
 
 // Row t's sampler: the one for every row, or (sample_rows) row t's own from the table.
@@ -130,7 +119,7 @@ __device__ __forceinline__ void lg_block_best(float &v, int &i, float *sv, int *
 // --- 1. cap, max, key counts -------------------------------------------------------------------
 __global__ void __launch_bounds__(LG_THREADS)
     lg_pass1(float *logits, int V, float cap, const g4_sample_params *params, const uint64_t *ptab,
-             int32_t *next, RowWs *rws, float *part_v, int *part_i, int vec) {
+             int32_t *next, RowWs *rws, int vec) {
     g4_pdl_wait();
     g4_pdl_trigger();
     __shared__ float sv[32];
@@ -182,8 +171,8 @@ __global__ void __launch_bounds__(LG_THREADS)
             if (hist[b]) atomicAdd(&rw->cnt0[b], hist[b]);
     }
     if (threadIdx.x == 0) {
-        part_v[(size_t)t * nb + blockIdx.x] = bv;
-        part_i[(size_t)t * nb + blockIdx.x] = bi;
+        rw->part_v[blockIdx.x] = bv;
+        rw->part_i[blockIdx.x] = bi;
         __threadfence(); // partials (and the histogram) visible device-wide before the ticket
         last = atomicAdd(&rw->ticket, 1u) == (unsigned)nb - 1;
     }
@@ -192,8 +181,8 @@ __global__ void __launch_bounds__(LG_THREADS)
     __threadfence();
     bv = -INFINITY, bi = 0x7fffffff;
     for (int b = threadIdx.x; b < nb; b += LG_THREADS) {
-        const float v = *((volatile float *)&part_v[(size_t)t * nb + b]);
-        const int i = *((volatile int *)&part_i[(size_t)t * nb + b]);
+        const float v = *((volatile float *)&rw->part_v[b]);
+        const int i = *((volatile int *)&rw->part_i[b]);
         if (lg_better(v, i, bv, bi)) bv = v, bi = i;
     }
     __syncthreads(); // sv/si reuse
@@ -598,9 +587,8 @@ extern "C" const char *g4_logits_supported(int V) {
 }
 
 extern "C" size_t g4_logits_workspace(int rows, int V) {
-    const size_t nb = (size_t)lg_blocks(V);
-    return lg_align(sizeof(RowWs) * (size_t)rows) + lg_align(sizeof(float) * rows * nb) +
-           lg_align(sizeof(int) * rows * nb);
+    (void)V; // (a row's partials are sized for the most CTAs any V gives: LG_BLOCKS_MAX)
+    return lg_align(sizeof(RowWs) * (size_t)rows);
 }
 
 extern "C" void g4_logits_softcap(float *logits, int rows, int V, float cap, cudaStream_t stream) {
@@ -624,14 +612,14 @@ static void lg_sample(const char *op, int32_t *next, float *logits, int rows, in
     G4K_REQUIRE(workspace && workspace_bytes >= g4_logits_workspace(rows, V), op);
     if (rows == 0) return;
     const int nb = lg_blocks(V);
-    const WsLayout l = lg_layout(workspace, rows, nb);
+    RowWs *rws = static_cast<RowWs *>(workspace);
     const int vec = V % 8 == 0 && ((uintptr_t)logits & 15) == 0;
     g4_pdl_launch(lg_pass1, dim3(nb, rows), dim3(LG_THREADS), 0, stream, logits, V, cap, params,
-                  ptab, next, l.rows, l.part_v, l.part_i, vec);
+                  ptab, next, rws, vec);
     g4_pdl_launch(lg_mass, dim3(nb, rows), dim3(LG_THREADS), 0, stream, (const float *)logits, V,
-                  params, ptab, l.rows);
+                  params, ptab, rws);
     g4_pdl_launch(lg_select, dim3(rows), dim3(SEL_THREADS), 0, stream, (const float *)logits, V,
-                  counter, next, l.rows);
+                  counter, next, rws);
 }
 
 extern "C" void g4_logits_sample(int32_t *next, float *logits, int rows, int V, float cap,

@@ -19,7 +19,8 @@ const char *g4_logits_supported(int V);
 
 // Bytes of device workspace for rows x V logits. It holds counters and histograms that must
 // start at zero: clear it once after allocating (cudaMemset); every g4_logits_sample leaves
-// them at zero again.
+// them at zero again. A workspace for R rows serves any later launch of 1..R rows, in any
+// order (row r's part lies at the same place whatever the launch's row count).
 size_t g4_logits_workspace(int rows, int V);
 
 // logits[rows, V] fp32 in place: x = cap * tanh(x / cap) (cap <= 0: as is); next[r] (device I32

@@ -1628,6 +1628,90 @@ static void case_sample_rows(int rows, int V, float cap, int nan_row, unsigned l
     free(x), free(p), free(dp), free(ptab), free(cnt), free(next), free(one), free(am);
 }
 
+// sample_rows on ONE handle over launches of varying row counts, as a batch step's sampled rows
+// change from step to step (32, then fewer, then more: 29 -> 31 and 16 -> 17 are row counts
+// whose new rows found the smaller launch's leftovers in the workspace before issue 31's fix),
+// greedy rows and a sampled row in eight (temperature, top-k, top-p): every launch's id of row r
+// equals the one-row op's on row r alone (the same logits, sampler and counter in every
+// launch), greedy rows also the argmax of the naive capped row.
+static void case_sample_rows_counts(int V, float cap, unsigned long long seed) {
+    enum { RMAX = 32 };
+    static const int counts[] = {32, 29, 31, 16, 17};
+    const int n_launch = (int)(sizeof counts / sizeof counts[0]);
+    if (!want_case("sample_rows", "row counts 32 29 31 16 17 on one handle, V=%d cap=%g", V, cap))
+        return;
+    called("sample");
+    unsigned long long s = seed;
+    const size_t n = (size_t)RMAX * V;
+    float *x = g4_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = floorf(g4t_rand_uniform(&s, -40, 40) * 16.0f) / 16.0f;
+    g4_sample_params p[RMAX];
+    void *dp[RMAX];
+    uint64_t ptab[RMAX];
+    int32_t cnt[RMAX], one[RMAX], am[RMAX];
+    memset(p, 0, sizeof p);
+    for (int r = 0; r < RMAX; r++) {
+        if (r % 8 == 1) { // sampled rows of their own kinds (few: the CPU reference's cost)
+            p[r].temperature = r % 3 ? 0.8f : 1.3f;
+            p[r].top_k = r % 16 == 1 ? 40 : 0;
+            p[r].top_p = r % 16 == 9 ? 0.9f : 1.0f;
+        } else {
+            p[r].top_p = 1.0f; // greedy
+        }
+        p[r].seed_lo = (uint32_t)(seed * 1000 + (unsigned)r), p[r].seed_hi = (uint32_t)r;
+        cnt[r] = 29 + 7 * r;
+        dp[r] = be_copy(&p[r], sizeof p[r]);
+        ptab[r] = (uint64_t)(uintptr_t)dp[r];
+    }
+    void *dtab = be_copy(ptab, sizeof ptab);
+    int total = 0;
+    for (int k = 0; k < n_launch; k++) total += counts[k];
+    int32_t *got = g4_malloc(sizeof(int32_t) * (size_t)total),
+            *want = g4_malloc(sizeof(int32_t) * (size_t)total),
+            *want_am = g4_malloc(sizeof(int32_t) * (size_t)total);
+    int32_t poison[RMAX];
+    for (int r = 0; r < RMAX; r++) poison[r] = -2; // (a row the op leaves unwritten is wrong)
+    tbuf dc = tb_i32(RMAX, 1, cnt), dn = tb_new(G4_I32, RMAX, 1);
+    for (int k = 0, at = 0; k < n_launch; at += counts[k], k++) { // (the op caps in place)
+        const int R = counts[k];
+        tbuf dx = tb_from(G4_F32, R, V, x);
+        be->upload(be, dn.b.data, poison, sizeof poison);
+        g4_buf nx = g4_buf_view(&dn.b, R, 1), c = g4_buf_view(&dc.b, R, 1);
+        be->sample_rows(be, &nx, &dx.b, cap, dtab, &c);
+        be->sync(be);
+        be->download(be, got + at, dn.b.data, sizeof(int32_t) * (size_t)R);
+        tb_free(&dx);
+    }
+    // the one-row op on each row alone (from the same uncapped logits), after every launch
+    for (int r = 0; r < RMAX; r++) {
+        tbuf ox = tb_from(G4_F32, 1, V, x + (size_t)r * V), oc = tb_i32(1, 1, &cnt[r]),
+             on = tb_new(G4_I32, 1, 1);
+        be->sample(be, &on.b, &ox.b, cap, dp[r], &oc.b);
+        be->sync(be);
+        be->download(be, &one[r], on.b.data, sizeof(int32_t));
+        tb_free(&ox), tb_free(&oc), tb_free(&on);
+        am[r] = one[r];
+        if (p[r].temperature > 0) continue;
+        const float *g = x + (size_t)r * V;
+        int best = 0;
+        double bv = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            const double cv = cap > 0 ? cap * tanh((double)g[i] / cap) : g[i];
+            if ((float)cv > bv) bv = (float)cv, best = i;
+        }
+        am[r] = best;
+    }
+    for (int k = 0, at = 0; k < n_launch; at += counts[k], k++)
+        for (int r = 0; r < counts[k]; r++) want[at + r] = one[r], want_am[at + r] = am[r];
+    report_ids("next vs one row alone", got, want, total);
+    report_ids("greedy rows vs argmax", got, want_am, total);
+    CHECK_MSG(tb_guards_ok(&dn, "next"), "sample_rows: a guard zone was written");
+    for (int r = 0; r < RMAX; r++) be->free(be, dp[r]);
+    be->free(be, dtab);
+    tb_free(&dc), tb_free(&dn);
+    free(x), free(got), free(want), free(want_am);
+}
+
 // dst[t] = src[idx[t]] where idx[t] >= 0 (every other row), the rest unchanged.
 static void case_scatter_rows(int T, int n_src, int cols, unsigned long long seed) {
     if (!want_case("scatter_rows", "T=%d src=%d cols=%d", T, n_src, cols)) return;
@@ -2169,6 +2253,7 @@ static void run_cases(void) {
     case_sample_rows(3, 1001, 0.0f, 1, 156);    // a NaN row
     case_sample_rows(7, 5003, 30.0f, 0, 157);
     case_sample_rows(32, 2048, 30.0f, 0, 158);
+    case_sample_rows_counts(262144, 0.0f, 159); // E2B vocabulary (128 CTAs a row), one handle
     case_scatter_rows(17, 5, 33, 85);
     case_scatter_rows(600, 280, 1536, 86);
 

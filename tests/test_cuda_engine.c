@@ -40,6 +40,15 @@
 //                 layer's cache rows (they depend on every earlier layer's attention) within
 //                 the gross 0.1 of the prefill check; the first tokens and 10 teacher-forced
 //                 greedy steps after them (M = 3 vs M = 1 linears) reported only, as batch's.
+//   rows at scale a server's rounds (issue 31: the serve load that failed on the H200): 20
+//                 sequences, 16 decoding beside prompts of 20..220 tokens fed as rows, steps
+//                 of 150..220 rows, positions up to 219 (gpu-tiny's context is 256), states
+//                 reused for new prompts (their caches hold the earlier request's rows), and
+//                 the sampled rows 20, 16, 19, 20 in successive steps (a count that falls, then
+//                 rises: the sample op's workspace bug). Exact: every step succeeds (no NaN
+//                 row) and each sampled id is the argmax of the step's own capped logits (read
+//                 back: the sample op's contract); the prompts' cache rows against each prefilled
+//                 alone within the gross 0.1; the first tokens against alone reported only.
 //   pdl           programmatic dependent launch (kernels/pdl.cuh; on by default) changes no bit:
 //                 prefill and decode logits (eager) and greedy tokens (graph) with it off and on
 //                 are identical (every kernel is deterministic; a difference is a race).
@@ -318,6 +327,149 @@ static void test_prompt_rows(const char *what, g4_text_model *gpu, const int32_t
     g4_text_state_free(bs);
 }
 
+// Rows [k, k + n) of a batch step: sequence st's ids[0, n), in order.
+static int put_rows(g4_text_state **rows, int32_t *tok, int k, g4_text_state *st,
+                    const int32_t *ids, int n) {
+    for (int t = 0; t < n; t++) rows[k + t] = st, tok[k + t] = ids[t];
+    return k + n;
+}
+
+// One step of test_prompt_rows_scale: n rows, the first nl sampling. 0 when it fails (its
+// error printed); else each sampled id is checked against the first argmax of the step's own
+// capped logits (the state's logits buffer after the step), the wrong ones counted in *bad.
+static int scale_step(const char *what, int step, g4_text_state *bs, g4_text_state **rows,
+                      const int32_t *tok, int n, int nl, int32_t *nx, int *bad) {
+    const int rc = g4_text_batch_step_rows(bs, rows, tok, n, nl, nx);
+    CHECK_MSG(rc == 0, "%s rows at scale, step %d (%d rows, %d sampled): %s", what, step, n, nl,
+              g4_error());
+    if (rc) return 0;
+    const int V = bs->m->cfg->vocab;
+    float *lg = g4_malloc(sizeof(float) * (size_t)nl * V);
+    g4_buf l = g4_buf_view(&bs->logits, nl, V);
+    g4_buf_to_host_f32(bs->be, &l, lg);
+    for (int r = 0; r < nl; r++) {
+        const float *x = lg + (size_t)r * V;
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (x[i] > x[best]) best = i;
+        if (nx[r] != best && (*bad)++ < 8)
+            printf("    %s step %d row %d: sampled %d, the argmax of its logits %d\n", what, step,
+                   r, nx[r], best);
+    }
+    free(lg);
+    return 1;
+}
+
+// The batch step with prompt rows at a server's scale (see the top: rows at scale). Sequences
+// 0..15 decode (prompts of 100..190 prefilled alone); step 1: their rows + 4 prompts of 50, 40,
+// 30, 20 ending (20 sampled, 156 rows); states 16..18 reused for new prompts of 220, 140, 30;
+// step 2: the decode rows + the first 100 rows of the 220 and the 140 (16 sampled, 216 rows);
+// step 3: the decode rows + the rest of both and the 30, ending (19 sampled, 206 rows); step 4:
+// the 20 sequences' decode rows (20 sampled). Each alone state runs the same ids.
+static void test_prompt_rows_scale(const char *what, g4_text_model *gpu) {
+    enum { N = 20, ND = 16, CAP = 256, ROWS = 256 };
+    if (gpu->cfg->context_length < CAP) {
+        printf("  %s rows at scale: skipped (a context of %d < %d)\n", what,
+               gpu->cfg->context_length, CAP);
+        return;
+    }
+    const int V = gpu->cfg->vocab;
+    static int32_t pr[N + 3][CAP]; // the prompts: 0..19, then the reused states' 16..18
+    unsigned long long seed = 31;
+    for (int i = 0; i < N + 3; i++)
+        for (int t = 0; t < CAP; t++) pr[i][t] = (int32_t)(g4t_rand_u64(&seed) % (unsigned)V);
+    g4_text_state *bt[N], *al[N], *bs, *rows[ROWS];
+    int32_t tok[ROWS], nx[N], na[N], dec[N];
+    const g4_text_state_opts bo = {1, ROWS, N, 1};
+    CHECK(g4_text_state_new_opts(gpu, &bo, &bs) == 0);
+    for (int i = 0; i < N; i++) {
+        CHECK(g4_text_state_new(gpu, CAP, CAP, &bt[i]) == 0);
+        CHECK(g4_text_state_new(gpu, CAP, CAP, &al[i]) == 0);
+    }
+    for (int i = 0; i < ND; i++) { // the decoding sequences' prompts, prefilled alone
+        CHECK(g4_text_forward(bt[i], pr[i], 100 + 6 * i, NULL, NULL, 0) == 0);
+        CHECK(g4_text_step(al[i], pr[i], 100 + 6 * i, NULL, &dec[i]) == 0);
+    }
+    int bad = 0, same = 0, picks = 0, ok = 1;
+    double worst = 0;
+    // step 1: 16 decode rows, then the last rows of the 4 prompts, then their other rows
+    const int l1[4] = {50, 40, 30, 20};
+    int n = 0;
+    for (int i = 0; i < ND; i++) n = put_rows(rows, tok, n, bt[i], &dec[i], 1);
+    for (int j = 0; j < 4; j++) n = put_rows(rows, tok, n, bt[ND + j], pr[ND + j] + l1[j] - 1, 1);
+    for (int j = 0; j < 4; j++) n = put_rows(rows, tok, n, bt[ND + j], pr[ND + j], l1[j] - 1);
+    CHECK_INT(n, 156);
+    ok = ok && scale_step(what, 1, bs, rows, tok, n, N, nx, &bad);
+    for (int i = 0; i < ND && ok; i++) CHECK(g4_text_step(al[i], &dec[i], 1, NULL, &na[i]) == 0);
+    for (int j = 0; j < 4 && ok; j++) {
+        CHECK(g4_text_step(al[ND + j], pr[ND + j], l1[j], NULL, &na[ND + j]) == 0);
+        const double rel = cache_rel(bt[ND + j], al[ND + j], l1[j]);
+        worst = rel > worst ? rel : worst;
+    }
+    for (int r = 0; r < N && ok; r++) same += nx[r] == na[r], picks++;
+    for (int i = 0; i < N; i++) dec[i] = nx[i] >= 0 ? nx[i] : 0; // (teacher-forced: the batch's)
+    // states 16..18 reused for new prompts (n_past 0; their caches keep the old rows)
+    const int l2[3] = {220, 140, 30};
+    for (int j = 0; j < 3; j++) {
+        CHECK(g4_text_state_reserve(bt[ND + j], CAP) == 0);
+        CHECK(g4_text_state_reserve(al[ND + j], CAP) == 0);
+    }
+    // step 2: 16 decode rows, then the first 100 rows of the 220 and of the 140 (no sample)
+    n = 0;
+    for (int i = 0; i < ND; i++) n = put_rows(rows, tok, n, bt[i], &dec[i], 1);
+    for (int j = 0; j < 2; j++) n = put_rows(rows, tok, n, bt[ND + j], pr[N + j], 100);
+    CHECK_INT(n, 216);
+    ok = ok && scale_step(what, 2, bs, rows, tok, n, ND, nx, &bad);
+    for (int i = 0; i < ND && ok; i++) {
+        CHECK(g4_text_step(al[i], &dec[i], 1, NULL, &na[i]) == 0);
+        same += nx[i] == na[i], picks++;
+        dec[i] = nx[i] >= 0 ? nx[i] : 0;
+    }
+    for (int j = 0; j < 2 && ok; j++)
+        CHECK(g4_text_forward(al[ND + j], pr[N + j], 100, NULL, NULL, 0) == 0);
+    // step 3: 16 decode rows, the last rows of the three prompts, then their other rows
+    n = 0;
+    for (int i = 0; i < ND; i++) n = put_rows(rows, tok, n, bt[i], &dec[i], 1);
+    for (int j = 0; j < 3; j++) n = put_rows(rows, tok, n, bt[ND + j], pr[N + j] + l2[j] - 1, 1);
+    for (int j = 0; j < 2; j++)
+        n = put_rows(rows, tok, n, bt[ND + j], pr[N + j] + 100, l2[j] - 101);
+    n = put_rows(rows, tok, n, bt[ND + 2], pr[N + 2], l2[2] - 1);
+    CHECK_INT(n, 206);
+    ok = ok && scale_step(what, 3, bs, rows, tok, n, ND + 3, nx, &bad);
+    for (int i = 0; i < ND && ok; i++) CHECK(g4_text_step(al[i], &dec[i], 1, NULL, &na[i]) == 0);
+    for (int j = 0; j < 3 && ok; j++) {
+        const int at = j < 2 ? 100 : 0;
+        CHECK(g4_text_step(al[ND + j], pr[N + j] + at, l2[j] - at, NULL, &na[ND + j]) == 0);
+        const double rel = cache_rel(bt[ND + j], al[ND + j], l2[j]);
+        worst = rel > worst ? rel : worst;
+    }
+    for (int r = 0; r < ND + 3 && ok; r++) same += nx[r] == na[r], picks++;
+    for (int i = 0; i < ND + 3; i++) dec[i] = nx[i] >= 0 ? nx[i] : 0;
+    // step 4: every sequence's decode row (19's first token came in step 1)
+    n = 0;
+    for (int i = 0; i < N; i++) n = put_rows(rows, tok, n, bt[i], &dec[i], 1);
+    ok = ok && scale_step(what, 4, bs, rows, tok, n, N, nx, &bad);
+    for (int i = 0; i < N && ok; i++) {
+        CHECK(g4_text_step(al[i], &dec[i], 1, NULL, &na[i]) == 0);
+        same += nx[i] == na[i], picks++;
+    }
+    printf("  %s rows at scale: 4 steps (156, 216, 206, 20 rows; 20, 16, 19, 20 sampled): %s; "
+           "sampled ids != the argmax of their logits: %d; prompts' cache rel err <= %.3e "
+           "against prefill alone; ids == alone %d / %d (reported only)\n",
+           what, ok ? "ok" : "FAILED", bad, worst, same, picks);
+    CHECK(ok);
+    CHECK_INT(bad, 0);
+    CHECK_MSG(worst <= 0.1,
+              "%s rows at scale: the last KV layer's cache rel err %.3e against prefill alone "
+              "(tolerance gross 0.1)",
+              what, worst);
+    for (int i = 0; i < N; i++) {
+        g4_text_state_free(bt[i]);
+        g4_text_state_free(al[i]);
+    }
+    g4_text_state_free(bs);
+}
+
 // The same prompt and teacher-forced decode steps with PDL off, then on: eager logits (the
 // prompt's last row, then each step's) and the graph-replayed steps' argmaxes, compared exactly.
 static void test_pdl_same(const char *what, g4_text_model *gpu, const int32_t *ids, int P,
@@ -485,6 +637,7 @@ static void run_package(const char *what, const char *dir) {
         test_states(what, gpu, ids);
         test_batch_rows(what, gpu, ids);
         test_prompt_rows(what, gpu, ids);
+        test_prompt_rows_scale(what, gpu);
     }
     g4_text_model_free(cpu);
     g4_text_model_free(gpu);

@@ -386,6 +386,60 @@ static void case_sample(int T, int V, float cap, float temp, int top_k, float to
     free(x), free(next), free(cnt), free(want), free(got);
 }
 
+// The sample op on ONE workspace (cleared once, sized for the most rows) over launches of
+// varying row counts, as a batch step's (its sampled rows change every step): 32, then fewer,
+// then more again (29 -> 31, 16 -> 17: rows whose counters lay where the smaller launch had put
+// its partials before issue 31's fix), each launch's ids those of the reference on the GPU's
+// capped logits, for one sampler each run (greedy; temperature with top-k and top-p).
+static void case_sample_rowcounts(float temp, int top_k, float top_p, unsigned long long seed) {
+    enum { RMAX = 32, V = 262144 };
+    static const int counts[] = {32, 29, 31, 16, 17, 30, 1, 32};
+    const int n_launch = (int)(sizeof counts / sizeof counts[0]);
+    if (!hx_case("sample",
+                 "one workspace, rows 32 29 31 16 17 30 1 32, V=%d temp=%g top_k=%d top_p=%g", V,
+                 temp, top_k, top_p))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)RMAX * V;
+    float *x = g4_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = g4t_rand_uniform(&s, -40, 40);
+    const g4_sample_params p = {temp, top_k, top_p, (uint32_t)(seed * 2654435761u), 5, {0}};
+    void *dx = hx_dev_alloc(4 * n), *dnext = hx_dev_alloc(4 * (size_t)RMAX);
+    void *dp = hx_upload(&p, sizeof p), *dcnt = hx_dev_alloc(4 * (size_t)RMAX);
+    const size_t ws = g4_logits_workspace(RMAX, V);
+    void *dws = hx_dev_alloc(ws);
+    HX_CUDA(cudaMemset(dws, 0, ws));
+    int32_t next[RMAX], cnt[RMAX];
+    int wrong = 0, picks = 0;
+    for (int k = 0; k < n_launch; k++) {
+        const int T = counts[k];
+        for (int t = 0; t < T; t++) cnt[t] = 1000 * k + 13 * t + 1;
+        HX_CUDA(cudaMemcpy(dx, x, 4 * (size_t)T * V, cudaMemcpyHostToDevice));
+        HX_CUDA(cudaMemcpy(dcnt, cnt, 4 * (size_t)T, cudaMemcpyHostToDevice));
+        HX_CUDA(cudaMemset(dnext, 0x5a, 4 * (size_t)RMAX));
+        g4_logits_sample(dnext, dx, T, V, 30.0f, dp, dcnt, dws, ws, 0);
+        HX_CUDA(cudaDeviceSynchronize());
+        HX_CUDA(cudaMemcpy(next, dnext, 4 * (size_t)T, cudaMemcpyDeviceToHost));
+        float *got = hx_download_f32(dx, (size_t)T * V); // the GPU's capped logits
+        for (int t = 0; t < T; t++) {
+            const int32_t ref = ref_sample_row(got + (size_t)t * V, V, &p, (uint32_t)cnt[t]);
+            if (next[t] != ref && wrong++ < 8)
+                printf("    launch %d (%d rows) row %d: picked %d, the reference %d\n", k, T, t,
+                       next[t], ref);
+            picks++;
+        }
+        free(got);
+    }
+    g4t_checks++;
+    if (wrong) g4t_failures++, hx_cases_failed++;
+    printf("  ids vs the reference    %s (%d picks, %d wrong)\n", wrong ? "FAIL" : "ok", picks,
+           wrong);
+    CHECK_MSG(hx_guards_ok(dws, ws, "workspace") && hx_guards_ok(dnext, 4 * (size_t)RMAX, "next"),
+              "sample over varying row counts: a guard zone was written");
+    hx_dev_free(dx), hx_dev_free(dnext), hx_dev_free(dp), hx_dev_free(dcnt), hx_dev_free(dws);
+    free(x);
+}
+
 // --- scatter_rows ----------------------------------------------------------------------------------
 // dst rows with an index take their source row (exact: a copy), the others keep their values.
 static void case_scatter(int T, int n_src, int cols, unsigned long long seed) {
@@ -562,6 +616,9 @@ int main(int argc, char **argv) {
     case_sample(2, 3001, 30.0f, 1.0f, 0, 0.9f, 1, 0, 68);
     case_sample(1, 3001, 30.0f, 1.0f, 40, 1.0f, 0, 0, 69);
     case_sample(1, 24, 30.0f, 2.0f, 5, 0.5f, 0, 0, 59);
+    // one workspace over varying row counts (a batch step's sampled rows, issue 31)
+    case_sample_rowcounts(0.0f, 0, 1.0f, 57);
+    case_sample_rowcounts(1.0f, 64, 0.95f, 58);
     // scatter: a prompt chunk with image rows (E2B width), odd sizes
     case_scatter(600, 280, 1536, 95);
     case_scatter(17, 5, 33, 96);

@@ -55,8 +55,9 @@
 #            the third design and the automatic choice (G4_GEMV=v1/v2/v3/auto), twice
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
-#   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch check), the
-#            row-batched ops' test_backend_ops cases on CUDA (and --break), test_batch on gpu-tiny
+#   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
+#            checks, the latter also at a server's scale: "rows at scale"), the row-batched ops'
+#            test_backend_ops cases on CUDA (and --break), test_batch on gpu-tiny
 #   batch_bench  issue 31's batched decode step (after e2b_make): g4cu bench --batch-rows
 #            1,8,16,32 on the full-size f16 and Q4 packages, G4_BATCH_ROWS=0 at 32 for A/B, and
 #            the 32-row step's per-op split (G4_PROFILE=1)
@@ -679,7 +680,8 @@ stage_batch_cuda() {
     local d="$WORK/gpu-tiny"
     [ -d "$d/f16" ] || { echo "batch_cuda: no gpu-tiny package ($d/f16): run the tiny stage first"; return 1; }
     G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" build-gpu/tests/test_cuda_engine 2>&1 |
-        tee "$OUT/batch_cuda_engine.log" | grep -E "batch of|checks|FAIL" | tail -8
+        tee "$OUT/batch_cuda_engine.log" | grep -E "batch of|prompt rows|rows at scale|checks|FAIL|step [0-9] row" |
+        tail -16
     for op in qkv_prep_rows attention_rows sample_rows; do
         build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/batch_ops_$op.log" 2>&1
         echo "test_backend_ops --op $op (cuda): exit $?"
