@@ -443,27 +443,42 @@ static void apply_pending(g4_text_state *s, int T) {
     s->pending.r.data = NULL;
 }
 
+// The pending add as the prologue of the op that reads x next (a fused forward): 1 and a set
+// from the current residual buffer hi into the other one, ho (views the caller keeps for the
+// call); 0 when nothing is pending or the forward is not fused. After the op: pending_taken.
+static int pending_prologue(g4_text_state *s, int T, g4_buf *hi, g4_buf *ho, g4_add_norm *a) {
+    if (!s->fuse || !s->pending.r.data) return 0;
+    const int H = s->m->cfg->hidden;
+    *hi = g4_buf_view(s->hcur, T, H);
+    *ho = g4_buf_view(s->hcur == &s->h ? &s->h2 : &s->h, T, H);
+    const g4_add_norm an = {hi,
+                            ho,
+                            &s->pending.r,
+                            s->pending.w,
+                            s->pending.scale,
+                            s->m->cfg->rms_eps,
+                            s->pending.next_norm,
+                            s->pending.next_w};
+    *a = an;
+    return 1;
+}
+
+// The op that took the pending add wrote the other residual buffer: it is the current one.
+static void pending_taken(g4_text_state *s) {
+    s->hcur = s->hcur == &s->h ? &s->h2 : &s->h;
+    s->pending.r.data = NULL;
+}
+
 // y = x @ W (gelu_tanh(x @ W) * (x @ Wu) when wu; then gelu_tanh(y) * mul[:, col0 ..] when
 // mul), after the pending add.
 static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, const g4_linear *wu,
                      const g4_buf *mul, int mul_col0) {
     g4_backend *be = s->be;
-    const int H = s->m->cfg->hidden;
-    g4_buf x = g4_buf_view(&s->x, T, H);
-    if (s->fuse && s->pending.r.data) {
-        g4_buf *other = s->hcur == &s->h ? &s->h2 : &s->h;
-        g4_buf hi = g4_buf_view(s->hcur, T, H), ho = g4_buf_view(other, T, H);
-        const g4_add_norm a = {&hi,
-                               &ho,
-                               &s->pending.r,
-                               s->pending.w,
-                               s->pending.scale,
-                               s->m->cfg->rms_eps,
-                               s->pending.next_norm,
-                               s->pending.next_w};
+    g4_buf x = g4_buf_view(&s->x, T, s->m->cfg->hidden), hi, ho;
+    g4_add_norm a;
+    if (pending_prologue(s, T, &hi, &ho, &a)) {
         be->add_norm_linear(be, &a, &x, y, w, wu, mul, mul_col0);
-        s->hcur = other;
-        s->pending.r.data = NULL;
+        pending_taken(s);
         return;
     }
     apply_pending(s, T);
@@ -478,22 +493,11 @@ static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, con
 // the pending add, which the op applies itself when this forward fuses (as linear_x does).
 static void mlp_x(g4_text_state *s, int T, g4_buf *mlp, g4_buf *y, const g4_text_layer *w) {
     g4_backend *be = s->be;
-    const int H = s->m->cfg->hidden;
-    g4_buf x = g4_buf_view(&s->x, T, H);
-    if (s->fuse && s->pending.r.data) {
-        g4_buf *other = s->hcur == &s->h ? &s->h2 : &s->h;
-        g4_buf hi = g4_buf_view(s->hcur, T, H), ho = g4_buf_view(other, T, H);
-        const g4_add_norm a = {&hi,
-                               &ho,
-                               &s->pending.r,
-                               s->pending.w,
-                               s->pending.scale,
-                               s->m->cfg->rms_eps,
-                               s->pending.next_norm,
-                               s->pending.next_w};
+    g4_buf x = g4_buf_view(&s->x, T, s->m->cfg->hidden), hi, ho;
+    g4_add_norm a;
+    if (pending_prologue(s, T, &hi, &ho, &a)) {
         be->mlp_block(be, &a, &x, mlp, y, &w->gate, &w->up, &w->down);
-        s->hcur = other;
-        s->pending.r.data = NULL;
+        pending_taken(s);
         return;
     }
     apply_pending(s, T);

@@ -754,6 +754,23 @@ static void cu_linear_gelu_mul_clipped(g4_backend *be, g4_buf *y, const g4_buf *
     cu_gelu_mul(be, y, &g, &u, 0);
 }
 
+// The GEMVs' add-norm prologue (g4_gemv_norm) of the op's pending add a, writing x; mul: the
+// PLE gate's multiplier from column mul_col0 (NULL: none).
+static g4_gemv_norm gemv_norm(const g4_add_norm *a, const g4_buf *x, const g4_buf *mul,
+                              int mul_col0) {
+    return g4_gemv_norm{(const float *)a->h_in->data,
+                        (float *)a->h_out->data,
+                        a->r->data,
+                        a->w,
+                        a->scale,
+                        a->next_norm ? a->next_w : NULL,
+                        x->data,
+                        a->eps,
+                        a->next_norm,
+                        mul ? (const uint16_t *)mul->data + mul_col0 : NULL,
+                        mul ? mul->cols : 0};
+}
+
 // Issue 30's consumer-side fusion: a Q4 GEMV of <= 8 rows (the decode step) computes the
 // add-norm in its prologue (g4_gemv_q4_add_norm), with no norm kernel of its own; other shapes
 // and weights run the add-norm kernel out of place and then the linear.
@@ -777,17 +794,7 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
                       !(w->kind == G4_W_F16 && g4_gemm_f16_skinny_takes(x->rows));
     if (plain && ho->data != hi->data && !g4_gemv_add_norm_supported(x->rows, w->in)) {
         PROF("add_norm_linear");
-        const g4_gemv_norm gn = {(const float *)hi->data,
-                                 (float *)ho->data,
-                                 r->data,
-                                 a->w,
-                                 a->scale,
-                                 a->next_norm ? a->next_w : NULL,
-                                 x->data,
-                                 a->eps,
-                                 a->next_norm,
-                                 mul ? (const uint16_t *)mul->data + mul_col0 : NULL,
-                                 mul ? mul->cols : 0};
+        const g4_gemv_norm gn = gemv_norm(a, x, mul, mul_col0);
         const g4_gemm_epi epi = wu || mul ? G4_GEMM_Y_F16 : epilogue(y, 0);
         if (w->kind == G4_W_Q4)
             gemm_check(g4_gemv_q4_add_norm(y->data, &gn, (const g4_q4_weight *)w->packed,
@@ -843,19 +850,7 @@ static void cu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
     cuda_ctx *c = CTX(be);
     grow_ws(be, &c->persist_ws, &c->persist_ws_bytes, g4_persist_mlp_workspace(wg->in, wg->out), 1,
             "mlp_block");
-    g4_gemv_norm gn = {};
-    if (a)
-        gn = g4_gemv_norm{(const float *)a->h_in->data,
-                          (float *)a->h_out->data,
-                          a->r->data,
-                          a->w,
-                          a->scale,
-                          a->next_norm ? a->next_w : NULL,
-                          x->data,
-                          a->eps,
-                          a->next_norm,
-                          NULL,
-                          0};
+    const g4_gemv_norm gn = a ? gemv_norm(a, x, NULL, 0) : g4_gemv_norm{};
     gemm_check(g4_persist_mlp_q4(y->data, epilogue(y, 0), wd->bias, mlp->data, a ? NULL : x->data,
                                  a ? &gn : NULL, (const g4_q4_weight *)wg->packed,
                                  (const g4_q4_weight *)wu->packed, (const g4_q4_weight *)wd->packed,
