@@ -1555,6 +1555,22 @@ static void case_sample(int rows, int V, float cap, int top_k1, int quantized, i
     free(x), free(want), free(cnt), free(next), free(got), free(exp_id);
 }
 
+// Row r's sampler in the sample_rows cases (every >= 2): rows r % every == 1 sample (temperature
+// 0.8 or 1.3, top-k 40 on every other one of them, top-p 0.9 on the rest's every other), the others
+// greedy; seeded from the case's seed and r.
+static g4_sample_params row_sampler(int r, int every, unsigned long long seed) {
+    g4_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.top_p = 1.0f; // greedy
+    if (r % every == 1) {
+        p.temperature = r % 3 ? 0.8f : 1.3f;
+        p.top_k = r % (2 * every) == 1 ? 40 : 0;
+        p.top_p = r % (2 * every) == every + 1 ? 0.9f : 1.0f;
+    }
+    p.seed_lo = (uint32_t)(seed * 1000 + (unsigned)r), p.seed_hi = (uint32_t)r;
+    return p;
+}
+
 // sample_rows: rows with their own samplers (greedy and sampled rows mixed: temperature, top-k,
 // top-p, seeds, draw indices of their own), each against the one-row sample op on that row
 // alone with its sampler and counter, greedy rows also against the argmax of the naive capped
@@ -1572,14 +1588,7 @@ static void case_sample_rows(int rows, int V, float cap, int nan_row, unsigned l
     uint64_t *ptab = g4_malloc(sizeof(uint64_t) * (size_t)rows);
     int32_t *cnt = g4_malloc(sizeof(int32_t) * (size_t)rows);
     for (int r = 0; r < rows; r++) {
-        if (r % 2) { // sampled rows of their own kinds
-            p[r].temperature = r % 3 ? 0.8f : 1.3f;
-            p[r].top_k = r % 4 == 1 ? 40 : 0;
-            p[r].top_p = r % 4 == 3 ? 0.9f : 1.0f;
-        } else {
-            p[r].top_p = 1.0f; // greedy
-        }
-        p[r].seed_lo = (uint32_t)(seed * 1000 + (unsigned)r), p[r].seed_hi = (uint32_t)r;
+        p[r] = row_sampler(r, 2, seed);
         cnt[r] = 17 + 13 * r;
         dp[r] = be_copy(&p[r], sizeof p[r]);
         ptab[r] = (uint64_t)(uintptr_t)dp[r];
@@ -1651,14 +1660,7 @@ static void case_sample_rows_counts(int V, float cap, unsigned long long seed) {
     int32_t cnt[RMAX], one[RMAX], am[RMAX];
     memset(p, 0, sizeof p);
     for (int r = 0; r < RMAX; r++) {
-        if (r % 8 == 1) { // sampled rows of their own kinds (few: the CPU reference's cost)
-            p[r].temperature = r % 3 ? 0.8f : 1.3f;
-            p[r].top_k = r % 16 == 1 ? 40 : 0;
-            p[r].top_p = r % 16 == 9 ? 0.9f : 1.0f;
-        } else {
-            p[r].top_p = 1.0f; // greedy
-        }
-        p[r].seed_lo = (uint32_t)(seed * 1000 + (unsigned)r), p[r].seed_hi = (uint32_t)r;
+        p[r] = row_sampler(r, 8, seed); // (few sampled rows: the CPU reference's cost)
         cnt[r] = 29 + 7 * r;
         dp[r] = be_copy(&p[r], sizeof p[r]);
         ptab[r] = (uint64_t)(uintptr_t)dp[r];
