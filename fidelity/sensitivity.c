@@ -515,31 +515,99 @@ done:
 
 // --- X^T X of every candidate (GPTQ's Hessian), a group of candidates per forward ------------
 
+// H += x^T x over the upper triangle by tiles of XTX_TS x XTX_TS entries, each mirrored into the
+// lower one when done (issue 33: the row-by-row form read all of x once per row of H, 50 MB for
+// each of the 6144 rows of a proxy down_proj, and computed both triangles). Every entry is
+// still the same sum in the same order, H[a][b] += x[r][a] x[r][b] for r = 0, 1, ... (skipping
+// x[r][a] = 0), so H is unchanged to the bit (for finite inputs both triangles were equal).
+#define XTX_TS 64 // a tile of H: 16 KB, in L1 with the rows of x it reads
+#define XTX_RB 64 // rows of x per pass over a tile
+
 typedef struct {
     float *H;
     const float *x;
-    int K, rows;
+    int K, rows, nt; // nt: tiles per side
 } hess_job;
 
-static void hess_range(void *ctx, int lo, int hi) { // rows a in [lo, hi) of H += x^T x
-    const hess_job *j = ctx;
+// h[0..15] += sum_{r < n} xa[r * XTX_TS] xb[r * XTX_TS + 0..15] (skipping xa = 0), named
+// accumulators (held in registers across the rows).
+static void xtx_16(float *h, const float *xa, const float *xb, int n) {
+    float t0 = h[0], t1 = h[1], t2 = h[2], t3 = h[3], t4 = h[4], t5 = h[5], t6 = h[6], t7 = h[7];
+    float t8 = h[8], t9 = h[9], t10 = h[10], t11 = h[11], t12 = h[12], t13 = h[13], t14 = h[14],
+          t15 = h[15];
+    for (int r = 0; r < n; r++) {
+        const float a = xa[(size_t)r * XTX_TS], *v = xb + (size_t)r * XTX_TS;
+        if (a == 0) continue;
+        t0 += a * v[0], t1 += a * v[1], t2 += a * v[2], t3 += a * v[3];
+        t4 += a * v[4], t5 += a * v[5], t6 += a * v[6], t7 += a * v[7];
+        t8 += a * v[8], t9 += a * v[9], t10 += a * v[10], t11 += a * v[11];
+        t12 += a * v[12], t13 += a * v[13], t14 += a * v[14], t15 += a * v[15];
+    }
+    h[0] = t0, h[1] = t1, h[2] = t2, h[3] = t3, h[4] = t4, h[5] = t5, h[6] = t6, h[7] = t7;
+    h[8] = t8, h[9] = t9, h[10] = t10, h[11] = t11, h[12] = t12, h[13] = t13, h[14] = t14;
+    h[15] = t15;
+}
+
+// One tile; xa, xb: [XTX_RB][XTX_TS] scratch for the rows of x it reads, copied out of x (whose
+// rows, K floats apart, K a multiple of 256 in the models, would all fall on the same few cache
+// sets).
+static void hess_tile(const hess_job *j, int ta, int tb, float *xa, float *xb) {
     const size_t K = (size_t)j->K;
-    for (int a = lo; a < hi; a++) {
-        float *ha = j->H + (size_t)a * K;
-        for (int r = 0; r < j->rows; r++) {
-            const float *xr = j->x + (size_t)r * K, xa = xr[a];
-            if (xa == 0) continue;
-            for (size_t b = 0; b < K; b++) ha[b] += xa * xr[b];
+    const int a0 = ta * XTX_TS, a1 = a0 + XTX_TS < j->K ? a0 + XTX_TS : j->K;
+    const int b0 = tb * XTX_TS, b1 = b0 + XTX_TS < j->K ? b0 + XTX_TS : j->K;
+    for (int r0 = 0; r0 < j->rows; r0 += XTX_RB) {
+        const int n = j->rows - r0 < XTX_RB ? j->rows - r0 : XTX_RB;
+        for (int r = 0; r < n; r++) {
+            const float *xr = j->x + (size_t)(r0 + r) * K;
+            memcpy(xa + (size_t)r * XTX_TS, xr + a0, sizeof(float) * (size_t)(a1 - a0));
+            memcpy(xb + (size_t)r * XTX_TS, xr + b0, sizeof(float) * (size_t)(b1 - b0));
+        }
+        for (int a = a0; a < a1; a++) {
+            float *ha = j->H + (size_t)a * K;
+            const float *pa = xa + (a - a0);
+            int b = b0 > a ? b0 : a; // the upper triangle, diagonal included
+            for (; b + 16 <= b1; b += 16) xtx_16(ha + b, pa, xb + (b - b0), n);
+            for (; b < b1; b++) {
+                float t = ha[b];
+                for (int r = 0; r < n; r++) {
+                    const float v = pa[(size_t)r * XTX_TS];
+                    if (v != 0) t += v * xb[(size_t)r * XTX_TS + (b - b0)];
+                }
+                ha[b] = t;
+            }
         }
     }
+    for (int a = a0; a < a1; a++) // the mirror: H[b][a] = H[a][b] for b > a
+        for (int b = b0 > a + 1 ? b0 : a + 1; b < b1; b++)
+            j->H[(size_t)b * K + a] = j->H[(size_t)a * K + b];
+}
+
+// Tiles m in [lo, hi) of the upper triangle, numbered row by row: (0, 0), (0, 1), .. (1, 1), ..
+static void hess_range(void *ctx, int lo, int hi) {
+    const hess_job *j = ctx;
+    int ta = 0, m = 0;
+    while (m + (j->nt - ta) <= lo) m += j->nt - ta, ta++;
+    int tb = ta + (lo - m);
+    float *xa = g4_malloc(sizeof(float) * XTX_RB * XTX_TS),
+          *xb = g4_malloc(sizeof(float) * XTX_RB * XTX_TS);
+    for (int t = lo; t < hi; t++) {
+        hess_tile(j, ta, tb, xa, xb);
+        if (++tb == j->nt) ta++, tb = ta;
+    }
+    free(xa), free(xb);
+}
+
+void g4_xtx_add(float *H, const float *x, int rows, int K) {
+    const int nt = (K + XTX_TS - 1) / XTX_TS;
+    hess_job j = {H, x, K, rows, nt};
+    g4_parallel_for(nt * (nt + 1) / 2, (double)XTX_TS * XTX_TS * rows, hess_range, &j);
 }
 
 static void hess_add(probe *p, int i, const g4_buf *x) {
     const size_t K = (size_t)x->cols, n = (size_t)x->rows * K;
     float *a = g4_malloc(sizeof(float) * n);
     g4_buf_to_host_f32(p->real, x, a);
-    hess_job j = {p->hess[i], a, (int)K, x->rows};
-    g4_parallel_for((int)K, (double)K * x->rows, hess_range, &j);
+    g4_xtx_add(p->hess[i], a, x->rows, (int)K);
     p->imx_rows[i] += x->rows;
     free(a);
 }

@@ -72,4 +72,8 @@ typedef int (*g4_hessian_cb)(void *ctx, const char *name, const void *w_f16, int
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_floats,
                    g4_hessian_cb cb, void *ctx, int *n_linears);
 
+// H [K, K] += x^T x for x [rows, K] (row-major floats), on g4_threads() threads: the Hessian
+// run's accumulation, one block of a linear's input rows at a time.
+void g4_xtx_add(float *H, const float *x, int rows, int K);
+
 #endif

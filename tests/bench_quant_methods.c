@@ -1,0 +1,149 @@
+// bench_quant_methods.c: where `g4cu quantize --method gptq|fit` spends its time at one linear's
+// shape (issue 33), on synthetic data: X [rows, K] with correlated channels, H = X^T X
+// (g4_xtx_add, timed), W [K, N] fp32. Times the X^T X accumulation, GPTQ's damped Cholesky and
+// triangular inverse (g4_q4_gptq on a single output column: its column work is K^2 / 2 against
+// the factorisation's K^3 / 3), GPTQ on all N columns (with and without act-order) and fit; and
+// prints an FNV-1a hash of every output (H and the Q4 arrays), so that two builds can be
+// compared byte for byte. Not a test (nothing is judged); built beside them.
+//
+//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f (default "xgaf")
+//   BENCH_DUMP=PREFIX: also writes GPTQ's U (PREFIX.U0, .U1 with act-order, K x K floats) and
+//   the Q4 arrays (PREFIX.g0, .g1, .f: q, scales, zp back to back), to see what differs.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "base/parallel.h"
+#include "fidelity/sensitivity.h"
+#include "quant/methods.h"
+#include "quant/q4.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static unsigned long long fnv(unsigned long long h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static float gauss(unsigned long long *s) {
+    double u = 0;
+    for (int i = 0; i < 12; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        u += (double)(*s >> 11) / 9007199254740992.0;
+    }
+    return (float)(u - 6);
+}
+
+typedef struct {
+    uint8_t *q, *zp;
+    uint16_t *sc;
+    g4_q4_shape sh;
+} out4;
+
+static void dump(const char *suffix, const void *a, size_t na, const void *b, size_t nb,
+                 const void *c, size_t nc) {
+    const char *pre = getenv("BENCH_DUMP");
+    if (!pre) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s.%s", pre, suffix);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(a, 1, na, f);
+    if (b) fwrite(b, 1, nb, f);
+    if (c) fwrite(c, 1, nc, f);
+    fclose(f);
+}
+
+static unsigned long long out_hash(const out4 *o) {
+    unsigned long long h = 1469598103934665603ull;
+    h = fnv(h, o->q, o->sh.q_bytes);
+    h = fnv(h, o->sc, sizeof(uint16_t) * o->sh.n_scales);
+    return fnv(h, o->zp, o->sh.zp_bytes);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_quant_methods K N [rows [threads [parts]]]\n");
+        return 2;
+    }
+    const int K = atoi(argv[1]), N = atoi(argv[2]), R = argc > 3 ? atoi(argv[3]) : 2048;
+    if (argc > 4) g4_set_threads(atoi(argv[4]));
+    const char *parts = argc > 5 ? argv[5] : "xgaf";
+    unsigned long long rng = 20261203;
+    // Rows: independent channels at scales 0.2 .. 3, plus a shared factor per row and a
+    // neighbour term (correlations within and across blocks).
+    float *X = g4_malloc(sizeof(float) * (size_t)R * K);
+    for (int r = 0; r < R; r++) {
+        const float common = gauss(&rng);
+        float prev = 0;
+        for (int k = 0; k < K; k++) {
+            const float z = gauss(&rng);
+            X[(size_t)r * K + k] = (z + 0.5f * prev + 0.3f * common) *
+                                   (0.2f + 2.8f * (float)((k * 37) % K) / (float)K);
+            prev = z;
+        }
+    }
+    float *H = g4_calloc((size_t)K * K, sizeof(float)),
+          *H2 = g4_malloc(sizeof(float) * (size_t)K * K);
+    double t0 = now();
+    for (int r0 = 0; r0 < R; r0 += 512) // in pieces, as forwards of a few rows hand them over
+        g4_xtx_add(H, X + (size_t)r0 * K, R - r0 < 512 ? R - r0 : 512, K);
+    const double t_x = now() - t0;
+    printf("K %d N %d rows %d threads %d\n", K, N, R, g4_threads());
+    if (strchr(parts, 'x'))
+        printf("  xtx        %8.3f s  H hash %016llx\n", t_x,
+               fnv(1469598103934665603ull, H, sizeof(float) * (size_t)K * K));
+    float *W = g4_malloc(sizeof(float) * (size_t)K * N);
+    for (size_t i = 0; i < (size_t)K * N; i++) W[i] = 0.05f * gauss(&rng);
+    out4 o = {0};
+    o.sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
+    o.q = g4_malloc(o.sh.q_bytes), o.sc = g4_malloc(sizeof(uint16_t) * o.sh.n_scales);
+    o.zp = g4_malloc(o.sh.zp_bytes);
+    for (int act = 0; act <= 1; act++) {
+        if (!strchr(parts, act ? 'a' : 'g')) continue;
+        g4_gptq_opts go = {0.01f, act, 0};
+        // One column: the factorisation (and its set-up) alone, to the column work's K^2 / 2.
+        out4 o1 = {0};
+        o1.sh = g4_q4_shape_of(K, 1, G4_Q4_BLOCK);
+        o1.q = g4_malloc(o1.sh.q_bytes), o1.sc = g4_malloc(sizeof(uint16_t) * o1.sh.n_scales);
+        o1.zp = g4_malloc(o1.sh.zp_bytes);
+        float *W1 = g4_malloc(sizeof(float) * (size_t)K);
+        for (int k = 0; k < K; k++) W1[k] = W[(size_t)k * N];
+        memcpy(H2, H, sizeof(float) * (size_t)K * K);
+        t0 = now();
+        int rc = g4_q4_gptq(W1, G4_DT_FLOAT, K, 1, G4_Q4_BLOCK, H2, &go, o1.q, o1.sc, o1.zp);
+        const double t_inv = now() - t0;
+        const unsigned long long hu =
+            fnv(1469598103934665603ull, H2, sizeof(float) * (size_t)K * K);
+        dump(act ? "U1" : "U0", H2, sizeof(float) * (size_t)K * K, NULL, 0, NULL, 0);
+        memcpy(H2, H, sizeof(float) * (size_t)K * K);
+        t0 = now();
+        rc |= g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H2, &go, o.q, o.sc, o.zp);
+        const double t_all = now() - t0;
+        if (rc) fprintf(stderr, "gptq: %s\n", g4_error());
+        dump(act ? "g1" : "g0", o.q, o.sh.q_bytes, o.sc, sizeof(uint16_t) * o.sh.n_scales, o.zp,
+             o.sh.zp_bytes);
+        printf("  gptq%s chol+inverse %8.3f s (U hash %016llx), all %8.3f s, columns %8.3f s  "
+               "out hash %016llx\n",
+               act ? " act" : "    ", t_inv, hu, t_all, t_all - t_inv, out_hash(&o));
+        free(o1.q), free(o1.sc), free(o1.zp), free(W1);
+    }
+    if (strchr(parts, 'f')) {
+        t0 = now();
+        int rc = g4_q4_fit(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, o.q, o.sc, o.zp);
+        const double t_fit = now() - t0;
+        if (rc) fprintf(stderr, "fit: %s\n", g4_error());
+        dump("f", o.q, o.sh.q_bytes, o.sc, sizeof(uint16_t) * o.sh.n_scales, o.zp, o.sh.zp_bytes);
+        printf("  fit        %8.3f s  out hash %016llx\n", t_fit, out_hash(&o));
+    }
+    free(X), free(H), free(H2), free(W), free(o.q), free(o.sc), free(o.zp);
+    return 0;
+}
