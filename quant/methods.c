@@ -271,33 +271,75 @@ static void fit_block(const float *x, int B, const double *hb, uint8_t *codes, f
     *zp_out = (uint8_t)z;
 }
 
+// acc[0..7] += sum_{k < n} a[k] * b[k * ldb + 0..7] (a floats, b doubles), in double, each sum
+// in the order of k. Named accumulators: an array here stayed in memory.
+static void dot8d(double *acc, const float *a, const double *b, size_t ldb, int n) {
+    double t0 = acc[0], t1 = acc[1], t2 = acc[2], t3 = acc[3], t4 = acc[4], t5 = acc[5],
+           t6 = acc[6], t7 = acc[7];
+    for (int k = 0; k < n; k++) {
+        const double x = a[k];
+        const double *bk = b + (size_t)k * ldb;
+        t0 += x * bk[0], t1 += x * bk[1], t2 += x * bk[2], t3 += x * bk[3];
+        t4 += x * bk[4], t5 += x * bk[5], t6 += x * bk[6], t7 += x * bk[7];
+    }
+    acc[0] = t0, acc[1] = t1, acc[2] = t2, acc[3] = t3, acc[4] = t4, acc[5] = t5, acc[6] = t6;
+    acc[7] = t7;
+}
+
+#define FIT_KC 128 // rows of D per pass over G (64 KB)
+
 // fit, the whole column: the blocks' scales and zero points stay, the codes move by +-1 where
 // that lowers the full d^T H d (the cross-block terms the per-block fit leaves out), two sweeps.
-static void refine_col(const tile_job *j, const float *x, uint8_t *codes, const float *sc,
-                       const uint8_t *zps, double *d, double *g) {
-    const int K = j->K, B = j->B;
+// A tile of nt columns together (codes [TILE][padded], sc and zps [TILE][kb], col likewise):
+// each column's g = (H + ridge) d and its moves are the sums and steps of the column taken
+// alone, in the same order (so the same bits), but H is read once per tile rather than once
+// per column (issue 33: 151 MB per column at K = 6144). D, G: [K][TILE] doubles; g [TILE][K].
+static void refine_tile(const tile_job *j, int nt, const float *col, uint8_t *codes,
+                        const float *sc, const uint8_t *zps, double *D, double *G, double *g) {
+    const int K = j->K, B = j->B, kb = j->kb, padded = kb * B;
     const float *H = j->H;
-    for (int k = 0; k < K; k++) d[k] = ((double)codes[k] - zps[k / B]) * sc[k / B] - x[k];
-    for (int a = 0; a < K; a++) {
-        double r = j->ridge * d[a];
-        const float *ha = H + (size_t)a * K;
-        for (int b = 0; b < K; b++) r += (double)ha[b] * d[b];
-        g[a] = r;
+    for (int k = 0; k < K; k++)
+        for (int t = 0; t < TILE; t++) {
+            const int o = t * kb + k / B;
+            D[(size_t)k * TILE + t] =
+                t < nt ? ((double)codes[(size_t)t * padded + k] - zps[o]) * sc[o] -
+                             col[(size_t)t * padded + k]
+                       : 0.0;
+        }
+    for (size_t i = 0; i < (size_t)K * TILE; i++) G[i] = j->ridge * D[i];
+    const int nq = (nt + 7) / 8 * 8;
+    for (int b0 = 0; b0 < K; b0 += FIT_KC) {
+        const int n = K - b0 < FIT_KC ? K - b0 : FIT_KC;
+        for (int a = 0; a < K; a++)
+            for (int q = 0; q < nq; q += 8)
+                dot8d(G + (size_t)a * TILE + q, H + (size_t)a * K + b0, D + (size_t)b0 * TILE + q,
+                      TILE, n);
     }
+    for (int t = 0; t < nt; t++)
+        for (int a = 0; a < K; a++) g[(size_t)t * K + a] = G[(size_t)a * TILE + t];
     for (int sweep = 0; sweep < 2; sweep++)
         for (int k = 0; k < K; k++) {
             const double hkk = (double)H[(size_t)k * K + k] + j->ridge;
-            for (int dir = -1; dir <= 1; dir += 2) {
-                const int c2 = codes[k] + dir;
-                if (c2 < 0 || c2 > 15) continue;
-                const double delta = (double)dir * sc[k / B];
-                if (!(2 * delta * g[k] + delta * delta * hkk < 0)) continue;
-                codes[k] = (uint8_t)c2;
-                d[k] += delta;
-                const float *hk = H + (size_t)k * K; // row k = column k (symmetric)
-                for (int a = 0; a < K; a++) g[a] += (double)hk[a] * delta;
-                g[k] += j->ridge * delta;
-                break;
+            const float *hk = H + (size_t)k * K; // row k = column k (symmetric)
+            for (int t = 0; t < nt; t++) {
+                uint8_t *ct = codes + (size_t)t * padded;
+                double *gt = g + (size_t)t * K;
+                for (int dir = -1; dir <= 1; dir += 2) {
+                    const int c2 = ct[k] + dir;
+                    if (c2 < 0 || c2 > 15) continue;
+                    const double delta = (double)dir * sc[t * kb + k / B];
+                    if (!(2 * delta * gt[k] + delta * delta * hkk < 0)) continue;
+                    ct[k] = (uint8_t)c2;
+                    int a = 0;
+                    for (; a + 4 <= K; a += 4) { // (four at a time: the compiler pairs them)
+                        gt[a] += (double)hk[a] * delta, gt[a + 1] += (double)hk[a + 1] * delta;
+                        gt[a + 2] += (double)hk[a + 2] * delta;
+                        gt[a + 3] += (double)hk[a + 3] * delta;
+                    }
+                    for (; a < K; a++) gt[a] += (double)hk[a] * delta;
+                    gt[k] += j->ridge * delta;
+                    break;
+                }
             }
         }
 }
@@ -305,23 +347,30 @@ static void refine_col(const tile_job *j, const float *x, uint8_t *codes, const 
 static void tile_range(void *ctx, int lo, int hi, int fit) {
     const tile_job *j = ctx;
     const int B = j->B, kb = j->kb, padded = kb * B;
-    float *col = g4_malloc(sizeof(float) * (size_t)padded);
-    uint8_t *codes = g4_malloc((size_t)padded), *zps = g4_malloc((size_t)kb), tc[G4_KQUANT_MAX_BLOCK];
-    float *sc = g4_malloc(sizeof(float) * (size_t)kb);
+    float *col = g4_malloc(sizeof(float) * (size_t)padded * TILE);
+    uint8_t *codes = g4_malloc((size_t)padded * TILE), *zps = g4_malloc((size_t)kb * TILE);
+    uint8_t tc[G4_KQUANT_MAX_BLOCK];
+    float *sc = g4_malloc(sizeof(float) * (size_t)kb * TILE);
     double *hb = fit ? g4_malloc(sizeof(double) * (size_t)B * B) : NULL;
     double *d = g4_malloc(sizeof(double) * 2 * (size_t)B);
-    double *dk = fit ? g4_malloc(sizeof(double) * (size_t)j->K) : NULL;
-    double *gk = fit ? g4_malloc(sizeof(double) * (size_t)j->K) : NULL;
+    const size_t kt = fit ? (size_t)j->K * TILE : 0;
+    double *D = fit ? g4_malloc(sizeof(double) * kt) : NULL;
+    double *G = fit ? g4_malloc(sizeof(double) * kt) : NULL;
+    double *g = fit ? g4_malloc(sizeof(double) * kt) : NULL;
     for (int tile = lo; tile < hi; tile++) {
-        const int n0 = tile * TILE, n1 = n0 + TILE < j->N ? n0 + TILE : j->N;
-        for (int n = n0; n < n1; n++) {
+        const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
+        for (int t = 0; t < nt; t++) {
+            const int n = n0 + t;
+            float *ct = col + (size_t)t * padded;
             for (int k = 0; k < padded; k++)
-                col[k] = k < j->K ? load_w(j->w, j->dtype, (uint64_t)k * j->N + n) : 0.0f;
+                ct[k] = k < j->K ? load_w(j->w, j->dtype, (uint64_t)k * j->N + n) : 0.0f;
             for (int b = 0; b < kb; b++) {
-                const float *x = col + (size_t)b * B;
-                uint8_t *c = codes + (size_t)b * B;
+                const float *x = ct + (size_t)b * B;
+                uint8_t *c = codes + (size_t)t * padded + (size_t)b * B;
+                float *s_b = sc + (size_t)t * kb + b;
+                uint8_t *z_b = zps + (size_t)t * kb + b;
                 if (!fit) {
-                    g4_rtn_block(x, B, c, &sc[b], &zps[b]);
+                    g4_rtn_block(x, B, c, s_b, z_b);
                     continue;
                 }
                 for (int r = 0; r < B; r++)
@@ -332,13 +381,15 @@ static void tile_range(void *ctx, int lo, int hi, int fit) {
                                             : 0.0;
                         if (r == s) hb[r * B + s] += j->ridge;
                     }
-                fit_block(x, B, hb, c, &sc[b], &zps[b], d, tc);
+                fit_block(x, B, hb, c, s_b, z_b, d, tc);
             }
-            if (fit) refine_col(j, col, codes, sc, zps, dk, gk);
-            store_col(n, kb, B, codes, sc, zps, j->q, j->scales, j->zp);
         }
+        if (fit) refine_tile(j, nt, col, codes, sc, zps, D, G, g);
+        for (int t = 0; t < nt; t++)
+            store_col(n0 + t, kb, B, codes + (size_t)t * padded, sc + (size_t)t * kb,
+                      zps + (size_t)t * kb, j->q, j->scales, j->zp);
     }
-    free(col), free(codes), free(zps), free(sc), free(hb), free(d), free(dk), free(gk);
+    free(col), free(codes), free(zps), free(sc), free(hb), free(d), free(D), free(G), free(g);
 }
 
 static void rtn_range(void *ctx, int lo, int hi) {
@@ -381,60 +432,229 @@ int g4_q4_fit(const void *w, int w_dtype, int K, int N, int block, const float *
 // diagonal; H's strict lower triangle is read as the input (and kept). Then R is inverted in
 // place: U = R^-1, upper, and H^-1 = U^T U, so U is the upper Cholesky factor of H^-1 that
 // GPTQ's updates use. Returns 0 when H is not positive definite. diag: H's diagonal (input).
+//
+// Both steps go by panels of CH_NB columns (rows), so that the O(K^3) work reads tiles that stay
+// in cache and runs as a few coarse parallel steps per panel (issue 33: the element-by-element
+// form took minutes at K = 6144, a column of the inverse read with a stride of K floats, and a
+// thread start per column). Every entry is still one sum of its products in double, rounded to
+// float once; only the order of those additions differs from the element-by-element form.
+#define CH_NB 64  // panel width (columns of R, rows of U)
+#define CH_IB 16  // rows of R per work item in a Cholesky panel step
+#define CH_KC 256 // products per pass over a cached tile
+
+// acc[0..7] += sum_{k < n} a[k] * b[k * ldb + 0..7], in double (the products of two floats are
+// exact in double; the sum is rounded as the loop goes). Named accumulators: an array here
+// stayed in memory, a store-to-load chain per add.
+static void dot8(double *acc, const float *a, const float *b, size_t ldb, int n) {
+    double t0 = acc[0], t1 = acc[1], t2 = acc[2], t3 = acc[3], t4 = acc[4], t5 = acc[5],
+           t6 = acc[6], t7 = acc[7];
+    for (int k = 0; k < n; k++) {
+        const double x = a[k];
+        const float *bk = b + (size_t)k * ldb;
+        t0 += x * (double)bk[0], t1 += x * (double)bk[1], t2 += x * (double)bk[2];
+        t3 += x * (double)bk[3], t4 += x * (double)bk[4], t5 += x * (double)bk[5];
+        t6 += x * (double)bk[6], t7 += x * (double)bk[7];
+    }
+    acc[0] = t0, acc[1] = t1, acc[2] = t2, acc[3] = t3, acc[4] = t4, acc[5] = t5, acc[6] = t6;
+    acc[7] = t7;
+}
+
+// dot8 for two rows at once, acc[0..7] from a and acc[ldc..ldc + 7] from a + lda: twice the
+// independent sums in flight, b read once.
+static void dot8x2(double *acc, size_t ldc, const float *a, size_t lda, const float *b, size_t ldb,
+                   int n) {
+    double t0 = acc[0], t1 = acc[1], t2 = acc[2], t3 = acc[3], t4 = acc[4], t5 = acc[5],
+           t6 = acc[6], t7 = acc[7];
+    double *acc2 = acc + ldc;
+    double u0 = acc2[0], u1 = acc2[1], u2 = acc2[2], u3 = acc2[3], u4 = acc2[4], u5 = acc2[5],
+           u6 = acc2[6], u7 = acc2[7];
+    const float *a2 = a + lda;
+    for (int k = 0; k < n; k++) {
+        const double x = a[k], y = a2[k];
+        const float *bk = b + (size_t)k * ldb;
+        const double b0 = bk[0], b1 = bk[1], b2 = bk[2], b3 = bk[3], b4 = bk[4], b5 = bk[5],
+                     b6 = bk[6], b7 = bk[7];
+        t0 += x * b0, t1 += x * b1, t2 += x * b2, t3 += x * b3;
+        t4 += x * b4, t5 += x * b5, t6 += x * b6, t7 += x * b7;
+        u0 += y * b0, u1 += y * b1, u2 += y * b2, u3 += y * b3;
+        u4 += y * b4, u5 += y * b5, u6 += y * b6, u7 += y * b7;
+    }
+    acc[0] = t0, acc[1] = t1, acc[2] = t2, acc[3] = t3, acc[4] = t4, acc[5] = t5, acc[6] = t6;
+    acc[7] = t7;
+    acc2[0] = u0, acc2[1] = u1, acc2[2] = u2, acc2[3] = u3, acc2[4] = u4, acc2[5] = u5;
+    acc2[6] = u6, acc2[7] = u7;
+}
+
 typedef struct {
     float *H;
-    int K, j;
-    double *row; // inverse: the row being built
+    int K, j0, j1;  // Cholesky: the panel's columns [j0, j1); inverse: its rows
+    const float *P; // Cholesky: [K - j1][CH_NB], P[k - j1][c] = R[j0 + c][k] (zero past j1 - j0)
+                    // inverse: [j1 - j0][K - j0], the panel's rows of R from column j0
+    double *S;      // Cholesky: [j1][CH_NB], S[i][c] = sum_{k >= j1} R[i][k] R[j0 + c][k]
+    int n_blocks;   // inverse: column blocks of CH_NB right of the panel
 } chol_job;
 
-static void ul_range(void *ctx, int lo, int hi) { // rows i in [lo, hi) of column j (i < j)
+// Cholesky step 1, rows i in [lo * CH_IB, hi * CH_IB) below j1: S[i] = R[i][j1..] . P.
+static void chol_dots(void *ctx, int lo, int hi) {
     const chol_job *c = ctx;
-    const int K = c->K, j = c->j;
-    float *H = c->H;
-    const float *rj = H + (size_t)j * K;
-    const double rjj = rj[j];
-    for (int i = lo; i < hi; i++) {
-        const float *ri = H + (size_t)i * K;
-        double s = H[(size_t)j * K + i]; // H[i][j] from the lower triangle
-        for (int k = j + 1; k < K; k++) s -= (double)ri[k] * rj[k];
-        H[(size_t)i * K + j] = (float)(s / rjj);
+    const int K = c->K, nk = K - c->j1, i0 = lo * CH_IB,
+              i1 = hi * CH_IB < c->j1 ? hi * CH_IB : c->j1;
+    for (int i = i0; i < i1; i++) memset(c->S + (size_t)i * CH_NB, 0, sizeof(double) * CH_NB);
+    for (int k0 = 0; k0 < nk; k0 += CH_KC) {
+        const int n = nk - k0 < CH_KC ? nk - k0 : CH_KC;
+        int i = i0;
+        for (; i + 2 <= i1; i += 2)
+            for (int q = 0; q < CH_NB; q += 8)
+                dot8x2(c->S + (size_t)i * CH_NB + q, CH_NB, c->H + (size_t)i * K + c->j1 + k0,
+                       (size_t)K, c->P + (size_t)k0 * CH_NB + q, CH_NB, n);
+        for (; i < i1; i++)
+            for (int q = 0; q < CH_NB; q += 8)
+                dot8(c->S + (size_t)i * CH_NB + q, c->H + (size_t)i * K + c->j1 + k0,
+                     c->P + (size_t)k0 * CH_NB + q, CH_NB, n);
     }
 }
 
-static void inv_range(void *ctx, int lo, int hi) { // entries j in (i, K) of row i of U
-    const chol_job *c = ctx;
-    const int K = c->K, i = c->j;
-    const float *H = c->H;
-    const double rii = H[(size_t)i * K + i]; // still R's (row i is written after)
-    for (int jj = lo; jj < hi; jj++) {
-        const int j = i + 1 + jj;
-        double s = 0;
-        for (int k = i + 1; k <= j; k++) s += (double)H[(size_t)i * K + k] * H[(size_t)k * K + j];
-        c->row[j] = -s / rii;
+// Row i's entries in the panel's columns, right to left, from S[i] and the panel's own rows
+// (already R): R[i][j] = (H[j][i] - S[i][j - j0] - sum_{j < k < j1} R[i][k] R[j][k]) / R[j][j].
+static void chol_row(const chol_job *c, int i) {
+    const int K = c->K;
+    float *H = c->H, *ri = H + (size_t)i * K;
+    for (int j = c->j1 - 1; j >= c->j0; j--) {
+        const float *rj = H + (size_t)j * K;
+        double t = c->S[(size_t)i * CH_NB + (j - c->j0)];
+        for (int k = j + 1; k < c->j1; k++) t += (double)ri[k] * rj[k];
+        ri[j] = (float)((H[(size_t)j * K + i] - t) / (double)rj[j]);
     }
+}
+
+// Cholesky step 3, rows i in [lo * CH_IB, hi * CH_IB) above the panel.
+static void chol_rows(void *ctx, int lo, int hi) {
+    const chol_job *c = ctx;
+    const int i1 = hi * CH_IB < c->j0 ? hi * CH_IB : c->j0;
+    for (int i = lo * CH_IB; i < i1; i++) chol_row(c, i);
+}
+
+// Inverse, column block b of the panel's rows (b = 0: the panel's own columns, then blocks of
+// CH_NB columns right of it): U[i][j] = -(sum_{i < k <= j} R[i][k] U[k][j]) / R[i][i], the rows
+// below the panel already U, the panel's rows of R read from the packed copy P.
+static void inv_block(const chol_job *c, int b, double *T) {
+    const int K = c->K, i0 = c->j0, i1 = c->j1, nb = i1 - i0, ldp = K - i0;
+    float *H = c->H;
+    const float *P = c->P;
+    if (b == 0) { // the panel's triangle, bottom up
+        for (int i = i1 - 1; i >= i0; i--) {
+            const float *pi = P + (size_t)(i - i0) * ldp; // pi[k - i0]: R[i][k]
+            const double rii = pi[i - i0];
+            for (int j = i + 1; j < i1; j++) {
+                double s = 0;
+                for (int k = i + 1; k <= j; k++) s += (double)pi[k - i0] * H[(size_t)k * K + j];
+                H[(size_t)i * K + j] = (float)(-s / rii);
+            }
+            H[(size_t)i * K + i] = (float)(1.0 / rii);
+        }
+        return;
+    }
+    const int jb0 = i1 + (b - 1) * CH_NB, jb1 = jb0 + CH_NB < K ? jb0 + CH_NB : K, w = jb1 - jb0;
+    // T[ii][j - jb0] = sum_{i1 <= k <= j} R[i0 + ii][k] U[k][j]: the rows below the panel.
+    memset(T, 0, sizeof(double) * (size_t)nb * CH_NB);
+    for (int k0 = i1; k0 < jb0; k0 += CH_KC) { // k < jb0 <= j: whole rows of the block
+        const int n = jb0 - k0 < CH_KC ? jb0 - k0 : CH_KC;
+        int ii = 0;
+        if (w == CH_NB)
+            for (; ii + 2 <= nb; ii += 2)
+                for (int q = 0; q < CH_NB; q += 8)
+                    dot8x2(T + (size_t)ii * CH_NB + q, CH_NB, P + (size_t)ii * ldp + (k0 - i0),
+                           (size_t)ldp, H + (size_t)k0 * K + jb0 + q, (size_t)K, n);
+        for (; ii < nb; ii++) {
+            const float *a = P + (size_t)ii * ldp + (k0 - i0);
+            int q = 0;
+            for (; q + 8 <= w; q += 8)
+                dot8(T + (size_t)ii * CH_NB + q, a, H + (size_t)k0 * K + jb0 + q, (size_t)K, n);
+            for (; q < w; q++) {
+                double s = T[(size_t)ii * CH_NB + q];
+                for (int k = 0; k < n; k++) s += (double)a[k] * H[(size_t)(k0 + k) * K + jb0 + q];
+                T[(size_t)ii * CH_NB + q] = s;
+            }
+        }
+    }
+    for (int k = jb0; k < jb1; k++) { // the block's own triangle: k <= j
+        const float *uk = H + (size_t)k * K;
+        for (int ii = 0; ii < nb; ii++) {
+            const double r = P[(size_t)ii * ldp + (k - i0)];
+            double *t = T + (size_t)ii * CH_NB;
+            for (int j = k; j < jb1; j++) t[j - jb0] += r * uk[j];
+        }
+    }
+    // The panel's rows bottom up: add the rows of the panel below i (U by now), then write.
+    for (int i = i1 - 1; i >= i0; i--) {
+        const float *pi = P + (size_t)(i - i0) * ldp; // pi[k - i0]: R[i][k]
+        double *t = T + (size_t)(i - i0) * CH_NB;     // t[j - jb0]
+        for (int k = i + 1; k < i1; k++) {
+            const double r = pi[k - i0];
+            const float *uk = H + (size_t)k * K + jb0;
+            for (int j = 0; j < w; j++) t[j] += r * uk[j];
+        }
+        const double rii = pi[i - i0];
+        for (int j = 0; j < w; j++) H[(size_t)i * K + jb0 + j] = (float)(-t[j] / rii);
+    }
+}
+
+// Items m in [lo, hi) of an inverse panel step. The blocks' work grows to the right, so item m
+// takes block m / 2 from the left for even m and from the right for odd m: contiguous ranges of
+// items then get even shares.
+static void inv_blocks(void *ctx, int lo, int hi) {
+    const chol_job *c = ctx;
+    const int n = c->n_blocks + 1;
+    double *T = g4_malloc(sizeof(double) * CH_NB * CH_NB);
+    for (int m = lo; m < hi; m++) inv_block(c, m % 2 == 0 ? m / 2 : n - 1 - m / 2, T);
+    free(T);
 }
 
 static int ul_inverse(float *H, int K, const double *diag) {
-    chol_job c = {H, K, 0, NULL};
-    for (int j = K - 1; j >= 0; j--) {
-        const float *rj = H + (size_t)j * K;
-        double s = diag[j];
-        for (int k = j + 1; k < K; k++) s -= (double)rj[k] * rj[k];
-        if (!(s > 0)) return 0;
-        H[(size_t)j * K + j] = (float)sqrt(s);
-        c.j = j;
-        g4_parallel_for(j, K - j, ul_range, &c);
+    chol_job c = {H, K, 0, 0, NULL, NULL, 0};
+    float *P = g4_malloc(sizeof(float) * (size_t)K * CH_NB);
+    double *S = g4_malloc(sizeof(double) * (size_t)K * CH_NB);
+    c.P = P, c.S = S;
+    // Panels right to left: columns [j0, j1) from the finished columns right of them.
+    for (int j1 = K; j1 > 0; j1 -= CH_NB) {
+        const int j0 = j1 > CH_NB ? j1 - CH_NB : 0, nb = j1 - j0, nk = K - j1;
+        c.j0 = j0, c.j1 = j1;
+        for (int k = 0; k < nk; k++)
+            for (int q = 0; q < CH_NB; q++)
+                P[(size_t)k * CH_NB + q] = q < nb ? H[(size_t)(j0 + q) * K + j1 + k] : 0.0f;
+        g4_parallel_for((j1 + CH_IB - 1) / CH_IB, (double)CH_IB * CH_NB * (nk + 1), chol_dots, &c);
+        for (int j = j1 - 1; j >= j0; j--) { // the panel's own triangle, column by column
+            const float *rj = H + (size_t)j * K;
+            double t = S[(size_t)j * CH_NB + (j - j0)];
+            for (int k = j + 1; k < j1; k++) t += (double)rj[k] * rj[k];
+            const double s = diag[j] - t;
+            if (!(s > 0)) {
+                free(P), free(S);
+                return 0;
+            }
+            H[(size_t)j * K + j] = (float)sqrt(s);
+            for (int i = j0; i < j; i++) {
+                float *ri = H + (size_t)i * K;
+                double u = S[(size_t)i * CH_NB + (j - j0)];
+                for (int k = j + 1; k < j1; k++) u += (double)ri[k] * rj[k];
+                ri[j] = (float)((H[(size_t)j * K + i] - u) / (double)rj[j]);
+            }
+        }
+        g4_parallel_for((j0 + CH_IB - 1) / CH_IB, (double)CH_IB * CH_NB * CH_NB, chol_rows, &c);
     }
-    // U = R^-1, row i from the bottom: U[i][i] = 1 / R[i][i],
-    // U[i][j] = -(sum_{k=i+1..j} R[i][k] U[k][j]) / R[i][i] (rows below i already hold U).
-    c.row = g4_malloc(sizeof(double) * (size_t)K);
-    for (int i = K - 1; i >= 0; i--) {
-        c.j = i;
-        g4_parallel_for(K - 1 - i, (K - i) / 2 + 1, inv_range, &c);
-        for (int j = i + 1; j < K; j++) H[(size_t)i * K + j] = (float)c.row[j];
-        H[(size_t)i * K + i] = (float)(1.0 / H[(size_t)i * K + i]);
+    free(P), free(S);
+    // U = R^-1, panels of rows from the bottom (the rows below a panel already U).
+    P = g4_malloc(sizeof(float) * (size_t)K * CH_NB);
+    c.P = P, c.S = NULL;
+    for (int i1 = K; i1 > 0; i1 -= CH_NB) {
+        const int i0 = i1 > CH_NB ? i1 - CH_NB : 0, ldp = K - i0;
+        c.j0 = i0, c.j1 = i1, c.n_blocks = (K - i1 + CH_NB - 1) / CH_NB;
+        for (int ii = 0; ii < i1 - i0; ii++)
+            memcpy(P + (size_t)ii * ldp, H + (size_t)(i0 + ii) * K + i0, sizeof(float) * ldp);
+        g4_parallel_for(c.n_blocks + 1, (double)CH_NB * CH_NB * (K - i1 + CH_NB) / 2, inv_blocks,
+                        &c);
     }
-    free(c.row);
+    free(P);
     return 1;
 }
 
@@ -484,6 +704,28 @@ static void block_params(const gptq_job *j, const float *x, int b, float *s, int
         grid_params(x, j->hd + (size_t)b * j->B, j->B, s, z);
 }
 
+// w[0..15] -= u[i] * e[i * TILE + 0..15] for i = 0 .. n - 1 in turn (each product and difference
+// rounded to float as it comes, as the element-by-element loop did), held in registers.
+static void sub16(float *w, const float *u, const float *e, int n) {
+    float t0 = w[0], t1 = w[1], t2 = w[2], t3 = w[3], t4 = w[4], t5 = w[5], t6 = w[6], t7 = w[7];
+    float t8 = w[8], t9 = w[9], t10 = w[10], t11 = w[11], t12 = w[12], t13 = w[13], t14 = w[14],
+          t15 = w[15];
+    for (int i = 0; i < n; i++) {
+        const float a = u[i], *v = e + (size_t)i * TILE;
+        t0 -= a * v[0], t1 -= a * v[1], t2 -= a * v[2], t3 -= a * v[3];
+        t4 -= a * v[4], t5 -= a * v[5], t6 -= a * v[6], t7 -= a * v[7];
+        t8 -= a * v[8], t9 -= a * v[9], t10 -= a * v[10], t11 -= a * v[11];
+        t12 -= a * v[12], t13 -= a * v[13], t14 -= a * v[14], t15 -= a * v[15];
+    }
+    w[0] = t0, w[1] = t1, w[2] = t2, w[3] = t3, w[4] = t4, w[5] = t5, w[6] = t6, w[7] = t7;
+    w[8] = t8, w[9] = t9, w[10] = t10, w[11] = t11, w[12] = t12, w[13] = t13, w[14] = t14;
+    w[15] = t15;
+}
+
+_Static_assert(TILE % 16 == 0, "gptq_range's updates go by 16 columns");
+
+// The updates run over all TILE columns (W and E are zero past nt, so the extra columns stay
+// zero and are never stored): loops of a fixed length, which the compiler vectorizes.
 static void gptq_range(void *ctx, int lo, int hi) {
     const gptq_job *j = ctx;
     const int K = j->K, B = j->B, kb = j->kb, padded = kb * B;
@@ -496,11 +738,13 @@ static void gptq_range(void *ctx, int lo, int hi) {
     float *x = g4_malloc(sizeof(float) * (size_t)B);
     uint8_t *zps = g4_malloc((size_t)kb);
     float *scol = g4_malloc(sizeof(float) * (size_t)kb);
+    float *ucol = g4_malloc(sizeof(float) * GPTQ_BATCH);
     for (int tile = lo; tile < hi; tile++) {
         const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
         for (int i = 0; i < K; i++)
-            for (int t = 0; t < nt; t++)
-                W[(size_t)i * TILE + t] = load_w(j->w, j->dtype, (uint64_t)j->perm[i] * j->N + n0 + t);
+            for (int t = 0; t < TILE; t++)
+                W[(size_t)i * TILE + t] =
+                    t < nt ? load_w(j->w, j->dtype, (uint64_t)j->perm[i] * j->N + n0 + t) : 0.0f;
         // Block parameters from the original weights (act-order: the blocks are visited in
         // pieces, so they are fixed before any update).
         if (j->act_order)
@@ -531,19 +775,17 @@ static void gptq_range(void *ctx, int lo, int hi) {
                     codes[(size_t)t * padded + k] = c;
                     ei[t] = (float)((wi[t] - ((double)c - z) * s) / uii);
                 }
+                for (int t = nt; t < TILE; t++) ei[t] = 0;
                 for (int r = i + 1; r < i1; r++) {
                     const float u = U[(size_t)i * K + r];
                     float *wr = W + (size_t)r * TILE;
-                    for (int t = 0; t < nt; t++) wr[t] -= u * ei[t];
+                    for (int t = 0; t < TILE; t++) wr[t] -= u * ei[t];
                 }
             }
             for (int r = i1; r < K; r++) { // the batch's errors onto the rows after it
-                float *wr = W + (size_t)r * TILE;
-                for (int i = i0; i < i1; i++) {
-                    const float u = U[(size_t)i * K + r];
-                    const float *ei = E + (size_t)(i - i0) * TILE;
-                    for (int t = 0; t < nt; t++) wr[t] -= u * ei[t];
-                }
+                for (int i = i0; i < i1; i++) ucol[i - i0] = U[(size_t)i * K + r];
+                for (int t = 0; t < TILE; t += 16)
+                    sub16(W + (size_t)r * TILE + t, ucol, E + t, i1 - i0);
             }
         }
         for (int t = 0; t < nt; t++) {
@@ -556,7 +798,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
             store_col(n0 + t, kb, B, ct, scol, zps, j->q, j->scales, j->zp);
         }
     }
-    free(W), free(E), free(sc), free(zz), free(codes), free(x), free(zps), free(scol);
+    free(W), free(E), free(sc), free(zz), free(codes), free(x), free(zps), free(scol), free(ucol);
 }
 
 typedef struct {

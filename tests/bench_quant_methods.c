@@ -9,6 +9,8 @@
 //   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f (default "xgaf")
 //   BENCH_DUMP=PREFIX: also writes GPTQ's U (PREFIX.U0, .U1 with act-order, K x K floats) and
 //   the Q4 arrays (PREFIX.g0, .g1, .f: q, scales, zp back to back), to see what differs.
+//   BENCH_LOSS=1: also prints each method's layer-output error sum_n (q_n - w_n)^T H (q_n - w_n)
+//   (K^2 N multiply-adds: minutes at the largest shapes on two cores).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 #include "base/base.h"
 #include "base/parallel.h"
 #include "fidelity/sensitivity.h"
+#include "quant/linear.h"
 #include "quant/methods.h"
 #include "quant/q4.h"
 
@@ -60,6 +63,31 @@ static void dump(const char *suffix, const void *a, size_t na, const void *b, si
     if (b) fwrite(b, 1, nb, f);
     if (c) fwrite(c, 1, nc, f);
     fclose(f);
+}
+
+// sum_n (q_n - w_n)^T H (q_n - w_n) over the columns of the quantized weight.
+static double out_loss(const out4 *o, const float *W, const float *H, int K, int N) {
+    if (!getenv("BENCH_LOSS")) return NAN;
+    const g4_linear l = {.kind = G4_W_Q4,
+                         .in = K,
+                         .out = N,
+                         .block = G4_Q4_BLOCK,
+                         .w = o->q,
+                         .scales = o->sc,
+                         .zp = o->zp};
+    float *col = g4_malloc(sizeof(float) * (size_t)K);
+    double *d = g4_malloc(sizeof(double) * (size_t)K), e = 0;
+    for (int n = 0; n < N; n++) {
+        g4_q4_dequant_col(&l, n, col);
+        for (int k = 0; k < K; k++) d[k] = (double)col[k] - W[(size_t)k * N + n];
+        for (int a = 0; a < K; a++) {
+            double r = 0;
+            for (int b = 0; b < K; b++) r += (double)H[(size_t)a * K + b] * d[b];
+            e += d[a] * r;
+        }
+    }
+    free(col), free(d);
+    return e;
 }
 
 static unsigned long long out_hash(const out4 *o) {
@@ -132,8 +160,9 @@ int main(int argc, char **argv) {
         dump(act ? "g1" : "g0", o.q, o.sh.q_bytes, o.sc, sizeof(uint16_t) * o.sh.n_scales, o.zp,
              o.sh.zp_bytes);
         printf("  gptq%s chol+inverse %8.3f s (U hash %016llx), all %8.3f s, columns %8.3f s  "
-               "out hash %016llx\n",
-               act ? " act" : "    ", t_inv, hu, t_all, t_all - t_inv, out_hash(&o));
+               "out hash %016llx  loss %.6g\n",
+               act ? " act" : "    ", t_inv, hu, t_all, t_all - t_inv, out_hash(&o),
+               out_loss(&o, W, H, K, N));
         free(o1.q), free(o1.sc), free(o1.zp), free(W1);
     }
     if (strchr(parts, 'f')) {
@@ -142,7 +171,8 @@ int main(int argc, char **argv) {
         const double t_fit = now() - t0;
         if (rc) fprintf(stderr, "fit: %s\n", g4_error());
         dump("f", o.q, o.sh.q_bytes, o.sc, sizeof(uint16_t) * o.sh.n_scales, o.zp, o.sh.zp_bytes);
-        printf("  fit        %8.3f s  out hash %016llx\n", t_fit, out_hash(&o));
+        printf("  fit        %8.3f s  out hash %016llx  loss %.6g\n", t_fit, out_hash(&o),
+               out_loss(&o, W, H, K, N));
     }
     free(X), free(H), free(H2), free(W), free(o.q), free(o.sc), free(o.zp);
     return 0;
