@@ -272,8 +272,9 @@ static void fit_block(const float *x, int B, const double *hb, uint8_t *codes, f
 }
 
 // acc[0..7] += sum_{k < n} a[k] * b[k * ldb + 0..7] (a floats, b doubles), in double, each sum
-// in the order of k. Named accumulators: an array here stayed in memory.
-static void dot8d(double *acc, const float *a, const double *b, size_t ldb, int n) {
+// in the order of k. Named accumulators: an array here stayed in memory, a store-to-load chain
+// per add.
+static void dot8(double *acc, const float *a, const double *b, size_t ldb, int n) {
     double t0 = acc[0], t1 = acc[1], t2 = acc[2], t3 = acc[3], t4 = acc[4], t5 = acc[5],
            t6 = acc[6], t7 = acc[7];
     for (int k = 0; k < n; k++) {
@@ -312,7 +313,7 @@ static void refine_tile(const tile_job *j, int nt, const float *col, uint8_t *co
         const int n = K - b0 < FIT_KC ? K - b0 : FIT_KC;
         for (int a = 0; a < K; a++)
             for (int q = 0; q < nq; q += 8)
-                dot8d(G + (size_t)a * TILE + q, H + (size_t)a * K + b0, D + (size_t)b0 * TILE + q,
+                dot8(G + (size_t)a * TILE + q, H + (size_t)a * K + b0, D + (size_t)b0 * TILE + q,
                       TILE, n);
     }
     for (int t = 0; t < nt; t++)
@@ -442,26 +443,10 @@ int g4_q4_fit(const void *w, int w_dtype, int K, int N, int block, const float *
 #define CH_IB 16  // rows of R per work item in a Cholesky panel step
 #define CH_KC 256 // products per pass over a cached tile
 
-// acc[0..7] += sum_{k < n} a[k] * b[k * ldb + 0..7], in double (the products of two floats are
-// exact in double; the sum is rounded as the loop goes). Named accumulators: an array here
-// stayed in memory, a store-to-load chain per add.
-static void dot8(double *acc, const float *a, const float *b, size_t ldb, int n) {
-    double t0 = acc[0], t1 = acc[1], t2 = acc[2], t3 = acc[3], t4 = acc[4], t5 = acc[5],
-           t6 = acc[6], t7 = acc[7];
-    for (int k = 0; k < n; k++) {
-        const double x = a[k];
-        const float *bk = b + (size_t)k * ldb;
-        t0 += x * (double)bk[0], t1 += x * (double)bk[1], t2 += x * (double)bk[2];
-        t3 += x * (double)bk[3], t4 += x * (double)bk[4], t5 += x * (double)bk[5];
-        t6 += x * (double)bk[6], t7 += x * (double)bk[7];
-    }
-    acc[0] = t0, acc[1] = t1, acc[2] = t2, acc[3] = t3, acc[4] = t4, acc[5] = t5, acc[6] = t6;
-    acc[7] = t7;
-}
-
 // dot8 for two rows at once, acc[0..7] from a and acc[ldc..ldc + 7] from a + lda: twice the
-// independent sums in flight, b read once.
-static void dot8x2(double *acc, size_t ldc, const float *a, size_t lda, const float *b, size_t ldb,
+// independent sums in flight, b read once. (b in double: converted once when packed, not in
+// every product; the products of two floats are exact in double either way.)
+static void dot8x2(double *acc, size_t ldc, const float *a, size_t lda, const double *b, size_t ldb,
                    int n) {
     double t0 = acc[0], t1 = acc[1], t2 = acc[2], t3 = acc[3], t4 = acc[4], t5 = acc[5],
            t6 = acc[6], t7 = acc[7];
@@ -471,7 +456,7 @@ static void dot8x2(double *acc, size_t ldc, const float *a, size_t lda, const fl
     const float *a2 = a + lda;
     for (int k = 0; k < n; k++) {
         const double x = a[k], y = a2[k];
-        const float *bk = b + (size_t)k * ldb;
+        const double *bk = b + (size_t)k * ldb;
         const double b0 = bk[0], b1 = bk[1], b2 = bk[2], b3 = bk[3], b4 = bk[4], b5 = bk[5],
                      b6 = bk[6], b7 = bk[7];
         t0 += x * b0, t1 += x * b1, t2 += x * b2, t3 += x * b3;
@@ -488,9 +473,9 @@ static void dot8x2(double *acc, size_t ldc, const float *a, size_t lda, const fl
 typedef struct {
     float *H;
     int K, j0, j1;  // Cholesky: the panel's columns [j0, j1); inverse: its rows
-    const float *P; // Cholesky: [K - j1][CH_NB], P[k - j1][c] = R[j0 + c][k] (zero past j1 - j0)
-                    // inverse: [j1 - j0][K - j0], the panel's rows of R from column j0
-    double *S;      // Cholesky: [j1][CH_NB], S[i][c] = sum_{k >= j1} R[i][k] R[j0 + c][k]
+    const double *Pc; // Cholesky: [K - j1][CH_NB], Pc[k - j1][c] = R[j0 + c][k] (0 past j1 - j0)
+    const float *P;   // inverse: [j1 - j0][K - j0], the panel's rows of R from column j0
+    double *S;        // Cholesky: [j1][CH_NB], S[i][c] = sum_{k >= j1} R[i][k] R[j0 + c][k]
     int n_blocks;   // inverse: column blocks of CH_NB right of the panel
 } chol_job;
 
@@ -506,11 +491,11 @@ static void chol_dots(void *ctx, int lo, int hi) {
         for (; i + 2 <= i1; i += 2)
             for (int q = 0; q < CH_NB; q += 8)
                 dot8x2(c->S + (size_t)i * CH_NB + q, CH_NB, c->H + (size_t)i * K + c->j1 + k0,
-                       (size_t)K, c->P + (size_t)k0 * CH_NB + q, CH_NB, n);
+                       (size_t)K, c->Pc + (size_t)k0 * CH_NB + q, CH_NB, n);
         for (; i < i1; i++)
             for (int q = 0; q < CH_NB; q += 8)
                 dot8(c->S + (size_t)i * CH_NB + q, c->H + (size_t)i * K + c->j1 + k0,
-                     c->P + (size_t)k0 * CH_NB + q, CH_NB, n);
+                     c->Pc + (size_t)k0 * CH_NB + q, CH_NB, n);
     }
 }
 
@@ -537,7 +522,7 @@ static void chol_rows(void *ctx, int lo, int hi) {
 // Inverse, column block b of the panel's rows (b = 0: the panel's own columns, then blocks of
 // CH_NB columns right of it): U[i][j] = -(sum_{i < k <= j} R[i][k] U[k][j]) / R[i][i], the rows
 // below the panel already U, the panel's rows of R read from the packed copy P.
-static void inv_block(const chol_job *c, int b, double *T) {
+static void inv_block(const chol_job *c, int b, double *T, double *Ub) {
     const int K = c->K, i0 = c->j0, i1 = c->j1, nb = i1 - i0, ldp = K - i0;
     float *H = c->H;
     const float *P = c->P;
@@ -559,23 +544,17 @@ static void inv_block(const chol_job *c, int b, double *T) {
     memset(T, 0, sizeof(double) * (size_t)nb * CH_NB);
     for (int k0 = i1; k0 < jb0; k0 += CH_KC) { // k < jb0 <= j: whole rows of the block
         const int n = jb0 - k0 < CH_KC ? jb0 - k0 : CH_KC;
+        for (int k = 0; k < n; k++) // Ub[k][q] = U[k0 + k][jb0 + q], zero past w
+            for (int q = 0; q < CH_NB; q++)
+                Ub[(size_t)k * CH_NB + q] = q < w ? H[(size_t)(k0 + k) * K + jb0 + q] : 0.0;
         int ii = 0;
-        if (w == CH_NB)
-            for (; ii + 2 <= nb; ii += 2)
-                for (int q = 0; q < CH_NB; q += 8)
-                    dot8x2(T + (size_t)ii * CH_NB + q, CH_NB, P + (size_t)ii * ldp + (k0 - i0),
-                           (size_t)ldp, H + (size_t)k0 * K + jb0 + q, (size_t)K, n);
-        for (; ii < nb; ii++) {
-            const float *a = P + (size_t)ii * ldp + (k0 - i0);
-            int q = 0;
-            for (; q + 8 <= w; q += 8)
-                dot8(T + (size_t)ii * CH_NB + q, a, H + (size_t)k0 * K + jb0 + q, (size_t)K, n);
-            for (; q < w; q++) {
-                double s = T[(size_t)ii * CH_NB + q];
-                for (int k = 0; k < n; k++) s += (double)a[k] * H[(size_t)(k0 + k) * K + jb0 + q];
-                T[(size_t)ii * CH_NB + q] = s;
-            }
-        }
+        for (; ii + 2 <= nb; ii += 2)
+            for (int q = 0; q < CH_NB; q += 8)
+                dot8x2(T + (size_t)ii * CH_NB + q, CH_NB, P + (size_t)ii * ldp + (k0 - i0),
+                       (size_t)ldp, Ub + q, CH_NB, n);
+        for (; ii < nb; ii++)
+            for (int q = 0; q < CH_NB; q += 8)
+                dot8(T + (size_t)ii * CH_NB + q, P + (size_t)ii * ldp + (k0 - i0), Ub + q, CH_NB, n);
     }
     for (int k = jb0; k < jb1; k++) { // the block's own triangle: k <= j
         const float *uk = H + (size_t)k * K;
@@ -606,22 +585,23 @@ static void inv_blocks(void *ctx, int lo, int hi) {
     const chol_job *c = ctx;
     const int n = c->n_blocks + 1;
     double *T = g4_malloc(sizeof(double) * CH_NB * CH_NB);
-    for (int m = lo; m < hi; m++) inv_block(c, m % 2 == 0 ? m / 2 : n - 1 - m / 2, T);
-    free(T);
+    double *Ub = g4_malloc(sizeof(double) * CH_KC * CH_NB);
+    for (int m = lo; m < hi; m++) inv_block(c, m % 2 == 0 ? m / 2 : n - 1 - m / 2, T, Ub);
+    free(T), free(Ub);
 }
 
 static int ul_inverse(float *H, int K, const double *diag) {
-    chol_job c = {H, K, 0, 0, NULL, NULL, 0};
-    float *P = g4_malloc(sizeof(float) * (size_t)K * CH_NB);
+    chol_job c = {H, K, 0, 0, NULL, NULL, NULL, 0};
+    double *Pc = g4_malloc(sizeof(double) * (size_t)K * CH_NB);
     double *S = g4_malloc(sizeof(double) * (size_t)K * CH_NB);
-    c.P = P, c.S = S;
+    c.Pc = Pc, c.S = S;
     // Panels right to left: columns [j0, j1) from the finished columns right of them.
     for (int j1 = K; j1 > 0; j1 -= CH_NB) {
         const int j0 = j1 > CH_NB ? j1 - CH_NB : 0, nb = j1 - j0, nk = K - j1;
         c.j0 = j0, c.j1 = j1;
         for (int k = 0; k < nk; k++)
             for (int q = 0; q < CH_NB; q++)
-                P[(size_t)k * CH_NB + q] = q < nb ? H[(size_t)(j0 + q) * K + j1 + k] : 0.0f;
+                Pc[(size_t)k * CH_NB + q] = q < nb ? H[(size_t)(j0 + q) * K + j1 + k] : 0.0;
         g4_parallel_for((j1 + CH_IB - 1) / CH_IB, (double)CH_IB * CH_NB * (nk + 1), chol_dots, &c);
         for (int j = j1 - 1; j >= j0; j--) { // the panel's own triangle, column by column
             const float *rj = H + (size_t)j * K;
@@ -629,7 +609,7 @@ static int ul_inverse(float *H, int K, const double *diag) {
             for (int k = j + 1; k < j1; k++) t += (double)rj[k] * rj[k];
             const double s = diag[j] - t;
             if (!(s > 0)) {
-                free(P), free(S);
+                free(Pc), free(S);
                 return 0;
             }
             H[(size_t)j * K + j] = (float)sqrt(s);
@@ -642,10 +622,10 @@ static int ul_inverse(float *H, int K, const double *diag) {
         }
         g4_parallel_for((j0 + CH_IB - 1) / CH_IB, (double)CH_IB * CH_NB * CH_NB, chol_rows, &c);
     }
-    free(P), free(S);
+    free(Pc), free(S);
     // U = R^-1, panels of rows from the bottom (the rows below a panel already U).
-    P = g4_malloc(sizeof(float) * (size_t)K * CH_NB);
-    c.P = P, c.S = NULL;
+    float *P = g4_malloc(sizeof(float) * (size_t)K * CH_NB);
+    c.P = P, c.Pc = NULL, c.S = NULL;
     for (int i1 = K; i1 > 0; i1 -= CH_NB) {
         const int i0 = i1 > CH_NB ? i1 - CH_NB : 0, ldp = K - i0;
         c.j0 = i0, c.j1 = i1, c.n_blocks = (K - i1 + CH_NB - 1) / CH_NB;
