@@ -6,7 +6,8 @@
 // prints an FNV-1a hash of every output (H and the Q4 arrays), so that two builds can be
 // compared byte for byte. Not a test (nothing is judged); built beside them.
 //
-//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f (default "xgaf")
+//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f (default "xgaf"),
+//   or i: GPTQ's factorisation alone (the one-column run, without act-order)
 //   BENCH_DUMP=PREFIX: also writes GPTQ's U (PREFIX.U0, .U1 with act-order, K x K floats) and
 //   the Q4 arrays (PREFIX.g0, .g1, .f: q, scales, zp back to back), to see what differs.
 //   BENCH_LOSS=1: also prints each method's layer-output error sum_n (q_n - w_n)^T H (q_n - w_n)
@@ -136,7 +137,8 @@ int main(int argc, char **argv) {
     o.q = g4_malloc(o.sh.q_bytes), o.sc = g4_malloc(sizeof(uint16_t) * o.sh.n_scales);
     o.zp = g4_malloc(o.sh.zp_bytes);
     for (int act = 0; act <= 1; act++) {
-        if (!strchr(parts, act ? 'a' : 'g')) continue;
+        const int only_inv = !act && strchr(parts, 'i') && !strchr(parts, 'g');
+        if (!strchr(parts, act ? 'a' : 'g') && !only_inv) continue;
         g4_gptq_opts go = {0.01f, act, 0};
         // One column: the factorisation (and its set-up) alone, to the column work's K^2 / 2.
         out4 o1 = {0};
@@ -152,6 +154,11 @@ int main(int argc, char **argv) {
         const unsigned long long hu =
             fnv(1469598103934665603ull, H2, sizeof(float) * (size_t)K * K);
         dump(act ? "U1" : "U0", H2, sizeof(float) * (size_t)K * K, NULL, 0, NULL, 0);
+        if (only_inv) {
+            printf("  gptq     chol+inverse %8.3f s (U hash %016llx)\n", t_inv, hu);
+            free(o1.q), free(o1.sc), free(o1.zp), free(W1);
+            continue;
+        }
         memcpy(H2, H, sizeof(float) * (size_t)K * K);
         t0 = now();
         rc |= g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H2, &go, o.q, o.sc, o.zp);

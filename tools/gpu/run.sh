@@ -35,6 +35,9 @@
 #   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
 #            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
 #   floor    issue 30: the launch floor of a graph-replayed PDL kernel (1 CTA .. 2 an SM)
+#   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
+#            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
+#            X^T X, GPTQ's factorisation and column work (and act-order), fit; ~15-20 s
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
@@ -566,6 +569,17 @@ stage_qkv() {
 
 # Issue 30: the launch floor (a kernel that only waits and triggers, 64 to a graph: 1 CTA, one
 # and two an SM, a 2-CTA cluster, and without PDL), what each of the step's launches costs.
+stage_quant_time() { # the parts of `quantize --method gptq|fit` per linear (bench/NOTES.md)
+    local shape
+    : >"$OUT/quant_time.txt"
+    for shape in "6144 768" "768 6144" "3072 768"; do
+        # shellcheck disable=SC2086 # "K N"
+        build-gpu/tests/bench_quant_methods $shape 2048 "$(nproc)" >>"$OUT/quant_time.txt" 2>&1 ||
+            echo "bench_quant_methods $shape: FAILED"
+    done
+    cat "$OUT/quant_time.txt"
+}
+
 stage_floor() {
     build-gpu/g4cu bench --kernels --filter launch_floor --reps 30 >"$OUT/floor.txt" 2>&1
     echo "bench --kernels --filter launch_floor: exit $?"
