@@ -7,21 +7,22 @@
 // state serves request after request (g4_text_state_reserve grows it when a request needs more
 // rows).
 //
-// A round (g4_batch_step), by default: ONE forward of the decode rows and the prompt rows
-// together (prompts as rows of the decode step, g4_text_batch_step_rows; issue 31, measured on
-// the H200 with serve --parallel 32: Q4 4,761 -> 5,883 completion tok/s, f16 4,903 -> 6,002).
-// The requests still prefilling, oldest first, take prompt rows within min(the prefill budget
-// (opts.prefill_tokens), the step's rows less the decode rows), each as many as fit (the last
-// one cut to what is left: a prompt longer than that goes over several steps); the step's rows
-// are at most slots + the pipeline's rows per forward (at most 4096), so its activations stay
-// bounded. The last row of a prompt that ends in the step samples its first token (the step's
-// pick, as the last prefill chunk's); its other rows sample nothing. A prompt with media (soft
-// rows live in its own state) or with ids the step cannot take still gets a chunk of its own
-// forward (its own chunk size, cut to what is left), before the step. Stats: each round counts
-// as one decode step (its time, the prompt rows' included, in decode_s; prefill_s only for
-// those own-forward chunks), each prompt given rows (or an own forward) in a round one prefill
-// chunk, its rows in prefill_tokens. Needs the row-batched ops (g4_text_batch_rows_ops: not
-// with G4_BATCH_ROWS=0) and slots >= 2; G4_BATCH_PREFILL_ONE does not apply.
+// A round (g4_batch_step), by default: ONE forward of the decode rows and the prompt rows together
+// (prompts as rows of the decode step, g4_text_batch_step_rows; issue 31, measured on the H200 with
+// serve --parallel 32: Q4 4,761 -> 5,883 completion tok/s, f16 4,903 -> 6,002). The requests still
+// prefilling, oldest first, take prompt rows within min(the prefill budget (opts.prefill_tokens),
+// the step's rows less the decode rows), each as many as fit (the last one cut to what is left: a
+// prompt longer than that goes over several steps; a request's own chunk size applies only to its
+// own forwards, below); the step's rows are at most slots + the pipeline's rows per forward (at
+// most 4096), so its activations stay bounded. The last row of a prompt that ends in the step
+// samples its first token (the step's pick, as the last prefill chunk's); its other rows sample
+// nothing. A prompt with media (soft rows live in its own state) or with ids the step cannot take
+// still gets a chunk of its own forward (its own chunk size, cut to what is left), before the step.
+// Stats: each round counts as one decode step (its time, the prompt rows' included, in decode_s;
+// prefill_s only for those own-forward chunks), each prompt given rows (or an own forward) in a
+// round one prefill chunk, its rows in prefill_tokens. Needs the row-batched ops
+// (g4_text_batch_rows_ops: not with G4_BATCH_ROWS=0) and slots >= 2; G4_BATCH_PREFILL_ONE does not
+// apply.
 //
 // The earlier rounds (G4_BATCH_PROMPT_ROWS=0, read at g4_batch_new, for A/B; also a batch of one
 // slot or without the row-batched ops): prefill chunks, each its own forward, within the prefill

@@ -178,7 +178,8 @@ typedef struct {
                          // it); 0: as a string (default)
     const char *const *ignore_stop; // stop strings left out of stop (the same strings)
     int n_ignore_stop;
-    int prefill_chunk; // prompt rows per prefill forward (0: the state's, 512)
+    int prefill_chunk; // prompt rows per prefill forward (0: the state's, 512; in a batch's
+                       // prompt rows, the default, the batch's budget instead: g4cu_batch_step)
     // A conversation after the system turn (NULL: the one user turn of text and media): the
     // answer follows its last message (the template's generation prompt <|turn>model\n, left
     // out after a tool call or a tool response: the model goes on in its own turn).

@@ -326,7 +326,8 @@ static void test_cancel_and_reuse(void) {
 }
 
 static void test_lengths(void) {
-    // a long prompt (~190 tokens: 6 prefill chunks) with 2 new tokens beside a short one with 30
+    // a long prompt (~190 tokens: 6 prefill chunks of 32; as rows, the request's chunk size does
+    // not apply: one step) with 2 new tokens beside a short one with 30
     char *longtext = g4_malloc(8192);
     longtext[0] = 0;
     for (int i = 0; i < 20; i++) strcat(longtext, "the quick brown fox jumps over the lazy dog ");
@@ -347,7 +348,7 @@ static void test_lengths(void) {
     int64_t il = 0, is = 0, ia = 0;
     CHECK(g4cu_batch_submit(b, &sh, &is) == G4CU_OK && is > 0);
     CHECK(g4cu_batch_submit(b, &lo, &il) == G4CU_OK && il > 0);
-    // the short one decodes while the long prompt is prefilled chunk by chunk; then the long one
+    // the short one decodes while the long prompt is prefilled (chunk by chunk); then the long one
     // ends after 2 tokens, and its slot takes another request while the short one still runs
     int running = 1, steps = 0, submitted = 0;
     while (running && steps++ < 1000) {
