@@ -29,7 +29,7 @@ struct g4_batch {
     int n_slots, n_ctx;
     int prefill_tokens; // a round's prefill budget (opts.prefill_tokens)
     int prefill_one;    // G4_BATCH_PREFILL_ONE=1: the budget is the oldest's one chunk (A/B)
-    int prompt_rows;    // G4_BATCH_PROMPT_ROWS=1: prompts as rows of the decode step (batch.h)
+    int prompt_rows;    // prompts as rows of the decode step (batch.h; G4_BATCH_PROMPT_ROWS=0: not)
     int max_rows;       // the step's rows at most (its state's max_tokens)
     g4_batch_slot *slots;
     char *taken;               // [n_slots] a round's prefill: the slots it has looked at
@@ -64,9 +64,13 @@ int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     b->n_ctx = o->n_ctx;
     b->prefill_tokens = o->prefill_tokens ? o->prefill_tokens : pl->max_tokens;
     b->prefill_one = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
-    b->prompt_rows = g4_env_is("G4_BATCH_PROMPT_ROWS", "1");
-    // prompt rows: the slots' decode rows and one forward's worth of prompt rows (at most the
-    // 4096 rows the row-batched attention takes, kernels/attention_decode.cuh)
+    // prompts as rows of the decode step, the default (batch.h): with the row-batched ops, and
+    // more than one slot (a lone slot never has a decode row beside a prompt: the rows would
+    // only add the step state's activations to its own prefill forward)
+    b->prompt_rows = !g4_env_is("G4_BATCH_PROMPT_ROWS", "0") && o->slots > 1 &&
+                     g4_text_batch_rows_ops(pl->model);
+    // prompt rows: the step takes the slots' decode rows and one forward's worth of prompt rows
+    // (at most the 4096 rows the row-batched attention takes, kernels/attention_decode.cuh)
     b->max_rows = o->slots;
     if (b->prompt_rows) {
         b->max_rows = o->slots + pl->max_tokens;
@@ -282,7 +286,9 @@ static void prefill_round(g4_batch *b) {
     }
 }
 
-// The decode step's own state (activations for n_slots rows, no KV), made on first need.
+// The decode step's own state (activations for max_rows rows: n_slots, or with prompt rows
+// n_slots + the pipeline's rows per forward, at most 4096; logits for n_slots; no KV), made on
+// first need.
 static int step_state(g4_batch *b) {
     if (b->step_state) return G4_OK;
     const g4_text_state_opts so = {1, b->max_rows, b->n_slots, 1};
@@ -344,7 +350,7 @@ static int text_ids(const g4_text_config *c, const int32_t *ids, int n) {
     return 1;
 }
 
-// A round with prompt rows (G4_BATCH_PROMPT_ROWS=1, batch.h): the requests still prefilling,
+// A round with prompt rows (the default, batch.h): the requests still prefilling,
 // oldest first, take prompt rows within the budget (the round's prefill budget, and the step's
 // rows less the decode rows), each as many as fit (the last one cut to what is left); a prompt
 // with media (or ids the step cannot take) gets a chunk of its own forward, as in
@@ -445,6 +451,8 @@ static int rows_round(g4_batch *b) {
 int g4_batch_step(g4_batch *b, int *running) {
     b->stats.rounds++;
     int rc;
+    // (the step state reads G4_BATCH_ROWS again when it is made: without the row-batched ops
+    // then, or without the state, the rounds without prompt rows)
     if (b->prompt_rows && !step_state(b) && b->step_state->batch_rows_ops) {
         rc = rows_round(b);
     } else {
@@ -473,7 +481,7 @@ int g4_batch_reserve(g4_batch *b) {
         if (rc) return rc;
         b->stats.states_made++;
     }
-    return b->n_slots > 1 || b->prompt_rows ? step_state(b) : G4_OK;
+    return b->n_slots > 1 ? step_state(b) : G4_OK; // (prompt rows need 2 slots too)
 }
 
 int g4_batch_set_prefill_tokens(g4_batch *b, int n) {

@@ -95,6 +95,14 @@ int g4_text_state_new(g4_text_model *m, int capacity, int max_tokens, g4_text_st
     return g4_text_state_new_opts(m, &o, out);
 }
 
+// The batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B). (A
+// state's handle has its model's op table.)
+int g4_text_batch_rows_ops(const g4_text_model *m) {
+    const g4_backend *be = m->be;
+    return !g4_env_is("G4_BATCH_ROWS", "0") && be->qkv_prep_rows && be->attention_rows &&
+           be->sample_rows;
+}
+
 int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_text_state **out) {
     *out = NULL;
     const g4_text_config *c = m->cfg;
@@ -135,9 +143,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->attn_fused = !g4_env_is("G4_FUSE_ATTN", "0"); // (issue 30: qkv_prep inside attention)
     s->attn_fused_one = g4_env_is("G4_FUSE_ATTN", "1");
     s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1"); // (issue 30 stage 2, off by default)
-    // the batch step's row-batched ops, unless G4_BATCH_ROWS=0 (the per-row calls, for A/B)
-    s->batch_rows_ops = !g4_env_is("G4_BATCH_ROWS", "0") && be->qkv_prep_rows &&
-                        be->attention_rows && be->sample_rows;
+    s->batch_rows_ops = g4_text_batch_rows_ops(m);
     // the batch step in a graph per row count, when G4_BATCH_GRAPH=1 (off by default: new)
     s->batch_graph = g4_env_is("G4_BATCH_GRAPH", "1") && s->batch_rows_ops && be->graph_begin &&
                      be->exec_reserve_rows;

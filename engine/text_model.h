@@ -248,18 +248,23 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
 int g4_text_batch_step(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
                        int32_t *next);
 
-// The batch step with prompt rows (engine/batch.h, G4_BATCH_PROMPT_ROWS=1): several rows may
-// belong to one sequence, so a round's prompt tokens go through the same forward as the decode
-// rows. Rows [0, n_logits) are each the LAST row of a distinct sequence and sample its next
-// token into next[0..n_logits) (as g4_text_batch_step's rows); rows [n_logits, n) only store
-// their k, v (a prompt's rows before its last, or a prompt chunk that does not end the prompt).
-// A sequence given k rows takes positions n_past .. n_past + k - 1: its rows after n_logits
-// in their order, then its row before n_logits (when it has one) last; its n_past advances by
-// k. Every row's k, v is stored before any row's attention reads (qkv_prep_rows, then
-// attention_rows), so a row of a prompt attends to the rows of the same prompt before it, as
-// a prefill forward does. Needs the row-batched ops (not G4_BATCH_ROWS=0) when n_logits < n;
-// the step runs op by op (no graph) then. n_logits == n: exactly g4_text_batch_step. Rows of
-// text only (no soft tokens).
+// 1 when a state of m takes the batch step's row-batched ops (qkv_prep_rows, attention_rows,
+// sample_rows on its backend, and not G4_BATCH_ROWS=0): what a state made now sets in
+// batch_rows_ops, and what the batch's prompt rows need (engine/batch.h).
+int g4_text_batch_rows_ops(const g4_text_model *m);
+
+// The batch step with prompt rows (engine/batch.h: a round of the batch, by default; not with
+// G4_BATCH_PROMPT_ROWS=0): several rows may belong to one sequence, so a round's prompt tokens
+// go through the same forward as the decode rows. Rows [0, n_logits) are each the LAST row of a
+// distinct sequence and sample its next token into next[0..n_logits) (as g4_text_batch_step's
+// rows); rows [n_logits, n) only store their k, v (a prompt's rows before its last, or a prompt
+// chunk that does not end the prompt). A sequence given k rows takes positions n_past ..
+// n_past + k - 1: its rows after n_logits in their order, then its row before n_logits (when it
+// has one) last; its n_past advances by k. Every row's k, v is stored before any row's
+// attention reads (qkv_prep_rows, then attention_rows), so a row of a prompt attends to the
+// rows of the same prompt before it, as a prefill forward does. Needs the row-batched ops (not
+// G4_BATCH_ROWS=0) when n_logits < n; the step runs op by op (no graph) then. n_logits == n:
+// exactly g4_text_batch_step. Rows of text only (no soft tokens).
 int g4_text_batch_step_rows(g4_text_state *s, g4_text_state *const *rows, const int32_t *ids, int n,
                             int n_logits, int32_t *next);
 

@@ -178,7 +178,8 @@ typedef struct {
                          // it); 0: as a string (default)
     const char *const *ignore_stop; // stop strings left out of stop (the same strings)
     int n_ignore_stop;
-    int prefill_chunk; // prompt rows per prefill forward (0: the state's, 512)
+    int prefill_chunk; // prompt rows per prefill forward (0: the state's, 512; in a batch's
+                       // prompt rows, the default, the batch's budget instead: g4cu_batch_step)
     // A conversation after the system turn (NULL: the one user turn of text and media): the
     // answer follows its last message (the template's generation prompt <|turn>model\n, left
     // out after a tool call or a tool response: the model goes on in its own turn).
@@ -311,7 +312,8 @@ int g4cu_transcribe_long(g4cu_state *s, const float *pcm, size_t n_samples,
 // --- batching: many requests decoded together ----------------------------------------------
 // A batch runs up to `slots` requests of one model at once: one decode step computes the next
 // token of every running request (the linears read each weight once for all of them), and a
-// new request's prompt is prefilled in chunks between those steps. Each request keeps its own
+// new request's prompt goes in as more rows of those steps (G4_BATCH_PROMPT_ROWS=0: in chunks
+// of their own forwards between them; see g4cu_batch_step). Each request keeps its own
 // KV cache (a slot's, reused by the slot's next request), sampler and seed, so it gets the
 // tokens it would get alone on a g4cu_state (exactly on the CPU backend). KV memory: at most
 // slots x n_ctx rows. The caller drives it: submit requests, call g4cu_batch_step in a loop
@@ -347,22 +349,29 @@ int g4cu_batch_submit(g4cu_batch *b, const g4cu_request *rq, int64_t *id);
 // The same for prompt ids as they are (g4cu_generate_ids' rules; opts NULL: the defaults).
 int g4cu_batch_submit_ids(g4cu_batch *b, const int32_t *ids, int n, const g4cu_request *opts,
                           int64_t *id);
-// One round: prompt chunks of the requests still prefilling, within the prefill budget
-// (g4cu_batch_set_prefill_tokens: the oldest always gets one chunk, cut to the budget; each
-// next one, oldest first, whose whole chunk fits in what is left, so short prompts submitted
-// together start decoding in the same round), then one decode step over every decoding
-// request. *running (may be NULL): requests prefilling or decoding after it. A request's own
-// failure ends that request only (its poll returns the error).
+// One round: ONE decode step over every decoding request and the prompt rows of the requests
+// still prefilling, within the prefill budget (g4cu_batch_set_prefill_tokens), oldest first,
+// each as many rows as fit (the last one cut to what is left; a longer prompt goes over several
+// rounds); a prompt's last row samples its first token. A prompt with media goes in as chunks
+// of its own forward before the step. The default with 2 slots or more (engine/batch.h);
+// G4_BATCH_PROMPT_ROWS=0 (read by g4cu_batch_new; also one slot): prompt chunks of their own
+// forwards first (the oldest always gets one chunk, cut to the budget; each next one, oldest
+// first, whose whole chunk fits in what is left, so short prompts submitted together start
+// decoding in the same round), then one decode step over every decoding request. *running (may
+// be NULL): requests prefilling or decoding after it. A request's own failure ends that request
+// only (its poll returns the error).
 int g4cu_batch_step(g4cu_batch *b, int *running);
 // The prompt tokens one round prefills at most (>= 1; 0: the default, 512, the default prefill
 // chunk: every prompt is chunked as g4cu_generate chunks it, and short prompts that wait
 // together share a round). Smaller keeps a round nearer one decode step while a long prompt
-// goes in (the running requests stall less), at the cost of more, smaller prefill chunks.
+// goes in (the running requests stall less), at the cost of more rounds (smaller prefill
+// chunks).
 int g4cu_batch_set_prefill_tokens(g4cu_batch *b, int n);
 // Makes every free slot's KV cache (n_ctx rows: g4cu_batch_params' n_ctx, else the model's;
 // needed here) and the decode step's activations now, rather than as the first requests come:
 // a server's start-up, so its first requests do not wait for them. The memory is what the slots
-// hold anyway once each has run a request: slots x n_ctx KV rows.
+// hold anyway once each has run a request: slots x n_ctx KV rows, and the step's activations
+// for slots + 512 rows with prompt rows (slots rows without; README "Batching").
 int g4cu_batch_reserve(g4cu_batch *b);
 // Ends request id where it is (finish reason "cancelled", its tokens so far); its slot is free
 // for the next request once it is polled. An unknown id is a user error.
@@ -373,7 +382,8 @@ int g4cu_batch_cancel(g4cu_batch *b, int64_t id);
 // (0, what a refused submit leaves, or one polled already) is a user error, *out zeroed.
 int g4cu_batch_poll(g4cu_batch *b, int64_t id, g4cu_result *out, int *done);
 // The batch now: requests in it (running or finished and not yet polled), requests running,
-// the most rows one decode step has run, decode steps and rows stepped in all.
+// the most rows one decode step has run, decode steps and rows stepped in all (decode rows: a
+// step's prompt rows are not counted here).
 typedef struct {
     int slots, in_use, running, max_rows;
     int states; // KV caches (text states) made so far: at most one per slot, reused after it
@@ -386,12 +396,15 @@ void g4cu_batch_get_info(g4cu_batch *b, g4cu_batch_info *info);
 // have the library write past it.)
 typedef struct {
     long rounds;         // g4cu_batch_step calls
-    long steps;          // decode steps (g4cu_batch_info's)
-    long prefill_chunks; // prompt chunks run, and the prompt tokens they took
+    long steps;          // decode steps (g4cu_batch_info's; with prompt rows, one a round)
+    // prompt chunks run (rows of a step or own forwards: one a prompt a round), and the prompt
+    // tokens they took
+    long prefill_chunks;
     long prefill_tokens;
-    double prefill_s; // in prompt chunks: the forward, the first token's pick, a request ending
-    double decode_s;  // in the decode step: the forward over every row, the sampler, the ids
-                      // back to the host
+    double prefill_s; // in prompt chunks of their own forward: the forward, the first token's
+                      // pick, a request ending (with prompt rows, the default: media prompts')
+    double decode_s;  // in the decode step: the forward over every row (prompt rows included),
+                      // the sampler, the ids back to the host
     double accept_s;  // after each decode step, per row on the host: stop checks, detokenizing
                       // (for stop strings and on_text), on_text calls, ending requests
 } g4cu_batch_times;
@@ -401,7 +414,7 @@ void g4cu_batch_get_times(g4cu_batch *b, g4cu_batch_times *t);
 // rows the slot's cache holds (0: not made yet). A slot index outside the batch: all zero.
 typedef enum {
     G4CU_SLOT_FREE = 0,
-    G4CU_SLOT_PREFILL, // its prompt is going in, a chunk a step
+    G4CU_SLOT_PREFILL, // its prompt is going in, a chunk a round
     G4CU_SLOT_DECODE,  // one token a step, in the batch's decode step
     G4CU_SLOT_DONE     // ended; its result waits for g4cu_batch_poll
 } g4cu_slot_phase;

@@ -142,7 +142,8 @@ typedef struct {
     double prep_wait_s; // the stepping thread waiting for a front end from them
     double tower_s;     // the image / audio towers
     double prompt_s;    // the rest of an item's setup: chat template, tokenizer, its state
-    // prefill and decode; with --batch the batch's g4cu_batch_get_times (decode_s + accept_s)
+    // prefill and decode; with --batch the batch's g4cu_batch_get_times (decode_s + accept_s;
+    // text prompts go in as rows of the decode step by default: their prefill is in decode_s)
     double prefill_s, decode_s;
     double lines_s; // predictions lines: response text, JSON, append + fsync
     double items_s; // all the items, start to end

@@ -1,6 +1,10 @@
 // test_batch.c: continuous batching (engine/batch.h through the public g4cu_batch_* API) on the
 // tiny fixture, CPU backend. Each request run in a batch must give exactly the tokens, text and
-// finish reason it gives alone on a g4cu_state (g4cu_generate, the one-state path):
+// finish reason it gives alone on a g4cu_state (g4cu_generate, the one-state path). Every case
+// runs twice (main), once per kind of round: prompts as rows of the decode step (the default),
+// then G4_BATCH_PROMPT_ROWS=0 (a forward per prompt chunk, then the decode step); the counts a
+// case checks (tokens after a round, rounds, steps, chunks, where the seconds went) follow the
+// pass, so a wrongly switched mode fails:
 //   - four different requests at once (text sampled, an image, an audio clip, text with top-k),
 //     of different lengths, one prefilled in small chunks between the others' decode steps;
 //     the step really ran them together (max_rows 4, rows stepped counted);
@@ -12,8 +16,11 @@
 //     with many), slot reuse across them, and raw ids (g4cu_batch_submit_ids vs
 //     g4cu_generate_ids);
 //   - the round's prefill budget: prompts cut to it, several prompts in one round, one that does
-//     not fit waiting while a younger one that fits goes in, each request's tokens as alone;
-//     G4_BATCH_PREFILL_ONE=1 (the budget one chunk: one chunk a round);
+//     not fit waiting while a younger one that fits goes in (own forwards), each request's
+//     tokens as alone; G4_BATCH_PREFILL_ONE=1 (the budget one chunk: one chunk a round; with
+//     prompt rows it does not apply); a long prompt over several rounds beside a decoding
+//     request that gets a token in every one; what the default falls back to (the earlier
+//     rounds: one slot, G4_BATCH_ROWS=0);
 //     g4cu_batch_reserve (the slots' states made ahead: none made by the requests);
 //     the timing split (g4cu_batch_get_times): exact counts, finite non-negative seconds that
 //     grow with the work;
@@ -35,6 +42,8 @@
 
 static g4cu_model *model;
 static const char *fix;
+// The pass (main): prompts as rows of the decode step (the default), or G4_BATCH_PROMPT_ROWS=0.
+static int rows_on;
 
 typedef struct {
     int n_tokens;
@@ -234,22 +243,19 @@ static void test_cancel_and_reuse(void) {
     for (int i = 0; i < 6; i++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
     CHECK_INT(running, 2);
     // the slots as g4cu_batch_get_slot sees them: a (slot 0) and c decoding, their prompts in
-    // (one chunk each, both in step 1: the default prefill budget of 512 tokens takes both
-    // short prompts in one round). A round's prefill gives a request's first token and the same
-    // round's decode step its second, each later round one more: a and c have 2 + 5 = 7 tokens
-    // each (with G4_BATCH_PREFILL_ONE=1, a budget of one chunk, c's prompt goes in in step 2
-    // and c has 6; with G4_BATCH_PROMPT_ROWS=1 both prompts are rows of step 1, whose pick is
-    // each one's first token, and each later step gives one more: 1 + 5 = 6 each).
+    // (both in step 1: the default prefill budget of 512 tokens takes both short prompts in one
+    // round). With prompts as rows (the default) both prompts are rows of step 1, whose pick is
+    // each one's first token, and each later step gives one more: 1 + 5 = 6 each. With
+    // G4_BATCH_PROMPT_ROWS=0 a round's prefill chunk gives a request's first token and the same
+    // round's decode step its second, each later round one more: 2 + 5 = 7 each.
     g4cu_batch_slot_info si[2];
-    const int one_a_round = g4_env_is("G4_BATCH_PREFILL_ONE", "1");
-    const int prompt_rows = g4_env_is("G4_BATCH_PROMPT_ROWS", "1");
     for (int k = 0; k < 2; k++) g4cu_batch_get_slot(b, k, &si[k]);
     CHECK_MSG(si[0].id == ia && si[1].id == ic, "slots hold ids %lld, %lld (want %lld, %lld)",
               (long long)si[0].id, (long long)si[1].id, (long long)ia, (long long)ic);
     for (int k = 0; k < 2; k++)
         CHECK_MSG(si[k].phase == G4CU_SLOT_DECODE && si[k].n_prompt > 0 &&
                       si[k].n_prefilled == si[k].n_prompt &&
-                      si[k].n_generated == (prompt_rows ? 6 : 7 - k * one_a_round) &&
+                      si[k].n_generated == (rows_on ? 6 : 7) &&
                       si[k].n_ctx >= si[k].n_prompt + si[k].n_generated,
                   "slot %d: phase %d, prompt %d, prefilled %d, generated %d, kv rows %d", k,
                   (int)si[k].phase, si[k].n_prompt, si[k].n_prefilled, si[k].n_generated,
@@ -320,7 +326,8 @@ static void test_cancel_and_reuse(void) {
 }
 
 static void test_lengths(void) {
-    // a long prompt (~190 tokens: 6 prefill chunks) with 2 new tokens beside a short one with 30
+    // a long prompt (~190 tokens: 6 prefill chunks of 32; as rows, the request's chunk size does
+    // not apply: one step) with 2 new tokens beside a short one with 30
     char *longtext = g4_malloc(8192);
     longtext[0] = 0;
     for (int i = 0; i < 20; i++) strcat(longtext, "the quick brown fox jumps over the lazy dog ");
@@ -341,7 +348,7 @@ static void test_lengths(void) {
     int64_t il = 0, is = 0, ia = 0;
     CHECK(g4cu_batch_submit(b, &sh, &is) == G4CU_OK && is > 0);
     CHECK(g4cu_batch_submit(b, &lo, &il) == G4CU_OK && il > 0);
-    // the short one decodes while the long prompt is prefilled chunk by chunk; then the long one
+    // the short one decodes while the long prompt is prefilled (chunk by chunk); then the long one
     // ends after 2 tokens, and its slot takes another request while the short one still runs
     int running = 1, steps = 0, submitted = 0;
     while (running && steps++ < 1000) {
@@ -512,20 +519,27 @@ static g4cu_batch_times times_now(g4cu_batch *b) {
 }
 
 // The round's prefill budget (g4cu_batch_set_prefill_tokens): prompts of 10, 7 and 1 ids under
-// a budget of 8 tokens. Round 1: the oldest (10) gets a chunk cut to 8. Round 2: its last 2,
-// then the 7 does not fit in the 6 left and waits (never cut to fill the budget), the 1 after
-// it does. Round 3: the 7, whole. Each request's tokens are still those it gets alone (its
-// prompt in chunks of 8 + 2 here, in one alone: the CPU reference's rows do not depend on the
-// chunking, nor on the states' 64 rows made ahead by g4cu_batch_reserve). The times' counts
-// are exact: 4 chunks, 18 tokens, one round per call; no decode step before round 2, so no
-// decode or accept seconds before it.
-// Then G4_BATCH_PREFILL_ONE=1 (read when a batch is made): the budget is the oldest's one chunk,
-// so the same prompts go in one chunk a round (8, the 2 left, the 7, the 1), still as alone.
+// a budget of 8 tokens, on states of 64 rows made ahead by g4cu_batch_reserve. Each request's
+// tokens are still those it gets alone (its prompt in pieces of 8 + 2 here, in one alone: the
+// CPU reference's rows do not depend on the chunking). The times' counts are exact; the rounds
+// follow the pass:
+//  - prompts as rows (the default): a round is ONE step over the decode rows and the prompt
+//    rows the budget takes, oldest first, each as many as fit, the last cut to what is left.
+//    Step 1 takes 8 of the 10 (no row samples); step 2 its last 2 (its last row samples its
+//    first token) and 6 of the 7; step 3 a's decode row, the 7's last row and the 1 (each
+//    samples). One step a round, chunks 1, 3, 5, tokens 8, 16, 18; tokens generated after each
+//    round 0/0/0, 1/0/0, 2/1/1. Then a (6 new) ends in round 7, b (7) in round 9, c (8) in
+//    round 10: 10 rounds, 10 steps. No prefill seconds (the prompt rows are in the step's).
+//  - G4_BATCH_PROMPT_ROWS=0: round 1: the oldest (10) gets a chunk cut to 8. Round 2: its last
+//    2, then the 7 does not fit in the 6 left and waits (never cut to fill the budget), the 1
+//    after it does; the decode step gives a and c their second token. Round 3: the 7, whole.
+//    Chunks 1, 3, 4, tokens 8, 11, 18, decode steps 0, 1, 2; generated 0/0/0, 2/0/2, 3/2/3.
+//    Then a ends in round 6, b and c in round 8: 8 rounds, 7 steps. Every round of the three
+//    ran a chunk (prefill seconds grow); no decode step before round 2.
+// Then G4_BATCH_PREFILL_ONE=1 (read when a batch is made): without prompt rows the budget is the
+// oldest's one chunk, so the same prompts go in one chunk a round (8, the 2 left, the 7, the 1);
+// with prompt rows it does not apply (the rounds above). Still each as alone.
 static void test_prefill_budget(void) {
-    // (the default rule first, whatever the caller's environment)
-    const char *env_one = getenv("G4_BATCH_PREFILL_ONE");
-    char *saved_one = env_one ? g4_strdup(env_one) : NULL;
-    unsetenv("G4_BATCH_PREFILL_ONE");
     int32_t pa[10] = {2, 5, 17, 40, 41, 42, 43, 44, 45, 46}, pb[7] = {2, 9, 11, 13, 15, 17, 19},
             pc[1] = {2};
     const int32_t *ids[3] = {pa, pb, pc};
@@ -567,53 +581,72 @@ static void test_prefill_budget(void) {
     for (int i = 0; i < 3; i++)
         CHECK_MSG(g4cu_batch_submit_ids(b, ids[i], n[i], &o[i], &id[i]) == G4CU_OK && id[i] > 0,
                   "%d: %s", i, g4cu_last_error());
-    // after each round: the prompt rows each slot has prefilled
-    const int after[3][3] = {{8, 0, 0}, {10, 0, 1}, {10, 7, 1}};
-    const long chunks[3] = {1, 3, 4}, tokens[3] = {8, 11, 18}, steps[3] = {0, 1, 2};
+    // after each round: the prompt rows each slot has prefilled, the tokens it has generated,
+    // the counts; then the rounds and steps at the end ([1]: prompts as rows, [0]: not)
+    const int after_m[2][3][3] = {{{8, 0, 0}, {10, 0, 1}, {10, 7, 1}},
+                                  {{8, 0, 0}, {10, 6, 0}, {10, 7, 1}}};
+    const int gen_m[2][3][3] = {{{0, 0, 0}, {2, 0, 2}, {3, 2, 3}},
+                                {{0, 0, 0}, {1, 0, 0}, {2, 1, 1}}};
+    const long chunks_m[2][3] = {{1, 3, 4}, {1, 3, 5}}, tokens_m[2][3] = {{8, 11, 18}, {8, 16, 18}},
+               steps_m[2][3] = {{0, 1, 2}, {1, 2, 3}};
+    const long end_rounds = rows_on ? 10 : 8, end_steps = rows_on ? 10 : 7,
+               end_chunks = rows_on ? 5 : 4;
+    const char *how = rows_on ? "prompt rows" : "own forwards";
     int running = 0;
     for (int r = 0; r < 3; r++) {
         CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
         for (int k = 0; k < 3; k++) {
             g4cu_batch_slot_info si;
             g4cu_batch_get_slot(b, k, &si);
-            CHECK_MSG(si.n_prefilled == after[r][k] && si.n_prompt == n[k],
-                      "round %d, slot %d: %d of %d prompt rows prefilled, want %d of %d", r + 1,
-                      k, si.n_prefilled, si.n_prompt, after[r][k], n[k]);
+            CHECK_MSG(si.n_prefilled == after_m[rows_on][r][k] && si.n_prompt == n[k] &&
+                          si.n_generated == gen_m[rows_on][r][k],
+                      "%s, round %d, slot %d: %d of %d prompt rows prefilled, %d generated; want "
+                      "%d of %d, %d",
+                      how, r + 1, k, si.n_prefilled, si.n_prompt, si.n_generated,
+                      after_m[rows_on][r][k], n[k], gen_m[rows_on][r][k]);
         }
         const g4cu_batch_times p = t;
         t = times_now(b);
-        CHECK_MSG(t.rounds == r + 1 && t.steps == steps[r] && t.prefill_chunks == chunks[r] &&
-                      t.prefill_tokens == tokens[r],
-                  "round %d: %ld rounds, %ld steps, %ld chunks, %ld tokens; want %d, %ld, %ld, "
-                  "%ld",
-                  r + 1, t.rounds, t.steps, t.prefill_chunks, t.prefill_tokens, r + 1, steps[r],
-                  chunks[r], tokens[r]);
-        // (every round ran a chunk: its seconds grow; a decode step ran from round 2 on)
-        CHECK_MSG(t.prefill_s > p.prefill_s && t.decode_s >= p.decode_s &&
-                      t.accept_s >= p.accept_s,
-                  "round %d: times went from %g/%g/%g to %g/%g/%g", r + 1, p.prefill_s,
-                  p.decode_s, p.accept_s, t.prefill_s, t.decode_s, t.accept_s);
-        if (r == 0) CHECK(t.decode_s == 0 && t.accept_s == 0);
-        if (r == 1) CHECK(t.decode_s > 0);
+        CHECK_MSG(t.rounds == r + 1 && t.steps == steps_m[rows_on][r] &&
+                      t.prefill_chunks == chunks_m[rows_on][r] &&
+                      t.prefill_tokens == tokens_m[rows_on][r],
+                  "%s, round %d: %ld rounds, %ld steps, %ld chunks, %ld tokens; want %d, %ld, "
+                  "%ld, %ld",
+                  how, r + 1, t.rounds, t.steps, t.prefill_chunks, t.prefill_tokens, r + 1,
+                  steps_m[rows_on][r], chunks_m[rows_on][r], tokens_m[rows_on][r]);
+        // prompt rows: every round is a step (its seconds grow), no prefill forward; else every
+        // round ran a chunk (its seconds grow) and a decode step from round 2 on
+        if (rows_on)
+            CHECK_MSG(t.prefill_s == 0 && t.decode_s > p.decode_s && t.accept_s >= p.accept_s,
+                      "prompt rows, round %d: times went from %g/%g/%g to %g/%g/%g", r + 1,
+                      p.prefill_s, p.decode_s, p.accept_s, t.prefill_s, t.decode_s, t.accept_s);
+        else
+            CHECK_MSG(
+                t.prefill_s > p.prefill_s && t.decode_s >= p.decode_s && t.accept_s >= p.accept_s &&
+                    (r > 0 || (t.decode_s == 0 && t.accept_s == 0)) && (r != 1 || t.decode_s > 0),
+                "own forwards, round %d: times went from %g/%g/%g to %g/%g/%g", r + 1, p.prefill_s,
+                p.decode_s, p.accept_s, t.prefill_s, t.decode_s, t.accept_s);
     }
     const int steps_run = 3 + run_all(b);
     for (int i = 0; i < 3; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "budget 8, prompt of %d", n[i]);
+        char name[48];
+        snprintf(name, sizeof name, "%s, budget 8, prompt of %d", how, n[i]);
         poll_done(b, id[i], &got[i], name);
         same(name, &got[i], &want[i]);
     }
     g4cu_batch_get_info(b, &info);
     CHECK_INT(info.states, 3);
     t = times_now(b);
-    CHECK_MSG(t.rounds == steps_run && t.steps == info.steps && t.prefill_chunks == 4 &&
+    CHECK_MSG(steps_run == end_rounds && t.rounds == end_rounds && t.steps == end_steps &&
+                  info.steps == end_steps && t.prefill_chunks == end_chunks &&
                   t.prefill_tokens == 18,
-              "at the end: %ld rounds (%d steps called), %ld decode steps (info %ld), %ld chunks, "
-              "%ld tokens",
-              t.rounds, steps_run, t.steps, info.steps, t.prefill_chunks, t.prefill_tokens);
-    printf("prefill budget: %ld rounds, %ld decode steps, prefill %.6f s decode %.6f s accept "
-           "%.6f s\n",
-           t.rounds, t.steps, t.prefill_s, t.decode_s, t.accept_s);
+              "%s at the end: %ld rounds (%d steps called), %ld decode steps (info %ld), %ld "
+              "chunks, %ld tokens; want %ld rounds, %ld steps, %ld chunks, 18 tokens",
+              how, t.rounds, steps_run, t.steps, info.steps, t.prefill_chunks, t.prefill_tokens,
+              end_rounds, end_steps, end_chunks);
+    printf("prefill budget (%s): %ld rounds, %ld decode steps, prefill %.6f s decode %.6f s "
+           "accept %.6f s\n",
+           how, t.rounds, t.steps, t.prefill_s, t.decode_s, t.accept_s);
     g4cu_batch_get_times(NULL, &t); // zeroed
     CHECK(t.rounds == 0 && t.prefill_s == 0);
     g4cu_batch_get_times(b, NULL); // nothing
@@ -621,34 +654,31 @@ static void test_prefill_budget(void) {
 
     setenv("G4_BATCH_PREFILL_ONE", "1", 1);
     CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
-    if (saved_one)
-        setenv("G4_BATCH_PREFILL_ONE", saved_one, 1);
-    else
-        unsetenv("G4_BATCH_PREFILL_ONE");
-    free(saved_one);
+    unsetenv("G4_BATCH_PREFILL_ONE"); // (main unset it)
     CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
     for (int i = 0; i < 3; i++)
         CHECK_MSG(g4cu_batch_submit_ids(b, ids[i], n[i], &o[i], &id[i]) == G4CU_OK && id[i] > 0,
                   "one a round, %d: %s", i, g4cu_last_error());
-    const int after_one[4][3] = {{8, 0, 0}, {10, 0, 0}, {10, 7, 0}, {10, 7, 1}};
+    const int after_one[2][4][3] = {{{8, 0, 0}, {10, 0, 0}, {10, 7, 0}, {10, 7, 1}},
+                                    {{8, 0, 0}, {10, 6, 0}, {10, 7, 1}, {10, 7, 1}}};
     for (int r = 0; r < 4; r++) {
         CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
         for (int k = 0; k < 3; k++) {
             g4cu_batch_slot_info si;
             g4cu_batch_get_slot(b, k, &si);
-            CHECK_MSG(si.n_prefilled == after_one[r][k],
-                      "one a round: round %d, slot %d: %d prompt rows prefilled, want %d", r + 1,
-                      k, si.n_prefilled, after_one[r][k]);
+            CHECK_MSG(si.n_prefilled == after_one[rows_on][r][k],
+                      "%s, one a round: round %d, slot %d: %d prompt rows prefilled, want %d", how,
+                      r + 1, k, si.n_prefilled, after_one[rows_on][r][k]);
         }
     }
     t = times_now(b);
-    CHECK_MSG(t.rounds == 4 && t.prefill_chunks == 4 && t.prefill_tokens == 18,
-              "one a round: %ld rounds, %ld chunks, %ld tokens; want 4, 4, 18", t.rounds,
-              t.prefill_chunks, t.prefill_tokens);
+    CHECK_MSG(t.rounds == 4 && t.prefill_chunks == (rows_on ? 5 : 4) && t.prefill_tokens == 18,
+              "%s, one a round: %ld rounds, %ld chunks, %ld tokens; want 4, %d, 18", how, t.rounds,
+              t.prefill_chunks, t.prefill_tokens, rows_on ? 5 : 4);
     run_all(b);
     for (int i = 0; i < 3; i++) {
-        char name[48];
-        snprintf(name, sizeof name, "one a round, prompt of %d", n[i]);
+        char name[64];
+        snprintf(name, sizeof name, "%s, one a round, prompt of %d", how, n[i]);
         outcome g = {0};
         poll_done(b, id[i], &g, name);
         same(name, &g, &want[i]);
@@ -656,87 +686,15 @@ static void test_prefill_budget(void) {
     g4cu_batch_free(b);
 }
 
-// Prompts as rows of the decode step (G4_BATCH_PROMPT_ROWS=1, read when a batch is made;
-// engine/batch.h): a round is ONE step over the decode rows and the prompt rows the budget
-// takes (oldest first, each as many as fit, the last cut to what is left).
-//  1. Prompts of 10, 7 and 1 ids, budget 8: step 1 takes 8 of the 10 (no row samples); step 2
-//     its last 2 (its last row samples its first token) and 6 of the 7; step 3 a's decode row,
-//     the 7's last row and the 1 (each samples). Counts exact: one step a round, chunks 1, 3,
-//     5, tokens 8, 16, 18; tokens generated after each round 0/0/0, 1/0/0, 2/1/1. Then a (6
-//     new) ends in round 7, b (7) in round 9, c (8) in round 10: 10 rounds, 10 steps.
-//  2. A prompt of 30 ids arriving while another request decodes, budget 8 (the prompt longer
-//     than a step's rows: over 4 steps, 8 + 8 + 8 + 6): the decoding request gets a token in
-//     every one of those steps (it is not stalled), and the long one's first token comes with
-//     its last rows.
-//  3. The cases above run again with the switch on: every request's tokens as alone.
-// Each request's tokens, text and finish reason are those it gets alone (CPU: exact).
-static void test_hostile(void);
-
-static void test_prompt_rows(void) {
-    const char *env = getenv("G4_BATCH_PROMPT_ROWS");
-    char *saved = env ? g4_strdup(env) : NULL;
-    setenv("G4_BATCH_PROMPT_ROWS", "1", 1);
-    int32_t pa[10] = {2, 5, 17, 40, 41, 42, 43, 44, 45, 46}, pb[7] = {2, 9, 11, 13, 15, 17, 19},
-            pc[1] = {2};
-    const int32_t *ids[3] = {pa, pb, pc};
-    const int n[3] = {10, 7, 1};
-    g4cu_request o[3];
-    for (int i = 0; i < 3; i++) {
-        g4cu_request_default(&o[i]);
-        o[i].max_tokens = 6 + i, o[i].ignore_eos = 1;
-    }
-    o[1].temperature = 0.8f, o[1].seed = 4;
-    outcome want[3] = {{0}}, got[3] = {{0}};
-    for (int i = 0; i < 3; i++) CHECK(alone_on(model, &o[i], ids[i], n[i], &want[i]));
-    g4cu_batch *b;
-    g4cu_batch_params bp;
-    g4cu_batch_params_default(&bp);
-    bp.slots = 3;
-    bp.n_ctx = 64;
-    CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
-    CHECK_MSG(g4cu_batch_reserve(b) == G4CU_OK, "%s", g4cu_last_error());
-    CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
-    int64_t id[3] = {0};
-    for (int i = 0; i < 3; i++)
-        CHECK_MSG(g4cu_batch_submit_ids(b, ids[i], n[i], &o[i], &id[i]) == G4CU_OK && id[i] > 0,
-                  "prompt rows %d: %s", i, g4cu_last_error());
-    const int after[3][3] = {{8, 0, 0}, {10, 6, 0}, {10, 7, 1}};
-    const int gen[3][3] = {{0, 0, 0}, {1, 0, 0}, {2, 1, 1}};
-    const long chunks[3] = {1, 3, 5}, tokens[3] = {8, 16, 18};
-    int running = 0;
-    for (int r = 0; r < 3; r++) {
-        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
-        for (int k = 0; k < 3; k++) {
-            g4cu_batch_slot_info si;
-            g4cu_batch_get_slot(b, k, &si);
-            CHECK_MSG(si.n_prefilled == after[r][k] && si.n_generated == gen[r][k],
-                      "prompt rows, round %d, slot %d: %d prompt rows prefilled, %d generated; "
-                      "want %d, %d",
-                      r + 1, k, si.n_prefilled, si.n_generated, after[r][k], gen[r][k]);
-        }
-        const g4cu_batch_times t = times_now(b);
-        CHECK_MSG(t.rounds == r + 1 && t.steps == r + 1 && t.prefill_chunks == chunks[r] &&
-                      t.prefill_tokens == tokens[r],
-                  "prompt rows, round %d: %ld rounds, %ld steps, %ld chunks, %ld tokens; want "
-                  "%d, %d, %ld, %ld",
-                  r + 1, t.rounds, t.steps, t.prefill_chunks, t.prefill_tokens, r + 1, r + 1,
-                  chunks[r], tokens[r]);
-    }
-    const int rounds = 3 + run_all(b);
-    CHECK_INT(rounds, 10);
-    g4cu_batch_times t = times_now(b);
-    CHECK_MSG(t.rounds == 10 && t.steps == 10 && t.prefill_chunks == 5 && t.prefill_tokens == 18,
-              "prompt rows at the end: %ld rounds, %ld steps, %ld chunks, %ld tokens", t.rounds,
-              t.steps, t.prefill_chunks, t.prefill_tokens);
-    for (int i = 0; i < 3; i++) {
-        char name[48];
-        snprintf(name, sizeof name, "prompt rows, prompt of %d", n[i]);
-        poll_done(b, id[i], &got[i], name);
-        same(name, &got[i], &want[i]);
-    }
-    g4cu_batch_free(b);
-
-    // 2. a long prompt arriving while another request decodes
+// A prompt of 30 ids arriving while another request decodes, budget 8: the prompt goes in over
+// 4 rounds (8 + 8 + 8 + 6: as rows of the step, longer than the step's rows; or chunks of its
+// own forward cut to the budget) and the decoding request gets a token in every one of those
+// rounds (it is not stalled). Prompts as rows: the decoding one has 1 + 1 tokens after the 2
+// rounds before the long one comes, and the long one's first token comes with its last rows;
+// G4_BATCH_PROMPT_ROWS=0: 2 + 1 (its prefill round gave two), and the long one's last chunk
+// gives its first token and the step after it its second. Both as alone.
+static void test_long_beside_decode(void) {
+    const int32_t pc[1] = {2};
     int32_t lp[30];
     for (int i = 0; i < 30; i++) lp[i] = 2 + (i * 7) % 50;
     g4cu_request od, ol;
@@ -746,44 +704,94 @@ static void test_prompt_rows(void) {
     ol.max_tokens = 5, ol.ignore_eos = 1, ol.temperature = 0.7f, ol.seed = 3;
     outcome wd = {0}, wl = {0}, gd = {0}, gl = {0};
     CHECK(alone_on(model, &od, pc, 1, &wd) && alone_on(model, &ol, lp, 30, &wl));
+    g4cu_batch *b;
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
     bp.slots = 2;
-    bp.n_ctx = 0;
     CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
     CHECK_INT(g4cu_batch_set_prefill_tokens(b, 8), G4CU_OK);
     int64_t jd = 0, jl = 0;
+    int running = 0;
     CHECK(g4cu_batch_submit_ids(b, pc, 1, &od, &jd) == G4CU_OK && jd > 0);
     for (int r = 0; r < 2; r++) CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
     CHECK(g4cu_batch_submit_ids(b, lp, 30, &ol, &jl) == G4CU_OK && jl > 0);
     const int long_after[4] = {8, 16, 24, 30};
+    const int d0 = rows_on ? 3 : 4, first = rows_on ? 1 : 2;
+    const char *how = rows_on ? "prompt rows" : "own forwards";
     for (int r = 0; r < 4; r++) {
         CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
         g4cu_batch_slot_info sd, sl;
         g4cu_batch_get_slot(b, 0, &sd);
         g4cu_batch_get_slot(b, 1, &sl);
-        CHECK_MSG(sd.n_generated == 3 + r && sl.n_prefilled == long_after[r] &&
-                      sl.n_generated == (r == 3),
-                  "long prompt, step %d: the decoding one has %d tokens (want %d), the long one "
-                  "%d rows prefilled (want %d), %d tokens",
-                  r + 1, sd.n_generated, 3 + r, sl.n_prefilled, long_after[r], sl.n_generated);
+        CHECK_MSG(sd.n_generated == d0 + r && sl.n_prefilled == long_after[r] &&
+                      sl.n_generated == (r == 3 ? first : 0),
+                  "%s, long prompt, round %d: the decoding one has %d tokens (want %d), the long "
+                  "one %d rows prefilled (want %d), %d tokens (want %d)",
+                  how, r + 1, sd.n_generated, d0 + r, sl.n_prefilled, long_after[r], sl.n_generated,
+                  r == 3 ? first : 0);
     }
     run_all(b);
-    poll_done(b, jd, &gd, "prompt rows: decoding beside a long prompt");
-    poll_done(b, jl, &gl, "prompt rows: long prompt over 4 steps");
-    same("prompt rows: decoding beside a long prompt", &gd, &wd);
-    same("prompt rows: long prompt over 4 steps", &gl, &wl);
+    char nd[64], nl[64];
+    snprintf(nd, sizeof nd, "%s: decoding beside a long prompt", how);
+    snprintf(nl, sizeof nl, "%s: long prompt over 4 rounds", how);
+    poll_done(b, jd, &gd, nd);
+    poll_done(b, jl, &gl, nl);
+    same(nd, &gd, &wd);
+    same(nl, &gl, &wl);
     g4cu_batch_free(b);
+}
 
-    // 3. the cases above with prompts as rows (media prompts keep their own forward)
-    test_four_kinds();
-    test_cancel_and_reuse();
-    test_lengths();
-    test_conversation_and_refusals();
-    test_hostile();
-    if (saved)
-        setenv("G4_BATCH_PROMPT_ROWS", saved, 1);
-    else
-        unsetenv("G4_BATCH_PROMPT_ROWS");
-    free(saved);
+// Where the default gives the earlier rounds (engine/batch.h): a batch of one slot, and the
+// row-batched ops off (G4_BATCH_ROWS=0, read when the batch and its step's state are made).
+// Two short prompts under the default budget with rows: one step, each prompt's last row
+// samples its first token, no prefill seconds; without: the prefill chunks give each its first
+// token, the decode step its second. One slot: the prompt's own forward, then the one-row step.
+// Each as alone.
+static void test_earlier_rounds(void) {
+    const int32_t p1[3] = {2, 9, 40}, p2[2] = {2, 5};
+    g4cu_request o;
+    g4cu_request_default(&o);
+    o.max_tokens = 4, o.ignore_eos = 1;
+    outcome w1 = {0}, w2 = {0}, g = {0};
+    CHECK(alone_on(model, &o, p1, 3, &w1) && alone_on(model, &o, p2, 2, &w2));
+    g4cu_batch_params bp;
+    g4cu_batch_params_default(&bp);
+    for (int c = 0; c < 3; c++) { // 0: rows as the pass has them, 1: G4_BATCH_ROWS=0, 2: one slot
+        if (c == 1) setenv("G4_BATCH_ROWS", "0", 1);
+        bp.slots = c == 2 ? 1 : 2;
+        g4cu_batch *b;
+        CHECK(g4cu_batch_new(model, &bp, &b) == G4CU_OK);
+        int64_t i1 = 0, i2 = 0;
+        int running = 0;
+        CHECK(g4cu_batch_submit_ids(b, p1, 3, &o, &i1) == G4CU_OK && i1 > 0);
+        if (c < 2) CHECK(g4cu_batch_submit_ids(b, p2, 2, &o, &i2) == G4CU_OK && i2 > 0);
+        CHECK(g4cu_batch_step(b, &running) == G4CU_OK);
+        const int rows = rows_on && c == 0;
+        g4cu_batch_times t;
+        g4cu_batch_get_times(b, &t);
+        for (int k = 0; k < (c < 2 ? 2 : 1); k++) {
+            g4cu_batch_slot_info si;
+            g4cu_batch_get_slot(b, k, &si);
+            CHECK_MSG(si.n_generated == (rows ? 1 : 2) && si.n_prefilled == si.n_prompt,
+                      "case %d (%s): slot %d has %d tokens after one round (want %d), %d of %d "
+                      "prompt rows in",
+                      c, rows ? "prompt rows" : "earlier rounds", k, si.n_generated, rows ? 1 : 2,
+                      si.n_prefilled, si.n_prompt);
+        }
+        CHECK_MSG(t.steps == 1 && t.prefill_chunks == (c < 2 ? 2 : 1) &&
+                      (rows ? t.prefill_s == 0 : t.prefill_s > 0),
+                  "case %d: %ld steps, %ld chunks, prefill %g s after one round", c, t.steps,
+                  t.prefill_chunks, t.prefill_s);
+        run_all(b);
+        if (c == 1) unsetenv("G4_BATCH_ROWS"); // (after the step state is made: main unset it)
+        poll_done(b, i1, &g, "earlier rounds: 3 ids");
+        same("earlier rounds: 3 ids", &g, &w1);
+        if (c < 2) {
+            poll_done(b, i2, &g, "earlier rounds: 2 ids");
+            same("earlier rounds: 2 ids", &g, &w2);
+        }
+        g4cu_batch_free(b);
+    }
 }
 
 // A hostile caller (or a package not made for the tokenizer, as on the GPU's gpu-tiny): a prompt
@@ -901,19 +909,38 @@ int main(void) {
         fprintf(stderr, "test_batch: %s\n", g4cu_last_error());
         return 1;
     }
-    // (today's path first, whatever the caller's environment: test_prompt_rows sets it)
-    const char *env_rows = getenv("G4_BATCH_PROMPT_ROWS");
-    char *saved_rows = env_rows ? g4_strdup(env_rows) : NULL;
-    unsetenv("G4_BATCH_PROMPT_ROWS");
-    test_four_kinds();
-    test_cancel_and_reuse();
-    test_lengths();
-    test_prefill_budget();
-    test_conversation_and_refusals();
-    test_hostile();
-    test_prompt_rows();
-    if (saved_rows) setenv("G4_BATCH_PROMPT_ROWS", saved_rows, 1);
-    free(saved_rows);
+    // Both kinds of round, whatever the caller's environment (engine/batch.h): prompts as rows
+    // of the decode step (the default: G4_BATCH_PROMPT_ROWS unset), then the earlier rounds
+    // (G4_BATCH_PROMPT_ROWS=0); the other knobs that change a round (G4_BATCH_ROWS,
+    // G4_BATCH_PREFILL_ONE) unset, the cases that want them set them.
+    const char *knobs[3] = {"G4_BATCH_PROMPT_ROWS", "G4_BATCH_ROWS", "G4_BATCH_PREFILL_ONE"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(knobs[i]);
+        saved[i] = v ? g4_strdup(v) : NULL;
+        unsetenv(knobs[i]);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        rows_on = pass == 0;
+        if (!rows_on) setenv("G4_BATCH_PROMPT_ROWS", "0", 1);
+        printf("test_batch: %s\n", rows_on ? "prompts as rows of the decode step (the default)"
+                                           : "G4_BATCH_PROMPT_ROWS=0 (the earlier rounds)");
+        test_four_kinds();
+        test_cancel_and_reuse();
+        test_lengths();
+        test_prefill_budget();
+        test_long_beside_decode();
+        test_conversation_and_refusals();
+        test_hostile();
+        if (rows_on) test_earlier_rounds(); // (what the default falls back to)
+    }
+    for (int i = 0; i < 3; i++) {
+        if (saved[i])
+            setenv(knobs[i], saved[i], 1);
+        else
+            unsetenv(knobs[i]);
+        free(saved[i]);
+    }
     g4cu_model_free(model);
     free(tok);
     return g4t_finish("test_batch");

@@ -10,7 +10,7 @@ static const g4_opt serve_opts_table[] = {
     {"--backend", "cpu|cuda|auto", "where the model runs (default auto)"},
     {"--tokenizer", "F", "tokenizer.json (default: the package's)"},
     {"--parallel", "N", "slots: requests decoded together in one batch (default 1; 1..64)"},
-    {"--batch-prefill-tokens", "N", "prompt tokens the batch prefills a round at most, between decode steps (default 0: 512)"},
+    {"--batch-prefill-tokens", "N", "prompt tokens the batch prefills a round at most, as rows of its decode step (G4_BATCH_PROMPT_ROWS=0: in forwards of their own before it) (default 0: 512)"},
     {"--queue", "N", "requests waiting beyond those (1 or more); more get 429 with Retry-After (default 64)"},
     {"--max-body", "BYTES", "largest request body; more gets 413 (default 33554432)"},
     {"--max-tokens", "N", "new tokens a request gets at most; more asked is clamped (default 0: the context)"},

@@ -18,10 +18,11 @@
 //   GET  /v1/models, /v1/models/{id}, /props, /slots, /health, /metrics (Prometheus text)
 //
 // One model; --parallel N slots decoded together: one scheduler thread owns a g4cu_batch of N
-// slots, moves queued requests into free slots, steps the batch (prompt chunks of new requests
-// within --batch-prefill-tokens: the oldest's chunk, then each next one's whole chunk that fits
-// in what is left; then one decode step over every running one: the weights are read once a
-// step for all of them), streams each request's text as its tokens come, and frees a slot as
+// slots, moves queued requests into free slots, steps the batch (a round: one forward over every
+// running request's next token and the new requests' prompt rows within
+// --batch-prefill-tokens, oldest first: the weights are read once a step for all of them; with
+// G4_BATCH_PROMPT_ROWS=0, prompt chunks of their own forwards first, then the decode step:
+// engine/batch.h), streams each request's text as its tokens come, and frees a slot as
 // soon as its request ends or its client leaves. A request the batch cannot run (logprobs,
 // penalties, logit_bias, min_p, response_format json, tools, n > 1, transcriptions:
 // g4cu_batch_accepts) runs on one extra state, made on first need, one such request at a time.
@@ -1732,8 +1733,9 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
         "# TYPE g4cu_batch_decoding gauge\ng4cu_batch_decoding %d\n", decode);
     OUT("# HELP g4cu_batch_kv_rows KV rows the slots' caches hold (at most --n-ctx x slots).\n"
         "# TYPE g4cu_batch_kv_rows gauge\ng4cu_batch_kv_rows %ld\n", kv_rows);
-    OUT("# HELP g4cu_batch_size Decode steps by their rows (running requests decoded together); "
-        "_sum / _count is the mean batch size.\n"
+    OUT("# HELP g4cu_batch_size Decode steps by their decode rows (running requests decoded "
+        "together; a step of prompt rows only counts 0); _sum / _count is the mean batch "
+        "size.\n"
         "# TYPE g4cu_batch_size histogram\n");
     unsigned long long bacc = 0;
     for (int i = 0; i < N_BATCH_BUCKETS; i++) {
@@ -1743,11 +1745,13 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
     OUT("g4cu_batch_size_bucket{le=\"+Inf\"} %llu\n", bacc + S.batch_hist[N_BATCH_BUCKETS]);
     OUT("g4cu_batch_size_sum %llu\ng4cu_batch_size_count %llu\n", S.batch_rows, S.batch_steps);
     OUT("# HELP g4cu_batch_seconds_total Where the scheduler's rounds spent their time: "
-        "prefill (prompt chunks), decode (the decode step: the forward over every row, the "
-        "sampler, the ids back), accept (the host work per row after a step: stop checks, "
-        "detokenizing, streaming callbacks, ending requests), submit (starting requests: the "
-        "template, the tokenizer, the towers), sched (the scheduler's other work: the queue, "
-        "cancels, polls, /slots, answering ended requests, waiting for locks).\n"
+        "prefill (prompt chunks in their own forwards: media prompts, or every prompt with "
+        "G4_BATCH_PROMPT_ROWS=0), decode (the decode step: the forward over every row, prompt "
+        "rows included, the sampler, the ids back), accept (the host work per row after a "
+        "step: stop checks, detokenizing, streaming callbacks, ending requests), submit "
+        "(starting requests: the template, the tokenizer, the towers), sched (the scheduler's "
+        "other work: the queue, cancels, polls, /slots, answering ended requests, waiting for "
+        "locks).\n"
         "# TYPE g4cu_batch_seconds_total counter\n");
     const struct { const char *phase; double s; } split[] = {
         {"prefill", S.times.prefill_s}, {"decode", S.times.decode_s},
@@ -1755,9 +1759,11 @@ static enum MHD_Result metrics(struct MHD_Connection *c, conn_ctx *x) {
         {"sched", S.sched_s}};
     for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
         OUT("g4cu_batch_seconds_total{phase=\"%s\"} %.6f\n", split[i].phase, split[i].s);
-    OUT("# HELP g4cu_batch_rounds_total Scheduler rounds (batch steps: prefill, then decode).\n"
+    OUT("# HELP g4cu_batch_rounds_total Scheduler rounds (batch steps: one decode step with the "
+        "prompt rows; or prefill chunks, then decode).\n"
         "# TYPE g4cu_batch_rounds_total counter\ng4cu_batch_rounds_total %ld\n", S.times.rounds);
-    OUT("# HELP g4cu_batch_prefill_chunks_total Prompt chunks prefilled in the batch's rounds.\n"
+    OUT("# HELP g4cu_batch_prefill_chunks_total Prompt chunks prefilled in the batch's rounds "
+        "(own forwards or rows of a decode step).\n"
         "# TYPE g4cu_batch_prefill_chunks_total counter\ng4cu_batch_prefill_chunks_total %ld\n",
         S.times.prefill_chunks);
     OUT("# HELP g4cu_batch_prefill_tokens_total Prompt tokens prefilled in the batch's rounds.\n"

@@ -74,8 +74,8 @@
 #   eval_batch  issue 31's eval --batch 16 vs 1 on the carried smoke media (CUDA; a gpu-eval
 #            package: gpu-tiny's shapes with the tiny fixture's vocabulary and token ids), each
 #            run's --time split, and --batch 16 with G4_EVAL_PREP_THREADS=0
-#            G4_BATCH_PREFILL_ONE=1 (the front ends on the stepping thread, a prefill budget of
-#            one chunk: one prompt chunk a round)
+#            G4_BATCH_PREFILL_ONE=1 G4_BATCH_PROMPT_ROWS=0 (the front ends on the stepping thread,
+#            the earlier rounds with a prefill budget of one chunk: one prompt chunk a round)
 #            and with G4_BATCH_GRAPH=1 (the batch step captured per row count)
 #   e2b_bg   start making the full-size random E2B package in the background (f16, Q4 via
 #            g4cu quantize, HF dumps of a 16-token prompt): e2b_make, detached
@@ -97,9 +97,10 @@
 #            files serve_<pkg>_p<N>.*). Pass: "0 failed, 0 mis-answered" and "exit 0 after
 #            SIGTERM". Issue 31's load: SERVE_PARALLEL=32 SERVE_CLIENTS=32 SERVE_MAX_TOKENS=128
 #            SERVE_LOAD_ARGS="--greedy --prompt-words 100". SERVE_PROMPT_ROWS="0 1" runs each
-#            load once per G4_BATCH_PROMPT_ROWS value (engine/batch.h: prompts as rows of the
-#            decode step; a fresh server each; files serve_<pkg>[_p<N>]_rows1.* for 1; default:
-#            $G4_BATCH_PROMPT_ROWS as set, else 0)
+#            load once per G4_BATCH_PROMPT_ROWS value (engine/batch.h: 1, the default (issue
+#            31), prompts as rows of the decode step; 0 the earlier rounds, a forward per
+#            prompt chunk then the decode step; a fresh server each; files
+#            serve_<pkg>[_p<N>]_rows0.* for 0; default: $G4_BATCH_PROMPT_ROWS as set, else 1)
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
@@ -763,13 +764,15 @@ with open(sys.argv[2], "w") as f:
             f.write(json.dumps(dict(it, id=f"{it['id']}-r{r}")) + "\n")
 PY
         # 16ab: --batch 16 with the front ends on the stepping thread and a prefill budget of one
-        # chunk a round (G4_EVAL_PREP_THREADS=0 G4_BATCH_PREFILL_ONE=1): what the worker threads
-        # and the default budget (several prompts a round) bring (the A/B of issue 31's eval half); 16g: the batch step captured
+        # chunk a round (G4_EVAL_PREP_THREADS=0 G4_BATCH_PREFILL_ONE=1, which applies only to the
+        # earlier rounds: G4_BATCH_PROMPT_ROWS=0): what the worker threads and the default
+        # rounds bring (the A/B of issue 31's eval half; the media prompts are chunks of their
+        # own forwards either way, cut to the budget's rest with prompt rows); 16g: the batch step captured
         # per row count (G4_BATCH_GRAPH=1): whether the tiny model's eager step is launch-bound
         for b in 1 16 16ab 16g; do
             rm -rf "$WORK/eval_${task}_b$b"
             local t0=$(date +%s.%N) env=()
-            [ $b = 16ab ] && env=(G4_EVAL_PREP_THREADS=0 G4_BATCH_PREFILL_ONE=1)
+            [ $b = 16ab ] && env=(G4_EVAL_PREP_THREADS=0 G4_BATCH_PREFILL_ONE=1 G4_BATCH_PROMPT_ROWS=0)
             [ $b = 16g ] && env=(G4_BATCH_GRAPH=1)
             env ${env[@]+"${env[@]}"} build-gpu/g4cu eval "$man" --task $task "$pkg" --backend cuda --tokenizer tests/fixtures/chat/chat_bpe.json \
                 --data-dir "$data" --out "$WORK/eval_${task}_b$b" --batch ${b%%[a-z]*} --time >"$OUT/eval_${task}_b$b.out" 2>"$OUT/eval_${task}_b$b.err"
@@ -894,7 +897,7 @@ stage_serve() {
     python3 tools/gpu/pad_tokenizer.py tests/fixtures/chat/chat_bpe.json "$WORK/e2b_tok_text.json" 262144 --text || return 1
     for k in ${SERVE_PKGS:-f16 q4}; do
         for p in ${SERVE_PREFILL_TOKENS:-default}; do
-            for r in ${SERVE_PROMPT_ROWS:-${G4_BATCH_PROMPT_ROWS:-0}}; do
+            for r in ${SERVE_PROMPT_ROWS:-${G4_BATCH_PROMPT_ROWS:-1}}; do
                 G4_BATCH_PROMPT_ROWS=$r serve_one "$d" "$k" "$p"
             done
         done
@@ -910,8 +913,8 @@ serve_one() {
         budget=(--batch-prefill-tokens "$p")
         tag="$k prefill-$p" f="serve_${k}_p$p"
     fi
-    if [ "${G4_BATCH_PROMPT_ROWS:-0}" = 1 ]; then # (read by the server's batch)
-        tag="$tag rows" f="${f}_rows1"
+    if [ "${G4_BATCH_PROMPT_ROWS:-1}" = 0 ]; then # (read by the server's batch; 1 the default)
+        tag="$tag rows0" f="${f}_rows0"
     fi
     # shellcheck disable=SC2086
     build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \

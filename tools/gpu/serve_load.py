@@ -18,8 +18,12 @@ while the load runs, and the g4cu_batch_size histogram's change over the run):
 then where the scheduler's rounds went over the run (the change of /metrics'
 g4cu_batch_seconds_total by phase; the rest of the wall time is the scheduler waiting for work):
 
-  serve rounds: K rounds, S steps in W s: prefill P s (C chunks, T tokens), decode D s (X ms a
-  step), accept A s, submit U s, sched Y s; idle Z s
+  serve rounds: K rounds, S steps in W s: prefill P s in own forwards (C chunks, T tokens in
+  all), decode D s (X ms a step), accept A s, submit U s, sched Y s; idle Z s
+
+(prefill seconds are the prompt chunks run in forwards of their own: with prompts as rows of
+the decode step, the server's default, only media prompts'; the other prompts' time is in
+decode. The chunks and tokens count every prompt's, rows or own forward: engine/batch.h)
 
 and writes --json with the same numbers (batch_size_mean, batch_steps, batch_running_samples,
 batch_size_buckets, rounds, round_seconds {phase: s}, prefill_chunks, prefill_tokens). Exit 1 when any well-formed request failed or any malformed one was not
@@ -245,8 +249,8 @@ def main():
     if rounds is not None and None not in split.values():  # (a server without the split: none)
         busy = sum(split.values())
         print(f"serve rounds: {int(rounds)} rounds, {int(steps)} steps in {wall:.2f} s: prefill "
-              f"{split['prefill']:.3f} s ({int(res['prefill_chunks'] or 0)} chunks, "
-              f"{int(res['prefill_tokens'] or 0)} tokens), decode {split['decode']:.3f} s "
+              f"{split['prefill']:.3f} s in own forwards ({int(res['prefill_chunks'] or 0)} chunks, "
+              f"{int(res['prefill_tokens'] or 0)} tokens in all), decode {split['decode']:.3f} s "
               f"({1e3 * split['decode'] / steps if steps else float('nan'):.2f} ms a step), accept "
               f"{split['accept']:.3f} s, submit {split['submit']:.3f} s, sched {split['sched']:.3f} s; "
               f"idle {wall - busy:.3f} s")
