@@ -100,7 +100,10 @@
 #            load once per G4_BATCH_PROMPT_ROWS value (engine/batch.h: 1, the default (issue
 #            31), prompts as rows of the decode step; 0 the earlier rounds, a forward per
 #            prompt chunk then the decode step; a fresh server each; files
-#            serve_<pkg>[_p<N>]_rows0.* for 0; default: $G4_BATCH_PROMPT_ROWS as set, else 1)
+#            serve_<pkg>[_p<N>]_rows0.* for 0; default: $G4_BATCH_PROMPT_ROWS as set, else 1).
+#            SERVE_ENV="plain:X=1 graph:G4_BATCH_GRAPH=1" runs each load once per variant (NAME:
+#            VAR=VALUE[,VAR=VALUE..] set for the server; files serve_..._NAME.*; default one
+#            run with the environment as it is)
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
@@ -898,7 +901,13 @@ stage_serve() {
     for k in ${SERVE_PKGS:-f16 q4}; do
         for p in ${SERVE_PREFILL_TOKENS:-default}; do
             for r in ${SERVE_PROMPT_ROWS:-${G4_BATCH_PROMPT_ROWS:-1}}; do
-                G4_BATCH_PROMPT_ROWS=$r serve_one "$d" "$k" "$p"
+                for v in ${SERVE_ENV:-"-:X=1"}; do
+                    ( # the variant's variables for this server only
+                        IFS=, read -r -a kvs <<<"${v#*:}"
+                        for kv in "${kvs[@]}"; do export "${kv?}"; done
+                        G4_BATCH_PROMPT_ROWS=$r SERVE_TAG="${v%%:*}" serve_one "$d" "$k" "$p"
+                    )
+                done
             done
         done
     done
@@ -915,6 +924,9 @@ serve_one() {
     fi
     if [ "${G4_BATCH_PROMPT_ROWS:-1}" = 0 ]; then # (read by the server's batch; 1 the default)
         tag="$tag rows0" f="${f}_rows0"
+    fi
+    if [ "${SERVE_TAG:--}" != - ]; then # (a SERVE_ENV variant)
+        tag="$tag $SERVE_TAG" f="${f}_$SERVE_TAG"
     fi
     # shellcheck disable=SC2086
     build-gpu/g4cu serve "$d/$k" --backend "${SERVE_BACKEND:-cuda}" --port 0 --parallel "${SERVE_PARALLEL:-4}" \
