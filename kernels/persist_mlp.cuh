@@ -38,6 +38,20 @@ int g4_persist_mlp_q4(void *y, g4_gemm_epi epi, const void *bias, void *mlp, con
                       const g4_gemv_norm *a, const g4_q4_weight *wg, const g4_q4_weight *wu,
                       const g4_q4_weight *wd, void *ws, size_t ws_bytes, cudaStream_t stream);
 
+// Design 2 (G4_PERSIST_MLP=2, persist_mlp.cu "design 2": static units, the weights bulk-copied
+// into shared memory before the PDL wait): sets the kernel's shared-memory attribute and asks
+// its co-resident CTA count, once; returns that count (0: design 2 cannot run, design 1 does).
+// Call it outside any graph capture before the first launch that may be captured (the CUDA
+// backend does when it allocates the workspace); a launch calls it too if nobody did.
+int g4_persist_mlp_prepare(void);
+
+// Design 2's plan for (H, F): grid CTAs (0: it cannot run), shared-memory slots a CTA and their
+// bytes.
+void g4_persist_mlp_plan2(int H, int F, int *grid, int *slots, int *slot_bytes);
+
+// The design launches run: 1 or 2, or 0 for G4_PERSIST_MLP's (2 selects design 2, else 1).
+void g4_persist_mlp_set_design(int design);
+
 // The plan a launch of (H, F) runs (benches print it): grid CTAs, phase-1 and phase-2 units,
 // the down weight's K chunks.
 void g4_persist_mlp_plan(int H, int F, int *grid, int *units1, int *units2, int *chunks);
