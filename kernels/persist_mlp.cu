@@ -747,7 +747,16 @@ int ps_prepare() {
     if (dyn > optin - stat) dyn = optin - stat;
     dyn &= ~127;
     int occ0 = 0, occ1 = 0;
+    // The carveout at its most shared memory: the driver's choice of the L1 / shared split is a
+    // hint it may size for one CTA an SM, and a grid sized by the query with fewer CTAs
+    // resident than it counted would spin on units of CTAs that can never start.
     if (dyn < 128 ||
+        cudaFuncSetAttribute(persist_mlp_static_kernel<false>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             (int)cudaSharedmemCarveoutMaxShared) ||
+        cudaFuncSetAttribute(persist_mlp_static_kernel<true>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             (int)cudaSharedmemCarveoutMaxShared) ||
         cudaFuncSetAttribute(persist_mlp_static_kernel<false>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) ||
         cudaFuncSetAttribute(persist_mlp_static_kernel<true>,
@@ -795,14 +804,13 @@ void launch2(const ps_args &p, const gv_pro &pro, bool with_prologue, int grid,
                       smem, stream, p, pro);
 }
 
-// The design a launch runs: G4_PERSIST_MLP=2 selects design 2 (read once), else design 1;
-// g4_persist_mlp_set_design overrides it (benches run both).
+// The design a launch runs: G4_PERSIST_MLP=2 selects design 2, else design 1 (read at every
+// launch, so a test can run its cases under both; a decode step replays a graph: its launches
+// read it once, at capture); g4_persist_mlp_set_design overrides it (benches run both).
 int design_forced = 0;
 int design() {
-    static int d = 0;
     if (design_forced) return design_forced;
-    if (!d) d = env_int("G4_PERSIST_MLP", 1, 0, 2) == 2 ? 2 : 1;
-    return d;
+    return env_int("G4_PERSIST_MLP", 1, 0, 2) == 2 ? 2 : 1;
 }
 
 } // namespace
