@@ -422,7 +422,11 @@ void launch(const pm_args &p, const gv_pro &pro, bool with_prologue, int grid,
 // on the stream is scheduled only after all of this grid's CTAs ran launch_dependents, i.e.
 // are resident). A CTA computes all its phase-1 items before its first phase-2 wait and phase-1
 // items wait on nothing, so every awaited unit is computed by a running CTA: no cycle; G = 1
-// computes everything itself. The spins are bounded (a message and a trap).
+// computes everything itself. The spins are bounded (a message and a trap). The one case this
+// does not cover: two design-2 grids in flight at once on different streams (two engines
+// decoding concurrently), each sized to the whole GPU, could each hold part of the SMs and wait
+// for CTAs that cannot start: the trap ends it, it never hangs. Any other kernel on another
+// stream only delays the late CTAs (it finishes without waiting on this grid).
 //
 // PDL (pdl.cuh rule 1): above the wait only kernel-parameter arithmetic, the mbarrier init
 // (shared memory), the bulk copies of immutable weights into the CTA's own shared memory and L2

@@ -6,7 +6,9 @@
 //   phase 1:   mlp fp16 [F] = gelu_tanh(x @ Wg) * (x @ Wu)        (the fused GLU GEMV's math)
 //   phase 2:   y [H] = mlp @ Wd (+ bias), stored by the epilogue epi (the down linear's)
 // The phases hand over through on-device counters in a workspace instead of a kernel boundary;
-// see persist_mlp.cu for the design, the counters' reset and why it cannot deadlock.
+// see persist_mlp.cu for the design, the counters' reset and why it cannot deadlock. Two
+// designs (G4_PERSIST_MLP=1: dynamically claimed units; =2: static units whose weights are
+// bulk-copied into shared memory before the PDL wait, bench/NOTES.md "..., second design").
 // Test: tests/test_backend_ops.c --op mlp_block; bench: g4cu bench --kernels --filter persist.
 #ifndef G4_PERSIST_MLP_CUH
 #define G4_PERSIST_MLP_CUH
