@@ -377,6 +377,8 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
         p.ws = dalloc(p.ws_bytes);
         G4_CUDA_CHECK(cudaMemset(p.ws, 0, p.ws_bytes));
         G4_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<__half> out[2]; // the trial's y then mlp, each design
+        out[0].resize((size_t)H + F), out[1].resize((size_t)H + F);
         for (int d = 0; d < 2 && n < max; d++) {
             if (!want[d]) continue;
             if (d == 1 && grid2 <= 0) {
@@ -392,6 +394,16 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
                 fprintf(stderr, "bench %s %s: skipped: %s\n", row[d].op, row[d].shape, g4_error());
                 continue;
             }
+            // The two designs do the same arithmetic in the same order (persist_mlp.cu): the
+            // trial's y and mlp must be equal bit for bit.
+            G4_CUDA_CHECK(cudaMemcpy(out[d].data(), p.y[0], (size_t)H * 2, cudaMemcpyDeviceToHost));
+            G4_CUDA_CHECK(
+                cudaMemcpy(out[d].data() + H, p.mlp[0], (size_t)F * 2, cudaMemcpyDeviceToHost));
+            if (d == 1 && want[0])
+                fprintf(stderr, "bench persist_mlp H=%d ffn=%d: design 2's y and mlp %s\n", H, F,
+                        memcmp(out[0].data(), out[1].data(), out[0].size() * 2)
+                            ? "DIFFER from design 1's"
+                            : "equal design 1's bit for bit");
             const int per_graph = p.copies < 8 ? 8 : p.copies;
             row[d].ours = g4_kbench_run_graph(launch_persist, &p, per_graph, 2, reps);
             row[d].base = g4_kbench_run_graph(launch_pair, &p, per_graph, 2, reps);
