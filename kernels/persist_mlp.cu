@@ -54,6 +54,7 @@
 #include "kernels/pdl.cuh"
 #include "kernels/persist_mlp.cuh"
 #include "kernels/q4_dequant.cuh"
+#include "kernels/wgmma_common.cuh"
 
 namespace g4k {
 namespace {
@@ -391,6 +392,323 @@ void launch(const pm_args &p, const gv_pro &pro, bool with_prologue, int grid,
                       (size_t)0, stream, p, pro);
 }
 
+// ---- design 2 (G4_PERSIST_MLP=2): static units, the weights in flight before the wait -------
+//
+// Why (bench/NOTES.md "Issue 30 stage 2, second design"): design 1's dynamic claims made every
+// unit a serial chain (claim round trip -> load -> reduce -> publish). Here CTA b of G knows its
+// units at launch: phase-1 units u = b, b + G, ... (< U1) and phase-2 units p = (G-1-b),
+// (G-1-b) + G, ... (< U2; the reversed residue gives the CTAs with one phase-1 unit fewer the
+// extra phase-2 unit, so the bytes balance). Its items i = 0 .. n-1 (phase 1 first) go into a
+// ring of ns shared-memory slots (slot i % ns, round i / ns): before the PDL wait thread 0
+// issues items 0 .. ns-1 as bulk copies (cp.async.bulk global -> shared, completion on the
+// slot's mbarrier) and the CTA prefetches the bytes of items ns .. n-1 into L2; after item i is
+// computed (a CTA barrier: every warp is done reading its slot) thread 0 refills the slot with
+// item i + ns (from L2 by then). A slot holds one unit's tiles in the order q, scales, zero
+// points (phase 1: gate then up of each; all offsets multiples of 16 bytes, as the copies need).
+//
+// Units and arithmetic as design 1 (same tiles a warp, same warp-order reduction, same chunks):
+// phase 1 = feature tile u of gate and up over all of K = H; phase 2 = feature tile nt of down
+// over K chunk c (unit p = nt S2 + c). Hand-over per chunk: a phase-1 unit publishes (stores,
+// __threadfence, atomicAdd) on the counter of the chunk holding its k tile u / 4; a phase-2 unit
+// of chunk c waits (thread 0, ld.acquire.gpu, bounded) only until that counter reaches the
+// chunk's 4 (ke - kb) units. Counters: done[c] (line c), seen[c] (line S2 + c: the phase-2 units
+// of chunk c that passed the wait; the H / 16-th resets done[c] and seen[c]: every producer has
+// published and every consumer has seen it), tile[nt] (line 2 S2 + nt, design 1's chunk
+// arrivals and in-order sum, reset by the last chunk). All back at zero when the grid ends, so a
+// graph replays the launch as is and the next launch reads them after its wait.
+//
+// Deadlock: G <= the co-resident capacity of this kernel (the occupancy query, made once
+// outside any capture: g4_persist_mlp_prepare), so every CTA becomes resident (the next kernel
+// on the stream is scheduled only after all of this grid's CTAs ran launch_dependents, i.e.
+// are resident). A CTA computes all its phase-1 items before its first phase-2 wait and phase-1
+// items wait on nothing, so every awaited unit is computed by a running CTA: no cycle; G = 1
+// computes everything itself. The spins are bounded (a message and a trap). The one case this
+// does not cover: two design-2 grids in flight at once on different streams (two engines
+// decoding concurrently), each sized to the whole GPU, could each hold part of the SMs and wait
+// for CTAs that cannot start: the trap ends it, it never hangs. Any other kernel on another
+// stream only delays the late CTAs (it finishes without waiting on this grid).
+//
+// PDL (pdl.cuh rule 1): above the wait only kernel-parameter arithmetic, the mbarrier init
+// (shared memory), the bulk copies of immutable weights into the CTA's own shared memory and L2
+// prefetches of weights (tests/test_pdl_sass.sh allows the bulk-copy form for this kernel only).
+// After the wait: the add-norm prologue (CTAs with a phase-1 unit; CTA 0, which owns unit 0,
+// writes h_out and x) or x. y may be r: a phase-2 store follows every phase-1 publish of its
+// tile's chunks, i.e. every CTA with a phase-1 unit read r before it; CTAs without one skip the
+// prologue and never read r.
+constexpr int PS_MAX_SLOTS = 16;
+constexpr int PS_TILE = 512 + 64 + 16; // a Q4 tile: 4-bit codes, scales, zero points
+
+struct ps_args {
+    q4w wg, wu, wd;
+    void *y;
+    const __half *bias;
+    __half *mlp;
+    const __half *x;                     // (without the prologue)
+    int epi, H, F, U1, U2, S2, ns, slot; // ns slots of `slot` bytes in dynamic shared memory
+    int *ctr;                            // done[S2], seen[S2], tile[H / 16] lines
+    float *part;                         // [S2][H]
+};
+
+size_t counters2_bytes(int H, int F) {
+    return (size_t)(2 * down_chunks(F) + H / 16) * PM_LINE * sizeof(int);
+}
+
+// The partials follow the counters of either design (one workspace serves both).
+size_t part_offset(int H, int F) {
+    const size_t c1 = counters_bytes(H), c2 = counters2_bytes(H, F);
+    return c1 > c2 ? c1 : c2;
+}
+
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes,
+                                         uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(smem_u32(dst)),
+                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+// The chunk whose k tiles [kb(c), kb(c + 1)) hold k tile kt; kb(c) = KT2 c / S2 as design 1.
+__device__ __forceinline__ int chunk_of(int kt, int KT2, int S2) {
+    int c = (int)((long long)kt * S2 / KT2); // kb(c) <= kt; may be one short
+    while (c + 1 < S2 && (int)((long long)KT2 * (c + 1) / S2) <= kt) c++;
+    return c;
+}
+
+// Thread 0: until *p >= target (bounded; see design 1's wait_count).
+__device__ __noinline__ void wait_chunk(const int *p, int target, int c) {
+    unsigned polls = 0;
+    int v;
+    while ((v = ld_acquire(p)) < target) {
+        __nanosleep(32);
+        if (++polls == PM_MAX_POLLS) {
+            printf("persist_mlp (static): CTA %d polled chunk %d's counter %u times: %d of %d "
+                   "units published; trapping\n",
+                   (int)blockIdx.x, c, polls, v, target);
+            __trap();
+        }
+    }
+    __threadfence();
+}
+
+// Item i of this CTA: phase 1 (unit u) when i < n1, else phase 2 (unit p).
+struct ps_item {
+    bool ph1;
+    int unit, n;   // unit index; tiles a matrix
+    size_t off;    // first tile index in the weight
+    int nt, c, kb; // phase 2
+};
+__device__ __forceinline__ ps_item item_of(const ps_args &a, int i, int n1) {
+    ps_item it;
+    const int G = gridDim.x, b = blockIdx.x;
+    if (i < n1) {
+        it.ph1 = true;
+        it.unit = b + i * G;
+        it.n = a.H / 64;
+        it.off = (size_t)it.unit * it.n;
+        it.nt = it.c = it.kb = 0;
+    } else {
+        const int KT2 = a.F / 64;
+        it.ph1 = false;
+        it.unit = (G - 1 - b) + (i - n1) * G;
+        it.nt = it.unit / a.S2;
+        it.c = it.unit % a.S2;
+        it.kb = (int)((long long)KT2 * it.c / a.S2);
+        it.n = (int)((long long)KT2 * (it.c + 1) / a.S2) - it.kb;
+        it.off = (size_t)it.nt * KT2 + it.kb;
+    }
+    return it;
+}
+
+// Thread 0: item it into slot dst, completing on bar. Layout (m matrices of n tiles): codes at
+// f n 512, scales at m n 512 + f n 64, zero points at m n 576 + f n 16.
+__device__ __forceinline__ void issue_item(const ps_args &a, const ps_item &it, char *dst,
+                                           uint64_t *bar) {
+    const int m = it.ph1 ? 2 : 1;
+    const uint32_t n = (uint32_t)it.n;
+    mbar_expect_tx(bar, m * n * PS_TILE);
+    for (int f = 0; f < m; f++) {
+        const q4w &w = !it.ph1 ? a.wd : f ? a.wu : a.wg;
+        bulk_g2s(dst + f * n * 512, (const char *)w.q + it.off * 512, n * 512, bar);
+        bulk_g2s(dst + m * n * 512 + f * n * 64, (const char *)w.s + it.off * 64, n * 64, bar);
+        bulk_g2s(dst + m * n * 576 + f * n * 16, (const char *)w.z + it.off * 16, n * 16, bar);
+    }
+}
+
+// The whole CTA: item it's bytes into L2.
+__device__ __forceinline__ void prefetch_item(const ps_args &a, const ps_item &it) {
+    const int m = it.ph1 ? 2 : 1;
+    for (int f = 0; f < m; f++) {
+        const q4w &w = !it.ph1 ? a.wd : f ? a.wu : a.wg;
+        g4_prefetch_l2_bytes((const char *)w.q + it.off * 512, (size_t)it.n * 512);
+        g4_prefetch_l2_bytes((const char *)w.s + it.off * 64, (size_t)it.n * 64);
+        g4_prefetch_l2_bytes((const char *)w.z + it.off * 16, (size_t)it.n * 16);
+    }
+}
+
+template <bool PRO>
+__global__ void __launch_bounds__(PM_WARPS * 32, 2)
+    persist_mlp_static_kernel(ps_args a, gv_pro pro) {
+    extern __shared__ __align__(128) char ps_slots[]; // ns x slot bytes
+    __shared__ __align__(16) __half xs[PM_KT * 64];   // x [H]
+    __shared__ float red[2][PM_WARPS][2][16];         // warp partials of token 0, by parity
+    __shared__ __align__(8) uint64_t bars[PS_MAX_SLOTS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int pair = 2 * g + (t >> 1);
+    const int G = gridDim.x, b = blockIdx.x, KT2 = a.F / 64;
+    const int n1 = b < a.U1 ? (a.U1 - 1 - b) / G + 1 : 0;
+    const int n2 = G - 1 - b < a.U2 ? (a.U2 - 1 - (G - 1 - b)) / G + 1 : 0;
+    const int n = n1 + n2, ns = a.ns;
+
+    // --- before the wait: immutable weights only (pdl.cuh rule 1) ---
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ns; s++) mbar_init(&bars[s], 1);
+        fence_mbar_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 0; i < ns && i < n; i++)
+            issue_item(a, item_of(a, i, n1), ps_slots + (size_t)i * a.slot, &bars[i]);
+    for (int i = ns; i < n; i++) prefetch_item(a, item_of(a, i, n1));
+    g4_pdl_wait();
+    g4_pdl_trigger();
+
+    if (n1 > 0) { // x: only phase-1 items read it (CTA-uniform)
+        if constexpr (PRO) {
+            gv_norm_prologue(pro, xs, 1, a.H); // CTA 0 (unit 0) writes h_out, x; ends in a barrier
+        } else {
+            for (int i = threadIdx.x * 8; i < a.H; i += blockDim.x * 8)
+                *(uint4 *)(xs + i) = __ldg((const uint4 *)(a.x + i));
+            __syncthreads();
+        }
+    }
+    const uint32_t *xw1 = (const uint32_t *)(xs + 16 * t); // B column g reads token 0 (M = 1)
+    for (int i = 0; i < n; i++) {
+        const ps_item it = item_of(a, i, n1);
+        const int slot = i % ns, par = i & 1;
+        const char *sb = ps_slots + (size_t)slot * a.slot;
+        if (!it.ph1) { // wait for the chunk's mlp, then let the CTA read it
+            if (threadIdx.x == 0) {
+                wait_chunk(a.ctr + PM_LINE * it.c, 4 * it.n, it.c);
+                int *seen = a.ctr + PM_LINE * (a.S2 + it.c);
+                if (atomicAdd(seen, 1) == a.H / 16 - 1) { // the chunk's last consumer
+                    atomicExch(a.ctr + PM_LINE * it.c, 0);
+                    atomicExch(seen, 0);
+                }
+            }
+            __syncthreads();
+        }
+        mbar_wait(&bars[slot], (uint32_t)(i / ns) & 1u); // the slot's bytes landed
+        float acc[2][4];
+#pragma unroll
+        for (int f = 0; f < 2; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[f][e] = 0.0f;
+        if (it.ph1) {
+#pragma unroll
+            for (int k = 0; k < PM_TPW; k++) {
+                const int kt = warp + PM_WARPS * k;
+                if (kt >= it.n) break; // warp-uniform
+                const uint4 xa = *(const uint4 *)(xw1 + kt * 32),
+                            xb = *(const uint4 *)(xw1 + kt * 32 + 4);
+                const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int f = 0; f < 2; f++) {
+                    const uint4 q = *(const uint4 *)(sb + (f * it.n + kt) * 512 + 16 * lane);
+                    const uint32_t sc =
+                        *(const uint32_t *)(sb + 2 * it.n * 512 + (f * it.n + kt) * 64 + 4 * pair);
+                    const uint32_t zp =
+                        *(const uint8_t *)(sb + 2 * it.n * 576 + (f * it.n + kt) * 16 + pair);
+                    const q4k kc = q4_consts(sc, zp);
+                    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                    for (int s = 0; s < 4; s++) {
+                        uint32_t w4[4];
+                        q4_dequant_word(words[s], kc, w4);
+                        mma_16816(acc[f], w4, xw[2 * s], xw[2 * s + 1]);
+                    }
+                }
+            }
+        } else {
+            uint4 xa[PM_TPW], xb[PM_TPW];
+#pragma unroll
+            for (int k = 0; k < PM_TPW; k++) { // mlp through L2 (written by other CTAs)
+                const int kt = warp + PM_WARPS * k;
+                if (kt < it.n) {
+                    const uint4 *px = (const uint4 *)(a.mlp + (size_t)(it.kb + kt) * 64 + 16 * t);
+                    xa[k] = __ldcg(px);
+                    xb[k] = __ldcg(px + 1);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < PM_TPW; k++) {
+                const int kt = warp + PM_WARPS * k;
+                if (kt >= it.n) break; // warp-uniform
+                const uint32_t xw[8] = {xa[k].x, xa[k].y, xa[k].z, xa[k].w,
+                                        xb[k].x, xb[k].y, xb[k].z, xb[k].w};
+                const uint4 q = *(const uint4 *)(sb + kt * 512 + 16 * lane);
+                const uint32_t sc = *(const uint32_t *)(sb + it.n * 512 + kt * 64 + 4 * pair);
+                const uint32_t zp = *(const uint8_t *)(sb + it.n * 576 + kt * 16 + pair);
+                const q4k kc = q4_consts(sc, zp);
+                const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    uint32_t w4[4];
+                    q4_dequant_word(words[s], kc, w4);
+                    mma_16816(acc[0], w4, xw[2 * s], xw[2 * s + 1]);
+                }
+            }
+        }
+        // D fragment: .x feature g, token 2 t; .z feature g + 8, token 2 t: token 0 in t == 0
+        if (t == 0) {
+#pragma unroll
+            for (int f = 0; f < 2; f++) {
+                red[par][warp][f][g] = acc[f][0];
+                red[par][warp][f][g + 8] = acc[f][2];
+            }
+        }
+        // (warp 0 read red[par] in item i - 2's epilogue, before item i - 1's barrier)
+        __syncthreads(); // every warp is done with the slot and red[par] is written
+        if (threadIdx.x == 0 && i + ns < n)
+            issue_item(a, item_of(a, i + ns, n1), ps_slots + (size_t)slot * a.slot, &bars[slot]);
+        if (warp == 0) {
+            const int l = lane & 15; // lanes 16..31 mirror 0..15 and store nothing
+            float v0 = red[par][0][0][l], v1 = red[par][0][1][l];
+#pragma unroll
+            for (int w = 1; w < PM_WARPS; w++) v0 += red[par][w][0][l], v1 += red[par][w][1][l];
+            if (it.ph1) {
+                if (lane < 16) a.mlp[16 * it.unit + l] = __float2half_rn(gelu_tanh(v0) * v1);
+                __threadfence();
+                __syncwarp();
+                if (lane == 0) // publish (release) on the chunk holding k tile unit / 4
+                    atomicAdd(a.ctr + PM_LINE * chunk_of(it.unit / 4, KT2, a.S2), 1);
+            } else {
+                const int nn = 16 * it.nt + l;
+                if (a.S2 == 1) {
+                    if (lane < 16) store_one(a.y, a.epi, a.bias, nn, nn, v0);
+                } else {
+                    if (lane < 16) a.part[(size_t)it.c * a.H + nn] = v0;
+                    __threadfence();
+                    __syncwarp();
+                    int *tc = a.ctr + PM_LINE * (2 * a.S2 + it.nt);
+                    int old = 0;
+                    if (lane == 0) old = atomicAdd(tc, 1);
+                    old = __shfl_sync(0xffffffffu, old, 0);
+                    if (old == a.S2 - 1) { // the last chunk of tile nt: sum all in chunk order
+                        __threadfence();
+                        if (lane < 16) {
+                            float s0 = 0.0f;
+                            for (int cc = 0; cc < a.S2; cc++)
+                                s0 += __ldcg(a.part + (size_t)cc * a.H + nn);
+                            store_one(a.y, a.epi, a.bias, nn, nn, s0);
+                        }
+                        if (lane == 0) atomicExch(tc, 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 int check_q4(const char *who, const char *name, const g4_q4_weight *w, int N, int K) {
     if (!w || !w->q || !w->scales || !w->zp)
         return g4_fail(G4_EUSER, "%s: %s weight NULL or not repacked", who, name);
@@ -398,6 +716,105 @@ int check_q4(const char *who, const char *name, const g4_q4_weight *w, int N, in
         return g4_fail(G4_EUSER, "%s: %s weight [K %d, N %d], expected [K %d, N %d]", who, name,
                        w->k, w->n, K, N);
     return G4_OK;
+}
+
+// Design 2's residency, asked once (g4_persist_mlp_prepare, outside any graph capture): the
+// dynamic shared memory a CTA may take with G4_PERSIST_CPS CTAs an SM (default 2; the opt-in
+// attribute set to it) and the co-resident CTAs of the kernel with that much (the occupancy
+// query x SMs; 0 if it failed: design 1 runs instead).
+struct ps_residency {
+    int done, dyn, capacity;
+};
+ps_residency &residency() {
+    static ps_residency r = {0, 0, 0};
+    return r;
+}
+
+int ps_prepare() {
+    ps_residency &r = residency();
+    if (r.done) return r.capacity;
+    r.done = 1;
+    int dev = 0, per_sm = 0, optin = 0, reserved = 0;
+    cudaFuncAttributes fa0, fa1;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) ||
+        cudaFuncGetAttributes(&fa0, persist_mlp_static_kernel<false>) ||
+        cudaFuncGetAttributes(&fa1, persist_mlp_static_kernel<true>)) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int stat = (int)(fa0.sharedSizeBytes > fa1.sharedSizeBytes ? fa0.sharedSizeBytes
+                                                                     : fa1.sharedSizeBytes);
+    int dyn = per_sm / ctas_per_sm() - reserved - stat;
+    if (dyn > optin - stat) dyn = optin - stat;
+    dyn &= ~127;
+    int occ0 = 0, occ1 = 0;
+    // The carveout at its most shared memory: the driver's choice of the L1 / shared split is a
+    // hint it may size for one CTA an SM, and a grid sized by the query with fewer CTAs
+    // resident than it counted would spin on units of CTAs that can never start.
+    if (dyn < 128 ||
+        cudaFuncSetAttribute(persist_mlp_static_kernel<false>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             (int)cudaSharedmemCarveoutMaxShared) ||
+        cudaFuncSetAttribute(persist_mlp_static_kernel<true>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             (int)cudaSharedmemCarveoutMaxShared) ||
+        cudaFuncSetAttribute(persist_mlp_static_kernel<false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) ||
+        cudaFuncSetAttribute(persist_mlp_static_kernel<true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ0, persist_mlp_static_kernel<false>,
+                                                      PM_WARPS * 32, (size_t)dyn) ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ1, persist_mlp_static_kernel<true>,
+                                                      PM_WARPS * 32, (size_t)dyn)) {
+        cudaGetLastError();
+        return 0;
+    }
+    r.dyn = dyn;
+    r.capacity = (occ0 < occ1 ? occ0 : occ1) * num_sms();
+    return r.capacity;
+}
+
+// Design 2's plan: grid G (<= capacity), ns slots of `slot` bytes; G 0 when it cannot run.
+void ps_plan(int H, int F, int *grid, int *ns, int *slot) {
+    const int KT1 = H / 64, KT2 = F / 64, S2 = down_chunks(F), U1 = F / 16, U2 = H / 16 * S2,
+              cmax = (KT2 + S2 - 1) / S2;
+    const int cap = ps_prepare();
+    static int forced = -1;
+    if (forced < 0) forced = env_int("G4_PERSIST_GRID", 0, 0, 1 << 20);
+    int G = U1 > U2 ? U1 : U2;
+    if (forced && forced < G) G = forced;
+    if (G > cap) G = cap;
+    *slot = ((2 * KT1 > cmax ? 2 * KT1 : cmax) * PS_TILE + 127) & ~127;
+    int n = 0;
+    if (G > 0) n = (U1 + G - 1) / G + (U2 + G - 1) / G; // the most items a CTA holds
+    int s = G > 0 ? residency().dyn / *slot : 0;
+    if (s > n) s = n;
+    if (s > PS_MAX_SLOTS) s = PS_MAX_SLOTS;
+    *ns = s;
+    *grid = s >= 1 ? G : 0;
+}
+
+void launch2(const ps_args &p, const gv_pro &pro, bool with_prologue, int grid,
+             cudaStream_t stream) {
+    const size_t smem = (size_t)p.ns * p.slot;
+    if (with_prologue)
+        g4_pdl_launch(persist_mlp_static_kernel<true>, dim3(grid, 1, 1), dim3(PM_WARPS * 32, 1, 1),
+                      smem, stream, p, pro);
+    else
+        g4_pdl_launch(persist_mlp_static_kernel<false>, dim3(grid, 1, 1), dim3(PM_WARPS * 32, 1, 1),
+                      smem, stream, p, pro);
+}
+
+// The design a launch runs: G4_PERSIST_MLP=2 selects design 2, else design 1 (read at every
+// launch, so a test can run its cases under both; a decode step replays a graph: its launches
+// read it once, at capture); g4_persist_mlp_set_design overrides it (benches run both).
+int design_forced = 0;
+int design() {
+    if (design_forced) return design_forced;
+    return env_int("G4_PERSIST_MLP", 1, 0, 2) == 2 ? 2 : 1;
 }
 
 } // namespace
@@ -411,7 +828,7 @@ extern "C" const char *g4_persist_mlp_supported(int H, int F) {
 }
 
 extern "C" size_t g4_persist_mlp_workspace(int H, int F) {
-    return g4k::counters_bytes(H) + (size_t)g4k::down_chunks(F) * H * sizeof(float);
+    return g4k::part_offset(H, F) + (size_t)g4k::down_chunks(F) * H * sizeof(float);
 }
 
 extern "C" void g4_persist_mlp_plan(int H, int F, int *grid, int *units1, int *units2,
@@ -425,6 +842,18 @@ extern "C" void g4_persist_mlp_plan(int H, int F, int *grid, int *units1, int *u
     *units1 = U1;
     *units2 = U2;
     *chunks = S2;
+}
+
+extern "C" int g4_persist_mlp_prepare(void) {
+    return g4k::ps_prepare();
+}
+
+extern "C" void g4_persist_mlp_plan2(int H, int F, int *grid, int *slots, int *slot_bytes) {
+    g4k::ps_plan(H, F, grid, slots, slot_bytes);
+}
+
+extern "C" void g4_persist_mlp_set_design(int d) {
+    g4k::design_forced = d == 1 || d == 2 ? d : 0;
 }
 
 extern "C" int g4_persist_mlp_q4(void *y, g4_gemm_epi epi, const void *bias, void *mlp,
@@ -464,11 +893,42 @@ extern "C" int g4_persist_mlp_q4(void *y, g4_gemm_epi epi, const void *bias, voi
     p.epi = (int)epi;
     p.H = H;
     p.F = F;
+    // (design 2's bulk copies need 16-byte aligned sources; every tile offset is a multiple of
+    // 16, so the nine base pointers decide)
+    const bool aligned = ((uintptr_t)wg->q | (uintptr_t)wg->scales | (uintptr_t)wg->zp |
+                          (uintptr_t)wu->q | (uintptr_t)wu->scales | (uintptr_t)wu->zp |
+                          (uintptr_t)wd->q | (uintptr_t)wd->scales | (uintptr_t)wd->zp) %
+                             16 ==
+                         0;
+    if (g4k::design() == 2) {
+        g4k::ps_args q;
+        q.wg = p.wg, q.wu = p.wu, q.wd = p.wd;
+        q.y = p.y, q.bias = p.bias, q.mlp = p.mlp, q.x = p.x, q.epi = p.epi, q.H = H, q.F = F;
+        q.S2 = g4k::down_chunks(F);
+        q.U1 = F / 16;
+        q.U2 = H / 16 * q.S2;
+        int grid2 = 0;
+        g4k::ps_plan(H, F, &grid2, &q.ns, &q.slot);
+        if (grid2 > 0 && aligned) {
+            q.ctr = (int *)ws;
+            q.part = (float *)((char *)ws + g4k::part_offset(H, F));
+            g4k::launch2(q, pro, a != nullptr, grid2, stream);
+            return G4_OK;
+        }
+        static int told = 0; // (the query failed, no slot fits or unaligned: design 1, said once)
+        if (!told) {
+            told = 1;
+            fprintf(stderr,
+                    "g4cu: persist_mlp: the static design cannot run here (%s); the "
+                    "dynamic one runs\n",
+                    aligned ? "no residency or shared memory" : "weights not 16-byte aligned");
+        }
+    }
     int grid = 0;
     g4_persist_mlp_plan(H, F, &grid, &p.U1, &p.U2, &p.S2);
     p.pf = g4k::prefetch_mode();
     p.ctr = (int *)ws;
-    p.part = (float *)((char *)ws + g4k::counters_bytes(H));
+    p.part = (float *)((char *)ws + g4k::part_offset(H, F));
     g4k::launch(p, pro, a != nullptr, grid, stream);
     return G4_OK;
 }
