@@ -59,6 +59,21 @@
 namespace g4k {
 namespace {
 
+// One packed Q4 tile (16 features x 32 k: the words q, their block's scale pair and zero
+// points) times the x fragment xw (the MMA's B halves of those 32 k) into acc: four words
+// dequantized, four m16n8k16 MMAs.
+__device__ __forceinline__ void q4_tile_mma(float acc[4], const uint4 &q, uint32_t scale,
+                                            uint32_t zp, const uint32_t xw[8]) {
+    const q4k kc = q4_consts(scale, zp);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t w4[4];
+        q4_dequant_word(words[s], kc, w4);
+        mma_16816(acc, w4, xw[2 * s], xw[2 * s + 1]);
+    }
+}
+
 constexpr int PM_WARPS = 8;
 constexpr int PM_TPW = 4;                // k tiles a warp holds for one unit
 constexpr int PM_KT = PM_WARPS * PM_TPW; // k tiles a unit: 32 (phase 1: K <= 2048)
@@ -296,14 +311,7 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2) persist_mlp_kernel(pm_args a
                 const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
                 for (int f = 0; f < 2; f++) {
-                    const q4k kc = q4_consts(rs[i][f], rz[i][f]);
-                    const uint32_t words[4] = {rq[i][f].x, rq[i][f].y, rq[i][f].z, rq[i][f].w};
-#pragma unroll
-                    for (int s = 0; s < 4; s++) {
-                        uint32_t w4[4];
-                        q4_dequant_word(words[s], kc, w4);
-                        mma_16816(acc[f], w4, xw[2 * s], xw[2 * s + 1]);
-                    }
+                    q4_tile_mma(acc[f], rq[i][f], rs[i][f], rz[i][f], xw);
                 }
             }
         } else {
@@ -329,14 +337,7 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2) persist_mlp_kernel(pm_args a
                 if (kb + warp + PM_WARPS * i >= ke) break; // warp-uniform
                 const uint32_t xw[8] = {xa[i].x, xa[i].y, xa[i].z, xa[i].w,
                                         xb[i].x, xb[i].y, xb[i].z, xb[i].w};
-                const q4k kc = q4_consts(rs[i][0], rz[i][0]);
-                const uint32_t words[4] = {rq[i][0].x, rq[i][0].y, rq[i][0].z, rq[i][0].w};
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    uint32_t w4[4];
-                    q4_dequant_word(words[s], kc, w4);
-                    mma_16816(acc[0], w4, xw[2 * s], xw[2 * s + 1]);
-                }
+                q4_tile_mma(acc[0], rq[i][0], rs[i][0], rz[i][0], xw);
             }
         }
         const int par = j & 1;
@@ -618,14 +619,7 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2)
                         *(const uint32_t *)(sb + 2 * it.n * 512 + (f * it.n + kt) * 64 + 4 * pair);
                     const uint32_t zp =
                         *(const uint8_t *)(sb + 2 * it.n * 576 + (f * it.n + kt) * 16 + pair);
-                    const q4k kc = q4_consts(sc, zp);
-                    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-                    for (int s = 0; s < 4; s++) {
-                        uint32_t w4[4];
-                        q4_dequant_word(words[s], kc, w4);
-                        mma_16816(acc[f], w4, xw[2 * s], xw[2 * s + 1]);
-                    }
+                    q4_tile_mma(acc[f], q, sc, zp, xw);
                 }
             }
         } else {
@@ -648,14 +642,7 @@ __global__ void __launch_bounds__(PM_WARPS * 32, 2)
                 const uint4 q = *(const uint4 *)(sb + kt * 512 + 16 * lane);
                 const uint32_t sc = *(const uint32_t *)(sb + it.n * 512 + kt * 64 + 4 * pair);
                 const uint32_t zp = *(const uint8_t *)(sb + it.n * 576 + kt * 16 + pair);
-                const q4k kc = q4_consts(sc, zp);
-                const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    uint32_t w4[4];
-                    q4_dequant_word(words[s], kc, w4);
-                    mma_16816(acc[0], w4, xw[2 * s], xw[2 * s + 1]);
-                }
+                q4_tile_mma(acc[0], q, sc, zp, xw);
             }
         }
         // D fragment: .x feature g, token 2 t; .z feature g + 8, token 2 t: token 0 in t == 0
