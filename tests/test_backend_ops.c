@@ -1556,6 +1556,18 @@ static void case_sample(int rows, int V, float cap, int top_k1, int quantized, i
     free(x), free(want), free(cnt), free(next), free(got), free(exp_id);
 }
 
+// The one-row sample op on one row of logits alone (its own sampler params dp on the device,
+// its draw counter cnt): the id it picks, the sample_rows cases' reference.
+static int32_t sample_alone(const float *x, int V, float cap, void *dp, int32_t cnt) {
+    tbuf ox = tb_from(G4_F32, 1, V, x), oc = tb_i32(1, 1, &cnt), on = tb_new(G4_I32, 1, 1);
+    int32_t id;
+    be->sample(be, &on.b, &ox.b, cap, dp, &oc.b);
+    be->sync(be);
+    be->download(be, &id, on.b.data, sizeof(int32_t));
+    tb_free(&ox), tb_free(&oc), tb_free(&on);
+    return id;
+}
+
 // Row r's sampler in the sample_rows cases (every >= 2): rows r % every == 1 sample (temperature
 // 0.8 or 1.3, top-k 40 on every other one of them, top-p 0.9 on the rest's every other), the others
 // greedy; seeded from the case's seed and r.
@@ -1603,12 +1615,7 @@ static void case_sample_rows(int rows, int V, float cap, int nan_row, unsigned l
     be->download(be, next, dn.b.data, sizeof(int32_t) * (size_t)rows);
     // the one-row op on each row alone (from the same uncapped logits)
     for (int r = 0; r < rows; r++) {
-        tbuf ox = tb_from(G4_F32, 1, V, x + (size_t)r * V), oc = tb_i32(1, 1, &cnt[r]),
-             on = tb_new(G4_I32, 1, 1);
-        be->sample(be, &on.b, &ox.b, cap, dp[r], &oc.b);
-        be->sync(be);
-        be->download(be, &one[r], on.b.data, sizeof(int32_t));
-        tb_free(&ox), tb_free(&oc), tb_free(&on);
+        one[r] = sample_alone(x + (size_t)r * V, V, cap, dp[r], cnt[r]);
     }
     report_ids("next vs one row alone", next, one, rows);
     // greedy rows: the argmax of the naive capped row (sampled rows keep the one-row answer)
@@ -1687,12 +1694,7 @@ static void case_sample_rows_counts(int V, float cap, unsigned long long seed) {
     }
     // the one-row op on each row alone (from the same uncapped logits), after every launch
     for (int r = 0; r < RMAX; r++) {
-        tbuf ox = tb_from(G4_F32, 1, V, x + (size_t)r * V), oc = tb_i32(1, 1, &cnt[r]),
-             on = tb_new(G4_I32, 1, 1);
-        be->sample(be, &on.b, &ox.b, cap, dp[r], &oc.b);
-        be->sync(be);
-        be->download(be, &one[r], on.b.data, sizeof(int32_t));
-        tb_free(&ox), tb_free(&oc), tb_free(&on);
+        one[r] = sample_alone(x + (size_t)r * V, V, cap, dp[r], cnt[r]);
         am[r] = one[r];
         if (p[r].temperature > 0) continue;
         const float *g = x + (size_t)r * V;
