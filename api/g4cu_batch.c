@@ -248,20 +248,27 @@ int g4cu_batch_poll(g4cu_batch *cb, int64_t id, g4cu_result *out, int *done) {
     return code(rc);
 }
 
+// The batch's stats and (in_use not NULL) how many of its slots hold a request, read together
+// under its lock.
+static g4_batch_stats locked_stats(g4cu_batch *cb, int *in_use) {
+    g4_batch_stats st;
+    pthread_mutex_lock(&cb->lock);
+    g4_batch_get_stats(cb->b, &st);
+    for (int k = 0; in_use && k < cb->slots; k++) *in_use += cb->req[k].id != 0;
+    pthread_mutex_unlock(&cb->lock);
+    return st;
+}
+
 void g4cu_batch_get_info(g4cu_batch *cb, g4cu_batch_info *info) {
     memset(info, 0, sizeof *info);
     if (!cb) return;
-    pthread_mutex_lock(&cb->lock);
-    g4_batch_stats st;
-    g4_batch_get_stats(cb->b, &st);
+    const g4_batch_stats st = locked_stats(cb, &info->in_use);
     info->slots = cb->slots;
-    for (int k = 0; k < cb->slots; k++) info->in_use += cb->req[k].id != 0;
     info->running = st.running;
     info->max_rows = st.max_decoding;
     info->states = st.states_made;
     info->steps = st.decode_steps;
     info->rows_stepped = st.decode_rows;
-    pthread_mutex_unlock(&cb->lock);
 }
 
 int g4cu_batch_set_prefill_tokens(g4cu_batch *cb, int n) {
@@ -284,9 +291,7 @@ void g4cu_batch_get_times(g4cu_batch *cb, g4cu_batch_times *t) {
     if (!t) return;
     memset(t, 0, sizeof *t);
     if (!cb) return;
-    pthread_mutex_lock(&cb->lock);
-    g4_batch_stats st;
-    g4_batch_get_stats(cb->b, &st);
+    const g4_batch_stats st = locked_stats(cb, NULL);
     t->rounds = st.rounds;
     t->steps = st.decode_steps;
     t->prefill_chunks = st.prefill_chunks;
@@ -294,7 +299,6 @@ void g4cu_batch_get_times(g4cu_batch *cb, g4cu_batch_times *t) {
     t->prefill_s = st.prefill_s;
     t->decode_s = st.decode_s;
     t->accept_s = st.accept_s;
-    pthread_mutex_unlock(&cb->lock);
 }
 
 void g4cu_batch_get_slot(g4cu_batch *cb, int slot, g4cu_batch_slot_info *info) {
