@@ -36,11 +36,10 @@ struct g4_batch {
     g4_text_state *step_state; // the decode step's rows (activations only; made on first need)
     long submitted;
     g4_batch_stats stats;
-    // per step: the rows' states and ids [max_rows] (prompt rows: the sampled rows first, the
-    // others gathered in trows, tids [max_rows] first), the sampled rows' next ids and slots
-    // [n_slots], each slot's prompt rows in this step [n_slots]
-    g4_text_state **rows, **trows;
-    int32_t *ids, *tids, *next;
+    // per step: the rows' states and ids [max_rows] (prompt rows: the sampled rows first), the
+    // sampled rows' next ids and slots [n_slots], each slot's prompt rows in this step [n_slots]
+    g4_text_state **rows;
+    int32_t *ids, *next;
     int *which, *take;
 };
 
@@ -78,9 +77,7 @@ int g4_batch_new(g4_pipeline *pl, const g4_batch_opts *o, g4_batch **out) {
     }
     b->slots = g4_calloc((size_t)o->slots, sizeof *b->slots);
     b->rows = g4_calloc((size_t)b->max_rows, sizeof *b->rows);
-    b->trows = g4_calloc((size_t)b->max_rows, sizeof *b->trows);
     b->ids = g4_calloc((size_t)b->max_rows, sizeof *b->ids);
-    b->tids = g4_calloc((size_t)b->max_rows, sizeof *b->tids);
     b->take = g4_calloc((size_t)o->slots, sizeof *b->take);
     b->next = g4_calloc((size_t)o->slots, sizeof *b->next);
     b->which = g4_calloc((size_t)o->slots, sizeof *b->which);
@@ -119,9 +116,7 @@ void g4_batch_free(g4_batch *b) {
     g4_text_state_free(b->step_state);
     free(b->slots);
     free(b->rows);
-    free(b->trows);
     free(b->ids);
-    free(b->tids);
     free(b->take);
     free(b->next);
     free(b->which);
@@ -387,9 +382,9 @@ static int rows_round(g4_batch *b) {
         left -= T;
     }
     if (!any) return decode_all(b);
-    // the rows: sampled ones in rows[0, nl) (decode rows, then ending prompts' last rows in slot
-    // order), the other prompt rows gathered in trows and put after them
-    int nl = 0, nt = 0;
+    // the rows: sampled ones in rows[0, nl) (decode rows, then ending prompts' last rows, in
+    // slot order), then the other prompt rows (slot order, each prompt's in order)
+    int nl = 0;
     for (int i = 0; i < b->n_slots; i++) {
         g4_batch_slot *sl = &b->slots[i];
         if (sl->phase != SLOT_DECODE) continue;
@@ -401,28 +396,28 @@ static int rows_round(g4_batch *b) {
     for (int i = 0; i < b->n_slots; i++) {
         g4_batch_slot *sl = &b->slots[i];
         const int T = b->take[i];
+        if (!T || sl->q.at + T != sl->q.n_prompt) continue;
+        b->which[nl] = i;
+        b->rows[nl] = sl->st;
+        b->ids[nl++] = sl->q.prompt[sl->q.n_prompt - 1];
+    }
+    int n = nl;
+    for (int i = 0; i < b->n_slots; i++) {
+        g4_batch_slot *sl = &b->slots[i];
+        const int T = b->take[i];
         if (!T) continue;
-        const int ends = sl->q.at + T == sl->q.n_prompt;
-        for (int t = 0; t < T; t++) {
-            const int32_t id = sl->q.prompt[sl->q.at + t];
-            if (ends && t == T - 1) {
-                b->which[nl] = i;
-                b->rows[nl] = sl->st;
-                b->ids[nl++] = id;
-            } else {
-                b->trows[nt] = sl->st;
-                b->tids[nt++] = id;
-            }
+        const int ends = sl->q.at + T == sl->q.n_prompt; // (its last row is sampled, above)
+        for (int t = 0; t < T - ends; t++) {
+            b->rows[n] = sl->st;
+            b->ids[n++] = sl->q.prompt[sl->q.at + t];
         }
     }
-    G4_ASSERT(nl <= b->n_slots && nl + nt <= b->max_rows);
-    memcpy(b->rows + nl, b->trows, sizeof *b->rows * (size_t)nt);
-    memcpy(b->ids + nl, b->tids, sizeof *b->ids * (size_t)nt);
+    G4_ASSERT(nl <= b->n_slots && n <= b->max_rows);
     b->stats.decode_steps++;
     b->stats.decode_rows += nd;
     if (nd > b->stats.max_decoding) b->stats.max_decoding = nd;
     const double t0 = g4_progress_now();
-    const int rc = g4_text_batch_step_rows(b->step_state, b->rows, b->ids, nl + nt, nl, b->next);
+    const int rc = g4_text_batch_step_rows(b->step_state, b->rows, b->ids, n, nl, b->next);
     const double t1 = g4_progress_now();
     for (int r = 0; r < nl; r++) { // (the slots that sample: decode rows, ending prompts)
         g4_batch_slot *sl = &b->slots[b->which[r]];
