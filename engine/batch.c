@@ -250,6 +250,18 @@ static int oldest_prefilling(const g4_batch *b, const char *taken) {
     return k;
 }
 
+// A prefill chunk of T rows of slot sl in its own forward, its time in prefill_s: the slot
+// finishes on an error or a stop, and decodes once its whole prompt is in.
+static void own_chunk(g4_batch *b, g4_batch_slot *sl, int T) {
+    const double t0 = g4_progress_now();
+    const int rc = g4_gen_seq_prefill_upto(&sl->q, T);
+    if (rc || sl->q.done)
+        slot_finish(sl, rc);
+    else if (sl->q.at == sl->q.n_prompt)
+        sl->phase = SLOT_DECODE;
+    b->stats.prefill_s += g4_progress_now() - t0;
+}
+
 // The round's prefill (batch.h): the oldest request still prefilling gets one chunk (its own
 // chunk size, cut to the budget), then each next one, oldest first, whose whole chunk fits in
 // what is left of the budget; none is cut to fill it. Each request at most one chunk a round.
@@ -268,13 +280,7 @@ static void prefill_round(g4_batch *b) {
             if (!first) continue; // it waits for a round of its own; a younger one may fit
             T = left;
         }
-        const double t0 = g4_progress_now();
-        const int rc = g4_gen_seq_prefill_upto(&sl->q, T);
-        if (rc || sl->q.done)
-            slot_finish(sl, rc);
-        else if (sl->q.at == sl->q.n_prompt)
-            sl->phase = SLOT_DECODE;
-        b->stats.prefill_s += g4_progress_now() - t0;
+        own_chunk(b, sl, T);
         b->stats.prefill_chunks++;
         b->stats.prefill_tokens += T;
         left = b->prefill_one ? 0 : left - T;
@@ -366,13 +372,7 @@ static int rows_round(g4_batch *b) {
         int T = q->n_prompt - q->at < left ? q->n_prompt - q->at : left;
         if (q->soft.n || q->hp || !text_ids(sl->st->m->cfg, q->prompt + q->at, T)) {
             if (T > q->chunk) T = q->chunk; // its own forward (soft rows live in its state)
-            const double t0 = g4_progress_now();
-            const int rc = g4_gen_seq_prefill_upto(q, T);
-            if (rc || q->done)
-                slot_finish(sl, rc);
-            else if (q->at == q->n_prompt)
-                sl->phase = SLOT_DECODE; // (it decodes in this round's step, as prefill_round's)
-            b->stats.prefill_s += g4_progress_now() - t0;
+            own_chunk(b, sl, T); // (done: it decodes in this round's step, as prefill_round's)
         } else {
             b->take[k] = T;
             any = 1;
