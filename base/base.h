@@ -66,7 +66,7 @@ char *g4_strndup(const char *s, size_t n);
 char *g4_sprintf(const char *fmt, ...) G4_PRINTF(1, 2);
 
 // 1 when the environment variable `name` is set to exactly `value` (the engine's A/B switches:
-// G4_FUSE=0, G4_QKV=0, G4_BATCH_GRAPH=1, ...).
+// G4_FUSE=0, G4_QKV=0, G4_BATCH_GRAPH=0, ...).
 int g4_env_is(const char *name, const char *value);
 
 // 64-bit FNV-1a over n bytes, continuing from h (start with G4_HASH64_INIT): identity checks

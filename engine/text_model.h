@@ -151,7 +151,7 @@ typedef struct g4_text_state {
     void *tab;
     uint64_t *host_tab;
     int batch_rows_ops;
-    // The batch step captured per row count (G4_BATCH_GRAPH=1 at state creation, a backend
+    // The batch step captured per row count (unless G4_BATCH_GRAPH=0 at state creation, a backend
     // with graphs and exec_reserve_rows, the row-batched ops): bgraph[n] replays the step of n
     // rows with the ids, positions and tables staged; a count is captured the second time it
     // is stepped (the first runs eager: it loads the kernels). NULL: no batch graphs.
@@ -241,7 +241,7 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
 // sample_rows call: its own logits row with its own state's sampler and seed, drawn at its own
 // position, into next[r]; each row's n_past advances by one. A row computes exactly what
 // g4_text_step(rows[r], &ids[r], 1, ...) computes from the same cache wherever the backend's
-// ops are row-independent (the CPU reference is). The step runs op by op, or (G4_BATCH_GRAPH=1
+// ops are row-independent (the CPU reference is). The step runs op by op, or (unless G4_BATCH_GRAPH=0
 // at s's creation, a backend with graphs) from a graph captured per row count the second time
 // that count is stepped. G4_BATCH_ROWS=0: one qkv_prep / attention / sample call per row.
 // Hooks are not called.
