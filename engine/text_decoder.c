@@ -145,8 +145,8 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     // (issue 30 stage 2, off by default; 1 and 2 pick the kernel's design, persist_mlp.cu)
     s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1") || g4_env_is("G4_PERSIST_MLP", "2");
     s->batch_rows_ops = g4_text_batch_rows_ops(m);
-    // the batch step in a graph per row count (on by default since the tenth session's serve
-    // load measured it faster, 6,151 vs 5,792 tok/s Q4; G4_BATCH_GRAPH=0 steps op by op)
+    // the batch step in a graph per row count (on by default: the serve load's step 4.65-4.73
+    // ms vs 4.86 op by op, Q4 on the H200; G4_BATCH_GRAPH=0 steps op by op)
     s->batch_graph = !g4_env_is("G4_BATCH_GRAPH", "0") && s->batch_rows_ops && be->graph_begin &&
                      be->exec_reserve_rows;
     s->x = g4_buf_new(be, be->act_type, T, H);
