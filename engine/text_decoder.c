@@ -143,7 +143,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->attn_fused = !g4_env_is("G4_FUSE_ATTN", "0"); // (issue 30: qkv_prep inside attention)
     s->attn_fused_one = g4_env_is("G4_FUSE_ATTN", "1");
     // (issue 30 stage 2, off by default; 1 and 2 pick the kernel's design, persist_mlp.cu)
-    s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1") || g4_env_is("G4_PERSIST_MLP", "2");
+    s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1");
     s->batch_rows_ops = g4_text_batch_rows_ops(m);
     // the batch step in a graph per row count (on by default: the serve load's step 4.65-4.73
     // ms vs 4.86 op by op, Q4 on the H200; G4_BATCH_GRAPH=0 steps op by op)
@@ -580,7 +580,7 @@ static void layer(g4_text_state *s, int l, int T) {
     // MLP block: down(gelu_tanh(gate(x)) * up(x)); x becomes h for the PLE gate.
     g4_buf mlp = g4_buf_view(&s->mlp, T, lc->ffn);
     if (T == 1 && !s->rows && s->persist_mlp && be->mlp_block) {
-        mlp_x(s, T, &mlp, &o, w); // (G4_PERSIST_MLP=1 or 2: one op, on CUDA one launch)
+        mlp_x(s, T, &mlp, &o, w); // (G4_PERSIST_MLP=1: one op, on CUDA one launch)
     } else {
         linear_x(s, T, &mlp, &w->gate, &w->up, NULL, 0);
         be->linear(be, &o, &mlp, &w->down, 0);

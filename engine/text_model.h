@@ -127,7 +127,7 @@ typedef struct g4_text_state {
     int attn_fused, attn_fused_one;
     // Issue 30 stage 2: a one-token forward (not a batch step's rows) runs each MLP block as one
     // op (ops.h mlp_block: on CUDA with Q4 weights one persistent launch), its pending add in it
-    // as add_norm_linear's; only with G4_PERSIST_MLP=1 or 2 (read at state creation) until measured.
+    // as add_norm_linear's; only with G4_PERSIST_MLP=1 (read at state creation) until measured.
     int persist_mlp;
     struct {  // the add a block ended with, not applied yet (pending.r.data != NULL)
         g4_buf r;

@@ -1053,8 +1053,6 @@ static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_r
     G4_CUDA_CHECK(cudaMemsetAsync(cx->attn_ws, 0, cx->attn_ws_bytes, cx->stream));
     G4_CUDA_CHECK(cudaMemsetAsync(cx->sample_ws, 0, cx->sample_ws_bytes, cx->stream));
     G4_CUDA_CHECK(cudaMemsetAsync(cx->persist_ws, 0, cx->persist_ws_bytes, cx->stream));
-    // the persistent MLP's design 2 asks its residency here, never inside a graph capture
-    g4_persist_mlp_prepare();
     // Everything queued before (weight uploads on any stream) is done before this stream runs.
     G4_CUDA_CHECK(cudaDeviceSynchronize());
     return ex;

@@ -6,9 +6,10 @@
 //   phase 1:   mlp fp16 [F] = gelu_tanh(x @ Wg) * (x @ Wu)        (the fused GLU GEMV's math)
 //   phase 2:   y [H] = mlp @ Wd (+ bias), stored by the epilogue epi (the down linear's)
 // The phases hand over through on-device counters in a workspace instead of a kernel boundary;
-// see persist_mlp.cu for the design, the counters' reset and why it cannot deadlock. Two
-// designs (G4_PERSIST_MLP=1: dynamically claimed units; =2: static units whose weights are
-// bulk-copied into shared memory before the PDL wait, bench/NOTES.md "..., second design").
+// see persist_mlp.cu for the design, the counters' reset and why it cannot deadlock
+// (G4_PERSIST_MLP=1: dynamically claimed units). A second design (static units, weights bulk-
+// copied into shared memory before the PDL wait) measured slower and raced under load; it was
+// removed (bench/NOTES.md "..., second design" and the eleventh session's outcome).
 // Test: tests/test_backend_ops.c --op mlp_block; bench: g4cu bench --kernels --filter persist.
 #ifndef G4_PERSIST_MLP_CUH
 #define G4_PERSIST_MLP_CUH
@@ -39,20 +40,6 @@ size_t g4_persist_mlp_workspace(int H, int F);
 int g4_persist_mlp_q4(void *y, g4_gemm_epi epi, const void *bias, void *mlp, const void *x,
                       const g4_gemv_norm *a, const g4_q4_weight *wg, const g4_q4_weight *wu,
                       const g4_q4_weight *wd, void *ws, size_t ws_bytes, cudaStream_t stream);
-
-// Design 2 (G4_PERSIST_MLP=2, persist_mlp.cu "design 2": static units, the weights bulk-copied
-// into shared memory before the PDL wait): sets the kernel's shared-memory attribute and asks
-// its co-resident CTA count, once; returns that count (0: design 2 cannot run, design 1 does).
-// Call it outside any graph capture before the first launch that may be captured (the CUDA
-// backend does when it allocates the workspace); a launch calls it too if nobody did.
-int g4_persist_mlp_prepare(void);
-
-// Design 2's plan for (H, F): grid CTAs (0: it cannot run), shared-memory slots a CTA and their
-// bytes.
-void g4_persist_mlp_plan2(int H, int F, int *grid, int *slots, int *slot_bytes);
-
-// The design launches run: 1 or 2, or 0 for G4_PERSIST_MLP's (2 selects design 2, else 1).
-void g4_persist_mlp_set_design(int design);
 
 // The plan a launch of (H, F) runs (benches print it): grid CTAs, phase-1 and phase-2 units,
 // the down weight's K chunks.

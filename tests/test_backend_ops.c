@@ -811,11 +811,10 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
 // engine writes the block's output over the attention output its add reads). repeat: the op
 // again twice with y and mlp poisoned, and, where the backend has graphs, captured once and
 // replayed 3 times: y and mlp bit-identical every time (its counters reset themselves).
-static const char *mlp_design = ""; // (" design=2": the second pass on CUDA, see run_cases)
 static void case_mlp_block(g4_weight_kind kind, int T, int H, int F, int norm, int alias,
                            int repeat, unsigned long long seed) {
-    if (!want_case("mlp_block", "%s T=%d H=%d F=%d norm=%d y_is_r=%d repeat=%d%s",
-                   kind == G4_W_Q4 ? "q4" : "f16", T, H, F, norm, alias, repeat, mlp_design))
+    if (!want_case("mlp_block", "%s T=%d H=%d F=%d norm=%d y_is_r=%d repeat=%d",
+                   kind == G4_W_Q4 ? "q4" : "f16", T, H, F, norm, alias, repeat))
         return;
     unsigned long long s = seed;
     const size_t n = (size_t)T * H, nm = (size_t)T * F;
@@ -2307,17 +2306,6 @@ static void run_cases(void) {
     case_audio_attention(1, 1, 32, 0, 135);
     case_audio_attention(13, 8, 32, 1, 136);
     case_audio_attention(100, 8, 128, 1, 137); // E2B heads
-    // On CUDA, unless G4_PERSIST_MLP names a design, mlp_block's Q4 cases again with
-    // G4_PERSIST_MLP=2 (read at each launch, persist_mlp.cu): the static design 2 beside the
-    // default design 1. Last, so that a trap there (a hand-over bug ends the CUDA context) costs
-    // no other op's cases.
-    if (!strcmp(be->name, "cuda") && !getenv("G4_PERSIST_MLP")) {
-        setenv("G4_PERSIST_MLP", "2", 1);
-        mlp_design = " design=2";
-        mlp_block_q4_cases();
-        unsetenv("G4_PERSIST_MLP");
-        mlp_design = "";
-    }
     close_case();
 }
 

@@ -11,7 +11,7 @@
 # copy global -> the CTA's own shared memory (cp.async.bulk.shared::cluster.global, SASS
 # UBLKCP.S.G). The SASS cannot tell what it reads, so each listed kernel must issue it before
 # the wait for immutable weights only (pdl.cuh rule 1: a read of weights, like ldg_stream, into
-# memory no other grid sees); persist_mlp.cu design 2 copies its Q4 tiles that way.
+# memory no other grid sees). None does now (persist_mlp.cu's second design did; removed).
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
 # site but in no SASS function fails (a renamed kernel or a launch written another way).
@@ -51,7 +51,7 @@ fi
     exit 1
 }
 
-BULK_OK="persist_mlp_static_kernel"
+BULK_OK=""
 perl -e '
     my ($names, $sass, $sites, $bulk_ok) = @ARGV;
     my %bulk = map { $_ => 1 } split / /, $bulk_ok;

@@ -342,24 +342,16 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
     int n = 0;
     for (int F : {6144, 12288}) {
         const int H = 1536;
-        // design 1 (dynamic claims) and design 2 (static units, weights bulk-copied before the
-        // wait), each against the same pair of launches (persist_mlp.cu)
-        g4_kbench_row row[2];
-        memset(row, 0, sizeof row);
-        int grid, u1, u2, s2, grid2, ns, slot;
+        // the persistent launch against the same pair of launches (persist_mlp.cu)
+        g4_kbench_row row;
+        memset(&row, 0, sizeof row);
+        int grid, u1, u2, s2;
         g4_persist_mlp_plan(H, F, &grid, &u1, &u2, &s2);
-        g4_persist_mlp_plan2(H, F, &grid2, &ns, &slot);
-        snprintf(row[0].op, sizeof row[0].op, "persist_mlp_q4");
-        snprintf(row[0].shape, sizeof row[0].shape, "M=1 H=%d ffn=%d grid %d units %d+%d chunks %d",
-                 H, F, grid, u1, u2, s2);
-        snprintf(row[1].op, sizeof row[1].op, "persist_mlp_q4_static");
-        snprintf(row[1].shape, sizeof row[1].shape,
-                 "M=1 H=%d ffn=%d grid %d units %d+%d chunks %d slots %dx%dB", H, F, grid2, u1, u2,
-                 s2, ns, slot);
-        bool want[2];
-        for (int d = 0; d < 2; d++)
-            want[d] = !filter || strstr(row[d].op, filter) || strstr(row[d].shape, filter);
-        if (!want[0] && !want[1]) continue;
+        snprintf(row.op, sizeof row.op, "persist_mlp_q4");
+        snprintf(row.shape, sizeof row.shape, "M=1 H=%d ffn=%d grid %d units %d+%d chunks %d", H, F,
+                 grid, u1, u2, s2);
+        if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
+        if (n >= max) break;
         pm_problem p;
         p.H = H, p.F = F, p.rc = G4_OK;
         p.copies = (int)((2.0 * l2 + pm_bytes(H, F) - 1) / pm_bytes(H, F));
@@ -377,45 +369,22 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
         p.ws = dalloc(p.ws_bytes);
         G4_CUDA_CHECK(cudaMemset(p.ws, 0, p.ws_bytes));
         G4_CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<__half> out[2]; // the trial's y then mlp, each design
-        out[0].resize((size_t)H + F), out[1].resize((size_t)H + F);
-        for (int d = 0; d < 2 && n < max; d++) {
-            if (!want[d]) continue;
-            if (d == 1 && grid2 <= 0) {
-                fprintf(stderr, "bench %s %s: skipped: design 2 cannot run here\n", row[d].op,
-                        row[d].shape);
-                continue;
-            }
-            g4_persist_mlp_set_design(d + 1);
-            p.rc = G4_OK;
-            launch_persist(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
-            G4_CUDA_CHECK(cudaDeviceSynchronize());
-            if (p.rc != G4_OK) {
-                fprintf(stderr, "bench %s %s: skipped: %s\n", row[d].op, row[d].shape, g4_error());
-                continue;
-            }
-            // The two designs do the same arithmetic in the same order (persist_mlp.cu): the
-            // trial's y and mlp must be equal bit for bit.
-            G4_CUDA_CHECK(cudaMemcpy(out[d].data(), p.y[0], (size_t)H * 2, cudaMemcpyDeviceToHost));
-            G4_CUDA_CHECK(
-                cudaMemcpy(out[d].data() + H, p.mlp[0], (size_t)F * 2, cudaMemcpyDeviceToHost));
-            if (d == 1 && want[0])
-                fprintf(stderr, "bench persist_mlp H=%d ffn=%d: design 2's y and mlp %s\n", H, F,
-                        memcmp(out[0].data(), out[1].data(), out[0].size() * 2)
-                            ? "DIFFER from design 1's"
-                            : "equal design 1's bit for bit");
+        launch_persist(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
+        G4_CUDA_CHECK(cudaDeviceSynchronize());
+        if (p.rc != G4_OK) {
+            fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
+        } else {
             const int per_graph = p.copies < 8 ? 8 : p.copies;
-            row[d].ours = g4_kbench_run_graph(launch_persist, &p, per_graph, 2, reps);
-            row[d].base = g4_kbench_run_graph(launch_pair, &p, per_graph, 2, reps);
-            snprintf(row[d].base_name, sizeof row[d].base_name, "glu+down (2 launches)");
-            row[d].bytes = pm_bytes(H, F);
-            row[d].flops = 2.0 * 3.0 * H * F;
+            row.ours = g4_kbench_run_graph(launch_persist, &p, per_graph, 2, reps);
+            row.base = g4_kbench_run_graph(launch_pair, &p, per_graph, 2, reps);
+            snprintf(row.base_name, sizeof row.base_name, "glu+down (2 launches)");
+            row.bytes = pm_bytes(H, F);
+            row.flops = 2.0 * 3.0 * H * F;
             if (p.rc != G4_OK)
-                fprintf(stderr, "bench %s %s: %s\n", row[d].op, row[d].shape, g4_error());
+                fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
             else
-                rows[n++] = row[d];
+                rows[n++] = row;
         }
-        g4_persist_mlp_set_design(0);
         for (int c = 0; c < p.copies; c++) {
             G4_CUDA_CHECK(cudaFree(p.x[c]));
             G4_CUDA_CHECK(cudaFree(p.mlp[c]));

@@ -41,13 +41,12 @@
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
-#            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1 static:G4_PERSIST_MLP=2"
+#            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
 #   persist  issue 30 stage 2, the decode MLP block as one persistent launch (after build; tiny
 #            for its engine half): test_backend_ops --op mlp_block on CUDA and --break, the kernel
-#            rows `bench --kernels --filter persist` twice (both designs' launch vs the fused
-#            gate/up GEMV + the down GEMV), test_cuda_engine with G4_PERSIST_MLP=1 and =2
-#            (PERSIST_DESIGNS="1 2": the designs whose tests run)
+#            rows `bench --kernels --filter persist` twice (the launch vs the fused gate/up GEMV
+#            + the down GEMV), test_cuda_engine with G4_PERSIST_MLP=1
 #   dgemm    the wgmma / mma GEMMs at M = 8, 16, 32, 64 on the decoder's shapes (the skinny path
 #            at 16..64 beside them), beside cuBLAS
 #   skinny   issues 31 / 29, the skinny split-K GEMM for 8 < M <= 64 (after build; e2b_make for
@@ -651,44 +650,40 @@ stage_e2bq() {
     done
 }
 
-# Issue 30 stage 2 (bench/NOTES.md "Issue 30 stage 2, first step" and "..., second design"; after
-# build, and tiny for the engine half): the MLP block of one token as one persistent launch
-# (kernels/persist_mlp.cu, op mlp_block), design 1 (G4_PERSIST_MLP=1, dynamic claims) and design
-# 2 (G4_PERSIST_MLP=2, static units, weights bulk-copied into shared memory before the PDL wait;
-# PERSIST_DESIGNS="1 2" picks). Per design: test_backend_ops --op mlp_block on CUDA (vs the naive
-# op at tiny, odd and E2B shapes, y written over r, run 3 times and replayed 3 times from a graph,
-# bit-identical) and its --break, again with G4_PERSIST_GRID=1 and 3 (one CTA does every unit,
-# never waiting on another; 3 CTAs) and G4_PERSIST_CPS=1. Then the kernel rows (both designs'
-# rows beside the fused gate/up GEMV + the down GEMV, all graph-replayed with PDL) twice, and
-# once each with G4_PERSIST_CPS=1 (both designs: one CTA an SM; design 2 then has ~220 KB of
-# slots), G4_PERSIST_PF=0 and =2 (design 1's prefetch) (PERSIST_VARIANTS: NAME:VAR=VALUE ...);
-# then test_cuda_engine on gpu-tiny with each design (graph == eager, CUDA vs the CPU reference).
-# Every run is under a timeout: a kernel that waited too long traps (persist_mlp.cu), never hangs.
-# The end-to-end A/B: the e2bq stage with
-# E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1 static:G4_PERSIST_MLP=2 static1:G4_PERSIST_MLP=2,G4_PERSIST_CPS=1".
+# Issue 30 stage 2 (bench/NOTES.md "Issue 30 stage 2, first step"; after build, and tiny for the
+# engine half): the MLP block of one token as one persistent launch (kernels/persist_mlp.cu, op
+# mlp_block, G4_PERSIST_MLP=1, dynamic claims; the second design was removed in the eleventh
+# session: slower and racy). test_backend_ops --op mlp_block on CUDA (vs the naive op at tiny, odd
+# and E2B shapes, y written over r, run 3 times and replayed 3 times from a graph, bit-identical)
+# and its --break, again with G4_PERSIST_GRID=1 and 3 (one CTA does every unit, never waiting on
+# another; 3 CTAs) and G4_PERSIST_CPS=1. Then the kernel rows (beside the fused gate/up GEMV +
+# the down GEMV, all graph-replayed with PDL) twice, and once each with G4_PERSIST_CPS=1,
+# G4_PERSIST_PF=0 and =2 (PERSIST_VARIANTS: NAME:VAR=VALUE ...); then test_cuda_engine on
+# gpu-tiny with it (graph == eager, CUDA vs the CPU reference). Every run is under a timeout: a
+# kernel that waited too long traps (persist_mlp.cu), never hangs. The end-to-end A/B: the e2bq
+# stage with E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1".
 stage_persist() {
     local d="$WORK/gpu-tiny" v D
-    for D in ${PERSIST_DESIGNS:-1 2}; do
+    for D in 1; do
         timeout 300 env G4_PERSIST_MLP=$D build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist${D}_backend_ops.log" 2>&1
         echo "test_backend_ops --op mlp_block (cuda) G4_PERSIST_MLP=$D: exit $?"
-        grep -E "^case|FAIL|vs naive|rms|cases|checks|trapping|static design" "$OUT/persist${D}_backend_ops.log" | cut -c1-150 | tail -40
+        grep -E "^case|FAIL|vs naive|rms|cases|checks|trapping" "$OUT/persist${D}_backend_ops.log" | cut -c1-150 | tail -40
         timeout 300 env G4_PERSIST_MLP=$D build-gpu/tests/test_backend_ops --break --backend cuda --op mlp_block 2>&1 | tail -1
         # smaller grids: one CTA walks every unit (no wait), 3 CTAs, one CTA an SM
         for v in G4_PERSIST_GRID=1 G4_PERSIST_GRID=3 G4_PERSIST_CPS=1; do
             env G4_PERSIST_MLP=$D $v timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist${D}_backend_ops_$v.log" 2>&1
             echo "test_backend_ops --op mlp_block (cuda) G4_PERSIST_MLP=$D $v: exit $? $(tail -1 "$OUT/persist${D}_backend_ops_$v.log")"
-            grep -E "FAIL|trapping|static design" "$OUT/persist${D}_backend_ops_$v.log" | head -5
+            grep -E "FAIL|trapping" "$OUT/persist${D}_backend_ops_$v.log" | head -5
         done
     done
-    # twice as built, then the plans' knobs once each (PERSIST_VARIANTS); every run prints both
-    # designs' rows
+    # twice as built, then the plans' knobs once each (PERSIST_VARIANTS)
     for v in run1:X=1 run2:X=1 ${PERSIST_VARIANTS:-cps1:G4_PERSIST_CPS=1 pf0:G4_PERSIST_PF=0 pf2:G4_PERSIST_PF=2}; do
         env ${v#*:} timeout 300 build-gpu/g4cu bench --kernels --filter persist --reps 30 >"$OUT/persist_bench_${v%%:*}.txt" 2>&1
         echo "=== bench --kernels --filter persist, ${v%%:*} (${v#*:}): exit $?"
         grep -vE "^\[|^$" "$OUT/persist_bench_${v%%:*}.txt" | cut -c1-230
     done
     [ -d "$d/f16" ] || { echo "persist: no gpu-tiny package ($d/f16): test_cuda_engine skipped"; return 0; }
-    for D in ${PERSIST_DESIGNS:-1 2}; do
+    for D in 1; do
         G4_PERSIST_MLP=$D G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
             tee "$OUT/persist${D}_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL|trapping" | tail -24
         echo "=== test_cuda_engine G4_PERSIST_MLP=$D: exit ${PIPESTATUS[0]}"
