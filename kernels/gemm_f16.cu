@@ -421,7 +421,7 @@ template <int MT, bool FUSED, bool PRO>
 __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                     const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
-                    int K, int epi, gv_pro pro) {
+                    int K, int epi, gv_pro pro, int pf_all) {
     constexpr int F = FUSED ? 2 : 1;
     extern __shared__ __align__(16) uint8_t smem[];
     __half *xs = (__half *)smem;                      // [KCH][MT]
@@ -437,7 +437,17 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
 
     // PDL prologue: exactly the W addresses of the first iteration below (kc = kb, k0 = ty),
     // under the same bounds; L2 prefetches only (pdl.cuh rule 1). Then the wait, for everyone.
-    if (col_ok) {
+    // pf_all (G4_GEMV_F16_PF=1, an A/B): every row of the block's k range instead, so the
+    // whole weight streams into L2 under the previous kernel (the first and last 16 bytes of
+    // the block's 128-byte row span: both lines when N % 64 != 0 makes it straddle two).
+    if (pf_all) {
+        const int c = n0 + (tx == 0 ? 0 : 56);
+        if ((tx == 0 || tx == 7) && c < N)
+            for (int k = kb + ty; k < ke; k += 32) {
+                g4_prefetch_l2(w + (size_t)k * N + c);
+                if constexpr (FUSED) g4_prefetch_l2(wu + (size_t)k * N + c);
+            }
+    } else if (col_ok) {
         const int kn0 = min(GEMV_KCH, ke - kb);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++) {
@@ -577,11 +587,17 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
              &smem_set);
     const int strips = (N + GEMV_COLS - 1) / GEMV_COLS;
     // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
+    // G4_GEMV_F16_CAP=1 (an A/B, read once): until one block per SM instead, so the next
+    // kernel's blocks find room beside these under PDL.
+    static const int cap = env_int("G4_GEMV_F16_CAP", 2, 1, 2),
+                     pf_all = env_int("G4_GEMV_F16_PF", 0, 0, 1);
     int cs = 1;
-    while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
+    while (cs < 8 && K / (cs * 2) >= 128 &&
+           (cap == 2 ? (long)strips * cs < 2L * num_sms() : (long)strips * cs * 2 <= num_sms()))
+        cs *= 2;
     g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
                           dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x, w,
-                          wu, bias, M, N, K, epi, pro);
+                          wu, bias, M, N, K, epi, pro, pf_all);
 }
 
 template <bool FUSED, bool PRO>

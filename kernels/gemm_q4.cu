@@ -448,9 +448,10 @@ struct gv_force_t {
 gv_force_t g_gv_force = {0, 0};
 
 gv_plan gemv_plan(int N, int K, bool fused) {
-    static int cps = -1, pcps = -1, u_env = -1;
+    static int cps = -1, pcps = -1, u_env = -1, cap = -1;
     if (cps < 0) {
         cps = env_int("G4_GEMV_CPS", 1, 1, 2);
+        cap = env_int("G4_GEMV_CTA_CAP", 2, 1, 2);
         pcps = env_int("G4_GEMV_PCPS", 2, 1, 2);
         u_env = env_int("G4_GEMV_U", 8, 2, 8);
     }
@@ -460,12 +461,15 @@ gv_plan gemv_plan(int N, int K, bool fused) {
         const int S = st < GV_WARPS ? st : GV_WARPS, FT = GV_WARPS / S;
         return (long)((NT + FT - 1) / FT) * (st / S);
     };
-    const long target = (long)sms * cps, hw_cap = (long)sms * 2;
+    // The K split stops at `cap` CTAs an SM (G4_GEMV_CTA_CAP, default 2: all resident; 1, an
+    // A/B: room beside every CTA for the next kernel's under PDL, whose weights then load
+    // while this one runs).
+    const long target = (long)sms * cps, hw_cap = (long)sms * 2, split_cap = (long)sms * cap;
     int st = 1;
     if (g_gv_force.split)
         st = g_gv_force.split < kmax ? g_gv_force.split : kmax;
     else
-        while (st < kmax && ctas(st) < target && ctas(st * 2) <= hw_cap) st *= 2;
+        while (st < kmax && ctas(st) < target && ctas(st * 2) <= split_cap) st *= 2;
     gv_plan p{};
     p.S = st < GV_WARPS ? st : GV_WARPS;
     p.CS = st / p.S;
@@ -992,6 +996,8 @@ bool gemv_v1(int N, int K, bool fused) {
     if (force) return force == 1;
     if (g_gv_force.split || g_gv_force.ctas) return false; // a forced plan is the stream's
     if (num_sms() != 132) return false;
+    static const int v1_on = env_int("G4_GEMV_V1", 1, 0, 1); // 0: an A/B, the stream instead
+    if (!v1_on) return false;
     return !fused && K == 1536 && (N <= 512 || (N >= 6144 && N <= 12288));
 }
 
