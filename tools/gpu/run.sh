@@ -409,7 +409,7 @@ stage_gemv() {
             env ${envs//,/ } build-gpu/g4cu bench --kernels --filter gemv --reps 30 \
                 --json "$OUT/gemv_${name}_$rep.json" >"$OUT/gemv_${name}_$rep.txt" 2>&1
             echo "=== gemv rows, $name ($envs), run $rep: exit $?"
-            grep -E "q4" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
+            grep -E "gemv_(q4|f16)" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
         done
     done
 }
