@@ -451,7 +451,7 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     static int cps = -1, pcps = -1, u_env = -1, cap = -1;
     if (cps < 0) {
         cps = env_int("G4_GEMV_CPS", 1, 1, 2);
-        cap = env_int("G4_GEMV_CTA_CAP", 2, 1, 2);
+        cap = env_int("G4_GEMV_CTA_CAP", 2, 1, 3);
         pcps = env_int("G4_GEMV_PCPS", 2, 1, 2);
         u_env = env_int("G4_GEMV_U", 8, 2, 8);
     }
@@ -463,13 +463,24 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     };
     // The K split stops at `cap` CTAs an SM (G4_GEMV_CTA_CAP, default 2: all resident; 1, an
     // A/B: room beside every CTA for the next kernel's under PDL, whose weights then load
-    // while this one runs).
-    const long target = (long)sms * cps, hw_cap = (long)sms * 2, split_cap = (long)sms * cap;
+    // while this one runs: measured 12% slower end to end, bench/NOTES.md; 3: one CTA an SM
+    // only where each warp's k range then fits its ring, i.e. the whole weight is still in
+    // flight at once).
+    const long target = (long)sms * cps, hw_cap = (long)sms * 2;
+    const int ring = fused ? (u_env / 2 < 1 ? 1 : u_env / 2) : u_env;
+    auto split = [&](long cap_ctas) {
+        int s = 1;
+        while (s < kmax && ctas(s) < target && ctas(s * 2) <= cap_ctas) s *= 2;
+        return s;
+    };
     int st = 1;
-    if (g_gv_force.split)
+    if (g_gv_force.split) {
         st = g_gv_force.split < kmax ? g_gv_force.split : kmax;
-    else
-        while (st < kmax && ctas(st) < target && ctas(st * 2) <= split_cap) st *= 2;
+    } else {
+        st = split(cap == 1 ? (long)sms : hw_cap);
+        const int st1 = cap == 3 ? split((long)sms) : st;
+        if (st1 < st && (KT + st1 - 1) / st1 <= ring) st = st1;
+    }
     gv_plan p{};
     p.S = st < GV_WARPS ? st : GV_WARPS;
     p.CS = st / p.S;
@@ -478,7 +489,7 @@ gv_plan gemv_plan(int N, int K, bool fused) {
                           : p.groups <= hw_cap ? p.groups
                                                : (long)sms * pcps;
     p.grid = p.CS > 1 || p.groups <= max_ctas ? p.groups : (int)max_ctas;
-    p.U = fused ? (u_env / 2 < 1 ? 1 : u_env / 2) : u_env;
+    p.U = ring;
     return p;
 }
 
