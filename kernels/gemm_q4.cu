@@ -234,15 +234,15 @@ struct gv_item {
 // reduced in split order by the s == 0 warp of the feature tile (of cluster rank 0). Out of line:
 // inlined at each of the ring's U unrolled steps it made the kernel ~20k instructions, past the
 // instruction cache. Every thread of the CTA (of the cluster when CS > 1) calls it once a group.
-template <int F>
+template <int F, int W = GV_WARPS>
 __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __half *bias, int epi,
                                       int M, int N, int nt, int warp, int f, int s, int S, int CS,
                                       int parity, float4 *red, const __half *mul, int ldm) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float4 v[2] = {a0, a1};
     if (S * CS > 1) {
-        // red: [2 parities][GV_WARPS][F][32]
-        float4 *buf = red + (size_t)parity * GV_WARPS * F * 32;
+        // red: [2 parities][W][F][32]
+        float4 *buf = red + (size_t)parity * W * F * 32;
         buf[(warp * F + 0) * 32 + lane] = a0;
         if (F == 2) buf[(warp * F + 1) * 32 + lane] = a1;
         cg::cluster_group cluster = cg::this_cluster();
@@ -282,17 +282,19 @@ __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __hal
     }
 }
 
-template <bool FUSED, int U, bool PRO>
-__global__ void __launch_bounds__(GV_WARPS * 32, 2)
+// W warps a CTA: 8 (two CTAs an SM), or 16 (G4_GEMV_W16=1, an A/B: one CTA an SM holding the
+// same warps, so a K split of 16 needs no cluster; bench/NOTES.md, eleventh session).
+template <bool FUSED, int U, bool PRO, int W = GV_WARPS>
+__global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                           const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
                           int CS, int groups, int pf_items, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
-    __shared__ float4 red[2][GV_WARPS][F][32]; // split partials, double-buffered by group
+    __shared__ float4 red[2][W][F][32]; // split partials, double-buffered by group
     extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int NT = N / 16, KT = K / 64;
-    const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
+    const int FT = W / S, f = warp / S, s = warp % S;
     const int rank = blockIdx.y, ST = S * CS, sp = rank * S + s;
     const int kb = (int)((long long)KT * sp / ST), L = (int)((long long)KT * (sp + 1) / ST) - kb;
     const int G = gridDim.x;
@@ -413,10 +415,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
             if (i0 + u + U < n) load_next(ring[u]); // refill this slot with the tile U ahead
             px += 64;
             if (++cr == L) {
-                gv_flush<F>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
-                            make_float4(acc[F - 1][0], acc[F - 1][1], acc[F - 1][2], acc[F - 1][3]),
-                            y, bias, epi, M, N, tile_nt(cj), warp, f, s, S, CS, cj & 1,
-                            &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
+                gv_flush<F, W>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
+                               make_float4(acc[F - 1][0], acc[F - 1][1], acc[F - 1][2],
+                                           acc[F - 1][3]),
+                               y, bias, epi, M, N, tile_nt(cj), warp, f, s, S, CS, cj & 1,
+                               &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
                 cj++;
                 px = px0;
@@ -439,7 +442,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 // walk their groups with a persistent grid of PCPS CTAs an SM (G4_GEMV_PCPS, default 2: the
 // lm_head streams 35% faster with 16 warps an SM than with 8, bench/NOTES.md).
 struct gv_plan {
-    int S, CS, groups, grid, U;
+    int S, CS, groups, grid, U, W; // W: warps a CTA
 };
 
 struct gv_force_t {
@@ -447,7 +450,7 @@ struct gv_force_t {
 };
 gv_force_t g_gv_force = {0, 0};
 
-gv_plan gemv_plan(int N, int K, bool fused) {
+gv_plan gemv_plan(int N, int K, bool fused, int W = GV_WARPS) {
     static int cps = -1, pcps = -1, u_env = -1, cap = -1;
     if (cps < 0) {
         cps = env_int("G4_GEMV_CPS", 1, 1, 2);
@@ -458,7 +461,7 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     const int NT = N / 16, KT = K / 64, sms = num_sms();
     const int kmax = KT >= 64 ? 64 : 1 << (31 - __builtin_clz(KT)); // largest power of 2 <= K/64
     auto ctas = [&](int st) {
-        const int S = st < GV_WARPS ? st : GV_WARPS, FT = GV_WARPS / S;
+        const int S = st < W ? st : W, FT = W / S;
         return (long)((NT + FT - 1) / FT) * (st / S);
     };
     // The K split stops at `cap` CTAs an SM (G4_GEMV_CTA_CAP, default 2: all resident; 1, an
@@ -466,7 +469,9 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     // while this one runs: measured 12% slower end to end, bench/NOTES.md; 3: one CTA an SM
     // only where each warp's k range then fits its ring, i.e. the whole weight is still in
     // flight at once).
-    const long target = (long)sms * cps, hw_cap = (long)sms * 2;
+    // (targets and caps in warps, 8 an SM per CPS; CTAs of W warps)
+    const long target = (long)sms * cps * GV_WARPS / W, hw_cap = (long)sms * 2 * GV_WARPS / W,
+               one_cap = (long)sms * GV_WARPS / W;
     const int ring = fused ? (u_env / 2 < 1 ? 1 : u_env / 2) : u_env;
     auto split = [&](long cap_ctas) {
         int s = 1;
@@ -477,23 +482,24 @@ gv_plan gemv_plan(int N, int K, bool fused) {
     if (g_gv_force.split) {
         st = g_gv_force.split < kmax ? g_gv_force.split : kmax;
     } else {
-        st = split(cap == 1 ? (long)sms : hw_cap);
-        const int st1 = cap == 3 ? split((long)sms) : st;
+        st = split(cap == 1 ? one_cap : hw_cap);
+        const int st1 = cap == 3 ? split(one_cap) : st;
         if (st1 < st && (KT + st1 - 1) / st1 <= ring) st = st1;
     }
     gv_plan p{};
-    p.S = st < GV_WARPS ? st : GV_WARPS;
+    p.W = W;
+    p.S = st < W ? st : W;
     p.CS = st / p.S;
-    p.groups = (NT + GV_WARPS / p.S - 1) / (GV_WARPS / p.S);
+    p.groups = (NT + W / p.S - 1) / (W / p.S);
     const long max_ctas = g_gv_force.ctas   ? g_gv_force.ctas
                           : p.groups <= hw_cap ? p.groups
-                                               : (long)sms * pcps;
+                                               : (long)sms * pcps * GV_WARPS / W;
     p.grid = p.CS > 1 || p.groups <= max_ctas ? p.groups : (int)max_ctas;
     p.U = ring;
     return p;
 }
 
-template <bool FUSED, int U, bool PRO>
+template <bool FUSED, int U, bool PRO, int W = GV_WARPS>
 void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
                    int K, int epi, const gv_plan &p, const gv_pro &pro, cudaStream_t stream) {
     const int pf = 8; // tiles a warp prefetches into L2 before its wait
@@ -501,20 +507,28 @@ void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias,
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
         static bool opted = false;
         if (!opted) {
-            G4_CUDA_CHECK(cudaFuncSetAttribute(gemv_q4_stream_kernel<FUSED, U, PRO>,
+            G4_CUDA_CHECK(cudaFuncSetAttribute(gemv_q4_stream_kernel<FUSED, U, PRO, W>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                8 * 2048 * 2));
             opted = true;
         }
     }
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U, PRO>, dim3(p.grid, p.CS, 1),
-                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
-                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
+        g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U, PRO, W>, dim3(p.grid, p.CS, 1),
+                              dim3(W * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0, w1,
+                              bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U, PRO>, dim3(p.grid, 1, 1),
-                      dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
-                      p.S, p.CS, p.groups, pf, pro);
+        g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U, PRO, W>, dim3(p.grid, 1, 1),
+                      dim3(W * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi, p.S,
+                      p.CS, p.groups, pf, pro);
+}
+
+// G4_GEMV_W16=1 (an A/B, read once): a plain weight whose 8-warp plan splits K over a cluster
+// runs 16-warp CTAs instead, one an SM, the same warps and K split with no cluster (the
+// cluster's two barriers and DSMEM sum out of the chain); U 8 plans only.
+bool gemv_w16(const gv_plan &p8) {
+    static const int on = env_int("G4_GEMV_W16", 0, 0, 1);
+    return on && p8.CS > 1 && p8.U == 8 && !g_gv_force.split && !g_gv_force.ctas;
 }
 
 template <bool FUSED, bool PRO>
@@ -530,7 +544,10 @@ void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
         else
             launch_stream<true, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     } else {
-        if (p.U <= 2)
+        if (gemv_w16(p))
+            launch_stream<false, 8, PRO, 16>(y, x, w0, w1, bias, M, N, K, epi,
+                                             gemv_plan(N, K, false, 16), pro, stream);
+        else if (p.U <= 2)
             launch_stream<false, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U <= 4)
             launch_stream<false, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);

@@ -400,6 +400,16 @@ stage_gemv() {
         >"$OUT/gemv_v3_add_norm.log" 2>&1
     echo "G4_GEMV=v3 test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_v3_add_norm.log")"
     grep -E "FAIL|error|CUDA" "$OUT/gemv_v3_add_norm.log" | head -8
+    # the plan knobs' correctness (GEMV_CHECK_ENVS: each a VAR=VALUE[,VAR=VALUE] list, read once
+    # by the process, so each runs the GEMV cases and the prologue path under it)
+    local ce
+    for ce in ${GEMV_CHECK_ENVS:-}; do
+        env ${ce//,/ } timeout 300 build-gpu/tests/test_cuda_gemm --op q4/gemv >"$OUT/gemv_check_${ce//[=,]/_}.log" 2>&1
+        echo "$ce test_cuda_gemm --op q4/gemv: exit $? $(tail -1 "$OUT/gemv_check_${ce//[=,]/_}.log")"
+        env ${ce//,/ } timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op add_norm_linear >"$OUT/gemv_check_an_${ce//[=,]/_}.log" 2>&1
+        echo "$ce test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_check_an_${ce//[=,]/_}.log")"
+        grep -hE "FAIL|error" "$OUT/gemv_check_${ce//[=,]/_}.log" "$OUT/gemv_check_an_${ce//[=,]/_}.log" | head -5
+    done
     local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 v3:G4_GEMV=v3 auto:G4_GEMV=auto"}
     local v name envs rep
     for rep in 1 2; do
