@@ -406,8 +406,9 @@ template <int MT> __device__ __forceinline__ void load_x(float *xf, const __half
 // Blocks per SM the register allocation must leave room for (0: no constraint). Without it
 // the PDL prologue's prefetches cost ptxas 7-12 more registers in two variants, which would
 // drop a block per SM: M = 1 fused (64 -> 71: 4 -> 3 blocks) and M = 2 plain (48 -> 60: 5 -> 4).
-template <int MT, bool FUSED> constexpr int gemv_min_blocks() {
-    return (MT == 1 && FUSED) ? 4 : (MT == 2 && !FUSED) ? 5 : 0;
+// PIPE (the pipelined loop, below) holds two steps of weights in registers: 2 blocks an SM.
+template <int MT, bool FUSED, bool PIPE = false> constexpr int gemv_min_blocks() {
+    return PIPE ? 2 : (MT == 1 && FUSED) ? 4 : (MT == 2 && !FUSED) ? 5 : 0;
 }
 
 template <int MT, bool FUSED> constexpr int gemv_smem() {
@@ -417,8 +418,12 @@ template <int MT, bool FUSED> constexpr int gemv_smem() {
 // PRO: the add-norm prologue (gemm_common.cuh gv_norm_prologue) computes x [M][K] into shared
 // memory after the wait, in place of reading x; a multiplier (pro.mul) makes the epilogue the
 // PLE gate's gelu_tanh(fp16(y)) * mul.
-template <int MT, bool FUSED, bool PRO>
-__global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
+// PIPE (G4_GEMV_F16_PIPE=1, an A/B): a thread's weight loads software-pipelined one step ahead
+// (step i + 1's GEMV_U rows issued before step i is computed; the first step's issued before
+// the PDL wait, into registers: immutable weights, pdl.cuh rule 1), where the plain loop waits
+// a full DRAM round trip every step (a down projection block: 6 steps, ~1 us each).
+template <int MT, bool FUSED, bool PRO, bool PIPE = false>
+__global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED, PIPE>())
     gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                     const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
                     int K, int epi, gv_pro pro, int pf_all) {
@@ -435,12 +440,24 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
     const bool col_ok = col < N;
     const int kb = (int)((long long)K * rank / cs), ke = (int)((long long)K * (rank + 1) / cs);
 
-    // PDL prologue: exactly the W addresses of the first iteration below (kc = kb, k0 = ty),
-    // under the same bounds; L2 prefetches only (pdl.cuh rule 1). Then the wait, for everyone.
-    // pf_all (G4_GEMV_F16_PF=1, an A/B): every row of the block's k range instead, so the
-    // whole weight streams into L2 under the previous kernel (the first and last 16 bytes of
-    // the block's 128-byte row span: both lines when N % 64 != 0 makes it straddle two).
-    if (pf_all) {
+    // One step of a thread: GEMV_U rows k0, k0 + 32, ... of chunk kc (kn rows), its 8 columns.
+    auto load_step = [&](uint4(&wv)[F][GEMV_U], int kc, int kn, int k0) {
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            const int k = k0 + 32 * u;
+            const bool ok = col_ok && k < kn;
+            const size_t off = (size_t)(kc + k) * N + col;
+            wv[0][u] = ok ? ldg_stream(w + off) : make_uint4(0, 0, 0, 0);
+            if constexpr (FUSED) wv[F - 1][u] = ok ? ldg_stream(wu + off) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    uint4 cur[F][GEMV_U];
+    if constexpr (PIPE) {
+        load_step(cur, kb, min(GEMV_KCH, ke - kb), ty); // before the wait: weights only
+    } else if (pf_all) {
+        // PDL prologue, pf_all (G4_GEMV_F16_PF=1, an A/B; measured slower): every row of the
+        // block's k range into L2 (the first and last 16 bytes of the block's 128-byte row
+        // span: both lines when N % 64 != 0 makes it straddle two).
         const int c = n0 + (tx == 0 ? 0 : 56);
         if ((tx == 0 || tx == 7) && c < N)
             for (int k = kb + ty; k < ke; k += 32) {
@@ -448,6 +465,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
                 if constexpr (FUSED) g4_prefetch_l2(wu + (size_t)k * N + c);
             }
     } else if (col_ok) {
+        // PDL prologue: exactly the W addresses of the first iteration below (kc = kb, k0 =
+        // ty), under the same bounds; L2 prefetches only (pdl.cuh rule 1).
         const int kn0 = min(GEMV_KCH, ke - kb);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++) {
@@ -476,6 +495,33 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
 #pragma unroll
             for (int j = 0; j < 8; j++) acc[f][m][j] = 0.0f;
 
+    // acc += x rows k0 + 32 u of the chunk (in xs) times the step's weights
+    auto compute_step = [&](const uint4(&wv)[F][GEMV_U], int kn, int k0) {
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            const int k = k0 + 32 * u;
+            if (k < kn) {
+                float xf[MT];
+                load_x<MT>(xf, xs + k * MT);
+#pragma unroll
+                for (int f = 0; f < F; f++) {
+                    const __half2 *h = (const __half2 *)&wv[f][u];
+                    float wf[8];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float2 p = __half22float2(h[i]);
+                        wf[2 * i] = p.x;
+                        wf[2 * i + 1] = p.y;
+                    }
+#pragma unroll
+                    for (int m = 0; m < MT; m++)
+#pragma unroll
+                        for (int j = 0; j < 8; j++) acc[f][m][j] = fmaf(xf[m], wf[j], acc[f][m][j]);
+                }
+            }
+        }
+    };
+
     for (int kc = kb; kc < ke; kc += GEMV_KCH) {
         const int kn = min(GEMV_KCH, ke - kc);
         __syncthreads(); // the previous chunk's readers are done with xs
@@ -484,40 +530,24 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED>())
             xs[k * MT + m] = m < M ? xsrc[(size_t)m * K + kc + k] : __float2half(0.0f);
         }
         __syncthreads();
-        for (int k0 = ty; k0 < kn; k0 += 32 * GEMV_U) {
-            uint4 wv[F][GEMV_U];
+        if constexpr (PIPE) {
+            if (kc != kb) load_step(cur, kc, kn, ty); // (the first chunk's: before the wait)
+            for (int k0 = ty; k0 < kn; k0 += 32 * GEMV_U) {
+                const bool more = k0 + 32 * GEMV_U < kn;
+                uint4 nxt[F][GEMV_U];
+                if (more) load_step(nxt, kc, kn, k0 + 32 * GEMV_U);
+                compute_step(cur, kn, k0);
+                if (more) {
 #pragma unroll
-            for (int u = 0; u < GEMV_U; u++) {
-                const int k = k0 + 32 * u;
-                const bool ok = col_ok && k < kn;
-                const size_t off = (size_t)(kc + k) * N + col;
-                wv[0][u] = ok ? ldg_stream(w + off) : make_uint4(0, 0, 0, 0);
-                if constexpr (FUSED)
-                    wv[F - 1][u] = ok ? ldg_stream(wu + off) : make_uint4(0, 0, 0, 0);
-            }
+                    for (int f = 0; f < F; f++)
 #pragma unroll
-            for (int u = 0; u < GEMV_U; u++) {
-                const int k = k0 + 32 * u;
-                if (k < kn) {
-                    float xf[MT];
-                    load_x<MT>(xf, xs + k * MT);
-#pragma unroll
-                    for (int f = 0; f < F; f++) {
-                        const __half2 *h = (const __half2 *)&wv[f][u];
-                        float wf[8];
-#pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            const float2 p = __half22float2(h[i]);
-                            wf[2 * i] = p.x;
-                            wf[2 * i + 1] = p.y;
-                        }
-#pragma unroll
-                        for (int m = 0; m < MT; m++)
-#pragma unroll
-                            for (int j = 0; j < 8; j++)
-                                acc[f][m][j] = fmaf(xf[m], wf[j], acc[f][m][j]);
-                    }
+                        for (int u = 0; u < GEMV_U; u++) cur[f][u] = nxt[f][u];
                 }
+            }
+        } else {
+            for (int k0 = ty; k0 < kn; k0 += 32 * GEMV_U) {
+                load_step(cur, kc, kn, k0);
+                compute_step(cur, kn, k0);
             }
         }
     }
@@ -582,9 +612,16 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
                    int M, int N, int K, int epi, const gv_pro &pro, cudaStream_t stream) {
     // (PRO: x [M][K] after the block's own, K <= 2048)
     const int smem = gemv_smem<MT, FUSED>() + (PRO ? M * K * 2 : 0);
-    static bool smem_set = false;
-    set_smem(gemv_f16_kernel<MT, FUSED, PRO>, gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0),
-             &smem_set);
+    // the pipelined loop for 1-2 rows only (4 and 8 fused would spill)
+    constexpr bool PIPE_OK = MT <= 2;
+    static const int pipe = PIPE_OK ? env_int("G4_GEMV_F16_PIPE", 0, 0, 1) : 0;
+    static bool smem_set = false, smem_set_pipe = false;
+    if (pipe)
+        set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>,
+                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set_pipe);
+    else
+        set_smem(gemv_f16_kernel<MT, FUSED, PRO>,
+                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set);
     const int strips = (N + GEMV_COLS - 1) / GEMV_COLS;
     // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
     // G4_GEMV_F16_CAP=1 (an A/B, read once): until one block per SM instead, so the next
@@ -595,9 +632,14 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
     while (cs < 8 && K / (cs * 2) >= 128 &&
            (cap == 2 ? (long)strips * cs < 2L * num_sms() : (long)strips * cs * 2 <= num_sms()))
         cs *= 2;
-    g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
-                          dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x, w,
-                          wu, bias, M, N, K, epi, pro, pf_all);
+    if (pipe)
+        g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, dim3(strips, cs, 1),
+                              dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
+                              w, wu, bias, M, N, K, epi, pro, 0);
+    else
+        g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
+                              dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
+                              w, wu, bias, M, N, K, epi, pro, pf_all);
 }
 
 template <bool FUSED, bool PRO>

@@ -404,8 +404,8 @@ stage_gemv() {
     # by the process, so each runs the GEMV cases and the prologue path under it)
     local ce
     for ce in ${GEMV_CHECK_ENVS:-}; do
-        env ${ce//,/ } timeout 300 build-gpu/tests/test_cuda_gemm --op q4/gemv >"$OUT/gemv_check_${ce//[=,]/_}.log" 2>&1
-        echo "$ce test_cuda_gemm --op q4/gemv: exit $? $(tail -1 "$OUT/gemv_check_${ce//[=,]/_}.log")"
+        env ${ce//,/ } timeout 300 build-gpu/tests/test_cuda_gemm --op /gemv >"$OUT/gemv_check_${ce//[=,]/_}.log" 2>&1
+        echo "$ce test_cuda_gemm --op /gemv (q4 and f16): exit $? $(tail -1 "$OUT/gemv_check_${ce//[=,]/_}.log")"
         env ${ce//,/ } timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op add_norm_linear >"$OUT/gemv_check_an_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_check_an_${ce//[=,]/_}.log")"
         grep -hE "FAIL|error" "$OUT/gemv_check_${ce//[=,]/_}.log" "$OUT/gemv_check_an_${ce//[=,]/_}.log" | head -5
