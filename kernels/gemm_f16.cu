@@ -426,7 +426,7 @@ template <int MT, bool FUSED, bool PRO, bool PIPE = false>
 __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED, PIPE>())
     gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                     const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
-                    int K, int epi, gv_pro pro, int pf_all) {
+                    int K, int epi, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
     extern __shared__ __align__(16) uint8_t smem[];
     __half *xs = (__half *)smem;                      // [KCH][MT]
@@ -454,16 +454,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED, PIPE>
     uint4 cur[F][GEMV_U];
     if constexpr (PIPE) {
         load_step(cur, kb, min(GEMV_KCH, ke - kb), ty); // before the wait: weights only
-    } else if (pf_all) {
-        // PDL prologue, pf_all (G4_GEMV_F16_PF=1, an A/B; measured slower): every row of the
-        // block's k range into L2 (the first and last 16 bytes of the block's 128-byte row
-        // span: both lines when N % 64 != 0 makes it straddle two).
-        const int c = n0 + (tx == 0 ? 0 : 56);
-        if ((tx == 0 || tx == 7) && c < N)
-            for (int k = kb + ty; k < ke; k += 32) {
-                g4_prefetch_l2(w + (size_t)k * N + c);
-                if constexpr (FUSED) g4_prefetch_l2(wu + (size_t)k * N + c);
-            }
     } else if (col_ok) {
         // PDL prologue: exactly the W addresses of the first iteration below (kc = kb, k0 =
         // ty), under the same bounds; L2 prefetches only (pdl.cuh rule 1).
@@ -624,22 +614,18 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
                  gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set);
     const int strips = (N + GEMV_COLS - 1) / GEMV_COLS;
     // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
-    // G4_GEMV_F16_CAP=1 (an A/B, read once): until one block per SM instead, so the next
-    // kernel's blocks find room beside these under PDL.
-    static const int cap = env_int("G4_GEMV_F16_CAP", 2, 1, 2),
-                     pf_all = env_int("G4_GEMV_F16_PF", 0, 0, 1);
+    // (One block per SM, so that the next kernel's find room beside these under PDL, measured
+    // 9% slower end to end: bench/NOTES.md, eleventh session.)
     int cs = 1;
-    while (cs < 8 && K / (cs * 2) >= 128 &&
-           (cap == 2 ? (long)strips * cs < 2L * num_sms() : (long)strips * cs * 2 <= num_sms()))
-        cs *= 2;
+    while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
     if (pipe)
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
-                              w, wu, bias, M, N, K, epi, pro, 0);
+                              w, wu, bias, M, N, K, epi, pro);
     else
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
-                              w, wu, bias, M, N, K, epi, pro, pf_all);
+                              w, wu, bias, M, N, K, epi, pro);
 }
 
 template <bool FUSED, bool PRO>
