@@ -32,8 +32,6 @@
 #            --op q4, test_cuda_attention --op attn_prefill, then their kernel bench rows
 #            (wgmma GEMMs next to cuBLAS, wgmma attention next to the HMMA kernel). A deadlocked
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
-#   gemv     issue 29 (after build): the GEMV test cases, then the decode GEMV kernel rows for
-#            the earlier kernel and the streaming one at several plans, twice (GEMV_VARIANTS)
 #   floor    issue 30: the launch floor of a graph-replayed PDL kernel (1 CTA .. 2 an SM)
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
@@ -53,9 +51,11 @@
 #            its second half): its test_cuda_gemm cases (and the mma / AUTO ones, same kernels),
 #            test_backend_ops linear cases on CUDA, the dgemm kernel rows, then on the full-size
 #            package bench --batch-rows 16,32 with G4_SKINNY=0 and 1 and the 32-row profile
-#   gemv     issue 29 (after build): the GEMV test cases (the third design's add-norm GEMVs
-#            too), then the decode GEMV kernel rows for the earlier kernel, the streaming one,
-#            the third design and the automatic choice (G4_GEMV=v1/v2/v3/auto), twice
+#   gemv     issue 29 (after build) = gemv_check then gemv_rows. gemv_check: the GEMV test
+#            cases (the third design's add-norm GEMVs too), and q4 + f16 GEMV cases and the
+#            add-norm path again under each GEMV_CHECK_ENVS entry (plan knobs, read once);
+#            gemv_rows: the decode GEMV kernel rows of each GEMV_VARIANTS entry (default
+#            G4_GEMV=v1/v2/v3/auto), twice
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -388,7 +388,7 @@ stage_prefill() {
 # then the decode GEMV kernel rows twice for each variant: GEMV_VARIANTS (default: the earlier
 # kernel G4_GEMV=v1, the streaming one v2, the third design v3, and the automatic choice, which
 # mixes them by shape), each "NAME:ENV,ENV..".
-stage_gemv() {
+stage_gemv_check() {
     local t
     for t in "test_cuda_gemm --op q4" "test_cuda_gemm --op f16"; do
         local log="$OUT/gemv_${t// /_}.log"
@@ -410,6 +410,10 @@ stage_gemv() {
         echo "$ce test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_check_an_${ce//[=,]/_}.log")"
         grep -hE "FAIL|error" "$OUT/gemv_check_${ce//[=,]/_}.log" "$OUT/gemv_check_an_${ce//[=,]/_}.log" | head -5
     done
+}
+
+# the kernel rows of each GEMV_VARIANTS entry, twice (gemv_check first when both are wanted: gemv)
+stage_gemv_rows() {
     local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 v3:G4_GEMV=v3 auto:G4_GEMV=auto"}
     local v name envs rep
     for rep in 1 2; do
@@ -422,6 +426,11 @@ stage_gemv() {
             grep -E "gemv_(q4|f16)" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
         done
     done
+}
+
+stage_gemv() {
+    stage_gemv_check
+    stage_gemv_rows
 }
 
 # The decode GEMMs (issues 29 and 31; after build): the wgmma and mma.sync GEMMs at M = 8 (beside
