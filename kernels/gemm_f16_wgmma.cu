@@ -41,6 +41,20 @@ wg_force wg_forced() {
     return g_force;
 }
 
+int g_q4_depth = 0; // g4_gemm_wgmma_q4_depth's; 0: the environment's
+
+int wg_q4_depth() {
+    if (g_q4_depth) return g_q4_depth;
+    static int env = 0;
+    if (!env) {
+        static int d2 = -1, d3 = -1;
+        env = g4_cuda_env_is(&d2, "G4_Q4_WG_DEPTH", "2")   ? 2
+              : g4_cuda_env_is(&d3, "G4_Q4_WG_DEPTH", "3") ? 3
+                                                           : 1;
+    }
+    return env;
+}
+
 void tma_map_f16(CUtensorMap *m, const void *base, int inner, int outer, int box_outer) {
     const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
     const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
@@ -87,5 +101,13 @@ extern "C" int g4_gemm_wgmma_force(int bn, int split, int max_ctas) {
     if (max_ctas < 0)
         return g4_fail(G4_EUSER, "gemm wgmma force: max CTAs %d, expected >= 0", max_ctas);
     g4k::g_force = g4k::wg_force{bn, split, max_ctas};
+    return G4_OK;
+}
+
+extern "C" int g4_gemm_wgmma_q4_depth(int depth) {
+    if (depth < 0 || depth > 3)
+        return g4_fail(G4_EUSER, "gemm wgmma q4 depth: %d, expected 0 (the environment's), 1, 2, 3",
+                       depth);
+    g4k::g_q4_depth = depth;
     return G4_OK;
 }

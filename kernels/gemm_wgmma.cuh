@@ -8,8 +8,9 @@
 //     K-major, TMA, 128B swizzle) and a B tile of BN columns x 64 k:
 //       fp16: TMA boxes of 64 columns x 64 k rows of W as stored (N-major); thread 0 alone.
 //       Q4: all 128 threads load the packed 16 x 64 tiles straight into registers (issued before
-//         the wait for the stage; two steps ahead prefetched into L2), dequantize them
-//         (q4_tile.cuh) and store
+//         the wait for the stage; LD = G4_Q4_WG_DEPTH steps in flight, 1 by default: see the
+//         producer; LD + 1 steps ahead prefetched into L2), dequantize them (q4_tile.cuh) and
+//         store
 //         them K-major ([n][64 k], 128B swizzle: a lane's 16 inputs of features g and g + 8 are
 //         four 16-byte stores, conflict-free); thread 0 also issues the x tile's TMA.
 //     Fused gate/up: columns 0 .. BN/2 - 1 of the B tile are the gate weight's features
@@ -57,7 +58,7 @@ enum { WG_B_F16 = 0, WG_B_Q4 = 1 };
 
 constexpr int WG_BM = 128, WG_BK = 64, WG_THREADS = 384, WG_GROUP_M = 16;
 
-template <int BSRC, int BN> struct wg_cfg {
+template <int BSRC, int BN, int LD = 1> struct wg_cfg {
     static_assert(BN == 128 || BN == 192 || BN == 256, "tile width");
     static constexpr uint32_t A_BYTES = WG_BM * WG_BK * 2; // 16 KB
     static constexpr uint32_t B_BYTES = BN * WG_BK * 2;    // BN rows (or 64 k rows) of 128 B
@@ -68,9 +69,21 @@ template <int BSRC, int BN> struct wg_cfg {
     static_assert(WG_BM * RED_STRIDE * 4 <= RING, "the split-K partial fits in the ring");
     static constexpr int SMEM = RING + 2 * STAGES * 8 + 1024; // + barriers + alignment slack
     // setmaxnreg moves registers within the CTA's allocation (168 a thread at launch: 65536 / 384
-    // rounded down to 8), so 128 x (PRODUCER + 2 CONSUMER) <= 168 x 384.
-    static constexpr int PRODUCER_REGS = BSRC == WG_B_Q4 ? 104 : 40;
-    static constexpr int CONSUMER_REGS = BSRC == WG_B_Q4 ? 200 : 232;
+    // rounded down to 8), so 128 x (PRODUCER + 2 CONSUMER) <= 168 x 384. The Q4 producer with
+    // LD > 1 steps of words in flight (and its cursors) needs more than 104; its consumers hold
+    // BN / 2 accumulators, so they give some back: the splits below are ones ptxas compiles
+    // without spills (ptxas -v, cuobjdump: no LDL/STL); 192 wide at LD = 3 spilled at both
+    // 168/168 and 136/184, so it runs LD = 2 (wg_launch_ld).
+    static constexpr int PRODUCER_REGS = BSRC == WG_B_F16 ? 40
+                                         : LD == 1        ? 104
+                                         : BN == 128      ? 168
+                                         : BN == 192      ? 136
+                                                          : 120;
+    static constexpr int CONSUMER_REGS = BSRC == WG_B_F16 ? 232
+                                         : LD == 1        ? 200
+                                         : BN == 128      ? 168
+                                         : BN == 192      ? 184
+                                                          : 192;
     static_assert(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168, "registers of the CTA");
     static constexpr int FULL_COUNT = BSRC == WG_B_Q4 ? 129 : 1;
     static constexpr int TPW = BN / 64; // Q4: 16-feature tiles per producer warp and k step
@@ -171,12 +184,14 @@ __device__ __forceinline__ void wg_split_reduce(const wg_params &p, const float 
     cluster.sync(); // keep every CTA's shared memory alive until all ranks have read it
 }
 
-template <int BSRC, int BN, bool FUSED>
+// LD: the Q4 producer's steps of loads in flight (1, 2, 3; see the producer); 1 for fp16.
+template <int BSRC, int BN, bool FUSED, int LD>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x,
                       const __grid_constant__ CUtensorMap tm_w,
                       const __grid_constant__ CUtensorMap tm_wu, const wg_params p) {
-    using C = wg_cfg<BSRC, BN>;
+    using C = wg_cfg<BSRC, BN, LD>;
+    static_assert(LD >= 1 && LD <= 3 && (BSRC == WG_B_Q4 || LD == 1), "loads in flight");
     constexpr int OUT_COLS = FUSED ? BN / 2 : BN; // output columns per tile
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -247,9 +262,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 const int ft = nt * (FUSED ? BN / 32 : BN / 16) + slot_j(i);
                 return ft < NT16 ? ft * KT + kt : -1;
             };
-            auto load = [&](int u, q4_raw(&r)[C::TPW]) {
-                int m0, nt, kt;
-                step_at(u, m0, nt, kt);
+            auto load = [&](int nt, int kt, q4_raw(&r)[C::TPW]) {
 #pragma unroll
                 for (int i = 0; i < C::TPW; i++) {
                     const int ti = slot_tile(nt, kt, i);
@@ -261,9 +274,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     }
                 }
             };
-            auto prefetch = [&](int u) { // the lines step u's loads will touch, into L2
-                int m0, nt, kt;
-                step_at(u, m0, nt, kt);
+            auto prefetch = [&](int nt, int kt) { // the lines a step's loads will touch, into L2
 #pragma unroll
                 for (int i = 0; i < C::TPW; i++) {
                     const int ti = slot_tile(nt, kt, i);
@@ -273,19 +284,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     if (lane == 2) g4_prefetch_l2(wsel.z + (size_t)ti * 16);
                 }
             };
-            if (steps > 0) prefetch(0);
-            if (steps > 1) prefetch(1);
-            for (int u = 0; u < steps; u++) {
-                // This step's words are loaded before the wait for its stage (which is where a
-                // producer running ahead spends its time), the lines of step u + 2 go to L2.
-                q4_raw cur[C::TPW];
-                load(u, cur);
-                if (u + 2 < steps) prefetch(u + 2);
+            // Step u into stage u % STAGES: wait for the stage, thread 0 issues the x tile's TMA,
+            // every thread dequantizes and stores its words and arrives.
+            auto fill = [&](int u, int m0, int kt, q4_raw(&cur)[C::TPW]) {
                 const int s = u % C::STAGES;
                 mbar_wait(&empty[s], ((u / C::STAGES) & 1) ^ 1);
                 if (threadIdx.x == 0) {
-                    int m0, nt, kt;
-                    step_at(u, m0, nt, kt);
                     mbar_expect_tx(&full[s], C::A_BYTES);
                     tma_load_2d(stage_a(s), &tm_x, kt * WG_BK, m0, &full[s]);
                 }
@@ -308,6 +312,86 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
                 fence_proxy_async(); // the stores above are read by wgmma (async proxy)
                 mbar_arrive(&full[s]);
+            };
+            if constexpr (LD == 1) {
+                // The earlier producer (G4_Q4_WG_DEPTH=1, the default until measured): a step's
+                // words are loaded just before the wait for its stage, which hides their latency
+                // only while the producer runs ahead of the consumers; each step's position is
+                // computed from u (integer divisions: step_at, wg_tile_mn).
+                auto pf_u = [&](int u) {
+                    int m0, nt, kt;
+                    step_at(u, m0, nt, kt);
+                    prefetch(nt, kt);
+                };
+                if (steps > 0) pf_u(0);
+                if (steps > 1) pf_u(1);
+                for (int u = 0; u < steps; u++) {
+                    q4_raw cur[C::TPW];
+                    int m0, nt, kt;
+                    step_at(u, m0, nt, kt);
+                    load(nt, kt, cur);
+                    if (u + 2 < steps) pf_u(u + 2);
+                    fill(u, m0, kt, cur);
+                }
+            } else {
+                // LD steps' words live in registers: step u + LD - 1's loads are issued before
+                // step u's stage is waited for and filled, so when the consumers wait on the
+                // producer (its empty waits return at once) a load's L2 latency overlaps LD - 1
+                // steps of dequantization instead of stalling every step; a step then costs
+                // max(dequantization, latency / (LD - 1)) rather than their sum. The lines of
+                // step u + LD + 1 go to L2 two steps before their loads. The three positions
+                // (fill, load, prefetch) walk the steps as cursors, so the per-step index math is
+                // an increment (the divisions of wg_tile_mn run once per tile).
+                struct cursor {
+                    int i, k, m0, nt; // the CTA's tile i, its k step k; the tile's origin
+                };
+                auto at_tile = [&](cursor &c) {
+                    if (c.i >= wk.count) return; // past the CTA's last step: never used
+                    int mt;
+                    wg_tile_mn(wk.first + c.i * wk.stride, p.tiles_m, p.tiles_n, mt, c.nt);
+                    c.m0 = mt * WG_BM;
+                };
+                auto start = [&](int u) { // the cursor of step u (once, before the loop)
+                    cursor c;
+                    c.i = wk.nk > 0 ? u / wk.nk : 0;
+                    c.k = u - c.i * wk.nk;
+                    c.m0 = c.nt = 0;
+                    at_tile(c);
+                    return c;
+                };
+                auto next = [&](cursor &c) {
+                    if (++c.k == wk.nk) {
+                        c.k = 0;
+                        c.i++;
+                        at_tile(c);
+                    }
+                };
+                constexpr int PF = LD + 1;
+                q4_raw buf[LD][C::TPW];
+#pragma unroll
+                for (int j = 0; j < PF; j++)
+                    if (j < steps) {
+                        const cursor c = start(j);
+                        prefetch(c.nt, wk.kb + c.k);
+                    }
+#pragma unroll
+                for (int j = 0; j + 1 < LD; j++)
+                    if (j < steps) {
+                        const cursor c = start(j);
+                        load(c.nt, wk.kb + c.k, buf[j]);
+                    }
+                cursor cf = start(0), cl = start(LD - 1), cp = start(PF);
+                for (int u0 = 0; u0 < steps; u0 += LD) {
+#pragma unroll
+                    for (int j = 0; j < LD; j++) { // buffer indices known at compile time
+                        const int u = u0 + j;
+                        if (u >= steps) break;
+                        if (u + LD - 1 < steps) load(cl.nt, wk.kb + cl.k, buf[(j + LD - 1) % LD]);
+                        if (u + PF < steps) prefetch(cp.nt, wk.kb + cp.k);
+                        fill(u, cf.m0, wk.kb + cf.k, buf[j]);
+                        next(cf), next(cl), next(cp);
+                    }
+                }
             }
         }
         if (p.split > 1) { // the consumers' two cluster barriers (wg_split_reduce)
@@ -432,12 +516,12 @@ inline wg_choice wg_plan(int M, int N, int K, bool fused, bool q4) {
     return wg_choose(M, N, K, fused, q4 || !fused); // fp16 gate/up halves: no 192-wide variant
 }
 
-template <int BSRC, int BN, bool FUSED>
+template <int BSRC, int BN, bool FUSED, int LD = 1>
 void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &mu, wg_params p,
                  int split, int max_ctas, cudaStream_t stream) {
-    using C = wg_cfg<BSRC, BN>;
+    using C = wg_cfg<BSRC, BN, LD>;
     static bool smem_set = false;
-    set_smem(gemm_wgmma_kernel<BSRC, BN, FUSED>, C::SMEM, &smem_set);
+    set_smem(gemm_wgmma_kernel<BSRC, BN, FUSED, LD>, C::SMEM, &smem_set);
     const int cols = FUSED ? BN / 2 : BN;
     p.tiles_m = (p.M + WG_BM - 1) / WG_BM;
     p.tiles_n = (p.N + cols - 1) / cols;
@@ -468,7 +552,7 @@ void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap
         int &f = fits[split == 2 ? 0 : split == 4 ? 1 : 2];
         if (f < 0) {
             int n = 0;
-            f = cudaOccupancyMaxActiveClusters(&n, gemm_wgmma_kernel<BSRC, BN, FUSED>, &cfg) ==
+            f = cudaOccupancyMaxActiveClusters(&n, gemm_wgmma_kernel<BSRC, BN, FUSED, LD>, &cfg) ==
                     cudaSuccess &&
                 n > 0;
             cudaGetLastError();
@@ -480,12 +564,30 @@ void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap
                         split, C::SMEM >> 10);
         }
         if (!f) {
-            wg_launch_t<BSRC, BN, FUSED>(mx, mw, mu, p, 1, max_ctas, stream);
+            wg_launch_t<BSRC, BN, FUSED, LD>(mx, mw, mu, p, 1, max_ctas, stream);
             return;
         }
     }
-    G4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wgmma_kernel<BSRC, BN, FUSED>, mx, mw, mu, p));
+    G4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wgmma_kernel<BSRC, BN, FUSED, LD>, mx, mw, mu, p));
     G4_CUDA_LAUNCH_CHECK();
+}
+
+// The Q4 producer's steps of loads in flight (LD), 1-3: the tests' and bench's
+// g4_gemm_wgmma_q4_depth, else G4_Q4_WG_DEPTH from the environment (read once), else 1.
+// 192- and 256-wide tiles run 3 as 2 (wg_launch_ld).
+int wg_q4_depth();
+
+template <int BSRC, int BN, bool FUSED>
+void wg_launch_ld(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &mu,
+                  const wg_params &p, int split, int max_ctas, int ld, cudaStream_t stream) {
+    if constexpr (BSRC == WG_B_Q4) {
+        // Only 128-wide tiles hold 3 steps: at 192 and 256 (54, 72 registers of words) ptxas
+        // spills at every register split tried, so those run 2.
+        if (ld == 3 && BN == 128)
+            return wg_launch_t<BSRC, 128, FUSED, 3>(mx, mw, mu, p, split, max_ctas, stream);
+        if (ld >= 2) return wg_launch_t<BSRC, BN, FUSED, 2>(mx, mw, mu, p, split, max_ctas, stream);
+    }
+    wg_launch_t<BSRC, BN, FUSED, 1>(mx, mw, mu, p, split, max_ctas, stream);
 }
 
 // Picks (or takes the forced) configuration and launches. Returns G4_OK, or G4_EUSER for a
@@ -503,12 +605,13 @@ int wg_launch(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap &m
         return g4_fail(G4_EUSER, "wgmma GEMM: tile width 192 has no fused fp16 variant");
     if (ch.split > KT)
         return g4_fail(G4_EUSER, "wgmma GEMM: split %d over %d k steps", ch.split, KT);
+    const int ld = BSRC == WG_B_Q4 ? wg_q4_depth() : 1;
 #define G4_WG_CASE(BNV)                                                                            \
     if (ch.bn == BNV) {                                                                            \
         if (fused)                                                                                 \
-            wg_launch_t<BSRC, BNV, true>(mx, mw, mu, p, ch.split, f.max_ctas, stream);             \
+            wg_launch_ld<BSRC, BNV, true>(mx, mw, mu, p, ch.split, f.max_ctas, ld, stream);        \
         else                                                                                       \
-            wg_launch_t<BSRC, BNV, false>(mx, mw, mu, p, ch.split, f.max_ctas, stream);            \
+            wg_launch_ld<BSRC, BNV, false>(mx, mw, mu, p, ch.split, f.max_ctas, ld, stream);       \
         return G4_OK;                                                                              \
     }
     G4_WG_CASE(256)

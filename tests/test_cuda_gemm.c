@@ -79,6 +79,8 @@ typedef struct {
     int bn, split, ctas; // WGMMA: forced tile width, K split, persistent CTAs (0: auto); GEMV:
                          // forced K split and persistent CTAs (g4_gemm_gemv_force)
     int ver;             // Q4 GEMV design forced by g4_gemm_gemv_version (0: automatic)
+    int depth; // WGMMA Q4: the producer's k steps of loads in flight, g4_gemm_wgmma_q4_depth (0:
+               // G4_Q4_WG_DEPTH's); left out (0) by every macro but WD
 } gcase;
 
 static const char *op_name(op_kind o) {
@@ -127,32 +129,41 @@ static const char *op_name(op_kind o) {
 // C: a case; X: a small-integer exact case; R: fp16 output, no bias, on "N, K, what" (an E2B
 // shape macro or explicit values); E for other epilogues.
 #define C(op, algo, M, N, K, epi, bias, what)                                                      \
-    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0, 0 }
+    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0, 0, 0 }
 #define X(op, algo, M, N, K, epi, what)                                                            \
-    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0, 0 }
+    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0, 0, 0 }
 #define R(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0, 0 }
+    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0, 0, 0 }
 // E: like R with another epilogue and bias: E(op, algo, M, S_xx, epi, bias).
 #define E(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0, 0 }
+    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0, 0, 0 }
 // W: a WGMMA case with a forced configuration (tile width bn, K split, CTAs of the persistent
 // grid; 0 = automatic): exact small integers unless epi/bias say otherwise.
 #define W(op, M, N, K, epi, bias, exact, bn, split, ctas, what)                                    \
-    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0 }
+    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0, 0 }
+
+// WD: W with the Q4 producer's loads-in-flight depth forced (2, 3: kernels/gemm_wgmma.cuh).
+#define WD(op, M, N, K, epi, bias, exact, bn, split, ctas, depth, what)                            \
+    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0, depth }
+
+// WE: an E2B shape at the automatic wgmma configuration with the depth forced:
+// WE(op, M, epi, bias, depth, S_xx).
+#define WE(op, M, epi, bias, depth, ...)                                                           \
+    { op, WGMMA, M, __VA_ARGS__, epi, bias, 0, 0, 0, 0, 0, depth }
 
 // V: a Q4 GEMV case with a forced K split (1..64) and persistent CTA count (0 = automatic).
 #define V(op, M, N, K, epi, bias, exact, split, ctas, what)                                     \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 0 }
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 0, 0 }
 // V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
 #define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3 }
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3, 0 }
 // SK: a skinny-path case (G4_GEMM_SKINNY) with a forced K split over the cluster (1, 2, 4, 8;
 // 0 = automatic, g4_gemm_skinny_force).
 #define SK(op, M, N, K, epi, bias, exact, split, what)                                          \
-    { op, SKINNY, M, N, K, what, epi, bias, exact, 0, split, 0, 0 }
+    { op, SKINNY, M, N, K, what, epi, bias, exact, 0, split, 0, 0, 0 }
 // E3: an E2B shape with the third design: E3(op, M, S_xx, epi, bias).
 #define E3(op, M, ...)                                                                             \
-    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 3 }
+    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 3, 0 }
 
 // clang-format off
 static const gcase cases[] = {
@@ -376,6 +387,48 @@ static const gcase cases[] = {
     R(OP_F16, WGMMA, 750, S_ALS), E(OP_F16, WGMMA, 750, S_AOP, F32, 1), R(OP_F16, WGMMA, 750, S_APJ),
     R(OP_F16, AUTO, 750, S_AF1), R(OP_F16, WGMMA, 751, S_AQ), R(OP_F16, WGMMA, 2303, S_VQKV),
     R(OP_Q4, WGMMA, 2304, S_VQ), R(OP_Q4_GLU, WGMMA, 2304, S_VUP), R(OP_Q4, WGMMA, 750, S_AF2),
+
+    // --- the Q4 wgmma producer with 2 and 3 k steps of loads in flight (G4_Q4_WG_DEPTH; 3 runs
+    // as 2 on 192- and 256-wide tiles): every tile width at the forced configurations above
+    // (persistent grids of 1-3 CTAs whose load, prefetch and fill cursors cross tiles at
+    // different steps; splits whose ranks hold 1-3 k steps, fewer than the depth; partial tiles
+    // at both edges), tiny and odd shapes (M not a multiple of 64, N odd multiples of 16, K not
+    // a multiple of 256), and the serve shapes (~210 and 512 rows, issue 31) at the automatic
+    // tile and split; plain and fused gate/up. Same inputs and reference as the depth-1 runs. ---
+#define WG_DEPTH(op, bn, d)                                                                       \
+    WD(op, 300, 528, 1024, F32, 0, 1, bn, 1, 0, d, "exact, 3 x 3-5 tiles"),                      \
+        WD(op, 1000, 1008, 256, F32, 0, 1, bn, 1, 1, d, "exact, 1 CTA for all tiles"),           \
+        WD(op, 1000, 1008, 256, F32, 0, 1, bn, 1, 3, d, "exact, 3 CTAs"),                        \
+        WD(op, 130, 272, 1024, F16, 0, 1, bn, 8, 0, d, "exact, split 8"),                        \
+        WD(op, 129, 272, 192, F16A, 1, 0, bn, 2, 0, d, "odd, split 2 over 3 k steps"),           \
+        WD(op, 129, 272, 192, F32A, 1, 0, bn, 1, 2, d, "odd, residual add + bias, 2 CTAs")
+    WG_DEPTH(OP_Q4, 128, 2), WG_DEPTH(OP_Q4, 192, 2), WG_DEPTH(OP_Q4, 256, 2),
+    WG_DEPTH(OP_Q4, 128, 3), WG_DEPTH(OP_Q4, 256, 3),
+#define WG_DEPTH_GLU(op, bn, d)                                                                   \
+    WD(op, 300, 528, 1024, F16, 0, 0, bn, 1, 0, d, "3 x 5-9 tiles"),                             \
+        WD(op, 130, 272, 1024, F16, 0, 0, bn, 8, 0, d, "split 8"),                               \
+        WD(op, 1000, 1008, 256, F16, 0, 0, bn, 1, 3, d, "3 CTAs")
+    WG_DEPTH_GLU(OP_Q4_GLU, 128, 2), WG_DEPTH_GLU(OP_Q4_GLU, 192, 2),
+    WG_DEPTH_GLU(OP_Q4_GLU, 256, 2), WG_DEPTH_GLU(OP_Q4_GLU, 128, 3),
+#define WG_DEPTH_ODD(d)                                                                           \
+    WD(OP_Q4, 9, 16, 64, F16, 0, 0, 0, 0, 0, d, "tiny, one k step"),                             \
+        WD(OP_Q4, 1, 48, 64, F32, 1, 0, 0, 0, 0, d, "odd, one row"),                             \
+        WD(OP_Q4, 17, 48, 192, F16, 1, 0, 0, 0, 0, d, "odd"),                                    \
+        WD(OP_Q4, 65, 144, 128, F32, 0, 0, 0, 0, 0, d, "odd"),                                   \
+        WD(OP_Q4, 33, 1008, 960, F32A, 1, 0, 0, 0, 0, d, "odd"),                                 \
+        WD(OP_Q4, 191, 80, 320, F16, 0, 0, 128, 1, 1, d, "odd, 1 CTA, 5 k steps a tile"),        \
+        WD(OP_Q4, 255, 48, 448, F32, 1, 0, 128, 4, 0, d, "odd, split 4 over 7 k steps"),         \
+        WD(OP_Q4, 70, 80, 256, F32, 0, 1, 0, 0, 0, d, "exact"),                                  \
+        WD(OP_Q4_GLU, 17, 48, 192, F16, 0, 0, 0, 0, 0, d, "odd"),                                \
+        WD(OP_Q4_GLU, 211, 80, 320, F16, 0, 0, 128, 1, 1, d, "odd, 1 CTA")
+    WG_DEPTH_ODD(2), WG_DEPTH_ODD(3),
+// (the 512-, 256- and 128-row ones repeat cases above: emulated once)
+#define WG_DEPTH_E2B(d)                                                                           \
+    WE(OP_Q4, 210, F16, 0, d, S_QS), WE(OP_Q4, 210, F16, 0, d, S_KVS),                           \
+        WE(OP_Q4, 210, F32A, 1, d, S_OS), WE(OP_Q4, 210, F16, 0, d, S_DN),                       \
+        WE(OP_Q4, 512, F32A, 1, d, S_OS), WE(OP_Q4, 128, F16, 0, d, S_DN2),                      \
+        WE(OP_Q4_GLU, 256, F16, 0, d, S_UP), WE(OP_Q4_GLU, 100, F16, 0, d, S_UP2)
+    WG_DEPTH_E2B(2), WG_DEPTH_E2B(3),
 };
 // clang-format on
 
@@ -676,6 +729,7 @@ static void print_case(const gcase *c) {
            c->exact);
     if (c->bn || c->split || c->ctas) printf(" bn=%d split=%d ctas=%d", c->bn, c->split, c->ctas);
     if (c->ver) printf(" gemv=v%d", c->ver);
+    if (c->depth) printf(" depth=%d", c->depth);
     printf("  [%s]\n", c->what);
 }
 
@@ -784,6 +838,7 @@ static void run_case(const gcase *c) {
              : c->algo == SKINNY ? g4_gemm_skinny_force(c->split)
                                  : g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
         if (rc == G4_OK && c->ver) rc = g4_gemm_gemv_version(c->ver);
+        if (rc == G4_OK && c->depth) rc = g4_gemm_wgmma_q4_depth(c->depth);
         CHECK_MSG(rc == G4_OK, "force: %s", g4_error());
         for (int run = 0; run < 2 && rc == G4_OK; run++) {
             if (add)
@@ -812,6 +867,7 @@ static void run_case(const gcase *c) {
         g4_gemm_gemv_force(0, 0);
         g4_gemm_skinny_force(0);
         if (c->ver) g4_gemm_gemv_version(-1); // back to G4_GEMV's choice
+        if (c->depth) g4_gemm_wgmma_q4_depth(0); // back to G4_Q4_WG_DEPTH's
         CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
         dev_free(dx);
         dev_free(db);
@@ -993,6 +1049,8 @@ static void run_reject(void) {
     REJECT(g4_gemm_wgmma_force(96, 0, 0), "force tile width 96");
     REJECT(g4_gemm_wgmma_force(0, 3, 0), "force split 3");
     REJECT(g4_gemm_wgmma_force(0, 0, -1), "force -1 CTAs");
+    REJECT(g4_gemm_wgmma_q4_depth(4), "q4 depth 4");
+    REJECT(g4_gemm_wgmma_q4_depth(-1), "q4 depth -1");
     REJECT(g4_gemm_gemv_force(3, 0), "gemv force split 3");
     REJECT(g4_gemm_gemv_force(128, 0), "gemv force split 128");
     REJECT(g4_gemm_gemv_force(0, -1), "gemv force -1 CTAs");

@@ -65,6 +65,7 @@ struct brow {
     int M;
     int shape; // index into SHAPES
     int bn = 0, split = 0; // wgmma configuration forced for the row (g4_gemm_wgmma_force); 0: AUTO
+    int depth = 0; // Q4 wgmma producer's loads in flight (g4_gemm_wgmma_q4_depth); 0: G4_Q4_WG_DEPTH
 };
 
 // Deterministic pseudo-random fill (a hash of the index), never zero.
@@ -279,6 +280,27 @@ std::vector<brow> table() {
             t.push_back({"glu_q4_wgmma", W_Q4, true, G4_GEMM_WGMMA, M, s});
         }
     }
+    // The serve load's rounds (issue 31, --parallel 32: ~30 decode rows + ~180 prompt rows, so
+    // M ~210; and 512): the Q4 wgmma GEMM at AUTO's tile and split with its producer's loads in
+    // flight forced to 1 (the earlier loop), 2 and 3 (3 runs as 2 on 192- and 256-wide tiles)
+    // in one run, beside the fp16 wgmma GEMM and Q4's mma.sync (AUTO's choice at some of these
+    // shapes) at the same shapes. --filter srv_ runs these only.
+    for (int M : {210, 512}) {
+        for (int s : {0, 1, 2, 3, 4, 5, 8, 9}) {
+            t.push_back({"srv_f16_wg", W_F16, false, G4_GEMM_WGMMA, M, s});
+            t.push_back({"srv_q4_mma", W_Q4, false, G4_GEMM_MMA, M, s});
+            t.push_back({"srv_q4_wg_d1", W_Q4, false, G4_GEMM_WGMMA, M, s, 0, 0, 1});
+            t.push_back({"srv_q4_wg_d2", W_Q4, false, G4_GEMM_WGMMA, M, s, 0, 0, 2});
+            t.push_back({"srv_q4_wg_d3", W_Q4, false, G4_GEMM_WGMMA, M, s, 0, 0, 3});
+        }
+        for (int s : {6, 7}) {
+            t.push_back({"srv_glu_f16_wg", W_F16, true, G4_GEMM_WGMMA, M, s});
+            t.push_back({"srv_glu_q4_mma", W_Q4, true, G4_GEMM_MMA, M, s});
+            t.push_back({"srv_glu_q4_wg_d1", W_Q4, true, G4_GEMM_WGMMA, M, s, 0, 0, 1});
+            t.push_back({"srv_glu_q4_wg_d2", W_Q4, true, G4_GEMM_WGMMA, M, s, 0, 0, 2});
+            t.push_back({"srv_glu_q4_wg_d3", W_Q4, true, G4_GEMM_WGMMA, M, s, 0, 0, 3});
+        }
+    }
     t.push_back({"gemm_f16_wgmma", W_F16, false, G4_GEMM_WGMMA, 4096, 6});
     t.push_back({"gemm_f16_mma", W_F16, false, G4_GEMM_MMA, 4096, 6});
     // the 16k-token prompt (issue 22): the MLP shapes of the wide layers and q/o of the full ones
@@ -430,6 +452,11 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
             const size_t l = strlen(row.shape);
             snprintf(row.shape + l, sizeof row.shape - l, " bn%d%s", bn,
                      split > 1 ? (split == 2 ? " s2" : split == 4 ? " s4" : " s8") : "");
+            if (r.depth) { // the depth the kernel runs (3 runs as 2 on 192/256-wide tiles)
+                const size_t e = strlen(row.shape);
+                snprintf(row.shape + e, sizeof row.shape - e, " d%d",
+                         r.depth == 3 && bn != 128 ? 2 : r.depth);
+            }
         }
         if (r.algo == G4_GEMM_SKINNY) { // the K split over the cluster
             const size_t l = strlen(row.shape);
@@ -463,6 +490,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         }
         G4_CUDA_CHECK(cudaDeviceSynchronize());
         if (r.bn) g4_gemm_wgmma_force(r.bn, r.split, 0); // read at launch (graph capture) time
+        if (r.depth) g4_gemm_wgmma_q4_depth(r.depth);
         const int trial = run_ours(&p, 0, 0);
         if (trial != G4_OK) {
             fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
@@ -487,6 +515,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
                 rows[n++] = row;
         }
         if (r.bn) g4_gemm_wgmma_force(0, 0, 0);
+        if (r.depth) g4_gemm_wgmma_q4_depth(0);
         for (int c = 0; c < p.copies; c++) {
             G4_CUDA_CHECK(cudaFree(p.x[c]));
             G4_CUDA_CHECK(cudaFree(p.y[c]));

@@ -47,6 +47,10 @@
 #            + the down GEMV), test_cuda_engine with G4_PERSIST_MLP=1
 #   dgemm    the wgmma / mma GEMMs at M = 8, 16, 32, 64 on the decoder's shapes (the skinny path
 #            at 16..64 beside them), beside cuBLAS
+#   q4wg     issue 31, the Q4 wgmma GEMM at the serve load's rows (after build): test_cuda_gemm
+#            --op q4/wgmma and --op q4_glu/wgmma (the producer's depths 1, 2, 3 forced), then the
+#            srv_ kernel rows twice (M = 210 and 512 on the decoder's shapes: Q4 wgmma at depth 1,
+#            2, 3 in one run, Q4 mma.sync, fp16 wgmma, cuBLAS)
 #   skinny   issues 31 / 29, the skinny split-K GEMM for 8 < M <= 64 (after build; e2b_make for
 #            its second half): its test_cuda_gemm cases (and the mma / AUTO ones, same kernels),
 #            test_backend_ops linear cases on CUDA, the dgemm kernel rows, then on the full-size
@@ -439,6 +443,20 @@ stage_dgemm() {
     build-gpu/g4cu bench --kernels --filter dgemm --reps 30 --json "$OUT/dgemm.json" >"$OUT/dgemm.txt" 2>&1
     echo "bench --kernels --filter dgemm: exit $?"
     grep dgemm "$OUT/dgemm.txt" | cut -c1-150
+}
+
+# Issue 31's Q4 prefill GEMM at the serve load's row counts (after build): every Q4 wgmma case,
+# the new producer depths included, then the srv_ kernel rows (M = 210, 512) twice; the rows
+# force the depth per row (g4_gemm_wgmma_q4_depth), so G4_Q4_WG_DEPTH does not matter here.
+stage_q4wg() {
+    kernel_tests q4wg "test_cuda_gemm --op q4/wgmma" "test_cuda_gemm --op q4_glu/wgmma"
+    local rep
+    for rep in 1 2; do
+        build-gpu/g4cu bench --kernels --filter srv_ --reps 30 --json "$OUT/q4wg_$rep.json" \
+            >"$OUT/q4wg_$rep.txt" 2>&1
+        echo "=== bench --kernels --filter srv_, run $rep: exit $?"
+        grep -E "^srv_" "$OUT/q4wg_$rep.txt" | cut -c1-150
+    done
 }
 
 # Issues 31 / 29, the skinny path (after build; e2b_make for the full-size half): the batched
