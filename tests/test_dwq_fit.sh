@@ -20,7 +20,8 @@ set -u
 py=${G4_TORCH_PYTHON:-}
 if [ -z "$py" ] || [ ! -x "$py" ] ||
     ! "$py" -c 'import torch, transformers, tokenizers, onnx, numpy' 2>/dev/null; then
-    echo "test_dwq_fit: skipped: no python with torch, transformers, tokenizers, onnx (set G4_TORCH_PYTHON)"
+    echo "test_dwq_fit: skipped: no python with torch, transformers, tokenizers, onnx" \
+        "(set G4_TORCH_PYTHON; CI installs none)"
     exit 77
 fi
 source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
@@ -36,7 +37,8 @@ rc=$?
 [ $rc -eq 0 ] || tail -5 "$tmp/fit.log"
 check "dwq_fit: exit 0" $rc
 grep "^dwq_fit: calibration KL [0-9.]* ->" "$tmp/fit.log"
-awk '/^dwq_fit: calibration KL [0-9.]+ -> / { ok = ($6 + 0 < $4 + 0) } END { exit !ok }' "$tmp/fit.log"
+awk '/^dwq_fit: calibration KL [0-9.]+ -> / { ok = ($6 + 0 < $4 + 0) } END { exit !ok }' \
+    "$tmp/fit.log"
 check "dwq_fit: calibration KL lowered" $?
 
 # only the scales differ: every initializer compared by value, the rest of the model.onnx proto
@@ -107,7 +109,8 @@ fi
     --seq 64 --steps 1 --threads 2 >"$tmp/o" 2>"$tmp/e"
 rc=$?
 [ $rc -eq 1 ] && grep -q "^dwq_fit: .*dequantized weight is .* from HF .*mis-mapped" "$tmp/e" &&
-    [ "$(grep -c "^dwq_fit:" "$tmp/e")" -eq 1 ] && [ ! -e "$tmp/bad" ] && [ ! -e "$tmp/bad.partial" ]
+    [ "$(grep -c "^dwq_fit:" "$tmp/e")" -eq 1 ] && [ ! -e "$tmp/bad" ] &&
+    [ ! -e "$tmp/bad.partial" ]
 ok=$?
 [ $ok -ne 0 ] && { echo "  exit $rc:"; tail -3 "$tmp/e"; }
 check "dwq_fit: other model's weights refused in one line, nothing written" $ok
