@@ -426,7 +426,7 @@ def main():
         with torch.no_grad():
             if t_cache is not None:
                 return t_cache[idx]
-            return hf(input_ids=win[idx].to(dev)).logits.float()
+            return hf(input_ids=win[idx].to(dev), use_cache=False).logits.float()
 
     if cache_bytes <= a.cache_gb * (1 << 30):
         t_cache = torch.cat([teacher(torch.arange(i, min(i + batch, n_win)))
@@ -440,7 +440,7 @@ def main():
         with torch.no_grad():
             for i in range(0, n_win, batch):
                 idx = torch.arange(i, min(i + batch, n_win))
-                s_logits = student(input_ids=win[idx].to(dev)).logits
+                s_logits = student(input_ids=win[idx].to(dev), use_cache=False).logits
                 tot += float(kl(teacher(idx), s_logits)) * len(idx)
         for q in mods:
             q.round_fp16 = False
@@ -463,7 +463,7 @@ def main():
             order, pos = torch.randperm(n_win, generator=gen), 0
         idx = order[pos:pos + batch]
         pos += batch
-        loss = kl(teacher(idx), student(input_ids=win[idx].to(dev)).logits)
+        loss = kl(teacher(idx), student(input_ids=win[idx].to(dev), use_cache=False).logits)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
