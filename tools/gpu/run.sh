@@ -113,9 +113,12 @@
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
 #            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, and
-#            FIDELITY_BEST's method with the same --keep-auto budget; issue 33)
-#   fidelity_methods  on a trained proxy ($FID/READY): the --method variants again (after a
-#            quant/ change), then fidelity_run: the method table in one call
+#            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
+#            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's NAME:SOURCE
+#            pairs, default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto,
+#            side by side, FID_DWQ_MINUTES (2) each; FID_DWQ= leaves them out)
+#   fidelity_methods  on a trained proxy ($FID/READY): the --method variants and the fits again
+#            (after a quant/ or dwq_fit.py change), then fidelity_run: the method table in one call
 #   fidelity_wait wait for it (at most ~9.5 min a call; call again while it trains)
 #   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
 #   fidelity_measure  = fidelity_run (pipeline.sh's name)
@@ -997,8 +1000,13 @@ serve_one() {
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------
 FID=${FID:-$WORK/fidelity}
-# the Q4 variants fidelity_make writes (each one that succeeds)
-FID_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
+# The output-KL scale fits (issue 33, tools/python/dwq_fit.py), NAME:SOURCE: the package
+# $FID/proxy/SOURCE with its scales fitted against the fp16 proxy's output KL on the train split.
+# q4_fit_dwq_keep_auto starts from q4_best_keep_auto (${FIDELITY_BEST:-fit} with --keep-auto).
+FID_DWQ=${FID_DWQ-"q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto"}
+# the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits
+FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
+FID_VARIANTS="$FID_QUANT_VARIANTS $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
 # quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
 # its lines prefixed TAG
@@ -1028,6 +1036,37 @@ fid_methods() {
     budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
     fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
+    fid_dwq
+}
+
+# fid_dwq: the $FID_DWQ fits, side by side on the GPU (each alone leaves it mostly idle: a 200M
+# model's steps are short), each stopped after ${FID_DWQ_MINUTES:-2} minutes of fitting or
+# ${FID_DWQ_STEPS:-800} steps; calibration: the first ${FID_DWQ_TOKENS:-131072} tokens of the
+# train split (never the held-out text) in windows of ${FID_DWQ_SEQ:-512}, ${FID_DWQ_BATCH:-8}
+# a step, Adam lr ${FID_DWQ_LR:-1e-3} on log(scale), seed 0. Each fit's log (calibration KL and
+# time per step) is printed when all have ended, as $FID/proxy/NAME.dwq.log.
+fid_dwq() {
+    local d="$FID/proxy" corpus=.carry/corpus p v src t0 pids=()
+    [ -n "$FID_DWQ" ] || return 0
+    t0=$(date +%s)
+    for p in $FID_DWQ; do
+        v=${p%%:*} src=${p#*:}
+        rm -rf "${d:?}/$v" "$d/$v.partial"
+        [ -d "$d/$src" ] || { echo "fidelity: dwq $v: no $src package (its quantize failed)"; continue; }
+        python3 tools/python/dwq_fit.py "$d/hf" "$d/$src" "$d/$v" --calib "$corpus/train.txt" \
+            --calib-tokens "${FID_DWQ_TOKENS:-131072}" --seq "${FID_DWQ_SEQ:-512}" \
+            --batch "${FID_DWQ_BATCH:-8}" --steps "${FID_DWQ_STEPS:-800}" --lr "${FID_DWQ_LR:-1e-3}" \
+            --minutes "${FID_DWQ_MINUTES:-2}" --threads 4 --log-every 50 >"$d/$v.dwq.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    for p in $FID_DWQ; do
+        v=${p%%:*}
+        [ -f "$d/$v.dwq.log" ] || continue
+        grep -E "^dwq_fit:|Error|error" "$d/$v.dwq.log" | sed "s/^/fidelity: $v: /"
+        [ -d "$d/$v" ] || echo "fidelity: dwq $v FAILED"
+    done
+    stamp "fidelity: dwq fits $FID_DWQ ($(($(date +%s) - t0)) s)"
 }
 
 stage_fidelity_methods() {
@@ -1115,7 +1154,7 @@ stage_fidelity_run() {
     local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
     mkdir -p "$o"
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
-    cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    cp "$d/train.json" .carry/corpus/corpus.json "$d"/*.dwq.log "$o/" 2>/dev/null
     local text="$d/test.txt" chunks=${FIDELITY_CHUNKS:-64}
     fid_ppl proxy "$d/f16" f16 --text "$text" --ctx "$ctx" --chunks "$chunks" --save-logits "$FID/proxy_f16.kld"
     for v in $FID_VARIANTS; do
@@ -1156,7 +1195,7 @@ stage_fidelity_measure() { stage_fidelity_run; }
 # --- issue 35: a proxy that reads and listens ------------------------------------------------
 MMD=${MMD:-$WORK/mm}
 MM_DATA=${MM_DATA:-.carry/mmdata}
-MM_VARIANTS=$FID_VARIANTS # (the same quantize variants as the text proxy's)
+MM_VARIANTS=$FID_QUANT_VARIANTS # (the same quantize variants as the text proxy's)
 
 # mm_quant NAME ARGS...: the multimodal proxy's ($MMD/proxy/NAME)
 mm_quant() { quant_into "$MMD/proxy" mm "$@"; }

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# test_dwq_fit.sh: tools/python/dwq_fit.py (the output-KL scale fit, issue 33) on the tiny trained
+# fixture (tests/fixtures/fidelity-tiny: its HF checkpoint is the teacher, `g4cu quantize`'s
+# k-quant package the start), calibrated on calib.txt (train split), measured on test.txt (held
+# out). Checks:
+#   - the fit runs and lowers its own calibration KL;
+#   - the output differs from its input only in the decoder's MatMulNBits scale initializers
+#     (every other initializer, the graph, the other components byte-identical; same sizes);
+#   - `g4cu perplexity --kl-base` on the held-out text: mean KLD vs the f16 package below the
+#     k-quant package's (measured at 40 steps: 0.00974 -> 0.00627, -35.6%);
+#   - onnxruntime (CPU) loads it and its logits equal g4cu's (test_quant_ort.sh's bounds), when
+#     .tools/ort-venv (or $G4_ORT_PYTHON) is there;
+#   - a mis-mapped package (HF weights of another model of the same shapes,
+#     tests/fixtures/mobius-tiny-f16/hf) fails with the mapping error and writes nothing.
+# The interpreter needs torch, transformers, tokenizers, onnx and numpy: $G4_TORCH_PYTHON (CI's
+# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 30 s
+# on two cores.
+set -u
+: "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
+py=${G4_TORCH_PYTHON:-}
+if [ -z "$py" ] || [ ! -x "$py" ] ||
+    ! "$py" -c 'import torch, transformers, tokenizers, onnx, numpy' 2>/dev/null; then
+    echo "test_dwq_fit: skipped: no python with torch, transformers, tokenizers, onnx" \
+        "(set G4_TORCH_PYTHON; CI installs none)"
+    exit 77
+fi
+source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
+fx="$G4_FIXTURES/fidelity-tiny"
+fit="$G4_SOURCE_DIR/tools/python/dwq_fit.py"
+ctx=64
+
+"$G4CU" quantize "$fx/package" "$tmp/q4" --threads 2 >/dev/null 2>&1
+check "quantize the fixture (k-quant)" $?
+"$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/dwq" --calib "$fx/calib.txt" --seq 64 --batch 4 \
+    --steps 40 --threads 2 >"$tmp/fit.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || tail -5 "$tmp/fit.log"
+check "dwq_fit: exit 0" $rc
+grep "^dwq_fit: calibration KL [0-9.]* ->" "$tmp/fit.log"
+awk '/^dwq_fit: calibration KL [0-9.]+ -> / { ok = ($6 + 0 < $4 + 0) } END { exit !ok }' \
+    "$tmp/fit.log"
+check "dwq_fit: calibration KL lowered" $?
+
+# only the scales differ: every initializer compared by value, the rest of the model.onnx proto
+# with the initializers' contents left out, the other files byte for byte
+"$py" - "$tmp/q4" "$tmp/dwq" <<'PY'
+import filecmp, os, sys
+import onnx
+from onnx import numpy_helper
+a, b = sys.argv[1], sys.argv[2]
+bad = []
+for root, _, files in os.walk(a):
+    for f in files:
+        p = os.path.join(root, f)
+        q = os.path.join(b, os.path.relpath(p, a))
+        if os.path.getsize(p) != os.path.getsize(q):
+            bad.append(f"{q}: size differs")
+        elif not p.startswith(os.path.join(a, "decoder")) and not filecmp.cmp(p, q, shallow=False):
+            bad.append(f"{q}: differs")
+ma, mb = (onnx.load(os.path.join(d, "decoder", "model.onnx")) for d in (a, b))
+scales = {n.input[2] for n in ma.graph.node if n.op_type == "MatMulNBits"}
+ia = {i.name: numpy_helper.to_array(i) for i in ma.graph.initializer}
+ib = {i.name: numpy_helper.to_array(i) for i in mb.graph.initializer}
+changed = [n for n in ia if n not in ib or ia[n].shape != ib[n].shape or ia[n].dtype != ib[n].dtype
+           or ia[n].tobytes() != ib[n].tobytes()]
+bad += [f"{n}: changed (not a MatMulNBits scale)" for n in changed if n not in scales]
+for m in (ma, mb):
+    del m.graph.initializer[:]
+if ma.SerializeToString() != mb.SerializeToString():
+    bad.append("decoder graph (without initializers) differs")
+print(f"{len(changed)} of {len(scales)} scale initializers changed, {len(bad)} other differences")
+for x in bad[:5]:
+    print("  " + x)
+sys.exit(0 if not bad and len(changed) > 0 else 1)
+PY
+check "dwq output: only MatMulNBits scales differ from the input package" $?
+
+# held-out KLD against the f16 package: below k-quant's
+"$G4CU" perplexity "$fx/package" --text "$fx/test.txt" --ctx $ctx --chunks 24 \
+    --save-logits "$tmp/base.kld" --threads 2 >/dev/null 2>&1
+check "perplexity f16 --save-logits" $?
+for v in q4 dwq; do
+    "$G4CU" perplexity "$tmp/$v" --ctx $ctx --kl-base "$tmp/base.kld" --json "$tmp/$v.json" \
+        --threads 2 >/dev/null 2>&1
+    check "perplexity $v --kl-base: exit 0" $?
+done
+kld() { sed -nE 's/^ *"kld_mean": ([0-9.eE+-]+),?$/\1/p' "$1" | head -1; }
+a=$(kld "$tmp/q4.json") b=$(kld "$tmp/dwq.json")
+echo "held-out mean KLD vs f16: k-quant $a, dwq $b"
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(a != "" && b != "" && b < a) }'
+check "dwq: held-out mean KLD below the k-quant package's" $?
+
+# onnxruntime loads the fitted package and agrees with g4cu (test_quant_ort.sh's bounds)
+ort=${G4_ORT_PYTHON:-$G4_SOURCE_DIR/.tools/ort-venv/bin/python}
+if [ -x "$ort" ] && "$ort" -c 'import onnxruntime, numpy' 2>/dev/null; then
+    ids=2,412,97,13,655,301,88,902,45,517,230,760,19,384,611,150,73,998,266,431,809,57,340,705
+    "$G4CU" logits "$fx/package" --ids "$ids" --out "$tmp/f16.npy" >/dev/null 2>&1 &&
+        "$G4CU" logits "$tmp/dwq" --ids "$ids" --out "$tmp/dwq.npy" >/dev/null 2>&1
+    check "g4cu logits f16 and dwq" $?
+    "$ort" "$G4_SOURCE_DIR/tools/python/ort_logits_check.py" "$tmp/dwq" "$ids" "$tmp/dwq.npy" \
+        --rms 0.01 --max 0.05 --far "$tmp/f16.npy" --far-ratio 0.1
+    check "onnxruntime vs g4cu on the dwq package" $?
+else
+    echo "SKIP onnxruntime check: no onnxruntime at $ort"
+fi
+
+# a mis-mapping fails loudly: another model's HF weights (same shapes) against this package
+"$py" "$fit" "$G4_FIXTURES/mobius-tiny-f16/hf" "$tmp/q4" "$tmp/bad" --calib "$fx/calib.txt" \
+    --seq 64 --steps 1 --threads 2 >"$tmp/o" 2>"$tmp/e"
+rc=$?
+[ $rc -eq 1 ] && grep -q "^dwq_fit: .*dequantized weight is .* from HF .*mis-mapped" "$tmp/e" &&
+    [ "$(grep -c "^dwq_fit:" "$tmp/e")" -eq 1 ] && [ ! -e "$tmp/bad" ] &&
+    [ ! -e "$tmp/bad.partial" ]
+ok=$?
+[ $ok -ne 0 ] && { echo "  exit $rc:"; tail -3 "$tmp/e"; }
+check "dwq_fit: other model's weights refused in one line, nothing written" $ok
+err1 "dwq_fit: existing output refused" "^dwq_fit: .*/dwq: exists" \
+    "$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/dwq" --calib "$fx/calib.txt"
+finish test_dwq_fit

@@ -1,0 +1,514 @@
+#!/usr/bin/env python3
+"""Output-KL scale fit of a Q4 package ("dwq", after MLX's distilled weight quantization): the
+fp16 model is the teacher, the package's 4-bit model the student, and each block's scale is moved
+by gradient descent so that the student's next-token distribution comes closer to the teacher's
+on calibration text. The codes and zero points stay as the package has them (unless --reround),
+so the result is the same plain MatMulNBits package (block 32, fp16 scales, uint4 zero points)
+with other scale bytes: the same size, loaded unchanged by onnxruntime and g4cu.
+
+    python3 tools/python/dwq_fit.py HF_DIR Q4_PKG OUT_PKG --calib TEXT [--calib-tokens 8192]
+            [--seq 256] [--batch 8] [--steps 300] [--minutes M] [--lr 1e-3] [--seed 0]
+            [--reround N] [--device cuda|cpu] [--threads N] [--cache-gb 8] [--log-every 10]
+
+HF_DIR: the HF checkpoint the package was exported from (train_proxy.py's OUT/hf: transformers'
+Gemma4ForConditionalGeneration, fp16 safetensors); Q4_PKG: a `g4cu quantize` output of that
+export (any --method, --keep-auto too: linears kept fp16 stay the HF weights); OUT_PKG: written
+as a copy of Q4_PKG in which only the decoder's MatMulNBits scale initializers differ (and with
+--reround their code initializers). TEXT: calibration text (the train split, never the text the
+result is measured on), tokenized with Q4_PKG/tokenizer.json like train_proxy.py does.
+
+How:
+1. Every com.microsoft MatMulNBits node of Q4_PKG/decoder/model.onnx names its weight
+   "<component>.<path>.weight_t_Q4" (the exporter's naming: the HF text model's parameter path,
+   "model.layers.3.mlp.up_proj" or "lm_head", behind the component "decoder."); the path is
+   looked up in the HF model (model.* in its text decoder, lm_head its output embedding). A node
+   whose path does not resolve to an nn.Linear, or whose K / N / block differ from that linear's,
+   is a one-line error; so is a dequantized weight (q - zp) * s0 whose relative Frobenius
+   distance to the HF weight exceeds MAP_REL_MAX (a mis-mapped node lands near 1.4, 4-bit
+   quantization near 0.1).
+2. Teacher: the HF model in fp32. Student: a copy whose matched linears compute with
+   W[n, k] = (q[n, k] - zp[n, b]) * s[n, b], b = k // 32, q and zp frozen, s = s0 * exp(t[n, b])
+   with t trainable (0 at the start: the student starts as the package): Adam's step on t is a
+   relative step on s, so one learning rate suits scales of every magnitude. The lm_head gets
+   its own quantized module, so the (tied) input embedding keeps the fp16 weights.
+3. Loss: KL(teacher || student) of the next-token distributions at every position of windows
+   of --seq tokens (<bos> + a contiguous piece of TEXT), mean over positions; Adam on t only,
+   --steps steps (or fewer when --minutes runs out), batches of --batch windows drawn from a
+   seeded permutation. Deterministic for a seed on one device.
+   --reround N: every N steps (not after the last) the codes are re-chosen for the current
+   scales, q = clip(rint(W / s + zp), 0, 15). Off by default: it throws away the clipping the
+   quantizer chose, and on the tiny fixture it ended above the plain fit (held-out KLD 0.00502
+   vs 0.00444 at 200 steps). The teacher's logits of all windows are computed once and kept
+   when they fit in --cache-gb (else recomputed each step).
+4. The scales are rounded to fp16 (clamped to [2^-24, 65504]); the calibration KL of the
+   package as it started and of the written scales (exactly what the package will hold) is
+   printed, then OUT_PKG is written: the whole package copied, the new scales (codes) written
+   over the old ones at their initializers' bytes: in model.onnx.data at the external-data
+   offset, or in model.onnx's raw_data for small inline initializers (model.onnx re-serialized;
+   checked to round-trip byte for byte first). Nothing is written when a check fails.
+
+Needs torch, transformers, tokenizers, onnx, numpy (the GPU image's python3 has them; here
+/work/mm-venv). Prints the calibration KL per step with its time.
+"""
+import argparse
+import copy
+import math
+import os
+import re
+import shutil
+import sys
+import time
+
+import numpy as np
+
+BLOCK = 32  # the one MatMulNBits block size g4cu takes (quant/q4.h G4_Q4_BLOCK)
+# Largest relative Frobenius distance ||(q - zp) s0 - W|| / ||W|| accepted for a matched linear:
+# 4-bit asymmetric blocks of 32 give ~0.1 on trained weights, a node mapped to another linear
+# of the same shape ~1.4 (two unrelated matrices of similar norm).
+MAP_REL_MAX = 0.3
+FP16_MAX = 65504.0
+FP16_MIN_SUB = 2.0 ** -24  # the smallest positive fp16 (subnormal)
+
+
+def die(msg):
+    print(f"dwq_fit: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+# --- the package side ----------------------------------------------------------------------------
+
+
+class PkgTensor:
+    """One initializer: its numpy value and where its bytes live (for writing back in place)."""
+
+    def __init__(self, init, data_path):
+        from onnx import TensorProto, helper
+
+        self.name = init.name
+        self.proto = init
+        self.shape = tuple(init.dims)
+        self.dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
+        self.external = init.data_location == TensorProto.EXTERNAL
+        n = int(np.prod(self.shape)) if self.shape else 1
+        nbytes = n * np.dtype(self.dtype).itemsize
+        if self.external:
+            kv = {e.key: e.value for e in init.external_data}
+            if kv.get("location") != os.path.basename(data_path):
+                die(f"{init.name}: external data in '{kv.get('location')}', expected "
+                    f"'{os.path.basename(data_path)}'")
+            self.offset = int(kv.get("offset", 0))
+            self.length = int(kv.get("length", nbytes))
+            if self.length != nbytes:
+                die(f"{init.name}: external length {self.length}, expected {nbytes} for "
+                    f"{self.shape} {np.dtype(self.dtype).name}")
+            with open(data_path, "rb") as f:
+                f.seek(self.offset)
+                raw = f.read(nbytes)
+            if len(raw) != nbytes:
+                die(f"{init.name}: {data_path} ends before offset {self.offset} + {nbytes}")
+        else:
+            raw = init.raw_data
+            if len(raw) != nbytes:
+                die(f"{init.name}: {len(raw)} raw bytes, expected {nbytes} (not raw_data?)")
+        self.value = np.frombuffer(raw, dtype=self.dtype).reshape(self.shape).copy()
+
+
+class QLinearSpec:
+    """A MatMulNBits node of the package: W [K, N] as codes q [N, kb*32], zero points zp [N, kb]
+    and scales s0 [N, kb] (float32 of the stored fp16), plus the initializers they came from."""
+
+    def __init__(self, node, inits, data_path):
+        attrs = {a.name: a for a in node.attribute}
+        self.node = node.name
+        self.K, self.N = int(attrs["K"].i), int(attrs["N"].i)
+        self.bits = int(attrs["bits"].i) if "bits" in attrs else 4
+        self.block = int(attrs["block_size"].i)
+        if self.bits != 4 or self.block != BLOCK:
+            die(f"{node.name}: bits {self.bits} block_size {self.block}, expected 4 and {BLOCK}")
+        ins = list(node.input)
+        if len(ins) < 3 or any(x for x in ins[4:]):
+            die(f"{node.name}: inputs {ins}, expected A, B, scales[, zero_points] only")
+        for x in ins[1:4]:
+            if x and x not in inits:
+                die(f"{node.name}: input '{x}' is not an initializer")
+        K, N, kb = self.K, self.N, (self.K + BLOCK - 1) // BLOCK
+        self.kb = kb
+        self.q_t = PkgTensor(inits[ins[1]], data_path)
+        self.s_t = PkgTensor(inits[ins[2]], data_path)
+        self.zp_t = PkgTensor(inits[ins[3]], data_path) if len(ins) > 3 and ins[3] else None
+        if self.q_t.value.size != N * kb * BLOCK // 2 or self.q_t.dtype != np.uint8:
+            die(f"{ins[1]}: {self.q_t.shape} {self.q_t.dtype}, expected uint8 [{N}, {kb}, 16]")
+        if self.s_t.value.size != N * kb or self.s_t.dtype != np.float16:
+            die(f"{ins[2]}: {self.s_t.shape} {self.s_t.dtype}, expected fp16 [{N} * {kb}]")
+        packed = self.q_t.value.reshape(N, kb * BLOCK // 2)
+        q = np.empty((N, kb * BLOCK), np.uint8)
+        q[:, 0::2], q[:, 1::2] = packed & 15, packed >> 4  # low nibble = even k (quant/q4.h)
+        self.q = q
+        if self.zp_t is not None:
+            zb = (kb + 1) // 2
+            if self.zp_t.value.size != N * zb or self.zp_t.dtype != np.uint8:
+                die(f"{ins[3]}: {self.zp_t.shape} {self.zp_t.dtype}, expected uint8 [{N} * {zb}]")
+            zpk = self.zp_t.value.reshape(N, zb)
+            zp = np.empty((N, 2 * zb), np.uint8)
+            zp[:, 0::2], zp[:, 1::2] = zpk & 15, zpk >> 4
+            self.zp = zp[:, :kb]
+        else:
+            self.zp = np.full((N, kb), 8, np.uint8)  # the op's default zero point
+        self.s0 = self.s_t.value.reshape(N, kb).astype(np.float32)
+        # the module path in the HF text model: "<component>.<path>.weight_t_Q4[...]"
+        m = re.match(r"^[^.]+\.(.+)\.weight_t_Q4", ins[1])
+        if not m:
+            die(f"{node.name}: weight '{ins[1]}' is not named <component>.<path>.weight_t_Q4")
+        self.path = m.group(1)
+
+    def dequant(self):
+        """(q - zp) * s0 as W [N, K] float32 (HF's nn.Linear layout: out x in)."""
+        w = (self.q.reshape(self.N, self.kb, BLOCK).astype(np.float32)
+             - self.zp[:, :, None].astype(np.float32)) * self.s0[:, :, None]
+        return w.reshape(self.N, self.kb * BLOCK)[:, :self.K]
+
+    def packed_codes(self, q):
+        """q [N, kb*32] codes -> the initializer's bytes (padding codes past K as they were)."""
+        q = q.astype(np.uint8)
+        return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8).reshape(self.q_t.shape)
+
+
+def load_package(pkg):
+    import onnx
+
+    path = os.path.join(pkg, "decoder", "model.onnx")
+    data_path = path + ".data"
+    raw = open(path, "rb").read()
+    model = onnx.ModelProto()
+    model.ParseFromString(raw)
+    inits = {i.name: i for i in model.graph.initializer}
+    specs = [QLinearSpec(n, inits, data_path) for n in model.graph.node
+             if n.op_type == "MatMulNBits" and n.domain == "com.microsoft"]
+    if not specs:
+        die(f"{path}: no com.microsoft MatMulNBits node (not a Q4 package?)")
+    return model, raw, specs
+
+
+# --- the model side ------------------------------------------------------------------------------
+
+
+def resolve(hf, path):
+    """The HF nn.Linear of an exporter path: "model.X" in the text decoder, "lm_head" the output
+    embedding (the exporter names the text model's parameters as in Gemma4ForCausalLM)."""
+    import torch
+
+    if path == "lm_head":
+        mod = hf.get_output_embeddings()
+    elif path.startswith("model."):
+        try:
+            mod = hf.get_decoder().get_submodule(path[len("model."):])
+        except AttributeError:
+            mod = None
+    else:
+        mod = None
+    return mod if isinstance(mod, torch.nn.Linear) else None
+
+
+def make_qlinear_class():
+    import torch
+
+    class QLinear(torch.nn.Module):
+        """y = x W^T (+ bias) with W [N, K] = ((q - zp) * s0 * exp(t)) per block of 32 along K.
+        qz = q - zp as float [N, kb, 32] (frozen; --reround re-chooses q), zp_f [N, kb] the zero
+        points, s0 [N, kb] the package's scales (frozen), t [N, kb] (trained)."""
+
+        def __init__(self, spec, bias):
+            super().__init__()
+            self.K, self.N, self.kb = spec.K, spec.N, spec.kb
+            self.register_buffer("qz", torch.from_numpy(
+                spec.q.reshape(spec.N, spec.kb, BLOCK).astype(np.float32)
+                - spec.zp[:, :, None].astype(np.float32)))
+            self.register_buffer("zp_f", torch.from_numpy(spec.zp.astype(np.float32)))
+            self.register_buffer("s0", torch.from_numpy(spec.s0.copy()))
+            self.t = torch.nn.Parameter(torch.zeros(spec.N, spec.kb))
+            self.bias = bias  # None for every linear of this model; kept if present
+            self.round_fp16 = False  # True: compute with the fp16 scales the package will hold
+
+        def scales(self):
+            s = (self.s0 * torch.exp(self.t)).clamp(FP16_MIN_SUB, FP16_MAX)
+            return s.half().float() if self.round_fp16 else s
+
+        def forward(self, x):
+            w = (self.qz * self.scales()[:, :, None]).reshape(self.N, self.kb * BLOCK)
+            return torch.nn.functional.linear(x, w[:, :self.K].to(x.dtype), self.bias)
+
+    return QLinear
+
+
+def build_student(hf, specs):
+    """A deep copy of the teacher with each matched linear replaced; returns (student, modules)
+    with modules[i] the QLinear of specs[i]. Checks shapes and the dequantized weights."""
+    import torch
+
+    QLinear = make_qlinear_class()
+    seen, worst = {}, (0.0, "")
+    for sp in specs:
+        lin = resolve(hf, sp.path)
+        if lin is None:
+            die(f"{sp.node}: '{sp.path}' is no nn.Linear of the HF model (unmatched MatMulNBits)")
+        if sp.path in seen:
+            die(f"{sp.node}: '{sp.path}' is matched by {seen[sp.path]} too")
+        seen[sp.path] = sp.node
+        if tuple(lin.weight.shape) != (sp.N, sp.K):
+            die(f"{sp.node}: K {sp.K} N {sp.N}, but HF '{sp.path}' weight is "
+                f"{tuple(lin.weight.shape)} (expected [{sp.N}, {sp.K}])")
+        w = lin.weight.detach().float().cpu().numpy()
+        rel = float(np.linalg.norm(sp.dequant() - w) / max(np.linalg.norm(w), 1e-30))
+        if not rel <= MAP_REL_MAX:
+            die(f"{sp.node}: dequantized weight is {rel:.3f} (relative) from HF '{sp.path}', "
+                f"expected <= {MAP_REL_MAX}: mis-mapped node or another model")
+        worst = max(worst, (rel, sp.path))
+    print(f"dwq_fit: {len(specs)} MatMulNBits matched to HF linears; (q - zp) * s vs HF weight: "
+          f"largest relative distance {worst[0]:.3f} ({worst[1]}), limit {MAP_REL_MAX}",
+          flush=True)
+    student = copy.deepcopy(hf)
+    mods = []
+    for sp in specs:
+        lin = resolve(student, sp.path)
+        q = QLinear(sp, lin.bias).to(lin.weight.device)
+        if sp.path == "lm_head":
+            student.set_output_embeddings(q)  # unties: the input embedding keeps fp16 weights
+        else:
+            parent, _, leaf = sp.path[len("model."):].rpartition(".")
+            owner = student.get_decoder().get_submodule(parent) if parent else student.get_decoder()
+            setattr(owner, leaf, q)
+        mods.append(q)
+    for p in student.parameters():
+        p.requires_grad_(False)
+    for q in mods:
+        q.t.requires_grad_(True)
+    return student, mods
+
+
+# --- calibration data and the loss ---------------------------------------------------------------
+
+
+def calib_windows(tok_path, text_path, n_tokens, seq):
+    """Windows [n, seq]: <bos> + seq-1 consecutive ids of TEXT (encoded as train_proxy.py does:
+    newline runs apart, no special tokens), from the start, without overlap."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tok_path)
+    bos = tok.token_to_id("<bos>")
+    if bos is None:
+        die(f"{tok_path}: no <bos> token")
+    text = open(text_path, encoding="utf-8").read()
+    segs = [s for s in re.split(r"(\n+)", text) if s]
+    ids = []
+    for j in range(0, len(segs), 1000):  # only as much of TEXT as n_tokens needs (train.txt: 4M)
+        ids += [t for e in tok.encode_batch(segs[j:j + 1000], add_special_tokens=False)
+                for t in e.ids]
+        if len(ids) >= n_tokens:
+            break
+    ids = ids[:n_tokens]
+    n = len(ids) // (seq - 1)
+    if n < 1:
+        die(f"{text_path}: {len(ids)} tokens, a window needs {seq - 1} (lower --seq)")
+    x = np.array(ids[:n * (seq - 1)], np.int64).reshape(n, seq - 1)
+    return np.concatenate([np.full((n, 1), bos, np.int64), x], axis=1)
+
+
+def kl(t_logits, s_logits):
+    """Mean over positions of KL(teacher || student), both [B, S, V] logits."""
+    import torch.nn.functional as F
+
+    lt = F.log_softmax(t_logits.float(), dim=-1)
+    ls = F.log_softmax(s_logits.float(), dim=-1)
+    return (lt.exp() * (lt - ls)).sum(-1).mean()
+
+
+# --- writing the package -------------------------------------------------------------------------
+
+
+def write_package(src, out, model, raw, writes):
+    """Copies src to out, then writes each (PkgTensor, new numpy array) over the old bytes."""
+    if os.path.exists(out):
+        die(f"{out}: exists (give a new directory)")
+    # the inline initializers are rewritten through the parsed model: it must re-serialize to
+    # the very bytes it was read from, so that nothing but those raw_data changes
+    inline = [(t, v) for t, v in writes if not t.external]
+    if inline and model.SerializeToString() != raw:
+        die(f"{src}/decoder/model.onnx: does not re-serialize byte for byte; cannot rewrite it")
+    tmp = out.rstrip("/") + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    data = os.path.join(tmp, "decoder", "model.onnx.data")
+    with open(data, "r+b") as f:
+        for t, v in writes:
+            b = np.ascontiguousarray(v.astype(t.dtype)).tobytes()
+            assert len(b) == t.value.nbytes, t.name
+            if t.external:
+                f.seek(t.offset)
+                f.write(b)
+    if inline:
+        for t, v in inline:
+            t.proto.raw_data = np.ascontiguousarray(v.astype(t.dtype)).tobytes()
+        new = model.SerializeToString()
+        if len(new) != len(raw):
+            die("decoder/model.onnx: re-serialized size changed")
+        with open(os.path.join(tmp, "decoder", "model.onnx"), "wb") as f:
+            f.write(new)
+    os.rename(tmp, out)  # the package appears whole or not at all
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("hf")
+    ap.add_argument("pkg")
+    ap.add_argument("out")
+    ap.add_argument("--calib", required=True, help="calibration text (train split)")
+    ap.add_argument("--calib-tokens", type=int, default=8192, help="tokens of TEXT used")
+    ap.add_argument("--seq", type=int, default=256, help="window length (with <bos>)")
+    ap.add_argument("--batch", type=int, default=8, help="windows per step")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--minutes", type=float, default=0, help="time budget of the fit (0: none)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam step on log(scale)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reround", type=int, default=0, help="re-choose codes every N steps")
+    ap.add_argument("--device", default=None, help="cuda when available, else cpu")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--cache-gb", type=float, default=8,
+                    help="keep the teacher's logits when they fit in this many GiB")
+    a = ap.parse_args()
+    t_start = time.time()
+    for p in (a.hf, a.pkg):
+        if not os.path.isdir(p):
+            die(f"{p}: not a directory")
+    if os.path.exists(a.out):
+        die(f"{a.out}: exists (give a new directory)")
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+    import torch
+    import transformers
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda":
+        # TF32 matmuls: logit errors ~1e-3 move a KL of ~1e-2 by ~1e-6, and the fit runs several
+        # times faster
+        torch.set_float32_matmul_precision("high")
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+    model, raw, specs = load_package(a.pkg)
+    # the checkpoint's own class (train_proxy.py: Gemma4ForConditionalGeneration), in fp32
+    cfg = transformers.AutoConfig.from_pretrained(a.hf)
+    arch = (getattr(cfg, "architectures", None) or [""])[0]
+    if not hasattr(transformers, arch):
+        die(f"{a.hf}/config.json: architecture '{arch}' is not a transformers class")
+    hf = getattr(transformers, arch).from_pretrained(a.hf, dtype=torch.float32).to(dev).eval()
+    student, mods = build_student(hf, specs)
+    student.eval()  # no dropout; gradients still flow to t
+    tok_path = os.path.join(a.pkg, "tokenizer.json")
+    win = torch.from_numpy(calib_windows(tok_path, a.calib, a.calib_tokens, a.seq))
+    n_win = win.shape[0]
+    batch = min(a.batch, n_win)
+    print(f"dwq_fit: {n_win} calibration windows of {a.seq} tokens from {a.calib}; batch {batch}, "
+          f"{a.steps} steps, lr {a.lr}, seed {a.seed}, {dev}; "
+          f"{sum(q.t.numel() for q in mods):,} scales trained", flush=True)
+
+    # teacher logits of every window, kept when they fit (else recomputed per step)
+    vocab = hf.get_output_embeddings().weight.shape[0]
+    cache_bytes = n_win * a.seq * vocab * 4
+    t_cache = None
+
+    def teacher(idx):
+        with torch.no_grad():
+            if t_cache is not None:
+                return t_cache[idx]
+            return hf(input_ids=win[idx].to(dev), use_cache=False).logits.float()
+
+    if cache_bytes <= a.cache_gb * (1 << 30):
+        t_cache = torch.cat([teacher(torch.arange(i, min(i + batch, n_win)))
+                             for i in range(0, n_win, batch)])
+
+    def calib_kl():
+        """KL over all calibration windows with the scales as they will be stored (fp16)."""
+        for q in mods:
+            q.round_fp16 = True
+        tot = 0.0
+        with torch.no_grad():
+            for i in range(0, n_win, batch):
+                idx = torch.arange(i, min(i + batch, n_win))
+                s_logits = student(input_ids=win[idx].to(dev), use_cache=False).logits
+                tot += float(kl(teacher(idx), s_logits)) * len(idx)
+        for q in mods:
+            q.round_fp16 = False
+        return tot / n_win
+
+    kl0 = calib_kl()
+    print(f"dwq_fit: calibration KL of {a.pkg}: {kl0:.6f} ({time.time() - t_start:.1f} s)",
+          flush=True)
+
+    w_hf = None
+    if a.reround:
+        w_hf = [resolve(hf, sp.path).weight.detach().float() for sp in specs]
+
+    opt = torch.optim.Adam([q.t for q in mods], lr=a.lr)
+    gen = torch.Generator().manual_seed(a.seed)
+    order, pos = torch.randperm(n_win, generator=gen), 0
+    t_fit, done = time.time(), 0
+    for step in range(a.steps):
+        if pos + batch > n_win:  # a new pass: a new permutation from the same generator
+            order, pos = torch.randperm(n_win, generator=gen), 0
+        idx = order[pos:pos + batch]
+        pos += batch
+        loss = kl(teacher(idx), student(input_ids=win[idx].to(dev), use_cache=False).logits)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        done = step + 1
+        # (never after the last step: the codes would change with no step to adapt the scales)
+        if a.reround and done % a.reround == 0 and done < a.steps:
+            with torch.no_grad():
+                for q, w in zip(mods, w_hf):
+                    s = q.scales()  # [N, kb]
+                    zp = q.zp_f[:, :, None]  # [N, kb, 1]
+                    wp = torch.nn.functional.pad(w, (0, q.kb * BLOCK - q.K))
+                    codes = torch.clamp(torch.round(wp.reshape(q.N, q.kb, BLOCK) / s[:, :, None]
+                                                    + zp), 0, 15).reshape(q.N, -1)
+                    old = (q.qz + zp).reshape(q.N, -1)
+                    codes[:, q.K:] = old[:, q.K:]  # padding codes past K keep their values
+                    q.qz.copy_(codes.reshape(q.N, q.kb, BLOCK) - zp)
+        el = time.time() - t_fit
+        if done % a.log_every == 0 or done == 1 or done == a.steps:
+            print(f"dwq_fit: step {done}/{a.steps} KL {float(loss.detach()):.6f} {el:.1f} s "
+                  f"({el / done:.3f} s/step)", flush=True)
+        if a.minutes and el > a.minutes * 60 and done < a.steps:
+            print(f"dwq_fit: --minutes {a.minutes} reached after {done}/{a.steps} steps: stopping",
+                  flush=True)
+            break
+    kl1 = calib_kl()
+    tshift = torch.cat([q.t.detach().flatten() for q in mods]).abs()
+    print(f"dwq_fit: calibration KL {kl0:.6f} -> {kl1:.6f} ({100 * (kl1 / kl0 - 1):+.1f}%) after "
+          f"{done} steps in {time.time() - t_fit:.1f} s; |log scale change| mean "
+          f"{float(tshift.mean()):.4f}, max {float(tshift.max()):.4f}", flush=True)
+    if not math.isfinite(kl1):
+        die(f"calibration KL {kl1} after the fit: nothing written")
+
+    writes = []
+    for sp, q in zip(specs, mods):
+        s = q.scales().detach().cpu().numpy().astype(np.float16)
+        if not np.all(np.isfinite(s)):
+            die(f"{sp.s_t.name}: non-finite fitted scale: nothing written")
+        writes.append((sp.s_t, s.reshape(sp.s_t.shape)))
+        if a.reround:
+            codes = (q.qz + q.zp_f[:, :, None]).round().cpu().numpy().reshape(sp.N, -1)
+            writes.append((sp.q_t, sp.packed_codes(codes)))
+    write_package(a.pkg, a.out, model, raw, writes)
+    print(f"dwq_fit: wrote {a.out} ({len(writes)} initializers replaced; "
+          f"{time.time() - t_start:.1f} s in all)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
