@@ -50,7 +50,7 @@
 #   q4wg     issue 31, the Q4 wgmma GEMM at the serve load's rows (after build): test_cuda_gemm
 #            --op q4/wgmma and --op q4_glu/wgmma (the producer's depths 1, 2, 3 forced), then the
 #            srv_ kernel rows twice (M = 210 and 512 on the decoder's shapes: Q4 wgmma at depth 1,
-#            2, 3 in one run, Q4 mma.sync, fp16 wgmma, cuBLAS)
+#            2, 3 in one run, Q4 mma.sync, fp16 wgmma, cuBLAS); q4wg_check / q4wg_rows: each half
 #   skinny   issues 31 / 29, the skinny split-K GEMM for 8 < M <= 64 (after build; e2b_make for
 #            its second half): its test_cuda_gemm cases (and the mma / AUTO ones, same kernels),
 #            test_backend_ops linear cases on CUDA, the dgemm kernel rows, then on the full-size
@@ -452,7 +452,13 @@ stage_dgemm() {
 # the new producer depths included, then the srv_ kernel rows (M = 210, 512) twice; the rows
 # force the depth per row (g4_gemm_wgmma_q4_depth), so G4_Q4_WG_DEPTH does not matter here.
 stage_q4wg() {
+    stage_q4wg_check
+    stage_q4wg_rows
+}
+stage_q4wg_check() {
     kernel_tests q4wg "test_cuda_gemm --op q4/wgmma" "test_cuda_gemm --op q4_glu/wgmma"
+}
+stage_q4wg_rows() {
     local rep
     for rep in 1 2; do
         build-gpu/g4cu bench --kernels --filter srv_ --reps 30 --json "$OUT/q4wg_$rep.json" \
