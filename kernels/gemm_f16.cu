@@ -418,8 +418,8 @@ template <int MT, bool FUSED> constexpr int gemv_smem() {
 // PRO: the add-norm prologue (gemm_common.cuh gv_norm_prologue) computes x [M][K] into shared
 // memory after the wait, in place of reading x; a multiplier (pro.mul) makes the epilogue the
 // PLE gate's gelu_tanh(fp16(y)) * mul.
-// PIPE (G4_GEMV_F16_PIPE=1, an A/B): a thread's weight loads software-pipelined one step ahead
-// (step i + 1's GEMV_U rows issued before step i is computed; the first step's issued before
+// PIPE (the default where launch_gemv_t says): a thread's weight loads software-pipelined one step
+// ahead (step i + 1's GEMV_U rows issued before step i is computed; the first step's issued before
 // the PDL wait, into registers: immutable weights, pdl.cuh rule 1), where the plain loop waits
 // a full DRAM round trip every step (a down projection block: 6 steps, ~1 us each).
 template <int MT, bool FUSED, bool PRO, bool PIPE = false>
@@ -602,22 +602,28 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
                    int M, int N, int K, int epi, const gv_pro &pro, cudaStream_t stream) {
     // (PRO: x [M][K] after the block's own, K <= 2048)
     const int smem = gemv_smem<MT, FUSED>() + (PRO ? M * K * 2 : 0);
-    // the pipelined loop for 1-2 rows only (4 and 8 fused would spill)
+    // The pipelined loop (default; G4_GEMV_F16_PIPE=0 turns it off, read once) for 1-2 rows only
+    // (4 and 8 fused would spill) and grids of at most 4 blocks an SM: H200, full-size E2B,
+    // f16 decode 372.3 -> 388.5 tok/s with it on every shape; the lm_head's 4,096 blocks ran
+    // 193 -> 246 us in the kernel rows at the pipelined kernel's lower occupancy, where its
+    // first step before the wait is nothing against its ~16 waves (bench/NOTES.md, eleventh
+    // session).
     constexpr bool PIPE_OK = MT <= 2;
-    static const int pipe = PIPE_OK ? env_int("G4_GEMV_F16_PIPE", 0, 0, 1) : 0;
+    static const int pipe_env = PIPE_OK ? env_int("G4_GEMV_F16_PIPE", 1, 0, 1) : 0;
     static bool smem_set = false, smem_set_pipe = false;
-    if (pipe)
-        set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>,
-                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set_pipe);
-    else
-        set_smem(gemv_f16_kernel<MT, FUSED, PRO>,
-                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set);
     const int strips = (N + GEMV_COLS - 1) / GEMV_COLS;
     // Split K over a cluster until there are two blocks per SM, keeping >= 128 rows a block.
     // (One block per SM, so that the next kernel's find room beside these under PDL, measured
     // 9% slower end to end: bench/NOTES.md, eleventh session.)
     int cs = 1;
     while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
+    const bool pipe = pipe_env && (long)strips * cs <= 4L * num_sms();
+    if (pipe)
+        set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>,
+                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set_pipe);
+    else
+        set_smem(gemv_f16_kernel<MT, FUSED, PRO>,
+                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set);
     if (pipe)
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,

@@ -282,8 +282,8 @@ __device__ __noinline__ void gv_flush(float4 a0, float4 a1, void *y, const __hal
     }
 }
 
-// W warps a CTA: 8 (two CTAs an SM), or 16 (G4_GEMV_W16=1, an A/B: one CTA an SM holding the
-// same warps, so a K split of 16 needs no cluster; bench/NOTES.md, eleventh session).
+// W warps a CTA: 8 (two CTAs an SM), or 16 (gemv_w16: one CTA an SM holding the same warps, so
+// a K split of 16 needs no cluster; bench/NOTES.md, eleventh session).
 template <bool FUSED, int U, bool PRO, int W = GV_WARPS>
 __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
@@ -523,11 +523,13 @@ void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias,
                       p.CS, p.groups, pf, pro);
 }
 
-// G4_GEMV_W16=1 (an A/B, read once): a plain weight whose 8-warp plan splits K over a cluster
-// runs 16-warp CTAs instead, one an SM, the same warps and K split with no cluster (the
-// cluster's two barriers and DSMEM sum out of the chain); U 8 plans only.
+// A plain weight whose 8-warp plan splits K over a cluster runs 16-warp CTAs instead, one an
+// SM, the same warps and K split with no cluster (the cluster's two barriers and DSMEM sum out
+// of the chain); U 8 plans only. H200 (bench/NOTES.md, eleventh session, twice in one run):
+// q_proj 4.0 -> 3.4 us, o_proj 4.0 -> 3.1, down 6.1 -> 5.3, down_wide 9.7 -> 9.2; Q4 decode
+// 607.2 -> 614.3 tok/s. G4_GEMV_W16=0 (read once) keeps the cluster of two.
 bool gemv_w16(const gv_plan &p8) {
-    static const int on = env_int("G4_GEMV_W16", 0, 0, 1);
+    static const int on = env_int("G4_GEMV_W16", 1, 0, 1);
     return on && p8.CS > 1 && p8.U == 8 && !g_gv_force.split && !g_gv_force.ctas;
 }
 
