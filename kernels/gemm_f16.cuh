@@ -110,9 +110,9 @@ int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *w, const vo
 // Launches that cannot run a forced value return G4_EUSER. Not thread-safe; not for the engine.
 int g4_gemm_wgmma_force(int bn, int split, int max_ctas);
 // Tests and benches only: the Q4 wgmma GEMM's producer keeps `depth` k steps of packed loads in
-// flight (1: the load issued just before the stage wait, the default; 2, 3: issued 1-2 steps
+// flight (1: the load issued just before the stage wait; 2, the default, 3: issued 1-2 steps
 // earlier, kernels/gemm_wgmma.cuh); 0 restores the environment's G4_Q4_WG_DEPTH (1, 2, 3;
-// default 1). Not thread-safe; not for the engine.
+// default 2). Not thread-safe; not for the engine.
 int g4_gemm_wgmma_q4_depth(int depth);
 // Tests and benches only: force the skinny path's (G4_GEMM_SKINNY) K split over a cluster
 // (1, 2, 4, 8; a split past the k tiles leaves some CTAs an empty range); 0 restores the

@@ -47,10 +47,14 @@ int wg_q4_depth() {
     if (g_q4_depth) return g_q4_depth;
     static int env = 0;
     if (!env) {
-        static int d2 = -1, d3 = -1;
-        env = g4_cuda_env_is(&d2, "G4_Q4_WG_DEPTH", "2")   ? 2
+        // 2 by default: H200, the serve load's rows (M 210 / 512), bench/NOTES.md eleventh
+        // session: down 29.4 -> 26.5 / 47.2 -> 41.0 us, o_proj_full 23.0 -> 21.6, fused gate/up
+        // 37.2 -> 29.2 against depth 1; serve --parallel 32 Q4 5,975 / 6,071 (depth 1) and
+        // 6,173 / 6,019 tok/s (depth 2). 3 measured no better than 2.
+        static int d1 = -1, d3 = -1;
+        env = g4_cuda_env_is(&d1, "G4_Q4_WG_DEPTH", "1")   ? 1
               : g4_cuda_env_is(&d3, "G4_Q4_WG_DEPTH", "3") ? 3
-                                                           : 1;
+                                                           : 2;
     }
     return env;
 }

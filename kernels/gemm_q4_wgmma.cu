@@ -7,7 +7,7 @@
 // stage's B tile: B row n = feature n0 + n, 64 inputs in 128 bytes, 128B swizzle; wgmma reads it
 // with tnsp-b = 0 (descriptor SBO 1024, +32 bytes per k16 step), the layout of the x tile.
 // So the products are the fp16 GEMM's on W16 = fp16((q - zp) * scale).
-// The producer's loads in flight: G4_Q4_WG_DEPTH (1, the default, 2, 3; bench/NOTES.md, "The Q4
+// The producer's loads in flight: G4_Q4_WG_DEPTH (1, 2, the default, 3; bench/NOTES.md, "The Q4
 // wgmma GEMM at the serve load's rows").
 // Test: tests/test_cuda_gemm.c --op q4/wgmma; bench: g4cu bench --kernels --filter q4_wgmma, and
 // --filter srv_ (M = 210, 512 at each depth).

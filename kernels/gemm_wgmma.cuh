@@ -8,7 +8,7 @@
 //     K-major, TMA, 128B swizzle) and a B tile of BN columns x 64 k:
 //       fp16: TMA boxes of 64 columns x 64 k rows of W as stored (N-major); thread 0 alone.
 //       Q4: all 128 threads load the packed 16 x 64 tiles straight into registers (issued before
-//         the wait for the stage; LD = G4_Q4_WG_DEPTH steps in flight, 1 by default: see the
+//         the wait for the stage; LD = G4_Q4_WG_DEPTH steps in flight, 2 by default: see the
 //         producer; LD + 1 steps ahead prefetched into L2), dequantize them (q4_tile.cuh) and
 //         store
 //         them K-major ([n][64 k], 128B swizzle: a lane's 16 inputs of features g and g + 8 are
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 mbar_arrive(&full[s]);
             };
             if constexpr (LD == 1) {
-                // The earlier producer (G4_Q4_WG_DEPTH=1, the default until measured): a step's
+                // The earlier producer (G4_Q4_WG_DEPTH=1): a step's
                 // words are loaded just before the wait for its stage, which hides their latency
                 // only while the producer runs ahead of the consumers; each step's position is
                 // computed from u (integer divisions: step_at, wg_tile_mn).
@@ -573,7 +573,7 @@ void wg_launch_t(const CUtensorMap &mx, const CUtensorMap &mw, const CUtensorMap
 }
 
 // The Q4 producer's steps of loads in flight (LD), 1-3: the tests' and bench's
-// g4_gemm_wgmma_q4_depth, else G4_Q4_WG_DEPTH from the environment (read once), else 1.
+// g4_gemm_wgmma_q4_depth, else G4_Q4_WG_DEPTH from the environment (read once), else 2.
 // 192- and 256-wide tiles run 3 as 2 (wg_launch_ld).
 int wg_q4_depth();
 
