@@ -617,7 +617,9 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
     // 9% slower end to end: bench/NOTES.md, eleventh session.)
     int cs = 1;
     while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
-    const bool pipe = pipe_env && (long)strips * cs <= 4L * num_sms();
+    // (G4_GEMV_F16_PIPE_BPS, read once: that 4, for A/B runs of which shapes gain)
+    static const int pipe_bps = env_int("G4_GEMV_F16_PIPE_BPS", 4, 1, 64);
+    const bool pipe = pipe_env && (long)strips * cs <= (long)pipe_bps * num_sms();
     if (pipe)
         set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>,
                  gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set_pipe);
