@@ -139,6 +139,10 @@
 #            answers with HF's (tools/python/mm_parity.py, >= 95%), g4cu compare of f16 and
 #            each variant against an HF dump of one image + audio prompt; writes
 #            $OUT/mm/MM_FIDELITY.md (tools/python/mm_report.py) and $OUT/mm.tar.gz
+#   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
+#            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, minutes):
+#            build-gpu -> a CPU build, python3 on PATH with torch + transformers, MM_PRESET=tiny
+#            MM_TRAIN_ARGS="--device cpu --threads 1" MM_BACKEND=cpu MM_CALIB_TOKENS=256
 #   llama_build  llama.cpp (.carry/llama.tar.xz, tools/peers/pack_llamacpp.sh) unpacked to
 #            $WORK/llama and built with CUDA sm_90a: llama-bench, llama-quantize (beside e2b_make)
 #   llama_convert  llama.cpp's f16 GGUF and Q4_K_M of the checkpoint (after llama_build,
@@ -1216,6 +1220,13 @@ stage_mm_make() {
     if ! python3 -c 'import PIL' 2>/dev/null; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/g4site .whl/opt/pillow-*.whl || { touch "$d/FAILED"; return 1; }
     fi
+    # what the training needs stops the stage now; what only mm_run's HF dump needs
+    # (make_reference.py --mm: Gemma4ImageProcessor is torchvision's, soxr resamples) is said
+    # now, 15 minutes before mm_run would find out
+    python3 -c 'import numpy, PIL, soundfile, tokenizers, torch, mobius
+from transformers import Gemma4ForConditionalGeneration' ||
+        { echo "mm: a python module the training needs is missing (above)"; touch "$d/FAILED"; return 1; }
+    python3 -c 'import torchvision, soxr' 2>&1 | tail -1 | sed 's/^/mm: WARNING: mm_run'"'"'s HF dump (make_reference.py --mm) will fail: /'
     t0=$(date +%s)
     python3 tools/python/make_mm_data.py media "$MM_DATA" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
     stamp "mm: held-out media ($(($(date +%s) - t0)) s)"
@@ -1229,7 +1240,9 @@ import json, sys
 for l in open(sys.argv[1]):
     it = json.loads(l)
     if it['split'] == 'train': print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
-    while [ ! -x build-gpu/g4cu ]; do sleep 5; done # the foreground build may still run
+    local n=0 # the foreground build may still run (bounded: a failed build leaves no g4cu)
+    while [ ! -x build-gpu/g4cu ] && [ $n -lt 1200 ]; do sleep 5; n=$((n + 5)); done
+    [ -x build-gpu/g4cu ] || { echo "mm: no build-gpu/g4cu after 20 min: not quantized"; touch "$d/FAILED"; return 1; }
     local cal=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS:-2048}" --backend "${MM_BACKEND:-cuda}")
     mm_quant q4
     budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
@@ -1253,7 +1266,8 @@ stage_mm_wait() {
 
 stage_mm_run() {
     local d="$MMD/proxy" o="$OUT/mm" b=${MM_BACKEND:-cuda} v t0
-    mkdir -p "$o"
+    # a fresh folder: g4cu eval refuses an --out that holds an earlier call's predictions
+    rm -rf "$o" && mkdir -p "$o"
     [ -f "$MMD/READY" ] || { echo "mm: $MMD/READY missing (mm_bg, mm_wait)"; return 1; }
     cp "$d/train.json" "$o/" 2>/dev/null
     cp "$MM_DATA/data.json" "$MM_DATA/ocr_test.jsonl" "$MM_DATA/asr_test.jsonl" "$o/" 2>/dev/null

@@ -6,7 +6,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
 
     python3 tools/python/train_mm_proxy.py OUT --data .carry/mmdata [--preset proxy|tiny]
                                                [--seed 0] [--minutes 10] [--steps N]
-                                               [--device D] [--workers W]
+                                               [--device cuda|cpu] [--workers W]
 
 DATA is tools/python/make_mm_data.py's folder after its `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -30,7 +30,7 @@ functions that wrote the held-out files).
      proxy  text 768 x 15 layers (train_proxy.py's proxy), vocab 4096; vision 384 x 6 layers;
             audio 512 x 6 layers; batch 32 (half images, half audio); bf16 autocast; one H200
      tiny   text train_proxy.py's tiny shapes, vocab 1024; towers 64 wide, 1 layer; batch 4;
-            for trying the pipeline on a CPU in a minute (it learns nothing useful)
+            for trying the pipeline on a CPU (--device cpu) in a minute (it learns nothing)
    Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
    AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
    (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
@@ -259,10 +259,16 @@ def main():
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
     ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda",
+                    help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     ap.add_argument("--no-export", action="store_true", help="stop after saving OUT/hf")
     args = ap.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        # a 10-minute budget silently spent on the CPU would export an untrained proxy
+        raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
+                         f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab"):
         if getattr(args, k) is not None:
@@ -297,7 +303,6 @@ def main():
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 
     fe = Gemma4AudioFeatureExtractor()
-    dev = torch.device(args.device)
     cfg = model_config(p, tok)
     # sdpa everywhere: transformers 5.17's eager audio attention inverts its band mask
     # (tools/python/mm_reference.py), and g4cu computes the band the sdpa path uses
