@@ -17,7 +17,7 @@
 #   - a mis-mapped package (HF weights of another model of the same shapes,
 #     tests/fixtures/mobius-tiny-f16/hf) fails with the mapping error and writes nothing.
 # The interpreter needs torch, transformers, tokenizers, onnx and numpy: $G4_TORCH_PYTHON (CI's
-# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 40 s
+# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 33 s
 # on two cores.
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"

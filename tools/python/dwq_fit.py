@@ -471,8 +471,8 @@ def main():
     order, pos = torch.randperm(n_fit, generator=gen), 0
     probe_win = fit_win[order[:min(n_fit, max(n_val, 8 * batch))]]
     sets = {"fit": [probe_win, None], "val": [val_win, None]}
-    for k, v in sets.items():
-        if v[0].shape[0] and (v[0].shape[0] * win_bytes <= budget):
+    for v in sets.values():
+        if v[0].shape[0] and v[0].shape[0] * win_bytes <= budget:
             v[1] = teacher_logits(v[0])
             budget -= v[0].shape[0] * win_bytes
     # the fit windows' logits are kept only when some are used again (more than one pass)
