@@ -3,17 +3,21 @@
 # fixture (tests/fixtures/fidelity-tiny: its HF checkpoint is the teacher, `g4cu quantize`'s
 # k-quant package the start), calibrated on calib.txt (train split), measured on test.txt (held
 # out). Checks:
-#   - the fit runs and lowers its own calibration KL;
+#   - the fit runs and lowers the KL of its fit windows and of its validation windows (the last
+#     3 of calib.txt's 27 windows of 64, never fitted); the scales written are those of the step
+#     the log marks as the best validation, with the validation KL printed there;
+#   - with an lr far too large, the fit stops after --patience validations without a new best
+#     and writes the start back: the output is the input package byte for byte;
 #   - the output differs from its input only in the decoder's MatMulNBits scale initializers
 #     (every other initializer, the graph, the other components byte-identical; same sizes);
 #   - `g4cu perplexity --kl-base` on the held-out text: mean KLD vs the f16 package below the
-#     k-quant package's (measured at 40 steps: 0.00974 -> 0.00627, -35.6%);
+#     k-quant package's (measured at 40 steps: 0.00974 -> 0.00636, -34.7%);
 #   - onnxruntime (CPU) loads it and its logits equal g4cu's (test_quant_ort.sh's bounds), when
 #     .tools/ort-venv (or $G4_ORT_PYTHON) is there;
 #   - a mis-mapped package (HF weights of another model of the same shapes,
 #     tests/fixtures/mobius-tiny-f16/hf) fails with the mapping error and writes nothing.
 # The interpreter needs torch, transformers, tokenizers, onnx and numpy: $G4_TORCH_PYTHON (CI's
-# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 30 s
+# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 33 s
 # on two cores.
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
@@ -32,14 +36,34 @@ ctx=64
 "$G4CU" quantize "$fx/package" "$tmp/q4" --threads 2 >/dev/null 2>&1
 check "quantize the fixture (k-quant)" $?
 "$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/dwq" --calib "$fx/calib.txt" --seq 64 --batch 4 \
-    --steps 40 --threads 2 >"$tmp/fit.log" 2>&1
+    --steps 40 --eval-every 10 --threads 2 >"$tmp/fit.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || tail -5 "$tmp/fit.log"
 check "dwq_fit: exit 0" $rc
-grep "^dwq_fit: calibration KL [0-9.]* ->" "$tmp/fit.log"
-awk '/^dwq_fit: calibration KL [0-9.]+ -> / { ok = ($6 + 0 < $4 + 0) } END { exit !ok }' \
-    "$tmp/fit.log"
-check "dwq_fit: calibration KL lowered" $?
+grep -E "^dwq_fit: (fit KL [0-9.]+ ->|kept)" "$tmp/fit.log"
+awk '/^dwq_fit: fit KL [0-9.]+ -> / { ok = ($6 + 0 < $4 + 0) && ($12 + 0 < $10 + 0) }
+     END { exit !ok }' "$tmp/fit.log"
+check "dwq_fit: fit and validation KL lowered" $?
+# the scales kept are those of the last step marked best, and the validation KL of the written
+# scales is the one printed at that step
+awk '/^dwq_fit: step [0-9]+\/[0-9]+ fit KL .* best / { split($3, s, "/"); bs = s[1]; bv = $15 }
+     /^dwq_fit: kept the scales of step / { ks = $7 }
+     /^dwq_fit: fit KL [0-9.]+ -> / { v = $12 }
+     END { exit !(bs != "" && ks == bs && v == bv) }' "$tmp/fit.log"
+check "dwq_fit: the best validation step's scales kept" $?
+
+# an lr far too large: the validation KL rises from the first evaluation on, the fit stops after
+# --patience evaluations and writes the start (step 0) back: the package byte for byte
+"$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/dwq_stop" --calib "$fx/calib.txt" --seq 64 --batch 4 \
+    --steps 20 --eval-every 2 --patience 2 --lr 0.3 --threads 2 >"$tmp/stop.log" 2>&1
+rc=$?
+grep -q "^dwq_fit: validation KL not below [0-9.]* (step 0) for 2 evaluations after 4/20 steps" \
+    "$tmp/stop.log" && grep -q "^dwq_fit: kept the scales of step 0 of 4 " "$tmp/stop.log" &&
+    diff -r "$tmp/q4" "$tmp/dwq_stop" >/dev/null
+ok=$?
+[ $rc -eq 0 ] && [ $ok -ne 0 ] && grep "^dwq_fit: \(step\|kept\|valid\)" "$tmp/stop.log"
+[ $rc -ne 0 ] && tail -3 "$tmp/stop.log"
+check "dwq_fit: early stop after --patience, the start written back unchanged" $((rc | ok))
 
 # only the scales differ: every initializer compared by value, the rest of the model.onnx proto
 # with the initializers' contents left out, the other files byte for byte
@@ -114,6 +138,11 @@ rc=$?
 ok=$?
 [ $ok -ne 0 ] && { echo "  exit $rc:"; tail -3 "$tmp/e"; }
 check "dwq_fit: other model's weights refused in one line, nothing written" $ok
+err1 "dwq_fit: a validation split that leaves no fit window refused" \
+    "^dwq_fit: .*calib.txt: 1 calibration windows of 1024 tokens leave none to fit after 1" \
+    "$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/bad" --calib "$fx/calib.txt" --seq 1024
+err1 "dwq_fit: --val-frac 1 refused" "^dwq_fit: --val-frac 1.0 .*expected 0 <= frac < 1" \
+    "$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/bad" --calib "$fx/calib.txt" --val-frac 1
 err1 "dwq_fit: existing output refused" "^dwq_fit: .*/dwq: exists" \
     "$py" "$fit" "$fx/hf" "$tmp/q4" "$tmp/dwq" --calib "$fx/calib.txt"
 finish test_dwq_fit

@@ -1052,11 +1052,16 @@ fid_methods() {
 }
 
 # fid_dwq: the $FID_DWQ fits, side by side on the GPU (each alone leaves it mostly idle: a 200M
-# model's steps are short), each stopped after ${FID_DWQ_MINUTES:-2} minutes of fitting or
-# ${FID_DWQ_STEPS:-800} steps; calibration: the first ${FID_DWQ_TOKENS:-131072} tokens of the
-# train split (never the held-out text) in windows of ${FID_DWQ_SEQ:-512}, ${FID_DWQ_BATCH:-8}
-# a step, Adam lr ${FID_DWQ_LR:-1e-3} on log(scale), seed 0. Each fit's log (calibration KL and
-# time per step) is printed when all have ended, as $FID/proxy/NAME.dwq.log.
+# model's steps are short), each stopped after ${FID_DWQ_MINUTES:-2} minutes of fitting,
+# ${FID_DWQ_STEPS:-800} steps, or ${FID_DWQ_PATIENCE:-4} validations (every
+# ${FID_DWQ_EVAL:-25} steps) without a new best, keeping the scales of the best validation
+# step; calibration: the first ${FID_DWQ_TOKENS:-2097152} tokens of the train split (never the
+# held-out text; the split has 2.54M in the proxy's tokenizer) in windows of
+# ${FID_DWQ_SEQ:-512}, the last 64 of them for validation, ${FID_DWQ_BATCH:-8} a step (~350
+# steps in 2 minutes: fresh windows, no second pass; the eleventh session's 131,072 tokens made
+# ~16 passes and overfitted), AdamW lr ${FID_DWQ_LR:-2e-3} on log(scale), decay
+# ${FID_DWQ_WD:-0}, seed 0. Each fit's log (fit and validation KL, time per step) is printed
+# when all have ended, as $FID/proxy/NAME.dwq.log.
 fid_dwq() {
     local d="$FID/proxy" corpus=.carry/corpus p v src t0 pids=()
     [ -n "$FID_DWQ" ] || return 0
@@ -1066,9 +1071,11 @@ fid_dwq() {
         rm -rf "${d:?}/$v" "$d/$v.partial"
         [ -d "$d/$src" ] || { echo "fidelity: dwq $v: no $src package (its quantize failed)"; continue; }
         python3 tools/python/dwq_fit.py "$d/hf" "$d/$src" "$d/$v" --calib "$corpus/train.txt" \
-            --calib-tokens "${FID_DWQ_TOKENS:-131072}" --seq "${FID_DWQ_SEQ:-512}" \
-            --batch "${FID_DWQ_BATCH:-8}" --steps "${FID_DWQ_STEPS:-800}" --lr "${FID_DWQ_LR:-1e-3}" \
-            --minutes "${FID_DWQ_MINUTES:-2}" --threads 4 --log-every 50 >"$d/$v.dwq.log" 2>&1 &
+            --calib-tokens "${FID_DWQ_TOKENS:-2097152}" --seq "${FID_DWQ_SEQ:-512}" \
+            --batch "${FID_DWQ_BATCH:-8}" --steps "${FID_DWQ_STEPS:-800}" --lr "${FID_DWQ_LR:-2e-3}" \
+            --wd "${FID_DWQ_WD:-0}" --eval-every "${FID_DWQ_EVAL:-25}" \
+            --patience "${FID_DWQ_PATIENCE:-4}" --val-max 64 --minutes "${FID_DWQ_MINUTES:-2}" \
+            --threads 4 --log-every 50 >"$d/$v.dwq.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p"; done
