@@ -142,7 +142,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->qkv_on = !g4_env_is("G4_QKV", "0"); // (issue 30: q|k|v one linear)
     s->attn_fused = !g4_env_is("G4_FUSE_ATTN", "0"); // (issue 30: qkv_prep inside attention)
     s->attn_fused_one = g4_env_is("G4_FUSE_ATTN", "1");
-    // (issue 30 stage 2, off by default; 1 and 2 pick the kernel's design, persist_mlp.cu)
+    // (issue 30 stage 2, off by default: the MLP block as one persistent launch, persist_mlp.cu)
     s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1");
     s->batch_rows_ops = g4_text_batch_rows_ops(m);
     // the batch step in a graph per row count (on by default: the serve load's step 4.65-4.73

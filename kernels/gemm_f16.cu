@@ -620,20 +620,19 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
     // (G4_GEMV_F16_PIPE_BPS, read once: that 4, for A/B runs of which shapes gain)
     static const int pipe_bps = env_int("G4_GEMV_F16_PIPE_BPS", 4, 1, 64);
     const bool pipe = pipe_env && (long)strips * cs <= (long)pipe_bps * num_sms();
-    if (pipe)
-        set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>,
-                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set_pipe);
-    else
-        set_smem(gemv_f16_kernel<MT, FUSED, PRO>,
-                 gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0), &smem_set);
-    if (pipe)
+    // (each branch names its kernel at the launch: tests/test_pdl_sass.sh finds kernels there)
+    const int smem_max = gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0);
+    if (pipe) {
+        set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, smem_max, &smem_set_pipe);
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
                               w, wu, bias, M, N, K, epi, pro);
-    else
+    } else {
+        set_smem(gemv_f16_kernel<MT, FUSED, PRO>, smem_max, &smem_set);
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
                               w, wu, bias, M, N, K, epi, pro);
+    }
 }
 
 template <bool FUSED, bool PRO>

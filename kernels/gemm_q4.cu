@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
 // walk their groups with a persistent grid of PCPS CTAs an SM (G4_GEMV_PCPS, default 2: the
 // lm_head streams 35% faster with 16 warps an SM than with 8, bench/NOTES.md).
 struct gv_plan {
-    int S, CS, groups, grid, U, W; // W: warps a CTA
+    int S, CS, groups, grid, U;
 };
 
 struct gv_force_t {
@@ -487,7 +487,6 @@ gv_plan gemv_plan(int N, int K, bool fused, int W = GV_WARPS) {
         if (st1 < st && (KT + st1 - 1) / st1 <= ring) st = st1;
     }
     gv_plan p{};
-    p.W = W;
     p.S = st < W ? st : W;
     p.CS = st / p.S;
     p.groups = (NT + W / p.S - 1) / (W / p.S);

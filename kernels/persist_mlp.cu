@@ -393,11 +393,6 @@ void launch(const pm_args &p, const gv_pro &pro, bool with_prologue, int grid,
                       (size_t)0, stream, p, pro);
 }
 
-// The partials follow the counters.
-size_t part_offset(int H) {
-    return counters_bytes(H);
-}
-
 int check_q4(const char *who, const char *name, const g4_q4_weight *w, int N, int K) {
     if (!w || !w->q || !w->scales || !w->zp)
         return g4_fail(G4_EUSER, "%s: %s weight NULL or not repacked", who, name);
@@ -418,7 +413,8 @@ extern "C" const char *g4_persist_mlp_supported(int H, int F) {
 }
 
 extern "C" size_t g4_persist_mlp_workspace(int H, int F) {
-    return g4k::part_offset(H) + (size_t)g4k::down_chunks(F) * H * sizeof(float);
+    return g4k::counters_bytes(H) +
+           (size_t)g4k::down_chunks(F) * H * sizeof(float); // then the partials
 }
 
 extern "C" void g4_persist_mlp_plan(int H, int F, int *grid, int *units1, int *units2,
@@ -475,7 +471,7 @@ extern "C" int g4_persist_mlp_q4(void *y, g4_gemm_epi epi, const void *bias, voi
     g4_persist_mlp_plan(H, F, &grid, &p.U1, &p.U2, &p.S2);
     p.pf = g4k::prefetch_mode();
     p.ctr = (int *)ws;
-    p.part = (float *)((char *)ws + g4k::part_offset(H));
+    p.part = (float *)((char *)ws + g4k::counters_bytes(H)); // (after the counters)
     g4k::launch(p, pro, a != nullptr, grid, stream);
     return G4_OK;
 }
