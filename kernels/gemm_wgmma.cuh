@@ -314,8 +314,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 mbar_arrive(&full[s]);
             };
             if constexpr (LD == 1) {
-                // The earlier producer (G4_Q4_WG_DEPTH=1): a step's
-                // words are loaded just before the wait for its stage, which hides their latency
+                // The earlier producer (G4_Q4_WG_DEPTH=1): a step's words are loaded just
+                // before the wait for its stage, which hides their latency
                 // only while the producer runs ahead of the consumers; each step's position is
                 // computed from u (integer divisions: step_at, wg_tile_mn).
                 auto pf_u = [&](int u) {

@@ -8,10 +8,11 @@
 #     the log marks as the best validation, with the validation KL printed there;
 #   - with an lr far too large, the fit stops after --patience validations without a new best
 #     and writes the start back: the output is the input package byte for byte;
-#   - the output differs from its input only in the decoder's MatMulNBits scale initializers
-#     (every other initializer, the graph, the other components byte-identical; same sizes);
-#   - `g4cu perplexity --kl-base` on the held-out text: mean KLD vs the f16 package below the
-#     k-quant package's (measured at 40 steps: 0.00974 -> 0.00636, -34.7%);
+#   - the output differs from its input in the decoder's MatMulNBits scale initializers, every
+#     one of them, and nothing else (every other initializer, the graph, the other components
+#     byte-identical; same sizes);
+#   - `g4cu perplexity --kl-base` on the held-out text: mean KLD vs the f16 package at most 0.8x
+#     the k-quant package's (measured at 40 steps: 0.00974 -> 0.00636, -34.7%);
 #   - onnxruntime (CPU) loads it and its logits equal g4cu's (test_quant_ort.sh's bounds), when
 #     .tools/ort-venv (or $G4_ORT_PYTHON) is there;
 #   - a mis-mapped package (HF weights of another model of the same shapes,
@@ -95,11 +96,13 @@ if ma.SerializeToString() != mb.SerializeToString():
 print(f"{len(changed)} of {len(scales)} scale initializers changed, {len(bad)} other differences")
 for x in bad[:5]:
     print("  " + x)
-sys.exit(0 if not bad and len(changed) > 0 else 1)
+# every linear's scales move (40 Adam steps move each fp16 scale tensor; 83 of 83 measured)
+sys.exit(0 if not bad and scales and len(changed) == len(scales) else 1)
 PY
-check "dwq output: only MatMulNBits scales differ from the input package" $?
+check "dwq output: every MatMulNBits scale initializer changed, nothing else" $?
 
-# held-out KLD against the f16 package: below k-quant's
+# held-out KLD against the f16 package: at least 20% below k-quant's (CPU, seed 0, deterministic:
+# 0.00974 -> 0.00636, -34.7%; a fit that barely moves the scales fails)
 "$G4CU" perplexity "$fx/package" --text "$fx/test.txt" --ctx $ctx --chunks 24 \
     --save-logits "$tmp/base.kld" --threads 2 >/dev/null 2>&1
 check "perplexity f16 --save-logits" $?
@@ -111,8 +114,8 @@ done
 kld() { sed -nE 's/^ *"kld_mean": ([0-9.eE+-]+),?$/\1/p' "$1" | head -1; }
 a=$(kld "$tmp/q4.json") b=$(kld "$tmp/dwq.json")
 echo "held-out mean KLD vs f16: k-quant $a, dwq $b"
-awk -v a="$a" -v b="$b" 'BEGIN { exit !(a != "" && b != "" && b < a) }'
-check "dwq: held-out mean KLD below the k-quant package's" $?
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(a != "" && b != "" && b <= 0.8 * a) }'
+check "dwq: held-out mean KLD <= 0.8x the k-quant package's" $?
 
 # onnxruntime loads the fitted package and agrees with g4cu (test_quant_ort.sh's bounds)
 ort=${G4_ORT_PYTHON:-$G4_SOURCE_DIR/.tools/ort-venv/bin/python}

@@ -169,6 +169,14 @@ mkdir -p "$WORK"
 t_start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t_start)) s] $*"; }
 
+# wait_g4cu TAG: until the foreground build's build-gpu/g4cu exists (a stage started beside the
+# build), at most 20 minutes: a failed build leaves none, and the stage fails instead of hanging.
+wait_g4cu() {
+    local n=0
+    while [ ! -x build-gpu/g4cu ] && [ $n -lt 1200 ]; do sleep 5; n=$((n + 5)); done
+    [ -x build-gpu/g4cu ] || { echo "$1: no build-gpu/g4cu after 20 min (the build failed?)"; return 1; }
+}
+
 stage_build() {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
     cmake -S . -B build-gpu -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release -DG4_WERROR=OFF >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; return 1; }
@@ -394,20 +402,15 @@ stage_prefill() {
     echo "bench --kernels --filter attn_prefill: exit $?"; cut -c1-160 "$OUT/prefill_kbench_attn.txt"
 }
 
-# Issue 29's GEMV run (after build): the GEMV test cases (test_cuda_gemm --op q4 / --op f16,
-# every case of those ops: GEMV, forced streaming plans, the third design's cases, prefill), the
-# add-norm GEMVs with the third design forced (G4_GEMV=v3 test_backend_ops --op add_norm_linear),
-# then the decode GEMV kernel rows twice for each variant: GEMV_VARIANTS (default: the earlier
-# kernel G4_GEMV=v1, the streaming one v2, the third design v3, and the automatic choice, which
-# mixes them by shape), each "NAME:ENV,ENV..".
+# Issue 29's GEMV run (after build), stage gemv = gemv_check + gemv_rows. gemv_check: the GEMV
+# test cases (test_cuda_gemm --op q4 / --op f16, every case of those ops: GEMV, forced streaming
+# plans, the third design's cases, prefill), the add-norm GEMVs with the third design forced
+# (G4_GEMV=v3 test_backend_ops --op add_norm_linear), then both again under each plan knob of
+# GEMV_CHECK_ENVS. gemv_rows: the decode GEMV kernel rows twice for each variant of
+# GEMV_VARIANTS (default: the earlier kernel G4_GEMV=v1, the streaming one v2, the third design
+# v3, and the automatic choice, which mixes them by shape), each "NAME:ENV,ENV..".
 stage_gemv_check() {
-    local t
-    for t in "test_cuda_gemm --op q4" "test_cuda_gemm --op f16"; do
-        local log="$OUT/gemv_${t// /_}.log"
-        timeout 480 build-gpu/tests/$t >"$log" 2>&1
-        echo "$t: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
-        grep -E "FAIL|error|CUDA" "$log" | head -8
-    done
+    kernel_tests gemv "test_cuda_gemm --op q4" "test_cuda_gemm --op f16"
     G4_GEMV=v3 timeout 300 build-gpu/tests/test_backend_ops --op add_norm_linear \
         >"$OUT/gemv_v3_add_norm.log" 2>&1
     echo "G4_GEMV=v3 test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_v3_add_norm.log")"
@@ -425,7 +428,6 @@ stage_gemv_check() {
     return 0 # (each run's exit is printed above; the last grep finding nothing is not a failure)
 }
 
-# the kernel rows of each GEMV_VARIANTS entry, twice (gemv_check first when both are wanted: gemv)
 stage_gemv_rows() {
     local variants=${GEMV_VARIANTS:-"v1:G4_GEMV=v1 v2:G4_GEMV=v2 v3:G4_GEMV=v3 auto:G4_GEMV=auto"}
     local v name envs rep
@@ -715,18 +717,16 @@ stage_e2bq() {
 # kernel that waited too long traps (persist_mlp.cu), never hangs. The end-to-end A/B: the e2bq
 # stage with E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1".
 stage_persist() {
-    local d="$WORK/gpu-tiny" v D
-    for D in 1; do
-        timeout 300 env G4_PERSIST_MLP=$D build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist${D}_backend_ops.log" 2>&1
-        echo "test_backend_ops --op mlp_block (cuda) G4_PERSIST_MLP=$D: exit $?"
-        grep -E "^case|FAIL|vs naive|rms|cases|checks|trapping" "$OUT/persist${D}_backend_ops.log" | cut -c1-150 | tail -40
-        timeout 300 env G4_PERSIST_MLP=$D build-gpu/tests/test_backend_ops --break --backend cuda --op mlp_block 2>&1 | tail -1
-        # smaller grids: one CTA walks every unit (no wait), 3 CTAs, one CTA an SM
-        for v in G4_PERSIST_GRID=1 G4_PERSIST_GRID=3 G4_PERSIST_CPS=1; do
-            env G4_PERSIST_MLP=$D $v timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist${D}_backend_ops_$v.log" 2>&1
-            echo "test_backend_ops --op mlp_block (cuda) G4_PERSIST_MLP=$D $v: exit $? $(tail -1 "$OUT/persist${D}_backend_ops_$v.log")"
-            grep -E "FAIL|trapping" "$OUT/persist${D}_backend_ops_$v.log" | head -5
-        done
+    local d="$WORK/gpu-tiny" v D=1 # (D: G4_PERSIST_MLP's design; one since the second went)
+    timeout 300 env G4_PERSIST_MLP=$D build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist${D}_backend_ops.log" 2>&1
+    echo "test_backend_ops --op mlp_block (cuda) G4_PERSIST_MLP=$D: exit $?"
+    grep -E "^case|FAIL|vs naive|rms|cases|checks|trapping" "$OUT/persist${D}_backend_ops.log" | cut -c1-150 | tail -40
+    timeout 300 env G4_PERSIST_MLP=$D build-gpu/tests/test_backend_ops --break --backend cuda --op mlp_block 2>&1 | tail -1
+    # smaller grids: one CTA walks every unit (no wait), 3 CTAs, one CTA an SM
+    for v in G4_PERSIST_GRID=1 G4_PERSIST_GRID=3 G4_PERSIST_CPS=1; do
+        env G4_PERSIST_MLP=$D $v timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op mlp_block >"$OUT/persist${D}_backend_ops_$v.log" 2>&1
+        echo "test_backend_ops --op mlp_block (cuda) G4_PERSIST_MLP=$D $v: exit $? $(tail -1 "$OUT/persist${D}_backend_ops_$v.log")"
+        grep -E "FAIL|trapping" "$OUT/persist${D}_backend_ops_$v.log" | head -5
     done
     # twice as built, then the plans' knobs once each (PERSIST_VARIANTS)
     for v in run1:X=1 run2:X=1 ${PERSIST_VARIANTS:-cps1:G4_PERSIST_CPS=1 pf0:G4_PERSIST_PF=0 pf2:G4_PERSIST_PF=2}; do
@@ -735,11 +735,9 @@ stage_persist() {
         grep -vE "^\[|^$" "$OUT/persist_bench_${v%%:*}.txt" | cut -c1-230
     done
     [ -d "$d/f16" ] || { echo "persist: no gpu-tiny package ($d/f16): test_cuda_engine skipped"; return 0; }
-    for D in 1; do
-        G4_PERSIST_MLP=$D G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
-            tee "$OUT/persist${D}_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL|trapping" | tail -24
-        echo "=== test_cuda_engine G4_PERSIST_MLP=$D: exit ${PIPESTATUS[0]}"
-    done
+    G4_PERSIST_MLP=$D G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/persist${D}_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL|trapping" | tail -24
+    echo "=== test_cuda_engine G4_PERSIST_MLP=$D: exit ${PIPESTATUS[0]}"
 }
 
 # Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
@@ -869,7 +867,7 @@ stage_e2b_make() {
     local d="$WORK/e2b"
     rm -rf "$d" && mkdir -p "$d"
     python3 tools/python/make_package.py "$d" --preset e2b || { touch "$d/FAILED"; return 1; }
-    while [ ! -x build-gpu/g4cu ]; do sleep 5; done # the foreground build may still run
+    wait_g4cu e2b_make || { touch "$d/FAILED"; return 1; }
     build-gpu/g4cu inspect "$d/f16" --summary >"$d/inspect.txt" 2>&1
     build-gpu/g4cu quantize "$d/f16" "$d/q4" --threads "$(nproc)" || { touch "$d/FAILED"; return 1; }
     ls -l "$d/q4/decoder/model.onnx.data" | awk '{print "q4 decoder data: " $5 " bytes (real 1,511,784,448)"}'
@@ -1108,7 +1106,7 @@ stage_fidelity_make() {
         ${FIDELITY_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
     [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
     stamp "fidelity: trained + exported ($(($(date +%s) - t0)) s)"
-    while [ ! -x build-gpu/g4cu ]; do sleep 5; done # the foreground build may still run
+    wait_g4cu fidelity || { touch "$d/FAILED"; return 1; }
     t0=$(date +%s)
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4" --threads "$(nproc)" || echo "fidelity: quantize q4 FAILED"
     stamp "fidelity: quantized q4 ($(($(date +%s) - t0)) s)"
@@ -1247,9 +1245,7 @@ import json, sys
 for l in open(sys.argv[1]):
     it = json.loads(l)
     if it['split'] == 'train': print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
-    local n=0 # the foreground build may still run (bounded: a failed build leaves no g4cu)
-    while [ ! -x build-gpu/g4cu ] && [ $n -lt 1200 ]; do sleep 5; n=$((n + 5)); done
-    [ -x build-gpu/g4cu ] || { echo "mm: no build-gpu/g4cu after 20 min: not quantized"; touch "$d/FAILED"; return 1; }
+    wait_g4cu mm || { touch "$d/FAILED"; return 1; }
     local cal=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS:-2048}" --backend "${MM_BACKEND:-cuda}")
     mm_quant q4
     budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
