@@ -289,7 +289,7 @@ stage_kernels() {
 # prefill kernel choice is set from.
 stage_xover() {
     local k c n=0
-    for k in f16 q4 glu_f16 glu_q4; do
+    for k in ${XOVER_KINDS:-f16 q4 glu_f16 glu_q4}; do # (a subset re-sweeps one kind's kernels)
         for c in mma wgmma wg128 wg192 wg256; do
             build-gpu/g4cu bench --kernels --filter "xover_${k}_$c" --reps 10 \
                 --json "$OUT/xover_${k}_$c.json" >"$OUT/xover_${k}_$c.txt" 2>&1 ||
