@@ -590,7 +590,7 @@ template <bool FUSED, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, 4)
     gemv_q4_bulk_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                         const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
-                        int CS, int groups, int NS, int xs_bytes, gv_pro pro) {
+                        int CS, int groups, int NS, int xs_bytes, int early, gv_pro pro) {
     constexpr int W = GV_WARPS, F = FUSED ? 2 : 1;
     __shared__ float4 red[2][W][F][32]; // split partials, double-buffered by group
     __shared__ uint64_t bars[GB_MAX_STAGES];
@@ -634,14 +634,18 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 4)
 
     // PDL prologue (pdl.cuh rule 1): shared-memory barrier setup and bulk copies of immutable
     // weights into this CTA's own shared memory, nothing else (test_pdl_sass allows UBLKCP here
-    // for this kernel only).
+    // for this kernel only). early (G4_GEMV_BULK_EARLY=1, an A/B): the trigger before the wait,
+    // so the next kernel may become resident while this one still waits (pdl.cuh rule 3's
+    // exception: its own wait still orders it after this grid's completion, which comes after
+    // this grid's wait; test_pdl_sass allows it in this kernel only).
+    if (early) g4_pdl_trigger();
     if (threadIdx.x == 0) {
         for (int i = 0; i < NS; i++) mbar_init(&bars[i], 1);
         fence_mbar_init();
         for (int j = 0; j < NS && j < nj; j++) issue(j);
     }
     g4_pdl_wait();
-    g4_pdl_trigger();
+    if (!early) g4_pdl_trigger();
     __syncthreads(); // the barriers are initialised before any thread waits on them
 
     const bool tok = g < M;
@@ -723,7 +727,8 @@ struct gb_plan {
 
 bool gemv_bulk_plan(int M, int N, int K, bool fused, bool pro, gb_plan *o) {
     static const int kb_env = env_int("G4_GEMV_BULK_KB", 96, 16, 192),
-                     cps = env_int("G4_GEMV_BULK_CPS", 1, 1, 2);
+                     cps = env_int("G4_GEMV_BULK_CPS", 1, 1, 2),
+                     maxj = env_int("G4_GEMV_BULK_MAXJ", 1 << 20, 1, 1 << 20);
     const int F = fused ? 2 : 1, NT = N / 16, KT = K / 64;
     int S = 1;
     while (S < GV_WARPS && 2 * S <= KT) S *= 2;
@@ -742,6 +747,7 @@ bool gemv_bulk_plan(int M, int N, int K, bool fused, bool pro, gb_plan *o) {
     const int cap = num_sms() * cps;
     o->grid = CS > 1 || o->groups <= cap ? o->groups : cap;
     const int nj = (o->groups + o->grid - 1) / o->grid;
+    if (nj > maxj) return false; // (G4_GEMV_BULK_MAXJ, an A/B: shapes of few groups a CTA only)
     const size_t fit = (budget - xs) / stage(CS);
     o->NS = (int)(fit < (size_t)nj ? fit : (size_t)nj);
     if (o->NS > GB_MAX_STAGES) o->NS = GB_MAX_STAGES;
@@ -757,6 +763,7 @@ template <bool FUSED, bool PRO>
 void launch_bulk(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
                  int epi, const gb_plan &p, const gv_pro &pro, cudaStream_t stream) {
     auto kern = gemv_q4_bulk_kernel<FUSED, PRO>;
+    static const int early = env_int("G4_GEMV_BULK_EARLY", 0, 0, 1);
     static bool opted = false;
     if (!opted) {
         static const int carve = env_int("G4_GEMV_BULK_CARVE", 100, -1, 100);
@@ -771,11 +778,11 @@ void launch_bulk(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, i
         g4_pdl_launch_cluster(gemv_q4_bulk_kernel<FUSED, PRO>, dim3(p.grid, p.CS, 1),
                               dim3(GV_WARPS * 32, 1, 1), p.smem, stream, dim3(1, p.CS, 1), y, x,
                               w0, w1, bias, M, N, K, epi, p.S, p.CS, p.groups, p.NS, p.xs_bytes,
-                              pro);
+                              early, pro);
     else
         g4_pdl_launch(gemv_q4_bulk_kernel<FUSED, PRO>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), p.smem, stream, y, x, w0, w1, bias, M, N, K, epi,
-                      p.S, p.CS, p.groups, p.NS, p.xs_bytes, pro);
+                      p.S, p.CS, p.groups, p.NS, p.xs_bytes, early, pro);
 }
 
 // The fourth design for a shape it has a plan for (the caller decides when to ask); false: none

@@ -11,7 +11,8 @@
 # copy global -> the CTA's own shared memory (cp.async.bulk.shared::cluster.global, SASS
 # UBLKCP.S.G). The SASS cannot tell what it reads, so each listed kernel must issue it before
 # the wait for immutable weights only (pdl.cuh rule 1: a read of weights, like ldg_stream, into
-# memory no other grid sees): gemm_q4.cu's fourth GEMV design.
+# memory no other grid sees): gemm_q4.cu's fourth GEMV design. Those kernels may also trigger
+# (PREEXIT) before the wait (its G4_GEMV_BULK_EARLY A/B); one after the wait is still required.
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
 # site but in no SASS function fails (a renamed kernel or a launch written another way).
@@ -72,7 +73,8 @@ perl -e '
         for my $f (@fns) {
             my @ops = @{$code{$f}};
             my ($wait) = grep { $ops[$_] eq "ACQBULK" } 0 .. $#ops;
-            my ($trig) = grep { $ops[$_] eq "PREEXIT" } 0 .. $#ops;
+            my @trigs = grep { $ops[$_] eq "PREEXIT" } 0 .. $#ops;
+            my $trig = $bulk{$n} ? $trigs[-1] : $trigs[0];
             $checked++;
             if (!defined $wait) { print "FAIL $f: no griddepcontrol.wait (ACQBULK)\n"; $fail++; next; }
             my @early = grep { $ops[$_] =~ $bad_re && $ops[$_] !~ /^CCTL\.E\.PF[12]/ &&
