@@ -18,7 +18,6 @@
 #include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
 #include "kernels/q4_tile.cuh"
-#include "kernels/wgmma_common.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -559,244 +558,6 @@ void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
 }
 
 // =============================================================================================
-// GEMV (M <= 8), the fourth design (issue 29, G4_GEMV=v4; bench/NOTES.md "The Q4 GEMV's weights
-// in shared memory"): the streaming kernel's warps and reductions (gv_flush), but a CTA's weights
-// reach it as bulk copies (cp.async.bulk global -> shared, completion counted on an mbarrier)
-// instead of a ring of registers. A stage holds one group: FT feature tiles x the CTA's k range,
-// for each feature tile (and each weight of the fused pair) three contiguous runs of the packed
-// arrays (words, scales, zero points), so a group is 3 F FT copies; NS stages are in flight.
-//   - Before the PDL wait thread 0 issues the copies of the first NS groups. For every decoder
-//     shape of E2B that is all the CTA will read (the plan keeps a CTA's bytes <= G4_GEMV_BULK_KB),
-//     so a CTA made resident early holds its whole weight when the previous kernel completes.
-//   - No ring: <= 64 registers a thread, and the CTA's shared memory is its own bytes, so the
-//     next kernel's CTAs fit beside it (the register rings of the streaming kernel fill an SM).
-//   - After the wait a stage's consumer reads its tile words from shared memory (lane l the 16
-//     bytes at 16 l of a 512-byte tile: conflict-free), refilled with the group NS ahead once
-//     every warp is done with it.
-// The arithmetic is the streaming kernel's: same dequantization, same mma order, same split and
-// reduction order, so its results are bit-identical to the streaming kernel at the same S, CS.
-// =============================================================================================
-constexpr int GB_MAX_STAGES = 8;
-constexpr int GB_TILE = 512 + 64 + 16; // a packed tile's bytes: words, scales, zero points
-
-__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(smem_u32(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-template <bool FUSED, bool PRO>
-__global__ void __launch_bounds__(GV_WARPS * 32, 4)
-    gemv_q4_bulk_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
-                        const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
-                        int CS, int groups, int NS, int xs_bytes, int early, gv_pro pro) {
-    constexpr int W = GV_WARPS, F = FUSED ? 2 : 1;
-    __shared__ float4 red[2][W][F][32]; // split partials, double-buffered by group
-    __shared__ uint64_t bars[GB_MAX_STAGES];
-    extern __shared__ __align__(128) unsigned char gb_smem[]; // [xs (PRO)][NS stages]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int NT = N / 16, KT = K / 64;
-    const int FT = W / S, f = warp / S, s = warp % S;
-    const int rank = blockIdx.y, ST = S * CS, sp = rank * S + s;
-    const int kb = (int)((long long)KT * sp / ST), L = (int)((long long)KT * (sp + 1) / ST) - kb;
-    // the CTA's k range: its S warps' ranges back to back
-    const int kc = (int)((long long)KT * rank * S / ST),
-              LC = (int)((long long)KT * (rank + 1) * S / ST) - kc;
-    const int G = gridDim.x;
-    const int nj = (groups - (int)blockIdx.x + G - 1) / G; // groups this CTA walks
-    // A stage: words [F][FT][LC][512], then scales [F][FT][LC][64], then zero points
-    // [F][FT][LC][16] (every run a multiple of 16 bytes, as the bulk copy needs).
-    const uint32_t qrun = (uint32_t)FT * LC * 512, srun = (uint32_t)FT * LC * 64,
-                   zrun = (uint32_t)FT * LC * 16, stage_bytes = F * (qrun + srun + zrun);
-    unsigned char *stages = gb_smem + xs_bytes;
-
-    // Thread 0: group j's copies into stage j % NS. Group j of this CTA is feature tiles
-    // nt0 .. nt0 + nft - 1 (the last group may have fewer than FT); it exists (j < nj), so nft >= 1.
-    auto issue = [&](int j) {
-        unsigned char *dst = stages + (size_t)(j % NS) * stage_bytes;
-        uint64_t *bar = &bars[j % NS];
-        const int nt0 = ((int)blockIdx.x + j * G) * FT, nft = NT - nt0 < FT ? NT - nt0 : FT;
-        mbar_expect_tx(bar, (uint32_t)(F * nft * LC * GB_TILE));
-        for (int ff = 0; ff < F; ff++) {
-            const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
-                       *wz = (const char *)(ff ? w1.z : w0.z);
-            for (int fi = 0; fi < nft; fi++) {
-                const size_t ti = (size_t)(nt0 + fi) * KT + kc; // first tile of the run
-                const uint32_t r = (uint32_t)(ff * FT + fi) * LC;  // its tile index in the stage
-                bulk_g2s(dst + (size_t)r * 512, wq + ti * 512, (uint32_t)LC * 512, bar);
-                bulk_g2s(dst + F * qrun + (size_t)r * 64, ws + ti * 64, (uint32_t)LC * 64, bar);
-                bulk_g2s(dst + F * (qrun + srun) + (size_t)r * 16, wz + ti * 16, (uint32_t)LC * 16,
-                         bar);
-            }
-        }
-    };
-
-    // PDL prologue (pdl.cuh rule 1): shared-memory barrier setup and bulk copies of immutable
-    // weights into this CTA's own shared memory, nothing else (test_pdl_sass allows UBLKCP here
-    // for this kernel only). early (G4_GEMV_BULK_EARLY=1, an A/B): the trigger before the wait,
-    // so the next kernel may become resident while this one still waits (pdl.cuh rule 3's
-    // exception: its own wait still orders it after this grid's completion, which comes after
-    // this grid's wait; test_pdl_sass allows it in this kernel only).
-    if (early) g4_pdl_trigger();
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NS; i++) mbar_init(&bars[i], 1);
-        fence_mbar_init();
-        for (int j = 0; j < NS && j < nj; j++) issue(j);
-    }
-    g4_pdl_wait();
-    if (!early) g4_pdl_trigger();
-    __syncthreads(); // the barriers are initialised before any thread waits on them
-
-    const bool tok = g < M;
-    const __half *xrow;
-    if constexpr (PRO) {
-        __half *xs = (__half *)gb_smem;
-        gv_norm_prologue(pro, xs, M, K);
-        xrow = xs + (size_t)(tok ? g : 0) * K + 16 * t;
-    } else {
-        xrow = x + (size_t)(tok ? g : 0) * K + 16 * t;
-        if (tok) // x of the warp's k range into L1 while the weights land (the same every group)
-            for (int i = 0; i < L && i < 8; i++)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(
-                    __cvta_generic_to_global(xrow + (size_t)(kb + i) * 64)));
-    }
-    const uint4 zero4 = make_uint4(0, 0, 0, 0);
-    const int pair = 2 * g + (t >> 1);
-    for (int j = 0; j < nj; j++) {
-        const int nt = ((int)blockIdx.x + j * G) * FT + f; // >= NT: past the edge, no output
-        float acc[F][4];
-#pragma unroll
-        for (int ff = 0; ff < F; ff++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[ff][i] = 0.0f;
-        mbar_wait(&bars[j % NS], (uint32_t)(j / NS) & 1u); // the group's bytes landed
-        if (nt < NT) {
-            const unsigned char *sb = stages + (size_t)(j % NS) * stage_bytes;
-            const __half *px = xrow + (size_t)kb * 64;
-            for (int i = 0; i < L; i++, px += 64) {
-                uint4 xa = zero4, xb = zero4;
-                if (PRO && tok) { // shared memory
-                    xa = *(const uint4 *)px;
-                    xb = *(const uint4 *)(px + 8);
-                } else if (tok) {
-                    xa = __ldg((const uint4 *)px);
-                    xb = __ldg((const uint4 *)(px + 8));
-                }
-                const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                for (int ff = 0; ff < F; ff++) {
-                    const uint32_t r = (uint32_t)(ff * FT + f) * LC + (kb - kc) + i;
-                    const uint4 qw = *(const uint4 *)(sb + (size_t)r * 512 + 16 * lane);
-                    const uint32_t sv = *(const uint32_t *)(sb + F * qrun + (size_t)r * 64 + 4 * pair);
-                    const uint32_t zv = sb[F * (qrun + srun) + (size_t)r * 16 + pair];
-                    const q4k kq = q4_consts(sv, zv);
-                    const uint32_t words[4] = {qw.x, qw.y, qw.z, qw.w};
-#pragma unroll
-                    for (int st = 0; st < 4; st++) {
-                        uint32_t a[4];
-                        q4_dequant_word(words[st], kq, a);
-                        mma_16816(acc[ff], a, xw[2 * st], xw[2 * st + 1]);
-                    }
-                }
-            }
-        }
-        gv_flush<F, W>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
-                       make_float4(acc[F - 1][0], acc[F - 1][1], acc[F - 1][2], acc[F - 1][3]), y,
-                       bias, epi, M, N, nt, warp, f, s, S, CS, j & 1, &red[0][0][0][0],
-                       PRO ? pro.mul : nullptr, pro.ldm);
-        if (j + NS < nj) { // every warp is done with the stage: refill it with the group NS ahead
-            __syncthreads();
-            if (threadIdx.x == 0) issue(j + NS);
-        }
-    }
-    if (CS > 1) cg::this_cluster().sync(); // keep every CTA's partials alive until rank 0 read them
-}
-
-// The fourth design's plan: 8 warps a CTA split K S ways (S = 8, fewer when K has fewer k
-// tiles), so a group is FT = 8 / S feature tiles with the CTA's whole k range; CTAs walk the
-// groups persistently, at most G4_GEMV_BULK_CPS (default 1) an SM, so the next kernel's CTAs
-// fit beside them. Where one group's bytes pass the budget (G4_GEMV_BULK_KB, default 96, less
-// the add-norm prologue's x), K splits further over a cluster of CS CTAs (<= 8). NS, the stages
-// in flight: all of the CTA's groups where the budget holds them, else as many as it does.
-// false: no plan within the budget (the caller runs the streaming kernel).
-struct gb_plan {
-    int S, CS, groups, grid, NS, xs_bytes;
-    size_t smem;
-};
-
-bool gemv_bulk_plan(int M, int N, int K, bool fused, bool pro, gb_plan *o) {
-    static const int kb_env = env_int("G4_GEMV_BULK_KB", 96, 16, 192),
-                     cps = env_int("G4_GEMV_BULK_CPS", 1, 1, 2),
-                     maxj = env_int("G4_GEMV_BULK_MAXJ", 1 << 20, 1, 1 << 20);
-    const int F = fused ? 2 : 1, NT = N / 16, KT = K / 64;
-    int S = 1;
-    while (S < GV_WARPS && 2 * S <= KT) S *= 2;
-    const int FT = GV_WARPS / S;
-    const size_t xs = pro ? ((size_t)M * K * 2 + 127) / 128 * 128 : 0,
-                 budget = (size_t)kb_env * 1024;
-    if (xs >= budget) return false;
-    // a stage's bytes at a K split over cs CTAs (the largest rank's k range)
-    auto stage = [&](int cs) { return (size_t)F * FT * ((KT + cs - 1) / cs) * GB_TILE; };
-    int CS = 1;
-    while (stage(CS) > budget - xs && CS < 8 && 2 * CS * S <= KT) CS *= 2;
-    if (stage(CS) > budget - xs) return false;
-    o->S = S;
-    o->CS = CS;
-    o->groups = (NT + FT - 1) / FT;
-    const int cap = num_sms() * cps;
-    o->grid = CS > 1 || o->groups <= cap ? o->groups : cap;
-    const int nj = (o->groups + o->grid - 1) / o->grid;
-    if (nj > maxj) return false; // (G4_GEMV_BULK_MAXJ, an A/B: shapes of few groups a CTA only)
-    const size_t fit = (budget - xs) / stage(CS);
-    o->NS = (int)(fit < (size_t)nj ? fit : (size_t)nj);
-    if (o->NS > GB_MAX_STAGES) o->NS = GB_MAX_STAGES;
-    o->xs_bytes = (int)xs;
-    o->smem = xs + (size_t)o->NS * stage(CS);
-    return true;
-}
-
-// The shared-memory carveout the fourth design asks for (G4_GEMV_BULK_CARVE, percent, default
-// 100: the most shared memory, so consecutive bulk GEMVs fit side by side without the SM
-// changing its L1 / shared split between them; -1 leaves the driver's choice).
-template <bool FUSED, bool PRO>
-void launch_bulk(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                 int epi, const gb_plan &p, const gv_pro &pro, cudaStream_t stream) {
-    auto kern = gemv_q4_bulk_kernel<FUSED, PRO>;
-    static const int early = env_int("G4_GEMV_BULK_EARLY", 0, 0, 1);
-    static bool opted = false;
-    if (!opted) {
-        static const int carve = env_int("G4_GEMV_BULK_CARVE", 100, -1, 100);
-        G4_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           192 * 1024));
-        if (carve >= 0)
-            G4_CUDA_CHECK(cudaFuncSetAttribute(
-                kern, cudaFuncAttributePreferredSharedMemoryCarveout, carve));
-        opted = true;
-    }
-    if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_bulk_kernel<FUSED, PRO>, dim3(p.grid, p.CS, 1),
-                              dim3(GV_WARPS * 32, 1, 1), p.smem, stream, dim3(1, p.CS, 1), y, x,
-                              w0, w1, bias, M, N, K, epi, p.S, p.CS, p.groups, p.NS, p.xs_bytes,
-                              early, pro);
-    else
-        g4_pdl_launch(gemv_q4_bulk_kernel<FUSED, PRO>, dim3(p.grid, 1, 1),
-                      dim3(GV_WARPS * 32, 1, 1), p.smem, stream, y, x, w0, w1, bias, M, N, K, epi,
-                      p.S, p.CS, p.groups, p.NS, p.xs_bytes, early, pro);
-}
-
-// The fourth design for a shape it has a plan for (the caller decides when to ask); false: none
-// within the budget, nothing launched.
-template <bool FUSED, bool PRO>
-bool try_gemv_bulk(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                   int K, int epi, const gv_pro &pro, cudaStream_t stream) {
-    gb_plan p;
-    if (!gemv_bulk_plan(M, N, K, FUSED, PRO, &p)) return false;
-    launch_bulk<FUSED, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
-    return true;
-}
-
-// =============================================================================================
 // GEMV (M <= 8), the third design (issue 29, G4_GEMV=v3; bench/NOTES.md "The Q4 GEMV, third
 // design"). The streaming kernel's plan and ring (groups of feature units walked by a persistent
 // grid, K split over the warps of a CTA and a cluster, U steps in flight a warp, the reductions
@@ -1217,32 +978,22 @@ int check_weight(const char *who, const g4_q4_weight *w) {
     return G4_OK;
 }
 
-// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 .. v4 in
+// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 / v2 / v3 in
 // the environment (read once; A/B runs): 1 the earlier kernel (gemv_q4_kernel), 2 the streaming
-// one, 3 the third design (gemv_q4_v3_kernel), 4 the fourth (gemv_q4_bulk_kernel, where it has
-// a plan; else the choice below); 0 none (the choice below).
+// one, 3 the third design (gemv_q4_v3_kernel); 0 none (the choice below).
 int g_gv_version = -1; // -1: the environment's
+int g_gv_last = 0;     // the design of the last Q4 GEMV launched (g4_gemm_gemv_last_design)
 int gemv_forced_version() {
     if (g_gv_version >= 0) return g_gv_version;
     static int env = -1;
     if (env < 0) {
-        static int v1 = -1, v2 = -1, v3 = -1, v4 = -1;
+        static int v1 = -1, v2 = -1, v3 = -1;
         env = g4_cuda_env_is(&v1, "G4_GEMV", "v1")   ? 1
               : g4_cuda_env_is(&v2, "G4_GEMV", "v2") ? 2
               : g4_cuda_env_is(&v3, "G4_GEMV", "v3") ? 3
-              : g4_cuda_env_is(&v4, "G4_GEMV", "v4") ? 4
                                                      : 0;
     }
     return env;
-}
-
-// The design of the last Q4 GEMV launched (1..4; 0 none yet): g4_gemm_gemv_last_design.
-int g_gv_last = 0;
-
-// Whether the fourth design is asked for: forced (a forced plan, g4_gemm_gemv_force, is the
-// streaming kernel's).
-bool gemv_v4() {
-    return gemv_forced_version() == 4 && !g_gv_force.split && !g_gv_force.ctas;
 }
 
 // Whether the third design runs a shape: forced, or where it measured faster than the streaming
@@ -1256,7 +1007,7 @@ bool gemv_v4() {
 bool gemv_v3(int N, int K, bool fused) {
     if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
     const int force = gemv_forced_version();
-    if (force && force != 4) return force == 3;
+    if (force) return force == 3;
     if (g_gv_force.split || g_gv_force.ctas) return false;
     if (num_sms() != 132) return false;
     return K == 1536 && (fused || N >= 8960);
@@ -1272,7 +1023,7 @@ bool gemv_v3(int N, int K, bool fused) {
 // only, like the prefill table; elsewhere the streaming kernel.
 bool gemv_v1(int N, int K, bool fused) {
     const int force = gemv_forced_version();
-    if (force && force != 4) return force == 1;
+    if (force) return force == 1;
     if (g_gv_force.split || g_gv_force.ctas) return false; // a forced plan is the stream's
     if (num_sms() != 132) return false;
     static const int v1_on = env_int("G4_GEMV_V1", 1, 0, 1); // 0: an A/B, the stream instead
@@ -1295,13 +1046,6 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        if (gemv_v4() && (wu ? try_gemv_bulk<true, false>(y, hx, w0, w1, hb, M, N, K, epi,
-                                                          gv_pro{}, stream)
-                             : try_gemv_bulk<false, false>(y, hx, w0, w1, hb, M, N, K, epi,
-                                                           gv_pro{}, stream))) {
-            g_gv_last = 4;
-            return G4_OK;
-        }
         g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
         if (gemv_v3(N, K, wu != nullptr)) { // where it measured faster
             if (wu)
@@ -1407,14 +1151,6 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
-    if (g4k::gemv_v4() &&
-        (wu ? g4k::try_gemv_bulk<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
-                                              stream)
-            : g4k::try_gemv_bulk<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n,
-                                               w->k, epi, pro, stream))) {
-        g4k::g_gv_last = 4;
-        return G4_OK;
-    }
     g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
     if (g4k::gemv_v3(w->n, w->k, wu != nullptr)) {
         if (wu)
@@ -1453,8 +1189,8 @@ extern "C" int g4_gemm_gemv_force(int split, int max_ctas) {
 }
 
 extern "C" int g4_gemm_gemv_version(int version) {
-    if (version < -1 || version > 4)
-        return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..4",
+    if (version < -1 || version > 3)
+        return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..3",
                        version);
     g4k::g_gv_version = version;
     return G4_OK;

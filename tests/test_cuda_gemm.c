@@ -157,12 +157,6 @@ static const char *op_name(op_kind o) {
 // V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
 #define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
     { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3, 0 }
-// V4: V with the fourth design forced (g4_gemm_gemv_version(4): weights in shared memory)
-#define V4(op, M, N, K, epi, bias, exact, what)                                                    \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, 0, 0, 4, 0 }
-// E4: an E2B shape with the fourth design: E4(op, M, S_xx, epi, bias).
-#define E4(op, M, ...)                                                                             \
-    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 4, 0 }
 // SK: a skinny-path case (G4_GEMM_SKINNY) with a forced K split over the cluster (1, 2, 4, 8;
 // 0 = automatic, g4_gemm_skinny_force).
 #define SK(op, M, N, K, epi, bias, exact, split, what)                                          \
@@ -284,31 +278,6 @@ static const gcase cases[] = {
     E3(OP_Q4, 1, S_KVS, F16, 0), E3(OP_Q4, 1, S_OF, F16, 0), E3(OP_Q4, 1, S_UP, F16, 0),
     E3(OP_Q4, 8, S_DN2, F16, 0), E3(OP_Q4, 1, S_PP, F32A, 1), E3(OP_Q4, 3, S_PE, F16, 0),
     E3(OP_Q4_GLU, 1, S_UP, F16, 0), E3(OP_Q4_GLU, 8, S_UP2, F16, 0),
-    // the fourth design: one k tile (S 1, FT 8); 3 k tiles (S 2, warps of 1 and 2 tiles); 15
-    // and 47 k tiles (S 8); 201 k tiles (a group past the 96 KB budget: K split over a cluster
-    // of 2 with ranks of 100 and 101 tiles); 1,400 groups on <= 132 CTAs (11 groups a CTA
-    // through 8 stages: the refill path); the E2B shapes (lm_head: 125 groups a CTA, 6 stages)
-    V4(OP_Q4, 1, 16, 64, F16, 0, 0, "v4 tiny, 1 tile"),
-    V4(OP_Q4, 2, 32, 64, F32, 1, 0, "v4 tiny, 2 tiles"),
-    V4(OP_Q4, 3, 48, 192, F32, 1, 0, "v4 odd, 3 k tiles"),
-    V4(OP_Q4, 4, 16, 960, F16A, 1, 0, "v4 odd, 15 k tiles"),
-    V4(OP_Q4, 6, 48, 3008, F16, 1, 0, "v4 odd, 47 k tiles"),
-    V4(OP_Q4, 3, 48, 12864, F32A, 1, 0, "v4 odd, 201 k tiles: cluster of 2"),
-    V4(OP_Q4, 5, 48, 256, F32, 0, 1, "v4 exact"),
-    V4(OP_Q4, 8, 1008, 960, F32, 0, 1, "v4 exact, 63 groups"),
-    V4(OP_Q4, 1, 22400, 960, F16, 1, 0, "v4 odd, 1400 groups: stages refilled"),
-    V4(OP_Q4, 7, 22400, 192, F32, 0, 1, "v4 exact, 3 k tiles: 350 groups of 4 feature tiles"),
-    V4(OP_Q4_GLU, 1, 16, 64, F16, 0, 0, "v4 tiny"),
-    V4(OP_Q4_GLU, 3, 48, 960, F16, 0, 0, "v4 odd"),
-    V4(OP_Q4_GLU, 8, 1008, 960, F16, 0, 0, "v4 63 groups"),
-    V4(OP_Q4_GLU, 2, 22400, 960, F16, 0, 0, "v4 1400 groups: stages refilled"),
-    E4(OP_Q4, 1, S_LM, F16, 0), E4(OP_Q4, 8, S_LM, F16, 0), E4(OP_Q4, 1, S_QS, F16, 0),
-    E4(OP_Q4, 1, S_QF, F16, 0), E4(OP_Q4, 1, S_KVS, F16, 0), E4(OP_Q4, 1, S_OS, F16, 0),
-    E4(OP_Q4, 1, S_OF, F16, 0), E4(OP_Q4, 1, S_DN, F32A, 1), E4(OP_Q4, 8, S_DN2, F16, 0),
-    E4(OP_Q4, 1, S_DN2, F32A, 0), E4(OP_Q4, 1, S_PG, F16, 0), E4(OP_Q4, 1, S_PP, F32A, 1),
-    E4(OP_Q4, 3, S_PE, F16, 0), E4(OP_Q4, 1, S_UP, F16, 0),
-    E4(OP_Q4_GLU, 1, S_UP, F16, 0), E4(OP_Q4_GLU, 8, S_UP, F16, 0), E4(OP_Q4_GLU, 1, S_UP2, F16, 0),
-    E4(OP_Q4_GLU, 8, S_UP2, F16, 0),
 
     // --- Q4 GEMM (prefill): mma.sync and wgmma, same cases ---
 #define GEMM_Q4_CASES(A)                                                                          \

@@ -60,8 +60,6 @@
 #            add-norm path again under each GEMV_CHECK_ENVS entry (plan knobs, read once);
 #            gemv_rows: the decode GEMV kernel rows of each GEMV_VARIANTS entry (default
 #            G4_GEMV=v1/v2/v3/auto), twice
-#   bulk_e2b issue 29's fourth GEMV design (G4_GEMV=v4) end to end (after e2b_make): compare
-#            cuda vs HF on the Q4 package and greedy generate, landed vs v4
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -704,28 +702,6 @@ stage_e2bq() {
         echo "=== bench ${v%%:*} (${v#*:}): exit $?"
         grep -E "^(f16|q4) " "$OUT/e2bq_${v%%:*}.txt" | sed -E 's/\| prefill 128.*TTFT\(128\)/| TTFT(128)/' | cut -c1-330
     done
-}
-
-# Issue 29's fourth Q4 GEMV design (weights bulk-copied into shared memory, G4_GEMV=v4) end to end
-# on the full-size package (after e2b_make): g4cu compare cuda vs HF on the Q4 package with the
-# landed GEMVs and with v4 (the KL lines side by side: a wrong kernel shows as a jump), and the
-# greedy tokens of 64 new after the bench's first 32 prompt ids, landed vs v4 (the same tokens
-# where the logits' top-2 gap exceeds the summation-order differences).
-stage_bulk_e2b() {
-    local d="$WORK/e2b" v
-    [ -f "$d/READY" ] || { echo "bulk_e2b: no full-size package ($d/READY missing)"; return 1; }
-    for v in landed:X=1 v4:G4_GEMV=v4; do
-        env ${v#*:} build-gpu/g4cu compare "$d/q4" "$d/dumps/len16.npz" --backend cuda >"$OUT/bulk_compare_${v%%:*}.txt" 2>&1
-        echo "compare q4 cuda vs HF, ${v%%:*}: exit $? $(grep KL "$OUT/bulk_compare_${v%%:*}.txt" | head -2 | tr '\n' ' ')"
-        env ${v#*:} build-gpu/g4cu generate "$d/q4" --backend cuda --ids 2,818,3022,48,1000,77777,262000,5 --max-new 64 --ignore-eos --json >"$OUT/bulk_gen_${v%%:*}.json" 2>"$OUT/bulk_gen_${v%%:*}.err"
-        echo "generate q4 ${v%%:*}: exit $? $(grep -o '"decode_tok_s":[0-9.]*' "$OUT/bulk_gen_${v%%:*}.json")"
-    done
-    python3 - "$OUT/bulk_gen_landed.json" "$OUT/bulk_gen_v4.json" <<'PY'
-import json, sys
-a, b = (json.load(open(f))["tokens"] for f in sys.argv[1:3])
-same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-print(f"bulk_e2b greedy tokens: {len(a)} landed, {len(b)} v4, the same for the first {same}")
-PY
 }
 
 # Issue 30 stage 2 (bench/NOTES.md "Issue 30 stage 2, first step"; after build, and tiny for the
