@@ -603,11 +603,13 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
     // (PRO: x [M][K] after the block's own, K <= 2048)
     const int smem = gemv_smem<MT, FUSED>() + (PRO ? M * K * 2 : 0);
     // The pipelined loop (default; G4_GEMV_F16_PIPE=0 turns it off, read once) for 1-2 rows only
-    // (4 and 8 fused would spill) and grids of at most 4 blocks an SM: H200, full-size E2B,
+    // (4 and 8 fused would spill) and grids of at most 2 blocks an SM: H200, full-size E2B,
     // f16 decode 372.3 -> 388.5 tok/s with it on every shape; the lm_head's 4,096 blocks ran
     // 193 -> 246 us in the kernel rows at the pipelined kernel's lower occupancy, where its
     // first step before the wait is nothing against its ~16 waves (bench/NOTES.md, eleventh
-    // session).
+    // session). At most 2 blocks an SM (q, o, down, k/v and the PLE pair pipelined; the fused
+    // gate/up, q|k|v, ple_emb not: their rows were slower pipelined) measured 409.0 tok/s
+    // against 394.8-396.5 at 4 and 389.3 on every shape (twelfth session, one run each).
     constexpr bool PIPE_OK = MT <= 2;
     static const int pipe_env = PIPE_OK ? env_int("G4_GEMV_F16_PIPE", 1, 0, 1) : 0;
     static bool smem_set = false, smem_set_pipe = false;
@@ -617,8 +619,8 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
     // 9% slower end to end: bench/NOTES.md, eleventh session.)
     int cs = 1;
     while (cs < 8 && (long)strips * cs < 2L * num_sms() && K / (cs * 2) >= 128) cs *= 2;
-    // (G4_GEMV_F16_PIPE_BPS, read once: that 4, for A/B runs of which shapes gain)
-    static const int pipe_bps = env_int("G4_GEMV_F16_PIPE_BPS", 4, 1, 64);
+    // (G4_GEMV_F16_PIPE_BPS, read once: that 2, for A/B runs of which shapes gain)
+    static const int pipe_bps = env_int("G4_GEMV_F16_PIPE_BPS", 2, 1, 64);
     const bool pipe = pipe_env && (long)strips * cs <= (long)pipe_bps * num_sms();
     // (each branch names its kernel at the launch: tests/test_pdl_sass.sh finds kernels there)
     const int smem_max = gemv_smem<MT, FUSED>() + (PRO ? MT * 2048 * 2 : 0);
