@@ -32,9 +32,14 @@ int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_th
                    uint16_t *scales, uint8_t *zp);
 
 // The activation-aware form (llama.cpp's imatrix): imp[K] (mean x^2 of each input channel over
-// calibration activations, any positive scale) multiplies each weight of the block's weighted
-// least-squares search by its channel's importance, so the error lands where inputs are small.
-// Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
+// calibration activations, any positive scale) weighs each weight's squared error by its
+// channel's importance, so the error lands where inputs are small: per block, the stored form
+// (fp16 scale, integer zero point, codes) with the least sum_k imp[k] (wq[k] - w[k])^2 of a
+// search over scales around the min/max scale, with the zero points near each, the scales
+// refined by least squares, and plain k-quant's own pick among the candidates (so no block's
+// weighted error exceeds plain k-quant's). G4_IMATRIX_SEARCH=v1 runs the first search instead
+// (plain k-quant's search with weights imp * (rms + |w|), then its candidates' stored forms), for
+// A/B runs. Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
 int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, uint8_t *q, uint16_t *scales, uint8_t *zp);
 
