@@ -42,5 +42,14 @@ int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_th
 // A/B runs. Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
 int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, uint8_t *q, uint16_t *scales, uint8_t *zp);
+// The same with mean[K], each input channel's mean x over the same activations (NULL:
+// g4_q4_quantize_imp): the error each block minimises is then sum var d^2 + (c + sum mean d)^2
+// (d = wq - w, var = imp - mean^2, c = sum mean d of the column's blocks before it, taken in
+// order): the output error under inputs of that mean and variance, the covariances left out;
+// plain k-quant's pick is still a candidate, and codes are then moved by +-1 where that lowers
+// it. G4_IMATRIX_SEARCH=diag leaves the mean out (A/B runs).
+int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int n_threads,
+                       const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
+                       uint8_t *zp);
 
 #endif
