@@ -309,13 +309,13 @@ static void test_methods_lower_output_error(void) {
 }
 
 // The imatrix search's mean term (kquant.h g4_q4_quantize_imx): inputs whose channels have a
-// nonzero mean (X = Z A + m, channel scales 0.2 .. 3, means up to 1.5x a channel's scale, as
+// nonzero mean (x_k = m_k + s_k z, z standard normal, scales s_k 0.2 .. 3, means up to 1.5 s_k, as
 // norm outputs with learned weights have) make a column's errors add up in (sum_k m_k d_k)^2; the
 // search given the means must lower the true layer-output error sum_n d_n^T (X^T X) d_n below
-// 0.8x that of the same search without them (measured 0.64x), which must itself be below plain
-// k-quant's (measured 0.93x: the diagonal alone).
+// 0.8x that of the same search without them (measured 0.70x), which must itself be below plain
+// k-quant's (measured 0.59x: the diagonal alone). K = 80: the last block is padded.
 static void test_imatrix_mean_term(void) {
-    const int K = 96, N = 32, R = 256;
+    const int K = 80, N = 32, R = 256; // 3 blocks, the last one padded
     unsigned long long rng = 33033;
     float *W = g4_malloc(sizeof(float) * K * N), *X = g4_malloc(sizeof(float) * R * K);
     float imp[96], mean[96], sc[96], mu[96];
