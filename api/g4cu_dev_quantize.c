@@ -3,8 +3,8 @@
 // packages (quant/q4_writer.h). keep_auto_bytes also keeps fp16 the linears whose 4 bits cost
 // the most KL per byte (fidelity/keep_auto.h), ranked by a sensitivity run (fidelity/
 // sensitivity.h) on the first calib_tokens tokens of the calibration text; imatrix weighs each
-// block's least-squares search by the mean x^2 of the linear's input channels (llama.cpp's
-// imatrix: g4_imatrix_run, kquant.h g4_q4_quantize_imp).
+// block's search by the mean x^2 (and mean x) of the linear's input channels (llama.cpp's
+// imatrix: g4_imatrix_run, kquant.h g4_q4_quantize_imx).
 #include <g4cu_dev.h>
 
 #include <stdio.h>
@@ -191,6 +191,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                           p->progress,
                           (const char *const *)im.names,
                           (const float *const *)im.imp,
+                          (const float *const *)im.mean,
                           im.n,
                           method == G4_QM_RTN ? G4_QM_RTN : G4_QM_KQUANT,
                           pq.a,

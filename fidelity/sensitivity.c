@@ -44,6 +44,7 @@ typedef struct {
     int rc;      // the first bind failure inside a hooked op (reported after the forward)
     // the imatrix run instead (g4_imatrix_run): per candidate, sum x^2 per input channel
     double **imx_sum; // [n][K], or NULL
+    double **imx_lin; // [n][K] sum x per input channel (with imx_sum)
     long *imx_rows;   // [n]
     // the Hessian run instead (g4_hessian_run): X^T X of the candidates with hess[i] set
     float **hess; // [n][K * K], or NULL
@@ -419,14 +420,17 @@ done:
 }
 
 // --- the activation importance of every candidate's input channels (imatrix) ------------------
-// The same probe as pass 1, with imx_sum set: every candidate's input x adds its x^2.
+// The same probe as pass 1, with imx_sum set: every candidate's input x adds its x^2 and x.
 
 static void imx_add(probe *p, int i, const g4_buf *x) {
     const size_t K = (size_t)x->cols, n = (size_t)x->rows * K;
     float *a = g4_malloc(sizeof(float) * n);
     g4_buf_to_host_f32(p->real, x, a);
     for (size_t r = 0; r < (size_t)x->rows; r++)
-        for (size_t k = 0; k < K; k++) p->imx_sum[i][k] += (double)a[r * K + k] * a[r * K + k];
+        for (size_t k = 0; k < K; k++) {
+            p->imx_sum[i][k] += (double)a[r * K + k] * a[r * K + k];
+            p->imx_lin[i][k] += a[r * K + k];
+        }
     p->imx_rows[i] += x->rows;
     free(a);
 }
@@ -452,9 +456,10 @@ static int forward_all_rows(g4_text_state *s, const int32_t *ids, int n) {
 }
 
 void g4_imatrix_free(g4_imatrix *im) {
-    for (int i = 0; i < im->n; i++) free(im->names[i]), free(im->imp[i]);
+    for (int i = 0; i < im->n; i++) free(im->names[i]), free(im->imp[i]), free(im->mean[i]);
     free(im->names);
     free(im->imp);
+    free(im->mean);
     free(im->K);
     memset(im, 0, sizeof *im);
 }
@@ -481,13 +486,18 @@ int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out)
     probe p = {0};
     if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
     p.imx_sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
-    for (int i = 0; i < nc; i++) p.imx_sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
+    p.imx_lin = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
+    for (int i = 0; i < nc; i++) {
+        p.imx_sum[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
+        p.imx_lin[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
+    }
     s->be = &p.be;
     rc = forward_all_rows(s, ids, n);
     s->be = own;
     if (rc) goto done;
     out->names = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(char *));
     out->imp = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
+    out->mean = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
     out->K = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(int));
     for (int i = 0; i < nc; i++)
         if (!p.imx_rows[i]) { // every candidate is on the forward's path: a skipped op is a bug
@@ -500,14 +510,19 @@ int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out)
         out->names[out->n] = g4_strdup(c[i].row.name);
         out->K[out->n] = K;
         out->imp[out->n] = g4_malloc(sizeof(float) * (size_t)K);
-        for (int k = 0; k < K; k++) out->imp[out->n][k] = (float)(p.imx_sum[i][k] / (double)p.imx_rows[i]);
+        out->mean[out->n] = g4_malloc(sizeof(float) * (size_t)K);
+        for (int k = 0; k < K; k++) {
+            out->imp[out->n][k] = (float)(p.imx_sum[i][k] / (double)p.imx_rows[i]);
+            out->mean[out->n][k] = (float)(p.imx_lin[i][k] / (double)p.imx_rows[i]);
+        }
         out->n++;
     }
 done:
     if (s) s->be = own;
     g4_text_state_free(s);
-    for (int i = 0; i < nc && p.imx_sum; i++) free(p.imx_sum[i]);
+    for (int i = 0; i < nc && p.imx_sum; i++) free(p.imx_sum[i]), free(p.imx_lin[i]);
     free(p.imx_sum);
+    free(p.imx_lin);
     free(p.imx_rows);
     free(c);
     return rc;

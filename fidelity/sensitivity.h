@@ -48,13 +48,14 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
                        g4_sens_row **rows, int *n_rows, int *n_skipped_q4);
 
 // The imatrix (llama.cpp's activation importance): one forward of ids[n] through a probe op
-// table that sums x^2 over the rows of every fp16 decoder linear's input; out->imp[i][k] is the
-// mean x^2 of input channel k of linear out->names[i] ("model.layers.3.mlp.down_proj.weight_t",
-// [K = out->K[i]]). Free with g4_imatrix_free.
+// table that sums x^2 and x over the rows of every fp16 decoder linear's input; out->imp[i][k] is
+// the mean x^2 and out->mean[i][k] the mean x of input channel k of linear out->names[i]
+// ("model.layers.3.mlp.down_proj.weight_t", [K = out->K[i]]). Free with g4_imatrix_free.
 typedef struct {
     int n;
     char **names;
     float **imp;
+    float **mean; // [n][K] the mean x of each input channel
     int *K;
 } g4_imatrix;
 int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out);

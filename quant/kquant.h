@@ -32,10 +32,24 @@ int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_th
                    uint16_t *scales, uint8_t *zp);
 
 // The activation-aware form (llama.cpp's imatrix): imp[K] (mean x^2 of each input channel over
-// calibration activations, any positive scale) multiplies each weight of the block's weighted
-// least-squares search by its channel's importance, so the error lands where inputs are small.
-// Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
+// calibration activations, any positive scale) weighs each weight's squared error by its
+// channel's importance, so the error lands where inputs are small: per block, the stored form
+// (fp16 scale, integer zero point, codes) with the least sum_k imp[k] (wq[k] - w[k])^2 of a
+// search over scales around the min/max scale, with the zero points near each, the scales
+// refined by least squares, and plain k-quant's own pick among the candidates (so no block's
+// weighted error exceeds plain k-quant's). G4_IMATRIX_SEARCH=v1 runs the first search instead
+// (plain k-quant's search with weights imp * (rms + |w|), then its candidates' stored forms), for
+// A/B runs. Writes the same arrays (plain MatMulNBits); imp NULL is g4_q4_quantize.
 int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, uint8_t *q, uint16_t *scales, uint8_t *zp);
+// The same with mean[K], each input channel's mean x over the same activations (NULL:
+// g4_q4_quantize_imp): the error each block minimises is then sum var d^2 + (c + sum mean d)^2
+// (d = wq - w, var = imp - mean^2, c = sum mean d of the column's blocks before it, taken in
+// order): the output error under inputs of that mean and variance, the covariances left out;
+// plain k-quant's pick is still a candidate, and codes are then moved by +-1 where that lowers
+// it. G4_IMATRIX_SEARCH=diag leaves the mean out (A/B runs).
+int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int n_threads,
+                       const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
+                       uint8_t *zp);
 
 #endif

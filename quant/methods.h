@@ -5,8 +5,11 @@
 //
 //   kquant   (default) Olive's / onnxruntime's k-quant search, byte-identical to theirs (kquant.h)
 //   rtn      plain round-to-nearest: the block's range [min(x, 0), max(x, 0)] over 15 steps
-//   imatrix  k-quant whose least-squares search weighs each input channel by its mean x^2 on
-//            calibration text (kquant.h g4_q4_quantize_imp)
+//   imatrix  per block, the stored scale / zero point / codes with the least output error under
+//            inputs of each channel's mean x and mean x^2 on calibration text (sum var d^2 +
+//            (sum mean d)^2 along the column), from a search over scales around min/max (each
+//            with its nearby zero points and a least-squares refinement) that includes k-quant's
+//            own pick (kquant.h g4_q4_quantize_imx)
 //   gptq     GPTQ (Frantar et al. 2022): codes chosen one input channel at a time, each one's
 //            rounding error pushed onto the channels not yet quantized through the inverse of
 //            H = X^T X (X: the linear's calibration inputs); per-block scale and zero point by

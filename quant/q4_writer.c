@@ -518,10 +518,11 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
         uint8_t *q = g4_malloc((size_t)sh.q_bytes);
         uint16_t *sc = g4_malloc((size_t)sh.n_scales * 2);
         uint8_t *zp = g4_malloc((size_t)sh.zp_bytes);
-        const float *imp = NULL;
+        const float *imp = NULL, *imp_mean = NULL;
         const g4_q4_arrays *pre = NULL;
         for (int i = 0; i < o->n_imp && !imp; i++)
-            if (same_weight(o->imp_names[i], w->w_name)) imp = o->imp[i];
+            if (same_weight(o->imp_names[i], w->w_name))
+                imp = o->imp[i], imp_mean = o->imp_mean ? o->imp_mean[i] : NULL;
         for (int i = 0; i < o->n_pre && !pre; i++)
             if (same_weight(o->pre[i].name, w->w_name)) pre = &o->pre[i];
         if (pre && (pre->K != w->K || pre->N != w->N))
@@ -534,8 +535,8 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
         } else if (o->method == G4_QM_RTN && !imp)
             rc = g4_q4_quantize_rtn(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, q, sc, zp);
         else
-            rc = g4_q4_quantize_imp(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads,
-                                    imp, q, sc, zp);
+            rc = g4_q4_quantize_imx(w->src->data, G4_DT_FLOAT16, w->K, w->N, block, o->n_threads,
+                                    imp, imp_mean, q, sc, zp);
         st->n_calibrated += imp || pre;
         const void *data[3] = {q, sc, zp};
         for (int r = 0; r < 3 && rc == G4_OK; r++) {

@@ -41,10 +41,12 @@ typedef struct {
     int n_threads;           // quantizer threads (>= 1)
     FILE *progress;          // progress of the weights (base/progress.h; NULL: none)
     FILE *log;               // one-line notices (a stale temporary directory removed); NULL: none
-    // activation-aware k-quant (kquant.h g4_q4_quantize_imp): the importance imp[i][K] of the
+    // activation-aware k-quant (kquant.h g4_q4_quantize_imx): the importance imp[i][K] of the
     // linear imp_names[i] (matched with or without the component prefix); others plain
     const char *const *imp_names;
     const float *const *imp;
+    const float *const *imp_mean; // NULL, or imp_mean[i][K]: each channel's mean x (kquant.h
+                                  // g4_q4_quantize_imx)
     int n_imp;
     // the method of the weights with neither an importance nor pre-made arrays: G4_QM_KQUANT
     // (0, the default) or G4_QM_RTN (methods.h)

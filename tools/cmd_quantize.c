@@ -11,7 +11,8 @@
 // unless --tokenizer) ranks them. The chosen names are printed.
 // --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
 // tokens measures the mean x^2 of every linear's input channels, which weighs each block's
-// least-squares search; the package is still plain MatMulNBits, the same bytes in size.
+// search for its stored scale / zero point; the package is still plain MatMulNBits, the same
+// bytes in size.
 // --method: how each block's scale, zero point and codes are chosen (quant/methods.h): kquant,
 // rtn (round-to-nearest), imatrix (= --imatrix), gptq (from each linear's X^T X on --calib;
 // --act-order), fit (each block's scale and zero point against the layer-output error on

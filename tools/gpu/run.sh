@@ -112,7 +112,8 @@
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
-#            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, and
+#            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, the
+#            --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag (FID_AB_VARIANTS), and
 #            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's NAME:SOURCE
 #            pairs, default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto,
@@ -1016,7 +1017,10 @@ FID=${FID:-$WORK/fidelity}
 FID_DWQ=${FID_DWQ-"q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto"}
 # the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits
 FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
-FID_VARIANTS="$FID_QUANT_VARIANTS $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
+# the --imatrix search's A/B on the same calibration (bench/NOTES.md "A better --imatrix search
+# (issue 33)"): the first search (G4_IMATRIX_SEARCH=v1), the new one without the mean term (diag)
+FID_AB_VARIANTS="q4_imatrix_v1 q4_imatrix_diag"
+FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
 # quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
 # its lines prefixed TAG
@@ -1043,6 +1047,8 @@ fid_methods() {
     fid_quant q4_gptq --method gptq "${cal[@]}"
     fid_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
     fid_quant q4_fit --method fit "${cal[@]}"
+    G4_IMATRIX_SEARCH=v1 fid_quant q4_imatrix_v1 --method imatrix "${cal[@]}"
+    G4_IMATRIX_SEARCH=diag fid_quant q4_imatrix_diag --method imatrix "${cal[@]}"
     budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
     fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
