@@ -16,6 +16,10 @@ Presets:
             cost. Needs --like (the vocabulary and ids the eval tokenizer was made for).
   deep      hidden 2048, 12 layers, GQA 4:1 (deep_config): the fp32 tolerances at depth, on a
             CPU (about 1 GB; not committed).
+  mm-decoder  the multimodal proxy's text decoder (train_mm_proxy.py --preset proxy: 768 x 15
+            layers, 4 heads / 1 KV head, head_dim 256 / 512, MLP 3072, PLE 256, window 256, the
+            last 6 layers KV-shared, vocab 4096) with gpu-tiny's towers, random init: the CPU-vs-HF
+            drift at the proxy's decoder shapes (issue 35; about 330 MB, not committed).
 
   1. Gemma4ForConditionalGeneration (transformers 5.17) with the real E2B configuration
      (spec/gemma4-architecture.md section 1: text 1536 x 35 layers, 8 heads / 1 KV head,
@@ -221,12 +225,32 @@ def deep_config():
                         audio_config=cfg.audio_config.to_dict(), tie_word_embeddings=True)
 
 
+def mm_decoder_config():
+    """train_mm_proxy.py's text decoder (its model_config, preset proxy) with gpu-tiny's towers."""
+    from train_proxy import PRESETS, ROPE
+
+    cfg = gpu_tiny_config()
+    t = PRESETS["proxy"]
+    L, V = t["layers"], 4096  # train_mm_proxy.py PRESETS["proxy"]["vocab"]
+    text = dict(gpu_tiny_text(),
+                vocab_size=V, vocab_size_per_layer_input=V, hidden_size=t["hidden"],
+                intermediate_size=t["mlp"], num_hidden_layers=L, num_attention_heads=t["heads"],
+                num_key_value_heads=t["kv"], head_dim=t["head_dim"], global_head_dim=t["global_hd"],
+                layer_types=((["sliding_attention"] * 4 + ["full_attention"]) * L)[:L],
+                sliding_window=t["window"], num_kv_shared_layers=t["shared"],
+                hidden_size_per_layer_input=t["ple"], max_position_embeddings=4096,
+                rope_parameters=ROPE)
+    return Gemma4Config(text_config=text, vision_config=cfg.vision_config.to_dict(),
+                        audio_config=cfg.audio_config.to_dict(), tie_word_embeddings=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "gpu-eval", "deep"], default="e2b")
+    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "gpu-eval", "deep", "mm-decoder"],
+                    default="e2b")
     ap.add_argument("--layers", type=int, default=35, help="e2b only: text layers")
     ap.add_argument("--like", metavar="PKG",
                     help="vocabulary, context length and token ids from PKG/genai_config.json")
@@ -241,7 +265,8 @@ def main():
     t0 = time.time()
     torch.manual_seed(args.seed)
     cfg = {"e2b": lambda: e2b_config(args.layers), "gpu-tiny": gpu_tiny_config,
-           "gpu-eval": gpu_eval_config, "deep": deep_config}[args.preset]()
+           "gpu-eval": gpu_eval_config, "deep": deep_config,
+           "mm-decoder": mm_decoder_config}[args.preset]()
     if like:
         cfg = apply_like(cfg, like)
     # fp16 random init is fast on a GPU; on a CPU init in float32 (vectorized) and cast

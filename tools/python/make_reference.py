@@ -204,7 +204,8 @@ def main():
                     "fp16 engines; a float16 dump measures HF's own fp16 error against it (g4cu "
                     "compare --tol-from). The float64 dump (members kept in float64) is the "
                     "reference for fp32 engines, and the float32 dump measures HF's own fp32 "
-                    "error against it.")
+                    "error against it. --mm: float32 or float64 (same roles for the CPU "
+                    "backend's multimodal compare).")
     ap.add_argument("--device", default="cpu", help="text cases: cpu or cuda")
     if mm_reference:
         mm_reference.add_args(ap)
@@ -225,15 +226,23 @@ def main():
         return
     if not args.hf:
         ap.error("--hf is required for --out / --mm")
-    model, consts, n_rounded = load_model(args)
-    if args.out:
-        if args.dtype != "float32" or args.device != "cpu":
-            # after the fp16 rounding and the constants, in the requested dtype/device
-            model = model.to(dtype=getattr(torch, args.dtype), device=args.device)
-        text_cases(args, model, consts, n_rounded)
     if args.mm:
         if not args.package:
             ap.error("--mm needs --package (its image_processor.json / audio_feature_extraction.json)")
+        if args.dtype not in ("float32", "float64") or args.device != "cpu":
+            ap.error("--mm runs on the CPU in float32 or float64 (the reference for the CPU "
+                     "backend, judged with --tol-from the float32 dump)")
+        if args.clip and args.dtype != "float32":
+            # the bounds come from a calibration run: a float64 run would calibrate other bounds
+            # than the float32 dump beside it, i.e. another model
+            ap.error("--clip: float32 only")
+    model, consts, n_rounded = load_model(args)
+    if args.dtype != "float32" or args.device != "cpu":
+        # after the fp16 rounding and the constants, in the requested dtype/device
+        model = model.to(dtype=getattr(torch, args.dtype), device=args.device)
+    if args.out:
+        text_cases(args, model, consts, n_rounded)
+    if args.mm:
         mm_reference.mm_case(args, model, consts, n_rounded)
 
 

@@ -29,8 +29,15 @@ the package's fp16 embedding constants):
     `attention_mask.logical_not()` then masks exactly the keys that should be visible (the band
     is inverted). sdpa (the default implementation) gives the boolean mask the code expects.
 
+With --dtype float64 (make_reference.py's flag; not with --clip) the model runs in float64 after
+the fp16 rounding and the members below stay float64, except pixel_values and input_features (the
+processors' float32 values, the same in both runs): the CPU backend's reference, judged with
+`g4cu compare PKG MM64.npz --tol-from MM32.npz` (tolerances from HF's own fp32 error, as for the
+text dumps; bench/NOTES.md "CPU vs HF drift on the mm proxy decoder (issue 35)" says why).
+
 Members of <mm>.npz (float32 unless noted). Large tensors keep a subset of rows: then member
 "<name>.rows" (int32 [k]) lists which rows of the full tensor "<name>" holds ([k, ...]).
+  hf_dtype uint8: the dtype HF ran in, as ASCII ("float32" / "float64"; for --tol-from);
   input_ids [S] int64; logits_argmax [S] int64 (argmax of every row of the logits);
   image_file, audio_file uint8: the media paths relative to the .npz's directory (UTF-8);
   image_max_soft_tokens int64 []: the image budget used;
@@ -63,6 +70,7 @@ and output in an unclipped run, fp16-rounded), and the dump adds
 the decoder members are then only embeds, logits and logits_argmax. The engine must be given
 the same bounds (fidelity/dump_run.c sets them on the loaded towers).
 """
+import contextlib
 import json
 import math
 import os
@@ -196,6 +204,34 @@ def clip_bounds(model, run):
     return out
 
 
+@contextlib.contextmanager
+def audio_attention_keeps(dt):
+    """transformers 5.17's Gemma4AudioAttention casts q/k/v with .float() and then multiplies
+    them with relative keys of the model's dtype: in a float64 run that fails (Float vs Double).
+    For float64, .float() inside that forward leaves float64 tensors as they are (the same
+    arithmetic, in the run's precision); float32 runs are untouched."""
+    if dt != torch.float64:
+        yield
+        return
+    cls = modeling_gemma4.Gemma4AudioAttention
+    fwd, to_float = cls.forward, torch.Tensor.float
+
+    def keep(t, *a, **kw):
+        return t if t.dtype == torch.float64 else to_float(t, *a, **kw)
+
+    def forward(self, *a, **kw):
+        torch.Tensor.float = keep
+        try:
+            return fwd(self, *a, **kw)
+        finally:
+            torch.Tensor.float = to_float
+    cls.forward = forward
+    try:
+        yield
+    finally:
+        cls.forward = fwd
+
+
 def mm_case(args, model, consts, n_rounded):
     cfg = model.config
     tc = cfg.get_text_config()
@@ -246,10 +282,16 @@ def mm_case(args, model, consts, n_rounded):
     S = len(ids)
     assert S <= tc.max_position_embeddings, f"prompt of {S} tokens exceeds the model's positions"
     input_ids = torch.tensor([ids], dtype=torch.int64)
+    # --dtype float64: the model was converted; its float inputs follow (the processors' float32
+    # values are exact in float64), and the members keep float64 (what an fp32 engine is judged by)
+    dt = next(model.parameters()).dtype
+    f64 = dt == torch.float64
+    keep, keep_np = (torch.float64, np.float64) if f64 else (torch.float32, np.float32)
 
     def run():
-        return model(input_ids=input_ids, pixel_values=pv, image_position_ids=pos, input_features=feats,
-                     input_features_mask=fmask, use_cache=False)
+        with audio_attention_keeps(dt):
+            return model(input_ids=input_ids, pixel_values=pv.to(dt), image_position_ids=pos,
+                         input_features=feats.to(dt), input_features_mask=fmask, use_cache=False)
     clips = []
     if args.clip:  # calibrate on an unclipped run, then set the bounds
         clips = clip_bounds(model, run)
@@ -262,7 +304,7 @@ def mm_case(args, model, consts, n_rounded):
 
     def grab(name, t):
         assert name not in cap, f"{name} captured twice"
-        cap[name] = t.detach().to(torch.float32).clone()
+        cap[name] = t.detach().to(keep).clone()
 
     def first(out):
         return out[0] if isinstance(out, tuple) else out
@@ -298,7 +340,7 @@ def mm_case(args, model, consts, n_rounded):
     out = run()
     for h in hs:
         h.remove()
-    logits = out.logits[0].to(torch.float32)
+    logits = out.logits[0].to(keep)
 
     # --- consistency checks on HF's own run ------------------------------------------------------
     ids_t = input_ids[0]
@@ -367,11 +409,15 @@ def mm_case(args, model, consts, n_rounded):
     d["logits_argmax"] = logits.argmax(-1).numpy().astype(np.int64)
     assert not cap, f"uncollected captures: {sorted(cap)}"
 
+    # the precision HF ran in, for g4cu compare --tol-from (ASCII bytes, uint8)
+    d["hf_dtype"] = np.frombuffer(str(dt).split(".")[-1].encode(), dtype=np.uint8).copy()
     full_shapes = {}
     for name, v in list(d.items()):
         if v.dtype.kind == "f":
             assert np.isfinite(v).all(), f"{name} has NaN/inf"
-            assert v.dtype == np.float32, name
+            # the processors' outputs and the clip bounds are float32 in every run
+            f32 = name in ("pixel_values", "input_features", "clip_bounds")
+            assert v.dtype == (np.float32 if f32 else keep_np), name
         full_shapes[name] = list(v.shape)
         if name in rows and len(rows[name]) < v.shape[0]:
             d[name] = np.ascontiguousarray(v[rows[name]])
@@ -381,7 +427,8 @@ def mm_case(args, model, consts, n_rounded):
     meta = {
         "hf_dir": os.path.relpath(os.path.abspath(args.hf), rel),
         "package": os.path.relpath(os.path.abspath(args.package), rel),
-        "seed": args.seed, "image": d["image_file"].tobytes().decode(), "audio": d["audio_file"].tobytes().decode(),
+        "seed": args.seed, "hf_dtype": str(dt).split(".")[-1],
+        "image": d["image_file"].tobytes().decode(), "audio": d["audio_file"].tobytes().decode(),
         "image_max_soft_tokens": args.image_tokens, "image_soft_tokens": n_img, "image_patches": N,
         "image_grid_wh": [int(pos[0, :N, 0].max()) + 1, int(pos[0, :N, 1].max()) + 1],
         "audio_samples_16k": int(len(wave)), "audio_frames": int(feats.shape[1]),
