@@ -250,6 +250,55 @@ int bench_launch_floor(const char *f, int reps, g4_kbench_row *rows, int n, int 
     return n;
 }
 
+// The floor of the path after the wait (issue 29 / 30): what a decode GEMV does once its
+// weights are on chip. Each CTA reads the whole previous kernel's output x (K halves: the L2
+// round trip a GEMV's activation costs), sums it through shared memory (the split-K
+// reduction's barrier), and writes 16 halves of y; the next launch reads y as its x (ping-pong
+// buffers, so every read depends on the launch before, as in the step). No weights at all: a
+// GEMV's row above this one is what its weights and MMAs add.
+__global__ void post_wait_floor_kernel(const __half *x, __half *y, int K) {
+    __shared__ float part[256 / 32];
+    g4_pdl_wait();
+    g4_pdl_trigger();
+    float v = 0.0f;
+    for (int i = threadIdx.x * 8; i < K; i += blockDim.x * 8) {
+        const uint4 u = *(const uint4 *)(x + i);
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int e = 0; e < 4; e++) v += __low2float(h[e]) + __high2float(h[e]);
+    }
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        float sum = 0.0f;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) sum += part[w];
+        // 16 outputs a CTA, like a feature tile; scaled down so the chain stays finite
+        y[((size_t)blockIdx.x * 16 + threadIdx.x) % K] = __float2half(sum * (1.0f / 4096.0f));
+    }
+}
+
+int bench_post_wait_floor(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
+    const int sms = g4k::num_sms();
+    for (int ctas : {sms, 2 * sms}) {
+        char shape[96];
+        snprintf(shape, sizeof shape, "CTAs=%d x 256 pdl, x 1536 halves from the launch before",
+                 ctas);
+        if (!g4b::match(f, "post_wait_floor", shape)) continue;
+        Pool pool;
+        const int K = 1536;
+        __half *buf[2] = {(__half *)pool.f16(K, 7, -1.0f, 1.0f),
+                          (__half *)pool.f16(K, 8, -1.0f, 1.0f)};
+        auto ours = [&](int rep, cudaStream_t st) {
+            g4_pdl_launch(post_wait_floor_kernel, dim3(ctas), dim3(256), 0, st,
+                          (const __half *)buf[rep & 1], buf[(rep + 1) & 1], K);
+        };
+        n = g4b::add_row(rows, n, max, "post_wait_floor", shape, 0, 0, reps, 64, ours, NoBase(),
+                         nullptr);
+    }
+    return n;
+}
+
 int bench_vision(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
     const int gw = 42, gh = 57, pad = 126, N = gw * gh + pad, D = 768, bins = N / 9;
     std::vector<int32_t> pos_h(2 * (size_t)N);
@@ -313,5 +362,6 @@ extern "C" int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, 
     n = bench_logits(filter, reps, rows, n, max, 1, 1);
     n = bench_vision(filter, reps, rows, n, max);
     n = bench_launch_floor(filter, reps, rows, n, max);
+    n = bench_post_wait_floor(filter, reps, rows, n, max);
     return n;
 }

@@ -32,7 +32,9 @@
 #            --op q4, test_cuda_attention --op attn_prefill, then their kernel bench rows
 #            (wgmma GEMMs next to cuBLAS, wgmma attention next to the HMMA kernel). A deadlocked
 #            mbarrier traps after seconds ("unspecified launch failure"), it never hangs.
-#   floor    issue 30: the launch floor of a graph-replayed PDL kernel (1 CTA .. 2 an SM)
+#   floor    issue 30: the launch floor of a graph-replayed PDL kernel (1 CTA .. 2 an SM), and
+#            the floor of the path after the wait (x from the launch before, a CTA reduction,
+#            16 stores a CTA: a GEMV without weights)
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
 #            X^T X, GPTQ's factorisation and column work (and act-order), fit; ~15-20 s
@@ -641,9 +643,9 @@ stage_quant_time() { # the parts of `quantize --method gptq|fit` per linear (ben
 }
 
 stage_floor() {
-    build-gpu/g4cu bench --kernels --filter launch_floor --reps 30 >"$OUT/floor.txt" 2>&1
-    echo "bench --kernels --filter launch_floor: exit $?"
-    grep launch_floor "$OUT/floor.txt" | cut -c1-100
+    build-gpu/g4cu bench --kernels --filter _floor --reps 30 >"$OUT/floor.txt" 2>&1
+    echo "bench --kernels --filter _floor: exit $?"
+    grep -E "launch_floor|post_wait_floor" "$OUT/floor.txt" | cut -c1-130
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
