@@ -66,6 +66,8 @@ struct brow {
     int shape; // index into SHAPES
     int bn = 0, split = 0; // wgmma configuration forced for the row (g4_gemm_wgmma_force); 0: AUTO
     int depth = 0; // Q4 wgmma producer's loads in flight (g4_gemm_wgmma_q4_depth); 0: G4_Q4_WG_DEPTH
+    bool xhot = false; // every launch reads the same x (L2-resident, as a decode step's
+                       // activation, written by the kernel just before); weights still rotate
 };
 
 // Deterministic pseudo-random fill (a hash of the index), never zero.
@@ -141,16 +143,16 @@ double row_bytes(const problem &p) {
 }
 
 int run_ours(problem *p, int c, cudaStream_t s) {
+    const __half *x = p->x[p->r.xhot ? 0 : c];
     if (p->r.w == W_F16) {
         if (p->r.glu)
-            return g4_gemm_f16_gelu_mul(p->y[c], p->x[c], p->w[c], p->wu[c], p->M, p->N, p->K,
-                                        p->r.algo, s);
-        return g4_gemm_f16(p->y[c], p->x[c], p->w[c], nullptr, p->M, p->N, p->K, G4_GEMM_Y_F16,
-                           p->r.algo, s);
+            return g4_gemm_f16_gelu_mul(p->y[c], x, p->w[c], p->wu[c], p->M, p->N, p->K, p->r.algo,
+                                        s);
+        return g4_gemm_f16(p->y[c], x, p->w[c], nullptr, p->M, p->N, p->K, G4_GEMM_Y_F16, p->r.algo,
+                           s);
     }
-    if (p->r.glu)
-        return g4_gemm_q4_gelu_mul(p->y[c], p->x[c], &p->q[c], &p->qu[c], p->M, p->r.algo, s);
-    return g4_gemm_q4(p->y[c], p->x[c], &p->q[c], nullptr, p->M, G4_GEMM_Y_F16, p->r.algo, s);
+    if (p->r.glu) return g4_gemm_q4_gelu_mul(p->y[c], x, &p->q[c], &p->qu[c], p->M, p->r.algo, s);
+    return g4_gemm_q4(p->y[c], x, &p->q[c], nullptr, p->M, G4_GEMM_Y_F16, p->r.algo, s);
 }
 
 void launch_ours(void *ctx, int rep, void *stream) {
@@ -170,9 +172,10 @@ void blas_gemm(problem *p, const __half *x, const __half *w, __half *y) {
 void launch_blas(void *ctx, int rep, void *stream) {
     problem *p = (problem *)ctx;
     const int c = rep % p->copies;
+    const __half *x = p->x[p->r.xhot ? 0 : c];
     CUBLAS_CHECK(p->bl->cublasSetStream_v2(p->blas, (cudaStream_t)stream));
-    blas_gemm(p, p->x[c], p->w[c], p->y[c]);
-    if (p->r.glu) blas_gemm(p, p->x[c], p->wu[c], p->y[c]);
+    blas_gemm(p, x, p->w[c], p->y[c]);
+    if (p->r.glu) blas_gemm(p, x, p->wu[c], p->y[c]);
 }
 
 // The prefill kernel sweep (a filter holding "xover" selects it instead of the table): mma.sync,
@@ -263,6 +266,17 @@ std::vector<brow> table() {
             t.push_back({"glu_f16_gemv", W_F16, true, G4_GEMM_GEMV, M, s});
             t.push_back({"glu_q4_gemv", W_Q4, true, G4_GEMM_GEMV, M, s});
         }
+    // The same GEMVs at M = 1 with x L2-resident (the decode step's case: x is the output of the
+    // kernel just before; the rows above rotate x with the weights, so each launch also pays
+    // its x's DRAM round trip): op names *_xl2 (issue 29's rows "as a decode step runs them").
+    for (int s = 0; s < N_TEXT_SHAPES; s++) {
+        t.push_back({"gemv_f16_xl2", W_F16, false, G4_GEMM_GEMV, 1, s, 0, 0, 0, true});
+        t.push_back({"gemv_q4_xl2", W_Q4, false, G4_GEMM_GEMV, 1, s, 0, 0, 0, true});
+    }
+    for (int s : {6, 7}) {
+        t.push_back({"glu_f16_gemv_xl2", W_F16, true, G4_GEMM_GEMV, 1, s, 0, 0, 0, true});
+        t.push_back({"glu_q4_gemv_xl2", W_Q4, true, G4_GEMM_GEMV, 1, s, 0, 0, 0, true});
+    }
     const int prefill_shapes[] = {0, 2, 4, 5, 6, 7, 8, 9, 13};
     for (int M : {128, 512, 2048}) {
         for (int s : prefill_shapes) {
