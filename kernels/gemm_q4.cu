@@ -1047,12 +1047,12 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
         g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
-        if (gemv_v3(N, K, wu != nullptr)) { // where it measured faster
+        if (g_gv_last == 3) { // where it measured faster
             if (wu)
                 launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
                 launch_gemv3<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
-        } else if (gemv_v1(N, K, wu != nullptr)) { // the earlier kernel where it measured faster
+        } else if (g_gv_last == 1) { // the earlier kernel where it measured faster
             if (wu)
                 launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
             else
@@ -1152,7 +1152,7 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
     g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
-    if (g4k::gemv_v3(w->n, w->k, wu != nullptr)) {
+    if (g4k::g_gv_last == 3) {
         if (wu)
             g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/bench/attnops_bench.cuh"
+#include "kernels/common.cuh"
 #include "kernels/embed.cuh"
 #include "kernels/gelu_mul.cuh"
 #include "kernels/logits.cuh"
@@ -267,7 +268,8 @@ __global__ void post_wait_floor_kernel(const __half *x, __half *y, int K) {
 #pragma unroll
         for (int e = 0; e < 4; e++) v += __low2float(h[e]) + __high2float(h[e]);
     }
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = g4k::warp_sum(
+        v); // (then one barrier, as a GEMV's split-K reduction; not block_sum's three)
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
     __syncthreads();
     if (threadIdx.x < 16) {
