@@ -865,7 +865,12 @@ static void test_imatrix_search_per_block(void) {
               "imatrix search: weighted error %g, plain %g (want < %gx)", tot[1], tot[0], IMX_GAIN);
     CHECK_MSG(tot[1] < tot[2], "imatrix search: weighted error %g, the first search's %g", tot[1],
               tot[2]);
-    CHECK(better > 0);
+    // measured: 191 of the 192 blocks strictly better, the other the same codes as plain's (the
+    // inputs are seeded and the search deterministic, so a search that helps fewer blocks is a
+    // regression even where the totals above still pass)
+    CHECK_MSG(better >= N * kb - 1,
+              "imatrix search: %d of %d blocks better than plain k-quant (measured %d)", better,
+              N * kb, N * kb - 1);
     free(deq), free(w);
     for (int v = 0; v < 3; v++) free(q[v]), free(z[v]), free(sc[v]);
 }
