@@ -59,9 +59,9 @@ static void close_handle(g4_text_state *s) {
 
 // Every buffer of the state (for the out-of-memory check and free).
 static int state_bufs(g4_text_state *s, g4_buf **all) {
-    g4_buf *b[] = {&s->h,   &s->h2,   &s->x,      &s->q,    &s->k,    &s->v,
-                   &s->qkv, &s->attn, &s->o,      &s->mlp,  &s->ple,  &s->pg,
-                   &s->io,  &s->smap, &s->logits, &s->samp, &s->next, &s->soft};
+    g4_buf *b[] = {&s->h,    &s->h2,     &s->x,    &s->q,    &s->k,   &s->v,  &s->qkv,
+                   &s->attn, &s->o,      &s->mlp,  &s->ple,  &s->pg,  &s->py, &s->io,
+                   &s->smap, &s->logits, &s->samp, &s->next, &s->soft};
     const int n = (int)(sizeof b / sizeof b[0]);
     for (int i = 0; i < n; i++) all[i] = b[i];
     return n;
@@ -144,6 +144,8 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->attn_fused_one = g4_env_is("G4_FUSE_ATTN", "1");
     // (issue 30 stage 2, off by default: the MLP block as one persistent launch, persist_mlp.cu)
     s->persist_mlp = g4_env_is("G4_PERSIST_MLP", "1");
+    // (issue 30, off by default until measured: the PLE block as one op, ple_block.cu)
+    s->ple_fused = g4_env_is("G4_PLE_FUSED", "1") && be->ple_block;
     s->batch_rows_ops = g4_text_batch_rows_ops(m);
     // the batch step in a graph per row count (on by default: the serve load's step 4.65-4.73
     // ms vs 4.86 op by op, Q4 on the H200; G4_BATCH_GRAPH=0 steps op by op)
@@ -159,6 +161,7 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->mlp = g4_buf_new(be, be->act_type, T, ffn_max);
     s->ple = g4_buf_new(be, be->act_type, T, LP);
     s->pg = g4_buf_new(be, be->act_type, T, c->ple_dim);
+    s->py = g4_buf_new(be, be->act_type, 1, H);
     s->io = g4_buf_new(be, G4_I32, 2 * T, 1);
     s->ids = g4_buf_view(&s->io, T, 1);
     s->pos = g4_buf_view(&s->io, T, 1);
@@ -512,6 +515,23 @@ static void mlp_x(g4_text_state *s, int T, g4_buf *mlp, g4_buf *y, const g4_text
     be->mlp_block(be, NULL, &x, mlp, y, &w->gate, &w->up, &w->down);
 }
 
+// The PLE block as one op (ple_block): pg = gelu_tanh(gate(x)) * ple[:, col0 ..], y = proj(pg),
+// after the pending add, which the op applies itself when this forward fuses (as linear_x
+// does). y must not be the pending add's r (s->o): the caller passes s->py.
+static void ple_x(g4_text_state *s, int T, g4_buf *pg, g4_buf *y, const g4_text_layer *w,
+                  const g4_buf *ple, int col0) {
+    g4_backend *be = s->be;
+    g4_buf x = g4_buf_view(&s->x, T, s->m->cfg->hidden), hi, ho;
+    g4_add_norm a;
+    if (pending_prologue(s, T, &hi, &ho, &a)) {
+        be->ple_block(be, &a, &x, pg, y, &w->ple_gate, &w->ple_proj, ple, col0);
+        pending_taken(s);
+        return;
+    }
+    apply_pending(s, T);
+    be->ple_block(be, NULL, &x, pg, y, &w->ple_gate, &w->ple_proj, ple, col0);
+}
+
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each ending with a
 // post-normed residual add that also produces the next op's input in x (the next block's
 // pre-norm, the PLE gate's input, the next layer's input norm or, after the last layer, the
@@ -589,10 +609,16 @@ static void layer(g4_text_state *s, int l, int T) {
 
     // Per-layer-input block: proj(gelu_tanh(gate(h)) * ple[:, l]), then the layer scalar.
     g4_buf pg = g4_buf_view(&s->pg, T, c->ple_dim), ple = g4_buf_view(&s->ple, T, c->n_layers * c->ple_dim);
-    linear_x(s, T, &pg, &w->ple_gate, NULL, &ple, l * c->ple_dim);
-    be->linear(be, &o, &pg, &w->ple_proj, 0);
+    g4_buf *py = &o;
+    if (T == 1 && !s->rows && !s->hook && s->ple_fused) {
+        py = &s->py; // (G4_PLE_FUSED=1: one op, on CUDA one launch; its own output buffer)
+        ple_x(s, T, &pg, py, w, &ple, l * c->ple_dim);
+    } else {
+        linear_x(s, T, &pg, &w->ple_gate, NULL, &ple, l * c->ple_dim);
+        be->linear(be, &o, &pg, &w->ple_proj, 0);
+    }
     const void *next_w = l + 1 < c->n_layers ? m->layers[l + 1].input_norm : m->final_norm;
-    set_pending(s, &o, w->post_ple_norm, w->layer_scalar, 1, next_w);
+    set_pending(s, py, w->post_ple_norm, w->layer_scalar, 1, next_w);
     if (!s->fuse) apply_pending(s, T); // (fused: the next layer's q linear applies it)
     if (s->hook) {
         g4_buf h = g4_buf_view(s->hcur, T, H);

@@ -97,6 +97,8 @@ typedef struct g4_text_state {
     g4_buf mlp;    // act [T, ffn_max]
     g4_buf ple;    // act [T, L*P] per-layer inputs
     g4_buf pg;     // act [T, P]
+    g4_buf py;     // act [1, H]: a one-token PLE block's output (ple_fused; not o, which its add
+                   // reads while the fused kernel's other clusters store y)
     g4_buf io;     // I32 [2 * max_tokens]: a call's ids then its positions, staged in one copy
     g4_buf ids;    // I32 [T] view of io (the lookup ids: placeholders replaced by the pad id)
     g4_buf pos;    // I32 [T] view of io after the ids
@@ -129,6 +131,11 @@ typedef struct g4_text_state {
     // op (ops.h mlp_block: on CUDA with Q4 weights one persistent launch), its pending add in it
     // as add_norm_linear's; only with G4_PERSIST_MLP=1 (read at state creation) until measured.
     int persist_mlp;
+    // Issue 30: a one-token forward (not a batch step's rows, no hook) runs each per-layer-input
+    // block as one op (ops.h ple_block: on CUDA with Q4 weights one launch of thread-block
+    // clusters) into py, its pending add in it; only with G4_PLE_FUSED=1 (read at state
+    // creation) until measured on the GPU.
+    int ple_fused;
     struct {  // the add a block ended with, not applied yet (pending.r.data != NULL)
         g4_buf r;
         const void *w, *scale, *next_w;

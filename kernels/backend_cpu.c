@@ -151,6 +151,23 @@ static void cpu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_bu
     cpu_linear(be, y, mlp, wd, 0);
 }
 
+// The PLE block: the ops apart, in the engine's order (so a forward through it gives the same
+// bits as the two-op path).
+static void cpu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
+                          const g4_linear *wg, const g4_linear *wp, const g4_buf *ple,
+                          int ple_col0) {
+    G4_ASSERT(
+        y->data != x->data && y->data != pg->data &&
+        (!a || (y->data != a->r->data && y->data != a->h_in->data && y->data != a->h_out->data)));
+    if (a) {
+        cpu_add_norm_linear(be, a, x, pg, wg, NULL, ple, ple_col0);
+    } else {
+        cpu_linear(be, pg, x, wg, 0);
+        cpu_gelu_mul(be, pg, pg, ple, ple_col0);
+    }
+    cpu_linear(be, y, pg, wp, 0);
+}
+
 static void cpu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,
                            const g4_buf *ids, const void *norm_w, int D, float proj_scale,
                            float tok_scale, float out_scale, float eps) {
@@ -508,6 +525,7 @@ static g4_backend cpu_backend = {
     .add_rmsnorm_next = cpu_add_rmsnorm_next,
     .add_norm_linear = cpu_add_norm_linear,
     .mlp_block = cpu_mlp_block,
+    .ple_block = cpu_ple_block,
     .ple_inputs = cpu_ple_inputs,
     .attention = cpu_attention,
     .qkv_prep_rows = cpu_qkv_prep_rows,

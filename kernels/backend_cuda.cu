@@ -34,6 +34,7 @@
 #include "kernels/logits.cuh"
 #include "kernels/ops.h"
 #include "kernels/persist_mlp.cuh"
+#include "kernels/ple_block.cuh"
 #include "kernels/ple.cuh"
 #include "kernels/profile.cuh"
 #include "kernels/qkv_rope.cuh"
@@ -857,6 +858,49 @@ static void cu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
                                  c->persist_ws, c->persist_ws_bytes, S(be)));
 }
 
+// Issue 30: the PLE block of one token with Q4 weights as one launch of thread-block clusters
+// (ple_block.cuh), its add-norm in every CTA's prologue as the add-norm GEMVs do; other shapes
+// and weights (fp16, several rows, clipped or biased linears) run the ops apart.
+static void cu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
+                         const g4_linear *wg, const g4_linear *wp, const g4_buf *ple,
+                         int ple_col0) {
+    needf(x->type == G4_F16 && pg->type == G4_F16 && ple->type == G4_F16 && pg->rows == x->rows &&
+              y->rows == x->rows && ple->rows == x->rows && x->cols == wg->in &&
+              pg->cols == wg->out && wp->in == wg->out && y->cols == wp->out && ple_col0 >= 0 &&
+              ple_col0 + pg->cols <= ple->cols,
+          "ple_block",
+          "x " BF ", pg " BF ", y " BF ", ple " BF
+          " from column %d: expected f16 x [T, %d], f16 pg "
+          "[T, %d], y [T, %d], f16 ple [T, >= %d + %d]",
+          BA(x), BA(pg), BA(y), BA(ple), ple_col0, wg->in, wg->out, wp->out, ple_col0, wg->out);
+    needf(y->data != x->data && y->data != pg->data &&
+              (!a ||
+               (y->data != a->r->data && y->data != a->h_in->data && y->data != a->h_out->data)),
+          "ple_block", "y must be a buffer of its own (not x, pg, r, h_in or h_out)");
+    const int q4 = wg->kind == G4_W_Q4 && wp->kind == G4_W_Q4 && !wg->clipped && !wp->clipped &&
+                   !wg->bias && !wp->bias;
+    const int fused_norm =
+        !a || (a->h_out->data != a->h_in->data && a->r->type == G4_F16 && a->h_in->type == G4_F32 &&
+               a->h_out->type == G4_F32 && same_shape(a->h_in, x) && same_shape(a->h_out, x) &&
+               same_shape(a->r, x));
+    if (x->rows != 1 || !q4 || !fused_norm || g4_ple_block_supported(wg->in, wg->out)) {
+        if (a) {
+            cu_add_norm_linear(be, a, x, pg, wg, NULL, ple, ple_col0);
+        } else {
+            cu_linear(be, pg, x, wg, 0);
+            cu_gelu_mul(be, pg, pg, ple, ple_col0);
+        }
+        cu_linear(be, y, pg, wp, 0);
+        return;
+    }
+    PROF("ple_block");
+    const g4_gemv_norm gn = a ? gemv_norm(a, x, NULL, 0) : g4_gemv_norm{};
+    gemm_check(g4_ple_block_q4(y->data, epilogue(y, 0), pg->data, a ? NULL : x->data,
+                               a ? &gn : NULL, (const uint16_t *)ple->data + ple_col0,
+                               (const g4_q4_weight *)wg->packed, (const g4_q4_weight *)wp->packed,
+                               S(be)));
+}
+
 static void cu_clamp(g4_backend *be, g4_buf *x, float lo, float hi) {
     PROF("clamp");
     clamp_buf(be, x, lo, hi, "clamp");
@@ -1123,6 +1167,7 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->add_rmsnorm_next = cu_add_rmsnorm_next;
     b->add_norm_linear = cu_add_norm_linear;
     b->mlp_block = cu_mlp_block;
+    b->ple_block = cu_ple_block;
     b->ple_inputs = cu_ple_inputs;
     b->check_text = cu_check_text;
     b->attention = cu_attention;

@@ -160,6 +160,17 @@ struct g4_backend {
     // (the engine writes the block's output over the attention output its add reads).
     void (*mlp_block)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
                       const g4_linear *wg, const g4_linear *wu, const g4_linear *wd);
+    // The per-layer-input block as one op (issue 30: on CUDA, one token with Q4 weights, one
+    // launch of thread-block clusters, kernels/ple_block.cu):
+    //   (a given) the add-norm of add_norm_linear: a->h_out, and x = its output
+    //   pg = gelu_tanh(x @ Wg) * ple[:, ple_col0 : ple_col0 + P]   (act type [T, P])
+    //   y  = pg @ Wp                                                ([T, H], y's type as linear)
+    // a NULL: x is the input as is. Every output is written as by the ops apart (add_norm_linear
+    // with its multiplier, or linear then gelu_mul; then linear): x, pg and y, and h_out when a
+    // is given. y must be a buffer of its own (not a->r, h_in, h_out, x or pg): a fused kernel's
+    // CTAs may still read r and h_in while others store y. Any T (CUDA fuses one row only).
+    void (*ple_block)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
+                      const g4_linear *wg, const g4_linear *wp, const g4_buf *ple, int ple_col0);
     // y[T, n] = gelu_tanh(a[T, n]) * b[T, b_col0 : b_col0 + n] (b may be wider than a: the
     // per-layer-input slice of layer l is columns l*P .. l*P+P of the PLE buffer).
     void (*gelu_mul)(g4_backend *be, g4_buf *y, const g4_buf *a, const g4_buf *b, int b_col0);

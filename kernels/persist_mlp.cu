@@ -53,26 +53,11 @@
 #include "kernels/gemm_common.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/persist_mlp.cuh"
-#include "kernels/q4_dequant.cuh"
+#include "kernels/q4_tile.cuh"
 #include "kernels/wgmma_common.cuh"
 
 namespace g4k {
 namespace {
-
-// One packed Q4 tile (16 features x 32 k: the words q, their block's scale pair and zero
-// points) times the x fragment xw (the MMA's B halves of those 32 k) into acc: four words
-// dequantized, four m16n8k16 MMAs.
-__device__ __forceinline__ void q4_tile_mma(float acc[4], const uint4 &q, uint32_t scale,
-                                            uint32_t zp, const uint32_t xw[8]) {
-    const q4k kc = q4_consts(scale, zp);
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t w4[4];
-        q4_dequant_word(words[s], kc, w4);
-        mma_16816(acc, w4, xw[2 * s], xw[2 * s + 1]);
-    }
-}
 
 constexpr int PM_WARPS = 8;
 constexpr int PM_TPW = 4;                // k tiles a warp holds for one unit

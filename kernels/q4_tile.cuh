@@ -3,7 +3,8 @@
 // and the dequantized rows it gets, in input order. Built on q4_dequant.cuh (the view and the
 // exact per-word dequantization the GEMV and the mma.sync GEMM use). If the packed layout
 // changes, q4_pack.c, q4_dequant.cuh and this file change together. Internal header.
-// defines: g4k::q4_raw, q4_lane_load, q4_lane_rows.
+// defines: g4k::q4_raw, q4_lane_load, q4_lane_rows, q4_tile_mma (the persistent MLP and the PLE
+// block: one tile times one x fragment).
 //
 // Dequantization is exact up to one rounding: (q - zp) is formed exactly in fp16 (the magic-
 // number trick below), then multiplied by the fp16 scale with round-to-nearest. So every kernel
@@ -51,6 +52,21 @@ __device__ __forceinline__ void q4_lane_rows(const q4_raw &r, uint32_t lo[8], ui
         lo[2 * s + 1] = a[2];
         hi[2 * s] = a[1];
         hi[2 * s + 1] = a[3];
+    }
+}
+
+// One packed Q4 tile (16 features x 32 k: the words q, their block's scale pair and zero
+// points) times the x fragment xw (the MMA's B halves of those 32 k) into acc: four words
+// dequantized, four m16n8k16 MMAs.
+__device__ __forceinline__ void q4_tile_mma(float acc[4], const uint4 &q, uint32_t scale,
+                                            uint32_t zp, const uint32_t xw[8]) {
+    const q4k kc = q4_consts(scale, zp);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t w4[4];
+        q4_dequant_word(words[s], kc, w4);
+        mma_16816(acc, w4, xw[2 * s], xw[2 * s + 1]);
     }
 }
 

@@ -116,6 +116,7 @@ static field fields[] = {
     FIELD(add_rmsnorm_next, K_OP, NULL),
     FIELD(add_norm_linear, K_OP, NULL),
     FIELD(mlp_block, K_OP, NULL),
+    FIELD(ple_block, K_OP, NULL),
     FIELD(gelu_mul, K_OP, NULL),
     FIELD(scale, K_OP, NULL),
     FIELD(add, K_OP, NULL),
@@ -2100,6 +2101,118 @@ static void check_harness(void) {
     free(got), free(want);
 }
 
+// ple_block (issue 30; CUDA: one launch of thread-block clusters for one row of Q4 weights):
+// with norm, the add-norm of add_norm_linear first (h_out, x; next 1, the engine's pre-PLE
+// form: x = rmsnorm(h_out) * w2); pg = gelu(x Wg) * ple[:, P : 2P] (ple [T, 3P]: the layer's
+// slice in the middle), y = pg Wp, y a buffer of its own. Each output against the naive result
+// of the backend's own input (x, then pg), as add_norm_linear's case; h_in and r unchanged.
+// repeat: the op again twice with y and pg poisoned, and, where the backend has graphs, captured
+// once and replayed 3 times: bit-identical every time.
+static void case_ple_block(g4_weight_kind kind, int T, int H, int P, int norm, int repeat,
+                           unsigned long long seed) {
+    if (!want_case("ple_block", "%s T=%d H=%d P=%d norm=%d repeat=%d",
+                   kind == G4_W_Q4 ? "q4" : "f16", T, H, P, norm, repeat))
+        return;
+    unsigned long long s = seed;
+    const size_t n = (size_t)T * H, np = (size_t)T * P;
+    host_linear g = make_linear(&s, kind, H, P, 0), pj = make_linear(&s, kind, P, H, 0);
+    float *r = rnd(&s, n, -3, 3), *h = rnd(&s, n, -20, 20), *w = rnd(&s, (size_t)H, 0.5f, 2.0f);
+    // x of rms ~12 / sqrt(H) (as mlp_block's): the gate is O(1) at every H, so pg, the
+    // projection's input, stays within the dot tolerance's premise (|input| <= 3)
+    const float c = 12.0f / sqrtf((float)H);
+    float *w2 = rnd(&s, (size_t)H, 0.5f * c, 1.5f * c), *x = rnd(&s, n, -1.7f * c, 1.7f * c);
+    float *mul = rnd(&s, np * 3, -2, 2), *nr = zeros(n), *want_h = dup(h, n);
+    n_rmsnorm(nr, r, w, T, H, H, 1e-6f);
+    for (size_t i = 0; i < n; i++) want_h[i] = (float)((double)h[i] + nr[i]);
+    float *want_x = zeros(n);
+    if (norm) n_rmsnorm(want_x, want_h, w2, T, H, H, 1e-6f);
+    uint16_t *wb = f16_bits(w, (size_t)H), *w2b = f16_bits(w2, (size_t)H);
+    void *dw = be_copy(wb, 2 * (size_t)H), *dw2 = be_copy(w2b, 2 * (size_t)H);
+    g4_linear lg = be_linear(&g.l), lp = be_linear(&pj.l);
+    tbuf dhi = tb_from(G4_F32, T, H, h), dr = tb_from(be->act_type, T, H, r);
+    tbuf dho = tb_new(G4_F32, T, H), dm = tb_from(be->act_type, T, 3 * P, mul);
+    tbuf dx = norm ? tb_new(be->act_type, T, H) : tb_from(be->act_type, T, H, x);
+    tbuf dp = tb_new(be->act_type, T, P), dy = tb_new(be->act_type, T, H);
+    const g4_add_norm a = {&dhi.b, &dho.b, &dr.b, dw, NULL, 1e-6f, 1, dw2};
+    const g4_add_norm *pa = norm ? &a : NULL;
+    be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P);
+    float *got_x = tb_get(&dx), *got_p = tb_get(&dp), *got_y = tb_get(&dy);
+    if (norm) {
+        float *got_h = tb_get(&dho);
+        report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(&dho, "h_out"), 0);
+        report("x vs naive", got_x, want_x, n, &TOL_REDUCE, tb_guards_ok(&dx, "x"), 0);
+        free(got_h);
+    } else {
+        float *x_act = zeros(n);
+        for (size_t i = 0; i < n; i++) x_act[i] = act_round(x[i]);
+        CHECK_MSG(memcmp(got_x, x_act, sizeof(float) * n) == 0, "ple_block changed x");
+        free(x_act);
+    }
+    float *a0 = zeros(np), *want_p = zeros(np), *want_y = zeros(n);
+    n_matmul(a0, got_x, g.Wf, NULL, T, H, P, 0);
+    for (size_t i = 0; i < np; i++) {
+        const size_t row = i / P, col = i % P;
+        want_p[i] = (float)(gelu_tanh(act_round(a0[i])) * act_round(mul[row * 3 * P + P + col]));
+    }
+    double rp = 0, ry = 0;
+    for (size_t i = 0; i < np; i++) rp += (double)want_p[i] * want_p[i];
+    report("pg vs naive", got_p, want_p, np, &TOL_GELU_DOT, tb_guards_ok(&dp, "pg"), 0);
+    n_matmul(want_y, got_p, pj.Wf, NULL, T, P, H, 0);
+    for (size_t i = 0; i < n; i++) ry += (double)want_y[i] * want_y[i];
+    report("y vs naive", got_y, want_y, n, &TOL_DOT, tb_guards_ok(&dy, "y"), 0);
+    printf("  (rms of the naive pg %.3g, y %.3g)\n", sqrt(rp / np), sqrt(ry / n));
+    float *hi_after = tb_get(&dhi), *r_after = tb_get(&dr), *r_act = zeros(n);
+    for (size_t i = 0; i < n; i++) r_act[i] = act_round(r[i]);
+    CHECK_MSG(memcmp(hi_after, h, sizeof(float) * n) == 0, "ple_block changed h_in");
+    CHECK_MSG(memcmp(r_after, r_act, sizeof(float) * n) == 0, "ple_block changed r");
+    free(hi_after), free(r_after), free(r_act);
+    if (repeat) {
+        float *nan_y = zeros(n), *nan_p = zeros(np);
+        for (size_t i = 0; i < n; i++) nan_y[i] = NAN;
+        for (size_t i = 0; i < np; i++) nan_p[i] = NAN;
+        char what[64];
+        for (int k = 0; k < 2; k++) { // eager, twice more
+            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dp, nan_p);
+            be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P);
+            float *ry2 = tb_get(&dy), *rp2 = tb_get(&dp);
+            snprintf(what, sizeof what, "y, run %d == run 1", k + 2);
+            report(what, ry2, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
+            snprintf(what, sizeof what, "pg, run %d == run 1", k + 2);
+            report(what, rp2, got_p, np, &TOL_EXACT, tb_guards_ok(&dp, "pg"), 0);
+            free(ry2), free(rp2);
+        }
+        if (be->graph_begin) { // captured once, replayed 3 times
+            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dp, nan_p);
+            be->graph_begin(be);
+            be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P);
+            void *gr = be->graph_end(be);
+            called("graph_begin"), called("graph_end"), called("graph_launch"),
+                called("graph_free");
+            for (int k = 0; k < 3; k++) {
+                if (k) g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dp, nan_p);
+                be->graph_launch(be, gr);
+                float *ry2 = tb_get(&dy), *rp2 = tb_get(&dp);
+                snprintf(what, sizeof what, "y, replay %d == run 1", k + 1);
+                report(what, ry2, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
+                snprintf(what, sizeof what, "pg, replay %d == run 1", k + 1);
+                report(what, rp2, got_p, np, &TOL_EXACT, tb_guards_ok(&dp, "pg"), 0);
+                free(ry2), free(rp2);
+            }
+            be->graph_free(be, gr);
+        }
+        free(nan_y), free(nan_p);
+    }
+    PERF("ple_block", be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P));
+    be->free(be, dw), be->free(be, dw2);
+    be_linear_free(&lg), be_linear_free(&lp);
+    tb_free(&dhi), tb_free(&dr), tb_free(&dho), tb_free(&dm), tb_free(&dx), tb_free(&dp),
+        tb_free(&dy);
+    free_linear(&g), free_linear(&pj);
+    free(r), free(h), free(w), free(w2), free(x), free(mul), free(nr), free(want_h), free(want_x),
+        free(wb), free(w2b), free(got_x), free(got_p), free(got_y), free(a0), free(want_p),
+        free(want_y);
+}
+
 // --- the cases ----------------------------------------------------------------------------------
 // Shapes: tiny, odd (counts that are not multiples of the kernels' tiles), E2B. The CUDA kernels'
 // supported() predicates (kernels/*.cuh) bound the odd ones: GEMMs take K, N multiples of 8 (Q4:
@@ -2116,6 +2229,29 @@ static void mlp_block_q4_cases(void) {
     case_mlp_block(G4_W_Q4, 1, 1536, 6144, 1, 1, 0, 69);
     case_mlp_block(G4_W_Q4, 1, 1536, 12288, 1, 1, 0, 70);
     case_mlp_block(G4_W_Q4, 1, 1536, 12288, 1, 0, 1, 71);
+}
+
+// ple_block's cases: Q4 one row (on CUDA the cluster launch): tiny (H 64: most gate warps hold
+// no k tile), odd (P 192: 12 gate feature tiles of 5 warps each, 3 projection k tiles a
+// feature tile, 2 feature tiles a pass; H 1088: 17 gate k tiles, 68 projection tiles), E2B (hidden
+// 1536, P 256), the largest taken (H 2048, P 512), with and without the add-norm; then the ops
+// apart: several rows, fp16 weights (P 96: no Q4 projection takes K 96), a P past the kernel's 512.
+static void ple_block_cases(void) {
+    case_ple_block(G4_W_Q4, 1, 64, 64, 1, 1, 80);
+    case_ple_block(G4_W_Q4, 1, 128, 64, 0, 0, 81);
+    case_ple_block(G4_W_Q4, 1, 192, 192, 1, 0, 82);
+    case_ple_block(G4_W_Q4, 1, 1088, 256, 1, 1, 83);
+    case_ple_block(G4_W_Q4, 1, 1536, 256, 1, 1, 84);
+    case_ple_block(G4_W_Q4, 1, 1536, 256, 0, 0, 85);
+    case_ple_block(G4_W_Q4, 1, 2048, 512, 1, 1, 86);
+    case_ple_block(G4_W_Q4, 1, 2048, 64, 1, 0, 87);
+    case_ple_block(G4_W_Q4, 3, 1536, 256, 1, 0, 88);
+    case_ple_block(G4_W_Q4, 8, 256, 128, 0, 0, 89);
+    case_ple_block(G4_W_Q4, 1, 256, 640, 1, 0, 90);
+    case_ple_block(G4_W_F16, 1, 1536, 256, 1, 1, 91);
+    case_ple_block(G4_W_F16, 1, 136, 96, 1, 0, 92);
+    case_ple_block(G4_W_F16, 1, 1000, 64, 0, 0, 93);
+    case_ple_block(G4_W_F16, 2, 1536, 256, 1, 0, 94);
 }
 
 static void run_cases(void) {
@@ -2189,6 +2325,7 @@ static void run_cases(void) {
     // uneven chunks; 20 phase-1 units), E2B (both widths, the engine's form: the add-norm, y
     // over r), repeated and graph-replayed; rows and weights CUDA runs as the ops apart
     mlp_block_q4_cases();
+    ple_block_cases();
     case_mlp_block(G4_W_Q4, 2, 128, 256, 1, 0, 0, 72);
     case_mlp_block(G4_W_F16, 1, 128, 256, 1, 1, 0, 73);
     case_add_rmsnorm(7, 40, 0, 1, 45);

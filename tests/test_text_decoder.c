@@ -76,6 +76,13 @@ static void count_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_
     n_mlp_block++;
     cpu_ops->mlp_block(be, a, x, mlp, y, wg, wu, wd);
 }
+static int n_ple_block;
+static void count_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
+                            const g4_linear *wg, const g4_linear *wp, const g4_buf *ple,
+                            int ple_col0) {
+    n_ple_block++;
+    cpu_ops->ple_block(be, a, x, pg, y, wg, wp, ple, ple_col0);
+}
 static int linears(void) {
     return n_linear + n_linear_gelu_mul + n_add_norm_linear;
 }
@@ -163,6 +170,46 @@ static void test_persist_mlp(g4_text_model *m) {
                           mode[on], fuse);
         }
     }
+    unsetenv("G4_PERSIST_MLP");
+    unsetenv("G4_FUSE");
+    free(want);
+    free(got);
+}
+
+// Issue 30: with G4_PLE_FUSED=1 (read when a state is made) a one-token forward runs each
+// per-layer-input block as one op (ple_block; on the CPU the ops apart, on CUDA one launch of
+// clusters) into its own output buffer, its pending add inside when the forward fuses: the decode
+// logits must be those without it bit for bit, fused adds or not (and with the MLP block as one
+// op too), and a prefill keeps the ops apart.
+static void test_ple_fused(g4_text_model *m) {
+    const int V = m->cfg->vocab, L = m->cfg->n_layers;
+    int32_t ids[4] = {2, 17, 5, 40};
+    float *want = g4_malloc(sizeof(float) * 2 * V), *got = g4_malloc(sizeof(float) * 2 * V);
+    static const char *const mode[2] = {"0", "1"};
+    for (int variant = 0; variant < 3; variant++) { // G4_FUSE 0, 1; 1 with G4_PERSIST_MLP=1
+        setenv("G4_FUSE", variant ? "1" : "0", 1);
+        setenv("G4_PERSIST_MLP", variant == 2 ? "1" : "0", 1);
+        for (int on = 0; on < 2; on++) {
+            setenv("G4_PLE_FUSED", mode[on], 1);
+            g4_text_state *s;
+            CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
+            n_ple_block = 0;
+            CHECK(g4_text_forward(s, ids, 2, NULL, NULL, 0) == 0);
+            CHECK_INT(n_ple_block, 0); // (prefill)
+            for (int t = 2; t < 4; t++)
+                CHECK_MSG(
+                    g4_text_forward(s, ids + t, 1, NULL, (on ? got : want) + (t - 2) * V, 1) == 0,
+                    "%s", g4_error());
+            CHECK_INT(n_ple_block, on ? 2 * L : 0);
+            g4_text_state_free(s);
+            if (on)
+                CHECK_MSG(memcmp(want, got, sizeof(float) * 2 * V) == 0,
+                          "G4_PLE_FUSED=1 (G4_FUSE=%d, G4_PERSIST_MLP=%d): the decode logits "
+                          "differ from the ops apart",
+                          variant != 0, variant == 2);
+        }
+    }
+    unsetenv("G4_PLE_FUSED");
     unsetenv("G4_PERSIST_MLP");
     unsetenv("G4_FUSE");
     free(want);
@@ -302,12 +349,14 @@ int main(void) {
     counting.linear = count_linear;
     counting.linear_gelu_mul = count_linear_gelu_mul;
     counting.mlp_block = count_mlp_block;
+    counting.ple_block = count_ple_block;
     rc = g4_text_model_load(p, &counting, &m);
     CHECK_MSG(rc == 0, "%s", g4_error());
     if (rc == 0) {
         test_fused_adds(m);
         test_qkv(m, "f16");
         test_persist_mlp(m);
+        test_ple_fused(m);
         g4_text_model_free(m);
     }
     setenv("G4_QKV", "0", 1); // at load: no q|k|v copies, so a state runs q, k, v apart

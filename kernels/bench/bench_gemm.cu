@@ -22,6 +22,7 @@
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
 #include "kernels/persist_mlp.cuh"
+#include "kernels/ple_block.cuh"
 
 namespace {
 
@@ -434,6 +435,110 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
     return n;
 }
 
+// The decode per-layer-input block of one token (issue 30, kernels/ple_block.cuh) as ONE
+// launch of thread-block clusters ("ours") against the two launches it replaces in the decode
+// step ("base", PDL in the same graph): the gate GEMV with its add-norm prologue and PLE
+// multiplier, then the projection GEMV (AUTO). Both in the engine's form (the add-norm: h_in,
+// r -> h_out, x). Bytes: h_in, h_out (f32), r, x, mul, pg twice, y, the two Q4 weights.
+struct pb_problem {
+    int H, P, copies, rc;
+    std::vector<float *> hi, ho;
+    std::vector<__half *> r, w, nw, x, mul, pg, y;
+    std::vector<g4_q4_weight> g, pj;
+};
+
+double pb_bytes(int H, int P) {
+    return 2.0 * H * 4 + 3.0 * H * 2 + 3.0 * P * 2 + 2.0 * H * P * (0.5 + 1.0 / 16 + 1.0 / 64);
+}
+
+g4_gemv_norm pb_norm(pb_problem *p, int c, bool with_mul) {
+    g4_gemv_norm a;
+    memset(&a, 0, sizeof a);
+    a.h_in = p->hi[c], a.h_out = p->ho[c], a.r = p->r[c], a.w = p->w[c], a.next_w = p->nw[c];
+    a.x_out = p->x[c], a.eps = 1e-6f, a.next_norm = 1;
+    if (with_mul) a.mul = p->mul[c], a.ldm = p->P;
+    return a;
+}
+
+void launch_ple_block(void *ctx, int rep, void *stream) {
+    pb_problem *p = (pb_problem *)ctx;
+    const int c = rep % p->copies;
+    const g4_gemv_norm a = pb_norm(p, c, false);
+    const int rc = g4_ple_block_q4(p->y[c], G4_GEMM_Y_F16, p->pg[c], nullptr, &a, p->mul[c],
+                                   &p->g[c], &p->pj[c], (cudaStream_t)stream);
+    if (rc) p->rc = rc;
+}
+
+void launch_ple_pair(void *ctx, int rep, void *stream) {
+    pb_problem *p = (pb_problem *)ctx;
+    const int c = rep % p->copies;
+    const cudaStream_t s = (cudaStream_t)stream;
+    const g4_gemv_norm a = pb_norm(p, c, true);
+    int rc = g4_gemv_q4_add_norm(p->pg[c], &a, &p->g[c], nullptr, nullptr, 1, G4_GEMM_Y_F16, s);
+    if (!rc)
+        rc = g4_gemm_q4(p->y[c], p->pg[c], &p->pj[c], nullptr, 1, G4_GEMM_Y_F16, G4_GEMM_AUTO, s);
+    if (rc) p->rc = rc;
+}
+
+int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max) {
+    int n = 0;
+    const int H = 1536, P = 256; // E2B
+    g4_kbench_row row;
+    memset(&row, 0, sizeof row);
+    int clusters, s1, ft2;
+    g4_ple_block_plan(H, P, &clusters, &s1, &ft2);
+    snprintf(row.op, sizeof row.op, "ple_block_q4");
+    snprintf(row.shape, sizeof row.shape, "M=1 H=%d P=%d clusters %d gate split %d proj tiles %d",
+             H, P, clusters, s1, ft2);
+    if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) return 0;
+    if (max < 1) return 0;
+    pb_problem p;
+    p.H = H, p.P = P, p.rc = G4_OK;
+    p.copies = (int)((2.0 * l2 + pb_bytes(H, P) - 1) / pb_bytes(H, P));
+    p.copies = p.copies < 1 ? 1 : p.copies > 64 ? 64 : p.copies;
+    for (int c = 0; c < p.copies; c++) {
+        const uint32_t seed = 0x7f4a7c15u * (uint32_t)(c + 1) + (uint32_t)P;
+        p.hi.push_back((float *)dalloc((size_t)H * 4));
+        G4_CUDA_CHECK(cudaMemset(p.hi[c], 0, (size_t)H * 4));
+        p.ho.push_back((float *)dalloc((size_t)H * 4));
+        p.r.push_back(rand_f16((size_t)H, seed, -1.0f, 1.0f));
+        p.w.push_back(rand_f16((size_t)H, seed ^ 4u, 0.5f, 1.5f));
+        p.nw.push_back(rand_f16((size_t)H, seed ^ 5u, 0.05f, 0.5f));
+        p.mul.push_back(rand_f16((size_t)P, seed ^ 6u, -2.0f, 2.0f));
+        p.x.push_back((__half *)dalloc((size_t)H * 2));
+        p.pg.push_back((__half *)dalloc((size_t)P * 2));
+        p.y.push_back((__half *)dalloc((size_t)H * 2));
+        p.g.push_back(rand_q4(P, H, seed ^ 1u));
+        p.pj.push_back(rand_q4(H, P, seed ^ 2u));
+    }
+    G4_CUDA_CHECK(cudaDeviceSynchronize());
+    launch_ple_block(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
+    G4_CUDA_CHECK(cudaDeviceSynchronize());
+    if (p.rc != G4_OK) {
+        fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
+    } else {
+        const int per_graph = p.copies < 8 ? 8 : p.copies;
+        row.ours = g4_kbench_run_graph(launch_ple_block, &p, per_graph, 2, reps);
+        row.base = g4_kbench_run_graph(launch_ple_pair, &p, per_graph, 2, reps);
+        snprintf(row.base_name, sizeof row.base_name, "gate+proj (2 launches)");
+        row.bytes = pb_bytes(H, P);
+        row.flops = 2.0 * 2.0 * H * P;
+        if (p.rc != G4_OK)
+            fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
+        else
+            rows[n++] = row;
+    }
+    for (int c = 0; c < p.copies; c++) {
+        for (void *q :
+             {(void *)p.hi[c], (void *)p.ho[c], (void *)p.r[c], (void *)p.w[c], (void *)p.nw[c],
+              (void *)p.mul[c], (void *)p.x[c], (void *)p.pg[c], (void *)p.y[c]})
+            G4_CUDA_CHECK(cudaFree(q));
+        g4_q4_weight_free(&p.g[c]);
+        g4_q4_weight_free(&p.pj[c]);
+    }
+    return n;
+}
+
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
@@ -541,6 +646,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
     }
     if (!(filter && strstr(filter, "xover")))
         n += bench_persist(filter, reps, l2, rows + n, max - n);
+    if (!(filter && strstr(filter, "xover"))) n += bench_ple(filter, reps, l2, rows + n, max - n);
     if (bl) {
         G4_CUDA_CHECK(cudaFree(ws));
         CUBLAS_CHECK(bl->cublasDestroy_v2(blas));

@@ -47,6 +47,11 @@
 #            for its engine half): test_backend_ops --op mlp_block on CUDA and --break, the kernel
 #            rows `bench --kernels --filter persist` twice (the launch vs the fused gate/up GEMV
 #            + the down GEMV), test_cuda_engine with G4_PERSIST_MLP=1
+#   ple      issue 30, the decode PLE block as one launch of clusters (after build; tiny for its
+#            engine half): test_backend_ops --op ple_block on CUDA (and --break, and with
+#            G4_PLE_CLUSTERS=1 and 3), the kernel row `bench --kernels --filter ple_block` twice
+#            (the launch vs the gate GEMV + the projection GEMV), test_cuda_engine with
+#            G4_PLE_FUSED=1; end to end: e2bq with E2BQ_VARIANTS="landed:X=1 ple:G4_PLE_FUSED=1"
 #   dgemm    the wgmma / mma GEMMs at M = 8, 16, 32, 64 on the decoder's shapes (the skinny path
 #            at 16..64 beside them), beside cuBLAS
 #   q4wg     issue 31, the Q4 wgmma GEMM at the serve load's rows (after build): test_cuda_gemm
@@ -742,6 +747,38 @@ stage_persist() {
     G4_PERSIST_MLP=$D G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
         tee "$OUT/persist${D}_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL|trapping" | tail -24
     echo "=== test_cuda_engine G4_PERSIST_MLP=$D: exit ${PIPESTATUS[0]}"
+}
+
+# Issue 30 (bench/NOTES.md "Issue 30: the PLE block as one launch"; after build, and tiny for the
+# engine half): the per-layer-input block of one token as one launch of thread-block clusters
+# (kernels/ple_block.cu, op ple_block, G4_PLE_FUSED=1). test_backend_ops --op ple_block on CUDA
+# (vs the naive op at tiny, odd and E2B shapes, Q4 one row fused, fp16 and several rows the ops
+# apart; run 3 times and replayed 3 times from a graph, bit-identical) and its --break, again
+# with G4_PLE_CLUSTERS=1 and 3 (a few clusters walk every projection group); then the kernel row
+# (beside the gate GEMV with its add-norm + the projection GEMV, graph-replayed with PDL) twice;
+# then test_cuda_engine on gpu-tiny with G4_PLE_FUSED=1 (graph == eager, CUDA vs the CPU
+# reference). The end-to-end A/B: the e2bq stage with
+# E2BQ_VARIANTS="landed:X=1 ple:G4_PLE_FUSED=1".
+stage_ple() {
+    local d="$WORK/gpu-tiny" v
+    timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op ple_block >"$OUT/ple_backend_ops.log" 2>&1
+    echo "test_backend_ops --op ple_block (cuda): exit $?"
+    grep -E "^case|FAIL|vs naive|rms|cases|checks" "$OUT/ple_backend_ops.log" | cut -c1-150 | tail -60
+    timeout 300 build-gpu/tests/test_backend_ops --break --backend cuda --op ple_block 2>&1 | tail -1
+    for v in G4_PLE_CLUSTERS=1 G4_PLE_CLUSTERS=3; do
+        env $v timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op ple_block >"$OUT/ple_backend_ops_$v.log" 2>&1
+        echo "test_backend_ops --op ple_block (cuda) $v: exit $? $(tail -1 "$OUT/ple_backend_ops_$v.log")"
+        grep -E "FAIL" "$OUT/ple_backend_ops_$v.log" | head -5
+    done
+    for v in run1:X=1 run2:X=1 ${PLE_VARIANTS:-}; do
+        env ${v#*:} timeout 300 build-gpu/g4cu bench --kernels --filter ple_block --reps 30 >"$OUT/ple_bench_${v%%:*}.txt" 2>&1
+        echo "=== bench --kernels --filter ple_block, ${v%%:*} (${v#*:}): exit $?"
+        grep -vE "^\[|^$" "$OUT/ple_bench_${v%%:*}.txt" | cut -c1-230
+    done
+    [ -d "$d/f16" ] || { echo "ple: no gpu-tiny package ($d/f16): test_cuda_engine skipped"; return 0; }
+    G4_PLE_FUSED=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/ple_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL" | tail -24
+    echo "=== test_cuda_engine G4_PLE_FUSED=1: exit ${PIPESTATUS[0]}"
 }
 
 # Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
