@@ -378,15 +378,6 @@ void launch(const pm_args &p, const gv_pro &pro, bool with_prologue, int grid,
                       (size_t)0, stream, p, pro);
 }
 
-int check_q4(const char *who, const char *name, const g4_q4_weight *w, int N, int K) {
-    if (!w || !w->q || !w->scales || !w->zp)
-        return g4_fail(G4_EUSER, "%s: %s weight NULL or not repacked", who, name);
-    if (w->n != N || w->k != K)
-        return g4_fail(G4_EUSER, "%s: %s weight [K %d, N %d], expected [K %d, N %d]", who, name,
-                       w->k, w->n, K, N);
-    return G4_OK;
-}
-
 } // namespace
 } // namespace g4k
 

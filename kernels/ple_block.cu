@@ -206,15 +206,6 @@ void launch(const pb_args &p, const gv_pro &pro, bool with_prologue, int cluster
         g4_pdl_launch_cluster(ple_block_kernel<false>, grid, block, (size_t)0, stream, cl, p, pro);
 }
 
-int check_q4(const char *who, const char *name, const g4_q4_weight *w, int N, int K) {
-    if (!w || !w->q || !w->scales || !w->zp)
-        return g4_fail(G4_EUSER, "%s: %s weight NULL or not repacked", who, name);
-    if (w->n != N || w->k != K)
-        return g4_fail(G4_EUSER, "%s: %s weight [K %d, N %d], expected [K %d, N %d]", who, name,
-                       w->k, w->n, K, N);
-    return G4_OK;
-}
-
 // [p, p + n) and [q, q + m) share a byte (q NULL: no).
 bool overlap(const void *p, size_t n, const void *q, size_t m) {
     const uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;

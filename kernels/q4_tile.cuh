@@ -4,7 +4,7 @@
 // exact per-word dequantization the GEMV and the mma.sync GEMM use). If the packed layout
 // changes, q4_pack.c, q4_dequant.cuh and this file change together. Internal header.
 // defines: g4k::q4_raw, q4_lane_load, q4_lane_rows, q4_tile_mma (the persistent MLP and the PLE
-// block: one tile times one x fragment).
+// block: one tile times one x fragment), check_q4 (their entries' weight check).
 //
 // Dequantization is exact up to one rounding: (q - zp) is formed exactly in fp16 (the magic-
 // number trick below), then multiplied by the fp16 scale with round-to-nearest. So every kernel
@@ -68,6 +68,16 @@ __device__ __forceinline__ void q4_tile_mma(float acc[4], const uint4 &q, uint32
         q4_dequant_word(words[s], kc, w4);
         mma_16816(acc, w4, xw[2 * s], xw[2 * s + 1]);
     }
+}
+
+// Host: a repacked weight of N outputs and K inputs, else G4_EUSER naming `who` and `name`.
+inline int check_q4(const char *who, const char *name, const g4_q4_weight *w, int N, int K) {
+    if (!w || !w->q || !w->scales || !w->zp)
+        return g4_fail(G4_EUSER, "%s: %s weight NULL or not repacked", who, name);
+    if (w->n != N || w->k != K)
+        return g4_fail(G4_EUSER, "%s: %s weight [K %d, N %d], expected [K %d, N %d]", who, name,
+                       w->k, w->n, K, N);
+    return G4_OK;
 }
 
 } // namespace g4k

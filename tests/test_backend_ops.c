@@ -805,6 +805,68 @@ static void case_add_norm_linear(g4_weight_kind kind, int T, int in, int out, in
         free(want_y), free(h_act);
 }
 
+// A two-output op run by run(ctx) again: twice eagerly and, where the backend has graphs,
+// captured once and replayed 3 times, its outputs o1 and o2 poisoned (NaN) before each run; each
+// run's outputs bit-identical to the first run's (w1, w2): a fused kernel's counters, clusters
+// and workspaces leave nothing behind that changes the next launch.
+static void check_repeat(void (*run)(void *), void *ctx, tbuf *o1, const char *n1, const float *w1,
+                         tbuf *o2, const char *n2, const float *w2) {
+    const size_t k1 = (size_t)o1->b.rows * o1->b.cols, k2 = (size_t)o2->b.rows * o2->b.cols;
+    float *nan1 = zeros(k1), *nan2 = zeros(k2);
+    for (size_t i = 0; i < k1; i++) nan1[i] = NAN;
+    for (size_t i = 0; i < k2; i++) nan2[i] = NAN;
+    char what[64];
+    void *gr = NULL;
+    for (int k = 0; k < 5; k++) { // runs 2, 3 eager; then replays 1..3 of one capture
+        const int replay = k >= 2;
+        if (replay && !be->graph_begin) break;
+        g4t_bbuf_set(o1, nan1), g4t_bbuf_set(o2, nan2);
+        if (k == 2) {
+            be->graph_begin(be);
+            run(ctx);
+            gr = be->graph_end(be);
+            called("graph_begin"), called("graph_end"), called("graph_launch"),
+                called("graph_free");
+        }
+        if (replay)
+            be->graph_launch(be, gr);
+        else
+            run(ctx);
+        float *r1 = tb_get(o1), *r2 = tb_get(o2);
+        snprintf(what, sizeof what, replay ? "%s, replay %d == run 1" : "%s, run %d == run 1", n1,
+                 replay ? k - 1 : k + 2);
+        report(what, r1, w1, k1, &TOL_EXACT, tb_guards_ok(o1, n1), 0);
+        snprintf(what, sizeof what, replay ? "%s, replay %d == run 1" : "%s, run %d == run 1", n2,
+                 replay ? k - 1 : k + 2);
+        report(what, r2, w2, k2, &TOL_EXACT, tb_guards_ok(o2, n2), 0);
+        free(r1), free(r2);
+    }
+    if (gr) be->graph_free(be, gr);
+    free(nan1), free(nan2);
+}
+
+typedef struct {
+    const g4_add_norm *a;
+    g4_buf *x, *mlp, *y;
+    const g4_linear *wg, *wu, *wd;
+} mlp_call;
+static void run_mlp_block(void *ctx) {
+    mlp_call *c = ctx;
+    be->mlp_block(be, c->a, c->x, c->mlp, c->y, c->wg, c->wu, c->wd);
+}
+
+typedef struct {
+    const g4_add_norm *a;
+    g4_buf *x, *pg, *y;
+    const g4_linear *wg, *wp;
+    const g4_buf *ple;
+    int col0;
+} ple_call;
+static void run_ple_block(void *ctx) {
+    ple_call *c = ctx;
+    be->ple_block(be, c->a, c->x, c->pg, c->y, c->wg, c->wp, c->ple, c->col0);
+}
+
 // mlp_block (issue 30 stage 2; CUDA: one persistent launch for one row of Q4 weights): with
 // norm, the add-norm of add_norm_linear first (h_out, x; next 1: the MLP's pre-FF norm);
 // mlp = gelu(x Wg) * (x Wu), y = mlp Wd. Each output against the naive result of the
@@ -874,40 +936,8 @@ static void case_mlp_block(g4_weight_kind kind, int T, int H, int F, int norm, i
         free(hi_after), free(r_after), free(r_act);
     }
     if (repeat) { // (alias: the op would read its own output as r; not repeated)
-        float *nan_y = zeros(n), *nan_m = zeros(nm);
-        for (size_t i = 0; i < n; i++) nan_y[i] = NAN;
-        for (size_t i = 0; i < nm; i++) nan_m[i] = NAN;
-        char what[64];
-        for (int k = 0; k < 2; k++) { // eager, twice more
-            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dm, nan_m);
-            be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld);
-            float *ry = tb_get(&dy), *rm = tb_get(&dm);
-            snprintf(what, sizeof what, "y, run %d == run 1", k + 2);
-            report(what, ry, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
-            snprintf(what, sizeof what, "mlp, run %d == run 1", k + 2);
-            report(what, rm, got_m, nm, &TOL_EXACT, tb_guards_ok(&dm, "mlp"), 0);
-            free(ry), free(rm);
-        }
-        if (be->graph_begin) { // captured once, replayed 3 times
-            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dm, nan_m);
-            be->graph_begin(be);
-            be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld);
-            void *gr = be->graph_end(be);
-            called("graph_begin"), called("graph_end"), called("graph_launch"),
-                called("graph_free");
-            for (int k = 0; k < 3; k++) {
-                if (k) g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dm, nan_m);
-                be->graph_launch(be, gr);
-                float *ry = tb_get(&dy), *rm = tb_get(&dm);
-                snprintf(what, sizeof what, "y, replay %d == run 1", k + 1);
-                report(what, ry, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
-                snprintf(what, sizeof what, "mlp, replay %d == run 1", k + 1);
-                report(what, rm, got_m, nm, &TOL_EXACT, tb_guards_ok(&dm, "mlp"), 0);
-                free(ry), free(rm);
-            }
-            be->graph_free(be, gr);
-        }
-        free(nan_y), free(nan_m);
+        mlp_call call = {pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld};
+        check_repeat(run_mlp_block, &call, &dy, "y", got_y, &dm, "mlp", got_m);
     }
     if (!alias) PERF("mlp_block", be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld));
     be->free(be, dw), be->free(be, dw2);
@@ -2167,40 +2197,8 @@ static void case_ple_block(g4_weight_kind kind, int T, int H, int P, int norm, i
     CHECK_MSG(memcmp(r_after, r_act, sizeof(float) * n) == 0, "ple_block changed r");
     free(hi_after), free(r_after), free(r_act);
     if (repeat) {
-        float *nan_y = zeros(n), *nan_p = zeros(np);
-        for (size_t i = 0; i < n; i++) nan_y[i] = NAN;
-        for (size_t i = 0; i < np; i++) nan_p[i] = NAN;
-        char what[64];
-        for (int k = 0; k < 2; k++) { // eager, twice more
-            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dp, nan_p);
-            be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P);
-            float *ry2 = tb_get(&dy), *rp2 = tb_get(&dp);
-            snprintf(what, sizeof what, "y, run %d == run 1", k + 2);
-            report(what, ry2, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
-            snprintf(what, sizeof what, "pg, run %d == run 1", k + 2);
-            report(what, rp2, got_p, np, &TOL_EXACT, tb_guards_ok(&dp, "pg"), 0);
-            free(ry2), free(rp2);
-        }
-        if (be->graph_begin) { // captured once, replayed 3 times
-            g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dp, nan_p);
-            be->graph_begin(be);
-            be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P);
-            void *gr = be->graph_end(be);
-            called("graph_begin"), called("graph_end"), called("graph_launch"),
-                called("graph_free");
-            for (int k = 0; k < 3; k++) {
-                if (k) g4t_bbuf_set(&dy, nan_y), g4t_bbuf_set(&dp, nan_p);
-                be->graph_launch(be, gr);
-                float *ry2 = tb_get(&dy), *rp2 = tb_get(&dp);
-                snprintf(what, sizeof what, "y, replay %d == run 1", k + 1);
-                report(what, ry2, got_y, n, &TOL_EXACT, tb_guards_ok(&dy, "y"), 0);
-                snprintf(what, sizeof what, "pg, replay %d == run 1", k + 1);
-                report(what, rp2, got_p, np, &TOL_EXACT, tb_guards_ok(&dp, "pg"), 0);
-                free(ry2), free(rp2);
-            }
-            be->graph_free(be, gr);
-        }
-        free(nan_y), free(nan_p);
+        ple_call call = {pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P};
+        check_repeat(run_ple_block, &call, &dy, "y", got_y, &dp, "pg", got_p);
     }
     PERF("ple_block", be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P));
     be->free(be, dw), be->free(be, dw2);

@@ -139,78 +139,42 @@ static void test_fused_adds(g4_text_model *m) {
     free(got);
 }
 
-// Issue 30 stage 2: with G4_PERSIST_MLP=1 (read when a state is made) a one-token forward runs each
-// MLP block as one op (mlp_block; on the CPU the ops apart, on CUDA one persistent launch), its
-// pending add inside when the forward fuses: the decode's logits must be those without it bit for
-// bit, fused adds or not, and a prefill keeps the ops apart.
-static void test_persist_mlp(g4_text_model *m) {
+// A decode knob of issue 30 (read when a state is made) that sends each block of a one-token
+// forward through one op (the counted op, *count calls), its pending add inside when the
+// forward fuses: the decode logits must be those without it bit for bit, fused adds or not
+// (and, when `also` is given, with that knob on as well), and a prefill keeps the ops apart.
+//   G4_PERSIST_MLP=1: each MLP block as mlp_block (on the CPU the ops apart, on CUDA one
+//     persistent launch).
+//   G4_PLE_FUSED=1: each per-layer-input block as ple_block into its own output buffer (on the
+//     CPU the ops apart, on CUDA one launch of clusters), also beside G4_PERSIST_MLP=1.
+static void test_block_knob(g4_text_model *m, const char *knob, int *count, const char *also) {
     const int V = m->cfg->vocab, L = m->cfg->n_layers;
     int32_t ids[4] = {2, 17, 5, 40};
     float *want = g4_malloc(sizeof(float) * 2 * V), *got = g4_malloc(sizeof(float) * 2 * V);
-    static const char *const mode[2] = {"0", "1"};
-    for (int fuse = 0; fuse < 2; fuse++) {
-        setenv("G4_FUSE", fuse ? "1" : "0", 1);
-        for (int on = 0; on < 2; on++) {
-            setenv("G4_PERSIST_MLP", mode[on], 1);
-            g4_text_state *s;
-            CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
-            n_mlp_block = 0;
-            CHECK(g4_text_forward(s, ids, 2, NULL, NULL, 0) == 0);
-            CHECK_INT(n_mlp_block, 0); // (prefill)
-            for (int t = 2; t < 4; t++)
-                CHECK_MSG(
-                    g4_text_forward(s, ids + t, 1, NULL, (on ? got : want) + (t - 2) * V, 1) == 0,
-                    "%s", g4_error());
-            CHECK_INT(n_mlp_block, on ? 2 * L : 0);
-            g4_text_state_free(s);
-            if (on)
-                CHECK_MSG(memcmp(want, got, sizeof(float) * 2 * V) == 0,
-                          "G4_PERSIST_MLP=%s (G4_FUSE=%d): the decode logits differ from the ops "
-                          "apart",
-                          mode[on], fuse);
-        }
-    }
-    unsetenv("G4_PERSIST_MLP");
-    unsetenv("G4_FUSE");
-    free(want);
-    free(got);
-}
-
-// Issue 30: with G4_PLE_FUSED=1 (read when a state is made) a one-token forward runs each
-// per-layer-input block as one op (ple_block; on the CPU the ops apart, on CUDA one launch of
-// clusters) into its own output buffer, its pending add inside when the forward fuses: the decode
-// logits must be those without it bit for bit, fused adds or not (and with the MLP block as one
-// op too), and a prefill keeps the ops apart.
-static void test_ple_fused(g4_text_model *m) {
-    const int V = m->cfg->vocab, L = m->cfg->n_layers;
-    int32_t ids[4] = {2, 17, 5, 40};
-    float *want = g4_malloc(sizeof(float) * 2 * V), *got = g4_malloc(sizeof(float) * 2 * V);
-    static const char *const mode[2] = {"0", "1"};
-    for (int variant = 0; variant < 3; variant++) { // G4_FUSE 0, 1; 1 with G4_PERSIST_MLP=1
+    for (int variant = 0; variant < (also ? 3 : 2); variant++) { // G4_FUSE 0, 1; 1 with `also`
         setenv("G4_FUSE", variant ? "1" : "0", 1);
-        setenv("G4_PERSIST_MLP", variant == 2 ? "1" : "0", 1);
+        if (also) setenv(also, variant == 2 ? "1" : "0", 1);
         for (int on = 0; on < 2; on++) {
-            setenv("G4_PLE_FUSED", mode[on], 1);
+            setenv(knob, on ? "1" : "0", 1);
             g4_text_state *s;
             CHECK(g4_text_state_new(m, 16, 8, &s) == 0);
-            n_ple_block = 0;
+            *count = 0;
             CHECK(g4_text_forward(s, ids, 2, NULL, NULL, 0) == 0);
-            CHECK_INT(n_ple_block, 0); // (prefill)
+            CHECK_INT(*count, 0); // (prefill)
             for (int t = 2; t < 4; t++)
                 CHECK_MSG(
                     g4_text_forward(s, ids + t, 1, NULL, (on ? got : want) + (t - 2) * V, 1) == 0,
                     "%s", g4_error());
-            CHECK_INT(n_ple_block, on ? 2 * L : 0);
+            CHECK_INT(*count, on ? 2 * L : 0);
             g4_text_state_free(s);
             if (on)
                 CHECK_MSG(memcmp(want, got, sizeof(float) * 2 * V) == 0,
-                          "G4_PLE_FUSED=1 (G4_FUSE=%d, G4_PERSIST_MLP=%d): the decode logits "
-                          "differ from the ops apart",
-                          variant != 0, variant == 2);
+                          "%s=1 (G4_FUSE=%d, %s=%d): the decode logits differ from the ops apart",
+                          knob, variant != 0, also ? also : "-", variant == 2);
         }
     }
-    unsetenv("G4_PLE_FUSED");
-    unsetenv("G4_PERSIST_MLP");
+    unsetenv(knob);
+    if (also) unsetenv(also);
     unsetenv("G4_FUSE");
     free(want);
     free(got);
@@ -355,8 +319,8 @@ int main(void) {
     if (rc == 0) {
         test_fused_adds(m);
         test_qkv(m, "f16");
-        test_persist_mlp(m);
-        test_ple_fused(m);
+        test_block_knob(m, "G4_PERSIST_MLP", &n_mlp_block, NULL);
+        test_block_knob(m, "G4_PLE_FUSED", &n_ple_block, "G4_PERSIST_MLP");
         g4_text_model_free(m);
     }
     setenv("G4_QKV", "0", 1); // at load: no q|k|v copies, so a state runs q, k, v apart
@@ -388,7 +352,8 @@ int main(void) {
         if ((rc = g4_text_model_load(p, &counting, &m)) == 0) {
             CHECK(m->layers[0].qkv.kind == G4_W_Q4);
             test_qkv(m, "q4");
-            test_persist_mlp(m);
+            test_block_knob(m, "G4_PERSIST_MLP", &n_mlp_block, NULL);
+            test_block_knob(m, "G4_PLE_FUSED", &n_ple_block, "G4_PERSIST_MLP");
             g4_text_model_free(m);
         }
         g4_package_close(p);
