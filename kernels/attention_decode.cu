@@ -30,9 +30,11 @@
 // current row of the cache from qkv_prep), the merge's partials from the split kernel.
 #include "kernels/attention_decode.cuh"
 
+#include <cooperative_groups.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
@@ -40,11 +42,17 @@
 #include "kernels/qkv_vec.cuh"
 
 using namespace g4k;
+namespace cg = cooperative_groups;
 
 namespace {
 
 constexpr int DEC_WARPS = 4, DEC_THREADS = 128, DEC_STAGES = 3, DEC_MAX_T = 64;
 constexpr int DEC_MAX_ROWS = 4096; // the row-batched op: a batch of up to 4096 sequences
+// The workspace's header (both forms, which share the CUDA backend's buffer): the merge-in-split
+// tickets, one a (KV head, row group) on its own 128-byte line; the partials follow it.
+constexpr int DEC_TICKETS = 256, DEC_TICKET_STRIDE = 32; // (uint32 words)
+constexpr size_t DEC_WS_HEADER = (size_t)DEC_TICKETS * DEC_TICKET_STRIDE * 4;
+constexpr int DEC_CM_CS = 8, DEC_CM_MAX_CLUSTERS = 32; // cluster size; clusters a merge reads
 
 template <int HD_> struct DecCfg {
     static constexpr int HD = HD_;
@@ -82,6 +90,9 @@ struct DecParams {
     const float *inv_freq;
     float eps;
     int prep; // 1: the PREP kernels
+    // The merge inside the split kernel (CM kernels, G4_ATTN_MERGE=cluster): one ticket counter
+    // a (KV head, row group), 128 bytes apart, in the workspace's header (zero between launches).
+    unsigned *tickets;
 };
 
 struct DecSplit {
@@ -106,7 +117,139 @@ __device__ __forceinline__ DecSplit dec_split(const DecParams &p, int t0, int nt
     return s;
 }
 
-template <class C, bool PREP>
+// The merge inside the split kernel (CM): the log-sum-exp merge of dec_merge_kernel done by the
+// splits themselves, in two levels, so the decode attention is one launch.
+//  1. In a cluster of CS splits: each CTA leaves its O [16][HD] and (m, l) [16] in its shared
+//     memory; after a cluster barrier CTA rank r merges head dims [r HD / CS, (r + 1) HD / CS)
+//     of its 16 rows over the CS splits (rank order) through distributed shared memory. With one
+//     active cluster (short context: every visible key in <= CS splits) that is the output.
+//  2. Else each cluster writes its merged O (relative to its max M) and (M, den) as one partial
+//     (slot = cluster index), fences, and rank 0 draws a ticket; the cluster drawing the last
+//     one (the active count follows the device length, as dec_split computes it) merges the
+//     n_ca cluster partials (cluster order), each rank its dim slice, and resets the ticket to
+//     0 for the next launch. Nothing waits on another cluster (no co-residency assumed).
+// Deterministic: fixed orders at both levels whatever the arrival order.
+template <class C>
+__device__ __forceinline__ void dec_cluster_merge(const DecParams &p, const float (&o)[C::NB_O][4],
+                                                  const float (&m)[2], const float (&l)[2], int rg,
+                                                  int t_first, int t_count, int kvh, int cid,
+                                                  int n_ca, uint8_t *smem) {
+    cg::cluster_group cluster = cg::this_cluster();
+    const int CS = (int)cluster.num_blocks(), crank = (int)cluster.block_rank();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    __syncthreads(); // every warp is done with the last K/V stage: its smem is reused below
+    float *so = reinterpret_cast<float *>(smem); // [16][HD] this split's O
+    float *sml = so + 16 * C::HD;                // [16][2]  its (m, l)
+    float *swt = sml + 32;                       // [16][DEC_CM_MAX_CLUSTERS] merge weights
+    float *sden = swt + 16 * DEC_CM_MAX_CLUSTERS, *smax = sden + 16; // [16] each
+    int *sflag = reinterpret_cast<int *>(smax + 16);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        const int row = g + 8 * r;
+#pragma unroll
+        for (int nb = 0; nb < C::NB_O; nb++)
+            *reinterpret_cast<float2 *>(&so[row * C::HD + warp * C::DW + nb * 8 + 2 * c]) =
+                make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
+        if (warp == 0 && c == 0) sml[2 * row] = m[r], sml[2 * row + 1] = lt;
+    }
+    cluster.sync(); // every split's O and (m, l) are in its shared memory
+    if (tid < 16) { // row tid: the cluster's max and each split's weight
+        float M = -INFINITY, den = 0.0f;
+        for (int q = 0; q < CS; q++) {
+            const float *rml = cluster.map_shared_rank(sml, q);
+            if (rml[2 * tid + 1] > 0.0f) M = fmaxf(M, rml[2 * tid]);
+        }
+        for (int q = 0; q < CS; q++) {
+            const float *rml = cluster.map_shared_rank(sml, q);
+            const float lq = rml[2 * tid + 1], w = lq > 0.0f ? exp2f(rml[2 * tid] - M) : 0.0f;
+            swt[tid * DEC_CM_MAX_CLUSTERS + q] = w;
+            den += w * lq;
+        }
+        sden[tid] = den, smax[tid] = M;
+    }
+    __syncthreads();
+    const int DS = C::HD / CS, rows = t_count * p.group;
+    for (int e = tid; e < 16 * DS; e += DEC_THREADS) {
+        const int row = e / DS, d = crank * DS + e % DS, i = rg * 16 + row;
+        if (i >= rows) continue;
+        float num = 0.0f;
+        for (int q = 0; q < CS; q++) {
+            const float w = swt[row * DEC_CM_MAX_CLUSTERS + q];
+            if (w > 0.0f) num += w * cluster.map_shared_rank(so, q)[row * C::HD + d];
+        }
+        const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
+        if (n_ca == 1) {
+            p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] =
+                f2h(sden[row] > 0.0f ? num / sden[row] : 0.0f);
+        } else {
+            const size_t prow = ((size_t)t * p.n_heads + h) * p.n_splits + cid;
+            p.part_o[prow * C::HD + d] = num;
+            if (d == crank * DS)
+                *reinterpret_cast<float2 *>(p.part_ml + prow * 2) =
+                    make_float2(smax[row], sden[row]);
+        }
+    }
+    if (n_ca == 1) {
+        cluster.sync(); // no CTA leaves while another reads its shared memory
+        return;
+    }
+    __threadfence(); // this CTA's partial before the cluster's ticket
+    cluster.sync();  // every rank's partial written (and every DSMEM read above done)
+    if (crank == 0 && tid == 0) {
+        unsigned *tk = p.tickets + (size_t)(kvh * gridDim.z + blockIdx.z) * DEC_TICKET_STRIDE;
+        const int last = atomicAdd(tk, 1u) == (unsigned)(n_ca - 1);
+        if (last) atomicExch(tk, 0u); // every other cluster of this launch has drawn
+        *sflag = last;
+    }
+    cluster.sync();
+    const int last = *cluster.map_shared_rank(sflag, 0);
+    if (last) {
+        __threadfence(); // the other clusters' partials, seen after their tickets
+        if (tid < 16) {  // row tid: the weights of the cluster partials
+            const int i = rg * 16 + tid;
+            float M = -INFINITY, den = 0.0f;
+            if (i < rows) {
+                const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
+                const float *ml = p.part_ml + ((size_t)t * p.n_heads + h) * p.n_splits * 2;
+                for (int k = 0; k < n_ca; k++)
+                    if (__ldcg(ml + 2 * k + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * k));
+                for (int k = 0; k < n_ca; k++) {
+                    const float lk = __ldcg(ml + 2 * k + 1);
+                    const float w = lk > 0.0f ? exp2f(__ldcg(ml + 2 * k) - M) : 0.0f;
+                    swt[tid * DEC_CM_MAX_CLUSTERS + k] = w;
+                    den += w * lk;
+                }
+            }
+            sden[tid] = den;
+        }
+        __syncthreads();
+        for (int e = tid; e < 16 * DS; e += DEC_THREADS) {
+            const int row = e / DS, d = crank * DS + e % DS, i = rg * 16 + row;
+            if (i >= rows) continue;
+            const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
+            const float *po = p.part_o + ((size_t)t * p.n_heads + h) * p.n_splits * C::HD + d;
+            float num = 0.0f;
+            for (int k = 0; k < n_ca; k++) {
+                const float w = swt[row * DEC_CM_MAX_CLUSTERS + k];
+                if (w > 0.0f) num += w * __ldcg(po + (size_t)k * C::HD);
+            }
+            p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] =
+                f2h(sden[row] > 0.0f ? num / sden[row] : 0.0f);
+        }
+    }
+    cluster.sync(); // rank 0's flag was read by every rank before it leaves
+}
+
+template <class C>
+__device__ __forceinline__ void dec_store_partials(const DecParams &p, const float (&o)[C::NB_O][4],
+                                                   const float (&m)[2], const float (&l)[2],
+                                                   const bool (&rvalid)[2], const int (&rt)[2],
+                                                   const int (&rh)[2], int split);
+
+template <class C, bool PREP, bool CM>
 __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
     g4_pdl_wait(); // before pos is read and before the early return below
     g4_pdl_trigger();
@@ -124,9 +267,15 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
         vbase = reinterpret_cast<const uint16_t *>(p.v_tab[t_first]);
     }
     const DecSplit sp = dec_split<C::TILE>(p, t_first, t_count, kv_rows);
-    if (split >= sp.n_active) return; // past the current length: nothing to do
+    // CM: a cluster of CS splits merges in its shared memory; only a whole cluster past the
+    // current length leaves at once (its CTAs all take this branch), an empty split of an
+    // active cluster runs with no keys (m -inf, l 0) to the cluster barriers.
+    const int cs = CM ? (int)cg::this_cluster().num_blocks() : 1;
+    const int n_ca = (sp.n_active + cs - 1) / cs;               // active clusters (CM)
+    if (CM ? split / cs >= n_ca : split >= sp.n_active) return; // past the current length
+    const bool empty = split >= sp.n_active;
     const int t_begin = split * sp.tps, t_end = min(sp.n_tiles, t_begin + sp.tps);
-    const int n_tiles = t_end - t_begin, j_begin = sp.lo_all + t_begin * C::TILE;
+    const int n_tiles = empty ? 0 : t_end - t_begin, j_begin = sp.lo_all + t_begin * C::TILE;
     const int j_last = sp.hi_all; // keys after it are zero-filled, never read
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -278,8 +427,20 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
         pv_accumulate(o, s, vs, warp * C::DW / 8, C::ROW_BYTES, lane);
     }
     cp_async_wait<0>();
+    if constexpr (CM) {
+        dec_cluster_merge<C>(p, o, m, l, rg, t_first, t_count, kvh, split / cs, n_ca, smem);
+    } else {
+        dec_store_partials<C>(p, o, m, l, rvalid, rt, rh, split);
+    }
+}
 
-    // Partials of this split: O over this warp's dim quarter, (m, l) from warp 0.
+// The split's partials for dec_merge_kernel: O over this warp's dim quarter, (m, l) from warp 0.
+template <class C>
+__device__ __forceinline__ void dec_store_partials(const DecParams &p, const float (&o)[C::NB_O][4],
+                                                   const float (&m)[2], const float (&l)[2],
+                                                   const bool (&rvalid)[2], const int (&rt)[2],
+                                                   const int (&rh)[2], int split) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float lt = l[r];
@@ -334,15 +495,45 @@ int dec_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
     return s < 1 ? 1 : s > max_tiles ? max_tiles : s;
 }
 
-template <class C, bool PREP> void dec_launch(const DecParams &p, int n_kv, cudaStream_t stream) {
+// The merge inside the split kernel: forced by tests (g4_attn_decode_set_merge), else
+// G4_ATTN_MERGE=cluster (read once); g_dec_last_cm says which form the last launch took.
+int g_dec_merge_force = -1, g_dec_last_cm = 0;
+bool dec_cm_wanted() {
+    if (g_dec_merge_force >= 0) return g_dec_merge_force != 0;
+    static const int env = [] {
+        const char *e = getenv("G4_ATTN_MERGE");
+        return e && !strcmp(e, "cluster") ? 1 : 0;
+    }();
+    return env != 0;
+}
+
+template <class C, bool PREP>
+void dec_launch(const DecParams &p, int n_kv, bool cm, cudaStream_t stream) {
+    const int n_rg = p.k_tab ? p.T * p.rg_per_t : (p.T * p.group + 15) / 16;
+    if (cm) { // one launch: clusters of cs splits (a power of two <= 8, <= the split count)
+        static bool configured_cm = false;
+        if (!configured_cm) {
+            G4_CUDA_CHECK(cudaFuncSetAttribute(dec_split_kernel<C, PREP, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)C::SMEM));
+            configured_cm = true;
+        }
+        int cs = DEC_CM_CS;
+        while (cs > p.n_splits) cs /= 2;
+        const dim3 grid((p.n_splits + cs - 1) / cs * cs, n_kv, n_rg);
+        g4_pdl_launch_cluster(dec_split_kernel<C, PREP, true>, grid, dim3(DEC_THREADS), C::SMEM,
+                              stream, dim3(cs, 1, 1), p);
+        return;
+    }
     static bool configured = false;
     if (!configured) {
-        G4_CUDA_CHECK(cudaFuncSetAttribute(
-            dec_split_kernel<C, PREP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+        G4_CUDA_CHECK(cudaFuncSetAttribute(dec_split_kernel<C, PREP, false>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)C::SMEM));
         configured = true;
     }
-    const dim3 grid(p.n_splits, n_kv, p.k_tab ? p.T * p.rg_per_t : (p.T * p.group + 15) / 16);
-    g4_pdl_launch(dec_split_kernel<C, PREP>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
+    const dim3 grid(p.n_splits, n_kv, n_rg);
+    g4_pdl_launch(dec_split_kernel<C, PREP, false>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
     g4_pdl_launch(dec_merge_kernel<C>, dim3(p.T * p.n_heads, C::HD / 128), dim3(128), 0, stream, p);
 }
 
@@ -365,7 +556,7 @@ static int dec_rows_n_splits(int T, int n_heads, int n_kv) {
 
 extern "C" size_t g4_attn_decode_rows_workspace(int T, int n_heads, int n_kv, int hd) {
     const int S = dec_rows_n_splits(T, n_heads, n_kv);
-    return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
+    return DEC_WS_HEADER + (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
 }
 
 // The rest of the decode attention's parameters (the one-cache and the per-row forms share
@@ -377,15 +568,22 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
     p.n_splits = n_splits;
     p.q_stride = p.out_stride = n_heads * hd, p.kv_stride = n_kv * hd;
     p.scale_log2 = scale * 1.4426950408889634f;
-    p.part_o = static_cast<float *>(workspace);
+    p.tickets = static_cast<unsigned *>(workspace);
+    p.part_o = reinterpret_cast<float *>(static_cast<uint8_t *>(workspace) + DEC_WS_HEADER);
     p.part_ml = p.part_o + (size_t)T * n_heads * p.n_splits * hd;
+    // the merge inside the splits: the one-cache form, a ticket for every (KV head, row group),
+    // at most DEC_CM_MAX_CLUSTERS cluster partials for the last cluster to read
+    const int n_rg = (T * p.group + 15) / 16;
+    const bool cm = !p.k_tab && dec_cm_wanted() && n_kv * n_rg <= DEC_TICKETS &&
+                    (n_splits + DEC_CM_CS - 1) / DEC_CM_CS <= DEC_CM_MAX_CLUSTERS;
+    g_dec_last_cm = cm;
     const bool prep = p.prep != 0;
     if (hd == 256)
-        prep ? dec_launch<DecCfg<256>, true>(p, n_kv, stream)
-             : dec_launch<DecCfg<256>, false>(p, n_kv, stream);
+        prep ? dec_launch<DecCfg<256>, true>(p, n_kv, cm, stream)
+             : dec_launch<DecCfg<256>, false>(p, n_kv, cm, stream);
     else
-        prep ? dec_launch<DecCfg<512>, true>(p, n_kv, stream)
-             : dec_launch<DecCfg<512>, false>(p, n_kv, stream);
+        prep ? dec_launch<DecCfg<512>, true>(p, n_kv, cm, stream)
+             : dec_launch<DecCfg<512>, false>(p, n_kv, cm, stream);
 }
 
 static void dec_set_prep(DecParams &p, const g4_attn_prep *prep);
@@ -424,7 +622,7 @@ extern "C" void g4_attn_decode_rows(uint16_t *out, const uint16_t *q, const uint
 
 extern "C" size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity) {
     const int S = dec_n_splits(T, n_heads, n_kv, hd, capacity);
-    return (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
+    return DEC_WS_HEADER + (size_t)T * n_heads * S * ((size_t)hd + 2) * sizeof(float);
 }
 
 // The one-cache launch (T tokens over one cache), with the head preparation when prep is set
@@ -464,6 +662,18 @@ static void dec_set_prep(DecParams &p, const g4_attn_prep *prep) {
     p.q_w = prep->q_w, p.k_w = prep->k_w;
     p.inv_freq = prep->inv_freq;
     p.eps = prep->eps;
+}
+
+extern "C" void g4_attn_decode_set_merge(int mode) {
+    g_dec_merge_force = mode < 0 ? -1 : mode != 0;
+}
+
+extern "C" int g4_attn_decode_last_merge(void) {
+    return g_dec_last_cm;
+}
+
+extern "C" size_t g4_attn_decode_ws_header(void) {
+    return DEC_WS_HEADER;
 }
 
 extern "C" const char *g4_attn_decode_prep_supported(int n_heads, int n_kv, int hd) {

@@ -17,6 +17,12 @@ const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd);
 // Bytes of device workspace g4_attn_decode needs for these sizes (the split partials); allocate
 // it once with the run state. Needs a current CUDA device (the split count follows its SMs).
 size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
+// Bytes at the start of a decode attention workspace that must be zero before its first launch.
+size_t g4_attn_decode_ws_header(void);
+// The merge inside the split kernel: 1 on, 0 off, -1 as G4_ATTN_MERGE says (tests); and whether
+// the last one-cache launch used it (1) or the two launches (0).
+void g4_attn_decode_set_merge(int mode);
+int g4_attn_decode_last_merge(void);
 
 // The same op as g4_attn_prefill (ops.h `attention`: causal, window > 0 = sliding, GQA) for
 // small T (1..64; decode is T = 1): out[T, n_heads * hd] fp16 from q[T, n_heads * hd] fp16 over
@@ -24,8 +30,13 @@ size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capaci
 // The KV range is read from `pos` on the device and the grid is sized for `capacity`, so the
 // launch can be captured in a CUDA graph once and replayed at every position: CTAs past the
 // range exit at once. Two kernels: the splits (each CTA one slice of the keys for all query
-// heads of one KV head) and the log-sum-exp merge. workspace: >= g4_attn_decode_workspace(...)
-// bytes of device memory, no initialisation needed.
+// heads of one KV head) and the log-sum-exp merge; with G4_ATTN_MERGE=cluster (or
+// g4_attn_decode_set_merge(1)) one launch: the splits in clusters merge their partials
+// themselves (attention_decode.cu dec_cluster_merge). workspace: >= g4_attn_decode_workspace(...)
+// bytes of device memory whose first g4_attn_decode_ws_header() bytes are zero before the first
+// launch on it (the merge's tickets; every launch leaves them zero); the rest needs no
+// initialisation. The same holds for the row-batched op's workspace (the same header), so one
+// buffer may serve both.
 void g4_attn_decode(uint16_t *out, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
                     const int32_t *pos, int T, int n_heads, int n_kv, int hd, int capacity,
                     int window, float scale, void *workspace, size_t workspace_bytes,

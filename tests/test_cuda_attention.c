@@ -68,11 +68,41 @@ static int all_finite(const float *x, size_t n) {
 }
 
 // --- decode -----------------------------------------------------------------------------------
+// The decode cases run twice: the two launches (merge kernel) and the merge inside the split
+// kernel (g4_attn_decode_set_merge(1), G4_ATTN_MERGE=cluster's path).
+static int g_merge = 0;
+
+// The path taken and the workspace's ticket header after the launch(es): the form asked for
+// (the cluster merge whenever forced: every case here fits its limits), tickets back to zero.
+static void check_decode_path(const void *dws, const char *what) {
+    const size_t hb = g4_attn_decode_ws_header();
+    uint32_t *h = g4_malloc(hb);
+    HX_CUDA(cudaMemcpy(h, dws, hb, cudaMemcpyDeviceToHost));
+    size_t nz = 0;
+    for (size_t i = 0; i < hb / 4; i++) nz += h[i] != 0;
+    free(h);
+    const int path = g4_attn_decode_last_merge();
+    g4t_checks++;
+    if (path != g_merge || nz) {
+        g4t_failures++, hx_cases_failed++;
+        printf("  %-22s FAIL  merge inside the splits %d (asked %d), %zu nonzero ticket words\n",
+               what, path, g_merge, nz);
+    } else {
+        printf("  %-22s ok    merge inside the splits %d, tickets zero\n", what, path);
+    }
+}
+
+// Poisons a decode workspace (NaN) except its ticket header, which must start at zero.
+static void poison_decode_ws(void *dws, size_t bytes) {
+    hx_poison_f32(dws, bytes / 4);
+    HX_CUDA(cudaMemset(dws, 0, g4_attn_decode_ws_header()));
+}
+
 static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int window,
                         float kspan, unsigned long long seed) {
     if (capacity < L) capacity = L;
-    if (!hx_case("attn_decode", "hd=%d heads=%d kv=%d T=%d L=%d cap=%d window=%d kspan=%g", hd, nh,
-                 nkv, T, L, capacity, window, kspan))
+    if (!hx_case("attn_decode", "hd=%d heads=%d kv=%d T=%d L=%d cap=%d window=%d kspan=%g merge=%d",
+                 hd, nh, nkv, T, L, capacity, window, kspan, g_merge))
         return;
     unsigned long long s = seed;
     const int qw = nh * hd, kvw = nkv * hd;
@@ -88,7 +118,8 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
                  ws_bytes = g4_attn_decode_workspace(T, nh, nkv, hd, capacity);
     void *dout = hx_dev_alloc(2 * out_n), *dws = hx_dev_alloc(ws_bytes);
     hx_poison_f16(dout, out_n);
-    hx_poison_f32(dws, ws_bytes / 4);
+    poison_decode_ws(dws, ws_bytes);
+    g4_attn_decode_set_merge(g_merge);
     cudaEvent_t e0, e1;
     HX_CUDA(cudaEventCreate(&e0));
     HX_CUDA(cudaEventCreate(&e1));
@@ -105,6 +136,7 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
         hx_guards_ok(dout, 2 * out_n, "out") && hx_guards_ok(dws, ws_bytes, "workspace");
     hx_report("out vs ref_attention", hx_compare(got, want, out_n, ATTN_ATOL, ATTN_RTOL), got, want,
               ATTN_ATOL, ATTN_RTOL, guards, ms);
+    check_decode_path(dws, "path");
     HX_CUDA(cudaEventDestroy(e0));
     HX_CUDA(cudaEventDestroy(e1));
     hx_dev_free(dq), hx_dev_free(dk), hx_dev_free(dv), hx_dev_free(dpos), hx_dev_free(dout),
@@ -115,8 +147,8 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
 // One decode launch captured in a CUDA graph, replayed after the device position changes:
 // the grid is fixed by the capacity, the work follows the length.
 static void case_decode_graph(int hd, int capacity) {
-    if (!hx_case("attn_decode", "graph hd=%d heads=8 kv=1 T=1 cap=%d L=1,300,%d", hd, capacity,
-                 capacity))
+    if (!hx_case("attn_decode", "graph hd=%d heads=8 kv=1 T=1 cap=%d L=1,300,%d merge=%d", hd,
+                 capacity, capacity, g_merge))
         return;
     unsigned long long s = 4242;
     const int nh = 8, qw = nh * hd, kvw = hd;
@@ -130,6 +162,8 @@ static void case_decode_graph(int hd, int capacity) {
     void *dpos = hx_upload(&pos, 4);
     const size_t ws_bytes = g4_attn_decode_workspace(1, nh, 1, hd, capacity);
     void *dout = hx_dev_alloc(2 * (size_t)qw), *dws = hx_dev_alloc(ws_bytes);
+    poison_decode_ws(dws, ws_bytes);
+    g4_attn_decode_set_merge(g_merge);
     cudaStream_t st;
     HX_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     // one plain launch first: per-kernel attributes are set outside the capture
@@ -155,6 +189,7 @@ static void case_decode_graph(int hd, int capacity) {
         snprintf(what, sizeof what, "replay L=%d", lens[i]);
         hx_report(what, hx_compare(got, want, qw, ATTN_ATOL, ATTN_RTOL), got, want, ATTN_ATOL,
                   ATTN_RTOL, hx_guards_ok(dout, 2 * (size_t)qw, "out"), 0);
+        check_decode_path(dws, "path");
         free(got);
     }
     HX_CUDA(cudaGraphExecDestroy(exec));
@@ -332,20 +367,28 @@ int main(int argc, char **argv) {
     if (skip) return skip;
     g4_ref_init();
     // decode: E2B shapes (8 query heads on 1 KV head; 256 sliding with window 512, 512 global)
+    // (each twice: merge 0, the merge kernel; 1, the merge inside the splits, where lengths 1 ..
+    // 511 leave one cluster active and 4096 / 32768 several, whose last one merges)
     const int lens[] = {1, 17, 511, 512, 513, 4096, 32768};
-    for (int i = 0; i < 7; i++) {
-        case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
-        case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);
+    for (g_merge = 0; g_merge <= 1; g_merge++) {
+        for (int i = 0; i < 7; i++) {
+            case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
+            case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);
+        }
+        case_decode(256, 8, 1, 1, 4096, 4096, 0, 1.0f, 300);    // peaky softmax, full causal
+        case_decode(512, 8, 1, 2, 513, 600, 0, 0.25f, 301);     // T = 2: 16 MMA rows
+        case_decode(256, 8, 1, 3, 1000, 1100, 512, 0.25f, 302); // T = 3: two row groups, window
+        case_decode(256, 4, 2, 1, 777, 800, 0, 0.5f, 303);      // GQA 2:1
+        case_decode(512, 2, 2, 2, 33, 64, 0, 0.5f, 304);        // MHA
+        case_decode(512, 8, 1, 1, 17, 32768, 0, 0.25f, 305);    // grid for 32k, length 17
+        case_decode(256, 8, 1, 1, 513, 8192, 512, 0.25f, 306);
+        case_decode(256, 8, 2, 1, 3000, 3000, 0, 0.5f, 307); // GQA 4:1, 2 KV heads' tickets
+        case_decode(512, 8, 1, 1, 70, 70, 0, 0.25f, 308);    // 3 splits: a cluster of 2 + 2
+        case_decode_graph(512, 4096);
+        case_decode_graph(256, 1000);
+        case_decode_graph(512, 32768); // replays at 1, 300, 32768: one, then many clusters
     }
-    case_decode(256, 8, 1, 1, 4096, 4096, 0, 1.0f, 300);    // peaky softmax, full causal
-    case_decode(512, 8, 1, 2, 513, 600, 0, 0.25f, 301);     // T = 2: 16 MMA rows
-    case_decode(256, 8, 1, 3, 1000, 1100, 512, 0.25f, 302); // T = 3: two row groups, window
-    case_decode(256, 4, 2, 1, 777, 800, 0, 0.5f, 303);      // GQA 2:1
-    case_decode(512, 2, 2, 2, 33, 64, 0, 0.5f, 304);        // MHA
-    case_decode(512, 8, 1, 1, 17, 32768, 0, 0.25f, 305);    // grid for 32k, length 17
-    case_decode(256, 8, 1, 1, 513, 8192, 512, 0.25f, 306);
-    case_decode_graph(512, 4096);
-    case_decode_graph(256, 1000);
+    g4_attn_decode_set_merge(-1);
     // prefill
     const int Ts[] = {1, 17, 33, 511, 512, 513, 1000, 4096};
     for (int i = 0; i < 8; i++) {

@@ -22,11 +22,13 @@ namespace {
 
 // Decode: 8 query heads on one KV head, T = 1, the last token at L - 1. Bytes: the visible
 // K and V rows (+ q and out, negligible).
+// merge 1: the merge inside the split kernel (G4_ATTN_MERGE=cluster), row attn_decode_cm.
 int bench_decode(const char *filter, int reps, g4_kbench_row *rows, int n, int max, int hd, int L,
-                 int window) {
+                 int window, int merge) {
     char shape[96];
     snprintf(shape, sizeof shape, "hd=%d h=8 kv=1 T=1 L=%d win=%d", hd, L, window);
-    if (!g4b::match(filter, "attn_decode", shape)) return n;
+    const char *name = merge ? "attn_decode_cm" : "attn_decode";
+    if (!g4b::match(filter, name, shape)) return n;
     Pool pool;
     const int nh = 8, visible = window > 0 && window < L ? window : L;
     const double kv_bytes = 2.0 * visible * hd * 2;
@@ -42,11 +44,16 @@ int bench_decode(const char *filter, int reps, g4_kbench_row *rows, int n, int m
     int32_t *pos = pool.upload(&pos_h, 1);
     const size_t ws_bytes = g4_attn_decode_workspace(1, nh, 1, hd, L);
     void *ws = pool.alloc(ws_bytes);
+    G4_CUDA_CHECK(cudaMemset(ws, 0, ws_bytes)); // (the merge's tickets start at zero)
+    g4_attn_decode_set_merge(merge);            // (read at capture: the graph keeps the form)
     auto ours = [&](int rep, cudaStream_t st) {
         const int c = rep % copies;
         g4_attn_decode(out, q, kc[c], vc[c], pos, 1, nh, 1, hd, L, window, 1.0f, ws, ws_bytes, st);
     };
-    return g4b::add_row(rows, n, max, "attn_decode", shape, kv_bytes + 4.0 * nh * hd,
+    struct Unforce {
+        ~Unforce() { g4_attn_decode_set_merge(-1); }
+    } unforce;
+    return g4b::add_row(rows, n, max, name, shape, kv_bytes + 4.0 * nh * hd,
                         4.0 * nh * hd * visible, reps, copies, ours, NoBase(), nullptr);
 }
 
@@ -157,9 +164,13 @@ extern "C" int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *
     int n = 0;
     // decode: the global layers (hd 512, full causal) at 4k-32k; sliding (hd 256, window 512)
     const int Ls[] = {4096, 8192, 16384, 32768};
-    for (int L : Ls) n = bench_decode(filter, reps, rows, n, max, 512, L, 0);
-    n = bench_decode(filter, reps, rows, n, max, 256, 32768, 0);
-    n = bench_decode(filter, reps, rows, n, max, 256, 4096, 512);
+    for (int merge = 0; merge <= 1; merge++) {
+        for (int L : Ls) n = bench_decode(filter, reps, rows, n, max, 512, L, 0, merge);
+        n = bench_decode(filter, reps, rows, n, max, 256, 32768, 0, merge);
+        n = bench_decode(filter, reps, rows, n, max, 256, 4096, 512, merge);
+        n = bench_decode(filter, reps, rows, n, max, 256, 128, 512, merge); // decode after 128
+        n = bench_decode(filter, reps, rows, n, max, 512, 128, 0, merge);
+    }
     // prefill (issue 22: hd 256 and 512 at 4k-16k; the baseline column is the HMMA kernel)
     const int Ts[] = {512, 2048, 4096, 8192, 16384};
     for (int T : Ts) n = bench_prefill(filter, reps, rows, n, max, 256, T, 512);

@@ -39,6 +39,9 @@
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
 #            X^T X, GPTQ's factorisation and column work (and act-order), fit; ~15-20 s
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
+#   amerge   issue 30: the split-KV merge inside the decode attention (G4_ATTN_MERGE=cluster):
+#            test_cuda_attention's decode cases both ways, test_backend_ops and test_cuda_engine
+#            under it, the decode kernel rows of both forms twice (after build, tiny)
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
@@ -678,6 +681,34 @@ stage_fattn() {
     for v in 0 1; do
         G4_FUSE_ATTN=$v build-gpu/g4cu bench "$e/f16" "$e/q4" --reps 3 --json "$OUT/fattn_bench_$v.json" >"$OUT/fattn_bench_$v.txt" 2>&1
         echo "=== bench G4_FUSE_ATTN=$v: exit $?"; grep -E "^(f16|q4) " "$OUT/fattn_bench_$v.txt" | sed -E 's/\| prefill 128.*TTFT\(128\)/| TTFT(128)/' | cut -c1-300
+    done
+}
+
+# Issue 30: the split-KV merge inside the decode attention's split kernel (G4_ATTN_MERGE=cluster;
+# after build, tiny): test_cuda_attention's decode cases (each with the merge kernel and with the
+# merge inside: path and ticket checks), the attention ops of test_backend_ops and
+# test_cuda_engine under it, then the decode kernel rows of both forms twice.
+stage_amerge() {
+    local d="$WORK/gpu-tiny" op r
+    timeout 300 build-gpu/tests/test_cuda_attention --op attn_decode >"$OUT/amerge_attention.log" 2>&1
+    echo "test_cuda_attention --op attn_decode: exit $? $(tail -1 "$OUT/amerge_attention.log")"
+    grep -E "FAIL" "$OUT/amerge_attention.log" | head -12
+    for op in attention qkv_attention; do
+        G4_ATTN_MERGE=cluster timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/amerge_backend_ops_$op.log" 2>&1
+        echo "G4_ATTN_MERGE=cluster test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/amerge_backend_ops_$op.log")"
+        grep -E "FAIL|differ" "$OUT/amerge_backend_ops_$op.log" | head -8
+    done
+    if [ -d "$d/f16" ]; then
+        G4_ATTN_MERGE=cluster G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+            tee "$OUT/amerge_cuda_engine.log" | grep -E "decode:|checks|FAIL" | tail -8
+        echo "=== test_cuda_engine G4_ATTN_MERGE=cluster: exit ${PIPESTATUS[0]}"
+    else
+        echo "amerge: no gpu-tiny package ($d/f16): test_cuda_engine skipped"
+    fi
+    for r in 1 2; do
+        timeout 300 build-gpu/g4cu bench --kernels --filter attn_decode --reps 30 >"$OUT/amerge_bench_$r.txt" 2>&1
+        echo "=== bench --kernels --filter attn_decode (run $r): exit $?"
+        grep -E "^attn_decode" "$OUT/amerge_bench_$r.txt" | cut -c1-200
     done
 }
 
