@@ -134,15 +134,19 @@ __device__ __forceinline__ void dec_cluster_merge(const DecParams &p, const floa
                                                   const float (&m)[2], const float (&l)[2], int rg,
                                                   int t_first, int t_count, int kvh, int cid,
                                                   int n_ca, uint8_t *smem) {
+    // Every remote (DSMEM) or L2 read below is issued with the others of its step in flight
+    // (one (row, source) pair a thread, or 8 unrolled float4 loads): the first version looped
+    // over the sources one dependent load at a time and paid ~200-600 cycles per load, ~5 us.
+    constexpr int MAXC = DEC_CM_MAX_CLUSTERS, R = 16;
     cg::cluster_group cluster = cg::this_cluster();
     const int CS = (int)cluster.num_blocks(), crank = (int)cluster.block_rank();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     __syncthreads(); // every warp is done with the last K/V stage: its smem is reused below
-    float *so = reinterpret_cast<float *>(smem); // [16][HD] this split's O
-    float *sml = so + 16 * C::HD;                // [16][2]  its (m, l)
-    float *swt = sml + 32;                       // [16][DEC_CM_MAX_CLUSTERS] merge weights
-    float *sden = swt + 16 * DEC_CM_MAX_CLUSTERS, *smax = sden + 16; // [16] each
-    int *sflag = reinterpret_cast<int *>(smax + 16);
+    float *so = reinterpret_cast<float *>(smem);  // [R][HD] this split's O
+    float *sml = so + R * C::HD;                  // [R][2]  its (m, l)
+    float *sm = sml + 2 * R, *sl = sm + R * MAXC; // [R][MAXC] the sources' (m, l), then weights
+    float *sden = sl + R * MAXC;                  // [R]
+    int *sflag = reinterpret_cast<int *>(sden + R);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float lt = l[r];
@@ -155,41 +159,77 @@ __device__ __forceinline__ void dec_cluster_merge(const DecParams &p, const floa
                 make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
         if (warp == 0 && c == 0) sml[2 * row] = m[r], sml[2 * row + 1] = lt;
     }
+    // The weights of n sources' (m, l) pairs, gathered into sm / sl by get(row, k): sl becomes
+    // each source's weight exp2(m_k - M) (0 where l_k = 0), sden the row's denominator.
+    auto weights = [&](int n, auto get) {
+        for (int e = tid; e < R * n; e += DEC_THREADS) {
+            const float2 v = get(e / n, e % n);
+            sm[(e / n) * MAXC + e % n] = v.x, sl[(e / n) * MAXC + e % n] = v.y;
+        }
+        __syncthreads();
+        if (tid < R) {
+            float M = -INFINITY, den = 0.0f;
+            for (int k = 0; k < n; k++)
+                if (sl[tid * MAXC + k] > 0.0f) M = fmaxf(M, sm[tid * MAXC + k]);
+            for (int k = 0; k < n; k++) {
+                const float lk = sl[tid * MAXC + k],
+                            w = lk > 0.0f ? exp2f(sm[tid * MAXC + k] - M) : 0.0f;
+                den += w * lk;
+                sl[tid * MAXC + k] = w, sm[tid * MAXC + k] = M;
+            }
+            sden[tid] = den;
+        }
+        __syncthreads();
+    };
+    // sum_k w_k src(k)[4 dims] over n sources, 8 loads in flight at a time, in source order
+    auto wsum = [&](int row, int n, auto src) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k0 = 0; k0 < n; k0 += 8) {
+            float4 v[8];
+            float w[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                w[j] = k0 + j < n ? sl[row * MAXC + k0 + j] : 0.0f;
+                v[j] = w[j] > 0.0f ? src(k0 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (w[j] > 0.0f)
+                    acc.x += w[j] * v[j].x, acc.y += w[j] * v[j].y, acc.z += w[j] * v[j].z,
+                        acc.w += w[j] * v[j].w;
+        }
+        return acc;
+    };
+    const int DS = C::HD / CS, rows = t_count * p.group, Q = DS / 4; // float4s a row of mine
+    auto store_out = [&](int t, int h, int d, float4 num, float den) {
+        uint16_t *dst = p.out + (size_t)t * p.out_stride + (size_t)h * C::HD + d;
+        // (num / den as the merge kernel; 0 where no key was visible)
+        dst[0] = f2h(den > 0.0f ? num.x / den : 0.0f),
+        dst[1] = f2h(den > 0.0f ? num.y / den : 0.0f);
+        dst[2] = f2h(den > 0.0f ? num.z / den : 0.0f),
+        dst[3] = f2h(den > 0.0f ? num.w / den : 0.0f);
+    };
+
     cluster.sync(); // every split's O and (m, l) are in its shared memory
-    if (tid < 16) { // row tid: the cluster's max and each split's weight
-        float M = -INFINITY, den = 0.0f;
-        for (int q = 0; q < CS; q++) {
-            const float *rml = cluster.map_shared_rank(sml, q);
-            if (rml[2 * tid + 1] > 0.0f) M = fmaxf(M, rml[2 * tid]);
-        }
-        for (int q = 0; q < CS; q++) {
-            const float *rml = cluster.map_shared_rank(sml, q);
-            const float lq = rml[2 * tid + 1], w = lq > 0.0f ? exp2f(rml[2 * tid] - M) : 0.0f;
-            swt[tid * DEC_CM_MAX_CLUSTERS + q] = w;
-            den += w * lq;
-        }
-        sden[tid] = den, smax[tid] = M;
-    }
-    __syncthreads();
-    const int DS = C::HD / CS, rows = t_count * p.group;
-    for (int e = tid; e < 16 * DS; e += DEC_THREADS) {
-        const int row = e / DS, d = crank * DS + e % DS, i = rg * 16 + row;
+    weights(CS, [&](int row, int k) {
+        return *reinterpret_cast<const float2 *>(cluster.map_shared_rank(sml, k) + 2 * row);
+    });
+    for (int e = tid; e < R * Q; e += DEC_THREADS) {
+        const int row = e / Q, d = crank * DS + (e % Q) * 4, i = rg * 16 + row;
         if (i >= rows) continue;
-        float num = 0.0f;
-        for (int q = 0; q < CS; q++) {
-            const float w = swt[row * DEC_CM_MAX_CLUSTERS + q];
-            if (w > 0.0f) num += w * cluster.map_shared_rank(so, q)[row * C::HD + d];
-        }
+        const float4 num = wsum(row, CS, [&](int k) {
+            return *reinterpret_cast<const float4 *>(cluster.map_shared_rank(so, k) + row * C::HD +
+                                                     d);
+        });
         const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
         if (n_ca == 1) {
-            p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] =
-                f2h(sden[row] > 0.0f ? num / sden[row] : 0.0f);
+            store_out(t, h, d, num, sden[row]);
         } else {
             const size_t prow = ((size_t)t * p.n_heads + h) * p.n_splits + cid;
-            p.part_o[prow * C::HD + d] = num;
+            *reinterpret_cast<float4 *>(p.part_o + prow * C::HD + d) = num;
             if (d == crank * DS)
                 *reinterpret_cast<float2 *>(p.part_ml + prow * 2) =
-                    make_float2(smax[row], sden[row]);
+                    make_float2(sm[row * MAXC], sden[row]);
         }
     }
     if (n_ca == 1) {
@@ -208,36 +248,22 @@ __device__ __forceinline__ void dec_cluster_merge(const DecParams &p, const floa
     const int last = *cluster.map_shared_rank(sflag, 0);
     if (last) {
         __threadfence(); // the other clusters' partials, seen after their tickets
-        if (tid < 16) {  // row tid: the weights of the cluster partials
-            const int i = rg * 16 + tid;
-            float M = -INFINITY, den = 0.0f;
-            if (i < rows) {
-                const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
-                const float *ml = p.part_ml + ((size_t)t * p.n_heads + h) * p.n_splits * 2;
-                for (int k = 0; k < n_ca; k++)
-                    if (__ldcg(ml + 2 * k + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * k));
-                for (int k = 0; k < n_ca; k++) {
-                    const float lk = __ldcg(ml + 2 * k + 1);
-                    const float w = lk > 0.0f ? exp2f(__ldcg(ml + 2 * k) - M) : 0.0f;
-                    swt[tid * DEC_CM_MAX_CLUSTERS + k] = w;
-                    den += w * lk;
-                }
-            }
-            sden[tid] = den;
-        }
-        __syncthreads();
-        for (int e = tid; e < 16 * DS; e += DEC_THREADS) {
-            const int row = e / DS, d = crank * DS + e % DS, i = rg * 16 + row;
+        weights(n_ca, [&](int row, int k) {
+            const int i = rg * 16 + row;
+            if (i >= rows) return make_float2(-INFINITY, 0.0f);
+            const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
+            return __ldcg(reinterpret_cast<const float2 *>(p.part_ml) +
+                          ((size_t)t * p.n_heads + h) * p.n_splits + k);
+        });
+        for (int e = tid; e < R * Q; e += DEC_THREADS) {
+            const int row = e / Q, d = crank * DS + (e % Q) * 4, i = rg * 16 + row;
             if (i >= rows) continue;
             const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
             const float *po = p.part_o + ((size_t)t * p.n_heads + h) * p.n_splits * C::HD + d;
-            float num = 0.0f;
-            for (int k = 0; k < n_ca; k++) {
-                const float w = swt[row * DEC_CM_MAX_CLUSTERS + k];
-                if (w > 0.0f) num += w * __ldcg(po + (size_t)k * C::HD);
-            }
-            p.out[(size_t)t * p.out_stride + (size_t)h * C::HD + d] =
-                f2h(sden[row] > 0.0f ? num / sden[row] : 0.0f);
+            const float4 num = wsum(row, n_ca, [&](int k) {
+                return __ldcg(reinterpret_cast<const float4 *>(po + (size_t)k * C::HD));
+            });
+            store_out(t, h, d, num, sden[row]);
         }
     }
     cluster.sync(); // rank 0's flag was read by every rank before it leaves
@@ -518,11 +544,32 @@ void dec_launch(const DecParams &p, int n_kv, bool cm, cudaStream_t stream) {
                                                (int)C::SMEM));
             configured_cm = true;
         }
+        // the clusters of cs = 8 that can be resident at once (GPCs hold whole clusters: on an
+        // H200 16 of 8 one-CTA-an-SM CTAs, not 132 / 8): a grid past them is a second wave
+        static int resident = -1;
+        if (resident < 0) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(DEC_CM_CS * 64, 1, 1), cfg.blockDim = dim3(DEC_THREADS, 1, 1);
+            cfg.dynamicSmemBytes = C::SMEM;
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = DEC_CM_CS, at[0].val.clusterDim.y = 1;
+            at[0].val.clusterDim.z = 1;
+            cfg.attrs = at, cfg.numAttrs = 1;
+            int n = 0;
+            G4_CUDA_CHECK(
+                cudaOccupancyMaxActiveClusters(&n, dec_split_kernel<C, PREP, true>, &cfg));
+            resident = n;
+        }
+        DecParams q = p;
         int cs = DEC_CM_CS;
-        while (cs > p.n_splits) cs /= 2;
-        const dim3 grid((p.n_splits + cs - 1) / cs * cs, n_kv, n_rg);
+        while (cs > q.n_splits) cs /= 2;
+        const int per_group = resident / (n_kv * n_rg); // resident clusters a (KV head, rows)
+        if (cs == DEC_CM_CS && per_group >= 1 && q.n_splits > per_group * cs)
+            q.n_splits = per_group * cs;
+        const dim3 grid((q.n_splits + cs - 1) / cs * cs, n_kv, n_rg);
         g4_pdl_launch_cluster(dec_split_kernel<C, PREP, true>, grid, dim3(DEC_THREADS), C::SMEM,
-                              stream, dim3(cs, 1, 1), p);
+                              stream, dim3(cs, 1, 1), q);
         return;
     }
     static bool configured = false;
