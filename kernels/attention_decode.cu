@@ -522,15 +522,17 @@ int dec_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
 }
 
 // The merge inside the split kernel: forced by tests (g4_attn_decode_set_merge), else
-// G4_ATTN_MERGE=cluster (read once); g_dec_last_cm says which form the last launch took.
+// G4_ATTN_MERGE (read once): "cluster" every one-cache launch, "global" only the layers without
+// a window (whose key range grows with the context), else off. g_dec_last_cm says which form
+// the last launch took.
 int g_dec_merge_force = -1, g_dec_last_cm = 0;
-bool dec_cm_wanted() {
-    if (g_dec_merge_force >= 0) return g_dec_merge_force != 0;
+int dec_cm_mode() {
+    if (g_dec_merge_force >= 0) return g_dec_merge_force;
     static const int env = [] {
         const char *e = getenv("G4_ATTN_MERGE");
-        return e && !strcmp(e, "cluster") ? 1 : 0;
+        return !e ? 0 : !strcmp(e, "cluster") ? 1 : !strcmp(e, "global") ? 2 : 0;
     }();
-    return env != 0;
+    return env;
 }
 
 template <class C, bool PREP>
@@ -621,7 +623,9 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
     // the merge inside the splits: the one-cache form, a ticket for every (KV head, row group),
     // at most DEC_CM_MAX_CLUSTERS cluster partials for the last cluster to read
     const int n_rg = (T * p.group + 15) / 16;
-    const bool cm = !p.k_tab && dec_cm_wanted() && n_kv * n_rg <= DEC_TICKETS &&
+    const int mode = dec_cm_mode();
+    const bool cm = !p.k_tab && (mode == 1 || (mode == 2 && window == 0)) &&
+                    n_kv * n_rg <= DEC_TICKETS &&
                     (n_splits + DEC_CM_CS - 1) / DEC_CM_CS <= DEC_CM_MAX_CLUSTERS;
     g_dec_last_cm = cm;
     const bool prep = p.prep != 0;
@@ -712,7 +716,7 @@ static void dec_set_prep(DecParams &p, const g4_attn_prep *prep) {
 }
 
 extern "C" void g4_attn_decode_set_merge(int mode) {
-    g_dec_merge_force = mode < 0 ? -1 : mode != 0;
+    g_dec_merge_force = mode < 0 ? -1 : mode > 2 ? 1 : mode;
 }
 
 extern "C" int g4_attn_decode_last_merge(void) {

@@ -19,8 +19,9 @@ const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd);
 size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
 // Bytes at the start of a decode attention workspace that must be zero before its first launch.
 size_t g4_attn_decode_ws_header(void);
-// The merge inside the split kernel: 1 on, 0 off, -1 as G4_ATTN_MERGE says (tests); and whether
-// the last one-cache launch used it (1) or the two launches (0).
+// The merge inside the split kernel: 1 on, 2 on where window == 0 only, 0 off, -1 as
+// G4_ATTN_MERGE says (cluster: 1, global: 2; tests); and whether the last one-cache launch used
+// it (1) or the two launches (0).
 void g4_attn_decode_set_merge(int mode);
 int g4_attn_decode_last_merge(void);
 

@@ -39,9 +39,11 @@
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
 #            X^T X, GPTQ's factorisation and column work (and act-order), fit; ~15-20 s
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
-#   amerge   issue 30: the split-KV merge inside the decode attention (G4_ATTN_MERGE=cluster):
-#            test_cuda_attention's decode cases both ways, test_backend_ops and test_cuda_engine
-#            under it, the decode kernel rows of both forms twice (after build, tiny)
+#   amerge   issue 30: the split-KV merge inside the decode attention (G4_ATTN_MERGE=cluster,
+#            or =global: windowless layers only): test_cuda_attention's decode cases all three
+#            ways, test_backend_ops under both and test_cuda_engine under cluster, the decode
+#            kernel rows of both forms twice (after build, tiny); the end-to-end A/B is e2bq's
+#            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
@@ -693,10 +695,12 @@ stage_amerge() {
     timeout 300 build-gpu/tests/test_cuda_attention --op attn_decode >"$OUT/amerge_attention.log" 2>&1
     echo "test_cuda_attention --op attn_decode: exit $? $(tail -1 "$OUT/amerge_attention.log")"
     grep -E "FAIL" "$OUT/amerge_attention.log" | head -12
-    for op in attention qkv_attention; do
-        G4_ATTN_MERGE=cluster timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/amerge_backend_ops_$op.log" 2>&1
-        echo "G4_ATTN_MERGE=cluster test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/amerge_backend_ops_$op.log")"
-        grep -E "FAIL|differ" "$OUT/amerge_backend_ops_$op.log" | head -8
+    for m in cluster global; do
+        for op in attention qkv_attention; do
+            G4_ATTN_MERGE=$m timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/amerge_backend_ops_${m}_$op.log" 2>&1
+            echo "G4_ATTN_MERGE=$m test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/amerge_backend_ops_${m}_$op.log")"
+            grep -E "FAIL|differ" "$OUT/amerge_backend_ops_${m}_$op.log" | head -8
+        done
     done
     if [ -d "$d/f16" ]; then
         G4_ATTN_MERGE=cluster G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
