@@ -867,6 +867,24 @@ static void run_ple_block(void *ctx) {
     be->ple_block(be, c->a, c->x, c->pg, c->y, c->wg, c->wp, c->ple, c->col0);
 }
 
+// The pending add-norm outputs of a block op (mlp_block, ple_block): h_out and x against the
+// naive ones when it ran, else x untouched (its activation-rounded input).
+static void check_block_prologue(int norm, tbuf *dho, tbuf *dx, const float *got_x,
+                                 const float *want_h, const float *want_x, const float *x, size_t n,
+                                 const char *op) {
+    if (norm) {
+        float *got_h = tb_get(dho);
+        report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(dho, "h_out"), 0);
+        report("x vs naive", got_x, want_x, n, &TOL_REDUCE, tb_guards_ok(dx, "x"), 0);
+        free(got_h);
+    } else {
+        float *x_act = zeros(n);
+        for (size_t i = 0; i < n; i++) x_act[i] = act_round(x[i]);
+        CHECK_MSG(memcmp(got_x, x_act, sizeof(float) * n) == 0, "%s changed x", op);
+        free(x_act);
+    }
+}
+
 // mlp_block (issue 30 stage 2; CUDA: one persistent launch for one row of Q4 weights): with
 // norm, the add-norm of add_norm_linear first (h_out, x; next 1: the MLP's pre-FF norm);
 // mlp = gelu(x Wg) * (x Wu), y = mlp Wd. Each output against the naive result of the
@@ -906,17 +924,7 @@ static void case_mlp_block(g4_weight_kind kind, int T, int H, int F, int norm, i
     const g4_add_norm *pa = norm ? &a : NULL;
     be->mlp_block(be, pa, &dx.b, &dm.b, &dy.b, &lg, &lu, &ld);
     float *got_x = tb_get(&dx), *got_m = tb_get(&dm), *got_y = tb_get(&dy);
-    if (norm) {
-        float *got_h = tb_get(&dho);
-        report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(&dho, "h_out"), 0);
-        report("x vs naive", got_x, want_x, n, &TOL_REDUCE, tb_guards_ok(&dx, "x"), 0);
-        free(got_h);
-    } else {
-        float *x_act = zeros(n);
-        for (size_t i = 0; i < n; i++) x_act[i] = act_round(x[i]);
-        CHECK_MSG(memcmp(got_x, x_act, sizeof(float) * n) == 0, "mlp_block changed x");
-        free(x_act);
-    }
+    check_block_prologue(norm, &dho, &dx, got_x, want_h, want_x, x, n, "mlp_block");
     float *a0 = zeros(nm), *b0 = zeros(nm), *want_m = zeros(nm), *want_y = zeros(n);
     n_matmul(a0, got_x, g.Wf, NULL, T, H, F, 0);
     n_matmul(b0, got_x, u.Wf, NULL, T, H, F, 0);
@@ -2167,17 +2175,7 @@ static void case_ple_block(g4_weight_kind kind, int T, int H, int P, int norm, i
     const g4_add_norm *pa = norm ? &a : NULL;
     be->ple_block(be, pa, &dx.b, &dp.b, &dy.b, &lg, &lp, &dm.b, P);
     float *got_x = tb_get(&dx), *got_p = tb_get(&dp), *got_y = tb_get(&dy);
-    if (norm) {
-        float *got_h = tb_get(&dho);
-        report("h_out vs naive", got_h, want_h, n, &TOL_F32OUT, tb_guards_ok(&dho, "h_out"), 0);
-        report("x vs naive", got_x, want_x, n, &TOL_REDUCE, tb_guards_ok(&dx, "x"), 0);
-        free(got_h);
-    } else {
-        float *x_act = zeros(n);
-        for (size_t i = 0; i < n; i++) x_act[i] = act_round(x[i]);
-        CHECK_MSG(memcmp(got_x, x_act, sizeof(float) * n) == 0, "ple_block changed x");
-        free(x_act);
-    }
+    check_block_prologue(norm, &dho, &dx, got_x, want_h, want_x, x, n, "ple_block");
     float *a0 = zeros(np), *want_p = zeros(np), *want_y = zeros(n);
     n_matmul(a0, got_x, g.Wf, NULL, T, H, P, 0);
     for (size_t i = 0; i < np; i++) {
