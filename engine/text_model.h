@@ -132,7 +132,7 @@ typedef struct g4_text_state {
     // as add_norm_linear's; only with G4_PERSIST_MLP=1 (read at state creation) until measured.
     int persist_mlp;
     // Issue 30: a one-token forward (not a batch step's rows, no hook) runs each per-layer-input
-    // block as one op (ops.h ple_block: on CUDA with Q4 weights one launch of thread-block
+    // block as one op (ops.h ple_block: on CUDA with Q4 or fp16 weights one launch of thread-block
     // clusters) into py, its pending add in it; only with G4_PLE_FUSED=1 (read at state
     // creation) until measured on the GPU.
     int ple_fused;

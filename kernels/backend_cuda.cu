@@ -858,9 +858,9 @@ static void cu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
                                  c->persist_ws, c->persist_ws_bytes, S(be)));
 }
 
-// Issue 30: the PLE block of one token with Q4 weights as one launch of thread-block clusters
-// (ple_block.cuh), its add-norm in every CTA's prologue as the add-norm GEMVs do; other shapes
-// and weights (fp16, several rows, clipped or biased linears) run the ops apart.
+// Issue 30: the PLE block of one token with Q4 or fp16 weights as one launch of thread-block
+// clusters (ple_block.cuh), its add-norm in every CTA's prologue as the add-norm GEMVs do; other
+// shapes and weights (several rows, mixed kinds, clipped or biased linears) run the ops apart.
 static void cu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
                          const g4_linear *wg, const g4_linear *wp, const g4_buf *ple,
                          int ple_col0) {
@@ -877,13 +877,14 @@ static void cu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
               (!a ||
                (y->data != a->r->data && y->data != a->h_in->data && y->data != a->h_out->data)),
           "ple_block", "y must be a buffer of its own (not x, pg, r, h_in or h_out)");
-    const int q4 = wg->kind == G4_W_Q4 && wp->kind == G4_W_Q4 && !wg->clipped && !wp->clipped &&
-                   !wg->bias && !wp->bias;
+    const int plain = !wg->clipped && !wp->clipped && !wg->bias && !wp->bias && wp->out == wg->in;
+    const int q4 = plain && wg->kind == G4_W_Q4 && wp->kind == G4_W_Q4;
+    const int f16 = plain && wg->kind == G4_W_F16 && wp->kind == G4_W_F16;
     const int fused_norm =
         !a || (a->h_out->data != a->h_in->data && a->r->type == G4_F16 && a->h_in->type == G4_F32 &&
                a->h_out->type == G4_F32 && same_shape(a->h_in, x) && same_shape(a->h_out, x) &&
                same_shape(a->r, x));
-    if (x->rows != 1 || !q4 || !fused_norm || g4_ple_block_supported(wg->in, wg->out)) {
+    if (x->rows != 1 || !(q4 || f16) || !fused_norm || g4_ple_block_supported(wg->in, wg->out)) {
         if (a) {
             cu_add_norm_linear(be, a, x, pg, wg, NULL, ple, ple_col0);
         } else {
@@ -895,10 +896,14 @@ static void cu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
     }
     PROF("ple_block");
     const g4_gemv_norm gn = a ? gemv_norm(a, x, NULL, 0) : g4_gemv_norm{};
-    gemm_check(g4_ple_block_q4(y->data, epilogue(y, 0), pg->data, a ? NULL : x->data,
-                               a ? &gn : NULL, (const uint16_t *)ple->data + ple_col0,
-                               (const g4_q4_weight *)wg->packed, (const g4_q4_weight *)wp->packed,
-                               S(be)));
+    const void *mul = (const uint16_t *)ple->data + ple_col0;
+    if (f16)
+        gemm_check(g4_ple_block_f16(y->data, epilogue(y, 0), pg->data, a ? NULL : x->data,
+                                    a ? &gn : NULL, mul, wg->w, wp->w, wg->in, wg->out, S(be)));
+    else
+        gemm_check(g4_ple_block_q4(y->data, epilogue(y, 0), pg->data, a ? NULL : x->data,
+                                   a ? &gn : NULL, mul, (const g4_q4_weight *)wg->packed,
+                                   (const g4_q4_weight *)wp->packed, S(be)));
 }
 
 static void cu_clamp(g4_backend *be, g4_buf *x, float lo, float hi) {

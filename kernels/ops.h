@@ -160,8 +160,8 @@ struct g4_backend {
     // (the engine writes the block's output over the attention output its add reads).
     void (*mlp_block)(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
                       const g4_linear *wg, const g4_linear *wu, const g4_linear *wd);
-    // The per-layer-input block as one op (issue 30: on CUDA, one token with Q4 weights, one
-    // launch of thread-block clusters, kernels/ple_block.cu):
+    // The per-layer-input block as one op (issue 30: on CUDA, one token with Q4 or fp16 weights,
+    // one launch of thread-block clusters, kernels/ple_block.cu):
     //   (a given) the add-norm of add_norm_linear: a->h_out, and x = its output
     //   pg = gelu_tanh(x @ Wg) * ple[:, ple_col0 : ple_col0 + P]   (act type [T, P])
     //   y  = pg @ Wp                                                ([T, H], y's type as linear)

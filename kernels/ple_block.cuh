@@ -3,7 +3,8 @@
 //   (a given) h_out = (h_in + rmsnorm(r) * w) * scale, x = rmsnorm(h_out) * next_w (or h_out)
 //   pg = gelu_tanh(fp16(x @ Wg)) * mul[0 .. P)      (Wg: [H -> P], the PLE gate)
 //   y  = pg @ Wp                                    (Wp: [P -> H], the PLE projection)
-// with packed Q4 weights (kernels/q4_pack.h), thread-block clusters of 8 CTAs: every cluster
+// with packed Q4 weights (kernels/q4_pack.h) or fp16 weights ([K, N] row-major, the fp16 GEMV's
+// loads and dot products), thread-block clusters of 8 CTAs: every cluster
 // computes the whole gate (the add-norm prologue in every CTA, as the add-norm GEMVs do),
 // exchanges its partial sums through distributed shared memory, then each CTA computes its
 // slice of the projection. Design and numbers: kernels/ple_block.cu, bench/NOTES.md.
@@ -32,9 +33,16 @@ int g4_ple_block_q4(void *y, g4_gemm_epi epi, void *pg, const void *x, const g4_
                     const void *mul, const g4_q4_weight *wg, const g4_q4_weight *wp,
                     cudaStream_t stream);
 
-// The plan a launch of (H, P) runs (benches print it): clusters (of 8 CTAs), warps a gate
-// feature tile is split over, feature tiles a CTA's projection pass takes.
-void g4_ple_block_plan(int H, int P, int *clusters, int *gate_split, int *proj_tiles);
+// The same with fp16 weights: wg fp16 [H][P], wp fp16 [P][H] (row-major, 16-byte aligned).
+int g4_ple_block_f16(void *y, g4_gemm_epi epi, void *pg, const void *x, const g4_gemv_norm *a,
+                     const void *mul, const void *wg, const void *wp, int H, int P,
+                     cudaStream_t stream);
+
+// The plan a launch of (H, P) runs (benches print it; f16: the fp16 kernel's): clusters (of 8
+// CTAs); Q4: warps a gate feature tile is split over, feature tiles a CTA's projection pass
+// takes; fp16: row phases a CTA's gate rows are split over, 32-column projection units a CTA
+// takes (at most).
+void g4_ple_block_plan(int H, int P, int f16, int *clusters, int *gate_split, int *proj_tiles);
 
 #ifdef __cplusplus
 }

@@ -2139,7 +2139,8 @@ static void check_harness(void) {
     free(got), free(want);
 }
 
-// ple_block (issue 30; CUDA: one launch of thread-block clusters for one row of Q4 weights):
+// ple_block (issue 30; CUDA: one launch of thread-block clusters for one row of Q4 or fp16
+// weights):
 // with norm, the add-norm of add_norm_linear first (h_out, x; next 1, the engine's pre-PLE
 // form: x = rmsnorm(h_out) * w2); pg = gelu(x Wg) * ple[:, P : 2P] (ple [T, 3P]: the layer's
 // slice in the middle), y = pg Wp, y a buffer of its own. Each output against the naive result
@@ -2227,24 +2228,30 @@ static void mlp_block_q4_cases(void) {
     case_mlp_block(G4_W_Q4, 1, 1536, 12288, 1, 0, 1, 71);
 }
 
-// ple_block's cases: Q4 one row (on CUDA the cluster launch): tiny (H 64: most gate warps hold
-// no k tile), odd (P 192: 12 gate feature tiles of 5 warps each, 3 projection k tiles a
-// feature tile, 2 feature tiles a pass; H 1088: 17 gate k tiles, 68 projection tiles), E2B (hidden
-// 1536, P 256), the largest taken (H 2048, P 512), with and without the add-norm; then the ops
-// apart: several rows, fp16 weights (P 96: no Q4 projection takes K 96), a P past the kernel's 512.
+// ple_block's cases, Q4 and fp16 alike, one row (on CUDA the cluster launch): tiny (H 64: most
+// gate warps hold no k tile; fp16: 8 gate rows a CTA over 32 row phases), odd (P 192: 12 gate
+// feature tiles of 5 warps each, 3 projection k tiles a feature tile, 2 feature tiles a pass;
+// fp16: 24 column vectors x 10 row phases, 16 threads idle; H 1088: 17 gate k tiles, 68
+// projection tiles; fp16: 136 gate rows a CTA, 34 projection units over 40 CTAs), E2B (hidden
+// 1536, P 256), the largest taken (H 2048, P 512; fp16: 64 gate rows a thread, 8 steps), with
+// and without the add-norm; then the ops apart: several rows, a P past the kernel's 512, fp16
+// P 96 and H 1000 (outside the kernel's multiples of 64), fp16 several rows.
 static void ple_block_cases(void) {
-    case_ple_block(G4_W_Q4, 1, 64, 64, 1, 1, 80);
-    case_ple_block(G4_W_Q4, 1, 128, 64, 0, 0, 81);
-    case_ple_block(G4_W_Q4, 1, 192, 192, 1, 0, 82);
-    case_ple_block(G4_W_Q4, 1, 1088, 256, 1, 1, 83);
-    case_ple_block(G4_W_Q4, 1, 1536, 256, 1, 1, 84);
-    case_ple_block(G4_W_Q4, 1, 1536, 256, 0, 0, 85);
-    case_ple_block(G4_W_Q4, 1, 2048, 512, 1, 1, 86);
-    case_ple_block(G4_W_Q4, 1, 2048, 64, 1, 0, 87);
+    for (int f = 0; f < 2; f++) {
+        const g4_weight_kind k = f ? G4_W_F16 : G4_W_Q4;
+        const unsigned long long s = f ? 170 : 80;
+        case_ple_block(k, 1, 64, 64, 1, 1, s);
+        case_ple_block(k, 1, 128, 64, 0, 0, s + 1);
+        case_ple_block(k, 1, 192, 192, 1, 0, s + 2);
+        case_ple_block(k, 1, 1088, 256, 1, 1, s + 3);
+        case_ple_block(k, 1, 1536, 256, 1, 1, s + 4);
+        case_ple_block(k, 1, 1536, 256, 0, 0, s + 5);
+        case_ple_block(k, 1, 2048, 512, 1, 1, s + 6);
+        case_ple_block(k, 1, 2048, 64, 1, 0, s + 7);
+    }
     case_ple_block(G4_W_Q4, 3, 1536, 256, 1, 0, 88);
     case_ple_block(G4_W_Q4, 8, 256, 128, 0, 0, 89);
     case_ple_block(G4_W_Q4, 1, 256, 640, 1, 0, 90);
-    case_ple_block(G4_W_F16, 1, 1536, 256, 1, 1, 91);
     case_ple_block(G4_W_F16, 1, 136, 96, 1, 0, 92);
     case_ple_block(G4_W_F16, 1, 1000, 64, 0, 0, 93);
     case_ple_block(G4_W_F16, 2, 1536, 256, 1, 0, 94);

@@ -439,16 +439,19 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
 // launch of thread-block clusters ("ours") against the two launches it replaces in the decode
 // step ("base", PDL in the same graph): the gate GEMV with its add-norm prologue and PLE
 // multiplier, then the projection GEMV (AUTO). Both in the engine's form (the add-norm: h_in,
-// r -> h_out, x). Bytes: h_in, h_out (f32), r, x, mul, pg twice, y, the two Q4 weights.
+// r -> h_out, x). A row for Q4 weights and one for fp16. Bytes: h_in, h_out (f32), r, x, mul, pg
+// twice, y, the two weights.
 struct pb_problem {
     int H, P, copies, rc;
+    bool f16;
     std::vector<float *> hi, ho;
-    std::vector<__half *> r, w, nw, x, mul, pg, y;
+    std::vector<__half *> r, w, nw, x, mul, pg, y, gh, ph; // (gh, ph: fp16 weights)
     std::vector<g4_q4_weight> g, pj;
 };
 
-double pb_bytes(int H, int P) {
-    return 2.0 * H * 4 + 3.0 * H * 2 + 3.0 * P * 2 + 2.0 * H * P * (0.5 + 1.0 / 16 + 1.0 / 64);
+double pb_bytes(int H, int P, bool f16) {
+    return 2.0 * H * 4 + 3.0 * H * 2 + 3.0 * P * 2 +
+           2.0 * H * P * (f16 ? 2.0 : 0.5 + 1.0 / 16 + 1.0 / 64);
 }
 
 g4_gemv_norm pb_norm(pb_problem *p, int c, bool with_mul) {
@@ -464,8 +467,11 @@ void launch_ple_block(void *ctx, int rep, void *stream) {
     pb_problem *p = (pb_problem *)ctx;
     const int c = rep % p->copies;
     const g4_gemv_norm a = pb_norm(p, c, false);
-    const int rc = g4_ple_block_q4(p->y[c], G4_GEMM_Y_F16, p->pg[c], nullptr, &a, p->mul[c],
-                                   &p->g[c], &p->pj[c], (cudaStream_t)stream);
+    const cudaStream_t s = (cudaStream_t)stream;
+    const int rc = p->f16 ? g4_ple_block_f16(p->y[c], G4_GEMM_Y_F16, p->pg[c], nullptr, &a,
+                                             p->mul[c], p->gh[c], p->ph[c], p->H, p->P, s)
+                          : g4_ple_block_q4(p->y[c], G4_GEMM_Y_F16, p->pg[c], nullptr, &a,
+                                            p->mul[c], &p->g[c], &p->pj[c], s);
     if (rc) p->rc = rc;
 }
 
@@ -474,27 +480,43 @@ void launch_ple_pair(void *ctx, int rep, void *stream) {
     const int c = rep % p->copies;
     const cudaStream_t s = (cudaStream_t)stream;
     const g4_gemv_norm a = pb_norm(p, c, true);
-    int rc = g4_gemv_q4_add_norm(p->pg[c], &a, &p->g[c], nullptr, nullptr, 1, G4_GEMM_Y_F16, s);
-    if (!rc)
-        rc = g4_gemm_q4(p->y[c], p->pg[c], &p->pj[c], nullptr, 1, G4_GEMM_Y_F16, G4_GEMM_AUTO, s);
+    int rc;
+    if (p->f16) {
+        rc = g4_gemv_f16_add_norm(p->pg[c], &a, p->gh[c], nullptr, nullptr, 1, p->P, p->H,
+                                  G4_GEMM_Y_F16, s);
+        if (!rc)
+            rc = g4_gemm_f16(p->y[c], p->pg[c], p->ph[c], nullptr, 1, p->H, p->P, G4_GEMM_Y_F16,
+                             G4_GEMM_AUTO, s);
+    } else {
+        rc = g4_gemv_q4_add_norm(p->pg[c], &a, &p->g[c], nullptr, nullptr, 1, G4_GEMM_Y_F16, s);
+        if (!rc)
+            rc = g4_gemm_q4(p->y[c], p->pg[c], &p->pj[c], nullptr, 1, G4_GEMM_Y_F16, G4_GEMM_AUTO,
+                            s);
+    }
     if (rc) p->rc = rc;
 }
 
-int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max) {
+int bench_ple_kind(const char *filter, int reps, int l2, g4_kbench_row *rows, int max, bool f16) {
     int n = 0;
     const int H = 1536, P = 256; // E2B
     g4_kbench_row row;
     memset(&row, 0, sizeof row);
     int clusters, s1, ft2;
-    g4_ple_block_plan(H, P, &clusters, &s1, &ft2);
-    snprintf(row.op, sizeof row.op, "ple_block_q4");
-    snprintf(row.shape, sizeof row.shape, "M=1 H=%d P=%d clusters %d gate split %d proj tiles %d",
-             H, P, clusters, s1, ft2);
+    g4_ple_block_plan(H, P, f16, &clusters, &s1, &ft2);
+    snprintf(row.op, sizeof row.op, f16 ? "ple_block_f16" : "ple_block_q4");
+    if (f16)
+        snprintf(row.shape, sizeof row.shape,
+                 "M=1 H=%d P=%d clusters %d gate row phases %d proj units %d", H, P, clusters, s1,
+                 ft2);
+    else
+        snprintf(row.shape, sizeof row.shape,
+                 "M=1 H=%d P=%d clusters %d gate split %d proj tiles %d", H, P, clusters, s1, ft2);
     if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) return 0;
     if (max < 1) return 0;
     pb_problem p;
-    p.H = H, p.P = P, p.rc = G4_OK;
-    p.copies = (int)((2.0 * l2 + pb_bytes(H, P) - 1) / pb_bytes(H, P));
+    p.H = H, p.P = P, p.rc = G4_OK, p.f16 = f16;
+    const double bytes = pb_bytes(H, P, f16);
+    p.copies = (int)((2.0 * l2 + bytes - 1) / bytes);
     p.copies = p.copies < 1 ? 1 : p.copies > 64 ? 64 : p.copies;
     for (int c = 0; c < p.copies; c++) {
         const uint32_t seed = 0x7f4a7c15u * (uint32_t)(c + 1) + (uint32_t)P;
@@ -508,8 +530,13 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
         p.x.push_back((__half *)dalloc((size_t)H * 2));
         p.pg.push_back((__half *)dalloc((size_t)P * 2));
         p.y.push_back((__half *)dalloc((size_t)H * 2));
-        p.g.push_back(rand_q4(P, H, seed ^ 1u));
-        p.pj.push_back(rand_q4(H, P, seed ^ 2u));
+        if (f16) {
+            p.gh.push_back(rand_f16((size_t)H * P, seed ^ 1u, -0.05f, 0.05f));
+            p.ph.push_back(rand_f16((size_t)P * H, seed ^ 2u, -0.05f, 0.05f));
+        } else {
+            p.g.push_back(rand_q4(P, H, seed ^ 1u));
+            p.pj.push_back(rand_q4(H, P, seed ^ 2u));
+        }
     }
     G4_CUDA_CHECK(cudaDeviceSynchronize());
     launch_ple_block(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
@@ -521,7 +548,7 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
         row.ours = g4_kbench_run_graph(launch_ple_block, &p, per_graph, 2, reps);
         row.base = g4_kbench_run_graph(launch_ple_pair, &p, per_graph, 2, reps);
         snprintf(row.base_name, sizeof row.base_name, "gate+proj (2 launches)");
-        row.bytes = pb_bytes(H, P);
+        row.bytes = bytes;
         row.flops = 2.0 * 2.0 * H * P;
         if (p.rc != G4_OK)
             fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
@@ -533,9 +560,21 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
              {(void *)p.hi[c], (void *)p.ho[c], (void *)p.r[c], (void *)p.w[c], (void *)p.nw[c],
               (void *)p.mul[c], (void *)p.x[c], (void *)p.pg[c], (void *)p.y[c]})
             G4_CUDA_CHECK(cudaFree(q));
-        g4_q4_weight_free(&p.g[c]);
-        g4_q4_weight_free(&p.pj[c]);
+        if (f16) {
+            G4_CUDA_CHECK(cudaFree(p.gh[c]));
+            G4_CUDA_CHECK(cudaFree(p.ph[c]));
+        } else {
+            g4_q4_weight_free(&p.g[c]);
+            g4_q4_weight_free(&p.pj[c]);
+        }
     }
+    return n;
+}
+
+// The Q4 row, then the fp16 row beside it.
+int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max) {
+    int n = bench_ple_kind(filter, reps, l2, rows, max, false);
+    n += bench_ple_kind(filter, reps, l2, rows + n, max - n, true);
     return n;
 }
 

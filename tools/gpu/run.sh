@@ -54,8 +54,8 @@
 #            + the down GEMV), test_cuda_engine with G4_PERSIST_MLP=1
 #   ple      issue 30, the decode PLE block as one launch of clusters (after build; tiny for its
 #            engine half): test_backend_ops --op ple_block on CUDA (and --break, and with
-#            G4_PLE_CLUSTERS=1 and 3), the kernel row `bench --kernels --filter ple_block` twice
-#            (the launch vs the gate GEMV + the projection GEMV), test_cuda_engine with
+#            G4_PLE_CLUSTERS=1 and 3), the kernel rows `bench --kernels --filter ple_block` (Q4
+#            and fp16) twice (the launch vs the gate GEMV + the projection GEMV), test_cuda_engine with
 #            G4_PLE_FUSED=1; end to end: e2bq with E2BQ_VARIANTS="landed:X=1 ple:G4_PLE_FUSED=1"
 #   dgemm    the wgmma / mma GEMMs at M = 8, 16, 32, 64 on the decoder's shapes (the skinny path
 #            at 16..64 beside them), beside cuBLAS
@@ -787,12 +787,13 @@ stage_persist() {
 # Issue 30 (bench/NOTES.md "Issue 30: the PLE block as one launch"; after build, and tiny for the
 # engine half): the per-layer-input block of one token as one launch of thread-block clusters
 # (kernels/ple_block.cu, op ple_block, G4_PLE_FUSED=1). test_backend_ops --op ple_block on CUDA
-# (vs the naive op at tiny, odd and E2B shapes, Q4 one row fused, fp16 and several rows the ops
-# apart; run 3 times and replayed 3 times from a graph, bit-identical) and its --break, again
-# with G4_PLE_CLUSTERS=1 and 3 (a few clusters walk every projection group); then the kernel row
-# (beside the gate GEMV with its add-norm + the projection GEMV, graph-replayed with PDL) twice;
-# then test_cuda_engine on gpu-tiny with G4_PLE_FUSED=1 (graph == eager, CUDA vs the CPU
-# reference). The end-to-end A/B: the e2bq stage with
+# (vs the naive op at tiny, odd and E2B shapes, Q4 and fp16 one row fused, several rows and
+# shapes outside the kernel's limits the ops apart; run 3 times and replayed 3 times from a graph,
+# bit-identical) and its --break, again with G4_PLE_CLUSTERS=1 and 3 (a few clusters walk every
+# projection group / unit); then the kernel rows, Q4 and fp16 (each beside its gate GEMV with
+# the add-norm + the projection GEMV, graph-replayed with PDL) twice; then test_cuda_engine on
+# gpu-tiny with G4_PLE_FUSED=1 (graph == eager, CUDA vs the CPU reference; its f16 package runs
+# the fp16 kernel, its q4 package the Q4 one). The end-to-end A/B: the e2bq stage with
 # E2BQ_VARIANTS="landed:X=1 ple:G4_PLE_FUSED=1".
 stage_ple() {
     local d="$WORK/gpu-tiny" v
