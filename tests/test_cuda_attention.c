@@ -424,9 +424,12 @@ int main(int argc, char **argv) {
     // (each three times: merge 0, the merge kernel; 1, the merge inside the splits, where lengths
     // 1 .. 511 leave one cluster active and 4096 / 32768 several, whose last one merges; 2, that
     // merge on the windowless cases only)
-    const int lens[] = {1, 17, 511, 512, 513, 4096, 32768};
+    // (63 / 64 / 65: hd 256's first tile edge, hd 512's second; 257: hd 512's first cluster of 8
+    // one-tile splits full, a second cluster of one active split and 7 empty ones)
+    const int lens[] = {1, 2, 17, 63, 64, 65, 257, 511, 512, 513, 4096, 32768};
+    const int n_lens = (int)(sizeof lens / sizeof lens[0]);
     for (g_merge = 0; g_merge <= 2; g_merge++) {
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < n_lens; i++) {
             case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
             case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);
         }
