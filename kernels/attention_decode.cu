@@ -135,7 +135,8 @@ __device__ __forceinline__ void dec_cluster_merge(const DecParams &p, const floa
                                                   int t_first, int t_count, int kvh, int cid,
                                                   int n_ca, uint8_t *smem) {
     // Every remote (DSMEM) or L2 read below is issued with the others of its step in flight
-    // (one (row, source) pair a thread, or 8 unrolled float4 loads): the first version looped
+    // (in the cluster, a thread's CS (m, l) pairs and CS float4s of O at once; over the clusters,
+    // one (row, source) pair a thread, then 8 unrolled float4 loads): the first version looped
     // over the sources one dependent load at a time and paid ~200-600 cycles per load, ~5 us.
     constexpr int MAXC = DEC_CM_MAX_CLUSTERS, R = 16;
     cg::cluster_group cluster = cg::this_cluster();
@@ -211,25 +212,45 @@ __device__ __forceinline__ void dec_cluster_merge(const DecParams &p, const floa
     };
 
     cluster.sync(); // every split's O and (m, l) are in its shared memory
-    weights(CS, [&](int row, int k) {
-        return *reinterpret_cast<const float2 *>(cluster.map_shared_rank(sml, k) + 2 * row);
-    });
+    // Over the cluster's CS <= 8 splits each thread gathers its row's CS (m, l) pairs together
+    // with its CS float4s of O (one DSMEM round trip, 2 CS loads in flight) and derives the
+    // weights itself: no shared weight table, so no second round trip and no CTA barriers.
+    // Every split of an active cluster left an O (zeros where it had no keys), so the loads
+    // need no guard; the arithmetic is weights() + wsum()'s, in the same (rank) order.
     for (int e = tid; e < R * Q; e += DEC_THREADS) {
         const int row = e / Q, d = crank * DS + (e % Q) * 4, i = rg * 16 + row;
         if (i >= rows) continue;
-        const float4 num = wsum(row, CS, [&](int k) {
-            return *reinterpret_cast<const float4 *>(cluster.map_shared_rank(so, k) + row * C::HD +
-                                                     d);
-        });
+        float2 ml[DEC_CM_CS];
+        float4 v[DEC_CM_CS];
+#pragma unroll
+        for (int k = 0; k < DEC_CM_CS; k++)
+            if (k < CS) {
+                ml[k] =
+                    *reinterpret_cast<const float2 *>(cluster.map_shared_rank(sml, k) + 2 * row);
+                v[k] = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(so, k) +
+                                                         row * C::HD + d);
+            }
+        float M = -INFINITY, den = 0.0f;
+#pragma unroll
+        for (int k = 0; k < DEC_CM_CS; k++)
+            if (k < CS && ml[k].y > 0.0f) M = fmaxf(M, ml[k].x);
+        float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < DEC_CM_CS; k++) {
+            if (k >= CS) continue;
+            const float w = ml[k].y > 0.0f ? exp2f(ml[k].x - M) : 0.0f;
+            den += w * ml[k].y;
+            if (w > 0.0f)
+                num.x += w * v[k].x, num.y += w * v[k].y, num.z += w * v[k].z, num.w += w * v[k].w;
+        }
         const int t = t_first + i / p.group, h = kvh * p.group + i % p.group;
         if (n_ca == 1) {
-            store_out(t, h, d, num, sden[row]);
+            store_out(t, h, d, num, den);
         } else {
             const size_t prow = ((size_t)t * p.n_heads + h) * p.n_splits + cid;
             *reinterpret_cast<float4 *>(p.part_o + prow * C::HD + d) = num;
             if (d == crank * DS)
-                *reinterpret_cast<float2 *>(p.part_ml + prow * 2) =
-                    make_float2(sm[row * MAXC], sden[row]);
+                *reinterpret_cast<float2 *>(p.part_ml + prow * 2) = make_float2(M, den);
         }
     }
     if (n_ca == 1) {

@@ -95,6 +95,40 @@ static void check_decode_path(const void *dws, int window, const char *what) {
     }
 }
 
+// The launch of a decode case, kept so that it can be made again.
+typedef struct {
+    void *out, *q, *k, *v, *pos, *ws;
+    int T, nh, nkv, hd, capacity, window;
+    size_t ws_bytes;
+} decode_launch;
+
+static void decode_run(const decode_launch *d) {
+    g4_attn_decode(d->out, d->q, d->k, d->v, d->pos, d->T, d->nh, d->nkv, d->hd, d->capacity,
+                   d->window, 1.0f, d->ws, d->ws_bytes, 0);
+}
+
+// The same launch again into a poisoned output must give the same bits: both merges sum in a
+// fixed order whatever order the splits (and, merging inside, the clusters' tickets) arrive in.
+static void check_decode_repeat(const decode_launch *d, size_t out_n) {
+    uint16_t *a = g4_malloc(2 * out_n), *b = g4_malloc(2 * out_n);
+    HX_CUDA(cudaMemcpy(a, d->out, 2 * out_n, cudaMemcpyDeviceToHost));
+    hx_poison_f16(d->out, out_n);
+    decode_run(d);
+    HX_CUDA(cudaDeviceSynchronize());
+    HX_CUDA(cudaMemcpy(b, d->out, 2 * out_n, cudaMemcpyDeviceToHost));
+    size_t diff = 0;
+    for (size_t i = 0; i < out_n; i++) diff += a[i] != b[i];
+    g4t_checks++;
+    if (diff) {
+        g4t_failures++, hx_cases_failed++;
+        printf("  %-22s FAIL  %zu of %zu fp16 outputs differ from the first launch's\n", "repeat",
+               diff, out_n);
+    } else {
+        printf("  %-22s ok    the first launch's %zu fp16 outputs, bit for bit\n", "repeat", out_n);
+    }
+    free(a), free(b);
+}
+
 // Poisons a decode workspace (NaN) except its ticket header, which must start at zero.
 static void poison_decode_ws(void *dws, size_t bytes) {
     hx_poison_f32(dws, bytes / 4);
@@ -126,9 +160,10 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
     cudaEvent_t e0, e1;
     HX_CUDA(cudaEventCreate(&e0));
     HX_CUDA(cudaEventCreate(&e1));
+    const decode_launch dl = {dout, dq,  dk, dv,       dpos,   dws,     T,
+                              nh,   nkv, hd, capacity, window, ws_bytes};
     HX_CUDA(cudaEventRecord(e0, 0));
-    g4_attn_decode(dout, dq, dk, dv, dpos, T, nh, nkv, hd, capacity, window, 1.0f, dws, ws_bytes,
-                   0);
+    decode_run(&dl);
     HX_CUDA(cudaEventRecord(e1, 0));
     HX_CUDA(cudaDeviceSynchronize());
     float ms = 0;
@@ -140,6 +175,8 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
     hx_report("out vs ref_attention", hx_compare(got, want, out_n, ATTN_ATOL, ATTN_RTOL), got, want,
               ATTN_ATOL, ATTN_RTOL, guards, ms);
     check_decode_path(dws, window, "path");
+    check_decode_repeat(&dl, out_n);
+    check_decode_path(dws, window, "path (repeat)");
     HX_CUDA(cudaEventDestroy(e0));
     HX_CUDA(cudaEventDestroy(e1));
     hx_dev_free(dq), hx_dev_free(dk), hx_dev_free(dv), hx_dev_free(dpos), hx_dev_free(dout),
@@ -150,8 +187,8 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
 // One decode launch captured in a CUDA graph, replayed after the device position changes:
 // the grid is fixed by the capacity, the work follows the length.
 static void case_decode_graph(int hd, int capacity) {
-    if (!hx_case("attn_decode", "graph hd=%d heads=8 kv=1 T=1 cap=%d L=1,300,%d merge=%d", hd,
-                 capacity, capacity, g_merge))
+    if (!hx_case("attn_decode", "graph hd=%d heads=8 kv=1 T=1 cap=%d L=1,300,%d,%d merge=%d", hd,
+                 capacity, capacity, capacity, g_merge))
         return;
     unsigned long long s = 4242;
     const int nh = 8, qw = nh * hd, kvw = hd;
@@ -178,9 +215,10 @@ static void case_decode_graph(int hd, int capacity) {
     g4_attn_decode(dout, dq, dk, dv, dpos, 1, nh, 1, hd, capacity, 0, 1.0f, dws, ws_bytes, st);
     HX_CUDA(cudaStreamEndCapture(st, &graph));
     HX_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    const int lens[3] = {1, 300, capacity};
-    float *want = g4_malloc(sizeof(float) * qw);
-    for (int i = 0; i < 3; i++) {
+    // (the capacity twice: the second replay must repeat the first's bits)
+    const int lens[4] = {1, 300, capacity, capacity};
+    float *want = g4_malloc(sizeof(float) * qw), *prev = NULL;
+    for (int i = 0; i < 4; i++) {
         pos = lens[i] - 1;
         HX_CUDA(cudaMemcpyAsync(dpos, &pos, 4, cudaMemcpyHostToDevice, st));
         hx_poison_f16(dout, qw);
@@ -193,8 +231,21 @@ static void case_decode_graph(int hd, int capacity) {
         hx_report(what, hx_compare(got, want, qw, ATTN_ATOL, ATTN_RTOL), got, want, ATTN_ATOL,
                   ATTN_RTOL, hx_guards_ok(dout, 2 * (size_t)qw, "out"), 0);
         check_decode_path(dws, 0, "path");
-        free(got);
+        if (i == 3) {
+            g4t_checks++;
+            if (memcmp(got, prev, sizeof(float) * qw)) {
+                g4t_failures++, hx_cases_failed++;
+                printf("  %-22s FAIL  the replay at L=%d differs from the one before\n", "repeat",
+                       lens[i]);
+            } else {
+                printf("  %-22s ok    the replay at L=%d repeats the one before\n", "repeat",
+                       lens[i]);
+            }
+        }
+        free(prev);
+        prev = got;
     }
+    free(prev);
     HX_CUDA(cudaGraphExecDestroy(exec));
     HX_CUDA(cudaGraphDestroy(graph));
     HX_CUDA(cudaStreamDestroy(st));
@@ -373,9 +424,12 @@ int main(int argc, char **argv) {
     // (each three times: merge 0, the merge kernel; 1, the merge inside the splits, where lengths
     // 1 .. 511 leave one cluster active and 4096 / 32768 several, whose last one merges; 2, that
     // merge on the windowless cases only)
-    const int lens[] = {1, 17, 511, 512, 513, 4096, 32768};
+    // (63 / 64 / 65: hd 256's first tile edge, hd 512's second; 257: hd 512's first cluster of 8
+    // one-tile splits full, a second cluster of one active split and 7 empty ones)
+    const int lens[] = {1, 2, 17, 63, 64, 65, 257, 511, 512, 513, 4096, 32768};
+    const int n_lens = (int)(sizeof lens / sizeof lens[0]);
     for (g_merge = 0; g_merge <= 2; g_merge++) {
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < n_lens; i++) {
             case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
             case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);
         }

@@ -23,32 +23,42 @@ namespace {
 // Decode: 8 query heads on one KV head, T = 1, the last token at L - 1. Bytes: the visible
 // K and V rows (+ q and out, negligible).
 // merge 1: the merge inside the split kernel (G4_ATTN_MERGE=cluster), row attn_decode_cm.
+// cap: the caches' capacity (0: L), which sets the grid (the split count follows it, not L): the
+// engine's caches hold the whole context, so its short-context launches run the grid of a long
+// one whose CTAs past the length exit at once ("cap=" rows).
 int bench_decode(const char *filter, int reps, g4_kbench_row *rows, int n, int max, int hd, int L,
-                 int window, int merge) {
+                 int window, int merge, int cap = 0) {
     char shape[96];
-    snprintf(shape, sizeof shape, "hd=%d h=8 kv=1 T=1 L=%d win=%d", hd, L, window);
+    if (cap > L)
+        snprintf(shape, sizeof shape, "hd=%d h=8 kv=1 T=1 L=%d cap=%d win=%d", hd, L, cap, window);
+    else
+        snprintf(shape, sizeof shape, "hd=%d h=8 kv=1 T=1 L=%d win=%d", hd, L, window), cap = L;
     const char *name = merge ? "attn_decode_cm" : "attn_decode";
     if (!g4b::match(filter, name, shape)) return n;
     Pool pool;
     const int nh = 8, visible = window > 0 && window < L ? window : L;
     const double kv_bytes = 2.0 * visible * hd * 2;
     const int copies = g4_kbench_copies((size_t)(2.0 * L * hd * 2));
+    // Copy c's cache starts at row c L of one buffer of (copies - 1) L + cap rows: the kernel
+    // reads rows < L only, so each copy has cap rows inside the buffer without cap x copies.
+    const size_t buf_rows = (size_t)(copies - 1) * L + cap;
+    uint16_t *kbuf = pool.f16(buf_rows * hd, 11, -0.25f, 0.25f);
+    uint16_t *vbuf = pool.f16(buf_rows * hd, 111, -1, 1);
     std::vector<uint16_t *> kc(copies), vc(copies);
-    for (int c = 0; c < copies; c++) {
-        kc[c] = pool.f16((size_t)L * hd, 11 + c, -0.25f, 0.25f);
-        vc[c] = pool.f16((size_t)L * hd, 111 + c, -1, 1);
-    }
+    for (int c = 0; c < copies; c++)
+        kc[c] = kbuf + (size_t)c * L * hd, vc[c] = vbuf + (size_t)c * L * hd;
     uint16_t *q = pool.f16((size_t)nh * hd, 7, -1, 1);
     uint16_t *out = static_cast<uint16_t *>(pool.alloc(2 * (size_t)nh * hd));
     const int32_t pos_h = L - 1;
     int32_t *pos = pool.upload(&pos_h, 1);
-    const size_t ws_bytes = g4_attn_decode_workspace(1, nh, 1, hd, L);
+    const size_t ws_bytes = g4_attn_decode_workspace(1, nh, 1, hd, cap);
     void *ws = pool.alloc(ws_bytes);
     G4_CUDA_CHECK(cudaMemset(ws, 0, ws_bytes)); // (the merge's tickets start at zero)
     g4_attn_decode_set_merge(merge);            // (read at capture: the graph keeps the form)
     auto ours = [&](int rep, cudaStream_t st) {
         const int c = rep % copies;
-        g4_attn_decode(out, q, kc[c], vc[c], pos, 1, nh, 1, hd, L, window, 1.0f, ws, ws_bytes, st);
+        g4_attn_decode(out, q, kc[c], vc[c], pos, 1, nh, 1, hd, cap, window, 1.0f, ws, ws_bytes,
+                       st);
     };
     struct Unforce {
         ~Unforce() { g4_attn_decode_set_merge(-1); }
@@ -170,6 +180,9 @@ extern "C" int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *
         n = bench_decode(filter, reps, rows, n, max, 256, 4096, 512, merge);
         n = bench_decode(filter, reps, rows, n, max, 256, 128, 512, merge); // decode after 128
         n = bench_decode(filter, reps, rows, n, max, 512, 128, 0, merge);
+        // the same after 128 on the grid of 32k caches, as the engine launches it
+        n = bench_decode(filter, reps, rows, n, max, 256, 128, 512, merge, 32768);
+        n = bench_decode(filter, reps, rows, n, max, 512, 128, 0, merge, 32768);
     }
     // prefill (issue 22: hd 256 and 512 at 4k-16k; the baseline column is the HMMA kernel)
     const int Ts[] = {512, 2048, 4096, 8192, 16384};

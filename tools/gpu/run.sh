@@ -41,9 +41,12 @@
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   amerge   issue 30: the split-KV merge inside the decode attention (G4_ATTN_MERGE=cluster,
 #            or =global: windowless layers only): test_cuda_attention's decode cases all three
-#            ways, test_backend_ops under both and test_cuda_engine under cluster, the decode
-#            kernel rows of both forms twice (after build, tiny); the end-to-end A/B is e2bq's
-#            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster"
+#            ways (each launch repeated: the same bits), test_backend_ops under both and
+#            test_cuda_engine under cluster (alone and with G4_FUSE_ATTN=1: the head preparation
+#            inside), the decode kernel rows of both forms twice (after 128 also on a 32k
+#            grid, as the engine launches it) (after build, tiny); the end-to-end A/B is e2bq's
+#            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster
+#            amergef:G4_ATTN_MERGE=cluster,G4_FUSE_ATTN=1"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
@@ -703,9 +706,11 @@ stage_amerge() {
         done
     done
     if [ -d "$d/f16" ]; then
-        G4_ATTN_MERGE=cluster G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
-            tee "$OUT/amerge_cuda_engine.log" | grep -E "decode:|checks|FAIL" | tail -8
-        echo "=== test_cuda_engine G4_ATTN_MERGE=cluster: exit ${PIPESTATUS[0]}"
+        for f in 0 1; do # G4_FUSE_ATTN=1: the PREP kernels' one-token form merges inside too
+            G4_ATTN_MERGE=cluster G4_FUSE_ATTN=$f G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+                tee "$OUT/amerge_cuda_engine_fuse$f.log" | grep -E "decode:|checks|FAIL" | tail -8
+            echo "=== test_cuda_engine G4_ATTN_MERGE=cluster G4_FUSE_ATTN=$f: exit ${PIPESTATUS[0]}"
+        done
     else
         echo "amerge: no gpu-tiny package ($d/f16): test_cuda_engine skipped"
     fi
