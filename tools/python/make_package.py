@@ -257,10 +257,11 @@ def alt_config(tiny, hidden=None):
     every 3rd layer (E2B every 5th), the last third of the layers KV-shared, one MLP width on every
     layer (use_double_wide_mlp off: E2B doubles it on the KV-shared layers; transformers 5.17's
     Gemma4TextMLP takes one intermediate_size, so that is all the per-layer freedom the config has).
-      alt-tiny  hidden 48, 9 layers S S F x 3 (6 <- 4, 7 <- 4, 8 <- 5 share K/V), head_dim 16 /
-                40 on full layers (not 2x; proportional RoPE 0.25: 5 rotating pairs of 20),
-                window 6, MLP 40, PLE 24, vocab 384, 64 positions; tiny2's towers. Committed as
-                tests/fixtures/alt-tiny (CPU: head_dim 16 / 40 is not a CUDA kernel shape).
+      alt-tiny  hidden 32, 9 layers S S F x 3 (6 <- 4, 7 <- 4, 8 <- 5 share K/V), head_dim 16 /
+                48 on full layers (3x; onnxruntime's attention takes multiples of 16 only;
+                proportional RoPE 0.25: 6 rotating pairs of 24), window 6, MLP 40, PLE 24, vocab
+                256, 48 positions; tiny2's towers. Committed as tests/fixtures/alt-tiny (CPU:
+                head_dim 16 / 48 is not a CUDA kernel shape).
       alt       hidden 2048, 24 layers S S F x 8 (the last 8 KV-shared), head_dim 256 / 512 (the
                 CUDA attention kernels' head widths), window 1024, MLP 8192, PLE 512 (E2B 256),
                 vocab 32768, 32768 positions; gpu-tiny's towers. About 2.4e9 parameters (4.8 GB
@@ -269,15 +270,19 @@ def alt_config(tiny, hidden=None):
     from make_tiny2 import tiny2_config
 
     S, F = "sliding_attention", "full_attention"
+
+    def pattern(layers, vocab, **sizes):
+        return dict(num_hidden_layers=layers, layer_types=[S, S, F] * (layers // 3),
+                    num_kv_shared_layers=layers // 3, num_attention_heads=8,
+                    num_key_value_heads=2, use_double_wide_mlp=False, vocab_size=vocab,
+                    vocab_size_per_layer_input=vocab, **sizes)
+
     if tiny:
-        base, towers = tiny2_config(), tiny2_config()
-        text = dict(base.text_config.to_dict(),
-                    vocab_size=256, vocab_size_per_layer_input=256, hidden_size=32,
-                    intermediate_size=40, num_hidden_layers=9, num_attention_heads=8,
-                    num_key_value_heads=2, head_dim=16, global_head_dim=48,
-                    layer_types=[S, S, F] * 3, sliding_window=6, num_kv_shared_layers=3,
-                    use_double_wide_mlp=False, hidden_size_per_layer_input=24,
-                    max_position_embeddings=48)
+        towers = tiny2_config()
+        text = dict(towers.text_config.to_dict(),
+                    **pattern(9, 256, hidden_size=32, intermediate_size=40, head_dim=16,
+                              global_head_dim=48, sliding_window=6,
+                              hidden_size_per_layer_input=24, max_position_embeddings=48))
         text["rope_parameters"] = {
             S: {"rope_type": "default", "rope_theta": 10000.0},
             F: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6},
@@ -285,12 +290,9 @@ def alt_config(tiny, hidden=None):
     else:
         towers = gpu_tiny_config()
         text = dict(gpu_tiny_text(),
-                    vocab_size=32768, vocab_size_per_layer_input=32768, hidden_size=2048,
-                    intermediate_size=8192, num_hidden_layers=24, num_attention_heads=8,
-                    num_key_value_heads=2, head_dim=256, global_head_dim=512,
-                    layer_types=[S, S, F] * 8, sliding_window=1024, num_kv_shared_layers=8,
-                    use_double_wide_mlp=False, hidden_size_per_layer_input=512,
-                    max_position_embeddings=32768)
+                    **pattern(24, 32768, hidden_size=2048, intermediate_size=8192, head_dim=256,
+                              global_head_dim=512, sliding_window=1024,
+                              hidden_size_per_layer_input=512, max_position_embeddings=32768))
     # (a text_config dict from to_dict() carries per_layer_config keyed by the old layers)
     text.pop("per_layer_config", None)
     if hidden:
