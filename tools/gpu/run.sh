@@ -97,8 +97,9 @@
 #            (after build; ~6-9 min in all, see bench/NOTES.md): alt_make makes it
 #            (tools/python/make_package.py --preset alt [--hidden $ALT_HIDDEN]: hidden 2048, 24
 #            layers S S F, GQA 8:2, head_dim 256 / 512, window 1024, MLP 8192 on every layer, PLE
-#            512, vocab 32768; ~2.4e9 parameters), its Q4 form (g4cu quantize) and HF dumps of 16
-#            and 1100 tokens (past the window; fp32 and fp16 on the GPU); alt_run: g4cu compare
+#            512, vocab 32768; ~2.1e9 parameters, 4.2 GB in f16), its Q4 form (g4cu quantize)
+#            and HF dumps of 16 and 1100 tokens (past the window; fp32 and fp16 on the GPU);
+#            alt_run: g4cu compare
 #            --backend cuda vs HF fp32 with --tol-from HF fp16 (hf-fp16x3) at both lengths,
 #            Q4's KL vs f16, greedy tokens CUDA == CPU over 32 steps, bench f16 + Q4
 #            ($OUT/alt_bench.json). Two calls when one would pass the 10 minutes: "build alt_make"

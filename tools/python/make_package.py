@@ -264,7 +264,7 @@ def alt_config(tiny, hidden=None):
                 head_dim 16 / 48 is not a CUDA kernel shape).
       alt       hidden 2048, 24 layers S S F x 8 (the last 8 KV-shared), head_dim 256 / 512 (the
                 CUDA attention kernels' head widths), window 1024, MLP 8192, PLE 512 (E2B 256),
-                vocab 32768, 32768 positions; gpu-tiny's towers. About 2.4e9 parameters (4.8 GB
+                vocab 32768, 32768 positions; gpu-tiny's towers. About 2.1e9 parameters (4.2 GB
                 in f16): for the GPU (tools/gpu/run.sh stage alt), not committed.
     hidden overrides the hidden size (the head widths do not depend on it)."""
     from make_tiny2 import tiny2_config
