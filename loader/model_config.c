@@ -249,11 +249,12 @@ static double rope_misfit(const g4_tensor *ct, const g4_tensor *st, const float 
 // to the recovered frequencies raw[1..n_rot) (weighted least squares on log frequency; weights
 // f^2 since the absolute error is uniform). The roundest theta (fewest significant digits) that
 // reproduces the table is preferred to the fitted one: a table of few rows or few rotating
-// pairs pins theta only loosely (64 rows: 10000.4 for HF's 10000, which turns the pairs of a
-// 16-wide head by ~1e-5 relative at 24 positions, as much as HF fp32's own error; 3 pairs:
-// 1.00002e6 for 1e6), HF's configs use round bases, and a long table (E2B's 131072 rows) admits
-// only the true one. Returns the misfit (INFINITY when no theta could be fitted); *theta and
-// inv_freq[n_freq] hold the last candidate tried.
+// pairs pins theta only loosely (alt-tiny's 48 rows: 10000.4 for HF's 10000 on a 16-wide head,
+// which turns its pairs by ~1e-5 relative at 16 positions, as much as HF fp32's own error; 6
+// pairs of a 48-wide head: 999945 for 1e6), HF's configs use round bases, and a long table
+// (E2B's 131072 rows) admits only values within ~1e-6 of the true one. Returns the misfit
+// (INFINITY when no theta could be fitted); *theta and inv_freq[n_freq] hold the last candidate
+// tried.
 static double fit_rope_theta(const g4_tensor *ct, const g4_tensor *st, const double *raw,
                              int n_freq, int n_rot, int dim, double *theta, float *inv_freq,
                              int64_t *row, int *col) {
