@@ -94,11 +94,12 @@
 #            the earlier rounds with a prefill budget of one chunk: one prompt chunk a round)
 #            and with G4_BATCH_GRAPH=1 (the batch step captured per row count)
 #   alt      issue 30, a Gemma-4 of another shape than E2B at full scale = alt_make + alt_run
-#            (after build; ~6-9 min in all, see bench/NOTES.md): alt_make makes it
+#            (after build; ~7-10 min in all, see bench/NOTES.md): alt_make makes it
 #            (tools/python/make_package.py --preset alt [--hidden $ALT_HIDDEN]: hidden 2048, 24
 #            layers S S F, GQA 8:2, head_dim 256 / 512, window 1024, MLP 8192 on every layer, PLE
 #            512, vocab 32768; ~2.1e9 parameters, 4.2 GB in f16), its Q4 form (g4cu quantize)
-#            and HF dumps of 16 and 1100 tokens (past the window; fp32 and fp16 on the GPU);
+#            and HF dumps of 16 and 1100 tokens (past the window; fp32 on the CPU, as e2b_make's
+#            --package checks of the RoPE tables run there; fp16 on the GPU);
 #            alt_run: g4cu compare
 #            --backend cuda vs HF fp32 with --tol-from HF fp16 (hf-fp16x3) at both lengths,
 #            Q4's KL vs f16, greedy tokens CUDA == CPU over 32 steps, bench f16 + Q4
@@ -982,7 +983,7 @@ stage_alt_make() {
         { tail -5 "$OUT/alt_make.log"; return 1; }
     stamp "alt made and quantized"
     python3 tools/python/make_reference.py --hf "$d/hf" --package "$d/f16" --out "$d/dumps" \
-        --lengths 16,1100 --device cuda >>"$OUT/alt_make.log" 2>&1 || { tail -10 "$OUT/alt_make.log"; return 1; }
+        --lengths 16,1100 >>"$OUT/alt_make.log" 2>&1 || { tail -10 "$OUT/alt_make.log"; return 1; }
     python3 tools/python/make_reference.py --hf "$d/hf" --out "$d/dumps16" --lengths 16,1100 \
         --dtype float16 --device cuda >>"$OUT/alt_make.log" 2>&1 || { tail -10 "$OUT/alt_make.log"; return 1; }
     touch "$d/READY"
