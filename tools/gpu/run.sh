@@ -1007,7 +1007,9 @@ stage_alt_run() {
         build-gpu/g4cu generate "$d/f16" --ids "$ids" --max-new 32 --ignore-eos --backend $b --json \
             >"$OUT/alt_gen_$b.json" 2>"$OUT/alt_gen_$b.err"
     done
-    if cmp -s <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cuda.json") <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cpu.json"); then
+    if ! grep -q '"tokens":\[' "$OUT/alt_gen_cuda.json" || ! grep -q '"tokens":\[' "$OUT/alt_gen_cpu.json"; then
+        echo "alt greedy: a run failed: $(cat "$OUT/alt_gen_cuda.err" "$OUT/alt_gen_cpu.err" | head -2)"
+    elif cmp -s <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cuda.json") <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cpu.json"); then
         echo "alt greedy cuda == cpu (32 tokens): same"
     else
         echo "alt greedy cuda vs cpu: differ (a near-tie, or a bug: $OUT/alt_gen_*.json)"
