@@ -245,13 +245,50 @@ static double rope_misfit(const g4_tensor *ct, const g4_tensor *st, const float 
     return worst;
 }
 
+// Gemma's form inv_freq[i] = theta^(-2i/dim) for the first n_rot pairs (0 after), theta fitted
+// to the recovered frequencies raw[1..n_rot) (weighted least squares on log frequency; weights
+// f^2 since the absolute error is uniform). The roundest theta (fewest significant digits) that
+// reproduces the table is preferred to the fitted one: a table of few rows or few rotating
+// pairs pins theta only loosely (alt-tiny's 48 rows: 10000.4 for HF's 10000 on a 16-wide head,
+// which turns its pairs by ~1e-5 relative at 16 positions, as much as HF fp32's own error; 6
+// pairs of a 48-wide head: 999945 for 1e6), HF's configs use round bases, and a long table
+// (E2B's 131072 rows) admits only values within ~1e-6 of the true one. Returns the misfit
+// (INFINITY when no theta could be fitted); *theta and inv_freq[n_freq] hold the last candidate
+// tried.
+static double fit_rope_theta(const g4_tensor *ct, const g4_tensor *st, const double *raw,
+                             int n_freq, int n_rot, int dim, double *theta, float *inv_freq,
+                             int64_t *row, int *col) {
+    double sxy = 0, sxx = 0, misfit = INFINITY;
+    for (int i = 1; i < n_rot; i++) {
+        if (raw[i] <= 0) continue;
+        double x = 2.0 * i / dim, w = raw[i] * raw[i];
+        sxy += w * x * log(raw[i]);
+        sxx += w * x * x;
+    }
+    if (!(sxx > 0)) return misfit;
+    const double fitted = exp(-sxy / sxx);
+    if (!(fitted > 1) || !isfinite(fitted)) return misfit;
+    const double e = floor(log10(fitted));
+    for (int digits = 1; digits <= 16 && !(misfit <= 1.0); digits++) {
+        // digits 16: the fitted value itself
+        const double unit = pow(10.0, e - digits + 1);
+        const double c = digits < 16 ? nearbyint(fitted / unit) * unit : fitted;
+        if (!(c > 1)) continue;
+        *theta = c;
+        for (int i = 0; i < n_freq; i++)
+            inv_freq[i] = i < n_rot ? (float)(1.0 / pow(c, 2.0 * i / dim)) : 0.0f;
+        misfit = rope_misfit(ct, st, inv_freq, n_freq, row, col);
+    }
+    return misfit;
+}
+
 // The frequencies, recovered from the package's cos/sin tables:
 // 1. angle(pos) = pos x inv_freq[j]: start at pos 1 (|angle| < pi), then double the position and
 //    unwrap; each step halves the error, so the last power-of-two row fixes each frequency to
 //    about 1e-3 / max_pos radians.
 // 2. Gemma's rope (default and proportional alike) is inv_freq[i] = theta^(-2i/head_dim) for the
-//    first n_rotating pairs and 0 after. Fit theta (weighted least squares on log frequency) and,
-//    when that form reproduces the table, use it: it is what HF computes, exact to fp32.
+//    first n_rotating pairs and 0 after. Fit theta (fit_rope_theta) and, when that form
+//    reproduces the table, use it: it is what HF computes, exact to fp32.
 //    Otherwise the raw recovered frequencies are used, if they reproduce the table.
 static int derive_rope(const g4_component *dec, const char *cos_name, const char *sin_name,
                        g4_rope_freqs *r) {
@@ -274,7 +311,7 @@ static int derive_rope(const g4_component *dec, const char *cos_name, const char
     r->head_dim = 2 * r->n_freq;
     r->max_positions = (int)ct->dims[0];
     r->inv_freq = g4_calloc((size_t)r->n_freq, sizeof(float));
-    float *raw = g4_calloc((size_t)r->n_freq, sizeof(float));
+    double *raw = g4_calloc((size_t)r->n_freq, sizeof(double));
     const double two_pi = 2.0 * M_PI;
     for (int j = 0; j < r->n_freq; j++) {
         double est = table_angle(ct, st, 1, j);
@@ -283,32 +320,19 @@ static int derive_rope(const g4_component *dec, const char *cos_name, const char
             double k = nearbyint((p * est - a) / two_pi);
             est = (a + two_pi * k) / (double)p;
         }
-        raw[j] = (float)est;
+        raw[j] = est;
     }
     // Rotating pairs: a prefix of frequencies clearly above the recovery noise.
     double noise = 4e-3 / (double)ct->dims[0];
     while (r->n_rotating < r->n_freq && fabs(raw[r->n_rotating]) > noise) r->n_rotating++;
-    // theta fit: ln f_i = -(2i/d) ln theta; weights f_i^2 since the absolute error is uniform.
-    double sxy = 0, sxx = 0;
-    for (int i = 1; i < r->n_rotating; i++) {
-        if (raw[i] <= 0) continue;
-        double x = 2.0 * i / r->head_dim, y = log(raw[i]), w = (double)raw[i] * raw[i];
-        sxy += w * x * y;
-        sxx += w * x * x;
-    }
     int64_t row = 0;
     int col = 0;
-    double misfit = INFINITY;
-    if (sxx > 0) {
-        r->theta = exp(-sxy / sxx);
-        for (int i = 0; i < r->n_freq; i++)
-            r->inv_freq[i] =
-                i < r->n_rotating ? (float)(1.0 / pow(r->theta, 2.0 * i / r->head_dim)) : 0.0f;
-        misfit = rope_misfit(ct, st, r->inv_freq, r->n_freq, &row, &col);
-    }
+    double misfit = fit_rope_theta(ct, st, raw, r->n_freq, r->n_rotating, r->head_dim, &r->theta,
+                                   r->inv_freq, &row, &col);
     if (!(misfit <= 1.0)) { // not Gemma's form: keep the raw frequencies if they fit
         r->theta = 0;
-        for (int i = 0; i < r->n_freq; i++) r->inv_freq[i] = i < r->n_rotating ? raw[i] : 0.0f;
+        for (int i = 0; i < r->n_freq; i++)
+            r->inv_freq[i] = i < r->n_rotating ? (float)raw[i] : 0.0f;
         misfit = rope_misfit(ct, st, r->inv_freq, r->n_freq, &row, &col);
     }
     free(raw);
@@ -650,10 +674,10 @@ int g4_derive_text_config(g4_package *p) {
 // The vision 2-D RoPE frequencies from layer 0's cos/sin_cache [positions, head_dim/2]: HF's
 // axial rope uses the same head_dim/4 frequencies for both axes, so the table is
 // cat(cos(p f), cos(p f)). Recover f as derive_rope does, check the two halves agree, fit
-// inv_freq[j] = theta^(-2j / (head_dim/2)) and prefer the nearest integer theta when it
-// reproduces the table too (the fp16 table of a few hundred positions pins theta only to
-// ~1e-3 relative, which would rotate the last pair of a 64-wide grid by ~1e-3 rad; HF's
-// configs use round bases: 100 for E2B).
+// inv_freq[j] = theta^(-2j / (head_dim/2)) and prefer the roundest theta that reproduces the
+// table (fit_rope_theta: the fp16 table of a few hundred positions pins theta only to ~1e-3
+// relative, which would rotate the last pair of a 64-wide grid by ~1e-3 rad; HF's configs use
+// round bases: 100 for E2B).
 static int derive_vision_rope(const g4_component *c, g4_vision_config *v) {
     const g4_tensor *ct = g4_component_find(c, "encoder.layers.0.self_attn.cos_cache");
     const g4_tensor *st = g4_component_find(c, "encoder.layers.0.self_attn.sin_cache");
@@ -688,27 +712,10 @@ static int derive_vision_rope(const g4_component *c, g4_vision_config *v) {
                                "%d (expected the same frequencies for the x and y halves)",
                                c->onnx_path, (long long)p, j + nf, j);
         }
-    double sxy = 0, sxx = 0;
-    for (int j = 1; j < nf; j++) {
-        if (raw[j] <= 0) continue;
-        double x = 2.0 * j / half, w = raw[j] * raw[j];
-        sxy += w * x * log(raw[j]);
-        sxx += w * x * x;
-    }
     int64_t row = 0;
     int col = 0;
-    double misfit = INFINITY;
-    if (sxx > 0 && nf >= 2) {
-        const double fitted = exp(-sxy / sxx);
-        const double cand[2] = {nearbyint(fitted), fitted};
-        for (int k = 0; k < 2 && !(misfit <= 1.0); k++) {
-            if (!(cand[k] > 1)) continue;
-            v->rope_theta = cand[k];
-            for (int j = 0; j < nf; j++)
-                v->rope_inv_freq[j] = (float)(1.0 / pow(cand[k], 2.0 * j / half));
-            misfit = rope_misfit(ct, st, v->rope_inv_freq, nf, &row, &col);
-        }
-    }
+    const double misfit =
+        fit_rope_theta(ct, st, raw, nf, nf, half, &v->rope_theta, v->rope_inv_freq, &row, &col);
     if (!(misfit <= 1.0))
         return g4_fail(G4_EUSER,
                        "%s: vision rotary table '%s' row %lld col %d is not cos/sin of position x "

@@ -23,8 +23,9 @@ typedef struct {
     int n_freq;          // head_dim / 2
     int n_rotating;      // pairs with a non-zero frequency: 128 local, 64 global
     float *inv_freq;     // [n_freq] radians per position
-    double theta;        // fitted base of inv_freq[i] = theta^(-2i/head_dim): 1e4 / 1e6 (0: the
-                         // table is not of that form and the raw recovered frequencies are used)
+    double theta;        // base of inv_freq[i] = theta^(-2i/head_dim), fitted, then the roundest
+                         // value that reproduces the table: 1e4 / 1e6 (0: the table is not of
+                         // that form and the raw recovered frequencies are used)
     int max_positions;   // table rows (context the exporter prepared): 131072
 } g4_rope_freqs;
 
@@ -104,8 +105,8 @@ typedef struct g4_vision_config_s {
     // 2-D RoPE, recovered from layer 0's cos/sin_cache [positions, head_dim/2] (the same
     // head_dim/4 frequencies for the x and the y half, as HF's axial rope):
     int rope_n_freq;   // head_dim / 4: 16
-    double rope_theta; // inv_freq[j] = theta^(-2j / (head_dim/2)): 100 (fitted, then snapped to
-                       // the nearest integer when that reproduces the table as well)
+    double rope_theta; // inv_freq[j] = theta^(-2j / (head_dim/2)): 100 (fitted, then the
+                       // roundest value that reproduces the table as well)
     float rope_inv_freq[G4_MAX_VISION_ROPE]; // [rope_n_freq] in fp32, as HF computes them
 } g4_vision_config;
 

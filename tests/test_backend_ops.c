@@ -2384,6 +2384,21 @@ static void run_cases(void) {
     case_qkv_attention(1, 7, 4, 2, 256, 0, 1, 3, 20, 161);
     case_qkv_attention(1, 32, 8, 1, 512, 1, 0, 0, 40, 162);    // KV-shared
     case_qkv_attention(1, 3, 8, 1, 256, 0, 1, 512, 1100, 163); // E2B window, many tiles
+    // the alt pattern's shapes (make_package.py --preset alt; issue 30: nothing fitted to E2B):
+    // GQA 8:2 (4 query heads a KV head; E2B 8:1), window 1024, hidden 2048, MLP 8192
+    case_qkv_prep(1, 8, 2, 256, 0, 1, 2000, 170);
+    case_qkv_prep(1, 8, 2, 512, 1, 1, 9000, 171);
+    case_attention(1, 8, 2, 256, 1024, 1500, 172);  // decode past the window
+    case_attention(1, 8, 2, 512, 0, 1500, 173);     // decode, global
+    case_attention(17, 8, 2, 256, 1024, 1020, 174); // prefill chunk across the window edge
+    case_attention_rows(7, 8, 2, 512, 0, 300, 175);
+    case_attention_rows(3, 8, 2, 256, 1024, 1200, 176);
+    case_qkv_attention(0, 1, 8, 2, 512, 1, 1, 0, 2000, 177);
+    case_qkv_attention(0, 1, 8, 2, 256, 0, 0, 1024, 1100, 178); // KV-shared: q only
+    case_qkv_attention(1, 7, 8, 2, 256, 0, 1, 1024, 1200, 179);
+    case_add_norm_linear(G4_W_Q4, 1, 2048, 3072, 0, 1, 1, 180);  // q|k|v, sliding (8+2+2 x 256)
+    case_add_norm_linear(G4_W_F16, 1, 2048, 6144, 0, 1, 1, 181); // q|k|v, full (8+2+2 x 512)
+    case_mlp_block(G4_W_Q4, 1, 2048, 8192, 1, 0, 0, 182);
 
     case_ple_inputs(1, 35, 256, 100, 70);
     case_ple_inputs(17, 35, 256, 300, 71);

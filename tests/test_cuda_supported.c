@@ -32,6 +32,7 @@
 #include "kernels/vision_posemb.cuh"
 #include "base/base.h"
 #include "loader/model_config.h"
+#include "loader/package.h"
 #include "tests/test_util.h"
 
 #define OK(expr) CHECK_MSG((expr) == NULL, "%s refused: %s", #expr, (expr))
@@ -177,8 +178,45 @@ static void test_load_checks(void) {
     refused("audio light conv kernel 11", g4_cuda_check_audio(&a), "kernel 11", "1 .. 8 taps");
 }
 
+// Another shape than E2B (issue 30): make_package.py --preset alt (hidden 2048, 24 layers S S F,
+// 8 query heads over 2 KV heads, head_dim 256 / 512, MLP 8192, PLE 512, vocab 32768) is a CUDA
+// shape; the committed alt-tiny (its pattern at head_dim 16 / 48, derived from the package) is
+// not, and is refused at load by its first layer's decode attention, where the CPU runs it.
+static void test_alt_shapes(void) {
+    static g4_layer_config alt_layers[24];
+    g4_text_config t;
+    memset(&t, 0, sizeof t);
+    t.hidden = 2048, t.n_layers = 24, t.n_heads = 8, t.n_kv_heads = 2, t.vocab = 32768;
+    t.vocab_ple = 32768, t.ple_dim = 512, t.context_length = 32768;
+    for (int l = 0; l < 24; l++) {
+        const int full = l % 3 == 2;
+        alt_layers[l] = (g4_layer_config){full ? G4_ATTN_FULL : G4_ATTN_SLIDING,
+                                          full ? 512 : 256,
+                                          full ? 0 : 1024,
+                                          8192,
+                                          0,
+                                          0,
+                                          full};
+    }
+    t.layer = alt_layers;
+    CHECK_MSG(g4_cuda_check_text(&t) == G4_OK, "alt text: %s", g4_error());
+
+    char *dir = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
+    g4_package *p;
+    int rc = g4_package_open(dir, &p);
+    free(dir);
+    CHECK_MSG(rc == G4_OK, "alt-tiny: %s", g4_error());
+    if (rc) return;
+    CHECK_INT(p->text.n_kv_heads, 2);
+    printf("refused at load (the committed alt-tiny package):\n");
+    refused("alt-tiny head_dim 16", g4_cuda_check_text(&p->text),
+            "layer 0 decode attention (8 heads, 2 KV heads, head_dim 16)", "head_dim 256 or 512");
+    g4_package_close(p);
+}
+
 int main(void) {
     test_predicates();
     test_load_checks();
+    test_alt_shapes();
     return g4t_finish("test_cuda_supported");
 }

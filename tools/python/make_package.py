@@ -2,8 +2,9 @@
 """Builds a random-weight Gemma-4 package through transformers + the mobius exporter (runs on
 the GPU machine; the presets below).
 
-    python3 tools/python/make_package.py OUT [--preset e2b|gpu-tiny|gpu-eval|deep] [--seed 0]
-                                             [--device cuda] [--layers N] [--like PKG]
+    python3 tools/python/make_package.py OUT [--preset e2b|gpu-tiny|gpu-eval|deep|mm-decoder|
+                                             alt|alt-tiny] [--seed 0] [--device cuda]
+                                             [--layers N] [--hidden N] [--like PKG]
 
 Presets:
   e2b       the full-size E2B (below): speed, memory and numerics at the real shapes.
@@ -20,6 +21,12 @@ Presets:
             layers, 4 heads / 1 KV head, head_dim 256 / 512, MLP 3072, PLE 256, window 256, the
             last 6 layers KV-shared, vocab 4096) with gpu-tiny's towers, random init: the CPU-vs-HF
             drift at the proxy's decoder shapes (issue 35; about 330 MB, not committed).
+  alt       another shape than E2B (alt_config): GQA 8:2, a full layer every 3rd, the last third
+            KV-shared, one MLP width, PLE 512; hidden 2048 x 24 layers, head_dim 256 / 512, for
+            the GPU (tools/gpu/run.sh stage alt; about 4.8 GB f16, not committed).
+  alt-tiny  the same pattern at tiny size (hidden 48, 9 layers, head_dim 16 / 40): committed as
+            tests/fixtures/alt-tiny (its README has the command). --hidden N changes the hidden
+            size of either.
 
   1. Gemma4ForConditionalGeneration (transformers 5.17) with the real E2B configuration
      (spec/gemma4-architecture.md section 1: text 1536 x 35 layers, 8 heads / 1 KV head,
@@ -244,19 +251,72 @@ def mm_decoder_config():
                         audio_config=cfg.audio_config.to_dict(), tie_word_embeddings=True)
 
 
+def alt_config(tiny, hidden=None):
+    """A Gemma-4 of another shape than E2B and the other fixtures (issue 30: sizes come from the
+    package, never fitted to E2B): GQA 8 query heads : 2 KV heads (E2B 8:1), a full-attention layer
+    every 3rd layer (E2B every 5th), the last third of the layers KV-shared, one MLP width on every
+    layer (use_double_wide_mlp off: E2B doubles it on the KV-shared layers; transformers 5.17's
+    Gemma4TextMLP takes one intermediate_size, so that is all the per-layer freedom the config has).
+      alt-tiny  hidden 32, 9 layers S S F x 3 (6 <- 4, 7 <- 4, 8 <- 5 share K/V), head_dim 16 /
+                48 on full layers (3x; onnxruntime's attention takes multiples of 16 only;
+                proportional RoPE 0.25: 6 rotating pairs of 24), window 6, MLP 40, PLE 24, vocab
+                256, 48 positions; tiny2's towers. Committed as tests/fixtures/alt-tiny (CPU:
+                head_dim 16 / 48 is not a CUDA kernel shape).
+      alt       hidden 2048, 24 layers S S F x 8 (the last 8 KV-shared), head_dim 256 / 512 (the
+                CUDA attention kernels' head widths), window 1024, MLP 8192, PLE 512 (E2B 256),
+                vocab 32768, 32768 positions; gpu-tiny's towers. About 2.1e9 parameters (4.2 GB
+                in f16): for the GPU (tools/gpu/run.sh stage alt), not committed.
+    hidden overrides the hidden size (the head widths do not depend on it)."""
+    from make_tiny2 import tiny2_config
+
+    S, F = "sliding_attention", "full_attention"
+
+    def pattern(layers, vocab, **sizes):
+        return dict(num_hidden_layers=layers, layer_types=[S, S, F] * (layers // 3),
+                    num_kv_shared_layers=layers // 3, num_attention_heads=8,
+                    num_key_value_heads=2, use_double_wide_mlp=False, vocab_size=vocab,
+                    vocab_size_per_layer_input=vocab, **sizes)
+
+    if tiny:
+        towers = tiny2_config()
+        text = dict(towers.text_config.to_dict(),
+                    **pattern(9, 256, hidden_size=32, intermediate_size=40, head_dim=16,
+                              global_head_dim=48, sliding_window=6,
+                              hidden_size_per_layer_input=24, max_position_embeddings=48))
+        text["rope_parameters"] = {
+            S: {"rope_type": "default", "rope_theta": 10000.0},
+            F: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6},
+        }
+    else:
+        towers = gpu_tiny_config()
+        text = dict(gpu_tiny_text(),
+                    **pattern(24, 32768, hidden_size=2048, intermediate_size=8192, head_dim=256,
+                              global_head_dim=512, sliding_window=1024,
+                              hidden_size_per_layer_input=512, max_position_embeddings=32768))
+    # (a text_config dict from to_dict() carries per_layer_config keyed by the old layers)
+    text.pop("per_layer_config", None)
+    if hidden:
+        text["hidden_size"] = hidden
+    return Gemma4Config(text_config=text, vision_config=towers.vision_config.to_dict(),
+                        audio_config=towers.audio_config.to_dict(), tie_word_embeddings=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "gpu-eval", "deep", "mm-decoder"],
-                    default="e2b")
+    ap.add_argument("--preset", choices=["e2b", "gpu-tiny", "gpu-eval", "deep", "mm-decoder",
+                                         "alt", "alt-tiny"], default="e2b")
     ap.add_argument("--layers", type=int, default=35, help="e2b only: text layers")
+    ap.add_argument("--hidden", type=int, help="alt / alt-tiny only: the text hidden size")
     ap.add_argument("--like", metavar="PKG",
                     help="vocabulary, context length and token ids from PKG/genai_config.json")
     args = ap.parse_args()
     if args.preset == "gpu-eval" and not args.like:
         ap.error("--preset gpu-eval needs --like PKG (the package the eval tokenizer fits)")
+    if args.hidden and not args.preset.startswith("alt"):
+        ap.error("--hidden is for --preset alt / alt-tiny")
     like = like_values(args.like) if args.like else None
     here = os.path.dirname(os.path.abspath(__file__))
     hf_dir, pkg_dir = os.path.join(args.out, "hf"), os.path.join(args.out, "f16")
@@ -266,7 +326,8 @@ def main():
     torch.manual_seed(args.seed)
     cfg = {"e2b": lambda: e2b_config(args.layers), "gpu-tiny": gpu_tiny_config,
            "gpu-eval": gpu_eval_config, "deep": deep_config,
-           "mm-decoder": mm_decoder_config}[args.preset]()
+           "mm-decoder": mm_decoder_config, "alt": lambda: alt_config(False, args.hidden),
+           "alt-tiny": lambda: alt_config(True, args.hidden)}[args.preset]()
     if like:
         cfg = apply_like(cfg, like)
     # fp16 random init is fast on a GPU; on a CPU init in float32 (vectorized) and cast
@@ -296,6 +357,7 @@ def main():
         verdict = "same as the real package" if size == real else f"differs by {size - real:+,}"
         print(f"  {comp:15s} {size:>15,} bytes (real {real:,}: {verdict})")
     json.dump({"preset": args.preset, "seed": args.seed, "layers": args.layers, "like": args.like,
+               "hidden": args.hidden,
                "parameters": n_params,
                "seconds": {"init": t1 - t0, "save": t2 - t1, "export": t3 - t2}},
               open(os.path.join(args.out, "make_package.json"), "w"), indent=1)

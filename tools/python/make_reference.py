@@ -207,6 +207,10 @@ def main():
                     "error against it. --mm: float32 or float64 (same roles for the CPU "
                     "backend's multimodal compare).")
     ap.add_argument("--device", default="cpu", help="text cases: cpu or cuda")
+    ap.add_argument("--greedy", metavar="K:N",
+                    help="text cases: also OUT/greedy.json, HF's greedy continuation (N new "
+                    "tokens, argmax of a full no-cache forward per step) of the first K ids "
+                    "of case len<K>'s input_ids, with the top-2 logit gap of every step")
     if mm_reference:
         mm_reference.add_args(ap)
     else:  # the multimodal flags exist, but say what they need
@@ -240,10 +244,34 @@ def main():
     if args.dtype != "float32" or args.device != "cpu":
         # after the fp16 rounding and the constants, in the requested dtype/device
         model = model.to(dtype=getattr(torch, args.dtype), device=args.device)
+    if args.out and args.greedy:
+        greedy_case(args, model)
     if args.out:
         text_cases(args, model, consts, n_rounded)
     if args.mm:
         mm_reference.mm_case(args, model, consts, n_rounded)
+
+
+def greedy_case(args, model):
+    """OUT/greedy.json: {"prompt": ids, "tokens": HF's greedy new ids, "gaps": top-1 minus top-2
+    logit of each step, "dtype"}: every step a whole no-cache forward over prompt + the tokens so
+    far (no KV cache in the reference), for checking an engine's cached decode (`g4cu generate`)."""
+    K, N = (int(x) for x in args.greedy.split(":"))
+    V = model.config.get_text_config().vocab_size
+    g = torch.Generator().manual_seed(args.seed + K)  # the ids of case len<K>
+    ids = torch.randint(0, V, (1, K), generator=g, dtype=torch.int64)
+    prompt, tokens, gaps = ids[0].tolist(), [], []
+    for _ in range(N):
+        logits = model(input_ids=ids.to(args.device), use_cache=False).logits[0, -1]
+        top = torch.topk(logits.double().cpu(), 2)
+        tokens.append(int(top.indices[0]))
+        gaps.append(float(top.values[0] - top.values[1]))
+        ids = torch.cat([ids, top.indices[:1].view(1, 1)], dim=1)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "greedy.json"), "w") as f:
+        json.dump({"prompt": prompt, "tokens": tokens, "gaps": gaps, "dtype": args.dtype}, f)
+        f.write("\n")
+    print(f"greedy: {K} prompt ids + {N} new, smallest top-2 gap {min(gaps):.3g}")
 
 
 def text_cases(args, model, consts, n_rounded):
