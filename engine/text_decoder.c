@@ -500,36 +500,36 @@ static void linear_x(g4_text_state *s, int T, g4_buf *y, const g4_linear *w, con
     if (mul) be->gelu_mul(be, y, y, mul, mul_col0);
 }
 
+// The pending add for a block op that takes it in its prologue: a (filled) when this forward
+// fuses, and the caller calls pending_taken after the op; else the add is applied now and NULL.
+// hi, ho: the residual views a points to, kept by the caller for the call.
+static const g4_add_norm *block_pending(g4_text_state *s, int T, g4_buf *hi, g4_buf *ho,
+                                        g4_add_norm *a) {
+    if (pending_prologue(s, T, hi, ho, a)) return a;
+    apply_pending(s, T);
+    return NULL;
+}
+
 // The MLP block as one op (mlp_block): mlp = gelu_tanh(gate(x)) * up(x), y = down(mlp), after
 // the pending add, which the op applies itself when this forward fuses (as linear_x does).
 static void mlp_x(g4_text_state *s, int T, g4_buf *mlp, g4_buf *y, const g4_text_layer *w) {
-    g4_backend *be = s->be;
     g4_buf x = g4_buf_view(&s->x, T, s->m->cfg->hidden), hi, ho;
     g4_add_norm a;
-    if (pending_prologue(s, T, &hi, &ho, &a)) {
-        be->mlp_block(be, &a, &x, mlp, y, &w->gate, &w->up, &w->down);
-        pending_taken(s);
-        return;
-    }
-    apply_pending(s, T);
-    be->mlp_block(be, NULL, &x, mlp, y, &w->gate, &w->up, &w->down);
+    const g4_add_norm *pa = block_pending(s, T, &hi, &ho, &a);
+    s->be->mlp_block(s->be, pa, &x, mlp, y, &w->gate, &w->up, &w->down);
+    if (pa) pending_taken(s);
 }
 
 // The PLE block as one op (ple_block): pg = gelu_tanh(gate(x)) * ple[:, col0 ..], y = proj(pg),
-// after the pending add, which the op applies itself when this forward fuses (as linear_x
-// does). y must not be the pending add's r (s->o): the caller passes s->py.
+// after the pending add, as mlp_x. y must not be the pending add's r (s->o): the caller passes
+// s->py.
 static void ple_x(g4_text_state *s, int T, g4_buf *pg, g4_buf *y, const g4_text_layer *w,
                   const g4_buf *ple, int col0) {
-    g4_backend *be = s->be;
     g4_buf x = g4_buf_view(&s->x, T, s->m->cfg->hidden), hi, ho;
     g4_add_norm a;
-    if (pending_prologue(s, T, &hi, &ho, &a)) {
-        be->ple_block(be, &a, &x, pg, y, &w->ple_gate, &w->ple_proj, ple, col0);
-        pending_taken(s);
-        return;
-    }
-    apply_pending(s, T);
-    be->ple_block(be, NULL, &x, pg, y, &w->ple_gate, &w->ple_proj, ple, col0);
+    const g4_add_norm *pa = block_pending(s, T, &hi, &ho, &a);
+    s->be->ple_block(s->be, pa, &x, pg, y, &w->ple_gate, &w->ple_proj, ple, col0);
+    if (pa) pending_taken(s);
 }
 
 // One decoder layer on h [T, H] (spec 2.4): attention, MLP and PLE blocks, each ending with a

@@ -560,13 +560,8 @@ template <class C, bool PREP>
 void dec_launch(const DecParams &p, int n_kv, bool cm, cudaStream_t stream) {
     const int n_rg = p.k_tab ? p.T * p.rg_per_t : (p.T * p.group + 15) / 16;
     if (cm) { // one launch: clusters of cs splits (a power of two <= 8, <= the split count)
-        static bool configured_cm = false;
-        if (!configured_cm) {
-            G4_CUDA_CHECK(cudaFuncSetAttribute(dec_split_kernel<C, PREP, true>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)C::SMEM));
-            configured_cm = true;
-        }
+        static bool smem_set_cm = false;
+        set_smem(dec_split_kernel<C, PREP, true>, (int)C::SMEM, &smem_set_cm);
         // the clusters of cs = 8 that can be resident at once (GPCs hold whole clusters: on an
         // H200 16 of 8 one-CTA-an-SM CTAs, not 132 / 8): a grid past them is a second wave
         static int resident = -1;
@@ -595,13 +590,8 @@ void dec_launch(const DecParams &p, int n_kv, bool cm, cudaStream_t stream) {
                               stream, dim3(cs, 1, 1), q);
         return;
     }
-    static bool configured = false;
-    if (!configured) {
-        G4_CUDA_CHECK(cudaFuncSetAttribute(dec_split_kernel<C, PREP, false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)C::SMEM));
-        configured = true;
-    }
+    static bool smem_set = false;
+    set_smem(dec_split_kernel<C, PREP, false>, (int)C::SMEM, &smem_set);
     const dim3 grid(p.n_splits, n_kv, n_rg);
     g4_pdl_launch(dec_split_kernel<C, PREP, false>, grid, dim3(DEC_THREADS), C::SMEM, stream, p);
     g4_pdl_launch(dec_merge_kernel<C>, dim3(p.T * p.n_heads, C::HD / 128), dim3(128), 0, stream, p);

@@ -144,11 +144,7 @@ static void cpu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x,
 static void cpu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp,
                           g4_buf *y, const g4_linear *wg, const g4_linear *wu,
                           const g4_linear *wd) {
-    if (a)
-        cpu_add_norm_linear(be, a, x, mlp, wg, wu, NULL, 0);
-    else
-        cpu_linear_gelu_mul(be, mlp, x, wg, wu);
-    cpu_linear(be, y, mlp, wd, 0);
+    g4_mlp_block_apart(be, a, x, mlp, y, wg, wu, wd);
 }
 
 // The PLE block: the ops apart, in the engine's order (so a forward through it gives the same
@@ -159,13 +155,7 @@ static void cpu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_bu
     G4_ASSERT(
         y->data != x->data && y->data != pg->data &&
         (!a || (y->data != a->r->data && y->data != a->h_in->data && y->data != a->h_out->data)));
-    if (a) {
-        cpu_add_norm_linear(be, a, x, pg, wg, NULL, ple, ple_col0);
-    } else {
-        cpu_linear(be, pg, x, wg, 0);
-        cpu_gelu_mul(be, pg, pg, ple, ple_col0);
-    }
-    cpu_linear(be, y, pg, wp, 0);
+    g4_ple_block_apart(be, a, x, pg, y, wg, wp, ple, ple_col0);
 }
 
 static void cpu_ple_inputs(g4_backend *be, g4_buf *ple, const void *table, int table_rows,

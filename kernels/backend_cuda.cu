@@ -822,6 +822,14 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
     if (mul) cu_gelu_mul(be, y, y, mul, mul_col0);
 }
 
+// A pending add-norm the block kernels can take in their prologue: f32 residual in and out
+// (distinct), fp16 r, every buffer x's shape.
+static int add_norm_fusable(const g4_add_norm *a, const g4_buf *x) {
+    return a->h_out->data != a->h_in->data && a->r->type == G4_F16 && a->h_in->type == G4_F32 &&
+           a->h_out->type == G4_F32 && same_shape(a->h_in, x) && same_shape(a->h_out, x) &&
+           same_shape(a->r, x);
+}
+
 // Issue 30 stage 2: the MLP block of one token with Q4 weights as one persistent launch
 // (persist_mlp.cuh), its add-norm in every CTA's prologue as the fused GLU GEMV does; other
 // shapes and weights (fp16, several rows, clipped, biased gate/up) run the ops apart.
@@ -835,16 +843,9 @@ static void cu_mlp_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
           BA(x), BA(mlp), BA(y), wg->in, wg->out, wd->out);
     const int q4 = wg->kind == G4_W_Q4 && wu->kind == G4_W_Q4 && wd->kind == G4_W_Q4 &&
                    !wg->clipped && !wu->clipped && !wd->clipped && !wg->bias && !wu->bias;
-    const int fused_norm =
-        !a || (a->h_out->data != a->h_in->data && a->r->type == G4_F16 && a->h_in->type == G4_F32 &&
-               a->h_out->type == G4_F32 && same_shape(a->h_in, x) && same_shape(a->h_out, x) &&
-               same_shape(a->r, x));
+    const int fused_norm = !a || add_norm_fusable(a, x);
     if (x->rows != 1 || !q4 || !fused_norm || g4_persist_mlp_supported(wg->in, wg->out)) {
-        if (a)
-            cu_add_norm_linear(be, a, x, mlp, wg, wu, NULL, 0);
-        else
-            cu_linear_gelu_mul(be, mlp, x, wg, wu);
-        cu_linear(be, y, mlp, wd, 0);
+        g4_mlp_block_apart(be, a, x, mlp, y, wg, wu, wd);
         return;
     }
     PROF("mlp_block");
@@ -880,18 +881,9 @@ static void cu_ple_block(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf
     const int plain = !wg->clipped && !wp->clipped && !wg->bias && !wp->bias && wp->out == wg->in;
     const int q4 = plain && wg->kind == G4_W_Q4 && wp->kind == G4_W_Q4;
     const int f16 = plain && wg->kind == G4_W_F16 && wp->kind == G4_W_F16;
-    const int fused_norm =
-        !a || (a->h_out->data != a->h_in->data && a->r->type == G4_F16 && a->h_in->type == G4_F32 &&
-               a->h_out->type == G4_F32 && same_shape(a->h_in, x) && same_shape(a->h_out, x) &&
-               same_shape(a->r, x));
+    const int fused_norm = !a || add_norm_fusable(a, x);
     if (x->rows != 1 || !(q4 || f16) || !fused_norm || g4_ple_block_supported(wg->in, wg->out)) {
-        if (a) {
-            cu_add_norm_linear(be, a, x, pg, wg, NULL, ple, ple_col0);
-        } else {
-            cu_linear(be, pg, x, wg, 0);
-            cu_gelu_mul(be, pg, pg, ple, ple_col0);
-        }
-        cu_linear(be, y, pg, wp, 0);
+        g4_ple_block_apart(be, a, x, pg, y, wg, wp, ple, ple_col0);
         return;
     }
     PROF("ple_block");

@@ -56,3 +56,23 @@ void g4_buf_to_host_f32(g4_backend *be, const g4_buf *b, float *dst) {
     be->download(be, dst, tmp.data, n * sizeof(float));
     g4_buf_free(be, &tmp);
 }
+
+void g4_mlp_block_apart(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
+                        const g4_linear *wg, const g4_linear *wu, const g4_linear *wd) {
+    if (a)
+        be->add_norm_linear(be, a, x, mlp, wg, wu, NULL, 0);
+    else
+        be->linear_gelu_mul(be, mlp, x, wg, wu);
+    be->linear(be, y, mlp, wd, 0);
+}
+
+void g4_ple_block_apart(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
+                        const g4_linear *wg, const g4_linear *wp, const g4_buf *ple, int ple_col0) {
+    if (a) {
+        be->add_norm_linear(be, a, x, pg, wg, NULL, ple, ple_col0);
+    } else {
+        be->linear(be, pg, x, wg, 0);
+        be->gelu_mul(be, pg, pg, ple, ple_col0);
+    }
+    be->linear(be, y, pg, wp, 0);
+}

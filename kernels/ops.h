@@ -346,6 +346,14 @@ size_t g4_buf_bytes(const g4_buf *b);
 g4_buf g4_buf_view(const g4_buf *b, int rows, int cols);
 // Copies b (any float type) to host memory as float32 [rows * cols].
 void g4_buf_to_host_f32(g4_backend *be, const g4_buf *b, float *dst);
+// The block ops as the ops apart, through be's own ops (a backend's mlp_block / ple_block where
+// it does not fuse, and the CPU reference of the fused forms): mlp_block = add_norm_linear (or
+// linear_gelu_mul when a is NULL) then linear; ple_block = add_norm_linear with the multiplier
+// (or linear then gelu_mul) then linear.
+void g4_mlp_block_apart(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *mlp, g4_buf *y,
+                        const g4_linear *wg, const g4_linear *wu, const g4_linear *wd);
+void g4_ple_block_apart(g4_backend *be, const g4_add_norm *a, g4_buf *x, g4_buf *pg, g4_buf *y,
+                        const g4_linear *wg, const g4_linear *wp, const g4_buf *ple, int ple_col0);
 
 #ifdef __cplusplus
 }
