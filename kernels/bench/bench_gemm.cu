@@ -375,6 +375,31 @@ void launch_pair(void *ctx, int rep, void *stream) {
     if (rc) p->rc = rc;
 }
 
+// A block op's row: one trial launch (on the legacy stream: errors show here), then the op and
+// the same work as separate launches, each graph-replayed over the problem's copies (P: rc,
+// copies). 1 with row filled, 0 when the op failed (said on stderr).
+template <class P>
+int block_row(g4_kbench_row *row, P *p, g4_kbench_launch_on ours, g4_kbench_launch_on apart,
+              const char *apart_name, double bytes, double flops, int reps) {
+    G4_CUDA_CHECK(cudaDeviceSynchronize());
+    ours(p, 0, nullptr);
+    G4_CUDA_CHECK(cudaDeviceSynchronize());
+    if (p->rc != G4_OK) {
+        fprintf(stderr, "bench %s %s: skipped: %s\n", row->op, row->shape, g4_error());
+        return 0;
+    }
+    const int per_graph = p->copies < 8 ? 8 : p->copies;
+    row->ours = g4_kbench_run_graph(ours, p, per_graph, 2, reps);
+    row->base = g4_kbench_run_graph(apart, p, per_graph, 2, reps);
+    snprintf(row->base_name, sizeof row->base_name, "%s", apart_name);
+    row->bytes = bytes, row->flops = flops;
+    if (p->rc != G4_OK) {
+        fprintf(stderr, "bench %s %s: %s\n", row->op, row->shape, g4_error());
+        return 0;
+    }
+    return 1;
+}
+
 int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int max) {
     int n = 0;
     for (int F : {6144, 12288}) {
@@ -405,23 +430,9 @@ int bench_persist(const char *filter, int reps, int l2, g4_kbench_row *rows, int
         p.ws_bytes = g4_persist_mlp_workspace(H, F);
         p.ws = dalloc(p.ws_bytes);
         G4_CUDA_CHECK(cudaMemset(p.ws, 0, p.ws_bytes));
-        G4_CUDA_CHECK(cudaDeviceSynchronize());
-        launch_persist(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
-        G4_CUDA_CHECK(cudaDeviceSynchronize());
-        if (p.rc != G4_OK) {
-            fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
-        } else {
-            const int per_graph = p.copies < 8 ? 8 : p.copies;
-            row.ours = g4_kbench_run_graph(launch_persist, &p, per_graph, 2, reps);
-            row.base = g4_kbench_run_graph(launch_pair, &p, per_graph, 2, reps);
-            snprintf(row.base_name, sizeof row.base_name, "glu+down (2 launches)");
-            row.bytes = pm_bytes(H, F);
-            row.flops = 2.0 * 3.0 * H * F;
-            if (p.rc != G4_OK)
-                fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
-            else
-                rows[n++] = row;
-        }
+        if (block_row(&row, &p, launch_persist, launch_pair, "glu+down (2 launches)",
+                      pm_bytes(H, F), 2.0 * 3.0 * H * F, reps))
+            rows[n++] = row;
         for (int c = 0; c < p.copies; c++) {
             G4_CUDA_CHECK(cudaFree(p.x[c]));
             G4_CUDA_CHECK(cudaFree(p.mlp[c]));
@@ -538,23 +549,9 @@ int bench_ple_kind(const char *filter, int reps, int l2, g4_kbench_row *rows, in
             p.pj.push_back(rand_q4(H, P, seed ^ 2u));
         }
     }
-    G4_CUDA_CHECK(cudaDeviceSynchronize());
-    launch_ple_block(&p, 0, nullptr); // (a trial on the legacy stream: errors show here)
-    G4_CUDA_CHECK(cudaDeviceSynchronize());
-    if (p.rc != G4_OK) {
-        fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
-    } else {
-        const int per_graph = p.copies < 8 ? 8 : p.copies;
-        row.ours = g4_kbench_run_graph(launch_ple_block, &p, per_graph, 2, reps);
-        row.base = g4_kbench_run_graph(launch_ple_pair, &p, per_graph, 2, reps);
-        snprintf(row.base_name, sizeof row.base_name, "gate+proj (2 launches)");
-        row.bytes = bytes;
-        row.flops = 2.0 * 2.0 * H * P;
-        if (p.rc != G4_OK)
-            fprintf(stderr, "bench %s %s: %s\n", row.op, row.shape, g4_error());
-        else
-            rows[n++] = row;
-    }
+    if (block_row(&row, &p, launch_ple_block, launch_ple_pair, "gate+proj (2 launches)", bytes,
+                  2.0 * 2.0 * H * P, reps))
+        rows[n++] = row;
     for (int c = 0; c < p.copies; c++) {
         for (void *q :
              {(void *)p.hi[c], (void *)p.ho[c], (void *)p.r[c], (void *)p.w[c], (void *)p.nw[c],
