@@ -55,7 +55,10 @@ has "layer 8" "^  8 +full +48 +0 +40 +shared 5 <- 5 +1$"
 has "consistent" "consistent: all checks passed"
 
 # 2. against HF, layer by layer
-cmp_hf() { # cmp_hf NAME TOLERANCE ARGS...: every tensor within TOLERANCE, argmax 16/16
+# The dump's tensors compared: embeds, per_layer_inputs, final_norm, logits, q of the 9 layers,
+# k and v of the 6 that own a KV slot (6-8 share one), the 9 layers' outputs: 4 + 9 + 12 + 9.
+n_tensors=34
+cmp_hf() { # cmp_hf NAME TOLERANCE ARGS...: all n_tensors within TOLERANCE, argmax 16/16
     local name=$1 tol=$2
     shift 2
     rm -f "$tmp/r.json"
@@ -67,7 +70,7 @@ cmp_hf() { # cmp_hf NAME TOLERANCE ARGS...: every tensor within TOLERANCE, argma
         agree=$(cj_argmax "$tmp/r.json")
     fi
     local ok=1
-    [ $rc -eq 0 ] && [ "$total" -gt 30 ] && [ "$rows" = "$total" ] && [ "$agree" = "16/16" ] && ok=0
+    [ $rc -eq 0 ] && [ "$total" -eq $n_tensors ] && [ "$rows" = "$total" ] && [ "$agree" = "16/16" ] && ok=0
     [ $ok -eq 0 ] && echo "ok   $name: $rows tensors within $tol, argmax $agree" ||
         { echo "  exit $rc, $rows of $total within $tol, argmax ${agree:-?}"; cat "$tmp/cmp"; }
     check "$name" $ok
