@@ -184,6 +184,20 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     return G4_OK;
 }
 
+// The one-token step's graphs: freed.
+static void free_step_graphs(g4_text_state *s) {
+    for (int f = 0; f < 2; f++) {
+        if (s->graph[f]) s->be->graph_free(s->be, s->graph[f]);
+        s->graph[f] = NULL;
+    }
+}
+
+// The form class of the forwards enqueued next when they see `keys` keys (the backend's
+// set_keys, which also tells its kernels; 0 without one).
+static int set_keys(g4_text_state *s, int keys) {
+    return s->be->set_keys ? s->be->set_keys(s->be, keys) : 0;
+}
+
 // The batch step's graphs (they hold the handle's workspaces): freed.
 static void free_batch_graphs(g4_text_state *s) {
     for (int n = 0; s->bgraph && n <= s->max_tokens; n++)
@@ -197,7 +211,7 @@ static void free_batch_graphs(g4_text_state *s) {
 void g4_text_state_free(g4_text_state *s) {
     if (!s) return;
     g4_backend *be = s->be;
-    if (s->graph) be->graph_free(be, s->graph);
+    free_step_graphs(s);
     free_batch_graphs(s);
     free_kv(s);
     g4_buf *all[32];
@@ -219,8 +233,7 @@ int g4_text_state_reserve(g4_text_state *s, int capacity) {
                        capacity, s->m->cfg->context_length);
     // The KV cache and the handle's workspaces depend on the capacity; the graph holds both.
     s->be->sync(s->be);
-    if (s->graph) s->be->graph_free(s->be, s->graph);
-    s->graph = NULL;
+    free_step_graphs(s);
     free_batch_graphs(s);
     free_kv(s);
     g4_backend *old = s->be;
@@ -702,7 +715,9 @@ static void step_work(g4_text_state *s, int T, const g4_soft_tokens *soft) {
 
 // On a backend with graphs (and not eager): one warm-up step at position 0 (it loads every
 // kernel; the KV row it writes is rewritten by any request before it is read), then the same
-// step captured. A request replays it with its own staged id, position and sampler.
+// step captured, once for each form class the backend's set_keys distinguishes (short key
+// ranges, and the most keys: the long-range forms). A request replays the graph of its step's
+// class with its own staged id, position and sampler.
 static int capture_step(g4_text_state *s) {
     g4_backend *be = s->be;
     if (s->eager || !be->graph_begin) return G4_OK;
@@ -712,10 +727,16 @@ static int capture_step(g4_text_state *s) {
     int rc = stage_inputs(s, &pad, 1, NULL);
     s->n_past = n_past;
     if (rc) return rc;
-    step_work(s, 1, NULL);
-    be->graph_begin(be);
-    step_work(s, 1, NULL);
-    s->graph = be->graph_end(be);
+    const int keys[2] = {1, s->capacity};
+    for (int i = 0; i < 2; i++) {
+        const int f = set_keys(s, keys[i]);
+        if (f < 0 || f > 1 || s->graph[f]) continue;
+        step_work(s, 1, NULL);
+        be->graph_begin(be);
+        step_work(s, 1, NULL);
+        s->graph[f] = be->graph_end(be);
+    }
+    set_keys(s, 1);
     be->sync(be);
     return G4_OK;
 }
@@ -725,8 +746,10 @@ int g4_text_step(g4_text_state *s, const int32_t *ids, int T, const g4_soft_toke
     g4_backend *be = s->be;
     int rc;
     if ((rc = check_request(s, T)) || (rc = stage_inputs(s, ids, T, soft))) return rc;
-    if (T == 1 && !(soft && soft->n) && !s->hook && s->graph)
-        be->graph_launch(be, s->graph);
+    const int f = set_keys(s, s->n_past + T);
+    void *graph = f == 0 || f == 1 ? s->graph[f] : NULL;
+    if (T == 1 && !(soft && soft->n) && !s->hook && graph)
+        be->graph_launch(be, graph);
     else
         step_work(s, T, soft);
     be->download(be, next, s->next.data, sizeof(int32_t)); // (synchronises)

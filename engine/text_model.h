@@ -110,7 +110,10 @@ typedef struct g4_text_state {
     g4_buf soft;   // F32 [soft_rows, H]: the request's soft tokens (g4_text_state_soft_rows)
     g4_text_hook hook;
     void *hook_ctx;
-    void *graph; // the captured decode step (backends with graphs, not eager), or NULL
+    // The captured decode step (backends with graphs, not eager), or NULL: graph[f] for the
+    // form class f the backend's set_keys gives the step's key count (graph[1] NULL where the
+    // backend has one form: set_keys NULL, or its long-range form switched off).
+    void *graph[2];
     // Issue 30's consumer-side fusion (on unless G4_FUSE=0 in the environment, read at state
     // creation; forwards of <= h2.rows rows without a hook): each block's post-norm residual
     // add runs in the next linear's op (add_norm_linear), which reads one residual buffer and

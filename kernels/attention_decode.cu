@@ -544,14 +544,21 @@ int dec_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
 
 // The merge inside the split kernel: forced by tests (g4_attn_decode_set_merge), else
 // G4_ATTN_MERGE (read once): "cluster" every one-cache launch, "global" only the layers without
-// a window (whose key range grows with the context), else off. g_dec_last_cm says which form
-// the last launch took.
+// a window (whose key range grows with the context), "split" never; unset ("auto"): as "global"
+// where the launch is built for at least g4_attn_decode_long_keys() keys (the thread's
+// g4_attn_decode_set_keys hint), else the two launches, which are ~1 us faster at short range
+// while the merge inside is 2x faster from 4k keys (bench/NOTES.md). g_dec_last_cm says which
+// form the last launch took.
 int g_dec_merge_force = -1, g_dec_last_cm = 0;
+thread_local int g_dec_keys = 0;
 int dec_cm_mode() {
     if (g_dec_merge_force >= 0) return g_dec_merge_force;
     static const int env = [] {
         const char *e = getenv("G4_ATTN_MERGE");
-        return !e ? 0 : !strcmp(e, "cluster") ? 1 : !strcmp(e, "global") ? 2 : 0;
+        return !e || !strcmp(e, "auto") ? 3
+               : !strcmp(e, "cluster")  ? 1
+               : !strcmp(e, "global")   ? 2
+                                        : 0;
     }();
     return env;
 }
@@ -634,7 +641,8 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
     // the merge inside the splits: the one-cache form, a ticket for every (KV head, row group),
     // at most DEC_CM_MAX_CLUSTERS cluster partials for the last cluster to read
     const int n_rg = (T * p.group + 15) / 16;
-    const int mode = dec_cm_mode();
+    int mode = dec_cm_mode();
+    if (mode == 3) mode = g_dec_keys >= g4_attn_decode_long_keys() ? 2 : 0;
     const bool cm = !p.k_tab && (mode == 1 || (mode == 2 && window == 0)) &&
                     n_kv * n_rg <= DEC_TICKETS &&
                     (n_splits + DEC_CM_CS - 1) / DEC_CM_CS <= DEC_CM_MAX_CLUSTERS;
@@ -727,7 +735,25 @@ static void dec_set_prep(DecParams &p, const g4_attn_prep *prep) {
 }
 
 extern "C" void g4_attn_decode_set_merge(int mode) {
-    g_dec_merge_force = mode < 0 ? -1 : mode > 2 ? 1 : mode;
+    g_dec_merge_force = mode < 0 ? -1 : mode > 3 ? 1 : mode;
+}
+
+extern "C" int g4_attn_decode_long_keys(void) {
+    static const int v = [] {
+        const char *e = getenv("G4_ATTN_MERGE_LONG");
+        char *end = nullptr;
+        const long n = e ? strtol(e, &end, 10) : 0;
+        return e && *e && !*end && n >= 1 && n <= (1L << 30) ? (int)n : 1024;
+    }();
+    return v;
+}
+
+extern "C" void g4_attn_decode_set_keys(int keys) {
+    g_dec_keys = keys;
+}
+
+extern "C" int g4_attn_decode_form(int keys) {
+    return dec_cm_mode() == 3 && keys >= g4_attn_decode_long_keys();
 }
 
 extern "C" int g4_attn_decode_last_merge(void) {

@@ -19,11 +19,19 @@ const char *g4_attn_decode_supported(int n_heads, int n_kv, int hd);
 size_t g4_attn_decode_workspace(int T, int n_heads, int n_kv, int hd, int capacity);
 // Bytes at the start of a decode attention workspace that must be zero before its first launch.
 size_t g4_attn_decode_ws_header(void);
-// The merge inside the split kernel: 1 on, 2 on where window == 0 only, 0 off, -1 as
-// G4_ATTN_MERGE says (cluster: 1, global: 2; tests); and whether the last one-cache launch used
-// it (1) or the two launches (0).
+// The merge inside the split kernel: 1 on, 2 on where window == 0 only, 0 off, 3 as 2 for
+// launches built for at least g4_attn_decode_long_keys() keys (auto), -1 as G4_ATTN_MERGE says
+// (cluster: 1, global: 2, split: 0, unset or auto: 3; tests); and whether the last one-cache
+// launch used it (1) or the two launches (0).
 void g4_attn_decode_set_merge(int mode);
 int g4_attn_decode_last_merge(void);
+// The key count from which the auto mode merges inside (G4_ATTN_MERGE_LONG, default 1024).
+int g4_attn_decode_long_keys(void);
+// The keys the one-cache launches this thread enqueues next are built for (a hint: the grid
+// still covers the capacity, and a captured graph keeps the form it was captured with), and the
+// form class a launch built for `keys` keys takes (0: as short ranges, 1: the long-range form).
+void g4_attn_decode_set_keys(int keys);
+int g4_attn_decode_form(int keys);
 
 // The same op as g4_attn_prefill (ops.h `attention`: causal, window > 0 = sliding, GQA) for
 // small T (1..64; decode is T = 1): out[T, n_heads * hd] fp16 from q[T, n_heads * hd] fp16 over

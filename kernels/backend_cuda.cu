@@ -56,6 +56,7 @@ typedef struct {
     size_t sample_ws_bytes;
     void *persist_ws; // the persistent MLP's counters and partials (zeroed, self-resetting)
     size_t persist_ws_bytes;
+    int keys; // set_keys: the context the one-token forwards enqueued next see
     // Tower scratch (see the towers' section): grown on first use, never inside a capture.
     struct {
         void *p;
@@ -431,6 +432,7 @@ static void cu_attention(g4_backend *be, g4_buf *out, const g4_buf *q, const g4_
     if (q->rows <= 64) {
         size_t ws = g4_attn_decode_workspace(q->rows, n_heads, n_kv, head_dim, kc->rows);
         grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "attention");
+        g4_attn_decode_set_keys(c->keys);
         g4_attn_decode((uint16_t *)out->data, (const uint16_t *)q->data,
                        (const uint16_t *)kc->data, (const uint16_t *)vc->data,
                        (const int32_t *)pos->data, q->rows, n_heads, n_kv, head_dim, kc->rows,
@@ -499,6 +501,7 @@ static void cu_qkv_attention(g4_backend *be, g4_buf *out, g4_buf *q, g4_buf *k, 
     const size_t ws = g4_attn_decode_workspace(1, n_heads, n_kv, hd, kc->rows);
     grow_ws(be, &c->attn_ws, &c->attn_ws_bytes, ws, 1, "qkv_attention");
     const g4_attn_prep prep = attn_prep(k, v, q_w, k_w, inv_freq, eps);
+    g4_attn_decode_set_keys(c->keys);
     g4_attn_decode_prep((uint16_t *)out->data, (const uint16_t *)q->data, (uint16_t *)kc->data,
                         (uint16_t *)vc->data, (const int32_t *)pos->data, n_heads, n_kv, hd,
                         kc->rows, window, scale, &prep, c->attn_ws, c->attn_ws_bytes, c->stream);
@@ -602,6 +605,11 @@ static void cu_scatter_rows(g4_backend *be, g4_buf *dst, const g4_buf *src, cons
 }
 
 // --- graphs ---------------------------------------------------------------------------------
+
+static int cu_set_keys(g4_backend *be, int keys) {
+    CTX(be)->keys = keys;
+    return g4_attn_decode_form(keys);
+}
 
 static void cu_graph_begin(g4_backend *be) {
     G4_CUDA_CHECK(cudaStreamBeginCapture(S(be), cudaStreamCaptureModeThreadLocal));
@@ -1180,6 +1188,7 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->graph_end = cu_graph_end;
     b->graph_launch = cu_graph_launch;
     b->graph_free = cu_graph_free;
+    b->set_keys = cu_set_keys;
     b->exec_new = cu_exec_new;
     b->exec_reserve_rows = cu_exec_reserve_rows;
     b->exec_free = cu_exec_free;

@@ -93,6 +93,12 @@ struct g4_backend {
     // attention_rows, sample_rows) over up to `rows` rows of cfg, outside a capture, so graphs
     // of a batch step captured after it (one per row count) never see a workspace grow.
     void (*exec_reserve_rows)(g4_backend *ex, const struct g4_text_config_s *cfg, int rows);
+    // Optional (NULL: one form): tells the handle ex that the one-token forwards it enqueues
+    // next see `keys` keys of context, and returns their form class, 0 or 1 (1: kernels that
+    // have a long-range form take it; CUDA: the decode attention's merge inside its split
+    // kernel on layers without a window). A captured graph replays the form of its capture, so
+    // the engine keeps one graph a class and calls this before each step.
+    int (*set_keys)(g4_backend *ex, int keys);
     // Allocations of backend memory made so far through any handle of this backend (alloc,
     // alloc_mapped and the backend's own workspaces): a test counts them around requests.
     uint64_t (*alloc_count)(g4_backend *be);

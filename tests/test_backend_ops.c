@@ -98,6 +98,9 @@ static field fields[] = {
     FIELD(exec_free, K_MODEL, "a text state's handle: tests/test_cuda_engine.c, state_check.h"),
     FIELD(exec_reserve_rows, K_MODEL,
           "the batch step's graphs: test_batch on CUDA with G4_BATCH_GRAPH=1 (run.sh batch_cuda)"),
+    FIELD(set_keys, K_MODEL,
+          "the step's long-range graph: test_cuda_attention (form classes, auto mode) and "
+          "test_cuda_engine with G4_ATTN_MERGE_LONG=8 (run.sh amerge)"),
     FIELD(alloc_count, K_MEMORY, NULL),
     FIELD(alloc, K_MEMORY, NULL),
     FIELD(free, K_MEMORY, NULL),

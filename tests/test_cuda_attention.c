@@ -68,16 +68,19 @@ static int all_finite(const float *x, size_t n) {
 }
 
 // --- decode -----------------------------------------------------------------------------------
-// The decode cases run three times: the two launches (merge kernel), the merge inside the split
-// kernel (g4_attn_decode_set_merge(1), G4_ATTN_MERGE=cluster's path), and that merge on the
-// windowless cases only (2, G4_ATTN_MERGE=global).
-static int g_merge = 0;
+// The decode cases run four times: the two launches (merge kernel), the merge inside the split
+// kernel (g4_attn_decode_set_merge(1), G4_ATTN_MERGE=cluster's path), that merge on the
+// windowless cases only (2, G4_ATTN_MERGE=global), and the default (3, auto): as 2 where the
+// launch is built for g4_attn_decode_long_keys() keys or more (g4_attn_decode_set_keys: each
+// case tells its length, a graph its capacity), else the two launches.
+static int g_merge = 0, g_keys = 0;
 
 // The path taken and the workspace's ticket header after the launch(es): the form asked for
 // (the cluster merge whenever forced and the window allows: every case here fits its limits),
 // tickets back to zero.
 static void check_decode_path(const void *dws, int window, const char *what) {
-    const int want = g_merge == 1 || (g_merge == 2 && window == 0);
+    const int want = g_merge == 1 || (g_merge == 2 && window == 0) ||
+                     (g_merge == 3 && window == 0 && g_keys >= g4_attn_decode_long_keys());
     const size_t hb = g4_attn_decode_ws_header();
     uint32_t *h = g4_malloc(hb);
     HX_CUDA(cudaMemcpy(h, dws, hb, cudaMemcpyDeviceToHost));
@@ -157,6 +160,7 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
     hx_poison_f16(dout, out_n);
     poison_decode_ws(dws, ws_bytes);
     g4_attn_decode_set_merge(g_merge);
+    g4_attn_decode_set_keys(g_keys = L);
     cudaEvent_t e0, e1;
     HX_CUDA(cudaEventCreate(&e0));
     HX_CUDA(cudaEventCreate(&e1));
@@ -204,6 +208,7 @@ static void case_decode_graph(int hd, int capacity) {
     void *dout = hx_dev_alloc(2 * (size_t)qw), *dws = hx_dev_alloc(ws_bytes);
     poison_decode_ws(dws, ws_bytes);
     g4_attn_decode_set_merge(g_merge);
+    g4_attn_decode_set_keys(g_keys = capacity); // (the engine's long-range graph's hint)
     cudaStream_t st;
     HX_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     // one plain launch first: per-kernel attributes are set outside the capture
@@ -428,7 +433,22 @@ int main(int argc, char **argv) {
     // one-tile splits full, a second cluster of one active split and 7 empty ones)
     const int lens[] = {1, 2, 17, 63, 64, 65, 257, 511, 512, 513, 4096, 32768};
     const int n_lens = (int)(sizeof lens / sizeof lens[0]);
-    for (g_merge = 0; g_merge <= 2; g_merge++) {
+    // the auto mode's form classes: forced modes have one, auto splits at the long-keys bound
+    const int lk = g4_attn_decode_long_keys();
+    int forms[4];
+    g4_attn_decode_set_merge(3);
+    forms[0] = g4_attn_decode_form(lk - 1), forms[1] = g4_attn_decode_form(lk);
+    forms[3] = g4_attn_decode_form(1 << 30);
+    g4_attn_decode_set_merge(2);
+    forms[2] = g4_attn_decode_form(lk);
+    g4t_checks++;
+    if (forms[1] != 1 || forms[3] != 1 || forms[0] != 0 || forms[2] != 0) {
+        g4t_failures++;
+        printf("FAIL  form classes around %d keys: auto %d %d (want 0 1), global %d (want 0), "
+               "auto at 2^30 %d (want 1)\n",
+               lk, forms[0], forms[1], forms[2], forms[3]);
+    }
+    for (g_merge = 0; g_merge <= 3; g_merge++) {
         for (int i = 0; i < n_lens; i++) {
             case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
             case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);
@@ -447,6 +467,7 @@ int main(int argc, char **argv) {
         case_decode_graph(512, 32768); // replays at 1, 300, 32768: one, then many clusters
     }
     g4_attn_decode_set_merge(-1);
+    g4_attn_decode_set_keys(0);
     // prefill
     const int Ts[] = {1, 17, 33, 511, 512, 513, 1000, 4096};
     for (int i = 0; i < 8; i++) {

@@ -183,6 +183,9 @@ extern "C" int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *
         // the same after 128 on the grid of 32k caches, as the engine launches it
         n = bench_decode(filter, reps, rows, n, max, 256, 128, 512, merge, 32768);
         n = bench_decode(filter, reps, rows, n, max, 512, 128, 0, merge, 32768);
+        // where the merge inside starts to pay on the full layers (G4_ATTN_MERGE_LONG)
+        for (int L : {256, 512, 1024, 2048})
+            n = bench_decode(filter, reps, rows, n, max, 512, L, 0, merge, 32768);
     }
     // prefill (issue 22: hd 256 and 512 at 4k-16k; the baseline column is the HMMA kernel)
     const int Ts[] = {512, 2048, 4096, 8192, 16384};

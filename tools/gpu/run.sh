@@ -718,6 +718,11 @@ stage_amerge() {
         done
     done
     if [ -d "$d/f16" ]; then
+        # the default (auto) with the long-range bound at 8 keys: the decode steps past 8 keys
+        # replay the engine's second graph (merge inside on the full layers), graph == eager
+        G4_ATTN_MERGE_LONG=8 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+            tee "$OUT/amerge_cuda_engine_long8.log" | grep -E "decode:|checks|FAIL" | tail -8
+        echo "=== test_cuda_engine G4_ATTN_MERGE_LONG=8 (auto): exit ${PIPESTATUS[0]}"
         for f in 0 1; do # G4_FUSE_ATTN=1: the PREP kernels' one-token form merges inside too
             G4_ATTN_MERGE=cluster G4_FUSE_ATTN=$f G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
                 tee "$OUT/amerge_cuda_engine_fuse$f.log" | grep -E "decode:|checks|FAIL" | tail -8
