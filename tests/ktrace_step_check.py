@@ -12,7 +12,7 @@ The decode graph (id 7): 5 launches of 8 kernels, 100 us apart; per launch (ns f
   launch of 2 kernels), eager kernels (graph 0: 3 steps p1, p2, p3, sample), host copies between
   launches, the rows shuffled.
 """
-import csv, gzip, json, os, random, shutil, subprocess, sys, tempfile
+import csv, gzip, importlib.util, json, os, random, shutil, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(HERE, "..", "tools", "python", "ktrace_step.py")
@@ -130,7 +130,7 @@ def main():
     L = r["layers"]
     check("layers", L["n"], 2)
     check("detected", L["detected"], True)
-    check("marker", L["marker"], "gemv<4, true>")
+    check("marker", (L["marker"], L["marker_per_layer"]), ("gemv<4, true>", 1))
     check("prefix", (L["prefix"]["kernels"], L["prefix"]["us"]), (1, 1.0))
     check("suffix kernels", L["suffix"]["kernels"], 1)
     check("suffix us", L["suffix"]["us"], 5.2)
@@ -151,8 +151,18 @@ def main():
     # --layers 2 gives the same division; --layers 3 has no name occurring 3 times: an error
     run([csv_path, "--skip", "1", "--layers", "2", "--json", js])
     check("--layers 2", json.load(open(js))["layers"]["per_layer_us"], [6.0, 6.0])
-    e = run([csv_path, "--skip", "1", "--layers", "3"], expect_rc=1)
-    check("--layers 3 message", "no kernel name occurs exactly 3 times" in e.stderr, True)
+    e = run([csv_path, "--skip", "1", "--layers", "3", "--json", js])
+    check("--layers 3 message", "no kernel name occurs a multiple of 3 times" in e.stdout, True)
+    check("--layers 3: no layers", "layers" in json.load(open(js)), False)
+    # a marker twice a layer: the division at every 2nd occurrence of the first per-layer name
+    spec = importlib.util.spec_from_file_location("ktrace_step", TOOL)
+    ks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ks)
+    seq = ["e", "g", "a", "g", "n", "g", "a", "g", "n", "s"]
+    check("detect_layers k = 2", ks.detect_layers(seq, 2), (2, "g", 2, [(1, 5), (5, 9)], 1, 9))
+    check("detect_layers auto", ks.detect_layers(seq, None), (2, "g", 2, [(1, 5), (5, 9)], 1, 9))
+    check("detect_layers none", ks.detect_layers(["x", "y"], None),
+          "no kernel name occurs more than once a step")
     # default --skip 2: the warm-up and launch 1 dropped, 2 steps left (walls 17.2, 20.2)
     run([csv_path, "--json", js])
     r2 = json.load(open(js))

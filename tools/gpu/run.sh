@@ -774,7 +774,9 @@ stage_ncu_step() {
 # Files: ktrace_<tag>.csv.gz (the trace), .json (the analysis), .txt (all of it), .gen.json
 # (generate's own JSON), ktrace_<tag>_untraced.gen.json. KTRACE_PKGS (default "q4 f16");
 # KTRACE_ENV="NAME:VAR=V[,VAR=V] ..." runs each package again with those variables, tag <p>_NAME
-# (e.g. "amg:G4_ATTN_MERGE=global"); KTRACE_ARGS: more ktrace_step.py options (--layers 35).
+# (e.g. "amg:G4_ATTN_MERGE=global"); KTRACE_ARGS: ktrace_step.py's options (default "--layers 35",
+# E2B's layers: its sliding and full attention kernels occur 28 and 7 times, which could fool the
+# detection of the layer count).
 # Exit non-zero, printing the tracer's or the loader's line, when no kernel row came back (the
 # library not preloaded, CUPTI refused, e.g. in a sandbox); every run is under a timeout.
 stage_ktrace() {
@@ -823,7 +825,7 @@ ktrace_one() {
     t=$(sed -nE 's/.*"decode_tok_s":([0-9.eE+-]+).*/\1/p' "$OUT/ktrace_$tag.gen.json")
     u=$(sed -nE 's/.*"decode_tok_s":([0-9.eE+-]+).*/\1/p' "$OUT/ktrace_${tag}_untraced.gen.json")
     echo "ktrace $tag: decode ${t:-?} tok/s traced ($(python3 -c "print(f'{1e3 / $t:.3f}')" 2>/dev/null || echo ?) ms a token), ${u:-?} untraced; $(grep -c '^"kernel"' "$csv") kernel rows"
-    python3 tools/python/ktrace_step.py "$csv" --json "$OUT/ktrace_$tag.json" ${KTRACE_ARGS:-} \
+    python3 tools/python/ktrace_step.py "$csv" --json "$OUT/ktrace_$tag.json" ${KTRACE_ARGS:---layers 35} \
         >"$OUT/ktrace_$tag.txt" 2>&1
     r=$?
     head -"${KTRACE_LINES:-80}" "$OUT/ktrace_$tag.txt" | cut -c1-170

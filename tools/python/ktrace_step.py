@@ -25,13 +25,15 @@ Per kernel i of a step (sorted by start; times in us):
   The step's wall (first start to last end) = sum over its kernels of idle + crit exactly, so
   "us/step" (idle + crit) and "share" attribute the whole wall time.
 
-Layers: the step's name sequence divided at each occurrence of a marker kernel. N (the number of
-layers) is --layers, else the count a step shared by the most distinct kernel names (ties: the
-larger count); the marker is the name with exactly N occurrences that comes first. Layer j runs
-from the j-th marker to the next; the last layer ends at the last kernel whose name occurs a
-multiple of N times (a per-layer kernel); before the first marker is the prefix (embedding,
-PLE), after the last layer the suffix (final norm, lm_head, sampler). Layers with different
-kernel sequences (full / sliding attention, KV-shared) are listed as kinds.
+Layers: the step's name sequence divided at a marker kernel. N (the number of layers) is
+--layers, else the count a step shared by the most distinct kernel names (ties: the larger
+count; a guess: where layers differ, e.g. E2B's sliding / full attention kernels, 28 + 7, pass
+--layers). Per-layer names: those occurring a multiple of N times a step (k N: k a layer); the
+marker is the per-layer name that comes first, and layer j runs from its (j k)-th occurrence to
+the next layer's; the last layer ends at the last per-layer kernel. Before the first marker is
+the prefix (embedding, PLE rows), after the last layer the suffix (final norm, lm_head,
+sampler). Layers with different kernel sequences are listed as kinds. No per-layer name: no
+layer table (the rest is printed).
 Python 3 stdlib only.
 """
 import argparse, collections, csv, gzip, json, statistics, sys
@@ -137,24 +139,25 @@ def us(ns):
 
 
 def detect_layers(names, n_layers):
-    """(N, marker, [(lo, hi) per layer], prefix end, suffix start) or None."""
+    """(N, marker, k, [(lo, hi) per layer], prefix end, suffix start), or a str: why not."""
     cnt = collections.Counter(names)
     if n_layers is None:
         by = collections.Counter(c for c in cnt.values() if c > 1)
         if not by:
-            return None
+            return "no kernel name occurs more than once a step"
         n_layers = max(by, key=lambda c: (by[c], c))
-    exact = [n for n in cnt if cnt[n] == n_layers]
-    if not exact:
-        sys.exit(f"ktrace_step: no kernel name occurs exactly {n_layers} times a step "
-                 f"(counts: {sorted(set(cnt.values()))})")
+    per_layer = [n for n in cnt if cnt[n] % n_layers == 0]
+    if not per_layer:
+        return (f"no kernel name occurs a multiple of {n_layers} times a step "
+                f"(counts: {sorted(set(cnt.values()))})")
     first = {n: names.index(n) for n in cnt}
-    marker = min(exact, key=lambda n: first[n])
-    starts = [i for i, n in enumerate(names) if n == marker]
-    last = max(i for i, n in enumerate(names) if cnt[n] % n_layers == 0)
+    marker = min(per_layer, key=lambda n: first[n])
+    k = cnt[marker] // n_layers
+    starts = [i for i, n in enumerate(names) if n == marker][::k]
+    last = max(i for i, n in enumerate(names) if n in per_layer)
     bounds = [(starts[j], starts[j + 1]) for j in range(len(starts) - 1)]
     bounds.append((starts[-1], last + 1))
-    return n_layers, marker, bounds, starts[0], last + 1
+    return n_layers, marker, k, bounds, starts[0], last + 1
 
 
 def class_table(positions, pos_stats, per):
@@ -272,8 +275,11 @@ def main():
     print_classes("per kernel name, a step", res["kernels"], wall_mean, a.width)
 
     lay = detect_layers(names, a.layers)
+    if isinstance(lay, str):
+        print(f"\nlayers: none ({lay})")
+        lay = None
     if lay:
-        n, marker, bounds, pre_end, suf_start = lay
+        n, marker, k, bounds, pre_end, suf_start = lay
         def seg_us(lo, hi):
             return sum(pos[i]["idle_us"] + pos[i]["crit_us"] for i in range(lo, hi))
         def seg_span(lo, hi):
@@ -284,7 +290,7 @@ def main():
             kinds.setdefault(tuple(names[lo:hi]), []).append(j)
         lpos = [i for lo, hi in bounds for i in range(lo, hi)]
         res["layers"] = {
-            "n": n, "marker": marker, "detected": a.layers is None,
+            "n": n, "marker": marker, "marker_per_layer": k, "detected": a.layers is None,
             "prefix": {"kernels": pre_end, "us": seg_us(0, pre_end)},
             "suffix": {"kernels": nk - suf_start, "us": seg_us(suf_start, nk)},
             "layer_us": {"mean": mean(layer_us), "min": min(layer_us), "max": max(layer_us)},
@@ -295,8 +301,9 @@ def main():
             "kernels": class_table(lpos, pos, n)}
         L = res["layers"]
         print()
-        print(f"layers: {n} ({'detected' if a.layers is None else '--layers'}; each from a "
-              f"{marker} to the next); prefix {pre_end} kernels {L['prefix']['us']:.1f} us, "
+        every = f"every {k}th {marker}" if k > 1 else f"a {marker}"
+        print(f"layers: {n} ({'detected' if a.layers is None else '--layers'}; each from {every} "
+              f"to the next); prefix {pre_end} kernels {L['prefix']['us']:.1f} us, "
               f"suffix {L['suffix']['kernels']} kernels {L['suffix']['us']:.1f} us")
         print(f"a layer: mean {L['layer_us']['mean']:.2f} us of the wall (min "
               f"{L['layer_us']['min']:.2f}, max {L['layer_us']['max']:.2f}), first start to last "
@@ -311,7 +318,7 @@ def main():
     if a.top > 0:
         layer_of = {}
         if lay:
-            for j, (lo, hi) in enumerate(lay[2]):
+            for j, (lo, hi) in enumerate(lay[3]):
                 for i in range(lo, hi):
                     layer_of[i] = j
         top = sorted(pos, key=lambda p: -(p["idle_us"] + p["crit_us"]))[:a.top]
