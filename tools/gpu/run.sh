@@ -48,6 +48,10 @@
 #            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster
 #            amergef:G4_ATTN_MERGE=cluster,G4_FUSE_ATTN=1"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
+#   ktrace   issue 30: every kernel's in-situ start / end in graph-replayed decode steps (PDL
+#            overlap as it runs; CUPTI tracer tools/gpu/kernel_trace.c, LD_PRELOAD) of `g4cu
+#            generate`, cut into steps and layers by tools/python/ktrace_step.py (after build,
+#            e2b_make; KTRACE_PKGS, KTRACE_ENV, KTRACE_ARGS)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -754,6 +758,84 @@ stage_ncu_step() {
         echo "ncu $p: exit $? ($(wc -l <"$OUT/ncu_step_$p.csv") csv lines)"
         python3 tools/gpu/ncu_step.py "$OUT/ncu_step_$p.csv" | head -40
     done
+}
+
+# Issue 30: where a decode step's time goes in situ (after build, e2b_make). tools/gpu/kernel_trace.c
+# (CUPTI, built here into $WORK/ktrace, preloaded into g4cu only) records every kernel's start
+# and end as the GPU ran it, with PDL overlap (Nsight Compute's ncu_step serializes kernels; the
+# kernel bench rows repeat one kernel after itself). `g4cu generate` of 128 prompt ids (ncu_step's
+# formula), 64 new tokens, EOS ignored: its decode steps are replays of the graph captured at
+# state creation (engine/text_decoder.c capture_step / g4_text_step: one token, no layer hook,
+# not eager); G4_PROFILE=1 would not change that (its events skip captures; only bench's own
+# eager pass is profiled) and is not set. tools/python/ktrace_step.py cuts the graph's kernels
+# into launches, drops 2 warm-up steps, divides a step into layers. Lines to read, per package:
+#   "ktrace <p>: decode <t> tok/s traced (<ms> ms a token), <u> untraced": the tracer's own cost
+#     (the step figures below are the traced ones);
+#   "step wall ... mean / median" (a Q4 step: ~1.63 ms untraced) and "kernels a step";
+#   "per kernel name, a step": n a step, in-situ dur, gap (< 0: started under its predecessor,
+#     PDL), idle (no kernel running before it), crit (how far it pushed the step's end), share;
+#   "a layer: mean ... us" against the ~31 us of the kernel bench rows a layer, the layer kinds,
+#     "per kernel name, a layer", and the kernels that extend the step most.
+# Files: ktrace_<tag>.csv.gz (the trace), .json (the analysis), .txt (all of it), .gen.json
+# (generate's own JSON), ktrace_<tag>_untraced.gen.json. KTRACE_PKGS (default "q4 f16");
+# KTRACE_ENV="NAME:VAR=V[,VAR=V] ..." runs each package again with those variables, tag <p>_NAME
+# (e.g. "amg:G4_ATTN_MERGE=global"); KTRACE_ARGS: ktrace_step.py's options (default "--layers 35",
+# E2B's layers: its sliding and full attention kernels occur 28 and 7 times, which could fool the
+# detection of the layer count).
+# Exit non-zero, printing the tracer's or the loader's line, when no kernel row came back (the
+# library not preloaded, CUPTI refused, e.g. in a sandbox); every run is under a timeout.
+stage_ktrace() {
+    local e="$WORK/e2b" ids p v rc=0
+    [ -f "$e/READY" ] || { echo "ktrace: no full-size package ($e/READY missing)"; return 1; }
+    [ -x build-gpu/g4cu ] || { echo "ktrace: no build-gpu/g4cu (run build)"; return 1; }
+    tools/gpu/build_kernel_trace.sh "$WORK/ktrace" >"$OUT/ktrace_build.log" 2>&1 ||
+        { echo "ktrace: the tracer did not build:"; tail -5 "$OUT/ktrace_build.log"; return 1; }
+    head -1 "$OUT/ktrace_build.log"
+    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
+    for p in ${KTRACE_PKGS:-q4 f16}; do
+        for v in "-:X=1" ${KTRACE_ENV:-}; do
+            ( # the variant's variables for these runs only
+                IFS=, read -r -a kvs <<<"${v#*:}"
+                for kv in "${kvs[@]}"; do export "${kv?}"; done
+                tag=$p
+                [ "${v%%:*}" = - ] || tag=${p}_${v%%:*}
+                ktrace_one "$e/$p" "$tag" "$ids"
+            ) || rc=1
+        done
+    done
+    return $rc
+}
+
+# ktrace_one PKG TAG IDS: an untraced then a traced generate, the analysis (stage_ktrace).
+ktrace_one() {
+    local pkg=$1 tag=$2 ids=$3 csv="$OUT/ktrace_$2.csv" r t u
+    local gen=(build-gpu/g4cu generate "$pkg" --backend cuda --ids "$ids" --max-new 64 --ignore-eos --json)
+    rm -f "$csv" "$csv.gz"
+    timeout 180 "${gen[@]}" >"$OUT/ktrace_${tag}_untraced.gen.json" 2>"$OUT/ktrace_${tag}_untraced.err"
+    r=$?
+    [ $r -eq 0 ] || { echo "ktrace $tag: untraced generate exit $r"; tail -3 "$OUT/ktrace_${tag}_untraced.err"; }
+    # LD_PRELOAD on g4cu alone (not on timeout): one process writes the CSV
+    G4_KTRACE_OUT="$csv" timeout 240 env LD_PRELOAD="$WORK/ktrace/libg4ktrace.so" "${gen[@]}" \
+        >"$OUT/ktrace_$tag.gen.json" 2>"$OUT/ktrace_$tag.err"
+    r=$?
+    grep -E "g4ktrace|preload" "$OUT/ktrace_$tag.err" | head -5
+    if [ $r -ne 0 ]; then
+        echo "ktrace $tag: traced generate exit $r (124: timed out)"; tail -3 "$OUT/ktrace_$tag.err"
+        return 1
+    fi
+    if [ ! -s "$csv" ] || ! grep -q '^"kernel"' "$csv"; then
+        echo "ktrace $tag: no kernel rows in $csv (the tracer not preloaded, or CUPTI refused: the lines above)"
+        return 1
+    fi
+    t=$(sed -nE 's/.*"decode_tok_s":([0-9.eE+-]+).*/\1/p' "$OUT/ktrace_$tag.gen.json")
+    u=$(sed -nE 's/.*"decode_tok_s":([0-9.eE+-]+).*/\1/p' "$OUT/ktrace_${tag}_untraced.gen.json")
+    echo "ktrace $tag: decode ${t:-?} tok/s traced ($(python3 -c "print(f'{1e3 / $t:.3f}')" 2>/dev/null || echo ?) ms a token), ${u:-?} untraced; $(grep -c '^"kernel"' "$csv") kernel rows"
+    python3 tools/python/ktrace_step.py "$csv" --json "$OUT/ktrace_$tag.json" ${KTRACE_ARGS:---layers 35} \
+        >"$OUT/ktrace_$tag.txt" 2>&1
+    r=$?
+    head -"${KTRACE_LINES:-80}" "$OUT/ktrace_$tag.txt" | cut -c1-170
+    gzip -f "$csv" # (~20 MB of names and numbers; the analyzer reads .gz too)
+    [ $r -eq 0 ] || { echo "ktrace $tag: ktrace_step.py exit $r"; return 1; }
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
