@@ -839,12 +839,15 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
     __syncthreads();
 
     float acc[F][4][4];
+    auto zero_acc = [&]() {
 #pragma unroll
-    for (int ff = 0; ff < F; ff++)
+        for (int ff = 0; ff < F; ff++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) acc[ff][j][i] = 0.0f;
+                for (int i = 0; i < 4; i++) acc[ff][j][i] = 0.0f;
+    };
+    zero_acc();
     int cj = 0, cr = 0; // compute cursor
     const __half *px0 = xs + gvm_xrow(g, M) * XS + GVM_KSTEP * (kb - cb), *px = px0;
     for (int i0 = 0; i0 < n; i0 += U) {
@@ -879,12 +882,7 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
                 cr = 0;
                 cj++;
                 px = px0;
-#pragma unroll
-                for (int ff = 0; ff < F; ff++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-#pragma unroll
-                        for (int i = 0; i < 4; i++) acc[ff][j][i] = 0.0f;
+                zero_acc();
             }
         }
     }
