@@ -7,6 +7,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/gemm_common.cuh"
+#include "kernels/gemv_f16_mma.h"
 #include "kernels/pdl.cuh"
 
 namespace cg = cooperative_groups;
@@ -650,6 +651,263 @@ void launch_gemv(void *y, const __half *x, const __half *w, const __half *wu, co
         launch_gemv_t<8, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
 }
 
+// =============================================================================================
+// GEMV on the tensor cores (issue 29, G4_GEMV_F16=mma, off by default until measured;
+// bench/NOTES.md "The fp16 GEMV on the tensor cores"). No shared-memory staging of the weights
+// and no repack: each lane's four 16-byte loads of W (kernels/gemv_f16_mma.h: rows 2t, 2t+1,
+// 2t+8, 2t+9 of a 16-row step, 8 columns) are byte-permuted straight into the A fragments of
+// four m16n8k16 tiles (64 output columns), B = x^T from shared memory (M <= 8 tokens fill the
+// n8 side; M = 1 wastes 7/8 of an MMA, which costs nothing here), fp32 accumulation.
+//   - Plan (gvm_plan): K split over the S warps of a CTA and the CS CTAs of a cluster (grid.y);
+//     the other 8 / S warps of a CTA take other strips; a grid past 2 CTAs an SM walks its
+//     groups of strips persistently (the lm_head), its weight stream continuing across them.
+//   - U steps (2 KB of W each a warp; fused: U / 2 of each weight) in flight a warp in a
+//     register ring; the first U loaded before the PDL wait (immutable weights, ldg_stream:
+//     pdl.cuh rule 1); x [M][the CTA's k range] staged in shared memory after the wait.
+//   - Per strip, deterministic split-K: the warps' pair partials through shared memory, summed
+//     in warp order by the strip's own warps, then (CS > 1) the CTA partials summed in rank
+//     order through distributed shared memory (gvm_flush), one barrier each, double-buffered.
+//   - K a multiple of 8: the last step's rows 8..15 are zero-filled loads when K % 16 == 8;
+//     N a multiple of 8: a lane's 8 columns are all in or all out.
+// Where it does not take a shape (x of the CTA's k range over GVM_X_MAX) the CUDA-core GEMV
+// runs it; the add-norm prologue form (g4_gemv_f16_add_norm) stays on the CUDA-core GEMV.
+// =============================================================================================
+constexpr int GVM_THREADS = GVM_WARPS * 32;
+
+// A forced fp16 GEMV design (g4_gemm_gemv_f16_version: tests, benches), else G4_GEMV_F16=mma in
+// the environment (read once): 1 the CUDA-core kernel, 2 the tensor-core one.
+int g_gvf_version = -1; // -1: the environment's
+int g_gvf_last = 0;     // the design of the last fp16 GEMV launched
+int gvf_version() {
+    if (g_gvf_version >= 0) return g_gvf_version;
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_GEMV_F16", "mma") ? 2 : 1;
+}
+
+// Whether the tensor-core GEMV runs an M <= 8 shape (the design forced or chosen, and the x of a
+// CTA's k range within GVM_X_MAX).
+bool gvm_takes(int M, int N, int K, bool fused) {
+    if (gvf_version() != 2 || K >= GVM_K_MAX) return false;
+    const gvm_plan_t p = gvm_plan(N, K, num_sms(), gvm_cps(fused ? 2 : 1));
+    return gvm_x_bytes(M, K, p.CS) <= GVM_X_MAX;
+}
+
+__device__ __forceinline__ uint32_t gvm_word(const uint4 &v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+// The strip's outputs after each warp wrote its pair partials (red, this CTA's, parity par):
+// the S warps of slot f sum the S warps' partials in warp order; CS == 1: they store; else they
+// write the CTA partial (cred) and, after a cluster barrier, rank r sums the ranks' partials in
+// rank order for the positions whose (pos / 4) % CS == r and stores. Out of line: inlined at
+// each of the ring's unrolled steps the kernel would pass the instruction cache.
+template <int F>
+__device__ __noinline__ void gvm_flush(float2 *red, float2 *cred, int par, void *y,
+                                       const __half *bias, int epi, int M, int N, int strip, int f,
+                                       int s, int S, int CS) {
+    __syncthreads(); // every warp's partials are written
+    const int lane = threadIdx.x & 31, id = s * 32 + lane;
+    const float2 *rb = red + (size_t)par * GVM_WARPS * F * GVM_POS;
+    float2 *cb = cred + (size_t)par * F * GVM_POS;
+    const int col0 = strip * GVM_COLS;
+    auto store = [&](int pos, const float2(&v)[F]) {
+        const int m = gvm_pos_tok(pos), col = col0 + gvm_pos_col(pos);
+        if (col >= N) return;
+        const size_t idx = (size_t)m * N + col;
+        if constexpr (F == 2)
+            store_pair(y, G4_GEMM_Y_F16, nullptr, idx, col, gelu_tanh(v[0].x) * v[1].x,
+                       gelu_tanh(v[0].y) * v[1].y);
+        else
+            store_pair(y, epi, bias, idx, col, v[0].x, v[0].y);
+    };
+    for (int pos = id; pos < GVM_POS; pos += 32 * S) {
+        if (gvm_pos_tok(pos) >= M) continue;
+        float2 v[F];
+#pragma unroll
+        for (int ff = 0; ff < F; ff++) {
+            float2 a = make_float2(0.0f, 0.0f);
+            for (int ss = 0; ss < S; ss++) {
+                const float2 q = rb[((f * S + ss) * F + ff) * GVM_POS + pos];
+                a.x += q.x;
+                a.y += q.y;
+            }
+            v[ff] = a;
+        }
+        if (CS == 1) {
+            store(pos, v);
+        } else {
+#pragma unroll
+            for (int ff = 0; ff < F; ff++) cb[ff * GVM_POS + pos] = v[ff];
+        }
+    }
+    if (CS == 1) return;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync(); // every CTA partial is written and visible to the cluster
+    const int rank = (int)cluster.block_rank();
+    for (int pos = id; pos < GVM_POS; pos += 32 * S) {
+        if (gvm_pos_tok(pos) >= M || (pos >> 2) % CS != rank) continue;
+        float2 q[8][F]; // the ranks' loads in flight together, then summed in rank order
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+            if (r < CS) {
+                const float2 *p = cluster.map_shared_rank(cb, r);
+#pragma unroll
+                for (int ff = 0; ff < F; ff++) q[r][ff] = p[ff * GVM_POS + pos];
+            }
+        float2 v[F];
+#pragma unroll
+        for (int ff = 0; ff < F; ff++) {
+            v[ff] = make_float2(0.0f, 0.0f);
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                if (r < CS) {
+                    v[ff].x += q[r][ff].x;
+                    v[ff].y += q[r][ff].y;
+                }
+        }
+        store(pos, v);
+    }
+}
+
+// F = 1 (plain) or 2 (fused gate/up: y fp16 = gelu_tanh(x Wg) * (x Wu)); U steps in flight.
+// Plain: 2 CTAs an SM (128 registers: the ring's 64 + 16 accumulators). Fused: one (its 32
+// accumulators spilled inside the loop at 128; 8 warps x 2 steps x 4 KB = 64 KB an SM in flight).
+template <int F, int U>
+__global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
+    gemv_f16_mma_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
+                        const __half *__restrict__ wu, const __half *__restrict__ bias, int M,
+                        int N, int K, int epi, int S, int CS, int groups) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int KT = (K + GVM_KSTEP - 1) / GVM_KSTEP, ST = S * CS, FT = GVM_WARPS / S;
+    const int f = warp / S, s = warp % S, rank = (int)blockIdx.y, G = (int)gridDim.x;
+    int kb, L, cb, cl; // this warp's steps [kb, kb + L); the CTA's [cb, cb + cl)
+    gvm_krange(KT, rank * S + s, ST, &kb, &L);
+    gvm_krange(KT, rank, CS, &cb, &cl);
+    const int nj = (groups - (int)blockIdx.x + G - 1) / G; // groups this CTA walks (>= 1)
+    const int n = nj * L;                                  // this warp's steps (>= 1)
+    const size_t N1 = (size_t)N;
+
+    // Load cursor: lp[ff] = the lane's first row (gvm_row(t, 0)) of step lr of group lj, 8
+    // columns; rows 1, 8, 9 (gvm_row(t, 1..3) - gvm_row(t, 0)) follow at N, 8 N, 9 N.
+    const __half *lp[F];
+    int lr = 0, lj = 0;
+    bool lcol = false;
+    auto set_col = [&](int j) {
+        const int col = gvm_strip((int)blockIdx.x, j, G, FT, f) * GVM_COLS + gvm_col0(g);
+        lcol = col < N;
+        const size_t off = (size_t)(GVM_KSTEP * kb + gvm_row(t, 0)) * N1 + (lcol ? col : 0);
+#pragma unroll
+        for (int ff = 0; ff < F; ff++) lp[ff] = (ff ? wu : w) + off;
+    };
+    uint4 rw[U][F][4];
+    auto load_next = [&](int u) {
+        const uint4 z = make_uint4(0, 0, 0, 0);
+        const bool hi = lcol && gvm_hi_ok(kb + lr, K);
+#pragma unroll
+        for (int ff = 0; ff < F; ff++) {
+            const __half *b = lp[ff];
+            rw[u][ff][0] = lcol ? ldg_stream(b) : z;
+            rw[u][ff][1] = lcol ? ldg_stream(b + N1) : z;
+            rw[u][ff][2] = hi ? ldg_stream(b + 8 * N1) : z;
+            rw[u][ff][3] = hi ? ldg_stream(b + 9 * N1) : z;
+            lp[ff] = b + GVM_KSTEP * N1;
+        }
+        if (++lr == L) {
+            lr = 0;
+            set_col(++lj);
+        }
+    };
+
+    // The ring's first U steps before the wait: immutable weights, ldg_stream only.
+    set_col(0);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < n) load_next(u);
+    g4_pdl_wait();
+    g4_pdl_trigger();
+
+    float2 *red = (float2 *)smem;                                             // gvm_red_bytes
+    float2 *cred = (float2 *)(smem + gvm_red_bytes(F));                       // gvm_cred_bytes
+    __half *xs = (__half *)(smem + gvm_red_bytes(F) + gvm_cred_bytes(F, CS)); // [M][XS]
+    const int XS = gvm_xstride(cl);
+    for (int i = (int)threadIdx.x; i < M * 2 * cl; i += GVM_THREADS) {
+        const int m = i / (2 * cl), c = i - m * 2 * cl, k = GVM_KSTEP * cb + 8 * c;
+        const uint4 v = k < K ? *(const uint4 *)(x + (size_t)m * K + k) : make_uint4(0, 0, 0, 0);
+        *(uint4 *)(xs + m * XS + 8 * c) = v;
+    }
+    __syncthreads();
+
+    float acc[F][4][4];
+    auto zero_acc = [&]() {
+#pragma unroll
+        for (int ff = 0; ff < F; ff++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[ff][j][i] = 0.0f;
+    };
+    zero_acc();
+    int cj = 0, cr = 0; // compute cursor
+    const __half *px0 = xs + gvm_xrow(g, M) * XS + GVM_KSTEP * (kb - cb), *px = px0;
+    for (int i0 = 0; i0 < n; i0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i0 + u >= n) break; // warp-uniform
+            const uint32_t b0 = *(const uint32_t *)(px + gvm_bk(t, 0));
+            const uint32_t b1 = *(const uint32_t *)(px + gvm_bk(t, 1));
+#pragma unroll
+            for (int ff = 0; ff < F; ff++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    uint32_t a[4];
+                    gvm_afrag(gvm_word(rw[u][ff][0], j), gvm_word(rw[u][ff][1], j),
+                              gvm_word(rw[u][ff][2], j), gvm_word(rw[u][ff][3], j), a);
+                    mma_16816(acc[ff][j], a, b0, b1);
+                }
+            if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
+            px += GVM_KSTEP;
+            if (++cr == L) {
+                // pair p = j + 4 e: (c_e, c_{2+e}) of tile j, token 2t + e
+                float2 *wb = red + ((size_t)(cj & 1) * GVM_WARPS + warp) * F * GVM_POS;
+#pragma unroll
+                for (int p = 0; p < GVM_PAIRS; p++)
+                    if (2 * t + (p >> 2) < M)
+#pragma unroll
+                        for (int ff = 0; ff < F; ff++)
+                            wb[ff * GVM_POS + p * 32 + lane] =
+                                make_float2(acc[ff][p & 3][p >> 2], acc[ff][p & 3][2 + (p >> 2)]);
+                gvm_flush<F>(red, cred, cj & 1, y, bias, epi, M, N,
+                             gvm_strip((int)blockIdx.x, cj, G, FT, f), f, s, S, CS);
+                cr = 0;
+                cj++;
+                px = px0;
+                zero_acc();
+            }
+        }
+    }
+    if (CS > 1) cg::this_cluster().sync(); // keep the CTA partials alive until every rank read
+}
+
+template <bool FUSED>
+void launch_gemv_mma(void *y, const __half *x, const __half *w, const __half *wu,
+                     const __half *bias, int M, int N, int K, int epi, cudaStream_t stream) {
+    constexpr int F = FUSED ? 2 : 1, U = FUSED ? 2 : 4; // the same 8 KB of W in flight a warp
+    const gvm_plan_t p = gvm_plan(N, K, num_sms(), gvm_cps(F));
+    const size_t smem =
+        (size_t)gvm_red_bytes(F) + gvm_cred_bytes(F, p.CS) + gvm_x_bytes(M, K, p.CS);
+    static bool smem_set = false;
+    set_smem(gemv_f16_mma_kernel<F, U>, gvm_red_bytes(F) + gvm_cred_bytes(F, 2) + GVM_X_MAX,
+             &smem_set);
+    if (p.CS > 1)
+        g4_pdl_launch_cluster(gemv_f16_mma_kernel<F, U>, dim3(p.grid, p.CS, 1),
+                              dim3(GVM_THREADS, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w, wu,
+                              bias, M, N, K, epi, p.S, p.CS, p.groups);
+    else
+        g4_pdl_launch(gemv_f16_mma_kernel<F, U>, dim3(p.grid, 1, 1), dim3(GVM_THREADS, 1, 1), smem,
+                      stream, y, x, w, wu, bias, M, N, K, epi, p.S, p.CS, p.groups);
+}
+
 int dispatch(const char *who, void *y, const void *x, const void *w, const void *wu,
              const void *bias, int M, int N, int K, g4_gemm_epi epi, g4_gemm_algo algo,
              cudaStream_t stream) {
@@ -668,7 +926,12 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        if (fused)
+        g_gvf_last = gvm_takes(M, N, K, fused) ? 2 : 1;
+        if (g_gvf_last == 2 && fused)
+            launch_gemv_mma<true>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+        else if (g_gvf_last == 2)
+            launch_gemv_mma<false>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+        else if (fused)
             launch_gemv<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else
             launch_gemv<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
@@ -741,6 +1004,20 @@ extern "C" int g4_gemm_skinny_plan(int M, int N, int K, int fused) {
     const long cols = (N + (fused ? 63 : 127)) / (fused ? 64 : 128);
     const int bm = M <= 32 ? 32 : 64;
     return g4k::skinny_split(cols * ((M + bm - 1) / bm), (K + 63) / 64);
+}
+
+extern "C" int g4_gemm_gemv_f16_version(int version) {
+    if (version != -1 && version != 1 && version != 2)
+        return g4_fail(G4_EUSER,
+                       "gemv f16 version: %d, expected -1 (environment), 1 (CUDA cores) or 2 "
+                       "(tensor cores)",
+                       version);
+    g4k::g_gvf_version = version;
+    return G4_OK;
+}
+
+extern "C" int g4_gemm_gemv_f16_last_design(void) {
+    return g4k::g_gvf_last;
 }
 
 extern "C" const char *g4_gemv_add_norm_supported(int M, int K) {

@@ -13,7 +13,9 @@
 // Algorithms (one table; the test and the bench run each explicitly, so a wrong or slow one shows):
 //   GEMV   M <= 8, decode: streams W once with 16-byte loads; a thread-block cluster of up to 8
 //          blocks splits K when N is small and reduces through distributed shared memory
-//          (deterministic, no workspace, graph-capturable). CUDA-core fp32 FMAs.
+//          (deterministic, no workspace, graph-capturable). CUDA-core fp32 FMAs; with
+//          G4_GEMV_F16=mma in the environment, the tensor-core GEMV (mma.sync fed straight from
+//          the weight loads, gemm_f16.cu gemv_f16_mma_kernel; the add-norm form stays CUDA-core).
 //   MMA    any M: mma.sync m16n8k16 (fp16 in, fp32 accumulate), ldmatrix, a 4-stage cp.async
 //          pipeline, XOR-swizzled shared memory; 128x128 or 64x128 tiles.
 //   WGMMA  any M, Hopper (sm_90a), the prefill path (gemm_wgmma.cuh): 128 x BN x 64 tiles
@@ -124,6 +126,14 @@ int g4_gemm_skinny_force(int split);
 // unfused (the GEMV's prologue form) so the linear takes it.
 int g4_gemm_f16_skinny_takes(int M);
 int g4_gemm_skinny_plan(int M, int N, int K, int fused);
+// Tests and benches only: force the fp16 GEMV design of M <= 8 (1 the CUDA-core kernel, 2 the
+// tensor-core one, gemm_f16.cu gemv_f16_mma_kernel); -1, the initial state, restores
+// G4_GEMV_F16's (mma: 2, else 1). The tensor-core design still leaves a shape it does not take
+// to the CUDA-core kernel. Not thread-safe; not for the engine.
+int g4_gemm_gemv_f16_version(int version);
+// Tests only: the design (1, 2) of the last fp16 GEMV launched by g4_gemm_f16 or
+// g4_gemm_f16_gelu_mul with the GEMV (0: none yet), so a test can check which one ran.
+int g4_gemm_gemv_f16_last_design(void);
 // The automatic WGMMA configuration of a shape (tile width, K split; split 1 = persistent), for
 // the bench's row labels. q4: Q4 weights; fused: the gate/up kernel.
 void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split);

@@ -81,6 +81,8 @@ typedef struct {
     int ver;             // Q4 GEMV design forced by g4_gemm_gemv_version (0: automatic)
     int depth; // WGMMA Q4: the producer's k steps of loads in flight, g4_gemm_wgmma_q4_depth (0:
                // G4_Q4_WG_DEPTH's); left out (0) by every macro but WD
+    int f16v;  // fp16 GEMV design forced by g4_gemm_gemv_f16_version (2: the tensor-core one;
+               // 0: G4_GEMV_F16's); left out (0) by every macro but VM / EM
 } gcase;
 
 static const char *op_name(op_kind o) {
@@ -129,41 +131,48 @@ static const char *op_name(op_kind o) {
 // C: a case; X: a small-integer exact case; R: fp16 output, no bias, on "N, K, what" (an E2B
 // shape macro or explicit values); E for other epilogues.
 #define C(op, algo, M, N, K, epi, bias, what)                                                      \
-    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0, 0, 0 }
+    { op, algo, M, N, K, what, epi, bias, 0, 0, 0, 0, 0, 0, 0 }
 #define X(op, algo, M, N, K, epi, what)                                                            \
-    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0, 0, 0 }
+    { op, algo, M, N, K, what, epi, 0, 1, 0, 0, 0, 0, 0, 0 }
 #define R(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0, 0, 0 }
+    { op, algo, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0, 0, 0, 0 }
 // E: like R with another epilogue and bias: E(op, algo, M, S_xx, epi, bias).
 #define E(op, algo, M, ...)                                                                        \
-    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0, 0, 0 }
+    { op, algo, M, __VA_ARGS__, 0, 0, 0, 0, 0, 0, 0 }
 // W: a WGMMA case with a forced configuration (tile width bn, K split, CTAs of the persistent
 // grid; 0 = automatic): exact small integers unless epi/bias say otherwise.
 #define W(op, M, N, K, epi, bias, exact, bn, split, ctas, what)                                    \
-    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0, 0 }
+    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0, 0, 0 }
 
 // WD: W with the Q4 producer's loads-in-flight depth forced (2, 3: kernels/gemm_wgmma.cuh).
 #define WD(op, M, N, K, epi, bias, exact, bn, split, ctas, depth, what)                            \
-    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0, depth }
+    { op, WGMMA, M, N, K, what, epi, bias, exact, bn, split, ctas, 0, depth, 0 }
 
 // WE: an E2B shape at the automatic wgmma configuration with the depth forced:
 // WE(op, M, epi, bias, depth, S_xx).
 #define WE(op, M, epi, bias, depth, ...)                                                           \
-    { op, WGMMA, M, __VA_ARGS__, epi, bias, 0, 0, 0, 0, 0, depth }
+    { op, WGMMA, M, __VA_ARGS__, epi, bias, 0, 0, 0, 0, 0, depth, 0 }
 
 // V: a Q4 GEMV case with a forced K split (1..64) and persistent CTA count (0 = automatic).
-#define V(op, M, N, K, epi, bias, exact, split, ctas, what)                                     \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 0, 0 }
+#define V(op, M, N, K, epi, bias, exact, split, ctas, what)                                        \
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 0, 0, 0 }
 // V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
 #define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3, 0 }
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3, 0, 0 }
 // SK: a skinny-path case (G4_GEMM_SKINNY) with a forced K split over the cluster (1, 2, 4, 8;
 // 0 = automatic, g4_gemm_skinny_force).
-#define SK(op, M, N, K, epi, bias, exact, split, what)                                          \
-    { op, SKINNY, M, N, K, what, epi, bias, exact, 0, split, 0, 0, 0 }
+#define SK(op, M, N, K, epi, bias, exact, split, what)                                             \
+    { op, SKINNY, M, N, K, what, epi, bias, exact, 0, split, 0, 0, 0, 0 }
 // E3: an E2B shape with the third design: E3(op, M, S_xx, epi, bias).
 #define E3(op, M, ...)                                                                             \
-    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 3, 0 }
+    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 3, 0, 0 }
+
+// VM: an fp16 GEMV case on the tensor-core design (g4_gemm_gemv_f16_version(2)), checked to have
+// run it: VM(op, M, N, K, epi, bias, exact, what). EM: an E2B shape there: EM(op, M, S_xx).
+#define VM(op, M, N, K, epi, bias, exact, what)                                                    \
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, 0, 0, 0, 0, 2 }
+#define EM(op, M, ...)                                                                             \
+    { op, GEMV, M, __VA_ARGS__, F16, 0, 0, 0, 0, 0, 0, 0, 2 }
 
 // clang-format off
 static const gcase cases[] = {
@@ -185,6 +194,38 @@ static const gcase cases[] = {
     R(OP_F16, GEMV, 8, S_QS), R(OP_F16, GEMV, 8, S_DN2), R(OP_F16, GEMV, 3, S_UP),
     R(OP_F16, GEMV, 2, S_LM), R(OP_F16, GEMV, 4, S_KVS),
     E(OP_F16, GEMV, 1, S_OS, F32A, 1), E(OP_F16, AUTO, 1, S_DN, F32A, 0),
+    // the tensor-core GEMV (G4_GEMV_F16=mma): M = 1..8 (B columns >= M read token 0), N = 8..40
+    // and not a multiple of 64 (a lane's 8 columns past N: zero loads, no store), K % 16 == 8
+    // (the last step's rows 8..15 zero-filled) and not a multiple of 64 / 256, every epilogue
+    // and bias, splits inside a CTA and over clusters of 2..8 (kernels/gemv_f16_mma.h's plan),
+    // exact small integers, the E2B shapes incl. the lm_head's persistent grid; fused gate/up
+    VM(OP_F16, 1, 8, 8, F16, 0, 0, "mma tiny, half a step"),
+    VM(OP_F16, 2, 16, 16, F32, 1, 0, "mma tiny"),
+    VM(OP_F16, 1, 24, 40, F16, 1, 0, "mma odd, K % 16 == 8"),
+    VM(OP_F16, 3, 40, 1000, F32A, 1, 0, "mma odd, cluster of 4"),
+    VM(OP_F16, 8, 1000, 24, F16A, 0, 0, "mma odd, 2 warps a strip"),
+    VM(OP_F16, 5, 1000, 1000, F32, 0, 0, "mma odd"),
+    VM(OP_F16, 7, 1000, 3000, F16, 1, 0, "mma odd, cluster of 8"),
+    VM(OP_F16, 4, 8, 1528, F32, 1, 0, "mma N = 8, K % 16 == 8, cluster of 8"),
+    VM(OP_F16, 6, 264, 200, F16A, 1, 0, "mma N = 33 x 8"),
+    VM(OP_F16, 8, 1000, 248, F16, 0, 1, "mma exact"),
+    VM(OP_F16, 5, 40, 256, F32, 0, 1, "mma exact"),
+    VM(OP_F16, 1, 1000, 3000, F32, 0, 1, "mma exact, one token"),
+    VM(OP_F16, 8, 1000, 1032, F32, 0, 1, "mma exact, 8 tokens, K % 16 == 8"),
+    EM(OP_F16, 1, S_QS), EM(OP_F16, 1, S_QF), EM(OP_F16, 1, S_KVS), EM(OP_F16, 1, S_KVF),
+    EM(OP_F16, 1, S_OS), EM(OP_F16, 1, S_OF), EM(OP_F16, 1, S_UP), EM(OP_F16, 1, S_UP2),
+    EM(OP_F16, 1, S_DN), EM(OP_F16, 1, S_DN2), EM(OP_F16, 1, S_PG), EM(OP_F16, 1, S_PP),
+    EM(OP_F16, 1, S_LM), EM(OP_F16, 1, S_PE),
+    EM(OP_F16, 8, S_QS), EM(OP_F16, 8, S_KVS), EM(OP_F16, 8, S_OS), EM(OP_F16, 8, S_UP),
+    EM(OP_F16, 8, S_DN), EM(OP_F16, 8, S_DN2), EM(OP_F16, 8, S_PP), EM(OP_F16, 8, S_LM),
+    EM(OP_F16, 3, S_UP2), EM(OP_F16, 2, S_PE),
+    VM(OP_F16, 1, 1536, 2048, F32A, 1, 0, "mma o_proj, residual add + bias"),
+    VM(OP_F16, 8, 1536, 6144, F16A, 0, 0, "mma down_proj, fp16 add"),
+    VM(OP_F16_GLU, 1, 24, 40, F16, 0, 0, "mma odd"),
+    VM(OP_F16_GLU, 6, 1000, 1000, F16, 0, 0, "mma odd"),
+    VM(OP_F16_GLU, 8, 40, 1032, F16, 0, 0, "mma odd, cluster split-K"),
+    EM(OP_F16_GLU, 1, S_UP), EM(OP_F16_GLU, 8, S_UP), EM(OP_F16_GLU, 1, S_UP2),
+    EM(OP_F16_GLU, 8, S_UP2),
 
     // --- fp16 GEMM: mma.sync and wgmma, same cases ---
 #define GEMM_F16_CASES(A)                                                                         \
@@ -730,6 +771,7 @@ static void print_case(const gcase *c) {
     if (c->bn || c->split || c->ctas) printf(" bn=%d split=%d ctas=%d", c->bn, c->split, c->ctas);
     if (c->ver) printf(" gemv=v%d", c->ver);
     if (c->depth) printf(" depth=%d", c->depth);
+    if (c->f16v) printf(" gemv_f16=v%d", c->f16v);
     printf("  [%s]\n", c->what);
 }
 
@@ -839,6 +881,7 @@ static void run_case(const gcase *c) {
                                  : g4_gemm_wgmma_force(c->bn, c->split, c->ctas);
         if (rc == G4_OK && c->ver) rc = g4_gemm_gemv_version(c->ver);
         if (rc == G4_OK && c->depth) rc = g4_gemm_wgmma_q4_depth(c->depth);
+        if (rc == G4_OK && c->f16v) rc = g4_gemm_gemv_f16_version(c->f16v);
         CHECK_MSG(rc == G4_OK, "force: %s", g4_error());
         for (int run = 0; run < 2 && rc == G4_OK; run++) {
             if (add)
@@ -862,6 +905,10 @@ static void run_case(const gcase *c) {
             CHECK_MSG(rc == G4_OK, "launch: %s", g4_error());
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(run ? got2 : got, out.y, ybytes, cudaMemcpyDeviceToHost));
+            if (c->f16v && !q4)
+                CHECK_MSG(g4_gemm_gemv_f16_last_design() == c->f16v,
+                          "forced fp16 GEMV design %d, but design %d ran", c->f16v,
+                          g4_gemm_gemv_f16_last_design());
             if (c->ver && q4 && c->algo == GEMV)
                 CHECK_MSG(g4_gemm_gemv_last_design() == c->ver,
                           "forced Q4 GEMV design %d, but design %d ran", c->ver,
@@ -872,6 +919,7 @@ static void run_case(const gcase *c) {
         g4_gemm_skinny_force(0);
         if (c->ver) g4_gemm_gemv_version(-1); // back to G4_GEMV's choice
         if (c->depth) g4_gemm_wgmma_q4_depth(0); // back to G4_Q4_WG_DEPTH's
+        if (c->f16v) g4_gemm_gemv_f16_version(-1); // back to G4_GEMV_F16's
         CHECK_MSG(guards_intact(&out), "guard bytes before/after y changed (out-of-bounds write)");
         dev_free(dx);
         dev_free(db);
@@ -1059,6 +1107,8 @@ static void run_reject(void) {
     REJECT(g4_gemm_gemv_force(128, 0), "gemv force split 128");
     REJECT(g4_gemm_gemv_force(0, -1), "gemv force -1 CTAs");
     REJECT(g4_gemm_skinny_force(3), "skinny force split 3");
+    REJECT(g4_gemm_gemv_f16_version(0), "gemv f16 version 0");
+    REJECT(g4_gemm_gemv_f16_version(3), "gemv f16 version 3");
     REJECT(g4_gemm_skinny_force(16), "skinny force split 16");
     REJECT(g4_gemm_f16(Y, X, W, NULL, 4, 64, 64, F16, (g4_gemm_algo)5, 0), "algorithm 5");
 #undef REJECT

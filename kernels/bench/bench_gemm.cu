@@ -69,6 +69,8 @@ struct brow {
     int depth = 0; // Q4 wgmma producer's loads in flight (g4_gemm_wgmma_q4_depth); 0: G4_Q4_WG_DEPTH
     bool xhot = false; // every launch reads the same x (L2-resident, as a decode step's
                        // activation, written by the kernel just before); weights still rotate
+    int f16v = 0;      // fp16 GEMV design forced for the row (g4_gemm_gemv_f16_version); 0:
+                       // G4_GEMV_F16's
 };
 
 // Deterministic pseudo-random fill (a hash of the index), never zero.
@@ -267,6 +269,14 @@ std::vector<brow> table() {
             t.push_back({"glu_f16_gemv", W_F16, true, G4_GEMM_GEMV, M, s});
             t.push_back({"glu_q4_gemv", W_Q4, true, G4_GEMM_GEMV, M, s});
         }
+    // The tensor-core fp16 GEMV (G4_GEMV_F16=mma's; issue 29) forced, beside the rows above
+    // (which follow the environment): op names gemv_f16mma, glu_f16mma_gemv.
+    for (int M : {1, 8})
+        for (int s = 0; s < N_TEXT_SHAPES; s++)
+            t.push_back({"gemv_f16mma", W_F16, false, G4_GEMM_GEMV, M, s, 0, 0, 0, false, 2});
+    for (int s : {6, 7})
+        for (int M : {1, 8})
+            t.push_back({"glu_f16mma_gemv", W_F16, true, G4_GEMM_GEMV, M, s, 0, 0, 0, false, 2});
     // The same GEMVs at M = 1 with x L2-resident (the decode step's case: x is the output of the
     // kernel just before; the rows above rotate x with the weights, so each launch also pays
     // its x's DRAM round trip): op names *_xl2 (issue 29's rows "as a decode step runs them").
@@ -646,6 +656,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         G4_CUDA_CHECK(cudaDeviceSynchronize());
         if (r.bn) g4_gemm_wgmma_force(r.bn, r.split, 0); // read at launch (graph capture) time
         if (r.depth) g4_gemm_wgmma_q4_depth(r.depth);
+        if (r.f16v) g4_gemm_gemv_f16_version(r.f16v);
         const int trial = run_ours(&p, 0, 0);
         if (trial != G4_OK) {
             fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
@@ -671,6 +682,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         }
         if (r.bn) g4_gemm_wgmma_force(0, 0, 0);
         if (r.depth) g4_gemm_wgmma_q4_depth(0);
+        if (r.f16v) g4_gemm_gemv_f16_version(-1);
         for (int c = 0; c < p.copies; c++) {
             G4_CUDA_CHECK(cudaFree(p.x[c]));
             G4_CUDA_CHECK(cudaFree(p.y[c]));

@@ -79,6 +79,12 @@
 #            add-norm path again under each GEMV_CHECK_ENVS entry (plan knobs, read once);
 #            gemv_rows: the decode GEMV kernel rows of each GEMV_VARIANTS entry (default
 #            G4_GEMV=v1/v2/v3/auto), twice
+#   f16mma   issue 29, the tensor-core fp16 GEMV (G4_GEMV_F16=mma, off by default; after build):
+#            test_cuda_gemm --op f16 (its mma cases force the design and check it ran) plain and
+#            again under G4_GEMV_F16=mma (every fp16 GEMV case then on the mma design), the
+#            linear ops of test_backend_ops on CUDA under the switch, then the gemv kernel rows
+#            twice, landed and with the switch (the gemv_f16mma / glu_f16mma_gemv rows force it
+#            in both); end to end: e2bq with E2BQ_VARIANTS="landed:X=1 f16mma:G4_GEMV_F16=mma"
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -471,7 +477,7 @@ stage_gemv_rows() {
             env ${envs//,/ } build-gpu/g4cu bench --kernels --filter gemv --reps 30 \
                 --json "$OUT/gemv_${name}_$rep.json" >"$OUT/gemv_${name}_$rep.txt" 2>&1
             echo "=== gemv rows, $name ($envs), run $rep: exit $?"
-            grep -E "gemv_(q4|f16)" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
+            grep -E "gemv_(q4|f16)|glu_(q4|f16)(mma)?_gemv" "$OUT/gemv_${name}_$rep.txt" | cut -c1-140
         done
     done
 }
@@ -479,6 +485,23 @@ stage_gemv_rows() {
 stage_gemv() {
     stage_gemv_check
     stage_gemv_rows
+}
+
+# Issue 29, the tensor-core fp16 GEMV (after build; the usage above).
+stage_f16mma() {
+    kernel_tests f16mma "test_cuda_gemm --op f16"
+    local op log
+    G4_GEMV_F16=mma timeout 480 build-gpu/tests/test_cuda_gemm --op f16 >"$OUT/f16mma_env_test_cuda_gemm.log" 2>&1
+    echo "G4_GEMV_F16=mma test_cuda_gemm --op f16: exit $? ($(grep -c '^case' "$OUT/f16mma_env_test_cuda_gemm.log") cases) $(tail -1 "$OUT/f16mma_env_test_cuda_gemm.log")"
+    grep -E "FAIL|error|CUDA" "$OUT/f16mma_env_test_cuda_gemm.log" | head -8
+    for op in linear linear_gelu_mul; do
+        log="$OUT/f16mma_backend_ops_$op.log"
+        G4_GEMV_F16=mma timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
+        echo "G4_GEMV_F16=mma test_backend_ops --op $op (cuda): exit $? $(tail -1 "$log")"
+        grep -E "FAIL|error" "$log" | head -5
+    done
+    GEMV_VARIANTS=${GEMV_VARIANTS:-"landed:X=1 f16mma:G4_GEMV_F16=mma"} stage_gemv_rows
+    return 0 # (each run's exit is printed above)
 }
 
 # The decode GEMMs (issues 29 and 31; after build): the wgmma and mma.sync GEMMs at M = 8 (beside
