@@ -59,6 +59,7 @@
 #include "engine/text_model.h"
 #include "engine/generate.h"
 #include "fidelity/compare.h"
+#include "kernels/attention_decode.cuh"
 #include "kernels/backend_select.h"
 #include "kernels/cuda_util.h"
 #include "kernels/ref/ref.h"
@@ -148,7 +149,7 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     g4_text_state *sx; // the same step, never captured
     CHECK(g4_text_state_new_opts(gpu, &eo, &sx) == 0);
     CHECK(g4_text_forward(sx, prompt, P - 1, NULL, NULL, 0) == 0);
-    CHECK(sx->graph == NULL);
+    CHECK(sx->graph[0] == NULL && sx->graph[1] == NULL);
     int32_t tok = prompt[P - 1];
     int same_graph = 0, agree_cpu = 0, same_eager_step = 0;
     double worst = 0, dd = 0, rr = 0;
@@ -187,7 +188,13 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     CHECK_MSG(agg <= bound && worst < INFINITY,
               "%s decode logits rel err %.3e (decode: <= 3x prefill's %.3e)", what, agg,
               prefill_logits_err);
-    CHECK(sg->graph != NULL); // the replay path was taken
+    CHECK(sg->graph[0] != NULL); // the replay path was taken
+    // a second graph where the context reaches the decode attention's long-range form (run.sh
+    // amerge runs this test with G4_ATTN_MERGE_LONG=8: the steps past 8 keys replay it)
+    const int long_form = g4_attn_decode_form(P + steps + 1);
+    CHECK_MSG((sg->graph[1] != NULL) == long_form,
+              "%s: long-range graph %s, the form of %d keys %d", what,
+              sg->graph[1] ? "captured" : "missing", P + steps + 1, long_form);
     g4_text_state_free(sg);
     g4_text_state_free(se);
     g4_text_state_free(sc);

@@ -79,12 +79,12 @@
 #            add-norm path again under each GEMV_CHECK_ENVS entry (plan knobs, read once);
 #            gemv_rows: the decode GEMV kernel rows of each GEMV_VARIANTS entry (default
 #            G4_GEMV=v1/v2/v3/auto), twice
-#   f16mma   issue 29, the tensor-core fp16 GEMV (G4_GEMV_F16=mma, off by default; after build):
+#   f16mma   issue 29, the tensor-core fp16 GEMV (the default; G4_GEMV_F16=fma the earlier kernel; after build):
 #            test_cuda_gemm --op f16 (its mma cases force the design and check it ran) plain and
-#            again under G4_GEMV_F16=mma (every fp16 GEMV case then on the mma design), the
-#            linear ops of test_backend_ops on CUDA under the switch, then the gemv kernel rows
-#            twice, landed and with the switch (the gemv_f16mma / glu_f16mma_gemv rows force it
-#            in both); end to end: e2bq with E2BQ_VARIANTS="landed:X=1 f16mma:G4_GEMV_F16=mma"
+#            again under G4_GEMV_F16=fma (every other fp16 GEMV case then on the CUDA-core
+#            kernel), the linear ops of test_backend_ops on CUDA under both, then the gemv kernel
+#            rows twice, landed and with fma (the gemv_f16mma / glu_f16mma_gemv rows force the
+#            mma design in both); end to end: e2bq with E2BQ_VARIANTS="landed:X=1 fma:G4_GEMV_F16=fma"
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -490,17 +490,19 @@ stage_gemv() {
 # Issue 29, the tensor-core fp16 GEMV (after build; the usage above).
 stage_f16mma() {
     kernel_tests f16mma "test_cuda_gemm --op f16"
-    local op log
-    G4_GEMV_F16=mma timeout 480 build-gpu/tests/test_cuda_gemm --op f16 >"$OUT/f16mma_env_test_cuda_gemm.log" 2>&1
-    echo "G4_GEMV_F16=mma test_cuda_gemm --op f16: exit $? ($(grep -c '^case' "$OUT/f16mma_env_test_cuda_gemm.log") cases) $(tail -1 "$OUT/f16mma_env_test_cuda_gemm.log")"
+    local op log m
+    G4_GEMV_F16=fma timeout 480 build-gpu/tests/test_cuda_gemm --op f16 >"$OUT/f16mma_env_test_cuda_gemm.log" 2>&1
+    echo "G4_GEMV_F16=fma test_cuda_gemm --op f16: exit $? ($(grep -c '^case' "$OUT/f16mma_env_test_cuda_gemm.log") cases) $(tail -1 "$OUT/f16mma_env_test_cuda_gemm.log")"
     grep -E "FAIL|error|CUDA" "$OUT/f16mma_env_test_cuda_gemm.log" | head -8
-    for op in linear linear_gelu_mul; do
-        log="$OUT/f16mma_backend_ops_$op.log"
-        G4_GEMV_F16=mma timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
-        echo "G4_GEMV_F16=mma test_backend_ops --op $op (cuda): exit $? $(tail -1 "$log")"
-        grep -E "FAIL|error" "$log" | head -5
+    for m in mma fma; do
+        for op in linear linear_gelu_mul; do
+            log="$OUT/f16mma_backend_ops_${m}_$op.log"
+            G4_GEMV_F16=$m timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
+            echo "G4_GEMV_F16=$m test_backend_ops --op $op (cuda): exit $? $(tail -1 "$log")"
+            grep -E "FAIL|error" "$log" | head -5
+        done
     done
-    GEMV_VARIANTS=${GEMV_VARIANTS:-"landed:X=1 f16mma:G4_GEMV_F16=mma"} stage_gemv_rows
+    GEMV_VARIANTS=${GEMV_VARIANTS:-"landed:X=1 fma:G4_GEMV_F16=fma"} stage_gemv_rows
     return 0 # (each run's exit is printed above)
 }
 
