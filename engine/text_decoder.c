@@ -692,6 +692,7 @@ int g4_text_forward(g4_text_state *s, const int32_t *ids, int T, const g4_soft_t
                                  "%d rows of logits",
                        T, s->logit_rows);
     if ((rc = stage_inputs(s, ids, T, soft))) return rc;
+    set_keys(s, s->n_past + T); // (the kernels' form for this context, as a step's)
     const int want = logits_out || s->hook;
     g4_buf logits = compute(s, T, soft, all_logits, want);
     if (want && s->m->cfg->final_softcap > 0) be->softcap(be, &logits, s->m->cfg->final_softcap);
