@@ -48,12 +48,14 @@
 #            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster
 #            amergef:G4_ATTN_MERGE=cluster,G4_FUSE_ATTN=1"
 #   ashort   issue 30: the decode attention's short form (G4_ATTN_SHORT=1: adaptive split ranges,
-#            one split writing the output up to 4 tiles): test_cuda_attention's decode cases (its
-#            fifth pass forces it) and the whole file under G4_ATTN_SHORT=1, test_backend_ops
-#            --op attention / qkv_attention and test_cuda_engine (tiny) with it, the decode kernel
-#            rows twice (attn_decode_short next to attn_decode after 128-512 keys, caps 32768 and
-#            L + 64) (after build, tiny); the end-to-end A/B is e2bq's
-#            E2BQ_VARIANTS="landed:X=1 short:G4_ATTN_SHORT=1"
+#            one split writing the output up to 4 tiles) and G4_QKV_PREP_CTAS=1 (the head
+#            preparation one CTA a vector): test_attn_short_ranges, test_cuda_attention's decode
+#            cases (its fifth pass forces the short form), test_cuda_ops --op qkv_rope,
+#            test_backend_ops --op attention / qkv_attention / qkv_prep and test_cuda_engine
+#            (tiny) with both, the decode kernel rows twice (attn_decode_short next to
+#            attn_decode after 128-512 keys, caps 32768 and L + 64) (after build, tiny); the
+#            end-to-end A/B is e2bq's E2BQ_VARIANTS="landed:X=1 short:G4_ATTN_SHORT=1
+#            qctas:G4_QKV_PREP_CTAS=1 both:G4_ATTN_SHORT=1,G4_QKV_PREP_CTAS=1"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   ktrace   issue 30: every kernel's in-situ start / end in graph-replayed decode steps (PDL
 #            overlap as it runs; CUPTI tracer tools/gpu/kernel_trace.c, LD_PRELOAD) of `g4cu
@@ -775,7 +777,7 @@ stage_amerge() {
 }
 
 # Issue 30: the decode attention's short form (G4_ATTN_SHORT=1, kernels/attn_short.h; after build,
-# tiny): the attention tests with it forced and under the variable, the engine under it, then
+# tiny): the attention tests with it forced, the ops and the engine under the variable, then
 # the decode kernel rows twice. G4_QKV_PREP_CTAS=1 (the head preparation one CTA a vector) rides
 # along in the engine run and the backend ops.
 stage_ashort() {
@@ -786,9 +788,6 @@ stage_ashort() {
     grep -E "FAIL" "$OUT/ashort_attention.log" | head -12
     grep -cE "short splits +ok.*the split wrote the output" "$OUT/ashort_attention.log" | sed 's/^/one-split launches checked: /'
     grep -cE "short == merge +ok" "$OUT/ashort_attention.log" | sed 's/^/bit-equal to the merge of one split: /'
-    G4_ATTN_SHORT=1 timeout 600 build-gpu/tests/test_cuda_attention >"$OUT/ashort_attention_env.log" 2>&1
-    echo "G4_ATTN_SHORT=1 test_cuda_attention: exit $? $(tail -1 "$OUT/ashort_attention_env.log")"
-    grep -E "FAIL" "$OUT/ashort_attention_env.log" | head -8
     for op in attention qkv_attention qkv_prep; do
         G4_ATTN_SHORT=1 G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/ashort_backend_ops_$op.log" 2>&1
         echo "G4_ATTN_SHORT=1 G4_QKV_PREP_CTAS=1 test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/ashort_backend_ops_$op.log")"
