@@ -23,6 +23,7 @@
 //  * Short form (G4_ATTN_SHORT=1, the one-cache two-launch form only): the tiles are spread over
 //    n_act = min(n_splits, ceil(tiles / 4)) equal ranges (kernels/attn_short.h); with n_act == 1
 //    the one split normalises and writes the output itself and the merge kernel returns at once.
+//    G4_ATTN_SHORT=2: that one split up to 4 tiles, the static slicing past them.
 // Keys past max(pos) are zero-filled, never read (cache rows beyond the length may hold NaN).
 // The row-batched op (g4_attn_decode_rows, a batch decode step) is the same kernels with each
 // token a sequence of its own: its caches come from a device table, a CTA's rows are the query
@@ -97,7 +98,8 @@ struct DecParams {
     // The merge inside the split kernel (CM kernels, G4_ATTN_MERGE=cluster): one ticket counter
     // a (KV head, row group), 128 bytes apart, in the workspace's header (zero between launches).
     unsigned *tickets;
-    // The short form's ranges (attn_short.h; never with the CM kernels or the row tables).
+    // The short form's mode (attn_short.h: 0 off, 1, 2; never with the CM kernels or the row
+    // tables).
     int short_ranges;
 };
 
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     const int cs = CM ? (int)cg::this_cluster().num_blocks() : 1;
     const int n_ca = (sp.n_active + cs - 1) / cs; // active clusters (CM)
     // the short form: n_act equal ranges (at least one, even with no visible key)
-    const bool shrt = !CM && p.short_ranges;
+    const bool shrt = !CM && g4_attn_short_applies(p.short_ranges, sp.n_tiles);
     const int n_act = shrt ? g4_attn_short_active(sp.n_tiles, p.n_splits) : sp.n_active;
     if (CM ? split / cs >= n_ca : split >= n_act) return; // past the current length
     const bool empty = split >= n_act;
@@ -560,8 +562,9 @@ template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const
     const int row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
     const DecSplit sp = p.k_tab ? dec_split<C::TILE>(p, t, 1, p.cap_tab[t])
                                 : dec_split<C::TILE>(p, 0, p.T, p.kv_rows);
-    const int n_act = p.short_ranges ? g4_attn_short_active(sp.n_tiles, p.n_splits) : sp.n_active;
-    if (p.short_ranges && n_act == 1) return;
+    const bool shrt = g4_attn_short_applies(p.short_ranges, sp.n_tiles);
+    const int n_act = shrt ? g4_attn_short_active(sp.n_tiles, p.n_splits) : sp.n_active;
+    if (shrt && n_act == 1) return;
     const int d = blockIdx.y * 128 + threadIdx.x;
     const float *ml = p.part_ml + (size_t)row * p.n_splits * 2;
     const float *po = p.part_o + (size_t)row * p.n_splits * C::HD + d;
@@ -613,14 +616,14 @@ int dec_cm_mode() {
 }
 
 // The short form (attn_short.h) of the two launches of the one-cache op: forced by tests
-// (g4_attn_decode_set_short), else G4_ATTN_SHORT=1 (read once; default off until measured).
-// g_dec_last_short says whether the last launch took it.
+// (g4_attn_decode_set_short), else G4_ATTN_SHORT=1 or 2 (read once; default off until
+// measured). g_dec_last_short says which mode the last launch took (0: none).
 int g_dec_short_force = -1, g_dec_last_short = 0;
 int dec_short_mode() {
     if (g_dec_short_force >= 0) return g_dec_short_force;
     static const int env = [] {
         const char *e = getenv("G4_ATTN_SHORT");
-        return e && !strcmp(e, "1") ? 1 : 0;
+        return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "2") ? 2 : 0;
     }();
     return env;
 }
@@ -709,7 +712,7 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
                     n_kv * n_rg <= DEC_TICKETS &&
                     (n_splits + DEC_CM_CS - 1) / DEC_CM_CS <= DEC_CM_MAX_CLUSTERS;
     g_dec_last_cm = cm;
-    p.short_ranges = !p.k_tab && !cm && dec_short_mode();
+    p.short_ranges = !p.k_tab && !cm ? dec_short_mode() : 0;
     g_dec_last_short = p.short_ranges;
     const bool prep = p.prep != 0;
     if (hd == 256)
@@ -803,7 +806,7 @@ extern "C" void g4_attn_decode_set_merge(int mode) {
 }
 
 extern "C" void g4_attn_decode_set_short(int on) {
-    g_dec_short_force = on < 0 ? -1 : on ? 1 : 0;
+    g_dec_short_force = on < 0 ? -1 : on > 2 ? 1 : on;
 }
 
 extern "C" int g4_attn_decode_last_short(void) {

@@ -25,10 +25,11 @@ size_t g4_attn_decode_ws_header(void);
 // launch used it (1) or the two launches (0).
 void g4_attn_decode_set_merge(int mode);
 int g4_attn_decode_last_merge(void);
-// The short form of the two launches (G4_ATTN_SHORT=1; attention_decode.cu, attn_short.h): 1 on,
-// 0 off, -1 as G4_ATTN_SHORT says (tests); whether the last launch took it (1; never with the
-// merge inside or the row tables); the split count a one-cache launch's grid has a KV head and
-// the keys of a tile (the CPU side of attn_short.h's ranges: tests).
+// The short form of the two launches (G4_ATTN_SHORT=1 / 2; attention_decode.cu, attn_short.h): 1
+// on, 2 only where one split takes every key, 0 off, -1 as G4_ATTN_SHORT says (tests); the mode
+// the last launch took (0: none; never with the merge inside or the row tables); the split count a
+// one-cache launch's grid has a KV head and the keys of a tile (the CPU side of attn_short.h's
+// ranges: tests).
 void g4_attn_decode_set_short(int on);
 int g4_attn_decode_last_short(void);
 int g4_attn_decode_n_splits(int T, int n_heads, int n_kv, int hd, int capacity);

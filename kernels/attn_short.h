@@ -8,7 +8,9 @@
 // MIN_TILES)) splits (at least 1), split s taking tiles [s n_tiles / n_act, (s + 1) n_tiles /
 // n_act): equal ranges (sizes differ by at most 1) that tile [0, n_tiles) exactly once, none
 // empty when n_tiles > 0. With n_act == 1 the one split writes the output itself and the merge
-// kernel does nothing.
+// kernel does nothing. Mode 2 (G4_ATTN_SHORT=2) takes the short form only where it is that one
+// split (n_tiles <= MIN_TILES) and keeps the static slicing (a tile a split) past it: the merge
+// removed at short range without putting several tiles on one CTA at longer range.
 //
 // MIN_TILES = 4: a tile is 32 KB of K and 32 KB of V at both head dims (dec_tile: 64 keys at hd
 // 256, 32 at hd 512), and the same MMA work (16 rows x 16384 products), so a count of tiles is a
@@ -33,6 +35,11 @@ enum { G4_ATTN_SHORT_MIN_TILES = 4 };
 ASR_HD int g4_attn_short_active(int n_tiles, int n_splits) {
     const int a = (n_tiles + G4_ATTN_SHORT_MIN_TILES - 1) / G4_ATTN_SHORT_MIN_TILES;
     return a < 1 ? 1 : a > n_splits ? n_splits : a;
+}
+
+// Whether a launch in mode (0 off, 1 always, 2 only as one split) takes the short ranges.
+ASR_HD int g4_attn_short_applies(int mode, int n_tiles) {
+    return mode == 1 || (mode == 2 && n_tiles <= G4_ATTN_SHORT_MIN_TILES);
 }
 
 // Split s's tiles [*begin, *end) of n_tiles over n_act splits (0 <= s < n_act); 64-bit products:

@@ -89,6 +89,12 @@ int main(void) {
     CHECK(g4_attn_short_active(4, 132) == 1 && g4_attn_short_active(5, 132) == 2);
     CHECK(g4_attn_short_active(8, 132) == 2 && g4_attn_short_active(16, 132) == 4);
     CHECK(g4_attn_short_active(0, 132) == 1 && g4_attn_short_active(2048, 132) == 132);
+    // mode 2 takes the ranges exactly where they are one split; mode 1 always, 0 never
+    for (int t = 0; t <= 40; t++) {
+        CHECK(g4_attn_short_applies(2, t) == (t <= G4_ATTN_SHORT_MIN_TILES));
+        CHECK(g4_attn_short_applies(2, t) == (g4_attn_short_active(t, 132) == 1));
+        CHECK(g4_attn_short_applies(1, t) && !g4_attn_short_applies(0, t));
+    }
     free(cover);
     printf("test_attn_short_ranges: %d launches\n", g_cases);
     return g4t_finish("test_attn_short_ranges");

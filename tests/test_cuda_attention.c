@@ -74,8 +74,9 @@ static int all_finite(const float *x, size_t n) {
 // windowless cases only (2, G4_ATTN_MERGE=global), and the default (3, auto): as 2 where the
 // launch is built for g4_attn_decode_long_keys() keys or more (g4_attn_decode_set_keys: each
 // case tells its length, a graph its capacity), else the two launches.
-// A fifth pass forces the short form (g4_attn_decode_set_short(1), G4_ATTN_SHORT=1's path) on
-// the two launches (merge mode 0): the same cases, plus which splits wrote partials.
+// A fifth and a sixth pass force the short form (g4_attn_decode_set_short(1) and (2),
+// G4_ATTN_SHORT=1 / 2's paths) on the two launches (merge mode 0): the same cases, plus which
+// splits wrote partials.
 static int g_merge = 0, g_keys = 0, g_short = 0;
 
 // The path taken and the workspace's ticket header after the launch(es): the form asked for
@@ -91,7 +92,7 @@ static void check_decode_path(const void *dws, int window, const char *what) {
     for (size_t i = 0; i < hb / 4; i++) nz += h[i] != 0;
     free(h);
     const int path = g4_attn_decode_last_merge(), shrt = g4_attn_decode_last_short();
-    const int want_short = g_short && !want;
+    const int want_short = want ? 0 : g_short;
     g4t_checks++;
     if (path != want || nz || shrt != want_short) {
         g4t_failures++, hx_cases_failed++;
@@ -105,9 +106,11 @@ static void check_decode_path(const void *dws, int window, const char *what) {
 }
 
 // The visible tiles of T tokens at L - T .. L - 1 over a cache of cap rows (attention_decode.cu
-// dec_split), and the splits of each form: the short form's n_act (attn_short.h) and the static
-// slicing's active count (*n_static).
-static int short_n_act(int hd, int T, int L, int cap, int window, int n_splits, int *n_static) {
+// dec_split), and the partial slots a launch in short mode `mode` writes (attn_short.h: 0 when
+// its one split writes the output, else the short form's n_act or, where mode 2 keeps it, the
+// static slicing's active count); *n_static: the static slicing's active splits.
+static int short_slots(int hd, int T, int L, int cap, int window, int n_splits, int mode,
+                       int *n_static) {
     int lo_all = 1 << 30, hi_all = -1;
     for (int t = 0; t < T; t++) {
         const int ps = L - T + t, hi = ps < cap - 1 ? ps : cap - 1;
@@ -118,13 +121,15 @@ static int short_n_act(int hd, int T, int L, int cap, int window, int n_splits, 
     const int n_tiles = hi_all >= lo_all ? (hi_all - lo_all) / tile + 1 : 0;
     const int tps = n_tiles > 0 ? (n_tiles + n_splits - 1) / n_splits : 1;
     *n_static = (n_tiles + tps - 1) / tps;
-    return g4_attn_short_active(n_tiles, n_splits);
+    if (!g4_attn_short_applies(mode, n_tiles)) return *n_static;
+    const int n_act = g4_attn_short_active(n_tiles, n_splits);
+    return n_act == 1 ? 0 : n_act;
 }
 
-// After a short-form launch on a NaN-poisoned workspace: exactly the slots s < n_act of every
-// row hold a partial (a written l, not NaN) when n_act > 1, none when n_act == 1 (the one split
-// wrote the output, the merge read nothing): which path ran, from the device's own length.
-static void check_short_ws(const void *dws, int T, int nh, int hd, int n_splits, int n_act,
+// After a short-form launch on a NaN-poisoned workspace: exactly the slots s < slots of every
+// row hold a partial (a written l, not NaN); none when slots == 0 (the one split wrote the
+// output, the merge read nothing): which path ran, from the device's own length.
+static void check_short_ws(const void *dws, int T, int nh, int hd, int n_splits, int slots,
                            const char *what) {
     const size_t rows = (size_t)T * nh, n_ml = rows * n_splits * 2;
     const size_t off = g4_attn_decode_ws_header() + 4 * rows * n_splits * (size_t)hd;
@@ -134,18 +139,19 @@ static void check_short_ws(const void *dws, int T, int nh, int hd, int n_splits,
     for (size_t r = 0; r < rows; r++)
         for (int s = 0; s < n_splits; s++) {
             const int w = !isnan(ml[(r * n_splits + s) * 2 + 1]);
-            written += w, misplaced += w != (n_act > 1 && s < n_act);
+            written += w, misplaced += w != (s < slots);
         }
     free(ml);
-    const size_t want = n_act > 1 ? rows * (size_t)n_act : 0;
+    const size_t want = rows * (size_t)slots;
     g4t_checks++;
     if (written != want || misplaced) {
         g4t_failures++, hx_cases_failed++;
-        printf("  %-22s FAIL  %zu partials written (want %zu: %d active splits), %zu misplaced\n",
-               what, written, want, n_act, misplaced);
+        printf("  %-22s FAIL  %zu partials written (want %zu: %d slots a row), %zu misplaced\n",
+               what, written, want, slots, misplaced);
+    } else if (!slots) {
+        printf("  %-22s ok    no partial written: the split wrote the output\n", what);
     } else {
-        printf("  %-22s ok    %zu partials written (%d active split%s)\n", what, written, n_act,
-               n_act == 1 ? ": the split wrote the output" : "s");
+        printf("  %-22s ok    %zu partials written (%d splits)\n", what, written, slots);
     }
 }
 
@@ -235,15 +241,15 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
     if (g_short) {
         const int n_splits = g4_attn_decode_n_splits(T, nh, nkv, hd, capacity);
         int n_static;
-        const int n_act = short_n_act(hd, T, L, capacity, window, n_splits, &n_static);
-        check_short_ws(dws, T, nh, hd, n_splits, n_act, "short splits");
-        if (n_act == 1 && n_static <= 1) { // the same one partial: the merge's bits
+        const int slots = short_slots(hd, T, L, capacity, window, n_splits, g_short, &n_static);
+        check_short_ws(dws, T, nh, hd, n_splits, slots, "short splits");
+        if (slots == 0 && n_static <= 1) { // the same one partial: the merge's bits
             uint16_t *a = g4_malloc(2 * out_n), *b = g4_malloc(2 * out_n);
             HX_CUDA(cudaMemcpy(a, dout, 2 * out_n, cudaMemcpyDeviceToHost));
             hx_poison_f16(dout, out_n);
             g4_attn_decode_set_short(0);
             decode_run(&dl);
-            g4_attn_decode_set_short(1);
+            g4_attn_decode_set_short(g_short);
             HX_CUDA(cudaDeviceSynchronize());
             HX_CUDA(cudaMemcpy(b, dout, 2 * out_n, cudaMemcpyDeviceToHost));
             size_t diff = 0;
@@ -323,8 +329,9 @@ static void case_decode_graph(int hd, int capacity) {
         if (g_short) {
             const int n_splits = g4_attn_decode_n_splits(1, nh, 1, hd, capacity);
             int n_static;
-            const int n_act = short_n_act(hd, 1, lens[i], capacity, 0, n_splits, &n_static);
-            check_short_ws(dws, 1, nh, hd, n_splits, n_act, "short splits");
+            const int slots =
+                short_slots(hd, 1, lens[i], capacity, 0, n_splits, g_short, &n_static);
+            check_short_ws(dws, 1, nh, hd, n_splits, slots, "short splits");
         }
         if (i == 3) {
             g4t_checks++;
@@ -521,10 +528,10 @@ int main(int argc, char **argv) {
     // merge on the windowless cases only)
     // (63 / 64 / 65: hd 256's first tile edge, hd 512's second; 257: hd 512's first cluster of 8
     // one-tile splits full, a second cluster of one active split and 7 empty ones)
-    // (the short form, pass 4: one split writing the output up to 4 tiles, hd 256's 256 keys and
-    // hd 512's 128: lengths 1 .. 65 on both, of which those within one tile also against the
-    // merge's bits; 257 .. 513 two to four splits and the merge, 4096 / 32768 many, 32768 on hd
-    // 512 every split of the grid)
+    // (the short form, passes 4 and 5: one split writing the output up to 4 tiles, hd 256's 256
+    // keys and hd 512's 128: lengths 1 .. 65 on both, of which those within one tile also
+    // against the merge's bits; past them, mode 1: 257 .. 513 two to four splits and the merge,
+    // 4096 / 32768 many, 32768 on hd 512 every split of the grid; mode 2: the static slicing)
     const int lens[] = {1, 2, 17, 63, 64, 65, 257, 511, 512, 513, 4096, 32768};
     const int n_lens = (int)(sizeof lens / sizeof lens[0]);
     // the auto mode's form classes: forced modes have one, auto splits at the long-keys bound
@@ -542,9 +549,9 @@ int main(int argc, char **argv) {
                "auto at 2^30 %d (want 1)\n",
                lk, forms[0], forms[1], forms[2], forms[3]);
     }
-    // merge modes 0-3 with the static slicing, then mode 0 (the two launches) in the short form
-    for (int pass = 0; pass <= 4; pass++) {
-        g_merge = pass <= 3 ? pass : 0, g_short = pass == 4;
+    // merge modes 0-3 with the static slicing, then mode 0 (the two launches) in short modes 1, 2
+    for (int pass = 0; pass <= 5; pass++) {
+        g_merge = pass <= 3 ? pass : 0, g_short = pass <= 3 ? 0 : pass - 3;
         for (int i = 0; i < n_lens; i++) {
             case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
             case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);

@@ -48,14 +48,14 @@
 #            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster
 #            amergef:G4_ATTN_MERGE=cluster,G4_FUSE_ATTN=1"
 #   ashort   issue 30: the decode attention's short form (G4_ATTN_SHORT=1: adaptive split ranges,
-#            one split writing the output up to 4 tiles) and G4_QKV_PREP_CTAS=1 (the head
+#            one split writing the output up to 4 tiles; =2: that one split only) and G4_QKV_PREP_CTAS=1 (the head
 #            preparation one CTA a vector): test_attn_short_ranges, test_cuda_attention's decode
 #            cases (its fifth pass forces the short form), test_cuda_ops --op qkv_rope,
 #            test_backend_ops --op attention / qkv_attention / qkv_prep and test_cuda_engine
 #            (tiny) with both, the decode kernel rows twice (attn_decode_short next to
 #            attn_decode after 128-512 keys, caps 32768 and L + 64) (after build, tiny); the
 #            end-to-end A/B is e2bq's E2BQ_VARIANTS="landed:X=1 short:G4_ATTN_SHORT=1
-#            qctas:G4_QKV_PREP_CTAS=1 both:G4_ATTN_SHORT=1,G4_QKV_PREP_CTAS=1"
+#            short2:G4_ATTN_SHORT=2 qctas:G4_QKV_PREP_CTAS=1 both:G4_ATTN_SHORT=1,G4_QKV_PREP_CTAS=1"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   ktrace   issue 30: every kernel's in-situ start / end in graph-replayed decode steps (PDL
 #            overlap as it runs; CUPTI tracer tools/gpu/kernel_trace.c, LD_PRELOAD) of `g4cu
@@ -788,19 +788,22 @@ stage_ashort() {
     grep -E "FAIL" "$OUT/ashort_attention.log" | head -12
     grep -cE "short splits +ok.*the split wrote the output" "$OUT/ashort_attention.log" | sed 's/^/one-split launches checked: /'
     grep -cE "short == merge +ok" "$OUT/ashort_attention.log" | sed 's/^/bit-equal to the merge of one split: /'
-    for op in attention qkv_attention qkv_prep; do
-        G4_ATTN_SHORT=1 G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/ashort_backend_ops_$op.log" 2>&1
-        echo "G4_ATTN_SHORT=1 G4_QKV_PREP_CTAS=1 test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/ashort_backend_ops_$op.log")"
-        grep -E "FAIL|differ" "$OUT/ashort_backend_ops_$op.log" | head -8
+    for m in 1 2; do
+        for op in attention qkv_attention qkv_prep; do
+            G4_ATTN_SHORT=$m G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/ashort${m}_backend_ops_$op.log" 2>&1
+            echo "G4_ATTN_SHORT=$m G4_QKV_PREP_CTAS=1 test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/ashort${m}_backend_ops_$op.log")"
+            grep -E "FAIL|differ" "$OUT/ashort${m}_backend_ops_$op.log" | head -8
+        done
     done
     G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_cuda_ops --op qkv_rope >"$OUT/ashort_cuda_ops_qkv.log" 2>&1
     echo "G4_QKV_PREP_CTAS=1 test_cuda_ops --op qkv_rope: exit $? $(tail -1 "$OUT/ashort_cuda_ops_qkv.log")"
     grep -E "FAIL" "$OUT/ashort_cuda_ops_qkv.log" | head -8
     if [ -d "$d/f16" ]; then
-        for f in 0 1; do # G4_FUSE_ATTN=1: the PREP kernels (the new k, v row stored by its owner)
-            G4_ATTN_SHORT=1 G4_QKV_PREP_CTAS=1 G4_FUSE_ATTN=$f G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
-                tee "$OUT/ashort_cuda_engine_fuse$f.log" | grep -E "decode:|checks|FAIL" | tail -8
-            echo "=== test_cuda_engine G4_ATTN_SHORT=1 G4_QKV_PREP_CTAS=1 G4_FUSE_ATTN=$f: exit ${PIPESTATUS[0]}"
+        # G4_FUSE_ATTN=1: the PREP kernels (the new k, v row stored by the split that owns it)
+        for mf in 1:0 1:1 2:0; do
+            G4_ATTN_SHORT=${mf%:*} G4_QKV_PREP_CTAS=1 G4_FUSE_ATTN=${mf#*:} G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+                tee "$OUT/ashort_cuda_engine_${mf%:*}_fuse${mf#*:}.log" | grep -E "decode:|checks|FAIL" | tail -8
+            echo "=== test_cuda_engine G4_ATTN_SHORT=${mf%:*} G4_QKV_PREP_CTAS=1 G4_FUSE_ATTN=${mf#*:}: exit ${PIPESTATUS[0]}"
         done
     else
         echo "ashort: no gpu-tiny package ($d/f16): test_cuda_engine skipped"
