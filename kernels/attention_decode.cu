@@ -302,12 +302,7 @@ template <class C>
 __device__ __forceinline__ void dec_store_partials(const DecParams &p, const float (&o)[C::NB_O][4],
                                                    const float (&m)[2], const float (&l)[2],
                                                    const bool (&rvalid)[2], const int (&rt)[2],
-                                                   const int (&rh)[2], int split);
-
-template <class C>
-__device__ __forceinline__ void dec_store_out(const DecParams &p, const float (&o)[C::NB_O][4],
-                                              const float (&l)[2], const bool (&rvalid)[2],
-                                              const int (&rt)[2], const int (&rh)[2]);
+                                                   const int (&rh)[2], int split, bool final_out);
 
 template <class C, bool PREP, bool CM>
 __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
@@ -496,46 +491,22 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     cp_async_wait<0>();
     if constexpr (CM) {
         dec_cluster_merge<C>(p, o, m, l, rg, t_first, t_count, kvh, split / cs, n_ca, smem);
-    } else if (shrt && n_act == 1) {
-        dec_store_out<C>(p, o, l, rvalid, rt, rh);
     } else {
-        dec_store_partials<C>(p, o, m, l, rvalid, rt, rh, split);
-    }
-}
-
-// The short form's one split writes the output: O / l, 0 where the row saw no key. The merge of
-// that one partial computes the same: M = m, weight exp2(m - M) = exp2(0) = 1 exactly, den =
-// 1 * l + 0 = l and num = 1 * O + 0 = O + 0 (fma into 0: a -0 O, possible after an underflowed
-// rescale, becomes +0, hence the + 0.0f here), then f2h(num / den): bit for bit this (no fast
-// math: both divisions are IEEE).
-template <class C>
-__device__ __forceinline__ void dec_store_out(const DecParams &p, const float (&o)[C::NB_O][4],
-                                              const float (&l)[2], const bool (&rvalid)[2],
-                                              const int (&rt)[2], const int (&rh)[2]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lt = l[r];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        if (!rvalid[r]) continue;
-        uint16_t *dst =
-            p.out + (size_t)rt[r] * p.out_stride + (size_t)rh[r] * C::HD + warp * C::DW + 2 * c;
-#pragma unroll
-        for (int nb = 0; nb < C::NB_O; nb++) {
-            const uint32_t lo = f2h(lt > 0.0f ? (o[nb][2 * r] + 0.0f) / lt : 0.0f),
-                           hi = f2h(lt > 0.0f ? (o[nb][2 * r + 1] + 0.0f) / lt : 0.0f);
-            *reinterpret_cast<uint32_t *>(dst + nb * 8) = lo | hi << 16;
-        }
+        dec_store_partials<C>(p, o, m, l, rvalid, rt, rh, split, shrt && n_act == 1);
     }
 }
 
 // The split's partials for dec_merge_kernel: O over this warp's dim quarter, (m, l) from warp 0.
+// final_out (the short form's one split): the output itself, O / l (0 where the row saw no key).
+// The merge of that one partial computes the same: M = m, weight exp2(m - M) = exp2(0) = 1
+// exactly, den = 1 * l + 0 = l and num = 1 * O + 0 = O + 0 (fma into 0: a -0 O, possible after
+// an underflowed rescale, becomes +0, hence the + 0.0f here), then f2h(num / den): bit for bit
+// this (no fast math: both divisions are IEEE).
 template <class C>
 __device__ __forceinline__ void dec_store_partials(const DecParams &p, const float (&o)[C::NB_O][4],
                                                    const float (&m)[2], const float (&l)[2],
                                                    const bool (&rvalid)[2], const int (&rt)[2],
-                                                   const int (&rh)[2], int split) {
+                                                   const int (&rh)[2], int split, bool final_out) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -543,6 +514,17 @@ __device__ __forceinline__ void dec_store_partials(const DecParams &p, const flo
         lt += __shfl_xor_sync(0xffffffffu, lt, 1);
         lt += __shfl_xor_sync(0xffffffffu, lt, 2);
         if (!rvalid[r]) continue;
+        if (final_out) {
+            uint16_t *dst =
+                p.out + (size_t)rt[r] * p.out_stride + (size_t)rh[r] * C::HD + warp * C::DW + 2 * c;
+#pragma unroll
+            for (int nb = 0; nb < C::NB_O; nb++) {
+                const uint32_t lo = f2h(lt > 0.0f ? (o[nb][2 * r] + 0.0f) / lt : 0.0f),
+                               hi = f2h(lt > 0.0f ? (o[nb][2 * r + 1] + 0.0f) / lt : 0.0f);
+                *reinterpret_cast<uint32_t *>(dst + nb * 8) = lo | hi << 16;
+            }
+            continue;
+        }
         const size_t prow = ((size_t)rt[r] * p.n_heads + rh[r]) * p.n_splits + split;
         float *dst = p.part_o + prow * C::HD + warp * C::DW + 2 * c;
 #pragma unroll

@@ -739,12 +739,23 @@ stage_fattn() {
     done
 }
 
+# The decode attention's kernel rows twice (bench --kernels --filter attn_decode: every form),
+# into $OUT/PREFIX_bench_{1,2}.txt.
+attn_decode_rows() {
+    local r
+    for r in 1 2; do
+        timeout 300 build-gpu/g4cu bench --kernels --filter attn_decode --reps 30 >"$OUT/$1_bench_$r.txt" 2>&1
+        echo "=== bench --kernels --filter attn_decode (run $r): exit $?"
+        grep -E "^attn_decode" "$OUT/$1_bench_$r.txt" | cut -c1-200
+    done
+}
+
 # Issue 30: the split-KV merge inside the decode attention's split kernel (G4_ATTN_MERGE=cluster;
 # after build, tiny): test_cuda_attention's decode cases (each with the merge kernel and with the
 # merge inside: path and ticket checks), the attention ops of test_backend_ops and
 # test_cuda_engine under it, then the decode kernel rows of both forms twice.
 stage_amerge() {
-    local d="$WORK/gpu-tiny" op r
+    local d="$WORK/gpu-tiny" op
     timeout 300 build-gpu/tests/test_cuda_attention --op attn_decode >"$OUT/amerge_attention.log" 2>&1
     echo "test_cuda_attention --op attn_decode: exit $? $(tail -1 "$OUT/amerge_attention.log")"
     grep -E "FAIL" "$OUT/amerge_attention.log" | head -12
@@ -769,11 +780,7 @@ stage_amerge() {
     else
         echo "amerge: no gpu-tiny package ($d/f16): test_cuda_engine skipped"
     fi
-    for r in 1 2; do
-        timeout 300 build-gpu/g4cu bench --kernels --filter attn_decode --reps 30 >"$OUT/amerge_bench_$r.txt" 2>&1
-        echo "=== bench --kernels --filter attn_decode (run $r): exit $?"
-        grep -E "^attn_decode" "$OUT/amerge_bench_$r.txt" | cut -c1-200
-    done
+    attn_decode_rows amerge
 }
 
 # Issue 30: the decode attention's short form (G4_ATTN_SHORT=1, kernels/attn_short.h; after build,
@@ -781,7 +788,7 @@ stage_amerge() {
 # the decode kernel rows twice. G4_QKV_PREP_CTAS=1 (the head preparation one CTA a vector) rides
 # along in the engine run and the backend ops.
 stage_ashort() {
-    local d="$WORK/gpu-tiny" op r
+    local d="$WORK/gpu-tiny" op m mf
     timeout 300 build-gpu/tests/test_attn_short_ranges | tail -1
     timeout 300 build-gpu/tests/test_cuda_attention --op attn_decode >"$OUT/ashort_attention.log" 2>&1
     echo "test_cuda_attention --op attn_decode: exit $? $(tail -1 "$OUT/ashort_attention.log")"
@@ -808,11 +815,7 @@ stage_ashort() {
     else
         echo "ashort: no gpu-tiny package ($d/f16): test_cuda_engine skipped"
     fi
-    for r in 1 2; do
-        timeout 300 build-gpu/g4cu bench --kernels --filter attn_decode --reps 30 >"$OUT/ashort_bench_$r.txt" 2>&1
-        echo "=== bench --kernels --filter attn_decode (run $r): exit $?"
-        grep -E "^attn_decode" "$OUT/ashort_bench_$r.txt" | cut -c1-200
-    done
+    attn_decode_rows ashort
 }
 
 # Issue 30: each kernel's own duration in Q4 / f16 decode steps (after e2b_make), under Nsight
