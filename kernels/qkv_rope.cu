@@ -4,7 +4,10 @@
 // Oracles: ref_rmsnorm (group = hd), ref_rope, ref_rope_2d. Test: tests/test_cuda_ops.c --op
 // qkv_rope; bench: --filter qkv_rope. A token's head vectors (the n_heads q heads, then the n_kv k
 // heads, then the n_kv v heads) one warp each, 8 warps a CTA, grid (token, vector group)
-// (qkv_vec.cuh). Lane l holds E = hd/64 consecutive rotation pairs: the 2E elements a = [lE, lE +
+// (qkv_vec.cuh); with G4_QKV_PREP_CTAS=1 a one-token launch (the decode step) puts each vector
+// in a CTA of its own (E2B: 10 CTAs of one warp instead of 2 of 8: each on its own SM, so no
+// warp shares an SM's issue slots and L1 with another's norm and RoPE; the same warp code, so
+// the same bits). Lane l holds E = hd/64 consecutive rotation pairs: the 2E elements a = [lE, lE +
 // E) and their partners b = a + hd/2 (1-D) or, for 2-D, the pairs of one axis part (a and a + hd/4
 // inside part a / (hd/2)), so each rotation is done in registers after one warp reduction for the
 // norm. Angle = float(pos) * inv_freq[j] in fp32 and precise sincosf, as the reference.
@@ -15,6 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
@@ -27,7 +31,9 @@ namespace {
 
 constexpr int QKV_WARPS = 8;
 
-template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(const g4_qkv_args a) {
+// wpc: the vectors (warps) a CTA, QKV_WARPS or 1 (G4_QKV_PREP_CTAS)
+template <int E>
+__global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(const g4_qkv_args a, int wpc) {
     // Immutable tables, each prefetched only where the body below reads it.
     g4_prefetch_l2_bytes(a.q_w, a.q_w ? (size_t)a.hd * 2 : 0);
     g4_prefetch_l2_bytes(a.k_w, a.k && a.k_w ? (size_t)a.hd * 2 : 0);
@@ -45,7 +51,7 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
     }
     const int n_vec = a.n_heads + (a.k ? 2 * a.n_kv : 0);
     // each vector its own warp (grid.y spreads them over CTAs): one pass, no warp does two
-    const int hv = blockIdx.y * QKV_WARPS + (threadIdx.x >> 5);
+    const int hv = blockIdx.y * wpc + (threadIdx.x >> 5);
     if (hv >= n_vec) return;
     // which vector: 0 = q, 1 = k, 2 = v
     const int kind = hv < a.n_heads ? 0 : hv < a.n_heads + a.n_kv ? 1 : 2;
@@ -67,13 +73,31 @@ template <int E> __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(co
                a.rope_2d, hd, a.eps, lane);
 }
 
+// One CTA a head vector for one-token launches: forced by tests (g4_qkv_set_prep_ctas), else
+// G4_QKV_PREP_CTAS=1 (read once; default off until measured). Longer launches (prefill, the
+// row-batched step) keep 8 warps a CTA: thousands of one-warp CTAs would cap an SM at 32 warps.
+int g_qkv_ctas_force = -1;
+int qkv_prep_ctas() {
+    if (g_qkv_ctas_force >= 0) return g_qkv_ctas_force;
+    static const int env = [] {
+        const char *e = getenv("G4_QKV_PREP_CTAS");
+        return e && !strcmp(e, "1") ? 1 : 0;
+    }();
+    return env;
+}
+
 template <int E> void qkv_launch(const g4_qkv_args &a, cudaStream_t stream) {
     const int n_vec = a.n_heads + (a.k ? 2 * a.n_kv : 0);
-    g4_pdl_launch(qkv_kernel<E>, dim3(a.T, (n_vec + QKV_WARPS - 1) / QKV_WARPS),
-                  dim3(32 * QKV_WARPS), 0, stream, a);
+    const int wpc = a.T == 1 && qkv_prep_ctas() ? 1 : QKV_WARPS;
+    g4_pdl_launch(qkv_kernel<E>, dim3(a.T, (n_vec + wpc - 1) / wpc), dim3(32 * wpc), 0, stream, a,
+                  wpc);
 }
 
 } // namespace
+
+extern "C" void g4_qkv_set_prep_ctas(int on) {
+    g_qkv_ctas_force = on < 0 ? -1 : on ? 1 : 0;
+}
 
 extern "C" const char *g4_qkv_rope_supported(int n_heads, int hd) {
     if (n_heads < 1) return "at least one head (qkv_rope.cu)";

@@ -39,6 +39,9 @@ typedef struct {
 // else what it takes (the launcher asserts it, the load checks refuse with it).
 const char *g4_qkv_rope_supported(int n_heads, int hd);
 void g4_qkv_norm_rope(const g4_qkv_args *a, cudaStream_t stream);
+// One CTA a head vector in one-token launches (G4_QKV_PREP_CTAS=1's form): 1 on, 0 off (8 warps
+// a CTA), -1 as G4_QKV_PREP_CTAS says (tests). The same bits either way.
+void g4_qkv_set_prep_ctas(int on);
 
 #ifdef __cplusplus
 }

@@ -157,12 +157,15 @@ static void inv_freq_for(float *inv, int hd, int rope) {
         inv[j] = j < rotated ? 1.0f / powf(theta, (float)(2 * j) / (float)hd) : 0.0f;
 }
 
-static void case_qkv(int T, int nh, int nkv, int hd, int rope, int with_kv, int to_cache, int p0,
-                     unsigned long long seed) {
+// ctas: g4_qkv_set_prep_ctas (1: one CTA a head vector where T == 1, G4_QKV_PREP_CTAS=1's form;
+// -1: as the variable says)
+static void case_qkv_x(int T, int nh, int nkv, int hd, int rope, int with_kv, int to_cache, int p0,
+                       int ctas, unsigned long long seed) {
     static const char *rn[] = {"default", "proportional", "2d"};
-    if (!hx_case("qkv_rope", "T=%d heads=%d kv=%d hd=%d rope=%s kv_in=%d cache=%d pos0=%d", T, nh,
-                 nkv, hd, rn[rope], with_kv, to_cache, p0))
+    if (!hx_case("qkv_rope", "T=%d heads=%d kv=%d hd=%d rope=%s kv_in=%d cache=%d pos0=%d ctas=%d",
+                 T, nh, nkv, hd, rn[rope], with_kv, to_cache, p0, ctas))
         return;
+    g4_qkv_set_prep_ctas(ctas);
     unsigned long long s = seed;
     const int qw = nh * hd, kw = nkv * hd, capacity = p0 + T + 5;
     uint16_t *qb, *kb, *vb, *qwb, *kwb;
@@ -255,6 +258,12 @@ static void case_qkv(int T, int nh, int nkv, int hd, int rope, int with_kv, int 
     free(q), free(k), free(v), free(qb), free(kb), free(vb), free(qwf), free(kwf), free(qwb),
         free(kwb);
     free(inv), free(pos), free(wq), free(wk), free(wv), free(gq);
+    g4_qkv_set_prep_ctas(-1);
+}
+
+static void case_qkv(int T, int nh, int nkv, int hd, int rope, int with_kv, int to_cache, int p0,
+                     unsigned long long seed) {
+    case_qkv_x(T, nh, nkv, hd, rope, with_kv, to_cache, p0, -1, seed); // (as G4_QKV_PREP_CTAS says)
 }
 
 // --- gelu_mul -----------------------------------------------------------------------------------
@@ -590,6 +599,12 @@ int main(int argc, char **argv) {
     case_qkv(33, 8, 1, 256, 0, 0, 0, 7, 34);    // KV-shared layer: q only
     case_qkv(1000, 12, 12, 64, 2, 1, 0, 0, 35); // vision
     case_qkv(5, 4, 2, 128, 0, 1, 0, 3, 36);     // GQA 2:1, hd 128, in place
+    // the one-token cases with one CTA a head vector (E2B: 10 CTAs; q only: 8; vision: 36)
+    case_qkv_x(1, 8, 1, 256, 0, 1, 1, 4000, 1, 30);
+    case_qkv_x(1, 8, 1, 512, 1, 1, 1, 32767, 1, 31);
+    case_qkv_x(1, 8, 1, 256, 0, 0, 0, 7, 1, 34);
+    case_qkv_x(1, 12, 12, 64, 2, 1, 0, 0, 1, 35);
+    case_qkv_x(1, 4, 2, 128, 0, 1, 0, 3, 1, 36);
     // GELU gating: MLP widths, the PLE slice (b strided inside the [T, 35 * 256] inputs)
     case_gelu_mul(1, 6144, 6144, 40);
     case_gelu_mul(17, 12288, 12288, 41);
