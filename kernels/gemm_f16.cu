@@ -671,6 +671,13 @@ void launch_gemv(void *y, const __half *x, const __half *w, const __half *wu, co
 //     N a multiple of 8: a lane's 8 columns are all in or all out.
 // Where it does not take a shape (x of the CTA's k range over GVM_X_MAX) the CUDA-core GEMV
 // runs it; the add-norm prologue form (g4_gemv_f16_add_norm) stays on the CUDA-core GEMV.
+// Plan knobs (environment, read once; A/B and run.sh's gvm_sweep stage; an invalid value fails
+// the fp16 GEMV launches with a line naming it): G4_GVM_SPLIT_MAX (cap on the K split S * CS, a
+// power of two 1..64, default 64), G4_GVM_CPS (CTAs an SM the plan assumes, 1..4, plain and
+// fused; default 2 plain, 1 fused, the kernels' occupancy: more only queues CTAs),
+// G4_GVM_MIN_CTAS (the grid the split doubling aims for, 1..65536, default the SM count). The
+// ring depth U stays fixed (one instantiation a form: a deeper plain ring spills at 2 CTAs an
+// SM, a shallower one halves the bytes in flight).
 // =============================================================================================
 constexpr int GVM_THREADS = GVM_WARPS * 32;
 
@@ -684,11 +691,56 @@ int gvf_version() {
     return g4_cuda_env_is(&cache, "G4_GEMV_F16", "mma") ? 2 : 1;
 }
 
+// The plan knobs (the comment above), read once: 0 where unset (the default); err names the
+// first invalid variable.
+struct gvm_knobs {
+    int smax, cps, aim;
+    char err[160];
+};
+
+// One knob: unset or empty leaves *v 0; else a whole number in lo..hi (a power of two if pow2).
+void gvm_knob(const char *name, int lo, int hi, bool pow2, int *v, char *err, size_t n) {
+    const char *s = getenv(name);
+    *v = 0;
+    if (!s || !*s) return;
+    char *end = nullptr;
+    const long x = strtol(s, &end, 10);
+    if (*end || x < lo || x > hi || (pow2 && (x & (x - 1)))) {
+        if (!*err)
+            snprintf(err, n, "%s=%s: expected %s %d..%d", name, s,
+                     pow2 ? "a power of two in" : "a whole number in", lo, hi);
+        return;
+    }
+    *v = (int)x;
+}
+
+const gvm_knobs &gvm_knobs_env() {
+    static gvm_knobs k;
+    static bool read = false;
+    if (!read) {
+        k.err[0] = 0;
+        gvm_knob("G4_GVM_SPLIT_MAX", 1, 64, true, &k.smax, k.err, sizeof k.err);
+        gvm_knob("G4_GVM_CPS", 1, 4, false, &k.cps, k.err, sizeof k.err);
+        gvm_knob("G4_GVM_MIN_CTAS", 1, 65536, false, &k.aim, k.err, sizeof k.err);
+        read = true;
+    }
+    return k;
+}
+
+// The launch plan of a shape under the knobs: the one function gvm_takes (the x bytes), the
+// launcher's shared memory and its grid all use.
+gvm_plan_t gvm_plan_for(int N, int K, bool fused) {
+    const gvm_knobs &k = gvm_knobs_env();
+    const int sms = num_sms();
+    return gvm_plan(N, K, sms, k.cps ? k.cps : gvm_cps(fused ? 2 : 1), k.smax ? k.smax : 64,
+                    k.aim ? k.aim : sms);
+}
+
 // Whether the tensor-core GEMV runs an M <= 8 shape (the design forced or chosen, and the x of a
 // CTA's k range within GVM_X_MAX).
 bool gvm_takes(int M, int N, int K, bool fused) {
     if (gvf_version() != 2 || K >= GVM_K_MAX) return false;
-    const gvm_plan_t p = gvm_plan(N, K, num_sms(), gvm_cps(fused ? 2 : 1));
+    const gvm_plan_t p = gvm_plan_for(N, K, fused);
     return gvm_x_bytes(M, K, p.CS) <= GVM_X_MAX;
 }
 
@@ -893,7 +945,7 @@ template <bool FUSED>
 void launch_gemv_mma(void *y, const __half *x, const __half *w, const __half *wu,
                      const __half *bias, int M, int N, int K, int epi, cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, U = FUSED ? 2 : 4; // the same 8 KB of W in flight a warp
-    const gvm_plan_t p = gvm_plan(N, K, num_sms(), gvm_cps(F));
+    const gvm_plan_t p = gvm_plan_for(N, K, FUSED);
     const size_t smem =
         (size_t)gvm_red_bytes(F) + gvm_cred_bytes(F, p.CS) + gvm_x_bytes(M, K, p.CS);
     static bool smem_set = false;
@@ -926,6 +978,8 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
+        if (gvf_version() == 2 && gvm_knobs_env().err[0])
+            return g4_fail(G4_EUSER, "%s: %s", who, gvm_knobs_env().err);
         g_gvf_last = gvm_takes(M, N, K, fused) ? 2 : 1;
         if (g_gvf_last == 2 && fused)
             launch_gemv_mma<true>(y, hx, hw, hu, hb, M, N, K, epi, stream);
@@ -1018,6 +1072,16 @@ extern "C" int g4_gemm_gemv_f16_version(int version) {
 
 extern "C" int g4_gemm_gemv_f16_last_design(void) {
     return g4k::g_gvf_last;
+}
+
+extern "C" int g4_gemm_gemv_f16_mma_plan(int M, int N, int K, int fused, int plan[4]) {
+    if (!g4k::gvm_takes(M, N, K, fused != 0)) return 0;
+    const gvm_plan_t p = g4k::gvm_plan_for(N, K, fused != 0);
+    plan[0] = p.S;
+    plan[1] = p.CS;
+    plan[2] = p.groups;
+    plan[3] = p.grid;
+    return 1;
 }
 
 extern "C" const char *g4_gemv_add_norm_supported(int M, int K) {

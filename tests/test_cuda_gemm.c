@@ -815,6 +815,16 @@ static void run_dequant(const gcase *c, unsigned long long *s) {
     q4_host_free(&h);
 }
 
+// Whether a G4_GVM_* plan knob of the tensor-core fp16 GEMV is set (gemm_f16.cu).
+static int gvm_knobs_set(void) {
+    static const char *const vars[] = {"G4_GVM_SPLIT_MAX", "G4_GVM_CPS", "G4_GVM_MIN_CTAS"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return 1;
+    }
+    return 0;
+}
+
 static void run_case(const gcase *c) {
     unsigned long long s = g_seed ^ ((unsigned long long)c->M * 0x9e3779b97f4a7c15ull) ^
                            ((unsigned long long)c->N << 20) ^ ((unsigned long long)c->K << 40) ^
@@ -905,10 +915,19 @@ static void run_case(const gcase *c) {
             CHECK_MSG(rc == G4_OK, "launch: %s", g4_error());
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(run ? got2 : got, out.y, ybytes, cudaMemcpyDeviceToHost));
-            if (c->f16v && !q4)
-                CHECK_MSG(g4_gemm_gemv_f16_last_design() == c->f16v,
-                          "forced fp16 GEMV design %d, but design %d ran", c->f16v,
-                          g4_gemm_gemv_f16_last_design());
+            if (c->f16v && !q4) {
+                // The G4_GVM_* plan knobs may leave a shape to the CUDA-core kernel (x past
+                // GVM_X_MAX, e.g. G4_GVM_SPLIT_MAX=1 at M 8, K 6144); without them every forced
+                // case runs on the tensor cores.
+                int pl[4];
+                const int takes = g4_gemm_gemv_f16_mma_plan(M, N, K, glu, pl);
+                const int want = c->f16v == 2 && takes ? 2 : 1;
+                if (c->f16v == 2 && !gvm_knobs_set())
+                    CHECK_MSG(takes, "the tensor-core GEMV does not take M %d N %d K %d", M, N, K);
+                CHECK_MSG(g4_gemm_gemv_f16_last_design() == want,
+                          "forced fp16 GEMV design %d (%d expected), but design %d ran", c->f16v,
+                          want, g4_gemm_gemv_f16_last_design());
+            }
             if (c->ver && q4 && c->algo == GEMV)
                 CHECK_MSG(g4_gemm_gemv_last_design() == c->ver,
                           "forced Q4 GEMV design %d, but design %d ran", c->ver,
