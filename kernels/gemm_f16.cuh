@@ -132,7 +132,8 @@ int g4_gemm_skinny_plan(int M, int N, int K, int fused);
 // to the CUDA-core kernel. Not thread-safe; not for the engine.
 int g4_gemm_gemv_f16_version(int version);
 // Tests only: the design (1, 2) of the last fp16 GEMV launched by g4_gemm_f16 or
-// g4_gemm_f16_gelu_mul with the GEMV (0: none yet), so a test can check which one ran.
+// g4_gemm_f16_gelu_mul with the GEMV or by g4_gemv_f16_add_norm (0: none yet), so a test can
+// check which one ran.
 int g4_gemm_gemv_f16_last_design(void);
 // Benches: whether the fp16 GEMV of the shape (fused: the gate/up form) runs on the tensor-core
 // design under the current design choice and the G4_GVM_* plan knobs (1), its plan then in

@@ -82,8 +82,8 @@
 #   f16mma   issue 29, the tensor-core fp16 GEMV (G4_GEMV_F16=mma, off by default; after build):
 #            test_cuda_gemm --op f16 (its mma cases force the design and check it ran) plain and
 #            again under G4_GEMV_F16=mma (every fp16 GEMV case then on the mma design), the
-#            linear ops of test_backend_ops on CUDA under the switch, then the gemv kernel rows
-#            twice, landed and with the switch (the gemv_f16mma / glu_f16mma_gemv rows force it
+#            linear, linear_gelu_mul and add_norm_linear ops of test_backend_ops on CUDA under
+#            the switch, then the gemv kernel rows twice, landed and with the switch (the gemv_f16mma / glu_f16mma_gemv rows force it
 #            in both); end to end: e2bq with E2BQ_VARIANTS="landed:X=1 f16mma:G4_GEMV_F16=mma"
 #   gvm_sweep  issue 29, the tensor-core fp16 GEMV's plan knobs (after build; ~2-3 min):
 #            G4_GEMV_F16=mma test_cuda_gemm --op f16 under two extreme plans (G4_GVM_SPLIT_MAX=1
@@ -502,7 +502,7 @@ stage_f16mma() {
     G4_GEMV_F16=mma timeout 480 build-gpu/tests/test_cuda_gemm --op f16 >"$OUT/f16mma_env_test_cuda_gemm.log" 2>&1
     echo "G4_GEMV_F16=mma test_cuda_gemm --op f16: exit $? ($(grep -c '^case' "$OUT/f16mma_env_test_cuda_gemm.log") cases) $(tail -1 "$OUT/f16mma_env_test_cuda_gemm.log")"
     grep -E "FAIL|error|CUDA" "$OUT/f16mma_env_test_cuda_gemm.log" | head -8
-    for op in linear linear_gelu_mul; do
+    for op in linear linear_gelu_mul add_norm_linear; do
         log="$OUT/f16mma_backend_ops_$op.log"
         G4_GEMV_F16=mma timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
         echo "G4_GEMV_F16=mma test_backend_ops --op $op (cuda): exit $? $(tail -1 "$log")"
