@@ -213,13 +213,17 @@ __device__ __forceinline__ void st8h(__half *p, const float v[8]) {
 //   h = (h_in + r * rsqrt(mean(r^2) + eps) * w) * scale,  x = h * rsqrt(mean(h^2) + eps) * next_w
 // writer_unit (persist_mlp.cu): instead, the CTA in which *writer_unit == 0 writes them; a shared
 // int the CTA's threads may still be setting when they enter (it is read after the first barrier).
+// ld, k0, k1 (the tensor-core GEMV's x of its k range, padded rows): xs [M][ld] holds only the
+// columns [k0, k1) (multiples of 8), column k at k - k0; ld 0 means K.
 __device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, int M, int K,
-                                                 const volatile int *writer_unit = nullptr) {
+                                                 const volatile int *writer_unit = nullptr,
+                                                 int ld = 0, int k0 = 0, int k1 = 1 << 30) {
     __shared__ float scratch[33];
     bool writer = !writer_unit && blockIdx.x == 0 && blockIdx.y == 0;
     const float sc = p.scale ? __half2float(*p.scale) : 1.0f;
     const int i = threadIdx.x * 8;
-    const bool on = i < K;
+    const bool on = i < K, mine = on && i >= k0 && i < k1;
+    if (!ld) ld = K;
     float wv[8], nw[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) wv[e] = nw[e] = 1.0f;
@@ -258,10 +262,8 @@ __device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, in
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] = hv[e];
         }
-        if (on) {
-            st8h(xs + base, v);
-            if (writer) st8h(p.x_out + base, v);
-        }
+        if (mine) st8h(xs + (size_t)m * ld + (i - k0), v);
+        if (on && writer) st8h(p.x_out + base, v);
     }
     __syncthreads();
 }

@@ -670,7 +670,16 @@ void launch_gemv(void *y, const __half *x, const __half *w, const __half *wu, co
 //   - K a multiple of 8: the last step's rows 8..15 are zero-filled loads when K % 16 == 8;
 //     N a multiple of 8: a lane's 8 columns are all in or all out.
 // Where it does not take a shape (x of the CTA's k range over GVM_X_MAX) the CUDA-core GEMV
-// runs it; the add-norm prologue form (g4_gemv_f16_add_norm) stays on the CUDA-core GEMV.
+// runs it. The add-norm prologue form (g4_gemv_f16_add_norm: PRO) computes x of the CTA's k
+// range in the prologue (gv_norm_prologue: the norms need the whole row, so every CTA reads
+// h_in and r whole, K <= 2048), the PLE gate's multiplier in the epilogue.
+// Plan knobs (environment, read once; A/B and run.sh's gvm_sweep stage; an invalid value fails
+// the fp16 GEMV launches with a line naming it): G4_GVM_SPLIT_MAX (cap on the K split S * CS, a
+// power of two 1..64, default 64), G4_GVM_CPS (CTAs an SM the plan assumes, 1..4, plain and
+// fused; default 2 plain, 1 fused, the kernels' occupancy: more only queues CTAs),
+// G4_GVM_MIN_CTAS (the grid the split doubling aims for, 1..65536, default the SM count). The
+// ring depth U stays fixed (one instantiation a form: a deeper plain ring spills at 2 CTAs an
+// SM, a shallower one halves the bytes in flight).
 // =============================================================================================
 constexpr int GVM_THREADS = GVM_WARPS * 32;
 
@@ -685,11 +694,56 @@ int gvf_version() {
     return g4_cuda_env_is(&cache, "G4_GEMV_F16", "fma") ? 1 : 2;
 }
 
+// The plan knobs (the comment above), read once: 0 where unset (the default); err names the
+// first invalid variable.
+struct gvm_knobs {
+    int smax, cps, aim;
+    char err[160];
+};
+
+// One knob: unset or empty leaves *v 0; else a whole number in lo..hi (a power of two if pow2).
+void gvm_knob(const char *name, int lo, int hi, bool pow2, int *v, char *err, size_t n) {
+    const char *s = getenv(name);
+    *v = 0;
+    if (!s || !*s) return;
+    char *end = nullptr;
+    const long x = strtol(s, &end, 10);
+    if (*end || x < lo || x > hi || (pow2 && (x & (x - 1)))) {
+        if (!*err)
+            snprintf(err, n, "%s=%s: expected %s %d..%d", name, s,
+                     pow2 ? "a power of two in" : "a whole number in", lo, hi);
+        return;
+    }
+    *v = (int)x;
+}
+
+const gvm_knobs &gvm_knobs_env() {
+    static gvm_knobs k;
+    static bool read = false;
+    if (!read) {
+        k.err[0] = 0;
+        gvm_knob("G4_GVM_SPLIT_MAX", 1, 64, true, &k.smax, k.err, sizeof k.err);
+        gvm_knob("G4_GVM_CPS", 1, 4, false, &k.cps, k.err, sizeof k.err);
+        gvm_knob("G4_GVM_MIN_CTAS", 1, 65536, false, &k.aim, k.err, sizeof k.err);
+        read = true;
+    }
+    return k;
+}
+
+// The launch plan of a shape under the knobs: the one function gvm_takes (the x bytes), the
+// launcher's shared memory and its grid all use.
+gvm_plan_t gvm_plan_for(int N, int K, bool fused) {
+    const gvm_knobs &k = gvm_knobs_env();
+    const int sms = num_sms();
+    return gvm_plan(N, K, sms, k.cps ? k.cps : gvm_cps(fused ? 2 : 1), k.smax ? k.smax : 64,
+                    k.aim ? k.aim : sms);
+}
+
 // Whether the tensor-core GEMV runs an M <= 8 shape (the design forced or chosen, and the x of a
 // CTA's k range within GVM_X_MAX).
 bool gvm_takes(int M, int N, int K, bool fused) {
     if (gvf_version() != 2 || K >= GVM_K_MAX) return false;
-    const gvm_plan_t p = gvm_plan(N, K, num_sms(), gvm_cps(fused ? 2 : 1));
+    const gvm_plan_t p = gvm_plan_for(N, K, fused);
     return gvm_x_bytes(M, K, p.CS) <= GVM_X_MAX;
 }
 
@@ -702,10 +756,10 @@ __device__ __forceinline__ uint32_t gvm_word(const uint4 &v, int j) {
 // write the CTA partial (cred) and, after a cluster barrier, rank r sums the ranks' partials in
 // rank order for the positions whose (pos / 4) % CS == r and stores. Out of line: inlined at
 // each of the ring's unrolled steps the kernel would pass the instruction cache.
-template <int F>
+template <int F, bool MUL>
 __device__ __noinline__ void gvm_flush(float2 *red, float2 *cred, int par, void *y,
                                        const __half *bias, int epi, int M, int N, int strip, int f,
-                                       int s, int S, int CS) {
+                                       int s, int S, int CS, const __half *mul, int ldm) {
     __syncthreads(); // every warp's partials are written
     const int lane = threadIdx.x & 31, id = s * 32 + lane;
     const float2 *rb = red + (size_t)par * GVM_WARPS * F * GVM_POS;
@@ -715,11 +769,17 @@ __device__ __noinline__ void gvm_flush(float2 *red, float2 *cred, int par, void 
         const int m = gvm_pos_tok(pos), col = col0 + gvm_pos_col(pos);
         if (col >= N) return;
         const size_t idx = (size_t)m * N + col;
-        if constexpr (F == 2)
+        if constexpr (F == 2) {
             store_pair(y, G4_GEMM_Y_F16, nullptr, idx, col, gelu_tanh(v[0].x) * v[1].x,
                        gelu_tanh(v[0].y) * v[1].y);
-        else
+        } else if (MUL && mul) { // the PLE gate: gelu_tanh(fp16(y)) * mul (the CUDA-core kernel's)
+            const __half *mr = mul + (size_t)m * ldm + col;
+            store_pair(y, G4_GEMM_Y_F16, nullptr, idx, col,
+                       gelu_tanh(__half2float(__float2half_rn(v[0].x))) * __half2float(mr[0]),
+                       gelu_tanh(__half2float(__float2half_rn(v[0].y))) * __half2float(mr[1]));
+        } else {
             store_pair(y, epi, bias, idx, col, v[0].x, v[0].y);
+        }
     };
     for (int pos = id; pos < GVM_POS; pos += 32 * S) {
         if (gvm_pos_tok(pos) >= M) continue;
@@ -773,11 +833,14 @@ __device__ __noinline__ void gvm_flush(float2 *red, float2 *cred, int par, void 
 // F = 1 (plain) or 2 (fused gate/up: y fp16 = gelu_tanh(x Wg) * (x Wu)); U steps in flight.
 // Plain: 2 CTAs an SM (128 registers: the ring's 64 + 16 accumulators). Fused: one (its 32
 // accumulators spilled inside the loop at 128; 8 warps x 2 steps x 4 KB = 64 KB an SM in flight).
-template <int F, int U>
+// PRO: x is the add-norm prologue's (gv_norm_prologue, the CTA's k range; every CTA computes the
+// norms over the whole row, CTA (0, 0) writes h_out and x_out), and pro.mul (plain only) the PLE
+// gate's multiplier.
+template <int F, int U, bool PRO>
 __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
     gemv_f16_mma_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                         const __half *__restrict__ wu, const __half *__restrict__ bias, int M,
-                        int N, int K, int epi, int S, int CS, int groups) {
+                        int N, int K, int epi, int S, int CS, int groups, const gv_pro pro) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int KT = (K + GVM_KSTEP - 1) / GVM_KSTEP, ST = S * CS, FT = GVM_WARPS / S;
@@ -832,12 +895,17 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
     float2 *cred = (float2 *)(smem + gvm_red_bytes(F));                       // gvm_cred_bytes
     __half *xs = (__half *)(smem + gvm_red_bytes(F) + gvm_cred_bytes(F, CS)); // [M][XS]
     const int XS = gvm_xstride(cl);
-    for (int i = (int)threadIdx.x; i < M * 2 * cl; i += GVM_THREADS) {
-        const int m = i / (2 * cl), c = i - m * 2 * cl, k = GVM_KSTEP * cb + 8 * c;
-        const uint4 v = k < K ? *(const uint4 *)(x + (size_t)m * K + k) : make_uint4(0, 0, 0, 0);
-        *(uint4 *)(xs + m * XS + 8 * c) = v;
+    if constexpr (PRO) { // (K a multiple of 64: the range is whole steps, no tail to zero)
+        gv_norm_prologue(pro, xs, M, K, nullptr, XS, GVM_KSTEP * cb, GVM_KSTEP * (cb + cl));
+    } else {
+        for (int i = (int)threadIdx.x; i < M * 2 * cl; i += GVM_THREADS) {
+            const int m = i / (2 * cl), c = i - m * 2 * cl, k = GVM_KSTEP * cb + 8 * c;
+            const uint4 v =
+                k < K ? *(const uint4 *)(x + (size_t)m * K + k) : make_uint4(0, 0, 0, 0);
+            *(uint4 *)(xs + m * XS + 8 * c) = v;
+        }
+        __syncthreads();
     }
-    __syncthreads();
 
     float acc[F][4][4];
     auto zero_acc = [&]() {
@@ -878,8 +946,9 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
                         for (int ff = 0; ff < F; ff++)
                             wb[ff * GVM_POS + p * 32 + lane] =
                                 make_float2(acc[ff][p & 3][p >> 2], acc[ff][p & 3][2 + (p >> 2)]);
-                gvm_flush<F>(red, cred, cj & 1, y, bias, epi, M, N,
-                             gvm_strip((int)blockIdx.x, cj, G, FT, f), f, s, S, CS);
+                gvm_flush<F, PRO>(red, cred, cj & 1, y, bias, epi, M, N,
+                                  gvm_strip((int)blockIdx.x, cj, G, FT, f), f, s, S, CS,
+                                  PRO ? pro.mul : nullptr, PRO ? pro.ldm : 0);
                 cr = 0;
                 cj++;
                 px = px0;
@@ -890,23 +959,24 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
     if (CS > 1) cg::this_cluster().sync(); // keep the CTA partials alive until every rank read
 }
 
-template <bool FUSED>
+template <bool FUSED, bool PRO>
 void launch_gemv_mma(void *y, const __half *x, const __half *w, const __half *wu,
-                     const __half *bias, int M, int N, int K, int epi, cudaStream_t stream) {
+                     const __half *bias, int M, int N, int K, int epi, const gv_pro &pro,
+                     cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, U = FUSED ? 2 : 4; // the same 8 KB of W in flight a warp
-    const gvm_plan_t p = gvm_plan(N, K, num_sms(), gvm_cps(F));
+    const gvm_plan_t p = gvm_plan_for(N, K, FUSED);
     const size_t smem =
         (size_t)gvm_red_bytes(F) + gvm_cred_bytes(F, p.CS) + gvm_x_bytes(M, K, p.CS);
     static bool smem_set = false;
-    set_smem(gemv_f16_mma_kernel<F, U>, gvm_red_bytes(F) + gvm_cred_bytes(F, 2) + GVM_X_MAX,
+    set_smem(gemv_f16_mma_kernel<F, U, PRO>, gvm_red_bytes(F) + gvm_cred_bytes(F, 2) + GVM_X_MAX,
              &smem_set);
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_f16_mma_kernel<F, U>, dim3(p.grid, p.CS, 1),
+        g4_pdl_launch_cluster(gemv_f16_mma_kernel<F, U, PRO>, dim3(p.grid, p.CS, 1),
                               dim3(GVM_THREADS, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w, wu,
-                              bias, M, N, K, epi, p.S, p.CS, p.groups);
+                              bias, M, N, K, epi, p.S, p.CS, p.groups, pro);
     else
-        g4_pdl_launch(gemv_f16_mma_kernel<F, U>, dim3(p.grid, 1, 1), dim3(GVM_THREADS, 1, 1), smem,
-                      stream, y, x, w, wu, bias, M, N, K, epi, p.S, p.CS, p.groups);
+        g4_pdl_launch(gemv_f16_mma_kernel<F, U, PRO>, dim3(p.grid, 1, 1), dim3(GVM_THREADS, 1, 1),
+                      smem, stream, y, x, w, wu, bias, M, N, K, epi, p.S, p.CS, p.groups, pro);
 }
 
 int dispatch(const char *who, void *y, const void *x, const void *w, const void *wu,
@@ -927,11 +997,13 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
+        if (gvf_version() == 2 && gvm_knobs_env().err[0])
+            return g4_fail(G4_EUSER, "%s: %s", who, gvm_knobs_env().err);
         g_gvf_last = gvm_takes(M, N, K, fused) ? 2 : 1;
         if (g_gvf_last == 2 && fused)
-            launch_gemv_mma<true>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+            launch_gemv_mma<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else if (g_gvf_last == 2)
-            launch_gemv_mma<false>(y, hx, hw, hu, hb, M, N, K, epi, stream);
+            launch_gemv_mma<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else if (fused)
             launch_gemv<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else
@@ -1021,6 +1093,16 @@ extern "C" int g4_gemm_gemv_f16_last_design(void) {
     return g4k::g_gvf_last;
 }
 
+extern "C" int g4_gemm_gemv_f16_mma_plan(int M, int N, int K, int fused, int plan[4]) {
+    if (!g4k::gvm_takes(M, N, K, fused != 0)) return 0;
+    const gvm_plan_t p = g4k::gvm_plan_for(N, K, fused != 0);
+    plan[0] = p.S;
+    plan[1] = p.CS;
+    plan[2] = p.groups;
+    plan[3] = p.grid;
+    return 1;
+}
+
 extern "C" const char *g4_gemv_add_norm_supported(int M, int K) {
     if (M < 1 || M > 8 || K < 64 || K > 2048 || K % 64)
         return "M 1..8 tokens and K a multiple of 64 up to 2048 (one 8-column vector a thread "
@@ -1037,7 +1119,22 @@ extern "C" int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *
     g4k::gv_pro pro;
     const int rc = g4k::norm_operands(who, a, y, bias, M, N, K, epi, wu != nullptr, &pro);
     if (rc) return rc;
-    if (wu)
+    // the tensor-core design where chosen and it takes the shape (as g4k::dispatch)
+    if (g4k::gvf_version() == 2 && g4k::gvm_knobs_env().err[0])
+        return g4_fail(G4_EUSER, "%s: %s", who, g4k::gvm_knobs_env().err);
+    // G4_GEMV_F16_NORM=fma (read once; A/B): this form alone on the CUDA-core kernel, unless a
+    // test forces a design
+    static int norm_fma_cache = -1;
+    const bool norm_fma = g4k::g_gvf_version < 0 &&
+                          g4_cuda_env_is(&norm_fma_cache, "G4_GEMV_F16_NORM", "fma");
+    g4k::g_gvf_last = !norm_fma && g4k::gvm_takes(M, N, K, wu != nullptr) ? 2 : 1;
+    if (g4k::g_gvf_last == 2 && wu)
+        g4k::launch_gemv_mma<true, true>(y, nullptr, (const __half *)w, (const __half *)wu, nullptr,
+                                         M, N, K, epi, pro, stream);
+    else if (g4k::g_gvf_last == 2)
+        g4k::launch_gemv_mma<false, true>(y, nullptr, (const __half *)w, nullptr,
+                                          (const __half *)bias, M, N, K, epi, pro, stream);
+    else if (wu)
         g4k::launch_gemv<true, true>(y, nullptr, (const __half *)w, (const __half *)wu, nullptr, M,
                                      N, K, epi, pro, stream);
     else

@@ -132,8 +132,13 @@ int g4_gemm_skinny_plan(int M, int N, int K, int fused);
 // to the CUDA-core kernel. Not thread-safe; not for the engine.
 int g4_gemm_gemv_f16_version(int version);
 // Tests only: the design (1, 2) of the last fp16 GEMV launched by g4_gemm_f16 or
-// g4_gemm_f16_gelu_mul with the GEMV (0: none yet), so a test can check which one ran.
+// g4_gemm_f16_gelu_mul with the GEMV or by g4_gemv_f16_add_norm (0: none yet), so a test can
+// check which one ran.
 int g4_gemm_gemv_f16_last_design(void);
+// Benches: whether the fp16 GEMV of the shape (fused: the gate/up form) runs on the tensor-core
+// design under the current design choice and the G4_GVM_* plan knobs (1), its plan then in
+// plan[4] = {S warps, CS CTAs a cluster, groups, grid}; else 0.
+int g4_gemm_gemv_f16_mma_plan(int M, int N, int K, int fused, int plan[4]);
 // The automatic WGMMA configuration of a shape (tile width, K split; split 1 = persistent), for
 // the bench's row labels. q4: Q4 weights; fused: the gate/up kernel.
 void g4_gemm_wgmma_plan(int M, int N, int K, int fused, int q4, int *bn, int *split);

@@ -119,17 +119,19 @@ GVM_HD int gvm_strip(int bx, int j, int G, int FT, int f) {
 
 // The launch plan: K split ST = S warps of a CTA x CS CTAs of a cluster (grid.y), groups of
 // FT = 8 / S strips, a grid of `grid` CTAs walking them. The split doubles while the grid has
-// fewer CTAs than SMs and would stay within cps an SM (the CTAs an SM holds: 2 plain, 1 fused),
-// every warp keeping >= 1 step, up to 64 (a cluster of 8); a grid past cps CTAs an SM (no
-// split) is persistent at cps an SM.
+// fewer than `aim` CTAs (the SM count by default) and would stay within cps an SM (the CTAs an
+// SM holds: 2 plain, 1 fused, gvm_cps), every warp keeping >= 1 step, up to smax (a power of two
+// <= 64: a cluster of 8); a grid past cps CTAs an SM (no split) is persistent at cps an SM.
+// cps, smax and aim are the knobs G4_GVM_CPS, G4_GVM_SPLIT_MAX and G4_GVM_MIN_CTAS
+// (gemm_f16.cu gvm_plan_for reads them; defaults gvm_cps(F), 64, sms).
 typedef struct {
     int S, CS, FT, groups, grid;
 } gvm_plan_t;
 
-GVM_HD gvm_plan_t gvm_plan(int N, int K, int sms, int cps) {
+GVM_HD gvm_plan_t gvm_plan(int N, int K, int sms, int cps, int smax, int aim) {
     const int NS = (N + GVM_COLS - 1) / GVM_COLS, KT = (K + GVM_KSTEP - 1) / GVM_KSTEP;
     int kmax = 1;
-    while (kmax * 2 <= KT && kmax < 64) kmax *= 2;
+    while (kmax * 2 <= KT && kmax < smax) kmax *= 2;
     int st = 1;
     for (;;) {
         long c1, c2;
@@ -141,7 +143,7 @@ GVM_HD gvm_plan_t gvm_plan(int N, int K, int sms, int cps) {
             const int s2 = 2 * st, S = s2 < GVM_WARPS ? s2 : GVM_WARPS, FT = GVM_WARPS / S;
             c2 = (long)((NS + FT - 1) / FT) * (s2 / S);
         }
-        if (st >= kmax || c1 >= sms || c2 > (long)cps * sms) break;
+        if (st >= kmax || c1 >= aim || c2 > (long)cps * sms) break;
         st *= 2;
     }
     gvm_plan_t p;
@@ -175,7 +177,8 @@ GVM_HD long gvm_x_bytes(int M, int K, int CS) {
 // the shape).
 enum { GVM_X_MAX = 64 * 1024, GVM_K_MAX = 1 << 24 };
 
-// CTAs an SM of the plain (F = 1) and fused (F = 2) kernels (their __launch_bounds__).
+// CTAs an SM of the plain (F = 1) and fused (F = 2) kernels (their __launch_bounds__; the plan's
+// default cps).
 GVM_HD int gvm_cps(int F) {
     return F == 1 ? 2 : 1;
 }

@@ -815,6 +815,16 @@ static void run_dequant(const gcase *c, unsigned long long *s) {
     q4_host_free(&h);
 }
 
+// Whether a G4_GVM_* plan knob of the tensor-core fp16 GEMV is set (gemm_f16.cu).
+static int gvm_knobs_set(void) {
+    static const char *const vars[] = {"G4_GVM_SPLIT_MAX", "G4_GVM_CPS", "G4_GVM_MIN_CTAS"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return 1;
+    }
+    return 0;
+}
+
 static void run_case(const gcase *c) {
     unsigned long long s = g_seed ^ ((unsigned long long)c->M * 0x9e3779b97f4a7c15ull) ^
                            ((unsigned long long)c->N << 20) ^ ((unsigned long long)c->K << 40) ^
@@ -905,10 +915,19 @@ static void run_case(const gcase *c) {
             CHECK_MSG(rc == G4_OK, "launch: %s", g4_error());
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(run ? got2 : got, out.y, ybytes, cudaMemcpyDeviceToHost));
-            if (c->f16v && !q4)
-                CHECK_MSG(g4_gemm_gemv_f16_last_design() == c->f16v,
-                          "forced fp16 GEMV design %d, but design %d ran", c->f16v,
-                          g4_gemm_gemv_f16_last_design());
+            if (c->f16v && !q4) {
+                // The G4_GVM_* plan knobs may leave a shape to the CUDA-core kernel (x past
+                // GVM_X_MAX, e.g. G4_GVM_SPLIT_MAX=1 at M 8, K 6144); without them every forced
+                // case runs on the tensor cores.
+                int pl[4];
+                const int takes = g4_gemm_gemv_f16_mma_plan(M, N, K, glu, pl);
+                const int want = c->f16v == 2 && takes ? 2 : 1;
+                if (c->f16v == 2 && !gvm_knobs_set())
+                    CHECK_MSG(takes, "the tensor-core GEMV does not take M %d N %d K %d", M, N, K);
+                CHECK_MSG(g4_gemm_gemv_f16_last_design() == want,
+                          "forced fp16 GEMV design %d (%d expected), but design %d ran", c->f16v,
+                          want, g4_gemm_gemv_f16_last_design());
+            }
             if (c->ver && q4 && c->algo == GEMV)
                 CHECK_MSG(g4_gemm_gemv_last_design() == c->ver,
                           "forced Q4 GEMV design %d, but design %d ran", c->ver,
@@ -1161,6 +1180,151 @@ static double case_work(const gcase *c) {
     return (1 + glu) * rows * c->N * c->K;
 }
 
+// The fp16 add-norm GEMV (g4_gemv_f16_add_norm) on each design: forced 1 (CUDA cores) and 2
+// (tensor cores, checked to have run it where the plan takes the shape), each against a host
+// reference computed from the kernel's own x_out (the prologue is the same code in both designs,
+// so h_out and x_out must match design 1's bit for bit), y within the accumulation-order bound.
+// kind 0: y = x W (epi, bias), 1: gelu(x Wg) * (x Wu), 2: gelu(fp16(x W)) * mul (the PLE gate).
+static void run_add_norm(int M, int N, int K, int kind, int next, int scaled, g4_gemm_epi epi,
+                         int bias, unsigned long long seed) {
+    printf("case op=f16_add_norm/gemv M=%d N=%d K=%d kind=%s next=%d scale=%d epi=%s bias=%d\n", M,
+           N, K,
+           kind == 0   ? "plain"
+           : kind == 1 ? "gated"
+                       : "mul",
+           next, scaled, g4_gemm_epi_name(epi), bias);
+    unsigned long long s = seed;
+    const size_t nx = (size_t)M * K, ny = (size_t)M * N;
+    const int ldm = N + 24, f32out = out_is_f32(epi);
+    float *hin = g4_malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++) hin[i] = rnd_val(&s, -20.0f, 20.0f, 0);
+    // (magnitudes: |x| ~ 1-4 after a norm, |W| < 1/4, so |y| and gelu(y) * u stay far from
+    // fp16's range)
+    uint16_t *r = rnd_f16(nx, 0, 0, &s), *nw = rnd_f16((size_t)K, -2, 0, &s);
+    uint16_t *nw2 = rnd_f16((size_t)K, -2, 0, &s), *wg = rnd_f16((size_t)K * N, -6, 0, &s);
+    uint16_t *wu = kind == 1 ? rnd_f16((size_t)K * N, -6, 0, &s) : NULL;
+    uint16_t *mul = kind == 2 ? rnd_f16((size_t)M * ldm, 0, 0, &s) : NULL;
+    uint16_t *hb = bias ? rnd_f16((size_t)N, 0, 0, &s) : NULL;
+    const uint16_t sc = g4_f32_to_f16(0.4434f);
+    void *d_hin = dev_upload(hin, nx * 4), *d_r = dev_upload(r, nx * 2);
+    void *d_nw = dev_upload(nw, (size_t)K * 2), *d_nw2 = dev_upload(nw2, (size_t)K * 2);
+    void *d_sc = dev_upload(&sc, 2), *d_wg = dev_upload(wg, (size_t)K * N * 2);
+    void *d_wu = wu ? dev_upload(wu, (size_t)K * N * 2) : NULL;
+    void *d_mul = mul ? dev_upload(mul, (size_t)M * ldm * 2) : NULL;
+    void *d_b = hb ? dev_upload(hb, (size_t)N * 2) : NULL;
+    const size_t yb = ny * (f32out ? 4 : 2);
+    void *d_hout, *d_x, *d_y;
+    CK(cudaMalloc(&d_hout, nx * 4));
+    CK(cudaMalloc(&d_x, nx * 2));
+    CK(cudaMalloc(&d_y, yb));
+    float *hout[2] = {g4_malloc(nx * 4), g4_malloc(nx * 4)};
+    uint16_t *xo[2] = {g4_malloc(nx * 2), g4_malloc(nx * 2)};
+    void *y[2] = {g4_malloc(yb), g4_malloc(yb)};
+    const g4_gemv_norm a = {
+        d_hin, d_hout, d_r,   d_nw, scaled ? d_sc : NULL, next ? d_nw2 : NULL, d_x,
+        1e-6f, next,   d_mul, ldm};
+    for (int v = 0; v < 2; v++) {
+        CHECK(g4_gemm_gemv_f16_version(v + 1) == G4_OK);
+        CK(cudaMemset(d_hout, 0xff, nx * 4));
+        CK(cudaMemset(d_x, 0xff, nx * 2));
+        CK(cudaMemset(d_y, 0xff, yb));
+        const int rc = g4_gemv_f16_add_norm(d_y, &a, d_wg, d_wu, d_b, M, N, K, epi, 0);
+        CHECK_MSG(rc == G4_OK, "design %d: %s", v + 1, g4_error());
+        CK(cudaDeviceSynchronize());
+        int pl[4];
+        const int takes = v == 1 && g4_gemm_gemv_f16_mma_plan(M, N, K, kind == 1, pl);
+        if (v == 1 && !gvm_knobs_set())
+            CHECK_MSG(takes, "the tensor-core GEMV does not take M %d N %d K %d", M, N, K);
+        CHECK_MSG(g4_gemm_gemv_f16_last_design() == (takes ? 2 : 1),
+                  "design %d forced (%d expected), design %d ran", v + 1, takes ? 2 : 1,
+                  g4_gemm_gemv_f16_last_design());
+        if (takes) printf("  design 2 plan S=%d CS=%d grid=%d\n", pl[0], pl[1], pl[3]);
+        CK(cudaMemcpy(hout[v], d_hout, nx * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(xo[v], d_x, nx * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(y[v], d_y, yb, cudaMemcpyDeviceToHost));
+    }
+    g4_gemm_gemv_f16_version(-1);
+    CHECK_MSG(memcmp(hout[0], hout[1], nx * 4) == 0, "h_out differs between the designs");
+    CHECK_MSG(memcmp(xo[0], xo[1], nx * 2) == 0, "x_out differs between the designs");
+    // h_out against the formula (the prologue's fp32 arithmetic: a loose bound)
+    long hbad = 0;
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++)
+            ss += (double)g4_f16_to_f32(r[(size_t)m * K + k]) * g4_f16_to_f32(r[(size_t)m * K + k]);
+        const double inv = 1.0 / sqrt(ss / K + 1e-6), scv = scaled ? g4_f16_to_f32(sc) : 1.0;
+        for (int k = 0; k < K; k++) {
+            const size_t i = (size_t)m * K + k;
+            const double want = (hin[i] + g4_f16_to_f32(r[i]) * inv * g4_f16_to_f32(nw[k])) * scv;
+            if (!(fabs(hout[0][i] - want) <= 1e-5 * (fabs(want) + 1.0))) hbad++;
+        }
+    }
+    CHECK_MSG(hbad == 0, "%ld h_out values off the formula", hbad);
+    // y of each design against the reference from x_out
+    cmp_stats cs[2];
+    cmp_init(&cs[0]);
+    cmp_init(&cs[1]);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double g = 0, u = 0, mg = 0, mu = 0;
+            for (int k = 0; k < K; k++) {
+                const double xv = g4_f16_to_f32(xo[0][(size_t)m * K + k]);
+                const double a1 = xv * g4_f16_to_f32(wg[(size_t)k * N + n]);
+                g += a1, mg += fabs(a1);
+                if (wu) {
+                    const double a2 = xv * g4_f16_to_f32(wu[(size_t)k * N + n]);
+                    u += a2, mu += fabs(a2);
+                }
+            }
+            const double eg = TOL_ACC * mg, eu = TOL_ACC * mu;
+            double exp, tol, base = g;
+            if (kind == 1) {
+                exp = ref_gelu_tanh((float)g) * u;
+                tol = 1.13 * fabs(u) * eg + fabs(ref_gelu_tanh((float)g)) * eu + 1.13 * eg * eu;
+            } else if (kind == 2) {
+                const double gq = g4_f16_to_f32(g4_f32_to_f16((float)g));
+                const double mv = g4_f16_to_f32(mul[(size_t)m * ldm + n]);
+                exp = ref_gelu_tanh((float)gq) * mv;
+                // fp16(g) may round the other way within eg: up to one fp16 ulp of g more
+                tol = 1.13 * fabs(mv) * (eg + TOL_OUT16 * 2.0 * fabs(g) + ATOL_OUT16);
+            } else {
+                exp = g + (hb ? g4_f16_to_f32(hb[n]) : 0.0);
+                tol = eg;
+            }
+            tol += (f32out ? TOL_OUT32 : TOL_OUT16) * fabs(exp) + (f32out ? 0.0 : ATOL_OUT16);
+            for (int v = 0; v < 2; v++)
+                cmp_one(&cs[v], m, n, host_out(y[v], epi, (size_t)m * N + n), exp, tol, base, 0);
+        }
+    for (int v = 0; v < 2; v++) {
+        CHECK_MSG(cs[v].bad == 0,
+                  "design %d: %ld of %zu outputs off (first row %d col %d: got %g want %g tol %g)",
+                  v + 1, cs[v].bad, ny, cs[v].first_bad_row, cs[v].first_bad_col, cs[v].first_got,
+                  cs[v].first_exp, cs[v].first_tol);
+        printf("  %s: design %d, %zu outputs, max err/tol %.3f\n", cs[v].bad ? "FAIL" : "ok", v + 1,
+               ny, cs[v].max_ratio);
+    }
+    void *dv[] = {d_hin, d_r, d_nw, d_nw2, d_sc, d_wg, d_wu, d_mul, d_b, d_hout, d_x, d_y};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dev_free(dv[i]);
+    void *hv[] = {hin, r, nw, nw2, wg, wu, mul, hb, hout[0], hout[1], xo[0], xo[1], y[0], y[1]};
+    for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) free(hv[i]);
+}
+
+// The add-norm cases (--op f16_add_norm): the decode step's (q|k|v, q, the gated MLP, the PLE
+// gate at 1 and 8 rows), odd N and K, an fp32 output with bias, a multiplier of ldm > N.
+static void run_add_norm_cases(void) {
+    run_add_norm(1, 2048, 1536, 0, 1, 1, G4_GEMM_Y_F16, 0, 101);
+    run_add_norm(1, 2560, 1536, 0, 1, 1, G4_GEMM_Y_F16, 0, 102);
+    run_add_norm(1, 6144, 1536, 1, 1, 0, G4_GEMM_Y_F16, 0, 103);
+    run_add_norm(8, 6144, 1536, 1, 1, 0, G4_GEMM_Y_F16, 0, 104);
+    run_add_norm(1, 256, 1536, 2, 0, 0, G4_GEMM_Y_F16, 0, 105);
+    run_add_norm(8, 256, 1536, 2, 0, 0, G4_GEMM_Y_F16, 0, 106);
+    run_add_norm(3, 256, 1536, 0, 0, 1, G4_GEMM_Y_F16, 0, 107);
+    run_add_norm(5, 40, 640, 0, 1, 1, G4_GEMM_Y_F32, 1, 108);
+    run_add_norm(8, 1000, 2048, 0, 0, 0, G4_GEMM_Y_F16, 0, 109);
+    run_add_norm(2, 72, 64, 1, 1, 1, G4_GEMM_Y_F16, 0, 110);
+    run_add_norm(4, 8, 128, 2, 1, 0, G4_GEMM_Y_F16, 0, 111);
+}
+
 static int matches(const gcase *c, const char *op, const char *shape) {
     char a[64], b[96];
     snprintf(a, sizeof a, "%s/%s", op_name(c->op), g4_gemm_algo_name(c->algo));
@@ -1218,6 +1382,7 @@ int main(int argc, char **argv) {
         g4_cuda_describe(dev, sizeof dev);
         printf("device: %s\n", dev);
         if (!op || strstr("reject", op)) run_reject_forced();
+        if (!op || strstr("f16_add_norm/gemv", op)) run_add_norm_cases();
     }
     const double t0 = now_s();
     int ran = 0, same = 0, over = 0;

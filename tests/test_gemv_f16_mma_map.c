@@ -191,15 +191,24 @@ static void check_shape(int M, int N, int K, const gvm_plan_t *p, const char *wh
     double *y = g4_calloc((size_t)M * N, sizeof(double));
     int *wrote = g4_calloc((size_t)M * N, sizeof(int));
     emulate(p, M, N, K, W, X, y, wrote);
-    long bad = 0, miss = 0;
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double want = 0;
-            for (int k = 0; k < K; k++)
-                want += (double)h2f(X[(size_t)m * K + k]) * h2f(W[(size_t)k * N + n]);
-            if (wrote[(size_t)m * N + n] != 1) miss++;
-            else if (y[(size_t)m * N + n] != want) bad++;
+    // the plain matmul, k outer (small integers: exact in any order)
+    double *want = g4_calloc((size_t)M * N, sizeof(double)), *wrow = g4_malloc((size_t)N * 8);
+    for (int k = 0; k < K; k++) {
+        for (int n = 0; n < N; n++) wrow[n] = h2f(W[(size_t)k * N + n]);
+        for (int m = 0; m < M; m++) {
+            const double xv = h2f(X[(size_t)m * K + k]);
+            for (int n = 0; n < N; n++) want[(size_t)m * N + n] += xv * wrow[n];
         }
+    }
+    long bad = 0, miss = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        if (wrote[i] != 1)
+            miss++;
+        else if (y[i] != want[i])
+            bad++;
+    }
+    free(want);
+    free(wrow);
     CHECK_MSG(bad == 0 && miss == 0,
               "M=%d N=%d K=%d S=%d CS=%d grid=%d (%s): %ld outputs differ, %ld not written once", M,
               N, K, p->S, p->CS, p->grid, what, bad, miss);
@@ -223,22 +232,62 @@ static gvm_plan_t forced(int N, int S, int CS, int grid) {
     return p;
 }
 
-// The automatic plan's invariants (what the kernel's barriers and shared memory rely on).
-static void check_plan(int N, int K, int sms, int cps, const char *what) {
-    const gvm_plan_t p = gvm_plan(N, K, sms, cps);
-    const int KT = (K + 15) / 16, NS = (N + 63) / 64;
+// The CTAs of a split st over NS strips: the groups of 8 / S strips x the cluster (S = min(st, 8)).
+static long split_ctas(int NS, int st) {
+    const int S = st < GVM_WARPS ? st : GVM_WARPS, FT = GVM_WARPS / S;
+    return (long)((NS + FT - 1) / FT) * (st / S);
+}
+
+// The automatic plan's invariants (what the kernel's barriers and shared memory rely on) under
+// the knobs cps (G4_GVM_CPS), smax (G4_GVM_SPLIT_MAX) and aim (G4_GVM_MIN_CTAS).
+static gvm_plan_t check_plan(int N, int K, int sms, int cps, int smax, int aim, const char *what,
+                             int verbose) {
+    const gvm_plan_t p = gvm_plan(N, K, sms, cps, smax, aim);
+    const int KT = (K + 15) / 16, NS = (N + 63) / 64, st = p.S * p.CS;
     CHECK_MSG(p.S >= 1 && p.S <= 8 && (p.S & (p.S - 1)) == 0 && p.CS >= 1 && p.CS <= 8 &&
                   (p.CS & (p.CS - 1)) == 0 && (p.CS == 1 || p.S == 8),
               "N %d K %d: S %d CS %d", N, K, p.S, p.CS);
-    CHECK_MSG(p.S * p.CS <= KT, "N %d K %d: split %d over %d steps", N, K, p.S * p.CS, KT);
+    CHECK_MSG(st <= KT && st <= smax, "N %d K %d: split %d over %d steps (max %d)", N, K, st, KT,
+              smax);
     CHECK(p.FT * p.S == 8 && p.groups * p.FT >= NS && (p.groups - 1) * p.FT < NS);
     CHECK(p.grid >= 1 && p.grid <= p.groups && (p.CS == 1 || p.grid == p.groups));
     CHECK((long)p.grid * p.CS <= (long)cps * sms);
-    printf("  plan %-16s N=%-6d K=%-5d sms %3d cps %d: S=%d CS=%d groups=%d grid=%d (%d CTAs), %d "
-           "steps a warp, x %ld B at M=8\n",
-           what, N, K, sms, cps, p.S, p.CS, p.groups, p.grid, p.grid * p.CS,
-           (KT + p.S * p.CS - 1) / (p.S * p.CS), gvm_x_bytes(8, K, p.CS));
+    // the split stopped doubling at its cap, the steps, the aim or the SMs' capacity
+    CHECK_MSG(2 * st > KT || 2 * st > smax || split_ctas(NS, st) >= aim ||
+                  split_ctas(NS, 2 * st) > (long)cps * sms,
+              "N %d K %d sms %d cps %d max %d aim %d: split %d could double", N, K, sms, cps, smax,
+              aim, st);
+    if (verbose)
+        printf("  plan %-16s N=%-6d K=%-5d sms %3d cps %d: S=%d CS=%d groups=%d grid=%d (%d "
+               "CTAs), %d steps a warp, x %ld B at M=8\n",
+               what, N, K, sms, cps, p.S, p.CS, p.groups, p.grid, p.grid * p.CS, (KT + st - 1) / st,
+               gvm_x_bytes(8, K, p.CS));
+    return p;
 }
+
+// The E2B shapes (N, K) and a few odd ones.
+static const struct {
+    int N, K;
+    const char *what;
+} e2b[] = {{2048, 1536, "q_proj"},
+           {4096, 1536, "q_proj full"},
+           {256, 1536, "k/v_proj"},
+           {512, 1536, "k/v_proj full"},
+           {1536, 2048, "o_proj"},
+           {1536, 4096, "o_proj full"},
+           {6144, 1536, "gate/up"},
+           {12288, 1536, "gate/up wide"},
+           {1536, 6144, "down"},
+           {1536, 12288, "down wide"},
+           {256, 1536, "ple gate"},
+           {1536, 256, "ple proj"},
+           {262144, 1536, "lm_head"},
+           {8960, 1536, "ple_emb"},
+           {2560, 1536, "q|k|v sliding"},
+           {8, 8, "tiny"},
+           {40, 1000, "odd"},
+           {1000, 24, "odd"}};
+enum { N_E2B = sizeof e2b / sizeof e2b[0], N_E2B_REAL = 15 }; // the first 15 are the model's
 
 int main(void) {
     unsigned long long seed = 0x243f6a8885a308d3ull;
@@ -247,22 +296,52 @@ int main(void) {
     CHECK(gvm_prmt(0x33221100u, 0x77665544u, 0x5410) == 0x55441100u);
     CHECK(gvm_prmt(0x33221100u, 0x77665544u, 0x7632) == 0x77663322u);
     printf("case: the plan's invariants\n");
-    static const struct {
-        int N, K;
-        const char *what;
-    } e2b[] = {{2048, 1536, "q_proj"},       {4096, 1536, "q_proj full"},
-               {256, 1536, "k/v_proj"},      {512, 1536, "k/v_proj full"},
-               {1536, 2048, "o_proj"},       {1536, 4096, "o_proj full"},
-               {6144, 1536, "gate/up"},      {12288, 1536, "gate/up wide"},
-               {1536, 6144, "down"},         {1536, 12288, "down wide"},
-               {256, 1536, "ple gate"},      {1536, 256, "ple proj"},
-               {262144, 1536, "lm_head"},    {8960, 1536, "ple_emb"},
-               {2560, 1536, "q|k|v sliding"}, {8, 8, "tiny"},
-               {40, 1000, "odd"},            {1000, 24, "odd"}};
-    for (size_t i = 0; i < sizeof e2b / sizeof e2b[0]; i++) {
+    for (int i = 0; i < N_E2B; i++) {
         for (int cps = 1; cps <= 2; cps++) {
-            check_plan(e2b[i].N, e2b[i].K, 132, cps, e2b[i].what);
-            check_plan(e2b[i].N, e2b[i].K, 3, cps, e2b[i].what);
+            check_plan(e2b[i].N, e2b[i].K, 132, cps, 64, 132, e2b[i].what, 1);
+            check_plan(e2b[i].N, e2b[i].K, 3, cps, 64, 3, e2b[i].what, 1);
+        }
+    }
+    // every knob value the environment takes (G4_GVM_CPS 1..4, G4_GVM_SPLIT_MAX 1..64, a few
+    // G4_GVM_MIN_CTAS), quietly
+    int nplans = 0;
+    for (int i = 0; i < N_E2B; i++)
+        for (int cps = 1; cps <= 4; cps++)
+            for (int smax = 1; smax <= 64; smax *= 2)
+                for (int a = 0; a < 5; a++) {
+                    static const int aims[] = {1, 66, 132, 264, 65536};
+                    check_plan(e2b[i].N, e2b[i].K, 132, cps, smax, aims[a], e2b[i].what, 0);
+                    check_plan(e2b[i].N, e2b[i].K, 3, cps, smax, aims[a] < 3 ? aims[a] : 3,
+                               e2b[i].what, 0);
+                    nplans += 2;
+                }
+    CHECK(nplans == N_E2B * 4 * 7 * 5 * 2);
+    printf("  %d plans under the knobs\n", nplans);
+
+    printf("case: the default knobs keep the plans (132 SMs; the plans before the knobs)\n");
+    {
+        static const int want[][7] = {
+            // N, K, cps, S, CS, groups, grid
+            {2048, 1536, 1, 8, 4, 32, 32},     {2048, 1536, 2, 8, 8, 32, 32},
+            {4096, 1536, 1, 8, 2, 64, 64},     {4096, 1536, 2, 8, 4, 64, 64},
+            {256, 1536, 1, 8, 8, 4, 4},        {256, 1536, 2, 8, 8, 4, 4},
+            {512, 1536, 1, 8, 8, 8, 8},        {512, 1536, 2, 8, 8, 8, 8},
+            {1536, 2048, 1, 8, 4, 24, 24},     {1536, 2048, 2, 8, 8, 24, 24},
+            {1536, 4096, 1, 8, 4, 24, 24},     {1536, 4096, 2, 8, 8, 24, 24},
+            {6144, 1536, 1, 8, 1, 96, 96},     {6144, 1536, 2, 8, 2, 96, 96},
+            {12288, 1536, 1, 4, 1, 96, 96},    {12288, 1536, 2, 8, 1, 192, 192},
+            {1536, 6144, 1, 8, 4, 24, 24},     {1536, 6144, 2, 8, 8, 24, 24},
+            {1536, 12288, 1, 8, 4, 24, 24},    {1536, 12288, 2, 8, 8, 24, 24},
+            {1536, 256, 1, 8, 2, 24, 24},      {1536, 256, 2, 8, 2, 24, 24},
+            {262144, 1536, 1, 1, 1, 512, 132}, {262144, 1536, 2, 1, 1, 512, 264},
+            {8960, 1536, 1, 4, 1, 70, 70},     {8960, 1536, 2, 8, 1, 140, 140},
+            {2560, 1536, 1, 8, 2, 40, 40},     {2560, 1536, 2, 8, 4, 40, 40}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const int *w = want[i];
+            const gvm_plan_t p = gvm_plan(w[0], w[1], 132, w[2], 64, 132);
+            CHECK_MSG(p.S == w[3] && p.CS == w[4] && p.groups == w[5] && p.grid == w[6],
+                      "N %d K %d cps %d: S %d CS %d groups %d grid %d, before %d %d %d %d", w[0],
+                      w[1], w[2], p.S, p.CS, p.groups, p.grid, w[3], w[4], w[5], w[6]);
         }
     }
 
@@ -285,11 +364,11 @@ int main(void) {
                   {2, 64, 136, "one strip"}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int M = shapes[i].M, N = shapes[i].N, K = shapes[i].K;
-        gvm_plan_t p = gvm_plan(N, K, 132, 2);
+        gvm_plan_t p = gvm_plan(N, K, 132, 2, 64, 132);
         check_shape(M, N, K, &p, shapes[i].what, &seed);
-        p = gvm_plan(N, K, 3, 2);
+        p = gvm_plan(N, K, 3, 2, 64, 3);
         check_shape(M, N, K, &p, "3 SMs", &seed);
-        p = gvm_plan(N, K, 5, 1); // the fused kernel's plan (one CTA an SM)
+        p = gvm_plan(N, K, 5, 1, 64, 5); // the fused kernel's plan (one CTA an SM)
         check_shape(M, N, K, &p, "5 SMs, 1 CTA each", &seed);
     }
     // every S and CS, and few CTAs walking many groups
@@ -305,6 +384,50 @@ int main(void) {
         check_shape(1, 1000, 72, &p, "forced, 3 CTAs", &seed);
         p = forced(40, 8, 8, 0);
         check_shape(5, 40, 1032, &p, "forced, split 64 (K % 16 == 8)", &seed);
+    }
+    // The model's shapes (not the lm_head: 0.4 GB of W to emulate) under knob settings as
+    // run.sh's gvm_sweep runs them (132 SMs), each distinct plan of a shape once, M 1 or 8 in
+    // turn; a plan whose x passes GVM_X_MAX at that M is the CUDA-core kernel's (gvm_takes), not
+    // emulated, and counted.
+    printf("case: emulated walks of the E2B shapes under the plan knobs\n");
+    {
+        static const struct {
+            int cps, smax, aim;
+        } knobs[] = {{2, 64, 132}, {1, 64, 132}, {2, 1, 132}, {1, 4, 132},
+                     {2, 16, 132}, {4, 64, 264}, {2, 64, 66}, {1, 32, 264}};
+        enum { NK = sizeof knobs / sizeof knobs[0] };
+        gvm_plan_t seen[NK * N_E2B_REAL];
+        int nseen = 0, cc = 0, dup = 0, n = 0;
+        const int before = g_cases;
+        for (int k = 0; k < NK; k++)
+            for (int i = 0; i < N_E2B_REAL; i++) {
+                const int N = e2b[i].N, K = e2b[i].K;
+                if (N > 100000) continue; // the lm_head
+                const gvm_plan_t p = gvm_plan(N, K, 132, knobs[k].cps, knobs[k].smax, knobs[k].aim);
+                int again = 0;
+                for (int j = 0; j < nseen; j++)
+                    again |= seen[j].S == p.S && seen[j].CS == p.CS && seen[j].grid == p.grid &&
+                             seen[j].groups == p.groups && seen[j].FT == (N << 8 | K % 251);
+                if (again) {
+                    dup++;
+                    continue;
+                }
+                seen[nseen] = p;
+                seen[nseen++].FT = N << 8 | K % 251; // (the key: the shape; K % 251 tells them
+                                                     // apart here)
+                const int M = (n++ & 1) ? 8 : 1;
+                if (gvm_x_bytes(M, K, p.CS) > GVM_X_MAX) {
+                    cc++;
+                    continue;
+                }
+                char what[64];
+                snprintf(what, sizeof what, "%s, cps %d max %d aim %d", e2b[i].what, knobs[k].cps,
+                         knobs[k].smax, knobs[k].aim);
+                check_shape(M, N, K, &p, what, &seed);
+            }
+        printf("  %d emulated, %d repeated plans, %d left to the CUDA-core kernel\n",
+               g_cases - before, dup, cc);
+        CHECK(g_cases - before + cc + dup == NK * (N_E2B_REAL - 1));
     }
     printf("%d emulated cases\n", g_cases);
     return g4t_finish("test_gemv_f16_mma_map");

@@ -661,6 +661,15 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         if (trial != G4_OK) {
             fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
         } else {
+            int pl[4];
+            if (r.f16v == 2) { // the plan the row ran (G4_GVM_* move it), or the fallback
+                const size_t l = strlen(row.shape);
+                if (g4_gemm_gemv_f16_mma_plan(r.M, sh.N, sh.K, r.glu, pl))
+                    snprintf(row.shape + l, sizeof row.shape - l, " S%d CS%d g%d", pl[0], pl[1],
+                             pl[3]);
+                else
+                    snprintf(row.shape + l, sizeof row.shape - l, " cuda-core");
+            }
             // Enough launches per graph replay that a replay lasts well past launch overhead.
             const int per_graph = p.copies < 8 ? 8 : p.copies;
             row.ours = g4_kbench_run_graph(launch_ours, &p, per_graph, 2, reps);

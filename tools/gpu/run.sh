@@ -91,9 +91,18 @@
 #   f16mma   issue 29, the tensor-core fp16 GEMV (the default; G4_GEMV_F16=fma the earlier kernel; after build):
 #            test_cuda_gemm --op f16 (its mma cases force the design and check it ran) plain and
 #            again under G4_GEMV_F16=fma (every other fp16 GEMV case then on the CUDA-core
-#            kernel), the linear ops of test_backend_ops on CUDA under both, then the gemv kernel
+#            kernel), the linear, linear_gelu_mul and add_norm_linear ops of test_backend_ops on CUDA
+#            under both, then the gemv kernel
 #            rows twice, landed and with fma (the gemv_f16mma / glu_f16mma_gemv rows force the
 #            mma design in both); end to end: e2bq with E2BQ_VARIANTS="landed:X=1 fma:G4_GEMV_F16=fma"
+#   gvm_sweep  issue 29, the tensor-core fp16 GEMV's plan knobs (after build; ~2-3 min):
+#            G4_GEMV_F16=mma test_cuda_gemm --op f16 under two extreme plans (G4_GVM_SPLIT_MAX=1
+#            and 64 with G4_GVM_CPS=1) and an invalid knob (must fail naming it), then the
+#            gemv_f16mma / glu_f16mma_gemv kernel rows (`bench --kernels --filter f16mma --reps
+#            20`, the rows force the design) under each GVM_SWEEP entry ("NAME:VAR=V,VAR=V ..";
+#            default 11 settings of G4_GVM_SPLIT_MAX / G4_GVM_CPS / G4_GVM_MIN_CTAS) and one
+#            table: shape x M rows, a column a setting (us), the best setting a row and the best
+#            one overall (the rows' times summed)
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -504,7 +513,7 @@ stage_f16mma() {
     echo "G4_GEMV_F16=fma test_cuda_gemm --op f16: exit $? ($(grep -c '^case' "$OUT/f16mma_env_test_cuda_gemm.log") cases) $(tail -1 "$OUT/f16mma_env_test_cuda_gemm.log")"
     grep -E "FAIL|error|CUDA" "$OUT/f16mma_env_test_cuda_gemm.log" | head -8
     for m in mma fma; do
-        for op in linear linear_gelu_mul; do
+        for op in linear linear_gelu_mul add_norm_linear; do
             log="$OUT/f16mma_backend_ops_${m}_$op.log"
             G4_GEMV_F16=$m timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
             echo "G4_GEMV_F16=$m test_backend_ops --op $op (cuda): exit $? $(tail -1 "$log")"
@@ -512,6 +521,71 @@ stage_f16mma() {
         done
     done
     GEMV_VARIANTS=${GEMV_VARIANTS:-"landed:X=1 fma:G4_GEMV_F16=fma"} stage_gemv_rows
+    return 0 # (each run's exit is printed above)
+}
+
+# Issue 29, the tensor-core fp16 GEMV's plan knobs (after build; the usage above). The knobs are
+# read once a process, so each setting is its own bench run; the shape column of a row carries
+# the plan it ran (S warps, CS CTAs a cluster, grid) or "cuda-core" where the setting left the
+# shape to the CUDA-core kernel (x past 64 KB a CTA).
+stage_gvm_sweep() {
+    local ce log v name envs names=""
+    # (GVM_TEST_OP narrows the cases, e.g. f16/gemv; the knobs move only the GEMV's)
+    for ce in G4_GVM_SPLIT_MAX=1,G4_GVM_CPS=1 G4_GVM_SPLIT_MAX=64,G4_GVM_CPS=1; do
+        log="$OUT/gvm_sweep_test_${ce//[=,]/_}.log"
+        env G4_GEMV_F16=mma ${ce//,/ } timeout 240 build-gpu/tests/test_cuda_gemm --op "${GVM_TEST_OP:-f16}" >"$log" 2>&1
+        echo "G4_GEMV_F16=mma $ce test_cuda_gemm --op ${GVM_TEST_OP:-f16}: exit $? ($(grep -c '^case' "$log") cases) $(tail -1 "$log")"
+        grep -E "FAIL|error|CUDA" "$log" | head -8
+    done
+    log="$OUT/gvm_sweep_test_invalid.log"
+    G4_GEMV_F16=mma G4_GVM_SPLIT_MAX=3 timeout 60 build-gpu/tests/test_cuda_gemm --op f16/gemv --shape "M=1 N=8 K=8 " >"$log" 2>&1
+    echo "G4_GVM_SPLIT_MAX=3 (invalid): exit $? (expected 1), $(grep -c 'G4_GVM_SPLIT_MAX=3: expected' "$log") lines naming it (expected >= 1)"
+    local settings=${GVM_SWEEP:-"def:X=1 m4:G4_GVM_SPLIT_MAX=4 m8:G4_GVM_SPLIT_MAX=8 m16:G4_GVM_SPLIT_MAX=16 m32:G4_GVM_SPLIT_MAX=32 c1:G4_GVM_CPS=1 c2:G4_GVM_CPS=2 c1m8:G4_GVM_CPS=1,G4_GVM_SPLIT_MAX=8 c1m16:G4_GVM_CPS=1,G4_GVM_SPLIT_MAX=16 a66:G4_GVM_MIN_CTAS=66 c4a264:G4_GVM_CPS=4,G4_GVM_MIN_CTAS=264"}
+    for v in $settings; do
+        name=${v%%:*}
+        envs=${v#*:}
+        env ${envs//,/ } timeout 120 build-gpu/g4cu bench --kernels --filter f16mma --reps 20 \
+            --json "$OUT/gvm_sweep_$name.json" >"$OUT/gvm_sweep_$name.txt" 2>&1
+        echo "gvm_sweep $name ($envs): exit $?"
+        names="$names $name"
+    done
+    python3 - "$OUT" $names <<'PY'
+import json, math, os, re, sys
+out, names = sys.argv[1], sys.argv[2:]
+runs, plans, base = {}, {}, {}
+for n in names:
+    f = f"{out}/gvm_sweep_{n}.json"
+    if not os.path.exists(f):
+        continue
+    for r in json.load(open(f))["rows"]:
+        # "M=1 N=2048 K=1536 q_proj S8 CS8 g32": the shape, then the plan it ran
+        m = re.match(r"(M=\d+ N=\d+ K=\d+ \S+)\s*(.*)", r["shape"])
+        key = ("glu" if r["op"].startswith("glu") else "gemv", m.group(1))
+        runs.setdefault(key, {})[n] = r["median_ms"] * 1e3
+        plans.setdefault(key, {})[n] = m.group(2).replace(" ", "")
+        base[key] = r["baseline_ms"] * 1e3
+cols = [n for n in names if any(n in v for v in runs.values())]
+keys = sorted(runs, key=lambda k: (k[0], int(k[1].split()[0][2:]), k[1]))
+print(f"{'op  shape (us)':36s}" + "".join(f"{n:>7s}" for n in cols) + f"{'cublas':>7s}  best (plan, vs {cols[0]}, vs cublas)")
+tot = {n: 0.0 for n in cols}
+rel = {n: 0.0 for n in cols}  # sum of log(time / first column's): each row weighted equally
+for key in keys:
+    v = runs[key]
+    best = min(cols, key=lambda n: v.get(n, 1e9))
+    for n in cols:
+        tot[n] += v.get(n, math.nan)
+        rel[n] += math.log(v.get(n, math.nan) / v.get(cols[0], math.nan))
+    print(f"{key[0] + '  ' + key[1][:30]:36s}" + "".join(f"{v.get(n, math.nan):7.1f}" for n in cols)
+          + f"{base[key]:7.1f}  {best} ({plans[key][best]}, {v.get(cols[0], math.nan) / v[best]:.2f}x, "
+          + f"{base[key] / v[best]:.2f}x)")
+print(f"{'sum (us)':36s}" + "".join(f"{tot[n]:7.1f}" for n in cols))
+print(f"{'geomean vs ' + cols[0]:36s}" + "".join(f"{math.exp(rel[n] / len(keys)):7.3f}" for n in cols))
+print(f"best one setting overall: {min(cols, key=lambda n: tot[n])} by the sum of times, "
+      f"{min(cols, key=lambda n: rel[n])} by the geometric mean (rows weighted equally)")
+print("the plan (S warps, CS cluster, g grid) a row ran under each setting:")
+for key in keys:
+    print(f"  {key[0] + '  ' + key[1][:30]:36s} " + " ".join(f"{n}={plans[key].get(n, '-')}" for n in cols))
+PY
     return 0 # (each run's exit is printed above)
 }
 
