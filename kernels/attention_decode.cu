@@ -20,10 +20,6 @@
 //    hold identical S), online softmax in the log2 domain, then O[:, quarter w] += P V.
 //  * Each split writes its unnormalised O, running max m and sum l (fp32) to the workspace; the
 //    merge kernel rescales by exp2(m_s - max m) and divides: the log-sum-exp merge.
-//  * Short form (G4_ATTN_SHORT=1, the one-cache two-launch form only): the tiles are spread over
-//    n_act = min(n_splits, ceil(tiles / 4)) equal ranges (kernels/attn_short.h); with n_act == 1
-//    the one split normalises and writes the output itself and the merge kernel returns at once.
-//    G4_ATTN_SHORT=2: that one split up to 4 tiles, the static slicing past them.
 // Keys past max(pos) are zero-filled, never read (cache rows beyond the length may hold NaN).
 // The row-batched op (g4_attn_decode_rows, a batch decode step) is the same kernels with each
 // token a sequence of its own: its caches come from a device table, a CTA's rows are the query
@@ -33,7 +29,6 @@
 // nothing above their wait: q, pos and the KV cache come from the kernels just before (the
 // current row of the cache from qkv_prep), the merge's partials from the split kernel.
 #include "kernels/attention_decode.cuh"
-#include "kernels/attn_short.h"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -98,9 +93,6 @@ struct DecParams {
     // The merge inside the split kernel (CM kernels, G4_ATTN_MERGE=cluster): one ticket counter
     // a (KV head, row group), 128 bytes apart, in the workspace's header (zero between launches).
     unsigned *tickets;
-    // The short form's mode (attn_short.h: 0 off, 1, 2; never with the CM kernels or the row
-    // tables).
-    int short_ranges;
 };
 
 struct DecSplit {
@@ -302,7 +294,7 @@ template <class C>
 __device__ __forceinline__ void dec_store_partials(const DecParams &p, const float (&o)[C::NB_O][4],
                                                    const float (&m)[2], const float (&l)[2],
                                                    const bool (&rvalid)[2], const int (&rt)[2],
-                                                   const int (&rh)[2], int split, bool final_out);
+                                                   const int (&rh)[2], int split);
 
 template <class C, bool PREP, bool CM>
 __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecParams p) {
@@ -326,14 +318,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     // current length leaves at once (its CTAs all take this branch), an empty split of an
     // active cluster runs with no keys (m -inf, l 0) to the cluster barriers.
     const int cs = CM ? (int)cg::this_cluster().num_blocks() : 1;
-    const int n_ca = (sp.n_active + cs - 1) / cs; // active clusters (CM)
-    // the short form: n_act equal ranges (at least one, even with no visible key)
-    const bool shrt = !CM && g4_attn_short_applies(p.short_ranges, sp.n_tiles);
-    const int n_act = shrt ? g4_attn_short_active(sp.n_tiles, p.n_splits) : sp.n_active;
-    if (CM ? split / cs >= n_ca : split >= n_act) return; // past the current length
-    const bool empty = split >= n_act;
-    int t_begin = split * sp.tps, t_end = min(sp.n_tiles, t_begin + sp.tps);
-    if (shrt) g4_attn_short_range(sp.n_tiles, n_act, split, &t_begin, &t_end);
+    const int n_ca = (sp.n_active + cs - 1) / cs;               // active clusters (CM)
+    if (CM ? split / cs >= n_ca : split >= sp.n_active) return; // past the current length
+    const bool empty = split >= sp.n_active;
+    const int t_begin = split * sp.tps, t_end = min(sp.n_tiles, t_begin + sp.tps);
     const int n_tiles = empty ? 0 : t_end - t_begin, j_begin = sp.lo_all + t_begin * C::TILE;
     const int j_last = sp.hi_all; // keys after it are zero-filled, never read
 
@@ -360,16 +348,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     // (stage 0's K area, [16][HD] fp16, free until the pipeline starts); the new k, v rows of
     // its token prepared and stored in the cache when its slice holds row pos (the last tile),
     // so they are in memory before its own loads below read them back (no other CTA reads
-    // them: the other slices end before that row, and PREP runs one token a sequence). The
-    // owner: the split whose tiles [t_begin, t_end) hold that row's tile (empty CM splits hold
-    // none; in the static slicing that is split == tile / tps).
+    // them: the other slices end before that row, and PREP runs one token a sequence).
     uint16_t *qs = reinterpret_cast<uint16_t *>(smem);
     if constexpr (PREP) {
         const int n_rows = min(16, t_count * p.group - rg * 16);
         const int ps = p.pos[t_first];
         const bool store = p.k_new && rg == 0 && ps >= 0 && ps < kv_rows &&
-                           (ps - sp.lo_all) / C::TILE >= t_begin &&
-                           (ps - sp.lo_all) / C::TILE < t_end;
+                           split == ((ps - sp.lo_all) / C::TILE) / sp.tps;
         const int n_vec = n_rows + (store ? 2 : 0);
         for (int iv = warp; iv < n_vec; iv += DEC_WARPS) {
             if (iv < n_rows) {
@@ -492,21 +477,16 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) dec_split_kernel(const DecPara
     if constexpr (CM) {
         dec_cluster_merge<C>(p, o, m, l, rg, t_first, t_count, kvh, split / cs, n_ca, smem);
     } else {
-        dec_store_partials<C>(p, o, m, l, rvalid, rt, rh, split, shrt && n_act == 1);
+        dec_store_partials<C>(p, o, m, l, rvalid, rt, rh, split);
     }
 }
 
 // The split's partials for dec_merge_kernel: O over this warp's dim quarter, (m, l) from warp 0.
-// final_out (the short form's one split): the output itself, O / l (0 where the row saw no key).
-// The merge of that one partial computes the same: M = m, weight exp2(m - M) = exp2(0) = 1
-// exactly, den = 1 * l + 0 = l and num = 1 * O + 0 = O + 0 (fma into 0: a -0 O, possible after
-// an underflowed rescale, becomes +0, hence the + 0.0f here), then f2h(num / den): bit for bit
-// this (no fast math: both divisions are IEEE).
 template <class C>
 __device__ __forceinline__ void dec_store_partials(const DecParams &p, const float (&o)[C::NB_O][4],
                                                    const float (&m)[2], const float (&l)[2],
                                                    const bool (&rvalid)[2], const int (&rt)[2],
-                                                   const int (&rh)[2], int split, bool final_out) {
+                                                   const int (&rh)[2], int split) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -514,17 +494,6 @@ __device__ __forceinline__ void dec_store_partials(const DecParams &p, const flo
         lt += __shfl_xor_sync(0xffffffffu, lt, 1);
         lt += __shfl_xor_sync(0xffffffffu, lt, 2);
         if (!rvalid[r]) continue;
-        if (final_out) {
-            uint16_t *dst =
-                p.out + (size_t)rt[r] * p.out_stride + (size_t)rh[r] * C::HD + warp * C::DW + 2 * c;
-#pragma unroll
-            for (int nb = 0; nb < C::NB_O; nb++) {
-                const uint32_t lo = f2h(lt > 0.0f ? (o[nb][2 * r] + 0.0f) / lt : 0.0f),
-                               hi = f2h(lt > 0.0f ? (o[nb][2 * r + 1] + 0.0f) / lt : 0.0f);
-                *reinterpret_cast<uint32_t *>(dst + nb * 8) = lo | hi << 16;
-            }
-            continue;
-        }
         const size_t prow = ((size_t)rt[r] * p.n_heads + rh[r]) * p.n_splits + split;
         float *dst = p.part_o + prow * C::HD + warp * C::DW + 2 * c;
 #pragma unroll
@@ -537,24 +506,21 @@ __device__ __forceinline__ void dec_store_partials(const DecParams &p, const flo
 
 // out[t, h, d] = sum_s exp2(m_s - M) O_s[d] / sum_s exp2(m_s - M) l_s over the active splits
 // with l_s > 0 (a split where the row saw no key contributes nothing). One CTA per (row,
-// 128 dims). The short form: its n_act splits; none when n_act == 1 (the split wrote the output).
+// 128 dims).
 template <class C> __global__ void __launch_bounds__(128) dec_merge_kernel(const DecParams p) {
     g4_pdl_wait();
     g4_pdl_trigger();
     const int row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
     const DecSplit sp = p.k_tab ? dec_split<C::TILE>(p, t, 1, p.cap_tab[t])
                                 : dec_split<C::TILE>(p, 0, p.T, p.kv_rows);
-    const bool shrt = g4_attn_short_applies(p.short_ranges, sp.n_tiles);
-    const int n_act = shrt ? g4_attn_short_active(sp.n_tiles, p.n_splits) : sp.n_active;
-    if (shrt && n_act == 1) return;
     const int d = blockIdx.y * 128 + threadIdx.x;
     const float *ml = p.part_ml + (size_t)row * p.n_splits * 2;
     const float *po = p.part_o + (size_t)row * p.n_splits * C::HD + d;
     float M = -INFINITY;
-    for (int s = 0; s < n_act; s++)
+    for (int s = 0; s < sp.n_active; s++)
         if (ml[2 * s + 1] > 0.0f) M = fmaxf(M, ml[2 * s]);
     float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < n_act; s++) {
+    for (int s = 0; s < sp.n_active; s++) {
         const float l = ml[2 * s + 1];
         if (!(l > 0.0f)) continue; // unwritten or empty: never read its O
         const float w = exp2f(ml[2 * s] - M);
@@ -593,19 +559,6 @@ int dec_cm_mode() {
                : !strcmp(e, "cluster")  ? 1
                : !strcmp(e, "global")   ? 2
                                         : 0;
-    }();
-    return env;
-}
-
-// The short form (attn_short.h) of the two launches of the one-cache op: forced by tests
-// (g4_attn_decode_set_short), else G4_ATTN_SHORT=1 or 2 (read once; default off until
-// measured). g_dec_last_short says which mode the last launch took (0: none).
-int g_dec_short_force = -1, g_dec_last_short = 0;
-int dec_short_mode() {
-    if (g_dec_short_force >= 0) return g_dec_short_force;
-    static const int env = [] {
-        const char *e = getenv("G4_ATTN_SHORT");
-        return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "2") ? 2 : 0;
     }();
     return env;
 }
@@ -694,8 +647,6 @@ static void dec_run(DecParams &p, int T, int n_heads, int n_kv, int hd, int kv_r
                     n_kv * n_rg <= DEC_TICKETS &&
                     (n_splits + DEC_CM_CS - 1) / DEC_CM_CS <= DEC_CM_MAX_CLUSTERS;
     g_dec_last_cm = cm;
-    p.short_ranges = !p.k_tab && !cm ? dec_short_mode() : 0;
-    g_dec_last_short = p.short_ranges;
     const bool prep = p.prep != 0;
     if (hd == 256)
         prep ? dec_launch<DecCfg<256>, true>(p, n_kv, cm, stream)
@@ -785,22 +736,6 @@ static void dec_set_prep(DecParams &p, const g4_attn_prep *prep) {
 
 extern "C" void g4_attn_decode_set_merge(int mode) {
     g_dec_merge_force = mode < 0 ? -1 : mode > 3 ? 1 : mode;
-}
-
-extern "C" void g4_attn_decode_set_short(int on) {
-    g_dec_short_force = on < 0 ? -1 : on > 2 ? 1 : on;
-}
-
-extern "C" int g4_attn_decode_last_short(void) {
-    return g_dec_last_short;
-}
-
-extern "C" int g4_attn_decode_n_splits(int T, int n_heads, int n_kv, int hd, int capacity) {
-    return dec_n_splits(T, n_heads, n_kv, hd, capacity);
-}
-
-extern "C" int g4_attn_decode_tile(int hd) {
-    return dec_tile(hd);
 }
 
 extern "C" int g4_attn_decode_long_keys(void) {

@@ -25,15 +25,6 @@ size_t g4_attn_decode_ws_header(void);
 // launch used it (1) or the two launches (0).
 void g4_attn_decode_set_merge(int mode);
 int g4_attn_decode_last_merge(void);
-// The short form of the two launches (G4_ATTN_SHORT=1 / 2; attention_decode.cu, attn_short.h): 1
-// on, 2 only where one split takes every key, 0 off, -1 as G4_ATTN_SHORT says (tests); the mode
-// the last launch took (0: none; never with the merge inside or the row tables); the split count a
-// one-cache launch's grid has a KV head and the keys of a tile (the CPU side of attn_short.h's
-// ranges: tests).
-void g4_attn_decode_set_short(int on);
-int g4_attn_decode_last_short(void);
-int g4_attn_decode_n_splits(int T, int n_heads, int n_kv, int hd, int capacity);
-int g4_attn_decode_tile(int hd);
 // The key count from which the auto mode merges inside (G4_ATTN_MERGE_LONG, default 1024).
 int g4_attn_decode_long_keys(void);
 // The keys the one-cache launches this thread enqueues next are built for (a hint: the grid

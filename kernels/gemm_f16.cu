@@ -1122,11 +1122,13 @@ extern "C" int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *
     // the tensor-core design where chosen and it takes the shape (as g4k::dispatch)
     if (g4k::gvf_version() == 2 && g4k::gvm_knobs_env().err[0])
         return g4_fail(G4_EUSER, "%s: %s", who, g4k::gvm_knobs_env().err);
-    // G4_GEMV_F16_NORM=fma (read once; A/B): this form alone on the CUDA-core kernel, unless a
-    // test forces a design
-    static int norm_fma_cache = -1;
+    // This form stays on the CUDA-core kernel unless G4_GEMV_F16_NORM=mma (read once) or a test
+    // forces a design: on the tensor cores it measured slower end to end (H200, f16 decode
+    // 431.5 -> 417.2 tok/s: its prologue reduces the whole row in every CTA of a plan that
+    // splits K over up to 64 warps, so the norm is paid 64 times a strip)
+    static int norm_mma_cache = -1;
     const bool norm_fma = g4k::g_gvf_version < 0 &&
-                          g4_cuda_env_is(&norm_fma_cache, "G4_GEMV_F16_NORM", "fma");
+                          !g4_cuda_env_is(&norm_mma_cache, "G4_GEMV_F16_NORM", "mma");
     g4k::g_gvf_last = !norm_fma && g4k::gvm_takes(M, N, K, wu != nullptr) ? 2 : 1;
     if (g4k::g_gvf_last == 2 && wu)
         g4k::launch_gemv_mma<true, true>(y, nullptr, (const __half *)w, (const __half *)wu, nullptr,

@@ -66,10 +66,12 @@ constexpr int PM_LINE = 32;              // ints a 128-byte line
 constexpr int PM_WORK = 0, PM_DONE1 = PM_LINE, PM_EXIT = 2 * PM_LINE, PM_TILES = 3 * PM_LINE;
 constexpr unsigned PM_MAX_POLLS = 1u << 25; // >= ~10 s of polling: a bug, never a wait
 
-// The workspace: 3 + H/16 counter lines, then the phase-2 partials float [S2][H].
-size_t counters_bytes(int H) {
-    return (size_t)(3 + H / 16) * PM_LINE * sizeof(int);
-}
+// The workspace: 3 + H/16 counter lines for the largest hidden taken (PM_KT * 64), then the
+// phase-2 partials float [S2][H]. The counters' place does not depend on H: a workspace reused
+// by a block of another shape finds its counters where the last one left them zero (with an
+// H-sized counter region, a shape whose counters reached into the last shape's partials read
+// them as counts: H 2048 after H 1536 left y's tiles 96..127 unwritten on the H200).
+constexpr size_t PM_CTR_BYTES = (size_t)(3 + PM_KT * 64 / 16) * PM_LINE * sizeof(int);
 int down_chunks(int F) {
     return (F / 64 + PM_KT - 1) / PM_KT;
 }
@@ -389,7 +391,7 @@ extern "C" const char *g4_persist_mlp_supported(int H, int F) {
 }
 
 extern "C" size_t g4_persist_mlp_workspace(int H, int F) {
-    return g4k::counters_bytes(H) +
+    return g4k::PM_CTR_BYTES +
            (size_t)g4k::down_chunks(F) * H * sizeof(float); // then the partials
 }
 
@@ -447,7 +449,7 @@ extern "C" int g4_persist_mlp_q4(void *y, g4_gemm_epi epi, const void *bias, voi
     g4_persist_mlp_plan(H, F, &grid, &p.U1, &p.U2, &p.S2);
     p.pf = g4k::prefetch_mode();
     p.ctr = (int *)ws;
-    p.part = (float *)((char *)ws + g4k::counters_bytes(H)); // (after the counters)
+    p.part = (float *)((char *)ws + g4k::PM_CTR_BYTES); // (after the counters)
     g4k::launch(p, pro, a != nullptr, grid, stream);
     return G4_OK;
 }

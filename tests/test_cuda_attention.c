@@ -2,7 +2,7 @@
 // cases per op (harness: tests/attnops_harness.h; `--op`, `--shape` filters):
 //   attn_decode   g4_attn_decode  vs ref_attention  (KV lengths 1 .. 32768, T 1-2, window, GQA,
 //                 capacity >> length, NaN-poisoned cache rows past the length, a CUDA graph
-//                 replayed at several lengths; each merge mode, then the short form)
+//                 replayed at several lengths)
 //   attn_prefill  g4_attn_prefill_algo vs ref_attention, the HMMA and the WGMMA kernel on each
 //                 case (T 1 .. 16000, causal / sliding 512 / small windows, hd 256 and 512,
 //                 chunked prefill after a past, GQA 1, 2, 3, 4, 8, 16, 64 heads per KV head,
@@ -18,7 +18,6 @@
 #include "kernels/attention_audio.cuh"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
-#include "kernels/attn_short.h"
 #include "kernels/ref/ref.h"
 #include "tests/attnops_harness.h"
 
@@ -74,10 +73,7 @@ static int all_finite(const float *x, size_t n) {
 // windowless cases only (2, G4_ATTN_MERGE=global), and the default (3, auto): as 2 where the
 // launch is built for g4_attn_decode_long_keys() keys or more (g4_attn_decode_set_keys: each
 // case tells its length, a graph its capacity), else the two launches.
-// A fifth and a sixth pass force the short form (g4_attn_decode_set_short(1) and (2),
-// G4_ATTN_SHORT=1 / 2's paths) on the two launches (merge mode 0): the same cases, plus which
-// splits wrote partials.
-static int g_merge = 0, g_keys = 0, g_short = 0;
+static int g_merge = 0, g_keys = 0;
 
 // The path taken and the workspace's ticket header after the launch(es): the form asked for
 // (the cluster merge whenever forced and the window allows: every case here fits its limits),
@@ -91,67 +87,14 @@ static void check_decode_path(const void *dws, int window, const char *what) {
     size_t nz = 0;
     for (size_t i = 0; i < hb / 4; i++) nz += h[i] != 0;
     free(h);
-    const int path = g4_attn_decode_last_merge(), shrt = g4_attn_decode_last_short();
-    const int want_short = want ? 0 : g_short;
+    const int path = g4_attn_decode_last_merge();
     g4t_checks++;
-    if (path != want || nz || shrt != want_short) {
+    if (path != want || nz) {
         g4t_failures++, hx_cases_failed++;
-        printf("  %-22s FAIL  merge inside the splits %d (want %d), short form %d (want %d), "
-               "%zu nonzero ticket words\n",
-               what, path, want, shrt, want_short, nz);
+        printf("  %-22s FAIL  merge inside the splits %d (want %d), %zu nonzero ticket words\n",
+               what, path, want, nz);
     } else {
-        printf("  %-22s ok    merge inside the splits %d, short form %d, tickets zero\n", what,
-               path, shrt);
-    }
-}
-
-// The visible tiles of T tokens at L - T .. L - 1 over a cache of cap rows (attention_decode.cu
-// dec_split), and the partial slots a launch in short mode `mode` writes (attn_short.h: 0 when
-// its one split writes the output, else the short form's n_act or, where mode 2 keeps it, the
-// static slicing's active count); *n_static: the static slicing's active splits.
-static int short_slots(int hd, int T, int L, int cap, int window, int n_splits, int mode,
-                       int *n_static) {
-    int lo_all = 1 << 30, hi_all = -1;
-    for (int t = 0; t < T; t++) {
-        const int ps = L - T + t, hi = ps < cap - 1 ? ps : cap - 1;
-        const int lo = window > 0 && ps - window + 1 > 0 ? ps - window + 1 : 0;
-        if (hi >= lo) lo_all = lo < lo_all ? lo : lo_all, hi_all = hi > hi_all ? hi : hi_all;
-    }
-    const int tile = g4_attn_decode_tile(hd);
-    const int n_tiles = hi_all >= lo_all ? (hi_all - lo_all) / tile + 1 : 0;
-    const int tps = n_tiles > 0 ? (n_tiles + n_splits - 1) / n_splits : 1;
-    *n_static = (n_tiles + tps - 1) / tps;
-    if (!g4_attn_short_applies(mode, n_tiles)) return *n_static;
-    const int n_act = g4_attn_short_active(n_tiles, n_splits);
-    return n_act == 1 ? 0 : n_act;
-}
-
-// After a short-form launch on a NaN-poisoned workspace: exactly the slots s < slots of every
-// row hold a partial (a written l, not NaN); none when slots == 0 (the one split wrote the
-// output, the merge read nothing): which path ran, from the device's own length.
-static void check_short_ws(const void *dws, int T, int nh, int hd, int n_splits, int slots,
-                           const char *what) {
-    const size_t rows = (size_t)T * nh, n_ml = rows * n_splits * 2;
-    const size_t off = g4_attn_decode_ws_header() + 4 * rows * n_splits * (size_t)hd;
-    float *ml = g4_malloc(4 * n_ml);
-    HX_CUDA(cudaMemcpy(ml, (const char *)dws + off, 4 * n_ml, cudaMemcpyDeviceToHost));
-    size_t written = 0, misplaced = 0;
-    for (size_t r = 0; r < rows; r++)
-        for (int s = 0; s < n_splits; s++) {
-            const int w = !isnan(ml[(r * n_splits + s) * 2 + 1]);
-            written += w, misplaced += w != (s < slots);
-        }
-    free(ml);
-    const size_t want = rows * (size_t)slots;
-    g4t_checks++;
-    if (written != want || misplaced) {
-        g4t_failures++, hx_cases_failed++;
-        printf("  %-22s FAIL  %zu partials written (want %zu: %d slots a row), %zu misplaced\n",
-               what, written, want, slots, misplaced);
-    } else if (!slots) {
-        printf("  %-22s ok    no partial written: the split wrote the output\n", what);
-    } else {
-        printf("  %-22s ok    %zu partials written (%d splits)\n", what, written, slots);
+        printf("  %-22s ok    merge inside the splits %d, tickets zero\n", what, path);
     }
 }
 
@@ -198,9 +141,8 @@ static void poison_decode_ws(void *dws, size_t bytes) {
 static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int window,
                         float kspan, unsigned long long seed) {
     if (capacity < L) capacity = L;
-    if (!hx_case("attn_decode",
-                 "hd=%d heads=%d kv=%d T=%d L=%d cap=%d window=%d kspan=%g merge=%d short=%d", hd,
-                 nh, nkv, T, L, capacity, window, kspan, g_merge, g_short))
+    if (!hx_case("attn_decode", "hd=%d heads=%d kv=%d T=%d L=%d cap=%d window=%d kspan=%g merge=%d",
+                 hd, nh, nkv, T, L, capacity, window, kspan, g_merge))
         return;
     unsigned long long s = seed;
     const int qw = nh * hd, kvw = nkv * hd;
@@ -218,7 +160,6 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
     hx_poison_f16(dout, out_n);
     poison_decode_ws(dws, ws_bytes);
     g4_attn_decode_set_merge(g_merge);
-    g4_attn_decode_set_short(g_short);
     g4_attn_decode_set_keys(g_keys = L);
     cudaEvent_t e0, e1;
     HX_CUDA(cudaEventCreate(&e0));
@@ -238,34 +179,6 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
     hx_report("out vs ref_attention", hx_compare(got, want, out_n, ATTN_ATOL, ATTN_RTOL), got, want,
               ATTN_ATOL, ATTN_RTOL, guards, ms);
     check_decode_path(dws, window, "path");
-    if (g_short) {
-        const int n_splits = g4_attn_decode_n_splits(T, nh, nkv, hd, capacity);
-        int n_static;
-        const int slots = short_slots(hd, T, L, capacity, window, n_splits, g_short, &n_static);
-        check_short_ws(dws, T, nh, hd, n_splits, slots, "short splits");
-        if (slots == 0 && n_static <= 1) { // the same one partial: the merge's bits
-            uint16_t *a = g4_malloc(2 * out_n), *b = g4_malloc(2 * out_n);
-            HX_CUDA(cudaMemcpy(a, dout, 2 * out_n, cudaMemcpyDeviceToHost));
-            hx_poison_f16(dout, out_n);
-            g4_attn_decode_set_short(0);
-            decode_run(&dl);
-            g4_attn_decode_set_short(g_short);
-            HX_CUDA(cudaDeviceSynchronize());
-            HX_CUDA(cudaMemcpy(b, dout, 2 * out_n, cudaMemcpyDeviceToHost));
-            size_t diff = 0;
-            for (size_t i = 0; i < out_n; i++) diff += a[i] != b[i];
-            g4t_checks++;
-            if (diff) {
-                g4t_failures++, hx_cases_failed++;
-                printf("  %-22s FAIL  %zu of %zu outputs differ from the merge of one split\n",
-                       "short == merge", diff, out_n);
-            } else {
-                printf("  %-22s ok    the merge kernel's bits from the same one split\n",
-                       "short == merge");
-            }
-            free(a), free(b);
-        }
-    }
     check_decode_repeat(&dl, out_n);
     check_decode_path(dws, window, "path (repeat)");
     HX_CUDA(cudaEventDestroy(e0));
@@ -278,9 +191,8 @@ static void case_decode(int hd, int nh, int nkv, int T, int L, int capacity, int
 // One decode launch captured in a CUDA graph, replayed after the device position changes:
 // the grid is fixed by the capacity, the work follows the length.
 static void case_decode_graph(int hd, int capacity) {
-    if (!hx_case("attn_decode",
-                 "graph hd=%d heads=8 kv=1 T=1 cap=%d L=1,300,%d,%d merge=%d short=%d", hd,
-                 capacity, capacity, capacity, g_merge, g_short))
+    if (!hx_case("attn_decode", "graph hd=%d heads=8 kv=1 T=1 cap=%d L=1,300,%d,%d merge=%d", hd,
+                 capacity, capacity, capacity, g_merge))
         return;
     unsigned long long s = 4242;
     const int nh = 8, qw = nh * hd, kvw = hd;
@@ -296,7 +208,6 @@ static void case_decode_graph(int hd, int capacity) {
     void *dout = hx_dev_alloc(2 * (size_t)qw), *dws = hx_dev_alloc(ws_bytes);
     poison_decode_ws(dws, ws_bytes);
     g4_attn_decode_set_merge(g_merge);
-    g4_attn_decode_set_short(g_short);
     g4_attn_decode_set_keys(g_keys = capacity); // (the engine's long-range graph's hint)
     cudaStream_t st;
     HX_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -316,7 +227,6 @@ static void case_decode_graph(int hd, int capacity) {
         pos = lens[i] - 1;
         HX_CUDA(cudaMemcpyAsync(dpos, &pos, 4, cudaMemcpyHostToDevice, st));
         hx_poison_f16(dout, qw);
-        if (g_short) poison_decode_ws(dws, ws_bytes); // (outside the graph: its header zero)
         HX_CUDA(cudaGraphLaunch(exec, st));
         HX_CUDA(cudaStreamSynchronize(st));
         float *got = hx_download_f16(dout, qw);
@@ -326,13 +236,6 @@ static void case_decode_graph(int hd, int capacity) {
         hx_report(what, hx_compare(got, want, qw, ATTN_ATOL, ATTN_RTOL), got, want, ATTN_ATOL,
                   ATTN_RTOL, hx_guards_ok(dout, 2 * (size_t)qw, "out"), 0);
         check_decode_path(dws, 0, "path");
-        if (g_short) {
-            const int n_splits = g4_attn_decode_n_splits(1, nh, 1, hd, capacity);
-            int n_static;
-            const int slots =
-                short_slots(hd, 1, lens[i], capacity, 0, n_splits, g_short, &n_static);
-            check_short_ws(dws, 1, nh, hd, n_splits, slots, "short splits");
-        }
         if (i == 3) {
             g4t_checks++;
             if (memcmp(got, prev, sizeof(float) * qw)) {
@@ -528,10 +431,6 @@ int main(int argc, char **argv) {
     // merge on the windowless cases only)
     // (63 / 64 / 65: hd 256's first tile edge, hd 512's second; 257: hd 512's first cluster of 8
     // one-tile splits full, a second cluster of one active split and 7 empty ones)
-    // (the short form, passes 4 and 5: one split writing the output up to 4 tiles, hd 256's 256
-    // keys and hd 512's 128: lengths 1 .. 65 on both, of which those within one tile also
-    // against the merge's bits; past them, mode 1: 257 .. 513 two to four splits and the merge,
-    // 4096 / 32768 many, 32768 on hd 512 every split of the grid; mode 2: the static slicing)
     const int lens[] = {1, 2, 17, 63, 64, 65, 257, 511, 512, 513, 4096, 32768};
     const int n_lens = (int)(sizeof lens / sizeof lens[0]);
     // the auto mode's form classes: forced modes have one, auto splits at the long-keys bound
@@ -549,9 +448,7 @@ int main(int argc, char **argv) {
                "auto at 2^30 %d (want 1)\n",
                lk, forms[0], forms[1], forms[2], forms[3]);
     }
-    // merge modes 0-3 with the static slicing, then mode 0 (the two launches) in short modes 1, 2
-    for (int pass = 0; pass <= 5; pass++) {
-        g_merge = pass <= 3 ? pass : 0, g_short = pass <= 3 ? 0 : pass - 3;
+    for (g_merge = 0; g_merge <= 3; g_merge++) {
         for (int i = 0; i < n_lens; i++) {
             case_decode(512, 8, 1, 1, lens[i], lens[i] + 37, 0, 0.25f, 100 + i);
             case_decode(256, 8, 1, 1, lens[i], lens[i] + 37, 512, 0.25f, 200 + i);
@@ -570,7 +467,6 @@ int main(int argc, char **argv) {
         case_decode_graph(512, 32768); // replays at 1, 300, 32768: one, then many clusters
     }
     g4_attn_decode_set_merge(-1);
-    g4_attn_decode_set_short(-1);
     g4_attn_decode_set_keys(0);
     // prefill
     const int Ts[] = {1, 17, 33, 511, 512, 513, 1000, 4096};

@@ -26,19 +26,14 @@ namespace {
 // cap: the caches' capacity (0: L), which sets the grid (the split count follows it, not L): the
 // engine's caches hold the whole context, so its short-context launches run the grid of a long
 // one whose CTAs past the length exit at once ("cap=" rows).
-// short_form: the two launches' short form (G4_ATTN_SHORT=1 / 2, attn_short.h; merge 0 only),
-// rows attn_decode_short / attn_decode_short2; the other rows force it off.
 int bench_decode(const char *filter, int reps, g4_kbench_row *rows, int n, int max, int hd, int L,
-                 int window, int merge, int cap = 0, int short_form = 0) {
+                 int window, int merge, int cap = 0) {
     char shape[96];
     if (cap > L)
         snprintf(shape, sizeof shape, "hd=%d h=8 kv=1 T=1 L=%d cap=%d win=%d", hd, L, cap, window);
     else
         snprintf(shape, sizeof shape, "hd=%d h=8 kv=1 T=1 L=%d win=%d", hd, L, window), cap = L;
-    const char *name = merge             ? "attn_decode_cm"
-                       : short_form == 1 ? "attn_decode_short"
-                       : short_form == 2 ? "attn_decode_short2"
-                                         : "attn_decode";
+    const char *name = merge ? "attn_decode_cm" : "attn_decode";
     if (!g4b::match(filter, name, shape)) return n;
     Pool pool;
     const int nh = 8, visible = window > 0 && window < L ? window : L;
@@ -60,14 +55,13 @@ int bench_decode(const char *filter, int reps, g4_kbench_row *rows, int n, int m
     void *ws = pool.alloc(ws_bytes);
     G4_CUDA_CHECK(cudaMemset(ws, 0, ws_bytes)); // (the merge's tickets start at zero)
     g4_attn_decode_set_merge(merge);            // (read at capture: the graph keeps the form)
-    g4_attn_decode_set_short(short_form);
     auto ours = [&](int rep, cudaStream_t st) {
         const int c = rep % copies;
         g4_attn_decode(out, q, kc[c], vc[c], pos, 1, nh, 1, hd, cap, window, 1.0f, ws, ws_bytes,
                        st);
     };
     struct Unforce {
-        ~Unforce() { g4_attn_decode_set_merge(-1), g4_attn_decode_set_short(-1); }
+        ~Unforce() { g4_attn_decode_set_merge(-1); }
     } unforce;
     return g4b::add_row(rows, n, max, name, shape, kv_bytes + 4.0 * nh * hd,
                         4.0 * nh * hd * visible, reps, copies, ours, NoBase(), nullptr);
@@ -193,19 +187,6 @@ extern "C" int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *
         for (int L : {256, 512, 1024, 2048})
             n = bench_decode(filter, reps, rows, n, max, 512, L, 0, merge, 32768);
     }
-    // the short form (issue 30) after 128-512 keys on the grid of 32k caches and of a cache just
-    // past the length (one split: no merge up to 256 keys at hd 256, 128 at hd 512; past them
-    // mode 1 ~4 tiles a split, mode 2 one), next to the two launches at the same shapes (those
-    // not in the rows above)
-    for (int sf = 0; sf <= 2; sf++)
-        for (int L : {128, 192, 256, 512})
-            for (int cap : {32768, L + 64})
-                for (int hd : {256, 512}) {
-                    const bool above = cap == 32768 && (L == 128 || (hd == 512 && L >= 256));
-                    if (!sf && above) continue;
-                    n = bench_decode(filter, reps, rows, n, max, hd, L, hd == 256 ? 512 : 0, 0, cap,
-                                     sf);
-                }
     // prefill (issue 22: hd 256 and 512 at 4k-16k; the baseline column is the HMMA kernel)
     const int Ts[] = {512, 2048, 4096, 8192, 16384};
     for (int T : Ts) n = bench_prefill(filter, reps, rows, n, max, 256, T, 512);

@@ -47,15 +47,10 @@
 #            grid, as the engine launches it) (after build, tiny); the end-to-end A/B is e2bq's
 #            E2BQ_VARIANTS="landed:X=1 amg:G4_ATTN_MERGE=global amc:G4_ATTN_MERGE=cluster
 #            amergef:G4_ATTN_MERGE=cluster,G4_FUSE_ATTN=1"
-#   ashort   issue 30: the decode attention's short form (G4_ATTN_SHORT=1: adaptive split ranges,
-#            one split writing the output up to 4 tiles; =2: that one split only) and G4_QKV_PREP_CTAS=1 (the head
-#            preparation one CTA a vector): test_attn_short_ranges, test_cuda_attention's decode
-#            cases (its fifth pass forces the short form), test_cuda_ops --op qkv_rope,
-#            test_backend_ops --op attention / qkv_attention / qkv_prep and test_cuda_engine
-#            (tiny) with both, the decode kernel rows twice (attn_decode_short next to
-#            attn_decode after 128-512 keys, caps 32768 and L + 64) (after build, tiny); the
-#            end-to-end A/B is e2bq's E2BQ_VARIANTS="landed:X=1 short:G4_ATTN_SHORT=1
-#            short2:G4_ATTN_SHORT=2 qctas:G4_QKV_PREP_CTAS=1 both:G4_ATTN_SHORT=1,G4_QKV_PREP_CTAS=1"
+#   qprep    issue 30: G4_QKV_PREP_CTAS=1 (the head preparation one CTA a head vector, off):
+#            test_cuda_ops --op qkv_rope, test_backend_ops --op qkv_prep / qkv_attention and
+#            test_cuda_engine (tiny) under it (after build, tiny); the end-to-end A/B is e2bq's
+#            E2BQ_VARIANTS="landed:X=1 qctas:G4_QKV_PREP_CTAS=1"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
 #   ktrace   issue 30: every kernel's in-situ start / end in graph-replayed decode steps (PDL
 #            overlap as it runs; CUPTI tracer tools/gpu/kernel_trace.c, LD_PRELOAD) of `g4cu
@@ -515,7 +510,7 @@ stage_f16mma() {
     for m in mma fma; do
         for op in linear linear_gelu_mul add_norm_linear; do
             log="$OUT/f16mma_backend_ops_${m}_$op.log"
-            G4_GEMV_F16=$m timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
+            G4_GEMV_F16=$m G4_GEMV_F16_NORM=$m timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$log" 2>&1
             echo "G4_GEMV_F16=$m test_backend_ops --op $op (cuda): exit $? $(tail -1 "$log")"
             grep -E "FAIL|error" "$log" | head -5
         done
@@ -857,39 +852,21 @@ stage_amerge() {
     attn_decode_rows amerge
 }
 
-# Issue 30: the decode attention's short form (G4_ATTN_SHORT=1, kernels/attn_short.h; after build,
-# tiny): the attention tests with it forced, the ops and the engine under the variable, then
-# the decode kernel rows twice. G4_QKV_PREP_CTAS=1 (the head preparation one CTA a vector) rides
-# along in the engine run and the backend ops.
-stage_ashort() {
-    local d="$WORK/gpu-tiny" op m mf
-    timeout 300 build-gpu/tests/test_attn_short_ranges | tail -1
-    timeout 300 build-gpu/tests/test_cuda_attention --op attn_decode >"$OUT/ashort_attention.log" 2>&1
-    echo "test_cuda_attention --op attn_decode: exit $? $(tail -1 "$OUT/ashort_attention.log")"
-    grep -E "FAIL" "$OUT/ashort_attention.log" | head -12
-    grep -cE "short splits +ok.*the split wrote the output" "$OUT/ashort_attention.log" | sed 's/^/one-split launches checked: /'
-    grep -cE "short == merge +ok" "$OUT/ashort_attention.log" | sed 's/^/bit-equal to the merge of one split: /'
-    for m in 1 2; do
-        for op in attention qkv_attention qkv_prep; do
-            G4_ATTN_SHORT=$m G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/ashort${m}_backend_ops_$op.log" 2>&1
-            echo "G4_ATTN_SHORT=$m G4_QKV_PREP_CTAS=1 test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/ashort${m}_backend_ops_$op.log")"
-            grep -E "FAIL|differ" "$OUT/ashort${m}_backend_ops_$op.log" | head -8
-        done
+# Issue 30: the head preparation one CTA a head vector (G4_QKV_PREP_CTAS=1; after build, tiny).
+stage_qprep() {
+    local d="$WORK/gpu-tiny" op
+    G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_cuda_ops --op qkv_rope >"$OUT/qprep_cuda_ops_qkv.log" 2>&1
+    echo "G4_QKV_PREP_CTAS=1 test_cuda_ops --op qkv_rope: exit $? $(tail -1 "$OUT/qprep_cuda_ops_qkv.log")"
+    grep -E "FAIL" "$OUT/qprep_cuda_ops_qkv.log" | head -8
+    for op in qkv_prep qkv_attention; do
+        G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op $op >"$OUT/qprep_backend_ops_$op.log" 2>&1
+        echo "G4_QKV_PREP_CTAS=1 test_backend_ops --op $op (cuda): exit $? $(tail -1 "$OUT/qprep_backend_ops_$op.log")"
+        grep -E "FAIL|differ" "$OUT/qprep_backend_ops_$op.log" | head -8
     done
-    G4_QKV_PREP_CTAS=1 timeout 300 build-gpu/tests/test_cuda_ops --op qkv_rope >"$OUT/ashort_cuda_ops_qkv.log" 2>&1
-    echo "G4_QKV_PREP_CTAS=1 test_cuda_ops --op qkv_rope: exit $? $(tail -1 "$OUT/ashort_cuda_ops_qkv.log")"
-    grep -E "FAIL" "$OUT/ashort_cuda_ops_qkv.log" | head -8
-    if [ -d "$d/f16" ]; then
-        # G4_FUSE_ATTN=1: the PREP kernels (the new k, v row stored by the split that owns it)
-        for mf in 1:0 1:1 2:0; do
-            G4_ATTN_SHORT=${mf%:*} G4_QKV_PREP_CTAS=1 G4_FUSE_ATTN=${mf#*:} G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
-                tee "$OUT/ashort_cuda_engine_${mf%:*}_fuse${mf#*:}.log" | grep -E "decode:|checks|FAIL" | tail -8
-            echo "=== test_cuda_engine G4_ATTN_SHORT=${mf%:*} G4_QKV_PREP_CTAS=1 G4_FUSE_ATTN=${mf#*:}: exit ${PIPESTATUS[0]}"
-        done
-    else
-        echo "ashort: no gpu-tiny package ($d/f16): test_cuda_engine skipped"
-    fi
-    attn_decode_rows ashort
+    [ -d "$d/f16" ] || { echo "qprep: no gpu-tiny package ($d/f16): test_cuda_engine skipped"; return 0; }
+    G4_QKV_PREP_CTAS=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
+        tee "$OUT/qprep_cuda_engine.log" | grep -E "decode:|checks|FAIL" | tail -8
+    echo "=== test_cuda_engine G4_QKV_PREP_CTAS=1: exit ${PIPESTATUS[0]}"
 }
 
 # Issue 30: each kernel's own duration in Q4 / f16 decode steps (after e2b_make), under Nsight
