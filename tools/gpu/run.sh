@@ -445,6 +445,13 @@ kernel_tests() {
     done
 }
 
+# The GPU tests that failed or changed after a call's ctest, rerun alone (after build): the block
+# ops of test_backend_ops on CUDA (the persistent MLP at several shapes on one workspace) and the
+# decode attention's tests.
+stage_recheck() {
+    kernel_tests recheck "test_backend_ops --backend cuda --op mlp_block" "test_cuda_attention --op attn_decode"
+}
+
 stage_prefill() {
     kernel_tests prefill "test_cuda_gemm --op wgmma" "test_cuda_gemm --op q4" \
         "test_cuda_attention --op attn_prefill"
