@@ -120,8 +120,9 @@ GVM_HD int gvm_strip(int bx, int j, int G, int FT, int f) {
 // The launch plan: K split ST = S warps of a CTA x CS CTAs of a cluster (grid.y), groups of
 // FT = 8 / S strips, a grid of `grid` CTAs walking them. The split doubles while the grid has
 // fewer than `aim` CTAs (the SM count by default) and would stay within cps an SM (the CTAs an
-// SM holds: 2 plain, 1 fused, gvm_cps), every warp keeping >= 1 step, up to smax (a power of two
-// <= 64: a cluster of 8); a grid past cps CTAs an SM (no split) is persistent at cps an SM.
+// SM holds: 2 plain, 1 fused, gvm_cps), every warp keeping >= 2 steps (>= 4 where the doubled
+// grid passes aim), up to smax (a power of two <= 64: a cluster of 8); a grid past cps CTAs an
+// SM (no split) is persistent at cps an SM.
 // cps, smax and aim are the knobs G4_GVM_CPS, G4_GVM_SPLIT_MAX and G4_GVM_MIN_CTAS
 // (gemm_f16.cu gvm_plan_for reads them; defaults gvm_cps(F), 64, sms).
 typedef struct {
@@ -144,6 +145,13 @@ GVM_HD gvm_plan_t gvm_plan(int N, int K, int sms, int cps, int smax, int aim) {
             c2 = (long)((NS + FT - 1) / FT) * (s2 / S);
         }
         if (st >= kmax || c1 >= aim || c2 > (long)cps * sms) break;
+        // the doubled split keeps >= 2 k-steps a warp, and >= 4 where it takes the grid past
+        // aim (more than a CTA an SM): the H200 sweep (bench/NOTES.md, gvm_sweep) measured a
+        // split of 1.5-3 steps a warp over two CTAs an SM 35-55% slower on K = 1536 (q_proj 7.2
+        // against 4.6 us, q_proj_full 8.9 against 5.7) and a one-step split over one wave slower
+        // too (ple_proj, K 256: 2.6 against 2.0); from 4 steps the second CTA an SM pays
+        // (o_proj_full 6.8 against 7.5, down 8.1 against 9.4)
+        if ((long)KT < 4L * st || (c2 > aim && (long)KT < 8L * st)) break;
         st *= 2;
     }
     gvm_plan_t p;
