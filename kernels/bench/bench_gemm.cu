@@ -40,7 +40,8 @@ struct e2b_shape {
     const char *name;
     int N, K;
 };
-// The E2B linears (N = out, K = in).
+// The E2B linears (N = out, K = in). (Unformatted: clang-format's column layout gives up on it.)
+// clang-format off
 const e2b_shape SHAPES[] = {
     {"q_proj", 2048, 1536},      {"q_proj_full", 4096, 1536},   {"kv_proj", 256, 1536},
     {"kv_proj_full", 512, 1536}, {"o_proj", 1536, 2048},        {"o_proj_full", 1536, 4096},
@@ -52,9 +53,14 @@ const e2b_shape SHAPES[] = {
     // lconv1d linear_start 2048)
     {"vis_qkvo", 768, 768},      {"vis_qkv", 2304, 768},        {"vis_gate_up", 3072, 768},
     {"vis_down", 768, 3072},     {"aud_qkvo", 1024, 1024},      {"aud_ffw1", 4096, 1024},
-    {"aud_ffw2", 1024, 4096},    {"aud_lin_start", 2048, 1024},
+    {"aud_ffw2", 1024, 4096},    {"aud_lin_start", 2048, 1024}, {"qkv", 2560, 1536},
+    {"qkv_full", 5120, 1536},
 };
+// clang-format on
 const int N_TEXT_SHAPES = 14; // the decoder's (GEMV rows); the towers' follow
+// The towers' end; then the one-token q|k|v GEMV of the KV-owning layers (G4_QKV), sliding
+// (8 x 256 + 2 x 256) and full (8 x 512 + 2 x 512): the add-norm rows' only.
+const int N_TOWER_END = 22;
 
 enum wkind { W_F16, W_Q4 };
 
@@ -71,6 +77,8 @@ struct brow {
                        // activation, written by the kernel just before); weights still rotate
     int f16v = 0;      // fp16 GEMV design forced for the row (g4_gemm_gemv_f16_version); 0:
                        // G4_GEMV_F16's
+    int an = 0; // the add-norm GEMV (an_* rows): 1 its plain or gate/up form, 2 the PLE gate's
+                // (with the multiplier); its base the same GEMV design on x given
 };
 
 // Deterministic pseudo-random fill (a hash of the index), never zero.
@@ -114,6 +122,11 @@ struct problem {
     int M, N, K, copies;
     std::vector<__half *> x, y, w, wu; // fp16 weights: ours (fp16 rows) and cuBLAS (all rows)
     std::vector<g4_q4_weight> q, qu;
+    // the add-norm prologue's inputs and outputs (an rows), one set: L2-resident, as in the
+    // decode step where the kernel before wrote them
+    float *hi = nullptr, *ho = nullptr;                                  // f32 [K]
+    __half *res = nullptr, *nw = nullptr, *nnw = nullptr, *xo = nullptr; // fp16 [K]
+    __half *mul = nullptr;   // fp16 [N] (the PLE gate's)
     const g4_cublas_api *bl; // NULL: cuBLAS not loaded, no baseline
     cublasHandle_t blas;
     int rc;
@@ -145,8 +158,21 @@ double row_bytes(const problem &p) {
     return x + y + (p.r.glu ? 2 : 1) * w;
 }
 
-int run_ours(problem *p, int c, cudaStream_t s) {
+// The row's op on copy c; pro false: an add-norm row's base, the same GEMV on x given.
+int run_ours(problem *p, int c, cudaStream_t s, bool pro = true) {
     const __half *x = p->x[p->r.xhot ? 0 : c];
+    if (p->r.an && pro) {
+        g4_gemv_norm a;
+        memset(&a, 0, sizeof a);
+        a.h_in = p->hi, a.h_out = p->ho, a.r = p->res, a.w = p->nw, a.next_w = p->nnw;
+        a.x_out = p->xo, a.eps = 1e-6f, a.next_norm = 1;
+        if (p->r.an == 2) a.mul = p->mul, a.ldm = p->N;
+        if (p->r.w == W_F16)
+            return g4_gemv_f16_add_norm(p->y[c], &a, p->w[c], p->r.glu ? p->wu[c] : nullptr,
+                                        nullptr, p->M, p->N, p->K, G4_GEMM_Y_F16, s);
+        return g4_gemv_q4_add_norm(p->y[c], &a, &p->q[c], p->r.glu ? &p->qu[c] : nullptr, nullptr,
+                                   p->M, G4_GEMM_Y_F16, s);
+    }
     if (p->r.w == W_F16) {
         if (p->r.glu)
             return g4_gemm_f16_gelu_mul(p->y[c], x, p->w[c], p->wu[c], p->M, p->N, p->K, p->r.algo,
@@ -162,6 +188,28 @@ void launch_ours(void *ctx, int rep, void *stream) {
     problem *p = (problem *)ctx;
     const int rc = run_ours(p, rep % p->copies, (cudaStream_t)stream);
     if (rc) p->rc = rc;
+}
+
+void launch_plain(void *ctx, int rep, void *stream) {
+    problem *p = (problem *)ctx;
+    const int rc = run_ours(p, rep % p->copies, (cudaStream_t)stream, false);
+    if (rc) p->rc = rc;
+}
+
+// The GEMV design the last launch of the row's kind ran (Q4: 1..3, fp16: 1, 2), forcing one
+// (-1 restores the environment's) and its name.
+int last_design(wkind w) {
+    return w == W_Q4 ? g4_gemm_gemv_last_design() : g4_gemm_gemv_f16_last_design();
+}
+void force_design(wkind w, int d) {
+    if (w == W_Q4)
+        g4_gemm_gemv_version(d);
+    else
+        g4_gemm_gemv_f16_version(d);
+}
+const char *design_name(wkind w, int d) {
+    static const char *q4[4] = {"none", "v1", "v2", "v3"}, *f16[3] = {"none", "fma", "mma"};
+    return w == W_Q4 ? (d >= 0 && d <= 3 ? q4[d] : "?") : (d >= 0 && d <= 2 ? f16[d] : "?");
 }
 
 // y[M, N] = x[M, K] @ W[K, N], row-major: column-major y^T (N x M) = W^T (N x K) * x^T (K x M).
@@ -220,8 +268,7 @@ std::vector<brow> sweep() {
         for (int s : {6, 7}) add(M, s, true);
     }
     for (int M : {256, 750, 2304}) {
-        for (int s = N_TEXT_SHAPES; s < (int)(sizeof SHAPES / sizeof SHAPES[0]); s++)
-            add(M, s, false);
+        for (int s = N_TEXT_SHAPES; s < N_TOWER_END; s++) add(M, s, false);
         add(M, 16, true);
     }
     return t;
@@ -287,6 +334,22 @@ std::vector<brow> table() {
     for (int s : {6, 7}) {
         t.push_back({"glu_f16_gemv_xl2", W_F16, true, G4_GEMM_GEMV, 1, s, 0, 0, 0, true});
         t.push_back({"glu_q4_gemv_xl2", W_Q4, true, G4_GEMM_GEMV, 1, s, 0, 0, 0, true});
+    }
+    // The add-norm GEMVs at M = 1 (issue 30: in the graph-replayed step they cost more than
+    // their plain rows; bench/NOTES.md "Issue 30: the add-norm prologue's cost"), each beside the
+    // same GEMV design on x given (base "plain gemv": same run, same weights; ours - base = the
+    // prologue's cost): q|k|v of the KV-owning layers, q alone of the KV-sharing ones, the
+    // fused gate/up, the PLE gate with its multiplier (its base has none: gelu of 256 values).
+    // Op names an_q4, an_f16, an_glu_q4, an_glu_f16 (--filter an_); activations L2-resident.
+    for (int w = 0; w < 2; w++) {
+        const wkind wk = w ? W_F16 : W_Q4;
+        for (int s : {N_TOWER_END, N_TOWER_END + 1, 0, 1})
+            t.push_back(
+                {w ? "an_f16" : "an_q4", wk, false, G4_GEMM_GEMV, 1, s, 0, 0, 0, true, 0, 1});
+        t.push_back({w ? "an_f16" : "an_q4", wk, false, G4_GEMM_GEMV, 1, 10, 0, 0, 0, true, 0, 2});
+        for (int s : {6, 7})
+            t.push_back({w ? "an_glu_f16" : "an_glu_q4", wk, true, G4_GEMM_GEMV, 1, s, 0, 0, 0,
+                         true, 0, 1});
     }
     const int prefill_shapes[] = {0, 2, 4, 5, 6, 7, 8, 9, 13};
     for (int M : {128, 512, 2048}) {
@@ -653,11 +716,32 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
                 if (r.glu) p.qu.push_back(rand_q4(p.N, p.K, seed ^ 4u));
             }
         }
+        if (r.an) { // (h_in zero, as in the ple_block rows: the cost does not depend on it)
+            const uint32_t seed = 0x2545f491u + (uint32_t)i;
+            p.hi = (float *)dalloc((size_t)p.K * 4);
+            G4_CUDA_CHECK(cudaMemset(p.hi, 0, (size_t)p.K * 4));
+            p.ho = (float *)dalloc((size_t)p.K * 4);
+            p.res = rand_f16((size_t)p.K, seed, -1.0f, 1.0f);
+            p.nw = rand_f16((size_t)p.K, seed ^ 1u, 0.5f, 1.5f);
+            p.nnw = rand_f16((size_t)p.K, seed ^ 2u, 0.05f, 0.5f);
+            p.xo = (__half *)dalloc((size_t)p.K * 2);
+            p.mul = rand_f16((size_t)p.N, seed ^ 3u, -2.0f, 2.0f);
+        }
         G4_CUDA_CHECK(cudaDeviceSynchronize());
         if (r.bn) g4_gemm_wgmma_force(r.bn, r.split, 0); // read at launch (graph capture) time
         if (r.depth) g4_gemm_wgmma_q4_depth(r.depth);
         if (r.f16v) g4_gemm_gemv_f16_version(r.f16v);
-        const int trial = run_ours(&p, 0, 0);
+        int trial = run_ours(&p, 0, 0);
+        if (r.an && trial == G4_OK) { // the base runs the design the add-norm form ran
+            const int d = last_design(r.w);
+            force_design(r.w, d);
+            trial = run_ours(&p, 0, 0, false);
+            const int db = last_design(r.w);
+            const size_t l = strlen(row.shape);
+            snprintf(row.shape + l, sizeof row.shape - l, "%s %s%s%s", r.an == 2 ? " mul" : "",
+                     design_name(r.w, d), db != d ? " base " : "",
+                     db != d ? design_name(r.w, db) : "");
+        }
         if (trial != G4_OK) {
             fprintf(stderr, "bench %s %s: skipped: %s\n", row.op, row.shape, g4_error());
         } else {
@@ -673,7 +757,10 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
             // Enough launches per graph replay that a replay lasts well past launch overhead.
             const int per_graph = p.copies < 8 ? 8 : p.copies;
             row.ours = g4_kbench_run_graph(launch_ours, &p, per_graph, 2, reps);
-            if (bl) {
+            if (r.an) {
+                row.base = g4_kbench_run_graph(launch_plain, &p, per_graph, 2, reps);
+                snprintf(row.base_name, sizeof row.base_name, "plain gemv");
+            } else if (bl) {
                 row.base = g4_kbench_run_graph(launch_blas, &p, per_graph, 2, reps);
                 snprintf(row.base_name, sizeof row.base_name, "%s",
                          r.glu         ? "cublas x2"
@@ -692,6 +779,10 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
         if (r.bn) g4_gemm_wgmma_force(0, 0, 0);
         if (r.depth) g4_gemm_wgmma_q4_depth(0);
         if (r.f16v) g4_gemm_gemv_f16_version(-1);
+        if (r.an) force_design(r.w, -1);
+        for (void *q : {(void *)p.hi, (void *)p.ho, (void *)p.res, (void *)p.nw, (void *)p.nnw,
+                        (void *)p.xo, (void *)p.mul})
+            if (q) G4_CUDA_CHECK(cudaFree(q));
         for (int c = 0; c < p.copies; c++) {
             G4_CUDA_CHECK(cudaFree(p.x[c]));
             G4_CUDA_CHECK(cudaFree(p.y[c]));
