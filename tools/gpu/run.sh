@@ -98,6 +98,11 @@
 #            default 11 settings of G4_GVM_SPLIT_MAX / G4_GVM_CPS / G4_GVM_MIN_CTAS) and one
 #            table: shape x M rows, a column a setting (us), the best setting a row and the best
 #            one overall (the rows' times summed)
+#   anrows   issue 30, the add-norm prologue's cost (after build): `bench --kernels --filter an_
+#            --reps 30` twice, each add-norm GEMV (q|k|v, q, the PLE gate with its multiplier,
+#            the fused gate/up; Q4 and fp16, M = 1) beside the same GEMV design on x given; the
+#            shape column names the design (Q4 v1..v3, fp16 fma / mma: G4_GEMV_F16_NORM=mma moves
+#            the fp16 rows to mma)
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -1054,6 +1059,19 @@ stage_ple() {
     G4_PLE_FUSED=1 G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 build-gpu/tests/test_cuda_engine 2>&1 |
         tee "$OUT/ple_cuda_engine.log" | grep -E "decode:|old path|sampled|interleaved|allocations|checks|FAIL" | tail -24
     echo "=== test_cuda_engine G4_PLE_FUSED=1: exit ${PIPESTATUS[0]}"
+}
+
+# Issue 30 (bench/NOTES.md "Issue 30: the add-norm prologue's cost"; after build): the add-norm
+# GEMV rows (bench_gemm.cu an_*: ours the add-norm form, base the same design with x given, so
+# ours - base is the prologue), twice for the spread. ANROWS_VARIANTS adds runs, e.g.
+# "norm_mma:G4_GEMV_F16_NORM=mma".
+stage_anrows() {
+    local v
+    for v in run1:X=1 run2:X=1 ${ANROWS_VARIANTS:-}; do
+        env ${v#*:} timeout 300 build-gpu/g4cu bench --kernels --filter an_ --reps 30 >"$OUT/anrows_${v%%:*}.txt" 2>&1
+        echo "=== bench --kernels --filter an_, ${v%%:*} (${v#*:}): exit $?"
+        grep -vE "^\[|^$" "$OUT/anrows_${v%%:*}.txt" | cut -c1-230
+    done
 }
 
 # Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
