@@ -102,7 +102,8 @@
 #            --reps 30` twice, each add-norm GEMV (q|k|v, q, the PLE gate with its multiplier,
 #            the fused gate/up; Q4 and fp16, M = 1) beside the same GEMV design on x given; the
 #            shape column names the design (Q4 v1..v3, fp16 fma / mma: G4_GEMV_F16_NORM=mma moves
-#            the fp16 rows to mma)
+#            the fp16 rows to mma; ANROWS_VARIANTS="nm:G4_GEMV_F16_NORM=mma"); then the _xl2 rows
+#            once (the plain GEMVs in their default designs)
 #   e2b_gemv issue 29's end-to-end figures (after e2b_make): compare vs HF, bench with the earlier
 #            and the streaming GEMV, generate vs bench, the per-op decode split
 #   batch_cuda  issue 31's batch on CUDA (after tiny): test_cuda_engine (its batch and prompt-rows
@@ -1072,6 +1073,10 @@ stage_anrows() {
         echo "=== bench --kernels --filter an_, ${v%%:*} (${v#*:}): exit $?"
         grep -vE "^\[|^$" "$OUT/anrows_${v%%:*}.txt" | cut -c1-230
     done
+    # the plain GEMVs with x L2-resident in their default designs, beside (the PLE gate's is v1)
+    timeout 300 build-gpu/g4cu bench --kernels --filter _xl2 --reps 30 >"$OUT/anrows_xl2.txt" 2>&1
+    echo "=== bench --kernels --filter _xl2: exit $?"
+    grep -vE "^\[|^$" "$OUT/anrows_xl2.txt" | cut -c1-230
 }
 
 # Issue 31's batched step on CUDA (after build, tiny): test_cuda_engine on gpu-tiny (its batch
