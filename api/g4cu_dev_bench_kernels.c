@@ -24,7 +24,9 @@ int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *rows, int m
 int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_conv(const char *filter, int reps, g4_kbench_row *rows, int max);
 
-#define MAX_ROWS 1024
+#define MAX_ROWS                                                                                   \
+    4096 // (an unfiltered run: ~900 rows in 2026-12; past it a row would be lost, so the run says
+         // so)
 
 int g4cu_dev_cuda_device_count(const char **why) {
     const char *w = NULL;
@@ -111,6 +113,11 @@ static int bench_kernels(const g4cu_dev_bench_kernels_params *o, FILE *out) {
         g4_progress_step(&bar);
     }
     g4_progress_end(&bar);
+    if (n == MAX_ROWS)
+        fprintf(out,
+                "bench --kernels: %d rows, the most one run holds: rows past them were not run "
+                "(narrow --filter)\n",
+                n);
     if (n == 0) fprintf(out, "no benchmark matched the filter '%s'\n", filter ? filter : "");
     rc = G4_OK;
     if (json && !(rc = g4_kbench_json(json, rows, n, dev)))
