@@ -18,7 +18,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/attnops_common.cuh"
 #include "kernels/cuda_util.h"
@@ -79,11 +78,8 @@ __global__ void __launch_bounds__(32 * QKV_WARPS) qkv_kernel(const g4_qkv_args a
 int g_qkv_ctas_force = -1;
 int qkv_prep_ctas() {
     if (g_qkv_ctas_force >= 0) return g_qkv_ctas_force;
-    static const int env = [] {
-        const char *e = getenv("G4_QKV_PREP_CTAS");
-        return e && !strcmp(e, "1") ? 1 : 0;
-    }();
-    return env;
+    static int cache = -1;
+    return g4_cuda_env_is(&cache, "G4_QKV_PREP_CTAS", "1");
 }
 
 template <int E> void qkv_launch(const g4_qkv_args &a, cudaStream_t stream) {
