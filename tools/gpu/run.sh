@@ -52,6 +52,8 @@
 #            test_cuda_engine (tiny) under it (after build, tiny); the end-to-end A/B is e2bq's
 #            E2BQ_VARIANTS="landed:X=1 qctas:G4_QKV_PREP_CTAS=1"
 #   ncu_step each kernel's own time in the last decode step (Nsight Compute; after e2b_make)
+#   ncu_gemv issue 29: Nsight Compute metrics (throughput, occupancy, issue use, stall reasons)
+#            of the GEMV kernels alone on NCU_GEMV_SHAPES (after build)
 #   ktrace   issue 30: every kernel's in-situ start / end in graph-replayed decode steps (PDL
 #            overlap as it runs; CUPTI tracer tools/gpu/kernel_trace.c, LD_PRELOAD) of `g4cu
 #            generate`, cut into steps and layers by tools/python/ktrace_step.py (after build,
@@ -899,6 +901,37 @@ stage_ncu_step() {
         echo "ncu $p: exit $? ($(wc -l <"$OUT/ncu_step_$p.csv") csv lines)"
         python3 tools/gpu/ncu_step.py "$OUT/ncu_step_$p.csv" | head -40
     done
+}
+
+# Issue 29: why the Q4 GEMV streams its large shapes at 30-47% of copy: Nsight Compute metrics of
+# the GEMV kernels alone (after build; no package): for each shape of NCU_GEMV_SHAPES, `bench
+# --kernels --filter SHAPE --reps 1` under ncu, the kernels matching NCU_GEMV_KERNELS (default the
+# Q4 GEMVs: gemv_q4), each launch's duration, DRAM and SM throughput, achieved
+# occupancy, issue-slot use, instructions and the warp stall reasons per issued instruction, one
+# csv per shape, summarised by tools/gpu/ncu_gemv.py. ncu serializes kernels and flushes caches
+# between them (--cache-control all): each row is the kernel alone with cold weights, no PDL overlap.
+stage_ncu_gemv() {
+    local ncu s
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$ncu" ] || { echo "ncu_gemv: no ncu"; return 1; }
+    local m="gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+    m+=",dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed"
+    m+=",sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
+    m+=",smsp__inst_executed.sum,launch__registers_per_thread,launch__grid_size,launch__block_size"
+    m+=",launch__occupancy_limit_registers,l1tex__t_bytes.sum,lts__t_bytes.sum"
+    local r
+    for r in long_scoreboard short_scoreboard mio_throttle lg_throttle math_pipe_throttle wait \
+        barrier membar not_selected selected dispatch_stall no_instruction branch_resolving \
+        tex_throttle drain sleeping misc imc_miss; do
+        m+=",smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+    done
+    for s in ${NCU_GEMV_SHAPES:-gate_up_wide down_wide lm_head q_proj}; do
+        timeout 150 "$ncu" --clock-control none --cache-control all --metrics "$m" --csv \
+            -k "regex:${NCU_GEMV_KERNELS:-gemv_q4}" --log-file "$OUT/ncu_gemv_$s.csv" \
+            build-gpu/g4cu bench --kernels --filter "$s" --reps 1 >"$OUT/ncu_gemv_$s.log" 2>&1
+        echo "ncu_gemv $s: exit $? ($(wc -l <"$OUT/ncu_gemv_$s.csv") csv lines)"
+    done
+    python3 tools/gpu/ncu_gemv.py "$OUT"/ncu_gemv_*.csv
 }
 
 # Issue 30: where a decode step's time goes in situ (after build, e2b_make). tools/gpu/kernel_trace.c
