@@ -127,6 +127,8 @@
 #            G4_BATCH_PREFILL_ONE=1 G4_BATCH_PROMPT_ROWS=0 (the front ends on the stepping thread,
 #            the earlier rounds with a prefill budget of one chunk: one prompt chunk a round)
 #            and with G4_BATCH_GRAPH=1 (the batch step captured per row count)
+#   alt_greedy  issue 30: a greedy CUDA-vs-CPU difference on the alt package, near-tie or bug
+#            (teacher-forced logits on both backends; tools/python/greedy_ties.py; after build)
 #   alt      issue 30, a Gemma-4 of another shape than E2B at full scale = alt_make + alt_run
 #            (after build; ~7-10 min in all, see bench/NOTES.md): alt_make makes it
 #            (tools/python/make_package.py --preset alt [--hidden $ALT_HIDDEN]: hidden 2048, 24
@@ -1272,6 +1274,39 @@ stage_alt_make() {
         --dtype float16 --device cuda >>"$OUT/alt_make.log" 2>&1 || { tail -10 "$OUT/alt_make.log"; return 1; }
     touch "$d/READY"
     stamp "alt dumps made"
+}
+
+# Issue 30: is a greedy CUDA-vs-CPU difference on the alt package a near-tie or a decode bug?
+# (after build; makes $WORK/alt/f16 alone when alt_make did not run, ~80 s). The CUDA greedy
+# tokens are teacher-forced through `g4cu logits` on CUDA and on the CPU: tools/python/
+# greedy_ties.py says at each step whether the CUDA decode step chose the CUDA prefill's argmax
+# (the decode path against the prefill path that `compare` checks against HF), and where the CPU
+# first prefers another token, the CPU's margin between the two against the two backends'
+# logit difference there (a near-tie: margin below the difference).
+stage_alt_greedy() {
+    local d="$WORK/alt" ids b
+    if [ ! -d "$d/f16" ]; then
+        mkdir -p "$d"
+        python3 tools/python/make_package.py "$d" --preset alt >"$OUT/alt_greedy_make.log" 2>&1 ||
+            { tail -20 "$OUT/alt_greedy_make.log"; return 1; }
+        stamp "alt f16 made"
+    fi
+    ids=$(seq -s, 7 22)
+    for b in cuda cpu; do
+        build-gpu/g4cu generate "$d/f16" --ids "$ids" --max-new 32 --ignore-eos --backend $b --json \
+            >"$OUT/alt_greedy_gen_$b.json" 2>"$OUT/alt_greedy_gen_$b.err" ||
+            { echo "alt_greedy: generate $b failed: $(head -2 "$OUT/alt_greedy_gen_$b.err")"; return 1; }
+    done
+    local full
+    full=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["tokens"]; print(sys.argv[2] + "," + ",".join(map(str, t[:-1])))' \
+        "$OUT/alt_greedy_gen_cuda.json" "$ids")
+    for b in cuda cpu; do
+        build-gpu/g4cu logits "$d/f16" --ids "$full" --backend $b --out "$OUT/alt_greedy_logits_$b.npy" \
+            >"$OUT/alt_greedy_logits_$b.log" 2>&1 || { echo "alt_greedy: logits $b failed: $(tail -1 "$OUT/alt_greedy_logits_$b.log")"; return 1; }
+    done
+    python3 tools/python/greedy_ties.py --prompt-len 16 --gen-cuda "$OUT/alt_greedy_gen_cuda.json" \
+        --gen-cpu "$OUT/alt_greedy_gen_cpu.json" --cuda "$OUT/alt_greedy_logits_cuda.npy" \
+        --cpu "$OUT/alt_greedy_logits_cpu.npy"
 }
 
 stage_alt_run() {
