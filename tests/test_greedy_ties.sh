@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_greedy_ties.sh: tools/python/greedy_ties.py (issue 30's alt_greedy: near-tie or decode bug)
 # on synthetic logits whose answers are known: a CPU-preferred token within the backends'
-# difference (a near-tie, exit 0), the same choice with backends 1.0 apart on a 6.0 range (exit 1),
+# difference on the two tokens (a near-tie, exit 0; with --row-tol: only if the rows are that close),
 # a decode token that is not the prefill's argmax by more than the difference (exit 1), a short
 # logits file (exit 2). Needs numpy: $G4_MM_PYTHON, else .tools/ort-venv's; else skips (77).
 set -u
@@ -23,12 +23,12 @@ def check(c, what):
 with tempfile.TemporaryDirectory() as d:
     P, V = 4, 10
     tc, tp = [1, 2, 3, 4], [1, 2, 5, 5]
-    def run(lc, lp):
+    def run(lc, lp, *extra):
         np.save(f"{d}/c.npy", lc); np.save(f"{d}/p.npy", lp)
         json.dump({"tokens": tc}, open(f"{d}/gc.json", "w"))
         json.dump({"tokens": tp}, open(f"{d}/gp.json", "w"))
         return subprocess.run([sys.executable, tool, "--prompt-len", str(P), "--gen-cuda", f"{d}/gc.json",
-                               "--gen-cpu", f"{d}/gp.json", "--cuda", f"{d}/c.npy", "--cpu", f"{d}/p.npy"],
+                               "--gen-cpu", f"{d}/gp.json", "--cuda", f"{d}/c.npy", "--cpu", f"{d}/p.npy", *extra],
                               capture_output=True, text=True)
     lc = np.zeros((P - 1 + 4, V), np.float32)
     for j, t in enumerate(tc):
@@ -41,11 +41,19 @@ with tempfile.TemporaryDirectory() as d:
           "step 2: margin 0.01 within the difference 0.02: a near-tie, exit 0")
     lp2 = lp.copy(); lp2[P + 1, 5] = 6.0
     r = run(lc, lp2)
-    check(r.returncode == 1 and "the backends disagree" in r.stdout, "backends 1.0 apart on a 6.0 range: exit 1")
+    check(r.returncode == 0 and "a near-tie" in r.stdout, "margin 1.0 within the two tokens' difference 1.01: a near-tie")
+    r = run(lc, lp2, "--row-tol", "0.5")
+    check(r.returncode == 1 and "the backends disagree" in r.stdout, "the same with --row-tol 0.5 (rows 1.01 apart): exit 1")
+    r = run(lc, lp, "--row-tol", "0.5")
+    check(r.returncode == 0 and "a near-tie" in r.stdout, "the first case within --row-tol 0.5: exit 0")
     lc3 = lc.copy(); lc3[P, 7] = 5.5  # step 1: the CUDA prefill prefers 7 by 0.5
-    r = run(lc3, lp)
+    r = run(lc3, lp, "--row-tol", "0.5")
     check(r.returncode == 1 and "3 of 4 steps" in r.stdout and "look for a bug" in r.stdout,
-          "decode token 0.5 below the prefill's argmax where the backends are 5.5 apart: flagged, exit 1")
+          "decode token 0.5 below the prefill's argmax where the backends are 5.5 apart, --row-tol 0.5: exit 1")
+    lc4 = lc.copy(); lc4[P, 7] = 5.5; lp4 = lp.copy(); lp4[P, 7] = 5.4  # two-token difference 0.1
+    r = run(lc4, lp4)
+    check(r.returncode == 1 and "NOT a tie" in r.stdout,
+          "decode token 0.5 below the prefill's argmax, the backends 0.1 apart on those two: not a tie, exit 1")
     r = run(lc[:3], lp[:3])
     check(r.returncode == 2, "logits shorter than the tokens: exit 2")
 print(f"test_greedy_ties: {fails} failed")
