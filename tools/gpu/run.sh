@@ -912,6 +912,8 @@ stage_ncu_step() {
 # occupancy, issue-slot use, instructions and the warp stall reasons per issued instruction, one
 # csv per shape, summarised by tools/gpu/ncu_gemv.py. ncu serializes kernels and flushes caches
 # between them (--cache-control all): each row is the kernel alone with cold weights, no PDL overlap.
+# At most NCU_GEMV_LAUNCHES (300) launches a shape: a small weight's bench row replays its kernel
+# up to 64 x 5 times, and q_proj's rows (the add-norm ones too) passed 150 s without the cap.
 stage_ncu_gemv() {
     local ncu s
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
@@ -929,7 +931,7 @@ stage_ncu_gemv() {
     done
     for s in ${NCU_GEMV_SHAPES:-gate_up_wide down_wide lm_head q_proj}; do
         timeout 150 "$ncu" --clock-control none --cache-control all --metrics "$m" --csv \
-            -k "regex:${NCU_GEMV_KERNELS:-gemv_q4}" --log-file "$OUT/ncu_gemv_$s.csv" \
+            -k "regex:${NCU_GEMV_KERNELS:-gemv_q4}" --launch-count "${NCU_GEMV_LAUNCHES:-300}" --log-file "$OUT/ncu_gemv_$s.csv" \
             build-gpu/g4cu bench --kernels --filter "$s" --reps 1 >"$OUT/ncu_gemv_$s.log" 2>&1
         echo "ncu_gemv $s: exit $? ($(wc -l <"$OUT/ncu_gemv_$s.csv") csv lines)"
     done
