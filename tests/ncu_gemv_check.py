@@ -49,7 +49,7 @@ def check(cond, what):
 
 with tempfile.TemporaryDirectory() as d:
     st1 = {"long_scoreboard": 3.5, "wait": 0.5, "math_pipe_throttle": 1.25, "barrier": 0.1}
-    k1 = "void gemv_q4_v3_kernel<2, 1, 4, false>(void *, const __half *)"
+    k1 = "void g4k::<unnamed>::gemv_q4_v3_kernel<2, 1, 4, false>(void *, const __half *)"
     k2 = "void (anonymous namespace)::gemv_f16_mma_kernel<8>(int)"
     a = csvfile(d, "ncu_gemv_gate_up.csv", [
         (0, k1, 132, 256, 10000, 22, st1), (1, k1, 132, 256, 12000, 22, st1),
@@ -63,7 +63,8 @@ with tempfile.TemporaryDirectory() as d:
     check("gate_up: 3 kernel runs" in out, "three runs (grid change splits one kernel)")
     check(len(lines) == 3, f"three kernel lines (got {len(lines)})")
     l0 = lines[0] if lines else ""
-    check("gemv_q4_v3_kernel<2,1,4,false>" in l0, "name shortened with template arguments")
+    check("gemv_q4_v3_kernel<2,1,4,false>" in l0 and "unnamed" not in l0 and "g4k" not in l0,
+          "name shortened to the identifier and template arguments")
     check("132x256" in l0 and "n2 " in l0, "grid x block and two launches in the first run")
     check("11.00 us" in l0, "mean duration 11 us of 10 and 12")
     check("22.00 MB" in l0 and " 2000 GB/s" in l0, "22 MB over 11 us = 2000 GB/s")

@@ -10,7 +10,7 @@ of the duration, the DRAM read rate (bytes / duration) and its % of peak, SM thr
 achieved occupancy %, issue-slot use %, instructions issued a launch, and the three largest warp
 stall reasons (stalled warps per issued instruction, ncu's ratio).
 """
-import csv, os, sys
+import csv, os, re, sys
 
 STALL = "smsp__average_warps_issue_stalled_"
 
@@ -40,9 +40,11 @@ def read(path):
 
 
 def short(name):
-    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
-    name = name[5:] if name.startswith("void ") else name
-    return name.split("(")[0].replace(" ", "")
+    """The kernel's identifier and template arguments, without namespaces, `void` or parameters."""
+    name = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", name)
+    name = re.sub(r"^void\s+", "", name)
+    name = re.sub(r"^(\w+::)+", "", name)
+    return name.split("(", 1)[0].replace(" ", "")
 
 
 def runs(launches):
