@@ -589,6 +589,42 @@ __device__ __forceinline__ const char *mad_wide(uint32_t a, uint32_t b, const ch
     return r;
 }
 
+// A lane's x fragment of one step (the third and fifth designs): x[16 t .. 16 t + 15] of its
+// token row at px, from shared memory (SMEM: the add-norm prologue's) or through L1.
+template <bool SMEM> __device__ __forceinline__ void gv_x_frag(const __half *px, uint32_t xw[8]) {
+    uint4 xa, xb;
+    if constexpr (SMEM) {
+        xa = *(const uint4 *)px;
+        xb = *(const uint4 *)(px + 8);
+    } else {
+        xa = __ldg((const uint4 *)px);
+        xb = __ldg((const uint4 *)(px + 8));
+    }
+    xw[0] = xa.x, xw[1] = xa.y, xw[2] = xa.z, xw[3] = xa.w;
+    xw[4] = xb.x, xw[5] = xb.y, xw[6] = xb.z, xw[7] = xb.w;
+}
+
+// The end of a warp's unit in group j (the third and fifth designs): each of its T feature tiles
+// (from nt0) flushed (gv_flush: the F weights' accumulators acc[ff * T + tt]), then the
+// accumulators zeroed for the next group.
+template <int F, int T>
+__device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, const __half *bias,
+                                              int epi, int M, int N, int nt0, int j, int warp,
+                                              int f, int s, int S, int CS, float4 *red,
+                                              const __half *mul, int ldm) {
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+        gv_flush<F>(make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]),
+                    make_float4(acc[(F - 1) * T + tt][0], acc[(F - 1) * T + tt][1],
+                                acc[(F - 1) * T + tt][2], acc[(F - 1) * T + tt][3]),
+                    y, bias, epi, M, N, nt0 + tt, warp, f, s, S, CS, (j * T + tt) & 1, red, mul,
+                    ldm);
+#pragma unroll
+    for (int e = 0; e < F * T; e++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+}
+
 template <int F, int T, int U, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
@@ -698,15 +734,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (i0 + u >= n) break; // warp-uniform
-            uint4 xa, xb;
-            if constexpr (PRO) { // shared memory
-                xa = *(const uint4 *)px;
-                xb = *(const uint4 *)(px + 8);
-            } else {
-                xa = __ldg((const uint4 *)px);
-                xb = __ldg((const uint4 *)(px + 8));
-            }
-            const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+            uint32_t xw[8];
+            gv_x_frag<PRO>(px, xw);
 #pragma unroll
             for (int e = 0; e < E; e++) {
                 const q4k kc = q4_consts(rs[u][e], rz[u][e]);
@@ -721,21 +750,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
             if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
             px += 64;
             if (++cr == L) {
-#pragma unroll
-                for (int tt = 0; tt < T; tt++)
-                    gv_flush<F>(make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]),
-                                make_float4(acc[(F - 1) * T + tt][0], acc[(F - 1) * T + tt][1],
-                                            acc[(F - 1) * T + tt][2], acc[(F - 1) * T + tt][3]),
-                                y, bias, epi, M, N, unit_nt(cj) + tt, warp, f, s, S, CS,
-                                (cj * T + tt) & 1, &red[0][0][0][0], PRO ? pro.mul : nullptr,
-                                pro.ldm);
+                gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(cj), cj, warp, f, s, S, CS,
+                                    &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
                 cj++;
                 px = px0;
-#pragma unroll
-                for (int e = 0; e < E; e++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
             }
         }
     }
@@ -929,47 +948,23 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
             const __half *px = px0 + (size_t)k0 * 64;
 #pragma unroll 2
             for (int i = 0; i < len; i++, px += 64) {
-                uint4 xa, xb;
-                if constexpr (PRO) { // shared memory
-                    xa = *(const uint4 *)px;
-                    xb = *(const uint4 *)(px + 8);
-                } else {
-                    xa = __ldg((const uint4 *)px);
-                    xb = __ldg((const uint4 *)(px + 8));
-                }
-                const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+                uint32_t xw[8];
+                gv_x_frag<PRO>(px, xw);
 #pragma unroll
                 for (int e = 0; e < E; e++) {
                     const int r = e * len + i; // the item's tile i in the slot
                     const uint4 qv = *(const uint4 *)(sq + (size_t)r * 512);
                     const uint32_t sv = *(const uint32_t *)(ss + (size_t)r * 64);
                     const uint32_t zv = sz[(size_t)r * 16];
-                    const q4k kc = q4_consts(sv, zv);
-                    const uint32_t words[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-                    for (int st = 0; st < 4; st++) {
-                        uint32_t a[4];
-                        q4_dequant_word(words[st], kc, a);
-                        mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
-                    }
+                    q4_tile_mma(acc[e], qv, sv, zv, xw); // the third design's four steps
                 }
             }
         }
         __syncwarp(); // every lane's reads of the slot are done: it may be refilled
         if (lane == 0 && c + R < nc) issue(c + R);
-        if (p == P - 1) {
-#pragma unroll
-            for (int tt = 0; tt < T; tt++)
-                gv_flush<F>(make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]),
-                            make_float4(acc[(F - 1) * T + tt][0], acc[(F - 1) * T + tt][1],
-                                        acc[(F - 1) * T + tt][2], acc[(F - 1) * T + tt][3]),
-                            y, bias, epi, M, N, unit_nt(j) + tt, warp, f, s, S, CS,
-                            (j * T + tt) & 1, &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
-#pragma unroll
-            for (int e = 0; e < E; e++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
-        }
+        if (p == P - 1)
+            gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(j), j, warp, f, s, S, CS,
+                                &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
     }
     if (CS > 1) cg::this_cluster().sync(); // keep every CTA's partials alive until rank 0 read them
 }
