@@ -842,7 +842,7 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
 //     edge copies the last real tile, as the third design reloads it, and is never stored.
 // The arithmetic per warp is the third design's: the same words, scale pairs and zero points
 // per lane (q4_lane_load's addressing), q4_dequant_word and mma_16816 in the same order, so at
-// the same plan the outputs equal the third design's bit for bit (test_cuda_gemm --op gemv5).
+// the same plan the outputs equal the third design's bit for bit (test_cuda_gemm --op gemv5_bits).
 // =============================================================================================
 constexpr int GV5_TILE = 512 + 64 + 16; // a packed tile's bytes: words, scales, zero points
 constexpr int GV5_MAX_R = 2;
