@@ -231,6 +231,26 @@ struct gv_item {
     uint32_t s[2], z[2];
 };
 
+// A warp's E accumulator fragments zeroed (the streaming, third and fifth designs: at the start
+// and after each group's flush).
+template <int E> __device__ __forceinline__ void gv_zero(float (&acc)[E][4]) {
+#pragma unroll
+    for (int e = 0; e < E; e++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+}
+
+// x of a warp's first min(MAX, n) steps (step i: k tile kb + i % L of its token row) into L1
+// right after the wait, so x's L2 round trip overlaps the weights' (x is the previous kernel's
+// output). MAX is a compile-time bound so the loop unrolls as the kernels' own loops did.
+template <int MAX>
+__device__ __forceinline__ void gv_prefetch_x_l1(const __half *xrow, int kb, int L, int n) {
+    for (int i = 0; i < MAX && i < n; i++) {
+        const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
+    }
+}
+
 // The outputs of one group (feature tile nt): direct stores (st == 1), or the split partials
 // reduced in split order by the s == 0 warp of the feature tile (of cluster rank 0). Out of line:
 // inlined at each of the ring's U unrolled steps it made the kernel ~20k instructions, past the
@@ -327,10 +347,7 @@ __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
             }
     }
     float acc[F][4];
-#pragma unroll
-    for (int ff = 0; ff < F; ff++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[ff][i] = 0.0f;
+    gv_zero(acc);
 
     // Load cursor, as byte offsets into the packed arrays (tile ti at q + 512 ti, s + 64 ti,
     // z + 16 ti), stepped by one tile along the warp's k range and, past its end, to the same
@@ -381,11 +398,7 @@ __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
 
     // x of the first U tiles into L1 now, so its L2 round trip overlaps the weights' (x is the
     // previous kernel's output: read only after the wait)
-    if (!PRO && tok)
-        for (int i = 0; i < U && i < n; i++) {
-            const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
-        }
+    if (!PRO && tok) gv_prefetch_x_l1<U>(xrow, kb, L, n);
     int cj = 0, cr = 0;                                     // compute cursor
     const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the tile being computed
     for (int i0 = 0; i0 < n; i0 += U) {
@@ -424,10 +437,7 @@ __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
                 cr = 0;
                 cj++;
                 px = px0;
-#pragma unroll
-                for (int ff = 0; ff < F; ff++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) acc[ff][i] = 0.0f;
+                gv_zero(acc);
             }
         }
     }
@@ -619,10 +629,7 @@ __device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, c
                                 acc[(F - 1) * T + tt][2], acc[(F - 1) * T + tt][3]),
                     y, bias, epi, M, N, nt0 + tt, warp, f, s, S, CS, (j * T + tt) & 1, red, mul,
                     ldm);
-#pragma unroll
-    for (int e = 0; e < F * T; e++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+    gv_zero(acc);
 }
 
 template <int F, int T, int U, bool PRO>
@@ -716,18 +723,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
         xrow = xs + (size_t)xr * K + 16 * t;
     } else {
         xrow = x + (size_t)xr * K + 16 * t;
-        // x of the first U steps into L1 now, so its L2 round trip overlaps the weights'
-        for (int i = 0; i < U && i < n; i++) {
-            const __half *pxi = xrow + (size_t)(kb + i % L) * 64;
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
-        }
+        gv_prefetch_x_l1<U>(xrow, kb, L, n); // x of the first U steps
     }
 
     float acc[E][4];
-#pragma unroll
-    for (int e = 0; e < E; e++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+    gv_zero(acc);
     int cj = 0, cr = 0;                                   // compute cursor
     const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the step being computed
     for (int i0 = 0; i0 < n; i0 += U) {
@@ -924,18 +924,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         xrow = xs + (size_t)xr * K + 16 * t;
     } else {
         xrow = x + (size_t)xr * K + 16 * t;
-        // x of the warp's first steps into L1 while the weights land (the same every group)
-        for (int i = 0; i < 8 && i < L; i++) {
-            const __half *pxi = xrow + (size_t)(kb + i) * 64;
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
-        }
+        // x of the warp's first (up to 8) steps, the same every group
+        gv_prefetch_x_l1<8>(xrow, kb, L, L);
     }
 
     float acc[E][4];
-#pragma unroll
-    for (int e = 0; e < E; e++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[e][i] = 0.0f;
+    gv_zero(acc);
     const __half *px0 = xrow + (size_t)kb * 64;
     for (int c = 0; c < nc; c++) {
         const int j = c / P, p = c % P, k0 = p * C, len = L - k0 < C ? L - k0 : C;
