@@ -774,8 +774,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
 constexpr int GV3_U = 4;
 
 int gemv3_u() {
-    static const int u = env_int("G4_GEMV3_U", 4, 2, 4);
-    return u == 2 ? 2 : 4;
+    static int two = -1; // G4_GEMV3_U=2 (any other value: the default U)
+    return g4_cuda_env_is(&two, "G4_GEMV3_U", "2") ? 2 : GV3_U;
 }
 
 template <bool FUSED, bool PRO, int U>
