@@ -127,8 +127,9 @@
 #            G4_BATCH_PREFILL_ONE=1 G4_BATCH_PROMPT_ROWS=0 (the front ends on the stepping thread,
 #            the earlier rounds with a prefill budget of one chunk: one prompt chunk a round)
 #            and with G4_BATCH_GRAPH=1 (the batch step captured per row count)
-#   alt_greedy  issue 30: a greedy CUDA-vs-CPU difference on the alt package, near-tie or bug
-#            (teacher-forced logits on both backends; tools/python/greedy_ties.py; after build)
+#   alt_greedy  issue 30: alt_run's greedy CUDA-vs-CPU check alone (where they differ: near-tie
+#            or bug, from teacher-forced logits on both backends, tools/python/greedy_ties.py;
+#            after build, makes the alt f16 package if absent)
 #   alt      issue 30, a Gemma-4 of another shape than E2B at full scale = alt_make + alt_run
 #            (after build; ~7-10 min in all, see bench/NOTES.md): alt_make makes it
 #            (tools/python/make_package.py --preset alt [--hidden $ALT_HIDDEN]: hidden 2048, 24
@@ -1278,37 +1279,33 @@ stage_alt_make() {
     stamp "alt dumps made"
 }
 
-# Issue 30: is a greedy CUDA-vs-CPU difference on the alt package a near-tie or a decode bug?
-# (after build; makes $WORK/alt/f16 alone when alt_make did not run, ~80 s). The CUDA greedy
-# tokens are teacher-forced through `g4cu logits` on CUDA and on the CPU: tools/python/
-# greedy_ties.py says at each step whether the CUDA decode step chose the CUDA prefill's argmax
-# (the decode path against the prefill path that `compare` checks against HF), and where the CPU
-# first prefers another token, the CPU's margin between the two against the two backends'
-# logit difference there (a near-tie: margin below the difference).
-stage_alt_greedy() {
-    local d="$WORK/alt" ids b
-    if [ ! -d "$d/f16" ]; then
-        mkdir -p "$d"
-        python3 tools/python/make_package.py "$d" --preset alt >"$OUT/alt_greedy_make.log" 2>&1 ||
-            { tail -20 "$OUT/alt_greedy_make.log"; return 1; }
-        stamp "alt f16 made"
+# Issue 30: greedy decoding on CUDA and on the CPU (32 tokens after the prompt IDS) on the alt
+# package PKG, and where they differ, whether that is a near-tie or a decode bug: the CUDA
+# tokens teacher-forced through `g4cu logits` on both backends, tools/python/greedy_ties.py
+# saying at each step whether the CUDA decode step chose the CUDA prefill's argmax (the decode
+# path against the prefill path that `compare` checks against HF), and at the first difference
+# the CPU's margin against the two backends' logit difference on those two tokens.
+alt_greedy_check() {
+    local pkg=$1 ids=$2 b full
+    for b in cuda cpu; do
+        build-gpu/g4cu generate "$pkg" --ids "$ids" --max-new 32 --ignore-eos --backend $b --json \
+            >"$OUT/alt_gen_$b.json" 2>"$OUT/alt_gen_$b.err" ||
+            { echo "alt greedy: generate $b failed: $(head -2 "$OUT/alt_gen_$b.err")"; return 1; }
+    done
+    if cmp -s <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cuda.json") <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cpu.json"); then
+        echo "alt greedy cuda == cpu (32 tokens): same"
+        return 0
     fi
-    ids=$(seq -s, 7 22)
-    for b in cuda cpu; do
-        build-gpu/g4cu generate "$d/f16" --ids "$ids" --max-new 32 --ignore-eos --backend $b --json \
-            >"$OUT/alt_greedy_gen_$b.json" 2>"$OUT/alt_greedy_gen_$b.err" ||
-            { echo "alt_greedy: generate $b failed: $(head -2 "$OUT/alt_greedy_gen_$b.err")"; return 1; }
-    done
-    local full
+    echo "alt greedy cuda vs cpu: differ; teacher-forced logits on both backends:"
     full=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["tokens"]; print(sys.argv[2] + "," + ",".join(map(str, t[:-1])))' \
-        "$OUT/alt_greedy_gen_cuda.json" "$ids")
+        "$OUT/alt_gen_cuda.json" "$ids")
     for b in cuda cpu; do
-        build-gpu/g4cu logits "$d/f16" --ids "$full" --backend $b --out "$OUT/alt_greedy_logits_$b.npy" \
-            >"$OUT/alt_greedy_logits_$b.log" 2>&1 || { echo "alt_greedy: logits $b failed: $(tail -1 "$OUT/alt_greedy_logits_$b.log")"; return 1; }
+        build-gpu/g4cu logits "$pkg" --ids "$full" --backend $b --out "$OUT/alt_greedy_logits_$b.npy" \
+            >"$OUT/alt_greedy_logits_$b.log" 2>&1 || { echo "alt greedy: logits $b failed: $(tail -1 "$OUT/alt_greedy_logits_$b.log")"; return 1; }
     done
-    python3 tools/python/greedy_ties.py --prompt-len 16 --gen-cuda "$OUT/alt_greedy_gen_cuda.json" \
-        --gen-cpu "$OUT/alt_greedy_gen_cpu.json" --cuda "$OUT/alt_greedy_logits_cuda.npy" \
-        --cpu "$OUT/alt_greedy_logits_cpu.npy"
+    python3 tools/python/greedy_ties.py --prompt-len "$(tr ',' '\n' <<<"$ids" | wc -l)" \
+        --gen-cuda "$OUT/alt_gen_cuda.json" --gen-cpu "$OUT/alt_gen_cpu.json" \
+        --cuda "$OUT/alt_greedy_logits_cuda.npy" --cpu "$OUT/alt_greedy_logits_cpu.npy"
 }
 
 stage_alt_run() {
@@ -1321,26 +1318,28 @@ stage_alt_run() {
     done
     build-gpu/g4cu compare "$d/f16" "$d/q4" --backend cuda --ids "$(seq -s, 5 44)" >"$OUT/alt_fidelity_q4.txt" 2>&1
     echo "alt Q4 vs f16 (cuda, 40 ids; fidelity, not a verdict): $(grep KL "$OUT/alt_fidelity_q4.txt")"
-    local ids b
+    local ids
     ids=$(python3 -c 'import json; print(",".join(map(str, json.load(open("'"$d"'/dumps/meta.json"))["cases"][0]["ids"])))' 2>/dev/null)
-    [ -n "$ids" ] || ids=$(seq -s, 7 22)
-    for b in cuda cpu; do
-        build-gpu/g4cu generate "$d/f16" --ids "$ids" --max-new 32 --ignore-eos --backend $b --json \
-            >"$OUT/alt_gen_$b.json" 2>"$OUT/alt_gen_$b.err"
-    done
-    if ! grep -q '"tokens":\[' "$OUT/alt_gen_cuda.json" || ! grep -q '"tokens":\[' "$OUT/alt_gen_cpu.json"; then
-        echo "alt greedy: a run failed: $(cat "$OUT/alt_gen_cuda.err" "$OUT/alt_gen_cpu.err" | head -2)"
-    elif cmp -s <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cuda.json") <(grep -o '"tokens":\[[^]]*\]' "$OUT/alt_gen_cpu.json"); then
-        echo "alt greedy cuda == cpu (32 tokens): same"
-    else
-        echo "alt greedy cuda vs cpu: differ (a near-tie, or a bug: $OUT/alt_gen_*.json)"
-    fi
+    alt_greedy_check "$d/f16" "${ids:-$(seq -s, 7 22)}"
     stamp "alt compared"
     build-gpu/g4cu bench "$d/f16" "$d/q4" --reps 5 --json "$OUT/alt_bench.json" 2>&1 | tee "$OUT/alt_bench.txt"
     stamp "alt benched"
 }
 
 stage_alt() { stage_alt_make && stage_alt_run; }
+
+# The alt package's greedy check alone (after build; makes $WORK/alt/f16 when alt_make did not
+# run, ~2 min): alt_greedy_check on the prompt 7..22.
+stage_alt_greedy() {
+    local d="$WORK/alt"
+    if [ ! -d "$d/f16" ]; then
+        mkdir -p "$d"
+        python3 tools/python/make_package.py "$d" --preset alt >"$OUT/alt_greedy_make.log" 2>&1 ||
+            { tail -20 "$OUT/alt_greedy_make.log"; return 1; }
+        stamp "alt f16 made"
+    fi
+    alt_greedy_check "$d/f16" "$(seq -s, 7 22)"
+}
 
 stage_e2b_bg() {
     mkdir -p "$WORK/e2b"
