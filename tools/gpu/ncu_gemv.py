@@ -31,7 +31,7 @@ def read(path):
         unit = r.get("Metric Unit", "")
         if r["Metric Name"] == "gpu__time_duration.sum":  # to microseconds
             x = x / 1000.0 if unit.startswith("n") else x * 1000.0 if unit.startswith("m") else x
-        if r["Metric Name"].endswith("bytes_read.sum") or r["Metric Name"].endswith("t_bytes.sum"):
+        if r["Metric Name"] == "dram__bytes_read.sum":
             scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6,
                      "GB": 1e9}
             x *= scale.get(unit, 1)
@@ -64,7 +64,7 @@ def mean(ks, m):
     return sum(v) / len(v) if v else float("nan")
 
 
-def summarise(path, peak_gbs=4800.0):
+def summarise(path):
     lines = []
     for (name, grid, block), ks in runs(read(path)):
         us = mean(ks, "gpu__time_duration.sum")

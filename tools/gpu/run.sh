@@ -923,7 +923,6 @@ stage_ncu_gemv() {
     m+=",dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed"
     m+=",sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
     m+=",smsp__inst_executed.sum,launch__registers_per_thread,launch__grid_size,launch__block_size"
-    m+=",launch__occupancy_limit_registers,l1tex__t_bytes.sum,lts__t_bytes.sum"
     local r
     for r in long_scoreboard short_scoreboard mio_throttle lg_throttle math_pipe_throttle wait \
         barrier membar not_selected selected dispatch_stall no_instruction branch_resolving \
