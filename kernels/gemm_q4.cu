@@ -461,14 +461,12 @@ struct gv_force_t {
 };
 gv_force_t g_gv_force = {0, 0};
 
-// `resident`: the CTAs of W warps an SM holds (2 at 128 registers; the third design's U = 2 form
-// holds 3): the K split's cap and, with PCPS (clamped to it), the persistent grid.
-gv_plan gemv_plan(int N, int K, bool fused, int W = GV_WARPS, int resident = 2) {
-    static int cps = -1, pcps_env = -1, u_env = -1, cap = -1;
+gv_plan gemv_plan(int N, int K, bool fused, int W = GV_WARPS) {
+    static int cps = -1, pcps = -1, u_env = -1, cap = -1;
     if (cps < 0) {
         cps = env_int("G4_GEMV_CPS", 1, 1, 2);
         cap = env_int("G4_GEMV_CTA_CAP", 2, 1, 3);
-        pcps_env = env_int("G4_GEMV_PCPS", 2, 1, 3);
+        pcps = env_int("G4_GEMV_PCPS", 2, 1, 2);
         u_env = env_int("G4_GEMV_U", 8, 2, 8);
     }
     const int NT = N / 16, KT = K / 64, sms = num_sms();
@@ -483,8 +481,7 @@ gv_plan gemv_plan(int N, int K, bool fused, int W = GV_WARPS, int resident = 2) 
     // only where each warp's k range then fits its ring, i.e. the whole weight is still in
     // flight at once).
     // (targets and caps in warps, 8 an SM per CPS; CTAs of W warps)
-    const int pcps = pcps_env < resident ? pcps_env : resident;
-    const long target = (long)sms * cps * GV_WARPS / W, hw_cap = (long)sms * resident * GV_WARPS / W,
+    const long target = (long)sms * cps * GV_WARPS / W, hw_cap = (long)sms * 2 * GV_WARPS / W,
                one_cap = (long)sms * GV_WARPS / W;
     const int ring = fused ? (u_env / 2 < 1 ? 1 : u_env / 2) : u_env;
     auto split = [&](long cap_ctas) {
@@ -633,7 +630,7 @@ __device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, c
 }
 
 template <int F, int T, int U, bool PRO>
-__global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
+__global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                       const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
                       int groups, int pf_items, gv_pro pro) {
@@ -764,29 +761,17 @@ __global__ void __launch_bounds__(GV_WARPS * 32, U <= 2 ? 3 : 2)
 // The third design's launch: the streaming kernel's plan (gemv_plan) on units of T feature tiles
 // (plain T = 2, fused T = 1), U = 4 steps in flight a warp (plain: 8 tiles, fused: 4 pairs: the
 // bytes of the streaming kernel's default U 8 / fused 4).
-//
-// G4_GEMV3_U=2 (read once; an A/B, off): U = 2 steps a warp in <= 85 registers, so 3 CTAs of 8
-// warps fit an SM (24 warps against 16), the K split may grow to 3 CTAs an SM and the persistent
-// grid takes G4_GEMV_PCPS up to 3. Nsight Compute (bench/NOTES.md "Why the Q4 GEMV streams below
-// the bandwidth") found these kernels latency-bound: 11-16 warps an SM resident, 33-58% of the
-// issue slots used, the warps stalled on the weight loads and on fixed-latency dependencies; the
-// same bytes in flight an SM over more warps hide more of both.
 constexpr int GV3_U = 4;
 
-int gemv3_u() {
-    static int two = -1; // G4_GEMV3_U=2 (any other value: the default U)
-    return g4_cuda_env_is(&two, "G4_GEMV3_U", "2") ? 2 : GV3_U;
-}
-
-template <bool FUSED, bool PRO, int U>
-void launch_gemv3_u(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                    int K, int epi, const gv_pro &pro, cudaStream_t stream) {
+template <bool FUSED, bool PRO>
+void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
     const int units = (N / 16 + T - 1) / T;
-    const gv_plan p = gemv_plan(16 * units, K, FUSED, GV_WARPS, U <= 2 ? 3 : 2);
+    const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8; // steps a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
-    auto kern = gemv_q4_v3_kernel<F, T, U, PRO>;
+    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO>;
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
         static bool opted = false;
         if (!opted) {
@@ -797,22 +782,13 @@ void launch_gemv3_u(void *y, const __half *x, q4w w0, q4w w1, const __half *bias
     }
     // (the kernel named at each launch: tests/test_pdl_sass.sh reads launch sites by name)
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, U, PRO>, dim3(p.grid, p.CS, 1),
+        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, p.CS, 1),
                               dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
                               w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_v3_kernel<F, T, U, PRO>, dim3(p.grid, 1, 1),
+        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro);
-}
-
-template <bool FUSED, bool PRO>
-void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                  int epi, const gv_pro &pro, cudaStream_t stream) {
-    if (gemv3_u() == 2)
-        launch_gemv3_u<FUSED, PRO, 2>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
-    else
-        launch_gemv3_u<FUSED, PRO, GV3_U>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
 }
 
 // =============================================================================================
@@ -1000,7 +976,7 @@ bool gemv5_plan(int M, int N, int K, bool fused, bool pro, size_t static_bytes, 
     static const int res = env_int("G4_GEMV5_RES", 2, 1, 2);
     const int F = fused ? 2 : 1, T = fused ? 1 : 2, E = F * T;
     const int units = (N / 16 + T - 1) / T, KT = K / 64;
-    o->p = gemv_plan(16 * units, K, fused, GV_WARPS, 2);
+    o->p = gemv_plan(16 * units, K, fused);
     const gv_plan &p = o->p;
     const int ST = p.S * p.CS, Lmax = (KT + ST - 1) / ST;
     const gv5_dev d = gv5_device();

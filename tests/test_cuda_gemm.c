@@ -1207,15 +1207,9 @@ static void run_reject_forced(void) {
 // The fifth Q4 GEMV design against the third on the same inputs and plan (--op q4/gemv5_bits):
 // the same per-warp arithmetic in the same order, so the outputs must match bit for bit (not
 // within a tolerance), on one-chunk rings, chunked ones (many groups a CTA, long k ranges),
-// units past the edge, fused and plain, forced splits over a cluster. Both designs' plans are
-// gemv_plan at 2 CTAs an SM; G4_GEMV3_U=2 gives the third another plan: skipped then.
+// units past the edge, fused and plain, forced splits over a cluster.
 static void run_gemv5_bits(void) {
     printf("case op=q4/gemv5_bits: G4_GEMV=v5 equals G4_GEMV=v3 bit for bit\n");
-    const char *u = getenv("G4_GEMV3_U");
-    if (u && !strcmp(u, "2")) { // exactly when kernels/gemm_q4.cu gemv3_u() takes the U = 2 form
-        printf("  skipped: G4_GEMV3_U=2 gives the third design another plan\n");
-        return;
-    }
     static const struct {
         int glu, M, N, K, epi, bias, split, ctas;
     } sh[] = {
