@@ -18,7 +18,6 @@
 #include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
 #include "kernels/q4_tile.cuh"
-#include "kernels/wgmma_common.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -231,7 +230,7 @@ struct gv_item {
     uint32_t s[2], z[2];
 };
 
-// A warp's E accumulator fragments zeroed (the streaming, third and fifth designs: at the start
+// A warp's E accumulator fragments zeroed (the streaming and third designs: at the start
 // and after each group's flush).
 template <int E> __device__ __forceinline__ void gv_zero(float (&acc)[E][4]) {
 #pragma unroll
@@ -596,8 +595,8 @@ __device__ __forceinline__ const char *mad_wide(uint32_t a, uint32_t b, const ch
     return r;
 }
 
-// A lane's x fragment of one step (the third and fifth designs): x[16 t .. 16 t + 15] of its
-// token row at px, from shared memory (SMEM: the add-norm prologue's) or through L1.
+// A lane's x fragment of one step (the third design): x[16 t .. 16 t + 15] of its token row at
+// px, from shared memory (SMEM: the add-norm prologue's) or through L1.
 template <bool SMEM> __device__ __forceinline__ void gv_x_frag(const __half *px, uint32_t xw[8]) {
     uint4 xa, xb;
     if constexpr (SMEM) {
@@ -611,9 +610,9 @@ template <bool SMEM> __device__ __forceinline__ void gv_x_frag(const __half *px,
     xw[4] = xb.x, xw[5] = xb.y, xw[6] = xb.z, xw[7] = xb.w;
 }
 
-// The end of a warp's unit in group j (the third and fifth designs): each of its T feature tiles
-// (from nt0) flushed (gv_flush: the F weights' accumulators acc[ff * T + tt]), then the
-// accumulators zeroed for the next group.
+// The end of a warp's unit in group j (the third design): each of its T feature tiles (from
+// nt0) flushed (gv_flush: the F weights' accumulators acc[ff * T + tt]), then the accumulators
+// zeroed for the next group.
 template <int F, int T>
 __device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, const __half *bias,
                                               int epi, int M, int N, int nt0, int j, int warp,
@@ -789,253 +788,6 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
         g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro);
-}
-
-// =============================================================================================
-// GEMV (M <= 8), the fifth design (issue 29, G4_GEMV=v5, forced only; bench/NOTES.md "The Q4
-// GEMV's fifth design: warp-private shared-memory rings"). The third design's plan, units,
-// groups and reductions (gemv_plan, gv_flush, the fused gate/up GELU epilogue, the add-norm
-// prologue, the PLE-gate multiplier), but a warp's weights reach it through a ring of R slots
-// in shared memory that only that warp uses, filled by bulk copies (cp.async.bulk global ->
-// shared, completion counted on one mbarrier a slot), instead of U = 4 steps in registers.
-//   - Why: Nsight Compute found the third design latency-bound (fused gate/up wide: 18%
-//     occupancy, 40% of the issue slots, 29% of DRAM; the largest stalls the weight loads): a
-//     warp whose unit spans 12 k steps waits on three DRAM round trips in series. A slot holds
-//     up to a unit's whole k range of a group, so one round trip brings it all.
-//   - A chunk: C consecutive k steps of the warp's unit in one group (a group's range of L
-//     steps is ceil(L / C) chunks; C = L where the ring fits it). The unit's tiles of one item
-//     are contiguous along k in the packed layout (q4_pack.h), so a chunk of E items is 3 E bulk
-//     copies (words, scales, zero points; all 16-byte multiples), laid out in the slot as words
-//     [E][len][512], scales [E][len][64], zero points [E][len][16].
-//   - Lane 0 of each warp issues its own warp's copies, each warp waits only on its own
-//     barriers (all lanes poll try_wait.parity): no CTA barrier but gv_flush's. Chunk c goes to
-//     slot c % R; after the warp has read slot c % R (every LDS value consumed by its MMA), a
-//     __syncwarp, then lane 0 refills it with chunk c + R.
-//   - Before the PDL wait: the barriers' init and the first R chunks' copies (immutable
-//     weights into the warp's own shared memory; tests/test_pdl_sass.sh allows UBLKCP there for
-//     this kernel). A unit wholly past the edge (the last group's missing units) copies nothing
-//     (a plain arrival completes its phase) and computes nothing; a unit's second tile past the
-//     edge copies the last real tile, as the third design reloads it, and is never stored.
-// The arithmetic per warp is the third design's: the same words, scale pairs and zero points
-// per lane (q4_lane_load's addressing), q4_dequant_word and mma_16816 in the same order, so at
-// the same plan the outputs equal the third design's bit for bit (test_cuda_gemm --op gemv5_bits).
-// =============================================================================================
-constexpr int GV5_TILE = 512 + 64 + 16; // a packed tile's bytes: words, scales, zero points
-constexpr int GV5_MAX_R = 2;
-
-__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes,
-                                         uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(smem_u32(dst)),
-                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-template <int F, int T, bool PRO>
-__global__ void __launch_bounds__(GV_WARPS * 32, 2)
-    gemv_q4_v5_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
-                      const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
-                      int groups, int C, int R, int slot_bytes, int xs_bytes, gv_pro pro) {
-    constexpr int E = F * T;                   // items a step: weight ff's tile tt is ff * T + tt
-    __shared__ float4 red[2][GV_WARPS][F][32]; // split partials, double-buffered by flush
-    __shared__ uint64_t bars[GV_WARPS][GV5_MAX_R];
-    extern __shared__ __align__(128) unsigned char gv5_smem[]; // [xs (PRO)][8 warps][R slots]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int NT = N / 16, KT = K / 64;
-    const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
-    const int rank = blockIdx.y, ST = S * CS, sp = rank * S + s;
-    const int kb = (int)((long long)KT * sp / ST), L = (int)((long long)KT * (sp + 1) / ST) - kb;
-    const int G = gridDim.x;
-    const int nj = (groups - (int)blockIdx.x + G - 1) / G; // groups this CTA walks
-    const int P = (L + C - 1) / C, nc = nj * P;            // chunks a group, this warp's chunks
-    const int pair = 2 * g + (t >> 1);
-    const int xr = g < M ? g : 0; // B column g is token g; columns >= M (never stored) read row 0
-    unsigned char *ring = gv5_smem + xs_bytes + (size_t)warp * R * slot_bytes;
-    // first feature tile of the warp's unit in its j-th group (>= NT: past the edge, no output)
-    auto unit_nt = [&](int j) { return (((int)blockIdx.x + j * G) * FT + f) * T; };
-
-    // Lane 0: chunk c's copies into slot c % R.
-    auto issue = [&](int c) {
-        const int j = c / P, p = c % P, k0 = p * C, len = L - k0 < C ? L - k0 : C;
-        unsigned char *dst = ring + (size_t)(c % R) * slot_bytes;
-        uint64_t *bar = &bars[warp][c % R];
-        const int nt0 = unit_nt(j);
-        if (nt0 >= NT) { // nothing to read: complete the phase
-            mbar_arrive(bar);
-            return;
-        }
-        mbar_expect_tx(bar, (uint32_t)(E * len * GV5_TILE));
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const int nt = nt0 + tt < NT ? nt0 + tt : NT - 1;
-            const size_t ti = (size_t)nt * KT + kb + k0; // the run's first tile
-#pragma unroll
-            for (int ff = 0; ff < F; ff++) {
-                const int e = ff * T + tt;
-                const q4w &w = ff ? w1 : w0;
-                bulk_g2s(dst + (size_t)e * len * 512, (const char *)w.q + ti * 512,
-                         (uint32_t)len * 512, bar);
-                bulk_g2s(dst + (size_t)E * len * 512 + (size_t)e * len * 64,
-                         (const char *)w.s + ti * 64, (uint32_t)len * 64, bar);
-                bulk_g2s(dst + (size_t)E * len * 576 + (size_t)e * len * 16,
-                         (const char *)w.z + ti * 16, (uint32_t)len * 16, bar);
-            }
-        }
-    };
-
-    // PDL prologue (pdl.cuh rule 1): the warp's barriers and the bulk copies of its first R
-    // chunks (immutable weights into its own shared memory), nothing else.
-    if (lane == 0) {
-        for (int i = 0; i < R; i++) mbar_init(&bars[warp][i], 1);
-        fence_mbar_init();
-        for (int c = 0; c < R && c < nc; c++) issue(c);
-    }
-    __syncwarp(); // the barriers are initialised before the warp's lanes poll them
-    g4_pdl_wait();
-    g4_pdl_trigger();
-    const __half *xrow;
-    if constexpr (PRO) {
-        __half *xs = (__half *)gv5_smem;
-        gv_norm_prologue(pro, xs, M, K);
-        xrow = xs + (size_t)xr * K + 16 * t;
-    } else {
-        xrow = x + (size_t)xr * K + 16 * t;
-        // x of the warp's first (up to 8) steps, the same every group
-        gv_prefetch_x_l1<8>(xrow, kb, L, L);
-    }
-
-    float acc[E][4];
-    gv_zero(acc);
-    const __half *px0 = xrow + (size_t)kb * 64;
-    for (int c = 0; c < nc; c++) {
-        const int j = c / P, p = c % P, k0 = p * C, len = L - k0 < C ? L - k0 : C;
-        // the chunk's bytes landed; a unit past the edge (warp-uniform) computes nothing
-        mbar_wait(&bars[warp][c % R], (uint32_t)(c / R) & 1u);
-        if (unit_nt(j) < NT) {
-            const unsigned char *sl = ring + (size_t)(c % R) * slot_bytes;
-            const unsigned char *sq = sl + 16 * lane, *ss = sl + (size_t)E * len * 512 + 4 * pair,
-                                *sz = sl + (size_t)E * len * 576 + pair;
-            const __half *px = px0 + (size_t)k0 * 64;
-#pragma unroll 2
-            for (int i = 0; i < len; i++, px += 64) {
-                uint32_t xw[8];
-                gv_x_frag<PRO>(px, xw);
-#pragma unroll
-                for (int e = 0; e < E; e++) {
-                    const int r = e * len + i; // the item's tile i in the slot
-                    const uint4 qv = *(const uint4 *)(sq + (size_t)r * 512);
-                    const uint32_t sv = *(const uint32_t *)(ss + (size_t)r * 64);
-                    const uint32_t zv = sz[(size_t)r * 16];
-                    q4_tile_mma(acc[e], qv, sv, zv, xw); // the third design's four steps
-                }
-            }
-        }
-        __syncwarp(); // every lane's reads of the slot are done: it may be refilled
-        if (lane == 0 && c + R < nc) issue(c + R);
-        if (p == P - 1)
-            gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(j), j, warp, f, s, S, CS,
-                                &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
-    }
-    if (CS > 1) cg::this_cluster().sync(); // keep every CTA's partials alive until rank 0 read them
-}
-
-// The fifth design's plan: the third design's (gemv_plan on units of T feature tiles, 2 CTAs an
-// SM) and its ring: R slots a warp of C steps each. The ring is sized for G4_GEMV5_RES CTAs an
-// SM (read once; default 2, the plan's residency; 1: one CTA an SM with up to 227 KB, an A/B),
-// never past the per-block limit. R = 1 and C = L where a CTA walks one group and its whole k
-// range fits (every copy issued before the PDL wait); else R = 2 with C the most steps two slots
-// hold (C = L where they hold the range), the group's range cut into equal chunks. false: not
-// even one step fits (the caller runs the third design).
-struct gv5_plan {
-    gv_plan p;
-    int C, R, slot, xs;
-    size_t smem;
-};
-
-struct gv5_dev {
-    int sm_smem, optin, reserved;
-};
-
-gv5_dev gv5_device() {
-    static gv5_dev d = {-1, 0, 0};
-    if (d.sm_smem < 0) {
-        int dev = 0;
-        G4_CUDA_CHECK(cudaGetDevice(&dev));
-        G4_CUDA_CHECK(
-            cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        G4_CUDA_CHECK(
-            cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-        G4_CUDA_CHECK(
-            cudaDeviceGetAttribute(&d.sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    }
-    return d;
-}
-
-// static_bytes: the kernel's static shared memory (red, the barriers, the prologue's scratch).
-bool gemv5_plan(int M, int N, int K, bool fused, bool pro, size_t static_bytes, gv5_plan *o) {
-    static const int res = env_int("G4_GEMV5_RES", 2, 1, 2);
-    const int F = fused ? 2 : 1, T = fused ? 1 : 2, E = F * T;
-    const int units = (N / 16 + T - 1) / T, KT = K / 64;
-    o->p = gemv_plan(16 * units, K, fused);
-    const gv_plan &p = o->p;
-    const int ST = p.S * p.CS, Lmax = (KT + ST - 1) / ST;
-    const gv5_dev d = gv5_device();
-    o->xs = pro ? (M * K * 2 + 127) / 128 * 128 : 0;
-    long per_cta = (long)d.sm_smem / res - d.reserved;
-    if (per_cta > d.optin) per_cta = d.optin;
-    per_cta -= (long)static_bytes + o->xs;
-    const long step = (long)E * GV5_TILE; // a step's bytes in a slot
-    const int nj = (p.groups + p.grid - 1) / p.grid;
-    if (nj == 1 && GV_WARPS * Lmax * step <= per_cta) {
-        o->R = 1;
-        o->C = Lmax;
-    } else {
-        o->R = 2;
-        long c = per_cta / (GV_WARPS * 2 * step);
-        if (c < 1) return false;
-        const int chunks = (int)((Lmax + c - 1) / c);
-        o->C = (Lmax + chunks - 1) / chunks; // equal chunks
-    }
-    o->slot = (int)(o->C * step);
-    o->smem = (size_t)o->xs + (size_t)GV_WARPS * o->R * o->slot;
-    return true;
-}
-
-// The fifth design for a shape it takes; false: none (a weight base not 16-byte aligned, tile
-// indices past 32 bits, or no ring fits), nothing launched, the caller runs the third design.
-template <bool FUSED, bool PRO>
-bool try_gemv5(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-               int epi, const gv_pro &pro, cudaStream_t stream) {
-    constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
-    auto aligned = [](const q4w &w) {
-        return ((uintptr_t)w.q | (uintptr_t)w.s | (uintptr_t)w.z) % 16 == 0;
-    };
-    if (!aligned(w0) || !aligned(w1)) return false;
-    auto kern = gemv_q4_v5_kernel<F, T, PRO>;
-    static size_t static_bytes = 0;
-    static bool opted = false;
-    if (!opted) { // the most dynamic shared memory a CTA may ask; the carveout left to the driver
-        cudaFuncAttributes a;
-        G4_CUDA_CHECK(cudaFuncGetAttributes(&a, kern));
-        static_bytes = a.sharedSizeBytes;
-        G4_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           gv5_device().optin - (int)static_bytes));
-        opted = true;
-    }
-    gv5_plan v;
-    if (!gemv5_plan(M, N, K, FUSED, PRO, static_bytes, &v)) return false;
-    const gv_plan &p = v.p;
-    // (the kernel named at each launch: tests/test_pdl_sass.sh reads launch sites by name)
-    if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_v5_kernel<F, T, PRO>, dim3(p.grid, p.CS, 1),
-                              dim3(GV_WARPS * 32, 1, 1), v.smem, stream, dim3(1, p.CS, 1), y, x, w0,
-                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, v.C, v.R, v.slot, v.xs,
-                              pro);
-    else
-        g4_pdl_launch(gemv_q4_v5_kernel<F, T, PRO>, dim3(p.grid, 1, 1), dim3(GV_WARPS * 32, 1, 1),
-                      v.smem, stream, y, x, w0, w1, bias, M, N, K, epi, p.S, p.CS, p.groups, v.C,
-                      v.R, v.slot, v.xs, pro);
-    return true;
 }
 
 // =============================================================================================
@@ -1246,35 +998,22 @@ int check_weight(const char *who, const g4_q4_weight *w) {
     return G4_OK;
 }
 
-// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 / v2 / v3 /
-// v5 in the environment (read once; A/B runs): 1 the earlier kernel (gemv_q4_kernel), 2 the
-// streaming one, 3 the third design (gemv_q4_v3_kernel), 5 the fifth (gemv_q4_v5_kernel, where
-// it takes the shape, else the third); 0 none (the choice below).
+// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 / v2 / v3 in
+// the environment (read once; A/B runs): 1 the earlier kernel (gemv_q4_kernel), 2 the streaming
+// one, 3 the third design (gemv_q4_v3_kernel); 0 none (the choice below).
 int g_gv_version = -1; // -1: the environment's
 int g_gv_last = 0;     // the design of the last Q4 GEMV launched (g4_gemm_gemv_last_design)
 int gemv_forced_version() {
     if (g_gv_version >= 0) return g_gv_version;
     static int env = -1;
     if (env < 0) {
-        static int v1 = -1, v2 = -1, v3 = -1, v5 = -1;
+        static int v1 = -1, v2 = -1, v3 = -1;
         env = g4_cuda_env_is(&v1, "G4_GEMV", "v1")   ? 1
               : g4_cuda_env_is(&v2, "G4_GEMV", "v2") ? 2
               : g4_cuda_env_is(&v3, "G4_GEMV", "v3") ? 3
-              : g4_cuda_env_is(&v5, "G4_GEMV", "v5") ? 5
                                                      : 0;
     }
     return env;
-}
-
-// G4_GEMV=v5auto (read once; an A/B, off): the automatic choice, but the fifth design wherever
-// that choice is the third (lm_head, ple_emb, the fused gate/up on 132-SM GPUs), so an
-// end-to-end A/B measures the ring where the third design's plan is the default, without the
-// small shapes that plan loses on (bench/NOTES.md "The Q4 GEMV, third design"). Not under a
-// design forced by g4_gemm_gemv_version.
-bool gemv_v5_where_v3() {
-    if (g_gv_version >= 0) return gemv_forced_version() == 5;
-    static int v5auto = -1;
-    return gemv_forced_version() == 5 || g4_cuda_env_is(&v5auto, "G4_GEMV", "v5auto");
 }
 
 // Whether the third design runs a shape: forced, or where it measured faster than the streaming
@@ -1283,13 +1022,12 @@ bool gemv_v5_where_v3() {
 // the earlier kernel, the default before, took 6.9 us in the same run); on 132-SM GPUs only,
 // like the earlier kernel's shapes. Elsewhere its two-tile
 // units split K further and cost 1.1-1.6x (q, o, k/v, down, the PLE gate and proj). A forced
-// plan (g4_gemm_gemv_force) is the streaming kernel's unless v3 (or v5) is forced too. The
-// kernel indexes tiles in 32 bits. Forced v5 takes this path too: the fifth design where it
-// takes the shape (try_gemv5), else the third.
+// plan (g4_gemm_gemv_force) is the streaming kernel's unless v3 is forced too. The kernel
+// indexes tiles in 32 bits.
 bool gemv_v3(int N, int K, bool fused) {
     if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
     const int force = gemv_forced_version();
-    if (force) return force == 3 || force == 5;
+    if (force) return force == 3;
     if (g_gv_force.split || g_gv_force.ctas) return false;
     if (num_sms() != 132) return false;
     return K == 1536 && (fused || N >= 8960);
@@ -1329,11 +1067,7 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
         g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
-        if (g_gv_last == 3 && gemv_v5_where_v3() &&
-            (wu ? try_gemv5<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream)
-                : try_gemv5<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream))) {
-            g_gv_last = 5;           // (G4_GEMV=v5 / v5auto only)
-        } else if (g_gv_last == 3) { // where it measured faster
+        if (g_gv_last == 3) { // where it measured faster
             if (wu)
                 launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
@@ -1438,13 +1172,7 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
     g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
-    if (g4k::g_gv_last == 3 && g4k::gemv_v5_where_v3() &&
-        (wu ? g4k::try_gemv5<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
-                                         stream)
-            : g4k::try_gemv5<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k,
-                                          epi, pro, stream))) {
-        g4k::g_gv_last = 5; // forced (G4_GEMV=v5 / v5auto) only
-    } else if (g4k::g_gv_last == 3) {
+    if (g4k::g_gv_last == 3) {
         if (wu)
             g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);
@@ -1481,9 +1209,8 @@ extern "C" int g4_gemm_gemv_force(int split, int max_ctas) {
 }
 
 extern "C" int g4_gemm_gemv_version(int version) {
-    if (version < -1 || version > 5 || version == 4) // (4, the refuted bulk design, is gone)
-        return g4_fail(G4_EUSER,
-                       "gemv version: %d, expected -1 (environment), 0 (automatic), 1..3 or 5",
+    if (version < -1 || version > 3)
+        return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..3",
                        version);
     g4k::g_gv_version = version;
     return G4_OK;

@@ -83,12 +83,12 @@ int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
 // feature-tile groups); 0 leaves a choice automatic. Not thread-safe; not for the engine.
 int g4_gemm_gemv_force(int split, int max_ctas);
 // Tests and benches only: force the Q4 GEMV design of M <= 8 (1 the earlier kernel, 2 the
-// streaming one, 3 the third design, 5 the fifth where it takes the shape (else the third); 0
-// the automatic choice; -1, the initial state, G4_GEMV's). Not thread-safe; not for the engine.
+// streaming one, 3 the third design; 0 the automatic choice; -1, the initial state, G4_GEMV's).
+// Not thread-safe; not for the engine.
 int g4_gemm_gemv_version(int version);
-// Tests only: the design (1, 2, 3, 5) of the last Q4 GEMV launched by g4_gemm_q4,
-// g4_gemm_q4_gelu_mul or g4_gemv_q4_add_norm with M <= 8 (0: none yet), so a test that forces a
-// design can check it ran.
+// Tests only: the design (1..3) of the last Q4 GEMV launched by g4_gemm_q4, g4_gemm_q4_gelu_mul
+// or g4_gemv_q4_add_norm with M <= 8 (0: none yet), so a test that forces a design can check it
+// ran.
 int g4_gemm_gemv_last_design(void);
 
 // w_out fp16 [K, N] = the dequantized weight, computed exactly as the kernels compute it (so it

@@ -159,12 +159,6 @@ static const char *op_name(op_kind o) {
 // V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
 #define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
     { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3, 0, 0 }
-// V5: V with the Q4 GEMV's fifth design forced (g4_gemm_gemv_version(5)), checked to have run
-// it (every case below fits its ring); E5: an E2B shape there: E5(op, M, S_xx, epi, bias).
-#define V5(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
-    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 5, 0, 0 }
-#define E5(op, M, ...)                                                                             \
-    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 5, 0, 0 }
 // SK: a skinny-path case (G4_GEMM_SKINNY) with a forced K split over the cluster (1, 2, 4, 8;
 // 0 = automatic, g4_gemm_skinny_force).
 #define SK(op, M, N, K, epi, bias, exact, split, what)                                             \
@@ -325,42 +319,6 @@ static const gcase cases[] = {
     E3(OP_Q4, 1, S_KVS, F16, 0), E3(OP_Q4, 1, S_OF, F16, 0), E3(OP_Q4, 1, S_UP, F16, 0),
     E3(OP_Q4, 8, S_DN2, F16, 0), E3(OP_Q4, 1, S_PP, F32A, 1), E3(OP_Q4, 3, S_PE, F16, 0),
     E3(OP_Q4_GLU, 1, S_UP, F16, 0), E3(OP_Q4_GLU, 8, S_UP2, F16, 0),
-    // the fifth design (G4_GEMV=v5): the third's plans and units, the weights through each
-    // warp's ring of bulk copies: units past the edge (odd tile counts 1..63, a unit's second
-    // tile or whole units of the last group), K from 1 to 192 k tiles (one chunk or several a
-    // group: lm_head-like N walk many groups in chunks), M 1..8, both epilogue families, the
-    // forced plans (splits in a CTA and over clusters, few CTAs walking many groups)
-    V5(OP_Q4, 1, 16, 64, F16, 0, 0, 0, 0, "v5 tiny, 1 tile"),
-    V5(OP_Q4, 2, 32, 64, F32, 1, 0, 0, 0, "v5 tiny, 2 tiles"),
-    V5(OP_Q4, 3, 48, 192, F32, 1, 0, 0, 0, "v5 odd, 3 tiles"),
-    V5(OP_Q4, 8, 272, 960, F16A, 1, 0, 0, 0, "v5 odd, 17 tiles, 15 k tiles"),
-    V5(OP_Q4, 1, 528, 3008, F16, 1, 0, 0, 0, "v5 odd, 33 tiles, 47 k tiles"),
-    V5(OP_Q4, 3, 752, 6144, F32A, 0, 0, 0, 0, "v5 odd, 47 tiles, K 6144"),
-    V5(OP_Q4, 8, 768, 12288, F16, 0, 0, 0, 0, "v5 48 tiles, K 12288"),
-    V5(OP_Q4, 5, 48, 256, F32, 0, 1, 0, 0, "v5 exact"),
-    V5(OP_Q4, 8, 1008, 960, F32, 0, 1, 0, 0, "v5 exact, 63 tiles"),
-    V5(OP_Q4, 1, 1008, 960, F32, 0, 1, 1, 1, "v5 exact, 1 CTA walks 4 groups"),
-    V5(OP_Q4, 8, 1008, 960, F32, 0, 1, 1, 3, "v5 exact, 3 CTAs"),
-    V5(OP_Q4, 3, 1008, 960, F16A, 1, 0, 2, 2, "v5 odd, split 2, 2 CTAs, residual add"),
-    V5(OP_Q4, 5, 1008, 960, F32, 0, 1, 4, 3, "v5 exact, split 4 (15 k tiles), 3 CTAs"),
-    V5(OP_Q4, 2, 1008, 960, F32A, 1, 0, 8, 1, "v5 odd, split 8, 1 CTA"),
-    V5(OP_Q4, 1, 48, 3008, F32, 0, 1, 16, 0, "v5 exact, split 16 over a cluster of 2"),
-    V5(OP_Q4, 1, 16, 4096, F32, 0, 1, 64, 0, "v5 exact, split 64"),
-    V5(OP_Q4, 4, 48, 192, F32, 0, 1, 64, 0, "v5 exact, split 64 clamped to 2 (3 k tiles)"),
-    V5(OP_Q4, 1, 65552, 1536, F16, 0, 0, 0, 0, "v5 lm_head-like, 4097 tiles, chunks"),
-    V5(OP_Q4, 3, 65536, 3008, F32, 0, 0, 0, 0, "v5 lm_head-like, 47 k tiles in chunks"),
-    V5(OP_Q4, 1, 1008, 12288, F32, 0, 0, 1, 2, "v5 2 CTAs, 192 k tiles in chunks"),
-    V5(OP_Q4_GLU, 1, 16, 64, F16, 0, 0, 0, 0, "v5 tiny"),
-    V5(OP_Q4_GLU, 3, 48, 960, F16, 0, 0, 0, 0, "v5 odd"),
-    V5(OP_Q4_GLU, 8, 528, 6144, F16, 0, 0, 0, 0, "v5 odd, 33 tiles, K 6144"),
-    V5(OP_Q4_GLU, 1, 1008, 960, F16, 0, 0, 1, 2, "v5 1 x 2 CTAs walk the groups"),
-    V5(OP_Q4_GLU, 8, 1008, 960, F16, 0, 0, 4, 3, "v5 split 4, 3 CTAs"),
-    V5(OP_Q4_GLU, 2, 48, 3008, F16, 0, 0, 16, 0, "v5 split 16 over a cluster"),
-    V5(OP_Q4_GLU, 3, 32784, 1536, F16, 0, 0, 0, 0, "v5 2049 tiles, chunks"),
-    E5(OP_Q4, 1, S_LM, F16, 0), E5(OP_Q4, 8, S_LM, F16, 0), E5(OP_Q4, 1, S_QS, F16, 0),
-    E5(OP_Q4, 1, S_KVS, F16, 0), E5(OP_Q4, 1, S_OF, F16, 0), E5(OP_Q4, 1, S_UP, F16, 0),
-    E5(OP_Q4, 3, S_DN, F16, 0), E5(OP_Q4, 8, S_DN2, F16, 0), E5(OP_Q4, 1, S_PP, F32A, 1),
-    E5(OP_Q4, 3, S_PE, F16, 0), E5(OP_Q4_GLU, 1, S_UP, F16, 0), E5(OP_Q4_GLU, 8, S_UP2, F16, 0),
 
     // --- Q4 GEMM (prefill): mma.sync and wgmma, same cases ---
 #define GEMM_Q4_CASES(A)                                                                          \
@@ -1204,81 +1162,6 @@ static void run_reject_forced(void) {
     CK(cudaFree(y));
 }
 
-// The fifth Q4 GEMV design against the third on the same inputs and plan (--op q4/gemv5_bits):
-// the same per-warp arithmetic in the same order, so the outputs must match bit for bit (not
-// within a tolerance), on one-chunk rings, chunked ones (many groups a CTA, long k ranges),
-// units past the edge, fused and plain, forced splits over a cluster.
-static void run_gemv5_bits(void) {
-    printf("case op=q4/gemv5_bits: G4_GEMV=v5 equals G4_GEMV=v3 bit for bit\n");
-    static const struct {
-        int glu, M, N, K, epi, bias, split, ctas;
-    } sh[] = {
-        {0, 1, 2048, 1536, F16, 0, 0, 0},  {0, 8, 272, 960, F32A, 1, 0, 0},
-        {0, 3, 1008, 12288, F32, 0, 1, 2}, {0, 1, 65552, 1536, F16, 0, 0, 0},
-        {0, 5, 48, 3008, F16, 1, 16, 0},   {0, 2, 1536, 6144, F32, 1, 0, 0},
-        {1, 1, 12288, 1536, F16, 0, 0, 0}, {1, 8, 6144, 1536, F16, 0, 0, 0},
-        {1, 3, 1008, 960, F16, 0, 1, 2},   {1, 2, 48, 3008, F16, 0, 16, 0},
-    };
-    for (size_t c = 0; c < sizeof sh / sizeof sh[0]; c++) {
-        const int M = sh[c].M, N = sh[c].N, K = sh[c].K, glu = sh[c].glu;
-        const g4_gemm_epi epi = sh[c].epi;
-        unsigned long long s = g_seed ^ (0x9e3779b97f4a7c15ull * (c + 1));
-        const size_t ybytes = (size_t)M * N * (out_is_f32(epi) ? 4 : 2);
-        uint16_t *x = rnd_f16((size_t)M * K, -4, 0, &s);
-        uint16_t *bias = sh[c].bias ? rnd_f16((size_t)N, -3, 0, &s) : NULL;
-        uint8_t *y0 = g4_malloc(ybytes), *got[2] = {g4_malloc(ybytes), g4_malloc(ybytes)};
-        for (size_t i = 0; i < ybytes; i++) y0[i] = (uint8_t)(g4t_rand_u64(&s) & 0x3b); // finite
-        q4_host qh[2];
-        g4_q4_weight qw[2];
-        memset(qw, 0, sizeof qw);
-        int rc = G4_OK;
-        for (int i = 0; i < 1 + glu && rc == G4_OK; i++) {
-            q4_host_make(&qh[i], N, K, 0, &s);
-            rc = g4_q4_repack(&qw[i], qh[i].q, qh[i].scales, qh[i].zp, N, K, 32);
-            q4_host_free(&qh[i]);
-        }
-        CHECK_MSG(rc == G4_OK, "repack: %s", g4_error());
-        void *dx = dev_upload(x, (size_t)M * K * 2),
-             *db = bias ? dev_upload(bias, (size_t)N * 2) : NULL;
-        void *dy = NULL;
-        CK(cudaMalloc(&dy, ybytes));
-        for (int v = 0; v < 2 && rc == G4_OK; v++) {
-            const int ver = v ? 5 : 3;
-            rc = g4_gemm_gemv_force(sh[c].split, sh[c].ctas);
-            if (rc == G4_OK) rc = g4_gemm_gemv_version(ver);
-            CK(cudaMemcpy(dy, y0, ybytes, cudaMemcpyHostToDevice));
-            if (rc == G4_OK)
-                rc = glu ? g4_gemm_q4_gelu_mul(dy, dx, &qw[0], &qw[1], M, GEMV, 0)
-                         : g4_gemm_q4(dy, dx, &qw[0], db, M, epi, GEMV, 0);
-            CHECK_MSG(rc == G4_OK, "design %d: %s", ver, g4_error());
-            CHECK_MSG(g4_gemm_gemv_last_design() == ver, "forced design %d, but design %d ran", ver,
-                      g4_gemm_gemv_last_design());
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(got[v], dy, ybytes, cudaMemcpyDeviceToHost));
-            g4_gemm_gemv_version(-1);
-            g4_gemm_gemv_force(0, 0);
-        }
-        size_t diff = 0;
-        for (size_t i = 0; i < ybytes; i++) diff += got[0][i] != got[1][i];
-        CHECK_MSG(rc == G4_OK && diff == 0, "%s M %d N %d K %d: %zu of %zu bytes differ",
-                  glu ? "fused" : "plain", M, N, K, diff, ybytes);
-        printf("  %s: %s M=%d N=%d K=%d epi=%s split=%d ctas=%d, %zu bytes %s\n",
-               rc == G4_OK && !diff ? "ok" : "FAIL", glu ? "fused" : "plain", M, N, K,
-               g4_gemm_epi_name(epi), sh[c].split, sh[c].ctas, ybytes,
-               diff ? "differ" : "identical");
-        CK(cudaFree(dy));
-        dev_free(dx);
-        dev_free(db);
-        for (int i = 0; i < 2; i++)
-            if (qw[i].q) g4_q4_weight_free(&qw[i]);
-        free(x);
-        free(bias);
-        free(y0);
-        free(got[0]);
-        free(got[1]);
-    }
-}
-
 // --- main ---------------------------------------------------------------------------------------
 
 // --emulate: a case that differs from an earlier one only in what reaches the GPU alone (the
@@ -1500,7 +1383,6 @@ int main(int argc, char **argv) {
         printf("device: %s\n", dev);
         if (!op || strstr("reject", op)) run_reject_forced();
         if (!op || strstr("f16_add_norm/gemv", op)) run_add_norm_cases();
-        if (!op || strstr("q4/gemv5_bits", op)) run_gemv5_bits();
     }
     const double t0 = now_s();
     int ran = 0, same = 0, over = 0;

@@ -7,12 +7,6 @@
 #     prefetch CCTL.E.PF*) comes before the first one in program order, except the immutable
 #     weights' stream loads (ldg_stream*: LDG.E...NA...CONSTANT, used for nothing else);
 #   - griddepcontrol.launch_dependents (SASS PREEXIT) is present, after the wait.
-# One more form is allowed before the wait, only in the kernels named in BULK_OK below: the bulk
-# copy global -> the CTA's own shared memory (cp.async.bulk.shared::cluster.global, SASS
-# UBLKCP.S.G). The SASS cannot tell what it reads, so each listed kernel must issue it before
-# the wait for immutable weights only (pdl.cuh rule 1: a read of weights, like ldg_stream, into
-# memory no other grid sees). Listed: gemm_q4.cu's fifth GEMV design (gemv_q4_v5_kernel: each
-# warp's first chunks of packed Q4 weights into its own ring).
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
 # site but in no SASS function fails (a renamed kernel or a launch written another way).
@@ -52,10 +46,8 @@ fi
     exit 1
 }
 
-BULK_OK="gemv_q4_v5_kernel"
 perl -e '
-    my ($names, $sass, $sites, $bulk_ok) = @ARGV;
-    my %bulk = map { $_ => 1 } split / /, $bulk_ok;
+    my ($names, $sass, $sites) = @ARGV;
     open my $nf, "<", $names or die; chomp(my @names = <$nf>);
     my (%code, @order, $fn);
     open my $sf, "<", $sass or die;
@@ -77,8 +69,7 @@ perl -e '
             $checked++;
             if (!defined $wait) { print "FAIL $f: no griddepcontrol.wait (ACQBULK)\n"; $fail++; next; }
             my @early = grep { $ops[$_] =~ $bad_re && $ops[$_] !~ /^CCTL\.E\.PF[12]/ &&
-                               $ops[$_] !~ /^LDG\.E(?:\.[A-Z0-9_]+)*\.NA(?:\.[A-Z0-9_]+)*\.CONSTANT$/ &&
-                               !($bulk{$n} && $ops[$_] eq "UBLKCP.S.G") } 0 .. $wait - 1;
+                               $ops[$_] !~ /^LDG\.E(?:\.[A-Z0-9_]+)*\.NA(?:\.[A-Z0-9_]+)*\.CONSTANT$/ } 0 .. $wait - 1;
             if (@early) {
                 print "FAIL $f: global memory access before the wait: " .
                     join(", ", map { "$ops[$_] (#$_)" } @early[0 .. ($#early < 4 ? $#early : 4)]) . "\n";
@@ -92,4 +83,4 @@ perl -e '
     printf "test_pdl_sass: %d launch sites, %d kernels, %d compiled variants checked, %d failures\n",
         $sites, scalar(@names), $checked, $fail;
     exit($fail ? 1 : 0);
-' "$tmp/names" "$tmp/sass" "$sites" "$BULK_OK"
+' "$tmp/names" "$tmp/sass" "$sites"

@@ -196,7 +196,7 @@ void launch_plain(void *ctx, int rep, void *stream) {
     if (rc) p->rc = rc;
 }
 
-// The GEMV design the last launch of the row's kind ran (Q4: 1..3, 5, fp16: 1, 2), forcing one
+// The GEMV design the last launch of the row's kind ran (Q4: 1..3, fp16: 1, 2), forcing one
 // (-1 restores the environment's) and its name.
 int last_design(wkind w) {
     return w == W_Q4 ? g4_gemm_gemv_last_design() : g4_gemm_gemv_f16_last_design();
@@ -208,9 +208,8 @@ void force_design(wkind w, int d) {
         g4_gemm_gemv_f16_version(d);
 }
 const char *design_name(wkind w, int d) {
-    static const char *q4[6] = {"none", "v1", "v2", "v3", "?", "v5"},
-                      *f16[3] = {"none", "fma", "mma"};
-    return w == W_Q4 ? (d >= 0 && d <= 5 ? q4[d] : "?") : (d >= 0 && d <= 2 ? f16[d] : "?");
+    static const char *q4[4] = {"none", "v1", "v2", "v3"}, *f16[3] = {"none", "fma", "mma"};
+    return w == W_Q4 ? (d >= 0 && d <= 3 ? q4[d] : "?") : (d >= 0 && d <= 2 ? f16[d] : "?");
 }
 
 // y[M, N] = x[M, K] @ W[K, N], row-major: column-major y^T (N x M) = W^T (N x K) * x^T (K x M).
@@ -744,7 +743,7 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
                      db != d ? design_name(r.w, db) : "");
         }
         if (trial == G4_OK && !r.an && r.w == W_Q4 && r.algo == G4_GEMM_GEMV) {
-            // the Q4 GEMV design the row ran (G4_GEMV moves it; v5 falls back to v3 per shape)
+            // the Q4 GEMV design the row ran (the per-shape choice, or G4_GEMV's)
             const size_t l = strlen(row.shape);
             snprintf(row.shape + l, sizeof row.shape - l, " %s",
                      design_name(r.w, last_design(r.w)));
