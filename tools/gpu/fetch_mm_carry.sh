@@ -1,28 +1,53 @@
 #!/usr/bin/env bash
-# On a Debian CPU machine (root): everything tools/gpu/run.sh's mm_* stages (issue 35) need that
-# the GPU machine cannot make, for the device call's carry list (.debs .whl .carry/mmdata):
-#   .debs/          the font packages (tools/gpu/fetch_debs.sh)
-#   .whl/opt/       a Pillow wheel for the GPU machine's Python 3.12, installed there only when
-#                   its python3 has no PIL
-#   .carry/corpus   the sentences (tools/python/prepare_corpus.py), unless present
-#   .carry/mmdata   the espeak-ng speech and the item plan (tools/python/make_mm_data.py speech;
-#                   about 15 MB; resumes an interrupted run: the same samples either way)
-# The speech takes ~0.25 s of CPU per utterance (3080 of them): about 7 minutes on 2 idle cores.
+# On a Debian CPU machine (root): what tools/gpu/run.sh's mm_* stages (issue 35) need that the
+# GPU machine cannot make, for the device call's carry list (.debs .whl .carry/mmdata):
+#   .debs/                 the font packages among the build's (tools/gpu/fetch_debs.sh)
+#   .carry/corpus          the sentences (tools/python/prepare_corpus.py), unless present; used
+#                          here only (the plan), never carried
+#   .carry/mmdata/         the item plan, gzipped (make_mm_data.py plan: speech.jsonl.gz,
+#                          images.jsonl.gz, data.json; ~1.6 MB)
+#   .carry/mmdata/espeak/  espeak-ng, libespeak-ng1, libsonic0 (.debs) and the English part of
+#                          espeak-ng-data (~1 MB): mm_make renders the speech there
+#                          (tools/gpu/espeak_prefix.sh, make_mm_data.py speech)
+# The GPU image has PIL, numpy, torch, torchvision, transformers, tokenizers; .whl/ (tools/gpu/
+# README "GPU machine": mobius-onnx, onnx-shape-inference, soundfile, soxr, cffi, pycparser) the rest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-command -v espeak-ng >/dev/null || apt-get install -y -q espeak-ng >/dev/null
 ls .debs/fonts-freefont-ttf_*.deb >/dev/null 2>&1 || tools/gpu/fetch_debs.sh
-venv=.tools/mm-venv # numpy + soundfile (Opus) for make_mm_data.py
+venv=.tools/mm-venv # numpy for make_mm_data.py plan
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check numpy soundfile
+    "$venv/bin/pip" install -q --disable-pip-version-check numpy
 fi
-mkdir -p .whl/opt
-ls .whl/opt/pillow-*.whl >/dev/null 2>&1 ||
-    "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: --no-deps \
-        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
-        pillow==12.0.0 -d .whl/opt
 [ -f .carry/corpus/train.txt ] || python3 tools/python/prepare_corpus.py --out .carry/corpus
-"$venv/bin/python" tools/python/make_mm_data.py speech .carry/mmdata --corpus .carry/corpus \
-    --preset "${MM_PRESET:-proxy}" --jobs "${MM_JOBS:-$(nproc)}"
-du -sh .debs .whl .carry/mmdata
+out=.carry/mmdata
+# a fresh folder: speech or media files of an earlier plan would travel (and be taken as this
+# plan's by the speech step's resume)
+rm -rf "$out" && mkdir -p "$out/espeak"
+"$venv/bin/python" tools/python/make_mm_data.py plan "$out" --corpus .carry/corpus \
+    --preset "${MM_PRESET:-proxy}" --seed "${MM_SEED:-0}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+(cd "$out/espeak" && apt-get download -q espeak-ng libespeak-ng1 libsonic0 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+(cd "$tmp" && apt-get download -q espeak-ng-data 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+dpkg -x "$tmp"/espeak-ng-data_*.deb "$tmp/p"
+# the English voices and variants only (make_mm_data.py VOICES, VARIANTS)
+tar -C "$tmp/p/usr/lib/x86_64-linux-gnu" -cJf "$out/espeak/espeak-ng-data-en.tar.xz" \
+    espeak-ng-data/phondata espeak-ng-data/phonindex espeak-ng-data/phontab \
+    espeak-ng-data/intonations espeak-ng-data/en_dict espeak-ng-data/lang/gmw \
+    'espeak-ng-data/voices/!v'
+ls "$out"/espeak/espeak-ng_*.deb "$out"/espeak/libespeak-ng1_*.deb "$out"/espeak/libsonic0_*.deb >/dev/null
+# what mm_make does with them, tried here: the prefix's espeak-ng speaks (the stub library
+# resolves every symbol), and where this machine has espeak-ng the same WAV bytes as it
+if command -v cc >/dev/null; then
+    tools/gpu/espeak_prefix.sh "$out/espeak" "$tmp/prefix" >/dev/null
+    lib=$tmp/prefix/usr/lib/x86_64-linux-gnu
+    say=(-v en-gb-scotland+m3 -s 170 -p 40)
+    text="Only immediate children are supported, 12 of them."
+    LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$tmp/prefix/usr/bin/espeak-ng" --path="$lib" "${say[@]}" -w "$tmp/a.wav" "$text"
+    if command -v espeak-ng >/dev/null; then
+        espeak-ng "${say[@]}" -w "$tmp/b.wav" "$text"
+        cmp "$tmp/a.wav" "$tmp/b.wav" && echo "fetch_mm_carry: the carried espeak-ng speaks as this machine's"
+    fi
+fi
+du -b --max-depth=0 .debs .whl "$out" | awk '{printf "%6.2f MiB %s\n", $1 / 1048576, $2}'

@@ -1682,21 +1682,32 @@ MM_VARIANTS=$FID_QUANT_VARIANTS # (the same quantize variants as the text proxy'
 # mm_quant NAME ARGS...: the multimodal proxy's ($MMD/proxy/NAME)
 mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
 
+# mm_want NAME: NAME is among ${MM_QUANTS} (default: all of $MM_VARIANTS)
+mm_want() { case " ${MM_QUANTS:-$MM_VARIANTS} " in *" $1 "*) return 0 ;; esac; return 1; }
+
 stage_mm_make() {
-    local d="$MMD" t0 budget
+    local d="$MMD" t0 budget v
     rm -rf "$d" && mkdir -p "$d"
-    [ -f "$MM_DATA/speech.jsonl" ] || { echo "mm: $MM_DATA/speech.jsonl missing (make_mm_data.py speech on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
-    # PIL renders the images: the image's, else the wheel carried in .whl/opt/
-    if ! python3 -c 'import PIL' 2>/dev/null; then
+    for v in ${MM_QUANTS:-}; do
+        case " $MM_VARIANTS " in *" $v "*) ;; *) echo "mm: MM_QUANTS: no variant $v (of: $MM_VARIANTS)"; touch "$d/FAILED"; return 1 ;; esac
+    done
+    [ -f "$MM_DATA/speech.jsonl.gz" ] && [ -f "$MM_DATA/espeak/espeak-ng-data-en.tar.xz" ] ||
+        { echo "mm: $MM_DATA has no plan or no espeak (tools/gpu/fetch_mm_carry.sh on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
+    # PIL renders the images (the image's; a Pillow wheel in .whl/opt/ where it has none)
+    if ! python3 -c 'import PIL' 2>/dev/null && ls .whl/opt/pillow-*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/g4site .whl/opt/pillow-*.whl || { touch "$d/FAILED"; return 1; }
     fi
     # what the training needs stops the stage now; what only mm_run's HF dump needs
     # (make_reference.py --mm: Gemma4ImageProcessor is torchvision's, soxr resamples) is said
     # now, 15 minutes before mm_run would find out
-    python3 -c 'import numpy, PIL, soundfile, tokenizers, torch, mobius
+    python3 -c 'import numpy, PIL, tokenizers, torch, mobius
 from transformers import Gemma4ForConditionalGeneration' ||
         { echo "mm: a python module the training needs is missing (above)"; touch "$d/FAILED"; return 1; }
-    python3 -c 'import torchvision, soxr' 2>&1 | tail -1 | sed 's/^/mm: WARNING: mm_run'"'"'s HF dump (make_reference.py --mm) will fail: /'
+    python3 -c 'import torchvision, soxr, soundfile' 2>&1 | tail -1 | sed 's/^/mm: WARNING: mm_run'"'"'s HF dump (make_reference.py --mm) will fail: /'
+    t0=$(date +%s)
+    tools/gpu/espeak_prefix.sh "$MM_DATA/espeak" "$d/espeak" || { touch "$d/FAILED"; return 1; }
+    python3 tools/python/make_mm_data.py speech "$MM_DATA" --espeak "$d/espeak" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
+    stamp "mm: speech ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
     python3 tools/python/make_mm_data.py media "$MM_DATA" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
     stamp "mm: held-out media ($(($(date +%s) - t0)) s)"
@@ -1712,16 +1723,17 @@ for l in open(sys.argv[1]):
     if it['split'] == 'train': print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
     wait_g4cu mm || { touch "$d/FAILED"; return 1; }
     local cal=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS:-2048}" --backend "${MM_BACKEND:-cuda}")
+    # q4 always: the baseline, and the --keep-auto budget is 10% of its bytes
     mm_quant q4
-    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
-    mm_quant q4_keep_auto --keep-auto "$budget" "${cal[@]}"
-    mm_quant q4_imatrix --imatrix "${cal[@]}"
-    mm_quant q4_rtn --method rtn
-    mm_quant q4_gptq --method gptq "${cal[@]}"
-    mm_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
-    mm_quant q4_fit --method fit "${cal[@]}"
+    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data" 2>/dev/null || echo 0) * ${FIDELITY_KEEP_PCT:-10} / 100))
+    mm_want q4_keep_auto && mm_quant q4_keep_auto --keep-auto "$budget" "${cal[@]}"
+    mm_want q4_imatrix && mm_quant q4_imatrix --imatrix "${cal[@]}"
+    mm_want q4_rtn && mm_quant q4_rtn --method rtn
+    mm_want q4_gptq && mm_quant q4_gptq --method gptq "${cal[@]}"
+    mm_want q4_gptq_act && mm_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
+    mm_want q4_fit && mm_quant q4_fit --method fit "${cal[@]}"
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
-    mm_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
+    mm_want q4_best_keep_auto && mm_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
     touch "$d/READY"
 }
 
@@ -1743,10 +1755,10 @@ stage_mm_run() {
         [ -d "$d/$v" ] || continue
         t0=$(date +%s)
         build-gpu/g4cu eval "$MM_DATA/ocr_test.jsonl" --task ocrbench "$d/$v" --backend "$b" \
-            --out "$o/eval_${v}_ocr" --max-new "${MM_MAX_NEW:-48}" >"$o/eval_${v}_ocr.txt" 2>&1
+            --out "$o/eval_${v}_ocr" --max-new "${MM_MAX_NEW:-48}" --batch "${MM_EVAL_BATCH:-1}" >"$o/eval_${v}_ocr.txt" 2>&1
         echo "eval $v ocr: exit $? $(tail -1 "$o/eval_${v}_ocr.txt")"
         build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d/$v" --backend "$b" \
-            --out "$o/eval_${v}_asr" --max-new "${MM_MAX_NEW:-48}" >"$o/eval_${v}_asr.txt" 2>&1
+            --out "$o/eval_${v}_asr" --max-new "${MM_MAX_NEW:-48}" --batch "${MM_EVAL_BATCH:-1}" >"$o/eval_${v}_asr.txt" 2>&1
         echo "eval $v asr: exit $? $(tail -1 "$o/eval_${v}_asr.txt") ($(($(date +%s) - t0)) s)"
         stat -c %s "$d/$v/decoder/model.onnx.data" >"$o/$v.bytes"
     done
@@ -1777,7 +1789,9 @@ stage_mm_run() {
         --mm "$MMD/mm64.npz" --image "$MM_DATA/$img" --audio "$MM_DATA/$aud" --image-tokens 70 \
         --dtype float64 >"$o/mm_reference64.txt" 2>&1
     echo "make_reference --mm --dtype float64: exit $? $(tail -1 "$o/mm_reference64.txt" 2>/dev/null)"
-    for bb in cpu "$b"; do
+    local bbs=(cpu)
+    [ "$b" = cpu ] || bbs+=("$b")
+    for bb in "${bbs[@]}"; do
         if [ "$bb" = cpu ]; then
             build-gpu/g4cu compare "$d/f16" "$MMD/mm64.npz" --tol-from "$MMD/mm.npz" --backend cpu \
                 --md "$o/compare_f16_cpu.md" >"$o/compare_f16_cpu.txt" 2>&1

@@ -2,19 +2,22 @@
 """The reading and listening data of the multimodal proxy (issue 35; tools/python/
 train_mm_proxy.py trains on it), deterministic from a seed.
 
-    python3 tools/python/make_mm_data.py speech OUT --corpus .carry/corpus [--seed 0]
-                                         [--preset proxy|tiny] [--jobs N]      (a Debian machine)
+    python3 tools/python/make_mm_data.py plan OUT --corpus .carry/corpus [--seed 0]
+                                         [--preset proxy|tiny]                  (a CPU machine)
+    python3 tools/python/make_mm_data.py speech OUT [--espeak PREFIX] [--jobs N]  (anywhere)
     python3 tools/python/make_mm_data.py media OUT [--fonts DIR ...] [--jobs N]   (anywhere)
 
-Two steps because of where things run. espeak-ng pulls in PulseAudio, ALSA and X11 libraries
-that the GPU machine does not have and cannot install, so speech is rendered here (`speech`,
-on the Debian CPU machine) and carried in OUT (.carry/mmdata: about 15 MB for the proxy preset,
-clean speech as Ogg/Opus at about 10 kbit/s, the device tool's carry limit is 64 MiB in all). Images
-cost nothing to carry: the fonts are three arch-independent .deb files (tools/gpu/
-fetch_debs.sh), and `media` renders them, adds the noise to the speech and writes the files
-both sides read, wherever it runs (the GPU machine: PIL, numpy, soundfile).
+Three steps because of what each needs and what the device tool carries (64 MiB in all, the
+tracked tree ~38 of them). `plan` needs the corpus (11 MB), so it runs on the CPU machine
+(tools/gpu/fetch_mm_carry.sh) and writes the items alone, gzipped (~1.6 MB), into OUT
+(.carry/mmdata). `speech` and `media` run on the GPU machine (tools/gpu/run.sh mm_make): the
+speech is rendered there by espeak-ng from Debian's .debs carried in OUT/espeak/ (~1 MB:
+tools/gpu/espeak_prefix.sh unpacks them into PREFIX, with English data only and a libpcaudio
+without a device in place of the PulseAudio / ALSA / X11 chain espeak-ng links and never uses
+when it writes files), the fonts come from three arch-independent .debs (tools/gpu/
+fetch_debs.sh), and PIL, numpy are the image's.
 
-`speech` (needs espeak-ng, soundfile with Opus, the corpus of tools/python/prepare_corpus.py):
+`plan` (needs numpy and the corpus of tools/python/prepare_corpus.py):
   1. Sentences: the corpus's prose (train.txt for training, test.txt, other documents, for the
      held-out items) cut at ". ", kept when 4 to 14 words of plain letters (apostrophes and
      commas allowed) with no reST markup; the train vocabulary is the words of the kept train
@@ -23,17 +26,21 @@ both sides read, wherever it runs (the GPU machine: PIL, numpy, soundfile).
   2. Voices: espeak-ng English voices x variants; the train voices never use the held-out
      variant "f4"; held-out items alternate between a train voice (category
      "unseen_sentence") and en-us+f4 (category "held_out_voice"). Rate 140-200 wpm, pitch
-     30-70, drawn per item.
-  3. Each sentence -> espeak-ng WAV (22050 Hz) -> 16 kHz (our windowed-sinc resampler, below)
-     -> OUT/speech/<split>/<id>.opus; OUT/speech.jsonl lists the items (id, split, text, voice,
-     rate, pitch, SNR in dB and the noise seed `media` uses).
-  4. OCR strings (no rendering yet): words of the train vocabulary (every 10th word only in
+     30-70, drawn per item; each item's SNR in dB and the noise seed `media` uses.
+  3. OCR strings (no rendering yet): words of the train vocabulary (every 10th word only in
      held-out images), numbers (integers, decimals,
      grouped digits, dates, codes like "AB-1234"), and 2-4 word pieces of sentences; the
      held-out strings come from the held-out sentences and fresh numbers and are never a train
      string. Each item draws a font, size, colours, background, rotation and noise; the font
      family FreeSerif is held out (category "held_out_font" on half the held-out images).
-     OUT/images.jsonl lists them. OUT/data.json: seed, preset, counts, espeak-ng's version.
+  OUT/speech.jsonl.gz and OUT/images.jsonl.gz list the items, OUT/data.json: seed, preset,
+  counts.
+
+`speech` (needs espeak-ng: the system's, or PREFIX/usr/bin/espeak-ng with its data under
+PREFIX/usr/lib/x86_64-linux-gnu): each planned utterance -> espeak-ng WAV (22050 Hz) -> 16 kHz
+(our windowed-sinc resampler, below), peak 0.7 -> OUT/speech/<split>/<id>.wav (16-bit PCM);
+OUT/speech.jsonl: the plan's items with their "seconds"; data.json gains espeak-ng's version
+and the seconds in all. A run that stopped part way resumes (the files it finds are kept).
 
 `media` writes OUT/media/test/<id>.png and .wav (16 kHz mono 16-bit) and the manifests (the
 training renders its items itself with render_image() and audio_samples(), in its data loader;
@@ -44,10 +51,10 @@ each media line with its sha256. Images are drawn at sizes the Gemma-4 image pro
 they are at 70 soft tokens (a multiple of 48 on each side that fills the patch budget: no
 resize, so HF's torchvision and PIL backends and g4cu see the same pixels). Every random choice
 comes from numpy's PCG64 seeded with (seed, split, index): the same seed gives the same plan,
-the same decoded speech and the same media files, whatever --jobs (the .opus files' bytes differ
-in the Ogg stream's serial number, which libsndfile draws at random; their samples do not).
+and with the same espeak-ng, fonts and PIL the same speech and media files, whatever --jobs.
 """
 import argparse
+import gzip
 import hashlib
 import io
 import json
@@ -228,53 +235,100 @@ def resample(x, src, dst, taps=64):
     return (xp[base[:, None] + k[None, :] + taps] * bank[phase]).sum(axis=1)
 
 
-def render_speech(job):
-    item, out_dir = job
-    import soundfile as sf
+def read_jsonl(path):
+    """The items of PATH (gzipped when it ends in .gz), else of PATH.gz (the plan as carried)."""
+    if not path.endswith(".gz") and os.path.exists(path):
+        return [json.loads(x) for x in open(path, encoding="utf-8")]
+    with gzip.open(path if path.endswith(".gz") else path + ".gz", "rt", encoding="utf-8") as f:
+        return [json.loads(x) for x in f]
 
-    path = os.path.join(out_dir, item["split"], item["id"] + ".opus")
+
+def write_jsonl(path, items):
+    """Items one a line; PATH ending in .gz is gzipped without a name or time in its header,
+    so the same items give the same bytes."""
+    text = "".join(json.dumps(it) + "\n" for it in items).encode("utf-8")
+    if path.endswith(".gz"):
+        with open(path, "wb") as raw, gzip.GzipFile("", "wb", 9, raw, mtime=0) as f:
+            f.write(text)
+    else:
+        open(path, "wb").write(text)
+
+
+def espeak_command(prefix):
+    """espeak-ng's argv head and environment: the system's, or the one unpacked into PREFIX by
+    tools/gpu/espeak_prefix.sh (its libraries and English data under usr/lib/x86_64-linux-gnu)."""
+    if not prefix:
+        return ["espeak-ng"], None
+    lib = os.path.join(prefix, "usr/lib/x86_64-linux-gnu")
+    exe = os.path.join(prefix, "usr/bin/espeak-ng")
+    if not os.path.exists(os.path.join(lib, "espeak-ng-data", "en_dict")) or not os.access(exe, os.X_OK):
+        raise SystemExit(f"make_mm_data: no espeak-ng or no English data under {prefix} "
+                         "(tools/gpu/espeak_prefix.sh)")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH")
+                                    else "")
+    return [exe, f"--path={lib}"], env
+
+
+def render_speech(job):
+    item, out_dir, prefix = job
+    path = os.path.join(out_dir, item["split"], item["id"] + ".wav")
     if os.path.exists(path):  # an earlier, interrupted run's (the same samples)
-        return item["id"], sf.info(path).frames / 16000
+        with wave.open(path) as w:
+            return item["id"], w.getnframes() / 16000
+    exe, env = espeak_command(prefix)
     with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
-        subprocess.run(["espeak-ng", "-v", item["voice"], "-s", str(item["rate"]), "-p",
-                        str(item["pitch"]), "-w", tmp.name, item["text"]], check=True)
+        subprocess.run(exe + ["-v", item["voice"], "-s", str(item["rate"]), "-p",
+                              str(item["pitch"]), "-w", tmp.name, item["text"]], check=True,
+                       env=env)
         with wave.open(tmp.name) as w:
             rate = w.getframerate()
             x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float64)
+    if len(x) == 0:
+        raise SystemExit(f"make_mm_data: espeak-ng gave no samples for {item['id']}")
     y = resample(x / 32768.0, rate, 16000)
     y = y / max(1e-6, np.abs(y).max()) * 0.7
-    sf.write(path + ".tmp", y.astype(np.float32), 16000, format="OGG", subtype="OPUS",
-             compression_level=1.0)  # ~10 kbit/s
+    pcm = np.clip(np.rint(y * 32767), -32768, 32767).astype("<i2")
+    with wave.open(path + ".tmp", "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(pcm.tobytes())
     os.replace(path + ".tmp", path)
-    return item["id"], len(y) / 16000
+    return item["id"], len(pcm) / 16000
+
+
+def cmd_plan(args):
+    items, stats = plan(args, args.corpus)
+    write_jsonl(os.path.join(args.out, "speech.jsonl.gz"), items["audio"])
+    write_jsonl(os.path.join(args.out, "images.jsonl.gz"), items["image"])
+    json.dump(dict(seed=args.seed, preset=args.preset, counts=PRESETS[args.preset], **stats),
+              open(os.path.join(args.out, "data.json"), "w"), indent=1)
+    print(f"make_mm_data: planned {len(items['audio'])} utterances, {len(items['image'])} "
+          f"images (seed {args.seed}, preset {args.preset}); {stats}")
 
 
 def cmd_speech(args):
-    items, stats = plan(args, args.corpus)
-    ver = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout.strip()
+    audio = read_jsonl(os.path.join(args.out, "speech.jsonl.gz"))
+    exe, env = espeak_command(args.espeak)
+    ver = subprocess.run(exe + ["--version"], capture_output=True, text=True, env=env,
+                         check=True).stdout.strip()
     sp = os.path.join(args.out, "speech")
     for s in SPLIT_CODE:
         os.makedirs(os.path.join(sp, s), exist_ok=True)
-    jobs = [(it, sp) for it in items["audio"]]
+    jobs = [(it, sp, args.espeak) for it in audio]
     secs = {}
     with ProcessPoolExecutor(args.jobs) as ex:
         for k, (i, d) in enumerate(ex.map(render_speech, jobs, chunksize=16)):
             secs[i] = d
             if k % 500 == 0:
                 print(f"make_mm_data: speech {k + 1}/{len(jobs)}", flush=True)
-    for it in items["audio"]:
+    for it in audio:
         it["seconds"] = round(secs[it["id"]], 3)
-    with open(os.path.join(args.out, "speech.jsonl"), "w") as f:
-        for it in items["audio"]:
-            f.write(json.dumps(it) + "\n")
-    with open(os.path.join(args.out, "images.jsonl"), "w") as f:
-        for it in items["image"]:
-            f.write(json.dumps(it) + "\n")
+    write_jsonl(os.path.join(args.out, "speech.jsonl"), audio)
     total = sum(secs.values())
-    json.dump(dict(seed=args.seed, preset=args.preset, espeak_ng=ver, counts=PRESETS[args.preset],
-                   speech_seconds=round(total, 1), **stats),
-              open(os.path.join(args.out, "data.json"), "w"), indent=1)
-    print(f"make_mm_data: {len(jobs)} utterances, {total:.0f} s of speech; {stats}")
+    info = json.load(open(os.path.join(args.out, "data.json")))
+    info.update(espeak_ng=ver, speech_seconds=round(total, 1))
+    json.dump(info, open(os.path.join(args.out, "data.json"), "w"), indent=1)
+    print(f"make_mm_data: {len(jobs)} utterances, {total:.0f} s of speech ({ver.split('  ')[0]})")
 
 
 # --- media ----------------------------------------------------------------------------------
@@ -334,14 +388,12 @@ def write_image(job):
 
 
 def audio_samples(item, data_dir):
-    """The item's int16 samples at 16 kHz: the carried clean speech, silence before and after,
+    """The item's int16 samples at 16 kHz: the clean speech (`speech`), silence before and after,
     white noise at the item's SNR, a gain (what the WAV file holds)."""
-    import soundfile as sf
-
-    x, rate = sf.read(os.path.join(data_dir, "speech", item["split"], item["id"] + ".opus"),
-                      dtype="float64")
-    if rate != 16000:
-        raise SystemExit(f"make_mm_data: {item['id']}: {rate} Hz, expected 16000")
+    with wave.open(os.path.join(data_dir, "speech", item["split"], item["id"] + ".wav")) as w:
+        if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (16000, 1, 2):
+            raise SystemExit(f"make_mm_data: {item['id']}: not 16 kHz mono 16-bit")
+        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2") / 32768.0
     r = np.random.default_rng(item["noise_seed"])
     lead, tail = r.integers(0, 4800, 2)  # up to 0.3 s of silence before and after
     x = np.concatenate([np.zeros(lead), x, np.zeros(tail)])
@@ -370,8 +422,10 @@ def sha_of(path):
 def cmd_media(args):
     roots = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
                                         "usr/share/fonts"), "/usr/share/fonts"]
-    audio = [json.loads(l) for l in open(os.path.join(args.out, "speech.jsonl"))]
-    images = [json.loads(l) for l in open(os.path.join(args.out, "images.jsonl"))]
+    if not os.path.exists(os.path.join(args.out, "speech.jsonl")):
+        raise SystemExit(f"make_mm_data: no {args.out}/speech.jsonl: run the speech step first")
+    audio = read_jsonl(os.path.join(args.out, "speech.jsonl"))
+    images = read_jsonl(os.path.join(args.out, "images.jsonl"))
     for s in SPLIT_CODE:
         os.makedirs(os.path.join(args.out, "media", s), exist_ok=True)
     sha = {}
@@ -410,18 +464,20 @@ def cmd_media(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("step", choices=["speech", "media"])
+    ap.add_argument("step", choices=["plan", "speech", "media"])
     ap.add_argument("out")
     ap.add_argument("--corpus", default=".carry/corpus")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="proxy")
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--espeak", help="speech: espeak-ng unpacked here (tools/gpu/"
+                    "espeak_prefix.sh), else the system's")
     ap.add_argument("--fonts", action="append", help="fonts root (has truetype/...)")
     ap.add_argument("--train-files", action="store_true",
                     help="media: write the train items' files too (training renders them itself)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    (cmd_speech if args.step == "speech" else cmd_media)(args)
+    dict(plan=cmd_plan, speech=cmd_speech, media=cmd_media)[args.step](args)
 
 
 if __name__ == "__main__":

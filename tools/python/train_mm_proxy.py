@@ -8,7 +8,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--seed 0] [--minutes 10] [--steps N]
                                                [--device cuda|cpu] [--workers W]
 
-DATA is tools/python/make_mm_data.py's folder after its `speech` and `media` steps (the held-out
+DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
 functions that wrote the held-out files).
 
@@ -242,8 +242,11 @@ def lr_at(step, steps, p):
 
 
 def load_items(data):
-    audio = [json.loads(x) for x in open(os.path.join(data, "speech.jsonl"))]
-    images = [json.loads(x) for x in open(os.path.join(data, "images.jsonl"))]
+    # speech.jsonl: the plan's utterances once make_mm_data.py's speech step rendered them
+    if not os.path.exists(os.path.join(data, "speech.jsonl")):
+        raise SystemExit(f"train_mm_proxy: no {data}/speech.jsonl (make_mm_data.py speech)")
+    audio = mmd.read_jsonl(os.path.join(data, "speech.jsonl"))
+    images = mmd.read_jsonl(os.path.join(data, "images.jsonl"))
     return audio, images
 
 
@@ -298,6 +301,9 @@ def main():
           f"{len(tr_a)} train utterances", flush=True)
 
     torch.manual_seed(args.seed)
+    # cuBLAS is deterministic only with a fixed workspace (set before its first use); without
+    # it use_deterministic_algorithms warns and the weights vary run to run
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     from transformers import Gemma4ForConditionalGeneration
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
