@@ -20,6 +20,8 @@ if [ ! -x "$venv/bin/python" ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check numpy
 fi
 [ -f .carry/corpus/train.txt ] || python3 tools/python/prepare_corpus.py --out .carry/corpus
+# an earlier version of this script put a Pillow wheel (6.8 MB) there; in .whl it would travel
+rm -rf .whl/opt
 out=.carry/mmdata
 # a fresh folder: speech or media files of an earlier plan would travel (and be taken as this
 # plan's by the speech step's resume)
@@ -50,4 +52,8 @@ if command -v cc >/dev/null; then
         cmp "$tmp/a.wav" "$tmp/b.wav" && echo "fetch_mm_carry: the carried espeak-ng speaks as this machine's"
     fi
 fi
-du -b --max-depth=0 .debs .whl "$out" | awk '{printf "%6.2f MiB %s\n", $1 / 1048576, $2}'
+# what travels: these three (the mm stages' carry list) and the tracked tree
+tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+du -b --max-depth=0 .debs .whl "$out" 2>/dev/null |
+    awk -v t="$tracked" '{printf "%6.2f MiB %s\n", $1 / 1048576, $2; s += $1}
+        END {printf "%6.2f MiB tracked files\n%6.2f MiB in all (the device tool takes 64)\n", t / 1048576, (s + t) / 1048576}' || true

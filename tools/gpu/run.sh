@@ -187,12 +187,14 @@
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
 #            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
-#   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): the held-out media from
-#            .carry/mmdata (carried: tools/python/make_mm_data.py speech, on a Debian CPU
-#            machine; fonts from .debs), train_mm_proxy.py --preset ${MM_PRESET:-proxy}
-#            --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize: plain Q4, --keep-auto,
-#            --imatrix and the --method variants (as fid_methods; calibrated on the train
-#            sentences)
+#   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): from .carry/mmdata (tools/
+#            gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan, gzipped, and espeak-ng's
+#            .debs) the speech (espeak-ng unpacked by tools/gpu/espeak_prefix.sh, all cores,
+#            ~1 min) and the held-out media (fonts from .debs), train_mm_proxy.py --preset
+#            ${MM_PRESET:-proxy} --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize:
+#            plain Q4, --keep-auto, --imatrix and the --method variants (as fid_methods;
+#            calibrated on the train sentences); MM_QUANTS="q4_rtn q4_gptq ..." makes only those
+#            (q4 always; default all of MM_VARIANTS)
 #   mm_wait  wait for it (at most ~9.5 min a call; call again while it trains). Order the first
 #            call `mm_bg build mm_wait`: mm_make trains while build runs and waits for
 #            build-gpu/g4cu before quantizing
@@ -201,10 +203,14 @@
 #            answers with HF's (tools/python/mm_parity.py, >= 95%), g4cu compare of f16 and
 #            each variant against an HF dump of one image + audio prompt (the CPU backend against
 #            HF float64 with --tol-from the float32 dump: hf-fp32x8); writes
-#            $OUT/mm/MM_FIDELITY.md (tools/python/mm_report.py) and $OUT/mm.tar.gz
+#            $OUT/mm/MM_FIDELITY.md (tools/python/mm_report.py) and $OUT/mm.tar.gz;
+#            MM_EVAL_BATCH=N: g4cu eval --batch N (default 1; on CUDA a batch may round a
+#            near-tie the other way)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
-#            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, minutes):
-#            build-gpu -> a CPU build, python3 on PATH with torch + transformers, MM_PRESET=tiny
+#            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, ~2.5
+#            min; bench/NOTES.md "mm dry run"): MM_PRESET=tiny tools/gpu/fetch_mm_carry.sh, then
+#            build-gpu -> a CPU build, python3 on PATH with torch, transformers, mobius, PIL,
+#            soundfile, soxr, torchvision, G4_PREFIX=/tmp/somewhere, MM_PRESET=tiny
 #            MM_TRAIN_ARGS="--device cpu --threads 1" MM_BACKEND=cpu MM_CALIB_TOKENS=256
 #   llama_build  llama.cpp (.carry/llama.tar.xz, tools/peers/pack_llamacpp.sh) unpacked to
 #            $WORK/llama and built with CUDA sm_90a: llama-bench, llama-quantize (beside e2b_make)
@@ -1769,24 +1775,34 @@ stage_mm_run() {
     stamp "mm: parity (HF vs g4cu f16 on $b)"
     # one image + audio prompt: HF's layer-by-layer dump, g4cu compare of f16 (pass / fail) and
     # of each Q4 variant (the per-layer error, image and audio positions included)
-    # (mm_reference.py wants audio whose feature padding leaves a padding conv row: the first
-    # held-out utterance that gives one)
-    local img aud k
+    # (mm_reference.py wants audio whose last conv row is padding, to cover the tower's masked
+    # path: 1 held-out utterance in 40 has one (the dry run), so the first held-out utterance is
+    # lengthened with silence to the next length that gives one: $MMD/mm_audio.wav)
+    local img aud=$MMD/mm_audio.wav
     img=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['image'])" "$MM_DATA/ocr_test.jsonl")
-    rm -f "$MMD/mm.npz"
-    for k in 1 2 3 4 5 6; do
-        aud=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])-1])['audio'])" "$MM_DATA/asr_test.jsonl" $k)
-        python3 tools/python/make_reference.py --hf "$d/hf" --package "$d/f16" --mm "$MMD/mm.npz" \
-            --image "$MM_DATA/$img" --audio "$MM_DATA/$aud" --image-tokens 70 >"$o/mm_reference.txt" 2>&1
-        echo "make_reference --mm ($img, $aud): exit $? $(tail -1 "$o/mm_reference.txt")"
-        [ -f "$MMD/mm.npz" ] && break
-    done
+    rm -f "$MMD/mm.npz" "$aud"
+    python3 - "$MM_DATA" "$aud" <<'PY' || echo "mm: no reference audio (above)"
+import json, os, sys, wave
+sys.path.insert(0, "tools/python")
+from mm_reference import length_with_padding_frame
+src = os.path.join(sys.argv[1], json.loads(open(os.path.join(sys.argv[1], "asr_test.jsonl")).readline())["audio"])
+with wave.open(src) as w:
+    params, n, pcm = w.getparams(), w.getnframes(), w.readframes(w.getnframes())
+m = length_with_padding_frame(n)
+with wave.open(sys.argv[2], "wb") as w:
+    w.setparams(params)
+    w.writeframes(pcm + bytes(2 * params.nchannels * (m - n)))
+print(f"mm: reference audio {src} + {m - n} samples of silence")
+PY
+    python3 tools/python/make_reference.py --hf "$d/hf" --package "$d/f16" --mm "$MMD/mm.npz" \
+        --image "$MM_DATA/$img" --audio "$aud" --image-tokens 70 >"$o/mm_reference.txt" 2>&1
+    echo "make_reference --mm ($img, $aud): exit $? $(tail -1 "$o/mm_reference.txt")"
     # The CPU backend's reference is HF in float64 on the same case, each tensor within 8x HF's
     # own fp32 error (--tol-from, hf-fp32x8): at the proxy's depth and random-init attention HF
     # fp32 itself drifts past the fixed cpu-f32 1e-4 (bench/NOTES.md, issue 35 drift)
     rm -f "$MMD/mm64.npz"
     [ -f "$MMD/mm.npz" ] && python3 tools/python/make_reference.py --hf "$d/hf" --package "$d/f16" \
-        --mm "$MMD/mm64.npz" --image "$MM_DATA/$img" --audio "$MM_DATA/$aud" --image-tokens 70 \
+        --mm "$MMD/mm64.npz" --image "$MM_DATA/$img" --audio "$aud" --image-tokens 70 \
         --dtype float64 >"$o/mm_reference64.txt" 2>&1
     echo "make_reference --mm --dtype float64: exit $? $(tail -1 "$o/mm_reference64.txt" 2>/dev/null)"
     local bbs=(cpu)
