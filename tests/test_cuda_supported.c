@@ -214,9 +214,59 @@ static void test_alt_shapes(void) {
     g4_package_close(p);
 }
 
+// The multimodal proxy of issue 35 (tools/python/train_mm_proxy.py --preset proxy: the text
+// proxy's decoder, vocab 4096; vision 384 wide, 6 heads of 64, MLP 1536; audio 512 wide, 8 heads
+// of 64, MLP 2048, conv 128 / 32 channels, output 768) must load on CUDA: it was first exported
+// on a CPU, and a refusal there would cost the GPU run its 10 training minutes. With
+// G4_MM_PROXY_PKG set, that package's own configs too (the dry run's export).
+static void test_mm_proxy_shapes(void) {
+    static g4_layer_config mm_layers[15];
+    g4_text_config t;
+    memset(&t, 0, sizeof t);
+    t.hidden = 768, t.n_layers = 15, t.n_heads = 4, t.n_kv_heads = 1, t.vocab = 4096;
+    t.vocab_ple = 4096, t.ple_dim = 256, t.context_length = 4096;
+    for (int l = 0; l < 15; l++) {
+        const int full = l % 5 == 4;
+        mm_layers[l] = (g4_layer_config){full ? G4_ATTN_FULL : G4_ATTN_SLIDING,
+                                         full ? 512 : 256,
+                                         full ? 0 : 256,
+                                         l >= 9 ? 6144 : 3072,
+                                         0,
+                                         0,
+                                         full};
+    }
+    t.layer = mm_layers;
+    CHECK_MSG(g4_cuda_check_text(&t) == G4_OK, "mm proxy text: %s", g4_error());
+    g4_vision_config v = e2b_vision();
+    v.hidden = 384, v.n_layers = 6, v.head_dim = 64, v.n_heads = 6, v.ffn = 1536;
+    v.pos_size = 128, v.out_dim = 768;
+    CHECK_MSG(g4_cuda_check_vision(&v, 3) == G4_OK, "mm proxy vision: %s", g4_error());
+    g4_audio_config a = e2b_audio();
+    a.hidden = 512, a.n_layers = 6, a.head_dim = 64, a.n_heads = 8, a.ffn = 2048;
+    a.out_hidden = 768, a.out_dim = 768;
+    CHECK_MSG(g4_cuda_check_audio(&a) == G4_OK, "mm proxy audio: %s", g4_error());
+    const char *dir = getenv("G4_MM_PROXY_PKG");
+    if (!dir || !*dir) return;
+    g4_package *p;
+    int rc = g4_package_open(dir, &p);
+    CHECK_MSG(rc == G4_OK, "%s: %s", dir, g4_error());
+    if (rc) return;
+    CHECK_MSG(g4_cuda_check_text(&p->text) == G4_OK, "%s text: %s", dir, g4_error());
+    CHECK_MSG(p->comp[G4_COMP_VISION].model && p->comp[G4_COMP_AUDIO].model,
+              "%s: no vision or no audio tower", dir);
+    if (p->comp[G4_COMP_VISION].model)
+        CHECK_MSG(g4_cuda_check_vision(&p->vision, p->image_proc.pooling_kernel_size) == G4_OK,
+                  "%s vision: %s", dir, g4_error());
+    if (p->comp[G4_COMP_AUDIO].model)
+        CHECK_MSG(g4_cuda_check_audio(&p->audio) == G4_OK, "%s audio: %s", dir, g4_error());
+    printf("mm proxy package %s: text, vision and audio pass the CUDA load checks\n", dir);
+    g4_package_close(p);
+}
+
 int main(void) {
     test_predicates();
     test_load_checks();
     test_alt_shapes();
+    test_mm_proxy_shapes();
     return g4t_finish("test_cuda_supported");
 }
