@@ -178,6 +178,22 @@ static void test_load_checks(void) {
     refused("audio light conv kernel 11", g4_cuda_check_audio(&a), "kernel 11", "1 .. 8 taps");
 }
 
+// n layers, every period-th full (head_dim 512, RoPE table 1) and the rest sliding (256, window);
+// MLP ffn, ffn_wide from layer wide_from on.
+static void pattern_layers(g4_layer_config *ls, int n, int period, int window, int ffn,
+                           int wide_from, int ffn_wide) {
+    for (int l = 0; l < n; l++) {
+        const int full = l % period == period - 1;
+        ls[l] = (g4_layer_config){full ? G4_ATTN_FULL : G4_ATTN_SLIDING,
+                                  full ? 512 : 256,
+                                  full ? 0 : window,
+                                  l >= wide_from ? ffn_wide : ffn,
+                                  0,
+                                  0,
+                                  full};
+    }
+}
+
 // Another shape than E2B (issue 30): make_package.py --preset alt (hidden 2048, 24 layers S S F,
 // 8 query heads over 2 KV heads, head_dim 256 / 512, MLP 8192, PLE 512, vocab 32768) is a CUDA
 // shape; the committed alt-tiny (its pattern at head_dim 16 / 48, derived from the package) is
@@ -188,16 +204,7 @@ static void test_alt_shapes(void) {
     memset(&t, 0, sizeof t);
     t.hidden = 2048, t.n_layers = 24, t.n_heads = 8, t.n_kv_heads = 2, t.vocab = 32768;
     t.vocab_ple = 32768, t.ple_dim = 512, t.context_length = 32768;
-    for (int l = 0; l < 24; l++) {
-        const int full = l % 3 == 2;
-        alt_layers[l] = (g4_layer_config){full ? G4_ATTN_FULL : G4_ATTN_SLIDING,
-                                          full ? 512 : 256,
-                                          full ? 0 : 1024,
-                                          8192,
-                                          0,
-                                          0,
-                                          full};
-    }
+    pattern_layers(alt_layers, 24, 3, 1024, 8192, 24, 0);
     t.layer = alt_layers;
     CHECK_MSG(g4_cuda_check_text(&t) == G4_OK, "alt text: %s", g4_error());
 
@@ -225,16 +232,7 @@ static void test_mm_proxy_shapes(void) {
     memset(&t, 0, sizeof t);
     t.hidden = 768, t.n_layers = 15, t.n_heads = 4, t.n_kv_heads = 1, t.vocab = 4096;
     t.vocab_ple = 4096, t.ple_dim = 256, t.context_length = 4096;
-    for (int l = 0; l < 15; l++) {
-        const int full = l % 5 == 4;
-        mm_layers[l] = (g4_layer_config){full ? G4_ATTN_FULL : G4_ATTN_SLIDING,
-                                         full ? 512 : 256,
-                                         full ? 0 : 256,
-                                         l >= 9 ? 6144 : 3072,
-                                         0,
-                                         0,
-                                         full};
-    }
+    pattern_layers(mm_layers, 15, 5, 256, 3072, 9, 6144); // layers 9.. KV-shared, MLP doubled
     t.layer = mm_layers;
     CHECK_MSG(g4_cuda_check_text(&t) == G4_OK, "mm proxy text: %s", g4_error());
     g4_vision_config v = e2b_vision();
