@@ -21,7 +21,9 @@ for f in "$src"/*.deb; do
     n=$((n + 1))
 done
 [ $n -eq 3 ] || { echo "espeak_prefix: $n .deb files in $src, expected 3 (espeak-ng libespeak-ng1 libsonic0)" >&2; exit 1; }
-tar -xJf "$src/espeak-ng-data-en.tar.xz" -C "$lib"
+# python's tarfile, not tar -J: the xz program may be missing where the GPU image is slim
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+    "$src/espeak-ng-data-en.tar.xz" "$lib"
 ${CC:-cc} -shared -fPIC -O2 -o "$lib/libpcaudio.so.0" "$here/pcaudio_stub.c"
 # LD_BIND_NOW: every symbol the library imports resolves now, not at first use
 LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$prefix/usr/bin/espeak-ng" --path="$lib" --version
