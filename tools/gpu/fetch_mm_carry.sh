@@ -42,7 +42,7 @@ ls "$out"/espeak/espeak-ng_*.deb "$out"/espeak/libespeak-ng1_*.deb "$out"/espeak
 # what mm_make does with them, tried here: the prefix's espeak-ng speaks (the stub library
 # resolves every symbol), and where this machine has espeak-ng the same WAV bytes as it
 if command -v cc >/dev/null; then
-    tools/gpu/espeak_prefix.sh "$out/espeak" "$tmp/prefix" >/dev/null
+    bash tools/gpu/espeak_prefix.sh "$out/espeak" "$tmp/prefix" >/dev/null
     lib=$tmp/prefix/usr/lib/x86_64-linux-gnu
     say=(-v en-gb-scotland+m3 -s 170 -p 40)
     text="Only immediate children are supported, 12 of them."

@@ -13,42 +13,40 @@
 struct audio_object;
 
 struct audio_object *create_audio_device_object(const char *device, const char *app,
-                                                const char *description)
-{
+                                                const char *description) {
     (void)device, (void)app, (void)description;
     return NULL;
 }
 
-int audio_object_open(struct audio_object *o, int format, uint32_t rate, uint8_t channels)
-{
+int audio_object_open(struct audio_object *o, int format, uint32_t rate, uint8_t channels) {
     (void)o, (void)format, (void)rate, (void)channels;
     return ENODEV;
 }
 
-void audio_object_close(struct audio_object *o) { (void)o; }
+void audio_object_close(struct audio_object *o) {
+    (void)o;
+}
 
-void audio_object_destroy(struct audio_object *o) { (void)o; }
+void audio_object_destroy(struct audio_object *o) {
+    (void)o;
+}
 
-int audio_object_write(struct audio_object *o, const void *data, size_t bytes)
-{
+int audio_object_write(struct audio_object *o, const void *data, size_t bytes) {
     (void)o, (void)data, (void)bytes;
     return ENODEV;
 }
 
-int audio_object_drain(struct audio_object *o)
-{
+int audio_object_drain(struct audio_object *o) {
     (void)o;
     return ENODEV;
 }
 
-int audio_object_flush(struct audio_object *o)
-{
+int audio_object_flush(struct audio_object *o) {
     (void)o;
     return ENODEV;
 }
 
-const char *audio_object_strerror(struct audio_object *o, int error)
-{
+const char *audio_object_strerror(struct audio_object *o, int error) {
     (void)o, (void)error;
     return "no audio device (libpcaudio stub: espeak-ng -w only)";
 }

@@ -1711,7 +1711,7 @@ from transformers import Gemma4ForConditionalGeneration' ||
         { echo "mm: a python module the training needs is missing (above)"; touch "$d/FAILED"; return 1; }
     python3 -c 'import torchvision, soxr, soundfile' 2>&1 | tail -1 | sed 's/^/mm: WARNING: mm_run'"'"'s HF dump (make_reference.py --mm) will fail: /'
     t0=$(date +%s)
-    tools/gpu/espeak_prefix.sh "$MM_DATA/espeak" "$d/espeak" || { touch "$d/FAILED"; return 1; }
+    bash tools/gpu/espeak_prefix.sh "$MM_DATA/espeak" "$d/espeak" || { touch "$d/FAILED"; return 1; }
     python3 tools/python/make_mm_data.py speech "$MM_DATA" --espeak "$d/espeak" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
     stamp "mm: speech ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
