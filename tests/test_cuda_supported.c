@@ -194,18 +194,25 @@ static void pattern_layers(g4_layer_config *ls, int n, int period, int window, i
     }
 }
 
+// A decoder of these widths over the layer table ls (the PLE table as wide as the vocabulary).
+static g4_text_config text_shape(int hidden, int n_layers, int n_heads, int n_kv_heads, int vocab,
+                                 int ple_dim, int context, g4_layer_config *ls) {
+    g4_text_config t;
+    memset(&t, 0, sizeof t);
+    t.hidden = hidden, t.n_layers = n_layers, t.n_heads = n_heads, t.n_kv_heads = n_kv_heads;
+    t.vocab = vocab, t.vocab_ple = vocab, t.ple_dim = ple_dim, t.context_length = context;
+    t.layer = ls;
+    return t;
+}
+
 // Another shape than E2B (issue 30): make_package.py --preset alt (hidden 2048, 24 layers S S F,
 // 8 query heads over 2 KV heads, head_dim 256 / 512, MLP 8192, PLE 512, vocab 32768) is a CUDA
 // shape; the committed alt-tiny (its pattern at head_dim 16 / 48, derived from the package) is
 // not, and is refused at load by its first layer's decode attention, where the CPU runs it.
 static void test_alt_shapes(void) {
     static g4_layer_config alt_layers[24];
-    g4_text_config t;
-    memset(&t, 0, sizeof t);
-    t.hidden = 2048, t.n_layers = 24, t.n_heads = 8, t.n_kv_heads = 2, t.vocab = 32768;
-    t.vocab_ple = 32768, t.ple_dim = 512, t.context_length = 32768;
     pattern_layers(alt_layers, 24, 3, 1024, 8192, 24, 0);
-    t.layer = alt_layers;
+    g4_text_config t = text_shape(2048, 24, 8, 2, 32768, 512, 32768, alt_layers);
     CHECK_MSG(g4_cuda_check_text(&t) == G4_OK, "alt text: %s", g4_error());
 
     char *dir = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
@@ -228,12 +235,8 @@ static void test_alt_shapes(void) {
 // G4_MM_PROXY_PKG set, that package's own configs too (the dry run's export).
 static void test_mm_proxy_shapes(void) {
     static g4_layer_config mm_layers[15];
-    g4_text_config t;
-    memset(&t, 0, sizeof t);
-    t.hidden = 768, t.n_layers = 15, t.n_heads = 4, t.n_kv_heads = 1, t.vocab = 4096;
-    t.vocab_ple = 4096, t.ple_dim = 256, t.context_length = 4096;
     pattern_layers(mm_layers, 15, 5, 256, 3072, 9, 6144); // layers 9.. KV-shared, MLP doubled
-    t.layer = mm_layers;
+    g4_text_config t = text_shape(768, 15, 4, 1, 4096, 256, 4096, mm_layers);
     CHECK_MSG(g4_cuda_check_text(&t) == G4_OK, "mm proxy text: %s", g4_error());
     g4_vision_config v = e2b_vision();
     v.hidden = 384, v.n_layers = 6, v.head_dim = 64, v.n_heads = 6, v.ffn = 1536;
