@@ -208,7 +208,7 @@
 #            near-tie the other way)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, ~2.5
-#            min; bench/NOTES.md "mm dry run"): MM_PRESET=tiny tools/gpu/fetch_mm_carry.sh, then
+#            min; bench/NOTES.md "The multimodal proxy's first GPU run"): MM_PRESET=tiny tools/gpu/fetch_mm_carry.sh, then
 #            build-gpu -> a CPU build, python3 on PATH with torch, transformers, mobius, PIL,
 #            soundfile, soxr, torchvision, G4_PREFIX=/tmp/somewhere, MM_PRESET=tiny
 #            MM_TRAIN_ARGS="--device cpu --threads 1" MM_BACKEND=cpu MM_CALIB_TOKENS=256
