@@ -65,7 +65,9 @@ How:
    weight's rounding residual, clipped inside the bin (QLinear.init_codes says why in code
    units and why from the HF weight), and has its own Adam lr --code-lr (in code steps; small:
    a code flips only where the KL's gradient keeps pushing its latent for many steps) and no
-   decay; after each step v is kept inside codes 0..15. The zero points stay: with the latent
+   decay, halved at every validation without a new best (on the fixture a constant lr stalled
+   after ~120 fresh steps, its flips turned to noise, and the scales-only fit caught up by 320;
+   halved, the fit went on falling); after each step v is kept inside codes 0..15. The zero points stay: with the latent
    relative to the zero point, moving a zero point would only shift which 16 codes a block can
    reach, and the package's quantizer chose that range from all 32 weights. The early stop is
    the same; the codes of the best validation step (rint of the latent) are written. The
@@ -658,6 +660,10 @@ def main():
                 best, best_step, best_state, since, mark = v, done, snapshot(), 0, " best"
             else:
                 since += 1
+                if a.codes:
+                    # no new best: the codes' flips have turned to noise (fixture: validation
+                    # and the running fit KL stall, then rise); halve the latent's lr
+                    opt.param_groups[1]["lr"] *= 0.5
             print(f"dwq_fit: step {done}/{a.steps} fit KL {run_loss / run_n:.6f} (mean of the "
                   f"last {run_n} batches) validation KL {v:.6f}{mark} {el:.1f} s "
                   f"({el / done:.3f} s/step)" + (f"; {codes_changed():,} codes changed"
