@@ -23,7 +23,7 @@
 #     below the scales-only fit's, onnxruntime agrees; --code-lr 0 is the scales-only package
 #     byte for byte; the early stop writes the start back, codes included.
 # The interpreter needs torch, transformers, tokenizers, onnx and numpy: $G4_TORCH_PYTHON (CI's
-# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 80 s
+# tools/install_deps.sh installs no torch); without it the test skips (77) saying why. About 50 s
 # on two idle cores.
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
