@@ -176,8 +176,10 @@
 #            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, the
 #            --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag (FID_AB_VARIANTS), and
 #            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
-#            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's NAME:SOURCE
-#            pairs, default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto,
+#            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
+#            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
+#            default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto and the
+#            code fits q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes,
 #            side by side, FID_DWQ_MINUTES (2) each; FID_DWQ= leaves them out)
 #   fidelity_methods  on a trained proxy ($FID/READY): the --method variants and the fits again
 #            (after a quant/ or dwq_fit.py change), then fidelity_run: the method table in one call
@@ -1476,10 +1478,14 @@ serve_one() {
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------
 FID=${FID:-$WORK/fidelity}
-# The output-KL scale fits (issue 33, tools/python/dwq_fit.py), NAME:SOURCE: the package
-# $FID/proxy/SOURCE with its scales fitted against the fp16 proxy's output KL on the train split.
-# q4_fit_dwq_keep_auto starts from q4_best_keep_auto (${FIDELITY_BEST:-fit} with --keep-auto).
-FID_DWQ=${FID_DWQ-"q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto"}
+# The output-KL scale fits (issue 33, tools/python/dwq_fit.py), NAME:SOURCE[:ARGS]: the package
+# $FID/proxy/SOURCE with its scales fitted against the fp16 proxy's output KL on the train split;
+# ARGS: more dwq_fit.py arguments, commas for spaces ("q4_x:q4:--codes,--code-lr,3e-3").
+# q4_fit_dwq_keep_auto starts from q4_best_keep_auto (${FIDELITY_BEST:-fit} with --keep-auto);
+# the *_dwqc ones fit the codes too (--codes), beside the scales-only fits of the same sources.
+fid_dwq_default="q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto"
+fid_dwq_default+=" q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes"
+FID_DWQ=${FID_DWQ-$fid_dwq_default}
 # the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits
 FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
 # the --imatrix search's A/B on the same calibration (bench/NOTES.md "A better --imatrix search
@@ -1529,14 +1535,20 @@ fid_methods() {
 # ${FID_DWQ_SEQ:-512}, the last 64 of them for validation, ${FID_DWQ_BATCH:-8} a step (~350
 # steps in 2 minutes: fresh windows, no second pass; the eleventh session's 131,072 tokens made
 # ~16 passes and overfitted), AdamW lr ${FID_DWQ_LR:-2e-3} on log(scale), decay
-# ${FID_DWQ_WD:-0}, seed 0. Each fit's log (fit and validation KL, time per step) is printed
-# when all have ended, as $FID/proxy/NAME.dwq.log.
+# ${FID_DWQ_WD:-0}, seed 0, then the entry's own ARGS (later arguments win: an entry may
+# override these). Each fit's log (fit and validation KL, time per step) is printed
+# when all have ended, as $FID/proxy/NAME.dwq.log. All of them share the GPU: five fits side by
+# side make fewer steps each in their minutes than three did.
 fid_dwq() {
-    local d="$FID/proxy" corpus=.carry/corpus p v src t0 pids=()
+    local d="$FID/proxy" corpus=.carry/corpus p v src t0 pids=() extra
     [ -n "$FID_DWQ" ] || return 0
     t0=$(date +%s)
     for p in $FID_DWQ; do
-        v=${p%%:*} src=${p#*:}
+        v=${p%%:*} src=${p#*:} extra=()
+        if [[ $src == *:* ]]; then # NAME:SOURCE:ARGS
+            IFS=, read -r -a extra <<<"${src#*:}"
+            src=${src%%:*}
+        fi
         rm -rf "${d:?}/$v" "$d/$v.partial"
         [ -d "$d/$src" ] || { echo "fidelity: dwq $v: no $src package (its quantize failed)"; continue; }
         python3 tools/python/dwq_fit.py "$d/hf" "$d/$src" "$d/$v" --calib "$corpus/train.txt" \
@@ -1544,7 +1556,7 @@ fid_dwq() {
             --batch "${FID_DWQ_BATCH:-8}" --steps "${FID_DWQ_STEPS:-800}" --lr "${FID_DWQ_LR:-2e-3}" \
             --wd "${FID_DWQ_WD:-0}" --eval-every "${FID_DWQ_EVAL:-25}" \
             --patience "${FID_DWQ_PATIENCE:-4}" --val-max 64 --minutes "${FID_DWQ_MINUTES:-2}" \
-            --threads 4 --log-every 50 >"$d/$v.dwq.log" 2>&1 &
+            --threads 4 --log-every 50 ${extra[@]+"${extra[@]}"} >"$d/$v.dwq.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p"; done

@@ -2,21 +2,24 @@
 """Output-KL scale fit of a Q4 package ("dwq", after MLX's distilled weight quantization): the
 fp16 model is the teacher, the package's 4-bit model the student, and each block's scale is moved
 by gradient descent so that the student's next-token distribution comes closer to the teacher's
-on calibration text. The codes and zero points stay as the package has them (unless --reround),
-so the result is the same plain MatMulNBits package (block 32, fp16 scales, uint4 zero points)
-with other scale bytes: the same size, loaded unchanged by onnxruntime and g4cu.
+on calibration text. The codes and zero points stay as the package has them (unless --reround;
+--codes fits the codes too), so the result is the same plain MatMulNBits package (block 32, fp16
+scales, uint4 zero points) with other scale (code) bytes: the same size, loaded unchanged by
+onnxruntime and g4cu.
 
     python3 tools/python/dwq_fit.py HF_DIR Q4_PKG OUT_PKG --calib TEXT [--calib-tokens 8192]
             [--seq 256] [--batch 8] [--steps 300] [--minutes M] [--lr 1e-3] [--wd 0]
             [--val-frac 0.1] [--val-max 64] [--eval-every 25] [--patience 4] [--seed 0]
-            [--reround N] [--device cuda|cpu] [--threads N] [--cache-gb 8] [--log-every 10]
+            [--reround N | --codes [--code-lr 1e-3]] [--device cuda|cpu] [--threads N]
+            [--cache-gb 8] [--log-every 10]
 
 HF_DIR: the HF checkpoint the package was exported from (train_proxy.py's OUT/hf: transformers'
 Gemma4ForConditionalGeneration, fp16 safetensors); Q4_PKG: a `g4cu quantize` output of that
 export (any --method, --keep-auto too: linears kept fp16 stay the HF weights); OUT_PKG: written
 as a copy of Q4_PKG in which only the decoder's MatMulNBits scale initializers differ (and with
---reround their code initializers). TEXT: calibration text (the train split, never the text the
-result is measured on), tokenized with Q4_PKG/tokenizer.json like train_proxy.py does.
+--reround or --codes their code initializers). TEXT: calibration text (the train split, never
+the text the result is measured on), tokenized with Q4_PKG/tokenizer.json like train_proxy.py
+does.
 
 How:
 1. Every com.microsoft MatMulNBits node of Q4_PKG/decoder/model.onnx names its weight
@@ -53,6 +56,25 @@ How:
    vs 0.00444 at 200 steps). The teacher's logits of the validation windows and of the fit
    windows' probe are kept when they fit in --cache-gb, those of all fit windows too when the
    fit makes more than one pass over them (else computed for each batch).
+   --codes: the codes are fitted with the scales. On the trained proxy the scales alone ran out
+   of capacity (fresh windows, no second pass: the fit windows' KL stalled at -43% after ~300
+   steps, validation -31%: not an overfit), and one scale per 32 weights is all they can move;
+   the codes are the other 31/32 of the bits. Each code gets a latent v (fp32, in code steps
+   relative to its zero point), the forward uses rint(v) and the gradient passes through the
+   rounding as if it were v (straight-through); v starts at the package's code plus the HF
+   weight's rounding residual, clipped inside the bin (QLinear.init_codes says why in code
+   units and why from the HF weight), and has its own Adam lr --code-lr (in code steps; small:
+   a code flips only where the KL's gradient keeps pushing its latent for many steps) and no
+   decay, halved at every validation without a new best (on the fixture a constant lr stalled
+   after ~120 fresh steps, its flips turned to noise, and the scales-only fit caught up by 320;
+   halved, the fit went on falling); after each step v is kept inside codes 0..15. The zero
+   points stay: with the latent relative to the zero point, moving a zero point would only
+   shift which 16 codes a block can reach, and the package's quantizer chose that range from
+   all 32 weights. The early stop is
+   the same; the codes of the best validation step (rint of the latent) are written. The
+   latent, its gradient and Adam moments are 16 bytes a weight (3.2 GB for the proxy's 200M),
+   the forward's saved codes and the best step's int8 codes ~5 more; --code-lr 0 gives the
+   scales-only fit's package byte for byte.
 4. The scales are rounded to fp16 (clamped to [2^-24, 65504]) (the KLs above are those of the
    rounded scales, exactly what the package will hold); then OUT_PKG is written: the whole
    package copied, the new scales (codes) written
@@ -82,6 +104,10 @@ BLOCK = 32  # the one MatMulNBits block size g4cu takes (quant/q4.h G4_Q4_BLOCK)
 MAP_REL_MAX = 0.3
 FP16_MAX = 65504.0
 FP16_MIN_SUB = 2.0 ** -24  # the smallest positive fp16 (subnormal)
+# --codes: the latent codes' default Adam step, in code steps (on the fixture's one-pass fits
+# 1e-3 beat 3e-4 and 3e-3, with the halving too: bench/NOTES.md "The output-KL fit moves the
+# codes too")
+CODE_LR = 1e-3
 
 
 def die(msg):
@@ -223,13 +249,23 @@ def resolve(hf, path):
     return mod if isinstance(mod, torch.nn.Linear) else None
 
 
+# --codes: how far inside the outermost bins a latent code is kept (in code steps): the latent
+# starts EDGE_GAP or more inside its code's bin and stays in [-zp - 0.5 + EDGE_GAP,
+# 15 - zp + 0.5 - EDGE_GAP], so every code rint(v) + zp is in 0..15 without a clamp (a clamp
+# would stop the straight-through gradient, and a latent pushed past it would never come back).
+EDGE_GAP = 1.0 / 64
+
+
 def make_qlinear_class():
     import torch
 
     class QLinear(torch.nn.Module):
         """y = x W^T (+ bias) with W [N, K] = ((q - zp) * s0 * exp(t)) per block of 32 along K.
         qz = q - zp as float [N, kb, 32] (frozen; --reround re-chooses q), zp_f [N, kb] the zero
-        points, s0 [N, kb] the package's scales (frozen), t [N, kb] (trained)."""
+        points, s0 [N, kb] the package's scales (frozen), t [N, kb] (trained).
+        With codes (--codes): qz is replaced by rint(v), v [N, kb, 32] a trained latent in code
+        units relative to the zero point (straight-through: the forward uses rint(v), the
+        gradient passes as if it were v); see init_codes for why code units."""
 
         def __init__(self, spec, bias):
             super().__init__()
@@ -240,15 +276,54 @@ def make_qlinear_class():
             self.register_buffer("zp_f", torch.from_numpy(spec.zp.astype(np.float32)))
             self.register_buffer("s0", torch.from_numpy(spec.s0.copy()))
             self.t = torch.nn.Parameter(torch.zeros(spec.N, spec.kb))
+            self.v = None  # the latent codes (init_codes)
             self.bias = bias  # None for every linear of this model; kept if present
             self.round_fp16 = False  # True: compute with the fp16 scales the package will hold
+
+        def init_codes(self, w):
+            """Makes the codes trainable, from w [N, K] the HF weight (fp32). The latent is in
+            units of the package's scale s0, not of the moving s: v = (q - zp) + r, where the
+            written code is rint(v) + zp. A latent weight W' in weight units rounded with the
+            current s (rint(W' / s)) would flip codes wherever s moves (Adam moves log s by ~0.02
+            on average, 0.2 at most on the proxy: a code of magnitude 8 crosses a boundary), as
+            --reround does, which lost to the scales-only fit on the fixture; in units of s0 a
+            code flips only where the KL's gradient pushes its own latent across, and with the
+            latent frozen (--code-lr 0) the fit is the scales-only one exactly.
+            r: the HF weight's rounding residual w / s0 - (q - zp), clipped into the bin
+            (+-(0.5 - EDGE_GAP)), so the start is the package's codes exactly (step 0 is the
+            package) while the latent remembers which codes were close calls (a weight halfway
+            between two codes flips with a small push, one at a code's centre needs a long one;
+            AdaRound's observation). The package's dequantized weight would start every latent at
+            its centre and lose that; the HF weight is there anyway (the teacher)."""
+            import torch.nn.functional as F
+
+            wp = F.pad(w, (0, self.kb * BLOCK - self.K)).reshape(self.N, self.kb, BLOCK)
+            h = 0.5 - EDGE_GAP
+            r = (wp / self.s0[:, :, None] - self.qz).clamp(-h, h)
+            r = r.reshape(self.N, -1)
+            r[:, self.K:] = 0  # padding codes past K: at their centre, they get no gradient
+            v = self.qz + r.reshape(self.N, self.kb, BLOCK)
+            self.v = torch.nn.Parameter(v)
+            # the latent's range: codes 0..15 (relative to the zero point), EDGE_GAP inside
+            self.register_buffer("v_lo", -self.zp_f[:, :, None] - h)
+            self.register_buffer("v_hi", 15 - self.zp_f[:, :, None] + h)
+
+        def project(self):
+            """After an optimizer step: the latent back into the codes' range (see EDGE_GAP)."""
+            self.v.data.copy_(torch.maximum(torch.minimum(self.v.data, self.v_hi), self.v_lo))
+
+        def codes(self):
+            """q - zp [N, kb, 32] as the forward uses them: rint(v) with v's gradient (STE)."""
+            if self.v is None:
+                return self.qz
+            return torch.round(self.v).detach() + (self.v - self.v.detach())
 
         def scales(self):
             s = (self.s0 * torch.exp(self.t)).clamp(FP16_MIN_SUB, FP16_MAX)
             return s.half().float() if self.round_fp16 else s
 
         def forward(self, x):
-            w = (self.qz * self.scales()[:, :, None]).reshape(self.N, self.kb * BLOCK)
+            w = (self.codes() * self.scales()[:, :, None]).reshape(self.N, self.kb * BLOCK)
             return torch.nn.functional.linear(x, w[:, :self.K].to(x.dtype), self.bias)
 
     return QLinear
@@ -395,12 +470,20 @@ def main():
                     help="AdamW's decoupled decay of log(scale) toward 0 (the package's scales)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reround", type=int, default=0, help="re-choose codes every N steps")
+    ap.add_argument("--codes", action="store_true",
+                    help="fit the 4-bit codes too (latent codes, straight-through rounding)")
+    ap.add_argument("--code-lr", type=float, default=CODE_LR,
+                    help="--codes: Adam step on the latent codes, in code steps")
     ap.add_argument("--device", default=None, help="cuda when available, else cpu")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--cache-gb", type=float, default=8,
                     help="keep the teacher's logits when they fit in this many GiB")
     a = ap.parse_args()
+    if a.codes and a.reround:
+        die("--codes and --reround both choose the codes: give one")
+    if not a.code_lr >= 0:
+        die(f"--code-lr {a.code_lr}: expected >= 0")
     if not 0 <= a.val_frac < 1 or a.val_max < 1 or a.eval_every < 1 or a.patience < 1:
         die(f"--val-frac {a.val_frac} --val-max {a.val_max} --eval-every {a.eval_every} "
             f"--patience {a.patience}: expected 0 <= frac < 1 and the others >= 1")
@@ -442,6 +525,10 @@ def main():
         die(f"{a.hf}/config.json: architecture '{arch}' is not a transformers class")
     hf = getattr(transformers, arch).from_pretrained(a.hf, dtype=torch.float32).to(dev).eval()
     student, mods = build_student(hf, specs)
+    if a.codes:
+        with torch.no_grad():
+            for sp, q in zip(specs, mods):
+                q.init_codes(resolve(hf, sp.path).weight.detach().float())
     student.eval()  # no dropout; gradients still flow to t
     win = torch.from_numpy(win)
     # the validation windows are the last ones: the end of the calibration text, other
@@ -453,7 +540,9 @@ def main():
     print(f"dwq_fit: {n_win} calibration windows of {a.seq} tokens from {a.calib}: {n_fit} fit, "
           f"{n_val} validation; batch {batch}, {a.steps} steps ({passes:.2f} passes over the fit "
           f"windows), lr {a.lr}, weight decay {a.wd}, seed {a.seed}, {dev}; "
-          f"{sum(q.t.numel() for q in mods):,} scales trained", flush=True)
+          f"{sum(q.t.numel() for q in mods):,} scales trained" + (
+              f", and {sum(q.v.numel() for q in mods):,} codes (lr {a.code_lr})" if a.codes
+              else ""), flush=True)
 
     vocab = hf.get_output_embeddings().weight.shape[0]
     win_bytes = a.seq * vocab * 4
@@ -513,11 +602,27 @@ def main():
         w_hf = [resolve(hf, sp.path).weight.detach().float() for sp in specs]
 
     def snapshot():
-        return [(q.t.detach().clone(), q.qz.clone() if a.reround else None) for q in mods]
+        # --codes: the codes the forward uses (rint(v), int8: a quarter of the latent's bytes);
+        # restored as the latent they round to, the state is the same model
+        return [(q.t.detach().clone(), q.qz.clone() if a.reround else
+                 torch.round(q.v.detach()).to(torch.int8) if a.codes else None) for q in mods]
+
+    def codes_changed():
+        """--codes: how many codes (within K) differ from the package's."""
+        with torch.no_grad():
+            return sum(int((torch.round(q.v).reshape(q.N, -1)[:, :q.K]
+                            != q.qz.reshape(q.N, -1)[:, :q.K]).sum()) for q in mods)
 
     # the best validation KL so far and the scales (codes) that gave it: the start to begin with
     best, best_step, best_state, since = val0, 0, snapshot() if n_val else None, 0
-    opt = torch.optim.AdamW([q.t for q in mods], lr=a.lr, weight_decay=a.wd)
+    if a.codes:
+        # the latent's own lr (in code steps: ~lr a step where the gradient keeps its sign, so a
+        # code at its bin's centre flips after ~0.5 / lr such steps) and no decay
+        opt = torch.optim.AdamW([{"params": [q.t for q in mods]},
+                                 {"params": [q.v for q in mods], "lr": a.code_lr,
+                                  "weight_decay": 0.0}], lr=a.lr, weight_decay=a.wd)
+    else:
+        opt = torch.optim.AdamW([q.t for q in mods], lr=a.lr, weight_decay=a.wd)
     t_fit, done, run_loss, run_n = time.time(), 0, 0.0, 0
     stop = ""
     for step in range(a.steps):
@@ -529,6 +634,10 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if a.codes:
+            with torch.no_grad():
+                for q in mods:
+                    q.project()
         done = step + 1
         run_loss, run_n = run_loss + float(loss.detach()), run_n + 1
         # (never after the last step: the codes would change with no step to adapt the scales)
@@ -554,9 +663,14 @@ def main():
                 best, best_step, best_state, since, mark = v, done, snapshot(), 0, " best"
             else:
                 since += 1
+                if a.codes:
+                    # no new best: the codes' flips have turned to noise (fixture: validation
+                    # and the running fit KL stall, then rise); halve the latent's lr
+                    opt.param_groups[1]["lr"] *= 0.5
             print(f"dwq_fit: step {done}/{a.steps} fit KL {run_loss / run_n:.6f} (mean of the "
                   f"last {run_n} batches) validation KL {v:.6f}{mark} {el:.1f} s "
-                  f"({el / done:.3f} s/step)", flush=True)
+                  f"({el / done:.3f} s/step)" + (f"; {codes_changed():,} codes changed"
+                                                 if a.codes else ""), flush=True)
             run_loss, run_n = 0.0, 0
             if not stop and since >= a.patience and done < a.steps:
                 stop = (f"validation KL not below {best:.6f} (step {best_step}) for {since} "
@@ -571,7 +685,9 @@ def main():
         with torch.no_grad():
             for q, (t, qz) in zip(mods, best_state):
                 q.t.copy_(t)
-                if qz is not None:
+                if a.codes:
+                    q.v.copy_(qz.float())
+                elif qz is not None:
                     q.qz.copy_(qz)
     else:
         best_step = done
@@ -583,7 +699,9 @@ def main():
 
     print(f"dwq_fit: kept the scales of step {best_step} of {done} "
           f"({time.time() - t_fit:.1f} s); |log scale change| mean {float(tshift.mean()):.4f}, "
-          f"max {float(tshift.max()):.4f}", flush=True)
+          f"max {float(tshift.max()):.4f}" + (
+              f"; {codes_changed():,} of {sum(q.N * q.K for q in mods):,} codes changed"
+              if a.codes else ""), flush=True)
     print(f"dwq_fit: fit KL {fit0:.6f} -> {fit1:.6f} ({pct(fit1, fit0)}); " + (
           f"validation KL {val0:.6f} -> {val1:.6f} ({pct(val1, val0)})" if n_val else
           "no validation windows"), flush=True)
@@ -598,6 +716,13 @@ def main():
         writes.append((sp.s_t, s.reshape(sp.s_t.shape)))
         if a.reround:
             codes = (q.qz + q.zp_f[:, :, None]).round().cpu().numpy().reshape(sp.N, -1)
+            writes.append((sp.q_t, sp.packed_codes(codes)))
+        elif a.codes:
+            codes = (torch.round(q.v.detach()) + q.zp_f[:, :, None]).cpu().numpy()
+            codes = codes.reshape(sp.N, -1)
+            codes[:, sp.K:] = sp.q[:, sp.K:]  # padding codes past K as they were
+            if not np.all((codes >= 0) & (codes <= 15)):
+                die(f"{sp.q_t.name}: a fitted code outside 0..15: nothing written")
             writes.append((sp.q_t, sp.packed_codes(codes)))
     write_package(a.pkg, a.out, model, raw, writes)
     print(f"dwq_fit: wrote {a.out} ({len(writes)} initializers replaced; "
