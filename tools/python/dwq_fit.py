@@ -615,14 +615,12 @@ def main():
 
     # the best validation KL so far and the scales (codes) that gave it: the start to begin with
     best, best_step, best_state, since = val0, 0, snapshot() if n_val else None, 0
+    groups = [{"params": [q.t for q in mods]}]
     if a.codes:
         # the latent's own lr (in code steps: ~lr a step where the gradient keeps its sign, so a
         # code at its bin's centre flips after ~0.5 / lr such steps) and no decay
-        opt = torch.optim.AdamW([{"params": [q.t for q in mods]},
-                                 {"params": [q.v for q in mods], "lr": a.code_lr,
-                                  "weight_decay": 0.0}], lr=a.lr, weight_decay=a.wd)
-    else:
-        opt = torch.optim.AdamW([q.t for q in mods], lr=a.lr, weight_decay=a.wd)
+        groups.append({"params": [q.v for q in mods], "lr": a.code_lr, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=a.lr, weight_decay=a.wd)
     t_fit, done, run_loss, run_n = time.time(), 0, 0.0, 0
     stop = ""
     for step in range(a.steps):
