@@ -271,12 +271,11 @@ def espeak_command(prefix):
 
 
 def render_speech(job):
-    item, out_dir, prefix = job
+    item, out_dir, exe, env = job  # exe, env: espeak_command's, resolved once by cmd_speech
     path = os.path.join(out_dir, item["split"], item["id"] + ".wav")
     if os.path.exists(path):  # an earlier, interrupted run's (the same samples)
         with wave.open(path) as w:
             return item["id"], w.getnframes() / 16000
-    exe, env = espeak_command(prefix)
     with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
         subprocess.run(exe + ["-v", item["voice"], "-s", str(item["rate"]), "-p",
                               str(item["pitch"]), "-w", tmp.name, item["text"]], check=True,
@@ -314,7 +313,7 @@ def cmd_speech(args):
     sp = os.path.join(args.out, "speech")
     for s in SPLIT_CODE:
         os.makedirs(os.path.join(sp, s), exist_ok=True)
-    jobs = [(it, sp, args.espeak) for it in audio]
+    jobs = [(it, sp, exe, env) for it in audio]
     secs = {}
     with ProcessPoolExecutor(args.jobs) as ex:
         for k, (i, d) in enumerate(ex.map(render_speech, jobs, chunksize=16)):
