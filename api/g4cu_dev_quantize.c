@@ -58,10 +58,13 @@ static int calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
 // X^T X floats held at once by the gptq / fit calibration (256 MiB; a larger linear alone).
 #define HESSIAN_FLOATS (1u << 26)
 
-// gptq / fit: each linear quantized from its X^T X as the Hessian run hands it over.
+// gptq / fit / gptq_imx: each linear quantized from its X^T X as the Hessian run hands it over
+// (gptq_imx: with its mean x^2 and mean x from the imatrix run on the same tokens, im).
 typedef struct {
     g4_qmethod method;
     int act_order;
+    const g4_imatrix *im;
+    g4_imatrix *own_im; // gptq_imx: filled by calibrate
     g4_q4_arrays *a;
     int n;
 } prequant;
@@ -72,8 +75,20 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     g4_q4_arrays a = {g4_strdup(name), K, N, g4_malloc((size_t)sh.q_bytes),
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
     int rc;
-    if (pq->method == G4_QM_GPTQ) {
-        g4_gptq_opts go = {0.01f, pq->act_order, 0};
+    if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
+        g4_gptq_opts go = {0.01f, pq->act_order, 0, NULL, NULL, 0};
+        if (pq->method == G4_QM_GPTQ_IMX) {
+            int i = 0;
+            while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
+            if (i == pq->im->n || pq->im->K[i] != K) {
+                g4_q4_arrays_free(&a);
+                return g4_fail(G4_EINTERNAL, "gptq_imx: %s [%d, %d] has no importance of K %d",
+                               name, K, N, K);
+            }
+            go.imp = pq->im->imp[i], go.mean = pq->im->mean[i];
+            // G4_GPTQ_IMX=pick (A/B runs): the search's own pick, no re-judging by GPTQ's error
+            go.screen = !g4_env_is("G4_GPTQ_IMX", "pick");
+        }
         rc = g4_q4_gptq(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, &go, a.q, a.scales, a.zp);
     } else {
         rc = g4_q4_fit(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, a.q, a.scales, a.zp);
@@ -110,6 +125,10 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         if ((rc = g4_imatrix_run(m, ids, n, im))) goto done;
         fprintf(rep, "imatrix: activation importance of %d linears from %d tokens of %s\n", im->n,
                 n, calib);
+    }
+    if (pq && pq->method == G4_QM_GPTQ_IMX) { // the importance of the same tokens first
+        if ((rc = g4_imatrix_run(m, ids, n, pq->own_im))) goto done;
+        pq->im = pq->own_im;
     }
     if (pq) {
         int n_lin = 0;
@@ -161,12 +180,13 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                                  "own (method imatrix)",
                        p->method);
     if (p->imatrix) method = G4_QM_IMATRIX;
-    if (p->gptq_act_order && method != G4_QM_GPTQ)
-        return g4_fail(G4_EUSER, "quantize: act-order with method '%s': it is gptq's option",
+    if (p->gptq_act_order && method != G4_QM_GPTQ && method != G4_QM_GPTQ_IMX)
+        return g4_fail(G4_EUSER,
+                       "quantize: act-order with method '%s': it is gptq's and gptq_imx's option",
                        g4_qmethod_name(method));
     if ((p->keep_auto_bytes >= 0 || g4_qmethod_needs_calib(method)) != (p->calib != NULL))
-        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes and the methods imatrix, gptq and fit "
-                                 "need a calibration text (and the text one of them)");
+        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes and the methods imatrix, gptq, fit "
+                                 "and gptq_imx need a calibration text (and the text one of them)");
     if (p->calib && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
         return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 8 to %d", p->calib_tokens,
                        1 << 20);
@@ -177,7 +197,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     char **owned = NULL;
     int n_owned = 0;
     g4_imatrix im = {0};
-    prequant pq = {method, p->gptq_act_order, NULL, 0};
+    g4_imatrix pim = {0}; // gptq_imx's importance
+    prequant pq = {method, p->gptq_act_order, NULL, &pim, NULL, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep, &owned,
@@ -200,6 +221,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
     free(keep);
     g4_imatrix_free(&im);
+    g4_imatrix_free(&pim);
     for (int i = 0; i < pq.n; i++) g4_q4_arrays_free(&pq.a[i]);
     free(pq.a);
     for (int i = 0; i < n_owned; i++) free(owned[i]);

@@ -76,9 +76,10 @@ typedef struct {
     int imatrix;               // 1: activation-aware k-quant from calib (default 0); the same
                                // as method "imatrix"
     const char *method;        // "kquant" (NULL, the default: byte-identical to onnxruntime's
-                               // k-quant), "rtn", "imatrix", "gptq" or "fit" (README: quantize
-                               // methods); imatrix, gptq and fit need calib
-    int gptq_act_order;        // gptq: visit input channels by decreasing X^T X diagonal (0)
+                               // k-quant), "rtn", "imatrix", "gptq", "fit" or "gptq_imx" (README:
+                               // quantize methods); all but kquant and rtn need calib
+    int gptq_act_order;        // gptq, gptq_imx: visit input channels by decreasing X^T X
+                               // diagonal (0)
     const char *calib;         // calibration text file (its first 64 KiB) for the above
     const char *tokenizer;     // tokenizer.json for calib (NULL: the package's)
     int calib_tokens;          // calibration tokens, <bos> first, 8 to 2^20 (default 256)
@@ -92,12 +93,13 @@ void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p);
 // (which must not exist nor lie inside in; it is written to out.tmp-<pid> and renamed when
 // complete, stale temporaries of dead processes removed; unchanged files copied or reflinked).
 // Writes to report the linears keep_auto_bytes picked (name, KL, bytes), the calibration line
-// of the method (imatrix: "importance of N linears", gptq / fit: "X^T X of N linears"), the
-// summary (linears quantized, weights, kept, decoder bytes) and, for a calibrated method,
+// of the method (imatrix: "importance of N linears", gptq / fit / gptq_imx: "X^T X of N
+// linears"), the summary (linears quantized, weights, kept, decoder bytes) and, for a
+// calibrated method,
 // "calibrated: N of M weights". p NULL: the defaults. Errors: a package that does not open, an
 // existing out, a calibration text with under 8 tokens, an unknown method, calib given without
-// keep_auto_bytes or a calibrated method or the other way, gptq_act_order without gptq
-// (G4CU_EUSER).
+// keep_auto_bytes or a calibrated method or the other way, gptq_act_order without gptq or
+// gptq_imx (G4CU_EUSER).
 int g4cu_dev_quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p,
                       FILE *report);
 

@@ -210,19 +210,19 @@ static double imx_err(const float *x, const double *w, const double *mu, double 
 // column add up coherently in the second term, over all its blocks: *bias carries
 // sum mu (wq - w) of the column's blocks before this one, and comes back with this block's
 // added. (Measured as above: -25.7% -> -27.2% and -21.4% -> -30.7%.)
-static void imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
-                      uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
-    double w[G4_KQUANT_MAX_BLOCK], mub[G4_KQUANT_MAX_BLOCK], *mu = mup ? mub : NULL;
-    const double bi = mup ? *bias : 0;
-    for (int i = 0; i < n; i++) w[i] = imp[i];
-    if (mup)
-        for (int i = 0; i < n; i++) mub[i] = mup[i];
-    float s0;
-    uint8_t z0;
-    kquant_block(x, n, codes, &s0, &z0, scratch, NULL);
-    double bs = g4_round_f16(s0), num, den;
-    int bz = z0;
-    double best = bs > 0 && isfinite(bs) ? imx_err(x, w, mu, bi, n, bs, bz, &num, &den) : INFINITY;
+// imx_search lists the candidates in the order judged (k-quant's pick first), each stored scale
+// and zero point with its E; g4_imx_block takes the first least E (gptq_imx in methods.c may
+// re-judge the best few by GPTQ's own error). Returns the count (<= G4_IMX_MAX_CANDS); codes and
+// *s0 / *z0: k-quant's pick.
+static int imx_search(const float *x, int n, const double *w, const double *mu, double bi,
+                      uint8_t *codes, float *s0, uint8_t *z0, float *scratch, g4_imx_cand *c) {
+    int nc = 0;
+    double num, den;
+    kquant_block(x, n, codes, s0, z0, scratch, NULL);
+    const double ks = g4_round_f16(*s0);
+    c[nc++] = (g4_imx_cand){(float)ks, *z0,
+                            ks > 0 && isfinite(ks) ? imx_err(x, w, mu, bi, n, ks, *z0, &num, &den)
+                                                   : INFINITY};
     float lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
         if (x[i] < lo) lo = x[i];
@@ -240,12 +240,48 @@ static void imx_block(const float *x, int n, const float *imp, const float *mup,
                 if (z < 0 || z > 15) continue;
                 const double e = imx_err(x, w, mu, bi, n, s16, z, &num, &den);
                 if (e < cbest) cbest = e, cnum = num, cden = den;
-                if (e < best) best = e, bs = s16, bz = z;
+                c[nc++] = (g4_imx_cand){(float)s16, z, e};
             }
             if (!(cden > 0)) break;
             s = cnum / cden; // the least-squares scale of the best codes at this scale
         }
     }
+    return nc;
+}
+
+_Static_assert(G4_IMX_MAX_CANDS >= 1 + 21 * 3 * 3, "imx_search's candidates: 1 + 21 x 3 x 3");
+
+static void imx_weights(const float *imp, const float *mup, int n, double *w, double *mu) {
+    for (int i = 0; i < n; i++) w[i] = imp[i];
+    if (mup)
+        for (int i = 0; i < n; i++) mu[i] = mup[i];
+}
+
+int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, double bias,
+                      g4_imx_cand *c, float *scratch) {
+    G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK);
+    double w[G4_KQUANT_MAX_BLOCK], mub[G4_KQUANT_MAX_BLOCK];
+    uint8_t codes[G4_KQUANT_MAX_BLOCK];
+    float s0;
+    uint8_t z0;
+    imx_weights(imp, mu, n, w, mub);
+    return imx_search(x, n, w, mu ? mub : NULL, mu ? bias : 0, codes, &s0, &z0, scratch, c);
+}
+
+void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
+                  uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
+    G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK);
+    double w[G4_KQUANT_MAX_BLOCK], mub[G4_KQUANT_MAX_BLOCK], *mu = mup ? mub : NULL;
+    const double bi = mup ? *bias : 0;
+    imx_weights(imp, mup, n, w, mub);
+    g4_imx_cand cand[G4_IMX_MAX_CANDS];
+    float s0;
+    uint8_t z0;
+    const int nc = imx_search(x, n, w, mu, bi, codes, &s0, &z0, scratch, cand);
+    double best = INFINITY, bs = 0;
+    int bz = 0;
+    for (int k = 0; k < nc; k++) // the first least E (NaN never)
+        if (cand[k].e < best) best = cand[k].e, bs = cand[k].s, bz = cand[k].z;
     if (!(best < INFINITY)) { // nothing finite (an all-zero or non-finite block): plain's pick
         *scale_out = s0, *zp_out = z0;
         if (mu) {
@@ -334,8 +370,9 @@ static void *kq_worker(void *arg) {
                 float s;
                 const float *xb = cols + (size_t)t * padded + (size_t)b * B;
                 if (j->imp && !j->imx_v1)
-                    imx_block(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
-                              &bias, codes, &s, &zcodes[b], scratch);
+                    g4_imx_block(xb, B, j->imp + (size_t)b * B,
+                                 j->mu ? j->mu + (size_t)b * B : NULL, &bias, codes, &s, &zcodes[b],
+                                 scratch);
                 else
                     kquant_block(xb, B, codes, &s, &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
@@ -355,6 +392,32 @@ static void *kq_worker(void *arg) {
 // first search (kquant_block with imp), diag the stored-form search without the mean term.
 static int imx_v1_env(void) {
     return g4_env_is("G4_IMATRIX_SEARCH", "v1");
+}
+
+void g4_imx_prepare(const float *imp, const float *mean, int K, int block, float **impp,
+                    float **mup) {
+    const size_t padded = (size_t)g4_q4_kblocks(K, block) * (size_t)block;
+    double mean_imp = 0;
+    for (int k = 0; k < K; k++) mean_imp += imp[k] > 0 ? imp[k] : 0;
+    mean_imp = mean_imp > 0 ? mean_imp / K : 1;
+    // a channel's weight floor is 1e-6 of the mean, so a dead channel never zeroes a whole
+    // block's fit
+    float *ip = g4_malloc(sizeof(float) * padded), *mp = NULL;
+    for (size_t k = 0; k < padded; k++) {
+        const double v = k < (size_t)K && imp[k] > 0 ? imp[k] / mean_imp : 0;
+        ip[k] = (float)(v > 1e-6 ? v : 1e-6);
+    }
+    if (mean && !imx_v1_env() && !g4_env_is("G4_IMATRIX_SEARCH", "diag")) {
+        // E[(x . d)^2] = sum var d^2 + (sum mean d)^2 + covariances: the mean of the inputs
+        // makes the errors of a column add up coherently, across blocks too
+        mp = g4_calloc(padded, sizeof(float));
+        for (int k = 0; k < K; k++) {
+            const double m = mean[k] / sqrt(mean_imp), v = ip[k] - m * m;
+            mp[k] = (float)m;
+            ip[k] = (float)(v > 1e-6 ? v : 1e-6);
+        }
+    }
+    *impp = ip, *mup = mp;
 }
 
 int g4_q4_quantize(const void *w, int w_dtype, int K, int N, int block, int n_threads, uint8_t *q,
@@ -381,30 +444,8 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
     const int n_tiles = (N + TILE - 1) / TILE;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
-    double mean_imp = 0;
-    float *mup = NULL;
-    float *impp = NULL; // importance padded to whole blocks; a channel's weight floor is 1e-6 of
-                        // the mean, so a dead channel never zeroes a whole block's fit
-    if (imp) {
-        const size_t padded = (size_t)g4_q4_kblocks(K, block) * (size_t)block;
-        for (int k = 0; k < K; k++) mean_imp += imp[k] > 0 ? imp[k] : 0;
-        mean_imp = mean_imp > 0 ? mean_imp / K : 1;
-        impp = g4_malloc(sizeof(float) * padded);
-        for (size_t k = 0; k < padded; k++) {
-            const double v = k < (size_t)K && imp[k] > 0 ? imp[k] / mean_imp : 0;
-            impp[k] = (float)(v > 1e-6 ? v : 1e-6);
-        }
-        if (mean && !imx_v1_env() && !g4_env_is("G4_IMATRIX_SEARCH", "diag")) {
-            // E[(x . d)^2] = sum var d^2 + (sum mean d)^2 + covariances: the mean of the inputs
-            // makes the errors of a column add up coherently, across blocks too
-            mup = g4_calloc(padded, sizeof(float));
-            for (int k = 0; k < K; k++) {
-                const double m = mean[k] / sqrt(mean_imp), v = impp[k] - m * m;
-                mup[k] = (float)m;
-                impp[k] = (float)(v > 1e-6 ? v : 1e-6);
-            }
-        }
-    }
+    float *impp = NULL, *mup = NULL;
+    if (imp) g4_imx_prepare(imp, mean, K, block, &impp, &mup);
     const int imx_v1 = imp && imx_v1_env();
     kq_job *jobs = g4_calloc((size_t)n_threads, sizeof *jobs);
     pthread_t *tid = g4_calloc((size_t)n_threads, sizeof *tid);

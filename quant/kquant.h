@@ -52,4 +52,29 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
                        const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
                        uint8_t *zp);
 
+// The imatrix search's pieces, shared with gptq_imx (quant/methods.c: the same search on GPTQ's
+// compensated weights). g4_imx_prepare: imp[K] (mean x^2) and mean[K] (mean x, or NULL) ->
+// *impp [kb * block] (imp over its mean, at least 1e-6; the padding 1e-6; with the mean: the
+// variance imp - mean^2) and *mup [kb * block] (the mean over sqrt(mean imp), the padding 0; NULL
+// without a mean or under G4_IMATRIX_SEARCH=v1 / diag); free both.
+void g4_imx_prepare(const float *imp, const float *mean, int K, int block, float **impp,
+                    float **mup);
+// One block x[n] (16 <= n <= G4_KQUANT_MAX_BLOCK) searched with imp[n] / mu[n] (mu NULL: no mean
+// term) from g4_imx_prepare: codes, scale and zero point as g4_q4_quantize_imx picks them;
+// *bias: sum mu d of the column's blocks before (in) and with this one (out); scratch: 4n floats.
+void g4_imx_block(const float *x, int n, const float *imp, const float *mu, double *bias,
+                  uint8_t *codes, float *scale, uint8_t *zp, float *scratch);
+// Every (stored scale, zero point) g4_imx_block judges, in its order (k-quant's pick first,
+// e = INFINITY when its scale is not a positive finite fp16), with its error e (kquant.c
+// imx_err, the codes rounded to nearest); g4_imx_block takes the first least e. Returns the
+// count.
+#define G4_IMX_MAX_CANDS 192
+typedef struct {
+    float s; // an fp16 value
+    int z;
+    double e;
+} g4_imx_cand;
+int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, double bias,
+                      g4_imx_cand *c, float *scratch);
+
 #endif

@@ -1,4 +1,4 @@
-// methods.c: round-to-nearest, GPTQ and the layer-output fit (see methods.h).
+// methods.c: round-to-nearest, GPTQ (and gptq_imx) and the layer-output fit (see methods.h).
 //
 // Orientation: W [K, N] row-major as the fp16 packages store it (y = x @ W), so row k is input
 // channel k across all N outputs and GPTQ's "columns" (input channels of torch's [N, K]) are our
@@ -15,7 +15,7 @@
 #include "quant/kquant.h"
 #include "quant/q4.h"
 
-static const char *const NAMES[] = {"kquant", "rtn", "imatrix", "gptq", "fit"};
+static const char *const NAMES[] = {"kquant", "rtn", "imatrix", "gptq", "fit", "gptq_imx"};
 
 int g4_qmethod_parse(const char *name, g4_qmethod *out) {
     for (int i = 0; i < (int)(sizeof NAMES / sizeof NAMES[0]); i++)
@@ -23,7 +23,8 @@ int g4_qmethod_parse(const char *name, g4_qmethod *out) {
             *out = (g4_qmethod)i;
             return G4_OK;
         }
-    return g4_fail(G4_EUSER, "quantize method '%s': expected kquant, rtn, imatrix, gptq or fit",
+    return g4_fail(G4_EUSER,
+                   "quantize method '%s': expected kquant, rtn, imatrix, gptq, fit or gptq_imx",
                    name ? name : "(null)");
 }
 
@@ -32,11 +33,11 @@ const char *g4_qmethod_name(g4_qmethod m) {
 }
 
 int g4_qmethod_needs_calib(g4_qmethod m) {
-    return m == G4_QM_IMATRIX || m == G4_QM_GPTQ || m == G4_QM_FIT;
+    return m == G4_QM_IMATRIX || g4_qmethod_needs_hessian(m);
 }
 
 int g4_qmethod_needs_hessian(g4_qmethod m) {
-    return m == G4_QM_GPTQ || m == G4_QM_FIT;
+    return m == G4_QM_GPTQ || m == G4_QM_FIT || m == G4_QM_GPTQ_IMX;
 }
 
 // --- shared pieces ------------------------------------------------------------------------------
@@ -670,18 +671,91 @@ typedef struct {
     const double *hd; // [kb * B] X^T X diagonal by original channel (padding 0)
     int minmax;       // 1: block parameters by min/max alone
     int act_order;
+    const float *impp, *mup; // gptq_imx: kquant.h g4_imx_prepare's [kb * B] (mup may be NULL)
+    int screen;              // gptq_imx: the best candidates re-judged by GPTQ's block error
     uint8_t *q;
     uint16_t *scales;
     uint8_t *zp;
 } gptq_job;
 
-#define GPTQ_BATCH 128 // rows (input channels) per lazy batch
+#define GPTQ_BATCH  128 // rows (input channels) per lazy batch
+#define GPTQ_SCREEN 6   // gptq_imx: candidates re-judged by the block's GPTQ error (fit's count)
 
-static void block_params(const gptq_job *j, const float *x, int b, float *s, int *z) {
-    if (j->minmax)
+// A thread's scratch for the block parameters.
+typedef struct {
+    float kq[4 * G4_KQUANT_MAX_BLOCK]; // g4_imx_block's
+    g4_imx_cand cand[G4_IMX_MAX_CANDS];
+    uint8_t codes[G4_KQUANT_MAX_BLOCK];
+    double xs[G4_KQUANT_MAX_BLOCK];
+} bp_scratch;
+
+// The error GPTQ's sweep makes on the block whose first row is i (in visiting order), given its
+// rows' current weights x and the parameters (s, z): row by row, the rounding error e_r (over
+// U[r][r]) is added as e_r^2 and pushed onto the block's later rows through U, as gptq_range
+// does (the rows after the block change no term here). The sum of e_r^2 over all rows is
+// ||X (w - wq)||^2 (GPTQ's loss), so this is the block's exact share given the rows before it.
+static double sweep_error(const gptq_job *j, const float *x, int i, float s, int z, double *xs) {
+    const int K = j->K, nr = K - i < j->B ? K - i : j->B;
+    const float *U = j->U;
+    for (int r = 0; r < nr; r++) xs[r] = x[r];
+    double loss = 0;
+    for (int r = 0; r < nr; r++) {
+        const double c = clip15(rint((double)(float)xs[r] / s + z));
+        const double e = (xs[r] - (c - z) * s) / U[(size_t)(i + r) * K + i + r];
+        loss += e * e;
+        for (int r2 = r + 1; r2 < nr; r2++) xs[r2] -= U[(size_t)(i + r) * K + i + r2] * e;
+    }
+    return loss;
+}
+
+// gptq_imx's screen: the imatrix search's GPTQ_SCREEN candidates of least error (its own pick
+// first), each re-judged by sweep_error; the least wins (the search's pick on a tie).
+static void screen_params(const gptq_job *j, const float *x, int i, int b, float *s, int *z,
+                          bp_scratch *t) {
+    const int B = j->B;
+    const int nc = g4_imx_candidates(x, B, j->impp + (size_t)b * B,
+                                     j->mup ? j->mup + (size_t)b * B : NULL, 0, t->cand, t->kq);
+    int taken[GPTQ_SCREEN], nt = 0;
+    double best = INFINITY;
+    while (nt < GPTQ_SCREEN) {
+        int k = -1; // the first least e not yet taken, distinct in (s, z)
+        for (int c = 0; c < nc; c++) {
+            if (!(t->cand[c].e < INFINITY) || (k >= 0 && !(t->cand[c].e < t->cand[k].e))) continue;
+            int dup = 0;
+            for (int q = 0; q < nt; q++)
+                dup |= t->cand[taken[q]].s == t->cand[c].s && t->cand[taken[q]].z == t->cand[c].z;
+            if (!dup) k = c;
+        }
+        if (k < 0) break;
+        taken[nt++] = k;
+        const double e = sweep_error(j, x, i, t->cand[k].s, t->cand[k].z, t->xs);
+        if (e < best) best = e, *s = t->cand[k].s, *z = t->cand[k].z;
+    }
+    if (nt == 0) { // nothing finite: the search's own fallback (k-quant's pick)
+        double bias = 0;
+        uint8_t zp;
+        g4_imx_block(x, B, j->impp + (size_t)b * B, NULL, &bias, t->codes, s, &zp, t->kq);
+        *z = zp;
+    }
+}
+
+// The parameters of block b (rows i .. i + B - 1 in visiting order; x: their weights of one
+// column, the current ones unless act-order).
+static void block_params(const gptq_job *j, const float *x, int i, int b, float *s, int *z,
+                         bp_scratch *t) {
+    if (j->impp && j->screen && !j->act_order) {
+        screen_params(j, x, i, b, s, z, t);
+    } else if (j->impp) {
+        double bias = 0; // GPTQ's updates already carry the earlier blocks' errors
+        uint8_t zp;
+        g4_imx_block(x, j->B, j->impp + (size_t)b * j->B, j->mup ? j->mup + (size_t)b * j->B : NULL,
+                     &bias, t->codes, s, &zp, t->kq);
+        *z = zp;
+    } else if (j->minmax) {
         rtn_params(x, j->B, s, z);
-    else
+    } else {
         grid_params(x, j->hd + (size_t)b * j->B, j->B, s, z);
+    }
 }
 
 // w[0..15] -= u[i] * e[i * TILE + 0..15] for i = 0 .. n - 1 in turn (each product and difference
@@ -719,6 +793,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
     uint8_t *zps = g4_malloc((size_t)kb);
     float *scol = g4_malloc(sizeof(float) * (size_t)kb);
     float *ucol = g4_malloc(sizeof(float) * GPTQ_BATCH);
+    bp_scratch *bp = g4_malloc(sizeof *bp);
     for (int tile = lo; tile < hi; tile++) {
         const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
         for (int i = 0; i < K; i++)
@@ -734,7 +809,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
                         const int k = b * B + r;
                         x[r] = k < K ? load_w(j->w, j->dtype, (uint64_t)k * j->N + n0 + t) : 0.0f;
                     }
-                    block_params(j, x, b, &sc[b * TILE + t], &zz[b * TILE + t]);
+                    block_params(j, x, b * B, b, &sc[b * TILE + t], &zz[b * TILE + t], bp);
                 }
         for (int i0 = 0; i0 < K; i0 += GPTQ_BATCH) {
             const int i1 = i0 + GPTQ_BATCH < K ? i0 + GPTQ_BATCH : K;
@@ -744,7 +819,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
                     for (int t = 0; t < nt; t++) {
                         for (int r = 0; r < B; r++)
                             x[r] = i + r < K ? W[(size_t)(i + r) * TILE + t] : 0.0f;
-                        block_params(j, x, b, &sc[b * TILE + t], &zz[b * TILE + t]);
+                        block_params(j, x, i, b, &sc[b * TILE + t], &zz[b * TILE + t], bp);
                     }
                 const double uii = U[(size_t)i * K + i];
                 float *wi = W + (size_t)i * TILE, *ei = E + (size_t)(i - i0) * TILE;
@@ -779,6 +854,7 @@ static void gptq_range(void *ctx, int lo, int hi) {
         }
     }
     free(W), free(E), free(sc), free(zz), free(codes), free(x), free(zps), free(scol), free(ucol);
+    free(bp);
 }
 
 typedef struct {
@@ -839,8 +915,11 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
                                  "%g x its mean diagonal",
                        K, K, damp / 10);
     }
-    gptq_job j = {w, w_dtype, K, N, block, kb, H, perm, hd, o && o->minmax, act, q, scales, zp};
+    float *impp = NULL, *mup = NULL;
+    if (o && o->imp) g4_imx_prepare(o->imp, o->mean, K, block, &impp, &mup);
+    gptq_job j = {w,   w_dtype,        K, N,      block, kb, H, perm, hd, o && o->minmax, act, impp,
+                  mup, o && o->screen, q, scales, zp};
     g4_parallel_for((N + TILE - 1) / TILE, (double)TILE * K * K, gptq_range, &j);
-    free(perm), free(hd);
+    free(perm), free(hd), free(impp), free(mup);
     return G4_OK;
 }

@@ -16,6 +16,12 @@
 //            min/max shrunk by the factor (1 .. 0.6) with the least H[k][k]-weighted error,
 //            taken when the block is reached (or from the original weights with act-order,
 //            which visits channels by decreasing H[k][k])
+//   gptq_imx GPTQ whose block parameters come from the imatrix search (kquant.h g4_imx_block:
+//            the same code) run on the block's current, already error-compensated weights with
+//            each channel's mean x^2 (the diagonal of X^T X / rows) and mean x as importance,
+//            when the sweep reaches the block; the search's best few candidates are then
+//            re-judged by the error GPTQ's own sweep makes on the block with each (the block's
+//            exact share of the layer-output loss, given the channels before it)
 //   fit      each block's scale and zero point (then its codes) chosen to minimise the block's
 //            share of the layer-output error ||X W - X Wq||^2, d^T H_bb d with H_bb the block's
 //            32 x 32 diagonal block of X^T X; candidates: a grid of scales around min/max, the
@@ -36,14 +42,16 @@ typedef enum {
     G4_QM_IMATRIX = 2,
     G4_QM_GPTQ = 3,
     G4_QM_FIT = 4,
+    G4_QM_GPTQ_IMX = 5,
 } g4_qmethod;
 
-// "kquant" ... "fit" -> *out; else a one-line error naming the value and the accepted names.
+// "kquant" ... "gptq_imx" -> *out; else a one-line error naming the value and the accepted names.
 int g4_qmethod_parse(const char *name, g4_qmethod *out);
 const char *g4_qmethod_name(g4_qmethod m);
-// 1 for the methods that read calibration inputs (imatrix: mean x^2; gptq, fit: X^T X).
+// 1 for the methods that read calibration inputs (imatrix: mean x^2, mean x; gptq, fit: X^T X;
+// gptq_imx: all three).
 int g4_qmethod_needs_calib(g4_qmethod m);
-// 1 for the methods that need the whole X^T X of each linear (gptq, fit).
+// 1 for the methods that need the whole X^T X of each linear (gptq, fit, gptq_imx).
 int g4_qmethod_needs_hessian(g4_qmethod m);
 
 // One block, round-to-nearest: lo = min(x, 0), hi = max(x, 0), scale = fp16((hi - lo) / 15)
@@ -62,6 +70,12 @@ typedef struct {
     int act_order; // 1: channels by decreasing H[k][k], block parameters from the original W
     int minmax;    // 1: block parameters by min/max alone (the paper's); 0 (default): min/max
                    //    shrunk by 1 .. 0.6, the least H[k][k]-weighted error of the rounded block
+    // gptq_imx: imp [K], each channel's mean x^2 (X^T X's diagonal over the rows; any positive
+    // scale), and mean [K], each one's mean x (NULL: no mean term), on the same scale: the
+    // block parameters by the imatrix search instead of the grid (minmax ignored)
+    const float *imp, *mean;
+    int screen; // with imp and without act_order: the search's GPTQ_SCREEN best candidates
+                // re-judged by GPTQ's own error on the block (gptq_imx's default: 1)
 } g4_gptq_opts;
 
 // H: K x K floats (symmetric), overwritten (its lower triangle and diagonal are kept as the

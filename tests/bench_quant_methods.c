@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
     for (int act = 0; act <= 1; act++) {
         const int only_inv = !act && strchr(parts, 'i') && !strchr(parts, 'g');
         if (!strchr(parts, act ? 'a' : 'g') && !only_inv) continue;
-        g4_gptq_opts go = {0.01f, act, 0};
+        g4_gptq_opts go = {0.01f, act, 0, NULL, NULL, 0};
         // One column: the factorisation (and its set-up) alone, to the column work's K^2 / 2.
         out4 o1 = {0};
         o1.sh = g4_q4_shape_of(K, 1, G4_Q4_BLOCK);

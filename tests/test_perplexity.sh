@@ -132,9 +132,10 @@ every_linear_calibrated "quantize --imatrix" "$tmp/im.txt" "activation importanc
 [ "$(stat -c %s "$tmp/q4im/decoder/model.onnx.data")" = "$q4_bytes" ]
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
 kld_below_plain "quantize --imatrix" "$tmp/q4im"
-# --method gptq / fit on 256 calibration tokens: the same bytes, mean KLD below plain k-quant's
-# (measured: -38.5% / -42.7%; on 64 tokens a 64-wide X^T X from 64 rows is too thin for them)
-for m in gptq fit; do
+# --method gptq / fit / gptq_imx on 256 calibration tokens: the same bytes, mean KLD below plain
+# k-quant's (measured: -38.5% / -42.7% / GPTQIMX_TINY; on 64 tokens a 64-wide X^T X from 64 rows is too
+# thin for them)
+for m in gptq fit gptq_imx; do
     "$G4CU" quantize "$pkg" "$tmp/q4$m" --method $m --calib "$fx/calib.txt" --calib-tokens 256 \
         --threads 2 >"$tmp/$m.txt" 2>&1
     check "quantize --method $m: exit 0" $?
@@ -148,13 +149,13 @@ done
     cmp -s "$tmp/q4/decoder/model.onnx.data" "$tmp/q4kq/decoder/model.onnx.data" &&
     cmp -s "$tmp/q4/decoder/model.onnx" "$tmp/q4kq/decoder/model.onnx"
 check "quantize --method kquant = the default, byte for byte" $?
-err1 "quantize --method unknown" "quantize method 'q4km': expected kquant, rtn, imatrix, gptq or fit" \
+err1 "quantize --method unknown" "quantize method 'q4km': expected kquant, rtn, imatrix, gptq, fit or gptq_imx" \
     "$G4CU" quantize "$pkg" "$tmp/x" --method q4km
 err1 "quantize --method gptq needs --calib" "need --calib TEXT" \
     "$G4CU" quantize "$pkg" "$tmp/x" --method gptq
 err1 "quantize --imatrix with another method" "imatrix with method 'gptq': imatrix is a method of its own" \
     "$G4CU" quantize "$pkg" "$tmp/x" --imatrix --method gptq --calib "$fx/calib.txt"
-err1 "quantize --act-order needs gptq" "act-order with method 'fit': it is gptq's option" \
+err1 "quantize --act-order needs gptq" "act-order with method 'fit': it is gptq's and gptq_imx's option" \
     "$G4CU" quantize "$pkg" "$tmp/x" --method fit --act-order --calib "$fx/calib.txt"
 
 # 4. the CUDA backend (skipped, saying why, without a GPU): the same perplexity and KLD within

@@ -242,7 +242,7 @@ static void test_gptq_diagonal_is_rtn(void) {
         for (int k = 0; k < K; k++) Hd[k * K + k] = H[k * K + k] > 0 ? H[k * K + k] : 1;
         float *H2 = g4_malloc(sizeof(float) * K * K);
         memcpy(H2, H, sizeof(float) * K * K);
-        g4_gptq_opts o = {0.01f, act, 1};
+        g4_gptq_opts o = {0.01f, act, 1, NULL, NULL, 0};
         CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, g.q, g.sc, g.zp) == G4_OK,
                   "%s", g4_error());
         CHECK_MSG(q4_same(&r, &g, K, N), "gptq (act_order %d) with a diagonal X^T X != rtn", act);
@@ -286,7 +286,7 @@ static void test_methods_lower_output_error(void) {
     CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, kq.q, kq.sc, kq.zp) == G4_OK);
     for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
     CHECK(g4_q4_fit(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, ft.q, ft.sc, ft.zp) == G4_OK);
-    g4_gptq_opts o = {0.01f, 0, 0};
+    g4_gptq_opts o = {0.01f, 0, 0, NULL, NULL, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, gp.q, gp.sc, gp.zp) == G4_OK);
     for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
     o.act_order = 1;
@@ -352,16 +352,123 @@ static void test_imatrix_mean_term(void) {
     q4_free(&kq), q4_free(&dg), q4_free(&mn);
 }
 
+// gptq_imx (methods.h): with a diagonal X^T X nothing is pushed between channels, so its block
+// parameters are the imatrix search's on the original weights and its codes their rounding:
+// without the screen and without a mean it is g4_q4_quantize_imx(imp, NULL) byte for byte (with
+// and without act-order; imp = X^T X's diagonal over the rows, K = 80: the last block padded).
+// The screen re-judges the search's best candidates by GPTQ's error on the block, which for a
+// diagonal H is the block's damped-diagonal-weighted error exactly: never above the search's
+// own pick under that error.
+static void test_gptq_imx_diagonal(void) {
+    const int K = 80, N = 24, R = 50;
+    unsigned long long rng = 7007;
+    float *W = g4_malloc(sizeof(float) * K * N), *H = g4_malloc(sizeof(float) * K * K);
+    float imp[80];
+    double *Hd = g4_calloc((size_t)K * K, sizeof(double));
+    for (int i = 0; i < K * N; i++) W[i] = 0.05f * gauss(&rng);
+    double md = 0;
+    for (int k = 0; k < K; k++) {
+        imp[k] = g4t_rand_uniform(&rng, 0.05f, 4.0f);
+        md += (double)R * imp[k] / K;
+    }
+    for (int k = 0; k < K; k++) Hd[k * K + k] = (double)R * imp[k] + 0.01 * md; // as damped
+    q4buf im = q4_new(K, N), g = q4_new(K, N), gs = q4_new(K, N);
+    CHECK(g4_q4_quantize_imx(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, imp, NULL, im.q, im.sc, im.zp) ==
+          G4_OK);
+    for (int act = 0; act <= 1; act++) {
+        memset(H, 0, sizeof(float) * K * K);
+        for (int k = 0; k < K; k++) H[k * K + k] = (float)R * imp[k];
+        g4_gptq_opts o = {0.01f, act, 0, imp, NULL, 0};
+        CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, g.q, g.sc, g.zp) == G4_OK,
+                  "%s", g4_error());
+        CHECK_MSG(q4_same(&im, &g, K, N),
+                  "gptq_imx (act_order %d, no screen) with a diagonal X^T X != the imatrix search",
+                  act);
+    }
+    memset(H, 0, sizeof(float) * K * K);
+    for (int k = 0; k < K; k++) H[k * K + k] = (float)R * imp[k];
+    g4_gptq_opts o = {0.01f, 0, 0, imp, NULL, 1};
+    CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, gs.q, gs.sc, gs.zp) == G4_OK);
+    const double e_pick = out_loss(W, K, N, Hd, &g), e_scr = out_loss(W, K, N, Hd, &gs);
+    CHECK_MSG(e_scr <= e_pick * (1 + 1e-9) && e_scr > 0,
+              "gptq_imx screen %g vs the search's pick %g (diagonal X^T X)", e_scr, e_pick);
+    free(W), free(H), free(Hd);
+    q4_free(&im), q4_free(&g), q4_free(&gs);
+}
+
+// gptq_imx on correlated inputs with nonzero channel means (x = m + (z A) s: A mixing channels
+// within and across blocks, scales s_k 0.2 .. 3, means up to 1.5 s_k): the layer-output error
+// sum_n d_n^T (X^T X) d_n must not exceed GPTQ's (its shrink grid), the imatrix search's (with
+// the means) or gptq_imx's without the screen.
+static void test_gptq_imx_lower_output_error(void) {
+    const int K = 96, N = 32, R = 256;
+    unsigned long long rng = 20261204;
+    float *W = g4_malloc(sizeof(float) * K * N), *A = g4_malloc(sizeof(float) * K * K);
+    float *X = g4_malloc(sizeof(float) * R * K), *Hf = g4_malloc(sizeof(float) * K * K);
+    double *H = g4_calloc((size_t)K * K, sizeof(double));
+    float imp[96], mean[96], mu[96], sc[96];
+    for (int i = 0; i < K * N; i++) W[i] = 0.05f * gauss(&rng);
+    for (int i = 0; i < K * K; i++)
+        A[i] = (i / K == i % K ? 1.0f : 0.0f) + 0.3f * gauss(&rng) / sqrtf((float)K);
+    for (int k = 0; k < K; k++) {
+        sc[k] = 0.2f + 2.8f * (float)((k * 37) % K) / (float)K;
+        mu[k] = sc[k] * g4t_rand_uniform(&rng, -1.5f, 1.5f);
+    }
+    for (int r = 0; r < R; r++) {
+        float z[96];
+        for (int k = 0; k < K; k++) z[k] = gauss(&rng);
+        for (int k = 0; k < K; k++) {
+            double t = 0;
+            for (int j = 0; j < K; j++) t += (double)z[j] * A[j * K + k];
+            X[r * K + k] = (float)(mu[k] + t * sc[k]);
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        double s2 = 0, s1 = 0;
+        for (int r = 0; r < R; r++) s2 += (double)X[r * K + k] * X[r * K + k], s1 += X[r * K + k];
+        imp[k] = (float)(s2 / R), mean[k] = (float)(s1 / R);
+    }
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < K; a++)
+            for (int b = 0; b < K; b++) H[a * K + b] += (double)X[r * K + a] * X[r * K + b];
+    q4buf gp = q4_new(K, N), im = q4_new(K, N), gi = q4_new(K, N), gk = q4_new(K, N);
+    CHECK(g4_q4_quantize_imx(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, imp, mean, im.q, im.sc, im.zp) ==
+          G4_OK);
+    const q4buf *outs[3] = {&gp, &gk, &gi};
+    for (int v = 0; v < 3; v++) { // gptq; gptq_imx without the screen; gptq_imx
+        g4_gptq_opts o = {0.01f, 0, 0, v ? imp : NULL, v ? mean : NULL, v == 2};
+        for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
+        CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, outs[v]->q, outs[v]->sc,
+                             outs[v]->zp) == G4_OK,
+                  "%s", g4_error());
+    }
+    const double e_gp = out_loss(W, K, N, H, &gp), e_im = out_loss(W, K, N, H, &im),
+                 e_gk = out_loss(W, K, N, H, &gk), e_gi = out_loss(W, K, N, H, &gi);
+    printf("  layer-output error, correlated inputs with a mean: gptq %.4g, imatrix %.4g, "
+           "gptq_imx without the screen %.4g, gptq_imx %.4g (%.3f x gptq, %.3f x imatrix)\n",
+           e_gp, e_im, e_gk, e_gi, e_gi / e_gp, e_gi / e_im);
+    CHECK(e_gi > 0);
+    CHECK_MSG(e_gi <= e_gp && e_gi <= e_im && e_gi <= e_gk,
+              "gptq_imx %g vs gptq %g, imatrix %g, gptq_imx without the screen %g", e_gi, e_gp,
+              e_im, e_gk);
+    free(W), free(A), free(X), free(Hf), free(H);
+    q4_free(&gp), q4_free(&im), q4_free(&gi), q4_free(&gk);
+}
+
 static void test_bad_inputs(void) {
     g4_qmethod m;
     CHECK(g4_qmethod_parse("gptq", &m) == G4_OK && m == G4_QM_GPTQ);
+    CHECK(g4_qmethod_parse("gptq_imx", &m) == G4_OK && m == G4_QM_GPTQ_IMX);
+    CHECK(!strcmp(g4_qmethod_name(G4_QM_GPTQ_IMX), "gptq_imx"));
+    CHECK(g4_qmethod_needs_calib(G4_QM_GPTQ_IMX) && g4_qmethod_needs_hessian(G4_QM_GPTQ_IMX));
     CHECK(g4_qmethod_parse("q4km", &m) == G4_EUSER);
-    CHECK(strstr(g4_error(), "'q4km': expected kquant, rtn, imatrix, gptq or fit") != NULL);
+    CHECK(strstr(g4_error(), "'q4km': expected kquant, rtn, imatrix, gptq, fit or gptq_imx") !=
+          NULL);
     const int K = 32, N = 2;
     float W[64] = {0}, H[32 * 32];
     for (int i = 0; i < K * K; i++) H[i] = NAN;
     q4buf b = q4_new(K, N);
-    g4_gptq_opts o = {0.01f, 0, 0};
+    g4_gptq_opts o = {0.01f, 0, 0, NULL, NULL, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 32, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
     CHECK(strstr(g4_error(), "not positive definite") != NULL);
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 24, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
@@ -377,6 +484,8 @@ int main(void) {
     test_gptq_diagonal_is_rtn();
     test_methods_lower_output_error();
     test_imatrix_mean_term();
+    test_gptq_imx_diagonal();
+    test_gptq_imx_lower_output_error();
     test_bad_inputs();
     char *pkg_dir = g4_sprintf("%s/fidelity-tiny/package", g4t_env("G4_FIXTURES"));
     g4_package *p;

@@ -146,14 +146,14 @@ static int cmd_quantize(int argc, char **argv) {
         free(keep);
         return g4_cli_usage_error("quantize", "expected PKG_F16 OUT");
     }
-    const int calibrated = use_imatrix || (method && (!strcmp(method, "imatrix") ||
-                                                      !strcmp(method, "gptq") ||
-                                                      !strcmp(method, "fit")));
+    const int calibrated =
+        use_imatrix || (method && (!strcmp(method, "imatrix") || !strcmp(method, "gptq") ||
+                                   !strcmp(method, "fit") || !strcmp(method, "gptq_imx")));
     if ((auto_bytes >= 0 || calibrated) != (calib != NULL)) {
         free(keep);
         return g4_cli_usage_error("quantize", "--keep-auto BYTES and --imatrix need --calib TEXT "
                                               "(and --calib one of them; so do --method imatrix, "
-                                              "gptq and fit)");
+                                              "gptq, fit and gptq_imx)");
     }
     qp.keep = keep;
     qp.n_keep = n_keep;
@@ -188,15 +188,16 @@ static const g4_opt quantize_opts[] = {
     {"--calib-tokens", "N", "calibration tokens (default 256)"},
     {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
     {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
-    {"--method", "M", "kquant (default), rtn, imatrix, gptq or fit (README: quantize methods)"},
-    {"--act-order", NULL, "gptq: channels by decreasing X^T X diagonal (default off)"},
+    {"--method", "M",
+     "kquant (default), rtn, imatrix, gptq, fit or gptq_imx (README: quantize methods)"},
+    {"--act-order", NULL, "gptq, gptq_imx: channels by decreasing X^T X diagonal (default off)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT] "
-    "[--method kquant|rtn|imatrix|gptq|fit [--act-order]]   quantize "
+    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order]]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
     "files are copied or reflinked, never hard-linked)",
