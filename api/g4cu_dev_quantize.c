@@ -59,15 +59,21 @@ static int calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
 #define HESSIAN_FLOATS (1u << 26)
 
 // gptq / fit / gptq_imx: each linear quantized from its X^T X as the Hessian run hands it over
-// (gptq_imx: with its mean x^2 and mean x from the imatrix run on the same tokens, im).
+// (gptq_imx: its importance is X^T X's diagonal; under G4_GPTQ_IMX=mean the imatrix run's
+// mean x^2 and mean x of the same tokens, im).
 typedef struct {
     g4_qmethod method;
     int act_order;
-    const g4_imatrix *im;
-    g4_imatrix *own_im; // gptq_imx: filled by calibrate
+    g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate
     g4_q4_arrays *a;
     int n;
 } prequant;
+
+// G4_GPTQ_IMX (A/B runs): "pick" takes the imatrix search's own pick (no re-judging by GPTQ's
+// error), "mean" adds the search's mean term (each channel's mean x from an imatrix run).
+static int gptq_imx_mean(void) {
+    return g4_env_is("G4_GPTQ_IMX", "mean");
+}
 
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
@@ -77,7 +83,8 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     int rc;
     if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
         g4_gptq_opts go = {0.01f, pq->act_order, 0, NULL, NULL, 0};
-        if (pq->method == G4_QM_GPTQ_IMX) {
+        float *diag = NULL;
+        if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) {
             int i = 0;
             while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
             if (i == pq->im->n || pq->im->K[i] != K) {
@@ -86,10 +93,14 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
                                name, K, N, K);
             }
             go.imp = pq->im->imp[i], go.mean = pq->im->mean[i];
-            // G4_GPTQ_IMX=pick (A/B runs): the search's own pick, no re-judging by GPTQ's error
-            go.screen = !g4_env_is("G4_GPTQ_IMX", "pick");
+        } else if (pq->method == G4_QM_GPTQ_IMX) { // g4_q4_gptq overwrites H: a copy
+            diag = g4_malloc(sizeof(float) * (size_t)K);
+            for (int k = 0; k < K; k++) diag[k] = H[(size_t)k * K + k];
+            go.imp = diag;
         }
+        go.screen = pq->method == G4_QM_GPTQ_IMX && !g4_env_is("G4_GPTQ_IMX", "pick");
         rc = g4_q4_gptq(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, &go, a.q, a.scales, a.zp);
+        free(diag);
     } else {
         rc = g4_q4_fit(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, a.q, a.scales, a.zp);
     }
@@ -126,9 +137,8 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         fprintf(rep, "imatrix: activation importance of %d linears from %d tokens of %s\n", im->n,
                 n, calib);
     }
-    if (pq && pq->method == G4_QM_GPTQ_IMX) { // the importance of the same tokens first
-        if ((rc = g4_imatrix_run(m, ids, n, pq->own_im))) goto done;
-        pq->im = pq->own_im;
+    if (pq && pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) { // the same tokens' means
+        if ((rc = g4_imatrix_run(m, ids, n, pq->im))) goto done;
     }
     if (pq) {
         int n_lin = 0;
@@ -197,8 +207,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     char **owned = NULL;
     int n_owned = 0;
     g4_imatrix im = {0};
-    g4_imatrix pim = {0}; // gptq_imx's importance
-    prequant pq = {method, p->gptq_act_order, NULL, &pim, NULL, 0};
+    g4_imatrix pim = {0}; // gptq_imx's means (G4_GPTQ_IMX=mean)
+    prequant pq = {method, p->gptq_act_order, &pim, NULL, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep, &owned,

@@ -16,12 +16,14 @@
 //            min/max shrunk by the factor (1 .. 0.6) with the least H[k][k]-weighted error,
 //            taken when the block is reached (or from the original weights with act-order,
 //            which visits channels by decreasing H[k][k])
-//   gptq_imx GPTQ whose block parameters come from the imatrix search (kquant.h g4_imx_block:
-//            the same code) run on the block's current, already error-compensated weights with
-//            each channel's mean x^2 (the diagonal of X^T X / rows) and mean x as importance,
-//            when the sweep reaches the block; the search's best few candidates are then
-//            re-judged by the error GPTQ's own sweep makes on the block with each (the block's
-//            exact share of the layer-output loss, given the channels before it)
+//   gptq_imx GPTQ whose block parameters come from the imatrix search (kquant.h
+//            g4_imx_candidates: the same code) run on the block's current, already
+//            error-compensated weights with each channel's mean x^2 (the diagonal of X^T X over
+//            the rows) as importance, when the sweep reaches the block; the search's 12 best
+//            candidates are then re-judged by the error GPTQ's own sweep makes on the block with
+//            each (the block's exact share of the layer-output loss, given the channels before
+//            it). The search's mean term is left out by default: X^T X already holds the mean's
+//            coherent sum (its outer product), which GPTQ's updates carry across blocks
 //   fit      each block's scale and zero point (then its codes) chosen to minimise the block's
 //            share of the layer-output error ||X W - X Wq||^2, d^T H_bb d with H_bb the block's
 //            32 x 32 diagonal block of X^T X; candidates: a grid of scales around min/max, the
@@ -70,9 +72,9 @@ typedef struct {
     int act_order; // 1: channels by decreasing H[k][k], block parameters from the original W
     int minmax;    // 1: block parameters by min/max alone (the paper's); 0 (default): min/max
                    //    shrunk by 1 .. 0.6, the least H[k][k]-weighted error of the rounded block
-    // gptq_imx: imp [K], each channel's mean x^2 (X^T X's diagonal over the rows; any positive
-    // scale), and mean [K], each one's mean x (NULL: no mean term), on the same scale: the
-    // block parameters by the imatrix search instead of the grid (minmax ignored)
+    // gptq_imx: imp [K], each channel's mean x^2 (X^T X's diagonal; any positive scale), and
+    // mean [K], each one's mean x on the same scale (NULL, gptq_imx's default: no mean term):
+    // the block parameters by the imatrix search instead of the grid (minmax ignored)
     const float *imp, *mean;
     int screen; // with imp and without act_order: the search's GPTQ_SCREEN best candidates
                 // re-judged by GPTQ's own error on the block (gptq_imx's default: 1)
