@@ -133,7 +133,7 @@ every_linear_calibrated "quantize --imatrix" "$tmp/im.txt" "activation importanc
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
 kld_below_plain "quantize --imatrix" "$tmp/q4im"
 # --method gptq / fit / gptq_imx on 256 calibration tokens: the same bytes, mean KLD below plain
-# k-quant's (measured: -38.5% / -42.7% / GPTQIMX_TINY; on 64 tokens a 64-wide X^T X from 64 rows is too
+# k-quant's (measured: -38.5% / -42.7% / -45.9%; on 64 tokens a 64-wide X^T X from 64 rows is too
 # thin for them)
 for m in gptq fit gptq_imx; do
     "$G4CU" quantize "$pkg" "$tmp/q4$m" --method $m --calib "$fx/calib.txt" --calib-tokens 256 \

@@ -6,9 +6,9 @@
 # with `g4cu logits`.
 #
 # Tolerances (the fixture's logits RMS is ~4): onnxruntime keeps fp16 activations, g4cu's CPU
-# backend fp32. Measured (onnxruntime 1.31.1): f16 package RMS 0.0024, max 0.0095; the five Q4
-# packages RMS 0.0024-0.0032, max 0.012-0.016, top-1 agreement 0.96-1 (one near-tie in 24)
-# (the five methods before gptq_imx).
+# backend fp32. Measured (onnxruntime 1.31.1): f16 package RMS 0.0024, max 0.0095; the six Q4
+# packages RMS 0.0022-0.0034, max 0.011-0.018 (gptq_imx the largest), top-1 agreement 0.96-1
+# (one near-tie in 24).
 # Budgets: RMS 0.01, max 0.05 (3x), top-1 >= 0.9; and ours within 0.1 x the distance from
 # onnxruntime's logits of that package to g4cu's logits of the f16 package (0.26-0.28: the
 # 4-bit weights move them; a wrong nibble, zero point or scale lands near 1x, ours sit at 0.012).

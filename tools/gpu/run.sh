@@ -173,8 +173,9 @@
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
-#            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, the
-#            --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag (FID_AB_VARIANTS), and
+#            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, gptq_imx,
+#            the --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag and gptq_imx's
+#            q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen) (FID_AB_VARIANTS), and
 #            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
@@ -1487,10 +1488,13 @@ fid_dwq_default="q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_a
 fid_dwq_default+=" q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes"
 FID_DWQ=${FID_DWQ-$fid_dwq_default}
 # the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits
-FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_best_keep_auto"
+FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_gptq_imx"
+FID_QUANT_VARIANTS+=" q4_best_keep_auto"
 # the --imatrix search's A/B on the same calibration (bench/NOTES.md "A better --imatrix search
-# (issue 33)"): the first search (G4_IMATRIX_SEARCH=v1), the new one without the mean term (diag)
-FID_AB_VARIANTS="q4_imatrix_v1 q4_imatrix_diag"
+# (issue 33)"): the first search (G4_IMATRIX_SEARCH=v1), the new one without the mean term
+# (diag); gptq_imx with the search's own pick, its candidates not re-judged by GPTQ's block error
+# (G4_GPTQ_IMX=pick; NOTES "GPTQ with the imatrix search's blocks")
+FID_AB_VARIANTS="q4_imatrix_v1 q4_imatrix_diag q4_gptq_imx_pick"
 FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
 # quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
@@ -1518,8 +1522,10 @@ fid_methods() {
     fid_quant q4_gptq --method gptq "${cal[@]}"
     fid_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
     fid_quant q4_fit --method fit "${cal[@]}"
+    fid_quant q4_gptq_imx --method gptq_imx "${cal[@]}"
     G4_IMATRIX_SEARCH=v1 fid_quant q4_imatrix_v1 --method imatrix "${cal[@]}"
     G4_IMATRIX_SEARCH=diag fid_quant q4_imatrix_diag --method imatrix "${cal[@]}"
+    G4_GPTQ_IMX=pick fid_quant q4_gptq_imx_pick --method gptq_imx "${cal[@]}"
     budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
     fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
@@ -1695,7 +1701,9 @@ stage_fidelity_measure() { stage_fidelity_run; }
 # --- issue 35: a proxy that reads and listens ------------------------------------------------
 MMD=${MMD:-$WORK/mm}
 MM_DATA=${MM_DATA:-.carry/mmdata}
-MM_VARIANTS=$FID_QUANT_VARIANTS # (the same quantize variants as the text proxy's)
+# the text proxy's quantize variants but gptq_imx (not on the multimodal proxy until the text
+# proxy has measured it: an eval of every variant is long)
+MM_VARIANTS=${FID_QUANT_VARIANTS/ q4_gptq_imx/}
 
 # mm_quant NAME ARGS...: the multimodal proxy's ($MMD/proxy/NAME)
 mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
