@@ -231,6 +231,19 @@ static float gauss(unsigned long long *s) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
+// The calibration statistics of inputs X [R, K]: H += X^T X; imp[k] (mean x^2) and mean[k]
+// (mean x) of each channel unless NULL.
+static void input_stats(const float *X, int R, int K, float *imp, float *mean, double *H) {
+    for (int k = 0; k < K && imp; k++) {
+        double s2 = 0, s1 = 0;
+        for (int r = 0; r < R; r++) s2 += (double)X[r * K + k] * X[r * K + k], s1 += X[r * K + k];
+        imp[k] = (float)(s2 / R), mean[k] = (float)(s1 / R);
+    }
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < K; a++)
+            for (int b = 0; b < K; b++) H[a * K + b] += (double)X[r * K + a] * X[r * K + b];
+}
+
 static void test_gptq_diagonal_is_rtn(void) {
     const int K = 80, N = 20; // 3 blocks, the last one padded
     unsigned long long rng = 5150;
@@ -280,9 +293,7 @@ static void test_methods_lower_output_error(void) {
             X[r * K + k] = (float)(s * (0.2 + 2.8 * ((k * 37) % K) / (double)K));
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < K; a++)
-            for (int b = 0; b < K; b++) H[a * K + b] += (double)X[r * K + a] * X[r * K + b];
+    input_stats(X, R, K, NULL, NULL, H);
     q4buf rt = q4_new(K, N), kq = q4_new(K, N), gp = q4_new(K, N), ga = q4_new(K, N),
           ft = q4_new(K, N);
     CHECK(g4_q4_quantize_rtn(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, rt.q, rt.sc, rt.zp) == G4_OK);
@@ -330,14 +341,7 @@ static void test_imatrix_mean_term(void) {
     }
     for (int r = 0; r < R; r++)
         for (int k = 0; k < K; k++) X[r * K + k] = mu[k] + sc[k] * gauss(&rng);
-    for (int k = 0; k < K; k++) {
-        double s2 = 0, s1 = 0;
-        for (int r = 0; r < R; r++) s2 += (double)X[r * K + k] * X[r * K + k], s1 += X[r * K + k];
-        imp[k] = (float)(s2 / R), mean[k] = (float)(s1 / R);
-    }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < K; a++)
-            for (int b = 0; b < K; b++) H[a * K + b] += (double)X[r * K + a] * X[r * K + b];
+    input_stats(X, R, K, imp, mean, H);
     q4buf kq = q4_new(K, N), dg = q4_new(K, N), mn = q4_new(K, N);
     CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, kq.q, kq.sc, kq.zp) == G4_OK);
     CHECK(g4_q4_quantize_imx(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, imp, NULL, dg.q, dg.sc, dg.zp) ==
@@ -428,14 +432,7 @@ static void test_gptq_imx_lower_output_error(void) {
             X[r * K + k] = (float)(mu[k] + t * sc[k]);
         }
     }
-    for (int k = 0; k < K; k++) {
-        double s2 = 0, s1 = 0;
-        for (int r = 0; r < R; r++) s2 += (double)X[r * K + k] * X[r * K + k], s1 += X[r * K + k];
-        imp[k] = (float)(s2 / R), mean[k] = (float)(s1 / R);
-    }
-    for (int r = 0; r < R; r++)
-        for (int a = 0; a < K; a++)
-            for (int b = 0; b < K; b++) H[a * K + b] += (double)X[r * K + a] * X[r * K + b];
+    input_stats(X, R, K, imp, mean, H);
     q4buf gp = q4_new(K, N), im = q4_new(K, N), gi = q4_new(K, N), gk = q4_new(K, N);
     CHECK(g4_q4_quantize_imx(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, imp, mean, im.q, im.sc, im.zp) ==
           G4_OK);
