@@ -696,15 +696,15 @@ typedef struct {
 // The error GPTQ's sweep makes on the block whose first row is i (in visiting order), given its
 // rows' current weights x and the parameters (s, z): row by row, the rounding error e_r (over
 // U[r][r]) is added as e_r^2 and pushed onto the block's later rows through U, as gptq_range
-// does (the rows after the block change no term here). The sum of e_r^2 over all rows is
-// ||X (w - wq)||^2 (GPTQ's loss), so this is the block's exact share given the rows before it.
+// does (the updates in double; the rows after the block change no term). The sum of e_r^2 over all
+// rows is ||X (w - wq)||^2 (GPTQ's loss), so this is the block's share given the rows before it.
 static double sweep_error(const gptq_job *j, const float *x, int i, float s, int z, double *xs) {
     const int K = j->K, nr = K - i < j->B ? K - i : j->B;
     const float *U = j->U;
     for (int r = 0; r < nr; r++) xs[r] = x[r];
     double loss = 0;
     for (int r = 0; r < nr; r++) {
-        const double c = clip15(rint((double)(float)xs[r] / s + z));
+        const double c = clip15(rint((double)(float)xs[r] / s + z)); // a float, as GPTQ's W
         const double e = (xs[r] - (c - z) * s) / U[(size_t)(i + r) * K + i + r];
         loss += e * e;
         for (int r2 = r + 1; r2 < nr; r2++) xs[r2] -= U[(size_t)(i + r) * K + i + r2] * e;
@@ -719,21 +719,25 @@ static void screen_params(const gptq_job *j, const float *x, int i, int b, float
     const int B = j->B;
     const int nc = g4_imx_candidates(x, B, j->impp + (size_t)b * B,
                                      j->mup ? j->mup + (size_t)b * B : NULL, 0, t->cand, t->kq);
-    int taken[GPTQ_SCREEN], nt = 0;
+    // top[0 .. nt): the least e first, ties in the search's order, one per (s, z) (a repeated
+    // pair has the same e, so its first place holds it)
+    g4_imx_cand top[GPTQ_SCREEN];
+    int nt = 0;
+    for (int c = 0; c < nc; c++) {
+        const g4_imx_cand v = t->cand[c];
+        if (!(v.e < INFINITY) || (nt == GPTQ_SCREEN && !(v.e < top[nt - 1].e))) continue;
+        int dup = 0, at = nt;
+        for (int q = 0; q < nt; q++) dup |= top[q].s == v.s && top[q].z == v.z;
+        if (dup) continue;
+        while (at > 0 && v.e < top[at - 1].e) at--;
+        if (nt < GPTQ_SCREEN) nt++;
+        for (int q = nt - 1; q > at; q--) top[q] = top[q - 1];
+        top[at] = v;
+    }
     double best = INFINITY;
-    while (nt < GPTQ_SCREEN) {
-        int k = -1; // the first least e not yet taken, distinct in (s, z)
-        for (int c = 0; c < nc; c++) {
-            if (!(t->cand[c].e < INFINITY) || (k >= 0 && !(t->cand[c].e < t->cand[k].e))) continue;
-            int dup = 0;
-            for (int q = 0; q < nt; q++)
-                dup |= t->cand[taken[q]].s == t->cand[c].s && t->cand[taken[q]].z == t->cand[c].z;
-            if (!dup) k = c;
-        }
-        if (k < 0) break;
-        taken[nt++] = k;
-        const double e = sweep_error(j, x, i, t->cand[k].s, t->cand[k].z, t->xs);
-        if (e < best) best = e, *s = t->cand[k].s, *z = t->cand[k].z;
+    for (int q = 0; q < nt; q++) {
+        const double e = sweep_error(j, x, i, top[q].s, top[q].z, t->xs);
+        if (e < best) best = e, *s = top[q].s, *z = top[q].z;
     }
     if (nt == 0) { // nothing finite: the search's own fallback (k-quant's pick)
         double bias = 0;
