@@ -2,14 +2,16 @@
 // shape (issue 33), on synthetic data: X [rows, K] with correlated channels, H = X^T X
 // (g4_xtx_add, timed), W [K, N] fp32. Times the X^T X accumulation, GPTQ's damped Cholesky and
 // triangular inverse (g4_q4_gptq on a single output column: its column work is K^2 / 2 against
-// the factorisation's K^3 / 3), GPTQ on all N columns (with and without act-order) and fit; and
+// the factorisation's K^3 / 3), GPTQ on all N columns (with and without act-order), fit and
+// gptq_imx (GPTQ with the imatrix search's block parameters and its screen); and
 // prints an FNV-1a hash of every output (H and the Q4 arrays), so that two builds can be
 // compared byte for byte. Not a test (nothing is judged); built beside them.
 //
-//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f (default "xgaf"),
-//   or i: GPTQ's factorisation alone (the one-column run, without act-order)
+//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f m (default
+//   "xgafm"; m: gptq_imx), or i: GPTQ's factorisation alone (the one-column run, without
+//   act-order)
 //   BENCH_DUMP=PREFIX: also writes GPTQ's U (PREFIX.U0, .U1 with act-order, K x K floats) and
-//   the Q4 arrays (PREFIX.g0, .g1, .f: q, scales, zp back to back), to see what differs.
+//   the Q4 arrays (PREFIX.g0, .g1, .f, .m: q, scales, zp back to back), to see what differs.
 //   BENCH_LOSS=1: also prints each method's layer-output error sum_n (q_n - w_n)^T H (q_n - w_n)
 //   (K^2 N multiply-adds: minutes at the largest shapes on two cores).
 #include <math.h>
@@ -105,7 +107,7 @@ int main(int argc, char **argv) {
     }
     const int K = atoi(argv[1]), N = atoi(argv[2]), R = argc > 3 ? atoi(argv[3]) : 2048;
     if (argc > 4) g4_set_threads(atoi(argv[4]));
-    const char *parts = argc > 5 ? argv[5] : "xgaf";
+    const char *parts = argc > 5 ? argv[5] : "xgafm";
     unsigned long long rng = 20261203;
     // Rows: independent channels at scales 0.2 .. 3, plus a shared factor per row and a
     // neighbour term (correlations within and across blocks).
@@ -180,6 +182,20 @@ int main(int argc, char **argv) {
         dump("f", o.q, o.sh.q_bytes, o.sc, sizeof(uint16_t) * o.sh.n_scales, o.zp, o.sh.zp_bytes);
         printf("  fit        %8.3f s  out hash %016llx  loss %.6g\n", t_fit, out_hash(&o),
                out_loss(&o, W, H, K, N));
+    }
+    if (strchr(parts, 'm')) { // as `quantize --method gptq_imx`: X^T X's diagonal as importance
+        float *imp = g4_malloc(sizeof(float) * (size_t)K);
+        for (int k = 0; k < K; k++) imp[k] = H[(size_t)k * K + k];
+        g4_gptq_opts go = {0.01f, 0, 0, imp, NULL, 1};
+        memcpy(H2, H, sizeof(float) * (size_t)K * K);
+        t0 = now();
+        int rc = g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H2, &go, o.q, o.sc, o.zp);
+        const double t_gi = now() - t0;
+        if (rc) fprintf(stderr, "gptq_imx: %s\n", g4_error());
+        dump("m", o.q, o.sh.q_bytes, o.sc, sizeof(uint16_t) * o.sh.n_scales, o.zp, o.sh.zp_bytes);
+        printf("  gptq_imx   %8.3f s  out hash %016llx  loss %.6g\n", t_gi, out_hash(&o),
+               out_loss(&o, W, H, K, N));
+        free(imp);
     }
     free(X), free(H), free(H2), free(W), free(o.q), free(o.sc), free(o.zp);
     return 0;

@@ -37,7 +37,7 @@
 #            16 stores a CTA: a GEMV without weights)
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
-#            X^T X, GPTQ's factorisation and column work (and act-order), fit; ~15-20 s
+#            X^T X, GPTQ's factorisation and column work (and act-order), fit, gptq_imx; ~20 s
 #   fattn    issue 30: the head preparation inside the decode attention, checks and A/B
 #   amerge   issue 30: the split-KV merge inside the decode attention (G4_ATTN_MERGE=cluster,
 #            or =global: windowless layers only): test_cuda_attention's decode cases all three
@@ -791,7 +791,7 @@ stage_qkv() {
 
 # Issue 30: the launch floor (a kernel that only waits and triggers, 64 to a graph: 1 CTA, one
 # and two an SM, a 2-CTA cluster, and without PDL), what each of the step's launches costs.
-stage_quant_time() { # the parts of `quantize --method gptq|fit` per linear (bench/NOTES.md)
+stage_quant_time() { # the parts of `quantize --method gptq|fit|gptq_imx` per linear (bench/NOTES.md)
     local shape
     : >"$OUT/quant_time.txt"
     for shape in "6144 768" "768 6144" "3072 768"; do
