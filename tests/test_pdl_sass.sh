@@ -5,7 +5,10 @@
 #   - griddepcontrol.wait (SASS ACQBULK) is present, and no global-memory instruction (load,
 #     store, atomic, reduction, cp.async, TMA, generic LD/ST, cache control other than the L2
 #     prefetch CCTL.E.PF*) comes before the first one in program order, except the immutable
-#     weights' stream loads (ldg_stream*: LDG.E...NA...CONSTANT, used for nothing else);
+#     weights' stream loads (ldg_stream*: LDG.E...NA...CONSTANT, used for nothing else) and, in
+#     the decode GEMVs only (the list L2NEXT below), the next op's weights' bulk L2 prefetch
+#     (pdl.cuh g4_prefetch_l2_next, SASS UBLKPF.L2: immutable weights, no register result, G4_L2_NEXT),
+#     which each of their variants must then have before the wait;
 #   - griddepcontrol.launch_dependents (SASS PREEXIT) is present, after the wait.
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
@@ -46,8 +49,13 @@ fi
     exit 1
 }
 
+# The kernels that take the next op's weights (kernels/l2_next.h): their bulk L2 prefetch is
+# allowed, and required, before the wait.
+L2NEXT="gemv_q4_kernel gemv_q4_stream_kernel gemv_q4_v3_kernel gemv_f16_kernel gemv_f16_mma_kernel"
+
 perl -e '
-    my ($names, $sass, $sites) = @ARGV;
+    my ($names, $sass, $sites, $l2next) = @ARGV;
+    my %l2n = map { $_ => 1 } split / /, $l2next;
     open my $nf, "<", $names or die; chomp(my @names = <$nf>);
     my (%code, @order, $fn);
     open my $sf, "<", $sass or die;
@@ -56,8 +64,8 @@ perl -e '
         next unless defined $fn;
         if (m{^\s+/\*[0-9a-f]{4,}\*/\s+(?:\@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)}) { push @{$code{$fn}}, $1; }
     }
-    my $bad_re = qr/^(?:LDG|STG|LD|ST|ATOM|ATOMG|RED|REDG|LDGSTS|UTMALDG|UTMASTG|UTMAREDG|UBLKCP|UBLKRED|SULD|SUST|SUATOM|SURED|TLD|TEX|CCTL)(?:\.|$)/;
-    my ($fail, $checked) = (0, 0);
+    my $bad_re = qr/^(?:LDG|STG|LD|ST|ATOM|ATOMG|RED|REDG|LDGSTS|UTMALDG|UTMASTG|UTMAREDG|UBLKCP|UBLKRED|UBLKPF|SULD|SUST|SUATOM|SURED|TLD|TEX|CCTL)(?:\.|$)/;
+    my ($fail, $checked, %l2n_seen) = (0, 0);
     for my $n (@names) {
         my $tok = length($n) . $n; # the Itanium-mangled identifier
         my @fns = grep { index($_, $tok) >= 0 } @order;
@@ -69,7 +77,12 @@ perl -e '
             $checked++;
             if (!defined $wait) { print "FAIL $f: no griddepcontrol.wait (ACQBULK)\n"; $fail++; next; }
             my @early = grep { $ops[$_] =~ $bad_re && $ops[$_] !~ /^CCTL\.E\.PF[12]/ &&
+                               !($l2n{$n} && $ops[$_] eq "UBLKPF.L2") &&
                                $ops[$_] !~ /^LDG\.E(?:\.[A-Z0-9_]+)*\.NA(?:\.[A-Z0-9_]+)*\.CONSTANT$/ } 0 .. $wait - 1;
+            if ($l2n{$n} && !grep { $ops[$_] eq "UBLKPF.L2" } 0 .. $wait - 1) {
+                print "FAIL $f: no next-weight L2 prefetch (UBLKPF.L2) before the wait\n"; $fail++;
+            }
+            $l2n_seen{$n} = 1 if $l2n{$n};
             if (@early) {
                 print "FAIL $f: global memory access before the wait: " .
                     join(", ", map { "$ops[$_] (#$_)" } @early[0 .. ($#early < 4 ? $#early : 4)]) . "\n";
@@ -80,7 +93,11 @@ perl -e '
             }
         }
     }
-    printf "test_pdl_sass: %d launch sites, %d kernels, %d compiled variants checked, %d failures\n",
-        $sites, scalar(@names), $checked, $fail;
+    for my $k (sort keys %l2n) {
+        next if $l2n_seen{$k};
+        print "FAIL $k: listed as taking the next weights but not launched through g4_pdl_launch\n"; $fail++;
+    }
+    printf "test_pdl_sass: %d launch sites, %d kernels, %d compiled variants checked (%d taking the next weights), %d failures\n",
+        $sites, scalar(@names), $checked, scalar(keys %l2n_seen), $fail;
     exit($fail ? 1 : 0);
-' "$tmp/names" "$tmp/sass" "$sites"
+' "$tmp/names" "$tmp/sass" "$sites" "$L2NEXT"
