@@ -717,9 +717,7 @@ int main(void) {
     check_xml_checker();
     // The Q4 package: the f16 package with onnxruntime's Q4 decoder (as test_q4_logits does).
     char *q4 = g4_sprintf("%s/q4pkg", tmp);
-    int rc = g4t_sh("mkdir '%s' && cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); [ \"$b\" = "
-                    "decoder ] || ln -s \"$f\" \"$b\"; done && ln -s '%s/q4/decoder' decoder",
-                    q4, q4, f16, fixtures);
+    int rc = g4t_q4_package(q4, f16, fixtures);
     CHECK(rc == 0);
     names want = {0}, linears = {0};
     char *npz = g4_sprintf("%s/refdumps/mobius-tiny-f16/len7.npz", fixtures);

@@ -93,10 +93,7 @@ int main(void) {
 
     // Q4 package: the f16 package with onnxruntime's Q4 decoder.
     char *pkg = g4_sprintf("%s/pkg", tmp);
-    rc = g4t_sh("mkdir '%s' && cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); [ \"$b\" = "
-                "decoder ] || "
-                "ln -s \"$f\" \"$b\"; done && ln -s '%s/q4/decoder' decoder",
-                pkg, pkg, tiny, fixtures);
+    rc = g4t_q4_package(pkg, tiny, fixtures);
     CHECK(rc == 0);
     rc = run_logits(g4cu, pkg, ids, o4, err);
     CHECK_MSG(rc == 0, "g4cu logits on the Q4 package exited %d (see %s)", rc, err);

@@ -136,10 +136,7 @@ static void test_full_quantize(const char *tmp) {
 
     g4_package *p16 = NULL, *p4 = NULL, *pr = NULL;
     char *ref_dir = g4t_tmpdir(); // onnxruntime's Q4 decoder in the tiny package
-    g4t_sh("cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); [ \"$b\" = decoder ] || ln -s "
-           "\"$f\" \"$b\"; done && "
-           "ln -s '%s/q4/decoder' decoder",
-           ref_dir, tiny, fixtures);
+    g4t_q4_package(ref_dir, tiny, fixtures);
     rc = g4_package_open(tiny, &p16);
     if (!rc) rc = g4_package_open(out, &p4);
     if (!rc) rc = g4_package_open(ref_dir, &pr);

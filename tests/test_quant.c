@@ -639,10 +639,7 @@ static void test_kquant_vs_onnxruntime_cases(void) {
 // A package directory: the tiny f16 package with the fixture's Q4 decoder (symlinks).
 static char *assemble_q4_package(const char *tiny) {
     char *dir = g4t_tmpdir();
-    int rc = g4t_sh("cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); [ \"$b\" = decoder ] || "
-                    "ln -s \"$f\" \"$b\"; "
-                    "done && ln -s '%s/q4/decoder' decoder",
-                    dir, tiny, fixtures);
+    int rc = g4t_q4_package(dir, tiny, fixtures);
     CHECK_MSG(rc == 0, "assembling the Q4 package in %s failed", dir);
     return dir;
 }

@@ -216,10 +216,7 @@ int main(void) {
     free(alt);
     // the Q4 package: the f16 one with onnxruntime's Q4 decoder (tests/fixtures/q4)
     char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
-    const int rc = g4t_sh("mkdir '%s' && cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); "
-                          "[ \"$b\" = decoder ] || ln -s \"$f\" \"$b\"; done && ln -s "
-                          "'%s/q4/decoder' decoder",
-                          pkg, pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
+    const int rc = g4t_q4_package(pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
     CHECK(rc == 0);
     if (rc == 0) combos += check_package(pkg, "q4", NULL);
     free(pkg);

@@ -56,6 +56,13 @@ int g4t_sh(const char *fmt, ...) {
     return rc == -1 ? -1 : (rc >> 8) & 0xff;
 }
 
+int g4t_q4_package(const char *dir, const char *f16_pkg, const char *fixtures) {
+    return g4t_sh("mkdir -p '%s' && cd '%s' && for f in '%s'/*; do b=$(basename \"$f\"); "
+                  "[ \"$b\" = decoder ] || ln -s \"$f\" \"$b\"; done && "
+                  "ln -s '%s/q4/decoder' decoder",
+                  dir, dir, f16_pkg, fixtures);
+}
+
 unsigned long long g4t_rand_u64(unsigned long long *s) {
     unsigned long long x = *s ? *s : 0x9e3779b97f4a7c15ull;
     x ^= x << 13;

@@ -54,6 +54,10 @@ char *g4t_slurp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 struct cJSON *g4t_read_json(const char *path);
 // Runs a shell command; returns its exit status.
 int g4t_sh(const char *fmt, ...);
+// The tiny fixture's Q4 package in dir (made if absent): the f16 package f16_pkg's entries
+// linked, but its decoder, which is onnxruntime's Q4 decoder (fixtures/q4/decoder); returns the
+// shell's exit status (0: made).
+int g4t_q4_package(const char *dir, const char *f16_pkg, const char *fixtures);
 // A seeded xorshift generator for test inputs (never zeros unless asked).
 unsigned long long g4t_rand_u64(unsigned long long *state);
 float g4t_rand_uniform(unsigned long long *state, float lo, float hi);
