@@ -29,6 +29,35 @@ typedef struct {
     int n;
 } g4_l2n;
 
+#ifdef __CUDACC__
+#define G4_L2N_HD __host__ __device__ __forceinline__
+#else
+#define G4_L2N_HD static inline
+#endif
+
+// The chunk of one prefetch request (kernels/pdl.cuh): the SASS of cp.async.bulk.prefetch.L2
+// keeps size / 16 in 16 bits, so under 1 MB; 64 KB.
+#define G4_L2N_CHUNK (64u << 10)
+
+// CTA b of `ctas`'s share of region r of d, in 16-byte units from the region's start:
+// [*off, *off + return value) (0: none). The regions' concatenation is cut evenly over the CTAs
+// (b * total / ctas .. (b + 1) * total / ctas), so the shares of all CTAs partition every region
+// once. (tests/test_l2_next.c checks it on the CPU.)
+G4_L2N_HD uint64_t g4_l2n_slice(const g4_l2n *d, uint64_t b, uint64_t ctas, int r, uint64_t *off) {
+    uint64_t total = 0, base = 0; // (< 2^30 units: 4 regions of < 4 GB)
+    for (int i = 0; i < G4_L2N_MAX && i < d->n; i++) {
+        if (i < r) base += d->bytes[i] >> 4;
+        total += d->bytes[i] >> 4;
+    }
+    *off = 0;
+    if (r < 0 || r >= d->n || r >= G4_L2N_MAX || !ctas) return 0;
+    const uint64_t lo = total * b / ctas, hi = total * (b + 1) / ctas, len = d->bytes[r] >> 4;
+    const uint64_t s = lo > base ? lo : base, e = hi < base + len ? hi : base + len;
+    if (e <= s) return 0;
+    *off = s - base;
+    return e - s;
+}
+
 // The bytes a descriptor may hold in all: G4_L2_NEXT_MB (1..1024, default 32) MB. The H200's
 // L2 is 50 MB: 32 MB of the next op's weights leave ~18 MB for the running op's own stream, the
 // activations and the KV rows it reads.

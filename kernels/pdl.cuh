@@ -112,33 +112,23 @@ __device__ __forceinline__ void g4_prefetch_l2_bytes(const void *p, size_t bytes
 // lists). Called after the kernel's own first weight loads are issued, so its demand loads queue
 // ahead of this op's successor's bytes (bench/NOTES.md, eleventh session: prefetches ahead of a
 // block's own demand loads lost 6%). d.n == 0 (the default): one uniform branch, nothing issued.
-#define G4_L2N_CHUNK (64u << 10)
 __device__ __forceinline__ void g4_prefetch_l2_next(const g4_l2n &d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (d.n <= 0 || (threadIdx.x | threadIdx.y | threadIdx.z)) return;
-    uint64_t total = 0; // in 16-byte units (< 2^30: 4 regions of < 4 GB)
-#pragma unroll
-    for (int i = 0; i < G4_L2N_MAX; i++)
-        if (i < d.n) total += d.bytes[i] >> 4;
     const uint64_t ctas = (uint64_t)gridDim.x * gridDim.y * gridDim.z;
     const uint64_t b =
         blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
-    const uint64_t lo = total * b / ctas, hi = total * (b + 1) / ctas;
-    uint64_t base = 0;
 #pragma unroll
-    for (int i = 0; i < G4_L2N_MAX; i++) {
-        if (i >= d.n) break;
-        const uint64_t len = d.bytes[i] >> 4, s = lo > base ? lo : base,
-                       e = hi < base + len ? hi : base + len;
-        const size_t g = __cvta_generic_to_global(d.p[i]);
-        for (uint64_t u = s; u < e; u += G4_L2N_CHUNK >> 4) {
-            const uint32_t n =
-                (uint32_t)(e - u < (G4_L2N_CHUNK >> 4) ? e - u : (G4_L2N_CHUNK >> 4));
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + (u - base) * 16),
-                         "r"(n * 16)
+    for (int r = 0; r < G4_L2N_MAX; r++) {
+        uint64_t off;
+        const uint64_t n = g4_l2n_slice(&d, b, ctas, r, &off); // (16-byte units)
+        const size_t g = __cvta_generic_to_global(d.p[r < d.n ? r : 0]) + off * 16;
+        for (uint64_t u = 0; u < n; u += G4_L2N_CHUNK >> 4) {
+            const uint32_t c =
+                (uint32_t)(n - u < (G4_L2N_CHUNK >> 4) ? n - u : (G4_L2N_CHUNK >> 4));
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + u * 16), "r"(c * 16)
                          : "memory");
         }
-        base += len;
     }
 #endif
 }
