@@ -39,23 +39,43 @@ typedef struct {
 // keeps size / 16 in 16 bits, so under 1 MB; 64 KB.
 #define G4_L2N_CHUNK (64u << 10)
 
-// CTA b of `ctas`'s share of region r of d, in 16-byte units from the region's start:
-// [*off, *off + return value) (0: none). The regions' concatenation is cut evenly over the CTAs
-// (b * total / ctas .. (b + 1) * total / ctas), so the shares of all CTAs partition every region
-// once. (tests/test_l2_next.c checks it on the CPU.)
-G4_L2N_HD uint64_t g4_l2n_slice(const g4_l2n *d, uint64_t b, uint64_t ctas, int r, uint64_t *off) {
-    uint64_t total = 0, base = 0; // (< 2^30 units: 4 regions of < 4 GB)
-    for (int i = 0; i < G4_L2N_MAX && i < d->n; i++) {
-        if (i < r) base += d->bytes[i] >> 4;
-        total += d->bytes[i] >> 4;
-    }
+// CTA b of `ctas`'s run [*lo, *hi) of the regions' concatenation (16-byte units; total < 2^30:
+// 4 regions of < 4 GB): runs of per = ceil(total / ctas) units, CTA b taking run b (the last
+// CTAs may get less or none), so the runs of all CTAs partition the concatenation once. One
+// 32-bit division: a 64-bit one is a called routine in SASS, whose register saves would wait on
+// the kernel's loads in flight. Sizes, not the descriptor: the kernels pass register copies (the
+// address of a kernel parameter would copy it to the stack).
+G4_L2N_HD void g4_l2n_run(const uint32_t *bytes, int n, uint32_t b, uint32_t ctas, uint32_t *lo,
+                          uint32_t *hi) {
+    uint32_t total = 0;
+    for (int i = 0; i < G4_L2N_MAX && i < n; i++) total += bytes[i] >> 4;
+    *lo = *hi = 0;
+    if (!ctas || !total) return;
+    const uint32_t per = (total - 1) / ctas + 1;
+    const uint64_t lo64 = (uint64_t)b * per; // (may pass total: then no run)
+    *lo = lo64 < total ? (uint32_t)lo64 : total;
+    *hi = total - *lo < per ? total : *lo + per;
+}
+
+// The part of the run [lo, hi) inside a region of len units that starts at unit base of the
+// concatenation: [*off, *off + return value) from the region's start (0: none).
+G4_L2N_HD uint32_t g4_l2n_part(uint32_t lo, uint32_t hi, uint32_t base, uint32_t len,
+                               uint32_t *off) {
+    const uint32_t s = lo > base ? lo : base, e = hi < base + len ? hi : base + len;
+    *off = e > s ? s - base : 0;
+    return e > s ? e - s : 0;
+}
+
+// CTA b's share of region r (g4_l2n_run, then g4_l2n_part): what kernels/pdl.cuh
+// g4_prefetch_l2_next requests, region by region; tests/test_l2_next.c checks it on the CPU.
+G4_L2N_HD uint32_t g4_l2n_slice(const uint32_t *bytes, int n, uint32_t b, uint32_t ctas, int r,
+                                uint32_t *off) {
+    uint32_t lo, hi, base = 0;
     *off = 0;
-    if (r < 0 || r >= d->n || r >= G4_L2N_MAX || !ctas) return 0;
-    const uint64_t lo = total * b / ctas, hi = total * (b + 1) / ctas, len = d->bytes[r] >> 4;
-    const uint64_t s = lo > base ? lo : base, e = hi < base + len ? hi : base + len;
-    if (e <= s) return 0;
-    *off = s - base;
-    return e - s;
+    if (r < 0 || r >= n || r >= G4_L2N_MAX) return 0;
+    g4_l2n_run(bytes, n, b, ctas, &lo, &hi);
+    for (int i = 0; i < r; i++) base += bytes[i] >> 4;
+    return g4_l2n_part(lo, hi, base, bytes[r] >> 4, off);
 }
 
 // The bytes a descriptor may hold in all: G4_L2_NEXT_MB (1..1024, default 32) MB. The H200's

@@ -115,18 +115,27 @@ __device__ __forceinline__ void g4_prefetch_l2_bytes(const void *p, size_t bytes
 __device__ __forceinline__ void g4_prefetch_l2_next(const g4_l2n &d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (d.n <= 0 || (threadIdx.x | threadIdx.y | threadIdx.z)) return;
-    const uint64_t ctas = (uint64_t)gridDim.x * gridDim.y * gridDim.z;
-    const uint64_t b =
-        blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
+    // (the GEMV grids are far below 2^32 CTAs)
+    const uint32_t ctas = gridDim.x * gridDim.y * gridDim.z;
+    const uint32_t b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const uint32_t bytes[G4_L2N_MAX] = {d.bytes[0], d.bytes[1], d.bytes[2], d.bytes[3]};
+    static_assert(G4_L2N_MAX == 4, "the copy above holds every region");
+    uint32_t lo, hi, base = 0;
+    g4_l2n_run(bytes, d.n, b, ctas, &lo, &hi); // (16-byte units)
+    // (regions unrolled: constant indices keep the parameter in registers; the chunk loop not:
+    // a few requests once a CTA need no more code in the kernel's prologue)
 #pragma unroll
     for (int r = 0; r < G4_L2N_MAX; r++) {
-        uint64_t off;
-        const uint64_t n = g4_l2n_slice(&d, b, ctas, r, &off); // (16-byte units)
-        const size_t g = __cvta_generic_to_global(d.p[r < d.n ? r : 0]) + off * 16;
-        for (uint64_t u = 0; u < n; u += G4_L2N_CHUNK >> 4) {
-            const uint32_t c =
-                (uint32_t)(n - u < (G4_L2N_CHUNK >> 4) ? n - u : (G4_L2N_CHUNK >> 4));
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + u * 16), "r"(c * 16)
+        if (r >= d.n) break;
+        uint32_t off;
+        const uint32_t len = bytes[r] >> 4, n = g4_l2n_part(lo, hi, base, len, &off);
+        base += len;
+        const size_t g = __cvta_generic_to_global(d.p[r]) + (size_t)off * 16;
+#pragma unroll 1
+        for (uint32_t u = 0; u < n; u += G4_L2N_CHUNK >> 4) {
+            const uint32_t c = n - u < (G4_L2N_CHUNK >> 4) ? n - u : (G4_L2N_CHUNK >> 4);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + (size_t)u * 16),
+                         "r"(c * 16)
                          : "memory");
         }
     }
