@@ -59,13 +59,13 @@
 #            generate`, cut into steps and layers by tools/python/ktrace_step.py (after build,
 #            e2b_make; KTRACE_PKGS, KTRACE_ENV, KTRACE_ARGS)
 #   l2next   issues 30 / 29, the next op's weights into L2 while a decode GEMV runs (G4_L2_NEXT=1
-#            or 2, off by default; bench/NOTES.md "The next weight into L2") = l2next_check then
-#            l2rows (after build; tiny and e2b_make for the engine halves, skipped without them).
-#            l2next_check: test_cuda_gemm --op q4 / f16 / reject (every case's second run and
-#            the add-norm designs with a next-op prefetch armed: bit-identical), test_pdl_sass
-#            and test_step_order, test_cuda_engine on gpu-tiny under G4_L2_NEXT=1 and 2, greedy
-#            tokens of the full-size f16 and Q4 packages under 0, 1 and 2 (must be equal).
-#            l2rows: `bench --kernels --filter l2hot` (each decode GEMV with its weights
+#            or 2, off by default; bench/NOTES.md "The next weight into L2") = l2next_check,
+#            l2rows, l2gen (after build; tiny and e2b_make for the engine halves, skipped
+#            without them). l2next_check: test_cuda_gemm --op q4 / f16 / reject (every case's
+#            second run and the add-norm designs with a next-op prefetch armed: bit-identical),
+#            test_pdl_sass and test_step_order, test_cuda_engine on gpu-tiny under G4_L2_NEXT=1
+#            and 2. l2gen: greedy tokens of the full-size f16 and Q4 packages under G4_L2_NEXT=0,
+#            1 and 2 (must be equal; the decode tok/s of each beside). l2rows: `bench --kernels --filter l2hot` (each decode GEMV with its weights
 #            L2-resident beside the same row rotated: what an L2 hit buys a shape) and
 #            `--filter l2pair` (GEMV A then B in one PDL graph, B's weights prefetched by A or
 #            not) twice, then l2pair under each L2ROWS_VARIANTS entry (default
@@ -1048,7 +1048,7 @@ stage_l2next_check() {
         >"$OUT/l2next_ctest.log" 2>&1
     echo "ctest test_pdl_sass test_step_order: exit $?"
     grep -E "test_pdl_sass:|test_step_order:|FAIL|tests passed" "$OUT/l2next_ctest.log" | head -8
-    local d="$WORK/gpu-tiny" e="$WORK/e2b" v p ids
+    local d="$WORK/gpu-tiny" v
     if [ -d "$d/f16" ] && [ -d "$d/q4" ]; then
         for v in 1 2; do
             G4_L2_NEXT=$v G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 \
@@ -1059,7 +1059,12 @@ stage_l2next_check() {
     else
         echo "l2next: no gpu-tiny package ($d): test_cuda_engine skipped (run the tiny stage first)"
     fi
-    [ -f "$e/READY" ] || { echo "l2next: no full-size package ($e/READY missing): the greedy A/B skipped"; return 0; }
+    return 0 # (each run's exit is printed above)
+}
+
+stage_l2gen() {
+    local e="$WORK/e2b" v p ids
+    [ -f "$e/READY" ] || { echo "l2gen: no full-size package ($e/READY missing): the greedy A/B skipped"; return 0; }
     ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
     for p in q4 f16; do
         for v in 0 1 2; do
@@ -1078,7 +1083,6 @@ for v, r in enumerate(runs[1:], 1):
           f"{r['decode_tok_s']:.1f} tok/s")
 PY
     done
-    return 0 # (each run's exit is printed above)
 }
 
 stage_l2rows() {
@@ -1102,6 +1106,7 @@ stage_l2rows() {
 stage_l2next() {
     stage_l2next_check
     stage_l2rows
+    stage_l2gen
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
