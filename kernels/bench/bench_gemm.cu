@@ -79,7 +79,7 @@ struct brow {
                        // G4_GEMV_F16's
     int an = 0; // the add-norm GEMV (an_* rows): 1 its plain or gate/up form, 2 the PLE gate's
                 // (with the multiplier); its base the same GEMV design on x given
-    bool hot = false; // *_l2hot rows: every launch reads copy 0's weights (L2-resident after the
+    bool hot = false; // l2hot_* rows: every launch reads copy 0's weights (L2-resident after the
                       // first); base: the same row rotated past the L2 ("rotated")
 };
 
@@ -361,17 +361,17 @@ std::vector<brow> table() {
     }
     // The decode GEMVs with their weights L2-resident (issue 30, G4_L2_NEXT's upper bound: what an
     // L2 hit of every weight byte buys each shape), each beside the same row rotated past the L2
-    // in the same run (base "rotated"; ours / base = the gain): op names gemv_q4_l2hot,
-    // gemv_f16_l2hot (the fp16 design G4_GEMV_F16 picks), glu_q4_l2hot, glu_f16_l2hot (the fused
-    // gate/up). x L2-resident in both. (--filter l2hot; the fp16 fused gate/up of 12288, 75 MB,
-    // and the LM head cannot be hot.)
+    // in the same run (base "rotated"; ours / base = the gain): op names l2hot_q4, l2hot_f16 (the
+    // fp16 design G4_GEMV_F16 picks), l2hot_glu_q4, l2hot_glu_f16 (the fused gate/up; none of
+    // them holds "gemv": the gemv stage's --filter gemv leaves them out). x L2-resident in both.
+    // (--filter l2hot; the fp16 fused gate/up of 12288, 75 MB, and the LM head cannot be hot.)
     for (int w = 0; w < 2; w++) {
         const wkind wk = w ? W_F16 : W_Q4;
         for (int s : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, N_TOWER_END, N_TOWER_END + 1})
-            t.push_back({w ? "gemv_f16_l2hot" : "gemv_q4_l2hot", wk, false, G4_GEMM_GEMV, 1, s, 0,
-                         0, 0, true, 0, 0, true});
+            t.push_back({w ? "l2hot_f16" : "l2hot_q4", wk, false, G4_GEMM_GEMV, 1, s, 0, 0, 0, true,
+                         0, 0, true});
         for (int s : {6, 7})
-            t.push_back({w ? "glu_f16_l2hot" : "glu_q4_l2hot", wk, true, G4_GEMM_GEMV, 1, s, 0, 0,
+            t.push_back({w ? "l2hot_glu_f16" : "l2hot_glu_q4", wk, true, G4_GEMM_GEMV, 1, s, 0, 0,
                          0, true, 0, 0, true});
     }
     const int prefill_shapes[] = {0, 2, 4, 5, 6, 7, 8, 9, 13};
