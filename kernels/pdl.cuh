@@ -100,8 +100,9 @@ __device__ __forceinline__ void g4_prefetch_l2_bytes(const void *p, size_t bytes
 }
 
 // The NEXT op's weights into L2 (kernels/l2_next.h, G4_L2_NEXT): thread 0 of each CTA requests
-// the CTA's share of d's regions (their concatenation cut in 16-byte units evenly over the
-// grid's CTAs, cluster ranks included) with cp.async.bulk.prefetch.L2, one instruction per
+// the CTA's share of d's regions (their concatenation cut into runs of ceil(total / CTAs)
+// 16-byte units, one a CTA in linear block order, cluster ranks included: l2_next.h
+// g4_l2n_run, checked by tests/test_l2_next.c) with cp.async.bulk.prefetch.L2, one instruction per
 // chunk of at most G4_L2N_CHUNK bytes: a fire-and-forget request to the SM's bulk-copy unit,
 // no register result, no completion to wait for. PTX ISA 8.0, sm_90 (cccl's libcudacxx/ptx
 // "cp.async.bulk.prefetch": srcMem 16-byte aligned, size a u32 multiple of 16; the ISA names no
