@@ -7,8 +7,8 @@
 #     prefetch CCTL.E.PF*) comes before the first one in program order, except the immutable
 #     weights' stream loads (ldg_stream*: LDG.E...NA...CONSTANT, used for nothing else) and, in
 #     the decode GEMVs only (the list L2NEXT below), the next op's weights' bulk L2 prefetch
-#     (pdl.cuh g4_prefetch_l2_next, SASS UBLKPF.L2: immutable weights, no register result, G4_L2_NEXT),
-#     which each of their variants must then have before the wait;
+#     (pdl.cuh g4_prefetch_l2_next, SASS UBLKPF.L2: immutable weights, no register result;
+#     G4_L2_NEXT), which each of their variants must then have before the wait;
 #   - griddepcontrol.launch_dependents (SASS PREEXIT) is present, after the wait.
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch

@@ -65,8 +65,9 @@
 #            second run and the add-norm designs with a next-op prefetch armed: bit-identical),
 #            test_pdl_sass and test_step_order, test_cuda_engine on gpu-tiny under G4_L2_NEXT=1
 #            and 2. l2gen: greedy tokens of the full-size f16 and Q4 packages under G4_L2_NEXT=0,
-#            1 and 2 (must be equal; the decode tok/s of each beside). l2rows: `bench --kernels --filter l2hot` (each decode GEMV with its weights
-#            L2-resident beside the same row rotated: what an L2 hit buys a shape) and
+#            1 and 2 (must be equal; the decode tok/s of each beside). l2rows: `bench --kernels
+#            --filter l2hot` (each decode GEMV with its weights L2-resident beside the same row
+#            rotated: what an L2 hit buys a shape) and
 #            `--filter l2pair` (GEMV A then B in one PDL graph, B's weights prefetched by A or
 #            not) twice, then l2pair under each L2ROWS_VARIANTS entry (default
 #            "cap16:G4_L2_NEXT_MB=16 cap48:G4_L2_NEXT_MB=48"). The end-to-end A/B is e2bq's
