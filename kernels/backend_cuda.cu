@@ -204,9 +204,9 @@ static unsigned l2n_slot(const g4_linear *w, int cap) {
     return (unsigned)(((uintptr_t)w >> 4) * 0x9E3779B97F4A7C15ull >> 32) & (unsigned)(cap - 1);
 }
 
-// Hints: op i's GEMV prefetches the weights of ops i+1 .. i+depth (wrapping to the next step),
-// at most G4_L2N_MAX regions and g4_l2n_cap() bytes in all (g4_l2n_fill). An op whose own
-// weights pass the L2 (the LM head) gets none: its own stream would evict them before use.
+// Hints (g4_l2n_plan): op i's GEMV prefetches the weights of ops i+1 .. i+depth (wrapping to
+// the next step), at most G4_L2N_MAX regions and g4_l2n_cap() bytes; none for an op whose own
+// weights pass the L2 (the LM head). Keyed by each op's first weight.
 static void cu_set_step_order(g4_backend *ex, const g4_step_op *ops, int n, int depth) {
     cuda_ctx *c = CTX(ex);
     free(c->l2n_key);
@@ -218,35 +218,30 @@ static void cu_set_step_order(g4_backend *ex, const g4_step_op *ops, int n, int 
     int dev = 0, l2 = 0;
     G4_CUDA_CHECK(cudaGetDevice(&dev));
     G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    const size_t cap_bytes = g4_l2n_cap();
+    typedef const void *regions_p[3];
+    typedef size_t regions_b[3];
+    regions_p *rp = (regions_p *)g4_calloc((size_t)n, sizeof *rp);
+    regions_b *rb = (regions_b *)g4_calloc((size_t)n, sizeof *rb);
+    g4_l2n *hint = (g4_l2n *)g4_calloc((size_t)n, sizeof *hint);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++)
+            if (ops[i].w[k]) rb[i][k] = weight_region(ops[i].w[k], &rp[i][k]);
+    g4_l2n_plan(rp, rb, n, depth, (size_t)l2, g4_l2n_cap(), hint);
     int cap = 16;
     while (cap < 2 * n) cap *= 2;
     c->l2n_key = (const g4_linear **)g4_calloc((size_t)cap, sizeof *c->l2n_key);
     c->l2n_val = (g4_l2n *)g4_calloc((size_t)cap, sizeof *c->l2n_val);
     c->l2n_cap = cap;
     for (int i = 0; i < n; i++) {
-        const void *p;
-        size_t own = 0;
-        for (int k = 0; k < 3; k++)
-            if (ops[i].w[k]) own += weight_region(ops[i].w[k], &p);
-        if (!ops[i].w[0] || own >= (size_t)l2) continue;
-        const void *rp[2 * 3];
-        size_t rb[2 * 3];
-        int nr = 0;
-        for (int d = 1; d <= depth && d <= 2 && d < n; d++)
-            for (int k = 0; k < 3; k++)
-                if (ops[(i + d) % n].w[k]) {
-                    rb[nr] = weight_region(ops[(i + d) % n].w[k], &rp[nr]);
-                    nr++;
-                }
-        g4_l2n h;
-        g4_l2n_fill(&h, rp, rb, nr, cap_bytes);
-        if (!h.n) continue;
+        if (!ops[i].w[0] || !hint[i].n) continue;
         unsigned j = l2n_slot(ops[i].w[0], cap);
         while (c->l2n_key[j] && c->l2n_key[j] != ops[i].w[0]) j = (j + 1) & (unsigned)(cap - 1);
         c->l2n_key[j] = ops[i].w[0];
-        c->l2n_val[j] = h;
+        c->l2n_val[j] = hint[i];
     }
+    free(rp);
+    free(rb);
+    free(hint);
 }
 
 // The L2 hint of a one-row op whose first weight is w, armed for the next GEMM entry this

@@ -113,4 +113,28 @@ static inline void g4_l2n_fill(g4_l2n *d, const void *const *p, const size_t *by
     d->n = k;
 }
 
+// The hints of a step of n weight-bearing ops (the CUDA backend's set_step_order): op i reads
+// the regions p[i][k], bytes[i][k] (k < 3, NULL-padded); hint[i] = the regions of ops i+1 ..
+// i+depth (depth 1 or 2; wrapping: the op after the last is the first, the next step's),
+// through g4_l2n_fill with `cap`. An op whose own bytes reach `l2` (the L2's size: the LM
+// head) gets none (n = 0): its own stream would evict them before the next op reads them.
+static inline void g4_l2n_plan(const void *const (*p)[3], const size_t (*bytes)[3], int n,
+                               int depth, size_t l2, size_t cap, g4_l2n *hint) {
+    for (int i = 0; i < n; i++) {
+        memset(&hint[i], 0, sizeof hint[i]);
+        const size_t own = bytes[i][0] + bytes[i][1] + bytes[i][2];
+        if (own >= l2) continue;
+        const void *rp[6];
+        size_t rb[6];
+        int nr = 0;
+        for (int d = 1; d <= depth && d <= 2 && d < n; d++)
+            for (int k = 0; k < 3; k++)
+                if (p[(i + d) % n][k]) {
+                    rp[nr] = p[(i + d) % n][k];
+                    rb[nr++] = bytes[(i + d) % n][k];
+                }
+        g4_l2n_fill(&hint[i], rp, rb, nr, cap);
+    }
+}
+
 #endif

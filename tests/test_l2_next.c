@@ -4,7 +4,9 @@
 // requested by one CTA), in CTA order, at most ceil(total / ctas) units a CTA, at E2B's grids and
 // odd ones. g4_l2n_fill, which builds the descriptors (CUDA backend, kernel bench):
 // unusable regions left out, sizes cut to 16 bytes, the cap shared in proportion, at most
-// G4_L2N_MAX regions, sizes that fit the u32 field.
+// G4_L2N_MAX regions, sizes that fit the u32 field. g4_l2n_plan, the step's hints the CUDA
+// backend keys by op: the next 1 or 2 ops' regions, wrapping to the next step, none for an op
+// over the L2.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,8 +122,41 @@ static void test_fill(void) {
     printf("  fill: regions left out, cut, capped and clamped as documented\n");
 }
 
+// The step's hints (g4_l2n_plan, the CUDA backend's set_step_order): five ops as in a layer,
+// an LM head over the L2 among them.
+static void test_plan(void) {
+    static char buf[6][64] __attribute__((aligned(16)));
+    const size_t MB = (size_t)1 << 20, L2 = 50 * MB, CAP = 32 * MB;
+    // o (1 region), the fused gate/up (2), down (1), an LM head of 230 MB (1), the PLE gate (1)
+    const void *const p[5][3] = {{buf[0]}, {buf[1], buf[2]}, {buf[3]}, {buf[4]}, {buf[5]}};
+    const size_t b[5][3] = {{1 * MB}, {21 * MB, 21 * MB}, {10 * MB}, {230 * MB}, {7 * MB}};
+    g4_l2n h[5];
+    g4_l2n_plan(p, b, 5, 1, L2, CAP, h);
+    CHECK_INT(h[0].n, 2); // the gate/up pair, 42 MB cut to 16 + 16
+    CHECK(h[0].p[0] == buf[1] && h[0].p[1] == buf[2]);
+    CHECK(h[0].bytes[0] == 16 * MB && h[0].bytes[1] == 16 * MB);
+    CHECK(h[1].n == 1 && h[1].p[0] == buf[3] && h[1].bytes[0] == 10 * MB);
+    CHECK(h[2].n == 1 && h[2].p[0] == buf[4] && h[2].bytes[0] == CAP);    // the LM head's start
+    CHECK_INT(h[3].n, 0);                                                 // the LM head: none
+    CHECK(h[4].n == 1 && h[4].p[0] == buf[0] && h[4].bytes[0] == 1 * MB); // wraps to op 0
+    g4_l2n_plan(p, b, 5, 2, L2, CAP, h);
+    CHECK(h[0].n == 3 && h[0].p[2] == buf[3]); // gate/up and down, 52 MB cut to 32
+    CHECK(h[0].bytes[0] + h[0].bytes[1] + h[0].bytes[2] <= CAP &&
+          h[0].bytes[0] + h[0].bytes[1] + h[0].bytes[2] > CAP - 48);
+    CHECK(h[2].n == 2 && h[2].p[0] == buf[4] && h[2].p[1] == buf[5]);
+    CHECK_INT(h[3].n, 0);
+    CHECK(h[4].n == 3 && h[4].p[0] == buf[0] && h[4].p[1] == buf[1] && h[4].p[2] == buf[2]);
+    // a step of one op cannot prefetch itself; of two, depth 2 is the other op once
+    g4_l2n_plan(p, b, 1, 2, L2, CAP, h);
+    CHECK_INT(h[0].n, 0);
+    g4_l2n_plan(p, b, 2, 2, L2, CAP, h);
+    CHECK(h[0].n == 2 && h[1].n == 1 && h[1].p[0] == buf[0]);
+    printf("  plan: the next ops' regions, wrapped, capped, none for the LM head\n");
+}
+
 int main(void) {
     test_slice();
     test_fill();
+    test_plan();
     return g4t_finish("test_l2_next");
 }
