@@ -40,30 +40,22 @@ same_lines() { # NAME FILE1 FILE2: equal, else the difference printed
     check "$1" $rc
 }
 
-# 1. f16: every item right
-ev ocr ocrbench ocr_test.jsonl "$fx/package"
-check "f16 ocrbench: exit 0" $?
-grep -qx "ocrbench ocrbench_accuracy = 1.000000 over $n items -> $tmp/ocr/scores.json" "$tmp/ocr.out"
-check "f16 ocrbench: accuracy 8/8 ($(head -1 "$tmp/ocr.out"))" $?
-texts ocr_test.jsonl answers >"$tmp/ocr.want"
-preds ocr >"$tmp/ocr.got"
-[ "$(wc -l <"$tmp/ocr.want")" -eq $n ]
-check "ocr manifest: $n items" $?
-same_lines "f16 ocrbench: each prediction the item's string" "$tmp/ocr.want" "$tmp/ocr.got"
-
-ev asr librispeech asr_test.jsonl "$fx/package"
-check "f16 librispeech: exit 0" $?
-grep -qx "librispeech wer = 0.0000 over $n items -> $tmp/asr/scores.json" "$tmp/asr.out"
-check "f16 librispeech: WER 0 ($(head -1 "$tmp/asr.out"))" $?
-texts asr_test.jsonl transcript >"$tmp/asr.want"
-preds asr >"$tmp/asr.got"
-[ "$(wc -l <"$tmp/asr.want")" -eq $n ]
-check "asr manifest: $n items" $?
-same_lines "f16 librispeech: each prediction the item's sentence" "$tmp/asr.want" "$tmp/asr.got"
-
-for t in ocr asr; do # one prompt length a task: no item told apart by its soft-token count
-    [ "$(sed -E 's/.*"prompt_tokens":([0-9]+),.*/\1/' "$tmp/$t/predictions.jsonl" | sort -u | wc -l)" -eq 1 ]
-    check "f16 $t: every prompt the same length" $?
+# 1. f16: every item right, each prompt of a task the same length (no item told apart by its
+# soft-token count)
+for t in "ocr:ocrbench:answers:ocrbench ocrbench_accuracy = 1.000000" \
+    "asr:librispeech:transcript:librispeech wer = 0.0000"; do
+    IFS=: read -r name task field score <<<"$t"
+    ev "$name" "$task" "${name}_test.jsonl" "$fx/package"
+    check "f16 $task: exit 0" $?
+    grep -qx "$score over $n items -> $tmp/$name/scores.json" "$tmp/$name.out"
+    check "f16 $task: $score ($(head -1 "$tmp/$name.out"))" $?
+    texts "${name}_test.jsonl" "$field" >"$tmp/$name.want"
+    preds "$name" >"$tmp/$name.got"
+    [ "$(wc -l <"$tmp/$name.want")" -eq $n ]
+    check "$name manifest: $n items" $?
+    same_lines "f16 $task: each prediction the item's text" "$tmp/$name.want" "$tmp/$name.got"
+    [ "$(sed -E 's/.*"prompt_tokens":([0-9]+),.*/\1/' "$tmp/$name/predictions.jsonl" | sort -u | wc -l)" -eq 1 ]
+    check "f16 $task: every prompt the same length" $?
 done
 
 # 2. a tower's input projection zeroed: one answer for all items, the score down
@@ -77,27 +69,22 @@ deaf() { # deaf NAME TENSOR: a copy of the package with TENSOR's bytes (external
     dd if=/dev/zero of="$tmp/$1/${2%%.*}/model.onnx.data" bs=4096 count="$len" seek="$off" \
         iflag=count_bytes oflag=seek_bytes conv=notrunc status=none
 }
-deaf blind vision_encoder.encoder.patch_embedder.input_proj.weight_t
-check "vision input projection zeroed" $?
-ev blind_ocr ocrbench ocr_test.jsonl "$tmp/blind"
-check "vision zeroed: ocrbench exit 0" $?
-[ "$(preds blind_ocr | cut -f2 | sort -u | wc -l)" -eq 1 ]
-check "vision zeroed: one answer for every image ($(preds blind_ocr | cut -f2 | sort -u | head -1))" $?
-acc=$(sed -nE 's/^ocrbench ocrbench_accuracy = ([0-9.]+) over.*/\1/p' "$tmp/blind_ocr.out")
-awk -v a="$acc" 'BEGIN { exit !(a != "" && a <= 0.125) }'
-check "vision zeroed: accuracy <= 1/8 (${acc:-none})" $?
-echo "vision zeroed: $(head -1 "$tmp/blind_ocr.out" | sed -E 's/ -> .*//'), every answer \"$(preds blind_ocr | cut -f2 | head -1)\""
-
-deaf deaf audio_encoder.encoder.subsample_conv_projection.conv0.weight
-check "audio first convolution zeroed" $?
-ev deaf_asr librispeech asr_test.jsonl "$tmp/deaf"
-check "audio zeroed: librispeech exit 0" $?
-[ "$(preds deaf_asr | cut -f2 | sort -u | wc -l)" -eq 1 ]
-check "audio zeroed: one transcript for every clip ($(preds deaf_asr | cut -f2 | sort -u | head -1))" $?
-wer=$(sed -nE 's/^librispeech wer = ([0-9.]+) over.*/\1/p' "$tmp/deaf_asr.out")
-awk -v w="$wer" 'BEGIN { exit !(w != "" && w > 0) }'
-check "audio zeroed: WER > 0 (${wer:-none})" $?
-echo "audio zeroed: $(head -1 "$tmp/deaf_asr.out" | sed -E 's/ -> .*//'), every transcript \"$(preds deaf_asr | cut -f2 | head -1)\""
+# the score's number and a bound a model that answers the same for every item stays within
+# (ocrbench: at most 1 of 8; WER: above 0)
+for t in "ocr:ocrbench:vision_encoder.encoder.patch_embedder.input_proj.weight_t:ocrbench ocrbench_accuracy:<= 0.125" \
+    "asr:librispeech:audio_encoder.encoder.subsample_conv_projection.conv0.weight:librispeech wer:> 0"; do
+    IFS=: read -r name task tensor score bound <<<"$t"
+    deaf "zero_$name" "$tensor"
+    check "$tensor zeroed" $?
+    ev "zero_${name}_ev" "$task" "${name}_test.jsonl" "$tmp/zero_$name"
+    check "$tensor zeroed: $task exit 0" $?
+    [ "$(preds "zero_${name}_ev" | cut -f2 | sort -u | wc -l)" -eq 1 ]
+    check "$tensor zeroed: one answer for every item" $?
+    v=$(sed -nE "s/^$score = ([0-9.]+) over.*/\1/p" "$tmp/zero_${name}_ev.out")
+    awk -v v="$v" "BEGIN { exit !(v != \"\" && v $bound) }"
+    check "$tensor zeroed: $score ${v:-none} $bound" $?
+    echo "$task, ${tensor%%.*} zeroed: $score = ${v:-none}, every answer \"$(preds "zero_${name}_ev" | cut -f2 | head -1)\""
+done
 
 # 3. Q4: runs, scores printed
 "$G4CU" quantize "$fx/package" "$tmp/q4" --threads 2 >"$tmp/quant.out" 2>&1

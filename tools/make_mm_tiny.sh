@@ -18,7 +18,7 @@ rm -rf "$work" && mkdir -p "$work"
 "$py" tools/python/make_mm_data.py media "$work/data" --jobs 1
 "$py" tools/python/train_mm_proxy.py "$work/model" --data "$work/data" --preset ci \
     --device cpu --threads 1 --minutes 30 2>&1 | grep -v "^Saving\|it/s\]"
-rm -rf "$fx/package" "$fx/media"
+rm -rf "${fx:?}/package" "${fx:?}/media"
 mkdir -p "$fx/media"
 cp -r "$work/model/f16" "$fx/package"
 cp -r "$work/data/media/test" "$fx/media/test"
