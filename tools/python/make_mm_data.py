@@ -4,6 +4,7 @@ train_mm_proxy.py trains on it), deterministic from a seed.
 
     python3 tools/python/make_mm_data.py plan OUT --corpus .carry/corpus [--seed 0]
                                          [--preset proxy|tiny]                  (a CPU machine)
+    python3 tools/python/make_mm_data.py plan OUT --preset ci     (no corpus: tools/make_mm_tiny.sh)
     python3 tools/python/make_mm_data.py speech OUT [--espeak PREFIX] [--jobs N]  (anywhere)
     python3 tools/python/make_mm_data.py media OUT [--fonts DIR ...] [--jobs N]   (anywhere)
 
@@ -34,7 +35,9 @@ fetch_debs.sh), and PIL, numpy are the image's.
      string. Each item draws a font, size, colours, background, rotation and noise; the font
      family FreeSerif is held out (category "held_out_font" on half the held-out images).
   OUT/speech.jsonl.gz and OUT/images.jsonl.gz list the items, OUT/data.json: seed, preset,
-  counts.
+  counts. `--preset ci` (tests/fixtures/mm-tiny) plans CI_STRINGS and CI_SENTENCES instead, in
+  one font and one voice, clean, one canvas and one clip length (plan_ci), the test split the
+  train items again.
 
 `speech` (needs espeak-ng: the system's, or PREFIX/usr/bin/espeak-ng with its data under
 PREFIX/usr/lib/x86_64-linux-gnu): each planned utterance -> espeak-ng WAV (22050 Hz) -> 16 kHz
@@ -216,6 +219,42 @@ def plan(args, corpus):
     return items, dict(train_sentences=len(tr_s), test_sentences=len(te_s), vocab=len(vocab))
 
 
+# The CI fixture's items (--preset ci, tests/fixtures/mm-tiny): a handful to memorise, not to
+# generalise, so no corpus: short strings in one font, short sentences in one voice, clean (no
+# rotation, noise or gradient; no added noise in the speech). Every image on one canvas and
+# every clip padded to one length, so that the prompts are the same length: the model can tell
+# the items apart by their pixels and samples only, not by how many soft tokens they take. The
+# held-out split repeats the train items under test ids: `g4cu eval` scores the memorised items
+# themselves.
+CI_STRINGS = ["cat", "42", "blue sky", "AB-1234", "river", "7.50", "open door", "Hello"]
+CI_SENTENCES = ["The cat sat down.", "Open the red door.", "We walk to the river.",
+                "Birds sing in the morning.", "She reads a long book.", "The sun is warm today.",
+                "Put the cup on the table.", "He plays the old piano."]
+CI_FONT = "truetype/dejavu/DejaVuSans.ttf"
+CI_VOICE = "en-us"
+CI_CANVAS = [192, 816]  # (h, w): one of fixed_sizes(), 68 soft tokens
+CI_SAMPLES = 32000  # 2 s at 16 kHz: the longest sentence (1.82 s) and some silence
+
+
+def plan_ci(seed):
+    items = {"audio": [], "image": []}
+    for split in SPLIT_CODE:
+        for i, text in enumerate(CI_SENTENCES):
+            rr = rng_for(seed, "train", "audio", i)  # the train draws: test = train
+            items["audio"].append(dict(
+                id=f"{split}_a{i:05d}", split=split, text=text, voice=CI_VOICE,
+                category="memorised", rate=160, pitch=50, snr_db=None,
+                noise_seed=int(rr.integers(0, 1 << 31)), samples=CI_SAMPLES))
+        for i, text in enumerate(CI_STRINGS):
+            rr = rng_for(seed, "train", "image", i)
+            items["image"].append(dict(
+                id=f"{split}_i{i:05d}", split=split, text=text, category="memorised",
+                font=CI_FONT, size_frac=0.6, fg=[0, 0, 0], bg=[255, 255, 255],
+                bg2=[255, 255, 255], angle=0.0, noise=0.0, shape=int(rr.integers(0, 1 << 30)),
+                canvas=CI_CANVAS))
+    return items, dict(strings=len(CI_STRINGS), sentences=len(CI_SENTENCES))
+
+
 # --- speech ---------------------------------------------------------------------------------
 def resample(x, src, dst, taps=64):
     """Windowed-sinc (Blackman window) polyphase resampling of float x from src Hz to dst Hz,
@@ -296,10 +335,10 @@ def render_speech(job):
 
 
 def cmd_plan(args):
-    items, stats = plan(args, args.corpus)
+    items, stats = plan_ci(args.seed) if args.preset == "ci" else plan(args, args.corpus)
     write_jsonl(os.path.join(args.out, "speech.jsonl.gz"), items["audio"])
     write_jsonl(os.path.join(args.out, "images.jsonl.gz"), items["image"])
-    json.dump(dict(seed=args.seed, preset=args.preset, counts=PRESETS[args.preset], **stats),
+    json.dump(dict(seed=args.seed, preset=args.preset, counts=PRESETS.get(args.preset), **stats),
               open(os.path.join(args.out, "data.json"), "w"), indent=1)
     print(f"make_mm_data: planned {len(items['audio'])} utterances, {len(items['image'])} "
           f"images (seed {args.seed}, preset {args.preset}); {stats}")
@@ -359,7 +398,10 @@ def render_image(item, fonts_roots):
     probe = ImageFont.truetype(path, 100)
     x0, y0, x1, y1 = probe.getbbox(item["text"])
     aspect = (x1 - x0) / max(1, y1 - y0) / item["size_frac"] * 1.15
-    h, w = min(sizes, key=lambda s: abs(math.log(s[1] / s[0] / max(1.0, aspect))))
+    h, w = item.get("canvas") or min(sizes, key=lambda s: abs(math.log(s[1] / s[0] /
+                                                                   max(1.0, aspect))))
+    if (h, w) not in sizes:
+        raise SystemExit(f"make_mm_data: {item['id']}: canvas {h}x{w} is not one of {sizes}")
     px = max(8, int(100 * min(h * item["size_frac"] / max(1, y1 - y0),
                               w * 0.9 / max(1, x1 - x0))))
     font = ImageFont.truetype(path, px)
@@ -395,9 +437,15 @@ def audio_samples(item, data_dir):
         x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2") / 32768.0
     r = np.random.default_rng(item["noise_seed"])
     lead, tail = r.integers(0, 4800, 2)  # up to 0.3 s of silence before and after
+    if item.get("samples"):  # (--preset ci) speech from sample 0, silence after to this length
+        lead, tail = 0, item["samples"] - len(x)
+        if tail < 0:
+            raise SystemExit(f"make_mm_data: {item['id']}: {lead + len(x)} samples > "
+                             f"{item['samples']}")
     x = np.concatenate([np.zeros(lead), x, np.zeros(tail)])
-    p = np.mean(x ** 2)
-    x = x + r.normal(0, math.sqrt(p / 10 ** (item["snr_db"] / 10)), len(x))
+    if item["snr_db"] is not None:  # None: clean (--preset ci)
+        p = np.mean(x ** 2)
+        x = x + r.normal(0, math.sqrt(p / 10 ** (item["snr_db"] / 10)), len(x))
     x = x * r.uniform(0.5, 1.0) / max(1e-6, np.abs(x).max())
     return np.clip(np.rint(x * 32767), -32768, 32767).astype("<i2")
 
@@ -467,7 +515,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--corpus", default=".carry/corpus")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="proxy")
+    ap.add_argument("--preset", choices=sorted(PRESETS) + ["ci"], default="proxy")
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--espeak", help="speech: espeak-ng unpacked here (tools/gpu/"
                     "espeak_prefix.sh), else the system's")

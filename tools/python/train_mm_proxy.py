@@ -31,6 +31,11 @@ functions that wrote the held-out files).
             audio 512 x 6 layers; batch 32 (half images, half audio); bf16 autocast; one H200
      tiny   text train_proxy.py's tiny shapes, vocab 1024; towers 64 wide, 1 layer; batch 4;
             for trying the pipeline on a CPU (--device cpu) in a minute (it learns nothing)
+     ci     tests/fixtures/mm-tiny (tools/make_mm_tiny.sh): make_mm_data.py's `ci` plan (8
+            strings, 8 sentences) memorised on one CPU thread: tiny's text shapes at 6 layers
+            and 512 positions, vocab 480, audio subsampling channels [128, 8]; every item in
+            every step (rendered once); the vision side at 3x the decoder's learning rate, the
+            audio side not trained (its random tower: trained, it collapsed)
    Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
    AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
    (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
@@ -70,22 +75,36 @@ PRESETS = {
     "tiny": dict(text="tiny", vocab=1024, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128,
                  a_hidden=64, a_layers=1, a_heads=8, batch=4, lr=3e-3, warmup=5, steps=30,
                  workers=1, reps=1),
+    # tests/fixtures/mm-tiny: make_mm_data.py's `ci` plan (8 strings, 8 sentences) memorised on
+    # one CPU thread. The decoder is tiny's at 6 layers (S S F S S F, the last two KV-shared: the
+    # package stays small) with a window that holds the whole prompt (the answer's first token
+    # sees every media token on every layer: memorising is quick); every item in every step.
+    # The audio side (tower and embedder) keeps its random initialisation (lr x 0): trained
+    # (x 1, 3, 10) its output collapsed to one vector for every clip (x 3, x 10: the items
+    # then differ by < 0.1%) or stayed unread, the ASR loss stuck at ln(8) on the first word
+    # (bench/NOTES.md "mm-tiny"); the decoder learns to read the random tower's output. The
+    # vision side learns faster at x 3.
+    "ci": dict(text=dict(TEXT_PRESETS["tiny"], layers=6, shared=2, window=128, positions=512,
+                         types=["sliding_attention", "sliding_attention", "full_attention"] * 2),
+               vocab=480, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128, a_hidden=64,
+               a_layers=1, a_heads=8, a_conv=[128, 8], batch=16, lr=3e-3, warmup=20, steps=400,
+               workers=0, reps=1, v_lr_mult=3.0, a_lr_mult=0.0),
 }
 
 
 def model_config(p, tok):
     from transformers import Gemma4Config
 
-    t = dict(TEXT_PRESETS[p["text"]])
+    t = dict(p["text"] if isinstance(p["text"], dict) else TEXT_PRESETS[p["text"]])
     L = t["layers"]
     text = dict(
         vocab_size=p["vocab"], vocab_size_per_layer_input=p["vocab"], hidden_size=t["hidden"],
         intermediate_size=t["mlp"], num_hidden_layers=L, num_attention_heads=t["heads"],
         num_key_value_heads=t["kv"], head_dim=t["head_dim"], global_head_dim=t["global_hd"],
-        layer_types=((["sliding_attention"] * 4 + ["full_attention"]) * L)[:L],
+        layer_types=t.get("types", ((["sliding_attention"] * 4 + ["full_attention"]) * L)[:L]),
         sliding_window=t["window"], num_kv_shared_layers=t["shared"], use_double_wide_mlp=True,
         hidden_size_per_layer_input=t["ple"], final_logit_softcapping=30.0,
-        max_position_embeddings=4096, rms_norm_eps=1e-6, rope_parameters=ROPE,
+        max_position_embeddings=t.get("positions", 4096), rms_norm_eps=1e-6, rope_parameters=ROPE,
         hidden_activation="gelu_pytorch_tanh", pad_token_id=0, bos_token_id=2, eos_token_id=1,
         tie_word_embeddings=True, attention_k_eq_v=False, enable_moe_block=False,
         attention_bias=False, use_bidirectional_attention=None,
@@ -101,7 +120,7 @@ def model_config(p, tok):
     )
     audio = dict(
         hidden_size=p["a_hidden"], num_hidden_layers=p["a_layers"],
-        num_attention_heads=p["a_heads"], subsampling_conv_channels=[128, 32],
+        num_attention_heads=p["a_heads"], subsampling_conv_channels=p.get("a_conv", [128, 32]),
         conv_kernel_size=5, attention_chunk_size=12, attention_context_left=13,
         attention_context_right=0, attention_logit_cap=50.0, residual_weight=0.5,
         output_proj_dims=t["hidden"], use_clipped_linears=True, rms_norm_eps=1e-6,
@@ -174,14 +193,22 @@ class Items(torch.utils.data.Dataset):
     noise (and the image's placement) from another seed, so repeated passes do not see the same
     pixels and samples."""
 
-    def __init__(self, items, kind, data_dir, fonts, prompter, fe, renderings):
+    def __init__(self, items, kind, data_dir, fonts, prompter, fe, renderings, cache=False):
         self.items, self.kind, self.data, self.fonts = items, kind, data_dir, fonts
         self.pr, self.fe, self.reps = prompter, fe, renderings
+        self.cache = {} if cache else None  # a handful of items seen every step: render once
 
     def __len__(self):
         return len(self.items) * self.reps
 
     def __getitem__(self, k):
+        if self.cache is None:
+            return self.render(k)
+        if k not in self.cache:
+            self.cache[k] = self.render(k)
+        return self.cache[k]
+
+    def render(self, k):
         it, v = dict(self.items[k % len(self.items)]), k // len(self.items)
         for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
             if v and key in it:
@@ -261,6 +288,10 @@ def main():
     ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
     ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
+    ap.add_argument("--v-lr-mult", type=float,
+                    help="the vision side's learning rate over the decoder's (the preset's, else 1)")
+    ap.add_argument("--a-lr-mult", type=float,
+                    help="the audio side's learning rate over the decoder's (the preset's, else 1)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda",
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
@@ -273,7 +304,7 @@ def main():
         raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
     p = dict(PRESETS[args.preset])
-    for k in ("steps", "batch", "workers", "vocab"):
+    for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if args.threads:
@@ -317,15 +348,22 @@ def main():
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
-    streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"]), half,
-                                args.seed, p["workers"] // 2 + p["workers"] % 2),
-               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"]), half,
-                                args.seed + 1, p["workers"] // 2)}
-    decay = [x for x in model.parameters() if x.dim() >= 2]
-    no_decay = [x for x in model.parameters() if x.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
+    cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
+    streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
+                                half, args.seed, p["workers"] // 2 + p["workers"] % 2),
+               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
+                                half, args.seed + 1, p["workers"] // 2)}
+    groups = []  # (weight decay on matrices only) x (a tower's lr multiplier, or 1)
+    sides = {"v": ("model.vision_tower.", "model.embed_vision."),
+             "a": ("model.audio_tower.", "model.embed_audio.")}
+    for side in ("", "v", "a"):
+        named = [x for n, x in model.named_parameters()
+                 if (n.startswith(sides[side]) if side else
+                     not n.startswith(sides["v"] + sides["a"]))]
+        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
+            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
+                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0})
+    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
     amp = dev.type == "cuda"
     steps = p["steps"]
     model.train()
@@ -333,7 +371,7 @@ def main():
     t1, stopped = time.time(), None
     for step in range(steps):
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, p)
+            g["lr"] = lr_at(step, steps, p) * g["mult"]
         opt.zero_grad(set_to_none=True)
         for kind in ("image", "audio"):  # one half-batch of each, gradients summed
             b = {k: v.to(dev) for k, v in next(streams[kind]).items()}
