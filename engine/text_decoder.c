@@ -305,6 +305,7 @@ int g4_text_state_reserve(g4_text_state *s, int capacity) {
     if (old_own) old->exec_free(old);
     alloc_kv(s);
     if ((rc = state_oom(s))) return rc;
+    set_step_order(s); // (the new handle has no hints: its graphs would be captured without)
     return capture_step(s);
 }
 

@@ -117,7 +117,7 @@ int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *w, const vo
 // region, a size not a positive multiple of 16.
 int g4_gemv_l2_next(const g4_l2n *d);
 
-// Tests and benches only: force the WGMMA GEMMs'' (fp16 and Q4) tile width (128, 192, 256),
+// Tests and benches only: force the WGMMA GEMMs' (fp16 and Q4) tile width (128, 192, 256),
 // K split over a cluster (1, 2, 4, 8; 1 = the persistent grid) and the persistent grid's CTA
 // count (so one CTA walks many tiles); 0 leaves a choice automatic, (0, 0, 0) restores all.
 // Launches that cannot run a forced value return G4_EUSER. Not thread-safe; not for the engine.

@@ -4,10 +4,12 @@
 // one-token step makes. The CPU backend's linear, linear_gelu_mul, add_norm_linear, mlp_block and
 // ple_block are wrapped by a recorder (the outermost call only: the CPU's block ops run the ops
 // apart through the same table) and its set_step_order by a stub that keeps what it is handed;
-// then one g4_text_step after a prefill, on three packages (the tiny f16 fixture, loaded with and
-// without q|k|v weights; its Q4 decoder; alt-tiny, another shape) under every combination of
-// G4_QKV, G4_FUSE, G4_PERSIST_MLP and G4_PLE_FUSED: the recorded ops must equal the handed ones
-// in count and in every weight's identity, and the count must be the one the config implies.
+// then one g4_text_step after a prefill (and the order handed over again, the same, when
+// g4_text_state_reserve grows the state: on CUDA a new handle, whose graphs are captured again), on
+// three packages (the tiny f16 fixture, loaded with and without q|k|v weights; its Q4 decoder;
+// alt-tiny, another shape) under every combination of G4_QKV, G4_FUSE, G4_PERSIST_MLP and
+// G4_PLE_FUSED: the recorded ops must equal the handed ones in count and in every weight's
+// identity, and the count must be the one the config implies.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +162,21 @@ static int check_model(g4_text_model *m, const char *what) {
                               weight_name(m, want[i].w[k], b, sizeof b));
                 }
         CHECK_INT(bad, 0);
+        // grown (a new backend handle on CUDA, whose graphs are captured again): the order is
+        // handed over again, the same; not grown: nothing
+        n_set = n_want = 0;
+        CHECK_MSG(g4_text_state_reserve(s, 16) == 0, "%s", g4_error());
+        CHECK_INT(n_set, 0);
+        CHECK_MSG(g4_text_state_reserve(s, 32) == 0, "%s", g4_error());
+        CHECK_INT(n_set, 1);
+        CHECK_INT(want_depth, depth);
+        CHECK_INT(n_want, n);
+        for (int i = 0; i < n_got && i < n_want; i++)
+            for (int k = 0; k < 3; k++) bad += got[i].w[k] != want[i].w[k];
+        CHECK_MSG(bad == 0,
+                  "%s (qkv %d fuse %d persist %d ple %d): %d weights differ in the "
+                  "order handed over after reserve",
+                  what, qkv, fuse, persist, ple, bad);
         g4_text_state_free(s);
         combos++;
     }
