@@ -94,7 +94,8 @@ static inline size_t g4_l2n_cap(void) {
 static inline void g4_l2n_fill(g4_l2n *d, const void *const *p, const size_t *bytes, int n,
                                size_t cap) {
     memset(d, 0, sizeof *d);
-    size_t b[G4_L2N_MAX], total = 0;
+    // (b zeroed: gcc -O3 cannot see that only b[i < d->n] is read, -Werror=maybe-uninitialized)
+    size_t b[G4_L2N_MAX] = {0}, total = 0;
     for (int i = 0; i < n && d->n < G4_L2N_MAX; i++) {
         if (!p[i] || (uintptr_t)p[i] % 16 || bytes[i] < 16) continue;
         d->p[d->n] = p[i];
