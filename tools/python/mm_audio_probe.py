@@ -20,7 +20,6 @@ If loss == loss_zero == loss_shuf the audio is not read.
 import argparse
 import json
 import os
-import re
 import sys
 import time
 
@@ -30,6 +29,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import train_mm_proxy as tmp  # noqa: E402
+from mm_parity import edits, words  # noqa: E402
 from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
 
@@ -41,22 +41,9 @@ SHAPE = dict(text=dict(TEXT_PRESETS["tiny"], hidden=128, mlp=512, layers=6, shar
              a_conv=[128, 32])
 
 
-def words(s):
-    return re.sub(r"[^a-z0-9' ]", " ", s.lower()).split()
-
-
 def wer(refs, hyps):
-    err = n = 0
-    for r, h in zip(refs, hyps):
-        r, h = words(r), words(h)
-        d = list(range(len(h) + 1))
-        for i in range(1, len(r) + 1):
-            prev, d[0] = d[0], i
-            for j in range(1, len(h) + 1):
-                cur = min(d[j] + 1, d[j - 1] + 1, prev + (r[i - 1] != h[j - 1]))
-                prev, d[j] = d[j], cur
-        err, n = err + d[len(h)], n + len(r)
-    return err / max(1, n)
+    err = sum(edits(words(r), words(h)) for r, h in zip(refs, hyps))
+    return err / max(1, sum(len(words(r)) for r in refs))
 
 
 class Hook:
