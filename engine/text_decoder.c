@@ -10,7 +10,6 @@
 #include "engine/text_model.h"
 
 static int capture_step(g4_text_state *s);
-static void set_step_order(g4_text_state *s);
 
 // The KV caches for s->capacity rows (NULL buffers when out of memory: the caller checks).
 static void alloc_kv(g4_text_state *s) {
@@ -177,7 +176,6 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     }
     const g4_sampler greedy = {0, 0, 1.0f};
     g4_text_state_set_sampler(s, &greedy, 0);
-    set_step_order(s);
     if ((rc = capture_step(s))) {
         g4_text_state_free(s);
         return rc;
@@ -305,7 +303,6 @@ int g4_text_state_reserve(g4_text_state *s, int capacity) {
     if (old_own) old->exec_free(old);
     alloc_kv(s);
     if ((rc = state_oom(s))) return rc;
-    set_step_order(s); // (the new handle has no hints: its graphs would be captured without)
     return capture_step(s);
 }
 
@@ -777,9 +774,12 @@ static void step_work(g4_text_state *s, int T, const g4_soft_tokens *soft) {
 // kernel; the KV row it writes is rewritten by any request before it is read), then the same
 // step captured, once for each form class the backend's set_keys distinguishes (short key
 // ranges, and the most keys: the long-range forms). A request replays the graph of its step's
-// class with its own staged id, position and sampler.
+// class with its own staged id, position and sampler. First the step order goes to the backend
+// (G4_L2_NEXT's hints, launch parameters the graphs must capture; eager steps use them too), so
+// every handle that captures, the state's first and a reserve's new one, has it.
 static int capture_step(g4_text_state *s) {
     g4_backend *be = s->be;
+    set_step_order(s);
     if (s->eager || !be->graph_begin) return G4_OK;
     const int32_t pad = s->m->cfg->pad_id;
     const int n_past = s->n_past;
