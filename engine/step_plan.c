@@ -829,25 +829,36 @@ const char *g4_sp_buf_name(const g4_step_plan *p, int buf, char *s, size_t n) {
 
 int g4_sp_report_errors(const g4_sp_report *r) {
     return r->bounds + r->unreached + r->partial + r->cycle + r->unwritten + r->raw + r->war +
-           r->waw + r->deadlock;
+           r->waw + r->unjoined + r->deadlock;
 }
 
 void g4_sp_report_print(const g4_sp_report *r, FILE *f) {
     fprintf(f,
             "bounds %d, unreached %d, partial %d, cycle %d, unwritten %d, RAW %d, WAR %d, WAW "
-            "%d, deadlock %d\n",
+            "%d, unjoined %d, deadlock %d\n",
             r->bounds, r->unreached, r->partial, r->cycle, r->unwritten, r->raw, r->war, r->waw,
-            r->deadlock);
+            r->unjoined, r->deadlock);
     for (int k = 0; k < 12; k++)
         if (r->first[k][0]) fprintf(f, "  %s\n", r->first[k]);
 }
 
-enum { R_BOUNDS, R_UNREACHED, R_PARTIAL, R_CYCLE, R_UNWRITTEN, R_RAW, R_WAR, R_WAW, R_DEADLOCK };
+enum {
+    R_BOUNDS,
+    R_UNREACHED,
+    R_PARTIAL,
+    R_CYCLE,
+    R_UNWRITTEN,
+    R_RAW,
+    R_WAR,
+    R_WAW,
+    R_UNJOINED,
+    R_DEADLOCK
+};
 
 static void note(g4_sp_report *r, int cls, const char *fmt, ...) G4_PRINTF(3, 4);
 static void note(g4_sp_report *r, int cls, const char *fmt, ...) {
-    int *const cnt[] = {&r->bounds, &r->unreached, &r->partial, &r->cycle,   &r->unwritten,
-                        &r->raw,    &r->war,       &r->waw,     &r->deadlock};
+    int *const cnt[] = {&r->bounds, &r->unreached, &r->partial, &r->cycle,    &r->unwritten,
+                        &r->raw,    &r->war,       &r->waw,     &r->unjoined, &r->deadlock};
     if ((*cnt[cls])++ == 0) {
         va_list ap;
         va_start(ap, fmt);
@@ -1111,6 +1122,14 @@ int g4_sp_check(const g4_step_plan *p, g4_sp_report *r) {
         for (int k = 0; k < in->n_wr; k++)
             access_region(p, &h, &v[in->wr[k].buf], i, &in->wr[k], 1, r);
     }
+    // two steps: the first step joins before the second begins
+    int first2 = -1;
+    for (int i = 0; i < p->n && first2 < 0; i++)
+        if (p->ins[i].step == 1) first2 = i;
+    for (int i = 0; first2 >= 0 && i < first2; i++)
+        if (!hb_before(&h, i, first2))
+            note(r, R_UNJOINED, "%s is not ordered before the next step's first instruction",
+                 describe(p, i, a, sizeof a));
     for (int bf = 0; bf < p->n_bufs; bf++) {
         for (int k = 0; k < v[bf].n; k++) free(v[bf].s[k].readers);
         free(v[bf].s);

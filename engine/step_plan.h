@@ -28,7 +28,10 @@
 // producer set that have finished (their stores published before the count); a wait's target
 // is that set's size, so a wait orders the waiter after every instruction of the set. Two
 // consecutive steps use two counter banks (step s bank s & 1), so no reset is needed between
-// them (g4_sp_opts.steps = 2 checks that pair).
+// them (g4_sp_opts.steps = 2 checks that pair). A device that keeps one bank instead, its
+// targets growing by each counter's per-step count every step, needs that count the same every
+// step (fixed_splits) and every instruction of a step ordered before the next step's first
+// (g4_sp_check's join check).
 #ifndef G4_STEP_PLAN_H
 #define G4_STEP_PLAN_H
 
@@ -196,6 +199,9 @@ typedef struct {
     int cycle;     // counters waiting on each other
     int unwritten; // a read of elements nothing wrote before (in the step or before it)
     int raw, war, waw;
+    int unjoined; // two steps: a first-step instruction not ordered before the second step's
+                  // first instruction (counters reused across steps with targets grown by a
+                  // step's count each step need every step to end in one join)
     int deadlock; // the simulation stopped with instructions left
     char first[12][200];
 } g4_sp_report;

@@ -107,7 +107,7 @@ static int plan_runs(const g4_step_plan *p, const char *what) {
             memset(&r, 0, sizeof r);
             const int done = g4_sp_simulate(p, Gs[k], cta, order, &r);
             CHECK_MSG(done == p->n && r.deadlock == 0, "%s: G %d mode %d: %d of %d run: %s", what,
-                      Gs[k], mode, done, p->n, r.first[8]);
+                      Gs[k], mode, done, p->n, r.first[9]);
             runs++;
         }
     free(cta);
@@ -376,6 +376,16 @@ static void test_mutations(void) {
     CHECK_MSG(r.raw > 0 && r.war > 0, "steps unordered: RAW %d WAR %d", r.raw, r.war);
     p.ins[i].n_wait = 1;
     CHECK_INT(g4_sp_check(&p, &r), 0);
+    // ... or waits for the LM head instead: the sample is left out of the join
+    const int smp = find(&p, G4_SP_SAMPLE, G4_SW_NONE, 3, 0);
+    CHECK(smp >= 0 && p.ins[smp].n_wait == 1);
+    const g4_sp_wait w1 = p.ins[i].wait[0];
+    p.ins[i].wait[0] = p.ins[smp].wait[0];
+    g4_sp_check(&p, &r);
+    // (RAW: next; WAR: pos, and the 4 LM groups' logits the second step's LM head rewrites)
+    CHECK_MSG(r.unjoined == 1 && r.raw == 1 && r.war == 5,
+              "second step after the LM head: unjoined %d RAW %d WAR %d", r.unjoined, r.raw, r.war);
+    p.ins[i].wait[0] = w1;
     // an attention split that reads one cache row past the position: nothing wrote it
     i = find(&p, G4_SP_ATTENTION, G4_SW_NONE, 2, 1);
     CHECK(i >= 0 && p.ins[i].rd[2].buf >= G4_SB_KV0);
