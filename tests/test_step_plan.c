@@ -857,6 +857,7 @@ static void test_shapes(void) {
     check_cfg(&e, &f, G4_SP_KERNEL, 128, 2, "E2B");
     check_cfg(&e, &f, G4_SP_TILE, 128, 2, "E2B");
     check_cfg(&e, &f, G4_SP_TILE, 4096, 1, "E2B");
+    check_cfg(&e, &f, G4_SP_TILE, 16384, 2, "E2B");
     check_cfg(&e, &f, G4_SP_TILE, 1, 1, "E2B");
     g4_sp_flags f2 = flags_all(&e, 0, 0, 1, 1, 1);
     check_cfg(&e, &f2, G4_SP_KERNEL, 512, 2, "E2B, blocks, apart");
