@@ -128,11 +128,11 @@ static int other_h(int h) {
     return h == G4_SB_H ? G4_SB_H2 : G4_SB_H;
 }
 
-// The pending add in place (add_rmsnorm_next: apply_pending).
-static void k_apply(bld *b, kstate *k) {
+// The pending add in place (add_rmsnorm_next: apply_pending), an instruction of layer.
+static void k_apply(bld *b, kstate *k, int layer) {
     if (k->r < 0) return;
     const int H = b->c->hidden;
-    const int i = add(b, G4_SP_ADD_NORM, G4_SW_NONE, b->p->ins[b->p->n - 1].layer);
+    const int i = add(b, G4_SP_ADD_NORM, G4_SW_NONE, layer);
     rd(b, i, k->hcur, 0, H);
     rd(b, i, k->r, 0, H);
     wr(b, i, k->hcur, 0, H);
@@ -141,24 +141,12 @@ static void k_apply(bld *b, kstate *k) {
     k->r = -1;
 }
 
-// The pending add as an op's prologue (fused), or applied first: 1 when op i takes it (reads
-// hcur and r, writes the other residual buffer and x).
-static int k_prologue(bld *b, kstate *k, int layer, int *ho) {
-    if (!(b->f->fuse && k->r >= 0)) {
-        if (k->r >= 0) {
-            const int H = b->c->hidden;
-            const int i = add(b, G4_SP_ADD_NORM, G4_SW_NONE, layer);
-            rd(b, i, k->hcur, 0, H);
-            rd(b, i, k->r, 0, H);
-            wr(b, i, k->hcur, 0, H);
-            wr(b, i, G4_SB_X, 0, H);
-            chain(b, i);
-            k->r = -1;
-        }
-        return 0;
-    }
-    *ho = other_h(k->hcur);
-    return 1;
+// The pending add for the op that reads x next: 1 when that op takes it in its prologue (a
+// fused forward: k_take on it), else it is applied first and 0.
+static int k_prologue(bld *b, kstate *k, int layer) {
+    if (b->f->fuse && k->r >= 0) return 1;
+    k_apply(b, k, layer);
+    return 0;
 }
 
 static void k_take(bld *b, kstate *k, int i) {
@@ -175,8 +163,7 @@ static void k_take(bld *b, kstate *k, int i) {
 static void k_linear_x(bld *b, kstate *k, int layer, int weight, int ybuf, int64_t ylo, int64_t yhi,
                        int64_t mul_lo) {
     const int H = b->c->hidden, P = b->c->ple_dim;
-    int ho;
-    if (k_prologue(b, k, layer, &ho)) {
+    if (k_prologue(b, k, layer)) {
         const int i = add(b, G4_SP_ADD_NORM_LINEAR, weight, layer);
         k_take(b, k, i);
         if (mul_lo >= 0) rd(b, i, G4_SB_PLE, mul_lo, mul_lo + P);
@@ -203,6 +190,18 @@ static void k_linear(bld *b, int layer, int weight, int xbuf, int64_t xn, int yb
     rd(b, i, xbuf, 0, xn);
     wr(b, i, ybuf, 0, yn);
     chain(b, i);
+}
+
+// A block op (mlp_block, ple_block) of layer l reading x: the pending add in its prologue, or
+// applied before it.
+static int k_block(bld *b, kstate *k, int l, int kind, int weight) {
+    const int fused = k_prologue(b, k, l);
+    const int i = add(b, kind, weight, l);
+    if (fused)
+        k_take(b, k, i);
+    else
+        rd(b, i, G4_SB_X, 0, b->c->hidden);
+    return i;
 }
 
 static void k_layer(bld *b, kstate *k, int l) {
@@ -263,13 +262,7 @@ static void k_layer(bld *b, kstate *k, int l) {
     k->r = G4_SB_O; // post-attention norm, then the pre-FF norm
 
     if (b->f->mlp_block) {
-        int ho;
-        const int fused = k_prologue(b, k, l, &ho);
-        const int i = add(b, G4_SP_MLP_BLOCK, G4_SW_MLP, l);
-        if (fused)
-            k_take(b, k, i);
-        else
-            rd(b, i, G4_SB_X, 0, H);
+        const int i = k_block(b, k, l, G4_SP_MLP_BLOCK, G4_SW_MLP);
         wr(b, i, G4_SB_MLP, 0, lc->ffn);
         wr(b, i, G4_SB_O, 0, H); // (y over the r its add read)
         chain(b, i);
@@ -281,13 +274,7 @@ static void k_layer(bld *b, kstate *k, int l) {
 
     const int64_t ple0 = (int64_t)l * P;
     if (b->f->ple_block) {
-        int ho;
-        const int fused = k_prologue(b, k, l, &ho);
-        const int i = add(b, G4_SP_PLE_BLOCK, G4_SW_PLE, l);
-        if (fused)
-            k_take(b, k, i);
-        else
-            rd(b, i, G4_SB_X, 0, H);
+        const int i = k_block(b, k, l, G4_SP_PLE_BLOCK, G4_SW_PLE);
         rd(b, i, G4_SB_PLE, ple0, ple0 + P);
         wr(b, i, G4_SB_PG, 0, P);
         wr(b, i, G4_SB_PY, 0, H);
@@ -299,7 +286,7 @@ static void k_layer(bld *b, kstate *k, int l) {
         k->r = G4_SB_O;
     }
     // post-PLE norm and layer scalar, then the next layer's input norm (or the final norm)
-    if (!b->f->fuse) k_apply(b, k);
+    if (!b->f->fuse) k_apply(b, k, l);
 }
 
 static void kernel_step(bld *b) {
@@ -323,14 +310,7 @@ static void kernel_step(bld *b) {
     wr(b, i, G4_SB_X, 0, H);
     chain(b, i);
     for (int l = 0; l < c->n_layers; l++) k_layer(b, &k, l);
-    if (k.r >= 0) {
-        i = add(b, G4_SP_ADD_NORM, G4_SW_NONE, c->n_layers);
-        rd(b, i, k.hcur, 0, H);
-        rd(b, i, k.r, 0, H);
-        wr(b, i, k.hcur, 0, H);
-        wr(b, i, G4_SB_X, 0, H);
-        chain(b, i);
-    }
+    k_apply(b, &k, c->n_layers); // (the last layer's add, fused: the final norm into x)
     i = add(b, G4_SP_LINEAR, G4_SW_LM_HEAD, c->n_layers);
     rd(b, i, G4_SB_X, 0, H);
     wr(b, i, G4_SB_LOGITS, 0, c->vocab);

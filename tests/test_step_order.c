@@ -196,26 +196,6 @@ static int check_model(g4_text_model *m, const char *what) {
     return combos;
 }
 
-// Loads pkg_dir on the recording backend (G4_QKV at load as given, NULL: the default) and checks
-// it; returns the combinations checked.
-static int check_package(const char *pkg_dir, const char *what, const char *qkv_at_load) {
-    g4_package *p;
-    int rc = g4_package_open(pkg_dir, &p), combos = 0;
-    CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
-    if (rc) return 0;
-    if (qkv_at_load) setenv("G4_QKV", qkv_at_load, 1);
-    g4_text_model *m;
-    rc = g4_text_model_load(p, &rec, &m);
-    unsetenv("G4_QKV");
-    CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
-    if (rc == 0) {
-        combos = check_model(m, what);
-        g4_text_model_free(m);
-    }
-    g4_package_close(p);
-    return combos;
-}
-
 int main(void) {
     cpu_ops = g4_backend_cpu();
     CHECK(cpu_ops->set_step_order == NULL); // the CPU ignores the hints
@@ -226,16 +206,17 @@ int main(void) {
     rec.mlp_block = rec_mlp_block;
     rec.ple_block = rec_ple_block;
     rec.set_step_order = rec_set_step_order;
-    int combos = check_package(g4t_env("G4_TINY_PKG"), "f16", NULL);
-    combos += check_package(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0");
+    int combos = g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16", NULL, &rec, check_model);
+    combos += g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0", &rec,
+                                  check_model);
     char *alt = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
-    combos += check_package(alt, "alt-tiny", NULL);
+    combos += g4t_with_text_model(alt, "alt-tiny", NULL, &rec, check_model);
     free(alt);
     // the Q4 package: the f16 one with onnxruntime's Q4 decoder (tests/fixtures/q4)
     char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
     const int rc = g4t_q4_package(pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
     CHECK(rc == 0);
-    if (rc == 0) combos += check_package(pkg, "q4", NULL);
+    if (rc == 0) combos += g4t_with_text_model(pkg, "q4", NULL, &rec, check_model);
     free(pkg);
     g4t_rmtree(tmp);
     CHECK_INT(combos, 4 * 16);

@@ -803,24 +803,6 @@ static int check_model(g4_text_model *m, const char *what) {
     return combos;
 }
 
-static int check_package(const char *dir, const char *what, const char *qkv_at_load) {
-    g4_package *pk;
-    int rc = g4_package_open(dir, &pk), combos = 0;
-    CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
-    if (rc) return 0;
-    if (qkv_at_load) setenv("G4_QKV", qkv_at_load, 1);
-    g4_text_model *m;
-    rc = g4_text_model_load(pk, &rec, &m);
-    unsetenv("G4_QKV");
-    CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
-    if (rc == 0) {
-        combos = check_model(m, what);
-        g4_text_model_free(m);
-    }
-    g4_package_close(pk);
-    return combos;
-}
-
 // --- 3. configs of other shapes, and E2B's counts ------------------------------------------------
 
 static void print_counts(const g4_text_config *c, const g4_sp_flags *f, g4_sp_grain grain,
@@ -928,15 +910,16 @@ int main(int argc, char **argv) {
     rec.mlp_block = r_mlp_block;
     rec.ple_block = r_ple_block;
     rec.sample = r_sample;
-    int combos = check_package(g4t_env("G4_TINY_PKG"), "f16", NULL);
-    combos += check_package(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0");
+    int combos = g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16", NULL, &rec, check_model);
+    combos += g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0", &rec,
+                                  check_model);
     char *alt = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
-    combos += check_package(alt, "alt-tiny", NULL);
+    combos += g4t_with_text_model(alt, "alt-tiny", NULL, &rec, check_model);
     free(alt);
     char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
     const int rc = g4t_q4_package(pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
     CHECK(rc == 0);
-    if (rc == 0) combos += check_package(pkg, "q4", NULL);
+    if (rc == 0) combos += g4t_with_text_model(pkg, "q4", NULL, &rec, check_model);
     free(pkg);
     g4t_rmtree(tmp);
     CHECK_INT(combos, 4 * 32);

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/base.h"
+#include "engine/text_model.h"
 
 int g4t_checks = 0, g4t_failures = 0;
 
@@ -61,6 +62,25 @@ int g4t_q4_package(const char *dir, const char *f16_pkg, const char *fixtures) {
                   "[ \"$b\" = decoder ] || ln -s \"$f\" \"$b\"; done && "
                   "ln -s '%s/q4/decoder' decoder",
                   dir, dir, f16_pkg, fixtures);
+}
+
+int g4t_with_text_model(const char *dir, const char *what, const char *qkv_at_load, g4_backend *be,
+                        int (*fn)(g4_text_model *m, const char *what)) {
+    g4_package *p;
+    int rc = g4_package_open(dir, &p), out = 0;
+    CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
+    if (rc) return 0;
+    if (qkv_at_load) setenv("G4_QKV", qkv_at_load, 1);
+    g4_text_model *m;
+    rc = g4_text_model_load(p, be, &m);
+    if (qkv_at_load) unsetenv("G4_QKV");
+    CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
+    if (rc == 0) {
+        out = fn(m, what);
+        g4_text_model_free(m);
+    }
+    g4_package_close(p);
+    return out;
 }
 
 unsigned long long g4t_rand_u64(unsigned long long *s) {
