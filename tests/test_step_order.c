@@ -206,19 +206,7 @@ int main(void) {
     rec.mlp_block = rec_mlp_block;
     rec.ple_block = rec_ple_block;
     rec.set_step_order = rec_set_step_order;
-    int combos = g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16", NULL, &rec, check_model);
-    combos += g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0", &rec,
-                                  check_model);
-    char *alt = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
-    combos += g4t_with_text_model(alt, "alt-tiny", NULL, &rec, check_model);
-    free(alt);
-    // the Q4 package: the f16 one with onnxruntime's Q4 decoder (tests/fixtures/q4)
-    char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
-    const int rc = g4t_q4_package(pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
-    CHECK(rc == 0);
-    if (rc == 0) combos += g4t_with_text_model(pkg, "q4", NULL, &rec, check_model);
-    free(pkg);
-    g4t_rmtree(tmp);
+    const int combos = g4t_step_packages(&rec, check_model);
     CHECK_INT(combos, 4 * 16);
     return g4t_finish("test_step_order");
 }

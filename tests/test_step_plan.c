@@ -910,18 +910,7 @@ int main(int argc, char **argv) {
     rec.mlp_block = r_mlp_block;
     rec.ple_block = r_ple_block;
     rec.sample = r_sample;
-    int combos = g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16", NULL, &rec, check_model);
-    combos += g4t_with_text_model(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0", &rec,
-                                  check_model);
-    char *alt = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
-    combos += g4t_with_text_model(alt, "alt-tiny", NULL, &rec, check_model);
-    free(alt);
-    char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
-    const int rc = g4t_q4_package(pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
-    CHECK(rc == 0);
-    if (rc == 0) combos += g4t_with_text_model(pkg, "q4", NULL, &rec, check_model);
-    free(pkg);
-    g4t_rmtree(tmp);
+    const int combos = g4t_step_packages(&rec, check_model);
     CHECK_INT(combos, 4 * 32);
     printf("  %d plans checked clean, %d simulated runs without deadlock\n", plans_checked,
            sims_run);

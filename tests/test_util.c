@@ -64,8 +64,8 @@ int g4t_q4_package(const char *dir, const char *f16_pkg, const char *fixtures) {
                   dir, dir, f16_pkg, fixtures);
 }
 
-int g4t_with_text_model(const char *dir, const char *what, const char *qkv_at_load, g4_backend *be,
-                        int (*fn)(g4_text_model *m, const char *what)) {
+static int with_text_model(const char *dir, const char *what, const char *qkv_at_load,
+                           g4_backend *be, int (*fn)(g4_text_model *m, const char *what)) {
     g4_package *p;
     int rc = g4_package_open(dir, &p), out = 0;
     CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
@@ -81,6 +81,22 @@ int g4t_with_text_model(const char *dir, const char *what, const char *qkv_at_lo
     }
     g4_package_close(p);
     return out;
+}
+
+int g4t_step_packages(g4_backend *be, int (*fn)(g4_text_model *m, const char *what)) {
+    int n = with_text_model(g4t_env("G4_TINY_PKG"), "f16", NULL, be, fn);
+    n += with_text_model(g4t_env("G4_TINY_PKG"), "f16, no q|k|v weights", "0", be, fn);
+    char *alt = g4_sprintf("%s/alt-tiny/package", g4t_env("G4_FIXTURES"));
+    n += with_text_model(alt, "alt-tiny", NULL, be, fn);
+    free(alt);
+    // the Q4 package: the f16 one with onnxruntime's Q4 decoder (tests/fixtures/q4)
+    char *tmp = g4t_tmpdir(), *pkg = g4_sprintf("%s/pkg", tmp);
+    const int rc = g4t_q4_package(pkg, g4t_env("G4_TINY_PKG"), g4t_env("G4_FIXTURES"));
+    CHECK(rc == 0);
+    if (rc == 0) n += with_text_model(pkg, "q4", NULL, be, fn);
+    free(pkg);
+    g4t_rmtree(tmp);
+    return n;
 }
 
 unsigned long long g4t_rand_u64(unsigned long long *s) {

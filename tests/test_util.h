@@ -58,14 +58,13 @@ int g4t_sh(const char *fmt, ...);
 // linked, but its decoder, which is onnxruntime's Q4 decoder (fixtures/q4/decoder); returns the
 // shell's exit status (0: made).
 int g4t_q4_package(const char *dir, const char *f16_pkg, const char *fixtures);
-// Loads the text model of package dir on backend be (G4_QKV=qkv_at_load while it loads; NULL:
-// as the environment has it) and returns fn(m, what); a failed check and 0 when it does not
-// load.
+// fn(m, what) on the text model of each of four packages loaded on backend be: the tiny f16
+// fixture, the same loaded without q|k|v weights (G4_QKV=0 at load), alt-tiny (another shape)
+// and the tiny fixture with its Q4 decoder (tests/fixtures/q4); returns the sum of what fn
+// returned (a package that does not load is a failed check).
 struct g4_backend;
 struct g4_text_model;
-int g4t_with_text_model(const char *dir, const char *what, const char *qkv_at_load,
-                        struct g4_backend *be,
-                        int (*fn)(struct g4_text_model *m, const char *what));
+int g4t_step_packages(struct g4_backend *be, int (*fn)(struct g4_text_model *m, const char *what));
 // A seeded xorshift generator for test inputs (never zeros unless asked).
 unsigned long long g4t_rand_u64(unsigned long long *state);
 float g4t_rand_uniform(unsigned long long *state, float lo, float hi);
