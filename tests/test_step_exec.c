@@ -69,7 +69,7 @@ static void prologue(const exec *e, const g4_sp_instr *in, float *x, float *hnew
     const g4_text_layer *L = e->m->layers;
     const int H = c->hidden, l = in->layer;
     const float *hin = B(e, in->rd[0].buf);
-    if (in->n_rd == 1 || in->rd[1].buf == G4_SB_PLE) { // layer 0's input norm, no add
+    if (in->n_rd == 1) { // layer 0's input norm, no add
         ref_rmsnorm(x, hin, L[0].input_norm, 1, H, H, c->rms_eps);
         return;
     }
