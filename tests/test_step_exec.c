@@ -6,6 +6,8 @@
 //   - exact form (one down K chunk, one attention split: no partial sums the sequential step
 //     does not make): the logits, the chosen token and the KV rows written equal the sequential
 //     CPU step's bit for bit, for G = 1, 2, 3, 5, 8 and round-robin / random / reversed queues;
+//     and a plan of two steps (the second takes the first's token on the device) equals two
+//     sequential steps the same way (the second's logits and token, both steps' KV rows);
 //   - split form (several down K chunks, several attention splits, small groups): the logits
 //     within 1e-5 of the sequential step's largest, the token the same, and bit for bit the same
 //     at every G, assignment and delay pattern as the one-thread run in list order;
@@ -30,9 +32,8 @@ typedef struct {
     const g4_step_plan *p;
     const g4_text_model *m;
     const g4_text_state *s; // its sampler and its caches before the step
-    float **buf;            // [n_bufs] (ids, pos, samp, next: unused, the ints below)
-    int32_t id, pos, next;
-    _Atomic int *ctr; // [n_counters * LINE_INTS]
+    float **buf;            // [n_bufs] (ids, pos and next hold int32 bits)
+    _Atomic int *ctr;       // [n_counters * LINE_INTS]
     const int *cta, *order;
     int G, delay_us, slow_instr, slow_us; // slow_instr: one instruction delayed slow_us first
     atomic_int failed;
@@ -40,6 +41,16 @@ typedef struct {
 
 static float *B(const exec *e, int buf) {
     return e->buf[buf];
+}
+
+static int32_t geti(const exec *e, int buf) {
+    int32_t v;
+    memcpy(&v, e->buf[buf], sizeof v);
+    return v;
+}
+
+static void seti(const exec *e, int buf, int32_t v) {
+    memcpy(e->buf[buf], &v, sizeof v);
 }
 
 static void delay(int us) {
@@ -140,7 +151,7 @@ static void attention_split(const exec *e, const g4_sp_instr *in, float *scr) {
     const int l = in->layer, g = in->t0, j = in->t1;
     const g4_layer_config *lc = &c->layer[l];
     const g4_text_layer *L = &e->m->layers[l];
-    const int hd = lc->head_dim, gs = c->n_heads / c->n_kv_heads, pos = e->pos;
+    const int hd = lc->head_dim, gs = c->n_heads / c->n_kv_heads, pos = geti(e, G4_SB_POS);
     const float *inv = e->m->inv_freq[lc->rope];
     float *q = scr, *kn = scr + (size_t)gs * hd, *vn = kn + hd;
     memcpy(q, B(e, in->rd[0].buf) + in->rd[0].lo, sizeof(float) * (size_t)gs * hd);
@@ -230,7 +241,12 @@ static void run_instr(exec *e, int i, float *scr) {
     const int H = c->hidden, P = c->ple_dim, LP = c->n_layers * P;
     switch (in->kind) {
     case G4_SP_EMBED:
-        ref_embed(B(e, G4_SB_X), m->embed_tokens, H, &e->id, 1, c->embed_scale);
+        if (in->step) { // the second step: the token the first chose, one position on
+            seti(e, G4_SB_IDS, geti(e, G4_SB_NEXT));
+            seti(e, G4_SB_POS, geti(e, G4_SB_POS) + 1);
+        }
+        ref_embed(B(e, G4_SB_X), m->embed_tokens, H, (const int32_t *)B(e, G4_SB_IDS), 1,
+                  c->embed_scale);
         memcpy(B(e, G4_SB_H), B(e, G4_SB_X), sizeof(float) * (size_t)H);
         return;
     case G4_SP_PLE_INPUTS: { // cpu_ple_inputs on one layer's slice
@@ -238,7 +254,7 @@ static void run_instr(exec *e, int i, float *scr) {
         for (int k = 0; k < P; k++) x[k] *= c->ple_proj_scale;
         ref_rmsnorm(x, x, m->ple_proj_norm, 1, P, P, c->rms_eps);
         const uint16_t *row =
-            (const uint16_t *)m->embed_ple + (size_t)e->id * LP + (size_t)in->t0 * P;
+            (const uint16_t *)m->embed_ple + (size_t)geti(e, G4_SB_IDS) * LP + (size_t)in->t0 * P;
         ref_embed(tok, row, P, &(int32_t){0}, 1, c->ple_token_scale);
         for (int k = 0; k < P; k++) x[k] = (x[k] + tok[k]) * c->ple_combine_scale;
         return;
@@ -253,8 +269,9 @@ static void run_instr(exec *e, int i, float *scr) {
         float *lg = scr;
         memcpy(lg, B(e, G4_SB_LOGITS), sizeof(float) * (size_t)c->vocab);
         if (c->final_softcap > 0) ref_softcap(lg, (size_t)c->vocab, c->final_softcap);
-        e->next = ref_sample_row(lg, c->vocab, (const g4_sample_params *)e->s->samp.data,
-                                 (uint32_t)e->pos);
+        seti(e, G4_SB_NEXT,
+             ref_sample_row(lg, c->vocab, (const g4_sample_params *)e->s->samp.data,
+                            (uint32_t)geti(e, G4_SB_POS)));
         return;
     }
     case G4_SP_LINEAR:
@@ -336,7 +353,7 @@ static void *work(void *arg) {
 typedef struct {
     float *logits; // [V]
     int32_t next;
-    float *kv; // every owner slot's new K and V rows, [sum over slots of 2 * kv * hd]
+    float *kv; // every owner slot's new K and V rows, [slots][kv][K, V][steps][hd]
 } result;
 
 // Runs plan p for the state's next token (its caches as they are: rows before pos) over G
@@ -349,18 +366,21 @@ static int run_plan(const g4_step_plan *p, const g4_text_model *m, const g4_text
     const g4_text_config *c = m->cfg;
     exec e;
     memset(&e, 0, sizeof e);
-    e.p = p, e.m = m, e.s = s, e.id = id, e.pos = s->n_past, e.G = G, e.delay_us = delay_us;
+    e.p = p, e.m = m, e.s = s, e.G = G, e.delay_us = delay_us;
     e.slow_instr = slow_instr, e.slow_us = slow_us;
     e.buf = g4_calloc((size_t)p->n_bufs, sizeof(float *));
     for (int b = 0; b < p->n_bufs; b++)
         e.buf[b] = g4_calloc((size_t)p->buf_elems[b] + 1, sizeof(float));
+    const int pos0 = s->n_past;
+    seti(&e, G4_SB_IDS, id);
+    seti(&e, G4_SB_POS, pos0);
     // the caches' rows before pos, per KV head (the state's are [capacity, kv * hd])
     for (int l = 0; l < c->n_layers; l++) {
         const g4_layer_config *lc = &c->layer[l];
         if (lc->kv_source != l) continue;
         const int hd = lc->head_dim, kvw = c->n_kv_heads * hd;
         for (int g = 0; g < c->n_kv_heads; g++)
-            for (int r = 0; r < e.pos; r++) {
+            for (int r = 0; r < pos0; r++) {
                 const int b = G4_SB_KV0 + 2 * (lc->kv_slot * c->n_kv_heads + g);
                 memcpy(e.buf[b] + (size_t)r * hd,
                        (const float *)s->kc[lc->kv_slot].data + (size_t)r * kvw + g * hd,
@@ -388,7 +408,7 @@ static int run_plan(const g4_step_plan *p, const g4_text_model *m, const g4_text
     for (int b = 0; b < G; b++) pthread_join(th[b], NULL);
     memcpy(res->logits, e.buf[G4_SB_LOGITS], sizeof(float) * (size_t)c->vocab);
     if (c->final_softcap > 0) ref_softcap(res->logits, (size_t)c->vocab, c->final_softcap);
-    res->next = e.next;
+    res->next = geti(&e, G4_SB_NEXT);
     size_t o = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const g4_layer_config *lc = &c->layer[l];
@@ -396,9 +416,9 @@ static int run_plan(const g4_step_plan *p, const g4_text_model *m, const g4_text
         for (int g = 0; g < c->n_kv_heads; g++)
             for (int kv = 0; kv < 2; kv++) {
                 const int b = G4_SB_KV0 + 2 * (lc->kv_slot * c->n_kv_heads + g) + kv;
-                memcpy(res->kv + o, e.buf[b] + (size_t)e.pos * lc->head_dim,
-                       sizeof(float) * (size_t)lc->head_dim);
-                o += (size_t)lc->head_dim;
+                memcpy(res->kv + o, e.buf[b] + (size_t)pos0 * lc->head_dim,
+                       sizeof(float) * (size_t)lc->head_dim * (size_t)p->steps);
+                o += (size_t)lc->head_dim * (size_t)p->steps;
             }
     }
     const int failed = atomic_load(&e.failed);
@@ -417,8 +437,8 @@ static size_t kv_floats(const g4_text_config *c) {
     return n;
 }
 
-// The sequential step's new KV rows, in run_plan's order.
-static void state_kv(const g4_text_state *s, int pos, float *kv) {
+// The sequential steps' KV rows pos .. pos + rows - 1, in run_plan's order.
+static void state_kv(const g4_text_state *s, int pos, int rows, float *kv) {
     const g4_text_config *c = s->m->cfg;
     size_t o = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -426,12 +446,13 @@ static void state_kv(const g4_text_state *s, int pos, float *kv) {
         if (lc->kv_source != l) continue;
         const int hd = lc->head_dim, kvw = c->n_kv_heads * hd;
         for (int g = 0; g < c->n_kv_heads; g++)
-            for (int kv2 = 0; kv2 < 2; kv2++) {
-                const g4_buf *cb = kv2 ? &s->vc[lc->kv_slot] : &s->kc[lc->kv_slot];
-                memcpy(kv + o, (const float *)cb->data + (size_t)pos * kvw + g * hd,
-                       sizeof(float) * (size_t)hd);
-                o += (size_t)hd;
-            }
+            for (int kv2 = 0; kv2 < 2; kv2++)
+                for (int r = pos; r < pos + rows; r++) {
+                    const g4_buf *cb = kv2 ? &s->vc[lc->kv_slot] : &s->kc[lc->kv_slot];
+                    memcpy(kv + o, (const float *)cb->data + (size_t)r * kvw + g * hd,
+                           sizeof(float) * (size_t)hd);
+                    o += (size_t)hd;
+                }
     }
 }
 
@@ -450,21 +471,26 @@ int main(void) {
     const int32_t ids[6] = {2, 17, 5, 40, 9, 77};
     CHECK(g4_text_forward(s, ids, 5, NULL, NULL, 0) == 0);
     CHECK(g4_text_forward(ref, ids, 5, NULL, NULL, 0) == 0);
-    float *want = g4_malloc(sizeof(float) * (size_t)V), *want_kv = g4_malloc(sizeof(float) * nkv);
-    int32_t want_next = -1;
+    float *want = g4_malloc(sizeof(float) * (size_t)V),
+          *want2 = g4_malloc(sizeof(float) * (size_t)V);
+    float *want_kv = g4_malloc(sizeof(float) * nkv), *want_kv2 = g4_malloc(sizeof(float) * 2 * nkv);
+    int32_t want_next = -1, want_next2 = -1;
     {
         g4_text_state *r2;
         CHECK(g4_text_state_new(m, 32, 8, &r2) == 0);
         CHECK(g4_text_forward(r2, ids, 5, NULL, NULL, 0) == 0);
         CHECK(g4_text_step(r2, ids + 5, 1, NULL, &want_next) == 0);
+        CHECK(g4_text_step(r2, &want_next, 1, NULL, &want_next2) == 0);
         g4_text_state_free(r2);
         CHECK(g4_text_forward(ref, ids + 5, 1, NULL, want, 0) == 0);
-        state_kv(ref, 5, want_kv);
+        state_kv(ref, 5, 1, want_kv);
+        CHECK(g4_text_forward(ref, &want_next, 1, NULL, want2, 0) == 0);
+        state_kv(ref, 5, 2, want_kv2);
     }
     g4_sp_flags f;
     g4_sp_flags_of_state(s, &f);
-    result got = {g4_malloc(sizeof(float) * (size_t)V), -1, g4_malloc(sizeof(float) * nkv)};
-    result base = {g4_malloc(sizeof(float) * (size_t)V), -1, g4_malloc(sizeof(float) * nkv)};
+    result got = {g4_malloc(sizeof(float) * (size_t)V), -1, g4_malloc(sizeof(float) * 2 * nkv)};
+    result base = {g4_malloc(sizeof(float) * (size_t)V), -1, g4_malloc(sizeof(float) * 2 * nkv)};
     int ffn_max = 0;
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer[l].ffn > ffn_max) ffn_max = c->layer[l].ffn;
@@ -530,12 +556,36 @@ int main(void) {
         }
         g4_sp_free(&p);
     }
-    printf("  %d plan runs: exact form bit for bit the sequential step, split form the same bits "
-           "at every G and assignment\n",
+    // two steps in one plan (the second takes the token the first chose, one position on; its
+    // counters a second bank): the second step's logits and token and both steps' KV rows equal
+    // the sequential steps' bit for bit
+    {
+        const g4_sp_opts o = {G4_SP_TILE, 6, 2, 2, (ffn_max + 15) / 16, 4, 4096, 16, 0};
+        g4_step_plan p;
+        CHECK_MSG(g4_sp_build(c, &f, &o, &p) == 0, "%s", g4_error());
+        g4_sp_report r;
+        CHECK_INT(g4_sp_check(&p, &r), 0);
+        for (size_t k = 0; k < sizeof Gs / sizeof Gs[0]; k++)
+            for (int mode = 0; mode < 3; mode++) {
+                CHECK(run_plan(&p, m, s, ids[5], Gs[k], (g4_sp_assign_mode)mode, 30, -1, 0, -1,
+                               &got) == 0);
+                CHECK_MSG(memcmp(got.logits, want2, sizeof(float) * (size_t)V) == 0 &&
+                              memcmp(got.kv, want_kv2, sizeof(float) * 2 * nkv) == 0 &&
+                              got.next == want_next2,
+                          "two steps, G %d, mode %d: differ from the sequential steps", Gs[k],
+                          mode);
+                runs++;
+            }
+        g4_sp_free(&p);
+    }
+    printf("  %d plan runs: exact form bit for bit the sequential step (and two steps), split "
+           "form the same bits at every G and assignment\n",
            runs);
     free(f.qkv);
     free(want);
+    free(want2);
     free(want_kv);
+    free(want_kv2);
     free(got.logits);
     free(got.kv);
     free(base.logits);
