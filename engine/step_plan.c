@@ -352,12 +352,12 @@ typedef struct {
     int kind, weight, layer;
     int hin, hout, r, r_parts;
     int ybuf;
-    int64_t ybase;    // y element of feature 0 (tile t -> ybuf[ybase + 16 t ...])
+    int64_t ybase;    // y element of feature 0 (feature f -> ybuf[ybase + f])
     int64_t mul_base; // PLE slice multiplier element of feature 0, or -1
     int xbuf;         // input read directly (no prologue): xbuf [k0, k1); -1 with a prologue
     int64_t k0, k1;
     int wait[2], target[2], n_wait;
-    int signal;               // counter, or -1: signal_of(tile) picks it
+    int signal;               // counter, or -1: signal_of_seg picks it
     const int *signal_of_seg; // per segment (seg features) counter
     int64_t seg;
 } gemv_ctx;
@@ -663,7 +663,6 @@ static void tile_step(bld *b, int prev_sample) {
     wr(b, i, G4_SB_NEXT, 0, 1);
     wait_on(b, i, lm, n_lm);
     b->p->ins[i].signal = new_counter(b, L, "sample");
-    (void)gt;
 }
 
 // --- plan ------------------------------------------------------------------------------------

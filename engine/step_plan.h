@@ -14,11 +14,12 @@
 //     attention's split + merge counted as one), each waiting on the one before: the trivially
 //     correct sequential plan, whose regions tests/test_step_plan.c checks against the buffers
 //     a real CPU step's op calls touch.
-//   G4_SP_TILE: the stage-2 design. GEMVs as groups of feature tiles (a group never straddles a
-//     head or a down K chunk); the add-norm a GEMV's input needs recomputed in every group's
-//     prologue from the whole residual and block output (the first group of an op also writes
-//     the new residual); q|k|v -> head preparation -> attention split -> o per KV head (the o
-//     GEMV split along K by KV head, its prologue merging that head's splits); gate|up tiles ->
+//   G4_SP_TILE: the stage-2 design, from the config and the q|k|v flags only (it fuses what the
+//     other switches choose between). GEMVs as groups of feature tiles (a group never straddles
+//     a head, a down K chunk or a PLE slice); the add-norm a GEMV's input needs recomputed in every
+//     group's prologue from the whole residual and block output (the first group of an op also
+//     writes the new residual); q|k|v -> head preparation -> attention split -> o per KV head (the
+//     o GEMV split along K by KV head, its prologue merging that head's splits); gate|up tiles ->
 //     down K chunks handed over per chunk (a down chunk waits only for the gate|up tiles of its
 //     K range); the K-chunk partials of o and down summed, in chunk order, by their consumers'
 //     prologues; the final norm, the LM head tiles and the sample at the end.
