@@ -281,7 +281,7 @@ char *g4_linerr_svg(const g4_linerr *r, int by_kind) {
         const char *kind = by_kind ? kinds[i] : NULL;
         panel_series(r, kind, series + (size_t)i * r->n_pkgs, xs + (size_t)i * r->n_pkgs * nx,
                      ys + (size_t)i * r->n_pkgs * nx);
-        titles[i] = by_kind ? g4_sprintf("%s: e of each layer's %s", kind, kind)
+        titles[i] = by_kind ? g4_sprintf("%s: e in each layer", kind)
                             : g4_strdup("text decoder: mean e of each layer's linears");
         panels[i] = (g4_svg_panel){.title = titles[i],
                                    .x_label = "decoder layer",
