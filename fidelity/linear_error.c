@@ -21,10 +21,6 @@
 #include "loader/package.h"
 #include "quant/q4.h"
 
-// Vectors per block of columns (a multiple of VB below): D [K][48] floats of a 6144-wide input
-// is 1.2 MB.
-#define VEC_PER_PASS 48
-
 typedef struct {
     g4_linerr *r;
     g4_package **pk; // [n_pkgs] the test packages, open
@@ -106,6 +102,19 @@ static void quad_range(void *ctx, int lo, int hi) {
     free(D), free(col), free(acc);
 }
 
+// Columns per block: the fewest (at most VB, at most N) whose (1 + P) x nb vectors fill their
+// VB-lane chunks to within 1/8 (the empty lanes cost as much as full ones: P = 17 with
+// 1 column a block would compute 32 lanes for 18).
+static int block_cols(int P, int N) {
+    int nb = 1;
+    while (nb < VB && nb < N) {
+        const int v = (1 + P) * nb, lanes = (v + VB - 1) / VB * VB;
+        if (8 * (lanes - v) <= lanes) break;
+        nb++;
+    }
+    return nb;
+}
+
 static int row_of(const g4_linerr *r, int hint, const char *name) {
     if (hint < r->n_rows && !strcmp(r->rows[hint].name, name)) return hint;
     for (int i = 0; i < r->n_rows; i++)
@@ -124,9 +133,7 @@ static int on_hessian(void *ctx, const char *name, const void *w, int K, int N, 
     const int P = r->n_pkgs;
     const g4_linear **lin = g4_malloc(sizeof(g4_linear *) * (size_t)P);
     for (int p = 0; p < P; p++) lin[p] = &c->lin[p][i];
-    int nb = VEC_PER_PASS / (1 + P);
-    if (nb < 1) nb = 1;
-    if (nb > N) nb = N;
+    const int nb = block_cols(P, N);
     quad_job j = {H, w, lin, K, N, P, nb, g4_malloc(sizeof(double) * (size_t)(1 + P) * N)};
     const int n_blk = (N + nb - 1) / nb;
     g4_parallel_for(n_blk, 0.5 * (double)K * K * (1 + P) * nb, quad_range, &j);
