@@ -196,11 +196,12 @@ int g4_linerr_run(g4_text_model *m, const char *ref_dir, const char *const *pkgs
     int nl = 0, n_q4 = 0;
     int rc = g4_decoder_linears(m, &lr, &nl, &n_q4);
     if (rc) return rc;
+    // (the engine binds decoder linears as fp16 or Q4: an fp32 package already failed to load,
+    // naming the tensor and its dtype)
     if (n_q4 || !nl) {
         free(lr);
         return g4_fail(G4_EUSER,
-                       "%s: %d of %d decoder linears are Q4: the reference must be the f16 (or "
-                       "fp32) package",
+                       "%s: %d of %d decoder linears are Q4: the reference must be the f16 package",
                        ref_dir, n_q4, n_q4 + nl);
     }
     out->reference = g4_strdup(ref_dir);
