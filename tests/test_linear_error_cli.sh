@@ -2,11 +2,12 @@
 # test_linear_error_cli.sh: `g4cu compare PKG_F16 PKG_Q4... --linear-error --calib TEXT` on the
 # tiny trained fixture (the numbers themselves: tests/test_linear_error.c): the files it writes
 # (TSV: a header and exactly the 83 quantized linears; JSON: 83 linears and a summary per
-# package; Markdown; both SVGs), the terminal summary, and the one-line errors: no --calib,
+# package; Markdown; both SVGs), the terminal summary, tools/python/fidelity_report.py's section
+# from the JSON, and the one-line errors: no --calib,
 # --calib without --linear-error, an empty calibration text, a Q4 reference, another model, a
 # package that does not exist, more than one reference alone.
 set -u
-: "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
+: "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}" "${G4_SOURCE_DIR:?run through ctest}"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
 fx="$G4_FIXTURES/fidelity-tiny"
 ref="$fx/package"
@@ -30,6 +31,17 @@ grep -q "</svg>" "$tmp/e.svg" && [ "$(grep -c ": e in each layer" "$tmp/k.svg")"
 check "SVGs: the per-layer chart, and one panel per kind (10)" $?
 grep -q "^linear error: 83 decoder linears of $ref, 64 calibration tokens" "$tmp/out"
 check "terminal summary" $?
+# the fidelity report's section from the JSON (tools/python/fidelity_report.py, standard library)
+if command -v python3 >/dev/null; then
+    python3 "$G4_SOURCE_DIR/tools/python/fidelity_report.py" --linerr "$tmp/e.json" >"$tmp/sec.md"
+    check "fidelity_report.py --linerr: exit 0" $?
+    [ "$(grep -c "^| q4_rtn | 0 | " "$tmp/sec.md")" -eq 1 ] &&
+        [ "$(sed -n '/^By kind/,/^By layer/p' "$tmp/sec.md" | grep -c '^| [a-z_]* | [0-9.]* |$')" -eq 10 ] &&
+        [ "$(sed -n '/^By layer/,/^The /p' "$tmp/sec.md" | grep -c '^| -\?[0-9]* | [0-9.]* |$')" -eq 11 ]
+    check "fidelity_report.py --linerr: q4_rtn's row, 10 kinds, 10 layers and lm_head" $?
+else
+    echo "(no python3: fidelity_report.py's section not checked)"
+fi
 
 printf '' >"$tmp/empty.txt"
 err1 "no --calib" "--linear-error needs --calib TEXT" \
