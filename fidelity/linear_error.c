@@ -4,10 +4,10 @@
 // d_n = dequant(test)_n - w_n of every test package are gathered, a block of columns at a time,
 // into D [K][V] (V = the block's vectors side by side), and each vector's v^T H v is taken over
 // H's upper triangle (H is symmetric): sum_a v_a (H_aa v_a + 2 sum_{b>a} H_ab v_b). One pass
-// over H serves all V vectors (H of a proxy down_proj is 150 MB: read once per block, not once
-// per column and package). Blocks of columns run on g4_threads() threads, each column's sums
-// written to its own slot and added up in column order afterwards: the result does not depend
-// on the thread count.
+// over H serves 16 vectors held in registers (H of a proxy down_proj is 150 MB: read once per
+// 16 vectors, not once per column and package). Blocks of columns run on g4_threads() threads,
+// each column's sums written to its own slot and added up in column order afterwards: the
+// result does not depend on the thread count.
 #include "fidelity/linear_error.h"
 
 #include <math.h>
