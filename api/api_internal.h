@@ -34,6 +34,11 @@ static inline int g4_api_code(int rc) {
     return rc == G4_OK ? G4CU_OK : rc == G4_EUSER ? G4CU_EUSER : G4CU_EINTERNAL;
 }
 
+// The calibration tokens of `quantize --calib` and `compare --linear-error --calib`: the first
+// n_max tokens (with <bos>) of the text file (its first 64 KiB, cut back to a whole UTF-8
+// character) through the tokenizer at tok_path; a text of under 8 tokens is an error naming it.
+int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n);
+
 // What the generation calls (api/g4cu.c) and the batch (api/g4cu_batch.c) share.
 // A request's streaming callbacks as the engine calls them (cancel: set once fn returns
 // non-zero), and what its sampling fields need while it runs (g4cu_generate's; NULL in a batch).

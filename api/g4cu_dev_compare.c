@@ -2,7 +2,9 @@
 // agreement reports (fidelity/report.h) in three modes: a package against an HF dump (every
 // intermediate the dump holds, by name, each against a named tolerance), a test package against
 // a reference (rel err, cosine, max abs err per tensor, the logits' KL and top-1 agreement),
-// and the per-linear Q4 sensitivity of an fp16 package (fidelity/sensitivity.h).
+// the per-linear Q4 sensitivity of an fp16 package (fidelity/sensitivity.h), and the layer-output
+// error of every linear of one or more Q4 packages against the fp16 one (fidelity/
+// linear_error.h).
 #include <g4cu_dev.h>
 
 #include <math.h>
@@ -17,6 +19,7 @@
 #include "fidelity/compare.h"
 #include "fidelity/dump_run.h"
 #include "fidelity/kl.h"
+#include "fidelity/linear_error.h"
 #include "fidelity/npy.h"
 #include "fidelity/report.h"
 #include "fidelity/sensitivity.h"
@@ -303,34 +306,98 @@ done:
     return rc;
 }
 
+// --- mode 4: the layer-output error of each linear in each test package ---------------------
+
+// X^T X floats held at once (as `g4cu quantize` holds: 256 MiB; a larger linear alone).
+#define LINERR_HESSIAN_FLOATS (1u << 26)
+
+static int write_text(const char *path, char *text) {
+    if (!text) return g4_fail(G4_EINTERNAL, "%s: could not render the report", path);
+    int rc = g4_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+static int run_linear_error(const char *pkg_dir, const opts *o, g4_backend *be, FILE *rf,
+                            int *pass) {
+    g4_package *p = NULL;
+    g4_text_model *m = NULL;
+    g4_linerr r = {0};
+    int32_t *ids = NULL;
+    int n = 0, rc;
+    char *tp = o->tokenizer
+                   ? (g4_is_dir(o->tokenizer) ? g4_path_join(o->tokenizer, "tokenizer.json")
+                                              : g4_strdup(o->tokenizer))
+                   : g4_path_join(pkg_dir, "tokenizer.json");
+    if ((rc = g4_api_calib_ids(o->calib, tp, o->calib_tokens, &ids, &n)) ||
+        (rc = g4_package_open(pkg_dir, &p)) || (rc = g4_text_model_load(p, be, &m)) ||
+        (rc = g4_linerr_run(m, pkg_dir, o->tests, o->n_tests, ids, n, LINERR_HESSIAN_FLOATS, &r)))
+        goto done;
+    g4_linerr_print(&r, rf);
+    if (!rc && o->md) rc = write_text(o->md, g4_linerr_md(&r));
+    if (!rc && o->json) rc = write_text(o->json, g4_linerr_json(&r));
+    if (!rc && o->tsv) rc = write_text(o->tsv, g4_linerr_tsv(&r));
+    if (!rc && o->svg) rc = write_text(o->svg, g4_linerr_svg(&r, 0));
+    if (!rc && o->svg_kind) rc = write_text(o->svg_kind, g4_linerr_svg(&r, 1));
+    *pass = 1;
+done:
+    free(tp), free(ids);
+    g4_linerr_free(&r);
+    g4_text_model_free(m);
+    g4_package_close(p);
+    return rc;
+}
+
 void g4cu_dev_compare_params_default(g4cu_dev_compare_params *p) {
-    *p = (g4cu_dev_compare_params){.backend = "cpu", .max_kl = -1};
+    *p = (g4cu_dev_compare_params){.backend = "cpu", .max_kl = -1, .calib_tokens = 256};
 }
 
 static int compare(const char *a, const char *b, const opts *o, FILE *rf, int *pass) {
     const int mode = o->mode;
     if (mode != G4CU_DEV_COMPARE_DUMP && mode != G4CU_DEV_COMPARE_PACKAGES &&
-        mode != G4CU_DEV_COMPARE_SENSITIVITY)
+        mode != G4CU_DEV_COMPARE_SENSITIVITY && mode != G4CU_DEV_COMPARE_LINEAR_ERROR)
         return g4_fail(G4_EUSER, "compare: mode %d: expected a g4cu_dev_compare_mode", mode);
-    if (!a || (mode == G4CU_DEV_COMPARE_SENSITIVITY) != !b)
+    const int one = mode == G4CU_DEV_COMPARE_SENSITIVITY || mode == G4CU_DEV_COMPARE_LINEAR_ERROR;
+    if (!a || one != !b)
         return g4_fail(G4_EUSER, "compare: %s",
-                       mode == G4CU_DEV_COMPARE_SENSITIVITY
-                           ? "the sensitivity takes one package"
-                           : "needs a package and a dump or a package");
+                       mode == G4CU_DEV_COMPARE_SENSITIVITY    ? "the sensitivity takes one package"
+                       : mode == G4CU_DEV_COMPARE_LINEAR_ERROR ? "the linear error takes the "
+                                                                 "reference and tests"
+                                                               : "needs a package and a dump or a "
+                                                                 "package");
+    const int le = mode == G4CU_DEV_COMPARE_LINEAR_ERROR;
+    if (le != (o->n_tests > 0 || o->calib || o->tsv || o->svg_kind))
+        return g4_fail(G4_EUSER, "compare: %s",
+                       le ? "the linear error needs tests (1 to 64) and a calibration text"
+                          : "tests, calib, tsv and svg_kind apply to the linear error");
+    if (le && (!o->tests || o->n_tests < 1 || o->n_tests > 64 || !o->calib))
+        return g4_fail(G4_EUSER,
+                       "compare: the linear error needs tests (1 to 64, got %d) and a "
+                       "calibration text",
+                       o->n_tests);
+    if (le && (o->calib_tokens < 8 || o->calib_tokens > (1 << 20)))
+        return g4_fail(G4_EUSER, "compare: calib_tokens %d: expected 8 to %d", o->calib_tokens,
+                       1 << 20);
+    if (le && (o->ids || o->prompt || o->max_kl >= 0 || o->tol_from))
+        return g4_fail(G4_EUSER, "compare: the linear error's input is the calibration text (no "
+                                 "ids, prompt, max_kl or tol_from)");
+    for (int i = 0; le && i < o->n_tests; i++)
+        if (!o->tests[i]) return g4_fail(G4_EUSER, "compare: tests[%d] is NULL", i);
     if (mode != G4CU_DEV_COMPARE_SENSITIVITY && (o->top || o->n_layers || o->n_only))
         return g4_fail(G4_EUSER, "compare: top, layers and only apply to the sensitivity");
     if (mode == G4CU_DEV_COMPARE_DUMP && (o->ids || o->prompt || o->max_kl >= 0))
         return g4_fail(G4_EUSER, "compare: with an HF dump the input is the dump's input_ids "
                                  "(no ids, prompt or max_kl)");
     // The reports' targets are checked before the run, not found unwritable after it.
-    const char *outs[3] = {o->md, o->json, o->svg};
+    const char *outs[5] = {o->md, o->json, o->svg, o->tsv, o->svg_kind};
     int rc;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 5; k++)
         if (outs[k] && (rc = g4_check_output(outs[k]))) return rc;
     g4_backend *be;
     if ((rc = g4_backend_by_name(o->backend ? o->backend : "cpu", &be))) return rc;
     opts d = *o;
     if (d.n_threads <= 0) d.n_threads = g4_threads();
+    if (le) return run_linear_error(a, &d, be, rf, pass);
     return mode == G4CU_DEV_COMPARE_SENSITIVITY ? run_sensitivity(a, &d, be, rf, pass)
            : mode == G4CU_DEV_COMPARE_DUMP      ? run_dump(a, b, &d, be, rf, pass)
                                                 : run_packages(a, b, &d, be, rf, pass);

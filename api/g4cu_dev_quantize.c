@@ -21,9 +21,7 @@
 #include "quant/q4.h"
 #include "quant/q4_writer.h"
 
-// The first n_max tokens (with <bos>) of the text file (its first 64 KiB, cut back to a whole
-// UTF-8 character).
-static int calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n) {
+int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n) {
     char *text;
     size_t len;
     int rc = g4_read_file(path, &text, &len);
@@ -128,7 +126,7 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     int n = 0, n_rows = 0, n_q4 = 0, rc;
     g4_backend *be = NULL;
     char *tp = tok_path ? g4_strdup(tok_path) : g4_path_join(pkg_dir, "tokenizer.json");
-    if ((rc = calib_ids(calib, tp, n_tokens, &ids, &n)) ||
+    if ((rc = g4_api_calib_ids(calib, tp, n_tokens, &ids, &n)) ||
         (rc = g4_backend_by_name(backend, &be)) || (rc = g4_package_open(pkg_dir, &p)) ||
         (rc = g4_text_model_load(p, be, &m)))
         goto done;

@@ -289,6 +289,21 @@ static int enumerate(g4_text_model *m, const g4_sens_opts *o, cand **c, int *n, 
     return add_cand(m, o, &m->lm_head, -1, "lm_head", c, n, n_q4);
 }
 
+int g4_decoder_linears(g4_text_model *m, g4_sens_row **rows, int *n, int *n_q4) {
+    g4_sens_opts all = {0};
+    cand *c = NULL;
+    int nc = 0;
+    *rows = NULL, *n = *n_q4 = 0;
+    int rc = enumerate(m, &all, &c, &nc, n_q4);
+    if (!rc) {
+        *rows = g4_malloc(sizeof(g4_sens_row) * (size_t)(nc > 0 ? nc : 1));
+        for (int i = 0; i < nc; i++) (*rows)[i] = c[i].row;
+        *n = nc;
+    }
+    free(c);
+    return rc;
+}
+
 // Pass 3's order (g4_report_sort_sens's order for rows not run): the most sensitive layer
 // first, then the largest own output error.
 static int by_screen(const void *pa, const void *pb) {

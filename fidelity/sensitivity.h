@@ -47,6 +47,11 @@ typedef struct {
 int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sens_opts *o,
                        g4_sens_row **rows, int *n_rows, int *n_skipped_q4);
 
+// The fp16 decoder linears of m in the order above (no filter): rows[n] with name, kind,
+// layer, K and N set (the rest zero / NaN), a new array; *n_q4: those the package stores as Q4
+// (not listed).
+int g4_decoder_linears(g4_text_model *m, g4_sens_row **rows, int *n, int *n_q4);
+
 // The imatrix (llama.cpp's activation importance): one forward of ids[n] through a probe op
 // table that sums x^2 and x over the rows of every fp16 decoder linear's input; out->imp[i][k] is
 // the mean x^2 and out->mean[i][k] the mean x of input channel k of linear out->names[i]

@@ -118,6 +118,13 @@ typedef enum {
     // g4cu_dev_compare(PKG_F16, NULL): each decoder linear k-quantized to 4 bits alone, in
     // memory, ranked by the KL it causes (top, layers, only filter them). Always passes.
     G4CU_DEV_COMPARE_SENSITIVITY = 2,
+    // g4cu_dev_compare(PKG_F16, NULL) with tests[n_tests]: which linears each quantization
+    // helps (fidelity/linear_error.h): for every decoder linear of every test package (the same
+    // model, Q4 by some method, some linears perhaps kept fp16), its relative layer-output error
+    // e = tr(dW^T H dW) / tr(W^T H W), H = X^T X of the reference's inputs on calib_tokens
+    // tokens of calib; ratios against tests[0]; summaries by kind and by layer. md, json, svg,
+    // tsv and svg_kind write the tables and charts. Always passes.
+    G4CU_DEV_COMPARE_LINEAR_ERROR = 3,
 } g4cu_dev_compare_mode;
 
 typedef struct {
@@ -138,6 +145,15 @@ typedef struct {
     int n_only;
     int n_threads;  // sensitivity quantizer threads (0: the CPU backend's)
     FILE *progress; // progress of the forwards (NULL, the default: none)
+    // linear error: the test packages (1 to 64; tests[0] the baseline of the ratios), the
+    // calibration text (its first calib_tokens tokens, <bos> first, 8 to 2^20, default 256, as
+    // g4cu_dev_quantize reads it; tokenizer as above), a TSV table and a per-kind SVG (NULL:
+    // none)
+    const char *const *tests;
+    int n_tests;
+    const char *calib;
+    int calib_tokens;
+    const char *tsv, *svg_kind;
 } g4cu_dev_compare_params;
 void g4cu_dev_compare_params_default(g4cu_dev_compare_params *p);
 

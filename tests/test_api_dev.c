@@ -307,6 +307,20 @@ static void test_compare(void) {
     p.mode = G4CU_DEV_COMPARE_PACKAGES;
     CHECK_INT(g4cu_dev_compare(tiny, tiny, &p, stdout, &pass), G4CU_EUSER);
     CHECK(strstr(g4cu_last_error(), "needs the input") != NULL);
+    // The linear error (its run: test_linear_error.c): its options only with it, and its
+    // tests and calibration text required.
+    const char *tests[1] = {tiny};
+    p.tests = tests, p.n_tests = 1;
+    CHECK_INT(g4cu_dev_compare(tiny, tiny, &p, stdout, &pass), G4CU_EUSER);
+    CHECK(strstr(g4cu_last_error(), "apply to the linear error") != NULL);
+    p.mode = G4CU_DEV_COMPARE_LINEAR_ERROR;
+    CHECK_INT(g4cu_dev_compare(tiny, NULL, &p, stdout, &pass), G4CU_EUSER);
+    CHECK(strstr(g4cu_last_error(), "needs tests (1 to 64, got 1) and a calibration text") != NULL);
+    p.calib = tiny, p.n_tests = 0;
+    CHECK_INT(g4cu_dev_compare(tiny, NULL, &p, stdout, &pass), G4CU_EUSER);
+    p.n_tests = 1, p.calib_tokens = 4;
+    CHECK_INT(g4cu_dev_compare(tiny, NULL, &p, stdout, &pass), G4CU_EUSER);
+    CHECK(strstr(g4cu_last_error(), "calib_tokens 4: expected 8 to") != NULL);
     free(t2), free(dump), free(dump2), free(json);
     g4t_rmtree(tmp);
 }

@@ -14,6 +14,14 @@
 //   g4cu compare PKG_F16 --sensitivity (--ids ... | --prompt ...) [--sensitivity-top N]
 //                [--layers 0-3,7] [--only GLOB]... [--threads N]
 //       each decoder linear quantized alone, in memory; ranked by the KL.
+//   g4cu compare PKG_F16 PKG_Q4... --linear-error --calib TEXT [--calib-tokens N]
+//                [--tokenizer F] [--tsv F] [--svg-kind F]
+//       which linears each quantization helps: every decoder linear's layer-output error
+//       e = tr(dW^T H dW) / tr(W^T H W) in each Q4 package (H = X^T X of the f16 model's inputs
+//       on the calibration text, as `quantize --method gptq` builds it), ratios against the
+//       first Q4 package, summaries by kind and by layer (fidelity/linear_error.h). An option
+//       of compare, not of quantize or perplexity: it is a reference against tests, as the
+//       packages mode, and writes the same --md / --json / --svg reports.
 //
 // Every mode also writes --md F (Markdown), --json F (all numbers) and --svg F (rel err, or KL,
 // per layer; log scale). On the public C API (include/g4cu_dev.h: g4cu_dev_compare).
@@ -25,11 +33,12 @@
 #include "tools/cli.h"
 
 typedef struct {
-    const char *pos[2];
+    const char **pos; // [argc]
     int n_pos;
     const char *backend, *ids_s, *prompt, *tokenizer, *md, *json, *svg, *tol_from;
-    int sensitivity;
-    long long top, threads;
+    const char *calib, *tsv, *svg_kind;
+    int sensitivity, linear_error;
+    long long top, threads, calib_tokens;
     const char **only;
     int n_only;
     int *layers;
@@ -64,19 +73,27 @@ bad:
 }
 
 static int cmd_compare(int argc, char **argv) {
-    opts o = {.backend = "cpu", .max_kl = -1};
+    opts o = {.backend = "cpu", .max_kl = -1, .calib_tokens = -1};
     o.threads = g4_threads(); // --threads N, G4_THREADS (tools/cli_global.c)
     o.only = g4_calloc((size_t)argc, sizeof(char *));
+    o.pos = g4_calloc((size_t)argc, sizeof(char *));
     int rc = 1, n_ids = 0;
     int32_t *ids = NULL;
     // Options that take a string.
     struct {
         const char *name;
         const char **dst;
-    } str_opts[] = {{"--backend", &o.backend}, {"--ids", &o.ids_s},
-                    {"--prompt", &o.prompt},   {"--tokenizer", &o.tokenizer},
-                    {"--md", &o.md},           {"--json", &o.json},
-                    {"--svg", &o.svg},         {"--tol-from", &o.tol_from}};
+    } str_opts[] = {{"--backend", &o.backend},
+                    {"--ids", &o.ids_s},
+                    {"--prompt", &o.prompt},
+                    {"--tokenizer", &o.tokenizer},
+                    {"--md", &o.md},
+                    {"--json", &o.json},
+                    {"--svg", &o.svg},
+                    {"--tol-from", &o.tol_from},
+                    {"--calib", &o.calib},
+                    {"--tsv", &o.tsv},
+                    {"--svg-kind", &o.svg_kind}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         size_t k = 0;
@@ -89,6 +106,11 @@ static int cmd_compare(int argc, char **argv) {
             *str_opts[k].dst = argv[++i];
         } else if (!strcmp(a, "--sensitivity")) {
             o.sensitivity = 1;
+        } else if (!strcmp(a, "--linear-error")) {
+            o.linear_error = 1;
+        } else if (!strcmp(a, "--calib-tokens")) {
+            if (!g4_cli_int(cmd, a, v, 8, 1 << 20, &o.calib_tokens)) goto done;
+            i++;
         } else if (!strcmp(a, "--sensitivity-top")) {
             if (!g4_cli_int(cmd, a, v, 1, 1000000, &o.top)) goto done;
             i++;
@@ -112,15 +134,35 @@ static int cmd_compare(int argc, char **argv) {
         } else if (a[0] == '-' && a[1]) {
             g4_cli_usage_error(cmd, "unknown option '%s'", a);
             goto done;
-        } else if (o.n_pos < 2) {
+        } else { // (more than 2 without --linear-error: refused below)
             o.pos[o.n_pos++] = a;
-        } else {
-            g4_cli_usage_error(cmd, "unexpected argument '%s'", a);
-            goto done;
         }
     }
     const int sens_opts = o.top || o.n_layers || o.n_only;
-    if (o.sensitivity ? o.n_pos != 1 : o.n_pos != 2) {
+    if (o.sensitivity && o.linear_error) {
+        g4_cli_usage_error(cmd, "--sensitivity and --linear-error exclude each other");
+        goto done;
+    }
+    if (o.linear_error != (o.calib || o.tsv || o.svg_kind || o.calib_tokens >= 0)) {
+        g4_cli_usage_error(cmd, o.linear_error ? "--linear-error needs --calib TEXT"
+                                               : "--calib, --calib-tokens, --tsv and --svg-kind "
+                                                 "need --linear-error");
+        goto done;
+    }
+    if (o.linear_error && (o.n_pos < 2 || o.n_pos > 65)) {
+        g4_cli_usage_error(cmd, "--linear-error takes PKG_F16 and 1 to 64 Q4 packages");
+        goto done;
+    }
+    if (o.linear_error && (sens_opts || o.ids_s || o.prompt || o.max_kl >= 0 || o.tol_from)) {
+        g4_cli_usage_error(cmd, "--linear-error reads --calib: no --ids, --prompt, --max-kl, "
+                                "--tol-from or --sensitivity options");
+        goto done;
+    }
+    if (!o.linear_error && o.n_pos > 2) {
+        g4_cli_usage_error(cmd, "unexpected argument '%s'", o.pos[2]);
+        goto done;
+    }
+    if (!o.linear_error && (o.sensitivity ? o.n_pos != 1 : o.n_pos != 2)) {
         g4_cli_usage_error(cmd, o.sensitivity ? "--sensitivity takes one package (PKG_F16)"
                                               : "needs PKG REF.npz or PKG_REF PKG_TEST");
         goto done;
@@ -129,15 +171,15 @@ static int cmd_compare(int argc, char **argv) {
         g4_cli_usage_error(cmd, "--sensitivity-top, --layers and --only need --sensitivity");
         goto done;
     }
-    const int dump = !o.sensitivity && !g4_is_dir(o.pos[1]);
+    const int dump = !o.sensitivity && !o.linear_error && !g4_is_dir(o.pos[1]);
     if (dump && (o.ids_s || o.prompt || o.max_kl >= 0)) {
         g4_cli_usage_error(cmd, "with an HF dump the input is the dump's input_ids (no --ids, "
                                 "--prompt or --max-kl)");
         goto done;
     }
     // The reports' targets are checked before the run, not found unwritable after it.
-    const char *outs[3] = {o.md, o.json, o.svg};
-    for (int k = 0; k < 3; k++)
+    const char *outs[5] = {o.md, o.json, o.svg, o.tsv, o.svg_kind};
+    for (int k = 0; k < 5; k++)
         if (outs[k] && (rc = g4_check_output(outs[k]))) {
             rc = g4_cli_fail(rc);
             goto done;
@@ -152,9 +194,18 @@ static int cmd_compare(int argc, char **argv) {
     }
     g4cu_dev_compare_params p;
     g4cu_dev_compare_params_default(&p);
-    p.mode = o.sensitivity ? G4CU_DEV_COMPARE_SENSITIVITY
-             : dump        ? G4CU_DEV_COMPARE_DUMP
-                           : G4CU_DEV_COMPARE_PACKAGES;
+    p.mode = o.linear_error  ? G4CU_DEV_COMPARE_LINEAR_ERROR
+             : o.sensitivity ? G4CU_DEV_COMPARE_SENSITIVITY
+             : dump          ? G4CU_DEV_COMPARE_DUMP
+                             : G4CU_DEV_COMPARE_PACKAGES;
+    if (o.linear_error) {
+        p.tests = o.pos + 1;
+        p.n_tests = o.n_pos - 1;
+        p.calib = o.calib;
+        if (o.calib_tokens > 0) p.calib_tokens = (int)o.calib_tokens;
+        p.tsv = o.tsv;
+        p.svg_kind = o.svg_kind;
+    }
     p.backend = o.backend;
     p.ids = ids;
     p.n_ids = n_ids;
@@ -173,11 +224,13 @@ static int cmd_compare(int argc, char **argv) {
     p.n_threads = (int)o.threads;
     p.progress = stderr;
     int pass = 0;
-    rc = g4cu_dev_compare(o.pos[0], o.sensitivity ? NULL : o.pos[1], &p, stdout, &pass);
+    rc = g4cu_dev_compare(o.pos[0], o.sensitivity || o.linear_error ? NULL : o.pos[1], &p, stdout,
+                          &pass);
     rc = rc ? g4_cli_fail(rc) : !pass;
 done:
     free(ids);
     free(o.only);
+    free(o.pos);
     free(o.layers);
     return rc;
 }
@@ -191,6 +244,11 @@ static const g4_opt compare_opts[] = {
     {"--sensitivity-top", "N", "--sensitivity: how many to print (default: all)"},
     {"--layers", "L", "--sensitivity: only these layers, as 0-3,7 (default: all)"},
     {"--only", "GLOB", "--sensitivity: only linears matching GLOB (repeatable; default: all)"},
+    {"--linear-error", NULL, "PKG_F16 PKG_Q4...: each linear's layer-output error per package"},
+    {"--calib", "TEXT", "--linear-error: calibration text (X^T X of each linear's inputs)"},
+    {"--calib-tokens", "N", "--linear-error: calibration tokens (default 256)"},
+    {"--tsv", "F", "--linear-error: also write the table as TSV (default: none)"},
+    {"--svg-kind", "F", "--linear-error: also an SVG of e per layer by kind (default: none)"},
     {"--max-kl", "X", "fail (exit 1) when the mean KL exceeds X (default: no gate)"},
     {"--backend", "B", "cpu or cuda (default cpu)"},
     {"--tol-from", "F", "per-tensor tolerances from an HF lower-precision dump (default: fixed)"},
@@ -204,6 +262,8 @@ const g4_cmd g4_cmd_compare = {
     "PKG REF.npz | PKG_REF PKG_TEST --ids I,.. | PKG_F16 --sensitivity --ids I,.. "
     "[--prompt T [--tokenizer F]] [--sensitivity-top N] [--layers 0-3,7] [--only GLOB] "
     "[--threads N] [--max-kl X] [--backend cpu|cuda] [--tol-from HF_LOWER.npz] [--md F] [--json F] "
-    "[--svg F]   "
-    "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity",
+    "[--svg F] | PKG_F16 PKG_Q4... --linear-error --calib TEXT [--calib-tokens N] [--tsv F] "
+    "[--svg-kind F]   "
+    "layer-by-layer reports vs an HF dump, f16 vs Q4 fidelity (KL), per-linear Q4 sensitivity, "
+    "per-linear layer-output error of Q4 packages",
     compare_opts, NULL};

@@ -202,8 +202,10 @@
 #   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
 #   fidelity_measure  = fidelity_run (pipeline.sh's name)
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
-#            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, the same
-#            statistics on $WORK/e2b when it is READY; writes $OUT/fidelity/FIDELITY.md
+#            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, each
+#            package's per-linear layer-output error (fid_linerr: compare --linear-error on the
+#            calibration tokens), the same statistics on $WORK/e2b when it is READY; writes
+#            $OUT/fidelity/FIDELITY.md
 #   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): from .carry/mmdata (tools/
 #            gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan, gzipped, and espeak-ng's
 #            .debs) the speech (espeak-ng unpacked by tools/gpu/espeak_prefix.sh, all cores,
@@ -1741,6 +1743,26 @@ fid_ppl() {
     stat -c %s "$pkg/decoder/model.onnx.data" >"$o/${model}_$v.bytes"
 }
 
+# fid_linerr: which linears each method helps (issue 33): every proxy package's per-linear
+# layer-output error against f16 (g4cu compare --linear-error; q4, k-quant, first in
+# FID_VARIANTS: the baseline of the ratios), X^T X from the methods' own calibration tokens (the
+# train split, FIDELITY_CALIB_TOKENS as fid_methods); one Hessian run for all packages;
+# $OUT/fidelity/proxy_linerr.{txt,md,json,tsv,svg} and proxy_linerr_kind.svg.
+fid_linerr() {
+    local d="$FID/proxy" o="$OUT/fidelity" v t0 pk=()
+    for v in $FID_VARIANTS; do [ -d "$d/$v" ] && pk+=("$d/$v"); done
+    [ -d "$d/q4" ] || { echo "fidelity: linear error: no $d/q4 (the baseline)"; return 0; }
+    t0=$(date +%s)
+    build-gpu/g4cu compare "$d/f16" "${pk[@]}" --linear-error --calib .carry/corpus/train.txt \
+        --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}" --backend "${FIDELITY_BACKEND:-cuda}" \
+        --threads "$(nproc)" --md "$o/proxy_linerr.md" --json "$o/proxy_linerr.json" \
+        --tsv "$o/proxy_linerr.tsv" --svg "$o/proxy_linerr.svg" \
+        --svg-kind "$o/proxy_linerr_kind.svg" >"$o/proxy_linerr.txt" 2>&1
+    echo "linear error proxy (${#pk[@]} packages): exit $? ($(($(date +%s) - t0)) s)"
+    head -40 "$o/proxy_linerr.txt" | cut -c1-220
+    stamp "fidelity: proxy linear error"
+}
+
 stage_fidelity_run() {
     local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
     mkdir -p "$o"
@@ -1763,6 +1785,7 @@ stage_fidelity_run() {
         --json "$o/proxy_sens.json" --svg "$o/proxy_sens.svg" >"$o/proxy_sens.txt" 2>&1
     echo "sensitivity proxy: exit $?"; head -16 "$o/proxy_sens.txt" | cut -c1-150
     stamp "fidelity: proxy compare + sensitivity"
+    fid_linerr
     if [ -f "$WORK/e2b/READY" ]; then
         local e=$WORK/e2b ec=${FIDELITY_E2B_CHUNKS:-4}
         fid_ppl e2b "$e/f16" f16 --tokenizer "$d/f16/tokenizer.json" --text "$text" --ctx "$ctx" \

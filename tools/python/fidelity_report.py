@@ -9,7 +9,11 @@ the same for the full-size random E2B when its results exist.
 DIR holds train.json (train_proxy.py), corpus.json (prepare_corpus.py) and, per model M
 (proxy, e2b) and variant V (f16, q4, ...), M_V.json (g4cu perplexity --json) and M_V.bytes (the
 decoder's model.onnx.data size); M_sens.md (g4cu compare --sensitivity --md) and M_layers.svg
-are linked when present. Standard library only.
+are linked when present; M_linerr.json (g4cu compare --linear-error --json: each linear's
+layer-output error in each package) gives "Which linears each method helps". Standard library
+only.
+
+    python3 tools/python/fidelity_report.py --linerr LINERR.json   (that section alone, to stdout)
 """
 import glob
 import json
@@ -57,7 +61,67 @@ def table(d, model):
     return rows
 
 
+def fmt_ratio(s):
+    if s is None or s.get("geo_ratio") is None:
+        return "kept" if s and s.get("kept") == s.get("linears") else "-"
+    return f"{s['geo_ratio']:.3f}"
+
+
+def linerr_section(le, top=12):
+    """Markdown lines from a `g4cu compare --linear-error --json` object: per package, by kind,
+    by layer (geometric mean of e / e_base over the linears quantized in both) and the linears
+    with the most error in the baseline."""
+    pk = le["packages"]
+    base = pk[0]["name"]
+    L = ["Which linears each method helps (`g4cu compare --linear-error`): each decoder linear's "
+         "layer-output error on the calibration tokens, e = tr(dW^T H dW) / tr(W^T H W) with "
+         "H = X^T X of the f16 model's inputs to it (the loss gptq and fit minimise); "
+         f"{len(le['linears'])} linears, {le['calib_tokens']} tokens, ratios against {base} "
+         f"(geometric mean of e / e_{base} over the linears quantized in both; below: linears "
+         f"with e under {base}'s; kept: stored fp16).", "",
+         "| package | kept | mean e | e / e_base | below |", "|---|---:|---:|---:|---:|"]
+    for p in pk:
+        a = p["all"]
+        L.append(f"| {p['name']} | {a['kept']} | {a['mean_e']:.3e} | {fmt_ratio(a)} | "
+                 f"{a['below']}/{a['linears']} |")
+    kinds = list(pk[0]["by_kind"])
+    L += ["", "By kind (e / e_base):", "",
+          "| kind | " + " | ".join(p["name"] for p in pk[1:]) + " |",
+          "|---|" + "---:|" * (len(pk) - 1)]
+    for k in kinds:
+        L.append(f"| {k} | " + " | ".join(fmt_ratio(p["by_kind"][k]) for p in pk[1:]) + " |")
+    L += ["", "By layer (e / e_base; lm_head is -1):", "",
+          "| layer | " + " | ".join(p["name"] for p in pk[1:]) + " |",
+          "|---:|" + "---:|" * (len(pk) - 1)]
+    for l in pk[0]["by_layer"]:
+        L.append(f"| {l} | " + " | ".join(fmt_ratio(p["by_layer"][l]) for p in pk[1:]) + " |")
+    rows = sorted(le["linears"], key=lambda r: -(r["e"][0] or 0))[:top]
+    L += ["", f"The {len(rows)} linears with the most error in {base} (e_{base}; the others: "
+          "e / e_base, kept when stored fp16):", "",
+          f"| linear | K x N | e_{base} | " + " | ".join(p["name"] for p in pk[1:]) + " |",
+          "|---|---|---:|" + "---:|" * (len(pk) - 1)]
+    for r in rows:
+        cells = []
+        for i in range(1, len(pk)):
+            if r["kept"][i]:
+                cells.append("kept")
+            elif r["e"][0] and r["e"][i] is not None:
+                cells.append(f"{r['e'][i] / r['e'][0]:.3f}")
+            else:
+                cells.append("-")
+        L.append(f"| {r['name'].replace('.weight_t', '')} | {r['K']} x {r['N']} | "
+                 f"{r['e'][0]:.3e} | " + " | ".join(cells) + " |")
+    L.append("")
+    return L
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--linerr":
+        le = load(sys.argv[2])
+        if not le:
+            sys.exit(f"fidelity_report: {sys.argv[2]}: not a --linear-error JSON")
+        print("\n".join(linerr_section(le)))
+        return
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     d, out = sys.argv[1], sys.argv[2]
@@ -114,6 +178,14 @@ def main():
         for l, v in sorted(by_layer.items(), key=lambda kv: -kv[1])[:12]:
             L.append(f"| {l} | {v:.3e} |")
         L.append("")
+    le = load(os.path.join(d, "proxy_linerr.json"))
+    if le and le.get("packages"):
+        L += linerr_section(le)
+        for name, title in (("proxy_linerr.svg", "Mean e per layer of each package"),
+                            ("proxy_linerr_kind.svg", "e per layer, by kind"),
+                            ("proxy_linerr.md", "Every linear's e")):
+            if os.path.exists(os.path.join(d, name)):
+                L += [f"{title}: [{name}]({name})", ""]
     L += ["## Full-size E2B with random weights", "",
           "The same statistics on the random-weight E2B (tools/python/make_package.py), the text "
           "tokenized with the proxy's tokenizer (ids < 8192 are valid E2B ids): random weights "

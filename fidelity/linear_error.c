@@ -1,0 +1,269 @@
+// linear_error.c: see linear_error.h.
+//
+// The sums: for each column n of a linear, the vectors w_n (the reference's column) and
+// d_n = dequant(test)_n - w_n of every test package are gathered, a block of columns at a time,
+// into D [K][V] (V = the block's vectors side by side), and each vector's v^T H v is taken over
+// H's upper triangle (H is symmetric): sum_a v_a (H_aa v_a + 2 sum_{b>a} H_ab v_b). One pass
+// over H serves 16 vectors held in registers (H of a proxy down_proj is 150 MB: read once per
+// 16 vectors, not once per column and package). Blocks of columns run on g4_threads() threads,
+// each column's sums written to its own slot and added up in column order afterwards: the
+// result does not depend on the thread count.
+#include "fidelity/linear_error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "base/parallel.h"
+#include "base/progress.h"
+#include "fidelity/sensitivity.h"
+#include "loader/package.h"
+#include "quant/q4.h"
+
+typedef struct {
+    g4_linerr *r;
+    g4_package **pk; // [n_pkgs] the test packages, open
+    g4_linear **lin; // [n_pkgs][n_rows] each package's binding of each linear
+    int next;        // the row the Hessian run should hand over next
+} run_ctx;
+
+typedef struct {
+    const float *H;
+    const uint8_t *w;            // fp16 [K, N] (possibly unaligned)
+    const g4_linear *const *lin; // [n_pkgs] the linear in each test package
+    int K, N, P, nb;             // P test packages, nb columns per block
+    double *q;                   // [1 + P][N]: v^T H v of w_n and of each d_n
+} quad_job;
+
+static float f16_at(const uint8_t *w, size_t i) {
+    uint16_t h;
+    memcpy(&h, w + 2 * i, 2);
+    return g4_f16_to_f32(h);
+}
+
+// Column n of test linear l: col[K] (fp16 or Q4).
+static void test_col(const g4_linear *l, int n, int K, int N, float *col) {
+    if (l->kind == G4_W_Q4) {
+        g4_q4_dequant_col(l, n, col);
+        return;
+    }
+    for (int k = 0; k < K; k++) col[k] = f16_at(l->w, (size_t)k * N + n);
+}
+
+// acc[0..VB) += v^T H v for the VB vectors of Dc [K][VB] (H's upper triangle, its diagonal
+// once). y: named accumulators, held in registers across the row (as sensitivity.c's xtx_16).
+#define VB 16
+static void quad_chunk(const float *H, int K, const float *Dc, double *acc) {
+    for (int a = 0; a < K; a++) {
+        const float *h = H + (size_t)a * K;
+        float y0 = 0, y1 = 0, y2 = 0, y3 = 0, y4 = 0, y5 = 0, y6 = 0, y7 = 0;
+        float y8 = 0, y9 = 0, y10 = 0, y11 = 0, y12 = 0, y13 = 0, y14 = 0, y15 = 0;
+        for (int b = a + 1; b < K; b++) {
+            const float t = h[b], *d = Dc + (size_t)b * VB;
+            y0 += t * d[0], y1 += t * d[1], y2 += t * d[2], y3 += t * d[3];
+            y4 += t * d[4], y5 += t * d[5], y6 += t * d[6], y7 += t * d[7];
+            y8 += t * d[8], y9 += t * d[9], y10 += t * d[10], y11 += t * d[11];
+            y12 += t * d[12], y13 += t * d[13], y14 += t * d[14], y15 += t * d[15];
+        }
+        const float y[VB] = {y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15};
+        const float *da = Dc + (size_t)a * VB;
+        for (int v = 0; v < VB; v++)
+            acc[v] += (double)da[v] * ((double)h[a] * da[v] + 2.0 * (double)y[v]);
+    }
+}
+
+static void quad_range(void *ctx, int lo, int hi) {
+    const quad_job *j = ctx;
+    const int K = j->K, V = (1 + j->P) * j->nb, nc = (V + VB - 1) / VB;
+    // D [nc][K][VB]: vector v (v = c: the reference's column n0 + c; (1 + p) * nb + c: package
+    // p's d of it) at chunk v / VB, lane v % VB; the lanes past V stay zero
+    float *D = g4_malloc(sizeof(float) * (size_t)nc * K * VB),
+          *col = g4_malloc(sizeof(float) * (size_t)K);
+    double *acc = g4_malloc(sizeof(double) * (size_t)nc * VB);
+#define DAT(v, k) D[((size_t)((v) / VB) * K + (k)) * VB + (v) % VB]
+    for (int blk = lo; blk < hi; blk++) {
+        const int n0 = blk * j->nb, nb = n0 + j->nb <= j->N ? j->nb : j->N - n0;
+        memset(D, 0, sizeof(float) * (size_t)nc * K * VB);
+        for (int c = 0; c < nb; c++) {
+            for (int k = 0; k < K; k++) DAT(c, k) = f16_at(j->w, (size_t)k * j->N + n0 + c);
+            for (int p = 0; p < j->P; p++) {
+                test_col(j->lin[p], n0 + c, K, j->N, col);
+                const int v = (1 + p) * j->nb + c;
+                for (int k = 0; k < K; k++) DAT(v, k) = col[k] - DAT(c, k);
+            }
+        }
+        memset(acc, 0, sizeof(double) * (size_t)nc * VB);
+        for (int ci = 0; ci < nc; ci++) quad_chunk(j->H, K, D + (size_t)ci * K * VB, acc + ci * VB);
+        for (int p = 0; p <= j->P; p++)
+            for (int c = 0; c < nb; c++) j->q[(size_t)p * j->N + n0 + c] = acc[p * j->nb + c];
+    }
+#undef DAT
+    free(D), free(col), free(acc);
+}
+
+// Columns per block: the fewest (at most VB, at most N) whose (1 + P) x nb vectors fill their
+// VB-lane chunks to within 1/8 (the empty lanes cost as much as full ones: P = 17 with
+// 1 column a block would compute 32 lanes for 18).
+static int block_cols(int P, int N) {
+    int nb = 1;
+    while (nb < VB && nb < N) {
+        const int v = (1 + P) * nb, lanes = (v + VB - 1) / VB * VB;
+        if (8 * (lanes - v) <= lanes) break;
+        nb++;
+    }
+    return nb;
+}
+
+static int row_of(const g4_linerr *r, int hint, const char *name) {
+    if (hint < r->n_rows && !strcmp(r->rows[hint].name, name)) return hint;
+    for (int i = 0; i < r->n_rows; i++)
+        if (!strcmp(r->rows[i].name, name)) return i;
+    return -1;
+}
+
+static int on_hessian(void *ctx, const char *name, const void *w, int K, int N, float *H) {
+    run_ctx *c = ctx;
+    g4_linerr *r = c->r;
+    const int i = row_of(r, c->next, name);
+    if (i < 0 || r->rows[i].K != K || r->rows[i].N != N)
+        return g4_fail(G4_EINTERNAL, "linear error: the Hessian run gave %s [%d, %d], not listed",
+                       name, K, N);
+    c->next = i + 1;
+    const int P = r->n_pkgs;
+    const g4_linear **lin = g4_malloc(sizeof(g4_linear *) * (size_t)P);
+    for (int p = 0; p < P; p++) lin[p] = &c->lin[p][i];
+    const int nb = block_cols(P, N);
+    quad_job j = {H, w, lin, K, N, P, nb, g4_malloc(sizeof(double) * (size_t)(1 + P) * N)};
+    const int n_blk = (N + nb - 1) / nb;
+    g4_parallel_for(n_blk, 0.5 * (double)K * K * (1 + P) * nb, quad_range, &j);
+    g4_linerr_row *row = &r->rows[i];
+    double *s = g4_malloc(sizeof(double) * (size_t)(1 + P));
+    for (int p = 0; p <= P; p++) {
+        s[p] = 0;
+        for (int n = 0; n < N; n++) s[p] += j.q[(size_t)p * N + n];
+    }
+    row->ref = s[0];
+    for (int p = 0; p < P; p++)
+        row->e[p] = s[0] > 0 ? s[1 + p] / s[0] : (s[1 + p] > 0 ? INFINITY : 0);
+    free(s), free(j.q), free(lin);
+    return G4_OK;
+}
+
+// The last path component of dir (trailing slashes ignored), a new string.
+static char *short_name(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t s = n;
+    while (s > 0 && dir[s - 1] != '/') s--;
+    return g4_strndup(dir + s, n - s);
+}
+
+// Opens test package p and binds every listed linear (fp16 or Q4) at the reference's shape.
+static int bind_package(const g4_text_model *m, const char *dir, g4_linerr *r, g4_package **pk,
+                        g4_linear **lin) {
+    int rc = g4_package_open(dir, pk);
+    if (rc) return rc;
+    const g4_text_config *a = m->cfg, *b = &(*pk)->text;
+    if (a->n_layers != b->n_layers || a->hidden != b->hidden || a->vocab != b->vocab)
+        return g4_fail(G4_EUSER,
+                       "%s and %s are different models (layers %d / %d, hidden %d / %d, vocab "
+                       "%d / %d): expected one model in two precisions",
+                       r->reference, dir, a->n_layers, b->n_layers, a->hidden, b->hidden, a->vocab,
+                       b->vocab);
+    const g4_component *dec = g4_package_component(*pk, G4_COMP_DECODER);
+    if (!dec) return g4_fail(G4_EUSER, "%s: no decoder component", dir);
+    *lin = g4_calloc((size_t)r->n_rows, sizeof(g4_linear));
+    for (int i = 0; i < r->n_rows; i++) {
+        const g4_linerr_row *x = &r->rows[i];
+        if ((rc = g4_linear_get(dec, x->name, x->K, x->N, &(*lin)[i]))) {
+            g4_error_prefix("%s: linear %s [%d, %d] (as in %s)", dir, x->name, x->K, x->N,
+                            r->reference);
+            return rc;
+        }
+    }
+    return G4_OK;
+}
+
+int g4_linerr_run(g4_text_model *m, const char *ref_dir, const char *const *pkgs, int n_pkgs,
+                  const int32_t *ids, int n, uint64_t max_floats, g4_linerr *out) {
+    memset(out, 0, sizeof *out);
+    if (n_pkgs < 1 || n_pkgs > 64)
+        return g4_fail(G4_EUSER, "linear error: %d test packages: expected 1 to 64", n_pkgs);
+    if (n < 1) return g4_fail(G4_EUSER, "linear error: no calibration tokens");
+    const double t0 = g4_progress_now();
+    g4_sens_row *lr = NULL;
+    int nl = 0, n_q4 = 0;
+    int rc = g4_decoder_linears(m, &lr, &nl, &n_q4);
+    if (rc) return rc;
+    // (the engine binds decoder linears as fp16 or Q4: an fp32 package already failed to load,
+    // naming the tensor and its dtype)
+    if (n_q4 || !nl) {
+        free(lr);
+        return g4_fail(G4_EUSER,
+                       "%s: %d of %d decoder linears are Q4: the reference must be the f16 package",
+                       ref_dir, n_q4, n_q4 + nl);
+    }
+    out->reference = g4_strdup(ref_dir);
+    out->n_pkgs = n_pkgs;
+    out->pkgs = g4_malloc(sizeof(char *) * (size_t)n_pkgs);
+    out->names = g4_malloc(sizeof(char *) * (size_t)n_pkgs);
+    for (int p = 0; p < n_pkgs; p++)
+        out->pkgs[p] = g4_strdup(pkgs[p]), out->names[p] = short_name(pkgs[p]);
+    out->n_ids = n;
+    out->n_layers = m->cfg->n_layers;
+    out->n_rows = nl;
+    out->rows = g4_calloc((size_t)nl, sizeof(g4_linerr_row));
+    for (int i = 0; i < nl; i++) {
+        g4_linerr_row *x = &out->rows[i];
+        snprintf(x->name, sizeof x->name, "%s", lr[i].name);
+        snprintf(x->kind, sizeof x->kind, "%s", lr[i].kind);
+        x->layer = lr[i].layer, x->K = lr[i].K, x->N = lr[i].N;
+        x->e = g4_calloc((size_t)n_pkgs, sizeof(double));
+        x->kept = g4_calloc((size_t)n_pkgs, 1);
+    }
+    free(lr);
+    run_ctx c = {out, g4_calloc((size_t)n_pkgs, sizeof(g4_package *)),
+                 g4_calloc((size_t)n_pkgs, sizeof(g4_linear *)), 0};
+    for (int p = 0; p < n_pkgs && !rc; p++) rc = bind_package(m, pkgs[p], out, &c.pk[p], &c.lin[p]);
+    for (int p = 0; p < n_pkgs && !rc; p++)
+        for (int i = 0; i < nl; i++) out->rows[i].kept[p] = c.lin[p][i].kind == G4_W_F16;
+    int n_lin = 0;
+    if (!rc) rc = g4_hessian_run(m, ids, n, max_floats, on_hessian, &c, &n_lin);
+    if (!rc && n_lin != nl)
+        rc =
+            g4_fail(G4_EINTERNAL, "linear error: the Hessian run gave %d of %d linears", n_lin, nl);
+    for (int p = 0; p < n_pkgs; p++) {
+        free(c.lin[p]);
+        if (c.pk[p]) g4_package_close(c.pk[p]);
+    }
+    free(c.lin), free(c.pk);
+    out->seconds = g4_progress_now() - t0;
+    if (rc) g4_linerr_free(out);
+    return rc;
+}
+
+void g4_linerr_free(g4_linerr *r) {
+    for (int i = 0; i < r->n_rows; i++) free(r->rows[i].e), free(r->rows[i].kept);
+    for (int p = 0; p < r->n_pkgs && r->pkgs; p++) free(r->pkgs[p]), free(r->names[p]);
+    free(r->rows), free(r->pkgs), free(r->names), free(r->reference);
+    memset(r, 0, sizeof *r);
+}
+
+void g4_linerr_summary(const g4_linerr *r, int p, const char *kind, int layer, g4_linerr_sum *s) {
+    memset(s, 0, sizeof *s);
+    double se = 0, sl = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        const g4_linerr_row *x = &r->rows[i];
+        if ((kind && strcmp(x->kind, kind)) || (layer != G4_LINERR_ANY && x->layer != layer))
+            continue;
+        s->n++;
+        s->kept += x->kept[p];
+        se += x->e[p];
+        s->below += x->e[p] < x->e[0];
+        if (x->e[p] > 0 && x->e[0] > 0 && isfinite(x->e[p]) && isfinite(x->e[0]))
+            sl += log(x->e[p] / x->e[0]), s->n_geo++;
+    }
+    s->mean_e = s->n ? se / s->n : NAN;
+    s->geo_ratio = s->n_geo ? exp(sl / s->n_geo) : NAN;
+}
