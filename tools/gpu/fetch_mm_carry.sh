@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On a Debian CPU machine (root): what tools/gpu/run.sh's mm_* stages (issue 35) need that the
 # GPU machine cannot make, for the device call's carry list (.debs .whl .carry/mmdata):
-#   .debs/                 the font packages among the build's (tools/gpu/fetch_debs.sh)
+#   .debs/                 the build's packages (tools/gpu/fetch_debs.sh), as every call
 #   .carry/corpus          the sentences (tools/python/prepare_corpus.py), unless present; used
 #                          here only (the plan), never carried
 #   .carry/mmdata/         the item plan, gzipped (make_mm_data.py plan: speech.jsonl.gz,
 #                          images.jsonl.gz, data.json; ~1.6 MB)
+#   .carry/mmdata/fonts/   fonts-dejavu-core, fonts-liberation, fonts-freefont-ttf (.debs, ~4.4
+#                          MB; tools/gpu/env.sh unpacks them into the prefix make_mm_data.py reads)
 #   .carry/mmdata/espeak/  espeak-ng, libespeak-ng1, libsonic0 (.debs) and the English part of
 #                          espeak-ng-data (~1 MB): mm_make renders the speech there
 #                          (tools/gpu/espeak_prefix.sh, make_mm_data.py speech)
@@ -13,7 +15,7 @@
 # README "GPU machine": mobius-onnx, onnx-shape-inference, soundfile, soxr, cffi, pycparser) the rest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ls .debs/fonts-freefont-ttf_*.deb >/dev/null 2>&1 || tools/gpu/fetch_debs.sh
+ls .debs/libcjson1_*.deb >/dev/null 2>&1 || tools/gpu/fetch_debs.sh
 venv=.tools/mm-venv # numpy for make_mm_data.py plan
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
@@ -25,7 +27,7 @@ rm -rf .whl/opt
 out=.carry/mmdata
 # a fresh folder: speech or media files of an earlier plan would travel (and be taken as this
 # plan's by the speech step's resume)
-rm -rf "$out" && mkdir -p "$out/espeak"
+rm -rf "$out" && mkdir -p "$out/espeak" "$out/fonts"
 "$venv/bin/python" tools/python/make_mm_data.py plan "$out" --corpus .carry/corpus \
     --preset "${MM_PRESET:-proxy}" --seed "${MM_SEED:-0}"
 tmp=$(mktemp -d)
@@ -38,6 +40,8 @@ tar -C "$tmp/p/usr/lib/x86_64-linux-gnu" -cJf "$out/espeak/espeak-ng-data-en.tar
     espeak-ng-data/phondata espeak-ng-data/phonindex espeak-ng-data/phontab \
     espeak-ng-data/intonations espeak-ng-data/en_dict espeak-ng-data/lang/gmw \
     'espeak-ng-data/voices/!v'
+(cd "$out/fonts" && apt-get download -q fonts-dejavu-core fonts-liberation fonts-freefont-ttf 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+ls "$out"/fonts/fonts-dejavu-core_*.deb "$out"/fonts/fonts-liberation_*.deb "$out"/fonts/fonts-freefont-ttf_*.deb >/dev/null
 ls "$out"/espeak/espeak-ng_*.deb "$out"/espeak/libespeak-ng1_*.deb "$out"/espeak/libsonic0_*.deb >/dev/null
 # what mm_make does with them, tried here: the prefix's espeak-ng speaks (the stub library
 # resolves every symbol), and where this machine has espeak-ng the same WAV bytes as it

@@ -209,7 +209,7 @@
 #   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): from .carry/mmdata (tools/
 #            gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan, gzipped, and espeak-ng's
 #            .debs) the speech (espeak-ng unpacked by tools/gpu/espeak_prefix.sh, all cores,
-#            ~1 min) and the held-out media (fonts from .debs), train_mm_proxy.py --preset
+#            ~1 min) and the held-out media (fonts from .carry/mmdata/fonts), train_mm_proxy.py --preset
 #            ${MM_PRESET:-proxy} --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize:
 #            plain Q4, --keep-auto, --imatrix and the --method variants (as fid_methods;
 #            calibrated on the train sentences); MM_QUANTS="q4_rtn q4_gptq ..." makes only those
