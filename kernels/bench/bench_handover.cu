@@ -16,11 +16,11 @@
 //   handover_pdl    the same chain as R PDL-chained kernels (1 CTA working, of 1 or 132): the
 //                   cost of a kernel boundary in the same run and units.
 // Correct inside the bench: buffers poisoned (0xFF: fp16 NaN) first; every step checks every
-// value it reads against what it must be in that launch (launches alternate two start copies,
-// 512 apart, so a stale read of the launch before also fails) and counts mismatches on the
-// device; the host checks that count, the final vector (start + R) and the join's sums (exact,
-// host-computed), and that every counter was reset. A failed row says FAIL in its label and on
-// stderr. The spins are bounded (a trap, never a hang).
+// value it read (after its publish: off the timed path) against what it must be in that launch
+// (launches alternate two start copies, 512 apart, so a stale read of the launch before also fails)
+// and counts mismatches on the device; the host checks that count, the final vector (start + R) and
+// the join's sums (exact, host-computed), and that every counter was reset. A failed row says FAIL
+// in its label and on stderr. The spins are bounded (a trap, never a hang).
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,34 +81,50 @@ __device__ void reset_if_last(int *exitc, char *base, size_t stride, int count) 
     if (threadIdx.x == 0) *exitc = 0;
 }
 
-// One step's body: in [n] -> out [n] = in + 1 (16-byte accesses, in through L2: another SM
-// wrote it), counting the inputs that are not start(i, c) + r. Up to HO_BATCH loads a thread are
-// issued before the first store (12,288 halves: 6 a thread, one L2 round trip, not six).
+// A vector of up to HO_THREADS * 8 * HO_BATCH = 16,384 halves (handover_plan.h's bound) in
+// registers, 16 bytes a load, all loads of a thread in flight together (one L2 round trip):
+// element i0 + b * stride + e of the vector is u[b] half e, i0 = 8 threadIdx.x.
 constexpr int HO_BATCH = 8;
-__device__ __forceinline__ int step_body(const __half *__restrict__ in, __half *__restrict__ out,
-                                         int n, int r, int c) {
+constexpr int HO_STRIDE = HO_THREADS * 8;
+static_assert(HO_STRIDE * HO_BATCH == G4_HO_MAX_HALVES, "one batch holds the largest vector");
+
+__device__ __forceinline__ void load_vec(const __half *in, uint4 (&u)[HO_BATCH], int n) {
+#pragma unroll
+    for (int b = 0; b < HO_BATCH; b++) {
+        const int i = threadIdx.x * 8 + b * HO_STRIDE;
+        if (i < n) u[b] = __ldcg((const uint4 *)(in + i)); // through L2: another SM wrote it
+    }
+}
+
+// out [n] = u + 1.
+__device__ __forceinline__ void add_store(const uint4 (&u)[HO_BATCH], __half *out, int n) {
     const __half2 one = __float2half2_rn(1.0f);
-    const int stride = blockDim.x * 8;
+#pragma unroll
+    for (int b = 0; b < HO_BATCH; b++) {
+        const int i = threadIdx.x * 8 + b * HO_STRIDE;
+        if (i >= n) break;
+        uint4 o = u[b];
+        __half2 *h = (__half2 *)&o;
+#pragma unroll
+        for (int e = 0; e < 4; e++) h[e] = __hadd2(h[e], one);
+        *(uint4 *)(out + i) = o;
+    }
+}
+
+// The values of u that are not start(i, c) + r (chain) or join_value(r, i, c) (join). Run after
+// the step's publish, so the check is off the path the rows time.
+__device__ __forceinline__ int count_bad(const uint4 (&u)[HO_BATCH], int n, int r, int c,
+                                         bool join) {
     int bad = 0;
-    for (int i0 = threadIdx.x * 8; i0 < n; i0 += stride * HO_BATCH) {
-        uint4 u[HO_BATCH];
 #pragma unroll
-        for (int b = 0; b < HO_BATCH; b++)
-            if (i0 + b * stride < n) u[b] = __ldcg((const uint4 *)(in + i0 + b * stride));
+    for (int b = 0; b < HO_BATCH; b++) {
+        const int i = threadIdx.x * 8 + b * HO_STRIDE;
+        if (i >= n) break;
+        const __half *h = (const __half *)&u[b];
 #pragma unroll
-        for (int b = 0; b < HO_BATCH; b++) {
-            const int i = i0 + b * stride;
-            if (i >= n) break;
-            __half2 *h = (__half2 *)&u[b];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float2 f = __half22float2(h[e]);
-                bad += f.x != g4_ho_chain_start(i + 2 * e, c) + r;
-                bad += f.y != g4_ho_chain_start(i + 2 * e + 1, c) + r;
-                h[e] = __hadd2(h[e], one);
-            }
-            *(uint4 *)(out + i) = u[b];
-        }
+        for (int e = 0; e < 8; e++)
+            bad += __half2float(h[e]) !=
+                   (join ? g4_ho_join_value(r, i + e, c) : g4_ho_chain_start(i + e, c) + r);
     }
     return bad;
 }
@@ -137,11 +153,12 @@ __global__ void __launch_bounds__(HO_THREADS) handover_chain_kernel(chain_args a
                             a.relaxed, "handover_chain");
             __syncthreads(); // thread 0's acquire, then the CTA reads
         }
-        const int b =
-            step_body(in, (__half *)(a.slots + (size_t)r * a.slot_bytes + a.data_off), a.n, r, a.c);
-        note_bad(a.err, b, r);
+        uint4 u[HO_BATCH];
+        load_vec(in, u, a.n);
+        add_store(u, (__half *)(a.slots + (size_t)r * a.slot_bytes + a.data_off), a.n);
         __syncthreads(); // every thread's stores before thread 0's publish
         if (threadIdx.x == 0) publish((int *)(a.flag0 + (size_t)r * a.flag_stride), a.pub);
+        note_bad(a.err, count_bad(u, a.n, r, a.c, false), r);
     }
     reset_if_last(a.exitc, a.flag0, a.flag_stride, a.R);
 }
@@ -160,27 +177,25 @@ __global__ void __launch_bounds__(HO_THREADS) handover_join_kernel(join_args a) 
     g4_pdl_wait();
     g4_pdl_trigger();
     const int me = blockIdx.x, K = a.P * 16, L = G4_HO_LINE / 4;
+    uint4 u[HO_BATCH]; // the vector consumed last (checked after this CTA's publish)
     for (int r = 0; r <= a.R; r++) {
         if (r > 0) { // consume vector r - 1: all P tiles, then its sum of squares
             const int q = r - 1;
             if (threadIdx.x == 0)
                 g4_spin_geq(a.ctr + L * q, a.P, a.sleep_ns, false, "handover_join");
             __syncthreads();
+            load_vec(a.vec + (size_t)q * K, u, K);
             float v = 0.0f;
-            int bad = 0;
-#pragma unroll 2 // (3,072 halves: both loads of a thread in flight together)
-            for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8) {
-                const uint4 u = __ldcg((const uint4 *)(a.vec + (size_t)q * K + k));
-                const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+            for (int b = 0; b < HO_BATCH; b++) {
+                if (threadIdx.x * 8 + b * HO_STRIDE >= K) break;
+                const __half2 *h = (const __half2 *)&u[b];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float2 f = __half22float2(h[e]);
                     v += f.x * f.x + f.y * f.y;
-                    bad += f.x != g4_ho_join_value(q, k + 2 * e, a.c);
-                    bad += f.y != g4_ho_join_value(q, k + 2 * e + 1, a.c);
                 }
             }
-            note_bad(a.err, bad, q);
             v = g4k::warp_sum(v);
             if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
             __syncthreads();
@@ -201,6 +216,7 @@ __global__ void __launch_bounds__(HO_THREADS) handover_join_kernel(join_args a) 
             __syncthreads();
             if (threadIdx.x == 0) g4_red_release_add(a.ctr + L * r, 1);
         }
+        if (r > 0) note_bad(a.err, count_bad(u, K, r - 1, a.c, true), r - 1);
     }
     reset_if_last(a.ctr + L * a.R, (char *)a.ctr, G4_HO_LINE, a.R);
 }
@@ -212,8 +228,10 @@ __global__ void __launch_bounds__(HO_THREADS)
     g4_pdl_wait();
     g4_pdl_trigger();
     if (blockIdx.x) return;
-    const int b = step_body(in, out, n, r, c);
-    note_bad(err, b, r);
+    uint4 u[HO_BATCH];
+    load_vec(in, u, n);
+    add_store(u, out, n);
+    note_bad(err, count_bad(u, n, r, c, false), r); // (delays this grid's completion a little)
 }
 
 int resident(const void *kernel) {
