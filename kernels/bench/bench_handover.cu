@@ -359,6 +359,8 @@ int bench_chain(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
             b.c = rep & 1, b.src = src + (size_t)b.c * v.n;
             g4_pdl_launch(handover_chain_kernel, dim3(v.G), dim3(HO_THREADS), 0, st, b);
         };
+        G4_CUDA_CHECK(
+            cudaDeviceSynchronize()); // (memsets: legacy stream; the row's is non-blocking)
         const int got = g4b::add_row(rows, n, max, "handover_chain", shape, 0, 0, reps, PER_GRAPH,
                                      ours, NoBase(), nullptr);
         if (got == n) return n;
@@ -413,6 +415,8 @@ int bench_join(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
             b.c = rep & 1;
             g4_pdl_launch(handover_join_kernel, dim3(v.C), dim3(HO_THREADS), 0, st, b);
         };
+        G4_CUDA_CHECK(
+            cudaDeviceSynchronize()); // (memsets: legacy stream; the row's is non-blocking)
         const int got = g4b::add_row(rows, n, max, "handover_join", shape, 0, 0, reps, PER_GRAPH,
                                      ours, NoBase(), nullptr);
         if (got == n) return n;
@@ -468,6 +472,8 @@ int bench_pdl_chain(const char *f, int reps, g4_kbench_row *rows, int n, int max
             g4_pdl_launch(handover_step_kernel, dim3(v.ctas), dim3(HO_THREADS), 0, st, in,
                           buf[rep & 1], v.n, rep, 0, err);
         };
+        G4_CUDA_CHECK(
+            cudaDeviceSynchronize()); // (memsets: legacy stream; the row's is non-blocking)
         const int got = g4b::add_row(rows, n, max, "handover_pdl", shape, 0, 0, reps, R, ours,
                                      NoBase(), nullptr);
         if (got == n) return n;
