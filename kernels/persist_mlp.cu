@@ -90,8 +90,8 @@ struct pm_args {
 // Thread 0: until *p >= target (acquire polls, bounded: kernels/spin.cuh), then a full fence
 // (kept from the design as measured).
 __device__ __forceinline__ void wait_count(const int *p, int target) {
-    g4_spin_geq(p, target, 32, false,
-                "persist_mlp (phase-1 counter)"); // (up to 264 pollers a line)
+    // (the 32 ns back-off: up to 264 pollers share the line's L2 slice with the publishers)
+    g4_spin_geq(p, target, 32, false, "persist_mlp (phase-1 counter)");
     __threadfence();
 }
 
