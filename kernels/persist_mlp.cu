@@ -27,8 +27,8 @@
 // No deadlock whatever the residency: a unit is claimed by a CTA that is running; phase-1 units
 // wait on nothing; a CTA spins only on a phase-2 unit, claimed after every phase-1 unit was
 // claimed, so all of them are held by running CTAs that finish them. The spin is bounded
-// (PM_MAX_POLLS, then a message and a trap: the launch fails, the host's next CUDA call reports
-// it) so a bug can never hang the GPU.
+// (G4_SPIN_MAX_POLLS, then a message and a trap: the launch fails, the host's next CUDA call
+// reports it) so a bug can never hang the GPU.
 //
 // Counters (each in its own 128-byte line: no false sharing between the work counter every CTA
 // claims from, the phase-1 counter the spinners poll, and the per-tile chunk counters) reset
@@ -54,6 +54,7 @@
 #include "kernels/pdl.cuh"
 #include "kernels/persist_mlp.cuh"
 #include "kernels/q4_tile.cuh"
+#include "kernels/spin.cuh"
 #include "kernels/wgmma_common.cuh"
 
 namespace g4k {
@@ -64,7 +65,6 @@ constexpr int PM_TPW = 4;                // k tiles a warp holds for one unit
 constexpr int PM_KT = PM_WARPS * PM_TPW; // k tiles a unit: 32 (phase 1: K <= 2048)
 constexpr int PM_LINE = 32;              // ints a 128-byte line
 constexpr int PM_WORK = 0, PM_DONE1 = PM_LINE, PM_EXIT = 2 * PM_LINE, PM_TILES = 3 * PM_LINE;
-constexpr unsigned PM_MAX_POLLS = 1u << 25; // >= ~10 s of polling: a bug, never a wait
 
 // The workspace: 3 + H/16 counter lines for the largest hidden taken (PM_KT * 64), then the
 // phase-2 partials float [S2][H]. The counters' place does not depend on H: a workspace reused
@@ -87,25 +87,11 @@ struct pm_args {
     float *part; // [S2][H]
 };
 
-__device__ __forceinline__ int ld_acquire(const int *p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// Thread 0: until *p >= target (bounded; see the top).
-__device__ __noinline__ void wait_count(const int *p, int target) {
-    unsigned polls = 0;
-    int v;
-    while ((v = ld_acquire(p)) < target) {
-        __nanosleep(32); // (up to 264 pollers share the line's L2 slice with the publishers)
-        if (++polls == PM_MAX_POLLS) {
-            printf("persist_mlp: CTA %d polled the phase-1 counter %u times: %d of %d units "
-                   "published; trapping\n",
-                   (int)blockIdx.x, polls, v, target);
-            __trap();
-        }
-    }
+// Thread 0: until *p >= target (acquire polls, bounded: kernels/spin.cuh), then a full fence
+// (kept from the design as measured).
+__device__ __forceinline__ void wait_count(const int *p, int target) {
+    // (the 32 ns back-off: up to 264 pollers share the line's L2 slice with the publishers)
+    g4_spin_geq(p, target, 32, false, "persist_mlp (phase-1 counter)");
     __threadfence();
 }
 

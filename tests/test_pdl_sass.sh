@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_pdl_sass.sh: the programmatic-dependent-launch rule of kernels/pdl.cuh, checked on the
-# built SASS (no GPU needed). Every kernel that kernels/*.cu launch through g4_pdl_launch*
+# built SASS (no GPU needed). Every kernel that kernels/*.cu and kernels/bench/*.cu (the bench
+# rows' own kernels: the floors, the persistent hand-over kernels) launch through g4_pdl_launch*
 # may start while the previous kernel still runs, so in each of its compiled variants:
 #   - griddepcontrol.wait (SASS ACQBULK) is present, and no global-memory instruction (load,
 #     store, atomic, reduction, cp.async, TMA, generic LD/ST, cache control other than the L2
@@ -37,10 +38,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 # Kernel names at the launch sites (the first argument; the call may span lines).
 perl -0777 -ne 'while (/\bg4_pdl_launch(?:_cluster|_ex)?\s*\(\s*([A-Za-z_]\w*)/g) { print "$1\n" }' \
-    "$G4_SOURCE_DIR"/kernels/*.cu | sort -u >"$tmp/names"
-sites=$(cat "$G4_SOURCE_DIR"/kernels/*.cu | perl -0777 -ne '$n = () = /\bg4_pdl_launch(?:_cluster|_ex)?\s*\(/g; print $n')
+    "$G4_SOURCE_DIR"/kernels/*.cu "$G4_SOURCE_DIR"/kernels/bench/*.cu | sort -u >"$tmp/names"
+sites=$(cat "$G4_SOURCE_DIR"/kernels/*.cu "$G4_SOURCE_DIR"/kernels/bench/*.cu | perl -0777 -ne '$n = () = /\bg4_pdl_launch(?:_cluster|_ex)?\s*\(/g; print $n')
 if [ ! -s "$tmp/names" ]; then
-    echo "FAIL test_pdl_sass: no g4_pdl_launch call found in kernels/*.cu"
+    echo "FAIL test_pdl_sass: no g4_pdl_launch call found in kernels/*.cu, kernels/bench/*.cu"
     exit 1
 fi
 "$cuobjdump" --dump-sass "$lib" >"$tmp/sass" 2>"$tmp/err" || {

@@ -35,6 +35,12 @@
 #   floor    issue 30: the launch floor of a graph-replayed PDL kernel (1 CTA .. 2 an SM), and
 #            the floor of the path after the wait (x from the launch before, a CTA reduction,
 #            16 stores a CTA: a GEMV without weights)
+#   handover issue 30 stage 2: what one on-device hand-over between CTAs costs (after build;
+#            ~1 min): test_pdl_sass, then `bench --kernels --filter handover --reps 30` twice (the
+#            chain of dependent steps across CTAs in one persistent launch, each publish form /
+#            flag line / vector size; the norm join; the same chain as PDL kernels; ms per
+#            hand-over), then the floor rows once for the same run's units. A row whose values
+#            were wrong says FAIL; a spin that never ends traps ("trapping"), never hangs
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
 #            X^T X, GPTQ's factorisation and column work (and act-order), fit, gptq_imx; ~20 s
@@ -822,6 +828,19 @@ stage_floor() {
     build-gpu/g4cu bench --kernels --filter _floor --reps 30 >"$OUT/floor.txt" 2>&1
     echo "bench --kernels --filter _floor: exit $?"
     grep -E "launch_floor|post_wait_floor" "$OUT/floor.txt" | cut -c1-130
+}
+
+# Issue 30 stage 2 (bench/NOTES.md "What one on-device hand-over costs"; after build).
+stage_handover() {
+    ctest --test-dir build-gpu -R "test_pdl_sass|test_handover_plan" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
+    local r
+    for r in 1 2; do
+        timeout 300 build-gpu/g4cu bench --kernels --filter handover --reps 30 \
+            --json "$OUT/handover_$r.json" >"$OUT/handover_$r.txt" 2>&1
+        echo "=== bench --kernels --filter handover (run $r): exit $?"
+        grep -E "handover|FAIL|trapping|refused" "$OUT/handover_$r.txt" | cut -c1-200
+    done
+    stage_floor
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
