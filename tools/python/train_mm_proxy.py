@@ -7,6 +7,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
     python3 tools/python/train_mm_proxy.py OUT --data .carry/mmdata [--preset proxy|tiny]
                                                [--seed 0] [--minutes 10] [--steps N]
                                                [--device cuda|cpu] [--workers W]
+                                               [--a-lr-mult X] [--a-warmup N]
+                                               [--ctc-weight W] [--ctc-at embed|tower]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -38,6 +40,13 @@ functions that wrote the held-out files).
             every step (rendered once); the vision side at 3x the decoder's learning rate, the
             audio side not trained (its random tower: trained, it collapsed)
    Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
+   The audio side's options (every preset: lr x 0, none of the others): --a-lr-mult X its
+   learning rate over the decoder's; --a-warmup N frozen for N steps first; --ctc-weight W an
+   auxiliary CTC loss (CtcHead, training only, not exported) from embed_audio's output (--ctc-at
+   tower: the tower's) to the vocabulary + a blank, added to the audio items' loss. Measured on
+   the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
+   them made the decoder read the audio better than the frozen random tower (CTC from step 0
+   stalls at its all-blank plateau and collapses the tower further).
    AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
    (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
    device give the same weights. --minutes stops a run that would overrun the step count (it
@@ -294,7 +303,7 @@ class CtcHead(torch.nn.Module):
         self.used += len(rows)
         if not rows:
             return None
-        z = self.logits(x[rows])  # R x T x (V+1)
+        z = self.logits(x if len(rows) == len(x) else x[rows])  # R x T x (V+1)
         # The CTC recursion reads only the blank's and the transcript's columns: run it on those
         # (+ one column holding the rest of the probability), on the CPU, where ctc_loss's
         # backward is deterministic (torch's CUDA one is not) and the tensor is small. The
