@@ -5,6 +5,7 @@ NOTES.md "The audio tower's learning rate"). ASR only, on a CPU: a model between
 learning-rate multiplier, then is measured on train and held-out clips:
 
     python3 tools/python/mm_audio_probe.py DATA OUT --a-lr-mult X [--steps N] [--threads 1]
+                                           [--a-warmup N] [--ctc-weight W --ctc-at embed|tower]
 
 DATA: make_mm_data.py's folder after `speech` (a subset of the proxy plan is enough). Reports,
 every --every steps and at the end (OUT/probe.json):
@@ -15,6 +16,8 @@ every --every steps and at the end (OUT/probe.json):
               time-averaged vectors, their mean pairwise cosine, and per token (first 20 tokens)
   gnorm_a     the gradient norm into the audio side (tower + embedder), before clipping
   wer         greedy decode (HF generate) word error rate, lower-cased, punctuation stripped
+  ctc, ctc_wer  with --ctc-weight: train_mm_proxy.CtcHead's loss (the trainer's code) and the
+              word error rate of its greedy CTC transcription (what the audio frames carry)
 If loss == loss_zero == loss_shuf the audio is not read.
 """
 import argparse
@@ -61,10 +64,12 @@ class Hook:
         return out
 
 
-def measure(model, hook, tok, pr, batches, items, n_gen):
+def measure(model, hook, tok, pr, batches, items, n_gen, head=None):
     """The losses, the spread and (n_gen items) the WER on these batches / items."""
     model.eval()
     r = {}
+    ctc, ctc_refs, ctc_hyps = [], [], []
+    counts = (head.used, head.skipped) if head else None
     with torch.no_grad():
         for mode in (None, "zero", "shuf"):
             hook.mode, tot, n = mode, 0.0, 0
@@ -77,6 +82,12 @@ def measure(model, hook, tok, pr, batches, items, n_gen):
                     logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1),
                     ignore_index=-100, reduction="sum")
                 tot, n = tot + loss.item(), n + int((lab != -100).sum())
+                if mode is None and head is not None:
+                    x, v = head.frames, head.valid
+                    c = head.loss(lab)
+                    ctc.append(float("nan") if c is None else c.item())
+                    ctc_hyps += [tok.decode(h) for h in head.greedy(x, v)]
+                    ctc_refs += [tok.decode(row[row != -100][:-1].tolist()) for row in lab]
                 if mode is None:
                     m = b["input_features_mask"]
                     valid = model.model.audio_tower(b["input_features"], m,
@@ -98,6 +109,11 @@ def measure(model, hook, tok, pr, batches, items, n_gen):
                 r["spread_mean_cos"] = float(cos[iu[0], iu[1]].mean())
                 r["spread_token_reldiff"] = float(tdiff[iu[0], iu[1]].mean())
         hook.mode = None
+        if head is not None:
+            r["ctc"] = float(np.mean(ctc))
+            r["ctc_wer"] = wer(ctc_refs, ctc_hyps)
+            r["ctc_examples"] = list(zip(ctc_refs[:2], ctc_hyps[:2]))
+            head.used, head.skipped = counts
         hyps, refs = [], []
         eos = [1, pr.id["<turn|>"]]
         for it in items[:n_gen]:
@@ -130,6 +146,9 @@ def main():
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ctc-weight", type=float, default=0.0,
+                    help="auxiliary CTC loss on the audio frames (train_mm_proxy.CtcHead), weight")
+    ap.add_argument("--ctc-at", default="embed", help="embed (embed_audio's output) or tower")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
@@ -152,6 +171,7 @@ def main():
                                                         attn_implementation="sdpa")
     hook = Hook()
     model.model.embed_audio.register_forward_hook(hook)
+    head = tmp.CtcHead(model, p["vocab"], args.ctc_at) if args.ctc_weight else None
     ds = tmp.Items(tr, "audio", args.data, None, pr, fe, 8)
     stream = tmp.forever(ds, args.batch, args.seed, 0)
     # fixed measuring sets: 32 train clips (their planned rendering), 40 held-out sentences
@@ -171,17 +191,20 @@ def main():
                "mult": args.a_lr_mult, "audio": True},
               {"params": [x for x in audio_params if x.dim() < 2], "weight_decay": 0.0,
                "mult": args.a_lr_mult, "audio": True}]
+    if head is not None:  # the head learns from step 0, also while the audio side is frozen
+        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0})
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
     sched = dict(lr=args.lr, warmup=args.warmup)
-    log, losses, gn = [], [], []
+    log, losses, gn, ctcs = [], [], [], []
     t0 = time.time()
 
     def report(step):
-        rt = measure(model, hook, tok, pr, tr_b, tr_items, 8 if step else 0)
-        rh = measure(model, hook, tok, pr, te_b, te_items, 40 if step else 0)
+        rt = measure(model, hook, tok, pr, tr_b, tr_items, 8 if step else 0, head)
+        rh = measure(model, hook, tok, pr, te_b, te_items, 40 if step else 0, head)
         e = dict(step=step, s=round(time.time() - t0), train_loss_run=float(np.mean(losses[-50:]))
                  if losses else None, gnorm_a=float(np.mean(gn[-50:])) if gn else None,
-                 train=rt, test=rh)
+                 ctc_run=float(np.mean(ctcs[-50:])) if ctcs else None,
+                 ctc_clips=[head.used, head.skipped] if head else None, train=rt, test=rh)
         log.append(e)
         print(json.dumps(e), flush=True)
         json.dump(dict(args=vars(args), params=sum(x.numel() for x in model.parameters()),
@@ -199,15 +222,24 @@ def main():
         logits = model(**b).logits
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                  lab.reshape(-1), ignore_index=-100)
-        loss.backward()
+        total = loss
+        c = head.loss(lab) if head is not None else None
+        if c is not None:
+            ctcs.append(c.item())
+            total = loss + args.ctc_weight * c
+        total.backward()
         gn.append(float(torch.norm(torch.stack([x.grad.norm() for x in audio_params
                                                 if x.grad is not None]))))
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()) +
+                                       (list(head.parameters()) if head else []), 1.0)
         opt.step()
         losses.append(loss.item())
         if step % 25 == 0:
             print(f"step {step + 1} loss {np.mean(losses[-25:]):.3f} gnorm_a "
-                  f"{np.mean(gn[-25:]):.2e} {time.time() - t0:.0f} s", flush=True)
+                  f"{np.mean(gn[-25:]):.2e}" + (f" ctc {np.mean(ctcs[-25:]):.3f} clips "
+                                                f"{head.used}/{head.skipped} skipped"
+                                                if ctcs else "") +
+                  f" {time.time() - t0:.0f} s", flush=True)
         if (step + 1) % args.every == 0 or step == args.steps - 1:
             report(step + 1)
 

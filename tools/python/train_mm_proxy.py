@@ -7,6 +7,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
     python3 tools/python/train_mm_proxy.py OUT --data .carry/mmdata [--preset proxy|tiny]
                                                [--seed 0] [--minutes 10] [--steps N]
                                                [--device cuda|cpu] [--workers W]
+                                               [--a-lr-mult X] [--a-warmup N]
+                                               [--ctc-weight W] [--ctc-at embed|tower]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -38,6 +40,13 @@ functions that wrote the held-out files).
             every step (rendered once); the vision side at 3x the decoder's learning rate, the
             audio side not trained (its random tower: trained, it collapsed)
    Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
+   The audio side's options (every preset: lr x 0, none of the others): --a-lr-mult X its
+   learning rate over the decoder's; --a-warmup N frozen for N steps first; --ctc-weight W an
+   auxiliary CTC loss (CtcHead, training only, not exported) from embed_audio's output (--ctc-at
+   tower: the tower's) to the vocabulary + a blank, added to the audio items' loss. Measured on
+   the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
+   them made the decoder read the audio better than the frozen random tower (CTC from step 0
+   stalls at its all-blank plateau and collapses the tower further).
    AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
    (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
    device give the same weights. --minutes stops a run that would overrun the step count (it
@@ -232,6 +241,109 @@ class Items(torch.utils.data.Dataset):
                     tgt=self.pr.target(it["text"]))
 
 
+class CtcHead(torch.nn.Module):
+    """An auxiliary CTC loss on the audio side (training only: never saved nor exported, the
+    package keeps the Gemma-4 layout), the hybrid CTC / attention remedy for an encoder the
+    decoder does not read yet: a linear map from the audio frames to the vocabulary + a blank
+    (id `vocab`), its CTC loss against each clip's transcript. at="embed": embed_audio's output
+    (the soft tokens the decoder reads); at="tower": the tower's output, before embed_audio.
+    Forward hooks keep the last audio forward's frames and valid mask; loss() consumes them."""
+
+    def __init__(self, model, vocab, at):
+        super().__init__()
+        m = model.model
+        if at not in ("embed", "tower"):
+            raise SystemExit(f"train_mm_proxy: --ctc-at {at}: embed or tower")
+        emb = m.embed_audio
+        dim = emb.text_hidden_size if at == "embed" else emb.multimodal_hidden_size
+        self.proj = torch.nn.Linear(dim, vocab + 1)
+        self.vocab, self.at, self.frames, self.valid = vocab, at, None, None
+        self.used = self.skipped = 0  # clips with a loss / clips with fewer frames than labels
+        m.audio_tower.register_forward_hook(self._tower)
+        if at == "embed":
+            emb.register_forward_hook(self._embed)
+
+    def _tower(self, mod, inp, out):
+        self.valid = out.attention_mask  # B x T, True: a frame of the clip
+        if self.at == "tower":
+            self.frames = out.last_hidden_state
+
+    def _embed(self, mod, inp, out):
+        self.frames = out
+
+    def take(self):
+        """The captured frames (B x T x D) and their valid mask (B x T), then forgotten."""
+        if self.frames is None or self.valid is None:
+            raise SystemExit("train_mm_proxy: the CTC head saw no audio forward")
+        x, v = self.frames, self.valid
+        self.frames = self.valid = None
+        return x, v
+
+    def logits(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return self.proj(x.float())
+
+    def loss(self, labels):
+        """Mean CTC loss (per label, over the clips that fit) of the last audio forward; labels
+        is collate's (B x S: next-token targets, -100 elsewhere), each row's transcript its
+        targets less the closing <turn|>. A clip needs as many frames as labels plus one blank
+        between each pair of equal neighbours, else CTC has no path: such clips are skipped
+        and counted (self.skipped). Returns None when no clip fits."""
+        x, valid = self.take()
+        rows, tgts, n_in = [], [], []
+        for b in range(labels.shape[0]):
+            t = labels[b][labels[b] != -100][:-1].cpu()
+            n = int(valid[b].sum())
+            if len(t) == 0 or len(t) + int((t[1:] == t[:-1]).sum()) > n:
+                self.skipped += 1
+                continue
+            rows.append(b)
+            tgts.append(t)
+            n_in.append(n)
+        self.used += len(rows)
+        if not rows:
+            return None
+        z = self.logits(x if len(rows) == len(x) else x[rows])  # R x T x (V+1)
+        # The CTC recursion reads only the blank's and the transcript's columns: run it on those
+        # (+ one column holding the rest of the probability), on the CPU, where ctc_loss's
+        # backward is deterministic (torch's CUDA one is not) and the tensor is small. The
+        # columns are picked by a one-hot product (index gradients are not deterministic on
+        # CUDA). The reduced rows sum to one exactly: torch's ctc_loss gradient assumes
+        # normalised log-probabilities (it returns p - occupancy, not -occupancy).
+        uniq = [torch.unique(t) for t in tgts]
+        K = 1 + max(len(u) for u in uniq)  # blank, each clip's distinct labels (padded)
+        sel = torch.zeros(len(rows), self.vocab + 1, K)
+        far = torch.zeros(len(rows), 1, K)  # -1e4 on padding columns
+        rest = torch.zeros(len(rows), 1, self.vocab + 1)  # -1e4 on picked columns
+        T_max = max(len(t) for t in tgts)
+        target = torch.zeros(len(rows), T_max, dtype=torch.long)
+        for r, (t, u) in enumerate(zip(tgts, uniq)):
+            sel[r, self.vocab, 0] = 1.0
+            sel[r, u, 1 + torch.arange(len(u))] = 1.0
+            far[r, 0, 1 + len(u):] = -1e4
+            rest[r, 0, self.vocab] = rest[r, 0, u] = -1e4
+            target[r, :len(t)] = 1 + torch.searchsorted(u, t)
+        dev = z.device
+        picked = torch.bmm(z, sel.to(dev)) + far.to(dev)  # R x T x K
+        other = torch.logsumexp(z + rest.to(dev), -1, keepdim=True)  # R x T x 1
+        lp = torch.log_softmax(torch.cat([picked, other], -1), -1)
+        lp = lp.transpose(0, 1).cpu().double()  # T x R x (K+1)
+        loss = torch.nn.functional.ctc_loss(lp, target, torch.tensor(n_in),
+                                            torch.tensor([len(t) for t in tgts]), blank=0,
+                                            reduction="mean", zero_infinity=False)
+        return loss.float().to(dev)
+
+    def greedy(self, x, valid):
+        """Greedy CTC transcription of captured frames: per clip, the label ids (repeats merged,
+        blanks dropped)."""
+        out = []
+        for e, v in zip(self.logits(x).argmax(-1), valid):
+            e = e[v].tolist()
+            out.append([c for k, c in enumerate(e)
+                        if c != self.vocab and (k == 0 or c != e[k - 1])])
+        return out
+
+
 def collate(batch):
     seqs = [b["ids"] + b["tgt"] for b in batch]
     T = max(len(s) for s in seqs)
@@ -299,6 +411,15 @@ def main():
                     help="the vision side's learning rate over the decoder's (the preset's, else 1)")
     ap.add_argument("--a-lr-mult", type=float,
                     help="the audio side's learning rate over the decoder's (the preset's, else 1)")
+    ap.add_argument("--a-warmup", type=int,
+                    help="steps with the audio side frozen, then its lr x --a-lr-mult (the "
+                    "preset's, else 0)")
+    ap.add_argument("--ctc-weight", type=float,
+                    help="weight of the auxiliary CTC loss on the audio items (CtcHead; the "
+                    "preset's, else 0: none)")
+    ap.add_argument("--ctc-at", choices=("embed", "tower"),
+                    help="the CTC head reads embed_audio's output or the tower's (the preset's, "
+                    "else embed)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda",
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
@@ -311,7 +432,8 @@ def main():
         raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
     p = dict(PRESETS[args.preset])
-    for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult"):
+    for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
+              "ctc_weight", "ctc_at"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if args.threads:
@@ -369,16 +491,28 @@ def main():
                      not n.startswith(sides["v"] + sides["a"]))]
         for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
             groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
-                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0})
+                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0,
+                           "audio": side == "a"})
+    ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
+    head = None
+    if ctc_w:
+        head = CtcHead(model, p["vocab"], p.get("ctc_at", "embed")).to(dev)
+        # the head learns from step 0, also while the audio side is frozen (--a-warmup)
+        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
+                       "audio": False})
+        if not p.get("a_lr_mult", 1.0):
+            print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
+                  "the CTC loss trains its own head only", flush=True)
     opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
     amp = dev.type == "cuda"
     steps = p["steps"]
     model.train()
-    losses = {"image": [], "audio": []}
+    losses = {"image": [], "audio": [], "ctc": []}
+    params = list(model.parameters()) + (list(head.parameters()) if head else [])
     t1, stopped = time.time(), None
     for step in range(steps):
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, p) * g["mult"]
+            g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
         opt.zero_grad(set_to_none=True)
         for kind in ("image", "audio"):  # one half-batch of each, gradients summed
             b = {k: v.to(dev) for k, v in next(streams[kind]).items()}
@@ -387,14 +521,21 @@ def main():
                 logits = model(**b).logits
             loss = torch.nn.functional.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
-            (loss / 2).backward()
             losses[kind].append(loss.item())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if kind == "audio" and head is not None:
+                c = head.loss(lab)
+                if c is not None:
+                    losses["ctc"].append(c.item())
+                    loss = loss + ctc_w * c
+            (loss / 2).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         el = time.time() - t1
         if step % 50 == 0 or step == steps - 1:
             print(f"train_mm_proxy: step {step + 1}/{steps} loss image "
                   f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
+                  + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
+                     if losses["ctc"] else "") +
                   f" lr {lr_at(step, steps, p):.2e} {el:.0f} s", flush=True)
         if el > args.minutes * 60 and step < steps - 1:
             stopped = step + 1
@@ -411,9 +552,12 @@ def main():
     info = {"preset": args.preset, "shapes": p, "seed": args.seed, "device": str(dev),
             "parameters": n_params, "steps": steps, "stopped_at": stopped,
             "train_images": len(tr_i), "train_audio": len(tr_a),
-            "losses_every_25": {k: v[::25] for k, v in losses.items()},
-            "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items()},
+            "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
+            "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
             "seconds": times}
+    if head is not None:
+        info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
+                       "clips_too_short": head.skipped}
     if args.no_export:
         json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
         return
