@@ -30,10 +30,16 @@ __device__ __forceinline__ int g4_ld_relaxed(const int *p) {
 }
 
 // One thread: until *p >= target, with acquire semantics: what the publishers wrote before
-// their release is visible to this thread (a CTA barrier after it extends that to the CTA).
+// their release is visible to this thread (a CTA barrier after it extends that to the CTA: the
+// PTX model's causality order runs through bar.sync, and the acquire's L1 invalidate is the
+// SM's). The data may then be read with plain ld.global or ld.global.cg, never ld.global.nc /
+// __ldg: the non-coherent path is only for data no one writes during the kernel. Against a
+// counter that several publishers add to, the acquire that reads the final sum synchronizes
+// with every one of them (observation order runs through the chain of atomic adds).
 // relaxed_polls = false: every poll is an ld.acquire.gpu; true: the polls are ld.relaxed.gpu
-// and one fence.acq_rel.gpu follows the poll that saw the target (the PTX fence form of an
-// acquire: cheaper polls if the acquire's per-load cost shows; bench_handover.cu measures it).
+// and one fence.acq_rel.gpu follows the poll that saw the target (a strong read then the fence
+// in program order: the PTX model's acquire pattern; cheaper polls if the acquire's per-load
+// L1 invalidate shows; bench_handover.cu measures it).
 // sleep_ns > 0 backs off between polls (many pollers on one line). Bounded: after
 // G4_SPIN_MAX_POLLS polls it prints who / which block / the count and traps, so the launch
 // fails and the host's next CUDA call reports it, instead of hanging the GPU. Returns the value.

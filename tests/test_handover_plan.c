@@ -83,15 +83,19 @@ static void join_plans(void) {
     // values: multiples of 0.25 in [-1.5, 1.5], fp16-exact, and two launch copies that differ
     // at every element (a stale read always shows)
     int bad = 0, same = 0;
-    for (int r = 0; r < 64; r++)
+    int smaller = 0; // copy 1's square above copy 0's everywhere: a stale element moves the sum
+    for (int r = 0; r < 256; r++)
         for (int k = 0; k < G4_HO_MAX_HALVES; k++) {
-            const float v = g4_ho_join_value(r, k, 0);
+            const float v = g4_ho_join_value(r, k, 0), w = g4_ho_join_value(r, k, 1);
             bad += !f16_exact(v) || v < -1.5f || v > 1.5f || v * 4 != floorf(v * 4);
-            same += v == g4_ho_join_value(r, k, 1);
+            bad += !f16_exact(w) || w < 0.25f || w > 1.75f || w * 4 != floorf(w * 4);
+            same += v == w;
+            smaller += w * w <= v * v;
         }
     CHECK_INT(bad, 0);
     CHECK_INT(same, 0);
-    // the largest sum of squares (16,384 values of 2.25) below 2^20 sixteenths: exact in fp32
+    CHECK_INT(smaller, 0);
+    // the largest sum of squares (16,384 values of at most 1.75^2) below 2^20: exact in fp32
     // whatever the order: summed forwards and backwards in float, equal to the double sum
     float fw = 0.0f, bw = 0.0f;
     double d = 0.0;

@@ -11,6 +11,10 @@
 #     (pdl.cuh g4_prefetch_l2_next, SASS UBLKPF.L2: immutable weights, no register result;
 #     G4_L2_NEXT), which each of their variants must then have before the wait;
 #   - griddepcontrol.launch_dependents (SASS PREEXIT) is present, after the wait.
+#   - a call before the wait (a called integer division, say) reaches no such instruction either:
+#     its body is followed from the target to its RET; a call to an absolute address (printf) or
+#     an unknown target fails (kernels/spin.cuh's g4_spin_geq is a __noinline__ call: a spin
+#     before the wait would otherwise pass unseen).
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
 # site but in no SASS function fails (a renamed kernel or a launch written another way).
@@ -58,15 +62,17 @@ perl -e '
     my ($names, $sass, $sites, $l2next) = @ARGV;
     my %l2n = map { $_ => 1 } split / /, $l2next;
     open my $nf, "<", $names or die; chomp(my @names = <$nf>);
-    my (%code, @order, $fn);
+    my (%code, %addr, %arg, @order, $fn);
     open my $sf, "<", $sass or die;
     while (<$sf>) {
         if (/Function : (\S+)/) { $fn = $1; push @order, $fn unless $code{$fn}; $code{$fn} ||= []; next; }
         next unless defined $fn;
-        if (m{^\s+/\*[0-9a-f]{4,}\*/\s+(?:\@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)}) { push @{$code{$fn}}, $1; }
+        if (m{^\s+/\*([0-9a-f]{4,})\*/\s+(?:\@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)(?:\s+(0x[0-9a-f]+))?}) {
+            push @{$code{$fn}}, $2; push @{$addr{$fn}}, hex($1); push @{$arg{$fn}}, $3;
+        }
     }
     my $bad_re = qr/^(?:LDG|STG|LD|ST|ATOM|ATOMG|RED|REDG|LDGSTS|UTMALDG|UTMASTG|UTMAREDG|UBLKCP|UBLKRED|UBLKPF|SULD|SUST|SUATOM|SURED|TLD|TEX|CCTL)(?:\.|$)/;
-    my ($fail, $checked, %l2n_seen) = (0, 0);
+    my ($fail, $checked, $calls, %l2n_seen) = (0, 0, 0);
     for my $n (@names) {
         my $tok = length($n) . $n; # the Itanium-mangled identifier
         my @fns = grep { index($_, $tok) >= 0 } @order;
@@ -84,6 +90,21 @@ perl -e '
                 print "FAIL $f: no next-weight L2 prefetch (UBLKPF.L2) before the wait\n"; $fail++;
             }
             $l2n_seen{$n} = 1 if $l2n{$n};
+            # A call before the wait: its body (a separate SASS range: an integer division, say)
+            # is scanned from the target to its RET with the same rule; a call to an absolute
+            # address (printf) or to a target not found fails.
+            for my $c (grep { $ops[$_] =~ /^CALL(?:\.|$)/ } 0 .. $wait - 1) {
+                $calls++;
+                my $t = $arg{$f}[$c];
+                my ($ti) = defined $t && $ops[$c] =~ /^CALL\.REL/ ?
+                    grep { $addr{$f}[$_] == hex($t) } 0 .. $#ops : ();
+                if (!defined $ti) { print "FAIL $f: call before the wait to an unchecked target: $ops[$c] (#$c)\n"; $fail++; next; }
+                for (my $i = $ti; $i <= $#ops && $ops[$i] !~ /^RET(?:\.|$)/; $i++) {
+                    if ($ops[$i] =~ $bad_re && $ops[$i] !~ /^CCTL\.E\.PF[12]/ || $ops[$i] =~ /^(?:CALL|ACQBULK)/) {
+                        print "FAIL $f: call before the wait (#$c) reaches $ops[$i] (#$i)\n"; $fail++; last;
+                    }
+                }
+            }
             if (@early) {
                 print "FAIL $f: global memory access before the wait: " .
                     join(", ", map { "$ops[$_] (#$_)" } @early[0 .. ($#early < 4 ? $#early : 4)]) . "\n";
@@ -98,7 +119,7 @@ perl -e '
         next if $l2n_seen{$k};
         print "FAIL $k: listed as taking the next weights but not launched through g4_pdl_launch\n"; $fail++;
     }
-    printf "test_pdl_sass: %d launch sites, %d kernels, %d compiled variants checked (%d taking the next weights), %d failures\n",
-        $sites, scalar(@names), $checked, scalar(keys %l2n_seen), $fail;
+    printf "test_pdl_sass: %d launch sites, %d kernels, %d compiled variants checked (%d taking the next weights, %d calls before a wait followed), %d failures\n",
+        $sites, scalar(@names), $checked, scalar(keys %l2n_seen), $calls, $fail;
     exit($fail ? 1 : 0);
 ' "$tmp/names" "$tmp/sass" "$sites" "$L2NEXT"

@@ -15,12 +15,24 @@
 //                   and reduce its sum of squares (phase r's consumers are phase r+1's producers).
 //   handover_pdl    the same chain as R PDL-chained kernels (1 CTA working, of 1 or 132): the
 //                   cost of a kernel boundary in the same run and units.
-// Correct inside the bench: buffers poisoned (0xFF: fp16 NaN) first; every step checks every
-// value it read (after its publish: off the timed path) against what it must be in that launch
-// (launches alternate two start copies, 512 apart, so a stale read of the launch before also fails)
-// and counts mismatches on the device; the host checks that count, the final vector (start + R) and
-// the join's sums (exact, host-computed), and that every counter was reset. A failed row says FAIL
-// in its label and on stderr. The spins are bounded (a trap, never a hang).
+// Correct inside the bench: buffers poisoned (0xFF: fp16 NaN) first; in the launches add_row makes
+// before it captures the graph (`check`: not capturing), every step checks every value it read
+// against what it must be in that launch (launches alternate two start copies, 512 apart, so a
+// stale read of the launch before also fails) and counts mismatches on the device; the timed graph
+// has no check (after the publish it was still on the path where the next wait is the same CTA's:
+// the join's last producer, the G=1 chain, the PDL step's grid completion). The host checks that
+// count, the final vector (start + R: every stale or poisoned read of the last timed launch
+// propagates to it) and the join's sums (exact, host-computed) after the timed replays, and that
+// every counter was reset. A failed row says FAIL in its label and on stderr. The spins are bounded
+// (a trap, never a hang).
+//
+// No deadlock under PDL: every kernel here waits (griddepcontrol.wait) before its first spin and
+// triggers right after, so (1) launch k+1's CTAs start spinning only after launch k COMPLETED
+// (its SMs free), (2) launch k+1 is scheduled only once all of launch k's CTAs have triggered, so
+// all of them are resident before any of k+1's takes a slot, and k+2 likewise waits for all of
+// k+1's: a spinner never waits on a CTA that an earlier or later launch keeps off the GPU, and
+// G <= the occupancy query's count is enough (handover_plan.h). test_pdl_sass checks the wait's
+// place on the SASS (no global access and no call before it).
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,9 +54,13 @@ constexpr int HO_THREADS = 256;
 enum { PUB_FENCE_ATOMIC, PUB_RED_RELEASE, PUB_ST_RELEASE };
 const char *const pub_name[] = {"fence+atomic", "red.release", "st.release"};
 
-// err[0]: values that differed from the expected; err[1]: the first step / phase with one.
-__device__ __forceinline__ void note_bad(int *err, int bad, int r) {
+// err[0]: values that differed from the expected; err[1]: the first step / phase with one;
+// err[2]: values checked (the host compares it with the exact count: a check that did not run
+// fails the row). Called by every thread of the CTA (a warp reduction).
+__device__ __forceinline__ void note_bad(int *err, int bad, int checked, int r) {
     if (bad) atomicAdd(err, bad), atomicMin(err + 1, r);
+    checked = __reduce_add_sync(0xffffffffu, checked);
+    if ((threadIdx.x & 31) == 0 && checked) atomicAdd(err + 2, checked);
 }
 
 __device__ __forceinline__ unsigned sm_id() {
@@ -111,16 +127,18 @@ __device__ __forceinline__ void add_store(const uint4 (&u)[HO_BATCH], __half *ou
     }
 }
 
-// The values of u that are not start(i, c) + r (chain) or join_value(r, i, c) (join). Run after
-// the step's publish, so the check is off the path the rows time.
-__device__ __forceinline__ int count_bad(const uint4 (&u)[HO_BATCH], int n, int r, int c,
-                                         bool join) {
+// The values of u that are not start(i, c) + r (chain) or join_value(r, i, c) (join); *checked:
+// how many were compared. Only in the untimed launches (see the top).
+__device__ __forceinline__ int count_bad(const uint4 (&u)[HO_BATCH], int n, int r, int c, bool join,
+                                         int *checked) {
     int bad = 0;
+    *checked = 0;
 #pragma unroll
     for (int b = 0; b < HO_BATCH; b++) {
         const int i = threadIdx.x * 8 + b * HO_STRIDE;
         if (i >= n) break;
         const __half *h = (const __half *)&u[b];
+        *checked += 8;
 #pragma unroll
         for (int e = 0; e < 8; e++)
             bad += __half2float(h[e]) !=
@@ -136,7 +154,7 @@ struct chain_args {
     char *flag0; // flag r at flag0 + r flag_stride
     size_t flag_stride;
     int *exitc, *smid, *err;
-    int n, R, c, pub, relaxed;
+    int n, R, c, pub, relaxed, check;
     unsigned sleep_ns;
 };
 
@@ -158,7 +176,11 @@ __global__ void __launch_bounds__(HO_THREADS) handover_chain_kernel(chain_args a
         add_store(u, (__half *)(a.slots + (size_t)r * a.slot_bytes + a.data_off), a.n);
         __syncthreads(); // every thread's stores before thread 0's publish
         if (threadIdx.x == 0) publish((int *)(a.flag0 + (size_t)r * a.flag_stride), a.pub);
-        note_bad(a.err, count_bad(u, a.n, r, a.c, false), r);
+        if (a.check) {
+            int k;
+            const int bad = count_bad(u, a.n, r, a.c, false, &k);
+            note_bad(a.err, bad, k, r);
+        }
     }
     reset_if_last(a.exitc, a.flag0, a.flag_stride, a.R);
 }
@@ -168,7 +190,7 @@ struct join_args {
     int *ctr;    // counter r at ctr + 32 r; the exit counter at ctr + 32 R
     float *sums; // [R][C]
     int *err;
-    int P, C, R, c;
+    int P, C, R, c, check;
     unsigned sleep_ns;
 };
 
@@ -216,7 +238,11 @@ __global__ void __launch_bounds__(HO_THREADS) handover_join_kernel(join_args a) 
             __syncthreads();
             if (threadIdx.x == 0) g4_red_release_add(a.ctr + L * r, 1);
         }
-        if (r > 0) note_bad(a.err, count_bad(u, K, r - 1, a.c, true), r - 1);
+        if (r > 0 && a.check) {
+            int k;
+            const int bad = count_bad(u, K, r - 1, a.c, true, &k);
+            note_bad(a.err, bad, k, r - 1);
+        }
     }
     reset_if_last(a.ctr + L * a.R, (char *)a.ctr, G4_HO_LINE, a.R);
 }
@@ -224,14 +250,26 @@ __global__ void __launch_bounds__(HO_THREADS) handover_join_kernel(join_args a) 
 // The baseline: one step as one kernel (CTA 0 works; the others only wait and trigger, as a
 // GEMV-wide grid's boundary).
 __global__ void __launch_bounds__(HO_THREADS)
-    handover_step_kernel(const __half *in, __half *out, int n, int r, int c, int *err) {
+    handover_step_kernel(const __half *in, __half *out, int n, int r, int c, int check, int *err) {
     g4_pdl_wait();
     g4_pdl_trigger();
     if (blockIdx.x) return;
     uint4 u[HO_BATCH];
     load_vec(in, u, n);
     add_store(u, out, n);
-    note_bad(err, count_bad(u, n, r, c, false), r); // (delays this grid's completion a little)
+    if (check) { // (delays this grid's completion: untimed launches only)
+        int k;
+        const int bad = count_bad(u, n, r, c, false, &k);
+        note_bad(err, bad, k, r);
+    }
+}
+
+// 1 for the launches add_row makes before capturing (the value checks run there), 0 for the
+// captured, timed ones.
+int checking(cudaStream_t st) {
+    cudaStreamCaptureStatus cs;
+    G4_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
+    return cs == cudaStreamCaptureStatusNone;
 }
 
 int resident(const void *kernel) {
@@ -248,9 +286,9 @@ __half *chain_src(Pool &pool, int n) {
     return pool.upload(h.data(), h.size());
 }
 
-int *err_buf(Pool &pool) { // [32]: the count, the first bad step (own line)
+int *err_buf(Pool &pool) { // [32]: the bad count, the first bad step, the checked count (own line)
     int *e = (int *)pool.alloc(G4_HO_LINE);
-    const int h[2] = {0, 0x7fffffff};
+    const int h[3] = {0, 0x7fffffff, 0};
     G4_CUDA_CHECK(cudaMemcpy(e, h, sizeof h, cudaMemcpyHostToDevice));
     return e;
 }
@@ -273,16 +311,22 @@ void finish_row(g4_kbench_row *row, double per, const char *why) {
     set_shape(row, s);
 }
 
-// Device error count, the final vector (fin: n halves, or NULL) against start(c_last) + R, the
-// counters (nctr at byte stride ctr_stride from ctr) and the exit counter back at zero.
-const char *check_run(const int *err, const __half *fin, int n, int R, int c_last, const char *ctr,
-                      size_t ctr_stride, int nctr, const int *exitc, char *why, size_t wn) {
-    int e[2];
+// Device error count and checked count (want_checked: exact), the final vector (fin: n halves,
+// or NULL) against start(c_last) + R, the counters (nctr at byte stride ctr_stride from ctr) and
+// the exit counter back at zero.
+const char *check_run(const int *err, long long want_checked, const __half *fin, int n, int R,
+                      int c_last, const char *ctr, size_t ctr_stride, int nctr, const int *exitc,
+                      char *why, size_t wn) {
+    int e[3];
     G4_CUDA_CHECK(cudaDeviceSynchronize());
     G4_CUDA_CHECK(cudaMemcpy(e, err, sizeof e, cudaMemcpyDeviceToHost));
     if (e[0]) {
         snprintf(why, wn, "%d values read were not the expected ones (first at step %d)", e[0],
                  e[1]);
+        return why;
+    }
+    if (e[2] != want_checked) {
+        snprintf(why, wn, "%d values checked on the device, expected %lld", e[2], want_checked);
         return why;
     }
     if (fin) {
@@ -356,7 +400,7 @@ int bench_chain(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
         a.n = v.n, a.R = R, a.pub = v.pub, a.relaxed = v.relaxed, a.sleep_ns = v.sleep_ns;
         auto ours = [&](int rep, cudaStream_t st) {
             chain_args b = a;
-            b.c = rep & 1, b.src = src + (size_t)b.c * v.n;
+            b.c = rep & 1, b.src = src + (size_t)b.c * v.n, b.check = checking(st);
             g4_pdl_launch(handover_chain_kernel, dim3(v.G), dim3(HO_THREADS), 0, st, b);
         };
         G4_CUDA_CHECK(
@@ -366,8 +410,9 @@ int bench_chain(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
         if (got == n) return n;
         char msg[160];
         const __half *fin = (const __half *)(slots + (size_t)(R - 1) * p.slot_bytes + p.data_off);
-        why = check_run(a.err, fin, v.n, R, (PER_GRAPH - 1) & 1, a.flag0, p.flag_stride, R, a.exitc,
-                        msg, sizeof msg);
+        // (the untimed launches: PER_GRAPH of R steps, n values each)
+        why = check_run(a.err, (long long)PER_GRAPH * R * v.n, fin, v.n, R, (PER_GRAPH - 1) & 1,
+                        a.flag0, p.flag_stride, R, a.exitc, msg, sizeof msg);
         std::vector<int> sm(v.G);
         G4_CUDA_CHECK(
             cudaMemcpy(sm.data(), a.smid, sizeof(int) * sm.size(), cudaMemcpyDeviceToHost));
@@ -412,7 +457,7 @@ int bench_join(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
         a.P = v.P, a.C = v.C, a.R = R, a.sleep_ns = v.sleep_ns;
         auto ours = [&](int rep, cudaStream_t st) {
             join_args b = a;
-            b.c = rep & 1;
+            b.c = rep & 1, b.check = checking(st);
             g4_pdl_launch(handover_join_kernel, dim3(v.C), dim3(HO_THREADS), 0, st, b);
         };
         G4_CUDA_CHECK(
@@ -421,8 +466,10 @@ int bench_join(const char *f, int reps, g4_kbench_row *rows, int n, int max) {
                                      ours, NoBase(), nullptr);
         if (got == n) return n;
         char msg[160];
-        why = check_run(a.err, nullptr, 0, R, 0, (const char *)a.ctr, G4_HO_LINE, R,
-                        a.ctr + G4_HO_LINE / 4 * R, msg, sizeof msg);
+        // (PER_GRAPH untimed launches of R phases, C consumers reading P * 16 values each)
+        why = check_run(a.err, (long long)PER_GRAPH * R * v.C * v.P * 16, nullptr, 0, R, 0,
+                        (const char *)a.ctr, G4_HO_LINE, R, a.ctr + G4_HO_LINE / 4 * R, msg,
+                        sizeof msg);
         if (!why) { // the last launch's sums against the host's (exact: handover_plan.h)
             const int c = (PER_GRAPH - 1) & 1;
             std::vector<float> s((size_t)R * v.C);
@@ -470,7 +517,7 @@ int bench_pdl_chain(const char *f, int reps, g4_kbench_row *rows, int n, int max
         auto ours = [&](int rep, cudaStream_t st) {
             const __half *in = rep ? buf[(rep - 1) & 1] : src;
             g4_pdl_launch(handover_step_kernel, dim3(v.ctas), dim3(HO_THREADS), 0, st, in,
-                          buf[rep & 1], v.n, rep, 0, err);
+                          buf[rep & 1], v.n, rep, 0, checking(st), err);
         };
         G4_CUDA_CHECK(
             cudaDeviceSynchronize()); // (memsets: legacy stream; the row's is non-blocking)
@@ -479,7 +526,8 @@ int bench_pdl_chain(const char *f, int reps, g4_kbench_row *rows, int n, int max
         if (got == n) return n;
         char msg[160];
         const char *why =
-            check_run(err, buf[(R - 1) & 1], v.n, R, 0, nullptr, 0, 0, nullptr, msg, sizeof msg);
+            check_run(err, (long long)R * v.n, buf[(R - 1) & 1], v.n, R, 0, // R untimed launches
+                      nullptr, 0, 0, nullptr, msg, sizeof msg);
         // (add_row's time is per launch already: one launch, one hand-over)
         finish_row(&rows[n], 1, why);
         n = got;

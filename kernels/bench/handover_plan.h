@@ -5,6 +5,7 @@
 #ifndef G4_HANDOVER_PLAN_H
 #define G4_HANDOVER_PLAN_H
 
+#include <math.h>
 #include <stddef.h>
 
 #define G4_HO_LINE       128   // bytes a cache line: a counter alone in one, or beside data
@@ -87,11 +88,15 @@ static inline const char *g4_ho_join_make(int P, int C, int R, int resident, g4_
     return NULL;
 }
 
-// The join's values: element k of phase r's vector in launch copy c, a multiple of 0.25 in
-// [-1.5, 1.5]: exact in fp16, and every sum of squares of up to 16384 of them (multiples of
-// 1/16 below 2^20) exact in fp32 in any order, so the host's sums equal the device's bit for bit.
+// The join's values: element k of phase r's vector in launch copy c, a multiple of 0.25: copy 0
+// b = ((7k + 3r) % 13) / 4 - 1.5 in [-1.5, 1.5], copy 1 |b| + 0.25 in [0.25, 1.75]. Exact in
+// fp16, and every sum of squares of up to 16384 of them (multiples of 1/16 below 2^20) exact
+// in fp32 in any order, so the host's sums equal the device's bit for bit. Copy 1's square is
+// larger than copy 0's for every element, so a sum that read ANY element of the other launch's
+// copy is off: the host's sums check catches a stale read in the timed launches too.
 G4_HO_HD float g4_ho_join_value(int r, int k, int c) {
-    return (float)((k * 7 + r * 3 + c * 5) % 13) * 0.25f - 1.5f;
+    const float b = (float)((k * 7 + r * 3) % 13) * 0.25f - 1.5f;
+    return c ? fabsf(b) + 0.25f : b;
 }
 
 // The chain's start vector in launch copy c (c = 0, 1 alternate between launches, so a step

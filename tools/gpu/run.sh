@@ -833,12 +833,15 @@ stage_floor() {
 # Issue 30 stage 2 (bench/NOTES.md "What one on-device hand-over costs"; after build).
 stage_handover() {
     ctest --test-dir build-gpu -R "test_pdl_sass|test_handover_plan" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    local r
+    local r rc
     for r in 1 2; do
         timeout 300 build-gpu/g4cu bench --kernels --filter handover --reps 30 \
             --json "$OUT/handover_$r.json" >"$OUT/handover_$r.txt" 2>&1
-        echo "=== bench --kernels --filter handover (run $r): exit $?"
+        rc=$?
+        echo "=== bench --kernels --filter handover (run $r): exit $rc"
         grep -E "handover|FAIL|trapping|refused" "$OUT/handover_$r.txt" | cut -c1-200
+        # (a trap's device printf may never reach stdout: the CUDA error is the last lines)
+        [ $rc = 0 ] || tail -3 "$OUT/handover_$r.txt" | cut -c1-200
     done
     stage_floor
 }
