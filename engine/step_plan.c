@@ -419,9 +419,22 @@ static void tile_layer(bld *b, tstate *t, int l, const int *pli) {
             w = h < nh + nkv ? G4_SW_K : G4_SW_V;
             base = (int64_t)((h - nh) % nkv) * hd;
         }
-        gemv_ctx q = {
-            G4_SP_LINEAR, w, l, hin,        h == 0 ? hout : -1, t->r, t->r_parts, buf,  0, -1,
-            -1,           0, 0, {t->r_ctr}, {t->r_target},      1,    qkv_ctr[g], NULL, hd};
+        gemv_ctx q = {.kind = G4_SP_LINEAR,
+                      .weight = w,
+                      .layer = l,
+                      .hin = hin,
+                      .hout = h == 0 ? hout : -1,
+                      .r = t->r,
+                      .r_parts = t->r_parts,
+                      .ybuf = buf,
+                      .ybase = 0,
+                      .mul_base = -1,
+                      .xbuf = -1,
+                      .wait = {t->r_ctr},
+                      .target = {t->r_target},
+                      .n_wait = 1,
+                      .signal = qkv_ctr[g],
+                      .seg = hd};
         qkv_n[g] += tile_groups(b, base, base + hd, hd, gt, gemv_emit, &q);
     }
     if (t->r >= 0) t->hcur = hout;
@@ -474,25 +487,24 @@ static void tile_layer(bld *b, tstate *t, int l, const int *pli) {
     int o_n = 0;
     for (int g = 0; g < nkv; g++) {
         const int64_t a0 = (int64_t)g * b->p->max_splits * gw;
-        gemv_ctx o = {G4_SP_LINEAR,
-                      G4_SW_O,
-                      l,
-                      -1,
-                      -1,
-                      -1,
-                      0,
-                      G4_SB_OPART,
-                      (int64_t)g * H,
-                      -1,
-                      G4_SB_APART,
-                      a0,
-                      a0 + (int64_t)S * gw,
-                      {att_ctr[g]},
-                      {S},
-                      1,
-                      o_ctr,
-                      NULL,
-                      H};
+        gemv_ctx o = {.kind = G4_SP_LINEAR,
+                      .weight = G4_SW_O,
+                      .layer = l,
+                      .hin = -1,
+                      .hout = -1,
+                      .r = -1,
+                      .r_parts = 0,
+                      .ybuf = G4_SB_OPART,
+                      .ybase = (int64_t)g * H,
+                      .mul_base = -1,
+                      .xbuf = G4_SB_APART,
+                      .k0 = a0,
+                      .k1 = a0 + (int64_t)S * gw,
+                      .wait = {att_ctr[g]},
+                      .target = {S},
+                      .n_wait = 1,
+                      .signal = o_ctr,
+                      .seg = H};
         const int first = b->p->n;
         o_n += gemv_groups(b, &o, H, H, gt);
         for (int i = first; i < b->p->n; i++) { // (K: this KV head's heads of the attention)
@@ -511,25 +523,23 @@ static void tile_layer(bld *b, tstate *t, int l, const int *pli) {
     }
     {
         const int hi2 = t->hcur, ho2 = other_h(hi2);
-        gemv_ctx gu = {G4_SP_LINEAR,
-                       G4_SW_GATE_UP,
-                       l,
-                       hi2,
-                       ho2,
-                       G4_SB_OPART,
-                       nkv,
-                       G4_SB_MLP,
-                       0,
-                       -1,
-                       -1,
-                       0,
-                       0,
-                       {o_ctr},
-                       {o_n},
-                       1,
-                       -1,
-                       gu_ctr,
-                       ck};
+        gemv_ctx gu = {.kind = G4_SP_LINEAR,
+                       .weight = G4_SW_GATE_UP,
+                       .layer = l,
+                       .hin = hi2,
+                       .hout = ho2,
+                       .r = G4_SB_OPART,
+                       .r_parts = nkv,
+                       .ybuf = G4_SB_MLP,
+                       .ybase = 0,
+                       .mul_base = -1,
+                       .xbuf = -1,
+                       .wait = {o_ctr},
+                       .target = {o_n},
+                       .n_wait = 1,
+                       .signal = -1,
+                       .signal_of_seg = gu_ctr,
+                       .seg = ck};
         gemv_groups(b, &gu, lc->ffn, ck, gt);
         t->hcur = ho2;
     }
@@ -538,25 +548,24 @@ static void tile_layer(bld *b, tstate *t, int l, const int *pli) {
     int d_n = 0;
     for (int ch = 0; ch < nch; ch++) {
         const int64_t e = (ch + 1) * ck < lc->ffn ? (ch + 1) * ck : lc->ffn;
-        gemv_ctx d = {G4_SP_LINEAR,
-                      G4_SW_DOWN,
-                      l,
-                      -1,
-                      -1,
-                      -1,
-                      0,
-                      G4_SB_DPART,
-                      (int64_t)ch * H,
-                      -1,
-                      G4_SB_MLP,
-                      ch * ck,
-                      e,
-                      {gu_ctr[ch]},
-                      {gu_n[ch]},
-                      1,
-                      d_ctr,
-                      NULL,
-                      H};
+        gemv_ctx d = {.kind = G4_SP_LINEAR,
+                      .weight = G4_SW_DOWN,
+                      .layer = l,
+                      .hin = -1,
+                      .hout = -1,
+                      .r = -1,
+                      .r_parts = 0,
+                      .ybuf = G4_SB_DPART,
+                      .ybase = (int64_t)ch * H,
+                      .mul_base = -1,
+                      .xbuf = G4_SB_MLP,
+                      .k0 = ch * ck,
+                      .k1 = e,
+                      .wait = {gu_ctr[ch]},
+                      .target = {gu_n[ch]},
+                      .n_wait = 1,
+                      .signal = d_ctr,
+                      .seg = H};
         d_n += gemv_groups(b, &d, H, H, gt);
     }
     free(gu_ctr);
@@ -566,32 +575,44 @@ static void tile_layer(bld *b, tstate *t, int l, const int *pli) {
     int pg_n;
     {
         const int hi2 = t->hcur, ho2 = other_h(hi2);
-        gemv_ctx pg = {G4_SP_LINEAR,
-                       G4_SW_PLE_GATE,
-                       l,
-                       hi2,
-                       ho2,
-                       G4_SB_DPART,
-                       nch,
-                       G4_SB_PG,
-                       0,
-                       (int64_t)l * P,
-                       -1,
-                       0,
-                       0,
-                       {d_ctr, pli[l]},
-                       {d_n, 1},
-                       2,
-                       pg_ctr,
-                       NULL,
-                       P};
+        gemv_ctx pg = {.kind = G4_SP_LINEAR,
+                       .weight = G4_SW_PLE_GATE,
+                       .layer = l,
+                       .hin = hi2,
+                       .hout = ho2,
+                       .r = G4_SB_DPART,
+                       .r_parts = nch,
+                       .ybuf = G4_SB_PG,
+                       .ybase = 0,
+                       .mul_base = (int64_t)l * P,
+                       .xbuf = -1,
+                       .wait = {d_ctr, pli[l]},
+                       .target = {d_n, 1},
+                       .n_wait = 2,
+                       .signal = pg_ctr,
+                       .seg = P};
         pg_n = gemv_groups(b, &pg, P, P, gt);
         t->hcur = ho2;
     }
     const int pp_ctr = new_counter(b, l, "pp");
-    gemv_ctx pp = {
-        G4_SP_LINEAR, G4_SW_PLE_PROJ, l, -1,     -1,   -1, 0, G4_SB_PY, 0, -1, G4_SB_PG, 0, P,
-        {pg_ctr},     {pg_n},         1, pp_ctr, NULL, H};
+    gemv_ctx pp = {.kind = G4_SP_LINEAR,
+                   .weight = G4_SW_PLE_PROJ,
+                   .layer = l,
+                   .hin = -1,
+                   .hout = -1,
+                   .r = -1,
+                   .r_parts = 0,
+                   .ybuf = G4_SB_PY,
+                   .ybase = 0,
+                   .mul_base = -1,
+                   .xbuf = G4_SB_PG,
+                   .k0 = 0,
+                   .k1 = P,
+                   .wait = {pg_ctr},
+                   .target = {pg_n},
+                   .n_wait = 1,
+                   .signal = pp_ctr,
+                   .seg = H};
     t->r = G4_SB_PY;
     t->r_parts = 1;
     t->r_ctr = pp_ctr;
@@ -608,25 +629,25 @@ static void tile_step(bld *b, int prev_sample) {
     // the PLE model projection in groups within each layer's slice, then each slice's inputs
     int *plp = g4_calloc((size_t)L, sizeof(int)), *pli = g4_calloc((size_t)L, sizeof(int));
     for (int l = 0; l < L; l++) plp[l] = new_counter(b, -1, "ple_proj");
-    gemv_ctx pm = {G4_SP_LINEAR,
-                   G4_SW_PLE_MODEL_PROJ,
-                   -1,
-                   -1,
-                   -1,
-                   -1,
-                   0,
-                   G4_SB_PLE,
-                   0,
-                   -1,
-                   G4_SB_X,
-                   0,
-                   H,
-                   {emb},
-                   {1},
-                   1,
-                   -1,
-                   plp,
-                   P};
+    gemv_ctx pm = {.kind = G4_SP_LINEAR,
+                   .weight = G4_SW_PLE_MODEL_PROJ,
+                   .layer = -1,
+                   .hin = -1,
+                   .hout = -1,
+                   .r = -1,
+                   .r_parts = 0,
+                   .ybuf = G4_SB_PLE,
+                   .ybase = 0,
+                   .mul_base = -1,
+                   .xbuf = G4_SB_X,
+                   .k0 = 0,
+                   .k1 = H,
+                   .wait = {emb},
+                   .target = {1},
+                   .n_wait = 1,
+                   .signal = -1,
+                   .signal_of_seg = plp,
+                   .seg = P};
     gemv_groups(b, &pm, (int64_t)L * P, P, gt);
     const int per_slice = tile_groups(b, 0, P, P, gt, NULL, NULL);
     for (int l = 0; l < L; l++) {
