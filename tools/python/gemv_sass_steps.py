@@ -12,7 +12,13 @@ The main loop is the backward branch whose body holds the most HMMA; its steps a
 between two loop-exit checks (conditional forward branches to the loop's last 8 instructions),
 walked on the steady-state path: the refill loads taken, the end-of-group flush (a forward
 branch over a CALL) skipped. Predicated-off instructions count: they issue. The first and last
-step are left out (loop entry / exit code), the middle ones averaged. Needs no GPU.
+step are left out (loop entry / exit code), the middle ones averaged.
+
+A loop with HMMA nested inside the main loop (gemv_q4_v3_kernel's LOOP 2: the blocks of U steps
+without per-step tests) is reported too, as "block loop": one iteration walked with every
+forward branch that skips HMMA not taken (the steps) and every one that skips none taken (the
+group events at the block's end: the load cursor's wrap, the flush), divided into its steps
+(HMMA / --words). Needs no GPU.
 """
 import argparse
 import collections
@@ -58,6 +64,23 @@ def kind(s):
     return 'loop / cursor (ISETP, BRA, counters, group change)'
 
 
+def target(s):
+    """The target of a branch (BRA 0x.., BRA P1, 0x.., BRA.U !UP0, 0x..), else None."""
+    m = re.search(r'\bBRA(?:\.[A-Z.]+)?\s+(?:!?U?P[T0-9]+,\s*)?(0x[0-9a-f]+)', s)
+    return int(m.group(1), 16) if m else None
+
+
+def report(title, paths, words, steps=1):
+    """Counts by kind a step: paths of `steps` steps each, averaged."""
+    tot = collections.Counter(kind(s) for p in paths for s in p)
+    n = len(paths) * steps
+    print(title)
+    for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
+        print(f'  {k:52s} {v / n:6.2f} a step {v / n / words:6.2f} a lane-word')
+    t = sum(tot.values())
+    print(f'  {"total":52s} {t / n:6.2f} a step {t / n / words:6.2f} a lane-word')
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('sass')
@@ -75,11 +98,13 @@ def main():
             ins.append((int(m.group(1), 16), m.group(2).strip()))
     at = {addr: i for i, (addr, _) in enumerate(ins)}
     best = None
+    loops = []
     for i, (addr, s) in enumerate(ins):
-        m = re.search(r'BRA (0x[0-9a-f]+)', s)
-        if m and int(m.group(1), 16) < addr and int(m.group(1), 16) in at:
-            j = at[int(m.group(1), 16)]
+        t = target(s)
+        if t is not None and t < addr and t in at:
+            j = at[t]
             h = sum('HMMA' in x for _, x in ins[j:i + 1])
+            loops.append((h, j, i))
             if not best or h > best[0]:
                 best = (h, j, i)
     if not best:
@@ -87,10 +112,6 @@ def main():
     _, lo, hi = best
     loop = ins[lo:hi + 1]
     tail = loop[-8][0]
-
-    def target(s):
-        m = re.search(r'BRA (0x[0-9a-f]+)', s)
-        return int(m.group(1), 16) if m else None
 
     exits = [i for i, (_, s) in enumerate(loop)
              if s.startswith('@') and target(s) is not None and target(s) >= tail]
@@ -109,14 +130,27 @@ def main():
             i += 1
         steps.append(path)
     mid = steps[1:-1] if len(steps) > 2 else steps
-    tot = collections.Counter(kind(s) for p in mid for s in p)
-    n, w = len(mid), a.words
-    print(f'{a.kernel}: loop {loop[0][0]:#x}-{loop[-1][0]:#x}, {len(loop)} instructions, '
-          f'{len(steps)} steps; steady step = mean of {n}')
-    for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
-        print(f'  {k:52s} {v / n:6.2f} a step {v / n / w:6.2f} a lane-word')
-    t = sum(tot.values())
-    print(f'  {"total":52s} {t / n:6.2f} a step {t / n / w:6.2f} a lane-word')
+    report(f'{a.kernel}: loop {loop[0][0]:#x}-{loop[-1][0]:#x}, {len(loop)} instructions, '
+           f'{len(steps)} steps; steady step = mean of {len(mid)}', mid, a.words)
+
+    inner = [(h, j, i) for h, j, i in loops if h and lo <= j and i <= hi and (j, i) != (lo, hi)]
+    if not inner:
+        return
+    h, j, i = min(inner, key=lambda x: x[2] - x[1])
+    path, k = [], j
+    while k <= i:
+        addr, s = ins[k]
+        path.append(s)
+        t = target(s)
+        if t is not None and k != i and t > addr and t in at and at[t] <= i + 1:
+            if not any('HMMA' in x for _, x in ins[k + 1:at[t]]):
+                k = at[t]
+                continue
+        k += 1
+    u = h // a.words
+    report(f'{a.kernel}: block loop {ins[j][0]:#x}-{ins[i][0]:#x}, {i - j + 1} instructions, '
+           f'{u} steps; a block\'s steady path = {len(path)} instructions, per step / {u}',
+           [path], a.words, u)
 
 
 if __name__ == '__main__':
