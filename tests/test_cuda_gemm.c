@@ -24,7 +24,9 @@
 // kind, repacked or uploaded apart, and a 3 MB + 48 bytes region), so the GEMVs issue their bulk
 // L2 prefetches there and every other path takes and drops it: bit-identical to the first run
 // too (a prefetch returns nothing to the program). The add-norm cases run each design a second
-// time with it armed, bit-identical as well.
+// time with it armed, bit-identical as well. A Q4 GEMV case that ran the third design runs
+// twice more, under its main loops 1 and 2 (g4_gemm_gemv3_loop), each bit-identical to the
+// first run; --op q4_add_norm/gemv3_loops compares the two loops of the Q4 add-norm form.
 //
 // Expected values and tolerances (per element |got - exp| <= tol, and NMSE over the case):
 //   fp16 weights: exp = ref_linear_f16 on the same fp16 inputs (fp32 accumulate).
