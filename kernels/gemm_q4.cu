@@ -822,7 +822,8 @@ constexpr int GV3_U = 4;
 // The third design's main loop (gemv_q4_v3_kernel's LOOP): g4_gemm_gemv3_loop's (tests), else
 // G4_GEMV3_LOOP in the environment (read once; 1, the default: the per-step loop; 2: the group
 // change out of the unrolled steps, bit-identical, until measured on the H200).
-int g_gv3_loop = -1; // -1: the environment's
+int g_gv3_loop = -1;     // -1: the environment's
+int g_gv3_last_loop = 0; // the loop of the last third-design launch (g4_gemm_gemv3_last_loop)
 int gemv3_loop() {
     if (g_gv3_loop > 0) return g_gv3_loop;
     static const int env = env_int("G4_GEMV3_LOOP", 1, 1, 2);
@@ -831,10 +832,9 @@ int gemv3_loop() {
 
 template <bool FUSED, bool PRO, int LOOP>
 void launch_gemv3_loop(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                       int K, int epi, const gv_pro &pro, const g4_l2n &l2n, cudaStream_t stream) {
+                       int K, int epi, const gv_plan &p, const gv_pro &pro, const g4_l2n &l2n,
+                       cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
-    const int units = (N / 16 + T - 1) / T;
-    const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8; // steps a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
     auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, LOOP>;
@@ -860,10 +860,20 @@ void launch_gemv3_loop(void *y, const __half *x, q4w w0, q4w w1, const __half *b
 template <bool FUSED, bool PRO>
 void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
                   int epi, const gv_pro &pro, const g4_l2n &l2n, cudaStream_t stream) {
-    if (gemv3_loop() == 2)
-        launch_gemv3_loop<FUSED, PRO, 2>(y, x, w0, w1, bias, M, N, K, epi, pro, l2n, stream);
+    constexpr int T = FUSED ? 1 : 2;
+    const int units = (N / 16 + T - 1) / T;
+    const gv_plan p = gemv_plan(16 * units, K, FUSED);
+    // LOOP 2 only where one of its blocks without tests may occur: elsewhere (one group a CTA,
+    // k ranges shorter than 2U: ple_emb, the fused gate/up 6144) it would run LOOP 1's steps
+    // and its own block test for nothing
+    g_gv3_last_loop =
+        gemv3_loop() == 2 && gv3_plain_blocks_possible(K / 64, p.S * p.CS, p.groups, p.grid, GV3_U)
+            ? 2
+            : 1;
+    if (g_gv3_last_loop == 2)
+        launch_gemv3_loop<FUSED, PRO, 2>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
     else
-        launch_gemv3_loop<FUSED, PRO, 1>(y, x, w0, w1, bias, M, N, K, epi, pro, l2n, stream);
+        launch_gemv3_loop<FUSED, PRO, 1>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
 }
 
 // =============================================================================================
@@ -1303,6 +1313,10 @@ extern "C" int g4_gemm_gemv3_loop(int loop) {
         return g4_fail(G4_EUSER, "gemv3 loop: %d, expected -1 (environment), 1 or 2", loop);
     g4k::g_gv3_loop = loop;
     return G4_OK;
+}
+
+extern "C" int g4_gemm_gemv3_last_loop(void) {
+    return g4k::g_gv3_last_loop;
 }
 
 extern "C" int g4_gemm_gemv_last_design(void) {

@@ -31,4 +31,12 @@ GV3_HD int gv3_block_plain(int i0, int n, int cr, int lr, int L, int U) {
     return i0 + 2 * U <= n && cr + U <= L && lr + U <= L;
 }
 
+// Whether any warp of a plan (KT k tiles split ST ways, `groups` groups walked by `grid` CTAs)
+// may meet such a block: not when every CTA walks one group (grid >= groups) and every k range
+// (at most ceil(KT / ST) tiles) is shorter than 2U, since then n = L < 2U fails i0 + 2U <= n.
+// The launch runs LOOP 1 there (the same results).
+GV3_HD int gv3_plain_blocks_possible(int KT, int ST, int groups, int grid, int U) {
+    return grid < groups || (KT + ST - 1) / ST >= 2 * U;
+}
+
 #endif

@@ -962,7 +962,7 @@ static void run_case(const gcase *c) {
         // for bit the first run's (the same loads, products and summation order).
         const int v3_ran = rc == G4_OK && q4 && c->algo == GEMV && g4_gemm_gemv_last_design() == 3;
         void *got3 = v3_ran ? g4_malloc(ybytes) : NULL;
-        int loops_same = 1;
+        int loops_same = 1, ran2 = 0;
         for (int loop = 1; loop <= 2 && v3_ran; loop++) {
             CHECK(g4_gemm_gemv3_loop(loop) == G4_OK);
             if (add)
@@ -976,6 +976,9 @@ static void run_case(const gcase *c) {
             CK(cudaMemcpy(got3, out.y, ybytes, cudaMemcpyDeviceToHost));
             CHECK_MSG(g4_gemm_gemv_last_design() == 3, "loop %d: design %d ran, not 3", loop,
                       g4_gemm_gemv_last_design());
+            ran2 |= g4_gemm_gemv3_last_loop() == 2;
+            CHECK_MSG(g4_gemm_gemv3_last_loop() == 1 || loop == 2, "loop 1 forced, loop %d ran",
+                      g4_gemm_gemv3_last_loop());
             const int ls = memcmp(got, got3, ybytes) == 0;
             CHECK_MSG(ls, "the third design's loop %d differs from the first run (bit for bit)",
                       loop);
@@ -983,8 +986,9 @@ static void run_case(const gcase *c) {
             g4_gemm_gemv3_loop(-1); // back to G4_GEMV3_LOOP's
         }
         if (v3_ran)
-            printf("  third design, loops 1 and 2 against the first run: %s\n",
-                   loops_same ? "bit-identical" : "DIFFER");
+            printf("  third design, loops 1 and 2 against the first run: %s%s\n",
+                   loops_same ? "bit-identical" : "DIFFER",
+                   ran2 ? "" : " (loop 2 ran loop 1 here: no block without tests can occur)");
         free(got3);
         dev_free(dn);
         dev_free(dodd);
@@ -1397,7 +1401,7 @@ static void run_add_norm(int M, int N, int K, int kind, int next, int scaled, g4
 // against a reference: test_backend_ops --op add_norm_linear (G4_GEMV=v3, G4_GEMV3_LOOP=1 / 2).
 // gated: the up weight too (y fp16); else plain with epi and bias.
 static void run_q4_add_norm_loops(int M, int N, int K, int gated, g4_gemm_epi epi, int bias,
-                                  int split, int ctas, unsigned long long seed) {
+                                  int split, int ctas, int want2, unsigned long long seed) {
     printf("case op=q4_add_norm/gemv3_loops M=%d N=%d K=%d gated=%d epi=%s bias=%d split=%d "
            "ctas=%d\n",
            M, N, K, gated, g4_gemm_epi_name(epi), bias, split, ctas);
@@ -1437,6 +1441,7 @@ static void run_q4_add_norm_loops(int M, int N, int K, int gated, g4_gemm_epi ep
     float *hout[2] = {g4_malloc(nx * 4), g4_malloc(nx * 4)};
     uint16_t *xo[2] = {g4_malloc(nx * 2), g4_malloc(nx * 2)};
     void *y[2] = {g4_malloc(yb), g4_malloc(yb)};
+    int ran2 = 0;
     CHECK(g4_gemm_gemv_version(3) == G4_OK);
     CHECK(g4_gemm_gemv_force(split, ctas) == G4_OK);
     for (int v = 0; v < 2; v++) {
@@ -1450,6 +1455,7 @@ static void run_q4_add_norm_loops(int M, int N, int K, int gated, g4_gemm_epi ep
         CK(cudaDeviceSynchronize());
         CHECK_MSG(g4_gemm_gemv_last_design() == 3, "loop %d: design %d ran, not 3", v + 1,
                   g4_gemm_gemv_last_design());
+        if (v == 1) ran2 = g4_gemm_gemv3_last_loop() == 2;
         CK(cudaMemcpy(hout[v], d_hout, nx * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(xo[v], d_x, nx * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(y[v], d_y, yb, cudaMemcpyDeviceToHost));
@@ -1463,8 +1469,11 @@ static void run_q4_add_norm_loops(int M, int N, int K, int gated, g4_gemm_epi ep
                      memcmp(y[0], y[1], yb) == 0;
     CHECK_MSG(nonfinite == 0, "%ld NaN/inf outputs (unwritten)", nonfinite);
     CHECK_MSG(same, "loop 2's h_out, x_out or y differs from loop 1's");
-    printf("  %s: loops 1 and 2 %s, %ld non-finite\n", same && !nonfinite ? "ok" : "FAIL",
-           same ? "bit-identical" : "DIFFER", nonfinite);
+    CHECK_MSG(want2 < 0 || ran2 == want2, "loop 2 forced: loop %d ran, %d expected", ran2 ? 2 : 1,
+              want2 ? 2 : 1);
+    printf("  %s: loops 1 and 2 %s, %ld non-finite%s\n", same && !nonfinite ? "ok" : "FAIL",
+           same ? "bit-identical" : "DIFFER", nonfinite,
+           ran2 ? "" : " (loop 2 ran loop 1: no block without tests can occur)");
     void *dv[] = {d_hin, d_r, d_nw, d_nw2, d_b, d_hout, d_x, d_y};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dev_free(dv[i]);
     void *hv[] = {hin, r, nw, nw2, hb, hout[0], hout[1], xo[0], xo[1], y[0], y[1]};
@@ -1479,13 +1488,19 @@ static void run_q4_add_norm_loops(int M, int N, int K, int gated, g4_gemm_epi ep
 // both widths), a plain weight (f16 and f32 + bias outputs), odd shapes, forced K splits and a
 // persistent grid walking several groups (loop 2's blocks without tests: L a multiple of 4).
 static void run_q4_add_norm_loop_cases(void) {
-    run_q4_add_norm_loops(1, 6144, 1536, 1, G4_GEMM_Y_F16, 0, 0, 0, 201);
-    run_q4_add_norm_loops(8, 12288, 1536, 1, G4_GEMM_Y_F16, 0, 0, 0, 202);
-    run_q4_add_norm_loops(1, 8960, 1536, 0, G4_GEMM_Y_F16, 0, 0, 0, 203);
-    run_q4_add_norm_loops(3, 2048, 1536, 0, G4_GEMM_Y_F32, 1, 0, 0, 204);
-    run_q4_add_norm_loops(2, 1008, 960, 1, G4_GEMM_Y_F16, 0, 1, 2, 205);
-    run_q4_add_norm_loops(5, 1008, 2048, 0, G4_GEMM_Y_F16, 1, 1, 1, 206);
-    run_q4_add_norm_loops(1, 48, 1984, 1, G4_GEMM_Y_F16, 0, 16, 0, 207);
+    // want2: 1 if loop 2 forced runs loop 2 (a block without tests can occur), 0 if it runs
+    // loop 1, -1 unchecked (the automatic plans: as below on 132 SMs, gemv_plan elsewhere)
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int h200 = sms == 132;
+    run_q4_add_norm_loops(1, 6144, 1536, 1, G4_GEMM_Y_F16, 0, 0, 0, h200 ? 0 : -1, 201);
+    run_q4_add_norm_loops(8, 12288, 1536, 1, G4_GEMM_Y_F16, 0, 0, 0, h200 ? 1 : -1, 202);
+    run_q4_add_norm_loops(1, 6144, 1536, 1, G4_GEMM_Y_F16, 0, 0, 40, 1, 203);
+    run_q4_add_norm_loops(3, 8960, 1536, 0, G4_GEMM_Y_F32, 1, 2, 30, 1, 204);
+    run_q4_add_norm_loops(2, 1008, 960, 1, G4_GEMM_Y_F16, 0, 1, 2, 1, 205);
+    run_q4_add_norm_loops(5, 1008, 2048, 0, G4_GEMM_Y_F16, 1, 1, 1, 1, 206);
+    run_q4_add_norm_loops(1, 48, 1984, 1, G4_GEMM_Y_F16, 0, 16, 0, 0, 207);
 }
 
 // The add-norm cases (--op f16_add_norm): the decode step's (q|k|v, q, the gated MLP, the PLE

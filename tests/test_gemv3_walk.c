@@ -8,7 +8,8 @@
 // every step computes the tile of its (group, k step) (clamped past the edge as the kernel
 // clamps) against x of its k tile; every refill loads a tile the walk computes later; a flush per
 // group; and LOOP 2's blocks without tests cover exactly the steps the header's rule predicts
-// (counted: for L a multiple of U all but the walk's last one or two blocks).
+// (counted: for L a multiple of U all but the walk's last one or two blocks), and none where
+// gv3_plain_blocks_possible sends the launch to LOOP 1.
 // Shapes: the E2B decode shapes the third design takes (lm_head, ple_emb, fused gate/up 6144
 // and 12288, K = 1536) under their automatic plan on 132 SMs (computed here as gemv_plan does),
 // and odd ones: units 1..33, K / 64 = 1..40 (K not a multiple of 256), every K split 1..64 (S
@@ -169,6 +170,8 @@ static int check_plan(int units, int KT, int S, int CS, int grid, int expect_pla
                     }
                 }
                 ok = ok && step == w.n && flushes == nj && loads == w.n;
+                // where the launch runs LOOP 1 instead, LOOP 2 would have had no such block
+                if (!gv3_plain_blocks_possible(KT, ST, groups, grid, U)) ok = ok && p2 == 0;
                 // the blocks without tests: exactly those gv3_block_plain admits; for L a
                 // multiple of U (and L >= U) all the walk's steps but its last block or two
                 if (ok && expect_plain && w.L % U == 0 && w.L >= U && w.n >= 2 * U)
@@ -218,8 +221,13 @@ int main(void) {
         auto_plan(e2b[i].units, 24, 132, &S, &CS, &grid);
         g_plain = g_steps = 0;
         CHECK_MSG(check_plan(e2b[i].units, 24, S, CS, grid, 1) == 0, "%s", e2b[i].name);
-        printf("%s: S %d CS %d grid %d: %ld of %ld steps in blocks without tests\n", e2b[i].name, S,
-               CS, grid, g_plain, g_steps);
+        const int groups = (e2b[i].units + WARPS / S - 1) / (WARPS / S);
+        const int l2 = gv3_plain_blocks_possible(24, S * CS, groups, grid, U);
+        printf("%s: S %d CS %d grid %d: %ld of %ld steps in blocks without tests; %s\n",
+               e2b[i].name, S, CS, grid, g_plain, g_steps,
+               l2 ? "G4_GEMV3_LOOP=2 runs LOOP 2" : "LOOP 1 runs either way");
+        CHECK_MSG(l2 == (g_plain > 0), "%s: blocks possible %d, plain steps %ld", e2b[i].name, l2,
+                  g_plain);
     }
     // lm_head: L = 24, about 4 groups a warp: every block but the walk's last
     {
