@@ -14,7 +14,6 @@
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv3_walk.h"
 #include "kernels/pdl.cuh"
 #include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
@@ -632,12 +631,7 @@ __device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, c
     gv_zero(acc);
 }
 
-// LOOP 1: every unrolled step tests the group events (today's loop); LOOP 2 (G4_GEMV3_LOOP=2):
-// the blocks of U steps with no group event (gemv3_walk.h) run first, in an inner loop without
-// those tests, from one base address a tile and block; then one block of the LOOP 1 form. Same
-// loads, products and summation order: bit-identical results (tests/test_cuda_gemm.c runs the
-// third design's cases under both and compares them bit for bit).
-template <int F, int T, int U, bool PRO, int LOOP = 1>
+template <int F, int T, int U, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                       const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
@@ -736,79 +730,32 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gv_zero(acc);
     int cj = 0, cr = 0;                                   // compute cursor
     const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the step being computed
-    // Step u of a block: its E items (ring slot u) times x at xp into the accumulators.
-    auto compute = [&](int u, const __half *xp) {
-        uint32_t xw[8];
-        gv_x_frag<PRO>(xp, xw);
-#pragma unroll
-        for (int e = 0; e < E; e++) {
-            const q4k kc = q4_consts(rs[u][e], rz[u][e]);
-            const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
-#pragma unroll
-            for (int st = 0; st < 4; st++) {
-                uint32_t a[4];
-                q4_dequant_word(words[st], kc, a);
-                mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
-            }
-        }
-    };
-    auto flush = [&]() { // the end of the unit's k range in group cj
-        gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(cj), cj, warp, f, s, S, CS,
-                            &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
-        cr = 0;
-        cj++;
-        px = px0;
-    };
     for (int i0 = 0; i0 < n; i0 += U) {
-        if constexpr (LOOP == 2) {
-            // Blocks whose group events (the load cursor's wrap, the flush) fall at their end
-            // if at all (gv3_block_plain): no per-step test; step u refills slot u from tile
-            // bt[tt] + lr + u, one base address a block and item. Leaves i0 < n (the block
-            // condition keeps U more steps), so a block of the per-step form follows.
-            while (gv3_block_plain(i0, n, cr, lr, L, U)) {
-                const char *pq[E], *ps[E], *pz[E]; // the block's first refill, each item
-#pragma unroll
-                for (int tt = 0; tt < T; tt++)
-#pragma unroll
-                    for (int ff = 0; ff < F; ff++) {
-                        const uint32_t ti = bt[tt] + (uint32_t)lr;
-                        pq[ff * T + tt] = mad_wide(ti, 512, qb[ff]);
-                        ps[ff * T + tt] = mad_wide(ti, 64, sb[ff]);
-                        pz[ff * T + tt] = mad_wide(ti, 16, zb[ff]);
-                    }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    // Always true here (i0 + 2U <= n); the branch keeps each step's refill at
-                    // that step: in one basic block ptxas issued every refill after the
-                    // block's third step, up to 3 steps late (SASS, bench/NOTES.md).
-                    if (i0 + u < n) {
-                        compute(u, px + 64 * u);
-#pragma unroll
-                        for (int e = 0; e < E; e++) { // refill this slot, U steps ahead
-                            rq[u][e] = ldg_stream(pq[e] + 512 * u);
-                            rs[u][e] = ldg_stream_u32(ps[e] + 64 * u);
-                            rz[u][e] = ldg_stream_u8(pz[e] + 16 * u);
-                        }
-                    }
-                }
-                i0 += U;
-                px += 64 * U;
-                lr += U;
-                if (lr == L) { // the last refill was the group's last tile
-                    lr = 0;
-                    set_bases(++lj);
-                }
-                cr += U;
-                if (cr == L) flush();
-            }
-        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (i0 + u >= n) break; // warp-uniform
-            compute(u, px);
+            uint32_t xw[8];
+            gv_x_frag<PRO>(px, xw);
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const q4k kc = q4_consts(rs[u][e], rz[u][e]);
+                const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
+#pragma unroll
+                for (int st = 0; st < 4; st++) {
+                    uint32_t a[4];
+                    q4_dequant_word(words[st], kc, a);
+                    mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
+                }
+            }
             if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
             px += 64;
-            if (++cr == L) flush();
+            if (++cr == L) {
+                gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(cj), cj, warp, f, s, S, CS,
+                                    &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
+                cr = 0;
+                cj++;
+                px = px0;
+            }
         }
     }
     if (CS > 1) cg::this_cluster().sync(); // keep every CTA's partials alive until rank 0 read them
@@ -819,25 +766,15 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 // bytes of the streaming kernel's default U 8 / fused 4).
 constexpr int GV3_U = 4;
 
-// The third design's main loop (gemv_q4_v3_kernel's LOOP): g4_gemm_gemv3_loop's (tests), else
-// G4_GEMV3_LOOP in the environment (read once; 1, the default: the per-step loop; 2: the group
-// change out of the unrolled steps, bit-identical, until measured on the H200).
-int g_gv3_loop = -1;     // -1: the environment's
-int g_gv3_last_loop = 0; // the loop of the last third-design launch (g4_gemm_gemv3_last_loop)
-int gemv3_loop() {
-    if (g_gv3_loop > 0) return g_gv3_loop;
-    static const int env = env_int("G4_GEMV3_LOOP", 1, 1, 2);
-    return env;
-}
-
-template <bool FUSED, bool PRO, int LOOP>
-void launch_gemv3_loop(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                       int K, int epi, const gv_plan &p, const gv_pro &pro, const g4_l2n &l2n,
-                       cudaStream_t stream) {
+template <bool FUSED, bool PRO>
+void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, const g4_l2n &l2n, cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
+    const int units = (N / 16 + T - 1) / T;
+    const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8; // steps a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
-    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, LOOP>;
+    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO>;
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
         static bool opted = false;
         if (!opted) {
@@ -848,32 +785,13 @@ void launch_gemv3_loop(void *y, const __half *x, q4w w0, q4w w1, const __half *b
     }
     // (the kernel named at each launch: tests/test_pdl_sass.sh reads launch sites by name)
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO, LOOP>, dim3(p.grid, p.CS, 1),
+        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, p.CS, 1),
                               dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
                               w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro, l2n);
     else
-        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO, LOOP>, dim3(p.grid, 1, 1),
+        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro, l2n);
-}
-
-template <bool FUSED, bool PRO>
-void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                  int epi, const gv_pro &pro, const g4_l2n &l2n, cudaStream_t stream) {
-    constexpr int T = FUSED ? 1 : 2;
-    const int units = (N / 16 + T - 1) / T;
-    const gv_plan p = gemv_plan(16 * units, K, FUSED);
-    // LOOP 2 only where one of its blocks without tests may occur: elsewhere (one group a CTA,
-    // k ranges shorter than 2U: ple_emb, the fused gate/up 6144) it would run LOOP 1's steps
-    // and its own block test for nothing
-    g_gv3_last_loop =
-        gemv3_loop() == 2 && gv3_plain_blocks_possible(K / 64, p.S * p.CS, p.groups, p.grid, GV3_U)
-            ? 2
-            : 1;
-    if (g_gv3_last_loop == 2)
-        launch_gemv3_loop<FUSED, PRO, 2>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
-    else
-        launch_gemv3_loop<FUSED, PRO, 1>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
 }
 
 // =============================================================================================
@@ -1306,17 +1224,6 @@ extern "C" int g4_gemm_gemv_version(int version) {
                        version);
     g4k::g_gv_version = version;
     return G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_loop(int loop) {
-    if (loop != -1 && loop != 1 && loop != 2)
-        return g4_fail(G4_EUSER, "gemv3 loop: %d, expected -1 (environment), 1 or 2", loop);
-    g4k::g_gv3_loop = loop;
-    return G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_last_loop(void) {
-    return g4k::g_gv3_last_loop;
 }
 
 extern "C" int g4_gemm_gemv_last_design(void) {

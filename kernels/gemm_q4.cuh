@@ -86,14 +86,6 @@ int g4_gemm_gemv_force(int split, int max_ctas);
 // streaming one, 3 the third design; 0 the automatic choice; -1, the initial state, G4_GEMV's).
 // Not thread-safe; not for the engine.
 int g4_gemm_gemv_version(int version);
-// Tests and benches only: force the third design's main loop (1 the per-step loop, 2 the group
-// change out of the unrolled steps: bit-identical; -1, the initial state, G4_GEMV3_LOOP's).
-// Not thread-safe; not for the engine.
-int g4_gemm_gemv3_loop(int loop);
-// Tests only: the loop (1, 2) the last third-design launch ran (0: none yet). Loop 2 forced runs
-// loop 1 where none of its blocks without tests can occur (gemv3_walk.h
-// gv3_plain_blocks_possible: one group a CTA and k ranges shorter than 8 tiles).
-int g4_gemm_gemv3_last_loop(void);
 // Tests only: the design (1..3) of the last Q4 GEMV launched by g4_gemm_q4, g4_gemm_q4_gelu_mul
 // or g4_gemv_q4_add_norm with M <= 8 (0: none yet), so a test that forces a design can check it
 // ran.

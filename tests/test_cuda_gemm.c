@@ -24,9 +24,7 @@
 // kind, repacked or uploaded apart, and a 3 MB + 48 bytes region), so the GEMVs issue their bulk
 // L2 prefetches there and every other path takes and drops it: bit-identical to the first run
 // too (a prefetch returns nothing to the program). The add-norm cases run each design a second
-// time with it armed, bit-identical as well. A Q4 GEMV case that ran the third design runs
-// twice more, under its main loops 1 and 2 (g4_gemm_gemv3_loop), each bit-identical to the
-// first run; --op q4_add_norm/gemv3_loops compares the two loops of the Q4 add-norm form.
+// time with it armed, bit-identical as well.
 //
 // Expected values and tolerances (per element |got - exp| <= tol, and NMSE over the case):
 //   fp16 weights: exp = ref_linear_f16 on the same fp16 inputs (fp32 accumulate).
@@ -958,38 +956,6 @@ static void run_case(const gcase *c) {
                           g4_gemm_gemv_last_design());
         }
         CHECK(g4_gemv_l2_next(NULL) == G4_OK); // (taken by the launch already; an early failure)
-        // Where the third design ran: its two main loops (G4_GEMV3_LOOP 1, 2) again, each bit
-        // for bit the first run's (the same loads, products and summation order).
-        const int v3_ran = rc == G4_OK && q4 && c->algo == GEMV && g4_gemm_gemv_last_design() == 3;
-        void *got3 = v3_ran ? g4_malloc(ybytes) : NULL;
-        int loops_same = 1, ran2 = 0;
-        for (int loop = 1; loop <= 2 && v3_ran; loop++) {
-            CHECK(g4_gemm_gemv3_loop(loop) == G4_OK);
-            if (add)
-                CK(cudaMemcpy(out.y, y0, ybytes, cudaMemcpyHostToDevice));
-            else
-                CK(cudaMemset(out.y, 0xff, ybytes));
-            rc = c->op == OP_Q4 ? g4_gemm_q4(out.y, dx, &qw[0], db, M, epi, c->algo, 0)
-                                : g4_gemm_q4_gelu_mul(out.y, dx, &qw[0], &qw[1], M, c->algo, 0);
-            CHECK_MSG(rc == G4_OK, "launch, loop %d: %s", loop, g4_error());
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(got3, out.y, ybytes, cudaMemcpyDeviceToHost));
-            CHECK_MSG(g4_gemm_gemv_last_design() == 3, "loop %d: design %d ran, not 3", loop,
-                      g4_gemm_gemv_last_design());
-            ran2 |= g4_gemm_gemv3_last_loop() == 2;
-            CHECK_MSG(g4_gemm_gemv3_last_loop() == 1 || loop == 2, "loop 1 forced, loop %d ran",
-                      g4_gemm_gemv3_last_loop());
-            const int ls = memcmp(got, got3, ybytes) == 0;
-            CHECK_MSG(ls, "the third design's loop %d differs from the first run (bit for bit)",
-                      loop);
-            loops_same &= ls;
-            g4_gemm_gemv3_loop(-1); // back to G4_GEMV3_LOOP's
-        }
-        if (v3_ran)
-            printf("  third design, loops 1 and 2 against the first run: %s%s\n",
-                   loops_same ? "bit-identical" : "DIFFER",
-                   ran2 ? "" : " (loop 2 ran loop 1 here: no block without tests can occur)");
-        free(got3);
         dev_free(dn);
         dev_free(dodd);
         if (qn.q) g4_q4_weight_free(&qn);
@@ -1395,114 +1361,6 @@ static void run_add_norm(int M, int N, int K, int kind, int next, int scaled, g4
     for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) free(hv[i]);
 }
 
-// The Q4 add-norm GEMV (g4_gemv_q4_add_norm) with the third design forced, under its two main
-// loops (g4_gemm_gemv3_loop 1, 2): y, h_out and x_out bit for bit the same (the loops differ only
-// in where the cursor is tested: the same loads, products and summation order). Their values
-// against a reference: test_backend_ops --op add_norm_linear (G4_GEMV=v3, G4_GEMV3_LOOP=1 / 2).
-// gated: the up weight too (y fp16); else plain with epi and bias.
-static void run_q4_add_norm_loops(int M, int N, int K, int gated, g4_gemm_epi epi, int bias,
-                                  int split, int ctas, int want2, unsigned long long seed) {
-    printf("case op=q4_add_norm/gemv3_loops M=%d N=%d K=%d gated=%d epi=%s bias=%d split=%d "
-           "ctas=%d\n",
-           M, N, K, gated, g4_gemm_epi_name(epi), bias, split, ctas);
-    unsigned long long s = seed;
-    const size_t nx = (size_t)M * K, ny = (size_t)M * N;
-    const size_t yb = ny * (out_is_f32(epi) ? 4 : 2);
-    float *hin = g4_malloc(nx * 4);
-    for (size_t i = 0; i < nx; i++) hin[i] = rnd_val(&s, -20.0f, 20.0f, 0);
-    uint16_t *r = rnd_f16(nx, 0, 0, &s), *nw = rnd_f16((size_t)K, -2, 0, &s);
-    uint16_t *nw2 = rnd_f16((size_t)K, -2, 0, &s), *hb = bias ? rnd_f16((size_t)N, 0, 0, &s) : NULL;
-    q4_host qh[2];
-    memset(qh, 0, sizeof qh);
-    g4_q4_weight qw[2];
-    memset(qw, 0, sizeof qw);
-    for (int i = 0; i < 1 + gated; i++) {
-        q4_host_make(&qh[i], N, K, 0, &s);
-        CHECK_MSG(g4_q4_repack(&qw[i], qh[i].q, qh[i].scales, qh[i].zp, N, K, 32) == G4_OK,
-                  "repack: %s", g4_error());
-    }
-    void *d_hin = dev_upload(hin, nx * 4), *d_r = dev_upload(r, nx * 2);
-    void *d_nw = dev_upload(nw, (size_t)K * 2), *d_nw2 = dev_upload(nw2, (size_t)K * 2);
-    void *d_b = hb ? dev_upload(hb, (size_t)N * 2) : NULL, *d_hout, *d_x, *d_y;
-    CK(cudaMalloc(&d_hout, nx * 4));
-    CK(cudaMalloc(&d_x, nx * 2));
-    CK(cudaMalloc(&d_y, yb));
-    const g4_gemv_norm a = {.h_in = d_hin,
-                            .h_out = d_hout,
-                            .r = d_r,
-                            .w = d_nw,
-                            .scale = NULL,
-                            .next_w = d_nw2,
-                            .x_out = d_x,
-                            .eps = 1e-6f,
-                            .next_norm = 1,
-                            .mul = NULL,
-                            .ldm = 0};
-    float *hout[2] = {g4_malloc(nx * 4), g4_malloc(nx * 4)};
-    uint16_t *xo[2] = {g4_malloc(nx * 2), g4_malloc(nx * 2)};
-    void *y[2] = {g4_malloc(yb), g4_malloc(yb)};
-    int ran2 = 0;
-    CHECK(g4_gemm_gemv_version(3) == G4_OK);
-    CHECK(g4_gemm_gemv_force(split, ctas) == G4_OK);
-    for (int v = 0; v < 2; v++) {
-        CHECK(g4_gemm_gemv3_loop(v + 1) == G4_OK);
-        CK(cudaMemset(d_hout, 0xff, nx * 4));
-        CK(cudaMemset(d_x, 0xff, nx * 2));
-        CK(cudaMemset(d_y, 0xff, yb));
-        const int rc = g4_gemv_q4_add_norm(d_y, &a, &qw[0], gated ? &qw[1] : NULL, d_b, M,
-                                           gated ? G4_GEMM_Y_F16 : epi, 0);
-        CHECK_MSG(rc == G4_OK, "loop %d: %s", v + 1, g4_error());
-        CK(cudaDeviceSynchronize());
-        CHECK_MSG(g4_gemm_gemv_last_design() == 3, "loop %d: design %d ran, not 3", v + 1,
-                  g4_gemm_gemv_last_design());
-        if (v == 1) ran2 = g4_gemm_gemv3_last_loop() == 2;
-        CK(cudaMemcpy(hout[v], d_hout, nx * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(xo[v], d_x, nx * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(y[v], d_y, yb, cudaMemcpyDeviceToHost));
-    }
-    g4_gemm_gemv3_loop(-1);
-    g4_gemm_gemv_force(0, 0);
-    g4_gemm_gemv_version(-1);
-    long nonfinite = 0;
-    for (size_t i = 0; i < ny; i++) nonfinite += !isfinite(host_out(y[0], epi, i));
-    const int same = memcmp(hout[0], hout[1], nx * 4) == 0 && memcmp(xo[0], xo[1], nx * 2) == 0 &&
-                     memcmp(y[0], y[1], yb) == 0;
-    CHECK_MSG(nonfinite == 0, "%ld NaN/inf outputs (unwritten)", nonfinite);
-    CHECK_MSG(same, "loop 2's h_out, x_out or y differs from loop 1's");
-    CHECK_MSG(want2 < 0 || ran2 == want2, "loop 2 forced: loop %d ran, %d expected", ran2 ? 2 : 1,
-              want2 ? 2 : 1);
-    printf("  %s: loops 1 and 2 %s, %ld non-finite%s\n", same && !nonfinite ? "ok" : "FAIL",
-           same ? "bit-identical" : "DIFFER", nonfinite,
-           ran2 ? "" : " (loop 2 ran loop 1: no block without tests can occur)");
-    void *dv[] = {d_hin, d_r, d_nw, d_nw2, d_b, d_hout, d_x, d_y};
-    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dev_free(dv[i]);
-    void *hv[] = {hin, r, nw, nw2, hb, hout[0], hout[1], xo[0], xo[1], y[0], y[1]};
-    for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) free(hv[i]);
-    for (int i = 0; i < 2; i++) {
-        if (qw[i].q) g4_q4_weight_free(&qw[i]);
-        if (qh[i].q) q4_host_free(&qh[i]);
-    }
-}
-
-// The third design's add-norm forms under both loops: the decode gate/up (fused, 1 and 8 rows,
-// both widths), a plain weight (f16 and f32 + bias outputs), odd shapes, forced K splits and a
-// persistent grid walking several groups (loop 2's blocks without tests: L a multiple of 4).
-static void run_q4_add_norm_loop_cases(void) {
-    // want2: 1 if loop 2 forced runs loop 2 (a block without tests can occur), 0 if it runs
-    // loop 1, -1 unchecked (the automatic plans: as below on 132 SMs, gemv_plan elsewhere)
-    int dev = 0, sms = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int h200 = sms == 132;
-    run_q4_add_norm_loops(1, 6144, 1536, 1, G4_GEMM_Y_F16, 0, 0, 0, h200 ? 0 : -1, 201);
-    run_q4_add_norm_loops(8, 12288, 1536, 1, G4_GEMM_Y_F16, 0, 0, 0, h200 ? 1 : -1, 202);
-    run_q4_add_norm_loops(1, 6144, 1536, 1, G4_GEMM_Y_F16, 0, 0, 40, 1, 203);
-    run_q4_add_norm_loops(3, 8960, 1536, 0, G4_GEMM_Y_F32, 1, 2, 30, 1, 204);
-    run_q4_add_norm_loops(2, 1008, 960, 1, G4_GEMM_Y_F16, 0, 1, 2, 1, 205);
-    run_q4_add_norm_loops(5, 1008, 2048, 0, G4_GEMM_Y_F16, 1, 1, 1, 1, 206);
-    run_q4_add_norm_loops(1, 48, 1984, 1, G4_GEMM_Y_F16, 0, 16, 0, 0, 207);
-}
-
 // The add-norm cases (--op f16_add_norm): the decode step's (q|k|v, q, the gated MLP, the PLE
 // gate at 1 and 8 rows), odd N and K, an fp32 output with bias, a multiplier of ldm > N.
 static void run_add_norm_cases(void) {
@@ -1577,7 +1435,6 @@ int main(int argc, char **argv) {
         printf("device: %s\n", dev);
         if (!op || strstr("reject", op)) run_reject_forced();
         if (!op || strstr("f16_add_norm/gemv", op)) run_add_norm_cases();
-        if (!op || strstr("q4_add_norm/gemv3_loops", op)) run_q4_add_norm_loop_cases();
     }
     const double t0 = now_s();
     int ran = 0, same = 0, over = 0;

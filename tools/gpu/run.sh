@@ -102,9 +102,7 @@
 #            package bench --batch-rows 16,32 with G4_SKINNY=0 and 1 and the 32-row profile
 #   gemv     issue 29 (after build) = gemv_check then gemv_rows. gemv_check: the GEMV test
 #            cases (the third design's add-norm GEMVs too), and q4 + f16 GEMV cases and the
-#            add-norm path again under each GEMV_CHECK_ENVS entry (plan knobs, read once;
-#            e.g. G4_GEMV3_LOOP=2, the third design's second main loop, which test_cuda_gemm
-#            also compares bit for bit with the first under every third-design case);
+#            add-norm path again under each GEMV_CHECK_ENVS entry (plan knobs, read once);
 #            gemv_rows: the decode GEMV kernel rows of each GEMV_VARIANTS entry (default
 #            G4_GEMV=v1/v2/v3/auto), twice
 #   f16mma   issue 29, the tensor-core fp16 GEMV (the default; G4_GEMV_F16=fma the earlier kernel; after build):

@@ -14,11 +14,11 @@ walked on the steady-state path: the refill loads taken, the end-of-group flush 
 branch over a CALL) skipped. Predicated-off instructions count: they issue. The first and last
 step are left out (loop entry / exit code), the middle ones averaged.
 
-A loop with HMMA nested inside the main loop (gemv_q4_v3_kernel's LOOP 2: the blocks of U steps
-without per-step tests) is reported too, as "block loop": one iteration walked with every
-forward branch that skips HMMA not taken (the steps) and every one that skips none taken (the
-group events at the block's end: the load cursor's wrap, the flush), divided into its steps
-(HMMA / --words). Needs no GPU.
+A loop with HMMA nested inside the main loop (an experiment's blocks of U steps without
+per-step tests, as gemv_q4_v3_kernel's LOOP 2 had; measured slower on the H200 and removed) is
+reported too, as "block loop": one iteration walked with every forward branch that skips HMMA
+not taken (the steps) and every one that skips none taken (the group events at the block's end:
+the load cursor's wrap, the flush), divided into its steps (HMMA / --words). Needs no GPU.
 """
 import argparse
 import collections
