@@ -143,7 +143,7 @@ typedef struct {
     const char *what; // "qkv", "att", "o", "gu", "down", ... (static strings)
 } g4_sp_counter;
 
-// The decode path's launch-level switches a state runs with (the same ones step_order in
+// The decode path's launch-level switches a state runs with (the same ones layer() in
 // engine/text_decoder.c follows): they shape the kernel plan; the tile plan follows the config
 // and qkv only (it fuses everything the switches choose between).
 typedef struct {

@@ -184,62 +184,6 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     return G4_OK;
 }
 
-// The weight-bearing ops of a one-token step (T = 1, not a batch step's rows, no hook) in the
-// order compute() calls them with this state's flags: the PLE model projection (embed), then a
-// layer's q|k|v or q (k, v on the KV owners), o, the MLP block (one op, or gate|up then down),
-// the PLE block (one op, or gate then projection), and the LM head. Mirrors layer() and embed();
-// tests/test_step_order.c records a real step's calls against it for every flag combination.
-// ops holds at least 2 + 8 n_layers entries; returns the count.
-static int step_order(const g4_text_state *s, g4_step_op *ops) {
-    const g4_text_model *m = s->m;
-    const g4_text_config *c = m->cfg;
-    int n = 0;
-#define OP3(a, b, d) (ops[n++] = (g4_step_op){{(a), (b), (d)}})
-#define OP(a)        OP3((a), NULL, NULL)
-    OP(&m->ple_model_proj);
-    for (int l = 0; l < c->n_layers; l++) {
-        const g4_layer_config *lc = &c->layer[l];
-        const g4_text_layer *w = &m->layers[l];
-        if (lc->kv_source == l && s->qkv_on && w->qkv.in) {
-            OP(&w->qkv);
-        } else {
-            OP(&w->q);
-            if (lc->kv_source == l) {
-                OP(&w->k);
-                OP(&w->v);
-            }
-        }
-        OP(&w->o);
-        if (s->persist_mlp && s->be->mlp_block) {
-            OP3(&w->gate, &w->up, &w->down);
-        } else {
-            OP3(&w->gate, &w->up, NULL);
-            OP(&w->down);
-        }
-        if (s->ple_fused) {
-            OP3(&w->ple_gate, &w->ple_proj, NULL);
-        } else {
-            OP(&w->ple_gate);
-            OP(&w->ple_proj);
-        }
-    }
-    OP(&m->lm_head);
-#undef OP
-#undef OP3
-    return n;
-}
-
-// Issue 30 (G4_L2_NEXT=1 or 2, read when a state is made; off by default until measured on the
-// H200): the backend's one-row GEMVs prefetch the next 1 or 2 ops' weights into L2 while they
-// run, from this state's step order, handed over before the step's graphs are captured.
-static void set_step_order(g4_text_state *s) {
-    const int depth = g4_env_is("G4_L2_NEXT", "1") ? 1 : g4_env_is("G4_L2_NEXT", "2") ? 2 : 0;
-    if (!depth || !s->be->set_step_order) return;
-    g4_step_op *ops = g4_calloc(2 + 8 * (size_t)s->m->cfg->n_layers, sizeof *ops);
-    s->be->set_step_order(s->be, ops, step_order(s, ops), depth);
-    free(ops);
-}
-
 // The one-token step's graphs: freed.
 static void free_step_graphs(g4_text_state *s) {
     for (int f = 0; f < 2; f++) {
@@ -774,12 +718,9 @@ static void step_work(g4_text_state *s, int T, const g4_soft_tokens *soft) {
 // kernel; the KV row it writes is rewritten by any request before it is read), then the same
 // step captured, once for each form class the backend's set_keys distinguishes (short key
 // ranges, and the most keys: the long-range forms). A request replays the graph of its step's
-// class with its own staged id, position and sampler. First the step order goes to the backend
-// (G4_L2_NEXT's hints, launch parameters the graphs must capture; eager steps use them too), so
-// every handle that captures, the state's first and a reserve's new one, has it.
+// class with its own staged id, position and sampler.
 static int capture_step(g4_text_state *s) {
     g4_backend *be = s->be;
-    set_step_order(s);
     if (s->eager || !be->graph_begin) return G4_OK;
     const int32_t pad = s->m->cfg->pad_id;
     const int n_past = s->n_past;

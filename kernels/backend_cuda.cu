@@ -57,11 +57,6 @@ typedef struct {
     void *persist_ws; // the persistent MLP's counters and partials (zeroed, self-resetting)
     size_t persist_ws_bytes;
     int keys; // set_keys: the context the one-token forwards enqueued next see
-    // set_step_order (G4_L2_NEXT): the one-row ops' L2 hints, open addressing keyed by an op's
-    // first weight (l2n_cap a power of two; 0: none)
-    const g4_linear **l2n_key;
-    g4_l2n *l2n_val;
-    int l2n_cap;
     // Tower scratch (see the towers' section): grown on first use, never inside a capture.
     struct {
         void *p;
@@ -186,84 +181,12 @@ static void cu_linear_gelu_mul_clipped(g4_backend *be, g4_buf *y, const g4_buf *
 static void *grow_ws(g4_backend *be, void **p, size_t *have, size_t bytes, int zero,
                      const char *op);
 
-// --- the next op's weights into L2 (issue 30, G4_L2_NEXT; kernels/l2_next.h) ----------------
-
-// A placed weight's device bytes as one region: Q4 the packed q | scales | zero points (one
-// allocation, g4_q4_repack), fp16 [in, out].
-static size_t weight_region(const g4_linear *w, const void **p) {
-    if (w->kind == G4_W_Q4) {
-        const g4_q4_weight *q = (const g4_q4_weight *)w->packed;
-        *p = q ? q->q : NULL;
-        return q ? q->bytes : 0;
-    }
-    *p = w->w;
-    return (size_t)w->in * w->out * 2;
-}
-
-static unsigned l2n_slot(const g4_linear *w, int cap) {
-    return (unsigned)(((uintptr_t)w >> 4) * 0x9E3779B97F4A7C15ull >> 32) & (unsigned)(cap - 1);
-}
-
-// Hints (g4_l2n_plan): op i's GEMV prefetches the weights of ops i+1 .. i+depth (wrapping to
-// the next step), at most G4_L2N_MAX regions and g4_l2n_cap() bytes; none for an op whose own
-// weights pass the L2 (the LM head). Keyed by each op's first weight.
-static void cu_set_step_order(g4_backend *ex, const g4_step_op *ops, int n, int depth) {
-    cuda_ctx *c = CTX(ex);
-    free(c->l2n_key);
-    free(c->l2n_val);
-    c->l2n_key = NULL;
-    c->l2n_val = NULL;
-    c->l2n_cap = 0;
-    if (n <= 0 || depth <= 0) return;
-    int dev = 0, l2 = 0;
-    G4_CUDA_CHECK(cudaGetDevice(&dev));
-    G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    typedef const void *regions_p[3];
-    typedef size_t regions_b[3];
-    regions_p *rp = (regions_p *)g4_calloc((size_t)n, sizeof *rp);
-    regions_b *rb = (regions_b *)g4_calloc((size_t)n, sizeof *rb);
-    g4_l2n *hint = (g4_l2n *)g4_calloc((size_t)n, sizeof *hint);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < 3; k++)
-            if (ops[i].w[k]) rb[i][k] = weight_region(ops[i].w[k], &rp[i][k]);
-    g4_l2n_plan(rp, rb, n, depth, (size_t)l2, g4_l2n_cap(), hint);
-    int cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    c->l2n_key = (const g4_linear **)g4_calloc((size_t)cap, sizeof *c->l2n_key);
-    c->l2n_val = (g4_l2n *)g4_calloc((size_t)cap, sizeof *c->l2n_val);
-    c->l2n_cap = cap;
-    for (int i = 0; i < n; i++) {
-        if (!ops[i].w[0] || !hint[i].n) continue;
-        unsigned j = l2n_slot(ops[i].w[0], cap);
-        while (c->l2n_key[j] && c->l2n_key[j] != ops[i].w[0]) j = (j + 1) & (unsigned)(cap - 1);
-        c->l2n_key[j] = ops[i].w[0];
-        c->l2n_val[j] = hint[i];
-    }
-    free(rp);
-    free(rb);
-    free(hint);
-}
-
-// The L2 hint of a one-row op whose first weight is w, armed for the next GEMM entry this
-// thread calls (g4_gemv_l2_next); nothing for other ops, several rows or no order set.
-static void arm_l2_next(g4_backend *be, const g4_linear *w, int rows) {
-    const cuda_ctx *c = CTX(be);
-    if (!c->l2n_cap || rows != 1) return;
-    for (unsigned j = l2n_slot(w, c->l2n_cap); c->l2n_key[j];
-         j = (j + 1) & (unsigned)(c->l2n_cap - 1))
-        if (c->l2n_key[j] == w) {
-            gemm_check(g4_gemv_l2_next(&c->l2n_val[j]));
-            return;
-        }
-}
-
 static void cu_linear(g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w,
                       int accumulate) {
     if (w->clipped) return cu_linear_clipped(be, y, x, w, accumulate);
     PROF("linear");
     need(x->type == G4_F16, "linear", "x must be f16");
     need(x->cols == w->in && y->cols == w->out && y->rows == x->rows, "linear", "shape mismatch");
-    arm_l2_next(be, w, x->rows);
     if (w->kind == G4_W_F16)
         gemm_check(g4_gemm_f16(y->data, x->data, w->w, w->bias, x->rows, w->out, w->in,
                                epilogue(y, accumulate), G4_GEMM_AUTO, S(be)));
@@ -282,10 +205,8 @@ static void cu_linear_gelu_mul(g4_backend *be, g4_buf *y, const g4_buf *x, const
         return cu_linear_gelu_mul_clipped(be, y, x, wg, wu);
     PROF("linear_gelu_mul");
     need(x->type == G4_F16 && y->type == G4_F16, "linear_gelu_mul", "x and y must be f16");
-    need(wg->kind == wu->kind && wg->out == wu->out && y->cols == wg->out && !wg->bias &&
-             !wu->bias,
+    need(wg->kind == wu->kind && wg->out == wu->out && y->cols == wg->out && !wg->bias && !wu->bias,
          "linear_gelu_mul", "gate and up must match, without bias");
-    arm_l2_next(be, wg, x->rows);
     if (wg->kind == G4_W_F16)
         gemm_check(g4_gemm_f16_gelu_mul(y->data, x->data, wg->w, wu->w, x->rows, wg->out, wg->in,
                                         G4_GEMM_AUTO, S(be)));
@@ -883,7 +804,6 @@ static void cu_add_norm_linear(g4_backend *be, const g4_add_norm *a, g4_buf *x, 
         PROF("add_norm_linear");
         const g4_gemv_norm gn = gemv_norm(a, x, mul, mul_col0);
         const g4_gemm_epi epi = wu || mul ? G4_GEMM_Y_F16 : epilogue(y, 0);
-        arm_l2_next(be, w, x->rows);
         if (w->kind == G4_W_Q4)
             gemm_check(g4_gemv_q4_add_norm(y->data, &gn, (const g4_q4_weight *)w->packed,
                                            wu ? (const g4_q4_weight *)wu->packed : NULL,
@@ -1208,8 +1128,6 @@ static void cu_exec_free(g4_backend *ex) {
     if (cx->attn_ws) G4_CUDA_CHECK(cudaFree(cx->attn_ws));
     if (cx->sample_ws) G4_CUDA_CHECK(cudaFree(cx->sample_ws));
     if (cx->persist_ws) G4_CUDA_CHECK(cudaFree(cx->persist_ws));
-    free(cx->l2n_key);
-    free(cx->l2n_val);
     for (int i = 0; i < 4; i++)
         if (cx->scratch[i].p) G4_CUDA_CHECK(cudaFree(cx->scratch[i].p));
     G4_CUDA_CHECK(cudaStreamDestroy(cx->stream));
@@ -1270,7 +1188,6 @@ extern "C" g4_backend *g4_backend_cuda(const char **why) {
     b->graph_launch = cu_graph_launch;
     b->graph_free = cu_graph_free;
     b->set_keys = cu_set_keys;
-    b->set_step_order = cu_set_step_order;
     b->exec_new = cu_exec_new;
     b->exec_reserve_rows = cu_exec_reserve_rows;
     b->exec_free = cu_exec_free;

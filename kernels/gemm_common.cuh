@@ -273,10 +273,6 @@ __device__ __forceinline__ void gv_norm_prologue(const gv_pro &p, __half *xs, in
 int norm_operands(const char *who, const g4_gemv_norm *a, const void *y, const void *bias, int M,
                   int N, int K, g4_gemm_epi epi, bool gated, gv_pro *out);
 
-// The descriptor g4_gemv_l2_next armed for this host thread (n = 0 when none), cleared: every
-// public entry takes it first and hands it to its GEMV launch.
-g4_l2n l2n_take();
-
 // The checks every entry makes; each returns G4_OK or a G4_EUSER message naming `who`.
 int check_common(const char *who, const void *y, const void *x, const void *bias, int M, int N,
                  int K, g4_gemm_epi epi);

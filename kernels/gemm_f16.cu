@@ -49,16 +49,6 @@ int skinny_f16_min() {
 }
 
 namespace {
-thread_local g4_l2n g_l2n = {}; // g4_gemv_l2_next's, for this host thread's next entry
-} // namespace
-
-g4_l2n l2n_take() {
-    const g4_l2n d = g_l2n;
-    g_l2n.n = 0;
-    return d;
-}
-
-namespace {
 int g_skinny_split = 0; // g4_gemm_skinny_force's (0: automatic)
 } // namespace
 
@@ -437,7 +427,7 @@ template <int MT, bool FUSED, bool PRO, bool PIPE = false>
 __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED, PIPE>())
     gemv_f16_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                     const __half *__restrict__ wu, const __half *__restrict__ bias, int M, int N,
-                    int K, int epi, gv_pro pro, g4_l2n l2n) {
+                    int K, int epi, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
     extern __shared__ __align__(16) uint8_t smem[];
     __half *xs = (__half *)smem;                      // [KCH][MT]
@@ -479,7 +469,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED, PIPE>
             }
         }
     }
-    g4_prefetch_l2_next(l2n); // the next op's weights (G4_L2_NEXT), after this CTA's own
     g4_pdl_wait();
     g4_pdl_trigger();
     const __half *xsrc = x; // [M][K]
@@ -611,8 +600,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, gemv_min_blocks<MT, FUSED, PIPE>
 
 template <int MT, bool FUSED, bool PRO>
 void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                   int M, int N, int K, int epi, const gv_pro &pro, const g4_l2n &l2n,
-                   cudaStream_t stream) {
+                   int M, int N, int K, int epi, const gv_pro &pro, cudaStream_t stream) {
     // (PRO: x [M][K] after the block's own, K <= 2048)
     const int smem = gemv_smem<MT, FUSED>() + (PRO ? M * K * 2 : 0);
     // The pipelined loop (default; G4_GEMV_F16_PIPE=0 turns it off, read once) for 1-2 rows only
@@ -641,27 +629,26 @@ void launch_gemv_t(void *y, const __half *x, const __half *w, const __half *wu, 
         set_smem(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, smem_max, &smem_set_pipe);
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO, PIPE_OK>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
-                              w, wu, bias, M, N, K, epi, pro, l2n);
+                              w, wu, bias, M, N, K, epi, pro);
     } else {
         set_smem(gemv_f16_kernel<MT, FUSED, PRO>, smem_max, &smem_set);
         g4_pdl_launch_cluster(gemv_f16_kernel<MT, FUSED, PRO>, dim3(strips, cs, 1),
                               dim3(GEMV_THREADS, 1, 1), (size_t)smem, stream, dim3(1, cs, 1), y, x,
-                              w, wu, bias, M, N, K, epi, pro, l2n);
+                              w, wu, bias, M, N, K, epi, pro);
     }
 }
 
 template <bool FUSED, bool PRO>
 void launch_gemv(void *y, const __half *x, const __half *w, const __half *wu, const __half *bias,
-                 int M, int N, int K, int epi, const gv_pro &pro, const g4_l2n &l2n,
-                 cudaStream_t stream) {
+                 int M, int N, int K, int epi, const gv_pro &pro, cudaStream_t stream) {
     if (M == 1)
-        launch_gemv_t<1, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, l2n, stream);
+        launch_gemv_t<1, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
     else if (M == 2)
-        launch_gemv_t<2, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, l2n, stream);
+        launch_gemv_t<2, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
     else if (M <= 4)
-        launch_gemv_t<4, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, l2n, stream);
+        launch_gemv_t<4, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
     else
-        launch_gemv_t<8, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, l2n, stream);
+        launch_gemv_t<8, FUSED, PRO>(y, x, w, wu, bias, M, N, K, epi, pro, stream);
 }
 
 // =============================================================================================
@@ -853,8 +840,7 @@ template <int F, int U, bool PRO>
 __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
     gemv_f16_mma_kernel(void *y, const __half *__restrict__ x, const __half *__restrict__ w,
                         const __half *__restrict__ wu, const __half *__restrict__ bias, int M,
-                        int N, int K, int epi, int S, int CS, int groups, const gv_pro pro,
-                        g4_l2n l2n) {
+                        int N, int K, int epi, int S, int CS, int groups, const gv_pro pro) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int KT = (K + GVM_KSTEP - 1) / GVM_KSTEP, ST = S * CS, FT = GVM_WARPS / S;
@@ -902,7 +888,6 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (u < n) load_next(u);
-    g4_prefetch_l2_next(l2n); // the next op's weights (G4_L2_NEXT), after this CTA's own
     g4_pdl_wait();
     g4_pdl_trigger();
 
@@ -977,7 +962,7 @@ __global__ void __launch_bounds__(GVM_THREADS, F == 1 ? 2 : 1) // (gvm_cps)
 template <bool FUSED, bool PRO>
 void launch_gemv_mma(void *y, const __half *x, const __half *w, const __half *wu,
                      const __half *bias, int M, int N, int K, int epi, const gv_pro &pro,
-                     const g4_l2n &l2n, cudaStream_t stream) {
+                     cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, U = FUSED ? 2 : 4; // the same 8 KB of W in flight a warp
     const gvm_plan_t p = gvm_plan_for(N, K, FUSED);
     const size_t smem =
@@ -988,15 +973,15 @@ void launch_gemv_mma(void *y, const __half *x, const __half *w, const __half *wu
     if (p.CS > 1)
         g4_pdl_launch_cluster(gemv_f16_mma_kernel<F, U, PRO>, dim3(p.grid, p.CS, 1),
                               dim3(GVM_THREADS, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w, wu,
-                              bias, M, N, K, epi, p.S, p.CS, p.groups, pro, l2n);
+                              bias, M, N, K, epi, p.S, p.CS, p.groups, pro);
     else
         g4_pdl_launch(gemv_f16_mma_kernel<F, U, PRO>, dim3(p.grid, 1, 1), dim3(GVM_THREADS, 1, 1),
-                      smem, stream, y, x, w, wu, bias, M, N, K, epi, p.S, p.CS, p.groups, pro, l2n);
+                      smem, stream, y, x, w, wu, bias, M, N, K, epi, p.S, p.CS, p.groups, pro);
 }
 
 int dispatch(const char *who, void *y, const void *x, const void *w, const void *wu,
              const void *bias, int M, int N, int K, g4_gemm_epi epi, g4_gemm_algo algo,
-             const g4_l2n &l2n, cudaStream_t stream) {
+             cudaStream_t stream) {
     const bool fused = wu != nullptr;
     if (!w || (uintptr_t)w % 16 || (fused && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
@@ -1016,13 +1001,13 @@ int dispatch(const char *who, void *y, const void *x, const void *w, const void 
             return g4_fail(G4_EUSER, "%s: %s", who, gvm_knobs_env().err);
         g_gvf_last = gvm_takes(M, N, K, fused) ? 2 : 1;
         if (g_gvf_last == 2 && fused)
-            launch_gemv_mma<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+            launch_gemv_mma<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else if (g_gvf_last == 2)
-            launch_gemv_mma<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+            launch_gemv_mma<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else if (fused)
-            launch_gemv<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+            launch_gemv<true, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         else
-            launch_gemv<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+            launch_gemv<false, false>(y, hx, hw, hu, hb, M, N, K, epi, gv_pro{}, stream);
         return G4_OK;
     case G4_GEMM_MMA:
     case G4_GEMM_SKINNY:
@@ -1070,25 +1055,9 @@ extern "C" const char *g4_gemm_algo_name(g4_gemm_algo a) {
 
 extern "C" int g4_gemm_f16(void *y, const void *x, const void *w, const void *bias, int M, int N,
                            int K, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
-    const g4_l2n l2n = g4k::l2n_take();
     int rc = g4k::check_common("gemm_f16", y, x, bias, M, N, K, epi);
     if (rc) return rc;
-    return g4k::dispatch("gemm_f16", y, x, w, nullptr, bias, M, N, K, epi, algo, l2n, stream);
-}
-
-extern "C" int g4_gemv_l2_next(const g4_l2n *d) {
-    g4k::g_l2n.n = 0;
-    if (!d || d->n == 0) return G4_OK;
-    if (d->n < 0 || d->n > G4_L2N_MAX)
-        return g4_fail(G4_EUSER, "gemv l2 next: %d regions, expected 0..%d", d->n, G4_L2N_MAX);
-    for (int i = 0; i < d->n; i++)
-        if (!d->p[i] || (uintptr_t)d->p[i] % 16 || !d->bytes[i] || d->bytes[i] % 16)
-            return g4_fail(G4_EUSER,
-                           "gemv l2 next: region %d at %p of %u bytes, expected a 16-byte "
-                           "aligned pointer and a positive multiple of 16 bytes",
-                           i, d->p[i], d->bytes[i]);
-    g4k::g_l2n = *d;
-    return G4_OK;
+    return g4k::dispatch("gemm_f16", y, x, w, nullptr, bias, M, N, K, epi, algo, stream);
 }
 
 extern "C" int g4_gemm_skinny_force(int split) {
@@ -1145,7 +1114,6 @@ extern "C" int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *
                                     const void *bias, int M, int N, int K, g4_gemm_epi epi,
                                     cudaStream_t stream) {
     const char *who = "gemv_f16_add_norm";
-    const g4_l2n l2n = g4k::l2n_take();
     if (!w || (uintptr_t)w % 16 || (wu && (uintptr_t)wu % 16))
         return g4_fail(G4_EUSER, "%s: weight pointer NULL or not 16-byte aligned", who);
     g4k::gv_pro pro;
@@ -1164,25 +1132,24 @@ extern "C" int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *
     g4k::g_gvf_last = !norm_fma && g4k::gvm_takes(M, N, K, wu != nullptr) ? 2 : 1;
     if (g4k::g_gvf_last == 2 && wu)
         g4k::launch_gemv_mma<true, true>(y, nullptr, (const __half *)w, (const __half *)wu, nullptr,
-                                         M, N, K, epi, pro, l2n, stream);
+                                         M, N, K, epi, pro, stream);
     else if (g4k::g_gvf_last == 2)
         g4k::launch_gemv_mma<false, true>(y, nullptr, (const __half *)w, nullptr,
-                                          (const __half *)bias, M, N, K, epi, pro, l2n, stream);
+                                          (const __half *)bias, M, N, K, epi, pro, stream);
     else if (wu)
         g4k::launch_gemv<true, true>(y, nullptr, (const __half *)w, (const __half *)wu, nullptr, M,
-                                     N, K, epi, pro, l2n, stream);
+                                     N, K, epi, pro, stream);
     else
         g4k::launch_gemv<false, true>(y, nullptr, (const __half *)w, nullptr, (const __half *)bias,
-                                      M, N, K, epi, pro, l2n, stream);
+                                      M, N, K, epi, pro, stream);
     return G4_OK;
 }
 
 extern "C" int g4_gemm_f16_gelu_mul(void *y, const void *x, const void *wg, const void *wu, int M,
                                     int N, int K, g4_gemm_algo algo, cudaStream_t stream) {
-    const g4_l2n l2n = g4k::l2n_take();
     int rc = g4k::check_common("gemm_f16_gelu_mul", y, x, nullptr, M, N, K, G4_GEMM_Y_F16);
     if (rc) return rc;
     if (!wu) return g4_fail(G4_EUSER, "gemm_f16_gelu_mul: NULL up-projection weight");
     return g4k::dispatch("gemm_f16_gelu_mul", y, x, wg, wu, nullptr, M, N, K, G4_GEMM_Y_F16, algo,
-                         l2n, stream);
+                         stream);
 }

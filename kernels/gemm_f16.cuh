@@ -44,8 +44,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/l2_next.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -107,15 +105,6 @@ const char *g4_gemv_add_norm_supported(int M, int K);
 int g4_gemv_f16_add_norm(void *y, const g4_gemv_norm *a, const void *w, const void *wu,
                          const void *bias, int M, int N, int K, g4_gemm_epi epi,
                          cudaStream_t stream);
-
-// The next op's weights into L2 (issue 30, G4_L2_NEXT; kernels/l2_next.h): d goes to the next
-// entry of this file or of gemm_q4.cuh that this host thread calls; when that launches a GEMV of
-// M <= 8 rows (any design, the add-norm forms included), its CTAs prefetch d's regions into L2
-// before their PDL wait, each CTA its share. Every entry takes (clears) it, GEMV or not, so a
-// hint never outlives the call it was meant for. NULL or n = 0 clears it. A prefetch changes no
-// result. G4_EUSER (and cleared): n outside 0..G4_L2N_MAX, a NULL or not 16-byte aligned
-// region, a size not a positive multiple of 16.
-int g4_gemv_l2_next(const g4_l2n *d);
 
 // Tests and benches only: force the WGMMA GEMMs' (fp16 and Q4) tile width (128, 192, 256),
 // K split over a cluster (1, 2, 4, 8; 1 = the persistent grid) and the persistent grid's CTA

@@ -64,7 +64,7 @@ constexpr int Q4V_WARPS = 8, Q4V_U = 4;
 template <bool FUSED>
 __global__ void __launch_bounds__(Q4V_WARPS * 32)
     gemv_q4_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
-                   const __half *__restrict__ bias, int M, int N, int K, int epi, g4_l2n l2n) {
+                   const __half *__restrict__ bias, int M, int N, int K, int epi) {
     constexpr int F = FUSED ? 2 : 1;
     __shared__ float4 red[Q4V_WARPS][F][32];
     __shared__ float4 part[F][32];
@@ -96,7 +96,6 @@ __global__ void __launch_bounds__(Q4V_WARPS * 32)
             }
         }
     }
-    g4_prefetch_l2_next(l2n); // the next op's weights (G4_L2_NEXT), after this CTA's own
     g4_pdl_wait();
     g4_pdl_trigger();
 
@@ -197,13 +196,13 @@ __global__ void __launch_bounds__(Q4V_WARPS * 32)
 
 template <bool FUSED>
 void launch_gemv(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                 int epi, const g4_l2n &l2n, cudaStream_t stream) {
+                 int epi, cudaStream_t stream) {
     const int NT = N / 16, KT = K / 64;
     // Split K over a cluster until there are two blocks per SM, keeping >= 4 k tiles a block.
     int cs = 1;
     while (cs < 8 && (long)NT * cs < 2L * num_sms() && KT / (cs * 2) >= 4) cs *= 2;
     g4_pdl_launch_cluster(gemv_q4_kernel<FUSED>, dim3(NT, cs, 1), dim3(Q4V_WARPS * 32, 1, 1),
-                          (size_t)0, stream, dim3(1, cs, 1), y, x, w0, w1, bias, M, N, K, epi, l2n);
+                          (size_t)0, stream, dim3(1, cs, 1), y, x, w0, w1, bias, M, N, K, epi);
 }
 
 // =============================================================================================
@@ -309,7 +308,7 @@ template <bool FUSED, int U, bool PRO, int W = GV_WARPS>
 __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
     gemv_q4_stream_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                           const __half *__restrict__ bias, int M, int N, int K, int epi, int S,
-                          int CS, int groups, int pf_items, gv_pro pro, g4_l2n l2n) {
+                          int CS, int groups, int pf_items, gv_pro pro) {
     constexpr int F = FUSED ? 2 : 1;
     __shared__ float4 red[2][W][F][32]; // split partials, double-buffered by group
     extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
@@ -389,7 +388,6 @@ __global__ void __launch_bounds__(W * 32, 2 * GV_WARPS / W)
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (u < n) load_next(ring[u]);
-    g4_prefetch_l2_next(l2n); // the next op's weights (G4_L2_NEXT), after this CTA's own
     g4_pdl_wait();
     g4_pdl_trigger();
     if constexpr (PRO) {
@@ -512,8 +510,7 @@ gv_plan gemv_plan(int N, int K, bool fused, int W = GV_WARPS) {
 
 template <bool FUSED, int U, bool PRO, int W = GV_WARPS>
 void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                   int K, int epi, const gv_plan &p, const gv_pro &pro, const g4_l2n &l2n,
-                   cudaStream_t stream) {
+                   int K, int epi, const gv_plan &p, const gv_pro &pro, cudaStream_t stream) {
     const int pf = 8; // tiles a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
@@ -528,11 +525,11 @@ void launch_stream(void *y, const __half *x, q4w w0, q4w w1, const __half *bias,
     if (p.CS > 1)
         g4_pdl_launch_cluster(gemv_q4_stream_kernel<FUSED, U, PRO, W>, dim3(p.grid, p.CS, 1),
                               dim3(W * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0, w1,
-                              bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro, l2n);
+                              bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
         g4_pdl_launch(gemv_q4_stream_kernel<FUSED, U, PRO, W>, dim3(p.grid, 1, 1),
                       dim3(W * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi, p.S, p.CS,
-                      p.groups, pf, pro, l2n);
+                      p.groups, pf, pro);
 }
 
 // A plain weight whose 8-warp plan splits K over a cluster runs 16-warp CTAs instead, one an
@@ -547,26 +544,26 @@ bool gemv_w16(const gv_plan &p8) {
 
 template <bool FUSED, bool PRO>
 void launch_gemv2(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                  int epi, const gv_pro &pro, const g4_l2n &l2n, cudaStream_t stream) {
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
     const gv_plan p = gemv_plan(N, K, FUSED);
     // plain U 2, 4, 8; fused 1, 2, 4 (fused 8 would spill)
     if constexpr (FUSED) {
         if (p.U <= 1)
-            launch_stream<true, 1, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
+            launch_stream<true, 1, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U == 2)
-            launch_stream<true, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
+            launch_stream<true, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else
-            launch_stream<true, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
+            launch_stream<true, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     } else {
         if (gemv_w16(p))
             launch_stream<false, 8, PRO, 16>(y, x, w0, w1, bias, M, N, K, epi,
-                                             gemv_plan(N, K, false, 16), pro, l2n, stream);
+                                             gemv_plan(N, K, false, 16), pro, stream);
         else if (p.U <= 2)
-            launch_stream<false, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
+            launch_stream<false, 2, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else if (p.U <= 4)
-            launch_stream<false, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
+            launch_stream<false, 4, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
         else
-            launch_stream<false, 8, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, l2n, stream);
+            launch_stream<false, 8, PRO>(y, x, w0, w1, bias, M, N, K, epi, p, pro, stream);
     }
 }
 
@@ -635,7 +632,7 @@ template <int F, int T, int U, bool PRO>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                       const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
-                      int groups, int pf_items, gv_pro pro, g4_l2n l2n) {
+                      int groups, int pf_items, gv_pro pro) {
     constexpr int E = F * T;                     // items a step: weight ff's tile tt is ff * T + tt
     __shared__ float4 red[2][GV_WARPS][F][32];   // split partials, double-buffered by flush
     extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
@@ -714,7 +711,6 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (u < n) load_next(u);
-    g4_prefetch_l2_next(l2n); // the next op's weights (G4_L2_NEXT), after this CTA's own
     g4_pdl_wait();
     g4_pdl_trigger();
     const __half *xrow;
@@ -768,7 +764,7 @@ constexpr int GV3_U = 4;
 
 template <bool FUSED, bool PRO>
 void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                  int epi, const gv_pro &pro, const g4_l2n &l2n, cudaStream_t stream) {
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
     const int units = (N / 16 + T - 1) / T;
     const gv_plan p = gemv_plan(16 * units, K, FUSED);
@@ -787,11 +783,11 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
     if (p.CS > 1)
         g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, p.CS, 1),
                               dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
-                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro, l2n);
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
         g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
-                      p.S, p.CS, p.groups, pf, pro, l2n);
+                      p.S, p.CS, p.groups, pf, pro);
 }
 
 // =============================================================================================
@@ -1056,8 +1052,7 @@ bool gemv_v1(int N, int K, bool fused) {
 }
 
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
-             const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, const g4_l2n &l2n,
-             cudaStream_t stream) {
+             const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
     const int N = w->n, K = w->k;
     // Prefill: the wgmma GEMM (gemm_q4_wgmma.cu) or mma.sync, as plan_prefill measured them.
     // Batched decode (8 < M <= 64): the skinny split-K mma.sync path unless G4_SKINNY=0.
@@ -1074,18 +1069,18 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
         g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
         if (g_gv_last == 3) { // where it measured faster
             if (wu)
-                launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+                launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
-                launch_gemv3<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+                launch_gemv3<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         } else if (g_gv_last == 1) { // the earlier kernel where it measured faster
             if (wu)
-                launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, l2n, stream);
+                launch_gemv<true>(y, hx, w0, w1, hb, M, N, K, epi, stream);
             else
-                launch_gemv<false>(y, hx, w0, w1, hb, M, N, K, epi, l2n, stream);
+                launch_gemv<false>(y, hx, w0, w1, hb, M, N, K, epi, stream);
         } else if (wu) {
-            launch_gemv2<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+            launch_gemv2<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         } else {
-            launch_gemv2<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, l2n, stream);
+            launch_gemv2<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
         }
         return G4_OK;
     case G4_GEMM_MMA:
@@ -1141,18 +1136,16 @@ extern "C" void g4_q4_weight_free(g4_q4_weight *w) {
 
 extern "C" int g4_gemm_q4(void *y, const void *x, const g4_q4_weight *w, const void *bias, int M,
                           g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
-    const g4_l2n l2n = g4k::l2n_take();
     int rc = g4k::check_weight("gemm_q4", w);
     if (rc) return rc;
     rc = g4k::check_common("gemm_q4", y, x, bias, M, w->n, w->k, epi);
     if (rc) return rc;
-    return g4k::dispatch("gemm_q4", y, x, w, nullptr, bias, M, epi, algo, l2n, stream);
+    return g4k::dispatch("gemm_q4", y, x, w, nullptr, bias, M, epi, algo, stream);
 }
 
 extern "C" int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *wg,
                                    const g4_q4_weight *wu, int M, g4_gemm_algo algo,
                                    cudaStream_t stream) {
-    const g4_l2n l2n = g4k::l2n_take();
     int rc = g4k::check_weight("gemm_q4_gelu_mul", wg);
     if (!rc) rc = g4k::check_weight("gemm_q4_gelu_mul", wu);
     if (rc) return rc;
@@ -1161,15 +1154,13 @@ extern "C" int g4_gemm_q4_gelu_mul(void *y, const void *x, const g4_q4_weight *w
                        wg->n, wg->k, wu->n, wu->k);
     rc = g4k::check_common("gemm_q4_gelu_mul", y, x, nullptr, M, wg->n, wg->k, G4_GEMM_Y_F16);
     if (rc) return rc;
-    return g4k::dispatch("gemm_q4_gelu_mul", y, x, wg, wu, nullptr, M, G4_GEMM_Y_F16, algo, l2n,
-                         stream);
+    return g4k::dispatch("gemm_q4_gelu_mul", y, x, wg, wu, nullptr, M, G4_GEMM_Y_F16, algo, stream);
 }
 
 extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
                                    const g4_q4_weight *wu, const void *bias, int M, g4_gemm_epi epi,
                                    cudaStream_t stream) {
     const char *who = "gemv_q4_add_norm";
-    const g4_l2n l2n = g4k::l2n_take();
     int rc = g4k::check_weight(who, w);
     if (!rc && wu) rc = g4k::check_weight(who, wu);
     if (rc) return rc;
@@ -1183,17 +1174,16 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
     if (g4k::g_gv_last == 3) {
         if (wu)
-            g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, l2n,
+            g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);
         else
             g4k::launch_gemv3<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k,
-                                           epi, pro, l2n, stream);
+                                           epi, pro, stream);
     } else if (wu)
-        g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, l2n,
-                                      stream);
+        g4k::launch_gemv2<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro, stream);
     else
         g4k::launch_gemv2<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k, epi,
-                                       pro, l2n, stream);
+                                       pro, stream);
     return G4_OK;
 }
 

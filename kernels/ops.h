@@ -66,11 +66,6 @@ typedef struct {
     const void *k, *v; // uint64 [T]: row t's K / V cache base pointers (backend memory)
     const g4_buf *cap; // I32 [T]: the rows of row t's caches
 } g4_kv_rows;
-// The weights one op of a decode step reads, in its argument order, NULL-padded (gate, up and
-// down of mlp_block; one for a linear): g4_backend.set_step_order.
-typedef struct {
-    const g4_linear *w[3];
-} g4_step_op;
 struct g4_text_config_s;   // loader/model_config.h
 struct g4_vision_config_s; // loader/model_config.h
 struct g4_audio_config_s;  // loader/model_config.h
@@ -104,14 +99,6 @@ struct g4_backend {
     // kernel on layers without a window). A captured graph replays the form of its capture, so
     // the engine keeps one graph a class and calls this before each step.
     int (*set_keys)(g4_backend *ex, int keys);
-    // Optional (NULL: no hints; the CPU). The weight-bearing ops of this handle's one-token step
-    // (T = 1) in the order the engine calls them (engine/text_decoder.c step_order; the op
-    // after ops[n - 1] is ops[0], the next step's first) and `depth` (G4_L2_NEXT, 1 or 2):
-    // while op i runs, its GEMV prefetches the weights of ops i+1 .. i+depth into L2 (issue
-    // 30; a hint: no result changes, a wrong one costs only time). A one-row op finds its hint
-    // by its first weight. Called outside a capture, before the step's graphs are captured
-    // (hints are launch parameters, so the graphs have them); ops is copied; n or depth 0 clears.
-    void (*set_step_order)(g4_backend *ex, const g4_step_op *ops, int n, int depth);
     // Allocations of backend memory made so far through any handle of this backend (alloc,
     // alloc_mapped and the backend's own workspaces): a test counts them around requests.
     uint64_t (*alloc_count)(g4_backend *be);

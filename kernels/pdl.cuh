@@ -1,9 +1,8 @@
 // pdl.cuh: Programmatic Dependent Launch (PDL, sm_90+) for the decode-path kernels: the device
 // half (g4_pdl_wait, g4_pdl_trigger, g4_prefetch_l2*) and the host launcher (g4_pdl_launch,
 // g4_pdl_launch_cluster). Internal: included by kernels/*.cu only.
-// defines: g4_pdl_wait, g4_pdl_trigger, g4_prefetch_l2, g4_prefetch_l2_bytes,
-//          g4_prefetch_l2_next, g4_pdl_launch, g4_pdl_launch_cluster. The switch:
-//          g4_cuda_pdl_enabled() (cuda_util.h; G4_PDL=0 off).
+// defines: g4_pdl_wait, g4_pdl_trigger, g4_prefetch_l2, g4_prefetch_l2_bytes, g4_pdl_launch,
+//          g4_pdl_launch_cluster. The switch: g4_cuda_pdl_enabled() (cuda_util.h; G4_PDL=0 off).
 //
 // What it buys. A decode step is ~460 small kernels replayed from one CUDA graph; each pays a
 // fixed cost before its first useful byte (grid launch, CTA rampup, the first DRAM round trip).
@@ -65,7 +64,6 @@
 #include <utility>
 
 #include "kernels/cuda_util.h"
-#include "kernels/l2_next.h"
 
 // --- device ---------------------------------------------------------------------------------
 
@@ -97,50 +95,6 @@ __device__ __forceinline__ void g4_prefetch_l2_bytes(const void *p, size_t bytes
     for (uintptr_t a = (b & ~(uintptr_t)127) + (uintptr_t)threadIdx.x * 128; a < e;
          a += (uintptr_t)blockDim.x * 128)
         g4_prefetch_l2((const void *)(a < b ? b : a));
-}
-
-// The NEXT op's weights into L2 (kernels/l2_next.h, G4_L2_NEXT): thread 0 of each CTA requests
-// the CTA's share of d's regions (their concatenation cut into runs of ceil(total / CTAs)
-// 16-byte units, one a CTA in linear block order, cluster ranks included: l2_next.h
-// g4_l2n_run, checked by tests/test_l2_next.c) with cp.async.bulk.prefetch.L2, one instruction per
-// chunk of at most G4_L2N_CHUNK bytes: a fire-and-forget request to the SM's bulk-copy unit,
-// no register result, no completion to wait for. PTX ISA 8.0, sm_90 (cccl's libcudacxx/ptx
-// "cp.async.bulk.prefetch": srcMem 16-byte aligned, size a u32 multiple of 16; the ISA names no
-// other bound, but the SASS nvcc 13 emits for sm_90a, UBLKPF.L2, carries size / 16 in 16 bits
-// (USHF.R.U32 by 4, then UPRMT 0x5410): a request must stay under 1 MB, so 64 KB chunks; a
-// weight of 21 MB over ~100-200 CTAs is a few requests each). Rule 1 allows it before the wait
-// (immutable weights; the SASS form is allowed there only in the kernels tests/test_pdl_sass.sh
-// lists). Called after the kernel's own first weight loads are issued, so its demand loads queue
-// ahead of this op's successor's bytes (bench/NOTES.md, eleventh session: prefetches ahead of a
-// block's own demand loads lost 6%). d.n == 0 (the default): one uniform branch, nothing issued.
-__device__ __forceinline__ void g4_prefetch_l2_next(const g4_l2n &d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (d.n <= 0 || (threadIdx.x | threadIdx.y | threadIdx.z)) return;
-    // (the GEMV grids are far below 2^32 CTAs)
-    const uint32_t ctas = gridDim.x * gridDim.y * gridDim.z;
-    const uint32_t b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const uint32_t bytes[G4_L2N_MAX] = {d.bytes[0], d.bytes[1], d.bytes[2], d.bytes[3]};
-    static_assert(G4_L2N_MAX == 4, "the copy above holds every region");
-    uint32_t lo, hi, base = 0;
-    g4_l2n_run(bytes, d.n, b, ctas, &lo, &hi); // (16-byte units)
-    // (regions unrolled: constant indices keep the parameter in registers; the chunk loop not:
-    // a few requests once a CTA need no more code in the kernel's prologue)
-#pragma unroll
-    for (int r = 0; r < G4_L2N_MAX; r++) {
-        if (r >= d.n) break;
-        uint32_t off;
-        const uint32_t len = bytes[r] >> 4, n = g4_l2n_part(lo, hi, base, len, &off);
-        base += len;
-        const size_t g = __cvta_generic_to_global(d.p[r]) + (size_t)off * 16;
-#pragma unroll 1
-        for (uint32_t u = 0; u < n; u += G4_L2N_CHUNK >> 4) {
-            const uint32_t c = n - u < (G4_L2N_CHUNK >> 4) ? n - u : (G4_L2N_CHUNK >> 4);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + (size_t)u * 16),
-                         "r"(c * 16)
-                         : "memory");
-        }
-    }
-#endif
 }
 
 // --- host -----------------------------------------------------------------------------------

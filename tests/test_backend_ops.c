@@ -101,9 +101,6 @@ static field fields[] = {
     FIELD(set_keys, K_MODEL,
           "the step's long-range graph: test_cuda_attention (form classes, auto mode) and "
           "test_cuda_engine with G4_ATTN_MERGE_LONG=8 (run.sh amerge)"),
-    FIELD(set_step_order, K_MODEL,
-          "the step's weight order (G4_L2_NEXT): tests/test_step_order.c against a real step's "
-          "calls (CPU); test_cuda_engine and greedy tokens under G4_L2_NEXT (run.sh l2next)"),
     FIELD(alloc_count, K_MEMORY, NULL),
     FIELD(alloc, K_MEMORY, NULL),
     FIELD(free, K_MEMORY, NULL),

@@ -359,8 +359,9 @@ std::vector<brow> table() {
             t.push_back({w ? "an_glu_f16" : "an_glu_q4", wk, true, G4_GEMM_GEMV, 1, s, 0, 0, 0,
                          true, 0, 1});
     }
-    // The decode GEMVs with their weights L2-resident (issue 30, G4_L2_NEXT's upper bound: what an
-    // L2 hit of every weight byte buys each shape), each beside the same row rotated past the L2
+    // The decode GEMVs with their weights L2-resident (issue 30: what an L2 hit of every weight
+    // byte could buy each shape, the upper bound of any weight prefetch; measured on the H200
+    // within 0-5% of rotated on every decode shape), each beside the same row rotated past the L2
     // in the same run (base "rotated"; ours / base = the gain): op names l2hot_q4, l2hot_f16 (the
     // fp16 design G4_GEMV_F16 picks), l2hot_glu_q4, l2hot_glu_f16 (the fused gate/up; none of
     // them holds "gemv": the gemv stage's --filter gemv leaves them out). x L2-resident in both.
@@ -672,146 +673,6 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
     return n;
 }
 
-// The mechanism in a chain (issue 30, G4_L2_NEXT): GEMV A then GEMV B as the decode step runs
-// them (one graph, PDL, B reads A's output, x and the outputs L2-resident), the weights of both
-// rotated past the L2. "ours": A prefetches copy c's B weights into L2 (g4_gemv_l2_next, cut to
-// g4_l2n_cap() as the engine cuts them); "base": the same pair without. Pairs: o_proj -> the
-// fused gate/up of 12288, the fused gate/up of 12288 -> down_wide; Q4 and fp16 (op names
-// l2pair_q4, l2pair_f16; --filter l2pair). Times are per pair.
-struct lp_gemv {
-    int shape;
-    bool glu;
-    std::vector<__half *> w, wu;     // fp16
-    std::vector<g4_q4_weight> q, qu; // Q4
-};
-
-struct lp_problem {
-    wkind w;
-    int copies, rc;
-    bool prefetch;
-    lp_gemv a, b;
-    __half *xa, *mid, *yb; // A's x [K_A], A's y = B's x [N_A], B's y [N_B]
-};
-
-int lp_run(const lp_problem *p, const lp_gemv &g, int c, const __half *x, __half *y,
-           cudaStream_t s) {
-    const e2b_shape &sh = SHAPES[g.shape];
-    if (p->w == W_F16)
-        return g.glu ? g4_gemm_f16_gelu_mul(y, x, g.w[c], g.wu[c], 1, sh.N, sh.K, G4_GEMM_AUTO, s)
-                     : g4_gemm_f16(y, x, g.w[c], nullptr, 1, sh.N, sh.K, G4_GEMM_Y_F16,
-                                   G4_GEMM_AUTO, s);
-    return g.glu ? g4_gemm_q4_gelu_mul(y, x, &g.q[c], &g.qu[c], 1, G4_GEMM_AUTO, s)
-                 : g4_gemm_q4(y, x, &g.q[c], nullptr, 1, G4_GEMM_Y_F16, G4_GEMM_AUTO, s);
-}
-
-void launch_l2pair(void *ctx, int rep, void *stream) {
-    lp_problem *p = (lp_problem *)ctx;
-    const int c = rep % p->copies;
-    const cudaStream_t s = (cudaStream_t)stream;
-    int rc = G4_OK;
-    if (p->prefetch) { // copy c's B weights, as the backend describes a weight (one region each)
-        const lp_gemv &b = p->b;
-        const e2b_shape &sh = SHAPES[b.shape];
-        const void *rp[2];
-        size_t rb[2];
-        const int nr = b.glu ? 2 : 1;
-        for (int i = 0; i < nr; i++) {
-            if (p->w == W_Q4) {
-                const g4_q4_weight &q = i ? b.qu[c] : b.q[c];
-                rp[i] = q.q, rb[i] = q.bytes;
-            } else {
-                rp[i] = i ? b.wu[c] : b.w[c], rb[i] = (size_t)sh.N * sh.K * 2;
-            }
-        }
-        g4_l2n d;
-        g4_l2n_fill(&d, rp, rb, nr, g4_l2n_cap());
-        rc = g4_gemv_l2_next(&d);
-    }
-    if (!rc) rc = lp_run(p, p->a, c, p->xa, p->mid, s);
-    if (!rc) rc = lp_run(p, p->b, c, p->mid, p->yb, s);
-    if (rc) p->rc = rc;
-}
-
-void launch_l2pair_on(void *ctx, int rep, void *stream) {
-    ((lp_problem *)ctx)->prefetch = true;
-    launch_l2pair(ctx, rep, stream);
-}
-void launch_l2pair_off(void *ctx, int rep, void *stream) {
-    ((lp_problem *)ctx)->prefetch = false;
-    launch_l2pair(ctx, rep, stream);
-}
-
-double lp_weight_bytes(wkind w, const lp_gemv &g) {
-    const e2b_shape &sh = SHAPES[g.shape];
-    return (g.glu ? 2.0 : 1.0) * sh.N * sh.K * (w == W_F16 ? 2.0 : 0.5 + 1.0 / 16 + 1.0 / 64);
-}
-
-void lp_alloc(wkind w, lp_gemv *g, int copies, uint32_t seed) {
-    const e2b_shape &sh = SHAPES[g->shape];
-    for (int c = 0; c < copies; c++) {
-        const uint32_t sd = seed + 0x9e3779b9u * (uint32_t)(c + 1);
-        if (w == W_F16) {
-            g->w.push_back(rand_f16((size_t)sh.N * sh.K, sd, 0.01f, 0.25f));
-            g->wu.push_back(g->glu ? rand_f16((size_t)sh.N * sh.K, sd ^ 1u, 0.01f, 0.25f)
-                                   : nullptr);
-        } else {
-            g->q.push_back(rand_q4(sh.N, sh.K, sd));
-            if (g->glu) g->qu.push_back(rand_q4(sh.N, sh.K, sd ^ 1u));
-        }
-    }
-}
-
-void lp_free(lp_gemv *g) {
-    for (__half *q : g->w) G4_CUDA_CHECK(cudaFree(q));
-    for (__half *q : g->wu)
-        if (q) G4_CUDA_CHECK(cudaFree(q));
-    for (auto &q : g->q) g4_q4_weight_free(&q);
-    for (auto &q : g->qu) g4_q4_weight_free(&q);
-}
-
-int bench_l2pair(const char *filter, int reps, int l2, g4_kbench_row *rows, int max) {
-    int n = 0;
-    const struct {
-        int a;
-        bool ga;
-        int b;
-        bool gb;
-    } pairs[] = {{4, false, 7, true}, {7, true, 9, false}};
-    for (int w = 0; w < 2; w++)
-        for (const auto &pr : pairs) {
-            const wkind wk = w ? W_F16 : W_Q4;
-            g4_kbench_row row;
-            memset(&row, 0, sizeof row);
-            snprintf(row.op, sizeof row.op, "%s", w ? "l2pair_f16" : "l2pair_q4");
-            snprintf(row.shape, sizeof row.shape, "M=1 A=%s%s B=%s%s cap %zu MB",
-                     pr.ga ? "glu " : "", SHAPES[pr.a].name, pr.gb ? "glu " : "", SHAPES[pr.b].name,
-                     g4_l2n_cap() >> 20);
-            if (filter && !strstr(row.op, filter) && !strstr(row.shape, filter)) continue;
-            if (n >= max) break;
-            lp_problem p;
-            p.w = wk, p.rc = G4_OK, p.prefetch = false;
-            p.a.shape = pr.a, p.a.glu = pr.ga, p.b.shape = pr.b, p.b.glu = pr.gb;
-            const double wb = lp_weight_bytes(wk, p.a) + lp_weight_bytes(wk, p.b);
-            p.copies = (int)((2.0 * l2 + wb - 1) / wb);
-            p.copies = p.copies < 2 ? 2 : p.copies > 64 ? 64 : p.copies;
-            lp_alloc(wk, &p.a, p.copies, 0x51ed270bu + (uint32_t)n);
-            lp_alloc(wk, &p.b, p.copies, 0x2f6b3c1du + (uint32_t)n);
-            p.xa = rand_f16((size_t)SHAPES[pr.a].K, 0x3c6ef372u, 0.05f, 1.0f);
-            p.mid = (__half *)dalloc((size_t)SHAPES[pr.a].N * 2);
-            p.yb = (__half *)dalloc((size_t)SHAPES[pr.b].N * 2);
-            if (block_row(&row, &p, launch_l2pair_on, launch_l2pair_off, "pair, no prefetch",
-                          wb + 2.0 * (SHAPES[pr.a].K + 2 * SHAPES[pr.a].N + SHAPES[pr.b].N),
-                          2.0 * ((pr.ga ? 2 : 1) * (double)SHAPES[pr.a].N * SHAPES[pr.a].K +
-                                 (pr.gb ? 2 : 1) * (double)SHAPES[pr.b].N * SHAPES[pr.b].K),
-                          reps))
-                rows[n++] = row;
-            lp_free(&p.a);
-            lp_free(&p.b);
-            for (void *q : {(void *)p.xa, (void *)p.mid, (void *)p.yb}) G4_CUDA_CHECK(cudaFree(q));
-        }
-    return n;
-}
-
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
@@ -969,8 +830,6 @@ extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows,
     if (!(filter && strstr(filter, "xover")))
         n += bench_persist(filter, reps, l2, rows + n, max - n);
     if (!(filter && strstr(filter, "xover"))) n += bench_ple(filter, reps, l2, rows + n, max - n);
-    if (!(filter && strstr(filter, "xover")))
-        n += bench_l2pair(filter, reps, l2, rows + n, max - n);
     if (bl) {
         G4_CUDA_CHECK(cudaFree(ws));
         CUBLAS_CHECK(bl->cublasDestroy_v2(blas));

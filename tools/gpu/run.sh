@@ -64,20 +64,9 @@
 #            overlap as it runs; CUPTI tracer tools/gpu/kernel_trace.c, LD_PRELOAD) of `g4cu
 #            generate`, cut into steps and layers by tools/python/ktrace_step.py (after build,
 #            e2b_make; KTRACE_PKGS, KTRACE_ENV, KTRACE_ARGS)
-#   l2next   issues 30 / 29, the next op's weights into L2 while a decode GEMV runs (G4_L2_NEXT=1
-#            or 2, off by default; bench/NOTES.md "The next weight into L2") = l2next_check,
-#            l2rows, l2gen (after build; tiny and e2b_make for the engine halves, skipped
-#            without them). l2next_check: test_cuda_gemm --op q4 / f16 / reject (every case's
-#            second run and the add-norm designs with a next-op prefetch armed: bit-identical),
-#            test_pdl_sass and test_step_order, test_cuda_engine on gpu-tiny under G4_L2_NEXT=1
-#            and 2. l2gen: greedy tokens of the full-size f16 and Q4 packages under G4_L2_NEXT=0,
-#            1 and 2 (must be equal; the decode tok/s of each beside). l2rows: `bench --kernels
-#            --filter l2hot` (each decode GEMV with its weights L2-resident beside the same row
-#            rotated: what an L2 hit buys a shape) and
-#            `--filter l2pair` (GEMV A then B in one PDL graph, B's weights prefetched by A or
-#            not) twice, then l2pair under each L2ROWS_VARIANTS entry (default
-#            "cap16:G4_L2_NEXT_MB=16 cap48:G4_L2_NEXT_MB=48"). The end-to-end A/B is e2bq's
-#            E2BQ_VARIANTS="landed:X=1 l2n1:G4_L2_NEXT=1 l2n2:G4_L2_NEXT=2 landed2:X=1"
+#   l2hot    issue 30 (after build): `bench --kernels --filter l2hot` twice, each decode GEMV
+#            with its weights L2-resident beside the same row rotated past the L2 (what an L2
+#            hit of every weight byte buys a shape; H200: within 0-5% on every decode shape)
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -1063,75 +1052,16 @@ ktrace_one() {
     [ $r -eq 0 ] || { echo "ktrace $tag: ktrace_step.py exit $r"; return 1; }
 }
 
-# Issues 30 / 29 (bench/NOTES.md "The next weight into L2"; the usage above): correctness of the
-# next-op L2 prefetch (a prefetch returns nothing: every result must be bit-identical with it),
-# then its kernel rows.
-stage_l2next_check() {
-    kernel_tests l2next "test_cuda_gemm --op q4" "test_cuda_gemm --op f16" \
-        "test_cuda_gemm --op reject"
-    (cd build-gpu && timeout 300 ctest -R "^(test_pdl_sass|test_step_order)$" --output-on-failure) \
-        >"$OUT/l2next_ctest.log" 2>&1
-    echo "ctest test_pdl_sass test_step_order: exit $?"
-    grep -E "test_pdl_sass:|test_step_order:|FAIL|tests passed" "$OUT/l2next_ctest.log" | head -8
-    local d="$WORK/gpu-tiny" v
-    if [ -d "$d/f16" ] && [ -d "$d/q4" ]; then
-        for v in 1 2; do
-            G4_L2_NEXT=$v G4_GPU_TINY_PKG="$d/f16" G4_GPU_TINY_Q4="$d/q4" timeout 500 \
-                build-gpu/tests/test_cuda_engine >"$OUT/l2next_cuda_engine_$v.log" 2>&1
-            echo "G4_L2_NEXT=$v test_cuda_engine: exit $? $(tail -1 "$OUT/l2next_cuda_engine_$v.log")"
-            grep -E "FAIL" "$OUT/l2next_cuda_engine_$v.log" | head -6
-        done
-    else
-        echo "l2next: no gpu-tiny package ($d): test_cuda_engine skipped (run the tiny stage first)"
-    fi
-    return 0 # (each run's exit is printed above)
-}
-
-stage_l2gen() {
-    local e="$WORK/e2b" v p ids
-    [ -f "$e/READY" ] || { echo "l2gen: no full-size package ($e/READY missing): the greedy A/B skipped"; return 0; }
-    ids=$(python3 -c "print(','.join(str(3 + (i * 7919) % 262000) for i in range(128)))")
-    for p in q4 f16; do
-        for v in 0 1 2; do
-            G4_L2_NEXT=$v build-gpu/g4cu generate "$e/$p" --backend cuda --ids "$ids" --max-new 128 \
-                --ignore-eos --json >"$OUT/l2next_gen_${p}_$v.json" 2>&1
-        done
-        python3 - "$OUT"/l2next_gen_${p}_{0,1,2}.json "$p" <<'PY'
-import json, sys
-runs = [json.load(open(f)) for f in sys.argv[1:4]]
-t0 = runs[0]["tokens"]
-for v, r in enumerate(runs[1:], 1):
-    same = next((i for i, (x, y) in enumerate(zip(t0, r["tokens"])) if x != y), len(t0))
-    ok = same == len(t0) == len(r["tokens"])
-    print(f"l2next {sys.argv[4]} G4_L2_NEXT={v}: greedy tokens equal to off for {same} of "
-          f"{len(t0)} ({'ok' if ok else 'FAIL'}); decode {runs[0]['decode_tok_s']:.1f} -> "
-          f"{r['decode_tok_s']:.1f} tok/s")
-PY
-    done
-}
-
-stage_l2rows() {
-    local r v
+# Issue 30 (the usage above): the decode GEMVs with their weights L2-resident against rotated,
+# the upper bound of any weight prefetch into L2.
+stage_l2hot() {
+    local r
     for r in 1 2; do
-        for v in l2hot l2pair; do
-            timeout 300 build-gpu/g4cu bench --kernels --filter $v --reps 30 \
-                --json "$OUT/l2rows_${v}_$r.json" >"$OUT/l2rows_${v}_$r.txt" 2>&1
-            echo "=== bench --kernels --filter $v (run $r): exit $?"
-            grep -vE "^\[|^$" "$OUT/l2rows_${v}_$r.txt" | cut -c1-230
-        done
+        timeout 300 build-gpu/g4cu bench --kernels --filter l2hot --reps 30 \
+            --json "$OUT/l2hot_$r.json" >"$OUT/l2hot_$r.txt" 2>&1
+        echo "=== bench --kernels --filter l2hot (run $r): exit $?"
+        grep -vE "^\[|^$" "$OUT/l2hot_$r.txt" | cut -c1-230
     done
-    for v in ${L2ROWS_VARIANTS:-cap16:G4_L2_NEXT_MB=16 cap48:G4_L2_NEXT_MB=48}; do
-        env ${v#*:} timeout 300 build-gpu/g4cu bench --kernels --filter l2pair --reps 30 \
-            >"$OUT/l2rows_pair_${v%%:*}.txt" 2>&1
-        echo "=== bench --kernels --filter l2pair, ${v%%:*} (${v#*:}): exit $?"
-        grep -vE "^\[|^$" "$OUT/l2rows_pair_${v%%:*}.txt" | cut -c1-230
-    done
-}
-
-stage_l2next() {
-    stage_l2next_check
-    stage_l2rows
-    stage_l2gen
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
