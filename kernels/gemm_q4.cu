@@ -628,11 +628,19 @@ __device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, c
     gv_zero(acc);
 }
 
-template <int F, int T, int U, bool PRO>
+constexpr int GV3_PROBE_LOADS = 1, GV3_PROBE_MATH = 2, GV3_PROBE_SHELL = 3;
+
+// PROBE (kernel bench only, issue 29: where the time goes; outputs meaningless, not checked):
+// 0 today's kernel; GV3_PROBE_LOADS every load kept, the dequantize + MMA replaced by an XOR of
+// the loaded words into the accumulators' bits; GV3_PROBE_MATH no weight load or L2 prefetch
+// (the ring's words made from the tile index), dequantize + MMA as today; GV3_PROBE_SHELL
+// neither (launch, wait, x prefetch, the step walk, flush and stores). Same flush in all.
+template <int F, int T, int U, bool PRO, int PROBE = 0>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                       const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
                       int groups, int pf_items, gv_pro pro) {
+    static_assert(PROBE == 0 || !PRO, "probe forms: x given only");
     constexpr int E = F * T;                     // items a step: weight ff's tile tt is ff * T + tt
     __shared__ float4 red[2][GV_WARPS][F][32];   // split partials, double-buffered by flush
     extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
@@ -657,7 +665,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         const int sub = lane & 7, e = lane >> 3, ff = e / T, tt = e % T;
         const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
                    *wz = (const char *)(ff ? w1.z : w0.z);
-        if (e < E && sub < 6)
+        if (e < E && sub < 6 && (PROBE == 0 || PROBE == GV3_PROBE_LOADS))
             for (int i = U; i < pn; i++) {
                 const int nt = unit_nt(i / L) + tt;
                 if (nt >= NT) break;
@@ -694,9 +702,16 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
             const uint32_t ti = bt[tt] + (uint32_t)lr;
 #pragma unroll
             for (int ff = 0; ff < F; ff++) {
-                rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-                rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-                rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
+                if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
+                    const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + lane;
+                    rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
+                    rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
+                    rz[u][ff * T + tt] = h >> 24;
+                } else if constexpr (PROBE != GV3_PROBE_SHELL) {
+                    rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
+                    rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
+                    rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
+                }
             }
         }
         if (++lr == L) {
@@ -730,17 +745,30 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (i0 + u >= n) break; // warp-uniform
-            uint32_t xw[8];
-            gv_x_frag<PRO>(px, xw);
+            if constexpr (PROBE == GV3_PROBE_SHELL) { // the step walk's x address kept live only
+                acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ (uint32_t)(uintptr_t)px);
+            } else if constexpr (PROBE == GV3_PROBE_LOADS) { // the loaded words into acc's bits
+                uint32_t xw[8];
+                gv_x_frag<PRO>(px, xw);
+                const uint32_t xf = xw[0] ^ xw[1] ^ xw[2] ^ xw[3] ^ xw[4] ^ xw[5] ^ xw[6] ^ xw[7];
 #pragma unroll
-            for (int e = 0; e < E; e++) {
-                const q4k kc = q4_consts(rs[u][e], rz[u][e]);
-                const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
+                for (int e = 0; e < E; e++)
+                    acc[e][0] =
+                        __uint_as_float(__float_as_uint(acc[e][0]) ^ rq[u][e].x ^ rq[u][e].y ^
+                                        rq[u][e].z ^ rq[u][e].w ^ rs[u][e] ^ rz[u][e] ^ xf);
+            } else {
+                uint32_t xw[8];
+                gv_x_frag<PRO>(px, xw);
 #pragma unroll
-                for (int st = 0; st < 4; st++) {
-                    uint32_t a[4];
-                    q4_dequant_word(words[st], kc, a);
-                    mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
+                for (int e = 0; e < E; e++) {
+                    const q4k kc = q4_consts(rs[u][e], rz[u][e]);
+                    const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
+#pragma unroll
+                    for (int st = 0; st < 4; st++) {
+                        uint32_t a[4];
+                        q4_dequant_word(words[st], kc, a);
+                        mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
+                    }
                 }
             }
             if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
@@ -762,15 +790,34 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 // bytes of the streaming kernel's default U 8 / fused 4).
 constexpr int GV3_U = 4;
 
-template <bool FUSED, bool PRO>
+// The probe form of the next third-design launches on x given (gemv_q4_v3_kernel's PROBE; 0:
+// today's): g4_gemm_gemv3_probe's, kernel benches only.
+int g_gv3_probe = 0;
+
+template <bool FUSED, bool PRO, int PROBE = 0>
 void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
                   int epi, const gv_pro &pro, cudaStream_t stream) {
+    if constexpr (!PRO && PROBE == 0) { // a probe form (kernel benches, g4_gemm_gemv3_probe)
+        switch (g_gv3_probe) {
+        case GV3_PROBE_LOADS:
+            return launch_gemv3<FUSED, false, GV3_PROBE_LOADS>(y, x, w0, w1, bias, M, N, K, epi,
+                                                               pro, stream);
+        case GV3_PROBE_MATH:
+            return launch_gemv3<FUSED, false, GV3_PROBE_MATH>(y, x, w0, w1, bias, M, N, K, epi, pro,
+                                                              stream);
+        case GV3_PROBE_SHELL:
+            return launch_gemv3<FUSED, false, GV3_PROBE_SHELL>(y, x, w0, w1, bias, M, N, K, epi,
+                                                               pro, stream);
+        default:
+            break;
+        }
+    }
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
     const int units = (N / 16 + T - 1) / T;
     const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8; // steps a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
-    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO>;
+    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>;
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
         static bool opted = false;
         if (!opted) {
@@ -781,11 +828,11 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
     }
     // (the kernel named at each launch: tests/test_pdl_sass.sh reads launch sites by name)
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, p.CS, 1),
+        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>, dim3(p.grid, p.CS, 1),
                               dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
                               w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
+        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro);
 }
@@ -1213,6 +1260,13 @@ extern "C" int g4_gemm_gemv_version(int version) {
         return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..3",
                        version);
     g4k::g_gv_version = version;
+    return G4_OK;
+}
+
+extern "C" int g4_gemm_gemv3_probe(int probe) {
+    if (probe < 0 || probe > 3)
+        return g4_fail(G4_EUSER, "gemv3 probe: %d, expected 0 (today's) .. 3 (shell)", probe);
+    g4k::g_gv3_probe = probe;
     return G4_OK;
 }
 

@@ -86,6 +86,12 @@ int g4_gemm_gemv_force(int split, int max_ctas);
 // streaming one, 3 the third design; 0 the automatic choice; -1, the initial state, G4_GEMV's).
 // Not thread-safe; not for the engine.
 int g4_gemm_gemv_version(int version);
+// Kernel benches only (issue 29's probe rows, bench_gemm.cu gemv_q4_probe): the next third-design
+// launches of g4_gemm_q4 / g4_gemm_q4_gelu_mul (not the add-norm GEMV) run a probe form of the
+// kernel whose output is meaningless: 1 the loads without the dequantize + MMA, 2 the dequantize
+// + MMA without the weight loads, 3 neither (launch, wait, walk, flush, stores); 0, the initial
+// state, today's kernel. Returns G4_OK or G4_EUSER.
+int g4_gemm_gemv3_probe(int probe);
 // Tests only: the design (1..3) of the last Q4 GEMV launched by g4_gemm_q4, g4_gemm_q4_gelu_mul
 // or g4_gemv_q4_add_norm with M <= 8 (0: none yet), so a test that forces a design can check it
 // ran.

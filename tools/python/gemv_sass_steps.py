@@ -8,7 +8,8 @@ of the demangled name that picks one function, e.g. 'gemv_q4_v3_kernel<1, 2, 4, 
 --words: lane-words of codes a step consumes (default 8: E = 2 items of 4 words; the third
 design's plain <1, 2, ...> and fused <2, 1, ...> both have E = 2).
 
-The main loop is the backward branch whose body holds the most HMMA; its steps are the code
+The main loop is the backward branch whose body holds the most HMMA (none anywhere: the most
+weight loads, gemv_q4_v3_kernel's probe forms without the MMA); its steps are the code
 between two loop-exit checks (conditional forward branches to the loop's last 8 instructions),
 walked on the steady-state path: the refill loads taken, the end-of-group flush (a forward
 branch over a CALL) skipped. Predicated-off instructions count: they issue. The first and last
@@ -18,7 +19,9 @@ A loop with HMMA nested inside the main loop (an experiment's blocks of U steps 
 per-step tests, as gemv_q4_v3_kernel's LOOP 2 had; measured slower on the H200 and removed) is
 reported too, as "block loop": one iteration walked with every forward branch that skips HMMA
 not taken (the steps) and every one that skips none taken (the group events at the block's end:
-the load cursor's wrap, the flush), divided into its steps (HMMA / --words). Needs no GPU.
+the load cursor's wrap, the flush), divided into its steps (HMMA / --words). First a line of
+the whole function's HMMA, weight loads, x loads and prefetches (a probe form keeps or drops
+these: tools/gemv_sass.sh). Needs no GPU.
 """
 import argparse
 import collections
@@ -78,7 +81,10 @@ def report(title, paths, words, steps=1):
     for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
         print(f'  {k:52s} {v / n:6.2f} a step {v / n / words:6.2f} a lane-word')
     t = sum(tot.values())
-    print(f'  {"total":52s} {t / n:6.2f} a step {t / n / words:6.2f} a lane-word')
+    if n:
+        print(f'  {"total":52s} {t / n:6.2f} a step {t / n / words:6.2f} a lane-word')
+    else:
+        print('  no step found (a probe form\'s loop without loads or MMA)')
 
 
 def main():
@@ -96,6 +102,10 @@ def main():
         m = re.match(r'\s*/\*([0-9a-f]{4,})\*/\s+(.*?);', line)
         if m and m.group(2).strip() != 'NOP':
             ins.append((int(m.group(1), 16), m.group(2).strip()))
+    whole = collections.Counter(kind(s) for _, s in ins)
+    pf = sum(s.split()[1 if s.startswith('@') else 0].startswith('CCTL') for _, s in ins)
+    print(f'{a.kernel}: whole function: {whole["HMMA"]} HMMA, {whole["LDG weights (q, s, z)"]} '
+          f'LDG weights, {whole["LDG x"]} LDG x, {whole["LDS x"]} LDS x, {pf} prefetch (CCTL)')
     at = {addr: i for i, (addr, _) in enumerate(ins)}
     best = None
     loops = []
@@ -104,11 +114,12 @@ def main():
         if t is not None and t < addr and t in at:
             j = at[t]
             h = sum('HMMA' in x for _, x in ins[j:i + 1])
+            w = sum(kind(x) == 'LDG weights (q, s, z)' for _, x in ins[j:i + 1])
             loops.append((h, j, i))
-            if not best or h > best[0]:
-                best = (h, j, i)
+            if not best or (h, 0 if h else w) > best[0]: # (the first of equals)
+                best = ((h, 0 if h else w), j, i)
     if not best:
-        sys.exit('gemv_sass_steps: no loop with HMMA')
+        sys.exit('gemv_sass_steps: no loop')
     _, lo, hi = best
     loop = ins[lo:hi + 1]
     tail = loop[-8][0]
