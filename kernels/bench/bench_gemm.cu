@@ -673,9 +673,103 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
     return n;
 }
 
+// Issue 29: where the third-design Q4 GEMV's time goes (gemv_q4_v3_kernel's PROBE forms,
+// g4_gemm_gemv3_probe). Each case forced to the third design (q, o and down_wide run the
+// streaming kernel by default: the plan walk is the third design's gemv_plan there), timed as
+// today's kernel ("full") and as its three probe forms, one after another on the same buffers in
+// the same run: "loads" (every load, no dequantize + MMA), "math" (no weight loads, dequantize
+// + MMA), "shell" (neither: launch, wait, x prefetch, step walk, flush, stores); the probe forms'
+// outputs are meaningless and not checked (their shapes say "unchecked"; the full form is the
+// kernel test_cuda_gemm checks). Weights rotated past the L2 ("rotated") and L2-resident
+// ("l2hot", copy 0 every launch; not the LM head: 226 MB), x L2-resident in both (as the decode
+// step's). Op gemv_q4_probe; a probe row's base is the full form's time in the same run (ratio =
+// full / probe). All of them whenever the filter holds "probe" (and only then: the gemv stage's
+// --filter gemv leaves them out).
+int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max) {
+    const struct {
+        int shape;
+        bool glu;
+        int M;
+    } cases[] = {{12, false, 1}, {7, false, 1},  {7, false, 8}, {6, true, 1},  {7, true, 1},
+                 {7, true, 8},   {13, false, 1}, {0, false, 1}, {4, false, 1}, {9, false, 1}};
+    static const char *form[4] = {"full", "loads(unchecked)", "math(unchecked)",
+                                  "shell(unchecked)"};
+    int n = 0;
+    for (const auto &cs : cases) {
+        const e2b_shape &sh = SHAPES[cs.shape];
+        char base_shape[80];
+        snprintf(base_shape, sizeof base_shape, "M=%d N=%d K=%d %s%s v3", cs.M, sh.N, sh.K, sh.name,
+                 cs.glu ? " glu" : "");
+        if (n + 8 > max) break;
+        problem p;
+        p.r = brow{"gemv_q4_probe", W_Q4, cs.glu, G4_GEMM_GEMV, cs.M, cs.shape, 0, 0, 0, true};
+        p.M = cs.M, p.N = sh.N, p.K = sh.K, p.bl = nullptr, p.blas = nullptr, p.rc = G4_OK;
+        p.copies = (int)((2.0 * l2 + row_bytes(p) - 1) / row_bytes(p));
+        p.copies = p.copies < 1 ? 1 : p.copies > 1024 ? 1024 : p.copies;
+        for (int c = 0; c < p.copies; c++) { // (x: copy 0 only, xhot; y: one a copy)
+            const uint32_t seed = 0x9e3779b9u * (uint32_t)(c + 1) + (uint32_t)cs.shape;
+            p.x.push_back(c ? nullptr : rand_f16((size_t)p.M * p.K, seed, 0.05f, 1.0f));
+            p.y.push_back((__half *)dalloc((size_t)p.M * p.N * 2));
+            p.q.push_back(rand_q4(p.N, p.K, seed ^ 3u));
+            if (cs.glu) p.qu.push_back(rand_q4(p.N, p.K, seed ^ 4u));
+        }
+        G4_CUDA_CHECK(cudaDeviceSynchronize());
+        force_design(W_Q4, 3);
+        int rc = run_ours(&p, 0, 0);
+        if (rc == G4_OK && last_design(W_Q4) != 3)
+            rc = g4_fail(G4_EUSER, "ran design %d, not the third", last_design(W_Q4));
+        if (rc != G4_OK)
+            fprintf(stderr, "bench gemv_q4_probe %s: skipped: %s\n", base_shape, g4_error());
+        for (int hot = 0; rc == G4_OK && hot < 2; hot++) {
+            if (hot && cs.shape == 12) break; // (the LM head's 226 MB cannot stay in L2)
+            const int per_graph = p.copies < 8 ? 8 : p.copies;
+            g4_kbench_time t[4];
+            for (int f = 0; f < 4; f++) { // read at launch (graph capture) time
+                G4_CUDA_CHECK(cudaDeviceSynchronize());
+                if (g4_gemm_gemv3_probe(f) != G4_OK) abort(); // (f in 0..3: cannot fail)
+                t[f] = g4_kbench_run_graph(hot ? launch_hot : launch_ours, &p, per_graph, 2, reps);
+            }
+            if (g4_gemm_gemv3_probe(0) != G4_OK) abort();
+            if (p.rc != G4_OK) {
+                fprintf(stderr, "bench gemv_q4_probe %s: %s\n", base_shape, g4_error());
+                break;
+            }
+            for (int f = 0; f < 4; f++) {
+                g4_kbench_row &row = rows[n++];
+                memset(&row, 0, sizeof row);
+                snprintf(row.op, sizeof row.op, "gemv_q4_probe");
+                snprintf(row.shape, sizeof row.shape, "%s %s %s", base_shape, form[f],
+                         hot ? "l2hot" : "rotated");
+                row.ours = t[f];
+                if (f) {
+                    row.base = t[0];
+                    snprintf(row.base_name, sizeof row.base_name, "full");
+                }
+                // the op's bytes (GB/s as if the full op's bytes moved: meaningful for full and
+                // loads) and FLOPs (meaningful for full and math)
+                row.bytes = row_bytes(p);
+                row.flops = 2.0 * p.M * p.N * p.K * (cs.glu ? 2 : 1);
+            }
+        }
+        force_design(W_Q4, -1);
+        for (int c = 0; c < p.copies; c++) {
+            if (p.x[c]) G4_CUDA_CHECK(cudaFree(p.x[c]));
+            G4_CUDA_CHECK(cudaFree(p.y[c]));
+        }
+        for (auto &q : p.q) g4_q4_weight_free(&q);
+        for (auto &q : p.qu) g4_q4_weight_free(&q);
+    }
+    return n;
+}
+
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
+    if (filter && strstr(filter, "probe")) { // (the probe rows alone)
+        int l2 = 0;
+        G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+        return bench_gemvprobe(reps, l2, rows, max);
+    }
     const std::vector<brow> t = filter && strstr(filter, "xover") ? sweep() : table();
     const char *why = "";
     const g4_cublas_api *bl = g4_cublas(&why, nullptr);

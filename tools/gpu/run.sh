@@ -67,6 +67,10 @@
 #   l2hot    issue 30 (after build): `bench --kernels --filter l2hot` twice, each decode GEMV
 #            with its weights L2-resident beside the same row rotated past the L2 (what an L2
 #            hit of every weight byte buys a shape; H200: within 0-5% on every decode shape)
+#   gemvprobe  issue 29, where the third-design Q4 GEMV's time goes (after build; ~2 min):
+#            test_pdl_sass, then `bench --kernels --filter gemv_q4_probe --reps 30` twice (each
+#            v3 decode shape as today's kernel and its loads / math / shell probe forms, weights
+#            rotated and L2-resident) and a full / loads / math / shell table a run
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -1061,6 +1065,39 @@ stage_l2hot() {
             --json "$OUT/l2hot_$r.json" >"$OUT/l2hot_$r.txt" 2>&1
         echo "=== bench --kernels --filter l2hot (run $r): exit $?"
         grep -vE "^\[|^$" "$OUT/l2hot_$r.txt" | cut -c1-230
+    done
+}
+
+# Issue 29: where the third-design Q4 GEMV's time goes (bench/NOTES.md "gemvprobe"; after build;
+# ~2 min): test_pdl_sass (the probe forms are launched through g4_pdl_launch too), then `bench
+# --kernels --filter gemv_q4_probe --reps 30` twice, and per run one line a case and placement:
+# full / loads / math / shell in us and each probe's share of full.
+stage_gemvprobe() {
+    ctest --test-dir build-gpu -R "test_pdl_sass" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
+    local r rc
+    for r in 1 2; do
+        timeout 400 build-gpu/g4cu bench --kernels --filter gemv_q4_probe --reps 30 \
+            --json "$OUT/gemvprobe_$r.json" >"$OUT/gemvprobe_$r.txt" 2>&1
+        rc=$?
+        echo "=== bench --kernels --filter gemv_q4_probe (run $r): exit $rc"
+        grep -E "gemv_q4_probe|skipped|error" "$OUT/gemvprobe_$r.txt" | cut -c1-200
+        [ $rc = 0 ] || tail -3 "$OUT/gemvprobe_$r.txt" | cut -c1-200
+        python3 - "$OUT/gemvprobe_$r.json" <<'PY' || echo "gemvprobe: no summary (run $r)"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+t = {}
+for r in rows:
+    if r["op"] != "gemv_q4_probe":
+        continue
+    w = r["shape"].split()
+    t.setdefault((" ".join(w[:-2]), w[-1]), {})[w[-2].split("(")[0]] = r["median_ms"] * 1e3
+print(f"{'case (us)':44s} {'place':8s} {'full':>7s} {'loads':>7s} {'math':>7s} {'shell':>7s}  shares")
+for (case, place), v in t.items():
+    f = v.get("full", 0)
+    us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in ("full", "loads", "math", "shell"))
+    sh = " ".join(f"{k} {100 * v[k] / f:.0f}%" for k in ("loads", "math", "shell") if k in v and f)
+    print(f"{case:44s} {place:8s} {us}  {sh}")
+PY
     done
 }
 
