@@ -44,6 +44,16 @@ static void sum_cell(FILE *f, const g4_linerr *r, int p, const char *kind, int l
     fprintf(f, s.kept ? ", %d kept |" : " |", s.kept);
 }
 
+// A Markdown table's header: LEAD (the leading cells, "| kind |"), one column a package, the
+// separator row SEP (the leading cells' alignment) and "---:|" a package.
+static void md_pkg_header(FILE *f, const g4_linerr *r, const char *lead, const char *sep) {
+    fprintf(f, "%s", lead);
+    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, " %s |", r->names[p]);
+    fprintf(f, "\n%s", sep);
+    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, "---:|");
+    fprintf(f, "\n");
+}
+
 static void md_summaries(const g4_linerr *r, FILE *f) {
     fprintf(f, "| package | linears | kept fp16 | mean e | geo mean e / e(%s) | below %s |\n",
             r->names[0], r->names[0]);
@@ -59,22 +69,16 @@ static void md_summaries(const g4_linerr *r, FILE *f) {
     const int nk = kinds_of(r, kinds);
     fprintf(f,
             "\nBy kind (cells: mean e, geometric mean of e / e(%s) over the linears quantized in "
-            "both, linears with e below %s's):\n\n| kind |",
+            "both, linears with e below %s's):\n\n",
             r->names[0], r->names[0]);
-    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, " %s |", r->names[p]);
-    fprintf(f, "\n|---|");
-    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, "---:|");
-    fprintf(f, "\n");
+    md_pkg_header(f, r, "| kind |", "|---|");
     for (int k = 0; k < nk; k++) {
         fprintf(f, "| %s |", kinds[k]);
         for (int p = 0; p < r->n_pkgs; p++) sum_cell(f, r, p, kinds[k], G4_LINERR_ANY);
         fprintf(f, "\n");
     }
-    fprintf(f, "\nBy layer (lm_head is layer -1):\n\n| layer |");
-    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, " %s |", r->names[p]);
-    fprintf(f, "\n|---:|");
-    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, "---:|");
-    fprintf(f, "\n");
+    fprintf(f, "\nBy layer (lm_head is layer -1):\n\n");
+    md_pkg_header(f, r, "| layer |", "|---:|");
     for (int l = 0; l < r->n_layers + has_lm_head(r); l++) {
         const int layer = l < r->n_layers ? l : -1;
         fprintf(f, "| %d |", layer);
@@ -97,12 +101,8 @@ char *g4_linerr_md(const g4_linerr *r) {
     for (int p = 0; p < r->n_pkgs; p++) fprintf(f, "- %s: `%s`\n", r->names[p], r->pkgs[p]);
     fprintf(f, "\n");
     md_summaries(r, f);
-    fprintf(f, "\nEvery linear (e; e / e(%s) in parentheses):\n\n| linear | kind | layer | K | N |",
-            r->names[0]);
-    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, " %s |", r->names[p]);
-    fprintf(f, "\n|---|---|---:|---:|---:|");
-    for (int p = 0; p < r->n_pkgs; p++) fprintf(f, "---:|");
-    fprintf(f, "\n");
+    fprintf(f, "\nEvery linear (e; e / e(%s) in parentheses):\n\n", r->names[0]);
+    md_pkg_header(f, r, "| linear | kind | layer | K | N |", "|---|---|---:|---:|---:|");
     for (int i = 0; i < r->n_rows; i++) {
         const g4_linerr_row *x = &r->rows[i];
         fprintf(f, "| %s | %s | %d | %d | %d |", x->name, x->kind, x->layer, x->K, x->N);
