@@ -823,19 +823,26 @@ stage_floor() {
     grep -E "launch_floor|post_wait_floor" "$OUT/floor.txt" | cut -c1-130
 }
 
+# `bench --kernels --filter FILTER --reps 30` twice into $OUT/BASE_{1,2}.{txt,json} (each under
+# timeout SECONDS), each run's exit and its lines that `grep GREP_ARGS...` keeps; a failed run's
+# last lines too (a trap's device printf may never reach stdout: the CUDA error is the last lines).
+kbench_twice() {
+    local filter=$1 base=$2 secs=$3 r rc
+    shift 3
+    for r in 1 2; do
+        timeout "$secs" build-gpu/g4cu bench --kernels --filter "$filter" --reps 30 \
+            --json "$OUT/${base}_$r.json" >"$OUT/${base}_$r.txt" 2>&1
+        rc=$?
+        echo "=== bench --kernels --filter $filter (run $r): exit $rc"
+        grep "$@" "$OUT/${base}_$r.txt" | cut -c1-230
+        [ $rc = 0 ] || tail -3 "$OUT/${base}_$r.txt" | cut -c1-200
+    done
+}
+
 # Issue 30 stage 2 (bench/NOTES.md "What one on-device hand-over costs"; after build).
 stage_handover() {
     ctest --test-dir build-gpu -R "test_pdl_sass|test_handover_plan" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    local r rc
-    for r in 1 2; do
-        timeout 300 build-gpu/g4cu bench --kernels --filter handover --reps 30 \
-            --json "$OUT/handover_$r.json" >"$OUT/handover_$r.txt" 2>&1
-        rc=$?
-        echo "=== bench --kernels --filter handover (run $r): exit $rc"
-        grep -E "handover|FAIL|trapping|refused" "$OUT/handover_$r.txt" | cut -c1-200
-        # (a trap's device printf may never reach stdout: the CUDA error is the last lines)
-        [ $rc = 0 ] || tail -3 "$OUT/handover_$r.txt" | cut -c1-200
-    done
+    kbench_twice handover handover 300 -E "handover|FAIL|trapping|refused"
     stage_floor
 }
 
@@ -868,14 +875,9 @@ stage_fattn() {
 }
 
 # The decode attention's kernel rows twice (bench --kernels --filter attn_decode: every form),
-# into $OUT/PREFIX_bench_{1,2}.txt.
+# into $OUT/PREFIX_bench_{1,2}.{txt,json}.
 attn_decode_rows() {
-    local r
-    for r in 1 2; do
-        timeout 300 build-gpu/g4cu bench --kernels --filter attn_decode --reps 30 >"$OUT/$1_bench_$r.txt" 2>&1
-        echo "=== bench --kernels --filter attn_decode (run $r): exit $?"
-        grep -E "^attn_decode" "$OUT/$1_bench_$r.txt" | cut -c1-200
-    done
+    kbench_twice attn_decode "$1_bench" 300 -E "^attn_decode"
 }
 
 # Issue 30: the split-KV merge inside the decode attention's split kernel (G4_ATTN_MERGE=cluster;
@@ -1059,13 +1061,7 @@ ktrace_one() {
 # Issue 30 (the usage above): the decode GEMVs with their weights L2-resident against rotated,
 # the upper bound of any weight prefetch into L2.
 stage_l2hot() {
-    local r
-    for r in 1 2; do
-        timeout 300 build-gpu/g4cu bench --kernels --filter l2hot --reps 30 \
-            --json "$OUT/l2hot_$r.json" >"$OUT/l2hot_$r.txt" 2>&1
-        echo "=== bench --kernels --filter l2hot (run $r): exit $?"
-        grep -vE "^\[|^$" "$OUT/l2hot_$r.txt" | cut -c1-230
-    done
+    kbench_twice l2hot l2hot 300 -vE "^\[|^$"
 }
 
 # Issue 29: where the third-design Q4 GEMV's time goes (bench/NOTES.md "gemvprobe"; after build;
@@ -1074,14 +1070,9 @@ stage_l2hot() {
 # full / loads / math / shell in us and each probe's share of full.
 stage_gemvprobe() {
     ctest --test-dir build-gpu -R "test_pdl_sass" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    local r rc
+    kbench_twice gemv_q4_probe gemvprobe 400 -E "gemv_q4_probe|skipped|error"
+    local r
     for r in 1 2; do
-        timeout 400 build-gpu/g4cu bench --kernels --filter gemv_q4_probe --reps 30 \
-            --json "$OUT/gemvprobe_$r.json" >"$OUT/gemvprobe_$r.txt" 2>&1
-        rc=$?
-        echo "=== bench --kernels --filter gemv_q4_probe (run $r): exit $rc"
-        grep -E "gemv_q4_probe|skipped|error" "$OUT/gemvprobe_$r.txt" | cut -c1-200
-        [ $rc = 0 ] || tail -3 "$OUT/gemvprobe_$r.txt" | cut -c1-200
         python3 - "$OUT/gemvprobe_$r.json" <<'PY' || echo "gemvprobe: no summary (run $r)"
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
