@@ -71,6 +71,13 @@
 #            test_pdl_sass, then `bench --kernels --filter gemv_q4_probe --reps 30` twice (each
 #            v3 decode shape as today's kernel and its loads / math / shell probe forms, weights
 #            rotated and L2-resident) and a full / loads / math / shell table a run
+#   gemvvar  issue 29, the third-design Q4 GEMV's next designs (after build; ~2 min):
+#            test_pdl_sass, test_gemv3_form, then `bench --kernels --filter gemv_q4_var --reps
+#            30` twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1
+#            and =2, weights rotated and L2-resident) and a today / acc2 / pipe / xpf table a
+#            run; their correctness: gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
+#            G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2", end to end: e2bq with E2BQ_VARIANTS="landed:X=1
+#            acc2:G4_GEMV3_ACC=2 pipe:G4_GEMV3_PIPE=1 xpf:G4_GEMV3_PIPE=2"
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -516,6 +523,9 @@ stage_gemv_check() {
     for ce in ${GEMV_CHECK_ENVS:-}; do
         env ${ce//,/ } timeout 300 build-gpu/tests/test_cuda_gemm --op /gemv >"$OUT/gemv_check_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_cuda_gemm --op /gemv (q4 and f16): exit $? $(tail -1 "$OUT/gemv_check_${ce//[=,]/_}.log")"
+        # (the third-design cases judged under this environment's loop form, each also rerun
+        # under every form: test_cuda_gemm's "third design, forms" line)
+        echo "  third-design cases: $(grep -c 'third design, forms' "$OUT/gemv_check_${ce//[=,]/_}.log")"
         env ${ce//,/ } timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op add_norm_linear >"$OUT/gemv_check_an_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_check_an_${ce//[=,]/_}.log")"
         grep -hE "FAIL|error" "$OUT/gemv_check_${ce//[=,]/_}.log" "$OUT/gemv_check_an_${ce//[=,]/_}.log" | head -5
@@ -1088,6 +1098,36 @@ for (case, place), v in t.items():
     us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in ("full", "loads", "math", "shell"))
     sh = " ".join(f"{k} {100 * v[k] / f:.0f}%" for k in ("loads", "math", "shell") if k in v and f)
     print(f"{case:44s} {place:8s} {us}  {sh}")
+PY
+    done
+}
+
+# Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
+# ~2 min): test_pdl_sass, then `bench --kernels --filter gemv_q4_var --reps 30` twice (each
+# gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated and
+# L2-resident) and per run one line a case and placement: today / acc2 / pipe / xpf in us and
+# each variant's change. Correctness: stage gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
+# G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2".
+stage_gemvvar() {
+    ctest --test-dir build-gpu -R "test_pdl_sass|test_gemv3_form" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
+    kbench_twice gemv_q4_var gemvvar 400 -E "gemv_q4_var|skipped|error"
+    local r
+    for r in 1 2; do
+        python3 - "$OUT/gemvvar_$r.json" <<'PY' || echo "gemvvar: no summary (run $r)"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+t = {}
+for r in rows:
+    if r["op"] != "gemv_q4_var":
+        continue
+    w = r["shape"].split()
+    t.setdefault((" ".join(w[:-2]), w[-1]), {})[w[-2]] = r["median_ms"] * 1e3
+print(f"{'case (us)':44s} {'place':8s} {'today':>7s} {'acc2':>7s} {'pipe':>7s} {'xpf':>7s}  change")
+for (case, place), v in t.items():
+    f = v.get("today", 0)
+    us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in ("today", "acc2", "pipe", "xpf"))
+    ch = " ".join(f"{k} {100 * (v[k] / f - 1):+.1f}%" for k in ("acc2", "pipe", "xpf") if k in v and f)
+    print(f"{case:44s} {place:8s} {us}  {ch}")
 PY
     done
 }
