@@ -1074,6 +1074,33 @@ stage_l2hot() {
     kbench_twice l2hot l2hot 300 -vE "^\[|^$"
 }
 
+# One line a case and placement of a form-rows run (`bench --kernels --json`, op OP: a row's shape
+# is "CASE FORM PLACE", FORM maybe "NAME(unchecked)"): each FORM's median in us, the first FORM
+# the base, then for the rest MODE share (percent of the base) or change (percent faster/slower).
+# form_table JSON OP MODE FORM...
+form_table() {
+    python3 - "$@" <<'PY'
+import json, sys
+path, op, mode, *forms = sys.argv[1:]
+t = {}
+for r in json.load(open(path))["rows"]:
+    if r["op"] != op:
+        continue
+    w = r["shape"].split()
+    t.setdefault((" ".join(w[:-2]), w[-1]), {})[w[-2].split("(")[0]] = r["median_ms"] * 1e3
+head = " ".join(f"{k:>7s}" for k in forms)
+print(f"{'case (us)':44s} {'place':8s} {head}  {'shares' if mode == 'share' else 'change'}")
+for (case, place), v in t.items():
+    f = v.get(forms[0], 0)
+    us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in forms)
+    if mode == "share":
+        d = " ".join(f"{k} {100 * v[k] / f:.0f}%" for k in forms[1:] if k in v and f)
+    else:
+        d = " ".join(f"{k} {100 * (v[k] / f - 1):+.1f}%" for k in forms[1:] if k in v and f)
+    print(f"{case:44s} {place:8s} {us}  {d}")
+PY
+}
+
 # Issue 29: where the third-design Q4 GEMV's time goes (bench/NOTES.md "gemvprobe"; after build;
 # ~2 min): test_pdl_sass (the probe forms are launched through g4_pdl_launch too), then `bench
 # --kernels --filter gemv_q4_probe --reps 30` twice, and per run one line a case and placement:
@@ -1083,29 +1110,15 @@ stage_gemvprobe() {
     kbench_twice gemv_q4_probe gemvprobe 400 -E "gemv_q4_probe|skipped|error"
     local r
     for r in 1 2; do
-        python3 - "$OUT/gemvprobe_$r.json" <<'PY' || echo "gemvprobe: no summary (run $r)"
-import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-t = {}
-for r in rows:
-    if r["op"] != "gemv_q4_probe":
-        continue
-    w = r["shape"].split()
-    t.setdefault((" ".join(w[:-2]), w[-1]), {})[w[-2].split("(")[0]] = r["median_ms"] * 1e3
-print(f"{'case (us)':44s} {'place':8s} {'full':>7s} {'loads':>7s} {'math':>7s} {'shell':>7s}  shares")
-for (case, place), v in t.items():
-    f = v.get("full", 0)
-    us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in ("full", "loads", "math", "shell"))
-    sh = " ".join(f"{k} {100 * v[k] / f:.0f}%" for k in ("loads", "math", "shell") if k in v and f)
-    print(f"{case:44s} {place:8s} {us}  {sh}")
-PY
+        form_table "$OUT/gemvprobe_$r.json" gemv_q4_probe share full loads math shell ||
+            echo "gemvprobe: no summary (run $r)"
     done
 }
 
 # Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
-# ~2 min): test_pdl_sass, then `bench --kernels --filter gemv_q4_var --reps 30` twice (each
-# gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated and
-# L2-resident) and per run one line a case and placement: today / acc2 / pipe / xpf in us and
+# ~2 min): test_pdl_sass, test_gemv3_form, then `bench --kernels --filter gemv_q4_var --reps 30`
+# twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated
+# and L2-resident) and per run one line a case and placement: today / acc2 / pipe / xpf in us and
 # each variant's change. Correctness: stage gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
 # G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2".
 stage_gemvvar() {
@@ -1113,22 +1126,8 @@ stage_gemvvar() {
     kbench_twice gemv_q4_var gemvvar 400 -E "gemv_q4_var|skipped|error"
     local r
     for r in 1 2; do
-        python3 - "$OUT/gemvvar_$r.json" <<'PY' || echo "gemvvar: no summary (run $r)"
-import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-t = {}
-for r in rows:
-    if r["op"] != "gemv_q4_var":
-        continue
-    w = r["shape"].split()
-    t.setdefault((" ".join(w[:-2]), w[-1]), {})[w[-2]] = r["median_ms"] * 1e3
-print(f"{'case (us)':44s} {'place':8s} {'today':>7s} {'acc2':>7s} {'pipe':>7s} {'xpf':>7s}  change")
-for (case, place), v in t.items():
-    f = v.get("today", 0)
-    us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in ("today", "acc2", "pipe", "xpf"))
-    ch = " ".join(f"{k} {100 * (v[k] / f - 1):+.1f}%" for k in ("acc2", "pipe", "xpf") if k in v and f)
-    print(f"{case:44s} {place:8s} {us}  {ch}")
-PY
+        form_table "$OUT/gemvvar_$r.json" gemv_q4_var change today acc2 pipe xpf ||
+            echo "gemvvar: no summary (run $r)"
     done
 }
 
