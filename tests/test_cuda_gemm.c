@@ -19,7 +19,10 @@
 // (or, when the CPU work would be large, on 24 rows incl. the first and last, and for
 // lm_head-sized weights on 512 random 16-column groups incl. the first and last; every element
 // is still checked for NaN/inf), and run a second time to check the result is bit-identical
-// (the kernels are deterministic: no atomics; a difference means a race).
+// (the kernels are deterministic: no atomics; a difference means a race). A Q4 GEMV case that
+// ran the third design checks it ran the loop form G4_GEMV3_ACC / G4_GEMV3_PIPE name, then runs
+// under each form (g4_gemm_gemv3_form): pipe and xpf bit for bit today's, acc2 repeatable (its
+// values judged against the reference in a run under G4_GEMV3_ACC=2: run.sh's gemv_check).
 //
 // Expected values and tolerances (per element |got - exp| <= tol, and NMSE over the case):
 //   fp16 weights: exp = ref_linear_f16 on the same fp16 inputs (fp32 accumulate).
