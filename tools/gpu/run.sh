@@ -1116,13 +1116,17 @@ stage_gemvprobe() {
 }
 
 # Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
-# ~2 min): test_pdl_sass, test_gemv3_form, then `bench --kernels --filter gemv_q4_var --reps 30`
-# twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated
-# and L2-resident) and per run one line a case and placement: today / acc2 / pipe / xpf in us and
-# each variant's change. Correctness: stage gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
+# ~2 min): test_pdl_sass, test_gemv3_form, an invalid G4_GEMV3_ACC (must fail naming it), then
+# `bench --kernels --filter gemv_q4_var --reps 30` twice (each gemvprobe case as today's loop,
+# G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated and L2-resident) and per run one line a case
+# and placement: today / acc2 / pipe / xpf in us and each variant's change. Correctness: stage gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
 # G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2".
 stage_gemvvar() {
     ctest --test-dir build-gpu -R "test_pdl_sass|test_gemv3_form" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
+    # an invalid form fails the third-design launch naming it (the tiny forced-v3 case)
+    local log="$OUT/gemvvar_invalid.log"
+    G4_GEMV3_ACC=3 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
+    echo "G4_GEMV3_ACC=3 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_ACC=3: expected 1 or 2' "$log") lines naming it (expected >= 1)"
     kbench_twice gemv_q4_var gemvvar 400 -E "gemv_q4_var|skipped|error"
     local r
     for r in 1 2; do
