@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/api_internal.h"
 #include "base/parallel.h"
@@ -26,8 +27,11 @@ int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
     size_t len;
     int rc = g4_read_file(path, &text, &len);
     if (rc) return rc;
-    if (len > 65536) {
-        len = 65536;
+    // the first 64 KiB (as before), or 16 bytes a token for a long calibration (16,384 tokens
+    // of the proxy's 8k vocabulary need ~70 KB of its corpus)
+    const size_t cap = n_max > 4096 ? (size_t)n_max * 16 : 65536;
+    if (len > cap) {
+        len = cap;
         while (len > 0 && ((unsigned char)text[len] & 0xC0) == 0x80) len--;
     }
     g4_tokenizer *tok;
@@ -73,6 +77,18 @@ static int gptq_imx_mean(void) {
     return g4_env_is("G4_GPTQ_IMX", "mean");
 }
 
+// Sequential calibration (g4_hessian_run's q4): the arrays prequant_one made of name.
+static int prequant_q4(void *ctx, const char *name, const uint8_t **q, const uint16_t **scales,
+                       const uint8_t **zp) {
+    const prequant *pq = ctx;
+    for (int i = pq->n - 1; i >= 0; i--)
+        if (!strcmp(pq->a[i].name, name)) {
+            *q = pq->a[i].q, *scales = pq->a[i].scales, *zp = pq->a[i].zp;
+            return G4_OK;
+        }
+    return g4_fail(G4_EINTERNAL, "sequential calibration: %s was not quantized", name);
+}
+
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
     const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
@@ -116,9 +132,9 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
 // The calibration runs: --keep-auto's sensitivity ranking (budget >= 0), --imatrix's
 // activation importance (im != NULL) and gptq / fit's X^T X (pq != NULL), on one loaded model.
 static int calibrate(const char *pkg_dir, const char *backend, const char *calib,
-                     const char *tok_path, int n_tokens, long long budget, int threads, FILE *rep,
-                     FILE *progress, const char ***keep, int *n_keep, char ***owned, int *n_owned,
-                     g4_imatrix *im, prequant *pq) {
+                     const char *tok_path, int n_tokens, int win, int seq, long long budget,
+                     int threads, FILE *rep, FILE *progress, const char ***keep, int *n_keep,
+                     char ***owned, int *n_owned, g4_imatrix *im, prequant *pq) {
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_sens_row *rows = NULL;
@@ -130,19 +146,23 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         (rc = g4_backend_by_name(backend, &be)) || (rc = g4_package_open(pkg_dir, &p)) ||
         (rc = g4_text_model_load(p, be, &m)))
         goto done;
+    char how[64] = "";
+    if (win > 0) snprintf(how, sizeof how, " in windows of %d", win);
     if (im) {
-        if ((rc = g4_imatrix_run(m, ids, n, im))) goto done;
-        fprintf(rep, "imatrix: activation importance of %d linears from %d tokens of %s\n", im->n,
-                n, calib);
+        if ((rc = g4_imatrix_run(m, ids, n, win, im))) goto done;
+        fprintf(rep, "imatrix: activation importance of %d linears from %d tokens%s of %s\n", im->n,
+                n, how, calib);
     }
     if (pq && pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) { // the same tokens' means
-        if ((rc = g4_imatrix_run(m, ids, n, pq->im))) goto done;
+        if ((rc = g4_imatrix_run(m, ids, n, win, pq->im))) goto done;
     }
     if (pq) {
         int n_lin = 0;
-        if ((rc = g4_hessian_run(m, ids, n, HESSIAN_FLOATS, prequant_one, pq, &n_lin))) goto done;
-        fprintf(rep, "%s: X^T X of %d linears from %d tokens of %s\n",
-                g4_qmethod_name(pq->method), n_lin, n, calib);
+        const g4_hessian_opts ho = {HESSIAN_FLOATS, win, seq ? prequant_q4 : NULL};
+        if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
+        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s\n",
+                g4_qmethod_name(pq->method), n_lin, n, how, calib,
+                seq ? ", sequential (each layer's inputs from the quantized layers below)" : "");
     }
     if (budget < 0) goto done;
     g4_sens_opts so = {0};
@@ -198,6 +218,19 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     if (p->calib && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
         return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 8 to %d", p->calib_tokens,
                        1 << 20);
+    if (p->calib_ctx != 0 && (p->calib_ctx < 8 || p->calib_ctx > (1 << 20)))
+        return g4_fail(G4_EUSER, "quantize: calib_ctx %d: expected 0 (one sequence) or 8 to %d",
+                       p->calib_ctx, 1 << 20);
+    if (p->calib_ctx && !g4_qmethod_needs_calib(method))
+        return g4_fail(G4_EUSER,
+                       "quantize: calib_ctx with method '%s': it is the calibrated "
+                       "methods' (imatrix, gptq, fit, gptq_imx)",
+                       g4_qmethod_name(method));
+    if (p->calib_seq && !g4_qmethod_needs_hessian(method))
+        return g4_fail(G4_EUSER,
+                       "quantize: calib_seq with method '%s': it is the X^T X methods' "
+                       "(gptq, fit, gptq_imx)",
+                       g4_qmethod_name(method));
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
@@ -209,8 +242,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     prequant pq = {method, p->gptq_act_order, &pim, NULL, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
-                       p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep, &owned,
-                       &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
+                       p->calib_ctx, p->calib_seq, p->keep_auto_bytes, threads, rep, p->progress,
+                       &keep, &n_keep, &owned, &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
                        g4_qmethod_needs_hessian(method) ? &pq : NULL);
     g4_q4_write_opts o = {keep,
                           n_keep,

@@ -229,7 +229,8 @@ int g4_linerr_run(g4_text_model *m, const char *ref_dir, const char *const *pkgs
     for (int p = 0; p < n_pkgs && !rc; p++)
         for (int i = 0; i < nl; i++) out->rows[i].kept[p] = c.lin[p][i].kind == G4_W_F16;
     int n_lin = 0;
-    if (!rc) rc = g4_hessian_run(m, ids, n, max_floats, on_hessian, &c, &n_lin);
+    const g4_hessian_opts ho = {max_floats, 0, NULL};
+    if (!rc) rc = g4_hessian_run(m, ids, n, &ho, on_hessian, &c, &n_lin);
     if (!rc && n_lin != nl)
         rc =
             g4_fail(G4_EINTERNAL, "linear error: the Hessian run gave %d of %d linears", n_lin, nl);

@@ -459,12 +459,28 @@ static void hook_none(void *ctx, const char *name, g4_backend *be, const g4_buf 
 // forward skips the lm_head when nobody asks for logits (a prefill chunk), so a no-op hook asks
 // for them (on the device: no [n, V] download). Without it the lm_head received no input and
 // `--imatrix` quantized it plainly (82 of 83 linears with an importance on the tiny fixture).
-static int forward_all_rows(g4_text_state *s, const int32_t *ids, int n) {
+// win > 0: windows of win tokens, each from a reset state with ids[0] (<bos>) first
+// (sensitivity.h).
+static int forward_all_rows(g4_text_state *s, const int32_t *ids, int n, int win) {
     const g4_text_hook h = s->hook;
     void *hc = s->hook_ctx;
     s->hook = hook_none;
     s->hook_ctx = NULL;
-    int rc = g4_text_forward(s, ids, n, NULL, NULL, 1);
+    int rc = G4_OK;
+    if (win <= 0 || win >= n) {
+        g4_text_state_reset(s);
+        rc = g4_text_forward(s, ids, n, NULL, NULL, 1);
+    } else {
+        int32_t *w = g4_malloc(sizeof(int32_t) * (size_t)win);
+        for (int i0 = 0; i0 < n && !rc; i0 += win) {
+            const int len = n - i0 < win ? n - i0 : win;
+            memcpy(w, ids + i0, sizeof(int32_t) * (size_t)len);
+            w[0] = ids[0];
+            g4_text_state_reset(s);
+            rc = g4_text_forward(s, w, len, NULL, NULL, 1);
+        }
+        free(w);
+    }
     s->hook = h;
     s->hook_ctx = hc;
     return rc;
@@ -492,7 +508,7 @@ static int probe_start(g4_text_model *m, int n, cand **c, int *nc, g4_text_state
     return G4_OK;
 }
 
-int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out) {
+int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, int win, g4_imatrix *out) {
     memset(out, 0, sizeof *out);
     cand *c = NULL;
     int nc = 0, rc;
@@ -507,7 +523,7 @@ int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out)
         p.imx_lin[i] = g4_calloc((size_t)c[i].row.K, sizeof(double));
     }
     s->be = &p.be;
-    rc = forward_all_rows(s, ids, n);
+    rc = forward_all_rows(s, ids, n, win);
     s->be = own;
     if (rc) goto done;
     out->names = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(char *));
@@ -642,7 +658,27 @@ static void hess_add(probe *p, int i, const g4_buf *x) {
     free(a);
 }
 
-int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_floats,
+// Sequential: binds c's Q4 arrays as the cb's ctx holds them (o->q4) in its slot.
+static int seq_bind(g4_text_model *m, const g4_hessian_opts *o, void *ctx, cand *c) {
+    const uint8_t *q, *zp;
+    const uint16_t *sc;
+    int rc = o->q4(ctx, c->row.name, &q, &sc, &zp);
+    if (rc) return rc;
+    // the arrays stay the ctx's (c->q etc. are left NULL: nothing of ours to free)
+    c->q4_host = (g4_linear){.kind = G4_W_Q4,
+                             .in = c->row.K,
+                             .out = c->row.N,
+                             .block = G4_Q4_BLOCK,
+                             .w = (void *)q,
+                             .scales = (void *)sc,
+                             .zp = (void *)zp,
+                             .bias = c->f16.bias};
+    if ((rc = bind(m->be, c))) return rc;
+    *c->slot = c->q4;
+    return G4_OK;
+}
+
+int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears) {
     *n_linears = 0;
     cand *c = NULL;
@@ -650,19 +686,21 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_flo
     g4_text_state *s = NULL;
     g4_backend *own = NULL;
     probe p = {0};
+    char *bound = NULL; // sequential: c[i] runs in Q4
     if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
     p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
+    bound = g4_calloc((size_t)(nc > 0 ? nc : 1), 1);
     for (int i0 = 0; i0 < nc && !rc;) {
         int i1 = i0;
         uint64_t used = 0;
-        do { // at least one; then while the group's H fit in max_floats
+        do { // at least one; then while the group's H fit in max_floats (sequential: one layer)
             used += (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K;
             p.hess[i1] = g4_calloc((size_t)c[i1].row.K * (size_t)c[i1].row.K, sizeof(float));
             i1++;
-        } while (i1 < nc && used + (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K <= max_floats);
-        g4_text_state_reset(s);
+        } while (i1 < nc && used + (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K <= o->max_floats &&
+                 (!o->q4 || c[i1].row.layer == c[i0].row.layer));
         s->be = &p.be;
-        rc = forward_all_rows(s, ids, n);
+        rc = forward_all_rows(s, ids, n, o->win);
         s->be = own;
         for (int i = i0; i < i1 && !rc; i++) {
             if (!p.imx_rows[i]) {
@@ -674,9 +712,24 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_flo
             if (!rc) (*n_linears)++;
         }
         for (int i = i0; i < i1; i++) free(p.hess[i]), p.hess[i] = NULL;
+        // sequential: a layer whose linears are all done runs in Q4 from the next forward on
+        // (the lm_head, last, feeds nothing)
+        if (!rc && o->q4 && c[i0].row.layer >= 0 &&
+            (i1 == nc || c[i1].row.layer != c[i0].row.layer)) {
+            int l0 = i0;
+            while (l0 > 0 && c[l0 - 1].row.layer == c[i0].row.layer) l0--;
+            for (int i = l0; i < i1 && !rc; i++)
+                if (!(rc = seq_bind(m, o, ctx, &c[i]))) bound[i] = 1;
+        }
         i0 = i1;
     }
 done:
+    for (int i = 0; i < nc && bound; i++)
+        if (bound[i]) {
+            *c[i].slot = c[i].f16;
+            unbind(m->be, &c[i]);
+        }
+    free(bound);
     if (s) s->be = own;
     g4_text_state_free(s);
     free(p.hess);

@@ -52,8 +52,14 @@ int g4_sensitivity_run(g4_text_model *m, const int32_t *ids, int n, const g4_sen
 // (not listed).
 int g4_decoder_linears(g4_text_model *m, g4_sens_row **rows, int *n, int *n_q4);
 
-// The imatrix (llama.cpp's activation importance): one forward of ids[n] through a probe op
-// table that sums x^2 and x over the rows of every fp16 decoder linear's input; out->imp[i][k] is
+// The calibration forwards of the imatrix and Hessian runs read ids[n] as one sequence (win 0),
+// or, win > 0, as windows of win tokens (the last one shorter), each a fresh sequence whose
+// first token is ids[0] (<bos>), as g4cu perplexity's chunks: a model trained on short windows
+// then sees the positions it was trained on (one 2048-token sequence is 4x the proxy's 512).
+
+// The imatrix (llama.cpp's activation importance): one forward of ids[n] (in windows of win
+// tokens, win > 0) through a probe op table that sums x^2 and x over the rows of every fp16
+// decoder linear's input; out->imp[i][k] is
 // the mean x^2 and out->mean[i][k] the mean x of input channel k of linear out->names[i]
 // ("model.layers.3.mlp.down_proj.weight_t", [K = out->K[i]]). Free with g4_imatrix_free.
 typedef struct {
@@ -63,7 +69,7 @@ typedef struct {
     float **mean; // [n][K] the mean x of each input channel
     int *K;
 } g4_imatrix;
-int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, g4_imatrix *out);
+int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, int win, g4_imatrix *out);
 void g4_imatrix_free(g4_imatrix *im);
 
 // The layer-output loss of every fp16 decoder linear (GPTQ's Hessian): H = X^T X, K x K floats
@@ -73,9 +79,24 @@ void g4_imatrix_free(g4_imatrix *im);
 // forwards of at most max_floats floats of H together, at least one each: memory holds
 // max(max_floats, the largest K^2) floats of H at a time. *n_linears: how many reached cb.
 // A linear that receives no input, or cb's nonzero return, stops the run with that error.
+//
+// Sequential (o->q4 set; GPTQ's "true-sequential"): one layer at a time, in order, then the
+// lm_head; when a layer's linears have all reached cb, o->q4 hands back the Q4 arrays cb made
+// of each (K x N as g4_q4_shape_of(K, N, G4_Q4_BLOCK)), and the layer runs in Q4 from then on,
+// so each later layer's X^T X comes from the inputs the quantized model gives it (the error
+// arriving from below is in H, and GPTQ corrects for it). The fp16 bindings are restored at
+// the end. Cost: a forward per layer and one for the lm_head (more where a layer's H exceed
+// max_floats) instead of one per max_floats of H.
 typedef int (*g4_hessian_cb)(void *ctx, const char *name, const void *w_f16, int K, int N,
                              float *H);
-int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, uint64_t max_floats,
+typedef int (*g4_hessian_q4_fn)(void *ctx, const char *name, const uint8_t **q,
+                                const uint16_t **scales, const uint8_t **zp);
+typedef struct {
+    uint64_t max_floats; // H floats held at once (above)
+    int win;             // calibration windows (above); 0: one sequence
+    g4_hessian_q4_fn q4; // non-NULL: sequential; called with cb's ctx
+} g4_hessian_opts;
+int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears);
 
 // H [K, K] += x^T x for x [rows, K] (row-major floats), on g4_threads() threads: the Hessian

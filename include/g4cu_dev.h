@@ -80,9 +80,16 @@ typedef struct {
                                // quantize methods); all but kquant and rtn need calib
     int gptq_act_order;        // gptq, gptq_imx: visit input channels by decreasing X^T X
                                // diagonal (0)
-    const char *calib;         // calibration text file (its first 64 KiB) for the above
+    const char *calib;         // calibration text file (its first 64 KiB, or 16 bytes a
+                               // calibration token where that is more) for the above
     const char *tokenizer;     // tokenizer.json for calib (NULL: the package's)
     int calib_tokens;          // calibration tokens, <bos> first, 8 to 2^20 (default 256)
+    int calib_ctx;             // imatrix, gptq, fit, gptq_imx: > 0: the calibration tokens
+                               // run as windows of this many, each a fresh sequence with
+                               // <bos> first (8 to 2^20); 0 (default): one sequence
+    int calib_seq;             // gptq, fit, gptq_imx: 1: sequential calibration, each layer's
+                               // X^T X from the model with the layers before it already
+                               // quantized (default 0)
     const char *backend;       // the calibration runs' backend, "cpu" or "cuda" (default "cpu")
     int n_threads;             // quantizer and sensitivity threads (0: the CPU backend's)
     FILE *progress;            // progress bars and one-line notices (NULL, the default: none)
@@ -99,7 +106,8 @@ void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p);
 // "calibrated: N of M weights". p NULL: the defaults. Errors: a package that does not open, an
 // existing out, a calibration text with under 8 tokens, an unknown method, calib given without
 // keep_auto_bytes or a calibrated method or the other way, gptq_act_order without gptq or
-// gptq_imx (G4CU_EUSER).
+// gptq_imx, calib_ctx out of range or without a calibrated method, calib_seq without gptq, fit
+// or gptq_imx (G4CU_EUSER).
 int g4cu_dev_quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p,
                       FILE *report);
 

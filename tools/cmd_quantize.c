@@ -17,6 +17,10 @@
 // rtn (round-to-nearest), imatrix (= --imatrix), gptq (from each linear's X^T X on --calib;
 // --act-order), fit (each block's scale and zero point against the layer-output error on
 // --calib). Every method writes the same layout and size.
+// --calib-ctx N: the calibrated methods' forwards read the calibration tokens as windows of N
+// (each a fresh sequence, <bos> first, as perplexity's chunks) instead of one long sequence.
+// --calib-seq: gptq, fit, gptq_imx take each layer's X^T X from the model whose earlier layers
+// already run in their Q4 form (GPTQ's true-sequential; a forward per layer).
 // OUT must not lie inside PKG_F16. The work goes to OUT.tmp-<pid> beside it; a run that is
 // killed leaves that directory, and the next quantize to the same OUT removes those whose process
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
@@ -94,8 +98,8 @@ static int stop_start(const char *out) {
 
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
-    long long auto_bytes = -1, calib_tokens = 256;
-    int use_imatrix = 0, act_order = 0;
+    long long auto_bytes = -1, calib_tokens = 256, calib_ctx = 0;
+    int use_imatrix = 0, act_order = 0, calib_seq = 0;
     const char *method = NULL;
     g4cu_dev_quantize_params qp;
     g4cu_dev_quantize_params_default(&qp);
@@ -126,6 +130,15 @@ static int cmd_quantize(int argc, char **argv) {
               : !strcmp(o, "--backend") ? &backend
               : !strcmp(o, "--method")  ? &method
                                         : &tok_path) = argv[i];
+        } else if (!strcmp(argv[i], "--calib-ctx")) {
+            if (!g4_cli_int("quantize", argv[i], i + 1 < argc ? argv[i + 1] : NULL, 8, 1 << 20,
+                            &calib_ctx)) {
+                free(keep);
+                return 1;
+            }
+            i++;
+        } else if (!strcmp(argv[i], "--calib-seq")) {
+            calib_seq = 1;
         } else if (!strcmp(argv[i], "--act-order")) {
             act_order = 1;
         } else if (!strcmp(argv[i], "--imatrix")) {
@@ -155,12 +168,23 @@ static int cmd_quantize(int argc, char **argv) {
                                               "(and --calib one of them; so do --method imatrix, "
                                               "gptq, fit and gptq_imx)");
     }
+    const int hessian = method && (!strcmp(method, "gptq") || !strcmp(method, "fit") ||
+                                   !strcmp(method, "gptq_imx"));
+    if ((calib_ctx && !calibrated) || (calib_seq && !hessian)) {
+        free(keep);
+        return g4_cli_usage_error("quantize", "%s needs --method %s",
+                                  calib_seq && !hessian ? "--calib-seq" : "--calib-ctx",
+                                  calib_seq && !hessian ? "gptq, fit or gptq_imx"
+                                                        : "imatrix, gptq, fit or gptq_imx");
+    }
     qp.keep = keep;
     qp.n_keep = n_keep;
     qp.keep_auto_bytes = auto_bytes;
     qp.calib = calib;
     qp.tokenizer = tok_path;
     qp.calib_tokens = (int)calib_tokens;
+    qp.calib_ctx = (int)calib_ctx;
+    qp.calib_seq = calib_seq;
     qp.backend = backend;
     qp.imatrix = use_imatrix;
     qp.method = method;
@@ -186,6 +210,10 @@ static const g4_opt quantize_opts[] = {
     {"--calib", "TEXT", "calibration text for --keep-auto / --imatrix"},
     {"--tokenizer", "F", "tokenizer.json for --calib (default: the package's)"},
     {"--calib-tokens", "N", "calibration tokens (default 256)"},
+    {"--calib-ctx", "N",
+     "calibrated methods: the calibration tokens in windows of N, <bos> first (default: one)"},
+    {"--calib-seq", NULL,
+     "gptq, fit, gptq_imx: each layer calibrated on the quantized layers below (default off)"},
     {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
     {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
     {"--method", "M",
@@ -197,7 +225,8 @@ const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT] "
-    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order]]   quantize "
+    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N] "
+    "[--calib-seq]]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
     "files are copied or reflinked, never hard-linked)",
