@@ -496,11 +496,13 @@ void g4_imatrix_free(g4_imatrix *im) {
 }
 
 // The imatrix and Hessian runs' start: every fp16 decoder linear a candidate, a state for n
-// rows, the probe over its own backend handle (*own, to put back) and p->imx_rows [nc].
-static int probe_start(g4_text_model *m, int n, cand **c, int *nc, g4_text_state **s,
+// rows (a window's, win > 0: a 16k-token calibration in windows of 512 needs no 16k KV cache),
+// the probe over its own backend handle (*own, to put back) and p->imx_rows [nc].
+static int probe_start(g4_text_model *m, int n, int win, cand **c, int *nc, g4_text_state **s,
                        g4_backend **own, probe *p) {
     g4_sens_opts all = {0};
     int n_q4 = 0, rc;
+    if (win > 0 && win < n) n = win;
     if ((rc = enumerate(m, &all, c, nc, &n_q4)) || (rc = g4_text_state_new(m, n, n, s))) return rc;
     *own = (*s)->be;
     probe_install(p, *own, *c, *nc);
@@ -515,7 +517,7 @@ int g4_imatrix_run(g4_text_model *m, const int32_t *ids, int n, int win, g4_imat
     g4_text_state *s = NULL;
     g4_backend *own = NULL; // s's own handle, while the probe stands in for it
     probe p = {0};
-    if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
+    if ((rc = probe_start(m, n, win, &c, &nc, &s, &own, &p))) goto done;
     p.imx_sum = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
     p.imx_lin = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(double *));
     for (int i = 0; i < nc; i++) {
@@ -687,7 +689,7 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian
     g4_backend *own = NULL;
     probe p = {0};
     char *bound = NULL; // sequential: c[i] runs in Q4
-    if ((rc = probe_start(m, n, &c, &nc, &s, &own, &p))) goto done;
+    if ((rc = probe_start(m, n, o->win, &c, &nc, &s, &own, &p))) goto done;
     p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
     bound = g4_calloc((size_t)(nc > 0 ? nc : 1), 1);
     for (int i0 = 0; i0 < nc && !rc;) {
