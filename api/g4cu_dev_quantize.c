@@ -77,18 +77,6 @@ static int gptq_imx_mean(void) {
     return g4_env_is("G4_GPTQ_IMX", "mean");
 }
 
-// Sequential calibration (g4_hessian_run's q4): the arrays prequant_one made of name.
-static int prequant_q4(void *ctx, const char *name, const uint8_t **q, const uint16_t **scales,
-                       const uint8_t **zp) {
-    const prequant *pq = ctx;
-    for (int i = pq->n - 1; i >= 0; i--)
-        if (!strcmp(pq->a[i].name, name)) {
-            *q = pq->a[i].q, *scales = pq->a[i].scales, *zp = pq->a[i].zp;
-            return G4_OK;
-        }
-    return g4_fail(G4_EINTERNAL, "sequential calibration: %s was not quantized", name);
-}
-
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
     const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
@@ -132,9 +120,9 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
 // The calibration runs: --keep-auto's sensitivity ranking (budget >= 0), --imatrix's
 // activation importance (im != NULL) and gptq / fit's X^T X (pq != NULL), on one loaded model.
 static int calibrate(const char *pkg_dir, const char *backend, const char *calib,
-                     const char *tok_path, int n_tokens, int win, int seq, long long budget,
-                     int threads, FILE *rep, FILE *progress, const char ***keep, int *n_keep,
-                     char ***owned, int *n_owned, g4_imatrix *im, prequant *pq) {
+                     const char *tok_path, int n_tokens, int win, long long budget, int threads,
+                     FILE *rep, FILE *progress, const char ***keep, int *n_keep, char ***owned,
+                     int *n_owned, g4_imatrix *im, prequant *pq) {
     g4_package *p = NULL;
     g4_text_model *m = NULL;
     g4_sens_row *rows = NULL;
@@ -158,11 +146,10 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     }
     if (pq) {
         int n_lin = 0;
-        const g4_hessian_opts ho = {HESSIAN_FLOATS, win, seq ? prequant_q4 : NULL};
+        const g4_hessian_opts ho = {HESSIAN_FLOATS, win};
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
-        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s\n",
-                g4_qmethod_name(pq->method), n_lin, n, how, calib,
-                seq ? ", sequential (each layer's inputs from the quantized layers below)" : "");
+        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s\n",
+                g4_qmethod_name(pq->method), n_lin, n, how, calib);
     }
     if (budget < 0) goto done;
     g4_sens_opts so = {0};
@@ -226,11 +213,6 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                        "quantize: calib_ctx with method '%s': it is the calibrated "
                        "methods' (imatrix, gptq, fit, gptq_imx)",
                        g4_qmethod_name(method));
-    if (p->calib_seq && !g4_qmethod_needs_hessian(method))
-        return g4_fail(G4_EUSER,
-                       "quantize: calib_seq with method '%s': it is the X^T X methods' "
-                       "(gptq, fit, gptq_imx)",
-                       g4_qmethod_name(method));
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
@@ -242,8 +224,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     prequant pq = {method, p->gptq_act_order, &pim, NULL, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
-                       p->calib_ctx, p->calib_seq, p->keep_auto_bytes, threads, rep, p->progress,
-                       &keep, &n_keep, &owned, &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
+                       p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,
+                       &owned, &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
                        g4_qmethod_needs_hessian(method) ? &pq : NULL);
     g4_q4_write_opts o = {keep,
                           n_keep,

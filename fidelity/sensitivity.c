@@ -660,26 +660,6 @@ static void hess_add(probe *p, int i, const g4_buf *x) {
     free(a);
 }
 
-// Sequential: binds c's Q4 arrays as the cb's ctx holds them (o->q4) in its slot.
-static int seq_bind(g4_text_model *m, const g4_hessian_opts *o, void *ctx, cand *c) {
-    const uint8_t *q, *zp;
-    const uint16_t *sc;
-    int rc = o->q4(ctx, c->row.name, &q, &sc, &zp);
-    if (rc) return rc;
-    // the arrays stay the ctx's (c->q etc. are left NULL: nothing of ours to free)
-    c->q4_host = (g4_linear){.kind = G4_W_Q4,
-                             .in = c->row.K,
-                             .out = c->row.N,
-                             .block = G4_Q4_BLOCK,
-                             .w = (void *)q,
-                             .scales = (void *)sc,
-                             .zp = (void *)zp,
-                             .bias = c->f16.bias};
-    if ((rc = bind(m->be, c))) return rc;
-    *c->slot = c->q4;
-    return G4_OK;
-}
-
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears) {
     *n_linears = 0;
@@ -688,19 +668,16 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian
     g4_text_state *s = NULL;
     g4_backend *own = NULL;
     probe p = {0};
-    char *bound = NULL; // sequential: c[i] runs in Q4
     if ((rc = probe_start(m, n, o->win, &c, &nc, &s, &own, &p))) goto done;
     p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
-    bound = g4_calloc((size_t)(nc > 0 ? nc : 1), 1);
     for (int i0 = 0; i0 < nc && !rc;) {
         int i1 = i0;
         uint64_t used = 0;
-        do { // at least one; then while the group's H fit in max_floats (sequential: one layer)
+        do { // at least one; then while the group's H fit in max_floats
             used += (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K;
             p.hess[i1] = g4_calloc((size_t)c[i1].row.K * (size_t)c[i1].row.K, sizeof(float));
             i1++;
-        } while (i1 < nc && used + (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K <= o->max_floats &&
-                 (!o->q4 || c[i1].row.layer == c[i0].row.layer));
+        } while (i1 < nc && used + (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K <= o->max_floats);
         s->be = &p.be;
         rc = forward_all_rows(s, ids, n, o->win);
         s->be = own;
@@ -714,24 +691,9 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian
             if (!rc) (*n_linears)++;
         }
         for (int i = i0; i < i1; i++) free(p.hess[i]), p.hess[i] = NULL;
-        // sequential: a layer whose linears are all done runs in Q4 from the next forward on
-        // (the lm_head, last, feeds nothing)
-        if (!rc && o->q4 && c[i0].row.layer >= 0 &&
-            (i1 == nc || c[i1].row.layer != c[i0].row.layer)) {
-            int l0 = i0;
-            while (l0 > 0 && c[l0 - 1].row.layer == c[i0].row.layer) l0--;
-            for (int i = l0; i < i1 && !rc; i++)
-                if (!(rc = seq_bind(m, o, ctx, &c[i]))) bound[i] = 1;
-        }
         i0 = i1;
     }
 done:
-    for (int i = 0; i < nc && bound; i++)
-        if (bound[i]) {
-            *c[i].slot = c[i].f16;
-            unbind(m->be, &c[i]);
-        }
-    free(bound);
     if (s) s->be = own;
     g4_text_state_free(s);
     free(p.hess);

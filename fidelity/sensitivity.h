@@ -79,22 +79,11 @@ void g4_imatrix_free(g4_imatrix *im);
 // forwards of at most max_floats floats of H together, at least one each: memory holds
 // max(max_floats, the largest K^2) floats of H at a time. *n_linears: how many reached cb.
 // A linear that receives no input, or cb's nonzero return, stops the run with that error.
-//
-// Sequential (o->q4 set; GPTQ's "true-sequential"): one layer at a time, in order, then the
-// lm_head; when a layer's linears have all reached cb, o->q4 hands back the Q4 arrays cb made
-// of each (K x N as g4_q4_shape_of(K, N, G4_Q4_BLOCK)), and the layer runs in Q4 from then on,
-// so each later layer's X^T X comes from the inputs the quantized model gives it (the error
-// arriving from below is in H, and GPTQ corrects for it). The fp16 bindings are restored at
-// the end. Cost: a forward per layer and one for the lm_head (more where a layer's H exceed
-// max_floats) instead of one per max_floats of H.
 typedef int (*g4_hessian_cb)(void *ctx, const char *name, const void *w_f16, int K, int N,
                              float *H);
-typedef int (*g4_hessian_q4_fn)(void *ctx, const char *name, const uint8_t **q,
-                                const uint16_t **scales, const uint8_t **zp);
 typedef struct {
     uint64_t max_floats; // H floats held at once (above)
     int win;             // calibration windows (above); 0: one sequence
-    g4_hessian_q4_fn q4; // non-NULL: sequential; called with cb's ctx
 } g4_hessian_opts;
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears);

@@ -87,9 +87,6 @@ typedef struct {
     int calib_ctx;             // imatrix, gptq, fit, gptq_imx: > 0: the calibration tokens
                                // run as windows of this many, each a fresh sequence with
                                // <bos> first (8 to 2^20); 0 (default): one sequence
-    int calib_seq;             // gptq, fit, gptq_imx: 1: sequential calibration, each layer's
-                               // X^T X from the model with the layers before it already
-                               // quantized (default 0)
     const char *backend;       // the calibration runs' backend, "cpu" or "cuda" (default "cpu")
     int n_threads;             // quantizer and sensitivity threads (0: the CPU backend's)
     FILE *progress;            // progress bars and one-line notices (NULL, the default: none)
@@ -106,8 +103,7 @@ void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p);
 // "calibrated: N of M weights". p NULL: the defaults. Errors: a package that does not open, an
 // existing out, a calibration text with under 8 tokens, an unknown method, calib given without
 // keep_auto_bytes or a calibrated method or the other way, gptq_act_order without gptq or
-// gptq_imx, calib_ctx out of range or without a calibrated method, calib_seq without gptq, fit
-// or gptq_imx (G4CU_EUSER).
+// gptq_imx, calib_ctx out of range or without a calibrated method (G4CU_EUSER).
 int g4cu_dev_quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p,
                       FILE *report);
 

@@ -19,8 +19,6 @@
 // --calib). Every method writes the same layout and size.
 // --calib-ctx N: the calibrated methods' forwards read the calibration tokens as windows of N
 // (each a fresh sequence, <bos> first, as perplexity's chunks) instead of one long sequence.
-// --calib-seq: gptq, fit, gptq_imx take each layer's X^T X from the model whose earlier layers
-// already run in their Q4 form (GPTQ's true-sequential; a forward per layer).
 // OUT must not lie inside PKG_F16. The work goes to OUT.tmp-<pid> beside it; a run that is
 // killed leaves that directory, and the next quantize to the same OUT removes those whose process
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
@@ -99,7 +97,7 @@ static int stop_start(const char *out) {
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
     long long auto_bytes = -1, calib_tokens = 256, calib_ctx = 0;
-    int use_imatrix = 0, act_order = 0, calib_seq = 0;
+    int use_imatrix = 0, act_order = 0;
     const char *method = NULL;
     g4cu_dev_quantize_params qp;
     g4cu_dev_quantize_params_default(&qp);
@@ -137,8 +135,6 @@ static int cmd_quantize(int argc, char **argv) {
                 return 1;
             }
             i++;
-        } else if (!strcmp(argv[i], "--calib-seq")) {
-            calib_seq = 1;
         } else if (!strcmp(argv[i], "--act-order")) {
             act_order = 1;
         } else if (!strcmp(argv[i], "--imatrix")) {
@@ -168,14 +164,10 @@ static int cmd_quantize(int argc, char **argv) {
                                               "(and --calib one of them; so do --method imatrix, "
                                               "gptq, fit and gptq_imx)");
     }
-    const int hessian = method && (!strcmp(method, "gptq") || !strcmp(method, "fit") ||
-                                   !strcmp(method, "gptq_imx"));
-    if ((calib_ctx && !calibrated) || (calib_seq && !hessian)) {
+    if (calib_ctx && !calibrated) {
         free(keep);
-        return g4_cli_usage_error("quantize", "%s needs --method %s",
-                                  calib_seq && !hessian ? "--calib-seq" : "--calib-ctx",
-                                  calib_seq && !hessian ? "gptq, fit or gptq_imx"
-                                                        : "imatrix, gptq, fit or gptq_imx");
+        return g4_cli_usage_error("quantize",
+                                  "--calib-ctx needs --method imatrix, gptq, fit or gptq_imx");
     }
     qp.keep = keep;
     qp.n_keep = n_keep;
@@ -184,7 +176,6 @@ static int cmd_quantize(int argc, char **argv) {
     qp.tokenizer = tok_path;
     qp.calib_tokens = (int)calib_tokens;
     qp.calib_ctx = (int)calib_ctx;
-    qp.calib_seq = calib_seq;
     qp.backend = backend;
     qp.imatrix = use_imatrix;
     qp.method = method;
@@ -212,8 +203,6 @@ static const g4_opt quantize_opts[] = {
     {"--calib-tokens", "N", "calibration tokens (default 256)"},
     {"--calib-ctx", "N",
      "calibrated methods: the calibration tokens in windows of N, <bos> first (default: one)"},
-    {"--calib-seq", NULL,
-     "gptq, fit, gptq_imx: each layer calibrated on the quantized layers below (default off)"},
     {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
     {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
     {"--method", "M",
@@ -225,8 +214,7 @@ const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT] "
-    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N] "
-    "[--calib-seq]]   quantize "
+    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N]]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
     "files are copied or reflinked, never hard-linked)",
