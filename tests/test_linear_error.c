@@ -15,6 +15,8 @@
 //     measured 0.29 and 0.28);
 //   - the same e, to the bit, on 1 and 2 threads;
 //   - bad inputs: a Q4 reference, another model, a package that does not exist, no packages.
+// And the calibration text's cap (g4_api_calib_ids, shared with quantize): 64 KiB up to 4096
+// tokens, 16 bytes a token beyond (a 60,000-token request on 1 MB of text gets 60,000).
 #include <g4cu_dev.h>
 #include <math.h>
 #include <stdlib.h>
@@ -106,6 +108,37 @@ static void expect_error(int rc, const char *want) {
               "expected a one-line error with '%s', got %d: %s", want, rc, got);
 }
 
+// The calibration text's cap (api/g4cu_dev_quantize.c g4_api_calib_ids): 64 KiB up to 4096
+// tokens, 16 bytes a token beyond, so a long calibration (16k proxy tokens need ~70 KB) is not
+// cut at 64 KiB. The fixture's calib.txt repeated to 1 MB: its first 64 KiB give fewer than
+// 60,000 tokens (checked: else the test proves nothing), the whole file 60,000.
+static void test_calib_cap(const char *calib, const char *tok, const char *dir) {
+    char *text;
+    size_t len;
+    if (g4_read_file(calib, &text, &len) || len == 0) {
+        CHECK_MSG(0, "%s", g4_error());
+        return;
+    }
+    const size_t big = 1u << 20;
+    char *rep = g4_malloc(big);
+    for (size_t i = 0; i < big; i++) rep[i] = text[i % len];
+    char *f64 = g4_sprintf("%s/calib64k.txt", dir), *f1m = g4_sprintf("%s/calib1m.txt", dir);
+    CHECK(g4_write_file_atomic(f64, rep, 65536) == G4_OK);
+    CHECK(g4_write_file_atomic(f1m, rep, big) == G4_OK);
+    int32_t *ids = NULL;
+    int n64 = 0, n = 0;
+    CHECK_MSG(g4_api_calib_ids(f64, tok, 1 << 20, &ids, &n64) == G4_OK, "%s", g4_error());
+    free(ids), ids = NULL;
+    CHECK_MSG(n64 > 4096 && n64 < 60000, "64 KiB of calib.txt: %d tokens, expected 4097..59999",
+              n64);
+    CHECK_MSG(g4_api_calib_ids(f1m, tok, 60000, &ids, &n) == G4_OK, "%s", g4_error());
+    CHECK_INT(n, 60000);
+    free(ids), ids = NULL;
+    CHECK_MSG(g4_api_calib_ids(f1m, tok, 4096, &ids, &n) == G4_OK, "%s", g4_error());
+    CHECK_INT(n, 4096);
+    free(ids), free(rep), free(text), free(f64), free(f1m);
+}
+
 int main(void) {
     const char *fx = g4t_env("G4_FIXTURES");
     char *ref = g4_sprintf("%s/fidelity-tiny/package", fx),
@@ -124,6 +157,7 @@ int main(void) {
     int32_t *ids = NULL;
     int n = 0;
     char *tok = g4_sprintf("%s/tokenizer.json", ref);
+    test_calib_cap(calib, tok, dir);
     int rc = g4_api_calib_ids(calib, tok, 256, &ids, &n);
     if (!rc) rc = g4_package_open(ref, &p);
     if (!rc) rc = g4_text_model_load(p, g4_backend_cpu(), &m);
