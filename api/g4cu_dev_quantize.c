@@ -66,6 +66,7 @@ int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
 typedef struct {
     g4_qmethod method;
     int act_order;
+    float damp;     // GPTQ's percdamp (G4_GPTQ_DAMP, default 0.01)
     g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate
     g4_q4_arrays *a;
     int n;
@@ -77,6 +78,22 @@ static int gptq_imx_mean(void) {
     return g4_env_is("G4_GPTQ_IMX", "mean");
 }
 
+// G4_GPTQ_DAMP (A/B runs, issue 33): gptq's and gptq_imx's damping, a fraction of X^T X's mean
+// diagonal added to it (default 0.01, GPTQ's). Calibrations short of the widest K (X^T X of
+// rank < K) did better with 0.1-1 on the tiny models, long ones with 0.01 (bench/FIDELITY.md "How
+// much calibration the X^T X methods need").
+static int gptq_damp(float *out) {
+    const char *v = getenv("G4_GPTQ_DAMP");
+    *out = 0.01f;
+    if (!v || !*v) return G4_OK;
+    char *end;
+    const double d = strtod(v, &end);
+    if (*end || !(d > 0 && d <= 100))
+        return g4_fail(G4_EUSER, "G4_GPTQ_DAMP '%s': expected a number in (0, 100]", v);
+    *out = (float)d;
+    return G4_OK;
+}
+
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
     const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
@@ -84,7 +101,7 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
     int rc;
     if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
-        g4_gptq_opts go = {0.01f, pq->act_order, 0, NULL, NULL, 0};
+        g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0};
         float *diag = NULL;
         if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) {
             int i = 0;
@@ -148,8 +165,10 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         int n_lin = 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win};
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
-        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s\n",
-                g4_qmethod_name(pq->method), n_lin, n, how, calib);
+        char damp[48] = "";
+        if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
+        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s\n",
+                g4_qmethod_name(pq->method), n_lin, n, how, calib, damp);
     }
     if (budget < 0) goto done;
     g4_sens_opts so = {0};
@@ -213,6 +232,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                        "quantize: calib_ctx with method '%s': it is the calibrated "
                        "methods' (imatrix, gptq, fit, gptq_imx)",
                        g4_qmethod_name(method));
+    float damp = 0.01f;
+    if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp))) return rc;
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
@@ -221,7 +242,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int n_owned = 0;
     g4_imatrix im = {0};
     g4_imatrix pim = {0}; // gptq_imx's means (G4_GPTQ_IMX=mean)
-    prequant pq = {method, p->gptq_act_order, &pim, NULL, 0};
+    prequant pq = {method, p->gptq_act_order, damp, &pim, NULL, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,

@@ -169,6 +169,18 @@ check "quantize --calib-ctx: the report names the windows" $?
 [ "$(stat -c %s "$tmp/q4win/decoder/model.onnx.data")" = "$q4_bytes" ] &&
     ! cmp -s "$tmp/q4win/decoder/model.onnx.data" "$tmp/q4gptq/decoder/model.onnx.data"
 check "quantize --calib-ctx: the same bytes as plain Q4, not the one-sequence gptq package" $?
+# G4_GPTQ_DAMP (A/B runs): gptq's damping; the report names it, the package differs from the
+# default damping's; a bad value is one line
+G4_GPTQ_DAMP=0.1 "$G4CU" quantize "$pkg" "$tmp/q4damp" --method gptq --calib "$fx/calib.txt" \
+    --calib-tokens 256 --threads 2 >"$tmp/damp.txt" 2>&1
+check "quantize G4_GPTQ_DAMP=0.1: exit 0" $?
+grep -q "from 256 tokens of .*calib.txt, damping 0.1$" "$tmp/damp.txt" &&
+    ! cmp -s "$tmp/q4damp/decoder/model.onnx.data" "$tmp/q4gptq/decoder/model.onnx.data"
+check "quantize G4_GPTQ_DAMP=0.1: the report names it, a package unlike the default's" $?
+err1 "quantize G4_GPTQ_DAMP out of range" "G4_GPTQ_DAMP '0': expected a number in (0, 100\]" \
+    env G4_GPTQ_DAMP=0 "$G4CU" quantize "$pkg" "$tmp/x" --method gptq_imx --calib "$fx/calib.txt"
+err1 "quantize G4_GPTQ_DAMP not a number" "G4_GPTQ_DAMP '0.1x': expected a number in (0, 100\]" \
+    env G4_GPTQ_DAMP=0.1x "$G4CU" quantize "$pkg" "$tmp/x" --method gptq --calib "$fx/calib.txt"
 err1 "quantize --calib-ctx 0" "--calib-ctx expects an integer in \[8, 1048576\], got '0'" \
     "$G4CU" quantize "$pkg" "$tmp/x" --method gptq --calib "$fx/calib.txt" --calib-ctx 0
 err1 "quantize --calib-ctx not a number" "--calib-ctx expects an integer in \[8, 1048576\], got '64x'" \
