@@ -195,10 +195,10 @@
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
 #            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, gptq_imx,
 #            the --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag and gptq_imx's
-#            q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen) (FID_AB_VARIANTS), the long
-#            calibration's q4_gptq_16k / q4_gptq_imx_16k and the windows' q4_gptq_imx_w512
-#            (FID_LONG_VARIANTS: FIDELITY_CALIB_TOKENS_LONG, default 16384, 0 leaves them out;
-#            FIDELITY_CALIB_CTX, default 512), and
+#            q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen) (FID_AB_VARIANTS), the X^T X
+#            calibration's q4_gptq_16k / q4_gptq_imx_16k (FIDELITY_CALIB_TOKENS_LONG, 16384,
+#            in windows of FIDELITY_CALIB_CTX, 512), q4_gptq_imx_w512 (the windows alone) and
+#            q4_gptq_d0.1 / q4_gptq_imx_d0.1 (G4_GPTQ_DAMP=0.1) (FID_CALIB_VARIANTS), and
 #            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
@@ -1608,15 +1608,15 @@ FID_QUANT_VARIANTS+=" q4_best_keep_auto"
 # (diag); gptq_imx with the search's own pick, its candidates not re-judged by GPTQ's block error
 # (G4_GPTQ_IMX=pick; NOTES "GPTQ with the imatrix search's blocks")
 FID_AB_VARIANTS="q4_imatrix_v1 q4_imatrix_diag q4_gptq_imx_pick"
-# the calibration's length (bench/NOTES.md "How much calibration the X^T X methods need (issue
-# 33)"): gptq and gptq_imx from ${FIDELITY_CALIB_TOKENS_LONG:-16384} tokens of the train split
-# in windows of ${FIDELITY_CALIB_CTX:-512} (the proxy's training length; --calib-ctx), and
+# the X^T X methods' calibration (bench/NOTES.md "How much calibration the X^T X methods need
+# (issue 33)"): gptq and gptq_imx from ${FIDELITY_CALIB_TOKENS_LONG:-16384} tokens of the train
+# split in windows of ${FIDELITY_CALIB_CTX:-512} (the proxy's training length; --calib-ctx);
 # gptq_imx from the usual FIDELITY_CALIB_TOKENS in the same windows (q4_gptq_imx_w512: the
-# windows alone, against q4_gptq_imx's one sequence). FIDELITY_CALIB_TOKENS_LONG=0 leaves the
-# three out. The names are the defaults' (16k, 512) whatever the variables say.
-FID_LONG_VARIANTS="q4_gptq_16k q4_gptq_imx_16k q4_gptq_imx_w512"
-[ "${FIDELITY_CALIB_TOKENS_LONG:-16384}" != 0 ] || FID_LONG_VARIANTS=
-FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $FID_LONG_VARIANTS"
+# windows alone, against q4_gptq_imx's one sequence); gptq and gptq_imx from the usual tokens
+# with 10x GPTQ's damping (G4_GPTQ_DAMP=0.1: X^T X of fewer rows than the down_projs' K).
+# FID_CALIB_VARIANTS chooses among these five (empty: none); the names are the defaults'.
+FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k q4_gptq_imx_w512 q4_gptq_d0.1 q4_gptq_imx_d0.1}
+FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $FID_CALIB_VARIANTS"
 FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
 # quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
@@ -1648,14 +1648,19 @@ fid_methods() {
     G4_IMATRIX_SEARCH=v1 fid_quant q4_imatrix_v1 --method imatrix "${cal[@]}"
     G4_IMATRIX_SEARCH=diag fid_quant q4_imatrix_diag --method imatrix "${cal[@]}"
     G4_GPTQ_IMX=pick fid_quant q4_gptq_imx_pick --method gptq_imx "${cal[@]}"
-    if [ -n "$FID_LONG_VARIANTS" ]; then
-        local win=(--calib-ctx "${FIDELITY_CALIB_CTX:-512}")
-        local long=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS_LONG:-16384}"
-            --backend "${FIDELITY_BACKEND:-cuda}" "${win[@]}")
-        fid_quant q4_gptq_16k --method gptq "${long[@]}"
-        fid_quant q4_gptq_imx_16k --method gptq_imx "${long[@]}"
-        fid_quant q4_gptq_imx_w512 --method gptq_imx "${cal[@]}" "${win[@]}"
-    fi
+    local win=(--calib-ctx "${FIDELITY_CALIB_CTX:-512}") v
+    local long=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS_LONG:-16384}"
+        --backend "${FIDELITY_BACKEND:-cuda}" "${win[@]}")
+    for v in $FID_CALIB_VARIANTS; do
+        case $v in
+            q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
+            q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
+            q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
+            q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
+            q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+            *) echo "fidelity: FID_CALIB_VARIANTS: unknown variant '$v'" ;;
+        esac
+    done
     budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
     fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
