@@ -198,7 +198,8 @@
 #            q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen) (FID_AB_VARIANTS), the X^T X
 #            calibration's q4_gptq_16k / q4_gptq_imx_16k (FIDELITY_CALIB_TOKENS_LONG, 16384,
 #            in windows of FIDELITY_CALIB_CTX, 512), q4_gptq_imx_w512 (the windows alone) and
-#            q4_gptq_d0.1 / q4_gptq_imx_d0.1 (G4_GPTQ_DAMP=0.1) (FID_CALIB_VARIANTS), and
+#            q4_gptq_imx_d0.1 (G4_GPTQ_DAMP=0.1; q4_gptq_d0.1 on request) (FID_CALIB_VARIANTS),
+#            and
 #            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
@@ -1614,8 +1615,9 @@ FID_AB_VARIANTS="q4_imatrix_v1 q4_imatrix_diag q4_gptq_imx_pick"
 # gptq_imx from the usual FIDELITY_CALIB_TOKENS in the same windows (q4_gptq_imx_w512: the
 # windows alone, against q4_gptq_imx's one sequence); gptq and gptq_imx from the usual tokens
 # with 10x GPTQ's damping (G4_GPTQ_DAMP=0.1: X^T X of fewer rows than the down_projs' K).
-# FID_CALIB_VARIANTS chooses among these five (empty: none); the names are the defaults'.
-FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k q4_gptq_imx_w512 q4_gptq_d0.1 q4_gptq_imx_d0.1}
+# FID_CALIB_VARIANTS chooses among these five (empty: none; default all but q4_gptq_d0.1, the
+# least telling: ~4.5-7 min of quantizing on the H200, NOTES); the names are the defaults'.
+FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k q4_gptq_imx_d0.1 q4_gptq_imx_w512}
 FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $FID_CALIB_VARIANTS"
 FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
