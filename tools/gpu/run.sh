@@ -199,8 +199,7 @@
 #            calibration's q4_gptq_16k / q4_gptq_imx_16k (FIDELITY_CALIB_TOKENS_LONG, 16384,
 #            in windows of FIDELITY_CALIB_CTX, 512), q4_gptq_imx_w512 (the windows alone) and
 #            q4_gptq_imx_d0.1 (G4_GPTQ_DAMP=0.1; q4_gptq_d0.1 on request) (FID_CALIB_VARIANTS),
-#            and
-#            FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
+#            and FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
 #            default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto and the
