@@ -237,6 +237,15 @@ static void test_quantize(void) {
     char *out2 = g4_sprintf("%s/q4b", tmp);
     p.calib = "calib.txt";
     CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
+    // calib_ctx: 0 or 8 to 2^20, and only with a calibrated method (checked before any work)
+    p.method = "gptq", p.calib_ctx = 4;
+    CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
+    CHECK(strstr(g4cu_last_error(), "calib_ctx 4: expected 0 (one sequence) or 8 to") != NULL);
+    p.method = "rtn", p.calib_ctx = 64, p.calib = NULL;
+    CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
+    CHECK(strstr(g4cu_last_error(), "calib_ctx with method 'rtn'") != NULL);
+    g4cu_dev_quantize_params_default(&p);
+    CHECK_INT(p.calib_ctx, 0); // one sequence by default
     free(out2);
     free(out);
     g4t_rmtree(tmp);
