@@ -70,6 +70,9 @@ typedef struct {
     g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate
     g4_q4_arrays *a;
     int n;
+    int n_tokens;  // the calibration's tokens: X^T X has rank <= n_tokens
+    int k_max;     // the widest input among the linears quantized
+    int n_thin;    // linears of K > n_tokens (a rank-deficient X^T X)
 } prequant;
 
 // G4_GPTQ_IMX (A/B runs): "pick" takes the imatrix search's own pick (no re-judging by GPTQ's
@@ -96,6 +99,8 @@ static int gptq_damp(float *out) {
 
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
+    if (K > pq->k_max) pq->k_max = K;
+    if (K > pq->n_tokens) pq->n_thin++;
     const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
     g4_q4_arrays a = {g4_strdup(name), K, N, g4_malloc((size_t)sh.q_bytes),
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
@@ -164,11 +169,21 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     if (pq) {
         int n_lin = 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win};
+        pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
         fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s\n",
                 g4_qmethod_name(pq->method), n_lin, n, how, calib, damp);
+        // Fewer tokens than a linear's K leave its X^T X rank-deficient: on the tiny trained
+        // models gptq then lost to plain k-quant (bench/FIDELITY.md "How much calibration the
+        // X^T X methods need"); say so rather than hand back a silently worse package.
+        if (pq->n_thin > 0)
+            fprintf(rep,
+                    "warning: %s: %d of %d linears have more inputs (K up to %d) than the %d "
+                    "calibration tokens, so their X^T X is rank-deficient; give --calib-tokens "
+                    "of a few times %d\n",
+                    g4_qmethod_name(pq->method), pq->n_thin, n_lin, pq->k_max, n, pq->k_max);
     }
     if (budget < 0) goto done;
     g4_sens_opts so = {0};
@@ -242,7 +257,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int n_owned = 0;
     g4_imatrix im = {0};
     g4_imatrix pim = {0}; // gptq_imx's means (G4_GPTQ_IMX=mean)
-    prequant pq = {method, p->gptq_act_order, damp, &pim, NULL, 0};
+    prequant pq = {method, p->gptq_act_order, damp, &pim, NULL, 0, 0, 0, 0};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,

@@ -144,6 +144,18 @@ for m in gptq fit gptq_imx; do
     check "quantize --method $m: as many decoder bytes as plain Q4" $?
     kld_below_plain "quantize --method $m" "$tmp/q4$m"
 done
+# fewer calibration tokens than a linear's K: the report warns, with the count from the
+# package's shapes (the 10 down_projs: K 128, 256 on the 4 double-wide layers; the o_proj of
+# the 2 full-attention layers: K 128, their head dim 64; every other linear K <= 64); at 256
+# tokens no linear is wider, no warning
+grep -q "^warning:" "$tmp/gptq.txt"
+[ $? -ne 0 ]
+check "quantize --method gptq, 256 tokens: no rank warning" $?
+"$G4CU" quantize "$pkg" "$tmp/q4thin" --method gptq --calib "$fx/calib.txt" --calib-tokens 100 \
+    --threads 2 >"$tmp/thin.txt" 2>&1
+check "quantize --method gptq, 100 tokens: exit 0" $?
+grep -qx "warning: gptq: 12 of 83 linears have more inputs (K up to 256) than the 100 calibration tokens, so their X^T X is rank-deficient; give --calib-tokens of a few times 256" "$tmp/thin.txt"
+check "quantize --method gptq, 100 tokens: the rank warning names 12 of 83 linears, K up to 256" $?
 # the default method is k-quant, byte for byte: --method kquant writes the same package
 "$G4CU" quantize "$pkg" "$tmp/q4kq" --method kquant >/dev/null 2>&1 &&
     cmp -s "$tmp/q4/decoder/model.onnx.data" "$tmp/q4kq/decoder/model.onnx.data" &&
