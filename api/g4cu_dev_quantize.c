@@ -18,6 +18,7 @@
 #include "fidelity/sensitivity.h"
 #include "kernels/backend_select.h"
 #include "loader/tokenizer.h"
+#include "quant/kquant.h"
 #include "quant/methods.h"
 #include "quant/q4.h"
 #include "quant/q4_writer.h"
@@ -67,12 +68,14 @@ typedef struct {
     g4_qmethod method;
     int act_order;
     float damp;     // GPTQ's percdamp (G4_GPTQ_DAMP, default 0.01)
-    g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate
+    g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate; imatrix: its run's (the mean)
     g4_q4_arrays *a;
     int n;
     int n_tokens;  // the calibration's tokens: X^T X has rank <= n_tokens
     int k_max;     // the widest input among the linears quantized
     int n_thin;    // linears of K > n_tokens (a rank-deficient X^T X)
+    int rank;      // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
+    int threads;   // imatrix's quantizer threads
 } prequant;
 
 // G4_GPTQ_IMX (A/B runs): "pick" takes the imatrix search's own pick (no re-judging by GPTQ's
@@ -97,6 +100,23 @@ static int gptq_damp(float *out) {
     return G4_OK;
 }
 
+// G4_IMATRIX_RANK=r (issue 33): --method imatrix's search with the inputs' centred covariance's r
+// leading directions beside the mean (kquant.h g4_q4_quantize_imx_dirs; the directions from
+// each linear's X^T X, so a Hessian run follows the imatrix run). 0 (the default): the mean
+// alone, bit-identical to the search before it.
+static int imatrix_rank(int *out) {
+    const char *v = getenv("G4_IMATRIX_RANK");
+    *out = 0;
+    if (!v || !*v) return G4_OK;
+    char *end;
+    const long r = strtol(v, &end, 10);
+    if (*end || r < 0 || r >= G4_IMX_MAX_DIRS)
+        return g4_fail(G4_EUSER, "G4_IMATRIX_RANK '%s': expected an integer 0 to %d", v,
+                       G4_IMX_MAX_DIRS - 1);
+    *out = (int)r;
+    return G4_OK;
+}
+
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
     if (K > pq->k_max) pq->k_max = K;
@@ -105,7 +125,25 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     g4_q4_arrays a = {g4_strdup(name), K, N, g4_malloc((size_t)sh.q_bytes),
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
     int rc;
-    if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
+    if (pq->method == G4_QM_IMATRIX) { // G4_IMATRIX_RANK > 0: the directions from this X^T X
+        int i = 0;
+        while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
+        if (i == pq->im->n || pq->im->K[i] != K) {
+            g4_q4_arrays_free(&a);
+            return g4_fail(G4_EINTERNAL, "imatrix: %s [%d, %d] has no importance of K %d", name, K,
+                           N, K);
+        }
+        float *V = g4_malloc(sizeof(float) * (size_t)pq->rank * (size_t)K);
+        // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
+        double th = 0, ti = 0;
+        for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
+        rc = g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, pq->rank, V);
+        if (!rc)
+            rc = g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, pq->threads,
+                                         pq->im->imp[i], pq->im->mean[i], pq->rank, V, a.q,
+                                         a.scales, a.zp);
+        free(V);
+    } else if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
         g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0};
         float *diag = NULL;
         if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) {
@@ -173,12 +211,15 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
-        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s\n",
-                g4_qmethod_name(pq->method), n_lin, n, how, calib, damp);
+        char rk[48] = "";
+        if (pq->method == G4_QM_IMATRIX)
+            snprintf(rk, sizeof rk, ", %d covariance directions (G4_IMATRIX_RANK)", pq->rank);
+        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
+                g4_qmethod_name(pq->method), n_lin, n, how, calib, damp, rk);
         // Fewer tokens than a linear's K leave its X^T X rank-deficient: on the tiny trained
         // models gptq then lost to plain k-quant (bench/FIDELITY.md "How much calibration the
         // X^T X methods need"); say so rather than hand back a silently worse package.
-        if (pq->n_thin > 0)
+        if (pq->n_thin > 0 && pq->method != G4_QM_IMATRIX)
             fprintf(rep,
                     "warning: %s: %d of %d linears have more inputs (K up to %d) than the %d "
                     "calibration tokens, so their X^T X is rank-deficient; give --calib-tokens "
@@ -249,6 +290,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                        g4_qmethod_name(method));
     float damp = 0.01f;
     if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp))) return rc;
+    int rank = 0;
+    if (method == G4_QM_IMATRIX && (rc = imatrix_rank(&rank))) return rc;
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
@@ -257,12 +300,17 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int n_owned = 0;
     g4_imatrix im = {0};
     g4_imatrix pim = {0}; // gptq_imx's means (G4_GPTQ_IMX=mean)
-    prequant pq = {method, p->gptq_act_order, damp, &pim, NULL, 0, 0, 0, 0};
+    prequant pq = {method, p->gptq_act_order,
+                   damp,   method == G4_QM_IMATRIX ? &im : &pim,
+                   NULL,   0,
+                   0,      0,
+                   0,      rank,
+                   threads};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,
                        &owned, &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
-                       g4_qmethod_needs_hessian(method) ? &pq : NULL);
+                       g4_qmethod_needs_hessian(method) || rank > 0 ? &pq : NULL);
     g4_q4_write_opts o = {keep,
                           n_keep,
                           G4_Q4_BLOCK,

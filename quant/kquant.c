@@ -168,13 +168,16 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
 
 // --- the activation-aware search (imatrix) -----------------------------------------------------
 
-// E = sum_i w_i d_i^2 (+ (bias + sum_i mu_i d_i)^2 with mu), d_i = s (q_i - z) - x_i, of the
-// stored form with scale s (an fp16 value) and zero point z, the codes rounded to nearest (for a
-// diagonal weighting the best codes for a given s and z, one weight at a time); *num / *den: the
-// least-squares scale for those codes (minimising E over s).
-static double imx_err(const float *x, const double *w, const double *mu, double bias, int n,
-                      double s, int z, double *num, double *den) {
-    double e = 0, a = 0, b = 0, t = 0, ml = 0, mx = 0;
+// E = sum_i w_i d_i^2 (+ sum_j (bias_j + sum_i mu_j,i d_i)^2 over nd directions, the mean
+// first), d_i = s (q_i - z) - x_i, of the stored form with scale s (an fp16 value) and zero point
+// z, the codes rounded to nearest (for a diagonal weighting the best codes for a given s and z,
+// one weight at a time); *num / *den: the least-squares scale for those codes (minimising E over
+// s). mu: nd rows of n (row j at mu + j * n). With nd = 1 every operation is the one-direction
+// form's, in its order (G4_IMATRIX_RANK=0 stays bit-identical).
+static double imx_err(const float *x, const double *w, const double *mu, const double *bias, int nd,
+                      int n, double s, int z, double *num, double *den) {
+    double e = 0, a = 0, b = 0;
+    double t[G4_IMX_MAX_DIRS] = {0}, ml[G4_IMX_MAX_DIRS] = {0}, mx[G4_IMX_MAX_DIRS] = {0};
     for (int i = 0; i < n; i++) {
         double v = rint((double)x[i] / s + z); // the final codes' expression (kquant_block's)
         v = v < 0 ? 0 : v > 15 ? 15 : v;
@@ -182,14 +185,18 @@ static double imx_err(const float *x, const double *w, const double *mu, double 
         e += w[i] * d * d;
         a += w[i] * l * x[i];
         b += w[i] * l * l;
-        if (mu) t += mu[i] * d, ml += mu[i] * l, mx += mu[i] * x[i];
+        for (int j = 0; j < nd; j++) {
+            const double m = mu[(size_t)j * n + i];
+            t[j] += m * d, ml[j] += m * l, mx[j] += m * x[i];
+        }
     }
-    if (!mu) {
-        *num = a, *den = b;
-        return e;
+    double nu = a, de = b;
+    for (int j = 0; j < nd; j++) {
+        nu = nu + ml[j] * (mx[j] - bias[j]), de = de + ml[j] * ml[j];
+        e = e + (bias[j] + t[j]) * (bias[j] + t[j]);
     }
-    *num = a + ml * (mx - bias), *den = b + ml * ml;
-    return e + (bias + t) * (bias + t);
+    *num = nu, *den = de;
+    return e;
 }
 
 // The imatrix block search: the stored form (fp16 scale, integer zero point, rounded codes) with
@@ -214,15 +221,16 @@ static double imx_err(const float *x, const double *w, const double *mu, double 
 // and zero point with its E; g4_imx_block takes the first least E (gptq_imx in methods.c may
 // re-judge the best few by GPTQ's own error). Returns the count (<= G4_IMX_MAX_CANDS); codes and
 // *s0 / *z0: k-quant's pick.
-static int imx_search(const float *x, int n, const double *w, const double *mu, double bi,
-                      uint8_t *codes, float *s0, uint8_t *z0, float *scratch, g4_imx_cand *c) {
+static int imx_search(const float *x, int n, const double *w, const double *mu, const double *bi,
+                      int nd, uint8_t *codes, float *s0, uint8_t *z0, float *scratch,
+                      g4_imx_cand *c) {
     int nc = 0;
     double num, den;
     kquant_block(x, n, codes, s0, z0, scratch, NULL);
     const double ks = g4_round_f16(*s0);
-    c[nc++] = (g4_imx_cand){(float)ks, *z0,
-                            ks > 0 && isfinite(ks) ? imx_err(x, w, mu, bi, n, ks, *z0, &num, &den)
-                                                   : INFINITY};
+    c[nc++] = (g4_imx_cand){
+        (float)ks, *z0,
+        ks > 0 && isfinite(ks) ? imx_err(x, w, mu, bi, nd, n, ks, *z0, &num, &den) : INFINITY};
     float lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
         if (x[i] < lo) lo = x[i];
@@ -238,7 +246,7 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
             double cbest = INFINITY, cnum = 0, cden = 0;
             for (int z = zc - 1; z <= zc + 1; z++) {
                 if (z < 0 || z > 15) continue;
-                const double e = imx_err(x, w, mu, bi, n, s16, z, &num, &den);
+                const double e = imx_err(x, w, mu, bi, nd, n, s16, z, &num, &den);
                 if (e < cbest) cbest = e, cnum = num, cden = den;
                 c[nc++] = (g4_imx_cand){(float)s16, z, e};
             }
@@ -251,10 +259,12 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
 
 _Static_assert(G4_IMX_MAX_CANDS >= 1 + 21 * 3 * 3, "imx_search's candidates: 1 + 21 x 3 x 3");
 
-static void imx_weights(const float *imp, const float *mup, int n, double *w, double *mu) {
+// w[n] from imp; mu[nd][n] from mup's nd rows, row j at mup + j * mstride.
+static void imx_weights(const float *imp, const float *mup, int nd, size_t mstride, int n,
+                        double *w, double *mu) {
     for (int i = 0; i < n; i++) w[i] = imp[i];
-    if (mup)
-        for (int i = 0; i < n; i++) mu[i] = mup[i];
+    for (int j = 0; j < nd; j++)
+        for (int i = 0; i < n; i++) mu[(size_t)j * n + i] = mup[(size_t)j * mstride + i];
 }
 
 int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, double bias,
@@ -264,56 +274,72 @@ int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, 
     uint8_t codes[G4_KQUANT_MAX_BLOCK];
     float s0;
     uint8_t z0;
-    imx_weights(imp, mu, n, w, mub);
-    return imx_search(x, n, w, mu ? mub : NULL, mu ? bias : 0, codes, &s0, &z0, scratch, c);
+    const int nd = mu ? 1 : 0;
+    const double bi = mu ? bias : 0;
+    imx_weights(imp, mu, nd, 0, n, w, mub);
+    return imx_search(x, n, w, mub, &bi, nd, codes, &s0, &z0, scratch, c);
 }
 
-void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
-                  uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
-    G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK);
-    double w[G4_KQUANT_MAX_BLOCK], mub[G4_KQUANT_MAX_BLOCK], *mu = mup ? mub : NULL;
-    const double bi = mup ? *bias : 0;
-    imx_weights(imp, mup, n, w, mub);
+// g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]).
+static void imx_block_n(const float *x, int n, const float *imp, const float *mup, int nd,
+                        size_t mstride, double *bias, uint8_t *codes, float *scale_out,
+                        uint8_t *zp_out, float *scratch) {
+    G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 0 && nd <= G4_IMX_MAX_DIRS);
+    double w[G4_KQUANT_MAX_BLOCK], mu[G4_IMX_MAX_DIRS * G4_KQUANT_MAX_BLOCK];
+    imx_weights(imp, mup, nd, mstride, n, w, mu);
     g4_imx_cand cand[G4_IMX_MAX_CANDS];
     float s0;
     uint8_t z0;
-    const int nc = imx_search(x, n, w, mu, bi, codes, &s0, &z0, scratch, cand);
+    const int nc = imx_search(x, n, w, mu, bias, nd, codes, &s0, &z0, scratch, cand);
     double best = INFINITY, bs = 0;
     int bz = 0;
     for (int k = 0; k < nc; k++) // the first least E (NaN never)
         if (cand[k].e < best) best = cand[k].e, bs = cand[k].s, bz = cand[k].z;
     if (!(best < INFINITY)) { // nothing finite (an all-zero or non-finite block): plain's pick
         *scale_out = s0, *zp_out = z0;
-        if (mu) {
-            const double s16 = g4_round_f16(s0);
-            for (int i = 0; i < n; i++) *bias += mu[i] * (((double)codes[i] - z0) * s16 - x[i]);
-        }
+        const double s16 = g4_round_f16(s0);
+        for (int j = 0; j < nd; j++)
+            for (int i = 0; i < n; i++)
+                bias[j] += mu[(size_t)j * n + i] * (((double)codes[i] - z0) * s16 - x[i]);
         return;
     }
-    double d[G4_KQUANT_MAX_BLOCK], t = bi;
+    double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS], nt[G4_IMX_MAX_DIRS];
+    for (int j = 0; j < nd; j++) t[j] = bias[j];
     for (int i = 0; i < n; i++) {
         double v = rint((double)x[i] / bs + bz);
         v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
         codes[i] = to_u8(v);
         d[i] = (v - bz) * bs - x[i];
-        if (mu) t += mu[i] * d[i];
+        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)j * n + i] * d[i];
     }
-    // With the mean term the nearest code is no longer best one weight at a time: two sweeps
-    // move codes by +-1 where that lowers E (the diagonal part rises, the shared term falls).
-    for (int sweep = 0; mu && sweep < 2; sweep++)
+    // With the directions' terms the nearest code is no longer best one weight at a time: two
+    // sweeps move codes by +-1 where that lowers E (the diagonal part rises, the shared terms
+    // fall).
+    for (int sweep = 0; nd > 0 && sweep < 2; sweep++)
         for (int i = 0; i < n; i++)
             for (int dq = -1; dq <= 1; dq += 2) {
                 const int c = codes[i] + dq;
                 if (c < 0 || c > 15) continue;
-                const double dd = dq * bs, nd = d[i] + dd, nt = t + mu[i] * dd;
-                const double delta = w[i] * (nd * nd - d[i] * d[i]) + nt * nt - t * t;
+                const double dd = dq * bs, nd_ = d[i] + dd;
+                double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
+                for (int j = 0; j < nd; j++) {
+                    nt[j] = t[j] + mu[(size_t)j * n + i] * dd;
+                    delta = delta + nt[j] * nt[j];
+                    delta = delta - t[j] * t[j];
+                }
                 if (delta < -1e-12 * (best > 0 ? best : 1)) {
-                    codes[i] = (uint8_t)c, d[i] = nd, t = nt, best += delta;
+                    codes[i] = (uint8_t)c, d[i] = nd_, best += delta;
+                    for (int j = 0; j < nd; j++) t[j] = nt[j];
                 }
             }
-    if (mu) *bias = t;
+    for (int j = 0; j < nd; j++) bias[j] = t[j];
     *scale_out = (float)bs;
     *zp_out = (uint8_t)bz;
+}
+
+void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
+                  uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
+    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch);
 }
 
 void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
@@ -336,7 +362,9 @@ typedef struct {
     int n_threads, thread;
     const float *imp; // [kb * block] channel importance (padding: the floor), or NULL
     int imx_v1;       // 1: imp through the first imatrix search (G4_IMATRIX_SEARCH=v1)
-    const float *mu;  // [kb * block] channel mean (padding 0), or NULL; imp is then the variance
+    const float *mu;  // [nd][kb * block] the mean, then the covariance's directions (padding 0),
+                      // or NULL; imp is then the variance left
+    int nd;           // mu's rows (0 without mu)
 } kq_job;
 
 static float load_w(const kq_job *j, uint64_t i) {
@@ -365,14 +393,14 @@ static void *kq_worker(void *arg) {
                 cols[(size_t)t * padded + k] = load_w(j, (uint64_t)k * j->N + n0 + t);
         for (int t = 0; t < nt; t++) {
             const size_t n = (size_t)(n0 + t);
-            double bias = 0; // sum over the column's blocks so far of mu[k] (wq[k] - w[k])
+            // sum over the column's blocks so far of mu_j[k] (wq[k] - w[k]), one per direction
+            double bias[G4_IMX_MAX_DIRS] = {0};
             for (int b = 0; b < kb; b++) {
                 float s;
                 const float *xb = cols + (size_t)t * padded + (size_t)b * B;
                 if (j->imp && !j->imx_v1)
-                    g4_imx_block(xb, B, j->imp + (size_t)b * B,
-                                 j->mu ? j->mu + (size_t)b * B : NULL, &bias, codes, &s, &zcodes[b],
-                                 scratch);
+                    imx_block_n(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
+                                j->nd, (size_t)padded, bias, codes, &s, &zcodes[b], scratch);
                 else
                     kquant_block(xb, B, codes, &s, &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
@@ -396,6 +424,12 @@ static int imx_v1_env(void) {
 
 void g4_imx_prepare(const float *imp, const float *mean, int K, int block, float **impp,
                     float **mup) {
+    g4_imx_prepare_dirs(imp, mean, K, block, 0, NULL, impp, mup);
+}
+
+void g4_imx_prepare_dirs(const float *imp, const float *mean, int K, int block, int r,
+                         const float *dirs, float **impp, float **mup) {
+    G4_ASSERT(r >= 0 && r < G4_IMX_MAX_DIRS && (r == 0 || (mean && dirs)));
     const size_t padded = (size_t)g4_q4_kblocks(K, block) * (size_t)block;
     double mean_imp = 0;
     for (int k = 0; k < K; k++) mean_imp += imp[k] > 0 ? imp[k] : 0;
@@ -409,11 +443,20 @@ void g4_imx_prepare(const float *imp, const float *mean, int K, int block, float
     }
     if (mean && !imx_v1_env() && !g4_env_is("G4_IMATRIX_SEARCH", "diag")) {
         // E[(x . d)^2] = sum var d^2 + (sum mean d)^2 + covariances: the mean of the inputs
-        // makes the errors of a column add up coherently, across blocks too
-        mp = g4_calloc(padded, sizeof(float));
+        // makes the errors of a column add up coherently, across blocks too; the covariance's
+        // r leading directions (dirs, C ~ V V^T) are r more such terms, their share of the
+        // diagonal taken out of the variance
+        mp = g4_calloc(padded * (size_t)(1 + r), sizeof(float));
+        const double sc = 1 / sqrt(mean_imp);
         for (int k = 0; k < K; k++) {
-            const double m = mean[k] / sqrt(mean_imp), v = ip[k] - m * m;
+            const double m = mean[k] / sqrt(mean_imp);
+            double v = ip[k] - m * m;
             mp[k] = (float)m;
+            for (int j = 0; j < r; j++) {
+                const double u = dirs[(size_t)j * K + k] * sc;
+                mp[(size_t)(1 + j) * padded + k] = (float)u;
+                v -= u * u;
+            }
             ip[k] = (float)(v > 1e-6 ? v : 1e-6);
         }
     }
@@ -433,6 +476,18 @@ int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int 
 int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
                        uint8_t *zp) {
+    return g4_q4_quantize_imx_dirs(w, w_dtype, K, N, block, n_threads, imp, mean, 0, NULL, q,
+                                   scales, zp);
+}
+
+int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block, int n_threads,
+                            const float *imp, const float *mean, int r, const float *dirs,
+                            uint8_t *q, uint16_t *scales, uint8_t *zp) {
+    if (r < 0 || r >= G4_IMX_MAX_DIRS || (r > 0 && (!imp || !mean || !dirs)))
+        return g4_fail(G4_EUSER,
+                       "k-quant: %d covariance directions, expected 0 to %d (and with "
+                       "them the importance and the mean)",
+                       r, G4_IMX_MAX_DIRS - 1);
     if (block < 16 || block > G4_KQUANT_MAX_BLOCK || (block & (block - 1)) != 0)
         return g4_fail(G4_EUSER, "k-quant: block size %d, expected a power of two in [16, %d]",
                        block, G4_KQUANT_MAX_BLOCK);
@@ -445,7 +500,7 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
     float *impp = NULL, *mup = NULL;
-    if (imp) g4_imx_prepare(imp, mean, K, block, &impp, &mup);
+    if (imp) g4_imx_prepare_dirs(imp, mean, K, block, r, dirs, &impp, &mup);
     const int imx_v1 = imp && imx_v1_env();
     kq_job *jobs = g4_calloc((size_t)n_threads, sizeof *jobs);
     pthread_t *tid = g4_calloc((size_t)n_threads, sizeof *tid);
@@ -464,7 +519,8 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
                            .thread = i,
                            .imp = impp,
                            .imx_v1 = imx_v1,
-                           .mu = mup};
+                           .mu = mup,
+                           .nd = mup ? 1 + r : 0};
         if (i == 0) continue; // thread 0's share runs on the calling thread
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
         if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)

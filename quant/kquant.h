@@ -52,6 +52,23 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
                        const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
                        uint8_t *zp);
 
+// Most directions the search's shared terms take: the mean and up to G4_IMX_MAX_DIRS - 1 of the
+// covariance's.
+#define G4_IMX_MAX_DIRS 9
+// g4_q4_quantize_imx with r more directions (G4_IMATRIX_RANK=r, api/g4cu_dev_quantize.c):
+// dirs [r][K], a factor of the inputs' centred covariance's leading part, C ~ V^T V (V's
+// rows the top r eigenvectors times sqrt of their eigenvalues, or any rotation of them:
+// methods.h g4_cov_dirs), in the units of imp. Each block then minimises
+//   sum var_resid d^2 + (c_0 + sum mean d)^2 + sum_j (c_j + sum v_j d)^2
+// (var_resid = imp - mean^2 - sum_j v_j^2, floored at 1e-6 of the mean importance; c_j = sum
+// v_j d of the column's blocks before it, carried as the mean's c_0 is): the output error
+// E[(x . d)^2] with the covariance's rank-r part kept beside the diagonal. r = 0 is
+// g4_q4_quantize_imx, bit for bit (the mean alone: a rank-1 term that is the mean's, not the
+// covariance's top direction); r > 0 needs imp, mean and dirs.
+int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block, int n_threads,
+                            const float *imp, const float *mean, int r, const float *dirs,
+                            uint8_t *q, uint16_t *scales, uint8_t *zp);
+
 // The imatrix search's pieces, shared with gptq_imx (quant/methods.c: the same search on GPTQ's
 // compensated weights). g4_imx_prepare: imp[K] (mean x^2) and mean[K] (mean x, or NULL) ->
 // *impp [kb * block] (imp over its mean, at least 1e-6; the padding 1e-6; with the mean: the
@@ -59,6 +76,11 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
 // without a mean or under G4_IMATRIX_SEARCH=v1 / diag); free both.
 void g4_imx_prepare(const float *imp, const float *mean, int K, int block, float **impp,
                     float **mup);
+// The same with r directions dirs [r][K] (g4_q4_quantize_imx_dirs): *mup [(1 + r) * kb * block],
+// the mean's row then each direction's (over sqrt(mean imp), the padding 0), *impp the variance
+// left after them; r = 0 is g4_imx_prepare.
+void g4_imx_prepare_dirs(const float *imp, const float *mean, int K, int block, int r,
+                         const float *dirs, float **impp, float **mup);
 // One block x[n] (16 <= n <= G4_KQUANT_MAX_BLOCK) searched with imp[n] / mu[n] (mu NULL: no mean
 // term) from g4_imx_prepare: codes, scale and zero point as g4_q4_quantize_imx picks them;
 // *bias: sum mu d of the column's blocks before (in) and with this one (out); scratch: 4n floats.

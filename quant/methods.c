@@ -931,3 +931,115 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
     free(perm), free(hd), free(impp), free(mup);
     return G4_OK;
 }
+
+// --- the covariance's leading directions (imatrix, G4_IMATRIX_RANK) ----------------------------
+
+// Subspace iterations: the captured subspace's error shrinks as (lambda_r+1 / lambda_r)^iters;
+// 40 leave the tiny models' directions settled to the printed digits (and cost 40 r K^2 FMAs).
+#define COV_ITERS 40
+
+typedef struct {
+    const float *H;
+    double inv_rows;
+    const float *mean;
+    const double *Q, *mq; // Q [K][r]; mq[r] = mean . Q_j
+    double *Z;            // [K][r] = C Q
+    int K, r;
+} cov_job;
+
+static void cov_range(void *ctx, int lo, int hi) {
+    const cov_job *j = ctx;
+    const int K = j->K, r = j->r;
+    for (int k = lo; k < hi; k++) {
+        double z[G4_IMX_MAX_DIRS] = {0};
+        const float *h = j->H + (size_t)k * K;
+        for (int l = 0; l < K; l++)
+            for (int c = 0; c < r; c++) z[c] += (double)h[l] * j->Q[(size_t)l * r + c];
+        for (int c = 0; c < r; c++)
+            j->Z[(size_t)k * r + c] = z[c] * j->inv_rows - (double)j->mean[k] * j->mq[c];
+    }
+}
+
+// Z = C Q (cov_job's fields).
+static void cov_mul(cov_job *j, double *mq) {
+    for (int c = 0; c < j->r; c++) {
+        double t = 0;
+        for (int k = 0; k < j->K; k++) t += (double)j->mean[k] * j->Q[(size_t)k * j->r + c];
+        mq[c] = t;
+    }
+    g4_parallel_for(j->K, (double)j->K * j->r, cov_range, j);
+}
+
+// Q [K][r] = Z's columns orthonormalised (modified Gram-Schmidt, twice); a column with nothing
+// left beyond the earlier ones (1e-10 of its norm) becomes zero.
+static void cov_orth(const double *Z, double *Q, int K, int r) {
+    memcpy(Q, Z, sizeof(double) * (size_t)K * r);
+    for (int c = 0; c < r; c++) {
+        double n0 = 0;
+        for (int k = 0; k < K; k++) n0 += Q[(size_t)k * r + c] * Q[(size_t)k * r + c];
+        for (int pass = 0; pass < 2; pass++)
+            for (int p = 0; p < c; p++) {
+                double d = 0;
+                for (int k = 0; k < K; k++) d += Q[(size_t)k * r + p] * Q[(size_t)k * r + c];
+                for (int k = 0; k < K; k++) Q[(size_t)k * r + c] -= d * Q[(size_t)k * r + p];
+            }
+        double n = 0;
+        for (int k = 0; k < K; k++) n += Q[(size_t)k * r + c] * Q[(size_t)k * r + c];
+        const double f = n > 1e-20 * n0 && n > 0 ? 1 / sqrt(n) : 0;
+        for (int k = 0; k < K; k++) Q[(size_t)k * r + c] *= f;
+    }
+}
+
+int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V) {
+    if (K <= 0 || r < 1 || r >= G4_IMX_MAX_DIRS || !(rows > 0))
+        return g4_fail(G4_EUSER,
+                       "cov_dirs: K %d, r %d, rows %g: expected K > 0, r in 1..%d, rows > 0", K, r,
+                       rows, G4_IMX_MAX_DIRS - 1);
+    double *Q = g4_malloc(sizeof(double) * (size_t)K * r),
+           *Z = g4_malloc(sizeof(double) * (size_t)K * r);
+    double mq[G4_IMX_MAX_DIRS];
+    uint64_t st = 0x9E3779B97F4A7C15ull; // a fixed start: xorshift64 in [-1, 1)
+    for (size_t i = 0; i < (size_t)K * r; i++) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        Z[i] = (double)(st >> 11) / 4503599627370496.0 - 1;
+    }
+    cov_orth(Z, Q, K, r);
+    cov_job j = {H, 1 / rows, mean, Q, mq, Z, K, r};
+    for (int it = 0; it < COV_ITERS; it++) {
+        cov_mul(&j, mq);
+        cov_orth(Z, Q, K, r);
+    }
+    cov_mul(&j, mq);
+    // T = Q^T C Q [r, r] (symmetrised), T = L L^T, V = (Q L)^T
+    double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS] = {{0}}, L[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS] = {{0}};
+    for (int a = 0; a < r; a++)
+        for (int b = 0; b < r; b++) {
+            double t = 0;
+            for (int k = 0; k < K; k++) t += Q[(size_t)k * r + a] * Z[(size_t)k * r + b];
+            T[a][b] = t;
+        }
+    double tmax = 0;
+    for (int a = 0; a < r; a++) {
+        for (int b = 0; b < a; b++) T[a][b] = T[b][a] = 0.5 * (T[a][b] + T[b][a]);
+        if (T[a][a] > tmax) tmax = T[a][a];
+    }
+    for (int c = 0; c < r; c++) { // Cholesky; a pivot with nothing left: a zero column
+        double p = T[c][c];
+        for (int k = 0; k < c; k++) p -= L[c][k] * L[c][k];
+        if (!(p > 1e-12 * tmax)) continue;
+        L[c][c] = sqrt(p);
+        for (int a = c + 1; a < r; a++) {
+            double t = T[a][c];
+            for (int k = 0; k < c; k++) t -= L[a][k] * L[c][k];
+            L[a][c] = t / L[c][c];
+        }
+    }
+    for (int c = 0; c < r; c++)
+        for (int k = 0; k < K; k++) {
+            double v = 0;
+            for (int a = c; a < r; a++) v += Q[(size_t)k * r + a] * L[a][c];
+            V[(size_t)c * K + k] = (float)v;
+        }
+    free(Q), free(Z);
+    return G4_OK;
+}

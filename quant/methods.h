@@ -87,6 +87,15 @@ typedef struct {
 int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
                const g4_gptq_opts *o, uint8_t *q, uint16_t *scales, uint8_t *zp);
 
+// --imatrix's covariance directions (G4_IMATRIX_RANK=r, kquant.h g4_q4_quantize_imx_dirs): from
+// H = X^T X [K, K] (symmetric floats, read only) over rows input rows of mean x mean[K], the
+// centred covariance C = H / rows - mean mean^T and its leading rank-r part as V [r][K] with
+// C ~ V^T V (V's rows: the top r eigenvectors times sqrt of their eigenvalues, up to a rotation
+// among them, which the search's error does not see): a fixed number of subspace (block power)
+// iterations in double from a fixed start, then V = Q L with L the Cholesky factor of Q^T C Q
+// (a direction with no variance left gets a zero row). Deterministic, any thread count.
+int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V);
+
 // H: K x K floats (symmetric), read only.
 int g4_q4_fit(const void *w, int w_dtype, int K, int N, int block, const float *H, uint8_t *q,
               uint16_t *scales, uint8_t *zp);
