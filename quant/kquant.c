@@ -172,12 +172,13 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
 // first), d_i = s (q_i - z) - x_i, of the stored form with scale s (an fp16 value) and zero point
 // z, the codes rounded to nearest (for a diagonal weighting the best codes for a given s and z,
 // one weight at a time); *num / *den: the least-squares scale for those codes (minimising E over
-// s). mu: nd rows of n (row j at mu + j * n). With nd = 1 every operation is the one-direction
-// form's, in its order (G4_IMATRIX_RANK=0 stays bit-identical).
+// s). mu: nd rows of n (row j at mu + j * n). With nd = 1 (mxp NULL) every operation is the
+// one-direction form's, in its order (G4_IMATRIX_RANK=0 stays bit-identical); with more, mxp[nd]
+// holds sum mu x and the loop sums only mu l (a third of the work per direction).
 static double imx_err(const float *x, const double *w, const double *mu, const double *bias, int nd,
-                      int n, double s, int z, double *num, double *den) {
-    double e = 0, a = 0, b = 0;
-    double t[G4_IMX_MAX_DIRS] = {0}, ml[G4_IMX_MAX_DIRS] = {0}, mx[G4_IMX_MAX_DIRS] = {0};
+                      const double *mxp, int n, double s, int z, double *num, double *den) {
+    double e = 0, a = 0, b = 0, t[G4_IMX_MAX_DIRS], ml[G4_IMX_MAX_DIRS], mx[G4_IMX_MAX_DIRS];
+    for (int j = 0; j < nd; j++) t[j] = ml[j] = mx[j] = 0;
     for (int i = 0; i < n; i++) {
         double v = rint((double)x[i] / s + z); // the final codes' expression (kquant_block's)
         v = v < 0 ? 0 : v > 15 ? 15 : v;
@@ -185,11 +186,16 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
         e += w[i] * d * d;
         a += w[i] * l * x[i];
         b += w[i] * l * l;
-        for (int j = 0; j < nd; j++) {
-            const double m = mu[(size_t)j * n + i];
-            t[j] += m * d, ml[j] += m * l, mx[j] += m * x[i];
-        }
+        if (mxp) // several directions: only sum mu l here (below)
+            for (int j = 0; j < nd; j++) ml[j] += mu[(size_t)j * n + i] * l;
+        else
+            for (int j = 0; j < nd; j++) {
+                const double m = mu[(size_t)j * n + i];
+                t[j] += m * d, ml[j] += m * l, mx[j] += m * x[i];
+            }
     }
+    if (mxp) // sum mu d = s sum mu l - sum mu x, the last one per block (imx_search)
+        for (int j = 0; j < nd; j++) t[j] = s * ml[j] - mxp[j], mx[j] = mxp[j];
     double nu = a, de = b;
     for (int j = 0; j < nd; j++) {
         nu = nu + ml[j] * (mx[j] - bias[j]), de = de + ml[j] * ml[j];
@@ -225,12 +231,19 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
                       int nd, uint8_t *codes, float *s0, uint8_t *z0, float *scratch,
                       g4_imx_cand *c) {
     int nc = 0;
-    double num, den;
+    double num, den, mxb[G4_IMX_MAX_DIRS], *mxp = NULL;
+    if (nd > 1) { // sum mu x once per block (one direction: the sums as they always were)
+        for (int j = 0; j < nd; j++) {
+            mxb[j] = 0;
+            for (int i = 0; i < n; i++) mxb[j] += mu[(size_t)j * n + i] * x[i];
+        }
+        mxp = mxb;
+    }
     kquant_block(x, n, codes, s0, z0, scratch, NULL);
     const double ks = g4_round_f16(*s0);
     c[nc++] = (g4_imx_cand){
         (float)ks, *z0,
-        ks > 0 && isfinite(ks) ? imx_err(x, w, mu, bi, nd, n, ks, *z0, &num, &den) : INFINITY};
+        ks > 0 && isfinite(ks) ? imx_err(x, w, mu, bi, nd, mxp, n, ks, *z0, &num, &den) : INFINITY};
     float lo = 0, hi = 0;
     for (int i = 0; i < n; i++) {
         if (x[i] < lo) lo = x[i];
@@ -246,7 +259,7 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
             double cbest = INFINITY, cnum = 0, cden = 0;
             for (int z = zc - 1; z <= zc + 1; z++) {
                 if (z < 0 || z > 15) continue;
-                const double e = imx_err(x, w, mu, bi, nd, n, s16, z, &num, &den);
+                const double e = imx_err(x, w, mu, bi, nd, mxp, n, s16, z, &num, &den);
                 if (e < cbest) cbest = e, cnum = num, cden = den;
                 c[nc++] = (g4_imx_cand){(float)s16, z, e};
             }
@@ -290,9 +303,9 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
     g4_imx_cand cand[G4_IMX_MAX_CANDS];
     float s0;
     uint8_t z0;
-    const int nc = imx_search(x, n, w, mu, bias, nd, codes, &s0, &z0, scratch, cand);
     double best = INFINITY, bs = 0;
     int bz = 0;
+    const int nc = imx_search(x, n, w, mu, bias, nd, codes, &s0, &z0, scratch, cand);
     for (int k = 0; k < nc; k++) // the first least E (NaN never)
         if (cand[k].e < best) best = cand[k].e, bs = cand[k].s, bz = cand[k].z;
     if (!(best < INFINITY)) { // nothing finite (an all-zero or non-finite block): plain's pick

@@ -53,8 +53,9 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
                        uint8_t *zp);
 
 // Most directions the search's shared terms take: the mean and up to G4_IMX_MAX_DIRS - 1 of the
-// covariance's.
-#define G4_IMX_MAX_DIRS 9
+// covariance's (64: a block's search holds them in doubles on the stack, 8 x 65 x block bytes,
+// 133 KB at block 256).
+#define G4_IMX_MAX_DIRS 65
 // g4_q4_quantize_imx with r more directions (G4_IMATRIX_RANK=r, api/g4cu_dev_quantize.c):
 // dirs [r][K], a factor of the inputs' centred covariance's leading part, C ~ V^T V (V's
 // rows the top r eigenvectors times sqrt of their eigenvalues, or any rotation of them:
@@ -64,7 +65,8 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
 // v_j d of the column's blocks before it, carried as the mean's c_0 is): the output error
 // E[(x . d)^2] with the covariance's rank-r part kept beside the diagonal. r = 0 is
 // g4_q4_quantize_imx, bit for bit (the mean alone: a rank-1 term that is the mean's, not the
-// covariance's top direction); r > 0 needs imp, mean and dirs.
+// covariance's top direction); r > 0 needs imp, mean and dirs. The search's cost grows with r
+// (one multiply-add per weight, candidate and direction: r = 32 ~4.6x r = 0's at K = N = 768).
 int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                             const float *imp, const float *mean, int r, const float *dirs,
                             uint8_t *q, uint16_t *scales, uint8_t *zp);

@@ -7,9 +7,11 @@
 //   rtn      plain round-to-nearest: the block's range [min(x, 0), max(x, 0)] over 15 steps
 //   imatrix  per block, the stored scale / zero point / codes with the least output error under
 //            inputs of each channel's mean x and mean x^2 on calibration text (sum var d^2 +
-//            (sum mean d)^2 along the column), from a search over scales around min/max (each
-//            with its nearby zero points and a least-squares refinement) that includes k-quant's
-//            own pick (kquant.h g4_q4_quantize_imx)
+//            (sum mean d)^2 along the column), plus, by default, the 32 leading directions of
+//            the inputs' centred covariance as 32 more such terms (sum_j (sum v_j d)^2, from X^T
+//            X: G4_IMATRIX_RANK, 0 for the mean alone), from a search over scales around min/max
+//            (each with its nearby zero points and a least-squares refinement) that includes
+//            k-quant's own pick (kquant.h g4_q4_quantize_imx, g4_q4_quantize_imx_dirs)
 //   gptq     GPTQ (Frantar et al. 2022): codes chosen one input channel at a time, each one's
 //            rounding error pushed onto the channels not yet quantized through the inverse of
 //            H = X^T X (X: the linear's calibration inputs); per-block scale and zero point by
@@ -53,7 +55,8 @@ const char *g4_qmethod_name(g4_qmethod m);
 // 1 for the methods that read calibration inputs (imatrix: mean x^2, mean x; gptq, fit: X^T X;
 // gptq_imx: all three).
 int g4_qmethod_needs_calib(g4_qmethod m);
-// 1 for the methods that need the whole X^T X of each linear (gptq, fit, gptq_imx).
+// 1 for the methods that need the whole X^T X of each linear (gptq, fit, gptq_imx; imatrix
+// reads it too unless G4_IMATRIX_RANK=0, api/g4cu_dev_quantize.c).
 int g4_qmethod_needs_hessian(g4_qmethod m);
 
 // One block, round-to-nearest: lo = min(x, 0), hi = max(x, 0), scale = fp16((hi - lo) / 15)

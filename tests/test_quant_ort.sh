@@ -32,10 +32,13 @@ check "g4cu logits on the f16 package" $?
 check "onnxruntime vs g4cu on the f16 package" $?
 
 n=0
-for m in kquant rtn imatrix gptq fit gptq_imx; do
-    calib=()
+# imatrix_r4: imatrix with the inputs' covariance's 4 leading directions (G4_IMATRIX_RANK=4)
+for m in kquant rtn imatrix imatrix_r4 gptq fit gptq_imx; do
+    calib=() rank=0
     [ $m = kquant ] || [ $m = rtn ] || calib=(--calib "$fx/calib.txt" --calib-tokens 64)
-    "$G4CU" quantize "$fx/package" "$tmp/$m" --method $m "${calib[@]}" --threads 2 >"$tmp/$m.log" 2>&1
+    [ $m = imatrix_r4 ] && rank=4
+    G4_IMATRIX_RANK=$rank "$G4CU" quantize "$fx/package" "$tmp/$m" --method "${m%_r4}" "${calib[@]}" \
+        --threads 2 >"$tmp/$m.log" 2>&1
     rc=$?
     [ $rc -eq 0 ] || cat "$tmp/$m.log"
     check "quantize --method $m: exit 0" $rc
@@ -45,7 +48,7 @@ for m in kquant rtn imatrix gptq fit gptq_imx; do
     check "onnxruntime vs g4cu on --method $m" $?
     n=$((n + 1))
 done
-[ $n -eq 6 ]
-check "six methods run" $?
+[ $n -eq 7 ]
+check "six methods and imatrix_r4 run" $?
 echo "onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)')"
 finish test_quant_ort

@@ -10,9 +10,10 @@
 // on the first --calib-tokens (256) tokens of TEXT (<bos> first; the package's tokenizer.json
 // unless --tokenizer) ranks them. The chosen names are printed.
 // --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
-// tokens measures the mean x^2 of every linear's input channels, which weighs each block's
-// search for its stored scale / zero point; the package is still plain MatMulNBits, the same
-// bytes in size.
+// tokens measures the mean x^2 and mean x of every linear's input channels, and a second (X^T X)
+// the 32 leading directions of their covariance (G4_IMATRIX_RANK, 0: none), which weigh each
+// block's search for its stored scale / zero point; the package is still plain MatMulNBits,
+// the same bytes in size.
 // --method: how each block's scale, zero point and codes are chosen (quant/methods.h): kquant,
 // rtn (round-to-nearest), imatrix (= --imatrix), gptq (from each linear's X^T X on --calib;
 // --act-order), fit (each block's scale and zero point against the layer-output error on
