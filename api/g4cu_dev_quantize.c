@@ -75,6 +75,8 @@ typedef struct {
     int k_max;     // the widest input among the linears quantized
     int n_thin;    // linears of K > n_tokens (a rank-deficient X^T X)
     int rank;      // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
+    int rank_all;  // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
+    int n_dirs;    // imatrix: linears quantized with directions
     int threads;   // imatrix's quantizer threads
 } prequant;
 
@@ -103,16 +105,20 @@ static int gptq_damp(float *out) {
 // G4_IMATRIX_RANK=r (issue 33): --method imatrix's search with the inputs' centred covariance's r
 // leading directions beside the mean (kquant.h g4_q4_quantize_imx_dirs; the directions from
 // each linear's X^T X, so a Hessian run follows the imatrix run; a linear of K < r takes K).
-// Default IMATRIX_RANK; 0: the mean alone, bit-identical to the search before the directions.
-// Two tiny trained models, mean KLD vs k-quant at 256 / 1024 calibration tokens (bench/
-// FIDELITY.md "--imatrix with the inputs' leading correlations"): r = 0 -27.2 / -29.2% and
-// -22.2 / -22.9%, r = 8 -26.6 / -31.2% and -16.6 / -24.9%, r = 32 -31.2 / -37.0% and
-// -26.0 / -31.8%.
-#define IMATRIX_RANK 32
-static int imatrix_rank(int *out) {
+// 0: the mean alone, bit-identical to the search before the directions. Unset: IMATRIX_RANK
+// directions for the linears whose K is at most the calibration tokens / IMATRIX_TOKENS_PER_K,
+// none for the rest; set (r > 0): r for every linear (A/B runs). Two tiny trained models, mean
+// KLD vs k-quant (bench/FIDELITY.md "--imatrix with the inputs' leading correlations"), r = 0
+// -> 32 on every linear: 128 tokens -28.7 -> -26.7% and -23.3 -> -17.8% (directions from too
+// few tokens hurt), 256 -27.2 -> -31.2% and -22.2 -> -26.0%, 1024 -29.2 -> -37.0% and
+// -22.9 -> -31.8%.
+#define IMATRIX_RANK         32
+#define IMATRIX_TOKENS_PER_K 4
+static int imatrix_rank(int *out, int *all) {
     const char *v = getenv("G4_IMATRIX_RANK");
-    *out = IMATRIX_RANK;
+    *out = IMATRIX_RANK, *all = 0;
     if (!v || !*v) return G4_OK;
+    *all = 1;
     char *end;
     const long r = strtol(v, &end, 10);
     if (*end || r < 0 || r >= G4_IMX_MAX_DIRS)
@@ -138,12 +144,14 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
             return g4_fail(G4_EINTERNAL, "imatrix: %s [%d, %d] has no importance of K %d", name, K,
                            N, K);
         }
-        const int r = pq->rank < K ? pq->rank : K; // no more directions than inputs
-        float *V = g4_malloc(sizeof(float) * (size_t)r * (size_t)K);
+        int r = pq->rank < K ? pq->rank : K; // no more directions than inputs
+        if (!pq->rank_all && pq->n_tokens < IMATRIX_TOKENS_PER_K * (double)K) r = 0;
+        pq->n_dirs += r > 0;
+        float *V = r ? g4_malloc(sizeof(float) * (size_t)r * (size_t)K) : NULL;
         // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
         double th = 0, ti = 0;
         for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
-        rc = g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, r, V);
+        rc = r ? g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, r, V) : G4_OK;
         if (!rc)
             rc =
                 g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, pq->threads,
@@ -217,9 +225,10 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
-        char rk[48] = "";
+        char rk[80] = "";
         if (pq->method == G4_QM_IMATRIX)
-            snprintf(rk, sizeof rk, ", %d covariance directions (G4_IMATRIX_RANK)", pq->rank);
+            snprintf(rk, sizeof rk, ", %d covariance directions for %d (G4_IMATRIX_RANK)", pq->rank,
+                     pq->n_dirs);
         fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
                 g4_qmethod_name(pq->method), n_lin, n, how, calib, damp, rk);
         // Fewer tokens than a linear's K leave its X^T X rank-deficient: on the tiny trained
@@ -297,7 +306,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     float damp = 0.01f;
     if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp))) return rc;
     int rank = 0;
-    if (method == G4_QM_IMATRIX && (rc = imatrix_rank(&rank))) return rc;
+    int rank_all = 0;
+    if (method == G4_QM_IMATRIX && (rc = imatrix_rank(&rank, &rank_all))) return rc;
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
@@ -306,12 +316,13 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int n_owned = 0;
     g4_imatrix im = {0};
     g4_imatrix pim = {0}; // gptq_imx's means (G4_GPTQ_IMX=mean)
-    prequant pq = {method, p->gptq_act_order,
-                   damp,   method == G4_QM_IMATRIX ? &im : &pim,
-                   NULL,   0,
-                   0,      0,
-                   0,      rank,
-                   threads};
+    prequant pq = {.method = method,
+                   .act_order = p->gptq_act_order,
+                   .damp = damp,
+                   .im = method == G4_QM_IMATRIX ? &im : &pim,
+                   .rank = rank,
+                   .rank_all = rank_all,
+                   .threads = threads};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,

@@ -11,7 +11,8 @@
 // unless --tokenizer) ranks them. The chosen names are printed.
 // --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
 // tokens measures the mean x^2 and mean x of every linear's input channels, and a second (X^T X)
-// the 32 leading directions of their covariance (G4_IMATRIX_RANK, 0: none), which weigh each
+// the 32 leading directions of their covariance where the tokens are at least 4 K
+// (G4_IMATRIX_RANK: r for every linear, 0: none), which weigh each
 // block's search for its stored scale / zero point; the package is still plain MatMulNBits,
 // the same bytes in size.
 // --method: how each block's scale, zero point and codes are chosen (quant/methods.h): kquant,

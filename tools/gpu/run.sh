@@ -193,12 +193,13 @@
 #            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
-#            and the --method variants (fid_methods: rtn, imatrix without the covariance's
-#            directions (q4_imatrix_r0, G4_IMATRIX_RANK=0), gptq, gptq --act-order, fit, gptq_imx,
+#            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, gptq_imx,
 #            on request the --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag and
-#            gptq_imx's q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen) (FID_AB_VARIANTS), the
-#            X^T X calibration's q4_gptq_16k / q4_gptq_imx_16k (FIDELITY_CALIB_TOKENS_LONG,
-#            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_imx_w512
+#            gptq_imx's q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen), imatrix with the
+#            covariance's directions on every linear q4_imatrix_r32 (FID_AB_VARIANTS), the
+#            X^T X calibration's q4_gptq_16k / q4_gptq_imx_16k / q4_imatrix_16k
+#            (FIDELITY_CALIB_TOKENS_LONG, 16384, in windows of FIDELITY_CALIB_CTX, 512) and on
+#            request q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
 #            (the windows alone), q4_gptq_imx_d0.1 / q4_gptq_d0.1 (G4_GPTQ_DAMP=0.1)
 #            (FID_CALIB_VARIANTS),
 #            and FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
@@ -1603,8 +1604,7 @@ fid_dwq_default="q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_a
 fid_dwq_default+=" q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes"
 FID_DWQ=${FID_DWQ-$fid_dwq_default}
 # the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits
-FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_imatrix_r0 q4_rtn q4_gptq q4_gptq_act q4_fit"
-FID_QUANT_VARIANTS+=" q4_gptq_imx"
+FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_gptq_imx"
 FID_QUANT_VARIANTS+=" q4_best_keep_auto"
 # the --imatrix search's A/B on the same calibration (bench/NOTES.md "A better --imatrix search
 # (issue 33)"): the first search (G4_IMATRIX_SEARCH=v1), the new one without the mean term
@@ -1612,6 +1612,9 @@ FID_QUANT_VARIANTS+=" q4_best_keep_auto"
 # (G4_GPTQ_IMX=pick; NOTES "GPTQ with the imatrix search's blocks"). Default none: the first
 # two were measured in the sixteenth session's run (v1 -13.3%, diag -15.6%, new -18.9%), and the
 # session's budget goes to the calibration rows below; name them to run them again.
+# q4_imatrix_r32: the covariance's 32 directions on every linear (G4_IMATRIX_RANK=32) although
+# 2048 tokens are short of 4 per input (the default then gives them to the K <= 512 linears
+# only; NOTES "--imatrix with the inputs' leading correlations").
 FID_AB_VARIANTS=${FID_AB_VARIANTS-}
 # the X^T X methods' calibration (bench/NOTES.md "How much calibration the X^T X methods need
 # (issue 33)"): gptq and gptq_imx from ${FIDELITY_CALIB_TOKENS_LONG:-16384} tokens of the train
@@ -1619,13 +1622,14 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-}
 # gptq_imx from the usual FIDELITY_CALIB_TOKENS in the same windows (q4_gptq_imx_w512: the
 # windows alone, against q4_gptq_imx's one sequence); gptq and gptq_imx from the usual tokens
 # with 10x GPTQ's damping (G4_GPTQ_DAMP=0.1: X^T X of fewer rows than the down_projs' K);
-# on request only, imatrix from the long calibration (q4_imatrix_16k: with its covariance's 32
-# directions, the default since issue 33's branch imxr, imatrix gained with the length on the tiny
-# models, NOTES "--imatrix with the inputs' leading correlations").
+# imatrix from the long calibration (q4_imatrix_16k: the default search, now with the inputs'
+# covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
+# NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
+# them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
 # FID_CALIB_VARIANTS chooses among these five (empty: none; default the two long ones, the
 # question the run answers: ~2.5-4 min of quantizing on the H200, NOTES; all four but
 # q4_gptq_d0.1 ~4.5-7 min); the names are the defaults'.
-FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k}
+FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k q4_imatrix_16k}
 FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $FID_CALIB_VARIANTS"
 FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
@@ -1651,9 +1655,6 @@ fid_methods() {
     local cal=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}"
         --backend "${FIDELITY_BACKEND:-cuda}")
     fid_quant q4_rtn --method rtn
-    # the search before the covariance's directions (G4_IMATRIX_RANK=0), q4_imatrix's A/B (NOTES
-    # "--imatrix with the inputs' leading correlations")
-    G4_IMATRIX_RANK=0 fid_quant q4_imatrix_r0 --method imatrix "${cal[@]}"
     fid_quant q4_gptq --method gptq "${cal[@]}"
     fid_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
     fid_quant q4_fit --method fit "${cal[@]}"
@@ -1664,6 +1665,7 @@ fid_methods() {
             q4_imatrix_v1) G4_IMATRIX_SEARCH=v1 fid_quant "$v" --method imatrix "${cal[@]}" ;;
             q4_imatrix_diag) G4_IMATRIX_SEARCH=diag fid_quant "$v" --method imatrix "${cal[@]}" ;;
             q4_gptq_imx_pick) G4_GPTQ_IMX=pick fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+            q4_imatrix_r32) G4_IMATRIX_RANK=32 fid_quant "$v" --method imatrix "${cal[@]}" ;;
             *) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
         esac
     done
@@ -1678,6 +1680,7 @@ fid_methods() {
             q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
             q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
             q4_imatrix_16k) fid_quant "$v" --method imatrix "${long[@]}" ;;
+            q4_imatrix_r0_16k) G4_IMATRIX_RANK=0 fid_quant "$v" --method imatrix "${long[@]}" ;;
             *) echo "fidelity: FID_CALIB_VARIANTS: unknown variant '$v'" ;;
         esac
     done
@@ -1878,9 +1881,8 @@ stage_fidelity_measure() { stage_fidelity_run; }
 MMD=${MMD:-$WORK/mm}
 MM_DATA=${MM_DATA:-.carry/mmdata}
 # the text proxy's quantize variants but gptq_imx (not on the multimodal proxy until the text
-# proxy has measured it: an eval of every variant is long) and the imatrix A/B q4_imatrix_r0
+# proxy has measured it: an eval of every variant is long)
 MM_VARIANTS=${FID_QUANT_VARIANTS/ q4_gptq_imx/}
-MM_VARIANTS=${MM_VARIANTS/ q4_imatrix_r0/}
 
 # mm_quant NAME ARGS...: the multimodal proxy's ($MMD/proxy/NAME)
 mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
