@@ -775,6 +775,13 @@ static void test_kquant_importance(void) {
     free(w), free(q0), free(q1), free(z0), free(z1), free(s0), free(s1);
 }
 
+// Three quantizer outputs of shape sh (q, zero points, scales), for side-by-side variants.
+static void q4_outputs3(const g4_q4_shape *sh, uint8_t **q, uint8_t **z, uint16_t **sc) {
+    for (int v = 0; v < 3; v++)
+        q[v] = g4_malloc(sh->q_bytes), z[v] = g4_malloc(sh->zp_bytes),
+        sc[v] = g4_malloc(2 * sh->n_scales);
+}
+
 // The imatrix block search (g4_q4_quantize_imp) against plain k-quant, judged by an independent
 // computation: each block's stored form read back through the scalar dequantizer and its error
 // sum_k imp[k] (wq[k] - w[k])^2 summed here in double. The search includes k-quant's own pick and
@@ -815,9 +822,7 @@ static void test_imatrix_search_per_block(void) {
     const g4_q4_shape sh = g4_q4_shape_of(K, N, B);
     uint8_t *q[3], *z[3];
     uint16_t *sc[3];
-    for (int v = 0; v < 3; v++)
-        q[v] = g4_malloc(sh.q_bytes), z[v] = g4_malloc(sh.zp_bytes),
-        sc[v] = g4_malloc(2 * sh.n_scales);
+    q4_outputs3(&sh, q, z, sc);
     CHECK(g4_q4_quantize(w, G4_DT_FLOAT16, K, N, B, 2, q[0], sc[0], z[0]) == G4_OK);
     CHECK(g4_q4_quantize_imp(w, G4_DT_FLOAT16, K, N, B, 2, imp, q[1], sc[1], z[1]) == G4_OK);
     const char *old = getenv("G4_IMATRIX_SEARCH");
@@ -966,9 +971,7 @@ static void test_imatrix_rank(void) {
     const g4_q4_shape sh = g4_q4_shape_of(K, N, B);
     uint8_t *q[3], *z[3];
     uint16_t *sc[3];
-    for (int v = 0; v < 3; v++)
-        q[v] = g4_malloc(sh.q_bytes), z[v] = g4_malloc(sh.zp_bytes),
-        sc[v] = g4_malloc(2 * sh.n_scales);
+    q4_outputs3(&sh, q, z, sc);
     CHECK(g4_q4_quantize_imx(w, G4_DT_FLOAT16, K, N, B, 2, imp, mean, q[0], sc[0], z[0]) == G4_OK);
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv1a(h, q[0], sh.q_bytes), h = fnv1a(h, sc[0], 2 * sh.n_scales);
