@@ -934,8 +934,10 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
 
 // --- the covariance's leading directions (imatrix, G4_IMATRIX_RANK) ----------------------------
 
-// Subspace iterations: the captured subspace's error shrinks as (lambda_r+1 / lambda_r)^iters;
-// 40 leave the tiny models' directions settled to the printed digits (and cost 40 r K^2 FMAs).
+// Subspace iterations: the captured subspace's error shrinks as (lambda_r+1 / lambda_r)^iters,
+// each costs r K^2 multiply-adds. 40 are not fully converged where the spectrum is flat, but
+// 120 moved the tiny models' mean KLD vs k-quant by 0.5 / 0.2 points only (1024 tokens, r = 32:
+// -37.0 -> -36.5%, -31.8 -> -31.6%), within the run-to-run spread of the search.
 #define COV_ITERS 40
 
 typedef struct {
