@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_fidelity_dwq_report.sh: tools/python/fidelity_report.py's table of the output-KL fits
-# (--dwq DIR, and the section FIDELITY.md gets) from dwq_fit.py logs as tools/gpu/run.sh's
-# fid_dwq writes them (NAME.dwq.log, with the `time` line it adds): a fit stopped by --minutes,
-# one by the validation patience (a codes fit: its step lines end in the codes changed), one that
-# ran to --steps without the `time` line, and one that died before its first step.
+# (--dwq DIR or LOG..., and the section FIDELITY.md gets) from dwq_fit.py logs as
+# tools/gpu/run.sh's fid_dwq writes them (NAME.dwq.log, with the `time` line it adds): a fit
+# stopped by --minutes, one by the validation patience (a codes fit: its step lines end in the
+# codes changed), one that ran to --steps without the `time` line, and one that died before its
+# first step.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
 command -v python3 >/dev/null || { echo "no python3: skipped"; exit 77; }
@@ -52,6 +53,11 @@ check "--dwq: a fit run to --steps, no time line" $?
 grep -qxF '| q4_x | - | no step logged (see q4_x.dwq.log) | - | - | - | - |' "$tmp/sec.md"
 check "--dwq: a fit that died before its first step" $?
 
+# logs named one by one: only those rows, in the order given
+python3 "$rep" --dwq "$d/q4_x.dwq.log" "$d/q4_dwq.dwq.log" >"$tmp/two.md"
+[ "$(grep -c '^| q4_' "$tmp/two.md")" -eq 2 ] && grep '^| q4_' "$tmp/two.md" | head -1 | grep -q '^| q4_x |'
+check "--dwq LOG LOG: those 2 rows, in that order" $?
+
 # the whole report carries the same table after the method table
 echo '{"ctx": 64, "chunks": 2, "scored_tokens": 64, "backend": "cpu", "ppl": 30.0, "ppl_stderr": 1.0}' >"$d/proxy_f16.json"
 echo 1000 >"$d/proxy_f16.bytes"
@@ -62,7 +68,7 @@ check "report: the fits' section and its 4 rows" $?
 
 rm -f "$d"/*.dwq.log
 python3 "$rep" --dwq "$d" >"$tmp/o" 2>"$tmp/e"
-[ $? -eq 1 ] && [ "$(wc -l <"$tmp/e")" -eq 1 ] && grep -q "no \*.dwq.log in" "$tmp/e"
+[ $? -eq 1 ] && [ "$(wc -l <"$tmp/e")" -eq 1 ] && grep -q "no dwq_fit.py log in" "$tmp/e"
 check "--dwq without logs: exit 1, one line" $?
 
 finish test_fidelity_dwq_report

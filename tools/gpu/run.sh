@@ -1759,7 +1759,7 @@ fid_dwq_start() {
             IFS=, read -r -a extra <<<"${src#*:}"
             src=${src%%:*}
         fi
-        rm -rf "${d:?}/$v" "$d/$v.partial"
+        rm -rf "${d:?}/$v" "$d/$v.partial" "$d/$v.dwq.log"
         [ -d "$d/$src" ] || { echo "fidelity: dwq $v: no $src package (its quantize failed)"; continue; }
         (
             TIMEFORMAT="dwq_fit: process %R s wall, %U s user, %S s system"
@@ -1776,13 +1776,14 @@ fid_dwq_start() {
 }
 
 fid_dwq_wait() {
-    local d="$FID/proxy" p v wall=0 w
+    local d="$FID/proxy" p v wall=0 w logs=()
     [ -n "$FID_DWQ" ] || return 0
     for p in ${fid_dwq_pids[@]+"${fid_dwq_pids[@]}"}; do wait "$p"; done
     fid_dwq_pids=()
     for p in $FID_DWQ; do
         v=${p%%:*}
         [ -f "$d/$v.dwq.log" ] || continue
+        logs+=("$d/$v.dwq.log")
         grep -E "^dwq_fit:|Error|error" "$d/$v.dwq.log" | sed "s/^/fidelity: $v: /"
         [ -d "$d/$v" ] || echo "fidelity: dwq $v FAILED"
         w=$(sed -n 's/^dwq_fit: process \([0-9]*\).*/\1/p' "$d/$v.dwq.log")
@@ -1790,7 +1791,8 @@ fid_dwq_wait() {
     done
     # each fit's steps, stop, kept step, s/step, cores (the time cap makes the steps depend on
     # the machine's load: whether the quantizations beside cut them)
-    python3 tools/python/fidelity_report.py --dwq "$d" | grep "^|" | sed "s/^/fidelity: dwq /"
+    [ ${#logs[@]} = 0 ] ||
+        python3 tools/python/fidelity_report.py --dwq "${logs[@]}" | grep "^|" | sed "s/^/fidelity: dwq /"
     # the fits' own time (the longest one's process), not the wait's, which the quantizations
     # beside them set
     stamp "fidelity: dwq fits $FID_DWQ ($wall s)"
@@ -1901,7 +1903,9 @@ stage_fidelity_run() {
     local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
     mkdir -p "$o"
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
-    cp "$d/train.json" .carry/corpus/corpus.json "$d"/*.dwq.log "$o/" 2>/dev/null
+    cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    local p # the fits' logs of this FID_DWQ only (an earlier fidelity_methods may have left others)
+    for p in $FID_DWQ; do cp "$d/${p%%:*}.dwq.log" "$o/" 2>/dev/null; done
     local text="$d/test.txt" chunks=${FIDELITY_CHUNKS:-64}
     fid_ppl proxy "$d/f16" f16 --text "$text" --ctx "$ctx" --chunks "$chunks" --save-logits "$FID/proxy_f16.kld"
     for v in $FID_VARIANTS; do

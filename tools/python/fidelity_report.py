@@ -14,7 +14,8 @@ layer-output error in each package) gives "Which linears each method helps"; NAM
 (run.sh fid_dwq's output-KL fits) the fits' steps. Standard library only.
 
     python3 tools/python/fidelity_report.py --linerr LINERR.json   (that section alone, to stdout)
-    python3 tools/python/fidelity_report.py --dwq DIR   (the fits' table from DIR/*.dwq.log, same)
+    python3 tools/python/fidelity_report.py --dwq DIR|LOG...   (the fits' table from NAME.dwq.log
+                                                                files, a DIR's *.dwq.log; same)
 """
 import glob
 import json
@@ -147,11 +148,15 @@ def dwq_fit_row(name, path):
     return f"| {name} | {steps} | {stop} | {kept} | {sps} | {val} | {cores} |"
 
 
-def dwq_section(d):
-    """The output-KL fits' steps (run.sh fid_dwq): time-capped, so a machine busy with the
-    quantizations beside them (FID_OVERLAP) shows here as fewer steps or more s/step."""
-    rows = [r for r in (dwq_fit_row(os.path.basename(p)[:-len(".dwq.log")], p)
-                        for p in sorted(glob.glob(os.path.join(d, "*.dwq.log")))) if r]
+def dwq_section(paths):
+    """The output-KL fits' steps (run.sh fid_dwq) from NAME.dwq.log files (a directory: its
+    *.dwq.log): time-capped, so a machine busy with the quantizations beside them (FID_OVERLAP)
+    shows here as fewer steps or more s/step."""
+    logs = []
+    for p in paths:
+        logs += sorted(glob.glob(os.path.join(p, "*.dwq.log"))) if os.path.isdir(p) else [p]
+    rows = [r for r in (dwq_fit_row(os.path.basename(p)[:-len(".dwq.log")], p) for p in logs)
+            if r]
     if not rows:
         return []
     return ["The output-KL fits (tools/python/dwq_fit.py, side by side; their logs: "
@@ -169,10 +174,10 @@ def main():
             sys.exit(f"fidelity_report: {sys.argv[2]}: not a --linear-error JSON")
         print("\n".join(linerr_section(le)))
         return
-    if len(sys.argv) == 3 and sys.argv[1] == "--dwq":
-        sec = dwq_section(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "--dwq":
+        sec = dwq_section(sys.argv[2:])
         if not sec:
-            sys.exit(f"fidelity_report: no *.dwq.log in {sys.argv[2]}")
+            sys.exit(f"fidelity_report: no dwq_fit.py log in {' '.join(sys.argv[2:])}")
         print("\n".join(sec))
         return
     if len(sys.argv) != 3:
@@ -208,7 +213,7 @@ def main():
                  f"{len(co.get('documents', {}).get('test', []))} held out).")
         L.append("")
     L += table(d, "proxy")
-    L += dwq_section(d)
+    L += dwq_section([d])
     for name, title in (("proxy_layers.svg", "Per-layer error of plain Q4 vs f16 (proxy)"),
                         ("proxy_sens.md", "Sensitivity ranking (proxy, g4cu compare "
                          "--sensitivity)")):
