@@ -1729,7 +1729,7 @@ fid_threads() {
     for p in ${fid_dwq_pids[@]+"${fid_dwq_pids[@]}"}; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
     quant_threads=$(($(nproc) - n * ${FID_OVERLAP_CORES:-1}))
     [ "$quant_threads" -ge 1 ] || quant_threads=1
-    [ "$n" = 0 ] || echo "fidelity: quantize $1 on $quant_threads of $(nproc) threads ($n fits running)"
+    [ "$n" = 0 ] || echo "fidelity: quantize $1 on $quant_threads of $(nproc) threads, beside $n running fits"
 }
 
 # fid_dwq: the $FID_DWQ fits, side by side on the GPU (each alone leaves it mostly idle: a 200M
