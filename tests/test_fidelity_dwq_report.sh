@@ -2,9 +2,9 @@
 # test_fidelity_dwq_report.sh: tools/python/fidelity_report.py's table of the output-KL fits
 # (--dwq DIR or LOG..., and the section FIDELITY.md gets) from dwq_fit.py logs as
 # tools/gpu/run.sh's fid_dwq writes them (NAME.dwq.log, with the `time` line it adds): a fit
-# stopped by --minutes, one by the validation patience (a codes fit: its step lines end in the
-# codes changed), one that ran to --steps without the `time` line, and one that died before its
-# first step.
+# stopped by --minutes (with the steps' CPU line), one by the validation patience (a codes fit:
+# its step lines end in the codes changed), one that ran to --steps without the `time` line, and
+# one that died before its first step.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
 command -v python3 >/dev/null || { echo "no python3: skipped"; exit 77; }
@@ -17,6 +17,7 @@ dwq_fit: step 1/800 KL 0.008955 0.4 s (0.427 s/step)
 dwq_fit: step 375/800 fit KL 0.006926 (mean of the last 25 batches) validation KL 0.007062 118.6 s (0.316 s/step)
 dwq_fit: step 378/800 fit KL 0.006774 (mean of the last 3 batches) validation KL 0.007080 120.1 s (0.318 s/step)
 dwq_fit: --minutes 2.0 reached after 378/800 steps: stopping
+dwq_fit: the steps used 96.1 CPU s in 120.1 s (0.80 cores)
 dwq_fit: kept the scales of step 300 of 378 (121.8 s); |log scale change| mean 0.0224, max 0.1908
 dwq_fit: fit KL 0.009857 -> 0.005618 (-43.0%); validation KL 0.010265 -> 0.007060 (-31.2%)
 dwq_fit: wrote /tmp/g4work/fidelity/proxy/q4_dwq (124 initializers replaced; 143.2 s in all)
@@ -44,10 +45,10 @@ python3 "$rep" --dwq "$d" >"$tmp/sec.md" 2>"$tmp/err"
 check "--dwq: exit 0, nothing on stderr" $(($? + $(wc -c <"$tmp/err")))
 [ "$(grep -c '^| ' "$tmp/sec.md")" -eq 5 ] && grep -q '^| fit | steps | stopped by |' "$tmp/sec.md"
 check "--dwq: the header and exactly 4 rows" $?
-grep -qxF '| q4_dwq | 378 | --minutes 2.0 reached | 300 | 0.318 | -31.2% | 1.0 |' "$tmp/sec.md"
-check "--dwq: the time-capped fit (last step, its s/step, kept step, cores)" $?
+grep -qxF '| q4_dwq | 378 | --minutes 2.0 reached | 300 | 0.318 | -31.2% | 0.8 |' "$tmp/sec.md"
+check "--dwq: the time-capped fit (last step, its s/step, kept step, the steps' cores)" $?
 grep -qxF '| q4_dwqc | 250 | validation KL not below 0.006400 (step 150) for 4 evaluations | 150 | 0.360 | -37.7% | 2.0 |' "$tmp/sec.md"
-check "--dwq: the patience stop of a codes fit" $?
+check "--dwq: the patience stop of a codes fit (the process's cores: no steps line)" $?
 grep -qxF '| q4_fit_dwq | 40 | ran to --steps | 40 | 0.766 | -11.1% | - |' "$tmp/sec.md"
 check "--dwq: a fit run to --steps, no time line" $?
 grep -qxF '| q4_x | - | no step logged (see q4_x.dwq.log) | - | - | - | - |' "$tmp/sec.md"

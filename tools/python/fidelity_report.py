@@ -121,8 +121,10 @@ def linerr_section(le, top=12):
 def dwq_fit_row(name, path):
     """One row of the fits' table from a dwq_fit.py log (run.sh fid_dwq: NAME.dwq.log): the steps
     made, why the fit stopped, the step kept, seconds a step, the validation KL's change and the
-    CPU cores its process used ((user + system) / wall, from the `time` line run.sh adds)."""
+    CPU cores its steps used (dwq_fit.py's "the steps used" line; else the whole process's
+    (user + system) / wall, from the `time` line run.sh adds)."""
     steps, sps, stop, kept, val, cores = "-", "-", "ran to --steps", "-", "-", "-"
+    steps_cores = None
     try:
         lines = open(path, errors="replace").read().splitlines()
     except OSError:
@@ -141,8 +143,11 @@ def dwq_fit_row(name, path):
         if m:
             val = m.group(1)
         m = re.match(r"dwq_fit: process ([0-9.]+) s wall, ([0-9.]+) s user, ([0-9.]+) s system", ln)
-        if m and float(m.group(1)) > 0:
+        if m and float(m.group(1)) > 0 and steps_cores is None:
             cores = f"{(float(m.group(2)) + float(m.group(3))) / float(m.group(1)):.1f}"
+        m = re.match(r"dwq_fit: the steps used [0-9.]+ CPU s in [0-9.]+ s \(([0-9.]+) cores\)", ln)
+        if m:  # the steps' own CPU, without the loading and tokenizing: preferred
+            steps_cores = cores = f"{float(m.group(1)):.1f}"
     if steps == "-":
         return f"| {name} | - | no step logged (see {os.path.basename(path)}) | - | - | - | - |"
     return f"| {name} | {steps} | {stop} | {kept} | {sps} | {val} | {cores} |"
@@ -161,8 +166,8 @@ def dwq_section(paths):
         return []
     return ["The output-KL fits (tools/python/dwq_fit.py, side by side; their logs: "
             "NAME.dwq.log): steps made, why each stopped, the step whose scales were kept, "
-            "seconds a step, the validation KL's change and the cores the process used "
-            "((user + system) / wall CPU seconds).", "",
+            "seconds a step, the validation KL's change and the cores its steps used (CPU "
+            "seconds / wall seconds of the steps; else of the whole process).", "",
             "| fit | steps | stopped by | kept step | s/step | validation KL | cores |",
             "|---|---:|---|---:|---:|---:|---:|"] + rows + [""]
 
