@@ -202,14 +202,21 @@
 #            request q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
 #            (the windows alone), q4_gptq_imx_d0.1 / q4_gptq_d0.1 (G4_GPTQ_DAMP=0.1)
 #            (FID_CALIB_VARIANTS),
-#            and FIDELITY_BEST's method with the same --keep-auto budget; issue 33), then the
+#            and FIDELITY_BEST's method with the same --keep-auto budget; issue 33), and the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
 #            default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto and the
 #            code fits q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes,
-#            side by side, FID_DWQ_MINUTES (2) each; FID_DWQ= leaves them out)
+#            side by side, FID_DWQ_MINUTES (2) each; FID_DWQ= leaves them out). Order: q4,
+#            q4_keep_auto, q4_imatrix, the fits' SOURCE packages (q4_fit, q4_best_keep_auto),
+#            then the fits in the background while the other quantizations run beside them, on
+#            FID_OVERLAP_CORES (1) core a running fit fewer threads; the stage ends when both
+#            have (same packages, same bytes; ~1.5-2 min less on the H200: bench/NOTES.md "The
+#            fits beside the quantizations"). FID_OVERLAP=0: every quantization first, then the
+#            fits (the earlier order). The log prints a row a fit: steps, stop, s/step, cores.
 #   fidelity_methods  on a trained proxy ($FID/READY): the --method variants and the fits again
-#            (after a quant/ or dwq_fit.py change), then fidelity_run: the method table in one call
+#            (after a quant/ or dwq_fit.py change; the same order and FID_OVERLAP as
+#            fidelity_bg's), then fidelity_run: the method table in one call
 #   fidelity_wait wait for it (at most ~9.5 min a call; call again while it trains)
 #   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
 #   fidelity_measure  = fidelity_run (pipeline.sh's name)
@@ -217,7 +224,7 @@
 #            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, each
 #            package's per-linear layer-output error (fid_linerr: compare --linear-error on the
 #            calibration tokens), the same statistics on $WORK/e2b when it is READY; writes
-#            $OUT/fidelity/FIDELITY.md
+#            $OUT/fidelity/FIDELITY.md (with the fits' steps table)
 #   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): from .carry/mmdata (tools/
 #            gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan, gzipped, and espeak-ng's
 #            .debs) the speech (espeak-ng unpacked by tools/gpu/espeak_prefix.sh, all cores,
@@ -1626,68 +1633,116 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-}
 # covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
 # NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
 # them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
-# FID_CALIB_VARIANTS chooses among these five (empty: none; default the two long ones, the
-# question the run answers: ~2.5-4 min of quantizing on the H200, NOTES; all four but
-# q4_gptq_d0.1 ~4.5-7 min); the names are the defaults'.
+# FID_CALIB_VARIANTS chooses among these seven (empty: none; default the three long ones, the
+# question the run answers: ~2.5-4 min of quantizing on the H200 for the two gptq ones, NOTES,
+# ~3-4 min more for q4_imatrix_16k, NOTES "--imatrix with the inputs' leading correlations");
+# the names are the defaults'.
 FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k q4_imatrix_16k}
 FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $FID_CALIB_VARIANTS"
 FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
 # quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
-# its lines prefixed TAG
+# its lines prefixed TAG; on ${quant_threads:-$(nproc)} threads (fid_methods lowers it while the
+# fits run beside; the bytes are the same for any count: base/parallel.h)
 quant_into() {
     local d=$1 tag=$2 v=$3 t0
     shift 3
     rm -rf "${d:?}/$v"
     t0=$(date +%s)
-    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "$(nproc)" "$@" || echo "$tag: quantize $v FAILED"
+    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "${quant_threads:-$(nproc)}" "$@" || echo "$tag: quantize $v FAILED"
     stamp "$tag: quantized $v ($(($(date +%s) - t0)) s)"
 }
 
 # fid_quant NAME ARGS...: the text proxy's ($FID/proxy/NAME)
 fid_quant() { quant_into "$FID/proxy" fidelity "$@"; }
 
-# The --method variants (issue 33), calibrated on ${FIDELITY_CALIB_TOKENS:-2048} tokens of the
-# train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-fit}
-# with --keep-auto at the same byte budget as q4_keep_auto (${FIDELITY_KEEP_PCT:-10}% of Q4's).
-fid_methods() {
-    local d="$FID/proxy" corpus=.carry/corpus budget
+# fid_make KIND NAME: one of fid_methods' packages; KIND says which list named it (method: the
+# --method rows and q4_best_keep_auto, ab: FID_AB_VARIANTS, calib: FID_CALIB_VARIANTS)
+fid_make() {
+    local kind=$1 v=$2 d="$FID/proxy" corpus=.carry/corpus budget
     local cal=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}"
         --backend "${FIDELITY_BACKEND:-cuda}")
-    fid_quant q4_rtn --method rtn
-    fid_quant q4_gptq --method gptq "${cal[@]}"
-    fid_quant q4_gptq_act --method gptq --act-order "${cal[@]}"
-    fid_quant q4_fit --method fit "${cal[@]}"
-    fid_quant q4_gptq_imx --method gptq_imx "${cal[@]}"
-    local v
-    for v in $FID_AB_VARIANTS; do
-        case $v in
-            q4_imatrix_v1) G4_IMATRIX_SEARCH=v1 fid_quant "$v" --method imatrix "${cal[@]}" ;;
-            q4_imatrix_diag) G4_IMATRIX_SEARCH=diag fid_quant "$v" --method imatrix "${cal[@]}" ;;
-            q4_gptq_imx_pick) G4_GPTQ_IMX=pick fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
-            q4_imatrix_r32) G4_IMATRIX_RANK=32 fid_quant "$v" --method imatrix "${cal[@]}" ;;
-            *) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
-        esac
-    done
     local win=(--calib-ctx "${FIDELITY_CALIB_CTX:-512}")
     local long=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS_LONG:-16384}"
         --backend "${FIDELITY_BACKEND:-cuda}" "${win[@]}")
-    for v in $FID_CALIB_VARIANTS; do
-        case $v in
-            q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
-            q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
-            q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
-            q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
-            q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
-            q4_imatrix_16k) fid_quant "$v" --method imatrix "${long[@]}" ;;
-            q4_imatrix_r0_16k) G4_IMATRIX_RANK=0 fid_quant "$v" --method imatrix "${long[@]}" ;;
-            *) echo "fidelity: FID_CALIB_VARIANTS: unknown variant '$v'" ;;
-        esac
+    case $kind:$v in
+        method:q4_rtn) fid_quant "$v" --method rtn ;;
+        method:q4_gptq) fid_quant "$v" --method gptq "${cal[@]}" ;;
+        method:q4_gptq_act) fid_quant "$v" --method gptq --act-order "${cal[@]}" ;;
+        method:q4_fit) fid_quant "$v" --method fit "${cal[@]}" ;;
+        method:q4_gptq_imx) fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+        method:q4_best_keep_auto)
+            budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+            # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
+            fid_quant "$v" --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}" ;;
+        ab:q4_imatrix_v1) G4_IMATRIX_SEARCH=v1 fid_quant "$v" --method imatrix "${cal[@]}" ;;
+        ab:q4_imatrix_diag) G4_IMATRIX_SEARCH=diag fid_quant "$v" --method imatrix "${cal[@]}" ;;
+        ab:q4_gptq_imx_pick) G4_GPTQ_IMX=pick fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+        ab:q4_imatrix_r32) G4_IMATRIX_RANK=32 fid_quant "$v" --method imatrix "${cal[@]}" ;;
+        ab:*) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
+        calib:q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
+        calib:q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
+        calib:q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
+        calib:q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
+        calib:q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+        calib:q4_imatrix_16k) fid_quant "$v" --method imatrix "${long[@]}" ;;
+        calib:q4_imatrix_r0_16k) G4_IMATRIX_RANK=0 fid_quant "$v" --method imatrix "${long[@]}" ;;
+        calib:*) echo "fidelity: FID_CALIB_VARIANTS: unknown variant '$v'" ;;
+        *) echo "fidelity: fid_make: no package '$v' of kind '$kind'" ;;
+    esac
+}
+
+# The --method variants (issue 33), calibrated on ${FIDELITY_CALIB_TOKENS:-2048} tokens of the
+# train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-fit}
+# with --keep-auto at the same byte budget as q4_keep_auto (${FIDELITY_KEEP_PCT:-10}% of Q4's);
+# then the $FID_DWQ fits.
+# FID_OVERLAP (1, the default): the packages the fits start from (their SOURCE fields: q4_fit and
+# q4_best_keep_auto by default; q4 and the others fidelity_make made before are there already)
+# first, then the fits in the background while the other quantizations run (CPU work, 16
+# threads, the GPU nearly idle), on ${FID_OVERLAP_CORES:-1} core a running fit fewer threads
+# (fid_threads); fid_methods ends when both have. Each quantize writes the same bytes in either
+# order (its inputs are the f16 package, the train split and its arguments; no quantize reads
+# another's output; any --threads: base/parallel.h). FID_OVERLAP=0: the serial order (every
+# quantize on all cores, then the fits).
+fid_methods() {
+    local jobs=() first=() rest=() j v s srcs=" "
+    for v in q4_rtn q4_gptq q4_gptq_act q4_fit q4_gptq_imx; do jobs+=("method:$v"); done
+    for v in $FID_AB_VARIANTS; do jobs+=("ab:$v"); done
+    for v in $FID_CALIB_VARIANTS; do jobs+=("calib:$v"); done
+    jobs+=(method:q4_best_keep_auto)
+    for v in $FID_DWQ; do
+        s=${v#*:}
+        srcs+="${s%%:*} "
     done
-    budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
-    # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
-    fid_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
-    fid_dwq
+    for j in "${jobs[@]}"; do
+        if [ "${FID_OVERLAP:-1}" != 0 ] && [[ $srcs == *" ${j#*:} "* ]]; then
+            first+=("$j")
+        else
+            rest+=("$j")
+        fi
+    done
+    for j in ${first[@]+"${first[@]}"}; do fid_make "${j%%:*}" "${j#*:}"; done
+    [ "${FID_OVERLAP:-1}" = 0 ] || fid_dwq_start
+    local quant_threads # (quant_into's, for these calls only)
+    for j in ${rest[@]+"${rest[@]}"}; do
+        fid_threads "${j#*:}"
+        fid_make "${j%%:*}" "${j#*:}"
+    done
+    [ "${FID_OVERLAP:-1}" != 0 ] || fid_dwq_start
+    fid_dwq_wait
+}
+
+# fid_threads NAME: quant_threads for the quantize of NAME: all cores, less
+# ${FID_OVERLAP_CORES:-1} for each fit still running (its python thread launches the fit's GPU
+# work and waits on it: about a core; the quantize's threads take fixed ranges, so one thread
+# that waits for a core slows the whole step: bench/NOTES.md "The fits beside the
+# quantizations"); at least 1
+fid_threads() {
+    local p n=0
+    for p in ${fid_dwq_pids[@]+"${fid_dwq_pids[@]}"}; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+    quant_threads=$(($(nproc) - n * ${FID_OVERLAP_CORES:-1}))
+    [ "$quant_threads" -ge 1 ] || quant_threads=1
+    [ "$n" = 0 ] || echo "fidelity: quantize $1 on $quant_threads of $(nproc) threads, beside $n running fits"
 }
 
 # fid_dwq: the $FID_DWQ fits, side by side on the GPU (each alone leaves it mostly idle: a 200M
@@ -1700,37 +1755,60 @@ fid_methods() {
 # steps in 2 minutes: fresh windows, no second pass; the eleventh session's 131,072 tokens made
 # ~16 passes and overfitted), AdamW lr ${FID_DWQ_LR:-2e-3} on log(scale), decay
 # ${FID_DWQ_WD:-0}, seed 0, then the entry's own ARGS (later arguments win: an entry may
-# override these). Each fit's log (fit and validation KL, time per step) is printed
-# when all have ended, as $FID/proxy/NAME.dwq.log. All of them share the GPU: five fits side by
-# side make fewer steps each in their minutes than three did.
-fid_dwq() {
-    local d="$FID/proxy" corpus=.carry/corpus p v src t0 pids=() extra
+# override these). All of them share the GPU: five fits side by side make fewer steps each in
+# their minutes than three did. fid_dwq_start starts them in the background (their pids in
+# fid_dwq_pids); fid_dwq_wait waits for them, prints each fit's log (fit and validation KL, time
+# per step, the process's wall and CPU seconds; $FID/proxy/NAME.dwq.log), then a table row a
+# fit: its steps, why it stopped, the step kept, s/step, the cores it used (the time cap makes
+# the steps depend on the machine's load: these say whether the quantizations beside cut them).
+fid_dwq_pids=()
+fid_dwq_start() {
+    local d="$FID/proxy" corpus=.carry/corpus p v src extra
+    fid_dwq_pids=()
     [ -n "$FID_DWQ" ] || return 0
-    t0=$(date +%s)
     for p in $FID_DWQ; do
         v=${p%%:*} src=${p#*:} extra=()
         if [[ $src == *:* ]]; then # NAME:SOURCE:ARGS
             IFS=, read -r -a extra <<<"${src#*:}"
             src=${src%%:*}
         fi
-        rm -rf "${d:?}/$v" "$d/$v.partial"
+        rm -rf "${d:?}/$v" "$d/$v.partial" "$d/$v.dwq.log"
         [ -d "$d/$src" ] || { echo "fidelity: dwq $v: no $src package (its quantize failed)"; continue; }
-        python3 tools/python/dwq_fit.py "$d/hf" "$d/$src" "$d/$v" --calib "$corpus/train.txt" \
-            --calib-tokens "${FID_DWQ_TOKENS:-2097152}" --seq "${FID_DWQ_SEQ:-512}" \
-            --batch "${FID_DWQ_BATCH:-8}" --steps "${FID_DWQ_STEPS:-800}" --lr "${FID_DWQ_LR:-2e-3}" \
-            --wd "${FID_DWQ_WD:-0}" --eval-every "${FID_DWQ_EVAL:-25}" \
-            --patience "${FID_DWQ_PATIENCE:-4}" --val-max 64 --minutes "${FID_DWQ_MINUTES:-2}" \
-            --threads 4 --log-every 50 ${extra[@]+"${extra[@]}"} >"$d/$v.dwq.log" 2>&1 &
-        pids+=($!)
+        (
+            TIMEFORMAT="dwq_fit: process %R s wall, %U s user, %S s system"
+            time python3 tools/python/dwq_fit.py "$d/hf" "$d/$src" "$d/$v" --calib "$corpus/train.txt" \
+                --calib-tokens "${FID_DWQ_TOKENS:-2097152}" --seq "${FID_DWQ_SEQ:-512}" \
+                --batch "${FID_DWQ_BATCH:-8}" --steps "${FID_DWQ_STEPS:-800}" --lr "${FID_DWQ_LR:-2e-3}" \
+                --wd "${FID_DWQ_WD:-0}" --eval-every "${FID_DWQ_EVAL:-25}" \
+                --patience "${FID_DWQ_PATIENCE:-4}" --val-max 64 --minutes "${FID_DWQ_MINUTES:-2}" \
+                --threads 4 --log-every 50 ${extra[@]+"${extra[@]}"}
+        ) >"$d/$v.dwq.log" 2>&1 &
+        fid_dwq_pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p"; done
+    [ "${FID_OVERLAP:-1}" = 0 ] || stamp "fidelity: dwq fits started, beside the other quantizations"
+}
+
+fid_dwq_wait() {
+    local d="$FID/proxy" p v wall=0 w logs=()
+    [ -n "$FID_DWQ" ] || return 0
+    for p in ${fid_dwq_pids[@]+"${fid_dwq_pids[@]}"}; do wait "$p"; done
+    fid_dwq_pids=()
     for p in $FID_DWQ; do
         v=${p%%:*}
         [ -f "$d/$v.dwq.log" ] || continue
+        logs+=("$d/$v.dwq.log")
         grep -E "^dwq_fit:|Error|error" "$d/$v.dwq.log" | sed "s/^/fidelity: $v: /"
         [ -d "$d/$v" ] || echo "fidelity: dwq $v FAILED"
+        w=$(sed -n 's/^dwq_fit: process \([0-9]*\).*/\1/p' "$d/$v.dwq.log")
+        [ "${w:-0}" -le "$wall" ] || wall=$w
     done
-    stamp "fidelity: dwq fits $FID_DWQ ($(($(date +%s) - t0)) s)"
+    # each fit's steps, stop, kept step, s/step, cores (the time cap makes the steps depend on
+    # the machine's load: whether the quantizations beside cut them)
+    [ ${#logs[@]} = 0 ] ||
+        python3 tools/python/fidelity_report.py --dwq "${logs[@]}" | grep "^|" | sed "s/^/fidelity: dwq /"
+    # the fits' own time (the longest one's process), not the wait's, which the quantizations
+    # beside them set
+    stamp "fidelity: dwq fits $FID_DWQ ($wall s)"
 }
 
 stage_fidelity_methods() {
@@ -1838,7 +1916,9 @@ stage_fidelity_run() {
     local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
     mkdir -p "$o"
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
-    cp "$d/train.json" .carry/corpus/corpus.json "$d"/*.dwq.log "$o/" 2>/dev/null
+    cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    local p # the fits' logs of this FID_DWQ only (an earlier fidelity_methods may have left others)
+    for p in $FID_DWQ; do cp "$d/${p%%:*}.dwq.log" "$o/" 2>/dev/null; done
     local text="$d/test.txt" chunks=${FIDELITY_CHUNKS:-64}
     fid_ppl proxy "$d/f16" f16 --text "$text" --ctx "$ctx" --chunks "$chunks" --save-logits "$FID/proxy_f16.kld"
     for v in $FID_VARIANTS; do

@@ -622,6 +622,7 @@ def main():
         groups.append({"params": [q.v for q in mods], "lr": a.code_lr, "weight_decay": 0.0})
     opt = torch.optim.AdamW(groups, lr=a.lr, weight_decay=a.wd)
     t_fit, done, run_loss, run_n = time.time(), 0, 0.0, 0
+    c_fit = time.process_time()
     stop = ""
     for step in range(a.steps):
         if pos + batch > n_fit:  # a new pass: a new permutation from the same generator
@@ -679,6 +680,11 @@ def main():
         if stop:
             print(f"dwq_fit: {stop}: stopping", flush=True)
             break
+    # the process's CPU over the steps alone (not the loading and tokenizing before): ~1 core
+    # of python launching GPU work; run.sh runs quantizations beside the fits on the other cores
+    el, cpu = time.time() - t_fit, time.process_time() - c_fit
+    print(f"dwq_fit: the steps used {cpu:.1f} CPU s in {el:.1f} s ({cpu / max(el, 1e-9):.2f} "
+          "cores)", flush=True)
     if n_val:  # the scales (codes) of the best validation step, not the last
         with torch.no_grad():
             for q, (t, qz) in zip(mods, best_state):

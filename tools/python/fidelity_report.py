@@ -10,14 +10,17 @@ DIR holds train.json (train_proxy.py), corpus.json (prepare_corpus.py) and, per 
 (proxy, e2b) and variant V (f16, q4, ...), M_V.json (g4cu perplexity --json) and M_V.bytes (the
 decoder's model.onnx.data size); M_sens.md (g4cu compare --sensitivity --md) and M_layers.svg
 are linked when present; M_linerr.json (g4cu compare --linear-error --json: each linear's
-layer-output error in each package) gives "Which linears each method helps". Standard library
-only.
+layer-output error in each package) gives "Which linears each method helps"; NAME.dwq.log
+(run.sh fid_dwq's output-KL fits) the fits' steps. Standard library only.
 
     python3 tools/python/fidelity_report.py --linerr LINERR.json   (that section alone, to stdout)
+    python3 tools/python/fidelity_report.py --dwq DIR|LOG...   (the fits' table from NAME.dwq.log
+                                                                files, a DIR's *.dwq.log; same)
 """
 import glob
 import json
 import os
+import re
 import sys
 
 
@@ -115,12 +118,72 @@ def linerr_section(le, top=12):
     return L
 
 
+def dwq_fit_row(name, path):
+    """One row of the fits' table from a dwq_fit.py log (run.sh fid_dwq: NAME.dwq.log): the steps
+    made, why the fit stopped, the step kept, seconds a step, the validation KL's change and the
+    CPU cores its steps used (dwq_fit.py's "the steps used" line; else the whole process's
+    (user + system) / wall, from the `time` line run.sh adds)."""
+    steps, sps, stop, kept, val, cores = "-", "-", "ran to --steps", "-", "-", "-"
+    steps_cores = None
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return None
+    for ln in lines:
+        m = re.match(r"dwq_fit: step (\d+)/\d+ .*\(([0-9.]+) s/step\)", ln)
+        if m:
+            steps, sps = m.group(1), m.group(2)
+        m = re.match(r"dwq_fit: (.*?)(?: after \d+/\d+ steps)?: stopping$", ln)
+        if m:
+            stop = m.group(1)
+        m = re.match(r"dwq_fit: kept the scales of step (\d+) of", ln)
+        if m:
+            kept = m.group(1)
+        m = re.search(r"validation KL [0-9.]+ -> [0-9.]+ \(([-+0-9.]+%)\)", ln)
+        if m:
+            val = m.group(1)
+        m = re.match(r"dwq_fit: process ([0-9.]+) s wall, ([0-9.]+) s user, ([0-9.]+) s system", ln)
+        if m and float(m.group(1)) > 0 and steps_cores is None:
+            cores = f"{(float(m.group(2)) + float(m.group(3))) / float(m.group(1)):.1f}"
+        m = re.match(r"dwq_fit: the steps used [0-9.]+ CPU s in [0-9.]+ s \(([0-9.]+) cores\)", ln)
+        if m:  # the steps' own CPU, without the loading and tokenizing: preferred
+            steps_cores = cores = f"{float(m.group(1)):.1f}"
+    if steps == "-":
+        return f"| {name} | - | no step logged (see {os.path.basename(path)}) | - | - | - | - |"
+    return f"| {name} | {steps} | {stop} | {kept} | {sps} | {val} | {cores} |"
+
+
+def dwq_section(paths):
+    """The output-KL fits' steps (run.sh fid_dwq) from NAME.dwq.log files (a directory: its
+    *.dwq.log): time-capped, so a machine busy with the quantizations beside them (FID_OVERLAP)
+    shows here as fewer steps or more s/step."""
+    logs = []
+    for p in paths:
+        logs += sorted(glob.glob(os.path.join(p, "*.dwq.log"))) if os.path.isdir(p) else [p]
+    rows = [r for r in (dwq_fit_row(os.path.basename(p)[:-len(".dwq.log")], p) for p in logs)
+            if r]
+    if not rows:
+        return []
+    return ["The output-KL fits (tools/python/dwq_fit.py, side by side; their logs: "
+            "NAME.dwq.log): steps made, why each stopped, the step whose scales were kept, "
+            "seconds a step, the validation KL's change and the cores its steps used (CPU "
+            "seconds / wall seconds of the steps; else of the whole process).", "",
+            "| fit | steps | stopped by | kept step | s/step | validation KL | cores |",
+            "|---|---:|---|---:|---:|---:|---:|"] + rows + [""]
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--linerr":
         le = load(sys.argv[2])
         if not le:
             sys.exit(f"fidelity_report: {sys.argv[2]}: not a --linear-error JSON")
         print("\n".join(linerr_section(le)))
+        return
+    if len(sys.argv) >= 3 and sys.argv[1] == "--dwq":
+        sec = dwq_section(sys.argv[2:])
+        if not sec:
+            sys.exit(f"fidelity_report: no dwq_fit.py log in {' '.join(sys.argv[2:])}")
+        print("\n".join(sec))
         return
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -155,6 +218,7 @@ def main():
                  f"{len(co.get('documents', {}).get('test', []))} held out).")
         L.append("")
     L += table(d, "proxy")
+    L += dwq_section([d])
     for name, title in (("proxy_layers.svg", "Per-layer error of plain Q4 vs f16 (proxy)"),
                         ("proxy_sens.md", "Sensitivity ranking (proxy, g4cu compare "
                          "--sensitivity)")):
