@@ -197,9 +197,9 @@
 #            on request the --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag and
 #            gptq_imx's q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen), imatrix with the
 #            covariance's directions on every linear q4_imatrix_r32 (FID_AB_VARIANTS), the
-#            X^T X calibration's q4_gptq_16k / q4_gptq_imx_16k / q4_imatrix_16k
-#            (FIDELITY_CALIB_TOKENS_LONG, 16384, in windows of FIDELITY_CALIB_CTX, 512) and on
-#            request q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
+#            X^T X calibration's q4_gptq_imx_16k / q4_imatrix_16k (FIDELITY_CALIB_TOKENS_LONG,
+#            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_16k,
+#            q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
 #            (the windows alone), q4_gptq_imx_d0.1 / q4_gptq_d0.1 (G4_GPTQ_DAMP=0.1)
 #            (FID_CALIB_VARIANTS),
 #            and FIDELITY_BEST's method with the same --keep-auto budget; issue 33), and the
@@ -1633,11 +1633,12 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-}
 # covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
 # NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
 # them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
-# FID_CALIB_VARIANTS chooses among these seven (empty: none; default the three long ones, the
-# question the run answers: ~2.5-4 min of quantizing on the H200 for the two gptq ones, NOTES,
-# ~3-4 min more for q4_imatrix_16k, NOTES "--imatrix with the inputs' leading correlations");
-# the names are the defaults'.
-FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_16k q4_gptq_imx_16k q4_imatrix_16k}
+# FID_CALIB_VARIANTS chooses among these seven (empty: none; default q4_gptq_imx_16k, the best
+# method's question, and q4_imatrix_16k, imatrix's: ~1.5-2.5 + 3-4 min of quantizing on the
+# H200, NOTES; q4_gptq_16k, the plainest test of the length, ~1-1.5 min more, on request: the
+# pipeline must fit beside the GEMV call in one session's 30 minutes); the names are the
+# defaults'.
+FID_CALIB_VARIANTS=${FID_CALIB_VARIANTS-q4_gptq_imx_16k q4_imatrix_16k}
 FID_VARIANTS="$FID_QUANT_VARIANTS $FID_AB_VARIANTS $FID_CALIB_VARIANTS"
 FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
