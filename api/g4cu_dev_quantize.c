@@ -220,7 +220,13 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     }
     if (pq) {
         int n_lin = 0;
-        const g4_hessian_opts ho = {HESSIAN_FLOATS, win};
+        // imatrix by the tokens (G4_IMATRIX_RANK unset): X^T X only where its directions are
+        // used (K <= tokens / IMATRIX_TOKENS_PER_K); the rest keep the writer's search with the
+        // mean alone (the same bytes as r = 0), without a K x K matrix each (E2B: K to 12288)
+        // (n >= 8 tokens: max_k >= 2, never 0's "every linear")
+        const int max_k = pq->method == G4_QM_IMATRIX && !pq->rank_all ? n / IMATRIX_TOKENS_PER_K
+                                                                        : 0;
+        const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k};
         pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         char damp[48] = "";

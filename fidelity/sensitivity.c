@@ -660,6 +660,11 @@ static void hess_add(probe *p, int i, const g4_buf *x) {
     free(a);
 }
 
+// The floats of a candidate's H; 0 for one wider than max_k (> 0): no H, no forward for it.
+static uint64_t h_floats(const cand *c, int max_k) {
+    return max_k > 0 && c->row.K > max_k ? 0 : (uint64_t)c->row.K * (uint64_t)c->row.K;
+}
+
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears) {
     *n_linears = 0;
@@ -671,17 +676,23 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian
     if ((rc = probe_start(m, n, o->win, &c, &nc, &s, &own, &p))) goto done;
     p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
     for (int i0 = 0; i0 < nc && !rc;) {
+        if (!h_floats(&c[i0], o->max_k)) {
+            i0++;
+            continue;
+        }
         int i1 = i0;
         uint64_t used = 0;
         do { // at least one; then while the group's H fit in max_floats
-            used += (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K;
-            p.hess[i1] = g4_calloc((size_t)c[i1].row.K * (size_t)c[i1].row.K, sizeof(float));
+            const uint64_t f = h_floats(&c[i1], o->max_k);
+            used += f;
+            if (f) p.hess[i1] = g4_calloc((size_t)f, sizeof(float));
             i1++;
-        } while (i1 < nc && used + (uint64_t)c[i1].row.K * (uint64_t)c[i1].row.K <= o->max_floats);
+        } while (i1 < nc && used + h_floats(&c[i1], o->max_k) <= o->max_floats);
         s->be = &p.be;
         rc = forward_all_rows(s, ids, n, o->win);
         s->be = own;
         for (int i = i0; i < i1 && !rc; i++) {
+            if (!p.hess[i]) continue; // wider than max_k
             if (!p.imx_rows[i]) {
                 rc = g4_fail(G4_EINTERNAL, "hessian: linear %s received no input in the forward",
                              c[i].row.name);

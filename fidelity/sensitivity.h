@@ -84,6 +84,8 @@ typedef int (*g4_hessian_cb)(void *ctx, const char *name, const void *w_f16, int
 typedef struct {
     uint64_t max_floats; // H floats held at once (above)
     int win;             // calibration windows (above); 0: one sequence
+    int max_k;           // > 0: only the linears of K <= max_k (the rest never reach cb and
+                         // cost no X^T X); 0: every linear
 } g4_hessian_opts;
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears);

@@ -133,8 +133,9 @@ every_linear_calibrated "quantize --imatrix" "$tmp/im.txt" "activation importanc
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
 kld_below_plain "quantize --imatrix" "$tmp/q4im"
 # the covariance's 32 directions by default only where the tokens are at least 4 K: at 64
-# tokens the ten per_layer_projections (K = 16; the other 73 linears have K >= 64)
-grep -q "^imatrix: X^T X of 83 linears from 64 tokens .*, 32 covariance directions for 10 " \
+# tokens the ten per_layer_projections (K = 16; the other 73 linears have K >= 64), and X^T X
+# made for those ten only (the rest keep the mean's search without a K x K matrix)
+grep -q "^imatrix: X^T X of 10 linears from 64 tokens .*, 32 covariance directions for 10 " \
     "$tmp/im.txt"
 check "quantize --imatrix: directions for the 10 linears of K <= 64 / 4" $?
 # --method gptq / fit / gptq_imx on 256 calibration tokens: the same bytes, mean KLD below plain

@@ -151,7 +151,7 @@ static int check_hess(void *ctx, const char *name, const void *w, int K, int N, 
 static void test_hessian(g4_text_model *m, const int32_t *ids, const g4_imatrix *im) {
     hess_check one = {im, 0, 0, 0, 0, 0, {0}}, all = one;
     int n1 = 0, n2 = 0;
-    const g4_hessian_opts o1 = {20000, 0}, o2 = {1u << 24, 0};
+    const g4_hessian_opts o1 = {20000, 0, 0}, o2 = {1u << 24, 0, 0};
     int rc = g4_hessian_run(m, ids, N_IDS, &o1, check_hess, &one, &n1); // ~20 forwards
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
     rc = g4_hessian_run(m, ids, N_IDS, &o2, check_hess, &all, &n2); // one forward
@@ -213,7 +213,7 @@ static void test_hessian_windows(g4_text_model *m, const int32_t *ids) {
     int32_t second[N_IDS / 2];
     memcpy(second, ids + W, sizeof second);
     second[0] = ids[0];
-    const g4_hessian_opts ow = {1u << 24, W}, o1 = {1u << 24, 0};
+    const g4_hessian_opts ow = {1u << 24, W, 0}, o1 = {1u << 24, 0, 0};
     int n = 0;
     CHECK(g4_hessian_run(m, ids, N_IDS, &ow, keep_hess, &win, &n) == G4_OK);
     CHECK(g4_hessian_run(m, ids, W, &o1, keep_hess, &a, &n) == G4_OK);
