@@ -132,20 +132,23 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     prequant *pq = ctx;
     if (K > pq->k_max) pq->k_max = K;
     if (K > pq->n_tokens) pq->n_thin++;
+    // pq->im's entry for this linear: imatrix's, and gptq_imx's under G4_GPTQ_IMX=mean
+    int i = -1;
+    if (pq->method == G4_QM_IMATRIX || (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean())) {
+        i = 0;
+        while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
+        if (i == pq->im->n || pq->im->K[i] != K)
+            return g4_fail(G4_EINTERNAL, "%s: %s [%d, %d] has no importance of K %d",
+                           g4_qmethod_name(pq->method), name, K, N, K);
+    }
     const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
     g4_q4_arrays a = {g4_strdup(name), K, N, g4_malloc((size_t)sh.q_bytes),
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
     int rc;
-    if (pq->method == G4_QM_IMATRIX) { // G4_IMATRIX_RANK > 0: the directions from this X^T X
-        int i = 0;
-        while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
-        if (i == pq->im->n || pq->im->K[i] != K) {
-            g4_q4_arrays_free(&a);
-            return g4_fail(G4_EINTERNAL, "imatrix: %s [%d, %d] has no importance of K %d", name, K,
-                           N, K);
-        }
-        int r = pq->rank < K ? pq->rank : K; // no more directions than inputs
-        if (!pq->rank_all && pq->n_tokens < IMATRIX_TOKENS_PER_K * (double)K) r = 0;
+    if (pq->method == G4_QM_IMATRIX) {
+        // the directions from this X^T X (calibrate's max_k: only the linears that take them
+        // reach here, every linear under G4_IMATRIX_RANK)
+        const int r = pq->rank < K ? pq->rank : K; // no more directions than inputs
         pq->n_dirs += r > 0;
         float *V = r ? g4_malloc(sizeof(float) * (size_t)r * (size_t)K) : NULL;
         // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
@@ -160,14 +163,7 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     } else if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
         g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0};
         float *diag = NULL;
-        if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) {
-            int i = 0;
-            while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
-            if (i == pq->im->n || pq->im->K[i] != K) {
-                g4_q4_arrays_free(&a);
-                return g4_fail(G4_EINTERNAL, "gptq_imx: %s [%d, %d] has no importance of K %d",
-                               name, K, N, K);
-            }
+        if (i >= 0) { // G4_GPTQ_IMX=mean
             go.imp = pq->im->imp[i], go.mean = pq->im->mean[i];
         } else if (pq->method == G4_QM_GPTQ_IMX) { // g4_q4_gptq overwrites H: a copy
             diag = g4_malloc(sizeof(float) * (size_t)K);
