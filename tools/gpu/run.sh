@@ -1114,18 +1114,24 @@ for (case, place), v in t.items():
 PY
 }
 
+# form_rows STAGE OP MODE FORM...: the op's kernel rows twice ($OUT/STAGE_{1,2}), then each
+# run's form_table (gemvprobe, gemvvar)
+form_rows() {
+    local stage=$1 op=$2 r
+    shift 2
+    kbench_twice "$op" "$stage" 400 -E "$op|skipped|error"
+    for r in 1 2; do
+        form_table "$OUT/${stage}_$r.json" "$op" "$@" || echo "$stage: no summary (run $r)"
+    done
+}
+
 # Issue 29: where the third-design Q4 GEMV's time goes (bench/NOTES.md "gemvprobe"; after build;
 # ~2 min): test_pdl_sass (the probe forms are launched through g4_pdl_launch too), then `bench
 # --kernels --filter gemv_q4_probe --reps 30` twice, and per run one line a case and placement:
 # full / loads / math / shell in us and each probe's share of full.
 stage_gemvprobe() {
     ctest --test-dir build-gpu -R "test_pdl_sass" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    kbench_twice gemv_q4_probe gemvprobe 400 -E "gemv_q4_probe|skipped|error"
-    local r
-    for r in 1 2; do
-        form_table "$OUT/gemvprobe_$r.json" gemv_q4_probe share full loads math shell ||
-            echo "gemvprobe: no summary (run $r)"
-    done
+    form_rows gemvprobe gemv_q4_probe share full loads math shell
 }
 
 # Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
@@ -1140,12 +1146,7 @@ stage_gemvvar() {
     local log="$OUT/gemvvar_invalid.log"
     G4_GEMV3_ACC=3 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
     echo "G4_GEMV3_ACC=3 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_ACC=3: expected 1 or 2' "$log") lines naming it (expected >= 1)"
-    kbench_twice gemv_q4_var gemvvar 400 -E "gemv_q4_var|skipped|error"
-    local r
-    for r in 1 2; do
-        form_table "$OUT/gemvvar_$r.json" gemv_q4_var change today acc2 pipe xpf ||
-            echo "gemvvar: no summary (run $r)"
-    done
+    form_rows gemvvar gemv_q4_var change today acc2 pipe xpf
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
