@@ -707,30 +707,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     }
     uint4 rq[U][E];
     uint32_t rs[U][E], rz[U][E];
-    auto load_next = [&](int u) {
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const uint32_t ti = bt[tt] + (uint32_t)lr;
-#pragma unroll
-            for (int ff = 0; ff < F; ff++) {
-                if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
-                    const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + lane;
-                    rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
-                    rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
-                    rz[u][ff * T + tt] = h >> 24;
-                } else if constexpr (PROBE != GV3_PROBE_SHELL) {
-                    rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-                    rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-                    rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
-                }
-            }
-        }
-        if (++lr == L) {
-            lr = 0;
-            set_bases(++lj);
-        }
-    };
-    // PIPE's refill, an item at a time (the same loads as load_next), then the cursor's step
+    // item e's words of the cursor's step into ring slot u (PIPE 1 refills an item at a time)
     auto load_item = [&](int u, int e) {
         const int ff = e / T, tt = e % T;
         const uint32_t ti = bt[tt] + (uint32_t)lr;
@@ -738,11 +715,29 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         rs[u][e] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
         rz[u][e] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
     };
-    auto load_step = [&]() {
+    auto load_step = [&]() { // the cursor to the next step
         if (++lr == L) {
             lr = 0;
             set_bases(++lj);
         }
+    };
+    auto load_next = [&](int u) { // the whole step into slot u
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+#pragma unroll
+            for (int ff = 0; ff < F; ff++) {
+                if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
+                    const uint32_t ti = bt[tt] + (uint32_t)lr;
+                    const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + lane;
+                    rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
+                    rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
+                    rz[u][ff * T + tt] = h >> 24;
+                } else if constexpr (PROBE != GV3_PROBE_SHELL) {
+                    load_item(u, ff * T + tt);
+                }
+            }
+        }
+        load_step();
     };
 
     // The first U steps load into the ring before the wait: immutable weights, in the one load
