@@ -7,6 +7,7 @@
 // imatrix: g4_imatrix_run, kquant.h g4_q4_quantize_imx).
 #include <g4cu_dev.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,9 @@
 #include "fidelity/keep_auto.h"
 #include "fidelity/sensitivity.h"
 #include "kernels/backend_select.h"
+#include "loader/package.h"
 #include "loader/tokenizer.h"
+#include "quant/equalize.h"
 #include "quant/kquant.h"
 #include "quant/methods.h"
 #include "quant/q4.h"
@@ -71,13 +74,14 @@ typedef struct {
     g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate; imatrix: its run's (the mean)
     g4_q4_arrays *a;
     int n;
-    int n_tokens;  // the calibration's tokens: X^T X has rank <= n_tokens
-    int k_max;     // the widest input among the linears quantized
-    int n_thin;    // linears of K > n_tokens (a rank-deficient X^T X)
-    int rank;      // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
-    int rank_all;  // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
-    int n_dirs;    // imatrix: linears quantized with directions
-    int threads;   // imatrix's quantizer threads
+    int n_tokens;        // the calibration's tokens: X^T X has rank <= n_tokens
+    int k_max;           // the widest input among the linears quantized
+    int n_thin;          // linears of K > n_tokens (a rank-deficient X^T X)
+    int rank;            // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
+    int rank_all;        // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
+    int n_dirs;          // imatrix: linears quantized with directions
+    int threads;         // imatrix's quantizer threads
+    struct eq_state *eq; // --equalize (below), else NULL
 } prequant;
 
 // G4_GPTQ_IMX (A/B runs): "pick" takes the imatrix search's own pick (no re-judging by GPTQ's
@@ -128,61 +132,444 @@ static int imatrix_rank(int *out, int *all) {
     return G4_OK;
 }
 
-static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
-    prequant *pq = ctx;
-    if (K > pq->k_max) pq->k_max = K;
-    if (K > pq->n_tokens) pq->n_thin++;
-    // pq->im's entry for this linear: imatrix's, and gptq_imx's under G4_GPTQ_IMX=mean
-    int i = -1;
-    if (pq->method == G4_QM_IMATRIX || (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean())) {
-        i = 0;
-        while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
-        if (i == pq->im->n || pq->im->K[i] != K)
-            return g4_fail(G4_EINTERNAL, "%s: %s [%d, %d] has no importance of K %d",
-                           g4_qmethod_name(pq->method), name, K, N, K);
-    }
-    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
-    g4_q4_arrays a = {g4_strdup(name), K, N, g4_malloc((size_t)sh.q_bytes),
-                      g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
-    int rc;
-    if (pq->method == G4_QM_IMATRIX) {
-        // the directions from this X^T X (calibrate's max_k: only the linears that take them
-        // reach here, every linear under G4_IMATRIX_RANK)
-        const int r = pq->rank < K ? pq->rank : K; // no more directions than inputs
-        pq->n_dirs += r > 0;
-        float *V = r ? g4_malloc(sizeof(float) * (size_t)r * (size_t)K) : NULL;
-        // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
-        double th = 0, ti = 0;
-        for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
-        rc = r ? g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, r, V) : G4_OK;
-        if (!rc)
-            rc =
-                g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, pq->threads,
-                                        pq->im->imp[i], pq->im->mean[i], r, V, a.q, a.scales, a.zp);
-        free(V);
-    } else if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
+// One linear by the method: w [K, N] (fp16, or fp32 scaled by --equalize) with its input's X^T X
+// H (gptq, gptq_imx: overwritten), importance imp / mean (imatrix; gptq_imx under
+// G4_GPTQ_IMX=mean) and r directions V (imatrix).
+static int quant_with(const prequant *pq, const void *w, int dtype, int K, int N, float *H,
+                      const float *imp, const float *mean, int r, const float *V, uint8_t *q,
+                      uint16_t *sc, uint8_t *zp) {
+    switch (pq->method) {
+    case G4_QM_KQUANT:
+        return g4_q4_quantize(w, dtype, K, N, G4_Q4_BLOCK, pq->threads, q, sc, zp);
+    case G4_QM_RTN:
+        return g4_q4_quantize_rtn(w, dtype, K, N, G4_Q4_BLOCK, q, sc, zp);
+    case G4_QM_IMATRIX:
+        return g4_q4_quantize_imx_dirs(w, dtype, K, N, G4_Q4_BLOCK, pq->threads, imp, mean, r, V, q,
+                                       sc, zp);
+    case G4_QM_GPTQ:
+    case G4_QM_GPTQ_IMX: {
         g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0};
         float *diag = NULL;
-        if (i >= 0) { // G4_GPTQ_IMX=mean
-            go.imp = pq->im->imp[i], go.mean = pq->im->mean[i];
+        if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) {
+            go.imp = imp, go.mean = mean;
         } else if (pq->method == G4_QM_GPTQ_IMX) { // g4_q4_gptq overwrites H: a copy
             diag = g4_malloc(sizeof(float) * (size_t)K);
             for (int k = 0; k < K; k++) diag[k] = H[(size_t)k * K + k];
             go.imp = diag;
         }
         go.screen = pq->method == G4_QM_GPTQ_IMX && !g4_env_is("G4_GPTQ_IMX", "pick");
-        rc = g4_q4_gptq(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, &go, a.q, a.scales, a.zp);
+        const int rc = g4_q4_gptq(w, dtype, K, N, G4_Q4_BLOCK, H, &go, q, sc, zp);
         free(diag);
-    } else {
-        rc = g4_q4_fit(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, a.q, a.scales, a.zp);
+        return rc;
     }
+    case G4_QM_FIT:
+        return g4_q4_fit(w, dtype, K, N, G4_Q4_BLOCK, H, q, sc, zp);
+    }
+    return g4_fail(G4_EINTERNAL, "quantize: method %d", (int)pq->method);
+}
+
+// The equalization's quantizer (quant/equalize.h g4_eq_quant_fn): the method on in's weights.
+static int eq_quant(void *ctx, const g4_eq_qin *in, uint8_t *q, uint16_t *sc, uint8_t *zp) {
+    const prequant *pq = ctx;
+    float *H = NULL; // gptq overwrites its H: a copy
+    if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
+        H = g4_malloc(sizeof(float) * (size_t)in->K * in->K);
+        memcpy(H, in->H, sizeof(float) * (size_t)in->K * in->K);
+    }
+    const int rc = quant_with(pq, in->w, in->dtype, in->K, in->N, H ? H : (float *)in->H, in->imp,
+                              in->mean, in->r, in->V, q, sc, zp);
+    free(H);
+    return rc;
+}
+
+// pq->im's entry for this linear (imatrix; gptq_imx under G4_GPTQ_IMX=mean), else -1.
+static int importance_of(prequant *pq, const char *name, int K, int N, int *out) {
+    *out = -1;
+    if (pq->method != G4_QM_IMATRIX && !(pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()))
+        return G4_OK;
+    int i = 0;
+    while (i < pq->im->n && strcmp(pq->im->names[i], name)) i++;
+    if (i == pq->im->n || pq->im->K[i] != K)
+        return g4_fail(G4_EINTERNAL, "%s: %s [%d, %d] has no importance of K %d",
+                       g4_qmethod_name(pq->method), name, K, N, K);
+    *out = i;
+    return G4_OK;
+}
+
+// imatrix: the directions a linear of K inputs takes (G4_IMATRIX_RANK, or by the tokens).
+static int imatrix_r(const prequant *pq, int K) {
+    if (pq->method != G4_QM_IMATRIX) return 0;
+    if (!pq->rank_all && K > pq->n_tokens / IMATRIX_TOKENS_PER_K) return 0;
+    return pq->rank < K ? pq->rank : K; // no more directions than inputs
+}
+
+// imatrix: *V [r][K] from this X^T X and importance entry i (NULL for r = 0).
+static int imatrix_dirs(const prequant *pq, int i, const float *H, int K, int r, float **V) {
+    *V = NULL;
+    if (!r) return G4_OK;
+    *V = g4_malloc(sizeof(float) * (size_t)r * (size_t)K);
+    // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
+    double th = 0, ti = 0;
+    for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
+    return g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, r, *V);
+}
+
+static void add_arrays(prequant *pq, g4_q4_arrays a) {
+    pq->a = g4_realloc(pq->a, sizeof(g4_q4_arrays) * (size_t)(pq->n + 1));
+    pq->a[pq->n++] = a;
+}
+
+static g4_q4_arrays arrays_for(const char *name, int K, int N) {
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
+    return (g4_q4_arrays){g4_strdup(name),
+                          K,
+                          N,
+                          g4_malloc((size_t)sh.q_bytes),
+                          g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales),
+                          g4_malloc((size_t)sh.zp_bytes)};
+}
+
+// --- --equalize (quant/equalize.h) -------------------------------------------------------------
+// The groups: q|k|v (q alone on the KV-shared layers) folded into input_layernorm, gate|up into
+// pre_feedforward_layernorm, down_proj into up_proj's output columns, the lm_head into the final
+// norm (the decoder's own lm_head copy; the embedding model is untouched). Not o_proj (v's
+// weightless norm is in the way), per_layer_input_gate (its input is the raw residual) nor
+// per_layer_projection (its input gelu(gate) * the per-layer embedding: the embedding comes from
+// the embedding model, which the Q4 package shares with the f16 one, and the gate's output
+// columns could carry 1/s only through gelu, which is not linear). A group is searched when
+// its last member's X^T X arrives (the Hessian run hands the linears over in layer order);
+// up_proj is quantized once its layer's down_proj has its scales (1/s on up's columns).
+
+typedef enum { EQ_ATTN = 0, EQ_MLP = 1, EQ_DOWN = 2, EQ_LM = 3 } eq_kind;
+static const char *const EQ_KIND_NAME[] = {"q|k|v", "gate|up", "down", "lm_head"};
+
+typedef struct {
+    eq_kind kind;
+    int layer; // -1: the lm_head
+    int expected, have;
+    g4_eq_group g; // names owned; H owned (H_own) or the callback's while it runs
+    float *H_own, *V_own;
+    uint16_t *fold_own;
+    char *fold_name;
+    g4_eq_pick pick;
+    int up_done; // EQ_MLP: up_proj quantized (after its down_proj)
+} eq_grp;
+
+typedef struct eq_state {
+    const g4_component *dec;
+    FILE *rep;
+    int forced; // G4_EQUALIZE_ALPHA=a (A/B runs, tests): alpha a / 10 for every group; else -1
+    eq_grp **g;
+    int n;
+    g4_q4_repl *repl; // the folded norms (data: the groups' pick.fold)
+    int n_repl;
+    int n_folds; // of them the norms
+    int f16; // G4_EQUALIZE_F16=1 (tests): the groups' linears written fp16, scaled, not quantized
+    uint16_t **own; // the f16 mode's weight data (repl entries)
+    int n_own;
+    int hist[G4_EQ_N_ALPHA]; // groups per picked alpha
+    int kinds[4];            // groups per kind
+    double rel_sum;          // sum over searched groups of err[pick] / err[0]
+    int n_searched;
+} eq_state;
+
+static void eq_grp_free(eq_grp *G) {
+    for (int m = 0; m < G4_EQ_MAX_MEMBERS; m++) free((char *)G->g.name[m]);
+    free(G->H_own), free(G->V_own), free(G->fold_own), free(G->fold_name);
+    g4_eq_pick_free(&G->pick);
+    free(G);
+}
+
+static void eq_state_free(eq_state *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n; i++) eq_grp_free(e->g[i]);
+    free(e->g);
+    for (int i = 0; i < e->n_repl; i++) free((char *)e->repl[i].name);
+    free(e->repl);
+    for (int i = 0; i < e->n_own; i++) free(e->own[i]);
+    free(e->own);
+}
+
+static void eq_add_repl(eq_state *e, const char *name, const uint16_t *data, int n, int fold) {
+    e->repl = g4_realloc(e->repl, sizeof(g4_q4_repl) * (size_t)(e->n_repl + 1));
+    e->repl[e->n_repl++] = (g4_q4_repl){g4_strdup(name), data, n, fold};
+}
+
+// G4_EQUALIZE_ALPHA (A/B runs, tests): a fixed alpha in 0..1 (multiples of 0.1), no search.
+static int eq_forced(int *out) {
+    const char *v = getenv("G4_EQUALIZE_ALPHA");
+    *out = -1;
+    if (!v || !*v) return G4_OK;
+    char *end;
+    const double a = strtod(v, &end);
+    const long i = lround(a * 10);
+    if (*end || !(a >= 0 && a <= 1) || fabs(a * 10 - (double)i) > 1e-6)
+        return g4_fail(G4_EUSER, "G4_EQUALIZE_ALPHA '%s': expected 0, 0.1, .., 1", v);
+    *out = (int)i;
+    return G4_OK;
+}
+
+// name -> group kind, layer and member slot; 0 for a linear no group takes.
+static int eq_role(const char *name, eq_kind *kind, int *layer, int *slot) {
+    static const struct {
+        const char *suffix;
+        eq_kind kind;
+        int slot;
+    } T[] = {{"self_attn.q_proj.weight_t", EQ_ATTN, 0}, {"self_attn.k_proj.weight_t", EQ_ATTN, 1},
+             {"self_attn.v_proj.weight_t", EQ_ATTN, 2}, {"mlp.gate_proj.weight_t", EQ_MLP, 0},
+             {"mlp.up_proj.weight_t", EQ_MLP, 1},       {"mlp.down_proj.weight_t", EQ_DOWN, 0}};
+    if (!strcmp(name, "lm_head.weight_t")) {
+        *kind = EQ_LM, *layer = -1, *slot = 0;
+        return 1;
+    }
+    int l, at = -1;
+    if (sscanf(name, "model.layers.%d.%n", &l, &at) != 1 || at < 0) return 0;
+    for (size_t t = 0; t < sizeof T / sizeof T[0]; t++)
+        if (!strcmp(name + at, T[t].suffix)) {
+            *kind = T[t].kind, *layer = l, *slot = T[t].slot;
+            return 1;
+        }
+    return 0;
+}
+
+static eq_grp *eq_find(eq_state *e, eq_kind kind, int layer) {
+    for (int i = 0; i < e->n; i++)
+        if (e->g[i]->kind == kind && e->g[i]->layer == layer) return e->g[i];
+    return NULL;
+}
+
+// A new group for kind / layer of K inputs: its member count and its fold's fp16 weights.
+static int eq_new(eq_state *e, eq_kind kind, int layer, int K, eq_grp **out) {
+    eq_grp *G = g4_calloc(1, sizeof *G);
+    G->kind = kind, G->layer = layer, G->g.K = K;
+    G->expected = kind == EQ_MLP ? 2 : 1;
+    if (kind == EQ_ATTN) {
+        char *kn = g4_sprintf("model.layers.%d.self_attn.k_proj.weight_t", layer);
+        if (g4_component_find(e->dec, kn)) G->expected = 3; // a KV-owning layer
+        free(kn);
+    }
+    G->fold_name = kind == EQ_ATTN ? g4_sprintf("model.layers.%d.input_layernorm.weight", layer)
+                   : kind == EQ_MLP
+                       ? g4_sprintf("model.layers.%d.pre_feedforward_layernorm.weight", layer)
+                   : kind == EQ_LM ? g4_strdup("model.norm.weight")
+                                   : NULL;
+    if (G->fold_name) {
+        const g4_tensor *t;
+        int rc = g4_get(e->dec, G->fold_name, G4_DT_FLOAT16, &t, K);
+        if (rc) {
+            eq_grp_free(G);
+            return rc;
+        }
+        G->fold_own = g4_malloc(sizeof(uint16_t) * (size_t)K);
+        memcpy(G->fold_own, t->data, sizeof(uint16_t) * (size_t)K);
+        G->g.fold = G->fold_own;
+    }
+    e->g = g4_realloc(e->g, sizeof(eq_grp *) * (size_t)(e->n + 1));
+    e->g[e->n++] = G;
+    *out = G;
+    return G4_OK;
+}
+
+// Member m of G quantized with row scales s and column factors c (NULL: none) into pq->a;
+// in the f16 mode its fp16 weights fp16(s_k W[k][n] c_n) instead, an fp16 rewrite.
+static int eq_final(prequant *pq, eq_grp *G, int m, const float *s, const float *c) {
+    eq_state *e = pq->eq;
+    if (e->f16) {
+        const int K = G->g.K, N = G->g.N[m];
+        uint16_t *d = g4_malloc(sizeof(uint16_t) * (size_t)K * N);
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) {
+                uint16_t h;
+                memcpy(&h, (const uint8_t *)G->g.w[m] + 2 * ((size_t)k * N + n), 2);
+                const float v = g4_f16_to_f32(h) * (s ? s[k] : 1.0f);
+                d[(size_t)k * N + n] = g4_f32_to_f16(c ? v * c[n] : v);
+            }
+        e->own = g4_realloc(e->own, sizeof(uint16_t *) * (size_t)(e->n_own + 1));
+        e->own[e->n_own++] = d;
+        eq_add_repl(e, G->g.name[m], d, K * N, 0);
+        return G4_OK;
+    }
+    g4_q4_arrays a = arrays_for(G->g.name[m], G->g.K, G->g.N[m]);
+    const int rc = g4_eq_quantize(&G->g, m, s, c, eq_quant, pq, a.q, a.scales, a.zp);
+    if (rc) {
+        g4_error_prefix("%s", G->g.name[m]);
+        g4_q4_arrays_free(&a);
+        return rc;
+    }
+    add_arrays(pq, a);
+    return G4_OK;
+}
+
+static const char *eq_label(const eq_grp *G, char *buf, size_t n) {
+    if (G->layer < 0)
+        snprintf(buf, n, "%s", EQ_KIND_NAME[G->kind]);
+    else
+        snprintf(buf, n, "layer %d %s", G->layer, EQ_KIND_NAME[G->kind]);
+    return buf;
+}
+
+// The group complete: its alpha, its fold, and its members quantized (up_proj: see below).
+static int eq_run(prequant *pq, eq_grp *G) {
+    eq_state *e = pq->eq;
+    int rc;
+    G->g.n = G->expected;
+    // G4_EQUALIZE_GROUPS (A/B runs): a comma list of attn, mlp, down, lm: the others take alpha 0
+    const char *only = getenv("G4_EQUALIZE_GROUPS");
+    static const char *const KEY[] = {"attn", "mlp", "down", "lm"};
+    int off = 0;
+    if (only && *only) {
+        char *cp = g4_strdup(only), *save = NULL;
+        off = 1;
+        for (char *t = strtok_r(cp, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            if (!strcmp(t, KEY[G->kind])) off = 0;
+        free(cp);
+    }
+    if (off || e->forced >= 0) {
+        const int fa = off ? 0 : e->forced;
+        G->pick.alpha_i = fa;
+        G->pick.s = g4_malloc(sizeof(float) * (size_t)G->g.K);
+        G->pick.fold = G->g.fold ? g4_malloc(sizeof(uint16_t) * (size_t)G->g.K) : NULL;
+        g4_eq_scales(G->g.H, G->g.K, fa / 10.0, G->g.fold, G->pick.s, G->pick.fold);
+    } else if ((rc = g4_eq_search(&G->g, eq_quant, pq, &G->pick))) {
+        return rc;
+    }
+    const int ai = G->pick.alpha_i;
+    e->hist[ai]++, e->kinds[G->kind]++;
+    char lb[64];
+    if (e->forced < 0 && !off) {
+        const double rel = G->pick.err[0] > 0 ? G->pick.err[ai] / G->pick.err[0] : 1;
+        e->rel_sum += rel, e->n_searched++;
+        fprintf(e->rep,
+                "equalize: %s (K %d, %d linear%s): alpha %.1f, calibration error %.3f of "
+                "alpha 0's (searched on %d columns)\n",
+                eq_label(G, lb, sizeof lb), G->g.K, G->g.n, G->g.n > 1 ? "s" : "", ai / 10.0, rel,
+                G->pick.cols[0]);
+    } else {
+        fprintf(e->rep, "equalize: %s (K %d, %d linear%s): alpha %.1f (%s)\n",
+                eq_label(G, lb, sizeof lb), G->g.K, G->g.n, G->g.n > 1 ? "s" : "", ai / 10.0,
+                off ? "G4_EQUALIZE_GROUPS" : "G4_EQUALIZE_ALPHA");
+    }
+    const float *s = ai ? G->pick.s : NULL; // alpha 0: the method itself, byte for byte
+    if (ai && G->g.fold) {
+        eq_add_repl(e, G->fold_name, G->pick.fold, G->g.K, 1);
+        e->n_folds++;
+    }
+    if (G->kind == EQ_MLP) return eq_final(pq, G, 0, s, NULL); // up waits for its down_proj
+    for (int m = 0; m < G->g.n; m++)
+        if ((rc = eq_final(pq, G, m, s, NULL))) return rc;
+    if (G->kind != EQ_DOWN) return G4_OK;
+    // up_proj: its rows by gate|up's scales, its output columns by 1 / down's
+    eq_grp *U = eq_find(e, EQ_MLP, G->layer);
+    if (!U || U->have != U->expected || U->up_done)
+        return g4_fail(G4_EINTERNAL, "equalize: layer %d's down_proj before its gate|up", G->layer);
+    float *c = NULL;
+    if (ai) {
+        c = g4_malloc(sizeof(float) * (size_t)U->g.N[1]);
+        if (U->g.N[1] != G->g.K)
+            rc = g4_fail(G4_EUSER, "equalize: layer %d: up_proj N %d, down_proj K %d", G->layer,
+                         U->g.N[1], G->g.K);
+        for (int j = 0; j < U->g.N[1] && !rc; j++) c[j] = 1.0f / G->pick.s[j];
+    }
+    if (!rc) rc = eq_final(pq, U, 1, U->pick.alpha_i ? U->pick.s : NULL, c);
+    free(c);
+    U->up_done = 1;
+    free(U->H_own), free(U->V_own);
+    U->H_own = U->V_own = NULL, U->g.H = NULL, U->g.V = NULL;
+    return rc;
+}
+
+// A linear of a group (*taken = 1; else 0 and nothing done): kept until its group is complete.
+static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N, const float *H,
+                     int imp_i, int *taken) {
+    eq_state *e = pq->eq;
+    eq_kind kind;
+    int layer, slot, rc;
+    *taken = 0;
+    if (!eq_role(name, &kind, &layer, &slot)) return G4_OK;
+    *taken = 1;
+    eq_grp *G = eq_find(e, kind, layer);
+    if (!G && (rc = eq_new(e, kind, layer, K, &G))) return rc;
+    if (G->g.K != K || slot >= G->expected || G->g.name[slot])
+        return g4_fail(G4_EINTERNAL,
+                       "equalize: %s [%d, %d] does not fit its group (K %d, %d of %d)", name, K, N,
+                       G->g.K, G->have, G->expected);
+    if (G->have == 0) { // the shared input's statistics, from the first member
+        if (G->expected > 1) {
+            G->H_own = g4_malloc(sizeof(float) * (size_t)K * K);
+            memcpy(G->H_own, H, sizeof(float) * (size_t)K * K);
+        }
+        G->g.H = G->H_own ? G->H_own : H; // a one-member group runs within this call
+        if (imp_i >= 0) G->g.imp = pq->im->imp[imp_i], G->g.mean = pq->im->mean[imp_i];
+        G->g.r = imatrix_r(pq, K);
+        if ((rc = imatrix_dirs(pq, imp_i, G->g.H, K, G->g.r, &G->V_own))) return rc;
+        G->g.V = G->V_own;
+    }
+    pq->n_dirs += G->g.r > 0;
+    G->g.name[slot] = g4_strdup(name);
+    G->g.w[slot] = w;
+    G->g.N[slot] = N;
+    if (++G->have < G->expected) return G4_OK;
+    rc = eq_run(pq, G);
+    if (!G->H_own) G->g.H = NULL; // the callback's, about to be freed
+    if (G->kind != EQ_MLP) {
+        free(G->H_own), free(G->V_own);
+        G->H_own = G->V_own = NULL, G->g.H = NULL, G->g.V = NULL;
+    }
+    return rc;
+}
+
+// After the Hessian run: every group complete, every up_proj quantized; the summary line.
+static int eq_finish(eq_state *e) {
+    for (int i = 0; i < e->n; i++) {
+        const eq_grp *G = e->g[i];
+        char lb[64];
+        if (G->have != G->expected || (G->kind == EQ_MLP && !G->up_done))
+            return g4_fail(G4_EINTERNAL, "equalize: %s has %d of its %d linears%s",
+                           eq_label(G, lb, sizeof lb), G->have, G->expected,
+                           G->kind == EQ_MLP ? " or no down_proj" : "");
+    }
+    fprintf(e->rep,
+            "equalize: %d groups (q|k|v %d, gate|up %d, down %d, lm_head %d), %d norms rewritten; "
+            "alpha 0..1:",
+            e->n, e->kinds[EQ_ATTN], e->kinds[EQ_MLP], e->kinds[EQ_DOWN], e->kinds[EQ_LM],
+            e->n_folds);
+    for (int a = 0; a < G4_EQ_N_ALPHA; a++) fprintf(e->rep, " %d", e->hist[a]);
+    if (e->n_searched)
+        fprintf(e->rep, "; mean calibration error %.3f of alpha 0's", e->rel_sum / e->n_searched);
+    fprintf(e->rep, "\n");
+    return G4_OK;
+}
+
+static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
+    prequant *pq = ctx;
+    if (K > pq->k_max) pq->k_max = K;
+    if (K > pq->n_tokens) pq->n_thin++;
+    int i, rc;
+    if ((rc = importance_of(pq, name, K, N, &i))) return rc;
+    if (pq->eq) { // a member of an equalization group is quantized there
+        int taken = 0;
+        if ((rc = eq_linear(pq, name, w, K, N, H, i, &taken)) || taken) return rc;
+    }
+    const int r = imatrix_r(pq, K);
+    // with --equalize every linear reaches here: kquant and rtn, and imatrix without directions
+    // (the same bytes as r = 0), are the writer's
+    if (pq->method == G4_QM_KQUANT || pq->method == G4_QM_RTN ||
+        (pq->method == G4_QM_IMATRIX && !r))
+        return G4_OK;
+    pq->n_dirs += r > 0;
+    float *V = NULL;
+    g4_q4_arrays a = arrays_for(name, K, N);
+    rc = imatrix_dirs(pq, i, H, K, r, &V);
+    if (!rc)
+        rc = quant_with(pq, w, G4_DT_FLOAT16, K, N, H, i >= 0 ? pq->im->imp[i] : NULL,
+                        i >= 0 ? pq->im->mean[i] : NULL, r, V, a.q, a.scales, a.zp);
+    free(V);
     if (rc) {
         g4_error_prefix("%s", name);
         g4_q4_arrays_free(&a);
         return rc;
     }
-    pq->a = g4_realloc(pq->a, sizeof(g4_q4_arrays) * (size_t)(pq->n + 1));
-    pq->a[pq->n++] = a;
+    add_arrays(pq, a);
     return G4_OK;
 }
 
@@ -204,6 +591,7 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         (rc = g4_backend_by_name(backend, &be)) || (rc = g4_package_open(pkg_dir, &p)) ||
         (rc = g4_text_model_load(p, be, &m)))
         goto done;
+    if (pq && pq->eq) pq->eq->dec = g4_package_component(p, G4_COMP_DECODER);
     char how[64] = "";
     if (win > 0) snprintf(how, sizeof how, " in windows of %d", win);
     if (im) {
@@ -220,11 +608,13 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         // used (K <= tokens / IMATRIX_TOKENS_PER_K); the rest keep the writer's search with the
         // mean alone (the same bytes as r = 0), without a K x K matrix each (E2B: K to 12288)
         // (n >= 8 tokens: max_k >= 2, never 0's "every linear")
-        const int max_k = pq->method == G4_QM_IMATRIX && !pq->rank_all ? n / IMATRIX_TOKENS_PER_K
-                                                                        : 0;
+        // (--equalize: every linear, its groups' error model is X^T X)
+        const int max_k =
+            pq->method == G4_QM_IMATRIX && !pq->rank_all && !pq->eq ? n / IMATRIX_TOKENS_PER_K : 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k};
         pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
+        if (pq->eq && (rc = eq_finish(pq->eq))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
         char rk[80] = "";
@@ -283,24 +673,31 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int rc = p->method ? g4_qmethod_parse(p->method, &method) : G4_OK;
     if (rc) return rc;
     if (p->imatrix && method != G4_QM_KQUANT && method != G4_QM_IMATRIX)
-        return g4_fail(G4_EUSER, "quantize: imatrix with method '%s': imatrix is a method of its "
-                                 "own (method imatrix)",
+        return g4_fail(G4_EUSER,
+                       "quantize: imatrix with method '%s': imatrix is a method of its "
+                       "own (method imatrix)",
                        p->method);
     if (p->imatrix) method = G4_QM_IMATRIX;
     if (p->gptq_act_order && method != G4_QM_GPTQ && method != G4_QM_GPTQ_IMX)
         return g4_fail(G4_EUSER,
                        "quantize: act-order with method '%s': it is gptq's and gptq_imx's option",
                        g4_qmethod_name(method));
-    if ((p->keep_auto_bytes >= 0 || g4_qmethod_needs_calib(method)) != (p->calib != NULL))
-        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes and the methods imatrix, gptq, fit "
-                                 "and gptq_imx need a calibration text (and the text one of them)");
+    if ((p->keep_auto_bytes >= 0 || g4_qmethod_needs_calib(method) || p->equalize) !=
+        (p->calib != NULL))
+        return g4_fail(G4_EUSER, "quantize: keep_auto_bytes, equalize and the methods imatrix, "
+                                 "gptq, fit and gptq_imx need a calibration text (and the text "
+                                 "one of them)");
+    // A kept fp16 linear in a folded group would need its own rows rescaled: not done yet.
+    if (p->equalize && (p->n_keep > 0 || p->keep_auto_bytes >= 0))
+        return g4_fail(G4_EUSER, "quantize: equalize with keep or keep_auto_bytes: not supported "
+                                 "(a kept fp16 linear would miss its group's scales)");
     if (p->calib && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
         return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 8 to %d", p->calib_tokens,
                        1 << 20);
     if (p->calib_ctx != 0 && (p->calib_ctx < 8 || p->calib_ctx > (1 << 20)))
         return g4_fail(G4_EUSER, "quantize: calib_ctx %d: expected 0 (one sequence) or 8 to %d",
                        p->calib_ctx, 1 << 20);
-    if (p->calib_ctx && !g4_qmethod_needs_calib(method))
+    if (p->calib_ctx && !g4_qmethod_needs_calib(method) && !p->equalize)
         return g4_fail(G4_EUSER,
                        "quantize: calib_ctx with method '%s': it is the calibrated "
                        "methods' (imatrix, gptq, fit, gptq_imx)",
@@ -310,10 +707,15 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     int rank = 0;
     int rank_all = 0;
     if (method == G4_QM_IMATRIX && (rc = imatrix_rank(&rank, &rank_all))) return rc;
+    eq_state eq = {0};
+    if (p->equalize && (rc = eq_forced(&eq.forced))) return rc;
+    eq.rep = rep;
+    eq.f16 = p->equalize && g4_env_is("G4_EQUALIZE_F16", "1");
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
     for (int i = 0; i < n_keep; i++) keep[i] = p->keep[i];
+    if (eq.f16) keep[n_keep++] = "*"; // (equalize has no keep of its own: p->n_keep is 0)
     char **owned = NULL;
     int n_owned = 0;
     g4_imatrix im = {0};
@@ -324,12 +726,13 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                    .im = method == G4_QM_IMATRIX ? &im : &pim,
                    .rank = rank,
                    .rank_all = rank_all,
-                   .threads = threads};
+                   .threads = threads,
+                   .eq = p->equalize ? &eq : NULL};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
                        p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,
                        &owned, &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
-                       g4_qmethod_needs_hessian(method) || rank > 0 ? &pq : NULL);
+                       g4_qmethod_needs_hessian(method) || rank > 0 || p->equalize ? &pq : NULL);
     g4_q4_write_opts o = {keep,
                           n_keep,
                           G4_Q4_BLOCK,
@@ -342,12 +745,15 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                           im.n,
                           method == G4_QM_RTN ? G4_QM_RTN : G4_QM_KQUANT,
                           pq.a,
-                          pq.n};
+                          pq.n,
+                          eq.repl,
+                          eq.n_repl};
     g4_q4_write_stats st;
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
     free(keep);
     g4_imatrix_free(&im);
     g4_imatrix_free(&pim);
+    eq_state_free(&eq);
     for (int i = 0; i < pq.n; i++) g4_q4_arrays_free(&pq.a[i]);
     free(pq.a);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
@@ -358,9 +764,10 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
             "%llu bytes\n",
             out, st.n_quantized, G4_Q4_BLOCK, st.n_weights, st.n_kept,
             (unsigned long long)st.data_bytes);
-    if (g4_qmethod_needs_calib(method))
-        fprintf(rep, "calibrated: %d of %d weights quantized from calibration data (method %s)\n",
-                st.n_calibrated, st.n_weights, g4_qmethod_name(method));
+    if (g4_qmethod_needs_calib(method) || p->equalize)
+        fprintf(rep, "calibrated: %d of %d weights quantized from calibration data (method %s%s)\n",
+                st.n_calibrated, st.n_weights, g4_qmethod_name(method),
+                p->equalize ? ", equalized" : "");
     g4_q4_write_stats_free(&st);
     return G4_OK;
 }

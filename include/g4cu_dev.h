@@ -80,6 +80,11 @@ typedef struct {
                                // quantize methods); all but kquant and rtn need calib
     int gptq_act_order;        // gptq, gptq_imx: visit input channels by decreasing X^T X
                                // diagonal (0)
+    int equalize;              // 1: activation-aware equalization before the method (AWQ-style,
+                               // quant/equalize.h): per group of linears sharing an input
+                               // (q|k|v, gate|up, down, lm_head) input-channel scales folded
+                               // exactly into the norm (down: up's output columns), alpha searched
+                               // per group; needs calib; not with keep / keep_auto_bytes (0)
     const char *calib;         // calibration text file (its first 64 KiB, or 16 bytes a
                                // calibration token where that is more) for the above
     const char *tokenizer;     // tokenizer.json for calib (NULL: the package's)

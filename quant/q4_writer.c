@@ -438,6 +438,59 @@ void g4_q4_arrays_free(g4_q4_arrays *a) {
     memset(a, 0, sizeof *a);
 }
 
+// o->repl's entry for initializer nm, or NULL.
+static const g4_q4_repl *find_repl(const g4_q4_write_opts *o, const char *nm) {
+    for (int r = 0; r < o->n_repl; r++)
+        if (same_weight(o->repl[r].name, nm)) return &o->repl[r];
+    return NULL;
+}
+
+static int reads(const Onnx__NodeProto *n, const char *name) {
+    for (size_t k = 0; k < n->n_input; k++)
+        if (n->input[k] && !strcmp(n->input[k], name)) return 1;
+    return 0;
+}
+
+// o->repl's initializers (before the rewrite): fp16 of n elements, read by one node; a fold
+// target's node's first output read by MatMuls only (g4_q4_write_opts.repl).
+static int check_repl(const Onnx__GraphProto *g, const g4_q4_write_opts *o, const char *path) {
+    for (int r = 0; r < o->n_repl; r++) {
+        const g4_q4_repl *rp = &o->repl[r];
+        const Onnx__TensorProto *t = NULL;
+        for (size_t i = 0; i < g->n_initializer && !t; i++)
+            if (g->initializer[i]->name && same_weight(rp->name, g->initializer[i]->name))
+                t = g->initializer[i];
+        if (!t) return g4_fail(G4_EUSER, "%s: no initializer %s to rewrite", path, rp->name);
+        if (t->data_type != G4_DT_FLOAT16 || tensor_proto_nbytes(t) != 2 * (uint64_t)rp->n)
+            return g4_fail(G4_EUSER, "%s: %s is %s of %llu bytes, expected float16 [%d]", path,
+                           t->name, g4_dtype_name(t->data_type),
+                           (unsigned long long)tensor_proto_nbytes(t), rp->n);
+        const Onnx__NodeProto *rd = NULL;
+        int readers = 0;
+        for (size_t i = 0; i < g->n_node; i++)
+            if (reads(g->node[i], t->name)) readers++, rd = g->node[i];
+        if (readers != 1 || !rd->n_output || !rd->output[0])
+            return g4_fail(G4_EUSER,
+                           "%s: %s is read by %d nodes, expected 1 with an output (a shared "
+                           "initializer: its rewrite would reach other layers)",
+                           path, t->name, readers);
+        const char *out = rd->output[0];
+        if (!rp->fold) continue;
+        if (is_graph_output(g, out))
+            return g4_fail(G4_EUSER, "%s: %s's node writes the graph output %s", path, t->name,
+                           out);
+        for (size_t i = 0; i < g->n_node; i++)
+            if (reads(g->node[i], out) &&
+                (!g->node[i]->op_type || strcmp(g->node[i]->op_type, "MatMul")))
+                return g4_fail(G4_EUSER,
+                               "%s: %s's node output %s is read by a %s node, expected MatMuls "
+                               "only (the fold is exact only for linears)",
+                               path, t->name, out,
+                               g->node[i]->op_type ? g->node[i]->op_type : "(no op)");
+    }
+    return G4_OK;
+}
+
 // prefix: the component's tensor-name prefix ("decoder."), for --keep patterns written without it.
 static int write_model(const g4_onnx_model *src, const char *out_dir, const char *out_name,
                        const char *prefix, const g4_q4_write_opts *o, g4_q4_write_stats *st) {
@@ -464,7 +517,7 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
                        "rewrites flat graphs only",
                        src->path);
     }
-    if ((rc = plan(&rw, src, prefix, o, st))) {
+    if ((rc = check_repl(rw.mp->graph, o, src->path)) || (rc = plan(&rw, src, prefix, o, st))) {
         rewrite_free(&rw);
         return rc;
     }
@@ -501,11 +554,20 @@ static int write_model(const g4_onnx_model *src, const char *out_dir, const char
     for (int i = 0; i < n_init && rc == G4_OK; i++) {
         Onnx__TensorProto *t = g->initializer[i];
         if (g4_strmap_get(&is_new, t->name) >= 0) continue;
+        const g4_q4_repl *rp = find_repl(o, t->name);
+        if (rp) { // sizes[i] == 2 rp->n (check_repl)
+            rc = place(t, rp->data, sizes[i], offs[i], &df);
+            st->n_replaced++;
+            continue;
+        }
         const g4_tensor *s = g4_onnx_tensor(src, t->name);
         G4_ASSERT(s && s->nbytes == sizes[i]);
         rc = place(t, s->data, s->nbytes, offs[i], &df);
     }
     g4_strmap_free(&is_new);
+    if (rc == G4_OK && st->n_replaced != o->n_repl)
+        rc = g4_fail(G4_EUSER, "%s: %d initializers rewritten, %d asked (a name given twice?)",
+                     src->path, st->n_replaced, o->n_repl);
 
     // Quantized weights, one at a time.
     st->names = g4_calloc((size_t)rw.n_jobs + 1, sizeof(char *));

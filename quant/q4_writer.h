@@ -34,6 +34,15 @@ typedef struct {
 } g4_q4_arrays;
 void g4_q4_arrays_free(g4_q4_arrays *a); // frees the members, not a
 
+// An fp16 initializer written with new bytes (`g4cu quantize --equalize`: a norm weight the
+// equalization's 1/s is folded into, quant/equalize.h).
+typedef struct {
+    const char *name;     // matched as imp_names are (with or without the component prefix)
+    const uint16_t *data; // [n] fp16
+    int n;
+    int fold; // 1: a fold target (a norm): its node's first output must be read by MatMuls only
+} g4_q4_repl;
+
 typedef struct {
     const char *const *keep; // glob patterns (fnmatch) on weight names: matching linears stay fp16;
     int n_keep;              //   a pattern matches the name with or without the component prefix
@@ -55,6 +64,12 @@ typedef struct {
     // pre[i] is written for the weight pre[i].name (matched as imp_names); K and N must match
     const g4_q4_arrays *pre;
     int n_pre;
+    // fp16 initializers replaced (g4_q4_repl): each must exist as fp16 of n elements and be read
+    // by exactly one node (the exporter stores identical initializers once: a shared norm would
+    // fold into another layer too), and a fold target's node's first output must be read by
+    // MatMuls only (the linears the fold is for); else an error
+    const g4_q4_repl *repl;
+    int n_repl;
 } g4_q4_write_opts;
 
 typedef struct {
@@ -63,6 +78,7 @@ typedef struct {
     int n_kept;          // MatMul nodes left fp16 by a --keep pattern
     int n_calibrated;    // distinct weights quantized with calibration data (an importance or
                          // pre-made arrays); the rest by o->method alone
+    int n_replaced;      // fp16 initializers written with o->repl's bytes
     uint64_t data_bytes; // size of the written model's external data file
     char **names;        // [n_weights] quantized weight names (as in the file), for checks
 } g4_q4_write_stats;

@@ -19,6 +19,10 @@
 // rtn (round-to-nearest), imatrix (= --imatrix), gptq (from each linear's X^T X on --calib;
 // --act-order), fit (each block's scale and zero point against the layer-output error on
 // --calib). Every method writes the same layout and size.
+// --equalize: activation-aware equalization before the method (quant/equalize.h): per group of
+// linears sharing an input, each input channel's weights scaled by s and the 1/s folded into
+// the norm that makes the input (down_proj: into up_proj's output columns), alpha of
+// s = rms^alpha searched per group against the method's layer-output error on --calib.
 // --calib-ctx N: the calibrated methods' forwards read the calibration tokens as windows of N
 // (each a fresh sequence, <bos> first, as perplexity's chunks) instead of one long sequence.
 // OUT must not lie inside PKG_F16. The work goes to OUT.tmp-<pid> beside it; a run that is
@@ -99,7 +103,7 @@ static int stop_start(const char *out) {
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
     long long auto_bytes = -1, calib_tokens = 256, calib_ctx = 0;
-    int use_imatrix = 0, act_order = 0;
+    int use_imatrix = 0, act_order = 0, equalize = 0;
     const char *method = NULL;
     g4cu_dev_quantize_params qp;
     g4cu_dev_quantize_params_default(&qp);
@@ -141,6 +145,8 @@ static int cmd_quantize(int argc, char **argv) {
             act_order = 1;
         } else if (!strcmp(argv[i], "--imatrix")) {
             use_imatrix = 1;
+        } else if (!strcmp(argv[i], "--equalize")) {
+            equalize = 1;
         } else if (argv[i][0] == '-') {
             free(keep);
             return g4_cli_usage_error("quantize", "unknown option '%s'", argv[i]);
@@ -157,19 +163,20 @@ static int cmd_quantize(int argc, char **argv) {
         free(keep);
         return g4_cli_usage_error("quantize", "expected PKG_F16 OUT");
     }
-    const int calibrated =
-        use_imatrix || (method && (!strcmp(method, "imatrix") || !strcmp(method, "gptq") ||
-                                   !strcmp(method, "fit") || !strcmp(method, "gptq_imx")));
+    const int calibrated = use_imatrix || equalize ||
+                           (method && (!strcmp(method, "imatrix") || !strcmp(method, "gptq") ||
+                                       !strcmp(method, "fit") || !strcmp(method, "gptq_imx")));
     if ((auto_bytes >= 0 || calibrated) != (calib != NULL)) {
         free(keep);
-        return g4_cli_usage_error("quantize", "--keep-auto BYTES and --imatrix need --calib TEXT "
-                                              "(and --calib one of them; so do --method imatrix, "
-                                              "gptq, fit and gptq_imx)");
+        return g4_cli_usage_error("quantize", "--keep-auto BYTES, --equalize and --imatrix need "
+                                              "--calib TEXT (and --calib one of them; so do "
+                                              "--method imatrix, gptq, fit and gptq_imx)");
     }
     if (calib_ctx && !calibrated) {
         free(keep);
         return g4_cli_usage_error("quantize",
-                                  "--calib-ctx needs --method imatrix, gptq, fit or gptq_imx");
+                                  "--calib-ctx needs --method imatrix, gptq, fit or gptq_imx, "
+                                  "or --equalize");
     }
     qp.keep = keep;
     qp.n_keep = n_keep;
@@ -182,6 +189,7 @@ static int cmd_quantize(int argc, char **argv) {
     qp.imatrix = use_imatrix;
     qp.method = method;
     qp.gptq_act_order = act_order;
+    qp.equalize = equalize;
     qp.n_threads = threads;
     qp.progress = stderr;
     if (!stop_start(out))
@@ -210,13 +218,17 @@ static const g4_opt quantize_opts[] = {
     {"--method", "M",
      "kquant (default), rtn, imatrix, gptq, fit or gptq_imx (README: quantize methods)"},
     {"--act-order", NULL, "gptq, gptq_imx: channels by decreasing X^T X diagonal (default off)"},
+    {"--equalize", NULL,
+     "per-channel input scales folded into the norms before the method, alpha searched per "
+     "group (AWQ-style; needs --calib; default off)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_quantize = {
     "quantize", cmd_quantize,
     "PKG_F16 OUT [--keep PATTERN]... [--threads N] [--keep-auto BYTES --calib TEXT "
     "[--tokenizer F] [--calib-tokens N] [--backend cpu|cuda]] [--imatrix --calib TEXT] "
-    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N]]   quantize "
+    "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N]] "
+    "[--equalize --calib TEXT]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
     "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
     "files are copied or reflinked, never hard-linked)",
