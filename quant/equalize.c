@@ -175,7 +175,7 @@ int g4_eq_search(const g4_eq_group *g, g4_eq_quant_fn fn, void *ctx, g4_eq_pick 
     float *s = g4_malloc(sizeof(float) * (size_t)K);
     uint16_t *fo = g4_malloc(sizeof(uint16_t) * (size_t)K);
     int *col[G4_EQ_MAX_MEMBERS] = {0};
-    double e[G4_EQ_N_ALPHA][G4_EQ_MAX_MEMBERS];
+    double e[G4_EQ_N_ALPHA][G4_EQ_MAX_MEMBERS] = {{0}};
     for (int m = 0; m < g->n; m++) pk->cols[m] = search_cols(K, g->N[m], &col[m]);
     for (int a = 0; a < G4_EQ_N_ALPHA && !rc; a++) {
         g4_eq_scales(g->H, K, a / 10.0, g->fold, s, fo);

@@ -99,7 +99,7 @@ for m in kquant imatrix; do
 done
 
 # 5. bad uses
-err1 "--equalize without --calib" "--equalize and --imatrix need --calib TEXT" "$G4CU" quantize "$fx/package" "$tmp/x1" --equalize
+err1 "--equalize without --calib" "need --calib TEXT (.*and --equalize)" "$G4CU" quantize "$fx/package" "$tmp/x1" --equalize
 err1 "--equalize with --keep" "equalize with keep or keep_auto_bytes: not supported" \
     "$G4CU" quantize "$fx/package" "$tmp/x2" --equalize --calib "$fx/calib.txt" --keep 'lm_head*'
 G4_EQUALIZE_ALPHA=0.35 "$G4CU" quantize "$fx/package" "$tmp/x3" --equalize --calib "$fx/calib.txt" \

@@ -168,9 +168,9 @@ static int cmd_quantize(int argc, char **argv) {
                                        !strcmp(method, "fit") || !strcmp(method, "gptq_imx")));
     if ((auto_bytes >= 0 || calibrated) != (calib != NULL)) {
         free(keep);
-        return g4_cli_usage_error("quantize", "--keep-auto BYTES, --equalize and --imatrix need "
-                                              "--calib TEXT (and --calib one of them; so do "
-                                              "--method imatrix, gptq, fit and gptq_imx)");
+        return g4_cli_usage_error("quantize", "--keep-auto BYTES and --imatrix need --calib TEXT "
+                                              "(and --calib one of them; so do --method imatrix, "
+                                              "gptq, fit and gptq_imx, and --equalize)");
     }
     if (calib_ctx && !calibrated) {
         free(keep);
