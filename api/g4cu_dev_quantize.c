@@ -248,7 +248,7 @@ typedef struct {
     int layer; // -1: the lm_head
     int expected, have;
     g4_eq_group g; // names owned; H owned (H_own) or the callback's while it runs
-    float *H_own, *V_own;
+    float *H_own, *V_own, *E_own;
     uint16_t *fold_own;
     char *fold_name;
     g4_eq_pick pick;
@@ -275,7 +275,7 @@ typedef struct eq_state {
 
 static void eq_grp_free(eq_grp *G) {
     for (int m = 0; m < G4_EQ_MAX_MEMBERS; m++) free((char *)G->g.name[m]);
-    free(G->H_own), free(G->V_own), free(G->fold_own), free(G->fold_name);
+    free(G->H_own), free(G->V_own), free(G->E_own), free(G->fold_own), free(G->fold_name);
     g4_eq_pick_free(&G->pick);
     free(G);
 }
@@ -473,8 +473,8 @@ static int eq_run(prequant *pq, eq_grp *G) {
     if (!rc) rc = eq_final(pq, U, 1, U->pick.alpha_i ? U->pick.s : NULL, c);
     free(c);
     U->up_done = 1;
-    free(U->H_own), free(U->V_own);
-    U->H_own = U->V_own = NULL, U->g.H = NULL, U->g.V = NULL;
+    free(U->H_own), free(U->V_own), free(U->E_own);
+    U->H_own = U->V_own = U->E_own = NULL, U->g.H = U->g.V = U->g.Herr = NULL;
     return rc;
 }
 
@@ -503,6 +503,20 @@ static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N
         G->g.r = imatrix_r(pq, K);
         if ((rc = imatrix_dirs(pq, imp_i, G->g.H, K, G->g.r, &G->V_own))) return rc;
         G->g.V = G->V_own;
+        // G4_EQUALIZE_ERR=centred (A/B runs; imatrix, which has the means): the search judges
+        // by the centred covariance's error, H - rows mean mean^T, the tokens' common offset
+        // left out
+        if (g4_env_is("G4_EQUALIZE_ERR", "centred") && G->g.mean) {
+            double th = 0, ti = 0;
+            for (int k = 0; k < K; k++) th += G->g.H[(size_t)k * K + k], ti += G->g.imp[k];
+            const double rows = ti > 0 ? th / ti : pq->n_tokens;
+            G->E_own = g4_malloc(sizeof(float) * (size_t)K * K);
+            for (int a = 0; a < K; a++)
+                for (int b = 0; b < K; b++)
+                    G->E_own[(size_t)a * K + b] =
+                        (float)(G->g.H[(size_t)a * K + b] - rows * G->g.mean[a] * G->g.mean[b]);
+            G->g.Herr = G->E_own;
+        }
     }
     pq->n_dirs += G->g.r > 0;
     G->g.name[slot] = g4_strdup(name);
@@ -512,8 +526,8 @@ static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N
     rc = eq_run(pq, G);
     if (!G->H_own) G->g.H = NULL; // the callback's, about to be freed
     if (G->kind != EQ_MLP) {
-        free(G->H_own), free(G->V_own);
-        G->H_own = G->V_own = NULL, G->g.H = NULL, G->g.V = NULL;
+        free(G->H_own), free(G->V_own), free(G->E_own);
+        G->H_own = G->V_own = G->E_own = NULL, G->g.H = G->g.V = G->g.Herr = NULL;
     }
     return rc;
 }

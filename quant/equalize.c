@@ -85,15 +85,22 @@ double g4_eq_out_error(const float *H, const float *w, int K, int N, const uint8
 
 typedef struct {
     float *H, *imp, *mean, *V;
+    float *E; // the search's error matrix (g->Herr scaled), or NULL: H
 } xstats;
+
+// M' [K, K] = S^-1 M S^-1.
+static float *scaled_sym(const float *M, const float *s, int K) {
+    float *o = g4_malloc(sizeof(float) * (size_t)K * K);
+    for (int a = 0; a < K; a++)
+        for (int b = 0; b < K; b++)
+            o[(size_t)a * K + b] = (float)((double)M[(size_t)a * K + b] / ((double)s[a] * s[b]));
+    return o;
+}
 
 static void xstats_make(const g4_eq_group *g, const float *s, xstats *x) {
     const int K = g->K;
-    x->H = g4_malloc(sizeof(float) * (size_t)K * K);
-    for (int a = 0; a < K; a++)
-        for (int b = 0; b < K; b++)
-            x->H[(size_t)a * K + b] =
-                (float)((double)g->H[(size_t)a * K + b] / ((double)s[a] * s[b]));
+    x->H = scaled_sym(g->H, s, K);
+    x->E = g->Herr ? scaled_sym(g->Herr, s, K) : NULL;
     x->imp = g->imp ? g4_malloc(sizeof(float) * (size_t)K) : NULL;
     x->mean = g->mean ? g4_malloc(sizeof(float) * (size_t)K) : NULL;
     for (int k = 0; k < K; k++) {
@@ -106,7 +113,7 @@ static void xstats_make(const g4_eq_group *g, const float *s, xstats *x) {
 }
 
 static void xstats_free(xstats *x) {
-    free(x->H), free(x->imp), free(x->mean), free(x->V);
+    free(x->H), free(x->imp), free(x->mean), free(x->V), free(x->E);
     memset(x, 0, sizeof *x);
 }
 
@@ -188,7 +195,7 @@ int g4_eq_search(const g4_eq_group *g, g4_eq_quant_fn fn, void *ctx, g4_eq_pick 
             const g4_eq_qin in = {g->name[m], w, G4_DT_FLOAT, K, nc, x.H, x.imp, x.mean, x.V, g->r};
             rc = fn(ctx, &in, ar.q, ar.scales, ar.zp);
             if (!rc) {
-                const double v = g4_eq_out_error(x.H, w, K, nc, ar.q, ar.scales, ar.zp);
+                const double v = g4_eq_out_error(x.E ? x.E : x.H, w, K, nc, ar.q, ar.scales, ar.zp);
                 e[a][m] = isfinite(v) ? v : INFINITY;
             }
             arrays_free(&ar);

@@ -62,6 +62,8 @@ typedef struct {
     const float *V;          // [r][K] (imatrix's directions), or NULL
     int r;
     const uint16_t *fold; // [K] the fp16 weights the 1/s go into (a norm), or NULL (fp32, exact)
+    const float *Herr;    // [K, K] the matrix the search's error is judged with, or NULL: H
+                          // (G4_EQUALIZE_ERR=centred, A/B runs: H less the mean's part)
 } g4_eq_group;
 
 typedef struct {
