@@ -77,6 +77,8 @@ typedef struct {
     int rank;      // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
     int rank_all;  // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
     int n_dirs;    // imatrix: linears quantized with directions
+    int shrink;    // imatrix: G4_IMATRIX_SHRINK=1 (every linear, directions kept by the noise)
+    long dirs_sum; // imatrix under shrink: directions kept over all linears
     int threads;   // imatrix's quantizer threads
 } prequant;
 
@@ -154,11 +156,18 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
         // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
         double th = 0, ti = 0;
         for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
-        rc = r ? g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, r, V) : G4_OK;
+        const double rows = ti > 0 ? th / ti : pq->n_tokens;
+        int used = r;
+        if (r && pq->shrink) {
+            rc = g4_cov_dirs_shrunk(H, rows, pq->im->mean[i], K, r, V, &used);
+            pq->n_dirs -= used == 0, pq->dirs_sum += used;
+        } else {
+            rc = r ? g4_cov_dirs(H, rows, pq->im->mean[i], K, r, V) : G4_OK;
+        }
         if (!rc)
-            rc =
-                g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, pq->threads,
-                                        pq->im->imp[i], pq->im->mean[i], r, V, a.q, a.scales, a.zp);
+            rc = g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, pq->threads,
+                                         pq->im->imp[i], pq->im->mean[i], used, V, a.q, a.scales,
+                                         a.zp);
         free(V);
     } else if (pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) {
         g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0};
@@ -220,15 +229,19 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         // used (K <= tokens / IMATRIX_TOKENS_PER_K); the rest keep the writer's search with the
         // mean alone (the same bytes as r = 0), without a K x K matrix each (E2B: K to 12288)
         // (n >= 8 tokens: max_k >= 2, never 0's "every linear")
-        const int max_k = pq->method == G4_QM_IMATRIX && !pq->rank_all ? n / IMATRIX_TOKENS_PER_K
-                                                                        : 0;
+        const int max_k = pq->method == G4_QM_IMATRIX && !pq->rank_all && !pq->shrink
+                              ? n / IMATRIX_TOKENS_PER_K
+                              : 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k};
         pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
         char rk[80] = "";
-        if (pq->method == G4_QM_IMATRIX)
+        if (pq->method == G4_QM_IMATRIX && pq->shrink)
+            snprintf(rk, sizeof rk, ", %ld covariance directions past the noise for %d (of <= %d)",
+                     pq->dirs_sum, pq->n_dirs, pq->rank);
+        else if (pq->method == G4_QM_IMATRIX)
             snprintf(rk, sizeof rk, ", %d covariance directions for %d (G4_IMATRIX_RANK)", pq->rank,
                      pq->n_dirs);
         fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
@@ -324,6 +337,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                    .im = method == G4_QM_IMATRIX ? &im : &pim,
                    .rank = rank,
                    .rank_all = rank_all,
+                   .shrink = method == G4_QM_IMATRIX && rank > 0 &&
+                             g4_env_is("G4_IMATRIX_SHRINK", "1"),
                    .threads = threads};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
