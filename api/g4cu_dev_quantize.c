@@ -76,9 +76,10 @@ typedef struct {
     int n_thin;    // linears of K > n_tokens (a rank-deficient X^T X)
     int rank;      // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
     int rank_all;  // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
-    int n_dirs;    // imatrix: linears quantized with directions
-    int shrink;    // imatrix: G4_IMATRIX_SHRINK=1 (every linear, directions kept by the noise)
-    long dirs_sum; // imatrix under shrink: directions kept over all linears
+    int n_dirs;    // imatrix: linears quantized with directions as measured (g4_cov_dirs)
+    int shrink;    // imatrix: G4_IMATRIX_SHRINK's mode (SHRINK_OFF / SHRINK_THIN / SHRINK_ALL)
+    int n_shrunk;  // imatrix: linears given the directions read against the noise
+    long dirs_sum; // imatrix: the directions those kept, over all of them
     int threads;   // imatrix's quantizer threads
 } prequant;
 
@@ -109,7 +110,8 @@ static int gptq_damp(float *out) {
 // each linear's X^T X, so a Hessian run follows the imatrix run; a linear of K < r takes K).
 // 0: the mean alone, bit-identical to the search before the directions. Unset: IMATRIX_RANK
 // directions for the linears whose K is at most the calibration tokens / IMATRIX_TOKENS_PER_K,
-// none for the rest; set (r > 0): r for every linear (A/B runs). Two tiny trained models, mean
+// the rest theirs read against the sampling noise (G4_IMATRIX_SHRINK below; none under
+// G4_IMATRIX_SHRINK=0); set (r > 0): r for every linear, unshrunk (A/B runs). Two tiny trained models, mean
 // KLD vs k-quant (bench/FIDELITY.md "--imatrix with the inputs' leading correlations"), r = 0
 // -> 32 on every linear: 128 tokens -28.7 -> -26.7% and -23.3 -> -17.8% (directions from too
 // few tokens hurt), 256 -27.2 -> -31.2% and -22.2 -> -26.0%, 1024 -29.2 -> -37.0% and
@@ -130,6 +132,25 @@ static int imatrix_rank(int *out, int *all) {
     return G4_OK;
 }
 
+// G4_IMATRIX_SHRINK (issue 33): where --imatrix's calibration has fewer than IMATRIX_TOKENS_PER_K
+// tokens an input channel, the directions are read against the sampling noise
+// (methods.h g4_cov_dirs_shrunk: the Marchenko-Pastur edge, spiked-model shrinkage) instead of
+// being left out. Two tiny trained models, mean KLD vs k-quant (bench/FIDELITY.md "--imatrix's
+// directions read against the sampling noise"): 128 tokens -26.8 -> -31.8% and -26.3 ->
+// -32.0%, 256 -31.0 -> -31.2% and -31.2 -> -31.7%, 1024 unchanged (every linear has 4 tokens a
+// channel). "0": the directions only where K <= tokens / 4 (the rule before); "all": shrunk on
+// every linear (A/B: 128 tokens -34.4 / -32.6%, but 1024 -37.3 / -33.4% against -37.0 / -38.1%).
+// Unset or "1": the default. Ignored under G4_IMATRIX_RANK (its r, unshrunk, on every linear).
+enum { SHRINK_OFF, SHRINK_THIN, SHRINK_ALL };
+static int imatrix_shrink(int *out) {
+    const char *v = getenv("G4_IMATRIX_SHRINK");
+    *out = SHRINK_THIN;
+    if (!v || !*v || !strcmp(v, "1")) return G4_OK;
+    if (!strcmp(v, "0")) return *out = SHRINK_OFF, G4_OK;
+    if (!strcmp(v, "all")) return *out = SHRINK_ALL, G4_OK;
+    return g4_fail(G4_EUSER, "G4_IMATRIX_SHRINK '%s': expected 0, 1 or all", v);
+}
+
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
     if (K > pq->k_max) pq->k_max = K;
@@ -148,21 +169,23 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
                       g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales), g4_malloc((size_t)sh.zp_bytes)};
     int rc;
     if (pq->method == G4_QM_IMATRIX) {
-        // the directions from this X^T X (calibrate's max_k: only the linears that take them
-        // reach here, every linear under G4_IMATRIX_RANK)
+        // the directions from this X^T X (calibrate's max_k: under SHRINK_OFF only the linears
+        // that take them reach here; every linear otherwise)
         const int r = pq->rank < K ? pq->rank : K; // no more directions than inputs
-        pq->n_dirs += r > 0;
         float *V = r ? g4_malloc(sizeof(float) * (size_t)r * (size_t)K) : NULL;
         // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
         double th = 0, ti = 0;
         for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
         const double rows = ti > 0 ? th / ti : pq->n_tokens;
+        const int thin = (long)K * IMATRIX_TOKENS_PER_K > pq->n_tokens;
         int used = r;
-        if (r && pq->shrink) {
+        rc = G4_OK;
+        if (r && (pq->shrink == SHRINK_ALL || (pq->shrink == SHRINK_THIN && thin))) {
             rc = g4_cov_dirs_shrunk(H, rows, pq->im->mean[i], K, r, V, &used);
-            pq->n_dirs -= used == 0, pq->dirs_sum += used;
-        } else {
-            rc = r ? g4_cov_dirs(H, rows, pq->im->mean[i], K, r, V) : G4_OK;
+            pq->n_shrunk++, pq->dirs_sum += used;
+        } else if (r) {
+            rc = g4_cov_dirs(H, rows, pq->im->mean[i], K, r, V);
+            pq->n_dirs++;
         }
         if (!rc)
             rc = g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, pq->threads,
@@ -229,7 +252,7 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         // used (K <= tokens / IMATRIX_TOKENS_PER_K); the rest keep the writer's search with the
         // mean alone (the same bytes as r = 0), without a K x K matrix each (E2B: K to 12288)
         // (n >= 8 tokens: max_k >= 2, never 0's "every linear")
-        const int max_k = pq->method == G4_QM_IMATRIX && !pq->rank_all && !pq->shrink
+        const int max_k = pq->method == G4_QM_IMATRIX && !pq->rank_all && pq->shrink == SHRINK_OFF
                               ? n / IMATRIX_TOKENS_PER_K
                               : 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k};
@@ -237,13 +260,12 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
-        char rk[80] = "";
-        if (pq->method == G4_QM_IMATRIX && pq->shrink)
-            snprintf(rk, sizeof rk, ", %ld covariance directions past the noise for %d (of <= %d)",
-                     pq->dirs_sum, pq->n_dirs, pq->rank);
-        else if (pq->method == G4_QM_IMATRIX)
-            snprintf(rk, sizeof rk, ", %d covariance directions for %d (G4_IMATRIX_RANK)", pq->rank,
-                     pq->n_dirs);
+        char rk[160] = "";
+        if (pq->method == G4_QM_IMATRIX)
+            snprintf(rk, sizeof rk,
+                     ", %d covariance directions for %d, %ld past the sampling noise for %d "
+                     "(G4_IMATRIX_RANK, G4_IMATRIX_SHRINK)",
+                     pq->rank, pq->n_dirs, pq->dirs_sum, pq->n_shrunk);
         fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
                 g4_qmethod_name(pq->method), n_lin, n, how, calib, damp, rk);
         // Fewer tokens than a linear's K leave its X^T X rank-deficient: on the tiny trained
@@ -322,7 +344,10 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp))) return rc;
     int rank = 0;
     int rank_all = 0;
-    if (method == G4_QM_IMATRIX && (rc = imatrix_rank(&rank, &rank_all))) return rc;
+    int shrink = SHRINK_OFF;
+    if (method == G4_QM_IMATRIX &&
+        ((rc = imatrix_rank(&rank, &rank_all)) || (rc = imatrix_shrink(&shrink))))
+        return rc;
     const int threads = p->n_threads > 0 ? p->n_threads : g4_threads();
     const char **keep = g4_calloc((size_t)p->n_keep + 1, sizeof(char *));
     int n_keep = p->n_keep;
@@ -337,8 +362,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                    .im = method == G4_QM_IMATRIX ? &im : &pim,
                    .rank = rank,
                    .rank_all = rank_all,
-                   .shrink = method == G4_QM_IMATRIX && rank > 0 &&
-                             g4_env_is("G4_IMATRIX_SHRINK", "1"),
+                   .shrink = rank_all ? SHRINK_OFF : shrink,
                    .threads = threads};
     if (p->calib)
         rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
