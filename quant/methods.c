@@ -1034,11 +1034,17 @@ static void cov_rayleigh(const double *Q, const double *Z, int K, int r,
         for (int b = 0; b < a; b++) T[a][b] = T[b][a] = 0.5 * (T[a][b] + T[b][a]);
 }
 
-int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V) {
+static int cov_args(int K, int r, double rows) {
     if (K <= 0 || r < 1 || r >= G4_IMX_MAX_DIRS || !(rows > 0))
         return g4_fail(G4_EUSER,
                        "cov_dirs: K %d, r %d, rows %g: expected K > 0, r in 1..%d, rows > 0", K, r,
                        rows, G4_IMX_MAX_DIRS - 1);
+    return G4_OK;
+}
+
+int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V) {
+    int rc;
+    if ((rc = cov_args(K, r, rows))) return rc;
     double *Q = g4_malloc(sizeof(double) * (size_t)K * r),
            *Z = g4_malloc(sizeof(double) * (size_t)K * r);
     double mq[G4_IMX_MAX_DIRS];
@@ -1111,11 +1117,9 @@ static void sym_eigen(double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS], int n,
 
 int g4_cov_dirs_shrunk(const float *H, double rows, const float *mean, int K, int r, float *V,
                        int *kept) {
+    int rc;
     *kept = 0;
-    if (K <= 0 || r < 1 || r >= G4_IMX_MAX_DIRS || !(rows > 0))
-        return g4_fail(G4_EUSER,
-                       "cov_dirs: K %d, r %d, rows %g: expected K > 0, r in 1..%d, rows > 0", K, r,
-                       rows, G4_IMX_MAX_DIRS - 1);
+    if ((rc = cov_args(K, r, rows))) return rc;
     // W = diag(C)^-1/2: the correlation matrix W C W, whose noise floor is 1 whatever the
     // channels' scales (a dead channel: weight 0, out of every direction)
     double *ws = g4_malloc(sizeof(double) * (size_t)K), *sd = g4_malloc(sizeof(double) * (size_t)K);
