@@ -74,13 +74,16 @@ typedef struct {
     g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate; imatrix: its run's (the mean)
     g4_q4_arrays *a;
     int n;
-    int n_tokens;        // the calibration's tokens: X^T X has rank <= n_tokens
-    int k_max;           // the widest input among the linears quantized
-    int n_thin;          // linears of K > n_tokens (a rank-deficient X^T X)
-    int rank;            // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
-    int rank_all;        // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
-    int n_dirs;          // imatrix: linears quantized with directions
-    int threads;         // imatrix's quantizer threads
+    int n_tokens;  // the calibration's tokens: X^T X has rank <= n_tokens
+    int k_max;     // the widest input among the linears quantized
+    int n_thin;    // linears of K > n_tokens (a rank-deficient X^T X)
+    int rank;      // imatrix: G4_IMATRIX_RANK's r (> 0: the Hessian run feeds its directions)
+    int rank_all;  // imatrix: r for every linear (G4_IMATRIX_RANK set), else by the tokens
+    int n_dirs;    // imatrix: linears quantized with directions as measured (g4_cov_dirs)
+    int shrink;    // imatrix: G4_IMATRIX_SHRINK's mode (SHRINK_OFF / SHRINK_THIN / SHRINK_ALL)
+    int n_shrunk;  // imatrix: linears given the directions read against the noise
+    long dirs_sum; // imatrix: the directions those kept, over all of them
+    int threads;   // imatrix's quantizer threads
     struct eq_state *eq; // --equalize (below), else NULL
 } prequant;
 
@@ -111,8 +114,10 @@ static int gptq_damp(float *out) {
 // each linear's X^T X, so a Hessian run follows the imatrix run; a linear of K < r takes K).
 // 0: the mean alone, bit-identical to the search before the directions. Unset: IMATRIX_RANK
 // directions for the linears whose K is at most the calibration tokens / IMATRIX_TOKENS_PER_K,
-// none for the rest; set (r > 0): r for every linear (A/B runs). Two tiny trained models, mean
-// KLD vs k-quant (bench/FIDELITY.md "--imatrix with the inputs' leading correlations"), r = 0
+// the rest theirs read against the sampling noise (G4_IMATRIX_SHRINK below; none under
+// G4_IMATRIX_SHRINK=0); set (r > 0): r for every linear, unshrunk (A/B runs). Two tiny trained
+// models, mean KLD vs k-quant (bench/FIDELITY.md "--imatrix with the inputs' leading
+// correlations"), r = 0
 // -> 32 on every linear: 128 tokens -28.7 -> -26.7% and -23.3 -> -17.8% (directions from too
 // few tokens hurt), 256 -27.2 -> -31.2% and -22.2 -> -26.0%, 1024 -29.2 -> -37.0% and
 // -22.9 -> -31.8%.
@@ -130,6 +135,25 @@ static int imatrix_rank(int *out, int *all) {
                        G4_IMX_MAX_DIRS - 1);
     *out = (int)r;
     return G4_OK;
+}
+
+// G4_IMATRIX_SHRINK (issue 33): where --imatrix's calibration has fewer than IMATRIX_TOKENS_PER_K
+// tokens an input channel, the directions are read against the sampling noise
+// (methods.h g4_cov_dirs_shrunk: the Marchenko-Pastur edge, spiked-model shrinkage) instead of
+// being left out. Two tiny trained models, mean KLD vs k-quant (bench/FIDELITY.md "--imatrix's
+// directions read against the sampling noise"): 128 tokens -26.8 -> -31.8% and -26.3 ->
+// -32.0%, 256 -31.0 -> -31.2% and -31.2 -> -31.7%, 1024 unchanged (every linear has 4 tokens a
+// channel). "0": the directions only where K <= tokens / 4 (the rule before); "all": shrunk on
+// every linear (A/B: 128 tokens -34.4 / -32.6%, but 1024 -37.3 / -33.4% against -37.0 / -38.1%).
+// Unset or "1": the default. Ignored under G4_IMATRIX_RANK (its r, unshrunk, on every linear).
+enum { SHRINK_OFF, SHRINK_THIN, SHRINK_ALL };
+static int imatrix_shrink(int *out) {
+    const char *v = getenv("G4_IMATRIX_SHRINK");
+    *out = SHRINK_THIN;
+    if (!v || !*v || !strcmp(v, "1")) return G4_OK;
+    if (!strcmp(v, "0")) return *out = SHRINK_OFF, G4_OK;
+    if (!strcmp(v, "all")) return *out = SHRINK_ALL, G4_OK;
+    return g4_fail(G4_EUSER, "G4_IMATRIX_SHRINK '%s': expected 0, 1 or all", v);
 }
 
 // One linear by the method: w [K, N] (fp16, or fp32 scaled by --equalize) with its input's X^T X
@@ -196,22 +220,40 @@ static int importance_of(prequant *pq, const char *name, int K, int N, int *out)
     return G4_OK;
 }
 
-// imatrix: the directions a linear of K inputs takes (G4_IMATRIX_RANK, or by the tokens).
+// imatrix: the directions a linear of K inputs takes (G4_IMATRIX_RANK's r on every linear; by
+// default r on every linear too, shrunk where it is thin; under G4_IMATRIX_SHRINK=0 none where
+// K > tokens / IMATRIX_TOKENS_PER_K, calibrate's max_k, whose linears are the writer's).
 static int imatrix_r(const prequant *pq, int K) {
     if (pq->method != G4_QM_IMATRIX) return 0;
-    if (!pq->rank_all && K > pq->n_tokens / IMATRIX_TOKENS_PER_K) return 0;
+    if (!pq->rank_all && pq->shrink == SHRINK_OFF && K > pq->n_tokens / IMATRIX_TOKENS_PER_K)
+        return 0;
     return pq->rank < K ? pq->rank : K; // no more directions than inputs
 }
 
-// imatrix: *V [r][K] from this X^T X and importance entry i (NULL for r = 0).
-static int imatrix_dirs(const prequant *pq, int i, const float *H, int K, int r, float **V) {
-    *V = NULL;
+// imatrix: whether a linear of K inputs takes the directions read against the noise.
+static int imatrix_shrunk(const prequant *pq, int K) {
+    const int thin = (long)K * IMATRIX_TOKENS_PER_K > pq->n_tokens;
+    return pq->shrink == SHRINK_ALL || (pq->shrink == SHRINK_THIN && thin);
+}
+
+// imatrix: *V [r][K] from this X^T X and importance entry i (NULL for r = 0), *used of them kept:
+// read against the sampling noise (g4_cov_dirs_shrunk) under G4_IMATRIX_SHRINK's rule, else as
+// measured (g4_cov_dirs, all r).
+static int imatrix_dirs(prequant *pq, int i, const float *H, int K, int r, float **V, int *used) {
+    *V = NULL, *used = r;
     if (!r) return G4_OK;
     *V = g4_malloc(sizeof(float) * (size_t)r * (size_t)K);
     // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
     double th = 0, ti = 0;
     for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
-    return g4_cov_dirs(H, ti > 0 ? th / ti : pq->n_tokens, pq->im->mean[i], K, r, *V);
+    const double rows = ti > 0 ? th / ti : pq->n_tokens;
+    if (imatrix_shrunk(pq, K)) {
+        const int rc = g4_cov_dirs_shrunk(H, rows, pq->im->mean[i], K, r, *V, used);
+        pq->n_shrunk++, pq->dirs_sum += *used;
+        return rc;
+    }
+    pq->n_dirs++;
+    return g4_cov_dirs(H, rows, pq->im->mean[i], K, r, *V);
 }
 
 static void add_arrays(prequant *pq, g4_q4_arrays a) {
@@ -500,8 +542,9 @@ static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N
         }
         G->g.H = G->H_own ? G->H_own : H; // a one-member group runs within this call
         if (imp_i >= 0) G->g.imp = pq->im->imp[imp_i], G->g.mean = pq->im->mean[imp_i];
-        G->g.r = imatrix_r(pq, K);
-        if ((rc = imatrix_dirs(pq, imp_i, G->g.H, K, G->g.r, &G->V_own))) return rc;
+        // (the group's directions once, from the shared input; counted once in the report)
+        if ((rc = imatrix_dirs(pq, imp_i, G->g.H, K, imatrix_r(pq, K), &G->V_own, &G->g.r)))
+            return rc;
         G->g.V = G->V_own;
         // G4_EQUALIZE_ERR=centred (A/B runs; imatrix, which has the means): the search judges
         // by the centred covariance's error, H - rows mean mean^T, the tokens' common offset
@@ -518,7 +561,12 @@ static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N
             G->g.Herr = G->E_own;
         }
     }
-    pq->n_dirs += G->g.r > 0;
+    if (G->have > 0 && G->g.r > 0) { // the report counts linears: the group's others too
+        if (imatrix_shrunk(pq, K))
+            pq->n_shrunk++, pq->dirs_sum += G->g.r;
+        else
+            pq->n_dirs++;
+    }
     G->g.name[slot] = g4_strdup(name);
     G->g.w[slot] = w;
     G->g.N[slot] = N;
@@ -570,13 +618,13 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     if (pq->method == G4_QM_KQUANT || pq->method == G4_QM_RTN ||
         (pq->method == G4_QM_IMATRIX && !r))
         return G4_OK;
-    pq->n_dirs += r > 0;
     float *V = NULL;
+    int used = 0;
     g4_q4_arrays a = arrays_for(name, K, N);
-    rc = imatrix_dirs(pq, i, H, K, r, &V);
+    rc = imatrix_dirs(pq, i, H, K, r, &V, &used);
     if (!rc)
         rc = quant_with(pq, w, G4_DT_FLOAT16, K, N, H, i >= 0 ? pq->im->imp[i] : NULL,
-                        i >= 0 ? pq->im->mean[i] : NULL, r, V, a.q, a.scales, a.zp);
+                        i >= 0 ? pq->im->mean[i] : NULL, used, V, a.q, a.scales, a.zp);
     free(V);
     if (rc) {
         g4_error_prefix("%s", name);
@@ -624,17 +672,21 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         // (n >= 8 tokens: max_k >= 2, never 0's "every linear")
         // (--equalize: every linear, its groups' error model is X^T X)
         const int max_k =
-            pq->method == G4_QM_IMATRIX && !pq->rank_all && !pq->eq ? n / IMATRIX_TOKENS_PER_K : 0;
+            pq->method == G4_QM_IMATRIX && !pq->rank_all && pq->shrink == SHRINK_OFF && !pq->eq
+                ? n / IMATRIX_TOKENS_PER_K
+                : 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k};
         pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         if (pq->eq && (rc = eq_finish(pq->eq))) goto done;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
-        char rk[80] = "";
+        char rk[160] = "";
         if (pq->method == G4_QM_IMATRIX)
-            snprintf(rk, sizeof rk, ", %d covariance directions for %d (G4_IMATRIX_RANK)", pq->rank,
-                     pq->n_dirs);
+            snprintf(rk, sizeof rk,
+                     ", %d covariance directions for %d, %ld past the sampling noise for %d "
+                     "(G4_IMATRIX_RANK, G4_IMATRIX_SHRINK)",
+                     pq->rank, pq->n_dirs, pq->dirs_sum, pq->n_shrunk);
         fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
                 g4_qmethod_name(pq->method), n_lin, n, how, calib, damp, rk);
         // Fewer tokens than a linear's K leave its X^T X rank-deficient: on the tiny trained
@@ -720,7 +772,10 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp))) return rc;
     int rank = 0;
     int rank_all = 0;
-    if (method == G4_QM_IMATRIX && (rc = imatrix_rank(&rank, &rank_all))) return rc;
+    int shrink = SHRINK_OFF;
+    if (method == G4_QM_IMATRIX &&
+        ((rc = imatrix_rank(&rank, &rank_all)) || (rc = imatrix_shrink(&shrink))))
+        return rc;
     eq_state eq = {0};
     if (p->equalize && (rc = eq_forced(&eq.forced))) return rc;
     eq.rep = rep;
@@ -740,6 +795,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                    .im = method == G4_QM_IMATRIX ? &im : &pim,
                    .rank = rank,
                    .rank_all = rank_all,
+                   .shrink = rank_all ? SHRINK_OFF : shrink,
                    .threads = threads,
                    .eq = p->equalize ? &eq : NULL};
     if (p->calib)

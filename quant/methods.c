@@ -945,28 +945,40 @@ typedef struct {
     double inv_rows;
     const float *mean;
     const double *Q, *mq; // Q [K][r]; mq[r] = mean . Q_j
-    double *Z;            // [K][r] = C Q
+    double *Z;            // [K][r] = C Q, or W C W Q with ws
     int K, r;
+    const double *ws; // [K] the whitening W = diag(ws) (g4_cov_dirs_shrunk), or NULL (none)
+    double *WQ;       // [K][r] scratch for W Q (with ws)
 } cov_job;
 
 static void cov_range(void *ctx, int lo, int hi) {
     const cov_job *j = ctx;
     const int K = j->K, r = j->r;
+    const double *Q = j->ws ? j->WQ : j->Q;
     for (int k = lo; k < hi; k++) {
         double z[G4_IMX_MAX_DIRS] = {0};
         const float *h = j->H + (size_t)k * K;
         for (int l = 0; l < K; l++)
-            for (int c = 0; c < r; c++) z[c] += (double)h[l] * j->Q[(size_t)l * r + c];
-        for (int c = 0; c < r; c++)
-            j->Z[(size_t)k * r + c] = z[c] * j->inv_rows - (double)j->mean[k] * j->mq[c];
+            for (int c = 0; c < r; c++) z[c] += (double)h[l] * Q[(size_t)l * r + c];
+        for (int c = 0; c < r; c++) {
+            const double v = z[c] * j->inv_rows - (double)j->mean[k] * j->mq[c];
+            j->Z[(size_t)k * r + c] = j->ws ? v * j->ws[k] : v;
+        }
     }
 }
 
-// Z = C Q (cov_job's fields).
+// Z = C Q, or W C W Q with ws (cov_job's fields).
 static void cov_mul(cov_job *j, double *mq) {
+    const double *Q = j->Q;
+    if (j->ws) {
+        for (int k = 0; k < j->K; k++)
+            for (int c = 0; c < j->r; c++)
+                j->WQ[(size_t)k * j->r + c] = j->ws[k] * j->Q[(size_t)k * j->r + c];
+        Q = j->WQ;
+    }
     for (int c = 0; c < j->r; c++) {
         double t = 0;
-        for (int k = 0; k < j->K; k++) t += (double)j->mean[k] * j->Q[(size_t)k * j->r + c];
+        for (int k = 0; k < j->K; k++) t += (double)j->mean[k] * Q[(size_t)k * j->r + c];
         mq[c] = t;
     }
     g4_parallel_for(j->K, (double)j->K * j->r, cov_range, j);
@@ -992,39 +1004,58 @@ static void cov_orth(const double *Z, double *Q, int K, int r) {
     }
 }
 
-int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V) {
-    if (K <= 0 || r < 1 || r >= G4_IMX_MAX_DIRS || !(rows > 0))
-        return g4_fail(G4_EUSER,
-                       "cov_dirs: K %d, r %d, rows %g: expected K > 0, r in 1..%d, rows > 0", K, r,
-                       rows, G4_IMX_MAX_DIRS - 1);
-    double *Q = g4_malloc(sizeof(double) * (size_t)K * r),
-           *Z = g4_malloc(sizeof(double) * (size_t)K * r);
-    double mq[G4_IMX_MAX_DIRS];
+// Q [K][r]: the leading r-dimensional invariant subspace of j's matrix (C, or W C W), by
+// COV_ITERS subspace iterations from a fixed start; on return Z = (that matrix) Q.
+static void cov_subspace(cov_job *j, double *Q, double *Z, double *mq) {
+    const int K = j->K, r = j->r;
     uint64_t st = 0x9E3779B97F4A7C15ull; // a fixed start: xorshift64 in [-1, 1)
     for (size_t i = 0; i < (size_t)K * r; i++) {
         st ^= st << 13, st ^= st >> 7, st ^= st << 17;
         Z[i] = (double)(st >> 11) / 4503599627370496.0 - 1;
     }
     cov_orth(Z, Q, K, r);
-    cov_job j = {H, 1 / rows, mean, Q, mq, Z, K, r};
     for (int it = 0; it < COV_ITERS; it++) {
-        cov_mul(&j, mq);
+        cov_mul(j, mq);
         cov_orth(Z, Q, K, r);
     }
-    cov_mul(&j, mq);
-    // T = Q^T C Q [r, r] (symmetrised), T = L L^T, V = (Q L)^T
-    double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS] = {{0}}, L[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS] = {{0}};
+    cov_mul(j, mq);
+}
+
+// T = Q^T Z [r, r] symmetrised (Z = M Q: the Rayleigh quotient of M on Q's columns).
+static void cov_rayleigh(const double *Q, const double *Z, int K, int r,
+                         double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS]) {
     for (int a = 0; a < r; a++)
         for (int b = 0; b < r; b++) {
             double t = 0;
             for (int k = 0; k < K; k++) t += Q[(size_t)k * r + a] * Z[(size_t)k * r + b];
             T[a][b] = t;
         }
-    double tmax = 0;
-    for (int a = 0; a < r; a++) {
+    for (int a = 0; a < r; a++)
         for (int b = 0; b < a; b++) T[a][b] = T[b][a] = 0.5 * (T[a][b] + T[b][a]);
+}
+
+static int cov_args(int K, int r, double rows) {
+    if (K <= 0 || r < 1 || r >= G4_IMX_MAX_DIRS || !(rows > 0))
+        return g4_fail(G4_EUSER,
+                       "cov_dirs: K %d, r %d, rows %g: expected K > 0, r in 1..%d, rows > 0", K, r,
+                       rows, G4_IMX_MAX_DIRS - 1);
+    return G4_OK;
+}
+
+int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V) {
+    int rc;
+    if ((rc = cov_args(K, r, rows))) return rc;
+    double *Q = g4_malloc(sizeof(double) * (size_t)K * r),
+           *Z = g4_malloc(sizeof(double) * (size_t)K * r);
+    double mq[G4_IMX_MAX_DIRS];
+    cov_job j = {H, 1 / rows, mean, Q, mq, Z, K, r, NULL, NULL};
+    cov_subspace(&j, Q, Z, mq);
+    // T = Q^T C Q [r, r] (symmetrised), T = L L^T, V = (Q L)^T
+    double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS] = {{0}}, L[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS] = {{0}};
+    cov_rayleigh(Q, Z, K, r, T);
+    double tmax = 0;
+    for (int a = 0; a < r; a++)
         if (T[a][a] > tmax) tmax = T[a][a];
-    }
     for (int c = 0; c < r; c++) { // Cholesky; a pivot with nothing left: a zero column
         double p = T[c][c];
         for (int k = 0; k < c; k++) p -= L[c][k] * L[c][k];
@@ -1043,5 +1074,105 @@ int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, fl
             V[(size_t)c * K + k] = (float)v;
         }
     free(Q), free(Z);
+    return G4_OK;
+}
+
+// Eigen-decomposition of the symmetric T [n, n] by cyclic Jacobi rotations: on return T's
+// diagonal holds the eigenvalues and E's columns the eigenvectors (E [n][n], row-major).
+static void sym_eigen(double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS], int n,
+                      double E[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS]) {
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) E[a][b] = a == b;
+    for (int sweep = 0; sweep < 60; sweep++) {
+        double off = 0, all = 0;
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                if (a == b)
+                    all += T[a][b] * T[a][b];
+                else
+                    off += T[a][b] * T[a][b];
+            }
+        if (off <= 1e-30 * (all + off)) break;
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++) {
+                if (T[p][q] == 0) continue;
+                const double th = (T[q][q] - T[p][p]) / (2 * T[p][q]);
+                const double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1));
+                const double c = 1 / sqrt(t * t + 1), sn = t * c;
+                for (int k = 0; k < n; k++) { // T = J^T T J, columns then rows
+                    const double a = T[k][p], b = T[k][q];
+                    T[k][p] = c * a - sn * b, T[k][q] = sn * a + c * b;
+                }
+                for (int k = 0; k < n; k++) {
+                    const double a = T[p][k], b = T[q][k];
+                    T[p][k] = c * a - sn * b, T[q][k] = sn * a + c * b;
+                }
+                for (int k = 0; k < n; k++) {
+                    const double a = E[k][p], b = E[k][q];
+                    E[k][p] = c * a - sn * b, E[k][q] = sn * a + c * b;
+                }
+            }
+    }
+}
+
+int g4_cov_dirs_shrunk(const float *H, double rows, const float *mean, int K, int r, float *V,
+                       int *kept) {
+    int rc;
+    *kept = 0;
+    if ((rc = cov_args(K, r, rows))) return rc;
+    // W = diag(C)^-1/2: the correlation matrix W C W, whose noise floor is 1 whatever the
+    // channels' scales (a dead channel: weight 0, out of every direction)
+    double *ws = g4_malloc(sizeof(double) * (size_t)K), *sd = g4_malloc(sizeof(double) * (size_t)K);
+    double dmax = 0;
+    for (int k = 0; k < K; k++) {
+        sd[k] = (double)H[(size_t)k * K + k] / rows - (double)mean[k] * mean[k];
+        if (sd[k] > dmax) dmax = sd[k];
+    }
+    for (int k = 0; k < K; k++) {
+        const int live = sd[k] > 1e-12 * dmax && dmax > 0;
+        sd[k] = live ? sqrt(sd[k]) : 0, ws[k] = live ? 1 / sd[k] : 0;
+    }
+    double *Q = g4_malloc(sizeof(double) * (size_t)K * r),
+           *Z = g4_malloc(sizeof(double) * (size_t)K * r),
+           *WQ = g4_malloc(sizeof(double) * (size_t)K * r);
+    double mq[G4_IMX_MAX_DIRS];
+    cov_job j = {H, 1 / rows, mean, Q, mq, Z, K, r, ws, WQ};
+    cov_subspace(&j, Q, Z, mq);
+    double T[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS], E[G4_IMX_MAX_DIRS][G4_IMX_MAX_DIRS];
+    cov_rayleigh(Q, Z, K, r, T);
+    sym_eigen(T, r, E);
+    // largest first
+    int ord[G4_IMX_MAX_DIRS];
+    for (int a = 0; a < r; a++) ord[a] = a;
+    for (int a = 1; a < r; a++)
+        for (int b = a; b > 0 && T[ord[b]][ord[b]] > T[ord[b - 1]][ord[b - 1]]; b--) {
+            const int t = ord[b];
+            ord[b] = ord[b - 1], ord[b - 1] = t;
+        }
+    // The spiked model: a population eigenvalue l > 1 + sqrt(g) of the correlation matrix (g =
+    // K / rows) shows in the sample as lam = l + g l / (l - 1), beyond the noise's edge
+    // (1 + sqrt(g))^2, with its eigenvector's squared overlap with the true one
+    // c2 = (1 - g / (l - 1)^2) / (1 + g / (l - 1)). A sample eigenvalue inside the edge is noise:
+    // dropped. A kept one gives the direction of weight (l - 1) c2, the spike's part over the
+    // noise floor that its eigenvector carries (what it does not carry stays on the diagonal).
+    const double g = (double)K / rows, edge = (1 + sqrt(g)) * (1 + sqrt(g));
+    for (int o = 0; o < r; o++) {
+        const int a = ord[o];
+        const double lam = T[a][a];
+        if (!(lam > edge)) break;
+        const double b = lam + 1 - g, l = 0.5 * (b + sqrt(fmax(b * b - 4 * lam, 0)));
+        double c2 = (1 - g / ((l - 1) * (l - 1))) / (1 + g / (l - 1));
+        c2 = c2 < 0 ? 0 : c2 > 1 ? 1 : c2;
+        const double f = sqrt((l - 1) * c2);
+        if (!(f > 0)) break;
+        float *v = V + (size_t)*kept * K;
+        for (int k = 0; k < K; k++) {
+            double u = 0;
+            for (int c = 0; c < r; c++) u += Q[(size_t)k * r + c] * E[c][a];
+            v[k] = (float)(f * sd[k] * u);
+        }
+        (*kept)++;
+    }
+    free(Q), free(Z), free(WQ), free(ws), free(sd);
     return G4_OK;
 }

@@ -99,6 +99,14 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
 // iterations in double from a fixed start, then V = Q L with L the Cholesky factor of Q^T C Q
 // (a direction with no variance left gets a zero row). Deterministic, any thread count.
 int g4_cov_dirs(const float *H, double rows, const float *mean, int K, int r, float *V);
+// The same directions from too few rows, shrunk (G4_IMATRIX_SHRINK): the leading r eigenpairs
+// of the correlation matrix W C W (W = diag(C)^-1/2), read against the noise a sample of rows
+// rows leaves in K channels (the Marchenko-Pastur edge (1 + sqrt(K / rows))^2): the eigenvalues
+// inside the edge are dropped, each one beyond it gives its direction the weight its population
+// spike would have times the eigenvector's expected overlap with the true one (spiked model).
+// V [*kept][K], largest first, C ~ diag + V^T V as g4_cov_dirs's; *kept in 0..r.
+int g4_cov_dirs_shrunk(const float *H, double rows, const float *mean, int K, int r, float *V,
+                       int *kept);
 
 // H: K x K floats (symmetric), read only.
 int g4_q4_fit(const void *w, int w_dtype, int K, int N, int block, const float *H, uint8_t *q,

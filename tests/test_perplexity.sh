@@ -132,12 +132,24 @@ every_linear_calibrated "quantize --imatrix" "$tmp/im.txt" "activation importanc
 [ "$(stat -c %s "$tmp/q4im/decoder/model.onnx.data")" = "$q4_bytes" ]
 check "quantize --imatrix: as many decoder bytes as plain Q4" $?
 kld_below_plain "quantize --imatrix" "$tmp/q4im"
-# the covariance's 32 directions by default only where the tokens are at least 4 K: at 64
-# tokens the ten per_layer_projections (K = 16; the other 73 linears have K >= 64), and X^T X
-# made for those ten only (the rest keep the mean's search without a K x K matrix)
-grep -q "^imatrix: X^T X of 10 linears from 64 tokens .*, 32 covariance directions for 10 " \
+# the covariance's 32 directions as measured where the tokens are at least 4 K: at 64 tokens the
+# ten per_layer_projections (K = 16); the other 73 linears (K >= 64) take theirs read against the
+# sampling noise (G4_IMATRIX_SHRINK's default), so X^T X is made for all 83
+grep -qE "^imatrix: X\^T X of 83 linears from 64 tokens .*, 32 covariance directions for 10, [0-9]+ past the sampling noise for 73 " \
     "$tmp/im.txt"
-check "quantize --imatrix: directions for the 10 linears of K <= 64 / 4" $?
+check "quantize --imatrix: directions for the 10 linears of K <= 64 / 4, shrunk ones for the 73 others" $?
+# G4_IMATRIX_SHRINK=0: the rule before, X^T X for those ten only (the rest keep the mean's search
+# without a K x K matrix); an unknown value: a one-line error, nothing written
+G4_IMATRIX_SHRINK=0 "$G4CU" quantize "$pkg" "$tmp/q4im0" --imatrix --calib "$fx/calib.txt" --calib-tokens 64 --threads 2 >"$tmp/im0.txt" 2>&1
+grep -q "^imatrix: X^T X of 10 linears from 64 tokens .*, 32 covariance directions for 10, 0 past the sampling noise for 0 " \
+    "$tmp/im0.txt"
+check "quantize --imatrix, G4_IMATRIX_SHRINK=0: directions for the 10 linears of K <= 64 / 4 only" $?
+! cmp -s "$tmp/q4im0/decoder/model.onnx.data" "$tmp/q4im/decoder/model.onnx.data"
+check "quantize --imatrix, G4_IMATRIX_SHRINK=0: a package unlike the default's" $?
+G4_IMATRIX_SHRINK=2 "$G4CU" quantize "$pkg" "$tmp/q4imx" --imatrix --calib "$fx/calib.txt" --calib-tokens 64 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "G4_IMATRIX_SHRINK '2': expected 0, 1 or all" "$tmp/err" && [ ! -e "$tmp/q4imx" ]
+check "quantize --imatrix, G4_IMATRIX_SHRINK=2: one-line error, exit $rc, nothing written" $?
 # --method gptq / fit / gptq_imx on 256 calibration tokens: the same bytes, mean KLD below plain
 # k-quant's (measured: -38.5% / -42.7% / -45.9%; on 64 tokens a 64-wide X^T X from 64 rows is too
 # thin for them)

@@ -1014,6 +1014,104 @@ static void test_imatrix_rank(void) {
     for (int v = 0; v < 3; v++) free(q[v]), free(z[v]), free(sc[v]);
 }
 
+// g4_cov_dirs_shrunk (G4_IMATRIX_SHRINK): inputs x_tk = sig_k (g_tk + sqrt(s1) u_k f1 +
+// sqrt(s2) v_k f2), K = 64, T = 512 (K / T = 0.125: the noise edge of the correlation matrix's
+// eigenvalues (1 + sqrt(0.125))^2 = 1.83), channel scales sig 0.5..2, u, v orthonormal.
+//   noise only (s1 = s2 = 0): at most SHRINK_NOISE_KEPT directions kept, holding under
+//     SHRINK_NOISE_SHARE of the trace (g4_cov_dirs at r = 32 puts the top 32 sample eigenvalues,
+//     ~half the trace, into its directions: printed beside);
+//   spikes s1 = 20, s2 = 6: at least 2 directions and at most 2 + SHRINK_NOISE_KEPT; the first
+//     two span sig*u and sig*v (each true direction's norm inside the span of V's first two rows
+//     >= 0.95); their weight is the spikes' population variance s1 |sig u|^2 + s2 |sig v|^2
+//     without the sample's excess: between 0.5x (the noise floor under the diagonal's spike share)
+//     and 1.1x, where g4_cov_dirs's two unshrunk directions carry the excess;
+//   r out of range: G4_EUSER.
+#define SHRINK_NOISE_KEPT  3
+#define SHRINK_NOISE_SHARE 0.02
+static void shrink_inputs(int T, int K, float s1, float s2, float *sig, float *u, float *v,
+                          float *imp, float *mean, float *H) {
+    unsigned long long rng = 20261205;
+    float *x = g4_malloc(sizeof(float) * (size_t)T * K);
+    double nu = 0, nv = 0, uv = 0;
+    for (int k = 0; k < K; k++) {
+        sig[k] = 0.5f + 1.5f * (float)k / (K - 1), u[k] = gauss(&rng), v[k] = gauss(&rng);
+        nu += (double)u[k] * u[k];
+    }
+    for (int k = 0; k < K; k++) u[k] /= (float)sqrt(nu), uv += (double)u[k] * v[k];
+    for (int k = 0; k < K; k++) v[k] -= (float)uv * u[k], nv += (double)v[k] * v[k];
+    for (int k = 0; k < K; k++) v[k] /= (float)sqrt(nv);
+    for (int t = 0; t < T; t++) {
+        const float f1 = sqrtf(s1) * gauss(&rng), f2 = sqrtf(s2) * gauss(&rng);
+        for (int k = 0; k < K; k++) x[(size_t)t * K + k] = sig[k] * (gauss(&rng) + u[k] * f1 + v[k] * f2);
+    }
+    imxr_inputs in = {T, K, x};
+    imxr_stats(&in, imp, mean, H);
+    free(x);
+}
+
+static void test_imatrix_shrink(void) {
+    enum { T = 512, K = 64, R = 32 };
+    float sig[K], u[K], v[K], imp[K], mean[K], *H = g4_malloc(sizeof(float) * K * K),
+          *V = g4_malloc(sizeof(float) * R * K);
+    int kept = -1;
+    // noise only
+    shrink_inputs(T, K, 0, 0, sig, u, v, imp, mean, H);
+    double tr = 0;
+    for (int k = 0; k < K; k++) tr += imp[k] - (double)mean[k] * mean[k];
+    CHECK(g4_cov_dirs_shrunk(H, T, mean, K, R, V, &kept) == G4_OK);
+    double w = 0;
+    for (int i = 0; i < kept * K; i++) w += (double)V[i] * V[i];
+    CHECK(g4_cov_dirs(H, T, mean, K, R, V) == G4_OK);
+    double w32 = 0;
+    for (int i = 0; i < R * K; i++) w32 += (double)V[i] * V[i];
+    printf("  shrunk directions, noise only: %d kept, %.4f of the trace (unshrunk r = %d: %.3f)\n",
+           kept, w / tr, R, w32 / tr);
+    CHECK_MSG(kept >= 0 && kept <= SHRINK_NOISE_KEPT, "shrunk dirs on noise: %d kept (want <= %d)",
+              kept, SHRINK_NOISE_KEPT);
+    CHECK_MSG(w < SHRINK_NOISE_SHARE * tr, "shrunk dirs on noise: %.4f of the trace (want < %g)",
+              w / tr, SHRINK_NOISE_SHARE);
+    // two spikes
+    const float s1 = 20, s2 = 6;
+    shrink_inputs(T, K, s1, s2, sig, u, v, imp, mean, H);
+    CHECK(g4_cov_dirs_shrunk(H, T, mean, K, R, V, &kept) == G4_OK);
+    CHECK_MSG(kept >= 2 && kept <= 2 + SHRINK_NOISE_KEPT, "shrunk dirs, two spikes: %d kept",
+              kept);
+    if (kept >= 2) {
+        // an orthonormal basis of V's first two rows, then each true direction's norm in it
+        double b[2][K], n0 = 0, d = 0, n1 = 0;
+        for (int k = 0; k < K; k++) n0 += (double)V[k] * V[k];
+        for (int k = 0; k < K; k++) b[0][k] = V[k] / sqrt(n0), d += b[0][k] * V[K + k];
+        for (int k = 0; k < K; k++) b[1][k] = V[K + k] - d * b[0][k], n1 += b[1][k] * b[1][k];
+        for (int k = 0; k < K; k++) b[1][k] /= sqrt(n1);
+        double pop = 0, got = 0;
+        for (int f = 0; f < 2; f++) {
+            const float *dir = f ? v : u;
+            double nn = 0, p0 = 0, p1 = 0;
+            for (int k = 0; k < K; k++) {
+                const double t = (double)sig[k] * dir[k];
+                nn += t * t, p0 += t * b[0][k], p1 += t * b[1][k];
+            }
+            const double in_span = sqrt((p0 * p0 + p1 * p1) / nn);
+            pop += (f ? s2 : s1) * nn;
+            CHECK_MSG(in_span >= 0.95, "shrunk dirs: spike %d's direction %.3f inside V's span", f,
+                      in_span);
+        }
+        for (int i = 0; i < 2 * K; i++) got += (double)V[i] * V[i];
+        CHECK(g4_cov_dirs(H, T, mean, K, 2, V) == G4_OK);
+        double raw = 0;
+        for (int i = 0; i < 2 * K; i++) raw += (double)V[i] * V[i];
+        printf("  shrunk directions, two spikes: %d kept, weight %.3f of the population's "
+               "(unshrunk %.3f)\n",
+               kept, got / pop, raw / pop);
+        CHECK_MSG(got >= 0.5 * pop && got <= 1.1 * pop,
+                  "shrunk dirs: weight %.3f of the spikes' population variance (want 0.5-1.1)",
+                  got / pop);
+    }
+    CHECK(g4_cov_dirs_shrunk(H, T, mean, K, 0, V, &kept) == G4_EUSER && kept == 0);
+    CHECK(g4_cov_dirs_shrunk(H, T, mean, K, G4_IMX_MAX_DIRS, V, &kept) == G4_EUSER);
+    free(H), free(V);
+}
+
 int main(void) {
     fixtures = g4t_env("G4_FIXTURES");
     test_nibble_order();
@@ -1028,5 +1126,6 @@ int main(void) {
     test_kquant_importance();
     test_imatrix_search_per_block();
     test_imatrix_rank();
+    test_imatrix_shrink();
     return g4t_finish("test_quant");
 }

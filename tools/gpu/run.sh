@@ -196,7 +196,8 @@
 #            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, gptq_imx,
 #            on request the --imatrix search's A/B q4_imatrix_v1 / q4_imatrix_diag and
 #            gptq_imx's q4_gptq_imx_pick (G4_GPTQ_IMX=pick: no screen), imatrix with the
-#            covariance's directions on every linear q4_imatrix_r32 (FID_AB_VARIANTS), the
+#            covariance's directions on every linear q4_imatrix_r32, by default the rule before
+#            the shrunk directions q4_imatrix_s0 (FID_AB_VARIANTS), the
 #            X^T X calibration's q4_gptq_imx_16k / q4_imatrix_16k (FIDELITY_CALIB_TOKENS_LONG,
 #            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_16k,
 #            q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
@@ -1623,7 +1624,12 @@ FID_QUANT_VARIANTS+=" q4_best_keep_auto"
 # q4_imatrix_r32: the covariance's 32 directions on every linear (G4_IMATRIX_RANK=32) although
 # 2048 tokens are short of 4 per input (the default then gives them to the K <= 512 linears
 # only; NOTES "--imatrix with the inputs' leading correlations").
-FID_AB_VARIANTS=${FID_AB_VARIANTS-}
+# q4_imatrix_s0: --imatrix under the rule before branch imxmp (G4_IMATRIX_SHRINK=0: no directions
+# for the linears with fewer than 4 tokens an input channel, at 2048 tokens all but the 15
+# per_layer_projections), against q4_imatrix's directions read against the sampling noise (the
+# default since; NOTES "--imatrix's covariance directions read against the sampling noise"): the
+# default A/B row, ~35 s.
+FID_AB_VARIANTS=${FID_AB_VARIANTS-q4_imatrix_s0}
 # the X^T X methods' calibration (bench/NOTES.md "How much calibration the X^T X methods need
 # (issue 33)"): gptq and gptq_imx from ${FIDELITY_CALIB_TOKENS_LONG:-16384} tokens of the train
 # split in windows of ${FIDELITY_CALIB_CTX:-512} (the proxy's training length; --calib-ctx);
@@ -1681,6 +1687,7 @@ fid_make() {
         ab:q4_imatrix_diag) G4_IMATRIX_SEARCH=diag fid_quant "$v" --method imatrix "${cal[@]}" ;;
         ab:q4_gptq_imx_pick) G4_GPTQ_IMX=pick fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
         ab:q4_imatrix_r32) G4_IMATRIX_RANK=32 fid_quant "$v" --method imatrix "${cal[@]}" ;;
+        ab:q4_imatrix_s0) G4_IMATRIX_SHRINK=0 fid_quant "$v" --method imatrix "${cal[@]}" ;;
         ab:*) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
         calib:q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
         calib:q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
