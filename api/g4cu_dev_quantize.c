@@ -236,6 +236,22 @@ static int imatrix_shrunk(const prequant *pq, int K) {
     return pq->shrink == SHRINK_ALL || (pq->shrink == SHRINK_THIN && thin);
 }
 
+// The rows X^T X H [K, K] summed (windows may add a <bos> each): trace(H) over the sum of the
+// importance imp (mean x^2); the calibration tokens where imp sums to 0.
+static double calib_rows(const prequant *pq, const float *H, const float *imp, int K) {
+    double th = 0, ti = 0;
+    for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += imp[k];
+    return ti > 0 ? th / ti : pq->n_tokens;
+}
+
+// imatrix: the report's counts for one linear of K inputs quantized with used directions.
+static void count_dirs(prequant *pq, int K, int used) {
+    if (imatrix_shrunk(pq, K))
+        pq->n_shrunk++, pq->dirs_sum += used;
+    else
+        pq->n_dirs++;
+}
+
 // imatrix: *V [r][K] from this X^T X and importance entry i (NULL for r = 0), *used of them kept:
 // read against the sampling noise (g4_cov_dirs_shrunk) under G4_IMATRIX_SHRINK's rule, else as
 // measured (g4_cov_dirs, all r).
@@ -243,32 +259,17 @@ static int imatrix_dirs(prequant *pq, int i, const float *H, int K, int r, float
     *V = NULL, *used = r;
     if (!r) return G4_OK;
     *V = g4_malloc(sizeof(float) * (size_t)r * (size_t)K);
-    // the rows X^T X summed (windows may add a <bos> each): trace(H) over the sum of mean x^2
-    double th = 0, ti = 0;
-    for (int k = 0; k < K; k++) th += H[(size_t)k * K + k], ti += pq->im->imp[i][k];
-    const double rows = ti > 0 ? th / ti : pq->n_tokens;
-    if (imatrix_shrunk(pq, K)) {
-        const int rc = g4_cov_dirs_shrunk(H, rows, pq->im->mean[i], K, r, *V, used);
-        pq->n_shrunk++, pq->dirs_sum += *used;
-        return rc;
-    }
-    pq->n_dirs++;
-    return g4_cov_dirs(H, rows, pq->im->mean[i], K, r, *V);
+    const double rows = calib_rows(pq, H, pq->im->imp[i], K);
+    const int rc = imatrix_shrunk(pq, K)
+                       ? g4_cov_dirs_shrunk(H, rows, pq->im->mean[i], K, r, *V, used)
+                       : g4_cov_dirs(H, rows, pq->im->mean[i], K, r, *V);
+    count_dirs(pq, K, *used);
+    return rc;
 }
 
 static void add_arrays(prequant *pq, g4_q4_arrays a) {
     pq->a = g4_realloc(pq->a, sizeof(g4_q4_arrays) * (size_t)(pq->n + 1));
     pq->a[pq->n++] = a;
-}
-
-static g4_q4_arrays arrays_for(const char *name, int K, int N) {
-    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
-    return (g4_q4_arrays){g4_strdup(name),
-                          K,
-                          N,
-                          g4_malloc((size_t)sh.q_bytes),
-                          g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales),
-                          g4_malloc((size_t)sh.zp_bytes)};
 }
 
 // --- --equalize (quant/equalize.h) -------------------------------------------------------------
@@ -320,6 +321,12 @@ static void eq_grp_free(eq_grp *G) {
     free(G->H_own), free(G->V_own), free(G->E_own), free(G->fold_own), free(G->fold_name);
     g4_eq_pick_free(&G->pick);
     free(G);
+}
+
+// G's input statistics freed once its members are quantized.
+static void eq_grp_drop_stats(eq_grp *G) {
+    free(G->H_own), free(G->V_own), free(G->E_own);
+    G->H_own = G->V_own = G->E_own = NULL, G->g.H = G->g.V = G->g.Herr = NULL;
 }
 
 static void eq_state_free(eq_state *e) {
@@ -418,20 +425,16 @@ static int eq_final(prequant *pq, eq_grp *G, int m, const float *s, const float 
     eq_state *e = pq->eq;
     if (e->f16) {
         const int K = G->g.K, N = G->g.N[m];
+        float *f = g4_eq_scaled_w(G->g.w[m], K, N, NULL, N, s, c);
         uint16_t *d = g4_malloc(sizeof(uint16_t) * (size_t)K * N);
-        for (int k = 0; k < K; k++)
-            for (int n = 0; n < N; n++) {
-                uint16_t h;
-                memcpy(&h, (const uint8_t *)G->g.w[m] + 2 * ((size_t)k * N + n), 2);
-                const float v = g4_f16_to_f32(h) * (s ? s[k] : 1.0f);
-                d[(size_t)k * N + n] = g4_f32_to_f16(c ? v * c[n] : v);
-            }
+        for (size_t i = 0; i < (size_t)K * N; i++) d[i] = g4_f32_to_f16(f[i]);
+        free(f);
         e->own = g4_realloc(e->own, sizeof(uint16_t *) * (size_t)(e->n_own + 1));
         e->own[e->n_own++] = d;
         eq_add_repl(e, G->g.name[m], d, K * N, 0);
         return G4_OK;
     }
-    g4_q4_arrays a = arrays_for(G->g.name[m], G->g.K, G->g.N[m]);
+    g4_q4_arrays a = g4_q4_arrays_new(G->g.name[m], G->g.K, G->g.N[m]);
     const int rc = g4_eq_quantize(&G->g, m, s, c, eq_quant, pq, a.q, a.scales, a.zp);
     if (rc) {
         g4_error_prefix("%s", G->g.name[m]);
@@ -515,8 +518,7 @@ static int eq_run(prequant *pq, eq_grp *G) {
     if (!rc) rc = eq_final(pq, U, 1, U->pick.alpha_i ? U->pick.s : NULL, c);
     free(c);
     U->up_done = 1;
-    free(U->H_own), free(U->V_own), free(U->E_own);
-    U->H_own = U->V_own = U->E_own = NULL, U->g.H = U->g.V = U->g.Herr = NULL;
+    eq_grp_drop_stats(U);
     return rc;
 }
 
@@ -550,9 +552,7 @@ static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N
         // by the centred covariance's error, H - rows mean mean^T, the tokens' common offset
         // left out
         if (g4_env_is("G4_EQUALIZE_ERR", "centred") && G->g.mean) {
-            double th = 0, ti = 0;
-            for (int k = 0; k < K; k++) th += G->g.H[(size_t)k * K + k], ti += G->g.imp[k];
-            const double rows = ti > 0 ? th / ti : pq->n_tokens;
+            const double rows = calib_rows(pq, G->g.H, G->g.imp, K);
             G->E_own = g4_malloc(sizeof(float) * (size_t)K * K);
             for (int a = 0; a < K; a++)
                 for (int b = 0; b < K; b++)
@@ -561,22 +561,15 @@ static int eq_linear(prequant *pq, const char *name, const void *w, int K, int N
             G->g.Herr = G->E_own;
         }
     }
-    if (G->have > 0 && G->g.r > 0) { // the report counts linears: the group's others too
-        if (imatrix_shrunk(pq, K))
-            pq->n_shrunk++, pq->dirs_sum += G->g.r;
-        else
-            pq->n_dirs++;
-    }
+    if (G->have > 0 && G->g.r > 0) // the report counts linears: the group's others too
+        count_dirs(pq, K, G->g.r);
     G->g.name[slot] = g4_strdup(name);
     G->g.w[slot] = w;
     G->g.N[slot] = N;
     if (++G->have < G->expected) return G4_OK;
     rc = eq_run(pq, G);
     if (!G->H_own) G->g.H = NULL; // the callback's, about to be freed
-    if (G->kind != EQ_MLP) {
-        free(G->H_own), free(G->V_own), free(G->E_own);
-        G->H_own = G->V_own = G->E_own = NULL, G->g.H = G->g.V = G->g.Herr = NULL;
-    }
+    if (G->kind != EQ_MLP) eq_grp_drop_stats(G);
     return rc;
 }
 
@@ -620,7 +613,7 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
         return G4_OK;
     float *V = NULL;
     int used = 0;
-    g4_q4_arrays a = arrays_for(name, K, N);
+    g4_q4_arrays a = g4_q4_arrays_new(name, K, N);
     rc = imatrix_dirs(pq, i, H, K, r, &V, &used);
     if (!rc)
         rc = quant_with(pq, w, G4_DT_FLOAT16, K, N, H, i >= 0 ? pq->im->imp[i] : NULL,

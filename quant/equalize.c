@@ -10,8 +10,7 @@
 #include "loader/onnx_model.h"
 #include "quant/linear.h"
 #include "quant/q4.h"
-
-#define BLOCK 32 // the packages' MatMulNBits block (G4_Q4_BLOCK)
+#include "quant/q4_writer.h"
 
 void g4_eq_scales(const float *H, int K, double alpha, const uint16_t *fold, float *s,
                   uint16_t *fold_out) {
@@ -72,7 +71,7 @@ static void err_range(void *ctx, int lo, int hi) {
 double g4_eq_out_error(const float *H, const float *w, int K, int N, const uint8_t *q,
                        const uint16_t *scales, const uint8_t *zp) {
     err_job j = {H, w, K, N, {0}, g4_malloc(sizeof(double) * (size_t)N)};
-    j.li.kind = G4_W_Q4, j.li.in = K, j.li.out = N, j.li.block = BLOCK;
+    j.li.kind = G4_W_Q4, j.li.in = K, j.li.out = N, j.li.block = G4_Q4_BLOCK;
     j.li.w = q, j.li.scales = scales, j.li.zp = zp;
     g4_parallel_for(N, (double)K * K, err_range, &j);
     double e = 0;
@@ -117,36 +116,18 @@ static void xstats_free(xstats *x) {
     memset(x, 0, sizeof *x);
 }
 
-// W' [K, ncol] = s[k] * W[k][col[j]] * (c ? c[col[j]] : 1) (col NULL: j itself), in fp32.
-static float *scaled_w(const void *w, int K, int N, const int *col, int ncol, const float *s,
-                       const float *c) {
+float *g4_eq_scaled_w(const void *w, int K, int N, const int *col, int ncol, const float *s,
+                      const float *c) {
     float *o = g4_malloc(sizeof(float) * (size_t)K * ncol);
     for (int k = 0; k < K; k++)
         for (int j = 0; j < ncol; j++) {
             const int n = col ? col[j] : j;
             uint16_t h;
             memcpy(&h, (const uint8_t *)w + 2 * ((size_t)k * N + n), 2); // may be unaligned
-            const float v = g4_f16_to_f32(h) * s[k];
+            const float v = g4_f16_to_f32(h) * (s ? s[k] : 1.0f);
             o[(size_t)k * ncol + j] = c ? v * c[n] : v;
         }
     return o;
-}
-
-typedef struct {
-    uint8_t *q;
-    uint16_t *scales;
-    uint8_t *zp;
-} arrays;
-
-static arrays arrays_new(int K, int N) {
-    const g4_q4_shape sh = g4_q4_shape_of(K, N, BLOCK);
-    return (arrays){g4_malloc((size_t)sh.q_bytes),
-                    g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales),
-                    g4_malloc((size_t)sh.zp_bytes)};
-}
-
-static void arrays_free(arrays *a) {
-    free(a->q), free(a->scales), free(a->zp);
 }
 
 static int check_group(const g4_eq_group *g) {
@@ -190,15 +171,15 @@ int g4_eq_search(const g4_eq_group *g, g4_eq_quant_fn fn, void *ctx, g4_eq_pick 
         xstats_make(g, s, &x);
         for (int m = 0; m < g->n && !rc; m++) {
             const int nc = pk->cols[m];
-            float *w = scaled_w(g->w[m], K, g->N[m], col[m], nc, s, NULL);
-            arrays ar = arrays_new(K, nc);
+            float *w = g4_eq_scaled_w(g->w[m], K, g->N[m], col[m], nc, s, NULL);
+            g4_q4_arrays ar = g4_q4_arrays_new(NULL, K, nc);
             const g4_eq_qin in = {g->name[m], w, G4_DT_FLOAT, K, nc, x.H, x.imp, x.mean, x.V, g->r};
             rc = fn(ctx, &in, ar.q, ar.scales, ar.zp);
             if (!rc) {
                 const double v = g4_eq_out_error(x.E ? x.E : x.H, w, K, nc, ar.q, ar.scales, ar.zp);
                 e[a][m] = isfinite(v) ? v : INFINITY;
             }
-            arrays_free(&ar);
+            g4_q4_arrays_free(&ar);
             free(w);
         }
         xstats_free(&x);
@@ -249,7 +230,7 @@ int g4_eq_quantize(const g4_eq_group *g, int i, const float *s, const float *c, 
     }
     xstats x;
     xstats_make(g, s, &x);
-    float *w = scaled_w(g->w[i], K, N, NULL, N, s, c);
+    float *w = g4_eq_scaled_w(g->w[i], K, N, NULL, N, s, c);
     const g4_eq_qin in = {g->name[i], w, G4_DT_FLOAT, K, N, x.H, x.imp, x.mean, x.V, g->r};
     rc = fn(ctx, &in, q, scales, zp);
     free(w), free(ones);

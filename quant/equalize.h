@@ -89,6 +89,11 @@ void g4_eq_pick_free(g4_eq_pick *pk);
 int g4_eq_quantize(const g4_eq_group *g, int i, const float *s, const float *c, g4_eq_quant_fn fn,
                    void *ctx, uint8_t *q, uint16_t *scales, uint8_t *zp);
 
+// W' [K, ncol] in fp32: s[k] W[k][col[j]] c[col[j]] (s, c NULL: 1; col NULL: j itself) from the
+// fp16 w [K, N] (read bytewise: may be unaligned); new memory.
+float *g4_eq_scaled_w(const void *w, int K, int N, const int *col, int ncol, const float *s,
+                      const float *c);
+
 // sum_n d_n^T H d_n over the N columns of d = dequant(q, scales, zp) - w (w [K, N] floats): the
 // squared output error of the calibration rows behind H. Deterministic for any thread count.
 double g4_eq_out_error(const float *H, const float *w, int K, int N, const uint8_t *q,

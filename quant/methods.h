@@ -7,10 +7,12 @@
 //   rtn      plain round-to-nearest: the block's range [min(x, 0), max(x, 0)] over 15 steps
 //   imatrix  per block, the stored scale / zero point / codes with the least output error under
 //            inputs of each channel's mean x and mean x^2 on calibration text (sum var d^2 +
-//            (sum mean d)^2 along the column), plus, by default where the calibration has 4
-//            tokens per input channel, the 32 leading directions of the inputs' centred
-//            covariance as 32 more such terms (sum_j (sum v_j d)^2, from X^T X:
-//            G4_IMATRIX_RANK, 0 for the mean alone), from a search over scales around min/max
+//            (sum mean d)^2 along the column), plus up to 32 leading directions of the inputs'
+//            covariance as more such terms (sum_j (sum v_j d)^2, from X^T X: where the
+//            calibration has 4 tokens per input channel the centred covariance's 32 as
+//            measured, elsewhere the correlation matrix's that pass the sampling noise,
+//            g4_cov_dirs_shrunk; G4_IMATRIX_RANK, 0 for the mean alone; G4_IMATRIX_SHRINK),
+//            from a search over scales around min/max
 //            (each with its nearby zero points and a least-squares refinement) that includes
 //            k-quant's own pick (kquant.h g4_q4_quantize_imx, g4_q4_quantize_imx_dirs)
 //   gptq     GPTQ (Frantar et al. 2022): codes chosen one input channel at a time, each one's

@@ -433,6 +433,16 @@ static int same_weight(const char *cal, const char *nm) {
     return !strcmp(cal, nm) || (dot && !strcmp(cal, dot + 1));
 }
 
+g4_q4_arrays g4_q4_arrays_new(const char *name, int K, int N) {
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, G4_Q4_BLOCK);
+    return (g4_q4_arrays){name ? g4_strdup(name) : NULL,
+                          K,
+                          N,
+                          g4_malloc((size_t)sh.q_bytes),
+                          g4_malloc(sizeof(uint16_t) * (size_t)sh.n_scales),
+                          g4_malloc((size_t)sh.zp_bytes)};
+}
+
 void g4_q4_arrays_free(g4_q4_arrays *a) {
     free(a->name), free(a->q), free(a->scales), free(a->zp);
     memset(a, 0, sizeof *a);

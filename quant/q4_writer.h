@@ -32,6 +32,8 @@ typedef struct {
     uint16_t *scales; // [N * kb] fp16
     uint8_t *zp;      // [N * ceil(kb/2)]
 } g4_q4_arrays;
+// New (uninitialised) arrays of a [K, N] weight at G4_Q4_BLOCK; name copied (NULL: none).
+g4_q4_arrays g4_q4_arrays_new(const char *name, int K, int N);
 void g4_q4_arrays_free(g4_q4_arrays *a); // frees the members, not a
 
 // An fp16 initializer written with new bytes (`g4cu quantize --equalize`: a norm weight the
