@@ -138,6 +138,11 @@ kld_below_plain "quantize --imatrix" "$tmp/q4im"
 grep -qE "^imatrix: X\^T X of 83 linears from 64 tokens .*, 32 covariance directions for 10, [0-9]+ past the sampling noise for 73 " \
     "$tmp/im.txt"
 check "quantize --imatrix: directions for the 10 linears of K <= 64 / 4, shrunk ones for the 73 others" $?
+# the shrunk directions kept: at least one (none would be the rule before under another name), at
+# most 32 for each of the 73 (measured 365)
+nd=$(sed -nE 's/^imatrix: X\^T X of .*, ([0-9]+) past the sampling noise for 73 .*/\1/p' "$tmp/im.txt")
+[ -n "$nd" ] && [ "$nd" -ge 1 ] && [ "$nd" -le $((73 * 32)) ]
+check "quantize --imatrix: 1..2336 shrunk directions kept (got '$nd')" $?
 # G4_IMATRIX_SHRINK=0: the rule before, X^T X for those ten only (the rest keep the mean's search
 # without a K x K matrix); an unknown value: a one-line error, nothing written
 G4_IMATRIX_SHRINK=0 "$G4CU" quantize "$pkg" "$tmp/q4im0" --imatrix --calib "$fx/calib.txt" --calib-tokens 64 --threads 2 >"$tmp/im0.txt" 2>&1
