@@ -49,9 +49,12 @@ typedef struct {
 // warps past 32 bits (the kernel's share arithmetic is 32-bit unsigned).
 static inline int g4_gvs_make(g4_gvs_plan *p, int N, int K, int fused, int sms, int cps, char *err,
                               size_t n) {
+    p->nt = p->kt = p->t = p->units = p->ctas = p->warps = 0, p->items = 0;
     if (N <= 0 || N % 16 || K <= 0 || K % 64 || sms < 1 || cps < 1) {
-        snprintf(err, n, "gemv spread plan: N %d K %d on %d SMs x %d CTAs: expected N a multiple "
-                         "of 16, K of 64, >= 1 SM and CTA", N, K, sms, cps);
+        snprintf(err, n,
+                 "gemv spread plan: N %d K %d on %d SMs x %d CTAs: expected N a multiple "
+                 "of 16, K of 64, >= 1 SM and CTA",
+                 N, K, sms, cps);
         return -1;
     }
     p->nt = N / 16;

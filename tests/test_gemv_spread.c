@@ -65,8 +65,9 @@ static int walk(const g4_gvs_plan *p, walk_stats *st, const char *name) {
             while (i < e && (int)(i / (unsigned)p->kt) == u) cover[i]++, i++, k1++;
             const int whole = k0 == 0 && k1 == p->kt;
             const int np = g4_gvs_pieces(p, u);
-            CHECK_MSG(whole == (np == 1), "%s: unit %d piece [%d, %d) of warp %d: whole %d, pieces %d",
-                      name, u, k0, k1, w, whole, np);
+            CHECK_MSG(whole == (np == 1),
+                      "%s: unit %d piece [%d, %d) of warp %d: whole %d, pieces %d", name, u, k0, k1,
+                      w, whole, np);
             if (whole) {
                 direct[u]++;
                 continue;
@@ -102,8 +103,8 @@ static int walk(const g4_gvs_plan *p, walk_stats *st, const char *name) {
         st->pieces += np;
         if (np == 1) {
             st->whole++;
-            CHECK_MSG(direct[u] == 1 && npieces[u] == 0, "%s: whole unit %d stored %d times",
-                      name, u, direct[u]);
+            CHECK_MSG(direct[u] == 1 && npieces[u] == 0, "%s: whole unit %d stored %d times", name,
+                      u, direct[u]);
             continue;
         }
         st->split++;
@@ -120,8 +121,10 @@ static int walk(const g4_gvs_plan *p, walk_stats *st, const char *name) {
             n++;
             w = g4_gvs_next(p, w, u);
         }
-        CHECK_MSG(ok && n == np && k == p->kt, "%s: unit %d: the reader's walk saw %d pieces to k "
-                  "%d (%d pieces, %d k tiles)", name, u, n, k, np, p->kt);
+        CHECK_MSG(ok && n == np && k == p->kt,
+                  "%s: unit %d: the reader's walk saw %d pieces to k "
+                  "%d (%d pieces, %d k tiles)",
+                  name, u, n, k, np, p->kt);
     }
     free(cover), free(slot_used), free(counter_unit), free(tickets), free(npieces), free(direct);
     free(pc);
@@ -130,17 +133,20 @@ static int walk(const g4_gvs_plan *p, walk_stats *st, const char *name) {
 
 // One E2B shape on 132 SMs x 2 CTAs: units, k tiles, the piece-count histogram {pieces, units}
 // (up to 2 bins), the warp share min and the CTA share min (max = min + 1 unless equal).
-static void e2b(const char *name, int N, int K, int fused, int units, int kt, int p0, int u0, int p1,
-                int u1, int wmin, int wmax, int cmin, int cmax) {
+static void e2b(const char *name, int N, int K, int fused, int units, int kt, int p0, int u0,
+                int p1, int u1, int wmin, int wmax, int cmin, int cmax) {
     g4_gvs_plan p;
     char err[200];
-    CHECK_MSG(g4_gvs_make(&p, N, K, fused, 132, 2, err, sizeof err) == 0, "%s: %s", name, err);
+    const int made = g4_gvs_make(&p, N, K, fused, 132, 2, err, sizeof err) == 0;
+    CHECK_MSG(made, "%s: %s", name, err);
+    if (!made) return;
     CHECK_INT(p.units, units);
     CHECK_INT(p.kt, kt);
     CHECK_INT(p.warps, 2112);
     walk_stats st;
     walk(&p, &st, name);
-    CHECK_MSG(st.hist[p0] == u0 && (p1 == 0 || st.hist[p1] == u1) && st.hist[p0] + (p1 ? st.hist[p1] : 0) == units,
+    CHECK_MSG(st.hist[p0] == u0 && (p1 == 0 || st.hist[p1] == u1) &&
+                  st.hist[p0] + (p1 ? st.hist[p1] : 0) == units,
               "%s: %d units of %d pieces (%d expected), %d of %d (%d expected)", name, st.hist[p0],
               p0, u0, p1 ? st.hist[p1] : 0, p1, u1);
     int smin = 1 << 30, smax = 0, cmn = 1 << 30, cmx = 0;
@@ -189,9 +195,10 @@ int main(void) {
                         char err[200], name[96];
                         snprintf(name, sizeof name, "N %d K %d %s on %d x %d", 16 * nt, Ks[ki],
                                  fused ? "fused" : "plain", smss[si], cps);
-                        CHECK_MSG(g4_gvs_make(&p, 16 * nt, Ks[ki], fused, smss[si], cps, err,
-                                              sizeof err) == 0,
-                                  "%s: %s", name, err);
+                        const int made = g4_gvs_make(&p, 16 * nt, Ks[ki], fused, smss[si], cps, err,
+                                                     sizeof err) == 0;
+                        CHECK_MSG(made, "%s: %s", name, err);
+                        if (!made) continue;
                         CHECK_INT(p.units, fused ? nt : (nt + 1) / 2);
                         walk_stats st;
                         failed += walk(&p, &st, name);
