@@ -9,7 +9,11 @@
 //
 //   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f m (default
 //   "xgafm"; m: gptq_imx), or i: GPTQ's factorisation alone (the one-column run, without
-//   act-order)
+//   act-order); c s d: --imatrix's 32 covariance directions as measured (g4_cov_dirs), shrunk
+//   (g4_cov_dirs_shrunk), and the imatrix search with the shrunk ones (d: times s too). With any
+//   of c s d the rows also carry COV_SPIKES factors of decaying strength (a spiked covariance,
+//   ~32 of them past the sampling noise at 2048 rows, as the proxy's linears), so their X^T X
+//   hash differs from a run without them.
 //   BENCH_DUMP=PREFIX: also writes GPTQ's U (PREFIX.U0, .U1 with act-order, K x K floats) and
 //   the Q4 arrays (PREFIX.g0, .g1, .f, .m: q, scales, zp back to back), to see what differs.
 //   BENCH_LOSS=1: also prints each method's layer-output error sum_n (q_n - w_n)^T H (q_n - w_n)
@@ -23,6 +27,7 @@
 #include "base/base.h"
 #include "base/parallel.h"
 #include "fidelity/sensitivity.h"
+#include "quant/kquant.h"
 #include "quant/linear.h"
 #include "quant/methods.h"
 #include "quant/q4.h"
@@ -30,6 +35,14 @@
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The process's CPU seconds (all threads): on a shared machine the wall time of a run includes
+// the other processes' turns, its CPU time does not.
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -100,6 +113,65 @@ static unsigned long long out_hash(const out4 *o) {
     return fnv(h, o->zp, o->sh.zp_bytes);
 }
 
+// The covariance parts' spikes: factor f (strength 0.1 / (1 + f / 8)) along a random unit-scale
+// loading u_f [K], a fresh gaussian amount per row.
+#define COV_SPIKES 40
+static void add_spikes(float *X, int R, int K, unsigned long long *rng) {
+    float *u = g4_malloc(sizeof(float) * (size_t)COV_SPIKES * K);
+    for (size_t i = 0; i < (size_t)COV_SPIKES * K; i++) u[i] = gauss(rng);
+    for (int r = 0; r < R; r++)
+        for (int f = 0; f < COV_SPIKES; f++) {
+            const float a = gauss(rng) * 0.1f / (1 + f / 8.0f);
+            for (int k = 0; k < K; k++)
+                X[(size_t)r * K + k] += a * u[(size_t)f * K + k] *
+                                        (0.2f + 2.8f * (float)((k * 37) % K) / (float)K);
+        }
+    free(u);
+}
+
+// --imatrix's directions (parts c, s) and search (d) on H from R rows of X (cov_dirs_r, as
+// quantize's imatrix_dirs: 32, K at most).
+static void bench_cov(const char *parts, const float *H, const float *X, const float *W, int K,
+                      int N, int R, out4 *o) {
+    const int r = K < 32 ? K : 32;
+    float *mean = g4_calloc((size_t)K, sizeof(float)), *imp = g4_malloc(sizeof(float) * (size_t)K),
+          *V = g4_malloc(sizeof(float) * (size_t)r * K);
+    double *acc = g4_calloc((size_t)K, sizeof(double));
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < K; k++) acc[k] += X[(size_t)i * K + k];
+    for (int k = 0; k < K; k++) {
+        mean[k] = (float)(acc[k] / R);
+        imp[k] = (float)(H[(size_t)k * K + k] / R);
+    }
+    if (strchr(parts, 'c')) {
+        const double t0 = now(), c0 = cpu_now();
+        const int rc = g4_cov_dirs(H, R, mean, K, r, V);
+        const double t = now() - t0, c = cpu_now() - c0;
+        if (rc) fprintf(stderr, "cov_dirs: %s\n", g4_error());
+        printf("  cov_dirs   %8.3f s (cpu %8.3f s)  r %d  V hash %016llx\n", t, c, r,
+               fnv(1469598103934665603ull, V, sizeof(float) * (size_t)r * K));
+    }
+    if (strchr(parts, 's') || strchr(parts, 'd')) {
+        int kept = 0;
+        double t0 = now(), c0 = cpu_now();
+        int rc = g4_cov_dirs_shrunk(H, R, mean, K, r, V, &kept);
+        const double t = now() - t0, c = cpu_now() - c0;
+        if (rc) fprintf(stderr, "cov_dirs_shrunk: %s\n", g4_error());
+        printf("  cov_shrunk %8.3f s (cpu %8.3f s)  r %d kept %d  V hash %016llx\n", t, c, r, kept,
+               fnv(1469598103934665603ull, V, sizeof(float) * (size_t)kept * K));
+        if (strchr(parts, 'd')) {
+            t0 = now(), c0 = cpu_now();
+            rc = g4_q4_quantize_imx_dirs(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, g4_threads(), imp,
+                                         mean, kept, V, o->q, o->sc, o->zp);
+            const double ts = now() - t0, cs = cpu_now() - c0;
+            if (rc) fprintf(stderr, "imatrix: %s\n", g4_error());
+            printf("  imx search %8.3f s (cpu %8.3f s)  %d dirs  out hash %016llx\n", ts, cs, kept,
+                   out_hash(o));
+        }
+    }
+    free(mean), free(imp), free(V), free(acc);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: bench_quant_methods K N [rows [threads [parts]]]\n");
@@ -122,15 +194,17 @@ int main(int argc, char **argv) {
             prev = z;
         }
     }
+    const int cov = strchr(parts, 'c') || strchr(parts, 's') || strchr(parts, 'd');
+    if (cov) add_spikes(X, R, K, &rng);
     float *H = g4_calloc((size_t)K * K, sizeof(float)),
           *H2 = g4_malloc(sizeof(float) * (size_t)K * K);
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     for (int r0 = 0; r0 < R; r0 += 512) // in pieces, as forwards of a few rows hand them over
         g4_xtx_add(H, X + (size_t)r0 * K, R - r0 < 512 ? R - r0 : 512, K);
-    const double t_x = now() - t0;
+    const double t_x = now() - t0, c_x = cpu_now() - c0;
     printf("K %d N %d rows %d threads %d\n", K, N, R, g4_threads());
     if (strchr(parts, 'x'))
-        printf("  xtx        %8.3f s  H hash %016llx\n", t_x,
+        printf("  xtx        %8.3f s (cpu %8.3f s)  H hash %016llx\n", t_x, c_x,
                fnv(1469598103934665603ull, H, sizeof(float) * (size_t)K * K));
     float *W = g4_malloc(sizeof(float) * (size_t)K * N);
     for (size_t i = 0; i < (size_t)K * N; i++) W[i] = 0.05f * gauss(&rng);
@@ -197,6 +271,7 @@ int main(int argc, char **argv) {
                out_loss(&o, W, H, K, N));
         free(imp);
     }
+    if (cov) bench_cov(parts, H, X, W, K, N, R, &o);
     free(X), free(H), free(H2), free(W), free(o.q), free(o.sc), free(o.zp);
     return 0;
 }
