@@ -168,16 +168,27 @@ static void kquant_block(const float *x, int n, uint8_t *codes, float *scale_out
 
 // --- the activation-aware search (imatrix) -----------------------------------------------------
 
+// The directions' stride in a block's mu: mu_j,i at mu[i * imx_stride(nd) + j], one weight's
+// directions side by side, padded with zeros to a whole number of IMX_CHUNK (imx_err sums them a
+// chunk at a time); one direction (or none): stride nd, the mean's row as it always was.
+#define IMX_CHUNK 8 // imx_err's named sums c0 .. c7
+static int imx_stride(int nd) {
+    return nd > 1 ? (nd + IMX_CHUNK - 1) / IMX_CHUNK * IMX_CHUNK : nd;
+}
+
 // E = sum_i w_i d_i^2 (+ sum_j (bias_j + sum_i mu_j,i d_i)^2 over nd directions, the mean
 // first), d_i = s (q_i - z) - x_i, of the stored form with scale s (an fp16 value) and zero point
 // z, the codes rounded to nearest (for a diagonal weighting the best codes for a given s and z,
 // one weight at a time); *num / *den: the least-squares scale for those codes (minimising E over
-// s). mu: nd rows of n (row j at mu + j * n). With nd = 1 (mxp NULL) every operation is the
+// s). mu: mu_j,i at mu[i * imx_stride(nd) + j]. With nd = 1 (mxp NULL) every operation is the
 // one-direction form's, in its order (G4_IMATRIX_RANK=0 stays bit-identical); with more, mxp[nd]
-// holds sum mu x and the loop sums only mu l (a third of the work per direction).
+// holds sum mu x and the loop sums only mu l (a third of the work per direction), after the codes,
+// IMX_CHUNK directions at a time over the block (each sum still adds its terms in the order
+// i = 0, 1, ..: the same bits as one i at a time, with the chunk's sums held in registers).
 static double imx_err(const float *x, const double *w, const double *mu, const double *bias, int nd,
                       const double *mxp, int n, double s, int z, double *num, double *den) {
     double e = 0, a = 0, b = 0, t[G4_IMX_MAX_DIRS], ml[G4_IMX_MAX_DIRS], mx[G4_IMX_MAX_DIRS];
+    double lv[G4_KQUANT_MAX_BLOCK];
     for (int j = 0; j < nd; j++) t[j] = ml[j] = mx[j] = 0;
     for (int i = 0; i < n; i++) {
         double v = rint((double)x[i] / s + z); // the final codes' expression (kquant_block's)
@@ -186,16 +197,29 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
         e += w[i] * d * d;
         a += w[i] * l * x[i];
         b += w[i] * l * l;
-        if (mxp) // several directions: only sum mu l here (below)
-            for (int j = 0; j < nd; j++) ml[j] += mu[(size_t)j * n + i] * l;
+        if (mxp) // several directions: only sum mu l (below)
+            lv[i] = l;
         else
             for (int j = 0; j < nd; j++) {
-                const double m = mu[(size_t)j * n + i];
+                const double m = mu[(size_t)i * nd + j];
                 t[j] += m * d, ml[j] += m * l, mx[j] += m * x[i];
             }
     }
-    if (mxp) // sum mu d = s sum mu l - sum mu x, the last one per block (imx_search)
+    if (mxp) {
+        const int st = imx_stride(nd);
+        for (int j0 = 0; j0 < nd; j0 += IMX_CHUNK) { // named sums: held in registers
+            double c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
+            for (int i = 0; i < n; i++) {
+                const double *m = mu + (size_t)i * st + j0, l = lv[i];
+                c0 += m[0] * l, c1 += m[1] * l, c2 += m[2] * l, c3 += m[3] * l;
+                c4 += m[4] * l, c5 += m[5] * l, c6 += m[6] * l, c7 += m[7] * l;
+            }
+            const double c[IMX_CHUNK] = {c0, c1, c2, c3, c4, c5, c6, c7};
+            for (int k = 0; k < IMX_CHUNK && j0 + k < nd; k++) ml[j0 + k] = c[k];
+        }
+        // sum mu d = s sum mu l - sum mu x, the last one per block (imx_search)
         for (int j = 0; j < nd; j++) t[j] = s * ml[j] - mxp[j], mx[j] = mxp[j];
+    }
     double nu = a, de = b;
     for (int j = 0; j < nd; j++) {
         nu = nu + ml[j] * (mx[j] - bias[j]), de = de + ml[j] * ml[j];
@@ -233,9 +257,10 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
     int nc = 0;
     double num, den, mxb[G4_IMX_MAX_DIRS], *mxp = NULL;
     if (nd > 1) { // sum mu x once per block (one direction: the sums as they always were)
+        const int st = imx_stride(nd);
         for (int j = 0; j < nd; j++) {
             mxb[j] = 0;
-            for (int i = 0; i < n; i++) mxb[j] += mu[(size_t)j * n + i] * x[i];
+            for (int i = 0; i < n; i++) mxb[j] += mu[(size_t)i * st + j] * x[i];
         }
         mxp = mxb;
     }
@@ -272,12 +297,19 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
 
 _Static_assert(G4_IMX_MAX_CANDS >= 1 + 21 * 3 * 3, "imx_search's candidates: 1 + 21 x 3 x 3");
 
-// w[n] from imp; mu[nd][n] from mup's nd rows, row j at mup + j * mstride.
+// A block's mu at most (imx_weights): the directions padded to whole chunks, times the block.
+#define IMX_MU_MAX                                                                                 \
+    ((G4_IMX_MAX_DIRS + IMX_CHUNK - 1) / IMX_CHUNK * IMX_CHUNK * G4_KQUANT_MAX_BLOCK)
+
+// w[n] from imp; mu (imx_err's layout, the padding 0) from mup's nd rows, row j at
+// mup + j * mstride.
 static void imx_weights(const float *imp, const float *mup, int nd, size_t mstride, int n,
                         double *w, double *mu) {
+    const int st = imx_stride(nd);
     for (int i = 0; i < n; i++) w[i] = imp[i];
-    for (int j = 0; j < nd; j++)
-        for (int i = 0; i < n; i++) mu[(size_t)j * n + i] = mup[(size_t)j * mstride + i];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < st; j++)
+            mu[(size_t)i * st + j] = j < nd ? mup[(size_t)j * mstride + i] : 0;
 }
 
 int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, double bias,
@@ -298,8 +330,9 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
                         size_t mstride, double *bias, uint8_t *codes, float *scale_out,
                         uint8_t *zp_out, float *scratch) {
     G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 0 && nd <= G4_IMX_MAX_DIRS);
-    double w[G4_KQUANT_MAX_BLOCK], mu[G4_IMX_MAX_DIRS * G4_KQUANT_MAX_BLOCK];
+    double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
+    const int st = imx_stride(nd);
     g4_imx_cand cand[G4_IMX_MAX_CANDS];
     float s0;
     uint8_t z0;
@@ -313,7 +346,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
         const double s16 = g4_round_f16(s0);
         for (int j = 0; j < nd; j++)
             for (int i = 0; i < n; i++)
-                bias[j] += mu[(size_t)j * n + i] * (((double)codes[i] - z0) * s16 - x[i]);
+                bias[j] += mu[(size_t)i * st + j] * (((double)codes[i] - z0) * s16 - x[i]);
         return;
     }
     double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS], nt[G4_IMX_MAX_DIRS];
@@ -323,7 +356,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
         v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
         codes[i] = to_u8(v);
         d[i] = (v - bz) * bs - x[i];
-        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)j * n + i] * d[i];
+        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d[i];
     }
     // With the directions' terms the nearest code is no longer best one weight at a time: two
     // sweeps move codes by +-1 where that lowers E (the diagonal part rises, the shared terms
@@ -336,7 +369,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
                 const double dd = dq * bs, nd_ = d[i] + dd;
                 double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
                 for (int j = 0; j < nd; j++) {
-                    nt[j] = t[j] + mu[(size_t)j * n + i] * dd;
+                    nt[j] = t[j] + mu[(size_t)i * st + j] * dd;
                     delta = delta + nt[j] * nt[j];
                     delta = delta - t[j] * t[j];
                 }

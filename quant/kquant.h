@@ -53,8 +53,8 @@ int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int 
                        uint8_t *zp);
 
 // Most directions the search's shared terms take: the mean and up to G4_IMX_MAX_DIRS - 1 of the
-// covariance's (64: a block's search holds them in doubles on the stack, 8 x 65 x block bytes,
-// 133 KB at block 256).
+// covariance's (64: a block's search holds them in doubles on the stack, padded to 72, 8 x 72 x
+// block bytes, 147 KB at block 256).
 #define G4_IMX_MAX_DIRS 65
 // g4_q4_quantize_imx with r more directions (G4_IMATRIX_RANK=r, api/g4cu_dev_quantize.c):
 // dirs [r][K], a factor of the inputs' centred covariance's leading part, C ~ V^T V (V's

@@ -951,19 +951,46 @@ typedef struct {
     double *WQ;       // [K][r] scratch for W Q (with ws)
 } cov_job;
 
+// z0[0..7] / z1[0..7] = sum_l h0[l] / h1[l] times Q [K][r]'s columns 0..7 (Q already offset to
+// the first), each sum adding its terms in the order l = 0, 1, .. as the one-row loop does (the
+// same bits), in named sums held in registers: each Q load serves both rows (issue 33: one row
+// at a time streamed all of Q, K x r doubles, from L2 / L3 per row of H).
+static void cov_dot_2x8(const float *h0, const float *h1, const double *Q, int K, int r,
+                        double *z0, double *z1) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    double b0 = 0, b1 = 0, b2 = 0, b3 = 0, b4 = 0, b5 = 0, b6 = 0, b7 = 0;
+    for (int l = 0; l < K; l++) {
+        const double x = h0[l], y = h1[l], *q = Q + (size_t)l * r;
+        a0 += x * q[0], a1 += x * q[1], a2 += x * q[2], a3 += x * q[3];
+        a4 += x * q[4], a5 += x * q[5], a6 += x * q[6], a7 += x * q[7];
+        b0 += y * q[0], b1 += y * q[1], b2 += y * q[2], b3 += y * q[3];
+        b4 += y * q[4], b5 += y * q[5], b6 += y * q[6], b7 += y * q[7];
+    }
+    z0[0] = a0, z0[1] = a1, z0[2] = a2, z0[3] = a3, z0[4] = a4, z0[5] = a5, z0[6] = a6, z0[7] = a7;
+    z1[0] = b0, z1[1] = b1, z1[2] = b2, z1[3] = b3, z1[4] = b4, z1[5] = b5, z1[6] = b6, z1[7] = b7;
+}
+
+// Rows [lo, hi) of Z, two at a time (an odd last row: paired with itself, the copy dropped).
 static void cov_range(void *ctx, int lo, int hi) {
     const cov_job *j = ctx;
-    const int K = j->K, r = j->r;
+    const int K = j->K, r = j->r, r8 = r - r % 8;
     const double *Q = j->ws ? j->WQ : j->Q;
-    for (int k = lo; k < hi; k++) {
-        double z[G4_IMX_MAX_DIRS] = {0};
-        const float *h = j->H + (size_t)k * K;
-        for (int l = 0; l < K; l++)
-            for (int c = 0; c < r; c++) z[c] += (double)h[l] * Q[(size_t)l * r + c];
-        for (int c = 0; c < r; c++) {
-            const double v = z[c] * j->inv_rows - (double)j->mean[k] * j->mq[c];
-            j->Z[(size_t)k * r + c] = j->ws ? v * j->ws[k] : v;
-        }
+    for (int k = lo; k < hi; k += 2) {
+        const int rows = k + 1 < hi ? 2 : 1;
+        const float *h[2] = {j->H + (size_t)k * K, j->H + (size_t)(k + rows - 1) * K};
+        double z[2][G4_IMX_MAX_DIRS];
+        for (int c0 = 0; c0 < r8; c0 += 8) cov_dot_2x8(h[0], h[1], Q + c0, K, r, z[0] + c0, z[1] + c0);
+        for (int i = 0; i < rows; i++)
+            for (int c = r8; c < r; c++) { // the columns past the last whole 8
+                double t = 0;
+                for (int l = 0; l < K; l++) t += (double)h[i][l] * Q[(size_t)l * r + c];
+                z[i][c] = t;
+            }
+        for (int i = 0; i < rows; i++)
+            for (int c = 0; c < r; c++) {
+                const double v = z[i][c] * j->inv_rows - (double)j->mean[k + i] * j->mq[c];
+                j->Z[(size_t)(k + i) * r + c] = j->ws ? v * j->ws[k + i] : v;
+            }
     }
 }
 

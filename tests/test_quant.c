@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/parallel.h"
 #include "kernels/ref/ref.h"
 #include "loader/package.h"
 #include "onnx.pb-c.h"
@@ -956,6 +957,58 @@ static double imxr_true_error(const imxr_inputs *in, const uint16_t *w, int N, i
     return e;
 }
 
+// The directions' fast paths (issue 33, branch covfast: cov_range two rows of H by eight
+// columns of Q at a time, imx_err the direction sums eight at a time over mu laid out weight by
+// weight) against main's code before them (6279eda: one row, one weight at a time), byte for
+// byte through FNV-1a hashes of the outputs that code gave on these inputs: g4_cov_dirs and
+// g4_cov_dirs_shrunk at K = 201 and r = 11 (one whole 8 and a tail of 3) on 1 and 3 threads (the
+// same bytes, base/parallel.h; 3 threads: ranges of 67 rows, each with a last row alone), and
+// the search with 11 directions (12 terms: a chunk and a padded one) on test_imatrix_rank's
+// inputs.
+#define PIN_COV_HASH    0x0ec455c65d7036b0ull
+#define PIN_SHRUNK_HASH 0xa1e58735f174248aull
+#define PIN_SHRUNK_KEPT 2
+#define PIN_SEARCH_HASH 0x1355a11cfca8d2b8ull
+static void test_imatrix_rank_pinned(const imxr_inputs *in, const uint16_t *w, int N, float *H,
+                                     uint8_t *q, uint16_t *sc, uint8_t *z, const g4_q4_shape *sh) {
+    enum { K = 201, R = 11 };
+    imxr_inputs odd = imxr_make(in->T, K, 0.3f, 11);
+    float imp[256], mean[256], V[2][R * 256], *H2 = g4_malloc(sizeof(float) * K * K);
+    imxr_stats(&odd, imp, mean, H2);
+    uint64_t hc[2], hs[2];
+    int kept[2];
+    for (int v = 0; v < 2; v++) {
+        g4_set_threads(v ? 3 : 1);
+        CHECK(g4_cov_dirs(H2, odd.T, mean, K, R, V[v]) == G4_OK);
+        CHECK_MSG(g4_parallel_last_split() == (v ? 3 : 1), "cov_dirs: %d threads, expected %d",
+                  g4_parallel_last_split(), v ? 3 : 1);
+        hc[v] = fnv1a(0xcbf29ce484222325ull, V[v], sizeof(float) * R * K);
+        CHECK(g4_cov_dirs_shrunk(H2, odd.T, mean, K, R, V[v], &kept[v]) == G4_OK);
+        hs[v] = fnv1a(0xcbf29ce484222325ull, V[v], sizeof(float) * (size_t)kept[v] * K);
+    }
+    g4_set_threads(0);
+    printf("  pinned: cov_dirs %#llx / %#llx, shrunk %#llx / %#llx (kept %d / %d)\n",
+           (unsigned long long)hc[0], (unsigned long long)hc[1], (unsigned long long)hs[0],
+           (unsigned long long)hs[1], kept[0], kept[1]);
+    CHECK_MSG(hc[0] == hc[1] && hs[0] == hs[1] && kept[0] == kept[1],
+              "cov_dirs: 1 and 3 threads differ");
+    CHECK_MSG(hc[0] == PIN_COV_HASH, "cov_dirs K %d r %d: hash %#llx, main's %#llx", K, R,
+              (unsigned long long)hc[0], PIN_COV_HASH);
+    CHECK_MSG(hs[0] == PIN_SHRUNK_HASH && kept[0] == PIN_SHRUNK_KEPT,
+              "cov_dirs_shrunk K %d r %d: hash %#llx kept %d, main's %#llx kept %d", K, R,
+              (unsigned long long)hs[0], kept[0], PIN_SHRUNK_HASH, PIN_SHRUNK_KEPT);
+    free(odd.x), free(H2);
+    imxr_stats(in, imp, mean, H);
+    CHECK(g4_cov_dirs(H, in->T, mean, in->K, R, V[0]) == G4_OK);
+    CHECK(g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, in->K, N, G4_Q4_BLOCK, 2, imp, mean, R, V[0], q,
+                                  sc, z) == G4_OK);
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a(h, q, sh->q_bytes), h = fnv1a(h, sc, 2 * sh->n_scales), h = fnv1a(h, z, sh->zp_bytes);
+    printf("  pinned: search with %d directions %#llx\n", R, (unsigned long long)h);
+    CHECK_MSG(h == PIN_SEARCH_HASH, "imatrix r = %d: output hash %#llx, main's %#llx", R,
+              (unsigned long long)h, PIN_SEARCH_HASH);
+}
+
 static void test_imatrix_rank(void) {
     const int T = 1024, K = 128, N = 32, B = G4_Q4_BLOCK;
     imxr_inputs in = imxr_make(T, K, 0.3f, 20261205);
@@ -1010,6 +1063,7 @@ static void test_imatrix_rank(void) {
         }
     CHECK_MSG(dmax < 1e-4 * cmax, "cov_dirs: |V^T V - C| %g of |C| %g on a rank-2 covariance", dmax,
               cmax);
+    test_imatrix_rank_pinned(&in, w, N, H, q[1], sc[1], z[1], &sh);
     free(ex.x), free(in.x), free(w), free(H);
     for (int v = 0; v < 3; v++) free(q[v]), free(z[v]), free(sc[v]);
 }
