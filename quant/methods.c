@@ -951,15 +951,18 @@ typedef struct {
     double *WQ;       // [K][r] scratch for W Q (with ws)
 } cov_job;
 
-// z0[0..7] / z1[0..7] = sum_l h0[l] / h1[l] times Q [K][r]'s columns 0..7 (Q already offset to
-// the first), each sum adding its terms in the order l = 0, 1, .. as the one-row loop does (the
-// same bits), in named sums held in registers: each Q load serves both rows (issue 33: one row
-// at a time streamed all of Q, K x r doubles, from L2 / L3 per row of H).
-static void cov_dot_2x8(const float *h0, const float *h1, const double *Q, int K, int r,
+// z0[0..7] / z1[0..7] += sum_{l < n} h0[l] / h1[l] times Q [n][r]'s columns 0..7 (Q offset to
+// the first), each sum adding its terms in the order l = 0, 1, .. after what z holds (the same
+// bits as the one-row loop, which added the same terms in the same order), in named sums held
+// in registers: each Q load serves both rows (issue 33: one row at a time streamed all of Q,
+// K x r doubles, from L2 / L3 per row of H).
+static void cov_dot_2x8(const float *h0, const float *h1, const double *Q, int n, int r,
                         double *z0, double *z1) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    double b0 = 0, b1 = 0, b2 = 0, b3 = 0, b4 = 0, b5 = 0, b6 = 0, b7 = 0;
-    for (int l = 0; l < K; l++) {
+    double a0 = z0[0], a1 = z0[1], a2 = z0[2], a3 = z0[3], a4 = z0[4], a5 = z0[5], a6 = z0[6],
+           a7 = z0[7];
+    double b0 = z1[0], b1 = z1[1], b2 = z1[2], b3 = z1[3], b4 = z1[4], b5 = z1[5], b6 = z1[6],
+           b7 = z1[7];
+    for (int l = 0; l < n; l++) {
         const double x = h0[l], y = h1[l], *q = Q + (size_t)l * r;
         a0 += x * q[0], a1 += x * q[1], a2 += x * q[2], a3 += x * q[3];
         a4 += x * q[4], a5 += x * q[5], a6 += x * q[6], a7 += x * q[7];
@@ -970,28 +973,48 @@ static void cov_dot_2x8(const float *h0, const float *h1, const double *Q, int K
     z1[0] = b0, z1[1] = b1, z1[2] = b2, z1[3] = b3, z1[4] = b4, z1[5] = b5, z1[6] = b6, z1[7] = b7;
 }
 
-// Rows [lo, hi) of Z, two at a time (an odd last row: paired with itself, the copy dropped).
+// cov_range's blocking: COV_BAND rows of H go through Q a tile of COV_LT of its rows at a time
+// (128 KB at r = 32: stays in L2 while the band's rows use it; all of Q is 3 MB at K = 12288),
+// the band's sums kept between tiles (doubles stored and reloaded: the same bits).
+#define COV_BAND 64
+#define COV_LT   512
+
+// Rows [lo, hi) of Z: bands of COV_BAND rows, two rows at a time (an odd last row paired with
+// itself, its copy summed into a spare row z[COV_BAND] and dropped).
 static void cov_range(void *ctx, int lo, int hi) {
     const cov_job *j = ctx;
     const int K = j->K, r = j->r, r8 = r - r % 8;
     const double *Q = j->ws ? j->WQ : j->Q;
-    for (int k = lo; k < hi; k += 2) {
-        const int rows = k + 1 < hi ? 2 : 1;
-        const float *h[2] = {j->H + (size_t)k * K, j->H + (size_t)(k + rows - 1) * K};
-        double z[2][G4_IMX_MAX_DIRS];
-        for (int c0 = 0; c0 < r8; c0 += 8) cov_dot_2x8(h[0], h[1], Q + c0, K, r, z[0] + c0, z[1] + c0);
-        for (int i = 0; i < rows; i++)
-            for (int c = r8; c < r; c++) { // the columns past the last whole 8
-                double t = 0;
-                for (int l = 0; l < K; l++) t += (double)h[i][l] * Q[(size_t)l * r + c];
-                z[i][c] = t;
+    const size_t zbytes = sizeof(double) * (COV_BAND + 1) * G4_IMX_MAX_DIRS;
+    double(*z)[G4_IMX_MAX_DIRS] = g4_malloc(zbytes);
+    for (int k0 = lo; k0 < hi; k0 += COV_BAND) {
+        const int k1 = k0 + COV_BAND < hi ? k0 + COV_BAND : hi;
+        memset(z, 0, zbytes);
+        for (int l0 = 0; l0 < K; l0 += COV_LT) {
+            const int n = K - l0 < COV_LT ? K - l0 : COV_LT;
+            const double *Qt = Q + (size_t)l0 * r;
+            for (int k = k0; k < k1; k += 2) {
+                const int rows = k + 1 < k1 ? 2 : 1;
+                const float *h[2] = {j->H + (size_t)k * K + l0,
+                                     j->H + (size_t)(k + rows - 1) * K + l0};
+                double *zk[2] = {z[k - k0], rows == 2 ? z[k + 1 - k0] : z[COV_BAND]};
+                for (int c0 = 0; c0 < r8; c0 += 8)
+                    cov_dot_2x8(h[0], h[1], Qt + c0, n, r, zk[0] + c0, zk[1] + c0);
+                for (int i = 0; i < rows; i++)
+                    for (int c = r8; c < r; c++) { // the columns past the last whole 8
+                        double t = zk[i][c];
+                        for (int l = 0; l < n; l++) t += (double)h[i][l] * Qt[(size_t)l * r + c];
+                        zk[i][c] = t;
+                    }
             }
-        for (int i = 0; i < rows; i++)
+        }
+        for (int k = k0; k < k1; k++)
             for (int c = 0; c < r; c++) {
-                const double v = z[i][c] * j->inv_rows - (double)j->mean[k + i] * j->mq[c];
-                j->Z[(size_t)(k + i) * r + c] = j->ws ? v * j->ws[k + i] : v;
+                const double v = z[k - k0][c] * j->inv_rows - (double)j->mean[k] * j->mq[c];
+                j->Z[(size_t)k * r + c] = j->ws ? v * j->ws[k] : v;
             }
     }
+    free(z);
 }
 
 // Z = C Q, or W C W Q with ws (cov_job's fields).

@@ -958,55 +958,103 @@ static double imxr_true_error(const imxr_inputs *in, const uint16_t *w, int N, i
 }
 
 // The directions' fast paths (issue 33, branch covfast: cov_range two rows of H by eight
-// columns of Q at a time, imx_err the direction sums eight at a time over mu laid out weight by
-// weight) against main's code before them (6279eda: one row, one weight at a time), byte for
-// byte through FNV-1a hashes of the outputs that code gave on these inputs: g4_cov_dirs and
-// g4_cov_dirs_shrunk at K = 201 and r = 11 (one whole 8 and a tail of 3) on 1 and 3 threads (the
-// same bytes, base/parallel.h; 3 threads: ranges of 67 rows, each with a last row alone), and
-// the search with 11 directions (12 terms: a chunk and a padded one) on test_imatrix_rank's
-// inputs.
-#define PIN_COV_HASH    0x0ec455c65d7036b0ull
-#define PIN_SHRUNK_HASH 0xa1e58735f174248aull
-#define PIN_SHRUNK_KEPT 2
+// columns of Q at a time, in bands of rows over tiles of 512 rows of Q; imx_err the direction
+// sums eight at a time over mu laid out weight by weight) against main's code before them
+// (6279eda: one row, one weight at a time), byte for byte through FNV-1a hashes of the outputs
+// that code gave on these inputs, r = 11 (one whole 8 and a tail of 3):
+//   g4_cov_dirs and g4_cov_dirs_shrunk at K = 201 (test_imatrix_rank's kind of inputs) and at
+//     K = 600 (two tiles of Q: 512 + 88; 64 rows of a random mix of 3 factors and noise), on 1
+//     and 3 threads (the same bytes, base/parallel.h; 3 threads: ranges of 67 rows, each with a
+//     last row alone, and of 200: bands of 64, 64, 64, 8);
+//   the search with 11 directions (12 terms: a chunk and a padded one) on test_imatrix_rank's
+//     inputs.
+typedef struct {
+    int K;
+    uint64_t cov, shrunk;
+    int kept;
+} pin_case;
 #define PIN_SEARCH_HASH 0x1355a11cfca8d2b8ull
-static void test_imatrix_rank_pinned(const imxr_inputs *in, const uint16_t *w, int N, float *H,
-                                     uint8_t *q, uint16_t *sc, uint8_t *z, const g4_q4_shape *sh) {
-    enum { K = 201, R = 11 };
-    imxr_inputs odd = imxr_make(in->T, K, 0.3f, 11);
-    float imp[256], mean[256], V[2][R * 256], *H2 = g4_malloc(sizeof(float) * K * K);
-    imxr_stats(&odd, imp, mean, H2);
+enum { PIN_R = 11 };
+
+// One pin_case on H [K, K] from T rows with means mean[K].
+static void pin_cov(const pin_case *pc, const float *H, int T, const float *mean) {
+    const int K = pc->K;
+    float *V = g4_malloc(sizeof(float) * PIN_R * (size_t)K);
     uint64_t hc[2], hs[2];
     int kept[2];
     for (int v = 0; v < 2; v++) {
         g4_set_threads(v ? 3 : 1);
-        CHECK(g4_cov_dirs(H2, odd.T, mean, K, R, V[v]) == G4_OK);
+        CHECK(g4_cov_dirs(H, T, mean, K, PIN_R, V) == G4_OK);
         CHECK_MSG(g4_parallel_last_split() == (v ? 3 : 1), "cov_dirs: %d threads, expected %d",
                   g4_parallel_last_split(), v ? 3 : 1);
-        hc[v] = fnv1a(0xcbf29ce484222325ull, V[v], sizeof(float) * R * K);
-        CHECK(g4_cov_dirs_shrunk(H2, odd.T, mean, K, R, V[v], &kept[v]) == G4_OK);
-        hs[v] = fnv1a(0xcbf29ce484222325ull, V[v], sizeof(float) * (size_t)kept[v] * K);
+        hc[v] = fnv1a(0xcbf29ce484222325ull, V, sizeof(float) * PIN_R * (size_t)K);
+        CHECK(g4_cov_dirs_shrunk(H, T, mean, K, PIN_R, V, &kept[v]) == G4_OK);
+        hs[v] = fnv1a(0xcbf29ce484222325ull, V, sizeof(float) * (size_t)kept[v] * K);
     }
     g4_set_threads(0);
-    printf("  pinned: cov_dirs %#llx / %#llx, shrunk %#llx / %#llx (kept %d / %d)\n",
+    printf("  pinned K %d: cov_dirs %#llx / %#llx, shrunk %#llx / %#llx (kept %d / %d)\n", K,
            (unsigned long long)hc[0], (unsigned long long)hc[1], (unsigned long long)hs[0],
            (unsigned long long)hs[1], kept[0], kept[1]);
     CHECK_MSG(hc[0] == hc[1] && hs[0] == hs[1] && kept[0] == kept[1],
-              "cov_dirs: 1 and 3 threads differ");
-    CHECK_MSG(hc[0] == PIN_COV_HASH, "cov_dirs K %d r %d: hash %#llx, main's %#llx", K, R,
-              (unsigned long long)hc[0], PIN_COV_HASH);
-    CHECK_MSG(hs[0] == PIN_SHRUNK_HASH && kept[0] == PIN_SHRUNK_KEPT,
-              "cov_dirs_shrunk K %d r %d: hash %#llx kept %d, main's %#llx kept %d", K, R,
-              (unsigned long long)hs[0], kept[0], PIN_SHRUNK_HASH, PIN_SHRUNK_KEPT);
-    free(odd.x), free(H2);
+              "cov_dirs K %d: 1 and 3 threads differ", K);
+    CHECK_MSG(hc[0] == pc->cov, "cov_dirs K %d r %d: hash %#llx, main's %#llx", K, PIN_R,
+              (unsigned long long)hc[0], (unsigned long long)pc->cov);
+    CHECK_MSG(hs[0] == pc->shrunk && kept[0] == pc->kept,
+              "cov_dirs_shrunk K %d r %d: hash %#llx kept %d, main's %#llx kept %d", K, PIN_R,
+              (unsigned long long)hs[0], kept[0], (unsigned long long)pc->shrunk, pc->kept);
+    free(V);
+}
+
+static void test_imatrix_rank_pinned(const imxr_inputs *in, const uint16_t *w, int N, float *H,
+                                     uint8_t *q, uint16_t *sc, uint8_t *z, const g4_q4_shape *sh) {
+    static const pin_case cases[2] = {{201, 0x0ec455c65d7036b0ull, 0xa1e58735f174248aull, 2},
+                                      {600, 0xbda0a85d7a51e02full, 0xa39fa49d40e2b887ull, 3}};
+    float imp[256], mean[600];
+    { // K = 201
+        const int K = cases[0].K;
+        imxr_inputs odd = imxr_make(in->T, K, 0.3f, 11);
+        float *H2 = g4_malloc(sizeof(float) * K * K);
+        imxr_stats(&odd, imp, mean, H2);
+        pin_cov(&cases[0], H2, odd.T, mean);
+        free(odd.x), free(H2);
+    }
+    { // K = 600, T = 64
+        enum { K = 600, T = 64 };
+        unsigned long long rng = 600;
+        float *x = g4_malloc(sizeof(float) * T * K), *H2 = g4_malloc(sizeof(float) * K * K);
+        float load[3][K];
+        for (int f = 0; f < 3; f++)
+            for (int k = 0; k < K; k++) load[f][k] = g4t_rand_uniform(&rng, -1, 1);
+        for (int t = 0; t < T; t++) {
+            const float f0 = gauss(&rng), f1 = gauss(&rng), f2 = gauss(&rng);
+            for (int k = 0; k < K; k++)
+                x[t * K + k] = 0.2f + load[0][k] * f0 + 0.5f * load[1][k] * f1 +
+                               0.25f * load[2][k] * f2 + 0.3f * gauss(&rng);
+        }
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int t = 0; t < T; t++) s += x[t * K + k];
+            mean[k] = (float)(s / T);
+            for (int l = 0; l < K; l++) {
+                double h = 0;
+                for (int t = 0; t < T; t++) h += (double)x[t * K + k] * x[t * K + l];
+                H2[(size_t)k * K + l] = (float)h;
+            }
+        }
+        pin_cov(&cases[1], H2, T, mean);
+        free(x), free(H2);
+    }
+    float *V = g4_malloc(sizeof(float) * PIN_R * (size_t)in->K);
     imxr_stats(in, imp, mean, H);
-    CHECK(g4_cov_dirs(H, in->T, mean, in->K, R, V[0]) == G4_OK);
-    CHECK(g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, in->K, N, G4_Q4_BLOCK, 2, imp, mean, R, V[0], q,
-                                  sc, z) == G4_OK);
+    CHECK(g4_cov_dirs(H, in->T, mean, in->K, PIN_R, V) == G4_OK);
+    CHECK(g4_q4_quantize_imx_dirs(w, G4_DT_FLOAT16, in->K, N, G4_Q4_BLOCK, 2, imp, mean, PIN_R, V,
+                                  q, sc, z) == G4_OK);
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv1a(h, q, sh->q_bytes), h = fnv1a(h, sc, 2 * sh->n_scales), h = fnv1a(h, z, sh->zp_bytes);
-    printf("  pinned: search with %d directions %#llx\n", R, (unsigned long long)h);
-    CHECK_MSG(h == PIN_SEARCH_HASH, "imatrix r = %d: output hash %#llx, main's %#llx", R,
+    printf("  pinned: search with %d directions %#llx\n", PIN_R, (unsigned long long)h);
+    CHECK_MSG(h == PIN_SEARCH_HASH, "imatrix r = %d: output hash %#llx, main's %#llx", PIN_R,
               (unsigned long long)h, PIN_SEARCH_HASH);
+    free(V);
 }
 
 static void test_imatrix_rank(void) {
