@@ -20,7 +20,8 @@
 //            H = X^T X (X: the linear's calibration inputs); per-block scale and zero point by
 //            min/max shrunk by the factor (1 .. 0.6) with the least H[k][k]-weighted error,
 //            taken when the block is reached (or from the original weights with act-order,
-//            which visits channels by decreasing H[k][k])
+//            which visits channels by decreasing H[k][k]); the damping added to H's diagonal
+//            chosen per linear on held-out calibration rows by `g4cu quantize` (g4_gptq_cv)
 //   gptq_imx GPTQ whose block parameters come from the imatrix search (kquant.h
 //            g4_imx_candidates: the same code) run on the block's current, already
 //            error-compensated weights with each channel's mean x^2 (the diagonal of X^T X over
