@@ -70,7 +70,11 @@ int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
 typedef struct {
     g4_qmethod method;
     int act_order;
-    float damp;     // GPTQ's percdamp (G4_GPTQ_DAMP, default 0.01)
+    float damp;     // GPTQ's percdamp where fixed (G4_GPTQ_DAMP=F; 0.01 with --equalize)
+    int cv;         // the damping per linear by held-out rows (gptq_cv_one; G4_GPTQ_DAMP unset
+                    // or cv, not with --equalize)
+    int cv_span;    // its folds' alternate spans of rows (cv_span_of)
+    int cv_hist[G4_GPTQ_CV_N]; // linears per picked damping
     g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate; imatrix: its run's (the mean)
     g4_q4_arrays *a;
     int n;
@@ -93,20 +97,40 @@ static int gptq_imx_mean(void) {
     return g4_env_is("G4_GPTQ_IMX", "mean");
 }
 
-// G4_GPTQ_DAMP (A/B runs, issue 33): gptq's and gptq_imx's damping, a fraction of X^T X's mean
-// diagonal added to it (default 0.01, GPTQ's). Calibrations short of the widest K (X^T X of
-// rank < K) did better with 0.1-1 on the tiny models, long ones with 0.01 (bench/FIDELITY.md "How
-// much calibration the X^T X methods need").
-static int gptq_damp(float *out) {
+// G4_GPTQ_DAMP (issue 33): gptq's and gptq_imx's damping, a fraction of X^T X's mean diagonal
+// added to it: F fixed, or "cv" (*cv = 1, the default): chosen per linear on held-out
+// calibration rows (gptq_cv_one). One fixed value could not serve short and long calibrations
+// (0.1-1 won with fewer tokens than the widest K, 0.01, GPTQ's and the default before, with
+// many: bench/FIDELITY.md "How much calibration the X^T X methods need"); cv measured better
+// than 0.01 where the tokens are short and no worse with 1024 ("GPTQ's damping chosen per
+// linear on held-out rows": 128 tokens +5.0 to +8.8 points on two tiny models, 1024 -0.5 to
+// +3.1), at ~8-11x the quantize time. *set: G4_GPTQ_DAMP was given.
+static int gptq_damp(float *out, int *cv, int *set) {
     const char *v = getenv("G4_GPTQ_DAMP");
-    *out = 0.01f;
-    if (!v || !*v) return G4_OK;
+    *out = 0.01f, *cv = 1, *set = v && *v;
+    if (!*set) return G4_OK;
+    if (!strcmp(v, "cv")) return G4_OK;
+    *cv = 0;
     char *end;
     const double d = strtod(v, &end);
     if (*end || !(d > 0 && d <= 100))
-        return g4_fail(G4_EUSER, "G4_GPTQ_DAMP '%s': expected a number in (0, 100]", v);
+        return g4_fail(G4_EUSER, "G4_GPTQ_DAMP '%s': expected a number in (0, 100] or cv", v);
     *out = (float)d;
     return G4_OK;
+}
+
+// G4_GPTQ_DAMP=cv's folds: alternate spans of CV_SPAN rows (fewer where the calibration is
+// short: at least two spans a fold). Alternate spans rather than the first and second half:
+// each fold then sees the same spread of positions (in one long sequence the second half's
+// rows sit at positions the first half's never reach, past the tiny models' training length:
+// a shift the final X^T X, of both halves, does not have) and of the calibration text's
+// documents, so the held-out error measures how GPTQ's solve carries to unseen rows of the
+// same distribution, which is what the damping trades. Spans, not single rows: neighbouring
+// tokens' inputs are alike, and a held-out row beside a fitted one would flatter the fit.
+#define CV_SPAN 64
+static int cv_span_of(int n_tokens) {
+    const int s = n_tokens / 4;
+    return s < CV_SPAN ? (s > 0 ? s : 1) : CV_SPAN;
 }
 
 // G4_IMATRIX_RANK=r (issue 33): --method imatrix's search with the inputs' centred covariance's r
@@ -156,6 +180,18 @@ static int imatrix_shrink(int *out) {
     return g4_fail(G4_EUSER, "G4_IMATRIX_SHRINK '%s': expected 0, 1 or all", v);
 }
 
+// gptq's / gptq_imx's options (gptq_imx: importance X^T X's diagonal, or under G4_GPTQ_IMX=mean
+// imp / mean of the imatrix run).
+static g4_gptq_opts gptq_opts(const prequant *pq, const float *imp, const float *mean) {
+    g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0, 0};
+    if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean())
+        go.imp = imp, go.mean = mean;
+    else if (pq->method == G4_QM_GPTQ_IMX)
+        go.imp_diag = 1;
+    go.screen = pq->method == G4_QM_GPTQ_IMX && !g4_env_is("G4_GPTQ_IMX", "pick");
+    return go;
+}
+
 // One linear by the method: w [K, N] (fp16, or fp32 scaled by --equalize) with its input's X^T X
 // H (gptq, gptq_imx: overwritten), importance imp / mean (imatrix; gptq_imx under
 // G4_GPTQ_IMX=mean) and r directions V (imatrix).
@@ -172,19 +208,8 @@ static int quant_with(const prequant *pq, const void *w, int dtype, int K, int N
                                        sc, zp);
     case G4_QM_GPTQ:
     case G4_QM_GPTQ_IMX: {
-        g4_gptq_opts go = {pq->damp, pq->act_order, 0, NULL, NULL, 0};
-        float *diag = NULL;
-        if (pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) {
-            go.imp = imp, go.mean = mean;
-        } else if (pq->method == G4_QM_GPTQ_IMX) { // g4_q4_gptq overwrites H: a copy
-            diag = g4_malloc(sizeof(float) * (size_t)K);
-            for (int k = 0; k < K; k++) diag[k] = H[(size_t)k * K + k];
-            go.imp = diag;
-        }
-        go.screen = pq->method == G4_QM_GPTQ_IMX && !g4_env_is("G4_GPTQ_IMX", "pick");
-        const int rc = g4_q4_gptq(w, dtype, K, N, G4_Q4_BLOCK, H, &go, q, sc, zp);
-        free(diag);
-        return rc;
+        const g4_gptq_opts go = gptq_opts(pq, imp, mean);
+        return g4_q4_gptq(w, dtype, K, N, G4_Q4_BLOCK, H, &go, q, sc, zp);
     }
     case G4_QM_FIT:
         return g4_q4_fit(w, dtype, K, N, G4_Q4_BLOCK, H, q, sc, zp);
@@ -595,6 +620,33 @@ static int eq_finish(eq_state *e) {
     return G4_OK;
 }
 
+// G4_GPTQ_DAMP=cv, one linear: H holds its two folds' X^T X (g4_hessian_opts fold_span); the
+// damping of the least held-out error (methods.h g4_gptq_cv), then the linear quantized from
+// their sum, the whole calibration's X^T X, with it.
+static int gptq_cv_one(prequant *pq, const char *name, const void *w, int K, int N, float *H,
+                       int imp_i) {
+    const float *imp = imp_i >= 0 ? pq->im->imp[imp_i] : NULL;
+    const float *mean = imp_i >= 0 ? pq->im->mean[imp_i] : NULL;
+    g4_gptq_opts go = gptq_opts(pq, imp, mean);
+    const size_t kk = (size_t)K * K;
+    int pick = 0;
+    g4_q4_arrays a = g4_q4_arrays_new(name, K, N);
+    int rc = g4_gptq_cv(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, H + kk, &go, &pick, NULL);
+    if (!rc) {
+        for (size_t e = 0; e < kk; e++) H[e] += H[kk + e];
+        go.damp = g4_gptq_cv_grid[pick];
+        rc = g4_q4_gptq(w, G4_DT_FLOAT16, K, N, G4_Q4_BLOCK, H, &go, a.q, a.scales, a.zp);
+    }
+    if (rc) {
+        g4_error_prefix("%s", name);
+        g4_q4_arrays_free(&a);
+        return rc;
+    }
+    pq->cv_hist[pick]++;
+    add_arrays(pq, a);
+    return G4_OK;
+}
+
 static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
     prequant *pq = ctx;
     if (K > pq->k_max) pq->k_max = K;
@@ -605,6 +657,7 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
         int taken = 0;
         if ((rc = eq_linear(pq, name, w, K, N, H, i, &taken)) || taken) return rc;
     }
+    if (pq->cv) return gptq_cv_one(pq, name, w, K, N, H, i);
     const int r = imatrix_r(pq, K);
     // with --equalize every linear reaches here: kquant and rtn, and imatrix without directions
     // (the same bytes as r = 0), are the writer's
@@ -668,12 +721,14 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
             pq->method == G4_QM_IMATRIX && !pq->rank_all && pq->shrink == SHRINK_OFF && !pq->eq
                 ? n / IMATRIX_TOKENS_PER_K
                 : 0;
-        const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k};
+        pq->cv_span = pq->cv ? cv_span_of(n) : 0;
+        const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k, pq->cv_span};
         pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         if (pq->eq && (rc = eq_finish(pq->eq))) goto done;
-        char damp[48] = "";
-        if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
+        char damp[48] = ""; // gptq, gptq_imx: a fixed damping (G4_GPTQ_DAMP=F, --equalize's)
+        if ((pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) && !pq->cv)
+            snprintf(damp, sizeof damp, ", damping %g", pq->damp);
         char rk[160] = "";
         if (pq->method == G4_QM_IMATRIX)
             snprintf(rk, sizeof rk,
@@ -682,6 +737,15 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
                      pq->rank, pq->n_dirs, pq->dirs_sum, pq->n_shrunk);
         fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
                 g4_qmethod_name(pq->method), n_lin, n, how, calib, damp, rk);
+        if (pq->cv) {
+            fprintf(rep,
+                    "%s: damping by held-out rows (G4_GPTQ_DAMP=cv, two folds of alternate spans "
+                    "of %d rows), linears per damping:",
+                    g4_qmethod_name(pq->method), pq->cv_span);
+            for (int d = 0; d < G4_GPTQ_CV_N; d++)
+                fprintf(rep, " %g x%d", g4_gptq_cv_grid[d], pq->cv_hist[d]);
+            fprintf(rep, "\n");
+        }
         // Fewer tokens than a linear's K leave its X^T X rank-deficient: on the tiny trained
         // models gptq then lost to plain k-quant (bench/FIDELITY.md "How much calibration the
         // X^T X methods need"); say so rather than hand back a silently worse package.
@@ -762,7 +826,15 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                        "methods' (imatrix, gptq, fit, gptq_imx)",
                        g4_qmethod_name(method));
     float damp = 0.01f;
-    if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp))) return rc;
+    int cv = 0, cv_set = 0;
+    if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) &&
+        (rc = gptq_damp(&damp, &cv, &cv_set)))
+        return rc;
+    // The equalization's groups quantize from one X^T X each, no folds: 0.01 there by default,
+    // cv asked for is refused.
+    if (cv && p->equalize && cv_set)
+        return g4_fail(G4_EUSER, "quantize: G4_GPTQ_DAMP=cv with equalize: not supported");
+    if (p->equalize) cv = 0;
     int rank = 0;
     int rank_all = 0;
     int shrink = SHRINK_OFF;
@@ -785,6 +857,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     prequant pq = {.method = method,
                    .act_order = p->gptq_act_order,
                    .damp = damp,
+                   .cv = cv,
                    .im = method == G4_QM_IMATRIX ? &im : &pim,
                    .rank = rank,
                    .rank_all = rank_all,

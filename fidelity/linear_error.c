@@ -229,7 +229,7 @@ int g4_linerr_run(g4_text_model *m, const char *ref_dir, const char *const *pkgs
     for (int p = 0; p < n_pkgs && !rc; p++)
         for (int i = 0; i < nl; i++) out->rows[i].kept[p] = c.lin[p][i].kind == G4_W_F16;
     int n_lin = 0;
-    const g4_hessian_opts ho = {max_floats, 0, 0};
+    const g4_hessian_opts ho = {max_floats, 0, 0, 0};
     if (!rc) rc = g4_hessian_run(m, ids, n, &ho, on_hessian, &c, &n_lin);
     if (!rc && n_lin != nl)
         rc =

@@ -47,7 +47,8 @@ typedef struct {
     double **imx_lin; // [n][K] sum x per input channel (with imx_sum)
     long *imx_rows;   // [n]
     // the Hessian run instead (g4_hessian_run): X^T X of the candidates with hess[i] set
-    float **hess; // [n][K * K], or NULL
+    float **hess; // [n][K * K] ([n][2 K * K] with fold_span), or NULL
+    int fold_span; // g4_hessian_opts's (> 0: hess holds fold a's X^T X, then fold b's)
 } probe;
 
 static void imx_add(probe *p, int i, const g4_buf *x);
@@ -655,14 +656,27 @@ static void hess_add(probe *p, int i, const g4_buf *x) {
     const size_t K = (size_t)x->cols, n = (size_t)x->rows * K;
     float *a = g4_malloc(sizeof(float) * n);
     g4_buf_to_host_f32(p->real, x, a);
-    g4_xtx_add(p->hess[i], a, x->rows, (int)K);
+    if (p->fold_span > 0) { // runs of rows of one fold, by their place among all rows so far
+        const long span = p->fold_span;
+        for (int r0 = 0; r0 < x->rows;) {
+            const long g = p->imx_rows[i] + r0; // the row's place in the calibration
+            const int run = (int)(span - g % span), nr = x->rows - r0 < run ? x->rows - r0 : run;
+            g4_xtx_add(p->hess[i] + (g / span % 2 ? K * K : 0), a + (size_t)r0 * K, nr, (int)K);
+            r0 += nr;
+        }
+    } else {
+        g4_xtx_add(p->hess[i], a, x->rows, (int)K);
+    }
     p->imx_rows[i] += x->rows;
     free(a);
 }
 
 // The floats of a candidate's H; 0 for one wider than max_k (> 0): no H, no forward for it.
-static uint64_t h_floats(const cand *c, int max_k) {
-    return max_k > 0 && c->row.K > max_k ? 0 : (uint64_t)c->row.K * (uint64_t)c->row.K;
+// With folds (fold_span > 0) two of them.
+static uint64_t h_floats(const cand *c, int max_k, int fold_span) {
+    return max_k > 0 && c->row.K > max_k
+               ? 0
+               : (uint64_t)c->row.K * (uint64_t)c->row.K * (fold_span > 0 ? 2 : 1);
 }
 
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
@@ -675,19 +689,20 @@ int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian
     probe p = {0};
     if ((rc = probe_start(m, n, o->win, &c, &nc, &s, &own, &p))) goto done;
     p.hess = g4_calloc((size_t)(nc > 0 ? nc : 1), sizeof(float *));
+    p.fold_span = o->fold_span;
     for (int i0 = 0; i0 < nc && !rc;) {
-        if (!h_floats(&c[i0], o->max_k)) {
+        if (!h_floats(&c[i0], o->max_k, o->fold_span)) {
             i0++;
             continue;
         }
         int i1 = i0;
         uint64_t used = 0;
         do { // at least one; then while the group's H fit in max_floats
-            const uint64_t f = h_floats(&c[i1], o->max_k);
+            const uint64_t f = h_floats(&c[i1], o->max_k, o->fold_span);
             used += f;
             if (f) p.hess[i1] = g4_calloc((size_t)f, sizeof(float));
             i1++;
-        } while (i1 < nc && used + h_floats(&c[i1], o->max_k) <= o->max_floats);
+        } while (i1 < nc && used + h_floats(&c[i1], o->max_k, o->fold_span) <= o->max_floats);
         s->be = &p.be;
         rc = forward_all_rows(s, ids, n, o->win);
         s->be = own;

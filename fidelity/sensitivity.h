@@ -86,6 +86,11 @@ typedef struct {
     int win;             // calibration windows (above); 0: one sequence
     int max_k;           // > 0: only the linears of K <= max_k (the rest never reach cb and
                          // cost no X^T X); 0: every linear
+    int fold_span;       // > 0: two folds of the rows, alternate spans of fold_span rows by the
+                         // row's place in the calibration (rows 0 .. span - 1 fold a, the next
+                         // span fold b, ...); cb's H then holds 2 K x K floats, fold a's X^T X
+                         // then fold b's (their sum is the plain H up to the order of the
+                         // additions); 0: one H (as above)
 } g4_hessian_opts;
 int g4_hessian_run(g4_text_model *m, const int32_t *ids, int n, const g4_hessian_opts *o,
                    g4_hessian_cb cb, void *ctx, int *n_linears);

@@ -884,6 +884,11 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
     const float damp0 = o && o->damp > 0 ? o->damp : 0.01f;
     if (!(damp0 < 1e3f)) return g4_fail(G4_EUSER, "gptq: damping %g, expected (0, 1000)", damp0);
     const int act = o && o->act_order;
+    float *imp0 = NULL; // imp_diag: H's diagonal as given (before the dead channels' 1)
+    if (o && !o->imp && o->imp_diag) {
+        imp0 = g4_malloc(sizeof(float) * (size_t)K);
+        for (int k = 0; k < K; k++) imp0[k] = H[(size_t)k * K + k];
+    }
     int *perm = g4_malloc(sizeof(int) * (size_t)K);
     const int kb = g4_q4_kblocks(K, block);
     double *hd = g4_calloc((size_t)kb * block, sizeof(double));
@@ -918,18 +923,114 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
     }
     free(diag);
     if (!ok) {
-        free(perm), free(hd);
+        free(perm), free(hd), free(imp0);
         return g4_fail(G4_EUSER, "gptq: X^T X [%d, %d] is not positive definite after damping "
                                  "%g x its mean diagonal",
                        K, K, damp / 10);
     }
     float *impp = NULL, *mup = NULL;
     if (o && o->imp) g4_imx_prepare(o->imp, o->mean, K, block, &impp, &mup);
+    else if (o && o->imp_diag) g4_imx_prepare(imp0, NULL, K, block, &impp, &mup);
+    free(imp0);
     gptq_job j = {w,   w_dtype,        K, N,      block, kb, H, perm, hd, o && o->minmax, act, impp,
                   mup, o && o->screen, q, scales, zp};
     g4_parallel_for((N + TILE - 1) / TILE, (double)TILE * K * K, gptq_range, &j);
     free(perm), free(hd), free(impp), free(mup);
     return G4_OK;
+}
+
+// --- the layer-output error, GPTQ's damping by held-out rows (G4_GPTQ_DAMP=cv) ------------------
+
+typedef struct {
+    const void *w;
+    int dtype, K, N;
+    g4_linear q4;
+    const float *H;
+    double *err; // [tiles]
+} err_job;
+
+// Tiles [lo, hi) of TILE columns: D [K][TILE] the columns' dW, then sum_a D[a] . (H[a] D) per
+// column, each in the order of a and b, into err[tile] (the tile's columns in order).
+static void err_range(void *ctx, int lo, int hi) {
+    const err_job *j = ctx;
+    const int K = j->K;
+    double *D = g4_malloc(sizeof(double) * (size_t)K * TILE);
+    float *col = g4_malloc(sizeof(float) * (size_t)K);
+    double g[TILE], e[TILE];
+    for (int tile = lo; tile < hi; tile++) {
+        const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
+        for (int t = 0; t < TILE; t++) {
+            if (t < nt) g4_q4_dequant_col(&j->q4, n0 + t, col);
+            for (int k = 0; k < K; k++)
+                D[(size_t)k * TILE + t] =
+                    t < nt ? (double)col[k] - load_w(j->w, j->dtype, (uint64_t)k * j->N + n0 + t)
+                           : 0.0;
+        }
+        for (int t = 0; t < TILE; t++) e[t] = 0;
+        for (int a = 0; a < K; a++) {
+            const float *ha = j->H + (size_t)a * K;
+            for (int t = 0; t < TILE; t++) g[t] = 0;
+            for (int b = 0; b < K; b++) {
+                const double h = ha[b];
+                const double *db = D + (size_t)b * TILE;
+                for (int t = 0; t < TILE; t++) g[t] += h * db[t];
+            }
+            const double *da = D + (size_t)a * TILE;
+            for (int t = 0; t < TILE; t++) e[t] += da[t] * g[t];
+        }
+        double s = 0;
+        for (int t = 0; t < nt; t++) s += e[t];
+        j->err[tile] = s;
+    }
+    free(D), free(col);
+}
+
+double g4_q4_out_err(const void *w, int w_dtype, int K, int N, int block, const uint8_t *q,
+                     const uint16_t *scales, const uint8_t *zp, const float *H) {
+    const int tiles = (N + TILE - 1) / TILE;
+    err_job j = {w, w_dtype, K, N, {0}, H, g4_calloc((size_t)tiles, sizeof(double))};
+    j.q4 = (g4_linear){.kind = G4_W_Q4,
+                       .in = K,
+                       .out = N,
+                       .block = block,
+                       .w = q,
+                       .scales = scales,
+                       .zp = zp};
+    g4_parallel_for(tiles, (double)TILE * K * K, err_range, &j);
+    double s = 0;
+    for (int t = 0; t < tiles; t++) s += j.err[t];
+    free(j.err);
+    return s;
+}
+
+const float g4_gptq_cv_grid[G4_GPTQ_CV_N] = {0.01f, 0.03f, 0.1f, 0.3f, 1.0f};
+
+int g4_gptq_cv(const void *w, int w_dtype, int K, int N, int block, const float *Ha,
+               const float *Hb, const g4_gptq_opts *o, int *pick, double *err) {
+    int rc = check_args("gptq cv", w_dtype, K, N, block);
+    if (rc) return rc;
+    if (!Ha || !Hb) return g4_fail(G4_EUSER, "gptq cv: no X^T X of a fold given");
+    const g4_q4_shape sh = g4_q4_shape_of(K, N, block);
+    float *T = g4_malloc(sizeof(float) * (size_t)K * K);
+    uint8_t *q = g4_malloc(sh.q_bytes), *zp = g4_malloc(sh.zp_bytes);
+    uint16_t *sc = g4_malloc(sizeof(uint16_t) * sh.n_scales);
+    g4_gptq_opts go = o ? *o : (g4_gptq_opts){0};
+    double best = INFINITY;
+    *pick = 0;
+    for (int d = 0; d < G4_GPTQ_CV_N && !rc; d++) {
+        go.damp = g4_gptq_cv_grid[d];
+        double e = 0;
+        for (int f = 0; f < 2 && !rc; f++) { // fit on one fold, score on the other
+            const float *Hfit = f ? Hb : Ha, *Hout = f ? Ha : Hb;
+            memcpy(T, Hfit, sizeof(float) * (size_t)K * K);
+            if (!(rc = g4_q4_gptq(w, w_dtype, K, N, block, T, &go, q, sc, zp)))
+                e += g4_q4_out_err(w, w_dtype, K, N, block, q, sc, zp, Hout);
+        }
+        if (err) err[d] = e;
+        if (!rc && e < best) best = e, *pick = d;
+    }
+    free(T), free(q), free(zp), free(sc);
+    return rc;
 }
 
 // --- the covariance's leading directions (imatrix, G4_IMATRIX_RANK) ----------------------------

@@ -20,7 +20,8 @@
 //            H = X^T X (X: the linear's calibration inputs); per-block scale and zero point by
 //            min/max shrunk by the factor (1 .. 0.6) with the least H[k][k]-weighted error,
 //            taken when the block is reached (or from the original weights with act-order,
-//            which visits channels by decreasing H[k][k])
+//            which visits channels by decreasing H[k][k]); the damping added to H's diagonal
+//            chosen per linear on held-out calibration rows by `g4cu quantize` (g4_gptq_cv)
 //   gptq_imx GPTQ whose block parameters come from the imatrix search (kquant.h
 //            g4_imx_candidates: the same code) run on the block's current, already
 //            error-compensated weights with each channel's mean x^2 (the diagonal of X^T X over
@@ -84,6 +85,7 @@ typedef struct {
     const float *imp, *mean;
     int screen; // with imp and without act_order: the search's GPTQ_SCREEN best candidates
                 // re-judged by GPTQ's own error on the block (gptq_imx's default: 1)
+    int imp_diag; // 1 (gptq_imx's default, imp NULL): imp is H's diagonal as given
 } g4_gptq_opts;
 
 // H: K x K floats (symmetric), overwritten (its lower triangle and diagonal are kept as the
@@ -92,6 +94,23 @@ typedef struct {
 // tenfold, up to four times, then an error.
 int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
                const g4_gptq_opts *o, uint8_t *q, uint16_t *scales, uint8_t *zp);
+
+// The layer-output error of quantized arrays (q, scales, zp as g4_q4_gptq writes them) on rows
+// whose X^T X is H [K, K] (symmetric floats, read only): tr(dW^T H dW) = ||X (Wq - W)||^2,
+// dW = dequant(q) - W. In double; any thread count gives the same value.
+double g4_q4_out_err(const void *w, int w_dtype, int K, int N, int block, const uint8_t *q,
+                     const uint16_t *scales, const uint8_t *zp, const float *H);
+
+// GPTQ's damping chosen on held-out rows (G4_GPTQ_DAMP=cv, issue 33): Ha, Hb [K, K] (read
+// only) the X^T X of two folds of the calibration rows; for each damping of g4_gptq_cv_grid,
+// g4_q4_gptq with o (its damp replaced) on Ha scored by g4_q4_out_err on Hb, and on Hb scored
+// on Ha; *pick: the grid index of the least sum (the smaller damping on a tie); err (NULL or
+// [G4_GPTQ_CV_N]): the sums. 2 G4_GPTQ_CV_N solves and as many error sums; K x K floats and
+// one set of Q4 arrays of scratch. Deterministic, any thread count.
+#define G4_GPTQ_CV_N 5
+extern const float g4_gptq_cv_grid[G4_GPTQ_CV_N]; // 0.01, 0.03, 0.1, 0.3, 1
+int g4_gptq_cv(const void *w, int w_dtype, int K, int N, int block, const float *Ha,
+               const float *Hb, const g4_gptq_opts *o, int *pick, double *err);
 
 // --imatrix's covariance directions (G4_IMATRIX_RANK=r, kquant.h g4_q4_quantize_imx_dirs): from
 // H = X^T X [K, K] (symmetric floats, read only) over rows input rows of mean x mean[K], the

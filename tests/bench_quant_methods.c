@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
     for (int act = 0; act <= 1; act++) {
         const int only_inv = !act && strchr(parts, 'i') && !strchr(parts, 'g');
         if (!strchr(parts, act ? 'a' : 'g') && !only_inv) continue;
-        g4_gptq_opts go = {0.01f, act, 0, NULL, NULL, 0};
+        g4_gptq_opts go = {0.01f, act, 0, NULL, NULL, 0, 0};
         // One column: the factorisation (and its set-up) alone, to the column work's K^2 / 2.
         out4 o1 = {0};
         o1.sh = g4_q4_shape_of(K, 1, G4_Q4_BLOCK);
@@ -260,7 +260,7 @@ int main(int argc, char **argv) {
     if (strchr(parts, 'm')) { // as `quantize --method gptq_imx`: X^T X's diagonal as importance
         float *imp = g4_malloc(sizeof(float) * (size_t)K);
         for (int k = 0; k < K; k++) imp[k] = H[(size_t)k * K + k];
-        g4_gptq_opts go = {0.01f, 0, 0, imp, NULL, 1};
+        g4_gptq_opts go = {0.01f, 0, 0, imp, NULL, 1, 0};
         memcpy(H2, H, sizeof(float) * (size_t)K * K);
         t0 = now();
         int rc = g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H2, &go, o.q, o.sc, o.zp);

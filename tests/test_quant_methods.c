@@ -10,7 +10,9 @@
 //    equal to the imatrix's importance (two probes, one forward each); the grouping of linears
 //    into forwards changes nothing.
 //    In windows (calib_ctx), X^T X is the sum of each window's run alone, <bos> first, and
-//    differs from the one-sequence run's (windows silently not cut fail).
+//    differs from the one-sequence run's (windows silently not cut fail). With folds
+//    (G4_GPTQ_DAMP=cv's fold_span), each fold's X^T X is that of its spans of rows: spans of
+//    one window give the windows' own runs, spans of 5 sum to the whole H.
 // 3. The methods on synthetic weights: RTN on a hand-made block (exact codes); GPTQ with a
 //    diagonal X^T X is RTN byte for byte (no error to push: U is diagonal), with and without
 //    act-order; on correlated inputs GPTQ and fit lower the layer-output error
@@ -21,10 +23,13 @@
 //    X^T X and no screen is the imatrix search byte for byte (with and without act-order), its
 //    screen never raises the (damped) diagonal error there, and on correlated inputs with a
 //    mean its layer-output error is at most gptq's, the imatrix search's and its own without
-//    the screen (measured 0.86x, 0.75x, 0.95x); bad inputs get one-line errors.
+//    the screen (measured 0.86x, 0.75x, 0.95x); GPTQ's damping by held-out rows (g4_gptq_cv)
+//    picks more than 0.01 where each fold has fewer rows than K and 0.01 / 0.03 where it has
+//    32 a channel, its error sums equal another path's; bad inputs get one-line errors.
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/parallel.h"
 #include "engine/text_model.h"
 #include "fidelity/sensitivity.h"
 #include "kernels/ops.h"
@@ -151,7 +156,7 @@ static int check_hess(void *ctx, const char *name, const void *w, int K, int N, 
 static void test_hessian(g4_text_model *m, const int32_t *ids, const g4_imatrix *im) {
     hess_check one = {im, 0, 0, 0, 0, 0, {0}}, all = one;
     int n1 = 0, n2 = 0;
-    const g4_hessian_opts o1 = {20000, 0, 0}, o2 = {1u << 24, 0, 0};
+    const g4_hessian_opts o1 = {20000, 0, 0, 0}, o2 = {1u << 24, 0, 0, 0};
     int rc = g4_hessian_run(m, ids, N_IDS, &o1, check_hess, &one, &n1); // ~20 forwards
     CHECK_MSG(rc == G4_OK, "%s", g4_error());
     rc = g4_hessian_run(m, ids, N_IDS, &o2, check_hess, &all, &n2); // one forward
@@ -174,8 +179,9 @@ static void test_hessian(g4_text_model *m, const int32_t *ids, const g4_imatrix 
 typedef struct {
     int n;
     char *name[N_LINEARS];
-    double *h[N_LINEARS]; // [K * K]
+    double *h[N_LINEARS]; // [K * K] ([2 K * K] with folds)
     int K[N_LINEARS];
+    int folds; // 1: a run with fold_span (H holds fold a's X^T X, then fold b's)
 } hess_keep;
 
 static int keep_hess(void *ctx, const char *name, const void *w, int K, int N, float *H) {
@@ -184,9 +190,10 @@ static int keep_hess(void *ctx, const char *name, const void *w, int K, int N, f
     const int i = c->n++;
     c->name[i] = g4_strdup(name);
     c->K[i] = K;
-    c->h[i] = g4_malloc(sizeof(double) * (size_t)K * K);
+    const size_t nf = (size_t)K * K * (c->folds ? 2 : 1);
+    c->h[i] = g4_malloc(sizeof(double) * nf);
     (void)w, (void)N;
-    for (size_t j = 0; j < (size_t)K * K; j++) c->h[i][j] = H[j];
+    for (size_t j = 0; j < nf; j++) c->h[i][j] = H[j];
     return G4_OK;
 }
 
@@ -213,7 +220,7 @@ static void test_hessian_windows(g4_text_model *m, const int32_t *ids) {
     int32_t second[N_IDS / 2];
     memcpy(second, ids + W, sizeof second);
     second[0] = ids[0];
-    const g4_hessian_opts ow = {1u << 24, W, 0}, o1 = {1u << 24, 0, 0};
+    const g4_hessian_opts ow = {1u << 24, W, 0, 0}, o1 = {1u << 24, 0, 0, 0};
     int n = 0;
     CHECK(g4_hessian_run(m, ids, N_IDS, &ow, keep_hess, &win, &n) == G4_OK);
     CHECK(g4_hessian_run(m, ids, W, &o1, keep_hess, &a, &n) == G4_OK);
@@ -232,6 +239,36 @@ static void test_hessian_windows(g4_text_model *m, const int32_t *ids) {
         differs += hess_rel(&win, &one, i) > 1e-3;
     }
     CHECK_MSG(bad == 0, "windows: %d of %d linears' X^T X != the two windows' sum", bad, win.n);
+    // Folds (G4_GPTQ_DAMP=cv): in windows of 20 with spans of 20, fold a is the first window's
+    // X^T X and fold b the second's; with spans of 5 (rows 0-4, 10-14, .. fold a) the two folds
+    // sum to the windows' H and neither equals a window's.
+    hess_keep f20 = {.folds = 1}, f5 = {.folds = 1};
+    const g4_hessian_opts of20 = {1u << 24, W, 0, W}, of5 = {1u << 24, W, 0, 5};
+    CHECK(g4_hessian_run(m, ids, N_IDS, &of20, keep_hess, &f20, &n) == G4_OK);
+    CHECK(g4_hessian_run(m, ids, N_IDS, &of5, keep_hess, &f5, &n) == G4_OK);
+    CHECK_INT(f20.n, N_LINEARS);
+    CHECK_INT(f5.n, N_LINEARS);
+    int bad_a = 0, bad_b = 0, bad_sum = 0, same5 = 0;
+    for (int i = 0; i < f20.n && i < f5.n && i < win.n && i < a.n && i < b.n; i++) {
+        const size_t kk = (size_t)win.K[i] * win.K[i];
+        double da = 0, db = 0, ds = 0, d5 = 0, ra = 0, rb = 0, rs = 0;
+        for (size_t j = 0; j < kk; j++) {
+            da = fmax(da, fabs(f20.h[i][j] - a.h[i][j])), ra = fmax(ra, fabs(a.h[i][j]));
+            db = fmax(db, fabs(f20.h[i][kk + j] - b.h[i][j])), rb = fmax(rb, fabs(b.h[i][j]));
+            ds = fmax(ds, fabs(f5.h[i][j] + f5.h[i][kk + j] - win.h[i][j]));
+            rs = fmax(rs, fabs(win.h[i][j]));
+            d5 = fmax(d5, fabs(f5.h[i][j] - a.h[i][j]));
+        }
+        bad_a += !(da <= 1e-6 * ra), bad_b += !(db <= 1e-6 * rb), bad_sum += !(ds <= 1e-5 * rs);
+        same5 += !(d5 > 1e-3 * ra);
+    }
+    CHECK_MSG(bad_a == 0 && bad_b == 0,
+              "folds of span 20: %d / %d linears' fold a / b != the first / second window's",
+              bad_a, bad_b);
+    CHECK_MSG(bad_sum == 0, "folds of span 5: %d linears' folds do not sum to the whole H",
+              bad_sum);
+    CHECK_MSG(same5 == 0, "folds of span 5: %d linears' fold a equals the first window's", same5);
+    hess_keep_free(&f20), hess_keep_free(&f5);
     // every linear past the embedding sees attention over the whole sequence in `one`
     CHECK_MSG(differs >= N_LINEARS - 10,
               "windows: only %d of %d linears' X^T X differ from one "
@@ -331,7 +368,7 @@ static void test_gptq_diagonal_is_rtn(void) {
         for (int k = 0; k < K; k++) Hd[k * K + k] = H[k * K + k] > 0 ? H[k * K + k] : 1;
         float *H2 = g4_malloc(sizeof(float) * K * K);
         memcpy(H2, H, sizeof(float) * K * K);
-        g4_gptq_opts o = {0.01f, act, 1, NULL, NULL, 0};
+        g4_gptq_opts o = {0.01f, act, 1, NULL, NULL, 0, 0};
         CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, g.q, g.sc, g.zp) == G4_OK,
                   "%s", g4_error());
         CHECK_MSG(q4_same(&r, &g, K, N), "gptq (act_order %d) with a diagonal X^T X != rtn", act);
@@ -373,7 +410,7 @@ static void test_methods_lower_output_error(void) {
     CHECK(g4_q4_quantize(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, kq.q, kq.sc, kq.zp) == G4_OK);
     for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
     CHECK(g4_q4_fit(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, ft.q, ft.sc, ft.zp) == G4_OK);
-    g4_gptq_opts o = {0.01f, 0, 0, NULL, NULL, 0};
+    g4_gptq_opts o = {0.01f, 0, 0, NULL, NULL, 0, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, gp.q, gp.sc, gp.zp) == G4_OK);
     for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
     o.act_order = 1;
@@ -458,7 +495,7 @@ static void test_gptq_imx_diagonal(void) {
     for (int act = 0; act <= 1; act++) {
         memset(H, 0, sizeof(float) * K * K);
         for (int k = 0; k < K; k++) H[k * K + k] = (float)R * imp[k];
-        g4_gptq_opts o = {0.01f, act, 0, imp, NULL, 0};
+        g4_gptq_opts o = {0.01f, act, 0, imp, NULL, 0, 0};
         CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, g.q, g.sc, g.zp) == G4_OK,
                   "%s", g4_error());
         CHECK_MSG(q4_same(&im, &g, K, N),
@@ -467,7 +504,7 @@ static void test_gptq_imx_diagonal(void) {
     }
     memset(H, 0, sizeof(float) * K * K);
     for (int k = 0; k < K; k++) H[k * K + k] = (float)R * imp[k];
-    g4_gptq_opts o = {0.01f, 0, 0, imp, NULL, 1};
+    g4_gptq_opts o = {0.01f, 0, 0, imp, NULL, 1, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, H, &o, gs.q, gs.sc, gs.zp) == G4_OK);
     const double e_pick = out_loss(W, K, N, Hd, &g), e_scr = out_loss(W, K, N, Hd, &gs);
     CHECK_MSG(e_scr <= e_pick * (1 + 1e-9) && e_scr > 0,
@@ -511,7 +548,7 @@ static void test_gptq_imx_lower_output_error(void) {
           G4_OK);
     const q4buf *outs[3] = {&gp, &gk, &gi};
     for (int v = 0; v < 3; v++) { // gptq; gptq_imx without the screen; gptq_imx
-        g4_gptq_opts o = {0.01f, 0, 0, v ? imp : NULL, NULL, v == 2}; // no mean: gptq_imx's default
+        g4_gptq_opts o = {0.01f, 0, 0, v ? imp : NULL, NULL, v == 2, 0}; // no mean: gptq_imx's default
         for (int i = 0; i < K * K; i++) Hf[i] = (float)H[i];
         CHECK_MSG(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf, &o, outs[v]->q, outs[v]->sc,
                              outs[v]->zp) == G4_OK,
@@ -530,6 +567,106 @@ static void test_gptq_imx_lower_output_error(void) {
     q4_free(&gp), q4_free(&im), q4_free(&gi), q4_free(&gk);
 }
 
+// G4_GPTQ_DAMP=cv (methods.h g4_gptq_cv): correlated inputs as above (K 64, 2 blocks), the rows
+// split into two folds by alternate spans of 10 (the quantize run's rule). With 40 rows (20 a
+// fold, fewer than K: each fold's X^T X has rank 20) GPTQ fitted on one fold at 1% damping
+// overfits it and the held-out error must pick a larger damping; with 4096 rows (32 a channel a
+// fold) the pick must be 0.01 or 0.03. Both for gptq, gptq act-order and gptq_imx (its
+// importance the fold's diagonal, the screen on). The error sums are checked against another
+// path: out_loss (column by column from the dequantized weights, H in double) of g4_q4_gptq's
+// arrays fitted on one fold, scored on the other; the pick is their argmin; one thread and
+// two give the same pick and sums.
+static void cv_case(int R, int variant, int *pick, double *err) {
+    const int K = 64, N = 32, span = 10;
+    unsigned long long rng = 7007 + (unsigned long long)R;
+    float *W = g4_malloc(sizeof(float) * K * N), *A = g4_malloc(sizeof(float) * K * K);
+    float *X = g4_malloc(sizeof(float) * (size_t)R * K), *Xf[2];
+    float *Hf[2], *T = g4_malloc(sizeof(float) * K * K);
+    double *H[2];
+    int nf[2] = {0, 0};
+    for (int i = 0; i < K * N; i++) W[i] = 0.05f * gauss(&rng);
+    for (int i = 0; i < K * K; i++)
+        A[i] = (i / K == i % K ? 1.0f : 0.0f) + 0.6f * gauss(&rng) / sqrtf((float)K);
+    for (int f = 0; f < 2; f++) {
+        Xf[f] = g4_malloc(sizeof(float) * (size_t)R * K);
+        H[f] = g4_calloc((size_t)K * K, sizeof(double));
+        Hf[f] = g4_malloc(sizeof(float) * K * K);
+    }
+    for (int r = 0; r < R; r++) {
+        float z[64];
+        for (int k = 0; k < K; k++) z[k] = gauss(&rng);
+        const int f = r / span % 2;
+        for (int k = 0; k < K; k++) {
+            double v = 0;
+            for (int j = 0; j < K; j++) v += (double)z[j] * A[j * K + k];
+            X[r * K + k] = (float)(v * (0.2 + 2.8 * ((k * 37) % K) / (double)K));
+        }
+        memcpy(Xf[f] + (size_t)nf[f]++ * K, X + (size_t)r * K, sizeof(float) * K);
+    }
+    for (int f = 0; f < 2; f++) {
+        input_stats(Xf[f], nf[f], K, NULL, NULL, H[f]);
+        for (int i = 0; i < K * K; i++) Hf[f][i] = (float)H[f][i];
+    }
+    g4_gptq_opts o = {0.01f, variant == 1, 0, NULL, NULL, variant == 2, variant == 2};
+    double err2[G4_GPTQ_CV_N];
+    int pick2 = -1;
+    g4_set_threads(1);
+    CHECK_MSG(g4_gptq_cv(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf[0], Hf[1], &o, pick, err) ==
+                  G4_OK,
+              "%s", g4_error());
+    g4_set_threads(2);
+    CHECK(g4_gptq_cv(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, Hf[0], Hf[1], &o, &pick2, err2) == G4_OK);
+    g4_set_threads(0);
+    CHECK_MSG(pick2 == *pick && !memcmp(err, err2, sizeof err2),
+              "cv (R %d, variant %d): 1 and 2 threads differ", R, variant);
+    int argmin = 0, bad = 0;
+    for (int d = 0; d < G4_GPTQ_CV_N; d++) {
+        if (err[d] < err[argmin]) argmin = d;
+        double want = 0; // fit on one fold, score on the other, by out_loss
+        for (int f = 0; f < 2; f++) {
+            q4buf b = q4_new(K, N);
+            memcpy(T, Hf[f], sizeof(float) * K * K);
+            o.damp = g4_gptq_cv_grid[d];
+            CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, T, &o, b.q, b.sc, b.zp) == G4_OK);
+            const double e = out_loss(W, K, N, H[1 - f], &b);
+            const double e2 = g4_q4_out_err(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, b.q, b.sc, b.zp,
+                                            Hf[1 - f]);
+            bad += !(fabs(e2 - e) <= 1e-6 * e); // H in float against H in double
+            want += e;
+            q4_free(&b);
+        }
+        bad += !(fabs(err[d] - want) <= 1e-6 * want);
+    }
+    CHECK_MSG(bad == 0, "cv (R %d, variant %d): %d error sums differ from out_loss's", R, variant,
+              bad);
+    CHECK_INT(*pick, argmin);
+    printf("  cv R %4d variant %d: held-out error", R, variant);
+    for (int d = 0; d < G4_GPTQ_CV_N; d++) printf(" %g:%.4g", g4_gptq_cv_grid[d], err[d]);
+    printf(" -> %g\n", g4_gptq_cv_grid[*pick]);
+    free(W), free(A), free(X), free(T);
+    for (int f = 0; f < 2; f++) free(Xf[f]), free(H[f]), free(Hf[f]);
+}
+
+static void test_gptq_cv(void) {
+    CHECK(g4_gptq_cv_grid[0] == 0.01f && g4_gptq_cv_grid[G4_GPTQ_CV_N - 1] == 1.0f);
+    for (int variant = 0; variant < 3; variant++) { // gptq, gptq act-order, gptq_imx
+        int pick;
+        double err[G4_GPTQ_CV_N];
+        cv_case(40, variant, &pick, err);
+        CHECK_MSG(pick >= 1, "cv, 20 rows a fold for K 64 (variant %d): picked %g, not more than "
+                             "0.01", variant, g4_gptq_cv_grid[pick]);
+        CHECK_MSG(err[0] > 1.1 * err[pick], "cv, 20 rows a fold (variant %d): 0.01's held-out "
+                  "error %g not 10%% above the pick's %g", variant, err[0], err[pick]);
+        cv_case(4096, variant, &pick, err);
+        CHECK_MSG(pick <= 1, "cv, 2048 rows a fold for K 64 (variant %d): picked %g, not 0.01 / "
+                             "0.03", variant, g4_gptq_cv_grid[pick]);
+    }
+    float W[64] = {0}, H[32 * 32] = {0};
+    int pick;
+    CHECK(g4_gptq_cv(W, G4_DT_FLOAT, 32, 2, 32, H, NULL, NULL, &pick, NULL) == G4_EUSER);
+    CHECK(strstr(g4_error(), "gptq cv: no X^T X of a fold given") != NULL);
+}
+
 static void test_bad_inputs(void) {
     g4_qmethod m;
     CHECK(g4_qmethod_parse("gptq", &m) == G4_OK && m == G4_QM_GPTQ);
@@ -543,7 +680,7 @@ static void test_bad_inputs(void) {
     float W[64] = {0}, H[32 * 32];
     for (int i = 0; i < K * K; i++) H[i] = NAN;
     q4buf b = q4_new(K, N);
-    g4_gptq_opts o = {0.01f, 0, 0, NULL, NULL, 0};
+    g4_gptq_opts o = {0.01f, 0, 0, NULL, NULL, 0, 0};
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 32, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
     CHECK(strstr(g4_error(), "not positive definite") != NULL);
     CHECK(g4_q4_gptq(W, G4_DT_FLOAT, K, N, 24, H, &o, b.q, b.sc, b.zp) == G4_EUSER);
@@ -561,6 +698,7 @@ int main(void) {
     test_imatrix_mean_term();
     test_gptq_imx_diagonal();
     test_gptq_imx_lower_output_error();
+    test_gptq_cv();
     test_bad_inputs();
     char *pkg_dir = g4_sprintf("%s/fidelity-tiny/package", g4t_env("G4_FIXTURES"));
     g4_package *p;

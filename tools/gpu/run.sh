@@ -203,8 +203,9 @@
 #            X^T X calibration's q4_gptq_imx_16k / q4_imatrix_16k (FIDELITY_CALIB_TOKENS_LONG,
 #            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_16k,
 #            q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
-#            (the windows alone), q4_gptq_imx_d0.1 / q4_gptq_d0.1 (G4_GPTQ_DAMP=0.1)
-#            (FID_CALIB_VARIANTS),
+#            (the windows alone), q4_gptq_imx_d0.1 / q4_gptq_d0.1 (G4_GPTQ_DAMP=0.1),
+#            q4_gptq_imx_cv / q4_gptq_cv (G4_GPTQ_DAMP=cv: the damping per linear by held-out
+#            calibration rows) (FID_CALIB_VARIANTS),
 #            and FIDELITY_BEST's method with the same --keep-auto budget; issue 33), and the
 #            output-KL scale fits of tools/python/dwq_fit.py (fid_dwq: FID_DWQ's
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
@@ -1640,12 +1641,17 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-q4_imatrix_s0}
 # split in windows of ${FIDELITY_CALIB_CTX:-512} (the proxy's training length; --calib-ctx);
 # gptq_imx from the usual FIDELITY_CALIB_TOKENS in the same windows (q4_gptq_imx_w512: the
 # windows alone, against q4_gptq_imx's one sequence); gptq and gptq_imx from the usual tokens
-# with 10x GPTQ's damping (G4_GPTQ_DAMP=0.1: X^T X of fewer rows than the down_projs' K);
+# with 10x GPTQ's damping (G4_GPTQ_DAMP=0.1: X^T X of fewer rows than the down_projs' K), and
+# with the damping chosen per linear on held-out calibration rows (q4_gptq_imx_cv / q4_gptq_cv,
+# G4_GPTQ_DAMP=cv: two folds of alternate 64-row spans, 0.01 .. 1 each scored by the other
+# fold's layer-output error; bench/FIDELITY.md "GPTQ's damping chosen per linear on held-out
+# rows"; ~11 GPTQ solves a linear: on request, q4_gptq_imx_cv ~10-20 min of quantizing on the
+# proxy, q4_gptq_cv ~5-8);
 # imatrix from the long calibration (q4_imatrix_16k: the default search, now with the inputs'
 # covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
 # NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
 # them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
-# FID_CALIB_VARIANTS chooses among these seven (empty: none; default q4_gptq_imx_16k, the best
+# FID_CALIB_VARIANTS chooses among these nine (empty: none; default q4_gptq_imx_16k, the best
 # method's question, and q4_imatrix_16k, imatrix's: ~1.5-2.5 + 3-4 min of quantizing on the
 # H200, NOTES; q4_gptq_16k, the plainest test of the length, ~1-1.5 min more, on request: the
 # pipeline must fit beside the GEMV call in one session's 30 minutes); the names are the
@@ -1656,13 +1662,17 @@ FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 
 # quant_into DIR TAG NAME ARGS...: g4cu quantize of DIR/f16 into DIR/NAME (replaced), timed,
 # its lines prefixed TAG; on ${quant_threads:-$(nproc)} threads (fid_methods lowers it while the
-# fits run beside; the bytes are the same for any count: base/parallel.h)
+# fits run beside; the bytes are the same for any count: base/parallel.h). gptq / gptq_imx at
+# GPTQ's fixed damping 0.01 (the rows of earlier runs, and their time) unless the row sets
+# G4_GPTQ_DAMP (q4_gptq_cv, q4_gptq_imx_cv, the d0.1 rows) or FIDELITY_GPTQ_DAMP sets every
+# row's (cv: the quantizer's default since branch gptqcv, ~8-11x the quantize time)
 quant_into() {
     local d=$1 tag=$2 v=$3 t0
     shift 3
     rm -rf "${d:?}/$v"
     t0=$(date +%s)
-    build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "${quant_threads:-$(nproc)}" "$@" || echo "$tag: quantize $v FAILED"
+    G4_GPTQ_DAMP=${G4_GPTQ_DAMP:-${FIDELITY_GPTQ_DAMP:-0.01}} \
+        build-gpu/g4cu quantize "$d/f16" "$d/$v" --threads "${quant_threads:-$(nproc)}" "$@" || echo "$tag: quantize $v FAILED"
     stamp "$tag: quantized $v ($(($(date +%s) - t0)) s)"
 }
 
@@ -1699,6 +1709,8 @@ fid_make() {
         calib:q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
         calib:q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
         calib:q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+        calib:q4_gptq_cv) G4_GPTQ_DAMP=cv fid_quant "$v" --method gptq "${cal[@]}" ;;
+        calib:q4_gptq_imx_cv) G4_GPTQ_DAMP=cv fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
         calib:q4_imatrix_16k) fid_quant "$v" --method imatrix "${long[@]}" ;;
         calib:q4_imatrix_r0_16k) G4_IMATRIX_RANK=0 fid_quant "$v" --method imatrix "${long[@]}" ;;
         calib:*) echo "fidelity: FID_CALIB_VARIANTS: unknown variant '$v'" ;;
