@@ -70,9 +70,8 @@ int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
 typedef struct {
     g4_qmethod method;
     int act_order;
-    float damp;     // GPTQ's percdamp where fixed (G4_GPTQ_DAMP=F; 0.01 with --equalize)
-    int cv;         // the damping per linear by held-out rows (gptq_cv_one; G4_GPTQ_DAMP unset
-                    // or cv, not with --equalize)
+    float damp;     // GPTQ's percdamp (G4_GPTQ_DAMP, default 0.01)
+    int cv;         // G4_GPTQ_DAMP=cv: the damping per linear by held-out rows (gptq_cv_one)
     int cv_span;    // its folds' alternate spans of rows (cv_span_of)
     int cv_hist[G4_GPTQ_CV_N]; // linears per picked damping
     g4_imatrix *im; // G4_GPTQ_IMX=mean: filled by calibrate; imatrix: its run's (the mean)
@@ -97,20 +96,16 @@ static int gptq_imx_mean(void) {
     return g4_env_is("G4_GPTQ_IMX", "mean");
 }
 
-// G4_GPTQ_DAMP (issue 33): gptq's and gptq_imx's damping, a fraction of X^T X's mean diagonal
-// added to it: F fixed, or "cv" (*cv = 1, the default): chosen per linear on held-out
-// calibration rows (gptq_cv_one). One fixed value could not serve short and long calibrations
-// (0.1-1 won with fewer tokens than the widest K, 0.01, GPTQ's and the default before, with
-// many: bench/FIDELITY.md "How much calibration the X^T X methods need"); cv measured better
-// than 0.01 where the tokens are short and no worse with 1024 ("GPTQ's damping chosen per
-// linear on held-out rows": 128 tokens +5.0 to +8.8 points on two tiny models, 1024 -0.5 to
-// +3.1), at ~8-11x the quantize time. *set: G4_GPTQ_DAMP was given.
-static int gptq_damp(float *out, int *cv, int *set) {
+// G4_GPTQ_DAMP (A/B runs, issue 33): gptq's and gptq_imx's damping, a fraction of X^T X's mean
+// diagonal added to it (default 0.01, GPTQ's). Calibrations short of the widest K (X^T X of
+// rank < K) did better with 0.1-1 on the tiny models, long ones with 0.01 (bench/FIDELITY.md "How
+// much calibration the X^T X methods need").
+// "cv" (*cv = 1): chosen per linear on held-out calibration rows (gptq_cv_one).
+static int gptq_damp(float *out, int *cv) {
     const char *v = getenv("G4_GPTQ_DAMP");
-    *out = 0.01f, *cv = 1, *set = v && *v;
-    if (!*set) return G4_OK;
-    if (!strcmp(v, "cv")) return G4_OK;
-    *cv = 0;
+    *out = 0.01f, *cv = 0;
+    if (!v || !*v) return G4_OK;
+    if (!strcmp(v, "cv")) return *cv = 1, G4_OK;
     char *end;
     const double d = strtod(v, &end);
     if (*end || !(d > 0 && d <= 100))
@@ -726,9 +721,8 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         pq->n_tokens = n;
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         if (pq->eq && (rc = eq_finish(pq->eq))) goto done;
-        char damp[48] = ""; // gptq, gptq_imx: a fixed damping (G4_GPTQ_DAMP=F, --equalize's)
-        if ((pq->method == G4_QM_GPTQ || pq->method == G4_QM_GPTQ_IMX) && !pq->cv)
-            snprintf(damp, sizeof damp, ", damping %g", pq->damp);
+        char damp[48] = "";
+        if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
         char rk[160] = "";
         if (pq->method == G4_QM_IMATRIX)
             snprintf(rk, sizeof rk,
@@ -826,15 +820,12 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                        "methods' (imatrix, gptq, fit, gptq_imx)",
                        g4_qmethod_name(method));
     float damp = 0.01f;
-    int cv = 0, cv_set = 0;
-    if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) &&
-        (rc = gptq_damp(&damp, &cv, &cv_set)))
+    int cv = 0;
+    if ((method == G4_QM_GPTQ || method == G4_QM_GPTQ_IMX) && (rc = gptq_damp(&damp, &cv)))
         return rc;
-    // The equalization's groups quantize from one X^T X each, no folds: 0.01 there by default,
-    // cv asked for is refused.
-    if (cv && p->equalize && cv_set)
+    // (the equalization's groups quantize from one X^T X each: no folds there)
+    if (cv && p->equalize)
         return g4_fail(G4_EUSER, "quantize: G4_GPTQ_DAMP=cv with equalize: not supported");
-    if (p->equalize) cv = 0;
     int rank = 0;
     int rank_all = 0;
     int shrink = SHRINK_OFF;

@@ -156,8 +156,8 @@ rc=$?
 [ $rc -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "G4_IMATRIX_SHRINK '2': expected 0, 1 or all" "$tmp/err" && [ ! -e "$tmp/q4imx" ]
 check "quantize --imatrix, G4_IMATRIX_SHRINK=2: one-line error, exit $rc, nothing written" $?
 # --method gptq / fit / gptq_imx on 256 calibration tokens: the same bytes, mean KLD below plain
-# k-quant's (measured with GPTQ's damping 0.01, the default before cv: -38.5% / -42.7% / -45.9%;
-# on 64 tokens a 64-wide X^T X from 64 rows is too thin for them at 0.01)
+# k-quant's (measured: -38.5% / -42.7% / -45.9%; on 64 tokens a 64-wide X^T X from 64 rows is too
+# thin for them)
 for m in gptq fit gptq_imx; do
     "$G4CU" quantize "$pkg" "$tmp/q4$m" --method $m --calib "$fx/calib.txt" --calib-tokens 256 \
         --threads 2 >"$tmp/$m.txt" 2>&1
@@ -216,31 +216,22 @@ err1 "quantize G4_GPTQ_DAMP out of range" "G4_GPTQ_DAMP '0': expected a number i
     env G4_GPTQ_DAMP=0 "$G4CU" quantize "$pkg" "$tmp/x" --method gptq_imx --calib "$fx/calib.txt"
 err1 "quantize G4_GPTQ_DAMP not a number" "G4_GPTQ_DAMP '0.1x': expected a number in (0, 100\] or cv" \
     env G4_GPTQ_DAMP=0.1x "$G4CU" quantize "$pkg" "$tmp/x" --method gptq --calib "$fx/calib.txt"
-# G4_GPTQ_DAMP=cv (issue 33, the default): the damping per linear by held-out calibration rows.
-# At 64 tokens (folds of 32 rows against K 64-256) the report counts a damping for each of the
-# 83 linears, most of them above 0.01, and the package's mean KLD is below plain Q4's and below
-# gptq's at a fixed 0.01 (G4_GPTQ_DAMP=0.01, the default before) on the same 64 tokens
-# (measured: 0.00648 vs 0.01086); G4_GPTQ_DAMP unset writes the same bytes; one thread and two
-# write the same bytes (act-order too); asked for with --equalize it is refused in one line
+# G4_GPTQ_DAMP=cv (issue 33): the damping per linear by held-out calibration rows. At 64 tokens
+# (folds of 32 rows against K 64-256) the report counts a damping for each of the 83 linears,
+# most of them above 0.01, and the package's mean KLD is below plain Q4's and below gptq's at
+# the default 0.01 on the same 64 tokens (measured: 0.00648 vs 0.01086); one thread and two
+# write the same bytes (act-order too); with --equalize it is refused in one line
 G4_GPTQ_DAMP=cv "$G4CU" quantize "$pkg" "$tmp/q4cv" --method gptq --calib "$fx/calib.txt" \
     --calib-tokens 64 --threads 2 >"$tmp/cv.txt" 2>&1
 check "quantize G4_GPTQ_DAMP=cv: exit 0" $?
 every_linear_calibrated "quantize G4_GPTQ_DAMP=cv" "$tmp/cv.txt" "X\^T X"
-grep -q "^gptq: X^T X of 83 linears from 64 tokens of .*calib.txt$" "$tmp/cv.txt"
-check "quantize G4_GPTQ_DAMP=cv: the X^T X line names no fixed damping" $?
-"$G4CU" quantize "$pkg" "$tmp/q4cvdef" --method gptq --calib "$fx/calib.txt" --calib-tokens 64 \
-    --threads 2 >/dev/null 2>&1 &&
-    cmp -s "$tmp/q4cvdef/decoder/model.onnx.data" "$tmp/q4cv/decoder/model.onnx.data"
-check "quantize --method gptq: the default is G4_GPTQ_DAMP=cv, byte for byte" $?
 cvl=$(grep -E "^gptq: damping by held-out rows \(G4_GPTQ_DAMP=cv, two folds of alternate spans of 16 rows\), linears per damping: 0.01 x[0-9]+ 0.03 x[0-9]+ 0.1 x[0-9]+ 0.3 x[0-9]+ 1 x[0-9]+$" "$tmp/cv.txt")
 echo "$cvl" | awk '{ n = 0; big = 0; for (i = 1; i <= NF; i++) if ($i ~ /^x[0-9]+$/) { c = substr($i, 2) + 0; n += c; if ($(i - 1) != "0.01") big += c } }
     END { exit !(n == 83 && big > 83 / 2) }'
 check "quantize G4_GPTQ_DAMP=cv: the report counts 83 linears' dampings, most above 0.01 ($cvl)" $?
-G4_GPTQ_DAMP=0.01 "$G4CU" quantize "$pkg" "$tmp/q4d64" --method gptq --calib "$fx/calib.txt" \
-    --calib-tokens 64 --threads 2 >"$tmp/d64.txt" 2>&1
-check "quantize G4_GPTQ_DAMP=0.01, 64 tokens: exit 0" $?
-grep -q "^gptq: X^T X of 83 linears from 64 tokens of .*calib.txt, damping 0.01$" "$tmp/d64.txt"
-check "quantize G4_GPTQ_DAMP=0.01: the report names the damping" $?
+"$G4CU" quantize "$pkg" "$tmp/q4d64" --method gptq --calib "$fx/calib.txt" --calib-tokens 64 \
+    --threads 2 >/dev/null 2>&1
+check "quantize --method gptq, 64 tokens: exit 0" $?
 kld_below_plain "quantize G4_GPTQ_DAMP=cv, 64 tokens" "$tmp/q4cv"
 "$G4CU" perplexity "$tmp/q4d64" --ctx "$ctx" --kl-base "$tmp/base.kld" --json "$tmp/q4d64.json" >/dev/null 2>&1
 awk -v a="$(num "$tmp/q4cv.json" "" kld_mean)" -v b="$(num "$tmp/q4d64.json" "" kld_mean)" \

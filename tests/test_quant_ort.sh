@@ -9,7 +9,7 @@
 # backend fp32. Measured (onnxruntime 1.31.1): f16 package RMS 0.0024, max 0.0095; the six Q4
 # packages RMS 0.0022-0.0034, max 0.011-0.018 (gptq_imx the largest), top-1 agreement 0.96-1
 # (one near-tie in 24).
-# (--equalize: kquant_eq, gptq_imx_eq and the folds alone in f16; gptq_d01, G4_GPTQ_DAMP=0.01:
+# (--equalize: kquant_eq, gptq_imx_eq and the folds alone in f16; gptq_cv, G4_GPTQ_DAMP=cv:
 # the same budgets.)
 # Budgets: RMS 0.01, max 0.05 (3x), top-1 >= 0.9; and ours within 0.1 x the distance from
 # onnxruntime's logits of that package to g4cu's logits of the f16 package (0.26-0.28: the
@@ -36,15 +36,15 @@ check "onnxruntime vs g4cu on the f16 package" $?
 n=0
 # imatrix_r4: imatrix with the inputs' covariance's 4 leading directions (G4_IMATRIX_RANK=4);
 # *_eq: with --equalize (the norms the scales fold into rewritten)
-# gptq_d01: gptq with a fixed damping (G4_GPTQ_DAMP=0.01; the default is cv, by held-out rows)
-for m in kquant rtn imatrix imatrix_r4 gptq gptq_d01 fit gptq_imx kquant_eq gptq_imx_eq; do
+# gptq_cv: gptq with its damping by held-out rows (G4_GPTQ_DAMP=cv)
+for m in kquant rtn imatrix imatrix_r4 gptq gptq_cv fit gptq_imx kquant_eq gptq_imx_eq; do
     calib=() rank=0 eq=() damp=
     [ $m = kquant ] || [ $m = rtn ] || calib=(--calib "$fx/calib.txt" --calib-tokens 64)
     [ $m = imatrix_r4 ] && rank=4
-    [ $m = gptq_d01 ] && damp=0.01
+    [ $m = gptq_cv ] && damp=cv
     [ "${m%_eq}" != $m ] && eq=(--equalize)
     method=${m%_r4}
-    method=${method%_d01}
+    method=${method%_cv}
     G4_GPTQ_DAMP=$damp G4_IMATRIX_RANK=$rank "$G4CU" quantize "$fx/package" "$tmp/$m" --method "${method%_eq}" "${calib[@]}" \
         "${eq[@]}" --threads 2 >"$tmp/$m.log" 2>&1
     rc=$?
@@ -57,7 +57,7 @@ for m in kquant rtn imatrix imatrix_r4 gptq gptq_d01 fit gptq_imx kquant_eq gptq
     n=$((n + 1))
 done
 [ $n -eq 10 ]
-check "six methods, imatrix_r4, gptq_d01 and two with --equalize run" $?
+check "six methods, imatrix_r4, gptq_cv and two with --equalize run" $?
 # --equalize's folds alone (G4_EQUALIZE_F16=1, alpha 1: fp16 linears scaled, norms folded):
 # onnxruntime's logits of it equal g4cu's, and both the f16 package's (test_quant_equalize.sh)
 G4_EQUALIZE_F16=1 G4_EQUALIZE_ALPHA=1 "$G4CU" quantize "$fx/package" "$tmp/f16eq" --equalize \
