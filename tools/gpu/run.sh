@@ -1665,7 +1665,7 @@ FID_VARIANTS+=" $(for p in $FID_DWQ; do printf '%s ' "${p%%:*}"; done)"
 # fits run beside; the bytes are the same for any count: base/parallel.h). gptq / gptq_imx at
 # GPTQ's fixed damping 0.01 (the rows of earlier runs, and their time) unless the row sets
 # G4_GPTQ_DAMP (q4_gptq_cv, q4_gptq_imx_cv, the d0.1 rows) or FIDELITY_GPTQ_DAMP sets every
-# row's (cv: the quantizer's default since branch gptqcv, ~8-11x the quantize time)
+# row's (0.01 is also the quantizer's default; cv ~8-11x the quantize time)
 quant_into() {
     local d=$1 tag=$2 v=$3 t0
     shift 3
