@@ -1,13 +1,10 @@
 // linear_error.c: see linear_error.h.
 //
 // The sums: for each column n of a linear, the vectors w_n (the reference's column) and
-// d_n = dequant(test)_n - w_n of every test package are gathered, a block of columns at a time,
-// into D [K][V] (V = the block's vectors side by side), and each vector's v^T H v is taken over
-// H's upper triangle (H is symmetric): sum_a v_a (H_aa v_a + 2 sum_{b>a} H_ab v_b). One pass
-// over H serves 16 vectors held in registers (H of a proxy down_proj is 150 MB: read once per
-// 16 vectors, not once per column and package). Blocks of columns run on g4_threads() threads,
-// each column's sums written to its own slot and added up in column order afterwards: the
-// result does not depend on the thread count.
+// d_n = dequant(test)_n - w_n of every test package, each one's v^T H v by quant/quad_form.h
+// g4_quad_forms (H's upper triangle, a few vectors per pass over H, in double, on g4_threads()
+// threads), then added up per package in column order: the result does not depend on the thread
+// count.
 #include "fidelity/linear_error.h"
 
 #include <math.h>
@@ -15,11 +12,11 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "base/parallel.h"
 #include "base/progress.h"
 #include "fidelity/sensitivity.h"
 #include "loader/package.h"
 #include "quant/q4.h"
+#include "quant/quad_form.h"
 
 typedef struct {
     g4_linerr *r;
@@ -29,12 +26,10 @@ typedef struct {
 } run_ctx;
 
 typedef struct {
-    const float *H;
     const uint8_t *w;            // fp16 [K, N] (possibly unaligned)
     const g4_linear *const *lin; // [n_pkgs] the linear in each test package
-    int K, N, P, nb;             // P test packages, nb columns per block
-    double *q;                   // [1 + P][N]: v^T H v of w_n and of each d_n
-} quad_job;
+    int K, N;
+} quad_src;
 
 static float f16_at(const uint8_t *w, size_t i) {
     uint16_t h;
@@ -51,68 +46,17 @@ static void test_col(const g4_linear *l, int n, int K, int N, float *col) {
     for (int k = 0; k < K; k++) col[k] = f16_at(l->w, (size_t)k * N + n);
 }
 
-// acc[0..VB) += v^T H v for the VB vectors of Dc [K][VB] (H's upper triangle, its diagonal
-// once). y: named accumulators, held in registers across the row (as sensitivity.c's xtx_16).
-#define VB 16
-static void quad_chunk(const float *H, int K, const float *Dc, double *acc) {
-    for (int a = 0; a < K; a++) {
-        const float *h = H + (size_t)a * K;
-        float y0 = 0, y1 = 0, y2 = 0, y3 = 0, y4 = 0, y5 = 0, y6 = 0, y7 = 0;
-        float y8 = 0, y9 = 0, y10 = 0, y11 = 0, y12 = 0, y13 = 0, y14 = 0, y15 = 0;
-        for (int b = a + 1; b < K; b++) {
-            const float t = h[b], *d = Dc + (size_t)b * VB;
-            y0 += t * d[0], y1 += t * d[1], y2 += t * d[2], y3 += t * d[3];
-            y4 += t * d[4], y5 += t * d[5], y6 += t * d[6], y7 += t * d[7];
-            y8 += t * d[8], y9 += t * d[9], y10 += t * d[10], y11 += t * d[11];
-            y12 += t * d[12], y13 += t * d[13], y14 += t * d[14], y15 += t * d[15];
-        }
-        const float y[VB] = {y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15};
-        const float *da = Dc + (size_t)a * VB;
-        for (int v = 0; v < VB; v++)
-            acc[v] += (double)da[v] * ((double)h[a] * da[v] + 2.0 * (double)y[v]);
+// Vector v = p N + n of the sums: p = 0 the reference's column n, p >= 1 test package p - 1's
+// d_n (its column less the reference's; fp16 and Q4 values are floats: the difference is exact
+// in double).
+static void quad_vec(void *ctx, int v, double *x, float *col) {
+    const quad_src *s = ctx;
+    const int p = v / s->N, n = v % s->N;
+    if (p) test_col(s->lin[p - 1], n, s->K, s->N, col);
+    for (int k = 0; k < s->K; k++) {
+        const double w = f16_at(s->w, (size_t)k * s->N + n);
+        x[k] = p ? (double)col[k] - w : w;
     }
-}
-
-static void quad_range(void *ctx, int lo, int hi) {
-    const quad_job *j = ctx;
-    const int K = j->K, V = (1 + j->P) * j->nb, nc = (V + VB - 1) / VB;
-    // D [nc][K][VB]: vector v (v = c: the reference's column n0 + c; (1 + p) * nb + c: package
-    // p's d of it) at chunk v / VB, lane v % VB; the lanes past V stay zero
-    float *D = g4_malloc(sizeof(float) * (size_t)nc * K * VB),
-          *col = g4_malloc(sizeof(float) * (size_t)K);
-    double *acc = g4_malloc(sizeof(double) * (size_t)nc * VB);
-#define DAT(v, k) D[((size_t)((v) / VB) * K + (k)) * VB + (v) % VB]
-    for (int blk = lo; blk < hi; blk++) {
-        const int n0 = blk * j->nb, nb = n0 + j->nb <= j->N ? j->nb : j->N - n0;
-        memset(D, 0, sizeof(float) * (size_t)nc * K * VB);
-        for (int c = 0; c < nb; c++) {
-            for (int k = 0; k < K; k++) DAT(c, k) = f16_at(j->w, (size_t)k * j->N + n0 + c);
-            for (int p = 0; p < j->P; p++) {
-                test_col(j->lin[p], n0 + c, K, j->N, col);
-                const int v = (1 + p) * j->nb + c;
-                for (int k = 0; k < K; k++) DAT(v, k) = col[k] - DAT(c, k);
-            }
-        }
-        memset(acc, 0, sizeof(double) * (size_t)nc * VB);
-        for (int ci = 0; ci < nc; ci++) quad_chunk(j->H, K, D + (size_t)ci * K * VB, acc + ci * VB);
-        for (int p = 0; p <= j->P; p++)
-            for (int c = 0; c < nb; c++) j->q[(size_t)p * j->N + n0 + c] = acc[p * j->nb + c];
-    }
-#undef DAT
-    free(D), free(col), free(acc);
-}
-
-// Columns per block: the fewest (at most VB, at most N) whose (1 + P) x nb vectors fill their
-// VB-lane chunks to within 1/8 (the empty lanes cost as much as full ones: P = 17 with
-// 1 column a block would compute 32 lanes for 18).
-static int block_cols(int P, int N) {
-    int nb = 1;
-    while (nb < VB && nb < N) {
-        const int v = (1 + P) * nb, lanes = (v + VB - 1) / VB * VB;
-        if (8 * (lanes - v) <= lanes) break;
-        nb++;
-    }
-    return nb;
 }
 
 static int row_of(const g4_linerr *r, int hint, const char *name) {
@@ -133,20 +77,24 @@ static int on_hessian(void *ctx, const char *name, const void *w, int K, int N, 
     const int P = r->n_pkgs;
     const g4_linear **lin = g4_malloc(sizeof(g4_linear *) * (size_t)P);
     for (int p = 0; p < P; p++) lin[p] = &c->lin[p][i];
-    const int nb = block_cols(P, N);
-    quad_job j = {H, w, lin, K, N, P, nb, g4_malloc(sizeof(double) * (size_t)(1 + P) * N)};
-    const int n_blk = (N + nb - 1) / nb;
-    g4_parallel_for(n_blk, 0.5 * (double)K * K * (1 + P) * nb, quad_range, &j);
+    quad_src src = {w, lin, K, N};
+    // q [1 + P][N]: v^T H v of w_n and of each d_n
+    double *q = g4_malloc(sizeof(double) * (size_t)(1 + P) * N);
+    int rc = g4_quad_forms(H, K, (1 + P) * N, quad_vec, &src, q);
+    if (rc) {
+        free(q), free(lin);
+        return rc;
+    }
     g4_linerr_row *row = &r->rows[i];
     double *s = g4_malloc(sizeof(double) * (size_t)(1 + P));
     for (int p = 0; p <= P; p++) {
         s[p] = 0;
-        for (int n = 0; n < N; n++) s[p] += j.q[(size_t)p * N + n];
+        for (int n = 0; n < N; n++) s[p] += q[(size_t)p * N + n];
     }
     row->ref = s[0];
     for (int p = 0; p < P; p++)
         row->e[p] = s[0] > 0 ? s[1 + p] / s[0] : (s[1 + p] > 0 ? INFINITY : 0);
-    free(s), free(j.q), free(lin);
+    free(s), free(q), free(lin);
     return G4_OK;
 }
 

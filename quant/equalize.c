@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "base/parallel.h"
 #include "loader/onnx_model.h"
 #include "quant/linear.h"
+#include "quant/methods.h"
 #include "quant/q4.h"
 #include "quant/q4_writer.h"
 
@@ -37,47 +37,6 @@ void g4_eq_scales(const float *H, int K, double alpha, const uint16_t *fold, flo
             s[k] = w / w2, fold_out[k] = h2; // w2 * s == w before the fp32 product's rounding
         }
     }
-}
-
-// --- the layer-output error ---------------------------------------------------------------------
-
-typedef struct {
-    const float *H, *w;
-    int K, N;
-    g4_linear li;
-    double *e; // [N]
-} err_job;
-
-static void err_range(void *ctx, int lo, int hi) {
-    const err_job *j = ctx;
-    const int K = j->K;
-    float *col = g4_malloc(sizeof(float) * (size_t)K);
-    double *d = g4_malloc(sizeof(double) * (size_t)K);
-    for (int n = lo; n < hi; n++) {
-        g4_q4_dequant_col(&j->li, n, col);
-        for (int k = 0; k < K; k++) d[k] = (double)col[k] - j->w[(size_t)k * j->N + n];
-        double e = 0;
-        for (int a = 0; a < K; a++) {
-            const float *h = j->H + (size_t)a * K;
-            double r = 0;
-            for (int b = 0; b < K; b++) r += (double)h[b] * d[b];
-            e += d[a] * r;
-        }
-        j->e[n] = e;
-    }
-    free(col), free(d);
-}
-
-double g4_eq_out_error(const float *H, const float *w, int K, int N, const uint8_t *q,
-                       const uint16_t *scales, const uint8_t *zp) {
-    err_job j = {H, w, K, N, {0}, g4_malloc(sizeof(double) * (size_t)N)};
-    j.li.kind = G4_W_Q4, j.li.in = K, j.li.out = N, j.li.block = G4_Q4_BLOCK;
-    j.li.w = q, j.li.scales = scales, j.li.zp = zp;
-    g4_parallel_for(N, (double)K * K, err_range, &j);
-    double e = 0;
-    for (int n = 0; n < N; n++) e += j.e[n]; // in order: the same sum for any thread count
-    free(j.e);
-    return e;
 }
 
 // --- the scaled input's statistics --------------------------------------------------------------
@@ -176,7 +135,8 @@ int g4_eq_search(const g4_eq_group *g, g4_eq_quant_fn fn, void *ctx, g4_eq_pick 
             const g4_eq_qin in = {g->name[m], w, G4_DT_FLOAT, K, nc, x.H, x.imp, x.mean, x.V, g->r};
             rc = fn(ctx, &in, ar.q, ar.scales, ar.zp);
             if (!rc) {
-                const double v = g4_eq_out_error(x.E ? x.E : x.H, w, K, nc, ar.q, ar.scales, ar.zp);
+                const double v = g4_q4_out_err(w, G4_DT_FLOAT, K, nc, G4_Q4_BLOCK, ar.q, ar.scales,
+                                               ar.zp, x.E ? x.E : x.H);
                 e[a][m] = isfinite(v) ? v : INFINITY;
             }
             g4_q4_arrays_free(&ar);

@@ -18,9 +18,10 @@
 // (g4_eq_quant_fn) on the scaled weights, with the statistics of the scaled input (H ->
 // S^-1 H S^-1, mean x^2 -> / s^2, mean x -> / s, covariance directions -> / s), and its
 // layer-output error on the calibration inputs e = sum_n d_n^T H' d_n (d = dequantized codes
-// minus the scaled weights: the exact squared output error of the calibration rows) divided by
-// the same method's error at alpha = 0; the alpha of the least sum over the members wins (ties:
-// the smaller). alpha = 0 is the method itself, so no group's calibration error rises.
+// minus the scaled weights: the exact squared output error of the calibration rows, methods.h
+// g4_q4_out_err) divided by the same method's error at alpha = 0; the alpha of the least sum
+// over the members wins (ties: the smaller). alpha = 0 is the method itself, so no group's
+// calibration error rises.
 // Wide linears are searched on a subset of their output columns (every N / cols-th; all of
 // them when K^2 N <= G4_EQ_SEARCH_WORK), the final quantization is of all columns.
 #ifndef G4_QUANT_EQUALIZE_H
@@ -93,10 +94,5 @@ int g4_eq_quantize(const g4_eq_group *g, int i, const float *s, const float *c, 
 // fp16 w [K, N] (read bytewise: may be unaligned); new memory.
 float *g4_eq_scaled_w(const void *w, int K, int N, const int *col, int ncol, const float *s,
                       const float *c);
-
-// sum_n d_n^T H d_n over the N columns of d = dequant(q, scales, zp) - w (w [K, N] floats): the
-// squared output error of the calibration rows behind H. Deterministic for any thread count.
-double g4_eq_out_error(const float *H, const float *w, int K, int N, const uint8_t *q,
-                       const uint16_t *scales, const uint8_t *zp);
 
 #endif

@@ -14,6 +14,7 @@
 #include "loader/onnx_model.h"
 #include "quant/kquant.h"
 #include "quant/q4.h"
+#include "quant/quad_form.h"
 
 static const char *const NAMES[] = {"kquant", "rtn", "imatrix", "gptq", "fit", "gptq_imx"};
 
@@ -943,64 +944,38 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
 
 typedef struct {
     const void *w;
-    int dtype, K, N;
+    int dtype, N;
     g4_linear q4;
-    const float *H;
-    double *err; // [tiles]
-} err_job;
+} err_src;
 
-// Tiles [lo, hi) of TILE columns: D [K][TILE] the columns' dW, then sum_a D[a] . (H[a] D) per
-// column, each in the order of a and b, into err[tile] (the tile's columns in order).
-static void err_range(void *ctx, int lo, int hi) {
-    const err_job *j = ctx;
-    const int K = j->K;
-    double *D = g4_malloc(sizeof(double) * (size_t)K * TILE);
-    float *col = g4_malloc(sizeof(float) * (size_t)K);
-    double g[TILE], e[TILE];
-    for (int tile = lo; tile < hi; tile++) {
-        const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
-        for (int t = 0; t < TILE; t++) {
-            if (t < nt) g4_q4_dequant_col(&j->q4, n0 + t, col);
-            for (int k = 0; k < K; k++)
-                D[(size_t)k * TILE + t] =
-                    t < nt ? (double)col[k] - load_w(j->w, j->dtype, (uint64_t)k * j->N + n0 + t)
-                           : 0.0;
-        }
-        for (int t = 0; t < TILE; t++) e[t] = 0;
-        for (int a = 0; a < K; a++) {
-            const float *ha = j->H + (size_t)a * K;
-            for (int t = 0; t < TILE; t++) g[t] = 0;
-            for (int b = 0; b < K; b++) {
-                const double h = ha[b];
-                const double *db = D + (size_t)b * TILE;
-                for (int t = 0; t < TILE; t++) g[t] += h * db[t];
-            }
-            const double *da = D + (size_t)a * TILE;
-            for (int t = 0; t < TILE; t++) e[t] += da[t] * g[t];
-        }
-        double s = 0;
-        for (int t = 0; t < nt; t++) s += e[t];
-        j->err[tile] = s;
-    }
-    free(D), free(col);
+// Vector n of the error: column n's dW, dequant(q) - W (the difference of two floats, exact in
+// double).
+static void err_col(void *ctx, int n, double *x, float *col) {
+    const err_src *s = ctx;
+    g4_q4_dequant_col(&s->q4, n, col);
+    for (int k = 0; k < s->q4.in; k++)
+        x[k] = (double)col[k] - load_w(s->w, s->dtype, (uint64_t)k * s->N + n);
 }
 
 double g4_q4_out_err(const void *w, int w_dtype, int K, int N, int block, const uint8_t *q,
                      const uint16_t *scales, const uint8_t *zp, const float *H) {
-    const int tiles = (N + TILE - 1) / TILE;
-    err_job j = {w, w_dtype, K, N, {0}, H, g4_calloc((size_t)tiles, sizeof(double))};
-    j.q4 = (g4_linear){.kind = G4_W_Q4,
+    err_src s = {w, w_dtype, N, {0}};
+    s.q4 = (g4_linear){.kind = G4_W_Q4,
                        .in = K,
                        .out = N,
                        .block = block,
                        .w = q,
                        .scales = scales,
                        .zp = zp};
-    g4_parallel_for(tiles, (double)TILE * K * K, err_range, &j);
-    double s = 0;
-    for (int t = 0; t < tiles; t++) s += j.err[t];
-    free(j.err);
-    return s;
+    double *e = g4_malloc(sizeof(double) * (size_t)N);
+    if (g4_quad_forms(H, K, N, err_col, &s, e)) {
+        free(e);
+        return NAN; // K < 1 or H NULL (the message is g4_error()'s)
+    }
+    double sum = 0;
+    for (int n = 0; n < N; n++) sum += e[n]; // in column order: any thread count, the same sum
+    free(e);
+    return sum;
 }
 
 const float g4_gptq_cv_grid[G4_GPTQ_CV_N] = {0.01f, 0.03f, 0.1f, 0.3f, 1.0f};

@@ -97,7 +97,9 @@ int g4_q4_gptq(const void *w, int w_dtype, int K, int N, int block, float *H,
 
 // The layer-output error of quantized arrays (q, scales, zp as g4_q4_gptq writes them) on rows
 // whose X^T X is H [K, K] (symmetric floats, read only): tr(dW^T H dW) = ||X (Wq - W)||^2,
-// dW = dequant(q) - W. In double; any thread count gives the same value.
+// dW = dequant(q) - W (w: G4_DT_FLOAT16 or G4_DT_FLOAT). Each column's d^T H d by
+// quad_form.h g4_quad_forms (double), added in column order: any thread count gives the same
+// value. NaN with g4_error() set for K < 1 or no H.
 double g4_q4_out_err(const void *w, int w_dtype, int K, int N, int block, const uint8_t *q,
                      const uint16_t *scales, const uint8_t *zp, const float *H);
 

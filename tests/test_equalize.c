@@ -6,7 +6,8 @@
 //    construction) and a zero weight keeps s = 1.
 // 2. The fold on a group's function: (x o w) W against (x o w') (S W) in double, rows of
 //    random inputs: equal to 1e-6 relative (fp32's s; fp16 never rounds S W here).
-// 3. g4_eq_out_error against the plain double sum_n d_n^T H d_n over the dequantized codes.
+// 3. The search's error (methods.h g4_q4_out_err on fp32 weights) against the plain double
+//    sum_n d_n^T H d_n over the dequantized codes.
 // 4. The search on a two-member group whose input has one channel 30x the others: every alpha
 //    quantizes every member (11 x 2 calls), err[0] is 2 (each member's own alpha-0 error), every
 //    err finite, the pick the least err, above alpha 0 and below 0.9 of its error; the picked
@@ -143,7 +144,7 @@ static void test_out_error(const float *H) {
             for (int b = 0; b < KK; b++)
                 want += ((double)deq[a * 8 + n] - w[a * 8 + n]) * H[a * KK + b] *
                         ((double)deq[b * 8 + n] - w[b * 8 + n]);
-    const double got = g4_eq_out_error(H, w, KK, 8, q, sc, zp);
+    const double got = g4_q4_out_err(w, G4_DT_FLOAT, KK, 8, 32, q, sc, zp, H);
     CHECK_MSG(want > 0 && fabs(got / want - 1) < 1e-12, "out_error %.17g, direct %.17g", got, want);
     free(q), free(zp), free(sc);
 }
