@@ -7,7 +7,7 @@
 // prints an FNV-1a hash of every output (H and the Q4 arrays), so that two builds can be
 // compared byte for byte. Not a test (nothing is judged); built beside them.
 //
-//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f m (default
+//   bench_quant_methods K N [rows [threads [parts]]]    parts: any of x g a f m e (default
 //   "xgafm"; m: gptq_imx), or i: GPTQ's factorisation alone (the one-column run, without
 //   act-order); c s d: --imatrix's 32 covariance directions as measured (g4_cov_dirs), shrunk
 //   (g4_cov_dirs_shrunk), and the imatrix search with the shrunk ones (d: times s too). With any
@@ -16,6 +16,8 @@
 //   hash differs from a run without them.
 //   BENCH_DUMP=PREFIX: also writes GPTQ's U (PREFIX.U0, .U1 with act-order, K x K floats) and
 //   the Q4 arrays (PREFIX.g0, .g1, .f, .m: q, scales, zp back to back), to see what differs.
+//   e: the layer-output error sum alone (methods.h g4_q4_out_err over quad_form.h), on RTN's
+//   arrays: its wall and CPU time, its value to 17 digits (to compare two builds' sums).
 //   BENCH_LOSS=1: also prints each method's layer-output error sum_n (q_n - w_n)^T H (q_n - w_n)
 //   (K^2 N multiply-adds: minutes at the largest shapes on two cores).
 #include <math.h>
@@ -270,6 +272,15 @@ int main(int argc, char **argv) {
         printf("  gptq_imx   %8.3f s  out hash %016llx  loss %.6g\n", t_gi, out_hash(&o),
                out_loss(&o, W, H, K, N));
         free(imp);
+    }
+    if (strchr(parts, 'e')) {
+        int rc = g4_q4_quantize_rtn(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, o.q, o.sc, o.zp);
+        t0 = now(), c0 = cpu_now();
+        const double e = g4_q4_out_err(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, o.q, o.sc, o.zp, H);
+        const double t_e = now() - t0, c_e = cpu_now() - c0;
+        if (rc || !isfinite(e)) fprintf(stderr, "out_err: %s\n", g4_error());
+        printf("  out_err    %8.3f s (cpu %8.3f s)  e %.17g  (K^2 N / wall: %.2f G/s)\n", t_e, c_e,
+               e, (double)K * K * N / t_e * 1e-9);
     }
     if (cov) bench_cov(parts, H, X, W, K, N, R, &o);
     free(X), free(H), free(H2), free(W), free(o.q), free(o.sc), free(o.zp);
