@@ -1,9 +1,7 @@
 // gemv3_form.h: the loop forms of the Q4 GEMV's third design (kernels/gemm_q4.cu
-// gemv_q4_v3_kernel's ACC and PIPE; issue 29, bench/NOTES.md "gemvvar"), the balanced split
-// (gemv_q4_v3s_kernel, kernels/gemv_spread.h; bench/NOTES.md "spread evenly over the SMs") and
-// the parse of the three environment variables that pick one, G4_GEMV3_ACC (1 or 2),
-// G4_GEMV3_PIPE (0, 1 or 2) and G4_GEMV3_SPREAD (0 or 1). Plain C shared by the library and the
-// CPU test tests/test_gemv3_form.c. Internal header.
+// gemv_q4_v3_kernel's ACC and PIPE; issue 29, bench/NOTES.md "gemvvar") and the parse of the two
+// environment variables that pick one, G4_GEMV3_ACC (1 or 2) and G4_GEMV3_PIPE (0, 1 or 2). Plain C
+// shared by the library and the CPU test tests/test_gemv3_form.c. Internal header.
 #ifndef G4_GEMV3_FORM_H
 #define G4_GEMV3_FORM_H
 
@@ -11,21 +9,17 @@
 #include <string.h>
 
 enum {
-    G4_GEMV3_FORM_TODAY = 0,  // one accumulator set, the refill after the step's math
-    G4_GEMV3_FORM_ACC2 = 1,   // G4_GEMV3_ACC=2: two accumulator sets a step
-    G4_GEMV3_FORM_PIPE = 2,   // G4_GEMV3_PIPE=1: the ring's refill half a step earlier
-    G4_GEMV3_FORM_XPF = 3,    // G4_GEMV3_PIPE=2: x of the whole k range into L1 after the wait
-    G4_GEMV3_FORM_SPREAD = 4, // G4_GEMV3_SPREAD=1: today's loop on equal shares of every SM
+    G4_GEMV3_FORM_TODAY = 0, // one accumulator set, the refill after the step's math
+    G4_GEMV3_FORM_ACC2 = 1,  // G4_GEMV3_ACC=2: two accumulator sets a step
+    G4_GEMV3_FORM_PIPE = 2,  // G4_GEMV3_PIPE=1: the ring's refill half a step earlier
+    G4_GEMV3_FORM_XPF = 3,   // G4_GEMV3_PIPE=2: x of the whole k range into L1 after the wait
 };
 
-// The form the three variables' values name (NULL or "" = unset: 1, 0, 0); -1 and one line in
-// err (n bytes) for anything else: a value outside its set, or two switched on at once (not
-// built).
-static inline int g4_gemv3_form_parse(const char *acc, const char *pipe, const char *spread,
-                                      char *err, size_t n) {
+// The form the two variables' values name (NULL or "" = unset: 1, 0); -1 and one line in err
+// (n bytes) for anything else: a value outside its set, or both switched on at once (not built).
+static inline int g4_gemv3_form_parse(const char *acc, const char *pipe, char *err, size_t n) {
     const int acc2 = acc && *acc && strcmp(acc, "1") != 0;
     const int pipe_on = pipe && *pipe && strcmp(pipe, "0") != 0;
-    const int spread_on = spread && *spread && strcmp(spread, "0") != 0;
     if (acc2 && strcmp(acc, "2") != 0) {
         snprintf(err, n, "G4_GEMV3_ACC=%s: expected 1 or 2", acc);
         return -1;
@@ -39,18 +33,8 @@ static inline int g4_gemv3_form_parse(const char *acc, const char *pipe, const c
                  pipe);
         return -1;
     }
-    if (spread_on && strcmp(spread, "1") != 0) {
-        snprintf(err, n, "G4_GEMV3_SPREAD=%s: expected 0 or 1", spread);
-        return -1;
-    }
-    if (spread_on && (acc2 || pipe_on)) {
-        snprintf(err, n, "G4_GEMV3_SPREAD=1 with %s=%s: one at a time (not built together)",
-                 acc2 ? "G4_GEMV3_ACC" : "G4_GEMV3_PIPE", acc2 ? acc : pipe);
-        return -1;
-    }
     if (n) err[0] = 0;
-    return spread_on                ? G4_GEMV3_FORM_SPREAD
-           : acc2                   ? G4_GEMV3_FORM_ACC2
+    return acc2                     ? G4_GEMV3_FORM_ACC2
            : !pipe_on               ? G4_GEMV3_FORM_TODAY
            : strcmp(pipe, "1") == 0 ? G4_GEMV3_FORM_PIPE
                                     : G4_GEMV3_FORM_XPF;

@@ -1,31 +1,25 @@
-// test_gemv3_form.c: the parse of G4_GEMV3_ACC / G4_GEMV3_PIPE / G4_GEMV3_SPREAD
-// (kernels/gemv3_form.h), which picks the Q4 GEMV third design's loop form (issue 29's variants,
-// kernels/gemm_q4.cu gemv_q4_v3_kernel's ACC and PIPE, gemv_q4_v3s_kernel). No GPU: every accepted
-// pair gives its form and an empty error, every rejected value -1 and one line naming the variable
-// and the value. The forms' results run on the GPU (tests/test_cuda_gemm.c: each third-design case
-// under every form).
+// test_gemv3_form.c: the parse of G4_GEMV3_ACC / G4_GEMV3_PIPE (kernels/gemv3_form.h), which
+// picks the Q4 GEMV third design's loop form (issue 29's variants, kernels/gemm_q4.cu
+// gemv_q4_v3_kernel's ACC and PIPE). No GPU: every accepted pair gives its form and an empty
+// error, every rejected value -1 and one line naming the variable and the value. The forms'
+// results run on the GPU (tests/test_cuda_gemm.c: each third-design case under every form).
 #include <string.h>
 
 #include "kernels/gemv3_form.h"
 #include "tests/test_util.h"
 
-// acc, pipe, spread -> want (a form, or -1 with err holding `has`)
-static void one3(const char *acc, const char *pipe, const char *spread, int want, const char *has) {
+// acc, pipe -> want (a form, or -1 with err holding `has`)
+static void one(const char *acc, const char *pipe, int want, const char *has) {
     char err[160] = "stale";
-    const int got = g4_gemv3_form_parse(acc, pipe, spread, err, sizeof err);
-    CHECK_MSG(got == want, "ACC=%s PIPE=%s SPREAD=%s: form %d, expected %d", acc ? acc : "(unset)",
-              pipe ? pipe : "(unset)", spread ? spread : "(unset)", got, want);
+    const int got = g4_gemv3_form_parse(acc, pipe, err, sizeof err);
+    CHECK_MSG(got == want, "ACC=%s PIPE=%s: form %d, expected %d", acc ? acc : "(unset)",
+              pipe ? pipe : "(unset)", got, want);
     if (want >= 0)
         CHECK_MSG(err[0] == 0, "ACC=%s PIPE=%s: error '%s' on an accepted pair", acc ? acc : "-",
                   pipe ? pipe : "-", err);
     else
         CHECK_MSG(strstr(err, has) && !strchr(err, '\n'), "ACC=%s PIPE=%s: error '%s', wanted '%s'",
                   acc ? acc : "-", pipe ? pipe : "-", err, has);
-}
-
-// acc, pipe with G4_GEMV3_SPREAD unset
-static void one(const char *acc, const char *pipe, int want, const char *has) {
-    one3(acc, pipe, NULL, want, has);
 }
 
 int main(void) {
@@ -52,17 +46,5 @@ int main(void) {
     one("2", "2", -1, "G4_GEMV3_ACC=2 with G4_GEMV3_PIPE=2: one at a time");
     // the first invalid variable is the one named
     one("9", "9", -1, "G4_GEMV3_ACC=9");
-    // G4_GEMV3_SPREAD: 0 / unset / empty leave the others' form; 1 alone is the spread form
-    one3(NULL, NULL, "0", G4_GEMV3_FORM_TODAY, NULL);
-    one3(NULL, NULL, "", G4_GEMV3_FORM_TODAY, NULL);
-    one3("2", NULL, "0", G4_GEMV3_FORM_ACC2, NULL);
-    one3(NULL, "2", "0", G4_GEMV3_FORM_XPF, NULL);
-    one3(NULL, NULL, "1", G4_GEMV3_FORM_SPREAD, NULL);
-    one3("1", "0", "1", G4_GEMV3_FORM_SPREAD, NULL);
-    one3(NULL, NULL, "2", -1, "G4_GEMV3_SPREAD=2: expected 0 or 1");
-    one3(NULL, NULL, "yes", -1, "G4_GEMV3_SPREAD=yes");
-    one3("2", NULL, "1", -1, "G4_GEMV3_SPREAD=1 with G4_GEMV3_ACC=2: one at a time");
-    one3(NULL, "1", "1", -1, "G4_GEMV3_SPREAD=1 with G4_GEMV3_PIPE=1: one at a time");
-    one3(NULL, "2", "1", -1, "G4_GEMV3_SPREAD=1 with G4_GEMV3_PIPE=2: one at a time");
     return g4t_finish("test_gemv3_form");
 }

@@ -688,10 +688,9 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
 // var (op gemv_q4_var, whenever the filter holds "gemv_q4_var"; issue 29's next designs,
 // g4_gemm_gemv3_form): the same cases and placements, timed as today's loop ("today") and its
 // variants, "acc2" (G4_GEMV3_ACC=2: two accumulator sets), "pipe" (G4_GEMV3_PIPE=1: the ring's
-// refill half a step earlier), "xpf" (G4_GEMV3_PIPE=2: x of the whole k range prefetched
-// into L1) and "spread" (G4_GEMV3_SPREAD=1: today's loop on equal shares of SMs x 2 CTAs,
-// kernels/gemv_spread.h), base = today's from the same run; their outputs are the kernel
-// test_cuda_gemm checks under each form.
+// refill half a step earlier) and "xpf" (G4_GEMV3_PIPE=2: x of the whole k range prefetched
+// into L1), base = today's from the same run; their outputs are the kernel test_cuda_gemm checks
+// under each form.
 int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
     const struct {
         int shape;
@@ -701,9 +700,8 @@ int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
                  {7, true, 8},   {13, false, 1}, {0, false, 1}, {4, false, 1}, {9, false, 1}};
     static const char *form[4] = {"full", "loads(unchecked)", "math(unchecked)",
                                   "shell(unchecked)"};
-    static const char *vform[5] = {"today", "acc2", "pipe", "xpf",
-                                   "spread"}; // G4_GEMV3_FORM_* order
-    const int nf = var ? 5 : 4;
+    static const char *vform[4] = {"today", "acc2", "pipe", "xpf"}; // G4_GEMV3_FORM_* order
+    const int nf = 4;
     const char *op = var ? "gemv_q4_var" : "gemv_q4_probe";
     int n = 0;
     for (const auto &cs : cases) {
@@ -733,10 +731,10 @@ int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
         for (int hot = 0; rc == G4_OK && hot < 2; hot++) {
             if (hot && cs.shape == 12) break; // (the LM head's 226 MB cannot stay in L2)
             const int per_graph = p.copies < 8 ? 8 : p.copies;
-            g4_kbench_time t[5];
+            g4_kbench_time t[4];
             for (int f = 0; f < nf; f++) { // read at launch (graph capture) time
                 G4_CUDA_CHECK(cudaDeviceSynchronize());
-                // (f in 0..4: cannot fail but for the spread form's workspace, out of memory)
+                // (f in 0..3: cannot fail)
                 if ((var ? g4_gemm_gemv3_form(f) : g4_gemm_gemv3_probe(f)) != G4_OK) abort();
                 t[f] = g4_kbench_run_graph(hot ? launch_hot : launch_ours, &p, per_graph, 2, reps);
             }

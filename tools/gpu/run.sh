@@ -74,12 +74,10 @@
 #   gemvvar  issue 29, the third-design Q4 GEMV's next designs (after build; ~2 min):
 #            test_pdl_sass, test_gemv3_form, then `bench --kernels --filter gemv_q4_var --reps
 #            30` twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1
-#            and =2, G4_GEMV3_SPREAD=1, weights rotated and L2-resident) and a today / acc2 /
-#            pipe / xpf / spread table a run; their correctness: gemv_check with
-#            GEMV_CHECK_ENVS="G4_GEMV3_ACC=2 G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2 G4_GEMV3_SPREAD=1"
-#            (the default test_cuda_gemm run also judges every third-design case's spread form
-#            against the reference), end to end: e2bq with E2BQ_VARIANTS="landed:X=1
-#            acc2:G4_GEMV3_ACC=2 pipe:G4_GEMV3_PIPE=1 xpf:G4_GEMV3_PIPE=2 spread:G4_GEMV3_SPREAD=1"
+#            and =2, weights rotated and L2-resident) and a today / acc2 / pipe / xpf table a
+#            run; their correctness: gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
+#            G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2", end to end: e2bq with E2BQ_VARIANTS="landed:X=1
+#            acc2:G4_GEMV3_ACC=2 pipe:G4_GEMV3_PIPE=1 xpf:G4_GEMV3_PIPE=2"
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -1139,21 +1137,18 @@ stage_gemvprobe() {
 }
 
 # Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
-# ~2 min): test_pdl_sass, test_gemv3_form, test_gemv_spread, an invalid G4_GEMV3_ACC and
-# G4_GEMV3_SPREAD (each must fail naming it), then `bench --kernels --filter gemv_q4_var --reps
-# 30` twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2,
-# G4_GEMV3_SPREAD=1, rotated and L2-resident) and per run one line a case and placement: today /
-# acc2 / pipe / xpf / spread in us and each variant's change. Correctness: stage gemv_check with
-# GEMV_CHECK_ENVS="G4_GEMV3_ACC=2 G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2 G4_GEMV3_SPREAD=1".
+# ~2 min): test_pdl_sass, test_gemv3_form, an invalid G4_GEMV3_ACC (must fail naming it), then
+# `bench --kernels --filter gemv_q4_var --reps 30` twice (each gemvprobe case as today's loop,
+# G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated and L2-resident) and per run one line a case
+# and placement: today / acc2 / pipe / xpf in us and each variant's change. Correctness: stage gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
+# G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2".
 stage_gemvvar() {
-    ctest --test-dir build-gpu -R "test_pdl_sass|test_gemv3_form|test_gemv_spread" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
+    ctest --test-dir build-gpu -R "test_pdl_sass|test_gemv3_form" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
     # an invalid form fails the third-design launch naming it (the tiny forced-v3 case)
     local log="$OUT/gemvvar_invalid.log"
     G4_GEMV3_ACC=3 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
     echo "G4_GEMV3_ACC=3 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_ACC=3: expected 1 or 2' "$log") lines naming it (expected >= 1)"
-    G4_GEMV3_SPREAD=2 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
-    echo "G4_GEMV3_SPREAD=2 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_SPREAD=2: expected 0 or 1' "$log") lines naming it (expected >= 1)"
-    form_rows gemvvar gemv_q4_var change today acc2 pipe xpf spread
+    form_rows gemvvar gemv_q4_var change today acc2 pipe xpf
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
