@@ -14,7 +14,6 @@
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv3_form.h"
 #include "kernels/pdl.cuh"
 #include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
@@ -636,22 +635,12 @@ constexpr int GV3_PROBE_LOADS = 1, GV3_PROBE_MATH = 2, GV3_PROBE_SHELL = 3;
 // the loaded words into the accumulators' bits; GV3_PROBE_MATH no weight load or L2 prefetch
 // (the ring's words made from the tile index), dequantize + MMA as today; GV3_PROBE_SHELL
 // neither (launch, wait, x prefetch, the step walk, flush and stores). Same flush in all.
-// ACC and PIPE (issue 29, G4_GEMV3_ACC / G4_GEMV3_PIPE; bench/NOTES.md "gemvvar"): ACC 2 runs
-// an item's 4 MMAs of a step into two accumulator sets (words 0, 2 into acc, 1, 3 into acc2,
-// summed at the flush), so no HMMA waits on the one before it; PIPE 1 issues the step's refill
-// (the step U ahead) half a step earlier: after the first item's dequantize + MMA, before the
-// second's (whose words it copies aside), not after both; PIPE 2 (x given only) prefetches x of
-// the warp's whole k range into L1 after the wait (today: its first U steps; a later step's
-// first x load is an L2 round trip right before its first MMA).
-template <int F, int T, int U, bool PRO, int PROBE = 0, int ACC = 1, int PIPE = 0>
+template <int F, int T, int U, bool PRO, int PROBE = 0>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                       const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
                       int groups, int pf_items, gv_pro pro) {
     static_assert(PROBE == 0 || !PRO, "probe forms: x given only");
-    static_assert(ACC == 1 || ACC == 2, "one or two accumulator sets");
-    static_assert(PROBE == 0 || (ACC == 1 && PIPE == 0), "probe forms: today's loop only");
-    static_assert(PIPE >= 0 && PIPE <= 2 && !(PRO && PIPE == 2), "PIPE 2: x given only");
     constexpr int E = F * T;                     // items a step: weight ff's tile tt is ff * T + tt
     __shared__ float4 red[2][GV_WARPS][F][32];   // split partials, double-buffered by flush
     extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
@@ -707,37 +696,28 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     }
     uint4 rq[U][E];
     uint32_t rs[U][E], rz[U][E];
-    // item e's words of the cursor's step into ring slot u (PIPE 1 refills an item at a time)
-    auto load_item = [&](int u, int e) {
-        const int ff = e / T, tt = e % T;
-        const uint32_t ti = bt[tt] + (uint32_t)lr;
-        rq[u][e] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-        rs[u][e] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-        rz[u][e] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
-    };
-    auto load_step = [&]() { // the cursor to the next step
-        if (++lr == L) {
-            lr = 0;
-            set_bases(++lj);
-        }
-    };
-    auto load_next = [&](int u) { // the whole step into slot u
+    auto load_next = [&](int u) {
 #pragma unroll
         for (int tt = 0; tt < T; tt++) {
+            const uint32_t ti = bt[tt] + (uint32_t)lr;
 #pragma unroll
             for (int ff = 0; ff < F; ff++) {
                 if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
-                    const uint32_t ti = bt[tt] + (uint32_t)lr;
                     const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + lane;
                     rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
                     rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
                     rz[u][ff * T + tt] = h >> 24;
                 } else if constexpr (PROBE != GV3_PROBE_SHELL) {
-                    load_item(u, ff * T + tt);
+                    rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
+                    rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
+                    rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
                 }
             }
         }
-        load_step();
+        if (++lr == L) {
+            lr = 0;
+            set_bases(++lj);
+        }
     };
 
     // The first U steps load into the ring before the wait: immutable weights, in the one load
@@ -754,18 +734,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         xrow = xs + (size_t)xr * K + 16 * t;
     } else {
         xrow = x + (size_t)xr * K + 16 * t;
-        if constexpr (PIPE == 2) { // x of the whole k range (every step of it: nj >= 1)
-            for (int i = 0; i < L && i < n; i++) {
-                const __half *pxi = xrow + (size_t)(kb + i) * 64;
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
-            }
-        } else
-            gv_prefetch_x_l1<U>(xrow, kb, L, n); // x of the first U steps
+        gv_prefetch_x_l1<U>(xrow, kb, L, n); // x of the first U steps
     }
 
-    float acc[E][4], acc2[ACC == 2 ? E : 1][4]; // acc2: ACC 2's odd words (unused at ACC 1)
+    float acc[E][4];
     gv_zero(acc);
-    gv_zero(acc2);
     int cj = 0, cr = 0;                                   // compute cursor
     const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the step being computed
     for (int i0 = 0; i0 < n; i0 += U) {
@@ -786,54 +759,21 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
             } else {
                 uint32_t xw[8];
                 gv_x_frag<PRO>(px, xw);
-                // item e's words (q, sc, zp) dequantized and multiplied into its accumulators
-                auto math = [&](int e, const uint4 &q, uint32_t sc, uint32_t zp) {
-                    const q4k kc = q4_consts(sc, zp);
-                    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    const q4k kc = q4_consts(rs[u][e], rz[u][e]);
+                    const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
 #pragma unroll
                     for (int st = 0; st < 4; st++) {
                         uint32_t a[4];
                         q4_dequant_word(words[st], kc, a);
-                        if constexpr (ACC == 2)
-                            mma_16816(st & 1 ? acc2[e] : acc[e], a, xw[2 * st], xw[2 * st + 1]);
-                        else
-                            mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
+                        mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
                     }
-                };
-                if constexpr (PIPE == 1) {
-                    // the first half of the items' math, the second half's words aside, the
-                    // step's refill, then the second half's math (the refill of the whole step
-                    // before any math, or an item's before its own, spills at 128 registers)
-                    constexpr int H = E / 2;
-#pragma unroll
-                    for (int e = 0; e < H; e++) math(e, rq[u][e], rs[u][e], rz[u][e]);
-                    uint4 cq[E - H];
-                    uint32_t cs[E - H], cz[E - H];
-#pragma unroll
-                    for (int e = H; e < E; e++)
-                        cq[e - H] = rq[u][e], cs[e - H] = rs[u][e], cz[e - H] = rz[u][e];
-                    if (i0 + u + U < n) { // refill this slot with the step U ahead
-#pragma unroll
-                        for (int e = 0; e < E; e++) load_item(u, e);
-                        load_step();
-                    }
-#pragma unroll
-                    for (int e = H; e < E; e++) math(e, cq[e - H], cs[e - H], cz[e - H]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < E; e++) math(e, rq[u][e], rs[u][e], rz[u][e]);
                 }
             }
-            if (PIPE != 1 && i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
+            if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
             px += 64;
             if (++cr == L) {
-                if constexpr (ACC == 2) { // the two sets summed once, then both zeroed
-#pragma unroll
-                    for (int e = 0; e < E; e++)
-#pragma unroll
-                        for (int i = 0; i < 4; i++) acc[e][i] += acc2[e][i];
-                    gv_zero(acc2);
-                }
                 gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(cj), cj, warp, f, s, S, CS,
                                     &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
@@ -854,35 +794,10 @@ constexpr int GV3_U = 4;
 // today's): g4_gemm_gemv3_probe's, kernel benches only.
 int g_gv3_probe = 0;
 
-// The loop form of the third design (gemv_q4_v3_kernel's ACC, PIPE): g4_gemm_gemv3_form's (tests,
-// benches), else G4_GEMV3_ACC (1, the default, or 2) and G4_GEMV3_PIPE (0, the default, 1 or 2)
-// in the environment, read once (g4_gemv3_form_parse: an invalid value fails the Q4 GEMV launches
-// with a line naming it); one at a time. The engine's default stays today's loop until the H200
-// measures them (bench/NOTES.md "gemvvar").
-int g_gv3_form = -1; // -1: the environment's; else G4_GEMV3_FORM_*
-int g_gv3_last_form; // the form of the last third-design launch (g4_gemm_gemv3_last_form)
-char g_gv3_err[160]; // the environment's error, "" if none
-
-int gemv3_form() {
-    if (g_gv3_form >= 0) return g_gv3_form;
-    static int env = -1;
-    if (env < 0)
-        env = g4_gemv3_form_parse(getenv("G4_GEMV3_ACC"), getenv("G4_GEMV3_PIPE"), g_gv3_err,
-                                  sizeof g_gv3_err);
-    return env;
-}
-
-// G4_OK, or the environment's invalid form named in one line (before a third-design launch).
-int gemv3_check(const char *who) {
-    if (gemv3_form() < 0) return g4_fail(G4_EUSER, "%s: %s", who, g_gv3_err);
-    return G4_OK;
-}
-
-template <bool FUSED, bool PRO, int PROBE = 0, int ACC = 1, int PIPE = 0>
+template <bool FUSED, bool PRO, int PROBE = 0>
 void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
                   int epi, const gv_pro &pro, cudaStream_t stream) {
-    // a probe form (kernel benches, g4_gemm_gemv3_probe)
-    if constexpr (!PRO && PROBE == 0 && ACC == 1 && PIPE == 0) {
+    if constexpr (!PRO && PROBE == 0) { // a probe form (kernel benches, g4_gemm_gemv3_probe)
         switch (g_gv3_probe) {
         case GV3_PROBE_LOADS:
             return launch_gemv3<FUSED, false, GV3_PROBE_LOADS>(y, x, w0, w1, bias, M, N, K, epi,
@@ -897,33 +812,12 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
             break;
         }
     }
-    // another loop form (gemv3_form; a probe form above comes first)
-    if constexpr (PROBE == 0 && ACC == 1 && PIPE == 0) {
-        g_gv3_last_form = G4_GEMV3_FORM_TODAY;
-        switch (gemv3_form()) { // (an invalid environment never gets here: gemv3_check)
-        case G4_GEMV3_FORM_ACC2:
-            g_gv3_last_form = G4_GEMV3_FORM_ACC2;
-            return launch_gemv3<FUSED, PRO, 0, 2, 0>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
-        case G4_GEMV3_FORM_PIPE:
-            g_gv3_last_form = G4_GEMV3_FORM_PIPE;
-            return launch_gemv3<FUSED, PRO, 0, 1, 1>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
-        case G4_GEMV3_FORM_XPF: // (the add-norm form reads x from shared memory: today's)
-            if constexpr (!PRO) {
-                g_gv3_last_form = G4_GEMV3_FORM_XPF;
-                return launch_gemv3<FUSED, PRO, 0, 1, 2>(y, x, w0, w1, bias, M, N, K, epi, pro,
-                                                         stream);
-            }
-            break;
-        default:
-            break;
-        }
-    }
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
     const int units = (N / 16 + T - 1) / T;
     const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8; // steps a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
-    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE, ACC, PIPE>;
+    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>;
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
         static bool opted = false;
         if (!opted) {
@@ -934,12 +828,11 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
     }
     // (the kernel named at each launch: tests/test_pdl_sass.sh reads launch sites by name)
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE, ACC, PIPE>,
-                              dim3(p.grid, p.CS, 1), dim3(GV_WARPS * 32, 1, 1), smem, stream,
-                              dim3(1, p.CS, 1), y, x, w0, w1, bias, M, N, K, epi, p.S, p.CS,
-                              p.groups, pf, pro);
+        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE, ACC, PIPE>, dim3(p.grid, 1, 1),
+        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro);
 }
@@ -1222,8 +1115,6 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
         g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
         if (g_gv_last == 3) { // where it measured faster
-            const int rc = gemv3_check(who);
-            if (rc) return rc;
             if (wu)
                 launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
@@ -1329,8 +1220,6 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
     g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
     if (g4k::g_gv_last == 3) {
-        rc = g4k::gemv3_check(who);
-        if (rc) return rc;
         if (wu)
             g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);
@@ -1379,21 +1268,6 @@ extern "C" int g4_gemm_gemv3_probe(int probe) {
         return g4_fail(G4_EUSER, "gemv3 probe: %d, expected 0 (today's) .. 3 (shell)", probe);
     g4k::g_gv3_probe = probe;
     return G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_form(int form) {
-    if (form < -1 || form > G4_GEMV3_FORM_XPF)
-        return g4_fail(
-            G4_EUSER,
-            "gemv3 form: %d, expected -1 (environment), 0 (today's), 1 (acc2), 2 (pipe), "
-            "3 (xpf)",
-            form);
-    g4k::g_gv3_form = form;
-    return G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_last_form(void) {
-    return g4k::g_gv3_last_form;
 }
 
 extern "C" int g4_gemm_gemv_last_design(void) {

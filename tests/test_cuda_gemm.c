@@ -19,10 +19,7 @@
 // (or, when the CPU work would be large, on 24 rows incl. the first and last, and for
 // lm_head-sized weights on 512 random 16-column groups incl. the first and last; every element
 // is still checked for NaN/inf), and run a second time to check the result is bit-identical
-// (the kernels are deterministic: no atomics; a difference means a race). A Q4 GEMV case that
-// ran the third design checks it ran the loop form G4_GEMV3_ACC / G4_GEMV3_PIPE name, then runs
-// under each form (g4_gemm_gemv3_form): pipe and xpf bit for bit today's, acc2 repeatable (its
-// values judged against the reference in a run under G4_GEMV3_ACC=2: run.sh's gemv_check).
+// (the kernels are deterministic: no atomics; a difference means a race).
 //
 // Expected values and tolerances (per element |got - exp| <= tol, and NMSE over the case):
 //   fp16 weights: exp = ref_linear_f16 on the same fp16 inputs (fp32 accumulate).
@@ -56,7 +53,6 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv3_form.h"
 #include "kernels/ref/ref.h"
 #include "tests/test_util.h"
 
@@ -829,12 +825,6 @@ static int gvm_knobs_set(void) {
     return 0;
 }
 
-// The third design's loop form the environment names (kernels/gemv3_form.h), -1 if invalid.
-static int gemv3_env_form(void) {
-    char err[160];
-    return g4_gemv3_form_parse(getenv("G4_GEMV3_ACC"), getenv("G4_GEMV3_PIPE"), err, sizeof err);
-}
-
 static void run_case(const gcase *c) {
     unsigned long long s = g_seed ^ ((unsigned long long)c->M * 0x9e3779b97f4a7c15ull) ^
                            ((unsigned long long)c->N << 20) ^ ((unsigned long long)c->K << 40) ^
@@ -942,54 +932,6 @@ static void run_case(const gcase *c) {
                 CHECK_MSG(g4_gemm_gemv_last_design() == c->ver,
                           "forced Q4 GEMV design %d, but design %d ran", c->ver,
                           g4_gemm_gemv_last_design());
-        }
-        // Where the third design ran: it ran the form the environment names (G4_GEMV3_ACC /
-        // G4_GEMV3_PIPE, read once: run.sh's gemv_check runs the whole table under each, so
-        // every third-design case is judged against the reference under each form), then the
-        // case again under each form forced (g4_gemm_gemv3_form): PIPE and XPF bit for bit
-        // today's (the same products summed in the same order), ACC2 twice bit-identical (its
-        // sum order differs from today's: its values are judged in the environment's run), and
-        // the environment's form bit for bit the first run.
-        const int v3_ran = rc == G4_OK && q4 && c->algo == GEMV && g4_gemm_gemv_last_design() == 3;
-        if (v3_ran) {
-            const int envf = g4_gemm_gemv3_last_form();
-            CHECK_MSG(envf == gemv3_env_form(),
-                      "the third design ran form %d, the environment "
-                      "names %d",
-                      envf, gemv3_env_form());
-            void *gf[5]; // forms 0, 1, 2, 3, then form 1 again
-            for (int k = 0; k < 5; k++) gf[k] = g4_malloc(ybytes);
-            for (int k = 0; k < 5 && rc == G4_OK; k++) {
-                const int f = k == 4 ? 1 : k;
-                CHECK(g4_gemm_gemv3_form(f) == G4_OK);
-                if (add)
-                    CK(cudaMemcpy(out.y, y0, ybytes, cudaMemcpyHostToDevice));
-                else
-                    CK(cudaMemset(out.y, 0xff, ybytes));
-                rc = c->op == OP_Q4 ? g4_gemm_q4(out.y, dx, &qw[0], db, M, epi, c->algo, 0)
-                                    : g4_gemm_q4_gelu_mul(out.y, dx, &qw[0], &qw[1], M, c->algo, 0);
-                CHECK_MSG(rc == G4_OK, "launch, form %d: %s", f, g4_error());
-                CK(cudaDeviceSynchronize());
-                CK(cudaMemcpy(gf[k], out.y, ybytes, cudaMemcpyDeviceToHost));
-                CHECK_MSG(g4_gemm_gemv_last_design() == 3 && g4_gemm_gemv3_last_form() == f,
-                          "form %d forced: design %d form %d ran", f, g4_gemm_gemv_last_design(),
-                          g4_gemm_gemv3_last_form());
-            }
-            g4_gemm_gemv3_form(-1); // back to the environment's
-            const int pipe_same = memcmp(gf[0], gf[2], ybytes) == 0;
-            const int xpf_same = memcmp(gf[0], gf[3], ybytes) == 0;
-            const int acc2_rep = memcmp(gf[1], gf[4], ybytes) == 0;
-            const int env_same = envf < 0 || envf > 3 || memcmp(gf[envf], got, ybytes) == 0;
-            CHECK_MSG(pipe_same, "the PIPE form differs from today's (bit for bit)");
-            CHECK_MSG(xpf_same, "the XPF form differs from today's (bit for bit)");
-            CHECK_MSG(acc2_rep, "the ACC2 form's second run differs from its first");
-            CHECK_MSG(env_same, "form %d forced differs from the environment's run of it", envf);
-            printf("  third design, forms (environment's: %d): pipe vs today %s, xpf vs today %s, "
-                   "acc2 repeat %s, forced vs environment's %s\n",
-                   envf, pipe_same ? "bit-identical" : "DIFFER",
-                   xpf_same ? "bit-identical" : "DIFFER", acc2_rep ? "identical" : "DIFFERS",
-                   env_same ? "bit-identical" : "DIFFER");
-            for (int k = 0; k < 5; k++) free(gf[k]);
         }
         g4_gemm_wgmma_force(0, 0, 0);
         g4_gemm_gemv_force(0, 0);

@@ -71,13 +71,6 @@
 #            test_pdl_sass, then `bench --kernels --filter gemv_q4_probe --reps 30` twice (each
 #            v3 decode shape as today's kernel and its loads / math / shell probe forms, weights
 #            rotated and L2-resident) and a full / loads / math / shell table a run
-#   gemvvar  issue 29, the third-design Q4 GEMV's next designs (after build; ~2 min):
-#            test_pdl_sass, test_gemv3_form, then `bench --kernels --filter gemv_q4_var --reps
-#            30` twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1
-#            and =2, weights rotated and L2-resident) and a today / acc2 / pipe / xpf table a
-#            run; their correctness: gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
-#            G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2", end to end: e2bq with E2BQ_VARIANTS="landed:X=1
-#            acc2:G4_GEMV3_ACC=2 pipe:G4_GEMV3_PIPE=1 xpf:G4_GEMV3_PIPE=2"
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -538,9 +531,6 @@ stage_gemv_check() {
     for ce in ${GEMV_CHECK_ENVS:-}; do
         env ${ce//,/ } timeout 300 build-gpu/tests/test_cuda_gemm --op /gemv >"$OUT/gemv_check_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_cuda_gemm --op /gemv (q4 and f16): exit $? $(tail -1 "$OUT/gemv_check_${ce//[=,]/_}.log")"
-        # (the third-design cases judged under this environment's loop form, each also rerun
-        # under every form: test_cuda_gemm's "third design, forms" line)
-        echo "  third-design cases: $(grep -c 'third design, forms' "$OUT/gemv_check_${ce//[=,]/_}.log")"
         env ${ce//,/ } timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op add_norm_linear >"$OUT/gemv_check_an_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_check_an_${ce//[=,]/_}.log")"
         grep -hE "FAIL|error" "$OUT/gemv_check_${ce//[=,]/_}.log" "$OUT/gemv_check_an_${ce//[=,]/_}.log" | head -5
@@ -1117,7 +1107,7 @@ PY
 }
 
 # form_rows STAGE OP MODE FORM...: the op's kernel rows twice ($OUT/STAGE_{1,2}), then each
-# run's form_table (gemvprobe, gemvvar)
+# run's form_table (gemvprobe)
 form_rows() {
     local stage=$1 op=$2 r
     shift 2
@@ -1134,21 +1124,6 @@ form_rows() {
 stage_gemvprobe() {
     ctest --test-dir build-gpu -R "test_pdl_sass" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
     form_rows gemvprobe gemv_q4_probe share full loads math shell
-}
-
-# Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
-# ~2 min): test_pdl_sass, test_gemv3_form, an invalid G4_GEMV3_ACC (must fail naming it), then
-# `bench --kernels --filter gemv_q4_var --reps 30` twice (each gemvprobe case as today's loop,
-# G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2, rotated and L2-resident) and per run one line a case
-# and placement: today / acc2 / pipe / xpf in us and each variant's change. Correctness: stage gemv_check with GEMV_CHECK_ENVS="G4_GEMV3_ACC=2
-# G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2".
-stage_gemvvar() {
-    ctest --test-dir build-gpu -R "test_pdl_sass|test_gemv3_form" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    # an invalid form fails the third-design launch naming it (the tiny forced-v3 case)
-    local log="$OUT/gemvvar_invalid.log"
-    G4_GEMV3_ACC=3 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
-    echo "G4_GEMV3_ACC=3 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_ACC=3: expected 1 or 2' "$log") lines naming it (expected >= 1)"
-    form_rows gemvvar gemv_q4_var change today acc2 pipe xpf
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
