@@ -1621,7 +1621,9 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-q4_imatrix_s0}
 # covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
 # NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
 # them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
-# FID_CALIB_VARIANTS chooses among these nine (empty: none; default q4_gptq_imx_16k, the best
+# q4_gptq_imx_16k_keep_auto: q4_gptq_imx_16k with --keep-auto at q4_keep_auto's byte budget (the
+# sensitivity ranking on the same 16,384 tokens), a source for a dwq fit on top.
+# FID_CALIB_VARIANTS chooses among these ten (empty: none; default q4_gptq_imx_16k, the best
 # method's question, and q4_imatrix_16k, imatrix's: ~1.5-2.5 + 3-4 min of quantizing on the
 # H200, NOTES; q4_gptq_16k, the plainest test of the length, ~1-1.5 min more, on request: the
 # pipeline must fit beside the GEMV call in one session's 30 minutes); the names are the
@@ -1676,6 +1678,9 @@ fid_make() {
         ab:*) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
         calib:q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
         calib:q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
+        calib:q4_gptq_imx_16k_keep_auto) # the best method at equal bytes (twenty-third session)
+            budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+            fid_quant "$v" --method gptq_imx --keep-auto "$budget" "${long[@]}" ;;
         calib:q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
         calib:q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
         calib:q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
