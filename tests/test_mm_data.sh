@@ -116,10 +116,11 @@ os.makedirs(os.path.join(pre, "usr/bin"))
 os.makedirs(os.path.join(pre, "usr/lib/x86_64-linux-gnu/espeak-ng-data"))
 exe = os.path.join(pre, "usr/bin/espeak-ng")
 open(exe, "w").write(f"""#!{sys.executable}
-import sys, wave, numpy as np
+import os, sys, wave, numpy as np
 a = sys.argv[1:]
-if "--version" in a:
-    print("fake espeak-ng 0"); sys.exit(0)
+if "--version" in a:  # as espeak-ng 1.51: --path ignored, the data from ESPEAK_DATA_PATH
+    dp = os.environ.get("ESPEAK_DATA_PATH", "/usr/lib/x86_64-linux-gnu")
+    print(f"fake espeak-ng 0  Data at: {{dp}}/espeak-ng-data"); sys.exit(0)
 assert a[0].startswith("--path="), a
 v, s, w, text = a[a.index("-v") + 1], int(a[a.index("-s") + 1]), a[a.index("-w") + 1], a[-1]
 n = int(22050 * 0.06 * len(text) * 170 / s)
@@ -150,8 +151,10 @@ for it in sp:
     ok &= n == want_n
 check(f"{len(sp)} utterances: 16 kHz mono 16-bit WAV, peak 0.7, length and seconds right", ok)
 info = json.load(open(os.path.join(out, "data.json")))
-check("data.json: espeak-ng's version and the seconds in all",
-      info.get("espeak_ng") == "fake espeak-ng 0" and
+data_at = os.path.join(pre, "usr/lib/x86_64-linux-gnu/espeak-ng-data")
+check(f"data.json: espeak-ng's version with the prefix's data ({info.get('espeak_ng')}) and the "
+      "seconds in all",
+      info.get("espeak_ng") == f"fake espeak-ng 0  Data at: {data_at}" and
       abs(info.get("speech_seconds", -1) - sum(i["seconds"] for i in sp)) < 0.2)
 first = open(os.path.join(out, "speech.jsonl"), "rb").read()
 wav0 = os.path.join(out, "speech", sp[0]["split"], sp[0]["id"] + ".wav") if sp else ""

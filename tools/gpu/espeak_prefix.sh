@@ -25,5 +25,12 @@ done
 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
     "$src/espeak-ng-data-en.tar.xz" "$lib"
 ${CC:-cc} -shared -fPIC -O2 -o "$lib/libpcaudio.so.0" "$here/pcaudio_stub.c"
-# LD_BIND_NOW: every symbol the library imports resolves now, not at first use
-LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" "$prefix/usr/bin/espeak-ng" --path="$lib" --version
+# LD_BIND_NOW: every symbol the library imports resolves now, not at first use. --version
+# ignores --path (it reads the default /usr/lib/x86_64-linux-gnu/espeak-ng-data, absent on the
+# GPU machine: "Error processing file .../phontab"); ESPEAK_DATA_PATH points it at the prefix's
+# data, so the line names the data the speech step uses, and a prefix whose data espeak-ng
+# cannot read (it still exits 0) fails here.
+ver=$(LD_BIND_NOW=1 LD_LIBRARY_PATH="$lib" ESPEAK_DATA_PATH="$lib" "$prefix/usr/bin/espeak-ng" --path="$lib" --version 2>&1)
+echo "$ver"
+[[ $ver == *"Data at: $lib/espeak-ng-data"* && $ver != *Error* ]] ||
+    { echo "espeak_prefix: espeak-ng cannot read its data in $lib/espeak-ng-data (above)" >&2; exit 1; }

@@ -306,6 +306,9 @@ def espeak_command(prefix):
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH")
                                     else "")
+    # --version ignores --path: without this, data.json's espeak_ng names (and espeak-ng's stderr
+    # fails to read) the system's /usr/lib/x86_64-linux-gnu/espeak-ng-data, not the prefix's
+    env["ESPEAK_DATA_PATH"] = lib
     return [exe, f"--path={lib}"], env
 
 
