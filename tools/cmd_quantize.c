@@ -1,7 +1,7 @@
 // g4cu quantize PKG_F16 OUT [--keep PATTERN]... [--threads N]
 //                [--keep-auto BYTES --calib TEXT [--tokenizer F] [--calib-tokens N]
-//                 [--backend cpu|cuda]] [--method kquant|rtn|imatrix|gptq|fit [--act-order]]
-//                [--imatrix --calib TEXT]:
+//                 [--backend cpu|cuda]] [--method kquant|rtn|imatrix|gptq|fit|gptq_imx
+//                 [--act-order] [--calib-ctx N]] [--imatrix --calib TEXT] [--equalize]:
 // quantize the decoder's linears into a Q4 (MatMulNBits) package; by default k-quant, the way
 // Olive made the published "Q4_K_M" packages (byte-identical). OUT must not exist; it appears
 // only when complete.
@@ -237,6 +237,8 @@ const g4_cmd g4_cmd_quantize = {
     "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N]] "
     "[--equalize --calib TEXT]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
-    "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
-    "files are copied or reflinked, never hard-linked)",
+    "the most KL per byte stays fp16; the calibrated methods and --equalize read 16,384 --calib "
+    "tokens in windows of 512 unless --calib-tokens / --calib-ctx, --keep-auto's ranking 256; "
+    "work in OUT.tmp-<pid>, renamed when complete; unchanged files are copied or reflinked, "
+    "never hard-linked)",
     quantize_opts, NULL};
