@@ -1091,11 +1091,9 @@ static g4_backend *cu_exec_new(g4_backend *be, const g4_text_config *c, int kv_r
         const size_t b = g4_persist_mlp_workspace(c->hidden, c->layer[l].ffn);
         if (b > cx->persist_ws_bytes) cx->persist_ws_bytes = b;
     }
-    // (G4_GEMV3_SPREAD=1: the Q4 GEMV's spread-form workspace, before any capture)
     if (cu_malloc(&cx->attn_ws, cx->attn_ws_bytes) != cudaSuccess ||
         cu_malloc(&cx->sample_ws, cx->sample_ws_bytes) != cudaSuccess ||
-        cu_malloc(&cx->persist_ws, cx->persist_ws_bytes) != cudaSuccess ||
-        g4_gemm_gemv3_spread_reserve() != G4_OK) {
+        cu_malloc(&cx->persist_ws, cx->persist_ws_bytes) != cudaSuccess) {
         cudaGetLastError();
         be->exec_free(ex);
         return NULL;

@@ -14,8 +14,6 @@
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv3_form.h"
-#include "kernels/gemv_spread.h"
 #include "kernels/pdl.cuh"
 #include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
@@ -637,22 +635,12 @@ constexpr int GV3_PROBE_LOADS = 1, GV3_PROBE_MATH = 2, GV3_PROBE_SHELL = 3;
 // the loaded words into the accumulators' bits; GV3_PROBE_MATH no weight load or L2 prefetch
 // (the ring's words made from the tile index), dequantize + MMA as today; GV3_PROBE_SHELL
 // neither (launch, wait, x prefetch, the step walk, flush and stores). Same flush in all.
-// ACC and PIPE (issue 29, G4_GEMV3_ACC / G4_GEMV3_PIPE; bench/NOTES.md "gemvvar"): ACC 2 runs
-// an item's 4 MMAs of a step into two accumulator sets (words 0, 2 into acc, 1, 3 into acc2,
-// summed at the flush), so no HMMA waits on the one before it; PIPE 1 issues the step's refill
-// (the step U ahead) half a step earlier: after the first item's dequantize + MMA, before the
-// second's (whose words it copies aside), not after both; PIPE 2 (x given only) prefetches x of
-// the warp's whole k range into L1 after the wait (today: its first U steps; a later step's
-// first x load is an L2 round trip right before its first MMA).
-template <int F, int T, int U, bool PRO, int PROBE = 0, int ACC = 1, int PIPE = 0>
+template <int F, int T, int U, bool PRO, int PROBE = 0>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     gemv_q4_v3_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
                       const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
                       int groups, int pf_items, gv_pro pro) {
     static_assert(PROBE == 0 || !PRO, "probe forms: x given only");
-    static_assert(ACC == 1 || ACC == 2, "one or two accumulator sets");
-    static_assert(PROBE == 0 || (ACC == 1 && PIPE == 0), "probe forms: today's loop only");
-    static_assert(PIPE >= 0 && PIPE <= 2 && !(PRO && PIPE == 2), "PIPE 2: x given only");
     constexpr int E = F * T;                     // items a step: weight ff's tile tt is ff * T + tt
     __shared__ float4 red[2][GV_WARPS][F][32];   // split partials, double-buffered by flush
     extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
@@ -708,37 +696,28 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     }
     uint4 rq[U][E];
     uint32_t rs[U][E], rz[U][E];
-    // item e's words of the cursor's step into ring slot u (PIPE 1 refills an item at a time)
-    auto load_item = [&](int u, int e) {
-        const int ff = e / T, tt = e % T;
-        const uint32_t ti = bt[tt] + (uint32_t)lr;
-        rq[u][e] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-        rs[u][e] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-        rz[u][e] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
-    };
-    auto load_step = [&]() { // the cursor to the next step
-        if (++lr == L) {
-            lr = 0;
-            set_bases(++lj);
-        }
-    };
-    auto load_next = [&](int u) { // the whole step into slot u
+    auto load_next = [&](int u) {
 #pragma unroll
         for (int tt = 0; tt < T; tt++) {
+            const uint32_t ti = bt[tt] + (uint32_t)lr;
 #pragma unroll
             for (int ff = 0; ff < F; ff++) {
                 if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
-                    const uint32_t ti = bt[tt] + (uint32_t)lr;
                     const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + lane;
                     rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
                     rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
                     rz[u][ff * T + tt] = h >> 24;
                 } else if constexpr (PROBE != GV3_PROBE_SHELL) {
-                    load_item(u, ff * T + tt);
+                    rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
+                    rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
+                    rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
                 }
             }
         }
-        load_step();
+        if (++lr == L) {
+            lr = 0;
+            set_bases(++lj);
+        }
     };
 
     // The first U steps load into the ring before the wait: immutable weights, in the one load
@@ -755,18 +734,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
         xrow = xs + (size_t)xr * K + 16 * t;
     } else {
         xrow = x + (size_t)xr * K + 16 * t;
-        if constexpr (PIPE == 2) { // x of the whole k range (every step of it: nj >= 1)
-            for (int i = 0; i < L && i < n; i++) {
-                const __half *pxi = xrow + (size_t)(kb + i) * 64;
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
-            }
-        } else
-            gv_prefetch_x_l1<U>(xrow, kb, L, n); // x of the first U steps
+        gv_prefetch_x_l1<U>(xrow, kb, L, n); // x of the first U steps
     }
 
-    float acc[E][4], acc2[ACC == 2 ? E : 1][4]; // acc2: ACC 2's odd words (unused at ACC 1)
+    float acc[E][4];
     gv_zero(acc);
-    gv_zero(acc2);
     int cj = 0, cr = 0;                                   // compute cursor
     const __half *px = xrow + (size_t)kb * 64, *px0 = px; // x of the step being computed
     for (int i0 = 0; i0 < n; i0 += U) {
@@ -787,54 +759,21 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
             } else {
                 uint32_t xw[8];
                 gv_x_frag<PRO>(px, xw);
-                // item e's words (q, sc, zp) dequantized and multiplied into its accumulators
-                auto math = [&](int e, const uint4 &q, uint32_t sc, uint32_t zp) {
-                    const q4k kc = q4_consts(sc, zp);
-                    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    const q4k kc = q4_consts(rs[u][e], rz[u][e]);
+                    const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
 #pragma unroll
                     for (int st = 0; st < 4; st++) {
                         uint32_t a[4];
                         q4_dequant_word(words[st], kc, a);
-                        if constexpr (ACC == 2)
-                            mma_16816(st & 1 ? acc2[e] : acc[e], a, xw[2 * st], xw[2 * st + 1]);
-                        else
-                            mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
+                        mma_16816(acc[e], a, xw[2 * st], xw[2 * st + 1]);
                     }
-                };
-                if constexpr (PIPE == 1) {
-                    // the first half of the items' math, the second half's words aside, the
-                    // step's refill, then the second half's math (the refill of the whole step
-                    // before any math, or an item's before its own, spills at 128 registers)
-                    constexpr int H = E / 2;
-#pragma unroll
-                    for (int e = 0; e < H; e++) math(e, rq[u][e], rs[u][e], rz[u][e]);
-                    uint4 cq[E - H];
-                    uint32_t cs[E - H], cz[E - H];
-#pragma unroll
-                    for (int e = H; e < E; e++)
-                        cq[e - H] = rq[u][e], cs[e - H] = rs[u][e], cz[e - H] = rz[u][e];
-                    if (i0 + u + U < n) { // refill this slot with the step U ahead
-#pragma unroll
-                        for (int e = 0; e < E; e++) load_item(u, e);
-                        load_step();
-                    }
-#pragma unroll
-                    for (int e = H; e < E; e++) math(e, cq[e - H], cs[e - H], cz[e - H]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < E; e++) math(e, rq[u][e], rs[u][e], rz[u][e]);
                 }
             }
-            if (PIPE != 1 && i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
+            if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
             px += 64;
             if (++cr == L) {
-                if constexpr (ACC == 2) { // the two sets summed once, then both zeroed
-#pragma unroll
-                    for (int e = 0; e < E; e++)
-#pragma unroll
-                        for (int i = 0; i < 4; i++) acc[e][i] += acc2[e][i];
-                    gv_zero(acc2);
-                }
                 gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(cj), cj, warp, f, s, S, CS,
                                     &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
@@ -851,393 +790,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
 // bytes of the streaming kernel's default U 8 / fused 4).
 constexpr int GV3_U = 4;
 
-// =============================================================================================
-// GEMV (M <= 8), the third design spread evenly over the SMs (issue 29, G4_GEMV3_SPREAD=1;
-// bench/NOTES.md "The third-design Q4 GEMV spread evenly over the SMs"). gemv_plan puts 192 CTAs
-// (or 140) on 132 SMs, so 60 SMs run two CTAs (twice the issue) while the rest run one, and the
-// launch ends when the doubled SMs do. Here the grid is exactly SMs x 2 CTAs (all resident) and
-// the items (unit of T feature tiles, k tile) are split into equal contiguous warp shares
-// (kernels/gemv_spread.h: the split, its pieces, slots and counters; tests/test_gemv_spread.c
-// walks it on the CPU). A warp's step is today's (the ring of U steps, 32-bit tile indices, x
-// from L1 or the add-norm prologue's shared memory, the dequantize + MMA of its E = 2 items); its
-// cursor walks (unit, k tile) across unit boundaries. A piece that is a whole unit stores at
-// once through today's epilogue (gv_flush's stores); a split piece stores its fp32 partial
-// to its workspace slot; after its share the warp fences once and draws a ticket for each of its
-// (at most two) split pieces; the last piece of a unit resets the counter, fences, sums the
-// unit's partials in piece (k) order and runs the same epilogue. All reductions go through the
-// workspace (no shared-memory stage: a CTA's warps need no barrier after the prologue), and no
-// warp waits for another. Deterministic; not today's sum order (the reference judges it).
-// =============================================================================================
-// The outputs of feature tile nt from its sums v (F == 2: gate v[0], up v[1]): the stores of
-// gv_flush's end, the same lines (bias, GLU or the PLE gate, the output dtype), kept apart so that
-// the SASS of today's kernels stays instruction for instruction main's (sharing them reordered
-// the fused kernels' code; bench/NOTES.md "spread evenly over the SMs").
-template <int F>
-__device__ __forceinline__ void gvs_store_tile(const float4 (&v)[2], void *y, const __half *bias,
-                                               int epi, int M, int N, int nt, const __half *mul,
-                                               int ldm) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (nt * 16 >= N) return;
-    // D fragment: element i is feature 16 nt + g + 8 (i / 2), token 2 t + i % 2.
-    const float e0[4] = {v[0].x, v[0].y, v[0].z, v[0].w}, e1[4] = {v[1].x, v[1].y, v[1].z, v[1].w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int nn = 16 * nt + g + 8 * (i >> 1), m = 2 * t + (i & 1);
-        if (m >= M) continue;
-        if (F == 2)
-            store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn, gelu_tanh(e0[i]) * e1[i]);
-        else if (mul) // the PLE gate: gelu_tanh(y) * mul[m][nn] (fp16 y)
-            store_one(y, G4_GEMM_Y_F16, nullptr, (size_t)m * N + nn, nn,
-                      gelu_tanh(__half2float(__float2half_rn(e0[i]))) *
-                          __half2float(mul[(size_t)m * ldm + nn]));
-        else
-            store_one(y, epi, bias, (size_t)m * N + nn, nn, e0[i]);
-    }
-}
-
-// The outputs of unit u from its two item sums (plain: tiles 2u, 2u + 1; fused: gate, up of
-// tile u): today's epilogue (gvs_store_tile: gv_flush's stores).
-template <int F, int T>
-__device__ __forceinline__ void gvs_store(float4 a0, float4 a1, void *y, const __half *bias,
-                                          int epi, int M, int N, int u, const __half *mul,
-                                          int ldm) {
-    if constexpr (T == 2) {
-        const float4 v0[2] = {a0, a0}, v1[2] = {a1, a1};
-        gvs_store_tile<F>(v0, y, bias, epi, M, N, 2 * u, mul, ldm);
-        gvs_store_tile<F>(v1, y, bias, epi, M, N, 2 * u + 1, mul, ldm);
-    } else {
-        const float4 v[2] = {a0, a1};
-        gvs_store_tile<F>(v, y, bias, epi, M, N, u, mul, ldm);
-    }
-}
-
-// The end of a piece of unit u: the whole unit stored, or the partial to its slot. Out of line
-// (called at each of the ring's U unrolled steps, like gv_flush).
-template <int F, int T>
-__device__ __noinline__ void gvs_piece(float4 a0, float4 a1, void *y, const __half *bias, int epi,
-                                       int M, int N, int u, int whole, int slot, float4 *part,
-                                       const __half *mul, int ldm) {
-    if (whole) {
-        gvs_store<F, T>(a0, a1, y, bias, epi, M, N, u, mul, ldm);
-        return;
-    }
-    const int lane = threadIdx.x & 31;
-    float4 *ps = part + (size_t)slot * (G4_GVS_E * 32);
-    __stcg(ps + lane, a0);
-    __stcg(ps + 32 + lane, a1);
-}
-
-__device__ __forceinline__ void f4_add(float4 &a, const float4 &b) {
-    a.x += b.x;
-    a.y += b.y;
-    a.z += b.z;
-    a.w += b.w;
-}
-
-// A split piece's ticket for unit u (the warp's partial already stored and fenced): the last
-// piece resets the counter, sums the unit's partials in piece order (8 slots' loads in flight at
-// a time, summed in order) and stores the outputs.
-template <int F, int T>
-__device__ __noinline__ void gvs_ticket(const g4_gvs_plan sp, int u, unsigned *cnt,
-                                        const float4 *part, void *y, const __half *bias, int epi,
-                                        int M, int N, const __half *mul, int ldm) {
-    const int lane = threadIdx.x & 31;
-    const int c = g4_gvs_counter(&sp, u), np = g4_gvs_pieces(&sp, u);
-    unsigned last = 0;
-    if (lane == 0) {
-        last = atomicAdd(cnt + c, 1u) == (unsigned)(np - 1);
-        if (last) atomicExch(cnt + c, 0u); // every other piece of this launch has drawn
-    }
-    if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __threadfence(); // the other pieces' partials, seen after their tickets
-    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
-    for (int w = c; w >= 0;) {
-        constexpr int B = 8;
-        float4 q0[B], q1[B];
-        int m = 0;
-#pragma unroll
-        for (int j = 0; j < B; j++) {
-            if (w >= 0) {
-                const float4 *ps = part + (size_t)g4_gvs_slot(&sp, w, u) * (G4_GVS_E * 32);
-                q0[j] = __ldcg(ps + lane);
-                q1[j] = __ldcg(ps + 32 + lane);
-                w = g4_gvs_next(&sp, w, u);
-                m++;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < B; j++)
-            if (j < m) f4_add(v0, q0[j]), f4_add(v1, q1[j]);
-    }
-    gvs_store<F, T>(v0, v1, y, bias, epi, M, N, u, mul, ldm);
-}
-
-template <int F, int T, int U, bool PRO>
-__global__ void __launch_bounds__(GV_WARPS * 32, 2)
-    gemv_q4_v3s_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
-                       const __half *__restrict__ bias, int M, int N, int K, int epi,
-                       const g4_gvs_plan sp, unsigned *cnt, float4 *part, int pf_items,
-                       gv_pro pro) {
-    constexpr int E = F * T; // items a step: weight ff's tile tt is ff * T + tt
-    static_assert(E == G4_GVS_E, "two weight tiles a step (the workspace slot's size)");
-    static_assert(GV_WARPS == G4_GVS_WARPS, "the split's warps a CTA");
-    extern __shared__ __align__(16) __half xs[]; // PRO: the prologue's x [M][K]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int NT = sp.nt, KT = sp.kt;
-    const int wg = (int)blockIdx.x * GV_WARPS + warp; // the warp's share: items [b, e)
-    const unsigned b = g4_gvs_start(&sp, wg), e = g4_gvs_start(&sp, wg + 1);
-    const int n = (int)(e - b);
-    const int u0 = (int)(b / (unsigned)KT), k0 = (int)(b - (unsigned)u0 * (unsigned)KT);
-    const int pair = 2 * g + (t >> 1);
-    const int xr = g < M ? g : 0; // B column g is token g; columns >= M (never stored) read row 0
-
-    // Load cursor: bt[tt] = nt KT of the unit's tile tt (clamped to the last real tile past
-    // the edge: loaded, never stored), lu / lk the unit and k tile of the next step to load.
-    uint32_t bt[T];
-    int lu = u0, lk = k0;
-    auto set_bases = [&](int uu) {
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const int nt = uu * T + tt;
-            bt[tt] = (uint32_t)(nt < NT ? nt : NT - 1) * (uint32_t)KT;
-        }
-    };
-    const char *qb[F], *sb[F], *zb[F];
-#pragma unroll
-    for (int ff = 0; ff < F; ff++) {
-        qb[ff] = (const char *)(ff ? w1.q : w0.q) + 16 * lane;
-        sb[ff] = (const char *)(ff ? w1.s : w0.s) + 4 * pair;
-        zb[ff] = (const char *)(ff ? w1.z : w0.z) + pair;
-    }
-    uint4 rq[U][E];
-    uint32_t rs[U][E], rz[U][E];
-    auto load_next = [&](int u) { // the cursor's step into ring slot u, then the cursor on
-#pragma unroll
-        for (int ee = 0; ee < E; ee++) {
-            const int ff = ee / T, tt = ee % T;
-            const uint32_t ti = bt[tt] + (uint32_t)lk;
-            rq[u][ee] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-            rs[u][ee] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-            rz[u][ee] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
-        }
-        if (++lk == KT) {
-            lk = 0;
-            set_bases(++lu);
-        }
-    };
-
-    // PDL prologue: the ring's first U steps into registers (immutable weights, ldg_stream*),
-    // then an L2 prefetch of the next pf_items steps of the share (lanes 8 e + 0-3: the four
-    // 128-byte lines of item e's packed words, 8 e + 4 its scales, 8 e + 5 its zero points).
-    set_bases(u0);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (u < n) load_next(u);
-    {
-        const int pn = n < U + pf_items ? n : U + pf_items;
-        const int sub = lane & 7, ee = lane >> 3, ff = ee / T, tt = ee % T;
-        const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
-                   *wz = (const char *)(ff ? w1.z : w0.z);
-        if (ee < E && sub < 6) {
-            int pu = lu, pk = lk; // the load cursor after the ring's steps
-            for (int i = U; i < pn; i++) {
-                const int nt = pu * T + tt;
-                if (nt < NT) {
-                    const size_t ti = (size_t)nt * KT + pk;
-                    g4_prefetch_l2(sub < 4    ? wq + ti * 512 + 128 * sub
-                                   : sub == 4 ? ws + ti * 64
-                                              : wz + ti * 16);
-                }
-                if (++pk == KT) pk = 0, pu++;
-            }
-        }
-    }
-    g4_pdl_wait();
-    g4_pdl_trigger();
-    const __half *xrow;
-    if constexpr (PRO) {
-        gv_norm_prologue(pro, xs, M, K);
-        xrow = xs + (size_t)xr * K + 16 * t;
-    } else {
-        xrow = x + (size_t)xr * K + 16 * t;
-        int pk = k0; // x of the first U steps into L1
-        for (int i = 0; i < U && i < n; i++) {
-            const __half *pxi = xrow + (size_t)pk * 64;
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(pxi)));
-            if (++pk == KT) pk = 0;
-        }
-    }
-    const __half *mul = PRO ? pro.mul : nullptr;
-
-    float acc[E][4];
-    gv_zero(acc);
-    int cu = u0, ck = k0, pk0 = k0;            // compute cursor, the piece's first k
-    const __half *px = xrow + (size_t)k0 * 64; // x of the step being computed
-    for (int i0 = 0; i0 < n; i0 += U) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (i0 + u >= n) break; // warp-uniform
-            uint32_t xw[8];
-            gv_x_frag<PRO>(px, xw);
-#pragma unroll
-            for (int ee = 0; ee < E; ee++) {
-                const q4k kc = q4_consts(rs[u][ee], rz[u][ee]);
-                const uint32_t words[4] = {rq[u][ee].x, rq[u][ee].y, rq[u][ee].z, rq[u][ee].w};
-#pragma unroll
-                for (int st = 0; st < 4; st++) {
-                    uint32_t a[4];
-                    q4_dequant_word(words[st], kc, a);
-                    mma_16816(acc[ee], a, xw[2 * st], xw[2 * st + 1]);
-                }
-            }
-            if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
-            px += 64;
-            ++ck;
-            if (ck == KT || i0 + u + 1 == n) { // the piece ends: unit's end or share's end
-                gvs_piece<F, T>(make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]),
-                                make_float4(acc[1][0], acc[1][1], acc[1][2], acc[1][3]), y, bias,
-                                epi, M, N, cu, pk0 == 0 && ck == KT, 2 * wg + (cu != u0), part, mul,
-                                pro.ldm);
-                gv_zero(acc);
-                if (ck == KT) {
-                    ck = pk0 = 0;
-                    cu++;
-                    px = xrow;
-                }
-            }
-        }
-    }
-
-    // The tickets of the split pieces: the first (unit u0) unless it was the whole unit, the last
-    // (unit u1) when it is another unit and not whole (it starts at the unit's k tile 0).
-    if (n > 0) {
-        const int u1 = (int)((e - 1u) / (unsigned)KT);
-        const bool s0 = !(k0 == 0 && e >= (unsigned)(u0 + 1) * (unsigned)KT);
-        const bool s1 = u1 != u0 && e != (unsigned)(u1 + 1) * (unsigned)KT;
-        if (s0 || s1) {
-            __threadfence(); // this warp's partials before its tickets
-            __syncwarp();
-            if (s0) gvs_ticket<F, T>(sp, u0, cnt, part, y, bias, epi, M, N, mul, pro.ldm);
-            if (s1) gvs_ticket<F, T>(sp, u1, cnt, part, y, bias, epi, M, N, mul, pro.ldm);
-        }
-    }
-}
-
-// The spread form's workspace (kernels/gemv_spread.h: counters, zero between launches, and the
-// partial slots), allocated once and zeroed, sized for the grid every spread launch uses (SMs x
-// 2 CTAs x 8 warps): g4_gemm_gemv3_form(G4_GEMV3_FORM_SPREAD) and the CUDA backend's handles
-// allocate it outside any capture; a launch finding none allocates it unless its stream is being
-// captured (then fails with one line). Process-wide: spread launches on two streams at once
-// would share it (the engine runs its GEMVs on one stream at a time; the form is opt-in).
-void *g_gvs_ws = nullptr;
-size_t g_gvs_ws_bytes = 0;
-
-int gvs_reserve(const char *who) {
-    if (g_gvs_ws) return G4_OK;
-    const size_t need = g4_gvs_workspace(num_sms() * 2 * GV_WARPS);
-    if (cudaMalloc(&g_gvs_ws, need) != cudaSuccess) {
-        cudaGetLastError();
-        g_gvs_ws = nullptr;
-        return g4_fail(G4_EUSER,
-                       "%s: G4_GEMV3_SPREAD: out of GPU memory for its %zu-byte workspace", who,
-                       need);
-    }
-    G4_CUDA_CHECK(cudaMemset(g_gvs_ws, 0, need));
-    g_gvs_ws_bytes = need;
-    return G4_OK;
-}
-
-// (gemv3_check made the plan and the workspace for this shape: asserted again here)
-template <bool FUSED, bool PRO>
-void launch_gemv3_spread(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
-                         int K, int epi, const gv_pro &pro, cudaStream_t stream) {
-    constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
-    g4_gvs_plan sp;
-    char err[200];
-    G4_ASSERT(g4_gvs_make(&sp, N, K, FUSED, num_sms(), 2, err, sizeof err) == 0);
-    G4_ASSERT(g_gvs_ws && g4_gvs_workspace(sp.warps) <= g_gvs_ws_bytes);
-    unsigned *cnt = (unsigned *)g_gvs_ws;
-    float4 *part = (float4 *)((char *)g_gvs_ws + g4_gvs_part_offset(sp.warps));
-    const int pf = 8; // steps a warp prefetches into L2 before its wait
-    const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
-    if constexpr (PRO) {
-        static bool opted = false;
-        if (!opted) {
-            G4_CUDA_CHECK(cudaFuncSetAttribute(gemv_q4_v3s_kernel<F, T, GV3_U, PRO>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               8 * 2048 * 2));
-            opted = true;
-        }
-    }
-    g4_pdl_launch(gemv_q4_v3s_kernel<F, T, GV3_U, PRO>, dim3(sp.ctas, 1, 1),
-                  dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi, sp,
-                  cnt, part, pf, pro);
-}
-
-// The spread form's preconditions for N x K (gemv3_check): the plan (items x warps within 32
-// bits), and the workspace, allocated here unless the stream is being captured; one line each.
-int gvs_check(const char *who, int N, int K, bool fused, cudaStream_t stream) {
-    g4_gvs_plan sp;
-    char err[200];
-    if (g4_gvs_make(&sp, N, K, fused, num_sms(), 2, err, sizeof err))
-        return g4_fail(G4_EUSER, "%s: G4_GEMV3_SPREAD: %s", who, err);
-    if (!g_gvs_ws) {
-        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        G4_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
-        if (cap != cudaStreamCaptureStatusNone)
-            return g4_fail(G4_EUSER,
-                           "%s: G4_GEMV3_SPREAD: no workspace yet and the stream is being "
-                           "captured (g4_gemm_gemv3_form or a CUDA handle reserves it before)",
-                           who);
-        const int rc = gvs_reserve(who);
-        if (rc != G4_OK) return rc;
-    }
-    const size_t need = g4_gvs_workspace(sp.warps);
-    if (need > g_gvs_ws_bytes)
-        return g4_fail(G4_EUSER,
-                       "%s: G4_GEMV3_SPREAD: N %d K %d needs %zu workspace bytes, %zu "
-                       "allocated",
-                       who, N, K, need, g_gvs_ws_bytes);
-    return G4_OK;
-}
-
 // The probe form of the next third-design launches on x given (gemv_q4_v3_kernel's PROBE; 0:
 // today's): g4_gemm_gemv3_probe's, kernel benches only.
 int g_gv3_probe = 0;
 
-// The loop form of the third design (gemv_q4_v3_kernel's ACC, PIPE): g4_gemm_gemv3_form's (tests,
-// benches), else G4_GEMV3_ACC (1, the default, or 2) and G4_GEMV3_PIPE (0, the default, 1 or 2)
-// in the environment, read once (g4_gemv3_form_parse: an invalid value fails the Q4 GEMV launches
-// with a line naming it); one at a time. The engine's default stays today's loop until the H200
-// measures them (bench/NOTES.md "gemvvar").
-int g_gv3_form = -1; // -1: the environment's; else G4_GEMV3_FORM_*
-int g_gv3_last_form; // the form of the last third-design launch (g4_gemm_gemv3_last_form)
-char g_gv3_err[160]; // the environment's error, "" if none
-
-int gemv3_form() {
-    if (g_gv3_form >= 0) return g_gv3_form;
-    static int env = -1;
-    if (env < 0)
-        env = g4_gemv3_form_parse(getenv("G4_GEMV3_ACC"), getenv("G4_GEMV3_PIPE"),
-                                  getenv("G4_GEMV3_SPREAD"), g_gv3_err, sizeof g_gv3_err);
-    return env;
-}
-
-// G4_OK, or the environment's invalid form named in one line (before a third-design launch of
-// N x K on stream); the spread form's plan and workspace (gvs_check).
-int gemv3_check(const char *who, int N, int K, bool fused, cudaStream_t stream) {
-    const int form = gemv3_form();
-    if (form < 0) return g4_fail(G4_EUSER, "%s: %s", who, g_gv3_err);
-    if (form == G4_GEMV3_FORM_SPREAD && g_gv3_probe == 0)
-        return gvs_check(who, N, K, fused, stream);
-    return G4_OK;
-}
-
-template <bool FUSED, bool PRO, int PROBE = 0, int ACC = 1, int PIPE = 0>
+template <bool FUSED, bool PRO, int PROBE = 0>
 void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
                   int epi, const gv_pro &pro, cudaStream_t stream) {
-    // a probe form (kernel benches, g4_gemm_gemv3_probe)
-    if constexpr (!PRO && PROBE == 0 && ACC == 1 && PIPE == 0) {
+    if constexpr (!PRO && PROBE == 0) { // a probe form (kernel benches, g4_gemm_gemv3_probe)
         switch (g_gv3_probe) {
         case GV3_PROBE_LOADS:
             return launch_gemv3<FUSED, false, GV3_PROBE_LOADS>(y, x, w0, w1, bias, M, N, K, epi,
@@ -1252,36 +812,12 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
             break;
         }
     }
-    // another loop form (gemv3_form; a probe form above comes first)
-    if constexpr (PROBE == 0 && ACC == 1 && PIPE == 0) {
-        g_gv3_last_form = G4_GEMV3_FORM_TODAY;
-        switch (gemv3_form()) { // (an invalid environment never gets here: gemv3_check)
-        case G4_GEMV3_FORM_ACC2:
-            g_gv3_last_form = G4_GEMV3_FORM_ACC2;
-            return launch_gemv3<FUSED, PRO, 0, 2, 0>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
-        case G4_GEMV3_FORM_PIPE:
-            g_gv3_last_form = G4_GEMV3_FORM_PIPE;
-            return launch_gemv3<FUSED, PRO, 0, 1, 1>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
-        case G4_GEMV3_FORM_SPREAD: // (gemv3_check made its plan and workspace)
-            g_gv3_last_form = G4_GEMV3_FORM_SPREAD;
-            return launch_gemv3_spread<FUSED, PRO>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
-        case G4_GEMV3_FORM_XPF: // (the add-norm form reads x from shared memory: today's)
-            if constexpr (!PRO) {
-                g_gv3_last_form = G4_GEMV3_FORM_XPF;
-                return launch_gemv3<FUSED, PRO, 0, 1, 2>(y, x, w0, w1, bias, M, N, K, epi, pro,
-                                                         stream);
-            }
-            break;
-        default:
-            break;
-        }
-    }
     constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
     const int units = (N / 16 + T - 1) / T;
     const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8; // steps a warp prefetches into L2 before its wait
     const size_t smem = PRO ? (size_t)M * K * 2 : 0; // <= 32 KB (M <= 8, K <= 2048)
-    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE, ACC, PIPE>;
+    auto kern = gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>;
     if constexpr (PRO) { // static + dynamic may pass the 48 KB a launch gets without opting in
         static bool opted = false;
         if (!opted) {
@@ -1292,12 +828,11 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
     }
     // (the kernel named at each launch: tests/test_pdl_sass.sh reads launch sites by name)
     if (p.CS > 1)
-        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE, ACC, PIPE>,
-                              dim3(p.grid, p.CS, 1), dim3(GV_WARPS * 32, 1, 1), smem, stream,
-                              dim3(1, p.CS, 1), y, x, w0, w1, bias, M, N, K, epi, p.S, p.CS,
-                              p.groups, pf, pro);
+        g4_pdl_launch_cluster(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
     else
-        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE, ACC, PIPE>, dim3(p.grid, 1, 1),
+        g4_pdl_launch(gemv_q4_v3_kernel<F, T, GV3_U, PRO, PROBE>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro);
 }
@@ -1580,8 +1115,6 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
         g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
         if (g_gv_last == 3) { // where it measured faster
-            const int rc = gemv3_check(who, N, K, wu != nullptr, stream);
-            if (rc) return rc;
             if (wu)
                 launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
@@ -1687,8 +1220,6 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
     g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
     if (g4k::g_gv_last == 3) {
-        rc = g4k::gemv3_check(who, w->n, w->k, wu != nullptr, stream);
-        if (rc) return rc;
         if (wu)
             g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);
@@ -1737,32 +1268,6 @@ extern "C" int g4_gemm_gemv3_probe(int probe) {
         return g4_fail(G4_EUSER, "gemv3 probe: %d, expected 0 (today's) .. 3 (shell)", probe);
     g4k::g_gv3_probe = probe;
     return G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_form(int form) {
-    if (form < -1 || form > G4_GEMV3_FORM_SPREAD)
-        return g4_fail(
-            G4_EUSER,
-            "gemv3 form: %d, expected -1 (environment), 0 (today's), 1 (acc2), 2 (pipe), "
-            "3 (xpf), 4 (spread)",
-            form);
-    if (form == G4_GEMV3_FORM_SPREAD) { // its workspace now, outside any capture
-        const int rc = g4k::gvs_reserve("gemv3 form 4 (spread)");
-        if (rc != G4_OK) return rc;
-    }
-    g4k::g_gv3_form = form;
-    return G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_spread_reserve(void) {
-    char err[160];
-    const int form = g4_gemv3_form_parse(getenv("G4_GEMV3_ACC"), getenv("G4_GEMV3_PIPE"),
-                                         getenv("G4_GEMV3_SPREAD"), err, sizeof err);
-    return form == G4_GEMV3_FORM_SPREAD ? g4k::gvs_reserve("G4_GEMV3_SPREAD") : G4_OK;
-}
-
-extern "C" int g4_gemm_gemv3_last_form(void) {
-    return g4k::g_gv3_last_form;
 }
 
 extern "C" int g4_gemm_gemv_last_design(void) {

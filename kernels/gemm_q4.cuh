@@ -92,21 +92,6 @@ int g4_gemm_gemv_version(int version);
 // + MMA without the weight loads, 3 neither (launch, wait, walk, flush, stores); 0, the initial
 // state, today's kernel. Returns G4_OK or G4_EUSER.
 int g4_gemm_gemv3_probe(int probe);
-// Tests and benches only (issue 29's variant rows, bench_gemm.cu gemv_q4_var): the loop form of
-// the next third-design launches (kernels/gemv3_form.h: G4_GEMV3_FORM_TODAY, _ACC2 two
-// accumulator sets, _PIPE the ring's refill half a step earlier, _XPF x of the whole k range
-// into L1 (x given only: the add-norm form runs today's loop); all compute the same products,
-// ACC2 sums them in another order; _SPREAD today's loop on equal shares of every SM, split units
-// summed through a workspace, another order too: kernels/gemv_spread.h, whose workspace this
-// call allocates when it picks it); -1, the initial state, G4_GEMV3_ACC / G4_GEMV3_PIPE /
-// G4_GEMV3_SPREAD's. Returns G4_OK or G4_EUSER.
-int g4_gemm_gemv3_form(int form);
-// The spread form's workspace (G4_GEMV3_SPREAD=1 in the environment; else nothing): allocated
-// once, outside any graph capture (the CUDA backend's handles call it when made). G4_OK, or
-// G4_EUSER naming the variable when the GPU is out of memory.
-int g4_gemm_gemv3_spread_reserve(void);
-// Tests only: the loop form of the last third-design launch (G4_GEMV3_FORM_*; 0 before any).
-int g4_gemm_gemv3_last_form(void);
 // Tests only: the design (1..3) of the last Q4 GEMV launched by g4_gemm_q4, g4_gemm_q4_gelu_mul
 // or g4_gemv_q4_add_norm with M <= 8 (0: none yet), so a test that forces a design can check it
 // ran.

@@ -19,12 +19,7 @@
 // (or, when the CPU work would be large, on 24 rows incl. the first and last, and for
 // lm_head-sized weights on 512 random 16-column groups incl. the first and last; every element
 // is still checked for NaN/inf), and run a second time to check the result is bit-identical
-// (the kernels are deterministic: no atomics; a difference means a race). A Q4 GEMV case that
-// ran the third design checks it ran the loop form G4_GEMV3_ACC / G4_GEMV3_PIPE / G4_GEMV3_SPREAD
-// name, then runs under each form (g4_gemm_gemv3_form): pipe and xpf bit for bit today's, acc2
-// repeatable (its values judged against the reference in a run under G4_GEMV3_ACC=2: run.sh's
-// gemv_check), spread repeatable and judged against the reference like the first run (its own
-// sum order: the tolerances below, unchanged).
+// (the kernels are deterministic: no atomics; a difference means a race).
 //
 // Expected values and tolerances (per element |got - exp| <= tol, and NMSE over the case):
 //   fp16 weights: exp = ref_linear_f16 on the same fp16 inputs (fp32 accumulate).
@@ -58,7 +53,6 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
-#include "kernels/gemv3_form.h"
 #include "kernels/ref/ref.h"
 #include "tests/test_util.h"
 
@@ -831,13 +825,6 @@ static int gvm_knobs_set(void) {
     return 0;
 }
 
-// The third design's loop form the environment names (kernels/gemv3_form.h), -1 if invalid.
-static int gemv3_env_form(void) {
-    char err[160];
-    return g4_gemv3_form_parse(getenv("G4_GEMV3_ACC"), getenv("G4_GEMV3_PIPE"),
-                               getenv("G4_GEMV3_SPREAD"), err, sizeof err);
-}
-
 static void run_case(const gcase *c) {
     unsigned long long s = g_seed ^ ((unsigned long long)c->M * 0x9e3779b97f4a7c15ull) ^
                            ((unsigned long long)c->N << 20) ^ ((unsigned long long)c->K << 40) ^
@@ -883,7 +870,6 @@ static void run_case(const gcase *c) {
 
     // Device run (twice: the second result must be bit-identical).
     void *got = g4_malloc(ybytes), *got2 = g4_malloc(ybytes);
-    void *got_spread = NULL; // the third design's spread form (G4_GEMV3_FORM_SPREAD), judged too
     int rc = G4_OK;
     guarded out = guarded_new(ybytes);
     if (!g_emulate) {
@@ -946,59 +932,6 @@ static void run_case(const gcase *c) {
                 CHECK_MSG(g4_gemm_gemv_last_design() == c->ver,
                           "forced Q4 GEMV design %d, but design %d ran", c->ver,
                           g4_gemm_gemv_last_design());
-        }
-        // Where the third design ran: it ran the form the environment names (G4_GEMV3_ACC /
-        // G4_GEMV3_PIPE / G4_GEMV3_SPREAD, read once: run.sh's gemv_check runs the whole table
-        // under each, so every third-design case is judged against the reference under each form),
-        // then the case again under each form forced (g4_gemm_gemv3_form): PIPE and XPF bit for bit
-        // today's (the same products summed in the same order), ACC2 twice bit-identical (its
-        // sum order differs from today's: its values are judged in the environment's run), and
-        // the environment's form bit for bit the first run; SPREAD twice bit-identical, and its
-        // output judged against the reference below like the first run's.
-        const int v3_ran = rc == G4_OK && q4 && c->algo == GEMV && g4_gemm_gemv_last_design() == 3;
-        if (v3_ran) {
-            const int envf = g4_gemm_gemv3_last_form();
-            CHECK_MSG(envf == gemv3_env_form(),
-                      "the third design ran form %d, the environment "
-                      "names %d",
-                      envf, gemv3_env_form());
-            void *gf[7]; // forms 0, 1, 2, 3, 4, then forms 1 and 4 again
-            for (int k = 0; k < 7; k++) gf[k] = g4_malloc(ybytes);
-            for (int k = 0; k < 7 && rc == G4_OK; k++) {
-                const int f = k == 5 ? 1 : k == 6 ? 4 : k;
-                CHECK(g4_gemm_gemv3_form(f) == G4_OK);
-                if (add)
-                    CK(cudaMemcpy(out.y, y0, ybytes, cudaMemcpyHostToDevice));
-                else
-                    CK(cudaMemset(out.y, 0xff, ybytes));
-                rc = c->op == OP_Q4 ? g4_gemm_q4(out.y, dx, &qw[0], db, M, epi, c->algo, 0)
-                                    : g4_gemm_q4_gelu_mul(out.y, dx, &qw[0], &qw[1], M, c->algo, 0);
-                CHECK_MSG(rc == G4_OK, "launch, form %d: %s", f, g4_error());
-                CK(cudaDeviceSynchronize());
-                CK(cudaMemcpy(gf[k], out.y, ybytes, cudaMemcpyDeviceToHost));
-                CHECK_MSG(g4_gemm_gemv_last_design() == 3 && g4_gemm_gemv3_last_form() == f,
-                          "form %d forced: design %d form %d ran", f, g4_gemm_gemv_last_design(),
-                          g4_gemm_gemv3_last_form());
-            }
-            g4_gemm_gemv3_form(-1); // back to the environment's
-            const int pipe_same = memcmp(gf[0], gf[2], ybytes) == 0;
-            const int xpf_same = memcmp(gf[0], gf[3], ybytes) == 0;
-            const int acc2_rep = memcmp(gf[1], gf[5], ybytes) == 0;
-            const int spread_rep = memcmp(gf[4], gf[6], ybytes) == 0;
-            const int env_same = envf < 0 || envf > 4 || memcmp(gf[envf], got, ybytes) == 0;
-            CHECK_MSG(pipe_same, "the PIPE form differs from today's (bit for bit)");
-            CHECK_MSG(xpf_same, "the XPF form differs from today's (bit for bit)");
-            CHECK_MSG(acc2_rep, "the ACC2 form's second run differs from its first");
-            CHECK_MSG(spread_rep, "the SPREAD form's second run differs from its first");
-            CHECK_MSG(env_same, "form %d forced differs from the environment's run of it", envf);
-            printf("  third design, forms (environment's: %d): pipe vs today %s, xpf vs today %s, "
-                   "acc2 repeat %s, spread repeat %s, forced vs environment's %s\n",
-                   envf, pipe_same ? "bit-identical" : "DIFFER",
-                   xpf_same ? "bit-identical" : "DIFFER", acc2_rep ? "identical" : "DIFFERS",
-                   spread_rep ? "identical" : "DIFFERS", env_same ? "bit-identical" : "DIFFER");
-            got_spread = rc == G4_OK ? gf[4] : NULL; // (judged below when every form ran)
-            for (int k = 0; k < 7; k++)
-                if (gf[k] != got_spread) free(gf[k]);
         }
         g4_gemm_wgmma_force(0, 0, 0);
         g4_gemm_gemv_force(0, 0);
@@ -1067,78 +1000,67 @@ static void run_case(const gcase *c) {
         memcpy(got2, got, ybytes);
     }
 
-    // Compare: the first run, then (where it ran) the spread form's output, against the same
-    // expectation and tolerances.
-    for (int pass = 0; pass < 1 + (got_spread != NULL); pass++) {
-        const void *gout = pass ? got_spread : got;
-        const char *form_name = pass ? "spread form: " : "";
-        cmp_stats cs, cq;
-        cmp_init(&cs);
-        cmp_init(&cq);
-        long nonfinite_all = 0;
-        for (size_t i = 0; i < (size_t)M * N; i++)
-            nonfinite_all += !isfinite(host_out(gout, epi, i));
-        const double out_rel = f32out ? TOL_OUT32 : TOL_OUT16, out_abs = f32out ? 0.0 : ATOL_OUT16;
-        for (int i = 0; i < nr; i++) {
-            for (int j = 0; j < nc; j++) {
-                const int n = cols[j];
-                const size_t o = (size_t)rows[i] * N + n, r = (size_t)i * nc + j;
-                const double res = add ? host_out(y0, epi, o) : 0.0;
-                double exp, tol, base, expq = 0.0;
-                if (glu) {
-                    const double g = ref[0][r], u = ref[1][r];
-                    const double eg = TOL_ACC * mag[0][r], eu = TOL_ACC * mag[1][r];
-                    exp = ref_gelu_tanh((float)g) * (float)u;
-                    tol = 1.13 * fabs(u) * eg + fabs(ref_gelu_tanh((float)g)) * eu + 1.13 * eg * eu;
-                    if (q4) expq = ref_gelu_tanh(refq[0][r]) * refq[1][r];
-                } else {
-                    exp = (double)ref[0][r];
-                    tol = TOL_ACC * mag[0][r];
-                    if (q4) expq = refq[0][r];
-                }
-                base = exp;
-                exp += res;
-                expq += res;
-                tol = tol * (1.0 + out_rel) + out_rel * fabs(exp) + out_abs;
-                // An exact fp16 output: the exact sum rounded once, as the epilogue stores it.
-                if (c->exact && !f32out) exp = g4_f16_to_f32(g4_f32_to_f16((float)exp));
-                const double gv = host_out(gout, epi, o);
-                // NMSE denominator: the GEMM's own part for fp32 outputs (so a large residual does
-                // not hide accumulation errors); the whole output for fp16 ones, whose error is the
-                // rounding of the whole output.
-                cmp_one(&cs, rows[i], n, gv, exp, tol, f32out ? base : exp, c->exact);
-                if (q4) cmp_one(&cq, rows[i], n, gv, expq, INFINITY, expq - res, 0);
+    // Compare.
+    cmp_stats cs, cq;
+    cmp_init(&cs);
+    cmp_init(&cq);
+    long nonfinite_all = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) nonfinite_all += !isfinite(host_out(got, epi, i));
+    const double out_rel = f32out ? TOL_OUT32 : TOL_OUT16, out_abs = f32out ? 0.0 : ATOL_OUT16;
+    for (int i = 0; i < nr; i++) {
+        for (int j = 0; j < nc; j++) {
+            const int n = cols[j];
+            const size_t o = (size_t)rows[i] * N + n, r = (size_t)i * nc + j;
+            const double res = add ? host_out(y0, epi, o) : 0.0;
+            double exp, tol, base, expq = 0.0;
+            if (glu) {
+                const double g = ref[0][r], u = ref[1][r];
+                const double eg = TOL_ACC * mag[0][r], eu = TOL_ACC * mag[1][r];
+                exp = ref_gelu_tanh((float)g) * (float)u;
+                tol = 1.13 * fabs(u) * eg + fabs(ref_gelu_tanh((float)g)) * eu + 1.13 * eg * eu;
+                if (q4) expq = ref_gelu_tanh(refq[0][r]) * refq[1][r];
+            } else {
+                exp = (double)ref[0][r];
+                tol = TOL_ACC * mag[0][r];
+                if (q4) expq = refq[0][r];
             }
+            base = exp;
+            exp += res;
+            expq += res;
+            tol = tol * (1.0 + out_rel) + out_rel * fabs(exp) + out_abs;
+            // An exact fp16 output: the exact sum rounded once, as the epilogue stores it.
+            if (c->exact && !f32out) exp = g4_f16_to_f32(g4_f32_to_f16((float)exp));
+            const double gv = host_out(got, epi, o);
+            // NMSE denominator: the GEMM's own part for fp32 outputs (so a large residual does
+            // not hide accumulation errors); the whole output for fp16 ones, whose error is the
+            // rounding of the whole output.
+            cmp_one(&cs, rows[i], n, gv, exp, tol, f32out ? base : exp, c->exact);
+            if (q4) cmp_one(&cq, rows[i], n, gv, expq, INFINITY, expq - res, 0);
         }
-        const double nmse = cs.ref2 > 0 ? cs.err2 / cs.ref2 : cs.err2;
-        const double budget = f32out ? NMSE_F32 : NMSE_F16;
-        CHECK_MSG(nonfinite_all == 0, "%s%ld NaN/inf outputs (unwritten or overflowed)", form_name,
-                  nonfinite_all);
-        CHECK_MSG(
-            cs.bad == 0,
-            "%s%ld of %ld elements outside tolerance; first row %d col %d got %.9g want %.9g tol "
-            "%.3g",
-            form_name, cs.bad, (long)nr * nc, cs.first_bad_row, cs.first_bad_col, cs.first_got,
-            cs.first_exp, cs.first_tol);
-        CHECK_MSG(c->exact || nmse <= budget, "%sNMSE %.3g over the budget %.1g", form_name, nmse,
-                  budget);
-        double nmse_q = 0.0;
-        if (q4) {
-            nmse_q = cq.ref2 > 0 ? cq.err2 / cq.ref2 : cq.err2;
-            CHECK_MSG(nmse_q <= NMSE_Q4_VS_UNROUNDED,
-                      "%sNMSE vs the unrounded Q4 reference %.3g over %.1g", form_name, nmse_q,
-                      NMSE_Q4_VS_UNROUNDED);
-        }
-        // (the spread form's repeat was checked where it ran)
-        const int same = pass || memcmp(got, got2, ybytes) == 0;
-        CHECK_MSG(same, "second run differs from the first (race or uninitialised read)");
-        printf("  %s%s: rows %d/%d, cols %d/%d, max err %.3g (%.3f of tol), nmse %.3g, repeat %s, "
-               "%.2f s gpu+io, %.2f s total\n",
-               form_name, (cs.bad || nonfinite_all || !same) ? "FAIL" : "ok", nr, M, nc, N,
-               cs.max_err, cs.max_ratio, nmse, same ? "identical" : "DIFFERS", t_gpu, now_s() - t0);
-        if (q4) printf("       nmse vs unrounded Q4 weights %.3g\n", nmse_q);
     }
-    free(got_spread);
+    const double nmse = cs.ref2 > 0 ? cs.err2 / cs.ref2 : cs.err2;
+    const double budget = f32out ? NMSE_F32 : NMSE_F16;
+    CHECK_MSG(nonfinite_all == 0, "%ld NaN/inf outputs (unwritten or overflowed)", nonfinite_all);
+    CHECK_MSG(cs.bad == 0,
+              "%ld of %ld elements outside tolerance; first row %d col %d got %.9g want %.9g tol "
+              "%.3g",
+              cs.bad, (long)nr * nc, cs.first_bad_row, cs.first_bad_col, cs.first_got, cs.first_exp,
+              cs.first_tol);
+    CHECK_MSG(c->exact || nmse <= budget, "NMSE %.3g over the budget %.1g", nmse, budget);
+    double nmse_q = 0.0;
+    if (q4) {
+        nmse_q = cq.ref2 > 0 ? cq.err2 / cq.ref2 : cq.err2;
+        CHECK_MSG(nmse_q <= NMSE_Q4_VS_UNROUNDED,
+                  "NMSE vs the unrounded Q4 reference %.3g over %.1g", nmse_q,
+                  NMSE_Q4_VS_UNROUNDED);
+    }
+    const int same = memcmp(got, got2, ybytes) == 0;
+    CHECK_MSG(same, "second run differs from the first (race or uninitialised read)");
+    printf("  %s: rows %d/%d, cols %d/%d, max err %.3g (%.3f of tol), nmse %.3g, repeat %s, "
+           "%.2f s gpu+io, %.2f s total\n",
+           (cs.bad || nonfinite_all || !same) ? "FAIL" : "ok", nr, M, nc, N, cs.max_err,
+           cs.max_ratio, nmse, same ? "identical" : "DIFFERS", t_gpu, now_s() - t0);
+    if (q4) printf("       nmse vs unrounded Q4 weights %.3g\n", nmse_q);
 
     for (int i = 0; i < 2; i++) {
         free(ref[i]);

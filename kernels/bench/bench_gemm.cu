@@ -685,14 +685,7 @@ int bench_ple(const char *filter, int reps, int l2, g4_kbench_row *rows, int max
 // step's). Op gemv_q4_probe; a probe row's base is the full form's time in the same run (ratio =
 // full / probe). All of them whenever the filter holds "probe" (and only then: the gemv stage's
 // --filter gemv leaves them out).
-// var (op gemv_q4_var, whenever the filter holds "gemv_q4_var"; issue 29's next designs,
-// g4_gemm_gemv3_form): the same cases and placements, timed as today's loop ("today") and its
-// variants, "acc2" (G4_GEMV3_ACC=2: two accumulator sets), "pipe" (G4_GEMV3_PIPE=1: the ring's
-// refill half a step earlier), "xpf" (G4_GEMV3_PIPE=2: x of the whole k range prefetched
-// into L1) and "spread" (G4_GEMV3_SPREAD=1: today's loop on equal shares of SMs x 2 CTAs,
-// kernels/gemv_spread.h), base = today's from the same run; their outputs are the kernel
-// test_cuda_gemm checks under each form.
-int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
+int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max) {
     const struct {
         int shape;
         bool glu;
@@ -701,19 +694,15 @@ int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
                  {7, true, 8},   {13, false, 1}, {0, false, 1}, {4, false, 1}, {9, false, 1}};
     static const char *form[4] = {"full", "loads(unchecked)", "math(unchecked)",
                                   "shell(unchecked)"};
-    static const char *vform[5] = {"today", "acc2", "pipe", "xpf",
-                                   "spread"}; // G4_GEMV3_FORM_* order
-    const int nf = var ? 5 : 4;
-    const char *op = var ? "gemv_q4_var" : "gemv_q4_probe";
     int n = 0;
     for (const auto &cs : cases) {
         const e2b_shape &sh = SHAPES[cs.shape];
         char base_shape[80];
         snprintf(base_shape, sizeof base_shape, "M=%d N=%d K=%d %s%s v3", cs.M, sh.N, sh.K, sh.name,
                  cs.glu ? " glu" : "");
-        if (n + 2 * nf > max) break;
+        if (n + 8 > max) break;
         problem p;
-        p.r = brow{op, W_Q4, cs.glu, G4_GEMM_GEMV, cs.M, cs.shape, 0, 0, 0, true};
+        p.r = brow{"gemv_q4_probe", W_Q4, cs.glu, G4_GEMM_GEMV, cs.M, cs.shape, 0, 0, 0, true};
         p.M = cs.M, p.N = sh.N, p.K = sh.K, p.bl = nullptr, p.blas = nullptr, p.rc = G4_OK;
         p.copies = (int)((2.0 * l2 + row_bytes(p) - 1) / row_bytes(p));
         p.copies = p.copies < 1 ? 1 : p.copies > 1024 ? 1024 : p.copies;
@@ -729,32 +718,32 @@ int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
         int rc = run_ours(&p, 0, 0);
         if (rc == G4_OK && last_design(W_Q4) != 3)
             rc = g4_fail(G4_EUSER, "ran design %d, not the third", last_design(W_Q4));
-        if (rc != G4_OK) fprintf(stderr, "bench %s %s: skipped: %s\n", op, base_shape, g4_error());
+        if (rc != G4_OK)
+            fprintf(stderr, "bench gemv_q4_probe %s: skipped: %s\n", base_shape, g4_error());
         for (int hot = 0; rc == G4_OK && hot < 2; hot++) {
             if (hot && cs.shape == 12) break; // (the LM head's 226 MB cannot stay in L2)
             const int per_graph = p.copies < 8 ? 8 : p.copies;
-            g4_kbench_time t[5];
-            for (int f = 0; f < nf; f++) { // read at launch (graph capture) time
+            g4_kbench_time t[4];
+            for (int f = 0; f < 4; f++) { // read at launch (graph capture) time
                 G4_CUDA_CHECK(cudaDeviceSynchronize());
-                // (f in 0..4: cannot fail but for the spread form's workspace, out of memory)
-                if ((var ? g4_gemm_gemv3_form(f) : g4_gemm_gemv3_probe(f)) != G4_OK) abort();
+                if (g4_gemm_gemv3_probe(f) != G4_OK) abort(); // (f in 0..3: cannot fail)
                 t[f] = g4_kbench_run_graph(hot ? launch_hot : launch_ours, &p, per_graph, 2, reps);
             }
-            if (g4_gemm_gemv3_probe(0) != G4_OK || g4_gemm_gemv3_form(-1) != G4_OK) abort();
+            if (g4_gemm_gemv3_probe(0) != G4_OK) abort();
             if (p.rc != G4_OK) {
-                fprintf(stderr, "bench %s %s: %s\n", op, base_shape, g4_error());
+                fprintf(stderr, "bench gemv_q4_probe %s: %s\n", base_shape, g4_error());
                 break;
             }
-            for (int f = 0; f < nf; f++) {
+            for (int f = 0; f < 4; f++) {
                 g4_kbench_row &row = rows[n++];
                 memset(&row, 0, sizeof row);
-                snprintf(row.op, sizeof row.op, "%s", op);
-                snprintf(row.shape, sizeof row.shape, "%s %s %s", base_shape,
-                         var ? vform[f] : form[f], hot ? "l2hot" : "rotated");
+                snprintf(row.op, sizeof row.op, "gemv_q4_probe");
+                snprintf(row.shape, sizeof row.shape, "%s %s %s", base_shape, form[f],
+                         hot ? "l2hot" : "rotated");
                 row.ours = t[f];
                 if (f) {
                     row.base = t[0];
-                    snprintf(row.base_name, sizeof row.base_name, "%s", var ? "today" : "full");
+                    snprintf(row.base_name, sizeof row.base_name, "full");
                 }
                 // the op's bytes (GB/s as if the full op's bytes moved: meaningful for full and
                 // loads) and FLOPs (meaningful for full and math)
@@ -776,11 +765,10 @@ int bench_gemvprobe(int reps, int l2, g4_kbench_row *rows, int max, bool var) {
 } // namespace
 
 extern "C" int g4_kbench_gemm(const char *filter, int reps, g4_kbench_row *rows, int max) {
-    const bool var = filter && strstr(filter, "gemv_q4_var");
-    if (filter && (var || strstr(filter, "probe"))) { // (the probe or variant rows alone)
+    if (filter && strstr(filter, "probe")) { // (the probe rows alone)
         int l2 = 0;
         G4_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-        return bench_gemvprobe(reps, l2, rows, max, var);
+        return bench_gemvprobe(reps, l2, rows, max);
     }
     const std::vector<brow> t = filter && strstr(filter, "xover") ? sweep() : table();
     const char *why = "";

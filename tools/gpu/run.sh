@@ -71,15 +71,6 @@
 #            test_pdl_sass, then `bench --kernels --filter gemv_q4_probe --reps 30` twice (each
 #            v3 decode shape as today's kernel and its loads / math / shell probe forms, weights
 #            rotated and L2-resident) and a full / loads / math / shell table a run
-#   gemvvar  issue 29, the third-design Q4 GEMV's next designs (after build; ~2 min):
-#            test_pdl_sass, test_gemv3_form, then `bench --kernels --filter gemv_q4_var --reps
-#            30` twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1
-#            and =2, G4_GEMV3_SPREAD=1, weights rotated and L2-resident) and a today / acc2 /
-#            pipe / xpf / spread table a run; their correctness: gemv_check with
-#            GEMV_CHECK_ENVS="G4_GEMV3_ACC=2 G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2 G4_GEMV3_SPREAD=1"
-#            (the default test_cuda_gemm run also judges every third-design case's spread form
-#            against the reference), end to end: e2bq with E2BQ_VARIANTS="landed:X=1
-#            acc2:G4_GEMV3_ACC=2 pipe:G4_GEMV3_PIPE=1 xpf:G4_GEMV3_PIPE=2 spread:G4_GEMV3_SPREAD=1"
 #   e2bq     bench f16 + Q4 --reps 3 as landed, with G4_QKV=0 and with G4_GEMV=v2 (after e2b_make);
 #            E2BQ_VARIANTS="landed:X=1 persist:G4_PERSIST_MLP=1"
 #            for issue 30 stage 2's A/B (a variant's variables comma-separated)
@@ -540,9 +531,6 @@ stage_gemv_check() {
     for ce in ${GEMV_CHECK_ENVS:-}; do
         env ${ce//,/ } timeout 300 build-gpu/tests/test_cuda_gemm --op /gemv >"$OUT/gemv_check_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_cuda_gemm --op /gemv (q4 and f16): exit $? $(tail -1 "$OUT/gemv_check_${ce//[=,]/_}.log")"
-        # (the third-design cases judged under this environment's loop form, each also rerun
-        # under every form: test_cuda_gemm's "third design, forms" line)
-        echo "  third-design cases: $(grep -c 'third design, forms' "$OUT/gemv_check_${ce//[=,]/_}.log")"
         env ${ce//,/ } timeout 300 build-gpu/tests/test_backend_ops --backend cuda --op add_norm_linear >"$OUT/gemv_check_an_${ce//[=,]/_}.log" 2>&1
         echo "$ce test_backend_ops --op add_norm_linear: exit $? $(tail -1 "$OUT/gemv_check_an_${ce//[=,]/_}.log")"
         grep -hE "FAIL|error" "$OUT/gemv_check_${ce//[=,]/_}.log" "$OUT/gemv_check_an_${ce//[=,]/_}.log" | head -5
@@ -1119,7 +1107,7 @@ PY
 }
 
 # form_rows STAGE OP MODE FORM...: the op's kernel rows twice ($OUT/STAGE_{1,2}), then each
-# run's form_table (gemvprobe, gemvvar)
+# run's form_table (gemvprobe)
 form_rows() {
     local stage=$1 op=$2 r
     shift 2
@@ -1136,24 +1124,6 @@ form_rows() {
 stage_gemvprobe() {
     ctest --test-dir build-gpu -R "test_pdl_sass" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
     form_rows gemvprobe gemv_q4_probe share full loads math shell
-}
-
-# Issue 29: the third-design Q4 GEMV's next designs (bench/NOTES.md "gemvvar"; after build;
-# ~2 min): test_pdl_sass, test_gemv3_form, test_gemv_spread, an invalid G4_GEMV3_ACC and
-# G4_GEMV3_SPREAD (each must fail naming it), then `bench --kernels --filter gemv_q4_var --reps
-# 30` twice (each gemvprobe case as today's loop, G4_GEMV3_ACC=2, G4_GEMV3_PIPE=1 and =2,
-# G4_GEMV3_SPREAD=1, rotated and L2-resident) and per run one line a case and placement: today /
-# acc2 / pipe / xpf / spread in us and each variant's change. Correctness: stage gemv_check with
-# GEMV_CHECK_ENVS="G4_GEMV3_ACC=2 G4_GEMV3_PIPE=1 G4_GEMV3_PIPE=2 G4_GEMV3_SPREAD=1".
-stage_gemvvar() {
-    ctest --test-dir build-gpu -R "test_pdl_sass|test_gemv3_form|test_gemv_spread" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    # an invalid form fails the third-design launch naming it (the tiny forced-v3 case)
-    local log="$OUT/gemvvar_invalid.log"
-    G4_GEMV3_ACC=3 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
-    echo "G4_GEMV3_ACC=3 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_ACC=3: expected 1 or 2' "$log") lines naming it (expected >= 1)"
-    G4_GEMV3_SPREAD=2 timeout 120 build-gpu/tests/test_cuda_gemm --op q4/gemv --shape "M=1 N=16 K=64 " >"$log" 2>&1
-    echo "G4_GEMV3_SPREAD=2 (invalid): exit $? (expected 1), $(grep -c 'G4_GEMV3_SPREAD=2: expected 0 or 1' "$log") lines naming it (expected >= 1)"
-    form_rows gemvvar gemv_q4_var change today acc2 pipe xpf spread
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
@@ -1651,7 +1621,9 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-q4_imatrix_s0}
 # covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
 # NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
 # them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
-# FID_CALIB_VARIANTS chooses among these nine (empty: none; default q4_gptq_imx_16k, the best
+# q4_gptq_imx_16k_keep_auto: q4_gptq_imx_16k with --keep-auto at q4_keep_auto's byte budget (the
+# sensitivity ranking on the same 16,384 tokens), a source for a dwq fit on top.
+# FID_CALIB_VARIANTS chooses among these ten (empty: none; default q4_gptq_imx_16k, the best
 # method's question, and q4_imatrix_16k, imatrix's: ~1.5-2.5 + 3-4 min of quantizing on the
 # H200, NOTES; q4_gptq_16k, the plainest test of the length, ~1-1.5 min more, on request: the
 # pipeline must fit beside the GEMV call in one session's 30 minutes); the names are the
@@ -1708,6 +1680,9 @@ fid_make() {
         ab:*) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
         calib:q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
         calib:q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
+        calib:q4_gptq_imx_16k_keep_auto) # the best method at equal bytes (twenty-third session)
+            budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+            fid_quant "$v" --method gptq_imx --keep-auto "$budget" "${long[@]}" ;;
         calib:q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
         calib:q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
         calib:q4_gptq_imx_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
