@@ -35,9 +35,12 @@ static inline int g4_api_code(int rc) {
 }
 
 // The calibration tokens of `quantize --calib` and `compare --linear-error --calib`: the first
-// n_max tokens (with <bos>) of the text file (its first 64 KiB, cut back to a whole UTF-8
-// character) through the tokenizer at tok_path; a text of under 8 tokens is an error naming it.
-int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n);
+// n_max tokens (with <bos>) of the text file (its first 64 KiB, or 16 bytes a token where
+// n_max > 4096, cut back to a whole UTF-8 character) through the tokenizer at tok_path; a text
+// of under 8 tokens is an error naming it. *cut (may be NULL): the bytes read where the text
+// was longer than that cap, 0 where it was read whole (so *n < n_max says which ran out).
+int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n,
+                     size_t *cut);
 
 // What the generation calls (api/g4cu.c) and the batch (api/g4cu_batch.c) share.
 // A request's streaming callbacks as the engine calls them (cancel: set once fn returns

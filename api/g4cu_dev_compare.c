@@ -329,7 +329,7 @@ static int run_linear_error(const char *pkg_dir, const opts *o, g4_backend *be, 
                    ? (g4_is_dir(o->tokenizer) ? g4_path_join(o->tokenizer, "tokenizer.json")
                                               : g4_strdup(o->tokenizer))
                    : g4_path_join(pkg_dir, "tokenizer.json");
-    if ((rc = g4_api_calib_ids(o->calib, tp, o->calib_tokens, &ids, &n)) ||
+    if ((rc = g4_api_calib_ids(o->calib, tp, o->calib_tokens, &ids, &n, NULL)) ||
         (rc = g4_package_open(pkg_dir, &p)) || (rc = g4_text_model_load(p, be, &m)) ||
         (rc = g4_linerr_run(m, pkg_dir, o->tests, o->n_tests, ids, n, LINERR_HESSIAN_FLOATS, &r)))
         goto done;

@@ -2,7 +2,8 @@
 // decoder's linears into a Q4 (MatMulNBits) package, the way Olive made the published "Q4_K_M"
 // packages (quant/q4_writer.h). keep_auto_bytes also keeps fp16 the linears whose 4 bits cost
 // the most KL per byte (fidelity/keep_auto.h), ranked by a sensitivity run (fidelity/
-// sensitivity.h) on the first calib_tokens tokens of the calibration text; imatrix weighs each
+// sensitivity.h) on the first calib_tokens tokens of the calibration text (256 by default; the
+// imatrix / X^T X runs' default is 16,384 in windows of 512: CALIB_TOKENS); imatrix weighs each
 // block's search by the mean x^2 (and mean x) of the linear's input channels (llama.cpp's
 // imatrix: g4_imatrix_run, kquant.h g4_q4_quantize_imx).
 #include <g4cu_dev.h>
@@ -26,7 +27,8 @@
 #include "quant/q4.h"
 #include "quant/q4_writer.h"
 
-int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n) {
+int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t **ids, int *n,
+                     size_t *cut) {
     char *text;
     size_t len;
     int rc = g4_read_file(path, &text, &len);
@@ -34,9 +36,11 @@ int g4_api_calib_ids(const char *path, const char *tok_path, int n_max, int32_t 
     // the first 64 KiB (as before), or 16 bytes a token for a long calibration (16,384 tokens
     // of the proxy's 8k vocabulary need ~70 KB of its corpus)
     const size_t cap = n_max > 4096 ? (size_t)n_max * 16 : 65536;
+    if (cut) *cut = 0;
     if (len > cap) {
         len = cap;
         while (len > 0 && ((unsigned char)text[len] & 0xC0) == 0x80) len--;
+        if (cut) *cut = len;
     }
     g4_tokenizer *tok;
     if ((rc = g4_tokenizer_open(tok_path, &tok))) {
@@ -676,11 +680,41 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     return G4_OK;
 }
 
+// The calibration's defaults where calib_tokens / calib_ctx are 0 (include/g4cu_dev.h): the
+// runs that collect the imatrix or X^T X (methods imatrix, gptq, fit, gptq_imx; equalize) take
+// CALIB_TOKENS in windows of CALIB_CTX (the proxy, issue 33: gptq_imx -16.7% mean KLD vs k-quant
+// from 2048 tokens in one sequence, -39.6% from 16,384 in windows of 512, its training length;
+// imatrix -22.5% / -22.9%; 256 tokens, the default before, leave every E2B linear's X^T X
+// rank-deficient, K 1536..12288); --keep-auto's sensitivity ranking, one forward a candidate
+// linear, keeps SENS_TOKENS (in one sequence, as before) so that it costs what it did.
+#define CALIB_TOKENS 16384
+#define CALIB_CTX    512
+#define SENS_TOKENS  256
+
+// What calibrate reads and runs: n_load tokens of the text (the most any run wants), the
+// imatrix / X^T X runs on them in windows of win (0 or >= the tokens: one sequence), the
+// sensitivity ranking on the first n_sens; given: calib_tokens came from the caller (the
+// report then says "asked", else "the default").
+typedef struct {
+    int n_load, win, n_sens, given;
+} calib_plan;
+
+// The report's note on a text shorter than the tokens asked: "" where it had them all, else
+// " (all the text gives: fewer than the default 16384)" (cut: of the bytes read).
+static void short_note(char *buf, size_t size, int n, int asked, int given, size_t cut) {
+    buf[0] = 0;
+    if (n >= asked) return;
+    char of[64] = "the text";
+    if (cut) snprintf(of, sizeof of, "its first %zu bytes", cut);
+    snprintf(buf, size, " (all %s gives: fewer than the %s %d)", of, given ? "asked" : "default",
+             asked);
+}
+
 // Appends to keep[] the names of the linears --keep-auto picks (new strings in *owned).
 // The calibration runs: --keep-auto's sensitivity ranking (budget >= 0), --imatrix's
 // activation importance (im != NULL) and gptq / fit's X^T X (pq != NULL), on one loaded model.
 static int calibrate(const char *pkg_dir, const char *backend, const char *calib,
-                     const char *tok_path, int n_tokens, int win, long long budget, int threads,
+                     const char *tok_path, const calib_plan *cp, long long budget, int threads,
                      FILE *rep, FILE *progress, const char ***keep, int *n_keep, char ***owned,
                      int *n_owned, g4_imatrix *im, prequant *pq) {
     g4_package *p = NULL;
@@ -688,19 +722,27 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     g4_sens_row *rows = NULL;
     int32_t *ids = NULL;
     int n = 0, n_rows = 0, n_q4 = 0, rc;
+    size_t cut = 0;
+    const int win = cp->win;
     g4_backend *be = NULL;
     char *tp = tok_path ? g4_strdup(tok_path) : g4_path_join(pkg_dir, "tokenizer.json");
-    if ((rc = g4_api_calib_ids(calib, tp, n_tokens, &ids, &n)) ||
+    if ((rc = g4_api_calib_ids(calib, tp, cp->n_load, &ids, &n, &cut)) ||
         (rc = g4_backend_by_name(backend, &be)) || (rc = g4_package_open(pkg_dir, &p)) ||
         (rc = g4_text_model_load(p, be, &m)))
         goto done;
     if (pq && pq->eq) pq->eq->dec = g4_package_component(p, G4_COMP_DECODER);
-    char how[64] = "";
-    if (win > 0) snprintf(how, sizeof how, " in windows of %d", win);
+    // the tokens and windows the imatrix / X^T X runs use: "16384 tokens in windows of 512",
+    // "256 tokens in one sequence" (a window as long as the tokens is one sequence)
+    char how[192], note[128];
+    short_note(note, sizeof note, n, cp->n_load, cp->given, cut);
+    if (win > 0 && win < n)
+        snprintf(how, sizeof how, "%d tokens%s in windows of %d", n, note, win);
+    else
+        snprintf(how, sizeof how, "%d tokens%s in one sequence", n, note);
     if (im) {
         if ((rc = g4_imatrix_run(m, ids, n, win, im))) goto done;
-        fprintf(rep, "imatrix: activation importance of %d linears from %d tokens%s of %s\n", im->n,
-                n, how, calib);
+        fprintf(rep, "imatrix: activation importance of %d linears from %s of %s\n", im->n, how,
+                calib);
     }
     if (pq && pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) { // the same tokens' means
         if ((rc = g4_imatrix_run(m, ids, n, win, pq->im))) goto done;
@@ -729,8 +771,8 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
                      ", %d covariance directions for %d, %ld past the sampling noise for %d "
                      "(G4_IMATRIX_RANK, G4_IMATRIX_SHRINK)",
                      pq->rank, pq->n_dirs, pq->dirs_sum, pq->n_shrunk);
-        fprintf(rep, "%s: X^T X of %d linears from %d tokens%s of %s%s%s\n",
-                g4_qmethod_name(pq->method), n_lin, n, how, calib, damp, rk);
+        fprintf(rep, "%s: X^T X of %d linears from %s of %s%s%s\n", g4_qmethod_name(pq->method),
+                n_lin, how, calib, damp, rk);
         if (pq->cv) {
             fprintf(rep,
                     "%s: damping by held-out rows (G4_GPTQ_DAMP=cv, two folds of alternate spans "
@@ -754,7 +796,11 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     g4_sens_opts so = {0};
     so.n_threads = threads;
     so.progress = progress;
-    if ((rc = g4_sensitivity_run(m, ids, n, &so, &rows, &n_rows, &n_q4))) goto done;
+    // its own first n_sens tokens (the default 256 where an X^T X method loaded 16,384)
+    const int n_s = n < cp->n_sens ? n : cp->n_sens;
+    char s_note[128];
+    short_note(s_note, sizeof s_note, n_s, cp->n_sens, cp->given, cut);
+    if ((rc = g4_sensitivity_run(m, ids, n_s, &so, &rows, &n_rows, &n_q4))) goto done;
     int *picked = g4_calloc((size_t)n_rows, sizeof(int));
     uint64_t used = 0;
     int kept = g4_keep_auto_pick(rows, n_rows, (uint64_t)budget, G4_Q4_BLOCK, picked, &used);
@@ -762,8 +808,8 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     *keep = g4_realloc(*keep, sizeof(char *) * (size_t)(*n_keep + kept + 1));
     fprintf(rep,
             "keep-auto: %d linears kept fp16 for %llu of %lld extra bytes (sensitivity on %d "
-            "tokens of %s):\n",
-            kept, (unsigned long long)used, budget, n, calib);
+            "tokens%s of %s):\n",
+            kept, (unsigned long long)used, budget, n_s, s_note, calib);
     for (int i = 0; i < n_rows; i++) {
         if (!picked[i]) continue;
         fprintf(rep, "  %-52s KL %.4e  +%llu bytes\n", rows[i].name, rows[i].kl_mean,
@@ -782,7 +828,7 @@ done:
 }
 
 void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p) {
-    *p = (g4cu_dev_quantize_params){.keep_auto_bytes = -1, .calib_tokens = 256, .backend = "cpu"};
+    *p = (g4cu_dev_quantize_params){.keep_auto_bytes = -1, .backend = "cpu"};
 }
 
 static int quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p, FILE *rep) {
@@ -808,11 +854,11 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
     if (p->equalize && (p->n_keep > 0 || p->keep_auto_bytes >= 0))
         return g4_fail(G4_EUSER, "quantize: equalize with keep or keep_auto_bytes: not supported "
                                  "(a kept fp16 linear would miss its group's scales)");
-    if (p->calib && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
-        return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 8 to %d", p->calib_tokens,
-                       1 << 20);
+    if (p->calib_tokens != 0 && (p->calib_tokens < 8 || p->calib_tokens > (1 << 20)))
+        return g4_fail(G4_EUSER, "quantize: calib_tokens %d: expected 0 (the default) or 8 to %d",
+                       p->calib_tokens, 1 << 20);
     if (p->calib_ctx != 0 && (p->calib_ctx < 8 || p->calib_ctx > (1 << 20)))
-        return g4_fail(G4_EUSER, "quantize: calib_ctx %d: expected 0 (one sequence) or 8 to %d",
+        return g4_fail(G4_EUSER, "quantize: calib_ctx %d: expected 0 (the default) or 8 to %d",
                        p->calib_ctx, 1 << 20);
     if (p->calib_ctx && !g4_qmethod_needs_calib(method) && !p->equalize)
         return g4_fail(G4_EUSER,
@@ -855,10 +901,20 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                    .shrink = rank_all ? SHRINK_OFF : shrink,
                    .threads = threads,
                    .eq = p->equalize ? &eq : NULL};
+    // Each run's default where the caller gave none (CALIB_TOKENS above); a given calib_tokens
+    // / calib_ctx is every run's (the sensitivity ranking reads no windows: one sequence).
+    const int stats = g4_qmethod_needs_calib(method) || p->equalize;
+    const int n_stats = p->calib_tokens ? p->calib_tokens : CALIB_TOKENS;
+    calib_plan cp = {.n_sens = p->calib_tokens ? p->calib_tokens : SENS_TOKENS,
+                     .win = p->calib_ctx,
+                     .given = p->calib_tokens != 0};
+    if (!cp.win && stats) cp.win = CALIB_CTX;
+    cp.n_load = stats ? n_stats : 0;
+    if (p->keep_auto_bytes >= 0 && cp.n_sens > cp.n_load) cp.n_load = cp.n_sens;
     if (p->calib)
-        rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, p->calib_tokens,
-                       p->calib_ctx, p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep,
-                       &owned, &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
+        rc = calibrate(in, p->backend ? p->backend : "cpu", p->calib, p->tokenizer, &cp,
+                       p->keep_auto_bytes, threads, rep, p->progress, &keep, &n_keep, &owned,
+                       &n_owned, method == G4_QM_IMATRIX ? &im : NULL,
                        g4_qmethod_needs_hessian(method) || rank > 0 || p->equalize ? &pq : NULL);
     g4_q4_write_opts o = {keep,
                           n_keep,

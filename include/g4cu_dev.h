@@ -88,10 +88,17 @@ typedef struct {
     const char *calib;         // calibration text file (its first 64 KiB, or 16 bytes a
                                // calibration token where that is more) for the above
     const char *tokenizer;     // tokenizer.json for calib (NULL: the package's)
-    int calib_tokens;          // calibration tokens, <bos> first, 8 to 2^20 (default 256)
-    int calib_ctx;             // imatrix, gptq, fit, gptq_imx: > 0: the calibration tokens
-                               // run as windows of this many, each a fresh sequence with
-                               // <bos> first (8 to 2^20); 0 (default): one sequence
+    int calib_tokens;          // calibration tokens, <bos> first, 8 to 2^20, used by every
+                               // run; 0 (default): each run's own: 16,384 for the imatrix /
+                               // X^T X runs (methods imatrix, gptq, fit, gptq_imx; equalize),
+                               // 256 for keep_auto_bytes' sensitivity ranking (both given: the
+                               // ranking on the first 256 of the 16,384); a text with fewer
+                               // gives all it has (the report says so)
+    int calib_ctx;             // imatrix, gptq, fit, gptq_imx, equalize: the calibration tokens
+                               // run as windows of this many, each a fresh sequence with <bos>
+                               // first (8 to 2^20; at least the tokens: one sequence); 0
+                               // (default): windows of 512 (the sensitivity ranking: always
+                               // one sequence)
     const char *backend;       // the calibration runs' backend, "cpu" or "cuda" (default "cpu")
     int n_threads;             // quantizer and sensitivity threads (0: the CPU backend's)
     FILE *progress;            // progress bars and one-line notices (NULL, the default: none)
@@ -101,14 +108,16 @@ void g4cu_dev_quantize_params_default(g4cu_dev_quantize_params *p);
 // k-quants the decoder's linears of the fp16 package in into the Q4 (MatMulNBits) package out
 // (which must not exist nor lie inside in; it is written to out.tmp-<pid> and renamed when
 // complete, stale temporaries of dead processes removed; unchanged files copied or reflinked).
-// Writes to report the linears keep_auto_bytes picked (name, KL, bytes), the calibration line
-// of the method (imatrix: "importance of N linears", gptq / fit / gptq_imx: "X^T X of N
-// linears"), the summary (linears quantized, weights, kept, decoder bytes) and, for a
-// calibrated method,
+// Writes to report the linears keep_auto_bytes picked (name, KL, bytes, "sensitivity on N
+// tokens"), the calibration line of the method (imatrix: "importance of N linears", gptq / fit /
+// gptq_imx: "X^T X of N linears", each "from T tokens in windows of W" or "in one sequence",
+// with "(all the text gives: fewer than the default 16384)" where the text ran out), the
+// summary (linears quantized, weights, kept, decoder bytes) and, for a calibrated method,
 // "calibrated: N of M weights". p NULL: the defaults. Errors: a package that does not open, an
 // existing out, a calibration text with under 8 tokens, an unknown method, calib given without
 // keep_auto_bytes or a calibrated method or the other way, gptq_act_order without gptq or
-// gptq_imx, calib_ctx out of range or without a calibrated method (G4CU_EUSER).
+// gptq_imx, calib_tokens or calib_ctx out of range, calib_ctx without a calibrated method
+// (G4CU_EUSER).
 int g4cu_dev_quantize(const char *in, const char *out, const g4cu_dev_quantize_params *p,
                       FILE *report);
 

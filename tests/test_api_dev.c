@@ -202,7 +202,8 @@ static void test_quantize(void) {
     g4cu_dev_quantize_params p;
     g4cu_dev_quantize_params_default(&p);
     CHECK_INT(p.keep_auto_bytes, -1);
-    CHECK_INT(p.calib_tokens, 256);
+    CHECK_INT(p.calib_tokens, 0); // each run's own (16,384 / 256): test_quant_calib.sh
+    CHECK_INT(p.calib_ctx, 0);
     const char *keep[] = {"*layers.0.mlp.down_proj*"};
     p.keep = keep;
     p.n_keep = 1;
@@ -237,15 +238,30 @@ static void test_quantize(void) {
     char *out2 = g4_sprintf("%s/q4b", tmp);
     p.calib = "calib.txt";
     CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
-    // calib_ctx: 0 or 8 to 2^20, and only with a calibrated method (checked before any work)
+    // calib_tokens and calib_ctx: 0 (the default) or 8 to 2^20, calib_ctx only with a
+    // calibrated method (checked before any work; one line each)
     p.method = "gptq", p.calib_ctx = 4;
     CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
-    CHECK(strstr(g4cu_last_error(), "calib_ctx 4: expected 0 (one sequence) or 8 to") != NULL);
+    CHECK(strstr(g4cu_last_error(), "calib_ctx 4: expected 0 (the default) or 8 to 1048576") !=
+          NULL);
+    CHECK(!strchr(g4cu_last_error(), '\n'));
+    p.calib_ctx = 0;
+    const int bad_tokens[] = {4, -1, (1 << 20) + 1};
+    for (int i = 0; i < 3; i++) {
+        p.calib_tokens = bad_tokens[i];
+        CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
+        char want[64];
+        snprintf(want, sizeof want, "calib_tokens %d: expected 0 (the default) or 8 to 1048576",
+                 bad_tokens[i]);
+        CHECK_MSG(strstr(g4cu_last_error(), want) && !strchr(g4cu_last_error(), '\n'),
+                  "calib_tokens %d: %s", bad_tokens[i], g4cu_last_error());
+    }
+    p.calib_tokens = 0;
     p.method = "rtn", p.calib_ctx = 64, p.calib = NULL;
     CHECK_INT(g4cu_dev_quantize(tiny, out2, &p, stdout), G4CU_EUSER);
     CHECK(strstr(g4cu_last_error(), "calib_ctx with method 'rtn'") != NULL);
     g4cu_dev_quantize_params_default(&p);
-    CHECK_INT(p.calib_ctx, 0); // one sequence by default
+    CHECK_INT(p.calib_ctx, 0); // windows of 512 for the calibrated methods by default
     free(out2);
     free(out);
     g4t_rmtree(tmp);

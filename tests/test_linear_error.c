@@ -42,6 +42,9 @@ static int make(const char *in, const char *out, const char *method, const char 
     g4cu_dev_quantize_params_default(&q);
     q.method = method;
     q.calib = calib;
+    // the first 256 tokens, the ones e is measured on (the default would take all of calib.txt
+    // in windows of 512): gptq's and fit's in-sample loss below
+    if (calib) q.calib_tokens = 256;
     q.keep = keep;
     q.n_keep = n_keep;
     q.n_threads = 2;
@@ -127,14 +130,20 @@ static void test_calib_cap(const char *calib, const char *tok, const char *dir) 
     CHECK(g4_write_file_atomic(f1m, rep, big) == G4_OK);
     int32_t *ids = NULL;
     int n64 = 0, n = 0;
-    CHECK_MSG(g4_api_calib_ids(f64, tok, 1 << 20, &ids, &n64) == G4_OK, "%s", g4_error());
+    size_t cut = 1;
+    CHECK_MSG(g4_api_calib_ids(f64, tok, 1 << 20, &ids, &n64, &cut) == G4_OK, "%s", g4_error());
+    CHECK_MSG(cut == 0, "64 KiB read whole: cut %zu, expected 0", cut);
     free(ids), ids = NULL;
     CHECK_MSG(n64 > 4096 && n64 < 60000, "64 KiB of calib.txt: %d tokens, expected 4097..59999",
               n64);
-    CHECK_MSG(g4_api_calib_ids(f1m, tok, 60000, &ids, &n) == G4_OK, "%s", g4_error());
+    CHECK_MSG(g4_api_calib_ids(f1m, tok, 60000, &ids, &n, &cut) == G4_OK, "%s", g4_error());
     CHECK_INT(n, 60000);
+    // cut at 16 bytes a token, back to a whole character: the calibration report's "its first
+    // N bytes" when the tokens run out before n_max
+    CHECK_MSG(cut > 960000 - 4 && cut <= 960000, "1 MB for 60,000 tokens: cut %zu, expected 960000",
+              cut);
     free(ids), ids = NULL;
-    CHECK_MSG(g4_api_calib_ids(f1m, tok, 4096, &ids, &n) == G4_OK, "%s", g4_error());
+    CHECK_MSG(g4_api_calib_ids(f1m, tok, 4096, &ids, &n, NULL) == G4_OK, "%s", g4_error());
     CHECK_INT(n, 4096);
     free(ids), free(rep), free(text), free(f64), free(f1m);
 }
@@ -158,7 +167,7 @@ int main(void) {
     int n = 0;
     char *tok = g4_sprintf("%s/tokenizer.json", ref);
     test_calib_cap(calib, tok, dir);
-    int rc = g4_api_calib_ids(calib, tok, 256, &ids, &n);
+    int rc = g4_api_calib_ids(calib, tok, 256, &ids, &n, NULL);
     if (!rc) rc = g4_package_open(ref, &p);
     if (!rc) rc = g4_text_model_load(p, g4_backend_cpu(), &m);
     CHECK_MSG(rc == 0, "%s", g4_error());

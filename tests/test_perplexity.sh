@@ -209,7 +209,7 @@ check "quantize --calib-ctx: the same bytes as plain Q4, not the one-sequence gp
 G4_GPTQ_DAMP=0.1 "$G4CU" quantize "$pkg" "$tmp/q4damp" --method gptq --calib "$fx/calib.txt" \
     --calib-tokens 256 --threads 2 >"$tmp/damp.txt" 2>&1
 check "quantize G4_GPTQ_DAMP=0.1: exit 0" $?
-grep -q "from 256 tokens of .*calib.txt, damping 0.1$" "$tmp/damp.txt" &&
+grep -q "from 256 tokens in one sequence of .*calib.txt, damping 0.1$" "$tmp/damp.txt" &&
     ! cmp -s "$tmp/q4damp/decoder/model.onnx.data" "$tmp/q4gptq/decoder/model.onnx.data"
 check "quantize G4_GPTQ_DAMP=0.1: the report names it, a package unlike the default's" $?
 err1 "quantize G4_GPTQ_DAMP out of range" "G4_GPTQ_DAMP '0': expected a number in (0, 100\] or cv" \

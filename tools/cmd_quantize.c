@@ -1,14 +1,14 @@
 // g4cu quantize PKG_F16 OUT [--keep PATTERN]... [--threads N]
 //                [--keep-auto BYTES --calib TEXT [--tokenizer F] [--calib-tokens N]
-//                 [--backend cpu|cuda]] [--method kquant|rtn|imatrix|gptq|fit [--act-order]]
-//                [--imatrix --calib TEXT]:
+//                 [--backend cpu|cuda]] [--method kquant|rtn|imatrix|gptq|fit|gptq_imx
+//                 [--act-order] [--calib-ctx N]] [--imatrix --calib TEXT] [--equalize]:
 // quantize the decoder's linears into a Q4 (MatMulNBits) package; by default k-quant, the way
 // Olive made the published "Q4_K_M" packages (byte-identical). OUT must not exist; it appears
 // only when complete.
 // --keep-auto BYTES also keeps fp16 the linears whose 4 bits cost the most KL per byte, within
 // BYTES more decoder data than the all-Q4 package: a sensitivity run (on --backend, default cpu)
-// on the first --calib-tokens (256) tokens of TEXT (<bos> first; the package's tokenizer.json
-// unless --tokenizer) ranks them. The chosen names are printed.
+// on the first --calib-tokens (default 256) tokens of TEXT (<bos> first; the package's
+// tokenizer.json unless --tokenizer) ranks them. The chosen names are printed.
 // --imatrix: the activation-aware k-quant (llama.cpp's imatrix): one forward of the calibration
 // tokens measures the mean x^2 and mean x of every linear's input channels, and a second (X^T X)
 // the 32 leading directions of their covariance where the tokens are at least 4 K
@@ -23,8 +23,11 @@
 // linears sharing an input, each input channel's weights scaled by s and the 1/s folded into
 // the norm that makes the input (down_proj: into up_proj's output columns), alpha of
 // s = rms^alpha searched per group against the method's layer-output error on --calib.
-// --calib-ctx N: the calibrated methods' forwards read the calibration tokens as windows of N
-// (each a fresh sequence, <bos> first, as perplexity's chunks) instead of one long sequence.
+// --calib-tokens N / --calib-ctx N, when not given, follow the run (g4cu_dev.h calib_tokens):
+// the imatrix / X^T X runs (--method imatrix, gptq, fit, gptq_imx; --imatrix; --equalize) read
+// 16,384 tokens as windows of 512 (each a fresh sequence, <bos> first, as perplexity's chunks;
+// N at least the tokens: one sequence), the --keep-auto ranking 256 tokens; given, every run
+// uses them. The report prints the tokens and windows used.
 // OUT must not lie inside PKG_F16. The work goes to OUT.tmp-<pid> beside it; a run that is
 // killed leaves that directory, and the next quantize to the same OUT removes those whose process
 // is gone. Unchanged files are copied (reflinked where the file system can), never hard-linked.
@@ -102,7 +105,7 @@ static int stop_start(const char *out) {
 
 static int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *calib = NULL, *tok_path = NULL, *backend = "cpu";
-    long long auto_bytes = -1, calib_tokens = 256, calib_ctx = 0;
+    long long auto_bytes = -1, calib_tokens = 0, calib_ctx = 0; // 0: not given (the defaults)
     int use_imatrix = 0, act_order = 0, equalize = 0;
     const char *method = NULL;
     g4cu_dev_quantize_params qp;
@@ -208,11 +211,15 @@ static int cmd_quantize(int argc, char **argv) {
 static const g4_opt quantize_opts[] = {
     {"--keep", "PATTERN", "linears matching PATTERN stay fp16 (repeatable; default: none)"},
     {"--keep-auto", "BYTES", "keep fp16 the linears with the most KL per byte, within BYTES"},
-    {"--calib", "TEXT", "calibration text for --keep-auto / --imatrix"},
+    {"--calib", "TEXT",
+     "calibration text for --keep-auto, --imatrix, --equalize and the calibrated methods"},
     {"--tokenizer", "F", "tokenizer.json for --calib (default: the package's)"},
-    {"--calib-tokens", "N", "calibration tokens (default 256)"},
+    {"--calib-tokens", "N",
+     "calibration tokens (default: 16384 for imatrix, gptq, fit, gptq_imx and --equalize; 256 "
+     "for --keep-auto's ranking)"},
     {"--calib-ctx", "N",
-     "calibrated methods: the calibration tokens in windows of N, <bos> first (default: one)"},
+     "calibrated methods: the calibration tokens in windows of N, <bos> first (default 512; N "
+     ">= the tokens: one sequence)"},
     {"--backend", "B", "cpu or cuda for the calibration runs (default cpu)"},
     {"--imatrix", NULL, "activation-aware k-quant from --calib (default off)"},
     {"--method", "M",
@@ -230,6 +237,8 @@ const g4_cmd g4_cmd_quantize = {
     "[--method kquant|rtn|imatrix|gptq|fit|gptq_imx [--act-order] [--calib-ctx N]] "
     "[--equalize --calib TEXT]   quantize "
     "the decoder into a Q4 package (--keep-auto: "
-    "the most KL per byte stays fp16; work in OUT.tmp-<pid>, renamed when complete; unchanged "
-    "files are copied or reflinked, never hard-linked)",
+    "the most KL per byte stays fp16; the calibrated methods and --equalize read 16,384 --calib "
+    "tokens in windows of 512 unless --calib-tokens / --calib-ctx, --keep-auto's ranking 256; "
+    "work in OUT.tmp-<pid>, renamed when complete; unchanged files are copied or reflinked, "
+    "never hard-linked)",
     quantize_opts, NULL};

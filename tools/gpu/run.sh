@@ -1655,8 +1655,10 @@ fid_quant() { quant_into "$FID/proxy" fidelity "$@"; }
 # --method rows and q4_best_keep_auto, ab: FID_AB_VARIANTS, calib: FID_CALIB_VARIANTS)
 fid_make() {
     local kind=$1 v=$2 d="$FID/proxy" corpus=.carry/corpus budget
+    # (one sequence, as every earlier run's rows: quantize's default windows of 512 since branch
+    # calibdef; a later --calib-ctx, q4_gptq_imx_w512's, wins)
     local cal=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}"
-        --backend "${FIDELITY_BACKEND:-cuda}")
+        --calib-ctx "${FIDELITY_CALIB_TOKENS:-2048}" --backend "${FIDELITY_BACKEND:-cuda}")
     local win=(--calib-ctx "${FIDELITY_CALIB_CTX:-512}")
     local long=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS_LONG:-16384}"
         --backend "${FIDELITY_BACKEND:-cuda}" "${win[@]}")
@@ -1845,7 +1847,7 @@ stage_fidelity_make() {
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
     stamp "fidelity: quantized q4_keep_auto, budget $budget bytes ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
-    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 \
+    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 --calib-ctx 2048 \
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
     stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
     fid_methods
