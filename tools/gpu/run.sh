@@ -1081,12 +1081,12 @@ stage_l2hot() {
 
 # One line a case and placement of a form-rows run (`bench --kernels --json`, op OP: a row's shape
 # is "CASE FORM PLACE", FORM maybe "NAME(unchecked)"): each FORM's median in us, the first FORM
-# the base, then for the rest MODE share (percent of the base) or change (percent faster/slower).
-# form_table JSON OP MODE FORM...
+# the base, then each other FORM's share of it (percent).
+# form_table JSON OP FORM...
 form_table() {
     python3 - "$@" <<'PY'
 import json, sys
-path, op, mode, *forms = sys.argv[1:]
+path, op, *forms = sys.argv[1:]
 t = {}
 for r in json.load(open(path))["rows"]:
     if r["op"] != op:
@@ -1094,19 +1094,16 @@ for r in json.load(open(path))["rows"]:
     w = r["shape"].split()
     t.setdefault((" ".join(w[:-2]), w[-1]), {})[w[-2].split("(")[0]] = r["median_ms"] * 1e3
 head = " ".join(f"{k:>7s}" for k in forms)
-print(f"{'case (us)':44s} {'place':8s} {head}  {'shares' if mode == 'share' else 'change'}")
+print(f"{'case (us)':44s} {'place':8s} {head}  shares")
 for (case, place), v in t.items():
     f = v.get(forms[0], 0)
     us = " ".join(f"{v.get(k, float('nan')):7.2f}" for k in forms)
-    if mode == "share":
-        d = " ".join(f"{k} {100 * v[k] / f:.0f}%" for k in forms[1:] if k in v and f)
-    else:
-        d = " ".join(f"{k} {100 * (v[k] / f - 1):+.1f}%" for k in forms[1:] if k in v and f)
+    d = " ".join(f"{k} {100 * v[k] / f:.0f}%" for k in forms[1:] if k in v and f)
     print(f"{case:44s} {place:8s} {us}  {d}")
 PY
 }
 
-# form_rows STAGE OP MODE FORM...: the op's kernel rows twice ($OUT/STAGE_{1,2}), then each
+# form_rows STAGE OP FORM...: the op's kernel rows twice ($OUT/STAGE_{1,2}), then each
 # run's form_table (gemvprobe)
 form_rows() {
     local stage=$1 op=$2 r
@@ -1123,7 +1120,7 @@ form_rows() {
 # full / loads / math / shell in us and each probe's share of full.
 stage_gemvprobe() {
     ctest --test-dir build-gpu -R "test_pdl_sass" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
-    form_rows gemvprobe gemv_q4_probe share full loads math shell
+    form_rows gemvprobe gemv_q4_probe full loads math shell
 }
 
 # One short call's end-to-end figures (after e2b_make): bench f16 + Q4 --reps 3 as landed (fusion,
