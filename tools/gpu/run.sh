@@ -1645,6 +1645,14 @@ quant_into() {
     stamp "$tag: quantized $v ($(($(date +%s) - t0)) s)"
 }
 
+# keep_budget Q4_PKG: the --keep-auto byte budget of every fidelity and mm row,
+# ${FIDELITY_KEEP_PCT:-10}% of the plain Q4 package's decoder data (fails if it has none)
+keep_budget() {
+    local b
+    b=$(stat -c %s "$1/decoder/model.onnx.data") || return 1
+    echo $((b * ${FIDELITY_KEEP_PCT:-10} / 100))
+}
+
 # fid_quant NAME ARGS...: the text proxy's ($FID/proxy/NAME)
 fid_quant() { quant_into "$FID/proxy" fidelity "$@"; }
 
@@ -1666,7 +1674,7 @@ fid_make() {
         method:q4_fit) fid_quant "$v" --method fit "${cal[@]}" ;;
         method:q4_gptq_imx) fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
         method:q4_best_keep_auto)
-            budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+            budget=$(keep_budget "$d/q4")
             # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
             fid_quant "$v" --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}" ;;
         ab:q4_imatrix_v1) G4_IMATRIX_SEARCH=v1 fid_quant "$v" --method imatrix "${cal[@]}" ;;
@@ -1678,7 +1686,7 @@ fid_make() {
         calib:q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
         calib:q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
         calib:q4_gptq_imx_16k_keep_auto) # the best method at equal bytes (twenty-third session)
-            budget=$(($(stat -c %s "$d/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+            budget=$(keep_budget "$d/q4")
             fid_quant "$v" --method gptq_imx --keep-auto "$budget" "${long[@]}" ;;
         calib:q4_gptq_imx_w512) fid_quant "$v" --method gptq_imx "${cal[@]}" "${win[@]}" ;;
         calib:q4_gptq_d0.1) G4_GPTQ_DAMP=0.1 fid_quant "$v" --method gptq "${cal[@]}" ;;
@@ -1838,7 +1846,7 @@ stage_fidelity_make() {
     # --keep-auto: ${FIDELITY_KEEP_PCT:-10}% more decoder bytes than plain Q4, calibrated on the
     # train split (never the held-out text)
     local budget
-    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data") * ${FIDELITY_KEEP_PCT:-10} / 100))
+    budget=$(keep_budget "$d/proxy/q4")
     t0=$(date +%s)
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_keep_auto" --keep-auto "$budget" \
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
@@ -2010,7 +2018,7 @@ for l in open(sys.argv[1]):
     local cal=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS:-2048}" --backend "${MM_BACKEND:-cuda}")
     # q4 always: the baseline, and the --keep-auto budget is 10% of its bytes
     mm_quant q4
-    budget=$(($(stat -c %s "$d/proxy/q4/decoder/model.onnx.data" 2>/dev/null || echo 0) * ${FIDELITY_KEEP_PCT:-10} / 100))
+    budget=$(keep_budget "$d/proxy/q4" 2>/dev/null || echo 0)
     mm_want q4_keep_auto && mm_quant q4_keep_auto --keep-auto "$budget" "${cal[@]}"
     mm_want q4_imatrix && mm_quant q4_imatrix --imatrix "${cal[@]}"
     mm_want q4_rtn && mm_quant q4_rtn --method rtn
