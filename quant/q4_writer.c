@@ -305,13 +305,17 @@ static int plan(rewrite *rw, const g4_onnx_model *src, const char *prefix,
         }
         int j = g4_strmap_get(&job_of, tp->name);
         if (j < 0) {
+            const g4_tensor *t = g4_onnx_tensor(src, tp->name);
+            G4_ASSERT(t && t->nbytes == (uint64_t)tp->dims[0] * (uint64_t)tp->dims[1] * 2);
+            // A NaN / Inf weight rounds to finite scales and garbage codes (rtn), which the
+            // output check cannot see: the source is refused as the loader refuses it.
+            if ((rc = g4_tensor_check_finite(t, f))) break;
             j = rw->n_jobs++;
             wjob *w = &rw->jobs[j];
             w->w_name = tp->name;
             w->K = (int)tp->dims[0];
             w->N = (int)tp->dims[1];
-            w->src = g4_onnx_tensor(src, tp->name);
-            G4_ASSERT(w->src && w->src->nbytes == (uint64_t)w->K * (uint64_t)w->N * 2);
+            w->src = t;
             g4_strmap_put(&job_of, tp->name, j);
             static const char *const suffix[3] = {"_Q4", "_scales", "_zero_point"};
             for (int r = 0; r < 3 && rc == G4_OK; r++) {

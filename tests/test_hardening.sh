@@ -6,7 +6,7 @@
 #            so a hang fails instead of stalling the suite);
 #   outputs  never a device, a FIFO, a directory or one of the command's inputs (by inode);
 #            an eval output directory never inside the package;
-#   checks   NaN weights refused naming the tensor (inspect, logits, generate); NaN audio
+#   checks   NaN weights refused naming the tensor (inspect, logits, generate, quantize); NaN audio
 #            samples refused (the compare checks are in test_compare_checks.c, quantize's in
 #            test_q4_writer.c);
 #   evals    a fingerprint on every prediction: --resume and eval-merge refuse another package,
@@ -113,6 +113,15 @@ expect "weights: NaN in a decoder weight: logits" 1 \
 check "weights: no logits written" $?
 expect "weights: NaN in a decoder weight: generate" 1 "tensor 'decoder.model.layers.1.mlp.up_proj.weight_t' holds 1 NaN/Inf value" \
     $T "$G4CU" generate "$p" --ids 2,3
+# rtn rounds a NaN weight to finite scales and garbage codes: quantize refuses the source
+# (every method reads the linears through the same plan), and nothing is written
+for m in rtn kquant; do
+    expect "weights: NaN in a decoder weight: quantize --method $m" 1 \
+        "decoder/model.onnx: tensor 'decoder.model.layers.1.mlp.up_proj.weight_t' holds 1 NaN/Inf value \(the first at element 5: nan\): the package's weights are corrupt" \
+        $T "$G4CU" quantize "$p" "$tmp/nanq_$m" --method $m
+    [ ! -e "$tmp/nanq_$m" ] && [ -z "$(ls -d "$tmp"/nanq_$m.tmp-* 2>/dev/null)" ]
+    check "weights: quantize --method $m left no output" $?
+done
 cp "$media/tone_1s_f32.wav" "$tmp/nan.wav"
 printf '\000\000\300\177' | dd of="$tmp/nan.wav" bs=1 seek=$((44 + 4 * 100)) conv=notrunc 2>/dev/null
 # A header that says 1 Hz: 50,000 samples would be 800 M samples at 16 kHz (it aborted asking
