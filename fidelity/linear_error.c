@@ -112,7 +112,8 @@ int g4_linerr_same_inputs(const g4_component *ref, const g4_component *test, int
     *n_same = *n_diff = 0;
     *first = NULL;
     if (!ref->model || !test->model)
-        return g4_fail(G4_EUSER, "linear error: %s: no decoder", !ref->model ? "reference" : "test");
+        return g4_fail(G4_EUSER, "linear error: %s: no decoder",
+                       !ref->model ? "reference" : "test");
     const g4_onnx_model *a = ref->model, *b = test->model;
     for (int i = 0; i < a->n_tensors; i++) {
         const g4_tensor *x = &a->tensors[i];
@@ -147,8 +148,8 @@ static int bind_package(const g4_text_model *m, const char *dir, g4_linerr *r, g
     if (!dec) return g4_fail(G4_EUSER, "%s: no decoder component", dir);
     int n_same, n_diff;
     const char *first;
-    rc = g4_linerr_same_inputs(g4_package_component(m->pkg, G4_COMP_DECODER), dec, &n_same,
-                               &n_diff, &first);
+    rc = g4_linerr_same_inputs(g4_package_component(m->pkg, G4_COMP_DECODER), dec, &n_same, &n_diff,
+                               &first);
     if (rc) return rc;
     if (n_diff)
         return g4_fail(G4_EUSER,

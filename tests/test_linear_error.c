@@ -183,8 +183,8 @@ static void test_equalized(g4_text_model *m, const char *ref, const char *calib,
         const g4_component *dr = g4_package_component(pr, G4_COMP_DECODER);
         int n_same = -1, n_diff = -1, kq_same = -1, kq_diff = -1;
         const char *first = NULL, *kq_first = NULL;
-        CHECK(g4_linerr_same_inputs(dr, g4_package_component(pe, G4_COMP_DECODER), &n_same,
-                                    &n_diff, &first) == G4_OK);
+        CHECK(g4_linerr_same_inputs(dr, g4_package_component(pe, G4_COMP_DECODER), &n_same, &n_diff,
+                                    &first) == G4_OK);
         CHECK(g4_linerr_same_inputs(dr, g4_package_component(pk, G4_COMP_DECODER), &kq_same,
                                     &kq_diff, &kq_first) == G4_OK);
         const int L = m->cfg->n_layers;
