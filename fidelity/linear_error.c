@@ -107,7 +107,32 @@ static char *short_name(const char *dir) {
     return g4_strndup(dir + s, n - s);
 }
 
-// Opens test package p and binds every listed linear (fp16 or Q4) at the reference's shape.
+int g4_linerr_same_inputs(const g4_component *ref, const g4_component *test, int *n_same,
+                          int *n_diff, const char **first) {
+    *n_same = *n_diff = 0;
+    *first = NULL;
+    if (!ref->model || !test->model)
+        return g4_fail(G4_EUSER, "linear error: %s: no decoder",
+                       !ref->model ? "reference" : "test");
+    const g4_onnx_model *a = ref->model, *b = test->model;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const g4_tensor *x = &a->tensors[i];
+        if (x->kind != G4_TENSOR_INITIALIZER) continue;
+        const g4_tensor *y = g4_onnx_tensor(b, x->name);
+        if (!y || y->kind != G4_TENSOR_INITIALIZER) continue; // a linear's W, dropped by the writer
+        const int same = y->dtype == x->dtype && y->nbytes == x->nbytes &&
+                         (!x->nbytes || !memcmp(x->data, y->data, x->nbytes));
+        if (same) {
+            (*n_same)++;
+        } else if ((*n_diff)++ == 0) {
+            *first = x->name;
+        }
+    }
+    return G4_OK;
+}
+
+// Opens test package p and binds every listed linear (fp16 or Q4) at the reference's shape;
+// refuses one whose other decoder weights differ from the reference's (g4_linerr_same_inputs).
 static int bind_package(const g4_text_model *m, const char *dir, g4_linerr *r, g4_package **pk,
                         g4_linear **lin) {
     int rc = g4_package_open(dir, pk);
@@ -121,6 +146,18 @@ static int bind_package(const g4_text_model *m, const char *dir, g4_linerr *r, g
                        b->vocab);
     const g4_component *dec = g4_package_component(*pk, G4_COMP_DECODER);
     if (!dec) return g4_fail(G4_EUSER, "%s: no decoder component", dir);
+    int n_same, n_diff;
+    const char *first;
+    rc = g4_linerr_same_inputs(g4_package_component(m->pkg, G4_COMP_DECODER), dec, &n_same, &n_diff,
+                               &first);
+    if (rc) return rc;
+    if (n_diff)
+        return g4_fail(G4_EUSER,
+                       "%s: %d of the %d decoder weights it shares by name with %s differ "
+                       "(first %s; a norm: quantize --equalize?): its linears read other inputs "
+                       "than the reference's, so e would not be their output error; compare "
+                       "packages made without --equalize",
+                       dir, n_diff, n_same + n_diff, r->reference, first);
     *lin = g4_calloc((size_t)r->n_rows, sizeof(g4_linear));
     for (int i = 0; i < r->n_rows; i++) {
         const g4_linerr_row *x = &r->rows[i];

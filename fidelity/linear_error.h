@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "engine/text_model.h"
+#include "loader/package.h"
 
 typedef struct {
     char name[112]; // "model.layers.3.mlp.down_proj.weight_t", "lm_head.weight_t"
@@ -47,10 +48,23 @@ typedef struct {
 // Runs the reference model m (loaded from ref_dir, every decoder linear fp16) on ids[n] and
 // fills out. Errors (one line, G4_EUSER): a reference holding Q4 linears, a test package that
 // does not open, is another model (layers, hidden, vocab) or lacks a linear or holds it at
-// another shape (the first one, named).
+// another shape (the first one, named), or holds other bytes in a weight it shares by name with
+// the reference (g4_linerr_same_inputs: quantize --equalize's norms).
 int g4_linerr_run(g4_text_model *m, const char *ref_dir, const char *const *pkgs, int n_pkgs,
                   const int32_t *ids, int n, uint64_t max_floats, g4_linerr *out);
 void g4_linerr_free(g4_linerr *r);
+
+// Whether test's linears read the reference's inputs: the reference decoder's initializers that
+// test holds under the same name (the linears' W the Q4 writer replaced are absent there), each
+// the same dtype and bytes (n_same) or not (n_diff; first: the first such, by the reference's
+// name). A package
+// made with `quantize --equalize` differs in the norms the 1/s is folded into: its linears take
+// x / s and hold s W, so tr(dW^T H dW) against the reference's W and H measures the scaling,
+// not the quantization (e up to ~8 on the tiny fixture), and g4_linerr_run refuses it.
+// Not seen here: an equalization whose only non-zero alpha is down_proj's (its 1/s goes into
+// up_proj's Q4 columns, no norm; G4_EQUALIZE_GROUPS=down): the package records no scales.
+int g4_linerr_same_inputs(const g4_component *ref, const g4_component *test, int *n_same,
+                          int *n_diff, const char **first);
 
 // Package p's figures over the rows of one kind (NULL: any) and one layer (G4_LINERR_ANY: any):
 // n linears, kept (stored fp16), mean e, the geometric mean of e / e(pkgs[0]) over the linears

@@ -14,7 +14,10 @@
 //   - gptq's and fit's geometric mean of e / e_rtn below 0.8 (their objective is this loss;
 //     measured 0.29 and 0.28);
 //   - the same e, to the bit, on 1 and 2 threads;
-//   - bad inputs: a Q4 reference, another model, a package that does not exist, no packages.
+//   - bad inputs: a Q4 reference, another model, a package that does not exist, no packages;
+//     a package made with --equalize (G4_EQUALIZE_ALPHA=0.5): its 2 L + 1 folded norms counted
+//     (g4_linerr_same_inputs; k-quant's 0, the f16 package's against itself 0) and the run
+//     refused with one line naming the first.
 // And the calibration text's cap (g4_api_calib_ids, shared with quantize): 64 KiB up to 4096
 // tokens, 16 bytes a token beyond (a 60,000-token request on 1 MB of text gets 60,000).
 #include <g4cu_dev.h>
@@ -105,6 +108,12 @@ done:
     return e;
 }
 
+static int count_constants(const g4_onnx_model *o) {
+    int c = 0;
+    for (int i = 0; i < o->n_tensors; i++) c += o->tensors[i].kind != G4_TENSOR_INITIALIZER;
+    return c;
+}
+
 static void expect_error(int rc, const char *want) {
     const char *got = g4_error();
     CHECK_MSG(rc == G4_EUSER && strstr(got, want) && !strchr(got, '\n'),
@@ -146,6 +155,67 @@ static void test_calib_cap(const char *calib, const char *tok, const char *dir) 
     CHECK_MSG(g4_api_calib_ids(f1m, tok, 4096, &ids, &n, NULL) == G4_OK, "%s", g4_error());
     CHECK_INT(n, 4096);
     free(ids), free(rep), free(text), free(f64), free(f1m);
+}
+
+// A package made with --equalize (G4_EQUALIZE_ALPHA=0.5: every group scaled, so 1/s folded into
+// each layer's input_layernorm and pre_feedforward_layernorm and the final norm: 2 L + 1 norms
+// differ from the reference's, the other shared weights not) is refused with one line naming
+// the first norm; before, it was measured against the unscaled W (e up to ~8 on this fixture).
+static void test_equalized(g4_text_model *m, const char *ref, const char *calib, const char *dir,
+                           const char *kq, const int32_t *ids, int n) {
+    if (!m) return;
+    char *eq = g4_sprintf("%s/q4_eq", dir);
+    g4cu_dev_quantize_params q;
+    g4cu_dev_quantize_params_default(&q);
+    q.equalize = 1;
+    q.calib = calib;
+    q.calib_tokens = 256;
+    q.n_threads = 2;
+    setenv("G4_EQUALIZE_ALPHA", "0.5", 1);
+    FILE *null = fopen("/dev/null", "w");
+    const int rc = g4cu_dev_quantize(ref, eq, &q, null);
+    fclose(null);
+    unsetenv("G4_EQUALIZE_ALPHA");
+    CHECK_MSG(rc == 0, "quantize %s: %s", eq, g4cu_last_error());
+    g4_package *pr = NULL, *pe = NULL, *pk = NULL;
+    if (!rc && !g4_package_open(ref, &pr) && !g4_package_open(eq, &pe) &&
+        !g4_package_open(kq, &pk)) {
+        const g4_component *dr = g4_package_component(pr, G4_COMP_DECODER);
+        int n_same = -1, n_diff = -1, kq_same = -1, kq_diff = -1;
+        const char *first = NULL, *kq_first = NULL;
+        CHECK(g4_linerr_same_inputs(dr, g4_package_component(pe, G4_COMP_DECODER), &n_same, &n_diff,
+                                    &first) == G4_OK);
+        CHECK(g4_linerr_same_inputs(dr, g4_package_component(pk, G4_COMP_DECODER), &kq_same,
+                                    &kq_diff, &kq_first) == G4_OK);
+        const int L = m->cfg->n_layers;
+        CHECK_INT(n_diff, 2 * L + 1);
+        CHECK_INT(kq_diff, 0);
+        CHECK_MSG(kq_first == NULL, "k-quant: first differing %s", kq_first);
+        CHECK_INT(n_same + n_diff, kq_same); // the same shared weights, the norms among them
+        CHECK_MSG(first && strstr(first, "model.layers.0.input_layernorm.weight"),
+                  "first differing: %s", first ? first : "(none)");
+        // the f16 package against itself: every weight the same
+        int f_same = -1, f_diff = -1;
+        const char *f_first = NULL;
+        CHECK(g4_linerr_same_inputs(dr, dr, &f_same, &f_diff, &f_first) == G4_OK);
+        CHECK_INT(f_diff, 0);
+        CHECK_INT(f_same, pr->comp[G4_COMP_DECODER].model->n_tensors -
+                              count_constants(pr->comp[G4_COMP_DECODER].model));
+        char *want = g4_sprintf("%s: %d of the %d decoder weights it shares by name with %s "
+                                "differ (first %s;",
+                                eq, 2 * L + 1, kq_same, ref, first ? first : "?");
+        const char *one[2] = {kq, eq};
+        g4_linerr e = {0};
+        expect_error(g4_linerr_run(m, ref, one, 2, ids, n, 1u << 26, &e), want);
+        CHECK_INT(e.n_rows, 0);
+        free(want);
+    } else {
+        CHECK_MSG(0, "%s", g4_error());
+    }
+    if (pk) g4_package_close(pk);
+    if (pe) g4_package_close(pe);
+    if (pr) g4_package_close(pr);
+    free(eq);
 }
 
 int main(void) {
@@ -272,6 +342,7 @@ int main(void) {
         free(missing);
         CHECK_INT(e.n_rows, 0);
     }
+    test_equalized(m, ref, calib, dir, pk[P_KQUANT], ids, n);
     g4_package *pq = NULL;
     g4_text_model *mq = NULL;
     if (!bad && !g4_package_open(pk[P_KQUANT], &pq) &&

@@ -21,7 +21,9 @@
 //       on the calibration text, as `quantize --method gptq` builds it), ratios against the
 //       first Q4 package, summaries by kind and by layer (fidelity/linear_error.h). An option
 //       of compare, not of quantize or perplexity: it is a reference against tests, as the
-//       packages mode, and writes the same --md / --json / --svg reports.
+//       packages mode, and writes the same --md / --json / --svg reports. A package whose
+//       other decoder weights differ from the f16 one's (quantize --equalize: the norms) is
+//       refused: its linears read other inputs.
 //
 // Every mode also writes --md F (Markdown), --json F (all numbers) and --svg F (rel err, or KL,
 // per layer; log scale). On the public C API (include/g4cu_dev.h: g4cu_dev_compare).

@@ -226,8 +226,10 @@
 #            ~1 min) and the held-out media (fonts from .carry/mmdata/fonts), train_mm_proxy.py --preset
 #            ${MM_PRESET:-proxy} --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize:
 #            plain Q4, --keep-auto, --imatrix and the --method variants (as fid_methods;
-#            calibrated on the train sentences); MM_QUANTS="q4_rtn q4_gptq ..." makes only those
-#            (q4 always; default all of MM_VARIANTS)
+#            calibrated on the train sentences; q4_gptq_imx_16k from MM_CALIB_TOKENS_LONG=16384
+#            in windows of 512, as the text proxy's row); MM_QUANTS="q4_rtn q4_gptq ..." makes
+#            only those (q4 always; default all of MM_VARIANTS)
+#   mm_quant mm_make's quantize part alone, again, on its $WORK/mm/proxy/f16 and calib.txt
 #   mm_wait  wait for it (at most ~9.5 min a call; call again while it trains). Order the first
 #            call `mm_bg build mm_wait`: mm_make trains while build runs and waits for
 #            build-gpu/g4cu before quantizing
@@ -1968,9 +1970,10 @@ stage_fidelity_measure() { stage_fidelity_run; }
 # --- issue 35: a proxy that reads and listens ------------------------------------------------
 MMD=${MMD:-$WORK/mm}
 MM_DATA=${MM_DATA:-.carry/mmdata}
-# the text proxy's quantize variants but gptq_imx (not on the multimodal proxy until the text
-# proxy has measured it: an eval of every variant is long)
-MM_VARIANTS=${FID_QUANT_VARIANTS/ q4_gptq_imx/}
+# the text proxy's quantize variants, but gptq_imx as the text proxy's best row of issue 33,
+# q4_gptq_imx_16k (-39.6% there: ${MM_CALIB_TOKENS_LONG:-16384} tokens in windows of 512, the
+# same flags), not from the other rows' ${MM_CALIB_TOKENS:-2048} in one sequence
+MM_VARIANTS="${FID_QUANT_VARIANTS/ q4_gptq_imx/} q4_gptq_imx_16k"
 
 # mm_quant NAME ARGS...: the multimodal proxy's ($MMD/proxy/NAME)
 mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
@@ -1979,7 +1982,7 @@ mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
 mm_want() { case " ${MM_QUANTS:-$MM_VARIANTS} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 stage_mm_make() {
-    local d="$MMD" t0 budget v
+    local d="$MMD" t0 v
     rm -rf "$d" && mkdir -p "$d"
     for v in ${MM_QUANTS:-}; do
         case " $MM_VARIANTS " in *" $v "*) ;; *) echo "mm: MM_QUANTS: no variant $v (of: $MM_VARIANTS)"; touch "$d/FAILED"; return 1 ;; esac
@@ -2015,7 +2018,16 @@ for l in open(sys.argv[1]):
     it = json.loads(l)
     if it['split'] == 'train': print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
     wait_g4cu mm || { touch "$d/FAILED"; return 1; }
+    mm_quant_all
+    touch "$d/READY"
+}
+
+# mm_quant_all: the Q4 variants of $MMD/proxy/f16, calibrated on $MMD/calib.txt
+mm_quant_all() {
+    local d="$MMD" budget
     local cal=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS:-2048}" --backend "${MM_BACKEND:-cuda}")
+    local long=(--calib "$d/calib.txt" --calib-tokens "${MM_CALIB_TOKENS_LONG:-16384}"
+        --calib-ctx 512 --backend "${MM_BACKEND:-cuda}")
     # q4 always: the baseline, and the --keep-auto budget is 10% of its bytes
     mm_quant q4
     budget=$(keep_budget "$d/proxy/q4" 2>/dev/null || echo 0)
@@ -2027,6 +2039,24 @@ for l in open(sys.argv[1]):
     mm_want q4_fit && mm_quant q4_fit --method fit "${cal[@]}"
     # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
     mm_want q4_best_keep_auto && mm_quant q4_best_keep_auto --method ${FIDELITY_BEST:-fit} --keep-auto "$budget" "${cal[@]}"
+    mm_want q4_gptq_imx_16k && mm_quant q4_gptq_imx_16k --method gptq_imx "${long[@]}"
+    return 0
+}
+
+# mm_quant: mm_make's quantize part again on its $MMD/proxy/f16 and $MMD/calib.txt (no data,
+# no training; MM_QUANTS as mm_make); READY again once done
+stage_mm_quant() {
+    local d="$MMD" v
+    for v in ${MM_QUANTS:-}; do
+        case " $MM_VARIANTS " in *" $v "*) ;; *) echo "mm: MM_QUANTS: no variant $v (of: $MM_VARIANTS)"; return 1 ;; esac
+    done
+    if [ ! -f "$d/proxy/f16/tokenizer.json" ] || [ ! -f "$d/calib.txt" ]; then
+        echo "mm_quant: no $d/proxy/f16 or $d/calib.txt (mm_make first)"
+        return 1
+    fi
+    wait_g4cu mm || return 1
+    rm -f "$d/READY"
+    mm_quant_all
     touch "$d/READY"
 }
 

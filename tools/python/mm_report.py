@@ -48,7 +48,8 @@ def main():
     d, out = sys.argv[1], sys.argv[2]
     ocr_items = {j["id"]: j for j in map(json.loads, open(os.path.join(d, "ocr_test.jsonl")))}
     variants = ["f16"] + [v for v in ("q4", "q4_keep_auto", "q4_imatrix", "q4_rtn", "q4_gptq",
-                                      "q4_gptq_act", "q4_fit", "q4_best_keep_auto")
+                                      "q4_gptq_act", "q4_fit", "q4_best_keep_auto",
+                                      "q4_gptq_imx_16k")
                           if os.path.isdir(os.path.join(d, f"eval_{v}_ocr"))]
     base = {t: preds(os.path.join(d, f"eval_f16_{t}", "predictions.jsonl")) for t in ("ocr", "asr")}
     rows = []
