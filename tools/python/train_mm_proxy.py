@@ -388,12 +388,126 @@ def lr_at(step, steps, p):
 
 
 def clip_trained(opt, max_norm=1.0):
-    """Clips the gradient of the parameters this step updates (groups at lr > 0) to max_norm.
+    """Clips the gradient of the parameters this step updates (groups at lr > 0) to max_norm and
+    returns its norm before clipping (clip_grad_norm_'s; not finite when a gradient is not).
     A frozen side (audio x 0, or inside --a-warmup) keeps its gradient out of the norm: counted,
     it rescaled the trained parameters' step by the size of a gradient nothing applies (bench/
     NOTES.md, "An auxiliary CTC loss on the audio side")."""
     live = [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
-    torch.nn.utils.clip_grad_norm_(live, max_norm)
+    return float(torch.nn.utils.clip_grad_norm_(live, max_norm))
+
+
+def parse_inject(spec):
+    """--inject-nonfinite STEP:KIND:WHAT[,...] (a test hook, tests/mm_guard_check.py): at step
+    STEP (counted from 1, as the log) the KIND (image|audio) half-batch's loss is multiplied by
+    inf (WHAT=loss) or, after its backward, one gradient of the trained decoder is set to inf
+    (WHAT=grad)."""
+    out = set()
+    for part in (spec.split(",") if spec else []):
+        f = part.split(":")
+        if len(f) != 3 or not f[0].isdigit() or f[1] not in ("image", "audio") or \
+                f[2] not in ("loss", "grad"):
+            raise SystemExit(f"train_mm_proxy: --inject-nonfinite {part!r}: expected "
+                             "STEP:image|audio:loss|grad")
+        out.add((int(f[0]), f[1], f[2]))
+    return out
+
+
+class StepGuard:
+    """Never lets a non-finite update land (issue 35's first GPU run went NaN at step ~425 and
+    exported NaN weights): a half-batch whose loss is not finite is not back-propagated and its
+    step is skipped; a step whose gradient norm (clip_trained's) is not finite is skipped too
+    (gradients dropped, no opt.step). Each skip is printed with the step and what was bad and
+    kept in `skipped` (train.json); `limit` skips in a row stop the run with a one-line error
+    (exit 1) instead of exporting garbage."""
+
+    def __init__(self, limit=10):
+        self.limit, self.skipped, self.run = limit, [], 0
+
+    def step_ok(self, step, bad):
+        """step: 0-based; bad: what was not finite this step ([] when nothing). True: apply
+        the step. The records and messages count steps from 1, as the log does."""
+        if not bad:
+            self.run = 0
+            return True
+        self.skipped.append({"step": step + 1, "bad": bad})
+        self.run += 1
+        print(f"train_mm_proxy: step {step + 1} skipped (not finite: {'; '.join(bad)}); "
+              f"{len(self.skipped)} skipped, {self.run} in a row", flush=True)
+        if self.run >= self.limit:
+            raise SystemExit(f"train_mm_proxy: {self.run} steps in a row skipped (the last at step "
+                             f"{step + 1}: {'; '.join(bad)}): the training diverged; nothing "
+                             "saved or exported")
+        return False
+
+
+SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
+         "audio": ("model.audio_tower.", "model.embed_audio.")}
+
+
+def bad_grads(model, head=None):
+    """The sides (decoder, vision, audio, ctc head) with a gradient that is not finite."""
+    out = set()
+    named = list(model.named_parameters()) + \
+        ([("ctc." + n, x) for n, x in head.named_parameters()] if head is not None else [])
+    for n, x in named:
+        if x.grad is not None and not torch.isfinite(x.grad).all():
+            out.add("ctc head" if n.startswith("ctc.") else
+                    next((k for k, v in SIDES.items() if n.startswith(v)), "decoder"))
+    return sorted(out)
+
+
+def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
+               inject=()):
+    """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
+    batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set.
+    Returns True when the step was applied."""
+    opt.zero_grad(set_to_none=True)
+    bad = []
+    for kind in ("image", "audio"):
+        b = dict(batches[kind])
+        lab = b.pop("labels")
+        dev = lab.device
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(**b).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+        if (step + 1, kind, "loss") in inject:
+            loss = loss * float("inf")
+        losses[kind].append(loss.item())
+        if kind == "audio" and head is not None:
+            c = head.loss(lab)
+            if c is not None:
+                losses["ctc"].append(c.item())
+                if not math.isfinite(losses["ctc"][-1]):
+                    bad.append(f"{kind} ctc loss {losses['ctc'][-1]}")
+                loss = loss + ctc_w * c
+        if not math.isfinite(losses[kind][-1]):
+            bad.append(f"{kind} loss {losses[kind][-1]}")
+        if bad:  # not back-propagated (this step is skipped)
+            continue
+        (loss / 2).backward()
+        if (step + 1, kind, "grad") in inject:
+            x = next(x for n, x in model.named_parameters()
+                     if x.grad is not None and not n.startswith(SIDES["vision"] + SIDES["audio"]))
+            x.grad.view(-1)[0] = float("inf")
+    if not bad:
+        norm = clip_trained(opt)
+        if not math.isfinite(norm):
+            bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
+    if not guard.step_ok(step, bad):
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    return True
+
+
+def check_finite(model):
+    """The weights about to be saved are all finite (else a one-line error, exit 1)."""
+    for n, x in model.named_parameters():
+        if not torch.isfinite(x).all():
+            raise SystemExit(f"train_mm_proxy: parameter {n} is not finite after training: "
+                             "nothing saved or exported")
 
 
 def load_items(data):
@@ -434,6 +548,12 @@ def main():
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     ap.add_argument("--no-export", action="store_true", help="stop after saving OUT/hf")
+    ap.add_argument("--max-skips", type=int, default=10,
+                    help="steps skipped in a row (a loss or gradient not finite) that stop the "
+                    "run with an error (StepGuard)")
+    ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
+                    help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
+                    "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
     args = ap.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -515,6 +635,7 @@ def main():
     opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
     amp = dev.type == "cuda"
     steps = p["steps"]
+    guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
     t1, stopped = time.time(), None
@@ -523,23 +644,9 @@ def main():
             g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
             for x in g["params"]:  # a frozen side needs no backward pass at all
                 x.requires_grad_(g["lr"] > 0)
-        opt.zero_grad(set_to_none=True)
-        for kind in ("image", "audio"):  # one half-batch of each, gradients summed
-            b = {k: v.to(dev) for k, v in next(streams[kind]).items()}
-            lab = b.pop("labels")
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                logits = model(**b).logits
-            loss = torch.nn.functional.cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
-            losses[kind].append(loss.item())
-            if kind == "audio" and head is not None:
-                c = head.loss(lab)
-                if c is not None:
-                    losses["ctc"].append(c.item())
-                    loss = loss + ctc_w * c
-            (loss / 2).backward()
-        clip_trained(opt)
-        opt.step()
+        batches = {k: {n: v.to(dev) for n, v in next(streams[k]).items()}
+                   for k in ("image", "audio")}
+        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject)
         el = time.time() - t1
         if step % 50 == 0 or step == steps - 1:
             print(f"train_mm_proxy: step {step + 1}/{steps} loss image "
@@ -555,6 +662,7 @@ def main():
             break
     times["train"] = time.time() - t1
     del streams
+    check_finite(model)
 
     t2 = time.time()
     model.to(torch.float16).save_pretrained(hf_dir, safe_serialization=True)
@@ -564,6 +672,7 @@ def main():
             "train_images": len(tr_i), "train_audio": len(tr_a),
             "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
+            "skipped_steps": guard.skipped,
             "seconds": times}
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
