@@ -4,9 +4,10 @@ run went NaN at step ~425 and nothing guarded opt.step), on the CPU, with train_
 a tiny Gemma-4 (the ci preset's shapes) and two fixed half-batches (2 synthetic images, 2
 synthetic clips), through the documented test hook (--inject-nonfinite's set):
   1. 6 steps with the image loss made inf at step 2 and a decoder gradient made inf at step 4
-     (steps counted from 1, as the log and the hook do): exactly steps 2 and 4 skipped (2 records, the first naming the image loss, the second the
-     gradient norm and the decoder), the weights bit-identical across each skipped step and
-     changed by each of the 4 others, AdamW's step count 4, every weight finite;
+     (steps counted from 1, as the log and the hook do): exactly steps 2 and 4 skipped (2
+     records, the first naming the image loss, the second the gradient norm and the decoder),
+     the weights bit-identical across each skipped step and changed by each of the 4 others,
+     AdamW's step count 4, every weight finite;
   2. the control: the same gradient fault with a guard that lets every step through leaves
      non-finite weights (the fault the check injects is one the guard must stop);
   3. image losses inf from step 3 on, limit 3: the run stops at step 5 with the one-line error
