@@ -435,7 +435,7 @@ class StepGuard:
         print(f"train_mm_proxy: step {step + 1} skipped (not finite: {'; '.join(bad)}); "
               f"{len(self.skipped)} skipped, {self.run} in a row", flush=True)
         if self.run >= self.limit:
-            raise SystemExit(f"train_mm_proxy: {self.run} steps in a row skipped (the last at step "
+            raise SystemExit(f"train_mm_proxy: error: {self.run} steps in a row skipped (the last at step "
                              f"{step + 1}: {'; '.join(bad)}): the training diverged; nothing "
                              "saved or exported")
         return False
@@ -458,9 +458,10 @@ def bad_grads(model, head=None):
 
 
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
-               inject=()):
+               inject=(), norms=None):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
-    batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set.
+    batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
+    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad).
     Returns True when the step was applied."""
     opt.zero_grad(set_to_none=True)
     bad = []
@@ -491,10 +492,13 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
             x = next(x for n, x in model.named_parameters()
                      if x.grad is not None and not n.startswith(SIDES["vision"] + SIDES["audio"]))
             x.grad.view(-1)[0] = float("inf")
+    norm = float("nan")
     if not bad:
         norm = clip_trained(opt)
         if not math.isfinite(norm):
             bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
+    if norms is not None:
+        norms.append(norm)
     if not guard.step_ok(step, bad):
         opt.zero_grad(set_to_none=True)
         return False
@@ -530,6 +534,9 @@ def main():
     ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
     ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (the preset's)")
+    ap.add_argument("--beta2", type=float, help="AdamW's beta2 (the preset's, else 0.98)")
+    ap.add_argument("--warmup", type=int, help="linear warm-up steps (the preset's)")
     ap.add_argument("--v-lr-mult", type=float,
                     help="the vision side's learning rate over the decoder's (the preset's, else 1)")
     ap.add_argument("--a-lr-mult", type=float,
@@ -551,6 +558,9 @@ def main():
     ap.add_argument("--max-skips", type=int, default=10,
                     help="steps skipped in a row (a loss or gradient not finite) that stop the "
                     "run with an error (StepGuard)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile steps 21 to 20+N (torch.profiler, CPU and CUDA) into "
+                    "OUT/profile.txt: where a step's time goes")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -562,7 +572,7 @@ def main():
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
-              "ctc_weight", "ctc_at"):
+              "ctc_weight", "ctc_at", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if args.threads:
@@ -632,35 +642,57 @@ def main():
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
-    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
+    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8)
     amp = dev.type == "cuda"
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
-    t1, stopped = time.time(), None
+    t1, stopped, norms, wait = time.time(), None, [], 0.0
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
             for x in g["params"]:  # a frozen side needs no backward pass at all
                 x.requires_grad_(g["lr"] > 0)
+        tw = time.time()  # the loader's share: waiting for both half-batches and the copy
         batches = {k: {n: v.to(dev) for n, v in next(streams[k]).items()}
                    for k in ("image", "audio")}
-        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject)
+        wait += time.time() - tw
+        if args.profile and step == 20:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
+                [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []))
+            prof.__enter__()
+            tp = time.time()
+        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms)
+        if args.profile and step == 20 + args.profile - 1:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            tp = time.time() - tp
+            prof.__exit__(None, None, None)
+            with open(os.path.join(args.out, "profile.txt"), "w") as f:
+                f.write(f"steps 21-{step + 1}: {tp:.3f} s wall (data waits included)\n")
+                for key in ("self_cpu_time_total", "self_device_time_total"):
+                    if key == "self_device_time_total" and dev.type != "cuda":
+                        continue
+                    f.write(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+            print(f"train_mm_proxy: profiled steps 21-{step + 1} ({tp:.2f} s) -> "
+                  f"{os.path.join(args.out, 'profile.txt')}", flush=True)
         el = time.time() - t1
         if step % 50 == 0 or step == steps - 1:
             print(f"train_mm_proxy: step {step + 1}/{steps} loss image "
                   f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
                   + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
                      if losses["ctc"] else "") +
-                  f" lr {lr_at(step, steps, p):.2e} {el:.0f} s", flush=True)
+                  f" lr {lr_at(step, steps, p):.2e} grad norm max "
+                  f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
+                  flush=True)
         if el > args.minutes * 60 and step < steps - 1:
             stopped = step + 1
             print(f"train_mm_proxy: --minutes {args.minutes} reached after {stopped}/{steps} "
                   "steps: stopping early (the weights now depend on the machine's speed)",
                   flush=True)
             break
-    times["train"] = time.time() - t1
+    times["train"], times["data_wait"] = time.time() - t1, wait
     del streams
     check_finite(model)
 
@@ -673,6 +705,8 @@ def main():
             "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
             "skipped_steps": guard.skipped,
+            "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
+            "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times}
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
