@@ -47,7 +47,9 @@ functions that wrote the held-out files).
    the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
    them made the decoder read the audio better than the frozen random tower (CTC from step 0
    stalls at its all-blank plateau and collapses the tower further).
-   AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
+   AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
+   then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
+   step, --max-skips in a row stop the run); the data order and the items' renderings come from --seed
    (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
    device give the same weights. --minutes stops a run that would overrun the step count (it
    says so; the result then depends on the machine's speed).
@@ -85,9 +87,12 @@ PRESETS = {
     # decoder read any audio (x 1: the clips differ by 0.2%, x 0.3 by 0.7%; the random tower's
     # 19%, this preset's 512 x 6 tower 22%), and the gradient into it faded (bench/NOTES.md
     # "The audio tower's learning rate").
+    # beta2 0.95 (train_proxy.py's; the others keep AdamW's 0.98 of their fixtures): at 0.98
+    # the first GPU run went NaN at step ~425 (bench/NOTES.md "The multimodal proxy's NaN"): a
+    # second-moment estimate that lags the gradient lets an update through far above lr.
     "proxy": dict(text="proxy", vocab=4096, v_hidden=384, v_layers=6, v_heads=6, v_mlp=1536,
                   a_hidden=512, a_layers=6, a_heads=8, batch=32, lr=5e-4, warmup=200,
-                  steps=3000, workers=14, reps=8, a_lr_mult=0.0),
+                  steps=3000, workers=14, reps=8, a_lr_mult=0.0, beta2=0.95),
     "tiny": dict(text="tiny", vocab=1024, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128,
                  a_hidden=64, a_layers=1, a_heads=8, batch=4, lr=3e-3, warmup=5, steps=30,
                  workers=1, reps=1),
