@@ -609,6 +609,10 @@ def main():
     # it use_deterministic_algorithms warns and the weights vary run to run
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
+    # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
+    # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
+    torch.utils.deterministic.fill_uninitialized_memory = False
     from transformers import Gemma4ForConditionalGeneration
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 
