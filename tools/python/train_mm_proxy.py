@@ -49,10 +49,11 @@ functions that wrote the held-out files).
    stalls at its all-blank plateau and collapses the tower further).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
-   step, --max-skips in a row stop the run); the data order and the items' renderings come from --seed
-   (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
-   device give the same weights. --minutes stops a run that would overrun the step count (it
-   says so; the result then depends on the machine's speed).
+   step, --max-skips in a row stop the run); the data order and the items' renderings come from
+   --seed (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed,
+   steps and device give the same weights. --minutes stops a run that would overrun the step
+   count (it says so; the result then depends on the machine's speed). --profile N: where N
+   steps' time goes (torch.profiler's tables in OUT/profile.txt).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds), exports OUT/f16 with tools/python/export_package.py, copies the
    tokenizer, and sets image_processor.json's max_soft_tokens to 70.
@@ -440,9 +441,9 @@ class StepGuard:
         print(f"train_mm_proxy: step {step + 1} skipped (not finite: {'; '.join(bad)}); "
               f"{len(self.skipped)} skipped, {self.run} in a row", flush=True)
         if self.run >= self.limit:
-            raise SystemExit(f"train_mm_proxy: error: {self.run} steps in a row skipped (the last at step "
-                             f"{step + 1}: {'; '.join(bad)}): the training diverged; nothing "
-                             "saved or exported")
+            raise SystemExit(f"train_mm_proxy: error: {self.run} steps in a row skipped (the "
+                             f"last at step {step + 1}: {'; '.join(bad)}): the training "
+                             "diverged; nothing saved or exported")
         return False
 
 
