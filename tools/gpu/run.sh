@@ -2012,6 +2012,8 @@ from transformers import Gemma4ForConditionalGeneration' ||
         --minutes "${MM_MINUTES:-10}" ${MM_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
     [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
     stamp "mm: trained + exported ($(($(date +%s) - t0)) s)"
+    # MM_TRAIN_ARGS="--profile N": the profiler's tables into this log (mm_run copies the file)
+    [ -f "$d/proxy/profile.txt" ] && cut -c1-200 "$d/proxy/profile.txt"
     python3 -c "
 import json, sys
 for l in open(sys.argv[1]):
@@ -2064,7 +2066,7 @@ stage_mm_bg() { bg_start "$MMD" mm_make; }
 
 stage_mm_wait() {
     bg_wait "$MMD" mm_make mm "${MM_WAIT_S:-560}" 24 \
-        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported)|step [0-9]+/|mm:|make_mm_data|Error|error"
+        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
 }
 
 stage_mm_run() {
@@ -2073,6 +2075,7 @@ stage_mm_run() {
     rm -rf "$o" && mkdir -p "$o"
     [ -f "$MMD/READY" ] || { echo "mm: $MMD/READY missing (mm_bg, mm_wait)"; return 1; }
     cp "$d/train.json" "$o/" 2>/dev/null
+    cp "$d/profile.txt" "$o/" 2>/dev/null
     cp "$MM_DATA/data.json" "$MM_DATA/ocr_test.jsonl" "$MM_DATA/asr_test.jsonl" "$o/" 2>/dev/null
     for v in f16 $MM_VARIANTS; do
         [ -d "$d/$v" ] || continue

@@ -47,10 +47,13 @@ functions that wrote the held-out files).
    the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
    them made the decoder read the audio better than the frozen random tower (CTC from step 0
    stalls at its all-blank plateau and collapses the tower further).
-   AdamW, warm-up then cosine decay; the data order and the items' renderings come from --seed
-   (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed, steps and
-   device give the same weights. --minutes stops a run that would overrun the step count (it
-   says so; the result then depends on the machine's speed).
+   AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
+   then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
+   step, --max-skips in a row stop the run); the data order and the items' renderings come from
+   --seed (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed,
+   steps and device give the same weights. --minutes stops a run that would overrun the step
+   count (it says so; the result then depends on the machine's speed). --profile N: where N
+   steps' time goes (torch.profiler's tables in OUT/profile.txt).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds), exports OUT/f16 with tools/python/export_package.py, copies the
    tokenizer, and sets image_processor.json's max_soft_tokens to 70.
@@ -85,9 +88,12 @@ PRESETS = {
     # decoder read any audio (x 1: the clips differ by 0.2%, x 0.3 by 0.7%; the random tower's
     # 19%, this preset's 512 x 6 tower 22%), and the gradient into it faded (bench/NOTES.md
     # "The audio tower's learning rate").
+    # beta2 0.95 (train_proxy.py's; the others keep AdamW's 0.98 of their fixtures): at 0.98
+    # the first GPU run went NaN at step ~425 (bench/NOTES.md "The multimodal proxy's NaN"): a
+    # second-moment estimate that lags the gradient lets an update through far above lr.
     "proxy": dict(text="proxy", vocab=4096, v_hidden=384, v_layers=6, v_heads=6, v_mlp=1536,
                   a_hidden=512, a_layers=6, a_heads=8, batch=32, lr=5e-4, warmup=200,
-                  steps=3000, workers=14, reps=8, a_lr_mult=0.0),
+                  steps=3000, workers=14, reps=8, a_lr_mult=0.0, beta2=0.95),
     "tiny": dict(text="tiny", vocab=1024, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128,
                  a_hidden=64, a_layers=1, a_heads=8, batch=4, lr=3e-3, warmup=5, steps=30,
                  workers=1, reps=1),
@@ -388,12 +394,130 @@ def lr_at(step, steps, p):
 
 
 def clip_trained(opt, max_norm=1.0):
-    """Clips the gradient of the parameters this step updates (groups at lr > 0) to max_norm.
+    """Clips the gradient of the parameters this step updates (groups at lr > 0) to max_norm and
+    returns its norm before clipping (clip_grad_norm_'s; not finite when a gradient is not).
     A frozen side (audio x 0, or inside --a-warmup) keeps its gradient out of the norm: counted,
     it rescaled the trained parameters' step by the size of a gradient nothing applies (bench/
     NOTES.md, "An auxiliary CTC loss on the audio side")."""
     live = [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
-    torch.nn.utils.clip_grad_norm_(live, max_norm)
+    return float(torch.nn.utils.clip_grad_norm_(live, max_norm))
+
+
+def parse_inject(spec):
+    """--inject-nonfinite STEP:KIND:WHAT[,...] (a test hook, tests/mm_guard_check.py): at step
+    STEP (counted from 1, as the log) the KIND (image|audio) half-batch's loss is multiplied by
+    inf (WHAT=loss) or, after its backward, one gradient of the trained decoder is set to inf
+    (WHAT=grad)."""
+    out = set()
+    for part in (spec.split(",") if spec else []):
+        f = part.split(":")
+        if len(f) != 3 or not f[0].isdigit() or f[1] not in ("image", "audio") or \
+                f[2] not in ("loss", "grad"):
+            raise SystemExit(f"train_mm_proxy: --inject-nonfinite {part!r}: expected "
+                             "STEP:image|audio:loss|grad")
+        out.add((int(f[0]), f[1], f[2]))
+    return out
+
+
+class StepGuard:
+    """Never lets a non-finite update land (issue 35's first GPU run went NaN at step ~425 and
+    exported NaN weights): a half-batch whose loss is not finite is not back-propagated and its
+    step is skipped; a step whose gradient norm (clip_trained's) is not finite is skipped too
+    (gradients dropped, no opt.step). Each skip is printed with the step and what was bad and
+    kept in `skipped` (train.json); `limit` skips in a row stop the run with a one-line error
+    (exit 1) instead of exporting garbage."""
+
+    def __init__(self, limit=10):
+        self.limit, self.skipped, self.run = limit, [], 0
+
+    def step_ok(self, step, bad):
+        """step: 0-based; bad: what was not finite this step ([] when nothing). True: apply
+        the step. The records and messages count steps from 1, as the log does."""
+        if not bad:
+            self.run = 0
+            return True
+        self.skipped.append({"step": step + 1, "bad": bad})
+        self.run += 1
+        print(f"train_mm_proxy: step {step + 1} skipped (not finite: {'; '.join(bad)}); "
+              f"{len(self.skipped)} skipped, {self.run} in a row", flush=True)
+        if self.run >= self.limit:
+            raise SystemExit(f"train_mm_proxy: error: {self.run} steps in a row skipped (the "
+                             f"last at step {step + 1}: {'; '.join(bad)}): the training "
+                             "diverged; nothing saved or exported")
+        return False
+
+
+SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
+         "audio": ("model.audio_tower.", "model.embed_audio.")}
+
+
+def bad_grads(model, head=None):
+    """The sides (decoder, vision, audio, ctc head) with a gradient that is not finite."""
+    out = set()
+    named = list(model.named_parameters()) + \
+        ([("ctc." + n, x) for n, x in head.named_parameters()] if head is not None else [])
+    for n, x in named:
+        if x.grad is not None and not torch.isfinite(x.grad).all():
+            out.add("ctc head" if n.startswith("ctc.") else
+                    next((k for k, v in SIDES.items() if n.startswith(v)), "decoder"))
+    return sorted(out)
+
+
+def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
+               inject=(), norms=None):
+    """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
+    batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
+    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad).
+    Returns True when the step was applied."""
+    opt.zero_grad(set_to_none=True)
+    bad = []
+    for kind in ("image", "audio"):
+        b = dict(batches[kind])
+        lab = b.pop("labels")
+        dev = lab.device
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(**b).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+        if (step + 1, kind, "loss") in inject:
+            loss = loss * float("inf")
+        losses[kind].append(loss.item())
+        if kind == "audio" and head is not None:
+            c = head.loss(lab)
+            if c is not None:
+                losses["ctc"].append(c.item())
+                if not math.isfinite(losses["ctc"][-1]):
+                    bad.append(f"{kind} ctc loss {losses['ctc'][-1]}")
+                loss = loss + ctc_w * c
+        if not math.isfinite(losses[kind][-1]):
+            bad.append(f"{kind} loss {losses[kind][-1]}")
+        if bad:  # not back-propagated (this step is skipped)
+            continue
+        (loss / 2).backward()
+        if (step + 1, kind, "grad") in inject:
+            x = next(x for n, x in model.named_parameters()
+                     if x.grad is not None and not n.startswith(SIDES["vision"] + SIDES["audio"]))
+            x.grad.view(-1)[0] = float("inf")
+    norm = float("nan")
+    if not bad:
+        norm = clip_trained(opt)
+        if not math.isfinite(norm):
+            bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
+    if norms is not None:
+        norms.append(norm)
+    if not guard.step_ok(step, bad):
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    return True
+
+
+def check_finite(model):
+    """The weights about to be saved are all finite (else a one-line error, exit 1)."""
+    for n, x in model.named_parameters():
+        if not torch.isfinite(x).all():
+            raise SystemExit(f"train_mm_proxy: parameter {n} is not finite after training: "
+                             "nothing saved or exported")
 
 
 def load_items(data):
@@ -416,6 +540,9 @@ def main():
     ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
     ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (the preset's)")
+    ap.add_argument("--beta2", type=float, help="AdamW's beta2 (the preset's, else 0.98)")
+    ap.add_argument("--warmup", type=int, help="linear warm-up steps (the preset's)")
     ap.add_argument("--v-lr-mult", type=float,
                     help="the vision side's learning rate over the decoder's (the preset's, else 1)")
     ap.add_argument("--a-lr-mult", type=float,
@@ -434,6 +561,15 @@ def main():
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's choice)")
     ap.add_argument("--no-export", action="store_true", help="stop after saving OUT/hf")
+    ap.add_argument("--max-skips", type=int, default=10,
+                    help="steps skipped in a row (a loss or gradient not finite) that stop the "
+                    "run with an error (StepGuard)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile steps 21 to 20+N (torch.profiler, CPU and CUDA) into "
+                    "OUT/profile.txt: where a step's time goes")
+    ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
+                    help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
+                    "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
     args = ap.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -442,7 +578,7 @@ def main():
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
-              "ctc_weight", "ctc_at"):
+              "ctc_weight", "ctc_at", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if args.threads:
@@ -474,6 +610,10 @@ def main():
     # it use_deterministic_algorithms warns and the weights vary run to run
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
+    # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
+    # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
+    torch.utils.deterministic.fill_uninitialized_memory = False
     from transformers import Gemma4ForConditionalGeneration
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 
@@ -512,49 +652,59 @@ def main():
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
-    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, 0.98), eps=1e-8)
+    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8)
     amp = dev.type == "cuda"
     steps = p["steps"]
+    guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
-    t1, stopped = time.time(), None
+    t1, stopped, norms, wait = time.time(), None, [], 0.0
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
             for x in g["params"]:  # a frozen side needs no backward pass at all
                 x.requires_grad_(g["lr"] > 0)
-        opt.zero_grad(set_to_none=True)
-        for kind in ("image", "audio"):  # one half-batch of each, gradients summed
-            b = {k: v.to(dev) for k, v in next(streams[kind]).items()}
-            lab = b.pop("labels")
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                logits = model(**b).logits
-            loss = torch.nn.functional.cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
-            losses[kind].append(loss.item())
-            if kind == "audio" and head is not None:
-                c = head.loss(lab)
-                if c is not None:
-                    losses["ctc"].append(c.item())
-                    loss = loss + ctc_w * c
-            (loss / 2).backward()
-        clip_trained(opt)
-        opt.step()
+        tw = time.time()  # the loader's share: waiting for both half-batches and the copy
+        batches = {k: {n: v.to(dev) for n, v in next(streams[k]).items()}
+                   for k in ("image", "audio")}
+        wait += time.time() - tw
+        if args.profile and step == 20:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
+                [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []))
+            prof.__enter__()
+            tp = time.time()
+        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms)
+        if args.profile and step == 20 + args.profile - 1:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            tp = time.time() - tp
+            prof.__exit__(None, None, None)
+            with open(os.path.join(args.out, "profile.txt"), "w") as f:
+                f.write(f"steps 21-{step + 1}: {tp:.3f} s wall (data waits included)\n")
+                for key in ("self_cpu_time_total", "self_device_time_total"):
+                    if key == "self_device_time_total" and dev.type != "cuda":
+                        continue
+                    f.write(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+            print(f"train_mm_proxy: profiled steps 21-{step + 1} ({tp:.2f} s) -> "
+                  f"{os.path.join(args.out, 'profile.txt')}", flush=True)
         el = time.time() - t1
         if step % 50 == 0 or step == steps - 1:
             print(f"train_mm_proxy: step {step + 1}/{steps} loss image "
                   f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
                   + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
                      if losses["ctc"] else "") +
-                  f" lr {lr_at(step, steps, p):.2e} {el:.0f} s", flush=True)
+                  f" lr {lr_at(step, steps, p):.2e} grad norm max "
+                  f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
+                  flush=True)
         if el > args.minutes * 60 and step < steps - 1:
             stopped = step + 1
             print(f"train_mm_proxy: --minutes {args.minutes} reached after {stopped}/{steps} "
                   "steps: stopping early (the weights now depend on the machine's speed)",
                   flush=True)
             break
-    times["train"] = time.time() - t1
+    times["train"], times["data_wait"] = time.time() - t1, wait
     del streams
+    check_finite(model)
 
     t2 = time.time()
     model.to(torch.float16).save_pretrained(hf_dir, safe_serialization=True)
@@ -564,6 +714,9 @@ def main():
             "train_images": len(tr_i), "train_audio": len(tr_a),
             "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
+            "skipped_steps": guard.skipped,
+            "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
+            "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times}
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
