@@ -325,10 +325,131 @@ int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, 
     return imx_search(x, n, w, mub, &bi, nd, codes, &s0, &z0, scratch, c);
 }
 
-// g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]).
+// E of the stored form (s, z, codes) exactly (imx_err's terms, the codes as given, not
+// re-rounded); mu in imx_err's layout (stride st).
+static double imx_err_codes(const float *x, const double *w, const double *mu, const double *bias,
+                            int nd, int st, int n, const uint8_t *codes, double s, int z) {
+    double e = 0, t[G4_IMX_MAX_DIRS];
+    for (int j = 0; j < nd; j++) t[j] = bias[j];
+    for (int i = 0; i < n; i++) {
+        const double d = ((double)codes[i] - z) * s - x[i];
+        e += w[i] * d * d;
+        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d;
+    }
+    for (int j = 0; j < nd; j++) e += t[j] * t[j];
+    return e;
+}
+
+// The codes at (s, z): rounded to nearest (nearest 1) or as given (codes in), then (with
+// directions) sweeps of +-1 moves that lower E, as imx_block_n's (until none moves, at most
+// IMX_SWEEPS); returns E exactly.
+#define IMX_SWEEPS 4
+static double imx_codes_at(const float *x, const double *w, const double *mu, const double *bias,
+                           int nd, int st, int n, double s, int z, int nearest, uint8_t *codes) {
+    double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS], nt[G4_IMX_MAX_DIRS];
+    for (int j = 0; j < nd; j++) t[j] = bias[j];
+    for (int i = 0; i < n; i++) {
+        double v = codes[i];
+        if (nearest) {
+            v = rint((double)x[i] / s + z);
+            v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
+            codes[i] = to_u8(v);
+        }
+        d[i] = (v - z) * s - x[i];
+        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d[i];
+    }
+    for (int sweep = 0, moved = 1; nd > 0 && moved && sweep < IMX_SWEEPS; sweep++) {
+        moved = 0;
+        for (int i = 0; i < n; i++)
+            for (int dq = -1; dq <= 1; dq += 2) {
+                const int c = codes[i] + dq;
+                if (c < 0 || c > 15) continue;
+                const double dd = dq * s, nd_ = d[i] + dd;
+                double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
+                for (int j = 0; j < nd; j++) {
+                    nt[j] = t[j] + mu[(size_t)i * st + j] * dd;
+                    delta += nt[j] * nt[j] - t[j] * t[j];
+                }
+                if (delta < 0) {
+                    codes[i] = (uint8_t)c, d[i] = nd_, moved = 1;
+                    for (int j = 0; j < nd; j++) t[j] = nt[j];
+                }
+            }
+    }
+    return imx_err_codes(x, w, mu, bias, nd, st, n, codes, s, z);
+}
+
+// The refit after the search (k-quant's make_qkx alternation, with the importance and the
+// directions): with the codes held, E is a quadratic in the scale for each integer zero point
+// (d_i = s (q_i - z) - x_i): its least-squares scale (fp16-rounded) for every z in 0..15, the
+// pair of least E kept if it lowers E; then the codes re-chosen at that pair (rounded to nearest
+// and swept, or the held codes swept), kept if that lowers E; at most IMX_REFITS rounds. Every
+// step is taken only where E, computed exactly, falls: no block's E rises. *s / *z / codes in
+// and out; returns E.
+#define IMX_REFITS 3
+static double imx_refit(const float *x, const double *w, const double *mu, const double *bias,
+                        int nd, int st, int n, double *s, int *z, uint8_t *codes) {
+    double cur = imx_err_codes(x, w, mu, bias, nd, st, n, codes, *s, *z);
+    for (int round = 0; round < IMX_REFITS; round++) {
+        double Sw = 0, Swq = 0, Swqq = 0, Swx = 0, Swqx = 0, Swxx = 0;
+        double Mq[G4_IMX_MAX_DIRS], M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
+        for (int j = 0; j < nd; j++) Mq[j] = M1[j] = Mx[j] = 0;
+        for (int i = 0; i < n; i++) {
+            const double q = codes[i], xi = x[i];
+            Sw += w[i], Swq += w[i] * q, Swqq += w[i] * q * q;
+            Swx += w[i] * xi, Swqx += w[i] * q * xi, Swxx += w[i] * xi * xi;
+            for (int j = 0; j < nd; j++) {
+                const double m = mu[(size_t)i * st + j];
+                Mq[j] += m * q, M1[j] += m, Mx[j] += m * xi;
+            }
+        }
+        double be = INFINITY, bs = 0;
+        int bz = 0;
+        for (int zz = 0; zz <= 15; zz++) {
+            const double A = Swqx - zz * Swx, B = Swqq - 2.0 * zz * Swq + (double)zz * zz * Sw;
+            double num = A, den = B;
+            for (int j = 0; j < nd; j++) {
+                const double ml = Mq[j] - zz * M1[j];
+                num += ml * (Mx[j] - bias[j]), den += ml * ml;
+            }
+            if (!(den > 0)) continue;
+            const double s16 = g4_round_f16((float)(num / den));
+            if (!(s16 > 0) || !isfinite(s16)) continue;
+            double e = s16 * s16 * B - 2 * s16 * A + Swxx;
+            for (int j = 0; j < nd; j++) {
+                const double r = bias[j] + s16 * (Mq[j] - zz * M1[j]) - Mx[j];
+                e += r * r;
+            }
+            if (e < be) be = e, bs = s16, bz = zz;
+        }
+        int changed = 0;
+        if (be < INFINITY && (bs != *s || bz != *z)) {
+            const double e = imx_err_codes(x, w, mu, bias, nd, st, n, codes, bs, bz);
+            if (e < cur) cur = e, *s = bs, *z = bz, changed = 1;
+        }
+        // the codes re-chosen at (*s, *z): from nearest, and (directions) from the held codes
+        uint8_t c1[G4_KQUANT_MAX_BLOCK];
+        for (int from = 0; from < (nd > 0 ? 2 : 1); from++) {
+            if (from) memcpy(c1, codes, (size_t)n);
+            const double e1 = imx_codes_at(x, w, mu, bias, nd, st, n, *s, *z, !from, c1);
+            if (e1 < cur) cur = e1, memcpy(codes, c1, (size_t)n), changed = 1;
+        }
+        if (!changed) break;
+    }
+    return cur;
+}
+
+// 1 (the default): imx_block_n refits each block after its search (imx_refit);
+// G4_IMATRIX_REFIT=0 the search before it, byte for byte (A/B runs).
+static int imx_refit_env(void) {
+    return !g4_env_is("G4_IMATRIX_REFIT", "0");
+}
+
+// g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: run
+// imx_refit after the search.
 static void imx_block_n(const float *x, int n, const float *imp, const float *mup, int nd,
                         size_t mstride, double *bias, uint8_t *codes, float *scale_out,
-                        uint8_t *zp_out, float *scratch) {
+                        uint8_t *zp_out, float *scratch, int refit) {
     G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 0 && nd <= G4_IMX_MAX_DIRS);
     double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
@@ -378,6 +499,13 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
                     for (int j = 0; j < nd; j++) t[j] = nt[j];
                 }
             }
+    if (refit) {
+        imx_refit(x, w, mu, bias, nd, st, n, &bs, &bz, codes);
+        for (int j = 0; j < nd; j++) t[j] = bias[j];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < nd; j++)
+                t[j] += mu[(size_t)i * st + j] * (((double)codes[i] - bz) * bs - x[i]);
+    }
     for (int j = 0; j < nd; j++) bias[j] = t[j];
     *scale_out = (float)bs;
     *zp_out = (uint8_t)bz;
@@ -385,7 +513,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
 
 void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
                   uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
-    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch);
+    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch, 0);
 }
 
 void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
@@ -411,6 +539,7 @@ typedef struct {
     const float *mu;  // [nd][kb * block] the mean, then the covariance's directions (padding 0),
                       // or NULL; imp is then the variance left
     int nd;           // mu's rows (0 without mu)
+    int refit;        // 1: each imatrix block refit after its search (imx_refit)
 } kq_job;
 
 static float load_w(const kq_job *j, uint64_t i) {
@@ -446,7 +575,8 @@ static void *kq_worker(void *arg) {
                 const float *xb = cols + (size_t)t * padded + (size_t)b * B;
                 if (j->imp && !j->imx_v1)
                     imx_block_n(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
-                                j->nd, (size_t)padded, bias, codes, &s, &zcodes[b], scratch);
+                                j->nd, (size_t)padded, bias, codes, &s, &zcodes[b], scratch,
+                                j->refit);
                 else
                     kquant_block(xb, B, codes, &s, &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
@@ -566,7 +696,8 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
                            .imp = impp,
                            .imx_v1 = imx_v1,
                            .mu = mup,
-                           .nd = mup ? 1 + r : 0};
+                           .nd = mup ? 1 + r : 0,
+                           .refit = imx_refit_env()};
         if (i == 0) continue; // thread 0's share runs on the calling thread
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
         if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)
