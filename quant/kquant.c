@@ -439,14 +439,18 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
     return cur;
 }
 
-// 1 (the default): imx_block_n refits each block after its search (imx_refit);
-// G4_IMATRIX_REFIT=0 the search before it, byte for byte (A/B runs).
+// How many of the search's best candidates imx_block_n refits (imx_refit): G4_IMATRIX_REFIT=k
+// (A/B runs), default 1 (the best); 0 the search before the refit, byte for byte.
+#define IMX_REFIT_DEFAULT 1
 static int imx_refit_env(void) {
-    return !g4_env_is("G4_IMATRIX_REFIT", "0");
+    const char *v = getenv("G4_IMATRIX_REFIT");
+    if (!v || !*v) return IMX_REFIT_DEFAULT;
+    const int k = atoi(v);
+    return k < 0 ? 0 : k > 16 ? 16 : k;
 }
 
-// g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: run
-// imx_refit after the search.
+// g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: how
+// many of the search's best candidates imx_refit refines after the search (0: none).
 static void imx_block_n(const float *x, int n, const float *imp, const float *mup, int nd,
                         size_t mstride, double *bias, uint8_t *codes, float *scale_out,
                         uint8_t *zp_out, float *scratch, int refit) {
@@ -470,6 +474,8 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
                 bias[j] += mu[(size_t)i * st + j] * (((double)codes[i] - z0) * s16 - x[i]);
         return;
     }
+    const double bs0 = bs;
+    const int bz0 = bz;
     double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS], nt[G4_IMX_MAX_DIRS];
     for (int j = 0; j < nd; j++) t[j] = bias[j];
     for (int i = 0; i < n; i++) {
@@ -500,7 +506,26 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
                 }
             }
     if (refit) {
-        imx_refit(x, w, mu, bias, nd, st, n, &bs, &bz, codes);
+        double be = imx_refit(x, w, mu, bias, nd, st, n, &bs, &bz, codes);
+        // the next refit - 1 candidates of least E (distinct stored pairs, in the order judged
+        // on ties) refit too, from their own codes: the candidates were ranked by nearest codes,
+        // which the directions' terms and the refit can reorder
+        uint8_t used[G4_IMX_MAX_CANDS] = {0}, c2[G4_KQUANT_MAX_BLOCK];
+        for (int k = 0; k < nc; k++)
+            used[k] = cand[k].s == (float)bs0 && cand[k].z == bz0;
+        for (int extra = 1; extra < refit; extra++) {
+            int kb = -1;
+            for (int k = 0; k < nc; k++)
+                if (!used[k] && cand[k].e < INFINITY && (kb < 0 || cand[k].e < cand[kb].e)) kb = k;
+            if (kb < 0) break;
+            for (int k = 0; k < nc; k++)
+                used[k] |= cand[k].s == cand[kb].s && cand[k].z == cand[kb].z;
+            double s2 = cand[kb].s;
+            int z2 = cand[kb].z;
+            imx_codes_at(x, w, mu, bias, nd, st, n, s2, z2, 1, c2);
+            const double e2 = imx_refit(x, w, mu, bias, nd, st, n, &s2, &z2, c2);
+            if (e2 < be) be = e2, bs = s2, bz = z2, memcpy(codes, c2, (size_t)n);
+        }
         for (int j = 0; j < nd; j++) t[j] = bias[j];
         for (int i = 0; i < n; i++)
             for (int j = 0; j < nd; j++)
