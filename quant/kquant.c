@@ -439,14 +439,17 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
     return cur;
 }
 
-// How many of the search's best candidates imx_block_n refits (imx_refit): G4_IMATRIX_REFIT=k
-// (A/B runs), default 1 (the best); 0 the search before the refit, byte for byte.
+// How many of the search's best candidates imx_block_n refits (imx_refit): G4_IMATRIX_REFIT=k,
+// 0..IMX_REFIT_MAX (A/B runs), default 1 (the best); 0 the search before the refit, byte for
+// byte. Returns -1 for any other value.
 #define IMX_REFIT_DEFAULT 1
+#define IMX_REFIT_MAX     16
 static int imx_refit_env(void) {
     const char *v = getenv("G4_IMATRIX_REFIT");
     if (!v || !*v) return IMX_REFIT_DEFAULT;
-    const int k = atoi(v);
-    return k < 0 ? 0 : k > 16 ? 16 : k;
+    char *end;
+    const long k = strtol(v, &end, 10);
+    return *end || k < 0 || k > IMX_REFIT_MAX ? -1 : (int)k;
 }
 
 // g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: how
@@ -697,6 +700,10 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
     if (w_dtype != G4_DT_FLOAT16 && w_dtype != G4_DT_FLOAT)
         return g4_fail(G4_EUSER, "k-quant: weight dtype %s, expected float16 or float32",
                        g4_dtype_name(w_dtype));
+    const int refit = imp ? imx_refit_env() : 0;
+    if (refit < 0)
+        return g4_fail(G4_EUSER, "k-quant: G4_IMATRIX_REFIT '%s', expected 0 to %d",
+                       getenv("G4_IMATRIX_REFIT"), IMX_REFIT_MAX);
     const int n_tiles = (N + TILE - 1) / TILE;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
@@ -722,7 +729,7 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
                            .imx_v1 = imx_v1,
                            .mu = mup,
                            .nd = mup ? 1 + r : 0,
-                           .refit = imx_refit_env()};
+                           .refit = refit};
         if (i == 0) continue; // thread 0's share runs on the calling thread
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
         if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)

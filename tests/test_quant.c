@@ -986,6 +986,15 @@ static void test_imatrix_refit(void) {
                   with_mean, better, nb, want);
         free(var), free(mu);
     }
+    // a bad G4_IMATRIX_REFIT: a one-line error (not a silent default)
+    static const char *const bad[] = {"x", "-1", "17", "2a"};
+    for (int i = 0; i < 4; i++) {
+        char *saved = env_swap("G4_IMATRIX_REFIT", bad[i]);
+        CHECK_MSG(g4_q4_quantize_imx(w, G4_DT_FLOAT16, K, N, B, 2, imp, mean, q[2], sc[2], z[2]) ==
+                      G4_EUSER,
+                  "G4_IMATRIX_REFIT=%s accepted", bad[i]);
+        env_restore("G4_IMATRIX_REFIT", saved);
+    }
     free(deq), free(deq2), free(w);
     for (int v = 0; v < 3; v++) free(q[v]), free(z[v]), free(sc[v]);
 }
