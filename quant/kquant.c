@@ -539,6 +539,32 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
     *zp_out = (uint8_t)bz;
 }
 
+// A later pass over a column (G4_IMATRIX_PASSES): block x[n] (its codes, *s, *z from the pass
+// before) refit (imx_refit) against the other blocks' shared terms, T minus its own: T[nd] (the
+// column's sum mu d over all its blocks) in, and out with this block's new share. The error
+// minimised is then the column's whole E less the other blocks' diagonal terms, so a pass never
+// raises the column's E.
+static void imx_block_again(const float *x, int n, const float *imp, const float *mup, int nd,
+                            size_t mstride, double *T, uint8_t *codes, float *s_io, uint8_t *z_io) {
+    double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX], other[G4_IMX_MAX_DIRS];
+    imx_weights(imp, mup, nd, mstride, n, w, mu);
+    const int st = imx_stride(nd);
+    double s = *s_io;
+    int z = *z_io;
+    for (int j = 0; j < nd; j++) other[j] = T[j];
+    for (int i = 0; i < n; i++) {
+        const double d = ((double)codes[i] - z) * s - x[i];
+        for (int j = 0; j < nd; j++) other[j] -= mu[(size_t)i * st + j] * d;
+    }
+    imx_refit(x, w, mu, other, nd, st, n, &s, &z, codes);
+    for (int i = 0; i < n; i++) {
+        const double d = ((double)codes[i] - z) * s - x[i];
+        for (int j = 0; j < nd; j++) other[j] += mu[(size_t)i * st + j] * d;
+    }
+    for (int j = 0; j < nd; j++) T[j] = other[j];
+    *s_io = (float)s, *z_io = (uint8_t)z;
+}
+
 void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
                   uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
     imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch, 0);
@@ -567,7 +593,8 @@ typedef struct {
     const float *mu;  // [nd][kb * block] the mean, then the covariance's directions (padding 0),
                       // or NULL; imp is then the variance left
     int nd;           // mu's rows (0 without mu)
-    int refit;        // 1: each imatrix block refit after its search (imx_refit)
+    int refit;        // the search's best candidates refit per imatrix block (imx_refit), or 0
+    int passes;       // imatrix with directions: passes over each column (imx_block_again)
 } kq_job;
 
 static float load_w(const kq_job *j, uint64_t i) {
@@ -586,8 +613,8 @@ static void *kq_worker(void *arg) {
     const int B = j->block, kb = j->kb, padded = kb * B, zrow = g4_q4_zp_row_bytes(kb);
     float *cols = g4_calloc((size_t)TILE * (size_t)padded, sizeof(float)); // [TILE][padded]
     float *scratch = g4_calloc(4 * (size_t)B, sizeof(float));
-    uint8_t codes[G4_KQUANT_MAX_BLOCK];
-    uint8_t *zcodes = g4_malloc((size_t)kb);
+    uint8_t *ccodes = g4_malloc((size_t)padded), *zcodes = g4_malloc((size_t)kb);
+    float *cscale = g4_malloc(sizeof(float) * (size_t)kb);
     const int n_tiles = (j->N + TILE - 1) / TILE;
     for (int tile = j->thread; tile < n_tiles; tile += j->n_threads) {
         const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
@@ -599,25 +626,50 @@ static void *kq_worker(void *arg) {
             // sum over the column's blocks so far of mu_j[k] (wq[k] - w[k]), one per direction
             double bias[G4_IMX_MAX_DIRS] = {0};
             for (int b = 0; b < kb; b++) {
-                float s;
                 const float *xb = cols + (size_t)t * padded + (size_t)b * B;
+                uint8_t *codes = ccodes + (size_t)b * B;
                 if (j->imp && !j->imx_v1)
                     imx_block_n(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
-                                j->nd, (size_t)padded, bias, codes, &s, &zcodes[b], scratch,
-                                j->refit);
+                                j->nd, (size_t)padded, bias, codes, &cscale[b], &zcodes[b],
+                                scratch, j->refit);
                 else
-                    kquant_block(xb, B, codes, &s, &zcodes[b], scratch,
+                    kquant_block(xb, B, codes, &cscale[b], &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
-                g4_q4_pack_block(codes, B, j->q + (n * kb + b) * (size_t)(B / 2));
-                j->scales[n * kb + b] = g4_f32_to_f16(s); // scale.astype(float16)
+            }
+            // later passes: each block again against all the others' shared terms (bias now
+            // holds the whole column's)
+            for (int pass = 1; j->imp && !j->imx_v1 && j->nd > 0 && pass < j->passes; pass++)
+                for (int b = 0; b < kb; b++)
+                    imx_block_again(cols + (size_t)t * padded + (size_t)b * B, B,
+                                    j->imp + (size_t)b * B, j->mu + (size_t)b * B, j->nd,
+                                    (size_t)padded, bias, ccodes + (size_t)b * B, &cscale[b],
+                                    &zcodes[b]);
+            for (int b = 0; b < kb; b++) {
+                g4_q4_pack_block(ccodes + (size_t)b * B, B, j->q + (n * kb + b) * (size_t)(B / 2));
+                j->scales[n * kb + b] = g4_f32_to_f16(cscale[b]); // scale.astype(float16)
             }
             g4_q4_pack_zp_row(zcodes, kb, j->zp + n * zrow);
         }
     }
     free(scratch);
     free(zcodes);
+    free(ccodes);
+    free(cscale);
     free(cols);
     return NULL;
+}
+
+// Passes over each column with directions (imx_block_again): G4_IMATRIX_PASSES=p, 1..
+// IMX_PASSES_MAX (A/B runs), default IMX_PASSES_DEFAULT; 1 is one pass, the blocks in order, each
+// against the shared terms of the blocks before it only. Returns 0 for any other value.
+#define IMX_PASSES_DEFAULT 1
+#define IMX_PASSES_MAX     8
+static int imx_passes_env(void) {
+    const char *v = getenv("G4_IMATRIX_PASSES");
+    if (!v || !*v) return IMX_PASSES_DEFAULT;
+    char *end;
+    const long p = strtol(v, &end, 10);
+    return *end || p < 1 || p > IMX_PASSES_MAX ? 0 : (int)p;
 }
 
 // G4_IMATRIX_SEARCH (A/B runs on the proxy, bench/NOTES.md "A better --imatrix search"): v1 the
@@ -704,6 +756,10 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
     if (refit < 0)
         return g4_fail(G4_EUSER, "k-quant: G4_IMATRIX_REFIT '%s', expected 0 to %d",
                        getenv("G4_IMATRIX_REFIT"), IMX_REFIT_MAX);
+    const int passes = imp ? imx_passes_env() : 1;
+    if (passes < 1)
+        return g4_fail(G4_EUSER, "k-quant: G4_IMATRIX_PASSES '%s', expected 1 to %d",
+                       getenv("G4_IMATRIX_PASSES"), IMX_PASSES_MAX);
     const int n_tiles = (N + TILE - 1) / TILE;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
@@ -729,7 +785,8 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
                            .imx_v1 = imx_v1,
                            .mu = mup,
                            .nd = mup ? 1 + r : 0,
-                           .refit = refit};
+                           .refit = refit,
+                           .passes = passes};
         if (i == 0) continue; // thread 0's share runs on the calling thread
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
         if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)
