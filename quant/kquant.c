@@ -638,7 +638,10 @@ static void *kq_worker(void *arg) {
             }
             // later passes: each block again against all the others' shared terms (bias now
             // holds the whole column's)
-            for (int pass = 1; j->imp && !j->imx_v1 && j->nd > 0 && pass < j->passes; pass++)
+            // (covariance directions only: with the mean alone, a model that leaves every
+            // covariance out, the later passes raised the true output error on test_quant's
+            // inputs, 68.5 -> 76.0, while with 2 directions they lowered it, 15.9 -> 15.0)
+            for (int pass = 1; j->imp && !j->imx_v1 && j->nd > 1 && pass < j->passes; pass++)
                 for (int b = 0; b < kb; b++)
                     imx_block_again(cols + (size_t)t * padded + (size_t)b * B, B,
                                     j->imp + (size_t)b * B, j->mu + (size_t)b * B, j->nd,
@@ -659,10 +662,14 @@ static void *kq_worker(void *arg) {
     return NULL;
 }
 
-// Passes over each column with directions (imx_block_again): G4_IMATRIX_PASSES=p, 1..
+// Passes over each column with covariance directions (imx_block_again; not the mean alone): G4_IMATRIX_PASSES=p, 1..
 // IMX_PASSES_MAX (A/B runs), default IMX_PASSES_DEFAULT; 1 is one pass, the blocks in order, each
-// against the shared terms of the blocks before it only. Returns 0 for any other value.
-#define IMX_PASSES_DEFAULT 1
+// against the shared terms of the blocks before it only; G4_IMATRIX_REFIT=0 implies 1. Returns 0
+// for any other value. Measured (bench/NOTES.md "--imatrix: each block refit after its search"; mean KLD vs k-quant,
+// two tiny models x two calibration texts, 16,384 tokens): p = 1 -47.8 / -45.1 / -49.5 / -46.9%,
+// p = 2 -49.7 / -47.9 / -51.4 / -47.2%, p = 4 -49.9 / -48.1 / -51.7 / -47.6%; the search's time
+// at K = N = 768 with 31 directions 1.14x / 1.28x / 1.93x the search without the refit.
+#define IMX_PASSES_DEFAULT 4
 #define IMX_PASSES_MAX     8
 static int imx_passes_env(void) {
     const char *v = getenv("G4_IMATRIX_PASSES");
@@ -786,7 +793,7 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
                            .mu = mup,
                            .nd = mup ? 1 + r : 0,
                            .refit = refit,
-                           .passes = passes};
+                           .passes = refit ? passes : 1}; // REFIT=0: the search before
         if (i == 0) continue; // thread 0's share runs on the calling thread
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
         if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)

@@ -52,7 +52,11 @@ int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int 
 // integer zero point 0..15, the pair of least error kept if it lowers the error, then the codes
 // re-chosen at it (nearest + the +-1 moves), kept if lower, up to 3 rounds: no block's error
 // rises. G4_IMATRIX_REFIT=k (0..16) refits the search's k best candidates (default 1; 0: no
-// refit, the search before, byte for byte; anything else G4_EUSER). G4_IMATRIX_SEARCH=diag
+// refit, the search before, byte for byte; anything else G4_EUSER). With covariance directions
+// (g4_q4_quantize_imx_dirs, r > 0; not with the mean alone), then 3 more passes over each column refit every block against the shared terms of all the
+// column's other blocks (those after it too), so the column's error never rises
+// (G4_IMATRIX_PASSES=p, 1..8 passes in all, default 4; 1: one pass, each block against those
+// before it). G4_IMATRIX_SEARCH=diag
 // leaves the mean out (A/B runs).
 int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
