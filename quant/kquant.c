@@ -390,7 +390,7 @@ static double imx_codes_at(const float *x, const double *w, const double *mu, co
 static double imx_refit(const float *x, const double *w, const double *mu, const double *bias,
                         int nd, int st, int n, double *s, int *z, uint8_t *codes) {
     double cur = imx_err_codes(x, w, mu, bias, nd, st, n, codes, *s, *z);
-    for (int round = 0; round < IMX_REFITS; round++) {
+    for (int rd = 0; rd < IMX_REFITS; rd++) {
         double Sw = 0, Swq = 0, Swqq = 0, Swx = 0, Swqx = 0, Swxx = 0;
         double Mq[G4_IMX_MAX_DIRS], M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
         for (int j = 0; j < nd; j++) Mq[j] = M1[j] = Mx[j] = 0;
@@ -546,6 +546,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
 // raises the column's E.
 static void imx_block_again(const float *x, int n, const float *imp, const float *mup, int nd,
                             size_t mstride, double *T, uint8_t *codes, float *s_io, uint8_t *z_io) {
+    G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 1 && nd <= G4_IMX_MAX_DIRS);
     double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX], other[G4_IMX_MAX_DIRS];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
     const int st = imx_stride(nd);
