@@ -47,7 +47,17 @@ int g4_q4_quantize_imp(const void *w, int w_dtype, int K, int N, int block, int 
 // (d = wq - w, var = imp - mean^2, c = sum mean d of the column's blocks before it, taken in
 // order): the output error under inputs of that mean and variance, the covariances left out;
 // plain k-quant's pick is still a candidate, and codes are then moved by +-1 where that lowers
-// it. G4_IMATRIX_SEARCH=diag leaves the mean out (A/B runs).
+// it. Then each block is refit (kquant.c imx_refit, make_qkx's alternation with the weights and
+// the mean's / directions' terms): with the codes held, the least-squares scale (fp16) of every
+// integer zero point 0..15, the pair of least error kept if it lowers the error, then the codes
+// re-chosen at it (nearest + the +-1 moves), kept if lower, up to 3 rounds: no block's error
+// rises. G4_IMATRIX_REFIT=k (0..16) refits the search's k best candidates (default 1; 0: no
+// refit, the search before, byte for byte; anything else G4_EUSER). With covariance directions
+// (g4_q4_quantize_imx_dirs, r > 0; not with the mean alone), then 3 more passes over each column refit every block against the shared terms of all the
+// column's other blocks (those after it too), so the column's error never rises
+// (G4_IMATRIX_PASSES=p, 1..8 passes in all, default 4; 1: one pass, each block against those
+// before it). G4_IMATRIX_SEARCH=diag
+// leaves the mean out (A/B runs).
 int g4_q4_quantize_imx(const void *w, int w_dtype, int K, int N, int block, int n_threads,
                        const float *imp, const float *mean, uint8_t *q, uint16_t *scales,
                        uint8_t *zp);

@@ -471,7 +471,8 @@ static void test_imatrix_mean_term(void) {
 
 // gptq_imx (methods.h): with a diagonal X^T X nothing is pushed between channels, so its block
 // parameters are the imatrix search's on the original weights and its codes their rounding:
-// without the screen and without a mean it is g4_q4_quantize_imx(imp, NULL) byte for byte (with
+// without the screen and without a mean it is g4_q4_quantize_imx(imp, NULL) under
+// G4_IMATRIX_REFIT=0 (the search without --imatrix's refit) byte for byte (with
 // and without act-order; imp = X^T X's diagonal over the rows, K = 80: the last block padded).
 // The screen re-judges the search's best candidates by GPTQ's error on the block, which for a
 // diagonal H is the block's damped-diagonal-weighted error exactly: never above the search's
@@ -490,8 +491,17 @@ static void test_gptq_imx_diagonal(void) {
     }
     for (int k = 0; k < K; k++) Hd[k * K + k] = (double)R * imp[k] + 0.01 * md; // as damped
     q4buf im = q4_new(K, N), g = q4_new(K, N), gs = q4_new(K, N);
+    // the imatrix search as gptq_imx takes it: without --imatrix's refit (kquant.c imx_refit,
+    // which gptq_imx does not run: GPTQ's own rounding sets the codes)
+    const char *old = getenv("G4_IMATRIX_REFIT");
+    char *saved = old ? g4_strdup(old) : NULL;
+    setenv("G4_IMATRIX_REFIT", "0", 1);
     CHECK(g4_q4_quantize_imx(W, G4_DT_FLOAT, K, N, G4_Q4_BLOCK, 2, imp, NULL, im.q, im.sc, im.zp) ==
           G4_OK);
+    if (saved)
+        setenv("G4_IMATRIX_REFIT", saved, 1), free(saved);
+    else
+        unsetenv("G4_IMATRIX_REFIT");
     for (int act = 0; act <= 1; act++) {
         memset(H, 0, sizeof(float) * K * K);
         for (int k = 0; k < K; k++) H[k * K + k] = (float)R * imp[k];

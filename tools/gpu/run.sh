@@ -193,7 +193,9 @@
 #            the shrunk directions q4_imatrix_s0 (FID_AB_VARIANTS), the
 #            X^T X calibration's q4_gptq_imx_16k / q4_imatrix_16k (FIDELITY_CALIB_TOKENS_LONG,
 #            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_16k,
-#            q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_gptq_imx_w512
+#            q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_imatrix_nrf_16k / q4_imatrix_k8_16k
+#            (G4_IMATRIX_REFIT=0 / 8: no block refit / 8 candidates refit), q4_imatrix_p1_16k
+#            (G4_IMATRIX_PASSES=1: one pass over each column), q4_gptq_imx_w512
 #            (the windows alone), q4_gptq_imx_d0.1 / q4_gptq_d0.1 (G4_GPTQ_DAMP=0.1),
 #            q4_gptq_imx_cv / q4_gptq_cv (G4_GPTQ_DAMP=cv: the damping per linear by held-out
 #            calibration rows) (FID_CALIB_VARIANTS),
@@ -1619,10 +1621,14 @@ FID_AB_VARIANTS=${FID_AB_VARIANTS-q4_imatrix_s0}
 # imatrix from the long calibration (q4_imatrix_16k: the default search, now with the inputs'
 # covariance's 32 directions on the linears of K <= tokens / 4, all but the K = 6144 down_projs;
 # NOTES "--imatrix with the inputs' leading correlations") and, on request, the same without
-# them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0).
+# them (q4_imatrix_r0_16k, G4_IMATRIX_RANK=0); on request the same without the block refit
+# (q4_imatrix_nrf_16k, G4_IMATRIX_REFIT=0: the search before branch imx25), with one pass over
+# each column instead of the default 4 (q4_imatrix_p1_16k, G4_IMATRIX_PASSES=1) and with the
+# search's 8 best candidates refit (q4_imatrix_k8_16k, G4_IMATRIX_REFIT=8: ~3x the search's
+# time; NOTES "--imatrix: each block refit after its search").
 # q4_gptq_imx_16k_keep_auto: q4_gptq_imx_16k with --keep-auto at q4_keep_auto's byte budget (the
 # sensitivity ranking on the same 16,384 tokens), a source for a dwq fit on top.
-# FID_CALIB_VARIANTS chooses among these ten (empty: none; default q4_gptq_imx_16k, the best
+# FID_CALIB_VARIANTS chooses among these thirteen (empty: none; default q4_gptq_imx_16k, the best
 # method's question, and q4_imatrix_16k, imatrix's: ~1.5-2.5 + 3-4 min of quantizing on the
 # H200, NOTES; q4_gptq_16k, the plainest test of the length, ~1-1.5 min more, on request: the
 # pipeline must fit beside the GEMV call in one session's 30 minutes); the names are the
@@ -1697,6 +1703,9 @@ fid_make() {
         calib:q4_gptq_imx_cv) G4_GPTQ_DAMP=cv fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
         calib:q4_imatrix_16k) fid_quant "$v" --method imatrix "${long[@]}" ;;
         calib:q4_imatrix_r0_16k) G4_IMATRIX_RANK=0 fid_quant "$v" --method imatrix "${long[@]}" ;;
+        calib:q4_imatrix_nrf_16k) G4_IMATRIX_REFIT=0 fid_quant "$v" --method imatrix "${long[@]}" ;;
+        calib:q4_imatrix_k8_16k) G4_IMATRIX_REFIT=8 fid_quant "$v" --method imatrix "${long[@]}" ;;
+        calib:q4_imatrix_p1_16k) G4_IMATRIX_PASSES=1 fid_quant "$v" --method imatrix "${long[@]}" ;;
         calib:*) echo "fidelity: FID_CALIB_VARIANTS: unknown variant '$v'" ;;
         *) echo "fidelity: fid_make: no package '$v' of kind '$kind'" ;;
     esac
