@@ -497,6 +497,22 @@ static float gauss(unsigned long long *s) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
+// A [K, N] fp16 weight of 0.05 x a normal-like draw (gauss, or Irwin-Hall(4) when !gaussian),
+// about one element in 50 times 4: outliers, as real weights have. rng continues past it.
+static uint16_t *outlier_weights(int K, int N, unsigned long long *rng, int gaussian) {
+    uint16_t *w = g4_malloc(sizeof(uint16_t) * K * N);
+    for (int i = 0; i < K * N; i++) {
+        float g = 0;
+        if (gaussian)
+            g = gauss(rng);
+        else
+            for (int j = 0; j < 4; j++) g += g4t_rand_uniform(rng, -0.5f, 0.5f);
+        if (g4t_rand_u64(rng) % 50 == 0) g *= 4.0f;
+        w[i] = g4_f32_to_f16(0.05f * g);
+    }
+    return w;
+}
+
 static void test_round_trip_budgets(void) {
     // Budgets on RMSE / ideal, the ideal being a uniform quantizer's error on each block's min-max
     // grid (step = range/15, error^2 = step^2/12). Measured (seed 777, K 256, N 64, fp16 weights):
@@ -829,14 +845,8 @@ static double imx_block_err(const uint16_t *w, const float *imp, int K, int N, i
 static void test_imatrix_search_per_block(void) {
     const int K = 128, N = 48, B = G4_Q4_BLOCK, kb = K / B;
     unsigned long long rng = 20261204;
-    uint16_t *w = g4_malloc(sizeof(uint16_t) * K * N);
+    uint16_t *w = outlier_weights(K, N, &rng, 0);
     float imp[128];
-    for (int i = 0; i < K * N; i++) {
-        float g = 0; // Irwin-Hall(4) approximates a normal
-        for (int j = 0; j < 4; j++) g += g4t_rand_uniform(&rng, -0.5f, 0.5f);
-        if (g4t_rand_u64(&rng) % 50 == 0) g *= 4.0f; // outliers
-        w[i] = g4_f32_to_f16(0.05f * g);
-    }
     for (int k = 0; k < K; k++) imp[k] = expf(g4t_rand_uniform(&rng, -3.0f, 3.0f));
     const g4_q4_shape sh = g4_q4_shape_of(K, N, B);
     uint8_t *q[3], *z[3];
@@ -925,14 +935,8 @@ static double refit_err(const uint16_t *w, const float *var, const float *mu, in
 static void test_imatrix_refit(void) {
     const int K = 128, N = 48, B = G4_Q4_BLOCK, kb = K / B;
     unsigned long long rng = 20261204;
-    uint16_t *w = g4_malloc(sizeof(uint16_t) * K * N);
+    uint16_t *w = outlier_weights(K, N, &rng, 0);
     float imp[128], mean[128];
-    for (int i = 0; i < K * N; i++) {
-        float g = 0;
-        for (int j = 0; j < 4; j++) g += g4t_rand_uniform(&rng, -0.5f, 0.5f);
-        if (g4t_rand_u64(&rng) % 50 == 0) g *= 4.0f;
-        w[i] = g4_f32_to_f16(0.05f * g);
-    }
     for (int k = 0; k < K; k++) imp[k] = expf(g4t_rand_uniform(&rng, -3.0f, 3.0f));
     for (int k = 0; k < K; k++) // |mean| up to 0.95 of rms: var = imp - mean^2 > 0
         mean[k] = g4t_rand_uniform(&rng, -0.95f, 0.95f) * sqrtf(imp[k]);
@@ -1191,12 +1195,7 @@ static void test_imatrix_rank(void) {
     const int T = 1024, K = 128, N = 32, B = G4_Q4_BLOCK;
     imxr_inputs in = imxr_make(T, K, 0.3f, 20261205);
     unsigned long long rng = 5;
-    uint16_t *w = g4_malloc(sizeof(uint16_t) * K * N);
-    for (int i = 0; i < K * N; i++) {
-        float g = gauss(&rng);
-        if (g4t_rand_u64(&rng) % 50 == 0) g *= 4.0f;
-        w[i] = g4_f32_to_f16(0.05f * g);
-    }
+    uint16_t *w = outlier_weights(K, N, &rng, 1);
     float imp[128], mean[128], *H = g4_malloc(sizeof(float) * K * K), V[2 * 128];
     imxr_stats(&in, imp, mean, H);
     const g4_q4_shape sh = g4_q4_shape_of(K, N, B);
@@ -1314,12 +1313,7 @@ static void test_imatrix_passes(void) {
     const int T = 1024, K = 128, N = 32, B = G4_Q4_BLOCK, r = 2;
     imxr_inputs in = imxr_make(T, K, 0.3f, 20261205);
     unsigned long long rng = 5;
-    uint16_t *w = g4_malloc(sizeof(uint16_t) * K * N);
-    for (int i = 0; i < K * N; i++) {
-        float g = gauss(&rng);
-        if (g4t_rand_u64(&rng) % 50 == 0) g *= 4.0f;
-        w[i] = g4_f32_to_f16(0.05f * g);
-    }
+    uint16_t *w = outlier_weights(K, N, &rng, 1);
     float imp[128], mean[128], *H = g4_malloc(sizeof(float) * K * K), V[2 * 128];
     imxr_stats(&in, imp, mean, H);
     CHECK(g4_cov_dirs(H, T, mean, K, r, V) == G4_OK);
