@@ -148,16 +148,8 @@ static int cv_span_of(int n_tokens) {
 #define IMATRIX_TOKENS_PER_K 4
 static int imatrix_rank(int *out, int *all) {
     const char *v = getenv("G4_IMATRIX_RANK");
-    *out = IMATRIX_RANK, *all = 0;
-    if (!v || !*v) return G4_OK;
-    *all = 1;
-    char *end;
-    const long r = strtol(v, &end, 10);
-    if (*end || r < 0 || r >= G4_IMX_MAX_DIRS)
-        return g4_fail(G4_EUSER, "G4_IMATRIX_RANK '%s': expected an integer 0 to %d", v,
-                       G4_IMX_MAX_DIRS - 1);
-    *out = (int)r;
-    return G4_OK;
+    *all = v && *v;
+    return g4_env_int("G4_IMATRIX_RANK", IMATRIX_RANK, 0, G4_IMX_MAX_DIRS - 1, out);
 }
 
 // G4_IMATRIX_SHRINK (issue 33): where --imatrix's calibration has fewer than IMATRIX_TOKENS_PER_K

@@ -104,6 +104,19 @@ int g4_env_is(const char *name, const char *value) {
     return s && strcmp(s, value) == 0;
 }
 
+int g4_env_int(const char *name, int def, int lo, int hi, int *out) {
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !*v) return G4_OK;
+    char *end;
+    errno = 0;
+    const long x = strtol(v, &end, 10);
+    if (*end || errno || x < lo || x > hi)
+        return g4_fail(G4_EUSER, "%s '%s': expected an integer %d to %d", name, v, lo, hi);
+    *out = (int)x;
+    return G4_OK;
+}
+
 char *g4_strndup(const char *s, size_t n) {
     char *d = g4_malloc(n + 1);
     memcpy(d, s, n);

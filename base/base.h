@@ -69,6 +69,11 @@ char *g4_sprintf(const char *fmt, ...) G4_PRINTF(1, 2);
 // G4_FUSE=0, G4_QKV=0, G4_BATCH_GRAPH=0, ...).
 int g4_env_is(const char *name, const char *value);
 
+// The integer in environment variable `name` (*out = def when unset or empty); a value that is
+// not an integer in [lo, hi] fails with the one-line error "NAME 'v': expected an integer lo to
+// hi" (G4_EUSER). The A/B knobs of the quantize methods (G4_IMATRIX_*).
+int g4_env_int(const char *name, int def, int lo, int hi, int *out);
+
 // 64-bit FNV-1a over n bytes, continuing from h (start with G4_HASH64_INIT): identity checks
 // (eval's fingerprints), not security.
 #define G4_HASH64_INIT 1469598103934665603ull

@@ -441,16 +441,9 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
 
 // How many of the search's best candidates imx_block_n refits (imx_refit): G4_IMATRIX_REFIT=k,
 // 0..IMX_REFIT_MAX (A/B runs), default 1 (the best); 0 the search before the refit, byte for
-// byte. Returns -1 for any other value.
+// byte.
 #define IMX_REFIT_DEFAULT 1
 #define IMX_REFIT_MAX     16
-static int imx_refit_env(void) {
-    const char *v = getenv("G4_IMATRIX_REFIT");
-    if (!v || !*v) return IMX_REFIT_DEFAULT;
-    char *end;
-    const long k = strtol(v, &end, 10);
-    return *end || k < 0 || k > IMX_REFIT_MAX ? -1 : (int)k;
-}
 
 // g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: how
 // many of the search's best candidates imx_refit refines after the search (0: none).
@@ -672,13 +665,6 @@ static void *kq_worker(void *arg) {
 // at K = N = 768 with 31 directions 1.14x / 1.28x / 1.93x the search without the refit.
 #define IMX_PASSES_DEFAULT 4
 #define IMX_PASSES_MAX     8
-static int imx_passes_env(void) {
-    const char *v = getenv("G4_IMATRIX_PASSES");
-    if (!v || !*v) return IMX_PASSES_DEFAULT;
-    char *end;
-    const long p = strtol(v, &end, 10);
-    return *end || p < 1 || p > IMX_PASSES_MAX ? 0 : (int)p;
-}
 
 // G4_IMATRIX_SEARCH (A/B runs on the proxy, bench/NOTES.md "A better --imatrix search"): v1 the
 // first search (kquant_block with imp), diag the stored-form search without the mean term.
@@ -760,14 +746,13 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
     if (w_dtype != G4_DT_FLOAT16 && w_dtype != G4_DT_FLOAT)
         return g4_fail(G4_EUSER, "k-quant: weight dtype %s, expected float16 or float32",
                        g4_dtype_name(w_dtype));
-    const int refit = imp ? imx_refit_env() : 0;
-    if (refit < 0)
-        return g4_fail(G4_EUSER, "k-quant: G4_IMATRIX_REFIT '%s', expected 0 to %d",
-                       getenv("G4_IMATRIX_REFIT"), IMX_REFIT_MAX);
-    const int passes = imp ? imx_passes_env() : 1;
-    if (passes < 1)
-        return g4_fail(G4_EUSER, "k-quant: G4_IMATRIX_PASSES '%s', expected 1 to %d",
-                       getenv("G4_IMATRIX_PASSES"), IMX_PASSES_MAX);
+    int refit = 0, passes = 1;
+    if (imp) {
+        int rc = g4_env_int("G4_IMATRIX_REFIT", IMX_REFIT_DEFAULT, 0, IMX_REFIT_MAX, &refit);
+        if (rc || (rc = g4_env_int("G4_IMATRIX_PASSES", IMX_PASSES_DEFAULT, 1, IMX_PASSES_MAX,
+                                   &passes)))
+            return rc;
+    }
     const int n_tiles = (N + TILE - 1) / TILE;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
