@@ -6,7 +6,8 @@
 DIR holds, per package v (f16 and each Q4 variant): eval_<v>_ocr/ and eval_<v>_asr/ (`g4cu eval`
 outputs: scores.json, predictions.jsonl), <v>.bytes (decoder bytes), compare_<v>.txt (g4cu compare
 against the HF dump of one image + audio prompt); ocr_test.jsonl / asr_test.jsonl (the
-manifests); parity.json (tools/python/mm_parity.py); train.json. Columns: decoder MB; OCRBench
+manifests); parity.json (tools/python/mm_parity.py: agreement, near ties, real disagreements);
+train.json. Columns: decoder MB; OCRBench
 accuracy (`g4cu eval`'s metric) and exact match (prediction.strip() == the answer) overall and on
 the held-out font; WER (`g4cu eval`'s, Whisper normalizer) overall and on the held-out voice
 (from the per-category scores); agreement of the greedy answers with f16's (same text); a
@@ -111,9 +112,18 @@ def main():
     for t in ("ocr", "asr"):
         if t in par:
             p = par[t]
-            notes.append(f"Parity {t} (g4cu f16 vs HF, greedy): {p['agree']}/{p['items']} "
-                         f"({p['agreement']:.3f}); prompt lengths differ on "
-                         f"{p['prompt_length_differs']}.")
+            line = (f"Parity {t} (g4cu f16 vs HF, greedy): {p['agree']}/{p['items']} "
+                    f"({p['agreement']:.3f}")
+            if "near_ties" in p:  # mm_parity.py since the near-tie report
+                r = p["tie_rule"]
+                line += (f", need >= {p['min_agree']}: {p['verdict']} ({p['real_disagreements']} "
+                         f"real)); near ties {p['near_ties']}, real disagreements "
+                         f"{p['real_disagreements']} (near tie: at the first differing token HF's "
+                         f"logit of g4cu's token within {r['factor']:g} x {r['tol']} {r['rel']:g} "
+                         f"x RMS of HF's logit row of its own)")
+            else:
+                line += ")"
+            notes.append(line + f"; prompt lengths differ on {p['prompt_length_differs']}.")
     open(out, "w").write("\n".join(lines + notes) + "\n")
 
 
