@@ -4,7 +4,8 @@ held-out items (issue 35), and HF's own scores on them.
 
     python3 tools/python/mm_parity.py --hf PROXY/hf --data .carry/mmdata \\
         --ocr EVAL_OCR/predictions.jsonl --asr EVAL_ASR/predictions.jsonl \\
-        [--device cuda] [--dtype float32|float16] [--max-new 48] [--min-agree 0.95] [--json F]
+        [--device cuda] [--dtype float32|float16] [--max-new 48] [--min-agree 0.95] [--json F] \\
+        [--tie-tol cuda-f16|cpu-f32]
 
 For each item of DATA/ocr_test.jsonl and DATA/asr_test.jsonl that g4cu predicted: the prompt ids
 train_mm_proxy.py trains on (which are g4cu's chat template: engine/chat.h), the media read from
@@ -23,7 +24,10 @@ TOL the relative tolerance `g4cu compare` holds this backend's logits to (--tie-
 of the row be off by TOL x RMS(row), and two such errors in opposite directions move the gap of
 two tokens by twice that. Else it is a real disagreement (also when one answer ran to --max-new
 where the other goes on). The criterion stays the issue's plain agreement; the real count is
-printed beside it.
+printed beside it. --json: per task agree, items, near_ties, real_disagreements, tie_rule and, per
+differing answer, position, hf_token, g4cu_token, hf_logit_hf, hf_logit_g4cu, gap, top2_gap, rms,
+margin, near_tie and tf_argmax (the teacher-forced row's argmax: HF's token, unless HF's cached
+and uncached paths disagree there).
 Also printed: HF's exact-match accuracy on the OCR items (the answer equals the prediction after
 strip()) and its WER on the ASR items (words of lower-case text without punctuation; the
 official figures are `g4cu eval`'s, with the Whisper normalizer), next to g4cu's on the same
@@ -201,16 +205,18 @@ def main():
                             **{f"hf_{metric}": hf_score / max(1, den),
                                f"g4cu_{metric}": g4_score / max(1, den)}, mismatches=mism)
         print(f"mm_parity {task}: {agree}/{n} greedy answers equal ({rate:.3f}, need >= "
-              f"{args.min_agree}: {verdict} ({real} real)); prompt length differs on {prompt_diff}; "
-              f"{metric} hf {hf_score / max(1, den):.4f} g4cu {g4_score / max(1, den):.4f}")
+              f"{args.min_agree}: {verdict} ({real} real)); prompt length differs on "
+              f"{prompt_diff}; {metric} hf {hf_score / max(1, den):.4f} g4cu "
+              f"{g4_score / max(1, den):.4f}")
         print(f"mm_parity {task}: agree {agree}/{n}, near ties {ties}, real disagreements {real} "
-              f"(near tie: at the first difference HF's logit of g4cu's token within "
-              f"{TIE_FACTOR:g} x {args.tie_tol} {TIE_TOLS[args.tie_tol]:g} x RMS of HF's row of its own)")
+              f"(near tie: on HF's teacher-forced logit row at the first difference, g4cu's token "
+              f"within {TIE_FACTOR:g} x {args.tie_tol} {TIE_TOLS[args.tie_tol]:g} x RMS(row) of "
+              f"HF's)")
         shown = [m for m in mism if not m["near_tie"]][:5] + [m for m in mism if m["near_tie"]][:3]
         for m in shown:
             if "gap" in m:
-                why = (f"gap {m['gap']:.4g} {'<=' if m['near_tie'] else '>'} margin {m['margin']:.4g} "
-                       f"(RMS {m['rms']:.4g}), HF top-2 gap {m['top2_gap']:.4g}")
+                why = (f"gap {m['gap']:.4g} {'<=' if m['near_tie'] else '>'} margin "
+                       f"{m['margin']:.4g} (RMS {m['rms']:.4g}), HF top-2 gap {m['top2_gap']:.4g}")
             else:
                 why = m["why"]
             print(f"  differs {m['id']} at token {m['position']}: hf {m['hf_token']} g4cu "

@@ -118,9 +118,9 @@ def main():
                 r = p["tie_rule"]
                 line += (f", need >= {p['min_agree']}: {p['verdict']} ({p['real_disagreements']} "
                          f"real)); near ties {p['near_ties']}, real disagreements "
-                         f"{p['real_disagreements']} (near tie: at the first differing token HF's "
-                         f"logit of g4cu's token within {r['factor']:g} x {r['tol']} {r['rel']:g} "
-                         f"x RMS of HF's logit row of its own)")
+                         f"{p['real_disagreements']} (near tie: on HF's teacher-forced logit row "
+                         f"at the first differing token, g4cu's token within {r['factor']:g} x "
+                         f"{r['tol']} {r['rel']:g} x RMS(row) of HF's)")
             else:
                 line += ")"
             notes.append(line + f"; prompt lengths differ on {p['prompt_length_differs']}.")
