@@ -9,6 +9,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--device cuda|cpu] [--workers W]
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
+                                               [--pad-to N] [--no-cudnn-sdpa]
+                                               [--strict-determinism] [--profile N]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -51,14 +53,20 @@ functions that wrote the held-out files).
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
    --seed (torch.manual_seed, numpy PCG64 per item), deterministic algorithms: the same seed,
-   steps and device give the same weights. --minutes stops a run that would overrun the step
-   count (it says so; the result then depends on the machine's speed). --profile N: where N
-   steps' time goes (torch.profiler's tables in OUT/profile.txt).
+   steps and device give the same weights (on the CPU; on a GPU only with --strict-determinism:
+   without it cuDNN's and memory-efficient attention's backward are let through, each warning
+   once). --minutes stops a run that would overrun the step count (it says so; the result then
+   depends on the machine's speed). --profile N: where N steps' time goes (torch.profiler's
+   tables in OUT/profile.txt). The GPU step is CPU-bound (~11,600 launches a step; bench/
+   NOTES.md "The multimodal proxy's step is CPU-bound"): --pad-to N rounds each half-batch's
+   lengths up to a multiple of N (inert padding, tests/mm_pad_check.py) so cuDNN's attention
+   plans and the allocator see few shapes; --no-cudnn-sdpa keeps attention off cuDNN.
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds), exports OUT/f16 with tools/python/export_package.py, copies the
    tokenizer, and sets image_processor.json's max_soft_tokens to 70.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -350,9 +358,20 @@ class CtcHead(torch.nn.Module):
         return out
 
 
-def collate(batch):
+def bucket(n, pad):
+    """n rounded up to a multiple of pad (pad 0: n itself)."""
+    return -(-n // pad) * pad if pad > 0 else n
+
+
+def collate(batch, pad=0):
+    """The half-batch's tensors, right-padded to its longest sequence (and an audio half-batch
+    to its longest clip); pad > 0 (--pad-to) rounds both lengths up to a multiple of pad, so
+    the GPU's planners, allocator and autotuners see a few shapes instead of a new one each
+    step. Padding is inert: input id 0 at attention mask 0 (a causal row never attends to a
+    later position), label -100 (no loss), audio frames 0 at feature mask False (the tower's
+    output there is dropped before it reaches the decoder); tests/mm_pad_check.py checks it."""
     seqs = [b["ids"] + b["tgt"] for b in batch]
-    T = max(len(s) for s in seqs)
+    T = bucket(max(len(s) for s in seqs), pad)
     ids = torch.zeros(len(batch), T, dtype=torch.long)
     att = torch.zeros(len(batch), T, dtype=torch.long)
     lab = torch.full((len(batch), T), -100, dtype=torch.long)
@@ -365,7 +384,7 @@ def collate(batch):
         out["pixel_values"] = torch.from_numpy(np.stack([b["pv"] for b in batch]))
         out["image_position_ids"] = torch.from_numpy(np.stack([b["pp"] for b in batch]))
     else:
-        F = max(len(b["feats"]) for b in batch)
+        F = bucket(max(len(b["feats"]) for b in batch), pad)
         feats = np.zeros((len(batch), F, batch[0]["feats"].shape[1]), np.float32)
         mask = np.zeros((len(batch), F), bool)
         for r, b in enumerate(batch):
@@ -375,11 +394,12 @@ def collate(batch):
     return out
 
 
-def forever(ds, batch, seed, workers):
+def forever(ds, batch, seed, workers, pad=0):
     g = torch.Generator()
     g.manual_seed(seed)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, generator=g,
-                                     drop_last=True, collate_fn=collate, num_workers=workers,
+                                     drop_last=True, collate_fn=functools.partial(collate, pad=pad),
+                                     num_workers=workers,
                                      persistent_workers=workers > 0,
                                      prefetch_factor=4 if workers else None)
     while True:
@@ -567,6 +587,17 @@ def main():
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="profile steps 21 to 20+N (torch.profiler, CPU and CUDA) into "
                     "OUT/profile.txt: where a step's time goes")
+    ap.add_argument("--pad-to", type=int, default=0, metavar="N",
+                    help="round each half-batch's sequence length and audio frames up to a "
+                    "multiple of N (inert padding: the loss is the same): few shapes for the "
+                    "GPU's planners (0: the longest item's, as before)")
+    ap.add_argument("--no-cudnn-sdpa", action="store_true",
+                    help="keep scaled_dot_product_attention off cuDNN (which builds a plan per "
+                    "new shape) so memory-efficient attention runs")
+    ap.add_argument("--strict-determinism", action="store_true",
+                    help="use_deterministic_algorithms without warn_only: an op with no "
+                    "deterministic kernel stops the run instead of warning; SDPA then skips "
+                    "cuDNN and runs memory-efficient attention's backward unsplit")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -609,7 +640,16 @@ def main():
     # cuBLAS is deterministic only with a fixed workspace (set before its first use); without
     # it use_deterministic_algorithms warns and the weights vary run to run
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # warn_only (the default) lets two nondeterministic kernels through, each warning once on
+    # the H100 (bench/NOTES.md "The multimodal proxy's step is CPU-bound"): cuDNN attention's
+    # backward, which SDPA prefers on sm90, and memory-efficient attention's backward with its
+    # keys split; --strict-determinism refuses both (torch's sdp_utils.cpp and
+    # attention_backward.cu): SDPA falls to memory-efficient attention with one key split
+    torch.use_deterministic_algorithms(True, warn_only=not args.strict_determinism)
+    if args.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    if args.pad_to < 0:
+        raise SystemExit(f"train_mm_proxy: --pad-to {args.pad_to}: expected 0 or more")
     # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
     # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
     # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
@@ -628,9 +668,10 @@ def main():
     half = max(1, p["batch"] // 2)
     cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
     streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
-                                half, args.seed, p["workers"] // 2 + p["workers"] % 2),
+                                half, args.seed, p["workers"] // 2 + p["workers"] % 2,
+                                args.pad_to),
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
-                                half, args.seed + 1, p["workers"] // 2)}
+                                half, args.seed + 1, p["workers"] // 2, args.pad_to)}
     groups = []  # (weight decay on matrices only) x (a tower's lr multiplier, or 1)
     sides = {"v": ("model.vision_tower.", "model.embed_vision."),
              "a": ("model.audio_tower.", "model.embed_audio.")}
@@ -714,7 +755,8 @@ def main():
             "train_images": len(tr_i), "train_audio": len(tr_a),
             "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
-            "skipped_steps": guard.skipped,
+            "skipped_steps": guard.skipped, "pad_to": args.pad_to,
+            "no_cudnn_sdpa": args.no_cudnn_sdpa, "strict_determinism": args.strict_determinism,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times}
