@@ -19,13 +19,13 @@ import os
 import sys
 import tempfile
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
+from mm_items import mm_items  # noqa: E402
 
 
 def fail(msg):
@@ -33,31 +33,10 @@ def fail(msg):
     sys.exit(1)
 
 
-class Img:  # image_inputs' input: anything with convert() giving an H x W x 3 uint8 array
-    def __init__(self, a):
-        self.a = a
-
-    def convert(self, mode):
-        return self.a
-
-
 def batches(tok):
-    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
-
-    pr, fe = tmp.Prompter(tok), Gemma4AudioFeatureExtractor()
-    r = np.random.default_rng(0)
-    imgs, clips = [], []
-    for text in ("blue sky", "42"):
-        pv, pp, n = tmp.image_inputs(Img(r.integers(0, 256, (192, 816, 3), dtype=np.uint8)))
-        imgs.append(dict(kind="image", pv=pv, pp=pp, ids=pr.prompt("image", n),
-                         tgt=pr.target(text)))
-    for text in ("the cat sat", "open the door"):
-        f = fe([r.normal(0, 0.1, 16000).astype(np.float32)], return_tensors="np",
-               padding="longest")
-        m = f["input_features_mask"][0]
-        clips.append(dict(kind="audio", feats=f["input_features"][0], mask=m,
-                          ids=pr.prompt("audio", tmp.audio_token_count(m)), tgt=pr.target(text)))
-    return {"image": tmp.collate(imgs), "audio": tmp.collate(clips)}
+    its = mm_items(tmp, tok, 0, ("blue sky", "42"), (("the cat sat", 16000),
+                                                     ("open the door", 16000)))
+    return {k: tmp.collate(v) for k, v in its.items()}
 
 
 def setup(tok, p):

@@ -20,13 +20,13 @@ import os
 import sys
 import tempfile
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
+from mm_items import mm_items  # noqa: E402
 
 
 def fail(msg):
@@ -34,30 +34,9 @@ def fail(msg):
     sys.exit(1)
 
 
-class Img:  # image_inputs' input: anything with convert() giving an H x W x 3 uint8 array
-    def __init__(self, a):
-        self.a = a
-
-    def convert(self, mode):
-        return self.a
-
-
 def items(tok):
-    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
-
-    pr, fe = tmp.Prompter(tok), Gemma4AudioFeatureExtractor()
-    r = np.random.default_rng(1)
-    imgs, clips = [], []
-    for text in ("42", "the quick brown fox jumps over the lazy dog"):
-        pv, pp, n = tmp.image_inputs(Img(r.integers(0, 256, (192, 816, 3), dtype=np.uint8)))
-        imgs.append(dict(kind="image", pv=pv, pp=pp, ids=pr.prompt("image", n),
-                         tgt=pr.target(text)))
-    for text, n in (("the cat sat", 16000), ("open the door", 27200)):
-        f = fe([r.normal(0, 0.1, n).astype(np.float32)], return_tensors="np", padding="longest")
-        m = f["input_features_mask"][0]
-        clips.append(dict(kind="audio", feats=f["input_features"][0], mask=m,
-                          ids=pr.prompt("audio", tmp.audio_token_count(m)), tgt=pr.target(text)))
-    return {"image": imgs, "audio": clips}
+    return mm_items(tmp, tok, 1, ("42", "the quick brown fox jumps over the lazy dog"),
+                    (("the cat sat", 16000), ("open the door", 27200)))
 
 
 def loss_grads(model, b):

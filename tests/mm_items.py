@@ -1,0 +1,32 @@
+"""Synthetic training items for the train_mm_proxy.py checks (tests/mm_guard_check.py,
+tests/mm_pad_check.py): random-pixel images and noise clips with the trainer's own prompts,
+image patches and log-mel features, uncollated (train_mm_proxy.collate makes the batches)."""
+import numpy as np
+
+
+class Img:  # image_inputs' input: anything with convert() giving an H x W x 3 uint8 array
+    def __init__(self, a):
+        self.a = a
+
+    def convert(self, mode):
+        return self.a
+
+
+def mm_items(tmp, tok, seed, image_texts, clips):
+    """tmp: the train_mm_proxy module; image_texts: the answers of the 192 x 816 images; clips:
+    (answer, samples at 16 kHz) of the noise clips. Returns {"image": [...], "audio": [...]}."""
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    pr, fe = tmp.Prompter(tok), Gemma4AudioFeatureExtractor()
+    r = np.random.default_rng(seed)
+    imgs, auds = [], []
+    for text in image_texts:
+        pv, pp, n = tmp.image_inputs(Img(r.integers(0, 256, (192, 816, 3), dtype=np.uint8)))
+        imgs.append(dict(kind="image", pv=pv, pp=pp, ids=pr.prompt("image", n),
+                         tgt=pr.target(text)))
+    for text, n in clips:
+        f = fe([r.normal(0, 0.1, n).astype(np.float32)], return_tensors="np", padding="longest")
+        m = f["input_features_mask"][0]
+        auds.append(dict(kind="audio", feats=f["input_features"][0], mask=m,
+                         ids=pr.prompt("audio", tmp.audio_token_count(m)), tgt=pr.target(text)))
+    return {"image": imgs, "audio": auds}
