@@ -298,8 +298,7 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
 _Static_assert(G4_IMX_MAX_CANDS >= 1 + 21 * 3 * 3, "imx_search's candidates: 1 + 21 x 3 x 3");
 
 // A block's mu at most (imx_weights): the directions padded to whole chunks, times the block.
-#define IMX_MU_MAX                                                                                 \
-    ((G4_IMX_MAX_DIRS + IMX_CHUNK - 1) / IMX_CHUNK * IMX_CHUNK * G4_KQUANT_MAX_BLOCK)
+#define IMX_MU_MAX ((G4_IMX_MAX_DIRS + IMX_CHUNK - 1) / IMX_CHUNK * IMX_CHUNK * G4_KQUANT_MAX_BLOCK)
 
 // w[n] from imp; mu (imx_err's layout, the padding 0) from mup's nd rows, row j at
 // mup + j * mstride.
@@ -323,6 +322,16 @@ int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, 
     const double bi = mu ? bias : 0;
     imx_weights(imp, mu, nd, 0, n, w, mub);
     return imx_search(x, n, w, mub, &bi, nd, codes, &s0, &z0, scratch, c);
+}
+
+// t[nd] += sign x the block's share of the column's shared terms, sum_i mu[i][j] d_i with
+// d_i = (q_i - z) s - x_i (the stored form's error); mu in imx_err's layout (stride st).
+static void imx_add_share(const float *x, const double *mu, int nd, int st, int n,
+                          const uint8_t *codes, double s, int z, double sign, double *t) {
+    for (int i = 0; i < n; i++) {
+        const double d = sign * (((double)codes[i] - z) * s - x[i]);
+        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d;
+    }
 }
 
 // E of the stored form (s, z, codes) exactly (imx_err's terms, the codes as given, not
@@ -464,10 +473,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
         if (cand[k].e < best) best = cand[k].e, bs = cand[k].s, bz = cand[k].z;
     if (!(best < INFINITY)) { // nothing finite (an all-zero or non-finite block): plain's pick
         *scale_out = s0, *zp_out = z0;
-        const double s16 = g4_round_f16(s0);
-        for (int j = 0; j < nd; j++)
-            for (int i = 0; i < n; i++)
-                bias[j] += mu[(size_t)i * st + j] * (((double)codes[i] - z0) * s16 - x[i]);
+        imx_add_share(x, mu, nd, st, n, codes, g4_round_f16(s0), z0, 1.0, bias);
         return;
     }
     const double bs0 = bs;
@@ -507,8 +513,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
         // on ties) refit too, from their own codes: the candidates were ranked by nearest codes,
         // which the directions' terms and the refit can reorder
         uint8_t used[G4_IMX_MAX_CANDS] = {0}, c2[G4_KQUANT_MAX_BLOCK];
-        for (int k = 0; k < nc; k++)
-            used[k] = cand[k].s == (float)bs0 && cand[k].z == bz0;
+        for (int k = 0; k < nc; k++) used[k] = cand[k].s == (float)bs0 && cand[k].z == bz0;
         for (int extra = 1; extra < refit; extra++) {
             int kb = -1;
             for (int k = 0; k < nc; k++)
@@ -523,9 +528,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
             if (e2 < be) be = e2, bs = s2, bz = z2, memcpy(codes, c2, (size_t)n);
         }
         for (int j = 0; j < nd; j++) t[j] = bias[j];
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < nd; j++)
-                t[j] += mu[(size_t)i * st + j] * (((double)codes[i] - bz) * bs - x[i]);
+        imx_add_share(x, mu, nd, st, n, codes, bs, bz, 1.0, t);
     }
     for (int j = 0; j < nd; j++) bias[j] = t[j];
     *scale_out = (float)bs;
@@ -546,15 +549,9 @@ static void imx_block_again(const float *x, int n, const float *imp, const float
     double s = *s_io;
     int z = *z_io;
     for (int j = 0; j < nd; j++) other[j] = T[j];
-    for (int i = 0; i < n; i++) {
-        const double d = ((double)codes[i] - z) * s - x[i];
-        for (int j = 0; j < nd; j++) other[j] -= mu[(size_t)i * st + j] * d;
-    }
+    imx_add_share(x, mu, nd, st, n, codes, s, z, -1.0, other);
     imx_refit(x, w, mu, other, nd, st, n, &s, &z, codes);
-    for (int i = 0; i < n; i++) {
-        const double d = ((double)codes[i] - z) * s - x[i];
-        for (int j = 0; j < nd; j++) other[j] += mu[(size_t)i * st + j] * d;
-    }
+    imx_add_share(x, mu, nd, st, n, codes, s, z, 1.0, other);
     for (int j = 0; j < nd; j++) T[j] = other[j];
     *s_io = (float)s, *z_io = (uint8_t)z;
 }
@@ -624,8 +621,8 @@ static void *kq_worker(void *arg) {
                 uint8_t *codes = ccodes + (size_t)b * B;
                 if (j->imp && !j->imx_v1)
                     imx_block_n(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
-                                j->nd, (size_t)padded, bias, codes, &cscale[b], &zcodes[b],
-                                scratch, j->refit);
+                                j->nd, (size_t)padded, bias, codes, &cscale[b], &zcodes[b], scratch,
+                                j->refit);
                 else
                     kquant_block(xb, B, codes, &cscale[b], &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
@@ -656,13 +653,14 @@ static void *kq_worker(void *arg) {
     return NULL;
 }
 
-// Passes over each column with covariance directions (imx_block_again; not the mean alone): G4_IMATRIX_PASSES=p, 1..
-// IMX_PASSES_MAX (A/B runs), default IMX_PASSES_DEFAULT; 1 is one pass, the blocks in order, each
-// against the shared terms of the blocks before it only; G4_IMATRIX_REFIT=0 implies 1. Returns 0
-// for any other value. Measured (bench/NOTES.md "--imatrix: each block refit after its search"; mean KLD vs k-quant,
-// two tiny models x two calibration texts, 16,384 tokens): p = 1 -47.8 / -45.1 / -49.5 / -46.9%,
-// p = 2 -49.7 / -47.9 / -51.4 / -47.2%, p = 4 -49.9 / -48.1 / -51.7 / -47.6%; the search's time
-// at K = N = 768 with 31 directions 1.14x / 1.28x / 1.93x the search without the refit.
+// Passes over each column with covariance directions (imx_block_again; not the mean alone):
+// G4_IMATRIX_PASSES=p, 1..IMX_PASSES_MAX (A/B runs), default IMX_PASSES_DEFAULT; 1 is one pass,
+// the blocks in order, each against the shared terms of the blocks before it only;
+// G4_IMATRIX_REFIT=0 implies 1. Measured (bench/NOTES.md "--imatrix: each block refit after its
+// search"; mean KLD vs k-quant, two tiny models x two calibration texts, 16,384 tokens): p = 1
+// -47.8 / -45.1 / -49.5 / -46.9%, p = 2 -49.7 / -47.9 / -51.4 / -47.2%, p = 4 -49.9 / -48.1 /
+// -51.7 / -47.6%; the search's time at K = N = 768 with 31 directions 1.14x / 1.28x / 1.93x the
+// search without the refit.
 #define IMX_PASSES_DEFAULT 4
 #define IMX_PASSES_MAX     8
 
@@ -749,8 +747,8 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
     int refit = 0, passes = 1;
     if (imp) {
         int rc = g4_env_int("G4_IMATRIX_REFIT", IMX_REFIT_DEFAULT, 0, IMX_REFIT_MAX, &refit);
-        if (rc || (rc = g4_env_int("G4_IMATRIX_PASSES", IMX_PASSES_DEFAULT, 1, IMX_PASSES_MAX,
-                                   &passes)))
+        if (rc ||
+            (rc = g4_env_int("G4_IMATRIX_PASSES", IMX_PASSES_DEFAULT, 1, IMX_PASSES_MAX, &passes)))
             return rc;
     }
     const int n_tiles = (N + TILE - 1) / TILE;
