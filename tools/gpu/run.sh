@@ -1991,12 +1991,18 @@ mm_quant() { quant_into "$MMD/proxy" mm "$@"; }
 # mm_want NAME: NAME is among ${MM_QUANTS} (default: all of $MM_VARIANTS)
 mm_want() { case " ${MM_QUANTS:-$MM_VARIANTS} " in *" $1 "*) return 0 ;; esac; return 1; }
 
-stage_mm_make() {
-    local d="$MMD" t0 v
-    rm -rf "$d" && mkdir -p "$d"
+# mm_check_quants: every MM_QUANTS name is one of MM_VARIANTS (else one line naming it, 1)
+mm_check_quants() {
+    local v
     for v in ${MM_QUANTS:-}; do
-        case " $MM_VARIANTS " in *" $v "*) ;; *) echo "mm: MM_QUANTS: no variant $v (of: $MM_VARIANTS)"; touch "$d/FAILED"; return 1 ;; esac
+        case " $MM_VARIANTS " in *" $v "*) ;; *) echo "mm: MM_QUANTS: no variant $v (of: $MM_VARIANTS)"; return 1 ;; esac
     done
+}
+
+stage_mm_make() {
+    local d="$MMD" t0
+    rm -rf "$d" && mkdir -p "$d"
+    mm_check_quants || { touch "$d/FAILED"; return 1; }
     [ -f "$MM_DATA/speech.jsonl.gz" ] && [ -f "$MM_DATA/espeak/espeak-ng-data-en.tar.xz" ] ||
         { echo "mm: $MM_DATA has no plan or no espeak (tools/gpu/fetch_mm_carry.sh on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
     # PIL renders the images (the image's; a Pillow wheel in .whl/opt/ where it has none)
@@ -2058,10 +2064,8 @@ mm_quant_all() {
 # mm_quant: mm_make's quantize part again on its $MMD/proxy/f16 and $MMD/calib.txt (no data,
 # no training; MM_QUANTS as mm_make); READY again once done
 stage_mm_quant() {
-    local d="$MMD" v
-    for v in ${MM_QUANTS:-}; do
-        case " $MM_VARIANTS " in *" $v "*) ;; *) echo "mm: MM_QUANTS: no variant $v (of: $MM_VARIANTS)"; return 1 ;; esac
-    done
+    local d="$MMD"
+    mm_check_quants || return 1
     if [ ! -f "$d/proxy/f16/tokenizer.json" ] || [ ! -f "$d/calib.txt" ]; then
         echo "mm_quant: no $d/proxy/f16 or $d/calib.txt (mm_make first)"
         return 1
