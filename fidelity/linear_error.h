@@ -57,10 +57,10 @@ void g4_linerr_free(g4_linerr *r);
 // Whether test's linears read the reference's inputs: the reference decoder's initializers that
 // test holds under the same name (the linears' W the Q4 writer replaced are absent there), each
 // the same dtype and bytes (n_same) or not (n_diff; first: the first such, by the reference's
-// name). A package
-// made with `quantize --equalize` differs in the norms the 1/s is folded into: its linears take
-// x / s and hold s W, so tr(dW^T H dW) against the reference's W and H measures the scaling,
-// not the quantization (e up to ~8 on the tiny fixture), and g4_linerr_run refuses it.
+// name). A package made with `quantize --equalize` differs in the norms the 1/s is folded into:
+// its linears take x / s and hold s W, so tr(dW^T H dW) against the reference's W and H measures
+// the scaling, not the quantization (e up to ~8 on the tiny fixture), and g4_linerr_run refuses
+// it.
 // Not seen here: an equalization whose only non-zero alpha is down_proj's (its 1/s goes into
 // up_proj's Q4 columns, no norm; G4_EQUALIZE_GROUPS=down): the package records no scales.
 int g4_linerr_same_inputs(const g4_component *ref, const g4_component *test, int *n_same,
