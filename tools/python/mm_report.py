@@ -48,10 +48,14 @@ def fmt(x, f="{:.3f}"):
 def main():
     d, out = sys.argv[1], sys.argv[2]
     ocr_items = {j["id"]: j for j in map(json.loads, open(os.path.join(d, "ocr_test.jsonl")))}
-    variants = ["f16"] + [v for v in ("q4", "q4_keep_auto", "q4_imatrix", "q4_rtn", "q4_gptq",
-                                      "q4_gptq_act", "q4_fit", "q4_best_keep_auto",
-                                      "q4_gptq_imx_16k")
-                          if os.path.isdir(os.path.join(d, f"eval_{v}_ocr"))]
+    # every package with an OCR eval: run.sh's rows in its order, then any other name (sorted)
+    # rather than dropped
+    order = ("q4", "q4_keep_auto", "q4_imatrix", "q4_rtn", "q4_gptq", "q4_gptq_act", "q4_fit",
+             "q4_best_keep_auto", "q4_gptq_imx_16k")
+    found = {e[len("eval_"):-len("_ocr")] for e in os.listdir(d)
+             if e.startswith("eval_") and e.endswith("_ocr")
+             and os.path.isdir(os.path.join(d, e))} - {"f16"}
+    variants = ["f16"] + [v for v in order if v in found] + sorted(found - set(order))
     base = {t: preds(os.path.join(d, f"eval_f16_{t}", "predictions.jsonl")) for t in ("ocr", "asr")}
     rows = []
     for v in variants:

@@ -673,8 +673,7 @@ def main():
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed + 1, p["workers"] // 2, args.pad_to)}
     groups = []  # (weight decay on matrices only) x (a tower's lr multiplier, or 1)
-    sides = {"v": ("model.vision_tower.", "model.embed_vision."),
-             "a": ("model.audio_tower.", "model.embed_audio.")}
+    sides = {"v": SIDES["vision"], "a": SIDES["audio"]}  # (the lr multipliers' v_ / a_)
     for side in ("", "v", "a"):
         named = [x for n, x in model.named_parameters()
                  if (n.startswith(sides[side]) if side else
