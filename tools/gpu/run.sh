@@ -183,7 +183,8 @@
 #            VAR=VALUE[,VAR=VALUE..] set for the server; files serve_..._NAME.*; default one
 #            run with the environment as it is)
 #   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
-#            .carry/corpus (carried; tools/python/prepare_corpus.py makes it), train_proxy.py
+#            .carry/corpus (carried, or .carry/corpus-xz from tools/python/corpus_xz.py pack,
+#            unpacked and checked: corpus_unpack; tools/python/prepare_corpus.py makes it), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
 #            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, gptq_imx,
@@ -1837,10 +1838,19 @@ stage_fidelity_methods() {
     stage_fidelity_run
 }
 
+# corpus_unpack: .carry/corpus from the carried .carry/corpus-xz (tools/python/corpus_xz.py pack)
+# when the plain folder was not carried; corpus_xz.py checks both texts' sha256 and writes the
+# folder whole or not at all.
+corpus_unpack() {
+    if [ -f .carry/corpus/train.txt ] || [ ! -f .carry/corpus-xz/train.txt.xz ]; then return 0; fi
+    python3 tools/python/corpus_xz.py unpack .carry/corpus-xz .carry/corpus
+}
+
 stage_fidelity_make() {
     local d="$FID" corpus=.carry/corpus t0
     rm -rf "$d" && mkdir -p "$d"
     t0=$(date +%s)
+    corpus_unpack || { touch "$d/FAILED"; return 1; }
     if [ ! -f "$corpus/train.txt" ]; then
         python3 tools/python/prepare_corpus.py --out "$corpus" || { touch "$d/FAILED"; return 1; }
     fi
