@@ -394,13 +394,15 @@ def collate(batch, pad=0):
     return out
 
 
-def forever(ds, batch, seed, workers, pad=0):
+def forever(ds, batch, seed, workers, pad=0, pin=False):
+    """ds's batches, reshuffled each pass, without end; pin: in page-locked memory (the copy to
+    the GPU then runs without blocking the host)."""
     g = torch.Generator()
     g.manual_seed(seed)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, generator=g,
                                      drop_last=True, collate_fn=functools.partial(collate, pad=pad),
                                      num_workers=workers,
-                                     persistent_workers=workers > 0,
+                                     persistent_workers=workers > 0, pin_memory=pin,
                                      prefetch_factor=4 if workers else None)
     while True:
         yield from dl
@@ -413,14 +415,20 @@ def lr_at(step, steps, p):
     return p["lr"] * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def clip_trained(opt, max_norm=1.0):
-    """Clips the gradient of the parameters this step updates (groups at lr > 0) to max_norm and
-    returns its norm before clipping (clip_grad_norm_'s; not finite when a gradient is not).
+def trained_params(opt):
+    """The parameters of the groups at lr > 0 (those this step updates)."""
+    return [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
+
+
+def clip_trained(opt, max_norm=1.0, live=None):
+    """Clips the gradient of the parameters this step updates (groups at lr > 0; live: that list
+    when the caller keeps it) to max_norm and returns its norm before clipping as a 0-dim tensor
+    (clip_grad_norm_'s; not finite when a gradient is not; no host sync).
     A frozen side (audio x 0, or inside --a-warmup) keeps its gradient out of the norm: counted,
     it rescaled the trained parameters' step by the size of a gradient nothing applies (bench/
     NOTES.md, "An auxiliary CTC loss on the audio side")."""
-    live = [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
-    return float(torch.nn.utils.clip_grad_norm_(live, max_norm))
+    return torch.nn.utils.clip_grad_norm_(trained_params(opt) if live is None else live,
+                                          max_norm)
 
 
 def parse_inject(spec):
@@ -442,8 +450,9 @@ def parse_inject(spec):
 class StepGuard:
     """Never lets a non-finite update land (issue 35's first GPU run went NaN at step ~425 and
     exported NaN weights): a half-batch whose loss is not finite is not back-propagated and its
-    step is skipped; a step whose gradient norm (clip_trained's) is not finite is skipped too
-    (gradients dropped, no opt.step). Each skip is printed with the step and what was bad and
+    step is skipped (its gradients, back-propagated with the rest since train_step syncs once a
+    step, are dropped: no opt.step); a step whose gradient norm (clip_trained's) is not finite
+    is skipped too. Each skip is printed with the step and what was bad and
     kept in `skipped` (train.json); `limit` skips in a row stop the run with a one-line error
     (exit 1) instead of exporting garbage."""
 
@@ -483,53 +492,106 @@ def bad_grads(model, head=None):
     return sorted(out)
 
 
+def half_loss(model, b, lab, amp):
+    """One half-batch's forward and its cross-entropy on the target tokens (--compile compiles
+    this function: the model's forward and the loss, the part with the per-layer small ops)."""
+    with torch.autocast(lab.device.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(**b).logits
+    return torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+
+
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
-               inject=(), norms=None):
+               inject=(), norms=None, live=None, loss_fn=half_loss):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
-    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad).
-    Returns True when the step was applied."""
+    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
+    live: the parameters the step trains (trained_params'; None: computed here); loss_fn:
+    half_loss or its compiled form. Returns True when the step was applied.
+    One host sync a step: both half-batches are back-propagated whatever their loss, and the
+    losses and the gradient norm (one fused reduction over every trained gradient, clip_trained's:
+    not finite when any gradient is not) come to the host together. A non-finite loss makes
+    every gradient non-finite or leaves it unapplied: the step is skipped as before (gradients
+    dropped, no opt.step), with the same records (the bad loss named first; the norm only when
+    every loss was finite)."""
     opt.zero_grad(set_to_none=True)
-    bad = []
+    tracked = []  # (label, 0-dim loss tensor), in the order the records name them
     for kind in ("image", "audio"):
         b = dict(batches[kind])
         lab = b.pop("labels")
-        dev = lab.device
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            logits = model(**b).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+        with torch.profiler.record_function(f"mm_forward_{kind}"):
+            loss = loss_fn(model, b, lab, amp)
         if (step + 1, kind, "loss") in inject:
             loss = loss * float("inf")
-        losses[kind].append(loss.item())
+        tracked.append((kind, loss.detach()))
         if kind == "audio" and head is not None:
             c = head.loss(lab)
             if c is not None:
-                losses["ctc"].append(c.item())
-                if not math.isfinite(losses["ctc"][-1]):
-                    bad.append(f"{kind} ctc loss {losses['ctc'][-1]}")
+                tracked.insert(len(tracked) - 1, ("ctc", c.detach()))
                 loss = loss + ctc_w * c
-        if not math.isfinite(losses[kind][-1]):
-            bad.append(f"{kind} loss {losses[kind][-1]}")
-        if bad:  # not back-propagated (this step is skipped)
-            continue
-        (loss / 2).backward()
+        with torch.profiler.record_function(f"mm_backward_{kind}"):
+            (loss / 2).backward()
         if (step + 1, kind, "grad") in inject:
             x = next(x for n, x in model.named_parameters()
                      if x.grad is not None and not n.startswith(SIDES["vision"] + SIDES["audio"]))
             x.grad.view(-1)[0] = float("inf")
-    norm = float("nan")
-    if not bad:
-        norm = clip_trained(opt)
-        if not math.isfinite(norm):
-            bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
+    with torch.profiler.record_function("mm_clip"):
+        norm_t = clip_trained(opt, live=live)
+    vals = torch.stack([t.float() for _, t in tracked] + [norm_t.float()]).tolist()  # the sync
+    bad = []
+    for (kind, _), v in zip(tracked, vals):
+        losses[kind].append(v)
+        if not math.isfinite(v):
+            bad.append(f"{'audio ctc' if kind == 'ctc' else kind} loss {v}")
+    norm = float("nan") if bad else vals[-1]
+    if not bad and not math.isfinite(norm):
+        bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
     if norms is not None:
         norms.append(norm)
     if not guard.step_ok(step, bad):
         opt.zero_grad(set_to_none=True)
         return False
-    opt.step()
+    with torch.profiler.record_function("mm_optimizer"):
+        opt.step()
     return True
+
+
+ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(foreach=False)}
+
+
+def make_optimizer(model, p, head=None, dev=None, impl="auto"):
+    """AdamW over six parameter groups (weight decay 0.05 on matrices, 0 on the rest) x (the
+    decoder, the vision side, the audio side; the lr multipliers' "", v_, a_), plus the CTC
+    head's group (it learns from step 0, also while the audio side is frozen). impl (--adamw):
+    fused (torch's fused kernel: one launch per group and dtype), foreach (a launch per op per
+    chunk of tensors: torch's own CUDA default), loop (one op per tensor: torch's CPU default);
+    auto: fused on CUDA, foreach on the CPU (bench/NOTES.md "Fewer launches a step")."""
+    groups = []
+    sides = {"v": SIDES["vision"], "a": SIDES["audio"]}  # (the lr multipliers' v_ / a_)
+    for side in ("", "v", "a"):
+        named = [x for n, x in model.named_parameters()
+                 if (n.startswith(sides[side]) if side else
+                     not n.startswith(sides["v"] + sides["a"]))]
+        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
+            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
+                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0,
+                           "audio": side == "a"})
+    if head is not None:
+        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
+                       "audio": False})
+    if impl == "auto":
+        impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
+    if impl not in ADAMW:
+        raise SystemExit(f"train_mm_proxy: --adamw {impl}: expected auto, "
+                         f"{', '.join(ADAMW)}")
+    return torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8,
+                             **ADAMW[impl])
+
+
+def opt_impl(opt):
+    """The AdamW implementation opt runs: fused, foreach or loop."""
+    d = opt.defaults
+    return "fused" if d.get("fused") else "foreach" if d.get("foreach") else "loop"
 
 
 def check_finite(model):
@@ -598,6 +660,9 @@ def main():
                     help="use_deterministic_algorithms without warn_only: an op with no "
                     "deterministic kernel stops the run instead of warning; SDPA then skips "
                     "cuDNN and runs memory-efficient attention's backward unsplit")
+    ap.add_argument("--adamw", choices=("auto",) + tuple(ADAMW), default="auto",
+                    help="AdamW's implementation: fused (one kernel per group), foreach, loop "
+                    "(per tensor); auto: fused on CUDA, foreach on the CPU")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -667,45 +732,39 @@ def main():
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
     cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
+    pin = dev.type == "cuda"
     streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed, p["workers"] // 2 + p["workers"] % 2,
-                                args.pad_to),
+                                args.pad_to, pin),
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
-                                half, args.seed + 1, p["workers"] // 2, args.pad_to)}
-    groups = []  # (weight decay on matrices only) x (a tower's lr multiplier, or 1)
-    sides = {"v": SIDES["vision"], "a": SIDES["audio"]}  # (the lr multipliers' v_ / a_)
-    for side in ("", "v", "a"):
-        named = [x for n, x in model.named_parameters()
-                 if (n.startswith(sides[side]) if side else
-                     not n.startswith(sides["v"] + sides["a"]))]
-        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
-            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
-                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0,
-                           "audio": side == "a"})
+                                half, args.seed + 1, p["workers"] // 2, args.pad_to, pin)}
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
         head = CtcHead(model, p["vocab"], p.get("ctc_at", "embed")).to(dev)
-        # the head learns from step 0, also while the audio side is frozen (--a-warmup)
-        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
-                       "audio": False})
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
-    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8)
+    opt = make_optimizer(model, p, head, dev, args.adamw)
     amp = dev.type == "cuda"
+    loss_fn = half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
     t1, stopped, norms, wait = time.time(), None, [], 0.0
+    trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
-            for x in g["params"]:  # a frozen side needs no backward pass at all
-                x.requires_grad_(g["lr"] > 0)
+        now = [g["lr"] > 0 for g in opt.param_groups]
+        if now != trained:  # a side starts or stops training (step 0, --a-warmup's end)
+            for g, on in zip(opt.param_groups, now):
+                for x in g["params"]:  # a frozen side needs no backward pass at all
+                    x.requires_grad_(on)
+            trained, live = now, trained_params(opt)
         tw = time.time()  # the loader's share: waiting for both half-batches and the copy
-        batches = {k: {n: v.to(dev) for n, v in next(streams[k]).items()}
+        batches = {k: {n: v.to(dev, non_blocking=pin) for n, v in next(streams[k]).items()}
                    for k in ("image", "audio")}
         wait += time.time() - tw
         if args.profile and step == 20:
@@ -713,7 +772,8 @@ def main():
                 [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []))
             prof.__enter__()
             tp = time.time()
-        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms)
+        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms,
+                   live, loss_fn)
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
@@ -756,6 +816,7 @@ def main():
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
             "skipped_steps": guard.skipped, "pad_to": args.pad_to,
             "no_cudnn_sdpa": args.no_cudnn_sdpa, "strict_determinism": args.strict_determinism,
+            "adamw": opt_impl(opt),
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times}
