@@ -501,6 +501,41 @@ def half_loss(model, b, lab, amp):
         logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
 
 
+def compile_loss(model):
+    """--compile: half_loss (each half-batch's forward and loss) through torch.compile, inductor
+    at its default mode (fused kernels; no CUDA graphs: the towers' masks make data-dependent
+    shapes and the model syncs the host ~14 times a step, which CUDA graphs cannot hold), fixed
+    shapes (dynamic=False: --pad-to is required, so the image half keeps one shape and the
+    audio half a few). Measured on the CPU (bench/NOTES.md "Fewer launches a step"): with
+    dynamo's defaults the towers break each half's graph 9 (image) and 15 (audio) times; with
+    the two capture options below and the HF modules' cached properties computed first (dynamo
+    cannot trace functools.cached_property's lock, the audio convolutions' left_pad) each half
+    is one graph."""
+    import functools
+
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    cfg.capture_dynamic_output_shape_ops = True  # hidden[pooler_mask], audio[mask]: no break
+    cfg.capture_scalar_outputs = True  # the vision pooler's split sizes (.tolist())
+    cfg.recompile_limit = max(cfg.recompile_limit, 32)  # a graph per half and padded shape
+    for m in model.modules():
+        for k in type(m).__mro__:
+            for n, v in vars(k).items():
+                if isinstance(v, functools.cached_property):
+                    getattr(m, n)
+    return torch.compile(half_loss, dynamic=False)
+
+
+def compile_stats():
+    """torch.compile's counters so far: graphs compiled, graph breaks (train.json)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+            "break_reasons": sorted(counters["graph_break"])[:20]}
+
+
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
                inject=(), norms=None, live=None, loss_fn=half_loss):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
@@ -594,6 +629,70 @@ def opt_impl(opt):
     return "fused" if d.get("fused") else "foreach" if d.get("foreach") else "loop"
 
 
+# aten ops that launch nothing on a GPU: views, allocations, scalar reads, dtype no-ops
+QUIET_OPS = frozenset(
+    "view t transpose as_strided empty empty_strided slice select expand reshape unsqueeze "
+    "squeeze permute _unsafe_view alias detach resolve_conj resolve_neg _reshape_alias "
+    "unflatten flatten lift_fresh contiguous chunk split unbind narrow to item "
+    "_local_scalar_dense empty_like view_as expand_as is_nonzero result_type resize_ "
+    "numpy_T _has_compatible_shallow_copy_type".split())
+
+
+def step_ops(events):
+    """Counts a profiled step's launch-like ops, the CPU's stand-in for a GPU step's kernel
+    launches (bench/NOTES.md "Fewer launches a step"): torch.profiler's aten events that compute
+    (QUIET_OPS not), counted at the leaves (a composite op through the ops it runs), a
+    _foreach_* or _fused_* call as one (on a GPU one kernel per chunk of tensors). events:
+    profile().events() (with_stack=True records the model's modules; train_step's ranges
+    stand in without it). Returns {"total", "phase": counts under the model's modules or
+    train_step's mm_forward_ ranges (forward: the loss's too), autograd (backward),
+    Optimizer.step (optimizer) and the rest (other: the clipping, the loss outside a range),
+    "by_op": a Counter, "trainer_items": .item() calls in none of those (the trainer's own
+    host syncs)}."""
+    import collections
+
+    def compute(e):
+        return e.name.startswith("aten::") and e.name[6:] not in QUIET_OPS
+
+    def multi(e):
+        return e.name.startswith(("aten::_foreach_", "aten::_fused_"))
+
+    below = {}  # id(event): it has a computing descendant
+
+    def has_compute_below(e):
+        k = id(e)
+        if k not in below:
+            below[k] = any(compute(c) or has_compute_below(c) for c in e.cpu_children)
+        return below[k]
+
+    def phase(names):
+        if any(n.startswith("Optimizer.") for n in names):
+            return "optimizer"
+        if any(n.startswith("autograd::") or "Backward" in n for n in names):
+            return "backward"
+        if any(n.startswith(("nn.Module:", "mm_forward_")) for n in names):
+            return "forward"
+        return "other"
+
+    by_op, by_phase, items = collections.Counter(), collections.Counter(), 0
+    for e in events:
+        names, par = [], e.cpu_parent
+        while par is not None:
+            names.append(par.name)
+            par = par.cpu_parent
+        if e.name == "aten::item" and not any(n.startswith("aten::") for n in names) and \
+                phase(names) == "other":
+            items += 1
+        if not compute(e) or any(n.startswith(("aten::_foreach_", "aten::_fused_"))
+                                 for n in names):
+            continue
+        if multi(e) or not has_compute_below(e):
+            by_op[e.name] += 1
+            by_phase[phase(names)] += 1
+    return {"total": sum(by_op.values()), "phase": dict(by_phase), "by_op": by_op,
+            "trainer_items": items}
+
+
 def check_finite(model):
     """The weights about to be saved are all finite (else a one-line error, exit 1)."""
     for n, x in model.named_parameters():
@@ -663,6 +762,10 @@ def main():
     ap.add_argument("--adamw", choices=("auto",) + tuple(ADAMW), default="auto",
                     help="AdamW's implementation: fused (one kernel per group), foreach, loop "
                     "(per tensor); auto: fused on CUDA, foreach on the CPU")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile each half-batch's forward and loss (inductor, fused "
+                    "kernels, no CUDA graphs; needs --pad-to; not with --strict-determinism or "
+                    "--ctc-weight): far fewer launches a step after a first step that compiles")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -672,11 +775,20 @@ def main():
         # a 10-minute budget silently spent on the CPU would export an untrained proxy
         raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
+    if args.compile and not args.pad_to:
+        raise SystemExit("train_mm_proxy: --compile needs --pad-to N (N > 0): compiled for "
+                         "fixed shapes, each new length would compile anew")
+    if args.compile and args.strict_determinism:
+        raise SystemExit("train_mm_proxy: --compile with --strict-determinism: inductor's "
+                         "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
+    if args.compile and p.get("ctc_weight"):
+        raise SystemExit("train_mm_proxy: --compile with --ctc-weight: the CTC head's hooks "
+                         "inside a compiled forward are untried; drop one")
     if args.threads:
         torch.set_num_threads(args.threads)
     fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
@@ -747,12 +859,12 @@ def main():
                   "the CTC loss trains its own head only", flush=True)
     opt = make_optimizer(model, p, head, dev, args.adamw)
     amp = dev.type == "cuda"
-    loss_fn = half_loss
+    loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
-    t1, stopped, norms, wait = time.time(), None, [], 0.0
+    t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
         for g in opt.param_groups:
@@ -772,8 +884,10 @@ def main():
                 [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []))
             prof.__enter__()
             tp = time.time()
+        ts = time.time()
         train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms,
                    live, loss_fn)
+        step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
@@ -785,6 +899,11 @@ def main():
                     if key == "self_device_time_total" and dev.type != "cuda":
                         continue
                     f.write(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+                ops = step_ops(prof.events())
+                prof_ops = {"per_step": ops["total"] / args.profile,
+                            "phase": {k: v / args.profile for k, v in ops["phase"].items()},
+                            "trainer_items": ops["trainer_items"] / args.profile}
+                f.write(f"launch-like ops a step (step_ops): {prof_ops}\n")
             print(f"train_mm_proxy: profiled steps 21-{step + 1} ({tp:.2f} s) -> "
                   f"{os.path.join(args.out, 'profile.txt')}", flush=True)
         el = time.time() - t1
@@ -816,10 +935,15 @@ def main():
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
             "skipped_steps": guard.skipped, "pad_to": args.pad_to,
             "no_cudnn_sdpa": args.no_cudnn_sdpa, "strict_determinism": args.strict_determinism,
-            "adamw": opt_impl(opt),
+            "adamw": opt_impl(opt), "compile": args.compile, "profiled_ops": prof_ops,
+            "compile_stats": compile_stats() if args.compile else None,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
-            "seconds": times}
+            "seconds": times,
+            "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]],
+                             "median": float(np.median(step_s)), "max": max(step_s),
+                             "over_2x_median": int(sum(x > 2 * np.median(step_s)
+                                                       for x in step_s))}}
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
                        "clips_too_short": head.skipped}
