@@ -25,6 +25,9 @@ synthetic clips, --pad-to 64):
      way exceeds both bounds and has its 3 .item() (2 losses, the norm).
   4. --compile refuses what it cannot honour, each with a one-line error and exit 1 before any
      data is read: no --pad-to, --strict-determinism, --ctc-weight.
+  5. --pad-frames: collate(pad 64, pad_frames 512) rounds the clips' frames to 512 and the
+     sequence to 64, and the audio half's loss (half_loss, fp32) equals pad 64's within 1e-6
+     (relative; padding is inert, tests/mm_pad_check.py).
 The bounds were measured with torch 2.15 and transformers 5.17 (bench/NOTES.md "Fewer launches a
 step"): another version may move them; the failure prints the count by phase.
 Prints one line per check; exit 1 on the first failure."""
@@ -193,6 +196,23 @@ def main():
         if r.returncode != 1 or len(lines) != 1 or want not in lines[0]:
             fail(f"{' '.join(extra)}: exit {r.returncode}, stderr {r.stderr!r}")
         print(f"mm_fast_check: {' '.join(extra)}: refused: {lines[0]}")
+    # 5. --pad-frames
+    a64, a512 = tmp.collate(its["audio"], 64), tmp.collate(its["audio"], 64, pad_frames=512)
+    f64, f512 = a64["input_features"].shape[1], a512["input_features"].shape[1]
+    t64, t512 = a64["input_ids"].shape[1], a512["input_ids"].shape[1]
+    if f512 % 512 or f512 <= f64 or t512 != t64 or t512 % 64:
+        fail(f"pad_frames 512: frames {f64} -> {f512}, sequence {t64} -> {t512}")
+    model, _ = setup(tok, p, "auto", False)
+    with torch.no_grad():
+        ls = []
+        for bb in (a64, a512):
+            bb = dict(bb)
+            lab = bb.pop("labels")
+            ls.append(float(tmp.half_loss(model, bb, lab, False)))
+    print(f"mm_fast_check: pad_frames 512: frames {f64} -> {f512}, sequence {t512}; audio loss "
+          f"{ls[0]:.7f} vs {ls[1]:.7f}")
+    if not abs(ls[0] - ls[1]) <= 1e-6 * abs(ls[0]):
+        fail("the frames' padding changed the audio loss")
     print("mm_fast_check: ok")
 
 

@@ -11,6 +11,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
+                                               [--pad-frames N] [--compile]
+                                               [--adamw auto|fused|foreach|loop]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -61,9 +63,21 @@ functions that wrote the held-out files).
    NOTES.md "The multimodal proxy's step is CPU-bound"): --pad-to N rounds each half-batch's
    lengths up to a multiple of N (inert padding, tests/mm_pad_check.py) so cuDNN's attention
    plans and the allocator see few shapes; --no-cudnn-sdpa keeps attention off cuDNN.
+   Launches (bench/NOTES.md "Fewer launches a step"; tests/mm_fast_check.py): train_step syncs
+   the host once a step (both losses and the clipped gradient norm read together: the guard's
+   check is that one norm, not finite when any trained gradient is not); AdamW runs fused on
+   CUDA, foreach on the CPU (--adamw; foreach gives the per-tensor loop's bits, fused rounds
+   otherwise: one ulp of a weight after a step); requires_grad is set only when a side starts
+   or stops training; the GPU's batches come from pinned memory. Those are ~1% of a step's
+   ~14,000 launch-like ops (step_ops, the proxy's shapes): the rest are the model's per-layer
+   small ops, which --compile fuses (torch.compile of each half-batch's forward and loss,
+   inductor, fixed shapes: needs --pad-to; refused with --strict-determinism and
+   --ctc-weight; each new padded shape compiles first, minutes on a CPU).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
-   steps, losses, seconds), exports OUT/f16 with tools/python/export_package.py, copies the
-   tokenizer, and sets image_processor.json's max_soft_tokens to 70.
+   steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
+   graph breaks; profiled_ops: --profile's step_ops count a step), exports OUT/f16 with
+   tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
+   max_soft_tokens to 70.
 """
 import argparse
 import functools
@@ -363,13 +377,15 @@ def bucket(n, pad):
     return -(-n // pad) * pad if pad > 0 else n
 
 
-def collate(batch, pad=0):
+def collate(batch, pad=0, pad_frames=None):
     """The half-batch's tensors, right-padded to its longest sequence (and an audio half-batch
     to its longest clip); pad > 0 (--pad-to) rounds both lengths up to a multiple of pad, so
     the GPU's planners, allocator and autotuners see a few shapes instead of a new one each
     step. Padding is inert: input id 0 at attention mask 0 (a causal row never attends to a
     later position), label -100 (no loss), audio frames 0 at feature mask False (the tower's
-    output there is dropped before it reaches the decoder); tests/mm_pad_check.py checks it."""
+    output there is dropped before it reaches the decoder); tests/mm_pad_check.py checks it.
+    pad_frames (--pad-frames) rounds the audio frames to its own multiple instead (None: pad's):
+    a coarser one leaves --compile one audio shape where the clips' lengths vary."""
     seqs = [b["ids"] + b["tgt"] for b in batch]
     T = bucket(max(len(s) for s in seqs), pad)
     ids = torch.zeros(len(batch), T, dtype=torch.long)
@@ -384,7 +400,8 @@ def collate(batch, pad=0):
         out["pixel_values"] = torch.from_numpy(np.stack([b["pv"] for b in batch]))
         out["image_position_ids"] = torch.from_numpy(np.stack([b["pp"] for b in batch]))
     else:
-        F = bucket(max(len(b["feats"]) for b in batch), pad)
+        F = bucket(max(len(b["feats"]) for b in batch),
+                   pad if pad_frames is None else pad_frames)
         feats = np.zeros((len(batch), F, batch[0]["feats"].shape[1]), np.float32)
         mask = np.zeros((len(batch), F), bool)
         for r, b in enumerate(batch):
@@ -394,13 +411,15 @@ def collate(batch, pad=0):
     return out
 
 
-def forever(ds, batch, seed, workers, pad=0, pin=False):
+def forever(ds, batch, seed, workers, pad=0, pin=False, pad_frames=None):
     """ds's batches, reshuffled each pass, without end; pin: in page-locked memory (the copy to
     the GPU then runs without blocking the host)."""
     g = torch.Generator()
     g.manual_seed(seed)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, generator=g,
-                                     drop_last=True, collate_fn=functools.partial(collate, pad=pad),
+                                     drop_last=True,
+                                     collate_fn=functools.partial(collate, pad=pad,
+                                                                  pad_frames=pad_frames),
                                      num_workers=workers,
                                      persistent_workers=workers > 0, pin_memory=pin,
                                      prefetch_factor=4 if workers else None)
@@ -752,6 +771,10 @@ def main():
                     help="round each half-batch's sequence length and audio frames up to a "
                     "multiple of N (inert padding: the loss is the same): few shapes for the "
                     "GPU's planners (0: the longest item's, as before)")
+    ap.add_argument("--pad-frames", type=int, metavar="N",
+                    help="round an audio half-batch's frames up to a multiple of N instead of "
+                    "--pad-to's (e.g. 512: one frame count for the proxy's clips, one shape "
+                    "for --compile; the frozen tower's share of the step grows)")
     ap.add_argument("--no-cudnn-sdpa", action="store_true",
                     help="keep scaled_dot_product_attention off cuDNN (which builds a plan per "
                     "new shape) so memory-efficient attention runs")
@@ -827,6 +850,8 @@ def main():
         torch.backends.cuda.enable_cudnn_sdp(False)
     if args.pad_to < 0:
         raise SystemExit(f"train_mm_proxy: --pad-to {args.pad_to}: expected 0 or more")
+    if args.pad_frames is not None and args.pad_frames < 1:
+        raise SystemExit(f"train_mm_proxy: --pad-frames {args.pad_frames}: expected 1 or more")
     # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
     # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
     # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
@@ -849,7 +874,8 @@ def main():
                                 half, args.seed, p["workers"] // 2 + p["workers"] % 2,
                                 args.pad_to, pin),
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
-                                half, args.seed + 1, p["workers"] // 2, args.pad_to, pin)}
+                                half, args.seed + 1, p["workers"] // 2, args.pad_to, pin,
+                                args.pad_frames)}
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
@@ -934,6 +960,7 @@ def main():
             "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
             "skipped_steps": guard.skipped, "pad_to": args.pad_to,
+            "pad_frames": args.pad_frames,
             "no_cudnn_sdpa": args.no_cudnn_sdpa, "strict_determinism": args.strict_determinism,
             "adamw": opt_impl(opt), "compile": args.compile, "profiled_ops": prof_ops,
             "compile_stats": compile_stats() if args.compile else None,
