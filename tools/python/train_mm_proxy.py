@@ -71,8 +71,10 @@ functions that wrote the held-out files).
    or stops training; the GPU's batches come from pinned memory. Those are ~1% of a step's
    ~14,000 launch-like ops (step_ops, the proxy's shapes): the rest are the model's per-layer
    small ops, which --compile fuses (torch.compile of each half-batch's forward and loss,
-   inductor, fixed shapes: needs --pad-to; refused with --strict-determinism and
-   --ctc-weight; each new padded shape compiles first, minutes on a CPU).
+   inductor, fixed shapes: needs --pad-to, and --pad-frames 512 leaves the proxy's audio half
+   one shape; refused with --strict-determinism and --ctc-weight; each new padded shape
+   compiles first, ~2 minutes a shape on one CPU thread; a compiler error is printed, kept in
+   train.json's compile_failed, and the run goes on eagerly from that step).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step), exports OUT/f16 with
@@ -891,6 +893,7 @@ def main():
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
+    compile_failed = None
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
         for g in opt.param_groups:
@@ -911,8 +914,21 @@ def main():
             prof.__enter__()
             tp = time.time()
         ts = time.time()
-        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms,
-                   live, loss_fn)
+        try:
+            train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
+                       norms, live, loss_fn)
+        except Exception as e:  # (not the guard's SystemExit)
+            if loss_fn is half_loss:
+                raise
+            # a GPU call's budget is not spent on a compiler's failure: said, kept in
+            # train.json, and the step done again eagerly (train_step starts from no gradient
+            # and appends its losses only once it has them all)
+            compile_failed = f"step {step + 1}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            print(f"train_mm_proxy: --compile failed ({compile_failed}); the run goes on "
+                  "eagerly", flush=True)
+            loss_fn = half_loss
+            train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
+                       norms, live, loss_fn)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
@@ -964,6 +980,7 @@ def main():
             "no_cudnn_sdpa": args.no_cudnn_sdpa, "strict_determinism": args.strict_determinism,
             "adamw": opt_impl(opt), "compile": args.compile, "profiled_ops": prof_ops,
             "compile_stats": compile_stats() if args.compile else None,
+            "compile_failed": compile_failed,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times,
