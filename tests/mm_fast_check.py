@@ -28,6 +28,11 @@ synthetic clips, --pad-to 64):
   5. --pad-frames: collate(pad 64, pad_frames 512) rounds the clips' frames to 512 and the
      sequence to 64, and the audio half's loss (half_loss, fp32) equals pad 64's within 1e-6
      (relative; padding is inert, tests/mm_pad_check.py).
+With --compile (by hand, not under ctest: the first call compiles for ~2-10 minutes on a
+shared CPU) it checks instead that --compile's half_loss (train_mm_proxy.compile_loss) gives
+each half's loss within COMPILE_LOSS_TOL (relative) and every gradient within COMPILE_GRAD_TOL
+(norm-relative) of the eager ones on the tiny model at step 1, every gradient finite, in one
+graph a half (no graph break).
 The bounds were measured with torch 2.15 and transformers 5.17 (bench/NOTES.md "Fewer launches a
 step"): another version may move them; the failure prints the count by phase.
 Prints one line per check; exit 1 on the first failure."""
@@ -49,6 +54,8 @@ STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
 FUSED_LOSS_TOL = 2e-6  # step 2's losses (after one update); measured 4.8e-7
 OPS_MAX = 7940  # measured 7,917 (fused, autocast): the reference step's 7,962 must exceed it
+COMPILE_LOSS_TOL = 1e-6  # measured 0 (image), 7.8e-8 (audio)
+COMPILE_GRAD_TOL = 1e-3  # measured 2.1e-4 (image, a layer norm's weight: a sum over positions)
 OPTIMIZER_MAX = 12  # 6 groups x (the step counts' add, the fused update)
 
 
@@ -121,6 +128,40 @@ def run(tok, p, b, impl, steps, amp=False, profile_step=None, ref=False):
     return losses, norms, [x.detach().clone() for x in model.parameters()], events
 
 
+def check_compile(tok, p, b):
+    from torch._dynamo.utils import counters
+
+    model, _ = setup(tok, p, "auto", False)
+    out = {}
+    for name, fn in (("eager", tmp.half_loss), ("compiled", tmp.compile_loss(model))):
+        for kind in ("image", "audio"):
+            model.zero_grad(set_to_none=True)
+            bb = dict(b[kind])
+            lab = bb.pop("labels")
+            loss = fn(model, bb, lab, False)
+            loss.backward()
+            out[name, kind] = (float(loss.detach()),
+                               {n: x.grad.clone() for n, x in model.named_parameters()
+                                if x.grad is not None})
+    for kind in ("image", "audio"):
+        (le, ge), (lc, gc) = out["eager", kind], out["compiled", kind]
+        dl = abs(le - lc) / abs(le)
+        worst = max(float((ge[n] - gc[n]).norm() / ge[n].norm()) for n in ge)
+        bad = sum(int((~torch.isfinite(g)).sum()) for g in gc.values())
+        print(f"mm_fast_check: compiled {kind}: loss {lc:.9f} vs {le:.9f} ({dl:.2g}), {len(gc)}/"
+              f"{len(ge)} gradients, worst {worst:.2g} (tols {COMPILE_LOSS_TOL}, "
+              f"{COMPILE_GRAD_TOL}), non-finite {bad}")
+        if set(gc) != set(ge) or bad or not (dl <= COMPILE_LOSS_TOL and
+                                             worst <= COMPILE_GRAD_TOL):
+            fail(f"the compiled {kind} half is not the eager one within the tolerances")
+    n_breaks = sum(counters["graph_break"].values())
+    n_graphs = counters["stats"]["unique_graphs"]
+    print(f"mm_fast_check: compiled: {n_graphs} graphs, {n_breaks} graph breaks")
+    if n_breaks or n_graphs != 2:
+        fail("expected one graph a half and no break")
+    print("mm_fast_check: ok")
+
+
 def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as d:
@@ -131,6 +172,8 @@ def main():
     its = mm_items(tmp, tok, 0, ("blue sky", "42"), (("the cat sat", 16000),
                                                      ("open the door", 16000)))
     b = {k: tmp.collate(v, 64) for k, v in its.items()}
+    if sys.argv[1:] == ["--compile"]:
+        return check_compile(tok, p, b)
 
     # 1. the cuts are exact with AdamW foreach
     ref_l, ref_n, ref_w, _ = run(tok, p, b, "loop", STEPS, ref=True)
