@@ -532,8 +532,6 @@ def compile_loss(model):
     the two capture options below and the HF modules' cached properties computed first (dynamo
     cannot trace functools.cached_property's lock, the audio convolutions' left_pad) each half
     is one graph."""
-    import functools
-
     import torch._dynamo
 
     cfg = torch._dynamo.config
