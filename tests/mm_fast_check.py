@@ -15,7 +15,8 @@ synthetic clips, --pad-to 64):
      must differ (a fused path that silently ran the loop would pass 1 and fail here). Not
      compared after more steps: at this lr the tiny run amplifies any rounding ~5-10x a step
      (measured max |dw| 2.8e-5 after 2 steps, 1.1e-4 after 3, 8e-3 after 6, losses 2e-2 apart
-     at step 6), as it did the padding's (bench/NOTES.md "--pad-to"); the 6 fused losses must
+     at step 6), as it did the padding's (bench/NOTES.md "The multimodal proxy's step is
+     CPU-bound"); the 6 fused losses must
      be finite;
   3. the op count of one step (after 2 warm ones) as the GPU runs it (bf16 autocast on, AdamW
      fused): train_mm_proxy.step_ops' launch-like ops at most OPS_MAX in all and OPTIMIZER_MAX
@@ -53,7 +54,7 @@ from mm_items import mm_items  # noqa: E402
 STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
 FUSED_LOSS_TOL = 2e-6  # step 2's losses (after one update); measured 4.8e-7
-OPS_MAX = 7940  # measured 7,917 (fused, autocast): the reference step's 7,962 must exceed it
+OPS_MAX = 7940  # measured 7,918 (fused, autocast); the reference step: 7,962
 COMPILE_LOSS_TOL = 1e-6  # measured 0 (image), 7.8e-8 (audio)
 COMPILE_GRAD_TOL = 1e-3  # measured 2.1e-4 (image, a layer norm's weight: a sum over positions)
 OPTIMIZER_MAX = 12  # 6 groups x (the step counts' add, the fused update)
