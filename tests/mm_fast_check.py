@@ -16,8 +16,7 @@ synthetic clips, --pad-to 64):
      compared after more steps: at this lr the tiny run amplifies any rounding ~5-10x a step
      (measured max |dw| 2.8e-5 after 2 steps, 1.1e-4 after 3, 8e-3 after 6, losses 2e-2 apart
      at step 6), as it did the padding's (bench/NOTES.md "The multimodal proxy's step is
-     CPU-bound"); the 6 fused losses must
-     be finite;
+     CPU-bound"); the 6 fused losses must be finite;
   3. the op count of one step (after 2 warm ones) as the GPU runs it (bf16 autocast on, AdamW
      fused): train_mm_proxy.step_ops' launch-like ops at most OPS_MAX in all and OPTIMIZER_MAX
      in the optimizer, and no .item() of the trainer's own (outside the model, autograd and
