@@ -11,6 +11,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
+                                               [--pad-frames N] [--compile]
+                                               [--adamw auto|fused|foreach|loop]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -61,9 +63,23 @@ functions that wrote the held-out files).
    NOTES.md "The multimodal proxy's step is CPU-bound"): --pad-to N rounds each half-batch's
    lengths up to a multiple of N (inert padding, tests/mm_pad_check.py) so cuDNN's attention
    plans and the allocator see few shapes; --no-cudnn-sdpa keeps attention off cuDNN.
+   Launches (bench/NOTES.md "Fewer launches a step"; tests/mm_fast_check.py): train_step syncs
+   the host once a step (both losses and the clipped gradient norm read together: the guard's
+   check is that one norm, not finite when any trained gradient is not); AdamW runs fused on
+   CUDA, foreach on the CPU (--adamw; foreach gives the per-tensor loop's bits, fused rounds
+   otherwise: one ulp of a weight after a step); requires_grad is set only when a side starts
+   or stops training; the GPU's batches come from pinned memory. Those are ~1% of a step's
+   ~14,000 launch-like ops (step_ops, the proxy's shapes): the rest are the model's per-layer
+   small ops, which --compile fuses (torch.compile of each half-batch's forward and loss,
+   inductor, fixed shapes: needs --pad-to, and --pad-frames 512 leaves the proxy's audio half
+   one shape; refused with --strict-determinism and --ctc-weight; each new padded shape
+   compiles first, ~2 minutes a shape on one CPU thread; a compiler error is printed, kept in
+   train.json's compile_failed, and the run goes on eagerly from that step).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
-   steps, losses, seconds), exports OUT/f16 with tools/python/export_package.py, copies the
-   tokenizer, and sets image_processor.json's max_soft_tokens to 70.
+   steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
+   graph breaks; profiled_ops: --profile's step_ops count a step), exports OUT/f16 with
+   tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
+   max_soft_tokens to 70.
 """
 import argparse
 import functools
@@ -363,13 +379,15 @@ def bucket(n, pad):
     return -(-n // pad) * pad if pad > 0 else n
 
 
-def collate(batch, pad=0):
+def collate(batch, pad=0, pad_frames=None):
     """The half-batch's tensors, right-padded to its longest sequence (and an audio half-batch
     to its longest clip); pad > 0 (--pad-to) rounds both lengths up to a multiple of pad, so
     the GPU's planners, allocator and autotuners see a few shapes instead of a new one each
     step. Padding is inert: input id 0 at attention mask 0 (a causal row never attends to a
     later position), label -100 (no loss), audio frames 0 at feature mask False (the tower's
-    output there is dropped before it reaches the decoder); tests/mm_pad_check.py checks it."""
+    output there is dropped before it reaches the decoder); tests/mm_pad_check.py checks it.
+    pad_frames (--pad-frames) rounds the audio frames to its own multiple instead (None: pad's):
+    a coarser one leaves --compile one audio shape where the clips' lengths vary."""
     seqs = [b["ids"] + b["tgt"] for b in batch]
     T = bucket(max(len(s) for s in seqs), pad)
     ids = torch.zeros(len(batch), T, dtype=torch.long)
@@ -384,7 +402,8 @@ def collate(batch, pad=0):
         out["pixel_values"] = torch.from_numpy(np.stack([b["pv"] for b in batch]))
         out["image_position_ids"] = torch.from_numpy(np.stack([b["pp"] for b in batch]))
     else:
-        F = bucket(max(len(b["feats"]) for b in batch), pad)
+        F = bucket(max(len(b["feats"]) for b in batch),
+                   pad if pad_frames is None else pad_frames)
         feats = np.zeros((len(batch), F, batch[0]["feats"].shape[1]), np.float32)
         mask = np.zeros((len(batch), F), bool)
         for r, b in enumerate(batch):
@@ -394,13 +413,17 @@ def collate(batch, pad=0):
     return out
 
 
-def forever(ds, batch, seed, workers, pad=0):
+def forever(ds, batch, seed, workers, pad=0, pin=False, pad_frames=None):
+    """ds's batches, reshuffled each pass, without end; pin: in page-locked memory (the copy to
+    the GPU then runs without blocking the host)."""
     g = torch.Generator()
     g.manual_seed(seed)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, generator=g,
-                                     drop_last=True, collate_fn=functools.partial(collate, pad=pad),
+                                     drop_last=True,
+                                     collate_fn=functools.partial(collate, pad=pad,
+                                                                  pad_frames=pad_frames),
                                      num_workers=workers,
-                                     persistent_workers=workers > 0,
+                                     persistent_workers=workers > 0, pin_memory=pin,
                                      prefetch_factor=4 if workers else None)
     while True:
         yield from dl
@@ -413,14 +436,20 @@ def lr_at(step, steps, p):
     return p["lr"] * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def clip_trained(opt, max_norm=1.0):
-    """Clips the gradient of the parameters this step updates (groups at lr > 0) to max_norm and
-    returns its norm before clipping (clip_grad_norm_'s; not finite when a gradient is not).
+def trained_params(opt):
+    """The parameters of the groups at lr > 0 (those this step updates)."""
+    return [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
+
+
+def clip_trained(opt, max_norm=1.0, live=None):
+    """Clips the gradient of the parameters this step updates (groups at lr > 0; live: that list
+    when the caller keeps it) to max_norm and returns its norm before clipping as a 0-dim tensor
+    (clip_grad_norm_'s; not finite when a gradient is not; no host sync).
     A frozen side (audio x 0, or inside --a-warmup) keeps its gradient out of the norm: counted,
     it rescaled the trained parameters' step by the size of a gradient nothing applies (bench/
     NOTES.md, "An auxiliary CTC loss on the audio side")."""
-    live = [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
-    return float(torch.nn.utils.clip_grad_norm_(live, max_norm))
+    return torch.nn.utils.clip_grad_norm_(trained_params(opt) if live is None else live,
+                                          max_norm)
 
 
 def parse_inject(spec):
@@ -442,8 +471,9 @@ def parse_inject(spec):
 class StepGuard:
     """Never lets a non-finite update land (issue 35's first GPU run went NaN at step ~425 and
     exported NaN weights): a half-batch whose loss is not finite is not back-propagated and its
-    step is skipped; a step whose gradient norm (clip_trained's) is not finite is skipped too
-    (gradients dropped, no opt.step). Each skip is printed with the step and what was bad and
+    step is skipped (its gradients, back-propagated with the rest since train_step syncs once a
+    step, are dropped: no opt.step); a step whose gradient norm (clip_trained's) is not finite
+    is skipped too. Each skip is printed with the step and what was bad and
     kept in `skipped` (train.json); `limit` skips in a row stop the run with a one-line error
     (exit 1) instead of exporting garbage."""
 
@@ -483,53 +513,203 @@ def bad_grads(model, head=None):
     return sorted(out)
 
 
+def half_loss(model, b, lab, amp):
+    """One half-batch's forward and its cross-entropy on the target tokens (--compile compiles
+    this function: the model's forward and the loss, the part with the per-layer small ops)."""
+    with torch.autocast(lab.device.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(**b).logits
+    return torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+
+
+def compile_loss(model):
+    """--compile: half_loss (each half-batch's forward and loss) through torch.compile, inductor
+    at its default mode (fused kernels; no CUDA graphs: the towers' masks make data-dependent
+    shapes and the model syncs the host ~14 times a step, which CUDA graphs cannot hold), fixed
+    shapes (dynamic=False: --pad-to is required, so the image half keeps one shape and the
+    audio half a few). Measured on the CPU (bench/NOTES.md "Fewer launches a step"): with
+    dynamo's defaults the towers break each half's graph 9 (image) and 15 (audio) times; with
+    the two capture options below and the HF modules' cached properties computed first (dynamo
+    cannot trace functools.cached_property's lock, the audio convolutions' left_pad) each half
+    is one graph."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    cfg.capture_dynamic_output_shape_ops = True  # hidden[pooler_mask], audio[mask]: no break
+    cfg.capture_scalar_outputs = True  # the vision pooler's split sizes (.tolist())
+    cfg.recompile_limit = max(cfg.recompile_limit, 32)  # a graph per half and padded shape
+    for m in model.modules():
+        for k in type(m).__mro__:
+            for n, v in vars(k).items():
+                if isinstance(v, functools.cached_property):
+                    getattr(m, n)
+    return torch.compile(half_loss, dynamic=False)
+
+
+def compile_stats():
+    """torch.compile's counters so far: graphs compiled, graph breaks (train.json)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+            "break_reasons": sorted(counters["graph_break"])[:20]}
+
+
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
-               inject=(), norms=None):
+               inject=(), norms=None, live=None, loss_fn=half_loss):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
-    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad).
-    Returns True when the step was applied."""
+    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
+    live: the parameters the step trains (trained_params'; None: computed here); loss_fn:
+    half_loss or its compiled form. Returns True when the step was applied.
+    One host sync a step: both half-batches are back-propagated whatever their loss, and the
+    losses and the gradient norm (one fused reduction over every trained gradient, clip_trained's:
+    not finite when any gradient is not) come to the host together. A non-finite loss makes
+    every gradient non-finite or leaves it unapplied: the step is skipped as before (gradients
+    dropped, no opt.step), with the same records (the bad loss named first; the norm only when
+    every loss was finite)."""
     opt.zero_grad(set_to_none=True)
-    bad = []
+    tracked = []  # (label, 0-dim loss tensor), in the order the records name them
     for kind in ("image", "audio"):
         b = dict(batches[kind])
         lab = b.pop("labels")
-        dev = lab.device
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            logits = model(**b).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+        with torch.profiler.record_function(f"mm_forward_{kind}"):
+            loss = loss_fn(model, b, lab, amp)
         if (step + 1, kind, "loss") in inject:
             loss = loss * float("inf")
-        losses[kind].append(loss.item())
+        tracked.append((kind, loss.detach()))
         if kind == "audio" and head is not None:
             c = head.loss(lab)
             if c is not None:
-                losses["ctc"].append(c.item())
-                if not math.isfinite(losses["ctc"][-1]):
-                    bad.append(f"{kind} ctc loss {losses['ctc'][-1]}")
+                tracked.insert(len(tracked) - 1, ("ctc", c.detach()))
                 loss = loss + ctc_w * c
-        if not math.isfinite(losses[kind][-1]):
-            bad.append(f"{kind} loss {losses[kind][-1]}")
-        if bad:  # not back-propagated (this step is skipped)
-            continue
-        (loss / 2).backward()
+        with torch.profiler.record_function(f"mm_backward_{kind}"):
+            (loss / 2).backward()
         if (step + 1, kind, "grad") in inject:
             x = next(x for n, x in model.named_parameters()
                      if x.grad is not None and not n.startswith(SIDES["vision"] + SIDES["audio"]))
             x.grad.view(-1)[0] = float("inf")
-    norm = float("nan")
-    if not bad:
-        norm = clip_trained(opt)
-        if not math.isfinite(norm):
-            bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
+    with torch.profiler.record_function("mm_clip"):
+        norm_t = clip_trained(opt, live=live)
+    vals = torch.stack([t.float() for _, t in tracked] + [norm_t.float()]).tolist()  # the sync
+    bad = []
+    for (kind, _), v in zip(tracked, vals):
+        losses[kind].append(v)
+        if not math.isfinite(v):
+            bad.append(f"{'audio ctc' if kind == 'ctc' else kind} loss {v}")
+    norm = float("nan") if bad else vals[-1]
+    if not bad and not math.isfinite(norm):
+        bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
     if norms is not None:
         norms.append(norm)
     if not guard.step_ok(step, bad):
         opt.zero_grad(set_to_none=True)
         return False
-    opt.step()
+    with torch.profiler.record_function("mm_optimizer"):
+        opt.step()
     return True
+
+
+ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(foreach=False)}
+
+
+def make_optimizer(model, p, head=None, dev=None, impl="auto"):
+    """AdamW over six parameter groups (weight decay 0.05 on matrices, 0 on the rest) x (the
+    decoder, the vision side, the audio side; the lr multipliers' "", v_, a_), plus the CTC
+    head's group (it learns from step 0, also while the audio side is frozen). impl (--adamw):
+    fused (torch's fused kernel: one launch per group and dtype), foreach (a launch per op per
+    chunk of tensors: torch's own CUDA default), loop (one op per tensor: torch's CPU default);
+    auto: fused on CUDA, foreach on the CPU (bench/NOTES.md "Fewer launches a step")."""
+    groups = []
+    sides = {"v": SIDES["vision"], "a": SIDES["audio"]}  # (the lr multipliers' v_ / a_)
+    for side in ("", "v", "a"):
+        named = [x for n, x in model.named_parameters()
+                 if (n.startswith(sides[side]) if side else
+                     not n.startswith(sides["v"] + sides["a"]))]
+        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
+            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
+                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0,
+                           "audio": side == "a"})
+    if head is not None:
+        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
+                       "audio": False})
+    if impl == "auto":
+        impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
+    if impl not in ADAMW:
+        raise SystemExit(f"train_mm_proxy: --adamw {impl}: expected auto, "
+                         f"{', '.join(ADAMW)}")
+    return torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8,
+                             **ADAMW[impl])
+
+
+def opt_impl(opt):
+    """The AdamW implementation opt runs: fused, foreach or loop."""
+    d = opt.defaults
+    return "fused" if d.get("fused") else "foreach" if d.get("foreach") else "loop"
+
+
+# aten ops that launch nothing on a GPU: views, allocations, scalar reads, dtype no-ops
+QUIET_OPS = frozenset(
+    "view t transpose as_strided empty empty_strided slice select expand reshape unsqueeze "
+    "squeeze permute _unsafe_view alias detach resolve_conj resolve_neg _reshape_alias "
+    "unflatten flatten lift_fresh contiguous chunk split unbind narrow to item "
+    "_local_scalar_dense empty_like view_as expand_as is_nonzero result_type resize_ "
+    "numpy_T _has_compatible_shallow_copy_type".split())
+
+
+def step_ops(events):
+    """Counts a profiled step's launch-like ops, the CPU's stand-in for a GPU step's kernel
+    launches (bench/NOTES.md "Fewer launches a step"): torch.profiler's aten events that compute
+    (QUIET_OPS not), counted at the leaves (a composite op through the ops it runs), a
+    _foreach_* or _fused_* call as one (on a GPU one kernel per chunk of tensors). events:
+    profile().events() (with_stack=True records the model's modules; train_step's ranges
+    stand in without it). Returns {"total", "phase": counts under the model's modules or
+    train_step's mm_forward_ ranges (forward: the loss's too), autograd (backward),
+    Optimizer.step (optimizer) and the rest (other: the clipping, the loss outside a range),
+    "by_op": a Counter, "trainer_items": .item() calls in none of those (the trainer's own
+    host syncs)}."""
+    import collections
+
+    def compute(e):
+        return e.name.startswith("aten::") and e.name[6:] not in QUIET_OPS
+
+    def multi(e):
+        return e.name.startswith(("aten::_foreach_", "aten::_fused_"))
+
+    below = {}  # id(event): it has a computing descendant
+
+    def has_compute_below(e):
+        k = id(e)
+        if k not in below:
+            below[k] = any(compute(c) or has_compute_below(c) for c in e.cpu_children)
+        return below[k]
+
+    def phase(names):
+        if any(n.startswith("Optimizer.") for n in names):
+            return "optimizer"
+        if any(n.startswith("autograd::") or "Backward" in n for n in names):
+            return "backward"
+        if any(n.startswith(("nn.Module:", "mm_forward_")) for n in names):
+            return "forward"
+        return "other"
+
+    by_op, by_phase, items = collections.Counter(), collections.Counter(), 0
+    for e in events:
+        names, par = [], e.cpu_parent
+        while par is not None:
+            names.append(par.name)
+            par = par.cpu_parent
+        if e.name == "aten::item" and not any(n.startswith("aten::") for n in names) and \
+                phase(names) == "other":
+            items += 1
+        if not compute(e) or any(n.startswith(("aten::_foreach_", "aten::_fused_"))
+                                 for n in names):
+            continue
+        if multi(e) or not has_compute_below(e):
+            by_op[e.name] += 1
+            by_phase[phase(names)] += 1
+    return {"total": sum(by_op.values()), "phase": dict(by_phase), "by_op": by_op,
+            "trainer_items": items}
 
 
 def check_finite(model):
@@ -591,6 +771,10 @@ def main():
                     help="round each half-batch's sequence length and audio frames up to a "
                     "multiple of N (inert padding: the loss is the same): few shapes for the "
                     "GPU's planners (0: the longest item's, as before)")
+    ap.add_argument("--pad-frames", type=int, metavar="N",
+                    help="round an audio half-batch's frames up to a multiple of N instead of "
+                    "--pad-to's (e.g. 512: one frame count for the proxy's clips, one shape "
+                    "for --compile; the frozen tower's share of the step grows)")
     ap.add_argument("--no-cudnn-sdpa", action="store_true",
                     help="keep scaled_dot_product_attention off cuDNN (which builds a plan per "
                     "new shape) so memory-efficient attention runs")
@@ -598,6 +782,13 @@ def main():
                     help="use_deterministic_algorithms without warn_only: an op with no "
                     "deterministic kernel stops the run instead of warning; SDPA then skips "
                     "cuDNN and runs memory-efficient attention's backward unsplit")
+    ap.add_argument("--adamw", choices=("auto",) + tuple(ADAMW), default="auto",
+                    help="AdamW's implementation: fused (one kernel per group), foreach, loop "
+                    "(per tensor); auto: fused on CUDA, foreach on the CPU")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile each half-batch's forward and loss (inductor, fused "
+                    "kernels, no CUDA graphs; needs --pad-to; not with --strict-determinism or "
+                    "--ctc-weight): far fewer launches a step after a first step that compiles")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -607,11 +798,20 @@ def main():
         # a 10-minute budget silently spent on the CPU would export an untrained proxy
         raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
+    if args.compile and not args.pad_to:
+        raise SystemExit("train_mm_proxy: --compile needs --pad-to N (N > 0): compiled for "
+                         "fixed shapes, each new length would compile anew")
+    if args.compile and args.strict_determinism:
+        raise SystemExit("train_mm_proxy: --compile with --strict-determinism: inductor's "
+                         "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
+    if args.compile and p.get("ctc_weight"):
+        raise SystemExit("train_mm_proxy: --compile with --ctc-weight: the CTC head's hooks "
+                         "inside a compiled forward are untried; drop one")
     if args.threads:
         torch.set_num_threads(args.threads)
     fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
@@ -650,6 +850,8 @@ def main():
         torch.backends.cuda.enable_cudnn_sdp(False)
     if args.pad_to < 0:
         raise SystemExit(f"train_mm_proxy: --pad-to {args.pad_to}: expected 0 or more")
+    if args.pad_frames is not None and args.pad_frames < 1:
+        raise SystemExit(f"train_mm_proxy: --pad-frames {args.pad_frames}: expected 1 or more")
     # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
     # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
     # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
@@ -667,45 +869,41 @@ def main():
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
     cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
+    pin = dev.type == "cuda"
     streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed, p["workers"] // 2 + p["workers"] % 2,
-                                args.pad_to),
+                                args.pad_to, pin),
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
-                                half, args.seed + 1, p["workers"] // 2, args.pad_to)}
-    groups = []  # (weight decay on matrices only) x (a tower's lr multiplier, or 1)
-    sides = {"v": SIDES["vision"], "a": SIDES["audio"]}  # (the lr multipliers' v_ / a_)
-    for side in ("", "v", "a"):
-        named = [x for n, x in model.named_parameters()
-                 if (n.startswith(sides[side]) if side else
-                     not n.startswith(sides["v"] + sides["a"]))]
-        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
-            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
-                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0,
-                           "audio": side == "a"})
+                                half, args.seed + 1, p["workers"] // 2, args.pad_to, pin,
+                                args.pad_frames)}
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
         head = CtcHead(model, p["vocab"], p.get("ctc_at", "embed")).to(dev)
-        # the head learns from step 0, also while the audio side is frozen (--a-warmup)
-        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
-                       "audio": False})
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
-    opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8)
+    opt = make_optimizer(model, p, head, dev, args.adamw)
     amp = dev.type == "cuda"
+    loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": []}
-    t1, stopped, norms, wait = time.time(), None, [], 0.0
+    t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
+    compile_failed = None
+    trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
-            for x in g["params"]:  # a frozen side needs no backward pass at all
-                x.requires_grad_(g["lr"] > 0)
+        now = [g["lr"] > 0 for g in opt.param_groups]
+        if now != trained:  # a side starts or stops training (step 0, --a-warmup's end)
+            for g, on in zip(opt.param_groups, now):
+                for x in g["params"]:  # a frozen side needs no backward pass at all
+                    x.requires_grad_(on)
+            trained, live = now, trained_params(opt)
         tw = time.time()  # the loader's share: waiting for both half-batches and the copy
-        batches = {k: {n: v.to(dev) for n, v in next(streams[k]).items()}
+        batches = {k: {n: v.to(dev, non_blocking=pin) for n, v in next(streams[k]).items()}
                    for k in ("image", "audio")}
         wait += time.time() - tw
         if args.profile and step == 20:
@@ -713,7 +911,23 @@ def main():
                 [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []))
             prof.__enter__()
             tp = time.time()
-        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms)
+        ts = time.time()
+        try:
+            train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
+                       norms, live, loss_fn)
+        except Exception as e:  # (not the guard's SystemExit)
+            if loss_fn is half_loss:
+                raise
+            # a GPU call's budget is not spent on a compiler's failure: said, kept in
+            # train.json, and the step done again eagerly (train_step starts from no gradient
+            # and appends its losses only once it has them all)
+            compile_failed = f"step {step + 1}: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            print(f"train_mm_proxy: --compile failed ({compile_failed}); the run goes on "
+                  "eagerly", flush=True)
+            loss_fn = half_loss
+            train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
+                       norms, live, loss_fn)
+        step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
@@ -725,6 +939,11 @@ def main():
                     if key == "self_device_time_total" and dev.type != "cuda":
                         continue
                     f.write(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+                ops = step_ops(prof.events())
+                prof_ops = {"per_step": ops["total"] / args.profile,
+                            "phase": {k: v / args.profile for k, v in ops["phase"].items()},
+                            "trainer_items": ops["trainer_items"] / args.profile}
+                f.write(f"launch-like ops a step (step_ops): {prof_ops}\n")
             print(f"train_mm_proxy: profiled steps 21-{step + 1} ({tp:.2f} s) -> "
                   f"{os.path.join(args.out, 'profile.txt')}", flush=True)
         el = time.time() - t1
@@ -755,10 +974,18 @@ def main():
             "losses_every_25": {k: v[::25] for k, v in losses.items() if v},
             "final_loss": {k: float(np.mean(v[-50:])) for k, v in losses.items() if v},
             "skipped_steps": guard.skipped, "pad_to": args.pad_to,
+            "pad_frames": args.pad_frames,
             "no_cudnn_sdpa": args.no_cudnn_sdpa, "strict_determinism": args.strict_determinism,
+            "adamw": opt_impl(opt), "compile": args.compile, "profiled_ops": prof_ops,
+            "compile_stats": compile_stats() if args.compile else None,
+            "compile_failed": compile_failed,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
-            "seconds": times}
+            "seconds": times,
+            "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]],
+                             "median": float(np.median(step_s)), "max": max(step_s),
+                             "over_2x_median": int(sum(x > 2 * np.median(step_s)
+                                                       for x in step_s))}}
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
                        "clips_too_short": head.skipped}

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""tests/test_mm_fast.sh's checks of train_mm_proxy.py's step cuts (issue 35: the GPU step is
+CPU-bound, ~11,600 launches a step), on the CPU, with train_step itself on the tiny preset's
+shapes (923,672 parameters, 199 tensors) and two fixed half-batches (2 synthetic images, 2
+synthetic clips, --pad-to 64):
+  1. exactness: 6 steps of train_step with AdamW as --adamw auto builds it on the CPU (foreach)
+     against 6 steps of the step as it was written before the cuts, kept here (each half's loss
+     read with .item(), then its backward; torch's clip_grad_norm_ read with float(); AdamW's
+     per-tensor loop): the 12 losses and the 6 gradient norms equal bit for bit, and all 199
+     fp32 weights after the 6 steps;
+  2. fused AdamW (--adamw auto's CUDA choice) against the same reference: it rounds otherwise
+     (measured: 630 of 923,672 weights differ after one step, by at most 3.7e-9, one ulp of a
+     weight near 0.05), so after one step every weight within FUSED_W_TOL (absolute; that step
+     moves a weight by up to lr = 6e-4) and step 2's losses within FUSED_LOSS_TOL; some weight
+     must differ (a fused path that silently ran the loop would pass 1 and fail here). Not
+     compared after more steps: at this lr the tiny run amplifies any rounding ~5-10x a step
+     (measured max |dw| 2.8e-5 after 2 steps, 1.1e-4 after 3, 8e-3 after 6, losses 2e-2 apart
+     at step 6), as it did the padding's (bench/NOTES.md "The multimodal proxy's step is
+     CPU-bound"); the 6 fused losses must be finite;
+  3. the op count of one step (after 2 warm ones) as the GPU runs it (bf16 autocast on, AdamW
+     fused): train_mm_proxy.step_ops' launch-like ops at most OPS_MAX in all and OPTIMIZER_MAX
+     in the optimizer, and no .item() of the trainer's own (outside the model, autograd and
+     the optimizer; its one read of the losses and norm is a tolist(), no aten op on the
+     CPU); the control: the reference step as the GPU ran it (foreach AdamW) counted the same
+     way exceeds both bounds and has its 3 .item() (2 losses, the norm).
+  4. --compile refuses what it cannot honour, each with a one-line error and exit 1 before any
+     data is read: no --pad-to, --strict-determinism, --ctc-weight.
+  5. --pad-frames: collate(pad 64, pad_frames 512) rounds the clips' frames to 512 and the
+     sequence to 64, and the audio half's loss (half_loss, fp32) equals pad 64's within 1e-6
+     (relative; padding is inert, tests/mm_pad_check.py).
+With --compile (by hand, not under ctest: the first call compiles for ~2-10 minutes on a
+shared CPU) it checks instead that --compile's half_loss (train_mm_proxy.compile_loss) gives
+each half's loss within COMPILE_LOSS_TOL (relative) and every gradient within COMPILE_GRAD_TOL
+(norm-relative) of the eager ones on the tiny model at step 1, every gradient finite, in one
+graph a half (no graph break).
+The bounds were measured with torch 2.15 and transformers 5.17 (bench/NOTES.md "Fewer launches a
+step"): another version may move them; the failure prints the count by phase.
+Prints one line per check; exit 1 on the first failure."""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                                "python"))
+import train_mm_proxy as tmp  # noqa: E402
+from train_proxy import train_tokenizer  # noqa: E402
+from mm_items import mm_items  # noqa: E402
+
+STEPS = 6
+FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
+FUSED_LOSS_TOL = 2e-6  # step 2's losses (after one update); measured 4.8e-7
+OPS_MAX = 7940  # measured 7,918 (fused, autocast); the reference step: 7,962
+COMPILE_LOSS_TOL = 1e-6  # measured 0 (image), 7.8e-8 (audio)
+COMPILE_GRAD_TOL = 1e-3  # measured 2.1e-4 (image, a layer norm's weight: a sum over positions)
+OPTIMIZER_MAX = 12  # 6 groups x (the step counts' add, the fused update)
+
+
+def fail(msg):
+    print(f"mm_fast_check: FAIL: {msg}")
+    sys.exit(1)
+
+
+def setup(tok, p, impl, ref):
+    """The tiny model from seed 0 and its optimizer: train_mm_proxy.make_optimizer's (impl: its
+    --adamw), or ref: the groups as the trainer built them before the cuts, AdamW's per-tensor
+    loop (impl "loop") or foreach (torch's CUDA default, as the GPU ran it)."""
+    torch.manual_seed(0)
+    from transformers import Gemma4ForConditionalGeneration
+
+    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
+                                                        dtype=torch.float32,
+                                                        attn_implementation="sdpa")
+    model.train()
+    if not ref:
+        return model, tmp.make_optimizer(model, p, None, torch.device("cpu"), impl)
+    groups = []
+    v, a = tmp.SIDES["vision"], tmp.SIDES["audio"]
+    for pre in (None, v, a):
+        named = [x for n, x in model.named_parameters()
+                 if (n.startswith(pre) if pre else not n.startswith(v + a))]
+        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
+            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd})
+    return model, torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, 0.98), eps=1e-8,
+                                    foreach=impl == "foreach")
+
+
+def reference_step(model, opt, b, amp, losses, norms):
+    """The step as train_step wrote it before the cuts (every loss finite here)."""
+    opt.zero_grad(set_to_none=True)
+    for kind in ("image", "audio"):
+        bb = dict(b[kind])
+        lab = bb.pop("labels")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            logits = model(**bb).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100)
+        losses[kind].append(loss.item())
+        (loss / 2).backward()
+    live = [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
+    norms.append(float(torch.nn.utils.clip_grad_norm_(live, 1.0)))
+    opt.step()
+
+
+def run(tok, p, b, impl, steps, amp=False, profile_step=None, ref=False):
+    """steps steps from seed 0 (ref: reference_step's, else train_step's); returns (losses,
+    norms, weights, the profiled step's events)."""
+    model, opt = setup(tok, p, impl, ref)
+    losses, norms, events = {"image": [], "audio": [], "ctc": []}, [], None
+    guard = tmp.StepGuard(1)  # a skipped step stops the check
+    for s in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = tmp.lr_at(s, 30, p)
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      with_stack=True)  # (the model's modules: step_ops)
+        if s == profile_step:
+            prof.__enter__()
+        if ref:
+            reference_step(model, opt, b, amp, losses, norms)
+        elif not tmp.train_step(model, opt, b, s, guard, losses, amp=amp, norms=norms):
+            fail(f"step {s + 1} skipped")
+        if s == profile_step:
+            prof.__exit__(None, None, None)
+            events = prof.events()
+    return losses, norms, [x.detach().clone() for x in model.parameters()], events
+
+
+def check_compile(tok, p, b):
+    from torch._dynamo.utils import counters
+
+    model, _ = setup(tok, p, "auto", False)
+    out = {}
+    for name, fn in (("eager", tmp.half_loss), ("compiled", tmp.compile_loss(model))):
+        for kind in ("image", "audio"):
+            model.zero_grad(set_to_none=True)
+            bb = dict(b[kind])
+            lab = bb.pop("labels")
+            loss = fn(model, bb, lab, False)
+            loss.backward()
+            out[name, kind] = (float(loss.detach()),
+                               {n: x.grad.clone() for n, x in model.named_parameters()
+                                if x.grad is not None})
+    for kind in ("image", "audio"):
+        (le, ge), (lc, gc) = out["eager", kind], out["compiled", kind]
+        dl = abs(le - lc) / abs(le)
+        worst = max(float((ge[n] - gc[n]).norm() / ge[n].norm()) for n in ge)
+        bad = sum(int((~torch.isfinite(g)).sum()) for g in gc.values())
+        print(f"mm_fast_check: compiled {kind}: loss {lc:.9f} vs {le:.9f} ({dl:.2g}), {len(gc)}/"
+              f"{len(ge)} gradients, worst {worst:.2g} (tols {COMPILE_LOSS_TOL}, "
+              f"{COMPILE_GRAD_TOL}), non-finite {bad}")
+        if set(gc) != set(ge) or bad or not (dl <= COMPILE_LOSS_TOL and
+                                             worst <= COMPILE_GRAD_TOL):
+            fail(f"the compiled {kind} half is not the eager one within the tolerances")
+    n_breaks = sum(counters["graph_break"].values())
+    n_graphs = counters["stats"]["unique_graphs"]
+    print(f"mm_fast_check: compiled: {n_graphs} graphs, {n_breaks} graph breaks")
+    if n_breaks or n_graphs != 2:
+        fail("expected one graph a half and no break")
+    print("mm_fast_check: ok")
+
+
+def main():
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as d:
+        text = "\n\n".join(["the quick brown fox jumps over the lazy dog blue sky 42", tmp.SYSTEM,
+                            tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user", "model"] * 40)
+        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    p = dict(tmp.PRESETS["tiny"], vocab=tok.get_vocab_size())
+    its = mm_items(tmp, tok, 0, ("blue sky", "42"), (("the cat sat", 16000),
+                                                     ("open the door", 16000)))
+    b = {k: tmp.collate(v, 64) for k, v in its.items()}
+    if sys.argv[1:] == ["--compile"]:
+        return check_compile(tok, p, b)
+
+    # 1. the cuts are exact with AdamW foreach
+    ref_l, ref_n, ref_w, _ = run(tok, p, b, "loop", STEPS, ref=True)
+    new_l, new_n, new_w, _ = run(tok, p, b, "auto", STEPS)
+    n_w = len(ref_w)
+    print(f"mm_fast_check: reference losses image {ref_l['image']} audio {ref_l['audio']}")
+    n_loss = sum(x == y for k in ("image", "audio") for x, y in zip(ref_l[k], new_l[k]))
+    n_norm = sum(x == y for x, y in zip(ref_n, new_n))
+    n_same = sum(torch.equal(x, y) for x, y in zip(ref_w, new_w))
+    print(f"mm_fast_check: foreach vs reference: {n_loss}/{2 * STEPS} losses, {n_norm}/{STEPS} "
+          f"norms, {n_same}/{n_w} weight tensors bit-identical")
+    if n_w != 199 or n_loss != 2 * STEPS or n_norm != STEPS or n_same != n_w:
+        fail("train_step with foreach AdamW is not the reference step bit for bit")
+    if any(not math.isfinite(x) for k in ("image", "audio") for x in new_l[k]):
+        fail("a loss is not finite")
+    if ref_l["image"][-1] >= ref_l["image"][0] - 0.5:  # the 6 steps train: weights moved
+        fail(f"the image loss did not fall ({ref_l['image'][0]} -> {ref_l['image'][-1]})")
+
+    # 2. fused AdamW: within the named tolerance, and not the same bits
+    _, _, ref1_w, _ = run(tok, p, b, "loop", 1, ref=True)
+    _, _, fu1_w, _ = run(tok, p, b, "fused", 1)
+    fu_l, _, _, _ = run(tok, p, b, "fused", STEPS)
+    dw = max(float((x - y).abs().max()) for x, y in zip(ref1_w, fu1_w))
+    dl = max(abs(ref_l[k][1] - fu_l[k][1]) for k in ("image", "audio"))
+    n_diff = sum(int((x != y).sum()) for x, y in zip(ref1_w, fu1_w))
+    d6 = max(abs(ref_l[k][-1] - fu_l[k][-1]) for k in ("image", "audio"))
+    print(f"mm_fast_check: fused vs reference: after step 1 {n_diff} weights differ, max |dw| "
+          f"{dw:.3g} (tol {FUSED_W_TOL}); step 2's losses {dl:.3g} apart (tol {FUSED_LOSS_TOL})"
+          f"; step {STEPS}'s {d6:.3g} apart (not bounded)")
+    if not (dw <= FUSED_W_TOL and dl <= FUSED_LOSS_TOL):  # (NaN fails)
+        fail("fused AdamW moved the run beyond the named tolerance")
+    if n_diff == 0:
+        fail("fused AdamW gave the loop's bits: the fused path did not run")
+    if any(not math.isfinite(x) for k in ("image", "audio") for x in fu_l[k]):
+        fail("a fused run's loss is not finite")
+
+    # 3. the op count of a step as the GPU runs it
+    _, _, _, ev_new = run(tok, p, b, "fused", 3, amp=True, profile_step=2)
+    _, _, _, ev_ref = run(tok, p, b, "foreach", 3, amp=True, profile_step=2, ref=True)
+    new, ref = tmp.step_ops(ev_new), tmp.step_ops(ev_ref)
+    print(f"mm_fast_check: ops a step (autocast, fused AdamW): {new['total']} {new['phase']}, "
+          f"trainer .item() {new['trainer_items']} (bound {OPS_MAX}, optimizer "
+          f"{OPTIMIZER_MAX}, 0)")
+    print(f"mm_fast_check: the reference step (foreach AdamW, as the GPU ran it): "
+          f"{ref['total']} {ref['phase']}, trainer .item() {ref['trainer_items']}")
+    if new["total"] > OPS_MAX or new["phase"].get("optimizer", 0) > OPTIMIZER_MAX or \
+            new["trainer_items"] != 0:
+        fail("the step's op count went back above its bound")
+    if ref["total"] <= OPS_MAX or ref["phase"].get("optimizer", 0) <= OPTIMIZER_MAX or \
+            ref["trainer_items"] != 3:
+        fail("the reference step is within the bounds or has not its 3 .item() (the count "
+             "cannot fail)")
+    # 4. --compile's refusals
+    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
+    for extra, want in ((["--compile"], "--pad-to"),
+                        (["--compile", "--pad-to", "64", "--strict-determinism"],
+                         "--strict-determinism"),
+                        (["--compile", "--pad-to", "64", "--ctc-weight", "0.3"], "--ctc-weight")):
+        r = subprocess.run([sys.executable, trainer, os.devnull, "--data", "/nonexistent",
+                            "--device", "cpu", "--preset", "tiny"] + extra,
+                           capture_output=True, text=True)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode != 1 or len(lines) != 1 or want not in lines[0]:
+            fail(f"{' '.join(extra)}: exit {r.returncode}, stderr {r.stderr!r}")
+        print(f"mm_fast_check: {' '.join(extra)}: refused: {lines[0]}")
+    # 5. --pad-frames
+    a64, a512 = tmp.collate(its["audio"], 64), tmp.collate(its["audio"], 64, pad_frames=512)
+    f64, f512 = a64["input_features"].shape[1], a512["input_features"].shape[1]
+    t64, t512 = a64["input_ids"].shape[1], a512["input_ids"].shape[1]
+    if f512 % 512 or f512 <= f64 or t512 != t64 or t512 % 64:
+        fail(f"pad_frames 512: frames {f64} -> {f512}, sequence {t64} -> {t512}")
+    model, _ = setup(tok, p, "auto", False)
+    with torch.no_grad():
+        ls = []
+        for bb in (a64, a512):
+            bb = dict(bb)
+            lab = bb.pop("labels")
+            ls.append(float(tmp.half_loss(model, bb, lab, False)))
+    print(f"mm_fast_check: pad_frames 512: frames {f64} -> {f512}, sequence {t512}; audio loss "
+          f"{ls[0]:.7f} vs {ls[1]:.7f}")
+    if not abs(ls[0] - ls[1]) <= 1e-6 * abs(ls[0]):
+        fail("the frames' padding changed the audio loss")
+    print("mm_fast_check: ok")
+
+
+if __name__ == "__main__":
+    main()

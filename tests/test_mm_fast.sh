@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# test_mm_fast.sh: train_mm_proxy.py's step cuts (issue 35: the GPU step is CPU-bound), on the
+# CPU (tests/mm_fast_check.py): train_step with foreach AdamW gives the step as it was before the
+# cuts bit for bit (6 steps of the tiny preset's shapes: 12 losses, 6 norms, 199 weight
+# tensors); fused AdamW stays within its named tolerance after one step; a step's launch-like
+# op count (bf16 autocast, fused AdamW) stays under its measured bound with no .item() of the
+# trainer's own, where the old step exceeds it; --compile refuses what it cannot honour.
+# The interpreter needs torch, transformers, tokenizers and numpy: $G4_TORCH_PYTHON (CI's
+# tools/install_deps.sh installs no torch); without it the test skips (77) saying why.
+set -u
+: "${G4_SOURCE_DIR:?run through ctest}"
+py=${G4_TORCH_PYTHON:-}
+if [ -z "$py" ] || [ ! -x "$py" ] ||
+    ! "$py" -c 'import torch, transformers, tokenizers, numpy' 2>/dev/null; then
+    echo "test_mm_fast: skipped: no python with torch, transformers, tokenizers" \
+        "(set G4_TORCH_PYTHON; CI installs none)"
+    exit 77
+fi
+"$py" "$G4_SOURCE_DIR/tests/mm_fast_check.py"
