@@ -9,6 +9,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--device cuda|cpu] [--workers W]
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
+                                               [--a-var-weight W] [--a-var-gamma G]
+                                               [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
 
@@ -48,7 +50,10 @@ functions that wrote the held-out files).
    tower: the tower's) to the vocabulary + a blank, added to the audio items' loss. Measured on
    the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
    them made the decoder read the audio better than the frozen random tower (CTC from step 0
-   stalls at its all-blank plateau and collapses the tower further).
+   stalls at its all-blank plateau and collapses the tower further). --a-var-weight W
+   [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
+   VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
+   training only) added to the audio items' loss (bench/NOTES.md "A variance term").
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -467,6 +472,76 @@ class StepGuard:
         return False
 
 
+def spread_terms(x, valid, gamma, per="clip", eps=1e-4):
+    """VICReg's variance and covariance terms (Bardes et al., 2022) on audio soft tokens.
+    x: B x T x D (embed_audio's output), valid: B x T (True: a frame of the clip). The vectors:
+    per="clip" each clip's mean over its valid frames (B of them), per="frame" every valid frame.
+    Each vector is divided by its RMS over D first: the decoder's first layer normalises what it
+    reads, so a larger scale is no larger spread (unnormalised, growing embed_audio's weights
+    would meet the hinge while the clips' relative difference shrinks). Then, with s_d the
+    standard deviation across the vectors of feature d (unbiased, sqrt(var_d + eps)):
+      var = mean_d max(0, gamma - s_d)
+      cov = sum_{d != e} C_de^2 / D   (C: the vectors' covariance)
+    Returns (var, cov), or None with fewer than two vectors."""
+    if per == "clip":
+        m = valid.unsqueeze(-1).to(x.dtype)
+        vec = (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+    elif per == "frame":
+        vec = x[valid]
+    else:
+        raise SystemExit(f"train_mm_proxy: --a-var-per {per}: clip or frame")
+    n, d = vec.shape
+    if n < 2:
+        return None
+    vec = vec / vec.pow(2).mean(-1, keepdim=True).add(1e-12).sqrt()
+    c = vec - vec.mean(0)
+    var = c.pow(2).sum(0) / (n - 1)
+    hinge = torch.relu(gamma - (var + eps).sqrt()).mean()
+    cov = c.T @ c / (n - 1)
+    off = (cov.pow(2).sum() - cov.diagonal().pow(2).sum()) / d
+    return hinge, off
+
+
+class SpreadTerm:
+    """An anti-collapse term on the audio soft tokens (training only, no weights: the package
+    keeps the Gemma-4 layout): spread_terms() over the audio half-batch's clips, weight x var +
+    cov_weight x cov added to the audio items' loss. Trained, the audio side collapsed to one
+    vector for every clip in the warm-up (bench/NOTES.md "The audio tower's learning rate");
+    this keeps the clips apart. Forward hooks keep the last audio forward's embed_audio output
+    and valid mask; loss() consumes them."""
+
+    def __init__(self, model, weight, gamma, per="clip", cov_weight=0.0):
+        if per not in ("clip", "frame"):
+            raise SystemExit(f"train_mm_proxy: --a-var-per {per}: clip or frame")
+        if gamma <= 0 or weight < 0 or cov_weight < 0:
+            raise SystemExit(f"train_mm_proxy: --a-var-gamma {gamma} (> 0), --a-var-weight "
+                             f"{weight}, --a-cov-weight {cov_weight} (>= 0)")
+        self.weight, self.gamma, self.per, self.cov_weight = weight, gamma, per, cov_weight
+        self.frames = self.valid = None
+        m = model.model
+        m.audio_tower.register_forward_hook(self._tower)
+        m.embed_audio.register_forward_hook(self._embed)
+
+    def _tower(self, mod, inp, out):
+        self.valid = out.attention_mask
+
+    def _embed(self, mod, inp, out):
+        self.frames = out
+
+    def loss(self):
+        """(weighted total, var, cov) of the last audio forward, or None (one clip)."""
+        if self.frames is None or self.valid is None:
+            raise SystemExit("train_mm_proxy: the spread term saw no audio forward")
+        x, v = self.frames, self.valid
+        self.frames = self.valid = None
+        with torch.autocast(x.device.type, enabled=False):
+            r = spread_terms(x.float(), v, self.gamma, self.per)
+        if r is None:
+            return None
+        var, cov = r
+        return self.weight * var + self.cov_weight * cov, var, cov
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
@@ -484,10 +559,11 @@ def bad_grads(model, head=None):
 
 
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
-               inject=(), norms=None):
+               inject=(), norms=None, spread=None):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
-    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad).
+    norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
+    spread: a SpreadTerm added to the audio loss (losses["a_var"], ["a_cov"] get its terms).
     Returns True when the step was applied."""
     opt.zero_grad(set_to_none=True)
     bad = []
@@ -509,6 +585,14 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
                 if not math.isfinite(losses["ctc"][-1]):
                     bad.append(f"{kind} ctc loss {losses['ctc'][-1]}")
                 loss = loss + ctc_w * c
+        if kind == "audio" and spread is not None:
+            r = spread.loss()
+            if r is not None:
+                losses["a_var"].append(r[1].item())
+                losses["a_cov"].append(r[2].item())
+                if not math.isfinite(r[0].item()):
+                    bad.append(f"{kind} spread term {r[0].item()}")
+                loss = loss + r[0]
         if not math.isfinite(losses[kind][-1]):
             bad.append(f"{kind} loss {losses[kind][-1]}")
         if bad:  # not back-propagated (this step is skipped)
@@ -576,6 +660,17 @@ def main():
     ap.add_argument("--ctc-at", choices=("embed", "tower"),
                     help="the CTC head reads embed_audio's output or the tower's (the preset's, "
                     "else embed)")
+    ap.add_argument("--a-var-weight", type=float,
+                    help="weight of the anti-collapse variance term on the audio soft tokens "
+                    "(SpreadTerm; the preset's, else 0: none)")
+    ap.add_argument("--a-var-gamma", type=float,
+                    help="its hinge: each feature's std across the clips (RMS-normalised "
+                    "vectors) below it is penalised (the preset's, else 0.15)")
+    ap.add_argument("--a-var-per", choices=("clip", "frame"),
+                    help="its vectors: each clip's time-averaged one, or every frame (the "
+                    "preset's, else clip)")
+    ap.add_argument("--a-cov-weight", type=float,
+                    help="weight of VICReg's covariance term on the same vectors (else 0)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda",
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
@@ -609,7 +704,8 @@ def main():
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
-              "ctc_weight", "ctc_at", "lr", "beta2", "warmup"):
+              "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
+              "a_cov_weight", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if args.threads:
@@ -692,12 +788,19 @@ def main():
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
+    spread = None
+    if p.get("a_var_weight", 0.0) or p.get("a_cov_weight", 0.0):
+        spread = SpreadTerm(model, p.get("a_var_weight", 0.0), p.get("a_var_gamma", 0.15),
+                            p.get("a_var_per", "clip"), p.get("a_cov_weight", 0.0))
+        if not p.get("a_lr_mult", 1.0):
+            print("train_mm_proxy: --a-var-weight with the audio side never trained (lr x 0): "
+                  "the term has nothing to move", flush=True)
     opt = torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8)
     amp = dev.type == "cuda"
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
-    losses = {"image": [], "audio": [], "ctc": []}
+    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": []}
     t1, stopped, norms, wait = time.time(), None, [], 0.0
     for step in range(steps):
         for g in opt.param_groups:
@@ -713,7 +816,8 @@ def main():
                 [torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else []))
             prof.__enter__()
             tp = time.time()
-        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms)
+        train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject, norms,
+                   spread)
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
@@ -733,6 +837,7 @@ def main():
                   f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
                   + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
                      if losses["ctc"] else "") +
+                  (f" a_var {np.mean(losses['a_var'][-50:]):.4f}" if losses["a_var"] else "") +
                   f" lr {lr_at(step, steps, p):.2e} grad norm max "
                   f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
                   flush=True)
@@ -762,6 +867,9 @@ def main():
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
                        "clips_too_short": head.skipped}
+    if spread is not None:
+        info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
+                         "cov_weight": spread.cov_weight}
     if args.no_export:
         json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
         return
