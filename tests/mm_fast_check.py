@@ -24,7 +24,7 @@ synthetic clips, --pad-to 64):
      CPU); the control: the reference step as the GPU ran it (foreach AdamW) counted the same
      way exceeds both bounds and has its 3 .item() (2 losses, the norm).
   4. --compile refuses what it cannot honour, each with a one-line error and exit 1 before any
-     data is read: no --pad-to, --strict-determinism, --ctc-weight.
+     data is read: no --pad-to, --strict-determinism, --ctc-weight, --a-var-weight.
   5. --pad-frames: collate(pad 64, pad_frames 512) rounds the clips' frames to 512 and the
      sequence to 64, and the audio half's loss (half_loss, fp32) equals pad 64's within 1e-6
      (relative; padding is inert, tests/mm_pad_check.py).
@@ -231,7 +231,9 @@ def main():
     for extra, want in ((["--compile"], "--pad-to"),
                         (["--compile", "--pad-to", "64", "--strict-determinism"],
                          "--strict-determinism"),
-                        (["--compile", "--pad-to", "64", "--ctc-weight", "0.3"], "--ctc-weight")):
+                        (["--compile", "--pad-to", "64", "--ctc-weight", "0.3"], "--ctc-weight"),
+                        (["--compile", "--pad-to", "64", "--a-var-weight", "20"],
+                         "--a-var-weight")):
         r = subprocess.run([sys.executable, trainer, os.devnull, "--data", "/nonexistent",
                             "--device", "cpu", "--preset", "tiny"] + extra,
                            capture_output=True, text=True)

@@ -6,6 +6,8 @@ learning-rate multiplier, then is measured on train and held-out clips:
 
     python3 tools/python/mm_audio_probe.py DATA OUT --a-lr-mult X [--steps N] [--threads 1]
                                            [--a-warmup N] [--ctc-weight W --ctc-at embed|tower]
+                                           [--a-var-weight W --a-var-gamma G --a-var-per clip|frame
+                                            --a-cov-weight C]
 
 DATA: make_mm_data.py's folder after `speech` (a subset of the proxy plan is enough). Reports,
 every --every steps and at the end (OUT/probe.json):
@@ -18,6 +20,8 @@ every --every steps and at the end (OUT/probe.json):
   wer         greedy decode (HF generate) word error rate, lower-cased, punctuation stripped
   ctc, ctc_wer  with --ctc-weight: train_mm_proxy.CtcHead's loss (the trainer's code) and the
               word error rate of its greedy CTC transcription (what the audio frames carry)
+  a_var_run   with --a-var-weight / --a-cov-weight: train_mm_proxy.SpreadTerm's variance hinge
+              (and cov) on the training batches, the mean of the last 50 steps (unweighted)
 If loss == loss_zero == loss_shuf the audio is not read.
 """
 import argparse
@@ -149,6 +153,11 @@ def main():
     ap.add_argument("--ctc-weight", type=float, default=0.0,
                     help="auxiliary CTC loss on the audio frames (train_mm_proxy.CtcHead), weight")
     ap.add_argument("--ctc-at", default="embed", help="embed (embed_audio's output) or tower")
+    ap.add_argument("--a-var-weight", type=float, default=0.0,
+                    help="anti-collapse variance term (train_mm_proxy.SpreadTerm), weight")
+    ap.add_argument("--a-var-gamma", type=float, default=0.15)
+    ap.add_argument("--a-var-per", default="clip", help="clip (time-averaged) or frame")
+    ap.add_argument("--a-cov-weight", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
@@ -172,6 +181,8 @@ def main():
     hook = Hook()
     model.model.embed_audio.register_forward_hook(hook)
     head = tmp.CtcHead(model, p["vocab"], args.ctc_at) if args.ctc_weight else None
+    spread = tmp.SpreadTerm(model, args.a_var_weight, args.a_var_gamma, args.a_var_per,
+                            args.a_cov_weight) if args.a_var_weight or args.a_cov_weight else None
     ds = tmp.Items(tr, "audio", args.data, None, pr, fe, 8)
     stream = tmp.forever(ds, args.batch, args.seed, 0)
     # fixed measuring sets: 32 train clips (their planned rendering), 40 held-out sentences
@@ -195,7 +206,7 @@ def main():
         groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0})
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
     sched = dict(lr=args.lr, warmup=args.warmup)
-    log, losses, gn, ctcs = [], [], [], []
+    log, losses, gn, ctcs, avar, acov = [], [], [], [], [], []
     t0 = time.time()
 
     def report(step):
@@ -204,7 +215,9 @@ def main():
         e = dict(step=step, s=round(time.time() - t0), train_loss_run=float(np.mean(losses[-50:]))
                  if losses else None, gnorm_a=float(np.mean(gn[-50:])) if gn else None,
                  ctc_run=float(np.mean(ctcs[-50:])) if ctcs else None,
-                 ctc_clips=[head.used, head.skipped] if head else None, train=rt, test=rh)
+                 ctc_clips=[head.used, head.skipped] if head else None,
+                 a_var_run=float(np.mean(avar[-50:])) if avar else None,
+                 a_cov_run=float(np.mean(acov[-50:])) if acov else None, train=rt, test=rh)
         log.append(e)
         print(json.dumps(e), flush=True)
         json.dump(dict(args=vars(args), params=sum(x.numel() for x in model.parameters()),
@@ -227,6 +240,11 @@ def main():
         if c is not None:
             ctcs.append(c.item())
             total = loss + args.ctc_weight * c
+        r = spread.loss() if spread is not None else None
+        if r is not None:
+            avar.append(r[1].item())
+            acov.append(r[2].item())
+            total = total + r[0]
         total.backward()
         gn.append(float(torch.norm(torch.stack([x.grad.norm() for x in audio_params
                                                 if x.grad is not None]))))
@@ -238,6 +256,7 @@ def main():
                   f"{np.mean(gn[-25:]):.2e}" + (f" ctc {np.mean(ctcs[-25:]):.3f} clips "
                                                 f"{head.used}/{head.skipped} skipped"
                                                 if ctcs else "") +
+                  (f" a_var {np.mean(avar[-25:]):.4f}" if avar else "") +
                   f" {time.time() - t0:.0f} s", flush=True)
         if (step + 1) % args.every == 0 or step == args.steps - 1:
             report(step + 1)

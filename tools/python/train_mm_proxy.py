@@ -9,6 +9,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--device cuda|cpu] [--workers W]
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
+                                               [--a-var-weight W] [--a-var-gamma G]
+                                               [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -50,7 +52,12 @@ functions that wrote the held-out files).
    tower: the tower's) to the vocabulary + a blank, added to the audio items' loss. Measured on
    the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
    them made the decoder read the audio better than the frozen random tower (CTC from step 0
-   stalls at its all-blank plateau and collapses the tower further).
+   stalls at its all-blank plateau and collapses the tower further). --a-var-weight W
+   [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
+   VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
+   training only) added to the audio items' loss (bench/NOTES.md "A variance term"): on the
+   probe it kept the clips apart (82-136% against x 1's 0.15%) but the decoder read nothing of
+   it that held for held-out sentences.
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -497,6 +504,76 @@ class StepGuard:
         return False
 
 
+def spread_terms(x, valid, gamma, per="clip", eps=1e-4):
+    """VICReg's variance and covariance terms (Bardes et al., 2022) on audio soft tokens.
+    x: B x T x D (embed_audio's output), valid: B x T (True: a frame of the clip). The vectors:
+    per="clip" each clip's mean over its valid frames (B of them), per="frame" every valid frame.
+    Each vector is divided by its RMS over D first: the decoder's first layer normalises what it
+    reads, so a larger scale is no larger spread (unnormalised, growing embed_audio's weights
+    would meet the hinge while the clips' relative difference shrinks). Then, with s_d the
+    standard deviation across the vectors of feature d (unbiased, sqrt(var_d + eps)):
+      var = mean_d max(0, gamma - s_d)
+      cov = sum_{d != e} C_de^2 / D   (C: the vectors' covariance)
+    Returns (var, cov), or None with fewer than two vectors."""
+    if per == "clip":
+        m = valid.unsqueeze(-1).to(x.dtype)
+        vec = (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+    elif per == "frame":
+        vec = x[valid]
+    else:
+        raise SystemExit(f"train_mm_proxy: --a-var-per {per}: clip or frame")
+    n, d = vec.shape
+    if n < 2:
+        return None
+    vec = vec / vec.pow(2).mean(-1, keepdim=True).add(1e-12).sqrt()
+    c = vec - vec.mean(0)
+    var = c.pow(2).sum(0) / (n - 1)
+    hinge = torch.relu(gamma - (var + eps).sqrt()).mean()
+    cov = c.T @ c / (n - 1)
+    off = (cov.pow(2).sum() - cov.diagonal().pow(2).sum()) / d
+    return hinge, off
+
+
+class SpreadTerm:
+    """An anti-collapse term on the audio soft tokens (training only, no weights: the package
+    keeps the Gemma-4 layout): spread_terms() over the audio half-batch's clips, weight x var +
+    cov_weight x cov added to the audio items' loss. Trained, the audio side collapsed to one
+    vector for every clip in the warm-up (bench/NOTES.md "The audio tower's learning rate");
+    this keeps the clips apart. Forward hooks keep the last audio forward's embed_audio output
+    and valid mask; loss() consumes them."""
+
+    def __init__(self, model, weight, gamma, per="clip", cov_weight=0.0):
+        if per not in ("clip", "frame"):
+            raise SystemExit(f"train_mm_proxy: --a-var-per {per}: clip or frame")
+        if gamma <= 0 or weight < 0 or cov_weight < 0:
+            raise SystemExit(f"train_mm_proxy: --a-var-gamma {gamma} (> 0), --a-var-weight "
+                             f"{weight}, --a-cov-weight {cov_weight} (>= 0)")
+        self.weight, self.gamma, self.per, self.cov_weight = weight, gamma, per, cov_weight
+        self.frames = self.valid = None
+        m = model.model
+        m.audio_tower.register_forward_hook(self._tower)
+        m.embed_audio.register_forward_hook(self._embed)
+
+    def _tower(self, mod, inp, out):
+        self.valid = out.attention_mask
+
+    def _embed(self, mod, inp, out):
+        self.frames = out
+
+    def loss(self):
+        """(weighted total, var, cov) of the last audio forward, or None (one clip)."""
+        if self.frames is None or self.valid is None:
+            raise SystemExit("train_mm_proxy: the spread term saw no audio forward")
+        x, v = self.frames, self.valid
+        self.frames = self.valid = None
+        with torch.autocast(x.device.type, enabled=False):
+            r = spread_terms(x.float(), v, self.gamma, self.per)
+        if r is None:
+            return None
+        var, cov = r
+        return self.weight * var + self.cov_weight * cov, var, cov
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
@@ -555,13 +632,19 @@ def compile_stats():
             "break_reasons": sorted(counters["graph_break"])[:20]}
 
 
+# how StepGuard's records name a non-finite value train_step tracked (the rest: "<kind> loss")
+BAD_NAMES = {"ctc": "audio ctc loss", "a_var": "audio spread variance term",
+             "a_cov": "audio spread covariance term"}
+
+
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
-               inject=(), norms=None, live=None, loss_fn=half_loss):
+               inject=(), norms=None, live=None, loss_fn=half_loss, spread=None):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
     norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
     live: the parameters the step trains (trained_params'; None: computed here); loss_fn:
-    half_loss or its compiled form. Returns True when the step was applied.
+    half_loss or its compiled form; spread: a SpreadTerm added to the audio loss (losses["a_var"],
+    ["a_cov"] get its terms). Returns True when the step was applied.
     One host sync a step: both half-batches are back-propagated whatever their loss, and the
     losses and the gradient norm (one fused reduction over every trained gradient, clip_trained's:
     not finite when any gradient is not) come to the host together. A non-finite loss makes
@@ -583,6 +666,11 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
             if c is not None:
                 tracked.insert(len(tracked) - 1, ("ctc", c.detach()))
                 loss = loss + ctc_w * c
+        if kind == "audio" and spread is not None:
+            r = spread.loss()
+            if r is not None:
+                tracked[-1:-1] = [("a_var", r[1].detach()), ("a_cov", r[2].detach())]
+                loss = loss + r[0]
         with torch.profiler.record_function(f"mm_backward_{kind}"):
             (loss / 2).backward()
         if (step + 1, kind, "grad") in inject:
@@ -596,7 +684,7 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     for (kind, _), v in zip(tracked, vals):
         losses[kind].append(v)
         if not math.isfinite(v):
-            bad.append(f"{'audio ctc' if kind == 'ctc' else kind} loss {v}")
+            bad.append(f"{BAD_NAMES.get(kind, kind + ' loss')} {v}")
     norm = float("nan") if bad else vals[-1]
     if not bad and not math.isfinite(norm):
         bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
@@ -756,6 +844,17 @@ def main():
     ap.add_argument("--ctc-at", choices=("embed", "tower"),
                     help="the CTC head reads embed_audio's output or the tower's (the preset's, "
                     "else embed)")
+    ap.add_argument("--a-var-weight", type=float,
+                    help="weight of the anti-collapse variance term on the audio soft tokens "
+                    "(SpreadTerm; the preset's, else 0: none)")
+    ap.add_argument("--a-var-gamma", type=float,
+                    help="its hinge: each feature's std across the clips (RMS-normalised "
+                    "vectors) below it is penalised (the preset's, else 0.15)")
+    ap.add_argument("--a-var-per", choices=("clip", "frame"),
+                    help="its vectors: each clip's time-averaged one, or every frame (the "
+                    "preset's, else clip)")
+    ap.add_argument("--a-cov-weight", type=float,
+                    help="weight of VICReg's covariance term on the same vectors (else 0)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda",
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
@@ -787,8 +886,8 @@ def main():
                     "(per tensor); auto: fused on CUDA, foreach on the CPU")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each half-batch's forward and loss (inductor, fused "
-                    "kernels, no CUDA graphs; needs --pad-to; not with --strict-determinism or "
-                    "--ctc-weight): far fewer launches a step after a first step that compiles")
+                    "kernels, no CUDA graphs; needs --pad-to; not with --strict-determinism, "
+                    "--ctc-weight or --a-var/cov-weight): far fewer launches a step after a first step that compiles")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -806,12 +905,15 @@ def main():
                          "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
-              "ctc_weight", "ctc_at", "lr", "beta2", "warmup"):
+              "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
+              "a_cov_weight", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
-    if args.compile and p.get("ctc_weight"):
-        raise SystemExit("train_mm_proxy: --compile with --ctc-weight: the CTC head's hooks "
-                         "inside a compiled forward are untried; drop one")
+    for k, flag in (("ctc_weight", "--ctc-weight"), ("a_var_weight", "--a-var-weight"),
+                    ("a_cov_weight", "--a-cov-weight")):
+        if args.compile and p.get(k):
+            raise SystemExit(f"train_mm_proxy: --compile with {flag}: its forward hook inside a "
+                             "compiled forward is untried; drop one")
     if args.threads:
         torch.set_num_threads(args.threads)
     fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
@@ -883,13 +985,20 @@ def main():
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
+    spread = None
+    if p.get("a_var_weight", 0.0) or p.get("a_cov_weight", 0.0):
+        spread = SpreadTerm(model, p.get("a_var_weight", 0.0), p.get("a_var_gamma", 0.15),
+                            p.get("a_var_per", "clip"), p.get("a_cov_weight", 0.0))
+        if not p.get("a_lr_mult", 1.0):
+            print("train_mm_proxy: --a-var-weight with the audio side never trained (lr x 0): "
+                  "the term has nothing to move", flush=True)
     opt = make_optimizer(model, p, head, dev, args.adamw)
     amp = dev.type == "cuda"
     loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
-    losses = {"image": [], "audio": [], "ctc": []}
+    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     compile_failed = None
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
@@ -914,7 +1023,7 @@ def main():
         ts = time.time()
         try:
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn)
+                       norms, live, loss_fn, spread)
         except Exception as e:  # (not the guard's SystemExit)
             if loss_fn is half_loss:
                 raise
@@ -926,7 +1035,7 @@ def main():
                   "eagerly", flush=True)
             loss_fn = half_loss
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn)
+                       norms, live, loss_fn, spread)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
@@ -952,6 +1061,7 @@ def main():
                   f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
                   + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
                      if losses["ctc"] else "") +
+                  (f" a_var {np.mean(losses['a_var'][-50:]):.4f}" if losses["a_var"] else "") +
                   f" lr {lr_at(step, steps, p):.2e} grad norm max "
                   f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
                   flush=True)
@@ -989,6 +1099,9 @@ def main():
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
                        "clips_too_short": head.skipped}
+    if spread is not None:
+        info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
+                         "cov_weight": spread.cov_weight}
     if args.no_export:
         json.dump(info, open(os.path.join(args.out, "train.json"), "w"), indent=1)
         return
