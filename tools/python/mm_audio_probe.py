@@ -87,7 +87,7 @@ def measure(model, hook, tok, pr, batches, items, n_gen, head=None):
                     ignore_index=-100, reduction="sum")
                 tot, n = tot + loss.item(), n + int((lab != -100).sum())
                 if mode is None and head is not None:
-                    x, v = head.frames, head.valid
+                    x, v = head.tap.frames, head.tap.valid
                     c = head.loss(lab)
                     ctc.append(float("nan") if c is None else c.item())
                     ctc_hyps += [tok.decode(h) for h in head.greedy(x, v)]

@@ -278,30 +278,21 @@ class Items(torch.utils.data.Dataset):
                     tgt=self.pr.target(it["text"]))
 
 
-class CtcHead(torch.nn.Module):
-    """An auxiliary CTC loss on the audio side (training only: never saved nor exported, the
-    package keeps the Gemma-4 layout), the hybrid CTC / attention remedy for an encoder the
-    decoder does not read yet: a linear map from the audio frames to the vocabulary + a blank
-    (id `vocab`), its CTC loss against each clip's transcript. at="embed": embed_audio's output
-    (the soft tokens the decoder reads); at="tower": the tower's output, before embed_audio.
-    Forward hooks keep the last audio forward's frames and valid mask; loss() consumes them."""
+class AudioTap:
+    """Forward hooks that keep the last audio forward's frames (at="embed": embed_audio's
+    output, the soft tokens the decoder reads; at="tower": the tower's output, before
+    embed_audio) and valid mask (B x T, True: a frame of the clip); take() hands them over once.
+    The training-only audio terms (CtcHead, SpreadTerm) read the audio side through it."""
 
-    def __init__(self, model, vocab, at):
-        super().__init__()
+    def __init__(self, model, at, who):
         m = model.model
-        if at not in ("embed", "tower"):
-            raise SystemExit(f"train_mm_proxy: --ctc-at {at}: embed or tower")
-        emb = m.embed_audio
-        dim = emb.text_hidden_size if at == "embed" else emb.multimodal_hidden_size
-        self.proj = torch.nn.Linear(dim, vocab + 1)
-        self.vocab, self.at, self.frames, self.valid = vocab, at, None, None
-        self.used = self.skipped = 0  # clips with a loss / clips with fewer frames than labels
+        self.at, self.who, self.frames, self.valid = at, who, None, None
         m.audio_tower.register_forward_hook(self._tower)
         if at == "embed":
-            emb.register_forward_hook(self._embed)
+            m.embed_audio.register_forward_hook(self._embed)
 
     def _tower(self, mod, inp, out):
-        self.valid = out.attention_mask  # B x T, True: a frame of the clip
+        self.valid = out.attention_mask
         if self.at == "tower":
             self.frames = out.last_hidden_state
 
@@ -311,10 +302,31 @@ class CtcHead(torch.nn.Module):
     def take(self):
         """The captured frames (B x T x D) and their valid mask (B x T), then forgotten."""
         if self.frames is None or self.valid is None:
-            raise SystemExit("train_mm_proxy: the CTC head saw no audio forward")
+            raise SystemExit(f"train_mm_proxy: the {self.who} saw no audio forward")
         x, v = self.frames, self.valid
         self.frames = self.valid = None
         return x, v
+
+
+class CtcHead(torch.nn.Module):
+    """An auxiliary CTC loss on the audio side (training only: never saved nor exported, the
+    package keeps the Gemma-4 layout), the hybrid CTC / attention remedy for an encoder the
+    decoder does not read yet: a linear map from the audio frames to the vocabulary + a blank
+    (id `vocab`), its CTC loss against each clip's transcript. at="embed": embed_audio's output
+    (the soft tokens the decoder reads); at="tower": the tower's output, before embed_audio.
+    loss() consumes the last audio forward's frames and valid mask (AudioTap)."""
+
+    def __init__(self, model, vocab, at):
+        super().__init__()
+        m = model.model
+        if at not in ("embed", "tower"):
+            raise SystemExit(f"train_mm_proxy: --ctc-at {at}: embed or tower")
+        emb = m.embed_audio
+        dim = emb.text_hidden_size if at == "embed" else emb.multimodal_hidden_size
+        self.proj = torch.nn.Linear(dim, vocab + 1)
+        self.vocab, self.at = vocab, at
+        self.used = self.skipped = 0  # clips with a loss / clips with fewer frames than labels
+        self.tap = AudioTap(model, at, "CTC head")
 
     def logits(self, x):
         with torch.autocast(x.device.type, enabled=False):
@@ -326,7 +338,7 @@ class CtcHead(torch.nn.Module):
         targets less the closing <turn|>. A clip needs as many frames as labels plus one blank
         between each pair of equal neighbours, else CTC has no path: such clips are skipped
         and counted (self.skipped). Returns None when no clip fits."""
-        x, valid = self.take()
+        x, valid = self.tap.take()
         rows, tgts, n_in = [], [], []
         for b in range(labels.shape[0]):
             t = labels[b][labels[b] != -100][:-1].cpu()
@@ -539,8 +551,8 @@ class SpreadTerm:
     keeps the Gemma-4 layout): spread_terms() over the audio half-batch's clips, weight x var +
     cov_weight x cov added to the audio items' loss. Trained, the audio side collapsed to one
     vector for every clip in the warm-up (bench/NOTES.md "The audio tower's learning rate");
-    this keeps the clips apart. Forward hooks keep the last audio forward's embed_audio output
-    and valid mask; loss() consumes them."""
+    this keeps the clips apart. loss() consumes the last audio forward's embed_audio output
+    (AudioTap)."""
 
     def __init__(self, model, weight, gamma, per="clip", cov_weight=0.0):
         if per not in ("clip", "frame"):
@@ -549,23 +561,11 @@ class SpreadTerm:
             raise SystemExit(f"train_mm_proxy: --a-var-gamma {gamma} (> 0), --a-var-weight "
                              f"{weight}, --a-cov-weight {cov_weight} (>= 0)")
         self.weight, self.gamma, self.per, self.cov_weight = weight, gamma, per, cov_weight
-        self.frames = self.valid = None
-        m = model.model
-        m.audio_tower.register_forward_hook(self._tower)
-        m.embed_audio.register_forward_hook(self._embed)
-
-    def _tower(self, mod, inp, out):
-        self.valid = out.attention_mask
-
-    def _embed(self, mod, inp, out):
-        self.frames = out
+        self.tap = AudioTap(model, "embed", "spread term")
 
     def loss(self):
         """(weighted total, var, cov) of the last audio forward, or None (one clip)."""
-        if self.frames is None or self.valid is None:
-            raise SystemExit("train_mm_proxy: the spread term saw no audio forward")
-        x, v = self.frames, self.valid
-        self.frames = self.valid = None
+        x, v = self.tap.take()
         with torch.autocast(x.device.type, enabled=False):
             r = spread_terms(x.float(), v, self.gamma, self.per)
         if r is None:
