@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
+from mm_items import fp32_model  # noqa: E402
 
 
 def fail(msg):
@@ -87,12 +88,7 @@ def check_reduction():
 
 
 def train_five(tok, p):
-    torch.manual_seed(0)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
+    model = fp32_model(tmp, p, tok)
     head = tmp.CtcHead(model, p["vocab"], "embed")
     g = torch.Generator().manual_seed(1)
     feats = torch.randn(3, 160, 128, generator=g)  # 3 clips of 1.6 s of log-mel stand-ins

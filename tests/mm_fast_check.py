@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import mm_items  # noqa: E402
+from mm_items import fp32_model, mm_items  # noqa: E402
 
 STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
@@ -68,13 +68,7 @@ def setup(tok, p, impl, ref):
     """The tiny model from seed 0 and its optimizer: train_mm_proxy.make_optimizer's (impl: its
     --adamw), or ref: the groups as the trainer built them before the cuts, AdamW's per-tensor
     loop (impl "loop") or foreach (torch's CUDA default, as the GPU ran it)."""
-    torch.manual_seed(0)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    model.train()
+    model = fp32_model(tmp, p, tok)
     if not ref:
         return model, tmp.make_optimizer(model, p, None, torch.device("cpu"), impl)
     groups = []

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import mm_items  # noqa: E402
+from mm_items import fp32_model, mm_items  # noqa: E402
 
 
 def fail(msg):
@@ -40,13 +40,7 @@ def batches(tok):
 
 
 def setup(tok, p):
-    torch.manual_seed(0)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    model.train()
+    model = fp32_model(tmp, p, tok)
     audio = [x for n, x in model.named_parameters() if n.startswith(tmp.SIDES["audio"])]
     for x in audio:  # as the presets: the audio side frozen (lr x 0)
         x.requires_grad_(False)

@@ -1,6 +1,7 @@
 """Synthetic training items for the train_mm_proxy.py checks (tests/mm_guard_check.py,
 tests/mm_pad_check.py): random-pixel images and noise clips with the trainer's own prompts,
-image patches and log-mel features, uncollated (train_mm_proxy.collate makes the batches)."""
+image patches and log-mel features, uncollated (train_mm_proxy.collate makes the batches); and
+the trainer's model in fp32 that every check starts from."""
 import numpy as np
 
 
@@ -30,3 +31,16 @@ def mm_items(tmp, tok, seed, image_texts, clips):
         auds.append(dict(kind="audio", feats=f["input_features"][0], mask=m,
                          ids=pr.prompt("audio", tmp.audio_token_count(m)), tgt=pr.target(text)))
     return {"image": imgs, "audio": auds}
+
+
+def fp32_model(tmp, p, tok, attn="sdpa"):
+    """The trainer's model (tmp.model_config of preset dict p) in fp32, initialised from torch
+    seed 0, in train mode as the trainer runs it (Gemma-4 has no dropout: the same numbers)."""
+    import torch
+    from transformers import Gemma4ForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
+                                                        dtype=torch.float32,
+                                                        attn_implementation=attn)
+    return model.train()

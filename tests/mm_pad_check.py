@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import mm_items  # noqa: E402
+from mm_items import fp32_model, mm_items  # noqa: E402
 
 
 def fail(msg):
@@ -58,13 +58,7 @@ def main():
                             "user", "model"] * 40)
         tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
     p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size())
-    torch.manual_seed(0)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    model.train()  # as the trainer (no dropout in Gemma-4: train and eval compute the same)
+    model = fp32_model(tmp, p, tok)
     its = items(tok)
     n_checks = 0
 

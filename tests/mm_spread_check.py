@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import mm_items  # noqa: E402
+from mm_items import fp32_model, mm_items  # noqa: E402
 
 N_CHECKS = 0
 
@@ -156,13 +156,7 @@ def check_gradient():
 
 
 def setup(tok, p):
-    torch.manual_seed(0)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    model.train()
+    model = fp32_model(tmp, p, tok)
     opt = torch.optim.AdamW([{"params": list(model.parameters())}], lr=1e-3, betas=(0.9, 0.98))
     return model, opt
 
