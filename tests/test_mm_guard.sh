@@ -8,11 +8,6 @@
 # tools/install_deps.sh installs no torch); without it the test skips (77) saying why.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
-py=${G4_TORCH_PYTHON:-}
-if [ -z "$py" ] || [ ! -x "$py" ] ||
-    ! "$py" -c 'import torch, transformers, tokenizers, numpy' 2>/dev/null; then
-    echo "test_mm_guard: skipped: no python with torch, transformers, tokenizers" \
-        "(set G4_TORCH_PYTHON; CI installs none)"
-    exit 77
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/mm_torch.sh"
+torch_python test_mm_guard "torch, transformers, tokenizers, numpy"
 "$py" "$G4_SOURCE_DIR/tests/mm_guard_check.py"

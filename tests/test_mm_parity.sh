@@ -10,21 +10,6 @@
 # them the test skips (77) saying why.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
-py=${G4_TORCH_PYTHON:-}
-if [ -z "$py" ] || [ ! -x "$py" ] ||
-    ! "$py" -c 'import torch, transformers, tokenizers, numpy, PIL, soundfile' 2>/dev/null; then
-    echo "test_mm_parity: skipped: no python with torch, transformers, tokenizers, pillow," \
-        "soundfile (set G4_TORCH_PYTHON; CI installs none)"
-    exit 77
-fi
-# mm_parity's audio half runs on transformers 5.17 (the GPU image's); 5.25 fails inside the audio
-# tower's mask (bench/NOTES.md, the CPU dry run on the twenty-third session's main)
-v=$("$py" -c 'import transformers; print(transformers.__version__)')
-case $v in
-5.17.*) ;;
-*)
-    echo "test_mm_parity: skipped: transformers $v at $py, mm_parity needs 5.17 (the GPU image's)"
-    exit 77
-    ;;
-esac
+source "$(dirname "${BASH_SOURCE[0]}")/mm_torch.sh"
+torch_python test_mm_parity "torch, transformers, tokenizers, numpy, PIL, soundfile" 5.17
 "$py" "$G4_SOURCE_DIR/tests/mm_parity_check.py"

@@ -11,20 +11,6 @@
 # sdpa for the audio tower); without them the test skips (77) saying why. ~30 s.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
-py=${G4_TORCH_PYTHON:-}
-if [ -z "$py" ] || [ ! -x "$py" ] ||
-    ! "$py" -c 'import torch, transformers, tokenizers, numpy' 2>/dev/null; then
-    echo "test_mm_spread: skipped: no python with torch, transformers, tokenizers" \
-        "(set G4_TORCH_PYTHON; CI installs none)"
-    exit 77
-fi
-v=$("$py" -c 'import transformers; print(transformers.__version__)')
-case $v in
-5.17.*) ;;
-*)
-    echo "test_mm_spread: skipped: transformers $v at $py, train_mm_proxy needs 5.17 (the GPU" \
-        "image's)"
-    exit 77
-    ;;
-esac
+source "$(dirname "${BASH_SOURCE[0]}")/mm_torch.sh"
+torch_python test_mm_spread "torch, transformers, tokenizers, numpy" 5.17
 "$py" "$G4_SOURCE_DIR/tests/mm_spread_check.py"
