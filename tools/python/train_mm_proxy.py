@@ -761,8 +761,10 @@ def step_ops(events):
     def compute(e):
         return e.name.startswith("aten::") and e.name[6:] not in QUIET_OPS
 
+    multi_ops = ("aten::_foreach_", "aten::_fused_")  # one call, many tensors
+
     def multi(e):
-        return e.name.startswith(("aten::_foreach_", "aten::_fused_"))
+        return e.name.startswith(multi_ops)
 
     below = {}  # id(event): it has a computing descendant
 
@@ -790,8 +792,7 @@ def step_ops(events):
         if e.name == "aten::item" and not any(n.startswith("aten::") for n in names) and \
                 phase(names) == "other":
             items += 1
-        if not compute(e) or any(n.startswith(("aten::_foreach_", "aten::_fused_"))
-                                 for n in names):
+        if not compute(e) or any(n.startswith(multi_ops) for n in names):
             continue
         if multi(e) or not has_compute_below(e):
             by_op[e.name] += 1
@@ -887,7 +888,8 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile each half-batch's forward and loss (inductor, fused "
                     "kernels, no CUDA graphs; needs --pad-to; not with --strict-determinism, "
-                    "--ctc-weight or --a-var/cov-weight): far fewer launches a step after a first step that compiles")
+                    "--ctc-weight or --a-var/cov-weight): far fewer launches a step after a "
+                    "first step that compiles")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -1078,6 +1080,7 @@ def main():
     t2 = time.time()
     model.to(torch.float16).save_pretrained(hf_dir, safe_serialization=True)
     times["save"] = time.time() - t2
+    med_s = float(np.median(step_s))
     info = {"preset": args.preset, "shapes": p, "seed": args.seed, "device": str(dev),
             "parameters": n_params, "steps": steps, "stopped_at": stopped,
             "train_images": len(tr_i), "train_audio": len(tr_a),
@@ -1093,9 +1096,8 @@ def main():
             "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times,
             "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]],
-                             "median": float(np.median(step_s)), "max": max(step_s),
-                             "over_2x_median": int(sum(x > 2 * np.median(step_s)
-                                                       for x in step_s))}}
+                             "median": med_s, "max": max(step_s),
+                             "over_2x_median": int(sum(x > 2 * med_s for x in step_s))}}
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
                        "clips_too_short": head.skipped}
