@@ -206,6 +206,33 @@ def main():
                             rf"0\.95: BELOW \({real} real\)\)", out.stdout) is not None,
                   f"{task}: the criterion line with ({real} real)")
         print(f"mm_parity_check: the largest logit difference from generate's: {worst:.3g} x RMS")
+
+        # --same: g4cu against g4cu (the CPU and CUDA backends' predictions), no HF. B: the
+        # OCR answers with the first item's token 1 changed, the second's cut after token 0,
+        # the third's unchanged, and one item A does not have.
+        a_path, b_path = os.path.join(d, "ocr.jsonl"), os.path.join(d, "ocr_b.jsonl")
+        a = [json.loads(x) for x in open(a_path)]
+        b = [dict(x, tokens=list(x["tokens"])) for x in a]
+        check(len(a) == 3 and all(len(x["tokens"]) >= 2 for x in a),
+              f"--same: 3 OCR answers of >= 2 tokens to alter ({[len(x['tokens']) for x in a]})")
+        b[0]["tokens"][1] += 1
+        b[1]["tokens"] = b[1]["tokens"][:1]
+        b.append(dict(id="extra", tokens=[5]))
+        with open(b_path, "w") as f:
+            f.writelines(json.dumps(x) + "\n" for x in b)
+        eq, n, diff = mm_parity.same_tokens(a_path, b_path)
+        want = [(a[0]["id"], 1, a[0]["tokens"][1], a[0]["tokens"][1] + 1),
+                (a[1]["id"], 1, a[1]["tokens"][1], None)]
+        check((eq, n, diff) == (1, 3, want), f"--same: equal {eq}/{n}, {diff} == 1/3, {want}")
+        out = subprocess.run([sys.executable, os.path.join(SRC, "tools", "python", "mm_parity.py"),
+                              "--same", a_path, b_path], capture_output=True, text=True)
+        check(out.returncode == 1 and "mm_parity same: 1/3 answers token for token equal"
+              in out.stdout and out.stdout.count("  differs ") == 2,
+              f"--same: exit {out.returncode} (1), the count line and 2 differing items printed")
+        out = subprocess.run([sys.executable, os.path.join(SRC, "tools", "python", "mm_parity.py"),
+                              "--same", a_path, a_path], capture_output=True, text=True)
+        check(out.returncode == 0 and "3/3 answers" in out.stdout,
+              f"--same A A: exit {out.returncode} (0), 3/3 equal")
     print(f"mm_parity_check: {fails} failed")
     return 1 if fails else 0
 

@@ -2121,6 +2121,23 @@ stage_mm_run() {
         --tie-tol "$tie_tol" \
         2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/parity.txt"
     stamp "mm: parity (HF vs g4cu f16 on $b)"
+    # MM_CPU_PARITY=1 (GPU runs): the f16 ASR items again on the CPU backend, mm_parity of them
+    # at cpu-f32 and the CPU's tokens against the GPU's: tells a CUDA-only disagreement with HF
+    # from one of the shared audio path (the twenty-sixth session's ASR parity, 27 of 80 real)
+    if [ "${MM_CPU_PARITY:-0}" = 1 ] && [ "$b" != cpu ]; then
+        t0=$(date +%s)
+        build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d/f16" --backend cpu \
+            --threads "$(nproc)" --out "$o/eval_f16_asr_cpu" --max-new "${MM_MAX_NEW:-48}" \
+            >"$o/eval_f16_asr_cpu.txt" 2>&1
+        echo "eval f16 asr (cpu backend): exit $? $(tail -1 "$o/eval_f16_asr_cpu.txt") ($(($(date +%s) - t0)) s)"
+        python3 tools/python/mm_parity.py --hf "$d/hf" --data "$MM_DATA" \
+            --asr "$o/eval_f16_asr_cpu/predictions.jsonl" --max-new "${MM_MAX_NEW:-48}" \
+            --json "$o/parity_cpu.json" --tie-tol cpu-f32 \
+            2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/parity_cpu.txt"
+        python3 tools/python/mm_parity.py --same "$o/eval_f16_asr/predictions.jsonl" \
+            "$o/eval_f16_asr_cpu/predictions.jsonl" | tee -a "$o/parity_cpu.txt"
+        stamp "mm: parity (HF vs g4cu f16 on cpu; cpu vs $b)"
+    fi
     # one image + audio prompt: HF's layer-by-layer dump, g4cu compare of f16 (pass / fail) and
     # of each Q4 variant (the per-layer error, image and audio positions included)
     # (mm_reference.py wants audio whose last conv row is padding, to cover the tower's masked

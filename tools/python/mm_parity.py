@@ -6,6 +6,7 @@ held-out items (issue 35), and HF's own scores on them.
         --ocr EVAL_OCR/predictions.jsonl --asr EVAL_ASR/predictions.jsonl \\
         [--device cuda] [--dtype float32|float16] [--max-new 48] [--min-agree 0.95] [--json F] \\
         [--tie-tol cuda-f16|cpu-f32]
+    python3 tools/python/mm_parity.py --same A/predictions.jsonl B/predictions.jsonl
 
 For each item of DATA/ocr_test.jsonl and DATA/asr_test.jsonl that g4cu predicted: the prompt ids
 train_mm_proxy.py trains on (which are g4cu's chat template: engine/chat.h), the media read from
@@ -32,6 +33,10 @@ Also printed: HF's exact-match accuracy on the OCR items (the answer equals the 
 strip()) and its WER on the ASR items (words of lower-case text without punctuation; the
 official figures are `g4cu eval`'s, with the Whisper normalizer), next to g4cu's on the same
 predictions by the same rule.
+--same A B: no HF; two g4cu runs' predictions of the same items (e.g. the CPU and CUDA backends)
+compared token for token (each answer's "tokens", its stop token included): the count of equal
+answers, and for each differing item its first differing position and the two tokens there.
+Exit 0 when every item of A is in B with the same tokens.
 """
 import argparse
 import json
@@ -97,10 +102,48 @@ def tie_at(logits, hf_tok, g4_tok, tol):
     return r
 
 
+def same_tokens(a_path, b_path):
+    """Two predictions files of the same items: (equal, items, [(id, position, a, b), ...]) by
+    each item's tokens; an item of A missing from B counts as differing (position None)."""
+    b = {}
+    for line in open(b_path):
+        if line.strip():
+            p = json.loads(line)
+            b[p["id"]] = p.get("tokens", [])
+    equal = n = 0
+    diff = []
+    for line in open(a_path):
+        if not line.strip():
+            continue
+        p = json.loads(line)
+        n += 1
+        if p["id"] not in b:
+            diff.append((p["id"], None, None, None))
+            continue
+        ta, tb = p.get("tokens", []), b[p["id"]]
+        if ta == tb:
+            equal += 1
+        else:
+            k, x, y = first_difference(ta, tb)
+            diff.append((p["id"], k, x, y))
+    return equal, n, diff
+
+
+def main_same(a_path, b_path):
+    equal, n, diff = same_tokens(a_path, b_path)
+    print(f"mm_parity same: {equal}/{n} answers token for token equal ({a_path} vs {b_path})")
+    for i, k, x, y in diff:
+        print(f"  differs {i}: " + ("missing from the second" if k is None else
+                                    f"at token {k}: {x} vs {y}"))
+    return 0 if equal == n else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hf", required=True)
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--same", nargs=2, metavar=("A", "B"),
+                    help="compare two g4cu predictions files token for token (no HF)")
+    ap.add_argument("--hf")
+    ap.add_argument("--data")
     ap.add_argument("--ocr", help="g4cu eval predictions.jsonl of ocr_test.jsonl")
     ap.add_argument("--asr", help="g4cu eval predictions.jsonl of asr_test.jsonl")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -111,6 +154,10 @@ def main():
                     help="the compare tolerance of g4cu's backend the near-tie margin derives from")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.same:
+        sys.exit(main_same(*args.same))
+    if not args.hf or not args.data:
+        ap.error("--hf and --data are needed (or --same A B)")
     from PIL import Image
     from tokenizers import Tokenizer
     from transformers import Gemma4ForConditionalGeneration
