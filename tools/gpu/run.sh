@@ -244,7 +244,9 @@
 #            HF float64 with --tol-from the float32 dump: hf-fp32x8); writes
 #            $OUT/mm/MM_FIDELITY.md (tools/python/mm_report.py) and $OUT/mm.tar.gz;
 #            MM_EVAL_BATCH=N: g4cu eval --batch N (default 1; on CUDA a batch may round a
-#            near-tie the other way)
+#            near-tie the other way); MM_CPU_PARITY=1: f16's ASR items again on the CPU backend,
+#            their parity with HF at cpu-f32 and the CPU's answers against the GPU's
+#            (mm_parity.py --same) in parity_cpu.{json,txt}
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, ~2.5
 #            min; bench/NOTES.md "The multimodal proxy's first GPU run"): MM_PRESET=tiny tools/gpu/fetch_mm_carry.sh, then
