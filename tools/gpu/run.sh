@@ -246,7 +246,9 @@
 #            MM_EVAL_BATCH=N: g4cu eval --batch N (default 1; on CUDA a batch may round a
 #            near-tie the other way); MM_CPU_PARITY=1: f16's ASR items again on the CPU backend,
 #            their parity with HF at cpu-f32 and the CPU's answers against the GPU's
-#            (mm_parity.py --same) in parity_cpu.{json,txt}
+#            (mm_parity.py --same) in parity_cpu.{json,txt}, and the first 8 disagreements
+#            teacher-forced on g4cu's answers on both backends (mm_logits_check.py:
+#            logits_check.{json,txt}: the decode path or the prefill?)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, ~2.5
 #            min; bench/NOTES.md "The multimodal proxy's first GPU run"): MM_PRESET=tiny tools/gpu/fetch_mm_carry.sh, then
@@ -2124,8 +2126,9 @@ stage_mm_run() {
         2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/parity.txt"
     stamp "mm: parity (HF vs g4cu f16 on $b)"
     # MM_CPU_PARITY=1 (GPU runs): the f16 ASR items again on the CPU backend, mm_parity of them
-    # at cpu-f32 and the CPU's tokens against the GPU's: tells a CUDA-only disagreement with HF
-    # from one of the shared audio path (the twenty-sixth session's ASR parity, 27 of 80 real)
+    # at cpu-f32 and the CPU's tokens against the GPU's, and mm_logits_check on both backends:
+    # tells a CUDA-only disagreement with HF from one of the shared audio path, and a decode
+    # path's from a prefill's (the twenty-sixth session's ASR parity, 27 of 80 real)
     if [ "${MM_CPU_PARITY:-0}" = 1 ] && [ "$b" != cpu ]; then
         t0=$(date +%s)
         build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d/f16" --backend cpu \
@@ -2138,6 +2141,11 @@ stage_mm_run() {
             2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/parity_cpu.txt"
         python3 tools/python/mm_parity.py --same "$o/eval_f16_asr/predictions.jsonl" \
             "$o/eval_f16_asr_cpu/predictions.jsonl" | tee -a "$o/parity_cpu.txt"
+        # the first 8 disagreements teacher-forced on g4cu's answers: prefill or decode?
+        python3 tools/python/mm_logits_check.py --hf "$d/hf" --package "$d/f16" --data "$MM_DATA" \
+            --preds "$o/eval_f16_asr/predictions.jsonl" --parity "$o/parity.json" --items 8 \
+            --backend "$b" --backend cpu --json "$o/logits_check.json" \
+            2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/logits_check.txt"
         stamp "mm: parity (HF vs g4cu f16 on cpu; cpu vs $b)"
     fi
     # one image + audio prompt: HF's layer-by-layer dump, g4cu compare of f16 (pass / fail) and

@@ -102,6 +102,26 @@ def tie_at(logits, hf_tok, g4_tok, tol):
     return r
 
 
+def item_inputs(it, data, pr, fe, dev, dtype):
+    """One manifest item as HF reads it: (prompt ids, the generate / forward media kwargs). The
+    image through PIL and train_mm_proxy.image_inputs, the WAV as int16 / 32768 through fe (a
+    Gemma4AudioFeatureExtractor), the prompt train_mm_proxy.Prompter's (g4cu's chat template)."""
+    if "image" in it:
+        from PIL import Image
+
+        pv, pp, k = tmp.image_inputs(Image.open(os.path.join(data, it["image"])))
+        return pr.prompt("image", k), dict(
+            pixel_values=torch.from_numpy(pv)[None].to(dev, dtype),
+            image_position_ids=torch.from_numpy(pp)[None].to(dev))
+    import soundfile as sf
+
+    x, rate = sf.read(os.path.join(data, it["audio"]), dtype="int16")
+    f = fe([x.astype(np.float32) / 32768.0], return_tensors="np", padding="longest")
+    return pr.prompt("audio", tmp.audio_token_count(f["input_features_mask"][0])), dict(
+        input_features=torch.from_numpy(f["input_features"]).to(dev, dtype),
+        input_features_mask=torch.from_numpy(f["input_features_mask"]).to(dev))
+
+
 def same_tokens(a_path, b_path):
     """Two predictions files of the same items: (equal, items, [(id, position, a, b), ...]) by
     each item's tokens; an item of A missing from B counts as differing (position None)."""
@@ -158,7 +178,6 @@ def main():
         sys.exit(main_same(*args.same))
     if not args.hf or not args.data:
         ap.error("--hf and --data are needed (or --same A B)")
-    from PIL import Image
     from tokenizers import Tokenizer
     from transformers import Gemma4ForConditionalGeneration
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
@@ -190,20 +209,7 @@ def main():
         mism = []
         for p in preds:
             it = items[p["id"]]
-            if task == "ocr":
-                img = Image.open(os.path.join(args.data, it["image"]))
-                pv, pp, k = tmp.image_inputs(img)
-                ids = pr.prompt("image", k)
-                extra = dict(pixel_values=torch.from_numpy(pv)[None].to(dev, model.dtype),
-                             image_position_ids=torch.from_numpy(pp)[None].to(dev))
-            else:
-                import soundfile as sf
-
-                x, rate = sf.read(os.path.join(args.data, it["audio"]), dtype="int16")
-                f = fe([x.astype(np.float32) / 32768.0], return_tensors="np", padding="longest")
-                ids = pr.prompt("audio", tmp.audio_token_count(f["input_features_mask"][0]))
-                extra = dict(input_features=torch.from_numpy(f["input_features"]).to(dev, model.dtype),
-                             input_features_mask=torch.from_numpy(f["input_features_mask"]).to(dev))
+            ids, extra = item_inputs(it, args.data, pr, fe, dev, model.dtype)
             if len(ids) != p.get("prompt_tokens", len(ids)):
                 prompt_diff += 1
             x = torch.tensor([ids], device=dev)

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Where a g4cu answer leaves HF's (issue 35's ASR parity): each item teacher-forced on g4cu's own
+answer, by HF and by `g4cu logits` on each backend, row by row.
+
+    python3 tools/python/mm_logits_check.py --hf PROXY/hf --package PROXY/f16 --data DATA \\
+        --preds EVAL/predictions.jsonl [--parity parity.json] [--items 8] \\
+        [--backend cuda --backend cpu] [--json F]
+
+Items, up to --items: with --parity, its real disagreements first (mm_parity.py's ASR or OCR
+mismatches that are not near ties), then its near ties; then the other items of --preds in order. For each:
+the prompt (mm_parity.item_inputs: train_mm_proxy's prompt, the media as HF reads them) followed by
+g4cu's answer tokens but the last, so row j of the answer predicts answer token j. HF
+(Gemma4ForConditionalGeneration, float32, no cache) and `g4cu logits PKG --ids ... --image/--audio
+F --backend B` give the logits of every row; on the answer rows the tool reports per backend:
+  rel      ||g4cu - HF|| / ||HF|| over the answer rows (compare's rel err measure)
+  max_abs  the largest |g4cu - HF| of a logit on those rows
+  own      answer rows where g4cu's teacher-forced argmax is not the token g4cu's eval chose
+           there: the eval's generation (its decode steps) differs from its own prefill
+  hf       answer rows where g4cu's teacher-forced argmax is not HF's
+and per item the first row where HF's argmax is not g4cu's token (HF would have gone elsewhere),
+HF's logit gap there, and g4cu's (this backend's) gap between the same two tokens.
+Reading: own > 0 on a backend: its decode path, not its prefill, leaves HF; own == 0 and hf > 0:
+the prefill itself (the media path or a length's kernels) leaves HF at that row.
+Exit 0 when every backend's own and hf are 0 on every item, else 1 (2 on a failed g4cu call).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import mm_parity  # noqa: E402
+import train_mm_proxy as tmp  # noqa: E402
+
+
+def pick_items(preds, parity, n):
+    """The ids to check: parity's real disagreements, its near ties, then preds' order."""
+    order = []
+    if parity:
+        rep = json.load(open(parity))
+        for near in (False, True):
+            for task in ("asr", "ocr"):
+                order += [m["id"] for m in rep.get(task, {}).get("mismatches", [])
+                          if bool(m.get("near_tie")) == near]
+    order += list(preds)  # then the agreeing items, in the predictions' order
+    seen = []
+    for i in order:
+        if i in preds and i not in seen:
+            seen.append(i)
+    return seen[:n]
+
+
+def g4cu_logits(g4cu, pkg, ids, media_flag, media_path, backend, tmpdir):
+    out = os.path.join(tmpdir, f"logits_{backend}.npy")
+    cmd = [g4cu, "logits", pkg, "--ids", ",".join(map(str, ids)), media_flag, media_path,
+           "--backend", backend, "--out", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"g4cu logits ({backend}) exit {r.returncode}: {r.stderr.strip()[-500:]}")
+    return np.load(out).astype(np.float64)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hf", required=True)
+    ap.add_argument("--package", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--preds", required=True, help="g4cu eval predictions.jsonl (ocr or asr)")
+    ap.add_argument("--parity", help="mm_parity.py --json's report: its mismatches first")
+    ap.add_argument("--items", type=int, default=8)
+    ap.add_argument("--backend", action="append", choices=("cpu", "cuda"))
+    ap.add_argument("--g4cu", default="build-gpu/g4cu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    backends = args.backend or ["cuda", "cpu"]
+    from tokenizers import Tokenizer
+    from transformers import Gemma4ForConditionalGeneration
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    dev = torch.device(args.device)
+    model = Gemma4ForConditionalGeneration.from_pretrained(
+        args.hf, dtype=torch.float32, attn_implementation="eager").to(dev).eval()
+    model.model.audio_tower.config._attn_implementation = "sdpa"  # as mm_parity.py
+    pr = tmp.Prompter(Tokenizer.from_file(os.path.join(args.hf, "tokenizer.json")))
+    fe = Gemma4AudioFeatureExtractor()
+    items = {}
+    for name in ("ocr_test.jsonl", "asr_test.jsonl"):
+        path = os.path.join(args.data, name)
+        if os.path.exists(path):
+            for line in open(path):
+                it = json.loads(line)
+                items[it["id"]] = it
+    preds = {}
+    for line in open(args.preds):
+        if line.strip():
+            p = json.loads(line)
+            preds[p["id"]] = p
+    ids_to_check = pick_items(preds, args.parity, args.items)
+    report, ok = [], True
+    with tempfile.TemporaryDirectory() as tdir:
+        for i in ids_to_check:
+            it, p = items[i], preds[i]
+            prompt, extra = mm_parity.item_inputs(it, args.data, pr, fe, dev, model.dtype)
+            ans = list(p.get("tokens", []))
+            if not ans:
+                continue
+            seq = prompt + ans[:-1]
+            rows = slice(len(prompt) - 1, len(seq))  # row j of these predicts ans[j]
+            x = torch.tensor([seq], device=dev)
+            with torch.no_grad():
+                h = model(input_ids=x, attention_mask=torch.ones_like(x), **extra).logits[0]
+            h = h.double().cpu().numpy()[rows]
+            h_arg = h.argmax(-1)
+            leave = next((j for j in range(len(ans)) if h_arg[j] != ans[j]), None)
+            rec = dict(id=i, prompt_tokens=len(prompt), answer=len(ans), hf_leaves_at=leave)
+            if leave is not None:
+                a, b = int(h_arg[leave]), int(ans[leave])
+                rec.update(hf_token=a, g4cu_token=b, hf_gap=float(h[leave, a] - h[leave, b]))
+            media = ("--image", os.path.join(args.data, it["image"])) if "image" in it else \
+                    ("--audio", os.path.join(args.data, it["audio"]))
+            for be in backends:
+                try:
+                    g = g4cu_logits(args.g4cu, args.package, seq, *media, be, tdir)
+                except RuntimeError as e:
+                    print(f"mm_logits_check: {i}: {e}")
+                    return 2
+                if g.shape[0] != len(seq):
+                    print(f"mm_logits_check: {i}: g4cu logits ({be}) has {g.shape[0]} rows for "
+                          f"{len(seq)} ids")
+                    return 2
+                g = g[rows]
+                g_arg = g.argmax(-1)
+                r = dict(rel=float(np.linalg.norm(g - h) / np.linalg.norm(h)),
+                         max_abs=float(np.abs(g - h).max()),
+                         own=int(sum(g_arg[j] != ans[j] for j in range(len(ans)))),
+                         hf=int((g_arg != h_arg).sum()))
+                if leave is not None:
+                    r["gap_at_leave"] = float(g[leave, rec["hf_token"]] - g[leave, rec["g4cu_token"]])
+                rec[be] = r
+                ok &= r["own"] == 0 and r["hf"] == 0
+            report.append(rec)
+            line = (f"mm_logits_check {i}: prompt {len(prompt)}, answer {len(ans)} tokens; HF "
+                    + ("keeps g4cu's answer" if leave is None else
+                       f"leaves at {leave} ({rec['hf_token']} over {rec['g4cu_token']} by "
+                       f"{rec['hf_gap']:.4g})"))
+            for be in backends:
+                r = rec[be]
+                line += (f"; {be}: rel {r['rel']:.3g}, max abs {r['max_abs']:.3g}, own {r['own']}, "
+                         f"hf {r['hf']}" + (f", gap there {r['gap_at_leave']:.4g}"
+                                            if "gap_at_leave" in r else ""))
+            print(line)
+    for be in backends:
+        own = sum(r[be]["own"] > 0 for r in report)
+        hf = sum(r[be]["hf"] > 0 for r in report)
+        print(f"mm_logits_check {be}: {len(report)} items; the eval left its own prefill's argmax "
+              f"on {own}, the prefill left HF's on {hf}")
+    if args.json:
+        json.dump(report, open(args.json, "w"), indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
