@@ -35,37 +35,13 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import mm_probe  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
-from mm_parity import edits, words  # noqa: E402
-from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
+from mm_probe import wer  # noqa: E402
 
-# text 128 x 6 (tiny's kinds, a window over the whole prompt), audio 128 x 2, conv [128, 32]
-SHAPE = dict(text=dict(TEXT_PRESETS["tiny"], hidden=128, mlp=512, layers=6, shared=2, window=256,
-                       positions=512, ple=32,
-                       types=["sliding_attention", "sliding_attention", "full_attention"] * 2),
-             v_hidden=64, v_layers=1, v_heads=1, v_mlp=128, a_hidden=128, a_layers=2, a_heads=8,
-             a_conv=[128, 32])
-
-
-def wer(refs, hyps):
-    err = sum(edits(words(r), words(h)) for r, h in zip(refs, hyps))
-    return err / max(1, sum(len(words(r)) for r in refs))
-
-
-class Hook:
-    """embed_audio's output: kept (for the spread), zeroed or rolled across the batch."""
-
-    def __init__(self):
-        self.mode, self.last = None, None
-
-    def __call__(self, mod, inp, out):
-        self.last = out.detach()
-        if self.mode == "zero":
-            return torch.zeros_like(out)
-        if self.mode == "shuf":
-            return torch.roll(out, 1, 0)
-        return out
+# text 128 x 6 (mm_probe's), audio 128 x 2, conv [128, 32]
+SHAPE = dict(text=mm_probe.TEXT, v_hidden=64, v_layers=1, v_heads=1, v_mlp=128, a_hidden=128,
+             a_layers=2, a_heads=8, a_conv=[128, 32])
 
 
 def measure(model, hook, tok, pr, batches, items, n_gen, head=None):
@@ -164,10 +140,9 @@ def main():
     audio = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
     tr = [i for i in audio if i["split"] == "train"][:args.n_train]
     te = [i for i in audio if i["split"] == "test"]
-    texts = [i["text"] for i in tr] * 2 + [tmp.SYSTEM, tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system",
-                                           "user", "model"] * 50
     vocab = 640
-    tok = train_tokenizer("\n\n".join(texts), vocab, os.path.join(args.out, "tokenizer.json"))
+    tok = mm_probe.tokenizer([i["text"] for i in tr], vocab,
+                             os.path.join(args.out, "tokenizer.json"))
     p = dict(SHAPE, vocab=tok.get_vocab_size())
     pr = tmp.Prompter(tok)
     torch.manual_seed(args.seed)
@@ -178,7 +153,7 @@ def main():
     model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
                                                         dtype=torch.float32,
                                                         attn_implementation="sdpa")
-    hook = Hook()
+    hook = mm_probe.SoftTokens()  # embed_audio's output: kept, zeroed or rolled
     model.model.embed_audio.register_forward_hook(hook)
     head = tmp.CtcHead(model, p["vocab"], args.ctc_at) if args.ctc_weight else None
     spread = tmp.SpreadTerm(model, args.a_var_weight, args.a_var_gamma, args.a_var_per,

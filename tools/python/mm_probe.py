@@ -1,0 +1,62 @@
+"""What the multimodal proxy's CPU probes share (tools/python/mm_audio_probe.py, listening;
+tools/python/mm_vision_probe.py, reading; issue 35): the decoder's shape between
+train_mm_proxy's `ci` and `proxy` presets, the tokenizer built as the trainer builds it, the
+hook that zeroes or rolls a media embedder's soft tokens (is the medium read at all?), and the
+error rates. The model, data and renderers are train_mm_proxy's own (imported there)."""
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import train_mm_proxy as tmp  # noqa: E402
+from mm_parity import edits, words  # noqa: E402
+from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
+from train_proxy import train_tokenizer  # noqa: E402
+
+# text 128 x 6 (tiny's kinds, a window over the whole prompt)
+TEXT = dict(TEXT_PRESETS["tiny"], hidden=128, mlp=512, layers=6, shared=2, window=256,
+            positions=512, ple=32,
+            types=["sliding_attention", "sliding_attention", "full_attention"] * 2)
+
+
+def tokenizer(texts, vocab, path):
+    """train_mm_proxy's tokenizer recipe: its BPE (train_proxy.train_tokenizer) on the train
+    texts twice and the prompts and role names 50 times."""
+    texts = list(texts) * 2 + [tmp.SYSTEM, tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user",
+                               "model"] * 50
+    return train_tokenizer("\n\n".join(texts), vocab, path)
+
+
+def wer(refs, hyps):
+    """Word error rate over the set (mm_parity's words: lower-cased, punctuation stripped)."""
+    err = sum(edits(words(r), words(h)) for r, h in zip(refs, hyps))
+    return err / max(1, sum(len(words(r)) for r in refs))
+
+
+def cer(refs, hyps):
+    """Character error rate over the set: character edits / reference characters, the strings
+    as they are (case and punctuation count: an OCR answer must spell them)."""
+    err = sum(edits(r, h) for r, h in zip(refs, hyps))
+    return err / max(1, sum(len(r) for r in refs))
+
+
+class SoftTokens:
+    """A forward hook on a media embedder (embed_audio, embed_vision): keeps its output
+    (self.last) and, by self.mode, hands the decoder zeros ("zero") or the batch neighbour's
+    soft tokens ("shuf", rolled by self.shift rows along dimension 0) in their place.
+    embed_audio's output is B x T x D (shift 1: one clip); embed_vision's is the batch's valid
+    soft tokens flat (sum of n_i x D): shift n rolls by one image when every image of the batch
+    has n soft tokens."""
+
+    def __init__(self):
+        self.mode, self.last, self.shift = None, None, 1
+
+    def __call__(self, mod, inp, out):
+        self.last = out.detach()
+        if self.mode == "zero":
+            return torch.zeros_like(out)
+        if self.mode == "shuf":
+            return torch.roll(out, self.shift, 0)
+        return out
