@@ -574,6 +574,22 @@ class SpreadTerm:
         return self.weight * var + self.cov_weight * cov, var, cov
 
 
+def scale_audio_residuals(model, x):
+    """Multiplies the audio tower's residual branches' output scales by x (an init option: x < 1
+    keeps each conformer layer near identity, so a random tower passes its input on): per layer
+    the two half-step feed-forwards' post norms, the attention's post norm (the weights of
+    RMSNorms whose output is added to the residual) and the light convolution's output linear.
+    norm_out (the layer's last norm, on the sum) is left as it is."""
+    if not x > 0:
+        raise SystemExit(f"train_mm_proxy: --a-res-scale {x}: expected > 0")
+    with torch.no_grad():
+        for layer in model.model.audio_tower.layers:
+            for w in (layer.feed_forward1.post_layer_norm.weight, layer.norm_post_attn.weight,
+                      layer.lconv1d.linear_end.linear.weight,
+                      layer.feed_forward2.post_layer_norm.weight):
+                w.mul_(x)
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
