@@ -11,6 +11,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
+                                               [--a-res-scale X]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -57,7 +58,11 @@ functions that wrote the held-out files).
    VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
    training only) added to the audio items' loss (bench/NOTES.md "A variance term"): on the
    probe it kept the clips apart (82-136% against x 1's 0.15%) but the decoder read nothing of
-   it that held for held-out sentences.
+   it that held for held-out sentences. --a-res-scale X: the audio layers' residual-branch
+   output scales x X at init (scale_audio_residuals; no preset sets it): at 1 each random
+   layer replaces most of a frame, and CTC read-outs of the frozen 512 x 6 tower lose more than
+   half of what they read from the log-mel by its sixth layer; at 0.1 its output reads as the
+   log-mel (tools/python/mm_audio_readout.py, bench/NOTES.md "What a read-out finds").
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -574,6 +579,22 @@ class SpreadTerm:
         return self.weight * var + self.cov_weight * cov, var, cov
 
 
+def scale_audio_residuals(model, x):
+    """Multiplies the audio tower's residual branches' output scales by x (an init option: x < 1
+    keeps each conformer layer near identity, so a random tower passes its input on): per layer
+    the two half-step feed-forwards' post norms, the attention's post norm (the weights of
+    RMSNorms whose output is added to the residual) and the light convolution's output linear.
+    norm_out (the layer's last norm, on the sum) is left as it is."""
+    if not x > 0:
+        raise SystemExit(f"train_mm_proxy: --a-res-scale {x}: expected > 0")
+    with torch.no_grad():
+        for layer in model.model.audio_tower.layers:
+            for w in (layer.feed_forward1.post_layer_norm.weight, layer.norm_post_attn.weight,
+                      layer.lconv1d.linear_end.linear.weight,
+                      layer.feed_forward2.post_layer_norm.weight):
+                w.mul_(x)
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
@@ -856,6 +877,10 @@ def main():
                     "preset's, else clip)")
     ap.add_argument("--a-cov-weight", type=float,
                     help="weight of VICReg's covariance term on the same vectors (else 0)")
+    ap.add_argument("--a-res-scale", type=float,
+                    help="the audio layers' residual-branch output scales x X at init "
+                    "(scale_audio_residuals; X < 1: each layer nearer identity; the preset's, "
+                    "else 1)")
     ap.add_argument("--fonts", action="append", help="fonts root (make_mm_data.py's)")
     ap.add_argument("--device", default="cuda",
                     help="cuda (default) or cpu: a CPU run is asked for, never a fallback")
@@ -908,7 +933,7 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
-              "a_cov_weight", "lr", "beta2", "warmup"):
+              "a_cov_weight", "a_res_scale", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     for k, flag in (("ctc_weight", "--ctc-weight"), ("a_var_weight", "--a-var-weight"),
@@ -969,6 +994,8 @@ def main():
     # (tools/python/mm_reference.py), and g4cu computes the band the sdpa path uses
     model = Gemma4ForConditionalGeneration._from_config(cfg, dtype=torch.float32,
                                                         attn_implementation="sdpa").to(dev)
+    if p.get("a_res_scale") is not None:
+        scale_audio_residuals(model, p["a_res_scale"])
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
