@@ -40,15 +40,13 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import fp32_model, mm_items  # noqa: E402
+from mm_items import check_tokenizer, fp32_model, mm_items  # noqa: E402
 
 STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
@@ -158,10 +156,7 @@ def check_compile(tok, p, b):
 
 def main():
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as d:
-        text = "\n\n".join(["the quick brown fox jumps over the lazy dog blue sky 42", tmp.SYSTEM,
-                            tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user", "model"] * 40)
-        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    tok = check_tokenizer(tmp, ["the quick brown fox jumps over the lazy dog blue sky 42"])
     p = dict(tmp.PRESETS["tiny"], vocab=tok.get_vocab_size())
     its = mm_items(tmp, tok, 0, ("blue sky", "42"), (("the cat sat", 16000),
                                                      ("open the door", 16000)))

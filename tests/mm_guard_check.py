@@ -17,15 +17,13 @@ synthetic clips), through the documented test hook (--inject-nonfinite's set):
 Prints one line per check; exit 1 on the first failure."""
 import os
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import fp32_model, mm_items  # noqa: E402
+from mm_items import check_tokenizer, fp32_model, mm_items  # noqa: E402
 
 
 def fail(msg):
@@ -73,10 +71,7 @@ class NoGuard:
 
 
 def main():
-    with tempfile.TemporaryDirectory() as d:
-        text = "\n\n".join(["the quick brown fox jumps over the lazy dog blue sky 42", tmp.SYSTEM,
-                            tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user", "model"] * 40)
-        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    tok = check_tokenizer(tmp, ["the quick brown fox jumps over the lazy dog blue sky 42"])
     p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size())
     b = batches(tok)
 

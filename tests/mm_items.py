@@ -1,7 +1,12 @@
 """Synthetic training items for the train_mm_proxy.py checks (tests/mm_guard_check.py,
 tests/mm_pad_check.py): random-pixel images and noise clips with the trainer's own prompts,
 image patches and log-mel features, uncollated (train_mm_proxy.collate makes the batches); and
-the trainer's model in fp32 that every check starts from."""
+the trainer's model in fp32 that every check starts from; the checks' tokenizer and their
+counted expectations."""
+import os
+import sys
+import tempfile
+
 import numpy as np
 
 
@@ -44,3 +49,33 @@ def fp32_model(tmp, p, tok, attn="sdpa"):
                                                         dtype=torch.float32,
                                                         attn_implementation=attn)
     return model.train()
+
+
+def check_tokenizer(tmp, words, path=None):
+    """The mm checks' tokenizer: train_proxy's BPE (vocab 480) trained on WORDS (a list of
+    strings) and the trainer's prompts, 40 times over; written to PATH (default a temporary
+    file, gone on return)."""
+    from train_proxy import train_tokenizer
+
+    text = "\n\n".join((list(words) + [tmp.SYSTEM, tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system",
+                                        "user", "model"]) * 40)
+    if path:
+        return train_tokenizer(text, 480, path)
+    with tempfile.TemporaryDirectory() as d:
+        return train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+
+
+class Checks:
+    """Counted expectations: the first that fails prints NAME: FAIL: MSG and exits 1."""
+
+    def __init__(self, name):
+        self.name, self.n = name, 0
+
+    def fail(self, msg):
+        print(f"{self.name}: FAIL: {msg}")
+        sys.exit(1)
+
+    def expect(self, cond, msg):
+        self.n += 1
+        if not cond:
+            self.fail(msg)

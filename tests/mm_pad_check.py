@@ -18,15 +18,13 @@ length (2 synthetic images with targets of 1 and 9 words, 2 synthetic clips of 1
 Prints one line per check; exit 1 on the first failure."""
 import os
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import fp32_model, mm_items  # noqa: E402
+from mm_items import check_tokenizer, fp32_model, mm_items  # noqa: E402
 
 
 def fail(msg):
@@ -52,11 +50,7 @@ def loss_grads(model, b):
 
 
 def main():
-    with tempfile.TemporaryDirectory() as d:
-        text = "\n\n".join(["the quick brown fox jumps over the lazy dog blue sky 42 cat sat "
-                            "open door", tmp.SYSTEM, tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system",
-                            "user", "model"] * 40)
-        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    tok = check_tokenizer(tmp, ["the quick brown fox jumps over the lazy dog blue sky 42 cat sat open door"])
     p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size())
     model = fp32_model(tmp, p, tok)
     its = items(tok)

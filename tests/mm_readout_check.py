@@ -29,22 +29,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import mm_audio_readout as mr  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import fp32_model  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
+from mm_items import Checks, check_tokenizer, fp32_model  # noqa: E402
 
-N_CHECKS = 0
-
-
-def fail(msg):
-    print(f"mm_readout_check: FAIL: {msg}")
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    global N_CHECKS
-    N_CHECKS += 1
-    if not cond:
-        fail(msg)
+CHECKS = Checks("mm_readout_check")
+fail, expect = CHECKS.fail, CHECKS.expect
 
 
 def check_values():
@@ -68,7 +56,7 @@ def check_values():
     x = np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float16)
     d, c = mr.spread(x, [0, 2, 3], [0, 1])
     expect(abs(d - 2 ** 0.5) < 1e-6 and abs(c) < 1e-6, f"spread {d} {c}")
-    print(f"mm_readout_check: hand-worked labels, ctc_fits, greedy, spread: {N_CHECKS} checks")
+    print(f"mm_readout_check: hand-worked labels, ctc_fits, greedy, spread: {CHECKS.n} checks")
 
 
 def synthetic_cache(d, informative, seed=0):
@@ -125,10 +113,7 @@ def layer_cos(model, feats, mask):
 
 
 def check_res_scale():
-    with tempfile.TemporaryDirectory() as d:
-        text = "\n\n".join(["the cat sat", "open the door", tmp.SYSTEM, tmp.OCR_PROMPT,
-                            tmp.ASR_PROMPT, "system", "user", "model"] * 40)
-        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    tok = check_tokenizer(tmp, ["the cat sat", "open the door"])
     p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size(), a_layers=2)
     base = fp32_model(tmp, p, tok).eval()
     small = fp32_model(tmp, p, tok).eval()
@@ -170,7 +155,7 @@ def main():
     check_values()
     check_fit()
     check_res_scale()
-    print(f"mm_readout_check: {N_CHECKS} checks passed")
+    print(f"mm_readout_check: {CHECKS.n} checks passed")
 
 
 if __name__ == "__main__":

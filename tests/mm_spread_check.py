@@ -19,29 +19,16 @@ tokens (spread_terms / SpreadTerm, issue 35), on the CPU:
 Prints one line per check; exit 1 on the first failure."""
 import os
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import fp32_model, mm_items  # noqa: E402
+from mm_items import Checks, check_tokenizer, fp32_model, mm_items  # noqa: E402
 
-N_CHECKS = 0
-
-
-def fail(msg):
-    print(f"mm_spread_check: FAIL: {msg}")
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    global N_CHECKS
-    N_CHECKS += 1
-    if not cond:
-        fail(msg)
+CHECKS = Checks("mm_spread_check")
+fail, expect = CHECKS.fail, CHECKS.expect
 
 
 def close(a, b, tol=1e-6):
@@ -172,10 +159,7 @@ def run(tok, p, b, weight, steps=3):
 
 
 def check_train_step():
-    with tempfile.TemporaryDirectory() as d:
-        text = "\n\n".join(["the cat sat", "open the door", "blue sky", "42", tmp.SYSTEM,
-                            tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user", "model"] * 40)
-        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    tok = check_tokenizer(tmp, ["the cat sat", "open the door", "blue sky", "42"])
     p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size())
     its = mm_items(tmp, tok, 0, ("blue sky", "42"), (("the cat sat", 16000),
                                                      ("open the door", 24000)))
@@ -204,4 +188,4 @@ if __name__ == "__main__":
     check_values()
     check_gradient()
     check_train_step()
-    print(f"mm_spread_check: ok ({N_CHECKS} checks)")
+    print(f"mm_spread_check: ok ({CHECKS.n} checks)")

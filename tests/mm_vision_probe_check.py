@@ -15,7 +15,6 @@ initialisation and synthetic random-pixel images of three canvases (68, 64 and 7
 Prints one line per check; exit 1 on the first failure."""
 import os
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -25,8 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import mm_probe  # noqa: E402
 import mm_vision_probe as vp  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import Img, fp32_model  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
+from mm_items import Img, check_tokenizer, fp32_model  # noqa: E402
 
 
 def fail(msg):
@@ -51,10 +49,7 @@ def batch_loss(model, b):
 
 def main():
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as d:
-        text = "\n\n".join(["the quick brown fox jumps over 42 lazy dogs", tmp.SYSTEM,
-                            tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user", "model"] * 40)
-        tok = train_tokenizer(text, 480, os.path.join(d, "tokenizer.json"))
+    tok = check_tokenizer(tmp, ["the quick brown fox jumps over 42 lazy dogs"])
     p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size())
     model = fp32_model(tmp, p, tok).eval()
     pr = tmp.Prompter(tok)
