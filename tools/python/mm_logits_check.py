@@ -36,7 +36,6 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import mm_parity  # noqa: E402
-import train_mm_proxy as tmp  # noqa: E402
 
 
 def pick_items(preds, parity, n):
@@ -80,16 +79,8 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     backends = args.backend or ["cuda", "cpu"]
-    from tokenizers import Tokenizer
-    from transformers import Gemma4ForConditionalGeneration
-    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
-
     dev = torch.device(args.device)
-    model = Gemma4ForConditionalGeneration.from_pretrained(
-        args.hf, dtype=torch.float32, attn_implementation="eager").to(dev).eval()
-    model.model.audio_tower.config._attn_implementation = "sdpa"  # as mm_parity.py
-    pr = tmp.Prompter(Tokenizer.from_file(os.path.join(args.hf, "tokenizer.json")))
-    fe = Gemma4AudioFeatureExtractor()
+    model, _, pr, fe = mm_parity.hf_side(args.hf, dev, torch.float32)
     items = {}
     for name in ("ocr_test.jsonl", "asr_test.jsonl"):
         path = os.path.join(args.data, name)

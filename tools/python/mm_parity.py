@@ -102,6 +102,22 @@ def tie_at(logits, hf_tok, g4_tok, tol):
     return r
 
 
+def hf_side(hf_dir, dev, dtype):
+    """HF's side of a parity check: (Gemma4ForConditionalGeneration from HF_DIR in dtype on
+    dev, eval mode; its tokenizer; train_mm_proxy.Prompter on it; a default
+    Gemma4AudioFeatureExtractor). The decoder runs eager attention; the audio tower sdpa: its
+    eager path inverts its band mask in transformers 5.17 (tools/python/mm_reference.py)."""
+    from tokenizers import Tokenizer
+    from transformers import Gemma4ForConditionalGeneration
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    model = Gemma4ForConditionalGeneration.from_pretrained(
+        hf_dir, dtype=dtype, attn_implementation="eager").to(dev).eval()
+    model.model.audio_tower.config._attn_implementation = "sdpa"
+    tok = Tokenizer.from_file(os.path.join(hf_dir, "tokenizer.json"))
+    return model, tok, tmp.Prompter(tok), Gemma4AudioFeatureExtractor()
+
+
 def item_inputs(it, data, pr, fe, dev, dtype):
     """One manifest item as HF reads it: (prompt ids, the generate / forward media kwargs). The
     image through PIL and train_mm_proxy.image_inputs, the WAV as int16 / 32768 through fe (a
@@ -178,19 +194,8 @@ def main():
         sys.exit(main_same(*args.same))
     if not args.hf or not args.data:
         ap.error("--hf and --data are needed (or --same A B)")
-    from tokenizers import Tokenizer
-    from transformers import Gemma4ForConditionalGeneration
-    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
-
     dev = torch.device(args.device)
-    model = Gemma4ForConditionalGeneration.from_pretrained(
-        args.hf, dtype=getattr(torch, args.dtype), attn_implementation="eager").to(dev).eval()
-    # the audio tower's eager path inverts its band mask in transformers 5.17
-    # (tools/python/mm_reference.py): sdpa there
-    model.model.audio_tower.config._attn_implementation = "sdpa"
-    tok = Tokenizer.from_file(os.path.join(args.hf, "tokenizer.json"))
-    pr = tmp.Prompter(tok)
-    fe = Gemma4AudioFeatureExtractor()
+    model, tok, pr, fe = hf_side(args.hf, dev, getattr(torch, args.dtype))
     eos = set(model.config.eos_token_id if isinstance(model.config.eos_token_id, list)
               else [model.config.eos_token_id])
     report, ok = {}, True

@@ -120,7 +120,7 @@ def measure(model, hook, tok, pr, items, size):
                 out = model.generate(**g, max_new_tokens=32, do_sample=False, eos_token_id=eos,
                                      pad_token_id=0)
                 for r, k in enumerate(ks):
-                    got = [t for t in out[r, g["input_ids"].shape[1]:].tolist()]
+                    got = out[r, g["input_ids"].shape[1]:].tolist()
                     got = got[:next((j for j, t in enumerate(got) if t in eos), len(got))]
                     h, ref = tok.decode(got), items[k]["text"]
                     refs.append(ref)
