@@ -141,7 +141,7 @@ def main():
     tr = [i for i in audio if i["split"] == "train"][:args.n_train]
     te = [i for i in audio if i["split"] == "test"]
     vocab = 640
-    tok = mm_probe.tokenizer([i["text"] for i in tr], vocab,
+    tok = tmp.make_tokenizer([i["text"] for i in tr], vocab,
                              os.path.join(args.out, "tokenizer.json"))
     p = dict(SHAPE, vocab=tok.get_vocab_size())
     pr = tmp.Prompter(tok)

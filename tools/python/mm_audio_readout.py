@@ -49,7 +49,6 @@ sys.path.insert(0, HERE)
 import mm_audio_probe as probe  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
 from mm_parity import edits, words  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
 
 ALPHABET = " abcdefghijklmnopqrstuvwxyz'"  # CTC labels 1..28; 0 is the blank
 WINDOW = 5  # frames a read-out sees around each frame (t-2..t+2)
@@ -84,15 +83,9 @@ def build_tower(args, data):
         images = tmp.mmd.read_jsonl(os.path.join(data, "images.jsonl"))
         tr_i = [i for i in images if i["split"] == "train"]
         p = dict(tmp.PRESETS["proxy"])
-        texts = [i["text"] for i in tr_a + tr_i] * 2 + [tmp.SYSTEM, tmp.OCR_PROMPT,
-                                                       tmp.ASR_PROMPT, "system", "user",
-                                                       "model"] * 50
-        tok = train_tokenizer("\n\n".join(texts), p["vocab"], tok_path)
+        tok = tmp.make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path)
     elif args.tower == "probe":  # mm_audio_probe.main's (its first 400 train utterances)
-        texts = [i["text"] for i in tr_a[:400]] * 2 + [tmp.SYSTEM, tmp.OCR_PROMPT,
-                                                      tmp.ASR_PROMPT, "system", "user",
-                                                      "model"] * 50
-        tok = train_tokenizer("\n\n".join(texts), 640, tok_path)
+        tok = tmp.make_tokenizer([i["text"] for i in tr_a[:400]], 640, tok_path)
         p = dict(probe.SHAPE, vocab=tok.get_vocab_size())
     else:
         raise SystemExit(f"mm_audio_readout: --tower {args.tower}: proxy or probe")

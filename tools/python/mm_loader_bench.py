@@ -22,7 +22,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_mm_data as mmd  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
 
 
 def clock(f, *a, **k):
@@ -44,9 +43,8 @@ def main():
     audio, images = tmp.load_items(args.data)
     tr_a = [i for i in audio if i["split"] == "train"]
     tr_i = [i for i in images if i["split"] == "train"]
-    texts = [i["text"] for i in tr_a + tr_i] * 2 + [tmp.SYSTEM, tmp.OCR_PROMPT, tmp.ASR_PROMPT,
-                                                   "system", "user", "model"] * 50
-    tok = train_tokenizer("\n\n".join(texts), args.vocab, "/tmp/mm_loader_bench_tok.json")
+    tok = tmp.make_tokenizer([i["text"] for i in tr_a + tr_i], args.vocab,
+                             "/tmp/mm_loader_bench_tok.json")
     pr = tmp.Prompter(tok)
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
     fe = Gemma4AudioFeatureExtractor()

@@ -7,7 +7,8 @@ answer, by HF and by `g4cu logits` on each backend, row by row.
         [--backend cuda --backend cpu] [--json F]
 
 Items, up to --items: with --parity, its real disagreements first (mm_parity.py's ASR or OCR
-mismatches that are not near ties), then its near ties; then the other items of --preds in order. For each:
+mismatches that are not near ties), then its near ties; then the other items of --preds in
+order. For each:
 the prompt (mm_parity.item_inputs: train_mm_proxy's prompt, the media as HF reads them) followed by
 g4cu's answer tokens but the last, so row j of the answer predicts answer token j. HF
 (Gemma4ForConditionalGeneration, float32, no cache) and `g4cu logits PKG --ids ... --image/--audio
@@ -61,7 +62,8 @@ def g4cu_logits(g4cu, pkg, ids, media_flag, media_path, backend, tmpdir):
            "--backend", backend, "--out", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"g4cu logits ({backend}) exit {r.returncode}: {r.stderr.strip()[-500:]}")
+        raise RuntimeError(f"g4cu logits ({backend}) exit {r.returncode}: "
+                           f"{r.stderr.strip()[-500:]}")
     return np.load(out).astype(np.float64)
 
 
@@ -133,7 +135,8 @@ def main():
                          own=int(sum(g_arg[j] != ans[j] for j in range(len(ans)))),
                          hf=int((g_arg != h_arg).sum()))
                 if leave is not None:
-                    r["gap_at_leave"] = float(g[leave, rec["hf_token"]] - g[leave, rec["g4cu_token"]])
+                    a, b = rec["hf_token"], rec["g4cu_token"]
+                    r["gap_at_leave"] = float(g[leave, a] - g[leave, b])
                 rec[be] = r
                 ok &= r["own"] == 0 and r["hf"] == 0
             report.append(rec)

@@ -1,6 +1,6 @@
 """What the multimodal proxy's CPU probes share (tools/python/mm_audio_probe.py, listening;
 tools/python/mm_vision_probe.py, reading; issue 35): the decoder's shape between
-train_mm_proxy's `ci` and `proxy` presets, the tokenizer built as the trainer builds it, the
+train_mm_proxy's `ci` and `proxy` presets (the tokenizer: train_mm_proxy.make_tokenizer), the
 hook that zeroes or rolls a media embedder's soft tokens (is the medium read at all?), and the
 error rates. The model, data and renderers are train_mm_proxy's own (imported there)."""
 import os
@@ -10,23 +10,13 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import train_mm_proxy as tmp  # noqa: E402
 from mm_parity import edits, words  # noqa: E402
 from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
-from train_proxy import train_tokenizer  # noqa: E402
 
 # text 128 x 6 (tiny's kinds, a window over the whole prompt)
 TEXT = dict(TEXT_PRESETS["tiny"], hidden=128, mlp=512, layers=6, shared=2, window=256,
             positions=512, ple=32,
             types=["sliding_attention", "sliding_attention", "full_attention"] * 2)
-
-
-def tokenizer(texts, vocab, path):
-    """train_mm_proxy's tokenizer recipe: its BPE (train_proxy.train_tokenizer) on the train
-    texts twice and the prompts and role names 50 times."""
-    texts = list(texts) * 2 + [tmp.SYSTEM, tmp.OCR_PROMPT, tmp.ASR_PROMPT, "system", "user",
-                               "model"] * 50
-    return train_tokenizer("\n\n".join(texts), vocab, path)
 
 
 def wer(refs, hyps):

@@ -185,7 +185,7 @@ def main():
         raise SystemExit(f"mm_vision_probe: {args.data}: {len(tr)} train and {len(te)} held-out "
                          f"images (need > 0 and >= --n-train-eval {args.n_train_eval})")
     # the trainer's tokenizer: every train text of the plan, spoken and written
-    tok = mm_probe.tokenizer([i["text"] for i in speech if i["split"] == "train"] +
+    tok = tmp.make_tokenizer([i["text"] for i in speech if i["split"] == "train"] +
                              [i["text"] for i in images if i["split"] == "train"], args.vocab,
                              os.path.join(args.out, "tokenizer.json"))
     if tok.get_vocab_size() != args.vocab:

@@ -220,6 +220,13 @@ def audio_token_count(mask):
     return int(m.sum())
 
 
+def make_tokenizer(texts, vocab, path):
+    """The trainer's tokenizer (written to PATH): train_proxy's BPE of VOCAB ids on the train
+    TEXTS twice and the prompts and role names 50 times (the probes build theirs the same way)."""
+    texts = list(texts) * 2 + [SYSTEM, OCR_PROMPT, ASR_PROMPT, "system", "user", "model"] * 50
+    return train_tokenizer("\n\n".join(texts), vocab, path)
+
+
 class Prompter:
     def __init__(self, tok):
         self.tok = tok
@@ -952,10 +959,8 @@ def main():
     audio, images = load_items(args.data)
     tr_a = [i for i in audio if i["split"] == "train"]
     tr_i = [i for i in images if i["split"] == "train"]
-    texts = [i["text"] for i in tr_a + tr_i] * 2 + [SYSTEM, OCR_PROMPT, ASR_PROMPT,
-                                                   "system", "user", "model"] * 50
     tok_path = os.path.join(hf_dir, "tokenizer.json")
-    tok = train_tokenizer("\n\n".join(texts), p["vocab"], tok_path)
+    tok = make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path)
     if tok.get_vocab_size() != p["vocab"]:  # the model could emit ids that decode to nothing
         raise SystemExit(f"train_mm_proxy: the tokenizer has {tok.get_vocab_size()} ids for a "
                          f"vocabulary of {p['vocab']}: give --vocab {tok.get_vocab_size()} or "
