@@ -44,8 +44,8 @@ def check_values():
         expect(False, "a digit in a transcript was accepted")
     except SystemExit as e:
         expect("outside" in str(e), f"the digit's error: {e}")
-    expect(mr.ctc_fits(3, [1, 1]) and not mr.ctc_fits(2, [1, 1]), "ctc_fits a a")
-    expect(mr.ctc_fits(2, [1, 2]) and not mr.ctc_fits(1, [1, 2]), "ctc_fits a b")
+    expect(mr.tmp.ctc_fits(3, [1, 1]) and not mr.tmp.ctc_fits(2, [1, 1]), "ctc_fits a a")
+    expect(mr.tmp.ctc_fits(2, [1, 2]) and not mr.tmp.ctc_fits(1, [1, 2]), "ctc_fits a b")
     a, b = 1 + mr.ALPHABET.index("a"), 1 + mr.ALPHABET.index("b")
     seq = [0, a, a, 0, a, b]
     lp = torch.full((6, 29), -10.0)

@@ -76,17 +76,14 @@ def measure(model, hook, tok, pr, batches, items, n_gen, head=None):
                         embs.append(e[v])
             r["loss" if mode is None else f"loss_{mode}"] = tot / n
             if mode is None:
-                mean = torch.stack([e.mean(0) for e in embs])
+                mean = torch.stack([e.mean(0) for e in embs])  # clips x D
+                r["spread_mean_reldiff"], r["spread_mean_cos"] = mm_probe.clip_spread(mean)
                 k = len(mean)
                 iu = torch.triu_indices(k, k, 1)
-                diff = (mean[:, None] - mean[None]).norm(dim=-1) / mean.norm(dim=-1)[:, None]
-                cos = torch.nn.functional.cosine_similarity(mean[:, None], mean[None], dim=-1)
                 T = min(20, min(len(e) for e in embs))
                 tok_e = torch.stack([e[:T] for e in embs])  # clips x T x D
                 tdiff = ((tok_e[:, None] - tok_e[None]).norm(dim=-1) /
                          tok_e.norm(dim=-1)[:, None]).mean(-1)
-                r["spread_mean_reldiff"] = float(diff[iu[0], iu[1]].mean())
-                r["spread_mean_cos"] = float(cos[iu[0], iu[1]].mean())
                 r["spread_token_reldiff"] = float(tdiff[iu[0], iu[1]].mean())
         hook.mode = None
         if head is not None:

@@ -47,6 +47,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import mm_audio_probe as probe  # noqa: E402
+import mm_probe  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
 from mm_parity import edits, words  # noqa: E402
 
@@ -65,11 +66,6 @@ def labels_of(text):
         raise SystemExit(f"mm_audio_readout: transcript {text!r} has characters {bad} outside "
                          "the read-out's alphabet")
     return [1 + ALPHABET.index(c) for c in s]
-
-
-def ctc_fits(n_frames, lab):
-    """CTC has a path when the frames cover the labels plus a blank between equal neighbours."""
-    return len(lab) + sum(a == b for a, b in zip(lab, lab[1:])) <= n_frames
 
 
 def build_tower(args, data):
@@ -177,14 +173,11 @@ def cache_features(args, model, pr, depths):
 
 
 def spread(x, offs, idx):
-    """mm_audio_probe.measure's spread of these clips' time-averaged vectors: mean pairwise
-    relative difference (|m_i - m_j| / |m_i|) and mean pairwise cosine."""
+    """mm_probe.clip_spread of these clips' time-averaged vectors (x: all clips' frames, offs:
+    each clip's first row)."""
     mean = torch.stack([torch.from_numpy(x[offs[k]:offs[k + 1]].astype(np.float32)).mean(0)
                         for k in idx])
-    iu = torch.triu_indices(len(mean), len(mean), 1)
-    diff = (mean[:, None] - mean[None]).norm(dim=-1) / mean.norm(dim=-1)[:, None]
-    cos = torch.nn.functional.cosine_similarity(mean[:, None], mean[None], dim=-1)
-    return float(diff[iu[0], iu[1]].mean()), float(cos[iu[0], iu[1]].mean())
+    return mm_probe.clip_spread(mean)
 
 
 class Readout(torch.nn.Module):
@@ -231,7 +224,7 @@ def evaluate(net, x, offs, idx, texts, labs):
                 hyps.append(hyp)
                 ce, cn = ce + edits(list(ref), list(hyp)), cn + len(ref)
                 we, wn = we + edits(ref.split(), hyp.split()), wn + len(ref.split())
-                if ctc_fits(n, labs[k]):
+                if tmp.ctc_fits(n, labs[k]):
                     c = torch.nn.functional.ctc_loss(lp[:n, r:r + 1], torch.tensor([labs[k]]),
                                                      [n], [len(labs[k])], blank=0,
                                                      reduction="sum")
@@ -257,7 +250,7 @@ def fit_depth(args, info, depth, kind):
     xt = (xt - mu) / sd
     texts = [c["text"] for c in cl]
     labs = [labels_of(t) for t in texts]
-    usable = [k for k in tr if ctc_fits(cl[k]["frames"], labs[k])]
+    usable = [k for k in tr if tmp.ctc_fits(cl[k]["frames"], labs[k])]
     torch.manual_seed(args.seed)
     net = Readout(kind, xt.shape[1], 1 + len(ALPHABET))
     steps = args.steps or (3000 if kind == "linear" else 1500)

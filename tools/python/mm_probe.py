@@ -19,6 +19,16 @@ TEXT = dict(TEXT_PRESETS["tiny"], hidden=128, mlp=512, layers=6, shared=2, windo
             types=["sliding_attention", "sliding_attention", "full_attention"] * 2)
 
 
+def clip_spread(mean):
+    """How far apart clips' time-averaged vectors are (mean: clips x D): the mean pairwise
+    relative difference (|m_i - m_j| / |m_i|) and the mean pairwise cosine. A tower that has
+    collapsed to one vector gives ~0 and ~1."""
+    iu = torch.triu_indices(len(mean), len(mean), 1)
+    diff = (mean[:, None] - mean[None]).norm(dim=-1) / mean.norm(dim=-1)[:, None]
+    cos = torch.nn.functional.cosine_similarity(mean[:, None], mean[None], dim=-1)
+    return float(diff[iu[0], iu[1]].mean()), float(cos[iu[0], iu[1]].mean())
+
+
 def wer(refs, hyps):
     """Word error rate over the set (mm_parity's words: lower-cased, punctuation stripped)."""
     err = sum(edits(words(r), words(h)) for r, h in zip(refs, hyps))

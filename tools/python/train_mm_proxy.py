@@ -320,6 +320,12 @@ class AudioTap:
         return x, v
 
 
+def ctc_fits(n_frames, lab):
+    """CTC has a path when the frames cover the labels (a list) plus a blank between each pair
+    of equal neighbours."""
+    return len(lab) + sum(a == b for a, b in zip(lab, lab[1:])) <= n_frames
+
+
 class CtcHead(torch.nn.Module):
     """An auxiliary CTC loss on the audio side (training only: never saved nor exported, the
     package keeps the Gemma-4 layout), the hybrid CTC / attention remedy for an encoder the
@@ -355,7 +361,7 @@ class CtcHead(torch.nn.Module):
         for b in range(labels.shape[0]):
             t = labels[b][labels[b] != -100][:-1].cpu()
             n = int(valid[b].sum())
-            if len(t) == 0 or len(t) + int((t[1:] == t[:-1]).sum()) > n:
+            if len(t) == 0 or not ctc_fits(n, t.tolist()):
                 self.skipped += 1
                 continue
             rows.append(b)
