@@ -788,10 +788,16 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     g4_sens_opts so = {0};
     so.n_threads = threads;
     so.progress = progress;
-    // its own first n_sens tokens (the default 256 where an X^T X method loaded 16,384)
-    const int n_s = n < cp->n_sens ? n : cp->n_sens;
+    // its own first n_sens tokens (the default 256 where an X^T X method loaded 16,384), in
+    // one sequence, so at most one window: a given --calib-tokens 16384 with --calib-ctx 512
+    // ranks on the first 512 (it asked for one sequence of 16,384 before, past the model's
+    // context, and failed after the X^T X run)
+    int n_s = n < cp->n_sens ? n : cp->n_sens;
+    const int win_cut = win > 0 && n_s > win;
+    if (win_cut) n_s = win;
     char s_note[128];
     short_note(s_note, sizeof s_note, n_s, cp->n_sens, cp->given, cut);
+    if (win_cut) snprintf(s_note, sizeof s_note, ", the first window");
     if ((rc = g4_sensitivity_run(m, ids, n_s, &so, &rows, &n_rows, &n_q4))) goto done;
     int *picked = g4_calloc((size_t)n_rows, sizeof(int));
     uint64_t used = 0;
@@ -894,7 +900,7 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                    .threads = threads,
                    .eq = p->equalize ? &eq : NULL};
     // Each run's default where the caller gave none (CALIB_TOKENS above); a given calib_tokens
-    // / calib_ctx is every run's (the sensitivity ranking reads no windows: one sequence).
+    // / calib_ctx is every run's (the sensitivity ranking reads one sequence: at most a window).
     const int stats = g4_qmethod_needs_calib(method) || p->equalize;
     const int n_stats = p->calib_tokens ? p->calib_tokens : CALIB_TOKENS;
     calib_plan cp = {.n_sens = p->calib_tokens ? p->calib_tokens : SENS_TOKENS,

@@ -204,6 +204,16 @@ check "quantize --calib-ctx: the report names the windows" $?
 [ "$(stat -c %s "$tmp/q4win/decoder/model.onnx.data")" = "$q4_bytes" ] &&
     ! cmp -s "$tmp/q4win/decoder/model.onnx.data" "$tmp/q4gptq/decoder/model.onnx.data"
 check "quantize --calib-ctx: the same bytes as plain Q4, not the one-sequence gptq package" $?
+# --keep-auto beside an X^T X method with more calibration tokens than the model's context
+# (4096 here; the proxy run's gptq_imx --keep-auto --calib-tokens 16384 --calib-ctx 512 failed
+# so after its X^T X run): the sensitivity ranking, one sequence, reads the first window only
+for i in $(seq 24); do cat "$fx/calib.txt"; done >"$tmp/long.txt"
+"$G4CU" quantize "$pkg" "$tmp/q4kalong" --method gptq --keep-auto "$budget" --calib "$tmp/long.txt" \
+    --calib-tokens 4200 --calib-ctx 64 --threads 2 >"$tmp/kalong.txt" 2>&1
+check "quantize gptq --keep-auto --calib-tokens 4200 (past the context) --calib-ctx 64: exit 0" $?
+grep -q "from 4200 tokens in windows of 64 of " "$tmp/kalong.txt" &&
+    grep -qE "^keep-auto: [0-9]+ linears kept fp16 for [0-9]+ of $budget extra bytes \(sensitivity on 64 tokens, the first window of " "$tmp/kalong.txt"
+check "quantize gptq --keep-auto: X^T X on 4200 tokens in windows of 64, the ranking on the first window" $?
 # G4_GPTQ_DAMP (A/B runs): gptq's damping; the report names it, the package differs from the
 # default damping's; a bad value is one line
 G4_GPTQ_DAMP=0.1 "$G4CU" quantize "$pkg" "$tmp/q4damp" --method gptq --calib "$fx/calib.txt" \
