@@ -193,7 +193,7 @@
 #            covariance's directions on every linear q4_imatrix_r32, by default the rule before
 #            the shrunk directions q4_imatrix_s0 (FID_AB_VARIANTS), the
 #            X^T X calibration's q4_gptq_imx_16k / q4_imatrix_16k (FIDELITY_CALIB_TOKENS_LONG,
-#            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_16k,
+#            16384, in windows of FIDELITY_CALIB_CTX, 512) and on request q4_gptq_16k, q4_fit_16k,
 #            q4_imatrix_r0_16k (G4_IMATRIX_RANK=0), q4_imatrix_nrf_16k / q4_imatrix_k8_16k
 #            (G4_IMATRIX_REFIT=0 / 8: no block refit / 8 candidates refit), q4_imatrix_p1_16k
 #            (G4_IMATRIX_PASSES=1: one pass over each column), q4_gptq_imx_w512
@@ -1595,9 +1595,16 @@ FID=${FID:-$WORK/fidelity}
 fid_dwq_default="q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto"
 fid_dwq_default+=" q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes"
 FID_DWQ=${FID_DWQ-$fid_dwq_default}
-# the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits
-FID_QUANT_VARIANTS="q4 q4_keep_auto q4_imatrix q4_rtn q4_gptq q4_gptq_act q4_fit q4_gptq_imx"
-FID_QUANT_VARIANTS+=" q4_best_keep_auto"
+# the Q4 variants fidelity_make writes (each one that succeeds): g4cu quantize's, then the fits.
+# FID_METHODS: the --method rows on ${FIDELITY_CALIB_TOKENS:-2048} tokens in one sequence (the
+# earlier runs' calibration; FID_CALIB_VARIANTS' *_16k rows take quantize's defaults), and
+# FID_IMATRIX=0 leaves out q4_imatrix (--imatrix on those 2048 tokens, ~3 min on the H100): a run
+# that must fit one session's budget keeps the table to the defaults' rows (bench/NOTES.md,
+# twenty-seventh session)
+FID_METHODS=${FID_METHODS-q4_rtn q4_gptq q4_gptq_act q4_fit q4_gptq_imx}
+FID_QUANT_VARIANTS="q4 q4_keep_auto"
+[ "${FID_IMATRIX:-1}" = 0 ] || FID_QUANT_VARIANTS+=" q4_imatrix"
+FID_QUANT_VARIANTS+=" $FID_METHODS q4_best_keep_auto"
 # the --imatrix search's A/B on the same calibration (bench/NOTES.md "A better --imatrix search
 # (issue 33)"): the first search (G4_IMATRIX_SEARCH=v1), the new one without the mean term
 # (diag); gptq_imx with the search's own pick, its candidates not re-judged by GPTQ's block error
@@ -1698,6 +1705,7 @@ fid_make() {
         ab:q4_imatrix_s0) G4_IMATRIX_SHRINK=0 fid_quant "$v" --method imatrix "${cal[@]}" ;;
         ab:*) echo "fidelity: FID_AB_VARIANTS: unknown variant '$v'" ;;
         calib:q4_gptq_16k) fid_quant "$v" --method gptq "${long[@]}" ;;
+        calib:q4_fit_16k) fid_quant "$v" --method fit "${long[@]}" ;;
         calib:q4_gptq_imx_16k) fid_quant "$v" --method gptq_imx "${long[@]}" ;;
         calib:q4_gptq_imx_16k_keep_auto) # the best method at equal bytes (twenty-third session)
             budget=$(keep_budget "$d/q4")
@@ -1731,7 +1739,7 @@ fid_make() {
 # quantize on all cores, then the fits).
 fid_methods() {
     local jobs=() first=() rest=() j v s srcs=" "
-    for v in q4_rtn q4_gptq q4_gptq_act q4_fit q4_gptq_imx; do jobs+=("method:$v"); done
+    for v in $FID_METHODS; do jobs+=("method:$v"); done
     for v in $FID_AB_VARIANTS; do jobs+=("ab:$v"); done
     for v in $FID_CALIB_VARIANTS; do jobs+=("calib:$v"); done
     jobs+=(method:q4_best_keep_auto)
@@ -1877,10 +1885,12 @@ stage_fidelity_make() {
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_keep_auto" --keep-auto "$budget" \
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
     stamp "fidelity: quantized q4_keep_auto, budget $budget bytes ($(($(date +%s) - t0)) s)"
-    t0=$(date +%s)
-    build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 --calib-ctx 2048 \
-        --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
-    stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
+    if [ "${FID_IMATRIX:-1}" != 0 ]; then
+        t0=$(date +%s)
+        build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 --calib-ctx 2048 \
+            --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
+        stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
+    fi
     fid_methods
     touch "$d/READY"
 }
