@@ -134,6 +134,65 @@ static void test_prefill_vs_cpu(const char *what, g4_text_model *cpu, g4_text_mo
     capture_free(&b);
 }
 
+static int32_t argmax_row(const float *x, int V) {
+    int32_t a = 0;
+    for (int v = 1; v < V; v++)
+        if (x[v] > x[a]) a = v;
+    return a;
+}
+
+// Teacher-forced steps (test_decode, test_decode_after_soft): from token tok, `steps` tokens
+// fed to sg (graph-replayed g4_text_step: its greedy id), sx (optional: the same step on a
+// state that never captures), se and sc (eager T=1 forwards on CUDA and the CPU, whose logits
+// are compared), each next token the CPU's argmax. pos0 >= 0: a line a step (position pos0 + i).
+typedef struct {
+    int same_graph;      // graph step's id == the eager CUDA forward's argmax
+    int same_eager_step; // graph step's id == sx's
+    int agree_cpu;       // CUDA argmax == CPU argmax
+    double dd, rr;       // sums of squared differences and references over the steps' logits
+    double worst;        // the worst step's rel err (INFINITY on a NaN)
+} tf_run;
+
+static void tf_steps(g4_text_state *sg, g4_text_state *sx, g4_text_state *se, g4_text_state *sc,
+                     int V, int32_t tok, int steps, int pos0, tf_run *r) {
+    float *lg = g4_malloc(sizeof(float) * (size_t)V), *lc = g4_malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < steps; i++) {
+        int32_t next_graph = -1, next_eager = -2;
+        CHECK(g4_text_step(sg, &tok, 1, NULL, &next_graph) == 0);
+        if (sx) {
+            CHECK(g4_text_step(sx, &tok, 1, NULL, &next_eager) == 0);
+            r->same_eager_step += next_graph == next_eager;
+        }
+        CHECK(g4_text_forward(se, &tok, 1, NULL, lg, 0) == 0);
+        CHECK(g4_text_forward(sc, &tok, 1, NULL, lc, 0) == 0);
+        const int32_t ae = argmax_row(lg, V), ac = argmax_row(lc, V);
+        r->same_graph += next_graph == ae;
+        r->agree_cpu += ae == ac;
+        g4_cmp_stats st = g4_cmp(lg, lc, (size_t)V, 0);
+        if (st.rel > r->worst || st.nan) r->worst = st.nan ? INFINITY : st.rel;
+        for (int v = 0; v < V; v++) {
+            r->dd += ((double)lg[v] - lc[v]) * ((double)lg[v] - lc[v]);
+            r->rr += (double)lc[v] * lc[v];
+        }
+        if (pos0 >= 0)
+            printf("    step %2d (position %d): logits rel err %.3e%s\n", i, pos0 + i, st.rel,
+                   next_graph == ae ? "" : "  graph != eager");
+        tok = ac; // teacher-forced on the CPU's choice
+    }
+    free(lg);
+    free(lc);
+}
+
+// The decode rule on a tf_run: its logits error over all steps within 3x the last prefill's.
+static double tf_check_err(const char *what, const char *label, const tf_run *r) {
+    const double agg = r->rr > 0 ? sqrt(r->dd / r->rr) : INFINITY;
+    const double bound = 3 * prefill_logits_err > 1e-2 ? 3 * prefill_logits_err : 1e-2;
+    CHECK_MSG(agg <= bound && r->worst < INFINITY,
+              "%s %s logits rel err %.3e (decode: <= 3x prefill's %.3e)", what, label, agg,
+              prefill_logits_err);
+    return agg;
+}
+
 // The graph-replayed greedy step against eager T=1 forwards on the same history: identical.
 // Then teacher-forced against the CPU: argmax agreement.
 static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu,
@@ -143,7 +202,6 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &sg) == 0);
     CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &se) == 0);
     CHECK(g4_text_state_new(cpu, P + steps + 1, MAX_T, &sc) == 0);
-    float *lg = g4_malloc(sizeof(float) * (size_t)V), *lc = g4_malloc(sizeof(float) * (size_t)V);
     CHECK(g4_text_forward(sg, prompt, P - 1, NULL, NULL, 0) == 0);
     CHECK(g4_text_forward(se, prompt, P - 1, NULL, NULL, 0) == 0);
     CHECK(g4_text_forward(sc, prompt, P - 1, NULL, NULL, 0) == 0);
@@ -152,44 +210,15 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     CHECK(g4_text_state_new_opts(gpu, &eo, &sx) == 0);
     CHECK(g4_text_forward(sx, prompt, P - 1, NULL, NULL, 0) == 0);
     CHECK(sx->graph[0] == NULL && sx->graph[1] == NULL);
-    int32_t tok = prompt[P - 1];
-    int same_graph = 0, agree_cpu = 0, same_eager_step = 0;
-    double worst = 0, dd = 0, rr = 0;
-    for (int i = 0; i < steps; i++) {
-        int32_t next_graph = -1, next_eager = -2;
-        CHECK(g4_text_step(sg, &tok, 1, NULL, &next_graph) == 0);
-        CHECK(g4_text_step(sx, &tok, 1, NULL, &next_eager) == 0);
-        same_eager_step += next_graph == next_eager;
-        CHECK(g4_text_forward(se, &tok, 1, NULL, lg, 0) == 0);
-        CHECK(g4_text_forward(sc, &tok, 1, NULL, lc, 0) == 0);
-        int32_t ae = 0, ac = 0;
-        for (int v = 1; v < V; v++) {
-            if (lg[v] > lg[ae]) ae = v;
-            if (lc[v] > lc[ac]) ac = v;
-        }
-        same_graph += next_graph == ae;
-        agree_cpu += ae == ac;
-        g4_cmp_stats st = g4_cmp(lg, lc, (size_t)V, 0);
-        if (st.rel > worst || st.nan) worst = st.nan ? INFINITY : st.rel;
-        for (int v = 0; v < V; v++) {
-            dd += ((double)lg[v] - lc[v]) * ((double)lg[v] - lc[v]);
-            rr += (double)lc[v] * lc[v];
-        }
-        printf("    step %2d (position %d): logits rel err %.3e%s\n", i, P - 1 + i, st.rel,
-               next_graph == ae ? "" : "  graph != eager");
-        tok = ac; // teacher-forced on the CPU's choice
-    }
-    const double agg = rr > 0 ? sqrt(dd / rr) : INFINITY;
+    tf_run r = {0};
+    tf_steps(sg, sx, se, sc, V, prompt[P - 1], steps, P - 1, &r);
+    const double agg = tf_check_err(what, "decode", &r);
     printf("  %s decode: %d steps, graph == eager step %d, graph == old path %d, cuda argmax == cpu "
            "%d, logits rel err %.3e over all steps (worst step %.3e)\n",
-           what, steps, same_eager_step, same_graph, agree_cpu, agg, worst);
-    CHECK_INT(same_graph, steps);
-    CHECK_INT(same_eager_step, steps);
-    CHECK(agree_cpu * 10 >= steps * 9);
-    const double bound = 3 * prefill_logits_err > 1e-2 ? 3 * prefill_logits_err : 1e-2;
-    CHECK_MSG(agg <= bound && worst < INFINITY,
-              "%s decode logits rel err %.3e (decode: <= 3x prefill's %.3e)", what, agg,
-              prefill_logits_err);
+           what, steps, r.same_eager_step, r.same_graph, r.agree_cpu, agg, r.worst);
+    CHECK_INT(r.same_graph, steps);
+    CHECK_INT(r.same_eager_step, steps);
+    CHECK(r.agree_cpu * 10 >= steps * 9);
     CHECK(sg->graph[0] != NULL); // the replay path was taken
     // a second graph where the context reaches the decode attention's long-range form (run.sh
     // amerge runs this test with G4_ATTN_MERGE_LONG=8: the steps past 8 keys replay it)
@@ -201,8 +230,6 @@ static void test_decode(const char *what, g4_text_model *cpu, g4_text_model *gpu
     g4_text_state_free(se);
     g4_text_state_free(sc);
     g4_text_state_free(sx);
-    free(lg);
-    free(lc);
 }
 
 // Decode after media rows (the ASR / VQA path: g4cu eval's answers after an audio or image
@@ -228,85 +255,47 @@ static void test_decode_after_soft(const char *what, g4_text_model *cpu, g4_text
     float *rows = g4_malloc(sizeof(float) * (size_t)n_soft * H); // [n_soft, H]
     unsigned long long seed = 11;
     for (int i = 0; i < n_soft * H; i++) rows[i] = g4t_rand_uniform(&seed, -2.0f, 2.0f);
-    g4_text_state *sg, *se, *sc;
-    CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &sg) == 0);
-    CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &se) == 0);
-    CHECK(g4_text_state_new(cpu, P + steps + 1, MAX_T, &sc) == 0);
-    g4_text_state *st[3] = {sg, se, sc};
-    float *lg = g4_malloc(sizeof(float) * (size_t)V), *lc = g4_malloc(sizeof(float) * (size_t)V);
-    for (int k = 0; k < 3; k++) {
+    // sg, se: CUDA (graph steps, eager forwards), sc: the CPU, sn: the CPU with the rows negated
+    g4_text_state *st[4] = {NULL};
+    CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &st[0]) == 0);
+    CHECK(g4_text_state_new(gpu, P + steps + 1, MAX_T, &st[1]) == 0);
+    CHECK(g4_text_state_new(cpu, P + steps + 1, MAX_T, &st[2]) == 0);
+    CHECK(g4_text_state_new(cpu, P + 1, MAX_T, &st[3]) == 0);
+    float *last[4];
+    for (int k = 0; k < 4; k++) {
+        last[k] = g4_malloc(sizeof(float) * (size_t)V);
         g4_soft_tokens soft;
         CHECK(g4_text_state_soft_rows(st[k], n_soft, &soft) == 0);
-        st[k]->m->be->upload(st[k]->m->be, soft.rows.data, rows, sizeof(float) * (size_t)n_soft * H);
-        float *out = k == 1 ? lg : k == 2 ? lc : NULL;
-        CHECK_MSG(g4_text_forward(st[k], prompt, P, &soft, out, 0) == 0, "%s", g4_error());
+        if (k == 3)
+            for (int i = 0; i < n_soft * H; i++) rows[i] = -rows[i];
+        g4_backend *be = st[k]->m->be;
+        be->upload(be, soft.rows.data, rows, sizeof(float) * (size_t)n_soft * H);
+        CHECK_MSG(g4_text_forward(st[k], prompt, P, &soft, last[k], 0) == 0, "%s", g4_error());
     }
-    int32_t ag = 0, ac = 0;
-    for (int v = 1; v < V; v++) {
-        if (lg[v] > lg[ag]) ag = v;
-        if (lc[v] > lc[ac]) ac = v;
-    }
-    g4_cmp_stats ps = g4_cmp(lg, lc, (size_t)V, 0);
-    // how much the soft rows move the last row at all (the CPU with the rows negated): the
-    // scale against which the backends' difference reads (reported only)
-    double moved = 0;
-    {
-        g4_text_state *sn;
-        float *ln = g4_malloc(sizeof(float) * (size_t)V);
-        CHECK(g4_text_state_new(cpu, P + 1, MAX_T, &sn) == 0);
-        g4_soft_tokens soft;
-        CHECK(g4_text_state_soft_rows(sn, n_soft, &soft) == 0);
-        for (int i = 0; i < n_soft * H; i++) ((float *)soft.rows.data)[i] = -rows[i];
-        CHECK(g4_text_forward(sn, prompt, P, &soft, ln, 0) == 0);
-        moved = g4_cmp(ln, lc, (size_t)V, 0).rel;
-        g4_text_state_free(sn);
-        free(ln);
-    }
+    const int32_t ag = argmax_row(last[1], V), ac = argmax_row(last[2], V);
+    g4_cmp_stats ps = g4_cmp(last[1], last[2], (size_t)V, 0);
+    // how much the soft rows move the last row at all: the scale against which the backends'
+    // difference reads (reported only)
+    const double moved = g4_cmp(last[3], last[2], (size_t)V, 0).rel;
     printf("  %s soft prefill (%d rows, %d image + %d audio soft): last row rel err %.3e, argmax "
            "%s; negated soft rows move it by %.3e\n",
            what, P, IMG_N, AUD_N, ps.rel, ag == ac ? "equal" : "differs", moved);
-    CHECK_MSG(moved > 0, "%s soft prefill: the soft rows change nothing", what);
     CHECK_MSG(ps.nan == 0 && ps.rel <= 0.1, "%s soft prefill: rel err %.3e (gross 0.1)", what,
               ps.rel);
-    int32_t tok = ac;
-    int same_graph = 0, agree_cpu = ag == ac;
-    double dd = 0, rr = 0, worst = 0;
-    for (int i = 0; i < steps; i++) {
-        int32_t next_graph = -1;
-        CHECK(g4_text_step(sg, &tok, 1, NULL, &next_graph) == 0);
-        CHECK(g4_text_forward(se, &tok, 1, NULL, lg, 0) == 0);
-        CHECK(g4_text_forward(sc, &tok, 1, NULL, lc, 0) == 0);
-        ag = 0, ac = 0;
-        for (int v = 1; v < V; v++) {
-            if (lg[v] > lg[ag]) ag = v;
-            if (lc[v] > lc[ac]) ac = v;
-        }
-        same_graph += next_graph == ag;
-        agree_cpu += ag == ac;
-        g4_cmp_stats s1 = g4_cmp(lg, lc, (size_t)V, 0);
-        if (s1.rel > worst || s1.nan) worst = s1.nan ? INFINITY : s1.rel;
-        for (int v = 0; v < V; v++) {
-            dd += ((double)lg[v] - lc[v]) * ((double)lg[v] - lc[v]);
-            rr += (double)lc[v] * lc[v];
-        }
-        tok = ac;
-    }
-    const double agg = rr > 0 ? sqrt(dd / rr) : INFINITY;
+    CHECK_MSG(moved > 0, "%s soft prefill: the soft rows change nothing", what);
+    tf_run r = {.agree_cpu = ag == ac};
+    tf_steps(st[0], NULL, st[1], st[2], V, ac, steps, -1, &r);
+    const double agg = tf_check_err(what, "soft decode", &r);
     printf("  %s soft decode: %d steps after the media prompt, graph == eager %d, cuda argmax == "
            "cpu %d of %d (prefill's last row included), logits rel err %.3e (worst step %.3e)\n",
-           what, steps, same_graph, agree_cpu, steps + 1, agg, worst);
-    CHECK_INT(same_graph, steps);
-    CHECK(agree_cpu * 10 >= (steps + 1) * 9);
-    const double bound = 3 * prefill_logits_err > 1e-2 ? 3 * prefill_logits_err : 1e-2;
-    CHECK_MSG(agg <= bound && worst < INFINITY,
-              "%s soft decode logits rel err %.3e (decode: <= 3x prefill's %.3e)", what, agg,
-              prefill_logits_err);
-    g4_text_state_free(sg);
-    g4_text_state_free(se);
-    g4_text_state_free(sc);
+           what, steps, r.same_graph, r.agree_cpu, steps + 1, agg, r.worst);
+    CHECK_INT(r.same_graph, steps);
+    CHECK(r.agree_cpu * 10 >= (steps + 1) * 9);
+    for (int k = 0; k < 4; k++) {
+        g4_text_state_free(st[k]);
+        free(last[k]);
+    }
     free(rows);
-    free(lg);
-    free(lc);
 }
 
 // The batch step (see the top: batch). Sets of 4 row states with the same prompts: a (rows
