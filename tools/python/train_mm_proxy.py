@@ -608,6 +608,33 @@ def scale_audio_residuals(model, x):
                 w.mul_(x)
 
 
+def scale_vision_residuals(model, x):
+    """Multiplies the vision tower's residual branches' output scales by x (an init option, the
+    vision twin of scale_audio_residuals): per encoder layer the weights of the two RMSNorms
+    whose output is added to the residual (post_attention_layernorm, post_feedforward_layernorm).
+    x < 1 keeps each random layer near identity."""
+    if not x > 0:
+        raise SystemExit(f"train_mm_proxy: --v-res-scale {x}: expected > 0")
+    with torch.no_grad():
+        for layer in model.model.vision_tower.encoder.layers:
+            for w in (layer.post_attention_layernorm.weight, layer.post_feedforward_layernorm.weight):
+                w.mul_(x)
+
+
+def init_vision_positions(model, std, seed):
+    """Draws the vision patch embedder's position table (2 x 128 x D: the x and y embeddings a
+    patch's two coordinates look up and add) from N(0, std) with its own generator (torch seed
+    `seed`: the global stream the rest of the run draws from is untouched). transformers'
+    _init_weights sets it to ones: every patch then gets the same vector 2 x (1, ..., 1), RMS 2,
+    which carries no position and buries the pixels' projection (RMS ~0.3 at std 0.02)."""
+    if not std >= 0:
+        raise SystemExit(f"train_mm_proxy: --v-pos-init {std}: expected >= 0")
+    t = model.model.vision_tower.patch_embedder.position_embedding_table
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).to(t) * std)
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
