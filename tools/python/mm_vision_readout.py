@@ -192,7 +192,8 @@ def decompose(args):
 def cache_features(args, model, pr, depths):
     """Renders the train and held-out strings (planned rendering), runs the tower once an image
     and writes OUT/cache/<depth>.npy (float16, each image's grid rows x cols flattened in
-    order) and OUT/cache/index.json (per image: split, text, id, rows and cols at the patch grid)."""
+    order) and OUT/cache/index.json (per image: split, text, id, rows and cols at the patch
+    grid)."""
     cdir = os.path.join(args.out, "cache")
     if os.path.exists(os.path.join(cdir, "index.json")):
         return json.load(open(os.path.join(cdir, "index.json")))
@@ -232,7 +233,8 @@ class Readout(torch.nn.Module):
                                         torch.nn.Conv2d(hidden, hidden, 3, padding=1),
                                         torch.nn.ReLU())
         self.line = torch.nn.Sequential(torch.nn.Conv1d(hidden, hidden, 3, padding=1),
-                                        torch.nn.ReLU(), torch.nn.Conv1d(hidden, frames * classes, 1))
+                                        torch.nn.ReLU(),
+                                        torch.nn.Conv1d(hidden, frames * classes, 1))
 
     def forward(self, x, rows):  # x: B x R x C x D, rows: valid rows per image
         h = self.grid(x.permute(0, 3, 1, 2))  # B x H x R x C

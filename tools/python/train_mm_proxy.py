@@ -12,6 +12,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X]
+                                               [--v-pos-init S] [--v-res-scale X]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -63,6 +64,13 @@ functions that wrote the held-out files).
    layer replaces most of a frame, and CTC read-outs of the frozen 512 x 6 tower lose more than
    half of what they read from the log-mel by its sixth layer; at 0.1 its output reads as the
    log-mel (tools/python/mm_audio_readout.py, bench/NOTES.md "What a read-out finds").
+   The vision side's init options (no preset sets them): --v-pos-init S draws the patch
+   embedder's position table N(0, S) (init_vision_positions, its own generator at --seed);
+   transformers sets it to ones, so every patch starts with the same vector 2 x (1, ..., 1),
+   97% of the patch embedding's and the soft tokens' sum of squares at the proxy's 384 x 6
+   (tools/python/mm_vision_readout.py, bench/NOTES.md "What the random vision tower keeps of
+   the glyphs"). --v-res-scale X: the vision layers' two residual-branch post-norm weights x X
+   (scale_vision_residuals, the twin of --a-res-scale).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -617,7 +625,8 @@ def scale_vision_residuals(model, x):
         raise SystemExit(f"train_mm_proxy: --v-res-scale {x}: expected > 0")
     with torch.no_grad():
         for layer in model.model.vision_tower.encoder.layers:
-            for w in (layer.post_attention_layernorm.weight, layer.post_feedforward_layernorm.weight):
+            for w in (layer.post_attention_layernorm.weight,
+                      layer.post_feedforward_layernorm.weight):
                 w.mul_(x)
 
 
@@ -917,6 +926,12 @@ def main():
                     "preset's, else clip)")
     ap.add_argument("--a-cov-weight", type=float,
                     help="weight of VICReg's covariance term on the same vectors (else 0)")
+    ap.add_argument("--v-pos-init", type=float, metavar="S",
+                    help="the vision patch position table drawn N(0, S) at init instead of "
+                    "transformers' ones (init_vision_positions; the preset's, else ones)")
+    ap.add_argument("--v-res-scale", type=float, metavar="X",
+                    help="the vision layers' residual-branch output scales x X at init "
+                    "(scale_vision_residuals; the preset's, else 1)")
     ap.add_argument("--a-res-scale", type=float,
                     help="the audio layers' residual-branch output scales x X at init "
                     "(scale_audio_residuals; X < 1: each layer nearer identity; the preset's, "
@@ -973,7 +988,8 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
-              "a_cov_weight", "a_res_scale", "lr", "beta2", "warmup"):
+              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "lr", "beta2",
+              "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     for k, flag in (("ctc_weight", "--ctc-weight"), ("a_var_weight", "--a-var-weight"),
@@ -1034,6 +1050,10 @@ def main():
                                                         attn_implementation="sdpa").to(dev)
     if p.get("a_res_scale") is not None:
         scale_audio_residuals(model, p["a_res_scale"])
+    if p.get("v_pos_init") is not None:
+        init_vision_positions(model, p["v_pos_init"], args.seed)
+    if p.get("v_res_scale") is not None:
+        scale_vision_residuals(model, p["v_res_scale"])
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
