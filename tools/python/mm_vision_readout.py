@@ -157,12 +157,17 @@ def decompose_terms(X):
                 rms=float((ss["total"] / (N * P * X.shape[-1])) ** 0.5))
 
 
+def check_canvas(spec):
+    h, w = (int(v) for v in spec.split("x"))
+    if (h, w) not in tmp.mmd.fixed_sizes():
+        raise SystemExit(f"mm_vision_readout: --canvas {spec}: not one of "
+                         f"{tmp.mmd.fixed_sizes()}")
+    return h, w
+
+
 def decompose(args):
     model, pr, p = build_tower(args)
-    h, w = (int(v) for v in args.canvas.split("x"))
-    if (h, w) not in tmp.mmd.fixed_sizes():
-        raise SystemExit(f"mm_vision_readout: --canvas {args.canvas}: not one of "
-                         f"{tmp.mmd.fixed_sizes()}")
+    h, w = check_canvas(args.canvas)
     images = tmp.mmd.read_jsonl(os.path.join(args.data, "images.jsonl"))
     te = [dict(i, canvas=(h, w)) for i in images if i["split"] == "test"][:args.n]
     if len(te) < args.n:
@@ -204,6 +209,9 @@ def cache_features(args, model, pr, depths):
     if len(tr) < args.n_train or not te:
         raise SystemExit(f"mm_vision_readout: {len(tr)} train / {len(te)} held-out images in "
                          f"{args.data} (--n-train {args.n_train})")
+    if args.canvas:  # every image at one canvas (the glyphs' scale varies less)
+        h, w = check_canvas(args.canvas)
+        tr, te = [dict(i, canvas=(h, w)) for i in tr], [dict(i, canvas=(h, w)) for i in te]
     feats, index, t0 = {d: [] for d in depths}, [], time.time()
     with torch.no_grad():
         for k, (split, it) in enumerate([("train", i) for i in tr] + [("test", i) for i in te]):
@@ -224,7 +232,7 @@ def cache_features(args, model, pr, depths):
 
 class Readout(torch.nn.Module):
     """Per patch 1 x 1 conv to H, ReLU, 3 x 3 conv, ReLU, max over the valid rows, k3 1-D conv,
-    ReLU, linear to K frames x classes a column (module docstring)."""
+    ReLU, k3 dilation 2, ReLU, linear to K frames x classes a column (module docstring)."""
 
     def __init__(self, dim, classes, frames, hidden=96):
         super().__init__()
@@ -234,6 +242,8 @@ class Readout(torch.nn.Module):
                                         torch.nn.ReLU())
         self.line = torch.nn.Sequential(torch.nn.Conv1d(hidden, hidden, 3, padding=1),
                                         torch.nn.ReLU(),
+                                        torch.nn.Conv1d(hidden, hidden, 3, padding=2,
+                                                        dilation=2), torch.nn.ReLU(),
                                         torch.nn.Conv1d(hidden, frames * classes, 1))
 
     def forward(self, x, rows):  # x: B x R x C x D, rows: valid rows per image
@@ -375,6 +385,7 @@ def main():
     r.add_argument("--n-train", type=int, default=1000)
     r.add_argument("--n-test", type=int, default=0, help="held-out images (0: all)")
     r.add_argument("--depths", help="comma list (default: every depth)")
+    r.add_argument("--canvas", help="HxW: every image at this canvas (default: its planned one)")
     r.add_argument("--steps", type=int, default=800)
     r.add_argument("--lr", type=float, default=2e-3)
     r.add_argument("--batch", type=int, default=16)
