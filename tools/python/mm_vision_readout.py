@@ -303,9 +303,10 @@ def fit_depth(args, info, depth, alphabet):
                     exact=sum(a == b for a, b in zip(refs, hyps)), images=len(idx),
                     examples=list(zip(refs, hyps))[:4])
 
-    torch.manual_seed(args.seed)
+    rs = args.seed if getattr(args, "readout_seed", None) is None else args.readout_seed
+    torch.manual_seed(rs)
     net = Readout(xt.shape[1], 1 + len(alphabet), K)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(rs)
     t0, curve = time.time(), []
 
     def draw(step):
@@ -390,6 +391,8 @@ def main():
     r.add_argument("--steps", type=int, default=800)
     r.add_argument("--lr", type=float, default=2e-3)
     r.add_argument("--batch", type=int, default=16)
+    r.add_argument("--readout-seed", type=int,
+                   help="the read-out's init and draw order (default --seed, the tower's)")
     r.add_argument("--every", type=int, default=200)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
