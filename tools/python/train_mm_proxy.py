@@ -70,8 +70,9 @@ functions that wrote the held-out files).
    97% of the patch embedding's and 96% of the soft tokens' sum of squares at the proxy's
    384 x 6, the glyphs 0.4% (drawn at 0.02: 14% common, 38% glyph; tools/python/
    mm_vision_readout.py, bench/NOTES.md "What the random vision tower keeps of the glyphs"; on
-   the CPU probe it did not bring reading forward by 6,800 images). --v-res-scale X: the vision layers' two residual-branch post-norm weights x X
-   (scale_vision_residuals, the twin of --a-res-scale).
+   the CPU probe it did not bring reading forward by 6,800 images). --v-res-scale X: the
+   vision layers' two residual-branch post-norm weights x X (scale_vision_residuals, the twin
+   of --a-res-scale).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
