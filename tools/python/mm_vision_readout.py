@@ -31,19 +31,23 @@ up to sum |X|^2 (printed as a check); reported as shares, with visprobe's mean c
 vector to the common mean. OUT/decompose.json.
 
 readout: the plan's first --n-train train strings and its held-out strings (test split), each
-in its planned rendering (its own canvas; --canvas HxW renders every image at that one, so
-the glyphs' size varies less: 144x1056 gives 9 x 66 patches), cached once per depth (OUT/cache: float16, every
-image's valid grid rows x columns x D). A small CTC read-out per depth reads the string's
-characters (the plan's train characters, case and punctuation kept; blank + those) along the
-horizontal order of the grid: the text is one line across the canvas, so a column of patches
-is a slice of the line. The read-out (features standardised with the train patches' mean and
-std): a 1 x 1 convolution to 128 channels, ReLU, a 3 x 3 convolution, ReLU (it sees each patch
-with its neighbours: a glyph spans several rows), a max over the image's rows, a k3 1-D
-convolution, ReLU, a k3 one at dilation 2, ReLU, and a linear map to K frames x classes a column (K = 2 at the patch grid, 6
-at the 3 x 3-pooled one: the same 2 frames per 16 pixels, enough for CTC on the densest
-strings). Trained with mm_probe.train_ctc (AdamW, warm-up, cosine; batch 16; fixed steps, no
-selection on held-out strings). Reports per depth: held-out CTC per label, greedy CER (the
-strings as written) and exact share, train CER (200 train strings). OUT/readout.json.
+in its planned rendering (its own canvas; --canvas HxW renders every image at that one, so the
+glyphs' size varies less: 144x1056 gives 9 x 66 patches), cached once per depth (OUT/cache:
+float16, every image's valid grid rows x columns x D). A small CTC read-out per depth reads
+the string's characters (the plan's train characters, case and punctuation kept; blank +
+those) along the horizontal order of the grid: the text is one line across the canvas, so a
+column of patches is a slice of the line. The read-out (features standardised with the train
+patches' mean and std): a 1 x 1 convolution to 96 channels, ReLU, a 3 x 3 convolution, ReLU
+(it sees each patch with its neighbours: a glyph spans several rows), a max over the image's
+rows, a k3 1-D convolution, ReLU, a k3 one at dilation 2, ReLU, and a linear map to K frames
+x classes a column (K = 2 at the patch grid, 6 at the 3 x 3-pooled one: the same 2 frames per
+16 pixels, enough for CTC on the densest strings). Trained with mm_probe.train_ctc (AdamW,
+warm-up, cosine; batch 16; fixed steps, no selection on held-out strings; --readout-seed its
+init and draw order). Reports per depth: held-out CTC per label, greedy CER (the strings as
+written) and exact share, train CER (200 train strings). OUT/readout.json. Measured (bench/
+NOTES.md): at 1,200 strings and 1,500 steps it does not read even the pixels (CER ~0.97; the
+same features at two read-out seeds 0.74 / 0.99), so it ranks no init; and being
+standardised it cannot see a constant common vector, which the decoder does.
 """
 import argparse
 import json
