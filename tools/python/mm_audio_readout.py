@@ -36,7 +36,6 @@ their mean pairwise cosine). OUT/readout.json holds every row; OUT/cache the fea
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -206,8 +205,7 @@ def batch_of(x, offs, idx):
 
 
 def greedy(lp, n):
-    e = lp[:n].argmax(-1).tolist()
-    return "".join(ALPHABET[c - 1] for k, c in enumerate(e) if c and (k == 0 or c != e[k - 1]))
+    return mm_probe.ctc_greedy(lp, n, ALPHABET)
 
 
 def evaluate(net, x, offs, idx, texts, labs):
@@ -255,29 +253,23 @@ def fit_depth(args, info, depth, kind):
     net = Readout(kind, xt.shape[1], 1 + len(ALPHABET))
     steps = args.steps or (3000 if kind == "linear" else 1500)
     lr = args.lr or (3e-3 if kind == "linear" else 1e-3)
-    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     rng = np.random.default_rng(args.seed)
-    t0, run = time.time(), []
+    t0 = time.time()
     curve = []
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / steps))
+
+    def draw(step):
         idx = [usable[i] for i in rng.choice(len(usable), args.batch, replace=False)]
-        lp = net(batch_of(xt, offs, idx))
-        n_in = [offs[k + 1] - offs[k] for k in idx]
         tg = torch.cat([torch.tensor(labs[k]) for k in idx])
-        loss = torch.nn.functional.ctc_loss(lp, tg, n_in, [len(labs[k]) for k in idx],
-                                            blank=0, reduction="mean")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
-        opt.step()
-        run.append(loss.item())
-        if (step + 1) % args.every == 0 and step + 1 < steps:
-            e = evaluate(net, xt, offs, te[:80], texts, labs)
-            curve.append(dict(step=step + 1, train_ctc=float(np.mean(run[-50:])), cer80=e["cer"]))
-            print(f"  {depth} {kind} step {step + 1} train ctc {np.mean(run[-50:]):.3f} "
-                  f"held-out (80) cer {e['cer']:.3f} {time.time() - t0:.0f} s", flush=True)
+        return (net(batch_of(xt, offs, idx)), tg, [offs[k + 1] - offs[k] for k in idx],
+                [len(labs[k]) for k in idx])
+
+    def probe(step, run):
+        e = evaluate(net, xt, offs, te[:80], texts, labs)
+        curve.append(dict(step=step, train_ctc=float(np.mean(run[-50:])), cer80=e["cer"]))
+        print(f"  {depth} {kind} step {step} train ctc {np.mean(run[-50:]):.3f} "
+              f"held-out (80) cer {e['cer']:.3f} {time.time() - t0:.0f} s", flush=True)
+
+    run = mm_probe.train_ctc(net, draw, steps, lr, args.every, probe)
     held = evaluate(net, xt, offs, te, texts, labs)
     planned = evaluate(net, xt, offs, [k for k in te if cl[k]["rendering"] == 0], texts, labs)
     train = evaluate(net, xt, offs, tr[:200], texts, labs)

@@ -60,3 +60,35 @@ class SoftTokens:
         if self.mode == "shuf":
             return torch.roll(out, self.shift, 0)
         return out
+
+
+def ctc_greedy(lp, n, alphabet):
+    """Greedy CTC decoding of lp (T x classes log-probabilities, class 0 the blank, class c the
+    alphabet's character c - 1) over its first n frames: repeats merged, blanks dropped."""
+    e = lp[:n].argmax(-1).tolist()
+    return "".join(alphabet[c - 1] for k, c in enumerate(e) if c and (k == 0 or c != e[k - 1]))
+
+
+def train_ctc(net, draw, steps, lr, every=0, probe=None, clip=5.0):
+    """The CTC read-outs' optimisation (mm_audio_readout, mm_vision_readout): AdamW (weight
+    decay 0.01), lr warm-up over 100 steps then cosine to 0 over steps, gradient norm clipped.
+    draw(step) -> (log-probabilities T x B x C, targets concatenated, input lengths, target
+    lengths); probe(step, losses) is called every `every` steps (not at the last). Returns the
+    per-step losses."""
+    import math
+
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
+    run = []
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        lp, tg, n_in, n_tg = draw(step)
+        loss = torch.nn.functional.ctc_loss(lp, tg, n_in, n_tg, blank=0, reduction="mean")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+        opt.step()
+        run.append(loss.item())
+        if every and (step + 1) % every == 0 and step + 1 < steps and probe:
+            probe(step + 1, run)
+    return run

@@ -11,6 +11,7 @@ media/test/*.png) and on --n-train-eval train strings (their planned rendering):
     python3 tools/python/mm_vision_probe.py DATA OUT [--steps N] [--minutes M] [--threads 1]
         [--lr 1e-3] [--warmup 30] [--beta2 0.95] [--batch 16] [--v-lr-mult X]
         [--v-hidden 128] [--v-layers 2] [--v-heads 2] [--vocab 4096]
+        [--v-pos-init S] [--v-res-scale X]
         [--curriculum N] [--every 100] [--fonts ROOT ...]
 
   loss         teacher-forced target loss (per target token) with the images
@@ -155,6 +156,12 @@ def main():
     ap.add_argument("--v-hidden", type=int, default=128)
     ap.add_argument("--v-layers", type=int, default=2)
     ap.add_argument("--v-heads", type=int, default=2)
+    ap.add_argument("--v-pos-init", type=float, metavar="S",
+                    help="the patch position table ~ N(0, S) at init (train_mm_proxy."
+                    "init_vision_positions; default: transformers' ones)")
+    ap.add_argument("--v-res-scale", type=float, metavar="X",
+                    help="the vision layers' residual branches x X at init "
+                    "(train_mm_proxy.scale_vision_residuals)")
     ap.add_argument("--vocab", type=int, default=4096, help="(the proxy preset's)")
     ap.add_argument("--reps", type=int, default=8, help="renderings a string (the proxy's)")
     ap.add_argument("--n-train", type=int, default=0,
@@ -207,6 +214,10 @@ def main():
     model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
                                                         dtype=torch.float32,
                                                         attn_implementation="sdpa")
+    if args.v_pos_init is not None:
+        tmp.init_vision_positions(model, args.v_pos_init, args.seed)
+    if args.v_res_scale is not None:
+        tmp.scale_vision_residuals(model, args.v_res_scale)
     hook = mm_probe.SoftTokens()
     model.model.embed_vision.register_forward_hook(hook)
     opt = tmp.make_optimizer(model, p, None, torch.device("cpu"), "foreach")

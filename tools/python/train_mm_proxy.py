@@ -12,6 +12,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X]
+                                               [--v-pos-init S] [--v-res-scale X]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -63,6 +64,15 @@ functions that wrote the held-out files).
    layer replaces most of a frame, and CTC read-outs of the frozen 512 x 6 tower lose more than
    half of what they read from the log-mel by its sixth layer; at 0.1 its output reads as the
    log-mel (tools/python/mm_audio_readout.py, bench/NOTES.md "What a read-out finds").
+   The vision side's init options (no preset sets them): --v-pos-init S draws the patch
+   embedder's position table N(0, S) (init_vision_positions, its own generator at --seed);
+   transformers sets it to ones, so every patch starts with the same vector 2 x (1, ..., 1),
+   97% of the patch embedding's and 96% of the soft tokens' sum of squares at the proxy's
+   384 x 6, the glyphs 0.4% (drawn at 0.02: 14% common, 38% glyph; tools/python/
+   mm_vision_readout.py, bench/NOTES.md "What the random vision tower keeps of the glyphs"; on
+   the CPU probe it did not bring reading forward by 6,800 images). --v-res-scale X: the
+   vision layers' two residual-branch post-norm weights x X (scale_vision_residuals, the twin
+   of --a-res-scale).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -608,6 +618,34 @@ def scale_audio_residuals(model, x):
                 w.mul_(x)
 
 
+def scale_vision_residuals(model, x):
+    """Multiplies the vision tower's residual branches' output scales by x (an init option, the
+    vision twin of scale_audio_residuals): per encoder layer the weights of the two RMSNorms
+    whose output is added to the residual (post_attention_layernorm, post_feedforward_layernorm).
+    x < 1 keeps each random layer near identity."""
+    if not x > 0:
+        raise SystemExit(f"train_mm_proxy: --v-res-scale {x}: expected > 0")
+    with torch.no_grad():
+        for layer in model.model.vision_tower.encoder.layers:
+            for w in (layer.post_attention_layernorm.weight,
+                      layer.post_feedforward_layernorm.weight):
+                w.mul_(x)
+
+
+def init_vision_positions(model, std, seed):
+    """Draws the vision patch embedder's position table (2 x 128 x D: the x and y embeddings a
+    patch's two coordinates look up and add) from N(0, std) with its own generator (torch seed
+    `seed`: the global stream the rest of the run draws from is untouched). transformers'
+    _init_weights sets it to ones: every patch then gets the same vector 2 x (1, ..., 1), RMS 2,
+    which carries no position and buries the pixels' projection (RMS ~0.3 at std 0.02)."""
+    if not std >= 0:
+        raise SystemExit(f"train_mm_proxy: --v-pos-init {std}: expected >= 0")
+    t = model.model.vision_tower.patch_embedder.position_embedding_table
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).to(t) * std)
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
@@ -890,6 +928,12 @@ def main():
                     "preset's, else clip)")
     ap.add_argument("--a-cov-weight", type=float,
                     help="weight of VICReg's covariance term on the same vectors (else 0)")
+    ap.add_argument("--v-pos-init", type=float, metavar="S",
+                    help="the vision patch position table drawn N(0, S) at init instead of "
+                    "transformers' ones (init_vision_positions; the preset's, else ones)")
+    ap.add_argument("--v-res-scale", type=float, metavar="X",
+                    help="the vision layers' residual-branch output scales x X at init "
+                    "(scale_vision_residuals; the preset's, else 1)")
     ap.add_argument("--a-res-scale", type=float,
                     help="the audio layers' residual-branch output scales x X at init "
                     "(scale_audio_residuals; X < 1: each layer nearer identity; the preset's, "
@@ -946,7 +990,8 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
-              "a_cov_weight", "a_res_scale", "lr", "beta2", "warmup"):
+              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "lr", "beta2",
+              "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     for k, flag in (("ctc_weight", "--ctc-weight"), ("a_var_weight", "--a-var-weight"),
@@ -1007,6 +1052,10 @@ def main():
                                                         attn_implementation="sdpa").to(dev)
     if p.get("a_res_scale") is not None:
         scale_audio_residuals(model, p["a_res_scale"])
+    if p.get("v_pos_init") is not None:
+        init_vision_positions(model, p["v_pos_init"], args.seed)
+    if p.get("v_res_scale") is not None:
+        scale_vision_residuals(model, p["v_res_scale"])
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
