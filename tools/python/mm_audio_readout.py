@@ -93,13 +93,7 @@ def build_tower(args, data):
         if len(p["a_conv"]) != 2 or min(p["a_conv"]) < 1:
             raise SystemExit(f"mm_audio_readout: --a-conv {args.a_conv}: two channel counts")
     torch.manual_seed(args.seed)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    if args.a_res_scale is not None:
-        tmp.scale_audio_residuals(model, args.a_res_scale)
+    model = tmp.build_model(p, tok, args.seed, a_res_scale=args.a_res_scale)
     model.eval()
     return model, tmp.Prompter(tok), p
 

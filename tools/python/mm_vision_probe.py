@@ -209,15 +209,8 @@ def main():
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     torch.utils.deterministic.fill_uninitialized_memory = False
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    if args.v_pos_init is not None:
-        tmp.init_vision_positions(model, args.v_pos_init, args.seed)
-    if args.v_res_scale is not None:
-        tmp.scale_vision_residuals(model, args.v_res_scale)
+    model = tmp.build_model(p, tok, args.seed, v_pos_init=args.v_pos_init,
+                            v_res_scale=args.v_res_scale)
     hook = mm_probe.SoftTokens()
     model.model.embed_vision.register_forward_hook(hook)
     opt = tmp.make_optimizer(model, p, None, torch.device("cpu"), "foreach")

@@ -86,15 +86,8 @@ def build_tower(args):
         raise SystemExit(f"mm_vision_readout: --tower {args.tower}: proxy or probe")
     tok = tmp.make_tokenizer(texts, p["vocab"], os.path.join(args.out, "tokenizer.json"))
     torch.manual_seed(args.seed)
-    from transformers import Gemma4ForConditionalGeneration
-
-    model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
-                                                        dtype=torch.float32,
-                                                        attn_implementation="sdpa")
-    if args.v_pos_init is not None:
-        tmp.init_vision_positions(model, args.v_pos_init, args.seed)
-    if args.v_res_scale is not None:
-        tmp.scale_vision_residuals(model, args.v_res_scale)
+    model = tmp.build_model(p, tok, args.seed, v_pos_init=args.v_pos_init,
+                            v_res_scale=args.v_res_scale)
     model.eval()
     return model, tmp.Prompter(tok), p
 

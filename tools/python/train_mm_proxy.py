@@ -646,6 +646,23 @@ def init_vision_positions(model, std, seed):
         t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).to(t) * std)
 
 
+def build_model(p, tok, seed, a_res_scale=None, v_pos_init=None, v_res_scale=None):
+    """The proxy's Gemma-4 from preset p (fp32; sdpa everywhere: transformers 5.17's eager audio
+    attention inverts its band mask, tools/python/mm_reference.py, and g4cu computes the band the
+    sdpa path uses) with the init options that are not None applied; the caller seeds torch."""
+    from transformers import Gemma4ForConditionalGeneration
+
+    model = Gemma4ForConditionalGeneration._from_config(model_config(p, tok), dtype=torch.float32,
+                                                        attn_implementation="sdpa")
+    if a_res_scale is not None:
+        scale_audio_residuals(model, a_res_scale)
+    if v_pos_init is not None:
+        init_vision_positions(model, v_pos_init, seed)
+    if v_res_scale is not None:
+        scale_vision_residuals(model, v_res_scale)
+    return model
+
+
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
@@ -1041,21 +1058,11 @@ def main():
     # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
     # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
     torch.utils.deterministic.fill_uninitialized_memory = False
-    from transformers import Gemma4ForConditionalGeneration
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 
     fe = Gemma4AudioFeatureExtractor()
-    cfg = model_config(p, tok)
-    # sdpa everywhere: transformers 5.17's eager audio attention inverts its band mask
-    # (tools/python/mm_reference.py), and g4cu computes the band the sdpa path uses
-    model = Gemma4ForConditionalGeneration._from_config(cfg, dtype=torch.float32,
-                                                        attn_implementation="sdpa").to(dev)
-    if p.get("a_res_scale") is not None:
-        scale_audio_residuals(model, p["a_res_scale"])
-    if p.get("v_pos_init") is not None:
-        init_vision_positions(model, p["v_pos_init"], args.seed)
-    if p.get("v_res_scale") is not None:
-        scale_vision_residuals(model, p["v_res_scale"])
+    model = build_model(p, tok, args.seed, p.get("a_res_scale"), p.get("v_pos_init"),
+                        p.get("v_res_scale")).to(dev)
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
