@@ -274,6 +274,13 @@ def resample(x, src, dst, taps=64):
     return (xp[base[:, None] + k[None, :] + taps] * bank[phase]).sum(axis=1)
 
 
+def font_roots(given=None):
+    """The folders the renderer searches for fonts: the given --fonts roots, else the prefix's
+    Debian fonts ($G4_PREFIX, tools/gpu/env.sh unpacks them there) and the system's."""
+    prefix = os.environ.get("G4_PREFIX", "/tmp/g4prefix")
+    return given or [os.path.join(prefix, "usr/share/fonts"), "/usr/share/fonts"]
+
+
 def read_jsonl(path):
     """The items of PATH (gzipped when it ends in .gz), else of PATH.gz (the plan as carried)."""
     if not path.endswith(".gz") and os.path.exists(path):
@@ -470,8 +477,7 @@ def sha_of(path):
 
 
 def cmd_media(args):
-    roots = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
-                                        "usr/share/fonts"), "/usr/share/fonts"]
+    roots = font_roots(args.fonts)
     if not os.path.exists(os.path.join(args.out, "speech.jsonl")):
         raise SystemExit(f"make_mm_data: no {args.out}/speech.jsonl: run the speech step first")
     audio = read_jsonl(os.path.join(args.out, "speech.jsonl"))

@@ -38,8 +38,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--fonts", action="append")
     args = ap.parse_args()
-    fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
-                                        "usr/share/fonts"), "/usr/share/fonts"]
+    fonts = mmd.font_roots(args.fonts)
     audio, images = tmp.load_items(args.data)
     tr_a = [i for i in audio if i["split"] == "train"]
     tr_i = [i for i in images if i["split"] == "train"]

@@ -178,8 +178,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
-    fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
-                                        "usr/share/fonts"), "/usr/share/fonts"]
+    fonts = tmp.mmd.font_roots(args.fonts)
     images = tmp.mmd.read_jsonl(os.path.join(args.data, "images.jsonl"))
     speech = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
     tr = [i for i in images if i["split"] == "train"]

@@ -66,11 +66,6 @@ import train_mm_proxy as tmp  # noqa: E402
 PROBE = dict(v_hidden=128, v_layers=2, v_heads=2)  # mm_vision_probe's defaults
 
 
-def fonts_of(args):
-    return args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
-                                       "usr/share/fonts"), "/usr/share/fonts"]
-
-
 def build_tower(args):
     """(model, prompter, p): the whole model as train_mm_proxy (proxy) or mm_vision_probe
     (probe) builds it at args.seed, then the init options."""
@@ -170,7 +165,7 @@ def decompose(args):
     te = [dict(i, canvas=(h, w)) for i in images if i["split"] == "test"][:args.n]
     if len(te) < args.n:
         raise SystemExit(f"mm_vision_readout: {len(te)} held-out images < --n {args.n}")
-    ds = tmp.Items(te, "image", args.data, fonts_of(args), pr, None, 1)
+    ds = tmp.Items(te, "image", args.data, tmp.mmd.font_roots(args.fonts), pr, None, 1)
     feats = {}
     with torch.no_grad():
         for k in range(len(te)):
@@ -211,9 +206,10 @@ def cache_features(args, model, pr, depths):
         h, w = check_canvas(args.canvas)
         tr, te = [dict(i, canvas=(h, w)) for i in tr], [dict(i, canvas=(h, w)) for i in te]
     feats, index, t0 = {d: [] for d in depths}, [], time.time()
+    ds = tmp.Items(tr + te, "image", args.data, tmp.mmd.font_roots(args.fonts), pr, None, 1)
     with torch.no_grad():
         for k, (split, it) in enumerate([("train", i) for i in tr] + [("test", i) for i in te]):
-            r = tmp.Items([it], "image", args.data, fonts_of(args), pr, None, 1).render(0)
+            r = ds.render(k)
             f = features(model, r["pv"], r["pp"])
             for d in depths:
                 feats[d].append(f[d].reshape(-1, f[d].shape[-1]).numpy().astype(np.float16))

@@ -1018,8 +1018,7 @@ def main():
                              "compiled forward is untried; drop one")
     if args.threads:
         torch.set_num_threads(args.threads)
-    fonts = args.fonts or [os.path.join(os.environ.get("G4_PREFIX", "/tmp/g4prefix"),
-                                        "usr/share/fonts"), "/usr/share/fonts"]
+    fonts = mmd.font_roots(args.fonts)
     hf_dir, pkg_dir = os.path.join(args.out, "hf"), os.path.join(args.out, "f16")
     os.makedirs(hf_dir, exist_ok=True)
     times, t0 = {}, time.time()
