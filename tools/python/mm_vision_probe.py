@@ -47,6 +47,17 @@ import mm_probe  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
 
 
+# the probe's vision tower by default (mm_vision_readout's --tower probe builds the same)
+TOWER = dict(v_hidden=128, v_layers=2, v_heads=2)
+
+
+def probe_shape(v_hidden, v_layers, v_heads):
+    """The probe model's shapes: mm_probe's small decoder, a vision tower of the given size and
+    a one-layer audio tower the probe never trains (train_mm_proxy.model_config's keys)."""
+    return dict(text=mm_probe.TEXT, v_hidden=v_hidden, v_layers=v_layers, v_heads=v_heads,
+                v_mlp=4 * v_hidden, a_hidden=64, a_layers=1, a_heads=8)
+
+
 def left_batch(items):
     """Prompts only, left-padded (for generate): input_ids, attention_mask, pixel_values,
     image_position_ids."""
@@ -153,9 +164,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--beta2", type=float, default=0.95, help="(the proxy preset's)")
     ap.add_argument("--v-lr-mult", type=float, default=1.0)
-    ap.add_argument("--v-hidden", type=int, default=128)
-    ap.add_argument("--v-layers", type=int, default=2)
-    ap.add_argument("--v-heads", type=int, default=2)
+    ap.add_argument("--v-hidden", type=int, default=TOWER["v_hidden"])
+    ap.add_argument("--v-layers", type=int, default=TOWER["v_layers"])
+    ap.add_argument("--v-heads", type=int, default=TOWER["v_heads"])
     ap.add_argument("--v-pos-init", type=float, metavar="S",
                     help="the patch position table ~ N(0, S) at init (train_mm_proxy."
                     "init_vision_positions; default: transformers' ones)")
@@ -197,10 +208,9 @@ def main():
     if tok.get_vocab_size() != args.vocab:
         raise SystemExit(f"mm_vision_probe: the tokenizer has {tok.get_vocab_size()} ids for "
                          f"--vocab {args.vocab}")
-    p = dict(text=mm_probe.TEXT, vocab=args.vocab, v_hidden=args.v_hidden,
-             v_layers=args.v_layers, v_heads=args.v_heads, v_mlp=4 * args.v_hidden,
-             a_hidden=64, a_layers=1, a_heads=8, lr=args.lr, warmup=args.warmup,
-             beta2=args.beta2, v_lr_mult=args.v_lr_mult, a_lr_mult=0.0)
+    p = dict(probe_shape(args.v_hidden, args.v_layers, args.v_heads), vocab=args.vocab,
+             lr=args.lr, warmup=args.warmup, beta2=args.beta2, v_lr_mult=args.v_lr_mult,
+             a_lr_mult=0.0)
     if args.v_hidden % args.v_heads or args.v_hidden // args.v_heads != 64:
         raise SystemExit(f"mm_vision_probe: --v-hidden {args.v_hidden} / --v-heads "
                          f"{args.v_heads}: head_dim must be 64 (the CUDA kernels' and E2B's)")

@@ -61,10 +61,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import mm_probe  # noqa: E402
+import mm_vision_probe  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
-
-PROBE = dict(v_hidden=128, v_layers=2, v_heads=2)  # mm_vision_probe's defaults
-
 
 def build_tower(args):
     """(model, prompter, p): the whole model as train_mm_proxy (proxy) or mm_vision_probe
@@ -75,8 +73,7 @@ def build_tower(args):
     os.makedirs(args.out, exist_ok=True)
     p = dict(tmp.PRESETS["proxy"])
     if args.tower == "probe":
-        p.update(PROBE, text=mm_probe.TEXT, v_mlp=4 * PROBE["v_hidden"], a_hidden=64,
-                 a_layers=1)
+        p.update(mm_vision_probe.probe_shape(**mm_vision_probe.TOWER))
     elif args.tower != "proxy":
         raise SystemExit(f"mm_vision_readout: --tower {args.tower}: proxy or probe")
     tok = tmp.make_tokenizer(texts, p["vocab"], os.path.join(args.out, "tokenizer.json"))
