@@ -6,8 +6,11 @@
 #   bash tools/gpu/pipeline.sh wait SECONDS    follow it for up to SECONDS, then pack the logs
 #
 # Each stage of tools/gpu/run.sh runs as `bash tools/gpu/run.sh STAGE` inside $WORK/src with
-# its output in $WORK/logs/STAGE.log; `wait` prints each finished stage's tail and packs
-# $WORK/logs into $OUT/logs.tar.gz (the device tool brings back at most 8 files).
+# its output in $WORK/logs/STAGE.log (its $OUT: $WORK/logs/STAGE.out); `wait` prints each
+# finished stage's tail and the fidelity rows measured so far (the newest
+# $WORK/logs/*.out/fidelity/FIDELITY.md: run.sh's train stage measures each package as it is
+# written) and packs $WORK/logs into $OUT/logs.tar.gz (the device tool brings back at most 8
+# files).
 # PLAN (default below) is a list of groups separated by '/': the stages of one group run one
 # after another; the groups run side by side, and a group may wait for another group's
 # stage with `after:STAGE`.
@@ -84,6 +87,16 @@ wait)
         [ $(($(date +%s) - t0)) -ge "$limit" ] && { echo "pipeline: still running:"; tail -n 5 "$WORK/logs/pipeline.log"; break; }
         sleep 5
     done
+    # the fidelity rows measured so far (run.sh's measurer rebuilds a stage's
+    # $OUT/fidelity/FIDELITY.md after each row; the newest one), a line a row
+    md=
+    for f in "$WORK"/logs/*.out/fidelity/FIDELITY.md; do
+        [ -f "$f" ] && { [ -z "$md" ] || [ "$f" -nt "$md" ]; } && md=$f
+    done
+    if [ -n "$md" ]; then
+        echo "fidelity rows so far (${md#"$WORK"/logs/}):"
+        sed -n '/^| variant |/,/^$/p' "$md" | grep '^| ' | grep -v '^|---' | cut -c1-200
+    fi
     tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
     ls -la "$OUT"
     ;;

@@ -205,13 +205,19 @@
 #            NAME:SOURCE[:ARGS] entries, ARGS extra dwq_fit.py arguments joined by commas;
 #            default q4_dwq:q4 q4_fit_dwq:q4_fit q4_fit_dwq_keep_auto:q4_best_keep_auto and the
 #            code fits q4_dwqc:q4:--codes q4_fit_dwqc_keep_auto:q4_best_keep_auto:--codes,
-#            side by side, FID_DWQ_MINUTES (2) each; FID_DWQ= leaves them out). Order: q4,
-#            q4_keep_auto, q4_imatrix, the fits' SOURCE packages (q4_fit, q4_best_keep_auto),
-#            then the fits in the background while the other quantizations run beside them, on
-#            FID_OVERLAP_CORES (1) core a running fit fewer threads; the stage ends when both
-#            have (same packages, same bytes; ~1.5-2 min less on the H200: bench/NOTES.md "The
-#            fits beside the quantizations"). FID_OVERLAP=0: every quantization first, then the
-#            fits (the earlier order). The log prints a row a fit: steps, stop, s/step, cores.
+#            side by side, FID_DWQ_MINUTES (2) each; FID_DWQ= leaves them out). Order (issue
+#            33's target rows first: fid_methods): q4, q4_keep_auto, FID_FIRST's packages
+#            (q4_gptq_imx_16k_keep_auto q4_gptq_imx_16k q4_imatrix_16k when made), the other fits'
+#            SOURCE packages (q4_fit, q4_best_keep_auto), then the rest (q4_imatrix, the --method
+#            rows, ...); each fit starts in the background as soon as its SOURCE is written,
+#            while the other quantizations run beside it, on FID_OVERLAP_CORES (1) core a
+#            running fit fewer threads; the stage ends when both have (same packages, same bytes;
+#            ~1.5-2 min less on the H200: bench/NOTES.md "The fits beside the quantizations").
+#            FID_OVERLAP=0: every quantization first, then the fits. The log prints a row a fit:
+#            steps, stop, s/step, cores. Each package's perplexity row is measured on the GPU as
+#            soon as it is written (fid_mq_start: f16 --save-logits first, one row at a time,
+#            into $OUT/fidelity with FIDELITY.md rebuilt after each; FID_MEASURE_EARLY=0: none),
+#            so that a run cut short still carries the rows made so far.
 #   fidelity_methods  on a trained proxy ($FID/READY): the --method variants and the fits again
 #            (after a quant/ or dwq_fit.py change; the same order and FID_OVERLAP as
 #            fidelity_bg's), then fidelity_run: the method table in one call
@@ -219,7 +225,9 @@
 #   train    fidelity_make in the foreground (for tools/gpu/pipeline.sh, which detaches stages)
 #   fidelity_measure  = fidelity_run (pipeline.sh's name)
 #   fidelity_run  g4cu perplexity (f16 --save-logits, each Q4 --kl-base) on the held-out text on
-#            ${FIDELITY_BACKEND:-cuda}, the per-layer error SVG and sensitivity ranking, each
+#            ${FIDELITY_BACKEND:-cuda} (only the rows fidelity_make's measurer has not made: its
+#            $FID/measure_dir's rows are copied, those older than their package measured again),
+#            the per-layer error SVG and sensitivity ranking, each
 #            package's per-linear layer-output error (fid_linerr: compare --linear-error on the
 #            calibration tokens), the same statistics on $WORK/e2b when it is READY; writes
 #            $OUT/fidelity/FIDELITY.md (with the fits' steps table)
@@ -1674,8 +1682,12 @@ keep_budget() {
     echo $((b * ${FIDELITY_KEEP_PCT:-10} / 100))
 }
 
-# fid_quant NAME ARGS...: the text proxy's ($FID/proxy/NAME)
-fid_quant() { quant_into "$FID/proxy" fidelity "$@"; }
+# fid_quant NAME ARGS...: the text proxy's ($FID/proxy/NAME), then its row queued for the
+# measurer (fid_mq_add: no-op when none runs)
+fid_quant() {
+    quant_into "$FID/proxy" fidelity "$@"
+    fid_mq_add "$1"
+}
 
 # fid_make KIND NAME: one of fid_methods' packages; KIND says which list named it (method: the
 # --method rows and q4_best_keep_auto, ab: FID_AB_VARIANTS, calib: FID_CALIB_VARIANTS)
@@ -1694,6 +1706,9 @@ fid_make() {
         method:q4_gptq_act) fid_quant "$v" --method gptq --act-order "${cal[@]}" ;;
         method:q4_fit) fid_quant "$v" --method fit "${cal[@]}" ;;
         method:q4_gptq_imx) fid_quant "$v" --method gptq_imx "${cal[@]}" ;;
+        make:q4_imatrix) # --imatrix on 2048 tokens in one sequence (FID_IMATRIX; fidelity_make only)
+            fid_quant "$v" --imatrix --calib-tokens 2048 --calib-ctx 2048 --calib "$corpus/train.txt" \
+                --backend "${FIDELITY_BACKEND:-cuda}" ;;
         method:q4_best_keep_auto)
             budget=$(keep_budget "$d/q4")
             # shellcheck disable=SC2086 # FIDELITY_BEST is "METHOD [--act-order]"
@@ -1728,17 +1743,31 @@ fid_make() {
 # The --method variants (issue 33), calibrated on ${FIDELITY_CALIB_TOKENS:-2048} tokens of the
 # train split (never the held-out text); q4_best_keep_auto: ${FIDELITY_BEST:-fit}
 # with --keep-auto at the same byte budget as q4_keep_auto (${FIDELITY_KEEP_PCT:-10}% of Q4's);
-# then the $FID_DWQ fits.
-# FID_OVERLAP (1, the default): the packages the fits start from (their SOURCE fields: q4_fit and
-# q4_best_keep_auto by default; q4 and the others fidelity_make made before are there already)
-# first, then the fits in the background while the other quantizations run (CPU work, 16
-# threads, the GPU nearly idle), on ${FID_OVERLAP_CORES:-1} core a running fit fewer threads
-# (fid_threads); fid_methods ends when both have. Each quantize writes the same bytes in either
-# order (its inputs are the f16 package, the train split and its arguments; no quantize reads
-# another's output; any --threads: base/parallel.h). FID_OVERLAP=0: the serial order (every
-# quantize on all cores, then the fits).
+# then the $FID_DWQ fits. fid_methods [KIND:NAME...]: these jobs too (fidelity_make's
+# make:q4_imatrix), before the --method rows.
+# The order (branch fidfast; the twenty-eighth session's train stage ran >= 1,000 s and the
+# session's budget ended before any row was measured): the rows issue 33's targets read first,
+# so that a run cut short by the budget still has them (each row is measured on the GPU as soon
+# as its package is written: fid_mq_start):
+#  1. the names in FID_FIRST that this run makes, in FID_FIRST's order (default
+#     q4_gptq_imx_16k_keep_auto q4_gptq_imx_16k q4_imatrix_16k: the ">= -70%" row's source
+#     first, so its code fit runs beside everything after it, then the best method and
+#     --imatrix at quantize's default calibration; q4 and q4_keep_auto, the baseline and the
+#     keep-auto row, are fidelity_make's, before these);
+#  2. with FID_OVERLAP (1, the default), the other packages the fits start from (their SOURCE
+#     fields, e.g. q4_best_keep_auto, the comparison fit's), so their fits run beside the rest;
+#  3. the rest, the comparison rows (q4_imatrix, FID_METHODS, FID_AB_VARIANTS,
+#     FID_CALIB_VARIANTS' others), in that list order.
+# Each fit starts as soon as its SOURCE is written (fid_dwq_start src; the sources made before
+# fid_methods, e.g. q4, at its start), in the background while the other quantizations run (CPU
+# work, 16 threads, the GPU nearly idle), on ${FID_OVERLAP_CORES:-1} core a running fit fewer
+# threads (fid_threads); fid_methods ends when both have. Each quantize writes the same bytes in
+# any order (its inputs are the f16 package, the train split and its arguments; no quantize
+# reads another's output; any --threads: base/parallel.h). FID_OVERLAP=0: FID_FIRST, then the
+# rest in list order, every quantize on all cores, then the fits.
+FID_FIRST=${FID_FIRST-q4_gptq_imx_16k_keep_auto q4_gptq_imx_16k q4_imatrix_16k}
 fid_methods() {
-    local jobs=() first=() rest=() j v s srcs=" "
+    local jobs=("$@") order=() j v s srcs=" " made=" "
     for v in $FID_METHODS; do jobs+=("method:$v"); done
     for v in $FID_AB_VARIANTS; do jobs+=("ab:$v"); done
     for v in $FID_CALIB_VARIANTS; do jobs+=("calib:$v"); done
@@ -1747,21 +1776,30 @@ fid_methods() {
         s=${v#*:}
         srcs+="${s%%:*} "
     done
-    for j in "${jobs[@]}"; do
-        if [ "${FID_OVERLAP:-1}" != 0 ] && [[ $srcs == *" ${j#*:} "* ]]; then
-            first+=("$j")
-        else
-            rest+=("$j")
-        fi
+    for v in $FID_FIRST; do # 1.
+        for j in "${jobs[@]}"; do [ "${j#*:}" = "$v" ] && order+=("$j"); done
     done
-    for j in ${first[@]+"${first[@]}"}; do fid_make "${j%%:*}" "${j#*:}"; done
-    [ "${FID_OVERLAP:-1}" = 0 ] || fid_dwq_start
+    if [ "${FID_OVERLAP:-1}" != 0 ]; then # 2.
+        for j in "${jobs[@]}"; do
+            [[ " ${order[*]} " == *" $j "* ]] || [[ $srcs != *" ${j#*:} "* ]] || order+=("$j")
+        done
+    fi
+    for j in "${jobs[@]}"; do # 3.
+        [[ " ${order[*]} " == *" $j "* ]] || order+=("$j")
+    done
+    echo "fidelity: quantize order: ${order[*]#*:}"
+    for j in "${order[@]}"; do made+="${j#*:} "; done
+    fid_dwq_pids=() fid_dwq_started=" "
+    if [ "${FID_OVERLAP:-1}" != 0 ]; then # the fits whose source is made before fid_methods
+        for v in $srcs; do [[ $made == *" $v "* ]] || fid_dwq_start "$v"; done
+    fi
     local quant_threads # (quant_into's, for these calls only)
-    for j in ${rest[@]+"${rest[@]}"}; do
+    for j in "${order[@]}"; do
         fid_threads "${j#*:}"
         fid_make "${j%%:*}" "${j#*:}"
+        [ "${FID_OVERLAP:-1}" = 0 ] || fid_dwq_start "${j#*:}"
     done
-    [ "${FID_OVERLAP:-1}" != 0 ] || fid_dwq_start
+    [ "${FID_OVERLAP:-1}" != 0 ] || for v in $srcs; do fid_dwq_start "$v"; done
     fid_dwq_wait
 }
 
@@ -1795,9 +1833,11 @@ fid_threads() {
 # fit: its steps, why it stopped, the step kept, s/step, the cores it used (the time cap makes
 # the steps depend on the machine's load: these say whether the quantizations beside cut them).
 fid_dwq_pids=()
+fid_dwq_started=" "
+# fid_dwq_start SOURCE: start the FID_DWQ fits that start from SOURCE (each once a fid_methods:
+# fid_dwq_started); a fit's package, once written, is queued for the measurer (fid_mq_add)
 fid_dwq_start() {
     local d="$FID/proxy" corpus=.carry/corpus p v src extra
-    fid_dwq_pids=()
     [ -n "$FID_DWQ" ] || return 0
     for p in $FID_DWQ; do
         v=${p%%:*} src=${p#*:} extra=()
@@ -1805,6 +1845,9 @@ fid_dwq_start() {
             IFS=, read -r -a extra <<<"${src#*:}"
             src=${src%%:*}
         fi
+        [ "$src" = "$1" ] || continue
+        [[ $fid_dwq_started != *" $v "* ]] || continue
+        fid_dwq_started+="$v "
         rm -rf "${d:?}/$v" "$d/$v.partial" "$d/$v.dwq.log"
         [ -d "$d/$src" ] || { echo "fidelity: dwq $v: no $src package (its quantize failed)"; continue; }
         (
@@ -1815,10 +1858,11 @@ fid_dwq_start() {
                 --wd "${FID_DWQ_WD:-0}" --eval-every "${FID_DWQ_EVAL:-25}" \
                 --patience "${FID_DWQ_PATIENCE:-4}" --val-max 64 --minutes "${FID_DWQ_MINUTES:-2}" \
                 --threads 4 --log-every 50 ${extra[@]+"${extra[@]}"}
+            [ ! -d "$d/$v" ] || fid_mq_add "$v"
         ) >"$d/$v.dwq.log" 2>&1 &
         fid_dwq_pids+=($!)
+        stamp "fidelity: dwq fit $v started (from $src)"
     done
-    [ "${FID_OVERLAP:-1}" = 0 ] || stamp "fidelity: dwq fits started, beside the other quantizations"
 }
 
 fid_dwq_wait() {
@@ -1846,7 +1890,9 @@ fid_dwq_wait() {
 
 stage_fidelity_methods() {
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
+    fid_mq_start
     fid_methods
+    fid_mq_end
     stage_fidelity_run
 }
 
@@ -1874,9 +1920,11 @@ stage_fidelity_make() {
     [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
     stamp "fidelity: trained + exported ($(($(date +%s) - t0)) s)"
     wait_g4cu fidelity || { touch "$d/FAILED"; return 1; }
+    fid_mq_start # f16's perplexity (--save-logits) on the GPU beside q4's quantize
     t0=$(date +%s)
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4" --threads "$(nproc)" || echo "fidelity: quantize q4 FAILED"
     stamp "fidelity: quantized q4 ($(($(date +%s) - t0)) s)"
+    fid_mq_add q4
     # --keep-auto: ${FIDELITY_KEEP_PCT:-10}% more decoder bytes than plain Q4, calibrated on the
     # train split (never the held-out text)
     local budget
@@ -1885,15 +1933,96 @@ stage_fidelity_make() {
     build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_keep_auto" --keep-auto "$budget" \
         --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_keep_auto FAILED"
     stamp "fidelity: quantized q4_keep_auto, budget $budget bytes ($(($(date +%s) - t0)) s)"
-    if [ "${FID_IMATRIX:-1}" != 0 ]; then
-        t0=$(date +%s)
-        build-gpu/g4cu quantize "$d/proxy/f16" "$d/proxy/q4_imatrix" --imatrix --calib-tokens 2048 --calib-ctx 2048 \
-            --calib "$corpus/train.txt" --backend "${FIDELITY_BACKEND:-cuda}" --threads "$(nproc)" || echo "fidelity: quantize q4_imatrix FAILED"
-        stamp "fidelity: quantized q4_imatrix ($(($(date +%s) - t0)) s)"
-    fi
-    fid_methods
+    fid_mq_add q4_keep_auto
+    # q4_imatrix (--imatrix on 2048 tokens, a comparison row) is fid_methods' job, after the
+    # rows of the targets (FID_FIRST)
+    if [ "${FID_IMATRIX:-1}" != 0 ]; then fid_methods make:q4_imatrix; else fid_methods; fi
+    fid_mq_end
     touch "$d/READY"
 }
+
+# --- the rows measured as the packages come (issue 33, branch fidfast) ---
+# fid_mq_start: a measurer in the background, one g4cu perplexity at a time on the GPU while the
+# quantizations run on the CPU: f16 with --save-logits first, then each name fid_mq_add queues
+# ($FID/measure.queue, one a line; fid_quant and each fit add theirs when the package is
+# written), each row into $OUT/fidelity under fid_ppl's names, and after each row FIDELITY.md
+# rebuilt from what is there (fid_md), so that pipeline.sh's logs tarball ($OUT is inside
+# $WORK/logs) carries the rows measured so far at any moment. fidelity_run then measures only
+# what is missing ($FID/measure_dir names the folder; fid_row). FID_MEASURE_EARLY=0: no measurer
+# (every row in fidelity_run, as before).
+fid_mq_pid=
+fid_mq_start() {
+    local o="$OUT/fidelity"
+    [ "${FID_MEASURE_EARLY:-1}" != 0 ] || return 0
+    mkdir -p "$o" && o=$(cd "$o" && pwd) || return 0
+    cp "$FID/proxy/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    echo "$o" >"$FID/measure_dir"
+    echo f16 >"$FID/measure.queue"
+    fid_mq_loop "$o" &
+    fid_mq_pid=$!
+    stamp "fidelity: measurer started (rows into $o as the packages come)"
+}
+
+# fid_mq_add NAME: queue NAME's row (one write of one line: a whole line or none)
+fid_mq_add() { [ -z "$fid_mq_pid" ] || echo "$1" >>"$FID/measure.queue"; }
+
+# fid_mq_end: the last row queued; waits until the measurer has measured every queued row
+fid_mq_end() {
+    [ -n "$fid_mq_pid" ] || return 0
+    fid_mq_add END
+    wait "$fid_mq_pid"
+    fid_mq_pid=
+    stamp "fidelity: every row measured as it came"
+}
+
+fid_mq_loop() {
+    local o=$1 n=0 v
+    while :; do
+        v=$(sed -n "$((n + 1))p" "$FID/measure.queue")
+        [ -n "$v" ] || { sleep 1; continue; }
+        n=$((n + 1))
+        [ "$v" != END ] || return 0
+        fid_row "$v" || continue
+        fid_md "$o"
+        echo "fidelity: row $v measured; FIDELITY.md has $(fid_md_rows "$o/FIDELITY.md" | wc -l) rows"
+    done
+}
+
+# fid_key: the settings of a row (a row measured under others is measured again)
+fid_key() { echo "ctx ${FIDELITY_CTX:-512} chunks ${FIDELITY_CHUNKS:-64} backend ${FIDELITY_BACKEND:-cuda}"; }
+
+# fid_row NAME: the proxy's perplexity row of $FID/proxy/NAME (f16: --save-logits into
+# $FID/proxy_f16.kld; a Q4 package: --kl-base it) into $OUT/fidelity, unless a row is there that
+# is newer than the package's data (and, for a Q4 row, than the f16 logits; for f16, made under
+# the same fid_key); fails when it measured nothing. A fit's log comes with its row.
+fid_row() {
+    local v=$1 d="$FID/proxy" o="$OUT/fidelity" kld="$FID/proxy_f16.kld" j
+    [ -d "$d/$v" ] || return 1
+    j="$o/proxy_$v.json"
+    if [ -s "$j" ] && [ "$j" -nt "$d/$v/decoder/model.onnx.data" ] && [ -f "$kld" ]; then
+        if [ "$v" = f16 ]; then
+            [ "$(cat "$o/proxy_f16.key" 2>/dev/null)" != "$(fid_key)" ] || return 1
+        elif [ "$j" -nt "$kld" ]; then
+            return 1
+        fi
+    fi
+    if [ "$v" = f16 ]; then
+        fid_key >"$o/proxy_f16.key"
+        fid_ppl proxy "$d/f16" f16 --text "$d/test.txt" --ctx "${FIDELITY_CTX:-512}" \
+            --chunks "${FIDELITY_CHUNKS:-64}" --save-logits "$kld"
+    else
+        [ ! -f "$d/$v.dwq.log" ] || cp "$d/$v.dwq.log" "$o/"
+        fid_ppl proxy "$d/$v" "$v" --ctx "${FIDELITY_CTX:-512}" --kl-base "$kld"
+    fi
+}
+
+# fid_md DIR: DIR/FIDELITY.md from what DIR holds (replaced whole: a tar never reads half of it)
+fid_md() {
+    python3 tools/python/fidelity_report.py "$1" "$1/FIDELITY.md.new" && mv "$1/FIDELITY.md.new" "$1/FIDELITY.md"
+}
+
+# fid_md_rows FILE: the proxy's method table's rows in FILE (f16 and each Q4 row)
+fid_md_rows() { sed -n '/^| variant |/,/^$/p' "$1" 2>/dev/null | grep '^| ' | grep -v '^| variant |'; }
 
 # bg_start DIR STAGE: run.sh STAGE detached (setsid), logging to $WORK/STAGE.log; the stage
 # leaves DIR/READY or DIR/FAILED when it ends.
@@ -1960,15 +2089,20 @@ stage_fidelity_run() {
     local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
     mkdir -p "$o"
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
+    # the rows the measurer made during fidelity_make (another stage's $OUT under pipeline.sh;
+    # cp -p: fid_row reads their times), then only the rows missing or older than their package
+    local md
+    md=$(cat "$FID/measure_dir" 2>/dev/null)
+    if [ -n "$md" ] && [ -d "$md" ] && [ "$md" != "$(cd "$o" && pwd)" ]; then
+        cp -p "$md"/proxy_* "$o/" 2>/dev/null
+        echo "fidelity: $(find "$md" -maxdepth 1 -name 'proxy_*.json' | wc -l) rows measured during fidelity_make, from $md"
+    fi
     cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
     local p # the fits' logs of this FID_DWQ only (an earlier fidelity_methods may have left others)
     for p in $FID_DWQ; do cp "$d/${p%%:*}.dwq.log" "$o/" 2>/dev/null; done
-    local text="$d/test.txt" chunks=${FIDELITY_CHUNKS:-64}
-    fid_ppl proxy "$d/f16" f16 --text "$text" --ctx "$ctx" --chunks "$chunks" --save-logits "$FID/proxy_f16.kld"
-    for v in $FID_VARIANTS; do
-        [ -d "$d/$v" ] && fid_ppl proxy "$d/$v" "$v" --ctx "$ctx" --kl-base "$FID/proxy_f16.kld"
-    done
-    stamp "fidelity: proxy perplexity runs"
+    local text="$d/test.txt" n=0
+    for v in f16 $FID_VARIANTS; do fid_row "$v" && n=$((n + 1)); done
+    stamp "fidelity: proxy perplexity runs ($n measured here)"
     # per-layer error of plain Q4 (compare's per-tensor report) and the sensitivity ranking, on
     # the first 128 held-out tokens
     local ids
