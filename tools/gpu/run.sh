@@ -1993,18 +1993,16 @@ fid_key() { echo "ctx ${FIDELITY_CTX:-512} chunks ${FIDELITY_CHUNKS:-64} backend
 
 # fid_row NAME: the proxy's perplexity row of $FID/proxy/NAME (f16: --save-logits into
 # $FID/proxy_f16.kld; a Q4 package: --kl-base it) into $OUT/fidelity, unless a row is there that
-# is newer than the package's data (and, for a Q4 row, than the f16 logits; for f16, made under
-# the same fid_key); fails when it measured nothing. A fit's log comes with its row.
+# is not older than the package's data nor than the f16 logits (f16's JSON is written after its
+# logits file is complete, often in the same clock tick: hence "not older", not "newer"; a
+# rewritten logits file makes every row stale), and for f16 made under the same fid_key; fails
+# when it measured nothing. A fit's log comes with its row.
 fid_row() {
-    local v=$1 d="$FID/proxy" o="$OUT/fidelity" kld="$FID/proxy_f16.kld" j
+    local v=$1 d="$FID/proxy" o="$OUT/fidelity" kld="$FID/proxy_f16.kld" j data
     [ -d "$d/$v" ] || return 1
-    j="$o/proxy_$v.json"
-    if [ -s "$j" ] && [ "$j" -nt "$d/$v/decoder/model.onnx.data" ] && [ -f "$kld" ]; then
-        if [ "$v" = f16 ]; then
-            [ "$(cat "$o/proxy_f16.key" 2>/dev/null)" != "$(fid_key)" ] || return 1
-        elif [ "$j" -nt "$kld" ]; then
-            return 1
-        fi
+    j="$o/proxy_$v.json" data="$d/$v/decoder/model.onnx.data"
+    if [ -s "$j" ] && [ -f "$data" ] && [ -f "$kld" ] && ! [ "$data" -nt "$j" ] && ! [ "$kld" -nt "$j" ]; then
+        [ "$v" = f16 ] && [ "$(cat "$o/proxy_f16.key" 2>/dev/null)" != "$(fid_key)" ] || return 1
     fi
     if [ "$v" = f16 ]; then
         fid_key >"$o/proxy_f16.key"
@@ -2090,11 +2088,12 @@ stage_fidelity_run() {
     mkdir -p "$o"
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
     # the rows the measurer made during fidelity_make (another stage's $OUT under pipeline.sh;
-    # cp -p: fid_row reads their times), then only the rows missing or older than their package
+    # cp -pu: fid_row reads their times; never over a newer row), then only the rows missing or
+    # older than their package or the f16 logits
     local md
     md=$(cat "$FID/measure_dir" 2>/dev/null)
     if [ -n "$md" ] && [ -d "$md" ] && [ "$md" != "$(cd "$o" && pwd)" ]; then
-        cp -p "$md"/proxy_* "$o/" 2>/dev/null
+        cp -pu "$md"/proxy_* "$o/" 2>/dev/null
         echo "fidelity: $(find "$md" -maxdepth 1 -name 'proxy_*.json' | wc -l) rows measured during fidelity_make, from $md"
     fi
     cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
