@@ -367,8 +367,8 @@ int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, 
 // one term after another in j; nt2[2 j] / nt2[2 j + 1]: nt_j of the - 1 / + 1 move. split: each
 // term added as + nt^2 then - t^2 (imx_block_n's order) rather than + (nt^2 - t^2). Two
 // independent sums in one loop: its time is the chain of adds, now shared by the two moves
-// (measured: the search ~1.35x faster with the candidates' memo below, bench_quant_methods d).
-// (SSE2 pairs of the two sums were no faster on this machine: left out.)
+// (bench/NOTES.md "`g4cu quantize --imatrix` faster, the same bytes"; SSE2 pairs of the two
+// sums measured no faster on a shared 2-core machine: left out).
 static inline void imx_two_moves(const double *t, const double *mi, int nd, double s, int split,
                                  double *dm, double *dp, double *nt2) {
     double a = *dm, b = *dp;
@@ -471,6 +471,11 @@ static double imx_codes_at(const float *x, const double *w, const double *mu, co
 static double imx_refit(const float *x, const double *w, const double *mu, const double *bias,
                         int nd, int st, int n, double *s, int *z, uint8_t *codes) {
     double cur = imx_err_codes(x, w, mu, bias, nd, st, n, codes, *s, *z);
+    // the pairs whose nearest codes were judged in this call: imx_codes_at from nearest is a
+    // function of (s, z) alone here, and cur never rises, so a pair judged before cannot win
+    // again (it won then and cur is at most its E, or it lost to a cur no lower than now's)
+    double seen_s[IMX_REFITS];
+    int seen_z[IMX_REFITS], n_seen = 0;
     for (int rd = 0; rd < IMX_REFITS; rd++) {
         double Sw = 0, Swq = 0, Swqq = 0, Swx = 0, Swqx = 0, Swxx = 0;
         double Mq[G4_IMX_MAX_DIRS], M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
@@ -510,7 +515,10 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
         }
         // the codes re-chosen at (*s, *z): from nearest, and (directions) from the held codes
         uint8_t c1[G4_KQUANT_MAX_BLOCK];
-        for (int from = 0; from < (nd > 0 ? 2 : 1); from++) {
+        int seen = 0;
+        for (int k = 0; k < n_seen; k++) seen |= seen_s[k] == *s && seen_z[k] == *z;
+        if (!seen) seen_s[n_seen] = *s, seen_z[n_seen++] = *z;
+        for (int from = seen; from < (nd > 0 ? 2 : 1); from++) {
             if (from) memcpy(c1, codes, (size_t)n);
             const double e1 = imx_codes_at(x, w, mu, bias, nd, st, n, *s, *z, !from, c1);
             if (e1 < cur) cur = e1, memcpy(codes, c1, (size_t)n), changed = 1;
