@@ -468,8 +468,33 @@ static double imx_codes_at(const float *x, const double *w, const double *mu, co
 // step is taken only where E, computed exactly, falls: no block's E rises. *s / *z / codes in
 // and out; returns E.
 #define IMX_REFITS 3
+
+// imx_refit's sums that do not depend on the codes: sum w, w x, w x^2 and per direction sum mu,
+// mu x, each added in the order i = 0, 1, .. as the round's loop added them (the same bits),
+// once per block rather than once per round of each refit (the search's and the 3 later
+// passes': up to 12 times).
+typedef struct {
+    double Sw, Swx, Swxx, M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
+} imx_fixed;
+
+static void imx_fixed_sums(const float *x, const double *w, const double *mu, int nd, int st,
+                           int n, imx_fixed *f) {
+    double Sw = 0, Swx = 0, Swxx = 0;
+    for (int j = 0; j < nd; j++) f->M1[j] = f->Mx[j] = 0;
+    for (int i = 0; i < n; i++) {
+        const double xi = x[i];
+        Sw += w[i], Swx += w[i] * xi, Swxx += w[i] * xi * xi;
+        for (int j = 0; j < nd; j++) {
+            const double m = mu[(size_t)i * st + j];
+            f->M1[j] += m, f->Mx[j] += m * xi;
+        }
+    }
+    f->Sw = Sw, f->Swx = Swx, f->Swxx = Swxx;
+}
+
 static double imx_refit(const float *x, const double *w, const double *mu, const double *bias,
-                        int nd, int st, int n, double *s, int *z, uint8_t *codes) {
+                        int nd, int st, int n, const imx_fixed *f, double *s, int *z,
+                        uint8_t *codes) {
     double cur = imx_err_codes(x, w, mu, bias, nd, st, n, codes, *s, *z);
     // the pairs whose nearest codes were judged in this call: imx_codes_at from nearest is a
     // function of (s, z) alone here, and cur never rises, so a pair judged before cannot win
@@ -477,17 +502,13 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
     double seen_s[IMX_REFITS];
     int seen_z[IMX_REFITS], n_seen = 0;
     for (int rd = 0; rd < IMX_REFITS; rd++) {
-        double Sw = 0, Swq = 0, Swqq = 0, Swx = 0, Swqx = 0, Swxx = 0;
-        double Mq[G4_IMX_MAX_DIRS], M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
-        for (int j = 0; j < nd; j++) Mq[j] = M1[j] = Mx[j] = 0;
+        const double Sw = f->Sw, Swx = f->Swx, Swxx = f->Swxx, *M1 = f->M1, *Mx = f->Mx;
+        double Swq = 0, Swqq = 0, Swqx = 0, Mq[G4_IMX_MAX_DIRS];
+        for (int j = 0; j < nd; j++) Mq[j] = 0;
         for (int i = 0; i < n; i++) {
             const double q = codes[i], xi = x[i];
-            Sw += w[i], Swq += w[i] * q, Swqq += w[i] * q * q;
-            Swx += w[i] * xi, Swqx += w[i] * q * xi, Swxx += w[i] * xi * xi;
-            for (int j = 0; j < nd; j++) {
-                const double m = mu[(size_t)i * st + j];
-                Mq[j] += m * q, M1[j] += m, Mx[j] += m * xi;
-            }
+            Swq += w[i] * q, Swqq += w[i] * q * q, Swqx += w[i] * q * xi;
+            for (int j = 0; j < nd; j++) Mq[j] += mu[(size_t)i * st + j] * q;
         }
         double be = INFINITY, bs = 0;
         int bz = 0;
@@ -535,14 +556,18 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
 #define IMX_REFIT_MAX     16
 
 // g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: how
-// many of the search's best candidates imx_refit refines after the search (0: none).
+// many of the search's best candidates imx_refit refines after the search (0: none); fix: NULL,
+// or where the block's imx_fixed sums go (for the later passes' imx_block_again).
 static void imx_block_n(const float *x, int n, const float *imp, const float *mup, int nd,
                         size_t mstride, double *bias, uint8_t *codes, float *scale_out,
-                        uint8_t *zp_out, float *scratch, int refit) {
+                        uint8_t *zp_out, float *scratch, int refit, imx_fixed *fix) {
     G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 0 && nd <= G4_IMX_MAX_DIRS);
     double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
     const int st = imx_stride(nd);
+    imx_fixed own;
+    if (!fix) fix = &own;
+    if (refit || fix != &own) imx_fixed_sums(x, w, mu, nd, st, n, fix);
     g4_imx_cand cand[G4_IMX_MAX_CANDS];
     float s0;
     uint8_t z0;
@@ -599,7 +624,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
             }
         }
     if (refit) {
-        double be = imx_refit(x, w, mu, bias, nd, st, n, &bs, &bz, codes);
+        double be = imx_refit(x, w, mu, bias, nd, st, n, fix, &bs, &bz, codes);
         // the next refit - 1 candidates of least E (distinct stored pairs, in the order judged
         // on ties) refit too, from their own codes: the candidates were ranked by nearest codes,
         // which the directions' terms and the refit can reorder
@@ -615,7 +640,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
             double s2 = cand[kb].s;
             int z2 = cand[kb].z;
             imx_codes_at(x, w, mu, bias, nd, st, n, s2, z2, 1, c2);
-            const double e2 = imx_refit(x, w, mu, bias, nd, st, n, &s2, &z2, c2);
+            const double e2 = imx_refit(x, w, mu, bias, nd, st, n, fix, &s2, &z2, c2);
             if (e2 < be) be = e2, bs = s2, bz = z2, memcpy(codes, c2, (size_t)n);
         }
         for (int j = 0; j < nd; j++) t[j] = bias[j];
@@ -631,8 +656,10 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
 // column's sum mu d over all its blocks) in, and out with this block's new share. The error
 // minimised is then the column's whole E less the other blocks' diagonal terms, so a pass never
 // raises the column's E.
+// fix: the block's imx_fixed sums (imx_block_n's).
 static void imx_block_again(const float *x, int n, const float *imp, const float *mup, int nd,
-                            size_t mstride, double *T, uint8_t *codes, float *s_io, uint8_t *z_io) {
+                            size_t mstride, const imx_fixed *fix, double *T, uint8_t *codes,
+                            float *s_io, uint8_t *z_io) {
     G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 1 && nd <= G4_IMX_MAX_DIRS);
     double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX], other[G4_IMX_MAX_DIRS];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
@@ -641,7 +668,7 @@ static void imx_block_again(const float *x, int n, const float *imp, const float
     int z = *z_io;
     for (int j = 0; j < nd; j++) other[j] = T[j];
     imx_add_share(x, mu, nd, st, n, codes, s, z, -1.0, other);
-    imx_refit(x, w, mu, other, nd, st, n, &s, &z, codes);
+    imx_refit(x, w, mu, other, nd, st, n, fix, &s, &z, codes);
     imx_add_share(x, mu, nd, st, n, codes, s, z, 1.0, other);
     for (int j = 0; j < nd; j++) T[j] = other[j];
     *s_io = (float)s, *z_io = (uint8_t)z;
@@ -649,7 +676,7 @@ static void imx_block_again(const float *x, int n, const float *imp, const float
 
 void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
                   uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
-    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch, 0);
+    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch, 0, NULL);
 }
 
 void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
@@ -705,6 +732,8 @@ static void *kq_worker(void *arg) {
     float *scratch = g4_calloc(4 * (size_t)B, sizeof(float));
     uint8_t *ccodes = g4_malloc((size_t)padded), *zcodes = g4_malloc((size_t)kb);
     float *cscale = g4_malloc(sizeof(float) * (size_t)kb);
+    const int again = j->imp && !j->imx_v1 && j->nd > 1 && j->passes > 1; // later passes
+    imx_fixed *fix = again ? g4_malloc(sizeof(imx_fixed) * (size_t)kb) : NULL; // [kb]
     const int n_tiles = (j->N + tw - 1) / tw;
     // tiles taken in order by whichever thread is free: which thread computes a column does not
     // change its bytes (each column alone, the same operations)
@@ -723,7 +752,7 @@ static void *kq_worker(void *arg) {
                 if (j->imp && !j->imx_v1)
                     imx_block_n(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
                                 j->nd, (size_t)padded, bias, codes, &cscale[b], &zcodes[b], scratch,
-                                j->refit);
+                                j->refit, fix ? fix + b : NULL);
                 else
                     kquant_block(xb, B, codes, &cscale[b], &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
@@ -733,12 +762,12 @@ static void *kq_worker(void *arg) {
             // (covariance directions only: with the mean alone, a model that leaves every
             // covariance out, the later passes raised the true output error on test_quant's
             // inputs, 68.5 -> 76.0, while with 2 directions they lowered it, 15.9 -> 15.0)
-            for (int pass = 1; j->imp && !j->imx_v1 && j->nd > 1 && pass < j->passes; pass++)
+            for (int pass = 1; again && pass < j->passes; pass++)
                 for (int b = 0; b < kb; b++)
                     imx_block_again(cols + (size_t)t * padded + (size_t)b * B, B,
                                     j->imp + (size_t)b * B, j->mu + (size_t)b * B, j->nd,
-                                    (size_t)padded, bias, ccodes + (size_t)b * B, &cscale[b],
-                                    &zcodes[b]);
+                                    (size_t)padded, fix + b, bias, ccodes + (size_t)b * B,
+                                    &cscale[b], &zcodes[b]);
             for (int b = 0; b < kb; b++) {
                 g4_q4_pack_block(ccodes + (size_t)b * B, B, j->q + (n * kb + b) * (size_t)(B / 2));
                 j->scales[n * kb + b] = g4_f32_to_f16(cscale[b]); // scale.astype(float16)
@@ -746,6 +775,7 @@ static void *kq_worker(void *arg) {
             g4_q4_pack_zp_row(zcodes, kb, j->zp + n * zrow);
         }
     }
+    free(fix);
     free(scratch);
     free(zcodes);
     free(ccodes);
