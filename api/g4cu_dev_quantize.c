@@ -92,7 +92,7 @@ typedef struct {
     int n_shrunk;  // imatrix: linears given the directions read against the noise
     long dirs_sum; // imatrix: the directions those kept, over all of them
     int threads;   // imatrix's quantizer threads
-    struct eq_state *eq; // --equalize (below), else NULL
+    struct eq_state *eq;    // --equalize (below), else NULL
     double t_dirs, t_quant; // seconds in the Hessian run's callback: imatrix's covariance
                             // directions, the method's quantization (the report's "time:" lines)
 } prequant;
@@ -641,8 +641,7 @@ static int gptq_cv_one(prequant *pq, const char *name, const void *w, int K, int
     return G4_OK;
 }
 
-static int prequant_linear(prequant *pq, const char *name, const void *w, int K, int N,
-                           float *H) {
+static int prequant_linear(prequant *pq, const char *name, const void *w, int K, int N, float *H) {
     if (K > pq->k_max) pq->k_max = K;
     if (K > pq->n_tokens) pq->n_thin++;
     int i, rc;

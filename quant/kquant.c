@@ -243,6 +243,14 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
     return e;
 }
 
+// imx_search's results at one stored scale s, by zero point (bit z of have: e / num / den[z] set).
+#define IMX_MEMO_MAX 63 // distinct scales at most: 21 starts x 3 steps
+typedef struct {
+    double s;
+    unsigned have;
+    double e[16], num[16], den[16];
+} imx_memo;
+
 // The imatrix block search: the stored form (fp16 scale, integer zero point, rounded codes) with
 // the least importance-weighted error E (imx_err), w_i = imp_i: a weight's error reaches the
 // linear's output scaled by its input channel's mean x^2 (the diagonal of X^T X), whatever the
@@ -265,14 +273,6 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
 // and zero point with its E; g4_imx_block takes the first least E (gptq_imx in methods.c may
 // re-judge the best few by GPTQ's own error). Returns the count (<= G4_IMX_MAX_CANDS); codes and
 // *s0 / *z0: k-quant's pick.
-// imx_search's results at one stored scale s, by zero point (bit z of have: e / num / den[z] set).
-#define IMX_MEMO_MAX 63 // distinct scales at most: 21 starts x 3 steps
-typedef struct {
-    double s;
-    unsigned have;
-    double e[16], num[16], den[16];
-} imx_memo;
-
 static int imx_search(const float *x, int n, const double *w, const double *mu, const double *bi,
                       int nd, uint8_t *codes, float *s0, uint8_t *z0, float *scratch,
                       g4_imx_cand *c) {
@@ -477,8 +477,8 @@ typedef struct {
     double Sw, Swx, Swxx, M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
 } imx_fixed;
 
-static void imx_fixed_sums(const float *x, const double *w, const double *mu, int nd, int st,
-                           int n, imx_fixed *f) {
+static void imx_fixed_sums(const float *x, const double *w, const double *mu, int nd, int st, int n,
+                           imx_fixed *f) {
     double Sw = 0, Swx = 0, Swxx = 0;
     for (int j = 0; j < nd; j++) f->M1[j] = f->Mx[j] = 0;
     for (int i = 0; i < n; i++) {
@@ -732,7 +732,7 @@ static void *kq_worker(void *arg) {
     float *scratch = g4_calloc(4 * (size_t)B, sizeof(float));
     uint8_t *ccodes = g4_malloc((size_t)padded), *zcodes = g4_malloc((size_t)kb);
     float *cscale = g4_malloc(sizeof(float) * (size_t)kb);
-    const int again = j->imp && !j->imx_v1 && j->nd > 1 && j->passes > 1; // later passes
+    const int again = j->imp && !j->imx_v1 && j->nd > 1 && j->passes > 1;      // later passes
     imx_fixed *fix = again ? g4_malloc(sizeof(imx_fixed) * (size_t)kb) : NULL; // [kb]
     const int n_tiles = (j->N + tw - 1) / tw;
     // tiles taken in order by whichever thread is free: which thread computes a column does not
