@@ -13,7 +13,7 @@
 # candidates, the sweeps' paired moves, the 4-wide last chunk and the dynamic tiles all claim the
 # same bytes). A deliberate change of the search's output changes these sums: record the new
 # ones then, with the KLD measured (bench/NOTES.md), not to make this test pass.
-# 3 runs x 2 thread counts, ~15 s (2 threads, RelWithDebInfo).
+# 3 runs x 2 thread counts, ~20 s (RelWithDebInfo, an idle 2-core machine).
 set -u
 : "${G4CU:?run through ctest}" "${G4_FIXTURES:?run through ctest}"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
