@@ -15,6 +15,7 @@
 
 #include "api/api_internal.h"
 #include "base/parallel.h"
+#include "base/progress.h"
 #include "engine/text_model.h"
 #include "fidelity/keep_auto.h"
 #include "fidelity/sensitivity.h"
@@ -91,7 +92,9 @@ typedef struct {
     int n_shrunk;  // imatrix: linears given the directions read against the noise
     long dirs_sum; // imatrix: the directions those kept, over all of them
     int threads;   // imatrix's quantizer threads
-    struct eq_state *eq; // --equalize (below), else NULL
+    struct eq_state *eq;    // --equalize (below), else NULL
+    double t_dirs, t_quant; // seconds in the Hessian run's callback: imatrix's covariance
+                            // directions, the method's quantization (the report's "time:" lines)
 } prequant;
 
 // G4_GPTQ_IMX (A/B runs): "pick" takes the imatrix search's own pick (no re-judging by GPTQ's
@@ -638,8 +641,7 @@ static int gptq_cv_one(prequant *pq, const char *name, const void *w, int K, int
     return G4_OK;
 }
 
-static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
-    prequant *pq = ctx;
+static int prequant_linear(prequant *pq, const char *name, const void *w, int K, int N, float *H) {
     if (K > pq->k_max) pq->k_max = K;
     if (K > pq->n_tokens) pq->n_thin++;
     int i, rc;
@@ -658,7 +660,9 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     float *V = NULL;
     int used = 0;
     g4_q4_arrays a = g4_q4_arrays_new(name, K, N);
+    const double t0 = g4_progress_now();
     rc = imatrix_dirs(pq, i, H, K, r, &V, &used);
+    pq->t_dirs += g4_progress_now() - t0;
     if (!rc)
         rc = quant_with(pq, w, G4_DT_FLOAT16, K, N, H, i >= 0 ? pq->im->imp[i] : NULL,
                         i >= 0 ? pq->im->mean[i] : NULL, used, V, a.q, a.scales, a.zp);
@@ -670,6 +674,16 @@ static int prequant_one(void *ctx, const char *name, const void *w, int K, int N
     }
     add_arrays(pq, a);
     return G4_OK;
+}
+
+// The Hessian run's callback: one linear (prequant_linear), its seconds counted (t_quant: all
+// but the covariance directions, which prequant_linear counts in t_dirs).
+static int prequant_one(void *ctx, const char *name, const void *w, int K, int N, float *H) {
+    prequant *pq = ctx;
+    const double t0 = g4_progress_now(), dirs0 = pq->t_dirs;
+    const int rc = prequant_linear(pq, name, w, K, N, H);
+    pq->t_quant += g4_progress_now() - t0 - (pq->t_dirs - dirs0);
+    return rc;
 }
 
 // The calibration's defaults where calib_tokens / calib_ctx are 0 (include/g4cu_dev.h): the
@@ -732,9 +746,11 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     else
         snprintf(how, sizeof how, "%d tokens%s in one sequence", n, note);
     if (im) {
+        const double t0 = g4_progress_now();
         if ((rc = g4_imatrix_run(m, ids, n, win, im))) goto done;
         fprintf(rep, "imatrix: activation importance of %d linears from %s of %s\n", im->n, how,
                 calib);
+        fprintf(rep, "time: importance run %.1f s\n", g4_progress_now() - t0);
     }
     if (pq && pq->method == G4_QM_GPTQ_IMX && gptq_imx_mean()) { // the same tokens' means
         if ((rc = g4_imatrix_run(m, ids, n, win, pq->im))) goto done;
@@ -753,8 +769,10 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
         pq->cv_span = pq->cv ? cv_span_of(n) : 0;
         const g4_hessian_opts ho = {HESSIAN_FLOATS, win, max_k, pq->cv_span};
         pq->n_tokens = n;
+        const double t0 = g4_progress_now();
         if ((rc = g4_hessian_run(m, ids, n, &ho, prequant_one, pq, &n_lin))) goto done;
         if (pq->eq && (rc = eq_finish(pq->eq))) goto done;
+        const double t_run = g4_progress_now() - t0;
         char damp[48] = "";
         if (pq->damp != 0.01f) snprintf(damp, sizeof damp, ", damping %g", pq->damp);
         char rk[160] = "";
@@ -765,6 +783,14 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
                      pq->rank, pq->n_dirs, pq->dirs_sum, pq->n_shrunk);
         fprintf(rep, "%s: X^T X of %d linears from %s of %s%s%s\n", g4_qmethod_name(pq->method),
                 n_lin, how, calib, damp, rk);
+        // where the run's time went (issue 33: --imatrix on the proxy took 285 s to gptq's 89):
+        // the forwards with their X^T X sums, then, as each linear's X^T X arrived, the
+        // covariance directions (imatrix) and the method's quantization
+        fprintf(rep,
+                "time: X^T X run %.1f s: forwards and X^T X %.1f s, covariance directions %.1f s, "
+                "%s quantization %.1f s\n",
+                t_run, t_run - pq->t_dirs - pq->t_quant, pq->t_dirs, g4_qmethod_name(pq->method),
+                pq->t_quant);
         if (pq->cv) {
             fprintf(rep,
                     "%s: damping by held-out rows (G4_GPTQ_DAMP=cv, two folds of alternate spans "
@@ -798,7 +824,9 @@ static int calibrate(const char *pkg_dir, const char *backend, const char *calib
     char s_note[128];
     short_note(s_note, sizeof s_note, n_s, cp->n_sens, cp->given, cut);
     if (win_cut) snprintf(s_note, sizeof s_note, ", the first window");
+    const double t_sens = g4_progress_now();
     if ((rc = g4_sensitivity_run(m, ids, n_s, &so, &rows, &n_rows, &n_q4))) goto done;
+    fprintf(rep, "time: sensitivity ranking %.1f s\n", g4_progress_now() - t_sens);
     int *picked = g4_calloc((size_t)n_rows, sizeof(int));
     uint64_t used = 0;
     int kept = g4_keep_auto_pick(rows, n_rows, (uint64_t)budget, G4_Q4_BLOCK, picked, &used);
@@ -930,7 +958,9 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
                           eq.repl,
                           eq.n_repl};
     g4_q4_write_stats st;
+    const double t_write = g4_progress_now();
     if (!rc) rc = g4_q4_write_package(in, out, &o, &st);
+    const double t_written = g4_progress_now() - t_write;
     free(keep);
     g4_imatrix_free(&im);
     g4_imatrix_free(&pim);
@@ -949,6 +979,8 @@ static int quantize(const char *in, const char *out, const g4cu_dev_quantize_par
         fprintf(rep, "calibrated: %d of %d weights quantized from calibration data (method %s%s)\n",
                 st.n_calibrated, st.n_weights, g4_qmethod_name(method),
                 p->equalize ? ", equalized" : "");
+    if (p->calib) // (the writer quantizes what no calibration run did: kquant / rtn, r = 0)
+        fprintf(rep, "time: package written %.1f s\n", t_written);
     g4_q4_write_stats_free(&st);
     return G4_OK;
 }

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,7 +208,8 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
     }
     if (mxp) {
         const int st = imx_stride(nd);
-        for (int j0 = 0; j0 < nd; j0 += IMX_CHUNK) { // named sums: held in registers
+        int j0 = 0;
+        for (; j0 + IMX_CHUNK / 2 < nd; j0 += IMX_CHUNK) { // named sums: held in registers
             double c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
             for (int i = 0; i < n; i++) {
                 const double *m = mu + (size_t)i * st + j0, l = lv[i];
@@ -216,6 +218,18 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
             }
             const double c[IMX_CHUNK] = {c0, c1, c2, c3, c4, c5, c6, c7};
             for (int k = 0; k < IMX_CHUNK && j0 + k < nd; k++) ml[j0 + k] = c[k];
+        }
+        // a last chunk of at most 4 directions (1 + 32: one) in sums of 4 (the same terms in
+        // the same order per direction: the same bits; 8 wide it summed 7 padding zeros'
+        // products for the one)
+        if (j0 < nd) {
+            double c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+            for (int i = 0; i < n; i++) {
+                const double *m = mu + (size_t)i * st + j0, l = lv[i];
+                c0 += m[0] * l, c1 += m[1] * l, c2 += m[2] * l, c3 += m[3] * l;
+            }
+            const double c[IMX_CHUNK / 2] = {c0, c1, c2, c3};
+            for (int k = 0; k < IMX_CHUNK / 2 && j0 + k < nd; k++) ml[j0 + k] = c[k];
         }
         // sum mu d = s sum mu l - sum mu x, the last one per block (imx_search)
         for (int j = 0; j < nd; j++) t[j] = s * ml[j] - mxp[j], mx[j] = mxp[j];
@@ -228,6 +242,14 @@ static double imx_err(const float *x, const double *w, const double *mu, const d
     *num = nu, *den = de;
     return e;
 }
+
+// imx_search's results at one stored scale s, by zero point (bit z of have: e / num / den[z] set).
+#define IMX_MEMO_MAX 63 // distinct scales at most: 21 starts x 3 steps
+typedef struct {
+    double s;
+    unsigned have;
+    double e[16], num[16], den[16];
+} imx_memo;
 
 // The imatrix block search: the stored form (fp16 scale, integer zero point, rounded codes) with
 // the least importance-weighted error E (imx_err), w_i = imp_i: a weight's error reaches the
@@ -275,16 +297,31 @@ static int imx_search(const float *x, int n, const double *w, const double *mu, 
         if (x[i] > hi) hi = x[i];
     }
     const double R = (double)hi - lo;
+    // imx_err is a function of (s16, z) alone within the block, and the least-squares steps
+    // often land on a scale judged before (the 3 steps converge; nearby starts meet): each
+    // scale's results are kept and a repeat reads them (the same values, no error recomputed)
+    imx_memo memo[IMX_MEMO_MAX];
+    int nm = 0;
     for (int is = 0; is <= 20 && R > 0; is++) {
         double s = R / (15.0 + (-1.0 + 0.1 * is));
         for (int it = 0; it < 3; it++) {
             const double s16 = g4_round_f16((float)s);
             if (!(s16 > 0) || !isfinite(s16)) break;
             const int zc = (int)fmin(15, fmax(0, rint(-(double)lo / s16)));
+            imx_memo *mm = NULL;
+            for (int k = 0; k < nm && !mm; k++)
+                if (memo[k].s == s16) mm = &memo[k];
+            if (!mm && nm < IMX_MEMO_MAX) mm = &memo[nm++], mm->s = s16, mm->have = 0;
             double cbest = INFINITY, cnum = 0, cden = 0;
             for (int z = zc - 1; z <= zc + 1; z++) {
                 if (z < 0 || z > 15) continue;
-                const double e = imx_err(x, w, mu, bi, nd, mxp, n, s16, z, &num, &den);
+                double e;
+                if (mm && (mm->have >> z & 1u))
+                    e = mm->e[z], num = mm->num[z], den = mm->den[z];
+                else {
+                    e = imx_err(x, w, mu, bi, nd, mxp, n, s16, z, &num, &den);
+                    if (mm) mm->have |= 1u << z, mm->e[z] = e, mm->num[z] = num, mm->den[z] = den;
+                }
                 if (e < cbest) cbest = e, cnum = num, cden = den;
                 c[nc++] = (g4_imx_cand){(float)s16, z, e};
             }
@@ -322,6 +359,28 @@ int g4_imx_candidates(const float *x, int n, const float *imp, const float *mu, 
     const double bi = mu ? bias : 0;
     imx_weights(imp, mu, nd, 0, n, w, mub);
     return imx_search(x, n, w, mub, &bi, nd, codes, &s0, &z0, scratch, c);
+}
+
+// The sweeps' step (imx_codes_at, imx_block_n): code i's - 1 and + 1 moves judged from one
+// state, t[nd] the shared terms and mi[nd] the code's mu: *dm / *dp (in: the diagonal term's
+// change) += the shared terms' change, sum_j (nt_j^2 - t_j^2) with nt_j = t_j + mi_j (-+ s),
+// one term after another in j; nt2[2 j] / nt2[2 j + 1]: nt_j of the - 1 / + 1 move. split: each
+// term added as + nt^2 then - t^2 (imx_block_n's order) rather than + (nt^2 - t^2). Two
+// independent sums in one loop: its time is the chain of adds, now shared by the two moves
+// (bench/NOTES.md "`g4cu quantize --imatrix` faster, the same bytes"; SSE2 pairs of the two
+// sums measured no faster on a shared 2-core machine: left out).
+static inline void imx_two_moves(const double *t, const double *mi, int nd, double s, int split,
+                                 double *dm, double *dp, double *nt2) {
+    double a = *dm, b = *dp;
+    for (int j = 0; j < nd; j++) {
+        const double tt = t[j] * t[j], m = t[j] + mi[j] * -s, p = t[j] + mi[j] * s;
+        nt2[2 * j] = m, nt2[2 * j + 1] = p;
+        if (split)
+            a = a + m * m, b = b + p * p, a = a - tt, b = b - tt;
+        else
+            a += m * m - tt, b += p * p - tt;
+    }
+    *dm = a, *dp = b;
 }
 
 // t[nd] += sign x the block's share of the column's shared terms, sum_i mu[i][j] d_i with
@@ -367,23 +426,36 @@ static double imx_codes_at(const float *x, const double *w, const double *mu, co
         d[i] = (v - z) * s - x[i];
         for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d[i];
     }
+    double nt2[2 * G4_IMX_MAX_DIRS];
     for (int sweep = 0, moved = 1; nd > 0 && moved && sweep < IMX_SWEEPS; sweep++) {
         moved = 0;
-        for (int i = 0; i < n; i++)
-            for (int dq = -1; dq <= 1; dq += 2) {
-                const int c = codes[i] + dq;
-                if (c < 0 || c > 15) continue;
-                const double dd = dq * s, nd_ = d[i] + dd;
+        for (int i = 0; i < n; i++) {
+            // code i - 1, then code i + 1 (from the state the first move left), each taken
+            // where E falls. Both are judged from the same state (imx_two_moves); the + 1 move
+            // is judged again, alone, where the - 1 move was taken (the same expressions and
+            // order as one move at a time, so the same bits)
+            const double *mi = mu + (size_t)i * st;
+            const double ndm = d[i] - s, ndp = d[i] + s, dd2 = d[i] * d[i];
+            double dm = w[i] * (ndm * ndm - dd2), dp = w[i] * (ndp * ndp - dd2);
+            imx_two_moves(t, mi, nd, s, 0, &dm, &dp, nt2);
+            if (codes[i] > 0 && dm < 0) {
+                codes[i]--, d[i] = ndm, moved = 1;
+                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j];
+                const double nd_ = d[i] + s; // code i + 1 from here (back where it was)
                 double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
                 for (int j = 0; j < nd; j++) {
-                    nt[j] = t[j] + mu[(size_t)i * st + j] * dd;
+                    nt[j] = t[j] + mi[j] * s;
                     delta += nt[j] * nt[j] - t[j] * t[j];
                 }
                 if (delta < 0) {
-                    codes[i] = (uint8_t)c, d[i] = nd_, moved = 1;
+                    codes[i]++, d[i] = nd_;
                     for (int j = 0; j < nd; j++) t[j] = nt[j];
                 }
+            } else if (codes[i] < 15 && dp < 0) {
+                codes[i]++, d[i] = ndp, moved = 1;
+                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j + 1];
             }
+        }
     }
     return imx_err_codes(x, w, mu, bias, nd, st, n, codes, s, z);
 }
@@ -396,21 +468,47 @@ static double imx_codes_at(const float *x, const double *w, const double *mu, co
 // step is taken only where E, computed exactly, falls: no block's E rises. *s / *z / codes in
 // and out; returns E.
 #define IMX_REFITS 3
+
+// imx_refit's sums that do not depend on the codes: sum w, w x, w x^2 and per direction sum mu,
+// mu x, each added in the order i = 0, 1, .. as the round's loop added them (the same bits),
+// once per block rather than once per round of each refit (the search's and the 3 later
+// passes': up to 12 times).
+typedef struct {
+    double Sw, Swx, Swxx, M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
+} imx_fixed;
+
+static void imx_fixed_sums(const float *x, const double *w, const double *mu, int nd, int st, int n,
+                           imx_fixed *f) {
+    double Sw = 0, Swx = 0, Swxx = 0;
+    for (int j = 0; j < nd; j++) f->M1[j] = f->Mx[j] = 0;
+    for (int i = 0; i < n; i++) {
+        const double xi = x[i];
+        Sw += w[i], Swx += w[i] * xi, Swxx += w[i] * xi * xi;
+        for (int j = 0; j < nd; j++) {
+            const double m = mu[(size_t)i * st + j];
+            f->M1[j] += m, f->Mx[j] += m * xi;
+        }
+    }
+    f->Sw = Sw, f->Swx = Swx, f->Swxx = Swxx;
+}
+
 static double imx_refit(const float *x, const double *w, const double *mu, const double *bias,
-                        int nd, int st, int n, double *s, int *z, uint8_t *codes) {
+                        int nd, int st, int n, const imx_fixed *f, double *s, int *z,
+                        uint8_t *codes) {
     double cur = imx_err_codes(x, w, mu, bias, nd, st, n, codes, *s, *z);
+    // the pairs whose nearest codes were judged in this call: imx_codes_at from nearest is a
+    // function of (s, z) alone here, and cur never rises, so a pair judged before cannot win
+    // again (it won then and cur is at most its E, or it lost to a cur no lower than now's)
+    double seen_s[IMX_REFITS];
+    int seen_z[IMX_REFITS], n_seen = 0;
     for (int rd = 0; rd < IMX_REFITS; rd++) {
-        double Sw = 0, Swq = 0, Swqq = 0, Swx = 0, Swqx = 0, Swxx = 0;
-        double Mq[G4_IMX_MAX_DIRS], M1[G4_IMX_MAX_DIRS], Mx[G4_IMX_MAX_DIRS];
-        for (int j = 0; j < nd; j++) Mq[j] = M1[j] = Mx[j] = 0;
+        const double Sw = f->Sw, Swx = f->Swx, Swxx = f->Swxx, *M1 = f->M1, *Mx = f->Mx;
+        double Swq = 0, Swqq = 0, Swqx = 0, Mq[G4_IMX_MAX_DIRS];
+        for (int j = 0; j < nd; j++) Mq[j] = 0;
         for (int i = 0; i < n; i++) {
             const double q = codes[i], xi = x[i];
-            Sw += w[i], Swq += w[i] * q, Swqq += w[i] * q * q;
-            Swx += w[i] * xi, Swqx += w[i] * q * xi, Swxx += w[i] * xi * xi;
-            for (int j = 0; j < nd; j++) {
-                const double m = mu[(size_t)i * st + j];
-                Mq[j] += m * q, M1[j] += m, Mx[j] += m * xi;
-            }
+            Swq += w[i] * q, Swqq += w[i] * q * q, Swqx += w[i] * q * xi;
+            for (int j = 0; j < nd; j++) Mq[j] += mu[(size_t)i * st + j] * q;
         }
         double be = INFINITY, bs = 0;
         int bz = 0;
@@ -438,7 +536,10 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
         }
         // the codes re-chosen at (*s, *z): from nearest, and (directions) from the held codes
         uint8_t c1[G4_KQUANT_MAX_BLOCK];
-        for (int from = 0; from < (nd > 0 ? 2 : 1); from++) {
+        int seen = 0;
+        for (int k = 0; k < n_seen; k++) seen |= seen_s[k] == *s && seen_z[k] == *z;
+        if (!seen) seen_s[n_seen] = *s, seen_z[n_seen++] = *z;
+        for (int from = seen; from < (nd > 0 ? 2 : 1); from++) {
             if (from) memcpy(c1, codes, (size_t)n);
             const double e1 = imx_codes_at(x, w, mu, bias, nd, st, n, *s, *z, !from, c1);
             if (e1 < cur) cur = e1, memcpy(codes, c1, (size_t)n), changed = 1;
@@ -455,14 +556,18 @@ static double imx_refit(const float *x, const double *w, const double *mu, const
 #define IMX_REFIT_MAX     16
 
 // g4_imx_block with nd directions (mup's rows j at mup + j * mstride; bias[nd]); refit: how
-// many of the search's best candidates imx_refit refines after the search (0: none).
+// many of the search's best candidates imx_refit refines after the search (0: none); fix: NULL,
+// or where the block's imx_fixed sums go (for the later passes' imx_block_again).
 static void imx_block_n(const float *x, int n, const float *imp, const float *mup, int nd,
                         size_t mstride, double *bias, uint8_t *codes, float *scale_out,
-                        uint8_t *zp_out, float *scratch, int refit) {
+                        uint8_t *zp_out, float *scratch, int refit, imx_fixed *fix) {
     G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 0 && nd <= G4_IMX_MAX_DIRS);
     double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
     const int st = imx_stride(nd);
+    imx_fixed own;
+    if (!fix) fix = &own;
+    if (refit || fix != &own) imx_fixed_sums(x, w, mu, nd, st, n, fix);
     g4_imx_cand cand[G4_IMX_MAX_CANDS];
     float s0;
     uint8_t z0;
@@ -490,25 +595,36 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
     // With the directions' terms the nearest code is no longer best one weight at a time: two
     // sweeps move codes by +-1 where that lowers E (the diagonal part rises, the shared terms
     // fall).
+    // (as imx_codes_at's sweep: the - 1 and + 1 moves judged from one state in one loop, the
+    // + 1 move judged again where the - 1 move was taken; the same bits as one at a time)
+    double nt2[2 * G4_IMX_MAX_DIRS];
     for (int sweep = 0; nd > 0 && sweep < 2; sweep++)
-        for (int i = 0; i < n; i++)
-            for (int dq = -1; dq <= 1; dq += 2) {
-                const int c = codes[i] + dq;
-                if (c < 0 || c > 15) continue;
-                const double dd = dq * bs, nd_ = d[i] + dd;
+        for (int i = 0; i < n; i++) {
+            const double *mi = mu + (size_t)i * st;
+            const double ndm = d[i] - bs, ndp = d[i] + bs, dd2 = d[i] * d[i];
+            double dm = w[i] * (ndm * ndm - dd2), dp = w[i] * (ndp * ndp - dd2);
+            imx_two_moves(t, mi, nd, bs, 1, &dm, &dp, nt2);
+            if (codes[i] > 0 && dm < -1e-12 * (best > 0 ? best : 1)) {
+                codes[i]--, d[i] = ndm, best += dm;
+                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j];
+                const double nd_ = d[i] + bs; // code i + 1 from here (back where it was)
                 double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
                 for (int j = 0; j < nd; j++) {
-                    nt[j] = t[j] + mu[(size_t)i * st + j] * dd;
+                    nt[j] = t[j] + mi[j] * bs;
                     delta = delta + nt[j] * nt[j];
                     delta = delta - t[j] * t[j];
                 }
                 if (delta < -1e-12 * (best > 0 ? best : 1)) {
-                    codes[i] = (uint8_t)c, d[i] = nd_, best += delta;
+                    codes[i]++, d[i] = nd_, best += delta;
                     for (int j = 0; j < nd; j++) t[j] = nt[j];
                 }
+            } else if (codes[i] < 15 && dp < -1e-12 * (best > 0 ? best : 1)) {
+                codes[i]++, d[i] = ndp, best += dp;
+                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j + 1];
             }
+        }
     if (refit) {
-        double be = imx_refit(x, w, mu, bias, nd, st, n, &bs, &bz, codes);
+        double be = imx_refit(x, w, mu, bias, nd, st, n, fix, &bs, &bz, codes);
         // the next refit - 1 candidates of least E (distinct stored pairs, in the order judged
         // on ties) refit too, from their own codes: the candidates were ranked by nearest codes,
         // which the directions' terms and the refit can reorder
@@ -524,7 +640,7 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
             double s2 = cand[kb].s;
             int z2 = cand[kb].z;
             imx_codes_at(x, w, mu, bias, nd, st, n, s2, z2, 1, c2);
-            const double e2 = imx_refit(x, w, mu, bias, nd, st, n, &s2, &z2, c2);
+            const double e2 = imx_refit(x, w, mu, bias, nd, st, n, fix, &s2, &z2, c2);
             if (e2 < be) be = e2, bs = s2, bz = z2, memcpy(codes, c2, (size_t)n);
         }
         for (int j = 0; j < nd; j++) t[j] = bias[j];
@@ -540,8 +656,10 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
 // column's sum mu d over all its blocks) in, and out with this block's new share. The error
 // minimised is then the column's whole E less the other blocks' diagonal terms, so a pass never
 // raises the column's E.
+// fix: the block's imx_fixed sums (imx_block_n's).
 static void imx_block_again(const float *x, int n, const float *imp, const float *mup, int nd,
-                            size_t mstride, double *T, uint8_t *codes, float *s_io, uint8_t *z_io) {
+                            size_t mstride, const imx_fixed *fix, double *T, uint8_t *codes,
+                            float *s_io, uint8_t *z_io) {
     G4_ASSERT(n >= 16 && n <= G4_KQUANT_MAX_BLOCK && nd >= 1 && nd <= G4_IMX_MAX_DIRS);
     double w[G4_KQUANT_MAX_BLOCK], mu[IMX_MU_MAX], other[G4_IMX_MAX_DIRS];
     imx_weights(imp, mup, nd, mstride, n, w, mu);
@@ -550,7 +668,7 @@ static void imx_block_again(const float *x, int n, const float *imp, const float
     int z = *z_io;
     for (int j = 0; j < nd; j++) other[j] = T[j];
     imx_add_share(x, mu, nd, st, n, codes, s, z, -1.0, other);
-    imx_refit(x, w, mu, other, nd, st, n, &s, &z, codes);
+    imx_refit(x, w, mu, other, nd, st, n, fix, &s, &z, codes);
     imx_add_share(x, mu, nd, st, n, codes, s, z, 1.0, other);
     for (int j = 0; j < nd; j++) T[j] = other[j];
     *s_io = (float)s, *z_io = (uint8_t)z;
@@ -558,7 +676,7 @@ static void imx_block_again(const float *x, int n, const float *imp, const float
 
 void g4_imx_block(const float *x, int n, const float *imp, const float *mup, double *bias,
                   uint8_t *codes, float *scale_out, uint8_t *zp_out, float *scratch) {
-    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch, 0);
+    imx_block_n(x, n, imp, mup, mup ? 1 : 0, 0, bias, codes, scale_out, zp_out, scratch, 0, NULL);
 }
 
 void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, uint8_t *zp) {
@@ -571,6 +689,12 @@ void g4_kquant_block(const float *x, int block, uint8_t *codes, float *scale, ui
 // --- whole matrix -------------------------------------------------------------------------------
 
 #define TILE 32 // columns gathered per pass: rows of W are read 64 bytes at a time
+// The imatrix search's tiles: its ~8 us of CPU a weight (31 directions) make a tile of 32
+// columns at K 768 ~200 ms, and the tiles of a linear few (N 768: 24 tiles, 2 rounds on 14
+// threads with 10 of them busy in the second); 8 columns a tile, handed out in order to
+// whichever thread is free, leave at most one small tile's time of idling (the gather reads
+// 16 bytes of a row where it read 64: nothing beside the search)
+#define TILE_IMX 8
 
 typedef struct {
     const uint8_t *w;
@@ -578,7 +702,6 @@ typedef struct {
     uint8_t *q;
     uint16_t *scales;
     uint8_t *zp;
-    int n_threads, thread;
     const float *imp; // [kb * block] channel importance (padding: the floor), or NULL
     int imx_v1;       // 1: imp through the first imatrix search (G4_IMATRIX_SEARCH=v1)
     const float *mu;  // [nd][kb * block] the mean, then the covariance's directions (padding 0),
@@ -586,6 +709,8 @@ typedef struct {
     int nd;           // mu's rows (0 without mu)
     int refit;        // the search's best candidates refit per imatrix block (imx_refit), or 0
     int passes;       // imatrix with directions: passes over each column (imx_block_again)
+    int tile_w;       // columns per tile (TILE, TILE_IMX)
+    atomic_int *next; // the next tile not yet taken (shared by all the threads' jobs)
 } kq_job;
 
 static float load_w(const kq_job *j, uint64_t i) {
@@ -602,13 +727,18 @@ static float load_w(const kq_job *j, uint64_t i) {
 static void *kq_worker(void *arg) {
     const kq_job *j = arg;
     const int B = j->block, kb = j->kb, padded = kb * B, zrow = g4_q4_zp_row_bytes(kb);
-    float *cols = g4_calloc((size_t)TILE * (size_t)padded, sizeof(float)); // [TILE][padded]
+    const int tw = j->tile_w;
+    float *cols = g4_calloc((size_t)tw * (size_t)padded, sizeof(float)); // [tw][padded]
     float *scratch = g4_calloc(4 * (size_t)B, sizeof(float));
     uint8_t *ccodes = g4_malloc((size_t)padded), *zcodes = g4_malloc((size_t)kb);
     float *cscale = g4_malloc(sizeof(float) * (size_t)kb);
-    const int n_tiles = (j->N + TILE - 1) / TILE;
-    for (int tile = j->thread; tile < n_tiles; tile += j->n_threads) {
-        const int n0 = tile * TILE, nt = j->N - n0 < TILE ? j->N - n0 : TILE;
+    const int again = j->imp && !j->imx_v1 && j->nd > 1 && j->passes > 1;      // later passes
+    imx_fixed *fix = again ? g4_malloc(sizeof(imx_fixed) * (size_t)kb) : NULL; // [kb]
+    const int n_tiles = (j->N + tw - 1) / tw;
+    // tiles taken in order by whichever thread is free: which thread computes a column does not
+    // change its bytes (each column alone, the same operations)
+    for (int tile; (tile = atomic_fetch_add(j->next, 1)) < n_tiles;) {
+        const int n0 = tile * tw, nt = j->N - n0 < tw ? j->N - n0 : tw;
         for (int k = 0; k < j->K; k++) // gather W[:, n0..n0+nt) as columns; padding stays 0
             for (int t = 0; t < nt; t++)
                 cols[(size_t)t * padded + k] = load_w(j, (uint64_t)k * j->N + n0 + t);
@@ -622,7 +752,7 @@ static void *kq_worker(void *arg) {
                 if (j->imp && !j->imx_v1)
                     imx_block_n(xb, B, j->imp + (size_t)b * B, j->mu ? j->mu + (size_t)b * B : NULL,
                                 j->nd, (size_t)padded, bias, codes, &cscale[b], &zcodes[b], scratch,
-                                j->refit);
+                                j->refit, fix ? fix + b : NULL);
                 else
                     kquant_block(xb, B, codes, &cscale[b], &zcodes[b], scratch,
                                  j->imp ? j->imp + (size_t)b * B : NULL);
@@ -632,12 +762,12 @@ static void *kq_worker(void *arg) {
             // (covariance directions only: with the mean alone, a model that leaves every
             // covariance out, the later passes raised the true output error on test_quant's
             // inputs, 68.5 -> 76.0, while with 2 directions they lowered it, 15.9 -> 15.0)
-            for (int pass = 1; j->imp && !j->imx_v1 && j->nd > 1 && pass < j->passes; pass++)
+            for (int pass = 1; again && pass < j->passes; pass++)
                 for (int b = 0; b < kb; b++)
                     imx_block_again(cols + (size_t)t * padded + (size_t)b * B, B,
                                     j->imp + (size_t)b * B, j->mu + (size_t)b * B, j->nd,
-                                    (size_t)padded, bias, ccodes + (size_t)b * B, &cscale[b],
-                                    &zcodes[b]);
+                                    (size_t)padded, fix + b, bias, ccodes + (size_t)b * B,
+                                    &cscale[b], &zcodes[b]);
             for (int b = 0; b < kb; b++) {
                 g4_q4_pack_block(ccodes + (size_t)b * B, B, j->q + (n * kb + b) * (size_t)(B / 2));
                 j->scales[n * kb + b] = g4_f32_to_f16(cscale[b]); // scale.astype(float16)
@@ -645,6 +775,7 @@ static void *kq_worker(void *arg) {
             g4_q4_pack_zp_row(zcodes, kb, j->zp + n * zrow);
         }
     }
+    free(fix);
     free(scratch);
     free(zcodes);
     free(ccodes);
@@ -751,7 +882,8 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
             (rc = g4_env_int("G4_IMATRIX_PASSES", IMX_PASSES_DEFAULT, 1, IMX_PASSES_MAX, &passes)))
             return rc;
     }
-    const int n_tiles = (N + TILE - 1) / TILE;
+    const int tile_w = imp ? TILE_IMX : TILE, n_tiles = (N + tile_w - 1) / tile_w;
+    atomic_int next = 0;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = n_tiles;
     float *impp = NULL, *mup = NULL;
@@ -770,17 +902,17 @@ int g4_q4_quantize_imx_dirs(const void *w, int w_dtype, int K, int N, int block,
                            .q = q,
                            .scales = scales,
                            .zp = zp,
-                           .n_threads = n_threads,
-                           .thread = i,
                            .imp = impp,
                            .imx_v1 = imx_v1,
                            .mu = mup,
                            .nd = mup ? 1 + r : 0,
                            .refit = refit,
-                           .passes = refit ? passes : 1}; // REFIT=0: the search before
-        if (i == 0) continue; // thread 0's share runs on the calling thread
+                           .passes = refit ? passes : 1, // REFIT=0: the search before
+                           .tile_w = tile_w,
+                           .next = &next};
+        if (i == 0) continue; // the calling thread takes tiles too
+        // (a thread that does not start leaves its tiles to the others: the same output)
         joinable[i] = pthread_create(&tid[i], NULL, kq_worker, &jobs[i]) == 0;
-        if (!joinable[i]) kq_worker(&jobs[i]); // no thread: do its share here (same output)
     }
     kq_worker(&jobs[0]);
     for (int i = 1; i < n_threads; i++)
