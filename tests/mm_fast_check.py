@@ -28,7 +28,20 @@ synthetic clips, --pad-to 64):
   5. --pad-frames: collate(pad 64, pad_frames 512) rounds the clips' frames to 512 and the
      sequence to 64, and the audio half's loss (half_loss, fp32) equals pad 64's within 1e-6
      (relative; padding is inert, tests/mm_pad_check.py).
-With --compile (by hand, not under ctest: the first call compiles for ~2-10 minutes on a
+  6. --eval-every (HeldOut, issue 35: does the model use its media before exact match moves?):
+     heldout_pick on made-up soft-token counts keeps no count alone (a lone image has no
+     neighbour to roll to) and picks the same items twice; then the trainer itself (main(), the
+     ci preset at --batch 8, 10 steps, one thread, --no-export) on a data folder made here
+     (make_mm_data.py's `ci` plan: 8 strings rendered by the trainer, DejaVu; 8 noise clips
+     written as the speech step's WAVs) with --eval-every 4 --eval-items 4 and with
+     --eval-every 0: train.json's final_loss (the mean of every step's losses, both kinds),
+     grad_norm_max and the saved weights' sha256 equal (the evaluation moves no stream and
+     leaves no hook); the rows are steps 4, 8 and 10 (the end), each kind's loss, zeroed and
+     rolled finite, and zeroed and rolled differ from as is in every row: the tiny model's
+     answer tokens attend (causally, through every layer) to the media positions, so a
+     different soft token there changes every answer logit; equal values would mean the hook
+     did not reach the decoder (a model that ignores its media);
+, not under ctest: the first call compiles for ~2-10 minutes on a
 shared CPU) it checks instead that --compile's half_loss (train_mm_proxy.compile_loss) gives
 each half's loss within COMPILE_LOSS_TOL (relative) and every gradient within COMPILE_GRAD_TOL
 (norm-relative) of the eager ones on the tiny model at step 1, every gradient finite, in one
@@ -247,7 +260,85 @@ def main():
           f"{ls[0]:.7f} vs {ls[1]:.7f}")
     if not abs(ls[0] - ls[1]) <= 1e-6 * abs(ls[0]):
         fail("the frames' padding changed the audio loss")
+    check_heldout(trainer)
     print("mm_fast_check: ok")
+
+
+def check_heldout(trainer):
+    import hashlib
+    import json
+    import tempfile
+    import wave
+
+    import numpy as np
+
+    ns = [66, 69, 69, 64, 69, 66, 70, 66, 68, 69]
+    picks = [tmp.heldout_pick(ns, 4, seed) for seed in range(20)]
+    for seed, pk in enumerate(picks):
+        cnt = {n: sum(ns[i] == n for i in pk) for n in set(ns[i] for i in pk)}
+        grouped = [ns[i] for i in pk] == sorted(ns[i] for i in pk)
+        if min(cnt.values()) < 2 or 70 in cnt or len(set(pk)) != len(pk) or not grouped or \
+                pk != tmp.heldout_pick(ns, 4, seed):
+            fail(f"heldout_pick seed {seed}: {pk} (counts {cnt})")
+    if len(set(map(tuple, picks))) < 5:
+        fail(f"heldout_pick: the seed hardly changes the pick ({len(set(map(tuple, picks)))})")
+    print(f"mm_fast_check: heldout_pick: 20 seeds, no count alone, {len(set(map(tuple, picks)))} "
+          "distinct picks")
+    here = os.path.dirname(tmp.__file__)
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "data")
+        subprocess.run([sys.executable, os.path.join(here, "make_mm_data.py"), "plan", data,
+                        "--preset", "ci"], check=True, capture_output=True)
+        audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl.gz"))
+        r = np.random.default_rng(0)
+        for it in audio:  # a second of noise each (the speech step's WAV format)
+            os.makedirs(os.path.join(data, "speech", it["split"]), exist_ok=True)
+            with wave.open(os.path.join(data, "speech", it["split"], it["id"] + ".wav"),
+                           "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(16000)
+                w.writeframes(r.normal(0, 3000, 16000).astype("<i2").tobytes())
+            it["seconds"] = 1.0
+        tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)
+        runs = {}
+        for every in (4, 0):
+            out = os.path.join(d, f"every{every}")
+            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
+                                  "--batch", "8", "--steps", "10", "--device", "cpu",
+                                  "--threads", "1", "--no-export", "--minutes", "30",
+                                  "--eval-every", str(every), "--eval-items", "4"],
+                                 capture_output=True, text=True)
+            if res.returncode:
+                fail(f"--eval-every {every}: exit {res.returncode}: {res.stderr[-600:]}")
+            j = json.load(open(os.path.join(out, "train.json")))
+            h = hashlib.sha256(open(os.path.join(out, "hf", "model.safetensors"), "rb").read())
+            lines = [x for x in res.stdout.splitlines() if "held-out step" in x]
+            runs[every] = (j, h.hexdigest(), lines)
+    (on, h_on, lines), (off, h_off, lines_off) = runs[4], runs[0]
+    same = [on[k] == off[k] for k in ("final_loss", "grad_norm_max")] + [h_on == h_off]
+    print(f"mm_fast_check: --eval-every 4 vs 0: final_loss {on['final_loss']} vs "
+          f"{off['final_loss']}, weights {h_on[:12]} vs {h_off[:12]}: {sum(same)}/3 equal")
+    if sum(same) != 3:
+        fail("the held-out evaluation changed the training run")
+    rows = on["heldout"]
+    for x in lines:
+        print(f"mm_fast_check: {x}")
+    if [x["step"] for x in rows] != [4, 8, 10] or len(lines) != 3 or off["heldout"] or \
+            lines_off or on["eval_items"] != {"image": 4, "audio": 4}:
+        fail(f"held-out rows at steps {[x['step'] for x in rows]}, {len(lines)} log lines "
+             f"(expected 4, 8, 10: 3), off: {off['heldout']} {len(lines_off)}; items "
+             f"{on['eval_items']}")
+    vals = [x[k][m] for x in rows for k in ("image", "audio") for m in ("loss", "zeroed",
+                                                                      "rolled")]
+    moved = sum(x[k][m] != x[k]["loss"] for x in rows for k in ("image", "audio")
+                for m in ("zeroed", "rolled"))
+    print(f"mm_fast_check: held-out rows: {len(vals)} values, "
+          f"{sum(math.isfinite(v) for v in vals)} finite; zeroed / rolled differ from as is in "
+          f"{moved}/12")
+    if len(vals) != 18 or not all(math.isfinite(v) for v in vals) or moved != 12:
+        fail("a held-out value is not finite, or the media's soft tokens did not reach the "
+             "decoder")
 
 
 if __name__ == "__main__":

@@ -2237,7 +2237,7 @@ stage_mm_bg() { bg_start "$MMD" mm_make; }
 
 stage_mm_wait() {
     bg_wait "$MMD" mm_make mm "${MM_WAIT_S:-560}" 24 \
-        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
+        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
 }
 
 stage_mm_run() {

@@ -17,6 +17,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
                                                [--adamw auto|fused|foreach|loop]
+                                               [--eval-every N] [--eval-items K]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -97,9 +98,18 @@ functions that wrote the held-out files).
    one shape; refused with --strict-determinism and --ctc-weight; each new padded shape
    compiles first, ~2 minutes a shape on one CPU thread; a compiler error is printed, kept in
    train.json's compile_failed, and the run goes on eagerly from that step).
+   --eval-every N (default 200; 0: off) --eval-items K (default 32): every N steps and at the
+   end, the held-out answer loss of K held-out images and K held-out clips (the same every
+   time, drawn from --seed) as is, with the media's soft tokens zeroed and rolled to the batch
+   neighbour's (HeldOut, mm_probe.SoftTokens): the gaps say whether the answers use this item's
+   media long before exact match moves off 0. Eval mode, no gradient, no random stream moved:
+   the run's data order and weights are the same with it on or off (tests/mm_fast_check.py).
+   Its time counts in --minutes (estimated ~1% of a proxy run at 200; bench/NOTES.md "The
+   trainer measures whether it uses the media").
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
-   graph breaks; profiled_ops: --profile's step_ops count a step), exports OUT/f16 with
+   graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
+   {step, image: {loss, zeroed, rolled}, audio: {...}, seconds}, eval_items), exports OUT/f16 with
    tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
    max_soft_tokens to 70.
 """
@@ -907,6 +917,101 @@ def load_items(data):
     return audio, images
 
 
+def heldout_pick(ns, k, seed):
+    """Which held-out items the periodic evaluation measures (HeldOut): ns, each held-out
+    item's soft-token count (images: the rolled pass moves whole images only within a batch of
+    one count; audio: give one count for all). The first k of a permutation drawn from numpy's
+    PCG64 at (seed, 35) (its own generator: no training stream is drawn from), then each count
+    picked only once completed by the next item of that count in the permutation (a lone image
+    has no neighbour to take soft tokens from), or dropped when the held-out set has no other.
+    Returns the indices, grouped by count (ascending), in permutation order within a count."""
+    order = np.random.default_rng([seed, 35]).permutation(len(ns)).tolist()
+    chosen = order[:k]
+    for n in sorted({ns[i] for i in chosen}):
+        if sum(ns[i] == n for i in chosen) == 1:
+            more = next((i for i in order[k:] if ns[i] == n and i not in chosen), None)
+            chosen = chosen + [more] if more is not None else [i for i in chosen if ns[i] != n]
+    return sorted(chosen, key=lambda i: (ns[i], order.index(i)))
+
+
+class HeldOut:
+    """--eval-every: the held-out answer loss (per answer token, as the training loss counts
+    it: half_loss, under the same autocast) of a fixed subset of the held-out items, each three
+    ways through mm_probe.SoftTokens on embed_vision and embed_audio: as is, the media's soft
+    tokens zeroed, and rolled to the batch neighbour's. The gaps (zeroed or rolled minus as is)
+    say how much the answers depend on this item's media, long before exact match moves off 0.
+    Rolling: the images are batched by soft-token count (heldout_pick), so a roll by that count
+    moves whole images (mm_vision_probe's way); the clips are rolled by one along the batch (each
+    clip's valid frames get its neighbour's frames at the same times, the tail of a longer clip
+    its neighbour's padding frames: not its own audio either way). Measured in eval mode, no
+    gradient, the hooks attached only while measuring, inside torch.random.fork_rng (no random
+    stream of the run is drawn from or moved: the data order and weights are the same with the
+    evaluation on or off, tests/mm_fast_check.py)."""
+
+    def __init__(self, model, data, fonts, pr, fe, items, k, seed, batch, pad, pad_frames, dev,
+                 amp):
+        import mm_probe
+
+        self.model, self.dev, self.amp, self.hooks = model, dev, amp, {}
+        self.SoftTokens = mm_probe.SoftTokens
+        self.batches, self.counts = {}, {}
+        for kind in ("image", "audio"):
+            te = [i for i in items[kind] if i["split"] == "test"]
+            ds = Items(te, kind, data, fonts, pr, fe, 1)  # rendering 0: the held-out media's
+            soft = pr.id["<|image|>" if kind == "image" else "<|audio|>"]
+            if kind == "image":
+                ns = [ds.render(k)["ids"].count(soft) for k in range(len(te))]
+            else:
+                ns = [0] * len(te)
+            pick = heldout_pick(ns, k, seed)
+            self.counts[kind] = len(pick)
+            groups = {}
+            for i in pick:
+                groups.setdefault(ns[i], []).append(i)
+            self.batches[kind] = []
+            for n, ids in groups.items():  # near-equal chunks of <= batch: none of one item
+                parts = -(-len(ids) // batch)
+                for c in range(parts):
+                    its = [ds.render(i) for i in ids[c::parts]]
+                    self.batches[kind].append((n if kind == "image" else 1,
+                                               collate(its, pad, pad_frames)))
+        if not all(self.counts.values()):
+            raise SystemExit(f"train_mm_proxy: --eval-items {k}: {self.counts} held-out items "
+                             f"measurable in {data} (a lone image cannot be rolled)")
+
+    def measure(self):
+        """{kind: {loss, zeroed, rolled}} on the subset (means over its answer tokens)."""
+        m = self.model.model
+        hooks = {"image": self.SoftTokens(), "audio": self.SoftTokens()}
+        handles = [m.embed_vision.register_forward_hook(hooks["image"]),
+                   m.embed_audio.register_forward_hook(hooks["audio"])]
+        devices = [self.dev] if self.dev.type == "cuda" else []
+        out = {}
+        self.model.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                for kind, hook in hooks.items():
+                    sums = {"loss": 0.0, "zeroed": 0.0, "rolled": 0.0}
+                    tokens = 0
+                    for shift, b in self.batches[kind]:
+                        b = {n: v.to(self.dev) for n, v in b.items()}
+                        lab = b.pop("labels")
+                        n_tok = int((lab != -100).sum())
+                        hook.shift = shift
+                        for mode, name in ((None, "loss"), ("zero", "zeroed"),
+                                           ("shuf", "rolled")):
+                            hook.mode = mode
+                            sums[name] += float(half_loss(self.model, b, lab, self.amp)) * n_tok
+                        hook.mode = None
+                        tokens += n_tok
+                    out[kind] = {name: s / tokens for name, s in sums.items()}
+        finally:
+            for h in handles:
+                h.remove()
+            self.model.train()
+        return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -989,6 +1094,12 @@ def main():
                     "kernels, no CUDA graphs; needs --pad-to; not with --strict-determinism, "
                     "--ctc-weight or --a-var/cov-weight): far fewer launches a step after a "
                     "first step that compiles")
+    ap.add_argument("--eval-every", type=int, default=200, metavar="N",
+                    help="every N steps and at the end, the held-out answer loss as is / media "
+                    "zeroed / rolled (HeldOut; train.json's heldout, a log line each; 0: off; "
+                    "200: ~2%% of a proxy run's time on the GPU)")
+    ap.add_argument("--eval-items", type=int, default=32, metavar="K",
+                    help="held-out items the evaluation measures, of each kind (heldout_pick)")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -998,6 +1109,9 @@ def main():
         # a 10-minute budget silently spent on the CPU would export an untrained proxy
         raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
+    if args.eval_every < 0 or args.eval_items < 2:
+        raise SystemExit(f"train_mm_proxy: --eval-every {args.eval_every} (>= 0), --eval-items "
+                         f"{args.eval_items} (>= 2: a roll needs a neighbour)")
     if args.compile and not args.pad_to:
         raise SystemExit("train_mm_proxy: --compile needs --pad-to N (N > 0): compiled for "
                          "fixed shapes, each new length would compile anew")
@@ -1089,6 +1203,24 @@ def main():
                   "the term has nothing to move", flush=True)
     opt = make_optimizer(model, p, head, dev, args.adamw)
     amp = dev.type == "cuda"
+    held, held_rows = None, []
+    if args.eval_every:
+        th = time.time()
+        held = HeldOut(model, args.data, fonts, pr, fe, {"image": images, "audio": audio},
+                       args.eval_items, args.seed, half, args.pad_to, args.pad_frames, dev, amp)
+        times["heldout_setup"] = time.time() - th
+        print(f"train_mm_proxy: held-out evaluation every {args.eval_every} steps on "
+              f"{held.counts['image']} images, {held.counts['audio']} clips "
+              f"({times['heldout_setup']:.1f} s to render)", flush=True)
+
+    def heldout(done):
+        th = time.time()
+        r = held.measure()
+        held_rows.append(dict(step=done, **r, seconds=round(time.time() - th, 3)))
+        print(f"train_mm_proxy: held-out step {done}: " + "; ".join(
+            f"{k} loss {v['loss']:.4f} zeroed {v['zeroed']:.4f} ({v['zeroed'] - v['loss']:+.4f})"
+            f" rolled {v['rolled']:.4f} ({v['rolled'] - v['loss']:+.4f})" for k, v in r.items())
+            + f" ({time.time() - th:.1f} s)", flush=True)
     loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
@@ -1150,6 +1282,8 @@ def main():
                 f.write(f"launch-like ops a step (step_ops): {prof_ops}\n")
             print(f"train_mm_proxy: profiled steps 21-{step + 1} ({tp:.2f} s) -> "
                   f"{os.path.join(args.out, 'profile.txt')}", flush=True)
+        if held is not None and (step + 1) % args.eval_every == 0 and step < steps - 1:
+            heldout(step + 1)  # (its time counts in --minutes' budget)
         el = time.time() - t1
         if step % 50 == 0 or step == steps - 1:
             print(f"train_mm_proxy: step {step + 1}/{steps} loss image "
@@ -1166,7 +1300,11 @@ def main():
                   "steps: stopping early (the weights now depend on the machine's speed)",
                   flush=True)
             break
+    if held is not None and (not held_rows or held_rows[-1]["step"] != step + 1):
+        heldout(step + 1)  # at the end (the last step, or --minutes' stop)
     times["train"], times["data_wait"] = time.time() - t1, wait
+    if held is not None:
+        times["heldout"] = sum(r["seconds"] for r in held_rows)
     del streams
     check_finite(model)
 
@@ -1185,6 +1323,8 @@ def main():
             "adamw": opt_impl(opt), "compile": args.compile, "profiled_ops": prof_ops,
             "compile_stats": compile_stats() if args.compile else None,
             "compile_failed": compile_failed,
+            "eval_every": args.eval_every, "eval_items": held.counts if held else None,
+            "heldout": held_rows,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
             "seconds": times,
