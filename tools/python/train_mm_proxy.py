@@ -1097,7 +1097,7 @@ def main():
     ap.add_argument("--eval-every", type=int, default=200, metavar="N",
                     help="every N steps and at the end, the held-out answer loss as is / media "
                     "zeroed / rolled (HeldOut; train.json's heldout, a log line each; 0: off; "
-                    "200: ~2%% of a proxy run's time on the GPU)")
+                    "200: ~1%% of a proxy run's time on the GPU, estimated)")
     ap.add_argument("--eval-items", type=int, default=32, metavar="K",
                     help="held-out items the evaluation measures, of each kind (heldout_pick)")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
