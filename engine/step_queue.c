@@ -186,25 +186,29 @@ int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuc
             }
         }
         if (!left) continue;
-        for (int b = 0; b < q->G; b++) {
-            if (head[b] == q->start[b + 1]) continue;
-            const g4_sq_instr *in = &q->ins[head[b]];
-            if (*n_stuck < max_stuck) stuck[*n_stuck] = in->id;
-            if (*n_stuck == 0 && why_n) {
-                int w = 0;
-                while (w < in->n_wait &&
-                       ctr[in->wait_ctr[w]] >= s * in->wait_step[w] + in->wait_tgt[w])
-                    w++;
-                snprintf(why, why_n,
-                         "step %d: %d instructions left; CTA %d stuck at instruction #%d on "
-                         "counter %d (%d of %d)",
-                         s, left, b, in->id, w < in->n_wait ? in->wait_ctr[w] : -1,
-                         w < in->n_wait ? ctr[in->wait_ctr[w]] : 0,
-                         w < in->n_wait ? s * in->wait_step[w] + in->wait_tgt[w] : 0);
-            }
-            ++*n_stuck;
+        // the stuck CTAs' heads, the earliest in plan order first: the root (every instruction
+        // before it ran, so its own waits are what cannot be met)
+        int root = -1;
+        for (int b = 0; b < q->G; b++)
+            if (head[b] < q->start[b + 1] &&
+                (root < 0 || q->ins[head[b]].id < q->ins[head[root]].id))
+                root = b;
+        if (max_stuck > 0) stuck[(*n_stuck)++] = q->ins[head[root]].id;
+        for (int b = 0; b < q->G; b++)
+            if (b != root && head[b] < q->start[b + 1] && *n_stuck < max_stuck)
+                stuck[(*n_stuck)++] = q->ins[head[b]].id;
+        if (why_n) {
+            const g4_sq_instr *in = &q->ins[head[root]];
+            int w = 0;
+            while (w < in->n_wait && ctr[in->wait_ctr[w]] >= s * in->wait_step[w] + in->wait_tgt[w])
+                w++;
+            snprintf(why, why_n,
+                     "step %d: %d instructions left; the first stuck: CTA %d at instruction #%d, "
+                     "counter %d at %d of %d",
+                     s, left, root, in->id, w < in->n_wait ? in->wait_ctr[w] : -1,
+                     w < in->n_wait ? ctr[in->wait_ctr[w]] : 0,
+                     w < in->n_wait ? s * in->wait_step[w] + in->wait_tgt[w] : 0);
         }
-        if (*n_stuck > max_stuck) *n_stuck = max_stuck;
         break;
     }
     free(head);

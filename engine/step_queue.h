@@ -49,8 +49,9 @@ int64_t g4_sq_row_bytes(g4_sq_dtype dt, int k0, int k1);
 // Runs the queues on the CPU for `steps` steps (one after the other, as launches), CTAs taken
 // round robin, an instruction run only when each wait's counter reached s x wait_step +
 // wait_tgt. ctr[n_counters]: zeroed first, the values at the end. Returns the instructions run;
-// when a step stops with some left, returns early and writes each stuck CTA's head instruction's
-// plan index to stuck[0 .. *n_stuck) (at most max_stuck) and the first of them in words to why.
+// when a step stops with some left, returns early and writes the stuck CTAs' head instructions'
+// plan indices to stuck[0 .. *n_stuck) (at most max_stuck), the earliest in plan order first:
+// every instruction before it ran, so it is the one whose waits cannot be met; why says it.
 int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuck, int *n_stuck,
                    char *why, size_t why_n);
 
