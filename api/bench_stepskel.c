@@ -2,9 +2,10 @@
 // here, above the engine, because it builds the step plan): the persistent skeleton of the whole
 // decode step (kernels/step_skeleton.cuh) on E2B's shape (engine/step_queue.h g4_sp_shape_e2b,
 // made in code), its tile plan at STEPSKEL_KEYS keys, with Q4 and f16 weight bytes, each prefetch
-// form. A row's ms is one step (graph-replayed, STEPSKEL_STEPS launches a graph); its baseline
+// form, for every CTA that fits co-resident (the occupancy API's count) and for 2 a SM. A row's
+// ms is one step (graph-replayed, STEPSKEL_STEPS launches a graph); its baseline
 // `stream` is the same weight bytes streamed by one plain kernel of the same grid and loads (the
-// ceiling). No rotation is needed: a step streams every weight byte once (~1.3 GB Q4, ~4.4 GB f16
+// ceiling). No rotation is needed: a step streams every weight byte once (1.32 GB Q4, 4.56 GB f16
 // on E2B, far past the 50 MB L2), so each byte comes from DRAM. Beside the table, a line a row:
 // us a step and a layer, bytes a step, GB/s against the H200's 4.25 TB/s and the H100's
 // 3.35 TB/s, counters waited a step (all, and those found short), and every counter's value after
@@ -140,11 +141,19 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     if (g4_sp_build(&c, &f, &o, &p)) {
         fprintf(stderr, "stepskel: plan refused: %s\n", g4_error());
     } else {
-        if (g4_step_skel_max_ctas(&G))
+        int sms = 0;
+        if (g4_step_skel_max_ctas(&G)) {
             fprintf(stderr, "stepskel: %s\n", g4_error());
-        else
+        } else if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+            fprintf(stderr, "stepskel: cudaDeviceGetAttribute(SMs) failed\n");
+        } else {
+            // every CTA that fits, and 2 a SM (persist_mlp's grid) when fewer: same queue rule
+            const int Gs[2] = {G, 2 * sms < G ? 2 * sms : 0};
             for (int dt = 0; dt < 2; dt++)
-                n = bench_dtype(filter, reps, rows, n, max, &p, (g4_sq_dtype)dt, G);
+                for (int g = 0; g < 2; g++)
+                    if (Gs[g])
+                        n = bench_dtype(filter, reps, rows, n, max, &p, (g4_sq_dtype)dt, Gs[g]);
+        }
         g4_sp_free(&p);
     }
     free(f.qkv);
