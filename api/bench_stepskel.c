@@ -31,8 +31,9 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
 int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int max);
 
 enum {
-    STEPSKEL_KEYS = 512, // keys the step's attention sees (one split a KV head)
-    STEPSKEL_STEPS = 8   // launches a graph
+    STEPSKEL_KEYS = 512,       // keys the step's attention sees
+    STEPSKEL_SPLIT_KEYS = 128, // keys an attention split at most: 4 splits a KV head
+    STEPSKEL_STEPS = 8         // launches a graph
 };
 
 typedef struct {
@@ -62,7 +63,8 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
     char shape[80]; // (room for " FAIL" in the row's 96)
     int any = 0;
     for (int pf = 0; pf < 3; pf++) {
-        snprintf(shape, sizeof shape, "E2B %s pf=%d G=%d keys=%d", dn, pf, G, STEPSKEL_KEYS);
+        snprintf(shape, sizeof shape, "E2B %s pf=%d G=%d keys=%d/%d", dn, pf, G, STEPSKEL_KEYS,
+                 STEPSKEL_SPLIT_KEYS);
         any |= matches(filter, shape);
     }
     if (!any) return n;
@@ -81,7 +83,8 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
     long long last_short = 0;
     int last_epoch = 0;
     for (int pf = 0; pf < 3 && n < max; pf++) {
-        snprintf(shape, sizeof shape, "E2B %s pf=%d G=%d keys=%d", dn, pf, G, STEPSKEL_KEYS);
+        snprintf(shape, sizeof shape, "E2B %s pf=%d G=%d keys=%d/%d", dn, pf, G, STEPSKEL_KEYS,
+                 STEPSKEL_SPLIT_KEYS);
         if (!matches(filter, shape)) continue;
         g4_kbench_row *r = &rows[n];
         memset(r, 0, sizeof *r);
@@ -112,8 +115,8 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
                "activations %.1f MB read + %.1f MB written; %.0f GB/s = %.0f%% of the H200's "
                "4250 / %.0f%% of the H100's 3350; waits %d a step, %.0f found short; stream "
                "ceiling %.1f us (%.0f GB/s; the step %.2fx it); counters after %d steps: %s\n",
-               shape, us, us / q.n_layers, q.n_layers, q.w_bytes / 1e6, q.rd_elems * 4 / 1e6,
-               q.wr_elems * 4 / 1e6, gbs, 100 * gbs / 4250, 100 * gbs / 3350, q.waits, short_a_step,
+               shape, us, us / q.n_layers, q.n_layers, q.w_bytes / 1e6, q.rd_bytes / 1e6,
+               q.wr_bytes / 1e6, gbs, 100 * gbs / 4250, 100 * gbs / 3350, q.waits, short_a_step,
                us_c, gbs_c, us / us_c, epoch, bad ? "FAIL" : "all as expected");
         fflush(stdout);
         if (bad) {
@@ -135,7 +138,9 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     g4_sp_shape_config(&g4_sp_shape_e2b, &c);
     g4_sp_flags f = {1, 0, 0, 0, g4_calloc((size_t)c.n_layers, 1)};
     for (int l = 0; l < c.n_layers; l++) f.qkv[l] = c.layer[l].kv_source == l; // (q|k|v as one)
-    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, 0, 0, 0, 0, 0, 0};
+    // (splits of <= STEPSKEL_SPLIT_KEYS keys: one CTA reading all 512 rows of a KV head's
+    // fp16 K and V, 0.5-1 MB, would sit on every layer's critical path)
+    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, 0, 0, 0, STEPSKEL_SPLIT_KEYS, 0, 0};
     g4_step_plan p;
     int n = 0, G = 0;
     if (g4_sp_build(&c, &f, &o, &p)) {

@@ -17,6 +17,27 @@ int64_t g4_sq_row_bytes(g4_sq_dtype dt, int k0, int k1) {
     return (int64_t)((k1 + Q4_BLOCK - 1) / Q4_BLOCK - k0 / Q4_BLOCK) * Q4_TILE_BYTES;
 }
 
+// Bytes an element of plan buffer b: fp32 for the residual, the logits, the K-chunk and split
+// partials and the integer scalars; fp16 for the rest (x, q, k, v, attention output, block
+// outputs, the MLP and PLE vectors, the KV caches), as the engine's decode buffers are.
+static int64_t elem_bytes(int b) {
+    switch (b) {
+    case G4_SB_IDS:
+    case G4_SB_POS:
+    case G4_SB_SAMP:
+    case G4_SB_H:
+    case G4_SB_H2:
+    case G4_SB_LOGITS:
+    case G4_SB_NEXT:
+    case G4_SB_APART:
+    case G4_SB_OPART:
+    case G4_SB_DPART:
+        return 4;
+    default:
+        return 2;
+    }
+}
+
 // A GEMV instruction's matrix: its layer and weight (the same matrix in every step of the plan).
 static int has_weight(const g4_sp_instr *in) {
     return in->weight != G4_SW_NONE && in->t0 >= 0 && in->t1 > in->t0 && in->k0 >= 0 &&
@@ -71,14 +92,15 @@ int g4_sq_build(const g4_step_plan *p, int G, g4_sq_dtype dt, g4_sq *q) {
         off += (int64_t)(mat_n[m] + TILE - 1) / TILE * mult * g4_sq_row_bytes(dt, 0, mat_k[m]);
     }
     q->w_bytes = off;
-    // the activation arena: every buffer from a 128-byte line
+    // the activation arena: every buffer from a 128-byte line, its elements as the engine keeps
+    // them (elem_bytes)
     int64_t *buf_off = g4_calloc((size_t)p->n_bufs + 1, sizeof(int64_t));
     int64_t a = 0;
     for (int b = 0; b < p->n_bufs; b++) {
         buf_off[b] = a;
-        a += (p->buf_elems[b] + G4_SQ_LINE - 1) / G4_SQ_LINE * G4_SQ_LINE;
+        a += (p->buf_elems[b] * elem_bytes(b) + 127) / 128 * 128;
     }
-    q->act_elems = a > 0 ? a : G4_SQ_LINE;
+    q->act_bytes = a > 0 ? a : 128;
     // signals a step
     q->n_counters = p->n_counters;
     q->per_step = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
@@ -136,11 +158,15 @@ int g4_sq_build(const g4_step_plan *p, int G, g4_sq_dtype dt, g4_sq *q) {
         r->n_wr = in->n_wr;
         for (int k = 0; k < in->n_rd + in->n_wr; k++) {
             const g4_sp_region *rg = k < in->n_rd ? &in->rd[k] : &in->wr[k - in->n_rd];
-            q->reg[q->n_reg++] = (g4_sq_region){buf_off[rg->buf] + rg->lo, rg->hi - rg->lo, 0};
+            // (rounded out to 16 bytes: the device moves 16-byte vectors; a group's boundary is
+            // a whole 16-feature tile, so only a region's ends in the cache rows move)
+            const int64_t eb = elem_bytes(rg->buf), lo = (buf_off[rg->buf] + rg->lo * eb) / 16 * 16,
+                          hi = (buf_off[rg->buf] + rg->hi * eb + 15) / 16 * 16;
+            q->reg[q->n_reg++] = (g4_sq_region){lo, (int32_t)(hi - lo), 0};
             if (k < in->n_rd)
-                q->rd_elems += rg->hi - rg->lo;
+                q->rd_bytes += hi - lo;
             else
-                q->wr_elems += rg->hi - rg->lo;
+                q->wr_bytes += hi - lo;
         }
     }
     free(fill);

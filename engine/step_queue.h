@@ -21,8 +21,9 @@
 // (512 of 4-bit codes, 64 of fp16 scales, 16 of zero points: the package's `_Q4` [N, K/32, 16],
 // `_scales` [N K/32] and `_zero_point` [N K/64] bytes), f16 32 bytes a 16 x 1 column. A GEMV
 // instruction streams its tile rows' K range: w_runs runs of w_run bytes, w_stride apart (gate|up
-// has two matrices: a tile row holds both). Activations: one float arena holding every plan
-// buffer (each from a 128-byte line), the instruction's regions read and written as the plan gives.
+// has two matrices: a tile row holds both). Activations: one arena holding every plan buffer
+// (each from a 128-byte line; fp32 or fp16 elements as the engine keeps that buffer), the
+// instruction's regions read and written as the plan gives, rounded out to 16 bytes.
 #ifndef G4_STEP_QUEUE_H
 #define G4_STEP_QUEUE_H
 

@@ -32,8 +32,8 @@ typedef struct {
 } g4_sq_instr;
 
 typedef struct {
-    int64_t off; // first element in the activation arena
-    int32_t n;   // elements
+    int64_t off;   // first byte in the activation arena (a multiple of 16)
+    int32_t bytes; // a multiple of 16
     int32_t pad;
 } g4_sq_region;
 
@@ -46,8 +46,8 @@ typedef struct {
     int n_counters;             //
     int *per_step;              // [n_counters] signals a step
     int64_t w_bytes;            // the weight arena: every byte streamed once a step (tile plan)
-    int64_t act_elems;          // the activation arena (floats)
-    int64_t rd_elems, wr_elems; // elements read / written a step
+    int64_t act_bytes;          // the activation arena
+    int64_t rd_bytes, wr_bytes; // bytes read / written a step (the regions as streamed)
     int waits;                  // waits a step
     int n_layers;
 } g4_sq;

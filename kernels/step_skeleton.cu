@@ -10,9 +10,9 @@
 //      barrier extends the acquire to the CTA;
 //   3. prefetch 0 / 1: the weights streamed now: runs of 16-byte ld.global.nc with an L2
 //      evict-first policy and no L1 allocation (read once a step), xor-folded into one word;
-//   4. the activation regions: reads through L2 (ld.global.cg: other CTAs wrote them), a
-//      barrier, then the written regions stored with a value that depends on every load above
-//      (so no load is dead code); the weights' word decides it;
+//   4. the activation regions (16-byte vectors): reads through L2 (ld.global.cg: other CTAs
+//      wrote them), a barrier, then the written regions stored (st.global.cg) with a value that
+//      depends on every load above (so no load is dead code);
 //   5. CTA barrier, then thread 0's red.release.gpu add on the signal's 128-byte line (the
 //      barrier orders the CTA's stores before the release: the PTX model's causality order
 //      through bar.sync, as persist_mlp.cu and bench_handover.cu publish).
@@ -42,7 +42,7 @@ struct sk_args {
     const int *start;
     const g4_sq_region *reg;
     const char *w; // weight arena
-    float *act;    // activation arena
+    char *act;     // activation arena
     int *ctr;      // [n_counters + 2 lines]: the counters, then the exit counter, the epoch
     int n_counters;
     int *stats;     // [G lines]: short waits
@@ -84,6 +84,25 @@ __device__ __forceinline__ uint32_t stream_range(const char *p, int64_t bytes, u
     return x;
 }
 
+// The CTA reads n 16-byte vectors of activations through L2 (ld.global.cg: other CTAs wrote
+// them during this launch), SK_UNROLL in flight a thread, folded into one word.
+__device__ __forceinline__ uint32_t read_region(const uint4 *p, int n) {
+    uint32_t y = 0;
+    int v = threadIdx.x;
+    for (; v + (SK_UNROLL - 1) * SK_THREADS < n; v += SK_UNROLL * SK_THREADS) {
+        uint4 r[SK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) r[u] = __ldcg(p + v + u * SK_THREADS);
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) y ^= r[u].x ^ r[u].y ^ r[u].z ^ r[u].w;
+    }
+    for (; v < n; v += SK_THREADS) {
+        const uint4 r = __ldcg(p + v);
+        y ^= r.x ^ r.y ^ r.z ^ r.w;
+    }
+    return y;
+}
+
 __device__ __forceinline__ uint32_t stream_weights(const sk_args &a, const g4_sq_instr &in,
                                                    uint64_t pol) {
     if (in.w_runs <= 0) return 0;
@@ -122,16 +141,17 @@ __global__ void __launch_bounds__(SK_THREADS) step_skel_kernel(sk_args a) {
             }
         __syncthreads();
         if (a.prefetch != 2) x ^= stream_weights(a, in, pol);
-        float acc = 0.0f;
+        uint32_t y = 0;
         for (int r = 0; r < in.n_rd; r++) {
             const g4_sq_region g = a.reg[in.reg0 + r];
-            for (int e = threadIdx.x; e < g.n; e += SK_THREADS) acc += __ldcg(a.act + g.off + e);
+            y ^= read_region((const uint4 *)(a.act + g.off), g.bytes / 16);
         }
         __syncthreads(); // (every read of the instruction before its in-place writes)
-        const float val = (float)(x & 0xff) + (acc != acc ? 1.0f : 0.0f);
+        const uint4 val = make_uint4(x, y, x ^ y, 0);
         for (int r = 0; r < in.n_wr; r++) {
             const g4_sq_region g = a.reg[in.reg0 + in.n_rd + r];
-            for (int e = threadIdx.x; e < g.n; e += SK_THREADS) __stcg(a.act + g.off + e, val);
+            uint4 *p = (uint4 *)(a.act + g.off);
+            for (int e = threadIdx.x; e < g.bytes / 16; e += SK_THREADS) __stcg(p + e, val);
         }
         __syncthreads();
         if (threadIdx.x == 0 && in.signal >= 0)
@@ -168,7 +188,7 @@ struct g4_step_skel {
     g4_sq_region *reg;
     char *w;
     int64_t w_bytes;
-    float *act;
+    char *act;
     int *ctr, *stats;
     unsigned *sink;
 };
@@ -201,7 +221,7 @@ extern "C" int g4_step_skel_create(const g4_sq *q, g4_step_skel **out) {
     G4_CUDA_CHECK(cudaMalloc(&s->start, sizeof(int) * ((size_t)q->G + 1)));
     G4_CUDA_CHECK(cudaMalloc(&s->reg, sizeof(g4_sq_region) * ((size_t)q->n_reg + 1)));
     G4_CUDA_CHECK(cudaMalloc(&s->w, (size_t)q->w_bytes + 16));
-    G4_CUDA_CHECK(cudaMalloc(&s->act, sizeof(float) * (size_t)q->act_elems));
+    G4_CUDA_CHECK(cudaMalloc(&s->act, (size_t)q->act_bytes));
     const size_t ctr_bytes = sizeof(int) * LINE * ((size_t)q->n_counters + 2);
     G4_CUDA_CHECK(cudaMalloc(&s->ctr, ctr_bytes));
     G4_CUDA_CHECK(cudaMalloc(&s->stats, sizeof(int) * LINE * (size_t)q->G));
@@ -213,7 +233,7 @@ extern "C" int g4_step_skel_create(const g4_sq *q, g4_step_skel **out) {
     G4_CUDA_CHECK(cudaMemcpy(s->reg, q->reg, sizeof(g4_sq_region) * (size_t)q->n_reg,
                              cudaMemcpyHostToDevice));
     G4_CUDA_CHECK(cudaMemset(s->w, 0x5a, (size_t)q->w_bytes + 16));
-    G4_CUDA_CHECK(cudaMemset(s->act, 0, sizeof(float) * (size_t)q->act_elems));
+    G4_CUDA_CHECK(cudaMemset(s->act, 0, (size_t)q->act_bytes));
     G4_CUDA_CHECK(cudaMemset(s->ctr, 0, ctr_bytes));
     G4_CUDA_CHECK(cudaMemset(s->stats, 0, sizeof(int) * LINE * (size_t)q->G));
     G4_CUDA_CHECK(cudaDeviceSynchronize());

@@ -989,8 +989,8 @@ static void test_shapes(void) {
             CHECK(g4_sq_build(&p, 264, (g4_sq_dtype)dt, &q) == 0);
             printf("  E2B step skeleton at 512 keys, %s: %d instructions, %.1f MB of weights, "
                    "%.2f MB of activations read, %.2f MB written, %d waits a step\n",
-                   dt ? "f16" : "Q4", q.n, q.w_bytes / 1e6, q.rd_elems * 4 / 1e6,
-                   q.wr_elems * 4 / 1e6, q.waits);
+                   dt ? "f16" : "Q4", q.n, q.w_bytes / 1e6, q.rd_bytes / 1e6, q.wr_bytes / 1e6,
+                   q.waits);
             g4_sq_free(&q);
         }
         g4_sp_free(&p);
