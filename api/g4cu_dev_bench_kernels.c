@@ -24,6 +24,7 @@ int g4_kbench_attention(const char *filter, int reps, g4_kbench_row *rows, int m
 int g4_kbench_ops(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_conv(const char *filter, int reps, g4_kbench_row *rows, int max);
 int g4_kbench_handover(const char *filter, int reps, g4_kbench_row *rows, int max);
+int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int max);
 
 #define MAX_ROWS                                                                                   \
     4096 // (an unfiltered run: ~900 rows in 2026-12; past it a row would be lost, so the run says
@@ -100,6 +101,7 @@ static int bench_kernels(const g4cu_dev_bench_kernels_params *o, FILE *out) {
         {"ops", g4_kbench_ops},
         {"conv", g4_kbench_conv},
         {"handover", g4_kbench_handover},
+        {"stepskel", g4_kbench_stepskel},
     };
     g4_kbench_row *rows = g4_calloc(MAX_ROWS, sizeof *rows);
     int n = 0;

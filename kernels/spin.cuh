@@ -1,9 +1,9 @@
 // spin.cuh: on-device hand-over between CTAs of one grid through counters in global memory
 // (issue 30 stage 2): the waiter's bounded acquire spin and the publisher's release forms.
-// Internal: included by kernels/*.cu and kernels/bench/*.cu only. Used by persist_mlp.cu and
-// kernels/bench/bench_handover.cu (which measures what one hand-over costs).
-// defines: g4_ld_acquire, g4_ld_relaxed, g4_spin_geq, g4_red_release_add, g4_st_release,
-// G4_SPIN_MAX_POLLS.
+// Internal: included by kernels/*.cu and kernels/bench/*.cu only. Used by persist_mlp.cu,
+// step_skeleton.cu and kernels/bench/bench_handover.cu (which measures what one hand-over costs).
+// defines: g4_ld_acquire, g4_ld_relaxed, g4_spin_geq, g4_spin_geq_instr, g4_red_release_add,
+// g4_st_release, G4_SPIN_MAX_POLLS.
 //
 // Scope is .gpu everywhere (never .sys: an over-scoped fence or invalidate was 27% of a
 // megakernel's latency, ../shared/bench/ANCHORS.md). A counter should sit alone in its 128-byte
@@ -56,6 +56,24 @@ static __device__ __noinline__ int g4_spin_geq(const int *p, int target, unsigne
         }
     }
     if (relaxed_polls) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    return v;
+}
+
+// g4_spin_geq's acquire polls (no back-off) for a plan's instruction: the trap message names
+// the instruction (`what`, its plan index) and the wait, so a bad queue or target is found from
+// the log alone (kernels/step_skeleton.cu).
+static __device__ __noinline__ int g4_spin_geq_instr(const int *p, int target, const char *who,
+                                                     int what, int wait) {
+    unsigned polls = 0;
+    int v;
+    while ((v = g4_ld_acquire(p)) < target) {
+        if (++polls == G4_SPIN_MAX_POLLS) {
+            printf("%s: CTA %d, instruction #%d, wait %d polled a counter %u times: %d of %d; "
+                   "trapping\n",
+                   who, (int)blockIdx.x, what, wait, polls, v, target);
+            __trap();
+        }
+    }
     return v;
 }
 

@@ -14,7 +14,12 @@
 //   4. mutations the checker must catch: a dropped dependency, a region reused too early (a
 //      down chunk's partials over the o partials; the residual written in place), a split
 //      count that does not follow the sequence length (above and below), a waiting instruction
-//      before its producer in the same CTA queue.
+//      before its producer in the same CTA queue;
+//   5. the step skeleton's queues (engine/step_queue.h) for every plan above, G 1, 3 and 264, Q4
+//      and f16 bytes: every instruction assigned once, queues in plan order by the rule, two
+//      steps simulated to the end with every counter at twice its signals, the weight bytes
+//      those of the config (each byte streamed once where the tiles align), a wait one above
+//      its target reported as the first stuck instruction, a forward wait refused.
 // Prints the E2B-shaped config's per-layer counts (bench/NOTES.md quotes them).
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,55 +27,22 @@
 
 #include "base/base.h"
 #include "engine/step_plan.h"
+#include "engine/step_queue.h"
 #include "engine/text_model.h"
 #include "tests/test_util.h"
 
 // --- configs made in memory -----------------------------------------------------------------
 
-typedef struct {
-    const char *name;
-    int hidden, n_layers, heads, kv, hd_local, hd_global, period; // a full layer every period
-    int shared;                                                   // last `shared` layers share
-    int ffn, ffn_shared, ple, vocab, window;
-} shape;
+// (the shapes and their configs: engine/step_queue.h, shared with the step skeleton's bench)
+typedef g4_sp_shape shape;
 
-// A config of shape sh (layers l % period == period - 1 full, the rest sliding; the last
-// `shared` layers read the last owner of their type).
 static g4_text_config make_cfg(const shape *sh) {
     g4_text_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden = sh->hidden;
-    c.n_layers = sh->n_layers;
-    c.n_heads = sh->heads;
-    c.n_kv_heads = sh->kv;
-    c.vocab = c.vocab_ple = sh->vocab;
-    c.ple_dim = sh->ple;
-    c.context_length = 1 << 17;
-    c.layer = g4_calloc((size_t)sh->n_layers, sizeof *c.layer);
-    const int owners = sh->n_layers - sh->shared;
-    int last[2] = {-1, -1}, slots = 0;
-    for (int l = 0; l < sh->n_layers; l++) {
-        g4_layer_config *lc = &c.layer[l];
-        const int full = l % sh->period == sh->period - 1;
-        lc->type = full ? G4_ATTN_FULL : G4_ATTN_SLIDING;
-        lc->head_dim = full ? sh->hd_global : sh->hd_local;
-        lc->window = full ? 0 : sh->window;
-        lc->ffn = l < owners ? sh->ffn : sh->ffn_shared;
-        if (l < owners) {
-            lc->kv_source = l;
-            lc->kv_slot = slots++;
-            last[full] = l;
-        } else {
-            lc->kv_source = last[full];
-            lc->kv_slot = c.layer[last[full]].kv_slot;
-        }
-    }
-    c.n_kv_layers = slots;
-    c.n_kv_shared = sh->n_layers - slots;
+    g4_sp_shape_config(sh, &c);
     return c;
 }
 
-static const shape E2B = {"E2B", 1536, 35, 8, 1, 256, 512, 5, 20, 6144, 12288, 256, 262144, 512};
+#define E2B g4_sp_shape_e2b // (its counts are quoted in bench/NOTES.md)
 static const shape SHAPES[] = {
     {"hidden 2048, GQA 4:1", 2048, 12, 8, 2, 128, 256, 4, 4, 4096, 8192, 128, 32768, 256},
     {"hidden 2560, GQA 4:1, period 6", 2560, 14, 16, 4, 128, 256, 6, 6, 6912, 6912, 256, 16384,
@@ -115,6 +87,166 @@ static int plan_runs(const g4_step_plan *p, const char *what) {
     return runs;
 }
 
+// --- 5. the step skeleton's queues (engine/step_queue.h)
+// -------------------------------------------
+
+static int queues_checked, queue_sims;
+
+// Weight bytes of an N x K matrix in the repacked layout, worked out here from the format: Q4
+// 592 bytes a 16 x 64 tile (512 of codes, 64 of fp16 scales, 16 of zero points), f16 2 bytes a
+// weight; N in 16-feature tile rows, K in 64-wide blocks (Q4).
+static int64_t mat_bytes(g4_sq_dtype dt, int64_t N, int64_t K) {
+    const int64_t rows = (N + 15) / 16;
+    return dt == G4_SQ_F16 ? rows * 16 * K * 2 : rows * ((K + 63) / 64) * 592;
+}
+
+// A step's weight bytes from the config alone: the PLE model projection, each layer's q|k|v (k
+// and v on the layers that own their cache), o, gate and up, down, the PLE gate and projection,
+// and the LM head.
+static int64_t step_bytes(const g4_text_config *c, g4_sq_dtype dt) {
+    const int64_t H = c->hidden, P = c->ple_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    int64_t b = mat_bytes(dt, (int64_t)c->n_layers * P, H) + mat_bytes(dt, c->vocab, H);
+    for (int l = 0; l < c->n_layers; l++) {
+        const g4_layer_config *lc = &c->layer[l];
+        const int64_t hd = lc->head_dim, own = lc->kv_source == l;
+        b += mat_bytes(dt, (nh + 2 * nkv * own) * hd, H) + mat_bytes(dt, H, nh * hd);
+        b += 2 * mat_bytes(dt, lc->ffn, H) + mat_bytes(dt, H, lc->ffn);
+        b += mat_bytes(dt, P, H) + mat_bytes(dt, H, P);
+    }
+    return b;
+}
+
+// 1 when every group boundary of the tile plan falls on a 16-feature tile row (heads, PLE
+// slices, MLP widths, the hidden width) and, for Q4, every K-range boundary on a 64-wide block
+// (o's KV-head ranges, down's 512-wide chunks).
+static int tiles_aligned(const g4_text_config *c, g4_sq_dtype dt) {
+    int ok = c->hidden % 16 == 0 && c->ple_dim % 16 == 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const g4_layer_config *lc = &c->layer[l];
+        ok &= lc->head_dim % 16 == 0 && lc->ffn % 16 == 0;
+        if (dt == G4_SQ_Q4) ok &= c->n_heads / c->n_kv_heads * lc->head_dim % 64 == 0;
+    }
+    return ok;
+}
+
+typedef struct {
+    int64_t lo, hi;
+} span;
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+// Queues for G CTAs: every instruction once (counted), each queue in plan order and by the rule
+// (i % G), two steps simulated to the end with every counter at twice its signals (counted
+// from the plan here), the weight bytes those of the config, streamed once each (no two runs
+// overlap: one-step tile plans), and broken waits (a target + 1) reported as stuck.
+static void queue_checks(const g4_step_plan *p, const g4_text_config *c, const g4_sp_flags *f,
+                         const char *what) {
+    (void)f;
+    static const int Gs[] = {1, 3, 264};
+    int *seen = g4_calloc((size_t)p->n + 1, sizeof(int));
+    int *sig = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
+    int *ctr = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
+    int stuck[8], n_stuck;
+    char why[200];
+    for (int i = 0; i < p->n; i++)
+        if (p->ins[i].signal >= 0) sig[p->ins[i].signal]++;
+    for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
+        const int G = Gs[gi];
+        for (int dt = 0; dt < 2; dt++) {
+            g4_sq q;
+            const int rc = g4_sq_build(p, G, (g4_sq_dtype)dt, &q);
+            CHECK_MSG(rc == 0, "%s: queues for G %d: %s", what, G, g4_error());
+            if (rc) continue;
+            memset(seen, 0, sizeof(int) * (size_t)p->n);
+            int bad_order = 0, bad_rule = 0, total = 0;
+            int64_t streamed = 0;
+            for (int b = 0; b < G; b++)
+                for (int k = q.start[b]; k < q.start[b + 1]; k++) {
+                    const int id = q.ins[k].id;
+                    total++;
+                    if (id >= 0 && id < p->n) seen[id]++;
+                    bad_order += k > q.start[b] && q.ins[k - 1].id >= id;
+                    bad_rule += id % G != b;
+                    streamed += (int64_t)q.ins[k].w_runs * q.ins[k].w_run;
+                }
+            int once = 0;
+            for (int i = 0; i < p->n; i++) once += seen[i] == 1;
+            CHECK_MSG(total == p->n && once == p->n && q.start[0] == 0 && q.start[G] == p->n,
+                      "%s G %d: %d records, %d of %d instructions assigned exactly once", what, G,
+                      total, once, p->n);
+            CHECK_MSG(bad_order == 0 && bad_rule == 0,
+                      "%s G %d: %d queue entries out of plan order, %d off the rule", what, G,
+                      bad_order, bad_rule);
+            const int run = g4_sq_simulate(&q, 2, ctr, stuck, 8, &n_stuck, why, sizeof why);
+            int off = 0;
+            for (int k = 0; k < p->n_counters; k++) off += ctr[k] != 2 * sig[k];
+            CHECK_MSG(run == 2 * p->n && n_stuck == 0 && off == 0,
+                      "%s G %d: %d of %d run over two steps, %d counters off: %s", what, G, run,
+                      2 * p->n, off, why);
+            queue_sims++;
+            // the bytes: the config's, each step of the plan once (where a group boundary can
+            // fall inside a 16-feature tile row or a 64-wide Q4 block, that row or block is read
+            // by both groups, as the GEMV kernels would: then at least once)
+            const int64_t want = p->grain == G4_SP_TILE ? step_bytes(c, (g4_sq_dtype)dt) : 0;
+            const int exact = tiles_aligned(c, (g4_sq_dtype)dt);
+            CHECK_MSG(q.w_bytes == want && (exact || !want ? streamed == p->steps * want
+                                                           : streamed > p->steps * want),
+                      "%s G %d %s: arena %lld, streamed %lld bytes, the config's %lld a step", what,
+                      G, dt ? "f16" : "q4", (long long)q.w_bytes, (long long)streamed,
+                      (long long)want);
+            if (gi == 0 && exact && p->grain == G4_SP_TILE && p->steps == 1) { // none twice
+                int64_t nr = 0;
+                for (int k = 0; k < q.n; k++) nr += q.ins[k].w_runs;
+                span *sp = g4_calloc((size_t)nr + 1, sizeof(span));
+                int64_t m = 0;
+                for (int k = 0; k < q.n; k++)
+                    for (int r = 0; r < q.ins[k].w_runs; r++, m++) {
+                        sp[m].lo = q.ins[k].w_off + r * q.ins[k].w_stride;
+                        sp[m].hi = sp[m].lo + q.ins[k].w_run;
+                    }
+                qsort(sp, (size_t)nr, sizeof(span), span_cmp);
+                int64_t overlap = 0, end = 0;
+                for (int64_t k = 0; k < nr; k++) {
+                    overlap += sp[k].lo < end;
+                    if (sp[k].hi > end) end = sp[k].hi;
+                }
+                CHECK_MSG(overlap == 0 && end == q.w_bytes,
+                          "%s %s: %lld runs overlap, the last ends at %lld of %lld", what,
+                          dt ? "f16" : "q4", (long long)overlap, (long long)end,
+                          (long long)q.w_bytes);
+                free(sp);
+            }
+            // broken waits: a target one above what its producers give, at a few instructions
+            // spread over the plan: the simulation stops and names each as stuck
+            if (dt == 0) {
+                int tried = 0;
+                for (int k = 0; k < q.n && tried < 4; k += q.n / 4 + 1) {
+                    int j = k;
+                    while (j < q.n && q.ins[j].n_wait == 0) j++;
+                    if (j == q.n) break;
+                    q.ins[j].wait_tgt[0]++;
+                    const int r2 = g4_sq_simulate(&q, 2, ctr, stuck, 8, &n_stuck, why, sizeof why);
+                    // (the earliest stuck one is it: everything before it can run)
+                    const int named = n_stuck > 0 && stuck[0] == q.ins[j].id;
+                    CHECK_MSG(r2 < 2 * p->n && named,
+                              "%s G %d: instruction #%d waiting one above its target: %d of %d "
+                              "run, stuck not named (%s)",
+                              what, G, q.ins[j].id, r2, 2 * p->n, why);
+                    q.ins[j].wait_tgt[0]--;
+                    tried++;
+                }
+            }
+            g4_sq_free(&q);
+        }
+    }
+    queues_checked++;
+    free(seen);
+    free(sig);
+    free(ctr);
+}
+
 static int plans_checked, sims_run;
 
 static void check_cfg(const g4_text_config *c, const g4_sp_flags *f, g4_sp_grain grain, int keys,
@@ -130,6 +262,7 @@ static void check_cfg(const g4_text_config *c, const g4_sp_flags *f, g4_sp_grain
     if (rc) return;
     plan_clean(&p, name);
     sims_run += plan_runs(&p, name);
+    queue_checks(&p, c, f, name);
     plans_checked++;
     g4_sp_free(&p);
 }
@@ -847,6 +980,21 @@ static void test_shapes(void) {
     print_counts(&e, &f, G4_SP_KERNEL, 128);
     print_counts(&e, &f, G4_SP_TILE, 128);
     print_counts(&e, &f, G4_SP_TILE, 16384);
+    { // the step skeleton's bytes a step (bench/NOTES.md quotes them)
+        const g4_sp_opts o = {G4_SP_TILE, 512, 1, 0, 0, 0, 0, 0, 0};
+        g4_step_plan p;
+        CHECK(g4_sp_build(&e, &f, &o, &p) == 0);
+        for (int dt = 0; dt < 2; dt++) {
+            g4_sq q;
+            CHECK(g4_sq_build(&p, 264, (g4_sq_dtype)dt, &q) == 0);
+            printf("  E2B step skeleton at 512 keys, %s: %d instructions, %.1f MB of weights, "
+                   "%.2f MB of activations read, %.2f MB written, %d waits a step\n",
+                   dt ? "f16" : "Q4", q.n, q.w_bytes / 1e6, q.rd_bytes / 1e6, q.wr_bytes / 1e6,
+                   q.waits);
+            g4_sq_free(&q);
+        }
+        g4_sp_free(&p);
+    }
     free(f.qkv);
     free(f2.qkv);
     free(e.layer);
@@ -878,6 +1026,31 @@ static void test_shapes(void) {
     free(c.layer);
 }
 
+// A plan whose wait points forwards (a counter signalled after the waiter) is refused by the
+// queue builder in one line: its queues could deadlock (engine/step_queue.h).
+static void test_queue_refusal(void) {
+    g4_text_config c = small_cfg();
+    g4_sp_flags f = flags_all(&c, 1, 1, 0, 0, 0);
+    const g4_sp_opts o = {G4_SP_TILE, 10, 1, 0, 0, 0, 0, 0, 0};
+    g4_step_plan p;
+    CHECK(g4_sp_build(&c, &f, &o, &p) == 0);
+    g4_sq q;
+    CHECK(g4_sq_build(&p, 5, G4_SQ_Q4, &q) == 0);
+    g4_sq_free(&q);
+    int i = 1;
+    while (i < p.n && p.ins[i].n_wait == 0) i++;
+    CHECK(i < p.n - 1);
+    const g4_sp_wait keep = p.ins[i].wait[0];
+    p.ins[i].wait[0] = (g4_sp_wait){p.ins[p.n - 1].signal, 1}; // (the sample's counter)
+    CHECK(g4_sq_build(&p, 5, G4_SQ_Q4, &q) == G4_EUSER);
+    CHECK(strstr(g4_error(), "not a topological order") != NULL);
+    p.ins[i].wait[0] = keep;
+    CHECK(g4_sq_build(&p, 0, G4_SQ_Q4, &q) == G4_EUSER);
+    g4_sp_free(&p);
+    free(f.qkv);
+    free(c.layer);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--dump") == 0) { // the hand-counted config's tile plan
         g4_text_config c = small_cfg();
@@ -893,6 +1066,7 @@ int main(int argc, char **argv) {
     test_counts();
     test_mutations();
     test_shapes();
+    test_queue_refusal();
     cpu = g4_backend_cpu();
     rec = *cpu;
     rec.embed = r_embed;
@@ -914,5 +1088,8 @@ int main(int argc, char **argv) {
     CHECK_INT(combos, 4 * 32);
     printf("  %d plans checked clean, %d simulated runs without deadlock\n", plans_checked,
            sims_run);
+    printf("  step skeleton queues: %d plans x G 1, 3, 264 x Q4 / f16, %d two-step simulations "
+           "to the end, broken waits named\n",
+           queues_checked, queue_sims);
     return g4t_finish("test_step_plan");
 }

@@ -41,6 +41,13 @@
 #            flag line / vector size; the norm join; the same chain as PDL kernels; ms per
 #            hand-over), then the floor rows once for the same run's units. A row whose values
 #            were wrong says FAIL; a spin that never ends traps ("trapping"), never hangs
+#   stepskel issue 30, the floor of "one persistent kernel a step" (after build; ~1 min):
+#            test_cuda_step_skel (the skeleton a few steps on small configs: counters, epoch,
+#            no trap), then `bench --kernels --filter stepskel --reps 30` twice (E2B's tile plan
+#            as per-CTA queues with the real Q4 / f16 weight bytes and counters, each prefetch
+#            form, every co-resident CTA and 2 a SM, against one plain stream of the same bytes;
+#            a line a row: us a step / a layer, GB/s, waits found short). A wait that never ends
+#            traps ("trapping", naming the instruction), never hangs
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
 #            X^T X, GPTQ's factorisation and column work (and act-order), fit, gptq_imx; ~20 s
@@ -877,6 +884,14 @@ stage_handover() {
     ctest --test-dir build-gpu -R "test_pdl_sass|test_handover_plan" 2>&1 | grep -E "tests passed|Failed|\*\*\*"
     kbench_twice handover handover 300 -E "handover|FAIL|trapping|refused"
     stage_floor
+}
+
+# Issue 30 (bench/NOTES.md "The persistent skeleton of the decode step"; after build).
+stage_stepskel() {
+    timeout 300 build-gpu/tests/test_cuda_step_skel >"$OUT/stepskel_test.log" 2>&1
+    echo "test_cuda_step_skel: exit $? ($(tail -1 "$OUT/stepskel_test.log"))"
+    grep -E "FAIL|trapping|co-resident|counters as expected" "$OUT/stepskel_test.log" | cut -c1-200 | head -30
+    kbench_twice stepskel stepskel 300 -E "stepskel|FAIL|trapping|refused"
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
