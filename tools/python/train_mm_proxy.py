@@ -934,6 +934,31 @@ def heldout_pick(ns, k, seed):
     return sorted(chosen, key=lambda i: (ns[i], order.index(i)))
 
 
+def roll_chunks(ns, size):
+    """The batches of a rolled measurement (HeldOut here, mm_vision_probe's measure): the indices
+    of ns (each item's soft-token count: the roll moves whole images only within a batch of one
+    count; give one count for all to roll clips by one along the batch), grouped by count
+    (ascending; the given order within a count) and cut into near-equal interleaved chunks of at
+    most `size` (>= 2) items, never one alone: a lone item has no neighbour, so its rolled pass
+    would equal its as-is pass and pull the rolled gap toward 0. A count of 3, 5, ... items at
+    size 2 is cut into pairs and one chunk of 3. Returns (chunks [(count, [indices])], lone [the
+    indices of counts that have a single item: left out]); HeldOut's pick has none
+    (heldout_pick completes or drops them), the probe reports how many it left out."""
+    if size < 2:
+        raise SystemExit(f"train_mm_proxy: a rolled measurement's batch of {size}: expected >= 2")
+    by_n = {}
+    for i, n in enumerate(ns):
+        by_n.setdefault(n, []).append(i)
+    chunks, lone = [], []
+    for n, ids in sorted(by_n.items()):
+        if len(ids) == 1:
+            lone += ids
+            continue
+        parts = min(-(-len(ids) // size), len(ids) // 2)
+        chunks += [(n, ids[c::parts]) for c in range(parts)]
+    return chunks, lone
+
+
 class HeldOut:
     """--eval-every: the held-out answer loss (per answer token, as the training loss counts
     it: half_loss, under the same autocast) of a fixed subset of the held-out items, each three
@@ -965,16 +990,12 @@ class HeldOut:
                 ns = [0] * len(te)
             pick = heldout_pick(ns, k, seed)
             self.counts[kind] = len(pick)
-            groups = {}
-            for i in pick:
-                groups.setdefault(ns[i], []).append(i)
-            self.batches[kind] = []
-            for n, ids in groups.items():  # near-equal chunks of <= batch: none of one item
-                parts = -(-len(ids) // batch)
-                for c in range(parts):
-                    its = [ds.render(i) for i in ids[c::parts]]
-                    self.batches[kind].append((n if kind == "image" else 1,
-                                               collate(its, pad, pad_frames)))
+            chunks, lone = roll_chunks([ns[i] for i in pick], max(2, batch))
+            assert not lone, lone  # heldout_pick keeps no count alone
+            self.batches[kind] = [
+                (n if kind == "image" else 1,
+                 collate([ds.render(pick[j]) for j in js], pad, pad_frames))
+                for n, js in chunks]
         if not all(self.counts.values()):
             raise SystemExit(f"train_mm_proxy: --eval-items {k}: {self.counts} held-out items "
                              f"measurable in {data} (a lone image cannot be rolled)")
