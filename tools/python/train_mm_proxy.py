@@ -1227,7 +1227,8 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
-              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2",
+              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr",
+              "beta2",
               "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
@@ -1287,10 +1288,14 @@ def main():
     half = max(1, p["batch"] // 2)
     cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
     pin = dev.type == "cuda"
+    chars = char_items(tr_i) if args.v_chars else []
+    if args.v_chars and len(chars) * p["reps"] < half:  # (a loader of no batch never yields)
+        raise SystemExit(f"train_mm_proxy: --v-chars: {len(chars)} train strings with a "
+                         f"character for half-batches of {half}")
     streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed, p["workers"] // 2 + p["workers"] % 2,
                                 args.pad_to, pin),
-               "chars": forever(Items(char_items(tr_i), "image", args.data, fonts, pr, fe,
+               "chars": forever(Items(chars, "image", args.data, fonts, pr, fe,
                                       p["reps"], cache), half, args.seed + 2,
                                 p["workers"] // 2 + p["workers"] % 2, args.pad_to, pin)
                if args.v_chars else None,
