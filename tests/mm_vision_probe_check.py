@@ -9,7 +9,9 @@ initialisation and synthetic random-pixel images of three canvases (68, 64 and 7
   2. SoftTokens with shift n (the "shuf" pass, on a batch of images of n soft tokens each) gives
      the loss of the batch with its pixels rolled by one image, within 1e-5 (relative); the
      control: shift 1 (one soft token, not one image) is more than 1e-4 away;
-  3. eval_batches keeps one soft-token count a batch, every item once, at most `size` a batch;
+  3. roll_chunks (the probe's and the trainer's HeldOut's batches) keeps one soft-token count a
+     batch, every item with company once, <= `size` a batch, never one alone; a lone count is
+     left out (its rolled pass would be its own: the gap's bias toward 0 this prevents);
   4. cer counts character edits over reference characters: ("kitten", "sitting") 3 / 6, an
      exact answer 0, an empty one 1.
 Prints one line per check; exit 1 on the first failure."""
@@ -111,14 +113,18 @@ def main():
     print(f"mm_vision_probe_check: shuf (shift {n}) {shuf:.6f} = pixels rolled {ref:.6f}; "
           f"shift 1 {tokroll:.6f}, unrolled {own:.6f}")
 
-    # 3. eval_batches
-    its = [dict(n=k % 3) for k in range(11)]
-    eb = vp.eval_batches(its, 2)
-    seen = sorted(k for _, ks in eb for k in ks)
-    if seen != list(range(11)) or any(len(ks) > 2 or {its[k]["n"] for k in ks} != {m}
-                                      for m, ks in eb):
-        fail(f"eval_batches {eb}")
-    print(f"mm_vision_probe_check: eval_batches: {len(eb)} batches, one count each, 11 items once")
+    # 3. roll_chunks (train_mm_proxy's, the probe's batches and the trainer's HeldOut's): one
+    # count a chunk, every item of a count with company once, at most size a chunk (size + 1
+    # at size 2, odd counts), never a chunk of one; a count of one item left out
+    ns = [k % 3 for k in range(11)] + [7]  # counts 0: 4 items, 1: 4, 2: 3, 7: 1
+    for size, top in ((2, 3), (3, 3), (25, 4)):
+        eb, lone = tmp.roll_chunks(ns, size)
+        seen = sorted(k for _, ks in eb for k in ks)
+        if seen != list(range(11)) or lone != [11] or \
+                any(not 2 <= len(ks) <= top or {ns[k] for k in ks} != {m} for m, ks in eb):
+            fail(f"roll_chunks size {size}: {eb}, left out {lone}")
+    print(f"mm_vision_probe_check: roll_chunks: {len(eb)} batches at size 25, one count each, "
+          "none alone, 11 items once, the lone count left out")
 
     # 4. cer
     got = (mm_probe.cer(["kitten"], ["sitting"]), mm_probe.cer(["abc", "de"], ["abc", "de"]),

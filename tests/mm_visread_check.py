@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tests/test_mm_visread.sh's checks of tools/python/mm_vision_readout.py (issue 35) and
-train_mm_proxy's vision init options (init_vision_positions, scale_vision_residuals), on the CPU:
+train_mm_proxy's vision init options (init_vision_positions, scale_vision_residuals,
+init_vision_proj) and --v-chars' items, on the CPU:
   1. decompose_terms on a hand-worked 2 images x 2 positions x 1 dim layout (common 1, position
      +-1, image +-2, glyph +-0.5): sums of squares 4 / 4 / 16 / 1 of 25;
   2. transformers' init of the patch position table is ones (what the option replaces: every
@@ -13,6 +14,11 @@ train_mm_proxy's vision init options (init_vision_positions, scale_vision_residu
      layer equal the original x 1e-4, every other parameter unchanged; each layer's output then
      has per-patch cosine > 0.999 with its input, while at scale 1 (position table drawn, so
      the input is not one vector) the median is < 0.9; x <= 0 refused;
+  3b. init_vision_proj(0.3): input_proj's sample std within 5% of 0.3, no other tensor moved,
+     the global stream untouched, the same seed the same weights, std 0 refused; side_grad_norms
+     on gradients set by hand (2 on every input_proj entry, 3 on four embedding entries); and
+     char_items: "ab c" at shape 5 -> "c" (5 % 3: the 3rd of 3 non-space characters), a text of
+     spaces only dropped, the plan's item unchanged;
   4. features() on a 192 x 816 image: the patch grid 12 x 51, the soft-token grid 4 x 17 (68 =
      image_inputs' count), embed's width the decoder's;
   5. fit_depth on a synthetic cache (240 images, 200 train): grids whose columns hold each
@@ -199,12 +205,62 @@ def check_fit():
           f"characters), {cer[False]:.3f} (noise only)")
 
 
+def check_proj_and_chars(tok):
+    """init_vision_proj (--v-proj-init), side_grad_norms and char_items (--v-chars)."""
+    model = tower_model(tok)
+    w = model.model.vision_tower.patch_embedder.input_proj.weight
+    before = {n: x.detach().clone() for n, x in model.named_parameters()}
+    torch.manual_seed(7)
+    want_next = torch.rand(4)
+    torch.manual_seed(7)
+    tmp.init_vision_proj(model, 0.3, 5)
+    expect(torch.equal(want_next, torch.rand(4)), "init_vision_proj moved the global stream")
+    sd = float(w.detach().std())
+    expect(abs(sd / 0.3 - 1) < 0.05, f"drawn input_proj std {sd:.4f}, expected 0.3")
+    moved = [n for n, x in model.named_parameters() if not torch.equal(x, before[n])]
+    expect(moved == ["model.vision_tower.patch_embedder.input_proj.weight"],
+           f"init_vision_proj changed {moved}")
+    again = tower_model(tok)
+    tmp.init_vision_proj(again, 0.3, 5)
+    expect(torch.equal(w, again.model.vision_tower.patch_embedder.input_proj.weight),
+           "the same seed gave another input_proj")
+    tmp.init_vision_positions(again, 0.3, 5)  # (--v-pos-init's draw is another stream: seed + 1)
+    t = again.model.vision_tower.patch_embedder.position_embedding_table
+    expect(not torch.equal(t.flatten()[:64], w.flatten()[:64]), "the two draws share a stream")
+    try:
+        tmp.init_vision_proj(model, 0.0, 0)
+        expect(False, "std 0 was accepted")
+    except SystemExit as e:
+        expect("--v-proj-init" in str(e), f"std 0's error: {e}")
+    # side_grad_norms: a gradient put by hand on one tensor of each of two sides
+    for x in model.parameters():
+        x.grad = None
+    model.model.vision_tower.patch_embedder.input_proj.weight.grad = torch.full_like(w, 2.0)
+    e = model.model.language_model.embed_tokens.weight
+    e.grad = torch.zeros_like(e)
+    e.grad.view(-1)[:4] = 3.0
+    got = tmp.side_grad_norms(model)
+    want = {"vision_tower": 2.0 * w.numel() ** 0.5, "decoder": 6.0}
+    expect(set(got) == set(want) and all(abs(got[k] / want[k] - 1) < 1e-3 for k in want),
+           f"side_grad_norms {got}, expected {want}")
+    # char_items: one non-space character of each text, chosen by the item's shape seed
+    its = [dict(id="a", text="ab c", shape=5), dict(id="b", text="x", shape=3),
+           dict(id="c", text=" ", shape=1)]
+    ch = tmp.char_items(its)
+    expect([c["text"] for c in ch] == ["c", "x"] and [c["id"] for c in ch] == ["a_c", "b_c"]
+           and ch[0]["shape"] == 5 and its[0]["text"] == "ab c",
+           f"char_items {ch}")
+    print(f"mm_visread_check: input_proj drawn std {sd:.4f} (own stream), side_grad_norms, "
+          f"char_items: {CHECKS.n} checks")
+
+
 def main():
     torch.set_num_threads(1)
     check_decompose()
     tok = check_tokenizer(tmp, ["the cat sat", "open the door"])
     check_positions(tok)
     check_res_scale(tok)
+    check_proj_and_chars(tok)
     check_features(tok)
     check_fit()
     print(f"mm_visread_check: {CHECKS.n} checks passed")

@@ -3,7 +3,7 @@
 # of bench/NOTES.md "How fast the proxy learns to read"), on the CPU (tests/
 # mm_vision_probe_check.py, ~10 s): left-padded batched greedy decoding equals one-at-a-time
 # (control: right padding differs), the "shuf" pass rolls whole images (= the pixels rolled;
-# control: a one-row roll differs), eval_batches' grouping, cer's counts.
+# control: a one-row roll differs), roll_chunks' grouping, cer's counts.
 # The interpreter needs torch, transformers, tokenizers and numpy: $G4_TORCH_PYTHON (CI's
 # tools/install_deps.sh installs no torch); without it the test skips (77) saying why.
 set -u

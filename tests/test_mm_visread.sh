@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_mm_visread.sh: tools/python/mm_vision_readout.py's decomposition and read-out machinery
-# and train_mm_proxy's vision init options (init_vision_positions, scale_vision_residuals;
+# and train_mm_proxy's vision init options (init_vision_positions, scale_vision_residuals,
+# init_vision_proj; side_grad_norms, --v-chars' char_items;
 # issue 35), on the CPU (tests/mm_visread_check.py): a hand-worked decomposition; the default
 # position table is ones (one 2 x ones vector on every patch), the drawn one N(0, 0.02) from its
 # own generator; the residual scale touches exactly its 4 tensors and leaves a layer near

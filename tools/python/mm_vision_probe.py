@@ -17,7 +17,8 @@ media/test/*.png) and on --n-train-eval train strings (their planned rendering):
   loss         teacher-forced target loss (per target token) with the images
   loss_zero    the same with embed_vision's output zeroed (the decoder as a text-only model)
   loss_shuf    the same with each image given its batch neighbour's soft tokens (measuring
-               batches hold images of one soft-token count, so the roll moves whole images)
+               batches hold images of one soft-token count, so the roll moves whole images;
+               an image alone in its count is left out of every measure: "left_out")
   tf_exact     share of items whose every target token (the closing <turn|> included) is the
                teacher-forced argmax: equals greedy exact match (ties aside)
   exact        greedy decoding (HF generate, batched, left-padded) equal to the string
@@ -72,16 +73,6 @@ def left_batch(items):
                 image_position_ids=torch.from_numpy(np.stack([it["pp"] for it in items])))
 
 
-def eval_batches(items, size):
-    """items grouped by soft-token count (a roll then moves whole images), in batches of at
-    most size: [(n_soft, [item indices])]."""
-    by_n = {}
-    for k, it in enumerate(items):
-        by_n.setdefault(it["n"], []).append(k)
-    return [(n, ks[i:i + size]) for n, ks in sorted(by_n.items())
-            for i in range(0, len(ks), size)]
-
-
 class VisionMemo:
     """Inside measure(): the vision tower's output for a batch computed once and reused by the
     zeroed and rolled passes and generate's prefill (the tower is the costly part on a CPU; its
@@ -103,7 +94,12 @@ class VisionMemo:
 
 def measure(model, hook, tok, pr, items, size):
     """The losses, the teacher-forced exact share and the greedy exact share, OCRBench score and
-    CER on these items (dicts of Items.render plus "text" and "n"), in batches of <= size."""
+    CER on these items (dicts of Items.render plus "text" and "n"), in batches of <= size;
+    "items" counts those measured, "left_out" the images alone in their soft-token count."""
+    # batches of one soft-token count (the roll moves whole images), never an image alone (its
+    # rolled pass would be its own): a count held by one image is left out (train_mm_proxy's
+    # roll_chunks, shared with the trainer's HeldOut)
+    chunks, lone = tmp.roll_chunks([it["n"] for it in items], size)
     model.eval()
     memo = VisionMemo(model.model.vision_tower)
     sums = {m: [0.0, 0] for m in ("loss", "loss_zero", "loss_shuf")}
@@ -111,7 +107,7 @@ def measure(model, hook, tok, pr, items, size):
     eos = [1, pr.id["<turn|>"]]
     try:
         with torch.no_grad():
-            for bi, (n, ks) in enumerate(eval_batches(items, size)):
+            for bi, (n, ks) in enumerate(chunks):
                 memo.key = bi
                 b = tmp.collate([items[k] for k in ks])
                 lab = b.pop("labels")
@@ -144,7 +140,9 @@ def measure(model, hook, tok, pr, items, size):
         hook.mode, hook.shift = None, 1
     model.train()
     r = {k: v[0] / v[1] for k, v in sums.items()}
-    r.update(items=len(items), tf_exact=tf_ok / len(items), generated=len(refs))
+    n_items = sum(len(ks) for _, ks in chunks)
+    r.update(items=n_items, left_out=len(lone), tf_exact=tf_ok / max(1, n_items),
+             generated=len(refs))
     if refs:
         r.update(exact=ok / len(refs), ocrbench=ocr / len(refs), cer=mm_probe.cer(refs, hyps),
                  exact_count=ok, tf_exact_count=tf_ok,

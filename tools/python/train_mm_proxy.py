@@ -13,6 +13,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X]
                                                [--v-pos-init S] [--v-res-scale X]
+                                               [--v-proj-init STD] [--v-chars N]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -73,7 +74,15 @@ functions that wrote the held-out files).
    mm_vision_readout.py, bench/NOTES.md "What the random vision tower keeps of the glyphs"; on
    the CPU probe it did not bring reading forward by 6,800 images). --v-res-scale X: the
    vision layers' two residual-branch post-norm weights x X (scale_vision_residuals, the twin
-   of --a-res-scale).
+   of --a-res-scale). --v-proj-init STD: the patch embedder's input_proj drawn N(0, STD)
+   (init_vision_proj; transformers' 0.02): with --v-pos-init 0.02 the patch embedding is the
+   pixels' projection alone, RMS ~0.35, and the first layer's RMSNorm multiplies the gradient
+   by its inverse: at the proxy's shapes the tower's gradient at step 0 is 100,800 against the
+   decoder's 10,030 (the H100 run's first norm 41,343, s26's with the ones table 3,302);
+   at 0.3 it is 7,240 against 8,490 (bench/NOTES.md "Why the proxy does not read").
+   --v-chars N: the first N steps' image half-batches show one character of each train string
+   (char_items: its font, colours, noise; the answer one token that only the pixels tell),
+   then the strings (a curriculum; measured on the CPU at the tiny preset: no held-out gap).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -109,7 +118,9 @@ functions that wrote the held-out files).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
-   {step, image: {loss, zeroed, rolled}, audio: {...}, seconds}, eval_items), exports OUT/f16 with
+   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos}, audio: {...}, text_rms, seconds},
+   eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
+   side_grad_norms), exports OUT/f16 with
    tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
    max_soft_tokens to 70.
 """
@@ -270,6 +281,20 @@ class Prompter:
 
     def target(self, text):
         return self.enc(text) + [self.id["<turn|>"]]
+
+
+def char_items(items):
+    """--v-chars: each train image item with its text cut to one of its characters (not a space;
+    which one from the item's own "shape" seed, so the same plan gives the same characters) and
+    an id of its own; font, size, colours, background, rotation, noise and canvas choice as
+    planned. The answer is then one token and <turn|>: it cannot be guessed from the strings'
+    language statistics (as most of a word's tokens can, given the first), only read."""
+    out = []
+    for it in items:
+        cs = [c for c in it["text"] if not c.isspace()]
+        if cs:
+            out.append(dict(it, id=it["id"] + "_c", text=cs[it["shape"] % len(cs)]))
+    return out
 
 
 class Items(torch.utils.data.Dataset):
@@ -656,7 +681,24 @@ def init_vision_positions(model, std, seed):
         t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).to(t) * std)
 
 
-def build_model(p, tok, seed, a_res_scale=None, v_pos_init=None, v_res_scale=None):
+def init_vision_proj(model, std, seed):
+    """--v-proj-init: draws the patch embedder's input_proj (pixels -> D) from N(0, std) with its
+    own generator (torch seed `seed` + 1: --v-pos-init's is `seed`). At transformers' 0.02 the
+    pixels' projection has an RMS of ~0.3; with the position table drawn small (--v-pos-init
+    0.02) that is the whole patch embedding, and the first layer's RMSNorm divides the gradient
+    by it: the proxy tower's gradient at step 0 is ~10x the decoder's (bench/NOTES.md "Why the
+    proxy does not read"). A larger std keeps the patch embedding near unit RMS with the same
+    content (the shares of pixels, position and glyph do not change with its scale)."""
+    if not std > 0:
+        raise SystemExit(f"train_mm_proxy: --v-proj-init {std}: expected > 0")
+    w = model.model.vision_tower.patch_embedder.input_proj.weight
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        w.copy_(torch.randn(w.shape, generator=g, dtype=torch.float32).to(w) * std)
+
+
+def build_model(p, tok, seed, a_res_scale=None, v_pos_init=None, v_res_scale=None,
+                v_proj_init=None):
     """The proxy's Gemma-4 from preset p (fp32; sdpa everywhere: transformers 5.17's eager audio
     attention inverts its band mask, tools/python/mm_reference.py, and g4cu computes the band the
     sdpa path uses) with the init options that are not None applied; the caller seeds torch."""
@@ -670,11 +712,31 @@ def build_model(p, tok, seed, a_res_scale=None, v_pos_init=None, v_res_scale=Non
         init_vision_positions(model, v_pos_init, seed)
     if v_res_scale is not None:
         scale_vision_residuals(model, v_res_scale)
+    if v_proj_init is not None:
+        init_vision_proj(model, v_proj_init, seed)
     return model
 
 
 SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
+
+
+def side_grad_norms(model):
+    """The norm of each side's gradient as the optimizer takes it (after clip_trained's scaling,
+    which is the same for every side, so the ratios are the raw gradients'): decoder,
+    vision_tower, embed_vision, audio_tower, embed_audio; a side without a gradient (frozen)
+    is left out. One host sync (train.json's grad_norm_sides_every_25)."""
+    sides = {"vision_tower": "model.vision_tower.", "embed_vision": "model.embed_vision.",
+             "audio_tower": "model.audio_tower.", "embed_audio": "model.embed_audio."}
+    sq = {}
+    for n, x in model.named_parameters():
+        if x.grad is not None:
+            k = next((k for k, v in sides.items() if n.startswith(v)), "decoder")
+            sq.setdefault(k, []).append(x.grad.float().pow(2).sum())
+    if not sq:
+        return {}
+    vals = torch.stack([torch.stack(v).sum() for v in sq.values()]).sqrt().tolist()
+    return {k: float(f"{v:.4g}") for k, v in zip(sq, vals)}
 
 
 def bad_grads(model, head=None):
@@ -934,6 +996,31 @@ def heldout_pick(ns, k, seed):
     return sorted(chosen, key=lambda i: (ns[i], order.index(i)))
 
 
+def roll_chunks(ns, size):
+    """The batches of a rolled measurement (HeldOut here, mm_vision_probe's measure): the indices
+    of ns (each item's soft-token count: the roll moves whole images only within a batch of one
+    count; give one count for all to roll clips by one along the batch), grouped by count
+    (ascending; the given order within a count) and cut into near-equal interleaved chunks of at
+    most `size` (>= 2) items, never one alone: a lone item has no neighbour, so its rolled pass
+    would equal its as-is pass and pull the rolled gap toward 0. A count of 3, 5, ... items at
+    size 2 is cut into pairs and one chunk of 3. Returns (chunks [(count, [indices])], lone [the
+    indices of counts that have a single item: left out]); HeldOut's pick has none
+    (heldout_pick completes or drops them), the probe reports how many it left out."""
+    if size < 2:
+        raise SystemExit(f"train_mm_proxy: a rolled measurement's batch of {size}: expected >= 2")
+    by_n = {}
+    for i, n in enumerate(ns):
+        by_n.setdefault(n, []).append(i)
+    chunks, lone = [], []
+    for n, ids in sorted(by_n.items()):
+        if len(ids) == 1:
+            lone += ids
+            continue
+        parts = min(-(-len(ids) // size), len(ids) // 2)
+        chunks += [(n, ids[c::parts]) for c in range(parts)]
+    return chunks, lone
+
+
 class HeldOut:
     """--eval-every: the held-out answer loss (per answer token, as the training loss counts
     it: half_loss, under the same autocast) of a fixed subset of the held-out items, each three
@@ -965,22 +1052,23 @@ class HeldOut:
                 ns = [0] * len(te)
             pick = heldout_pick(ns, k, seed)
             self.counts[kind] = len(pick)
-            groups = {}
-            for i in pick:
-                groups.setdefault(ns[i], []).append(i)
-            self.batches[kind] = []
-            for n, ids in groups.items():  # near-equal chunks of <= batch: none of one item
-                parts = -(-len(ids) // batch)
-                for c in range(parts):
-                    its = [ds.render(i) for i in ids[c::parts]]
-                    self.batches[kind].append((n if kind == "image" else 1,
-                                               collate(its, pad, pad_frames)))
+            chunks, lone = roll_chunks([ns[i] for i in pick], max(2, batch))
+            assert not lone, lone  # heldout_pick keeps no count alone
+            self.batches[kind] = [
+                (n if kind == "image" else 1,
+                 collate([ds.render(pick[j]) for j in js], pad, pad_frames))
+                for n, js in chunks]
         if not all(self.counts.values()):
             raise SystemExit(f"train_mm_proxy: --eval-items {k}: {self.counts} held-out items "
                              f"measurable in {data} (a lone image cannot be rolled)")
 
     def measure(self):
-        """{kind: {loss, zeroed, rolled}} on the subset (means over its answer tokens)."""
+        """{kind: {loss, zeroed, rolled, soft_rms, soft_cos}} on the subset (the losses: means
+        over its answer tokens), and text_rms. The scale the decoder sees: soft_rms, the RMS of
+        the media's soft tokens (embed_vision / embed_audio's output; the clips' padding frames
+        included), against text_rms, the text embeddings' (embed_tokens x sqrt(H), every id);
+        soft_cos, the mean cosine of each soft token to its batch's mean soft token (near 1:
+        every image or clip hands the decoder nearly the same vector, whatever it shows)."""
         m = self.model.model
         hooks = {"image": self.SoftTokens(), "audio": self.SoftTokens()}
         handles = [m.embed_vision.register_forward_hook(hooks["image"]),
@@ -992,7 +1080,7 @@ class HeldOut:
             with torch.no_grad(), torch.random.fork_rng(devices=devices):
                 for kind, hook in hooks.items():
                     sums = {"loss": 0.0, "zeroed": 0.0, "rolled": 0.0}
-                    tokens = 0
+                    tokens, ms, cs = 0, [], []
                     for shift, b in self.batches[kind]:
                         b = {n: v.to(self.dev) for n, v in b.items()}
                         lab = b.pop("labels")
@@ -1002,9 +1090,19 @@ class HeldOut:
                                            ("shuf", "rolled")):
                             hook.mode = mode
                             sums[name] += float(half_loss(self.model, b, lab, self.amp)) * n_tok
+                            if mode is None:
+                                x = hook.last.float().reshape(-1, hook.last.shape[-1])
+                                ms.append(x.pow(2).mean())
+                                cs.append(torch.nn.functional.cosine_similarity(
+                                    x, x.mean(0, keepdim=True)).mean())
                         hook.mode = None
                         tokens += n_tok
                     out[kind] = {name: s / tokens for name, s in sums.items()}
+                    out[kind]["soft_rms"] = float(torch.stack(ms).mean().sqrt())
+                    out[kind]["soft_cos"] = float(torch.stack(cs).mean())
+                e = m.language_model.embed_tokens
+                out["text_rms"] = float((e.weight.float() * e.embed_scale.float())
+                                        .pow(2).mean().sqrt())
         finally:
             for h in handles:
                 h.remove()
@@ -1028,6 +1126,9 @@ def main():
     ap.add_argument("--warmup", type=int, help="linear warm-up steps (the preset's)")
     ap.add_argument("--v-lr-mult", type=float,
                     help="the vision side's learning rate over the decoder's (the preset's, else 1)")
+    ap.add_argument("--v-chars", type=int, default=0, metavar="N",
+                    help="the first N steps' image half-batches are single characters of the "
+                    "train strings (char_items), then the strings (0: off)")
     ap.add_argument("--a-lr-mult", type=float,
                     help="the audio side's learning rate over the decoder's (the preset's, else 1)")
     ap.add_argument("--a-warmup", type=int,
@@ -1053,6 +1154,9 @@ def main():
     ap.add_argument("--v-pos-init", type=float, metavar="S",
                     help="the vision patch position table drawn N(0, S) at init instead of "
                     "transformers' ones (init_vision_positions; the preset's, else ones)")
+    ap.add_argument("--v-proj-init", type=float, metavar="STD",
+                    help="draw the vision patch embedder's input_proj N(0, STD) (init_vision_proj;"
+                    " transformers' 0.02)")
     ap.add_argument("--v-res-scale", type=float, metavar="X",
                     help="the vision layers' residual-branch output scales x X at init "
                     "(scale_vision_residuals; the preset's, else 1)")
@@ -1109,6 +1213,8 @@ def main():
         # a 10-minute budget silently spent on the CPU would export an untrained proxy
         raise SystemExit("train_mm_proxy: --device cuda but torch sees no CUDA device "
                          f"(torch {torch.__version__}); pass --device cpu to train on the CPU")
+    if args.v_chars < 0:
+        raise SystemExit(f"train_mm_proxy: --v-chars {args.v_chars}: expected 0 or more")
     if args.eval_every < 0 or args.eval_items < 2:
         raise SystemExit(f"train_mm_proxy: --eval-every {args.eval_every} (>= 0), --eval-items "
                          f"{args.eval_items} (>= 2: a roll needs a neighbour)")
@@ -1121,7 +1227,8 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
               "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
-              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "lr", "beta2",
+              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr",
+              "beta2",
               "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
@@ -1175,15 +1282,23 @@ def main():
 
     fe = Gemma4AudioFeatureExtractor()
     model = build_model(p, tok, args.seed, p.get("a_res_scale"), p.get("v_pos_init"),
-                        p.get("v_res_scale")).to(dev)
+                        p.get("v_res_scale"), p.get("v_proj_init")).to(dev)
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
     cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
     pin = dev.type == "cuda"
+    chars = char_items(tr_i) if args.v_chars else []
+    if args.v_chars and len(chars) * p["reps"] < half:  # (a loader of no batch never yields)
+        raise SystemExit(f"train_mm_proxy: --v-chars: {len(chars)} train strings with a "
+                         f"character for half-batches of {half}")
     streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed, p["workers"] // 2 + p["workers"] % 2,
                                 args.pad_to, pin),
+               "chars": forever(Items(chars, "image", args.data, fonts, pr, fe,
+                                      p["reps"], cache), half, args.seed + 2,
+                                p["workers"] // 2 + p["workers"] % 2, args.pad_to, pin)
+               if args.v_chars else None,
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed + 1, p["workers"] // 2, args.pad_to, pin,
                                 args.pad_frames)}
@@ -1219,7 +1334,11 @@ def main():
         held_rows.append(dict(step=done, **r, seconds=round(time.time() - th, 3)))
         print(f"train_mm_proxy: held-out step {done}: " + "; ".join(
             f"{k} loss {v['loss']:.4f} zeroed {v['zeroed']:.4f} ({v['zeroed'] - v['loss']:+.4f})"
-            f" rolled {v['rolled']:.4f} ({v['rolled'] - v['loss']:+.4f})" for k, v in r.items())
+            f" rolled {v['rolled']:.4f} ({v['rolled'] - v['loss']:+.4f})"
+            for k, v in r.items() if k != "text_rms")
+            + f"; soft tokens' RMS image {r['image']['soft_rms']:.3f} audio "
+            f"{r['audio']['soft_rms']:.3f} (text {r['text_rms']:.3f}), cosine to their mean "
+            f"image {r['image']['soft_cos']:.3f} audio {r['audio']['soft_cos']:.3f}"
             + f" ({time.time() - th:.1f} s)", flush=True)
     loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
@@ -1227,7 +1346,7 @@ def main():
     model.train()
     losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
-    compile_failed = None
+    compile_failed, side_norms = None, []
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
         for g in opt.param_groups:
@@ -1239,7 +1358,11 @@ def main():
                     x.requires_grad_(on)
             trained, live = now, trained_params(opt)
         tw = time.time()  # the loader's share: waiting for both half-batches and the copy
-        batches = {k: {n: v.to(dev, non_blocking=pin) for n, v in next(streams[k]).items()}
+        if streams["chars"] is not None and step == args.v_chars:
+            streams["chars"] = None  # (its loader's workers go)
+        batches = {k: {n: v.to(dev, non_blocking=pin) for n, v in
+                       next(streams["chars" if k == "image" and streams["chars"] is not None
+                                    else k]).items()}
                    for k in ("image", "audio")}
         wait += time.time() - tw
         if args.profile and step == 20:
@@ -1264,6 +1387,8 @@ def main():
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
                        norms, live, loss_fn, spread)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
+        if step % 25 == 0:  # (the gradients stay until the next step's zero_grad)
+            side_norms.append(side_grad_norms(model))
         if args.profile and step == 20 + args.profile - 1:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
@@ -1327,6 +1452,7 @@ def main():
             "heldout": held_rows,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
+            "grad_norm_sides_every_25": side_norms, "v_chars": args.v_chars,
             "seconds": times,
             "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]],
                              "median": med_s, "max": max(step_s),
