@@ -57,14 +57,18 @@ static int matches(const char *filter, const char *shape) {
     return !filter || !*filter || strstr("stepskel", filter) || strstr(shape, filter);
 }
 
+// A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
+static void row_shape(char *s, size_t n, const char *dn, int pf, int G) {
+    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d", dn, pf, G, STEPSKEL_KEYS, STEPSKEL_SPLIT_KEYS);
+}
+
 static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
                        const g4_step_plan *p, g4_sq_dtype dt, int G) {
     const char *dn = dt == G4_SQ_Q4 ? "q4" : "f16";
     char shape[80]; // (room for " FAIL" in the row's 96)
     int any = 0;
     for (int pf = 0; pf < 3; pf++) {
-        snprintf(shape, sizeof shape, "E2B %s pf=%d G=%d keys=%d/%d", dn, pf, G, STEPSKEL_KEYS,
-                 STEPSKEL_SPLIT_KEYS);
+        row_shape(shape, sizeof shape, dn, pf, G);
         any |= matches(filter, shape);
     }
     if (!any) return n;
@@ -83,8 +87,7 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
     long long last_short = 0;
     int last_epoch = 0;
     for (int pf = 0; pf < 3 && n < max; pf++) {
-        snprintf(shape, sizeof shape, "E2B %s pf=%d G=%d keys=%d/%d", dn, pf, G, STEPSKEL_KEYS,
-                 STEPSKEL_SPLIT_KEYS);
+        row_shape(shape, sizeof shape, dn, pf, G);
         if (!matches(filter, shape)) continue;
         g4_kbench_row *r = &rows[n];
         memset(r, 0, sizeof *r);

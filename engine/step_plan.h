@@ -41,10 +41,6 @@
 
 #include "loader/model_config.h"
 
-#ifdef __cplusplus
-extern "C" { // (kernels/bench/bench_stepskel.cu)
-#endif
-
 struct g4_text_state;
 
 typedef enum { G4_SP_KERNEL = 0, G4_SP_TILE = 1 } g4_sp_grain;
@@ -250,9 +246,5 @@ const char *g4_sp_kind_name(int kind);
 const char *g4_sp_weight_name(int w);
 // "h", "x", "kc3.0" (K cache of slot 3, KV head 0), ...; into buf.
 const char *g4_sp_buf_name(const g4_step_plan *p, int buf, char *s, size_t n);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif

@@ -185,6 +185,15 @@ void g4_sq_free(g4_sq *q) {
     memset(q, 0, sizeof *q);
 }
 
+// The first wait of instruction in not met in step s (in->n_wait: all met): a wait is met when
+// its counter reached s x its signals a step + the plan's target (the kernel's test,
+// step_skeleton.cu).
+static int first_unmet(const int *ctr, const g4_sq_instr *in, int s) {
+    int w = 0;
+    while (w < in->n_wait && ctr[in->wait_ctr[w]] >= s * in->wait_step[w] + in->wait_tgt[w]) w++;
+    return w;
+}
+
 int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuck, int *n_stuck,
                    char *why, size_t why_n) {
     memset(ctr, 0, sizeof(int) * (size_t)q->n_counters);
@@ -200,10 +209,7 @@ int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuc
             for (int b = 0; b < q->G; b++) { // one instruction a CTA a round
                 if (head[b] == q->start[b + 1]) continue;
                 const g4_sq_instr *in = &q->ins[head[b]];
-                int ready = 1;
-                for (int w = 0; w < in->n_wait; w++)
-                    ready &= ctr[in->wait_ctr[w]] >= s * in->wait_step[w] + in->wait_tgt[w];
-                if (!ready) continue;
+                if (first_unmet(ctr, in, s) < in->n_wait) continue;
                 if (in->signal >= 0) ctr[in->signal]++;
                 head[b]++;
                 left--;
@@ -225,9 +231,7 @@ int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuc
                 stuck[(*n_stuck)++] = q->ins[head[b]].id;
         if (why_n) {
             const g4_sq_instr *in = &q->ins[head[root]];
-            int w = 0;
-            while (w < in->n_wait && ctr[in->wait_ctr[w]] >= s * in->wait_step[w] + in->wait_tgt[w])
-                w++;
+            const int w = first_unmet(ctr, in, s);
             snprintf(why, why_n,
                      "step %d: %d instructions left; the first stuck: CTA %d at instruction #%d, "
                      "counter %d at %d of %d",

@@ -34,10 +34,6 @@
 #include "kernels/step_skel_queues.h"
 #include "loader/model_config.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
 // Queues of plan p for G CTAs, weights as dt. G4_OK, or a user error naming the instruction
 // whose wait does not point backwards (or the bad G). Instructions without a feature and K range
 // (non-GEMVs, and the kernel plan's whole-op instructions) stream no weight. g4_sq_free frees.
@@ -66,9 +62,5 @@ typedef struct {
 } g4_sp_shape;
 extern const g4_sp_shape g4_sp_shape_e2b; // Gemma-4 E2B's text decoder
 void g4_sp_shape_config(const g4_sp_shape *sh, g4_text_config *c);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif

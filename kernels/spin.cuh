@@ -2,8 +2,8 @@
 // (issue 30 stage 2): the waiter's bounded acquire spin and the publisher's release forms.
 // Internal: included by kernels/*.cu and kernels/bench/*.cu only. Used by persist_mlp.cu,
 // step_skeleton.cu and kernels/bench/bench_handover.cu (which measures what one hand-over costs).
-// defines: g4_ld_acquire, g4_ld_relaxed, g4_spin_geq, g4_spin_geq_instr, g4_red_release_add,
-// g4_st_release, G4_SPIN_MAX_POLLS.
+// defines: g4_ld_acquire, g4_ld_relaxed, g4_spin_geq_at, g4_spin_geq, g4_spin_geq_instr,
+// g4_red_release_add, g4_st_release, G4_SPIN_MAX_POLLS.
 //
 // Scope is .gpu everywhere (never .sys: an over-scoped fence or invalidate was 27% of a
 // megakernel's latency, ../shared/bench/ANCHORS.md). A counter should sit alone in its 128-byte
@@ -41,17 +41,24 @@ __device__ __forceinline__ int g4_ld_relaxed(const int *p) {
 // in program order: the PTX model's acquire pattern; cheaper polls if the acquire's per-load
 // L1 invalidate shows; bench_handover.cu measures it).
 // sleep_ns > 0 backs off between polls (many pollers on one line). Bounded: after
-// G4_SPIN_MAX_POLLS polls it prints who / which block / the count and traps, so the launch
-// fails and the host's next CUDA call reports it, instead of hanging the GPU. Returns the value.
-static __device__ __noinline__ int g4_spin_geq(const int *p, int target, unsigned sleep_ns,
-                                               bool relaxed_polls, const char *who) {
+// G4_SPIN_MAX_POLLS polls it prints who / which block / the count (and, for a plan's instruction,
+// instr >= 0: its plan index and which of its waits) and traps, so the launch fails and the
+// host's next CUDA call reports it, instead of hanging the GPU. Returns the value.
+static __device__ __noinline__ int g4_spin_geq_at(const int *p, int target, unsigned sleep_ns,
+                                                  bool relaxed_polls, const char *who, int instr,
+                                                  int wait) {
     unsigned polls = 0;
     int v;
     while ((v = relaxed_polls ? g4_ld_relaxed(p) : g4_ld_acquire(p)) < target) {
         if (sleep_ns) __nanosleep(sleep_ns);
         if (++polls == G4_SPIN_MAX_POLLS) {
-            printf("%s: CTA %d polled a counter %u times: %d of %d; trapping\n", who,
-                   (int)blockIdx.x, polls, v, target);
+            if (instr >= 0)
+                printf("%s: CTA %d, instruction #%d, wait %d polled a counter %u times: %d of "
+                       "%d; trapping\n",
+                       who, (int)blockIdx.x, instr, wait, polls, v, target);
+            else
+                printf("%s: CTA %d polled a counter %u times: %d of %d; trapping\n", who,
+                       (int)blockIdx.x, polls, v, target);
             __trap();
         }
     }
@@ -59,22 +66,16 @@ static __device__ __noinline__ int g4_spin_geq(const int *p, int target, unsigne
     return v;
 }
 
-// g4_spin_geq's acquire polls (no back-off) for a plan's instruction: the trap message names
-// the instruction (`what`, its plan index) and the wait, so a bad queue or target is found from
-// the log alone (kernels/step_skeleton.cu).
-static __device__ __noinline__ int g4_spin_geq_instr(const int *p, int target, const char *who,
-                                                     int what, int wait) {
-    unsigned polls = 0;
-    int v;
-    while ((v = g4_ld_acquire(p)) < target) {
-        if (++polls == G4_SPIN_MAX_POLLS) {
-            printf("%s: CTA %d, instruction #%d, wait %d polled a counter %u times: %d of %d; "
-                   "trapping\n",
-                   who, (int)blockIdx.x, what, wait, polls, v, target);
-            __trap();
-        }
-    }
-    return v;
+__device__ __forceinline__ int g4_spin_geq(const int *p, int target, unsigned sleep_ns,
+                                           bool relaxed_polls, const char *who) {
+    return g4_spin_geq_at(p, target, sleep_ns, relaxed_polls, who, -1, 0);
+}
+
+// A plan's instruction waiting (acquire polls, no back-off): the trap names the instruction and
+// the wait, so a bad queue or target is found from the log alone (kernels/step_skeleton.cu).
+__device__ __forceinline__ int g4_spin_geq_instr(const int *p, int target, const char *who,
+                                                 int instr, int wait) {
+    return g4_spin_geq_at(p, target, 0, false, who, instr, wait);
 }
 
 // *p += v with release semantics at gpu scope, no separate fence and no returned value: the

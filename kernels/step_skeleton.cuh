@@ -7,7 +7,7 @@
 // barrier, red.release.gpu on its counter's line). No arithmetic of the model: what it measures
 // is what the design costs before any math.
 // Test: tests/test_cuda_step_skel.c (GPU), the queues on the CPU in tests/test_step_plan.c.
-// Bench: `g4cu bench --kernels --filter stepskel` (kernels/bench/bench_stepskel.cu).
+// Bench: `g4cu bench --kernels --filter stepskel` (api/bench_stepskel.c).
 #ifndef G4_STEP_SKELETON_CUH
 #define G4_STEP_SKELETON_CUH
 

@@ -10,7 +10,7 @@
 #   - griddepcontrol.launch_dependents (SASS PREEXIT) is present, after the wait.
 #   - a call before the wait (a called integer division, say) reaches no such instruction either:
 #     its body is followed from the target to its RET; a call to an absolute address (printf) or
-#     an unknown target fails (kernels/spin.cuh's g4_spin_geq is a __noinline__ call: a spin
+#     an unknown target fails (kernels/spin.cuh's g4_spin_geq_at is a __noinline__ call: a spin
 #     before the wait would otherwise pass unseen).
 # Program order = the listing's order; the rule puts the wait in the straight-line prologue, so
 # for these kernels that is the execution order up to the wait. A kernel name found at a launch
