@@ -383,6 +383,72 @@ static inline void imx_two_moves(const double *t, const double *mi, int nd, doub
     *dm = a, *dp = b;
 }
 
+// A sweep's start at (s, z): the codes rounded to nearest (nearest 1) or as given, d[n] each
+// weight's error (q - z) s - x, t[nd] = bias + sum_i mu_i d_i (imx_codes_at, imx_block_n).
+static void imx_sweep_start(const float *x, const double *mu, const double *bias, int nd, int st,
+                            int n, double s, int z, int nearest, uint8_t *codes, double *d,
+                            double *t) {
+    for (int j = 0; j < nd; j++) t[j] = bias[j];
+    for (int i = 0; i < n; i++) {
+        double v = codes[i];
+        if (nearest) {
+            v = rint((double)x[i] / s + z);
+            v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
+            codes[i] = to_u8(v);
+        }
+        d[i] = (v - z) * s - x[i];
+        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d[i];
+    }
+}
+
+// The least change of E a sweep's move must make to be taken: below 0 (best NULL: imx_codes_at)
+// or below -1e-12 x max(E so far, 1) (imx_block_n's; *best is E so far).
+static inline double imx_move_floor(const double *best) {
+    return best ? -1e-12 * (*best > 0 ? *best : 1) : 0;
+}
+
+// One code's step of a sweep (imx_codes_at's, imx_block_n's): the code - 1, then + 1 (from the
+// state the first move left), each taken where E falls past imx_move_floor. Both are judged from
+// one state (imx_two_moves); the + 1 move is judged again, alone, where the - 1 move was taken
+// (the same expressions and order as one move at a time, so the same bits). d: the weight's
+// error (q - z) s - x, t[nd] the shared terms, mi[nd] the weight's mu, wi its importance; split
+// as imx_two_moves's (the re-judged + 1 move's sum in the same order); best: NULL, or E so far
+// (moved with each move taken). Returns 1 when the code moved.
+static inline int imx_move_code(uint8_t *code, double *d, double *t, const double *mi, double wi,
+                                int nd, double s, int split, double *best) {
+    double nt[G4_IMX_MAX_DIRS], nt2[2 * G4_IMX_MAX_DIRS];
+    const double ndm = *d - s, ndp = *d + s, dd2 = *d * *d;
+    double dm = wi * (ndm * ndm - dd2), dp = wi * (ndp * ndp - dd2);
+    imx_two_moves(t, mi, nd, s, split, &dm, &dp, nt2);
+    if (*code > 0 && dm < imx_move_floor(best)) {
+        --*code, *d = ndm;
+        if (best) *best += dm;
+        for (int j = 0; j < nd; j++) t[j] = nt2[2 * j];
+        const double nd_ = *d + s; // code + 1 from here (back where it was)
+        double delta = wi * (nd_ * nd_ - *d * *d);
+        for (int j = 0; j < nd; j++) {
+            nt[j] = t[j] + mi[j] * s;
+            if (split)
+                delta = delta + nt[j] * nt[j], delta = delta - t[j] * t[j];
+            else
+                delta += nt[j] * nt[j] - t[j] * t[j];
+        }
+        if (delta < imx_move_floor(best)) {
+            ++*code, *d = nd_;
+            if (best) *best += delta;
+            for (int j = 0; j < nd; j++) t[j] = nt[j];
+        }
+        return 1;
+    }
+    if (*code < 15 && dp < imx_move_floor(best)) {
+        ++*code, *d = ndp;
+        if (best) *best += dp;
+        for (int j = 0; j < nd; j++) t[j] = nt2[2 * j + 1];
+        return 1;
+    }
+    return 0;
+}
+
 // t[nd] += sign x the block's share of the column's shared terms, sum_i mu[i][j] d_i with
 // d_i = (q_i - z) s - x_i (the stored form's error); mu in imx_err's layout (stride st).
 static void imx_add_share(const float *x, const double *mu, int nd, int st, int n,
@@ -414,48 +480,12 @@ static double imx_err_codes(const float *x, const double *w, const double *mu, c
 #define IMX_SWEEPS 4
 static double imx_codes_at(const float *x, const double *w, const double *mu, const double *bias,
                            int nd, int st, int n, double s, int z, int nearest, uint8_t *codes) {
-    double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS], nt[G4_IMX_MAX_DIRS];
-    for (int j = 0; j < nd; j++) t[j] = bias[j];
-    for (int i = 0; i < n; i++) {
-        double v = codes[i];
-        if (nearest) {
-            v = rint((double)x[i] / s + z);
-            v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
-            codes[i] = to_u8(v);
-        }
-        d[i] = (v - z) * s - x[i];
-        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d[i];
-    }
-    double nt2[2 * G4_IMX_MAX_DIRS];
+    double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS];
+    imx_sweep_start(x, mu, bias, nd, st, n, s, z, nearest, codes, d, t);
     for (int sweep = 0, moved = 1; nd > 0 && moved && sweep < IMX_SWEEPS; sweep++) {
         moved = 0;
-        for (int i = 0; i < n; i++) {
-            // code i - 1, then code i + 1 (from the state the first move left), each taken
-            // where E falls. Both are judged from the same state (imx_two_moves); the + 1 move
-            // is judged again, alone, where the - 1 move was taken (the same expressions and
-            // order as one move at a time, so the same bits)
-            const double *mi = mu + (size_t)i * st;
-            const double ndm = d[i] - s, ndp = d[i] + s, dd2 = d[i] * d[i];
-            double dm = w[i] * (ndm * ndm - dd2), dp = w[i] * (ndp * ndp - dd2);
-            imx_two_moves(t, mi, nd, s, 0, &dm, &dp, nt2);
-            if (codes[i] > 0 && dm < 0) {
-                codes[i]--, d[i] = ndm, moved = 1;
-                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j];
-                const double nd_ = d[i] + s; // code i + 1 from here (back where it was)
-                double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
-                for (int j = 0; j < nd; j++) {
-                    nt[j] = t[j] + mi[j] * s;
-                    delta += nt[j] * nt[j] - t[j] * t[j];
-                }
-                if (delta < 0) {
-                    codes[i]++, d[i] = nd_;
-                    for (int j = 0; j < nd; j++) t[j] = nt[j];
-                }
-            } else if (codes[i] < 15 && dp < 0) {
-                codes[i]++, d[i] = ndp, moved = 1;
-                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j + 1];
-            }
-        }
+        for (int i = 0; i < n; i++)
+            moved |= imx_move_code(&codes[i], &d[i], t, mu + (size_t)i * st, w[i], nd, s, 0, NULL);
     }
     return imx_err_codes(x, w, mu, bias, nd, st, n, codes, s, z);
 }
@@ -583,46 +613,14 @@ static void imx_block_n(const float *x, int n, const float *imp, const float *mu
     }
     const double bs0 = bs;
     const int bz0 = bz;
-    double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS], nt[G4_IMX_MAX_DIRS];
-    for (int j = 0; j < nd; j++) t[j] = bias[j];
-    for (int i = 0; i < n; i++) {
-        double v = rint((double)x[i] / bs + bz);
-        v = v < 0.0 ? 0.0 : v > 15.0 ? 15.0 : v;
-        codes[i] = to_u8(v);
-        d[i] = (v - bz) * bs - x[i];
-        for (int j = 0; j < nd; j++) t[j] += mu[(size_t)i * st + j] * d[i];
-    }
+    double d[G4_KQUANT_MAX_BLOCK], t[G4_IMX_MAX_DIRS];
+    imx_sweep_start(x, mu, bias, nd, st, n, bs, bz, 1, codes, d, t);
     // With the directions' terms the nearest code is no longer best one weight at a time: two
     // sweeps move codes by +-1 where that lowers E (the diagonal part rises, the shared terms
     // fall).
-    // (as imx_codes_at's sweep: the - 1 and + 1 moves judged from one state in one loop, the
-    // + 1 move judged again where the - 1 move was taken; the same bits as one at a time)
-    double nt2[2 * G4_IMX_MAX_DIRS];
     for (int sweep = 0; nd > 0 && sweep < 2; sweep++)
-        for (int i = 0; i < n; i++) {
-            const double *mi = mu + (size_t)i * st;
-            const double ndm = d[i] - bs, ndp = d[i] + bs, dd2 = d[i] * d[i];
-            double dm = w[i] * (ndm * ndm - dd2), dp = w[i] * (ndp * ndp - dd2);
-            imx_two_moves(t, mi, nd, bs, 1, &dm, &dp, nt2);
-            if (codes[i] > 0 && dm < -1e-12 * (best > 0 ? best : 1)) {
-                codes[i]--, d[i] = ndm, best += dm;
-                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j];
-                const double nd_ = d[i] + bs; // code i + 1 from here (back where it was)
-                double delta = w[i] * (nd_ * nd_ - d[i] * d[i]);
-                for (int j = 0; j < nd; j++) {
-                    nt[j] = t[j] + mi[j] * bs;
-                    delta = delta + nt[j] * nt[j];
-                    delta = delta - t[j] * t[j];
-                }
-                if (delta < -1e-12 * (best > 0 ? best : 1)) {
-                    codes[i]++, d[i] = nd_, best += delta;
-                    for (int j = 0; j < nd; j++) t[j] = nt[j];
-                }
-            } else if (codes[i] < 15 && dp < -1e-12 * (best > 0 ? best : 1)) {
-                codes[i]++, d[i] = ndp, best += dp;
-                for (int j = 0; j < nd; j++) t[j] = nt2[2 * j + 1];
-            }
-        }
+        for (int i = 0; i < n; i++)
+            imx_move_code(&codes[i], &d[i], t, mu + (size_t)i * st, w[i], nd, bs, 1, &best);
     if (refit) {
         double be = imx_refit(x, w, mu, bias, nd, st, n, fix, &bs, &bz, codes);
         // the next refit - 1 candidates of least E (distinct stored pairs, in the order judged
