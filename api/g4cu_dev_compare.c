@@ -76,6 +76,53 @@ static int logits_kl(const g4_capture *ref, const g4_capture *test, g4_kl_stats 
     return 1;
 }
 
+// The dump's own top ids and logits a row (mm_reference.py), or all zero when it has none.
+static int ids_ties(g4_npz *ref, const char *ref_path, int rows, g4_ids_ties *t, float **buf) {
+    static const char *const names[] = {"logits_top_ids", "logits_top_vals", "logits_row_rms"};
+    const g4_array *m[3];
+    int have = 0, rc;
+    for (int i = 0; i < 3; i++) have += g4_npz_find(ref, names[i]) >= 0;
+    if (have == 0) return G4_OK;
+    if (have < 3)
+        return g4_fail(G4_EUSER,
+                       "%s: has %d of logits_top_ids, logits_top_vals, logits_row_rms: "
+                       "expected all three or none",
+                       ref_path, have);
+    for (int i = 0; i < 3; i++)
+        if ((rc = g4_npz_get(ref, names[i], &m[i]))) return rc;
+    const size_t k = rows > 0 ? m[0]->numel / (size_t)rows : 0;
+    if (rows <= 0 || k < 1 || m[0]->numel != k * (size_t)rows || m[1]->numel != m[0]->numel ||
+        m[2]->numel != (size_t)rows || k > 1024)
+        return g4_fail(G4_EUSER,
+                       "%s: logits_top_ids / logits_top_vals / logits_row_rms hold %zu / "
+                       "%zu / %zu values: expected [%d, k] / [%d, k] / [%d]",
+                       ref_path, (size_t)m[0]->numel, (size_t)m[1]->numel, (size_t)m[2]->numel,
+                       rows, rows, rows);
+    *buf = g4_malloc(sizeof(float) * (2 * k + 1) * (size_t)rows);
+    float *ids = *buf, *vals = ids + k * rows, *rms = vals + k * rows;
+    g4_array_to_f32(m[0], ids);
+    g4_array_to_f32(m[1], vals);
+    g4_array_to_f32(m[2], rms);
+    *t = (g4_ids_ties){ids, vals, rms, (int)k};
+    return G4_OK;
+}
+
+// logits_argmax: passes when every row equals the dump's id or is one of its near ties
+// (margin 2 x the backend's rel tolerance x RMS of the row, mm_parity.py's rule); the rel err
+// of ids says nothing.
+static int judge_ids(g4_npz *ref, const char *ref_path, const float *test, const float *want,
+                     int rows, double tol, g4_cmp_row *row) {
+    g4_ids_ties tie = {0};
+    float *buf = NULL;
+    const int rc = ids_ties(ref, ref_path, rows, &tie, &buf);
+    if (rc) return rc;
+    row->has_ids = 1;
+    row->ids = g4_ids_judge(test, want, rows, &tie, 2.0 * tol);
+    row->pass = row->s.ref_bad == 0 && row->ids.real == 0;
+    free(buf);
+    return G4_OK;
+}
+
 // --- mode 1: against an HF dump -------------------------------------------------------------
 static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4_backend *be,
                     FILE *rf, int *pass) {
@@ -128,6 +175,12 @@ static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4
             const int is_logits = !strcmp(it->name, "logits");
             row.s = g4_cmp(it->data, r, ne, is_logits ? (size_t)cap.vocab : 0);
             row.pass = row.s.nan == 0 && row.s.ref_bad == 0 && row.s.rel <= row.tol;
+            if (!strcmp(it->name, "logits_argmax")) { // ids: equal, or the reference's near ties
+                if ((rc = judge_ids(ref, ref_path, it->data, r, (int)ne, row.tol, &row))) {
+                    free(r);
+                    goto done;
+                }
+            }
             if (is_logits && !have_kl) {
                 kl = g4_kl_rows(r, it->data, it->rows, (size_t)it->cols);
                 have_kl = 1;
@@ -176,6 +229,12 @@ static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4
     else if (first_bad && first_bad->s.nan)
         fprintf(rf, "%s: %d tensors compared, FAILED: our '%s' has %zu NaN/Inf values\n", ref_path,
                 rep.n, first_bad->name, first_bad->s.nan);
+    else if (first_bad && first_bad->has_ids)
+        fprintf(rf,
+                "%s: %d tensors compared, FAILED: first '%s' (%d of %d rows differ from the "
+                "reference, row %d first, and are not its near ties)\n",
+                ref_path, rep.n, first_bad->name, first_bad->ids.real, first_bad->ids.rows,
+                first_bad->ids.first_real);
     else if (first_bad)
         fprintf(rf, "%s: %d tensors compared, FAILED: first '%s' (rel err %.3e > %s %.1e)\n",
                 ref_path, rep.n, first_bad->name, first_bad->s.rel, first_bad->tol_name,

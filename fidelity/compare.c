@@ -50,6 +50,33 @@ g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
     return s;
 }
 
+g4_ids_stats g4_ids_judge(const float *test, const float *ref, int rows, const g4_ids_ties *tie,
+                          double margin_rel) {
+    g4_ids_stats s = {.rows = rows, .first_real = -1};
+    for (int r = 0; r < rows; r++) {
+        if (isfinite(test[r]) && test[r] == ref[r]) {
+            s.equal++;
+            continue;
+        }
+        int tie_row = 0;
+        for (int j = 0; j < tie->k && isfinite(test[r]); j++) {
+            const size_t at = (size_t)r * tie->k + j;
+            if (tie->top_ids[at] != test[r]) continue;
+            const double best = tie->top_vals[(size_t)r * tie->k],
+                         margin = margin_rel * tie->row_rms[r];
+            tie_row = isfinite(best) && isfinite(margin) && best - tie->top_vals[at] <= margin;
+            break;
+        }
+        if (tie_row) {
+            s.near_ties++;
+        } else {
+            if (s.first_real < 0) s.first_real = r;
+            s.real++;
+        }
+    }
+    return s;
+}
+
 void g4_cmp_report_add(g4_cmp_report *r, const g4_cmp_row *row) {
     if (r->n == r->cap) {
         r->cap = r->cap ? 2 * r->cap : 32;
@@ -86,6 +113,9 @@ void g4_cmp_report_print(const g4_cmp_report *r, FILE *f) {
         if (x->s.ref_bad) fprintf(f, " (%zu non-finite in the reference)", x->s.ref_bad);
         if (x->s.argmax_agree_rows >= 0)
             fprintf(f, "  argmax %d/%d", x->s.argmax_agree_rows, x->s.rows);
+        if (x->has_ids)
+            fprintf(f, "  ids equal %d/%d, near ties %d, real %d", x->ids.equal, x->ids.rows,
+                    x->ids.near_ties, x->ids.real);
         fprintf(f, "\n");
     }
 }

@@ -22,12 +22,38 @@ typedef struct {
 // rel and max_abs infinite (cosine NaN), so no tolerance passes it.
 g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len);
 
+// Token ids compared row by row (logits_argmax), the reference's near ties allowed.
+typedef struct {
+    int rows;       // rows compared
+    int equal;      // rows whose id equals the reference's
+    int near_ties;  // rows that differ where the reference itself was undecided (g4_ids_judge)
+    int real;       // rows that differ otherwise (a failure)
+    int first_real; // the first such row, -1 when none
+} g4_ids_stats;
+
+// The reference's own margins, row by row (mm_reference.py's members): its top k ids and
+// logits [rows, k] and the RMS of each logit row [rows]. With none (tie.k == 0) every differing
+// row is real.
+typedef struct {
+    const float *top_ids, *top_vals, *row_rms;
+    int k;
+} g4_ids_ties;
+
+// test and ref: one token id a row (exact in fp32 below 2^24). A differing row is a near tie
+// when the reference ranks test's id among its top k with a logit within margin_rel x RMS(row)
+// of its best: the multimodal parity's rule (tools/python/mm_parity.py), margin_rel = 2 x the
+// backend's rel tolerance. Ids that are not finite are real differences.
+g4_ids_stats g4_ids_judge(const float *test, const float *ref, int rows, const g4_ids_ties *tie,
+                          double margin_rel);
+
 typedef struct {
     char name[64];
     char tol_name[32]; // which named tolerance applied
     double tol;        // max allowed rel err
     g4_cmp_stats s;
-    int shape_ok;      // 0 when shapes differed (then s is empty)
+    int shape_ok; // 0 when shapes differed (then s is empty)
+    int has_ids;  // 1: a row of token ids, judged by ids (g4_ids_judge), not by rel err
+    g4_ids_stats ids;
     int pass;
 } g4_cmp_row;
 

@@ -9,8 +9,10 @@
 
 int g4_dump_member_is_meta(const char *name) {
     static const char *const meta[] = {
-        "input_ids",  "image_file",  "audio_file", "image_max_soft_tokens",
-        "clip_names", "clip_bounds", "hf_dtype"};
+        "input_ids",       "image_file",    "audio_file", "image_max_soft_tokens",
+        "clip_names",      "clip_bounds",   "hf_dtype",   "logits_top_ids",
+        "logits_top_vals", "logits_row_rms"}; // (the last three: what compare judges logits_argmax
+                                              // by)
     for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++)
         if (!strcmp(name, meta[i])) return 1;
     const size_t n = strlen(name);

@@ -56,6 +56,12 @@ static cJSON *tensor_json(const g4_report *r, int i) {
             cJSON_AddNumberToObject(o, "argmax_agree", x->s.argmax_agree_rows);
             cJSON_AddNumberToObject(o, "argmax_rows", x->s.rows);
         }
+        if (x->has_ids) {
+            cJSON_AddNumberToObject(o, "ids_equal", x->ids.equal);
+            cJSON_AddNumberToObject(o, "ids_rows", x->ids.rows);
+            cJSON_AddNumberToObject(o, "near_ties", x->ids.near_ties);
+            cJSON_AddNumberToObject(o, "real_differences", x->ids.real);
+        }
     }
     if (r->has_tolerance) {
         cJSON_AddStringToObject(o, "tolerance", x->tol_name);

@@ -1,13 +1,15 @@
 // test_report.c: the pieces under `g4cu compare`'s reports, on inputs whose answers are known
 // by hand: the logits KL (fidelity/kl.h), the named tolerances (fidelity/tolerance.h), the
 // classification of hook names onto the chart, and a report with a text decoder and a vision
-// tower rendered to SVG (one panel each), Markdown and JSON. The end-to-end checks on the tiny fixture are in test_fidelity.c.
+// tower rendered to SVG (one panel each), Markdown and JSON. The end-to-end checks on the tiny
+// fixture are in test_fidelity.c.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "fidelity/compare.h"
 #include "fidelity/kl.h"
 #include "fidelity/report.h"
 #include "fidelity/svg.h"
@@ -215,8 +217,39 @@ static void test_tolerance(void) {
     free(path);
 }
 
+// logits_argmax's rows judged by the reference's own margins (g4_ids_judge): equal, a near tie
+// (our id in its top k within margin_rel x RMS of its best, the bound included) or real.
+static void test_ids_judge(void) {
+    // Row 0 equal; 1 our id 7 is its second at 10 - 9.75 = 0.25 <= 2 x 0.25 x 0.5 = 0.25 (the
+    // bound, exact in binary); 2 the same but 9.5: gap 0.5 > 0.25; 3 our id not in its top 2;
+    // 4 our id NaN; 5 equal.
+    const float ref[] = {1, 3, 5, 6, 8, 9}, test[] = {1, 7, 2, 4, NAN, 9};
+    const float top_ids[] = {1, 0, 3, 7, 5, 2, 6, 5, 8, 0, 9, 1};
+    const float top_vals[] = {10, 1, 10, 9.75f, 10, 9.5f, 10, 9.99f, 10, 9.99f, 10, 0};
+    const float rms[] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    const g4_ids_ties tie = {top_ids, top_vals, rms, 2};
+    g4_ids_stats s = g4_ids_judge(test, ref, 6, &tie, 2 * 0.25);
+    CHECK_INT(s.rows, 6);
+    CHECK_INT(s.equal, 2);
+    CHECK_INT(s.near_ties, 1);
+    CHECK_INT(s.real, 3);
+    CHECK_INT(s.first_real, 2);
+    // Without the reference's margins every differing row is real.
+    const g4_ids_ties none = {0};
+    s = g4_ids_judge(test, ref, 6, &none, 2 * 0.25);
+    CHECK_INT(s.equal, 2);
+    CHECK_INT(s.near_ties, 0);
+    CHECK_INT(s.real, 4);
+    CHECK_INT(s.first_real, 1);
+    // A zero margin allows no tie, however close.
+    s = g4_ids_judge(test, ref, 6, &tie, 0);
+    CHECK_INT(s.near_ties, 0);
+    CHECK_INT(s.real, 4);
+}
+
 int main(void) {
     test_kl();
+    test_ids_judge();
     test_tolerance();
     test_classify();
     test_two_panels();

@@ -39,6 +39,9 @@ Members of <mm>.npz (float32 unless noted). Large tensors keep a subset of rows:
 "<name>.rows" (int32 [k]) lists which rows of the full tensor "<name>" holds ([k, ...]).
   hf_dtype uint8: the dtype HF ran in, as ASCII ("float32" / "float64"; for --tol-from);
   input_ids [S] int64; logits_argmax [S] int64 (argmax of every row of the logits);
+  logits_top_ids [S, 8] int64, logits_top_vals [S, 8], logits_row_rms [S]: HF's 8 best ids of
+    every row, their logits and the row's RMS (compare allows a different argmax only as a near
+    tie of these: within 2 x TOL x RMS of the best);
   image_file, audio_file uint8: the media paths relative to the .npz's directory (UTF-8);
   image_max_soft_tokens int64 []: the image budget used;
   pixel_values [N, 768] (rows): the processor's real patches (HF pads to max_soft_tokens x 9
@@ -72,7 +75,6 @@ the same bounds (fidelity/dump_run.c sets them on the loaded towers).
 """
 import contextlib
 import json
-import math
 import os
 import sys
 
@@ -90,6 +92,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_frontend_fixture import librosa_like_load, speech_like, synth_rgb  # noqa: E402
 
 MEDIA_SEED = 4711
+TOP_IDS = 8  # HF's best ids a logit row kept for compare's near-tie rule
 
 
 def add_args(ap):
@@ -407,6 +410,12 @@ def mm_case(args, model, consts, n_rounded):
     top2 = torch.topk(logits, 2, dim=-1).values
     gap = float((top2[:, 0] - top2[:, 1]).min())
     d["logits_argmax"] = logits.argmax(-1).numpy().astype(np.int64)
+    # what compare judges a differing argmax by: HF's own top ids and logits and each row's RMS
+    # (a near tie: our id among these within 2 x TOL x RMS of the best, mm_parity.py's rule)
+    top = torch.topk(logits.double(), min(TOP_IDS, logits.shape[-1]), dim=-1)
+    d["logits_top_ids"] = top.indices.numpy().astype(np.int64)
+    d["logits_top_vals"] = top.values.numpy().astype(keep_np)
+    d["logits_row_rms"] = logits.double().pow(2).mean(-1).sqrt().numpy().astype(keep_np)
     assert not cap, f"uncollected captures: {sorted(cap)}"
 
     # the precision HF ran in, for g4cu compare --tol-from (ASCII bytes, uint8)
