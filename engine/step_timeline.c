@@ -183,6 +183,14 @@ void g4_tl_sum_by(const g4_tl_node *path, int n, const int *group, int n_groups,
     }
 }
 
+// "linear:o" (the op and its weight), "attention" (no weight): op = kind x G4_SW_N + weight.
+static const char *op_name(int op, char *s, size_t n) {
+    const int w = op % G4_SW_N;
+    snprintf(s, n, "%s%s%s", g4_sp_kind_name(op / G4_SW_N), w ? ":" : "",
+             w ? g4_sp_weight_name(w) : "");
+    return s;
+}
+
 static void print_segs(FILE *f, const double *v, double scale) {
     for (int k = 0; k < G4_TL_N; k++) fprintf(f, " %s %.3f", g4_tl_seg_name(k), v[k] * scale);
 }
@@ -209,8 +217,8 @@ int g4_tl_report(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, i
         *kind = g4_malloc(sizeof(int) * (size_t)p->n);
     for (int i = 0; i < p->n; i++) {
         const int l = p->ins[i].layer;
-        layer[i] = l < 0 ? 0 : l >= L ? L + 1 : l + 1; // before / layer l / after
-        kind[i] = p->ins[i].kind;
+        layer[i] = l < 0 ? 0 : l >= L ? L + 1 : l + 1;         // before / layer l / after
+        kind[i] = p->ins[i].kind * G4_SW_N + p->ins[i].weight; // (the op and its weight)
     }
     const double us = 1e-3;
     int hand = 0;
@@ -248,21 +256,23 @@ int g4_tl_report(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, i
         print_segs(f, &bl[(size_t)g * G4_TL_N], us);
         fprintf(f, "\n");
     }
-    double *bk = g4_malloc(sizeof(double) * G4_SP_N_KINDS * G4_TL_N);
-    g4_tl_sum_by(path, n, kind, G4_SP_N_KINDS, bk);
-    int on_path[G4_SP_N_KINDS] = {0};
+    enum { OPS = G4_SP_N_KINDS * G4_SW_N };
+    char name[64];
+    double *bk = g4_malloc(sizeof(double) * OPS * G4_TL_N);
+    g4_tl_sum_by(path, n, kind, OPS, bk);
+    int on_path[OPS] = {0};
     for (int j = 0; j < n; j++) on_path[kind[path[j].ins]]++;
-    for (int o = 0; o < G4_SP_N_KINDS; o++) {
+    for (int o = 0; o < OPS; o++) {
         if (!on_path[o]) continue;
-        fprintf(f, "%s path by op %s (%d on the path):", prefix, g4_sp_kind_name(o), on_path[o]);
+        fprintf(f, "%s path by op %s (%d on the path):", prefix, op_name(o, name, sizeof name),
+                on_path[o]);
         print_segs(f, &bk[(size_t)o * G4_TL_N], us);
         fprintf(f, "\n");
     }
-    // every instruction's own segments, by op kind
-    double own_sum[G4_SP_N_KINDS][G4_TL_N] = {{0}};
-    int64_t own_max[G4_SP_N_KINDS][G4_TL_N] = {{0}};
-    int cnt[G4_SP_N_KINDS] = {0}, held[G4_SP_N_KINDS] = {0}, waits[G4_SP_N_KINDS] = {0},
-        shorts[G4_SP_N_KINDS] = {0};
+    // every instruction's own segments, by op
+    double own_sum[OPS][G4_TL_N] = {{0}};
+    int64_t own_max[OPS][G4_TL_N] = {{0}};
+    int cnt[OPS] = {0}, held[OPS] = {0}, waits[OPS] = {0}, shorts[OPS] = {0};
     int *by = by_id(q);
     tl_shape s;
     shape_build(q, &s);
@@ -277,12 +287,12 @@ int g4_tl_report(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, i
             if (seg[k] > own_max[o][k]) own_max[o][k] = seg[k];
         }
     }
-    for (int o = 0; o < G4_SP_N_KINDS; o++) {
+    for (int o = 0; o < OPS; o++) {
         if (!cnt[o]) continue;
         fprintf(f,
                 "%s op %s: %d instructions, waits %d (%d found short), held up by a hand-over %d;"
                 " mean/max us:",
-                prefix, g4_sp_kind_name(o), cnt[o], waits[o], shorts[o], held[o]);
+                prefix, op_name(o, name, sizeof name), cnt[o], waits[o], shorts[o], held[o]);
         for (int k = G4_TL_QUEUE; k < G4_TL_N; k++) {
             // (the hand-over's mean over the instructions it held up; the rest over all)
             const int d = k == G4_TL_HANDOVER ? (held[o] ? held[o] : 1) : cnt[o];

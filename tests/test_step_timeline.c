@@ -122,6 +122,7 @@ int main(void) {
     const int16_t layer[5] = {-1, -1, 0, 0, 1};
     const uint8_t kind[5] = {G4_SP_EMBED, G4_SP_EMBED, G4_SP_LINEAR, G4_SP_ATTENTION, G4_SP_SAMPLE};
     for (int i = 0; i < 5; i++) pins[i].layer = layer[i], pins[i].kind = kind[i];
+    pins[2].weight = G4_SW_O;
     g4_step_plan p;
     memset(&p, 0, sizeof p);
     p.n = 5, p.ins = pins, p.n_layers = 1;
@@ -142,8 +143,10 @@ int main(void) {
         CHECK(strstr(text, "path a layer (mean of 1; 0.0 hand-overs a layer): 0.15 us:") != NULL);
         CHECK(strstr(text, "path after the layers (final norm, LM head): 0.05 us:") != NULL);
         CHECK(strstr(text, "path before the layers: 0.10 us:") != NULL);
-        // i2 (linear): held up 30 ns, its one wait found short
-        CHECK(strstr(text, "op linear: 1 instructions, waits 1 (1 found short), held up by a "
+        CHECK(strstr(text, "path by op attention (1 on the path): start 0.000 queue 0.010 w_pre "
+                           "0.090") != NULL);
+        // i2 (linear, weight o): held up 30 ns, its one wait found short
+        CHECK(strstr(text, "op linear:o: 1 instructions, waits 1 (1 found short), held up by a "
                            "hand-over 1; mean/max us: queue 0.010/0.010 w_pre 0.010/0.010 wait "
                            "0.040/0.040 handover 0.030/0.030") != NULL);
     }
