@@ -273,6 +273,7 @@ int g4_tl_report(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, i
     double own_sum[OPS][G4_TL_N] = {{0}};
     int64_t own_max[OPS][G4_TL_N] = {{0}};
     int cnt[OPS] = {0}, held[OPS] = {0}, waits[OPS] = {0}, shorts[OPS] = {0};
+    double wb[OPS] = {0}, rb[OPS] = {0}; // weight / activation bytes read (the read rate's)
     int *by = by_id(q);
     tl_shape s;
     shape_build(q, &s);
@@ -281,7 +282,10 @@ int g4_tl_report(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, i
         int h = 0;
         own_seg(q, &s, by, st, ignore_waits, i, seg, &h);
         const int o = kind[i];
-        cnt[o]++, held[o] += h, waits[o] += q->ins[by[i]].n_wait, shorts[o] += st[i].n_short;
+        const g4_sq_instr *in = &q->ins[by[i]];
+        cnt[o]++, held[o] += h, waits[o] += in->n_wait, shorts[o] += st[i].n_short;
+        wb[o] += (double)in->w_runs * in->w_run;
+        for (int r = 0; r < in->n_rd; r++) rb[o] += q->reg[in->reg0 + r].bytes;
         for (int k = 0; k < G4_TL_N; k++) {
             own_sum[o][k] += (double)seg[k];
             if (seg[k] > own_max[o][k]) own_max[o][k] = seg[k];
@@ -290,9 +294,11 @@ int g4_tl_report(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, i
     for (int o = 0; o < OPS; o++) {
         if (!cnt[o]) continue;
         fprintf(f,
-                "%s op %s: %d instructions, waits %d (%d found short), held up by a hand-over %d;"
+                "%s op %s: %d instructions, %.1f KB of weights and %.1f KB of activations read "
+                "each, waits %d (%d found short), held up by a hand-over %d;"
                 " mean/max us:",
-                prefix, op_name(o, name, sizeof name), cnt[o], waits[o], shorts[o], held[o]);
+                prefix, op_name(o, name, sizeof name), cnt[o], wb[o] / cnt[o] / 1e3,
+                rb[o] / cnt[o] / 1e3, waits[o], shorts[o], held[o]);
         for (int k = G4_TL_QUEUE; k < G4_TL_N; k++) {
             // (the hand-over's mean over the instructions it held up; the rest over all)
             const int d = k == G4_TL_HANDOVER ? (held[o] ? held[o] : 1) : cnt[o];

@@ -54,8 +54,12 @@ int main(void) {
     int start[3] = {0, 3, 5}, per_step[3] = {2, 1, 1};
     g4_sq_instr ins[5] = {instr(0, -1, 0, 0), instr(2, 0, 2, 1), instr(4, 2, 1, -1),
                           instr(1, -1, 0, 0), instr(3, 1, 1, 2)};
+    // i2 streams 2 runs of 1,600 weight bytes and reads regions of 1,024 and 976 bytes
+    ins[1].w_runs = 2, ins[1].w_run = 1600, ins[1].w_stride = 1600, ins[1].n_rd = 2;
+    g4_sq_region reg[2] = {{0, 1024, 0}, {1024, 976, 0}};
     g4_sq q;
     memset(&q, 0, sizeof q);
+    q.reg = reg, q.n_reg = 2;
     q.G = 2, q.n = 5, q.start = start, q.ins = ins, q.n_counters = 3, q.per_step = per_step;
     g4_sq_stamp st[5];
     memset(st, 0, sizeof st);
@@ -146,7 +150,8 @@ int main(void) {
         CHECK(strstr(text, "path by op attention (1 on the path): start 0.000 queue 0.010 w_pre "
                            "0.090") != NULL);
         // i2 (linear, weight o): held up 30 ns, its one wait found short
-        CHECK(strstr(text, "op linear:o: 1 instructions, waits 1 (1 found short), held up by a "
+        CHECK(strstr(text, "op linear:o: 1 instructions, 3.2 KB of weights and 2.0 KB of "
+                           "activations read each, waits 1 (1 found short), held up by a "
                            "hand-over 1; mean/max us: queue 0.010/0.010 w_pre 0.010/0.010 wait "
                            "0.040/0.040 handover 0.030/0.030") != NULL);
     }
