@@ -13,7 +13,7 @@
 // step and a layer, bytes a step, GB/s against the H200's 4.25 TB/s and the H100's 3.35 TB/s,
 // counters waited a step (all, and those found short), and every counter's value after the
 // timed steps checked (the row's label says FAIL if one is off). Then, at the first G, one
-// stamped step each of pf=2, pf=3 and pf=0 taken apart (engine/step_timeline.h; lines
+// stamped step each of pf=2, pf=2 act8, pf=3 and pf=0 taken apart (engine/step_timeline.h; lines
 // "stepskel-tl ..."): the critical path's segments a layer, by op, and each op's own segments.
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,8 +95,10 @@ enum {
     STEPSKEL_TL_WARM = 3,       // launches before the timed ones of a timeline
     STEPSKEL_TL_PLAIN = 5       // single launches timed without stamps
 };
-// The stamped steps (largest G): the design (pf=2), the two-deep lookahead, no prefetch.
-static const skel_variant stepskel_timelines[] = {{2, 0, ""}, {3, 0, " ub"}, {0, 0, ""}};
+// The stamped steps (the first G): the design (pf=2), it with 8 activation loads in flight, the
+// two-deep lookahead, no prefetch.
+static const skel_variant stepskel_timelines[] = {
+    {2, 0, ""}, {2, G4_SK_ACT8, " act8"}, {3, 0, " ub"}, {0, 0, ""}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G) {
