@@ -1,15 +1,20 @@
 // bench_stepskel.c: `g4cu bench --kernels --filter stepskel` (an area of g4cu_dev_bench_kernels.c;
 // here, above the engine, because it builds the step plan): the persistent skeleton of the whole
 // decode step (kernels/step_skeleton.cuh) on E2B's shape (engine/step_queue.h g4_sp_shape_e2b,
-// made in code), its tile plan at STEPSKEL_KEYS keys, with Q4 and f16 weight bytes, each prefetch
-// form, for every CTA that fits co-resident (the occupancy API's count) and for 2 a SM. A row's
-// ms is one step (graph-replayed, STEPSKEL_STEPS launches a graph); its baseline
-// `stream` is the same weight bytes streamed by one plain kernel of the same grid and loads (the
-// ceiling). No rotation is needed: a step streams every weight byte once (1.32 GB Q4, 4.56 GB f16
-// on E2B, far past the 50 MB L2), so each byte comes from DRAM. Beside the table, a line a row:
-// us a step and a layer, bytes a step, GB/s against the H200's 4.25 TB/s and the H100's
-// 3.35 TB/s, counters waited a step (all, and those found short), and every counter's value after
-// the timed steps checked (the row's label says FAIL if one is off).
+// made in code), its tile plan at STEPSKEL_KEYS keys, with Q4 and f16 weight bytes. Rows (a
+// row's ms is one step, graph-replayed, STEPSKEL_STEPS launches a graph; its baseline `stream`
+// is the same weight bytes streamed by one plain kernel of the same grid and loads: the
+// ceiling): each prefetch form (pf 0 / 1 / 2) at the first run's G (5 CTAs an SM) and at 2 a SM;
+// at the first G also the ablations of the design (pf=2 without waits / activation traffic /
+// weights / all three; 8 activation loads in flight) and pf=3 (a two-deep lookahead into
+// registers: an upper bound, labelled " ub"); pf=2 at every CTA that fits when more than 5 an SM
+// do. No rotation is needed: a step streams every weight byte once (1.32 GB Q4, 4.56 GB f16 on
+// E2B, far past the 50 MB L2), so each byte comes from DRAM. Beside the table, a line a row: us a
+// step and a layer, bytes a step, GB/s against the H200's 4.25 TB/s and the H100's 3.35 TB/s,
+// counters waited a step (all, and those found short), and every counter's value after the
+// timed steps checked (the row's label says FAIL if one is off). Then, at the first G, one
+// stamped step each of pf=2, pf=2 act8, pf=3 and pf=0 taken apart (engine/step_timeline.h; lines
+// "stepskel-tl ..."): the critical path's segments a layer, by op, and each op's own segments.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 #include "base/base.h"
 #include "engine/step_plan.h"
 #include "engine/step_queue.h"
+#include "engine/step_timeline.h"
 #include "kernels/bench/kbench.h"
 
 #ifdef G4_NO_CUDA
@@ -26,6 +32,8 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     return 0;
 }
 #else
+#include <cuda_runtime_api.h>
+
 #include "kernels/step_skeleton.cuh"
 
 int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int max);
@@ -33,18 +41,22 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
 enum {
     STEPSKEL_KEYS = 512,       // keys the step's attention sees
     STEPSKEL_SPLIT_KEYS = 128, // keys an attention split at most: 4 splits a KV head
-    STEPSKEL_STEPS = 8         // launches a graph
+    STEPSKEL_STEPS = 8,        // launches a graph
+    // CTAs an SM of the first run (session 30: 44 registers a thread, 5 CTAs an SM, G = 660 on
+    // 132 SMs): its rows are repeated at this G, whatever the kernel's registers allow now
+    STEPSKEL_BASE_PER_SM = 5
 };
 
 typedef struct {
     g4_step_skel *s;
-    int pf;
+    int pf, mode;
 } skel_ctx;
 
 static void one_step(void *ctx, int rep, void *stream) {
     (void)rep;
     const skel_ctx *c = ctx;
-    if (g4_step_skel_launch(c->s, c->pf, (cudaStream_t)stream)) fprintf(stderr, "%s\n", g4_error());
+    if (g4_step_skel_launch(c->s, c->pf, c->mode, (cudaStream_t)stream))
+        fprintf(stderr, "%s\n", g4_error());
 }
 
 static void one_stream(void *ctx, int rep, void *stream) {
@@ -57,19 +69,143 @@ static int matches(const char *filter, const char *shape) {
     return !filter || !*filter || strstr("stepskel", filter) || strstr(shape, filter);
 }
 
+// A row: the prefetch form, the ablation bits (G4_SK_*) and the name they add to the shape.
+// The first three are the baseline (every G); the rest run at the largest G only: the ablations
+// at pf=2 (the design), then pf=3, whose label says it is an upper bound (the lookahead's weights
+// go into registers and are dropped: a shared-memory staging design pays capacity and copies).
+typedef struct {
+    int pf, mode;
+    const char *label;
+} skel_variant;
+static const skel_variant stepskel_variants[] = {
+    {0, 0, ""},
+    {1, 0, ""},
+    {2, 0, ""},
+    {2, G4_SK_NO_WAIT, " nowait"},
+    {2, G4_SK_NO_ACT, " noact"},
+    {2, G4_SK_NO_WEIGHTS, " nowts"},
+    {2, G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS, " nowait+noact+nowts"},
+    {2, G4_SK_ACT8, " act8"},
+    {3, 0, " ub"},
+    {3, G4_SK_ACT8, " act8 ub"},
+};
+enum {
+    STEPSKEL_BASE_VARIANTS = 3, // pf 0 / 1 / 2, no ablation: [0, 3)
+    STEPSKEL_DESIGN = 2,        // pf=2, no ablation
+    STEPSKEL_TL_WARM = 3,       // launches before the timed ones of a timeline
+    STEPSKEL_TL_PLAIN = 5       // single launches timed without stamps
+};
+// The stamped steps (the first G): the design (pf=2), it with 8 activation loads in flight, the
+// two-deep lookahead, no prefetch.
+static const skel_variant stepskel_timelines[] = {
+    {2, 0, ""}, {2, G4_SK_ACT8, " act8"}, {3, 0, " ub"}, {0, 0, ""}};
+
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
-static void row_shape(char *s, size_t n, const char *dn, int pf, int G) {
-    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d", dn, pf, G, STEPSKEL_KEYS, STEPSKEL_SPLIT_KEYS);
+static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G) {
+    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s", dn, v->pf, G, STEPSKEL_KEYS,
+             STEPSKEL_SPLIT_KEYS, v->label);
 }
 
+// After a device sync: the counters each equal to the steps run x their signals a step and the
+// exit counter 0 (every mode signals). Returns the counters off (-1: the launches failed, said
+// on stderr); *epoch the steps run, *sw the waits found short so far.
+static int counters_off(g4_step_skel *s, const g4_sq *q, int *ctr, int *epoch, long long *sw,
+                        const char *shape) {
+    int exitc = 0;
+    if (g4_step_skel_read(s, ctr, epoch, &exitc, sw)) {
+        fprintf(stderr, "stepskel %s: FAIL: %s\n", shape, g4_error());
+        return -1;
+    }
+    int bad = exitc != 0;
+    for (int k = 0; k < q->n_counters; k++) bad += ctr[k] != *epoch * q->per_step[k];
+    if (bad)
+        fprintf(stderr, "stepskel %s: FAIL: %d counters off after %d steps\n", shape, bad, *epoch);
+    return bad;
+}
+
+#define TL_CHECK(call)                                                                             \
+    do {                                                                                           \
+        const cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                                     \
+            return g4_fail(G4_EINTERNAL, "%s: %s", #call, cudaGetErrorString(e_));                 \
+    } while (0)
+
+// Warm-up steps, STEPSKEL_TL_PLAIN event-timed single launches (ms into plain[]), then the
+// stamped one (*stamped) and its timeline copied into tl. G4_OK or the error.
+static int tl_steps(g4_step_skel *s, const skel_variant *v, cudaStream_t st, cudaEvent_t e0,
+                    cudaEvent_t e1, float *plain, float *stamped, g4_sq_stamp *tl) {
+    for (int w = 0; w < STEPSKEL_TL_WARM; w++)
+        if (g4_step_skel_launch(s, v->pf, v->mode, st)) return G4_EINTERNAL;
+    for (int r = 0; r <= STEPSKEL_TL_PLAIN; r++) { // (the last one stamped)
+        TL_CHECK(cudaEventRecord(e0, st));
+        const int rc = r < STEPSKEL_TL_PLAIN ? g4_step_skel_launch(s, v->pf, v->mode, st)
+                                             : g4_step_skel_launch_timeline(s, v->pf, v->mode, st);
+        if (rc) return rc;
+        TL_CHECK(cudaEventRecord(e1, st));
+        TL_CHECK(cudaEventSynchronize(e1));
+        TL_CHECK(cudaEventElapsedTime(r < STEPSKEL_TL_PLAIN ? &plain[r] : stamped, e0, e1));
+    }
+    return g4_step_skel_timeline(s, tl);
+}
+
+// One stamped step after warm-up, taken apart (engine/step_timeline.h), with the step's time
+// without stamps (the median of single event-timed launches) and with them (one launch), so that
+// the stamps' own cost is on the line.
+static void timeline(g4_step_skel *s, const g4_step_plan *p, const g4_sq *q, int *ctr,
+                     const char *shape, const skel_variant *v) {
+    cudaStream_t st = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    g4_sq_stamp *tl = g4_malloc(sizeof(g4_sq_stamp) * (size_t)q->n);
+    float plain[STEPSKEL_TL_PLAIN] = {0}, stamped = 0;
+    char prefix[112];
+    snprintf(prefix, sizeof prefix, "stepskel-tl %s:", shape);
+    int rc = cudaStreamCreate(&st) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+                     cudaEventCreate(&e1) != cudaSuccess
+                 ? g4_fail(G4_EINTERNAL, "a stream or event not created")
+                 : tl_steps(s, v, st, e0, e1, plain, &stamped, tl);
+    if (!rc) {
+        for (int a = 1; a < STEPSKEL_TL_PLAIN; a++) // (insertion sort: the median)
+            for (int b = a; b > 0 && plain[b] < plain[b - 1]; b--) {
+                const float t = plain[b];
+                plain[b] = plain[b - 1], plain[b - 1] = t;
+            }
+        int epoch = 0;
+        long long sw = 0;
+        const int off = counters_off(s, q, ctr, &epoch, &sw, shape);
+        const float med = plain[STEPSKEL_TL_PLAIN / 2];
+        printf("%s the step %.1f us without stamps (median of %d single launches, event-timed, "
+               "launch included), %.1f us stamped (one launch): the stamps cost %.1f us; counters "
+               "after %d steps: %s%s\n",
+               prefix, med * 1e3, STEPSKEL_TL_PLAIN, stamped * 1e3, (stamped - med) * 1e3, epoch,
+               off ? "FAIL" : "all as expected",
+               v->pf == 3 ? " (pf=3: the lookahead's weights into registers: an upper bound)" : "");
+        rc = g4_tl_report(p, q, tl, (v->mode & G4_SK_NO_WAIT) != 0, prefix, stdout);
+        fflush(stdout);
+    }
+    if (rc) fprintf(stderr, "%s FAIL: %s\n", prefix, g4_error());
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (st) cudaStreamDestroy(st);
+    free(tl);
+}
+
+// Rows stepskel_variants[v_lo .. v_hi) at G CTAs, then (with_tl) the timelines.
 static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
-                       const g4_step_plan *p, g4_sq_dtype dt, int G) {
+                       const g4_step_plan *p, g4_sq_dtype dt, int G, int v_lo, int v_hi,
+                       int with_tl) {
     const char *dn = dt == G4_SQ_Q4 ? "q4" : "f16";
+    const int n_tl = with_tl ? (int)(sizeof stepskel_timelines / sizeof stepskel_timelines[0]) : 0;
     char shape[80]; // (room for " FAIL" in the row's 96)
+    char tl_shape[96];
     int any = 0;
-    for (int pf = 0; pf < 3; pf++) {
-        row_shape(shape, sizeof shape, dn, pf, G);
+    for (int v = v_lo; v < v_hi; v++) {
+        row_shape(shape, sizeof shape, dn, &stepskel_variants[v], G);
         any |= matches(filter, shape);
+    }
+    for (int v = 0; v < n_tl; v++) {
+        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G);
+        snprintf(tl_shape, sizeof tl_shape, "%s timeline", shape);
+        any |= matches(filter, tl_shape);
     }
     if (!any) return n;
     g4_sq q;
@@ -86,28 +222,27 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
     int *ctr = g4_calloc((size_t)q.n_counters + 1, sizeof(int));
     long long last_short = 0;
     int last_epoch = 0;
-    for (int pf = 0; pf < 3 && n < max; pf++) {
-        row_shape(shape, sizeof shape, dn, pf, G);
+    for (int v = v_lo; v < v_hi && n < max; v++) {
+        const skel_variant *var = &stepskel_variants[v];
+        row_shape(shape, sizeof shape, dn, var, G);
         if (!matches(filter, shape)) continue;
         g4_kbench_row *r = &rows[n];
         memset(r, 0, sizeof *r);
         snprintf(r->op, sizeof r->op, "stepskel");
         snprintf(r->shape, sizeof r->shape, "%s", shape);
         r->bytes = (double)q.w_bytes;
-        skel_ctx c = {s, pf};
+        skel_ctx c = {s, var->pf, var->mode};
         r->ours = g4_kbench_run_graph(one_step, &c, STEPSKEL_STEPS, 3, reps);
         r->base = g4_kbench_run_graph(one_stream, &c, STEPSKEL_STEPS, 3, reps);
         snprintf(r->base_name, sizeof r->base_name, "stream");
         n++;
-        int epoch = 0, exitc = 0;
+        int epoch = 0;
         long long sw = 0;
-        if (g4_step_skel_read(s, ctr, &epoch, &exitc, &sw)) {
-            fprintf(stderr, "stepskel %s: FAIL: %s\n", shape, g4_error());
+        const int bad = counters_off(s, &q, ctr, &epoch, &sw, shape);
+        if (bad < 0) {
             snprintf(r->shape, sizeof r->shape, "%s FAIL", shape);
             break;
         }
-        int bad = exitc != 0;
-        for (int k = 0; k < q.n_counters; k++) bad += ctr[k] != epoch * q.per_step[k];
         const int steps = epoch - last_epoch;
         const double short_a_step = steps ? (double)(sw - last_short) / steps : 0;
         last_epoch = epoch, last_short = sw;
@@ -117,16 +252,21 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
         printf("stepskel %s: %.1f us a step, %.2f us a layer (%d layers); weights %.1f MB a step, "
                "activations %.1f MB read + %.1f MB written; %.0f GB/s = %.0f%% of the H200's "
                "4250 / %.0f%% of the H100's 3350; waits %d a step, %.0f found short; stream "
-               "ceiling %.1f us (%.0f GB/s; the step %.2fx it); counters after %d steps: %s\n",
+               "ceiling %.1f us (%.0f GB/s; the step %.2fx it); counters after %d steps: %s%s\n",
                shape, us, us / q.n_layers, q.n_layers, q.w_bytes / 1e6, q.rd_bytes / 1e6,
-               q.wr_bytes / 1e6, gbs, 100 * gbs / 4250, 100 * gbs / 3350, q.waits, short_a_step,
-               us_c, gbs_c, us / us_c, epoch, bad ? "FAIL" : "all as expected");
+               q.wr_bytes / 1e6, gbs, 100 * gbs / 4250, 100 * gbs / 3350,
+               var->mode & G4_SK_NO_WAIT ? 0 : q.waits, short_a_step, us_c, gbs_c, us / us_c, epoch,
+               bad ? "FAIL" : "all as expected",
+               var->pf == 3 ? " (pf=3: the lookahead's weights into registers and dropped: an "
+                              "upper bound for staging them in shared memory)"
+                            : "");
         fflush(stdout);
-        if (bad) {
-            fprintf(stderr, "stepskel %s: FAIL: %d counters off after %d steps\n", shape, bad,
-                    epoch);
-            snprintf(r->shape, sizeof r->shape, "%s FAIL", shape);
-        }
+        if (bad) snprintf(r->shape, sizeof r->shape, "%s FAIL", shape);
+    }
+    for (int v = 0; v < n_tl; v++) {
+        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G);
+        snprintf(tl_shape, sizeof tl_shape, "%s timeline", shape);
+        if (matches(filter, tl_shape)) timeline(s, p, &q, ctr, shape, &stepskel_timelines[v]);
     }
     free(ctr);
     g4_step_skel_free(s);
@@ -155,12 +295,22 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
         } else if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
             fprintf(stderr, "stepskel: cudaDeviceGetAttribute(SMs) failed\n");
         } else {
-            // every CTA that fits, and 2 a SM (persist_mlp's grid) when fewer: same queue rule
-            const int Gs[2] = {G, 2 * sms < G ? 2 * sms : 0};
-            for (int dt = 0; dt < 2; dt++)
-                for (int g = 0; g < 2; g++)
-                    if (Gs[g])
-                        n = bench_dtype(filter, reps, rows, n, max, &p, (g4_sq_dtype)dt, Gs[g]);
+            // Every row at the session-30 run's G (STEPSKEL_BASE_PER_SM a SM, or all that fit
+            // when fewer), the baseline's at 2 a SM (persist_mlp's grid), and the design's (pf=2)
+            // at all that fit when more do now (the kernel's registers set the count): same
+            // queue rule. (The ablations, pf=3 and the timelines at the first G only.)
+            const int G0 = STEPSKEL_BASE_PER_SM * sms < G ? STEPSKEL_BASE_PER_SM * sms : G;
+            const int n_var = (int)(sizeof stepskel_variants / sizeof stepskel_variants[0]);
+            for (int dt = 0; dt < 2; dt++) {
+                const g4_sq_dtype d = (g4_sq_dtype)dt;
+                n = bench_dtype(filter, reps, rows, n, max, &p, d, G0, 0, n_var, 1);
+                if (2 * sms < G0)
+                    n = bench_dtype(filter, reps, rows, n, max, &p, d, 2 * sms, 0,
+                                    STEPSKEL_BASE_VARIANTS, 0);
+                if (G > G0)
+                    n = bench_dtype(filter, reps, rows, n, max, &p, d, G, STEPSKEL_DESIGN,
+                                    STEPSKEL_DESIGN + 1, 0);
+            }
         }
         g4_sp_free(&p);
     }

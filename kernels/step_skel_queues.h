@@ -37,6 +37,34 @@ typedef struct {
     int32_t pad;
 } g4_sq_region;
 
+// Ablation switches of the skeleton (a bitmask; 0: the design as built). Signals always run, so
+// the counters still end at steps x their signals a step.
+enum {
+    G4_SK_NO_WAIT = 1,    // counters not waited on: the queue structure's own floor
+    G4_SK_NO_ACT = 2,     // no activation region read or written
+    G4_SK_NO_WEIGHTS = 4, // no weight byte streamed (nor prefetched)
+    G4_SK_ACT8 = 8,       // activation reads with 8 16-byte loads in flight a thread (not 4)
+    G4_SK_MODES = 15
+};
+
+// The timeline of one stamped step: per instruction (indexed by plan index), %globaltimer (ns)
+// read by thread 0 at G4_TL_STAMPS points, the waits its first poll found short, and its CTA.
+typedef enum {
+    G4_TL_T_BEGIN,  // top of the instruction (after the previous one's signal)
+    G4_TL_T_PRE,    // after the weights streamed before the wait (pf 2 / 3; pf 1: the L2 prefetch)
+    G4_TL_T_WAITED, // after the waits and the CTA barrier after them
+    G4_TL_T_WTS,    // after the weights streamed after the wait (pf 0 / 1; thread 0's share)
+    G4_TL_T_READ,   // after the activation reads and the barrier after them
+    G4_TL_T_SIGNAL, // after the writes, the barrier and the signal's red.release issued
+    G4_TL_STAMPS
+} g4_tl_stamp_at;
+
+typedef struct {
+    uint64_t t[G4_TL_STAMPS];
+    int32_t n_short; // waits whose first poll found the counter short
+    int32_t cta;
+} g4_sq_stamp;
+
 typedef struct {
     int G, n;                   // CTAs, instructions
     int *start;                 // [G + 1]: queue b is ins[start[b] .. start[b + 1])

@@ -29,8 +29,15 @@ int g4_step_skel_max_ctas(int *ctas);
 int g4_step_skel_create(const g4_sq *q, g4_step_skel **out);
 // One step on stream st. prefetch: 0 wait, then stream the weights; 1 the same with the CTA's
 // next instruction's weights prefetched into L2 before each wait; 2 stream the weights before
-// the wait (weights never depend on a counter: the design's point).
-int g4_step_skel_launch(g4_step_skel *s, int prefetch, cudaStream_t st);
+// the wait (weights never depend on a counter: the design's point); 3 a two-deep lookahead:
+// before the wait on instruction k, k + 1's weights streamed too (into registers and discarded:
+// an upper bound for staging them in shared memory). mode: G4_SK_* ablation bits (0: none).
+int g4_step_skel_launch(g4_step_skel *s, int prefetch, int mode, cudaStream_t st);
+// The same step with every instruction's timeline stamped (a second instantiation of the kernel:
+// the unstamped one carries no stamp code); g4_step_skel_timeline copies it back after a sync:
+// out[plan instructions], by plan index.
+int g4_step_skel_launch_timeline(g4_step_skel *s, int prefetch, int mode, cudaStream_t st);
+int g4_step_skel_timeline(g4_step_skel *s, g4_sq_stamp *out);
 // The ceiling: the same weight bytes (the whole arena) streamed by one plain kernel of the same
 // grid and loads, no waits.
 int g4_step_skel_stream(g4_step_skel *s, cudaStream_t st);

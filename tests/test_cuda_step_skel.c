@@ -1,11 +1,15 @@
 // test_cuda_step_skel.c: the persistent step skeleton (kernels/step_skeleton.cuh) run on the GPU
 // a few steps on small configs made in code (engine/step_queue.h g4_sp_shape_config): the tile
 // plan's queues for the co-resident CTA count (the occupancy API's), 3 CTAs and 1 CTA, Q4 and
-// f16 bytes, one-step and two-step plans, every prefetch form in turn (step s takes s % 3).
-// Checked after the steps: no launch failed (a wait that never ends traps, and the sync reports
-// it), the epoch is the steps run, the exit counter is back at 0, and every counter holds steps x
-// its signals a step (counted here from the plan); then the plain stream kernel runs, and queues
-// for one CTA more than fit are refused. Skips (exit 77) without a GPU or below sm_90.
+// f16 bytes, one-step and two-step plans, every prefetch form and ablation mode the bench runs in
+// turn (RUNS), then a step without waits (the waits found short must not grow), then two stamped
+// steps (pf=2, and pf=3 without waits): every instruction stamped in order, on its own queue's
+// CTA, its waits found short summing to the step's, the critical path's segments summing to the
+// span (engine/step_timeline.h). Checked after the steps: no launch failed (a wait that never
+// ends traps, and the sync reports it), the epoch is the steps run, the exit counter is back at
+// 0, and every counter holds steps x its signals a step (counted here from the plan); then the
+// plain stream kernel runs, a bad prefetch or mode is refused, and queues for one CTA more than
+// fit are refused. Skips (exit 77) without a GPU or below sm_90.
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +18,60 @@
 #include "base/base.h"
 #include "engine/step_plan.h"
 #include "engine/step_queue.h"
+#include "engine/step_timeline.h"
 #include "kernels/cuda_util.h"
 #include "kernels/step_skeleton.cuh"
 #include "tests/test_util.h"
 
-enum { STEPS = 6 };
+// (prefetch, mode) of each step in turn: every form and every ablation bit, alone and together
+static const int RUNS[][2] = {
+    {0, 0},
+    {1, 0},
+    {2, 0},
+    {3, 0},
+    {2, G4_SK_NO_WAIT},
+    {2, G4_SK_NO_ACT},
+    {2, G4_SK_NO_WEIGHTS},
+    {2, G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS},
+    {2, G4_SK_ACT8},
+    {3, G4_SK_ACT8},
+    {1, G4_SK_NO_WEIGHTS},
+    {0, G4_SK_NO_ACT | G4_SK_ACT8},
+};
+enum { N_RUNS = sizeof RUNS / sizeof RUNS[0], STEPS = N_RUNS + 3 }; // + nowait, 2 stamped
+
+// A stamped step's timeline checked: g4_tl_check (every stamp set, in order, after the queue
+// predecessor's), each instruction on its own queue's CTA, the waits found short summing to
+// `short_waits`, and the critical path's segments summing to the span.
+static void check_timeline(const g4_sq *q, const g4_sq_stamp *tl, int ignore_waits,
+                           long long short_waits, const char *what) {
+    uint64_t t0 = 0, t1 = 0;
+    int64_t md = 0;
+    int zd = 0;
+    CHECK_MSG(g4_tl_check(q, tl, &t0, &t1, &md, &zd) == 0, "%s: %s", what, g4_error());
+    int wrong_cta = 0;
+    long long sw = 0;
+    for (int b = 0; b < q->G; b++)
+        for (int k = q->start[b]; k < q->start[b + 1]; k++) {
+            wrong_cta += tl[q->ins[k].id].cta != b;
+            sw += tl[q->ins[k].id].n_short;
+        }
+    CHECK_MSG(wrong_cta == 0 && sw == short_waits,
+              "%s: %d instructions stamped by another CTA; %lld waits found short, the step's "
+              "count says %lld",
+              what, wrong_cta, sw, short_waits);
+    g4_tl_node *path = g4_malloc(sizeof(g4_tl_node) * (size_t)q->n);
+    int n = 0;
+    CHECK_MSG(g4_tl_path(q, tl, ignore_waits, path, &n) == 0 && n >= 1, "%s: %s", what, g4_error());
+    int64_t sum = 0;
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < G4_TL_N; k++) sum += path[j].seg[k];
+    CHECK_MSG(sum == (int64_t)(t1 - t0), "%s: the path sums to %lld ns, the span is %lld", what,
+              (long long)sum, (long long)(t1 - t0));
+    printf("    %s, stamped: span %.1f us, path %d instructions, timer step >= %lld ns\n", what,
+           (t1 - t0) / 1e3, n, (long long)md);
+    free(path);
+}
 
 static void run_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, const char *what) {
     g4_sq q;
@@ -31,13 +84,29 @@ static void run_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, const char *w
         g4_sq_free(&q);
         return;
     }
-    for (int st = 0; st < STEPS; st++) CHECK(g4_step_skel_launch(s, st % 3, 0) == 0);
+    for (int st = 0; st < N_RUNS; st++)
+        CHECK(g4_step_skel_launch(s, RUNS[st][0], RUNS[st][1], 0) == 0);
     int *sig = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
     int *ctr = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
     for (int i = 0; i < p->n; i++)
         if (p->ins[i].signal >= 0) sig[p->ins[i].signal]++;
     int epoch = -1, exitc = -1;
-    long long sw = -1;
+    long long sw = -1, sw1 = -1, sw2 = -1, sw3 = -1;
+    CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw1) == 0, "%s: %s", what, g4_error());
+    CHECK(g4_step_skel_launch(s, 0, G4_SK_NO_WAIT, 0) == 0); // (no wait: none found short)
+    CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw2) == 0, "%s: %s", what, g4_error());
+    CHECK_MSG(sw2 == sw1, "%s: a step without waits found %lld short", what, sw2 - sw1);
+    g4_sq_stamp *tl = g4_calloc((size_t)q.n + 1, sizeof(g4_sq_stamp));
+    CHECK(g4_step_skel_launch_timeline(s, 2, 0, 0) == 0);
+    CHECK_MSG(g4_step_skel_timeline(s, tl) == 0, "%s: %s", what, g4_error());
+    CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw3) == 0, "%s: %s", what, g4_error());
+    check_timeline(&q, tl, 0, sw3 - sw2, what);
+    CHECK(g4_step_skel_launch_timeline(s, 3, G4_SK_NO_WAIT | G4_SK_ACT8, 0) == 0);
+    CHECK_MSG(g4_step_skel_timeline(s, tl) == 0, "%s: %s", what, g4_error());
+    check_timeline(&q, tl, 1, 0, what);
+    free(tl);
+    CHECK(g4_step_skel_launch(s, 4, 0, 0) == G4_EUSER); // refused, nothing launched
+    CHECK(g4_step_skel_launch(s, 2, G4_SK_MODES + 1, 0) == G4_EUSER);
     const int rr = g4_step_skel_read(s, ctr, &epoch, &exitc, &sw);
     CHECK_MSG(rr == 0, "%s: %s", what, g4_error());
     int off = 0;

@@ -41,13 +41,19 @@
 #            flag line / vector size; the norm join; the same chain as PDL kernels; ms per
 #            hand-over), then the floor rows once for the same run's units. A row whose values
 #            were wrong says FAIL; a spin that never ends traps ("trapping"), never hangs
-#   stepskel issue 30, the floor of "one persistent kernel a step" (after build; ~1 min):
-#            test_cuda_step_skel (the skeleton a few steps on small configs: counters, epoch,
-#            no trap), then `bench --kernels --filter stepskel --reps 30` twice (E2B's tile plan
-#            as per-CTA queues with the real Q4 / f16 weight bytes and counters, each prefetch
-#            form, every co-resident CTA and 2 a SM, against one plain stream of the same bytes;
-#            a line a row: us a step / a layer, GB/s, waits found short). A wait that never ends
-#            traps ("trapping", naming the instruction), never hangs
+#   stepskel issue 30, the floor of "one persistent kernel a step" (after build; ~1.5 min):
+#            test_cuda_step_skel (the skeleton a few steps on small configs, every prefetch form
+#            and ablation mode, two stamped steps: counters, epoch, timelines, no trap), then
+#            `bench --kernels --filter stepskel --reps 30` twice (E2B's tile plan as per-CTA
+#            queues with the real Q4 / f16 weight bytes and counters, against one plain stream
+#            of the same bytes: pf 0 / 1 / 2 at 5 CTAs an SM and 2 an SM; at 5 an SM the
+#            ablations of pf=2 (nowait, noact, nowts, all three, act8) and pf=3 (" ub": a
+#            two-deep register lookahead, an upper bound); pf=2 at all that fit when more do;
+#            a line a row: us a step / a layer, GB/s, waits found short), then one stamped step
+#            each of pf=2 / pf=2 act8 / pf=3 / pf=0 taken apart ("stepskel-tl" lines: the critical path a
+#            layer by segment, by op, each op's own segments; the step with and without
+#            stamps; run 1's summary lines printed here, the rest in $OUT/stepskel_{1,2}.txt).
+#            A wait that never ends traps ("trapping", naming the instruction), never hangs
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
 #            X^T X, GPTQ's factorisation and column work (and act-order), fit, gptq_imx; ~20 s
@@ -891,7 +897,10 @@ stage_stepskel() {
     timeout 300 build-gpu/tests/test_cuda_step_skel >"$OUT/stepskel_test.log" 2>&1
     echo "test_cuda_step_skel: exit $? ($(tail -1 "$OUT/stepskel_test.log"))"
     grep -E "FAIL|trapping|co-resident|counters as expected" "$OUT/stepskel_test.log" | cut -c1-200 | head -30
-    kbench_twice stepskel stepskel 300 -E "stepskel|FAIL|trapping|refused"
+    kbench_twice stepskel stepskel 300 -E "stepskel |FAIL|trapping|refused"
+    echo "=== the stamped steps (run 1; every line in $OUT/stepskel_1.txt)"
+    grep -E "stepskel-tl .*(without stamps|span|critical path|path a layer|after the layers|path by op)" \
+        "$OUT/stepskel_1.txt" | cut -c1-330
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
