@@ -100,10 +100,24 @@ enum {
 static const skel_variant stepskel_timelines[] = {
     {2, 0, ""}, {2, G4_SK_ACT8, " act8"}, {3, 0, " ub"}, {0, 0, ""}};
 
+// The plans: the first is the baseline (every row above); the others move the two reads the
+// session-30 timeline put on the path (attention 5.9 us a layer: one CTA reads a split's 128
+// keys of K and V, 162 KB; the PLE gate 3.8 us: 12-24 down K-chunk partials of 6 KB) and run the
+// design row (pf=2) and, for Q4, its timeline only. split: keys an attention split at most;
+// chunk: the down GEMV's K chunk in 16-feature tiles (0: the plan's 32, 512 features).
+typedef struct {
+    int split, chunk;
+} skel_plan;
+static const skel_plan stepskel_plans[] = {
+    {STEPSKEL_SPLIT_KEYS, 0}, {64, 0}, {32, 0}, {STEPSKEL_SPLIT_KEYS, 128}};
+
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
-static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G) {
-    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s", dn, v->pf, G, STEPSKEL_KEYS,
-             STEPSKEL_SPLIT_KEYS, v->label);
+static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,
+                      const skel_plan *pl) {
+    char chunk[24] = "";
+    if (pl->chunk) snprintf(chunk, sizeof chunk, " chunk=%d", pl->chunk * 16);
+    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s%s", dn, v->pf, G, STEPSKEL_KEYS, pl->split,
+             chunk, v->label);
 }
 
 // After a device sync: the counters each equal to the steps run x their signals a step and the
@@ -189,21 +203,21 @@ static void timeline(g4_step_skel *s, const g4_step_plan *p, const g4_sq *q, int
     free(tl);
 }
 
-// Rows stepskel_variants[v_lo .. v_hi) at G CTAs, then (with_tl) the timelines.
+// Rows stepskel_variants[v_lo .. v_hi) at G CTAs on plan p (made with pl), then the first n_tl
+// timelines.
 static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
-                       const g4_step_plan *p, g4_sq_dtype dt, int G, int v_lo, int v_hi,
-                       int with_tl) {
+                       const g4_step_plan *p, const skel_plan *pl, g4_sq_dtype dt, int G, int v_lo,
+                       int v_hi, int n_tl) {
     const char *dn = dt == G4_SQ_Q4 ? "q4" : "f16";
-    const int n_tl = with_tl ? (int)(sizeof stepskel_timelines / sizeof stepskel_timelines[0]) : 0;
     char shape[80]; // (room for " FAIL" in the row's 96)
     char tl_shape[96];
     int any = 0;
     for (int v = v_lo; v < v_hi; v++) {
-        row_shape(shape, sizeof shape, dn, &stepskel_variants[v], G);
+        row_shape(shape, sizeof shape, dn, &stepskel_variants[v], G, pl);
         any |= matches(filter, shape);
     }
     for (int v = 0; v < n_tl; v++) {
-        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G);
+        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G, pl);
         snprintf(tl_shape, sizeof tl_shape, "%s timeline", shape);
         any |= matches(filter, tl_shape);
     }
@@ -224,7 +238,7 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
     int last_epoch = 0;
     for (int v = v_lo; v < v_hi && n < max; v++) {
         const skel_variant *var = &stepskel_variants[v];
-        row_shape(shape, sizeof shape, dn, var, G);
+        row_shape(shape, sizeof shape, dn, var, G, pl);
         if (!matches(filter, shape)) continue;
         g4_kbench_row *r = &rows[n];
         memset(r, 0, sizeof *r);
@@ -264,13 +278,59 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
         if (bad) snprintf(r->shape, sizeof r->shape, "%s FAIL", shape);
     }
     for (int v = 0; v < n_tl; v++) {
-        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G);
+        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G, pl);
         snprintf(tl_shape, sizeof tl_shape, "%s timeline", shape);
         if (matches(filter, tl_shape)) timeline(s, p, &q, ctr, shape, &stepskel_timelines[v]);
     }
     free(ctr);
     g4_step_skel_free(s);
     g4_sq_free(&q);
+    return n;
+}
+
+// One plan's rows: the baseline plan (all) every variant at the first G, the baseline's at 2 a
+// SM and the design's at all that fit; another plan the design row at the first G and, for Q4,
+// its timeline.
+static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
+                      const g4_text_config *c, const g4_sp_flags *f, const skel_plan *pl, int all) {
+    // (splits of <= pl->split keys: one CTA reading all 512 rows of a KV head's fp16 K and V,
+    // 0.5-1 MB, would sit on every layer's critical path)
+    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, 0, pl->chunk, 0, pl->split, 0, 0};
+    g4_step_plan p;
+    int G = 0, sms = 0;
+    if (g4_sp_build(c, f, &o, &p)) {
+        fprintf(stderr, "stepskel: plan refused: %s\n", g4_error());
+        return n;
+    }
+    if (g4_step_skel_max_ctas(&G)) {
+        fprintf(stderr, "stepskel: %s\n", g4_error());
+    } else if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+        fprintf(stderr, "stepskel: cudaDeviceGetAttribute(SMs) failed\n");
+    } else {
+        // Every row at the session-30 run's G (STEPSKEL_BASE_PER_SM a SM, or all that fit when
+        // fewer), the baseline's at 2 a SM (persist_mlp's grid), and the design's (pf=2) at all
+        // that fit when more do now (the kernel's registers set the count): same queue rule.
+        // (The ablations, pf=3 and the timelines at the first G only.)
+        const int G0 = STEPSKEL_BASE_PER_SM * sms < G ? STEPSKEL_BASE_PER_SM * sms : G;
+        const int n_var = (int)(sizeof stepskel_variants / sizeof stepskel_variants[0]);
+        const int n_tl = (int)(sizeof stepskel_timelines / sizeof stepskel_timelines[0]);
+        for (int dt = 0; dt < 2; dt++) {
+            const g4_sq_dtype d = (g4_sq_dtype)dt;
+            if (!all) { // (stepskel_timelines[0] is the design's)
+                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G0, STEPSKEL_DESIGN,
+                                STEPSKEL_DESIGN + 1, d == G4_SQ_Q4);
+                continue;
+            }
+            n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G0, 0, n_var, n_tl);
+            if (2 * sms < G0)
+                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, 2 * sms, 0,
+                                STEPSKEL_BASE_VARIANTS, 0);
+            if (G > G0)
+                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G, STEPSKEL_DESIGN,
+                                STEPSKEL_DESIGN + 1, 0);
+        }
+    }
+    g4_sp_free(&p);
     return n;
 }
 
@@ -281,39 +341,9 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     g4_sp_shape_config(&g4_sp_shape_e2b, &c);
     g4_sp_flags f = {1, 0, 0, 0, g4_calloc((size_t)c.n_layers, 1)};
     for (int l = 0; l < c.n_layers; l++) f.qkv[l] = c.layer[l].kv_source == l; // (q|k|v as one)
-    // (splits of <= STEPSKEL_SPLIT_KEYS keys: one CTA reading all 512 rows of a KV head's
-    // fp16 K and V, 0.5-1 MB, would sit on every layer's critical path)
-    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, 0, 0, 0, STEPSKEL_SPLIT_KEYS, 0, 0};
-    g4_step_plan p;
-    int n = 0, G = 0;
-    if (g4_sp_build(&c, &f, &o, &p)) {
-        fprintf(stderr, "stepskel: plan refused: %s\n", g4_error());
-    } else {
-        int sms = 0;
-        if (g4_step_skel_max_ctas(&G)) {
-            fprintf(stderr, "stepskel: %s\n", g4_error());
-        } else if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
-            fprintf(stderr, "stepskel: cudaDeviceGetAttribute(SMs) failed\n");
-        } else {
-            // Every row at the session-30 run's G (STEPSKEL_BASE_PER_SM a SM, or all that fit
-            // when fewer), the baseline's at 2 a SM (persist_mlp's grid), and the design's (pf=2)
-            // at all that fit when more do now (the kernel's registers set the count): same
-            // queue rule. (The ablations, pf=3 and the timelines at the first G only.)
-            const int G0 = STEPSKEL_BASE_PER_SM * sms < G ? STEPSKEL_BASE_PER_SM * sms : G;
-            const int n_var = (int)(sizeof stepskel_variants / sizeof stepskel_variants[0]);
-            for (int dt = 0; dt < 2; dt++) {
-                const g4_sq_dtype d = (g4_sq_dtype)dt;
-                n = bench_dtype(filter, reps, rows, n, max, &p, d, G0, 0, n_var, 1);
-                if (2 * sms < G0)
-                    n = bench_dtype(filter, reps, rows, n, max, &p, d, 2 * sms, 0,
-                                    STEPSKEL_BASE_VARIANTS, 0);
-                if (G > G0)
-                    n = bench_dtype(filter, reps, rows, n, max, &p, d, G, STEPSKEL_DESIGN,
-                                    STEPSKEL_DESIGN + 1, 0);
-            }
-        }
-        g4_sp_free(&p);
-    }
+    int n = 0;
+    for (size_t k = 0; k < sizeof stepskel_plans / sizeof stepskel_plans[0]; k++)
+        n = bench_plan(filter, reps, rows, n, max, &c, &f, &stepskel_plans[k], k == 0);
     free(f.qkv);
     free(c.layer);
     return n;

@@ -980,17 +980,29 @@ static void test_shapes(void) {
     print_counts(&e, &f, G4_SP_KERNEL, 128);
     print_counts(&e, &f, G4_SP_TILE, 128);
     print_counts(&e, &f, G4_SP_TILE, 16384);
-    { // the step skeleton's bytes a step (bench/NOTES.md quotes them)
-        const g4_sp_opts o = {G4_SP_TILE, 512, 1, 0, 0, 0, 0, 0, 0};
+    // The step skeleton's bytes a step (bench/NOTES.md quotes them): the plan of its baseline
+    // rows (splits of <= 128 keys) and of its other plans (api/bench_stepskel.c stepskel_plans:
+    // 64- and 32-key splits, 2048-feature down K chunks), each clean, deadlock-free, queues right.
+    static const int skel_plans[][2] = {{128, 0}, {64, 0}, {32, 0}, {128, 128}}; // split, chunk
+    for (size_t k = 0; k < sizeof skel_plans / sizeof skel_plans[0]; k++) {
+        const g4_sp_opts o = {G4_SP_TILE, 512, 1, 0, skel_plans[k][1], 0, skel_plans[k][0], 0, 0};
+        char name[96];
+        snprintf(name, sizeof name, "E2B step skeleton at 512 keys, splits of %d, chunk tiles %d",
+                 skel_plans[k][0], skel_plans[k][1]);
         g4_step_plan p;
-        CHECK(g4_sp_build(&e, &f, &o, &p) == 0);
+        const int rc = g4_sp_build(&e, &f, &o, &p);
+        CHECK_MSG(rc == 0, "%s: %s", name, g4_error());
+        if (rc) continue;
+        plan_clean(&p, name);
+        sims_run += plan_runs(&p, name);
+        queue_checks(&p, &e, &f, name);
         for (int dt = 0; dt < 2; dt++) {
             g4_sq q;
             CHECK(g4_sq_build(&p, 264, (g4_sq_dtype)dt, &q) == 0);
-            printf("  E2B step skeleton at 512 keys, %s: %d instructions, %.1f MB of weights, "
-                   "%.2f MB of activations read, %.2f MB written, %d waits a step\n",
-                   dt ? "f16" : "Q4", q.n, q.w_bytes / 1e6, q.rd_bytes / 1e6, q.wr_bytes / 1e6,
-                   q.waits);
+            printf("  %s, %s: %d instructions, %.1f MB of weights, %.2f MB of activations read, "
+                   "%.2f MB written, %d waits a step\n",
+                   name, dt ? "f16" : "Q4", q.n, q.w_bytes / 1e6, q.rd_bytes / 1e6,
+                   q.wr_bytes / 1e6, q.waits);
             g4_sq_free(&q);
         }
         g4_sp_free(&p);
