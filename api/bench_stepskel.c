@@ -339,8 +339,8 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
         return 0; // (the rows' shapes all start "E2B ")
     g4_text_config c;
     g4_sp_shape_config(&g4_sp_shape_e2b, &c);
-    g4_sp_flags f = {1, 0, 0, 0, g4_calloc((size_t)c.n_layers, 1)};
-    for (int l = 0; l < c.n_layers; l++) f.qkv[l] = c.layer[l].kv_source == l; // (q|k|v as one)
+    g4_sp_flags f;
+    g4_sp_flags_owner_qkv(&c, &f);
     int n = 0;
     for (size_t k = 0; k < sizeof stepskel_plans / sizeof stepskel_plans[0]; k++)
         n = bench_plan(filter, reps, rows, n, max, &c, &f, &stepskel_plans[k], k == 0);

@@ -700,6 +700,13 @@ void g4_sp_flags_of_state(const g4_text_state *s, g4_sp_flags *f) {
         f->qkv[l] = c->layer[l].kv_source == l && s->qkv_on && s->m->layers[l].qkv.in;
 }
 
+void g4_sp_flags_owner_qkv(const g4_text_config *c, g4_sp_flags *f) {
+    memset(f, 0, sizeof *f);
+    f->fuse = 1;
+    f->qkv = g4_calloc((size_t)c->n_layers, 1);
+    for (int l = 0; l < c->n_layers; l++) f->qkv[l] = c->layer[l].kv_source == l;
+}
+
 int g4_sp_build(const g4_text_config *c, const g4_sp_flags *f, const g4_sp_opts *o,
                 g4_step_plan *p) {
     memset(p, 0, sizeof *p);

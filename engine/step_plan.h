@@ -183,6 +183,11 @@ typedef struct {
 // attn_fused_one, persist_mlp, ple_fused and the backend's ops). f->qkv is allocated: free it.
 void g4_sp_flags_of_state(const struct g4_text_state *s, g4_sp_flags *f);
 
+// The switches of a package made with q|k|v as one linear on every layer that owns its KV (what
+// the engine runs when the package has the merged weights), norms fused, no blocks: the step
+// skeleton's bench and test. f->qkv is allocated: free it.
+void g4_sp_flags_owner_qkv(const g4_text_config *c, g4_sp_flags *f);
+
 // Builds the plan of one (or two) one-token steps of config c; G4_OK, or a user error naming the
 // shape it cannot tile. g4_sp_free releases it.
 int g4_sp_build(const g4_text_config *c, const g4_sp_flags *f, const g4_sp_opts *o,

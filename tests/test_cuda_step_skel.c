@@ -141,8 +141,8 @@ int main(void) {
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         g4_text_config c;
         g4_sp_shape_config(&shapes[k], &c);
-        g4_sp_flags f = {1, 0, 0, 0, g4_calloc((size_t)c.n_layers, 1)};
-        for (int l = 0; l < c.n_layers; l++) f.qkv[l] = c.layer[l].kv_source == l;
+        g4_sp_flags f;
+        g4_sp_flags_owner_qkv(&c, &f);
         for (int steps = 1; steps <= 2; steps++) {
             // (two steps in one plan: the fixed split count, as the plan's checks want)
             const g4_sp_opts o = {G4_SP_TILE, 10, steps, 0, 0, 0, 0, 0, steps == 2};

@@ -968,6 +968,15 @@ static void test_shapes(void) {
     CHECK_INT(e.layer[15].kv_source, 13);
     CHECK_INT(e.layer[19].kv_source, 14);
     g4_sp_flags f = flags_all(&e, 1, 1, 0, 0, 0);
+    { // the skeleton's switches (g4_sp_flags_owner_qkv): these, q|k|v on the 15 owner layers
+        g4_sp_flags o;
+        g4_sp_flags_owner_qkv(&e, &o);
+        int owners = 0, same = o.fuse == 1 && !o.attn_fused && !o.mlp_block && !o.ple_block;
+        for (int l = 0; l < e.n_layers; l++) owners += o.qkv[l], same &= o.qkv[l] == f.qkv[l];
+        CHECK_INT(owners, 15);
+        CHECK_MSG(same, "g4_sp_flags_owner_qkv differs from q|k|v on the owners, norms fused");
+        free(o.qkv);
+    }
     // the default switches; every block op; q|k|v apart
     check_cfg(&e, &f, G4_SP_KERNEL, 128, 2, "E2B");
     check_cfg(&e, &f, G4_SP_TILE, 128, 2, "E2B");
