@@ -173,9 +173,10 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             else if (c[b].ph == PH_STREAM) t_next = fmin(t_next, now + c[b].rem * lat);
         }
         if (!isfinite(t_next)) { // every CTA left is blocked: a wait never met
-            int at = -1;
-            for (int b = 0; b < G && at < 0; b++)
-                if (c[b].ph == PH_BLOCKED) at = q->ins[c[b].k].id;
+            int at = -1; // (the earliest in plan order: every one before it ran)
+            for (int b = 0; b < G; b++)
+                if (c[b].ph == PH_BLOCKED && (at < 0 || q->ins[c[b].k].id < at))
+                    at = q->ins[c[b].k].id;
             free(c), free(ctr), free(red_free);
             return g4_fail(G4_EUSER, "step cost: instruction #%d waits on a count never reached",
                            at);
@@ -184,7 +185,6 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
         share_int += dt * fmin(1.0, inflight / lat / (p->dram_gbs * 1e3));
         const double done = rate * dt; // rounds each streaming CTA got
         now = t_next;
-        const int saturated = lat > p->w_lat_us; // (DRAM serves slower than the latency)
         for (int b = 0; b < G; b++) {
             cta_state *s = &c[b];
             if (s->ph == PH_STREAM) {
@@ -232,6 +232,8 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
                 stamp(st, in, G4_TL_T_WTS, now);
                 int nr = 0;
                 const double rb = bytes_of(q, in, 0, &nr);
+                // DRAM saturated by the streams now (its own, if any, is over)
+                const int saturated = inflight / (p->dram_gbs * 1e3) > p->w_lat_us;
                 s->at = AT_READ;
                 double us = p->rd_fix_us;
                 if (!no_act)
