@@ -480,10 +480,12 @@ int g4_sc_report(FILE *out, int grid, int top) {
     print_params(out);
     int rc = validate(out);
     if (rc) return rc;
-    // the bench's plans (api/bench_stepskel.c stepskel_plans: split, chunk tiles)
-    static const int bench[][2] = {{128, 0}, {64, 0}, {32, 0}, {128, 128}};
+    // the bench's plans (api/bench_stepskel.c stepskel_plans, the same list: split keys, chunk
+    // tiles, group tiles, LM group tiles; 0: the plan's default)
+    static const int bench[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},    {32, 0, 0, 0},
+                                   {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
     for (size_t k = 0; k < sizeof bench / sizeof bench[0]; k++) {
-        ranked e = {bench[k][0], bench[k][1], 0, 0, {0, 0}, {0, 0}, 0};
+        ranked e = {bench[k][0], bench[k][1], bench[k][2], bench[k][3], {0, 0}, {0, 0}, 0};
         if ((rc = predict(&e, SC_SEEDS))) return rc;
         print_ranked(out, "bench plan", &e);
     }
@@ -509,12 +511,17 @@ int g4_sc_report(FILE *out, int grid, int top) {
     fprintf(out, "step-model grid: %d plans simulated, %d refused by the plan builder\n", n,
             refused);
     for (int dt = 0; dt < 2; dt++) {
+        // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
         qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
-        for (int k = 0; k < top && k < n; k++) {
-            ranked e = all[k];
-            if ((rc = predict(&e, SC_SEEDS))) break;
-            print_ranked(out, dt ? "best f16" : "best q4", &e);
+        const int k_n = top < n ? top : n;
+        ranked *best = g4_calloc((size_t)k_n + 1, sizeof *best);
+        for (int k = 0; k < k_n && !rc; k++) {
+            best[k] = all[k];
+            rc = predict(&best[k], SC_SEEDS);
         }
+        if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
+        for (int k = 0; k < k_n && !rc; k++) print_ranked(out, dt ? "best f16" : "best q4", &best[k]);
+        free(best);
     }
     free(all);
     return rc;

@@ -192,7 +192,7 @@ int main(void) {
         CHECK_INT(header, 2);
         CHECK_INT(rows, 9);
         CHECK_INT(paths, 2);
-        CHECK_INT(plans, 4);
+        CHECK_INT(plans, 6);
         CHECK_INT(other, 0);
         fclose(f);
     }
