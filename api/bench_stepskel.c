@@ -303,7 +303,8 @@ static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, 
                       const g4_text_config *c, const g4_sp_flags *f, const skel_plan *pl, int all) {
     // (splits of <= pl->split keys: one CTA reading all 512 rows of a KV head's fp16 K and V,
     // 0.5-1 MB, would sit on every layer's critical path)
-    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, pl->group, pl->chunk, pl->lm, pl->split, 0, 0};
+    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, pl->group, pl->chunk,
+                          pl->lm,     pl->split,     0, 0};
     g4_step_plan p;
     int G = 0, sms = 0;
     if (g4_sp_build(c, f, &o, &p)) {

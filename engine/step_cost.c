@@ -9,7 +9,6 @@
 #include "engine/step_queue.h"
 #include "engine/step_timeline.h"
 
-
 // The session-30 calibration (H100; bench/runs/2026-12-06-s30-sktl-logs.tar.gz, stepskel_1.txt:
 // the rows, and the "stepskel-tl ... q4 pf=2" lines: each op's own segments, the mean over all
 // its instructions, with the KB it reads; regions and bytes a region from g4_sq_build's queues):
@@ -70,13 +69,14 @@ int g4_sc_params_check(const g4_sc_params *p) {
         {"rd_busy_gbs", p->rd_busy_gbs, 1}, {"rd_idle_gbs", p->rd_idle_gbs, 1},
         {"wr_fix_us", p->wr_fix_us, 0},     {"wr_lat_us", p->wr_lat_us, 0},
         {"wr_gbs", p->wr_gbs, 1},           {"launch_us", p->launch_us, 0},
-        {"jitter", p->jitter, 0},          {"red_us", p->red_us, 0},
+        {"jitter", p->jitter, 0},           {"red_us", p->red_us, 0},
     };
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
         if (!isfinite(f[k].v) || f[k].v < 0 || (f[k].rate && f[k].v == 0))
             return g4_fail(G4_EUSER, "step cost: %s = %g: expected a finite %s", f[k].name, f[k].v,
                            f[k].rate ? "rate above 0" : "value of 0 or more");
-    if (p->jitter > 1) return g4_fail(G4_EUSER, "step cost: jitter = %g: expected 0 .. 1", p->jitter);
+    if (p->jitter > 1)
+        return g4_fail(G4_EUSER, "step cost: jitter = %g: expected 0 .. 1", p->jitter);
     return G4_OK;
 }
 
@@ -93,7 +93,9 @@ typedef struct {
 } cta_state;
 
 // us for `bytes` at `gbs` GB/s
-static double at_rate(double bytes, double gbs) { return bytes / (gbs * 1e3); }
+static double at_rate(double bytes, double gbs) {
+    return bytes / (gbs * 1e3);
+}
 
 // The rounds of an instruction's weight stream (kernels/step_skeleton.cu stream_weights: one
 // range when its runs are contiguous, else run by run; each range in rounds of at most
@@ -169,11 +171,13 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
         const double lat = fmax(p->w_lat_us, inflight / (p->dram_gbs * 1e3)), rate = 1.0 / lat;
         double t_next = INFINITY;
         for (int b = 0; b < G; b++) {
-            if (c[b].ph == PH_TIMED) t_next = fmin(t_next, c[b].t_end);
-            else if (c[b].ph == PH_STREAM) t_next = fmin(t_next, now + c[b].rem * lat);
+            if (c[b].ph == PH_TIMED)
+                t_next = fmin(t_next, c[b].t_end);
+            else if (c[b].ph == PH_STREAM)
+                t_next = fmin(t_next, now + c[b].rem * lat);
         }
         if (!isfinite(t_next)) { // every CTA left is blocked: a wait never met
-            int at = -1; // (the earliest in plan order: every one before it ran)
+            int at = -1;         // (the earliest in plan order: every one before it ran)
             for (int b = 0; b < G; b++)
                 if (c[b].ph == PH_BLOCKED && (at < 0 || q->ins[c[b].k].id < at))
                     at = q->ins[c[b].k].id;
@@ -228,7 +232,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
                 }
                 goto read;
             case AT_POST:
-            read: {
+            read : {
                 stamp(st, in, G4_TL_T_WTS, now);
                 int nr = 0;
                 const double rb = bytes_of(q, in, 0, &nr);
@@ -237,7 +241,8 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
                 s->at = AT_READ;
                 double us = p->rd_fix_us;
                 if (!no_act)
-                    us += nr * p->rd_lat_us + at_rate(rb, saturated ? p->rd_busy_gbs : p->rd_idle_gbs);
+                    us += nr * p->rd_lat_us +
+                          at_rate(rb, saturated ? p->rd_busy_gbs : p->rd_idle_gbs);
                 s->t_end = now + jit(&rng, j, us);
                 break;
             }
@@ -289,8 +294,8 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
     return G4_OK;
 }
 
-int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st,
-                     int ignore_waits, double *seg, double *after) {
+int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, int ignore_waits,
+                     double *seg, double *after) {
     g4_tl_node *path = g4_malloc(sizeof *path * (size_t)q->n);
     int *group = g4_malloc(sizeof(int) * (size_t)q->n);
     double *sum = g4_calloc((size_t)(p->n_layers + 2) * G4_TL_N, sizeof(double));
@@ -352,8 +357,8 @@ static int e2b_plan(const g4_sp_opts *o, g4_step_plan *p) {
     return rc;
 }
 
-static int sim_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, int pf, int mode,
-                    unsigned seed, g4_sq_stamp *st, double *us, int *n_ins) {
+static int sim_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, int pf, int mode, unsigned seed,
+                    g4_sq_stamp *st, double *us, int *n_ins) {
     g4_sq q;
     int rc = g4_sq_build(p, G, dt, &q);
     if (rc) return rc;
@@ -390,8 +395,10 @@ static int validate(FILE *out) {
     g4_step_plan p;
     int rc = e2b_plan(&o, &p);
     if (rc) return rc;
-    fprintf(out, "step-model validation (E2B, %d keys, splits of 128; us a step, measured: H100, "
-                 "session 30):\n", SC_KEYS);
+    fprintf(out,
+            "step-model validation (E2B, %d keys, splits of 128; us a step, measured: H100, "
+            "session 30):\n",
+            SC_KEYS);
     fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "row (G=660 unless said)", "Q4 model",
             "measured", "off", "f16 model", "measured", "off");
     for (size_t k = 0; k < sizeof measured / sizeof measured[0] && !rc; k++) {
@@ -418,8 +425,9 @@ static int validate(FILE *out) {
             const double *t = v ? tl_pf0 : tl_pf2;
             double sm = 0, stl = 0;
             for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
-            fprintf(out, "step-model path a layer, Q4 pf=%d (model / timeline, us): %.2f / %.2f:",
-                    pf, sm, stl);
+            fprintf(out,
+                    "step-model path a layer, Q4 pf=%d (model / timeline, us): %.2f / %.2f:", pf,
+                    sm, stl);
             for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
                 fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
             fprintf(out, "; after the layers %.1f us (timeline pf=2: 101.4)\n", after);
@@ -468,8 +476,9 @@ static int predict(ranked *e, unsigned seeds) {
 }
 
 static void print_ranked(FILE *out, const char *tag, const ranked *e) {
-    fprintf(out, "step-model %s split_keys %d chunk_tiles %d group_tiles %d lm_group_tiles %d: "
-                 "%d instructions, pf=2 G=%d: Q4 %.1f us (seeds within %.1f), f16 %.1f us (%.1f)\n",
+    fprintf(out,
+            "step-model %s split_keys %d chunk_tiles %d group_tiles %d lm_group_tiles %d: "
+            "%d instructions, pf=2 G=%d: Q4 %.1f us (seeds within %.1f), f16 %.1f us (%.1f)\n",
             tag, e->split, e->chunk ? e->chunk : 32, e->group ? e->group : 4, e->lm ? e->lm : 64,
             e->n, SC_G, e->us[0], e->spread[0], e->us[1], e->spread[1]);
 }
@@ -482,7 +491,7 @@ int g4_sc_report(FILE *out, int grid, int top) {
     if (rc) return rc;
     // the bench's plans (api/bench_stepskel.c stepskel_plans, the same list: split keys, chunk
     // tiles, group tiles, LM group tiles; 0: the plan's default)
-    static const int bench[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},    {32, 0, 0, 0},
+    static const int bench[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
                                    {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
     for (size_t k = 0; k < sizeof bench / sizeof bench[0]; k++) {
         ranked e = {bench[k][0], bench[k][1], bench[k][2], bench[k][3], {0, 0}, {0, 0}, 0};
@@ -520,7 +529,8 @@ int g4_sc_report(FILE *out, int grid, int top) {
             rc = predict(&best[k], SC_SEEDS);
         }
         if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
-        for (int k = 0; k < k_n && !rc; k++) print_ranked(out, dt ? "best f16" : "best q4", &best[k]);
+        for (int k = 0; k < k_n && !rc; k++)
+            print_ranked(out, dt ? "best f16" : "best q4", &best[k]);
         free(best);
     }
     free(all);

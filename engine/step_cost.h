@@ -30,26 +30,26 @@
 #include "kernels/step_skel_queues.h"
 
 typedef struct {
-    double dram_gbs;     // DRAM bandwidth the weight streams share (GB/s)
+    double dram_gbs;      // DRAM bandwidth the weight streams share (GB/s)
     double w_round_bytes; // a CTA's weight bytes in flight a round (the kernel's loads)
-    double w_lat_us;     // a round's latency with DRAM not saturated
-    double queue_us;     // the loop's own cost before an instruction begins
-    double wait_us;      // a wait found met (polls + CTA barrier)
-    double handover_us;  // a needed signal to the waiter's wait end
-    double rd_fix_us;    // the read segment's barrier (also with no activation traffic)
-    double rd_lat_us;    // a region read's latency
-    double rd_busy_gbs;  // one CTA's activation read rate while DRAM is saturated (GB/s)
-    double rd_idle_gbs;  // ... while it is not (GB/s)
-    double wr_fix_us;    // the write segment's barrier and signal (also with no traffic)
-    double wr_lat_us;    // a region written's latency
-    double wr_gbs;       // one CTA's write rate (GB/s)
-    double launch_us;    // the launch's own, added to the last signal
-    double red_us;       // a counter's line takes one red at a time, for this long: the
-                         // signalers of one counter queue (the down's 288 a layer)
-    double jitter;       // 0 .. 1: the share of each timed segment (not the streams) drawn from
-                         // an exponential of the same mean (seeded: the same every run), so
-                         // that the last of a wide set, which the path follows, has a tail
-    unsigned seed;       // the jitter's sequence (0 in the calibration)
+    double w_lat_us;      // a round's latency with DRAM not saturated
+    double queue_us;      // the loop's own cost before an instruction begins
+    double wait_us;       // a wait found met (polls + CTA barrier)
+    double handover_us;   // a needed signal to the waiter's wait end
+    double rd_fix_us;     // the read segment's barrier (also with no activation traffic)
+    double rd_lat_us;     // a region read's latency
+    double rd_busy_gbs;   // one CTA's activation read rate while DRAM is saturated (GB/s)
+    double rd_idle_gbs;   // ... while it is not (GB/s)
+    double wr_fix_us;     // the write segment's barrier and signal (also with no traffic)
+    double wr_lat_us;     // a region written's latency
+    double wr_gbs;        // one CTA's write rate (GB/s)
+    double launch_us;     // the launch's own, added to the last signal
+    double red_us;        // a counter's line takes one red at a time, for this long: the
+                          // signalers of one counter queue (the down's 288 a layer)
+    double jitter;        // 0 .. 1: the share of each timed segment (not the streams) drawn from
+                          // an exponential of the same mean (seeded: the same every run), so
+                          // that the last of a wide set, which the path follows, has a tail
+    unsigned seed;        // the jitter's sequence (0 in the calibration)
 } g4_sc_params;
 
 // The session-30 calibration for weights as dt (G4_SQ_Q4 / G4_SQ_F16: only dram_gbs differs, the
@@ -75,8 +75,8 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
 // The critical path a layer (mean over layers 0 .. n_layers - 1) of stamps st: seg[G4_TL_N] us
 // (engine/step_timeline.h's segments) and *after the path after the layers (us). G4_OK or
 // g4_tl_path's error.
-int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st,
-                     int ignore_waits, double *seg, double *after);
+int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, int ignore_waits,
+                     double *seg, double *after);
 
 // The model's report (bench/NOTES.md quotes it): the calibration, model vs measured for the
 // session-30 rows on E2B (Q4 and f16), the pf=2 path a layer against the timeline's, then the

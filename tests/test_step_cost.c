@@ -179,14 +179,21 @@ int main(void) {
         int params = 0, rows = 0, paths = 0, plans = 0, other = 0, header = 0;
         while (fgets(line, sizeof line, f)) {
             const char *pc = strchr(line, '%');
-            if (!strncmp(line, "step-model params ", 18)) params++;
-            else if (!strncmp(line, "step-model validation", 21)) header++;
-            else if (!strncmp(line, "row (G=660", 10)) header++;
-            else if (!strncmp(line, "step-model path a layer, Q4 pf=", 31)) paths++;
-            else if (!strncmp(line, "step-model bench plan split_keys ", 33)) plans++;
-            else if (!strncmp(line, "pf=", 3) && pc && strchr(pc + 1, '%')) // (model, measured, off x2)
+            if (!strncmp(line, "step-model params ", 18))
+                params++;
+            else if (!strncmp(line, "step-model validation", 21))
+                header++;
+            else if (!strncmp(line, "row (G=660", 10))
+                header++;
+            else if (!strncmp(line, "step-model path a layer, Q4 pf=", 31))
+                paths++;
+            else if (!strncmp(line, "step-model bench plan split_keys ", 33))
+                plans++;
+            else if (!strncmp(line, "pf=", 3) && pc &&
+                     strchr(pc + 1, '%')) // (model, measured, off x2)
                 rows++;
-            else other++, fprintf(stderr, "unexpected line: %s", line);
+            else
+                other++, fprintf(stderr, "unexpected line: %s", line);
         }
         CHECK_INT(params, 2);
         CHECK_INT(header, 2);

@@ -993,12 +993,13 @@ static void test_shapes(void) {
     // rows (splits of <= 128 keys) and of its other plans (api/bench_stepskel.c stepskel_plans:
     // 64- and 32-key splits, 2048-feature down K chunks, and those with GEMV groups of 8 tiles
     // and LM groups of 128: the cost model's best), each clean, deadlock-free, queues right.
-    static const int skel_plans[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},     {32, 0, 0, 0},
+    static const int skel_plans[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
                                         {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
     // (split, chunk tiles, group tiles, LM group tiles)
     for (size_t k = 0; k < sizeof skel_plans / sizeof skel_plans[0]; k++) {
-        const g4_sp_opts o = {G4_SP_TILE,       512, 1, skel_plans[k][2], skel_plans[k][1],
-                              skel_plans[k][3], skel_plans[k][0], 0, 0};
+        const g4_sp_opts o = {
+            G4_SP_TILE,       512, 1, skel_plans[k][2], skel_plans[k][1], skel_plans[k][3],
+            skel_plans[k][0], 0,   0};
         char name[128];
         snprintf(name, sizeof name,
                  "E2B step skeleton at 512 keys, splits of %d, chunk tiles %d, group tiles %d, "
