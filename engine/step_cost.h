@@ -1,7 +1,7 @@
 // step_cost.h: a CPU cost model of the persistent step skeleton (kernels/step_skeleton.cuh,
 // issue 30): a discrete-event simulation of the per-CTA queues of engine/step_queue.h (the same
 // rule: instruction i on CTA i % G, plan order), each instruction's segments costed as the
-// session-30 stamped timeline measured them (bench/NOTES.md "A cost model of the skeleton's
+// session-30 stamped timeline measured them (bench/NOTES.md "A CPU cost model of the skeleton's
 // step"). Host C only; checked by tests/test_step_cost.c on hand-made queues.
 //
 // One instruction on its CTA, the segments of engine/step_timeline.h:
@@ -10,14 +10,16 @@
 //   wait    waits met when polled: wait_us; else the last signal it needs + handover_us
 //   w_post  (pf 0) its weights as w_pre, after the wait
 //   read    rd_fix_us + rd_lat_us a region read + bytes read at rd_busy_gbs (DRAM saturated
-//           when the read begins: the streaming CTAs ask at least dram_gbs) or rd_idle_gbs
+//           when the read begins: the bytes the streams have in flight take longer than
+//           w_lat_us to serve) or rd_idle_gbs
 //   write   wr_fix_us (barrier + signal) + wr_lat_us a region written + bytes at wr_gbs; the
 //           signal then waits for its counter's line: one red at a time, red_us each
 // The weight streams: rounds of at most w_round_bytes in flight (one range, or run by run when
 // the runs are strided, as the kernel streams), each round taking the latency of the moment:
 // max(w_lat_us, the bytes all streaming CTAs have in flight / dram_gbs) (Little's law: DRAM
-// shared as a fluid). Activation reads and writes stay in L2 (the
-// arena is small) and take no DRAM share. The step ends at the last signal, + launch_us.
+// shared as a fluid). Activation reads and writes take no DRAM share (L2 hits: other CTAs wrote
+// them during the step). The step ends at the last signal, + launch_us. Every timed segment
+// (not the streams) carries `jitter` (below).
 // Ablations (G4_SK_*): NO_WAIT: every wait costs wait_us (the barrier), counters not looked at;
 // NO_ACT: reads cost rd_fix_us and writes wr_fix_us; NO_WEIGHTS: no stream, no w_lat_us.
 // Not modelled: pf 1 (the L2 prefetch), pf 3, ACT8 (measured as no change), the stamps' cost.
