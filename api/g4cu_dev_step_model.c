@@ -7,5 +7,7 @@
 
 int g4cu_dev_step_model(FILE *out, int grid, int top) {
     if (!out) return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_step_model: out is NULL"));
+    if (top < 1)
+        return g4_api_code(g4_fail(G4_EUSER, "g4cu_dev_step_model: top %d (1 or more)", top));
     return g4_api_code(g4_sc_report(out, grid, top));
 }
