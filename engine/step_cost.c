@@ -138,6 +138,21 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
     int rc = g4_sc_params_check(p);
     if (rc) return rc;
     if (pf != 0 && pf != 2) return g4_fail(G4_EUSER, "step cost: pf %d: modelled are 0 and 2", pf);
+    if (!q || !r || q->G < 1 || q->n < 0 || !q->start)
+        return g4_fail(G4_EUSER, "step cost: no queues or no result");
+    for (int k = 0; k < q->n; k++) { // (a hand-made queue too: every index in range)
+        const g4_sq_instr *in = &q->ins[k];
+        int bad = in->id < 0 || in->id >= q->n || in->signal < -1 || in->signal >= q->n_counters ||
+                  in->n_wait < 0 || in->n_wait > G4_SQ_MAX_WAIT || in->reg0 < 0 || in->n_rd < 0 ||
+                  in->n_wr < 0 || in->reg0 + in->n_rd + in->n_wr > q->n_reg;
+        for (int w = 0; w < in->n_wait && !bad; w++)
+            bad = in->wait_ctr[w] < 0 || in->wait_ctr[w] >= q->n_counters;
+        if (bad)
+            return g4_fail(G4_EUSER,
+                           "step cost: queue entry %d (instruction #%d): an index out of "
+                           "range",
+                           k, in->id);
+    }
     if (mode & ~(G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS))
         return g4_fail(G4_EUSER, "step cost: mode %d: modelled are NO_WAIT, NO_ACT, NO_WEIGHTS",
                        mode);

@@ -149,6 +149,12 @@ int main(void) {
     CHECK_MSG(strstr(g4_error(), "instruction #1 waits on a count never reached") != NULL, "%s",
               g4_error());
     ins[2].wait_tgt[0] = 1;
+    ins[2].wait_ctr[0] = 2; // (2 counters: 0 and 1)
+    CHECK(g4_sc_simulate(&q, &p, 2, 0, NULL, &r) == G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "queue entry 2 (instruction #1): an index out of range") != NULL,
+              "%s", g4_error());
+    ins[2].wait_ctr[0] = 0;
+    CHECK(g4_sc_simulate(NULL, &p, 2, 0, NULL, &r) == G4_EUSER);
 
     // the parameters: the defaults pass; each bad kind of value is refused naming its field
     for (int dt = 0; dt < 2; dt++) {
