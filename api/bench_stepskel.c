@@ -104,20 +104,28 @@ static const skel_variant stepskel_timelines[] = {
 // session-30 timeline put on the path (attention 5.9 us a layer: one CTA reads a split's 128
 // keys of K and V, 162 KB; the PLE gate 3.8 us: 12-24 down K-chunk partials of 6 KB) and run the
 // design row (pf=2) and, for Q4, its timeline only. split: keys an attention split at most;
-// chunk: the down GEMV's K chunk in 16-feature tiles (0: the plan's 32, 512 features).
+// chunk: the down GEMV's K chunk in 16-feature tiles (0: the plan's 32, 512 features); group /
+// lm: tiles a GEMV / LM-head instruction (0: the plan's 4 / 64). The last two are the CPU cost
+// model's best (engine/step_cost.h, `g4cu bench --step-model --grid`: fewer, larger
+// instructions; its list of the bench's plans is this one).
 typedef struct {
-    int split, chunk;
+    int split, chunk, group, lm;
 } skel_plan;
-static const skel_plan stepskel_plans[] = {
-    {STEPSKEL_SPLIT_KEYS, 0}, {64, 0}, {32, 0}, {STEPSKEL_SPLIT_KEYS, 128}};
+static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0},
+                                           {64, 0, 0, 0},
+                                           {32, 0, 0, 0},
+                                           {STEPSKEL_SPLIT_KEYS, 128, 0, 0},
+                                           {STEPSKEL_SPLIT_KEYS, 128, 8, 128},
+                                           {64, 128, 8, 128}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,
                       const skel_plan *pl) {
-    char chunk[24] = "";
+    char chunk[24] = "", group[40] = "";
     if (pl->chunk) snprintf(chunk, sizeof chunk, " chunk=%d", pl->chunk * 16);
-    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s%s", dn, v->pf, G, STEPSKEL_KEYS, pl->split,
-             chunk, v->label);
+    if (pl->group || pl->lm) snprintf(group, sizeof group, " group=%d lm=%d", pl->group, pl->lm);
+    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s%s%s", dn, v->pf, G, STEPSKEL_KEYS, pl->split,
+             chunk, group, v->label);
 }
 
 // After a device sync: the counters each equal to the steps run x their signals a step and the
@@ -295,7 +303,8 @@ static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, 
                       const g4_text_config *c, const g4_sp_flags *f, const skel_plan *pl, int all) {
     // (splits of <= pl->split keys: one CTA reading all 512 rows of a KV head's fp16 K and V,
     // 0.5-1 MB, would sit on every layer's critical path)
-    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, 0, pl->chunk, 0, pl->split, 0, 0};
+    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, pl->group, pl->chunk,
+                          pl->lm,     pl->split,     0, 0};
     g4_step_plan p;
     int G = 0, sms = 0;
     if (g4_sp_build(c, f, &o, &p)) {

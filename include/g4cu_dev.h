@@ -248,6 +248,11 @@ int g4cu_dev_gpu_libraries(FILE *out);
 // p NULL: the defaults. Errors: no usable CUDA device (G4CU_EINTERNAL), an unwritable json
 // (G4CU_EUSER).
 int g4cu_dev_bench_kernels(const g4cu_dev_bench_kernels_params *p, FILE *out);
+// The persistent step skeleton's CPU cost model (no GPU): its calibration, model against the
+// session-30 H100 rows and timeline, the predicted step of the bench's plans and, with grid, the
+// best `top` plan options of a grid (~30 s), for Q4 and f16. Errors: out NULL, top < 1
+// (G4CU_EUSER).
+int g4cu_dev_step_model(FILE *out, int grid, int top);
 
 #ifdef __cplusplus
 }

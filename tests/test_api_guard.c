@@ -128,6 +128,8 @@ static void test_nulls(g4cu_state *s) {
     REFUSED(g4cu_dev_bench_model(NULL, 1, NULL, stdout, NULL), "g4cu_dev_bench_model");
     REFUSED(g4cu_dev_bench_kernels(NULL, NULL), "g4cu_dev_bench_kernels");
     REFUSED(g4cu_dev_gpu_libraries(NULL), "g4cu_dev_gpu_libraries");
+    REFUSED(g4cu_dev_step_model(NULL, 0, 5), "g4cu_dev_step_model");
+    REFUSED(g4cu_dev_step_model(stdout, 0, 0), "g4cu_dev_step_model: top 0");
     printf("nulls: %d checks\n", g4t_checks - before);
     CHECK(g4t_checks - before >= 45);
 }

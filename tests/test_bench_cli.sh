@@ -2,7 +2,7 @@
 # test_bench_cli.sh: `g4cu bench`'s contract: usage errors exit 1 with one line; the whole-model
 # form on a missing package is a user error (exit 1, one line, no numbers) and on the CPU backend
 # runs the tiny fixture; --kernels needs a GPU (exit 2 without one; with one, a filter that
-# matches nothing prints the device line and exits 0 without timing).
+# matches nothing prints the device line and exits 0 without timing); --step-model runs on the CPU.
 set -u
 : "${G4CU:?run through ctest}"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_check.sh"
@@ -69,5 +69,15 @@ else
     grep -q "no benchmark matched" "$tmp/out"
     check "--kernels: empty filter result reported" $?
 fi
+
+# --step-model: the skeleton's cost model, CPU only (test_step_cost checks its numbers)
+"$G4CU" bench --grid >"$tmp/out" 2>"$tmp/err"
+check "--grid without --step-model: exit 1" $(($? != 1))
+"$G4CU" bench --step-model --kernels >"$tmp/out" 2>"$tmp/err"
+check "--step-model --kernels: exit 1" $(($? != 1))
+"$G4CU" bench --step-model >"$tmp/out" 2>"$tmp/err"
+check "--step-model: exit 0 without a GPU" $?
+check "--step-model: 9 validation rows" $(($(grep -c '^pf=' "$tmp/out") != 9))
+check "--step-model: the 6 bench plans" $(($(grep -c '^step-model bench plan ' "$tmp/out") != 6))
 
 finish test_bench_cli

@@ -991,13 +991,20 @@ static void test_shapes(void) {
     print_counts(&e, &f, G4_SP_TILE, 16384);
     // The step skeleton's bytes a step (bench/NOTES.md quotes them): the plan of its baseline
     // rows (splits of <= 128 keys) and of its other plans (api/bench_stepskel.c stepskel_plans:
-    // 64- and 32-key splits, 2048-feature down K chunks), each clean, deadlock-free, queues right.
-    static const int skel_plans[][2] = {{128, 0}, {64, 0}, {32, 0}, {128, 128}}; // split, chunk
+    // 64- and 32-key splits, 2048-feature down K chunks, and those with GEMV groups of 8 tiles
+    // and LM groups of 128: the cost model's best), each clean, deadlock-free, queues right.
+    static const int skel_plans[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
+                                        {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
+    // (split, chunk tiles, group tiles, LM group tiles)
     for (size_t k = 0; k < sizeof skel_plans / sizeof skel_plans[0]; k++) {
-        const g4_sp_opts o = {G4_SP_TILE, 512, 1, 0, skel_plans[k][1], 0, skel_plans[k][0], 0, 0};
-        char name[96];
-        snprintf(name, sizeof name, "E2B step skeleton at 512 keys, splits of %d, chunk tiles %d",
-                 skel_plans[k][0], skel_plans[k][1]);
+        const g4_sp_opts o = {
+            G4_SP_TILE,       512, 1, skel_plans[k][2], skel_plans[k][1], skel_plans[k][3],
+            skel_plans[k][0], 0,   0};
+        char name[128];
+        snprintf(name, sizeof name,
+                 "E2B step skeleton at 512 keys, splits of %d, chunk tiles %d, group tiles %d, "
+                 "LM group tiles %d",
+                 skel_plans[k][0], skel_plans[k][1], skel_plans[k][2], skel_plans[k][3]);
         g4_step_plan p;
         const int rc = g4_sp_build(&e, &f, &o, &p);
         CHECK_MSG(rc == 0, "%s: %s", name, g4_error());

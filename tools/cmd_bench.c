@@ -29,11 +29,15 @@ static int cmd_bench(int argc, char **argv) {
     const char *hf_dir = NULL, *hf_script = NULL; // NULL: bench_hf.py beside the binary
     const char *format = NULL;                    // -o md|csv|json
     const char *batch_rows = NULL;                // --batch-rows N[,N...]
-    int kernels = 0, n_pkgs = 0, ple_host = 0;
+    int kernels = 0, n_pkgs = 0, ple_host = 0, step_model = 0, grid = 0;
     long long reps = 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--kernels")) {
             kernels = 1;
+        } else if (!strcmp(argv[i], "--step-model")) {
+            step_model = 1;
+        } else if (!strcmp(argv[i], "--grid")) {
+            grid = 1;
         } else if (!strcmp(argv[i], "--filter")) {
             if (++i >= argc) return g4_cli_usage_error("bench", "--filter needs a value");
             filter = argv[i];
@@ -66,6 +70,13 @@ static int cmd_bench(int argc, char **argv) {
         } else {
             return g4_cli_usage_error("bench", "unexpected argument '%s'", argv[i]);
         }
+    }
+    if (grid && !step_model) return g4_cli_usage_error("bench", "--grid goes with --step-model");
+    if (step_model) { // (CPU only: the skeleton's cost model)
+        if (kernels || n_pkgs)
+            return g4_cli_usage_error("bench", "--step-model takes no --kernels or packages");
+        const int rc_m = g4cu_dev_step_model(stdout, grid, 5);
+        return rc_m ? g4_cli_fail(rc_m) : 0;
     }
     if (kernels && n_pkgs)
         return g4_cli_usage_error("bench", "give either --kernels or packages, not both");
@@ -100,6 +111,10 @@ static const g4_opt bench_opts[] = {
     {"--hf", "HF_DIR", "also time HF transformers on this checkpoint (default: no peer)"},
     {"--hf-script", "F", "the HF peer script (default: bench_hf.py beside the binary)"},
     {"--kernels", NULL, "time the kernels against the H200 ceilings instead of packages"},
+    {"--step-model", NULL,
+     "no GPU: the step skeleton's cost model, against the session-30 H100 rows, and its "
+     "prediction of the bench's plans"},
+    {"--grid", NULL, "with --step-model: also rank a grid of plan options (~30 s)"},
     {"--filter", "S",
      "only the kernels, or the rows (pp128, tg128 @ pp128, audio 30 s, ...), whose name "
      "contains S (default: all)"},
@@ -117,7 +132,7 @@ const g4_cmd g4_cmd_bench = {
     "bench", cmd_bench,
     "PKG [PKG2] [--backend cuda|cpu] [--ple-host] [--batch-rows N[,N...]] [--hf HF_DIR "
     "[--hf-script F]] [-o md|csv|json] [--filter S] | --kernels [--filter S]  "
-    "[--reps N] [--json F]   "
+    "[--reps N] [--json F] | --step-model [--grid]   "
     "model tok/s (decode through g4cu generate's path), or kernels vs the "
     "H200 ceilings",
     bench_opts, NULL};

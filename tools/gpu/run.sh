@@ -53,6 +53,11 @@
 #            each of pf=2 / pf=2 act8 / pf=3 / pf=0 taken apart ("stepskel-tl" lines: the critical path a
 #            layer by segment, by op, each op's own segments; the step with and without
 #            stamps; run 1's summary lines printed here, the rest in $OUT/stepskel_{1,2}.txt).
+#            The other plans of stepskel_plans (splits of 64 / 32, down chunks of 2048, and the CPU
+#            cost model's two best: chunks of 2048 with GEMV groups of 8 and LM groups of 128) run
+#            the design row and Q4's timeline. Last, the cost model itself (`bench --step-model`,
+#            CPU, ~10 s) into $OUT/stepskel_model.txt, its bench-plan lines printed here, so that
+#            its predictions sit beside the rows they predict.
 #            A wait that never ends traps ("trapping", naming the instruction), never hangs
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
@@ -901,6 +906,10 @@ stage_stepskel() {
     echo "=== the stamped steps (run 1; every line in $OUT/stepskel_1.txt)"
     grep -E "stepskel-tl .*(without stamps|span|critical path|path a layer|after the layers|path by op)" \
         "$OUT/stepskel_1.txt" | cut -c1-330
+    echo "=== the CPU cost model's prediction of the plans (engine/step_cost.h)"
+    timeout 120 build-gpu/g4cu bench --step-model >"$OUT/stepskel_model.txt" 2>&1
+    echo "bench --step-model: exit $?"
+    grep -E "^step-model bench plan" "$OUT/stepskel_model.txt" | cut -c1-200
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows

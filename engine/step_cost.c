@@ -1,0 +1,553 @@
+// step_cost.c: the skeleton's cost model (engine/step_cost.h).
+#include "engine/step_cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/step_queue.h"
+#include "engine/step_timeline.h"
+
+// The session-30 calibration (H100; bench/runs/2026-12-06-s30-sktl-logs.tar.gz, stepskel_1.txt:
+// the rows, and the "stepskel-tl ... q4 pf=2" lines: each op's own segments, the mean over all
+// its instructions, with the KB it reads; regions and bytes a region from g4_sq_build's queues):
+//   dram_gbs      Q4 3068 / f16 2927: the `stream` baseline rows (the same bytes, one kernel)
+//   w_round_bytes 16384: kernels/step_skeleton.cu's stream, SK_UNROLL 4 x SK_THREADS 256 x 16 B
+//   w_lat_us      0.7: branch sktl's throwaway model (16 KB a round at ~20 GB/s a CTA). Loaded,
+//                 the timeline's w_pre says 1.2-2.0 us a round (gate|up 114 KB, 7 rounds: 9.6 us;
+//                 the LM head's 57 rounds: 77 us; down's 4 runs of 4.7 KB: 6.3 us): that comes
+//                 out of Little's law with dram_gbs, not from this number
+//   queue_us      0.5: the queue segment's mean, 0.43-0.64 over the ops
+//   wait_us       0.3: the wait of ple_model_proj / lm_head (none found short): 0.31
+//   handover_us   0.53: the path's 120.1 us of hand-overs / 224 hand-overs
+//   rd_*          read = 0.1 + 0.55 a region + bytes at 55 GB/s (69 with DRAM not saturated):
+//                 1 region: ple_proj 0.5 KB 0.67 us, down 1 KB 0.78, o 39.6 KB 1.26; 2 regions:
+//                 q 9.2 KB 1.28, gate|up 12.3 KB 1.41; 3: ple_gate 122 KB 3.83; 4.2: attention
+//                 162 KB 5.53; the sample (3 regions, 1 MB, the stream over) 17.0 -> 69 GB/s
+//   wr_*          write = 0.75 + 0.05 a region + bytes at 30 GB/s: ple_proj / o / q / gate|up
+//                 0.80-0.93 us for 0.1-0.3 KB, attention 1.12 for 10 KB
+//   launch_us     4: a single launch is 3-8 us above a graph row (session 30)
+//   red_us        0.003: FITTED to down's write, 1.47 us against 0.8-0.9 for the others: its
+//                 counter has 288 signalers a layer (the others 4-40); 0.003 gives the model's
+//                 down write 1.35 us, the others 0.82-0.87
+//   jitter        0.2: FITTED to the Q4 pf=2 row (0: -16%, 0.1: -12%, 0.2: -4%): the path follows
+//                 the last of each wide set (150 gate|up tiles a layer), a tail a model of means
+//                 lacks (the timeline's max / mean per op is 1.4-2.8 on read and write)
+void g4_sc_params_default(g4_sc_params *p, g4_sq_dtype dt) {
+    *p = (g4_sc_params){
+        .dram_gbs = dt == G4_SQ_F16 ? 2927.0 : 3068.0,
+        .w_round_bytes = 16384.0,
+        .w_lat_us = 0.7,
+        .queue_us = 0.5,
+        .wait_us = 0.3,
+        .handover_us = 0.53,
+        .rd_fix_us = 0.1,
+        .rd_lat_us = 0.55,
+        .rd_busy_gbs = 55.0,
+        .rd_idle_gbs = 69.0,
+        .wr_fix_us = 0.75,
+        .wr_lat_us = 0.05,
+        .wr_gbs = 30.0,
+        .launch_us = 4.0,
+        .jitter = 0.2,
+        .red_us = 0.003,
+    };
+}
+
+int g4_sc_params_check(const g4_sc_params *p) {
+    if (!p) return g4_fail(G4_EUSER, "step cost: no parameters");
+    const struct {
+        const char *name;
+        double v;
+        int rate;
+    } f[] = {
+        {"dram_gbs", p->dram_gbs, 1},       {"w_round_bytes", p->w_round_bytes, 1},
+        {"w_lat_us", p->w_lat_us, 0},       {"queue_us", p->queue_us, 0},
+        {"wait_us", p->wait_us, 0},         {"handover_us", p->handover_us, 0},
+        {"rd_fix_us", p->rd_fix_us, 0},     {"rd_lat_us", p->rd_lat_us, 0},
+        {"rd_busy_gbs", p->rd_busy_gbs, 1}, {"rd_idle_gbs", p->rd_idle_gbs, 1},
+        {"wr_fix_us", p->wr_fix_us, 0},     {"wr_lat_us", p->wr_lat_us, 0},
+        {"wr_gbs", p->wr_gbs, 1},           {"launch_us", p->launch_us, 0},
+        {"jitter", p->jitter, 0},           {"red_us", p->red_us, 0},
+    };
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+        if (!isfinite(f[k].v) || f[k].v < 0 || (f[k].rate && f[k].v == 0))
+            return g4_fail(G4_EUSER, "step cost: %s = %g: expected a finite %s", f[k].name, f[k].v,
+                           f[k].rate ? "rate above 0" : "value of 0 or more");
+    if (p->jitter > 1)
+        return g4_fail(G4_EUSER, "step cost: jitter = %g: expected 0 .. 1", p->jitter);
+    return G4_OK;
+}
+
+// A CTA's state: in a timed phase (ends at t_end), streaming (rem rounds left, infl bytes in
+// flight a round), blocked on its
+// waits, or done.
+enum { PH_TIMED, PH_STREAM, PH_BLOCKED, PH_DONE };
+// Where an instruction is: the phase that ends next and what follows it.
+enum { AT_QUEUE, AT_PRE, AT_WAIT, AT_POST, AT_READ, AT_WRITE, AT_SIGNAL };
+
+typedef struct {
+    int ph, at, k; // phase, position in the instruction, queue index (absolute in q->ins)
+    double t_end, rem, infl;
+} cta_state;
+
+// us for `bytes` at `gbs` GB/s
+static double at_rate(double bytes, double gbs) {
+    return bytes / (gbs * 1e3);
+}
+
+// The rounds of an instruction's weight stream (kernels/step_skeleton.cu stream_weights: one
+// range when its runs are contiguous, else run by run; each range in rounds of at most
+// round_bytes, the loads of a round all in flight, then consumed).
+static double rounds_of(const g4_sq_instr *in, double round_bytes) {
+    if (in->w_runs <= 0 || in->w_run <= 0) return 0;
+    if (in->w_stride == in->w_run) return ceil((double)in->w_runs * in->w_run / round_bytes);
+    return in->w_runs * ceil(in->w_run / round_bytes);
+}
+
+static int waits_met(const g4_sq_instr *in, const int *ctr) {
+    for (int w = 0; w < in->n_wait; w++)
+        if (ctr[in->wait_ctr[w]] < in->wait_tgt[w]) return 0;
+    return 1;
+}
+
+static double bytes_of(const g4_sq *q, const g4_sq_instr *in, int wr, int *regions) {
+    double b = 0;
+    const int lo = in->reg0 + (wr ? in->n_rd : 0), n = wr ? in->n_wr : in->n_rd;
+    for (int r = lo; r < lo + n; r++) b += q->reg[r].bytes;
+    *regions = n;
+    return b;
+}
+
+// A timed segment of mean `us` with its jitter: (1 - j) us fixed + j us exponential (seeded
+// xorshift64*, the same sequence every run; j = 0: exactly us).
+static double jit(uint64_t *x, double j, double us) {
+    if (j <= 0 || us <= 0) return us;
+    *x ^= *x >> 12, *x ^= *x << 25, *x ^= *x >> 27;
+    const double u = (double)((*x * 2685821657736338717ull) >> 11) / 9007199254740992.0; // [0, 1)
+    return us * (1 - j + j * -log1p(-u));
+}
+
+static void stamp(g4_sq_stamp *st, const g4_sq_instr *in, int at, double t_us) {
+    if (st) st[in->id].t[at] = (uint64_t)llround(1000.0 + t_us * 1e3);
+}
+
+int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_sq_stamp *st,
+                   g4_sc_result *r) {
+    int rc = g4_sc_params_check(p);
+    if (rc) return rc;
+    if (pf != 0 && pf != 2) return g4_fail(G4_EUSER, "step cost: pf %d: modelled are 0 and 2", pf);
+    if (!q || !r || q->G < 1 || q->n < 0 || !q->start)
+        return g4_fail(G4_EUSER, "step cost: no queues or no result");
+    for (int k = 0; k < q->n; k++) { // (a hand-made queue too: every index in range)
+        const g4_sq_instr *in = &q->ins[k];
+        int bad = in->id < 0 || in->id >= q->n || in->signal < -1 || in->signal >= q->n_counters ||
+                  in->n_wait < 0 || in->n_wait > G4_SQ_MAX_WAIT || in->reg0 < 0 || in->n_rd < 0 ||
+                  in->n_wr < 0 || in->reg0 + in->n_rd + in->n_wr > q->n_reg;
+        for (int w = 0; w < in->n_wait && !bad; w++)
+            bad = in->wait_ctr[w] < 0 || in->wait_ctr[w] >= q->n_counters;
+        if (bad)
+            return g4_fail(G4_EUSER,
+                           "step cost: queue entry %d (instruction #%d): an index out of "
+                           "range",
+                           k, in->id);
+    }
+    if (mode & ~(G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS))
+        return g4_fail(G4_EUSER, "step cost: mode %d: modelled are NO_WAIT, NO_ACT, NO_WEIGHTS",
+                       mode);
+    const int G = q->G, no_wait = mode & G4_SK_NO_WAIT, no_act = mode & G4_SK_NO_ACT,
+              no_w = mode & G4_SK_NO_WEIGHTS;
+    cta_state *c = g4_calloc((size_t)G, sizeof *c);
+    int *ctr = g4_calloc((size_t)q->n_counters + 1, sizeof(int));
+    double *red_free = g4_calloc((size_t)q->n_counters + 1, sizeof(double));
+    if (st) memset(st, 0, sizeof *st * (size_t)q->n);
+    memset(r, 0, sizeof *r);
+    double now = 0, last_signal = 0, share_int = 0;
+    const double j = p->jitter;
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (2 * (uint64_t)p->seed + 1); // (never 0)
+    int left = 0, n_stream = 0;
+    double inflight = 0; // bytes the streaming CTAs have in flight
+    for (int b = 0; b < G; b++) {
+        c[b].k = q->start[b];
+        if (c[b].k < q->start[b + 1]) {
+            left++;
+            c[b].ph = PH_TIMED, c[b].at = AT_QUEUE, c[b].t_end = 0; // (the first: no queue cost)
+            stamp(st, &q->ins[c[b].k], G4_TL_T_BEGIN, 0);
+            if (st) st[q->ins[c[b].k].id].cta = b;
+        } else {
+            c[b].ph = PH_DONE;
+        }
+    }
+    while (left > 0) {
+        // the stream's per-CTA rate now, and the next event
+        // a round's latency now: the unloaded one, or what DRAM takes to serve every byte in
+        // flight (Little's law), whichever is longer; every streaming CTA moves at 1 / lat rounds
+        const double lat = fmax(p->w_lat_us, inflight / (p->dram_gbs * 1e3)), rate = 1.0 / lat;
+        double t_next = INFINITY;
+        for (int b = 0; b < G; b++) {
+            if (c[b].ph == PH_TIMED)
+                t_next = fmin(t_next, c[b].t_end);
+            else if (c[b].ph == PH_STREAM)
+                t_next = fmin(t_next, now + c[b].rem * lat);
+        }
+        if (!isfinite(t_next)) { // every CTA left is blocked: a wait never met
+            int at = -1;         // (the earliest in plan order: every one before it ran)
+            for (int b = 0; b < G; b++)
+                if (c[b].ph == PH_BLOCKED && (at < 0 || q->ins[c[b].k].id < at))
+                    at = q->ins[c[b].k].id;
+            free(c), free(ctr), free(red_free);
+            return g4_fail(G4_EUSER, "step cost: instruction #%d waits on a count never reached",
+                           at);
+        }
+        const double dt = t_next - now;
+        share_int += dt * fmin(1.0, inflight / lat / (p->dram_gbs * 1e3));
+        const double done = rate * dt; // rounds each streaming CTA got
+        now = t_next;
+        for (int b = 0; b < G; b++) {
+            cta_state *s = &c[b];
+            if (s->ph == PH_STREAM) {
+                s->rem -= done;
+                if (s->rem > 1e-9) continue;
+                n_stream--, inflight -= s->infl;
+            } else if (s->ph != PH_TIMED || s->t_end > now) {
+                continue;
+            }
+            // the phase ended: the instruction's next one (loop while zero-length ones follow)
+            const g4_sq_instr *in = &q->ins[s->k];
+            const double wbytes = no_w ? 0 : (double)in->w_runs * in->w_run,
+                         wr = no_w ? 0 : rounds_of(in, p->w_round_bytes);
+            s->ph = PH_TIMED;
+            switch (s->at) {
+            case AT_QUEUE:
+                if (pf == 2 && wr > 0) {
+                    s->ph = PH_STREAM, s->at = AT_PRE, s->rem = wr, s->infl = wbytes / wr;
+                    n_stream++, inflight += s->infl;
+                    break;
+                }
+                stamp(st, in, G4_TL_T_PRE, now);
+                goto wait;
+            case AT_PRE:
+                stamp(st, in, G4_TL_T_PRE, now);
+            wait:
+                s->at = AT_WAIT;
+                if (no_wait || in->n_wait == 0 || waits_met(in, ctr)) {
+                    s->t_end = now + jit(&rng, j, p->wait_us);
+                } else {
+                    s->ph = PH_BLOCKED;
+                    r->blocked++;
+                }
+                break;
+            case AT_WAIT:
+                stamp(st, in, G4_TL_T_WAITED, now);
+                if (pf == 0 && wr > 0) {
+                    s->ph = PH_STREAM, s->at = AT_POST, s->rem = wr, s->infl = wbytes / wr;
+                    n_stream++, inflight += s->infl;
+                    break;
+                }
+                goto read;
+            case AT_POST:
+            read : {
+                stamp(st, in, G4_TL_T_WTS, now);
+                int nr = 0;
+                const double rb = bytes_of(q, in, 0, &nr);
+                // DRAM saturated by the streams now (its own, if any, is over)
+                const int saturated = inflight / (p->dram_gbs * 1e3) > p->w_lat_us;
+                s->at = AT_READ;
+                double us = p->rd_fix_us;
+                if (!no_act)
+                    us += nr * p->rd_lat_us +
+                          at_rate(rb, saturated ? p->rd_busy_gbs : p->rd_idle_gbs);
+                s->t_end = now + jit(&rng, j, us);
+                break;
+            }
+            case AT_READ: {
+                stamp(st, in, G4_TL_T_READ, now);
+                int nw = 0;
+                const double wb = bytes_of(q, in, 1, &nw);
+                s->at = AT_WRITE;
+                double us = p->wr_fix_us;
+                if (!no_act) us += nw * p->wr_lat_us + at_rate(wb, p->wr_gbs);
+                s->t_end = now + jit(&rng, j, us);
+                break;
+            }
+            case AT_WRITE:
+                // the signal: one red at a time on a counter's line (red_us each, in the order
+                // the CTAs issue them); the CTA goes on once its own is through
+                s->at = AT_SIGNAL, s->t_end = now;
+                if (in->signal >= 0 && p->red_us > 0) {
+                    s->t_end = fmax(now, red_free[in->signal]) + p->red_us;
+                    red_free[in->signal] = s->t_end;
+                }
+                break;
+            case AT_SIGNAL:
+                stamp(st, in, G4_TL_T_SIGNAL, now);
+                last_signal = now;
+                if (in->signal >= 0) {
+                    ctr[in->signal]++;
+                    // the waiters this signal completes see it one hand-over later
+                    for (int o = 0; o < G; o++)
+                        if (c[o].ph == PH_BLOCKED && waits_met(&q->ins[c[o].k], ctr))
+                            c[o].ph = PH_TIMED, c[o].t_end = now + jit(&rng, j, p->handover_us);
+                }
+                if (++s->k >= q->start[b + 1]) {
+                    s->ph = PH_DONE;
+                    left--;
+                    break;
+                }
+                s->at = AT_QUEUE, s->t_end = now + jit(&rng, j, p->queue_us);
+                stamp(st, &q->ins[s->k], G4_TL_T_BEGIN, s->t_end);
+                if (st) st[q->ins[s->k].id].cta = b;
+                break;
+            }
+            // a phase that ends now (zero length) is taken by the next pass of the loop
+        }
+    }
+    r->step_us = last_signal + p->launch_us;
+    r->stream_share = last_signal > 0 ? share_int / last_signal : 0;
+    free(c), free(ctr), free(red_free);
+    return G4_OK;
+}
+
+int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *st, int ignore_waits,
+                     double *seg, double *after) {
+    g4_tl_node *path = g4_malloc(sizeof *path * (size_t)q->n);
+    int *group = g4_malloc(sizeof(int) * (size_t)q->n);
+    double *sum = g4_calloc((size_t)(p->n_layers + 2) * G4_TL_N, sizeof(double));
+    int n = 0;
+    const int rc = g4_tl_path(q, st, ignore_waits, path, &n);
+    if (!rc) {
+        // groups: layer l -> l, before the layers -> n_layers + 1, after them -> n_layers
+        for (int i = 0; i < q->n; i++) {
+            const int l = p->ins[i].layer;
+            group[i] = l < 0 ? p->n_layers + 1 : l;
+        }
+        g4_tl_sum_by(path, n, group, p->n_layers + 2, sum);
+        *after = 0;
+        for (int s = 0; s < G4_TL_N; s++) {
+            seg[s] = 0;
+            for (int l = 0; l < p->n_layers; l++) seg[s] += sum[l * G4_TL_N + s];
+            seg[s] /= 1e3 * p->n_layers;
+            *after += sum[p->n_layers * G4_TL_N + s] / 1e3;
+        }
+    }
+    free(path), free(group), free(sum);
+    return rc;
+}
+
+// The session-30 rows (H100, stepskel_1.txt of the sktl logs; us a step, graph-replayed) the
+// model is checked against: G, pf, mode, Q4, f16.
+typedef struct {
+    const char *name;
+    int G, pf, mode;
+    double q4, f16;
+} measured_row;
+static const measured_row measured[] = {
+    {"pf=2", 660, 2, 0, 1262.0, 1910.0},
+    {"pf=2 nowait", 660, 2, G4_SK_NO_WAIT, 513.7, 1581.8},
+    {"pf=2 noact", 660, 2, G4_SK_NO_ACT, 657.3, 1657.2},
+    {"pf=2 nowts", 660, 2, G4_SK_NO_WEIGHTS, 938.3, 938.5},
+    {"pf=2 nowait+noact+nowts", 660, 2, G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS, 153.5,
+     153.9},
+    {"pf=0", 660, 0, 0, 1752.8, 3126.9},
+    {"pf=2 G=264", 264, 2, 0, 1309.6, 1948.1},
+    {"pf=2 G=792", 792, 2, 0, 1254.5, 1924.7},
+    {"pf=0 G=264", 264, 0, 0, 1929.7, 3121.0},
+};
+// The Q4 timelines' path a layer (us; "path a layer" lines: pf=2 and pf=0, stamped).
+static const double tl_pf2[G4_TL_N] = {0.072, 0.265, 5.374, 0.218, 3.422, 0.338, 15.442, 8.892};
+static const double tl_pf0[G4_TL_N] = {0.000, 0.000, 0.000, 0.000, 3.537, 21.962, 13.476, 9.634};
+
+enum { SC_KEYS = 512, SC_G = 660 }; // the bench's keys and first G (5 CTAs an SM on 132 SMs)
+
+// E2B's tile plan (the bench's flags) with options o; G4_OK or the builder's error.
+static int e2b_plan(const g4_sp_opts *o, g4_step_plan *p) {
+    g4_text_config c;
+    g4_sp_shape_config(&g4_sp_shape_e2b, &c);
+    g4_sp_flags f;
+    g4_sp_flags_owner_qkv(&c, &f);
+    const int rc = g4_sp_build(&c, &f, o, p);
+    free(f.qkv);
+    free(c.layer);
+    return rc;
+}
+
+static int sim_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, int pf, int mode, unsigned seed,
+                    g4_sq_stamp *st, double *us, int *n_ins) {
+    g4_sq q;
+    int rc = g4_sq_build(p, G, dt, &q);
+    if (rc) return rc;
+    g4_sc_params prm;
+    g4_sc_params_default(&prm, dt);
+    prm.seed = seed;
+    g4_sc_result r = {0, 0, 0};
+    rc = g4_sc_simulate(&q, &prm, pf, mode, st, &r);
+    *us = r.step_us;
+    if (n_ins) *n_ins = q.n;
+    g4_sq_free(&q);
+    return rc;
+}
+
+static void print_params(FILE *out) {
+    for (int dt = 0; dt < 2; dt++) {
+        g4_sc_params m;
+        g4_sc_params_default(&m, (g4_sq_dtype)dt);
+        fprintf(out,
+                "step-model params %s: dram %.0f GB/s, weights in rounds of %.0f bytes, %.2f us "
+                "each at least, queue "
+                "%.2f, wait met %.2f, hand-over %.2f, read %.2f + %.2f a region + bytes at %.0f "
+                "(DRAM busy) / %.0f GB/s, write %.2f + %.2f a region + bytes at %.0f GB/s, launch "
+                "%.1f us, a counter's red %.3f us, jitter %.2f\n",
+                dt ? "f16" : "q4", m.dram_gbs, m.w_round_bytes, m.w_lat_us, m.queue_us, m.wait_us,
+                m.handover_us, m.rd_fix_us, m.rd_lat_us, m.rd_busy_gbs, m.rd_idle_gbs, m.wr_fix_us,
+                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter);
+    }
+}
+
+// Model vs measured rows, then the pf=2 / pf=0 Q4 path a layer against the timelines.
+static int validate(FILE *out) {
+    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, 0, 0, 0, 128, 0, 0};
+    g4_step_plan p;
+    int rc = e2b_plan(&o, &p);
+    if (rc) return rc;
+    fprintf(out,
+            "step-model validation (E2B, %d keys, splits of 128; us a step, measured: H100, "
+            "session 30):\n",
+            SC_KEYS);
+    fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "row (G=660 unless said)", "Q4 model",
+            "measured", "off", "f16 model", "measured", "off");
+    for (size_t k = 0; k < sizeof measured / sizeof measured[0] && !rc; k++) {
+        const measured_row *m = &measured[k];
+        double u[2] = {0, 0};
+        for (int dt = 0; dt < 2 && !rc; dt++)
+            rc = sim_plan(&p, m->G, (g4_sq_dtype)dt, m->pf, m->mode, 0, NULL, &u[dt], NULL);
+        if (rc) break;
+        fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", m->name, u[0], m->q4,
+                100 * (u[0] / m->q4 - 1), u[1], m->f16, 100 * (u[1] / m->f16 - 1));
+    }
+    for (int v = 0; v < 2 && !rc; v++) {
+        const int pf = v ? 0 : 2;
+        g4_sq q;
+        if ((rc = g4_sq_build(&p, SC_G, G4_SQ_Q4, &q))) break;
+        g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q.n);
+        g4_sc_params prm;
+        g4_sc_params_default(&prm, G4_SQ_Q4);
+        g4_sc_result r;
+        double seg[G4_TL_N], after = 0;
+        rc = g4_sc_simulate(&q, &prm, pf, 0, st, &r);
+        if (!rc) rc = g4_sc_path_layer(&p, &q, st, 0, seg, &after);
+        if (!rc) {
+            const double *t = v ? tl_pf0 : tl_pf2;
+            double sm = 0, stl = 0;
+            for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
+            fprintf(out,
+                    "step-model path a layer, Q4 pf=%d (model / timeline, us): %.2f / %.2f:", pf,
+                    sm, stl);
+            for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
+                fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
+            fprintf(out, "; after the layers %.1f us (timeline pf=2: 101.4)\n", after);
+        }
+        free(st);
+        g4_sq_free(&q);
+    }
+    g4_sp_free(&p);
+    return rc;
+}
+
+enum { SC_SEEDS = 3 }; // a plan's prediction: the mean over this many jitter sequences
+
+typedef struct {
+    int split, chunk, group, lm;
+    double us[2];     // Q4, f16 at pf=2, G=660: the mean over the seeds
+    double spread[2]; // max - min over the seeds
+    int n;
+} ranked;
+
+static int by_q4(const void *a, const void *b) {
+    const double x = ((const ranked *)a)->us[0], y = ((const ranked *)b)->us[0];
+    return (x > y) - (x < y);
+}
+static int by_f16(const void *a, const void *b) {
+    const double x = ((const ranked *)a)->us[1], y = ((const ranked *)b)->us[1];
+    return (x > y) - (x < y);
+}
+
+static int predict(ranked *e, unsigned seeds) {
+    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
+    g4_step_plan p;
+    memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
+    int rc = e2b_plan(&o, &p);
+    for (int dt = 0; dt < 2 && !rc; dt++) {
+        double lo = INFINITY, hi = 0, sum = 0;
+        for (unsigned s = 0; s < seeds && !rc; s++) {
+            double u = 0;
+            rc = sim_plan(&p, SC_G, (g4_sq_dtype)dt, 2, 0, s, NULL, &u, &e->n);
+            sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
+        }
+        e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
+    }
+    g4_sp_free(&p);
+    return rc;
+}
+
+static void print_ranked(FILE *out, const char *tag, const ranked *e) {
+    fprintf(out,
+            "step-model %s split_keys %d chunk_tiles %d group_tiles %d lm_group_tiles %d: "
+            "%d instructions, pf=2 G=%d: Q4 %.1f us (seeds within %.1f), f16 %.1f us (%.1f)\n",
+            tag, e->split, e->chunk ? e->chunk : 32, e->group ? e->group : 4, e->lm ? e->lm : 64,
+            e->n, SC_G, e->us[0], e->spread[0], e->us[1], e->spread[1]);
+}
+
+int g4_sc_report(FILE *out, int grid, int top) {
+    if (!out) return g4_fail(G4_EUSER, "step model: no output");
+    if (top < 1) return g4_fail(G4_EUSER, "step model: top %d: expected 1 or more", top);
+    print_params(out);
+    int rc = validate(out);
+    if (rc) return rc;
+    // the bench's plans (api/bench_stepskel.c stepskel_plans, the same list: split keys, chunk
+    // tiles, group tiles, LM group tiles; 0: the plan's default)
+    static const int bench[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
+                                   {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
+    for (size_t k = 0; k < sizeof bench / sizeof bench[0]; k++) {
+        ranked e = {bench[k][0], bench[k][1], bench[k][2], bench[k][3], {0, 0}, {0, 0}, 0};
+        if ((rc = predict(&e, SC_SEEDS))) return rc;
+        print_ranked(out, "bench plan", &e);
+    }
+    if (!grid) return G4_OK;
+    // (one jitter sequence a plan: a step of E2B takes ~0.3 s to simulate; the best are rerun
+    // with SC_SEEDS)
+    static const int splits[] = {128, 64, 32}, chunks[] = {32, 64, 128}, groups[] = {4, 8},
+                     lms[] = {64, 128};
+    const int n_max = 3 * 3 * 2 * 2;
+    ranked *all = g4_calloc(n_max, sizeof *all);
+    int n = 0, refused = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int g = 0; g < 2; g++)
+                for (int l = 0; l < 2; l++) {
+                    ranked e = {splits[a], chunks[b], groups[g], lms[l], {0, 0}, {0, 0}, 0};
+                    if (predict(&e, 1)) {
+                        refused++; // (a shape the plan cannot tile: said below)
+                        continue;
+                    }
+                    all[n++] = e;
+                }
+    fprintf(out, "step-model grid: %d plans simulated, %d refused by the plan builder\n", n,
+            refused);
+    for (int dt = 0; dt < 2; dt++) {
+        // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
+        qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
+        const int k_n = top < n ? top : n;
+        ranked *best = g4_calloc((size_t)k_n + 1, sizeof *best);
+        for (int k = 0; k < k_n && !rc; k++) {
+            best[k] = all[k];
+            rc = predict(&best[k], SC_SEEDS);
+        }
+        if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
+        for (int k = 0; k < k_n && !rc; k++)
+            print_ranked(out, dt ? "best f16" : "best q4", &best[k]);
+        free(best);
+    }
+    free(all);
+    return rc;
+}

@@ -1,0 +1,213 @@
+// test_step_cost.c: the step skeleton's cost model (engine/step_cost.h) on hand-made queues, every
+// expected number worked out by hand below (not by the code under test); its parameter checks;
+// the report's shape (`g4cu bench --step-model`).
+//
+// Parameters (jitter 0, red 0 unless said): rounds of 16,384 bytes, w_lat 0.5 us, DRAM 16.384
+// GB/s (16,384 bytes a us: one CTA with a full round in flight saturates it: a round takes
+// 16384 / 16384 = 1.0 us > 0.5), queue 0.2, wait 0.1, hand-over 0.4, read 0.05 + 0.25 a region +
+// bytes at 1 GB/s busy (1,000 bytes a us) / 2 GB/s idle, write 0.3 + 0.1 a region + bytes at
+// 1 GB/s, launch 1.0.
+// Queues: CTA 0 = i0, i2; CTA 1 = i1.
+//   i0: weights one contiguous range of 32,768 bytes (2 rounds of 16,384), no wait, reads 1
+//       region of 1,000 bytes, writes 1 of 500, signals counter 0
+//   i1: no weights, waits counter 0 >= 1, reads 1 region of 2,000 bytes, writes none, signals 1
+//   i2: weights 2 runs of 16,384 bytes 32,768 apart (strided: run by run, 2 rounds), waits
+//       counter 1 >= 1, reads and writes nothing, signals nothing
+// pf=2, the design (us):
+//   CTA 1: i1 begins 0, no weights: pre 0, counter 0 short: blocked
+//   CTA 0: i0 begins 0, streams alone: in flight 16,384 -> a round 1.0 us: pre 2.0; wait 0.1 ->
+//          2.1; read (nothing streams: idle) 0.05 + 0.25 + 1000/2000 = 0.8 -> 2.9; write 0.3 +
+//          0.1 + 500/1000 = 0.9 -> 3.8: signal 0
+//   CTA 1: woken 3.8 + 0.4 = 4.2; read while CTA 0 streams (busy) 0.05 + 0.25 + 2000/1000 = 2.3
+//          -> 6.5; write 0.3 -> 6.8: signal 1
+//   CTA 0: i2 begins 3.8 + 0.2 = 4.0; 2 rounds of 16,384 (saturating): 1.0 each -> pre 6.0;
+//          counter 1 short: blocked; woken 6.8 + 0.4 = 7.2; read 0.05 -> 7.25; write 0.3 -> 7.55
+//   step = 7.55 + 1.0 = 8.55 us; 2 waits found short. Stamps (ns, from 1,000), begin pre waited
+//   wts read signal: i0 1000 3000 3100 3100 3900 4800; i1 1000 1000 5200 5200 7500 7800;
+//   i2 5000 7000 8200 8200 8250 8550. The path: i2 <- i1 <- i0 by hand-overs (6,800 after i2's
+//   pre 7,000 - 1,000; 3,800 after i1's pre 0).
+// NO_WEIGHTS: i0 wait 0.1, read (idle) 0.8 -> 0.9, write 0.9 -> 1.8; i1 woken 2.2, read (idle:
+//   nothing streams) 0.05 + 0.25 + 1.0 = 1.3 -> 3.5, write 0.3 -> 3.8; i2 begins 2.0, blocked,
+//   woken 4.2, read 0.05, write 0.3 -> 4.55: step 5.55.
+// NO_WAIT | NO_ACT | NO_WEIGHTS: each instruction wait 0.1 + read 0.05 + write 0.3 = 0.45; CTA 0:
+//   i0 0.45, queue 0.2, i2 0.65 + 0.45 = 1.1: step 2.1.
+// red 0.5 (pf=2): i0's signal 3.8 + 0.5 = 4.3; i1 woken 4.7; i2 begins 4.5, pre 4.5 -> 6.5 (so
+//   i1's read at 4.7 is busy: 2.3 -> 7.0); i1 write -> 7.3, its red -> 7.8; i2 woken 8.2, read
+//   -> 8.25, write -> 8.55 (no signal): step 9.55.
+// pf=0: i0 wait 0.1, then its 2 rounds 0.1 -> 2.1, read (its own stream over: idle) 0.8 -> 2.9,
+//   write -> 3.8; i1 woken 4.2, read: CTA 0's i2 (begun 4.0) waits first (blocked: counter 1),
+//   nothing streams: idle 1.3 -> 5.5, write -> 5.8; i2 woken 6.2, streams 2 rounds -> 8.2, read
+//   0.05 -> 8.25, write 0.3 -> 8.55: step 9.55.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "engine/step_cost.h"
+#include "engine/step_timeline.h"
+#include "tests/test_util.h"
+
+static g4_sc_params hand_params(void) {
+    g4_sc_params p;
+    memset(&p, 0, sizeof p);
+    p.dram_gbs = 16.384, p.w_round_bytes = 16384, p.w_lat_us = 0.5;
+    p.queue_us = 0.2, p.wait_us = 0.1, p.handover_us = 0.4;
+    p.rd_fix_us = 0.05, p.rd_lat_us = 0.25, p.rd_busy_gbs = 1, p.rd_idle_gbs = 2;
+    p.wr_fix_us = 0.3, p.wr_lat_us = 0.1, p.wr_gbs = 1, p.launch_us = 1;
+    return p;
+}
+
+static g4_sq_instr instr(int id, int wait_ctr, int signal) {
+    g4_sq_instr in;
+    memset(&in, 0, sizeof in);
+    in.id = id, in.signal = signal;
+    if (wait_ctr >= 0) {
+        in.n_wait = 1, in.wait_ctr[0] = wait_ctr, in.wait_tgt[0] = 1, in.wait_step[0] = 1;
+    }
+    return in;
+}
+
+static void near(double got, double want, const char *what) {
+    CHECK_MSG(fabs(got - want) < 1e-9, "%s: %.12g, want %.12g", what, got, want);
+}
+
+int main(void) {
+    // queues: CTA 0 = i0 i2, CTA 1 = i1 (plan index in id)
+    int start[3] = {0, 2, 3}, per_step[2] = {1, 1};
+    g4_sq_instr ins[3] = {instr(0, -1, 0), instr(2, 1, -1), instr(1, 0, 1)};
+    ins[0].w_runs = 1, ins[0].w_run = 32768, ins[0].w_stride = 32768;
+    ins[0].reg0 = 0, ins[0].n_rd = 1, ins[0].n_wr = 1;
+    ins[1].w_runs = 2, ins[1].w_run = 16384, ins[1].w_stride = 32768;
+    ins[1].reg0 = 3;
+    ins[2].reg0 = 2, ins[2].n_rd = 1;
+    g4_sq_region reg[3] = {{0, 1000, 0}, {1024, 500, 0}, {2048, 2000, 0}};
+    g4_sq q;
+    memset(&q, 0, sizeof q);
+    q.G = 2, q.n = 3, q.start = start, q.ins = ins, q.reg = reg, q.n_reg = 3;
+    q.n_counters = 2, q.per_step = per_step;
+
+    g4_sc_params p = hand_params();
+    CHECK(g4_sc_params_check(&p) == G4_OK);
+    g4_sq_stamp st[3];
+    g4_sc_result r;
+    CHECK(g4_sc_simulate(&q, &p, 2, 0, st, &r) == G4_OK);
+    near(r.step_us, 8.55, "pf=2 step");
+    CHECK_INT(r.blocked, 2);
+    static const uint64_t want[3][G4_TL_STAMPS] = {{1000, 3000, 3100, 3100, 3900, 4800},
+                                                   {1000, 1000, 5200, 5200, 7500, 7800},
+                                                   {5000, 7000, 8200, 8200, 8250, 8550}};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < G4_TL_STAMPS; k++)
+            CHECK_MSG(st[i].t[k] == want[i][k], "i%d stamp %d: %llu, want %llu", i, k,
+                      (unsigned long long)st[i].t[k], (unsigned long long)want[i][k]);
+    CHECK(st[0].cta == 0 && st[1].cta == 1 && st[2].cta == 0);
+    g4_tl_node path[3];
+    int n = 0;
+    CHECK(g4_tl_path(&q, st, 0, path, &n) == G4_OK);
+    CHECK_INT(n, 3);
+    if (n == 3) {
+        CHECK(path[0].ins == 0 && path[1].ins == 1 && path[2].ins == 2);
+        CHECK(path[1].via == G4_TL_VIA_SIGNAL && path[2].via == G4_TL_VIA_SIGNAL);
+        CHECK_INT(path[1].seg[G4_TL_HANDOVER], 400);
+        CHECK_INT(path[1].seg[G4_TL_READ], 2300);
+        CHECK_INT(path[0].seg[G4_TL_W_PRE], 2000);
+    }
+
+    CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_NO_WEIGHTS, NULL, &r) == G4_OK);
+    near(r.step_us, 5.55, "nowts step");
+    CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS, NULL, &r) ==
+          G4_OK);
+    near(r.step_us, 2.1, "empty step");
+    CHECK_INT(r.blocked, 0);
+    CHECK(g4_sc_simulate(&q, &p, 0, 0, NULL, &r) == G4_OK);
+    near(r.step_us, 9.55, "pf=0 step");
+    g4_sc_params pr = p;
+    pr.red_us = 0.5;
+    CHECK(g4_sc_simulate(&q, &pr, 2, 0, NULL, &r) == G4_OK);
+    near(r.step_us, 9.55, "red 0.5 step");
+
+    // jitter: a fixed sequence a seed (the same twice), another seed another step
+    g4_sc_params pj = p;
+    pj.jitter = 0.5;
+    double a = 0, b = 0, c = 0;
+    CHECK(g4_sc_simulate(&q, &pj, 2, 0, NULL, &r) == G4_OK);
+    a = r.step_us;
+    CHECK(g4_sc_simulate(&q, &pj, 2, 0, NULL, &r) == G4_OK);
+    b = r.step_us;
+    pj.seed = 7;
+    CHECK(g4_sc_simulate(&q, &pj, 2, 0, NULL, &r) == G4_OK);
+    c = r.step_us;
+    CHECK_MSG(a == b && a != c && a != 8.55, "jitter steps %g %g %g", a, b, c);
+
+    // refused in one line: bad pf / mode, a wait never met (naming its instruction)
+    CHECK(g4_sc_simulate(&q, &p, 1, 0, NULL, &r) == G4_EUSER);
+    CHECK(strstr(g4_error(), "pf 1") != NULL);
+    CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_ACT8, NULL, &r) == G4_EUSER);
+    ins[2].wait_tgt[0] = 2; // i1 waits for 2 signals of counter 0: only i0 signals it
+    CHECK(g4_sc_simulate(&q, &p, 2, 0, NULL, &r) == G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "instruction #1 waits on a count never reached") != NULL, "%s",
+              g4_error());
+    ins[2].wait_tgt[0] = 1;
+    ins[2].wait_ctr[0] = 2; // (2 counters: 0 and 1)
+    CHECK(g4_sc_simulate(&q, &p, 2, 0, NULL, &r) == G4_EUSER);
+    CHECK_MSG(strstr(g4_error(), "queue entry 2 (instruction #1): an index out of range") != NULL,
+              "%s", g4_error());
+    ins[2].wait_ctr[0] = 0;
+    CHECK(g4_sc_simulate(NULL, &p, 2, 0, NULL, &r) == G4_EUSER);
+
+    // the parameters: the defaults pass; each bad kind of value is refused naming its field
+    for (int dt = 0; dt < 2; dt++) {
+        g4_sc_params d;
+        g4_sc_params_default(&d, (g4_sq_dtype)dt);
+        CHECK(g4_sc_params_check(&d) == G4_OK);
+    }
+    g4_sc_params bad = p;
+    bad.handover_us = -0.1;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "handover_us") != NULL);
+    bad = p, bad.rd_busy_gbs = 0;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "rd_busy_gbs") != NULL);
+    bad = p, bad.dram_gbs = NAN;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "dram_gbs") != NULL);
+    bad = p, bad.jitter = 1.5;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "jitter") != NULL);
+    CHECK(g4_sc_params_check(NULL) == G4_EUSER);
+    CHECK(g4_sc_simulate(&q, &bad, 2, 0, NULL, &r) == G4_EUSER);
+
+    // the report (`g4cu bench --step-model`): its lines, in order, on E2B
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(g4_sc_report(f, 0, 5) == G4_OK);
+        CHECK(g4_sc_report(f, 0, 0) == G4_EUSER);
+        rewind(f);
+        char line[1024];
+        int params = 0, rows = 0, paths = 0, plans = 0, other = 0, header = 0;
+        while (fgets(line, sizeof line, f)) {
+            const char *pc = strchr(line, '%');
+            if (!strncmp(line, "step-model params ", 18))
+                params++;
+            else if (!strncmp(line, "step-model validation", 21))
+                header++;
+            else if (!strncmp(line, "row (G=660", 10))
+                header++;
+            else if (!strncmp(line, "step-model path a layer, Q4 pf=", 31))
+                paths++;
+            else if (!strncmp(line, "step-model bench plan split_keys ", 33))
+                plans++;
+            else if (!strncmp(line, "pf=", 3) && pc &&
+                     strchr(pc + 1, '%')) // (model, measured, off x2)
+                rows++;
+            else
+                other++, fprintf(stderr, "unexpected line: %s", line);
+        }
+        CHECK_INT(params, 2);
+        CHECK_INT(header, 2);
+        CHECK_INT(rows, 9);
+        CHECK_INT(paths, 2);
+        CHECK_INT(plans, 6);
+        CHECK_INT(other, 0);
+        fclose(f);
+    }
+    return g4t_finish("test_step_cost");
+}
