@@ -13,8 +13,9 @@
 // step and a layer, bytes a step, GB/s against the H200's 4.25 TB/s and the H100's 3.35 TB/s,
 // counters waited a step (all, and those found short), and every counter's value after the
 // timed steps checked (the row's label says FAIL if one is off). Then, at the first G, one
-// stamped step each of pf=2, pf=2 act8, pf=3 and pf=0 taken apart (engine/step_timeline.h; lines
-// "stepskel-tl ..."): the critical path's segments a layer, by op, and each op's own segments.
+// stamped step each of pf=2, pf=2 nowts, pf=2 with every part off and pf=0 taken apart
+// (engine/step_timeline.h; lines "stepskel-tl ..."): the critical path's segments a layer, by
+// op, and each op's own segments.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +96,15 @@ enum {
     STEPSKEL_TL_WARM = 3,       // launches before the timed ones of a timeline
     STEPSKEL_TL_PLAIN = 5       // single launches timed without stamps
 };
-// The stamped steps (the first G): the design (pf=2), it with 8 activation loads in flight, the
-// two-deep lookahead, no prefetch.
+// The stamped steps (the first G): the design (pf=2); it without weights (are the path's reads
+// as slow, ~30 GB/s a CTA, with no weight stream beside them?); it with nothing but the queue
+// walk (where its 4 us an instruction go: the cost model's largest miss); no prefetch. (The
+// session-30 run stamped act8 and pf=3 too: neither moved the path.)
 static const skel_variant stepskel_timelines[] = {
-    {2, 0, ""}, {2, G4_SK_ACT8, " act8"}, {3, 0, " ub"}, {0, 0, ""}};
+    {2, 0, ""},
+    {2, G4_SK_NO_WEIGHTS, " nowts"},
+    {2, G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS, " nowait+noact+nowts"},
+    {0, 0, ""}};
 
 // The plans: the first is the baseline (every row above); the others move the two reads the
 // session-30 timeline put on the path (attention 5.9 us a layer: one CTA reads a split's 128
