@@ -52,7 +52,8 @@
 #            a line a row: us a step / a layer, GB/s, waits found short), then one stamped step
 #            each of pf=2 / pf=2 nowts / pf=2 all off / pf=0 taken apart ("stepskel-tl"
 #            lines: the critical path a layer by segment, by op, each op's own segments; the
-#            step with and without stamps; run 1's summary lines printed here, the rest in $OUT/stepskel_{1,2}.txt).
+#            step with and without stamps; run 1's summary lines printed here, the rest in
+#            $OUT/stepskel_{1,2}.txt).
 #            The other plans of stepskel_plans (splits of 64 / 32, down chunks of 2048, and the CPU
 #            cost model's two best: chunks of 2048 with GEMV groups of 8 and LM groups of 128) run
 #            the design row and Q4's timeline. Last, the cost model itself (`bench --step-model`,
