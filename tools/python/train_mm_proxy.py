@@ -113,8 +113,8 @@ functions that wrote the held-out files).
    small ops, which --compile fuses (torch.compile of each half-batch's forward and loss,
    inductor, fixed shapes: needs --pad-to, and --pad-frames 512 leaves the proxy's audio half
    one shape; refused with --strict-determinism, --ctc-weight and --v-aux-weight; each new
-   padded shape compiles first, ~2 minutes a shape on one CPU thread; a compiler error is printed, kept in
-   train.json's compile_failed, and the run goes on eagerly from that step).
+   padded shape compiles first, ~2 minutes a shape on one CPU thread; a compiler error is
+   printed, kept in train.json's compile_failed, and the run goes on eagerly from that step).
    --eval-every N (default 200; 0: off) --eval-items K (default 32): every N steps and at the
    end, the held-out answer loss of K held-out images and K held-out clips (the same every
    time, drawn from --seed) as is, with the media's soft tokens zeroed and rolled to the batch
@@ -553,8 +553,11 @@ class VisionAux(torch.nn.Module):
         self.used += len(rows)
         if not rows:
             return None
-        lp = torch.log_softmax(self.logits(cols[rows] if len(rows) < len(cols) else cols), -1)
-        lp = lp.transpose(0, 1).cpu().double()  # T x R x (C+1)
+        # every image's columns to the CPU, the ones that fit picked there: an index's gradient
+        # on the GPU (index_add) is not deterministic, the CPU's is
+        lp = torch.log_softmax(self.logits(cols), -1).transpose(0, 1).cpu().double()
+        if len(rows) < len(cols):
+            lp = lp[:, rows]  # T x R x (C+1)
         tgt = torch.nn.utils.rnn.pad_sequence(tgts, batch_first=True, padding_value=0)
         loss = torch.nn.functional.ctc_loss(lp, tgt, torch.tensor(n_in),
                                             torch.tensor([len(t) for t in tgts]),
