@@ -14,6 +14,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-res-scale X]
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
+                                               [--v-aux-weight W]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -83,6 +84,13 @@ functions that wrote the held-out files).
    --v-chars N: the first N steps' image half-batches show one character of each train string
    (char_items: its font, colours, noise; the answer one token that only the pixels tell),
    then the strings (a curriculum; measured on the CPU at the tiny preset: no held-out gap).
+   --v-aux-weight W: an auxiliary CTC read-out (VisionAux, training only, not exported: the
+   package keeps the Gemma-4 layout; its head's weights from their own generator) from the image
+   soft-token columns (embed_vision's output, each column of the pooled grid averaged over its
+   rows) to the answer's characters, W x its loss added to the image items' loss: a gradient
+   for the vision tower that does not wait for the decoder (whose share of the tower's gradient
+   falls to ~0.003 once it has the answers' text statistics; bench/NOTES.md "A direct signal
+   for the vision tower"). Answers longer than their image's columns are skipped and counted.
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -104,9 +112,9 @@ functions that wrote the held-out files).
    ~14,000 launch-like ops (step_ops, the proxy's shapes): the rest are the model's per-layer
    small ops, which --compile fuses (torch.compile of each half-batch's forward and loss,
    inductor, fixed shapes: needs --pad-to, and --pad-frames 512 leaves the proxy's audio half
-   one shape; refused with --strict-determinism and --ctc-weight; each new padded shape
-   compiles first, ~2 minutes a shape on one CPU thread; a compiler error is printed, kept in
-   train.json's compile_failed, and the run goes on eagerly from that step).
+   one shape; refused with --strict-determinism, --ctc-weight and --v-aux-weight; each new
+   padded shape compiles first, ~2 minutes a shape on one CPU thread; a compiler error is
+   printed, kept in train.json's compile_failed, and the run goes on eagerly from that step).
    --eval-every N (default 200; 0: off) --eval-items K (default 32): every N steps and at the
    end, the held-out answer loss of K held-out images and K held-out clips (the same every
    time, drawn from --seed) as is, with the media's soft tokens zeroed and rolled to the batch
@@ -120,7 +128,8 @@ functions that wrote the held-out files).
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
    {step, image: {loss, zeroed, rolled, soft_rms, soft_cos}, audio: {...}, text_rms, seconds},
    eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
-   side_grad_norms), exports OUT/f16 with
+   side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
+   its loss in losses_every_25 / final_loss), exports OUT/f16 with
    tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
    max_soft_tokens to 70.
 """
@@ -456,6 +465,134 @@ class CtcHead(torch.nn.Module):
         return out
 
 
+def soft_columns(x, pos):
+    """The image soft tokens as left-to-right column sequences. x: embed_vision's output for a
+    half-batch, the images' valid soft tokens one after another (sum n_i x D, as
+    get_image_features flattens them); pos: the half-batch's image_position_ids (B x P x 2,
+    (x, y), -1 on padding). The pooler numbers an image's soft tokens row-major over its
+    (rows / 3) x (cols / 3) grid (Gemma4VisionPooler: x // 3 + (cols / 3) * (y // 3)), so image
+    i's n_i tokens reshape to (n_i / w_i) x w_i with w_i = cols_i / 3; each column is averaged
+    over its rows. Returns (B x W_max x D, the column counts w_i as a list)."""
+    valid = (pos != -1).all(-1)
+    n = (valid.sum(-1) // 9).tolist()
+    w = ((pos[..., 0].max(-1).values + 1) // 3).tolist()
+    if sum(n) != x.shape[0] or any(k <= 0 or a % b for k, a, b in zip(w, n, w)):
+        raise SystemExit(f"train_mm_proxy: soft tokens {tuple(x.shape)} do not fit the images' "
+                         f"grids (tokens {n}, columns {w})")
+    out = x.new_zeros(len(n), max(w), x.shape[-1])
+    for i, part in enumerate(torch.split(x, n)):
+        out[i, :w[i]] = part.reshape(n[i] // w[i], w[i], -1).mean(0)
+    return out, w
+
+
+class VisionAux(torch.nn.Module):
+    """--v-aux-weight: an auxiliary read-out loss on the image soft tokens (training only: never
+    saved nor exported, the package keeps the Gemma-4 layout). The decoder hands the vision
+    tower almost no gradient once it has the answers' text statistics (bench/NOTES.md "Why the
+    proxy does not read its media": the tower's share of the gradient falls to ~0.003 by step
+    100), so this gives the tower a direct one: a linear map from each soft-token column
+    (soft_columns: embed_vision's output, what the decoder reads) to the answer's characters + a
+    blank, CTC against the answer's text (left to right, as the columns run). A character of
+    the answer outside `chars` is dropped from its label; an image with fewer columns than its
+    label needs (ctc_fits) is skipped and counted. Its weights are drawn from their own
+    generator (torch seed `seed` + 3): the run's other draws are unchanged. loss() consumes the
+    last image forward's embed_vision output (a forward hook)."""
+
+    def __init__(self, model, chars, seed, tok=None, closing=None):
+        super().__init__()
+        self.tok, self.closing = tok, closing  # (loss_from_labels: the answers' decoding)
+        m = model.model
+        self.chars = "".join(sorted(set(chars)))
+        self.index = {c: k for k, c in enumerate(self.chars)}
+        self.blank = len(self.chars)
+        g = torch.Generator().manual_seed(seed + 3)
+        dim = m.embed_vision.text_hidden_size
+        with torch.random.fork_rng(devices=[]):  # (nn.Linear's init draws from the global one)
+            self.proj = torch.nn.Linear(dim, len(self.chars) + 1)
+        with torch.no_grad():  # nn.Linear's own init, from the generator above
+            bound = 1.0 / math.sqrt(dim)
+            self.proj.weight.copy_(torch.rand(self.proj.weight.shape, generator=g) * 2 * bound
+                                   - bound)
+            self.proj.bias.copy_(torch.rand(self.proj.bias.shape, generator=g) * 2 * bound
+                                 - bound)
+        self.used = self.skipped = 0
+        self.frames = None
+        m.embed_vision.register_forward_hook(self._embed)
+
+    def _embed(self, mod, inp, out):
+        self.frames = out
+
+    def labels(self, text):
+        return [self.index[c] for c in text if c in self.index]
+
+    def logits(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return self.proj(x.float())
+
+    def columns(self, pos):
+        """The last image forward's soft-token columns (soft_columns), then forgotten."""
+        if self.frames is None:
+            raise SystemExit("train_mm_proxy: the vision aux head saw no image forward")
+        x, self.frames = self.frames, None
+        return soft_columns(x, pos)
+
+    def loss(self, pos, texts):
+        """Mean CTC loss (per label, over the images that fit) of the last image forward against
+        texts (one answer string per image); None when no image fits. ctc_loss runs on the CPU
+        in float64, where its backward is deterministic (torch's CUDA one is not)."""
+        cols, w = self.columns(pos)
+        rows, tgts, n_in = [], [], []
+        for i, t in enumerate(texts):
+            lab = self.labels(t)
+            if not lab or not ctc_fits(w[i], lab):
+                self.skipped += 1
+                continue
+            rows.append(i)
+            tgts.append(torch.tensor(lab))
+            n_in.append(w[i])
+        self.used += len(rows)
+        if not rows:
+            return None
+        # every image's columns to the CPU, the ones that fit picked there: an index's gradient
+        # on the GPU (index_add) is not deterministic, the CPU's is
+        lp = torch.log_softmax(self.logits(cols), -1).transpose(0, 1).cpu().double()
+        if len(rows) < len(cols):
+            lp = lp[:, rows]  # T x R x (C+1)
+        tgt = torch.nn.utils.rnn.pad_sequence(tgts, batch_first=True, padding_value=0)
+        loss = torch.nn.functional.ctc_loss(lp, tgt, torch.tensor(n_in),
+                                            torch.tensor([len(t) for t in tgts]),
+                                            blank=self.blank, reduction="mean",
+                                            zero_infinity=False)
+        return loss.float().to(cols.device)
+
+    def loss_from_labels(self, pos, labels):
+        """loss() against the answers collate's labels hold (answer_texts)."""
+        return self.loss(pos, answer_texts(self.tok, labels, self.closing))
+
+    def greedy(self, pos):
+        """Greedy CTC read of the last image forward's columns: one string per image."""
+        cols, w = self.columns(pos)
+        out = []
+        for e, k in zip(self.logits(cols).argmax(-1).tolist(), w):
+            e = e[:k]
+            out.append("".join(self.chars[c] for j, c in enumerate(e)
+                               if c != self.blank and (j == 0 or c != e[j - 1])))
+        return out
+
+
+def answer_texts(tok, labels, closing):
+    """Each row's answer text from collate's labels (B x S: next-token targets, -100 elsewhere):
+    its target ids less the closing token, decoded (the trainer's BPE decodes its encoding back
+    exactly: tests/mm_visaux_check.py)."""
+    out = []
+    for row in labels.tolist():
+        ids = [t for t in row if t != -100]
+        if ids and ids[-1] == closing:
+            ids = ids[:-1]
+        out.append(tok.decode(ids, skip_special_tokens=False))
+    return out
+
+
 def bucket(n, pad):
     """n rounded up to a multiple of pad (pad 0: n itself)."""
     return -(-n // pad) * pad if pad > 0 else n
@@ -739,14 +876,17 @@ def side_grad_norms(model):
     return {k: float(f"{v:.4g}") for k, v in zip(sq, vals)}
 
 
-def bad_grads(model, head=None):
-    """The sides (decoder, vision, audio, ctc head) with a gradient that is not finite."""
+def bad_grads(model, head=None, vaux=None):
+    """The sides (decoder, vision, audio, ctc head, vision aux head) with a gradient that is not
+    finite."""
     out = set()
     named = list(model.named_parameters()) + \
-        ([("ctc." + n, x) for n, x in head.named_parameters()] if head is not None else [])
+        ([("ctc." + n, x) for n, x in head.named_parameters()] if head is not None else []) + \
+        ([("vaux." + n, x) for n, x in vaux.named_parameters()] if vaux is not None else [])
     for n, x in named:
         if x.grad is not None and not torch.isfinite(x.grad).all():
             out.add("ctc head" if n.startswith("ctc.") else
+                    "vision aux head" if n.startswith("vaux.") else
                     next((k for k, v in SIDES.items() if n.startswith(v)), "decoder"))
     return sorted(out)
 
@@ -794,18 +934,21 @@ def compile_stats():
 
 
 # how StepGuard's records name a non-finite value train_step tracked (the rest: "<kind> loss")
-BAD_NAMES = {"ctc": "audio ctc loss", "a_var": "audio spread variance term",
+BAD_NAMES = {"ctc": "audio ctc loss", "v_aux": "image aux loss",
+             "a_var": "audio spread variance term",
              "a_cov": "audio spread covariance term"}
 
 
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
-               inject=(), norms=None, live=None, loss_fn=half_loss, spread=None):
+               inject=(), norms=None, live=None, loss_fn=half_loss, spread=None, vaux=None,
+               vaux_w=0.0):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
     norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
     live: the parameters the step trains (trained_params'; None: computed here); loss_fn:
     half_loss or its compiled form; spread: a SpreadTerm added to the audio loss (losses["a_var"],
-    ["a_cov"] get its terms). Returns True when the step was applied.
+    ["a_cov"] get its terms); vaux: a VisionAux whose loss x vaux_w is added to the image loss
+    (losses["v_aux"]). Returns True when the step was applied.
     One host sync a step: both half-batches are back-propagated whatever their loss, and the
     losses and the gradient norm (one fused reduction over every trained gradient, clip_trained's:
     not finite when any gradient is not) come to the host together. A non-finite loss makes
@@ -822,6 +965,11 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
         if (step + 1, kind, "loss") in inject:
             loss = loss * float("inf")
         tracked.append((kind, loss.detach()))
+        if kind == "image" and vaux is not None:
+            v = vaux.loss_from_labels(b["image_position_ids"], lab)
+            if v is not None:
+                tracked.append(("v_aux", v.detach()))
+                loss = loss + vaux_w * v
         if kind == "audio" and head is not None:
             c = head.loss(lab)
             if c is not None:
@@ -848,7 +996,7 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
             bad.append(f"{BAD_NAMES.get(kind, kind + ' loss')} {v}")
     norm = float("nan") if bad else vals[-1]
     if not bad and not math.isfinite(norm):
-        bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head))})")
+        bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head, vaux))})")
     if norms is not None:
         norms.append(norm)
     if not guard.step_ok(step, bad):
@@ -862,10 +1010,11 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
 ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(foreach=False)}
 
 
-def make_optimizer(model, p, head=None, dev=None, impl="auto"):
+def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None):
     """AdamW over six parameter groups (weight decay 0.05 on matrices, 0 on the rest) x (the
     decoder, the vision side, the audio side; the lr multipliers' "", v_, a_), plus the CTC
-    head's group (it learns from step 0, also while the audio side is frozen). impl (--adamw):
+    head's group (it learns from step 0, also while the audio side is frozen) and then the
+    vision aux head's (VisionAux; at the decoder's lr, as the CTC head). impl (--adamw):
     fused (torch's fused kernel: one launch per group and dtype), foreach (a launch per op per
     chunk of tensors: torch's own CUDA default), loop (one op per tensor: torch's CPU default);
     auto: fused on CUDA, foreach on the CPU (bench/NOTES.md "Fewer launches a step")."""
@@ -881,6 +1030,9 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto"):
                            "audio": side == "a"})
     if head is not None:
         groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
+                       "audio": False})
+    if vaux is not None:
+        groups.append({"params": list(vaux.parameters()), "weight_decay": 0.0, "mult": 1.0,
                        "audio": False})
     if impl == "auto":
         impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
@@ -1140,6 +1292,10 @@ def main():
     ap.add_argument("--ctc-at", choices=("embed", "tower"),
                     help="the CTC head reads embed_audio's output or the tower's (the preset's, "
                     "else embed)")
+    ap.add_argument("--v-aux-weight", type=float,
+                    help="weight of the auxiliary CTC read-out of the answer's characters from "
+                    "the image soft-token columns (VisionAux; training only, not exported; the "
+                    "preset's, else 0: none)")
     ap.add_argument("--a-var-weight", type=float,
                     help="weight of the anti-collapse variance term on the audio soft tokens "
                     "(SpreadTerm; the preset's, else 0: none)")
@@ -1226,13 +1382,16 @@ def main():
                          "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
-              "ctc_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
+              "ctc_weight", "v_aux_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
               "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr",
               "beta2",
               "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
-    for k, flag in (("ctc_weight", "--ctc-weight"), ("a_var_weight", "--a-var-weight"),
+    if p.get("v_aux_weight", 0.0) < 0:
+        raise SystemExit(f"train_mm_proxy: --v-aux-weight {p['v_aux_weight']}: expected >= 0")
+    for k, flag in (("ctc_weight", "--ctc-weight"), ("v_aux_weight", "--v-aux-weight"),
+                    ("a_var_weight", "--a-var-weight"),
                     ("a_cov_weight", "--a-cov-weight")):
         if args.compile and p.get(k):
             raise SystemExit(f"train_mm_proxy: --compile with {flag}: its forward hook inside a "
@@ -1288,6 +1447,11 @@ def main():
     half = max(1, p["batch"] // 2)
     cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
     pin = dev.type == "cuda"
+    for kind, items in (("image", tr_i), ("audio", tr_a)):
+        if len(items) * p["reps"] < half:  # (drop_last: a loader of no batch never yields)
+            raise SystemExit(f"train_mm_proxy: {len(items)} train {kind} items x {p['reps']} "
+                             f"renderings for half-batches of {half}: give --batch "
+                             f"{2 * len(items) * p['reps']} or less")
     chars = char_items(tr_i) if args.v_chars else []
     if args.v_chars and len(chars) * p["reps"] < half:  # (a loader of no batch never yields)
         raise SystemExit(f"train_mm_proxy: --v-chars: {len(chars)} train strings with a "
@@ -1316,7 +1480,11 @@ def main():
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --a-var-weight with the audio side never trained (lr x 0): "
                   "the term has nothing to move", flush=True)
-    opt = make_optimizer(model, p, head, dev, args.adamw)
+    vaux_w, vaux = p.get("v_aux_weight", 0.0), None
+    if vaux_w:  # the characters of every train string (and so of every --v-chars answer)
+        vaux = VisionAux(model, "".join(i["text"] for i in tr_i), args.seed, tok,
+                         pr.id["<turn|>"]).to(dev)
+    opt = make_optimizer(model, p, head, dev, args.adamw, vaux)
     amp = dev.type == "cuda"
     held, held_rows = None, []
     if args.eval_every:
@@ -1344,7 +1512,7 @@ def main():
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
-    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": []}
+    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": [], "v_aux": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     compile_failed, side_norms = None, []
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
@@ -1373,7 +1541,7 @@ def main():
         ts = time.time()
         try:
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn, spread)
+                       norms, live, loss_fn, spread, vaux, vaux_w)
         except Exception as e:  # (not the guard's SystemExit)
             if loss_fn is half_loss:
                 raise
@@ -1385,7 +1553,7 @@ def main():
                   "eagerly", flush=True)
             loss_fn = half_loss
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn, spread)
+                       norms, live, loss_fn, spread, vaux, vaux_w)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if step % 25 == 0:  # (the gradients stay until the next step's zero_grad)
             side_norms.append(side_grad_norms(model))
@@ -1416,6 +1584,8 @@ def main():
                   + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
                      if losses["ctc"] else "") +
                   (f" a_var {np.mean(losses['a_var'][-50:]):.4f}" if losses["a_var"] else "") +
+                  (f" v_aux {np.mean(losses['v_aux'][-50:]):.3f} ({vaux.skipped} images too "
+                   "short)" if losses["v_aux"] else "") +
                   f" lr {lr_at(step, steps, p):.2e} grad norm max "
                   f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
                   flush=True)
@@ -1460,6 +1630,9 @@ def main():
     if head is not None:
         info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
                        "clips_too_short": head.skipped}
+    if vaux is not None:
+        info["v_aux"] = {"weight": vaux_w, "chars": len(vaux.chars), "images": vaux.used,
+                         "images_too_short": vaux.skipped}
     if spread is not None:
         info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
                          "cov_weight": spread.cov_weight}
