@@ -59,7 +59,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import check_tokenizer, fp32_model, mm_items  # noqa: E402
+from mm_items import check_tokenizer, ci_data, fp32_model, mm_items  # noqa: E402
 
 STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
@@ -268,9 +268,6 @@ def check_heldout(trainer):
     import hashlib
     import json
     import tempfile
-    import wave
-
-    import numpy as np
 
     ns = [66, 69, 69, 64, 69, 66, 70, 66, 68, 69]
     picks = [tmp.heldout_pick(ns, 4, seed) for seed in range(20)]
@@ -284,23 +281,8 @@ def check_heldout(trainer):
         fail(f"heldout_pick: the seed hardly changes the pick ({len(set(map(tuple, picks)))})")
     print(f"mm_fast_check: heldout_pick: 20 seeds, no count alone, {len(set(map(tuple, picks)))} "
           "distinct picks")
-    here = os.path.dirname(tmp.__file__)
     with tempfile.TemporaryDirectory() as d:
-        data = os.path.join(d, "data")
-        subprocess.run([sys.executable, os.path.join(here, "make_mm_data.py"), "plan", data,
-                        "--preset", "ci"], check=True, capture_output=True)
-        audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl.gz"))
-        r = np.random.default_rng(0)
-        for it in audio:  # a second of noise each (the speech step's WAV format)
-            os.makedirs(os.path.join(data, "speech", it["split"]), exist_ok=True)
-            with wave.open(os.path.join(data, "speech", it["split"], it["id"] + ".wav"),
-                           "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(16000)
-                w.writeframes(r.normal(0, 3000, 16000).astype("<i2").tobytes())
-            it["seconds"] = 1.0
-        tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)
+        data = ci_data(tmp, d)
         runs = {}
         for every in (4, 0):
             out = os.path.join(d, f"every{every}")

@@ -2,7 +2,7 @@
 tests/mm_pad_check.py): random-pixel images and noise clips with the trainer's own prompts,
 image patches and log-mel features, uncollated (train_mm_proxy.collate makes the batches); and
 the trainer's model in fp32 that every check starts from; the checks' tokenizer and their
-counted expectations."""
+counted expectations; the ci preset's data plan with noise clips (ci_data)."""
 import os
 import sys
 import tempfile
@@ -36,6 +36,31 @@ def mm_items(tmp, tok, seed, image_texts, clips):
         auds.append(dict(kind="audio", feats=f["input_features"][0], mask=m,
                          ids=pr.prompt("audio", tmp.audio_token_count(m)), tgt=pr.target(text)))
     return {"image": imgs, "audio": auds}
+
+
+def ci_data(tmp, d):
+    """The ci preset's data plan under d/data (tools/python/make_mm_data.py plan) with a second of
+    noise for each clip, written as the speech step writes its WAVs (no espeak-ng needed); its
+    path. tmp: the train_mm_proxy module (its make_mm_data helpers)."""
+    import subprocess
+    import wave
+
+    here = os.path.dirname(tmp.__file__)
+    data = os.path.join(d, "data")
+    subprocess.run([sys.executable, os.path.join(here, "make_mm_data.py"), "plan", data,
+                    "--preset", "ci"], check=True, capture_output=True)
+    audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl.gz"))
+    r = np.random.default_rng(0)
+    for it in audio:
+        os.makedirs(os.path.join(data, "speech", it["split"]), exist_ok=True)
+        with wave.open(os.path.join(data, "speech", it["split"], it["id"] + ".wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(r.normal(0, 3000, 16000).astype("<i2").tobytes())
+        it["seconds"] = 1.0
+    tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)
+    return data
 
 
 def fp32_model(tmp, p, tok, attn="sdpa"):

@@ -30,7 +30,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import wave
 
 import numpy as np
 import torch
@@ -38,7 +37,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import Checks, check_tokenizer, fp32_model, mm_items  # noqa: E402
+from mm_items import Checks, check_tokenizer, ci_data, fp32_model, mm_items  # noqa: E402
 
 CHECKS = Checks("mm_visaux_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -171,25 +170,6 @@ def check_reads():
           f"with shuffled answers {bad:.2f}")
 
 
-def ci_data(d):
-    here = os.path.dirname(tmp.__file__)
-    data = os.path.join(d, "data")
-    subprocess.run([sys.executable, os.path.join(here, "make_mm_data.py"), "plan", data,
-                    "--preset", "ci"], check=True, capture_output=True)
-    audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl.gz"))
-    r = np.random.default_rng(0)
-    for it in audio:  # a second of noise each (the speech step's WAV format)
-        os.makedirs(os.path.join(data, "speech", it["split"]), exist_ok=True)
-        with wave.open(os.path.join(data, "speech", it["split"], it["id"] + ".wav"), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(16000)
-            w.writeframes(r.normal(0, 3000, 16000).astype("<i2").tobytes())
-        it["seconds"] = 1.0
-    tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)
-    return data
-
-
 def tensors(path):
     from safetensors import safe_open
 
@@ -200,7 +180,7 @@ def tensors(path):
 def check_trainer():
     trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
     with tempfile.TemporaryDirectory() as d:
-        data = ci_data(d)
+        data = ci_data(tmp, d)
         runs = {}
         for name, extra in (("off", []), ("zero", ["--v-aux-weight", "0"]),
                             ("on", ["--v-aux-weight", "0.5"])):
