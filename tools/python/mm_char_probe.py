@@ -41,7 +41,7 @@ import train_mm_proxy as T  # noqa: E402
 
 
 class CharSet(torch.utils.data.Dataset):
-    """char items rendered when asked (rendering k // n of item k % n, as train_mm_proxy.Items):
+    """char items rendered when asked (train_mm_proxy.rendering, as its Items):
     pixel values, position ids, the grey 24 x 24 thumbnail, the character."""
 
     def __init__(self, items, fonts, reps):
@@ -51,10 +51,7 @@ class CharSet(torch.utils.data.Dataset):
         return len(self.items) * self.reps
 
     def __getitem__(self, k):
-        it, v = dict(self.items[k % len(self.items)]), k // len(self.items)
-        for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
-            if v and key in it:
-                it[key] = (it[key] + 7919 * v) % mod
+        it = T.rendering(self.items, k)
         img = mmd.render_image(it, self.fonts)
         pv, pp, _ = T.image_inputs(img)
         g = torch.from_numpy(np.asarray(img.convert("L"), np.float32) / 255.0)[None, None]
@@ -139,17 +136,18 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95))
 
     def forward(pv, pp, thumb, texts):
-        """(loss, number right) of a batch."""
+        """(loss, number right) of a batch; the ctc head: (loss, its greedy reads)."""
         y = torch.tensor([cls.get(t, -100) for t in texts])
         if args.head == "pixels":
             z = head(thumb)
         else:
             soft = m.get_image_features(pv, pp).pooler_output  # a tuple, one n_i x H per image
             if args.head == "ctc":
-                return head.loss(pp, texts), None, soft
+                cols, w = head.columns(pp)  # (the hook's embed_vision output, taken)
+                return head.loss_of(cols, w, texts), head.greedy_of(cols, w)
             z = head(torch.stack([s.mean(0) for s in soft]))
         loss = torch.nn.functional.cross_entropy(z, y, ignore_index=-100)
-        return loss, int((z.argmax(-1) == y).sum()), None
+        return loss, int((z.argmax(-1) == y).sum())
 
     g = torch.Generator().manual_seed(args.seed)
     dl = torch.utils.data.DataLoader(CharSet(train, fonts, 8), batch_size=args.batch, shuffle=True,
@@ -165,10 +163,9 @@ def main():
         s, right, n, exact = 0.0, 0, 0, 0
         with torch.no_grad():
             for pv, pp, th, texts in ev:
-                loss, r, _ = forward(pv, pp, th, texts)
+                loss, r = forward(pv, pp, th, texts)
                 if args.head == "ctc":
-                    m.get_image_features(pv, pp)  # again: loss() consumed the hook's output
-                    exact += sum(a == b for a, b in zip(head.greedy(pp), texts))
+                    exact += sum(a == b for a, b in zip(r, texts))
                 else:
                     right += r
                 s += float(loss) * len(texts)
@@ -188,7 +185,7 @@ def main():
         for gr in opt.param_groups:
             gr["lr"] = args.lr * min(1.0, (step + 1) / 20)
         opt.zero_grad(set_to_none=True)
-        loss, r, _ = forward(pv, pp, th, texts)
+        loss, _ = forward(pv, pp, th, texts)
         loss.backward()
         gn = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
         opt.step()

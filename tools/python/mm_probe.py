@@ -11,6 +11,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from mm_parity import edits, words  # noqa: E402
+from train_mm_proxy import ctc_collapse  # noqa: E402
 from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
 
 # text 128 x 6 (tiny's kinds, a window over the whole prompt)
@@ -65,8 +66,7 @@ class SoftTokens:
 def ctc_greedy(lp, n, alphabet):
     """Greedy CTC decoding of lp (T x classes log-probabilities, class 0 the blank, class c the
     alphabet's character c - 1) over its first n frames: repeats merged, blanks dropped."""
-    e = lp[:n].argmax(-1).tolist()
-    return "".join(alphabet[c - 1] for k, c in enumerate(e) if c and (k == 0 or c != e[k - 1]))
+    return "".join(alphabet[c - 1] for c in ctc_collapse(lp[:n].argmax(-1).tolist(), 0))
 
 
 def train_ctc(net, draw, steps, lr, every=0, probe=None, clip=5.0):

@@ -306,6 +306,17 @@ def char_items(items):
     return out
 
 
+def rendering(items, k):
+    """Item k % n of items (n of them) as its rendering k // n draws it: rendering 0 is the
+    planned item, rendering v > 0 moves its shape and noise seeds by 7919 v (another placement
+    and noise, the same text, font and colours). A copy: items is not changed."""
+    it, v = dict(items[k % len(items)]), k // len(items)
+    for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
+        if v and key in it:
+            it[key] = (it[key] + 7919 * v) % mod
+    return it
+
+
 class Items(torch.utils.data.Dataset):
     """Train items of one kind, each rendered when asked (make_mm_data's functions). Index k is
     item k % n in its rendering k // n: rendering 0 is the planned one, the others draw the
@@ -328,10 +339,7 @@ class Items(torch.utils.data.Dataset):
         return self.cache[k]
 
     def render(self, k):
-        it, v = dict(self.items[k % len(self.items)]), k // len(self.items)
-        for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
-            if v and key in it:
-                it[key] = (it[key] + 7919 * v) % mod
+        it = rendering(self.items, k)
         if self.kind == "image":
             pv, pp, n = image_inputs(mmd.render_image(it, self.fonts))
             return dict(kind="image", pv=pv, pp=pp, ids=self.pr.prompt("image", n),
@@ -372,6 +380,11 @@ class AudioTap:
         x, v = self.frames, self.valid
         self.frames = self.valid = None
         return x, v
+
+
+def ctc_collapse(ids, blank):
+    """A greedy CTC path (a list of ids) read out: repeats merged, then blanks dropped."""
+    return [c for k, c in enumerate(ids) if c != blank and (k == 0 or c != ids[k - 1])]
 
 
 def ctc_fits(n_frames, lab):
@@ -457,12 +470,8 @@ class CtcHead(torch.nn.Module):
     def greedy(self, x, valid):
         """Greedy CTC transcription of captured frames: per clip, the label ids (repeats merged,
         blanks dropped)."""
-        out = []
-        for e, v in zip(self.logits(x).argmax(-1), valid):
-            e = e[v].tolist()
-            out.append([c for k, c in enumerate(e)
-                        if c != self.vocab and (k == 0 or c != e[k - 1])])
-        return out
+        return [ctc_collapse(e[v].tolist(), self.vocab)
+                for e, v in zip(self.logits(x).argmax(-1), valid)]
 
 
 def soft_columns(x, pos):
@@ -538,9 +547,12 @@ class VisionAux(torch.nn.Module):
 
     def loss(self, pos, texts):
         """Mean CTC loss (per label, over the images that fit) of the last image forward against
-        texts (one answer string per image); None when no image fits. ctc_loss runs on the CPU
-        in float64, where its backward is deterministic (torch's CUDA one is not)."""
-        cols, w = self.columns(pos)
+        texts (one answer string per image); None when no image fits."""
+        return self.loss_of(*self.columns(pos), texts)
+
+    def loss_of(self, cols, w, texts):
+        """loss() of columns (soft_columns' cols, w). ctc_loss runs on the CPU in float64, where
+        its backward is deterministic (torch's CUDA one is not)."""
         rows, tgts, n_in = [], [], []
         for i, t in enumerate(texts):
             lab = self.labels(t)
@@ -571,13 +583,12 @@ class VisionAux(torch.nn.Module):
 
     def greedy(self, pos):
         """Greedy CTC read of the last image forward's columns: one string per image."""
-        cols, w = self.columns(pos)
-        out = []
-        for e, k in zip(self.logits(cols).argmax(-1).tolist(), w):
-            e = e[:k]
-            out.append("".join(self.chars[c] for j, c in enumerate(e)
-                               if c != self.blank and (j == 0 or c != e[j - 1])))
-        return out
+        return self.greedy_of(*self.columns(pos))
+
+    def greedy_of(self, cols, w):
+        """greedy() of columns (soft_columns' cols, w)."""
+        return ["".join(self.chars[c] for c in ctc_collapse(e[:k], self.blank))
+                for e, k in zip(self.logits(cols).argmax(-1).tolist(), w)]
 
 
 def answer_texts(tok, labels, closing):
@@ -863,8 +874,7 @@ def side_grad_norms(model):
     which is the same for every side, so the ratios are the raw gradients'): decoder,
     vision_tower, embed_vision, audio_tower, embed_audio; a side without a gradient (frozen)
     is left out. One host sync (train.json's grad_norm_sides_every_25)."""
-    sides = {"vision_tower": "model.vision_tower.", "embed_vision": "model.embed_vision.",
-             "audio_tower": "model.audio_tower.", "embed_audio": "model.embed_audio."}
+    sides = {pre.split(".")[1]: pre for pres in SIDES.values() for pre in pres}
     sq = {}
     for n, x in model.named_parameters():
         if x.grad is not None:
