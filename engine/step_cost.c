@@ -106,10 +106,9 @@ static double rounds_of(const g4_sq_instr *in, double round_bytes) {
     return in->w_runs * ceil(in->w_run / round_bytes);
 }
 
+// (one step: step 0's targets)
 static int waits_met(const g4_sq_instr *in, const int *ctr) {
-    for (int w = 0; w < in->n_wait; w++)
-        if (ctr[in->wait_ctr[w]] < in->wait_tgt[w]) return 0;
-    return 1;
+    return g4_sq_first_unmet(ctr, in, 0) == in->n_wait;
 }
 
 static double bytes_of(const g4_sq *q, const g4_sq_instr *in, int wr, int *regions) {

@@ -185,10 +185,7 @@ void g4_sq_free(g4_sq *q) {
     memset(q, 0, sizeof *q);
 }
 
-// The first wait of instruction in not met in step s (in->n_wait: all met): a wait is met when
-// its counter reached s x its signals a step + the plan's target (the kernel's test,
-// step_skeleton.cu).
-static int first_unmet(const int *ctr, const g4_sq_instr *in, int s) {
+int g4_sq_first_unmet(const int *ctr, const g4_sq_instr *in, int s) {
     int w = 0;
     while (w < in->n_wait && ctr[in->wait_ctr[w]] >= s * in->wait_step[w] + in->wait_tgt[w]) w++;
     return w;
@@ -209,7 +206,7 @@ int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuc
             for (int b = 0; b < q->G; b++) { // one instruction a CTA a round
                 if (head[b] == q->start[b + 1]) continue;
                 const g4_sq_instr *in = &q->ins[head[b]];
-                if (first_unmet(ctr, in, s) < in->n_wait) continue;
+                if (g4_sq_first_unmet(ctr, in, s) < in->n_wait) continue;
                 if (in->signal >= 0) ctr[in->signal]++;
                 head[b]++;
                 left--;
@@ -231,7 +228,7 @@ int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuc
                 stuck[(*n_stuck)++] = q->ins[head[b]].id;
         if (why_n) {
             const g4_sq_instr *in = &q->ins[head[root]];
-            const int w = first_unmet(ctr, in, s);
+            const int w = g4_sq_first_unmet(ctr, in, s);
             snprintf(why, why_n,
                      "step %d: %d instructions left; the first stuck: CTA %d at instruction #%d, "
                      "counter %d at %d of %d",

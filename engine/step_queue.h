@@ -43,6 +43,11 @@ void g4_sq_free(g4_sq *q);
 // a 64-wide Q4 block).
 int64_t g4_sq_row_bytes(g4_sq_dtype dt, int k0, int k1);
 
+// The first wait of instruction in not met in step s (in->n_wait: all met): a wait is met when
+// its counter reached s x its signals a step + the plan's target (the kernel's test,
+// step_skeleton.cu). ctr: the counters' values.
+int g4_sq_first_unmet(const int *ctr, const g4_sq_instr *in, int s);
+
 // Runs the queues on the CPU for `steps` steps (one after the other, as launches), CTAs taken
 // round robin, an instruction run only when each wait's counter reached s x wait_step +
 // wait_tgt. ctr[n_counters]: zeroed first, the values at the end. Returns the instructions run;
