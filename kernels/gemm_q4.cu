@@ -14,6 +14,7 @@
 
 #include "kernels/gemm_common.cuh"
 #include "kernels/gemm_q4.cuh"
+#include "kernels/gemv_q4_int.h"
 #include "kernels/pdl.cuh"
 #include "kernels/q4_dequant.cuh"
 #include "kernels/q4_pack.h"
@@ -838,6 +839,280 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
 }
 
 // =============================================================================================
+// GEMV (M <= 2), the fourth design (issue 29, G4_GEMV=v4): the third design's plan, ring and
+// reductions with the codes multiplied as integers (kernels/gemv_q4_int.h: the arithmetic, the
+// fragments and the x staging). The third design's probes put its time at the issue of ~22
+// instructions a lane-word, 14 of them the fp16 dequantize; here a word costs two masks, a
+// shift and one integer MMA, and the scale and zero point apply once a 32-input block and
+// lane in fp32 (the zero point through the MMA's C operand). x is quantized once a CTA, after
+// the wait, into shared memory (the CTA's k range: 144 bytes a token and k tile).
+// =============================================================================================
+__device__ __forceinline__ void imma_16816_u8s8(int c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// x of M tokens (rows of ld halves, global memory or shared when SMEM) at k tiles [k0, k1) into
+// the staging: xq [m][kt - k0] 128 bytes (hi 64, lo 64, input c at gqi_stage_pos(c)), xm
+// [m][kt - k0][b] (sx, -sum X as int bits). Four lanes quantize one 32-input block (8 inputs
+// each: one 16-byte load); ends with __syncthreads.
+template <bool SMEM>
+__device__ void gv4_stage_x(const __half *x, int ld, int M, int k0, int k1, uint8_t *xq,
+                            float2 *xm) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
+    const int LC = k1 - k0, nblk = M * LC * 2;
+    for (int blk0 = warp * 8; blk0 < nblk; blk0 += GV_WARPS * 8) { // warp-uniform
+        const int blk = blk0 + (lane >> 2);
+        const bool on = blk < nblk;
+        const int m = on ? blk / (2 * LC) : 0, r = on ? blk % (2 * LC) : 0, kt = r >> 1, b = r & 1;
+        const int c0 = 32 * b + 8 * q; // the lane's first input within the k tile
+        uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+        if (on) {
+            const __half *p = x + (size_t)m * ld + (size_t)(k0 + kt) * 64 + c0;
+            raw = SMEM ? *(const uint4 *)p : __ldg((const uint4 *)p);
+        }
+        const uint32_t rw[4] = {raw.x, raw.y, raw.z, raw.w};
+        float v[8], am = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 f = __half22float2(u2h(rw[e]));
+            v[2 * e] = f.x, v[2 * e + 1] = f.y;
+            am = fmaxf(am, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+        float sx, inv;
+        gqi_block_step(am, &sx, &inv);
+        int X[8], sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            X[e] = gqi_quant(v[e], inv);
+            sum += X[e];
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (!on) continue;
+        // the words of inputs c0 .. c0 + 3 and c0 + 4 .. c0 + 7 (at bytes c0, c0 + 4)
+        uint8_t *row = xq + ((size_t)m * LC + kt) * GQI_STAGE_BYTES;
+        uint2 hi, lo;
+        hi.x = gqi_stage_word(gqi_hi(X[0]), gqi_hi(X[1]), gqi_hi(X[2]), gqi_hi(X[3]));
+        hi.y = gqi_stage_word(gqi_hi(X[4]), gqi_hi(X[5]), gqi_hi(X[6]), gqi_hi(X[7]));
+        lo.x = gqi_stage_word(gqi_lo(X[0]), gqi_lo(X[1]), gqi_lo(X[2]), gqi_lo(X[3]));
+        lo.y = gqi_stage_word(gqi_lo(X[4]), gqi_lo(X[5]), gqi_lo(X[6]), gqi_lo(X[7]));
+        *(uint2 *)(row + c0) = hi;
+        *(uint2 *)(row + 64 + c0) = lo;
+        if (q == 0) xm[((size_t)m * LC + kt) * 2 + b] = make_float2(sx, __int_as_float(-sum));
+    }
+    __syncthreads();
+}
+
+// The k tiles [k0, k1) the CTA of cluster rank `rank` stages: those of its S warps' ranges.
+__host__ __device__ __forceinline__ void gv4_cta_range(int KT, int S, int CS, int rank, int *k0,
+                                                       int *k1) {
+    const int ST = S * CS;
+    *k0 = (int)((long long)KT * rank * S / ST);
+    *k1 = (int)((long long)KT * (rank * S + S) / ST);
+}
+
+// The fourth design's kernel: gemv_q4_v3_kernel's plan, L2 prefetch, ring and flush (see there);
+// each step one 16-byte B load (the lane's staged hi or lo bytes, or zeros: gqi_b_row) and the
+// (sx, -sum X) of the lane's (token, block), then per item one integer MMA a word and the
+// block's finish. acc[e][0 / 1]: features g / g + 8 of token t / 2, block t % 2's share.
+template <int F, int T, int U, bool PRO>
+__global__ void __launch_bounds__(GV_WARPS * 32, 2)
+    gemv_q4_v4_kernel(void *y, const __half *__restrict__ x, q4w w0, q4w w1,
+                      const __half *__restrict__ bias, int M, int N, int K, int epi, int S, int CS,
+                      int groups, int pf_items, gv_pro pro) {
+    constexpr int E = F * T;
+    __shared__ float4 red[2][GV_WARPS][F][32];
+    __shared__ __align__(16) uint32_t zero16[4]; // the B operand of lanes with no column
+    extern __shared__ __align__(16) unsigned char gv4_smem[]; // PRO x [M][K] fp16, staging
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int NT = N / 16, KT = K / 64;
+    const int FT = GV_WARPS / S, f = warp / S, s = warp % S;
+    const int rank = blockIdx.y, ST = S * CS, sp = rank * S + s;
+    const int kb = (int)((long long)KT * sp / ST), L = (int)((long long)KT * (sp + 1) / ST) - kb;
+    const int G = gridDim.x;
+    const int nj = (groups - (int)blockIdx.x + G - 1) / G;
+    const int n = nj * L;
+    const int pair = 2 * g + (t & 1); // scale / zero-point record of (g, block t % 2)
+    auto unit_nt = [&](int j) { return (((int)blockIdx.x + j * G) * FT + f) * T; };
+
+    { // L2 prefetch of the pf_items steps after the ring's first U (as the third design)
+        const int pn = n < U + pf_items ? n : U + pf_items;
+        const int sub = lane & 7, e = lane >> 3, ff = e / T, tt = e % T;
+        const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
+                   *wz = (const char *)(ff ? w1.z : w0.z);
+        if (e < E && sub < 6)
+            for (int i = U; i < pn; i++) {
+                const int nt = unit_nt(i / L) + tt;
+                if (nt >= NT) break;
+                const size_t ti = (size_t)nt * KT + kb + i % L;
+                g4_prefetch_l2(sub < 4    ? wq + ti * 512 + 128 * sub
+                               : sub == 4 ? ws + ti * 64
+                                          : wz + ti * 16);
+            }
+    }
+
+    uint32_t bt[T];
+    int lr = 0, lj = 0;
+    auto set_bases = [&](int j) {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const int nt = unit_nt(j) + tt;
+            bt[tt] = (uint32_t)(nt < NT ? nt : NT - 1) * (uint32_t)KT + (uint32_t)kb;
+        }
+    };
+    const char *qb[F], *sb[F], *zb[F];
+#pragma unroll
+    for (int ff = 0; ff < F; ff++) {
+        qb[ff] = (const char *)(ff ? w1.q : w0.q) + 16 * lane;
+        sb[ff] = (const char *)(ff ? w1.s : w0.s) + 4 * pair;
+        zb[ff] = (const char *)(ff ? w1.z : w0.z) + pair;
+    }
+    uint4 rq[U][E];
+    uint32_t rs[U][E], rz[U][E];
+    auto load_next = [&](int u) {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const uint32_t ti = bt[tt] + (uint32_t)lr;
+#pragma unroll
+            for (int ff = 0; ff < F; ff++) {
+                rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
+                rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
+                rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
+            }
+        }
+        if (++lr == L) {
+            lr = 0;
+            set_bases(++lj);
+        }
+    };
+    set_bases(0);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < n) load_next(u);
+    g4_pdl_wait();
+    g4_pdl_trigger();
+
+    int k0, k1;
+    gv4_cta_range(KT, S, CS, rank, &k0, &k1);
+    const int LC = k1 - k0;
+    uint8_t *xq = gv4_smem + (PRO ? (size_t)M * K * 2 : 0);
+    float2 *xm = (float2 *)(xq + (size_t)M * LC * GQI_STAGE_BYTES);
+    if (threadIdx.x < 4) zero16[threadIdx.x] = 0u;
+    if constexpr (PRO) {
+        __half *xs = (__half *)gv4_smem;
+        gv_norm_prologue(pro, xs, M, K);
+        gv4_stage_x<true>(xs, K, M, k0, k1, xq, xm);
+    } else {
+        gv4_stage_x<false>(x, K, M, k0, k1, xq, xm);
+    }
+    // this lane's B bytes (16 at byte 16 t of its staged half, a k tile apart) and finish pair
+    const int brow = gqi_b_row(g, t, M);
+    const int bstep = brow < 0 ? 0 : GQI_STAGE_BYTES;
+    const uint8_t *pb0 = brow < 0 ? (const uint8_t *)zero16
+                                  : xq + ((size_t)(brow >> 1) * LC + (kb - k0)) * GQI_STAGE_BYTES +
+                                        (brow & 1) * 64 + 16 * t;
+    const int dm = gqi_d_token(t) < M ? gqi_d_token(t) : 0; // (a token >= M: never stored)
+    const float2 *pm0 = xm + ((size_t)dm * LC + (kb - k0)) * 2 + gqi_d_block(t);
+
+    float acc[E][2];
+#pragma unroll
+    for (int e = 0; e < E; e++) acc[e][0] = acc[e][1] = 0.0f;
+    int cj = 0, cr = 0;
+    const uint8_t *pb = pb0;
+    const float2 *pm = pm0;
+    for (int i0 = 0; i0 < n; i0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i0 + u >= n) break; // warp-uniform
+            const uint4 bw = *(const uint4 *)pb;
+            const uint32_t b4[4] = {bw.x, bw.y, bw.z, bw.w};
+            const float2 mt = *pm;
+            const int nsum = __float_as_int(mt.y);
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const uint32_t z = rz[u][e];
+                int c[4] = {0, (int)(z & 15u) * nsum, 0, (int)(z >> 4 & 15u) * nsum};
+                const uint32_t words[4] = {rq[u][e].x, rq[u][e].y, rq[u][e].z, rq[u][e].w};
+#pragma unroll
+                for (int st = 0; st < 4; st++)
+                    imma_16816_u8s8(c, gqi_a0(words[st]), gqi_a1(words[st]), b4[st]);
+                const float2 sc = __half22float2(u2h(rs[u][e]));
+                acc[e][0] = fmaf((float)(c[0] * 256 + c[1]), sc.x * mt.x, acc[e][0]);
+                acc[e][1] = fmaf((float)(c[2] * 256 + c[3]), sc.y * mt.x, acc[e][1]);
+            }
+            if (i0 + u + U < n) load_next(u);
+            pb += bstep;
+            pm += 2;
+            if (++cr == L) {
+                // blocks summed (lanes t, t ^ 1), token 1 from lanes t + 2: the D layout of the
+                // third design's flush (lane (g, 0): features g, g + 8 x tokens 0, 1)
+                float4 d[E];
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    const float a = acc[e][0] + __shfl_xor_sync(0xffffffffu, acc[e][0], 1);
+                    const float b = acc[e][1] + __shfl_xor_sync(0xffffffffu, acc[e][1], 1);
+                    d[e] = make_float4(a, __shfl_xor_sync(0xffffffffu, a, 2), b,
+                                       __shfl_xor_sync(0xffffffffu, b, 2));
+                    acc[e][0] = acc[e][1] = 0.0f;
+                }
+#pragma unroll
+                for (int tt = 0; tt < T; tt++)
+                    gv_flush<F>(d[tt], d[(F - 1) * T + tt], y, bias, epi, M, N, unit_nt(cj) + tt,
+                                warp, f, s, S, CS, (cj * T + tt) & 1, &red[0][0][0][0],
+                                PRO ? pro.mul : nullptr, pro.ldm);
+                cr = 0;
+                cj++;
+                pb = pb0;
+                pm = pm0;
+            }
+        }
+    }
+    if (CS > 1) cg::this_cluster().sync();
+}
+
+// Dynamic shared memory of a fourth-design launch: PRO's x and the largest CTA's staging.
+size_t gv4_smem_bytes(int M, int K, const gv_plan &p, bool pro) {
+    int lc = 0;
+    for (int r = 0; r < p.CS; r++) {
+        int k0, k1;
+        gv4_cta_range(K / 64, p.S, p.CS, r, &k0, &k1);
+        if (k1 - k0 > lc) lc = k1 - k0;
+    }
+    return (pro ? (size_t)M * K * 2 : 0) + (size_t)M * lc * (GQI_STAGE_BYTES + 16);
+}
+constexpr size_t GV4_SMEM_MAX = 96 * 1024; // two CTAs an SM with the static 16 KB
+
+template <bool FUSED, bool PRO>
+void launch_gemv4(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
+    constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
+    const int units = (N / 16 + T - 1) / T;
+    const gv_plan p = gemv_plan(16 * units, K, FUSED);
+    const int pf = 8;
+    const size_t smem = gv4_smem_bytes(M, K, p, PRO);
+    static bool opted = false; // (one per instantiation)
+    if (!opted) {
+        G4_CUDA_CHECK(cudaFuncSetAttribute(gemv_q4_v4_kernel<F, T, GV3_U, PRO>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)GV4_SMEM_MAX));
+        opted = true;
+    }
+    if (p.CS > 1)
+        g4_pdl_launch_cluster(gemv_q4_v4_kernel<F, T, GV3_U, PRO>, dim3(p.grid, p.CS, 1),
+                              dim3(GV_WARPS * 32, 1, 1), smem, stream, dim3(1, p.CS, 1), y, x, w0,
+                              w1, bias, M, N, K, epi, p.S, p.CS, p.groups, pf, pro);
+    else
+        g4_pdl_launch(gemv_q4_v4_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
+                      dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
+                      p.S, p.CS, p.groups, pf, pro);
+}
+
+// =============================================================================================
 // GEMM (prefill, and the skinny path of 8 < M <= 64 rows). Block = 4 warps, BM tokens x 8
 // feature tiles (plain: 128 features; fused: the same 4 feature tiles = 64 features of the gate
 // and of the up weight). Each stage of the cp.async pipeline holds, for one 64-input k tile:
@@ -1045,19 +1320,21 @@ int check_weight(const char *who, const g4_q4_weight *w) {
     return G4_OK;
 }
 
-// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 / v2 / v3 in
+// A forced Q4 GEMV design: g4_gemm_gemv_version's (tests, benches), else G4_GEMV=v1 .. v4 in
 // the environment (read once; A/B runs): 1 the earlier kernel (gemv_q4_kernel), 2 the streaming
-// one, 3 the third design (gemv_q4_v3_kernel); 0 none (the choice below).
+// one, 3 the third design (gemv_q4_v3_kernel), 4 the fourth (gemv_q4_v4_kernel, M <= 2; larger
+// M take the automatic choice); 0 none (the choice below).
 int g_gv_version = -1; // -1: the environment's
 int g_gv_last = 0;     // the design of the last Q4 GEMV launched (g4_gemm_gemv_last_design)
 int gemv_forced_version() {
     if (g_gv_version >= 0) return g_gv_version;
     static int env = -1;
     if (env < 0) {
-        static int v1 = -1, v2 = -1, v3 = -1;
+        static int v1 = -1, v2 = -1, v3 = -1, v4 = -1;
         env = g4_cuda_env_is(&v1, "G4_GEMV", "v1")   ? 1
               : g4_cuda_env_is(&v2, "G4_GEMV", "v2") ? 2
               : g4_cuda_env_is(&v3, "G4_GEMV", "v3") ? 3
+              : g4_cuda_env_is(&v4, "G4_GEMV", "v4") ? 4
                                                      : 0;
     }
     return env;
@@ -1074,7 +1351,7 @@ int gemv_forced_version() {
 bool gemv_v3(int N, int K, bool fused) {
     if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
     const int force = gemv_forced_version();
-    if (force) return force == 3;
+    if (force && force != 4) return force == 3;
     if (g_gv_force.split || g_gv_force.ctas) return false;
     if (num_sms() != 132) return false;
     return K == 1536 && (fused || N >= 8960);
@@ -1090,12 +1367,23 @@ bool gemv_v3(int N, int K, bool fused) {
 // only, like the prefill table; elsewhere the streaming kernel.
 bool gemv_v1(int N, int K, bool fused) {
     const int force = gemv_forced_version();
-    if (force) return force == 1;
+    if (force && force != 4) return force == 1;
     if (g_gv_force.split || g_gv_force.ctas) return false; // a forced plan is the stream's
     if (num_sms() != 132) return false;
     static const int v1_on = env_int("G4_GEMV_V1", 1, 0, 1); // 0: an A/B, the stream instead
     if (!v1_on) return false;
     return !fused && K == 1536 && (N <= 512 || (N >= 6144 && N <= 12288));
+}
+
+// Whether the fourth design runs a shape: forced only (not measured yet; bench/NOTES.md "The Q4
+// GEMV on the integer tensor cores"), M <= 2 (one MMA carries two tokens), tile indices in 32
+// bits and the largest CTA's staging within GV4_SMEM_MAX (K up to ~40k at M = 2).
+bool gemv_v4(int M, int N, int K, bool fused, bool pro) {
+    if (gemv_forced_version() != 4 || M > GQI_MAX_M) return false;
+    if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
+    const int T = fused ? 1 : 2;
+    const gv_plan p = gemv_plan(16 * ((N / 16 + T - 1) / T), K, fused);
+    return gv4_smem_bytes(M, K, p, pro) <= GV4_SMEM_MAX;
 }
 
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
@@ -1113,8 +1401,16 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        g_gv_last = gemv_v3(N, K, wu != nullptr) ? 3 : gemv_v1(N, K, wu != nullptr) ? 1 : 2;
-        if (g_gv_last == 3) { // where it measured faster
+        g_gv_last = gemv_v4(M, N, K, wu != nullptr, false) ? 4
+                    : gemv_v3(N, K, wu != nullptr)           ? 3
+                    : gemv_v1(N, K, wu != nullptr)           ? 1
+                                                             : 2;
+        if (g_gv_last == 4) { // forced (G4_GEMV=v4)
+            if (wu)
+                launch_gemv4<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
+            else
+                launch_gemv4<false, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
+        } else if (g_gv_last == 3) { // where it measured faster
             if (wu)
                 launch_gemv3<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
             else
@@ -1218,8 +1514,17 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
-    g4k::g_gv_last = g4k::gemv_v3(w->n, w->k, wu != nullptr) ? 3 : 2;
-    if (g4k::g_gv_last == 3) {
+    g4k::g_gv_last = g4k::gemv_v4(M, w->n, w->k, wu != nullptr, true) ? 4
+                     : g4k::gemv_v3(w->n, w->k, wu != nullptr)         ? 3
+                                                                       : 2;
+    if (g4k::g_gv_last == 4) {
+        if (wu)
+            g4k::launch_gemv4<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
+                                          stream);
+        else
+            g4k::launch_gemv4<false, true>(y, nullptr, w0, w1, (const __half *)bias, M, w->n, w->k,
+                                           epi, pro, stream);
+    } else if (g4k::g_gv_last == 3) {
         if (wu)
             g4k::launch_gemv3<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
                                           stream);
@@ -1256,8 +1561,8 @@ extern "C" int g4_gemm_gemv_force(int split, int max_ctas) {
 }
 
 extern "C" int g4_gemm_gemv_version(int version) {
-    if (version < -1 || version > 3)
-        return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..3",
+    if (version < -1 || version > 4)
+        return g4_fail(G4_EUSER, "gemv version: %d, expected -1 (environment), 0 (automatic), 1..4",
                        version);
     g4k::g_gv_version = version;
     return G4_OK;

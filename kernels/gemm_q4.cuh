@@ -10,6 +10,9 @@
 // the tensor cores (mma.sync m16n8k16 with the weights as the A operand, so M = 1..8 tokens are
 // the 8 columns of one MMA: no padding waste in decode).
 //
+//   GEMV4 M <= 2, G4_GEMV=v4 (not the default until measured): the third design's plan with the
+//         codes multiplied as integers (mma.sync m16n8k16 u8 x s8) against x quantized per 32
+//         inputs to 14-bit integers; weights exact, x within kernels/gemv_q4_int.h's bound.
 //   GEMV  M <= 8: streams the packed weight once. The streaming kernel: each warp owns a run of
 //         tiles behind a register ring of U tiles (the first loaded before the PDL wait), K split
 //         over a CTA's 8 warps and then a cluster when N is small, a persistent grid when it is
@@ -83,8 +86,9 @@ int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_weight *w,
 // feature-tile groups); 0 leaves a choice automatic. Not thread-safe; not for the engine.
 int g4_gemm_gemv_force(int split, int max_ctas);
 // Tests and benches only: force the Q4 GEMV design of M <= 8 (1 the earlier kernel, 2 the
-// streaming one, 3 the third design; 0 the automatic choice; -1, the initial state, G4_GEMV's).
-// Not thread-safe; not for the engine.
+// streaming one, 3 the third design, 4 the fourth: integer MMA, M <= 2, larger M the automatic
+// choice; 0 the automatic choice; -1, the initial state, G4_GEMV's). Not thread-safe; not for
+// the engine.
 int g4_gemm_gemv_version(int version);
 // Kernel benches only (issue 29's probe rows, bench_gemm.cu gemv_q4_probe): the next third-design
 // launches of g4_gemm_q4 / g4_gemm_q4_gelu_mul (not the add-norm GEMV) run a probe form of the
@@ -92,7 +96,7 @@ int g4_gemm_gemv_version(int version);
 // + MMA without the weight loads, 3 neither (launch, wait, walk, flush, stores); 0, the initial
 // state, today's kernel. Returns G4_OK or G4_EUSER.
 int g4_gemm_gemv3_probe(int probe);
-// Tests only: the design (1..3) of the last Q4 GEMV launched by g4_gemm_q4, g4_gemm_q4_gelu_mul
+// Tests only: the design (1..4) of the last Q4 GEMV launched by g4_gemm_q4, g4_gemm_q4_gelu_mul
 // or g4_gemv_q4_add_norm with M <= 8 (0: none yet), so a test that forces a design can check it
 // ran.
 int g4_gemm_gemv_last_design(void);

@@ -27,6 +27,11 @@
 //                 so exp = ref_linear_f16 on W16 = fp16(ref_q4_dequant_col) (the CPU dequantizer
 //                 rounded once: independent of the code under test), with the fp16 tolerances;
 //                 the NMSE against ref_linear_q4 itself (unrounded weights) must stay < 1e-6.
+//                 The fourth GEMV design (G4_GEMV=v4, kernels/gemv_q4_int.h) never rounds a
+//                 weight but quantizes x to 14-bit integers a 32-input block: exp = ref_linear_q4
+//                 (unrounded), tol = TOL_ACC of sum |x w| plus its named x tolerance,
+//                 gqi_tolerance_x of each block (half a step, 2^-14 of the block's max |x|, times
+//                 the block's sum |w|); exact cases stay bit-exact (small integers are exact X).
 //   TOL_ACC  = 2^-13 of sum_k |x_k w_k|: fp32 accumulation of the same products in another
 //              order (tensor cores accumulate with truncation; ~sqrt(K) * 2^-24 in practice).
 //              One missing or doubled product (~ sum / K) exceeds it for K < 8192; at any K it
@@ -53,6 +58,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_f16.cuh"
 #include "kernels/gemm_q4.cuh"
+#include "kernels/gemv_q4_int.h"
 #include "kernels/ref/ref.h"
 #include "tests/test_util.h"
 
@@ -159,6 +165,11 @@ static const char *op_name(op_kind o) {
 // V3: V with the Q4 GEMV's third design forced (g4_gemm_gemv_version(3))
 #define V3(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
     { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 3, 0, 0 }
+// V4: V with the fourth design forced (g4_gemm_gemv_version(4); M <= 2); E4: an E2B shape there.
+#define V4(op, M, N, K, epi, bias, exact, split, ctas, what)                                       \
+    { op, GEMV, M, N, K, what, epi, bias, exact, 0, split, ctas, 4, 0, 0 }
+#define E4(op, M, ...)                                                                             \
+    { op, GEMV, M, __VA_ARGS__, 0, 0, 0, 0, 4, 0, 0 }
 // SK: a skinny-path case (G4_GEMM_SKINNY) with a forced K split over the cluster (1, 2, 4, 8;
 // 0 = automatic, g4_gemm_skinny_force).
 #define SK(op, M, N, K, epi, bias, exact, split, what)                                             \
@@ -319,6 +330,35 @@ static const gcase cases[] = {
     E3(OP_Q4, 1, S_KVS, F16, 0), E3(OP_Q4, 1, S_OF, F16, 0), E3(OP_Q4, 1, S_UP, F16, 0),
     E3(OP_Q4, 8, S_DN2, F16, 0), E3(OP_Q4, 1, S_PP, F32A, 1), E3(OP_Q4, 3, S_PE, F16, 0),
     E3(OP_Q4_GLU, 1, S_UP, F16, 0), E3(OP_Q4_GLU, 8, S_UP2, F16, 0),
+    // the fourth design (G4_GEMV=v4: integer MMA, x staged as 14-bit integers a CTA): M = 1, 2
+    // (B columns of token 1 zero at M = 1), odd tile counts, K not a multiple of 256, the
+    // streaming plans (splits in a CTA, over a cluster: each CTA stages its k range only; a few
+    // CTAs walking groups), every epilogue, exact small integers; the E2B shapes
+    V4(OP_Q4, 1, 16, 64, F16, 0, 0, 0, 0, "v4 tiny, 1 tile"),
+    V4(OP_Q4, 2, 32, 64, F32, 1, 0, 0, 0, "v4 tiny, 2 tiles"),
+    V4(OP_Q4, 1, 48, 192, F32, 1, 1, 0, 0, "v4 exact, 3 tiles"),
+    V4(OP_Q4, 2, 16, 960, F16A, 1, 0, 0, 0, "v4 odd, 15 k tiles"),
+    V4(OP_Q4, 2, 48, 3008, F16, 1, 0, 0, 0, "v4 odd, 47 k tiles (cluster split-K)"),
+    V4(OP_Q4, 1, 32, 3008, F32A, 0, 0, 0, 0, "v4 odd"),
+    V4(OP_Q4, 2, 48, 256, F32, 0, 1, 0, 0, "v4 exact"),
+    V4(OP_Q4, 2, 1008, 960, F32, 0, 1, 0, 0, "v4 exact, 63 tiles"),
+    V4(OP_Q4, 1, 1008, 960, F32, 0, 1, 1, 1, "v4 exact, 1 CTA walks 4 groups"),
+    V4(OP_Q4, 2, 1008, 960, F16A, 1, 0, 2, 2, "v4 odd, split 2, 2 CTAs, residual add"),
+    V4(OP_Q4, 1, 1008, 960, F32, 0, 1, 4, 3, "v4 exact, split 4 (15 k tiles), 3 CTAs"),
+    V4(OP_Q4, 2, 1008, 960, F32A, 1, 0, 8, 1, "v4 odd, split 8, 1 CTA"),
+    V4(OP_Q4, 1, 48, 3008, F32, 0, 1, 16, 0, "v4 exact, split 16 over a cluster of 2"),
+    V4(OP_Q4, 2, 16, 4096, F32, 0, 1, 64, 0, "v4 exact, split 64"),
+    V4(OP_Q4, 1, 48, 192, F32, 0, 1, 64, 0, "v4 exact, split 64 clamped to 2 (3 k tiles)"),
+    V4(OP_Q4_GLU, 1, 16, 64, F16, 0, 0, 0, 0, "v4 tiny"),
+    V4(OP_Q4_GLU, 2, 48, 960, F16, 0, 0, 0, 0, "v4 odd"),
+    V4(OP_Q4_GLU, 1, 1008, 960, F16, 0, 0, 1, 2, "v4 1 x 2 CTAs walk the groups"),
+    V4(OP_Q4_GLU, 2, 1008, 960, F16, 0, 0, 4, 3, "v4 split 4, 3 CTAs"),
+    V4(OP_Q4_GLU, 2, 48, 3008, F16, 0, 0, 16, 0, "v4 split 16 over a cluster"),
+    E4(OP_Q4, 1, S_LM, F16, 0), E4(OP_Q4, 2, S_LM, F16, 0), E4(OP_Q4, 1, S_QS, F16, 0),
+    E4(OP_Q4, 1, S_KVS, F16, 0), E4(OP_Q4, 1, S_OF, F16, 0), E4(OP_Q4, 1, S_UP, F16, 0),
+    E4(OP_Q4, 1, S_DN, F16, 0), E4(OP_Q4, 2, S_DN2, F16, 0), E4(OP_Q4, 1, S_PP, F32A, 1),
+    E4(OP_Q4, 1, S_PG, F16, 0), E4(OP_Q4, 1, S_PE, F16, 0), E4(OP_Q4_GLU, 1, S_UP, F16, 0),
+    E4(OP_Q4_GLU, 2, S_UP2, F16, 0),
 
     // --- Q4 GEMM (prefill): mma.sync and wgmma, same cases ---
 #define GEMM_Q4_CASES(A)                                                                          \
@@ -775,6 +815,33 @@ static void print_case(const gcase *c) {
     printf("  [%s]\n", c->what);
 }
 
+// The fourth Q4 GEMV design's bounds (kernels/gemv_q4_int.h) on the checked rows and the
+// columns of sub (its package tensors, nc columns): mag = sum_k |x_k w_k| with the unrounded
+// weights, tolx = sum over 32-input blocks of gqi_tolerance_x(max |x| of the block, sum |w|).
+static void q4_xq_tolerance(float *mag, float *tolx, const float *xr, const q4_host *sub, int nr,
+                            int K, int nc) {
+    float *wc = g4_malloc(sizeof(float) * (size_t)K);
+    for (int j = 0; j < nc; j++) {
+        ref_q4_dequant_col(wc, sub->q, sub->scales, sub->zp, K, 32, j);
+        for (int i = 0; i < nr; i++) {
+            const float *x = xr + (size_t)i * K;
+            double m = 0.0, t = 0.0;
+            for (int b = 0; b < K / 32; b++) {
+                double amax = 0.0, sw = 0.0;
+                for (int k = 32 * b; k < 32 * b + 32; k++) {
+                    amax = fmax(amax, fabs(x[k]));
+                    sw += fabs(wc[k]);
+                    m += fabs((double)x[k] * wc[k]);
+                }
+                t += gqi_tolerance_x(amax, sw);
+            }
+            mag[(size_t)i * nc + j] = (float)m;
+            tolx[(size_t)i * nc + j] = (float)t;
+        }
+    }
+    free(wc);
+}
+
 // The dequantizer case: device fp16 W must equal fp16(ref_q4_dequant_col) bit for bit.
 static void run_dequant(const gcase *c, unsigned long long *s) {
     const int N = c->N, K = c->K;
@@ -870,7 +937,7 @@ static void run_case(const gcase *c) {
 
     // Device run (twice: the second result must be bit-identical).
     void *got = g4_malloc(ybytes), *got2 = g4_malloc(ybytes);
-    int rc = G4_OK;
+    int rc = G4_OK, ran4 = 0; // ran4: the fourth Q4 GEMV design ran (its own expectation)
     guarded out = guarded_new(ybytes);
     if (!g_emulate) {
         void *dx = dev_upload(x, (size_t)M * K * 2);
@@ -928,10 +995,12 @@ static void run_case(const gcase *c) {
                           "forced fp16 GEMV design %d (%d expected), but design %d ran", c->f16v,
                           want, g4_gemm_gemv_f16_last_design());
             }
+            const int gemv_q4 = q4 && (c->algo == GEMV || (c->algo == AUTO && M <= 8));
             if (c->ver && q4 && c->algo == GEMV)
                 CHECK_MSG(g4_gemm_gemv_last_design() == c->ver,
                           "forced Q4 GEMV design %d, but design %d ran", c->ver,
                           g4_gemm_gemv_last_design());
+            ran4 = gemv_q4 && g4_gemm_gemv_last_design() == 4; // (forced, or G4_GEMV=v4)
         }
         g4_gemm_wgmma_force(0, 0, 0);
         g4_gemm_gemv_force(0, 0);
@@ -963,6 +1032,7 @@ static void run_case(const gcase *c) {
         for (int j = 0; j < nc; j++) bias_c[j] = bias[cols[j]];
     }
     float *ref[2] = {NULL, NULL}, *mag[2] = {NULL, NULL}, *refq[2] = {NULL, NULL};
+    float *magq[2] = {NULL, NULL}, *tolx[2] = {NULL, NULL}; // the fourth design's tolerance
     for (int i = 0; i < 1 + glu; i++) {
         uint16_t *wc = q4 ? q4_ref_w16(&qh[i], K, cols, nc)
                           : (nc == N ? w[i] : f16_cols(w[i], K, N, cols, nc));
@@ -975,6 +1045,11 @@ static void run_case(const gcase *c) {
             q4_host_cols(&sub, &qh[i], K, cols, nc);
             refq[i] = g4_malloc(sizeof(float) * (size_t)nr * nc);
             ref_linear_q4(refq[i], xr, sub.q, sub.scales, sub.zp, bias_c, nr, K, nc, 32, 0);
+            if (ran4) {
+                magq[i] = g4_malloc(sizeof(float) * (size_t)nr * nc);
+                tolx[i] = g4_malloc(sizeof(float) * (size_t)nr * nc);
+                q4_xq_tolerance(magq[i], tolx[i], xr, &sub, nr, K, nc);
+            }
             q4_host_free(&sub);
         }
         if (wc != w[i]) free(wc);
@@ -1013,15 +1088,20 @@ static void run_case(const gcase *c) {
             const size_t o = (size_t)rows[i] * N + n, r = (size_t)i * nc + j;
             const double res = add ? host_out(y0, epi, o) : 0.0;
             double exp, tol, base, expq = 0.0;
+            // the fourth design: against the unrounded weights, with its x tolerance
+            float *const *rf = ran4 ? refq : ref;
+            double e1[2] = {0.0, 0.0};
+            for (int k = 0; k < 1 + glu; k++)
+                e1[k] = ran4 ? TOL_ACC * magq[k][r] + tolx[k][r] : TOL_ACC * mag[k][r];
             if (glu) {
-                const double g = ref[0][r], u = ref[1][r];
-                const double eg = TOL_ACC * mag[0][r], eu = TOL_ACC * mag[1][r];
+                const double g = rf[0][r], u = rf[1][r];
+                const double eg = e1[0], eu = e1[1];
                 exp = ref_gelu_tanh((float)g) * (float)u;
                 tol = 1.13 * fabs(u) * eg + fabs(ref_gelu_tanh((float)g)) * eu + 1.13 * eg * eu;
                 if (q4) expq = ref_gelu_tanh(refq[0][r]) * refq[1][r];
             } else {
-                exp = (double)ref[0][r];
-                tol = TOL_ACC * mag[0][r];
+                exp = (double)rf[0][r];
+                tol = e1[0];
                 if (q4) expq = refq[0][r];
             }
             base = exp;
@@ -1066,6 +1146,8 @@ static void run_case(const gcase *c) {
         free(ref[i]);
         free(mag[i]);
         free(refq[i]);
+        free(magq[i]);
+        free(tolx[i]);
         if (qh[i].q) q4_host_free(&qh[i]);
         free(w[i]);
     }
