@@ -1375,11 +1375,15 @@ bool gemv_v1(int N, int K, bool fused) {
     return !fused && K == 1536 && (N <= 512 || (N >= 6144 && N <= 12288));
 }
 
-// Whether the fourth design runs a shape: forced only (not measured yet; bench/NOTES.md "The Q4
-// GEMV on the integer tensor cores"), M <= 2 (one MMA carries two tokens), tile indices in 32
-// bits and the largest CTA's staging within GV4_SMEM_MAX (K up to ~40k at M = 2).
+// Whether the fourth design runs a shape: forced (G4_GEMV=v4), or with G4_GEMV_AUTO4=1 (read
+// once; an A/B until measured: bench/NOTES.md "The Q4 GEMV on the integer tensor cores") where
+// the automatic choice takes the third design; M <= 2 (one MMA carries two tokens), tile indices
+// in 32 bits and the largest CTA's staging within GV4_SMEM_MAX (K up to ~40k at M = 2).
 bool gemv_v4(int M, int N, int K, bool fused, bool pro) {
-    if (gemv_forced_version() != 4 || M > GQI_MAX_M) return false;
+    if (M > GQI_MAX_M) return false;
+    static const int auto4 = env_int("G4_GEMV_AUTO4", 0, 0, 1);
+    const int force = gemv_forced_version();
+    if (force != 4 && !(auto4 && !force && gemv_v3(N, K, fused))) return false;
     if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
     const int T = fused ? 1 : 2;
     const gv_plan p = gemv_plan(16 * ((N / 16 + T - 1) / T), K, fused);
