@@ -1087,10 +1087,18 @@ size_t gv4_smem_bytes(int M, int K, const gv_plan &p, bool pro) {
 }
 constexpr size_t GV4_SMEM_MAX = 96 * 1024; // two CTAs an SM with the static 16 KB
 
-template <bool FUSED, bool PRO>
-void launch_gemv4(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
-                  int epi, const gv_pro &pro, cudaStream_t stream) {
-    constexpr int F = FUSED ? 2 : 1, T = FUSED ? 1 : 2;
+// The fourth design's unit of plain weights: T = 2 feature tiles a warp (the third design's: one
+// B load and finish pair a step for two items), or G4_GEMV4_T=1 (read once; an A/B: the
+// streaming kernel's plan, twice the units where N is small). Fused pairs: T = 1.
+int gv4_plain_T() {
+    static const int t = env_int("G4_GEMV4_T", 2, 1, 2);
+    return t;
+}
+
+template <bool FUSED, bool PRO, int T>
+void launch_gemv4_t(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N,
+                    int K, int epi, const gv_pro &pro, cudaStream_t stream) {
+    constexpr int F = FUSED ? 2 : 1;
     const int units = (N / 16 + T - 1) / T;
     const gv_plan p = gemv_plan(16 * units, K, FUSED);
     const int pf = 8;
@@ -1110,6 +1118,15 @@ void launch_gemv4(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
         g4_pdl_launch(gemv_q4_v4_kernel<F, T, GV3_U, PRO>, dim3(p.grid, 1, 1),
                       dim3(GV_WARPS * 32, 1, 1), smem, stream, y, x, w0, w1, bias, M, N, K, epi,
                       p.S, p.CS, p.groups, pf, pro);
+}
+
+template <bool FUSED, bool PRO>
+void launch_gemv4(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, int M, int N, int K,
+                  int epi, const gv_pro &pro, cudaStream_t stream) {
+    if (FUSED || gv4_plain_T() == 2)
+        launch_gemv4_t<FUSED, PRO, FUSED ? 1 : 2>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
+    else
+        launch_gemv4_t<false, PRO, 1>(y, x, w0, w1, bias, M, N, K, epi, pro, stream);
 }
 
 // =============================================================================================
@@ -1385,7 +1402,7 @@ bool gemv_v4(int M, int N, int K, bool fused, bool pro) {
     const int force = gemv_forced_version();
     if (force != 4 && !(auto4 && !force && gemv_v3(N, K, fused))) return false;
     if ((uint64_t)(N / 16) * (uint64_t)(K / 64) >= (1ull << 32)) return false;
-    const int T = fused ? 1 : 2;
+    const int T = fused ? 1 : gv4_plain_T();
     const gv_plan p = gemv_plan(16 * ((N / 16 + T - 1) / T), K, fused);
     return gv4_smem_bytes(M, K, p, pro) <= GV4_SMEM_MAX;
 }
