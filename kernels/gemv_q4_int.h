@@ -49,7 +49,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #ifdef __CUDACC__
 #define GQI_HD __host__ __device__ __forceinline__
@@ -78,35 +77,17 @@ GQI_HD uint32_t gqi_stage_word(int v0, int v1, int v2, int v3) {
            (uint32_t)(v3 & 0xff) << 24;
 }
 
-// The float bits of 2^e (e in -126..127).
-GQI_HD float gqi_pow2(int e) {
-    const uint32_t b = (uint32_t)(e + 127) << 23;
-    float f;
-#ifdef __CUDA_ARCH__
-    f = __uint_as_float(b);
-#else
-    memcpy(&f, &b, sizeof f);
-#endif
-    return f;
-}
-
-// The block's step sx = 2^(E - 13) and its inverse from max |x| (amax >= 0, finite), as the
-// exponent field of amax: amax in [2^E, 2^(E+1)). amax == 0: both 0 (every X is 0). An fp16
-// amax (<= 65504, >= 2^-24) keeps both normal.
+// The block's step sx = 2^(E - 13) and its inverse from max |x| (amax >= 0, finite): amax in
+// [2^E, 2^(E+1)). amax == 0: both 0 (every X is 0). An fp16 amax (<= 65504, >= 2^-24) keeps
+// both normal fp32 values.
 GQI_HD void gqi_block_step(float amax, float *sx, float *inv) {
-    uint32_t b;
-#ifdef __CUDA_ARCH__
-    b = __float_as_uint(amax);
-#else
-    memcpy(&b, &amax, sizeof b);
-#endif
-    const int e = (int)(b >> 23) - 127;
     if (amax == 0.0f) {
         *sx = *inv = 0.0f;
         return;
     }
-    *sx = gqi_pow2(e - GQI_XBITS);
-    *inv = gqi_pow2(GQI_XBITS - e);
+    const int e = ilogbf(amax);
+    *sx = ldexpf(1.0f, e - GQI_XBITS);
+    *inv = ldexpf(1.0f, GQI_XBITS - e);
 }
 
 // X = rint(x * inv) (the product is exact: inv is a power of 2), then its bytes: lo the low byte
