@@ -631,6 +631,109 @@ __device__ __forceinline__ void gv_flush_unit(float (&acc)[F * T][4], void *y, c
 
 constexpr int GV3_PROBE_LOADS = 1, GV3_PROBE_MATH = 2, GV3_PROBE_SHELL = 3;
 
+// The weight load walk the third and fourth designs share (issue 29). A warp's units are T
+// feature tiles of each of its F weights (unit j in group blockIdx.x + j * G), L steps a unit (k
+// tiles kb .. kb + L - 1), U steps in flight in a register ring; a lane loads its 16 bytes of
+// each item's packed words and the scale / zero-point record `pair` (each design says which).
+// PROBE: gemv_q4_v3_kernel's probe forms (see there; 0 in the fourth design).
+//
+// Its form keeps the kernels' SASS as it was when each kernel had its own copy (checked
+// instruction for instruction when folded; bench/NOTES.md "The third and fourth designs' walk
+// folded"), so mind it when changing this:
+// - the ring and the cursor are the kernel's locals, held here by reference: as members, the
+//   arrays (indexed by loop counters until unrolling) kept the whole object in memory that long
+//   and the compiler ordered and allocated the walk differently;
+// - lane is threadIdx.x & 31 read where used (the compiler then knows it is < 32), n and
+//   pf_items come by reference: as plain values the compiler rewrote the prefetch's tests and
+//   operand order differently.
+template <int F, int T, int U, int PROBE = 0> struct gv_walk {
+    static constexpr int E = F * T; // items a step: weight ff's tile tt is ff * T + tt
+    int NT, KT, kb, L, G, FT, f;
+    // Load cursor: bt[tt] = the tile index (nt * KT + kb) of the unit's tile tt in load group lj
+    // (clamped to the last real tile past the edge), lr the step within the k range.
+    uint32_t (&bt)[T];
+    int &lr, &lj;
+    const char *(&qb)[F], *(&sb)[F], *(&zb)[F]; // the lane's words of tile 0 in w0 / w1
+    uint4 (&rq)[U][E];                          // the ring: packed words, scales (an fp16
+    uint32_t (&rs)[U][E], (&rz)[U][E];          // pair), zero points (a byte) of U steps
+
+    // first feature tile of the warp's unit in its j-th group (>= NT: past the edge, no output)
+    __device__ __forceinline__ int unit_nt(int j) const {
+        return (((int)blockIdx.x + j * G) * FT + f) * T;
+    }
+
+    // PDL prologue: L2 prefetch of the pf_items steps after the ring's first U (lanes 8 e + 0-3:
+    // the four 128-byte lines of item e's packed words, 8 e + 4 its scales, 8 e + 5 its zero
+    // points); then the ring's loads (start). None in the probe forms that load no weights.
+    __device__ __forceinline__ void prefetch_l2(const q4w &w0, const q4w &w1, const int &n,
+                                                const int &pf_items) const {
+        const int lane = threadIdx.x & 31;
+        const int pn = n < U + pf_items ? n : U + pf_items;
+        const int sub = lane & 7, e = lane >> 3, ff = e / T, tt = e % T;
+        const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
+                   *wz = (const char *)(ff ? w1.z : w0.z);
+        if (e < E && sub < 6 && (PROBE == 0 || PROBE == GV3_PROBE_LOADS))
+            for (int i = U; i < pn; i++) {
+                const int nt = unit_nt(i / L) + tt;
+                if (nt >= NT) break;
+                const size_t ti = (size_t)nt * KT + kb + i % L;
+                g4_prefetch_l2(sub < 4    ? wq + ti * 512 + 128 * sub
+                               : sub == 4 ? ws + ti * 64
+                                          : wz + ti * 16);
+            }
+    }
+
+    __device__ __forceinline__ void set_bases(int j) {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const int nt = unit_nt(j) + tt;
+            bt[tt] = (uint32_t)(nt < NT ? nt : NT - 1) * (uint32_t)KT + (uint32_t)kb;
+        }
+    }
+
+    // The next step's words into ring slot u; the cursor moves on (to the next group after the
+    // unit's last step).
+    __device__ __forceinline__ void load_next(int u) {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const uint32_t ti = bt[tt] + (uint32_t)lr;
+#pragma unroll
+            for (int ff = 0; ff < F; ff++) {
+                if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
+                    const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + (threadIdx.x & 31);
+                    rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
+                    rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
+                    rz[u][ff * T + tt] = h >> 24;
+                } else if constexpr (PROBE != GV3_PROBE_SHELL) {
+                    rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
+                    rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
+                    rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
+                }
+            }
+        }
+        if (++lr == L) {
+            lr = 0;
+            set_bases(++lj);
+        }
+    }
+
+    // The lane's bases, then the first U steps (of n) into the ring before the wait: immutable
+    // weights, in the one load form pdl.cuh allows there (ldg_stream*).
+    __device__ __forceinline__ void start(const q4w &w0, const q4w &w1, int pair, int n) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int ff = 0; ff < F; ff++) {
+            qb[ff] = (const char *)(ff ? w1.q : w0.q) + 16 * lane;
+            sb[ff] = (const char *)(ff ? w1.s : w0.s) + 4 * pair;
+            zb[ff] = (const char *)(ff ? w1.z : w0.z) + pair;
+        }
+        set_bases(0);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (u < n) load_next(u);
+    }
+};
+
 // PROBE (kernel bench only, issue 29: where the time goes; outputs meaningless, not checked):
 // 0 today's kernel; GV3_PROBE_LOADS every load kept, the dequantize + MMA replaced by an XOR of
 // the loaded words into the accumulators' bits; GV3_PROBE_MATH no weight load or L2 prefetch
@@ -653,80 +756,17 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     const int G = gridDim.x;
     const int nj = (groups - (int)blockIdx.x + G - 1) / G; // groups this CTA walks
     const int n = nj * L;                                  // this warp's steps
-    const int pair = 2 * g + (t >> 1);
+    const int pair = 2 * g + (t >> 1); // scale / zero-point record of (g, block t / 2)
     const int xr = g < M ? g : 0; // B column g is token g; columns >= M (never stored) read row 0
-    // first feature tile of the warp's unit in its j-th group (>= NT: past the edge, no output)
-    auto unit_nt = [&](int j) { return (((int)blockIdx.x + j * G) * FT + f) * T; };
-
-    // PDL prologue: L2 prefetch of the pf_items steps after the ring's first U (lanes 8 e + 0-3:
-    // the four 128-byte lines of item e's packed words, 8 e + 4 its scales, 8 e + 5 its zero
-    // points); then the ring's loads below.
-    {
-        const int pn = n < U + pf_items ? n : U + pf_items;
-        const int sub = lane & 7, e = lane >> 3, ff = e / T, tt = e % T;
-        const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
-                   *wz = (const char *)(ff ? w1.z : w0.z);
-        if (e < E && sub < 6 && (PROBE == 0 || PROBE == GV3_PROBE_LOADS))
-            for (int i = U; i < pn; i++) {
-                const int nt = unit_nt(i / L) + tt;
-                if (nt >= NT) break;
-                const size_t ti = (size_t)nt * KT + kb + i % L;
-                g4_prefetch_l2(sub < 4    ? wq + ti * 512 + 128 * sub
-                               : sub == 4 ? ws + ti * 64
-                                          : wz + ti * 16);
-            }
-    }
-
-    // Load cursor: bt[tt] = the tile index (nt * KT + kb) of the unit's tile tt in load group lj
-    // (clamped to the last real tile past the edge), lr the step within the k range.
+    // the ring and the load cursor, walked by gv_walk (which says why they are locals here)
     uint32_t bt[T];
     int lr = 0, lj = 0;
-    auto set_bases = [&](int j) {
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const int nt = unit_nt(j) + tt;
-            bt[tt] = (uint32_t)(nt < NT ? nt : NT - 1) * (uint32_t)KT + (uint32_t)kb;
-        }
-    };
     const char *qb[F], *sb[F], *zb[F];
-#pragma unroll
-    for (int ff = 0; ff < F; ff++) {
-        qb[ff] = (const char *)(ff ? w1.q : w0.q) + 16 * lane;
-        sb[ff] = (const char *)(ff ? w1.s : w0.s) + 4 * pair;
-        zb[ff] = (const char *)(ff ? w1.z : w0.z) + pair;
-    }
     uint4 rq[U][E];
     uint32_t rs[U][E], rz[U][E];
-    auto load_next = [&](int u) {
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const uint32_t ti = bt[tt] + (uint32_t)lr;
-#pragma unroll
-            for (int ff = 0; ff < F; ff++) {
-                if constexpr (PROBE == GV3_PROBE_MATH) { // words from the tile index, no load
-                    const uint32_t h = (ti + 0x9e3779b9u * ff) * 0x85ebca6bu + lane;
-                    rq[u][ff * T + tt] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
-                    rs[u][ff * T + tt] = (h & 0x03ff03ffu) | 0x20002000u; // fp16 scales ~0.01
-                    rz[u][ff * T + tt] = h >> 24;
-                } else if constexpr (PROBE != GV3_PROBE_SHELL) {
-                    rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-                    rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-                    rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
-                }
-            }
-        }
-        if (++lr == L) {
-            lr = 0;
-            set_bases(++lj);
-        }
-    };
-
-    // The first U steps load into the ring before the wait: immutable weights, in the one load
-    // form pdl.cuh allows there (ldg_stream*).
-    set_bases(0);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (u < n) load_next(u);
+    gv_walk<F, T, U, PROBE> walk{NT, KT, kb, L, G, FT, f, bt, lr, lj, qb, sb, zb, rq, rs, rz};
+    walk.prefetch_l2(w0, w1, n, pf_items);
+    walk.start(w0, w1, pair, n);
     g4_pdl_wait();
     g4_pdl_trigger();
     const __half *xrow;
@@ -772,11 +812,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
                     }
                 }
             }
-            if (i0 + u + U < n) load_next(u); // refill this slot with the step U ahead
+            if (i0 + u + U < n) walk.load_next(u); // refill this slot with the step U ahead
             px += 64;
             if (++cr == L) {
-                gv_flush_unit<F, T>(acc, y, bias, epi, M, N, unit_nt(cj), cj, warp, f, s, S, CS,
-                                    &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
+                gv_flush_unit<F, T>(acc, y, bias, epi, M, N, walk.unit_nt(cj), cj, warp, f, s, S,
+                                    CS, &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
                 cj++;
                 px = px0;
@@ -916,7 +956,7 @@ __host__ __device__ __forceinline__ void gv4_cta_range(int KT, int S, int CS, in
     *k1 = (int)((long long)KT * (rank * S + S) / ST);
 }
 
-// The fourth design's kernel: gemv_q4_v3_kernel's plan, L2 prefetch, ring and flush (see there);
+// The fourth design's kernel: gemv_q4_v3_kernel's plan and flush, gv_walk's L2 prefetch and ring;
 // each step one 16-byte B load (the lane's staged hi or lo bytes, or zeros: gqi_b_row) and the
 // (sx, -sum X) of the lane's (token, block), then per item one integer MMA a word and the
 // block's finish. acc[e][0 / 1]: features g / g + 8 of token t / 2, block t % 2's share.
@@ -938,62 +978,15 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     const int nj = (groups - (int)blockIdx.x + G - 1) / G;
     const int n = nj * L;
     const int pair = 2 * g + (t & 1); // scale / zero-point record of (g, block t % 2)
-    auto unit_nt = [&](int j) { return (((int)blockIdx.x + j * G) * FT + f) * T; };
-
-    { // L2 prefetch of the pf_items steps after the ring's first U (as the third design)
-        const int pn = n < U + pf_items ? n : U + pf_items;
-        const int sub = lane & 7, e = lane >> 3, ff = e / T, tt = e % T;
-        const char *wq = (const char *)(ff ? w1.q : w0.q), *ws = (const char *)(ff ? w1.s : w0.s),
-                   *wz = (const char *)(ff ? w1.z : w0.z);
-        if (e < E && sub < 6)
-            for (int i = U; i < pn; i++) {
-                const int nt = unit_nt(i / L) + tt;
-                if (nt >= NT) break;
-                const size_t ti = (size_t)nt * KT + kb + i % L;
-                g4_prefetch_l2(sub < 4    ? wq + ti * 512 + 128 * sub
-                               : sub == 4 ? ws + ti * 64
-                                          : wz + ti * 16);
-            }
-    }
-
+    // the ring and the load cursor, walked by gv_walk (which says why they are locals here)
     uint32_t bt[T];
     int lr = 0, lj = 0;
-    auto set_bases = [&](int j) {
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const int nt = unit_nt(j) + tt;
-            bt[tt] = (uint32_t)(nt < NT ? nt : NT - 1) * (uint32_t)KT + (uint32_t)kb;
-        }
-    };
     const char *qb[F], *sb[F], *zb[F];
-#pragma unroll
-    for (int ff = 0; ff < F; ff++) {
-        qb[ff] = (const char *)(ff ? w1.q : w0.q) + 16 * lane;
-        sb[ff] = (const char *)(ff ? w1.s : w0.s) + 4 * pair;
-        zb[ff] = (const char *)(ff ? w1.z : w0.z) + pair;
-    }
     uint4 rq[U][E];
     uint32_t rs[U][E], rz[U][E];
-    auto load_next = [&](int u) {
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const uint32_t ti = bt[tt] + (uint32_t)lr;
-#pragma unroll
-            for (int ff = 0; ff < F; ff++) {
-                rq[u][ff * T + tt] = ldg_stream(mad_wide(ti, 512, qb[ff]));
-                rs[u][ff * T + tt] = ldg_stream_u32(mad_wide(ti, 64, sb[ff]));
-                rz[u][ff * T + tt] = ldg_stream_u8(mad_wide(ti, 16, zb[ff]));
-            }
-        }
-        if (++lr == L) {
-            lr = 0;
-            set_bases(++lj);
-        }
-    };
-    set_bases(0);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (u < n) load_next(u);
+    gv_walk<F, T, U> walk{NT, KT, kb, L, G, FT, f, bt, lr, lj, qb, sb, zb, rq, rs, rz};
+    walk.prefetch_l2(w0, w1, n, pf_items);
+    walk.start(w0, w1, pair, n);
     g4_pdl_wait();
     g4_pdl_trigger();
 
@@ -1045,7 +1038,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
                 acc[e][0] = fmaf((float)(c[0] * 256 + c[1]), sc.x * mt.x, acc[e][0]);
                 acc[e][1] = fmaf((float)(c[2] * 256 + c[3]), sc.y * mt.x, acc[e][1]);
             }
-            if (i0 + u + U < n) load_next(u);
+            if (i0 + u + U < n) walk.load_next(u);
             pb += bstep;
             pm += 2;
             if (++cr == L) {
@@ -1062,9 +1055,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32, 2)
                 }
 #pragma unroll
                 for (int tt = 0; tt < T; tt++)
-                    gv_flush<F>(d[tt], d[(F - 1) * T + tt], y, bias, epi, M, N, unit_nt(cj) + tt,
-                                warp, f, s, S, CS, (cj * T + tt) & 1, &red[0][0][0][0],
-                                PRO ? pro.mul : nullptr, pro.ldm);
+                    gv_flush<F>(d[tt], d[(F - 1) * T + tt], y, bias, epi, M, N,
+                                walk.unit_nt(cj) + tt, warp, f, s, S, CS, (cj * T + tt) & 1,
+                                &red[0][0][0][0], PRO ? pro.mul : nullptr, pro.ldm);
                 cr = 0;
                 cj++;
                 pb = pb0;
