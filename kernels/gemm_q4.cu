@@ -1386,8 +1386,10 @@ bool gemv_v1(int N, int K, bool fused) {
 }
 
 // Whether the fourth design runs a shape: forced (G4_GEMV=v4), or with G4_GEMV_AUTO4=1 (read
-// once; an A/B until measured: bench/NOTES.md "The Q4 GEMV on the integer tensor cores") where
-// the automatic choice takes the third design; M <= 2 (one MMA carries two tokens), tile indices
+// once) where the automatic choice takes the third design. Off by default: measured (H100,
+// bench/NOTES.md "Thirty-first session outcomes") 6-11% faster than the third design there and
+// +2.5% Q4 decode, but it does not round the weights to fp16 as onnxruntime's fp16 MatMulNBits
+// does (~0.5% of a typical output apart), which is not a speed-up's to change; M <= 2 (one MMA carries two tokens), tile indices
 // in 32 bits and the largest CTA's staging within GV4_SMEM_MAX (K up to ~40k at M = 2).
 bool gemv_v4(int M, int N, int K, bool fused, bool pro) {
     if (M > GQI_MAX_M) return false;
