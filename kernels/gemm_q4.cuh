@@ -10,9 +10,10 @@
 // the tensor cores (mma.sync m16n8k16 with the weights as the A operand, so M = 1..8 tokens are
 // the 8 columns of one MMA: no padding waste in decode).
 //
-//   GEMV4 M <= 2, G4_GEMV=v4 (not the default until measured): the third design's plan with the
-//         codes multiplied as integers (mma.sync m16n8k16 u8 x s8) against x quantized per 32
-//         inputs to 14-bit integers; weights exact, x within kernels/gemv_q4_int.h's bound.
+//   GEMV4 M <= 2, G4_GEMV=v4 or G4_GEMV_AUTO4=1 only: the third design's plan with the codes
+//         multiplied as integers (mma.sync m16n8k16 u8 x s8) against x quantized per 32 inputs
+//         to 14-bit integers; weights unrounded (not fp16((q - zp) * scale) as every other
+//         kernel and onnxruntime's fp16 path), x within kernels/gemv_q4_int.h's bound.
 //   GEMV  M <= 8: streams the packed weight once. The streaming kernel: each warp owns a run of
 //         tiles behind a register ring of U tiles (the first loaded before the PDL wait), K split
 //         over a CTA's 8 warps and then a cluster when N is small, a persistent grid when it is
