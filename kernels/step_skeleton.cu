@@ -39,7 +39,8 @@
 // Its own instantiations (step_skel_math_kernel, SK_MATH_PER_SM CTAs an SM: 64 registers; the
 // plain kernel keeps its 38 registers and its loads and loops: the stamped form's SASS is the
 // same, the other has 8 fewer set-up instructions, ptxas's choice), so G4_SK_MATH runs on queues
-// for at most g4_step_skel_max_ctas_math CTAs. In the stamped step the math falls in the write segment.
+// for at most g4_step_skel_max_ctas_math CTAs. In the stamped step the math falls in the write
+// segment.
 // Timeline (the TL instantiation, one stamped step): thread 0 stores %globaltimer at the
 // G4_TL_STAMPS points of each instruction into tl[plan index] as it goes (no stamp held in
 // registers: the untimed instantiation keeps its registers, and stores are fire-and-forget).
