@@ -62,7 +62,7 @@ SKM_HD skm_cursor skm_start(const g4_sq_instr *in, int dt, int w) {
     k.run = in->w_run;
     k.r = 0;
     k.c = w;
-    while (k.c >= k.upr) k.c -= k.upr, k.r++;
+    while (k.upr > 0 && k.c >= k.upr) k.c -= k.upr, k.r++; // (no units: never stepped)
     return k;
 }
 

@@ -512,7 +512,8 @@ extern "C" int g4_step_skel_create(const g4_sq *q, g4_step_skel **out) {
     s->dt = q->dt;
     s->math_ok = q->dt == G4_SQ_Q4 || q->dt == G4_SQ_F16;
     for (int k = 0; k < q->n && s->math_ok; k++) // (f16: any run; its last step zero-filled)
-        s->math_ok = q->ins[k].w_runs <= 0 || q->dt != G4_SQ_Q4 || q->ins[k].w_run % Q4_TILE == 0;
+        s->math_ok = q->ins[k].w_runs <= 0 ||
+                     (q->ins[k].w_run > 0 && (q->dt != G4_SQ_Q4 || q->ins[k].w_run % Q4_TILE == 0));
     s->n_counters = q->n_counters;
     s->w_bytes = q->w_bytes;
     s->n = q->n;
@@ -553,8 +554,8 @@ static int skel_launch(g4_step_skel *s, int prefetch, int mode, bool tl, cudaStr
                        mode);
     if ((mode & G4_SK_MATH) && !s->math_ok)
         return g4_fail(G4_EUSER,
-                       "step skeleton: G4_SK_MATH needs weight type Q4 or f16 and Q4 runs of "
-                       "whole %d-byte tiles",
+                       "step skeleton: G4_SK_MATH needs weight type Q4 or f16, runs of > 0 bytes "
+                       "and Q4 runs of whole %d-byte tiles",
                        Q4_TILE);
     if ((mode & G4_SK_MATH) && s->G > s->math_G)
         return g4_fail(G4_EUSER,

@@ -130,6 +130,11 @@ int main(void) {
     CHECK_INT(skm_next(&k3, &l), 3000 + 2048);
     CHECK_INT(l, 952);
     walk_checks(&in, G4_SQ_F16, 6000, "hand f16");
+    // runs of no bytes (refused by the skeleton, but the walk must not hang): no unit
+    in.w_run = 0;
+    const skm_cursor k9 = skm_start(&in, G4_SQ_F16, 7);
+    CHECK_INT(k9.r, 0);
+    CHECK_INT(skm_warp_units(in.w_runs * skm_units_a_run(G4_SQ_F16, 0), 0), 0);
 
     // the bench's plans of E2B (api/bench_stepskel.c: splits of 128 keys, the plan's chunks and
     // groups; the cost model's best: splits of 64, chunks of 128 tiles, groups of 8, LM 128)
