@@ -15,7 +15,9 @@
 // timed steps checked (the row's label says FAIL if one is off). Then, at the first G, one
 // stamped step each of pf=2, pf=2 nowts, pf=2 with every part off and pf=0 taken apart
 // (engine/step_timeline.h; lines "stepskel-tl ..."): the critical path's segments a layer, by
-// op, and each op's own segments.
+// op, and each op's own segments. Last for the baseline plan and the best one, at the CTAs the
+// math fits (G4_SK_MATH, 4 an SM): pf=2 without and with the GEMV math, and the math on words
+// never loaded (" math held ub"); Q4's stamped step with math on the best plan.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +92,18 @@ static const skel_variant stepskel_variants[] = {
     {3, 0, " ub"},
     {3, G4_SK_ACT8, " act8 ub"},
 };
+// The math rows (issue 30: what the GEMV arithmetic adds to the floor), at the CTAs the math
+// instantiations fit (g4_step_skel_max_ctas_math: 4 an SM), on the baseline plan and the cost
+// model's best: the design without math at that G (the comparison's baseline), with it, and with
+// it on words never loaded (" ub": the arithmetic alone, an upper bound for a design that keeps
+// the pre-wait stream's words until after the wait).
+static const skel_variant stepskel_math_variants[] = {
+    {2, 0, ""},
+    {2, G4_SK_MATH, " math"},
+    {2, G4_SK_MATH | G4_SK_MATH_HELD, " math held ub"},
+};
+// Q4's stamped step with math (the math falls in the write segment: on the path or not).
+static const skel_variant stepskel_math_timelines[] = {{2, G4_SK_MATH, " math"}};
 enum {
     STEPSKEL_BASE_VARIANTS = 3, // pf 0 / 1 / 2, no ablation: [0, 3)
     STEPSKEL_DESIGN = 2,        // pf=2, no ablation
@@ -217,21 +231,21 @@ static void timeline(g4_step_skel *s, const g4_step_plan *p, const g4_sq *q, int
     free(tl);
 }
 
-// Rows stepskel_variants[v_lo .. v_hi) at G CTAs on plan p (made with pl), then the first n_tl
-// timelines.
+// Rows vars[v_lo .. v_hi) at G CTAs on plan p (made with pl), then timelines tls[0 .. n_tl).
 static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
-                       const g4_step_plan *p, const skel_plan *pl, g4_sq_dtype dt, int G, int v_lo,
-                       int v_hi, int n_tl) {
+                       const g4_step_plan *p, const skel_plan *pl, g4_sq_dtype dt, int G,
+                       const skel_variant *vars, int v_lo, int v_hi, const skel_variant *tls,
+                       int n_tl) {
     const char *dn = dt == G4_SQ_Q4 ? "q4" : "f16";
     char shape[80]; // (room for " FAIL" in the row's 96)
     char tl_shape[96];
     int any = 0;
     for (int v = v_lo; v < v_hi; v++) {
-        row_shape(shape, sizeof shape, dn, &stepskel_variants[v], G, pl);
+        row_shape(shape, sizeof shape, dn, &vars[v], G, pl);
         any |= matches(filter, shape);
     }
     for (int v = 0; v < n_tl; v++) {
-        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G, pl);
+        row_shape(shape, sizeof shape, dn, &tls[v], G, pl);
         snprintf(tl_shape, sizeof tl_shape, "%s timeline", shape);
         any |= matches(filter, tl_shape);
     }
@@ -251,7 +265,7 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
     long long last_short = 0;
     int last_epoch = 0;
     for (int v = v_lo; v < v_hi && n < max; v++) {
-        const skel_variant *var = &stepskel_variants[v];
+        const skel_variant *var = &vars[v];
         row_shape(shape, sizeof shape, dn, var, G, pl);
         if (!matches(filter, shape)) continue;
         g4_kbench_row *r = &rows[n];
@@ -292,9 +306,9 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
         if (bad) snprintf(r->shape, sizeof r->shape, "%s FAIL", shape);
     }
     for (int v = 0; v < n_tl; v++) {
-        row_shape(shape, sizeof shape, dn, &stepskel_timelines[v], G, pl);
+        row_shape(shape, sizeof shape, dn, &tls[v], G, pl);
         snprintf(tl_shape, sizeof tl_shape, "%s timeline", shape);
-        if (matches(filter, tl_shape)) timeline(s, p, &q, ctr, shape, &stepskel_timelines[v]);
+        if (matches(filter, tl_shape)) timeline(s, p, &q, ctr, shape, &tls[v]);
     }
     free(ctr);
     g4_step_skel_free(s);
@@ -306,18 +320,19 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
 // SM and the design's at all that fit; another plan the design row at the first G and, for Q4,
 // its timeline.
 static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
-                      const g4_text_config *c, const g4_sp_flags *f, const skel_plan *pl, int all) {
+                      const g4_text_config *c, const g4_sp_flags *f, const skel_plan *pl, int all,
+                      int math) {
     // (splits of <= pl->split keys: one CTA reading all 512 rows of a KV head's fp16 K and V,
     // 0.5-1 MB, would sit on every layer's critical path)
     const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, pl->group, pl->chunk,
                           pl->lm,     pl->split,     0, 0};
     g4_step_plan p;
-    int G = 0, sms = 0;
+    int G = 0, Gm = 0, sms = 0;
     if (g4_sp_build(c, f, &o, &p)) {
         fprintf(stderr, "stepskel: plan refused: %s\n", g4_error());
         return n;
     }
-    if (g4_step_skel_max_ctas(&G)) {
+    if (g4_step_skel_max_ctas(&G) || g4_step_skel_max_ctas_math(&Gm)) {
         fprintf(stderr, "stepskel: %s\n", g4_error());
     } else if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
         fprintf(stderr, "stepskel: cudaDeviceGetAttribute(SMs) failed\n");
@@ -329,20 +344,26 @@ static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, 
         const int G0 = STEPSKEL_BASE_PER_SM * sms < G ? STEPSKEL_BASE_PER_SM * sms : G;
         const int n_var = (int)(sizeof stepskel_variants / sizeof stepskel_variants[0]);
         const int n_tl = (int)(sizeof stepskel_timelines / sizeof stepskel_timelines[0]);
+        const skel_variant *V = stepskel_variants, *T = stepskel_timelines;
+        const int n_math = (int)(sizeof stepskel_math_variants / sizeof stepskel_math_variants[0]);
+        const int Gm0 = Gm < G0 ? Gm : G0;
         for (int dt = 0; dt < 2; dt++) {
             const g4_sq_dtype d = (g4_sq_dtype)dt;
             if (!all) { // (stepskel_timelines[0] is the design's)
-                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G0, STEPSKEL_DESIGN,
-                                STEPSKEL_DESIGN + 1, d == G4_SQ_Q4);
-                continue;
+                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G0, V, STEPSKEL_DESIGN,
+                                STEPSKEL_DESIGN + 1, T, d == G4_SQ_Q4);
+            } else {
+                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G0, V, 0, n_var, T, n_tl);
+                if (2 * sms < G0)
+                    n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, 2 * sms, V, 0,
+                                    STEPSKEL_BASE_VARIANTS, T, 0);
+                if (G > G0)
+                    n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G, V, STEPSKEL_DESIGN,
+                                    STEPSKEL_DESIGN + 1, T, 0);
             }
-            n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G0, 0, n_var, n_tl);
-            if (2 * sms < G0)
-                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, 2 * sms, 0,
-                                STEPSKEL_BASE_VARIANTS, 0);
-            if (G > G0)
-                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G, STEPSKEL_DESIGN,
-                                STEPSKEL_DESIGN + 1, 0);
+            if (math) // (Q4's timeline on the best plan only: !all)
+                n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, Gm0, stepskel_math_variants,
+                                0, n_math, stepskel_math_timelines, !all && d == G4_SQ_Q4);
         }
     }
     g4_sp_free(&p);
@@ -357,8 +378,10 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     g4_sp_flags f;
     g4_sp_flags_owner_qkv(&c, &f);
     int n = 0;
-    for (size_t k = 0; k < sizeof stepskel_plans / sizeof stepskel_plans[0]; k++)
-        n = bench_plan(filter, reps, rows, n, max, &c, &f, &stepskel_plans[k], k == 0);
+    const size_t n_plans = sizeof stepskel_plans / sizeof stepskel_plans[0];
+    for (size_t k = 0; k < n_plans; k++) // (the math rows on the baseline and the best plan)
+        n = bench_plan(filter, reps, rows, n, max, &c, &f, &stepskel_plans[k], k == 0,
+                       k == 0 || k == n_plans - 1);
     free(f.qkv);
     free(c.layer);
     return n;

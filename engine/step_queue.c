@@ -108,6 +108,7 @@ int g4_sq_build(const g4_step_plan *p, int G, g4_sq_dtype dt, g4_sq *q) {
         if (p->ins[i].signal >= 0) q->per_step[p->ins[i].signal]++;
     // the queues: CTA i % G, plan order
     q->G = G;
+    q->dt = dt;
     q->n = p->n;
     q->n_layers = p->n_layers;
     q->start = g4_calloc((size_t)G + 1, sizeof(int));

@@ -44,7 +44,18 @@ enum {
     G4_SK_NO_ACT = 2,     // no activation region read or written
     G4_SK_NO_WEIGHTS = 4, // no weight byte streamed (nor prefetched)
     G4_SK_ACT8 = 8,       // activation reads with 8 16-byte loads in flight a thread (not 4)
-    G4_SK_MODES = 15
+    // The GEMV arithmetic (issue 30: what the math adds to the floor): after its activation
+    // reads, each weight-carrying instruction re-reads its weight bytes (L2 hits where the stream
+    // left them there) and runs its real kernel's arithmetic on them: Q4 the third design's a
+    // tile (q4_consts, 4 x q4_dequant_word + mma_16816 a lane's 16-byte word), f16 the tensor-core
+    // GEMV's (4 prmt + mma_16816 a lane's 16-byte vector); the accumulators fold into the value
+    // written. Nothing without weights (G4_SK_NO_WEIGHTS: no math either).
+    G4_SK_MATH = 16,
+    // With G4_SK_MATH: the math on words made from the tile index, no re-read: the arithmetic
+    // alone, an upper bound for a design holding the pre-wait stream's words (registers, shared
+    // memory) until after the wait (set alone: refused).
+    G4_SK_MATH_HELD = 32,
+    G4_SK_MODES = 63
 };
 
 // The timeline of one stamped step: per instruction (indexed by plan index), %globaltimer (ns)
@@ -78,6 +89,7 @@ typedef struct {
     int64_t rd_bytes, wr_bytes; // bytes read / written a step (the regions as streamed)
     int waits;                  // waits a step
     int n_layers;
+    g4_sq_dtype dt; // the weights' type (G4_SK_MATH runs its arithmetic)
 } g4_sq;
 
 #ifdef __cplusplus

@@ -27,7 +27,21 @@
 // Short waits: thread 0 counts the waits whose first poll found the counter short into its
 // CTA's own line (no shared line, no atomic).
 // Ablations (mode, G4_SK_*): no waits, no activation traffic, no weights, 8 activation loads in
-// flight. Timeline (the TL instantiation, one stamped step): thread 0 stores %globaltimer at the
+// flight. G4_SK_MATH (issue 30: what the math adds): between 4 and 5, each weight-carrying
+// instruction re-reads its weight bytes (the stream's load form: L2 hits where the stream's
+// evict-first lines survived the wait, else DRAM again) and runs its real kernel's arithmetic on
+// them (Q4: the third design's q4_consts + 4 x (q4_dequant_word + mma_16816) a lane's 16-byte word
+// of a tile, 4 tiles a warp in a ring; f16: the tensor-core GEMV's 4 x (4 prmt + mma_16816) a
+// lane's four 16-byte vectors), B from the activation words it read, the accumulators folded into
+// the value written. Not charged: the GEMVs' x fragment loads (2 16-byte L1 / shared loads a lane
+// and tile) and their split-K reductions (the plan's partial regions are written as before).
+// G4_SK_MATH_HELD: the same arithmetic on words made from the tile address (no re-read).
+// Its own instantiations (step_skel_math_kernel, SK_MATH_PER_SM CTAs an SM: 64 registers; the
+// plain kernel keeps its 38 registers and its loads and loops: the stamped form's SASS is the
+// same, the other has 8 fewer set-up instructions, ptxas's choice), so G4_SK_MATH runs on queues
+// for at most g4_step_skel_max_ctas_math CTAs. In the stamped step the math falls in the write
+// segment.
+// Timeline (the TL instantiation, one stamped step): thread 0 stores %globaltimer at the
 // G4_TL_STAMPS points of each instruction into tl[plan index] as it goes (no stamp held in
 // registers: the untimed instantiation keeps its registers, and stores are fire-and-forget).
 #include <stdint.h>
@@ -36,15 +50,33 @@
 #include "base/base.h"
 #include "kernels/common.cuh"
 #include "kernels/cuda_util.h"
+#include "kernels/gemv_f16_mma.h"
 #include "kernels/pdl.cuh"
+#include "kernels/q4_dequant.cuh"
 #include "kernels/spin.cuh"
+#include "kernels/step_skel_math.h"
 #include "kernels/step_skeleton.cuh"
 
 namespace {
 
-constexpr int SK_THREADS = 256;
+constexpr int SK_THREADS = 256, SK_WARPS = SK_THREADS / 32;
 constexpr int SK_UNROLL = 4; // 16-byte loads a thread has in flight
 constexpr int LINE = G4_SQ_LINE;
+// G4_SK_MATH's units (engine/step_queue.h's layout): a Q4 tile, 16 features x 64 inputs in 592
+// bytes (512 of codes: 32 lanes x 16 bytes as kernels/q4_pack.h packs them, then 16 fp16 scale
+// pairs, then 16 zero-point bytes); an f16 step of the tensor-core GEMV, 2 KB (a lane's four
+// 16-byte vectors: four m16n8k16 A tiles, kernels/gemv_f16_mma.h).
+constexpr int Q4_TILE = SKM_Q4_TILE, Q4_CODES = SKM_Q4_CODES, Q4_SCALES = SKM_Q4_SCALES;
+static_assert(SK_WARPS == SKM_WARPS, "kernels/step_skel_math.h walks the CTA's warps");
+// Units a warp has in flight in the math: Q4 as the third design (U = 4 steps; its E = 2 items
+// a step become 2 accumulators here, so the chains of dependent MMAs are as long), f16 1 step
+// (4 16-byte vectors a lane: 2 spilled at 64 registers).
+constexpr int MATH_U_Q4 = 4, MATH_U_F16 = 1;
+// CTAs an SM the math instantiations are built for: 64 registers a thread (at 5, 48 registers,
+// ptxas spilled the f16 ring and the Q4 words inside the loops; at 4 a few spills remain, ~4
+// local accesses a Q4 tile of ~117 instructions).
+constexpr int SK_MATH_PER_SM = 4;
+enum { MATH_NONE = 0, MATH_LOADED = 1, MATH_HELD = 2 }; // the kernel's MATH parameter
 
 struct sk_args {
     const g4_sq_instr *ins;
@@ -59,6 +91,7 @@ struct sk_args {
     g4_sq_stamp *tl; // [plan instructions]: the TL instantiation's stamps
     int prefetch;
     int mode; // G4_SK_*
+    int dt;   // g4_sq_dtype: the arithmetic G4_SK_MATH runs
 };
 
 __device__ __forceinline__ uint64_t evict_first_policy() {
@@ -71,6 +104,22 @@ __device__ __forceinline__ uint4 ld_evict_first(const void *p, uint64_t pol) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(pol));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t ld_u32_evict_first(const void *p, uint64_t pol) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.u32 %0, [%1], %2;"
+                 : "=r"(v)
+                 : "l"(p), "l"(pol));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t ld_u8_evict_first(const void *p, uint64_t pol) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.u8 %0, [%1], %2;"
+                 : "=r"(v)
                  : "l"(p), "l"(pol));
     return v;
 }
@@ -130,6 +179,155 @@ __device__ __forceinline__ void prefetch_weights(const sk_args &a, const g4_sq_i
         g4_prefetch_l2_bytes(a.w + in.w_off + r * in.w_stride, (size_t)in.w_run);
 }
 
+// --- G4_SK_MATH: the GEMV arithmetic of a weight-carrying instruction ---------------------------
+// The walk: kernels/step_skel_math.h (warp w takes units w, w + 8, ... of the instruction's runs
+// as one list; tested on the CPU). Loop bounds and the cursor are warp-uniform: every lane reaches
+// every mma.sync. The words are re-read with the stream's load form (L2 evict-first, no L1);
+// MATH_HELD makes them from the unit's address instead (no load: the arithmetic alone).
+// Words of a unit not loaded (MATH_HELD): a hash of its address and the lane.
+__device__ __forceinline__ uint32_t held_hash(const char *p) {
+    return ((uint32_t)(uintptr_t)p + (threadIdx.x & 31)) * 0x85ebca6bu;
+}
+
+// A Q4 tile's lane words: its 16 bytes of codes, its scale pair, its zero-point byte (the
+// record `pair` of kernels/q4_pack.h).
+template <int MATH>
+__device__ __forceinline__ void q4_tile_words(const char *t, int pair, uint64_t pol, uint4 &q,
+                                              uint32_t &s, uint32_t &z) {
+    if constexpr (MATH == MATH_HELD) {
+        const uint32_t h = held_hash(t);
+        q = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
+        s = (h & 0x03ff03ffu) | 0x20002000u; // (fp16 scales ~0.01)
+        z = h >> 24;
+    } else {
+        q = ld_evict_first(t + 16 * (threadIdx.x & 31), pol);
+        s = ld_u32_evict_first(t + Q4_CODES + 4 * pair, pol);
+        z = ld_u8_evict_first(t + Q4_CODES + Q4_SCALES + pair, pol);
+    }
+}
+
+// The third design's arithmetic on one tile (gemv_q4_v3_kernel's step for one item).
+__device__ __forceinline__ void q4_tile_math(const uint4 &q, uint32_t s, uint32_t z, uint32_t b0,
+                                             uint32_t b1, float acc[4]) {
+    const g4k::q4k kc = g4k::q4_consts(s, z);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int st = 0; st < 4; st++) {
+        uint32_t a[4];
+        g4k::q4_dequant_word(w[st], kc, a);
+        g4k::mma_16816(acc, a, b0, b1);
+    }
+}
+
+// Both walk a warp's m units as the GEMVs walk theirs: a ring of U units in registers, slot u
+// computed, then refilled with the unit U ahead (U - 1 to U loads in flight a lane throughout).
+template <int MATH>
+__device__ __forceinline__ void math_q4(const char *w, const g4_sq_instr &in, uint64_t pol,
+                                        uint32_t b0, uint32_t b1, float (&acc)[4][4]) {
+    const int lane = threadIdx.x & 31, pair = 2 * (lane >> 2) + ((lane & 3) >> 1);
+    const int warp = (int)(threadIdx.x >> 5);
+    const int m = skm_warp_units(in.w_runs * skm_units_a_run(G4_SQ_Q4, in.w_run), warp);
+    skm_cursor cur = skm_start(&in, G4_SQ_Q4, warp);
+    int left = 0; // (whole tiles: unused)
+    uint4 q[MATH_U_Q4];
+    uint32_t s[MATH_U_Q4], z[MATH_U_Q4];
+#pragma unroll
+    for (int u = 0; u < MATH_U_Q4; u++)
+        if (u < m) q4_tile_words<MATH>(w + skm_next(&cur, &left), pair, pol, q[u], s[u], z[u]);
+    for (int j0 = 0; j0 < m; j0 += MATH_U_Q4) {
+#pragma unroll
+        for (int u = 0; u < MATH_U_Q4; u++) {
+            if (j0 + u >= m) break; // (warp-uniform)
+            q4_tile_math(q[u], s[u], z[u], b0, b1, acc[u & 1]);
+            if (j0 + u + MATH_U_Q4 < m)
+                q4_tile_words<MATH>(w + skm_next(&cur, &left), pair, pol, q[u], s[u], z[u]);
+        }
+    }
+}
+
+// An f16 step's lane vectors (16 (lane + 32 v) bytes into the unit; past the run's end: zero,
+// the math still run: the tensor-core GEMV's zero-filled edge).
+template <int MATH>
+__device__ __forceinline__ void f16_unit_words(const char *t, int left, uint64_t pol,
+                                               uint4 (&v)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int off = 16 * ((int)(threadIdx.x & 31) + 32 * j);
+        if constexpr (MATH == MATH_HELD) {
+            const uint32_t h = held_hash(t + off);
+            v[j] = make_uint4(h, h ^ 0x5bd1e995u, h * 3u, h + 0x27d4eb2fu);
+        } else {
+            v[j] = off < left ? ld_evict_first(t + off, pol) : make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+// The tensor-core fp16 GEMV's arithmetic on one step (gemv_f16_mma_kernel: tile j's A fragment
+// from word j of the four vectors, one mma each into its own accumulator).
+__device__ __forceinline__ uint32_t u4_word(const uint4 &v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ void f16_unit_math(const uint4 (&v)[4], uint32_t b0, uint32_t b1,
+                                              float (&acc)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t a[4];
+        gvm_afrag(u4_word(v[0], j), u4_word(v[1], j), u4_word(v[2], j), u4_word(v[3], j), a);
+        g4k::mma_16816(acc[j], a, b0, b1);
+    }
+}
+
+template <int MATH>
+__device__ __forceinline__ void math_f16(const char *w, const g4_sq_instr &in, uint64_t pol,
+                                         uint32_t b0, uint32_t b1, float (&acc)[4][4]) {
+    const int warp = (int)(threadIdx.x >> 5);
+    const int m = skm_warp_units(in.w_runs * skm_units_a_run(G4_SQ_F16, in.w_run), warp);
+    skm_cursor cur = skm_start(&in, G4_SQ_F16, warp);
+    int left = 0; // bytes of the unit's run from its start
+    uint4 v[MATH_U_F16][4];
+#pragma unroll
+    for (int u = 0; u < MATH_U_F16; u++)
+        if (u < m) {
+            const char *t = w + skm_next(&cur, &left);
+            f16_unit_words<MATH>(t, left, pol, v[u]);
+        }
+    for (int j0 = 0; j0 < m; j0 += MATH_U_F16) {
+#pragma unroll
+        for (int u = 0; u < MATH_U_F16; u++) {
+            if (j0 + u >= m) break; // (warp-uniform)
+            f16_unit_math(v[u], b0, b1, acc);
+            if (j0 + u + MATH_U_F16 < m) {
+                const char *t = w + skm_next(&cur, &left);
+                f16_unit_words<MATH>(t, left, pol, v[u]);
+            }
+        }
+    }
+}
+
+// The instruction's math (MATH != MATH_NONE, a weight-carrying instruction): B fragments made
+// from the activation words the thread read (y; finite fp16 in [0.5, 1)), the accumulators
+// folded into one word (x ^= it: the value written, and the sink test, depend on every MMA).
+template <int MATH>
+__device__ __forceinline__ uint32_t instr_math(const sk_args &a, const g4_sq_instr &in,
+                                               uint64_t pol, uint32_t y) {
+    const uint32_t b0 = (y & 0x03ff03ffu) | 0x38003800u, b1 = (y >> 5 & 0x03ff03ffu) | 0x38003800u;
+    float acc[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+    if (a.dt == G4_SQ_Q4)
+        math_q4<MATH>(a.w, in, pol, b0, b1, acc);
+    else
+        math_f16<MATH>(a.w, in, pol, b0, b1, acc);
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) m ^= __float_as_uint(acc[j][e]);
+    return m;
+}
+
 // %globaltimer (ns) after `dep` is computed (an input of the asm: the read cannot move above
 // the loads folded into it).
 __device__ __forceinline__ uint64_t globaltimer_after(uint32_t dep) {
@@ -144,7 +342,7 @@ __device__ __forceinline__ void stamp(const sk_args &a, int id, int at, uint32_t
     if (TL && threadIdx.x == 0) a.tl[id].t[at] = globaltimer_after(dep);
 }
 
-template <bool TL> __global__ void __launch_bounds__(SK_THREADS) step_skel_kernel(sk_args a) {
+template <bool TL, int MATH> __device__ __forceinline__ void step_skel_body(sk_args a) {
     const int b = blockIdx.x, q0 = a.start[b], q1 = a.start[b + 1];
     int *const exitc = a.ctr + (size_t)a.n_counters * LINE, *const epochp = exitc + LINE;
     const int epoch = __ldcg(epochp); // (written by the launch before, which completed)
@@ -188,6 +386,7 @@ template <bool TL> __global__ void __launch_bounds__(SK_THREADS) step_skel_kerne
             }
         __syncthreads(); // (every read of the instruction before its in-place writes)
         stamp<TL>(a, in.id, G4_TL_T_READ, y);
+        if (MATH != MATH_NONE && weights && in.w_runs > 0) x ^= instr_math<MATH>(a, in, pol, y);
         const uint4 val = make_uint4(x, y, x ^ y, 0);
         if (act)
             for (int r = 0; r < in.n_wr; r++) {
@@ -213,6 +412,18 @@ template <bool TL> __global__ void __launch_bounds__(SK_THREADS) step_skel_kerne
     }
 }
 
+// The skeleton without math (its registers as before the math existed: no minimum of CTAs an SM
+// asked, which ptxas reads as leave to use more), and with it (at most the registers that keep
+// SK_MATH_PER_SM CTAs an SM).
+template <bool TL> __global__ void __launch_bounds__(SK_THREADS) step_skel_kernel(sk_args a) {
+    step_skel_body<TL, MATH_NONE>(a);
+}
+
+template <bool TL, int MATH>
+__global__ void __launch_bounds__(SK_THREADS, SK_MATH_PER_SM) step_skel_math_kernel(sk_args a) {
+    step_skel_body<TL, MATH>(a);
+}
+
 // The ceiling: the arena's bytes by the same grid and loads, nothing else.
 __global__ void __launch_bounds__(SK_THREADS)
     step_stream_kernel(const char *w, int64_t bytes, unsigned *sink) {
@@ -227,6 +438,9 @@ __global__ void __launch_bounds__(SK_THREADS)
 
 struct g4_step_skel {
     int G, n_counters;
+    int dt;      // g4_sq_dtype
+    int math_ok; // every weight run whole G4_SK_MATH units (Q4: 592-byte tiles)
+    int math_G;  // CTAs the math instantiations fit co-resident
     g4_sq_instr *ins;
     int *start;
     g4_sq_region *reg;
@@ -239,17 +453,40 @@ struct g4_step_skel {
     int n;
 };
 
-extern "C" int g4_step_skel_max_ctas(int *ctas) {
-    // (both instantiations: the stamped step runs the same queues, so the same G must fit)
-    int per_sm = 0, per_sm_tl = 0;
-    G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, step_skel_kernel<false>,
-                                                                SK_THREADS, 0));
-    G4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_tl, step_skel_kernel<true>,
-                                                                SK_THREADS, 0));
-    if (per_sm_tl < per_sm) per_sm = per_sm_tl;
+// CTAs an SM of instantiation (tl, math).
+static int per_sm_of(bool tl, int math, int *per_sm) {
+    static void (*const k[2][3])(sk_args) = {
+        {step_skel_kernel<false>, step_skel_math_kernel<false, MATH_LOADED>,
+         step_skel_math_kernel<false, MATH_HELD>},
+        {step_skel_kernel<true>, step_skel_math_kernel<true, MATH_LOADED>,
+         step_skel_math_kernel<true, MATH_HELD>}};
+    G4_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k[tl][math], SK_THREADS, 0));
+    return G4_OK;
+}
+
+// The fewest CTAs an SM over instantiations tl x [m0, m1], times the SMs.
+static int max_ctas_of(int m0, int m1, int *ctas) {
+    int per_sm = 1 << 30;
+    for (int tl = 0; tl < 2; tl++)
+        for (int m = m0; m <= m1; m++) {
+            int n = 0;
+            const int rc = per_sm_of(tl, m, &n);
+            if (rc) return rc;
+            if (n < per_sm) per_sm = n;
+        }
     if (per_sm < 1) return g4_fail(G4_EINTERNAL, "step skeleton: no CTA fits a SM");
     *ctas = per_sm * g4k::num_sms();
     return G4_OK;
+}
+
+extern "C" int g4_step_skel_max_ctas(int *ctas) {
+    // (both plain instantiations: the stamped step runs the same queues, so the same G must fit)
+    return max_ctas_of(MATH_NONE, MATH_NONE, ctas);
+}
+
+extern "C" int g4_step_skel_max_ctas_math(int *ctas) {
+    return max_ctas_of(MATH_LOADED, MATH_HELD, ctas);
 }
 
 extern "C" int g4_step_skel_create(const g4_sq *q, g4_step_skel **out) {
@@ -267,8 +504,16 @@ extern "C" int g4_step_skel_create(const g4_sq *q, g4_step_skel **out) {
         if (q->ins[k].id < 0 || q->ins[k].id >= q->n)
             return g4_fail(G4_EUSER, "step skeleton: instruction %d has plan index %d (of %d)", k,
                            q->ins[k].id, q->n);
+    int math_G = 0;
+    if ((rc = g4_step_skel_max_ctas_math(&math_G))) return rc;
     g4_step_skel *s = (g4_step_skel *)g4_calloc(1, sizeof *s);
     s->G = q->G;
+    s->math_G = math_G;
+    s->dt = q->dt;
+    s->math_ok = q->dt == G4_SQ_Q4 || q->dt == G4_SQ_F16;
+    for (int k = 0; k < q->n && s->math_ok; k++) // (f16: any run; its last step zero-filled)
+        s->math_ok = q->ins[k].w_runs <= 0 ||
+                     (q->ins[k].w_run > 0 && (q->dt != G4_SQ_Q4 || q->ins[k].w_run % Q4_TILE == 0));
     s->n_counters = q->n_counters;
     s->w_bytes = q->w_bytes;
     s->n = q->n;
@@ -304,14 +549,40 @@ static int skel_launch(g4_step_skel *s, int prefetch, int mode, bool tl, cudaStr
     if (mode & ~G4_SK_MODES)
         return g4_fail(G4_EUSER, "step skeleton: mode 0x%x (G4_SK_* bits: 0x%x)", mode,
                        G4_SK_MODES);
-    sk_args a = {s->ins,        s->start, s->reg,  s->w,  s->act,   s->ctr,
-                 s->n_counters, s->stats, s->sink, s->tl, prefetch, mode};
+    if ((mode & G4_SK_MATH_HELD) && !(mode & G4_SK_MATH))
+        return g4_fail(G4_EUSER, "step skeleton: mode 0x%x: G4_SK_MATH_HELD without G4_SK_MATH",
+                       mode);
+    if ((mode & G4_SK_MATH) && !s->math_ok)
+        return g4_fail(G4_EUSER,
+                       "step skeleton: G4_SK_MATH needs weight type Q4 or f16, runs of > 0 bytes "
+                       "and Q4 runs of whole %d-byte tiles",
+                       Q4_TILE);
+    if ((mode & G4_SK_MATH) && s->G > s->math_G)
+        return g4_fail(G4_EUSER,
+                       "step skeleton: G4_SK_MATH fits %d CTAs co-resident, the queues are for %d "
+                       "(a CTA not resident could deadlock the step)",
+                       s->math_G, s->G);
+    const int math = !(mode & G4_SK_MATH)       ? MATH_NONE
+                     : (mode & G4_SK_MATH_HELD) ? MATH_HELD
+                                                : MATH_LOADED;
+    sk_args a = {s->ins,   s->start, s->reg, s->w,     s->act, s->ctr, s->n_counters,
+                 s->stats, s->sink,  s->tl,  prefetch, mode,   s->dt};
+    // (the kernel named at each launch: one instantiation a form)
     if (tl) {
         // (zeroed first: a stamp left at 0 is an instruction that did not run)
         G4_CUDA_CHECK(cudaMemsetAsync(s->tl, 0, sizeof(g4_sq_stamp) * (size_t)s->n, st));
-        step_skel_kernel<true><<<s->G, SK_THREADS, 0, st>>>(a);
-    } else {
+        if (math == MATH_NONE)
+            step_skel_kernel<true><<<s->G, SK_THREADS, 0, st>>>(a);
+        else if (math == MATH_LOADED)
+            step_skel_math_kernel<true, MATH_LOADED><<<s->G, SK_THREADS, 0, st>>>(a);
+        else
+            step_skel_math_kernel<true, MATH_HELD><<<s->G, SK_THREADS, 0, st>>>(a);
+    } else if (math == MATH_NONE) {
         step_skel_kernel<false><<<s->G, SK_THREADS, 0, st>>>(a);
+    } else if (math == MATH_LOADED) {
+        step_skel_math_kernel<false, MATH_LOADED><<<s->G, SK_THREADS, 0, st>>>(a);
+    } else {
+        step_skel_math_kernel<false, MATH_HELD><<<s->G, SK_THREADS, 0, st>>>(a);
     }
     G4_CUDA_LAUNCH_CHECK();
     return G4_OK;

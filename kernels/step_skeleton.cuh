@@ -5,7 +5,8 @@
 // tiles x K range cover in the repacked package layout (evict-first 16-byte loads, folded into a
 // value the stores depend on), reads and writes its activation regions, then publishes (CTA
 // barrier, red.release.gpu on its counter's line). No arithmetic of the model: what it measures
-// is what the design costs before any math.
+// is what the design costs before any math; G4_SK_MATH adds the GEMVs' arithmetic
+// (kernels/step_skel_queues.h).
 // Test: tests/test_cuda_step_skel.c (GPU), the queues on the CPU in tests/test_step_plan.c.
 // Bench: `g4cu bench --kernels --filter stepskel` (api/bench_stepskel.c).
 #ifndef G4_STEP_SKELETON_CUH
@@ -24,6 +25,9 @@ typedef struct g4_step_skel g4_step_skel;
 // CTAs that fit co-resident (the occupancy API's count a SM x the SMs): the G to build the
 // queues for. G4_OK or an internal error.
 int g4_step_skel_max_ctas(int *ctas);
+// The same for G4_SK_MATH's instantiations (more registers a thread: fewer CTAs an SM); a launch
+// with G4_SK_MATH on queues for more is refused (a user error).
+int g4_step_skel_max_ctas_math(int *ctas);
 // Device copies of queues q (q->G must not exceed g4_step_skel_max_ctas: a user error says so),
 // the weight arena (q->w_bytes, filled), the activation arena and the counters (zeroed).
 int g4_step_skel_create(const g4_sq *q, g4_step_skel **out);
@@ -31,7 +35,9 @@ int g4_step_skel_create(const g4_sq *q, g4_step_skel **out);
 // next instruction's weights prefetched into L2 before each wait; 2 stream the weights before
 // the wait (weights never depend on a counter: the design's point); 3 a two-deep lookahead:
 // before the wait on instruction k, k + 1's weights streamed too (into registers and discarded:
-// an upper bound for staging them in shared memory). mode: G4_SK_* ablation bits (0: none).
+// an upper bound for staging them in shared memory). mode: G4_SK_* ablation bits (0: none);
+// G4_SK_MATH adds the GEMV arithmetic (refused on queues for more than
+// g4_step_skel_max_ctas_math's CTAs).
 int g4_step_skel_launch(g4_step_skel *s, int prefetch, int mode, cudaStream_t st);
 // The same step with every instruction's timeline stamped (a second instantiation of the kernel:
 // the unstamped one carries no stamp code); g4_step_skel_timeline copies it back after a sync:

@@ -2,14 +2,16 @@
 // a few steps on small configs made in code (engine/step_queue.h g4_sp_shape_config): the tile
 // plan's queues for the co-resident CTA count (the occupancy API's), 3 CTAs and 1 CTA, Q4 and
 // f16 bytes, one-step and two-step plans, every prefetch form and ablation mode the bench runs in
-// turn (RUNS), then a step without waits (the waits found short must not grow), then two stamped
-// steps (pf=2, and pf=3 without waits): every instruction stamped in order, on its own queue's
+// turn (RUNS; G4_SK_MATH's refused in one line on queues for more CTAs than its instantiations
+// fit, so those plans also run at that count), then a step without waits (the waits found short
+// must not grow), then two stamped steps (pf=2, and pf=3 without waits; a third with the math
+// where it fits): every instruction stamped in order, on its own queue's
 // CTA, its waits found short summing to the step's, the critical path's segments summing to the
 // span (engine/step_timeline.h). Checked after the steps: no launch failed (a wait that never
 // ends traps, and the sync reports it), the epoch is the steps run, the exit counter is back at
 // 0, and every counter holds steps x its signals a step (counted here from the plan); then the
-// plain stream kernel runs, a bad prefetch or mode is refused, and queues for one CTA more than
-// fit are refused. Skips (exit 77) without a GPU or below sm_90.
+// plain stream kernel runs, a bad prefetch or mode (G4_SK_MATH_HELD alone too) is refused, and
+// queues for one CTA more than fit are refused. Skips (exit 77) without a GPU or below sm_90.
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +39,17 @@ static const int RUNS[][2] = {
     {3, G4_SK_ACT8},
     {1, G4_SK_NO_WEIGHTS},
     {0, G4_SK_NO_ACT | G4_SK_ACT8},
+    // the math (its own instantiations: refused on queues for more CTAs than they fit)
+    {2, G4_SK_MATH},
+    {2, G4_SK_MATH | G4_SK_MATH_HELD},
+    {0, G4_SK_MATH},
+    {1, G4_SK_MATH | G4_SK_NO_ACT},
+    {3, G4_SK_MATH | G4_SK_ACT8},
+    {2, G4_SK_MATH | G4_SK_NO_WAIT},
+    {2, G4_SK_MATH | G4_SK_NO_WEIGHTS},
+    {2, G4_SK_MATH | G4_SK_MATH_HELD | G4_SK_NO_WAIT | G4_SK_NO_ACT},
 };
-enum { N_RUNS = sizeof RUNS / sizeof RUNS[0], STEPS = N_RUNS + 3 }; // + nowait, 2 stamped
+enum { N_RUNS = sizeof RUNS / sizeof RUNS[0] };
 
 // A stamped step's timeline checked: g4_tl_check (every stamp set, in order, after the queue
 // predecessor's), each instruction on its own queue's CTA, the waits found short summing to
@@ -73,7 +84,9 @@ static void check_timeline(const g4_sq *q, const g4_sq_stamp *tl, int ignore_wai
     free(path);
 }
 
-static void run_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, const char *what) {
+// Gm: the CTAs G4_SK_MATH fits (g4_step_skel_max_ctas_math): above it every math step is
+// refused in one line and not run.
+static void run_plan(const g4_step_plan *p, int G, int Gm, g4_sq_dtype dt, const char *what) {
     g4_sq q;
     const int rc = g4_sq_build(p, G, dt, &q);
     CHECK_MSG(rc == 0, "%s: %s", what, g4_error());
@@ -84,8 +97,19 @@ static void run_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, const char *w
         g4_sq_free(&q);
         return;
     }
-    for (int st = 0; st < N_RUNS; st++)
-        CHECK(g4_step_skel_launch(s, RUNS[st][0], RUNS[st][1], 0) == 0);
+    const int math = G <= Gm;
+    int steps = 0;
+    for (int st = 0; st < N_RUNS; st++) {
+        const int rc = g4_step_skel_launch(s, RUNS[st][0], RUNS[st][1], 0);
+        if ((RUNS[st][1] & G4_SK_MATH) && !math) {
+            CHECK_MSG(rc == G4_EUSER && strstr(g4_error(), "G4_SK_MATH fits") != NULL,
+                      "%s: a math step on %d CTAs (%d fit) not refused: %d", what, G, Gm, rc);
+        } else {
+            CHECK_MSG(rc == 0, "%s: pf %d mode 0x%x: %s", what, RUNS[st][0], RUNS[st][1],
+                      rc ? g4_error() : "");
+            steps++;
+        }
+    }
     int *sig = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
     int *ctr = g4_calloc((size_t)p->n_counters + 1, sizeof(int));
     for (int i = 0; i < p->n; i++)
@@ -94,6 +118,7 @@ static void run_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, const char *w
     long long sw = -1, sw1 = -1, sw2 = -1, sw3 = -1;
     CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw1) == 0, "%s: %s", what, g4_error());
     CHECK(g4_step_skel_launch(s, 0, G4_SK_NO_WAIT, 0) == 0); // (no wait: none found short)
+    steps++;
     CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw2) == 0, "%s: %s", what, g4_error());
     CHECK_MSG(sw2 == sw1, "%s: a step without waits found %lld short", what, sw2 - sw1);
     g4_sq_stamp *tl = g4_calloc((size_t)q.n + 1, sizeof(g4_sq_stamp));
@@ -104,19 +129,32 @@ static void run_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, const char *w
     CHECK(g4_step_skel_launch_timeline(s, 3, G4_SK_NO_WAIT | G4_SK_ACT8, 0) == 0);
     CHECK_MSG(g4_step_skel_timeline(s, tl) == 0, "%s: %s", what, g4_error());
     check_timeline(&q, tl, 1, 0, what);
+    steps += 2;
+    if (math) { // the stamped math step
+        long long sw4 = -1, sw5 = -1;
+        CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw4) == 0, "%s: %s", what, g4_error());
+        CHECK(g4_step_skel_launch_timeline(s, 2, G4_SK_MATH, 0) == 0);
+        CHECK_MSG(g4_step_skel_timeline(s, tl) == 0, "%s: %s", what, g4_error());
+        CHECK_MSG(g4_step_skel_read(s, ctr, &epoch, &exitc, &sw5) == 0, "%s: %s", what, g4_error());
+        check_timeline(&q, tl, 0, sw5 - sw4, what);
+        steps++;
+    }
     free(tl);
     CHECK(g4_step_skel_launch(s, 4, 0, 0) == G4_EUSER); // refused, nothing launched
     CHECK(g4_step_skel_launch(s, 2, G4_SK_MODES + 1, 0) == G4_EUSER);
+    CHECK(g4_step_skel_launch(s, 2, G4_SK_MATH_HELD, 0) == G4_EUSER); // (without G4_SK_MATH)
+    CHECK(strstr(g4_error(), "G4_SK_MATH_HELD without") != NULL);
     const int rr = g4_step_skel_read(s, ctr, &epoch, &exitc, &sw);
     CHECK_MSG(rr == 0, "%s: %s", what, g4_error());
     int off = 0;
-    for (int c = 0; c < p->n_counters; c++) off += ctr[c] != STEPS * sig[c];
-    CHECK_MSG(rr == 0 && epoch == STEPS && exitc == 0 && off == 0 && sw >= 0,
-              "%s: epoch %d of %d, exit counter %d, %d of %d counters off", what, epoch, STEPS,
+    for (int c = 0; c < p->n_counters; c++) off += ctr[c] != steps * sig[c];
+    CHECK_MSG(rr == 0 && epoch == steps && exitc == 0 && off == 0 && sw >= 0,
+              "%s: epoch %d of %d, exit counter %d, %d of %d counters off", what, epoch, steps,
               exitc, off, p->n_counters);
-    printf("  %s: G %d, %d instructions, %.2f MB of weights a step, %d steps: counters as "
+    printf("  %s: G %d, %d instructions, %.2f MB of weights a step, %d steps (%s): counters as "
            "expected, %lld waits found short of %d\n",
-           what, G, q.n, q.w_bytes / 1e6, epoch, sw, STEPS * q.waits);
+           what, G, q.n, q.w_bytes / 1e6, epoch, math ? "math among them" : "math refused", sw,
+           steps * q.waits);
     CHECK(g4_step_skel_stream(s, 0) == 0);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     g4_step_skel_free(s);
@@ -131,9 +169,11 @@ int main(void) {
     int major = 0;
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
     if (major < 9) return g4t_skip("test_cuda_step_skel", "the kernels are built for sm_90a");
-    int G = 0;
+    int G = 0, Gm = 0;
     CHECK(g4_step_skel_max_ctas(&G) == 0);
-    printf("  %d CTAs fit co-resident\n", G);
+    CHECK(g4_step_skel_max_ctas_math(&Gm) == 0);
+    CHECK_MSG(Gm >= 1 && Gm <= G, "the math fits %d CTAs, the skeleton %d", Gm, G);
+    printf("  %d CTAs fit co-resident (%d with G4_SK_MATH)\n", G, Gm);
     static const g4_sp_shape shapes[] = {
         {"3 layers, hidden 64", 64, 3, 2, 1, 32, 64, 2, 1, 128, 256, 32, 512, 8},
         {"7 layers, hidden 512, GQA 2:1", 512, 7, 4, 2, 64, 128, 3, 2, 1024, 2048, 64, 4096, 64},
@@ -148,13 +188,13 @@ int main(void) {
             const g4_sp_opts o = {G4_SP_TILE, 10, steps, 0, 0, 0, 0, 0, steps == 2};
             g4_step_plan p;
             CHECK(g4_sp_build(&c, &f, &o, &p) == 0);
-            const int Gs[] = {G, 3, 1};
-            for (int g = 0; g < 3; g++)
-                for (int dt = 0; dt < 2; dt++) {
+            const int Gs[] = {G, Gm, 3, 1}; // (Gm: the math at all it fits; skipped when = G)
+            for (int g = 0; g < 4; g++)
+                for (int dt = 0; dt < 2 && (g != 1 || Gm < G); dt++) {
                     char what[160];
                     snprintf(what, sizeof what, "%s, %d-step plan, %s", shapes[k].name, steps,
                              dt ? "f16" : "Q4");
-                    run_plan(&p, Gs[g], (g4_sq_dtype)dt, what);
+                    run_plan(&p, Gs[g], Gm, (g4_sq_dtype)dt, what);
                 }
             if (k == 0 && steps == 1) { // one CTA more than fit: refused in one line
                 g4_sq q;

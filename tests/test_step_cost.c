@@ -144,6 +144,7 @@ int main(void) {
     CHECK(g4_sc_simulate(&q, &p, 1, 0, NULL, &r) == G4_EUSER);
     CHECK(strstr(g4_error(), "pf 1") != NULL);
     CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_ACT8, NULL, &r) == G4_EUSER);
+    CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_MATH, NULL, &r) == G4_EUSER); // (not modelled)
     ins[2].wait_tgt[0] = 2; // i1 waits for 2 signals of counter 0: only i0 signals it
     CHECK(g4_sc_simulate(&q, &p, 2, 0, NULL, &r) == G4_EUSER);
     CHECK_MSG(strstr(g4_error(), "instruction #1 waits on a count never reached") != NULL, "%s",

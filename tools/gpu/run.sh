@@ -56,7 +56,10 @@
 #            $OUT/stepskel_{1,2}.txt).
 #            The other plans of stepskel_plans (splits of 64 / 32, down chunks of 2048, and the CPU
 #            cost model's two best: chunks of 2048 with GEMV groups of 8 and LM groups of 128) run
-#            the design row and Q4's timeline. Last, the cost model itself (`bench --step-model`,
+#            the design row and Q4's timeline. The baseline and the best plan also run the GEMV
+#            math (G4_SK_MATH, at the 4 CTAs an SM its kernel fits: pf=2 without it, with it, and
+#            " math held ub": on words never loaded), Q4 and f16, and Q4's stamped step with it on
+#            the best plan (~15 s more). Last, the cost model itself (`bench --step-model`,
 #            CPU, ~10 s) into $OUT/stepskel_model.txt, its bench-plan lines printed here, so that
 #            its predictions sit beside the rows they predict.
 #            A wait that never ends traps ("trapping", naming the instruction), never hangs
