@@ -1052,6 +1052,18 @@ static void test_shapes(void) {
     g4_sp_free(&p);
     free(g.qkv);
     free(c.layer);
+    // a negative tile count (it would step the tile loops backwards, never ending) is refused
+    c = make_cfg(&SHAPES[2]);
+    g = flags_all(&c, 1, 1, 0, 0, 0);
+    for (int k = 0; k < 3; k++) {
+        g4_sp_opts neg = {G4_SP_TILE, 8, 1, 0, 0, 0, 0, 0, 0};
+        *(k == 0 ? &neg.group_tiles : k == 1 ? &neg.chunk_tiles : &neg.lm_group_tiles) = -1;
+        CHECK(g4_sp_build(&c, &g, &neg, &p) == G4_EUSER);
+        CHECK(strstr(g4_error(), "-1") != NULL && strstr(g4_error(), "tiles") != NULL);
+        g4_sp_free(&p);
+    }
+    free(g.qkv);
+    free(c.layer);
 }
 
 // A plan whose wait points forwards (a counter signalled after the waiter) is refused by the
