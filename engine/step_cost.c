@@ -625,6 +625,23 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
     return rc;
 }
 
+// The grid's axes (split keys, chunk tiles, group tiles, LM group tiles). Past the session-30
+// grid's edge (chunk 128, group 8, LM 128 were its largest and its best): down K chunks up to the
+// whole K of the down GEMV (half, all of the narrow layers' ffn, all of the wide layers'; from
+// the shape, in 16-feature tiles), GEMV groups of 16 and 32 tiles (a sliding / a full layer's
+// head: the builder cuts q|k|v groups at a head, so past 32 only o, gate|up, down and the PLE
+// GEMVs would grow) and LM groups of 256. Pruned, dominated on the full 288-plan grid (one
+// sequence, branch skgrid, bench/NOTES.md "The cost model past its grid's edge"): GEMV groups
+// of 4 (its best 1,031 us Q4, 76th; and the slowest to simulate, up to 25,000 instructions) and
+// LM groups of 512 (its best 1,035 us, 90th; f16 +50%): 162 plans, ~30 s on 2 cores.
+enum { GRID_CHUNKS = 6 };
+static void grid_chunks(int *chunks) {
+    const g4_sp_shape *sh = &g4_sp_shape_e2b;
+    const int base[3] = {32, 64, 128};
+    for (int k = 0; k < 3; k++) chunks[k] = base[k];
+    chunks[3] = sh->ffn / 16 / 2, chunks[4] = sh->ffn / 16, chunks[5] = sh->ffn_shared / 16;
+}
+
 int g4_sc_report(FILE *out, int grid, int top) {
     if (!out) return g4_fail(G4_EUSER, "step model: no output");
     if (top < 1) return g4_fail(G4_EUSER, "step model: top %d: expected 1 or more", top);
@@ -660,26 +677,45 @@ int g4_sc_report(FILE *out, int grid, int top) {
     }
     for (int k = 0; k < NB; k++) print_ranked(out, "bench plan", &bp[k]);
     if (!grid) return G4_OK;
-    // (one jitter sequence a plan: a step of E2B takes ~0.3 s to simulate; the best are rerun
-    // with SC_SEEDS)
-    static const int splits[] = {128, 64, 32}, chunks[] = {32, 64, 128}, groups[] = {4, 8},
-                     lms[] = {64, 128};
-    const int n_max = 3 * 3 * 2 * 2;
+    // (one jitter sequence a plan; the best are rerun with SC_SEEDS)
+    static const int splits[] = {128, 64, 32}, groups[] = {8, 16, 32}, lms[] = {64, 128, 256};
+    int chunks[GRID_CHUNKS];
+    grid_chunks(chunks);
+    enum { NS = sizeof splits / sizeof splits[0], NG = sizeof groups / sizeof groups[0] };
+    enum { NL = sizeof lms / sizeof lms[0] };
+    const int n_max = NS * GRID_CHUNKS * NG * NL;
     ranked *all = g4_calloc(n_max, sizeof *all);
     int n = 0, refused = 0;
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++)
-            for (int g = 0; g < 2; g++)
-                for (int l = 0; l < 2; l++) {
+    char why[256] = "";
+    for (int a = 0; a < NS && !rc; a++)
+        for (int b = 0; b < GRID_CHUNKS && !rc; b++)
+            for (int g = 0; g < NG && !rc; g++)
+                for (int l = 0; l < NL && !rc; l++) {
                     ranked e = {splits[a], chunks[b], groups[g], lms[l], {0, 0}, {0, 0}, 0};
-                    if (predict(&e, 1, NULL)) {
-                        refused++; // (a shape the plan cannot tile: said below)
+                    int ref = 0;
+                    rc = predict(&e, 1, &ref);
+                    if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
+                        if (!refused++)
+                            snprintf(why, sizeof why, " (the first: %d/%d/%d/%d: %s)", e.split,
+                                     e.chunk, e.group, e.lm, g4_error());
+                        rc = G4_OK;
                         continue;
                     }
-                    all[n++] = e;
+                    if (!rc) all[n++] = e;
                 }
-    fprintf(out, "step-model grid: %d plans simulated, %d refused by the plan builder\n", n,
-            refused);
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    fprintf(out, "step-model grid: split_keys");
+    for (int a = 0; a < NS; a++) fprintf(out, " %d", splits[a]);
+    fprintf(out, ", chunk_tiles");
+    for (int b = 0; b < GRID_CHUNKS; b++) fprintf(out, " %d", chunks[b]);
+    fprintf(out, ", group_tiles");
+    for (int g = 0; g < NG; g++) fprintf(out, " %d", groups[g]);
+    fprintf(out, ", lm_group_tiles");
+    for (int l = 0; l < NL; l++) fprintf(out, " %d", lms[l]);
+    fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
     for (int dt = 0; dt < 2; dt++) {
         // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
         qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
