@@ -651,8 +651,9 @@ int g4_sc_report(FILE *out, int grid, int top) {
     if (rc) return rc;
     // the bench's plans (api/bench_stepskel.c stepskel_plans, the same list: split keys, chunk
     // tiles, group tiles, LM group tiles; 0: the plan's default)
-    static const int bench[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
-                                   {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
+    static const int bench[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
+                                   {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
+                                   {64, 192, 16, 64}, {64, 192, 16, 128}};
     enum { NB = sizeof bench / sizeof bench[0] };
     ranked bp[NB];
     for (int k = 0; k < NB; k++) {

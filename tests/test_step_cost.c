@@ -238,7 +238,7 @@ int main(void) {
         CHECK_INT(same, 6);
         CHECK_INT(errs, 1);
         CHECK_INT(paths, 8);
-        CHECK_INT(plans, 6);
+        CHECK_INT(plans, 8);
         CHECK_INT(other, 0);
         fclose(f);
     }
