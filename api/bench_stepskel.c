@@ -136,7 +136,12 @@ static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0},
                                            {32, 0, 0, 0},
                                            {STEPSKEL_SPLIT_KEYS, 128, 0, 0},
                                            {STEPSKEL_SPLIT_KEYS, 128, 8, 128},
-                                           {64, 128, 8, 128}};
+                                           {64, 128, 8, 128},
+                                           // the cost model's best two past its old grid's edge
+                                           // (--grid, branch skgrid): 3072-feature down chunks,
+                                           // groups of 16, LM groups of 64 / 128
+                                           {64, 192, 16, 64},
+                                           {64, 192, 16, 128}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,

@@ -357,6 +357,34 @@ static const measured_row measured[] = {
 static const double tl_pf2[G4_TL_N] = {0.072, 0.265, 5.374, 0.218, 3.422, 0.338, 15.442, 8.892};
 static const double tl_pf0[G4_TL_N] = {0.000, 0.000, 0.000, 0.000, 3.537, 21.962, 13.476, 9.634};
 
+// The session-31 rows (H100, bench/runs/2026-12-06-s31-call1-v4-logs.tar.gz logs/stepskel.log):
+// the bench's plans (api/bench_stepskel.c stepskel_plans) at pf=2 G=660, us a step of each of
+// its two runs (the "stepskel E2B ..." lines), and run 1's stamped Q4 step's path a layer and
+// after the layers (the "stepskel-tl ... path a layer / path after the layers" lines). Options
+// as g4_sp_opts (0: the plan's default: chunk 32, group 4, LM group 64).
+typedef struct {
+    int split, chunk, group, lm;
+    double q4[2], f16[2];      // runs 1 and 2
+    double tl[G4_TL_N], after; // Q4 pf=2 path a layer by segment, and after the layers
+} measured_plan;
+// (a plan's two lines kept together)
+// clang-format off
+static const measured_plan measured31[] = {
+    {128, 0, 0, 0, {1268.1, 1276.4}, {1936.8, 1937.3},
+     {0.081, 0.358, 5.545, 0.217, 3.503, 0.315, 15.441, 8.917}, 103.65},
+    {64, 0, 0, 0, {1235.4, 1235.6}, {1909.9, 1906.3},
+     {0.038, 0.352, 5.583, 0.207, 3.385, 0.330, 14.181, 9.001}, 104.83},
+    {32, 0, 0, 0, {1248.5, 1243.5}, {1920.4, 1915.8},
+     {0.057, 0.387, 5.575, 0.211, 3.535, 0.343, 14.264, 9.032}, 105.28},
+    {128, 128, 0, 0, {1010.3, 1016.5}, {1687.7, 1687.2},
+     {0.010, 0.000, 0.392, 0.017, 3.929, 0.334, 13.226, 8.910}, 96.48},
+    {128, 128, 8, 128, {972.6, 966.8}, {1717.3, 1716.5},
+     {0.017, 0.000, 0.649, 0.008, 3.653, 0.330, 12.554, 7.711}, 124.77},
+    {64, 128, 8, 128, {945.6, 944.5}, {1700.8, 1694.9},
+     {0.016, 0.000, 0.664, 0.008, 3.612, 0.283, 11.557, 7.792}, 122.91},
+};
+// clang-format on
+
 enum { SC_KEYS = 512, SC_G = 660 }; // the bench's keys and first G (5 CTAs an SM on 132 SMs)
 
 // E2B's tile plan (the bench's flags) with options o; G4_OK or the builder's error.
@@ -403,8 +431,23 @@ static void print_params(FILE *out) {
     }
 }
 
-// Model vs measured rows, then the pf=2 / pf=0 Q4 path a layer against the timelines.
-static int validate(FILE *out) {
+// |model / measured - 1| summed over rows, per weight type (the report's error line)
+typedef struct {
+    double abs_off[2], off[2];
+    int n;
+} off_sum;
+
+static void add_off(off_sum *e, const double *model, const double *meas) {
+    for (int dt = 0; dt < 2; dt++) {
+        const double off = model[dt] / meas[dt] - 1;
+        e->abs_off[dt] += fabs(off), e->off[dt] += off;
+    }
+    e->n++;
+}
+
+// Model vs measured rows (their offs added to e), then the pf=2 / pf=0 Q4 path a layer against
+// the timelines.
+static int validate(FILE *out, off_sum *e) {
     const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, 0, 0, 0, 128, 0, 0};
     g4_step_plan p;
     int rc = e2b_plan(&o, &p);
@@ -423,6 +466,8 @@ static int validate(FILE *out) {
         if (rc) break;
         fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", m->name, u[0], m->q4,
                 100 * (u[0] / m->q4 - 1), u[1], m->f16, 100 * (u[1] / m->f16 - 1));
+        const double meas[2] = {m->q4, m->f16};
+        add_off(e, u, meas);
     }
     for (int v = 0; v < 2 && !rc; v++) {
         const int pf = v ? 0 : 2;
@@ -471,11 +516,15 @@ static int by_f16(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int predict(ranked *e, unsigned seeds) {
+// The plan of e's options predicted (pf=2, G=660): us[] the mean over `seeds` jitter sequences.
+// G4_OK, or the error; *refused (may be NULL) 1 when the plan builder refused the options (the
+// error says why), 0 otherwise (a simulation's error is the model's own: not a refusal).
+static int predict(ranked *e, unsigned seeds, int *refused) {
     const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
     g4_step_plan p;
     memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
     int rc = e2b_plan(&o, &p);
+    if (refused) *refused = rc != G4_OK;
     for (int dt = 0; dt < 2 && !rc; dt++) {
         double lo = INFINITY, hi = 0, sum = 0;
         for (unsigned s = 0; s < seeds && !rc; s++) {
@@ -489,50 +538,185 @@ static int predict(ranked *e, unsigned seeds) {
     return rc;
 }
 
+// (0 in g4_sp_opts: the plan's default)
+static int or_default(int v, int def) {
+    return v ? v : def;
+}
+
 static void print_ranked(FILE *out, const char *tag, const ranked *e) {
     fprintf(out,
             "step-model %s split_keys %d chunk_tiles %d group_tiles %d lm_group_tiles %d: "
             "%d instructions, pf=2 G=%d: Q4 %.1f us (seeds within %.1f), f16 %.1f us (%.1f)\n",
-            tag, e->split, e->chunk ? e->chunk : 32, e->group ? e->group : 4, e->lm ? e->lm : 64,
+            tag, e->split, or_default(e->chunk, 32), or_default(e->group, 4), or_default(e->lm, 64),
             e->n, SC_G, e->us[0], e->spread[0], e->us[1], e->spread[1]);
+}
+
+static int same_plan(const ranked *e, const measured_plan *m) {
+    return e->split == m->split && or_default(e->chunk, 32) == or_default(m->chunk, 32) &&
+           or_default(e->group, 4) == or_default(m->group, 4) &&
+           or_default(e->lm, 64) == or_default(m->lm, 64);
+}
+
+// The session-31 rows: model (the bench plan's prediction in bp[nb], the mean over SC_SEEDS
+// jitter sequences, as its "bench plan" line) vs measured (the mean of the two runs), offs added
+// to e; then each plan's Q4 pf=2 path (one sequence, stamped) against its timeline.
+static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
+    fprintf(out,
+            "step-model validation, the bench's plans (E2B, %d keys, pf=2 G=%d; us a step; "
+            "model: the mean of %d jitter sequences; measured: H100, session 31, the mean of its "
+            "2 runs):\n",
+            SC_KEYS, SC_G, SC_SEEDS);
+    fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "plan (split/chunk/grp/lm)", "Q4 model",
+            "measured", "off", "f16 model", "measured", "off");
+    int rc = G4_OK;
+    const int n_m = (int)(sizeof measured31 / sizeof measured31[0]);
+    for (int k = 0; k < n_m && !rc; k++) {
+        const measured_plan *m = &measured31[k];
+        ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
+        int found = 0;
+        for (int b = 0; b < nb && !found; b++)
+            if (same_plan(&bp[b], m)) r = bp[b], found = 1;
+        if (!found && (rc = predict(&r, SC_SEEDS, NULL))) break; // (not in the bench's list)
+        const double meas[2] = {(m->q4[0] + m->q4[1]) / 2, (m->f16[0] + m->f16[1]) / 2};
+        char name[40];
+        snprintf(name, sizeof name, "plan %d/%d/%d/%d", m->split, or_default(m->chunk, 32),
+                 or_default(m->group, 4), or_default(m->lm, 64));
+        fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", name, r.us[0], meas[0],
+                100 * (r.us[0] / meas[0] - 1), r.us[1], meas[1], 100 * (r.us[1] / meas[1] - 1));
+        add_off(e, r.us, meas);
+    }
+    for (int k = 0; k < n_m && !rc; k++) {
+        const measured_plan *m = &measured31[k];
+        const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, m->group, m->chunk, m->lm, m->split, 0, 0};
+        g4_step_plan p;
+        memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
+        if ((rc = e2b_plan(&o, &p))) {
+            g4_sp_free(&p);
+            break;
+        }
+        g4_sq q;
+        if ((rc = g4_sq_build(&p, SC_G, G4_SQ_Q4, &q))) {
+            g4_sp_free(&p);
+            break;
+        }
+        g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q.n);
+        g4_sc_params prm;
+        g4_sc_params_default(&prm, G4_SQ_Q4);
+        g4_sc_result r;
+        double seg[G4_TL_N], after = 0;
+        rc = g4_sc_simulate(&q, &prm, 2, 0, st, &r);
+        if (!rc) rc = g4_sc_path_layer(&p, &q, st, 0, seg, &after);
+        if (!rc) {
+            double sm = 0, stl = 0;
+            for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += m->tl[s];
+            fprintf(out,
+                    "step-model path a layer, Q4 pf=2 plan %d/%d/%d/%d (model / timeline, session "
+                    "31, us): %.2f / %.2f:",
+                    m->split, or_default(m->chunk, 32), or_default(m->group, 4),
+                    or_default(m->lm, 64), sm, stl);
+            for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
+                fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], m->tl[s]);
+            fprintf(out, "; after the layers %.1f / %.1f us\n", after, m->after);
+        }
+        free(st);
+        g4_sq_free(&q);
+        g4_sp_free(&p);
+    }
+    return rc;
+}
+
+// The grid's axes (split keys, chunk tiles, group tiles, LM group tiles). Past the session-30
+// grid's edge (chunk 128, group 8, LM 128 were its largest and its best): down K chunks up to the
+// whole K of the down GEMV (half, all of the narrow layers' ffn, all of the wide layers'; from
+// the shape, in 16-feature tiles), GEMV groups of 16 and 32 tiles (a sliding / a full layer's
+// head: the builder cuts q|k|v groups at a head, so past 32 only o, gate|up, down and the PLE
+// GEMVs would grow) and LM groups of 256. Pruned, dominated on the full 288-plan grid (one
+// sequence, branch skgrid, bench/NOTES.md "The cost model past its grid's edge"): GEMV groups
+// of 4 (its best 1,031 us Q4, 76th; and the slowest to simulate, up to 25,000 instructions) and
+// LM groups of 512 (its best 1,035 us, 90th; f16 +50%): 162 plans, ~30 s on 2 cores.
+enum { GRID_CHUNKS = 6 };
+static void grid_chunks(int *chunks) {
+    const g4_sp_shape *sh = &g4_sp_shape_e2b;
+    const int base[3] = {32, 64, 128};
+    for (int k = 0; k < 3; k++) chunks[k] = base[k];
+    chunks[3] = sh->ffn / 16 / 2, chunks[4] = sh->ffn / 16, chunks[5] = sh->ffn_shared / 16;
 }
 
 int g4_sc_report(FILE *out, int grid, int top) {
     if (!out) return g4_fail(G4_EUSER, "step model: no output");
     if (top < 1) return g4_fail(G4_EUSER, "step model: top %d: expected 1 or more", top);
     print_params(out);
-    int rc = validate(out);
+    off_sum e30 = {{0, 0}, {0, 0}, 0}, e31 = {{0, 0}, {0, 0}, 0};
+    int rc = validate(out, &e30);
     if (rc) return rc;
     // the bench's plans (api/bench_stepskel.c stepskel_plans, the same list: split keys, chunk
     // tiles, group tiles, LM group tiles; 0: the plan's default)
-    static const int bench[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
-                                   {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
-    for (size_t k = 0; k < sizeof bench / sizeof bench[0]; k++) {
-        ranked e = {bench[k][0], bench[k][1], bench[k][2], bench[k][3], {0, 0}, {0, 0}, 0};
-        if ((rc = predict(&e, SC_SEEDS))) return rc;
-        print_ranked(out, "bench plan", &e);
+    static const int bench[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
+                                   {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
+                                   {64, 192, 16, 64}, {64, 192, 16, 128}};
+    enum { NB = sizeof bench / sizeof bench[0] };
+    ranked bp[NB];
+    for (int k = 0; k < NB; k++) {
+        bp[k] = (ranked){bench[k][0], bench[k][1], bench[k][2], bench[k][3], {0, 0}, {0, 0}, 0};
+        if ((rc = predict(&bp[k], SC_SEEDS, NULL))) return rc;
     }
+    if ((rc = validate_plans(out, bp, NB, &e31))) return rc;
+    {
+        const off_sum *s[3] = {&e30, &e31, NULL};
+        off_sum all = {{e30.abs_off[0] + e31.abs_off[0], e30.abs_off[1] + e31.abs_off[1]},
+                       {e30.off[0] + e31.off[0], e30.off[1] + e31.off[1]},
+                       e30.n + e31.n};
+        s[2] = &all;
+        static const char *what[3] = {"session 30's rows", "session 31's plans", "all rows"};
+        fprintf(out, "step-model validation error, mean |off| (mean off):");
+        for (int k = 0; k < 3; k++)
+            fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", k ? ";" : "",
+                    what[k], s[k]->n, 100 * s[k]->abs_off[0] / s[k]->n,
+                    100 * s[k]->off[0] / s[k]->n, 100 * s[k]->abs_off[1] / s[k]->n,
+                    100 * s[k]->off[1] / s[k]->n);
+        fprintf(out, "\n");
+    }
+    for (int k = 0; k < NB; k++) print_ranked(out, "bench plan", &bp[k]);
     if (!grid) return G4_OK;
-    // (one jitter sequence a plan: a step of E2B takes ~0.3 s to simulate; the best are rerun
-    // with SC_SEEDS)
-    static const int splits[] = {128, 64, 32}, chunks[] = {32, 64, 128}, groups[] = {4, 8},
-                     lms[] = {64, 128};
-    const int n_max = 3 * 3 * 2 * 2;
+    // (one jitter sequence a plan; the best are rerun with SC_SEEDS)
+    static const int splits[] = {128, 64, 32}, groups[] = {8, 16, 32}, lms[] = {64, 128, 256};
+    int chunks[GRID_CHUNKS];
+    grid_chunks(chunks);
+    enum { NS = sizeof splits / sizeof splits[0], NG = sizeof groups / sizeof groups[0] };
+    enum { NL = sizeof lms / sizeof lms[0] };
+    const int n_max = NS * GRID_CHUNKS * NG * NL;
     ranked *all = g4_calloc(n_max, sizeof *all);
     int n = 0, refused = 0;
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++)
-            for (int g = 0; g < 2; g++)
-                for (int l = 0; l < 2; l++) {
+    char why[256] = "";
+    for (int a = 0; a < NS && !rc; a++)
+        for (int b = 0; b < GRID_CHUNKS && !rc; b++)
+            for (int g = 0; g < NG && !rc; g++)
+                for (int l = 0; l < NL && !rc; l++) {
                     ranked e = {splits[a], chunks[b], groups[g], lms[l], {0, 0}, {0, 0}, 0};
-                    if (predict(&e, 1)) {
-                        refused++; // (a shape the plan cannot tile: said below)
+                    int ref = 0;
+                    rc = predict(&e, 1, &ref);
+                    if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
+                        if (!refused++)
+                            snprintf(why, sizeof why, " (the first: %d/%d/%d/%d: %s)", e.split,
+                                     e.chunk, e.group, e.lm, g4_error());
+                        rc = G4_OK;
                         continue;
                     }
-                    all[n++] = e;
+                    if (!rc) all[n++] = e;
                 }
-    fprintf(out, "step-model grid: %d plans simulated, %d refused by the plan builder\n", n,
-            refused);
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    fprintf(out, "step-model grid: split_keys");
+    for (int a = 0; a < NS; a++) fprintf(out, " %d", splits[a]);
+    fprintf(out, ", chunk_tiles");
+    for (int b = 0; b < GRID_CHUNKS; b++) fprintf(out, " %d", chunks[b]);
+    fprintf(out, ", group_tiles");
+    for (int g = 0; g < NG; g++) fprintf(out, " %d", groups[g]);
+    fprintf(out, ", lm_group_tiles");
+    for (int l = 0; l < NL; l++) fprintf(out, " %d", lms[l]);
+    fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
     for (int dt = 0; dt < 2; dt++) {
         // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
         qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
@@ -540,7 +724,7 @@ int g4_sc_report(FILE *out, int grid, int top) {
         ranked *best = g4_calloc((size_t)k_n + 1, sizeof *best);
         for (int k = 0; k < k_n && !rc; k++) {
             best[k] = all[k];
-            rc = predict(&best[k], SC_SEEDS);
+            rc = predict(&best[k], SC_SEEDS, NULL);
         }
         if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
         for (int k = 0; k < k_n && !rc; k++)

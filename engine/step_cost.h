@@ -81,10 +81,12 @@ int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *s
                      double *seg, double *after);
 
 // The model's report (bench/NOTES.md quotes it): the calibration, model vs measured for the
-// session-30 rows on E2B (Q4 and f16), the pf=2 path a layer against the timeline's, then the
-// bench's plans and a grid of g4_sp_opts (split_keys, chunk_tiles, group_tiles, lm_group_tiles)
-// ranked by the predicted pf=2 step, the best `top` of each weight type. grid 0: the bench's
-// plans only (the grid: 36 plans, ~30 s). G4_OK or the first error.
+// session-30 rows on E2B (Q4 and f16), the pf=2 path a layer against the timeline's; the
+// session-31 rows (the bench's plans as measured) and each one's path against its timeline; the
+// mean error of each set; then the bench's plans and a grid of g4_sp_opts (split_keys,
+// chunk_tiles, group_tiles, lm_group_tiles) ranked by the predicted pf=2 step, the best `top` of
+// each weight type. grid 0: the bench's plans only (the grid: 162 plans, ~30 s; a value the plan
+// builder refuses is skipped and counted). G4_OK or the first error.
 int g4_sc_report(FILE *out, int grid, int top);
 
 #endif

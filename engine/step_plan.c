@@ -731,6 +731,12 @@ int g4_sp_build(const g4_text_config *c, const g4_sp_flags *f, const g4_sp_opts 
     if (o->keys < 1 || steps < 1 || steps > 2 || o->keys + steps - 1 > c->context_length)
         return g4_fail(G4_EUSER, "step plan: %d keys over %d step(s) (1..%d keys, 1 or 2 steps)",
                        o->keys, steps, c->context_length);
+    // (a negative count would step the tile loops backwards: they would never end)
+    if (o->group_tiles < 0 || o->chunk_tiles < 0 || o->lm_group_tiles < 0)
+        return g4_fail(G4_EUSER,
+                       "step plan: group_tiles %d, chunk_tiles %d, lm_group_tiles %d (0: the "
+                       "default, or a positive count of 16-feature tiles)",
+                       o->group_tiles, o->chunk_tiles, o->lm_group_tiles);
     if (c->n_kv_heads < 1 || c->n_kv_heads > G4_SP_MAX_KV || c->n_heads % c->n_kv_heads)
         return g4_fail(G4_EUSER,
                        "step plan: %d heads over %d KV heads (1..%d KV heads dividing "

@@ -183,30 +183,63 @@ int main(void) {
         CHECK(g4_sc_report(f, 0, 0) == G4_EUSER);
         rewind(f);
         char line[1024];
-        int params = 0, rows = 0, paths = 0, plans = 0, other = 0, header = 0;
+        int params = 0, rows = 0, paths = 0, plans = 0, other = 0, header = 0, plan_rows = 0;
+        int errs = 0, same = 0;
+        // the session-31 rows' model columns (split, chunk, group, lm, Q4, f16): each must be
+        // its bench plan line's prediction (the same plan, the same seeds)
+        enum { MAX_PR = 16 };
+        int pr[MAX_PR][4], bl[MAX_PR][4], n_pr = 0, n_bl = 0;
+        double pr_us[MAX_PR][2], bl_us[MAX_PR][2];
         while (fgets(line, sizeof line, f)) {
             const char *pc = strchr(line, '%');
+            int a, b, c, d;
+            double q, h;
             if (!strncmp(line, "step-model params ", 18))
                 params++;
+            else if (!strncmp(line, "step-model validation error, mean |off| (mean off): ", 52))
+                errs += strstr(line, "all rows (15): Q4 ") != NULL;
             else if (!strncmp(line, "step-model validation", 21))
                 header++;
-            else if (!strncmp(line, "row (G=660", 10))
+            else if (!strncmp(line, "row (G=660", 10) || !strncmp(line, "plan (split/", 12))
                 header++;
             else if (!strncmp(line, "step-model path a layer, Q4 pf=", 31))
                 paths++;
-            else if (!strncmp(line, "step-model bench plan split_keys ", 33))
+            else if (sscanf(line,
+                            "step-model bench plan split_keys %d chunk_tiles %d group_tiles %d "
+                            "lm_group_tiles %d: %*d instructions, pf=2 G=660: Q4 %lf us "
+                            "(seeds within %*f), f16 %lf",
+                            &a, &b, &c, &d, &q, &h) == 6) {
                 plans++;
-            else if (!strncmp(line, "pf=", 3) && pc &&
-                     strchr(pc + 1, '%')) // (model, measured, off x2)
+                if (n_bl < MAX_PR) {
+                    bl[n_bl][0] = a, bl[n_bl][1] = b, bl[n_bl][2] = c, bl[n_bl][3] = d;
+                    bl_us[n_bl][0] = q, bl_us[n_bl++][1] = h;
+                }
+            } else if (!strncmp(line, "pf=", 3) && pc &&
+                       strchr(pc + 1, '%')) // (model, measured, off x2)
                 rows++;
-            else
+            else if (sscanf(line, "plan %d/%d/%d/%d %lf %*f %*f%% %lf", &a, &b, &c, &d, &q, &h) ==
+                         6 &&
+                     pc && strchr(pc + 1, '%')) {
+                plan_rows++;
+                if (n_pr < MAX_PR) {
+                    pr[n_pr][0] = a, pr[n_pr][1] = b, pr[n_pr][2] = c, pr[n_pr][3] = d;
+                    pr_us[n_pr][0] = q, pr_us[n_pr++][1] = h;
+                }
+            } else
                 other++, fprintf(stderr, "unexpected line: %s", line);
         }
+        for (int i = 0; i < n_pr; i++)
+            for (int j = 0; j < n_bl; j++)
+                if (!memcmp(pr[i], bl[j], sizeof pr[i]))
+                    same += pr_us[i][0] == bl_us[j][0] && pr_us[i][1] == bl_us[j][1];
         CHECK_INT(params, 2);
-        CHECK_INT(header, 2);
+        CHECK_INT(header, 4);
         CHECK_INT(rows, 9);
-        CHECK_INT(paths, 2);
-        CHECK_INT(plans, 6);
+        CHECK_INT(plan_rows, 6);
+        CHECK_INT(same, 6);
+        CHECK_INT(errs, 1);
+        CHECK_INT(paths, 8);
+        CHECK_INT(plans, 8);
         CHECK_INT(other, 0);
         fclose(f);
     }

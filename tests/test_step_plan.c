@@ -992,9 +992,14 @@ static void test_shapes(void) {
     // The step skeleton's bytes a step (bench/NOTES.md quotes them): the plan of its baseline
     // rows (splits of <= 128 keys) and of its other plans (api/bench_stepskel.c stepskel_plans:
     // 64- and 32-key splits, 2048-feature down K chunks, and those with GEMV groups of 8 tiles
-    // and LM groups of 128: the cost model's best), each clean, deadlock-free, queues right.
-    static const int skel_plans[][4] = {{128, 0, 0, 0},   {64, 0, 0, 0},      {32, 0, 0, 0},
-                                        {128, 128, 0, 0}, {128, 128, 8, 128}, {64, 128, 8, 128}};
+    // and LM groups of 128: the cost model's best; then its best two past that grid's edge:
+    // 3072-feature chunks, groups of 16, LM groups of 64 / 128), each clean, deadlock-free,
+    // queues right. Then the largest values the cost model's grid tried (engine/step_cost.c: chunks
+    // of the whole K of the wide layers' down, 12288 features; groups of 32; LM groups of 512,
+    // since pruned as dominated) in one plan: the builder takes them.
+    static const int skel_plans[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
+                                        {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
+                                        {64, 192, 16, 64}, {64, 192, 16, 128}, {32, 768, 32, 512}};
     // (split, chunk tiles, group tiles, LM group tiles)
     for (size_t k = 0; k < sizeof skel_plans / sizeof skel_plans[0]; k++) {
         const g4_sp_opts o = {
@@ -1050,6 +1055,18 @@ static void test_shapes(void) {
     CHECK(g4_sp_build(&c, &g, &o, &p) == G4_EUSER);
     CHECK(strstr(g4_error(), "4 heads over 3 KV heads") != NULL);
     g4_sp_free(&p);
+    free(g.qkv);
+    free(c.layer);
+    // a negative tile count (it would step the tile loops backwards, never ending) is refused
+    c = make_cfg(&SHAPES[2]);
+    g = flags_all(&c, 1, 1, 0, 0, 0);
+    for (int k = 0; k < 3; k++) {
+        g4_sp_opts neg = {G4_SP_TILE, 8, 1, 0, 0, 0, 0, 0, 0};
+        *(k == 0 ? &neg.group_tiles : k == 1 ? &neg.chunk_tiles : &neg.lm_group_tiles) = -1;
+        CHECK(g4_sp_build(&c, &g, &neg, &p) == G4_EUSER);
+        CHECK(strstr(g4_error(), "-1") != NULL && strstr(g4_error(), "tiles") != NULL);
+        g4_sp_free(&p);
+    }
     free(g.qkv);
     free(c.layer);
 }

@@ -54,12 +54,13 @@
 #            lines: the critical path a layer by segment, by op, each op's own segments; the
 #            step with and without stamps; run 1's summary lines printed here, the rest in
 #            $OUT/stepskel_{1,2}.txt).
-#            The other plans of stepskel_plans (splits of 64 / 32, down chunks of 2048, and the CPU
-#            cost model's two best: chunks of 2048 with GEMV groups of 8 and LM groups of 128) run
-#            the design row and Q4's timeline. The baseline and the best plan also run the GEMV
-#            math (G4_SK_MATH, at the 4 CTAs an SM its kernel fits: pf=2 without it, with it, and
-#            " math held ub": on words never loaded), Q4 and f16, and Q4's stamped step with it on
-#            the best plan (~15 s more). Last, the cost model itself (`bench --step-model`,
+#            The other plans of stepskel_plans (splits of 64 / 32, down chunks of 2048, the CPU
+#            cost model's two best: chunks of 2048 with GEMV groups of 8 and LM groups of 128, and
+#            its two best past that grid's edge: chunks of 3072, groups of 16, LM groups of 64 /
+#            128) run the design row and Q4's timeline. The baseline and the best plan also run the
+#            GEMV math (G4_SK_MATH, at the 4 CTAs an SM its kernel fits: pf=2 without it, with it,
+#            and " math held ub": on words never loaded), Q4 and f16, and Q4's stamped step with it
+#            on the best plan (~15 s more). Last, the cost model itself (`bench --step-model`,
 #            CPU, ~10 s) into $OUT/stepskel_model.txt, its bench-plan lines printed here, so that
 #            its predictions sit beside the rows they predict.
 #            A wait that never ends traps ("trapping", naming the instruction), never hangs
