@@ -130,18 +130,20 @@ static const skel_variant stepskel_timelines[] = {
 // instructions; its list of the bench's plans is this one).
 typedef struct {
     int split, chunk, group, lm;
+    int math; // 1: also the GEMV-math rows (the baseline and session 31's best measured plan,
+              // whose rows bench/NOTES.md's skmath prediction names)
 } skel_plan;
-static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0},
-                                           {64, 0, 0, 0},
-                                           {32, 0, 0, 0},
-                                           {STEPSKEL_SPLIT_KEYS, 128, 0, 0},
-                                           {STEPSKEL_SPLIT_KEYS, 128, 8, 128},
-                                           {64, 128, 8, 128},
+static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0, 1},
+                                           {64, 0, 0, 0, 0},
+                                           {32, 0, 0, 0, 0},
+                                           {STEPSKEL_SPLIT_KEYS, 128, 0, 0, 0},
+                                           {STEPSKEL_SPLIT_KEYS, 128, 8, 128, 0},
+                                           {64, 128, 8, 128, 1},
                                            // the cost model's best two past its old grid's edge
                                            // (--grid, branch skgrid): 3072-feature down chunks,
                                            // groups of 16, LM groups of 64 / 128
-                                           {64, 192, 16, 64},
-                                           {64, 192, 16, 128}};
+                                           {64, 192, 16, 64, 0},
+                                           {64, 192, 16, 128, 0}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,
@@ -384,9 +386,9 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     g4_sp_flags_owner_qkv(&c, &f);
     int n = 0;
     const size_t n_plans = sizeof stepskel_plans / sizeof stepskel_plans[0];
-    for (size_t k = 0; k < n_plans; k++) // (the math rows on the baseline and the best plan)
+    for (size_t k = 0; k < n_plans; k++)
         n = bench_plan(filter, reps, rows, n, max, &c, &f, &stepskel_plans[k], k == 0,
-                       k == 0 || k == n_plans - 1);
+                       stepskel_plans[k].math);
     free(f.qkv);
     free(c.layer);
     return n;
