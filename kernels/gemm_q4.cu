@@ -885,7 +885,10 @@ void launch_gemv3(void *y, const __half *x, q4w w0, q4w w1, const __half *bias, 
 // instructions a lane-word, 14 of them the fp16 dequantize; here a word costs two masks, a
 // shift and one integer MMA, and the scale and zero point apply once a 32-input block and
 // lane in fp32 (the zero point through the MMA's C operand). x is quantized once a CTA, after
-// the wait, into shared memory (the CTA's k range: 144 bytes a token and k tile).
+// the wait, into shared memory (the CTA's k range: 144 bytes a token and k tile). Measured
+// (H100, bench/NOTES.md "Thirty-first session outcomes"): 116 instructions a step against
+// 174-181 bought 6-11% on the third design's shapes (its loads-only probe floor is 73-79%), and
+// its unrounded weights are not the other kernels' fp16((q - zp) * scale): a switch, off.
 // =============================================================================================
 __device__ __forceinline__ void imma_16816_u8s8(int c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
     asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
