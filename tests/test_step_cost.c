@@ -46,12 +46,23 @@
 //   held 3 x 0.5 = 1.5 -> step 3.67265625; re-read, ring 4: max(1.5, ceil(3 / 4) x 0.5) = 1.5
 //   (the same); unit 0.1: max(0.3, 0.5) = 0.5 -> 2.67265625; ring 1: 3 x (0.5 + 0.5) = 3.0 ->
 //   5.17265625. f16 queues (2 KB steps): ceil(11840 / 2048) = 6 units, warp 0 takes 1: held 0.5
-//   -> 2.67265625. NO_WEIGHTS | MATH: no stream, no math: 0.1 + 0.05 + 0.3 + 1 = 1.45.
+//   -> 2.67265625. NO_WEIGHTS | MATH: no stream, no math: 0.1 + 0.05 + 0.3 + 1 = 1.45. 17 tiles
+//   (10,064 bytes; warp 0 takes 0, 8, 16: 3, the other warps 2), held: pre 10064 / 16384 =
+//   0.6142578125, wait, read -> 0.7642578125, math 1.5, write 0.3: step 3.5642578125.
 // The 3-instruction queues, pf=2, MATH | HELD (Q4): i0 32,768 bytes = 55 tiles, warp 0 7: 3.5
 //   us; i2 2 runs of 27 tiles = 54, warp 0 7: 3.5; i1 no weights: none. CTA 0: i0 pre 2.0,
 //   wait -> 2.1, read -> 2.9, math -> 6.4, write -> 7.3: signal 0; i2 begins 7.5, streams to
 //   9.5, blocked. CTA 1: i1 woken 7.7, read (busy: CTA 0 streams) 2.3 -> 10.0, write -> 10.3:
 //   signal 1. i2 woken 10.7, read -> 10.75, math -> 14.25, write -> 14.55: step 15.55.
+// The re-read at the latency of the moment (MATH, ring 4, unit 0.1; 2 CTAs, no wait, no region,
+//   no signal): CTA 0's a: one run of 65,536 bytes (4 rounds; 110 tiles, warp 0 14); CTA 1's b:
+//   11,840 (1 round; 20 tiles, warp 0 3). Both stream from 0: 16,384 + 11,840 = 28,224 in
+//   flight: a round 1.72265625 us; b's pre ends there, a has 3 rounds left at 1.0 each (16,384
+//   in flight) -> 4.72265625. b: wait -> 1.82265625, read -> 1.87265625 (stamp 2873), math while
+//   a streams: max(0.3, ceil(3 / 4) x 1.0) = 1.0 -> 2.87265625, write -> 3.17265625 (stamp
+//   4173; at the unloaded 0.5 it would be 3673). a: wait, read -> 4.87265625, math (nothing
+//   streams: 0.5) max(1.4, ceil(14 / 4) x 0.5 = 2.0) -> 6.87265625, write -> 7.17265625: step
+//   8.17265625.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,19 +197,22 @@ int main(void) {
             int mode;
             double unit, ring, step;
             g4_sq_dtype dt;
+            int tiles;
         } mc[] = {
-            {0, 0.5, 4, 2.17265625, G4_SQ_Q4},
-            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 3.67265625, G4_SQ_Q4},
-            {G4_SK_MATH, 0.5, 4, 3.67265625, G4_SQ_Q4},
-            {G4_SK_MATH, 0.1, 4, 2.67265625, G4_SQ_Q4},
-            {G4_SK_MATH, 0.5, 1, 5.17265625, G4_SQ_Q4},
-            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 2.67265625, G4_SQ_F16},
-            {G4_SK_MATH | G4_SK_NO_WEIGHTS, 0.5, 4, 1.45, G4_SQ_Q4},
+            {0, 0.5, 4, 2.17265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 3.67265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH, 0.5, 4, 3.67265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH, 0.1, 4, 2.67265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH, 0.5, 1, 5.17265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 2.67265625, G4_SQ_F16, 20},
+            {G4_SK_MATH | G4_SK_NO_WEIGHTS, 0.5, 4, 1.45, G4_SQ_Q4, 20},
+            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 3.5642578125, G4_SQ_Q4, 17},
         };
         for (size_t k = 0; k < sizeof mc / sizeof mc[0]; k++) {
             g4_sc_params pm = p;
             pm.math_unit_us = mc[k].unit, pm.math_ring = mc[k].ring;
             q1.dt = mc[k].dt;
+            one.w_run = one.w_stride = mc[k].tiles * 592;
             char what[64];
             snprintf(what, sizeof what, "math case %zu step", k);
             CHECK(g4_sc_simulate(&q1, &pm, 2, mc[k].mode, NULL, &r) == G4_OK);
@@ -207,6 +221,20 @@ int main(void) {
         q.dt = G4_SQ_Q4;
         CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_MATH | G4_SK_MATH_HELD, NULL, &r) == G4_OK);
         near(r.step_us, 15.55, "3-instruction held math step");
+        // the re-read while another CTA streams
+        int s2[3] = {0, 1, 2};
+        g4_sq_instr two[2] = {instr(0, -1, -1), instr(1, -1, -1)};
+        two[0].w_runs = 1, two[0].w_run = 65536, two[0].w_stride = 65536;
+        two[1].w_runs = 1, two[1].w_run = 20 * 592, two[1].w_stride = 20 * 592;
+        g4_sq q2 = q1;
+        q2.G = 2, q2.n = 2, q2.start = s2, q2.ins = two, q2.dt = G4_SQ_Q4;
+        g4_sc_params pm = p;
+        pm.math_unit_us = 0.1;
+        g4_sq_stamp st2[2];
+        CHECK(g4_sc_simulate(&q2, &pm, 2, G4_SK_MATH, st2, &r) == G4_OK);
+        near(r.step_us, 8.17265625, "re-read step");
+        CHECK_INT((int)st2[1].t[G4_TL_T_READ], 2873);
+        CHECK_INT((int)st2[1].t[G4_TL_T_SIGNAL], 4173);
     }
 
     // the parameters: the defaults pass; each bad kind of value is refused naming its field
