@@ -102,7 +102,7 @@ int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *s
 // each weight type; the bench's math rows (G4_SK_MATH at G 528: plain, math, math held, Q4 and
 // f16, beside the skmath prediction's ranges) and (grid) a Q4 + MATH ranking over smaller
 // instructions (split keys, down chunks of 16-128 tiles, groups of 2-8, LM groups of 64 / 128),
-// its best `top`. grid 0: the bench's plans only (the grids: 162 plans, then 72 with math, ~45
+// its best `top`. grid 0: the bench's plans only (the grids: 162 plans, then 72 with math, ~60
 // s; a value the plan builder refuses is skipped and counted). G4_OK or the first error.
 int g4_sc_report(FILE *out, int grid, int top);
 
