@@ -143,7 +143,11 @@ static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0, 1},
                                            // (--grid, branch skgrid): 3072-feature down chunks,
                                            // groups of 16, LM groups of 64 / 128
                                            {64, 192, 16, 64, 0},
-                                           {64, 192, 16, 128, 0}};
+                                           {64, 192, 16, 128, 0},
+                                           // the cost model's best with the GEMV math (--grid's
+                                           // math ranking, branch skmodelmath): groups of 2
+                                           // tiles, less math on each path instruction
+                                           {64, 128, 2, 64, 1}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,

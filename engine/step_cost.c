@@ -8,6 +8,7 @@
 #include "base/base.h"
 #include "engine/step_queue.h"
 #include "engine/step_timeline.h"
+#include "kernels/step_skel_math.h"
 
 // The session-30 calibration (H100; bench/runs/2026-12-06-s30-sktl-logs.tar.gz, stepskel_1.txt:
 // the rows, and the "stepskel-tl ... q4 pf=2" lines: each op's own segments, the mean over all
@@ -34,6 +35,18 @@
 //   jitter        0.2: FITTED to the Q4 pf=2 row (0: -16%, 0.1: -12%, 0.2: -4%): the path follows
 //                 the last of each wide set (150 gate|up tiles a layer), a tail a model of means
 //                 lacks (the timeline's max / mean per op is 1.4-2.8 on read and write)
+// G4_SK_MATH (NOT fitted: no math row has run; derived from bench/NOTES.md "The skeleton with the
+// GEMV math", its SASS and its probe numbers):
+//   math_unit_us  Q4 0.256 / f16 0.239: a unit's instructions in the math kernel's loop (SASS:
+//                 117 a Q4 tile, 109 an f16 step) at one warp's issue rate, 0.26 instructions a
+//                 cycle at 1.755 GHz: a warp shares its scheduler with one other of its CTA (8
+//                 warps on 4 schedulers: at most 0.5), and the probes' math-only lm_head issued
+//                 at 64% of an SM's peak (~90 instructions a tile, a tile every 20 ns: 2.56 of 4
+//                 a cycle) with 4 warps a scheduler; with 2, less latency hides: 40-64%, 52% the
+//                 middle (0.5 x 0.52 = 0.26). A CTA's 8 warps: 32 (Q4) ns a tile, inside the
+//                 prediction's 25-45 (which these ends, 0.40 / 0.64, give: 26-42 ns)
+//   math_ring     Q4 4: the ring of 4 tiles a warp (gemv_q4_v3's); f16 1: one 2 KB step in
+//                 flight a warp (a second spilled at 64 registers)
 void g4_sc_params_default(g4_sc_params *p, g4_sq_dtype dt) {
     *p = (g4_sc_params){
         .dram_gbs = dt == G4_SQ_F16 ? 2927.0 : 3068.0,
@@ -52,6 +65,8 @@ void g4_sc_params_default(g4_sc_params *p, g4_sq_dtype dt) {
         .launch_us = 4.0,
         .jitter = 0.2,
         .red_us = 0.003,
+        .math_unit_us = (dt == G4_SQ_F16 ? 109.0 : 117.0) / (0.26 * 1755.0),
+        .math_ring = dt == G4_SQ_F16 ? 1.0 : 4.0,
     };
 }
 
@@ -62,6 +77,7 @@ int g4_sc_params_check(const g4_sc_params *p) {
         double v;
         int rate;
     } f[] = {
+        // clang-format off
         {"dram_gbs", p->dram_gbs, 1},       {"w_round_bytes", p->w_round_bytes, 1},
         {"w_lat_us", p->w_lat_us, 0},       {"queue_us", p->queue_us, 0},
         {"wait_us", p->wait_us, 0},         {"handover_us", p->handover_us, 0},
@@ -70,6 +86,8 @@ int g4_sc_params_check(const g4_sc_params *p) {
         {"wr_fix_us", p->wr_fix_us, 0},     {"wr_lat_us", p->wr_lat_us, 0},
         {"wr_gbs", p->wr_gbs, 1},           {"launch_us", p->launch_us, 0},
         {"jitter", p->jitter, 0},           {"red_us", p->red_us, 0},
+        {"math_unit_us", p->math_unit_us, 0}, {"math_ring", p->math_ring, 1},
+        // clang-format on
     };
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
         if (!isfinite(f[k].v) || f[k].v < 0 || (f[k].rate && f[k].v == 0))
@@ -77,6 +95,9 @@ int g4_sc_params_check(const g4_sc_params *p) {
                            f[k].rate ? "rate above 0" : "value of 0 or more");
     if (p->jitter > 1)
         return g4_fail(G4_EUSER, "step cost: jitter = %g: expected 0 .. 1", p->jitter);
+    if (!(p->math_ring >= 1 && p->math_ring <= 64 && p->math_ring == floor(p->math_ring)))
+        return g4_fail(G4_EUSER, "step cost: math_ring = %g: expected a whole 1 .. 64",
+                       p->math_ring);
     return G4_OK;
 }
 
@@ -85,7 +106,7 @@ int g4_sc_params_check(const g4_sc_params *p) {
 // waits, or done.
 enum { PH_TIMED, PH_STREAM, PH_BLOCKED, PH_DONE };
 // Where an instruction is: the phase that ends next and what follows it.
-enum { AT_QUEUE, AT_PRE, AT_WAIT, AT_POST, AT_READ, AT_WRITE, AT_SIGNAL };
+enum { AT_QUEUE, AT_PRE, AT_WAIT, AT_POST, AT_READ, AT_MATH, AT_WRITE, AT_SIGNAL };
 
 typedef struct {
     int ph, at, k; // phase, position in the instruction, queue index (absolute in q->ins)
@@ -128,6 +149,19 @@ static double jit(uint64_t *x, double j, double us) {
     return us * (1 - j + j * -log1p(-u));
 }
 
+// The math segment of instruction in (engine/step_cost.h): its busiest warp's units (warp 0 of
+// kernels/step_skel_math.h's walk) issued at math_unit_us, and (not held) re-read math_ring at a
+// time at the round latency lat.
+static double math_us(const g4_sq_instr *in, g4_sq_dtype dt, const g4_sc_params *p, int held,
+                      double lat) {
+    if (in->w_runs <= 0 || in->w_run <= 0) return 0;
+    const double k = skm_warp_units(in->w_runs * skm_units_a_run(dt, in->w_run), 0);
+    const double issue = k * p->math_unit_us;
+    if (held) return issue;
+    const double reload = ceil(k / p->math_ring) * lat;
+    return p->math_ring > 1 ? fmax(issue, reload) : issue + reload;
+}
+
 static void stamp(g4_sq_stamp *st, const g4_sq_instr *in, int at, double t_us) {
     if (st) st[in->id].t[at] = (uint64_t)llround(1000.0 + t_us * 1e3);
 }
@@ -152,11 +186,19 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
                            "range",
                            k, in->id);
     }
-    if (mode & ~(G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS))
-        return g4_fail(G4_EUSER, "step cost: mode %d: modelled are NO_WAIT, NO_ACT, NO_WEIGHTS",
+    if (mode & ~(G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS | G4_SK_MATH | G4_SK_MATH_HELD))
+        return g4_fail(G4_EUSER,
+                       "step cost: mode %d: modelled are NO_WAIT, NO_ACT, NO_WEIGHTS, MATH, "
+                       "MATH_HELD",
                        mode);
+    if ((mode & G4_SK_MATH_HELD) && !(mode & G4_SK_MATH))
+        return g4_fail(G4_EUSER, "step cost: mode %d: MATH_HELD without MATH", mode);
+    if ((mode & G4_SK_MATH) && q->dt != G4_SQ_Q4 && q->dt != G4_SQ_F16)
+        return g4_fail(G4_EUSER, "step cost: queues of weight type %d: expected Q4 or f16",
+                       (int)q->dt);
     const int G = q->G, no_wait = mode & G4_SK_NO_WAIT, no_act = mode & G4_SK_NO_ACT,
-              no_w = mode & G4_SK_NO_WEIGHTS;
+              no_w = mode & G4_SK_NO_WEIGHTS, math = (mode & G4_SK_MATH) && !no_w,
+              held = mode & G4_SK_MATH_HELD;
     cta_state *c = g4_calloc((size_t)G, sizeof *c);
     int *ctr = g4_calloc((size_t)q->n_counters + 1, sizeof(int));
     double *red_free = g4_calloc((size_t)q->n_counters + 1, sizeof(double));
@@ -262,6 +304,18 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             }
             case AT_READ: {
                 stamp(st, in, G4_TL_T_READ, now);
+                // the math (none: on to the write at once, no pass of the loop more)
+                const double mu = math ? math_us(in, q->dt, p, held,
+                                                 fmax(p->w_lat_us, inflight / (p->dram_gbs * 1e3)))
+                                       : 0;
+                if (mu > 0) {
+                    s->at = AT_MATH, s->t_end = now + jit(&rng, j, mu);
+                    break;
+                }
+                goto write;
+            }
+            case AT_MATH:
+            write : {
                 int nw = 0;
                 const double wb = bytes_of(q, in, 1, &nw);
                 s->at = AT_WRITE;
@@ -386,6 +440,8 @@ static const measured_plan measured31[] = {
 // clang-format on
 
 enum { SC_KEYS = 512, SC_G = 660 }; // the bench's keys and first G (5 CTAs an SM on 132 SMs)
+// G4_SK_MATH's kernel: 4 CTAs an SM (64 registers; g4_step_skel_max_ctas_math) on 132 SMs
+enum { SC_G_MATH = 528 };
 
 // E2B's tile plan (the bench's flags) with options o; G4_OK or the builder's error.
 static int e2b_plan(const g4_sp_opts *o, g4_step_plan *p) {
@@ -424,10 +480,12 @@ static void print_params(FILE *out) {
                 "each at least, queue "
                 "%.2f, wait met %.2f, hand-over %.2f, read %.2f + %.2f a region + bytes at %.0f "
                 "(DRAM busy) / %.0f GB/s, write %.2f + %.2f a region + bytes at %.0f GB/s, launch "
-                "%.1f us, a counter's red %.3f us, jitter %.2f\n",
+                "%.1f us, a counter's red %.3f us, jitter %.2f; math (G4_SK_MATH) %.3f us a unit "
+                "a warp, units in flight a warp %.0f\n",
                 dt ? "f16" : "q4", m.dram_gbs, m.w_round_bytes, m.w_lat_us, m.queue_us, m.wait_us,
                 m.handover_us, m.rd_fix_us, m.rd_lat_us, m.rd_busy_gbs, m.rd_idle_gbs, m.wr_fix_us,
-                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter);
+                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter, m.math_unit_us,
+                m.math_ring);
     }
 }
 
@@ -625,6 +683,136 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
     return rc;
 }
 
+// The bench's math rows (api/bench_stepskel.c: the plans with math = 1, G = 528, pf=2: plain,
+// math, math held) beside the skmath prediction's ranges (bench/NOTES.md "The skeleton with the
+// GEMV math", us a step; "-": it gave none; held Q4: "5-15% below math" on math's range, held
+// f16 on the best plan: "+0.8-1.4 ms over its pf=2 row" on that row's range).
+typedef struct {
+    int split, chunk, group, lm, mode;
+    double lo[2], hi[2]; // Q4, f16 (0: no range given)
+} math_row;
+static const math_row math_rows[] = {
+    {128, 0, 0, 0, 0, {1270, 1930}, {1330, 2000}},
+    {128, 0, 0, 0, G4_SK_MATH, {1850, 3800}, {2300, 5200}},
+    {128, 0, 0, 0, G4_SK_MATH | G4_SK_MATH_HELD, {1572, 0}, {2185, 0}},
+    {64, 128, 8, 128, 0, {950, 1690}, {1000, 1800}},
+    {64, 128, 8, 128, G4_SK_MATH, {2200, 6000}, {3300, 9000}},
+    {64, 128, 8, 128, G4_SK_MATH | G4_SK_MATH_HELD, {1870, 2490}, {3135, 3200}},
+    // the math grid's best (this model's; skmath gave no range)
+    {64, 128, 2, 64, 0, {0, 0}, {0, 0}},
+    {64, 128, 2, 64, G4_SK_MATH, {0, 0}, {0, 0}},
+    {64, 128, 2, 64, G4_SK_MATH | G4_SK_MATH_HELD, {0, 0}, {0, 0}},
+};
+
+static const char *mode_name(int mode) {
+    return !mode ? "" : (mode & G4_SK_MATH_HELD) ? " math held ub" : " math";
+}
+
+// The plan of e's options at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
+// sequences (spread, n as predict's). *refused as predict's.
+static int predict_at(ranked *e, int G, int mode, int dt, unsigned seeds, int *refused) {
+    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
+    g4_step_plan p;
+    memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
+    int rc = e2b_plan(&o, &p);
+    if (refused) *refused = rc != G4_OK;
+    double lo = INFINITY, hi = 0, sum = 0;
+    for (unsigned s = 0; s < seeds && !rc; s++) {
+        double u = 0;
+        rc = sim_plan(&p, G, (g4_sq_dtype)dt, 2, mode, s, NULL, &u, &e->n);
+        sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
+    }
+    if (!rc) e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
+    g4_sp_free(&p);
+    return rc;
+}
+
+static int report_math_rows(FILE *out) {
+    fprintf(out,
+            "step-model math rows (E2B, %d keys, pf=2 G=%d; us a step, the mean of %d jitter "
+            "sequences; skmath: the hand prediction's range, bench/NOTES.md):\n",
+            SC_KEYS, SC_G_MATH, SC_SEEDS);
+    fprintf(out, "%-34s %9s %13s %9s %13s\n", "row (split/chunk/grp/lm)", "Q4 model", "skmath",
+            "f16 model", "skmath");
+    int rc = G4_OK;
+    for (size_t k = 0; k < sizeof math_rows / sizeof math_rows[0] && !rc; k++) {
+        const math_row *m = &math_rows[k];
+        ranked e = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
+        for (int dt = 0; dt < 2 && !rc; dt++)
+            rc = predict_at(&e, SC_G_MATH, m->mode, dt, SC_SEEDS, NULL);
+        if (rc) break;
+        char name[64], rg[2][24];
+        snprintf(name, sizeof name, "plan %d/%d/%d/%d%s", m->split, or_default(m->chunk, 32),
+                 or_default(m->group, 4), or_default(m->lm, 64), mode_name(m->mode));
+        for (int dt = 0; dt < 2; dt++) {
+            if (m->lo[dt] > 0)
+                snprintf(rg[dt], sizeof rg[dt], "%.0f-%.0f", m->lo[dt], m->hi[dt]);
+            else
+                snprintf(rg[dt], sizeof rg[dt], "-");
+        }
+        fprintf(out, "%-34s %9.1f %13s %9.1f %13s\n", name, e.us[0], rg[0], e.us[1], rg[1]);
+    }
+    return rc;
+}
+
+// The Q4 + G4_SK_MATH ranking (pf=2, G = 528): smaller instructions than the no-math grid's,
+// as the math on the path scales with an instruction's tiles. Q4 only (f16's math walk is
+// latency-bound, not a measure of its math). `top` best, each rerun with SC_SEEDS.
+static int report_math_grid(FILE *out, int top) {
+    static const int splits[] = {128, 64, 32}, chunks[] = {16, 32, 64, 128}, groups[] = {2, 4, 8},
+                     lms[] = {64, 128};
+    enum { NS = sizeof splits / sizeof splits[0], NC = sizeof chunks / sizeof chunks[0] };
+    enum { NG = sizeof groups / sizeof groups[0], NL = sizeof lms / sizeof lms[0] };
+    ranked *all = g4_calloc(NS * NC * NG * NL, sizeof *all);
+    int n = 0, refused = 0, rc = G4_OK;
+    char why[256] = "";
+    for (int a = 0; a < NS && !rc; a++)
+        for (int b = 0; b < NC && !rc; b++)
+            for (int g = 0; g < NG && !rc; g++)
+                for (int l = 0; l < NL && !rc; l++) {
+                    ranked e = {splits[a], chunks[b], groups[g], lms[l], {0, 0}, {0, 0}, 0};
+                    int ref = 0;
+                    rc = predict_at(&e, SC_G_MATH, G4_SK_MATH, 0, 1, &ref);
+                    if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
+                        if (!refused++)
+                            snprintf(why, sizeof why, " (the first: %d/%d/%d/%d: %s)", e.split,
+                                     e.chunk, e.group, e.lm, g4_error());
+                        rc = G4_OK;
+                        continue;
+                    }
+                    if (!rc) all[n++] = e;
+                }
+    if (!rc) {
+        fprintf(out, "step-model math grid (Q4, pf=2 math, G=%d): split_keys", SC_G_MATH);
+        for (int a = 0; a < NS; a++) fprintf(out, " %d", splits[a]);
+        fprintf(out, ", chunk_tiles");
+        for (int b = 0; b < NC; b++) fprintf(out, " %d", chunks[b]);
+        fprintf(out, ", group_tiles");
+        for (int g = 0; g < NG; g++) fprintf(out, " %d", groups[g]);
+        fprintf(out, ", lm_group_tiles");
+        for (int l = 0; l < NL; l++) fprintf(out, " %d", lms[l]);
+        fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
+        qsort(all, (size_t)n, sizeof *all, by_q4);
+    }
+    const int k_n = top < n ? top : n;
+    for (int k = 0; k < k_n && !rc; k++) {
+        ranked e = all[k];
+        rc = predict_at(&e, SC_G_MATH, G4_SK_MATH, 0, SC_SEEDS, NULL);
+        all[k] = e;
+    }
+    if (!rc) qsort(all, (size_t)k_n, sizeof *all, by_q4);
+    for (int k = 0; k < k_n && !rc; k++) {
+        const ranked *e = &all[k];
+        fprintf(out,
+                "step-model best q4 math split_keys %d chunk_tiles %d group_tiles %d "
+                "lm_group_tiles %d: %d instructions, pf=2 math G=%d: Q4 %.1f us (seeds within "
+                "%.1f)\n",
+                e->split, e->chunk, e->group, e->lm, e->n, SC_G_MATH, e->us[0], e->spread[0]);
+    }
+    free(all);
+    return rc;
+}
+
 // The grid's axes (split keys, chunk tiles, group tiles, LM group tiles). Past the session-30
 // grid's edge (chunk 128, group 8, LM 128 were its largest and its best): down K chunks up to the
 // whole K of the down GEMV (half, all of the narrow layers' ffn, all of the wide layers'; from
@@ -653,7 +841,7 @@ int g4_sc_report(FILE *out, int grid, int top) {
     // tiles, group tiles, LM group tiles; 0: the plan's default)
     static const int bench[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
                                    {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
-                                   {64, 192, 16, 64}, {64, 192, 16, 128}};
+                                   {64, 192, 16, 64}, {64, 192, 16, 128}, {64, 128, 2, 64}};
     enum { NB = sizeof bench / sizeof bench[0] };
     ranked bp[NB];
     for (int k = 0; k < NB; k++) {
@@ -677,7 +865,9 @@ int g4_sc_report(FILE *out, int grid, int top) {
         fprintf(out, "\n");
     }
     for (int k = 0; k < NB; k++) print_ranked(out, "bench plan", &bp[k]);
+    if ((rc = report_math_rows(out))) return rc;
     if (!grid) return G4_OK;
+    if ((rc = report_math_grid(out, top))) return rc;
     // (one jitter sequence a plan; the best are rerun with SC_SEEDS)
     static const int splits[] = {128, 64, 32}, groups[] = {8, 16, 32}, lms[] = {64, 128, 256};
     int chunks[GRID_CHUNKS];

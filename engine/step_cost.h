@@ -22,7 +22,17 @@
 // (not the streams) carries `jitter` (below).
 // Ablations (G4_SK_*): NO_WAIT: every wait costs wait_us (the barrier), counters not looked at;
 // NO_ACT: reads cost rd_fix_us and writes wr_fix_us; NO_WEIGHTS: no stream, no w_lat_us.
-// Not modelled: pf 1 (the L2 prefetch), pf 3, ACT8 (measured as no change), the stamps' cost.
+//   math    (G4_SK_MATH, between read and write, as the kernel runs it; stamped inside the write
+//           segment, where the kernel's stamps put it) a weight-carrying instruction's busiest
+//           warp (kernels/step_skel_math.h's walk: warp 0, skm_warp_units of the instruction's
+//           units) issues k units at math_unit_us each; without G4_SK_MATH_HELD it also re-reads
+//           its units, math_ring a warp in flight, each ring a round at the stream's latency of
+//           the moment (max(w_lat_us, in flight / dram_gbs): DRAM misses, as the skmath
+//           prediction expects; the re-read's own bytes are not added to DRAM's load):
+//           ring > 1 (Q4: loads ahead of the math) max(k x unit, ceil(k / ring) x lat);
+//           ring 1 (f16: each step waits its load) k x (unit + lat). Held: k x unit alone.
+// Not modelled: pf 1 (the L2 prefetch), pf 3, ACT8 (measured as no change), the stamps' cost,
+// the math of the instructions' other warps (fewer units than warp 0's, hidden behind it).
 #ifndef G4_STEP_COST_H
 #define G4_STEP_COST_H
 
@@ -52,6 +62,8 @@ typedef struct {
                           // an exponential of the same mean (seeded: the same every run), so
                           // that the last of a wide set, which the path follows, has a tail
     unsigned seed;        // the jitter's sequence (0 in the calibration)
+    double math_unit_us;  // G4_SK_MATH: a warp's issue of one unit (a Q4 tile, an f16 2 KB step)
+    double math_ring;     // G4_SK_MATH: units a warp has in flight (its re-read's round)
 } g4_sc_params;
 
 // The session-30 calibration for weights as dt (G4_SQ_Q4 / G4_SQ_F16: only dram_gbs differs, the
@@ -68,9 +80,11 @@ typedef struct {
 
 // Simulates one step of the queues q (counters from 0; targets of step 0) with prefetch form pf
 // (0: weights after the wait, 2: before it) and ablation mode (G4_SK_NO_WAIT | NO_ACT |
-// NO_WEIGHTS). st (NULL: not wanted): [q->n] the stamps a stamped step would have (ns from 1 us,
-// by plan index, cta set) for engine/step_timeline.h. G4_OK, or a user error: bad parameters, pf
-// or mode, or a wait never met (the instruction named).
+// NO_WEIGHTS | MATH | MATH_HELD; HELD only with MATH; the units of q->dt). The caller builds q
+// for the G the kernel runs: G4_SK_MATH's kernel fits 4 CTAs an SM (G 528 on 132 SMs). st (NULL:
+// not wanted): [q->n] the stamps a stamped step would have (ns from 1 us, by plan index, cta set)
+// for engine/step_timeline.h. G4_OK, or a user error: bad parameters, pf or mode, or a wait never
+// met (the instruction named).
 int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_sq_stamp *st,
                    g4_sc_result *r);
 
@@ -85,8 +99,11 @@ int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *s
 // session-31 rows (the bench's plans as measured) and each one's path against its timeline; the
 // mean error of each set; then the bench's plans and a grid of g4_sp_opts (split_keys,
 // chunk_tiles, group_tiles, lm_group_tiles) ranked by the predicted pf=2 step, the best `top` of
-// each weight type. grid 0: the bench's plans only (the grid: 162 plans, ~30 s; a value the plan
-// builder refuses is skipped and counted). G4_OK or the first error.
+// each weight type; the bench's math rows (G4_SK_MATH at G 528: plain, math, math held, Q4 and
+// f16, beside the skmath prediction's ranges) and (grid) a Q4 + MATH ranking over smaller
+// instructions (split keys, down chunks of 16-128 tiles, groups of 2-8, LM groups of 64 / 128),
+// its best `top`. grid 0: the bench's plans only (the grids: 162 plans, then 72 with math, ~60
+// s; a value the plan builder refuses is skipped and counted). G4_OK or the first error.
 int g4_sc_report(FILE *out, int grid, int top);
 
 #endif

@@ -38,6 +38,31 @@
 //   write -> 3.8; i1 woken 4.2, read: CTA 0's i2 (begun 4.0) waits first (blocked: counter 1),
 //   nothing streams: idle 1.3 -> 5.5, write -> 5.8; i2 woken 6.2, streams 2 rounds -> 8.2, read
 //   0.05 -> 8.25, write 0.3 -> 8.55: step 9.55.
+// G4_SK_MATH on a 1-instruction queue (one CTA; math_unit 0.5 us, ring 4 unless said): i weighs
+//   one run of 11,840 bytes (20 Q4 tiles of 592), no wait, no region, no signal. Warp 0 of the
+//   walk takes tiles 0, 8, 16: k = 3. pf=2: 1 round of 11,840 in flight: 11840 / 16384 =
+//   0.72265625 us (> 0.5); wait 0.1 -> 0.82265625; read 0.05 -> 0.87265625; no math: write 0.3
+//   -> 1.17265625, step 2.17265625. The math (its own stream over: the round latency 0.5):
+//   held 3 x 0.5 = 1.5 -> step 3.67265625; re-read, ring 4: max(1.5, ceil(3 / 4) x 0.5) = 1.5
+//   (the same); unit 0.1: max(0.3, 0.5) = 0.5 -> 2.67265625; ring 1: 3 x (0.5 + 0.5) = 3.0 ->
+//   5.17265625. f16 queues (2 KB steps): ceil(11840 / 2048) = 6 units, warp 0 takes 1: held 0.5
+//   -> 2.67265625. NO_WEIGHTS | MATH: no stream, no math: 0.1 + 0.05 + 0.3 + 1 = 1.45. 17 tiles
+//   (10,064 bytes; warp 0 takes 0, 8, 16: 3, the other warps 2), held: pre 10064 / 16384 =
+//   0.6142578125, wait, read -> 0.7642578125, math 1.5, write 0.3: step 3.5642578125.
+// The 3-instruction queues, pf=2, MATH | HELD (Q4): i0 32,768 bytes = 55 tiles, warp 0 7: 3.5
+//   us; i2 2 runs of 27 tiles = 54, warp 0 7: 3.5; i1 no weights: none. CTA 0: i0 pre 2.0,
+//   wait -> 2.1, read -> 2.9, math -> 6.4, write -> 7.3: signal 0; i2 begins 7.5, streams to
+//   9.5, blocked. CTA 1: i1 woken 7.7, read (busy: CTA 0 streams) 2.3 -> 10.0, write -> 10.3:
+//   signal 1. i2 woken 10.7, read -> 10.75, math -> 14.25, write -> 14.55: step 15.55.
+// The re-read at the latency of the moment (MATH, ring 4, unit 0.1; 2 CTAs, no wait, no region,
+//   no signal): CTA 0's a: one run of 65,536 bytes (4 rounds; 110 tiles, warp 0 14); CTA 1's b:
+//   11,840 (1 round; 20 tiles, warp 0 3). Both stream from 0: 16,384 + 11,840 = 28,224 in
+//   flight: a round 1.72265625 us; b's pre ends there, a has 3 rounds left at 1.0 each (16,384
+//   in flight) -> 4.72265625. b: wait -> 1.82265625, read -> 1.87265625 (stamp 2873), math while
+//   a streams: max(0.3, ceil(3 / 4) x 1.0) = 1.0 -> 2.87265625, write -> 3.17265625 (stamp
+//   4173; at the unloaded 0.5 it would be 3673). a: wait, read -> 4.87265625, math (nothing
+//   streams: 0.5) max(1.4, ceil(14 / 4) x 0.5 = 2.0) -> 6.87265625, write -> 7.17265625: step
+//   8.17265625.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +80,7 @@ static g4_sc_params hand_params(void) {
     p.queue_us = 0.2, p.wait_us = 0.1, p.handover_us = 0.4;
     p.rd_fix_us = 0.05, p.rd_lat_us = 0.25, p.rd_busy_gbs = 1, p.rd_idle_gbs = 2;
     p.wr_fix_us = 0.3, p.wr_lat_us = 0.1, p.wr_gbs = 1, p.launch_us = 1;
+    p.math_unit_us = 0.5, p.math_ring = 4;
     return p;
 }
 
@@ -144,7 +170,8 @@ int main(void) {
     CHECK(g4_sc_simulate(&q, &p, 1, 0, NULL, &r) == G4_EUSER);
     CHECK(strstr(g4_error(), "pf 1") != NULL);
     CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_ACT8, NULL, &r) == G4_EUSER);
-    CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_MATH, NULL, &r) == G4_EUSER); // (not modelled)
+    CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_MATH_HELD, NULL, &r) == G4_EUSER); // (without MATH)
+    CHECK(strstr(g4_error(), "MATH_HELD without MATH") != NULL);
     ins[2].wait_tgt[0] = 2; // i1 waits for 2 signals of counter 0: only i0 signals it
     CHECK(g4_sc_simulate(&q, &p, 2, 0, NULL, &r) == G4_EUSER);
     CHECK_MSG(strstr(g4_error(), "instruction #1 waits on a count never reached") != NULL, "%s",
@@ -156,6 +183,59 @@ int main(void) {
               "%s", g4_error());
     ins[2].wait_ctr[0] = 0;
     CHECK(g4_sc_simulate(NULL, &p, 2, 0, NULL, &r) == G4_EUSER);
+
+    // G4_SK_MATH on the 1-instruction queue and the 3-instruction one (worked out at the top)
+    {
+        int s1[2] = {0, 1}, ps1[1] = {1};
+        g4_sq_instr one = instr(0, -1, -1);
+        one.w_runs = 1, one.w_run = 20 * 592, one.w_stride = 20 * 592;
+        g4_sq q1;
+        memset(&q1, 0, sizeof q1);
+        q1.G = 1, q1.n = 1, q1.start = s1, q1.ins = &one, q1.reg = reg, q1.n_reg = 0;
+        q1.n_counters = 1, q1.per_step = ps1, q1.dt = G4_SQ_Q4;
+        const struct {
+            int mode;
+            double unit, ring, step;
+            g4_sq_dtype dt;
+            int tiles;
+        } mc[] = {
+            {0, 0.5, 4, 2.17265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 3.67265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH, 0.5, 4, 3.67265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH, 0.1, 4, 2.67265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH, 0.5, 1, 5.17265625, G4_SQ_Q4, 20},
+            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 2.67265625, G4_SQ_F16, 20},
+            {G4_SK_MATH | G4_SK_NO_WEIGHTS, 0.5, 4, 1.45, G4_SQ_Q4, 20},
+            {G4_SK_MATH | G4_SK_MATH_HELD, 0.5, 4, 3.5642578125, G4_SQ_Q4, 17},
+        };
+        for (size_t k = 0; k < sizeof mc / sizeof mc[0]; k++) {
+            g4_sc_params pm = p;
+            pm.math_unit_us = mc[k].unit, pm.math_ring = mc[k].ring;
+            q1.dt = mc[k].dt;
+            one.w_run = one.w_stride = mc[k].tiles * 592;
+            char what[64];
+            snprintf(what, sizeof what, "math case %zu step", k);
+            CHECK(g4_sc_simulate(&q1, &pm, 2, mc[k].mode, NULL, &r) == G4_OK);
+            near(r.step_us, mc[k].step, what);
+        }
+        q.dt = G4_SQ_Q4;
+        CHECK(g4_sc_simulate(&q, &p, 2, G4_SK_MATH | G4_SK_MATH_HELD, NULL, &r) == G4_OK);
+        near(r.step_us, 15.55, "3-instruction held math step");
+        // the re-read while another CTA streams
+        int s2[3] = {0, 1, 2};
+        g4_sq_instr two[2] = {instr(0, -1, -1), instr(1, -1, -1)};
+        two[0].w_runs = 1, two[0].w_run = 65536, two[0].w_stride = 65536;
+        two[1].w_runs = 1, two[1].w_run = 20 * 592, two[1].w_stride = 20 * 592;
+        g4_sq q2 = q1;
+        q2.G = 2, q2.n = 2, q2.start = s2, q2.ins = two, q2.dt = G4_SQ_Q4;
+        g4_sc_params pm = p;
+        pm.math_unit_us = 0.1;
+        g4_sq_stamp st2[2];
+        CHECK(g4_sc_simulate(&q2, &pm, 2, G4_SK_MATH, st2, &r) == G4_OK);
+        near(r.step_us, 8.17265625, "re-read step");
+        CHECK_INT((int)st2[1].t[G4_TL_T_READ], 2873);
+        CHECK_INT((int)st2[1].t[G4_TL_T_SIGNAL], 4173);
+    }
 
     // the parameters: the defaults pass; each bad kind of value is refused naming its field
     for (int dt = 0; dt < 2; dt++) {
@@ -172,6 +252,12 @@ int main(void) {
     CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "dram_gbs") != NULL);
     bad = p, bad.jitter = 1.5;
     CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "jitter") != NULL);
+    bad = p, bad.math_ring = 0;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "math_ring") != NULL);
+    bad = p, bad.math_ring = 2.5;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "math_ring") != NULL);
+    bad = p, bad.math_unit_us = -1;
+    CHECK(g4_sc_params_check(&bad) == G4_EUSER && strstr(g4_error(), "math_unit_us") != NULL);
     CHECK(g4_sc_params_check(NULL) == G4_EUSER);
     CHECK(g4_sc_simulate(&q, &bad, 2, 0, NULL, &r) == G4_EUSER);
 
@@ -184,7 +270,9 @@ int main(void) {
         rewind(f);
         char line[1024];
         int params = 0, rows = 0, paths = 0, plans = 0, other = 0, header = 0, plan_rows = 0;
-        int errs = 0, same = 0;
+        int errs = 0, same = 0, n_mr = 0, mkind[16];
+        char kind[16];
+        double mr[16][2]; // the math rows (plain, math, held: each plan's three in order)
         // the session-31 rows' model columns (split, chunk, group, lm, Q4, f16): each must be
         // its bench plan line's prediction (the same plan, the same seeds)
         enum { MAX_PR = 16 };
@@ -200,9 +288,17 @@ int main(void) {
                 errs += strstr(line, "all rows (15): Q4 ") != NULL;
             else if (!strncmp(line, "step-model validation", 21))
                 header++;
-            else if (!strncmp(line, "row (G=660", 10) || !strncmp(line, "plan (split/", 12))
+            else if (!strncmp(line, "row (G=660", 10) || !strncmp(line, "plan (split/", 12) ||
+                     !strncmp(line, "step-model math rows (", 22) ||
+                     !strncmp(line, "row (split/", 11))
                 header++;
-            else if (!strncmp(line, "step-model path a layer, Q4 pf=", 31))
+            else if (!pc && sscanf(line, "plan %d/%d/%d/%d%15[^0-9]%lf %*s %lf", &a, &b, &c, &d,
+                                   kind, &q, &h) == 7) { // (a math row: no % in it)
+                if (n_mr < MAX_PR) {
+                    mkind[n_mr] = strstr(kind, "math held ub") ? 2 : strstr(kind, "math") ? 1 : 0;
+                    mr[n_mr][0] = q, mr[n_mr++][1] = h;
+                }
+            } else if (!strncmp(line, "step-model path a layer, Q4 pf=", 31))
                 paths++;
             else if (sscanf(line,
                             "step-model bench plan split_keys %d chunk_tiles %d group_tiles %d "
@@ -233,14 +329,25 @@ int main(void) {
                 if (!memcmp(pr[i], bl[j], sizeof pr[i]))
                     same += pr_us[i][0] == bl_us[j][0] && pr_us[i][1] == bl_us[j][1];
         CHECK_INT(params, 2);
-        CHECK_INT(header, 4);
+        CHECK_INT(header, 6);
         CHECK_INT(rows, 9);
         CHECK_INT(plan_rows, 6);
         CHECK_INT(same, 6);
         CHECK_INT(errs, 1);
         CHECK_INT(paths, 8);
-        CHECK_INT(plans, 8);
+        CHECK_INT(plans, 9);
         CHECK_INT(other, 0);
+        // the math rows: 3 plans x (plain, math, held), in order; for Q4 and f16 the math costs
+        // (math > plain) and the held form (no re-read) is not slower than the math
+        CHECK_INT(n_mr, 9);
+        for (int i = 0; i + 2 < n_mr; i += 3) {
+            CHECK(mkind[i] == 0 && mkind[i + 1] == 1 && mkind[i + 2] == 2);
+            for (int dt = 0; dt < 2; dt++)
+                CHECK_MSG(mr[i + 1][dt] > mr[i][dt] && mr[i + 2][dt] <= mr[i + 1][dt] &&
+                              mr[i + 2][dt] > mr[i][dt],
+                          "math rows %d dt %d: %g %g %g", i / 3, dt, mr[i][dt], mr[i + 1][dt],
+                          mr[i + 2][dt]);
+        }
         fclose(f);
     }
     return g4t_finish("test_step_cost");

@@ -137,11 +137,14 @@ int main(void) {
     CHECK_INT(skm_warp_units(in.w_runs * skm_units_a_run(G4_SQ_F16, 0), 0), 0);
 
     // the bench's plans of E2B (api/bench_stepskel.c: splits of 128 keys, the plan's chunks and
-    // groups; the cost model's best: splits of 64, chunks of 128 tiles, groups of 8, LM 128)
+    // groups; the cost model's best: splits of 64, chunks of 128 tiles, groups of 8, LM 128;
+    // its best with the math: groups of 2, LM 64)
     const g4_sp_opts base = {G4_SP_TILE, 512, 1, 0, 0, 0, 128, 0, 0};
     const g4_sp_opts best = {G4_SP_TILE, 512, 1, 8, 128, 128, 64, 0, 0};
+    const g4_sp_opts best_math = {G4_SP_TILE, 512, 1, 2, 128, 64, 64, 0, 0};
     plan_checks(&g4_sp_shape_e2b, &base, "E2B baseline plan");
     plan_checks(&g4_sp_shape_e2b, &best, "E2B best plan");
+    plan_checks(&g4_sp_shape_e2b, &best_math, "E2B best plan with math");
     // the GPU test's shapes (tests/test_cuda_step_skel.c), two-step plans
     static const g4_sp_shape shapes[] = {
         {"3 layers, hidden 64", 64, 3, 2, 1, 32, 64, 2, 1, 128, 256, 32, 512, 8},

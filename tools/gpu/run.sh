@@ -60,9 +60,11 @@
 #            128) run the design row and Q4's timeline. The baseline and the best plan also run the
 #            GEMV math (G4_SK_MATH, at the 4 CTAs an SM its kernel fits: pf=2 without it, with it,
 #            and " math held ub": on words never loaded), Q4 and f16, and Q4's stamped step with it
-#            on the best plan (~15 s more). Last, the cost model itself (`bench --step-model`,
-#            CPU, ~10 s) into $OUT/stepskel_model.txt, its bench-plan lines printed here, so that
-#            its predictions sit beside the rows they predict.
+#            on the best plan (~15 s more); so does the cost model's best with the math (chunks of
+#            2048, groups of 2, LM groups of 64; its design row, Q4 timeline and stamped math
+#            step too, ~10 s more). Last, the cost model itself (`bench --step-model`, CPU, ~15 s)
+#            into $OUT/stepskel_model.txt, its bench-plan lines and math rows printed here, so
+#            that its predictions sit beside the rows they predict.
 #            A wait that never ends traps ("trapping", naming the instruction), never hangs
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
 #            proxy's largest linears (K x N = 6144 x 768, 768 x 6144, 3072 x 768; 2048 rows):
@@ -914,7 +916,7 @@ stage_stepskel() {
     echo "=== the CPU cost model's prediction of the plans (engine/step_cost.h)"
     timeout 120 build-gpu/g4cu bench --step-model >"$OUT/stepskel_model.txt" 2>&1
     echo "bench --step-model: exit $?"
-    grep -E "^step-model bench plan" "$OUT/stepskel_model.txt" | cut -c1-200
+    grep -E "^step-model (bench plan|math rows)|^plan [0-9][^%]*$" "$OUT/stepskel_model.txt" | cut -c1-200
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
