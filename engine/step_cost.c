@@ -758,40 +758,62 @@ static int report_math_rows(FILE *out) {
 // The Q4 + G4_SK_MATH ranking (pf=2, G = 528): smaller instructions than the no-math grid's,
 // as the math on the path scales with an instruction's tiles. Q4 only (f16's math walk is
 // latency-bound, not a measure of its math). `top` best, each rerun with SC_SEEDS.
+// A grid's axes: split keys, down chunk tiles, GEMV group tiles, LM group tiles.
+typedef struct {
+    const int *v[4];
+    int n[4];
+} grid_axes;
+
+// Every plan of the grid with one jitter sequence into all[0 .. *n): Q4 and f16 at SC_G
+// (mode 0), or Q4 alone at G under `mode`. A value the plan builder refuses is skipped and
+// counted; the first is named in why.
+static int grid_sweep(const grid_axes *ax, int G, int mode, ranked *all, int *n, int *refused,
+                      char *why, size_t why_n) {
+    int rc = G4_OK;
+    for (int a = 0; a < ax->n[0] && !rc; a++)
+        for (int b = 0; b < ax->n[1] && !rc; b++)
+            for (int g = 0; g < ax->n[2] && !rc; g++)
+                for (int l = 0; l < ax->n[3] && !rc; l++) {
+                    ranked e = {
+                        ax->v[0][a], ax->v[1][b], ax->v[2][g], ax->v[3][l], {0, 0}, {0, 0}, 0};
+                    int ref = 0;
+                    rc = mode ? predict_at(&e, G, mode, 0, 1, &ref) : predict(&e, 1, &ref);
+                    if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
+                        if (!(*refused)++)
+                            snprintf(why, why_n, " (the first: %d/%d/%d/%d: %s)", e.split, e.chunk,
+                                     e.group, e.lm, g4_error());
+                        rc = G4_OK;
+                        continue;
+                    }
+                    if (!rc) all[(*n)++] = e;
+                }
+    return rc;
+}
+
+// "split_keys 128 64 32, chunk_tiles ..., group_tiles ..., lm_group_tiles ...: N plans
+// simulated, R refused by the plan builder[ (the first: ...)]"
+static void print_grid(FILE *out, const grid_axes *ax, int n, int refused, const char *why) {
+    static const char *name[4] = {"split_keys", "chunk_tiles", "group_tiles", "lm_group_tiles"};
+    for (int i = 0; i < 4; i++) {
+        fprintf(out, "%s%s", i ? ", " : "", name[i]);
+        for (int k = 0; k < ax->n[i]; k++) fprintf(out, " %d", ax->v[i][k]);
+    }
+    fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
+}
+
 static int report_math_grid(FILE *out, int top) {
     static const int splits[] = {128, 64, 32}, chunks[] = {16, 32, 64, 128}, groups[] = {2, 4, 8},
                      lms[] = {64, 128};
     enum { NS = sizeof splits / sizeof splits[0], NC = sizeof chunks / sizeof chunks[0] };
     enum { NG = sizeof groups / sizeof groups[0], NL = sizeof lms / sizeof lms[0] };
     ranked *all = g4_calloc(NS * NC * NG * NL, sizeof *all);
-    int n = 0, refused = 0, rc = G4_OK;
+    int n = 0, refused = 0;
     char why[256] = "";
-    for (int a = 0; a < NS && !rc; a++)
-        for (int b = 0; b < NC && !rc; b++)
-            for (int g = 0; g < NG && !rc; g++)
-                for (int l = 0; l < NL && !rc; l++) {
-                    ranked e = {splits[a], chunks[b], groups[g], lms[l], {0, 0}, {0, 0}, 0};
-                    int ref = 0;
-                    rc = predict_at(&e, SC_G_MATH, G4_SK_MATH, 0, 1, &ref);
-                    if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
-                        if (!refused++)
-                            snprintf(why, sizeof why, " (the first: %d/%d/%d/%d: %s)", e.split,
-                                     e.chunk, e.group, e.lm, g4_error());
-                        rc = G4_OK;
-                        continue;
-                    }
-                    if (!rc) all[n++] = e;
-                }
+    const grid_axes ax = {{splits, chunks, groups, lms}, {NS, NC, NG, NL}};
+    int rc = grid_sweep(&ax, SC_G_MATH, G4_SK_MATH, all, &n, &refused, why, sizeof why);
     if (!rc) {
-        fprintf(out, "step-model math grid (Q4, pf=2 math, G=%d): split_keys", SC_G_MATH);
-        for (int a = 0; a < NS; a++) fprintf(out, " %d", splits[a]);
-        fprintf(out, ", chunk_tiles");
-        for (int b = 0; b < NC; b++) fprintf(out, " %d", chunks[b]);
-        fprintf(out, ", group_tiles");
-        for (int g = 0; g < NG; g++) fprintf(out, " %d", groups[g]);
-        fprintf(out, ", lm_group_tiles");
-        for (int l = 0; l < NL; l++) fprintf(out, " %d", lms[l]);
-        fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
+        fprintf(out, "step-model math grid (Q4, pf=2 math, G=%d): ", SC_G_MATH);
+        print_grid(out, &ax, n, refused, why);
         qsort(all, (size_t)n, sizeof *all, by_q4);
     }
     const int k_n = top < n ? top : n;
@@ -878,35 +900,14 @@ int g4_sc_report(FILE *out, int grid, int top) {
     ranked *all = g4_calloc(n_max, sizeof *all);
     int n = 0, refused = 0;
     char why[256] = "";
-    for (int a = 0; a < NS && !rc; a++)
-        for (int b = 0; b < GRID_CHUNKS && !rc; b++)
-            for (int g = 0; g < NG && !rc; g++)
-                for (int l = 0; l < NL && !rc; l++) {
-                    ranked e = {splits[a], chunks[b], groups[g], lms[l], {0, 0}, {0, 0}, 0};
-                    int ref = 0;
-                    rc = predict(&e, 1, &ref);
-                    if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
-                        if (!refused++)
-                            snprintf(why, sizeof why, " (the first: %d/%d/%d/%d: %s)", e.split,
-                                     e.chunk, e.group, e.lm, g4_error());
-                        rc = G4_OK;
-                        continue;
-                    }
-                    if (!rc) all[n++] = e;
-                }
+    const grid_axes ax = {{splits, chunks, groups, lms}, {NS, GRID_CHUNKS, NG, NL}};
+    rc = grid_sweep(&ax, SC_G, 0, all, &n, &refused, why, sizeof why);
     if (rc) {
         free(all);
         return rc;
     }
-    fprintf(out, "step-model grid: split_keys");
-    for (int a = 0; a < NS; a++) fprintf(out, " %d", splits[a]);
-    fprintf(out, ", chunk_tiles");
-    for (int b = 0; b < GRID_CHUNKS; b++) fprintf(out, " %d", chunks[b]);
-    fprintf(out, ", group_tiles");
-    for (int g = 0; g < NG; g++) fprintf(out, " %d", groups[g]);
-    fprintf(out, ", lm_group_tiles");
-    for (int l = 0; l < NL; l++) fprintf(out, " %d", lms[l]);
-    fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
+    fprintf(out, "step-model grid: ");
+    print_grid(out, &ax, n, refused, why);
     for (int dt = 0; dt < 2; dt++) {
         // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
         qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
