@@ -1405,6 +1405,15 @@ bool gemv_v4(int M, int N, int K, bool fused, bool pro) {
     return gv4_smem_bytes(M, K, p, pro) <= GV4_SMEM_MAX;
 }
 
+// The design a GEMV launch of M <= 8 runs (and g4_gemm_gemv_last_design reports): the fourth,
+// the third, the earlier kernel (x given only: it has no add-norm prologue), else the stream.
+int gemv_design(int M, int N, int K, bool fused, bool pro) {
+    return gemv_v4(M, N, K, fused, pro)   ? 4
+           : gemv_v3(N, K, fused)         ? 3
+           : !pro && gemv_v1(N, K, fused) ? 1
+                                          : 2;
+}
+
 int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, const g4_q4_weight *wu,
              const void *bias, int M, g4_gemm_epi epi, g4_gemm_algo algo, cudaStream_t stream) {
     const int N = w->n, K = w->k;
@@ -1420,10 +1429,7 @@ int dispatch(const char *who, void *y, const void *x, const g4_q4_weight *w, con
     switch (algo) {
     case G4_GEMM_GEMV:
         if (M > 8) return g4_fail(G4_EUSER, "%s: GEMV takes M <= 8 tokens, got M = %d", who, M);
-        g_gv_last = gemv_v4(M, N, K, wu != nullptr, false) ? 4
-                    : gemv_v3(N, K, wu != nullptr)           ? 3
-                    : gemv_v1(N, K, wu != nullptr)           ? 1
-                                                             : 2;
+        g_gv_last = gemv_design(M, N, K, wu != nullptr, false);
         if (g_gv_last == 4) { // forced (G4_GEMV=v4)
             if (wu)
                 launch_gemv4<true, false>(y, hx, w0, w1, hb, M, N, K, epi, gv_pro{}, stream);
@@ -1533,9 +1539,7 @@ extern "C" int g4_gemv_q4_add_norm(void *y, const g4_gemv_norm *a, const g4_q4_w
     rc = g4k::norm_operands(who, a, y, bias, M, w->n, w->k, epi, wu != nullptr, &pro);
     if (rc) return rc;
     const g4k::q4w w0 = g4k::view(w), w1 = wu ? g4k::view(wu) : w0;
-    g4k::g_gv_last = g4k::gemv_v4(M, w->n, w->k, wu != nullptr, true) ? 4
-                     : g4k::gemv_v3(w->n, w->k, wu != nullptr)         ? 3
-                                                                       : 2;
+    g4k::g_gv_last = g4k::gemv_design(M, w->n, w->k, wu != nullptr, true);
     if (g4k::g_gv_last == 4) {
         if (wu)
             g4k::launch_gemv4<true, true>(y, nullptr, w0, w1, nullptr, M, w->n, w->k, epi, pro,
