@@ -22,6 +22,7 @@ evaluation's greedy answers, scored as `g4cu eval` scores them), on the CPU:
      id), each answer is the unbounded one cut before its first such id (worked here from the
      unbounded ids), every row ended, and the loop stopped on the forward that ended the last row
      (2 forwards, or 1 when every first id is such an id).
+  5. --eval-decode without --eval-every is refused in one line (exit 1).
 The run's determinism with --eval-decode on or off is tests/mm_fast_check.py's check 6.
 Prints one line per check; exit 1 on the first failure."""
 import json
@@ -93,7 +94,8 @@ def inputs_of(g, r):
     """Row r of prompt_batch's dict as its item alone: its prompt without the left padding and
     its media (a clip's own frames only)."""
     keep = g["attention_mask"][r] == 1
-    one = dict(input_ids=g["input_ids"][r][keep][None], attention_mask=g["attention_mask"][r][keep][None])
+    one = dict(input_ids=g["input_ids"][r][keep][None],
+               attention_mask=g["attention_mask"][r][keep][None])
     if "pixel_values" in g:
         one.update(pixel_values=g["pixel_values"][r:r + 1],
                    image_position_ids=g["image_position_ids"][r:r + 1])
@@ -124,7 +126,8 @@ def check_decode():
                           tgt=pr.target(text)))
     eos = model.config.eos_token_id
     bound = 10
-    kinds = {"image": [tmp.collate(its["image"][:2]), tmp.collate(small), tmp.collate(its["image"][2:])],
+    kinds = {"image": [tmp.collate(its["image"][:2]), tmp.collate(small),
+                       tmp.collate(its["image"][2:])],
              "audio": [tmp.collate(its["audio"][:2]), tmp.collate(its["audio"][2:])]}
     with torch.no_grad():
         for kind, batches in kinds.items():
@@ -140,7 +143,7 @@ def check_decode():
             hook = model.lm_head.register_forward_hook(
                 lambda m, i, o: cap.append(o[:, -1].detach().clone()))
             try:
-                ids, n, ended = tmp.greedy_decode(model, g, eos, bound, False)
+                ids, n, ended, bad = tmp.greedy_decode(model, g, eos, bound, False)
                 mine, cap[:] = list(cap), []
                 ref, gap = [], 0.0
                 for row in range(len(ids)):
@@ -163,12 +166,13 @@ def check_decode():
                   f"{distinct} distinct answers, {n} forwards: "
                   f"{sum(a == b for a, b in zip(ids, ref))}/{len(ids)} equal generate's; "
                   f"logits within {gap:.2e} (tolerance {LOGIT_TOL:.0e})")
-            if ids != ref or not gap <= LOGIT_TOL:
-                fail(f"{kind}: greedy_decode {ids} vs generate {ref}, logits {gap:.2e} apart")
+            if ids != ref or not gap <= LOGIT_TOL or bad:
+                fail(f"{kind}: greedy_decode {ids} vs generate {ref}, logits {gap:.2e} apart, "
+                     f"{bad} rows with non-finite logits")
             if distinct < 2:
                 fail(f"{kind}: every item got the same answer: the comparison shows little")
             # the bound
-            short, n3, _ = tmp.greedy_decode(model, g, eos, 3, False)
+            short, n3, _, _ = tmp.greedy_decode(model, g, eos, 3, False)
             if n3 != 3 or short != [x[:3] for x in ids] or any(len(x) < 3 for x in ids):
                 fail(f"{kind}: max_new 3: {short} in {n3} forwards (expected {[x[:3] for x in ids]}"
                      " in 3; the unbounded answers must be longer for this check)")
@@ -176,7 +180,7 @@ def check_decode():
             stops = sorted({x[1] for x in ids})
             cut = [x[:next(j for j, y in enumerate(x) if y in stops)] for x in ids]
             runs = max(map(len, cut)) + 1  # the last row to stop stops on its eos id's forward
-            got, n2, ended2 = tmp.greedy_decode(model, g, stops, bound, False)
+            got, n2, ended2, _ = tmp.greedy_decode(model, g, stops, bound, False)
             if got != cut or n2 != runs or not all(ended2):
                 fail(f"{kind}: eos {stops}: {got} in {n2} forwards, ended {ended2} (expected "
                      f"{cut} in {runs}, every row ended)")
@@ -184,7 +188,21 @@ def check_decode():
                   f"answers of {[len(x) for x in cut]} ids, {n2} forwards")
 
 
+def check_refusal():
+    import subprocess
+
+    res = subprocess.run([sys.executable, tmp.__file__, os.devnull, "--data", os.devnull,
+                          "--device", "cpu", "--eval-every", "0", "--eval-decode"],
+                         capture_output=True, text=True)
+    err = res.stderr.strip().splitlines()
+    if res.returncode != 1 or len(err) != 1 or "--eval-decode needs --eval-every" not in err[0]:
+        fail(f"--eval-decode --eval-every 0: exit {res.returncode}, {res.stderr[-400:]!r} "
+             "(expected one line and exit 1)")
+    print(f"mm_exact_check: --eval-decode --eval-every 0: refused: {err[0]}")
+
+
 def main():
+    check_refusal()
     check_vectors()
     check_hand()
     check_decode()

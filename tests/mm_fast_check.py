@@ -43,7 +43,8 @@ synthetic clips, --pad-to 64):
      did not reach the decoder (a model that ignores its media); a third run with
      --eval-decode (each held-out item's greedy answer too, tests/mm_exact_check.py) gives the
      same final_loss, grad_norm_max and weights, the same held-out losses, and a decode record
-     (4 answers, its scores finite, 1 to its bound forwards) for each kind and row;
+     (4 answers, its scores finite, 1 to its bound forwards, no answer from non-finite logits)
+     for each kind and row;
 , not under ctest: the first call compiles for ~2-10 minutes on a
 shared CPU) it checks instead that --compile's half_loss (train_mm_proxy.compile_loss) gives
 each half's loss within COMPILE_LOSS_TOL (relative) and every gradient within COMPILE_GRAD_TOL
@@ -325,6 +326,7 @@ def check_heldout(trainer):
                     for k in ("image", "audio") for m in keys)
     decs = [x[k].get("decode") for x in dec["heldout"] for k in ("image", "audio")]
     good = [x is not None and len(x["answers"]) == 4 and 1 <= x["forwards"] <= x["bound"] and
+            x["nonfinite"] == 0 and
             all(math.isfinite(x[m]) for m in ("exact", "cer", "cer_other", "len_diff"))
             for x in decs]
     print(f"mm_fast_check: --eval-decode: held-out losses {'equal' if same_rows else 'differ'}; "

@@ -1238,16 +1238,23 @@ def greedy_decode(model, g, eos, max_new, amp):
     forward, then one token a forward, each row's next position one past its last. A row stops
     at its first id in eos (kept out of its answer); the loop stops when every row has, or after
     max_new ids. The caller sets eval mode and no_grad. Returns (each row's answer ids, the
-    forwards run, whether each row reached an eos)."""
+    forwards run, whether each row reached an eos, the rows whose logits were ever not finite).
+    The last is a guard, not an expectation: a left pad's query attends to nothing, and SDPA
+    returns zeros for such rows (torch >= 2.5; the CPU's path is checked by tests/
+    mm_exact_check.py); a kernel that returned NaN there would poison every row through the
+    pads' cached values, and the count says so instead of scoring garbage silently."""
     B, dev = g["input_ids"].shape[0], g["input_ids"].device
     eos_t = torch.tensor(sorted(eos), device=dev)
     att, pos, past = g["attention_mask"], g["position_ids"], None
     inputs, toks = dict(g), []
     done = torch.zeros(B, dtype=torch.bool, device=dev)
+    bad = torch.zeros(B, dtype=torch.bool, device=dev)
     for t in range(max_new):
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
             o = model(**inputs, past_key_values=past, use_cache=True, logits_to_keep=1)
-        nxt = o.logits[:, -1].argmax(-1)
+        z = o.logits[:, -1]
+        nxt = z.argmax(-1)
+        bad = bad | ~torch.isfinite(z).all(-1)
         past = o.past_key_values
         toks.append(nxt)
         done = done | torch.isin(nxt, eos_t)
@@ -1263,7 +1270,7 @@ def greedy_decode(model, g, eos, max_new, amp):
         k = next((j for j, x in enumerate(row) if x in eos_set), None)
         out.append(row if k is None else row[:k])
         ended.append(k is not None)
-    return out, len(toks), ended
+    return out, len(toks), ended, int(bad.sum())
 
 
 class HeldOut:
@@ -1374,17 +1381,19 @@ class HeldOut:
     def answers(self, kind):
         """The kind's greedy answers (inside measure: eval mode, no gradient, the random
         streams forked) and their scores: mm_metrics.answer_scores' plus forwards (the decode
-        loop's), eos (the share of answers that ended with an eos id), tokens (the answers'
-        mean ids), seconds and the answers themselves."""
+        loop's), eos (the share of answers that ended with an eos id), nonfinite (answers
+        whose logits were ever not finite: should be 0), tokens (the answers' mean ids),
+        seconds and the answers themselves."""
         import mm_metrics
 
         t = time.time()
         g, refs, bound = self.decode[kind]
-        ids, steps, ended = greedy_decode(self.model, {n: v.to(self.dev) for n, v in g.items()},
-                                          self.eos, bound, self.amp)
+        ids, steps, ended, bad = greedy_decode(self.model,
+                                               {n: v.to(self.dev) for n, v in g.items()},
+                                               self.eos, bound, self.amp)
         hyps = [self.pr.tok.decode(x, skip_special_tokens=False) for x in ids]
         r = mm_metrics.answer_scores(kind, refs, hyps)
-        r.update(forwards=steps, bound=bound, eos=sum(ended) / len(ended),
+        r.update(forwards=steps, bound=bound, eos=sum(ended) / len(ended), nonfinite=bad,
                  tokens=sum(map(len, ids)) / len(ids), seconds=round(time.time() - t, 3),
                  answers=hyps)
         return r
@@ -1656,7 +1665,10 @@ def main():
                       + f" cer {d['cer']:.3f} (against another item's {d['cer_other']:.3f})"
                       f" |len diff| {d['len_diff']:.1f} of {d['ref_chars']:.1f} chars; eos "
                       f"{d['eos']:.2f}, {d['tokens']:.1f} ids, {d['forwards']} forwards "
-                      f"({d['seconds']:.2f} s); e.g. {d['answers'][0]!r}", flush=True)
+                      f"({d['seconds']:.2f} s)"
+                      + (f"; {d['nonfinite']} ANSWERS FROM NON-FINITE LOGITS" if d["nonfinite"]
+                         else "")
+                      + f"; e.g. {d['answers'][0]!r} for {held.decode[k][1][0]!r}", flush=True)
     loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
@@ -1769,6 +1781,7 @@ def main():
             "compile_failed": compile_failed,
             "eval_every": args.eval_every, "eval_items": held.counts if held else None,
             "eval_decode": args.eval_decode,
+            "heldout_refs": {k: v[1] for k, v in held.decode.items()} if held else None,
             "heldout": held_rows,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
