@@ -40,7 +40,11 @@ synthetic clips, --pad-to 64):
      rolled finite, and zeroed and rolled differ from as is in every row: the tiny model's
      answer tokens attend (causally, through every layer) to the media positions, so a
      different soft token there changes every answer logit; equal values would mean the hook
-     did not reach the decoder (a model that ignores its media);
+     did not reach the decoder (a model that ignores its media); a third run with
+     --eval-decode (each held-out item's greedy answer too, tests/mm_exact_check.py) gives the
+     same final_loss, grad_norm_max and weights, the same held-out losses, and a decode record
+     (4 answers, its scores finite, 1 to its bound forwards, no answer from non-finite logits)
+     for each kind and row;
 , not under ctest: the first call compiles for ~2-10 minutes on a
 shared CPU) it checks instead that --compile's half_loss (train_mm_proxy.compile_loss) gives
 each half's loss within COMPILE_LOSS_TOL (relative) and every gradient within COMPILE_GRAD_TOL
@@ -284,25 +288,29 @@ def check_heldout(trainer):
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d)
         runs = {}
-        for every in (4, 0):
-            out = os.path.join(d, f"every{every}")
+        for name, extra in (("on", ["--eval-every", "4"]), ("off", ["--eval-every", "0"]),
+                            ("decode", ["--eval-every", "4", "--eval-decode"])):
+            out = os.path.join(d, name)
             res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
                                   "--batch", "8", "--steps", "10", "--device", "cpu",
                                   "--threads", "1", "--no-export", "--minutes", "30",
-                                  "--eval-every", str(every), "--eval-items", "4"],
+                                  "--eval-items", "4"] + extra,
                                  capture_output=True, text=True)
             if res.returncode:
-                fail(f"--eval-every {every}: exit {res.returncode}: {res.stderr[-600:]}")
+                fail(f"{' '.join(extra)}: exit {res.returncode}: {res.stderr[-600:]}")
             j = json.load(open(os.path.join(out, "train.json")))
             h = hashlib.sha256(open(os.path.join(out, "hf", "model.safetensors"), "rb").read())
             lines = [x for x in res.stdout.splitlines() if "held-out step" in x]
-            runs[every] = (j, h.hexdigest(), lines)
-    (on, h_on, lines), (off, h_off, lines_off) = runs[4], runs[0]
-    same = [on[k] == off[k] for k in ("final_loss", "grad_norm_max")] + [h_on == h_off]
-    print(f"mm_fast_check: --eval-every 4 vs 0: final_loss {on['final_loss']} vs "
-          f"{off['final_loss']}, weights {h_on[:12]} vs {h_off[:12]}: {sum(same)}/3 equal")
+            runs[name] = (j, h.hexdigest(), lines)
+    (on, h_on, lines), (off, h_off, lines_off) = runs["on"], runs["off"]
+    dec, h_dec, lines_dec = runs["decode"]
+    same = [on[k] == off[k] == dec[k] for k in ("final_loss", "grad_norm_max")] + \
+        [h_on == h_off == h_dec]
+    print(f"mm_fast_check: --eval-every 4 vs 0 vs 4 --eval-decode: final_loss {on['final_loss']}"
+          f" vs {off['final_loss']} vs {dec['final_loss']}, weights {h_on[:12]} vs {h_off[:12]}"
+          f" vs {h_dec[:12]}: {sum(same)}/3 equal")
     if sum(same) != 3:
-        fail("the held-out evaluation changed the training run")
+        fail("the held-out evaluation (or its decoding) changed the training run")
     rows = on["heldout"]
     for x in lines:
         print(f"mm_fast_check: {x}")
@@ -311,6 +319,22 @@ def check_heldout(trainer):
         fail(f"held-out rows at steps {[x['step'] for x in rows]}, {len(lines)} log lines "
              f"(expected 4, 8, 10: 3), off: {off['heldout']} {len(lines_off)}; items "
              f"{on['eval_items']}")
+    # --eval-decode: the same losses (its forwards come after them and move nothing), a decode
+    # record a kind and row, each with its 4 answers, and one more log line a kind and row
+    keys = ("loss", "zeroed", "rolled", "soft_rms", "soft_cos")
+    same_rows = all(a[k][m] == b[k][m] for a, b in zip(rows, dec["heldout"])
+                    for k in ("image", "audio") for m in keys)
+    decs = [x[k].get("decode") for x in dec["heldout"] for k in ("image", "audio")]
+    good = [x is not None and len(x["answers"]) == 4 and 1 <= x["forwards"] <= x["bound"] and
+            x["nonfinite"] == 0 and
+            all(math.isfinite(x[m]) for m in ("exact", "cer", "cer_other", "len_diff"))
+            for x in decs]
+    print(f"mm_fast_check: --eval-decode: held-out losses {'equal' if same_rows else 'differ'}; "
+          f"{sum(good)}/{len(good)} decode records whole; {len(lines_dec)} log lines")
+    if not same_rows or len(decs) != 6 or not all(good) or len(lines_dec) != 9 or \
+            any("decode" in x[k] for x in rows for k in ("image", "audio")) or \
+            dec.get("eval_decode") is not True:
+        fail(f"--eval-decode's rows: {dec['heldout']}")
     vals = [x[k][m] for x in rows for k in ("image", "audio") for m in ("loss", "zeroed",
                                                                       "rolled")]
     moved = sum(x[k][m] != x[k]["loss"] for x in rows for k in ("image", "audio")

@@ -7,7 +7,7 @@
 # trainer's own, where the old step exceeds it; --compile refuses what it cannot honour;
 # --eval-every's held-out rows (the trainer run on a ci plan made here, 10 steps) exist at
 # steps 4, 8, 10, finite, zeroed and rolled off as is, and the run's weights and losses are
-# those of --eval-every 0 to the bit.
+# those of --eval-every 0 to the bit, with --eval-decode (the held-out greedy answers) as well.
 # The interpreter needs torch, transformers, tokenizers and numpy: $G4_TORCH_PYTHON (CI's
 # tools/install_deps.sh installs no torch); without it the test skips (77) saying why.
 set -u

@@ -20,6 +20,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--pad-frames N] [--compile]
                                                [--adamw auto|fused|foreach|loop]
                                                [--eval-every N] [--eval-items K]
+                                               [--eval-decode]
 
 DATA is tools/python/make_mm_data.py's folder after its `plan`, `speech` and `media` steps (the held-out
 media and manifests exist; train items are rendered here, in the data loader, by the same
@@ -122,11 +123,18 @@ functions that wrote the held-out files).
    media long before exact match moves off 0. Eval mode, no gradient, no random stream moved:
    the run's data order and weights are the same with it on or off (tests/mm_fast_check.py).
    Its time counts in --minutes (estimated ~1% of a proxy run at 200; bench/NOTES.md "The
-   trainer measures whether it uses the media").
+   trainer measures whether it uses the media"). --eval-decode: each of those items' greedy
+   answer too (greedy_decode: the KV cache, one left-padded batch a kind, at most the longest
+   held-out answer + DECODE_SLACK ids), scored as `g4cu eval` scores (tools/python/
+   mm_metrics.py: OCRBench's normalisation, Whisper's for WER): exact match, OCRBench accuracy
+   (images), WER (clips), CER, CER against another item's reference, the mean length gap in
+   characters; a log line a kind, the rows' "decode" (bench/NOTES.md "The trainer's held-out
+   answers"; tests/mm_exact_check.py).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
-   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos}, audio: {...}, text_rms, seconds},
+   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos[, decode]}, audio: {...}, text_rms,
+   seconds}, eval_decode,
    eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
    its loss in losses_every_25 / final_loss), exports OUT/f16 with
@@ -1183,6 +1191,88 @@ def roll_chunks(ns, size):
     return chunks, lone
 
 
+DECODE_SLACK = 4  # ids the held-out decoding may run past the longest answer and <turn|>
+
+
+def prompt_batch(batches):
+    """The held-out decoding's inputs (HeldOut, --eval-decode) from a kind's measuring batches
+    (collate's dicts, labels included, on the CPU): every row's prompt (its ids up to the first
+    target, which collate puts at the first label; the answer and the right padding dropped),
+    all rows in one batch, left-padded, with position ids counted from each prompt's first id
+    (as the training forward numbers them; left padding shifts nothing), and the rows' media
+    (an audio half's frames padded to the longest clip of the batches, mask False: inert, as
+    collate pads). Returns (the dict for the model's forward, each row's answer ids as
+    collate's labels hold them: the closing token included)."""
+    rows, targets, media = [], [], {}
+    for b in batches:
+        lab = b["labels"]
+        for r in range(lab.shape[0]):
+            on = (lab[r] != -100).nonzero()
+            if not len(on):
+                raise SystemExit("train_mm_proxy: a held-out row without an answer")
+            n = int(on[0]) + 1  # the prompt's length: its last id predicts the first target
+            rows.append(b["input_ids"][r, :n])
+            targets.append(lab[r][lab[r] != -100].tolist())
+        for k, v in b.items():
+            if k not in ("input_ids", "attention_mask", "labels"):
+                media.setdefault(k, []).append(v)
+    T = max(len(x) for x in rows)
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
+    att = torch.zeros(len(rows), T, dtype=torch.long)
+    for r, x in enumerate(rows):
+        ids[r, T - len(x):], att[r, T - len(x):] = x, 1
+    out = dict(input_ids=ids, attention_mask=att,
+               position_ids=(att.cumsum(-1) - 1).clamp_min(0))
+    for k, vs in media.items():
+        if k in ("input_features", "input_features_mask"):
+            F = max(v.shape[1] for v in vs)
+            vs = [torch.nn.functional.pad(v, (0, 0) * (v.dim() - 2) + (0, F - v.shape[1]))
+                  for v in vs]
+        out[k] = torch.cat(vs)
+    return out, targets
+
+
+def greedy_decode(model, g, eos, max_new, amp):
+    """Greedy answers of a left-padded prompt batch g (prompt_batch's dict, on the model's
+    device) under the training forward's autocast, with the model's KV cache: the prompt's
+    forward, then one token a forward, each row's next position one past its last. A row stops
+    at its first id in eos (kept out of its answer); the loop stops when every row has, or after
+    max_new ids. The caller sets eval mode and no_grad. Returns (each row's answer ids, the
+    forwards run, whether each row reached an eos, the rows whose logits were ever not finite).
+    The last is a guard, not an expectation: a left pad's query attends to nothing, and SDPA
+    returns zeros for such rows (torch >= 2.5; the CPU's path is checked by tests/
+    mm_exact_check.py); a kernel that returned NaN there would poison every row through the
+    pads' cached values, and the count says so instead of scoring garbage silently."""
+    B, dev = g["input_ids"].shape[0], g["input_ids"].device
+    eos_t = torch.tensor(sorted(eos), device=dev)
+    att, pos, past = g["attention_mask"], g["position_ids"], None
+    inputs, toks = dict(g), []
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    bad = torch.zeros(B, dtype=torch.bool, device=dev)
+    for t in range(max_new):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            o = model(**inputs, past_key_values=past, use_cache=True, logits_to_keep=1)
+        z = o.logits[:, -1]
+        nxt = z.argmax(-1)
+        bad = bad | ~torch.isfinite(z).all(-1)
+        past = o.past_key_values
+        toks.append(nxt)
+        done = done | torch.isin(nxt, eos_t)
+        if t == max_new - 1 or bool(done.all()):
+            break
+        att = torch.cat([att, att.new_ones(B, 1)], 1)
+        pos = pos[:, -1:] + 1
+        inputs = dict(input_ids=nxt[:, None], attention_mask=att, position_ids=pos)
+    ids = torch.stack(toks, 1).tolist()
+    eos_set = set(eos)
+    out, ended = [], []
+    for row in ids:
+        k = next((j for j, x in enumerate(row) if x in eos_set), None)
+        out.append(row if k is None else row[:k])
+        ended.append(k is not None)
+    return out, len(toks), ended, int(bad.sum())
+
+
 class HeldOut:
     """--eval-every: the held-out answer loss (per answer token, as the training loss counts
     it: half_loss, under the same autocast) of a fixed subset of the held-out items, each three
@@ -1195,13 +1285,17 @@ class HeldOut:
     its neighbour's padding frames: not its own audio either way). Measured in eval mode, no
     gradient, the hooks attached only while measuring, inside torch.random.fork_rng (no random
     stream of the run is drawn from or moved: the data order and weights are the same with the
-    evaluation on or off, tests/mm_fast_check.py)."""
+    evaluation on or off, tests/mm_fast_check.py).
+    decode (--eval-decode): then each item's greedy answer too (greedy_decode on prompt_batch of
+    the same batches: one left-padded batch a kind, at most the kind's longest answer + <turn|>
+    + DECODE_SLACK ids), scored as `g4cu eval` scores (mm_metrics.answer_scores: exact match,
+    OCRBench accuracy, WER, CER, the length gap), in each kind's "decode"."""
 
     def __init__(self, model, data, fonts, pr, fe, items, k, seed, batch, pad, pad_frames, dev,
-                 amp):
+                 amp, decode=False):
         import mm_probe
 
-        self.model, self.dev, self.amp, self.hooks = model, dev, amp, {}
+        self.model, self.dev, self.amp, self.hooks, self.pr = model, dev, amp, {}, pr
         self.SoftTokens = mm_probe.SoftTokens
         self.batches, self.counts = {}, {}
         for kind in ("image", "audio"):
@@ -1223,6 +1317,17 @@ class HeldOut:
         if not all(self.counts.values()):
             raise SystemExit(f"train_mm_proxy: --eval-items {k}: {self.counts} held-out items "
                              f"measurable in {data} (a lone image cannot be rolled)")
+        self.decode = {}  # kind: (prompt_batch's dict, the answers' texts, the ids' bound)
+        if decode:
+            eos = model.config.eos_token_id
+            self.eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+            if pr.id["<turn|>"] not in self.eos:
+                raise SystemExit(f"train_mm_proxy: the model's eos ids {self.eos} lack <turn|>")
+            for kind, bs in self.batches.items():
+                g, targets = prompt_batch([b for _, b in bs])
+                refs = [t for _, b in bs for t in answer_texts(pr.tok, b["labels"],
+                                                                pr.id["<turn|>"])]
+                self.decode[kind] = (g, refs, max(len(t) for t in targets) + DECODE_SLACK)
 
     def measure(self):
         """{kind: {loss, zeroed, rolled, soft_rms, soft_cos}} on the subset (the losses: means
@@ -1262,6 +1367,8 @@ class HeldOut:
                     out[kind] = {name: s / tokens for name, s in sums.items()}
                     out[kind]["soft_rms"] = float(torch.stack(ms).mean().sqrt())
                     out[kind]["soft_cos"] = float(torch.stack(cs).mean())
+                    if kind in self.decode:
+                        out[kind]["decode"] = self.answers(kind)
                 e = m.language_model.embed_tokens
                 out["text_rms"] = float((e.weight.float() * e.embed_scale.float())
                                         .pow(2).mean().sqrt())
@@ -1270,6 +1377,26 @@ class HeldOut:
                 h.remove()
             self.model.train()
         return out
+
+    def answers(self, kind):
+        """The kind's greedy answers (inside measure: eval mode, no gradient, the random
+        streams forked) and their scores: mm_metrics.answer_scores' plus forwards (the decode
+        loop's), eos (the share of answers that ended with an eos id), nonfinite (answers
+        whose logits were ever not finite: should be 0), tokens (the answers' mean ids),
+        seconds and the answers themselves."""
+        import mm_metrics
+
+        t = time.time()
+        g, refs, bound = self.decode[kind]
+        ids, steps, ended, bad = greedy_decode(self.model,
+                                               {n: v.to(self.dev) for n, v in g.items()},
+                                               self.eos, bound, self.amp)
+        hyps = [self.pr.tok.decode(x, skip_special_tokens=False) for x in ids]
+        r = mm_metrics.answer_scores(kind, refs, hyps)
+        r.update(forwards=steps, bound=bound, eos=sum(ended) / len(ended), nonfinite=bad,
+                 tokens=sum(map(len, ids)) / len(ids), seconds=round(time.time() - t, 3),
+                 answers=hyps)
+        return r
 
 
 def main():
@@ -1370,6 +1497,10 @@ def main():
                     "200: ~1%% of a proxy run's time on the GPU, estimated)")
     ap.add_argument("--eval-items", type=int, default=32, metavar="K",
                     help="held-out items the evaluation measures, of each kind (heldout_pick)")
+    ap.add_argument("--eval-decode", action="store_true",
+                    help="the held-out evaluation also decodes each item's answer greedily and "
+                    "scores it as g4cu eval does: exact match, OCRBench accuracy, WER, CER, the "
+                    "length gap (HeldOut.answers; a log line a kind, heldout rows' decode)")
     ap.add_argument("--inject-nonfinite", metavar="STEP:KIND:WHAT[,...]",
                     help="test hook (tests/mm_guard_check.py): make that step's KIND half-batch "
                     "loss (WHAT=loss) or a decoder gradient (WHAT=grad) infinite")
@@ -1384,6 +1515,9 @@ def main():
     if args.eval_every < 0 or args.eval_items < 2:
         raise SystemExit(f"train_mm_proxy: --eval-every {args.eval_every} (>= 0), --eval-items "
                          f"{args.eval_items} (>= 2: a roll needs a neighbour)")
+    if args.eval_decode and not args.eval_every:
+        raise SystemExit("train_mm_proxy: --eval-decode needs --eval-every N (N > 0): it decodes "
+                         "at the held-out evaluation's steps")
     if args.compile and not args.pad_to:
         raise SystemExit("train_mm_proxy: --compile needs --pad-to N (N > 0): compiled for "
                          "fixed shapes, each new length would compile anew")
@@ -1500,10 +1634,14 @@ def main():
     if args.eval_every:
         th = time.time()
         held = HeldOut(model, args.data, fonts, pr, fe, {"image": images, "audio": audio},
-                       args.eval_items, args.seed, half, args.pad_to, args.pad_frames, dev, amp)
+                       args.eval_items, args.seed, half, args.pad_to, args.pad_frames, dev, amp,
+                       args.eval_decode)
         times["heldout_setup"] = time.time() - th
         print(f"train_mm_proxy: held-out evaluation every {args.eval_every} steps on "
-              f"{held.counts['image']} images, {held.counts['audio']} clips "
+              f"{held.counts['image']} images, {held.counts['audio']} clips"
+              + (" with greedy answers (at most "
+                 + ", ".join(f"{k} {v[2]}" for k, v in held.decode.items()) + " ids)"
+                 if held.decode else "") + " "
               f"({times['heldout_setup']:.1f} s to render)", flush=True)
 
     def heldout(done):
@@ -1518,6 +1656,19 @@ def main():
             f"{r['audio']['soft_rms']:.3f} (text {r['text_rms']:.3f}), cosine to their mean "
             f"image {r['image']['soft_cos']:.3f} audio {r['audio']['soft_cos']:.3f}"
             + f" ({time.time() - th:.1f} s)", flush=True)
+        for k in ("image", "audio"):
+            d = r[k].get("decode")
+            if d:
+                print(f"train_mm_proxy: held-out step {done} answers {k}: exact {d['exact']:.3f}"
+                      + (f" ocrbench {d['ocrbench']:.3f}" if "ocrbench" in d else "")
+                      + (f" wer {d['wer']:.3f}" if "wer" in d else "")
+                      + f" cer {d['cer']:.3f} (against another item's {d['cer_other']:.3f})"
+                      f" |len diff| {d['len_diff']:.1f} of {d['ref_chars']:.1f} chars; eos "
+                      f"{d['eos']:.2f}, {d['tokens']:.1f} ids, {d['forwards']} forwards "
+                      f"({d['seconds']:.2f} s)"
+                      + (f"; {d['nonfinite']} ANSWERS FROM NON-FINITE LOGITS" if d["nonfinite"]
+                         else "")
+                      + f"; e.g. {d['answers'][0]!r} for {held.decode[k][1][0]!r}", flush=True)
     loss_fn = compile_loss(model) if args.compile else half_loss
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
@@ -1629,6 +1780,8 @@ def main():
             "compile_stats": compile_stats() if args.compile else None,
             "compile_failed": compile_failed,
             "eval_every": args.eval_every, "eval_items": held.counts if held else None,
+            "eval_decode": args.eval_decode,
+            "heldout_refs": {k: v[1] for k, v in held.decode.items()} if held else None,
             "heldout": held_rows,
             "grad_norm_every_25": [None if math.isnan(x) else round(x, 4) for x in norms[::25]],
             "grad_norm_max": float(np.nanmax(norms + [0])),
