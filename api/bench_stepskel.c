@@ -147,7 +147,12 @@ static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0, 1},
                                            // the cost model's best with the GEMV math (--grid's
                                            // math ranking, branch skmodelmath): groups of 2
                                            // tiles, less math on each path instruction
-                                           {64, 128, 2, 64, 1}};
+                                           {64, 128, 2, 64, 1},
+                                           // the cost model's best held-words plan whose
+                                           // largest instruction fits a CTA's shared memory
+                                           // at 4 an SM (--grid's held ranking, branch skheld:
+                                           // groups of 1 tile, LM groups of 2; 37 KB, o)
+                                           {STEPSKEL_SPLIT_KEYS, 128, 1, 2, 1}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,
