@@ -42,7 +42,8 @@
 // op's largest (each op's math runs after its wait, so the path carries one instruction's an
 // op): 1,363.2 a layer on the best plan (64/128/8/128), 585.6 on the baseline (128/32/4/64),
 // 340.8 on 64/128/2/64, + the LM head's 3,072 / 1,536 / 1,536: 50,784 / 22,032 / 13,464 a step
-// (the report prints each plan's, counted from its queues, and the per-tile facts of its rows).
+// (the values below; the report counts from the queues, with the PLE model projection before the
+// layers too, 192 / 96 / 48 more, 0.4%, and prints each plan's per-unit facts of its rows).
 //   math_unit_us  Q4 0.249 us a tile a warp: (held - plain) / path tiles = 27.8 (best) / 33.0
 //                 (baseline) / 32.7 (2/64) ns a tile a CTA, the mean 31.2 x 8 warps. The held
 //                 loop's SASS: 398 instructions a 4 tiles, no local access (0.228 a cycle a warp
