@@ -511,8 +511,8 @@ static void print_params(FILE *out) {
                 "a warp, units in flight a warp %.0f, a re-read round %.3f us at least\n",
                 dt ? "f16" : "q4", m.dram_gbs, m.w_round_bytes, m.w_lat_us, m.queue_us, m.wait_us,
                 m.handover_us, m.rd_fix_us, m.rd_lat_us, m.rd_busy_gbs, m.rd_idle_gbs, m.wr_fix_us,
-                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter, m.math_unit_us,
-                m.math_ring, m.math_lat_us);
+                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter, m.math_unit_us, m.math_ring,
+                m.math_lat_us);
     }
 }
 
@@ -780,10 +780,10 @@ static void path_units(const g4_step_plan *p, const g4_sq *q, double *units, dou
     free(top);
 }
 
-// The bench's math rows (G4_SK_MATH at G 528) against session 32's, their mean |off| by kind (plain,
-// math, held) and over all, then each
-// plan's per-unit facts: (held - plain) and (math - held) a path unit and warp (x 8 warps / path
-// units), the model's and the H100's, against math_unit_us and math_lat_us.
+// The bench's math rows (G4_SK_MATH at G 528) against session 32's, their mean |off| by kind
+// (plain, math, held) and over all, then each plan's per-unit facts: (held - plain) and (math -
+// held) a path unit and warp (x 8 warps / path units), the model's and the H100's, against
+// math_unit_us and math_lat_us.
 static int report_math_rows(FILE *out) {
     fprintf(out,
             "step-model math rows (E2B, %d keys, pf=2 G=%d; us a step; model: the mean of %d "
@@ -859,14 +859,14 @@ static int report_math_rows(FILE *out) {
         g4_sp_free(&p);
     }
     // the bench's math plans not measured yet (api/bench_stepskel.c, math = 1): the held grid's
-    // best that fits a CTA's shared memory (branch skheld)
+    // plan that fits a CTA's shared memory with room for x staging (branch skheld)
     static const int unmeasured[][4] = {{128, 128, 1, 2}};
     for (size_t k = 0; k < sizeof unmeasured / sizeof unmeasured[0] && !rc; k++) {
         static const int modes[3] = {0, G4_SK_MATH, MH};
         double u[3][2];
         for (int i = 0; i < 3 && !rc; i++) {
-            ranked r = {unmeasured[k][0], unmeasured[k][1], unmeasured[k][2], unmeasured[k][3],
-                        {0, 0}, {0, 0}, 0};
+            const int *u4 = unmeasured[k];
+            ranked r = {u4[0], u4[1], u4[2], u4[3], {0, 0}, {0, 0}, 0};
             for (int dt = 0; dt < 2 && !rc; dt++)
                 rc = predict_at(&r, SC_G_MATH, modes[i], dt, SC_SEEDS, NULL);
             u[i][0] = r.us[0], u[i][1] = r.us[1];
@@ -935,7 +935,8 @@ static void print_grid(FILE *out, const grid_axes *ax, int n, int refused, const
 enum { SC_SMEM_SM = 228 * 1024, SC_SMEM_RESERVED = 1024, SC_SMS = 132 };
 
 typedef struct {
-    double bytes, bytes_nolm; // the largest instruction's weight bytes; the largest not the LM head's
+    // the largest instruction's weight bytes, kind and weight; the largest not the LM head's
+    double bytes, bytes_nolm;
     int kind, weight, kind_nolm, weight_nolm;
 } held_need;
 
@@ -965,7 +966,8 @@ static int print_held_need(FILE *out, const ranked *e, int G, int *fits) {
         const int per_sm = (G + SC_SMS - 1) / SC_SMS;
         const double cta = (double)(SC_SMEM_SM - per_sm * SC_SMEM_RESERVED) / per_sm;
         if (out)
-            fprintf(out,
+            fprintf(
+                out,
                 "  held words: largest instruction %s %s %.0f tiles = %.1f KB, the largest "
                 "before the LM head %s %s %.1f KB; shared memory a CTA at %d an SM %.1f KB: %s\n",
                 g4_sp_kind_name(h.kind), g4_sp_weight_name(h.weight), h.bytes / SKM_Q4_TILE,
@@ -1030,8 +1032,7 @@ static int print_held_path(FILE *out, const ranked *e) {
         }
         for (int s = 0; s < G4_TL_N; s++) sum += seg[s];
         const double m = m_layers / p.n_layers;
-        fprintf(out,
-                "  held path (one sequence: %.1f us): a layer %.2f us (%.1f instructions):",
+        fprintf(out, "  held path (one sequence: %.1f us): a layer %.2f us (%.1f instructions):",
                 r.step_us, sum, (double)n_layer / p.n_layers);
         for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
             fprintf(out, " %s %.2f", g4_tl_seg_name(s), s == G4_TL_WRITE ? seg[s] - m : seg[s]);
@@ -1043,10 +1044,9 @@ static int print_held_path(FILE *out, const ranked *e) {
             double t = b[G4_TL_N];
             for (int s = 0; s < G4_TL_N; s++) t += b[s];
             fprintf(out, " %s %s (%.2f) %.2f: handover %.2f read %.2f write %.2f math %.2f;",
-                    g4_sp_kind_name(g / 64), g4_sp_weight_name(g % 64),
-                    b[G4_TL_N + 1] / p.n_layers, t / p.n_layers, b[G4_TL_HANDOVER] / p.n_layers,
-                    b[G4_TL_READ] / p.n_layers, b[G4_TL_WRITE] / p.n_layers,
-                    b[G4_TL_N] / p.n_layers);
+                    g4_sp_kind_name(g / 64), g4_sp_weight_name(g % 64), b[G4_TL_N + 1] / p.n_layers,
+                    t / p.n_layers, b[G4_TL_HANDOVER] / p.n_layers, b[G4_TL_READ] / p.n_layers,
+                    b[G4_TL_WRITE] / p.n_layers, b[G4_TL_N] / p.n_layers);
         }
         fprintf(out, "\n");
         free(by);
@@ -1060,13 +1060,14 @@ static int print_held_path(FILE *out, const ranked *e) {
 // The Q4 + G4_SK_MATH | MATH_HELD ranking (pf=2, G = 528): the held-words design's upper bound
 // (the arithmetic after the wait, no re-read) over finer path grain than the no-math grid's:
 // GEMV groups of 1-4 tiles, down K chunks of 512-2,048 features (32-128 tiles), LM groups of
-// 16-64, splits of 128 / 64 keys. The best `top`, each rerun with SC_SEEDS, with each one's
-// shared-memory need (print_held_need); the best that fits if none of them does; the paths
-// (print_held_path) of the best and of the best that fits. (The loaded math's ranking, branch skmodelmath's, is gone: session 32
-// measured that design past the skmath rule's stop.)
+// 2-64 rows (4: the largest whose held words, 96 tiles, fit 56 KB), splits of 128 / 64 keys. The
+// best `top`, each rerun with SC_SEEDS, with each one's shared-memory need (print_held_need); the
+// best that fits if none of them does; the paths (print_held_path) of the best and of each that
+// fits. (The loaded math's ranking, branch skmodelmath's, is gone: session 32 measured that design
+// past the skmath rule's stop.)
 static int report_held_grid(FILE *out, int top) {
     static const int splits[] = {128, 64}, chunks[] = {32, 64, 128}, groups[] = {1, 2, 4},
-                     lms[] = {2, 16, 64};
+                     lms[] = {2, 4, 16, 64};
     enum { NS = sizeof splits / sizeof splits[0], NC = sizeof chunks / sizeof chunks[0] };
     enum { NG = sizeof groups / sizeof groups[0], NL = sizeof lms / sizeof lms[0] };
     ranked *all = g4_calloc(NS * NC * NG * NL, sizeof *all);
@@ -1096,8 +1097,8 @@ static int report_held_grid(FILE *out, int top) {
                 e->split, e->chunk, e->group, e->lm, e->n, SC_G_MATH, e->us[0], e->spread[0]);
         int fits = 0;
         rc = print_held_need(out, e, SC_G_MATH, &fits);
-        // (the path of the best, and of the best that fits)
-        if (!rc && (k == 0 || (fits && !any_fits))) rc = print_held_path(out, e);
+        // (the path of the best, and of each that fits)
+        if (!rc && (k == 0 || fits)) rc = print_held_path(out, e);
         any_fits |= fits;
     }
     for (int k = k_n; k < n && !rc && !any_fits; k++) { // (by one sequence: the first that fits)

@@ -325,8 +325,8 @@ int main(void) {
                 header++;
             else if (!strncmp(line, "step-model math rows error, mean |off| (mean off): ", 51))
                 errs32 += strstr(line, "; all (9): Q4 ") != NULL;
-            else if (sscanf(line, "s32 plan %d/%d/%d/%d%15[^0-9]%lf %lf %*f%% %lf", &a, &b, &c,
-                            &d, kind, &q, &mq, &h) == 8) { // (a math row)
+            else if (sscanf(line, "s32 plan %d/%d/%d/%d%15[^0-9]%lf %lf %*f%% %lf", &a, &b, &c, &d,
+                            kind, &q, &mq, &h) == 8) { // (a math row)
                 if (n_mr < MAX_PR) {
                     mkind[n_mr] = strstr(kind, "math held ub") ? 2 : strstr(kind, "math") ? 1 : 0;
                     mr[n_mr][0] = q, mr[n_mr][1] = h, mr_meas[n_mr++] = mq;
