@@ -68,9 +68,9 @@
 //                 not separate the two. f16 0.7 = w_lat_us, a DRAM round, not fitted: its rows
 //                 give 8 x (math - held) / path units = 0.64 / 0.72 / 0.73 us
 // The math segment carries no jitter: a loop of fixed instructions (and, re-read, a round a
-// unit), not the memory-contended 1-5 us reads and writes the jitter was fitted to. With it the
-// Q4 held rows came out 8-37% slow and the math rows 25-46%; without, within 10% (the report's
-// session-32 rows).
+// unit), not the memory-contended 1-5 us reads and writes the jitter was fitted to. With it (a
+// draft of these values: unit 0.242, Q4 round 0.377) the Q4 held rows came out 8-37% slow and the
+// math rows 25-46%; without, within 10.1% (the report's session-32 rows).
 void g4_sc_params_default(g4_sc_params *p, g4_sq_dtype dt) {
     *p = (g4_sc_params){
         .dram_gbs = dt == G4_SQ_F16 ? 2927.0 : 3068.0,
