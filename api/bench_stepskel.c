@@ -147,7 +147,14 @@ static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0, 1},
                                            // the cost model's best with the GEMV math (--grid's
                                            // math ranking, branch skmodelmath): groups of 2
                                            // tiles, less math on each path instruction
-                                           {64, 128, 2, 64, 1}};
+                                           {64, 128, 2, 64, 1},
+                                           // a held-words plan of the cost model whose
+                                           // largest instruction fits a CTA's shared memory
+                                           // at 4 an SM with room for x (--grid's held
+                                           // ranking, branch skheld: groups of 1 tile, LM
+                                           // groups of 2; o's 37 KB of 56; LM groups of 4
+                                           // model 2.5 us faster at 55.5 KB: no room)
+                                           {STEPSKEL_SPLIT_KEYS, 128, 1, 2, 1}};
 
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,

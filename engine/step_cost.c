@@ -35,18 +35,42 @@
 //   jitter        0.2: FITTED to the Q4 pf=2 row (0: -16%, 0.1: -12%, 0.2: -4%): the path follows
 //                 the last of each wide set (150 gate|up tiles a layer), a tail a model of means
 //                 lacks (the timeline's max / mean per op is 1.4-2.8 on read and write)
-// G4_SK_MATH (NOT fitted: no math row has run; derived from bench/NOTES.md "The skeleton with the
-// GEMV math", its SASS and its probe numbers):
-//   math_unit_us  Q4 0.256 / f16 0.239: a unit's instructions in the math kernel's loop (SASS:
-//                 117 a Q4 tile, 109 an f16 step) at one warp's issue rate, 0.26 instructions a
-//                 cycle at 1.755 GHz: a warp shares its scheduler with one other of its CTA (8
-//                 warps on 4 schedulers: at most 0.5), and the probes' math-only lm_head issued
-//                 at 64% of an SM's peak (~90 instructions a tile, a tile every 20 ns: 2.56 of 4
-//                 a cycle) with 4 warps a scheduler; with 2, less latency hides: 40-64%, 52% the
-//                 middle (0.5 x 0.52 = 0.26). A CTA's 8 warps: 32 (Q4) ns a tile, inside the
-//                 prediction's 25-45 (which these ends, 0.40 / 0.64, give: 26-42 ns)
-//   math_ring     Q4 4: the ring of 4 tiles a warp (gemv_q4_v3's); f16 1: one 2 KB step in
-//                 flight a warp (a second spilled at 64 registers)
+// G4_SK_MATH (per-unit facts from the session-32 H100 rows, bench/runs/2026-12-06-s32-call1-
+// stepskel-logs.tar.gz stepskel_{1,2}.txt, G = 528, the mean of the two runs, and the math
+// kernel's SASS, cuobjdump -sass of step_skel_math_kernel<false, 1 / 2>; not fitted to the step
+// totals, which the report checks it against). A path tile: one instruction's tiles an op, the
+// op's largest (each op's math runs after its wait, so the path carries one instruction's an
+// op): 1,363.2 a layer on the best plan (64/128/8/128), 585.6 on the baseline (128/32/4/64),
+// 340.8 on 64/128/2/64, + the LM head's 3,072 / 1,536 / 1,536: 50,784 / 22,032 / 13,464 a step
+// (the values below; the report counts from the queues, with the PLE model projection before the
+// layers too, 192 / 96 / 48 more, 0.4%, and prints each plan's per-unit facts of its rows).
+//   math_unit_us  Q4 0.249 us a tile a warp: (held - plain) / path tiles = 27.8 (best) / 33.0
+//                 (baseline) / 32.7 (2/64) ns a tile a CTA, the mean 31.2 x 8 warps. The held
+//                 loop's SASS: 398 instructions a 4 tiles, no local access (0.228 a cycle a warp
+//                 at 1.755 GHz); written as the loaded loop's 117 a tile at 0.268 a cycle. f16
+//                 0.232: its loaded loop's 109 a step at that rate (its held rows do not measure
+//                 it: the held f16 loop spills its hash words, 11 STL + 11 LDL a step of 107)
+//   math_ring     1 (both): a warp's units whose loads are in flight at once. SASS: after each Q4
+//                 tile's refill (LDG scale, LDG.U8 zero point, LDG.128 codes) ptxas spills the
+//                 scale and / or zero-point register at once (6 STL a 4 tiles, one or two a tile),
+//                 and a store waits for its register: the warp stalls a full round each tile; the
+//                 ring of 4 holds the words but overlaps nothing. f16: one step by construction
+//                 (and an STL.128 of a loaded vector right after its LDG). So the re-read adds k x
+//                 lat after the issue, not under it
+//   math_lat_us   the re-read's round, a unit's loads with nothing else of the warp's in flight
+//                 (8 units a CTA: Q4 4.7 KB, f16 16 KB): Q4 0.412 us = 8 warps x (math - held) /
+//                 path tiles, the mean of 47.0 (best) / 52.5 (baseline) / 54.9 (2/64) ns a tile a
+//                 CTA; it includes the loaded loop's 17.5 instructions a tile more than the held
+//                 one's (~0.04 us). Below a DRAM round (f16's, next) and above an L2 hit's (~0.2-
+//                 0.3 us): a tile's 592 bytes span 5-6 lines, 1-2 shared with the tiles beside it
+//                 that the CTA's other warps refill at the same time, and some of the pre-wait
+//                 stream's lines are still in L2 (Q4 flows in at half f16's rate); the rows do
+//                 not separate the two. f16 0.7 = w_lat_us, a DRAM round, not fitted: its rows
+//                 give 8 x (math - held) / path units = 0.64 / 0.72 / 0.73 us
+// The math segment carries no jitter: a loop of fixed instructions (and, re-read, a round a
+// unit), not the memory-contended 1-5 us reads and writes the jitter was fitted to. With it (a
+// draft of these values: unit 0.242, Q4 round 0.377) the Q4 held rows came out 8-37% slow and the
+// math rows 25-46%; without, within 10.1% (the report's session-32 rows).
 void g4_sc_params_default(g4_sc_params *p, g4_sq_dtype dt) {
     *p = (g4_sc_params){
         .dram_gbs = dt == G4_SQ_F16 ? 2927.0 : 3068.0,
@@ -65,8 +89,9 @@ void g4_sc_params_default(g4_sc_params *p, g4_sq_dtype dt) {
         .launch_us = 4.0,
         .jitter = 0.2,
         .red_us = 0.003,
-        .math_unit_us = (dt == G4_SQ_F16 ? 109.0 : 117.0) / (0.26 * 1755.0),
-        .math_ring = dt == G4_SQ_F16 ? 1.0 : 4.0,
+        .math_unit_us = (dt == G4_SQ_F16 ? 109.0 : 117.0) / (0.268 * 1755.0),
+        .math_ring = 1.0,
+        .math_lat_us = dt == G4_SQ_F16 ? 0.7 : 0.412,
     };
 }
 
@@ -87,6 +112,7 @@ int g4_sc_params_check(const g4_sc_params *p) {
         {"wr_gbs", p->wr_gbs, 1},           {"launch_us", p->launch_us, 0},
         {"jitter", p->jitter, 0},           {"red_us", p->red_us, 0},
         {"math_unit_us", p->math_unit_us, 0}, {"math_ring", p->math_ring, 1},
+        {"math_lat_us", p->math_lat_us, 0},
         // clang-format on
     };
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
@@ -305,11 +331,12 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             case AT_READ: {
                 stamp(st, in, G4_TL_T_READ, now);
                 // the math (none: on to the write at once, no pass of the loop more)
-                const double mu = math ? math_us(in, q->dt, p, held,
-                                                 fmax(p->w_lat_us, inflight / (p->dram_gbs * 1e3)))
-                                       : 0;
+                const double mu =
+                    math ? math_us(in, q->dt, p, held,
+                                   fmax(p->math_lat_us, inflight / (p->dram_gbs * 1e3)))
+                         : 0;
                 if (mu > 0) {
-                    s->at = AT_MATH, s->t_end = now + jit(&rng, j, mu);
+                    s->at = AT_MATH, s->t_end = now + mu;
                     break;
                 }
                 goto write;
@@ -481,11 +508,11 @@ static void print_params(FILE *out) {
                 "%.2f, wait met %.2f, hand-over %.2f, read %.2f + %.2f a region + bytes at %.0f "
                 "(DRAM busy) / %.0f GB/s, write %.2f + %.2f a region + bytes at %.0f GB/s, launch "
                 "%.1f us, a counter's red %.3f us, jitter %.2f; math (G4_SK_MATH) %.3f us a unit "
-                "a warp, units in flight a warp %.0f\n",
+                "a warp, units in flight a warp %.0f, a re-read round %.3f us at least\n",
                 dt ? "f16" : "q4", m.dram_gbs, m.w_round_bytes, m.w_lat_us, m.queue_us, m.wait_us,
                 m.handover_us, m.rd_fix_us, m.rd_lat_us, m.rd_busy_gbs, m.rd_idle_gbs, m.wr_fix_us,
-                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter, m.math_unit_us,
-                m.math_ring);
+                m.wr_lat_us, m.wr_gbs, m.launch_us, m.red_us, m.jitter, m.math_unit_us, m.math_ring,
+                m.math_lat_us);
     }
 }
 
@@ -683,26 +710,28 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
     return rc;
 }
 
-// The bench's math rows (api/bench_stepskel.c: the plans with math = 1, G = 528, pf=2: plain,
-// math, math held) beside the skmath prediction's ranges (bench/NOTES.md "The skeleton with the
-// GEMV math", us a step; "-": it gave none; held Q4: "5-15% below math" on math's range, held
-// f16 on the best plan: "+0.8-1.4 ms over its pf=2 row" on that row's range).
+// The session-32 rows (H100, bench/runs/2026-12-06-s32-call1-stepskel-logs.tar.gz
+// logs/stepskel.out/stepskel_{1,2}.txt, the "stepskel E2B ... G=528 ..." lines): the bench's math
+// plans (api/bench_stepskel.c, math = 1) at G = 528, pf=2: plain, math, math held; us a step of
+// each of the two runs (the model is checked against their mean).
 typedef struct {
     int split, chunk, group, lm, mode;
-    double lo[2], hi[2]; // Q4, f16 (0: no range given)
+    double q4[2], f16[2]; // runs 1 and 2
 } math_row;
+enum { MH = G4_SK_MATH | G4_SK_MATH_HELD };
+// clang-format off
 static const math_row math_rows[] = {
-    {128, 0, 0, 0, 0, {1270, 1930}, {1330, 2000}},
-    {128, 0, 0, 0, G4_SK_MATH, {1850, 3800}, {2300, 5200}},
-    {128, 0, 0, 0, G4_SK_MATH | G4_SK_MATH_HELD, {1572, 0}, {2185, 0}},
-    {64, 128, 8, 128, 0, {950, 1690}, {1000, 1800}},
-    {64, 128, 8, 128, G4_SK_MATH, {2200, 6000}, {3300, 9000}},
-    {64, 128, 8, 128, G4_SK_MATH | G4_SK_MATH_HELD, {1870, 2490}, {3135, 3200}},
-    // the math grid's best (this model's; skmath gave no range)
-    {64, 128, 2, 64, 0, {0, 0}, {0, 0}},
-    {64, 128, 2, 64, G4_SK_MATH, {0, 0}, {0, 0}},
-    {64, 128, 2, 64, G4_SK_MATH | G4_SK_MATH_HELD, {0, 0}, {0, 0}},
+    {128, 0, 0, 0, 0, {1271.3, 1275.5}, {1909.6, 1907.6}},
+    {128, 0, 0, 0, G4_SK_MATH, {3151.1, 3161.4}, {5407.0, 5397.3}},
+    {128, 0, 0, 0, MH, {1987.2, 2012.4}, {3442.3, 3417.9}},
+    {64, 128, 8, 128, 0, {932.3, 939.6}, {1645.2, 1639.8}},
+    {64, 128, 8, 128, G4_SK_MATH, {4738.0, 4727.1}, {7691.8, 7701.4}},
+    {64, 128, 8, 128, MH, {2347.2, 2347.4}, {3624.4, 3621.3}},
+    {64, 128, 2, 64, 0, {1150.9, 1151.2}, {1822.2, 1814.7}},
+    {64, 128, 2, 64, G4_SK_MATH, {2330.4, 2330.9}, {4289.6, 4284.1}},
+    {64, 128, 2, 64, MH, {1589.8, 1592.8}, {3086.4, 3031.6}},
 };
+// clang-format on
 
 static const char *mode_name(int mode) {
     return !mode ? "" : (mode & G4_SK_MATH_HELD) ? " math held ub" : " math";
@@ -727,30 +756,127 @@ static int predict_at(ranked *e, int G, int mode, int dt, unsigned seeds, int *r
     return rc;
 }
 
+// The path's weight units of queues q (plan p): an op's math runs after its wait, so the path
+// carries one instruction's an op: the op's largest (units of its weight runs), summed over the
+// ops (layer, kind, weight) of the step. Into *units the step's, *lm the LM head's (after the
+// layers).
+static void path_units(const g4_step_plan *p, const g4_sq *q, double *units, double *lm) {
+    enum { KW = 64 * 64 }; // (kind, weight) pairs: both below 64
+    const int n_groups = (p->n_layers + 2) * KW;
+    int *top = g4_calloc((size_t)n_groups, sizeof(int));
+    for (int k = 0; k < q->n; k++) {
+        const g4_sq_instr *in = &q->ins[k];
+        const g4_sp_instr *pi = &p->ins[in->id];
+        if (in->w_runs <= 0 || in->w_run <= 0 || pi->kind >= 64 || pi->weight >= 64) continue;
+        const int u = in->w_runs * skm_units_a_run(q->dt, in->w_run);
+        const int g = (pi->layer + 1) * KW + pi->kind * 64 + pi->weight;
+        if (u > top[g]) top[g] = u;
+    }
+    *units = 0, *lm = 0;
+    for (int g = 0; g < n_groups; g++) {
+        *units += top[g];
+        if (g / KW == p->n_layers + 1) *lm += top[g];
+    }
+    free(top);
+}
+
+// The bench's math rows (G4_SK_MATH at G 528) against session 32's, their mean |off| by kind
+// (plain, math, held) and over all, then each plan's per-unit facts: (held - plain) and (math -
+// held) a path unit and warp (x 8 warps / path units), the model's and the H100's, against
+// math_unit_us and math_lat_us.
 static int report_math_rows(FILE *out) {
     fprintf(out,
-            "step-model math rows (E2B, %d keys, pf=2 G=%d; us a step, the mean of %d jitter "
-            "sequences; skmath: the hand prediction's range, bench/NOTES.md):\n",
+            "step-model math rows (E2B, %d keys, pf=2 G=%d; us a step; model: the mean of %d "
+            "jitter sequences; measured: H100, session 32, the mean of its 2 runs):\n",
             SC_KEYS, SC_G_MATH, SC_SEEDS);
-    fprintf(out, "%-34s %9s %13s %9s %13s\n", "row (split/chunk/grp/lm)", "Q4 model", "skmath",
-            "f16 model", "skmath");
+    fprintf(out, "%-34s %9s %9s %7s %9s %9s %7s\n", "row (split/chunk/grp/lm)", "Q4 model",
+            "measured", "off", "f16 model", "measured", "off");
+    enum { NR = sizeof math_rows / sizeof math_rows[0] };
+    double model[NR][2], meas[NR][2];
+    off_sum e[4]; // plain, math, held (the rows come in that order), all
+    memset(e, 0, sizeof e);
     int rc = G4_OK;
-    for (size_t k = 0; k < sizeof math_rows / sizeof math_rows[0] && !rc; k++) {
+    for (int k = 0; k < NR && !rc; k++) {
         const math_row *m = &math_rows[k];
-        ranked e = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
+        ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
         for (int dt = 0; dt < 2 && !rc; dt++)
-            rc = predict_at(&e, SC_G_MATH, m->mode, dt, SC_SEEDS, NULL);
+            rc = predict_at(&r, SC_G_MATH, m->mode, dt, SC_SEEDS, NULL);
         if (rc) break;
-        char name[64], rg[2][24];
-        snprintf(name, sizeof name, "plan %d/%d/%d/%d%s", m->split, or_default(m->chunk, 32),
+        char name[64];
+        snprintf(name, sizeof name, "s32 plan %d/%d/%d/%d%s", m->split, or_default(m->chunk, 32),
                  or_default(m->group, 4), or_default(m->lm, 64), mode_name(m->mode));
         for (int dt = 0; dt < 2; dt++) {
-            if (m->lo[dt] > 0)
-                snprintf(rg[dt], sizeof rg[dt], "%.0f-%.0f", m->lo[dt], m->hi[dt]);
-            else
-                snprintf(rg[dt], sizeof rg[dt], "-");
+            model[k][dt] = r.us[dt];
+            meas[k][dt] = dt ? (m->f16[0] + m->f16[1]) / 2 : (m->q4[0] + m->q4[1]) / 2;
         }
-        fprintf(out, "%-34s %9.1f %13s %9.1f %13s\n", name, e.us[0], rg[0], e.us[1], rg[1]);
+        fprintf(out, "%-34s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", name, model[k][0],
+                meas[k][0], 100 * (model[k][0] / meas[k][0] - 1), model[k][1], meas[k][1],
+                100 * (model[k][1] / meas[k][1] - 1));
+        add_off(&e[k % 3], model[k], meas[k]);
+        add_off(&e[3], model[k], meas[k]);
+    }
+    if (!rc) {
+        static const char *what[4] = {"plain", "math", "math held ub", "all"};
+        fprintf(out, "step-model math rows error, mean |off| (mean off):");
+        for (int i = 0; i < 4; i++)
+            fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", i ? ";" : "",
+                    what[i], e[i].n, 100 * e[i].abs_off[0] / e[i].n, 100 * e[i].off[0] / e[i].n,
+                    100 * e[i].abs_off[1] / e[i].n, 100 * e[i].off[1] / e[i].n);
+        fprintf(out, "\n");
+    }
+    // (the rows come in threes: plain, math, held)
+    for (int k = 0; k + 2 < NR && !rc; k += 3) {
+        const math_row *m = &math_rows[k];
+        const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, m->group, m->chunk, m->lm, m->split, 0, 0};
+        g4_step_plan p;
+        memset(&p, 0, sizeof p);
+        if (!(rc = e2b_plan(&o, &p))) {
+            g4_sq q;
+            if (!(rc = g4_sq_build(&p, SC_G_MATH, G4_SQ_Q4, &q))) {
+                double u = 0, lm = 0;
+                path_units(&p, &q, &u, &lm);
+                fprintf(out,
+                        "step-model math a path unit, plan %d/%d/%d/%d (%.1f units a layer + the "
+                        "LM head's %.0f: %.0f a step; us a unit a warp, model / H100):",
+                        m->split, or_default(m->chunk, 32), or_default(m->group, 4),
+                        or_default(m->lm, 64), (u - lm) / p.n_layers, lm, u);
+                for (int dt = 0; dt < 2; dt++) {
+                    g4_sc_params d;
+                    g4_sc_params_default(&d, (g4_sq_dtype)dt);
+                    const double f = SKM_WARPS / u;
+                    fprintf(out,
+                            "%s %s arithmetic (held - plain) %.3f / %.3f (unit %.3f), re-read "
+                            "(math - held) %.3f / %.3f (round %.3f)",
+                            dt ? ";" : "", dt ? "f16" : "Q4", f * (model[k + 2][dt] - model[k][dt]),
+                            f * (meas[k + 2][dt] - meas[k][dt]), d.math_unit_us,
+                            f * (model[k + 1][dt] - model[k + 2][dt]),
+                            f * (meas[k + 1][dt] - meas[k + 2][dt]), d.math_lat_us);
+                }
+                fprintf(out, "\n");
+                g4_sq_free(&q);
+            }
+        }
+        g4_sp_free(&p);
+    }
+    // the bench's math plans not measured yet (api/bench_stepskel.c, math = 1): the held grid's
+    // plan that fits a CTA's shared memory with room for x staging (branch skheld)
+    static const int unmeasured[][4] = {{128, 128, 1, 2}};
+    for (size_t k = 0; k < sizeof unmeasured / sizeof unmeasured[0] && !rc; k++) {
+        static const int modes[3] = {0, G4_SK_MATH, MH};
+        double u[3][2];
+        for (int i = 0; i < 3 && !rc; i++) {
+            const int *u4 = unmeasured[k];
+            ranked r = {u4[0], u4[1], u4[2], u4[3], {0, 0}, {0, 0}, 0};
+            for (int dt = 0; dt < 2 && !rc; dt++)
+                rc = predict_at(&r, SC_G_MATH, modes[i], dt, SC_SEEDS, NULL);
+            u[i][0] = r.us[0], u[i][1] = r.us[1];
+        }
+        if (!rc)
+            fprintf(out,
+                    "step-model math plan %d/%d/%d/%d (not measured), pf=2 G=%d, us a step: Q4 "
+                    "%.1f, math %.1f, math held ub %.1f; f16 %.1f, math %.1f, math held ub %.1f\n",
+                    unmeasured[k][0], unmeasured[k][1], unmeasured[k][2], unmeasured[k][3],
+                    SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1], u[2][1]);
     }
     return rc;
 }
@@ -801,35 +927,192 @@ static void print_grid(FILE *out, const grid_axes *ax, int n, int refused, const
     fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
 }
 
-static int report_math_grid(FILE *out, int top) {
-    static const int splits[] = {128, 64, 32}, chunks[] = {16, 32, 64, 128}, groups[] = {2, 4, 8},
-                     lms[] = {64, 128};
+// A held-words design (the pre-wait stream's words kept in shared memory until the math after
+// the wait: G4_SK_MATH_HELD's upper bound made real) keeps a CTA's largest instruction's weight
+// bytes; a CTA has, at SC_G_MATH / 132 = 4 CTAs an SM, H100 / H200's 228 KB an SM less 1 KB the
+// system reserves a CTA, shared: 56 KB (the skeleton itself uses none; a real kernel's x staging
+// would come off this).
+enum { SC_SMEM_SM = 228 * 1024, SC_SMEM_RESERVED = 1024, SC_SMS = 132 };
+
+typedef struct {
+    // the largest instruction's weight bytes, kind and weight; the largest not the LM head's
+    double bytes, bytes_nolm;
+    int kind, weight, kind_nolm, weight_nolm;
+} held_need;
+
+static void held_need_of(const g4_step_plan *p, const g4_sq *q, held_need *h) {
+    memset(h, 0, sizeof *h);
+    for (int k = 0; k < q->n; k++) {
+        const g4_sq_instr *in = &q->ins[k];
+        const g4_sp_instr *pi = &p->ins[in->id];
+        const double b = (double)in->w_runs * in->w_run;
+        if (b > h->bytes) h->bytes = b, h->kind = pi->kind, h->weight = pi->weight;
+        if (pi->layer < p->n_layers && b > h->bytes_nolm)
+            h->bytes_nolm = b, h->kind_nolm = pi->kind, h->weight_nolm = pi->weight;
+    }
+}
+
+// "held words: ..." for plan e (Q4 queues at G; out NULL: not printed): its largest instruction
+// against a CTA's shared memory. *fits (may be NULL): 1 when the largest fits.
+static int print_held_need(FILE *out, const ranked *e, int G, int *fits) {
+    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
+    g4_step_plan p;
+    memset(&p, 0, sizeof p);
+    int rc = e2b_plan(&o, &p);
+    g4_sq q;
+    if (!rc && !(rc = g4_sq_build(&p, G, G4_SQ_Q4, &q))) {
+        held_need h;
+        held_need_of(&p, &q, &h);
+        const int per_sm = (G + SC_SMS - 1) / SC_SMS;
+        const double cta = (double)(SC_SMEM_SM - per_sm * SC_SMEM_RESERVED) / per_sm;
+        if (out)
+            fprintf(
+                out,
+                "  held words: largest instruction %s %s %.0f tiles = %.1f KB, the largest "
+                "before the LM head %s %s %.1f KB; shared memory a CTA at %d an SM %.1f KB: %s\n",
+                g4_sp_kind_name(h.kind), g4_sp_weight_name(h.weight), h.bytes / SKM_Q4_TILE,
+                h.bytes / 1024, g4_sp_kind_name(h.kind_nolm), g4_sp_weight_name(h.weight_nolm),
+                h.bytes_nolm / 1024, per_sm, cta / 1024,
+                h.bytes <= cta        ? "fits"
+                : h.bytes_nolm <= cta ? "the LM head does not fit"
+                                      : "does not fit");
+        if (fits) *fits = h.bytes <= cta;
+        g4_sq_free(&q);
+    }
+    g4_sp_free(&p);
+    return rc;
+}
+
+// Where the us of plan e's Q4 held step go (one jitter sequence, stamped): the path a layer by
+// segment, the math on it (the path's instructions' math segments, out of the write segment
+// where the stamps put it) and after the layers.
+static int print_held_path(FILE *out, const ranked *e) {
+    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
+    g4_step_plan p;
+    memset(&p, 0, sizeof p);
+    int rc = e2b_plan(&o, &p);
+    g4_sq q;
+    if (rc || (rc = g4_sq_build(&p, SC_G_MATH, G4_SQ_Q4, &q))) {
+        g4_sp_free(&p);
+        return rc;
+    }
+    g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q.n);
+    g4_tl_node *path = g4_malloc(sizeof *path * (size_t)q.n);
+    int *at = g4_malloc(sizeof(int) * (size_t)q.n); // plan index -> queue index
+    g4_sc_params prm;
+    g4_sc_params_default(&prm, G4_SQ_Q4);
+    g4_sc_result r;
+    double seg[G4_TL_N], after = 0;
+    int n = 0;
+    rc = g4_sc_simulate(&q, &prm, 2, MH, st, &r);
+    if (!rc) rc = g4_sc_path_layer(&p, &q, st, 0, seg, &after);
+    if (!rc) rc = g4_tl_path(&q, st, 0, path, &n);
+    if (!rc) {
+        for (int k = 0; k < q.n; k++) at[q.ins[k].id] = k;
+        double m_layers = 0, m_after = 0, sum = 0;
+        int n_layer = 0;
+        // by op (kind, weight) over the layers: the path's instructions, us of each segment
+        // (the write less the math), the math
+        enum { KW = 64 * 64 };
+        double(*by)[G4_TL_N + 2] = g4_calloc(KW, sizeof *by);
+        for (int j = 0; j < n; j++) {
+            const g4_sq_instr *in = &q.ins[at[path[j].ins]];
+            const g4_sp_instr *pi = &p.ins[path[j].ins];
+            const double mu = math_us(in, G4_SQ_Q4, &prm, 1, 0);
+            if (pi->layer >= 0 && pi->layer < p.n_layers) {
+                m_layers += mu, n_layer++;
+                if (pi->kind < 64 && pi->weight < 64) {
+                    double *b = by[pi->kind * 64 + pi->weight];
+                    for (int s = 0; s < G4_TL_N; s++) b[s] += path[j].seg[s] / 1e3;
+                    b[G4_TL_WRITE] -= mu, b[G4_TL_N] += mu, b[G4_TL_N + 1]++;
+                }
+            } else if (pi->layer >= p.n_layers) {
+                m_after += mu;
+            }
+        }
+        for (int s = 0; s < G4_TL_N; s++) sum += seg[s];
+        const double m = m_layers / p.n_layers;
+        fprintf(out, "  held path (one sequence: %.1f us): a layer %.2f us (%.1f instructions):",
+                r.step_us, sum, (double)n_layer / p.n_layers);
+        for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
+            fprintf(out, " %s %.2f", g4_tl_seg_name(s), s == G4_TL_WRITE ? seg[s] - m : seg[s]);
+        fprintf(out, " math %.2f; after the layers %.1f us (math %.1f)\n", m, after, m_after);
+        fprintf(out, "  held path a layer by op (us; on the path a layer):");
+        for (int g = 0; g < KW; g++) {
+            const double *b = by[g];
+            if (b[G4_TL_N + 1] == 0) continue;
+            double t = b[G4_TL_N];
+            for (int s = 0; s < G4_TL_N; s++) t += b[s];
+            fprintf(out, " %s %s (%.2f) %.2f: handover %.2f read %.2f write %.2f math %.2f;",
+                    g4_sp_kind_name(g / 64), g4_sp_weight_name(g % 64), b[G4_TL_N + 1] / p.n_layers,
+                    t / p.n_layers, b[G4_TL_HANDOVER] / p.n_layers, b[G4_TL_READ] / p.n_layers,
+                    b[G4_TL_WRITE] / p.n_layers, b[G4_TL_N] / p.n_layers);
+        }
+        fprintf(out, "\n");
+        free(by);
+    }
+    free(st), free(path), free(at);
+    g4_sq_free(&q);
+    g4_sp_free(&p);
+    return rc;
+}
+
+// The Q4 + G4_SK_MATH | MATH_HELD ranking (pf=2, G = 528): the held-words design's upper bound
+// (the arithmetic after the wait, no re-read) over finer path grain than the no-math grid's:
+// GEMV groups of 1-4 tiles, down K chunks of 512-2,048 features (32-128 tiles), LM groups of
+// 2-64 rows (4: the largest whose held words, 96 tiles, fit 56 KB), splits of 128 / 64 keys. The
+// best `top`, each rerun with SC_SEEDS, with each one's shared-memory need (print_held_need); the
+// best that fits if none of them does; the paths (print_held_path) of the best and of each that
+// fits. (The loaded math's ranking, branch skmodelmath's, is gone: session 32 measured that design
+// past the skmath rule's stop.)
+static int report_held_grid(FILE *out, int top) {
+    static const int splits[] = {128, 64}, chunks[] = {32, 64, 128}, groups[] = {1, 2, 4},
+                     lms[] = {2, 4, 16, 64};
     enum { NS = sizeof splits / sizeof splits[0], NC = sizeof chunks / sizeof chunks[0] };
     enum { NG = sizeof groups / sizeof groups[0], NL = sizeof lms / sizeof lms[0] };
     ranked *all = g4_calloc(NS * NC * NG * NL, sizeof *all);
     int n = 0, refused = 0;
     char why[256] = "";
     const grid_axes ax = {{splits, chunks, groups, lms}, {NS, NC, NG, NL}};
-    int rc = grid_sweep(&ax, SC_G_MATH, G4_SK_MATH, all, &n, &refused, why, sizeof why);
+    int rc = grid_sweep(&ax, SC_G_MATH, MH, all, &n, &refused, why, sizeof why);
     if (!rc) {
-        fprintf(out, "step-model math grid (Q4, pf=2 math, G=%d): ", SC_G_MATH);
+        fprintf(out, "step-model held grid (Q4, pf=2 math held ub, G=%d): ", SC_G_MATH);
         print_grid(out, &ax, n, refused, why);
         qsort(all, (size_t)n, sizeof *all, by_q4);
     }
     const int k_n = top < n ? top : n;
     for (int k = 0; k < k_n && !rc; k++) {
         ranked e = all[k];
-        rc = predict_at(&e, SC_G_MATH, G4_SK_MATH, 0, SC_SEEDS, NULL);
+        rc = predict_at(&e, SC_G_MATH, MH, 0, SC_SEEDS, NULL);
         all[k] = e;
     }
     if (!rc) qsort(all, (size_t)k_n, sizeof *all, by_q4);
+    int any_fits = 0;
     for (int k = 0; k < k_n && !rc; k++) {
         const ranked *e = &all[k];
         fprintf(out,
-                "step-model best q4 math split_keys %d chunk_tiles %d group_tiles %d "
-                "lm_group_tiles %d: %d instructions, pf=2 math G=%d: Q4 %.1f us (seeds within "
-                "%.1f)\n",
+                "step-model best q4 held split_keys %d chunk_tiles %d group_tiles %d "
+                "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us (seeds "
+                "within %.1f)\n",
                 e->split, e->chunk, e->group, e->lm, e->n, SC_G_MATH, e->us[0], e->spread[0]);
+        int fits = 0;
+        rc = print_held_need(out, e, SC_G_MATH, &fits);
+        // (the path of the best, and of each that fits)
+        if (!rc && (k == 0 || fits)) rc = print_held_path(out, e);
+        any_fits |= fits;
+    }
+    for (int k = k_n; k < n && !rc && !any_fits; k++) { // (by one sequence: the first that fits)
+        ranked e = all[k];
+        int fits = 0;
+        if ((rc = print_held_need(NULL, &e, SC_G_MATH, &fits)) || !fits) continue;
+        if ((rc = predict_at(&e, SC_G_MATH, MH, 0, SC_SEEDS, NULL))) break;
+        fprintf(out,
+                "step-model best q4 held that fits split_keys %d chunk_tiles %d group_tiles %d "
+                "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us (seeds "
+                "within %.1f; %d of %d by one sequence)\n",
+                e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH, e.us[0], e.spread[0], k + 1, n);
+        if (!(rc = print_held_need(out, &e, SC_G_MATH, NULL))) rc = print_held_path(out, &e);
+        any_fits = 1;
     }
     free(all);
     return rc;
@@ -863,7 +1146,8 @@ int g4_sc_report(FILE *out, int grid, int top) {
     // tiles, group tiles, LM group tiles; 0: the plan's default)
     static const int bench[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
                                    {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
-                                   {64, 192, 16, 64}, {64, 192, 16, 128}, {64, 128, 2, 64}};
+                                   {64, 192, 16, 64}, {64, 192, 16, 128}, {64, 128, 2, 64},
+                                   {128, 128, 1, 2}};
     enum { NB = sizeof bench / sizeof bench[0] };
     ranked bp[NB];
     for (int k = 0; k < NB; k++) {
@@ -889,7 +1173,7 @@ int g4_sc_report(FILE *out, int grid, int top) {
     for (int k = 0; k < NB; k++) print_ranked(out, "bench plan", &bp[k]);
     if ((rc = report_math_rows(out))) return rc;
     if (!grid) return G4_OK;
-    if ((rc = report_math_grid(out, top))) return rc;
+    if ((rc = report_held_grid(out, top))) return rc;
     // (one jitter sequence a plan; the best are rerun with SC_SEEDS)
     static const int splits[] = {128, 64, 32}, groups[] = {8, 16, 32}, lms[] = {64, 128, 256};
     int chunks[GRID_CHUNKS];

@@ -26,11 +26,12 @@
 //           segment, where the kernel's stamps put it) a weight-carrying instruction's busiest
 //           warp (kernels/step_skel_math.h's walk: warp 0, skm_warp_units of the instruction's
 //           units) issues k units at math_unit_us each; without G4_SK_MATH_HELD it also re-reads
-//           its units, math_ring a warp in flight, each ring a round at the stream's latency of
-//           the moment (max(w_lat_us, in flight / dram_gbs): DRAM misses, as the skmath
-//           prediction expects; the re-read's own bytes are not added to DRAM's load):
-//           ring > 1 (Q4: loads ahead of the math) max(k x unit, ceil(k / ring) x lat);
-//           ring 1 (f16: each step waits its load) k x (unit + lat). Held: k x unit alone.
+//           its units, math_ring a warp in flight, each ring a round at the re-read's latency of
+//           the moment (max(math_lat_us, in flight / dram_gbs); the re-read's own bytes are not
+//           added to DRAM's load): ring > 1 (loads ahead of the math) max(k x unit, ceil(k /
+//           ring) x lat); ring 1 (each unit waits its load: both kernels' walks as built, the
+//           SASS says, step_cost.c) k x (unit + lat). Held: k x unit alone. The math segment
+//           carries no jitter (issue-bound: the same instructions every time; step_cost.c).
 // Not modelled: pf 1 (the L2 prefetch), pf 3, ACT8 (measured as no change), the stamps' cost,
 // the math of the instructions' other warps (fewer units than warp 0's, hidden behind it).
 #ifndef G4_STEP_COST_H
@@ -64,6 +65,7 @@ typedef struct {
     unsigned seed;        // the jitter's sequence (0 in the calibration)
     double math_unit_us;  // G4_SK_MATH: a warp's issue of one unit (a Q4 tile, an f16 2 KB step)
     double math_ring;     // G4_SK_MATH: units a warp has in flight (its re-read's round)
+    double math_lat_us;   // G4_SK_MATH: a re-read round's latency with DRAM not saturated
 } g4_sc_params;
 
 // The session-30 calibration for weights as dt (G4_SQ_Q4 / G4_SQ_F16: only dram_gbs differs, the
@@ -100,10 +102,12 @@ int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *s
 // mean error of each set; then the bench's plans and a grid of g4_sp_opts (split_keys,
 // chunk_tiles, group_tiles, lm_group_tiles) ranked by the predicted pf=2 step, the best `top` of
 // each weight type; the bench's math rows (G4_SK_MATH at G 528: plain, math, math held, Q4 and
-// f16, beside the skmath prediction's ranges) and (grid) a Q4 + MATH ranking over smaller
-// instructions (split keys, down chunks of 16-128 tiles, groups of 2-8, LM groups of 64 / 128),
-// its best `top`. grid 0: the bench's plans only (the grids: 162 plans, then 72 with math, ~60
-// s; a value the plan builder refuses is skipped and counted). G4_OK or the first error.
+// f16) against session 32's H100 rows, each plan's per-unit facts, the unmeasured math plan's
+// rows; and (grid) a Q4 MATH | MATH_HELD ranking of finer grain (split keys 128 / 64, down
+// chunks of 32-128 tiles, groups of 1-4, LM groups of 2-64), its best `top` with the shared
+// memory a held-words design needs, and the paths of the best and of each that fits. grid
+// 0: the bench's plans only (~45 s; the grids: 72 held plans, then 162, ~2 min on 2 cores; a
+// value the plan builder refuses is skipped and counted). G4_OK or the first error.
 int g4_sc_report(FILE *out, int grid, int top);
 
 #endif

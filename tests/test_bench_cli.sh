@@ -79,7 +79,9 @@ check "--step-model --kernels: exit 1" $(($? != 1))
 check "--step-model: exit 0 without a GPU" $?
 check "--step-model: 9 validation rows" $(($(grep -c '^pf=' "$tmp/out") != 9))
 check "--step-model: 6 session-31 plan rows" $(($(grep -c '^plan [0-9].*%' "$tmp/out") != 6))
-check "--step-model: 9 math rows" $(($(grep -c '^plan [0-9][^%]*$' "$tmp/out") != 9))
-check "--step-model: the 9 bench plans" $(($(grep -c '^step-model bench plan ' "$tmp/out") != 9))
+check "--step-model: 9 session-32 math rows" $(($(grep -c '^s32 plan [0-9].*%' "$tmp/out") != 9))
+check "--step-model: the 10 bench plans" $(($(grep -c '^step-model bench plan ' "$tmp/out") != 10))
+check "--step-model: 1 unmeasured math plan" \
+    $(($(grep -c '^step-model math plan .*(not measured)' "$tmp/out") != 1))
 
 finish test_bench_cli

@@ -994,14 +994,16 @@ static void test_shapes(void) {
     // 64- and 32-key splits, 2048-feature down K chunks, and those with GEMV groups of 8 tiles
     // and LM groups of 128: the cost model's best; then its best two past that grid's edge:
     // 3072-feature chunks, groups of 16, LM groups of 64 / 128; and its best with the GEMV math:
-    // 2048-feature chunks, groups of 2, LM groups of 64), each clean, deadlock-free, queues right.
+    // 2048-feature chunks, groups of 2, LM groups of 64; and its best held-words plan that fits a
+    // CTA's shared memory: splits of 128, 2048-feature chunks, groups of 1, LM groups of 2), each
+    // clean, deadlock-free, queues right.
     // Then the largest values the cost model's grid tried (engine/step_cost.c: chunks of the whole
     // K of the wide layers' down, 12288 features; groups of 32; LM groups of 512, since pruned as
     // dominated) in one plan: the builder takes them.
     static const int skel_plans[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
                                         {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
                                         {64, 192, 16, 64}, {64, 192, 16, 128}, {64, 128, 2, 64},
-                                        {32, 768, 32, 512}};
+                                        {128, 128, 1, 2},  {32, 768, 32, 512}};
     // (split, chunk tiles, group tiles, LM group tiles)
     for (size_t k = 0; k < sizeof skel_plans / sizeof skel_plans[0]; k++) {
         const g4_sp_opts o = {

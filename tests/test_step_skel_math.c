@@ -138,13 +138,16 @@ int main(void) {
 
     // the bench's plans of E2B (api/bench_stepskel.c: splits of 128 keys, the plan's chunks and
     // groups; the cost model's best: splits of 64, chunks of 128 tiles, groups of 8, LM 128;
-    // its best with the math: groups of 2, LM 64)
+    // its best with the math: groups of 2, LM 64; its best held-words plan that fits a CTA's
+    // shared memory: splits of 128, chunks of 128, groups of 1, LM 2)
     const g4_sp_opts base = {G4_SP_TILE, 512, 1, 0, 0, 0, 128, 0, 0};
     const g4_sp_opts best = {G4_SP_TILE, 512, 1, 8, 128, 128, 64, 0, 0};
     const g4_sp_opts best_math = {G4_SP_TILE, 512, 1, 2, 128, 64, 64, 0, 0};
     plan_checks(&g4_sp_shape_e2b, &base, "E2B baseline plan");
     plan_checks(&g4_sp_shape_e2b, &best, "E2B best plan");
     plan_checks(&g4_sp_shape_e2b, &best_math, "E2B best plan with math");
+    const g4_sp_opts held_fits = {G4_SP_TILE, 512, 1, 1, 128, 2, 128, 0, 0};
+    plan_checks(&g4_sp_shape_e2b, &held_fits, "E2B best held plan that fits");
     // the GPU test's shapes (tests/test_cuda_step_skel.c), two-step plans
     static const g4_sp_shape shapes[] = {
         {"3 layers, hidden 64", 64, 3, 2, 1, 32, 64, 2, 1, 128, 256, 32, 512, 8},

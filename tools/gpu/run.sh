@@ -41,7 +41,7 @@
 #            flag line / vector size; the norm join; the same chain as PDL kernels; ms per
 #            hand-over), then the floor rows once for the same run's units. A row whose values
 #            were wrong says FAIL; a spin that never ends traps ("trapping"), never hangs
-#   stepskel issue 30, the floor of "one persistent kernel a step" (after build; ~1.5 min):
+#   stepskel issue 30, the floor of "one persistent kernel a step" (after build; ~3 min):
 #            test_cuda_step_skel (the skeleton a few steps on small configs, every prefetch form
 #            and ablation mode, two stamped steps: counters, epoch, timelines, no trap), then
 #            `bench --kernels --filter stepskel --reps 30` twice (E2B's tile plan as per-CTA
@@ -62,8 +62,11 @@
 #            and " math held ub": on words never loaded), Q4 and f16, and Q4's stamped step with it
 #            on the best plan (~15 s more); so does the cost model's best with the math (chunks of
 #            2048, groups of 2, LM groups of 64; its design row, Q4 timeline and stamped math
-#            step too, ~10 s more). Last, the cost model itself (`bench --step-model`, CPU, ~15 s)
-#            into $OUT/stepskel_model.txt, its bench-plan lines and math rows printed here, so
+#            step too, ~10 s more), and its best held-words plan that fits a CTA's shared memory
+#            (splits of 128, chunks of 2048, groups of 1, LM groups of 2: 59,122 instructions;
+#            the same rows, ~15 s more a run). Last, the cost model itself (`bench --step-model`,
+#            CPU, ~45 s) into $OUT/stepskel_model.txt, its bench-plan lines, math rows against
+#            session 32's, per-unit lines and the unmeasured plan's math rows printed here, so
 #            that its predictions sit beside the rows they predict.
 #            A wait that never ends traps ("trapping", naming the instruction), never hangs
 #   quant_time  issue 33 (after build): tests/bench_quant_methods on all cores at the trained
@@ -916,7 +919,8 @@ stage_stepskel() {
     echo "=== the CPU cost model's prediction of the plans (engine/step_cost.h)"
     timeout 120 build-gpu/g4cu bench --step-model >"$OUT/stepskel_model.txt" 2>&1
     echo "bench --step-model: exit $?"
-    grep -E "^step-model (bench plan|math rows)|^plan [0-9][^%]*$" "$OUT/stepskel_model.txt" | cut -c1-200
+    grep -E "^step-model (bench plan|math rows|math a path unit|math plan)|^s32 plan" \
+        "$OUT/stepskel_model.txt" | cut -c1-330
 }
 
 # Issue 30 stage 1, the head preparation inside the decode attention (default: the batch rows
