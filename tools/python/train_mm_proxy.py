@@ -9,6 +9,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--device cuda|cpu] [--workers W]
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
+                                               [--ctc-units tokens|chars]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X]
@@ -51,13 +52,17 @@ functions that wrote the held-out files).
             every step (rendered once); the vision side at 3x the decoder's learning rate, the
             audio side not trained (its random tower: trained, it collapsed)
    Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
-   The audio side's options (every preset: lr x 0, none of the others): --a-lr-mult X its
+   The audio side's options (proxy and ci: lr x 0, none of the others; tiny has no
+   a_lr_mult, so its audio side trains at x 1): --a-lr-mult X its
    learning rate over the decoder's; --a-warmup N frozen for N steps first; --ctc-weight W an
    auxiliary CTC loss (CtcHead, training only, not exported) from embed_audio's output (--ctc-at
    tower: the tower's) to the vocabulary + a blank, added to the audio items' loss. Measured on
    the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
    them made the decoder read the audio better than the frozen random tower (CTC from step 0
-   stalls at its all-blank plateau and collapses the tower further). --a-var-weight W
+   stalls at its all-blank plateau and collapses the tower further). --ctc-units chars: the
+   head reads the frames into the transcript's characters instead (AudioChars, VisionAux's
+   audio twin: space, a-z, apostrophe + a blank; bench/NOTES.md "Does a direct signal make the
+   AUDIO side read?"). --a-var-weight W
    [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
    VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
    training only) added to the audio items' loss (bench/NOTES.md "A variance term"): on the
