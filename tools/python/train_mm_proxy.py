@@ -620,8 +620,8 @@ class AudioChars(torch.nn.Module):
     transcript's sounds' nearest labels, its characters: a linear map from each frame (at="embed":
     embed_audio's output, the soft tokens the decoder reads; at="tower": the tower's) to
     ALPHABET + a blank, CTC against the answer's text (answer_texts) lower-cased, every run of
-    other characters (punctuation) a space (mm_parity.words' normalisation, mm_audio_readout's
-    alphabet: what a read-out of the log-mel reaches at CER ~0.3). A clip with fewer frames than
+    characters outside the alphabet (punctuation) one space (mm_audio_readout's alphabet: a small
+    read-out of the log-mel reaches CER 0.3-0.5 on it). A clip with fewer frames than
     its label needs (ctc_fits) is skipped and counted. Its weights come from their own generator
     (torch seed `seed` + 4; VisionAux's is + 3): the run's other draws are unchanged. loss()
     consumes the last audio forward's frames and valid mask (AudioTap)."""
