@@ -38,10 +38,10 @@ def mm_items(tmp, tok, seed, image_texts, clips):
     return {"image": imgs, "audio": auds}
 
 
-def ci_data(tmp, d):
-    """The ci preset's data plan under d/data (tools/python/make_mm_data.py plan) with a second of
-    noise for each clip, written as the speech step writes its WAVs (no espeak-ng needed); its
-    path. tmp: the train_mm_proxy module (its make_mm_data helpers)."""
+def ci_data(tmp, d, seconds=1):
+    """The ci preset's data plan under d/data (tools/python/make_mm_data.py plan) with `seconds`
+    (whole) of noise for each clip, written as the speech step writes its WAVs (no espeak-ng
+    needed); its path. tmp: the train_mm_proxy module (its make_mm_data helpers)."""
     import subprocess
     import wave
 
@@ -57,8 +57,8 @@ def ci_data(tmp, d):
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(16000)
-            w.writeframes(r.normal(0, 3000, 16000).astype("<i2").tobytes())
-        it["seconds"] = 1.0
+            w.writeframes(r.normal(0, 3000, 16000 * seconds).astype("<i2").tobytes())
+        it["seconds"] = float(seconds)
     tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)
     return data
 

@@ -9,6 +9,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--device cuda|cpu] [--workers W]
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
+                                               [--ctc-units tokens|chars]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X]
@@ -52,13 +53,17 @@ functions that wrote the held-out files).
             every step (rendered once); the vision side at 3x the decoder's learning rate, the
             audio side not trained (its random tower: trained, it collapsed)
    Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
-   The audio side's options (every preset: lr x 0, none of the others): --a-lr-mult X its
+   The audio side's options (proxy and ci: lr x 0, none of the others; tiny has no
+   a_lr_mult, so its audio side trains at x 1): --a-lr-mult X its
    learning rate over the decoder's; --a-warmup N frozen for N steps first; --ctc-weight W an
    auxiliary CTC loss (CtcHead, training only, not exported) from embed_audio's output (--ctc-at
    tower: the tower's) to the vocabulary + a blank, added to the audio items' loss. Measured on
    the CPU (tools/python/mm_audio_probe.py, bench/NOTES.md "An auxiliary CTC loss"): none of
    them made the decoder read the audio better than the frozen random tower (CTC from step 0
-   stalls at its all-blank plateau and collapses the tower further). --a-var-weight W
+   stalls at its all-blank plateau and collapses the tower further). --ctc-units chars: the
+   head reads the frames into the transcript's characters instead (AudioChars, VisionAux's
+   audio twin: space, a-z, apostrophe + a blank; bench/NOTES.md "Does a direct signal make the
+   AUDIO side read?"). --a-var-weight W
    [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
    VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
    training only) added to the audio items' loss (bench/NOTES.md "A variance term"): on the
@@ -146,6 +151,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -482,6 +488,45 @@ class CtcHead(torch.nn.Module):
                 for e, v in zip(self.logits(x).argmax(-1), valid)]
 
 
+def char_ctc_loss(head, x, w, texts):
+    """Mean CTC loss (per label, over the rows that fit) of a character read-out head (VisionAux,
+    AudioChars: head.labels(text) -> label list, head.logits(x), head.blank; head.used and
+    head.skipped count the rows) on frames x (B x T x D, row i's first w[i] frames valid) against
+    texts (one string a row); None when no row fits. A row with no label or fewer frames than its
+    label needs (ctc_fits) is skipped and counted. ctc_loss runs on the CPU in float64, where its
+    backward is deterministic (torch's CUDA one is not)."""
+    rows, tgts, n_in = [], [], []
+    for i, t in enumerate(texts):
+        lab = head.labels(t)
+        if not lab or not ctc_fits(w[i], lab):
+            head.skipped += 1
+            continue
+        rows.append(i)
+        tgts.append(torch.tensor(lab))
+        n_in.append(w[i])
+    head.used += len(rows)
+    if not rows:
+        return None
+    # every row's frames to the CPU, the ones that fit picked there: an index's gradient on the
+    # GPU (index_add) is not deterministic, the CPU's is
+    lp = torch.log_softmax(head.logits(x), -1).transpose(0, 1).cpu().double()
+    if len(rows) < len(x):
+        lp = lp[:, rows]  # T x R x (C+1)
+    tgt = torch.nn.utils.rnn.pad_sequence(tgts, batch_first=True, padding_value=0)
+    loss = torch.nn.functional.ctc_loss(lp, tgt, torch.tensor(n_in),
+                                        torch.tensor([len(t) for t in tgts]),
+                                        blank=head.blank, reduction="mean",
+                                        zero_infinity=False)
+    return loss.float().to(x.device)
+
+
+def char_ctc_greedy(head, x, w):
+    """Greedy CTC read of frames x (B x T x D, row i's first w[i] valid) by a character head:
+    one string a row (repeats merged, blanks dropped)."""
+    return ["".join(head.chars[c] for c in ctc_collapse(e[:k], head.blank))
+            for e, k in zip(head.logits(x).argmax(-1).tolist(), w)]
+
+
 def soft_columns(x, pos):
     """The image soft tokens as left-to-right column sequences. x: embed_vision's output for a
     half-batch, the images' valid soft tokens one after another (sum n_i x D, as
@@ -559,31 +604,8 @@ class VisionAux(torch.nn.Module):
         return self.loss_of(*self.columns(pos), texts)
 
     def loss_of(self, cols, w, texts):
-        """loss() of columns (soft_columns' cols, w). ctc_loss runs on the CPU in float64, where
-        its backward is deterministic (torch's CUDA one is not)."""
-        rows, tgts, n_in = [], [], []
-        for i, t in enumerate(texts):
-            lab = self.labels(t)
-            if not lab or not ctc_fits(w[i], lab):
-                self.skipped += 1
-                continue
-            rows.append(i)
-            tgts.append(torch.tensor(lab))
-            n_in.append(w[i])
-        self.used += len(rows)
-        if not rows:
-            return None
-        # every image's columns to the CPU, the ones that fit picked there: an index's gradient
-        # on the GPU (index_add) is not deterministic, the CPU's is
-        lp = torch.log_softmax(self.logits(cols), -1).transpose(0, 1).cpu().double()
-        if len(rows) < len(cols):
-            lp = lp[:, rows]  # T x R x (C+1)
-        tgt = torch.nn.utils.rnn.pad_sequence(tgts, batch_first=True, padding_value=0)
-        loss = torch.nn.functional.ctc_loss(lp, tgt, torch.tensor(n_in),
-                                            torch.tensor([len(t) for t in tgts]),
-                                            blank=self.blank, reduction="mean",
-                                            zero_infinity=False)
-        return loss.float().to(cols.device)
+        """loss() of columns (soft_columns' cols, w): char_ctc_loss."""
+        return char_ctc_loss(self, cols, w, texts)
 
     def loss_from_labels(self, pos, labels):
         """loss() against the answers collate's labels hold (answer_texts)."""
@@ -595,8 +617,74 @@ class VisionAux(torch.nn.Module):
 
     def greedy_of(self, cols, w):
         """greedy() of columns (soft_columns' cols, w)."""
-        return ["".join(self.chars[c] for c in ctc_collapse(e[:k], self.blank))
-                for e, k in zip(self.logits(cols).argmax(-1).tolist(), w)]
+        return char_ctc_greedy(self, cols, w)
+
+
+class AudioChars(torch.nn.Module):
+    """--ctc-weight W --ctc-units chars: the audio twin of VisionAux (training only: never saved
+    nor exported). CtcHead reads the audio frames into the BPE vocabulary (4096 ids at the
+    proxy: a token a few frames long, from a random tower; its CTC sat at the blank plateau in
+    every CPU probe, bench/NOTES.md "An auxiliary CTC loss"); this head reads them into the
+    transcript's sounds' nearest labels, its characters: a linear map from each frame (at="embed":
+    embed_audio's output, the soft tokens the decoder reads; at="tower": the tower's) to
+    ALPHABET + a blank, CTC against the answer's text (answer_texts) lower-cased, every run of
+    characters outside the alphabet (punctuation) one space (mm_audio_readout's alphabet: a small
+    read-out of the log-mel reaches CER 0.3-0.5 on it). A clip with fewer frames than
+    its label needs (ctc_fits) is skipped and counted. Its weights come from their own generator
+    (torch seed `seed` + 4; VisionAux's is + 3): the run's other draws are unchanged. loss()
+    consumes the last audio forward's frames and valid mask (AudioTap)."""
+
+    ALPHABET = " abcdefghijklmnopqrstuvwxyz'"
+
+    def __init__(self, model, at, seed, tok=None, closing=None):
+        super().__init__()
+        if at not in ("embed", "tower"):
+            raise SystemExit(f"train_mm_proxy: --ctc-at {at}: embed or tower")
+        self.tok, self.closing, self.at = tok, closing, at
+        emb = model.model.embed_audio
+        dim = emb.text_hidden_size if at == "embed" else emb.multimodal_hidden_size
+        self.chars = self.ALPHABET
+        self.index = {c: k for k, c in enumerate(self.chars)}
+        self.blank = len(self.chars)
+        g = torch.Generator().manual_seed(seed + 4)
+        with torch.random.fork_rng(devices=[]):  # (nn.Linear's init draws from the global one)
+            self.proj = torch.nn.Linear(dim, len(self.chars) + 1)
+        with torch.no_grad():  # nn.Linear's own init, from the generator above
+            bound = 1.0 / math.sqrt(dim)
+            self.proj.weight.copy_(torch.rand(self.proj.weight.shape, generator=g) * 2 * bound
+                                   - bound)
+            self.proj.bias.copy_(torch.rand(self.proj.bias.shape, generator=g) * 2 * bound
+                                 - bound)
+        self.used = self.skipped = 0
+        self.tap = AudioTap(model, at, "CTC head")
+
+    @staticmethod
+    def normalise(text):
+        """The transcript as heard: lower case, each run of characters outside the alphabet's
+        letters and apostrophe one space, no leading / trailing / doubled space."""
+        return " ".join(re.sub(r"[^a-z']+", " ", text.lower()).split())
+
+    def labels(self, text):
+        return [self.index[c] for c in self.normalise(text)]
+
+    def logits(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            return self.proj(x.float())
+
+    def loss_of(self, texts):
+        """Mean CTC loss (per label, over the clips that fit) of the last audio forward against
+        texts (one transcript a clip); None when no clip fits."""
+        x, valid = self.tap.take()
+        return char_ctc_loss(self, x, valid.sum(-1).tolist(), texts)
+
+    def loss(self, labels):
+        """loss_of() against the answers collate's labels hold (CtcHead.loss's interface)."""
+        return self.loss_of(answer_texts(self.tok, labels, self.closing))
+
+    def greedy(self):
+        """Greedy CTC read of the last audio forward: one string a clip."""
+        x, valid = self.tap.take()
+        return char_ctc_greedy(self, x, valid.sum(-1).tolist())
 
 
 def answer_texts(tok, labels, closing):
@@ -1429,6 +1517,10 @@ def main():
     ap.add_argument("--ctc-at", choices=("embed", "tower"),
                     help="the CTC head reads embed_audio's output or the tower's (the preset's, "
                     "else embed)")
+    ap.add_argument("--ctc-units", choices=("tokens", "chars"),
+                    help="what --ctc-weight's head reads the audio frames into: the BPE "
+                    "vocabulary (CtcHead; the default) or the transcript's characters "
+                    "(AudioChars, the audio twin of --v-aux-weight's VisionAux)")
     ap.add_argument("--v-aux-weight", type=float,
                     help="weight of the auxiliary CTC read-out of the answer's characters from "
                     "the image soft-token columns (VisionAux; training only, not exported; the "
@@ -1526,10 +1618,9 @@ def main():
                          "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
-              "ctc_weight", "v_aux_weight", "ctc_at", "a_var_weight", "a_var_gamma", "a_var_per",
-              "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr",
-              "beta2",
-              "warmup"):
+              "ctc_weight", "v_aux_weight", "ctc_at", "ctc_units", "a_var_weight", "a_var_gamma",
+              "a_var_per", "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale",
+              "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if p.get("v_aux_weight", 0.0) < 0:
@@ -1613,7 +1704,11 @@ def main():
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
-        head = CtcHead(model, p["vocab"], p.get("ctc_at", "embed")).to(dev)
+        if p.get("ctc_units", "tokens") == "chars":
+            head = AudioChars(model, p.get("ctc_at", "embed"), args.seed, tok,
+                              pr.id["<turn|>"]).to(dev)
+        else:
+            head = CtcHead(model, p["vocab"], p.get("ctc_at", "embed")).to(dev)
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
@@ -1791,7 +1886,8 @@ def main():
                              "median": med_s, "max": max(step_s),
                              "over_2x_median": int(sum(x > 2 * med_s for x in step_s))}}
     if head is not None:
-        info["ctc"] = {"weight": ctc_w, "at": head.at, "clips": head.used,
+        info["ctc"] = {"weight": ctc_w, "at": head.at,
+                       "units": p.get("ctc_units", "tokens"), "clips": head.used,
                        "clips_too_short": head.skipped}
     if vaux is not None:
         info["v_aux"] = {"weight": vaux_w, "chars": len(vaux.chars), "images": vaux.used,

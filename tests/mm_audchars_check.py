@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""tests/test_mm_audchars.sh's checks of train_mm_proxy's --ctc-units chars (AudioChars: CTC from
+the audio frames to the transcript's characters, the audio twin of VisionAux; issue 35), on the
+CPU:
+  1. the transcript as heard, hand-worked: "Hello, World's  END." -> "hello world's end" and its
+     labels (ALPHABET's indices: space 0, a 1 .. z 26, apostrophe 27; blank 28);
+  2. on a stub tower (frames given, embed_audio x 2): the loss and its gradients equal torch's
+     ctc_loss over the full log-softmax of the head on those frames (the clips that fit, their
+     valid frames), a clip with fewer valid frames than its label needs is skipped and counted
+     (3 used, 1 skipped); the head's weights come from their own generator (the global stream
+     untouched; the same seed the same weights, another seed others);
+  3. the CTC wiring reads: fitted on synthetic frames that hold each character's code (a frame a
+     character, blank frames between and after), the head reads 60 held-out transcripts exactly
+     (>= 0.9); fitted on the same frames with the transcripts shuffled, it does not (<= 0.2);
+  4. on the ci model (its audio tower, 3 noise clips): the loss is finite and positive; its
+     gradient reaches the audio tower, embed_audio and the head, and no decoder or vision
+     parameter;
+  5. the trainer (ci plan, 2 s noise clips, 6 steps, one thread): --ctc-units chars without
+     --ctc-weight gives the weights of no option (off by default: the same run); --ctc-weight
+     0.5 --ctc-units chars --a-lr-mult 1 trains (train.json's ctc block says chars, clips used,
+     a finite ctc loss a step), moves the audio weights, and saves the same tensor names, shapes
+     and dtypes as without it (the head is never saved).
+Prints one line per check and the count; exit 1 on the first failure."""
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import types
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                                "python"))
+import train_mm_proxy as tmp  # noqa: E402
+from mm_items import Checks, check_tokenizer, ci_data, fp32_model, mm_items  # noqa: E402
+
+CHECKS = Checks("mm_audchars_check")
+fail, expect = CHECKS.fail, CHECKS.expect
+
+
+class Tower(torch.nn.Module):
+    def forward(self, x, mask):
+        return types.SimpleNamespace(last_hidden_state=x, attention_mask=mask)
+
+
+class Embed(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.text_hidden_size = self.multimodal_hidden_size = dim
+
+    def forward(self, x):
+        return 2.0 * x
+
+
+def stub(dim):
+    m = torch.nn.Module()
+    m.model = torch.nn.Module()
+    m.model.audio_tower, m.model.embed_audio = Tower(), Embed(dim)
+    return m
+
+
+def forward(m, x, valid):
+    m.model.embed_audio(m.model.audio_tower(x, valid).last_hidden_state)
+
+
+def check_labels():
+    got = tmp.AudioChars.normalise("Hello, World's  END.")
+    expect(got == "hello world's end", f"normalised {got!r}")
+    head = tmp.AudioChars(stub(4), "embed", 0)
+    lab = head.labels("Hi, it's")
+    expect(lab == [8, 9, 0, 9, 20, 27, 19], f"labels {lab}")
+    expect(head.blank == 28 and len(head.chars) == 28, f"blank {head.blank}")
+    print(f"mm_audchars_check: the transcript as heard, hand-worked: {CHECKS.n} checks")
+
+
+def check_loss():
+    torch.manual_seed(0)
+    D, T = 16, 20
+    m = stub(D)
+    before = torch.random.get_rng_state()
+    head = tmp.AudioChars(m, "embed", 0)
+    expect(torch.equal(before, torch.random.get_rng_state()), "AudioChars moved the global stream")
+    again, other = tmp.AudioChars(stub(D), "embed", 0), tmp.AudioChars(stub(D), "embed", 1)
+    expect(torch.equal(head.proj.weight, again.proj.weight), "same seed, other head weights")
+    expect(not torch.equal(head.proj.weight, other.proj.weight), "other seed, same head")
+    texts = ["a cab", "hello", "zzzzz", "it's"]  # "zzzzz" needs 9 frames (blanks between)
+    x = torch.randn(4, T, D, requires_grad=True)
+    valid = torch.ones(4, T, dtype=torch.bool)
+    valid[1, 15:] = False
+    valid[2, 8:] = False
+    forward(m, x, valid)
+    loss = head.loss_of(texts)
+    loss.backward()
+    expect((head.used, head.skipped) == (3, 1), f"used / skipped {head.used} / {head.skipped}")
+    gx, gw = x.grad.clone(), head.proj.weight.grad.clone()
+    x.grad, head.proj.weight.grad = None, None
+    rows = [0, 1, 3]
+    lp = head.proj(2.0 * x[rows]).log_softmax(-1).transpose(0, 1).double()
+    t = [torch.tensor(head.labels(texts[r])) for r in rows]
+    ref = torch.nn.functional.ctc_loss(
+        lp, torch.nn.utils.rnn.pad_sequence(t, batch_first=True),
+        torch.tensor([int(valid[r].sum()) for r in rows]), torch.tensor([len(u) for u in t]),
+        blank=28, reduction="mean")
+    ref.backward()
+    dl = abs(loss.item() - ref.item())
+    dx = float((gx - x.grad).abs().max() / x.grad.abs().max())
+    dw = float((gw - head.proj.weight.grad).abs().max() / head.proj.weight.grad.abs().max())
+    expect(dl <= 1e-5 * ref.item() and dx <= 1e-5 and dw <= 1e-5,
+           f"loss {loss.item()} vs {ref.item()}, gradients rel. {dx:.1e} / {dw:.1e}")
+    expect(torch.equal(gx[2], torch.zeros_like(gx[2])), "the skipped clip got a gradient")
+    print(f"mm_audchars_check: loss {loss.item():.5f} = torch's {ref.item():.5f} (gradients "
+          f"{dx:.1e} / {dw:.1e}), 3 used 1 skipped, own generator: {CHECKS.n} checks")
+
+
+def check_reads():
+    """Synthetic frames: a frame a character with its fixed random code (+ noise), a blank frame
+    (a code of its own) after each, blank frames to the end."""
+    letters = "abcdefghij"
+    r = np.random.default_rng(5)
+    code = {c: r.normal(0, 1, 16) for c in letters + "_"}
+    T = 12
+
+    def sample(text, k):
+        fr = []
+        for c in text:
+            fr += [code[c], code["_"]]
+        fr += [code["_"]] * (T - len(fr))
+        return np.stack(fr) + np.random.default_rng(k).normal(0, 0.3, (T, 16))
+
+    def strings(n, seed):
+        g = np.random.default_rng(seed)
+        return ["".join(g.choice(list(letters), g.integers(2, 6))) for _ in range(n)]
+
+    train, held = strings(400, 1), strings(60, 2)
+    m = stub(16)
+
+    def run(batch, ks):
+        x = torch.tensor(np.stack([batch(k) for k in ks]), dtype=torch.float32)
+        forward(m, x, torch.ones(len(ks), T, dtype=torch.bool))
+
+    def fit(labels):
+        head = tmp.AudioChars(m, "embed", 0)
+        opt = torch.optim.Adam(head.parameters(), lr=0.05)
+        for step in range(150):
+            ks = np.random.default_rng(step).choice(len(train), 32, replace=False)
+            run(lambda k: sample(train[k], 1000 + k), ks)
+            loss = head.loss_of([labels[k] for k in ks])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            run(lambda k: sample(held[k], 5000 + k), range(len(held)))
+            got = head.greedy()
+        return float(np.mean([a == b for a, b in zip(got, held)]))
+
+    good = fit(train)
+    bad = fit(list(np.random.default_rng(9).permutation(train)))
+    expect(good >= 0.9, f"the head read {good:.2f} of held-out synthetic transcripts (< 0.9)")
+    expect(bad <= 0.2, f"shuffled transcripts still read {bad:.2f} (> 0.2)")
+    print(f"mm_audchars_check: CTC read-out on synthetic frames: held-out exact {good:.2f}, "
+          f"with shuffled transcripts {bad:.2f}")
+
+
+def check_model(tok):
+    p = dict(tmp.PRESETS["ci"], vocab=tok.get_vocab_size())
+    model = fp32_model(tmp, p, tok)
+    head = tmp.AudioChars(model, "embed", 0, tok, tmp.Prompter(tok).id["<turn|>"])
+    texts = ["the cat sat down", "open the red door", "we walk"]
+    items = mm_items(tmp, tok, 3, [], [(t, 48000) for t in texts])["audio"]  # 3 s clips
+    b = tmp.collate(items)
+    lab = b.pop("labels")
+    model.zero_grad(set_to_none=True)
+    model.model.get_audio_features(b["input_features"], b["input_features_mask"])
+    loss = head.loss(lab)
+    expect(loss is not None and math.isfinite(loss.item()) and loss.item() > 0, f"loss {loss}")
+    expect((head.used, head.skipped) == (3, 0), f"used / skipped {head.used} / {head.skipped}")
+    loss.backward()
+    moved = {}
+    for n, x in model.named_parameters():
+        side = ("vision" if n.startswith(tmp.SIDES["vision"]) else
+                "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
+        g = 0.0 if x.grad is None else float(x.grad.abs().sum())
+        moved[side] = moved.get(side, 0.0) + g
+    hg = sum(float(x.grad.abs().sum()) for x in head.parameters())
+    ea = sum(float(x.grad.abs().sum()) for x in model.model.embed_audio.parameters()
+             if x.grad is not None)
+    at = sum(float(x.grad.abs().sum()) for x in model.model.audio_tower.parameters()
+             if x.grad is not None)
+    expect(ea > 0 and at > 0 and hg > 0, f"embed_audio {ea}, audio tower {at}, head {hg}")
+    expect(moved["decoder"] == 0 and moved["vision"] == 0, f"gradient leaked: {moved}")
+    print(f"mm_audchars_check: AudioChars on the ci model: loss {loss.item():.3f}, gradient "
+          f"audio tower {at:.3g} / embed_audio {ea:.3g} / head {hg:.3g} / decoder "
+          f"{moved['decoder']} / vision {moved['vision']}: {CHECKS.n} checks")
+
+
+def tensors(path):
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def check_trainer():
+    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
+    with tempfile.TemporaryDirectory() as d:
+        data = ci_data(tmp, d, seconds=2)  # 50 frames (the ci clips' most): every sentence fits
+        runs = {}
+        for name, extra in (("off", []), ("units", ["--ctc-units", "chars"]),
+                            ("on", ["--ctc-weight", "0.5", "--ctc-units", "chars",
+                                    "--a-lr-mult", "1"])):
+            out = os.path.join(d, name)
+            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
+                                  "--batch", "8", "--steps", "6", "--device", "cpu",
+                                  "--threads", "1", "--no-export", "--minutes", "30",
+                                  "--eval-every", "0"] + extra, capture_output=True, text=True)
+            if res.returncode:
+                fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
+            j = json.load(open(os.path.join(out, "train.json")))
+            st = os.path.join(out, "hf", "model.safetensors")
+            runs[name] = (j, hashlib.sha256(open(st, "rb").read()).hexdigest(), tensors(st))
+    (off, h_off, t_off), (_, h_units, _), (on, h_on, t_on) = runs["off"], runs["units"], \
+        runs["on"]
+    expect(h_off == h_units, f"--ctc-units chars alone changed the weights ({h_off[:12]} vs "
+           f"{h_units[:12]})")
+    expect("ctc" not in off, "a ctc block without the option")
+    c = on.get("ctc") or {}
+    lc = on["losses_every_25"].get("ctc", [])
+    expect(c.get("units") == "chars" and c.get("weight") == 0.5 and c.get("clips", 0) > 0 and
+           c.get("clips_too_short") == 0, f"the on run's ctc block {c}")
+    expect(lc and all(math.isfinite(v) for v in lc), f"ctc losses {lc}")
+    layout = {k: (tuple(v.shape), v.dtype) for k, v in t_off.items()}
+    expect(layout == {k: (tuple(v.shape), v.dtype) for k, v in t_on.items()},
+           "the saved tensors' names, shapes or dtypes changed with --ctc-units chars")
+    aud = [k for k in t_on if ".audio_tower." in k or ".embed_audio." in k]
+    expect(aud and any(not torch.equal(t_on[k], t_off[k]) for k in aud),
+           "--ctc-weight 0.5 --ctc-units chars --a-lr-mult 1 moved no audio weight")
+    print(f"mm_audchars_check: trainer: off {h_off[:12]} = --ctc-units chars alone "
+          f"{h_units[:12]}; on {h_on[:12]} (ctc {c}, final {on['final_loss']['ctc']:.3f}); "
+          f"{len(layout)} saved tensors, the same layout")
+
+
+def main():
+    words = ["the cat sat down", "open the red door", "we walk"]
+    with tempfile.TemporaryDirectory() as d:
+        tok = check_tokenizer(tmp, words, os.path.join(d, "tok.json"))
+    check_labels()
+    check_loss()
+    check_reads()
+    check_model(tok)
+    check_trainer()
+    print(f"mm_audchars_check: {CHECKS.n} checks passed")
+
+
+if __name__ == "__main__":
+    main()
