@@ -21,14 +21,10 @@ CPU:
      a finite ctc loss a step), moves the audio weights, and saves the same tensor names, shapes
      and dtypes as without it (the head is never saved).
 Prints one line per check and the count; exit 1 on the first failure."""
-import hashlib
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
-import types
 
 import numpy as np
 import torch
@@ -36,31 +32,12 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import Checks, check_tokenizer, ci_data, fp32_model, mm_items  # noqa: E402
+from mm_items import (  # noqa: E402
+    Checks, audio_stub, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side,
+    mm_items)
 
 CHECKS = Checks("mm_audchars_check")
 fail, expect = CHECKS.fail, CHECKS.expect
-
-
-class Tower(torch.nn.Module):
-    def forward(self, x, mask):
-        return types.SimpleNamespace(last_hidden_state=x, attention_mask=mask)
-
-
-class Embed(torch.nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.text_hidden_size = self.multimodal_hidden_size = dim
-
-    def forward(self, x):
-        return 2.0 * x
-
-
-def stub(dim):
-    m = torch.nn.Module()
-    m.model = torch.nn.Module()
-    m.model.audio_tower, m.model.embed_audio = Tower(), Embed(dim)
-    return m
 
 
 def forward(m, x, valid):
@@ -70,7 +47,7 @@ def forward(m, x, valid):
 def check_labels():
     got = tmp.AudioChars.normalise("Hello, World's  END.")
     expect(got == "hello world's end", f"normalised {got!r}")
-    head = tmp.AudioChars(stub(4), "embed", 0)
+    head = tmp.AudioChars(audio_stub(4), "embed", 0)
     lab = head.labels("Hi, it's")
     expect(lab == [8, 9, 0, 9, 20, 27, 19], f"labels {lab}")
     expect(head.blank == 28 and len(head.chars) == 28, f"blank {head.blank}")
@@ -80,11 +57,12 @@ def check_labels():
 def check_loss():
     torch.manual_seed(0)
     D, T = 16, 20
-    m = stub(D)
+    m = audio_stub(D)
     before = torch.random.get_rng_state()
     head = tmp.AudioChars(m, "embed", 0)
     expect(torch.equal(before, torch.random.get_rng_state()), "AudioChars moved the global stream")
-    again, other = tmp.AudioChars(stub(D), "embed", 0), tmp.AudioChars(stub(D), "embed", 1)
+    again = tmp.AudioChars(audio_stub(D), "embed", 0)
+    other = tmp.AudioChars(audio_stub(D), "embed", 1)
     expect(torch.equal(head.proj.weight, again.proj.weight), "same seed, other head weights")
     expect(not torch.equal(head.proj.weight, other.proj.weight), "other seed, same head")
     texts = ["a cab", "hello", "zzzzz", "it's"]  # "zzzzz" needs 9 frames (blanks between)
@@ -136,7 +114,7 @@ def check_reads():
         return ["".join(g.choice(list(letters), g.integers(2, 6))) for _ in range(n)]
 
     train, held = strings(400, 1), strings(60, 2)
-    m = stub(16)
+    m = audio_stub(16)
 
     def run(batch, ks):
         x = torch.tensor(np.stack([batch(k) for k in ks]), dtype=torch.float32)
@@ -179,12 +157,7 @@ def check_model(tok):
     expect(loss is not None and math.isfinite(loss.item()) and loss.item() > 0, f"loss {loss}")
     expect((head.used, head.skipped) == (3, 0), f"used / skipped {head.used} / {head.skipped}")
     loss.backward()
-    moved = {}
-    for n, x in model.named_parameters():
-        side = ("vision" if n.startswith(tmp.SIDES["vision"]) else
-                "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
-        g = 0.0 if x.grad is None else float(x.grad.abs().sum())
-        moved[side] = moved.get(side, 0.0) + g
+    moved = grad_by_side(tmp, model)
     hg = sum(float(x.grad.abs().sum()) for x in head.parameters())
     ea = sum(float(x.grad.abs().sum()) for x in model.model.embed_audio.parameters()
              if x.grad is not None)
@@ -197,31 +170,12 @@ def check_model(tok):
           f"{moved['decoder']} / vision {moved['vision']}: {CHECKS.n} checks")
 
 
-def tensors(path):
-    from safetensors import safe_open
-
-    with safe_open(path, "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
-
-
 def check_trainer():
-    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d, seconds=2)  # 50 frames (the ci clips' most): every sentence fits
-        runs = {}
-        for name, extra in (("off", []), ("units", ["--ctc-units", "chars"]),
-                            ("on", ["--ctc-weight", "0.5", "--ctc-units", "chars",
-                                    "--a-lr-mult", "1"])):
-            out = os.path.join(d, name)
-            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
-                                  "--batch", "8", "--steps", "6", "--device", "cpu",
-                                  "--threads", "1", "--no-export", "--minutes", "30",
-                                  "--eval-every", "0"] + extra, capture_output=True, text=True)
-            if res.returncode:
-                fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
-            j = json.load(open(os.path.join(out, "train.json")))
-            st = os.path.join(out, "hf", "model.safetensors")
-            runs[name] = (j, hashlib.sha256(open(st, "rb").read()).hexdigest(), tensors(st))
+        runs = ci_trainer_runs(tmp, data, d, (
+            ("off", []), ("units", ["--ctc-units", "chars"]),
+            ("on", ["--ctc-weight", "0.5", "--ctc-units", "chars", "--a-lr-mult", "1"])), fail)
     (off, h_off, t_off), (_, h_units, _), (on, h_on, t_on) = runs["off"], runs["units"], \
         runs["on"]
     expect(h_off == h_units, f"--ctc-units chars alone changed the weights ({h_off[:12]} vs "

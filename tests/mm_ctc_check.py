@@ -12,7 +12,6 @@ Prints one line per check; exit 1 on the first failure."""
 import os
 import sys
 import tempfile
-import types
 
 import torch
 
@@ -20,26 +19,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import fp32_model  # noqa: E402
+from mm_items import audio_stub, fp32_model  # noqa: E402
 
 
 def fail(msg):
     print(f"mm_ctc_check: FAIL: {msg}")
     sys.exit(1)
-
-
-class Tower(torch.nn.Module):
-    def forward(self, x, mask):
-        return types.SimpleNamespace(last_hidden_state=x, attention_mask=mask)
-
-
-class Embed(torch.nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.text_hidden_size = self.multimodal_hidden_size = dim
-
-    def forward(self, x):
-        return 2.0 * x
 
 
 def labels_for(targets, turn, width=40):
@@ -53,9 +38,7 @@ def labels_for(targets, turn, width=40):
 def check_reduction():
     torch.manual_seed(0)
     V, D, B, T = 50, 16, 4, 20
-    m = torch.nn.Module()
-    m.model = torch.nn.Module()
-    m.model.audio_tower, m.model.embed_audio = Tower(), Embed(D)
+    m = audio_stub(D)
     head = tmp.CtcHead(m, V, "embed")
     x = torch.randn(B, T, D, requires_grad=True)
     valid = torch.ones(B, T, dtype=torch.bool)

@@ -104,3 +104,75 @@ class Checks:
         self.n += 1
         if not cond:
             self.fail(msg)
+
+
+def audio_stub(dim):
+    """A module with the attributes the trainer's audio read-out heads hook (CtcHead,
+    AudioChars): model.audio_tower passes its input frames through as last_hidden_state with the
+    mask, model.embed_audio doubles them (text and multimodal width `dim`): the heads' input is
+    then a known function of the test's frames."""
+    import types
+
+    import torch
+
+    class Tower(torch.nn.Module):
+        def forward(self, x, mask):
+            return types.SimpleNamespace(last_hidden_state=x, attention_mask=mask)
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.text_hidden_size = self.multimodal_hidden_size = dim
+
+        def forward(self, x):
+            return 2.0 * x
+
+    m = torch.nn.Module()
+    m.model = torch.nn.Module()
+    m.model.audio_tower, m.model.embed_audio = Tower(), Embed()
+    return m
+
+
+def tensors(path):
+    """Every tensor of a safetensors file, by name."""
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def ci_trainer_runs(tmp, data, d, variants, fail):
+    """train_mm_proxy.py on the ci preset's `data`, 6 steps of 8 on one CPU thread, no export,
+    no held-out evaluation, once a (name, extra flags) of `variants`, each into d/name: {name:
+    (its train.json, the sha256 of its hf/model.safetensors, that file's tensors)}; a run that
+    exits non-zero fails the check with its stderr's tail."""
+    import hashlib
+    import json
+    import subprocess
+
+    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
+    runs = {}
+    for name, extra in variants:
+        out = os.path.join(d, name)
+        res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
+                              "--batch", "8", "--steps", "6", "--device", "cpu", "--threads", "1",
+                              "--no-export", "--minutes", "30", "--eval-every", "0"] + extra,
+                             capture_output=True, text=True)
+        if res.returncode:
+            fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
+        j = json.load(open(os.path.join(out, "train.json")))
+        st = os.path.join(out, "hf", "model.safetensors")
+        runs[name] = (j, hashlib.sha256(open(st, "rb").read()).hexdigest(), tensors(st))
+    return runs
+
+
+def grad_by_side(tmp, model):
+    """{vision, audio, decoder: the sum of |gradient| over that side's parameters (the trainer's
+    SIDES prefixes; a parameter with no gradient counts 0)}."""
+    moved = {}
+    for n, x in model.named_parameters():
+        side = ("vision" if n.startswith(tmp.SIDES["vision"]) else
+                "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
+        g = 0.0 if x.grad is None else float(x.grad.abs().sum())
+        moved[side] = moved.get(side, 0.0) + g
+    return moved

@@ -23,8 +23,6 @@ CTC read-out of the answer's characters from the image soft-token columns; issue
      from them: the head is never saved); a batch whose half the train items cannot fill is
      refused in one line (it hung).
 Prints one line per check and the count; exit 1 on the first failure."""
-import hashlib
-import json
 import math
 import os
 import subprocess
@@ -37,7 +35,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import Checks, check_tokenizer, ci_data, fp32_model, mm_items  # noqa: E402
+from mm_items import (  # noqa: E402
+    Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side, mm_items)
 
 CHECKS = Checks("mm_visaux_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -94,12 +93,7 @@ def check_model(tok, texts):
     loss = head.loss_from_labels(b["image_position_ids"], lab)
     expect(loss is not None and math.isfinite(loss.item()) and loss.item() > 0, f"loss {loss}")
     loss.backward()
-    moved = {}
-    for n, x in model.named_parameters():
-        side = ("vision" if n.startswith(tmp.SIDES["vision"]) else
-                "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
-        g = 0.0 if x.grad is None else float(x.grad.abs().sum())
-        moved[side] = moved.get(side, 0.0) + g
+    moved = grad_by_side(tmp, model)
     hg = sum(float(x.grad.abs().sum()) for x in head.parameters())
     expect(moved["vision"] > 0 and hg > 0, f"no gradient to the vision side / head: {moved} {hg}")
     expect(moved["decoder"] == 0 and moved["audio"] == 0, f"gradient leaked: {moved}")
@@ -170,30 +164,13 @@ def check_reads():
           f"with shuffled answers {bad:.2f}")
 
 
-def tensors(path):
-    from safetensors import safe_open
-
-    with safe_open(path, "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
-
-
 def check_trainer():
     trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d)
-        runs = {}
-        for name, extra in (("off", []), ("zero", ["--v-aux-weight", "0"]),
-                            ("on", ["--v-aux-weight", "0.5"])):
-            out = os.path.join(d, name)
-            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
-                                  "--batch", "8", "--steps", "6", "--device", "cpu",
-                                  "--threads", "1", "--no-export", "--minutes", "30",
-                                  "--eval-every", "0"] + extra, capture_output=True, text=True)
-            if res.returncode:
-                fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
-            j = json.load(open(os.path.join(out, "train.json")))
-            st = os.path.join(out, "hf", "model.safetensors")
-            runs[name] = (j, hashlib.sha256(open(st, "rb").read()).hexdigest(), tensors(st))
+        runs = ci_trainer_runs(tmp, data, d, (
+            ("off", []), ("zero", ["--v-aux-weight", "0"]), ("on", ["--v-aux-weight", "0.5"])),
+            fail)
         # 8 clips x 1 rendering cannot fill a half-batch of 16: refused at once (it hung: a
         # drop_last loader with no batch never yields)
         try:

@@ -547,6 +547,20 @@ def soft_columns(x, pos):
     return out, w
 
 
+def seeded_linear(dim, n_out, seed):
+    """nn.Linear(dim, n_out) with nn.Linear's own init (U(-1/sqrt(dim), 1/sqrt(dim)), weight then
+    bias) drawn from a generator of its own at `seed`: a read-out head that moves none of the
+    run's random streams (nn.Linear's init draws from the global one)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        lin = torch.nn.Linear(dim, n_out)
+    with torch.no_grad():
+        bound = 1.0 / math.sqrt(dim)
+        lin.weight.copy_(torch.rand(lin.weight.shape, generator=g) * 2 * bound - bound)
+        lin.bias.copy_(torch.rand(lin.bias.shape, generator=g) * 2 * bound - bound)
+    return lin
+
+
 class VisionAux(torch.nn.Module):
     """--v-aux-weight: an auxiliary read-out loss on the image soft tokens (training only: never
     saved nor exported, the package keeps the Gemma-4 layout). The decoder hands the vision
@@ -567,16 +581,7 @@ class VisionAux(torch.nn.Module):
         self.chars = "".join(sorted(set(chars)))
         self.index = {c: k for k, c in enumerate(self.chars)}
         self.blank = len(self.chars)
-        g = torch.Generator().manual_seed(seed + 3)
-        dim = m.embed_vision.text_hidden_size
-        with torch.random.fork_rng(devices=[]):  # (nn.Linear's init draws from the global one)
-            self.proj = torch.nn.Linear(dim, len(self.chars) + 1)
-        with torch.no_grad():  # nn.Linear's own init, from the generator above
-            bound = 1.0 / math.sqrt(dim)
-            self.proj.weight.copy_(torch.rand(self.proj.weight.shape, generator=g) * 2 * bound
-                                   - bound)
-            self.proj.bias.copy_(torch.rand(self.proj.bias.shape, generator=g) * 2 * bound
-                                 - bound)
+        self.proj = seeded_linear(m.embed_vision.text_hidden_size, len(self.chars) + 1, seed + 3)
         self.used = self.skipped = 0
         self.frames = None
         m.embed_vision.register_forward_hook(self._embed)
@@ -646,15 +651,7 @@ class AudioChars(torch.nn.Module):
         self.chars = self.ALPHABET
         self.index = {c: k for k, c in enumerate(self.chars)}
         self.blank = len(self.chars)
-        g = torch.Generator().manual_seed(seed + 4)
-        with torch.random.fork_rng(devices=[]):  # (nn.Linear's init draws from the global one)
-            self.proj = torch.nn.Linear(dim, len(self.chars) + 1)
-        with torch.no_grad():  # nn.Linear's own init, from the generator above
-            bound = 1.0 / math.sqrt(dim)
-            self.proj.weight.copy_(torch.rand(self.proj.weight.shape, generator=g) * 2 * bound
-                                   - bound)
-            self.proj.bias.copy_(torch.rand(self.proj.bias.shape, generator=g) * 2 * bound
-                                 - bound)
+        self.proj = seeded_linear(dim, len(self.chars) + 1, seed + 4)
         self.used = self.skipped = 0
         self.tap = AudioTap(model, at, "CTC head")
 
