@@ -50,7 +50,7 @@ import mm_probe  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
 from mm_parity import edits, words  # noqa: E402
 
-ALPHABET = " abcdefghijklmnopqrstuvwxyz'"  # CTC labels 1..28; 0 is the blank
+ALPHABET = tmp.AudioChars.ALPHABET  # CTC labels 1..28; 0 is the blank (the trainer's head's)
 WINDOW = 5  # frames a read-out sees around each frame (t-2..t+2)
 
 

@@ -87,14 +87,18 @@ def wer_tokens(text):
 def wer_percent(refs, hyps):
     """Corpus WER in percent (g4_wer_add + g4_wer_percent: total word edits / total reference
     words; each response stripped first)."""
+    return wer_percent_of_tokens([wer_tokens(r) for r in refs],
+                                 [wer_tokens((h or "").strip()) for h in hyps])
+
+
+def wer_percent_of_tokens(tr, th):
+    """wer_percent of references and responses already in wer_tokens' words."""
     from mm_parity import edits
 
-    e = n = 0
-    for r, h in zip(refs, hyps):
-        tr, th = wer_tokens(r), wer_tokens((h or "").strip())
-        e, n = e + edits(tr, th), n + len(tr)
+    e = sum(edits(a, b) for a, b in zip(tr, th))
+    n = sum(len(a) for a in tr)
     if n == 0:
-        raise SystemExit(f"mm_metrics: the {len(refs)} references hold no words (WER undefined)")
+        raise SystemExit(f"mm_metrics: the {len(tr)} references hold no words (WER undefined)")
     return e / n * 100
 
 
@@ -122,7 +126,7 @@ def answer_scores(kind, refs, hyps):
         tr = [wer_tokens(x) for x in refs]
         th = [wer_tokens(x.strip()) for x in hyps]
         r, h = [" ".join(t) for t in tr], [" ".join(t) for t in th]
-        extra = {"wer": wer_percent(refs, hyps) / 100}
+        extra = {"wer": wer_percent_of_tokens(tr, th) / 100}
     else:
         raise SystemExit(f"mm_metrics: kind {kind!r}: image or audio")
     out = {"exact": sum(a == b for a, b in zip(r, h)) / len(r)}
