@@ -1,7 +1,7 @@
 // bench_stepskel.c: `g4cu bench --kernels --filter stepskel` (an area of g4cu_dev_bench_kernels.c;
 // here, above the engine, because it builds the step plan): the persistent skeleton of the whole
 // decode step (kernels/step_skeleton.cuh) on E2B's shape (engine/step_queue.h g4_sp_shape_e2b,
-// made in code), its tile plan at STEPSKEL_KEYS keys, with Q4 and f16 weight bytes. Rows (a
+// made in code), its tile plans at G4_SP_BENCH_KEYS keys, with Q4 and f16 weight bytes. Rows (a
 // row's ms is one step, graph-replayed, STEPSKEL_STEPS launches a graph; its baseline `stream`
 // is the same weight bytes streamed by one plain kernel of the same grid and loads: the
 // ceiling): each prefetch form (pf 0 / 1 / 2) at the first run's G (5 CTAs an SM) and at 2 a SM;
@@ -42,9 +42,7 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
 int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int max);
 
 enum {
-    STEPSKEL_KEYS = 512,       // keys the step's attention sees
-    STEPSKEL_SPLIT_KEYS = 128, // keys an attention split at most: 4 splits a KV head
-    STEPSKEL_STEPS = 8,        // launches a graph
+    STEPSKEL_STEPS = 8, // launches a graph
     // CTAs an SM of the first run (session 30: 44 registers a thread, 5 CTAs an SM, G = 660 on
     // 132 SMs): its rows are repeated at this G, whatever the kernel's registers allow now
     STEPSKEL_BASE_PER_SM = 5
@@ -120,49 +118,13 @@ static const skel_variant stepskel_timelines[] = {
     {2, G4_SK_NO_WAIT | G4_SK_NO_ACT | G4_SK_NO_WEIGHTS, " nowait+noact+nowts"},
     {0, 0, ""}};
 
-// The plans: the first is the baseline (every row above); the others move the two reads the
-// session-30 timeline put on the path (attention 5.9 us a layer: one CTA reads a split's 128
-// keys of K and V, 162 KB; the PLE gate 3.8 us: 12-24 down K-chunk partials of 6 KB) and run the
-// design row (pf=2) and, for Q4, its timeline only. split: keys an attention split at most;
-// chunk: the down GEMV's K chunk in 16-feature tiles (0: the plan's 32, 512 features); group /
-// lm: tiles a GEMV / LM-head instruction (0: the plan's 4 / 64). The last two are the CPU cost
-// model's best (engine/step_cost.h, `g4cu bench --step-model --grid`: fewer, larger
-// instructions; its list of the bench's plans is this one).
-typedef struct {
-    int split, chunk, group, lm;
-    int math; // 1: also the GEMV-math rows (the baseline and session 31's best measured plan,
-              // whose rows bench/NOTES.md's skmath prediction names)
-} skel_plan;
-static const skel_plan stepskel_plans[] = {{STEPSKEL_SPLIT_KEYS, 0, 0, 0, 1},
-                                           {64, 0, 0, 0, 0},
-                                           {32, 0, 0, 0, 0},
-                                           {STEPSKEL_SPLIT_KEYS, 128, 0, 0, 0},
-                                           {STEPSKEL_SPLIT_KEYS, 128, 8, 128, 0},
-                                           {64, 128, 8, 128, 1},
-                                           // the cost model's best two past its old grid's edge
-                                           // (--grid, branch skgrid): 3072-feature down chunks,
-                                           // groups of 16, LM groups of 64 / 128
-                                           {64, 192, 16, 64, 0},
-                                           {64, 192, 16, 128, 0},
-                                           // the cost model's best with the GEMV math (--grid's
-                                           // math ranking, branch skmodelmath): groups of 2
-                                           // tiles, less math on each path instruction
-                                           {64, 128, 2, 64, 1},
-                                           // a held-words plan of the cost model whose
-                                           // largest instruction fits a CTA's shared memory
-                                           // at 4 an SM with room for x (--grid's held
-                                           // ranking, branch skheld: groups of 1 tile, LM
-                                           // groups of 2; o's 37 KB of 56; LM groups of 4
-                                           // model 2.5 us faster at 55.5 KB: no room)
-                                           {STEPSKEL_SPLIT_KEYS, 128, 1, 2, 1}};
-
 // A row's shape (the filter matches it; every one starts "E2B ": g4_kbench_stepskel's test).
 static void row_shape(char *s, size_t n, const char *dn, const skel_variant *v, int G,
-                      const skel_plan *pl) {
+                      const g4_sp_bench_plan *pl) {
     char chunk[24] = "", group[40] = "";
     if (pl->chunk) snprintf(chunk, sizeof chunk, " chunk=%d", pl->chunk * 16);
     if (pl->group || pl->lm) snprintf(group, sizeof group, " group=%d lm=%d", pl->group, pl->lm);
-    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s%s%s", dn, v->pf, G, STEPSKEL_KEYS, pl->split,
+    snprintf(s, n, "E2B %s pf=%d G=%d keys=%d/%d%s%s%s", dn, v->pf, G, G4_SP_BENCH_KEYS, pl->split,
              chunk, group, v->label);
 }
 
@@ -251,7 +213,7 @@ static void timeline(g4_step_skel *s, const g4_step_plan *p, const g4_sq *q, int
 
 // Rows vars[v_lo .. v_hi) at G CTAs on plan p (made with pl), then timelines tls[0 .. n_tl).
 static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
-                       const g4_step_plan *p, const skel_plan *pl, g4_sq_dtype dt, int G,
+                       const g4_step_plan *p, const g4_sp_bench_plan *pl, g4_sq_dtype dt, int G,
                        const skel_variant *vars, int v_lo, int v_hi, const skel_variant *tls,
                        int n_tl) {
     const char *dn = dt == G4_SQ_Q4 ? "q4" : "f16";
@@ -338,12 +300,11 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
 // SM and the design's at all that fit; another plan the design row at the first G and, for Q4,
 // its timeline.
 static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
-                      const g4_text_config *c, const g4_sp_flags *f, const skel_plan *pl, int all,
-                      int math) {
-    // (splits of <= pl->split keys: one CTA reading all 512 rows of a KV head's fp16 K and V,
-    // 0.5-1 MB, would sit on every layer's critical path)
-    const g4_sp_opts o = {G4_SP_TILE, STEPSKEL_KEYS, 1, pl->group, pl->chunk,
-                          pl->lm,     pl->split,     0, 0};
+                      const g4_text_config *c, const g4_sp_flags *f, const g4_sp_bench_plan *pl,
+                      int all, int math) {
+    // (splits of <= pl->split keys: engine/step_queue.c says why)
+    const g4_sp_opts o = {G4_SP_TILE, G4_SP_BENCH_KEYS, 1, pl->group, pl->chunk,
+                          pl->lm,     pl->split,        0, 0};
     g4_step_plan p;
     int G = 0, Gm = 0, sms = 0;
     if (g4_sp_build(c, f, &o, &p)) {
@@ -396,10 +357,10 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     g4_sp_flags f;
     g4_sp_flags_owner_qkv(&c, &f);
     int n = 0;
-    const size_t n_plans = sizeof stepskel_plans / sizeof stepskel_plans[0];
-    for (size_t k = 0; k < n_plans; k++)
-        n = bench_plan(filter, reps, rows, n, max, &c, &f, &stepskel_plans[k], k == 0,
-                       stepskel_plans[k].math);
+    // (the one list of the bench's plans, which the cost model predicts too)
+    for (int k = 0; k < g4_sp_n_bench_plans; k++)
+        n = bench_plan(filter, reps, rows, n, max, &c, &f, &g4_sp_bench_plans[k], k == 0,
+                       g4_sp_bench_plans[k].math);
     free(f.qkv);
     free(c.layer);
     return n;

@@ -439,7 +439,7 @@ static const double tl_pf2[G4_TL_N] = {0.072, 0.265, 5.374, 0.218, 3.422, 0.338,
 static const double tl_pf0[G4_TL_N] = {0.000, 0.000, 0.000, 0.000, 3.537, 21.962, 13.476, 9.634};
 
 // The session-31 rows (H100, bench/runs/2026-12-06-s31-call1-v4-logs.tar.gz logs/stepskel.log):
-// the bench's plans (api/bench_stepskel.c stepskel_plans) at pf=2 G=660, us a step of each of
+// the bench's plans (engine/step_queue.h g4_sp_bench_plans) at pf=2 G=660, us a step of each of
 // its two runs (the "stepskel E2B ..." lines), and run 1's stamped Q4 step's path a layer and
 // after the layers (the "stepskel-tl ... path a layer / path after the layers" lines). Options
 // as g4_sp_opts (0: the plan's default: chunk 32, group 4, LM group 64).
@@ -466,9 +466,17 @@ static const measured_plan measured31[] = {
 };
 // clang-format on
 
-enum { SC_KEYS = 512, SC_G = 660 }; // the bench's keys and first G (5 CTAs an SM on 132 SMs)
+// the bench's keys and first G (5 CTAs an SM on 132 SMs)
+enum { SC_KEYS = G4_SP_BENCH_KEYS, SC_G = 660 };
 // G4_SK_MATH's kernel: 4 CTAs an SM (64 registers; g4_step_skel_max_ctas_math) on 132 SMs
 enum { SC_G_MATH = 528 };
+
+// A plan's options on E2B (g4_sp_opts' split keys, down chunk tiles, group tiles, LM group tiles;
+// 0: the plan's default), and those of any row or list entry with the four fields.
+typedef struct {
+    int split, chunk, group, lm;
+} sc_opts;
+#define SC_OPTS(x) ((sc_opts){(x)->split, (x)->chunk, (x)->group, (x)->lm})
 
 // E2B's tile plan (the bench's flags) with options o; G4_OK or the builder's error.
 static int e2b_plan(const g4_sp_opts *o, g4_step_plan *p) {
@@ -636,10 +644,11 @@ static void print_ranked(FILE *out, const char *tag, const ranked *e) {
             e->n, SC_G, e->us[0], e->spread[0], e->us[1], e->spread[1]);
 }
 
-static int same_plan(const ranked *e, const measured_plan *m) {
-    return e->split == m->split && or_default(e->chunk, 32) == or_default(m->chunk, 32) &&
-           or_default(e->group, 4) == or_default(m->group, 4) &&
-           or_default(e->lm, 64) == or_default(m->lm, 64);
+// (a and b the same plan: a default and its value alike)
+static int same_opts(sc_opts a, sc_opts b) {
+    return a.split == b.split && or_default(a.chunk, 32) == or_default(b.chunk, 32) &&
+           or_default(a.group, 4) == or_default(b.group, 4) &&
+           or_default(a.lm, 64) == or_default(b.lm, 64);
 }
 
 // The session-31 rows: model (the bench plan's prediction in bp[nb], the mean over SC_SEEDS
@@ -660,7 +669,7 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
         ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
         int found = 0;
         for (int b = 0; b < nb && !found; b++)
-            if (same_plan(&bp[b], m)) r = bp[b], found = 1;
+            if (same_opts(SC_OPTS(&bp[b]), SC_OPTS(m))) r = bp[b], found = 1;
         if (!found && (rc = predict(&r, SC_SEEDS, NULL))) break; // (not in the bench's list)
         const double meas[2] = {(m->q4[0] + m->q4[1]) / 2, (m->f16[0] + m->f16[1]) / 2};
         char name[40];
@@ -858,15 +867,17 @@ static int report_math_rows(FILE *out) {
         }
         g4_sp_free(&p);
     }
-    // the bench's math plans not measured yet (api/bench_stepskel.c, math = 1): the held grid's
-    // plan that fits a CTA's shared memory with room for x staging (branch skheld)
-    static const int unmeasured[][4] = {{128, 128, 1, 2}};
-    for (size_t k = 0; k < sizeof unmeasured / sizeof unmeasured[0] && !rc; k++) {
+    // the bench's math plans (engine/step_queue.h g4_sp_bench_plans, math = 1) with no row above
+    for (int k = 0; k < g4_sp_n_bench_plans && !rc; k++) {
+        const g4_sp_bench_plan *b = &g4_sp_bench_plans[k];
+        int measured_math = 0;
+        for (int i = 0; i < NR && !measured_math; i++)
+            measured_math = same_opts(SC_OPTS(b), SC_OPTS(&math_rows[i]));
+        if (!b->math || measured_math) continue;
         static const int modes[3] = {0, G4_SK_MATH, MH};
         double u[3][2];
         for (int i = 0; i < 3 && !rc; i++) {
-            const int *u4 = unmeasured[k];
-            ranked r = {u4[0], u4[1], u4[2], u4[3], {0, 0}, {0, 0}, 0};
+            ranked r = {b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
             for (int dt = 0; dt < 2 && !rc; dt++)
                 rc = predict_at(&r, SC_G_MATH, modes[i], dt, SC_SEEDS, NULL);
             u[i][0] = r.us[0], u[i][1] = r.us[1];
@@ -875,8 +886,9 @@ static int report_math_rows(FILE *out) {
             fprintf(out,
                     "step-model math plan %d/%d/%d/%d (not measured), pf=2 G=%d, us a step: Q4 "
                     "%.1f, math %.1f, math held ub %.1f; f16 %.1f, math %.1f, math held ub %.1f\n",
-                    unmeasured[k][0], unmeasured[k][1], unmeasured[k][2], unmeasured[k][3],
-                    SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1], u[2][1]);
+                    b->split, or_default(b->chunk, 32), or_default(b->group, 4),
+                    or_default(b->lm, 64), SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1],
+                    u[2][1]);
     }
     return rc;
 }
@@ -1142,20 +1154,16 @@ int g4_sc_report(FILE *out, int grid, int top) {
     off_sum e30 = {{0, 0}, {0, 0}, 0}, e31 = {{0, 0}, {0, 0}, 0};
     int rc = validate(out, &e30);
     if (rc) return rc;
-    // the bench's plans (api/bench_stepskel.c stepskel_plans, the same list: split keys, chunk
-    // tiles, group tiles, LM group tiles; 0: the plan's default)
-    static const int bench[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
-                                   {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
-                                   {64, 192, 16, 64}, {64, 192, 16, 128}, {64, 128, 2, 64},
-                                   {128, 128, 1, 2}};
-    enum { NB = sizeof bench / sizeof bench[0] };
-    ranked bp[NB];
-    for (int k = 0; k < NB; k++) {
-        bp[k] = (ranked){bench[k][0], bench[k][1], bench[k][2], bench[k][3], {0, 0}, {0, 0}, 0};
-        if ((rc = predict(&bp[k], SC_SEEDS, NULL))) return rc;
+    // the bench's plans (engine/step_queue.h g4_sp_bench_plans: the list it runs)
+    const int nb = g4_sp_n_bench_plans;
+    ranked *bp = g4_calloc((size_t)nb, sizeof *bp);
+    for (int k = 0; k < nb && !rc; k++) {
+        const g4_sp_bench_plan *b = &g4_sp_bench_plans[k];
+        bp[k] = (ranked){b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
+        rc = predict(&bp[k], SC_SEEDS, NULL);
     }
-    if ((rc = validate_plans(out, bp, NB, &e31))) return rc;
-    {
+    if (!rc) rc = validate_plans(out, bp, nb, &e31);
+    if (!rc) {
         const off_sum *s[3] = {&e30, &e31, NULL};
         off_sum all = {{e30.abs_off[0] + e31.abs_off[0], e30.abs_off[1] + e31.abs_off[1]},
                        {e30.off[0] + e31.off[0], e30.off[1] + e31.off[1]},
@@ -1170,8 +1178,9 @@ int g4_sc_report(FILE *out, int grid, int top) {
                     100 * s[k]->off[1] / s[k]->n);
         fprintf(out, "\n");
     }
-    for (int k = 0; k < NB; k++) print_ranked(out, "bench plan", &bp[k]);
-    if ((rc = report_math_rows(out))) return rc;
+    for (int k = 0; k < nb && !rc; k++) print_ranked(out, "bench plan", &bp[k]);
+    free(bp);
+    if (rc || (rc = report_math_rows(out))) return rc;
     if (!grid) return G4_OK;
     if ((rc = report_held_grid(out, top))) return rc;
     // (one jitter sequence a plan; the best are rerun with SC_SEEDS)

@@ -102,12 +102,13 @@ int g4_sc_path_layer(const g4_step_plan *p, const g4_sq *q, const g4_sq_stamp *s
 // mean error of each set; then the bench's plans and a grid of g4_sp_opts (split_keys,
 // chunk_tiles, group_tiles, lm_group_tiles) ranked by the predicted pf=2 step, the best `top` of
 // each weight type; the bench's math rows (G4_SK_MATH at G 528: plain, math, math held, Q4 and
-// f16) against session 32's H100 rows, each plan's per-unit facts, the unmeasured math plan's
-// rows; and (grid) a Q4 MATH | MATH_HELD ranking of finer grain (split keys 128 / 64, down
-// chunks of 32-128 tiles, groups of 1-4, LM groups of 2-64), its best `top` with the shared
-// memory a held-words design needs, and the paths of the best and of each that fits. grid
-// 0: the bench's plans only (~45 s; the grids: 72 held plans, then 162, ~2 min on 2 cores; a
-// value the plan builder refuses is skipped and counted). G4_OK or the first error.
+// f16) against session 32's H100 rows, each plan's per-unit facts, the rows of the bench's math
+// plans with none measured (g4_sp_bench_plans, math 1); and (grid) a Q4 MATH | MATH_HELD ranking
+// of finer grain (split keys 128 / 64, down chunks of 32-128 tiles, groups of 1-4, LM groups of
+// 2-64), its best `top` with the shared memory a held-words design needs, and the paths of the
+// best and of each that fits. grid 0: the bench's plans only (~45 s; the grids: 72 held plans,
+// then 162, ~2 min on 2 cores; a value the plan builder refuses is skipped and counted). G4_OK or
+// the first error.
 int g4_sc_report(FILE *out, int grid, int top);
 
 #endif

@@ -249,6 +249,34 @@ int g4_sq_simulate(const g4_sq *q, int steps, int *ctr, int *stuck, int max_stuc
 const g4_sp_shape g4_sp_shape_e2b = {"E2B", 1536, 35,   8,     1,   256,    512,
                                      5,     20,   6144, 12288, 256, 262144, 512};
 
+// The first is the baseline; the others move the two reads the session-30 timeline put on the
+// path (attention 5.9 us a layer: one CTA reads a split's 128 keys of K and V, 162 KB; the PLE
+// gate 3.8 us: 12-24 down K-chunk partials of 6 KB), then the CPU cost model's best
+// (`g4cu bench --step-model --grid`: fewer, larger instructions). math 1: the baseline, session
+// 31's best measured plan (whose rows bench/NOTES.md's skmath prediction names) and the model's
+// best with the math and held-words plan. (splits of <= 128 keys: one CTA reading all 512 rows
+// of a KV head's fp16 K and V, 0.5-1 MB, would sit on every layer's critical path)
+const g4_sp_bench_plan g4_sp_bench_plans[] = {
+    {128, 0, 0, 0, 1}, // the baseline: 4 splits a KV head
+    {64, 0, 0, 0, 0},
+    {32, 0, 0, 0, 0},
+    {128, 128, 0, 0, 0},
+    {128, 128, 8, 128, 0},
+    {64, 128, 8, 128, 1},
+    // the cost model's best two past its old grid's edge (--grid, branch skgrid): 3072-feature
+    // down chunks, groups of 16, LM groups of 64 / 128
+    {64, 192, 16, 64, 0},
+    {64, 192, 16, 128, 0},
+    // the cost model's best with the GEMV math (--grid's math ranking, branch skmodelmath):
+    // groups of 2 tiles, less math on each path instruction
+    {64, 128, 2, 64, 1},
+    // a held-words plan of the cost model whose largest instruction fits a CTA's shared memory
+    // at 4 an SM with room for x (--grid's held ranking, branch skheld: groups of 1 tile, LM
+    // groups of 2; o's 37 KB of 56; LM groups of 4 model 2.5 us faster at 55.5 KB: no room)
+    {128, 128, 1, 2, 1},
+};
+const int g4_sp_n_bench_plans = (int)(sizeof g4_sp_bench_plans / sizeof g4_sp_bench_plans[0]);
+
 void g4_sp_shape_config(const g4_sp_shape *sh, g4_text_config *c) {
     memset(c, 0, sizeof *c);
     c->hidden = sh->hidden;

@@ -68,4 +68,19 @@ typedef struct {
 extern const g4_sp_shape g4_sp_shape_e2b; // Gemma-4 E2B's text decoder
 void g4_sp_shape_config(const g4_sp_shape *sh, g4_text_config *c);
 
+// The plans of the step skeleton's bench on E2B (`g4cu bench --kernels --filter stepskel`,
+// api/bench_stepskel.c, at G4_SP_BENCH_KEYS keys): the one list the bench runs and the cost model
+// (engine/step_cost.c) predicts, checks against its measured rows and marks "not measured" where
+// it has none. g4_sp_opts' fields, 0: the plan's default. The first is the baseline.
+enum { G4_SP_BENCH_KEYS = 512 }; // keys the step's attention sees
+typedef struct {
+    int split; // keys an attention split at most
+    int chunk; // the down GEMV's K chunk in 16-feature tiles (0: 32, 512 features)
+    int group; // tiles a GEMV instruction (0: 4)
+    int lm;    // tiles an LM-head instruction (0: 64)
+    int math;  // 1: also the GEMV-math rows
+} g4_sp_bench_plan;
+extern const g4_sp_bench_plan g4_sp_bench_plans[];
+extern const int g4_sp_n_bench_plans;
+
 #endif
