@@ -478,15 +478,44 @@ typedef struct {
 } sc_opts;
 #define SC_OPTS(x) ((sc_opts){(x)->split, (x)->chunk, (x)->group, (x)->lm})
 
-// E2B's tile plan (the bench's flags) with options o; G4_OK or the builder's error.
-static int e2b_plan(const g4_sp_opts *o, g4_step_plan *p) {
+// E2B's tile plan (the bench's flags, SC_KEYS keys) with options o; G4_OK or the builder's error
+// (*p then holds nothing).
+static int e2b_plan(sc_opts o, g4_step_plan *p) {
+    const g4_sp_opts so = {G4_SP_TILE, SC_KEYS, 1, o.group, o.chunk, o.lm, o.split, 0, 0};
     g4_text_config c;
     g4_sp_shape_config(&g4_sp_shape_e2b, &c);
     g4_sp_flags f;
     g4_sp_flags_owner_qkv(&c, &f);
-    const int rc = g4_sp_build(&c, &f, o, p);
+    const int rc = g4_sp_build(&c, &f, &so, p);
+    if (rc) g4_sp_free(p);
     free(f.qkv);
     free(c.layer);
+    return rc;
+}
+
+// E2B's plan of options o and its queues at G for weights dt: G4_OK (e2b_free frees both) or the
+// first error (nothing held).
+static int e2b_queues(sc_opts o, int G, g4_sq_dtype dt, g4_step_plan *p, g4_sq *q) {
+    int rc = e2b_plan(o, p);
+    if (!rc && (rc = g4_sq_build(p, G, dt, q))) g4_sp_free(p);
+    return rc;
+}
+static void e2b_free(g4_step_plan *p, g4_sq *q) {
+    g4_sq_free(q);
+    g4_sp_free(p);
+}
+
+// One stamped step of queues q (plan p; its weight type's calibration, one jitter sequence: seed
+// 0) at pf and mode: the stamps into st[q->n] (NULL: not wanted), *r the result, the path a layer
+// seg[G4_TL_N] and *after the layers (g4_sc_path_layer). G4_OK or the first error.
+static int stamped_path(const g4_step_plan *p, const g4_sq *q, int pf, int mode, g4_sq_stamp *st,
+                        g4_sc_result *r, double *seg, double *after) {
+    g4_sq_stamp *own = st ? NULL : g4_malloc(sizeof *own * (size_t)q->n), *s = st ? st : own;
+    g4_sc_params prm;
+    g4_sc_params_default(&prm, q->dt);
+    int rc = g4_sc_simulate(q, &prm, pf, mode, s, r);
+    if (!rc) rc = g4_sc_path_layer(p, q, s, 0, seg, after);
+    free(own);
     return rc;
 }
 
@@ -541,9 +570,9 @@ static void add_off(off_sum *e, const double *model, const double *meas) {
 // Model vs measured rows (their offs added to e), then the pf=2 / pf=0 Q4 path a layer against
 // the timelines.
 static int validate(FILE *out, off_sum *e) {
-    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, 0, 0, 0, 128, 0, 0};
     g4_step_plan p;
-    int rc = e2b_plan(&o, &p);
+    g4_sq q; // (the timelines' queues: Q4 at SC_G)
+    int rc = e2b_queues((sc_opts){128, 0, 0, 0}, SC_G, G4_SQ_Q4, &p, &q);
     if (rc) return rc;
     fprintf(out,
             "step-model validation (E2B, %d keys, splits of 128; us a step, measured: H100, "
@@ -564,16 +593,9 @@ static int validate(FILE *out, off_sum *e) {
     }
     for (int v = 0; v < 2 && !rc; v++) {
         const int pf = v ? 0 : 2;
-        g4_sq q;
-        if ((rc = g4_sq_build(&p, SC_G, G4_SQ_Q4, &q))) break;
-        g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q.n);
-        g4_sc_params prm;
-        g4_sc_params_default(&prm, G4_SQ_Q4);
         g4_sc_result r;
         double seg[G4_TL_N], after = 0;
-        rc = g4_sc_simulate(&q, &prm, pf, 0, st, &r);
-        if (!rc) rc = g4_sc_path_layer(&p, &q, st, 0, seg, &after);
-        if (!rc) {
+        if (!(rc = stamped_path(&p, &q, pf, 0, NULL, &r, seg, &after))) {
             const double *t = v ? tl_pf0 : tl_pf2;
             double sm = 0, stl = 0;
             for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
@@ -584,10 +606,8 @@ static int validate(FILE *out, off_sum *e) {
                 fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
             fprintf(out, "; after the layers %.1f us (timeline pf=2: 101.4)\n", after);
         }
-        free(st);
-        g4_sq_free(&q);
     }
-    g4_sp_free(&p);
+    e2b_free(&p, &q);
     return rc;
 }
 
@@ -609,24 +629,28 @@ static int by_f16(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// Plan p (e's options) at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
+// sequences, e->spread[dt] max - min, e->n its instructions. G4_OK or the simulation's error.
+static int predict_plan(const g4_step_plan *p, ranked *e, int G, int mode, int dt, unsigned seeds) {
+    double lo = INFINITY, hi = 0, sum = 0;
+    int rc = G4_OK;
+    for (unsigned s = 0; s < seeds && !rc; s++) {
+        double u = 0;
+        rc = sim_plan(p, G, (g4_sq_dtype)dt, 2, mode, s, NULL, &u, &e->n);
+        sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
+    }
+    if (!rc) e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
+    return rc;
+}
+
 // The plan of e's options predicted (pf=2, G=660): us[] the mean over `seeds` jitter sequences.
 // G4_OK, or the error; *refused (may be NULL) 1 when the plan builder refused the options (the
 // error says why), 0 otherwise (a simulation's error is the model's own: not a refusal).
 static int predict(ranked *e, unsigned seeds, int *refused) {
-    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
     g4_step_plan p;
-    memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
-    int rc = e2b_plan(&o, &p);
+    int rc = e2b_plan(SC_OPTS(e), &p);
     if (refused) *refused = rc != G4_OK;
-    for (int dt = 0; dt < 2 && !rc; dt++) {
-        double lo = INFINITY, hi = 0, sum = 0;
-        for (unsigned s = 0; s < seeds && !rc; s++) {
-            double u = 0;
-            rc = sim_plan(&p, SC_G, (g4_sq_dtype)dt, 2, 0, s, NULL, &u, &e->n);
-            sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
-        }
-        e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
-    }
+    for (int dt = 0; dt < 2 && !rc; dt++) rc = predict_plan(&p, e, SC_G, 0, dt, seeds);
     g4_sp_free(&p);
     return rc;
 }
@@ -681,26 +705,12 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
     }
     for (int k = 0; k < n_m && !rc; k++) {
         const measured_plan *m = &measured31[k];
-        const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, m->group, m->chunk, m->lm, m->split, 0, 0};
         g4_step_plan p;
-        memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
-        if ((rc = e2b_plan(&o, &p))) {
-            g4_sp_free(&p);
-            break;
-        }
         g4_sq q;
-        if ((rc = g4_sq_build(&p, SC_G, G4_SQ_Q4, &q))) {
-            g4_sp_free(&p);
-            break;
-        }
-        g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q.n);
-        g4_sc_params prm;
-        g4_sc_params_default(&prm, G4_SQ_Q4);
+        if ((rc = e2b_queues(SC_OPTS(m), SC_G, G4_SQ_Q4, &p, &q))) break;
         g4_sc_result r;
         double seg[G4_TL_N], after = 0;
-        rc = g4_sc_simulate(&q, &prm, 2, 0, st, &r);
-        if (!rc) rc = g4_sc_path_layer(&p, &q, st, 0, seg, &after);
-        if (!rc) {
+        if (!(rc = stamped_path(&p, &q, 2, 0, NULL, &r, seg, &after))) {
             double sm = 0, stl = 0;
             for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += m->tl[s];
             fprintf(out,
@@ -712,9 +722,7 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
                 fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], m->tl[s]);
             fprintf(out, "; after the layers %.1f / %.1f us\n", after, m->after);
         }
-        free(st);
-        g4_sq_free(&q);
-        g4_sp_free(&p);
+        e2b_free(&p, &q);
     }
     return rc;
 }
@@ -749,18 +757,10 @@ static const char *mode_name(int mode) {
 // The plan of e's options at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
 // sequences (spread, n as predict's). *refused as predict's.
 static int predict_at(ranked *e, int G, int mode, int dt, unsigned seeds, int *refused) {
-    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
     g4_step_plan p;
-    memset(&p, 0, sizeof p); // (freed whether or not the builder took the options)
-    int rc = e2b_plan(&o, &p);
+    int rc = e2b_plan(SC_OPTS(e), &p);
     if (refused) *refused = rc != G4_OK;
-    double lo = INFINITY, hi = 0, sum = 0;
-    for (unsigned s = 0; s < seeds && !rc; s++) {
-        double u = 0;
-        rc = sim_plan(&p, G, (g4_sq_dtype)dt, 2, mode, s, NULL, &u, &e->n);
-        sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
-    }
-    if (!rc) e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
+    if (!rc) rc = predict_plan(&p, e, G, mode, dt, seeds);
     g4_sp_free(&p);
     return rc;
 }
@@ -836,36 +836,30 @@ static int report_math_rows(FILE *out) {
     // (the rows come in threes: plain, math, held)
     for (int k = 0; k + 2 < NR && !rc; k += 3) {
         const math_row *m = &math_rows[k];
-        const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, m->group, m->chunk, m->lm, m->split, 0, 0};
         g4_step_plan p;
-        memset(&p, 0, sizeof p);
-        if (!(rc = e2b_plan(&o, &p))) {
-            g4_sq q;
-            if (!(rc = g4_sq_build(&p, SC_G_MATH, G4_SQ_Q4, &q))) {
-                double u = 0, lm = 0;
-                path_units(&p, &q, &u, &lm);
-                fprintf(out,
-                        "step-model math a path unit, plan %d/%d/%d/%d (%.1f units a layer + the "
-                        "LM head's %.0f: %.0f a step; us a unit a warp, model / H100):",
-                        m->split, or_default(m->chunk, 32), or_default(m->group, 4),
-                        or_default(m->lm, 64), (u - lm) / p.n_layers, lm, u);
-                for (int dt = 0; dt < 2; dt++) {
-                    g4_sc_params d;
-                    g4_sc_params_default(&d, (g4_sq_dtype)dt);
-                    const double f = SKM_WARPS / u;
-                    fprintf(out,
-                            "%s %s arithmetic (held - plain) %.3f / %.3f (unit %.3f), re-read "
-                            "(math - held) %.3f / %.3f (round %.3f)",
-                            dt ? ";" : "", dt ? "f16" : "Q4", f * (model[k + 2][dt] - model[k][dt]),
-                            f * (meas[k + 2][dt] - meas[k][dt]), d.math_unit_us,
-                            f * (model[k + 1][dt] - model[k + 2][dt]),
-                            f * (meas[k + 1][dt] - meas[k + 2][dt]), d.math_lat_us);
-                }
-                fprintf(out, "\n");
-                g4_sq_free(&q);
-            }
+        g4_sq q;
+        if ((rc = e2b_queues(SC_OPTS(m), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
+        double u = 0, lm = 0;
+        path_units(&p, &q, &u, &lm);
+        fprintf(out,
+                "step-model math a path unit, plan %d/%d/%d/%d (%.1f units a layer + the LM head's "
+                "%.0f: %.0f a step; us a unit a warp, model / H100):",
+                m->split, or_default(m->chunk, 32), or_default(m->group, 4), or_default(m->lm, 64),
+                (u - lm) / p.n_layers, lm, u);
+        for (int dt = 0; dt < 2; dt++) {
+            g4_sc_params d;
+            g4_sc_params_default(&d, (g4_sq_dtype)dt);
+            const double f = SKM_WARPS / u;
+            fprintf(out,
+                    "%s %s arithmetic (held - plain) %.3f / %.3f (unit %.3f), re-read (math - "
+                    "held) %.3f / %.3f (round %.3f)",
+                    dt ? ";" : "", dt ? "f16" : "Q4", f * (model[k + 2][dt] - model[k][dt]),
+                    f * (meas[k + 2][dt] - meas[k][dt]), d.math_unit_us,
+                    f * (model[k + 1][dt] - model[k + 2][dt]),
+                    f * (meas[k + 1][dt] - meas[k + 2][dt]), d.math_lat_us);
         }
-        g4_sp_free(&p);
+        fprintf(out, "\n");
+        e2b_free(&p, &q);
     }
     // the bench's math plans (engine/step_queue.h g4_sp_bench_plans, math = 1) with no row above
     for (int k = 0; k < g4_sp_n_bench_plans && !rc; k++) {
@@ -950,8 +944,12 @@ typedef struct {
     // the largest instruction's weight bytes, kind and weight; the largest not the LM head's
     double bytes, bytes_nolm;
     int kind, weight, kind_nolm, weight_nolm;
+    int per_sm; // CTAs an SM at the queues' G
+    double cta; // a CTA's shared memory (bytes)
+    int fits;   // 1: the largest fits
 } held_need;
 
+// The held-words need of plan p's Q4 queues q (at q->G) against a CTA's shared memory.
 static void held_need_of(const g4_step_plan *p, const g4_sq *q, held_need *h) {
     memset(h, 0, sizeof *h);
     for (int k = 0; k < q->n; k++) {
@@ -962,65 +960,40 @@ static void held_need_of(const g4_step_plan *p, const g4_sq *q, held_need *h) {
         if (pi->layer < p->n_layers && b > h->bytes_nolm)
             h->bytes_nolm = b, h->kind_nolm = pi->kind, h->weight_nolm = pi->weight;
     }
+    h->per_sm = (q->G + SC_SMS - 1) / SC_SMS;
+    h->cta = (double)(SC_SMEM_SM - h->per_sm * SC_SMEM_RESERVED) / h->per_sm;
+    h->fits = h->bytes <= h->cta;
 }
 
-// "held words: ..." for plan e (Q4 queues at G; out NULL: not printed): its largest instruction
-// against a CTA's shared memory. *fits (may be NULL): 1 when the largest fits.
-static int print_held_need(FILE *out, const ranked *e, int G, int *fits) {
-    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
-    g4_step_plan p;
-    memset(&p, 0, sizeof p);
-    int rc = e2b_plan(&o, &p);
-    g4_sq q;
-    if (!rc && !(rc = g4_sq_build(&p, G, G4_SQ_Q4, &q))) {
-        held_need h;
-        held_need_of(&p, &q, &h);
-        const int per_sm = (G + SC_SMS - 1) / SC_SMS;
-        const double cta = (double)(SC_SMEM_SM - per_sm * SC_SMEM_RESERVED) / per_sm;
-        if (out)
-            fprintf(
-                out,
-                "  held words: largest instruction %s %s %.0f tiles = %.1f KB, the largest "
-                "before the LM head %s %s %.1f KB; shared memory a CTA at %d an SM %.1f KB: %s\n",
-                g4_sp_kind_name(h.kind), g4_sp_weight_name(h.weight), h.bytes / SKM_Q4_TILE,
-                h.bytes / 1024, g4_sp_kind_name(h.kind_nolm), g4_sp_weight_name(h.weight_nolm),
-                h.bytes_nolm / 1024, per_sm, cta / 1024,
-                h.bytes <= cta        ? "fits"
-                : h.bytes_nolm <= cta ? "the LM head does not fit"
+// "held words: ...": the largest instruction of h against a CTA's shared memory.
+static void print_held_need(FILE *out, const held_need *h) {
+    fprintf(out,
+            "  held words: largest instruction %s %s %.0f tiles = %.1f KB, the largest before the "
+            "LM head %s %s %.1f KB; shared memory a CTA at %d an SM %.1f KB: %s\n",
+            g4_sp_kind_name(h->kind), g4_sp_weight_name(h->weight), h->bytes / SKM_Q4_TILE,
+            h->bytes / 1024, g4_sp_kind_name(h->kind_nolm), g4_sp_weight_name(h->weight_nolm),
+            h->bytes_nolm / 1024, h->per_sm, h->cta / 1024,
+            h->fits                   ? "fits"
+            : h->bytes_nolm <= h->cta ? "the LM head does not fit"
                                       : "does not fit");
-        if (fits) *fits = h.bytes <= cta;
-        g4_sq_free(&q);
-    }
-    g4_sp_free(&p);
-    return rc;
 }
 
-// Where the us of plan e's Q4 held step go (one jitter sequence, stamped): the path a layer by
-// segment, the math on it (the path's instructions' math segments, out of the write segment
-// where the stamps put it) and after the layers.
-static int print_held_path(FILE *out, const ranked *e) {
-    const g4_sp_opts o = {G4_SP_TILE, SC_KEYS, 1, e->group, e->chunk, e->lm, e->split, 0, 0};
-    g4_step_plan p;
-    memset(&p, 0, sizeof p);
-    int rc = e2b_plan(&o, &p);
-    g4_sq q;
-    if (rc || (rc = g4_sq_build(&p, SC_G_MATH, G4_SQ_Q4, &q))) {
-        g4_sp_free(&p);
-        return rc;
-    }
-    g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q.n);
-    g4_tl_node *path = g4_malloc(sizeof *path * (size_t)q.n);
-    int *at = g4_malloc(sizeof(int) * (size_t)q.n); // plan index -> queue index
+// Where the us of plan p's Q4 held step go (queues q at SC_G_MATH; one jitter sequence, stamped):
+// the path a layer by segment, the math on it (the path's instructions' math segments, out of the
+// write segment where the stamps put it) and after the layers.
+static int print_held_path(FILE *out, const g4_step_plan *p, const g4_sq *q) {
+    g4_sq_stamp *st = g4_malloc(sizeof *st * (size_t)q->n);
+    g4_tl_node *path = g4_malloc(sizeof *path * (size_t)q->n);
+    int *at = g4_malloc(sizeof(int) * (size_t)q->n); // plan index -> queue index
     g4_sc_params prm;
     g4_sc_params_default(&prm, G4_SQ_Q4);
     g4_sc_result r;
     double seg[G4_TL_N], after = 0;
     int n = 0;
-    rc = g4_sc_simulate(&q, &prm, 2, MH, st, &r);
-    if (!rc) rc = g4_sc_path_layer(&p, &q, st, 0, seg, &after);
-    if (!rc) rc = g4_tl_path(&q, st, 0, path, &n);
+    int rc = stamped_path(p, q, 2, MH, st, &r, seg, &after);
+    if (!rc) rc = g4_tl_path(q, st, 0, path, &n);
     if (!rc) {
-        for (int k = 0; k < q.n; k++) at[q.ins[k].id] = k;
+        for (int k = 0; k < q->n; k++) at[q->ins[k].id] = k;
         double m_layers = 0, m_after = 0, sum = 0;
         int n_layer = 0;
         // by op (kind, weight) over the layers: the path's instructions, us of each segment
@@ -1028,24 +1001,24 @@ static int print_held_path(FILE *out, const ranked *e) {
         enum { KW = 64 * 64 };
         double(*by)[G4_TL_N + 2] = g4_calloc(KW, sizeof *by);
         for (int j = 0; j < n; j++) {
-            const g4_sq_instr *in = &q.ins[at[path[j].ins]];
-            const g4_sp_instr *pi = &p.ins[path[j].ins];
+            const g4_sq_instr *in = &q->ins[at[path[j].ins]];
+            const g4_sp_instr *pi = &p->ins[path[j].ins];
             const double mu = math_us(in, G4_SQ_Q4, &prm, 1, 0);
-            if (pi->layer >= 0 && pi->layer < p.n_layers) {
+            if (pi->layer >= 0 && pi->layer < p->n_layers) {
                 m_layers += mu, n_layer++;
                 if (pi->kind < 64 && pi->weight < 64) {
                     double *b = by[pi->kind * 64 + pi->weight];
                     for (int s = 0; s < G4_TL_N; s++) b[s] += path[j].seg[s] / 1e3;
                     b[G4_TL_WRITE] -= mu, b[G4_TL_N] += mu, b[G4_TL_N + 1]++;
                 }
-            } else if (pi->layer >= p.n_layers) {
+            } else if (pi->layer >= p->n_layers) {
                 m_after += mu;
             }
         }
         for (int s = 0; s < G4_TL_N; s++) sum += seg[s];
-        const double m = m_layers / p.n_layers;
+        const double m = m_layers / p->n_layers;
         fprintf(out, "  held path (one sequence: %.1f us): a layer %.2f us (%.1f instructions):",
-                r.step_us, sum, (double)n_layer / p.n_layers);
+                r.step_us, sum, (double)n_layer / p->n_layers);
         for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
             fprintf(out, " %s %.2f", g4_tl_seg_name(s), s == G4_TL_WRITE ? seg[s] - m : seg[s]);
         fprintf(out, " math %.2f; after the layers %.1f us (math %.1f)\n", m, after, m_after);
@@ -1056,16 +1029,15 @@ static int print_held_path(FILE *out, const ranked *e) {
             double t = b[G4_TL_N];
             for (int s = 0; s < G4_TL_N; s++) t += b[s];
             fprintf(out, " %s %s (%.2f) %.2f: handover %.2f read %.2f write %.2f math %.2f;",
-                    g4_sp_kind_name(g / 64), g4_sp_weight_name(g % 64), b[G4_TL_N + 1] / p.n_layers,
-                    t / p.n_layers, b[G4_TL_HANDOVER] / p.n_layers, b[G4_TL_READ] / p.n_layers,
-                    b[G4_TL_WRITE] / p.n_layers, b[G4_TL_N] / p.n_layers);
+                    g4_sp_kind_name(g / 64), g4_sp_weight_name(g % 64),
+                    b[G4_TL_N + 1] / p->n_layers, t / p->n_layers, b[G4_TL_HANDOVER] / p->n_layers,
+                    b[G4_TL_READ] / p->n_layers, b[G4_TL_WRITE] / p->n_layers,
+                    b[G4_TL_N] / p->n_layers);
         }
         fprintf(out, "\n");
         free(by);
     }
     free(st), free(path), free(at);
-    g4_sq_free(&q);
-    g4_sp_free(&p);
     return rc;
 }
 
@@ -1107,24 +1079,36 @@ static int report_held_grid(FILE *out, int top) {
                 "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us (seeds "
                 "within %.1f)\n",
                 e->split, e->chunk, e->group, e->lm, e->n, SC_G_MATH, e->us[0], e->spread[0]);
-        int fits = 0;
-        rc = print_held_need(out, e, SC_G_MATH, &fits);
+        g4_step_plan p;
+        g4_sq q;
+        if ((rc = e2b_queues(SC_OPTS(e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
+        held_need h;
+        held_need_of(&p, &q, &h);
+        print_held_need(out, &h);
         // (the path of the best, and of each that fits)
-        if (!rc && (k == 0 || fits)) rc = print_held_path(out, e);
-        any_fits |= fits;
+        if (k == 0 || h.fits) rc = print_held_path(out, &p, &q);
+        any_fits |= h.fits;
+        e2b_free(&p, &q);
     }
     for (int k = k_n; k < n && !rc && !any_fits; k++) { // (by one sequence: the first that fits)
         ranked e = all[k];
-        int fits = 0;
-        if ((rc = print_held_need(NULL, &e, SC_G_MATH, &fits)) || !fits) continue;
-        if ((rc = predict_at(&e, SC_G_MATH, MH, 0, SC_SEEDS, NULL))) break;
-        fprintf(out,
-                "step-model best q4 held that fits split_keys %d chunk_tiles %d group_tiles %d "
-                "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us (seeds "
-                "within %.1f; %d of %d by one sequence)\n",
-                e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH, e.us[0], e.spread[0], k + 1, n);
-        if (!(rc = print_held_need(out, &e, SC_G_MATH, NULL))) rc = print_held_path(out, &e);
-        any_fits = 1;
+        g4_step_plan p;
+        g4_sq q;
+        if ((rc = e2b_queues(SC_OPTS(&e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
+        held_need h;
+        held_need_of(&p, &q, &h);
+        if (h.fits && !(rc = predict_plan(&p, &e, SC_G_MATH, MH, 0, SC_SEEDS))) {
+            fprintf(out,
+                    "step-model best q4 held that fits split_keys %d chunk_tiles %d group_tiles "
+                    "%d lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us "
+                    "(seeds within %.1f; %d of %d by one sequence)\n",
+                    e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH, e.us[0], e.spread[0], k + 1,
+                    n);
+            print_held_need(out, &h);
+            rc = print_held_path(out, &p, &q);
+            any_fits = 1;
+        }
+        e2b_free(&p, &q);
     }
     free(all);
     return rc;
