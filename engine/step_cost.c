@@ -765,26 +765,40 @@ static int predict_at(ranked *e, int G, int mode, int dt, unsigned seeds, int *r
     return rc;
 }
 
+// An instruction's op (kind, weight) as an index into a table by op of SC_OPS entries, kind-major
+// (a walk in index order goes by kind, then weight; op_kind and op_weight give them back), or -1
+// for one outside g4_sp_kind x g4_sp_weight.
+enum { SC_OPS = G4_SP_N_KINDS * G4_SW_N };
+static int op_index(const g4_sp_instr *pi) {
+    return pi->kind < G4_SP_N_KINDS && pi->weight < G4_SW_N ? pi->kind * G4_SW_N + pi->weight : -1;
+}
+static int op_kind(int op) {
+    return op / G4_SW_N;
+}
+static int op_weight(int op) {
+    return op % G4_SW_N;
+}
+
 // The path's weight units of queues q (plan p): an op's math runs after its wait, so the path
 // carries one instruction's an op: the op's largest (units of its weight runs), summed over the
 // ops (layer, kind, weight) of the step. Into *units the step's, *lm the LM head's (after the
 // layers).
 static void path_units(const g4_step_plan *p, const g4_sq *q, double *units, double *lm) {
-    enum { KW = 64 * 64 }; // (kind, weight) pairs: both below 64
-    const int n_groups = (p->n_layers + 2) * KW;
+    const int n_groups = (p->n_layers + 2) * SC_OPS; // (before the layers, each, after)
     int *top = g4_calloc((size_t)n_groups, sizeof(int));
     for (int k = 0; k < q->n; k++) {
         const g4_sq_instr *in = &q->ins[k];
         const g4_sp_instr *pi = &p->ins[in->id];
-        if (in->w_runs <= 0 || in->w_run <= 0 || pi->kind >= 64 || pi->weight >= 64) continue;
+        const int op = op_index(pi);
+        if (in->w_runs <= 0 || in->w_run <= 0 || op < 0) continue;
         const int u = in->w_runs * skm_units_a_run(q->dt, in->w_run);
-        const int g = (pi->layer + 1) * KW + pi->kind * 64 + pi->weight;
+        const int g = (pi->layer + 1) * SC_OPS + op;
         if (u > top[g]) top[g] = u;
     }
     *units = 0, *lm = 0;
     for (int g = 0; g < n_groups; g++) {
         *units += top[g];
-        if (g / KW == p->n_layers + 1) *lm += top[g];
+        if (g / SC_OPS == p->n_layers + 1) *lm += top[g];
     }
     free(top);
 }
@@ -998,16 +1012,16 @@ static int print_held_path(FILE *out, const g4_step_plan *p, const g4_sq *q) {
         int n_layer = 0;
         // by op (kind, weight) over the layers: the path's instructions, us of each segment
         // (the write less the math), the math
-        enum { KW = 64 * 64 };
-        double(*by)[G4_TL_N + 2] = g4_calloc(KW, sizeof *by);
+        double(*by)[G4_TL_N + 2] = g4_calloc(SC_OPS, sizeof *by);
         for (int j = 0; j < n; j++) {
             const g4_sq_instr *in = &q->ins[at[path[j].ins]];
             const g4_sp_instr *pi = &p->ins[path[j].ins];
             const double mu = math_us(in, G4_SQ_Q4, &prm, 1, 0);
             if (pi->layer >= 0 && pi->layer < p->n_layers) {
                 m_layers += mu, n_layer++;
-                if (pi->kind < 64 && pi->weight < 64) {
-                    double *b = by[pi->kind * 64 + pi->weight];
+                const int op = op_index(pi);
+                if (op >= 0) {
+                    double *b = by[op];
                     for (int s = 0; s < G4_TL_N; s++) b[s] += path[j].seg[s] / 1e3;
                     b[G4_TL_WRITE] -= mu, b[G4_TL_N] += mu, b[G4_TL_N + 1]++;
                 }
@@ -1023,13 +1037,13 @@ static int print_held_path(FILE *out, const g4_step_plan *p, const g4_sq *q) {
             fprintf(out, " %s %.2f", g4_tl_seg_name(s), s == G4_TL_WRITE ? seg[s] - m : seg[s]);
         fprintf(out, " math %.2f; after the layers %.1f us (math %.1f)\n", m, after, m_after);
         fprintf(out, "  held path a layer by op (us; on the path a layer):");
-        for (int g = 0; g < KW; g++) {
+        for (int g = 0; g < SC_OPS; g++) {
             const double *b = by[g];
             if (b[G4_TL_N + 1] == 0) continue;
             double t = b[G4_TL_N];
             for (int s = 0; s < G4_TL_N; s++) t += b[s];
             fprintf(out, " %s %s (%.2f) %.2f: handover %.2f read %.2f write %.2f math %.2f;",
-                    g4_sp_kind_name(g / 64), g4_sp_weight_name(g % 64),
+                    g4_sp_kind_name(op_kind(g)), g4_sp_weight_name(op_weight(g)),
                     b[G4_TL_N + 1] / p->n_layers, t / p->n_layers, b[G4_TL_HANDOVER] / p->n_layers,
                     b[G4_TL_READ] / p->n_layers, b[G4_TL_WRITE] / p->n_layers,
                     b[G4_TL_N] / p->n_layers);
