@@ -303,8 +303,7 @@ static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, 
                       const g4_text_config *c, const g4_sp_flags *f, const g4_sp_bench_plan *pl,
                       int all, int math) {
     // (splits of <= pl->split keys: engine/step_queue.c says why)
-    const g4_sp_opts o = {G4_SP_TILE, G4_SP_BENCH_KEYS, 1, pl->group, pl->chunk,
-                          pl->lm,     pl->split,        0, 0};
+    const g4_sp_opts o = g4_sp_bench_opts(pl);
     g4_step_plan p;
     int G = 0, Gm = 0, sms = 0;
     if (g4_sp_build(c, f, &o, &p)) {

@@ -481,7 +481,7 @@ typedef struct {
 // E2B's tile plan (the bench's flags, SC_KEYS keys) with options o; G4_OK or the builder's error
 // (*p then holds nothing).
 static int e2b_plan(sc_opts o, g4_step_plan *p) {
-    const g4_sp_opts so = {G4_SP_TILE, SC_KEYS, 1, o.group, o.chunk, o.lm, o.split, 0, 0};
+    const g4_sp_opts so = g4_sp_bench_opts(&(g4_sp_bench_plan){o.split, o.chunk, o.group, o.lm, 0});
     g4_text_config c;
     g4_sp_shape_config(&g4_sp_shape_e2b, &c);
     g4_sp_flags f;

@@ -277,6 +277,16 @@ const g4_sp_bench_plan g4_sp_bench_plans[] = {
 };
 const int g4_sp_n_bench_plans = (int)(sizeof g4_sp_bench_plans / sizeof g4_sp_bench_plans[0]);
 
+g4_sp_opts g4_sp_bench_opts(const g4_sp_bench_plan *b) {
+    return (g4_sp_opts){.grain = G4_SP_TILE,
+                        .keys = G4_SP_BENCH_KEYS,
+                        .steps = 1,
+                        .group_tiles = b->group,
+                        .chunk_tiles = b->chunk,
+                        .lm_group_tiles = b->lm,
+                        .split_keys = b->split};
+}
+
 void g4_sp_shape_config(const g4_sp_shape *sh, g4_text_config *c) {
     memset(c, 0, sizeof *c);
     c->hidden = sh->hidden;

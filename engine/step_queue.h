@@ -82,5 +82,7 @@ typedef struct {
 } g4_sp_bench_plan;
 extern const g4_sp_bench_plan g4_sp_bench_plans[];
 extern const int g4_sp_n_bench_plans;
+// The plan options of b: the tile plan of one step at G4_SP_BENCH_KEYS keys.
+g4_sp_opts g4_sp_bench_opts(const g4_sp_bench_plan *b);
 
 #endif

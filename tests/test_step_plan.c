@@ -989,31 +989,21 @@ static void test_shapes(void) {
     print_counts(&e, &f, G4_SP_KERNEL, 128);
     print_counts(&e, &f, G4_SP_TILE, 128);
     print_counts(&e, &f, G4_SP_TILE, 16384);
-    // The step skeleton's bytes a step (bench/NOTES.md quotes them): the plan of its baseline
-    // rows (splits of <= 128 keys) and of its other plans (api/bench_stepskel.c stepskel_plans:
-    // 64- and 32-key splits, 2048-feature down K chunks, and those with GEMV groups of 8 tiles
-    // and LM groups of 128: the cost model's best; then its best two past that grid's edge:
-    // 3072-feature chunks, groups of 16, LM groups of 64 / 128; and its best with the GEMV math:
-    // 2048-feature chunks, groups of 2, LM groups of 64; and its best held-words plan that fits a
-    // CTA's shared memory: splits of 128, 2048-feature chunks, groups of 1, LM groups of 2), each
-    // clean, deadlock-free, queues right.
+    // The step skeleton's bytes a step (bench/NOTES.md quotes them): the plans of its bench
+    // (engine/step_queue.h g4_sp_bench_plans: the baseline rows' splits of <= 128 keys, then the
+    // others), each clean, deadlock-free, queues right.
     // Then the largest values the cost model's grid tried (engine/step_cost.c: chunks of the whole
     // K of the wide layers' down, 12288 features; groups of 32; LM groups of 512, since pruned as
     // dominated) in one plan: the builder takes them.
-    static const int skel_plans[][4] = {{128, 0, 0, 0},    {64, 0, 0, 0},      {32, 0, 0, 0},
-                                        {128, 128, 0, 0},  {128, 128, 8, 128}, {64, 128, 8, 128},
-                                        {64, 192, 16, 64}, {64, 192, 16, 128}, {64, 128, 2, 64},
-                                        {128, 128, 1, 2},  {32, 768, 32, 512}};
-    // (split, chunk tiles, group tiles, LM group tiles)
-    for (size_t k = 0; k < sizeof skel_plans / sizeof skel_plans[0]; k++) {
-        const g4_sp_opts o = {
-            G4_SP_TILE,       512, 1, skel_plans[k][2], skel_plans[k][1], skel_plans[k][3],
-            skel_plans[k][0], 0,   0};
+    const g4_sp_bench_plan grid_edge = {32, 768, 32, 512, 0};
+    for (int k = 0; k <= g4_sp_n_bench_plans; k++) {
+        const g4_sp_bench_plan *b = k < g4_sp_n_bench_plans ? &g4_sp_bench_plans[k] : &grid_edge;
+        const g4_sp_opts o = g4_sp_bench_opts(b);
         char name[128];
         snprintf(name, sizeof name,
-                 "E2B step skeleton at 512 keys, splits of %d, chunk tiles %d, group tiles %d, "
+                 "E2B step skeleton at %d keys, splits of %d, chunk tiles %d, group tiles %d, "
                  "LM group tiles %d",
-                 skel_plans[k][0], skel_plans[k][1], skel_plans[k][2], skel_plans[k][3]);
+                 G4_SP_BENCH_KEYS, b->split, b->chunk, b->group, b->lm);
         g4_step_plan p;
         const int rc = g4_sp_build(&e, &f, &o, &p);
         CHECK_MSG(rc == 0, "%s: %s", name, g4_error());

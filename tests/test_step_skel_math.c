@@ -1,7 +1,7 @@
 // test_step_skel_math.c: the walk of the skeleton's G4_SK_MATH (kernels/step_skel_math.h) on the
 // CPU. The kernel's warps call skm_start / skm_next on the device; here the same functions run
 // for each of a CTA's SKM_WARPS warps over every weight-carrying instruction of real queues
-// (E2B's tile plan, the bench's baseline and best plans, and the GPU test's two small shapes;
+// (E2B's tile plan, the bench's plans that run the math, and the GPU test's two small shapes;
 // Q4 and f16) and two hand-made ones, against the units listed independently (two loops over
 // run r and unit c): warp w's j-th unit must be unit w + SKM_WARPS j of that list (so every unit
 // is taken exactly once, the warps' counts differing by at most one), with its run's bytes left
@@ -136,18 +136,20 @@ int main(void) {
     CHECK_INT(k9.r, 0);
     CHECK_INT(skm_warp_units(in.w_runs * skm_units_a_run(G4_SQ_F16, 0), 0), 0);
 
-    // the bench's plans of E2B (api/bench_stepskel.c: splits of 128 keys, the plan's chunks and
-    // groups; the cost model's best: splits of 64, chunks of 128 tiles, groups of 8, LM 128;
-    // its best with the math: groups of 2, LM 64; its best held-words plan that fits a CTA's
-    // shared memory: splits of 128, chunks of 128, groups of 1, LM 2)
-    const g4_sp_opts base = {G4_SP_TILE, 512, 1, 0, 0, 0, 128, 0, 0};
-    const g4_sp_opts best = {G4_SP_TILE, 512, 1, 8, 128, 128, 64, 0, 0};
-    const g4_sp_opts best_math = {G4_SP_TILE, 512, 1, 2, 128, 64, 64, 0, 0};
-    plan_checks(&g4_sp_shape_e2b, &base, "E2B baseline plan");
-    plan_checks(&g4_sp_shape_e2b, &best, "E2B best plan");
-    plan_checks(&g4_sp_shape_e2b, &best_math, "E2B best plan with math");
-    const g4_sp_opts held_fits = {G4_SP_TILE, 512, 1, 1, 128, 2, 128, 0, 0};
-    plan_checks(&g4_sp_shape_e2b, &held_fits, "E2B best held plan that fits");
+    // the bench's plans of E2B that run the math (engine/step_queue.h g4_sp_bench_plans, math 1:
+    // the baseline, the cost model's best, its best with the math, its held-words plan)
+    int n_math = 0;
+    for (int k = 0; k < g4_sp_n_bench_plans; k++) {
+        const g4_sp_bench_plan *b = &g4_sp_bench_plans[k];
+        if (!b->math) continue;
+        const g4_sp_opts o = g4_sp_bench_opts(b);
+        char what[80];
+        snprintf(what, sizeof what, "E2B bench plan %d/%d/%d/%d", b->split, b->chunk, b->group,
+                 b->lm);
+        plan_checks(&g4_sp_shape_e2b, &o, what);
+        n_math++;
+    }
+    CHECK_MSG(n_math > 0, "no bench plan runs the math");
     // the GPU test's shapes (tests/test_cuda_step_skel.c), two-step plans
     static const g4_sp_shape shapes[] = {
         {"3 layers, hidden 64", 64, 3, 2, 1, 32, 64, 2, 1, 128, 256, 32, 512, 8},
