@@ -54,7 +54,7 @@
 #            lines: the critical path a layer by segment, by op, each op's own segments; the
 #            step with and without stamps; run 1's summary lines printed here, the rest in
 #            $OUT/stepskel_{1,2}.txt).
-#            The other plans of stepskel_plans (splits of 64 / 32, down chunks of 2048, the CPU
+#            The other plans of g4_sp_bench_plans (splits of 64 / 32, down chunks of 2048, the CPU
 #            cost model's two best: chunks of 2048 with GEMV groups of 8 and LM groups of 128, and
 #            its two best past that grid's edge: chunks of 3072, groups of 16, LM groups of 64 /
 #            128) run the design row and Q4's timeline. The baseline and the best plan also run the
