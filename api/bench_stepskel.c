@@ -15,9 +15,10 @@
 // timed steps checked (the row's label says FAIL if one is off). Then, at the first G, one
 // stamped step each of pf=2, pf=2 nowts, pf=2 with every part off and pf=0 taken apart
 // (engine/step_timeline.h; lines "stepskel-tl ..."): the critical path's segments a layer, by
-// op, and each op's own segments. Last for the baseline plan and the best one, at the CTAs the
-// math fits (G4_SK_MATH, 4 an SM): pf=2 without and with the GEMV math, and the math on words
-// never loaded (" math held ub"); Q4's stamped step with math on the best plan.
+// op, and each op's own segments. Last for each plan g4_sp_bench_plans marks `math`, at the CTAs
+// the math fits (G4_SK_MATH, 4 an SM): pf=2 without and with the GEMV math, and the math on
+// words never loaded (" math held ub"); Q4's stamped step with math on each such plan but the
+// baseline.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,7 +302,7 @@ static int bench_dtype(const char *filter, int reps, g4_kbench_row *rows, int n,
 // its timeline.
 static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, int max,
                       const g4_text_config *c, const g4_sp_flags *f, const g4_sp_bench_plan *pl,
-                      int all, int math) {
+                      int all) {
     // (splits of <= pl->split keys: engine/step_queue.c says why)
     const g4_sp_opts o = g4_sp_bench_opts(pl);
     g4_step_plan p;
@@ -339,7 +340,7 @@ static int bench_plan(const char *filter, int reps, g4_kbench_row *rows, int n, 
                     n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, G, V, STEPSKEL_DESIGN,
                                     STEPSKEL_DESIGN + 1, T, 0);
             }
-            if (math) // (Q4's timeline on the best plan only: !all)
+            if (pl->math) // (Q4's timeline on every math plan but the baseline: !all)
                 n = bench_dtype(filter, reps, rows, n, max, &p, pl, d, Gm0, stepskel_math_variants,
                                 0, n_math, stepskel_math_timelines, !all && d == G4_SQ_Q4);
         }
@@ -358,8 +359,7 @@ int g4_kbench_stepskel(const char *filter, int reps, g4_kbench_row *rows, int ma
     int n = 0;
     // (the one list of the bench's plans, which the cost model predicts too)
     for (int k = 0; k < g4_sp_n_bench_plans; k++)
-        n = bench_plan(filter, reps, rows, n, max, &c, &f, &g4_sp_bench_plans[k], k == 0,
-                       g4_sp_bench_plans[k].math);
+        n = bench_plan(filter, reps, rows, n, max, &c, &f, &g4_sp_bench_plans[k], k == 0);
     free(f.qkv);
     free(c.layer);
     return n;
