@@ -134,12 +134,16 @@ functions that wrote the held-out files).
    mm_metrics.py: OCRBench's normalisation, Whisper's for WER): exact match, OCRBench accuracy
    (images), WER (clips), CER, CER against another item's reference, the mean length gap in
    characters; a log line a kind, the rows' "decode" (bench/NOTES.md "The trainer's held-out
-   answers"; tests/mm_exact_check.py).
+   answers"; tests/mm_exact_check.py). With --ctc-units chars (AudioChars) or --v-aux-weight
+   (VisionAux) on, the held-out items are read by those heads too (no flag of its own): the
+   read-out's CTC a label, its greedy CER and CER against another item's; items too long for
+   their frames counted and skipped; a held-out log line "read-out heads" (bench/NOTES.md "The
+   read-out heads on the held-out items"; tests/mm_audchars_check.py).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
-   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos[, decode]}, audio: {...}, text_rms,
-   seconds}, eval_decode,
+   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos[, decode][, ctc, ctc_cer,
+   ctc_cer_other, ctc_items, ctc_skipped]}, audio: {...}, text_rms, seconds}, eval_decode,
    eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
    its loss in losses_every_25 / final_loss), exports OUT/f16 with
