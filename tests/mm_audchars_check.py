@@ -20,6 +20,19 @@ CPU:
      0.5 --ctc-units chars --a-lr-mult 1 trains (train.json's ctc block says chars, clips used,
      a finite ctc loss a step), moves the audio weights, and saves the same tensor names, shapes
      and dtypes as without it (the head is never saved).
+  6. the held-out read-out (HeldOut's heads: char_ctc_items, issue 35's question whether the tower
+     carries the held-out items' characters): the greedy read of hand-made one-hot frames
+     ("aa_b_  cc" + a frame past the valid ones -> "ab c"; "c_c" -> "cc") and its CER against
+     the references ["ab c", "cd"]: 1 edit in 6 characters, against the rolled references
+     (4 + 3 edits) 7/6; a head with zeroed weights (every class 1/29 a frame) gives the CTC of
+     "ab" over 3 frames as 3 ln 29 - ln 5 (the 5 alignments aab abb ab_ a_b _ab) over 2 labels,
+     of "a" over 2 frames 2 ln 29 - ln 3 (aa a_ _a), a transcript longer than its frames skipped
+     and counted, the head's training counts untouched;
+  7. the trainer with --ctc-weight 0.5 --ctc-units chars --v-aux-weight 0.5, --eval-every 4
+     --eval-items 4 vs --eval-every 0: the same weights (sha256), final_loss and heads' counts
+     (the measurement moves no stream and no count); each held-out row (steps 4, 6) has the
+     audio and image ctc, ctc_cer, ctc_cer_other finite (ctc > 0) on 4 clips, and a read-out
+     log line that run.sh's mm log pattern keeps ("held-out").
 Prints one line per check and the count; exit 1 on the first failure."""
 import math
 import os
@@ -197,6 +210,94 @@ def check_trainer():
           f"{len(layout)} saved tensors, the same layout")
 
 
+def check_heldout_read():
+    head = tmp.AudioChars(audio_stub(29), "embed", 0)
+    with torch.no_grad():
+        head.proj.weight.copy_(torch.eye(29))  # logits = the frames
+        head.proj.bias.zero_()
+    C = head.chars + "_"  # column 28: the blank
+
+    def frames(s, T):
+        x = torch.zeros(T, 29)
+        for t, c in enumerate(s):
+            x[t, C.index(c)] = 1.0
+        return x
+
+    x = torch.stack([frames("aa_b_  cc_z", 11), frames("c_c__z", 11)])
+    texts = ["Ab, C", "CD"]  # as heard: "ab c", "cd"
+    with torch.no_grad():
+        _, reads, refs, skipped = tmp.char_ctc_items(head, x, [10, 5], texts)
+    expect(reads == ["ab c", "cc"] and refs == ["ab c", "cd"] and skipped == 0,
+           f"reads {reads}, references {refs}, skipped {skipped}")
+    held = tmp.HeldOut.__new__(tmp.HeldOut)  # (read_scores needs only mm_probe's cer)
+    import mm_probe
+    held.cer = mm_probe.cer
+    sc = held.read_scores([1.0, 3.0], reads, refs, 0)
+    expect(abs(sc["ctc_cer"] - 1 / 6) < 1e-12 and abs(sc["ctc_cer_other"] - 7 / 6) < 1e-12 and
+           sc["ctc"] == 2.0 and sc["ctc_items"] == 2, f"scores {sc}")
+    with torch.no_grad():
+        head.proj.weight.zero_()
+        x = torch.randn(3, 4, 29)
+        losses, reads, refs, skipped = tmp.char_ctc_items(head, x, [3, 3, 2],
+                                                          ["ab", "hello", "A."])
+    want = [(3 * math.log(29) - math.log(5)) / 2, 2 * math.log(29) - math.log(3)]
+    expect(skipped == 1 and refs == ["ab", "a"] and len(losses) == 2 and
+           all(abs(a - b) < 1e-6 * b for a, b in zip(losses, want)),  # (float32 log-softmax)
+           f"zeroed head: losses {losses} (want {want}), refs {refs}, skipped {skipped}")
+    expect((head.used, head.skipped) == (0, 0), f"counts moved {head.used} / {head.skipped}")
+    print(f"mm_audchars_check: held-out read: 'ab c' 'cc', cer {sc['ctc_cer']:.4f} other "
+          f"{sc['ctc_cer_other']:.4f}; zeroed head {losses[0]:.6f} {losses[1]:.6f} (by hand "
+          f"{want[0]:.6f} {want[1]:.6f}), 1 skipped: {CHECKS.n} checks")
+
+
+def check_heldout_trainer():
+    import hashlib
+    import json
+    import subprocess
+
+    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
+    heads = ["--ctc-weight", "0.5", "--ctc-units", "chars", "--a-lr-mult", "1",
+             "--v-aux-weight", "0.5"]
+    runs = {}
+    with tempfile.TemporaryDirectory() as d:
+        data = ci_data(tmp, d, seconds=2)
+        for name, ev in (("eval", ["--eval-every", "4", "--eval-items", "4"]),
+                         ("none", ["--eval-every", "0"])):
+            out = os.path.join(d, name)
+            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
+                                  "--batch", "8", "--steps", "6", "--device", "cpu",
+                                  "--threads", "1", "--no-export", "--minutes", "30"]
+                                 + heads + ev, capture_output=True, text=True)
+            if res.returncode:
+                fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
+            j = json.load(open(os.path.join(out, "train.json")))
+            h = hashlib.sha256(open(os.path.join(out, "hf", "model.safetensors"), "rb").read())
+            lines = [x for x in res.stdout.splitlines() if "read-out heads" in x]
+            runs[name] = (j, h.hexdigest(), lines)
+    (on, h_on, lines), (off, h_off, _) = runs["eval"], runs["none"]
+    same = [h_on == h_off] + [on[k] == off[k] for k in ("final_loss", "grad_norm_max", "ctc",
+                                                        "v_aux", "losses_every_25")]
+    expect(all(same), f"the held-out read-out changed the run: {same}, weights {h_on[:12]} vs "
+           f"{h_off[:12]}, final {on['final_loss']} vs {off['final_loss']}, ctc {on['ctc']} "
+           f"vs {off['ctc']}, v_aux {on['v_aux']} vs {off['v_aux']}")
+    rows = on["heldout"]
+    expect([r["step"] for r in rows] == [4, 6] and len(lines) == 2 and
+           all("held-out" in x and x.startswith("train_mm_proxy: ") for x in lines),
+           f"rows at {[r['step'] for r in rows]}, read-out lines {lines}")
+    for r in rows:
+        for k in ("audio", "image"):
+            v = r[k]
+            expect(all(isinstance(v.get(m), float) and math.isfinite(v[m])
+                       for m in ("ctc", "ctc_cer", "ctc_cer_other")) and v["ctc"] > 0,
+                   f"step {r['step']} {k}: {v}")
+        expect(r["audio"]["ctc_items"] == 4 and r["audio"]["ctc_skipped"] == 0,
+               f"step {r['step']} audio items {r['audio']}")
+    for x in lines:
+        print(f"mm_audchars_check: {x}")
+    print(f"mm_audchars_check: trainer with both heads, --eval-every 4 vs 0: weights {h_on[:12]} "
+          f"= {h_off[:12]}, final_loss, heads' counts equal; rows at 4, 6 with the read-outs")
+
+
 def main():
     words = ["the cat sat down", "open the red door", "we walk"]
     with tempfile.TemporaryDirectory() as d:
@@ -206,6 +307,8 @@ def main():
     check_reads()
     check_model(tok)
     check_trainer()
+    check_heldout_read()
+    check_heldout_trainer()
     print(f"mm_audchars_check: {CHECKS.n} checks passed")
 
 

@@ -5,7 +5,9 @@
 # torch's ctc_loss, a short clip skipped and counted; the head's own generator; the CTC wiring
 # reads synthetic frames (and not shuffled transcripts); the gradient reaches the audio side and
 # the head only; the trainer off by default (--ctc-units alone = no option: the same weights), on
-# it trains the audio side and saves the same layout.
+# it trains the audio side and saves the same layout; the held-out read-out (HeldOut with both
+# heads: greedy read and CER of hand-made frames, a zeroed head's CTC worked by hand, the trainer's
+# rows and the same weights with the measurement on or off).
 # The interpreter needs torch, transformers 5.17, tokenizers, safetensors and numpy:
 # $G4_TORCH_PYTHON (CI's tools/install_deps.sh installs no torch); without them the test skips
 # (77) saying why.

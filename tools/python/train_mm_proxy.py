@@ -134,12 +134,16 @@ functions that wrote the held-out files).
    mm_metrics.py: OCRBench's normalisation, Whisper's for WER): exact match, OCRBench accuracy
    (images), WER (clips), CER, CER against another item's reference, the mean length gap in
    characters; a log line a kind, the rows' "decode" (bench/NOTES.md "The trainer's held-out
-   answers"; tests/mm_exact_check.py).
+   answers"; tests/mm_exact_check.py). With --ctc-units chars (AudioChars) or --v-aux-weight
+   (VisionAux) on, the held-out items are read by those heads too (no flag of its own): the
+   read-out's CTC a label, its greedy CER and CER against another item's; items too long for
+   their frames counted and skipped; a held-out log line "read-out heads" (bench/NOTES.md "The
+   read-out heads on the held-out items"; tests/mm_audchars_check.py).
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
-   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos[, decode]}, audio: {...}, text_rms,
-   seconds}, eval_decode,
+   {step, image: {loss, zeroed, rolled, soft_rms, soft_cos[, decode][, ctc, ctc_cer,
+   ctc_cer_other, ctc_items, ctc_skipped]}, audio: {...}, text_rms, seconds}, eval_decode,
    eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
    its loss in losses_every_25 / final_loss), exports OUT/f16 with
@@ -525,6 +529,37 @@ def char_ctc_greedy(head, x, w):
     one string a row (repeats merged, blanks dropped)."""
     return ["".join(head.chars[c] for c in ctc_collapse(e[:k], head.blank))
             for e, k in zip(head.logits(x).argmax(-1).tolist(), w)]
+
+
+def char_target(head, text):
+    """The string a character read-out head (VisionAux, AudioChars) is trained to spell for
+    text: its labels' characters (AudioChars: the transcript as heard; VisionAux: the answer less
+    the characters outside its alphabet). The reference its greedy read is scored against."""
+    return "".join(head.chars[c] for c in head.labels(text))
+
+
+def char_ctc_items(head, x, w, texts):
+    """A character read-out head's CTC on frames x (B x T x D, row i's first w[i] valid) against
+    texts, item by item, for a measurement (HeldOut; the caller sets no_grad): the rows that fit
+    (char_ctc_loss's rule: a label, and frames for it, ctc_fits) and, of those, each one's CTC
+    loss a label (ctc_loss's "mean" before its batch mean: the training loss is the mean of
+    these), its greedy read (char_ctc_greedy) and its reference (char_target). head.used and
+    head.skipped (train.json's counts of the training rows) are left alone. Returns (losses,
+    reads, references, the number of rows skipped)."""
+    labs = [head.labels(t) for t in texts]
+    rows = [i for i, lab in enumerate(labs) if lab and ctc_fits(w[i], lab)]
+    if not rows:
+        return [], [], [], len(texts)
+    z = head.logits(x)
+    lp = torch.log_softmax(z, -1).transpose(0, 1).cpu().double()[:, rows]  # T x R x (C+1)
+    tgts = [torch.tensor(labs[i]) for i in rows]
+    n_tg = torch.tensor([len(t) for t in tgts])
+    per = torch.nn.functional.ctc_loss(
+        lp, torch.nn.utils.rnn.pad_sequence(tgts, batch_first=True, padding_value=0),
+        torch.tensor([w[i] for i in rows]), n_tg, blank=head.blank, reduction="none",
+        zero_infinity=False) / n_tg
+    reads = char_ctc_greedy(head, x[rows], [w[i] for i in rows])
+    return per.tolist(), reads, [char_target(head, texts[i]) for i in rows], len(texts) - len(rows)
 
 
 def soft_columns(x, pos):
@@ -1374,14 +1409,25 @@ class HeldOut:
     decode (--eval-decode): then each item's greedy answer too (greedy_decode on prompt_batch of
     the same batches: one left-padded batch a kind, at most the kind's longest answer + <turn|>
     + DECODE_SLACK ids), scored as `g4cu eval` scores (mm_metrics.answer_scores: exact match,
-    OCRBench accuracy, WER, CER, the length gap), in each kind's "decode"."""
+    OCRBench accuracy, WER, CER, the length gap), in each kind's "decode".
+    heads ({kind: a character read-out head or None}: AudioChars for "audio", VisionAux for
+    "image"; training-only heads the decoder never reads): then, from the as-is pass's frames
+    (the heads' own hooks), each kind's head on the held-out items too (char_ctc_items): "ctc"
+    (its CTC loss a label, as the training loss counts it: does the tower carry the held-out
+    items' characters, or has the head memorised the train items?), "ctc_cer" (its greedy read
+    against the items' references, char_target) and "ctc_cer_other" (against the references
+    rolled by one, another item's: near ctc_cer when the read is the answers' prior, not this
+    item's), "ctc_items" / "ctc_skipped" (items measured / too long for their frames, as the
+    training loss skips them). No stream moves and the heads' training counts stay as they were
+    (tests/mm_audchars_check.py)."""
 
     def __init__(self, model, data, fonts, pr, fe, items, k, seed, batch, pad, pad_frames, dev,
-                 amp, decode=False):
+                 amp, decode=False, heads=None):
         import mm_probe
 
         self.model, self.dev, self.amp, self.hooks, self.pr = model, dev, amp, {}, pr
-        self.SoftTokens = mm_probe.SoftTokens
+        self.SoftTokens, self.cer = mm_probe.SoftTokens, mm_probe.cer
+        self.heads = {kind: h for kind, h in (heads or {}).items() if h is not None}
         self.batches, self.counts = {}, {}
         for kind in ("image", "audio"):
             te = [i for i in items[kind] if i["split"] == "test"]
@@ -1433,6 +1479,7 @@ class HeldOut:
                 for kind, hook in hooks.items():
                     sums = {"loss": 0.0, "zeroed": 0.0, "rolled": 0.0}
                     tokens, ms, cs = 0, [], []
+                    reads = ([], [], [], 0)  # char_ctc_items' (losses, reads, refs, skipped)
                     for shift, b in self.batches[kind]:
                         b = {n: v.to(self.dev) for n, v in b.items()}
                         lab = b.pop("labels")
@@ -1447,11 +1494,16 @@ class HeldOut:
                                 ms.append(x.pow(2).mean())
                                 cs.append(torch.nn.functional.cosine_similarity(
                                     x, x.mean(0, keepdim=True)).mean())
+                                if kind in self.heads:
+                                    r = self.read_out(kind, b, lab)
+                                    reads = tuple(a + c for a, c in zip(reads, r))
                         hook.mode = None
                         tokens += n_tok
                     out[kind] = {name: s / tokens for name, s in sums.items()}
                     out[kind]["soft_rms"] = float(torch.stack(ms).mean().sqrt())
                     out[kind]["soft_cos"] = float(torch.stack(cs).mean())
+                    if kind in self.heads:
+                        out[kind].update(self.read_scores(*reads))
                     if kind in self.decode:
                         out[kind]["decode"] = self.answers(kind)
                 e = m.language_model.embed_tokens
@@ -1462,6 +1514,26 @@ class HeldOut:
                 h.remove()
             self.model.train()
         return out
+
+    def read_out(self, kind, b, lab):
+        """char_ctc_items of the kind's head on the frames its hook kept from the batch's as-is
+        forward (b: the batch on the device, lab its labels), against the batch's answers."""
+        head = self.heads[kind]
+        if kind == "audio":
+            x, valid = head.tap.take()
+            w = valid.sum(-1).tolist()
+        else:
+            x, w = head.columns(b["image_position_ids"])
+        return char_ctc_items(head, x, w, answer_texts(self.pr.tok, lab, self.pr.id["<turn|>"]))
+
+    def read_scores(self, losses, reads, refs, skipped):
+        """The held-out read-out's row: ctc, ctc_cer, ctc_cer_other (None where no item fit;
+        the rolled references need two), ctc_items, ctc_skipped."""
+        return {"ctc": sum(losses) / len(losses) if losses else None,
+                "ctc_cer": self.cer(refs, reads) if refs else None,
+                "ctc_cer_other": (self.cer(refs[1:] + refs[:1], reads) if len(refs) >= 2
+                                  else None),
+                "ctc_items": len(refs), "ctc_skipped": skipped}
 
     def answers(self, kind):
         """The kind's greedy answers (inside measure: eval mode, no gradient, the random
@@ -1727,7 +1799,8 @@ def main():
         th = time.time()
         held = HeldOut(model, args.data, fonts, pr, fe, {"image": images, "audio": audio},
                        args.eval_items, args.seed, half, args.pad_to, args.pad_frames, dev, amp,
-                       args.eval_decode)
+                       args.eval_decode,
+                       {"audio": head if isinstance(head, AudioChars) else None, "image": vaux})
         times["heldout_setup"] = time.time() - th
         print(f"train_mm_proxy: held-out evaluation every {args.eval_every} steps on "
               f"{held.counts['image']} images, {held.counts['audio']} clips"
@@ -1748,6 +1821,14 @@ def main():
             f"{r['audio']['soft_rms']:.3f} (text {r['text_rms']:.3f}), cosine to their mean "
             f"image {r['image']['soft_cos']:.3f} audio {r['audio']['soft_cos']:.3f}"
             + f" ({time.time() - th:.1f} s)", flush=True)
+        if held.heads:  # (train.json's heldout rows: each kind's ctc, ctc_cer, ...)
+            print(f"train_mm_proxy: held-out step {done} read-out heads: " + "; ".join(
+                f"{k} ctc " + ("-" if r[k]["ctc"] is None else f"{r[k]['ctc']:.3f} a label, cer "
+                               f"{r[k]['ctc_cer']:.3f} (against another item's "
+                               + ("-" if r[k]["ctc_cer_other"] is None else
+                                  f"{r[k]['ctc_cer_other']:.3f}") + ")")
+                + f" on {r[k]['ctc_items']} items ({r[k]['ctc_skipped']} too long)"
+                for k in ("image", "audio") if k in held.heads), flush=True)
         for k in ("image", "audio"):
             d = r[k].get("decode")
             if d:
