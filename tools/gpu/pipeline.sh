@@ -14,6 +14,14 @@
 # PLAN (default below) is a list of groups separated by '/': the stages of one group run one
 # after another; the groups run side by side, and a group may wait for another group's
 # stage with `after:STAGE`.
+#
+# A later call's `start` (same warm machine) finds what an earlier call's stages made: $WORK
+# stays (the machine's /tmp lives while it is warm), $WORK/src is copied afresh but keeps the
+# earlier copy's build folders (refresh_src: build-gpu, rebuilt only where sources changed), and
+# run.sh writes every stage's products under $WORK, never into $WORK/src (mm_make's data in
+# $WORK/mm/data, fidelity_make's corpus in $WORK/fidelity/corpus). So "build / mm_make" in one
+# call and "mm_run" in the next work. $WORK/logs is new each start (the earlier start's stage
+# logs and $OUT folders go: bring them back with `wait` first).
 set -uo pipefail
 WORK=${WORK:-/tmp/g4work}
 OUT=${OUT:-/tmp/g4out}
@@ -22,6 +30,29 @@ cmd=${1:-}
 shift || true
 
 stage_done() { [ -f "$WORK/logs/$1.done" ]; }
+
+# refresh_src: $WORK/src becomes a fresh copy of this tree (no build*, no .git: what a stage left
+# in the earlier copy is gone), except the earlier copy's top-level build* folders (run.sh's
+# build-gpu), which move into the new copy, so a later call's stages find the build and cmake
+# rebuilds only what changed. tools/gpu/keep_mtimes.py sets the copy's times from its bytes (a
+# file as before keeps the time the build saw, a changed one gets now): the carried times can
+# be older than the build's objects (an edit made while the earlier build ran). Without python3
+# every file gets now (a full rebuild, never a stale one).
+refresh_src() {
+    local new="$WORK/src.new" b
+    rm -rf "$new" && mkdir -p "$new" || return 1
+    tar --exclude=./build\* --exclude=./.git -cf - . | tar -xf - -C "$new" || return 1
+    if [ -d "$WORK/src" ]; then
+        if ! python3 tools/gpu/keep_mtimes.py "$WORK/src" "$new"; then
+            echo "pipeline: keep_mtimes.py failed: every file counts as changed"
+            find "$new" -type f -exec touch {} +
+        fi
+        for b in "$WORK"/src/build*; do
+            [ -d "$b" ] && [ ! -L "$b" ] && mv "$b" "$new/"
+        done
+    fi
+    rm -rf "$WORK/src" && mv "$new" "$WORK/src"
+}
 
 run_group() { # stages of one group, in order
     for s in "$@"; do
@@ -46,8 +77,7 @@ run_group() { # stages of one group, in order
 case "$cmd" in
 start)
     plan=${1:-"build tests tiny engine after:train kernels after:e2b_make e2b_run fidelity_measure / after:build e2b_make / after:build train"}
-    rm -rf "$WORK/src" && mkdir -p "$WORK/src"
-    tar --exclude=./build\* --exclude=./.git -cf - . | tar -xf - -C "$WORK/src"
+    refresh_src || { echo "pipeline: could not copy the tree to $WORK/src" >&2; exit 1; }
     # a fresh log folder: an earlier plan's .done files would make `wait` return at once and
     # an `after:` dependency pass before its stage ran
     rm -rf "$WORK/logs" && mkdir -p "$WORK/logs"
