@@ -259,10 +259,13 @@
 #            package's per-linear layer-output error (fid_linerr: compare --linear-error on the
 #            calibration tokens), the same statistics on $WORK/e2b when it is READY; writes
 #            $OUT/fidelity/FIDELITY.md (with the fits' steps table)
-#   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): from .carry/mmdata (tools/
-#            gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan, gzipped, and espeak-ng's
-#            .debs) the speech (espeak-ng unpacked by tools/gpu/espeak_prefix.sh, all cores,
-#            ~1 min) and the held-out media (fonts from .carry/mmdata/fonts), train_mm_proxy.py --preset
+#   mm_bg    start, detached, issue 35's multimodal proxy (mm_make): from .carry/mmdata
+#            ($MM_CARRY; tools/gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan,
+#            gzipped, and espeak-ng's .debs) the speech (espeak-ng unpacked by tools/gpu/
+#            espeak_prefix.sh, all cores, ~1 min) and the held-out media (fonts from
+#            .carry/mmdata/fonts), written to $WORK/mm/data ($MM_DATA: the plan's copy, speech,
+#            media, manifests; outside the tree, so that mm_run in a later tools/gpu/pipeline.sh
+#            start finds them), train_mm_proxy.py --preset
 #            ${MM_PRESET:-proxy} --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize:
 #            plain Q4, --keep-auto, --imatrix and the --method variants (as fid_methods;
 #            calibrated on the train sentences; q4_gptq_imx_16k from MM_CALIB_TOKENS_LONG=16384
@@ -286,7 +289,8 @@
 #            teacher-forced on g4cu's answers on both backends (mm_logits_check.py:
 #            logits_check.{json,txt}: the decode path or the prefill?)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
-#            stage): plan "build / mm_make mm_run". A CPU dry run of both (tiny proxy, ~2.5
+#            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
+#            in the next (mm_run reads $WORK/mm and $MM_DATA). A CPU dry run of both (tiny proxy, ~2.5
 #            min; bench/NOTES.md "The multimodal proxy's first GPU run"): MM_PRESET=tiny tools/gpu/fetch_mm_carry.sh, then
 #            build-gpu -> a CPU build, python3 on PATH with torch, transformers, mobius, PIL,
 #            soundfile, soxr, torchvision, G4_PREFIX=/tmp/somewhere, MM_PRESET=tiny
@@ -2180,7 +2184,14 @@ stage_fidelity_measure() { stage_fidelity_run; }
 
 # --- issue 35: a proxy that reads and listens ------------------------------------------------
 MMD=${MMD:-$WORK/mm}
-MM_DATA=${MM_DATA:-.carry/mmdata}
+# MM_CARRY: what travels (tools/gpu/fetch_mm_carry.sh): the item plan (speech.jsonl.gz,
+# images.jsonl.gz, data.json), espeak/ and fonts/ (tools/gpu/env.sh), read only. MM_DATA: what
+# mm_make makes from it (the plan's copy, speech/, media/, speech.jsonl, ocr_test.jsonl,
+# asr_test.jsonl), which mm_run, mm_parity.py, mm_logits_check.py and make_reference.py --mm
+# read: under $WORK, not in the tree, as pipeline.sh copies the tree afresh each start and the
+# next call's mm_run would find none of it (session 33, call 3). Set MM_DATA to keep it elsewhere.
+MM_CARRY=${MM_CARRY:-.carry/mmdata}
+MM_DATA=${MM_DATA:-$MMD/data}
 # the text proxy's quantize variants, but gptq_imx as the text proxy's best row of issue 33,
 # q4_gptq_imx_16k (-39.6% there: ${MM_CALIB_TOKENS_LONG:-16384} tokens in windows of 512, the
 # same flags), not from the other rows' ${MM_CALIB_TOKENS:-2048} in one sequence
@@ -2200,12 +2211,22 @@ mm_check_quants() {
     done
 }
 
+# mm_data_init: $MM_DATA holds a copy of the carried plan ($MM_CARRY), which make_mm_data.py's
+# speech and media steps read and extend there (data.json gains the speech's seconds); nothing is
+# copied when MM_DATA is the carried folder itself
+mm_data_init() {
+    mkdir -p "$MM_DATA" || return 1
+    [ "$(cd "$MM_CARRY" && pwd -P)" != "$(cd "$MM_DATA" && pwd -P)" ] || return 0
+    cp "$MM_CARRY/speech.jsonl.gz" "$MM_CARRY/images.jsonl.gz" "$MM_CARRY/data.json" "$MM_DATA/"
+}
+
 stage_mm_make() {
     local d="$MMD" t0
     rm -rf "$d" && mkdir -p "$d"
     mm_check_quants || { touch "$d/FAILED"; return 1; }
-    [ -f "$MM_DATA/speech.jsonl.gz" ] && [ -f "$MM_DATA/espeak/espeak-ng-data-en.tar.xz" ] ||
-        { echo "mm: $MM_DATA has no plan or no espeak (tools/gpu/fetch_mm_carry.sh on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
+    [ -f "$MM_CARRY/speech.jsonl.gz" ] && [ -f "$MM_CARRY/espeak/espeak-ng-data-en.tar.xz" ] ||
+        { echo "mm: $MM_CARRY has no plan or no espeak (tools/gpu/fetch_mm_carry.sh on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
+    mm_data_init || { echo "mm: could not copy the plan from $MM_CARRY to $MM_DATA"; touch "$d/FAILED"; return 1; }
     # PIL renders the images (the image's; a Pillow wheel in .whl/opt/ where it has none)
     if ! python3 -c 'import PIL' 2>/dev/null && ls .whl/opt/pillow-*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/g4site .whl/opt/pillow-*.whl || { touch "$d/FAILED"; return 1; }
@@ -2218,7 +2239,7 @@ from transformers import Gemma4ForConditionalGeneration' ||
         { echo "mm: a python module the training needs is missing (above)"; touch "$d/FAILED"; return 1; }
     python3 -c 'import torchvision, soxr, soundfile' 2>&1 | tail -1 | sed 's/^/mm: WARNING: mm_run'"'"'s HF dump (make_reference.py --mm) will fail: /'
     t0=$(date +%s)
-    bash tools/gpu/espeak_prefix.sh "$MM_DATA/espeak" "$d/espeak" || { touch "$d/FAILED"; return 1; }
+    bash tools/gpu/espeak_prefix.sh "$MM_CARRY/espeak" "$d/espeak" || { touch "$d/FAILED"; return 1; }
     python3 tools/python/make_mm_data.py speech "$MM_DATA" --espeak "$d/espeak" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
     stamp "mm: speech ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
@@ -2289,6 +2310,11 @@ stage_mm_run() {
     # a fresh folder: g4cu eval refuses an --out that holds an earlier call's predictions
     rm -rf "$o" && mkdir -p "$o"
     [ -f "$MMD/READY" ] || { echo "mm: $MMD/READY missing (mm_bg, mm_wait)"; return 1; }
+    if [ ! -f "$MM_DATA/ocr_test.jsonl" ] || [ ! -f "$MM_DATA/asr_test.jsonl" ]; then
+        echo "mm: no held-out manifests in $MM_DATA (mm_make writes them there; MM_DATA as mm_make's)"
+        return 1
+    fi
+    [ -x build-gpu/g4cu ] || { echo "mm: no build-gpu/g4cu (the build stage, this call or an earlier start's)"; return 1; }
     cp "$d/train.json" "$o/" 2>/dev/null
     cp "$d/profile.txt" "$o/" 2>/dev/null
     cp "$MM_DATA/data.json" "$MM_DATA/ocr_test.jsonl" "$MM_DATA/asr_test.jsonl" "$o/" 2>/dev/null
