@@ -210,9 +210,10 @@
 #            SERVE_ENV="plain:X=1 graph:G4_BATCH_GRAPH=1" runs each load once per variant (NAME:
 #            VAR=VALUE[,VAR=VALUE..] set for the server; files serve_..._NAME.*; default one
 #            run with the environment as it is)
-#   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus from
-#            .carry/corpus (carried, or .carry/corpus-xz from tools/python/corpus_xz.py pack,
-#            unpacked and checked: corpus_unpack; tools/python/prepare_corpus.py makes it), train_proxy.py
+#   fidelity_bg   start, detached, the trained proxy of issue 19 (fidelity_make): corpus in
+#            $WORK/fidelity/corpus (fid_corpus_make: from the carried .carry/corpus, or
+#            .carry/corpus-xz from tools/python/corpus_xz.py pack, unpacked and checked, or
+#            tools/python/prepare_corpus.py's; the later fidelity stages read it there), train_proxy.py
 #            --preset ${FIDELITY_PRESET:-proxy} --minutes ${FIDELITY_MINUTES:-8}, mobius export,
 #            g4cu quantize: plain Q4, --keep-auto (10% more bytes, FIDELITY_KEEP_PCT), --imatrix
 #            and the --method variants (fid_methods: rtn, gptq, gptq --act-order, fit, gptq_imx,
@@ -1643,6 +1644,10 @@ serve_one() {
 
 # --- issue 19: quantization fidelity on a trained proxy ------------------------------------
 FID=${FID:-$WORK/fidelity}
+# the text proxy's sentences (train.txt, test.txt, corpus.json) as fidelity_make used them
+# (fid_corpus_make): under $WORK, so that fidelity_methods / fidelity_run in a later
+# pipeline.sh start (a fresh copy of the tree) read the same text
+FID_CORPUS=$FID/corpus
 # The output-KL scale fits (issue 33, tools/python/dwq_fit.py), NAME:SOURCE[:ARGS]: the package
 # $FID/proxy/SOURCE with its scales fitted against the fp16 proxy's output KL on the train split;
 # ARGS: more dwq_fit.py arguments, commas for spaces ("q4_x:q4:--codes,--code-lr,3e-3").
@@ -1740,7 +1745,7 @@ fid_quant() {
 # fid_make KIND NAME: one of fid_methods' packages; KIND says which list named it (method: the
 # --method rows and q4_best_keep_auto, ab: FID_AB_VARIANTS, calib: FID_CALIB_VARIANTS)
 fid_make() {
-    local kind=$1 v=$2 d="$FID/proxy" corpus=.carry/corpus budget
+    local kind=$1 v=$2 d="$FID/proxy" corpus=$FID_CORPUS budget
     # (one sequence, as every earlier run's rows: quantize's default windows of 512 since branch
     # calibdef; a later --calib-ctx, q4_gptq_imx_w512's, wins)
     local cal=(--calib "$corpus/train.txt" --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}"
@@ -1885,7 +1890,7 @@ fid_dwq_started=" "
 # fid_dwq_start SOURCE: start the FID_DWQ fits that start from SOURCE (each once a fid_methods:
 # fid_dwq_started); a fit's package, once written, is queued for the measurer (fid_mq_add)
 fid_dwq_start() {
-    local d="$FID/proxy" corpus=.carry/corpus p v src extra
+    local d="$FID/proxy" corpus=$FID_CORPUS p v src extra
     [ -n "$FID_DWQ" ] || return 0
     for p in $FID_DWQ; do
         v=${p%%:*} src=${p#*:} extra=()
@@ -1944,22 +1949,24 @@ stage_fidelity_methods() {
     stage_fidelity_run
 }
 
-# corpus_unpack: .carry/corpus from the carried .carry/corpus-xz (tools/python/corpus_xz.py pack)
-# when the plain folder was not carried; corpus_xz.py checks both texts' sha256 and writes the
-# folder whole or not at all.
-corpus_unpack() {
-    if [ -f .carry/corpus/train.txt ] || [ ! -f .carry/corpus-xz/train.txt.xz ]; then return 0; fi
-    python3 tools/python/corpus_xz.py unpack .carry/corpus-xz .carry/corpus
+# fid_corpus_make: $FID_CORPUS from the carried .carry/corpus (copied), else from the carried
+# .carry/corpus-xz (tools/python/corpus_xz.py pack; unpack checks both texts' sha256 and writes
+# the folder whole or not at all), else made by tools/python/prepare_corpus.py.
+fid_corpus_make() {
+    if [ -f .carry/corpus/train.txt ]; then
+        rm -rf "$FID_CORPUS" && cp -r .carry/corpus "$FID_CORPUS"
+    elif [ -f .carry/corpus-xz/train.txt.xz ]; then
+        python3 tools/python/corpus_xz.py unpack .carry/corpus-xz "$FID_CORPUS"
+    else
+        python3 tools/python/prepare_corpus.py --out "$FID_CORPUS"
+    fi
 }
 
 stage_fidelity_make() {
-    local d="$FID" corpus=.carry/corpus t0
+    local d="$FID" corpus=$FID_CORPUS t0
     rm -rf "$d" && mkdir -p "$d"
     t0=$(date +%s)
-    corpus_unpack || { touch "$d/FAILED"; return 1; }
-    if [ ! -f "$corpus/train.txt" ]; then
-        python3 tools/python/prepare_corpus.py --out "$corpus" || { touch "$d/FAILED"; return 1; }
-    fi
+    if ! fid_corpus_make || [ ! -f "$corpus/train.txt" ]; then touch "$d/FAILED"; return 1; fi
     stamp "fidelity: corpus ready ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
     python3 tools/python/train_proxy.py "$d/proxy" --corpus "$corpus" \
@@ -2003,7 +2010,7 @@ fid_mq_start() {
     local o="$OUT/fidelity"
     [ "${FID_MEASURE_EARLY:-1}" != 0 ] || return 0
     mkdir -p "$o" && o=$(cd "$o" && pwd) || return 0
-    cp "$FID/proxy/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    cp "$FID/proxy/train.json" "$FID_CORPUS/corpus.json" "$o/" 2>/dev/null
     echo "$o" >"$FID/measure_dir"
     echo f16 >"$FID/measure.queue"
     fid_mq_loop "$o" &
@@ -2121,7 +2128,7 @@ fid_linerr() {
     for v in $FID_VARIANTS; do [ -d "$d/$v" ] && pk+=("$d/$v"); done
     [ -d "$d/q4" ] || { echo "fidelity: linear error: no $d/q4 (the baseline)"; return 0; }
     t0=$(date +%s)
-    build-gpu/g4cu compare "$d/f16" "${pk[@]}" --linear-error --calib .carry/corpus/train.txt \
+    build-gpu/g4cu compare "$d/f16" "${pk[@]}" --linear-error --calib "$FID_CORPUS/train.txt" \
         --calib-tokens "${FIDELITY_CALIB_TOKENS:-2048}" --backend "${FIDELITY_BACKEND:-cuda}" \
         --threads "$(nproc)" --md "$o/proxy_linerr.md" --json "$o/proxy_linerr.json" \
         --tsv "$o/proxy_linerr.tsv" --svg "$o/proxy_linerr.svg" \
@@ -2144,7 +2151,7 @@ stage_fidelity_run() {
         cp -pu "$md"/proxy_* "$o/" 2>/dev/null
         echo "fidelity: $(find "$md" -maxdepth 1 -name 'proxy_*.json' | wc -l) rows measured during fidelity_make, from $md"
     fi
-    cp "$d/train.json" .carry/corpus/corpus.json "$o/" 2>/dev/null
+    cp "$d/train.json" "$FID_CORPUS/corpus.json" "$o/" 2>/dev/null
     local p # the fits' logs of this FID_DWQ only (an earlier fidelity_methods may have left others)
     for p in $FID_DWQ; do cp "$d/${p%%:*}.dwq.log" "$o/" 2>/dev/null; done
     local text="$d/test.txt" n=0
