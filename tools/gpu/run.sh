@@ -5,6 +5,14 @@
 #
 #   OUT=/some/dir tools/gpu/run.sh [stage ...]
 #
+# Where things go: logs and results in $OUT; everything a stage makes for another stage in $WORK
+# (default /tmp/g4work: packages, trained proxies, mm_make's data, the corpus), never in the
+# tree, and the build in build-gpu/. tools/gpu/pipeline.sh runs the stages in $WORK/src, a fresh
+# copy of the tree each start that keeps the earlier start's build-gpu/ (rebuilt where sources
+# changed), so a stage in a later call (same warm machine) finds an earlier call's products:
+# "build / mm_make" then "mm_run". A new stage follows the same rule: products under $WORK, read
+# only from the tree (carried inputs such as .carry/ are read, never written).
+#
 # Stages (default: build tests tiny kernels):
 #   build    cmake Release + build (sm_90a) into build-gpu/
 #   tests    the whole ctest suite (GPU tests run here instead of skipping)
@@ -2570,6 +2578,29 @@ stage_peers() {
         --ort-f16 "$p/ort_f16.json" --ort-q4 "$p/ort_q4.json" --hf "$p/hf.json" \
         --llama "$p/llama.json" --parity "$p/parity.json" --md "$OUT/peers.md" --json "$OUT/peers.json"
     tar -czf "$OUT/peers.tar.gz" -C "$OUT" peers && echo "peers: $OUT/peers.md, $OUT/peers.json, $OUT/peers.tar.gz"
+}
+
+# Test-only stages (G4_PIPETEST=1, tests/test_pipeline_keep.sh; refused otherwise): the shape of
+# "build / mm_make" in one pipeline.sh start and "mm_run" in the next, without the GPU or the
+# models. pipetest_make lays out $MM_DATA as mm_make does (mm_data_init: the carried plan's copy)
+# and writes a manifest there, as make_mm_data.py media does; pipetest_run reads what mm_run
+# reads: build-gpu/g4cu (run, its output printed), the manifest and the plan's copy.
+pipetest_gate() {
+    [ "${G4_PIPETEST:-0}" = 1 ] || { echo "pipetest: test-only stages (tests/test_pipeline_keep.sh sets G4_PIPETEST=1)"; return 1; }
+}
+stage_pipetest_make() {
+    pipetest_gate || return 1
+    rm -rf "$MMD" && mkdir -p "$MMD" && mm_data_init || return 1
+    echo '{"id": "pipetest"}' >"$MM_DATA/ocr_test.jsonl"
+    touch "$MMD/READY"
+    echo "pipetest_make: $MM_DATA"
+}
+stage_pipetest_run() {
+    pipetest_gate || return 1
+    [ -f "$MMD/READY" ] || { echo "pipetest_run: $MMD/READY missing"; return 1; }
+    echo "pipetest_run: g4cu says $(build-gpu/g4cu 2>&1)"
+    echo "pipetest_run: manifest $(cat "$MM_DATA/ocr_test.jsonl" 2>&1)"
+    echo "pipetest_run: plan $(gzip -dc "$MM_DATA/speech.jsonl.gz" 2>&1 | head -1)"
 }
 
 for s in "${stages[@]}"; do
