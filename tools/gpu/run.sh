@@ -2075,6 +2075,10 @@ fid_row() {
         [ ! -f "$d/$v.dwq.log" ] || cp "$d/$v.dwq.log" "$o/"
         fid_ppl proxy "$d/$v" "$v" --ctx "${FIDELITY_CTX:-512}" --kl-base "$kld"
     fi
+    # a copy under $FID (times kept): $OUT is inside $WORK/logs under pipeline.sh, which a later
+    # start empties, and fidelity_run there would measure the row again
+    mkdir -p "$FID/rows" && cp -p "$o/proxy_$v".* "$FID/rows/" 2>/dev/null
+    return 0
 }
 
 # fid_md DIR: DIR/FIDELITY.md from what DIR holds (replaced whole: a tar never reads half of it)
@@ -2150,15 +2154,18 @@ stage_fidelity_run() {
     local d="$FID/proxy" o="$OUT/fidelity" ctx=${FIDELITY_CTX:-512} b=${FIDELITY_BACKEND:-cuda}
     mkdir -p "$o"
     [ -f "$FID/READY" ] || { echo "fidelity: $FID/READY missing (fidelity_bg, fidelity_wait)"; return 1; }
-    # the rows the measurer made during fidelity_make (another stage's $OUT under pipeline.sh;
-    # cp -pu: fid_row reads their times; never over a newer row), then only the rows missing or
-    # older than their package or the f16 logits
-    local md
+    # the rows the measurer made during fidelity_make (another stage's $OUT under pipeline.sh)
+    # and fid_row's copies of every row measured on this proxy ($FID/rows: an earlier
+    # pipeline.sh start's $OUT is gone) (cp -pu: fid_row reads their times; never over a newer
+    # row), then only the rows missing or older than their package or the f16 logits
+    local md src
     md=$(cat "$FID/measure_dir" 2>/dev/null)
-    if [ -n "$md" ] && [ -d "$md" ] && [ "$md" != "$(cd "$o" && pwd)" ]; then
-        cp -pu "$md"/proxy_* "$o/" 2>/dev/null
-        echo "fidelity: $(find "$md" -maxdepth 1 -name 'proxy_*.json' | wc -l) rows measured during fidelity_make, from $md"
-    fi
+    for src in "$md" "$FID/rows"; do
+        if [ -n "$src" ] && [ -d "$src" ] && [ "$src" != "$(cd "$o" && pwd)" ]; then
+            cp -pu "$src"/proxy_* "$o/" 2>/dev/null
+            echo "fidelity: $(find "$src" -maxdepth 1 -name 'proxy_*.json' | wc -l) rows measured earlier, from $src"
+        fi
+    done
     cp "$d/train.json" "$FID_CORPUS/corpus.json" "$o/" 2>/dev/null
     local p # the fits' logs of this FID_DWQ only (an earlier fidelity_methods may have left others)
     for p in $FID_DWQ; do cp "$d/${p%%:*}.dwq.log" "$o/" 2>/dev/null; done
