@@ -11,8 +11,9 @@ train_mm_proxy.py trains on it), deterministic from a seed.
 Three steps because of what each needs and what the device tool carries (64 MiB in all, the
 tracked tree ~38 of them). `plan` needs the corpus (11 MB), so it runs on the CPU machine
 (tools/gpu/fetch_mm_carry.sh) and writes the items alone, gzipped (~1.6 MB), into OUT
-(.carry/mmdata). `speech` and `media` run on the GPU machine (tools/gpu/run.sh mm_make): the
-speech is rendered there by espeak-ng from Debian's .debs carried in OUT/espeak/ (~1 MB:
+(.carry/mmdata). `speech` and `media` run on the GPU machine (tools/gpu/run.sh mm_make, in a copy
+of the plan under $WORK, $WORK/mm/data, which a later call's mm_run reads): the speech is
+rendered there by espeak-ng from Debian's .debs carried in OUT/espeak/ (~1 MB:
 tools/gpu/espeak_prefix.sh unpacks them into PREFIX, with English data only and a libpcaudio
 without a device in place of the PulseAudio / ALSA / X11 chain espeak-ng links and never uses
 when it writes files), the fonts come from three arch-independent .debs (tools/gpu/

@@ -9,7 +9,8 @@ characters of the transcript, thousands of steps in minutes on one CPU thread:
         [--n-train 1500] [--held-renderings 3] [--readout linear|conv ...]
         [--depths mel,conv,L1,...,embed] [--steps N] [--threads 1]
 
-DATA: make_mm_data.py's folder after `speech` (the proxy plan, .carry/mmdata: train items are
+DATA: make_mm_data.py's folder after `speech` (the proxy plan; run.sh mm_make's $WORK/mm/data,
+MM_DATA: train items are
 the plan's first --n-train train utterances in their planned rendering; held-out items are the
 plan's test split, the trainer's held-out sentences and voice, each in --held-renderings
 renderings: rendering 0 the planned one, the others other noise, silence and gain draws, as

@@ -2,7 +2,7 @@
 """Parity of `g4cu eval`'s greedy answers with HF transformers' on the multimodal proxy's
 held-out items (issue 35), and HF's own scores on them.
 
-    python3 tools/python/mm_parity.py --hf PROXY/hf --data .carry/mmdata \\
+    python3 tools/python/mm_parity.py --hf PROXY/hf --data DATA \\
         --ocr EVAL_OCR/predictions.jsonl --asr EVAL_ASR/predictions.jsonl \\
         [--device cuda] [--dtype float32|float16] [--max-new 48] [--min-agree 0.95] [--json F] \\
         [--tie-tol cuda-f16|cpu-f32]

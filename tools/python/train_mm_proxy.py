@@ -4,7 +4,7 @@ decoder learn to read rendered text (image + "What is written in the image?" -> 
 transcribe espeak-ng speech (audio + the ASR prompt -> the sentence), then exports it with the
 mobius exporter like the text proxy (tools/python/train_proxy.py).
 
-    python3 tools/python/train_mm_proxy.py OUT --data .carry/mmdata [--preset proxy|tiny]
+    python3 tools/python/train_mm_proxy.py OUT --data DATA [--preset proxy|tiny]
                                                [--seed 0] [--minutes 10] [--steps N]
                                                [--device cuda|cpu] [--workers W]
                                                [--a-lr-mult X] [--a-warmup N]
