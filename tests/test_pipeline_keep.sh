@@ -14,7 +14,8 @@
 #      $WORK/src outside build* is gone (the copy is still fresh);
 #   4. the same after msg.c changed with a modification time older than the build (an edit made
 #      while the earlier build ran, or a skewed clock): msg.c is compiled again, main.c is not,
-#      and g4cu prints the new string.
+#      and g4cu prints the new string;
+#   5. a start while the earlier plan's stage still runs is refused; once it ended, one runs.
 # Needs python3, cmake, make and a C compiler (no GPU, no Python packages).
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
@@ -86,6 +87,21 @@ check "call 4: the rebuilt g4cu runs ($(log pipetest_run | grep 'g4cu says'))" $
 grep -q "^keep_mtimes: .* 1 changed, 0 new$" "$tmp/start4.txt"
 r=$?
 check "call 4: keep_mtimes.py counted one changed file ($(grep keep_mtimes "$tmp/start4.txt"))" $r
+
+# a start while the earlier plan still runs (past the 10 s start gives a group to exit) is
+# refused (it would replace the tree under it);
+# PIPELINE_FORCE=1 is not tried (it would leave a stage running in the removed folder)
+(cd "$tree" && G4_PIPETEST_SLEEP=14 bash tools/gpu/pipeline.sh start pipetest_make) >"$tmp/start5.txt" 2>&1
+(cd "$tree" && bash tools/gpu/pipeline.sh start pipetest_run) >"$tmp/start6.txt" 2>"$tmp/start6.err"
+r=$?
+[ $r -eq 1 ] && [ "$(wc -l <"$tmp/start6.err")" -eq 1 ] && grep -q "^pipeline: an earlier plan still runs in $WORK/src (pids [0-9]" "$tmp/start6.err" &&
+    [ "$(cat "$WORK/logs/plan.txt")" = pipetest_make ]
+r=$?
+check "a start while pipetest_make runs: refused in one line, the plan left alone ($(cat "$tmp/start6.err"))" $r
+(cd "$tree" && bash tools/gpu/pipeline.sh wait 90) >"$tmp/wait5.txt" 2>&1
+call 6 "pipetest_run"
+log pipetest_run | grep -qxF "pipetest_run: g4cu says two"
+check "after it ended: the next start runs" $?
 
 # run.sh refuses the test-only stages outside the test
 G4_PIPETEST=0 OUT="$tmp/o5" bash "$tree/tools/gpu/run.sh" pipetest_run >"$tmp/run5" 2>&1

@@ -31,6 +31,18 @@ shift || true
 
 stage_done() { [ -f "$WORK/logs/$1.done" ]; }
 
+# running: " PID" for each process still alive of the earlier start's groups
+# ($WORK/logs/groups.pid) and of run.sh's detached stages ($WORK/*.pid, bg_start)
+running() {
+    local f p
+    for f in "$WORK/logs/groups.pid" "$WORK"/*.pid; do
+        [ -f "$f" ] || continue
+        while read -r p; do
+            [ -n "$p" ] && kill -0 "$p" 2>/dev/null && printf ' %s' "$p"
+        done <"$f"
+    done
+}
+
 # refresh_src: $WORK/src becomes a fresh copy of this tree (no build*, no .git: what a stage left
 # in the earlier copy is gone), except the earlier copy's top-level build* folders (run.sh's
 # build-gpu), which move into the new copy, so a later call's stages find the build and cmake
@@ -77,6 +89,16 @@ run_group() { # stages of one group, in order
 case "$cmd" in
 start)
     plan=${1:-"build tests tiny engine after:train kernels after:e2b_make e2b_run fidelity_measure / after:build e2b_make / after:build train"}
+    # the earlier plan's groups (and run.sh's detached mm_bg / fidelity_bg stages) run in
+    # $WORK/src, which refresh_src replaces: a start under them would pull the tree and the
+    # build from under their next step. PIPELINE_FORCE=1 starts anyway (a stage that hangs).
+    # (a group lives a moment past its last .done: `wait` may return first; give it 10 s)
+    busy=$(running) n=0
+    while [ -n "$busy" ] && [ $n -lt 10 ]; do sleep 1; n=$((n + 1)); busy=$(running); done
+    if [ -n "$busy" ] && [ "${PIPELINE_FORCE:-0}" != 1 ]; then
+        echo "pipeline: an earlier plan still runs in $WORK/src (pids$busy): wait for it, or PIPELINE_FORCE=1" >&2
+        exit 1
+    fi
     refresh_src || { echo "pipeline: could not copy the tree to $WORK/src" >&2; exit 1; }
     # a fresh log folder: an earlier plan's .done files would make `wait` return at once and
     # an `after:` dependency pass before its stage ran
@@ -89,6 +111,7 @@ start)
     for g in "${groups[@]}"; do
         # shellcheck disable=SC2086
         setsid nohup bash "$0" group $g >>"$WORK/logs/pipeline.log" 2>&1 </dev/null &
+        echo $! >>"$WORK/logs/groups.pid"
     done
     echo "pipeline started: $plan"
     ;;

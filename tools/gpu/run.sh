@@ -2096,6 +2096,8 @@ bg_start() {
     mkdir -p "$dir"
     rm -f "$dir/READY" "$dir/FAILED"
     setsid nohup bash tools/gpu/run.sh "$stage" >"$WORK/$stage.log" 2>&1 </dev/null &
+    # (pipeline.sh start refuses while it runs: it would replace the tree under it)
+    echo $! >"$WORK/$stage.pid"
     echo "$stage started in the background (log $WORK/$stage.log)"
 }
 
@@ -2599,6 +2601,7 @@ stage_pipetest_make() {
     pipetest_gate || return 1
     rm -rf "$MMD" && mkdir -p "$MMD" && mm_data_init || return 1
     echo '{"id": "pipetest"}' >"$MM_DATA/ocr_test.jsonl"
+    sleep "${G4_PIPETEST_SLEEP:-0}" # (a stage still running when the next start comes)
     touch "$MMD/READY"
     echo "pipetest_make: $MM_DATA"
 }
