@@ -15,7 +15,9 @@
 #   4. the same after msg.c changed with a modification time older than the build (an edit made
 #      while the earlier build ran, or a skewed clock): msg.c is compiled again, main.c is not,
 #      and g4cu prints the new string;
-#   5. a start while the earlier plan's stage still runs is refused; once it ended, one runs.
+#   5. a start while the earlier plan's stage still runs is refused, a line then written into the
+#      tree's pipeline.sh (the next call's tree) is not run by the running group; once the
+#      stage ended, a start runs.
 # Needs python3, cmake, make and a C compiler (no GPU, no Python packages).
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
@@ -98,6 +100,17 @@ r=$?
     [ "$(cat "$WORK/logs/plan.txt")" = pipetest_make ]
 r=$?
 check "a start while pipetest_make runs: refused in one line, the plan left alone ($(cat "$tmp/start6.err"))" $r
+# meanwhile the device tool replaces the tree (and this pipeline.sh) for the next call: a line
+# written into the tree's pipeline.sh in place is never run by the running group, which reads
+# its own copy ($WORK/src) as it goes
+cp "$tree/tools/gpu/pipeline.sh" "$tmp/pipeline.sh.orig"
+echo 'echo "PIPETEST: the tree'"'"'s pipeline.sh ran" >>"$WORK/logs/pipeline.log"' >>"$tree/tools/gpu/pipeline.sh"
+n=0
+while [ ! -f "$WORK/logs/pipetest_make.done" ] && [ $n -lt 60 ]; do sleep 1; n=$((n + 1)); done
+sleep 2
+cp "$tmp/pipeline.sh.orig" "$tree/tools/gpu/pipeline.sh"
+[ -f "$WORK/logs/pipetest_make.done" ] && ! grep -q "PIPETEST" "$WORK/logs/pipeline.log"
+check "the running group never ran a line written into the tree's pipeline.sh" $?
 (cd "$tree" && bash tools/gpu/pipeline.sh wait 90) >"$tmp/wait5.txt" 2>&1
 call 6 "pipetest_run"
 log pipetest_run | grep -qxF "pipetest_run: g4cu says two"

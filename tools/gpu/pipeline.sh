@@ -24,6 +24,7 @@
 # logs and $OUT folders go: bring them back with `wait` first).
 set -uo pipefail
 WORK=${WORK:-/tmp/g4work}
+export WORK # (run.sh's stages read it)
 OUT=${OUT:-/tmp/g4out}
 mkdir -p "$WORK/logs" "$OUT"
 cmd=${1:-}
@@ -77,7 +78,7 @@ run_group() { # stages of one group, in order
             local t0
             t0=$(date +%s)
             echo "[$(date +%T)] start $s" >>"$WORK/logs/pipeline.log"
-            (cd "$WORK/src" && OUT="$WORK/logs/$s.out" WORK="$WORK" bash tools/gpu/run.sh "$s") \
+            (cd "$WORK/src" && OUT="$WORK/logs/$s.out" bash tools/gpu/run.sh "$s") \
                 >"$WORK/logs/$s.log" 2>&1
             echo "rc=$? seconds=$(($(date +%s) - t0))" >"$WORK/logs/$s.done"
             echo "[$(date +%T)] done $s $(cat "$WORK/logs/$s.done")" >>"$WORK/logs/pipeline.log"
@@ -110,7 +111,9 @@ start)
     IFS='/' read -r -a groups <<<"$plan"
     for g in "${groups[@]}"; do
         # shellcheck disable=SC2086
-        setsid nohup bash "$0" group $g >>"$WORK/logs/pipeline.log" 2>&1 </dev/null &
+        # the groups run the copy's pipeline.sh: bash reads a script as it goes, and the device
+        # tool replaces the tree's (this file) at each call, under a group still running
+        setsid nohup bash "$WORK/src/tools/gpu/pipeline.sh" group $g >>"$WORK/logs/pipeline.log" 2>&1 </dev/null &
         echo $! >>"$WORK/logs/groups.pid"
     done
     echo "pipeline started: $plan"
