@@ -1145,6 +1145,56 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     return True
 
 
+def warm_optimizer(model, p, vaux, impl):
+    """--v-warm-steps: the warm phase's own AdamW over the vision side (the tower and
+    embed_vision, where VisionAux reads: weight decay 0.05 on matrices, 0 on the rest, at the
+    preset's v_lr_mult) and the aux head (0, x 1), with the main optimizer's betas and
+    implementation (make_optimizer's impl, already resolved). Its own state, dropped after the
+    phase: the joint phase's AdamW then starts from no moments with its own warm-up, as without
+    the phase (moments of a CTC-only loss would size the vision side's first joint updates)."""
+    named = [x for n, x in model.named_parameters() if n.startswith(SIDES["vision"])]
+    mult = p.get("v_lr_mult", 1.0)
+    groups = [{"params": [x for x in named if x.dim() >= 2], "weight_decay": 0.05, "mult": mult},
+              {"params": [x for x in named if x.dim() < 2], "weight_decay": 0.0, "mult": mult},
+              {"params": list(vaux.parameters()), "weight_decay": 0.0, "mult": 1.0}]
+    return torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8,
+                             **ADAMW[impl])
+
+
+def warm_schedule(p, n):
+    """The warm phase's lr_at preset: the run's peak lr, a linear warm-up of min(the run's
+    warm-up, n / 10) steps (at least 1), then cosine to 5% over the n steps."""
+    return {"lr": p["lr"], "warmup": max(1, min(p["warmup"], n // 10))}
+
+
+def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live):
+    """One warm-phase step (--v-warm-steps): the image half-batch b (collate's dict on the
+    device) through the vision tower and embed_vision only (get_image_features: no decoder, no
+    audio), VisionAux's CTC loss alone (losses["v_warm"]), its gradient over `live` (the vision
+    side and the head) clipped to 1.0, guarded as train_step (StepGuard; one host sync).
+    Returns True when the step was applied; None when no image of the batch fits its answer
+    (no loss: nothing to apply)."""
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(b["pixel_values"].device.type, dtype=torch.bfloat16, enabled=amp):
+        model.model.get_image_features(b["pixel_values"], b["image_position_ids"])
+    v = vaux.loss_from_labels(b["image_position_ids"], b["labels"])
+    if v is None:
+        vaux.frames = None
+        return None
+    v.backward()
+    norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
+    loss, norm = torch.stack([v.detach().float(), norm_t.float()]).tolist()
+    losses["v_warm"].append(loss)
+    bad = [] if math.isfinite(loss) else [f"warm image aux loss {loss}"]
+    if not bad and not math.isfinite(norm):
+        bad.append(f"warm gradient norm {norm} (sides: {', '.join(bad_grads(model, None, vaux))})")
+    if not guard.step_ok(step, bad):
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    return True
+
+
 ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(foreach=False)}
 
 
@@ -1556,6 +1606,78 @@ class HeldOut:
         return r
 
 
+def vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half, pin, dev, amp,
+                losses, t1):
+    """--v-warm-steps N: N vision_warm_step steps before the joint phase (whose lr schedule,
+    warm-up then cosine over --steps, starts after them: its step 0 is the first joint step).
+    Only the vision side and the aux head need a gradient (requires_grad off elsewhere: no
+    backward into the decoder, which is never run; the joint loop sets every group's flag
+    again at its step 0). The image half-batches come from the run's image stream (so the
+    joint phase's images follow on) unless --v-warm-batch asks another size (then a stream of
+    its own at seed + 5, closed after). Stops early, saying so, once --minutes is spent (the
+    joint phase then stops after its first step). Returns train.json's v_warm record (+
+    data_wait, the loader's share, for the run's total)."""
+    n = args.v_warm_steps
+    wb = args.v_warm_batch or half
+    if wb == half:
+        stream = streams["image"]
+    else:
+        if len(tr_i) * p["reps"] < wb:  # (drop_last: a loader of no batch never yields)
+            raise SystemExit(f"train_mm_proxy: --v-warm-batch {wb}: {len(tr_i)} train images "
+                             f"x {p['reps']} renderings")
+        stream = forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"],
+                               p["workers"] == 0 and len(tr_i) <= 64),
+                         wb, args.seed + 5, p["workers"] // 2 + p["workers"] % 2, args.pad_to,
+                         pin)
+    wopt = warm_optimizer(model, p, vaux, opt_impl(opt))
+    live = [x for g in wopt.param_groups for x in g["params"]]
+    keep = {id(x) for x in live}
+    for x in list(model.parameters()) + list(vaux.parameters()):
+        x.requires_grad_(id(x) in keep)
+    sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
+    used0, skipped0 = vaux.used, vaux.skipped
+    tw0, wait, step_s, done, empty, stopped = time.time(), 0.0, [], 0, 0, None
+    print(f"train_mm_proxy: vision warm phase: {n} steps of {wb} images, the aux CTC loss "
+          f"alone (vision side + head, own AdamW, lr {p['lr']:.2e} warm-up {sched['warmup']})",
+          flush=True)
+    for step in range(n):
+        for g in wopt.param_groups:
+            g["lr"] = lr_at(step, n, sched) * g["mult"]
+        tw = time.time()
+        b = {k: v.to(dev, non_blocking=pin) for k, v in next(stream).items()}
+        wait += time.time() - tw
+        ts = time.time()
+        r = vision_warm_step(model, vaux, wopt, b, step, guard, losses, amp, live)
+        step_s.append(time.time() - ts)
+        done += 1
+        empty += r is None
+        el = time.time() - t1
+        if step % 50 == 0 or step == n - 1:
+            print(f"train_mm_proxy: warm step {step + 1}/{n} v_warm "
+                  f"{np.mean(losses['v_warm'][-50:] or [float('nan')]):.3f} "
+                  f"({vaux.skipped - skipped0} images too short) lr "
+                  f"{lr_at(step, n, sched):.2e} {el:.0f} s", flush=True)
+        if el > args.minutes * 60 and step < n - 1:
+            stopped = step + 1
+            print(f"train_mm_proxy: --minutes {args.minutes} reached in the warm phase after "
+                  f"{stopped}/{n} steps: the joint phase stops after its first step", flush=True)
+            break
+    med = float(np.median(step_s))
+    info = {"steps": n, "done": done, "stopped_at": stopped, "batch": wb,
+            "own_stream": wb != half, "lr": p["lr"], "warmup": sched["warmup"],
+            "optimizer": "own AdamW (vision side + aux head), dropped after the phase",
+            "images": vaux.used - used0, "images_too_short": vaux.skipped - skipped0,
+            "steps_no_image_fits": empty, "skipped_steps": guard.skipped,
+            "seconds": round(time.time() - tw0, 3), "data_wait": wait,
+            "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]], "median": med,
+                             "max": max(step_s)}}
+    vaux.used, vaux.skipped = used0, skipped0  # (train.json's v_aux: the joint phase's)
+    last = np.mean(losses["v_warm"][-50:] or [float("nan")])
+    print(f"train_mm_proxy: vision warm phase done: {done} steps in {info['seconds']:.1f} s "
+          f"(median step {med:.3f} s), v_warm {last:.3f}", flush=True)
+    return info
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -1594,6 +1716,13 @@ def main():
                     help="weight of the auxiliary CTC read-out of the answer's characters from "
                     "the image soft-token columns (VisionAux; training only, not exported; the "
                     "preset's, else 0: none)")
+    ap.add_argument("--v-warm-steps", type=int, default=0, metavar="N",
+                    help="before the joint steps, N steps that train only the vision side and "
+                    "the --v-aux-weight head on image half-batches, the aux CTC loss alone (no "
+                    "decoder forward; own AdamW; --minutes counts them; 0: off)")
+    ap.add_argument("--v-warm-batch", type=int, metavar="B",
+                    help="images a warm step (default: the run's image half-batch, from the "
+                    "same image stream; another size: a stream of its own)")
     ap.add_argument("--a-var-weight", type=float,
                     help="weight of the anti-collapse variance term on the audio soft tokens "
                     "(SpreadTerm; the preset's, else 0: none)")
@@ -1694,6 +1823,15 @@ def main():
             p[k] = getattr(args, k)
     if p.get("v_aux_weight", 0.0) < 0:
         raise SystemExit(f"train_mm_proxy: --v-aux-weight {p['v_aux_weight']}: expected >= 0")
+    if args.v_warm_steps < 0:
+        raise SystemExit(f"train_mm_proxy: --v-warm-steps {args.v_warm_steps}: expected 0 or "
+                         "more")
+    if args.v_warm_steps and not p.get("v_aux_weight", 0.0):
+        raise SystemExit("train_mm_proxy: --v-warm-steps needs --v-aux-weight W (W > 0): the "
+                         "warm phase trains the tower through that head's loss")
+    if args.v_warm_batch is not None and args.v_warm_batch < 1:
+        raise SystemExit(f"train_mm_proxy: --v-warm-batch {args.v_warm_batch}: expected 1 or "
+                         "more")
     for k, flag in (("ctc_weight", "--ctc-weight"), ("v_aux_weight", "--v-aux-weight"),
                     ("a_var_weight", "--a-var-weight"),
                     ("a_cov_weight", "--a-cov-weight")):
@@ -1846,8 +1984,14 @@ def main():
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
-    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": [], "v_aux": []}
+    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": [], "v_aux": [],
+              "v_warm": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
+    warm_info = None
+    if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
+        warm_info = vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half,
+                                pin, dev, amp, losses, t1)
+        wait += warm_info.pop("data_wait")
     compile_failed, side_norms = None, []
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
@@ -1932,6 +2076,8 @@ def main():
     if held is not None and (not held_rows or held_rows[-1]["step"] != step + 1):
         heldout(step + 1)  # at the end (the last step, or --minutes' stop)
     times["train"], times["data_wait"] = time.time() - t1, wait
+    if warm_info is not None:
+        times["v_warm"] = warm_info["seconds"]
     if held is not None:
         times["heldout"] = sum(r["seconds"] for r in held_rows)
     del streams
@@ -1970,6 +2116,8 @@ def main():
     if vaux is not None:
         info["v_aux"] = {"weight": vaux_w, "chars": len(vaux.chars), "images": vaux.used,
                          "images_too_short": vaux.skipped}
+    if warm_info is not None:
+        info["v_warm"] = warm_info
     if spread is not None:
         info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
                          "cov_weight": spread.cov_weight}
