@@ -16,6 +16,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
+                                               [--v-warm-steps N] [--v-warm-batch B]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -97,6 +98,12 @@ functions that wrote the held-out files).
    for the vision tower that does not wait for the decoder (whose share of the tower's gradient
    falls to ~0.003 once it has the answers' text statistics; bench/NOTES.md "A direct signal
    for the vision tower"). Answers longer than their image's columns are skipped and counted.
+   --v-warm-steps N (needs --v-aux-weight): before the joint steps, N steps of the vision side
+   (tower + embed_vision) and that head alone on image half-batches (--v-warm-batch B: another
+   size, from a stream of its own), the aux CTC loss alone, no decoder forward (vision_warm:
+   a warm step costs a fraction of a joint step), with an AdamW of its own dropped after the
+   phase; the joint phase's schedule (warm-up, cosine over --steps) starts after it, and
+   --minutes counts it (bench/NOTES.md "vpre: a vision-only warm phase").
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -143,10 +150,12 @@ functions that wrote the held-out files).
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
    {step, image: {loss, zeroed, rolled, soft_rms, soft_cos[, decode][, ctc, ctc_cer,
-   ctc_cer_other, ctc_items, ctc_skipped]}, audio: {...}, text_rms, seconds}, eval_decode,
+   ctc_cer_other, ctc_items, ctc_skipped]}, audio: {...}, text_rms, seconds; step 0: after
+   --v-warm-steps' phase}, eval_decode,
    eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
-   its loss in losses_every_25 / final_loss), exports OUT/f16 with
+   its loss in losses_every_25 / final_loss; v_warm: the warm phase's steps, images, seconds and
+   step seconds, its loss as losses_every_25 / final_loss's v_warm), exports OUT/f16 with
    tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
    max_soft_tokens to 70.
 """
@@ -1992,6 +2001,8 @@ def main():
         warm_info = vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half,
                                 pin, dev, amp, losses, t1)
         wait += warm_info.pop("data_wait")
+        if held is not None:  # what the warm phase left: step 0 of the joint phase
+            heldout(0)
     compile_failed, side_norms = None, []
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
     for step in range(steps):
