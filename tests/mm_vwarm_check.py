@@ -2,11 +2,11 @@
 """tests/test_mm_vwarm.sh's checks of train_mm_proxy's --v-warm-steps (the vision-only warm phase
 before the joint steps; issue 35), on the CPU:
   1. vision_warm on the ci model with real 192 x 816 images (a stream of collated half-batches,
-     as the trainer hands it): every decoder and audio weight is bit-identical after the phase,
+     as the trainer hands it): the phase runs the vision tower once a step and never the
+     decoder or the audio tower; every decoder and audio weight is bit-identical after the phase,
      every vision tensor that the aux loss reaches (the tower, embed_vision) and the head moved
      (a weight changed in each); the warm losses are finite, one a step, and their record says
-     the steps done, the images read and the seconds; the run's other flags come back as the
-     phase found them (requires_grad back on for the joint loop to set);
+     the steps done, the images read and the seconds;
   2. the warm optimizer holds the vision side and the head only, the decoder and audio sides none
      of their tensors; its schedule warms up over min(the run's warm-up, N / 10) steps;
   3. the trainer (ci plan, noise clips, 6 joint steps, one thread): --v-warm-steps 0 gives the
@@ -72,9 +72,14 @@ def check_phase(tok, texts):
     args = types.SimpleNamespace(v_warm_steps=n, v_warm_batch=None, minutes=30.0, max_skips=10,
                                  data=None, seed=0, pad_to=0)
     losses = {"v_warm": []}
+    calls = {"decoder": 0, "audio": 0, "vision": 0}  # (the forwards the phase runs)
+    for name, mod in (("decoder", model.model.language_model), ("audio", model.model.audio_tower),
+                      ("vision", model.model.vision_tower)):
+        mod.register_forward_hook(lambda *a, name=name: calls.__setitem__(name, calls[name] + 1))
     info = tmp.vision_warm(args, p, model, vaux, opt, {"image": stream()}, [], None, None, None,
                            half, False, torch.device("cpu"), False, losses, time.time())
     lw = losses["v_warm"]
+    expect(calls == {"decoder": 0, "audio": 0, "vision": n}, f"forwards in the phase {calls}")
     expect(len(lw) == n and all(math.isfinite(v) and v > 0 for v in lw), f"warm losses {lw}")
     expect(info["done"] == n and info["images"] + info["images_too_short"] == n * half and
            info["seconds"] > 0 and not info["skipped_steps"] and info["stopped_at"] is None,
