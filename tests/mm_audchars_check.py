@@ -251,30 +251,16 @@ def check_heldout_read():
 
 
 def check_heldout_trainer():
-    import hashlib
-    import json
-    import subprocess
-
-    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
     heads = ["--ctc-weight", "0.5", "--ctc-units", "chars", "--a-lr-mult", "1",
              "--v-aux-weight", "0.5"]
-    runs = {}
+    out = {}
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d, seconds=2)
-        for name, ev in (("eval", ["--eval-every", "4", "--eval-items", "4"]),
-                         ("none", ["--eval-every", "0"])):
-            out = os.path.join(d, name)
-            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
-                                  "--batch", "8", "--steps", "6", "--device", "cpu",
-                                  "--threads", "1", "--no-export", "--minutes", "30"]
-                                 + heads + ev, capture_output=True, text=True)
-            if res.returncode:
-                fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
-            j = json.load(open(os.path.join(out, "train.json")))
-            h = hashlib.sha256(open(os.path.join(out, "hf", "model.safetensors"), "rb").read())
-            lines = [x for x in res.stdout.splitlines() if "read-out heads" in x]
-            runs[name] = (j, h.hexdigest(), lines)
-    (on, h_on, lines), (off, h_off, _) = runs["eval"], runs["none"]
+        runs = ci_trainer_runs(tmp, data, d, (
+            ("eval", heads + ["--eval-every", "4", "--eval-items", "4"]),
+            ("none", heads)), fail, stdout=out)
+    lines = [x for x in out["eval"].splitlines() if "read-out heads" in x]
+    (on, h_on, _), (off, h_off, _) = runs["eval"], runs["none"]
     same = [h_on == h_off] + [on[k] == off[k] for k in ("final_loss", "grad_norm_max", "ctc",
                                                         "v_aux", "losses_every_25")]
     expect(all(same), f"the held-out read-out changed the run: {same}, weights {h_on[:12]} vs "

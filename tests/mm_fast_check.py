@@ -63,7 +63,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import check_tokenizer, ci_data, fp32_model, mm_items  # noqa: E402
+from mm_items import check_tokenizer, ci_data, ci_trainer_runs, fp32_model, mm_items  # noqa: E402
 
 STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
@@ -264,13 +264,11 @@ def main():
           f"{ls[0]:.7f} vs {ls[1]:.7f}")
     if not abs(ls[0] - ls[1]) <= 1e-6 * abs(ls[0]):
         fail("the frames' padding changed the audio loss")
-    check_heldout(trainer)
+    check_heldout()
     print("mm_fast_check: ok")
 
 
-def check_heldout(trainer):
-    import hashlib
-    import json
+def check_heldout():
     import tempfile
 
     ns = [66, 69, 69, 64, 69, 66, 70, 66, 68, 69]
@@ -285,25 +283,16 @@ def check_heldout(trainer):
         fail(f"heldout_pick: the seed hardly changes the pick ({len(set(map(tuple, picks)))})")
     print(f"mm_fast_check: heldout_pick: 20 seeds, no count alone, {len(set(map(tuple, picks)))} "
           "distinct picks")
+    out = {}
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d)
-        runs = {}
-        for name, extra in (("on", ["--eval-every", "4"]), ("off", ["--eval-every", "0"]),
-                            ("decode", ["--eval-every", "4", "--eval-decode"])):
-            out = os.path.join(d, name)
-            res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
-                                  "--batch", "8", "--steps", "10", "--device", "cpu",
-                                  "--threads", "1", "--no-export", "--minutes", "30",
-                                  "--eval-items", "4"] + extra,
-                                 capture_output=True, text=True)
-            if res.returncode:
-                fail(f"{' '.join(extra)}: exit {res.returncode}: {res.stderr[-600:]}")
-            j = json.load(open(os.path.join(out, "train.json")))
-            h = hashlib.sha256(open(os.path.join(out, "hf", "model.safetensors"), "rb").read())
-            lines = [x for x in res.stdout.splitlines() if "held-out step" in x]
-            runs[name] = (j, h.hexdigest(), lines)
-    (on, h_on, lines), (off, h_off, lines_off) = runs["on"], runs["off"]
-    dec, h_dec, lines_dec = runs["decode"]
+        ev = ["--eval-items", "4"]
+        runs = ci_trainer_runs(tmp, data, d, (
+            ("on", ev + ["--eval-every", "4"]), ("off", ev),
+            ("decode", ev + ["--eval-every", "4", "--eval-decode"])), fail, steps=10, stdout=out)
+    lines, lines_off, lines_dec = ([x for x in out[k].splitlines() if "held-out step" in x]
+                                   for k in ("on", "off", "decode"))
+    (on, h_on, _), (off, h_off, _), (dec, h_dec, _) = runs["on"], runs["off"], runs["decode"]
     same = [on[k] == off[k] == dec[k] for k in ("final_loss", "grad_norm_max")] + \
         [h_on == h_off == h_dec]
     print(f"mm_fast_check: --eval-every 4 vs 0 vs 4 --eval-decode: final_loss {on['final_loss']}"

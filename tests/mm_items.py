@@ -141,11 +141,12 @@ def tensors(path):
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
-def ci_trainer_runs(tmp, data, d, variants, fail):
-    """train_mm_proxy.py on the ci preset's `data`, 6 steps of 8 on one CPU thread, no export,
-    no held-out evaluation, once a (name, extra flags) of `variants`, each into d/name: {name:
-    (its train.json, the sha256 of its hf/model.safetensors, that file's tensors)}; a run that
-    exits non-zero fails the check with its stderr's tail."""
+def ci_trainer_runs(tmp, data, d, variants, fail, steps=6, stdout=None):
+    """train_mm_proxy.py on the ci preset's `data`, `steps` steps of 8 on one CPU thread, no
+    export, no held-out evaluation (a variant's own --eval-every comes later and wins), once a
+    (name, extra flags) of `variants`, each into d/name: {name: (its train.json, the sha256 of
+    its hf/model.safetensors, that file's tensors)}, and each run's stdout into stdout[name]
+    when a dict is given; a run that exits non-zero fails the check with its stderr's tail."""
     import hashlib
     import json
     import subprocess
@@ -155,11 +156,14 @@ def ci_trainer_runs(tmp, data, d, variants, fail):
     for name, extra in variants:
         out = os.path.join(d, name)
         res = subprocess.run([sys.executable, trainer, out, "--data", data, "--preset", "ci",
-                              "--batch", "8", "--steps", "6", "--device", "cpu", "--threads", "1",
+                              "--batch", "8", "--steps", str(steps), "--device", "cpu",
+                              "--threads", "1",
                               "--no-export", "--minutes", "30", "--eval-every", "0"] + extra,
                              capture_output=True, text=True)
         if res.returncode:
             fail(f"{name}: exit {res.returncode}: {res.stderr[-600:]}")
+        if stdout is not None:
+            stdout[name] = res.stdout
         j = json.load(open(os.path.join(out, "train.json")))
         st = os.path.join(out, "hf", "model.safetensors")
         runs[name] = (j, hashlib.sha256(open(st, "rb").read()).hexdigest(), tensors(st))
