@@ -141,6 +141,20 @@ def tensors(path):
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
+def layout(ts):
+    """{name: (shape, dtype)} of a tensors() dict: what a saved file's readers depend on."""
+    return {k: (tuple(v.shape), v.dtype) for k, v in ts.items()}
+
+
+def side_moved(ts_a, ts_b, parts):
+    """True when the tensors whose names hold one of `parts` (e.g. ".vision_tower.") exist and at
+    least one of them differs between the two tensors() dicts."""
+    import torch
+
+    side = [k for k in ts_a if any(p in k for p in parts)]
+    return bool(side) and any(not torch.equal(ts_a[k], ts_b[k]) for k in side)
+
+
 def ci_trainer_runs(tmp, data, d, variants, fail, steps=6, stdout=None):
     """train_mm_proxy.py on the ci preset's `data`, `steps` steps of 8 on one CPU thread, no
     export, no held-out evaluation (a variant's own --eval-every comes later and wins), once a

@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from mm_items import (  # noqa: E402
-    Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side, mm_items)
+    Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side, layout, mm_items,
+    side_moved)
 
 CHECKS = Checks("mm_visaux_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -191,14 +192,13 @@ def check_trainer():
     lv = on["losses_every_25"].get("v_aux", [])
     expect(va.get("weight") == 0.5 and va.get("images", 0) > 0 and lv and
            all(math.isfinite(v) for v in lv), f"the on run's v_aux {va}, losses {lv}")
-    layout = {k: (tuple(v.shape), v.dtype) for k, v in t_off.items()}
-    expect(layout == {k: (tuple(v.shape), v.dtype) for k, v in t_on.items()},
+    lay = layout(t_off)
+    expect(lay == layout(t_on),
            "the saved tensors' names, shapes or dtypes changed with --v-aux-weight")
-    vis = [k for k in t_on if ".vision_tower." in k or ".embed_vision." in k]
-    expect(vis and any(not torch.equal(t_on[k], t_off[k]) for k in vis),
+    expect(side_moved(t_on, t_off, (".vision_tower.", ".embed_vision.")),
            "--v-aux-weight 0.5 moved no vision weight")
     print(f"mm_visaux_check: trainer: off {h_off[:12]} = weight 0 {h_zero[:12]}; on {h_on[:12]}"
-          f" (v_aux {va}, final {on['final_loss'].get('v_aux'):.3f}); {len(layout)} saved "
+          f" (v_aux {va}, final {on['final_loss'].get('v_aux'):.3f}); {len(lay)} saved "
           "tensors, the same layout")
 
 

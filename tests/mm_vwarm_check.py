@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from mm_items import (  # noqa: E402
-    Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, mm_items)
+    Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, layout, mm_items)
 
 CHECKS = Checks("mm_vwarm_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -153,13 +153,13 @@ def check_trainer():
         for r in rows), f"held-out rows {[r['step'] for r in w['heldout']]}: {rows}")
     expect(w["v_aux"]["images"] + w["v_aux"]["images_too_short"] == 6 * 4,
            f"the joint phase's v_aux counts {w['v_aux']} (the warm and held-out images counted)")
-    layout = {k: (tuple(v.shape), v.dtype) for k, v in runs["off"][2].items()}
-    expect(layout == {k: (tuple(v.shape), v.dtype) for k, v in runs["warm"][2].items()},
+    lay = layout(runs["off"][2])
+    expect(lay == layout(runs["warm"][2]),
            "the saved tensors' names, shapes or dtypes changed with --v-warm-steps")
     print(f"mm_vwarm_check: trainer: off {h['off'][:12]} = warm 0 {h['zero'][:12]}; aux "
           f"{h['aux'][:12]} = aux + warm 0 {h['aux_zero'][:12]}; warm 4 {h['warm'][:12]} twice "
           f"(v_warm {lw[0]:.3f} -> {w['final_loss']['v_warm']:.3f}, {vw['seconds']:.2f} s); "
-          f"{len(layout)} saved tensors, the same layout; refusals in one line")
+          f"{len(lay)} saved tensors, the same layout; refusals in one line")
 
 
 def main():
