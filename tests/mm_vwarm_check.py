@@ -76,8 +76,8 @@ def check_phase(tok, texts):
     for name, mod in (("decoder", model.model.language_model), ("audio", model.model.audio_tower),
                       ("vision", model.model.vision_tower)):
         mod.register_forward_hook(lambda *a, name=name: calls.__setitem__(name, calls[name] + 1))
-    info = tmp.vision_warm(args, p, model, vaux, opt, {"image": stream()}, [], None, None, None,
-                           half, False, torch.device("cpu"), False, losses, time.time())
+    info = tmp.vision_warm(args, p, model, vaux, opt, {"image": stream()}, None, [], half,
+                           False, torch.device("cpu"), False, losses, time.time())
     lw = losses["v_warm"]
     expect(calls == {"decoder": 0, "audio": 0, "vision": n}, f"forwards in the phase {calls}")
     expect(len(lw) == n and all(math.isfinite(v) and v > 0 for v in lw), f"warm losses {lw}")

@@ -1162,12 +1162,7 @@ def warm_optimizer(model, p, vaux, impl):
     phase: the joint phase's AdamW then starts from no moments with its own warm-up, as without
     the phase (moments of a CTC-only loss would size the vision side's first joint updates)."""
     named = [x for n, x in model.named_parameters() if n.startswith(SIDES["vision"])]
-    mult = p.get("v_lr_mult", 1.0)
-    groups = [{"params": [x for x in named if x.dim() >= 2], "weight_decay": 0.05, "mult": mult},
-              {"params": [x for x in named if x.dim() < 2], "weight_decay": 0.0, "mult": mult},
-              {"params": list(vaux.parameters()), "weight_decay": 0.0, "mult": 1.0}]
-    return torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8,
-                             **ADAMW[impl])
+    return adamw(decay_groups(named, p.get("v_lr_mult", 1.0)) + [head_group(vaux)], p, impl)
 
 
 def warm_schedule(p, n):
@@ -1221,24 +1216,35 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None):
         named = [x for n, x in model.named_parameters()
                  if (n.startswith(sides[side]) if side else
                      not n.startswith(sides["v"] + sides["a"]))]
-        for wd, keep in ((0.05, lambda x: x.dim() >= 2), (0.0, lambda x: x.dim() < 2)):
-            groups.append({"params": [x for x in named if keep(x)], "weight_decay": wd,
-                           "mult": p.get(f"{side}_lr_mult", 1.0) if side else 1.0,
-                           "audio": side == "a"})
-    if head is not None:
-        groups.append({"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0,
-                       "audio": False})
-    if vaux is not None:
-        groups.append({"params": list(vaux.parameters()), "weight_decay": 0.0, "mult": 1.0,
-                       "audio": False})
+        groups += decay_groups(named, p.get(f"{side}_lr_mult", 1.0) if side else 1.0, side == "a")
+    groups += [head_group(h) for h in (head, vaux) if h is not None]
     if impl == "auto":
         impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
     if impl not in ADAMW:
         raise SystemExit(f"train_mm_proxy: --adamw {impl}: expected auto, "
                          f"{', '.join(ADAMW)}")
+    return adamw(groups, p, impl)
+
+
+def decay_groups(named, mult, audio=False):
+    """Two AdamW groups of the parameters `named` at lr x mult: weight decay 0.05 on the
+    matrices, 0 on the rest ("audio": the group the frozen-audio schedule holds at lr 0)."""
+    return [{"params": [x for x in named if x.dim() >= 2], "weight_decay": 0.05, "mult": mult,
+             "audio": audio},
+            {"params": [x for x in named if x.dim() < 2], "weight_decay": 0.0, "mult": mult,
+             "audio": audio}]
+
+
+def head_group(head):
+    """A read-out head's AdamW group (CtcHead, AudioChars, VisionAux): no decay, the run's lr."""
+    return {"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0, "audio": False}
+
+
+def adamw(groups, p, impl):
+    """The run's AdamW (betas 0.9 / the preset's beta2, eps 1e-8) over groups, in the
+    implementation impl (ADAMW's key)."""
     return torch.optim.AdamW(groups, lr=p["lr"], betas=(0.9, p.get("beta2", 0.98)), eps=1e-8,
                              **ADAMW[impl])
-
 
 def opt_impl(opt):
     """The AdamW implementation opt runs: fused, foreach or loop."""
@@ -1615,7 +1621,7 @@ class HeldOut:
         return r
 
 
-def vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half, pin, dev, amp,
+def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pin, dev, amp,
                 losses, t1):
     """--v-warm-steps N: N vision_warm_step steps before the joint phase (whose lr schedule,
     warm-up then cosine over --steps, starts after them: its step 0 is the first joint step).
@@ -1623,7 +1629,8 @@ def vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half, p
     backward into the decoder, which is never run; the joint loop sets every group's flag
     again at its step 0). The image half-batches come from the run's image stream (so the
     joint phase's images follow on) unless --v-warm-batch asks another size (then a stream of
-    its own at seed + 5, closed after). Stops early, saying so, once --minutes is spent (the
+    its own at seed + 5 from image_stream(items, batch, seed), main's image loader, closed
+    after). Stops early, saying so, once --minutes is spent (the
     joint phase then stops after its first step). Returns train.json's v_warm record (+
     data_wait, the loader's share, for the run's total)."""
     n = args.v_warm_steps
@@ -1634,10 +1641,7 @@ def vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half, p
         if len(tr_i) * p["reps"] < wb:  # (drop_last: a loader of no batch never yields)
             raise SystemExit(f"train_mm_proxy: --v-warm-batch {wb}: {len(tr_i)} train images "
                              f"x {p['reps']} renderings")
-        stream = forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"],
-                               p["workers"] == 0 and len(tr_i) <= 64),
-                         wb, args.seed + 5, p["workers"] // 2 + p["workers"] % 2, args.pad_to,
-                         pin)
+        stream = image_stream(tr_i, wb, args.seed + 5)
     wopt = warm_optimizer(model, p, vaux, opt_impl(opt))
     live = [x for g in wopt.param_groups for x in g["params"]]
     keep = {id(x) for x in live}
@@ -1907,13 +1911,13 @@ def main():
     if args.v_chars and len(chars) * p["reps"] < half:  # (a loader of no batch never yields)
         raise SystemExit(f"train_mm_proxy: --v-chars: {len(chars)} train strings with a "
                          f"character for half-batches of {half}")
-    streams = {"image": forever(Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
-                                half, args.seed, p["workers"] // 2 + p["workers"] % 2,
-                                args.pad_to, pin),
-               "chars": forever(Items(chars, "image", args.data, fonts, pr, fe,
-                                      p["reps"], cache), half, args.seed + 2,
-                                p["workers"] // 2 + p["workers"] % 2, args.pad_to, pin)
-               if args.v_chars else None,
+
+    def image_stream(items, batch, seed):  # (the image streams' loader: half the workers, +1)
+        return forever(Items(items, "image", args.data, fonts, pr, fe, p["reps"], cache), batch,
+                       seed, p["workers"] // 2 + p["workers"] % 2, args.pad_to, pin)
+
+    streams = {"image": image_stream(tr_i, half, args.seed),
+               "chars": image_stream(chars, half, args.seed + 2) if args.v_chars else None,
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
                                 half, args.seed + 1, p["workers"] // 2, args.pad_to, pin,
                                 args.pad_frames)}
@@ -1998,7 +2002,7 @@ def main():
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     warm_info = None
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
-        warm_info = vision_warm(args, p, model, vaux, opt, streams, tr_i, pr, fe, fonts, half,
+        warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
                                 pin, dev, amp, losses, t1)
         wait += warm_info.pop("data_wait")
         if held is not None:  # what the warm phase left: step 0 of the joint phase
