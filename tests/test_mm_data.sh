@@ -8,7 +8,8 @@
 # new Nyquist frequency: max 1e-3); every canvas size is a multiple of 48 within the 70-token
 # patch budget; the carried plan's gzip files are byte-stable and read back; the plan and speech
 # steps as the GPU machine runs them (a stand-in espeak-ng under a prefix: WAV format, lengths,
-# seconds, resume). Needs numpy only (no espeak-ng, fonts or PIL): the interpreter is $G4_MM_PYTHON,
+# seconds, resume); the proxy's wide cut of the train speech (prose_sentences on a handwritten
+# reST page; a wide plan's held-out rules, replacements and unchanged images). Needs numpy only (no espeak-ng, fonts or PIL): the interpreter is $G4_MM_PYTHON,
 # else .tools/ort-venv's (tools/install_deps.sh); without numpy the test skips (77).
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
@@ -164,6 +165,86 @@ r = subprocess.run([sys.executable, here, "speech", out, "--espeak", pre, "--job
 check("a second speech run keeps the files and writes the same speech.jsonl",
       r.returncode == 0 and sp and os.stat(wav0).st_mtime_ns == t0 and
       open(os.path.join(out, "speech.jsonl"), "rb").read() == first)
+# The wide cut of the proxy's train speech (prose_sentences) on a handwritten reST page: an
+# indented directive body is prose, a literal block (after "::" or a code directive) is not, a
+# list item loses its bullet, inline markup reads as its text, "?" ends a sentence, 20 words
+# are kept and 21 are not; sentences() (the narrow cut) keeps the first sentence alone.
+page = "\n\n".join([
+    "Intro sentence has six words here.",
+    ".. function:: spam(eggs)",
+    "   Return the spam of ``eggs`` as a :class:`list`.",
+    "   Raise an error if :func:`ham <mod.ham>` fails?",
+    "   For example::",
+    "      Prints nothing at all here today.",
+    "   After the example comes more text.",
+    "* A list item with enough words.",
+    ".. code-block:: python",
+    "   This line is code not prose.",
+    "=====",
+    " ".join(["One"] + ["word"] * 19) + ".",
+    " ".join(["Two"] + ["word"] * 20) + "."])
+want = ["Intro sentence has six words here.", "Return the spam of eggs as a list.",
+        "Raise an error if ham fails?", "After the example comes more text.",
+        "A list item with enough words.", " ".join(["One"] + ["word"] * 19) + "."]
+got = m.prose_sentences(page)
+check(f"prose_sentences on a reST page: {len(got)} sentences, the 6 written by hand", got == want)
+check("sentences() on it: the unindented plain one alone",
+      m.sentences(page) == ["Intro sentence has six words here."])
+marks = {":func:`len`": "len", ":ref:`the tutorial <tut-x>`": "the tutorial",
+         ":meth:`~dict.get`": "dict.get", "``None``": "None", "*very*": "very",
+         "**bold**": "bold", "`Python <https://python.org>`_": "Python", "a * b": "a * b"}
+bad = {k: m.plain_text(k) for k, v in marks.items() if m.plain_text(k) != v}
+check(f"plain_text reads {len(marks)} markups as their text (wrong: {bad})", not bad)
+
+# A plan with the wide cut (WIDE_SPEECH) against the same counts without it, on a corpus whose
+# train.txt has indented prose (the wide cut's alone) and whose test.txt has 10 sentences of
+# that prose among 30 of its own: the train speech takes sentences of both cuts, each clip a
+# sentence of its own; no held-out sentence is a train speech sentence, and a held-out one that
+# the wide cut made a train sentence gives its place to the next that is not (counted in the
+# stats), the other held-out items and every image item as in the narrow plan; held-out words
+# are train speech words; f4 never in training.
+r = random.Random(9)
+def sent():
+    s = " ".join(r.choice(words) for _ in range(r.randint(4, 12)))
+    return s[0].upper() + s[1:] + "."
+indented = [sent() for _ in range(120)]
+d2 = tempfile.mkdtemp()
+open(os.path.join(d2, "train.txt"), "w").write(
+    text(100) + "\n\n.. function:: f()\n\n" + "\n\n".join("   " + s for s in indented))
+open(os.path.join(d2, "test.txt"), "w").write(text(30) + "\n\n" + "\n\n".join(indented[:10]))
+counts = dict(train_audio=150, test_audio=20, train_images=48, test_images=6)
+m.PRESETS.update(wide_check=counts, narrow_check=counts)
+m.WIDE_SPEECH.add("wide_check")
+def plan2(preset):
+    a = A(); a.seed, a.preset = 0, preset
+    return m.plan(a, d2)
+(pw, sw), (pn, sn) = plan2("wide_check"), plan2("narrow_check")
+narrow = set(m.sentences(open(os.path.join(d2, "train.txt")).read()))
+tr_w = [i["text"] for i in pw["audio"] if i["split"] == "train"]
+check(f"wide plan: {len(tr_w)} train clips, {len(set(tr_w))} sentences, "
+      f"{len(set(tr_w) - narrow)} of the indented prose, "
+      f"of {sw.get('speech_train_sentences')} (narrow {len(narrow)})",
+      len(set(tr_w)) == len(tr_w) == 150 and set(tr_w) - narrow and
+      sw.get("speech_train_sentences") == len(narrow | set(indented)))
+check("narrow plan: the train speech is sentences()' only",
+      {i["text"] for i in pn["audio"] if i["split"] == "train"} <= narrow)
+te_w = [i for i in pw["audio"] if i["split"] == "test"]
+te_n = [i for i in pn["audio"] if i["split"] == "test"]
+moved = [k for k, (a, b) in enumerate(zip(te_w, te_n)) if a != b]
+check(f"held-out speech: {len(moved)} of {len(te_w)} replaced, each a train sentence of the wide "
+      f"cut (stats {sw.get('speech_test_replaced')}), the rest the narrow plan's items",
+      len(te_w) == len(te_n) == 20 and moved and sw.get("speech_test_replaced") == len(moved)
+      and all(te_n[k]["text"] in set(tr_w) | set(indented) for k in moved)
+      and all(dict(te_w[k], text=te_n[k]["text"]) == te_n[k] for k in moved))
+check("no held-out sentence is a train speech sentence",
+      not {i["text"] for i in te_w} & (narrow | set(indented)))
+vw = {w for s in narrow | set(indented) for w in m.words_of(s)}
+check("held-out speech uses train speech words only",
+      all(set(m.words_of(i["text"])) <= vw for i in te_w))
+check("the wide plan's images are the narrow plan's", pw["image"] == pn["image"])
+check("no train voice of the wide plan uses the held-out variant f4",
+      all("+f4" not in i["voice"] for i in pw["audio"] if i["split"] == "train"))
+
 print(f"test_mm_data: {len(fails)} failed")
 sys.exit(1 if fails else 0)
 PY

@@ -22,9 +22,17 @@ fetch_debs.sh), and PIL, numpy are the image's.
 `plan` (needs numpy and the corpus of tools/python/prepare_corpus.py):
   1. Sentences: the corpus's prose (train.txt for training, test.txt, other documents, for the
      held-out items) cut at ". ", kept when 4 to 14 words of plain letters (apostrophes and
-     commas allowed) with no reST markup; the train vocabulary is the words of the kept train
-     sentences; a held-out sentence must not be a train sentence and its words must be in the
-     train vocabulary (the model can know every word, never the sentence).
+     commas allowed) with no reST markup (`sentences`, the narrow cut); the train vocabulary is
+     the words of the kept train sentences; a held-out sentence must not be a train sentence
+     and its words must be in the train vocabulary (the model can know every word, never the
+     sentence). The proxy preset's train speech reads from a wider cut of the same train.txt
+     (`prose_sentences`: the prose of directive bodies and list items too, inline markup read
+     as its text, cut at ". ", "? ", "! ", 4 to 20 words; 16,794 sentences against the narrow
+     cut's 2,332, which it holds): with 2,332 the decoder learnt the train sentences' text by
+     heart and did not listen (bench/NOTES.md "give the audio side enough distinct speech").
+     Its held-out speech, its images and the tiny preset stay on the narrow cut (the same
+     items as before; a held-out sentence is then no sentence of the wider cut either and its
+     words are train words of both).
   2. Voices: espeak-ng English voices x variants; the train voices never use the held-out
      variant "f4"; held-out items alternate between a train voice (category
      "unseen_sentence") and en-us+f4 (category "held_out_voice"). Rate 140-200 wpm, pitch
@@ -74,13 +82,18 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 PRESETS = {  # items per split
-    "proxy": dict(train_audio=3000, test_audio=80, train_images=20000, test_images=200),
+    # proxy train_audio 16,000: each clip a sentence of its own (of the 16,794 sentences of the
+    # wide cut, WIDE_SPEECH); 3,000 before, of 2,332 sentences
+    "proxy": dict(train_audio=16000, test_audio=80, train_images=20000, test_images=200),
     "tiny": dict(train_audio=24, test_audio=6, train_images=48, test_images=6),
 }
 QUESTION = "What is written in the image?"
 VOICES = ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-gb-x-gbclan"]
 VARIANTS = ["", "+m1", "+m2", "+m3", "+m4", "+f1", "+f2", "+f3", "+f5"]  # never +f4
 HELD_OUT_VOICE = "en-us+f4"
+# the presets whose train speech reads prose_sentences (the wide cut), not sentences; a set apart
+# from PRESETS, whose dict data.json records as the counts (tiny's data.json stays as it was)
+WIDE_SPEECH = {"proxy"}
 FONTS = [  # (file under a fonts root, family); FreeSerif is the held-out family
     ("truetype/dejavu/DejaVuSans.ttf", "DejaVuSans"),
     ("truetype/dejavu/DejaVuSans-Bold.ttf", "DejaVuSans"),
@@ -122,6 +135,67 @@ def sentences(text):
             if 4 <= len(words) <= 14 and all(WORD.match(w) for w in words):
                 out.append(s)
     return list(dict.fromkeys(out))  # first occurrence order, no repeats
+
+
+# prose_sentences' reST: a directive whose indented body is code, not prose
+CODE_DIRECTIVE = re.compile(r"\.\. (code-block|code|sourcecode|doctest|testcode|testoutput|"
+                            r"testsetup|testcleanup|productionlist|literalinclude|highlight)::")
+ROLE = re.compile(r":[A-Za-z][\w:+.-]*:`(?:([^`<]*?)\s*<[^`>]*>|[~!]?([^`]*))`")  # :func:`x`
+LINK = re.compile(r"`([^`<]+?)(?:\s*<[^`>]*>)?`_{0,2}")  # `text <url>`_, `text`_, `text`
+EMPHASIS = re.compile(r"(?<![\w*])\*{1,2}([^*\s][^*]*?)\*{1,2}(?![\w*])")  # *x*, **x**
+
+
+def plain_text(s):
+    """A line of reST prose as read aloud: each inline markup replaced by its text (a role by
+    its title or target without ~ or !, ``literal`` and `link`_ by their text, *emphasis* and
+    **strong** by theirs)."""
+    s = ROLE.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), s)
+    s = re.sub(r"``([^`]+)``", r"\1", s)
+    return EMPHASIS.sub(r"\1", LINK.sub(r"\1", s))
+
+
+def prose_sentences(text, lo=4, hi=20):
+    """The wide cut (the proxy's train speech): sentences() from more of the same prose. Of
+    train.txt, sentences() keeps 2,332 sentences, plan() with this one 16,794 (bench/NOTES.md
+    "give the audio side enough distinct speech": each widening's gain). Beside sentences()'
+    paragraphs:
+      - indented paragraphs: the bodies of directives (`.. function::`, `.. class::`,
+        `.. note::`: most of the library reference's prose is indented under one), but not
+        literal blocks (the paragraphs indented deeper than one that ends in "::" or is a code
+        directive, CODE_DIRECTIVE);
+      - list items ("* ", "- ", "#. "), without their bullet;
+      - inline markup read as its text (plain_text): "Return ``True`` if ..." is a sentence;
+      - cut at "? " and "! " too; hi words 20, not 14 (at 140 words a minute 8.6 s of speech).
+    Still skipped: directive, title, table and doctest lines. The same word rule (WORD) after
+    the markup's removal, so no code or symbol is spoken."""
+    out = []
+    code_at = None  # the indentation of the paragraph that opened a literal block
+    for para in text.split("\n\n"):
+        if not para.strip():
+            continue
+        ind = len(para) - len(para.lstrip(" "))
+        if code_at is not None:
+            if ind > code_at:
+                continue
+            code_at = None
+        body = para.strip()
+        if body.endswith("::") or CODE_DIRECTIVE.match(body):
+            code_at = ind
+        if body.startswith((".", "=", ">", "+", "|")):
+            continue  # directives and comments, titles and simple tables, doctest, grid tables
+        if body.startswith(("*", "-", "#")):
+            m = re.match(r"(?:[*-]|#\.)\s+", body)
+            if not m:
+                continue  # **strong** or a rule or a title, not a list item
+            body = body[m.end():]
+        flat = plain_text(" ".join(body.split()))
+        for s in re.split(r"(?<=[.?!]) ", flat):
+            if not s or s[-1] not in ".?!" or not s[:1].isupper():
+                continue
+            words = s[:-1].split()
+            if lo <= len(words) <= hi and all(WORD.match(w) for w in words):
+                out.append(s)
+    return list(dict.fromkeys(out))
 
 
 def words_of(s):
@@ -171,23 +245,43 @@ def image_style(rng, held_font):
 def plan(args, corpus):
     """Every item's text and draws (no media), deterministic from the seed."""
     n = dict(PRESETS[args.preset])
-    tr_s = sentences(open(os.path.join(corpus, "train.txt"), encoding="utf-8").read())
+    tr_text = open(os.path.join(corpus, "train.txt"), encoding="utf-8").read()
+    tr_s = sentences(tr_text)
     te_s = sentences(open(os.path.join(corpus, "test.txt"), encoding="utf-8").read())
     vocab = sorted({w for s in tr_s for w in words_of(s)})
+    wide = args.preset in WIDE_SPEECH
+    # the train speech's sentences: the narrow cut's, then (WIDE_SPEECH) the wide cut's others;
+    # a superset of tr_s, so its vocabulary holds vocab
+    a_s = list(dict.fromkeys(tr_s + prose_sentences(tr_text))) if wide else tr_s
     tr_set = set(tr_s)
     te_s = [s for s in te_s if s not in tr_set and all(w in set(vocab) for w in words_of(s))]
     r = rng_for(args.seed, "train", "plan", 0)
     tr_order = r.permutation(len(tr_s))
     te_order = r.permutation(len(te_s))
+    # the wide cut's order from a generator of its own: te_order (the held-out speech) and the
+    # images' draws stay those of the narrow plan
+    a_order = rng_for(args.seed, "train", "plan", 1).permutation(len(a_s)) if wide else tr_order
     if len(te_s) < n["test_audio"]:
         sys.exit(f"make_mm_data: {len(te_s)} held-out sentences < {n['test_audio']}")
+    # the held-out speech: te_s in te_order (the narrow plan's), except that a sentence of the
+    # train speech (the wide cut found it in train.txt) gives its place to the next of that
+    # order that is not one; the other items keep their sentence, voice and draws
+    te_seq = [te_s[j] for j in te_order]
+    a_set = set(a_s)
+    spare = [s for s in te_seq[n["test_audio"]:] if s not in a_set]
+    te_a = []
+    for s in te_seq[:n["test_audio"]]:
+        if s in a_set and not spare:
+            sys.exit(f"make_mm_data: {sum(s not in a_set for s in te_seq)} held-out sentences "
+                     f"outside the train speech < {n['test_audio']}")
+        te_a.append(spare.pop(0) if s in a_set else s)
     # every 10th word (alphabetical) is never a single-word train image
     vocab_words = [w for w in vocab if len(w) >= 3]
     words = {"train": [w for i, w in enumerate(vocab_words) if i % 10],
              "test": vocab_words[::10]}
     items = {"audio": [], "image": []}
-    for split, count, order, pool in (("train", n["train_audio"], tr_order, tr_s),
-                                      ("test", n["test_audio"], te_order, te_s)):
+    for split, count, order, pool in (("train", n["train_audio"], a_order, a_s),
+                                      ("test", n["test_audio"], range(len(te_a)), te_a)):
         for i in range(count):
             rr = rng_for(args.seed, split, "audio", i)
             text = pool[order[i % len(order)]]
@@ -217,7 +311,12 @@ def plan(args, corpus):
                 category="held_out_font" if held else ("unseen_string" if split == "test"
                                                         else "train"),
                 **image_style(rr, held)))
-    return items, dict(train_sentences=len(tr_s), test_sentences=len(te_s), vocab=len(vocab))
+    stats = dict(train_sentences=len(tr_s), test_sentences=len(te_s), vocab=len(vocab))
+    if wide:  # (only here: the narrow presets' data.json stays as it was)
+        stats.update(speech_train_sentences=len(a_s),
+                     speech_test_replaced=sum(s in a_set for s in te_seq[:n["test_audio"]]),
+                     speech_vocab=len({w for s in a_s for w in words_of(s)}))
+    return items, stats
 
 
 # The CI fixture's items (--preset ci, tests/fixtures/mm-tiny): a handful to memorise, not to
