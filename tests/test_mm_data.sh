@@ -9,7 +9,8 @@
 # patch budget; the carried plan's gzip files are byte-stable and read back; the plan and speech
 # steps as the GPU machine runs them (a stand-in espeak-ng under a prefix: WAV format, lengths,
 # seconds, resume); the proxy's wide cut of the train speech (prose_sentences on a handwritten
-# reST page; a wide plan's held-out rules, replacements and unchanged images). Needs numpy only (no espeak-ng, fonts or PIL): the interpreter is $G4_MM_PYTHON,
+# reST page; a wide plan's held-out rules, replacements and unchanged images); speed_perturb's
+# lengths and pitch. Needs numpy only (no espeak-ng, fonts or PIL): the interpreter is $G4_MM_PYTHON,
 # else .tools/ort-venv's (tools/install_deps.sh); without numpy the test skips (77).
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
@@ -245,6 +246,34 @@ check("the wide plan's images are the narrow plan's", pw["image"] == pn["image"]
 check("no train voice of the wide plan uses the held-out variant f4",
       all("+f4" not in i["voice"] for i in pw["audio"] if i["split"] == "train"))
 
+# speed_perturb: a 440 Hz tone of 2 s at factors 0.9, 17/16 and 1.1 is 32000 x 16000 / (16000 x
+# factor) samples long (floor) and peaks at 440 x factor Hz (the FFT's bin, 0.5 Hz here: tempo
+# and pitch together); factor 1 is the tone itself; a factor off the 1/160 grid is refused;
+# in audio_samples the same item with a "speed" differs only by the speech's new length (the
+# silence and noise draws are the item's noise seed's, as without it).
+tone = 0.5 * np.sin(2 * np.pi * 440 * np.arange(32000) / 16000)
+for f, src in ((0.9, 14400), (17 / 16, 17000), (1.1, 17600)):
+    y = m.speed_perturb(tone, f)
+    spec = np.abs(np.fft.rfft(y[:28000] * np.hanning(28000)))
+    peak = np.argmax(spec) * 16000 / 28000
+    check(f"speed {f:.4f}: {len(y)} samples (want {32000 * 16000 // src}), peak {peak:.1f} Hz "
+          f"(want {440 * f:.1f} +- 0.6)",
+          len(y) == 32000 * 16000 // src and abs(peak - 440 * f) <= 0.6)
+check("speed 1: the samples themselves", m.speed_perturb(tone, 1.0) is tone)
+try:
+    m.speed_perturb(tone, 1.003)
+    check("speed 1.003 (off the 1/160 grid) refused", False)
+except SystemExit as e:
+    check(f"speed 1.003 (off the 1/160 grid) refused: {e}", "1/160" in str(e))
+sd = os.path.join(d2, "speech", "train")
+os.makedirs(sd)
+with wave.open(os.path.join(sd, "x.wav"), "wb") as w:
+    w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+    w.writeframes(np.rint(tone * 32767).astype("<i2").tobytes())
+it = dict(id="x", split="train", snr_db=20.0, noise_seed=12345)
+n1, n2 = len(m.audio_samples(it, d2)), len(m.audio_samples(dict(it, speed=0.9), d2))
+check(f"audio_samples at speed 0.9: {n2} samples = {n1} + {32000 * 16000 // 14400 - 32000}",
+      n2 - n1 == 32000 * 16000 // 14400 - 32000)
 print(f"test_mm_data: {len(fails)} failed")
 sys.exit(1 if fails else 0)
 PY

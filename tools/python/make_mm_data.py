@@ -374,6 +374,22 @@ def resample(x, src, dst, taps=64):
     return (xp[base[:, None] + k[None, :] + taps] * bank[phase]).sum(axis=1)
 
 
+SPEED_STEP = 160  # speed factors are multiples of 1/160: 16 kHz x factor a multiple of 100 Hz
+
+
+def speed_perturb(x, factor):
+    """x (16 kHz) played `factor` times as fast, tempo and pitch together (Kaldi's and sox's
+    speed perturbation): x taken as sampled at 16000 x factor Hz, resampled to 16 kHz, so
+    len(x) / factor samples. factor must be a multiple of 1/SPEED_STEP, which keeps resample's
+    polyphase bank at 160 phases or fewer; factor 1 gives x itself."""
+    src = factor * 16000
+    if factor <= 0 or abs(src - round(src / 100) * 100) > 1e-6:
+        raise SystemExit(f"make_mm_data: speed factor {factor}: expected a positive multiple "
+                         f"of 1/{SPEED_STEP}")
+    src = int(round(src))
+    return x if src == 16000 else resample(x, src, 16000)
+
+
 def font_roots(given=None):
     """The folders the renderer searches for fonts: the given --fonts roots, else the prefix's
     Debian fonts ($G4_PREFIX, tools/gpu/env.sh unpacks them there) and the system's."""
@@ -539,12 +555,15 @@ def write_image(job):
 
 
 def audio_samples(item, data_dir):
-    """The item's int16 samples at 16 kHz: the clean speech (`speech`), silence before and after,
-    white noise at the item's SNR, a gain (what the WAV file holds)."""
+    """The item's int16 samples at 16 kHz: the clean speech (`speech`; sped up or slowed down
+    when the item has a "speed", speed_perturb: the trainer's renderings), silence before and
+    after, white noise at the item's SNR, a gain (what the WAV file holds)."""
     with wave.open(os.path.join(data_dir, "speech", item["split"], item["id"] + ".wav")) as w:
         if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (16000, 1, 2):
             raise SystemExit(f"make_mm_data: {item['id']}: not 16 kHz mono 16-bit")
         x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2") / 32768.0
+    if "speed" in item:
+        x = speed_perturb(x, item["speed"])
     r = np.random.default_rng(item["noise_seed"])
     lead, tail = r.integers(0, 4800, 2)  # up to 0.3 s of silence before and after
     if item.get("samples"):  # (--preset ci) speech from sample 0, silence after to this length

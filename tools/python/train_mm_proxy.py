@@ -12,7 +12,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--ctc-units tokens|chars]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
-                                               [--a-res-scale X]
+                                               [--a-res-scale X] [--reps N]
+                                               [--a-speed-perturb F]
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
@@ -53,7 +54,11 @@ functions that wrote the held-out files).
             and 512 positions, vocab 480, audio subsampling channels [128, 8]; every item in
             every step (rendered once); the vision side at 3x the decoder's learning rate, the
             audio side not trained (its random tower: trained, it collapsed)
-   Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds).
+   Each item is seen in `reps` renderings (proxy 8: other noise and placement seeds; --reps N).
+   --a-speed-perturb F: each clip's renderings after the first also play its speech at a speed
+   drawn in [1 - F, 1 + F] (rendering(), make_mm_data.speed_perturb: resampled, so tempo and
+   pitch together, Kaldi's speed perturbation; its soft-token count follows the new length);
+   rendering 0, the held-out clips and F 0 (the default) as before.
    The audio side's options (proxy and ci: lr x 0, none of the others; tiny has no
    a_lr_mult, so its audio side trains at x 1): --a-lr-mult X its
    learning rate over the decoder's; --a-warmup N frozen for N steps first; --ctc-weight W an
@@ -333,14 +338,32 @@ def char_items(items):
     return out
 
 
-def rendering(items, k):
+def speed_of(noise_seed, spread):
+    """--a-speed-perturb's factor for a rendering whose noise seed is noise_seed: uniform in
+    [1 - spread, 1 + spread] from a generator of that seed's own (numpy's PCG64 of (noise_seed,
+    SPEED_STREAM): the silence and noise draws of make_mm_data.audio_samples stay as they are),
+    rounded to a multiple of 1 / make_mm_data.SPEED_STEP within the range."""
+    q = mmd.SPEED_STEP
+    u = np.random.default_rng([noise_seed, SPEED_STREAM]).uniform(1 - spread, 1 + spread)
+    return min(max(round(u * q), math.ceil((1 - spread) * q - 1e-9)),
+               math.floor((1 + spread) * q + 1e-9)) / q
+
+
+SPEED_STREAM = 2  # speed_of's generator: (noise seed, 2), not the noise's (noise seed)
+
+
+def rendering(items, k, speed=0.0):
     """Item k % n of items (n of them) as its rendering k // n draws it: rendering 0 is the
     planned item, rendering v > 0 moves its shape and noise seeds by 7919 v (another placement
-    and noise, the same text, font and colours). A copy: items is not changed."""
+    and noise, the same text, font and colours) and, given speed F > 0 (--a-speed-perturb), an
+    audio item's "speed" is speed_of(its moved noise seed, F): its speech played that much
+    faster (make_mm_data.speed_perturb). A copy: items is not changed."""
     it, v = dict(items[k % len(items)]), k // len(items)
     for key, mod in (("shape", 1 << 30), ("noise_seed", 1 << 31)):
         if v and key in it:
             it[key] = (it[key] + 7919 * v) % mod
+    if v and speed and "noise_seed" in it:
+        it["speed"] = speed_of(it["noise_seed"], speed)
     return it
 
 
@@ -348,11 +371,13 @@ class Items(torch.utils.data.Dataset):
     """Train items of one kind, each rendered when asked (make_mm_data's functions). Index k is
     item k % n in its rendering k // n: rendering 0 is the planned one, the others draw the
     noise (and the image's placement) from another seed, so repeated passes do not see the same
-    pixels and samples."""
+    pixels and samples; speed F > 0 (audio, --a-speed-perturb): the other passes also play the
+    speech at a speed in [1 - F, 1 + F] (rendering())."""
 
-    def __init__(self, items, kind, data_dir, fonts, prompter, fe, renderings, cache=False):
+    def __init__(self, items, kind, data_dir, fonts, prompter, fe, renderings, cache=False,
+                 speed=0.0):
         self.items, self.kind, self.data, self.fonts = items, kind, data_dir, fonts
-        self.pr, self.fe, self.reps = prompter, fe, renderings
+        self.pr, self.fe, self.reps, self.speed = prompter, fe, renderings, speed
         self.cache = {} if cache else None  # a handful of items seen every step: render once
 
     def __len__(self):
@@ -366,7 +391,7 @@ class Items(torch.utils.data.Dataset):
         return self.cache[k]
 
     def render(self, k):
-        it = rendering(self.items, k)
+        it = rendering(self.items, k, self.speed)
         if self.kind == "image":
             pv, pp, n = image_inputs(mmd.render_image(it, self.fonts))
             return dict(kind="image", pv=pv, pp=pp, ids=self.pr.prompt("image", n),
@@ -1701,6 +1726,12 @@ def main():
     ap.add_argument("--steps", type=int, help="optimizer steps (the preset's)")
     ap.add_argument("--batch", type=int, help="items per batch (the preset's)")
     ap.add_argument("--workers", type=int, help="data loader processes (the preset's)")
+    ap.add_argument("--reps", type=int, help="renderings of each train item (the preset's): the "
+                    "train items are read in passes of reps x items, in random order")
+    ap.add_argument("--a-speed-perturb", type=float, metavar="F",
+                    help="each train clip's renderings after the first play its speech at a "
+                    "speed drawn in [1 - F, 1 + F] from the rendering's seed, tempo and pitch "
+                    "together (Kaldi's speed perturbation; rendering(); 0: off, the default)")
     ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
     ap.add_argument("--lr", type=float, help="peak learning rate (the preset's)")
     ap.add_argument("--beta2", type=float, help="AdamW's beta2 (the preset's, else 0.98)")
@@ -1828,12 +1859,21 @@ def main():
         raise SystemExit("train_mm_proxy: --compile with --strict-determinism: inductor's "
                          "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
-    for k in ("steps", "batch", "workers", "vocab", "v_lr_mult", "a_lr_mult", "a_warmup",
+    for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "vocab", "v_lr_mult",
+              "a_lr_mult", "a_warmup",
               "ctc_weight", "v_aux_weight", "ctc_at", "ctc_units", "a_var_weight", "a_var_gamma",
               "a_var_per", "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale",
               "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
+    if p["reps"] < 1:
+        raise SystemExit(f"train_mm_proxy: --reps {p['reps']}: expected 1 or more")
+    if not 0 <= p.get("a_speed_perturb", 0.0) < 0.5:
+        raise SystemExit(f"train_mm_proxy: --a-speed-perturb {p['a_speed_perturb']}: expected "
+                         "0 <= F < 0.5")
+    if p.get("a_speed_perturb") and p["reps"] < 2:
+        print(f"train_mm_proxy: --a-speed-perturb with reps {p['reps']}: every clip is read in "
+              "its first rendering only, at speed 1 (give --reps 2 or more)", flush=True)
     if p.get("v_aux_weight", 0.0) < 0:
         raise SystemExit(f"train_mm_proxy: --v-aux-weight {p['v_aux_weight']}: expected >= 0")
     if args.v_warm_steps < 0:
@@ -1918,7 +1958,8 @@ def main():
 
     streams = {"image": image_stream(tr_i, half, args.seed),
                "chars": image_stream(chars, half, args.seed + 2) if args.v_chars else None,
-               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache),
+               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache,
+                                      p.get("a_speed_perturb", 0.0)),
                                 half, args.seed + 1, p["workers"] // 2, args.pad_to, pin,
                                 args.pad_frames)}
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
