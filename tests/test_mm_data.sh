@@ -5,7 +5,7 @@
 # the held-out voice (en-us+f4, variant f4) and font family (FreeSerif) never appear in training
 # and take every other held-out item; the resampler turns a 440 Hz tone at 22050 Hz into the
 # 440 Hz tone at 16 kHz (max error 1e-4 away from the edges) and removes a 9 kHz one (above the
-# new Nyquist frequency: max 1e-3); every canvas size is a multiple of 48 within the 70-token
+# new Nyquist frequency: max 1e-3), each of its outputs the windowed sinc written out per output; every canvas size is a multiple of 48 within the 70-token
 # patch budget; the carried plan's gzip files are byte-stable and read back; the plan and speech
 # steps as the GPU machine runs them (a stand-in espeak-ng under a prefix: WAV format, lengths,
 # seconds, resume); the proxy's wide cut of the train speech (prose_sentences on a handwritten
@@ -82,6 +82,25 @@ check(f"440 Hz tone resampled to 16 kHz: {len(y)} samples, max error "
 y9 = m.resample(np.sin(2 * np.pi * 9000 * t), 22050, 16000)
 check(f"9 kHz tone removed: max {np.abs(y9)[64:-64].max():.2e} <= 1e-3",
       np.abs(y9)[64:-64].max() <= 1e-3)
+# every output of resample against the windowed sinc written out per output (input position
+# t = n x src / dst, taps m = floor(t) - 31 .. floor(t) + 32 of the zero-padded input, weight
+# cut sinc(cut (t - m)) x Blackman(t - m)), for rates that give 1, 160 and 320 phases
+rx = np.random.default_rng(4).normal(0, 0.3, 1000)
+for src, dst in ((32000, 16000), (17300, 16000), (22050, 16000)):
+    y = m.resample(rx, src, dst)
+    g = np.gcd(src, dst)
+    cut = 0.95 * min(1.0, dst / src)
+    want = []
+    for n in range(len(rx) * (dst // g) // (src // g)):
+        t = n * (src // g) / (dst // g)
+        ms = np.arange(int(t) - 31, int(t) + 33)
+        dd = t - ms
+        w = 0.42 + 0.5 * np.cos(np.pi * dd / 32) + 0.08 * np.cos(2 * np.pi * dd / 32)
+        xs = np.where((ms >= 0) & (ms < len(rx)), rx[np.clip(ms, 0, len(rx) - 1)], 0.0)
+        want.append(float((xs * cut * np.sinc(cut * dd) * np.where(np.abs(dd) < 32, w, 0)).sum()))
+    err = np.abs(y - np.array(want)).max() if len(y) == len(want) else np.inf
+    check(f"resample {src} -> {dst} Hz: {len(y)} outputs (want {len(want)}), each the windowed "
+          f"sinc written out: max error {err:.1e} <= 1e-12", err <= 1e-12)
 sizes = m.fixed_sizes()
 check(f"{len(sizes)} canvas sizes, multiples of 48 within 70 x 9 patches",
       sizes and all(h % 48 == 0 and w % 48 == 0 and h * w <= 70 * 9 * 256 for h, w in sizes))
