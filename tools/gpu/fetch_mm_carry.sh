@@ -5,7 +5,7 @@
 #   .carry/corpus          the sentences (tools/python/prepare_corpus.py), unless present; used
 #                          here only (the plan), never carried
 #   .carry/mmdata/         the item plan, gzipped (make_mm_data.py plan: speech.jsonl.gz,
-#                          images.jsonl.gz, data.json; ~1.6 MB)
+#                          images.jsonl.gz, data.json; ~2.4 MB)
 #   .carry/mmdata/fonts/   fonts-dejavu-core, fonts-liberation, fonts-freefont-ttf (.debs, ~4.4
 #                          MB; tools/gpu/env.sh unpacks them into the prefix make_mm_data.py reads)
 #   .carry/mmdata/espeak/  espeak-ng, libespeak-ng1, libsonic0 (.debs) and the English part of
