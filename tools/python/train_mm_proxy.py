@@ -338,6 +338,9 @@ def char_items(items):
     return out
 
 
+SPEED_STREAM = 2  # speed_of's generator: (noise seed, 2), not the noise's (noise seed)
+
+
 def speed_of(noise_seed, spread):
     """--a-speed-perturb's factor for a rendering whose noise seed is noise_seed: uniform in
     [1 - spread, 1 + spread] from a generator of that seed's own (numpy's PCG64 of (noise_seed,
@@ -347,9 +350,6 @@ def speed_of(noise_seed, spread):
     u = np.random.default_rng([noise_seed, SPEED_STREAM]).uniform(1 - spread, 1 + spread)
     return min(max(round(u * q), math.ceil((1 - spread) * q - 1e-9)),
                math.floor((1 + spread) * q + 1e-9)) / q
-
-
-SPEED_STREAM = 2  # speed_of's generator: (noise seed, 2), not the noise's (noise seed)
 
 
 def rendering(items, k, speed=0.0):
