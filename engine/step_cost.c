@@ -505,33 +505,84 @@ static void e2b_free(g4_step_plan *p, g4_sq *q) {
     g4_sp_free(p);
 }
 
-// One stamped step of queues q (plan p; its weight type's calibration, one jitter sequence: seed
-// 0) at pf and mode: the stamps into st[q->n] (NULL: not wanted), *r the result, the path a layer
-// seg[G4_TL_N] and *after the layers (g4_sc_path_layer). G4_OK or the first error.
+// One step of queues q (their weight type's calibration, jitter sequence `seed`) at pf and mode:
+// the stamps into st[q->n] (NULL: not wanted), *r the result. G4_OK or the simulation's error.
+static int sim_queues(const g4_sq *q, int pf, int mode, unsigned seed, g4_sq_stamp *st,
+                      g4_sc_result *r) {
+    g4_sc_params prm;
+    g4_sc_params_default(&prm, q->dt);
+    prm.seed = seed;
+    return g4_sc_simulate(q, &prm, pf, mode, st, r);
+}
+
+// One stamped step of queues q (plan p; one jitter sequence: seed 0) at pf and mode: the stamps
+// into st[q->n] (NULL: not wanted), *r the result, the path a layer seg[G4_TL_N] and *after the
+// layers (g4_sc_path_layer). G4_OK or the first error.
 static int stamped_path(const g4_step_plan *p, const g4_sq *q, int pf, int mode, g4_sq_stamp *st,
                         g4_sc_result *r, double *seg, double *after) {
     g4_sq_stamp *own = st ? NULL : g4_malloc(sizeof *own * (size_t)q->n), *s = st ? st : own;
-    g4_sc_params prm;
-    g4_sc_params_default(&prm, q->dt);
-    int rc = g4_sc_simulate(q, &prm, pf, mode, s, r);
+    int rc = sim_queues(q, pf, mode, 0, s, r);
     if (!rc) rc = g4_sc_path_layer(p, q, s, 0, seg, after);
     free(own);
     return rc;
 }
 
-static int sim_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, int pf, int mode, unsigned seed,
-                    g4_sq_stamp *st, double *us, int *n_ins) {
+enum { SC_SEEDS = 3 }; // a plan's prediction: the mean over this many jitter sequences
+
+typedef struct {
+    int split, chunk, group, lm;
+    double us[2];     // Q4, f16 at the G, pf and mode predicted: the mean over the seeds
+    double spread[2]; // max - min over the seeds
+    int n;
+} ranked;
+
+static int by_q4(const void *a, const void *b) {
+    const double x = ((const ranked *)a)->us[0], y = ((const ranked *)b)->us[0];
+    return (x > y) - (x < y);
+}
+static int by_f16(const void *a, const void *b) {
+    const double x = ((const ranked *)a)->us[1], y = ((const ranked *)b)->us[1];
+    return (x > y) - (x < y);
+}
+
+// Queues q (e's plan) at pf and mode: e->us[q->dt] the mean over `seeds` jitter sequences,
+// e->spread[q->dt] max - min, e->n its instructions. The queues are built once by the caller,
+// not once a sequence (the sequences differ in the jitter alone). G4_OK or the simulation's error.
+static int predict_queues(const g4_sq *q, ranked *e, int pf, int mode, unsigned seeds) {
+    double lo = INFINITY, hi = 0, sum = 0;
+    int rc = G4_OK;
+    for (unsigned s = 0; s < seeds && !rc; s++) {
+        g4_sc_result r = {0, 0, 0};
+        rc = sim_queues(q, pf, mode, s, NULL, &r);
+        sum += r.step_us, lo = fmin(lo, r.step_us), hi = fmax(hi, r.step_us);
+    }
+    e->n = q->n;
+    if (!rc) e->us[q->dt] = sum / seeds, e->spread[q->dt] = hi - lo;
+    return rc;
+}
+
+// Plan p (e's options) at G, pf, mode, weights dt: predict_queues on its queues. G4_OK or the
+// first error.
+static int predict_plan(const g4_step_plan *p, ranked *e, int G, int pf, int mode, int dt,
+                        unsigned seeds) {
     g4_sq q;
-    int rc = g4_sq_build(p, G, dt, &q);
+    int rc = g4_sq_build(p, G, (g4_sq_dtype)dt, &q);
     if (rc) return rc;
-    g4_sc_params prm;
-    g4_sc_params_default(&prm, dt);
-    prm.seed = seed;
-    g4_sc_result r = {0, 0, 0};
-    rc = g4_sc_simulate(&q, &prm, pf, mode, st, &r);
-    *us = r.step_us;
-    if (n_ins) *n_ins = q.n;
+    rc = predict_queues(&q, e, pf, mode, seeds);
     g4_sq_free(&q);
+    return rc;
+}
+
+// The plan of e's options at G, pf=2, mode, weights Q4 (n_dt 1) or Q4 and f16 (n_dt 2): us[] and
+// spread[] as predict_plan's. G4_OK, or the error; *refused (may be NULL) 1 when the plan builder
+// refused the options (the error says why), 0 otherwise (a simulation's error is the model's own:
+// not a refusal).
+static int predict(ranked *e, int G, int mode, int n_dt, unsigned seeds, int *refused) {
+    g4_step_plan p;
+    int rc = e2b_plan(SC_OPTS(e), &p);
+    if (refused) *refused = rc != G4_OK;
+    for (int dt = 0; dt < n_dt && !rc; dt++) rc = predict_plan(&p, e, G, 2, mode, dt, seeds);
+    g4_sp_free(&p);
     return rc;
 }
 
@@ -582,10 +633,11 @@ static int validate(FILE *out, off_sum *e) {
             "measured", "off", "f16 model", "measured", "off");
     for (size_t k = 0; k < sizeof measured / sizeof measured[0] && !rc; k++) {
         const measured_row *m = &measured[k];
-        double u[2] = {0, 0};
+        ranked one = {128, 0, 0, 0, {0, 0}, {0, 0}, 0}; // (one jitter sequence: seed 0)
         for (int dt = 0; dt < 2 && !rc; dt++)
-            rc = sim_plan(&p, m->G, (g4_sq_dtype)dt, m->pf, m->mode, 0, NULL, &u[dt], NULL);
+            rc = predict_plan(&p, &one, m->G, m->pf, m->mode, dt, 1);
         if (rc) break;
+        const double *u = one.us;
         fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", m->name, u[0], m->q4,
                 100 * (u[0] / m->q4 - 1), u[1], m->f16, 100 * (u[1] / m->f16 - 1));
         const double meas[2] = {m->q4, m->f16};
@@ -608,50 +660,6 @@ static int validate(FILE *out, off_sum *e) {
         }
     }
     e2b_free(&p, &q);
-    return rc;
-}
-
-enum { SC_SEEDS = 3 }; // a plan's prediction: the mean over this many jitter sequences
-
-typedef struct {
-    int split, chunk, group, lm;
-    double us[2];     // Q4, f16 at pf=2, G=660: the mean over the seeds
-    double spread[2]; // max - min over the seeds
-    int n;
-} ranked;
-
-static int by_q4(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->us[0], y = ((const ranked *)b)->us[0];
-    return (x > y) - (x < y);
-}
-static int by_f16(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->us[1], y = ((const ranked *)b)->us[1];
-    return (x > y) - (x < y);
-}
-
-// Plan p (e's options) at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
-// sequences, e->spread[dt] max - min, e->n its instructions. G4_OK or the simulation's error.
-static int predict_plan(const g4_step_plan *p, ranked *e, int G, int mode, int dt, unsigned seeds) {
-    double lo = INFINITY, hi = 0, sum = 0;
-    int rc = G4_OK;
-    for (unsigned s = 0; s < seeds && !rc; s++) {
-        double u = 0;
-        rc = sim_plan(p, G, (g4_sq_dtype)dt, 2, mode, s, NULL, &u, &e->n);
-        sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
-    }
-    if (!rc) e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
-    return rc;
-}
-
-// The plan of e's options predicted (pf=2, G=660): us[] the mean over `seeds` jitter sequences.
-// G4_OK, or the error; *refused (may be NULL) 1 when the plan builder refused the options (the
-// error says why), 0 otherwise (a simulation's error is the model's own: not a refusal).
-static int predict(ranked *e, unsigned seeds, int *refused) {
-    g4_step_plan p;
-    int rc = e2b_plan(SC_OPTS(e), &p);
-    if (refused) *refused = rc != G4_OK;
-    for (int dt = 0; dt < 2 && !rc; dt++) rc = predict_plan(&p, e, SC_G, 0, dt, seeds);
-    g4_sp_free(&p);
     return rc;
 }
 
@@ -694,7 +702,7 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
         int found = 0;
         for (int b = 0; b < nb && !found; b++)
             if (same_opts(SC_OPTS(&bp[b]), SC_OPTS(m))) r = bp[b], found = 1;
-        if (!found && (rc = predict(&r, SC_SEEDS, NULL))) break; // (not in the bench's list)
+        if (!found && (rc = predict(&r, SC_G, 0, 2, SC_SEEDS, NULL))) break; // (not in the bench's list)
         const double meas[2] = {(m->q4[0] + m->q4[1]) / 2, (m->f16[0] + m->f16[1]) / 2};
         char name[40];
         snprintf(name, sizeof name, "plan %d/%d/%d/%d", m->split, or_default(m->chunk, 32),
@@ -754,17 +762,6 @@ static const char *mode_name(int mode) {
     return !mode ? "" : (mode & G4_SK_MATH_HELD) ? " math held ub" : " math";
 }
 
-// The plan of e's options at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
-// sequences (spread, n as predict's). *refused as predict's.
-static int predict_at(ranked *e, int G, int mode, int dt, unsigned seeds, int *refused) {
-    g4_step_plan p;
-    int rc = e2b_plan(SC_OPTS(e), &p);
-    if (refused) *refused = rc != G4_OK;
-    if (!rc) rc = predict_plan(&p, e, G, mode, dt, seeds);
-    g4_sp_free(&p);
-    return rc;
-}
-
 // An instruction's op (kind, weight) as an index into a table by op of SC_OPS entries, kind-major
 // (a walk in index order goes by kind, then weight; op_kind and op_weight give them back), or -1
 // for one outside g4_sp_kind x g4_sp_weight.
@@ -822,9 +819,7 @@ static int report_math_rows(FILE *out) {
     for (int k = 0; k < NR && !rc; k++) {
         const math_row *m = &math_rows[k];
         ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
-        for (int dt = 0; dt < 2 && !rc; dt++)
-            rc = predict_at(&r, SC_G_MATH, m->mode, dt, SC_SEEDS, NULL);
-        if (rc) break;
+        if ((rc = predict(&r, SC_G_MATH, m->mode, 2, SC_SEEDS, NULL))) break;
         char name[64];
         snprintf(name, sizeof name, "s32 plan %d/%d/%d/%d%s", m->split, or_default(m->chunk, 32),
                  or_default(m->group, 4), or_default(m->lm, 64), mode_name(m->mode));
@@ -886,8 +881,7 @@ static int report_math_rows(FILE *out) {
         double u[3][2];
         for (int i = 0; i < 3 && !rc; i++) {
             ranked r = {b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
-            for (int dt = 0; dt < 2 && !rc; dt++)
-                rc = predict_at(&r, SC_G_MATH, modes[i], dt, SC_SEEDS, NULL);
+            rc = predict(&r, SC_G_MATH, modes[i], 2, SC_SEEDS, NULL);
             u[i][0] = r.us[0], u[i][1] = r.us[1];
         }
         if (!rc)
@@ -923,7 +917,7 @@ static int grid_sweep(const grid_axes *ax, int G, int mode, ranked *all, int *n,
                     ranked e = {
                         ax->v[0][a], ax->v[1][b], ax->v[2][g], ax->v[3][l], {0, 0}, {0, 0}, 0};
                     int ref = 0;
-                    rc = mode ? predict_at(&e, G, mode, 0, 1, &ref) : predict(&e, 1, &ref);
+                    rc = predict(&e, G, mode, mode ? 1 : 2, 1, &ref);
                     if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
                         if (!(*refused)++)
                             snprintf(why, why_n, " (the first: %d/%d/%d/%d: %s)", e.split, e.chunk,
@@ -1081,7 +1075,7 @@ static int report_held_grid(FILE *out, int top) {
     const int k_n = top < n ? top : n;
     for (int k = 0; k < k_n && !rc; k++) {
         ranked e = all[k];
-        rc = predict_at(&e, SC_G_MATH, MH, 0, SC_SEEDS, NULL);
+        rc = predict(&e, SC_G_MATH, MH, 1, SC_SEEDS, NULL);
         all[k] = e;
     }
     if (!rc) qsort(all, (size_t)k_n, sizeof *all, by_q4);
@@ -1111,7 +1105,7 @@ static int report_held_grid(FILE *out, int top) {
         if ((rc = e2b_queues(SC_OPTS(&e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
         held_need h;
         held_need_of(&p, &q, &h);
-        if (h.fits && !(rc = predict_plan(&p, &e, SC_G_MATH, MH, 0, SC_SEEDS))) {
+        if (h.fits && !(rc = predict_queues(&q, &e, 2, MH, SC_SEEDS))) {
             fprintf(out,
                     "step-model best q4 held that fits split_keys %d chunk_tiles %d group_tiles "
                     "%d lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us "
@@ -1158,7 +1152,7 @@ int g4_sc_report(FILE *out, int grid, int top) {
     for (int k = 0; k < nb && !rc; k++) {
         const g4_sp_bench_plan *b = &g4_sp_bench_plans[k];
         bp[k] = (ranked){b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
-        rc = predict(&bp[k], SC_SEEDS, NULL);
+        rc = predict(&bp[k], SC_G, 0, 2, SC_SEEDS, NULL);
     }
     if (!rc) rc = validate_plans(out, bp, nb, &e31);
     if (!rc) {
@@ -1206,7 +1200,7 @@ int g4_sc_report(FILE *out, int grid, int top) {
         ranked *best = g4_calloc((size_t)k_n + 1, sizeof *best);
         for (int k = 0; k < k_n && !rc; k++) {
             best[k] = all[k];
-            rc = predict(&best[k], SC_SEEDS, NULL);
+            rc = predict(&best[k], SC_G, 0, 2, SC_SEEDS, NULL);
         }
         if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
         for (int k = 0; k < k_n && !rc; k++)
