@@ -536,13 +536,16 @@ typedef struct {
     int n;
 } ranked;
 
-static int by_q4(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->us[0], y = ((const ranked *)b)->us[0];
+// (qsort's order by weight type dt's us: by_q4, by_f16)
+static int by_us(const void *a, const void *b, int dt) {
+    const double x = ((const ranked *)a)->us[dt], y = ((const ranked *)b)->us[dt];
     return (x > y) - (x < y);
 }
+static int by_q4(const void *a, const void *b) {
+    return by_us(a, b, 0);
+}
 static int by_f16(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->us[1], y = ((const ranked *)b)->us[1];
-    return (x > y) - (x < y);
+    return by_us(a, b, 1);
 }
 
 // Queues q (e's plan) at pf and mode: e->us[q->dt] the mean over `seeds` jitter sequences,
@@ -941,6 +944,22 @@ static void print_grid(FILE *out, const grid_axes *ax, int n, int refused, const
     fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
 }
 
+// The best `top` of the grid's all[0 .. n) (one jitter sequence each) by weights dt: all sorted
+// by it, the first min(top, n) into best[0 .. *k_n), each rerun with SC_SEEDS (at G under mode,
+// Q4 alone under a mode, as grid_sweep's) and ranked again by their mean.
+static int rerank(ranked *all, int n, int top, int G, int mode, int dt, ranked *best, int *k_n) {
+    int (*by)(const void *, const void *) = dt ? by_f16 : by_q4;
+    qsort(all, (size_t)n, sizeof *all, by);
+    *k_n = top < n ? top : n;
+    int rc = G4_OK;
+    for (int k = 0; k < *k_n && !rc; k++) {
+        best[k] = all[k];
+        rc = predict(&best[k], G, mode, mode ? 1 : 2, SC_SEEDS, NULL);
+    }
+    if (!rc) qsort(best, (size_t)*k_n, sizeof *best, by);
+    return rc;
+}
+
 // A held-words design (the pre-wait stream's words kept in shared memory until the math after
 // the wait: G4_SK_MATH_HELD's upper bound made real) keeps a CTA's largest instruction's weight
 // bytes; a CTA has, at SC_G_MATH / 132 = 4 CTAs an SM, H100 / H200's 228 KB an SM less 1 KB the
@@ -1063,62 +1082,46 @@ static int report_held_grid(FILE *out, int top) {
     enum { NS = sizeof splits / sizeof splits[0], NC = sizeof chunks / sizeof chunks[0] };
     enum { NG = sizeof groups / sizeof groups[0], NL = sizeof lms / sizeof lms[0] };
     ranked *all = g4_calloc(NS * NC * NG * NL, sizeof *all);
-    int n = 0, refused = 0;
+    ranked *best = g4_calloc((size_t)top, sizeof *best);
+    int n = 0, refused = 0, k_n = 0;
     char why[256] = "";
     const grid_axes ax = {{splits, chunks, groups, lms}, {NS, NC, NG, NL}};
     int rc = grid_sweep(&ax, SC_G_MATH, MH, all, &n, &refused, why, sizeof why);
     if (!rc) {
         fprintf(out, "step-model held grid (Q4, pf=2 math held ub, G=%d): ", SC_G_MATH);
         print_grid(out, &ax, n, refused, why);
-        qsort(all, (size_t)n, sizeof *all, by_q4);
+        rc = rerank(all, n, top, SC_G_MATH, MH, 0, best, &k_n);
     }
-    const int k_n = top < n ? top : n;
-    for (int k = 0; k < k_n && !rc; k++) {
-        ranked e = all[k];
-        rc = predict(&e, SC_G_MATH, MH, 1, SC_SEEDS, NULL);
-        all[k] = e;
-    }
-    if (!rc) qsort(all, (size_t)k_n, sizeof *all, by_q4);
+    // the best k_n (rerun); past them, while none of those fits, all[k] by one sequence: the
+    // first that fits, rerun with SC_SEEDS and printed the same way (with its place)
     int any_fits = 0;
-    for (int k = 0; k < k_n && !rc; k++) {
-        const ranked *e = &all[k];
-        fprintf(out,
-                "step-model best q4 held split_keys %d chunk_tiles %d group_tiles %d "
-                "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us (seeds "
-                "within %.1f)\n",
-                e->split, e->chunk, e->group, e->lm, e->n, SC_G_MATH, e->us[0], e->spread[0]);
-        g4_step_plan p;
-        g4_sq q;
-        if ((rc = e2b_queues(SC_OPTS(e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
-        held_need h;
-        held_need_of(&p, &q, &h);
-        print_held_need(out, &h);
-        // (the path of the best, and of each that fits)
-        if (k == 0 || h.fits) rc = print_held_path(out, &p, &q);
-        any_fits |= h.fits;
-        e2b_free(&p, &q);
-    }
-    for (int k = k_n; k < n && !rc && !any_fits; k++) { // (by one sequence: the first that fits)
-        ranked e = all[k];
+    for (int k = 0; k < n && (k < k_n || !any_fits) && !rc; k++) {
+        const int rerun = k < k_n;
+        ranked e = rerun ? best[k] : all[k];
         g4_step_plan p;
         g4_sq q;
         if ((rc = e2b_queues(SC_OPTS(&e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
         held_need h;
         held_need_of(&p, &q, &h);
-        if (h.fits && !(rc = predict_queues(&q, &e, 2, MH, SC_SEEDS))) {
+        const int shown = rerun || h.fits; // (past the best: the first that fits alone)
+        if (shown && !rerun) rc = predict_queues(&q, &e, 2, MH, SC_SEEDS);
+        if (shown && !rc) {
+            char place[64] = "";
+            if (!rerun) snprintf(place, sizeof place, "; %d of %d by one sequence", k + 1, n);
             fprintf(out,
-                    "step-model best q4 held that fits split_keys %d chunk_tiles %d group_tiles "
-                    "%d lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us "
-                    "(seeds within %.1f; %d of %d by one sequence)\n",
-                    e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH, e.us[0], e.spread[0], k + 1,
-                    n);
+                    "step-model best q4 held%s split_keys %d chunk_tiles %d group_tiles %d "
+                    "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us "
+                    "(seeds within %.1f%s)\n",
+                    rerun ? "" : " that fits", e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH,
+                    e.us[0], e.spread[0], place);
             print_held_need(out, &h);
-            rc = print_held_path(out, &p, &q);
-            any_fits = 1;
+            // (the path of the best, and of each that fits)
+            if (k == 0 || h.fits) rc = print_held_path(out, &p, &q);
+            any_fits |= h.fits;
         }
         e2b_free(&p, &q);
     }
-    free(all);
+    free(all), free(best);
     return rc;
 }
 
@@ -1193,20 +1196,13 @@ int g4_sc_report(FILE *out, int grid, int top) {
     }
     fprintf(out, "step-model grid: ");
     print_grid(out, &ax, n, refused, why);
-    for (int dt = 0; dt < 2; dt++) {
-        // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
-        qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
-        const int k_n = top < n ? top : n;
-        ranked *best = g4_calloc((size_t)k_n + 1, sizeof *best);
-        for (int k = 0; k < k_n && !rc; k++) {
-            best[k] = all[k];
-            rc = predict(&best[k], SC_G, 0, 2, SC_SEEDS, NULL);
-        }
-        if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
+    ranked *best = g4_calloc((size_t)top, sizeof *best);
+    for (int dt = 0; dt < 2 && !rc; dt++) {
+        int k_n = 0;
+        rc = rerank(all, n, top, SC_G, 0, dt, best, &k_n);
         for (int k = 0; k < k_n && !rc; k++)
             print_ranked(out, dt ? "best f16" : "best q4", &best[k]);
-        free(best);
     }
-    free(all);
+    free(all), free(best);
     return rc;
 }
