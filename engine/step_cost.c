@@ -536,6 +536,11 @@ typedef struct {
     int n;
 } ranked;
 
+// a plan of options o, nothing predicted yet
+static ranked unpredicted(sc_opts o) {
+    return (ranked){o.split, o.chunk, o.group, o.lm, {0, 0}, {0, 0}, 0};
+}
+
 // (qsort's order by weight type dt's us: by_q4, by_f16)
 static int by_us(const void *a, const void *b, int dt) {
     const double x = ((const ranked *)a)->us[dt], y = ((const ranked *)b)->us[dt];
@@ -621,6 +626,54 @@ static void add_off(off_sum *e, const double *model, const double *meas) {
     e->n++;
 }
 
+// "<title>, mean |off| (mean off): <what[0]> (n): Q4 a% (b%), f16 c% (d%); ..." over s[0 .. n)
+static void print_offs(FILE *out, const char *title, const char *const *what, const off_sum *s,
+                       int n) {
+    fprintf(out, "%s, mean |off| (mean off):", title);
+    for (int k = 0; k < n; k++)
+        fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", k ? ";" : "", what[k],
+                s[k].n, 100 * s[k].abs_off[0] / s[k].n, 100 * s[k].off[0] / s[k].n,
+                100 * s[k].abs_off[1] / s[k].n, 100 * s[k].off[1] / s[k].n);
+    fprintf(out, "\n");
+}
+
+// The model-against-measured tables (the rows of sessions 30, 31 and 32): the header, its first
+// column `first` w wide, and a row: name, then Q4's and f16's model, measured (us) and off.
+static void print_row_head(FILE *out, int w, const char *first) {
+    fprintf(out, "%-*s %9s %9s %7s %9s %9s %7s\n", w, first, "Q4 model", "measured", "off",
+            "f16 model", "measured", "off");
+}
+static void print_row(FILE *out, int w, const char *name, const double *model, const double *meas) {
+    fprintf(out, "%-*s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", w, name, model[0], meas[0],
+            100 * (model[0] / meas[0] - 1), model[1], meas[1], 100 * (model[1] / meas[1] - 1));
+}
+
+// "step-model path a layer, Q4 <what>: M / T: queue m/t ...": the model's path a layer seg
+// against a timeline's t (us a segment; M and T their sums). The caller ends the line.
+static void print_path_vs(FILE *out, const char *what, const double *seg, const double *t) {
+    double sm = 0, stl = 0;
+    for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
+    fprintf(out, "step-model path a layer, Q4 %s: %.2f / %.2f:", what, sm, stl);
+    for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
+        fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
+}
+
+// (0 in g4_sp_opts: the plan's default)
+static int or_default(int v, int def) {
+    return v ? v : def;
+}
+
+// The report's name of a plan of options o: "128/32/4/64", its defaults filled in.
+typedef struct {
+    char s[48];
+} opts_name;
+static opts_name name_of(sc_opts o) {
+    opts_name n;
+    snprintf(n.s, sizeof n.s, "%d/%d/%d/%d", o.split, or_default(o.chunk, 32),
+             or_default(o.group, 4), or_default(o.lm, 64));
+    return n;
+}
+
 // Model vs measured rows (their offs added to e), then the pf=2 / pf=0 Q4 path a layer against
 // the timelines.
 static int validate(FILE *out, off_sum *e) {
@@ -632,43 +685,30 @@ static int validate(FILE *out, off_sum *e) {
             "step-model validation (E2B, %d keys, splits of 128; us a step, measured: H100, "
             "session 30):\n",
             SC_KEYS);
-    fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "row (G=660 unless said)", "Q4 model",
-            "measured", "off", "f16 model", "measured", "off");
+    print_row_head(out, 26, "row (G=660 unless said)");
     for (size_t k = 0; k < sizeof measured / sizeof measured[0] && !rc; k++) {
         const measured_row *m = &measured[k];
-        ranked one = {128, 0, 0, 0, {0, 0}, {0, 0}, 0}; // (one jitter sequence: seed 0)
+        ranked one = unpredicted((sc_opts){128, 0, 0, 0}); // (one jitter sequence: seed 0)
         for (int dt = 0; dt < 2 && !rc; dt++)
             rc = predict_plan(&p, &one, m->G, m->pf, m->mode, dt, 1);
         if (rc) break;
-        const double *u = one.us;
-        fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", m->name, u[0], m->q4,
-                100 * (u[0] / m->q4 - 1), u[1], m->f16, 100 * (u[1] / m->f16 - 1));
         const double meas[2] = {m->q4, m->f16};
-        add_off(e, u, meas);
+        print_row(out, 26, m->name, one.us, meas);
+        add_off(e, one.us, meas);
     }
     for (int v = 0; v < 2 && !rc; v++) {
         const int pf = v ? 0 : 2;
         g4_sc_result r;
         double seg[G4_TL_N], after = 0;
         if (!(rc = stamped_path(&p, &q, pf, 0, NULL, &r, seg, &after))) {
-            const double *t = v ? tl_pf0 : tl_pf2;
-            double sm = 0, stl = 0;
-            for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
-            fprintf(out,
-                    "step-model path a layer, Q4 pf=%d (model / timeline, us): %.2f / %.2f:", pf,
-                    sm, stl);
-            for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
-                fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
+            char what[40];
+            snprintf(what, sizeof what, "pf=%d (model / timeline, us)", pf);
+            print_path_vs(out, what, seg, v ? tl_pf0 : tl_pf2);
             fprintf(out, "; after the layers %.1f us (timeline pf=2: 101.4)\n", after);
         }
     }
     e2b_free(&p, &q);
     return rc;
-}
-
-// (0 in g4_sp_opts: the plan's default)
-static int or_default(int v, int def) {
-    return v ? v : def;
 }
 
 static void print_ranked(FILE *out, const char *tag, const ranked *e) {
@@ -695,23 +735,21 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
             "model: the mean of %d jitter sequences; measured: H100, session 31, the mean of its "
             "2 runs):\n",
             SC_KEYS, SC_G, SC_SEEDS);
-    fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "plan (split/chunk/grp/lm)", "Q4 model",
-            "measured", "off", "f16 model", "measured", "off");
+    print_row_head(out, 26, "plan (split/chunk/grp/lm)");
     int rc = G4_OK;
     const int n_m = (int)(sizeof measured31 / sizeof measured31[0]);
     for (int k = 0; k < n_m && !rc; k++) {
         const measured_plan *m = &measured31[k];
-        ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
+        ranked r = unpredicted(SC_OPTS(m));
         int found = 0;
         for (int b = 0; b < nb && !found; b++)
             if (same_opts(SC_OPTS(&bp[b]), SC_OPTS(m))) r = bp[b], found = 1;
-        if (!found && (rc = predict(&r, SC_G, 0, 2, SC_SEEDS, NULL))) break; // (not in the bench's list)
+        // (a plan not in the bench's list: predicted here)
+        if (!found && (rc = predict(&r, SC_G, 0, 2, SC_SEEDS, NULL))) break;
         const double meas[2] = {(m->q4[0] + m->q4[1]) / 2, (m->f16[0] + m->f16[1]) / 2};
-        char name[40];
-        snprintf(name, sizeof name, "plan %d/%d/%d/%d", m->split, or_default(m->chunk, 32),
-                 or_default(m->group, 4), or_default(m->lm, 64));
-        fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", name, r.us[0], meas[0],
-                100 * (r.us[0] / meas[0] - 1), r.us[1], meas[1], 100 * (r.us[1] / meas[1] - 1));
+        char name[64];
+        snprintf(name, sizeof name, "plan %s", name_of(SC_OPTS(m)).s);
+        print_row(out, 26, name, r.us, meas);
         add_off(e, r.us, meas);
     }
     for (int k = 0; k < n_m && !rc; k++) {
@@ -722,15 +760,10 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
         g4_sc_result r;
         double seg[G4_TL_N], after = 0;
         if (!(rc = stamped_path(&p, &q, 2, 0, NULL, &r, seg, &after))) {
-            double sm = 0, stl = 0;
-            for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += m->tl[s];
-            fprintf(out,
-                    "step-model path a layer, Q4 pf=2 plan %d/%d/%d/%d (model / timeline, session "
-                    "31, us): %.2f / %.2f:",
-                    m->split, or_default(m->chunk, 32), or_default(m->group, 4),
-                    or_default(m->lm, 64), sm, stl);
-            for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
-                fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], m->tl[s]);
+            char what[96];
+            snprintf(what, sizeof what, "pf=2 plan %s (model / timeline, session 31, us)",
+                     name_of(SC_OPTS(m)).s);
+            print_path_vs(out, what, seg, m->tl);
             fprintf(out, "; after the layers %.1f / %.1f us\n", after, m->after);
         }
         e2b_free(&p, &q);
@@ -812,8 +845,7 @@ static int report_math_rows(FILE *out) {
             "step-model math rows (E2B, %d keys, pf=2 G=%d; us a step; model: the mean of %d "
             "jitter sequences; measured: H100, session 32, the mean of its 2 runs):\n",
             SC_KEYS, SC_G_MATH, SC_SEEDS);
-    fprintf(out, "%-34s %9s %9s %7s %9s %9s %7s\n", "row (split/chunk/grp/lm)", "Q4 model",
-            "measured", "off", "f16 model", "measured", "off");
+    print_row_head(out, 34, "row (split/chunk/grp/lm)");
     enum { NR = sizeof math_rows / sizeof math_rows[0] };
     double model[NR][2], meas[NR][2];
     off_sum e[4]; // plain, math, held (the rows come in that order), all
@@ -821,29 +853,21 @@ static int report_math_rows(FILE *out) {
     int rc = G4_OK;
     for (int k = 0; k < NR && !rc; k++) {
         const math_row *m = &math_rows[k];
-        ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
+        ranked r = unpredicted(SC_OPTS(m));
         if ((rc = predict(&r, SC_G_MATH, m->mode, 2, SC_SEEDS, NULL))) break;
-        char name[64];
-        snprintf(name, sizeof name, "s32 plan %d/%d/%d/%d%s", m->split, or_default(m->chunk, 32),
-                 or_default(m->group, 4), or_default(m->lm, 64), mode_name(m->mode));
+        char name[80];
+        snprintf(name, sizeof name, "s32 plan %s%s", name_of(SC_OPTS(m)).s, mode_name(m->mode));
         for (int dt = 0; dt < 2; dt++) {
             model[k][dt] = r.us[dt];
             meas[k][dt] = dt ? (m->f16[0] + m->f16[1]) / 2 : (m->q4[0] + m->q4[1]) / 2;
         }
-        fprintf(out, "%-34s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", name, model[k][0],
-                meas[k][0], 100 * (model[k][0] / meas[k][0] - 1), model[k][1], meas[k][1],
-                100 * (model[k][1] / meas[k][1] - 1));
+        print_row(out, 34, name, model[k], meas[k]);
         add_off(&e[k % 3], model[k], meas[k]);
         add_off(&e[3], model[k], meas[k]);
     }
     if (!rc) {
-        static const char *what[4] = {"plain", "math", "math held ub", "all"};
-        fprintf(out, "step-model math rows error, mean |off| (mean off):");
-        for (int i = 0; i < 4; i++)
-            fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", i ? ";" : "",
-                    what[i], e[i].n, 100 * e[i].abs_off[0] / e[i].n, 100 * e[i].off[0] / e[i].n,
-                    100 * e[i].abs_off[1] / e[i].n, 100 * e[i].off[1] / e[i].n);
-        fprintf(out, "\n");
+        static const char *const what[4] = {"plain", "math", "math held ub", "all"};
+        print_offs(out, "step-model math rows error", what, e, 4);
     }
     // (the rows come in threes: plain, math, held)
     for (int k = 0; k + 2 < NR && !rc; k += 3) {
@@ -854,10 +878,9 @@ static int report_math_rows(FILE *out) {
         double u = 0, lm = 0;
         path_units(&p, &q, &u, &lm);
         fprintf(out,
-                "step-model math a path unit, plan %d/%d/%d/%d (%.1f units a layer + the LM head's "
-                "%.0f: %.0f a step; us a unit a warp, model / H100):",
-                m->split, or_default(m->chunk, 32), or_default(m->group, 4), or_default(m->lm, 64),
-                (u - lm) / p.n_layers, lm, u);
+                "step-model math a path unit, plan %s (%.1f units a layer + the LM head's %.0f: "
+                "%.0f a step; us a unit a warp, model / H100):",
+                name_of(SC_OPTS(m)).s, (u - lm) / p.n_layers, lm, u);
         for (int dt = 0; dt < 2; dt++) {
             g4_sc_params d;
             g4_sc_params_default(&d, (g4_sq_dtype)dt);
@@ -883,16 +906,15 @@ static int report_math_rows(FILE *out) {
         static const int modes[3] = {0, G4_SK_MATH, MH};
         double u[3][2];
         for (int i = 0; i < 3 && !rc; i++) {
-            ranked r = {b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
+            ranked r = unpredicted(SC_OPTS(b));
             rc = predict(&r, SC_G_MATH, modes[i], 2, SC_SEEDS, NULL);
             u[i][0] = r.us[0], u[i][1] = r.us[1];
         }
         if (!rc)
             fprintf(out,
-                    "step-model math plan %d/%d/%d/%d (not measured), pf=2 G=%d, us a step: Q4 "
-                    "%.1f, math %.1f, math held ub %.1f; f16 %.1f, math %.1f, math held ub %.1f\n",
-                    b->split, or_default(b->chunk, 32), or_default(b->group, 4),
-                    or_default(b->lm, 64), SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1],
+                    "step-model math plan %s (not measured), pf=2 G=%d, us a step: Q4 %.1f, math "
+                    "%.1f, math held ub %.1f; f16 %.1f, math %.1f, math held ub %.1f\n",
+                    name_of(SC_OPTS(b)).s, SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1],
                     u[2][1]);
     }
     return rc;
@@ -917,8 +939,8 @@ static int grid_sweep(const grid_axes *ax, int G, int mode, ranked *all, int *n,
         for (int b = 0; b < ax->n[1] && !rc; b++)
             for (int g = 0; g < ax->n[2] && !rc; g++)
                 for (int l = 0; l < ax->n[3] && !rc; l++) {
-                    ranked e = {
-                        ax->v[0][a], ax->v[1][b], ax->v[2][g], ax->v[3][l], {0, 0}, {0, 0}, 0};
+                    ranked e =
+                        unpredicted((sc_opts){ax->v[0][a], ax->v[1][b], ax->v[2][g], ax->v[3][l]});
                     int ref = 0;
                     rc = predict(&e, G, mode, mode ? 1 : 2, 1, &ref);
                     if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
@@ -1154,24 +1176,18 @@ int g4_sc_report(FILE *out, int grid, int top) {
     ranked *bp = g4_calloc((size_t)nb, sizeof *bp);
     for (int k = 0; k < nb && !rc; k++) {
         const g4_sp_bench_plan *b = &g4_sp_bench_plans[k];
-        bp[k] = (ranked){b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
+        bp[k] = unpredicted(SC_OPTS(b));
         rc = predict(&bp[k], SC_G, 0, 2, SC_SEEDS, NULL);
     }
     if (!rc) rc = validate_plans(out, bp, nb, &e31);
     if (!rc) {
-        const off_sum *s[3] = {&e30, &e31, NULL};
-        off_sum all = {{e30.abs_off[0] + e31.abs_off[0], e30.abs_off[1] + e31.abs_off[1]},
-                       {e30.off[0] + e31.off[0], e30.off[1] + e31.off[1]},
-                       e30.n + e31.n};
-        s[2] = &all;
-        static const char *what[3] = {"session 30's rows", "session 31's plans", "all rows"};
-        fprintf(out, "step-model validation error, mean |off| (mean off):");
-        for (int k = 0; k < 3; k++)
-            fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", k ? ";" : "",
-                    what[k], s[k]->n, 100 * s[k]->abs_off[0] / s[k]->n,
-                    100 * s[k]->off[0] / s[k]->n, 100 * s[k]->abs_off[1] / s[k]->n,
-                    100 * s[k]->off[1] / s[k]->n);
-        fprintf(out, "\n");
+        const off_sum s[3] = {e30,
+                              e31,
+                              {{e30.abs_off[0] + e31.abs_off[0], e30.abs_off[1] + e31.abs_off[1]},
+                               {e30.off[0] + e31.off[0], e30.off[1] + e31.off[1]},
+                               e30.n + e31.n}};
+        static const char *const what[3] = {"session 30's rows", "session 31's plans", "all rows"};
+        print_offs(out, "step-model validation error", what, s, 3);
     }
     for (int k = 0; k < nb && !rc; k++) print_ranked(out, "bench plan", &bp[k]);
     free(bp);
