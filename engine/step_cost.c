@@ -920,9 +920,6 @@ static int report_math_rows(FILE *out) {
     return rc;
 }
 
-// The Q4 + G4_SK_MATH ranking (pf=2, G = 528): smaller instructions than the no-math grid's,
-// as the math on the path scales with an instruction's tiles. Q4 only (f16's math walk is
-// latency-bound, not a measure of its math). `top` best, each rerun with SC_SEEDS.
 // A grid's axes: split keys, down chunk tiles, GEMV group tiles, LM group tiles.
 typedef struct {
     const int *v[4];
