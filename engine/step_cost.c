@@ -139,6 +139,13 @@ typedef struct {
     double t_end, rem, infl;
 } cta_state;
 
+// CTA s starts to stream its instruction's weights, wr rounds of wbytes in all (the phase `at`
+// follows: the pre-wait stream's or the post-wait one's): a round's bytes join *inflight.
+static void stream_start(cta_state *s, int at, double wr, double wbytes, double *inflight) {
+    s->ph = PH_STREAM, s->at = at, s->rem = wr, s->infl = wbytes / wr;
+    *inflight += s->infl;
+}
+
 // us for `bytes` at `gbs` GB/s
 static double at_rate(double bytes, double gbs) {
     return bytes / (gbs * 1e3);
@@ -233,7 +240,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
     double now = 0, last_signal = 0, share_int = 0;
     const double j = p->jitter;
     uint64_t rng = 0x9E3779B97F4A7C15ull * (2 * (uint64_t)p->seed + 1); // (never 0)
-    int left = 0, n_stream = 0;
+    int left = 0;
     double inflight = 0; // bytes the streaming CTAs have in flight
     for (int b = 0; b < G; b++) {
         c[b].k = q->start[b];
@@ -276,7 +283,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             if (s->ph == PH_STREAM) {
                 s->rem -= done;
                 if (s->rem > 1e-9) continue;
-                n_stream--, inflight -= s->infl;
+                inflight -= s->infl;
             } else if (s->ph != PH_TIMED || s->t_end > now) {
                 continue;
             }
@@ -288,8 +295,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             switch (s->at) {
             case AT_QUEUE:
                 if (pf == 2 && wr > 0) {
-                    s->ph = PH_STREAM, s->at = AT_PRE, s->rem = wr, s->infl = wbytes / wr;
-                    n_stream++, inflight += s->infl;
+                    stream_start(s, AT_PRE, wr, wbytes, &inflight);
                     break;
                 }
                 stamp(st, in, G4_TL_T_PRE, now);
@@ -308,8 +314,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             case AT_WAIT:
                 stamp(st, in, G4_TL_T_WAITED, now);
                 if (pf == 0 && wr > 0) {
-                    s->ph = PH_STREAM, s->at = AT_POST, s->rem = wr, s->infl = wbytes / wr;
-                    n_stream++, inflight += s->infl;
+                    stream_start(s, AT_POST, wr, wbytes, &inflight);
                     break;
                 }
                 goto read;
