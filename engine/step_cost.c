@@ -139,6 +139,13 @@ typedef struct {
     double t_end, rem, infl;
 } cta_state;
 
+// CTA s starts to stream its instruction's weights, wr rounds of wbytes in all (the phase `at`
+// follows: the pre-wait stream's or the post-wait one's): a round's bytes join *inflight.
+static void stream_start(cta_state *s, int at, double wr, double wbytes, double *inflight) {
+    s->ph = PH_STREAM, s->at = at, s->rem = wr, s->infl = wbytes / wr;
+    *inflight += s->infl;
+}
+
 // us for `bytes` at `gbs` GB/s
 static double at_rate(double bytes, double gbs) {
     return bytes / (gbs * 1e3);
@@ -233,7 +240,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
     double now = 0, last_signal = 0, share_int = 0;
     const double j = p->jitter;
     uint64_t rng = 0x9E3779B97F4A7C15ull * (2 * (uint64_t)p->seed + 1); // (never 0)
-    int left = 0, n_stream = 0;
+    int left = 0;
     double inflight = 0; // bytes the streaming CTAs have in flight
     for (int b = 0; b < G; b++) {
         c[b].k = q->start[b];
@@ -276,7 +283,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             if (s->ph == PH_STREAM) {
                 s->rem -= done;
                 if (s->rem > 1e-9) continue;
-                n_stream--, inflight -= s->infl;
+                inflight -= s->infl;
             } else if (s->ph != PH_TIMED || s->t_end > now) {
                 continue;
             }
@@ -288,8 +295,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             switch (s->at) {
             case AT_QUEUE:
                 if (pf == 2 && wr > 0) {
-                    s->ph = PH_STREAM, s->at = AT_PRE, s->rem = wr, s->infl = wbytes / wr;
-                    n_stream++, inflight += s->infl;
+                    stream_start(s, AT_PRE, wr, wbytes, &inflight);
                     break;
                 }
                 stamp(st, in, G4_TL_T_PRE, now);
@@ -308,8 +314,7 @@ int g4_sc_simulate(const g4_sq *q, const g4_sc_params *p, int pf, int mode, g4_s
             case AT_WAIT:
                 stamp(st, in, G4_TL_T_WAITED, now);
                 if (pf == 0 && wr > 0) {
-                    s->ph = PH_STREAM, s->at = AT_POST, s->rem = wr, s->infl = wbytes / wr;
-                    n_stream++, inflight += s->infl;
+                    stream_start(s, AT_POST, wr, wbytes, &inflight);
                     break;
                 }
                 goto read;
@@ -505,33 +510,92 @@ static void e2b_free(g4_step_plan *p, g4_sq *q) {
     g4_sp_free(p);
 }
 
-// One stamped step of queues q (plan p; its weight type's calibration, one jitter sequence: seed
-// 0) at pf and mode: the stamps into st[q->n] (NULL: not wanted), *r the result, the path a layer
-// seg[G4_TL_N] and *after the layers (g4_sc_path_layer). G4_OK or the first error.
+// One step of queues q (their weight type's calibration, jitter sequence `seed`) at pf and mode:
+// the stamps into st[q->n] (NULL: not wanted), *r the result. G4_OK or the simulation's error.
+static int sim_queues(const g4_sq *q, int pf, int mode, unsigned seed, g4_sq_stamp *st,
+                      g4_sc_result *r) {
+    g4_sc_params prm;
+    g4_sc_params_default(&prm, q->dt);
+    prm.seed = seed;
+    return g4_sc_simulate(q, &prm, pf, mode, st, r);
+}
+
+// One stamped step of queues q (plan p; one jitter sequence: seed 0) at pf and mode: the stamps
+// into st[q->n] (NULL: not wanted), *r the result, the path a layer seg[G4_TL_N] and *after the
+// layers (g4_sc_path_layer). G4_OK or the first error.
 static int stamped_path(const g4_step_plan *p, const g4_sq *q, int pf, int mode, g4_sq_stamp *st,
                         g4_sc_result *r, double *seg, double *after) {
     g4_sq_stamp *own = st ? NULL : g4_malloc(sizeof *own * (size_t)q->n), *s = st ? st : own;
-    g4_sc_params prm;
-    g4_sc_params_default(&prm, q->dt);
-    int rc = g4_sc_simulate(q, &prm, pf, mode, s, r);
+    int rc = sim_queues(q, pf, mode, 0, s, r);
     if (!rc) rc = g4_sc_path_layer(p, q, s, 0, seg, after);
     free(own);
     return rc;
 }
 
-static int sim_plan(const g4_step_plan *p, int G, g4_sq_dtype dt, int pf, int mode, unsigned seed,
-                    g4_sq_stamp *st, double *us, int *n_ins) {
+enum { SC_SEEDS = 3 }; // a plan's prediction: the mean over this many jitter sequences
+
+typedef struct {
+    int split, chunk, group, lm;
+    double us[2];     // Q4, f16 at the G, pf and mode predicted: the mean over the seeds
+    double spread[2]; // max - min over the seeds
+    int n;
+} ranked;
+
+// a plan of options o, nothing predicted yet
+static ranked unpredicted(sc_opts o) {
+    return (ranked){o.split, o.chunk, o.group, o.lm, {0, 0}, {0, 0}, 0};
+}
+
+// (qsort's order by weight type dt's us: by_q4, by_f16)
+static int by_us(const void *a, const void *b, int dt) {
+    const double x = ((const ranked *)a)->us[dt], y = ((const ranked *)b)->us[dt];
+    return (x > y) - (x < y);
+}
+static int by_q4(const void *a, const void *b) {
+    return by_us(a, b, 0);
+}
+static int by_f16(const void *a, const void *b) {
+    return by_us(a, b, 1);
+}
+
+// Queues q (e's plan) at pf and mode: e->us[q->dt] the mean over `seeds` jitter sequences,
+// e->spread[q->dt] max - min, e->n its instructions. The queues are built once by the caller,
+// not once a sequence (the sequences differ in the jitter alone). G4_OK or the simulation's error.
+static int predict_queues(const g4_sq *q, ranked *e, int pf, int mode, unsigned seeds) {
+    double lo = INFINITY, hi = 0, sum = 0;
+    int rc = G4_OK;
+    for (unsigned s = 0; s < seeds && !rc; s++) {
+        g4_sc_result r = {0, 0, 0};
+        rc = sim_queues(q, pf, mode, s, NULL, &r);
+        sum += r.step_us, lo = fmin(lo, r.step_us), hi = fmax(hi, r.step_us);
+    }
+    e->n = q->n;
+    if (!rc) e->us[q->dt] = sum / seeds, e->spread[q->dt] = hi - lo;
+    return rc;
+}
+
+// Plan p (e's options) at G, pf, mode, weights dt: predict_queues on its queues. G4_OK or the
+// first error.
+static int predict_plan(const g4_step_plan *p, ranked *e, int G, int pf, int mode, int dt,
+                        unsigned seeds) {
     g4_sq q;
-    int rc = g4_sq_build(p, G, dt, &q);
+    int rc = g4_sq_build(p, G, (g4_sq_dtype)dt, &q);
     if (rc) return rc;
-    g4_sc_params prm;
-    g4_sc_params_default(&prm, dt);
-    prm.seed = seed;
-    g4_sc_result r = {0, 0, 0};
-    rc = g4_sc_simulate(&q, &prm, pf, mode, st, &r);
-    *us = r.step_us;
-    if (n_ins) *n_ins = q.n;
+    rc = predict_queues(&q, e, pf, mode, seeds);
     g4_sq_free(&q);
+    return rc;
+}
+
+// The plan of e's options at G, pf=2, mode, weights Q4 (n_dt 1) or Q4 and f16 (n_dt 2): us[] and
+// spread[] as predict_plan's. G4_OK, or the error; *refused (may be NULL) 1 when the plan builder
+// refused the options (the error says why), 0 otherwise (a simulation's error is the model's own:
+// not a refusal).
+static int predict(ranked *e, int G, int mode, int n_dt, unsigned seeds, int *refused) {
+    g4_step_plan p;
+    int rc = e2b_plan(SC_OPTS(e), &p);
+    if (refused) *refused = rc != G4_OK;
+    for (int dt = 0; dt < n_dt && !rc; dt++) rc = predict_plan(&p, e, G, 2, mode, dt, seeds);
+    g4_sp_free(&p);
     return rc;
 }
 
@@ -567,6 +631,54 @@ static void add_off(off_sum *e, const double *model, const double *meas) {
     e->n++;
 }
 
+// "<title>, mean |off| (mean off): <what[0]> (n): Q4 a% (b%), f16 c% (d%); ..." over s[0 .. n)
+static void print_offs(FILE *out, const char *title, const char *const *what, const off_sum *s,
+                       int n) {
+    fprintf(out, "%s, mean |off| (mean off):", title);
+    for (int k = 0; k < n; k++)
+        fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", k ? ";" : "", what[k],
+                s[k].n, 100 * s[k].abs_off[0] / s[k].n, 100 * s[k].off[0] / s[k].n,
+                100 * s[k].abs_off[1] / s[k].n, 100 * s[k].off[1] / s[k].n);
+    fprintf(out, "\n");
+}
+
+// The model-against-measured tables (the rows of sessions 30, 31 and 32): the header, its first
+// column `first` w wide, and a row: name, then Q4's and f16's model, measured (us) and off.
+static void print_row_head(FILE *out, int w, const char *first) {
+    fprintf(out, "%-*s %9s %9s %7s %9s %9s %7s\n", w, first, "Q4 model", "measured", "off",
+            "f16 model", "measured", "off");
+}
+static void print_row(FILE *out, int w, const char *name, const double *model, const double *meas) {
+    fprintf(out, "%-*s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", w, name, model[0], meas[0],
+            100 * (model[0] / meas[0] - 1), model[1], meas[1], 100 * (model[1] / meas[1] - 1));
+}
+
+// "step-model path a layer, Q4 <what>: M / T: queue m/t ...": the model's path a layer seg
+// against a timeline's t (us a segment; M and T their sums). The caller ends the line.
+static void print_path_vs(FILE *out, const char *what, const double *seg, const double *t) {
+    double sm = 0, stl = 0;
+    for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
+    fprintf(out, "step-model path a layer, Q4 %s: %.2f / %.2f:", what, sm, stl);
+    for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
+        fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
+}
+
+// (0 in g4_sp_opts: the plan's default)
+static int or_default(int v, int def) {
+    return v ? v : def;
+}
+
+// The report's name of a plan of options o: "128/32/4/64", its defaults filled in.
+typedef struct {
+    char s[48];
+} opts_name;
+static opts_name name_of(sc_opts o) {
+    opts_name n;
+    snprintf(n.s, sizeof n.s, "%d/%d/%d/%d", o.split, or_default(o.chunk, 32),
+             or_default(o.group, 4), or_default(o.lm, 64));
+    return n;
+}
+
 // Model vs measured rows (their offs added to e), then the pf=2 / pf=0 Q4 path a layer against
 // the timelines.
 static int validate(FILE *out, off_sum *e) {
@@ -578,86 +690,30 @@ static int validate(FILE *out, off_sum *e) {
             "step-model validation (E2B, %d keys, splits of 128; us a step, measured: H100, "
             "session 30):\n",
             SC_KEYS);
-    fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "row (G=660 unless said)", "Q4 model",
-            "measured", "off", "f16 model", "measured", "off");
+    print_row_head(out, 26, "row (G=660 unless said)");
     for (size_t k = 0; k < sizeof measured / sizeof measured[0] && !rc; k++) {
         const measured_row *m = &measured[k];
-        double u[2] = {0, 0};
+        ranked one = unpredicted((sc_opts){128, 0, 0, 0}); // (one jitter sequence: seed 0)
         for (int dt = 0; dt < 2 && !rc; dt++)
-            rc = sim_plan(&p, m->G, (g4_sq_dtype)dt, m->pf, m->mode, 0, NULL, &u[dt], NULL);
+            rc = predict_plan(&p, &one, m->G, m->pf, m->mode, dt, 1);
         if (rc) break;
-        fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", m->name, u[0], m->q4,
-                100 * (u[0] / m->q4 - 1), u[1], m->f16, 100 * (u[1] / m->f16 - 1));
         const double meas[2] = {m->q4, m->f16};
-        add_off(e, u, meas);
+        print_row(out, 26, m->name, one.us, meas);
+        add_off(e, one.us, meas);
     }
     for (int v = 0; v < 2 && !rc; v++) {
         const int pf = v ? 0 : 2;
         g4_sc_result r;
         double seg[G4_TL_N], after = 0;
         if (!(rc = stamped_path(&p, &q, pf, 0, NULL, &r, seg, &after))) {
-            const double *t = v ? tl_pf0 : tl_pf2;
-            double sm = 0, stl = 0;
-            for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += t[s];
-            fprintf(out,
-                    "step-model path a layer, Q4 pf=%d (model / timeline, us): %.2f / %.2f:", pf,
-                    sm, stl);
-            for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
-                fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], t[s]);
+            char what[40];
+            snprintf(what, sizeof what, "pf=%d (model / timeline, us)", pf);
+            print_path_vs(out, what, seg, v ? tl_pf0 : tl_pf2);
             fprintf(out, "; after the layers %.1f us (timeline pf=2: 101.4)\n", after);
         }
     }
     e2b_free(&p, &q);
     return rc;
-}
-
-enum { SC_SEEDS = 3 }; // a plan's prediction: the mean over this many jitter sequences
-
-typedef struct {
-    int split, chunk, group, lm;
-    double us[2];     // Q4, f16 at pf=2, G=660: the mean over the seeds
-    double spread[2]; // max - min over the seeds
-    int n;
-} ranked;
-
-static int by_q4(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->us[0], y = ((const ranked *)b)->us[0];
-    return (x > y) - (x < y);
-}
-static int by_f16(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->us[1], y = ((const ranked *)b)->us[1];
-    return (x > y) - (x < y);
-}
-
-// Plan p (e's options) at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
-// sequences, e->spread[dt] max - min, e->n its instructions. G4_OK or the simulation's error.
-static int predict_plan(const g4_step_plan *p, ranked *e, int G, int mode, int dt, unsigned seeds) {
-    double lo = INFINITY, hi = 0, sum = 0;
-    int rc = G4_OK;
-    for (unsigned s = 0; s < seeds && !rc; s++) {
-        double u = 0;
-        rc = sim_plan(p, G, (g4_sq_dtype)dt, 2, mode, s, NULL, &u, &e->n);
-        sum += u, lo = fmin(lo, u), hi = fmax(hi, u);
-    }
-    if (!rc) e->us[dt] = sum / seeds, e->spread[dt] = hi - lo;
-    return rc;
-}
-
-// The plan of e's options predicted (pf=2, G=660): us[] the mean over `seeds` jitter sequences.
-// G4_OK, or the error; *refused (may be NULL) 1 when the plan builder refused the options (the
-// error says why), 0 otherwise (a simulation's error is the model's own: not a refusal).
-static int predict(ranked *e, unsigned seeds, int *refused) {
-    g4_step_plan p;
-    int rc = e2b_plan(SC_OPTS(e), &p);
-    if (refused) *refused = rc != G4_OK;
-    for (int dt = 0; dt < 2 && !rc; dt++) rc = predict_plan(&p, e, SC_G, 0, dt, seeds);
-    g4_sp_free(&p);
-    return rc;
-}
-
-// (0 in g4_sp_opts: the plan's default)
-static int or_default(int v, int def) {
-    return v ? v : def;
 }
 
 static void print_ranked(FILE *out, const char *tag, const ranked *e) {
@@ -684,23 +740,21 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
             "model: the mean of %d jitter sequences; measured: H100, session 31, the mean of its "
             "2 runs):\n",
             SC_KEYS, SC_G, SC_SEEDS);
-    fprintf(out, "%-26s %9s %9s %7s %9s %9s %7s\n", "plan (split/chunk/grp/lm)", "Q4 model",
-            "measured", "off", "f16 model", "measured", "off");
+    print_row_head(out, 26, "plan (split/chunk/grp/lm)");
     int rc = G4_OK;
     const int n_m = (int)(sizeof measured31 / sizeof measured31[0]);
     for (int k = 0; k < n_m && !rc; k++) {
         const measured_plan *m = &measured31[k];
-        ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
+        ranked r = unpredicted(SC_OPTS(m));
         int found = 0;
         for (int b = 0; b < nb && !found; b++)
             if (same_opts(SC_OPTS(&bp[b]), SC_OPTS(m))) r = bp[b], found = 1;
-        if (!found && (rc = predict(&r, SC_SEEDS, NULL))) break; // (not in the bench's list)
+        // (a plan not in the bench's list: predicted here)
+        if (!found && (rc = predict(&r, SC_G, 0, 2, SC_SEEDS, NULL))) break;
         const double meas[2] = {(m->q4[0] + m->q4[1]) / 2, (m->f16[0] + m->f16[1]) / 2};
-        char name[40];
-        snprintf(name, sizeof name, "plan %d/%d/%d/%d", m->split, or_default(m->chunk, 32),
-                 or_default(m->group, 4), or_default(m->lm, 64));
-        fprintf(out, "%-26s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", name, r.us[0], meas[0],
-                100 * (r.us[0] / meas[0] - 1), r.us[1], meas[1], 100 * (r.us[1] / meas[1] - 1));
+        char name[64];
+        snprintf(name, sizeof name, "plan %s", name_of(SC_OPTS(m)).s);
+        print_row(out, 26, name, r.us, meas);
         add_off(e, r.us, meas);
     }
     for (int k = 0; k < n_m && !rc; k++) {
@@ -711,15 +765,10 @@ static int validate_plans(FILE *out, const ranked *bp, int nb, off_sum *e) {
         g4_sc_result r;
         double seg[G4_TL_N], after = 0;
         if (!(rc = stamped_path(&p, &q, 2, 0, NULL, &r, seg, &after))) {
-            double sm = 0, stl = 0;
-            for (int s = 0; s < G4_TL_N; s++) sm += seg[s], stl += m->tl[s];
-            fprintf(out,
-                    "step-model path a layer, Q4 pf=2 plan %d/%d/%d/%d (model / timeline, session "
-                    "31, us): %.2f / %.2f:",
-                    m->split, or_default(m->chunk, 32), or_default(m->group, 4),
-                    or_default(m->lm, 64), sm, stl);
-            for (int s = G4_TL_QUEUE; s < G4_TL_N; s++)
-                fprintf(out, " %s %.2f/%.2f", g4_tl_seg_name(s), seg[s], m->tl[s]);
+            char what[96];
+            snprintf(what, sizeof what, "pf=2 plan %s (model / timeline, session 31, us)",
+                     name_of(SC_OPTS(m)).s);
+            print_path_vs(out, what, seg, m->tl);
             fprintf(out, "; after the layers %.1f / %.1f us\n", after, m->after);
         }
         e2b_free(&p, &q);
@@ -752,17 +801,6 @@ static const math_row math_rows[] = {
 
 static const char *mode_name(int mode) {
     return !mode ? "" : (mode & G4_SK_MATH_HELD) ? " math held ub" : " math";
-}
-
-// The plan of e's options at G, pf=2, mode, weights dt: e->us[dt] the mean over `seeds` jitter
-// sequences (spread, n as predict's). *refused as predict's.
-static int predict_at(ranked *e, int G, int mode, int dt, unsigned seeds, int *refused) {
-    g4_step_plan p;
-    int rc = e2b_plan(SC_OPTS(e), &p);
-    if (refused) *refused = rc != G4_OK;
-    if (!rc) rc = predict_plan(&p, e, G, mode, dt, seeds);
-    g4_sp_free(&p);
-    return rc;
 }
 
 // An instruction's op (kind, weight) as an index into a table by op of SC_OPS entries, kind-major
@@ -812,8 +850,7 @@ static int report_math_rows(FILE *out) {
             "step-model math rows (E2B, %d keys, pf=2 G=%d; us a step; model: the mean of %d "
             "jitter sequences; measured: H100, session 32, the mean of its 2 runs):\n",
             SC_KEYS, SC_G_MATH, SC_SEEDS);
-    fprintf(out, "%-34s %9s %9s %7s %9s %9s %7s\n", "row (split/chunk/grp/lm)", "Q4 model",
-            "measured", "off", "f16 model", "measured", "off");
+    print_row_head(out, 34, "row (split/chunk/grp/lm)");
     enum { NR = sizeof math_rows / sizeof math_rows[0] };
     double model[NR][2], meas[NR][2];
     off_sum e[4]; // plain, math, held (the rows come in that order), all
@@ -821,31 +858,21 @@ static int report_math_rows(FILE *out) {
     int rc = G4_OK;
     for (int k = 0; k < NR && !rc; k++) {
         const math_row *m = &math_rows[k];
-        ranked r = {m->split, m->chunk, m->group, m->lm, {0, 0}, {0, 0}, 0};
-        for (int dt = 0; dt < 2 && !rc; dt++)
-            rc = predict_at(&r, SC_G_MATH, m->mode, dt, SC_SEEDS, NULL);
-        if (rc) break;
-        char name[64];
-        snprintf(name, sizeof name, "s32 plan %d/%d/%d/%d%s", m->split, or_default(m->chunk, 32),
-                 or_default(m->group, 4), or_default(m->lm, 64), mode_name(m->mode));
+        ranked r = unpredicted(SC_OPTS(m));
+        if ((rc = predict(&r, SC_G_MATH, m->mode, 2, SC_SEEDS, NULL))) break;
+        char name[80];
+        snprintf(name, sizeof name, "s32 plan %s%s", name_of(SC_OPTS(m)).s, mode_name(m->mode));
         for (int dt = 0; dt < 2; dt++) {
             model[k][dt] = r.us[dt];
             meas[k][dt] = dt ? (m->f16[0] + m->f16[1]) / 2 : (m->q4[0] + m->q4[1]) / 2;
         }
-        fprintf(out, "%-34s %9.1f %9.1f %+6.1f%% %9.1f %9.1f %+6.1f%%\n", name, model[k][0],
-                meas[k][0], 100 * (model[k][0] / meas[k][0] - 1), model[k][1], meas[k][1],
-                100 * (model[k][1] / meas[k][1] - 1));
+        print_row(out, 34, name, model[k], meas[k]);
         add_off(&e[k % 3], model[k], meas[k]);
         add_off(&e[3], model[k], meas[k]);
     }
     if (!rc) {
-        static const char *what[4] = {"plain", "math", "math held ub", "all"};
-        fprintf(out, "step-model math rows error, mean |off| (mean off):");
-        for (int i = 0; i < 4; i++)
-            fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", i ? ";" : "",
-                    what[i], e[i].n, 100 * e[i].abs_off[0] / e[i].n, 100 * e[i].off[0] / e[i].n,
-                    100 * e[i].abs_off[1] / e[i].n, 100 * e[i].off[1] / e[i].n);
-        fprintf(out, "\n");
+        static const char *const what[4] = {"plain", "math", "math held ub", "all"};
+        print_offs(out, "step-model math rows error", what, e, 4);
     }
     // (the rows come in threes: plain, math, held)
     for (int k = 0; k + 2 < NR && !rc; k += 3) {
@@ -856,10 +883,9 @@ static int report_math_rows(FILE *out) {
         double u = 0, lm = 0;
         path_units(&p, &q, &u, &lm);
         fprintf(out,
-                "step-model math a path unit, plan %d/%d/%d/%d (%.1f units a layer + the LM head's "
-                "%.0f: %.0f a step; us a unit a warp, model / H100):",
-                m->split, or_default(m->chunk, 32), or_default(m->group, 4), or_default(m->lm, 64),
-                (u - lm) / p.n_layers, lm, u);
+                "step-model math a path unit, plan %s (%.1f units a layer + the LM head's %.0f: "
+                "%.0f a step; us a unit a warp, model / H100):",
+                name_of(SC_OPTS(m)).s, (u - lm) / p.n_layers, lm, u);
         for (int dt = 0; dt < 2; dt++) {
             g4_sc_params d;
             g4_sc_params_default(&d, (g4_sq_dtype)dt);
@@ -885,25 +911,20 @@ static int report_math_rows(FILE *out) {
         static const int modes[3] = {0, G4_SK_MATH, MH};
         double u[3][2];
         for (int i = 0; i < 3 && !rc; i++) {
-            ranked r = {b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
-            for (int dt = 0; dt < 2 && !rc; dt++)
-                rc = predict_at(&r, SC_G_MATH, modes[i], dt, SC_SEEDS, NULL);
+            ranked r = unpredicted(SC_OPTS(b));
+            rc = predict(&r, SC_G_MATH, modes[i], 2, SC_SEEDS, NULL);
             u[i][0] = r.us[0], u[i][1] = r.us[1];
         }
         if (!rc)
             fprintf(out,
-                    "step-model math plan %d/%d/%d/%d (not measured), pf=2 G=%d, us a step: Q4 "
-                    "%.1f, math %.1f, math held ub %.1f; f16 %.1f, math %.1f, math held ub %.1f\n",
-                    b->split, or_default(b->chunk, 32), or_default(b->group, 4),
-                    or_default(b->lm, 64), SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1],
+                    "step-model math plan %s (not measured), pf=2 G=%d, us a step: Q4 %.1f, math "
+                    "%.1f, math held ub %.1f; f16 %.1f, math %.1f, math held ub %.1f\n",
+                    name_of(SC_OPTS(b)).s, SC_G_MATH, u[0][0], u[1][0], u[2][0], u[0][1], u[1][1],
                     u[2][1]);
     }
     return rc;
 }
 
-// The Q4 + G4_SK_MATH ranking (pf=2, G = 528): smaller instructions than the no-math grid's,
-// as the math on the path scales with an instruction's tiles. Q4 only (f16's math walk is
-// latency-bound, not a measure of its math). `top` best, each rerun with SC_SEEDS.
 // A grid's axes: split keys, down chunk tiles, GEMV group tiles, LM group tiles.
 typedef struct {
     const int *v[4];
@@ -920,10 +941,10 @@ static int grid_sweep(const grid_axes *ax, int G, int mode, ranked *all, int *n,
         for (int b = 0; b < ax->n[1] && !rc; b++)
             for (int g = 0; g < ax->n[2] && !rc; g++)
                 for (int l = 0; l < ax->n[3] && !rc; l++) {
-                    ranked e = {
-                        ax->v[0][a], ax->v[1][b], ax->v[2][g], ax->v[3][l], {0, 0}, {0, 0}, 0};
+                    ranked e =
+                        unpredicted((sc_opts){ax->v[0][a], ax->v[1][b], ax->v[2][g], ax->v[3][l]});
                     int ref = 0;
-                    rc = mode ? predict_at(&e, G, mode, 0, 1, &ref) : predict(&e, 1, &ref);
+                    rc = predict(&e, G, mode, mode ? 1 : 2, 1, &ref);
                     if (rc && ref) { // (a value the plan builder refuses: skipped, the first said)
                         if (!(*refused)++)
                             snprintf(why, why_n, " (the first: %d/%d/%d/%d: %s)", e.split, e.chunk,
@@ -945,6 +966,22 @@ static void print_grid(FILE *out, const grid_axes *ax, int n, int refused, const
         for (int k = 0; k < ax->n[i]; k++) fprintf(out, " %d", ax->v[i][k]);
     }
     fprintf(out, ": %d plans simulated, %d refused by the plan builder%s\n", n, refused, why);
+}
+
+// The best `top` of the grid's all[0 .. n) (one jitter sequence each) by weights dt: all sorted
+// by it, the first min(top, n) into best[0 .. *k_n), each rerun with SC_SEEDS (at G under mode,
+// Q4 alone under a mode, as grid_sweep's) and ranked again by their mean.
+static int rerank(ranked *all, int n, int top, int G, int mode, int dt, ranked *best, int *k_n) {
+    int (*by)(const void *, const void *) = dt ? by_f16 : by_q4;
+    qsort(all, (size_t)n, sizeof *all, by);
+    *k_n = top < n ? top : n;
+    int rc = G4_OK;
+    for (int k = 0; k < *k_n && !rc; k++) {
+        best[k] = all[k];
+        rc = predict(&best[k], G, mode, mode ? 1 : 2, SC_SEEDS, NULL);
+    }
+    if (!rc) qsort(best, (size_t)*k_n, sizeof *best, by);
+    return rc;
 }
 
 // A held-words design (the pre-wait stream's words kept in shared memory until the math after
@@ -1069,62 +1106,46 @@ static int report_held_grid(FILE *out, int top) {
     enum { NS = sizeof splits / sizeof splits[0], NC = sizeof chunks / sizeof chunks[0] };
     enum { NG = sizeof groups / sizeof groups[0], NL = sizeof lms / sizeof lms[0] };
     ranked *all = g4_calloc(NS * NC * NG * NL, sizeof *all);
-    int n = 0, refused = 0;
+    ranked *best = g4_calloc((size_t)top, sizeof *best);
+    int n = 0, refused = 0, k_n = 0;
     char why[256] = "";
     const grid_axes ax = {{splits, chunks, groups, lms}, {NS, NC, NG, NL}};
     int rc = grid_sweep(&ax, SC_G_MATH, MH, all, &n, &refused, why, sizeof why);
     if (!rc) {
         fprintf(out, "step-model held grid (Q4, pf=2 math held ub, G=%d): ", SC_G_MATH);
         print_grid(out, &ax, n, refused, why);
-        qsort(all, (size_t)n, sizeof *all, by_q4);
+        rc = rerank(all, n, top, SC_G_MATH, MH, 0, best, &k_n);
     }
-    const int k_n = top < n ? top : n;
-    for (int k = 0; k < k_n && !rc; k++) {
-        ranked e = all[k];
-        rc = predict_at(&e, SC_G_MATH, MH, 0, SC_SEEDS, NULL);
-        all[k] = e;
-    }
-    if (!rc) qsort(all, (size_t)k_n, sizeof *all, by_q4);
+    // the best k_n (rerun); past them, while none of those fits, all[k] by one sequence: the
+    // first that fits, rerun with SC_SEEDS and printed the same way (with its place)
     int any_fits = 0;
-    for (int k = 0; k < k_n && !rc; k++) {
-        const ranked *e = &all[k];
-        fprintf(out,
-                "step-model best q4 held split_keys %d chunk_tiles %d group_tiles %d "
-                "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us (seeds "
-                "within %.1f)\n",
-                e->split, e->chunk, e->group, e->lm, e->n, SC_G_MATH, e->us[0], e->spread[0]);
-        g4_step_plan p;
-        g4_sq q;
-        if ((rc = e2b_queues(SC_OPTS(e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
-        held_need h;
-        held_need_of(&p, &q, &h);
-        print_held_need(out, &h);
-        // (the path of the best, and of each that fits)
-        if (k == 0 || h.fits) rc = print_held_path(out, &p, &q);
-        any_fits |= h.fits;
-        e2b_free(&p, &q);
-    }
-    for (int k = k_n; k < n && !rc && !any_fits; k++) { // (by one sequence: the first that fits)
-        ranked e = all[k];
+    for (int k = 0; k < n && (k < k_n || !any_fits) && !rc; k++) {
+        const int rerun = k < k_n;
+        ranked e = rerun ? best[k] : all[k];
         g4_step_plan p;
         g4_sq q;
         if ((rc = e2b_queues(SC_OPTS(&e), SC_G_MATH, G4_SQ_Q4, &p, &q))) break;
         held_need h;
         held_need_of(&p, &q, &h);
-        if (h.fits && !(rc = predict_plan(&p, &e, SC_G_MATH, MH, 0, SC_SEEDS))) {
+        const int shown = rerun || h.fits; // (past the best: the first that fits alone)
+        if (shown && !rerun) rc = predict_queues(&q, &e, 2, MH, SC_SEEDS);
+        if (shown && !rc) {
+            char place[64] = "";
+            if (!rerun) snprintf(place, sizeof place, "; %d of %d by one sequence", k + 1, n);
             fprintf(out,
-                    "step-model best q4 held that fits split_keys %d chunk_tiles %d group_tiles "
-                    "%d lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us "
-                    "(seeds within %.1f; %d of %d by one sequence)\n",
-                    e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH, e.us[0], e.spread[0], k + 1,
-                    n);
+                    "step-model best q4 held%s split_keys %d chunk_tiles %d group_tiles %d "
+                    "lm_group_tiles %d: %d instructions, pf=2 math held ub G=%d: Q4 %.1f us "
+                    "(seeds within %.1f%s)\n",
+                    rerun ? "" : " that fits", e.split, e.chunk, e.group, e.lm, e.n, SC_G_MATH,
+                    e.us[0], e.spread[0], place);
             print_held_need(out, &h);
-            rc = print_held_path(out, &p, &q);
-            any_fits = 1;
+            // (the path of the best, and of each that fits)
+            if (k == 0 || h.fits) rc = print_held_path(out, &p, &q);
+            any_fits |= h.fits;
         }
         e2b_free(&p, &q);
     }
-    free(all);
+    free(all), free(best);
     return rc;
 }
 
@@ -1157,24 +1178,18 @@ int g4_sc_report(FILE *out, int grid, int top) {
     ranked *bp = g4_calloc((size_t)nb, sizeof *bp);
     for (int k = 0; k < nb && !rc; k++) {
         const g4_sp_bench_plan *b = &g4_sp_bench_plans[k];
-        bp[k] = (ranked){b->split, b->chunk, b->group, b->lm, {0, 0}, {0, 0}, 0};
-        rc = predict(&bp[k], SC_SEEDS, NULL);
+        bp[k] = unpredicted(SC_OPTS(b));
+        rc = predict(&bp[k], SC_G, 0, 2, SC_SEEDS, NULL);
     }
     if (!rc) rc = validate_plans(out, bp, nb, &e31);
     if (!rc) {
-        const off_sum *s[3] = {&e30, &e31, NULL};
-        off_sum all = {{e30.abs_off[0] + e31.abs_off[0], e30.abs_off[1] + e31.abs_off[1]},
-                       {e30.off[0] + e31.off[0], e30.off[1] + e31.off[1]},
-                       e30.n + e31.n};
-        s[2] = &all;
-        static const char *what[3] = {"session 30's rows", "session 31's plans", "all rows"};
-        fprintf(out, "step-model validation error, mean |off| (mean off):");
-        for (int k = 0; k < 3; k++)
-            fprintf(out, "%s %s (%d): Q4 %.1f%% (%+.1f%%), f16 %.1f%% (%+.1f%%)", k ? ";" : "",
-                    what[k], s[k]->n, 100 * s[k]->abs_off[0] / s[k]->n,
-                    100 * s[k]->off[0] / s[k]->n, 100 * s[k]->abs_off[1] / s[k]->n,
-                    100 * s[k]->off[1] / s[k]->n);
-        fprintf(out, "\n");
+        const off_sum s[3] = {e30,
+                              e31,
+                              {{e30.abs_off[0] + e31.abs_off[0], e30.abs_off[1] + e31.abs_off[1]},
+                               {e30.off[0] + e31.off[0], e30.off[1] + e31.off[1]},
+                               e30.n + e31.n}};
+        static const char *const what[3] = {"session 30's rows", "session 31's plans", "all rows"};
+        print_offs(out, "step-model validation error", what, s, 3);
     }
     for (int k = 0; k < nb && !rc; k++) print_ranked(out, "bench plan", &bp[k]);
     free(bp);
@@ -1199,20 +1214,13 @@ int g4_sc_report(FILE *out, int grid, int top) {
     }
     fprintf(out, "step-model grid: ");
     print_grid(out, &ax, n, refused, why);
-    for (int dt = 0; dt < 2; dt++) {
-        // the best `top` by one sequence, rerun with SC_SEEDS and ranked again by their mean
-        qsort(all, (size_t)n, sizeof *all, dt ? by_f16 : by_q4);
-        const int k_n = top < n ? top : n;
-        ranked *best = g4_calloc((size_t)k_n + 1, sizeof *best);
-        for (int k = 0; k < k_n && !rc; k++) {
-            best[k] = all[k];
-            rc = predict(&best[k], SC_SEEDS, NULL);
-        }
-        if (!rc) qsort(best, (size_t)k_n, sizeof *best, dt ? by_f16 : by_q4);
+    ranked *best = g4_calloc((size_t)top, sizeof *best);
+    for (int dt = 0; dt < 2 && !rc; dt++) {
+        int k_n = 0;
+        rc = rerank(all, n, top, SC_G, 0, dt, best, &k_n);
         for (int k = 0; k < k_n && !rc; k++)
             print_ranked(out, dt ? "best f16" : "best q4", &best[k]);
-        free(best);
     }
-    free(all);
+    free(all), free(best);
     return rc;
 }
