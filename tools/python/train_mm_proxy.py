@@ -13,7 +13,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X] [--reps N]
-                                               [--a-speed-perturb F]
+                                               [--a-speed-perturb F] [--split-digits]
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
@@ -59,6 +59,10 @@ functions that wrote the held-out files).
    drawn in [1 - F, 1 + F] (rendering(), make_mm_data.speed_perturb: resampled, so tempo and
    pitch together, Kaldi's speed perturbation; its soft-token count follows the new length);
    rendering 0, the held-out clips and F 0 (the default) as before.
+   --split-digits: the tokenizer learns no merge that joins a digit to anything (train_proxy's
+   train_tokenizer), so a number is one id a digit, as in Gemma's own tokenizer; without it the
+   BPE of the train texts cuts numbers anywhere ("835,618" -> 83 5 ,6 18, "25/07/1974" -> 25
+   /07/19 74 on the proxy plan), and an answer's ids do not follow its characters.
    The audio side's options (proxy and ci: lr x 0, none of the others; tiny has no
    a_lr_mult, so its audio side trains at x 1): --a-lr-mult X its
    learning rate over the decoder's; --a-warmup N frozen for N steps first; --ctc-weight W an
@@ -292,11 +296,12 @@ def audio_token_count(mask):
     return int(m.sum())
 
 
-def make_tokenizer(texts, vocab, path):
+def make_tokenizer(texts, vocab, path, split_digits=False):
     """The trainer's tokenizer (written to PATH): train_proxy's BPE of VOCAB ids on the train
-    TEXTS twice and the prompts and role names 50 times (the probes build theirs the same way)."""
+    TEXTS twice and the prompts and role names 50 times (the probes build theirs the same way);
+    split_digits: --split-digits."""
     texts = list(texts) * 2 + [SYSTEM, OCR_PROMPT, ASR_PROMPT, "system", "user", "model"] * 50
-    return train_tokenizer("\n\n".join(texts), vocab, path)
+    return train_tokenizer("\n\n".join(texts), vocab, path, split_digits)
 
 
 class Prompter:
@@ -1732,6 +1737,9 @@ def main():
                     help="each train clip's renderings after the first play its speech at a "
                     "speed drawn in [1 - F, 1 + F] from the rendering's seed, tempo and pitch "
                     "together (Kaldi's speed perturbation; rendering(); 0: off, the default)")
+    ap.add_argument("--split-digits", action="store_true", default=None,
+                    help="the tokenizer splits every digit from its neighbours (one id a digit, "
+                    "as Gemma's tokenizer); off: the BPE's own merges (the default)")
     ap.add_argument("--vocab", type=int, help="vocabulary size (the preset's)")
     ap.add_argument("--lr", type=float, help="peak learning rate (the preset's)")
     ap.add_argument("--beta2", type=float, help="AdamW's beta2 (the preset's, else 0.98)")
@@ -1859,7 +1867,8 @@ def main():
         raise SystemExit("train_mm_proxy: --compile with --strict-determinism: inductor's "
                          "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
-    for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "vocab", "v_lr_mult",
+    for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
+              "v_lr_mult",
               "a_lr_mult", "a_warmup",
               "ctc_weight", "v_aux_weight", "ctc_at", "ctc_units", "a_var_weight", "a_var_gamma",
               "a_var_per", "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale",
@@ -1902,7 +1911,8 @@ def main():
     tr_a = [i for i in audio if i["split"] == "train"]
     tr_i = [i for i in images if i["split"] == "train"]
     tok_path = os.path.join(hf_dir, "tokenizer.json")
-    tok = make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path)
+    tok = make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path,
+                         p.get("split_digits", False))
     if tok.get_vocab_size() != p["vocab"]:  # the model could emit ids that decode to nothing
         raise SystemExit(f"train_mm_proxy: the tokenizer has {tok.get_vocab_size()} ids for a "
                          f"vocabulary of {p['vocab']}: give --vocab {tok.get_vocab_size()} or "

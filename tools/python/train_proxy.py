@@ -68,7 +68,13 @@ PRESETS = {
 }
 
 
-def train_tokenizer(text, n_vocab, out_path):
+def train_tokenizer(text, n_vocab, out_path, split_digits=False):
+    """A Gemma-layout BPE tokenizer of n_vocab ids learnt from text (gemma_tokenizer's form),
+    written to out_path. split_digits: the training splits every digit from its neighbours, so
+    no merge joins a digit to anything and every number encodes one id a digit, as Gemma's own
+    tokenizer does (its SentencePiece model splits digits); the written tokenizer needs no
+    pre-tokenizer of its own for that (no merge can form a digit run), so g4cu and HF read it
+    as any other."""
     from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
     from tokenizers.models import BPE
     from tokenizers.trainers import BpeTrainer
@@ -76,8 +82,9 @@ def train_tokenizer(text, n_vocab, out_path):
     n_fixed = len(SPECIALS) + len(GEMMA_ADDED) + 1 + 256  # + the non-special [multimodal]
     tok = Tokenizer(BPE(unk_token="<unk>"))
     tok.normalizer = normalizers.Replace(" ", "▁")
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"▁?[^▁\s]+|▁+|\n+|\t+|\s"),
-                                             behavior="isolated")
+    words = pre_tokenizers.Split(Regex(r"▁?[^▁\s]+|▁+|\n+|\t+|\s"), behavior="isolated")
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([words, pre_tokenizers.Digits(True)])
+                         if split_digits else words)
     trainer = BpeTrainer(vocab_size=n_vocab - n_fixed, min_frequency=2, show_progress=False,
                          limit_alphabet=200, special_tokens=[])
     tok.train_from_iterator(text.split("\n\n"), trainer=trainer)
