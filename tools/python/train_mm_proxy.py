@@ -171,9 +171,9 @@ functions that wrote the held-out files).
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
    its loss in losses_every_25 / final_loss; v_warm: the warm phase's steps, images, seconds and
    step seconds, tower_joint_lr_mult, its loss as losses_every_25 / final_loss's v_warm; with
-   --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm), exports OUT/f16 with
-   tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
-   max_soft_tokens to 70.
+   --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm), exports
+   OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
+   image_processor.json's max_soft_tokens to 70.
 """
 import argparse
 import functools
@@ -1952,8 +1952,8 @@ def main():
         raise SystemExit("train_mm_proxy: --a-warm needs --ctc-weight W (W > 0): the warm phase "
                          "trains the audio side through that head's loss")
     if args.a_warm and not p.get("a_lr_mult", 1.0):
-        raise SystemExit(f"train_mm_proxy: --a-warm with the audio side at lr x 0 (preset "
-                         f"{args.preset}'s a_lr_mult): give --a-lr-mult X (X > 0)")
+        raise SystemExit("train_mm_proxy: --a-warm with the audio side at lr x 0 (a_lr_mult 0: "
+                         f"preset {args.preset}'s or --a-lr-mult's): give --a-lr-mult X (X > 0)")
     if args.tower_joint_lr_mult is not None and not args.v_warm_steps:
         raise SystemExit("train_mm_proxy: --tower-joint-lr-mult needs --v-warm-steps N (N > 0): "
                          "it sizes the towers' joint steps after that warm phase")
