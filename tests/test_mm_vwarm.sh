@@ -5,6 +5,8 @@
 # audio weight bit-identical and moves the vision side and the head; its optimizer holds only
 # those; the trainer with --v-warm-steps 0 = without (same sha256), with it deterministic, its
 # losses and seconds in train.json, the saved layout unchanged; bad uses refused in one line.
+# --a-warm (the audio side and its CTC head in the same phase) and --tower-joint-lr-mult (the
+# towers' joint lr after it): the same checks for the audio side, both off = the same weights.
 # The interpreter needs torch, transformers 5.17, tokenizers, safetensors and numpy:
 # $G4_TORCH_PYTHON (CI's tools/install_deps.sh installs no torch); without them the test skips
 # (77) saying why.

@@ -18,6 +18,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
                                                [--v-warm-steps N] [--v-warm-batch B]
+                                               [--a-warm] [--tower-joint-lr-mult X]
                                                [--pad-to N] [--no-cudnn-sdpa]
                                                [--strict-determinism] [--profile N]
                                                [--pad-frames N] [--compile]
@@ -112,7 +113,16 @@ functions that wrote the held-out files).
    size, from a stream of its own), the aux CTC loss alone, no decoder forward (vision_warm:
    a warm step costs a fraction of a joint step), with an AdamW of its own dropped after the
    phase; the joint phase's schedule (warm-up, cosine over --steps) starts after it, and
-   --minutes counts it (bench/NOTES.md "vpre: a vision-only warm phase").
+   --minutes counts it (bench/NOTES.md "vpre: a vision-only warm phase"). --a-warm (needs
+   --v-warm-steps and --ctc-weight, and the audio side's lr x > 0): each warm step also takes
+   the run's audio half-batch through the audio tower and embed_audio only and adds the
+   --ctc-weight head's CTC loss (its units, its tap) to the vision aux loss: one backward, one
+   clip, one step of the warm AdamW, which then also holds the audio side (at a_lr_mult) and
+   that head; --a-warmup still freezes the audio side for the joint phase's first N steps.
+   --tower-joint-lr-mult X (needs --v-warm-steps): the joint phase's vision and audio lr
+   multipliers x X (the decoder and the heads x 1), so its fresh AdamW's warm-up to the peak lr
+   does not undo what the warm phase taught the towers (bench/NOTES.md "awarm: the warm phase
+   for the audio side").
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -164,9 +174,10 @@ functions that wrote the held-out files).
    eval_items; grad_norm_sides_every_25: each side's gradient norm as the optimizer took it,
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
    its loss in losses_every_25 / final_loss; v_warm: the warm phase's steps, images, seconds and
-   step seconds, its loss as losses_every_25 / final_loss's v_warm), exports OUT/f16 with
-   tools/python/export_package.py, copies the tokenizer, and sets image_processor.json's
-   max_soft_tokens to 70.
+   step seconds, tower_joint_lr_mult, its loss as losses_every_25 / final_loss's v_warm; with
+   --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm), exports
+   OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
+   image_processor.json's max_soft_tokens to 70.
 """
 import argparse
 import functools
@@ -1184,15 +1195,21 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     return True
 
 
-def warm_optimizer(model, p, vaux, impl):
+def warm_optimizer(model, p, vaux, impl, head=None):
     """--v-warm-steps: the warm phase's own AdamW over the vision side (the tower and
     embed_vision, where VisionAux reads: weight decay 0.05 on matrices, 0 on the rest, at the
     preset's v_lr_mult) and the aux head (0, x 1), with the main optimizer's betas and
-    implementation (make_optimizer's impl, already resolved). Its own state, dropped after the
-    phase: the joint phase's AdamW then starts from no moments with its own warm-up, as without
-    the phase (moments of a CTC-only loss would size the vision side's first joint updates)."""
+    implementation (make_optimizer's impl, already resolved); head (--a-warm: the audio CTC
+    head) adds the audio side (the tower and embed_audio, at the run's a_lr_mult) and that head
+    (x 1) after them. Its own state, dropped after the phase: the joint phase's AdamW then
+    starts from no moments with its own warm-up, as without the phase (moments of a CTC-only
+    loss would size the towers' first joint updates)."""
     named = [x for n, x in model.named_parameters() if n.startswith(SIDES["vision"])]
-    return adamw(decay_groups(named, p.get("v_lr_mult", 1.0)) + [head_group(vaux)], p, impl)
+    groups = decay_groups(named, p.get("v_lr_mult", 1.0)) + [head_group(vaux)]
+    if head is not None:
+        named = [x for n, x in model.named_parameters() if n.startswith(SIDES["audio"])]
+        groups += decay_groups(named, p.get("a_lr_mult", 1.0), True) + [head_group(head)]
+    return adamw(groups, p, impl)
 
 
 def warm_schedule(p, n):
@@ -1201,12 +1218,15 @@ def warm_schedule(p, n):
     return {"lr": p["lr"], "warmup": max(1, min(p["warmup"], n // 10))}
 
 
-def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live):
+def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=None, a=None):
     """One warm-phase step (--v-warm-steps): the image half-batch b (collate's dict on the
     device) through the vision tower and embed_vision only (get_image_features: no decoder, no
-    audio), VisionAux's CTC loss alone (losses["v_warm"]), its gradient over `live` (the vision
-    side and the head) clipped to 1.0, guarded as train_step (StepGuard; one host sync).
-    Returns True when the step was applied; None when no image of the batch fits its answer
+    audio), VisionAux's CTC loss (losses["v_warm"]); with head (--a-warm: the run's audio CTC
+    head) also the audio half-batch a through the audio tower and embed_audio only
+    (get_audio_features, where the head's tap reads) and that head's loss (losses["a_warm"]),
+    the two losses summed into one backward. The gradient over `live` (the warm optimizer's
+    tensors) clipped to 1.0, guarded as train_step (StepGuard; one host sync). Returns True
+    when the step was applied; None when no image (and no clip) of the batch fits its answer
     (no loss: nothing to apply)."""
     opt.zero_grad(set_to_none=True)
     with torch.autocast(b["pixel_values"].device.type, dtype=torch.bfloat16, enabled=amp):
@@ -1214,14 +1234,26 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live):
     v = vaux.loss_from_labels(b["image_position_ids"], b["labels"])
     if v is None:
         vaux.frames = None
+    c = None
+    if head is not None:
+        with torch.autocast(a["input_features"].device.type, dtype=torch.bfloat16, enabled=amp):
+            model.model.get_audio_features(a["input_features"], a["input_features_mask"])
+        c = head.loss(a["labels"])  # (takes the tap's frames: none left for the next forward)
+    parts = [(k, t) for k, t in (("v_warm", v), ("a_warm", c)) if t is not None]
+    if not parts:
         return None
-    v.backward()
+    # (the vision loss alone backs itself, not 0 + it: without --a-warm the same graph as before)
+    (v if c is None else c if v is None else v + c).backward()
     norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
-    loss, norm = torch.stack([v.detach().float(), norm_t.float()]).tolist()
-    losses["v_warm"].append(loss)
-    bad = [] if math.isfinite(loss) else [f"warm image aux loss {loss}"]
+    vals = torch.stack([t.detach().float() for _, t in parts] + [norm_t.float()]).tolist()
+    bad = []
+    for (k, _), x in zip(parts, vals):
+        losses[k].append(x)
+        if not math.isfinite(x):
+            bad.append(f"warm {'image aux' if k == 'v_warm' else 'audio ctc'} loss {x}")
+    norm = vals[-1]
     if not bad and not math.isfinite(norm):
-        bad.append(f"warm gradient norm {norm} (sides: {', '.join(bad_grads(model, None, vaux))})")
+        bad.append(f"warm gradient norm {norm} (sides: {', '.join(bad_grads(model, head, vaux))})")
     if not guard.step_ok(step, bad):
         opt.zero_grad(set_to_none=True)
         return False
@@ -1232,9 +1264,10 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live):
 ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(foreach=False)}
 
 
-def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None):
+def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_mult=1.0):
     """AdamW over six parameter groups (weight decay 0.05 on matrices, 0 on the rest) x (the
-    decoder, the vision side, the audio side; the lr multipliers' "", v_, a_), plus the CTC
+    decoder, the vision side, the audio side; the lr multipliers' "", v_, a_; the vision and
+    audio sides' also x tower_mult: --tower-joint-lr-mult, after a warm phase), plus the CTC
     head's group (it learns from step 0, also while the audio side is frozen) and then the
     vision aux head's (VisionAux; at the decoder's lr, as the CTC head). impl (--adamw):
     fused (torch's fused kernel: one launch per group and dtype), foreach (a launch per op per
@@ -1246,7 +1279,8 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None):
         named = [x for n, x in model.named_parameters()
                  if (n.startswith(sides[side]) if side else
                      not n.startswith(sides["v"] + sides["a"]))]
-        groups += decay_groups(named, p.get(f"{side}_lr_mult", 1.0) if side else 1.0, side == "a")
+        groups += decay_groups(named, p.get(f"{side}_lr_mult", 1.0) * tower_mult if side else 1.0,
+                               side == "a")
     groups += [head_group(h) for h in (head, vaux) if h is not None]
     if impl == "auto":
         impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
@@ -1652,7 +1686,7 @@ class HeldOut:
 
 
 def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pin, dev, amp,
-                losses, t1):
+                losses, t1, head=None):
     """--v-warm-steps N: N vision_warm_step steps before the joint phase (whose lr schedule,
     warm-up then cosine over --steps, starts after them: its step 0 is the first joint step).
     Only the vision side and the aux head need a gradient (requires_grad off elsewhere: no
@@ -1661,8 +1695,12 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
     joint phase's images follow on) unless --v-warm-batch asks another size (then a stream of
     its own at seed + 5 from image_stream(items, batch, seed), main's image loader, closed
     after). Stops early, saying so, once --minutes is spent (the
-    joint phase then stops after its first step). Returns train.json's v_warm record (+
-    data_wait, the loader's share, for the run's total)."""
+    joint phase then stops after its first step). head (--a-warm: the run's audio CTC head):
+    each step also trains the audio side and that head on the run's audio half-batch
+    (streams["audio"], so the joint phase's clips follow on; vision_warm_step), in the same
+    optimizer (warm_optimizer). Returns train.json's v_warm record (+ data_wait, the loader's
+    share, for the run's total); with head it also says a_warm, a_lr_mult, clips and
+    clips_too_short (the warm phase's; head.used / skipped stay the joint phase's)."""
     n = args.v_warm_steps
     wb = args.v_warm_batch or half
     if wb == half:
@@ -1672,25 +1710,31 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             raise SystemExit(f"train_mm_proxy: --v-warm-batch {wb}: {len(tr_i)} train images "
                              f"x {p['reps']} renderings")
         stream = image_stream(tr_i, wb, args.seed + 5)
-    wopt = warm_optimizer(model, p, vaux, opt_impl(opt))
+    wopt = warm_optimizer(model, p, vaux, opt_impl(opt), head)
     live = [x for g in wopt.param_groups for x in g["params"]]
     keep = {id(x) for x in live}
-    for x in list(model.parameters()) + list(vaux.parameters()):
+    for x in list(model.parameters()) + list(vaux.parameters()) + \
+            (list(head.parameters()) if head is not None else []):
         x.requires_grad_(id(x) in keep)
     sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
     used0, skipped0 = vaux.used, vaux.skipped
+    if head is not None:
+        a_used0, a_skipped0 = head.used, head.skipped
     tw0, wait, step_s, done, empty, stopped = time.time(), 0.0, [], 0, 0, None
     print(f"train_mm_proxy: vision warm phase: {n} steps of {wb} images, the aux CTC loss "
-          f"alone (vision side + head, own AdamW, lr {p['lr']:.2e} warm-up {sched['warmup']})",
-          flush=True)
+          f"alone (vision side + head, own AdamW, lr {p['lr']:.2e} warm-up {sched['warmup']})"
+          + (f"; --a-warm: + {half} clips a step, the audio CTC head's loss (audio side at lr "
+             f"x {p.get('a_lr_mult', 1.0)} + head)" if head is not None else ""), flush=True)
     for step in range(n):
         for g in wopt.param_groups:
             g["lr"] = lr_at(step, n, sched) * g["mult"]
         tw = time.time()
         b = {k: v.to(dev, non_blocking=pin) for k, v in next(stream).items()}
+        a = None if head is None else \
+            {k: v.to(dev, non_blocking=pin) for k, v in next(streams["audio"]).items()}
         wait += time.time() - tw
         ts = time.time()
-        r = vision_warm_step(model, vaux, wopt, b, step, guard, losses, amp, live)
+        r = vision_warm_step(model, vaux, wopt, b, step, guard, losses, amp, live, head, a)
         step_s.append(time.time() - ts)
         done += 1
         empty += r is None
@@ -1698,7 +1742,10 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
         if step % 50 == 0 or step == n - 1:
             print(f"train_mm_proxy: warm step {step + 1}/{n} v_warm "
                   f"{np.mean(losses['v_warm'][-50:] or [float('nan')]):.3f} "
-                  f"({vaux.skipped - skipped0} images too short) lr "
+                  f"({vaux.skipped - skipped0} images too short) "
+                  + (f"a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f} "
+                     f"({head.skipped - a_skipped0} clips too short) " if head is not None
+                     else "") + "lr "
                   f"{lr_at(step, n, sched):.2e} {el:.0f} s", flush=True)
         if el > args.minutes * 60 and step < n - 1:
             stopped = step + 1
@@ -1715,9 +1762,17 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]], "median": med,
                              "max": max(step_s)}}
     vaux.used, vaux.skipped = used0, skipped0  # (train.json's v_aux: the joint phase's)
+    if head is not None:
+        info.update(a_warm=True, a_lr_mult=p.get("a_lr_mult", 1.0),
+                    optimizer="own AdamW (vision side + aux head, audio side + ctc head), "
+                    "dropped after the phase",
+                    clips=head.used - a_used0, clips_too_short=head.skipped - a_skipped0)
+        head.used, head.skipped = a_used0, a_skipped0  # (train.json's ctc: the joint phase's)
     last = np.mean(losses["v_warm"][-50:] or [float("nan")])
     print(f"train_mm_proxy: vision warm phase done: {done} steps in {info['seconds']:.1f} s "
-          f"(median step {med:.3f} s), v_warm {last:.3f}", flush=True)
+          f"(median step {med:.3f} s), v_warm {last:.3f}"
+          + (f", a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f}"
+             if head is not None else ""), flush=True)
     return info
 
 
@@ -1772,6 +1827,14 @@ def main():
                     help="before the joint steps, N steps that train only the vision side and "
                     "the --v-aux-weight head on image half-batches, the aux CTC loss alone (no "
                     "decoder forward; own AdamW; --minutes counts them; 0: off)")
+    ap.add_argument("--a-warm", action="store_true",
+                    help="the --v-warm-steps phase also trains the audio side (tower + "
+                    "embed_audio, at its lr multiplier) and the --ctc-weight head on the run's "
+                    "audio half-batches, that head's CTC loss (no decoder), summed with the "
+                    "vision aux loss into one step")
+    ap.add_argument("--tower-joint-lr-mult", type=float, metavar="X",
+                    help="after a --v-warm-steps phase, the joint phase's vision and audio lr "
+                    "multipliers x X (the heads and the decoder x 1; default 1)")
     ap.add_argument("--v-warm-batch", type=int, metavar="B",
                     help="images a warm step (default: the run's image half-batch, from the "
                     "same image stream; another size: a stream of its own)")
@@ -1891,6 +1954,21 @@ def main():
     if args.v_warm_steps and not p.get("v_aux_weight", 0.0):
         raise SystemExit("train_mm_proxy: --v-warm-steps needs --v-aux-weight W (W > 0): the "
                          "warm phase trains the tower through that head's loss")
+    if args.a_warm and not args.v_warm_steps:
+        raise SystemExit("train_mm_proxy: --a-warm needs --v-warm-steps N (N > 0): it trains the "
+                         "audio side in that warm phase")
+    if args.a_warm and not p.get("ctc_weight", 0.0):
+        raise SystemExit("train_mm_proxy: --a-warm needs --ctc-weight W (W > 0): the warm phase "
+                         "trains the audio side through that head's loss")
+    if args.a_warm and not p.get("a_lr_mult", 1.0):
+        raise SystemExit("train_mm_proxy: --a-warm with the audio side at lr x 0 (a_lr_mult 0: "
+                         f"preset {args.preset}'s or --a-lr-mult's): give --a-lr-mult X (X > 0)")
+    if args.tower_joint_lr_mult is not None and not args.v_warm_steps:
+        raise SystemExit("train_mm_proxy: --tower-joint-lr-mult needs --v-warm-steps N (N > 0): "
+                         "it sizes the towers' joint steps after that warm phase")
+    if args.tower_joint_lr_mult is not None and not 0 < args.tower_joint_lr_mult < math.inf:
+        raise SystemExit(f"train_mm_proxy: --tower-joint-lr-mult {args.tower_joint_lr_mult}: "
+                         "expected a finite X > 0")
     if args.v_warm_batch is not None and args.v_warm_batch < 1:
         raise SystemExit(f"train_mm_proxy: --v-warm-batch {args.v_warm_batch}: expected 1 or "
                          "more")
@@ -1994,7 +2072,8 @@ def main():
     if vaux_w:  # the characters of every train string (and so of every --v-chars answer)
         vaux = VisionAux(model, "".join(i["text"] for i in tr_i), args.seed, tok,
                          pr.id["<turn|>"]).to(dev)
-    opt = make_optimizer(model, p, head, dev, args.adamw, vaux)
+    tower_mult = 1.0 if args.tower_joint_lr_mult is None else args.tower_joint_lr_mult
+    opt = make_optimizer(model, p, head, dev, args.adamw, vaux, tower_mult)
     amp = dev.type == "cuda"
     held, held_rows = None, []
     if args.eval_every:
@@ -2049,13 +2128,14 @@ def main():
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": [], "v_aux": [],
-              "v_warm": []}
+              "v_warm": [], "a_warm": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     warm_info = None
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
         warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
-                                pin, dev, amp, losses, t1)
+                                pin, dev, amp, losses, t1, head if args.a_warm else None)
         wait += warm_info.pop("data_wait")
+        warm_info["tower_joint_lr_mult"] = tower_mult
         if held is not None:  # what the warm phase left: step 0 of the joint phase
             heldout(0)
     compile_failed, side_norms = None, []
