@@ -1931,11 +1931,9 @@ def main():
                          "kernels are not shown deterministic on the GPU; drop one")
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
-              "v_lr_mult",
-              "a_lr_mult", "a_warmup",
-              "ctc_weight", "v_aux_weight", "ctc_at", "ctc_units", "a_var_weight", "a_var_gamma",
-              "a_var_per", "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale",
-              "v_proj_init", "lr", "beta2", "warmup"):
+              "v_lr_mult", "a_lr_mult", "a_warmup", "ctc_weight", "v_aux_weight", "ctc_at",
+              "ctc_units", "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight",
+              "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if p["reps"] < 1:
