@@ -9,7 +9,7 @@ train_mm_proxy.py trains on it), deterministic from a seed.
     python3 tools/python/make_mm_data.py media OUT [--fonts DIR ...] [--jobs N]   (anywhere)
 
 Three steps because of what each needs and what the device tool carries (64 MiB in all, the
-tracked tree ~45.5 of them). `plan` needs the corpus (11 MB), so it runs on the CPU machine
+tracked tree ~42 of them). `plan` needs the corpus (11 MB), so it runs on the CPU machine
 (tools/gpu/fetch_mm_carry.sh) and writes the items alone, gzipped (~2.4 MB), into OUT
 (.carry/mmdata). `speech` and `media` run on the GPU machine (tools/gpu/run.sh mm_make, in a copy
 of the plan under $WORK, $WORK/mm/data, which a later call's mm_run reads): the speech is
