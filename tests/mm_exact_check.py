@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools", "python"))
 import mm_metrics  # noqa: E402
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import Img, check_tokenizer, mm_items  # noqa: E402
+from mm_items import Img, check_tokenizer, mm_items, trainer_refusals  # noqa: E402
 
 VECTORS = os.path.join(HERE, "fixtures", "eval", "metrics_vectors.json")
 LOGIT_TOL = 2e-4  # fp32, batched and left-padded vs one item: measured 1.4e-5 (logits ~0.6)
@@ -189,16 +189,11 @@ def check_decode():
 
 
 def check_refusal():
-    import subprocess
-
-    res = subprocess.run([sys.executable, tmp.__file__, os.devnull, "--data", os.devnull,
-                          "--device", "cpu", "--eval-every", "0", "--eval-decode"],
-                         capture_output=True, text=True)
-    err = res.stderr.strip().splitlines()
-    if res.returncode != 1 or len(err) != 1 or "--eval-decode needs --eval-every" not in err[0]:
-        fail(f"--eval-decode --eval-every 0: exit {res.returncode}, {res.stderr[-400:]!r} "
-             "(expected one line and exit 1)")
-    print(f"mm_exact_check: --eval-decode --eval-every 0: refused: {err[0]}")
+    line, = trainer_refusals(tmp, [os.devnull, "--data", os.devnull, "--device", "cpu"],
+                             [(["--eval-every", "0", "--eval-decode"],
+                               "--eval-decode needs --eval-every")],
+                             lambda ok, msg: ok or fail(msg))
+    print(f"mm_exact_check: --eval-decode --eval-every 0: refused: {line}")
 
 
 def main():

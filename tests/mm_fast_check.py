@@ -55,7 +55,6 @@ step"): another version may move them; the failure prints the count by phase.
 Prints one line per check; exit 1 on the first failure."""
 import math
 import os
-import subprocess
 import sys
 
 import torch
@@ -63,7 +62,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
-from mm_items import check_tokenizer, ci_data, ci_trainer_runs, fp32_model, mm_items  # noqa: E402
+from mm_items import (  # noqa: E402
+    check_tokenizer, ci_data, ci_trainer_runs, fp32_model, mm_items, trainer_refusals)
 
 STEPS = 6
 FUSED_W_TOL = 1e-8  # after one step; measured 3.7e-9 (2026-12-05)
@@ -233,20 +233,14 @@ def main():
         fail("the reference step is within the bounds or has not its 3 .item() (the count "
              "cannot fail)")
     # 4. --compile's refusals
-    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
-    for extra, want in ((["--compile"], "--pad-to"),
-                        (["--compile", "--pad-to", "64", "--strict-determinism"],
-                         "--strict-determinism"),
-                        (["--compile", "--pad-to", "64", "--ctc-weight", "0.3"], "--ctc-weight"),
-                        (["--compile", "--pad-to", "64", "--a-var-weight", "20"],
-                         "--a-var-weight")):
-        r = subprocess.run([sys.executable, trainer, os.devnull, "--data", "/nonexistent",
-                            "--device", "cpu", "--preset", "tiny"] + extra,
-                           capture_output=True, text=True)
-        lines = r.stderr.strip().splitlines()
-        if r.returncode != 1 or len(lines) != 1 or want not in lines[0]:
-            fail(f"{' '.join(extra)}: exit {r.returncode}, stderr {r.stderr!r}")
-        print(f"mm_fast_check: {' '.join(extra)}: refused: {lines[0]}")
+    cases = ((["--compile"], "--pad-to"),
+             (["--compile", "--pad-to", "64", "--strict-determinism"], "--strict-determinism"),
+             (["--compile", "--pad-to", "64", "--ctc-weight", "0.3"], "--ctc-weight"),
+             (["--compile", "--pad-to", "64", "--a-var-weight", "20"], "--a-var-weight"))
+    lines = trainer_refusals(tmp, [os.devnull, "--data", "/nonexistent", "--device", "cpu",
+                                   "--preset", "tiny"], cases, lambda ok, msg: ok or fail(msg))
+    for (extra, _), line in zip(cases, lines):
+        print(f"mm_fast_check: {' '.join(extra)}: refused: {line}")
     # 5. --pad-frames
     a64, a512 = tmp.collate(its["audio"], 64), tmp.collate(its["audio"], 64, pad_frames=512)
     f64, f512 = a64["input_features"].shape[1], a512["input_features"].shape[1]
