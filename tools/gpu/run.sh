@@ -297,6 +297,15 @@
 #            (mm_parity.py --same) in parity_cpu.{json,txt}, and the first 8 disagreements
 #            teacher-forced on g4cu's answers on both backends (mm_logits_check.py:
 #            logits_check.{json,txt}: the decode path or the prefill?)
+#   mm_det   is the CUDA eval deterministic, and which decode switch changes its answers? (issue
+#            35: two mm_run calls on one package and build gave 16 of 80 different f16 ASR
+#            answers; the CPU's equal HF's on 80 of 80). On $WORK/mm/proxy/f16 and $MM_DATA (an
+#            earlier call's mm_make; ~3 s an eval): f16's librispeech eval on CUDA
+#            ${MM_DET_RUNS:-3} times under each setting of MM_DET_ENVS (default below: the
+#            baseline, then one switch of the one-token step each), every run against the
+#            baseline's first (tools/python/mm_parity.py --same) and, where mm_run's
+#            MM_CPU_PARITY left the CPU's answers ($WORK/mm/det_ref: copied there by mm_run),
+#            against those; $OUT/mm_det/DET.md, one row a setting
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
 #            in the next (mm_run reads $WORK/mm and $MM_DATA). A CPU dry run of both (tiny proxy, ~2.5
@@ -2329,6 +2338,69 @@ stage_mm_wait() {
         "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
 }
 
+# The settings of mm_det: "name:ENV=V ENV=V" (name "base": no environment). Each switches one
+# part of the CUDA one-token step off or to its other form (engine/text_decoder.c,
+# kernels/*.cu): PDL, the fused add + norm, the one q|k|v linear, the fp16 GEMV on the CUDA cores,
+# the decode attention's merge inside the split kernel, the skinny GEMM path.
+MM_DET_ENVS_DEFAULT="base: nopdl:G4_PDL=0 nofuse:G4_FUSE=0 noqkv:G4_QKV=0 gemvfma:G4_GEMV_F16=fma \
+cluster:G4_ATTN_MERGE=cluster noskinny:G4_SKINNY=0 syncl:G4_SYNC_LAUNCHES=1"
+# "equal/items" of two predictions files of the same items (mm_parity.py --same: token for token)
+mm_same() {
+    python3 tools/python/mm_parity.py --same "$1" "$2" 2>&1 | head -1 |
+        sed -n 's/^mm_parity same: \([0-9]*\/[0-9]*\).*/\1/p'
+}
+stage_mm_det() {
+    local d="$MMD/proxy/f16" o="$OUT/mm_det" runs=${MM_DET_RUNS:-3} set name envs r out line
+    rm -rf "$o" && mkdir -p "$o"
+    [ -d "$d" ] || { echo "mm_det: no $d (mm_make, this call or an earlier start's)"; return 1; }
+    [ -f "$MM_DATA/asr_test.jsonl" ] || { echo "mm_det: no $MM_DATA/asr_test.jsonl"; return 1; }
+    [ -x build-gpu/g4cu ] || { echo "mm_det: no build-gpu/g4cu (the build stage)"; return 1; }
+    local base="$o/base_1/predictions.jsonl" ref="$MMD/det_ref/predictions.jsonl"
+    printf '| setting | env | runs ok | answers equal to its run 1 (each later run) | to base run 1 | to the CPU |\n|---|---|---|---|---|---|\n' >"$o/DET.md"
+    for set in ${MM_DET_ENVS:-$MM_DET_ENVS_DEFAULT}; do
+        name=${set%%:*} envs=${set#*:}
+        local ok=0 self="" tobase="" tocpu=""
+        for r in $(seq 1 "$runs"); do
+            out="$o/${name}_$r"
+            # (env with no assignment runs the command as it is)
+            env $envs build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d" \
+                --backend "${MM_BACKEND:-cuda}" --out "$out" --max-new "${MM_MAX_NEW:-48}" >"$out.txt" 2>&1 &&
+                ok=$((ok + 1))
+            [ -f "$out/predictions.jsonl" ] || continue
+            [ "$r" -gt 1 ] && self="$self $(mm_same "$o/${name}_1/predictions.jsonl" "$out/predictions.jsonl")"
+            if [ "$r" = 1 ]; then
+                [ -f "$base" ] && tobase=$(mm_same "$base" "$out/predictions.jsonl")
+                [ -f "$ref" ] && tocpu=$(mm_same "$ref" "$out/predictions.jsonl")
+            fi
+        done
+        line="| $name | ${envs:-(none)} | $ok/$runs |${self:- -} | ${tobase:--} | ${tocpu:--} |"
+        echo "$line" >>"$o/DET.md"
+        echo "mm_det: $line"
+    done
+    stamp "mm_det: ${MM_DET_ENVS:+MM_DET_ENVS, }$runs runs a setting"
+    # the prefill side (audio tower + one teacher-forced prefill, no decode step): the same 8
+    # items through mm_logits_check twice; a deterministic prefill gives the same rel / max abs
+    # against HF bit for bit (HF's side is the same forward both times)
+    if [ -f "$base" ] && [ -d "$MMD/proxy/hf" ]; then
+        for r in 1 2; do
+            python3 tools/python/mm_logits_check.py --hf "$MMD/proxy/hf" --package "$d" \
+                --data "$MM_DATA" --preds "$base" --items 8 --backend "${MM_BACKEND:-cuda}" \
+                --json "$o/prefill_$r.json" >"$o/prefill_$r.txt" 2>&1
+        done
+        python3 - "$o/prefill_1.json" "$o/prefill_2.json" "${MM_BACKEND:-cuda}" <<'PY' | tee -a "$o/DET.md"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+be = sys.argv[3]
+same = sum(x[be]["rel"] == y[be]["rel"] and x[be]["max_abs"] == y[be]["max_abs"]
+           for x, y in zip(a, b))
+print(f"\nprefill (g4cu logits, {be}) twice on {len(a)} items: the same error against HF on "
+      f"{same} of {min(len(a), len(b))}")
+PY
+        stamp "mm_det: the prefill twice"
+    fi
+    cat "$o/DET.md"
+}
+
 stage_mm_run() {
     local d="$MMD/proxy" o="$OUT/mm" b=${MM_BACKEND:-cuda} v t0
     # a fresh folder: g4cu eval refuses an --out that holds an earlier call's predictions
@@ -2378,6 +2450,9 @@ stage_mm_run() {
             2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/parity_cpu.txt"
         python3 tools/python/mm_parity.py --same "$o/eval_f16_asr/predictions.jsonl" \
             "$o/eval_f16_asr_cpu/predictions.jsonl" | tee -a "$o/parity_cpu.txt"
+        # (mm_det's reference, outside $OUT: a later call's mm_det finds it)
+        rm -rf "$MMD/det_ref" && mkdir -p "$MMD/det_ref" &&
+            cp "$o/eval_f16_asr_cpu/predictions.jsonl" "$MMD/det_ref/"
         # the first 8 disagreements teacher-forced on g4cu's answers: prefill or decode?
         python3 tools/python/mm_logits_check.py --hf "$d/hf" --package "$d/f16" --data "$MM_DATA" \
             --preds "$o/eval_f16_asr/predictions.jsonl" --parity "$o/parity.json" --items 8 \
