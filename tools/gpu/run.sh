@@ -305,7 +305,13 @@
 #            baseline, then one switch of the one-token step each), every run against the
 #            baseline's first (tools/python/mm_parity.py --same) and, where mm_run's
 #            MM_CPU_PARITY left the CPU's answers ($WORK/mm/det_ref: copied there by mm_run),
-#            against those; $OUT/mm_det/DET.md, one row a setting
+#            against those; $OUT/mm_det/DET.md, one row a setting. Another package and
+#            manifest folder: MM_DET_PKG, MM_DET_DATA (its asr_test.jsonl), MM_DET_HF (its HF
+#            model, for the prefill pair; none: skipped), MM_DET_REF (the CPU's predictions
+#            of that package, if any), e.g. after tiny, without a trained
+#            proxy: MM_DET_PKG=$WORK/gpu-tiny/f16 MM_DET_HF=$WORK/gpu-tiny/hf
+#            MM_DET_DATA=tests/fixtures/mm-tiny (random weights: flat logits show any
+#            run-to-run difference, a benign rounding order too)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
 #            in the next (mm_run reads $WORK/mm and $MM_DATA). A CPU dry run of both (tiny proxy, ~2.5
@@ -2350,12 +2356,15 @@ mm_same() {
         sed -n 's/^mm_parity same: \([0-9]*\/[0-9]*\).*/\1/p'
 }
 stage_mm_det() {
-    local d="$MMD/proxy/f16" o="$OUT/mm_det" runs=${MM_DET_RUNS:-3} set name envs r out line
+    local d=${MM_DET_PKG:-$MMD/proxy/f16} data=${MM_DET_DATA:-$MM_DATA} hf=${MM_DET_HF:-$MMD/proxy/hf}
+    local o="$OUT/mm_det" runs=${MM_DET_RUNS:-3} set name envs r out line
     rm -rf "$o" && mkdir -p "$o"
     [ -d "$d" ] || { echo "mm_det: no $d (mm_make, this call or an earlier start's)"; return 1; }
-    [ -f "$MM_DATA/asr_test.jsonl" ] || { echo "mm_det: no $MM_DATA/asr_test.jsonl"; return 1; }
+    [ -f "$data/asr_test.jsonl" ] || { echo "mm_det: no $data/asr_test.jsonl"; return 1; }
     [ -x build-gpu/g4cu ] || { echo "mm_det: no build-gpu/g4cu (the build stage)"; return 1; }
+    # the CPU's answers (mm_run's, of the trained proxy): for that package only
     local base="$o/base_1/predictions.jsonl" ref="$MMD/det_ref/predictions.jsonl"
+    [ -n "${MM_DET_PKG:-}" ] && ref=${MM_DET_REF:-}
     printf '| setting | env | runs ok | answers equal to its run 1 (each later run) | to base run 1 | to the CPU |\n|---|---|---|---|---|---|\n' >"$o/DET.md"
     for set in ${MM_DET_ENVS:-$MM_DET_ENVS_DEFAULT}; do
         name=${set%%:*} envs=${set#*:}
@@ -2363,7 +2372,7 @@ stage_mm_det() {
         for r in $(seq 1 "$runs"); do
             out="$o/${name}_$r"
             # (env with no assignment runs the command as it is)
-            env $envs build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d" \
+            env $envs build-gpu/g4cu eval "$data/asr_test.jsonl" --task librispeech "$d" \
                 --backend "${MM_BACKEND:-cuda}" --out "$out" --max-new "${MM_MAX_NEW:-48}" >"$out.txt" 2>&1 &&
                 ok=$((ok + 1))
             [ -f "$out/predictions.jsonl" ] || continue
@@ -2377,14 +2386,14 @@ stage_mm_det() {
         echo "$line" >>"$o/DET.md"
         echo "mm_det: $line"
     done
-    stamp "mm_det: ${MM_DET_ENVS:+MM_DET_ENVS, }$runs runs a setting"
+    stamp "mm_det: $d, ${MM_DET_ENVS:+MM_DET_ENVS, }$runs runs a setting"
     # the prefill side (audio tower + one teacher-forced prefill, no decode step): the same 8
     # items through mm_logits_check twice; a deterministic prefill gives the same rel / max abs
     # against HF bit for bit (HF's side is the same forward both times)
-    if [ -f "$base" ] && [ -d "$MMD/proxy/hf" ]; then
+    if [ -f "$base" ] && [ -d "$hf" ]; then
         for r in 1 2; do
-            python3 tools/python/mm_logits_check.py --hf "$MMD/proxy/hf" --package "$d" \
-                --data "$MM_DATA" --preds "$base" --items 8 --backend "${MM_BACKEND:-cuda}" \
+            python3 tools/python/mm_logits_check.py --hf "$hf" --package "$d" \
+                --data "$data" --preds "$base" --items 8 --backend "${MM_BACKEND:-cuda}" \
                 --json "$o/prefill_$r.json" >"$o/prefill_$r.txt" 2>&1
         done
         python3 - "$o/prefill_1.json" "$o/prefill_2.json" "${MM_BACKEND:-cuda}" <<'PY' | tee -a "$o/DET.md"
