@@ -462,6 +462,13 @@ int main(int argc, char **argv) {
         case_decode(256, 8, 1, 1, 513, 8192, 512, 0.25f, 306);
         case_decode(256, 8, 2, 1, 3000, 3000, 0, 0.5f, 307); // GQA 4:1, 2 KV heads' tickets
         case_decode(512, 8, 1, 1, 70, 70, 0, 0.25f, 308);    // 3 splits: a cluster of 2 + 2
+        // the trained multimodal proxy's layout (issue 35: its CUDA ASR answers leave HF's):
+        // 4 query heads on 1 KV head (4 of 16 MMA rows), sliding 256 / window 256 and global
+        // 512, at its prompt lengths (72-223 keys); kspan 1: a peaky softmax
+        case_decode(256, 4, 1, 1, 73, 300, 256, 1.0f, 309);
+        case_decode(256, 4, 1, 1, 223, 300, 256, 1.0f, 310);
+        case_decode(512, 4, 1, 1, 73, 300, 0, 1.0f, 311);
+        case_decode(512, 4, 1, 1, 223, 300, 0, 1.0f, 312);
         case_decode_graph(512, 4096);
         case_decode_graph(256, 1000);
         case_decode_graph(512, 32768); // replays at 1, 300, 32768: one, then many clusters
@@ -478,6 +485,8 @@ int main(int argc, char **argv) {
     case_prefill(512, 8, 1, 100, 2000, 0, 1.0f, 601);    // peaky
     case_prefill(256, 4, 2, 100, 7, 0, 0.5f, 602);       // GQA 2:1
     case_prefill(512, 3, 3, 45, 0, 16, 0.5f, 603);       // MHA, tiny window
+    case_prefill(256, 4, 1, 150, 0, 256, 1.0f, 604);     // the mm proxy's layout (above)
+    case_prefill(512, 4, 1, 150, 0, 0, 1.0f, 605);
     // WGMMA block edges (64 rows = 8 tokens x 8 heads): T around multiples of 8 and 64
     const int Te[] = {7, 8, 9, 63, 64, 65, 129};
     for (int i = 0; i < 7; i++) {
