@@ -4,7 +4,7 @@ answer, by HF and by `g4cu logits` on each backend, row by row.
 
     python3 tools/python/mm_logits_check.py --hf PROXY/hf --package PROXY/f16 --data DATA \\
         --preds EVAL/predictions.jsonl [--parity parity.json] [--items 8] \\
-        [--backend cuda --backend cpu] [--json F]
+        [--backend cuda --backend cpu] [--decode] [--json F]
 
 Items, up to --items: with --parity, its real disagreements first (mm_parity.py's ASR or OCR
 mismatches that are not near ties), then its near ties; then the other items of --preds in
@@ -22,7 +22,19 @@ and per item the first row where HF's argmax is not g4cu's token (HF would have 
 HF's logit gap there, and g4cu's (this backend's) gap between the same two tokens.
 Reading: own > 0 on a backend: its decode path, not its prefill, leaves HF; own == 0 and hf > 0:
 the prefill itself (the media path or a length's kernels) leaves HF at that row.
-Exit 0 when every backend's own and hf are 0 on every item, else 1 (2 on a failed g4cu call).
+--decode: each backend's call is `g4cu logits --decode-from P --prefill-out F --step-out F` (P
+the prompt's length: generate's prompt prefill, then each answer token one decode step, the path
+`g4cu eval` takes; its prefill, written beside, gives the measures above), and per backend:
+  dec_rel  ||decode - prefill|| / ||prefill|| over the answer rows, this backend's own prefill
+           (row P - 1 as generate's last prompt step computes it, the later rows decode steps)
+  dec_max_abs  the largest |decode - prefill| there
+  dec_pf   answer rows where the decode argmax is not the prefill's
+  dec_own  answer rows where the decode argmax is not the token the eval chose (0: the tool
+           reproduces the eval's generation; dec_pf > 0 with it: the decode path is the cause)
+  dec_first  the first row where decode and prefill argmax differ, with the prefill's gap
+           between the two tokens there (dec_first_gap)
+Exit 0 when every backend's own and hf (and with --decode dec_pf and dec_own) are 0 on every
+item, else 1 (2 on a failed g4cu call).
 """
 import argparse
 import json
@@ -56,15 +68,38 @@ def pick_items(preds, parity, n):
     return seen[:n]
 
 
-def g4cu_logits(g4cu, pkg, ids, media_flag, media_path, backend, tmpdir):
+def g4cu_logits(g4cu, pkg, ids, media_flag, media_path, backend, tmpdir, decode_from=0):
+    """The prefill's logits [rows, V]; with decode_from, (prefill, decode, step row [V]) from
+    one `g4cu logits --decode-from` call (the package loaded once)."""
     out = os.path.join(tmpdir, f"logits_{backend}.npy")
     cmd = [g4cu, "logits", pkg, "--ids", ",".join(map(str, ids)), media_flag, media_path,
            "--backend", backend, "--out", out]
+    pf = os.path.join(tmpdir, f"prefill_{backend}.npy")
+    step = os.path.join(tmpdir, f"step_{backend}.npy")
+    if decode_from:
+        cmd += ["--decode-from", str(decode_from), "--prefill-out", pf, "--step-out", step]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"g4cu logits ({backend}) exit {r.returncode}: "
                            f"{r.stderr.strip()[-500:]}")
-    return np.load(out).astype(np.float64)
+    if not decode_from:
+        return np.load(out).astype(np.float64)
+    return (np.load(pf).astype(np.float64), np.load(out).astype(np.float64),
+            np.load(step).astype(np.float64)[0])
+
+
+def decode_measures(pf, dec, ans):
+    """dec_* of decode rows dec [len(ans), V] (the eval's path) against the prefill's pf."""
+    pa, da = pf.argmax(-1), dec.argmax(-1)
+    diff = [j for j in range(len(ans)) if pa[j] != da[j]]
+    r = dict(dec_rel=float(np.linalg.norm(dec - pf) / np.linalg.norm(pf)),
+             dec_max_abs=float(np.abs(dec - pf).max()),
+             dec_pf=len(diff),
+             dec_own=int(sum(da[j] != ans[j] for j in range(len(ans)))))
+    if diff:
+        j = diff[0]
+        r.update(dec_first=j, dec_first_gap=float(pf[j, pa[j]] - pf[j, da[j]]))
+    return r
 
 
 def main():
@@ -78,6 +113,8 @@ def main():
     ap.add_argument("--backend", action="append", choices=("cpu", "cuda"))
     ap.add_argument("--g4cu", default="build-gpu/g4cu")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--decode", action="store_true",
+                    help="also run each answer token as a decode step (g4cu logits --decode-from)")
     ap.add_argument("--json")
     args = ap.parse_args()
     backends = args.backend or ["cuda", "cpu"]
@@ -120,7 +157,10 @@ def main():
                     ("--audio", os.path.join(args.data, it["audio"]))
             for be in backends:
                 try:
-                    g = g4cu_logits(args.g4cu, args.package, seq, *media, be, tdir)
+                    g = g4cu_logits(args.g4cu, args.package, seq, *media, be, tdir,
+                                    len(prompt) if args.decode else 0)
+                    if args.decode:
+                        g, dec, step = g
                 except RuntimeError as e:
                     print(f"mm_logits_check: {i}: {e}")
                     return 2
@@ -137,6 +177,10 @@ def main():
                 if leave is not None:
                     a, b = rec["hf_token"], rec["g4cu_token"]
                     r["gap_at_leave"] = float(g[leave, a] - g[leave, b])
+                if args.decode:  # the eval's rows: the prompt step's, then the decode steps'
+                    d = np.concatenate([step[None, :], dec[len(prompt):]])
+                    r.update(decode_measures(g, d, ans))
+                    ok &= r["dec_pf"] == 0 and r["dec_own"] == 0
                 rec[be] = r
                 ok &= r["own"] == 0 and r["hf"] == 0
             report.append(rec)
@@ -149,12 +193,25 @@ def main():
                 line += (f"; {be}: rel {r['rel']:.3g}, max abs {r['max_abs']:.3g}, own {r['own']}, "
                          f"hf {r['hf']}" + (f", gap there {r['gap_at_leave']:.4g}"
                                             if "gap_at_leave" in r else ""))
+                if args.decode:
+                    line += (f"; {be} decode: dec_rel {r['dec_rel']:.3g}, max abs "
+                             f"{r['dec_max_abs']:.3g}, dec_pf {r['dec_pf']}, dec_own {r['dec_own']}"
+                             + (f", first at {r['dec_first']} (prefill gap "
+                                f"{r['dec_first_gap']:.4g})" if "dec_first" in r else ""))
             print(line)
     for be in backends:
         own = sum(r[be]["own"] > 0 for r in report)
         hf = sum(r[be]["hf"] > 0 for r in report)
         print(f"mm_logits_check {be}: {len(report)} items; the eval left its own prefill's argmax "
               f"on {own}, the prefill left HF's on {hf}")
+        if args.decode and report:
+            rel = [r[be]["dec_rel"] for r in report]
+            print(f"mm_logits_check {be} decode: {len(report)} items; dec_rel mean "
+                  f"{sum(rel) / len(rel):.3g} max {max(rel):.3g}; decode argmax left the "
+                  f"prefill's on {sum(r[be]['dec_pf'] > 0 for r in report)} items "
+                  f"({sum(r[be]['dec_pf'] for r in report)} rows); the decode left the eval's "
+                  f"tokens on {sum(r[be]['dec_own'] > 0 for r in report)} items "
+                  f"({sum(r[be]['dec_own'] for r in report)} rows)")
     if args.json:
         json.dump(report, open(args.json, "w"), indent=1)
     return 0 if ok else 1
