@@ -33,6 +33,9 @@ the prompt's length: generate's prompt prefill, then each answer token one decod
            reproduces the eval's generation; dec_pf > 0 with it: the decode path is the cause)
   dec_first  the first row where decode and prefill argmax differ, with the prefill's gap
            between the two tokens there (dec_first_gap)
+--no-hf (with --decode: an A/B of the decode path under another environment, tools/gpu/run.sh
+mm_deccheck): HF's model is not loaded (only its tokenizer and the feature extractor, for the
+prompts); the HF measures (rel, max_abs, hf, HF's leaving row) are left out, the rest stay.
 Exit 0 when every backend's own and hf (and with --decode dec_pf and dec_own) are 0 on every
 item, else 1 (2 on a failed g4cu call).
 """
@@ -115,11 +118,24 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--decode", action="store_true",
                     help="also run each answer token as a decode step (g4cu logits --decode-from)")
+    ap.add_argument("--no-hf", action="store_true",
+                    help="--decode only: skip HF's forward (and its model), keep the g4cu measures")
     ap.add_argument("--json")
     args = ap.parse_args()
     backends = args.backend or ["cuda", "cpu"]
+    if args.no_hf and not args.decode:
+        ap.error("--no-hf needs --decode (without HF the decode measures are all there is)")
     dev = torch.device(args.device)
-    model, _, pr, fe = mm_parity.hf_side(args.hf, dev, torch.float32)
+    if args.no_hf:  # the prompts only: the tokenizer's Prompter and the feature extractor
+        from tokenizers import Tokenizer
+        from transformers.models.gemma4.feature_extraction_gemma4 import \
+            Gemma4AudioFeatureExtractor
+        model, dtype = None, torch.float32
+        pr = mm_parity.tmp.Prompter(Tokenizer.from_file(os.path.join(args.hf, "tokenizer.json")))
+        fe = Gemma4AudioFeatureExtractor()
+    else:
+        model, _, pr, fe = mm_parity.hf_side(args.hf, dev, torch.float32)
+        dtype = model.dtype
     items = {}
     for name in ("ocr_test.jsonl", "asr_test.jsonl"):
         path = os.path.join(args.data, name)
@@ -137,18 +153,20 @@ def main():
     with tempfile.TemporaryDirectory() as tdir:
         for i in ids_to_check:
             it, p = items[i], preds[i]
-            prompt, extra = mm_parity.item_inputs(it, args.data, pr, fe, dev, model.dtype)
+            prompt, extra = mm_parity.item_inputs(it, args.data, pr, fe, dev, dtype)
             ans = list(p.get("tokens", []))
             if not ans:
                 continue
             seq = prompt + ans[:-1]
             rows = slice(len(prompt) - 1, len(seq))  # row j of these predicts ans[j]
-            x = torch.tensor([seq], device=dev)
-            with torch.no_grad():
-                h = model(input_ids=x, attention_mask=torch.ones_like(x), **extra).logits[0]
-            h = h.double().cpu().numpy()[rows]
-            h_arg = h.argmax(-1)
-            leave = next((j for j in range(len(ans)) if h_arg[j] != ans[j]), None)
+            h = leave = None
+            if model is not None:
+                x = torch.tensor([seq], device=dev)
+                with torch.no_grad():
+                    h = model(input_ids=x, attention_mask=torch.ones_like(x), **extra).logits[0]
+                h = h.double().cpu().numpy()[rows]
+                h_arg = h.argmax(-1)
+                leave = next((j for j in range(len(ans)) if h_arg[j] != ans[j]), None)
             rec = dict(id=i, prompt_tokens=len(prompt), answer=len(ans), hf_leaves_at=leave)
             if leave is not None:
                 a, b = int(h_arg[leave]), int(ans[leave])
@@ -170,10 +188,10 @@ def main():
                     return 2
                 g = g[rows]
                 g_arg = g.argmax(-1)
-                r = dict(rel=float(np.linalg.norm(g - h) / np.linalg.norm(h)),
-                         max_abs=float(np.abs(g - h).max()),
-                         own=int(sum(g_arg[j] != ans[j] for j in range(len(ans)))),
-                         hf=int((g_arg != h_arg).sum()))
+                r = dict(own=int(sum(g_arg[j] != ans[j] for j in range(len(ans)))))
+                if h is not None:
+                    r.update(rel=float(np.linalg.norm(g - h) / np.linalg.norm(h)),
+                             max_abs=float(np.abs(g - h).max()), hf=int((g_arg != h_arg).sum()))
                 if leave is not None:
                     a, b = rec["hf_token"], rec["g4cu_token"]
                     r["gap_at_leave"] = float(g[leave, a] - g[leave, b])
@@ -182,15 +200,16 @@ def main():
                     r.update(decode_measures(g, d, ans))
                     ok &= r["dec_pf"] == 0 and r["dec_own"] == 0
                 rec[be] = r
-                ok &= r["own"] == 0 and r["hf"] == 0
+                ok &= r["own"] == 0 and r.get("hf", 0) == 0
             report.append(rec)
             line = (f"mm_logits_check {i}: prompt {len(prompt)}, answer {len(ans)} tokens; HF "
-                    + ("keeps g4cu's answer" if leave is None else
+                    + ("not run" if h is None else "keeps g4cu's answer" if leave is None else
                        f"leaves at {leave} ({rec['hf_token']} over {rec['g4cu_token']} by "
                        f"{rec['hf_gap']:.4g})"))
             for be in backends:
                 r = rec[be]
-                line += (f"; {be}: rel {r['rel']:.3g}, max abs {r['max_abs']:.3g}, own {r['own']}, "
+                line += (f"; {be}: own {r['own']}" if h is None else
+                         f"; {be}: rel {r['rel']:.3g}, max abs {r['max_abs']:.3g}, own {r['own']}, "
                          f"hf {r['hf']}" + (f", gap there {r['gap_at_leave']:.4g}"
                                             if "gap_at_leave" in r else ""))
                 if args.decode:
@@ -201,9 +220,9 @@ def main():
             print(line)
     for be in backends:
         own = sum(r[be]["own"] > 0 for r in report)
-        hf = sum(r[be]["hf"] > 0 for r in report)
+        hf = sum(r[be].get("hf", 0) > 0 for r in report)
         print(f"mm_logits_check {be}: {len(report)} items; the eval left its own prefill's argmax "
-              f"on {own}, the prefill left HF's on {hf}")
+              f"on {own}, the prefill left HF's on " + ("(HF not run)" if args.no_hf else f"{hf}"))
         if args.decode and report:
             rel = [r[be]["dec_rel"] for r in report]
             print(f"mm_logits_check {be} decode: {len(report)} items; dec_rel mean "
