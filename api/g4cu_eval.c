@@ -212,6 +212,7 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
         return g4_fail(G4_EUSER, "g4cu_eval_logits: needs a package and at least one id");
     int n = n_ids, rc, n_img = 0, n_aud = 0, N = prm->decode_from;
     if (prm->step_logits) *prm->step_logits = NULL;
+    if (prm->prefill_logits) *prm->prefill_logits = NULL;
     if (N && (N < 1 || N > n_ids)) // (before the model loads; the placeholders after expansion)
         return g4_fail(G4_EUSER, "decode_from %d: expected 1..%d (the ids given)", N, n_ids);
     int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n); // [n]: grows when media expand
@@ -238,10 +239,19 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
     out = g4_malloc(sizeof(float) * (size_t)n * p->text.vocab); // [n, vocab]
     if (N) {
         float *step = prm->step_logits ? g4_malloc(sizeof(float) * (size_t)p->text.vocab) : NULL;
+        float *pf = prm->prefill_logits ? g4_malloc(sizeof(float) * (size_t)n * p->text.vocab)
+                                        : NULL; // [n, vocab]
         rc = decode_logits(m, ids, n, N, &soft, out, step);
-        if (rc) free(step);
-        else if (prm->step_logits) *prm->step_logits = step;
-        if (rc) goto done;
+        // the plain prefill on its own state, as decode_from 0 makes it
+        if (!rc && pf && !(rc = g4_text_state_new(m, n, n, &s)))
+            rc = g4_text_forward(s, ids, n, &soft, pf, 1);
+        if (rc) {
+            free(step);
+            free(pf);
+            goto done;
+        }
+        if (prm->step_logits) *prm->step_logits = step;
+        if (prm->prefill_logits) *prm->prefill_logits = pf;
     } else if ((rc = g4_text_state_new(m, n, n, &s)) ||
                (rc = g4_text_forward(s, ids, n, &soft, out, 1))) {
         goto done;

@@ -41,6 +41,10 @@ typedef struct {
     // would pick first is its argmax), [*n_vocab] floats (malloc'ed: g4cu_free). The prefill's
     // own row N - 1 (all rows through the LM head, the softcap op) is row N - 1 of *logits.
     float **step_logits;
+    // decode_from > 0, not NULL: *prefill_logits gets the plain prefill's logits of the same ids
+    // on the same loaded model and soft tokens (what decode_from 0 returns), [*n_rows, *n_vocab]
+    // (malloc'ed: g4cu_free): the package, the towers and the media are read once for both.
+    float **prefill_logits;
 } g4cu_eval_logits_params;
 void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p);
 

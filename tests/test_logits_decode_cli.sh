@@ -5,7 +5,7 @@
 #   - the summary's decode rows equal the plain prefill's within cpu-f32 (rel err <= 1e-4) with
 #     the argmax equal on every decode row (m of m, m counted here from the ids), row N - 1 as
 #     generate's step has the prefill's argmax, and rows < N are byte-identical to the prefill's
-#     (--prefill-out);
+#     (--prefill-out, itself byte-identical to a plain `g4cu logits` of the ids);
 #   - the comparison itself can fail: --against the prefill of a sequence whose decode ids differ
 #     must report a large rel err and fewer equal argmaxes; --against the prefill's own file
 #     reports what the built-in prefill did;
@@ -30,8 +30,9 @@ gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 > b + 0) }'; }
 npy_rows_equal() {
     local hl v
     hl=$(od -An -tu2 -j8 -N2 "$1" | tr -d ' ')
-    v=$(sed -nE "s/.*'shape': \(([0-9]+), ([0-9]+)\).*/\2/p" <(head -c $((hl + 10)) "$1"))
-    [ -n "$v" ] && cmp -s -n $((hl + 10 + $3 * v * 4)) "$1" "$2"
+    v=$(head -c $((hl + 10)) "$1" | LC_ALL=C grep -ao "'shape': ([0-9]*, [0-9]*)" |
+        LC_ALL=C sed -E 's/.*, ([0-9]+)\)/\1/')
+    [[ $hl =~ ^[0-9]+$ && $v =~ ^[0-9]+$ ]] && cmp -s -n $((hl + 10 + $3 * v * 4)) "$1" "$2"
 }
 
 # decode_case NAME N_GIVEN ROW0 IDS [MEDIA...]: ROW0 = where N lands among the expanded rows
@@ -57,6 +58,9 @@ decode_case() {
     check "$name: row $((r0 - 1)) as generate's step has the prefill's argmax" $?
     npy_rows_equal "$tmp/$name.dec.npy" "$tmp/$name.pf.npy" "$r0"
     check "$name: rows < $r0 byte-identical to the prefill's" $?
+    "$G4CU" logits "$G4_TINY_PKG" --ids "$ids" "$@" --out "$tmp/$name.plain.npy" 2>"$tmp/err" &&
+        cmp -s "$tmp/$name.plain.npy" "$tmp/$name.pf.npy"
+    check "$name: --prefill-out = a plain g4cu logits, byte for byte" $?
     grep -aq "($rows, " "$tmp/$name.dec.npy" && grep -aq "(1, " "$tmp/$name.step.npy"
     check "$name: --out has $rows rows, --step-out one" $?
 }

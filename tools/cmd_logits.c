@@ -11,8 +11,9 @@
 // 1120; default the package's image_processor.json).
 // --decode-from N (issue 35: does the one-token decode path compute what the prefill does, on
 // the same backend?): ids[0, N) go in as generate's prompt, each later id as one of generate's
-// decode steps (g4cu_eval.h decode_from), and --out gets those rows; then the plain prefill of
-// the same ids runs on the same backend (or --against F.npy is read: another backend's, HF's)
+// decode steps (g4cu_eval.h decode_from), and --out gets those rows; the plain prefill of the
+// same ids runs on the same backend and loaded model (or --against F.npy is read: another
+// backend's, HF's)
 // and one line compares the decode rows with it, as `g4cu compare` measures (rel err = ||dec -
 // ref|| / ||ref|| over those rows), plus row N - 1 as generate's last prompt step computes it
 // (the token generate picks first). A measurement: exit 0 whatever it finds, 1 on errors.
@@ -153,24 +154,15 @@ static int cmd_logits(int argc, char **argv) {
     int rows, vocab;
     lp.decode_from = (int)decode_from;
     lp.step_logits = decode_from ? &step : NULL;
+    lp.prefill_logits = decode_from && !against ? &ref : NULL; // (one load for both)
     rc = g4cu_eval_logits(pkg_dir, ids, n, &lp, &logits, &rows, &vocab);
     if (!rc) rc = g4cu_eval_write_npy(out, logits, rows, vocab);
     if (!rc && step_out) rc = g4cu_eval_write_npy(step_out, step, 1, vocab);
     if (!rc && decode_from) {
         // the decode rows are the last n - N (a lone placeholder before N moved it)
         const int r0 = rows - (n - (int)decode_from);
-        if (against) {
-            rc = read_against(against, rows, vocab, &ref);
-        } else { // the plain prefill of the same ids on the same backend
-            int rows2, vocab2;
-            lp.decode_from = 0;
-            lp.step_logits = NULL;
-            rc = g4cu_eval_logits(pkg_dir, ids, n, &lp, &ref, &rows2, &vocab2);
-            if (!rc && (rows2 != rows || vocab2 != vocab))
-                rc = g4_fail(G4_EINTERNAL, "logits: the prefill has [%d, %d] logits, the decode "
-                             "[%d, %d]", rows2, vocab2, rows, vocab);
-            if (!rc && prefill_out) rc = g4cu_eval_write_npy(prefill_out, ref, rows, vocab);
-        }
+        if (against) rc = read_against(against, rows, vocab, &ref);
+        else if (prefill_out) rc = g4cu_eval_write_npy(prefill_out, ref, rows, vocab);
         if (!rc)
             decode_summary(stdout, backend, against ? against : "prefill", logits, ref, step,
                            rows, r0, vocab);
