@@ -297,6 +297,21 @@
 #            (mm_parity.py --same) in parity_cpu.{json,txt}, and the first 8 disagreements
 #            teacher-forced on g4cu's answers on both backends (mm_logits_check.py:
 #            logits_check.{json,txt}: the decode path or the prefill?)
+#            MM_DECCHECK=1: after the parity, mm_deccheck's work into $OUT/mm (below)
+#   mm_deccheck  issue 35: which op of CUDA's one-token decode path leaves its own prefill (~3-4
+#            min; after mm_run, this call or an earlier start's on the same warm machine: it
+#            needs only $MMD/proxy/{hf,f16}, $MM_DATA and mm_run's ASR predictions + parity.json,
+#            which mm_run keeps in $MMD/deccheck_in; without them it makes them: the f16 ASR
+#            eval on CUDA and mm_parity, ~1.5 min). The first 8 parity mismatches through
+#            mm_logits_check.py --decode --backend cuda (g4cu logits --decode-from: generate's
+#            prompt prefill, then each answer token one decode step, against the plain prefill)
+#            once per decode toggle, each under its environment: base (HF too), then --no-hf:
+#            eager (G4_EAGER=1: no graph), fuse0, qkv0, attn1, persist_mlp, ple_fused, gemv_fma,
+#            norm_mma, pipe0, gvm_split1, pdl0, merge_split, merge_cluster, and all_off (the
+#            defaults' decode-only forms all off at once). $OUT/mm_deccheck/deccheck_NAME.
+#            {txt,json} and the table DECCHECK.md (toggle, items, dec_rel mean / max, dec_pf,
+#            dec_own). MM_DECCHECK_ONLY="base pdl0 ..." runs those toggles only; MM_DECCHECK_ITEMS
+#            (default 8); MM_BACKEND=cpu: a CPU dry run (the toggles change nothing there)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
 #            in the next (mm_run reads $WORK/mm and $MM_DATA). A CPU dry run of both (tiny proxy, ~2.5
@@ -2385,6 +2400,10 @@ stage_mm_run() {
             2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/logits_check.txt"
         stamp "mm: parity (HF vs g4cu f16 on cpu; cpu vs $b)"
     fi
+    # what mm_deccheck reads, kept under $WORK for a later start's (pipeline.sh's logs go)
+    mkdir -p "$MMD/deccheck_in" && cp "$o/eval_f16_asr/predictions.jsonl" "$o/parity.json" \
+        "$MMD/deccheck_in/" 2>/dev/null
+    [ "${MM_DECCHECK:-0}" = 1 ] && [ "$b" != cpu ] && mm_deccheck "$o"
     # one image + audio prompt: HF's layer-by-layer dump, g4cu compare of f16 (pass / fail) and
     # of each Q4 variant (the per-layer error, image and audio positions included)
     # (mm_reference.py wants audio whose last conv row is padding, to cover the tower's masked
@@ -2436,6 +2455,104 @@ PY
     stamp "mm: compare"
     python3 tools/python/mm_report.py "$o" "$o/MM_FIDELITY.md" && cat "$o/MM_FIDELITY.md"
     tar -czf "$OUT/mm.tar.gz" -C "$OUT" mm && echo "mm: $OUT/mm.tar.gz"
+}
+
+# --- issue 35: the decode path against its own prefill, toggle by toggle ---------------------
+# NAME|ENV (space-separated assignments; empty: the defaults). Each is a switch that changes the
+# ONE-TOKEN decode step on CUDA with an fp16 package (engine/text_decoder.c, kernels/*.cu), read
+# at state creation or once a process: the graph replay (G4_EAGER), the fused add-norm prologue of
+# the next linear (G4_FUSE), q|k|v as one linear (G4_QKV), the head preparation inside the decode
+# attention (G4_FUSE_ATTN=1), the MLP / PLE blocks as one op (G4_PERSIST_MLP, G4_PLE_FUSED), the
+# fp16 GEMV design (G4_GEMV_F16=fma: CUDA cores; G4_GEMV_F16_NORM=mma: the add-norm form on the
+# tensor cores; G4_GEMV_F16_PIPE=0; G4_GVM_SPLIT_MAX=1: the tensor-core GEMV's K unsplit), PDL
+# (G4_PDL=0), the decode attention's merge (G4_ATTN_MERGE=split|cluster). Not here: G4_SKINNY,
+# G4_GEMM_PREFILL, G4_ATTN_PREFILL (rows > 8 / > 64: the prefill), G4_GEMV* (Q4 weights),
+# G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step), G4_SYNC_LAUNCHES (a debug aid).
+MM_DECCHECK_TOGGLES=(
+    "base|"
+    "eager|G4_EAGER=1"
+    "fuse0|G4_FUSE=0"
+    "qkv0|G4_QKV=0"
+    "attn1|G4_FUSE_ATTN=1"
+    "persist_mlp|G4_PERSIST_MLP=1"
+    "ple_fused|G4_PLE_FUSED=1"
+    "gemv_fma|G4_GEMV_F16=fma"
+    "norm_mma|G4_GEMV_F16_NORM=mma"
+    "pipe0|G4_GEMV_F16_PIPE=0"
+    "gvm_split1|G4_GVM_SPLIT_MAX=1"
+    "pdl0|G4_PDL=0"
+    "merge_split|G4_ATTN_MERGE=split"
+    "merge_cluster|G4_ATTN_MERGE=cluster"
+    "all_off|G4_EAGER=1 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma G4_GEMV_F16_PIPE=0 G4_PDL=0 G4_ATTN_MERGE=split"
+)
+
+# mm_deccheck O: the toggles' runs into O (deccheck_NAME.{txt,json}, DECCHECK.md), on the
+# predictions and parity that mm_run kept in $MMD/deccheck_in
+mm_deccheck() {
+    local o=$1 d="$MMD/proxy" in="$MMD/deccheck_in" b=${MM_BACKEND:-cuda} tg name envs t0 rc
+    mkdir -p "$o"
+    for tg in "${MM_DECCHECK_TOGGLES[@]}"; do
+        name=${tg%%|*} envs=${tg#*|}
+        if [ -n "${MM_DECCHECK_ONLY:-}" ]; then
+            case " $MM_DECCHECK_ONLY " in *" $name "*) ;; *) continue ;; esac
+        fi
+        t0=$(date +%s)
+        local nohf=--no-hf
+        [ "$name" = base ] && nohf=""
+        # (env: the toggle's assignments for this run only; word splitting is wanted)
+        # shellcheck disable=SC2086
+        env $envs python3 tools/python/mm_logits_check.py --hf "$d/hf" --package "$d/f16" \
+            --data "$MM_DATA" --preds "$in/predictions.jsonl" --parity "$in/parity.json" \
+            --items "${MM_DECCHECK_ITEMS:-8}" --backend "$b" --decode $nohf --g4cu build-gpu/g4cu \
+            --json "$o/deccheck_$name.json" 2>&1 | grep -v "^\[transformers\]\|Loading" \
+            >"$o/deccheck_$name.txt"
+        rc=${PIPESTATUS[0]}
+        echo "deccheck $name (${envs:-defaults}): exit $rc ($(($(date +%s) - t0)) s) $(grep "$b decode:" "$o/deccheck_$name.txt" | tail -1)"
+    done
+    python3 - "$o" "$b" "${MM_DECCHECK_TOGGLES[@]}" <<'PY' | tee "$o/DECCHECK.md"
+import json, os, sys
+o, be = sys.argv[1], sys.argv[2]
+print("| toggle | env | items | dec_rel mean | dec_rel max | dec_pf items (rows) | "
+      "dec_own items (rows) | first split rows (prefill gap) |")
+print("|---|---|---|---|---|---|---|---|")
+for tg in sys.argv[3:]:
+    name, env = tg.split("|", 1)
+    path = os.path.join(o, f"deccheck_{name}.json")
+    if not os.path.exists(path):
+        print(f"| {name} | {env or '(defaults)'} | not run (no {os.path.basename(path)}) |||||")
+        continue
+    rs = [r[be] for r in json.load(open(path)) if be in r]
+    if not rs:
+        print(f"| {name} | {env or '(defaults)'} | 0 |||||")
+        continue
+    rel = [r["dec_rel"] for r in rs]
+    firsts = ", ".join(f"{r['dec_first']} ({r['dec_first_gap']:.3g})" for r in rs if "dec_first" in r)
+    print(f"| {name} | {env or '(defaults)'} | {len(rs)} | {sum(rel) / len(rel):.3g} | "
+          f"{max(rel):.3g} | {sum(r['dec_pf'] > 0 for r in rs)} ({sum(r['dec_pf'] for r in rs)}) | "
+          f"{sum(r['dec_own'] > 0 for r in rs)} ({sum(r['dec_own'] for r in rs)}) | {firsts} |")
+PY
+}
+
+stage_mm_deccheck() {
+    local d="$MMD/proxy" in="$MMD/deccheck_in" o="$OUT/mm_deccheck" t0
+    [ -d "$d/f16" ] && [ -d "$d/hf" ] || { echo "mm_deccheck: no $d/f16 or $d/hf (mm_make / mm_bg first)"; return 1; }
+    [ -f "$MM_DATA/asr_test.jsonl" ] || { echo "mm_deccheck: no $MM_DATA/asr_test.jsonl (mm_make writes it)"; return 1; }
+    [ -x build-gpu/g4cu ] || { echo "mm_deccheck: no build-gpu/g4cu (the build stage, this call or an earlier start's)"; return 1; }
+    rm -rf "$o" && mkdir -p "$o" "$in"
+    if [ ! -f "$in/predictions.jsonl" ] || [ ! -f "$in/parity.json" ]; then
+        # no mm_run before on this machine: its f16 ASR eval on CUDA and its parity, as mm_run runs them
+        t0=$(date +%s)
+        build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d/f16" --backend "${MM_BACKEND:-cuda}" \
+            --out "$o/eval_f16_asr" --max-new "${MM_MAX_NEW:-48}" >"$o/eval_f16_asr.txt" 2>&1
+        echo "eval f16 asr: exit $? $(tail -1 "$o/eval_f16_asr.txt") ($(($(date +%s) - t0)) s)"
+        python3 tools/python/mm_parity.py --hf "$d/hf" --data "$MM_DATA" \
+            --asr "$o/eval_f16_asr/predictions.jsonl" --max-new "${MM_MAX_NEW:-48}" \
+            --json "$o/parity.json" --tie-tol cuda-f16 2>&1 | grep -v "^\[transformers\]\|Loading" |
+            tee "$o/parity.txt" | head -3
+        cp "$o/eval_f16_asr/predictions.jsonl" "$o/parity.json" "$in/" || return 1
+    fi
+    mm_deccheck "$o"
+    stamp "mm_deccheck: done"
 }
 
 stage_cli() {
