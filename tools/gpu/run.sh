@@ -310,7 +310,10 @@
 #            norm_mma, pipe0, gvm_split1, pdl0, merge_split, merge_cluster, and all_off (the
 #            defaults' decode-only forms all off at once). $OUT/mm_deccheck/deccheck_NAME.
 #            {txt,json} and the table DECCHECK.md (toggle, items, dec_rel mean / max, dec_pf,
-#            dec_own). MM_DECCHECK_ONLY="base pdl0 ..." runs those toggles only; MM_DECCHECK_ITEMS
+#            dec_own; and "eval = full eval": the same items through g4cu eval alone under the
+#            toggle, how many answers equal the full default eval's: base < all means an answer
+#            depends on the items evaluated before it, the state's history, not on the decode
+#            op). MM_DECCHECK_ONLY="base pdl0 ..." runs those toggles only; MM_DECCHECK_ITEMS
 #            (default 8); MM_BACKEND=cpu: a CPU dry run (the toggles change nothing there)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
@@ -2507,15 +2510,39 @@ mm_deccheck() {
             --json "$o/deccheck_$name.json" 2>&1 | grep -v "^\[transformers\]\|Loading" \
             >"$o/deccheck_$name.txt"
         rc=${PIPESTATUS[0]}
+        # the same items through g4cu eval itself under the toggle (a fresh state that saw only
+        # them): its tokens against the full eval's tells whether the toggle changes what the
+        # eval generates, and (base) whether an item's answer depends on the items before it
+        if [ ! -f "$o/deccheck_items.jsonl" ] && [ -f "$o/deccheck_$name.json" ]; then
+            python3 -c 'import json, sys
+ids = [r["id"] for r in json.load(open(sys.argv[1]))]
+items = {json.loads(l)["id"]: l for l in open(sys.argv[2]) if l.strip()}
+sys.stdout.write("".join(items[i] for i in ids if i in items))' "$o/deccheck_$name.json" \
+                "$MM_DATA/asr_test.jsonl" >"$o/deccheck_items.jsonl"
+        fi
+        rm -rf "$o/deccheck_eval_$name"
+        # shellcheck disable=SC2086
+        [ -s "$o/deccheck_items.jsonl" ] && env $envs build-gpu/g4cu eval "$o/deccheck_items.jsonl" \
+            --task librispeech "$d/f16" --backend "$b" --data-dir "$MM_DATA" \
+            --out "$o/deccheck_eval_$name" --max-new "${MM_MAX_NEW:-48}" >"$o/deccheck_eval_$name.txt" 2>&1
         echo "deccheck $name (${envs:-defaults}): exit $rc ($(($(date +%s) - t0)) s) $(grep "$b decode:" "$o/deccheck_$name.txt" | tail -1)"
     done
-    python3 - "$o" "$b" "${MM_DECCHECK_TOGGLES[@]}" <<'PY' | tee "$o/DECCHECK.md"
+    python3 - "$o" "$b" "$in/predictions.jsonl" "${MM_DECCHECK_TOGGLES[@]}" <<'PY' | tee "$o/DECCHECK.md"
 import json, os, sys
-o, be = sys.argv[1], sys.argv[2]
+o, be, full = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def tokens(path):
+    if not os.path.exists(path):
+        return {}
+    return {p["id"]: p.get("tokens") for p in map(json.loads, filter(str.strip, open(path)))}
+
+
+full = tokens(full)
 print("| toggle | env | items | dec_rel mean | dec_rel max | dec_pf items (rows) | "
-      "dec_own items (rows) | first split rows (prefill gap) |")
-print("|---|---|---|---|---|---|---|---|")
-for tg in sys.argv[3:]:
+      "dec_own items (rows) | first split rows (prefill gap) | eval = full eval |")
+print("|---|---|---|---|---|---|---|---|---|")
+for tg in sys.argv[4:]:
     name, env = tg.split("|", 1)
     path = os.path.join(o, f"deccheck_{name}.json")
     if not os.path.exists(path):
@@ -2527,9 +2554,13 @@ for tg in sys.argv[3:]:
         continue
     rel = [r["dec_rel"] for r in rs]
     firsts = ", ".join(f"{r['dec_first']} ({r['dec_first_gap']:.3g})" for r in rs if "dec_first" in r)
+    # the subset eval under this toggle: items whose tokens equal the full (default) eval's
+    sub = tokens(os.path.join(o, f"deccheck_eval_{name}", "predictions.jsonl"))
+    same = f"{sum(sub[i] == full.get(i) for i in sub)} of {len(sub)}" if sub else "not run"
     print(f"| {name} | {env or '(defaults)'} | {len(rs)} | {sum(rel) / len(rel):.3g} | "
           f"{max(rel):.3g} | {sum(r['dec_pf'] > 0 for r in rs)} ({sum(r['dec_pf'] for r in rs)}) | "
-          f"{sum(r['dec_own'] > 0 for r in rs)} ({sum(r['dec_own'] for r in rs)}) | {firsts} |")
+          f"{sum(r['dec_own'] > 0 for r in rs)} ({sum(r['dec_own'] for r in rs)}) | {firsts} | "
+          f"{same} |")
 PY
 }
 
