@@ -306,9 +306,9 @@
 #            mm_logits_check.py --decode --backend cuda (g4cu logits --decode-from: generate's
 #            prompt prefill, then each answer token one decode step, against the plain prefill)
 #            once per decode toggle, each under its environment: base (HF too), then --no-hf:
-#            eager (G4_EAGER=1: no graph), fuse0, qkv0, attn1, persist_mlp, ple_fused, gemv_fma,
-#            norm_mma, pipe0, gvm_split1, pdl0, merge_split, merge_cluster, and all_off (the
-#            defaults' decode-only forms all off at once). $OUT/mm_deccheck/deccheck_NAME.
+#            all_off (the five below at once), eager (G4_EAGER=1: no graph), pdl0, fuse0, qkv0,
+#            gemv_fma, norm_mma, attn1, merge_cluster, ple_fused, gvm_split1 (the list and why:
+#            MM_DECCHECK_TOGGLES). $OUT/mm_deccheck/deccheck_NAME.
 #            {txt,json} and the table DECCHECK.md (toggle, items, dec_rel mean / max, dec_pf,
 #            dec_own; and "eval = full eval": the same items through g4cu eval alone under the
 #            toggle, how many answers equal the full default eval's: base < all means an answer
@@ -2461,32 +2461,34 @@ PY
 }
 
 # --- issue 35: the decode path against its own prefill, toggle by toggle ---------------------
-# NAME|ENV (space-separated assignments; empty: the defaults). Each is a switch that changes the
-# ONE-TOKEN decode step on CUDA with an fp16 package (engine/text_decoder.c, kernels/*.cu), read
-# at state creation or once a process: the graph replay (G4_EAGER), the fused add-norm prologue of
-# the next linear (G4_FUSE), q|k|v as one linear (G4_QKV), the head preparation inside the decode
-# attention (G4_FUSE_ATTN=1), the MLP / PLE blocks as one op (G4_PERSIST_MLP, G4_PLE_FUSED), the
-# fp16 GEMV design (G4_GEMV_F16=fma: CUDA cores; G4_GEMV_F16_NORM=mma: the add-norm form on the
-# tensor cores; G4_GEMV_F16_PIPE=0; G4_GVM_SPLIT_MAX=1: the tensor-core GEMV's K unsplit), PDL
-# (G4_PDL=0), the decode attention's merge (G4_ATTN_MERGE=split|cluster). Not here: G4_SKINNY,
+# NAME|ENV (space-separated assignments; empty: the defaults), in the order worth having first
+# if the stage is cut short. Each is a switch that changes the ONE-TOKEN decode step on CUDA with
+# an fp16 package (engine/text_decoder.c, kernels/*.cu), read at state creation or once a
+# process: the graph replay (G4_EAGER=1: op by op), PDL (G4_PDL=0), the fused add-norm prologue
+# of the next linear (G4_FUSE=0: add_rmsnorm_next, then the plain GEMV), q|k|v as one linear
+# (G4_QKV=0), the fp16 GEMV design (G4_GEMV_F16=fma: o, down, the PLE projection and the lm_head
+# on the CUDA cores; G4_GEMV_F16_NORM=mma: the add-norm forms on the tensor cores), the head
+# preparation inside the decode attention (G4_FUSE_ATTN=1), the decode attention's merge inside
+# the split kernel (G4_ATTN_MERGE=cluster; below 1024 keys the default is already the separate
+# merge launch, "split"), the PLE block as one op (G4_PLE_FUSED=1), the tensor-core GEMV's K
+# unsplit (G4_GVM_SPLIT_MAX=1: another fp32 summation order), and all_off (the first five at
+# once). Left out: G4_PERSIST_MLP=1 (an fp16 package runs the same ops apart: cu_mlp_block),
+# G4_GEMV_F16_PIPE=0 (the order of the weight loads, not of the arithmetic), G4_SKINNY,
 # G4_GEMM_PREFILL, G4_ATTN_PREFILL (rows > 8 / > 64: the prefill), G4_GEMV* (Q4 weights),
 # G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step), G4_SYNC_LAUNCHES (a debug aid).
 MM_DECCHECK_TOGGLES=(
     "base|"
+    "all_off|G4_EAGER=1 G4_PDL=0 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma"
     "eager|G4_EAGER=1"
+    "pdl0|G4_PDL=0"
     "fuse0|G4_FUSE=0"
     "qkv0|G4_QKV=0"
-    "attn1|G4_FUSE_ATTN=1"
-    "persist_mlp|G4_PERSIST_MLP=1"
-    "ple_fused|G4_PLE_FUSED=1"
     "gemv_fma|G4_GEMV_F16=fma"
     "norm_mma|G4_GEMV_F16_NORM=mma"
-    "pipe0|G4_GEMV_F16_PIPE=0"
-    "gvm_split1|G4_GVM_SPLIT_MAX=1"
-    "pdl0|G4_PDL=0"
-    "merge_split|G4_ATTN_MERGE=split"
+    "attn1|G4_FUSE_ATTN=1"
     "merge_cluster|G4_ATTN_MERGE=cluster"
-    "all_off|G4_EAGER=1 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma G4_GEMV_F16_PIPE=0 G4_PDL=0 G4_ATTN_MERGE=split"
+    "ple_fused|G4_PLE_FUSED=1"
+    "gvm_split1|G4_GVM_SPLIT_MAX=1"
 )
 
 # mm_deccheck O: the toggles' runs into O (deccheck_NAME.{txt,json}, DECCHECK.md), on the
