@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_logits_decode_cli.sh: `g4cu logits --decode-from N` (issue 35's decode-vs-prefill check)
 # on the CPU backend, the oracle: ids[0, N) as generate's prompt, then one decode step per id,
-# on an audio prompt (a lone placeholder, expanded before N) and on a text prompt:
+# on an audio prompt (a lone placeholder, expanded before N), on text prompts and on a prompt of
+# two prefill chunks with the audio block across their boundary:
 #   - the summary's decode rows equal the plain prefill's within cpu-f32 (rel err <= 1e-4) with
 #     the argmax equal on every decode row (m of m, m counted here from the ids), row N - 1 as
 #     generate's step has the prefill's argmax, and rows < N are byte-identical to the prefill's
@@ -70,6 +71,13 @@ r0_aud=$((4 + n_aud + 1)) # N = 4 given; the lone placeholder at 2 became n_aud 
 decode_case audio 4 "$r0_aud" "$ids_aud" --audio "$wav" --tokenizer "$tok"
 decode_case text 3 3 "2,5,17,9,7,11,300,41,17,99,4,8"
 decode_case text_n1 1 1 "2,5,17,9"
+# past one prefill chunk (generate's 512 rows): the audio block across the chunks' boundary, so
+# the second chunk's soft rows start where the first's end (a wrong offset moves rows >= 512)
+long=2
+for ((i = 1; i < 505; i++)); do long="$long,$((3 + (i * 37) % 900))"; done
+long="$long,$ph_aud"
+for ((i = 0; i < 14; i++)); do long="$long,$((5 + i * 11))"; done
+decode_case two_chunks 516 $((516 + n_aud + 1)) "$long" --audio "$wav" --tokenizer "$tok"
 
 # the comparison can fail: the prefill of the same prompt with other decode ids
 "$G4CU" logits "$G4_TINY_PKG" --ids "2,5,$ph_aud,9,7,12,301,40,18,98" --audio "$wav" \
