@@ -126,11 +126,13 @@ void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p) { memset(p, 0, 
 
 // decode_from (g4cu_eval.h): ids[0, N) as generate's prompt, then ids[N, n) one decode step
 // each, every row's logits into out [n, V] (step_row [V]: row N - 1 as the prompt's last step
-// computes it, or NULL). The state is generate's (eval's pipeline: max_tokens = the prefill
-// chunk, G4_GEN_DEFAULT_CHUNK; the decode graph captured at its creation, unless G4_EAGER=1)
-// but for its capacity (n here, the prompt + max_new there: the decode attention's split count
-// is capped by the capacity's tiles, never below the tiles a context of n keys covers, so the
-// work per split is the same) and its logit rows (a chunk's, for the prefill's rows).
+// computes it, or NULL). The state is made as eval's pipeline makes it (max_tokens =
+// G4_GEN_DEFAULT_CHUNK rows a forward, the decode graph captured at its creation unless
+// G4_EAGER=1) but for its capacity (n here; the first item's prompt + max_new there, grown for a
+// longer one: the decode attention's split count is capped by the capacity's tiles, never below
+// the tiles a context of n keys covers, so each split's keys are the same), its logit rows (a
+// chunk's here, for the prefill's rows; 1 there) and its history (fresh here; there the cache
+// rows past the item's length hold the items before it).
 // The prompt goes in as generate's does (g4_gen_seq_prefill_upto): chunks of that size, each
 // with its own soft-token rows; every chunk runs as g4_text_forward with all its rows' logits
 // (generate asks for none before the last). The last chunk then runs again, rewound, as
@@ -143,7 +145,7 @@ static int decode_logits(g4_text_model *m, const int32_t *ids, int n, int N,
     const g4_text_config *c = m->cfg;
     const int V = c->vocab;
     const int chunk = N < G4_GEN_DEFAULT_CHUNK ? N : G4_GEN_DEFAULT_CHUNK;
-    const g4_text_state_opts so = {n, chunk, chunk, 0};
+    const g4_text_state_opts so = {n, G4_GEN_DEFAULT_CHUNK, chunk, 0};
     g4_text_state *s = NULL;
     int rc = g4_text_state_new_opts(m, &so, &s), used = 0;
     for (int a = 0; !rc && a < N; a += chunk) {
