@@ -306,9 +306,10 @@
 #            mm_logits_check.py --decode --backend cuda (g4cu logits --decode-from: generate's
 #            prompt prefill, then each answer token one decode step, against the plain prefill)
 #            once per decode toggle, each under its environment: base (HF too), then --no-hf:
-#            all_off (the five below at once), eager (G4_EAGER=1: no graph), pdl0, fuse0, qkv0,
-#            gemv_fma, norm_mma, attn1, merge_cluster, ple_fused, gvm_split1 (the list and why:
-#            MM_DECCHECK_TOGGLES). $OUT/mm_deccheck/deccheck_NAME.
+#            all_off (the five below at once), text (the defaults, each prompt without its audio
+#            block: dec_rel / dec_pf after a text context), eager (G4_EAGER=1: no graph), pdl0,
+#            fuse0, qkv0, gemv_fma, norm_mma, attn1, merge_cluster, ple_fused, gvm_split1 (the
+#            list and why: MM_DECCHECK_TOGGLES). $OUT/mm_deccheck/deccheck_NAME.
 #            {txt,json} and the table DECCHECK.md (toggle, items, dec_rel mean / max, dec_pf,
 #            dec_own; and "eval = full eval": the same items through g4cu eval alone under the
 #            toggle, how many answers equal the full default eval's: base < all means an answer
@@ -2472,13 +2473,16 @@ PY
 # the split kernel (G4_ATTN_MERGE=cluster; below 1024 keys the default is already the separate
 # merge launch, "split"), the PLE block as one op (G4_PLE_FUSED=1), the tensor-core GEMV's K
 # unsplit (G4_GVM_SPLIT_MAX=1: another fp32 summation order), and all_off (the first five at
-# once). Left out: G4_PERSIST_MLP=1 (an fp16 package runs the same ops apart: cu_mlp_block),
+# once). "text" is no switch: the defaults on each prompt without its audio block (mm_logits_check
+# --text-only), the same answer tokens: does the decode leave its prefill after a text context
+# too, or only after the audio's? Left out: G4_PERSIST_MLP=1 (an fp16 package runs the same ops apart: cu_mlp_block),
 # G4_GEMV_F16_PIPE=0 (the order of the weight loads, not of the arithmetic), G4_SKINNY,
 # G4_GEMM_PREFILL, G4_ATTN_PREFILL (rows > 8 / > 64: the prefill), G4_GEMV* (Q4 weights),
 # G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step), G4_SYNC_LAUNCHES (a debug aid).
 MM_DECCHECK_TOGGLES=(
     "base|"
     "all_off|G4_EAGER=1 G4_PDL=0 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma"
+    "text|"
     "eager|G4_EAGER=1"
     "pdl0|G4_PDL=0"
     "fuse0|G4_FUSE=0"
@@ -2504,6 +2508,7 @@ mm_deccheck() {
         t0=$(date +%s)
         local nohf=--no-hf
         [ "$name" = base ] && nohf=""
+        [ "$name" = text ] && nohf="--no-hf --text-only"
         # (env: the toggle's assignments for this run only; word splitting is wanted)
         # shellcheck disable=SC2086
         env $envs python3 tools/python/mm_logits_check.py --hf "$d/hf" --package "$d/f16" \
@@ -2524,7 +2529,7 @@ sys.stdout.write("".join(items[i] for i in ids if i in items))' "$o/deccheck_$na
         fi
         rm -rf "$o/deccheck_eval_$name"
         # shellcheck disable=SC2086
-        [ -s "$o/deccheck_items.jsonl" ] && env $envs build-gpu/g4cu eval "$o/deccheck_items.jsonl" \
+        [ -s "$o/deccheck_items.jsonl" ] && [ "$name" != text ] && env $envs build-gpu/g4cu eval "$o/deccheck_items.jsonl" \
             --task librispeech "$d/f16" --backend "$b" --data-dir "$MM_DATA" \
             --out "$o/deccheck_eval_$name" --max-new "${MM_MAX_NEW:-48}" >"$o/deccheck_eval_$name.txt" 2>&1
         echo "deccheck $name (${envs:-defaults}): exit $rc ($(($(date +%s) - t0)) s) $(grep "$b decode:" "$o/deccheck_$name.txt" | tail -1)"

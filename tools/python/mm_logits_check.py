@@ -36,6 +36,10 @@ the prompt's length: generate's prompt prefill, then each answer token one decod
 --no-hf (with --decode: an A/B of the decode path under another environment, tools/gpu/run.sh
 mm_deccheck): HF's model is not loaded (only its tokenizer and the feature extractor, for the
 prompts); the HF measures (rel, max_abs, hf, HF's leaving row) are left out, the rest stay.
+--text-only (with --no-hf): each prompt without its media block (<|audio> ... <audio|>, or the
+image's), no media file to g4cu, the same answer tokens after it: the decode measures on a
+text-only context of the same model (own and dec_own then compare with an eval that saw the
+media: read dec_rel and dec_pf only).
 Exit 0 when every backend's own and hf (and with --decode dec_pf and dec_own) are 0 on every
 item, else 1 (2 on a failed g4cu call).
 """
@@ -71,11 +75,11 @@ def pick_items(preds, parity, n):
     return seen[:n]
 
 
-def g4cu_logits(g4cu, pkg, ids, media_flag, media_path, backend, tmpdir, decode_from=0):
-    """The prefill's logits [rows, V]; with decode_from, (prefill, decode, step row [V]) from
-    one `g4cu logits --decode-from` call (the package loaded once)."""
+def g4cu_logits(g4cu, pkg, ids, media, backend, tmpdir, decode_from=0):
+    """The prefill's logits [rows, V] (media: (flag, path) or ()); with decode_from, (prefill,
+    decode, step row [V]) from one `g4cu logits --decode-from` call (the package loaded once)."""
     out = os.path.join(tmpdir, f"logits_{backend}.npy")
-    cmd = [g4cu, "logits", pkg, "--ids", ",".join(map(str, ids)), media_flag, media_path,
+    cmd = [g4cu, "logits", pkg, "--ids", ",".join(map(str, ids)), *media,
            "--backend", backend, "--out", out]
     pf = os.path.join(tmpdir, f"prefill_{backend}.npy")
     step = os.path.join(tmpdir, f"step_{backend}.npy")
@@ -120,11 +124,15 @@ def main():
                     help="also run each answer token as a decode step (g4cu logits --decode-from)")
     ap.add_argument("--no-hf", action="store_true",
                     help="--decode only: skip HF's forward (and its model), keep the g4cu measures")
+    ap.add_argument("--text-only", action="store_true",
+                    help="--no-hf only: the prompts without their media block (decode measures)")
     ap.add_argument("--json")
     args = ap.parse_args()
     backends = args.backend or ["cuda", "cpu"]
     if args.no_hf and not args.decode:
         ap.error("--no-hf needs --decode (without HF the decode measures are all there is)")
+    if args.text_only and not args.no_hf:
+        ap.error("--text-only needs --no-hf (HF would read another prompt)")
     dev = torch.device(args.device)
     if args.no_hf:  # the prompts only: the tokenizer's Prompter and the feature extractor
         from tokenizers import Tokenizer
@@ -157,6 +165,10 @@ def main():
             ans = list(p.get("tokens", []))
             if not ans:
                 continue
+            if args.text_only:  # the media block out: begin id through end id
+                kind = "image" if "image" in it else "audio"
+                a = prompt.index(pr.id[f"<|{kind}>"])
+                prompt = prompt[:a] + prompt[prompt.index(pr.id[f"<{kind}|>"]) + 1:]
             seq = prompt + ans[:-1]
             rows = slice(len(prompt) - 1, len(seq))  # row j of these predicts ans[j]
             h = leave = None
@@ -173,9 +185,11 @@ def main():
                 rec.update(hf_token=a, g4cu_token=b, hf_gap=float(h[leave, a] - h[leave, b]))
             media = ("--image", os.path.join(args.data, it["image"])) if "image" in it else \
                     ("--audio", os.path.join(args.data, it["audio"]))
+            if args.text_only:
+                media = ()
             for be in backends:
                 try:
-                    g = g4cu_logits(args.g4cu, args.package, seq, *media, be, tdir,
+                    g = g4cu_logits(args.g4cu, args.package, seq, media, be, tdir,
                                     len(prompt) if args.decode else 0)
                     if args.decode:
                         g, dec, step = g
