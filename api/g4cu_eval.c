@@ -141,7 +141,8 @@ void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p) { memset(p, 0, 
 // inputs rewrite the same cache rows). What differs from generate: the earlier chunks' LM head
 // (extra work after the layers; it changes nothing the later rows read) and the rows kept.
 static int decode_logits(g4_text_model *m, const int32_t *ids, int n, int N,
-                         const g4_soft_tokens *soft, float *out, float *step_row) {
+                         const g4_soft_tokens *soft, float *out, float *step_row,
+                         int32_t *sampled) {
     const g4_text_config *c = m->cfg;
     const int V = c->vocab;
     const int chunk = N < G4_GEN_DEFAULT_CHUNK ? N : G4_GEN_DEFAULT_CHUNK;
@@ -168,6 +169,7 @@ static int decode_logits(g4_text_model *m, const int32_t *ids, int n, int N,
         g4_buf row = s->logits;
         row.rows = 1;
         if (step_row) g4_buf_to_host_f32(s->be, &row, step_row);
+        if (sampled) sampled[N - 1] = next;
     }
     for (int t = N; !rc && t < n; t++) { // one decode step a row: generate's fed-back token
         int32_t next;
@@ -175,6 +177,7 @@ static int decode_logits(g4_text_model *m, const int32_t *ids, int n, int N,
         g4_buf row = s->logits; // (capped in place by the sample op)
         row.rows = 1;
         g4_buf_to_host_f32(s->be, &row, out + (size_t)t * V);
+        if (sampled) sampled[t] = next;
     }
     g4_text_state_free(s);
     return rc;
@@ -215,6 +218,7 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
     int n = n_ids, rc, n_img = 0, n_aud = 0, N = prm->decode_from;
     if (prm->step_logits) *prm->step_logits = NULL;
     if (prm->prefill_logits) *prm->prefill_logits = NULL;
+    if (prm->sampled) *prm->sampled = NULL;
     if (N && (N < 1 || N > n_ids)) // (before the model loads; the placeholders after expansion)
         return g4_fail(G4_EUSER, "decode_from %d: expected 1..%d (the ids given)", N, n_ids);
     int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n); // [n]: grows when media expand
@@ -243,17 +247,21 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
         float *step = prm->step_logits ? g4_malloc(sizeof(float) * (size_t)p->text.vocab) : NULL;
         float *pf = prm->prefill_logits ? g4_malloc(sizeof(float) * (size_t)n * p->text.vocab)
                                         : NULL; // [n, vocab]
-        rc = decode_logits(m, ids, n, N, &soft, out, step);
+        int32_t *smp = prm->sampled ? g4_malloc(sizeof(int32_t) * (size_t)n) : NULL; // [n]
+        for (int t = 0; smp && t < n; t++) smp[t] = -1;
+        rc = decode_logits(m, ids, n, N, &soft, out, step, smp);
         // the plain prefill on its own state, as decode_from 0 makes it
         if (!rc && pf && !(rc = g4_text_state_new(m, n, n, &s)))
             rc = g4_text_forward(s, ids, n, &soft, pf, 1);
         if (rc) {
             free(step);
             free(pf);
+            free(smp);
             goto done;
         }
         if (prm->step_logits) *prm->step_logits = step;
         if (prm->prefill_logits) *prm->prefill_logits = pf;
+        if (prm->sampled) *prm->sampled = smp;
     } else if ((rc = g4_text_state_new(m, n, n, &s)) ||
                (rc = g4_text_forward(s, ids, n, &soft, out, 1))) {
         goto done;

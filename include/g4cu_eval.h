@@ -45,6 +45,10 @@ typedef struct {
     // on the same loaded model and soft tokens (what decode_from 0 returns), [*n_rows, *n_vocab]
     // (malloc'ed: g4cu_free): the package, the towers and the media are read once for both.
     float **prefill_logits;
+    // decode_from > 0, not NULL: *sampled gets [*n_rows] ids (malloc'ed: g4cu_free): row t >= N - 1
+    // the id generate's step picked after row t (the sample op on the device, greedy: the
+    // argmax of the row it capped), -1 before N - 1. The sample op checked on the rows it read.
+    int32_t **sampled;
 } g4cu_eval_logits_params;
 void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p);
 

@@ -5,7 +5,8 @@
 # two prefill chunks with the audio block across their boundary:
 #   - the summary's decode rows equal the plain prefill's within cpu-f32 (rel err <= 1e-4) with
 #     the argmax equal on every decode row (m of m, m counted here from the ids), row N - 1 as
-#     generate's step has the prefill's argmax, and rows < N are byte-identical to the prefill's
+#     generate's step has the prefill's argmax, each step's sampled id (the sample op) is the
+#     argmax of the row it capped (m + 1 of m + 1), and rows < N are byte-identical to the prefill's
 #     (--prefill-out, itself byte-identical to a plain `g4cu logits` of the ids);
 #   - the comparison itself can fail: --against the prefill of a sequence whose decode ids differ
 #     must report a large rel err and fewer equal argmaxes; --against the prefill's own file
@@ -45,7 +46,7 @@ decode_case() {
     rows=$((r0 + n - N)) m=$((n - N))
     line=$("$G4CU" logits "$G4_TINY_PKG" --ids "$ids" "$@" --decode-from "$N" \
         --out "$tmp/$name.dec.npy" --prefill-out "$tmp/$name.pf.npy" \
-        --step-out "$tmp/$name.step.npy" 2>"$tmp/err")
+        --step-out "$tmp/$name.step.npy" --sampled-out "$tmp/$name.smp.npy" 2>"$tmp/err")
     check "$name: exit 0" $?
     echo "  $line"
     grep -q "^decode vs prefill (cpu): rows $r0\.\.$((rows - 1)) ($m rows): " <<<"$line"
@@ -55,15 +56,19 @@ decode_case() {
     check "$name: decode vs prefill rel err $rel <= 1e-4 (cpu-f32)" $?
     grep -q "argmax equal $m of $m[;)]" <<<"$line" && ! grep -q "first differing" <<<"$line"
     check "$name: argmax equal on every decode row ($m of $m)" $?
-    grep -qE "; row $((r0 - 1)) as generate's prompt step: rel err [0-9.e+-]+, argmax ([0-9]+) \(prefill \1\)$" <<<"$line"
+    local st="; row $((r0 - 1)) as generate's prompt step: rel err [0-9.e+-]+"
+    grep -qE "$st, argmax ([0-9]+) \(prefill \1\);" <<<"$line"
     check "$name: row $((r0 - 1)) as generate's step has the prefill's argmax" $?
+    grep -q "; sampled id = its row's argmax on $((m + 1)) of $((m + 1))$" <<<"$line"
+    check "$name: each step's sampled id is its row's argmax ($((m + 1)) of $((m + 1)))" $?
     npy_rows_equal "$tmp/$name.dec.npy" "$tmp/$name.pf.npy" "$r0"
     check "$name: rows < $r0 byte-identical to the prefill's" $?
     "$G4CU" logits "$G4_TINY_PKG" --ids "$ids" "$@" --out "$tmp/$name.plain.npy" 2>"$tmp/err" &&
         cmp -s "$tmp/$name.plain.npy" "$tmp/$name.pf.npy"
     check "$name: --prefill-out = a plain g4cu logits, byte for byte" $?
-    grep -aq "($rows, " "$tmp/$name.dec.npy" && grep -aq "(1, " "$tmp/$name.step.npy"
-    check "$name: --out has $rows rows, --step-out one" $?
+    grep -aq "($rows, " "$tmp/$name.dec.npy" && grep -aq "(1, " "$tmp/$name.step.npy" &&
+        grep -aq "($rows, 1)" "$tmp/$name.smp.npy"
+    check "$name: --out and --sampled-out have $rows rows, --step-out one" $?
 }
 
 ids_aud="2,5,$ph_aud,9,7,11,300,41,17,99"
@@ -100,9 +105,10 @@ check "--against the prefill's own file: the built-in summary" $?
 
 # errors
 err1 "N past the ids" "decode_from 11: expected 1\.\.10 (the ids given)" \
-    "$G4CU" logits "$G4_TINY_PKG" --ids 2,5,17,9,7,11,300,41,17,99 --decode-from 11 --out "$tmp/x.npy"
+    "$G4CU" logits "$G4_TINY_PKG" --ids 2,5,17,9,7,11,300,41,17,99 --decode-from 11 \
+    --out "$tmp/x.npy"
 err1 "N at the lone placeholder" \
-    "decode_from 2: the last media placeholder is at row $((2 + n_aud)); every placeholder must lie before" \
+    "decode_from 2: the last media placeholder is at row $((2 + n_aud)); every placeholder must" \
     "$G4CU" logits "$G4_TINY_PKG" --ids "$ids_aud" --audio "$wav" --tokenizer "$tok" \
     --decode-from 2 --out "$tmp/x.npy"
 full_aud="$("$G4CU" tokenize "$tok" "<|audio>")"
@@ -110,7 +116,8 @@ for ((i = 0; i < n_aud; i++)); do full_aud="$full_aud,$ph_aud"; done
 full_aud="$full_aud,$("$G4CU" tokenize "$tok" "<audio|>")"
 err1 "N inside a typed-out block" \
     "decode_from 4: the last media placeholder is at row $((1 + n_aud))" \
-    "$G4CU" logits "$G4_TINY_PKG" --ids "2,$full_aud,9" --audio "$wav" --decode-from 4 --out "$tmp/x.npy"
+    "$G4CU" logits "$G4_TINY_PKG" --ids "2,$full_aud,9" --audio "$wav" --decode-from 4 \
+    --out "$tmp/x.npy"
 err1 "--against without --decode-from" "need --decode-from" \
     "$G4CU" logits "$G4_TINY_PKG" --ids 2,5 --against "$tmp/other.npy" --out "$tmp/x.npy"
 err1 "--against of another shape" "logits \[1, [0-9]*\], expected \[$((r0_aud + 6)), " \

@@ -16,7 +16,8 @@
 // backend's, HF's)
 // and one line compares the decode rows with it, as `g4cu compare` measures (rel err = ||dec -
 // ref|| / ||ref|| over those rows), plus row N - 1 as generate's last prompt step computes it
-// (the token generate picks first). A measurement: exit 0 whatever it finds, 1 on errors.
+// (the token generate picks first), and whether each step's sampled id (the device sample op)
+// is the argmax of the row it capped. A measurement: exit 0 whatever it finds, 1 on errors.
 // On the public C API (include/g4cu_eval.h: g4cu_eval_logits, g4cu_eval_write_npy).
 #include <g4cu_eval.h>
 #include <math.h>
@@ -36,7 +37,8 @@ static int argmax_row(const float *x, int V) {
 // One line: decode rows [r0, rows) of dec against the same rows of ref ([rows, V] both), and
 // step (row r0 - 1 as generate's step computes it; NULL: none) against ref's row r0 - 1.
 static void decode_summary(FILE *f, const char *backend, const char *ref_name, const float *dec,
-                           const float *ref, const float *step, int rows, int r0, int V) {
+                           const float *ref, const float *step, const int32_t *sampled, int rows,
+                           int r0, int V) {
     fprintf(f, "decode vs %s (%s): ", ref_name, backend);
     if (r0 >= rows) {
         fprintf(f, "no decode rows (decode-from at the end)");
@@ -79,6 +81,16 @@ static void decode_summary(FILE *f, const char *backend, const char *ref_name, c
                 rd > 0 ? sqrt(rn / rd) : sqrt(rn), argmax_row(step, V), ref_name,
                 argmax_row(p, V));
     }
+    if (sampled && step && r0 >= 1) { // the sample op against the argmax of each row it capped
+        int same = 0, first = -1, fs = 0, fa = 0;
+        for (int r = r0 - 1; r < rows; r++) {
+            const int a = argmax_row(r == r0 - 1 ? step : dec + (size_t)r * V, V);
+            if (sampled[r] == a) same++;
+            else if (first < 0) first = r, fs = sampled[r], fa = a;
+        }
+        fprintf(f, "; sampled id = its row's argmax on %d of %d", same, rows - r0 + 1);
+        if (first >= 0) fprintf(f, " (first not: row %d, sampled %d, argmax %d)", first, fs, fa);
+    }
     fputc('\n', f);
 }
 
@@ -103,7 +115,7 @@ static int read_against(const char *path, int rows, int V, float **out) {
 static int cmd_logits(int argc, char **argv) {
     const char *pkg_dir = NULL, *ids_s = NULL, *out = NULL, *backend = "cpu", *image = NULL,
                *audio = NULL, *tok_path = NULL, *against = NULL, *prefill_out = NULL,
-               *step_out = NULL;
+               *step_out = NULL, *sampled_out = NULL;
     long long image_tokens = 0, decode_from = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_s = argv[++i];
@@ -115,6 +127,7 @@ static int cmd_logits(int argc, char **argv) {
         else if (!strcmp(argv[i], "--against") && i + 1 < argc) against = argv[++i];
         else if (!strcmp(argv[i], "--prefill-out") && i + 1 < argc) prefill_out = argv[++i];
         else if (!strcmp(argv[i], "--step-out") && i + 1 < argc) step_out = argv[++i];
+        else if (!strcmp(argv[i], "--sampled-out") && i + 1 < argc) sampled_out = argv[++i];
         else if (!strcmp(argv[i], "--decode-from")) {
             if (!g4_cli_int("logits", "--decode-from", i + 1 < argc ? argv[++i] : NULL, 1,
                             1 << 30, &decode_from))
@@ -131,16 +144,17 @@ static int cmd_logits(int argc, char **argv) {
     if (!pkg_dir || !ids_s || !out)
         return g4_cli_usage_error("logits", "needs PKG, --ids and --out");
     if (image_tokens && !image) return g4_cli_usage_error("logits", "--image-tokens needs --image");
-    if ((against || prefill_out || step_out) && !decode_from)
-        return g4_cli_usage_error("logits", "--against, --prefill-out and --step-out need "
-                                            "--decode-from");
+    if ((against || prefill_out || step_out || sampled_out) && !decode_from)
+        return g4_cli_usage_error("logits", "--against, --prefill-out, --step-out and "
+                                            "--sampled-out need --decode-from");
     if (against && prefill_out)
         return g4_cli_usage_error("logits", "--prefill-out writes the prefill --against replaces: "
                                             "not both");
     int32_t *ids;
     int n, rc;
     if ((rc = g4_check_output(out)) || (prefill_out && (rc = g4_check_output(prefill_out))) ||
-        (step_out && (rc = g4_check_output(step_out))))
+        (step_out && (rc = g4_check_output(step_out))) ||
+        (sampled_out && (rc = g4_check_output(sampled_out))))
         return g4_cli_fail(rc); // before the work, not after it
     if ((rc = g4_cli_parse_ids(ids_s, &ids, &n))) return g4_cli_fail(rc);
     g4cu_eval_logits_params lp;
@@ -151,13 +165,22 @@ static int cmd_logits(int argc, char **argv) {
     lp.image_tokens = (int)image_tokens;
     lp.audio = audio;
     float *logits = NULL, *step = NULL, *ref = NULL; // [rows, vocab], [vocab], [rows, vocab]
+    int32_t *sampled = NULL;                          // [rows]
     int rows, vocab;
     lp.decode_from = (int)decode_from;
     lp.step_logits = decode_from ? &step : NULL;
+    lp.sampled = decode_from ? &sampled : NULL;
     lp.prefill_logits = decode_from && !against ? &ref : NULL; // (one load for both)
     rc = g4cu_eval_logits(pkg_dir, ids, n, &lp, &logits, &rows, &vocab);
     if (!rc) rc = g4cu_eval_write_npy(out, logits, rows, vocab);
     if (!rc && step_out) rc = g4cu_eval_write_npy(step_out, step, 1, vocab);
+    if (!rc && sampled_out) { // float32 [rows, 1] (ids are exact in a float below 2^24)
+        float *f = malloc(sizeof(float) * (size_t)rows);
+        if (!f) abort();
+        for (int r = 0; r < rows; r++) f[r] = (float)sampled[r];
+        rc = g4cu_eval_write_npy(sampled_out, f, rows, 1);
+        free(f);
+    }
     if (!rc && decode_from) {
         // the decode rows are the last n - N (a lone placeholder before N moved it)
         const int r0 = rows - (n - (int)decode_from);
@@ -165,11 +188,12 @@ static int cmd_logits(int argc, char **argv) {
         else if (prefill_out) rc = g4cu_eval_write_npy(prefill_out, ref, rows, vocab);
         if (!rc)
             decode_summary(stdout, backend, against ? against : "prefill", logits, ref, step,
-                           rows, r0, vocab);
+                           sampled, rows, r0, vocab);
     }
     free(ids);
     g4cu_free(logits);
     g4cu_free(step);
+    g4cu_free(sampled);
     free(ref); // (g4cu_free is free; ref is either)
     return rc ? g4_cli_fail(rc) : 0;
 }
@@ -189,6 +213,8 @@ static const g4_opt logits_opts[] = {
     {"--against", "F.npy", "--decode-from: compare with these [rows, vocab] logits instead"},
     {"--prefill-out", "F.npy", "--decode-from: also write the plain prefill's logits"},
     {"--step-out", "F.npy", "--decode-from: row N-1 as generate's prompt step, [1, vocab]"},
+    {"--sampled-out", "F.npy", "--decode-from: the id each step sampled, float32 [rows, 1] (-1 "
+                               "before N-1)"},
     {NULL, NULL, NULL}};
 
 const g4_cmd g4_cmd_logits = {"logits", cmd_logits,

@@ -311,7 +311,7 @@
 #            fuse0, qkv0, gemv_fma, norm_mma, attn1, merge_cluster, ple_fused, gvm_split1 (the
 #            list and why: MM_DECCHECK_TOGGLES). $OUT/mm_deccheck/deccheck_NAME.
 #            {txt,json} and the table DECCHECK.md (toggle, items, dec_rel mean / max, dec_pf,
-#            dec_own; and "eval = full eval": the same items through g4cu eval alone under the
+#            dec_own, dec_sample: rows whose sampled id is not the argmax of its row; and "eval = full eval": the same items through g4cu eval alone under the
 #            toggle, how many answers equal the full default eval's: base < all means an answer
 #            depends on the items evaluated before it, the state's history, not on the decode
 #            op). MM_DECCHECK_ONLY="base pdl0 ..." runs those toggles only; MM_DECCHECK_ITEMS
@@ -2547,17 +2547,18 @@ def tokens(path):
 
 full = tokens(full)
 print("| toggle | env | items | dec_rel mean | dec_rel max | dec_pf items (rows) | "
-      "dec_own items (rows) | first split rows (prefill gap) | eval = full eval |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "dec_own items (rows) | dec_sample rows | first split rows (prefill gap) | "
+      "eval = full eval |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for tg in sys.argv[4:]:
     name, env = tg.split("|", 1)
     path = os.path.join(o, f"deccheck_{name}.json")
     if not os.path.exists(path):
-        print(f"| {name} | {env or '(defaults)'} | not run (no {os.path.basename(path)}) |||||")
+        print(f"| {name} | {env or '(defaults)'} | not run (no {os.path.basename(path)}) ||||||")
         continue
     rs = [r[be] for r in json.load(open(path)) if be in r]
     if not rs:
-        print(f"| {name} | {env or '(defaults)'} | 0 |||||")
+        print(f"| {name} | {env or '(defaults)'} | 0 ||||||")
         continue
     rel = [r["dec_rel"] for r in rs]
     firsts = ", ".join(f"{r['dec_first']} ({r['dec_first_gap']:.3g})" for r in rs if "dec_first" in r)
@@ -2566,8 +2567,8 @@ for tg in sys.argv[4:]:
     same = f"{sum(sub[i] == full.get(i) for i in sub)} of {len(sub)}" if sub else "not run"
     print(f"| {name} | {env or '(defaults)'} | {len(rs)} | {sum(rel) / len(rel):.3g} | "
           f"{max(rel):.3g} | {sum(r['dec_pf'] > 0 for r in rs)} ({sum(r['dec_pf'] for r in rs)}) | "
-          f"{sum(r['dec_own'] > 0 for r in rs)} ({sum(r['dec_own'] for r in rs)}) | {firsts} | "
-          f"{same} |")
+          f"{sum(r['dec_own'] > 0 for r in rs)} ({sum(r['dec_own'] for r in rs)}) | "
+          f"{sum(r.get('dec_sample', 0) for r in rs)} | {firsts} | {same} |")
 PY
 }
 

@@ -33,6 +33,8 @@ the prompt's length: generate's prompt prefill, then each answer token one decod
            reproduces the eval's generation; dec_pf > 0 with it: the decode path is the cause)
   dec_first  the first row where decode and prefill argmax differ, with the prefill's gap
            between the two tokens there (dec_first_gap)
+  dec_sample  answer rows where the id the step sampled (the device sample op, greedy) is not
+           the argmax of the row it capped (0: the sample op is not it)
 --no-hf (with --decode: an A/B of the decode path under another environment, tools/gpu/run.sh
 mm_deccheck): HF's model is not loaded (only its tokenizer and the feature extractor, for the
 prompts); the HF measures (rel, max_abs, hf, HF's leaving row) are left out, the rest stay.
@@ -83,8 +85,10 @@ def g4cu_logits(g4cu, pkg, ids, media, backend, tmpdir, decode_from=0):
            "--backend", backend, "--out", out]
     pf = os.path.join(tmpdir, f"prefill_{backend}.npy")
     step = os.path.join(tmpdir, f"step_{backend}.npy")
+    smp = os.path.join(tmpdir, f"sampled_{backend}.npy")
     if decode_from:
-        cmd += ["--decode-from", str(decode_from), "--prefill-out", pf, "--step-out", step]
+        cmd += ["--decode-from", str(decode_from), "--prefill-out", pf, "--step-out", step,
+                "--sampled-out", smp]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"g4cu logits ({backend}) exit {r.returncode}: "
@@ -92,17 +96,20 @@ def g4cu_logits(g4cu, pkg, ids, media, backend, tmpdir, decode_from=0):
     if not decode_from:
         return np.load(out).astype(np.float64)
     return (np.load(pf).astype(np.float64), np.load(out).astype(np.float64),
-            np.load(step).astype(np.float64)[0])
+            np.load(step).astype(np.float64)[0], np.load(smp)[:, 0].astype(np.int64))
 
 
-def decode_measures(pf, dec, ans):
-    """dec_* of decode rows dec [len(ans), V] (the eval's path) against the prefill's pf."""
+def decode_measures(pf, dec, ans, sampled=None):
+    """dec_* of decode rows dec [len(ans), V] (the eval's path) against the prefill's pf;
+    sampled: the id each of those steps sampled."""
     pa, da = pf.argmax(-1), dec.argmax(-1)
     diff = [j for j in range(len(ans)) if pa[j] != da[j]]
     r = dict(dec_rel=float(np.linalg.norm(dec - pf) / np.linalg.norm(pf)),
              dec_max_abs=float(np.abs(dec - pf).max()),
              dec_pf=len(diff),
              dec_own=int(sum(da[j] != ans[j] for j in range(len(ans)))))
+    if sampled is not None:
+        r["dec_sample"] = int(sum(sampled[j] != da[j] for j in range(len(ans))))
     if diff:
         j = diff[0]
         r.update(dec_first=j, dec_first_gap=float(pf[j, pa[j]] - pf[j, da[j]]))
@@ -192,7 +199,7 @@ def main():
                     g = g4cu_logits(args.g4cu, args.package, seq, media, be, tdir,
                                     len(prompt) if args.decode else 0)
                     if args.decode:
-                        g, dec, step = g
+                        g, dec, step, smp = g
                 except RuntimeError as e:
                     print(f"mm_logits_check: {i}: {e}")
                     return 2
@@ -211,7 +218,7 @@ def main():
                     r["gap_at_leave"] = float(g[leave, a] - g[leave, b])
                 if args.decode:  # the eval's rows: the prompt step's, then the decode steps'
                     d = np.concatenate([step[None, :], dec[len(prompt):]])
-                    r.update(decode_measures(g, d, ans))
+                    r.update(decode_measures(g, d, ans, smp[len(prompt) - 1:]))
                     ok &= r["dec_pf"] == 0 and r["dec_own"] == 0
                 rec[be] = r
                 ok &= r["own"] == 0 and r.get("hf", 0) == 0
@@ -228,7 +235,8 @@ def main():
                                             if "gap_at_leave" in r else ""))
                 if args.decode:
                     line += (f"; {be} decode: dec_rel {r['dec_rel']:.3g}, max abs "
-                             f"{r['dec_max_abs']:.3g}, dec_pf {r['dec_pf']}, dec_own {r['dec_own']}"
+                             f"{r['dec_max_abs']:.3g}, dec_pf {r['dec_pf']}, "
+                             f"dec_own {r['dec_own']}, dec_sample {r['dec_sample']}"
                              + (f", first at {r['dec_first']} (prefill gap "
                                 f"{r['dec_first_gap']:.4g})" if "dec_first" in r else ""))
             print(line)
@@ -244,7 +252,8 @@ def main():
                   f"prefill's on {sum(r[be]['dec_pf'] > 0 for r in report)} items "
                   f"({sum(r[be]['dec_pf'] for r in report)} rows); the decode left the eval's "
                   f"tokens on {sum(r[be]['dec_own'] > 0 for r in report)} items "
-                  f"({sum(r[be]['dec_own'] for r in report)} rows)")
+                  f"({sum(r[be]['dec_own'] for r in report)} rows); a sampled id left its row's "
+                  f"argmax on {sum(r[be]['dec_sample'] for r in report)} rows")
     if args.json:
         json.dump(report, open(args.json, "w"), indent=1)
     return 0 if ok else 1
