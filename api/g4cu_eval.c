@@ -18,6 +18,7 @@
 #include "engine/chat.h"
 #include "engine/multimodal.h"
 #include "engine/text_model.h"
+#include "engine/generate.h"
 #include "eval/runner.h"
 #include "fidelity/npy.h"
 #include "kernels/backend_select.h"
@@ -70,8 +71,9 @@ static int lone_placeholder(const int32_t *ids, int n, int ph, int begin, int en
 }
 
 // Expands a lone image / audio placeholder of *ids into begin + count x placeholder + end.
+// *mark (an index into *ids; NULL: none) moves with the rows an expansion before it adds.
 static int expand_placeholders(const g4_text_config *c, const char *pkg_dir, const char *tok_path,
-                               int n_img, int n_aud, int32_t **ids, int *n) {
+                               int n_img, int n_aud, int32_t **ids, int *n, int *mark) {
     const int kinds[2][2] = {{c->image_token_id, n_img}, {c->audio_token_id, n_aud}};
     int need = 0;
     for (int k = 0; k < 2; k++)
@@ -113,6 +115,7 @@ static int expand_placeholders(const g4_text_config *c, const char *pkg_dir, con
         free(*ids);
         *ids = out;
         *n = m;
+        if (mark && at < *mark) *mark += count + 1;
     }
     g4_tokenizer_close(tok);
     free(path);
@@ -120,6 +123,86 @@ static int expand_placeholders(const g4_text_config *c, const char *pkg_dir, con
 }
 
 void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p) { memset(p, 0, sizeof *p); }
+
+// decode_from (g4cu_eval.h): ids[0, N) as generate's prompt, then ids[N, n) one decode step
+// each, every row's logits into out [n, V] (step_row [V]: row N - 1 as the prompt's last step
+// computes it, or NULL). The state is made as eval's pipeline makes it (max_tokens =
+// G4_GEN_DEFAULT_CHUNK rows a forward, the decode graph captured at its creation unless
+// G4_EAGER=1) but for its capacity (n here; the first item's prompt + max_new there, grown for a
+// longer one: the decode attention's split count is capped by the capacity's tiles, never below
+// the tiles a context of n keys covers, so each split's keys are the same), its logit rows (a
+// chunk's here, for the prefill's rows; 1 there) and its history (fresh here; there the cache
+// rows past the item's length hold the items before it).
+// The prompt goes in as generate's does (g4_gen_seq_prefill_upto): chunks of that size, each
+// with its own soft-token rows; every chunk runs as g4_text_forward with all its rows' logits
+// (generate asks for none before the last). The last chunk then runs again, rewound, as
+// generate's step (g4_text_step: its last row alone through the LM head, the sample op), so
+// its KV rows and the step's row N - 1 are generate's exactly (the same kernels on the same
+// inputs rewrite the same cache rows). What differs from generate: the earlier chunks' LM head
+// (extra work after the layers; it changes nothing the later rows read) and the rows kept.
+static int decode_logits(g4_text_model *m, const int32_t *ids, int n, int N,
+                         const g4_soft_tokens *soft, float *out, float *step_row,
+                         int32_t *sampled) {
+    const g4_text_config *c = m->cfg;
+    const int V = c->vocab;
+    const int chunk = N < G4_GEN_DEFAULT_CHUNK ? N : G4_GEN_DEFAULT_CHUNK;
+    const g4_text_state_opts so = {n, G4_GEN_DEFAULT_CHUNK, chunk, 0};
+    g4_text_state *s = NULL;
+    int rc = g4_text_state_new_opts(m, &so, &s), used = 0;
+    for (int a = 0; !rc && a < N; a += chunk) {
+        const int T = N - a < chunk ? N - a : chunk;
+        int n_ph = 0;
+        for (int t = a; t < a + T; t++) n_ph += g4_placeholder_of(c, ids[t]) != G4_PH_NONE;
+        g4_soft_tokens part = {{0}, n_ph}; // this chunk's soft rows, as generate cuts them
+        if (n_ph) {
+            part.rows = soft->rows;
+            part.rows.data = (float *)soft->rows.data + (size_t)used * c->hidden;
+            part.rows.rows = n_ph;
+        }
+        used += n_ph;
+        const g4_soft_tokens *sp = n_ph ? &part : NULL;
+        if ((rc = g4_text_forward(s, ids + a, T, sp, out + (size_t)a * V, 1)) || a + T < N)
+            continue;
+        int32_t next;
+        s->n_past = a; // the last chunk again, as generate's step
+        if ((rc = g4_text_step(s, ids + a, T, sp, &next))) break;
+        g4_buf row = s->logits;
+        row.rows = 1;
+        if (step_row) g4_buf_to_host_f32(s->be, &row, step_row);
+        if (sampled) sampled[N - 1] = next;
+    }
+    for (int t = N; !rc && t < n; t++) { // one decode step a row: generate's fed-back token
+        int32_t next;
+        if ((rc = g4_text_step(s, ids + t, 1, NULL, &next))) break;
+        g4_buf row = s->logits; // (capped in place by the sample op)
+        row.rows = 1;
+        g4_buf_to_host_f32(s->be, &row, out + (size_t)t * V);
+        if (sampled) sampled[t] = next;
+    }
+    g4_text_state_free(s);
+    return rc;
+}
+
+// The decode_from checks on the expanded ids: 1 <= N <= n (n_given, N_given: as the caller gave
+// them), every placeholder before N.
+static int check_decode_from(const g4_text_config *c, const int32_t *ids, int n, int N,
+                             int n_given, int N_given) {
+    if (N_given < 1 || N_given > n_given)
+        return g4_fail(G4_EUSER, "decode_from %d: expected 1..%d (the ids given)", N_given,
+                       n_given);
+    int last = -1;
+    for (int t = 0; t < n; t++)
+        if (g4_placeholder_of(c, ids[t]) != G4_PH_NONE) last = t;
+    char at[64] = ""; // where N is among the rows, when a lone placeholder's expansion moved it
+    if (N != N_given) snprintf(at, sizeof at, " (row %d of the %d after the expansion)", N, n);
+    if (last >= N)
+        return g4_fail(G4_EUSER,
+                       "decode_from %d%s: the last media placeholder is at row %d; every "
+                       "placeholder must lie before the decode rows (the prefill takes the soft "
+                       "tokens)",
+                       N_given, at, last);
+    return G4_OK;
+}
 
 int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
                      const g4cu_eval_logits_params *prm, float **logits, int *n_rows,
@@ -132,7 +215,12 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
     *n_rows = *n_vocab = 0;
     if (!dir || !ids_in || n_ids < 1)
         return g4_fail(G4_EUSER, "g4cu_eval_logits: needs a package and at least one id");
-    int n = n_ids, rc, n_img = 0, n_aud = 0;
+    int n = n_ids, rc, n_img = 0, n_aud = 0, N = prm->decode_from;
+    if (prm->step_logits) *prm->step_logits = NULL;
+    if (prm->prefill_logits) *prm->prefill_logits = NULL;
+    if (prm->sampled) *prm->sampled = NULL;
+    if (N && (N < 1 || N > n_ids)) // (before the model loads; the placeholders after expansion)
+        return g4_fail(G4_EUSER, "decode_from %d: expected 1..%d (the ids given)", N, n_ids);
     int32_t *ids = g4_malloc(sizeof(int32_t) * (size_t)n); // [n]: grows when media expand
     memcpy(ids, ids_in, sizeof(int32_t) * (size_t)n);
     g4_backend *be;
@@ -149,12 +237,35 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
     // The media first: their soft-token counts size the prompt (and so the state).
     if ((rc = media_soft_tokens(&tw, prm->image, prm->image_tokens, prm->audio, &img, &n_img,
                                 &aud, &n_aud)) ||
-        (rc = expand_placeholders(&p->text, dir, prm->tokenizer, n_img, n_aud, &ids, &n)) ||
-        (rc = g4_text_state_new(m, n, n, &s)) ||
+        (rc = expand_placeholders(&p->text, dir, prm->tokenizer, n_img, n_aud, &ids, &n,
+                                  N ? &N : NULL)) ||
+        (N && (rc = check_decode_from(&p->text, ids, n, N, n_ids, prm->decode_from))) ||
         (rc = g4_mm_merge(be, &p->text, ids, n, img, n_img, aud, n_aud, &soft)))
         goto done;
     out = g4_malloc(sizeof(float) * (size_t)n * p->text.vocab); // [n, vocab]
-    if ((rc = g4_text_forward(s, ids, n, &soft, out, 1))) goto done;
+    if (N) {
+        float *step = prm->step_logits ? g4_malloc(sizeof(float) * (size_t)p->text.vocab) : NULL;
+        float *pf = prm->prefill_logits ? g4_malloc(sizeof(float) * (size_t)n * p->text.vocab)
+                                        : NULL; // [n, vocab]
+        int32_t *smp = prm->sampled ? g4_malloc(sizeof(int32_t) * (size_t)n) : NULL; // [n]
+        for (int t = 0; smp && t < n; t++) smp[t] = -1;
+        rc = decode_logits(m, ids, n, N, &soft, out, step, smp);
+        // the plain prefill on its own state, as decode_from 0 makes it
+        if (!rc && pf && !(rc = g4_text_state_new(m, n, n, &s)))
+            rc = g4_text_forward(s, ids, n, &soft, pf, 1);
+        if (rc) {
+            free(step);
+            free(pf);
+            free(smp);
+            goto done;
+        }
+        if (prm->step_logits) *prm->step_logits = step;
+        if (prm->prefill_logits) *prm->prefill_logits = pf;
+        if (prm->sampled) *prm->sampled = smp;
+    } else if ((rc = g4_text_state_new(m, n, n, &s)) ||
+               (rc = g4_text_forward(s, ids, n, &soft, out, 1))) {
+        goto done;
+    }
     *logits = out, out = NULL;
     *n_rows = n;
     *n_vocab = p->text.vocab;

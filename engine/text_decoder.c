@@ -120,7 +120,10 @@ int g4_text_state_new_opts(g4_text_model *m, const g4_text_state_opts *o, g4_tex
     s->capacity = o->capacity;
     s->max_tokens = o->max_tokens;
     s->logit_rows = logit_rows;
-    s->eager = o->eager;
+    // G4_EAGER=1 (read here): no state captures its decode step; every step runs op by op (an
+    // A/B of the graph replay against the same ops enqueued one by one: tools/gpu/run.sh
+    // mm_deccheck)
+    s->eager = o->eager || g4_env_is("G4_EAGER", "1");
     int rc = open_handle(s);
     if (rc) {
         free(s);

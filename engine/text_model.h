@@ -192,7 +192,8 @@ typedef struct {
     int max_tokens; // rows per forward call (the prefill chunk)
     int logit_rows; // rows of logits g4_text_forward can return (0: max_tokens; generation
                     // needs 1, and 1 saves max_tokens x V floats)
-    int eager;      // 1: never capture the decode step in a graph (tests compare with it)
+    int eager;      // 1: never capture the decode step in a graph (tests compare with it;
+                    // G4_EAGER=1 in the environment does it for every state)
 } g4_text_state_opts;
 
 // A request state (see the top). Its decode graph, on backends with graphs, is captured here

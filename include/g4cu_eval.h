@@ -29,6 +29,26 @@ typedef struct {
     int image_tokens;      // the image's soft-token budget (HF's max_soft_tokens; 0: the
                            // package's image_processor.json)
     const char *audio;     // a sound file whose soft tokens go at the audio placeholder ids
+    // Decode vs prefill on one backend (issue 35). 0: every row from one prefill (the default).
+    // N >= 1: ids[0, N) go in as the prefill generate gives a prompt (rows 0..N-1 are its
+    // logits), then each of ids[N, n) as ONE decode step of generate's (g4_text_step: on CUDA
+    // the captured graph and the device sample op, which soft-caps the row in place), whose
+    // logits row is read back as row t. N counts the ids as given (a lone placeholder expanded
+    // before it moves it with the rows it adds); every media placeholder must lie before it.
+    int decode_from;
+    // decode_from > 0, not NULL: *step_logits gets row N - 1 as generate's last prompt step
+    // computes it (the LM head on that row alone, the sample op's cap; the token generate
+    // would pick first is its argmax), [*n_vocab] floats (malloc'ed: g4cu_free). The prefill's
+    // own row N - 1 (all rows through the LM head, the softcap op) is row N - 1 of *logits.
+    float **step_logits;
+    // decode_from > 0, not NULL: *prefill_logits gets the plain prefill's logits of the same ids
+    // on the same loaded model and soft tokens (what decode_from 0 returns), [*n_rows, *n_vocab]
+    // (malloc'ed: g4cu_free): the package, the towers and the media are read once for both.
+    float **prefill_logits;
+    // decode_from > 0, not NULL: *sampled gets [*n_rows] ids (malloc'ed: g4cu_free): row t >= N - 1
+    // the id generate's step picked after row t (the sample op on the device, greedy: the
+    // argmax of the row it capped), -1 before N - 1. The sample op checked on the rows it read.
+    int32_t **sampled;
 } g4cu_eval_logits_params;
 void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p);
 
@@ -39,7 +59,8 @@ void g4cu_eval_logits_params_default(g4cu_eval_logits_params *p);
 // media's soft tokens, the begin / end ids from the tokenizer), so *n_rows may exceed n_ids;
 // ids that already hold the n placeholders are used as they are. p NULL: the defaults.
 // Errors: a missing tower or front-end config, a media file that does not decode, an id
-// outside the vocabulary, a placeholder count that is not the media's (the message gives n).
+// outside the vocabulary, a placeholder count that is not the media's (the message gives n);
+// with decode_from: N outside 1..n_ids, a placeholder at or after N (the message gives both).
 int g4cu_eval_logits(const char *dir, const int32_t *ids, int n_ids,
                      const g4cu_eval_logits_params *p, float **logits, int *n_rows,
                      int *n_vocab);

@@ -297,12 +297,32 @@
 #            (mm_parity.py --same) in parity_cpu.{json,txt}, and the first 8 disagreements
 #            teacher-forced on g4cu's answers on both backends (mm_logits_check.py:
 #            logits_check.{json,txt}: the decode path or the prefill?)
+#            MM_DECCHECK=1: after the parity, mm_deccheck's work into $OUT/mm (below)
+#   mm_deccheck  issue 35: which op of CUDA's one-token decode path leaves its own prefill (~3-4
+#            min; after mm_run, this call or an earlier start's on the same warm machine: it
+#            needs only $MMD/proxy/{hf,f16}, $MM_DATA and mm_run's ASR predictions + parity.json,
+#            which mm_run keeps in $MMD/deccheck_in; without them it makes them: the f16 ASR
+#            eval on CUDA and mm_parity, ~1.5 min). The first 8 parity mismatches through
+#            mm_logits_check.py --decode --backend cuda (g4cu logits --decode-from: generate's
+#            prompt prefill, then each answer token one decode step, against the plain prefill)
+#            once per decode toggle, each under its environment: base (HF too), then --no-hf:
+#            all_off (the five below at once), text (the defaults, each prompt without its audio
+#            block: dec_rel / dec_pf after a text context), eager (G4_EAGER=1: no graph), pdl0,
+#            fuse0, qkv0, gemv_fma, norm_mma, attn1, merge_cluster, ple_fused, gvm_split1 (the
+#            list and why: MM_DECCHECK_TOGGLES). $OUT/mm_deccheck/deccheck_NAME.
+#            {txt,json} and the table DECCHECK.md (toggle, items, dec_rel mean / max, dec_pf,
+#            dec_own, dec_sample: rows whose sampled id is not the argmax of its row; and "eval = full eval": the same items through g4cu eval alone under the
+#            toggle, how many answers equal the full default eval's: base < all means an answer
+#            depends on the items evaluated before it, the state's history, not on the decode
+#            op). MM_DECCHECK_ONLY="base pdl0 ..." runs those toggles only; MM_DECCHECK_ITEMS
+#            (default 8); MM_BACKEND=cpu: a CPU dry run (the toggles change nothing there)
 #   mm_det   is the CUDA eval deterministic, and which decode switch changes its answers? (issue
 #            35: two mm_run calls on one package and build gave 16 of 80 different f16 ASR
 #            answers; the CPU's equal HF's on 80 of 80). On $WORK/mm/proxy/f16 and $MM_DATA (an
-#            earlier call's mm_make; ~3 s an eval): f16's librispeech eval on CUDA
-#            ${MM_DET_RUNS:-3} times under each setting of MM_DET_ENVS (default below: the
-#            baseline, then one switch of the one-token step each), every run against the
+#            earlier call's mm_make): f16's librispeech eval on CUDA
+#            ${MM_DET_RUNS:-3} times under each setting of MM_DECCHECK_TOGGLES (mm_deccheck's:
+#            base, all_off, then one switch of the one-token step each; MM_DET_ONLY="base
+#            pdl0 ..." those only; ~3 s an eval, ~2 min in all), every run against the
 #            baseline's first (tools/python/mm_parity.py --same) and, where mm_run's
 #            MM_CPU_PARITY left the CPU's answers ($WORK/mm/det_ref: copied there by mm_run),
 #            against those; $OUT/mm_det/DET.md, one row a setting. Another package and
@@ -2344,12 +2364,6 @@ stage_mm_wait() {
         "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
 }
 
-# The settings of mm_det: "name:ENV=V ENV=V" (name "base": no environment). Each switches one
-# part of the CUDA one-token step off or to its other form (engine/text_decoder.c,
-# kernels/*.cu): PDL, the fused add + norm, the one q|k|v linear, the fp16 GEMV on the CUDA cores,
-# the decode attention's merge inside the split kernel, the skinny GEMM path.
-MM_DET_ENVS_DEFAULT="base: nopdl:G4_PDL=0 nofuse:G4_FUSE=0 noqkv:G4_QKV=0 gemvfma:G4_GEMV_F16=fma \
-cluster:G4_ATTN_MERGE=cluster noskinny:G4_SKINNY=0 syncl:G4_SYNC_LAUNCHES=1"
 # "equal/items" of two predictions files of the same items (mm_parity.py --same: token for token)
 mm_same() {
     python3 tools/python/mm_parity.py --same "$1" "$2" 2>&1 | head -1 |
@@ -2357,7 +2371,7 @@ mm_same() {
 }
 stage_mm_det() {
     local d=${MM_DET_PKG:-$MMD/proxy/f16} data=${MM_DET_DATA:-$MM_DATA} hf=${MM_DET_HF:-$MMD/proxy/hf}
-    local o="$OUT/mm_det" runs=${MM_DET_RUNS:-3} set name envs r out line
+    local o="$OUT/mm_det" runs=${MM_DET_RUNS:-3} tg name envs r out line
     rm -rf "$o" && mkdir -p "$o"
     [ -d "$d" ] || { echo "mm_det: no $d (mm_make, this call or an earlier start's)"; return 1; }
     [ -f "$data/asr_test.jsonl" ] || { echo "mm_det: no $data/asr_test.jsonl"; return 1; }
@@ -2366,12 +2380,17 @@ stage_mm_det() {
     local base="$o/base_1/predictions.jsonl" ref="$MMD/det_ref/predictions.jsonl"
     [ -n "${MM_DET_PKG:-}" ] && ref=${MM_DET_REF:-}
     printf '| setting | env | runs ok | answers equal to its run 1 (each later run) | to base run 1 | to the CPU |\n|---|---|---|---|---|---|\n' >"$o/DET.md"
-    for set in ${MM_DET_ENVS:-$MM_DET_ENVS_DEFAULT}; do
-        name=${set%%:*} envs=${set#*:}
+    for tg in "${MM_DECCHECK_TOGGLES[@]}"; do
+        name=${tg%%|*} envs=${tg#*|}
+        [ "$name" = text ] && continue # (a prompt change, not a setting)
+        if [ -n "${MM_DET_ONLY:-}" ]; then
+            case " $MM_DET_ONLY " in *" $name "*) ;; *) continue ;; esac
+        fi
         local ok=0 self="" tobase="" tocpu=""
         for r in $(seq 1 "$runs"); do
             out="$o/${name}_$r"
-            # (env with no assignment runs the command as it is)
+            # (env with no assignment runs the command as it is; word splitting is wanted)
+            # shellcheck disable=SC2086
             env $envs build-gpu/g4cu eval "$data/asr_test.jsonl" --task librispeech "$d" \
                 --backend "${MM_BACKEND:-cuda}" --out "$out" --max-new "${MM_MAX_NEW:-48}" >"$out.txt" 2>&1 &&
                 ok=$((ok + 1))
@@ -2386,7 +2405,7 @@ stage_mm_det() {
         echo "$line" >>"$o/DET.md"
         echo "mm_det: $line"
     done
-    stamp "mm_det: $d, ${MM_DET_ENVS:+MM_DET_ENVS, }$runs runs a setting"
+    stamp "mm_det: $d, ${MM_DET_ONLY:+MM_DET_ONLY, }$runs runs a setting"
     # the prefill side (audio tower + one teacher-forced prefill, no decode step): the same 8
     # items through mm_logits_check twice; a deterministic prefill gives the same rel / max abs
     # against HF bit for bit (HF's side is the same forward both times)
@@ -2469,6 +2488,10 @@ stage_mm_run() {
             2>&1 | grep -v "^\[transformers\]\|Loading" | tee "$o/logits_check.txt"
         stamp "mm: parity (HF vs g4cu f16 on cpu; cpu vs $b)"
     fi
+    # what mm_deccheck reads, kept under $WORK for a later start's (pipeline.sh's logs go)
+    mkdir -p "$MMD/deccheck_in" && cp "$o/eval_f16_asr/predictions.jsonl" "$o/parity.json" \
+        "$MMD/deccheck_in/" 2>/dev/null
+    [ "${MM_DECCHECK:-0}" = 1 ] && [ "$b" != cpu ] && mm_deccheck "$o"
     # one image + audio prompt: HF's layer-by-layer dump, g4cu compare of f16 (pass / fail) and
     # of each Q4 variant (the per-layer error, image and audio positions included)
     # (mm_reference.py wants audio whose last conv row is padding, to cover the tower's masked
@@ -2520,6 +2543,139 @@ PY
     stamp "mm: compare"
     python3 tools/python/mm_report.py "$o" "$o/MM_FIDELITY.md" && cat "$o/MM_FIDELITY.md"
     tar -czf "$OUT/mm.tar.gz" -C "$OUT" mm && echo "mm: $OUT/mm.tar.gz"
+}
+
+# --- issue 35: the decode path against its own prefill, toggle by toggle ---------------------
+# NAME|ENV (space-separated assignments; empty: the defaults), in the order worth having first
+# if the stage is cut short. Each is a switch that changes the ONE-TOKEN decode step on CUDA with
+# an fp16 package (engine/text_decoder.c, kernels/*.cu), read at state creation or once a
+# process: the graph replay (G4_EAGER=1: op by op), PDL (G4_PDL=0), the fused add-norm prologue
+# of the next linear (G4_FUSE=0: add_rmsnorm_next, then the plain GEMV), q|k|v as one linear
+# (G4_QKV=0), the fp16 GEMV design (G4_GEMV_F16=fma: o, down, the PLE projection and the lm_head
+# on the CUDA cores; G4_GEMV_F16_NORM=mma: the add-norm forms on the tensor cores), the head
+# preparation inside the decode attention (G4_FUSE_ATTN=1), the decode attention's merge inside
+# the split kernel (G4_ATTN_MERGE=cluster; below 1024 keys the default is already the separate
+# merge launch, "split"), the PLE block as one op (G4_PLE_FUSED=1), the tensor-core GEMV's K
+# unsplit (G4_GVM_SPLIT_MAX=1: another fp32 summation order), and all_off (the first five at
+# once). "text" is no switch: the defaults on each prompt without its audio block (mm_logits_check
+# --text-only), the same answer tokens: does the decode leave its prefill after a text context
+# too, or only after the audio's? Left out: G4_PERSIST_MLP=1 (an fp16 package runs the same ops apart: cu_mlp_block),
+# G4_GEMV_F16_PIPE=0 (the order of the weight loads, not of the arithmetic), G4_SKINNY,
+# G4_GEMM_PREFILL, G4_ATTN_PREFILL (rows > 8 / > 64: the prefill), G4_GEMV* (Q4 weights),
+# G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step), G4_SYNC_LAUNCHES (a debug aid).
+MM_DECCHECK_TOGGLES=(
+    "base|"
+    "all_off|G4_EAGER=1 G4_PDL=0 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma"
+    "text|"
+    "eager|G4_EAGER=1"
+    "pdl0|G4_PDL=0"
+    "fuse0|G4_FUSE=0"
+    "qkv0|G4_QKV=0"
+    "gemv_fma|G4_GEMV_F16=fma"
+    "norm_mma|G4_GEMV_F16_NORM=mma"
+    "attn1|G4_FUSE_ATTN=1"
+    "merge_cluster|G4_ATTN_MERGE=cluster"
+    "ple_fused|G4_PLE_FUSED=1"
+    "gvm_split1|G4_GVM_SPLIT_MAX=1"
+)
+
+# mm_deccheck O: the toggles' runs into O (deccheck_NAME.{txt,json}, DECCHECK.md), on the
+# predictions and parity that mm_run kept in $MMD/deccheck_in
+mm_deccheck() {
+    local o=$1 d="$MMD/proxy" in="$MMD/deccheck_in" b=${MM_BACKEND:-cuda} tg name envs t0 rc
+    mkdir -p "$o"
+    for tg in "${MM_DECCHECK_TOGGLES[@]}"; do
+        name=${tg%%|*} envs=${tg#*|}
+        if [ -n "${MM_DECCHECK_ONLY:-}" ]; then
+            case " $MM_DECCHECK_ONLY " in *" $name "*) ;; *) continue ;; esac
+        fi
+        t0=$(date +%s)
+        local nohf=--no-hf
+        [ "$name" = base ] && nohf=""
+        [ "$name" = text ] && nohf="--no-hf --text-only"
+        # (env: the toggle's assignments for this run only; word splitting is wanted)
+        # shellcheck disable=SC2086
+        env $envs python3 tools/python/mm_logits_check.py --hf "$d/hf" --package "$d/f16" \
+            --data "$MM_DATA" --preds "$in/predictions.jsonl" --parity "$in/parity.json" \
+            --items "${MM_DECCHECK_ITEMS:-8}" --backend "$b" --decode $nohf --g4cu build-gpu/g4cu \
+            --json "$o/deccheck_$name.json" 2>&1 | grep -v "^\[transformers\]\|Loading" \
+            >"$o/deccheck_$name.txt"
+        rc=${PIPESTATUS[0]}
+        # the same items through g4cu eval itself under the toggle (a fresh state that saw only
+        # them): its tokens against the full eval's tells whether the toggle changes what the
+        # eval generates, and (base) whether an item's answer depends on the items before it
+        if [ ! -f "$o/deccheck_items.jsonl" ] && [ -f "$o/deccheck_$name.json" ]; then
+            python3 -c 'import json, sys
+ids = [r["id"] for r in json.load(open(sys.argv[1]))]
+items = {json.loads(l)["id"]: l for l in open(sys.argv[2]) if l.strip()}
+sys.stdout.write("".join(items[i] for i in ids if i in items))' "$o/deccheck_$name.json" \
+                "$MM_DATA/asr_test.jsonl" >"$o/deccheck_items.jsonl"
+        fi
+        rm -rf "$o/deccheck_eval_$name"
+        # shellcheck disable=SC2086
+        [ -s "$o/deccheck_items.jsonl" ] && [ "$name" != text ] && env $envs build-gpu/g4cu eval "$o/deccheck_items.jsonl" \
+            --task librispeech "$d/f16" --backend "$b" --data-dir "$MM_DATA" \
+            --out "$o/deccheck_eval_$name" --max-new "${MM_MAX_NEW:-48}" >"$o/deccheck_eval_$name.txt" 2>&1
+        echo "deccheck $name (${envs:-defaults}): exit $rc ($(($(date +%s) - t0)) s) $(grep "$b decode:" "$o/deccheck_$name.txt" | tail -1)"
+    done
+    python3 - "$o" "$b" "$in/predictions.jsonl" "${MM_DECCHECK_TOGGLES[@]}" <<'PY' | tee "$o/DECCHECK.md"
+import json, os, sys
+o, be, full = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def tokens(path):
+    if not os.path.exists(path):
+        return {}
+    return {p["id"]: p.get("tokens") for p in map(json.loads, filter(str.strip, open(path)))}
+
+
+full = tokens(full)
+print("| toggle | env | items | dec_rel mean | dec_rel max | dec_pf items (rows) | "
+      "dec_own items (rows) | dec_sample rows | first split rows (prefill gap) | "
+      "eval = full eval |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for tg in sys.argv[4:]:
+    name, env = tg.split("|", 1)
+    path = os.path.join(o, f"deccheck_{name}.json")
+    if not os.path.exists(path):
+        print(f"| {name} | {env or '(defaults)'} | not run (no {os.path.basename(path)}) ||||||")
+        continue
+    rs = [r[be] for r in json.load(open(path)) if be in r]
+    if not rs:
+        print(f"| {name} | {env or '(defaults)'} | 0 ||||||")
+        continue
+    rel = [r["dec_rel"] for r in rs]
+    firsts = ", ".join(f"{r['dec_first']} ({r['dec_first_gap']:.3g})" for r in rs if "dec_first" in r)
+    # the subset eval under this toggle: items whose tokens equal the full (default) eval's
+    sub = tokens(os.path.join(o, f"deccheck_eval_{name}", "predictions.jsonl"))
+    same = f"{sum(sub[i] == full.get(i) for i in sub)} of {len(sub)}" if sub else "not run"
+    print(f"| {name} | {env or '(defaults)'} | {len(rs)} | {sum(rel) / len(rel):.3g} | "
+          f"{max(rel):.3g} | {sum(r['dec_pf'] > 0 for r in rs)} ({sum(r['dec_pf'] for r in rs)}) | "
+          f"{sum(r['dec_own'] > 0 for r in rs)} ({sum(r['dec_own'] for r in rs)}) | "
+          f"{sum(r.get('dec_sample', 0) for r in rs)} | {firsts} | {same} |")
+PY
+}
+
+stage_mm_deccheck() {
+    local d="$MMD/proxy" in="$MMD/deccheck_in" o="$OUT/mm_deccheck" t0
+    [ -d "$d/f16" ] && [ -d "$d/hf" ] || { echo "mm_deccheck: no $d/f16 or $d/hf (mm_make / mm_bg first)"; return 1; }
+    [ -f "$MM_DATA/asr_test.jsonl" ] || { echo "mm_deccheck: no $MM_DATA/asr_test.jsonl (mm_make writes it)"; return 1; }
+    [ -x build-gpu/g4cu ] || { echo "mm_deccheck: no build-gpu/g4cu (the build stage, this call or an earlier start's)"; return 1; }
+    rm -rf "$o" && mkdir -p "$o" "$in"
+    if [ ! -f "$in/predictions.jsonl" ] || [ ! -f "$in/parity.json" ]; then
+        # no mm_run before on this machine: its f16 ASR eval on CUDA and its parity, as mm_run runs them
+        t0=$(date +%s)
+        build-gpu/g4cu eval "$MM_DATA/asr_test.jsonl" --task librispeech "$d/f16" --backend "${MM_BACKEND:-cuda}" \
+            --out "$o/eval_f16_asr" --max-new "${MM_MAX_NEW:-48}" >"$o/eval_f16_asr.txt" 2>&1
+        echo "eval f16 asr: exit $? $(tail -1 "$o/eval_f16_asr.txt") ($(($(date +%s) - t0)) s)"
+        python3 tools/python/mm_parity.py --hf "$d/hf" --data "$MM_DATA" \
+            --asr "$o/eval_f16_asr/predictions.jsonl" --max-new "${MM_MAX_NEW:-48}" \
+            --json "$o/parity.json" --tie-tol cuda-f16 2>&1 | grep -v "^\[transformers\]\|Loading" |
+            tee "$o/parity.txt" | head -3
+        cp "$o/eval_f16_asr/predictions.jsonl" "$o/parity.json" "$in/" || return 1
+    fi
+    mm_deccheck "$o"
+    stamp "mm_deccheck: done"
 }
 
 stage_cli() {
