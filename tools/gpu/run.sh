@@ -332,6 +332,7 @@
 #            proxy: MM_DET_PKG=$WORK/gpu-tiny/f16 MM_DET_HF=$WORK/gpu-tiny/hf
 #            MM_DET_DATA=tests/fixtures/mm-tiny (random weights: flat logits show any
 #            run-to-run difference, a benign rounding order too)
+#   tiny_det mm_det on gpu-tiny (after tiny) with tests/fixtures/mm-tiny's clips: $OUT/tiny_det
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
 #            in the next (mm_run reads $WORK/mm and $MM_DATA). A CPU dry run of both (tiny proxy, ~2.5
@@ -2362,6 +2363,13 @@ stage_mm_bg() { bg_start "$MMD" mm_make; }
 stage_mm_wait() {
     bg_wait "$MMD" mm_make mm "${MM_WAIT_S:-560}" 24 \
         "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
+}
+
+# mm_det on gpu-tiny (after tiny): its random weights and the mm-tiny fixture's 8 clips, no
+# trained proxy needed; $OUT/tiny_det/mm_det
+stage_tiny_det() {
+    MM_DET_PKG="$WORK/gpu-tiny/f16" MM_DET_HF="$WORK/gpu-tiny/hf" MM_DET_DATA=tests/fixtures/mm-tiny \
+        OUT="$OUT/tiny_det" stage_mm_det
 }
 
 # "equal/items" of two predictions files of the same items (mm_parity.py --same: token for token)
