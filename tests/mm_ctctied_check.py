@@ -24,19 +24,24 @@ detached; issue 35), on the CPU:
      or all 0) and no decoder or vision parameter has one, while the audio tower, embed_audio,
      the blank and the scale do; 12 AdamW steps of the tied loss alone on the same 4 clips (audio
      side + head, lr 3e-3) lower it (last < 0.8 x first) and leave every decoder weight as it
-     was;
+     was; the image twin (--v-aux-tied: the head on VisionAux's columns of 4 random images) the
+     same way: finite, no gradient into embed_tokens or any decoder or audio parameter, one into
+     the vision tower and embed_vision, and VisionAux's loss on the same columns as its own;
   5. the trainer (ci plan, 2 s noise clips, 6 joint steps, one thread, --ctc-weight 0.5
      --ctc-units chars --a-lr-mult 0.3 --v-aux-weight 0.5 --v-warm-steps 4 --a-warm): + --ctc-tied
      moves the weights (not the same sha256 as without it); + --ctc-tied-weight 0.5 (the
-     default: --ctc-weight's) gives its weights bit for bit; the run with the tied head and
-     --eval-every 3 --eval-items 4 gives those weights too (the read-out moves no stream);
-     train.json records ctc.tied (its weight, scale, clips: 6 x 4 joint clips, all fitting),
-     shapes' ctc_tied, losses_every_25 / final_loss ctc_tied and a_warm_tied (finite), v_warm's
-     tied_clips (4 x 4) and held-out rows (steps 0, 3, 6) with tied_ctc > 0, tied_cer,
-     tied_cer_other, tied_peaks in [0, 1] and 4 items, and a "tied read-out" log line; none of
-     those keys without the option; the saved layout unchanged (the head is never saved);
+     default: --ctc-weight's) gives its weights bit for bit; + --v-aux-tied moves them again,
+     and with --v-aux-tied-weight 0.5 (its default) and with --eval-every 3 --eval-items 4 gives
+     one set of weights (the read-out moves no stream); train.json records ctc.tied and
+     v_aux.tied (weight, scale, 6 x 4 joint clips / images, all fitting), shapes' ctc_tied /
+     v_aux_tied, losses_every_25 / final_loss ctc_tied, a_warm_tied, v_aux_tied, v_warm_tied
+     (finite), v_warm's tied_clips and tied_images (4 x 4) and held-out rows (steps 0, 3, 6)
+     whose audio and image parts have tied_ctc > 0, tied_cer, tied_cer_other, tied_peaks in
+     [0, 1] over 4 items, and a "tied read-out" log line a kind; none of those keys without the
+     options; the saved layout unchanged (the heads are never saved);
   6. refusals, one line each: --ctc-tied without --ctc-weight, with --ctc-at tower,
-     --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf.
+     --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf; --v-aux-tied without
+     --v-aux-weight, --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
 Off = main's weights was checked by hand against main's trainer (bench/NOTES.md "ctctied"):
 nothing of the option runs without it (no head, no stream drawn, no record key).
 Prints one line per check and the count; exit 1 on the first failure."""
@@ -248,6 +253,38 @@ def check_model(tok):
     print(f"mm_ctctied_check: 12 AdamW steps of the tied loss alone on 4 clips: "
           f"{vals[0]:.3f} -> {vals[-1]:.3f} ({', '.join(f'{v:.2f}' for v in vals)}); "
           f"{len(same)} decoder tensors unchanged: {CHECKS.n} checks")
+    closing = tmp.Prompter(tok).id["<turn|>"]
+    vaux = tmp.VisionAux(model, "".join(texts), 0, tok, closing)
+    vtied = tmp.TiedCtcHead(model, p["vocab"], 0, "image")
+    expect(vtied.tap is None and not torch.equal(vtied.blank_vec, head.blank_vec),
+           "the image head has a tap or the audio head's blank")
+    b = tmp.collate(mm_items(tmp, tok, 4, texts, [])["image"])
+    lab = b.pop("labels")
+    model.zero_grad(set_to_none=True)
+    model.model.get_image_features(b["pixel_values"], b["image_position_ids"])
+    frames = vaux.frames
+    v, t = tmp.image_aux_losses(vaux, vtied, b["image_position_ids"], lab)
+    vaux.frames = frames  # VisionAux alone on the same forward's columns
+    v_own = vaux.loss_from_labels(b["image_position_ids"], lab)
+    expect(t is not None and math.isfinite(t.item()) and t.item() > 0 and
+           torch.equal(v.detach(), v_own.detach()) and (vtied.used, vtied.skipped) == (4, 0),
+           f"image tied loss {t}, aux {v} vs {v_own}, used / skipped {vtied.used} / "
+           f"{vtied.skipped}")
+    t.backward()
+    moved = grad_by_side(tmp, model)
+    ev = sum(float(x.grad.abs().sum()) for x in model.model.embed_vision.parameters()
+             if x.grad is not None)
+    vt = sum(float(x.grad.abs().sum()) for x in model.model.vision_tower.parameters()
+             if x.grad is not None)
+    expect(emb.grad is None or not emb.grad.any(), "the image tied loss reached embed_tokens")
+    expect(moved["decoder"] == 0 and moved["audio"] == 0 and ev > 0 and vt > 0 and
+           vtied.blank_vec.grad is not None and vaux.proj.weight.grad is None,
+           f"image tied gradient: {moved}, embed_vision {ev}, vision tower {vt}")
+    print(f"mm_ctctied_check: the image twin on 4 images: tied loss {t.item():.3f} (aux "
+          f"{v.item():.3f} = VisionAux's own); gradient embed_tokens "
+          f"{'None' if emb.grad is None else float(emb.grad.abs().sum())}, decoder "
+          f"{moved['decoder']}, audio {moved['audio']}; vision tower {vt:.3g}, embed_vision "
+          f"{ev:.3g}: {CHECKS.n} checks")
 
 
 def check_trainer():
@@ -266,63 +303,80 @@ def check_trainer():
                           (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-weight", "0"],
                            "expected a finite W > 0"),
                           (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-weight", "inf"],
-                           "expected a finite W > 0")), expect)
+                           "expected a finite W > 0"),
+                          (["--v-aux-tied"], "--v-aux-tied needs --v-aux-weight"),
+                          (["--v-aux-weight", "0.5", "--v-aux-tied-weight", "0.5"],
+                           "--v-aux-tied-weight needs --v-aux-tied"),
+                          (["--v-aux-weight", "0.5", "--v-aux-tied", "--v-aux-tied-weight",
+                            "0"], "expected a finite W > 0")), expect)
+        both = base + ["--ctc-tied", "--v-aux-tied"]
         runs = ci_trainer_runs(tmp, data, d, (
             ("off", base), ("tied", base + ["--ctc-tied"]),
             ("tied_w", base + ["--ctc-tied", "--ctc-tied-weight", "0.5"]),
-            ("tied_eval", base + ["--ctc-tied", "--eval-every", "3", "--eval-items", "4"])),
+            ("both", both), ("both_w", both + ["--v-aux-tied-weight", "0.5"]),
+            ("both_eval", both + ["--eval-every", "3", "--eval-items", "4"])),
             fail, stdout=out)
     h = {k: v[1] for k, v in runs.items()}
     expect(h["tied"] != h["off"], "--ctc-tied changed no weight")
-    expect(h["tied_w"] == h["tied"] == h["tied_eval"],
-           f"--ctc-tied-weight 0.5 (the default) {h['tied_w'][:12]}, with the held-out read-out "
-           f"{h['tied_eval'][:12]}, plain {h['tied'][:12]}: not the same weights")
+    expect(h["tied_w"] == h["tied"], f"--ctc-tied-weight 0.5 (the default) {h['tied_w'][:12]}, "
+           f"plain {h['tied'][:12]}: not the same weights")
+    expect(h["both"] != h["tied"], "--v-aux-tied changed no weight")
+    expect(h["both_w"] == h["both"] == h["both_eval"],
+           f"--v-aux-tied-weight 0.5 (the default) {h['both_w'][:12]}, with the held-out "
+           f"read-out {h['both_eval'][:12]}, plain {h['both'][:12]}: not the same weights")
     off = runs["off"][0]
     flat = repr(off)
-    expect("ctc_tied" not in flat and "tied" not in off["ctc"] and "a_warm_tied" not in flat
-           and "tied_clips" not in flat, "tied records without the option")
-    j = runs["tied_eval"][0]
-    t = j["ctc"].get("tied") or {}
-    expect(j["shapes"].get("ctc_tied") is True and t.get("weight") == 0.5 and
-           t.get("scale_init") == tmp.TIED_SCALE_INIT and math.isfinite(t.get("scale_final", 0))
-           and t.get("clips") == 6 * 4 and t.get("clips_too_short") == 0,
-           f"the ctc record's tied block {t}, shapes {j['shapes']}")
-    lt, la = j["losses_every_25"].get("ctc_tied", []), j["losses_every_25"].get("a_warm_tied", [])
-    expect(lt and la and all(math.isfinite(v) and v > 0 for v in lt + la) and
-           math.isfinite(j["final_loss"].get("ctc_tied", math.nan)) and
-           math.isfinite(j["final_loss"].get("a_warm_tied", math.nan)),
-           f"tied losses {lt} / warm {la}, final {j['final_loss']}")
+    expect("_tied" not in flat and "tied" not in off["ctc"] and "tied" not in off["v_aux"] and
+           "tied_clips" not in flat and "tied_images" not in flat,
+           "tied records without the options")
+    expect("v_aux_tied" not in repr(runs["tied"][0]), "image tied records with --ctc-tied alone")
+    j = runs["both_eval"][0]
+    for kind, rec, unit in (("audio", j["ctc"].get("tied") or {}, "clips"),
+                            ("image", j["v_aux"].get("tied") or {}, "images")):
+        expect(rec.get("weight") == 0.5 and rec.get("scale_init") == tmp.TIED_SCALE_INIT and
+               math.isfinite(rec.get("scale_final", math.nan)) and rec.get(unit) == 6 * 4 and
+               rec.get(f"{unit}_too_short") == 0, f"the {kind} tied record {rec}")
+    expect(j["shapes"].get("ctc_tied") is True and j["shapes"].get("v_aux_tied") is True,
+           f"shapes {j['shapes']}")
+    ls = {k: j["losses_every_25"].get(k, []) for k in ("ctc_tied", "a_warm_tied", "v_aux_tied",
+                                                        "v_warm_tied")}
+    expect(all(v and all(math.isfinite(x) and x > 0 for x in v) for v in ls.values()) and
+           all(math.isfinite(j["final_loss"].get(k, math.nan)) for k in ls),
+           f"tied losses {ls}, final {j['final_loss']}")
     vw = j["v_warm"]
     expect(vw.get("tied_clips", 0) + vw.get("tied_clips_too_short", 0) == 4 * 4 and
-           vw.get("tied_mult") == 1.0, f"the warm record {vw}")
+           vw.get("tied_images", 0) + vw.get("tied_images_too_short", 0) == 4 * 4 and
+           vw.get("tied_mult") == 1.0 and vw.get("vtied_mult") == 1.0, f"the warm record {vw}")
     rows = j["heldout"]
     expect([r["step"] for r in rows] == [0, 3, 6], f"held-out rows at {[r['step'] for r in rows]}")
     for r in rows:
-        a = r["audio"]
-        expect(a.get("tied_items") == 4 and a.get("tied_skipped") == 0 and
-               isinstance(a.get("tied_ctc"), float) and a["tied_ctc"] > 0 and
-               all(isinstance(a.get(k), float) and math.isfinite(a[k])
-                   for k in ("tied_cer", "tied_cer_other", "tied_peaks")) and
-               0 <= a["tied_peaks"] <= 1 and len(a.get("tied_example") or []) == 2,
-               f"step {r['step']} audio: { {k: v for k, v in a.items() if 'tied' in k} }")
-    lines = [x for x in out["tied_eval"].splitlines() if "tied read-out" in x]
-    expect(len(lines) == 3 and all(x.startswith("train_mm_proxy: held-out") for x in lines),
-           f"tied read-out lines {lines}")
-    expect(not any("tied" in k for r in runs["off"][0]["heldout"] for k in r.get("audio", {})),
-           "tied keys in the off run's held-out rows")
-    expect(layout(runs["off"][2]) == layout(runs["tied"][2]),
-           "the saved tensors' names, shapes or dtypes changed with --ctc-tied")
+        for kind in ("audio", "image"):
+            a = r[kind]
+            expect(a.get("tied_items", 0) + a.get("tied_skipped", 0) == 4 and
+                   a["tied_items"] > 0 and isinstance(a.get("tied_ctc"), float) and
+                   a["tied_ctc"] > 0 and
+                   all(isinstance(a.get(k), float) and math.isfinite(a[k])
+                       for k in ("tied_cer", "tied_cer_other", "tied_peaks")) and
+                   0 <= a["tied_peaks"] <= 1 and len(a.get("tied_example") or []) == 2,
+                   f"step {r['step']} {kind}: { {k: v for k, v in a.items() if 'tied' in k} }")
+    lines = [x for x in out["both_eval"].splitlines() if "tied read-out" in x]
+    expect(len(lines) == 6 and all(x.startswith("train_mm_proxy: held-out") for x in lines) and
+           sum(": image ctc" in x for x in lines) == 3, f"tied read-out lines {lines}")
+    expect(layout(runs["off"][2]) == layout(runs["both"][2]),
+           "the saved tensors' names, shapes or dtypes changed with the tied heads")
     for x in lines:
         print(f"mm_ctctied_check: {x}")
+    fl = j["final_loss"]
     print(f"mm_ctctied_check: trainer: without {h['off'][:12]}, --ctc-tied {h['tied'][:12]} = "
-          f"--ctc-tied-weight 0.5 {h['tied_w'][:12]} = with the read-out {h['tied_eval'][:12]}; "
-          f"ctc_tied {lt[0]:.3f} -> {j['final_loss']['ctc_tied']:.3f}, a_warm_tied {la[0]:.3f}, "
-          f"scale {t['scale_final']:.4f}; refusals in one line: {CHECKS.n} checks")
+          f"--ctc-tied-weight 0.5 {h['tied_w'][:12]}; + --v-aux-tied {h['both'][:12]} = "
+          f"--v-aux-tied-weight 0.5 {h['both_w'][:12]} = with the read-out "
+          f"{h['both_eval'][:12]}; final ctc_tied {fl['ctc_tied']:.3f} v_aux_tied "
+          f"{fl['v_aux_tied']:.3f}; refusals in one line: {CHECKS.n} checks")
 
 
 def main():
     words = ["the cat sat down", "open the red door", "we walk", "the red cat"]
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d:  # (check_model's images show these too)
         tok = check_tokenizer(tmp, words, os.path.join(d, "tok.json"))
     check_classes()
     check_loss()

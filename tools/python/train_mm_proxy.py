@@ -11,6 +11,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--ctc-units tokens|chars]
                                                [--ctc-tied [--ctc-tied-weight W]]
+                                               [--v-aux-tied [--v-aux-tied-weight W]]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X] [--reps N]
@@ -83,7 +84,9 @@ functions that wrote the held-out files).
    where a token is heard point at that token's embedding, which the decoder can copy (the
    session-35 run: the char head read held-out clips at CER 0.165 and the decoder's answers
    ignored them; bench/NOTES.md "ctctied"); with --a-warm its loss (x W / --ctc-weight) joins
-   the warm step too. --a-var-weight W
+   the warm step too; --v-aux-tied [--v-aux-tied-weight W] (needs --v-aux-weight) is its image
+   twin on VisionAux's soft-token columns (added to VisionAux's loss, in the --v-warm-steps
+   phase too). --a-var-weight W
    [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
    VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
    training only) added to the audio items' loss (bench/NOTES.md "A variance term"): on the
@@ -177,7 +180,7 @@ functions that wrote the held-out files).
    held-out clips are read by the tied head too: its CTC a label, its greedy token read decoded
    to text and scored by CER (and against another clip's text), the share of frames read as a
    token (not the blank) and their cosine to that token's embedding; a log line "tied read-out"
-   (tests/mm_ctctied_check.py).
+   (tests/mm_ctctied_check.py); with --v-aux-tied the held-out images likewise.
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
@@ -192,7 +195,9 @@ functions that wrote the held-out files).
    --ctc-tied: ctc.tied {weight, classes, scale_init, scale_final, clips, clips_too_short}, its
    loss as ctc_tied (and a_warm_tied, v_warm's tied_clips, tied_clips_too_short, tied_mult with
    --a-warm), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other, tied_items,
-   tied_skipped, tied_peaks, tied_peak_cos, tied_example), exports
+   tied_skipped, tied_peaks, tied_peak_cos, tied_example; with --v-aux-tied: v_aux.tied {weight,
+   scale_init, scale_final, images, images_too_short}, v_aux_tied, v_warm_tied, v_warm's
+   tied_images, tied_images_too_short, vtied_mult, the held-out image rows' tied_*), exports
    OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
    image_processor.json's max_soft_tokens to 70.
 """
@@ -508,7 +513,10 @@ class CtcHead(torch.nn.Module):
         targets less the closing <turn|>. A clip needs as many frames as labels plus one blank
         between each pair of equal neighbours, else CTC has no path: such clips are skipped
         and counted (self.skipped). Returns None when no clip fits."""
-        x, valid = self.tap.take()
+        return self.loss_of(*self.tap.take(), labels)
+
+    def loss_of(self, x, valid, labels):
+        """loss() of frames x (B x T x D) with valid mask (B x T) given."""
         rows, tgts, n_in = self.fit(labels, valid)
         self.skipped += labels.shape[0] - len(rows)
         self.used += len(rows)
@@ -604,9 +612,12 @@ class TiedCtcHead(CtcHead):
     whose cosine to its token is 1 (the others ~0) gives that token ~0.84 of the probability
     over 4,097 classes. The loss, its fitting rule and the column-picking CTC are CtcHead's
     (targets: each clip's answer ids less <turn|>). Its parameters (the blank, log_scale) come
-    from their own generator (torch seed `seed` + 6): the run's other draws are unchanged."""
+    from their own generator (torch seed `seed` + 6): the run's other draws are unchanged.
+    kind "image" (--v-aux-tied): the same head on the image soft-token columns (soft_columns,
+    VisionAux's frames, left to right; loss_of with the columns' mask, column_mask) against the
+    answer's ids: no tap (the columns come from VisionAux's hook), its generator at seed + 7."""
 
-    def __init__(self, model, vocab, seed):
+    def __init__(self, model, vocab, seed, kind="audio"):
         torch.nn.Module.__init__(self)
         m = model.model
         emb = m.language_model.embed_tokens
@@ -617,12 +628,14 @@ class TiedCtcHead(CtcHead):
         # parameters, not its optimizer group, not moved by .to())
         self.__dict__["embed"] = emb
         dim = emb.weight.shape[1]
-        g = torch.Generator().manual_seed(seed + 6)
+        if kind not in ("audio", "image"):
+            raise SystemExit(f"train_mm_proxy: a tied CTC head for {kind!r}: audio or image")
+        g = torch.Generator().manual_seed(seed + (6 if kind == "audio" else 7))
         self.blank_vec = torch.nn.Parameter(torch.randn(dim, generator=g) * TIED_BLANK_STD)
         self.log_scale = torch.nn.Parameter(torch.tensor(math.log(TIED_SCALE_INIT)))
-        self.vocab, self.at = vocab, "embed"
+        self.vocab, self.at, self.kind = vocab, "embed" if kind == "audio" else "columns", kind
         self.used = self.skipped = 0
-        self.tap = AudioTap(model, "embed", "tied CTC head")
+        self.tap = AudioTap(model, "embed", "tied CTC head") if kind == "audio" else None
 
     def classes(self):
         """The class vectors ((vocab + 1) x D, float32): the decoder's scaled token embeddings
@@ -751,6 +764,12 @@ def soft_columns(x, pos):
     for i, part in enumerate(torch.split(x, n)):
         out[i, :w[i]] = part.reshape(n[i] // w[i], w[i], -1).mean(0)
     return out, w
+
+
+def column_mask(w, n, dev):
+    """The valid mask (len(w) x n on dev, True on row i's first w[i]) of soft_columns'
+    columns."""
+    return torch.arange(n, device=dev)[None] < torch.tensor(w, device=dev)[:, None]
 
 
 def seeded_linear(dim, n_out, seed):
@@ -888,6 +907,15 @@ class AudioChars(torch.nn.Module):
         """Greedy CTC read of the last audio forward: one string a clip."""
         x, valid = self.tap.take()
         return char_ctc_greedy(self, x, valid.sum(-1).tolist())
+
+
+def image_aux_losses(vaux, vtied, pos, labels):
+    """VisionAux's loss and the image TiedCtcHead's (--v-aux-tied) on one set of columns (the
+    last image forward's, soft_columns: taken once, so both read the same frames) against
+    collate's labels: (aux loss or None, tied loss or None)."""
+    cols, w = vaux.columns(pos)
+    v = vaux.loss_of(cols, w, answer_texts(vaux.tok, labels, vaux.closing))
+    return v, vtied.loss_of(cols, column_mask(w, cols.shape[1], cols.device), labels)
 
 
 def answer_texts(tok, labels, closing):
@@ -1185,19 +1213,21 @@ def side_grad_norms(model):
     return {k: float(f"{v:.4g}") for k, v in zip(sq, vals)}
 
 
-def bad_grads(model, head=None, vaux=None, tied=None):
-    """The sides (decoder, vision, audio, ctc head, vision aux head, tied ctc head) with a
-    gradient that is not finite."""
+def bad_grads(model, head=None, vaux=None, tied=None, vtied=None):
+    """The sides (decoder, vision, audio, ctc head, vision aux head, tied ctc head, image tied
+    ctc head) with a gradient that is not finite."""
     out = set()
     named = list(model.named_parameters()) + \
         ([("ctc." + n, x) for n, x in head.named_parameters()] if head is not None else []) + \
         ([("vaux." + n, x) for n, x in vaux.named_parameters()] if vaux is not None else []) + \
-        ([("tied." + n, x) for n, x in tied.named_parameters()] if tied is not None else [])
+        ([("tied." + n, x) for n, x in tied.named_parameters()] if tied is not None else []) + \
+        ([("vtied." + n, x) for n, x in vtied.named_parameters()] if vtied is not None else [])
     for n, x in named:
         if x.grad is not None and not torch.isfinite(x.grad).all():
             out.add("ctc head" if n.startswith("ctc.") else
                     "vision aux head" if n.startswith("vaux.") else
                     "tied ctc head" if n.startswith("tied.") else
+                    "image tied ctc head" if n.startswith("vtied.") else
                     next((k for k, v in SIDES.items() if n.startswith(v)), "decoder"))
     return sorted(out)
 
@@ -1246,14 +1276,14 @@ def compile_stats():
 
 # how StepGuard's records name a non-finite value train_step tracked (the rest: "<kind> loss")
 BAD_NAMES = {"ctc": "audio ctc loss", "ctc_tied": "audio tied ctc loss",
-             "v_aux": "image aux loss",
+             "v_aux": "image aux loss", "v_aux_tied": "image tied ctc loss",
              "a_var": "audio spread variance term",
              "a_cov": "audio spread covariance term"}
 
 
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
                inject=(), norms=None, live=None, loss_fn=half_loss, spread=None, vaux=None,
-               vaux_w=0.0, tied=None, tied_w=0.0):
+               vaux_w=0.0, tied=None, tied_w=0.0, vtied=None, vtied_w=0.0):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
     norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
@@ -1261,7 +1291,9 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     half_loss or its compiled form; spread: a SpreadTerm added to the audio loss (losses["a_var"],
     ["a_cov"] get its terms); vaux: a VisionAux whose loss x vaux_w is added to the image loss
     (losses["v_aux"]); tied: a TiedCtcHead whose loss x tied_w is added to the audio loss
-    after the head's (losses["ctc_tied"]). Returns True when the step was applied.
+    after the head's (losses["ctc_tied"]); vtied: an image TiedCtcHead (--v-aux-tied) on the
+    same columns as vaux, its loss x vtied_w added to the image loss (losses["v_aux_tied"]).
+    Returns True when the step was applied.
     One host sync a step: both half-batches are back-propagated whatever their loss, and the
     losses and the gradient norm (one fused reduction over every trained gradient, clip_trained's:
     not finite when any gradient is not) come to the host together. A non-finite loss makes
@@ -1279,10 +1311,16 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
             loss = loss * float("inf")
         tracked.append((kind, loss.detach()))
         if kind == "image" and vaux is not None:
-            v = vaux.loss_from_labels(b["image_position_ids"], lab)
+            if vtied is None:
+                v = vaux.loss_from_labels(b["image_position_ids"], lab)
+            else:
+                v, t = image_aux_losses(vaux, vtied, b["image_position_ids"], lab)
             if v is not None:
                 tracked.append(("v_aux", v.detach()))
                 loss = loss + vaux_w * v
+            if vtied is not None and t is not None:
+                tracked.append(("v_aux_tied", t.detach()))
+                loss = loss + vtied_w * t
         if kind == "audio" and head is not None:
             c = head.loss(lab)
             if c is not None:
@@ -1315,7 +1353,7 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     norm = float("nan") if bad else vals[-1]
     if not bad and not math.isfinite(norm):
         bad.append(f"gradient norm {norm} (sides: "
-                   f"{', '.join(bad_grads(model, head, vaux, tied))})")
+                   f"{', '.join(bad_grads(model, head, vaux, tied, vtied))})")
     if norms is not None:
         norms.append(norm)
     if not guard.step_ok(step, bad):
@@ -1326,13 +1364,14 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     return True
 
 
-def warm_optimizer(model, p, vaux, impl, head=None, tied=None):
+def warm_optimizer(model, p, vaux, impl, head=None, tied=None, vtied=None):
     """--v-warm-steps: the warm phase's own AdamW over the vision side (the tower and
     embed_vision, where VisionAux reads: weight decay 0.05 on matrices, 0 on the rest, at the
     preset's v_lr_mult) and the aux head (0, x 1), with the main optimizer's betas and
     implementation (make_optimizer's impl, already resolved); head (--a-warm: the audio CTC
     head) adds the audio side (the tower and embed_audio, at the run's a_lr_mult) and that head
-    (x 1) after them; tied (--a-warm with --ctc-tied: the TiedCtcHead) its group last (x 1).
+    (x 1) after them; tied (--a-warm with --ctc-tied: the TiedCtcHead) its group next (x 1),
+    vtied (--v-aux-tied: the image TiedCtcHead) its group last (x 1).
     Its own state, dropped after the phase: the joint phase's AdamW then starts from no moments
     with its own warm-up, as without the phase (moments of a CTC-only loss would size the
     towers' first joint updates)."""
@@ -1341,8 +1380,7 @@ def warm_optimizer(model, p, vaux, impl, head=None, tied=None):
     if head is not None:
         named = [x for n, x in model.named_parameters() if n.startswith(SIDES["audio"])]
         groups += decay_groups(named, p.get("a_lr_mult", 1.0), True) + [head_group(head)]
-    if tied is not None:
-        groups.append(head_group(tied))
+    groups += [head_group(h) for h in (tied, vtied) if h is not None]
     return adamw(groups, p, impl)
 
 
@@ -1352,11 +1390,12 @@ def warm_schedule(p, n):
     return {"lr": p["lr"], "warmup": max(1, min(p["warmup"], n // 10))}
 
 
-WARM_NAMES = {"v_warm": "image aux", "a_warm": "audio ctc", "a_warm_tied": "audio tied ctc"}
+WARM_NAMES = {"v_warm": "image aux", "a_warm": "audio ctc", "a_warm_tied": "audio tied ctc",
+              "v_warm_tied": "image tied ctc"}
 
 
 def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=None, a=None,
-                     tied=None, tied_mult=1.0):
+                     tied=None, tied_mult=1.0, vtied=None, vtied_mult=1.0):
     """One warm-phase step (--v-warm-steps): the image half-batch b (collate's dict on the
     device) through the vision tower and embed_vision only (get_image_features: no decoder, no
     audio), VisionAux's CTC loss (losses["v_warm"]); with head (--a-warm: the run's audio CTC
@@ -1364,7 +1403,9 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
     (get_audio_features, where the head's tap reads) and that head's loss (losses["a_warm"]),
     the two losses summed into one backward; tied (--ctc-tied with --a-warm: the TiedCtcHead,
     on the same audio forward) adds tied_mult x its loss (losses["a_warm_tied"]; tied_mult:
-    --ctc-tied-weight / --ctc-weight, the joint phase's ratio of the two audio heads). The
+    --ctc-tied-weight / --ctc-weight, the joint phase's ratio of the two audio heads); vtied
+    (--v-aux-tied: the image TiedCtcHead, on VisionAux's columns) adds vtied_mult x its loss
+    (losses["v_warm_tied"]; vtied_mult: --v-aux-tied-weight / --v-aux-weight). The
     gradient over `live` (the warm optimizer's
     tensors) clipped to 1.0, guarded as train_step (StepGuard; one host sync). Returns True
     when the step was applied; None when no image (and no clip) of the batch fits its answer
@@ -1372,7 +1413,11 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
     opt.zero_grad(set_to_none=True)
     with torch.autocast(b["pixel_values"].device.type, dtype=torch.bfloat16, enabled=amp):
         model.model.get_image_features(b["pixel_values"], b["image_position_ids"])
-    v = vaux.loss_from_labels(b["image_position_ids"], b["labels"])
+    vt = None
+    if vtied is None:
+        v = vaux.loss_from_labels(b["image_position_ids"], b["labels"])
+    else:
+        v, vt = image_aux_losses(vaux, vtied, b["image_position_ids"], b["labels"])
     if v is None:
         vaux.frames = None
     c = None
@@ -1381,14 +1426,15 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
             model.model.get_audio_features(a["input_features"], a["input_features_mask"])
         c = head.loss(a["labels"])  # (takes the tap's frames: none left for the next forward)
     t = None if tied is None else tied.loss(a["labels"])
-    parts = [(k, x) for k, x in (("v_warm", v), ("a_warm", c), ("a_warm_tied", t))
-             if x is not None]
+    parts = [(k, x) for k, x in (("v_warm", v), ("a_warm", c), ("a_warm_tied", t),
+                                 ("v_warm_tied", vt)) if x is not None]
     if not parts:
         return None
     # (the vision loss alone backs itself, not 0 + it: without --a-warm the same graph as before)
     total = v if c is None else c if v is None else v + c
-    if t is not None:
-        total = tied_mult * t if total is None else total + tied_mult * t
+    for x, mult in ((t, tied_mult), (vt, vtied_mult)):
+        if x is not None:
+            total = mult * x if total is None else total + mult * x
     total.backward()
     norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
     vals = torch.stack([t.detach().float() for _, t in parts] + [norm_t.float()]).tolist()
@@ -1400,7 +1446,7 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
     norm = vals[-1]
     if not bad and not math.isfinite(norm):
         bad.append(f"warm gradient norm {norm} (sides: "
-                   f"{', '.join(bad_grads(model, head, vaux, tied))})")
+                   f"{', '.join(bad_grads(model, head, vaux, tied, vtied))})")
     if not guard.step_ok(step, bad):
         opt.zero_grad(set_to_none=True)
         return False
@@ -1412,13 +1458,14 @@ ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(
 
 
 def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_mult=1.0,
-                   tied=None):
+                   tied=None, vtied=None):
     """AdamW over six parameter groups (weight decay 0.05 on matrices, 0 on the rest) x (the
     decoder, the vision side, the audio side; the lr multipliers' "", v_, a_; the vision and
     audio sides' also x tower_mult: --tower-joint-lr-mult, after a warm phase), plus the CTC
     head's group (it learns from step 0, also while the audio side is frozen) and then the
     vision aux head's (VisionAux; at the decoder's lr, as the CTC head), then the tied CTC
-    head's (TiedCtcHead, --ctc-tied: its blank and scale, x 1). impl (--adamw):
+    head's (TiedCtcHead, --ctc-tied: its blank and scale, x 1) and the image one's
+    (--v-aux-tied). impl (--adamw):
     fused (torch's fused kernel: one launch per group and dtype), foreach (a launch per op per
     chunk of tensors: torch's own CUDA default), loop (one op per tensor: torch's CPU default);
     auto: fused on CUDA, foreach on the CPU (bench/NOTES.md "Fewer launches a step")."""
@@ -1430,7 +1477,7 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_
                      not n.startswith(sides["v"] + sides["a"]))]
         groups += decay_groups(named, p.get(f"{side}_lr_mult", 1.0) * tower_mult if side else 1.0,
                                side == "a")
-    groups += [head_group(h) for h in (head, vaux, tied) if h is not None]
+    groups += [head_group(h) for h in (head, vaux, tied, vtied) if h is not None]
     if impl == "auto":
         impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
     if impl not in ADAMW:
@@ -1698,7 +1745,8 @@ class HeldOut:
     item's), "ctc_items" / "ctc_skipped" (items measured / too long for their frames, as the
     training loss skips them). No stream moves and the heads' training counts stay as they were
     (tests/mm_audchars_check.py).
-    tied (--ctc-tied: the TiedCtcHead): then the audio kind's as-is frames are read by it too
+    tied ({kind: a TiedCtcHead or None}: --ctc-tied's for "audio", --v-aux-tied's for "image"):
+    then the kind's as-is frames (an image's: VisionAux's columns) are read by it too
     (TiedCtcHead.items, read_tied): "tied_ctc" (its CTC a label), "tied_cer" (its greedy token
     read decoded to text against the answers' text, answer_texts), "tied_cer_other" (against
     another clip's), "tied_items" / "tied_skipped", "tied_peaks" (the share of the valid frames
@@ -1713,7 +1761,7 @@ class HeldOut:
         self.model, self.dev, self.amp, self.hooks, self.pr = model, dev, amp, {}, pr
         self.SoftTokens, self.cer = mm_probe.SoftTokens, mm_probe.cer
         self.heads = {kind: h for kind, h in (heads or {}).items() if h is not None}
-        self.tied = tied
+        self.tied = {kind: h for kind, h in (tied or {}).items() if h is not None}
         self.batches, self.counts = {}, {}
         for kind in ("image", "audio"):
             te = [i for i in items[kind] if i["split"] == "test"]
@@ -1781,11 +1829,15 @@ class HeldOut:
                                 ms.append(x.pow(2).mean())
                                 cs.append(torch.nn.functional.cosine_similarity(
                                     x, x.mean(0, keepdim=True)).mean())
+                                cols = None  # (an image's columns, taken once for both)
+                                if kind == "image" and kind in self.tied:
+                                    cols = self.heads[kind].columns(b["image_position_ids"])
                                 if kind in self.heads:
-                                    r = self.read_out(kind, b, lab)
+                                    r = self.read_out(kind, b, lab, cols)
                                     reads = tuple(a + c for a, c in zip(reads, r))
-                                if kind == "audio" and self.tied is not None:
-                                    tied = tuple(a + c for a, c in zip(tied, self.read_tied(lab)))
+                                if kind in self.tied:
+                                    tied = tuple(a + c for a, c in
+                                                 zip(tied, self.read_tied(kind, lab, cols)))
                         hook.mode = None
                         tokens += n_tok
                     out[kind] = {name: s / tokens for name, s in sums.items()}
@@ -1793,7 +1845,7 @@ class HeldOut:
                     out[kind]["soft_cos"] = float(torch.stack(cs).mean())
                     if kind in self.heads:
                         out[kind].update(self.read_scores(*reads))
-                    if kind == "audio" and self.tied is not None:
+                    if kind in self.tied:
                         out[kind].update(self.tied_scores(*tied))
                     if kind in self.decode:
                         out[kind]["decode"] = self.answers(kind)
@@ -1806,24 +1858,31 @@ class HeldOut:
             self.model.train()
         return out
 
-    def read_out(self, kind, b, lab):
+    def read_out(self, kind, b, lab, cols=None):
         """char_ctc_items of the kind's head on the frames its hook kept from the batch's as-is
-        forward (b: the batch on the device, lab its labels), against the batch's answers."""
+        forward (b: the batch on the device, lab its labels; cols: an image batch's columns
+        when already taken), against the batch's answers."""
         head = self.heads[kind]
         if kind == "audio":
             x, valid = head.tap.take()
             w = valid.sum(-1).tolist()
         else:
-            x, w = head.columns(b["image_position_ids"])
+            x, w = cols if cols is not None else head.columns(b["image_position_ids"])
         return char_ctc_items(head, x, w, answer_texts(self.pr.tok, lab, self.pr.id["<turn|>"]))
 
-    def read_tied(self, lab):
-        """TiedCtcHead.items on the frames its tap kept from the batch's as-is forward, the
-        reads and references decoded to text (answer_texts' way: the ids as the tokenizer
-        decodes them). Returns (losses, reads, refs, skipped, [peak share], [peak cosine] with
-        the batch's valid and peak frame counts, their weights)."""
-        x, valid = self.tied.tap.take()
-        losses, reads, refs, skipped, share, cos = self.tied.items(x, valid, lab)
+    def read_tied(self, kind, lab, cols=None):
+        """TiedCtcHead.items of the kind's tied head on the batch's as-is frames (audio: its
+        tap's; image: cols, soft_columns' of the forward), the reads and references decoded to
+        text (answer_texts' way: the ids as the tokenizer decodes them). Returns (losses, reads,
+        refs, skipped, [peak share], [peak cosine] with the batch's valid and peak frame counts,
+        their weights)."""
+        head = self.tied[kind]
+        if kind == "audio":
+            x, valid = head.tap.take()
+        else:
+            x, w = cols
+            valid = column_mask(w, x.shape[1], x.device)
+        losses, reads, refs, skipped, share, cos = head.items(x, valid, lab)
         tok = self.pr.tok
         dec = [tok.decode(r, skip_special_tokens=False) for r in reads]
         ref = [tok.decode(r, skip_special_tokens=False) for r in refs]
@@ -1879,7 +1938,7 @@ class HeldOut:
 
 
 def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pin, dev, amp,
-                losses, t1, head=None, tied=None, tied_mult=1.0):
+                losses, t1, head=None, tied=None, tied_mult=1.0, vtied=None, vtied_mult=1.0):
     """--v-warm-steps N: N vision_warm_step steps before the joint phase (whose lr schedule,
     warm-up then cosine over --steps, starts after them: its step 0 is the first joint step).
     Only the vision side and the aux head need a gradient (requires_grad off elsewhere: no
@@ -1896,7 +1955,9 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
     clips_too_short (the warm phase's; head.used / skipped stay the joint phase's). tied
     (--ctc-tied with --a-warm: the TiedCtcHead): its loss x tied_mult on the same clips
     (vision_warm_step), its group in the warm optimizer; the record adds tied_clips,
-    tied_clips_too_short (tied.used / skipped likewise stay the joint phase's)."""
+    tied_clips_too_short (tied.used / skipped likewise stay the joint phase's). vtied
+    (--v-aux-tied): the image tied head's loss x vtied_mult on the same images, its group in the
+    warm optimizer; the record adds tied_images, tied_images_too_short."""
     n = args.v_warm_steps
     wb = args.v_warm_batch or half
     if wb == half:
@@ -1906,12 +1967,13 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             raise SystemExit(f"train_mm_proxy: --v-warm-batch {wb}: {len(tr_i)} train images "
                              f"x {p['reps']} renderings")
         stream = image_stream(tr_i, wb, args.seed + 5)
-    wopt = warm_optimizer(model, p, vaux, opt_impl(opt), head, tied)
+    wopt = warm_optimizer(model, p, vaux, opt_impl(opt), head, tied, vtied)
     live = [x for g in wopt.param_groups for x in g["params"]]
     keep = {id(x) for x in live}
     for x in list(model.parameters()) + list(vaux.parameters()) + \
             (list(head.parameters()) if head is not None else []) + \
-            (list(tied.parameters()) if tied is not None else []):
+            (list(tied.parameters()) if tied is not None else []) + \
+            (list(vtied.parameters()) if vtied is not None else []):
         x.requires_grad_(id(x) in keep)
     sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
     used0, skipped0 = vaux.used, vaux.skipped
@@ -1919,13 +1981,17 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
         a_used0, a_skipped0 = head.used, head.skipped
     if tied is not None:
         t_used0, t_skipped0 = tied.used, tied.skipped
+    if vtied is not None:
+        vt_used0, vt_skipped0 = vtied.used, vtied.skipped
     tw0, wait, step_s, done, empty, stopped = time.time(), 0.0, [], 0, 0, None
     print(f"train_mm_proxy: vision warm phase: {n} steps of {wb} images, the aux CTC loss "
           f"alone (vision side + head, own AdamW, lr {p['lr']:.2e} warm-up {sched['warmup']})"
           + (f"; --a-warm: + {half} clips a step, the audio CTC head's loss (audio side at lr "
              f"x {p.get('a_lr_mult', 1.0)} + head)" if head is not None else "")
           + (f"; --ctc-tied: + the tied head's loss x {tied_mult:g}" if tied is not None
-             else ""), flush=True)
+             else "")
+          + (f"; --v-aux-tied: + the image tied head's loss x {vtied_mult:g}"
+             if vtied is not None else ""), flush=True)
     for step in range(n):
         for g in wopt.param_groups:
             g["lr"] = lr_at(step, n, sched) * g["mult"]
@@ -1936,7 +2002,7 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
         wait += time.time() - tw
         ts = time.time()
         r = vision_warm_step(model, vaux, wopt, b, step, guard, losses, amp, live, head, a,
-                             tied, tied_mult)
+                             tied, tied_mult, vtied, vtied_mult)
         step_s.append(time.time() - ts)
         done += 1
         empty += r is None
@@ -1945,6 +2011,9 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             print(f"train_mm_proxy: warm step {step + 1}/{n} v_warm "
                   f"{np.mean(losses['v_warm'][-50:] or [float('nan')]):.3f} "
                   f"({vaux.skipped - skipped0} images too short) "
+                  + (f"v_warm_tied {np.mean(losses['v_warm_tied'][-50:] or [float('nan')]):.3f}"
+                     f" ({vtied.skipped - vt_skipped0} images too short) " if vtied is not None
+                     else "")
                   + (f"a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f} "
                      f"({head.skipped - a_skipped0} clips too short) " if head is not None
                      else "")
@@ -1977,13 +2046,19 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
         info.update(tied_clips=tied.used - t_used0, tied_clips_too_short=tied.skipped - t_skipped0,
                     tied_mult=tied_mult)
         tied.used, tied.skipped = t_used0, t_skipped0
+    if vtied is not None:
+        info.update(tied_images=vtied.used - vt_used0,
+                    tied_images_too_short=vtied.skipped - vt_skipped0, vtied_mult=vtied_mult)
+        vtied.used, vtied.skipped = vt_used0, vt_skipped0
     last = np.mean(losses["v_warm"][-50:] or [float("nan")])
     print(f"train_mm_proxy: vision warm phase done: {done} steps in {info['seconds']:.1f} s "
           f"(median step {med:.3f} s), v_warm {last:.3f}"
           + (f", a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f}"
              if head is not None else "")
           + (f", a_warm_tied {np.mean(losses['a_warm_tied'][-50:] or [float('nan')]):.3f}"
-             if tied is not None else ""), flush=True)
+             if tied is not None else "")
+          + (f", v_warm_tied {np.mean(losses['v_warm_tied'][-50:] or [float('nan')]):.3f}"
+             if vtied is not None else ""), flush=True)
     return info
 
 
@@ -2037,6 +2112,13 @@ def main():
                     "the --ctc-weight head's loss, in the --a-warm phase too")
     ap.add_argument("--ctc-tied-weight", type=float, metavar="W",
                     help="the --ctc-tied head's loss weight (default: --ctc-weight's)")
+    ap.add_argument("--v-aux-tied", action="store_true", default=None,
+                    help="the image twin of --ctc-tied (needs --v-aux-weight): the soft-token "
+                    "columns VisionAux reads, read into the answer's token ids with the "
+                    "decoder's token embeddings as classes; added to VisionAux's loss, in the "
+                    "--v-warm-steps phase too")
+    ap.add_argument("--v-aux-tied-weight", type=float, metavar="W",
+                    help="the --v-aux-tied head's loss weight (default: --v-aux-weight's)")
     ap.add_argument("--v-aux-weight", type=float,
                     help="weight of the auxiliary CTC read-out of the answer's characters from "
                     "the image soft-token columns (VisionAux; training only, not exported; the "
@@ -2150,9 +2232,9 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
               "v_lr_mult", "a_lr_mult", "a_warmup", "ctc_weight", "v_aux_weight", "ctc_at",
-              "ctc_units", "ctc_tied", "ctc_tied_weight", "a_var_weight", "a_var_gamma",
-              "a_var_per", "a_cov_weight", "a_res_scale", "v_pos_init", "v_res_scale",
-              "v_proj_init", "lr", "beta2", "warmup"):
+              "ctc_units", "ctc_tied", "ctc_tied_weight", "v_aux_tied", "v_aux_tied_weight",
+              "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight", "a_res_scale",
+              "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if p["reps"] < 1:
@@ -2191,6 +2273,14 @@ def main():
     if "ctc_tied_weight" in p and not 0 < p["ctc_tied_weight"] < math.inf:
         raise SystemExit(f"train_mm_proxy: --ctc-tied-weight {p['ctc_tied_weight']}: expected a "
                          "finite W > 0")
+    if p.get("v_aux_tied") and not p.get("v_aux_weight", 0.0):
+        raise SystemExit("train_mm_proxy: --v-aux-tied needs --v-aux-weight W (W > 0): the tied "
+                         "head reads the columns that head takes, and adds to its loss")
+    if "v_aux_tied_weight" in p and not p.get("v_aux_tied"):
+        raise SystemExit("train_mm_proxy: --v-aux-tied-weight needs --v-aux-tied")
+    if "v_aux_tied_weight" in p and not 0 < p["v_aux_tied_weight"] < math.inf:
+        raise SystemExit(f"train_mm_proxy: --v-aux-tied-weight {p['v_aux_tied_weight']}: "
+                         "expected a finite W > 0")
     if args.tower_joint_lr_mult is not None and not args.v_warm_steps:
         raise SystemExit("train_mm_proxy: --tower-joint-lr-mult needs --v-warm-steps N (N > 0): "
                          "it sizes the towers' joint steps after that warm phase")
@@ -2303,8 +2393,11 @@ def main():
     if vaux_w:  # the characters of every train string (and so of every --v-chars answer)
         vaux = VisionAux(model, "".join(i["text"] for i in tr_i), args.seed, tok,
                          pr.id["<turn|>"]).to(dev)
+    vtied, vtied_w = None, p.get("v_aux_tied_weight", vaux_w)
+    if p.get("v_aux_tied"):  # (its own generator, as the audio one's)
+        vtied = TiedCtcHead(model, p["vocab"], args.seed, "image").to(dev)
     tower_mult = 1.0 if args.tower_joint_lr_mult is None else args.tower_joint_lr_mult
-    opt = make_optimizer(model, p, head, dev, args.adamw, vaux, tower_mult, tied)
+    opt = make_optimizer(model, p, head, dev, args.adamw, vaux, tower_mult, tied, vtied)
     amp = dev.type == "cuda"
     held, held_rows = None, []
     if args.eval_every:
@@ -2313,7 +2406,7 @@ def main():
                        args.eval_items, args.seed, half, args.pad_to, args.pad_frames, dev, amp,
                        args.eval_decode,
                        {"audio": head if isinstance(head, AudioChars) else None, "image": vaux},
-                       tied)
+                       {"audio": tied, "image": vtied})
         times["heldout_setup"] = time.time() - th
         print(f"train_mm_proxy: held-out evaluation every {args.eval_every} steps on "
               f"{held.counts['image']} images, {held.counts['audio']} clips"
@@ -2342,9 +2435,9 @@ def main():
                                   f"{r[k]['ctc_cer_other']:.3f}") + ")")
                 + f" on {r[k]['ctc_items']} items ({r[k]['ctc_skipped']} too long)"
                 for k in ("image", "audio") if k in held.heads), flush=True)
-        if held.tied is not None:
-            a = r["audio"]
-            print(f"train_mm_proxy: held-out step {done} tied read-out: audio ctc "
+        for k in [k for k in ("image", "audio") if k in held.tied]:
+            a = r[k]
+            print(f"train_mm_proxy: held-out step {done} tied read-out: {k} ctc "
                   + ("-" if a["tied_ctc"] is None else
                      f"{a['tied_ctc']:.3f} a label, cer {a['tied_cer']:.3f} (against another "
                      "item's " + ("-" if a["tied_cer_other"] is None else
@@ -2373,13 +2466,15 @@ def main():
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
     losses = {"image": [], "audio": [], "ctc": [], "ctc_tied": [], "a_var": [], "a_cov": [],
-              "v_aux": [], "v_warm": [], "a_warm": [], "a_warm_tied": []}
+              "v_aux": [], "v_aux_tied": [], "v_warm": [], "v_warm_tied": [], "a_warm": [],
+              "a_warm_tied": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     warm_info = None
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
         warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
                                 pin, dev, amp, losses, t1, head if args.a_warm else None,
-                                tied if args.a_warm else None, tied_w / ctc_w if ctc_w else 1.0)
+                                tied if args.a_warm else None, tied_w / ctc_w if ctc_w else 1.0,
+                                vtied, vtied_w / vaux_w if vaux_w else 1.0)
         wait += warm_info.pop("data_wait")
         warm_info["tower_joint_lr_mult"] = tower_mult
         if held is not None:  # what the warm phase left: step 0 of the joint phase
@@ -2411,7 +2506,8 @@ def main():
         ts = time.time()
         try:
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w)
+                       norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w, vtied,
+                       vtied_w)
         except Exception as e:  # (not the guard's SystemExit)
             if loss_fn is half_loss:
                 raise
@@ -2423,7 +2519,8 @@ def main():
                   "eagerly", flush=True)
             loss_fn = half_loss
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w)
+                       norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w, vtied,
+                       vtied_w)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if step % 25 == 0:  # (the gradients stay until the next step's zero_grad)
             side_norms.append(side_grad_norms(model))
@@ -2458,6 +2555,8 @@ def main():
                   (f" a_var {np.mean(losses['a_var'][-50:]):.4f}" if losses["a_var"] else "") +
                   (f" v_aux {np.mean(losses['v_aux'][-50:]):.3f} ({vaux.skipped} images too "
                    "short)" if losses["v_aux"] else "") +
+                  (f" v_aux_tied {np.mean(losses['v_aux_tied'][-50:]):.3f} ({vtied.skipped} "
+                   "images too short)" if losses["v_aux_tied"] else "") +
                   f" lr {lr_at(step, steps, p):.2e} grad norm max "
                   f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
                   flush=True)
@@ -2511,11 +2610,15 @@ def main():
             info["ctc"]["tied"] = {"weight": tied_w, "classes": "embed_tokens x embed_scale, "
                                    "detached, + a learned blank; cosine x a learned scale",
                                    "scale_init": TIED_SCALE_INIT,
-                                   "scale_final": float(tied.log_scale.exp()),
+                                   "scale_final": float(tied.log_scale.detach().exp()),
                                    "clips": tied.used, "clips_too_short": tied.skipped}
     if vaux is not None:
         info["v_aux"] = {"weight": vaux_w, "chars": len(vaux.chars), "images": vaux.used,
                          "images_too_short": vaux.skipped}
+        if vtied is not None:
+            info["v_aux"]["tied"] = {"weight": vtied_w, "scale_init": TIED_SCALE_INIT,
+                                     "scale_final": float(vtied.log_scale.detach().exp()),
+                                     "images": vtied.used, "images_too_short": vtied.skipped}
     if warm_info is not None:
         info["v_warm"] = warm_info
     if spread is not None:
