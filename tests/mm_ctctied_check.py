@@ -13,7 +13,8 @@ detached; issue 35), on the CPU:
   2. the loss is CtcHead's column-picking CTC on the cosine logits: it and its gradients equal
      torch's ctc_loss over the full log-softmax of s x cos computed here by hand (normalised
      frames against normalised scaled rows + the blank), a clip too short for its ids skipped
-     and counted (3 used, 1 skipped);
+     and counted (3 used, 1 skipped); the fitting rows are picked by a one-hot product (no
+     index gradient on the GPU) that equals indexing bit for bit;
   3. the held-out read-out by hand (TiedCtcHead.items): frames that are one-hot class rows
      ("1 1 _ 2 _" over 5 valid frames + one padding) read [1, 2] against the target [1, 2], the
      token-frame share 3/5 (the padding frame not counted), their cosine 1; the per-label loss
@@ -166,6 +167,8 @@ def check_loss():
     expect(abs(loss.item() - ref.item()) <= 1e-5 * ref.item() and max(dx, db, ds) <= 1e-4,
            f"loss {loss.item()} vs {ref.item()}, gradients rel. {dx:.1e} / {db:.1e} / {ds:.1e}")
     expect(torch.equal(gx[2], torch.zeros_like(gx[2])), "the skipped clip got a gradient")
+    expect(torch.equal(head.rows_of(x.detach(), rows), x.detach()[rows]),
+           "the one-hot row pick is not indexing's values")
     print(f"mm_ctctied_check: tied loss {loss.item():.5f} = torch's full-vocabulary CTC "
           f"{ref.item():.5f} (gradients frames {dx:.1e}, blank {db:.1e}, scale {ds:.1e}); 3 "
           f"used 1 skipped: {CHECKS.n} checks")

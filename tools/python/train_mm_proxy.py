@@ -522,8 +522,13 @@ class CtcHead(torch.nn.Module):
         self.used += len(rows)
         if not rows:
             return None
-        z = self.logits(x if len(rows) == len(x) else x[rows])  # R x T x (V+1)
+        z = self.logits(x if len(rows) == len(x) else self.rows_of(x, rows))  # R x T x (V+1)
         return self.ctc_of(z, tgts, n_in, "mean")
+
+    @staticmethod
+    def rows_of(x, rows):
+        """x's rows `rows` (the clips that fit)."""
+        return x[rows]
 
     @staticmethod
     def fit(labels, valid):
@@ -636,6 +641,16 @@ class TiedCtcHead(CtcHead):
         self.vocab, self.at, self.kind = vocab, "embed" if kind == "audio" else "columns", kind
         self.used = self.skipped = 0
         self.tap = AudioTap(model, "embed", "tied CTC head") if kind == "audio" else None
+
+    @staticmethod
+    def rows_of(x, rows):
+        """x's rows `rows` as a one-hot product (R x B by B x T x D): the image head skips the
+        images whose answers outnumber their columns, and an index's gradient on the GPU
+        (index_put / index_add) is not deterministic; a product's is, and it is exact (each
+        value x 1 plus zeros)."""
+        pick = torch.zeros(len(rows), x.shape[0], device=x.device, dtype=x.dtype)
+        pick[torch.arange(len(rows)), rows] = 1.0
+        return torch.einsum("rb,btd->rtd", pick, x)
 
     def classes(self):
         """The class vectors ((vocab + 1) x D, float32): the decoder's scaled token embeddings
