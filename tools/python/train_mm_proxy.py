@@ -537,9 +537,10 @@ class CtcHead(torch.nn.Module):
         their frame counts). A row's transcript is its targets less the closing <turn|>; a row
         with none, or with fewer frames than its labels need (ctc_fits), is left out."""
         rows, tgts, n_in = [], [], []
-        for b in range(labels.shape[0]):
-            t = labels[b][labels[b] != -100][:-1].cpu()
-            n = int(valid[b].sum())
+        lab, ns = labels.cpu(), valid.sum(-1).tolist()  # (two copies to the host, not 2 a row)
+        for b in range(lab.shape[0]):
+            t = lab[b][lab[b] != -100][:-1]
+            n = ns[b]
             if len(t) == 0 or not ctc_fits(n, t.tolist()):
                 continue
             rows.append(b)
