@@ -38,8 +38,10 @@ detached; issue 35), on the CPU:
      v_aux_tied, losses_every_25 / final_loss ctc_tied, a_warm_tied, v_aux_tied, v_warm_tied
      (finite), v_warm's tied_clips and tied_images (4 x 4) and held-out rows (steps 0, 3, 6)
      whose audio and image parts have tied_ctc > 0, tied_cer, tied_cer_other, tied_peaks in
-     [0, 1] over 4 items, and a "tied read-out" log line a kind; none of those keys without the
-     options; the saved layout unchanged (the heads are never saved);
+     [0, 1] over 4 items, and a "tied read-out" log line a kind; table_cos0 (the decoder's
+     table against its first row's) 1 at step 0 and below 1 once the decoder trained (6 steps
+     at lr 3e-3); none of those keys without the options; the saved layout unchanged (the heads
+     are never saved);
   6. refusals, one line each: --ctc-tied without --ctc-weight, with --ctc-at tower,
      --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf; --v-aux-tied without
      --v-aux-weight, --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
@@ -362,6 +364,11 @@ def check_trainer():
                        for k in ("tied_cer", "tied_cer_other", "tied_peaks")) and
                    0 <= a["tied_peaks"] <= 1 and len(a.get("tied_example") or []) == 2,
                    f"step {r['step']} {kind}: { {k: v for k, v in a.items() if 'tied' in k} }")
+    drift = [r.get("table_cos0") for r in rows]
+    expect(all(isinstance(c, float) for c in drift) and abs(drift[0] - 1.0) < 1e-6 and
+           -1 <= drift[2] < 0.999, f"the table's cosine to step 0's: {drift}")
+    expect(not any("table_cos0" in r for r in runs["off"][0]["heldout"]),
+           "table_cos0 without a tied head")
     lines = [x for x in out["both_eval"].splitlines() if "tied read-out" in x]
     expect(len(lines) == 6 and all(x.startswith("train_mm_proxy: held-out") for x in lines) and
            sum(": image ctc" in x for x in lines) == 3, f"tied read-out lines {lines}")

@@ -195,9 +195,11 @@ functions that wrote the held-out files).
    --ctc-tied: ctc.tied {weight, classes, scale_init, scale_final, clips, clips_too_short}, its
    loss as ctc_tied (and a_warm_tied, v_warm's tied_clips, tied_clips_too_short, tied_mult with
    --a-warm), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other, tied_items,
-   tied_skipped, tied_peaks, tied_peak_cos, tied_example; with --v-aux-tied: v_aux.tied {weight,
-   scale_init, scale_final, images, images_too_short}, v_aux_tied, v_warm_tied, v_warm's
-   tied_images, tied_images_too_short, vtied_mult, the held-out image rows' tied_*), exports
+   tied_skipped, tied_peaks, tied_peak_cos, tied_example, and table_cos0 (HeldOut.table_drift:
+   how far the decoder's token table turned since the first row); with --v-aux-tied:
+   v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
+   v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
+   rows' tied_*), exports
    OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
    image_processor.json's max_soft_tokens to 70.
 """
@@ -1778,6 +1780,7 @@ class HeldOut:
         self.SoftTokens, self.cer = mm_probe.SoftTokens, mm_probe.cer
         self.heads = {kind: h for kind, h in (heads or {}).items() if h is not None}
         self.tied = {kind: h for kind, h in (tied or {}).items() if h is not None}
+        self.table0 = None  # (with a tied head: the decoder's table at the first measure)
         self.batches, self.counts = {}, {}
         for kind in ("image", "audio"):
             te = [i for i in items[kind] if i["split"] == "test"]
@@ -1868,6 +1871,8 @@ class HeldOut:
                 e = m.language_model.embed_tokens
                 out["text_rms"] = float((e.weight.float() * e.embed_scale.float())
                                         .pow(2).mean().sqrt())
+                if self.tied:
+                    out["table_cos0"] = self.table_drift(e.weight)
         finally:
             for h in handles:
                 h.remove()
@@ -1885,6 +1890,19 @@ class HeldOut:
         else:
             x, w = cols if cols is not None else head.columns(b["image_position_ids"])
         return char_ctc_items(head, x, w, answer_texts(self.pr.tok, lab, self.pr.id["<turn|>"]))
+
+    def table_drift(self, w):
+        """With a tied head: how far the decoder's token table (w, V x D), the tied heads'
+        targets, has turned since the first measure (step 0 after a warm phase): the mean
+        cosine of each row to itself then, over the rows that were not zero (the pad's row
+        starts at 0); 1 at the first measure. The decoder starts untrained (bench/NOTES.md
+        "ctctied"): a table that turns while the audio side follows it at a tenth of its lr is
+        what this row shows."""
+        w = w.detach().float()
+        if self.table0 is None:
+            self.table0 = w.clone()
+        keep = self.table0.norm(dim=-1) > 0
+        return float(torch.nn.functional.cosine_similarity(w[keep], self.table0[keep]).mean())
 
     def read_tied(self, kind, lab, cols=None):
         """TiedCtcHead.items of the kind's tied head on the batch's as-is frames (audio: its
@@ -2438,7 +2456,7 @@ def main():
         print(f"train_mm_proxy: held-out step {done}: " + "; ".join(
             f"{k} loss {v['loss']:.4f} zeroed {v['zeroed']:.4f} ({v['zeroed'] - v['loss']:+.4f})"
             f" rolled {v['rolled']:.4f} ({v['rolled'] - v['loss']:+.4f})"
-            for k, v in r.items() if k != "text_rms")
+            for k, v in r.items() if k in ("image", "audio"))
             + f"; soft tokens' RMS image {r['image']['soft_rms']:.3f} audio "
             f"{r['audio']['soft_rms']:.3f} (text {r['text_rms']:.3f}), cosine to their mean "
             f"image {r['image']['soft_cos']:.3f} audio {r['audio']['soft_cos']:.3f}"
@@ -2453,7 +2471,8 @@ def main():
                 for k in ("image", "audio") if k in held.heads), flush=True)
         for k in [k for k in ("image", "audio") if k in held.tied]:
             a = r[k]
-            print(f"train_mm_proxy: held-out step {done} tied read-out: {k} ctc "
+            print(f"train_mm_proxy: held-out step {done} tied read-out (the token table's "
+                  f"cosine to the first row's {r['table_cos0']:.4f}): {k} ctc "
                   + ("-" if a["tied_ctc"] is None else
                      f"{a['tied_ctc']:.3f} a label, cer {a['tied_cer']:.3f} (against another "
                      "item's " + ("-" if a["tied_cer_other"] is None else
