@@ -652,7 +652,7 @@ class TiedCtcHead(CtcHead):
         (index_put / index_add) is not deterministic; a product's is, and it is exact (each
         value x 1 plus zeros)."""
         pick = torch.zeros(len(rows), x.shape[0], device=x.device, dtype=x.dtype)
-        pick[torch.arange(len(rows)), rows] = 1.0
+        pick[torch.arange(len(rows), device=x.device), torch.tensor(rows, device=x.device)] = 1.0
         return torch.einsum("rb,btd->rtd", pick, x)
 
     def classes(self):
