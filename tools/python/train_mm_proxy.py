@@ -10,6 +10,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--ctc-units tokens|chars]
+                                               [--ctc-tied [--ctc-tied-weight W]]
+                                               [--v-aux-tied [--v-aux-tied-weight W]]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
                                                [--a-res-scale X] [--reps N]
@@ -74,7 +76,17 @@ functions that wrote the held-out files).
    stalls at its all-blank plateau and collapses the tower further). --ctc-units chars: the
    head reads the frames into the transcript's characters instead (AudioChars, VisionAux's
    audio twin: space, a-z, apostrophe + a blank; bench/NOTES.md "Does a direct signal make the
-   AUDIO side read?"). --a-var-weight W
+   AUDIO side read?"). --ctc-tied (needs --ctc-weight and --ctc-at embed) adds a second audio
+   CTC head, TiedCtcHead, at --ctc-tied-weight W (default --ctc-weight's): the soft tokens read
+   into the answer's token ids (CtcHead's targets and CTC) with the decoder's own input
+   embeddings (embed_tokens x embed_scale, detached: the loss never moves the LM's table) + a
+   learned blank as the classes, logits s x cosine (s learned from 10), so that the frames
+   where a token is heard point at that token's embedding, which the decoder can copy (the
+   session-35 run: the char head read held-out clips at CER 0.165 and the decoder's answers
+   ignored them; bench/NOTES.md "ctctied"); with --a-warm its loss (x W / --ctc-weight) joins
+   the warm step too; --v-aux-tied [--v-aux-tied-weight W] (needs --v-aux-weight) is its image
+   twin on VisionAux's soft-token columns (added to VisionAux's loss, in the --v-warm-steps
+   phase too). --a-var-weight W
    [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
    VICReg's variance hinge on the RMS-normalised soft tokens across the half-batch's clips,
    training only) added to the audio items' loss (bench/NOTES.md "A variance term"): on the
@@ -164,7 +176,11 @@ functions that wrote the held-out files).
    (VisionAux) on, the held-out items are read by those heads too (no flag of its own): the
    read-out's CTC a label, its greedy CER and CER against another item's; items too long for
    their frames counted and skipped; a held-out log line "read-out heads" (bench/NOTES.md "The
-   read-out heads on the held-out items"; tests/mm_audchars_check.py).
+   read-out heads on the held-out items"; tests/mm_audchars_check.py). With --ctc-tied the
+   held-out clips are read by the tied head too: its CTC a label, its greedy token read decoded
+   to text and scored by CER (and against another clip's text), the share of frames read as a
+   token (not the blank) and their cosine to that token's embedding; a log line "tied read-out"
+   (tests/mm_ctctied_check.py); with --v-aux-tied the held-out images likewise.
 4. Saves OUT/hf (float16 safetensors, config, tokenizer.json), OUT/train.json (preset, seed,
    steps, losses, seconds, step_seconds, the flags; adamw, compile, compile_stats: graphs and
    graph breaks; profiled_ops: --profile's step_ops count a step; heldout: HeldOut's rows
@@ -175,7 +191,15 @@ functions that wrote the held-out files).
    side_grad_norms; v_aux: --v-aux-weight's weight, characters, images read and skipped, and
    its loss in losses_every_25 / final_loss; v_warm: the warm phase's steps, images, seconds and
    step seconds, tower_joint_lr_mult, its loss as losses_every_25 / final_loss's v_warm; with
-   --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm), exports
+   --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm; with
+   --ctc-tied: ctc.tied {weight, classes, scale_init, scale_final, clips, clips_too_short}, its
+   loss as ctc_tied (and a_warm_tied, v_warm's tied_clips, tied_clips_too_short, tied_mult with
+   --a-warm), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other, tied_items,
+   tied_skipped, tied_peaks, tied_peak_cos, tied_example, and table_cos0 (HeldOut.table_drift:
+   how far the decoder's token table turned since the first row); with --v-aux-tied:
+   v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
+   v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
+   rows' tied_*), exports
    OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
    image_processor.json's max_soft_tokens to 70.
 """
@@ -491,21 +515,45 @@ class CtcHead(torch.nn.Module):
         targets less the closing <turn|>. A clip needs as many frames as labels plus one blank
         between each pair of equal neighbours, else CTC has no path: such clips are skipped
         and counted (self.skipped). Returns None when no clip fits."""
-        x, valid = self.tap.take()
+        return self.loss_of(*self.tap.take(), labels)
+
+    def loss_of(self, x, valid, labels):
+        """loss() of frames x (B x T x D) with valid mask (B x T) given."""
+        rows, tgts, n_in = self.fit(labels, valid)
+        self.skipped += labels.shape[0] - len(rows)
+        self.used += len(rows)
+        if not rows:
+            return None
+        z = self.logits(x if len(rows) == len(x) else self.rows_of(x, rows))  # R x T x (V+1)
+        return self.ctc_of(z, tgts, n_in, "mean")
+
+    @staticmethod
+    def rows_of(x, rows):
+        """x's rows `rows` (the clips that fit)."""
+        return x[rows]
+
+    @staticmethod
+    def fit(labels, valid):
+        """The rows of collate's labels (B x S) that CTC can align to their frames (valid: B x T,
+        True on a clip's frames): (their indices, their transcripts as id tensors on the CPU,
+        their frame counts). A row's transcript is its targets less the closing <turn|>; a row
+        with none, or with fewer frames than its labels need (ctc_fits), is left out."""
         rows, tgts, n_in = [], [], []
-        for b in range(labels.shape[0]):
-            t = labels[b][labels[b] != -100][:-1].cpu()
-            n = int(valid[b].sum())
+        lab, ns = labels.cpu(), valid.sum(-1).tolist()  # (two copies to the host, not 2 a row)
+        for b in range(lab.shape[0]):
+            t = lab[b][lab[b] != -100][:-1]
+            n = ns[b]
             if len(t) == 0 or not ctc_fits(n, t.tolist()):
-                self.skipped += 1
                 continue
             rows.append(b)
             tgts.append(t)
             n_in.append(n)
-        self.used += len(rows)
-        if not rows:
-            return None
-        z = self.logits(x if len(rows) == len(x) else x[rows])  # R x T x (V+1)
+        return rows, tgts, n_in
+
+    def ctc_of(self, z, tgts, n_in, reduction):
+        """CTC of logits z (R x T x (V+1), blank last) against tgts (R id tensors) over each
+        row's first n_in frames; reduction "mean" (the training loss: per label, then over the
+        rows) or "none" (each row's negative log-likelihood, a tensor of R)."""
         # The CTC recursion reads only the blank's and the transcript's columns: run it on those
         # (+ one column holding the rest of the probability), on the CPU, where ctc_loss's
         # backward is deterministic (torch's CUDA one is not) and the tensor is small. The
@@ -514,11 +562,12 @@ class CtcHead(torch.nn.Module):
         # normalised log-probabilities (it returns p - occupancy, not -occupancy).
         uniq = [torch.unique(t) for t in tgts]
         K = 1 + max(len(u) for u in uniq)  # blank, each clip's distinct labels (padded)
-        sel = torch.zeros(len(rows), self.vocab + 1, K)
-        far = torch.zeros(len(rows), 1, K)  # -1e4 on padding columns
-        rest = torch.zeros(len(rows), 1, self.vocab + 1)  # -1e4 on picked columns
+        R = len(tgts)
+        sel = torch.zeros(R, self.vocab + 1, K)
+        far = torch.zeros(R, 1, K)  # -1e4 on padding columns
+        rest = torch.zeros(R, 1, self.vocab + 1)  # -1e4 on picked columns
         T_max = max(len(t) for t in tgts)
-        target = torch.zeros(len(rows), T_max, dtype=torch.long)
+        target = torch.zeros(R, T_max, dtype=torch.long)
         for r, (t, u) in enumerate(zip(tgts, uniq)):
             sel[r, self.vocab, 0] = 1.0
             sel[r, u, 1 + torch.arange(len(u))] = 1.0
@@ -532,7 +581,7 @@ class CtcHead(torch.nn.Module):
         lp = lp.transpose(0, 1).cpu().double()  # T x R x (K+1)
         loss = torch.nn.functional.ctc_loss(lp, target, torch.tensor(n_in),
                                             torch.tensor([len(t) for t in tgts]), blank=0,
-                                            reduction="mean", zero_infinity=False)
+                                            reduction=reduction, zero_infinity=False)
         return loss.float().to(dev)
 
     def greedy(self, x, valid):
@@ -540,6 +589,109 @@ class CtcHead(torch.nn.Module):
         blanks dropped)."""
         return [ctc_collapse(e[v].tolist(), self.vocab)
                 for e, v in zip(self.logits(x).argmax(-1), valid)]
+
+
+TIED_SCALE_INIT = 10.0  # TiedCtcHead's logit scale at init (learned as its log)
+# TiedCtcHead's blank drawn N(0, TIED_BLANK_STD) a component: only its direction counts (cosine
+# logits), and AdamW moves each component by about the lr a step whatever its size, so a vector
+# of N(0, 1) components (norm ~28 at 768) would turn by ~5e-4 / 1 a step at the proxy's lr; at
+# 0.02 (transformers' initializer_range) it can turn toward the frames' common direction in tens
+# of steps, where CTC wants the blank on most frames
+TIED_BLANK_STD = 0.02
+
+
+class TiedCtcHead(CtcHead):
+    """--ctc-tied: a CTC read-out of embed_audio's output (the soft tokens) into the answer's
+    token ids whose class vectors are the decoder's own input embeddings (training only: never
+    saved nor exported). CtcHead's classes are a free linear map: the soft tokens become
+    readable by it in a direction space of their own, and the decoder must still learn that
+    space from the joint loss (the session-35 run: the AudioChars head read held-out clips at
+    CER 0.165, the decoder's answer moved +0.03 nats when another clip's soft tokens were put in
+    their place). Here class v (< vocab) is the row the decoder reads for token v:
+    embed_tokens.weight[v] x embed_scale (Gemma4TextScaledWordEmbedding; Gemma4Model.forward
+    writes the soft tokens into that scaled inputs_embeds with masked_scatter, so the two share
+    one space), DETACHED: the loss moves the soft tokens toward the embeddings, never the
+    embeddings (nor the tied LM head) toward the soft tokens. Class `vocab` (the blank) is a
+    learned vector. logits = s x cos(soft token, class vector), s = exp(log_scale) learned
+    from TIED_SCALE_INIT: the cosine, not the dot product, because a dot product ranks the rows
+    by their norms too and is lowered by growing the soft tokens (the decoder's RMSNorm undoes
+    a scale, the residual stream does not: soft_rms would drift from text_rms), and the scale
+    cancels in it, so the comparison does not depend on the embed_scale. At s = 10 a frame
+    whose cosine to its token is 1 (the others ~0) gives that token ~0.84 of the probability
+    over 4,097 classes. The loss, its fitting rule and the column-picking CTC are CtcHead's
+    (targets: each clip's answer ids less <turn|>). Its parameters (the blank, log_scale) come
+    from their own generator (torch seed `seed` + 6): the run's other draws are unchanged.
+    kind "image" (--v-aux-tied): the same head on the image soft-token columns (soft_columns,
+    VisionAux's frames, left to right; loss_of with the columns' mask, column_mask) against the
+    answer's ids: no tap (the columns come from VisionAux's hook), its generator at seed + 7."""
+
+    def __init__(self, model, vocab, seed, kind="audio"):
+        torch.nn.Module.__init__(self)
+        m = model.model
+        emb = m.language_model.embed_tokens
+        if emb.weight.shape[0] < vocab:
+            raise SystemExit(f"train_mm_proxy: --ctc-tied: {emb.weight.shape[0]} token "
+                             f"embeddings for a vocabulary of {vocab}")
+        # a plain attribute, not a submodule: the table stays the decoder's (not this head's
+        # parameters, not its optimizer group, not moved by .to())
+        self.__dict__["embed"] = emb
+        dim = emb.weight.shape[1]
+        if kind not in ("audio", "image"):
+            raise SystemExit(f"train_mm_proxy: a tied CTC head for {kind!r}: audio or image")
+        g = torch.Generator().manual_seed(seed + (6 if kind == "audio" else 7))
+        self.blank_vec = torch.nn.Parameter(torch.randn(dim, generator=g) * TIED_BLANK_STD)
+        self.log_scale = torch.nn.Parameter(torch.tensor(math.log(TIED_SCALE_INIT)))
+        self.vocab, self.at, self.kind = vocab, "embed" if kind == "audio" else "columns", kind
+        self.used = self.skipped = 0
+        self.tap = AudioTap(model, "embed", "tied CTC head") if kind == "audio" else None
+
+    @staticmethod
+    def rows_of(x, rows):
+        """x's rows `rows` as a one-hot product (R x B by B x T x D): the image head skips the
+        images whose answers outnumber their columns, and an index's gradient on the GPU
+        (index_put / index_add) is not deterministic; a product's is, and it is exact (each
+        value x 1 plus zeros)."""
+        pick = torch.zeros(len(rows), x.shape[0], device=x.device, dtype=x.dtype)
+        pick[torch.arange(len(rows), device=x.device), torch.tensor(rows, device=x.device)] = 1.0
+        return torch.einsum("rb,btd->rtd", pick, x)
+
+    def classes(self):
+        """The class vectors ((vocab + 1) x D, float32): the decoder's scaled token embeddings
+        (detached), then the blank."""
+        e = self.embed
+        rows = e.weight[:self.vocab].detach().float() * e.embed_scale.float()
+        return torch.cat([rows, self.blank_vec.float()[None]], 0)
+
+    def cosines(self, x):
+        """cos(frame, class vector) for frames x (... x D): ... x (vocab + 1)."""
+        with torch.autocast(x.device.type, enabled=False):
+            a = torch.nn.functional.normalize(x.float(), dim=-1)
+            c = torch.nn.functional.normalize(self.classes(), dim=-1)
+            return a @ c.T
+
+    def logits(self, x):
+        return self.cosines(x) * self.log_scale.float().exp()
+
+    def items(self, x, valid, labels):
+        """The held-out read-out of frames x (B x T x D) with valid mask (B x T) against
+        collate's labels, for a measurement (the caller sets no_grad; used / skipped are left
+        alone): (each fitting row's CTC loss a label, its greedy ids, its target ids, the rows
+        skipped, the share of the valid frames whose argmax is not the blank, their mean cosine
+        to the class they pick: 1 when the soft token IS that token's embedding direction)."""
+        rows, tgts, n_in = self.fit(labels, valid)
+        cos = self.cosines(x)
+        top, arg = cos.max(-1)
+        peak = valid & (arg != self.vocab)
+        n_valid = int(valid.sum())
+        share = int(peak.sum()) / n_valid if n_valid else None
+        peak_cos = float(top[peak].mean()) if bool(peak.any()) else None
+        if not rows:
+            return [], [], [], labels.shape[0], share, peak_cos
+        z = cos[rows] * self.log_scale.float().exp()
+        per = self.ctc_of(z, tgts, n_in, "none").cpu() / torch.tensor([len(t) for t in tgts])
+        reads = self.greedy(x[rows], valid[rows])
+        return (per.tolist(), reads, [t.tolist() for t in tgts], labels.shape[0] - len(rows),
+                share, peak_cos)
 
 
 def char_ctc_loss(head, x, w, texts):
@@ -630,6 +782,12 @@ def soft_columns(x, pos):
     for i, part in enumerate(torch.split(x, n)):
         out[i, :w[i]] = part.reshape(n[i] // w[i], w[i], -1).mean(0)
     return out, w
+
+
+def column_mask(w, n, dev):
+    """The valid mask (len(w) x n on dev, True on row i's first w[i]) of soft_columns'
+    columns."""
+    return torch.arange(n, device=dev)[None] < torch.tensor(w, device=dev)[:, None]
 
 
 def seeded_linear(dim, n_out, seed):
@@ -767,6 +925,15 @@ class AudioChars(torch.nn.Module):
         """Greedy CTC read of the last audio forward: one string a clip."""
         x, valid = self.tap.take()
         return char_ctc_greedy(self, x, valid.sum(-1).tolist())
+
+
+def image_aux_losses(vaux, vtied, pos, labels):
+    """VisionAux's loss and the image TiedCtcHead's (--v-aux-tied) on one set of columns (the
+    last image forward's, soft_columns: taken once, so both read the same frames) against
+    collate's labels: (aux loss or None, tied loss or None)."""
+    cols, w = vaux.columns(pos)
+    v = vaux.loss_of(cols, w, answer_texts(vaux.tok, labels, vaux.closing))
+    return v, vtied.loss_of(cols, column_mask(w, cols.shape[1], cols.device), labels)
 
 
 def answer_texts(tok, labels, closing):
@@ -1064,17 +1231,21 @@ def side_grad_norms(model):
     return {k: float(f"{v:.4g}") for k, v in zip(sq, vals)}
 
 
-def bad_grads(model, head=None, vaux=None):
-    """The sides (decoder, vision, audio, ctc head, vision aux head) with a gradient that is not
-    finite."""
+def bad_grads(model, head=None, vaux=None, tied=None, vtied=None):
+    """The sides (decoder, vision, audio, ctc head, vision aux head, tied ctc head, image tied
+    ctc head) with a gradient that is not finite."""
     out = set()
     named = list(model.named_parameters()) + \
         ([("ctc." + n, x) for n, x in head.named_parameters()] if head is not None else []) + \
-        ([("vaux." + n, x) for n, x in vaux.named_parameters()] if vaux is not None else [])
+        ([("vaux." + n, x) for n, x in vaux.named_parameters()] if vaux is not None else []) + \
+        ([("tied." + n, x) for n, x in tied.named_parameters()] if tied is not None else []) + \
+        ([("vtied." + n, x) for n, x in vtied.named_parameters()] if vtied is not None else [])
     for n, x in named:
         if x.grad is not None and not torch.isfinite(x.grad).all():
             out.add("ctc head" if n.startswith("ctc.") else
                     "vision aux head" if n.startswith("vaux.") else
+                    "tied ctc head" if n.startswith("tied.") else
+                    "image tied ctc head" if n.startswith("vtied.") else
                     next((k for k, v in SIDES.items() if n.startswith(v)), "decoder"))
     return sorted(out)
 
@@ -1122,21 +1293,25 @@ def compile_stats():
 
 
 # how StepGuard's records name a non-finite value train_step tracked (the rest: "<kind> loss")
-BAD_NAMES = {"ctc": "audio ctc loss", "v_aux": "image aux loss",
+BAD_NAMES = {"ctc": "audio ctc loss", "ctc_tied": "audio tied ctc loss",
+             "v_aux": "image aux loss", "v_aux_tied": "image tied ctc loss",
              "a_var": "audio spread variance term",
              "a_cov": "audio spread covariance term"}
 
 
 def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, amp=False,
                inject=(), norms=None, live=None, loss_fn=half_loss, spread=None, vaux=None,
-               vaux_w=0.0):
+               vaux_w=0.0, tied=None, tied_w=0.0, vtied=None, vtied_w=0.0):
     """One optimizer step on one half-batch of each kind (gradients summed), guarded (StepGuard).
     batches: {kind: collate's dict on the device}; step: 0-based; inject: parse_inject's set;
     norms: a list that gets the step's gradient norm before clipping (nan: a loss was bad);
     live: the parameters the step trains (trained_params'; None: computed here); loss_fn:
     half_loss or its compiled form; spread: a SpreadTerm added to the audio loss (losses["a_var"],
     ["a_cov"] get its terms); vaux: a VisionAux whose loss x vaux_w is added to the image loss
-    (losses["v_aux"]). Returns True when the step was applied.
+    (losses["v_aux"]); tied: a TiedCtcHead whose loss x tied_w is added to the audio loss
+    after the head's (losses["ctc_tied"]); vtied: an image TiedCtcHead (--v-aux-tied) on the
+    same columns as vaux, its loss x vtied_w added to the image loss (losses["v_aux_tied"]).
+    Returns True when the step was applied.
     One host sync a step: both half-batches are back-propagated whatever their loss, and the
     losses and the gradient norm (one fused reduction over every trained gradient, clip_trained's:
     not finite when any gradient is not) come to the host together. A non-finite loss makes
@@ -1154,15 +1329,26 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
             loss = loss * float("inf")
         tracked.append((kind, loss.detach()))
         if kind == "image" and vaux is not None:
-            v = vaux.loss_from_labels(b["image_position_ids"], lab)
+            if vtied is None:
+                v = vaux.loss_from_labels(b["image_position_ids"], lab)
+            else:
+                v, t = image_aux_losses(vaux, vtied, b["image_position_ids"], lab)
             if v is not None:
                 tracked.append(("v_aux", v.detach()))
                 loss = loss + vaux_w * v
+            if vtied is not None and t is not None:
+                tracked.append(("v_aux_tied", t.detach()))
+                loss = loss + vtied_w * t
         if kind == "audio" and head is not None:
             c = head.loss(lab)
             if c is not None:
                 tracked.insert(len(tracked) - 1, ("ctc", c.detach()))
                 loss = loss + ctc_w * c
+        if kind == "audio" and tied is not None:
+            c = tied.loss(lab)
+            if c is not None:
+                tracked.insert(len(tracked) - 1, ("ctc_tied", c.detach()))
+                loss = loss + tied_w * c
         if kind == "audio" and spread is not None:
             r = spread.loss()
             if r is not None:
@@ -1184,7 +1370,8 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
             bad.append(f"{BAD_NAMES.get(kind, kind + ' loss')} {v}")
     norm = float("nan") if bad else vals[-1]
     if not bad and not math.isfinite(norm):
-        bad.append(f"gradient norm {norm} (sides: {', '.join(bad_grads(model, head, vaux))})")
+        bad.append(f"gradient norm {norm} (sides: "
+                   f"{', '.join(bad_grads(model, head, vaux, tied, vtied))})")
     if norms is not None:
         norms.append(norm)
     if not guard.step_ok(step, bad):
@@ -1195,20 +1382,23 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
     return True
 
 
-def warm_optimizer(model, p, vaux, impl, head=None):
+def warm_optimizer(model, p, vaux, impl, head=None, tied=None, vtied=None):
     """--v-warm-steps: the warm phase's own AdamW over the vision side (the tower and
     embed_vision, where VisionAux reads: weight decay 0.05 on matrices, 0 on the rest, at the
     preset's v_lr_mult) and the aux head (0, x 1), with the main optimizer's betas and
     implementation (make_optimizer's impl, already resolved); head (--a-warm: the audio CTC
     head) adds the audio side (the tower and embed_audio, at the run's a_lr_mult) and that head
-    (x 1) after them. Its own state, dropped after the phase: the joint phase's AdamW then
-    starts from no moments with its own warm-up, as without the phase (moments of a CTC-only
-    loss would size the towers' first joint updates)."""
+    (x 1) after them; tied (--a-warm with --ctc-tied: the TiedCtcHead) its group next (x 1),
+    vtied (--v-aux-tied: the image TiedCtcHead) its group last (x 1).
+    Its own state, dropped after the phase: the joint phase's AdamW then starts from no moments
+    with its own warm-up, as without the phase (moments of a CTC-only loss would size the
+    towers' first joint updates)."""
     named = [x for n, x in model.named_parameters() if n.startswith(SIDES["vision"])]
     groups = decay_groups(named, p.get("v_lr_mult", 1.0)) + [head_group(vaux)]
     if head is not None:
         named = [x for n, x in model.named_parameters() if n.startswith(SIDES["audio"])]
         groups += decay_groups(named, p.get("a_lr_mult", 1.0), True) + [head_group(head)]
+    groups += [head_group(h) for h in (tied, vtied) if h is not None]
     return adamw(groups, p, impl)
 
 
@@ -1218,20 +1408,34 @@ def warm_schedule(p, n):
     return {"lr": p["lr"], "warmup": max(1, min(p["warmup"], n // 10))}
 
 
-def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=None, a=None):
+WARM_NAMES = {"v_warm": "image aux", "a_warm": "audio ctc", "a_warm_tied": "audio tied ctc",
+              "v_warm_tied": "image tied ctc"}
+
+
+def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=None, a=None,
+                     tied=None, tied_mult=1.0, vtied=None, vtied_mult=1.0):
     """One warm-phase step (--v-warm-steps): the image half-batch b (collate's dict on the
     device) through the vision tower and embed_vision only (get_image_features: no decoder, no
     audio), VisionAux's CTC loss (losses["v_warm"]); with head (--a-warm: the run's audio CTC
     head) also the audio half-batch a through the audio tower and embed_audio only
     (get_audio_features, where the head's tap reads) and that head's loss (losses["a_warm"]),
-    the two losses summed into one backward. The gradient over `live` (the warm optimizer's
+    the two losses summed into one backward; tied (--ctc-tied with --a-warm: the TiedCtcHead,
+    on the same audio forward) adds tied_mult x its loss (losses["a_warm_tied"]; tied_mult:
+    --ctc-tied-weight / --ctc-weight, the joint phase's ratio of the two audio heads); vtied
+    (--v-aux-tied: the image TiedCtcHead, on VisionAux's columns) adds vtied_mult x its loss
+    (losses["v_warm_tied"]; vtied_mult: --v-aux-tied-weight / --v-aux-weight). The
+    gradient over `live` (the warm optimizer's
     tensors) clipped to 1.0, guarded as train_step (StepGuard; one host sync). Returns True
     when the step was applied; None when no image (and no clip) of the batch fits its answer
     (no loss: nothing to apply)."""
     opt.zero_grad(set_to_none=True)
     with torch.autocast(b["pixel_values"].device.type, dtype=torch.bfloat16, enabled=amp):
         model.model.get_image_features(b["pixel_values"], b["image_position_ids"])
-    v = vaux.loss_from_labels(b["image_position_ids"], b["labels"])
+    vt = None
+    if vtied is None:
+        v = vaux.loss_from_labels(b["image_position_ids"], b["labels"])
+    else:
+        v, vt = image_aux_losses(vaux, vtied, b["image_position_ids"], b["labels"])
     if v is None:
         vaux.frames = None
     c = None
@@ -1239,21 +1443,28 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
         with torch.autocast(a["input_features"].device.type, dtype=torch.bfloat16, enabled=amp):
             model.model.get_audio_features(a["input_features"], a["input_features_mask"])
         c = head.loss(a["labels"])  # (takes the tap's frames: none left for the next forward)
-    parts = [(k, t) for k, t in (("v_warm", v), ("a_warm", c)) if t is not None]
+    t = None if tied is None else tied.loss(a["labels"])
+    parts = [(k, x) for k, x in (("v_warm", v), ("a_warm", c), ("a_warm_tied", t),
+                                 ("v_warm_tied", vt)) if x is not None]
     if not parts:
         return None
     # (the vision loss alone backs itself, not 0 + it: without --a-warm the same graph as before)
-    (v if c is None else c if v is None else v + c).backward()
+    total = v if c is None else c if v is None else v + c
+    for x, mult in ((t, tied_mult), (vt, vtied_mult)):
+        if x is not None:
+            total = mult * x if total is None else total + mult * x
+    total.backward()
     norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
     vals = torch.stack([t.detach().float() for _, t in parts] + [norm_t.float()]).tolist()
     bad = []
     for (k, _), x in zip(parts, vals):
         losses[k].append(x)
         if not math.isfinite(x):
-            bad.append(f"warm {'image aux' if k == 'v_warm' else 'audio ctc'} loss {x}")
+            bad.append(f"warm {WARM_NAMES[k]} loss {x}")
     norm = vals[-1]
     if not bad and not math.isfinite(norm):
-        bad.append(f"warm gradient norm {norm} (sides: {', '.join(bad_grads(model, head, vaux))})")
+        bad.append(f"warm gradient norm {norm} (sides: "
+                   f"{', '.join(bad_grads(model, head, vaux, tied, vtied))})")
     if not guard.step_ok(step, bad):
         opt.zero_grad(set_to_none=True)
         return False
@@ -1264,12 +1475,15 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
 ADAMW = {"fused": dict(fused=True), "foreach": dict(foreach=True), "loop": dict(foreach=False)}
 
 
-def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_mult=1.0):
+def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_mult=1.0,
+                   tied=None, vtied=None):
     """AdamW over six parameter groups (weight decay 0.05 on matrices, 0 on the rest) x (the
     decoder, the vision side, the audio side; the lr multipliers' "", v_, a_; the vision and
     audio sides' also x tower_mult: --tower-joint-lr-mult, after a warm phase), plus the CTC
     head's group (it learns from step 0, also while the audio side is frozen) and then the
-    vision aux head's (VisionAux; at the decoder's lr, as the CTC head). impl (--adamw):
+    vision aux head's (VisionAux; at the decoder's lr, as the CTC head), then the tied CTC
+    head's (TiedCtcHead, --ctc-tied: its blank and scale, x 1) and the image one's
+    (--v-aux-tied). impl (--adamw):
     fused (torch's fused kernel: one launch per group and dtype), foreach (a launch per op per
     chunk of tensors: torch's own CUDA default), loop (one op per tensor: torch's CPU default);
     auto: fused on CUDA, foreach on the CPU (bench/NOTES.md "Fewer launches a step")."""
@@ -1281,7 +1495,7 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_
                      not n.startswith(sides["v"] + sides["a"]))]
         groups += decay_groups(named, p.get(f"{side}_lr_mult", 1.0) * tower_mult if side else 1.0,
                                side == "a")
-    groups += [head_group(h) for h in (head, vaux) if h is not None]
+    groups += [head_group(h) for h in (head, vaux, tied, vtied) if h is not None]
     if impl == "auto":
         impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
     if impl not in ADAMW:
@@ -1548,15 +1762,25 @@ class HeldOut:
     rolled by one, another item's: near ctc_cer when the read is the answers' prior, not this
     item's), "ctc_items" / "ctc_skipped" (items measured / too long for their frames, as the
     training loss skips them). No stream moves and the heads' training counts stay as they were
-    (tests/mm_audchars_check.py)."""
+    (tests/mm_audchars_check.py).
+    tied ({kind: a TiedCtcHead or None}: --ctc-tied's for "audio", --v-aux-tied's for "image"):
+    then the kind's as-is frames (an image's: VisionAux's columns) are read by it too
+    (TiedCtcHead.items, read_tied): "tied_ctc" (its CTC a label), "tied_cer" (its greedy token
+    read decoded to text against the answers' text, answer_texts), "tied_cer_other" (against
+    another clip's), "tied_items" / "tied_skipped", "tied_peaks" (the share of the valid frames
+    whose argmax is a token, not the blank) and "tied_peak_cos" (those frames' mean cosine to
+    the embedding of the token they pick), "tied_example" (the first read); a log line
+    "tied read-out" (tests/mm_ctctied_check.py)."""
 
     def __init__(self, model, data, fonts, pr, fe, items, k, seed, batch, pad, pad_frames, dev,
-                 amp, decode=False, heads=None):
+                 amp, decode=False, heads=None, tied=None):
         import mm_probe
 
         self.model, self.dev, self.amp, self.hooks, self.pr = model, dev, amp, {}, pr
         self.SoftTokens, self.cer = mm_probe.SoftTokens, mm_probe.cer
         self.heads = {kind: h for kind, h in (heads or {}).items() if h is not None}
+        self.tied = {kind: h for kind, h in (tied or {}).items() if h is not None}
+        self.table0 = None  # (with a tied head: the decoder's table at the first measure)
         self.batches, self.counts = {}, {}
         for kind in ("image", "audio"):
             te = [i for i in items[kind] if i["split"] == "test"]
@@ -1609,6 +1833,7 @@ class HeldOut:
                     sums = {"loss": 0.0, "zeroed": 0.0, "rolled": 0.0}
                     tokens, ms, cs = 0, [], []
                     reads = ([], [], [], 0)  # char_ctc_items' (losses, reads, refs, skipped)
+                    tied = ([], [], [], 0, [], [])  # read_tied's, the last two per batch
                     for shift, b in self.batches[kind]:
                         b = {n: v.to(self.dev) for n, v in b.items()}
                         lab = b.pop("labels")
@@ -1623,9 +1848,15 @@ class HeldOut:
                                 ms.append(x.pow(2).mean())
                                 cs.append(torch.nn.functional.cosine_similarity(
                                     x, x.mean(0, keepdim=True)).mean())
+                                cols = None  # (an image's columns, taken once for both)
+                                if kind == "image" and kind in self.tied:
+                                    cols = self.heads[kind].columns(b["image_position_ids"])
                                 if kind in self.heads:
-                                    r = self.read_out(kind, b, lab)
+                                    r = self.read_out(kind, b, lab, cols)
                                     reads = tuple(a + c for a, c in zip(reads, r))
+                                if kind in self.tied:
+                                    tied = tuple(a + c for a, c in
+                                                 zip(tied, self.read_tied(kind, lab, cols)))
                         hook.mode = None
                         tokens += n_tok
                     out[kind] = {name: s / tokens for name, s in sums.items()}
@@ -1633,27 +1864,82 @@ class HeldOut:
                     out[kind]["soft_cos"] = float(torch.stack(cs).mean())
                     if kind in self.heads:
                         out[kind].update(self.read_scores(*reads))
+                    if kind in self.tied:
+                        out[kind].update(self.tied_scores(*tied))
                     if kind in self.decode:
                         out[kind]["decode"] = self.answers(kind)
                 e = m.language_model.embed_tokens
                 out["text_rms"] = float((e.weight.float() * e.embed_scale.float())
                                         .pow(2).mean().sqrt())
+                if self.tied:
+                    out["table_cos0"] = self.table_drift(e.weight)
         finally:
             for h in handles:
                 h.remove()
             self.model.train()
         return out
 
-    def read_out(self, kind, b, lab):
+    def read_out(self, kind, b, lab, cols=None):
         """char_ctc_items of the kind's head on the frames its hook kept from the batch's as-is
-        forward (b: the batch on the device, lab its labels), against the batch's answers."""
+        forward (b: the batch on the device, lab its labels; cols: an image batch's columns
+        when already taken), against the batch's answers."""
         head = self.heads[kind]
         if kind == "audio":
             x, valid = head.tap.take()
             w = valid.sum(-1).tolist()
         else:
-            x, w = head.columns(b["image_position_ids"])
+            x, w = cols if cols is not None else head.columns(b["image_position_ids"])
         return char_ctc_items(head, x, w, answer_texts(self.pr.tok, lab, self.pr.id["<turn|>"]))
+
+    def table_drift(self, w):
+        """With a tied head: how far the decoder's token table (w, V x D), the tied heads'
+        targets, has turned since the first measure (step 0 after a warm phase): the mean
+        cosine of each row to itself then, over the rows that were not zero (the pad's row
+        starts at 0); 1 at the first measure. The decoder starts untrained (bench/NOTES.md
+        "ctctied"): a table that turns while the audio side follows it at a tenth of its lr is
+        what this row shows."""
+        w = w.detach().float()
+        if self.table0 is None:
+            self.table0 = w.clone()
+        keep = self.table0.norm(dim=-1) > 0
+        return float(torch.nn.functional.cosine_similarity(w[keep], self.table0[keep]).mean())
+
+    def read_tied(self, kind, lab, cols=None):
+        """TiedCtcHead.items of the kind's tied head on the batch's as-is frames (audio: its
+        tap's; image: cols, soft_columns' of the forward), the reads and references decoded to
+        text (answer_texts' way: the ids as the tokenizer decodes them). Returns (losses, reads,
+        refs, skipped, [peak share], [peak cosine] with the batch's valid and peak frame counts,
+        their weights)."""
+        head = self.tied[kind]
+        if kind == "audio":
+            x, valid = head.tap.take()
+        else:
+            x, w = cols
+            valid = column_mask(w, x.shape[1], x.device)
+        losses, reads, refs, skipped, share, cos = head.items(x, valid, lab)
+        tok = self.pr.tok
+        dec = [tok.decode(r, skip_special_tokens=False) for r in reads]
+        ref = [tok.decode(r, skip_special_tokens=False) for r in refs]
+        n = int(valid.sum())
+        return (losses, dec, ref, skipped, [(share, n)] if share is not None else [],
+                [(cos, share * n)] if cos is not None else [])
+
+    def tied_scores(self, losses, reads, refs, skipped, shares, coss):
+        """The held-out tied read-out's row (read_tied's lists over the batches): tied_ctc,
+        tied_cer, tied_cer_other (None where no clip fit; the rolled references need two),
+        tied_items, tied_skipped, tied_peaks, tied_peak_cos (frame-weighted over the batches),
+        tied_example (the first read and its reference)."""
+        def avg(v):
+            n = sum(k for _, k in v)
+            return sum(a * k for a, k in v) / n if n else None
+
+        return {"tied_ctc": sum(losses) / len(losses) if losses else None,
+                "tied_cer": self.cer(refs, reads) if refs else None,
+                "tied_cer_other": (self.cer(refs[1:] + refs[:1], reads) if len(refs) >= 2
+                                   else None),
+                "tied_items": len(refs), "tied_skipped": skipped, "tied_peaks": avg(shares),
+                "tied_peak_cos": avg(coss),
+                "tied_example": [reads[0], refs[0]] if refs else None}
 
     def read_scores(self, losses, reads, refs, skipped):
         """The held-out read-out's row: ctc, ctc_cer, ctc_cer_other (None where no item fit;
@@ -1686,7 +1972,7 @@ class HeldOut:
 
 
 def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pin, dev, amp,
-                losses, t1, head=None):
+                losses, t1, head=None, tied=None, tied_mult=1.0, vtied=None, vtied_mult=1.0):
     """--v-warm-steps N: N vision_warm_step steps before the joint phase (whose lr schedule,
     warm-up then cosine over --steps, starts after them: its step 0 is the first joint step).
     Only the vision side and the aux head need a gradient (requires_grad off elsewhere: no
@@ -1700,7 +1986,12 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
     (streams["audio"], so the joint phase's clips follow on; vision_warm_step), in the same
     optimizer (warm_optimizer). Returns train.json's v_warm record (+ data_wait, the loader's
     share, for the run's total); with head it also says a_warm, a_lr_mult, clips and
-    clips_too_short (the warm phase's; head.used / skipped stay the joint phase's)."""
+    clips_too_short (the warm phase's; head.used / skipped stay the joint phase's). tied
+    (--ctc-tied with --a-warm: the TiedCtcHead): its loss x tied_mult on the same clips
+    (vision_warm_step), its group in the warm optimizer; the record adds tied_clips,
+    tied_clips_too_short (tied.used / skipped likewise stay the joint phase's). vtied
+    (--v-aux-tied): the image tied head's loss x vtied_mult on the same images, its group in the
+    warm optimizer; the record adds tied_images, tied_images_too_short."""
     n = args.v_warm_steps
     wb = args.v_warm_batch or half
     if wb == half:
@@ -1710,21 +2001,31 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             raise SystemExit(f"train_mm_proxy: --v-warm-batch {wb}: {len(tr_i)} train images "
                              f"x {p['reps']} renderings")
         stream = image_stream(tr_i, wb, args.seed + 5)
-    wopt = warm_optimizer(model, p, vaux, opt_impl(opt), head)
+    wopt = warm_optimizer(model, p, vaux, opt_impl(opt), head, tied, vtied)
     live = [x for g in wopt.param_groups for x in g["params"]]
     keep = {id(x) for x in live}
     for x in list(model.parameters()) + list(vaux.parameters()) + \
-            (list(head.parameters()) if head is not None else []):
+            (list(head.parameters()) if head is not None else []) + \
+            (list(tied.parameters()) if tied is not None else []) + \
+            (list(vtied.parameters()) if vtied is not None else []):
         x.requires_grad_(id(x) in keep)
     sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
     used0, skipped0 = vaux.used, vaux.skipped
     if head is not None:
         a_used0, a_skipped0 = head.used, head.skipped
+    if tied is not None:
+        t_used0, t_skipped0 = tied.used, tied.skipped
+    if vtied is not None:
+        vt_used0, vt_skipped0 = vtied.used, vtied.skipped
     tw0, wait, step_s, done, empty, stopped = time.time(), 0.0, [], 0, 0, None
     print(f"train_mm_proxy: vision warm phase: {n} steps of {wb} images, the aux CTC loss "
           f"alone (vision side + head, own AdamW, lr {p['lr']:.2e} warm-up {sched['warmup']})"
           + (f"; --a-warm: + {half} clips a step, the audio CTC head's loss (audio side at lr "
-             f"x {p.get('a_lr_mult', 1.0)} + head)" if head is not None else ""), flush=True)
+             f"x {p.get('a_lr_mult', 1.0)} + head)" if head is not None else "")
+          + (f"; --ctc-tied: + the tied head's loss x {tied_mult:g}" if tied is not None
+             else "")
+          + (f"; --v-aux-tied: + the image tied head's loss x {vtied_mult:g}"
+             if vtied is not None else ""), flush=True)
     for step in range(n):
         for g in wopt.param_groups:
             g["lr"] = lr_at(step, n, sched) * g["mult"]
@@ -1734,7 +2035,8 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             {k: v.to(dev, non_blocking=pin) for k, v in next(streams["audio"]).items()}
         wait += time.time() - tw
         ts = time.time()
-        r = vision_warm_step(model, vaux, wopt, b, step, guard, losses, amp, live, head, a)
+        r = vision_warm_step(model, vaux, wopt, b, step, guard, losses, amp, live, head, a,
+                             tied, tied_mult, vtied, vtied_mult)
         step_s.append(time.time() - ts)
         done += 1
         empty += r is None
@@ -1743,8 +2045,14 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
             print(f"train_mm_proxy: warm step {step + 1}/{n} v_warm "
                   f"{np.mean(losses['v_warm'][-50:] or [float('nan')]):.3f} "
                   f"({vaux.skipped - skipped0} images too short) "
+                  + (f"v_warm_tied {np.mean(losses['v_warm_tied'][-50:] or [float('nan')]):.3f}"
+                     f" ({vtied.skipped - vt_skipped0} images too short) " if vtied is not None
+                     else "")
                   + (f"a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f} "
                      f"({head.skipped - a_skipped0} clips too short) " if head is not None
+                     else "")
+                  + (f"a_warm_tied {np.mean(losses['a_warm_tied'][-50:] or [float('nan')]):.3f}"
+                     f" ({tied.skipped - t_skipped0} clips too short) " if tied is not None
                      else "") + "lr "
                   f"{lr_at(step, n, sched):.2e} {el:.0f} s", flush=True)
         if el > args.minutes * 60 and step < n - 1:
@@ -1768,11 +2076,23 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
                     "dropped after the phase",
                     clips=head.used - a_used0, clips_too_short=head.skipped - a_skipped0)
         head.used, head.skipped = a_used0, a_skipped0  # (train.json's ctc: the joint phase's)
+    if tied is not None:
+        info.update(tied_clips=tied.used - t_used0, tied_clips_too_short=tied.skipped - t_skipped0,
+                    tied_mult=tied_mult)
+        tied.used, tied.skipped = t_used0, t_skipped0
+    if vtied is not None:
+        info.update(tied_images=vtied.used - vt_used0,
+                    tied_images_too_short=vtied.skipped - vt_skipped0, vtied_mult=vtied_mult)
+        vtied.used, vtied.skipped = vt_used0, vt_skipped0
     last = np.mean(losses["v_warm"][-50:] or [float("nan")])
     print(f"train_mm_proxy: vision warm phase done: {done} steps in {info['seconds']:.1f} s "
           f"(median step {med:.3f} s), v_warm {last:.3f}"
           + (f", a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f}"
-             if head is not None else ""), flush=True)
+             if head is not None else "")
+          + (f", a_warm_tied {np.mean(losses['a_warm_tied'][-50:] or [float('nan')]):.3f}"
+             if tied is not None else "")
+          + (f", v_warm_tied {np.mean(losses['v_warm_tied'][-50:] or [float('nan')]):.3f}"
+             if vtied is not None else ""), flush=True)
     return info
 
 
@@ -1819,6 +2139,20 @@ def main():
                     help="what --ctc-weight's head reads the audio frames into: the BPE "
                     "vocabulary (CtcHead; the default) or the transcript's characters "
                     "(AudioChars, the audio twin of --v-aux-weight's VisionAux)")
+    ap.add_argument("--ctc-tied", action="store_true", default=None,
+                    help="a second audio CTC head (needs --ctc-weight, --ctc-at embed): the soft "
+                    "tokens read into the answer's token ids with the decoder's own token "
+                    "embeddings (detached) as its classes, cosine logits (TiedCtcHead); added to "
+                    "the --ctc-weight head's loss, in the --a-warm phase too")
+    ap.add_argument("--ctc-tied-weight", type=float, metavar="W",
+                    help="the --ctc-tied head's loss weight (default: --ctc-weight's)")
+    ap.add_argument("--v-aux-tied", action="store_true", default=None,
+                    help="the image twin of --ctc-tied (needs --v-aux-weight): the soft-token "
+                    "columns VisionAux reads, read into the answer's token ids with the "
+                    "decoder's token embeddings as classes; added to VisionAux's loss, in the "
+                    "--v-warm-steps phase too")
+    ap.add_argument("--v-aux-tied-weight", type=float, metavar="W",
+                    help="the --v-aux-tied head's loss weight (default: --v-aux-weight's)")
     ap.add_argument("--v-aux-weight", type=float,
                     help="weight of the auxiliary CTC read-out of the answer's characters from "
                     "the image soft-token columns (VisionAux; training only, not exported; the "
@@ -1932,8 +2266,9 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
               "v_lr_mult", "a_lr_mult", "a_warmup", "ctc_weight", "v_aux_weight", "ctc_at",
-              "ctc_units", "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight",
-              "a_res_scale", "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
+              "ctc_units", "ctc_tied", "ctc_tied_weight", "v_aux_tied", "v_aux_tied_weight",
+              "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight", "a_res_scale",
+              "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     if p["reps"] < 1:
@@ -1961,6 +2296,25 @@ def main():
     if args.a_warm and not p.get("a_lr_mult", 1.0):
         raise SystemExit("train_mm_proxy: --a-warm with the audio side at lr x 0 (a_lr_mult 0: "
                          f"preset {args.preset}'s or --a-lr-mult's): give --a-lr-mult X (X > 0)")
+    if p.get("ctc_tied") and not p.get("ctc_weight", 0.0):
+        raise SystemExit("train_mm_proxy: --ctc-tied needs --ctc-weight W (W > 0): the tied head "
+                         "is added to that head's audio CTC loss")
+    if p.get("ctc_tied") and p.get("ctc_at", "embed") != "embed":
+        raise SystemExit("train_mm_proxy: --ctc-tied with --ctc-at tower: the tied head compares "
+                         "the soft tokens (embed_audio's output) with the token embeddings")
+    if "ctc_tied_weight" in p and not p.get("ctc_tied"):
+        raise SystemExit("train_mm_proxy: --ctc-tied-weight needs --ctc-tied")
+    if "ctc_tied_weight" in p and not 0 < p["ctc_tied_weight"] < math.inf:
+        raise SystemExit(f"train_mm_proxy: --ctc-tied-weight {p['ctc_tied_weight']}: expected a "
+                         "finite W > 0")
+    if p.get("v_aux_tied") and not p.get("v_aux_weight", 0.0):
+        raise SystemExit("train_mm_proxy: --v-aux-tied needs --v-aux-weight W (W > 0): the tied "
+                         "head reads the columns that head takes, and adds to its loss")
+    if "v_aux_tied_weight" in p and not p.get("v_aux_tied"):
+        raise SystemExit("train_mm_proxy: --v-aux-tied-weight needs --v-aux-tied")
+    if "v_aux_tied_weight" in p and not 0 < p["v_aux_tied_weight"] < math.inf:
+        raise SystemExit(f"train_mm_proxy: --v-aux-tied-weight {p['v_aux_tied_weight']}: "
+                         "expected a finite W > 0")
     if args.tower_joint_lr_mult is not None and not args.v_warm_steps:
         raise SystemExit("train_mm_proxy: --tower-joint-lr-mult needs --v-warm-steps N (N > 0): "
                          "it sizes the towers' joint steps after that warm phase")
@@ -2059,6 +2413,9 @@ def main():
         if not p.get("a_lr_mult", 1.0):
             print("train_mm_proxy: --ctc-weight with the audio side never trained (lr x 0): "
                   "the CTC loss trains its own head only", flush=True)
+    tied, tied_w = None, p.get("ctc_tied_weight", ctc_w)
+    if p.get("ctc_tied"):  # (its own generator: the run's streams as without it)
+        tied = TiedCtcHead(model, p["vocab"], args.seed).to(dev)
     spread = None
     if p.get("a_var_weight", 0.0) or p.get("a_cov_weight", 0.0):
         spread = SpreadTerm(model, p.get("a_var_weight", 0.0), p.get("a_var_gamma", 0.15),
@@ -2070,8 +2427,11 @@ def main():
     if vaux_w:  # the characters of every train string (and so of every --v-chars answer)
         vaux = VisionAux(model, "".join(i["text"] for i in tr_i), args.seed, tok,
                          pr.id["<turn|>"]).to(dev)
+    vtied, vtied_w = None, p.get("v_aux_tied_weight", vaux_w)
+    if p.get("v_aux_tied"):  # (its own generator, as the audio one's)
+        vtied = TiedCtcHead(model, p["vocab"], args.seed, "image").to(dev)
     tower_mult = 1.0 if args.tower_joint_lr_mult is None else args.tower_joint_lr_mult
-    opt = make_optimizer(model, p, head, dev, args.adamw, vaux, tower_mult)
+    opt = make_optimizer(model, p, head, dev, args.adamw, vaux, tower_mult, tied, vtied)
     amp = dev.type == "cuda"
     held, held_rows = None, []
     if args.eval_every:
@@ -2079,7 +2439,8 @@ def main():
         held = HeldOut(model, args.data, fonts, pr, fe, {"image": images, "audio": audio},
                        args.eval_items, args.seed, half, args.pad_to, args.pad_frames, dev, amp,
                        args.eval_decode,
-                       {"audio": head if isinstance(head, AudioChars) else None, "image": vaux})
+                       {"audio": head if isinstance(head, AudioChars) else None, "image": vaux},
+                       {"audio": tied, "image": vtied})
         times["heldout_setup"] = time.time() - th
         print(f"train_mm_proxy: held-out evaluation every {args.eval_every} steps on "
               f"{held.counts['image']} images, {held.counts['audio']} clips"
@@ -2095,7 +2456,7 @@ def main():
         print(f"train_mm_proxy: held-out step {done}: " + "; ".join(
             f"{k} loss {v['loss']:.4f} zeroed {v['zeroed']:.4f} ({v['zeroed'] - v['loss']:+.4f})"
             f" rolled {v['rolled']:.4f} ({v['rolled'] - v['loss']:+.4f})"
-            for k, v in r.items() if k != "text_rms")
+            for k, v in r.items() if k in ("image", "audio"))
             + f"; soft tokens' RMS image {r['image']['soft_rms']:.3f} audio "
             f"{r['audio']['soft_rms']:.3f} (text {r['text_rms']:.3f}), cosine to their mean "
             f"image {r['image']['soft_cos']:.3f} audio {r['audio']['soft_cos']:.3f}"
@@ -2108,6 +2469,20 @@ def main():
                                   f"{r[k]['ctc_cer_other']:.3f}") + ")")
                 + f" on {r[k]['ctc_items']} items ({r[k]['ctc_skipped']} too long)"
                 for k in ("image", "audio") if k in held.heads), flush=True)
+        for k in [k for k in ("image", "audio") if k in held.tied]:
+            a = r[k]
+            print(f"train_mm_proxy: held-out step {done} tied read-out (the token table's "
+                  f"cosine to the first row's {r['table_cos0']:.4f}): {k} ctc "
+                  + ("-" if a["tied_ctc"] is None else
+                     f"{a['tied_ctc']:.3f} a label, cer {a['tied_cer']:.3f} (against another "
+                     "item's " + ("-" if a["tied_cer_other"] is None else
+                                  f"{a['tied_cer_other']:.3f}") + ")")
+                  + f" on {a['tied_items']} items ({a['tied_skipped']} too long); token frames "
+                  + ("-" if a["tied_peaks"] is None else f"{a['tied_peaks']:.3f}")
+                  + ", their cosine to the token's embedding "
+                  + ("-" if a["tied_peak_cos"] is None else f"{a['tied_peak_cos']:.3f}")
+                  + (f"; e.g. {a['tied_example'][0]!r} for {a['tied_example'][1]!r}"
+                     if a["tied_example"] else ""), flush=True)
         for k in ("image", "audio"):
             d = r[k].get("decode")
             if d:
@@ -2125,13 +2500,16 @@ def main():
     steps = p["steps"]
     guard, inject = StepGuard(args.max_skips), parse_inject(args.inject_nonfinite)
     model.train()
-    losses = {"image": [], "audio": [], "ctc": [], "a_var": [], "a_cov": [], "v_aux": [],
-              "v_warm": [], "a_warm": []}
+    losses = {"image": [], "audio": [], "ctc": [], "ctc_tied": [], "a_var": [], "a_cov": [],
+              "v_aux": [], "v_aux_tied": [], "v_warm": [], "v_warm_tied": [], "a_warm": [],
+              "a_warm_tied": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
     warm_info = None
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
         warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
-                                pin, dev, amp, losses, t1, head if args.a_warm else None)
+                                pin, dev, amp, losses, t1, head if args.a_warm else None,
+                                tied if args.a_warm else None, tied_w / ctc_w if ctc_w else 1.0,
+                                vtied, vtied_w / vaux_w if vaux_w else 1.0)
         wait += warm_info.pop("data_wait")
         warm_info["tower_joint_lr_mult"] = tower_mult
         if held is not None:  # what the warm phase left: step 0 of the joint phase
@@ -2163,7 +2541,8 @@ def main():
         ts = time.time()
         try:
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn, spread, vaux, vaux_w)
+                       norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w, vtied,
+                       vtied_w)
         except Exception as e:  # (not the guard's SystemExit)
             if loss_fn is half_loss:
                 raise
@@ -2175,7 +2554,8 @@ def main():
                   "eagerly", flush=True)
             loss_fn = half_loss
             train_step(model, opt, batches, step, guard, losses, head, ctc_w, amp, inject,
-                       norms, live, loss_fn, spread, vaux, vaux_w)
+                       norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w, vtied,
+                       vtied_w)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
         if step % 25 == 0:  # (the gradients stay until the next step's zero_grad)
             side_norms.append(side_grad_norms(model))
@@ -2205,9 +2585,13 @@ def main():
                   f"{np.mean(losses['image'][-50:]):.3f} audio {np.mean(losses['audio'][-50:]):.3f}"
                   + (f" ctc {np.mean(losses['ctc'][-50:]):.3f} ({head.skipped} clips too short)"
                      if losses["ctc"] else "") +
+                  (f" ctc_tied {np.mean(losses['ctc_tied'][-50:]):.3f} ({tied.skipped} clips too "
+                   "short)" if losses["ctc_tied"] else "") +
                   (f" a_var {np.mean(losses['a_var'][-50:]):.4f}" if losses["a_var"] else "") +
                   (f" v_aux {np.mean(losses['v_aux'][-50:]):.3f} ({vaux.skipped} images too "
                    "short)" if losses["v_aux"] else "") +
+                  (f" v_aux_tied {np.mean(losses['v_aux_tied'][-50:]):.3f} ({vtied.skipped} "
+                   "images too short)" if losses["v_aux_tied"] else "") +
                   f" lr {lr_at(step, steps, p):.2e} grad norm max "
                   f"{np.nanmax(norms[-50:] + [0]):.2f} {el:.0f} s (data wait {wait:.0f} s)",
                   flush=True)
@@ -2257,9 +2641,19 @@ def main():
         info["ctc"] = {"weight": ctc_w, "at": head.at,
                        "units": p.get("ctc_units", "tokens"), "clips": head.used,
                        "clips_too_short": head.skipped}
+        if tied is not None:
+            info["ctc"]["tied"] = {"weight": tied_w, "classes": "embed_tokens x embed_scale, "
+                                   "detached, + a learned blank; cosine x a learned scale",
+                                   "scale_init": TIED_SCALE_INIT,
+                                   "scale_final": float(tied.log_scale.detach().exp()),
+                                   "clips": tied.used, "clips_too_short": tied.skipped}
     if vaux is not None:
         info["v_aux"] = {"weight": vaux_w, "chars": len(vaux.chars), "images": vaux.used,
                          "images_too_short": vaux.skipped}
+        if vtied is not None:
+            info["v_aux"]["tied"] = {"weight": vtied_w, "scale_init": TIED_SCALE_INIT,
+                                     "scale_final": float(vtied.log_scale.detach().exp()),
+                                     "images": vtied.used, "images_too_short": vtied.skipped}
     if warm_info is not None:
         info["v_warm"] = warm_info
     if spread is not None:
