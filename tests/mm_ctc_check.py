@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from train_proxy import train_tokenizer  # noqa: E402
-from mm_items import audio_stub, fp32_model  # noqa: E402
+from mm_items import audio_stub, ctc_label_rows, fp32_model, full_ctc_loss  # noqa: E402
 
 
 def fail(msg):
@@ -27,12 +27,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def labels_for(targets, turn, width=40):
-    """collate's label rows: each transcript then <turn|> at some offset, -100 elsewhere."""
-    lab = torch.full((len(targets), width), -100)
-    for b, t in enumerate(targets):
-        lab[b, 3 + b:3 + b + len(t) + 1] = torch.tensor(t + [turn])
-    return lab
+def labels_for(targets, turn):
+    return ctc_label_rows(targets, turn, 40, 3)
 
 
 def check_reduction():
@@ -54,11 +50,7 @@ def check_reduction():
     x.grad, head.proj.weight.grad = None, None
     rows = [0, 1, 3]
     lp = head.proj(2.0 * x[rows]).log_softmax(-1).transpose(0, 1).double()
-    t = [torch.tensor(tg[r]) for r in rows]
-    ref = torch.nn.functional.ctc_loss(
-        lp, torch.nn.utils.rnn.pad_sequence(t, batch_first=True),
-        torch.tensor([int(valid[r].sum()) for r in rows]), torch.tensor([len(u) for u in t]),
-        blank=V, reduction="mean")
+    ref = full_ctc_loss(lp, tg, rows, valid, V)
     ref.backward()
     dl = abs(loss.item() - ref.item())
     dx = float((gx - x.grad).abs().max() / x.grad.abs().max())

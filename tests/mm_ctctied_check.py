@@ -59,8 +59,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from mm_items import (  # noqa: E402
-    Checks, audio_stub, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side,
-    layout, mm_items, trainer_refusals)
+    Checks, audio_stub, check_tokenizer, ci_data, ci_trainer_runs, ctc_label_rows, fp32_model,
+    full_ctc_loss, grad_by_side, layout, mm_items, trainer_refusals)
 
 CHECKS = Checks("mm_ctctied_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -83,12 +83,13 @@ def forward(m, x, valid):
     m.model.embed_audio(m.model.audio_tower(x, valid).last_hidden_state)
 
 
-def labels_for(targets, turn, width=24):
-    """collate's label rows: each transcript then <turn|> at some offset, -100 elsewhere."""
-    lab = torch.full((len(targets), width), -100)
-    for b, t in enumerate(targets):
-        lab[b, 2 + b:2 + b + len(t) + 1] = torch.tensor(t + [turn])
-    return lab
+def grad_sum(module):
+    """The summed |gradient| of module's parameters (0 where none has one)."""
+    return sum(float(x.grad.abs().sum()) for x in module.parameters() if x.grad is not None)
+
+
+def labels_for(targets, turn):
+    return ctc_label_rows(targets, turn, 24, 2)
 
 
 def check_classes():
@@ -155,11 +156,7 @@ def check_loss():
                      head.blank_vec[None]], 0)
     cls = cls / cls.norm(dim=-1, keepdim=True).clamp_min(1e-12)  # (row 0, the pad's, is 0)
     lp = (head.log_scale.exp() * f @ cls.T).log_softmax(-1).transpose(0, 1).double()
-    t = [torch.tensor(tg[r]) for r in rows]
-    ref = torch.nn.functional.ctc_loss(
-        lp, torch.nn.utils.rnn.pad_sequence(t, batch_first=True),
-        torch.tensor([int(valid[r].sum()) for r in rows]), torch.tensor([len(u) for u in t]),
-        blank=V, reduction="mean")
+    ref = full_ctc_loss(lp, tg, rows, valid, V)
     ref.backward()
 
     def rel(a, b):
@@ -227,10 +224,8 @@ def check_model(tok):
     expect(loss is not None and math.isfinite(loss.item()) and loss.item() > 0, f"loss {loss}")
     loss.backward()
     moved = grad_by_side(tmp, model)
-    ea = sum(float(x.grad.abs().sum()) for x in model.model.embed_audio.parameters()
-             if x.grad is not None)
-    at = sum(float(x.grad.abs().sum()) for x in model.model.audio_tower.parameters()
-             if x.grad is not None)
+    ea = grad_sum(model.model.embed_audio)
+    at = grad_sum(model.model.audio_tower)
     hb, hs = float(head.blank_vec.grad.abs().sum()), float(head.log_scale.grad.abs())
     expect(emb.grad is None or not emb.grad.any(), "the tied loss reached embed_tokens")
     expect(moved["decoder"] == 0 and moved["vision"] == 0, f"gradient leaked: {moved}")
@@ -277,10 +272,8 @@ def check_model(tok):
            f"{vtied.skipped}")
     t.backward()
     moved = grad_by_side(tmp, model)
-    ev = sum(float(x.grad.abs().sum()) for x in model.model.embed_vision.parameters()
-             if x.grad is not None)
-    vt = sum(float(x.grad.abs().sum()) for x in model.model.vision_tower.parameters()
-             if x.grad is not None)
+    ev = grad_sum(model.model.embed_vision)
+    vt = grad_sum(model.model.vision_tower)
     expect(emb.grad is None or not emb.grad.any(), "the image tied loss reached embed_tokens")
     expect(moved["decoder"] == 0 and moved["audio"] == 0 and ev > 0 and vt > 0 and
            vtied.blank_vec.grad is not None and vaux.proj.weight.grad is None,

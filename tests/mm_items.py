@@ -106,6 +106,30 @@ class Checks:
             self.fail(msg)
 
 
+def ctc_label_rows(targets, turn, width, at):
+    """collate's label rows for the CTC heads' loss(labels): row b holds transcript targets[b]
+    then <turn|> from column at + b (a different offset a row), -100 elsewhere."""
+    import torch
+
+    lab = torch.full((len(targets), width), -100)
+    for b, t in enumerate(targets):
+        lab[b, at + b:at + b + len(t) + 1] = torch.tensor(t + [turn])
+    return lab
+
+
+def full_ctc_loss(lp, targets, rows, valid, blank):
+    """torch's CTC over the full vocabulary, the reference the heads' reduced CTC is checked
+    against: lp T x R x (V+1) log-probabilities of rows `rows` of a batch, targets[r] each row's
+    labels, valid the batch's B x T frame mask."""
+    import torch
+
+    t = [torch.tensor(targets[r]) for r in rows]
+    return torch.nn.functional.ctc_loss(
+        lp, torch.nn.utils.rnn.pad_sequence(t, batch_first=True),
+        torch.tensor([int(valid[r].sum()) for r in rows]), torch.tensor([len(u) for u in t]),
+        blank=blank, reduction="mean")
+
+
 def audio_stub(dim):
     """A module with the attributes the trainer's audio read-out heads hook (CtcHead,
     AudioChars): model.audio_tower passes its input frames through as last_hidden_state with the
