@@ -19,6 +19,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
+                                               [--lm-warm-steps N]
                                                [--v-warm-steps N] [--v-warm-batch B]
                                                [--a-warm] [--tower-joint-lr-mult X]
                                                [--pad-to N] [--no-cudnn-sdpa]
@@ -135,6 +136,18 @@ functions that wrote the held-out files).
    multipliers x X (the decoder and the heads x 1), so its fresh AdamW's warm-up to the peak lr
    does not undo what the warm phase taught the towers (bench/NOTES.md "awarm: the warm phase
    for the audio side").
+   --lm-warm-steps N: before all that, N steps of the decoder ALONE as a causal LM on the plan's
+   train texts (the train sentences and strings; a plan whose held-out item shares a train text
+   is refused unless the item says category "memorised", the ci plan's test split), each as the
+   joint phase's answer appears after its prompt (<|turn> "model\n" answer <turn|>), packed
+   whole after a <bos> into p["batch"] rows of min(256, positions) ids, the loss on the answer
+   and closing ids (lm_rows); input_ids only, so neither tower runs; its own AdamW over the
+   decoder (embed_tokens included) at warm_schedule's lr, dropped after the phase, and its own
+   data order (numpy PCG64 at (seed, 36)): the towers' warm phase and the joint phase see the
+   data they see without it. The session-35 decoder started random (held-out answer loss 8.48
+   at step 0, ln 4096 = 8.32) and spent its 503 joint steps on the answers' spelling; a table
+   that already models the language is also the fixed target --ctc-tied wants. train.json's
+   lm_warm and losses' lm_warm; a held-out row at step 0 after it (tests/mm_lmwarm_check.py).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -2140,10 +2153,8 @@ def lm_rows(pr, texts, rows, row_len, rng):
     segs = [lm_segment(pr, t) for t in texts]
     bos = pr.id["<bos>"]
     order, k, cut = [], 0, 0
-    while True:
-        ids = torch.zeros(rows, row_len, dtype=torch.long)
-        att = torch.zeros(rows, row_len, dtype=torch.long)
-        lab = torch.full((rows, row_len), -100, dtype=torch.long)
+    while True:  # (built as lists, three tensors a batch: an op an id would cost ~0.1 s)
+        ids, att, lab = [], [], []
         for r in range(rows):
             row, tgt = [bos], []
             while True:
@@ -2159,11 +2170,16 @@ def lm_rows(pr, texts, rows, row_len, rng):
                 row += s
                 if len(row) == row_len:
                     break
-            ids[r, :len(row)] = torch.tensor(row)
-            att[r, :len(row)] = 1
+            pad = row_len - len(row)
+            ids.append(row + [0] * pad)
+            att.append([1] * len(row) + [0] * pad)
+            lr = [-100] * row_len
             for j in tgt:
-                lab[r, j - 1] = row[j]
-        yield dict(input_ids=ids, attention_mask=att, labels=lab,
+                lr[j - 1] = row[j]
+            lab.append(lr)
+        lab = torch.tensor(lab, dtype=torch.long)
+        yield dict(input_ids=torch.tensor(ids, dtype=torch.long),
+                   attention_mask=torch.tensor(att, dtype=torch.long), labels=lab,
                    tokens=int((lab != -100).sum()), cut=cut)
 
 
