@@ -10,7 +10,8 @@ on the CPU:
      (category "memorised": the ci plan's test split is its train items by design); the same
      plan with those held-out items marked "unseen_sentence" is refused in one line; with new
      held-out texts none is shared and none is in the LM text.
-  3. lm_warm on the ci model (fp32, one thread): the LM loss falls; neither tower runs (forward
+  3. lm_warm on the ci model (fp32, one thread): the LM loss falls; torch's and numpy's global
+     generators are where they were (the run's data order is not moved); neither tower runs (forward
      hooks) and every vision and audio weight is bit-identical after the phase; the decoder
      moved (embed_tokens included); its optimizer holds the decoder's tensors only.
   4. the trainer (ci plan, noise clips, 6 joint steps): --lm-warm-steps 0 gives the weights of no
@@ -133,9 +134,13 @@ def check_phase(tok, texts):
     losses = {"lm_warm": []}
     t0 = time.time()
     torch.set_num_threads(1)
+    rng0, np0 = torch.get_rng_state(), np.random.get_state()[1].copy()
     info = tmp.lm_warm(args, p, model, opt, pr, texts, 0, torch.device("cpu"), False, losses,
                        t0)
     lw = losses["lm_warm"]
+    # (the run's streams draw from torch's and their loaders' generators: none may move)
+    expect(torch.equal(torch.get_rng_state(), rng0) and
+           (np.random.get_state()[1] == np0).all(), "the LM phase drew from a global generator")
     expect(len(lw) == 16 and all(math.isfinite(x) for x in lw) and lw[-1] < 0.7 * lw[0],
            f"the LM loss does not fall: {lw}")
     expect(ran == {"vision": 0, "audio": 0}, f"a tower ran: {ran}")
