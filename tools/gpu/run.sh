@@ -2362,7 +2362,7 @@ stage_mm_bg() { bg_start "$MMD" mm_make; }
 
 stage_mm_wait() {
     bg_wait "$MMD" mm_make mm "${MM_WAIT_S:-560}" 24 \
-        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
+        "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out|[A-Za-z]+ warm phase done)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
 }
 
 # mm_det on gpu-tiny (after tiny): its random weights and the mm-tiny fixture's 8 clips, no

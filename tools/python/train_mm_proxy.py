@@ -19,6 +19,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
+                                               [--lm-warm-steps N]
                                                [--v-warm-steps N] [--v-warm-batch B]
                                                [--a-warm] [--tower-joint-lr-mult X]
                                                [--pad-to N] [--no-cudnn-sdpa]
@@ -135,6 +136,18 @@ functions that wrote the held-out files).
    multipliers x X (the decoder and the heads x 1), so its fresh AdamW's warm-up to the peak lr
    does not undo what the warm phase taught the towers (bench/NOTES.md "awarm: the warm phase
    for the audio side").
+   --lm-warm-steps N: before all that, N steps of the decoder ALONE as a causal LM on the plan's
+   train texts (the train sentences and strings; a plan whose held-out item shares a train text
+   is refused unless the item says category "memorised", the ci plan's test split), each as the
+   joint phase's answer appears after its prompt (<|turn> "model\n" answer <turn|>), packed
+   whole after a <bos> into p["batch"] rows of min(256, positions) ids, the loss on the answer
+   and closing ids (lm_rows); input_ids only, so neither tower runs; its own AdamW over the
+   decoder (embed_tokens included) at warm_schedule's lr, dropped after the phase, and its own
+   data order (numpy PCG64 at (seed, 36)): the towers' warm phase and the joint phase see the
+   data they see without it. The session-35 decoder started random (held-out answer loss 8.48
+   at step 0, ln 4096 = 8.32) and spent its 503 joint steps on the answers' spelling; a table
+   that already models the language is also the fixed target --ctc-tied wants. train.json's
+   lm_warm and losses' lm_warm; a held-out row at step 0 after it (tests/mm_lmwarm_check.py).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -2096,6 +2109,167 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
     return info
 
 
+LM_ROW = 256  # --lm-warm-steps: ids a packed row (at most the decoder's positions)
+
+
+def lm_texts(audio, images):
+    """--lm-warm-steps' text: the plan's TRAIN sentences and strings (the items of split
+    "train", as the joint phase reads them) and the count of held-out items whose text is one of
+    them. A held-out text in the LM text would let the decoder learn a held-out answer without
+    its media, so it is refused in one line, unless every such held-out item says category
+    "memorised" (make_mm_data's ci plan: its test split IS the train items under test ids, by
+    design; the joint phase learns those answers anyway)."""
+    train = [i["text"] for i in audio + images if i["split"] == "train"]
+    seen = set(train)
+    held = [i for i in audio + images if i["split"] != "train" and i["text"] in seen]
+    bad = [i for i in held if i.get("category") != "memorised"]
+    if bad:
+        raise SystemExit(f"train_mm_proxy: --lm-warm-steps: {len(bad)} held-out items' text is a "
+                         f"train text (e.g. {bad[0]['id']}: {bad[0]['text']!r}): the LM phase "
+                         "would teach held-out answers; fix the plan")
+    return train, len(held)
+
+
+def lm_segment(pr, text):
+    """One text as the joint phase's decoder sees its answer: the model turn's opening
+    (<|turn> "model\\n", the prompt's last ids) then the answer and the closing <turn|>
+    (Prompter.target). Chosen over plain concatenated sentences because the joint phase's
+    loss is exactly P(answer, <turn|> | ... <|turn>model\\n): the decoder then starts it
+    already knowing where an answer starts and ends and the answers' language, and spends the
+    joint steps on reading the media. Returns (ids, the index where the targets start)."""
+    head = [pr.id["<|turn>"]] + pr.enc("model\n")
+    return head + pr.target(text), len(head)
+
+
+def lm_rows(pr, texts, rows, row_len, rng):
+    """Endless (input_ids, attention_mask, labels) batches of `rows` rows of row_len ids for
+    --lm-warm-steps: each row <bos> then whole lm_segment()s of the texts in the order of
+    successive permutations drawn from rng (its own generator: no stream of the run moves),
+    while they fit; the rest right-padded as collate pads (id 0, mask 0, label -100). Labels
+    as collate's (next-token targets at the position before): the answer ids and the closing
+    id, not the turn's opening ids (constant: no signal) nor across a segment's start. A
+    segment longer than a row is cut to it (counted in `cut`, the generator's attribute via
+    the returned dict). Yields dicts with "tokens" (the target ids counted)."""
+    segs = [lm_segment(pr, t) for t in texts]
+    bos = pr.id["<bos>"]
+    order, k, cut = [], 0, 0
+    while True:  # (built as lists, three tensors a batch: an op an id would cost ~0.1 s)
+        ids, att, lab = [], [], []
+        for r in range(rows):
+            row, tgt = [bos], []
+            while True:
+                if k == len(order):
+                    order, k = rng.permutation(len(segs)).tolist(), 0
+                s, st = segs[order[k]]
+                if len(row) > 1 and len(row) + len(s) > row_len:
+                    break  # (this segment starts the next row)
+                k += 1
+                if len(row) + len(s) > row_len:
+                    s, cut = s[:row_len - len(row)], cut + 1
+                tgt += [len(row) + j for j in range(st, len(s))]
+                row += s
+                if len(row) == row_len:
+                    break
+            pad = row_len - len(row)
+            ids.append(row + [0] * pad)
+            att.append([1] * len(row) + [0] * pad)
+            lr = [-100] * row_len
+            for j in tgt:
+                lr[j - 1] = row[j]
+            lab.append(lr)
+        lab = torch.tensor(lab, dtype=torch.long)
+        yield dict(input_ids=torch.tensor(ids, dtype=torch.long),
+                   attention_mask=torch.tensor(att, dtype=torch.long), labels=lab,
+                   tokens=int((lab != -100).sum()), cut=cut)
+
+
+def lm_optimizer(model, p, impl):
+    """--lm-warm-steps' own AdamW over the decoder alone (every parameter outside the vision
+    and audio sides: embed_tokens, the layers, the per-layer inputs, the norms; weight decay as
+    make_optimizer's decoder groups), the run's betas and implementation; dropped after the
+    phase, as warm_optimizer's: the joint AdamW then starts from no moments with its own
+    warm-up, as without the phase."""
+    named = [x for n, x in model.named_parameters()
+             if not n.startswith(SIDES["vision"] + SIDES["audio"])]
+    return adamw(decay_groups(named, 1.0), p, impl)
+
+
+def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
+    """--lm-warm-steps N: N steps of the decoder alone as a causal LM on the train texts
+    (lm_rows: p["batch"] rows of min(LM_ROW, the decoder's positions) ids a step), before the
+    towers' warm phase (--v-warm-steps) and the joint steps: input_ids only (no pixel_values,
+    no input_features: neither tower runs, so neither moves), next-token CE on the answer ids
+    (losses["lm_warm"]); lm_optimizer at warm_schedule's lr (the run's peak, a short linear
+    warm-up, cosine to 5% over N: lr_at), the gradient clipped to 1.0 and guarded
+    (StepGuard, one host sync a step). Only the decoder needs a gradient (requires_grad off
+    elsewhere; the next phase sets its own). Stops early, saying so, once --minutes is spent.
+    Returns train.json's lm_warm record."""
+    n = args.lm_warm_steps
+    row_len = min(LM_ROW, model.config.text_config.max_position_embeddings)
+    wopt = lm_optimizer(model, p, opt_impl(opt))
+    live = [x for g in wopt.param_groups for x in g["params"]]
+    keep = {id(x) for x in live}
+    for x in model.parameters():
+        x.requires_grad_(id(x) in keep)
+    sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
+    rows = lm_rows(pr, texts, p["batch"], row_len, np.random.default_rng([args.seed, 36]))
+    print(f"train_mm_proxy: LM warm phase: {n} steps of {p['batch']} rows x {row_len} ids of "
+          f"the {len(texts)} train texts ({n_held} held-out items share a text: the plan's "
+          f"memorised ones), the decoder alone (own AdamW, lr {p['lr']:.2e} warm-up "
+          f"{sched['warmup']})", flush=True)
+    tw0, step_s, done, tokens, stopped, cut = time.time(), [], 0, 0, None, 0
+    for step in range(n):
+        for g in wopt.param_groups:
+            g["lr"] = lr_at(step, n, sched) * g["mult"]
+        b = next(rows)
+        tokens, cut = tokens + b["tokens"], b["cut"]
+        ts = time.time()
+        wopt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(input_ids=b["input_ids"].to(dev),
+                           attention_mask=b["attention_mask"].to(dev)).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                                 b["labels"].to(dev).reshape(-1),
+                                                 ignore_index=-100)
+        loss.backward()
+        norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
+        lv, norm = torch.stack([loss.detach().float(), norm_t.float()]).tolist()
+        bad = ([f"LM warm loss {lv}"] if not math.isfinite(lv) else
+               [f"LM warm gradient norm {norm}"] if not math.isfinite(norm) else [])
+        losses["lm_warm"].append(lv)
+        if guard.step_ok(step, bad):
+            wopt.step()
+        else:
+            wopt.zero_grad(set_to_none=True)
+        step_s.append(time.time() - ts)
+        done += 1
+        el = time.time() - t1
+        if step % 50 == 0 or step == n - 1:
+            print(f"train_mm_proxy: LM warm step {step + 1}/{n} lm_warm "
+                  f"{np.mean(losses['lm_warm'][-50:]):.3f} lr {lr_at(step, n, sched):.2e} "
+                  f"{el:.0f} s", flush=True)
+        if el > args.minutes * 60 and step < n - 1:
+            stopped = step + 1
+            print(f"train_mm_proxy: --minutes {args.minutes} reached in the LM warm phase after "
+                  f"{stopped}/{n} steps: the next phases stop after their first step", flush=True)
+            break
+    med = float(np.median(step_s))
+    lw = losses["lm_warm"]
+    info = {"steps": n, "done": done, "stopped_at": stopped, "rows": p["batch"],
+            "row_ids": row_len, "texts": len(texts), "heldout_texts_shared": n_held,
+            "tokens": tokens, "segments_cut": cut, "lr": p["lr"], "warmup": sched["warmup"],
+            "optimizer": "own AdamW (the decoder), dropped after the phase",
+            "skipped_steps": guard.skipped, "seconds": round(time.time() - tw0, 3),
+            "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]], "median": med,
+                             "max": max(step_s)},
+            "losses_every_25": lw[::25], "first_loss": lw[0], "last_loss": lw[-1],
+            "final_loss": float(np.mean(lw[-50:]))}
+    print(f"train_mm_proxy: LM warm phase done: {done} steps in {info['seconds']:.1f} s (median "
+          f"step {med:.3f} s), {tokens} target ids, lm_warm {lw[0]:.3f} -> {lw[-1]:.3f}",
+          flush=True)
+    return info
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -2161,6 +2335,10 @@ def main():
                     help="before the joint steps, N steps that train only the vision side and "
                     "the --v-aux-weight head on image half-batches, the aux CTC loss alone (no "
                     "decoder forward; own AdamW; --minutes counts them; 0: off)")
+    ap.add_argument("--lm-warm-steps", type=int, default=0, metavar="N",
+                    help="before the towers' warm phase and the joint steps, N steps of the "
+                    "decoder alone as a causal LM on the plan's train texts (no media, no tower "
+                    "forward; own AdamW; --minutes counts them; 0: off)")
     ap.add_argument("--a-warm", action="store_true",
                     help="the --v-warm-steps phase also trains the audio side (tower + "
                     "embed_audio, at its lr multiplier) and the --ctc-weight head on the run's "
@@ -2284,6 +2462,9 @@ def main():
     if args.v_warm_steps < 0:
         raise SystemExit(f"train_mm_proxy: --v-warm-steps {args.v_warm_steps}: expected 0 or "
                          "more")
+    if args.lm_warm_steps < 0:
+        raise SystemExit(f"train_mm_proxy: --lm-warm-steps {args.lm_warm_steps}: expected 0 or "
+                         "more")
     if args.v_warm_steps and not p.get("v_aux_weight", 0.0):
         raise SystemExit("train_mm_proxy: --v-warm-steps needs --v-aux-weight W (W > 0): the "
                          "warm phase trains the tower through that head's loss")
@@ -2340,6 +2521,7 @@ def main():
     audio, images = load_items(args.data)
     tr_a = [i for i in audio if i["split"] == "train"]
     tr_i = [i for i in images if i["split"] == "train"]
+    lm_text, lm_held = lm_texts(audio, images) if args.lm_warm_steps else ([], 0)
     tok_path = os.path.join(hf_dir, "tokenizer.json")
     tok = make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path,
                          p.get("split_digits", False))
@@ -2502,9 +2684,14 @@ def main():
     model.train()
     losses = {"image": [], "audio": [], "ctc": [], "ctc_tied": [], "a_var": [], "a_cov": [],
               "v_aux": [], "v_aux_tied": [], "v_warm": [], "v_warm_tied": [], "a_warm": [],
-              "a_warm_tied": []}
+              "a_warm_tied": [], "lm_warm": []}
     t1, stopped, norms, wait, step_s, prof_ops = time.time(), None, [], 0.0, [], None
-    warm_info = None
+    warm_info, lm_info = None, None
+    if args.lm_warm_steps:  # (first: the towers' warm phase and the joint phase follow as
+        # without it, their streams untouched; t1 before it: --minutes counts it)
+        lm_info = lm_warm(args, p, model, opt, pr, lm_text, lm_held, dev, amp, losses, t1)
+        if held is not None and not args.v_warm_steps:
+            heldout(0)  # what the LM phase left: step 0 of the joint phase
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
         warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
                                 pin, dev, amp, losses, t1, head if args.a_warm else None,
@@ -2606,6 +2793,8 @@ def main():
     times["train"], times["data_wait"] = time.time() - t1, wait
     if warm_info is not None:
         times["v_warm"] = warm_info["seconds"]
+    if lm_info is not None:
+        times["lm_warm"] = lm_info["seconds"]
     if held is not None:
         times["heldout"] = sum(r["seconds"] for r in held_rows)
     del streams
@@ -2656,6 +2845,8 @@ def main():
                                      "images": vtied.used, "images_too_short": vtied.skipped}
     if warm_info is not None:
         info["v_warm"] = warm_info
+    if lm_info is not None:
+        info["lm_warm"] = lm_info
     if spread is not None:
         info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
                          "cov_weight": spread.cov_weight}
