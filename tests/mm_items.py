@@ -106,6 +106,12 @@ class Checks:
             self.fail(msg)
 
 
+# The image answers the read-out and warm-phase checks train their tokenizer on: digits,
+# punctuation, upper and lower case, an apostrophe, a space-separated run
+READOUT_TEXTS = ["stop 42", "Main St.", "x-ray 7/8", "Hello, world", "the cat's hat", "a b c",
+                 "READ 100", "quiet"]
+
+
 def ctc_label_rows(targets, turn, width, at):
     """collate's label rows for the CTC heads' loss(labels): row b holds transcript targets[b]
     then <turn|> from column at + b (a different offset a row), -100 elsewhere."""

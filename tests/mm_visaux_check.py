@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import train_mm_proxy as tmp  # noqa: E402
 from mm_items import (  # noqa: E402
-    Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side, layout, mm_items,
-    side_moved)
+    READOUT_TEXTS, Checks, check_tokenizer, ci_data, ci_trainer_runs, fp32_model, grad_by_side,
+    layout, mm_items, side_moved)
 
 CHECKS = Checks("mm_visaux_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -203,8 +203,7 @@ def check_trainer():
 
 
 def main():
-    texts = ["stop 42", "Main St.", "x-ray 7/8", "Hello, world", "the cat's hat", "a b c",
-             "READ 100", "quiet"]
+    texts = READOUT_TEXTS
     with tempfile.TemporaryDirectory() as d:
         tok = check_tokenizer(tmp, texts, os.path.join(d, "tok.json"))
     check_columns()

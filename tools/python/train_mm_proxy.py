@@ -1984,6 +1984,17 @@ class HeldOut:
         return r
 
 
+def minutes_up(args, el, step, n, phase, then):
+    """A warm phase's --minutes check after its step `step` (of n) at el seconds: the steps done
+    when the budget ran out before its last step (after printing why, and what `then` follows),
+    else None."""
+    if el > args.minutes * 60 and step < n - 1:
+        print(f"train_mm_proxy: --minutes {args.minutes} reached in {phase} after {step + 1}/{n} "
+              f"steps: {then}", flush=True)
+        return step + 1
+    return None
+
+
 def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pin, dev, amp,
                 losses, t1, head=None, tied=None, tied_mult=1.0, vtied=None, vtied_mult=1.0):
     """--v-warm-steps N: N vision_warm_step steps before the joint phase (whose lr schedule,
@@ -2068,10 +2079,9 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
                      f" ({tied.skipped - t_skipped0} clips too short) " if tied is not None
                      else "") + "lr "
                   f"{lr_at(step, n, sched):.2e} {el:.0f} s", flush=True)
-        if el > args.minutes * 60 and step < n - 1:
-            stopped = step + 1
-            print(f"train_mm_proxy: --minutes {args.minutes} reached in the warm phase after "
-                  f"{stopped}/{n} steps: the joint phase stops after its first step", flush=True)
+        stopped = minutes_up(args, el, step, n, "the warm phase",
+                             "the joint phase stops after its first step")
+        if stopped:
             break
     med = float(np.median(step_s))
     info = {"steps": n, "done": done, "stopped_at": stopped, "batch": wb,
@@ -2248,10 +2258,9 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
             print(f"train_mm_proxy: LM warm step {step + 1}/{n} lm_warm "
                   f"{np.mean(losses['lm_warm'][-50:]):.3f} lr {lr_at(step, n, sched):.2e} "
                   f"{el:.0f} s", flush=True)
-        if el > args.minutes * 60 and step < n - 1:
-            stopped = step + 1
-            print(f"train_mm_proxy: --minutes {args.minutes} reached in the LM warm phase after "
-                  f"{stopped}/{n} steps: the next phases stop after their first step", flush=True)
+        stopped = minutes_up(args, el, step, n, "the LM warm phase",
+                             "the next phases stop after their first step")
+        if stopped:
             break
     med = float(np.median(step_s))
     lw = losses["lm_warm"]
