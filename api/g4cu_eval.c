@@ -296,6 +296,32 @@ int g4cu_eval_write_npy(const char *path, const float *data, int rows, int cols)
     return g4_api_code(g4_npy_write(path, G4_DT_FLOAT, 2, shape, data));
 }
 
+int g4cu_eval_read_npy(const char *path, float **data, int *rows, int *cols) {
+    if (!path || !data || !rows || !cols)
+        return g4_fail(G4_EUSER, "g4cu_eval_read_npy: needs a path and three outputs");
+    *data = NULL;
+    *rows = *cols = 0;
+    g4_array a;
+    int rc = g4_npy_read(path, &a);
+    if (rc) return g4_api_code(rc);
+    const int is_float =
+        a.dtype == G4_DT_FLOAT || a.dtype == G4_DT_FLOAT16 || a.dtype == G4_DT_DOUBLE;
+    if (a.ndim != 2 || !is_float || a.shape[0] < 1 || a.shape[1] < 1 || a.shape[0] > INT32_MAX ||
+        a.shape[1] > INT32_MAX) {
+        char shape[64];
+        g4_array_shape_str(&a, shape, sizeof shape);
+        g4_array_free(&a);
+        return g4_fail(G4_EUSER, "%s: an array %s of %s, expected a non-empty 2-D array of "
+                       "floats", path, shape, is_float ? "floats" : "non-floats");
+    }
+    float *f = g4_malloc(sizeof(float) * (size_t)a.numel);
+    g4_array_to_f32(&a, f);
+    *rows = (int)a.shape[0], *cols = (int)a.shape[1];
+    *data = f;
+    g4_array_free(&a);
+    return G4CU_OK;
+}
+
 // --- task scores ---------------------------------------------------------------------------
 const char *g4cu_eval_task_names(void) { return g4_eval_task_names(); }
 

@@ -73,6 +73,12 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids, int n_ids,
 #define G4CU_EVAL_NPY_MAX_BYTES (1ull << 40)
 int g4cu_eval_write_npy(const char *path, const float *data, int rows, int cols);
 
+// Reads a 2-D .npy of floats (float32, float16 or float64; NumPy format 1.x / 2.x) at path into
+// *data, float32 [*rows, *cols] row-major (malloc'ed: g4cu_free), e.g. another run's logits
+// from g4cu_eval_write_npy. Errors name the path: a file that is not .npy, not 2-D or not
+// floats, or is empty.
+int g4cu_eval_read_npy(const char *path, float **data, int *rows, int *cols);
+
 // --- perplexity ----------------------------------------------------------------------------
 // Called once with done 0 when the chunks start (the model is loaded), then after each chunk:
 // done of total chunks, the perplexity of the tokens scored so far and the seconds since the

@@ -5,7 +5,8 @@
 //     row is finite; with an image, one lone <|image|> gives byte for byte the logits of the
 //     block typed out (<|image> + n x <|image|> + <image|>, n from the image front end), and
 //     n + 2 - 1 more rows; a lone placeholder without a tokenizer is a user error;
-//   - g4cu_eval_write_npy: the file reads back (fidelity/npy.h) as the same [rows, cols] floats;
+//   - g4cu_eval_write_npy: the file reads back (fidelity/npy.h) as the same [rows, cols] floats,
+//     and through g4cu_eval_read_npy; a 1-D and an integer .npy are refused by the reader;
 //   - g4cu_perplexity on tests/fixtures/fidelity-tiny: HF fp32's perplexity and scored tokens
 //     (reference.json, tools/python/make_fidelity_fixture.py) within test_perplexity.sh's
 //     PPL_REL; the progress callback sees 0..chunks in order; a saved base compared with itself
@@ -77,6 +78,25 @@ static void test_logits_text(void) {
                   a.shape[1] == vocab && a.data &&
                   !memcmp(a.data, lg, sizeof(float) * (size_t)rows * vocab));
             g4_array_free(&a);
+            // g4cu_eval_read_npy: the same floats back; a 1-D and an integer array refused
+            float *back = NULL;
+            int br = -1, bc = -1;
+            CHECK(g4cu_eval_read_npy(path, &back, &br, &bc) == G4CU_OK);
+            CHECK(br == rows && bc == vocab && back &&
+                  !memcmp(back, lg, sizeof(float) * (size_t)rows * vocab));
+            g4cu_free(back);
+            const int64_t one[1] = {3}, two[2] = {1, 3};
+            const int32_t iv[3] = {1, 2, 3};
+            char *p1 = g4_sprintf("%s/one.npy", dir), *pi = g4_sprintf("%s/int.npy", dir);
+            CHECK(g4_npy_write(p1, G4_DT_FLOAT, 1, one, lg) == G4_OK);
+            CHECK(g4_npy_write(pi, G4_DT_INT32, 2, two, iv) == G4_OK);
+            back = (float *)1;
+            CHECK(g4cu_eval_read_npy(p1, &back, &br, &bc) == G4CU_EUSER && back == NULL &&
+                  strstr(g4cu_last_error(), p1) && strstr(g4cu_last_error(), "2-D"));
+            CHECK(g4cu_eval_read_npy(pi, &back, &br, &bc) == G4CU_EUSER && back == NULL &&
+                  strstr(g4cu_last_error(), "non-floats"));
+            free(p1);
+            free(pi);
             char *bad = g4_sprintf("%s/no/such/dir/l.npy", dir);
             CHECK(g4cu_eval_write_npy(bad, lg, rows, vocab) == G4CU_EUSER &&
                   strstr(g4cu_last_error(), bad));

@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fidelity/npy.h"
 #include "tools/cli.h"
 
 static int argmax_row(const float *x, int V) {
@@ -96,19 +95,15 @@ static void decode_summary(FILE *f, const char *backend, const char *ref_name, c
 
 // The reference logits of --against: float32 [rows, V] (the decode's shape), malloc'ed.
 static int read_against(const char *path, int rows, int V, float **out) {
-    g4_array a;
-    int rc = g4_npy_read(path, &a);
+    int r, c;
+    int rc = g4cu_eval_read_npy(path, out, &r, &c);
     if (rc) return rc;
-    if (a.ndim != 2 || a.shape[0] != rows || a.shape[1] != V) {
-        char shape[64];
-        g4_array_shape_str(&a, shape, sizeof shape);
-        g4_array_free(&a);
-        return g4_fail(G4_EUSER, "%s: logits %s, expected [%d, %d] (the decode's rows, vocab)",
-                       path, shape, rows, V);
+    if (r != rows || c != V) {
+        g4cu_free(*out);
+        *out = NULL;
+        return g4_fail(G4_EUSER, "%s: logits [%d, %d], expected [%d, %d] (the decode's rows, "
+                       "vocab)", path, r, c, rows, V);
     }
-    *out = g4_malloc(sizeof(float) * (size_t)rows * V);
-    g4_array_to_f32(&a, *out);
-    g4_array_free(&a);
     return G4_OK;
 }
 
