@@ -1462,10 +1462,11 @@ def vision_warm_step(model, vaux, opt, b, step, guard, losses, amp, live, head=N
     if not parts:
         return None
     # (the vision loss alone backs itself, not 0 + it: without --a-warm the same graph as before)
-    total = v if c is None else c if v is None else v + c
-    for x, mult in ((t, tied_mult), (vt, vtied_mult)):
-        if x is not None:
-            total = mult * x if total is None else total + mult * x
+    # (the terms in parts' order: v + c, then each tied head's x its mult)
+    mult = {"v_warm": 1.0, "a_warm": 1.0, "a_warm_tied": tied_mult, "v_warm_tied": vtied_mult}
+    total = None
+    for k, x in parts:
+        total = mult[k] * x if total is None else total + mult[k] * x
     total.backward()
     norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
     vals = torch.stack([t.detach().float() for _, t in parts] + [norm_t.float()]).tolist()
@@ -2028,19 +2029,18 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
     wopt = warm_optimizer(model, p, vaux, opt_impl(opt), head, tied, vtied)
     live = [x for g in wopt.param_groups for x in g["params"]]
     keep = {id(x) for x in live}
-    for x in list(model.parameters()) + list(vaux.parameters()) + \
-            (list(head.parameters()) if head is not None else []) + \
-            (list(tied.parameters()) if tied is not None else []) + \
-            (list(vtied.parameters()) if vtied is not None else []):
+    heads = [h for h in (vaux, head, tied, vtied) if h is not None]
+    for x in list(model.parameters()) + [x for h in heads for x in h.parameters()]:
         x.requires_grad_(id(x) in keep)
     sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
-    used0, skipped0 = vaux.used, vaux.skipped
-    if head is not None:
-        a_used0, a_skipped0 = head.used, head.skipped
-    if tied is not None:
-        t_used0, t_skipped0 = tied.used, tied.skipped
-    if vtied is not None:
-        vt_used0, vt_skipped0 = vtied.used, vtied.skipped
+    # each head's used / skipped counts before the phase: train.json's ctc, v_aux and tied
+    # records stay the joint phase's (restored at the end); the phase's own go in its record
+    counts0 = {id(h): (h.used, h.skipped) for h in heads}
+
+    def phase_counts(h):
+        """(used, skipped) of head h during this phase."""
+        u, k = counts0[id(h)]
+        return h.used - u, h.skipped - k
     tw0, wait, step_s, done, empty, stopped = time.time(), 0.0, [], 0, 0, None
     print(f"train_mm_proxy: vision warm phase: {n} steps of {wb} images, the aux CTC loss "
           f"alone (vision side + head, own AdamW, lr {p['lr']:.2e} warm-up {sched['warmup']})"
@@ -2068,15 +2068,15 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
         if step % 50 == 0 or step == n - 1:
             print(f"train_mm_proxy: warm step {step + 1}/{n} v_warm "
                   f"{np.mean(losses['v_warm'][-50:] or [float('nan')]):.3f} "
-                  f"({vaux.skipped - skipped0} images too short) "
+                  f"({phase_counts(vaux)[1]} images too short) "
                   + (f"v_warm_tied {np.mean(losses['v_warm_tied'][-50:] or [float('nan')]):.3f}"
-                     f" ({vtied.skipped - vt_skipped0} images too short) " if vtied is not None
+                     f" ({phase_counts(vtied)[1]} images too short) " if vtied is not None
                      else "")
                   + (f"a_warm {np.mean(losses['a_warm'][-50:] or [float('nan')]):.3f} "
-                     f"({head.skipped - a_skipped0} clips too short) " if head is not None
+                     f"({phase_counts(head)[1]} clips too short) " if head is not None
                      else "")
                   + (f"a_warm_tied {np.mean(losses['a_warm_tied'][-50:] or [float('nan')]):.3f}"
-                     f" ({tied.skipped - t_skipped0} clips too short) " if tied is not None
+                     f" ({phase_counts(tied)[1]} clips too short) " if tied is not None
                      else "") + "lr "
                   f"{lr_at(step, n, sched):.2e} {el:.0f} s", flush=True)
         stopped = minutes_up(args, el, step, n, "the warm phase",
@@ -2087,26 +2087,24 @@ def vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half, pi
     info = {"steps": n, "done": done, "stopped_at": stopped, "batch": wb,
             "own_stream": wb != half, "lr": p["lr"], "warmup": sched["warmup"],
             "optimizer": "own AdamW (vision side + aux head), dropped after the phase",
-            "images": vaux.used - used0, "images_too_short": vaux.skipped - skipped0,
+            "images": phase_counts(vaux)[0], "images_too_short": phase_counts(vaux)[1],
             "steps_no_image_fits": empty, "skipped_steps": guard.skipped,
             "seconds": round(time.time() - tw0, 3), "data_wait": wait,
             "step_seconds": {"first_5": [round(x, 3) for x in step_s[:5]], "median": med,
                              "max": max(step_s)}}
-    vaux.used, vaux.skipped = used0, skipped0  # (train.json's v_aux: the joint phase's)
     if head is not None:
         info.update(a_warm=True, a_lr_mult=p.get("a_lr_mult", 1.0),
                     optimizer="own AdamW (vision side + aux head, audio side + ctc head), "
                     "dropped after the phase",
-                    clips=head.used - a_used0, clips_too_short=head.skipped - a_skipped0)
-        head.used, head.skipped = a_used0, a_skipped0  # (train.json's ctc: the joint phase's)
+                    clips=phase_counts(head)[0], clips_too_short=phase_counts(head)[1])
     if tied is not None:
-        info.update(tied_clips=tied.used - t_used0, tied_clips_too_short=tied.skipped - t_skipped0,
+        info.update(tied_clips=phase_counts(tied)[0], tied_clips_too_short=phase_counts(tied)[1],
                     tied_mult=tied_mult)
-        tied.used, tied.skipped = t_used0, t_skipped0
     if vtied is not None:
-        info.update(tied_images=vtied.used - vt_used0,
-                    tied_images_too_short=vtied.skipped - vt_skipped0, vtied_mult=vtied_mult)
-        vtied.used, vtied.skipped = vt_used0, vt_skipped0
+        info.update(tied_images=phase_counts(vtied)[0],
+                    tied_images_too_short=phase_counts(vtied)[1], vtied_mult=vtied_mult)
+    for h in heads:
+        h.used, h.skipped = counts0[id(h)]
     last = np.mean(losses["v_warm"][-50:] or [float("nan")])
     print(f"train_mm_proxy: vision warm phase done: {done} steps in {info['seconds']:.1f} s "
           f"(median step {med:.3f} s), v_warm {last:.3f}"
