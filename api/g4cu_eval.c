@@ -183,13 +183,10 @@ static int decode_logits(g4_text_model *m, const int32_t *ids, int n, int N,
     return rc;
 }
 
-// The decode_from checks on the expanded ids: 1 <= N <= n (n_given, N_given: as the caller gave
-// them), every placeholder before N.
+// The decode_from check on the expanded ids: every placeholder before N (N_given: as the caller
+// gave it; its range 1..n_ids is checked before the model loads).
 static int check_decode_from(const g4_text_config *c, const int32_t *ids, int n, int N,
-                             int n_given, int N_given) {
-    if (N_given < 1 || N_given > n_given)
-        return g4_fail(G4_EUSER, "decode_from %d: expected 1..%d (the ids given)", N_given,
-                       n_given);
+                             int N_given) {
     int last = -1;
     for (int t = 0; t < n; t++)
         if (g4_placeholder_of(c, ids[t]) != G4_PH_NONE) last = t;
@@ -239,7 +236,7 @@ int g4cu_eval_logits(const char *dir, const int32_t *ids_in, int n_ids,
                                 &aud, &n_aud)) ||
         (rc = expand_placeholders(&p->text, dir, prm->tokenizer, n_img, n_aud, &ids, &n,
                                   N ? &N : NULL)) ||
-        (N && (rc = check_decode_from(&p->text, ids, n, N, n_ids, prm->decode_from))) ||
+        (N && (rc = check_decode_from(&p->text, ids, n, N, prm->decode_from))) ||
         (rc = g4_mm_merge(be, &p->text, ids, n, img, n_img, aud, n_aud, &soft)))
         goto done;
     out = g4_malloc(sizeof(float) * (size_t)n * p->text.vocab); // [n, vocab]

@@ -33,6 +33,20 @@ static int argmax_row(const float *x, int V) {
     return a;
 }
 
+// Row d against row p over V entries: the sums of (d - p)^2 into *rn and of p^2 into *rd; with
+// max_abs, the largest |d - p| there and *nan = 1 where a difference is NaN.
+static void row_err(const float *d, const float *p, int V, double *rn, double *rd,
+                    double *max_abs, int *nan) {
+    *rn = *rd = 0;
+    for (int i = 0; i < V; i++) {
+        const double e = (double)d[i] - p[i];
+        *rn += e * e, *rd += (double)p[i] * p[i];
+        if (!max_abs) continue;
+        if (e != e) *nan = 1; // (then rel err is NaN too)
+        else if (fabs(e) > *max_abs) *max_abs = fabs(e);
+    }
+}
+
 // One line: decode rows [r0, rows) of dec against the same rows of ref ([rows, V] both), and
 // step (row r0 - 1 as generate's step computes it; NULL: none) against ref's row r0 - 1.
 static void decode_summary(FILE *f, const char *backend, const char *ref_name, const float *dec,
@@ -47,13 +61,8 @@ static void decode_summary(FILE *f, const char *backend, const char *ref_name, c
         double gap = 0;
         for (int r = r0; r < rows; r++) {
             const float *d = dec + (size_t)r * V, *p = ref + (size_t)r * V;
-            double rn = 0, rd = 0;
-            for (int i = 0; i < V; i++) {
-                const double e = (double)d[i] - p[i];
-                rn += e * e, rd += (double)p[i] * p[i];
-                if (e != e) nan = 1; // (then rel err is NaN too)
-                else if (fabs(e) > max_abs) max_abs = fabs(e);
-            }
+            double rn, rd;
+            row_err(d, p, V, &rn, &rd, &max_abs, &nan);
             num += rn, den += rd;
             const double rr = rd > 0 ? sqrt(rn / rd) : sqrt(rn);
             if (rr > worst) worst = rr, worst_r = r;
@@ -71,11 +80,8 @@ static void decode_summary(FILE *f, const char *backend, const char *ref_name, c
     }
     if (step && r0 >= 1) {
         const float *p = ref + (size_t)(r0 - 1) * V;
-        double rn = 0, rd = 0;
-        for (int i = 0; i < V; i++) {
-            const double e = (double)step[i] - p[i];
-            rn += e * e, rd += (double)p[i] * p[i];
-        }
+        double rn, rd;
+        row_err(step, p, V, &rn, &rd, NULL, NULL);
         fprintf(f, "; row %d as generate's prompt step: rel err %.3e, argmax %d (%s %d)", r0 - 1,
                 rd > 0 ? sqrt(rn / rd) : sqrt(rn), argmax_row(step, V), ref_name,
                 argmax_row(p, V));
@@ -170,8 +176,7 @@ static int cmd_logits(int argc, char **argv) {
     if (!rc) rc = g4cu_eval_write_npy(out, logits, rows, vocab);
     if (!rc && step_out) rc = g4cu_eval_write_npy(step_out, step, 1, vocab);
     if (!rc && sampled_out) { // float32 [rows, 1] (ids are exact in a float below 2^24)
-        float *f = malloc(sizeof(float) * (size_t)rows);
-        if (!f) abort();
+        float *f = g4_malloc(sizeof(float) * (size_t)rows);
         for (int r = 0; r < rows; r++) f[r] = (float)sampled[r];
         rc = g4cu_eval_write_npy(sampled_out, f, rows, 1);
         free(f);
