@@ -2372,6 +2372,14 @@ stage_tiny_det() {
         OUT="$OUT/tiny_det" stage_mm_det
 }
 
+# Is toggle NAME in the space-separated list ONLY (an empty list: every toggle)? (mm_det's
+# MM_DET_ONLY, mm_deccheck's MM_DECCHECK_ONLY)
+mm_toggle_on() {
+    [ -z "$2" ] && return 0
+    case " $2 " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+
 # "equal/items" of two predictions files of the same items (mm_parity.py --same: token for token)
 mm_same() {
     python3 tools/python/mm_parity.py --same "$1" "$2" 2>&1 | head -1 |
@@ -2391,9 +2399,7 @@ stage_mm_det() {
     for tg in "${MM_DECCHECK_TOGGLES[@]}"; do
         name=${tg%%|*} envs=${tg#*|}
         [ "$name" = text ] && continue # (a prompt change, not a setting)
-        if [ -n "${MM_DET_ONLY:-}" ]; then
-            case " $MM_DET_ONLY " in *" $name "*) ;; *) continue ;; esac
-        fi
+        mm_toggle_on "$name" "${MM_DET_ONLY:-}" || continue
         local ok=0 self="" tobase="" tocpu=""
         for r in $(seq 1 "$runs"); do
             out="$o/${name}_$r"
@@ -2594,9 +2600,7 @@ mm_deccheck() {
     mkdir -p "$o"
     for tg in "${MM_DECCHECK_TOGGLES[@]}"; do
         name=${tg%%|*} envs=${tg#*|}
-        if [ -n "${MM_DECCHECK_ONLY:-}" ]; then
-            case " $MM_DECCHECK_ONLY " in *" $name "*) ;; *) continue ;; esac
-        fi
+        mm_toggle_on "$name" "${MM_DECCHECK_ONLY:-}" || continue
         t0=$(date +%s)
         local nohf=--no-hf
         [ "$name" = base ] && nohf=""
