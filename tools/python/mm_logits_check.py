@@ -141,16 +141,9 @@ def main():
     if args.text_only and not args.no_hf:
         ap.error("--text-only needs --no-hf (HF would read another prompt)")
     dev = torch.device(args.device)
-    if args.no_hf:  # the prompts only: the tokenizer's Prompter and the feature extractor
-        from tokenizers import Tokenizer
-        from transformers.models.gemma4.feature_extraction_gemma4 import \
-            Gemma4AudioFeatureExtractor
-        model, dtype = None, torch.float32
-        pr = mm_parity.tmp.Prompter(Tokenizer.from_file(os.path.join(args.hf, "tokenizer.json")))
-        fe = Gemma4AudioFeatureExtractor()
-    else:
-        model, _, pr, fe = mm_parity.hf_side(args.hf, dev, torch.float32)
-        dtype = model.dtype
+    # (--no-hf: the prompts only, the tokenizer's Prompter and the feature extractor)
+    dtype = torch.float32
+    model, _, pr, fe = mm_parity.hf_side(args.hf, dev, dtype, load_model=not args.no_hf)
     items = {}
     for name in ("ocr_test.jsonl", "asr_test.jsonl"):
         path = os.path.join(args.data, name)

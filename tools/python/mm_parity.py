@@ -102,18 +102,21 @@ def tie_at(logits, hf_tok, g4_tok, tol):
     return r
 
 
-def hf_side(hf_dir, dev, dtype):
+def hf_side(hf_dir, dev, dtype, load_model=True):
     """HF's side of a parity check: (Gemma4ForConditionalGeneration from HF_DIR in dtype on
-    dev, eval mode; its tokenizer; train_mm_proxy.Prompter on it; a default
-    Gemma4AudioFeatureExtractor). The decoder runs eager attention; the audio tower sdpa: its
-    eager path inverts its band mask in transformers 5.17 (tools/python/mm_reference.py)."""
+    dev, eval mode, or None without load_model (the prompts only); its tokenizer;
+    train_mm_proxy.Prompter on it; a default Gemma4AudioFeatureExtractor). The decoder runs
+    eager attention; the audio tower sdpa: its eager path inverts its band mask in transformers
+    5.17 (tools/python/mm_reference.py)."""
     from tokenizers import Tokenizer
     from transformers import Gemma4ForConditionalGeneration
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 
-    model = Gemma4ForConditionalGeneration.from_pretrained(
-        hf_dir, dtype=dtype, attn_implementation="eager").to(dev).eval()
-    model.model.audio_tower.config._attn_implementation = "sdpa"
+    model = None
+    if load_model:
+        model = Gemma4ForConditionalGeneration.from_pretrained(
+            hf_dir, dtype=dtype, attn_implementation="eager").to(dev).eval()
+        model.model.audio_tower.config._attn_implementation = "sdpa"
     tok = Tokenizer.from_file(os.path.join(hf_dir, "tokenizer.json"))
     return model, tok, tmp.Prompter(tok), Gemma4AudioFeatureExtractor()
 
