@@ -2576,12 +2576,15 @@ PY
 # too, or only after the audio's? Left out: G4_PERSIST_MLP=1 (an fp16 package runs the same ops apart: cu_mlp_block),
 # G4_GEMV_F16_PIPE=0 (the order of the weight loads, not of the arithmetic), G4_SKINNY,
 # G4_GEMM_PREFILL, G4_ATTN_PREFILL (rows > 8 / > 64: the prefill), G4_GEMV* (Q4 weights),
-# G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step), G4_SYNC_LAUNCHES (a debug aid).
+# G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step). "sync": eager with a device sync after every
+# launch (G4_SYNC_LAUNCHES=1; a sync cannot run inside a graph capture): one stream at a time,
+# so an answer that changes run to run with the defaults and not here is a race between streams.
 MM_DECCHECK_TOGGLES=(
     "base|"
     "all_off|G4_EAGER=1 G4_PDL=0 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma"
     "text|"
     "eager|G4_EAGER=1"
+    "sync|G4_EAGER=1 G4_SYNC_LAUNCHES=1"
     "pdl0|G4_PDL=0"
     "fuse0|G4_FUSE=0"
     "qkv0|G4_QKV=0"

@@ -154,6 +154,10 @@ if [ $have_pkg = 1 ]; then
     else
         e2e_note="multimodal e2e not run: no soft-token counts for $img / $aud"
     fi
+    # the eval's ASR path (tower, prompt prefill, graph decode, item after item in one state):
+    # the path whose answers changed run to run in the thirty-fifth session; a fresh --out each run
+    [ -f $fx/mm-tiny/asr_test.jsonl ] &&
+        e2e_runs+=("$BUILD/g4cu eval $fx/mm-tiny/asr_test.jsonl --task librispeech $pkg --backend cuda --max-new 8 --limit 4 --out \$(mktemp -d -p $scratch eval.XXXX)")
 fi
 
 # --- runner -----------------------------------------------------------------------------------
