@@ -23,9 +23,17 @@ static void need_f32(const g4_buf *b, const char *op) {
 // are plain host memory (g4_malloc), not backend buffers, and are not counted.
 static uint64_t cpu_allocs;
 
+// G4_POISON=1: new buffers hold 0xFF bytes (f32 and f16 NaN) instead of zeros, as cudaMalloc's
+// memory holds whatever was there: a read of a row no op wrote then shows as a NaN on the CPU
+// too, not as a harmless zero.
 static void *cpu_alloc(g4_backend *be, size_t n) { // NULL: out of memory
+    static int poison = -1;
+    if (poison < 0) poison = g4_env_is("G4_POISON", "1");
     __atomic_add_fetch(&cpu_allocs, 1, __ATOMIC_RELAXED);
-    return calloc(1, n ? n : 1);
+    if (!poison) return calloc(1, n ? n : 1);
+    void *p = malloc(n ? n : 1);
+    if (p) memset(p, 0xFF, n ? n : 1);
+    return p;
 }
 static uint64_t cpu_alloc_count(g4_backend *be) { return __atomic_load_n(&cpu_allocs, __ATOMIC_RELAXED); }
 static void cpu_free(g4_backend *be, void *p) { free(p); }

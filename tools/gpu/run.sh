@@ -332,7 +332,7 @@
 #            proxy: MM_DET_PKG=$WORK/gpu-tiny/f16 MM_DET_HF=$WORK/gpu-tiny/hf
 #            MM_DET_DATA=tests/fixtures/mm-tiny (random weights: flat logits show any
 #            run-to-run difference, a benign rounding order too)
-#   tiny_det mm_det on gpu-tiny (after tiny) with tests/fixtures/mm-tiny's clips: $OUT/tiny_det
+#   tiny_det mm_det on gpu-tiny (after tiny) with tests/fixtures/mm-tiny-grow's clips: $OUT/tiny_det
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
 #            stage): plan "build / mm_make mm_run", or "build / mm_make" in one call and "mm_run"
 #            in the next (mm_run reads $WORK/mm and $MM_DATA). A CPU dry run of both (tiny proxy, ~2.5
@@ -2365,10 +2365,10 @@ stage_mm_wait() {
         "train_mm_proxy: (tokenizer|[0-9,]+ param|--minutes|exported|profiled|held-out|[A-Za-z]+ warm phase done)|step [0-9]+/|skipped|mm:|make_mm_data|Error|error"
 }
 
-# mm_det on gpu-tiny (after tiny): its random weights and the mm-tiny fixture's 8 clips, no
-# trained proxy needed; $OUT/tiny_det/mm_det
+# mm_det on gpu-tiny (after tiny): its random weights and the mm-tiny-grow fixture's 8 clips (8
+# lengths: the eval's state grows at items 2, 4, 6, 8), no trained proxy needed; $OUT/tiny_det/mm_det
 stage_tiny_det() {
-    MM_DET_PKG="$WORK/gpu-tiny/f16" MM_DET_HF="$WORK/gpu-tiny/hf" MM_DET_DATA=tests/fixtures/mm-tiny \
+    MM_DET_PKG="$WORK/gpu-tiny/f16" MM_DET_HF="$WORK/gpu-tiny/hf" MM_DET_DATA=tests/fixtures/mm-tiny-grow \
         OUT="$OUT/tiny_det" stage_mm_det
 }
 

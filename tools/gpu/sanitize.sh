@@ -156,8 +156,9 @@ if [ $have_pkg = 1 ]; then
     fi
     # the eval's ASR path (tower, prompt prefill, graph decode, item after item in one state):
     # the path whose answers changed run to run in the thirty-fifth session; a fresh --out each run
-    [ -f $fx/mm-tiny/asr_test.jsonl ] &&
-        e2e_runs+=("$BUILD/g4cu eval $fx/mm-tiny/asr_test.jsonl --task librispeech $pkg --backend cuda --max-new 8 --limit 4 --out \$(mktemp -d -p $scratch eval.XXXX)")
+    # (mm-tiny-grow: 2, 3, 2.5 and 4 s, so the state grows twice and is reused once larger)
+    [ -f $fx/mm-tiny-grow/asr_test.jsonl ] &&
+        e2e_runs+=("$BUILD/g4cu eval $fx/mm-tiny-grow/asr_test.jsonl --task librispeech $pkg --backend cuda --max-new 8 --limit 4 --out \$(mktemp -d -p $scratch eval.XXXX)")
 fi
 
 # --- runner -----------------------------------------------------------------------------------
