@@ -67,9 +67,18 @@ typedef struct {
 // Device and pinned allocations of every handle (alloc_count).
 static uint64_t cu_allocs;
 
+// G4_POISON=1: every new allocation filled with 0xFF bytes (fp16 and fp32 NaN) and the device
+// synchronized, so a read of memory no op wrote gives a NaN every run instead of whatever the
+// last process left there (a debug aid: tools/gpu/run.sh mm_det's "poison" setting).
 static cudaError_t cu_malloc(void **p, size_t n) {
+    static int poison = -1;
+    if (poison < 0) poison = g4_env_is("G4_POISON", "1");
     cudaError_t e = cudaMalloc(p, n ? n : 16);
     if (e == cudaSuccess) __atomic_add_fetch(&cu_allocs, 1, __ATOMIC_RELAXED);
+    if (e == cudaSuccess && poison) {
+        G4_CUDA_CHECK(cudaMemset(*p, 0xFF, n ? n : 16));
+        G4_CUDA_CHECK(cudaDeviceSynchronize()); // (the legacy stream does not order ours)
+    }
     return e;
 }
 

@@ -2579,12 +2579,15 @@ PY
 # G4_FUSE_ATTN=0 and G4_BATCH_* (the batch step). "sync": eager with a device sync after every
 # launch (G4_SYNC_LAUNCHES=1; a sync cannot run inside a graph capture): one stream at a time,
 # so an answer that changes run to run with the defaults and not here is a race between streams.
+# "poison": every device allocation starts as 0xFF bytes (NaN), so a read of memory no op wrote
+# turns into NaN answers (or an error) every run.
 MM_DECCHECK_TOGGLES=(
     "base|"
     "all_off|G4_EAGER=1 G4_PDL=0 G4_FUSE=0 G4_QKV=0 G4_GEMV_F16=fma"
     "text|"
     "eager|G4_EAGER=1"
     "sync|G4_EAGER=1 G4_SYNC_LAUNCHES=1"
+    "poison|G4_POISON=1"
     "pdl0|G4_PDL=0"
     "fuse0|G4_FUSE=0"
     "qkv0|G4_QKV=0"
