@@ -2368,6 +2368,12 @@ stage_mm_wait() {
 # mm_det on gpu-tiny (after tiny): its random weights and the mm-tiny-grow fixture's 8 clips (8
 # lengths: the eval's state grows at items 2, 4, 6, 8), no trained proxy needed; $OUT/tiny_det/mm_det
 stage_tiny_det() {
+    # first tests/test_eval_history.sh on CUDA (mm-tiny's trained package: one run = each item
+    # alone = the run on G4_POISON=1 memory)
+    mkdir -p "$OUT/tiny_det"
+    G4_TEST_BACKEND=cuda G4CU=build-gpu/g4cu G4_FIXTURES=tests/fixtures \
+        bash tests/test_eval_history.sh >"$OUT/tiny_det/eval_history.txt" 2>&1
+    echo "tiny_det: test_eval_history on cuda: exit $? ($(tail -1 "$OUT/tiny_det/eval_history.txt"))"
     MM_DET_PKG="$WORK/gpu-tiny/f16" MM_DET_HF="$WORK/gpu-tiny/hf" MM_DET_DATA=tests/fixtures/mm-tiny-grow \
         OUT="$OUT/tiny_det" stage_mm_det
 }
