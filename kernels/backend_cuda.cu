@@ -257,6 +257,11 @@ static int cu_prepare_linear(g4_backend *be, g4_linear *w) {
         G4_CUDA_CHECK(cudaMemcpy(d, w->bias, bias_bytes, cudaMemcpyHostToDevice));
         w->bias = d;
     }
+    // A cudaMemcpy from pageable memory (the mapped package) may return before its DMA has
+    // landed, and our streams are non-blocking, so they do not wait for the legacy stream: a
+    // load-time kernel on the root stream (the audio tower's rel_k(sinusoid) table) could read a
+    // weight still in flight. Prepared means on the device.
+    G4_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     return G4_OK;
 }
 
