@@ -205,9 +205,10 @@ static int32_t *mask_half(const int32_t *m, int n, int *n_out) {
 }
 
 // FFN half step: h += residual_weight * post_norm(clip(ffw2(silu(ffw1(pre_norm(clip h)))))).
-static void ffn(g4_audio_tower *t, const g4_audio_layer *w, int f, g4_buf *h, g4_buf *x,
-                g4_buf *big, g4_buf *y) {
-    g4_backend *be = t->be;
+// be: the handle the clip runs on (the caller's queue), never t->be: an op on the root handle's
+// stream would race the rest of the clip on the state's (the thirty-sixth session's bug).
+static void ffn(g4_audio_tower *t, g4_backend *be, const g4_audio_layer *w, int f, g4_buf *h,
+                g4_buf *x, g4_buf *big, g4_buf *y) {
     const g4_audio_config *c = t->cfg;
     be->convert(be, x, h);
     be->clamp(be, x, -t->clip, t->clip);
@@ -311,7 +312,7 @@ int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_feature
     g4_buf glu_in = g4_buf_view(&big, T2, 2 * A), ffn_mid = g4_buf_view(&big, T2, c->ffn);
     for (int l = 0; l < c->n_layers; l++) {
         const g4_audio_layer *w = &t->layers[l];
-        ffn(t, w, 0, &h, &x, &ffn_mid, &y);
+        ffn(t, be, w, 0, &h, &x, &ffn_mid, &y);
         g4_tower_emit(hook, hook_ctx, be, "audio_ffn1", l, &h);
 
         // Attention block.
@@ -340,7 +341,7 @@ int g4_audio_tower_run(g4_audio_tower *t, g4_backend *ex, const g4_audio_feature
         be->add(be, &h, &y);
         g4_tower_emit(hook, hook_ctx, be, "audio_lconv", l, &h);
 
-        ffn(t, w, 1, &h, &x, &ffn_mid, &y);
+        ffn(t, be, w, 1, &h, &x, &ffn_mid, &y);
         g4_tower_emit(hook, hook_ctx, be, "audio_ffn2", l, &h);
         be->clamp(be, &h, -t->clip, t->clip);
         be->rmsnorm(be, &x, &h, w->norm_out, A, c->rms_eps); // norms write the activation type
