@@ -5,8 +5,9 @@
 # the thirty-fifth session's CUDA ASR answers changed from run to run while each prompt alone
 # gave HF's, so the state's history is a suspect. tests/fixtures/mm-tiny-grow holds mm-tiny's
 # clips at 8 lengths (prompts of 82, 107, 95, 132, 82, 157, 120 and 182 tokens on mm-tiny's
-# package: the state grows at items 2, 4, 6 and 8 and is reused larger between). On the backend
-# $G4_TEST_BACKEND (default cpu; cuda on a GPU machine):
+# package: the state grows at items 2, 4, 6 and 8 and is reused larger between). On the CPU
+# backend ($G4_TEST_BACKEND; mm-tiny's head_dim 32 is no CUDA attention shape, so a CUDA run
+# fails at load; the CUDA side of the question is tools/gpu/sanitize.sh's eval run):
 #   1. the whole manifest in one run: 8 predictions with those prompt lengths, and not one
 #      answer for all (at least 3 distinct token lists: a model that says nothing passes nothing);
 #   2. each item alone (a one-line manifest, a fresh state of its own size): the same tokens as

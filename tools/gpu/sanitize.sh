@@ -154,11 +154,13 @@ if [ $have_pkg = 1 ]; then
     else
         e2e_note="multimodal e2e not run: no soft-token counts for $img / $aud"
     fi
-    # the eval's ASR path (tower, prompt prefill, graph decode, item after item in one state):
-    # the path whose answers changed run to run in the thirty-fifth session; a fresh --out each run
+    # the eval's ASR path (the audio tower on the state's queue, item after item in one state):
+    # the path whose answers changed run to run in the thirty-fifth session; a fresh --out each
+    # run. (The chat fixture's ids pass gpu-tiny's vocabulary, so each item then fails at the
+    # prefill: the tower is what this run checks; initcheck found the FFN race here.)
     # (mm-tiny-grow: 2, 3, 2.5 and 4 s, so the state grows twice and is reused once larger)
     [ -f $fx/mm-tiny-grow/asr_test.jsonl ] &&
-        e2e_runs+=("$BUILD/g4cu eval $fx/mm-tiny-grow/asr_test.jsonl --task librispeech $pkg --backend cuda --max-new 8 --limit 4 --out \$(mktemp -d -p $scratch eval.XXXX)")
+        e2e_runs+=("$BUILD/g4cu eval $fx/mm-tiny-grow/asr_test.jsonl --task librispeech $pkg --tokenizer $fx/chat/chat_bpe.json --backend cuda --max-new 8 --limit 4 --out \$(mktemp -d -p $scratch eval.XXXX)")
 fi
 
 # --- runner -----------------------------------------------------------------------------------
