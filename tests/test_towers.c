@@ -10,7 +10,10 @@
 //   3. the ClippableLinear bounds bite: on the clipped dump the towers' soft tokens match HF
 //      (rel <= 1e-4) only with the dump's bounds set, and miss by > 1e-3 with the package's
 //      +-inf (so the clamps are applied, where HF applies them);
-//   4. tower inputs the front end would never make are user errors, not crashes.
+//   4. tower inputs the front end would never make are user errors, not crashes;
+//   5. the towers' kept workspaces carry nothing from one run to the next;
+//   6. a run given a handle (the eval's text state's) sends every compute op to it, none to the
+//      root handle the tower was loaded on (a spy backend counts them).
 #include <math.h>
 #include <stdlib.h>
 
@@ -456,6 +459,145 @@ static void test_kept_activations(const char *pkg_dir) {
     g4_package_close(p);
 }
 
+// --- 6. every op of a tower's run goes to the handle it was given ----------------------------
+// The eval runs a tower on the text state's handle (its own stream on CUDA) while the tower was
+// loaded on the model's root handle; an op sent to the root handle instead races the clip's
+// other ops on another stream. The thirty-sixth session found the audio conformer's FFN doing
+// that (compute-sanitizer initcheck: its convert read h before it was written); one stream on
+// the CPU cannot show the race, so this test spies: the towers load on `spy_root`, a copy of
+// the CPU backend whose compute ops count their calls before doing the CPU's work, and run with
+// ex = a plain copy. Any compute op that reaches the root handle during a run is counted; the
+// same run with ex = NULL (everything on the root) must count some (the spy sees the tower) and
+// give the same soft tokens bit for bit.
+static g4_backend spy_cpu, spy_root;
+static long spy_calls;
+#define SPY(op, P, A)                                                                             \
+    static void spy_##op P {                                                                     \
+        spy_calls++;                                                                              \
+        spy_cpu.op A;                                                                             \
+    }
+SPY(convert, (g4_backend *be, g4_buf *d, const g4_buf *x), (be, d, x))
+SPY(clamp, (g4_backend *be, g4_buf *x, float lo, float hi), (be, x, lo, hi))
+SPY(rmsnorm, (g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int g, float e),
+    (be, y, x, w, g, e))
+SPY(linear, (g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *w, int acc),
+    (be, y, x, w, acc))
+SPY(silu, (g4_backend *be, g4_buf *y, const g4_buf *x), (be, y, x))
+SPY(scale, (g4_backend *be, g4_buf *x, float s), (be, x, s))
+SPY(add, (g4_backend *be, g4_buf *y, const g4_buf *x), (be, y, x))
+SPY(add_rmsnorm, (g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float e, const void *s),
+    (be, h, x, w, e, s))
+SPY(audio_attention,
+    (g4_backend *be, g4_buf *o, const g4_buf *q, const g4_buf *k, const g4_buf *v, const g4_buf *rel,
+     const float *pds, const g4_buf *valid, int nh, int hd, int chunk, int band, float cap,
+     float inv),
+    (be, o, q, k, v, rel, pds, valid, nh, hd, chunk, band, cap, inv))
+SPY(dwconv1d_causal, (g4_backend *be, g4_buf *y, const g4_buf *x, const void *w, int K),
+    (be, y, x, w, K))
+SPY(glu, (g4_backend *be, g4_buf *y, const g4_buf *x), (be, y, x))
+SPY(scatter_rows, (g4_backend *be, g4_buf *d, const g4_buf *x, const g4_buf *idx), (be, d, x, idx))
+SPY(sscp_conv,
+    (g4_backend *be, g4_buf *y, const g4_buf *x, const g4_buf *valid, const void *w, const void *lw,
+     int H, int W, float e),
+    (be, y, x, valid, w, lw, H, W, e))
+SPY(add_rmsnorm_next,
+    (g4_backend *be, g4_buf *h, const g4_buf *x, const void *w, float e, const void *s,
+     g4_buf *next, int nn, const void *nw),
+    (be, h, x, w, e, s, next, nn, nw))
+SPY(attention_bidir,
+    (g4_backend *be, g4_buf *o, const g4_buf *q, const g4_buf *k, const g4_buf *v, int nh, int hd,
+     float sc),
+    (be, o, q, k, v, nh, hd, sc))
+SPY(linear_gelu_mul,
+    (g4_backend *be, g4_buf *y, const g4_buf *x, const g4_linear *wg, const g4_linear *wu),
+    (be, y, x, wg, wu))
+SPY(rope_2d,
+    (g4_backend *be, g4_buf *x, int nh, int hd, const g4_buf *pos, const float *inv),
+    (be, x, nh, hd, pos, inv))
+SPY(vision_pool, (g4_backend *be, g4_buf *o, const g4_buf *x, const g4_buf *pos, int k, float sc),
+    (be, o, x, pos, k, sc))
+SPY(vision_posemb, (g4_backend *be, g4_buf *h, const void *t, int rows, const g4_buf *pos),
+    (be, h, t, rows, pos))
+#undef SPY
+
+// The spies into spy_root (after the towers' loads: a load's own ops are the root's by design).
+static void spy_install(void) {
+    spy_root.convert = spy_convert, spy_root.clamp = spy_clamp, spy_root.rmsnorm = spy_rmsnorm;
+    spy_root.linear = spy_linear, spy_root.silu = spy_silu, spy_root.scale = spy_scale;
+    spy_root.add = spy_add, spy_root.add_rmsnorm = spy_add_rmsnorm;
+    spy_root.audio_attention = spy_audio_attention, spy_root.dwconv1d_causal = spy_dwconv1d_causal;
+    spy_root.glu = spy_glu, spy_root.scatter_rows = spy_scatter_rows;
+    spy_root.sscp_conv = spy_sscp_conv, spy_root.add_rmsnorm_next = spy_add_rmsnorm_next;
+    spy_root.attention_bidir = spy_attention_bidir, spy_root.linear_gelu_mul = spy_linear_gelu_mul;
+    spy_root.rope_2d = spy_rope_2d, spy_root.vision_pool = spy_vision_pool;
+    spy_root.vision_posemb = spy_vision_posemb;
+}
+
+static void test_run_handle(const char *pkg_dir) {
+    g4_package *p;
+    if (g4_package_open(pkg_dir, &p)) {
+        CHECK_MSG(0, "%s", g4_error());
+        return;
+    }
+    spy_cpu = *g4_backend_cpu();
+    spy_root = spy_cpu;
+    g4_backend ex = spy_cpu; // the state's handle stand-in: the CPU's ops, not counted
+    g4_audio_tower *at = NULL;
+    g4_vision_tower *vt = NULL;
+    CHECK_MSG(g4_audio_tower_load(p, &spy_root, &at) == 0, "%s", g4_error());
+    CHECK_MSG(g4_vision_tower_load(p, &spy_root, &vt) == 0, "%s", g4_error());
+    spy_install();
+    const int H = p->text.hidden;
+    if (at) {
+        g4_audio_features a = {0};
+        unsigned long long s = 0x5b1;
+        a.n_frames = 44, a.n_mel = p->audio.n_mel, a.n_valid = a.n_frames;
+        a.n_soft_tokens = (a.n_frames / 2 + 1) / 2; // 11
+        a.features = g4_malloc(sizeof(float) * (size_t)a.n_frames * a.n_mel);
+        for (int i = 0; i < a.n_frames * a.n_mel; i++) a.features[i] = g4t_rand_uniform(&s, -4, 1);
+        a.mask = g4_malloc((size_t)a.n_frames);
+        memset(a.mask, 1, (size_t)a.n_frames);
+        g4_buf o1 = g4_buf_new(&ex, G4_F32, a.n_soft_tokens, H),
+               o2 = g4_buf_new(&ex, G4_F32, a.n_soft_tokens, H);
+        spy_calls = 0;
+        int ok = g4_audio_tower_run(at, &ex, &a, &o1, NULL, NULL) == G4_OK;
+        const long on_root = spy_calls;
+        spy_calls = 0;
+        ok &= g4_audio_tower_run(at, NULL, &a, &o2, NULL, NULL) == G4_OK;
+        CHECK_MSG(ok, "%s", g4_error());
+        CHECK_MSG(on_root == 0, "audio: %ld compute ops of a run on ex went to the root handle",
+                  on_root);
+        CHECK_MSG(spy_calls > 20, "audio: the run on the root handle counted %ld ops (the spy "
+                                  "does not see the tower)", spy_calls);
+        CHECK_MSG(ok && memcmp(o1.data, o2.data, g4_buf_bytes(&o1)) == 0,
+                  "audio: the run on ex differs from the run on the root handle");
+        g4_buf_free(&ex, &o1), g4_buf_free(&ex, &o2);
+        g4_audio_features_free(&a);
+    }
+    if (vt) {
+        g4_image_features f = synth_image(3, 3, p->vision.patch_dim, 0x5b2);
+        g4_buf o1 = g4_buf_new(&ex, G4_F32, f.n_soft_tokens, H),
+               o2 = g4_buf_new(&ex, G4_F32, f.n_soft_tokens, H);
+        spy_calls = 0;
+        int ok = g4_vision_tower_run(vt, &ex, &f, &o1, NULL, NULL) == G4_OK;
+        const long on_root = spy_calls;
+        spy_calls = 0;
+        ok &= g4_vision_tower_run(vt, NULL, &f, &o2, NULL, NULL) == G4_OK;
+        CHECK_MSG(ok, "%s", g4_error());
+        CHECK_MSG(on_root == 0, "vision: %ld compute ops of a run on ex went to the root handle",
+                  on_root);
+        CHECK_MSG(spy_calls > 10, "vision: the run on the root handle counted %ld ops (the spy "
+                                  "does not see the tower)", spy_calls);
+        CHECK_MSG(ok && memcmp(o1.data, o2.data, g4_buf_bytes(&o1)) == 0,
+                  "vision: the run on ex differs from the run on the root handle");
+        g4_buf_free(&ex, &o1), g4_buf_free(&ex, &o2);
+        g4_image_features_free(&f);
+    }
+    g4_audio_tower_free(at);
+    g4_vision_tower_free(vt);
+    g4_package_close(p);
+}
+
 int main(void) {
     fixtures = g4t_env("G4_FIXTURES");
     test_config("mobius-tiny-f16");
@@ -466,5 +608,6 @@ int main(void) {
     test_clip_bounds();
     test_bad_inputs(g4t_env("G4_TINY_PKG"));
     test_kept_activations(g4t_env("G4_TINY_PKG"));
+    test_run_handle(g4t_env("G4_TINY_PKG"));
     return g4t_finish("test_towers");
 }
