@@ -533,6 +533,34 @@ static void spy_install(void) {
     spy_root.vision_posemb = spy_vision_posemb;
 }
 
+// A tower's run on ex, then on the root handle (ex NULL): no compute op of the first reaches
+// the root, the second counts at least min_calls there, and the soft tokens are the same.
+typedef int (*tower_run_fn)(void *t, g4_backend *ex, const void *features, g4_buf *out);
+static int run_audio(void *t, g4_backend *ex, const void *f, g4_buf *out) {
+    return g4_audio_tower_run(t, ex, f, out, NULL, NULL);
+}
+static int run_vision(void *t, g4_backend *ex, const void *f, g4_buf *out) {
+    return g4_vision_tower_run(t, ex, f, out, NULL, NULL);
+}
+static void check_run_handle(const char *kind, tower_run_fn run, void *t, const void *features,
+                             g4_backend *ex, int rows, int H, long min_calls) {
+    g4_buf o1 = g4_buf_new(ex, G4_F32, rows, H), o2 = g4_buf_new(ex, G4_F32, rows, H);
+    spy_calls = 0;
+    int ok = run(t, ex, features, &o1) == G4_OK;
+    const long on_root = spy_calls;
+    spy_calls = 0;
+    ok &= run(t, NULL, features, &o2) == G4_OK;
+    CHECK_MSG(ok, "%s", g4_error());
+    CHECK_MSG(on_root == 0, "%s: %ld compute ops of a run on ex went to the root handle", kind,
+              on_root);
+    CHECK_MSG(spy_calls >= min_calls,
+              "%s: the run on the root handle counted %ld ops (the spy does not see the tower)",
+              kind, spy_calls);
+    CHECK_MSG(ok && memcmp(o1.data, o2.data, g4_buf_bytes(&o1)) == 0,
+              "%s: the run on ex differs from the run on the root handle", kind);
+    g4_buf_free(ex, &o1), g4_buf_free(ex, &o2);
+}
+
 static void test_run_handle(const char *pkg_dir) {
     g4_package *p;
     if (g4_package_open(pkg_dir, &p)) {
@@ -557,40 +585,12 @@ static void test_run_handle(const char *pkg_dir) {
         for (int i = 0; i < a.n_frames * a.n_mel; i++) a.features[i] = g4t_rand_uniform(&s, -4, 1);
         a.mask = g4_malloc((size_t)a.n_frames);
         memset(a.mask, 1, (size_t)a.n_frames);
-        g4_buf o1 = g4_buf_new(&ex, G4_F32, a.n_soft_tokens, H),
-               o2 = g4_buf_new(&ex, G4_F32, a.n_soft_tokens, H);
-        spy_calls = 0;
-        int ok = g4_audio_tower_run(at, &ex, &a, &o1, NULL, NULL) == G4_OK;
-        const long on_root = spy_calls;
-        spy_calls = 0;
-        ok &= g4_audio_tower_run(at, NULL, &a, &o2, NULL, NULL) == G4_OK;
-        CHECK_MSG(ok, "%s", g4_error());
-        CHECK_MSG(on_root == 0, "audio: %ld compute ops of a run on ex went to the root handle",
-                  on_root);
-        CHECK_MSG(spy_calls > 20, "audio: the run on the root handle counted %ld ops (the spy "
-                                  "does not see the tower)", spy_calls);
-        CHECK_MSG(ok && memcmp(o1.data, o2.data, g4_buf_bytes(&o1)) == 0,
-                  "audio: the run on ex differs from the run on the root handle");
-        g4_buf_free(&ex, &o1), g4_buf_free(&ex, &o2);
+        check_run_handle("audio", run_audio, at, &a, &ex, a.n_soft_tokens, H, 20);
         g4_audio_features_free(&a);
     }
     if (vt) {
         g4_image_features f = synth_image(3, 3, p->vision.patch_dim, 0x5b2);
-        g4_buf o1 = g4_buf_new(&ex, G4_F32, f.n_soft_tokens, H),
-               o2 = g4_buf_new(&ex, G4_F32, f.n_soft_tokens, H);
-        spy_calls = 0;
-        int ok = g4_vision_tower_run(vt, &ex, &f, &o1, NULL, NULL) == G4_OK;
-        const long on_root = spy_calls;
-        spy_calls = 0;
-        ok &= g4_vision_tower_run(vt, NULL, &f, &o2, NULL, NULL) == G4_OK;
-        CHECK_MSG(ok, "%s", g4_error());
-        CHECK_MSG(on_root == 0, "vision: %ld compute ops of a run on ex went to the root handle",
-                  on_root);
-        CHECK_MSG(spy_calls > 10, "vision: the run on the root handle counted %ld ops (the spy "
-                                  "does not see the tower)", spy_calls);
-        CHECK_MSG(ok && memcmp(o1.data, o2.data, g4_buf_bytes(&o1)) == 0,
-                  "vision: the run on ex differs from the run on the root handle");
-        g4_buf_free(&ex, &o1), g4_buf_free(&ex, &o2);
+        check_run_handle("vision", run_vision, vt, &f, &ex, f.n_soft_tokens, H, 10);
         g4_image_features_free(&f);
     }
     g4_audio_tower_free(at);
