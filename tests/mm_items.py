@@ -38,9 +38,25 @@ def mm_items(tmp, tok, seed, image_texts, clips):
     return {"image": imgs, "audio": auds}
 
 
-def ci_data(tmp, d, seconds=1):
+def tone_clip(sentence, seconds):
+    """ci_data(tones=True)'s clip of sentence number `sentence`: 4 equal segments, each a sine
+    at a frequency drawn log-uniform in 200-4000 Hz, + white noise, all from that number's own
+    generator: the train and the held-out clip of a sentence are the same samples, as the ci
+    plan's held-out clips are its train clips (make_mm_data.plan_ci), and they carry something
+    to read, as espeak-ng's speech does (ci_data's noise clips carry nothing that the held-out
+    clip shares). int16 samples at 16 kHz."""
+    n = 16000 * seconds
+    r = np.random.default_rng([sentence, 4])
+    f = np.exp(r.uniform(np.log(200), np.log(4000), 4))
+    t = np.arange(n) / 16000.0
+    x = np.sin(2 * np.pi * f[np.minimum(np.arange(n) * 4 // n, 3)] * t)
+    return (6000 * x + r.normal(0, 1000, n)).astype("<i2")
+
+
+def ci_data(tmp, d, seconds=1, tones=False):
     """The ci preset's data plan under d/data (tools/python/make_mm_data.py plan) with `seconds`
-    (whole) of noise for each clip, written as the speech step writes its WAVs (no espeak-ng
+    (whole) of noise for each clip (tones: tone_clip's, each sentence's own signal, the held-out
+    clip the train clip's samples), written as the speech step writes its WAVs (no espeak-ng
     needed); its path. tmp: the train_mm_proxy module (its make_mm_data helpers)."""
     import subprocess
     import wave
@@ -57,7 +73,8 @@ def ci_data(tmp, d, seconds=1):
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(16000)
-            w.writeframes(r.normal(0, 3000, 16000 * seconds).astype("<i2").tobytes())
+            w.writeframes((tone_clip(int(it["id"].split("_a")[1]), seconds) if tones else
+                           r.normal(0, 3000, 16000 * seconds).astype("<i2")).tobytes())
         it["seconds"] = float(seconds)
     tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)
     return data

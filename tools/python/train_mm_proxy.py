@@ -20,6 +20,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
                                                [--lm-warm-steps N]
+                                               [--answer-mask P [--answer-mask-kind K]]
                                                [--v-warm-steps N] [--v-warm-batch B]
                                                [--a-warm] [--tower-joint-lr-mult X]
                                                [--pad-to N] [--no-cudnn-sdpa]
@@ -148,6 +149,17 @@ functions that wrote the held-out files).
    at step 0, ln 4096 = 8.32) and spent its 503 joint steps on the answers' spelling; a table
    that already models the language is also the fixed target --ctc-tied wants. train.json's
    lm_warm and losses' lm_warm; a held-out row at step 0 after it (tests/mm_lmwarm_check.py).
+   --answer-mask P [--answer-mask-kind audio|image|both (default audio)]: word dropout on the
+   joint phase's teacher-forced answer inputs (AnswerMask): each answer id that is an input
+   (after the model turn's "model\n", before the closing <turn|>: the positions whose input is
+   the previous position's target) of an item of that kind becomes <mask> with probability P,
+   the labels the true ids; its own generator (torch seed + 8), so the data order and every
+   other stream are as without it, and P 0 is the run without the option bit for bit. The
+   session-35 decoder read its answers' sentence prior from those inputs and ignored the audio
+   (held-out rolled gap +0.03, one stock sentence for every clip); with some of them hidden the
+   next id has to come from the media too. Never in the warm phases nor the held-out
+   evaluation; train.json's answer_mask (p, kinds, id, positions and masked a kind, share);
+   P outside [0, 1) refused (tests/mm_ansmask_check.py, bench/NOTES.md "Answer-input masking").
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -212,7 +224,7 @@ functions that wrote the held-out files).
    how far the decoder's token table turned since the first row); with --v-aux-tied:
    v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
    v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
-   rows' tied_*), exports
+   rows' tied_*; with --answer-mask: answer_mask), exports
    OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
    image_processor.json's max_soft_tokens to 70.
 """
@@ -1015,6 +1027,65 @@ def forever(ds, batch, seed, workers, pad=0, pin=False, pad_frames=None):
                                      prefetch_factor=4 if workers else None)
     while True:
         yield from dl
+
+
+ANSWER_MASK_STREAM = 8  # AnswerMask's torch generator: seed + 8 (the loaders +0, +1, +2, +5;
+# the heads' inits +3, +4, +6, +7): its draws are no other stream's numbers
+
+
+def answer_inputs(labels):
+    """The answer input positions of collate's labels (B x S: next-token targets, -100
+    elsewhere), B x S bool: the positions whose input id is itself the target of the position
+    before, i.e. the answer's ids after the model turn's "model\\n" up to but excluding the
+    closing <turn|> (whose position has no target). The first target's position (its input the
+    prompt's last id) is not one: only the answer's own ids are teacher-forced answer inputs."""
+    t = labels != -100
+    out = torch.zeros_like(t)
+    out[:, 1:] = t[:, 1:] & t[:, :-1]
+    return out
+
+
+class AnswerMask:
+    """--answer-mask P (--answer-mask-kind audio|image|both): word dropout on the joint phase's
+    teacher-forced answer INPUTS. Each answer input position (answer_inputs) of a half-batch of
+    a chosen kind gets the id `mask_id` instead of its own with probability P; the labels stay
+    the true answer ids. The session-35 decoder learned the answers' sentence prior from the
+    teacher-forced answer tokens and ignored the audio (held-out rolled gap +0.03 against the
+    images' +1.49, one stock sentence for every clip): with a share of the previous answer ids
+    hidden, the next id cannot be had from them alone and the media's soft tokens are the other
+    source. Draws from a torch generator of its own (seed + ANSWER_MASK_STREAM), so torch's and
+    numpy's global generators and the loaders' (the data order) do not move; P 0 is never built
+    (the run is the run without the option, bit for bit). The held-out evaluation (HeldOut,
+    --eval-decode) builds its own batches and never masks. Counts, per kind: positions (answer
+    input positions seen) and masked."""
+
+    def __init__(self, p, kinds, mask_id, seed):
+        self.p, self.kinds, self.id = p, tuple(kinds), mask_id
+        self.g = torch.Generator().manual_seed(seed + ANSWER_MASK_STREAM)
+        self.positions = {k: 0 for k in self.kinds}
+        self.masked = {k: 0 for k in self.kinds}
+
+    def apply(self, kind, b):
+        """b: collate's dict of one half-batch of `kind`, on the CPU. Returns b itself for a kind
+        not chosen, else a copy whose input_ids is a new tensor (the loader's is not written)
+        with the drawn answer input positions set to the mask id; one draw of B x S uniforms a
+        chosen half-batch."""
+        if kind not in self.kinds:
+            return b
+        ans = answer_inputs(b["labels"])
+        hit = ans & (torch.rand(ans.shape, generator=self.g) < self.p)
+        self.positions[kind] += int(ans.sum())
+        self.masked[kind] += int(hit.sum())
+        ids = b["input_ids"].masked_fill(hit, self.id)
+        if b["input_ids"].is_pinned():  # (a copy from pageable memory would sync the stream)
+            ids = ids.pin_memory()
+        return dict(b, input_ids=ids)
+
+    def record(self):
+        """train.json's answer_mask."""
+        n, m = sum(self.positions.values()), sum(self.masked.values())
+        return {"p": self.p, "kinds": list(self.kinds), "id": self.id, "positions": self.positions,
+                "masked": self.masked, "share": m / n if n else None}
 
 
 def lr_at(step, steps, p):
@@ -2346,6 +2417,13 @@ def main():
                     help="before the towers' warm phase and the joint steps, N steps of the "
                     "decoder alone as a causal LM on the plan's train texts (no media, no tower "
                     "forward; own AdamW; --minutes counts them; 0: off)")
+    ap.add_argument("--answer-mask", type=float, default=0.0, metavar="P",
+                    help="in the joint phase, each teacher-forced answer input id of an item of "
+                    "--answer-mask-kind is replaced by <mask> with probability P, the labels "
+                    "unchanged (AnswerMask: word dropout, so the next id must come from the "
+                    "media; never in the held-out evaluation nor the warm phases; 0: off)")
+    ap.add_argument("--answer-mask-kind", choices=("audio", "image", "both"),
+                    help="whose answers --answer-mask masks (default audio)")
     ap.add_argument("--a-warm", action="store_true",
                     help="the --v-warm-steps phase also trains the audio side (tower + "
                     "embed_audio, at its lr multiplier) and the --ctc-weight head on the run's "
@@ -2472,6 +2550,10 @@ def main():
     if args.lm_warm_steps < 0:
         raise SystemExit(f"train_mm_proxy: --lm-warm-steps {args.lm_warm_steps}: expected 0 or "
                          "more")
+    if not 0 <= args.answer_mask < 1:
+        raise SystemExit(f"train_mm_proxy: --answer-mask {args.answer_mask}: expected 0 <= P < 1")
+    if args.answer_mask_kind is not None and not args.answer_mask:
+        raise SystemExit("train_mm_proxy: --answer-mask-kind needs --answer-mask P (P > 0)")
     if args.v_warm_steps and not p.get("v_aux_weight", 0.0):
         raise SystemExit("train_mm_proxy: --v-warm-steps needs --v-aux-weight W (W > 0): the "
                          "warm phase trains the tower through that head's loss")
@@ -2537,6 +2619,20 @@ def main():
                          f"vocabulary of {p['vocab']}: give --vocab {tok.get_vocab_size()} or "
                          "more data")
     pr = Prompter(tok)
+    amask = None
+    if args.answer_mask:
+        # <mask> (train_proxy's tokenizer: id 4, Gemma's), not <pad>: it occurs in no prompt,
+        # answer or padding, so its embedding row learns only "an answer id is here, unseen";
+        # <pad> is collate's padding id and the embedding's padding_idx (a row no gradient
+        # reaches). The same id at every masked position: the position says nothing more.
+        mask_id = tok.token_to_id("<mask>")
+        if mask_id is None:
+            raise SystemExit("train_mm_proxy: --answer-mask: the tokenizer has no <mask> id")
+        kind = args.answer_mask_kind or "audio"
+        amask = AnswerMask(args.answer_mask, ("image", "audio") if kind == "both" else (kind,),
+                           mask_id, args.seed)
+        print(f"train_mm_proxy: --answer-mask {args.answer_mask}: the joint phase's {kind} "
+              f"answer inputs -> <mask> (id {mask_id}), labels unchanged", flush=True)
     times["tokenizer"] = time.time() - t0
     print(f"train_mm_proxy: tokenizer {tok.get_vocab_size()} ids; {len(tr_i)} train images, "
           f"{len(tr_a)} train utterances", flush=True)
@@ -2722,10 +2818,12 @@ def main():
         tw = time.time()  # the loader's share: waiting for both half-batches and the copy
         if streams["chars"] is not None and step == args.v_chars:
             streams["chars"] = None  # (its loader's workers go)
-        batches = {k: {n: v.to(dev, non_blocking=pin) for n, v in
-                       next(streams["chars" if k == "image" and streams["chars"] is not None
-                                    else k]).items()}
-                   for k in ("image", "audio")}
+        raw = {k: next(streams["chars" if k == "image" and streams["chars"] is not None
+                               else k]) for k in ("image", "audio")}
+        if amask is not None:  # (the joint phase only: the warm phases read their own batches)
+            raw = {k: amask.apply(k, b) for k, b in raw.items()}
+        batches = {k: {n: v.to(dev, non_blocking=pin) for n, v in b.items()}
+                   for k, b in raw.items()}
         wait += time.time() - tw
         if args.profile and step == 20:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
@@ -2854,6 +2952,8 @@ def main():
         info["v_warm"] = warm_info
     if lm_info is not None:
         info["lm_warm"] = lm_info
+    if amask is not None:
+        info["answer_mask"] = amask.record()
     if spread is not None:
         info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
                          "cov_weight": spread.cov_weight}
