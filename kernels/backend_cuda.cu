@@ -72,7 +72,7 @@ static uint64_t cu_allocs;
 // last process left there (a debug aid: tools/gpu/run.sh mm_det's "poison" setting).
 static cudaError_t cu_malloc(void **p, size_t n) {
     static int poison = -1;
-    if (poison < 0) poison = g4_env_is("G4_POISON", "1");
+    g4_cuda_env_is(&poison, "G4_POISON", "1");
     cudaError_t e = cudaMalloc(p, n ? n : 16);
     if (e == cudaSuccess) __atomic_add_fetch(&cu_allocs, 1, __ATOMIC_RELAXED);
     if (e == cudaSuccess && poison) {

@@ -1,8 +1,8 @@
 # cli_check.sh: what the ctest shell tests share (sourced, after the script has checked the
 # environment it needs): the pass/fail counters and check, a temporary directory $tmp removed at
 # exit (a script with more to clean up sets its own trap after sourcing), err1 for the one-line
-# user errors, expect (an exit code and one stderr line), pkg (a writable package copy), and
-# the closing summary.
+# user errors, expect (an exit code and one stderr line), same_lines (two files equal), pkg (a
+# writable package copy), and the closing summary.
 fail=0
 pass=0
 check() { # check NAME STATUS (0 = ok)
@@ -48,6 +48,14 @@ expect() {
 pkg() {
     cp -r "$G4_TINY_PKG" "$tmp/$1" && chmod -R u+w "$tmp/$1"
     echo "$tmp/$1"
+}
+
+# same_lines NAME FILE1 FILE2: a check that the two files are equal, else their diff printed.
+same_lines() {
+    diff "$2" "$3" >"$tmp/diff"
+    local rc=$?
+    [ $rc -eq 0 ] || { echo "  $1: expected < > got"; cat "$tmp/diff"; }
+    check "$1" $rc
 }
 
 # finish NAME: the summary line; the script's exit status is 0 only when nothing failed.

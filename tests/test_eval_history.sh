@@ -34,12 +34,6 @@ ev() {
 }
 # id<TAB>tokens of each line of a predictions.jsonl
 toks() { sed -E 's/^\{"id":"([^"]*)",.*"tokens":\[([0-9,]*)\].*/\1\t\2/' "$1"; }
-same_lines() { # NAME FILE1 FILE2: equal, else the difference printed
-    diff "$2" "$3" >"$tmp/diff"
-    local rc=$?
-    [ $rc -eq 0 ] || { echo "  $1: expected < > got"; cat "$tmp/diff"; }
-    check "$1" $rc
-}
 
 # 1. the one run
 ev all "$fx/asr_test.jsonl"
@@ -72,5 +66,4 @@ check "one run, G4_POISON=1: exit 0" $?
 toks "$tmp/poison/predictions.jsonl" >"$tmp/poison.toks"
 same_lines "G4_POISON=1: the one run's tokens" "$tmp/poison.toks" "$tmp/all.toks"
 
-echo "test_eval_history ($be): $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish "test_eval_history ($be)"

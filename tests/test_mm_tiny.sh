@@ -33,12 +33,6 @@ ev() {
 # id<TAB>prediction of each line of predictions.jsonl / id<TAB>text of each manifest item
 preds() { sed -E 's/^\{"id":"([^"]*)",.*"prediction":"([^"]*)",.*/\1\t\2/' "$tmp/$1/predictions.jsonl"; }
 texts() { sed -E 's/^\{"id": "([^"]*)",.*"'"$2"'": \[?"([^"]*)".*/\1\t\2/' "$fx/$1"; }
-same_lines() { # NAME FILE1 FILE2: equal, else the difference printed
-    diff "$2" "$3" >"$tmp/diff"
-    local rc=$?
-    [ $rc -eq 0 ] || { echo "  $1: expected < > got"; cat "$tmp/diff"; }
-    check "$1" $rc
-}
 
 # 1. f16: every item right, each prompt of a task the same length (no item told apart by its
 # soft-token count)
