@@ -465,15 +465,16 @@ static void test_kept_activations(const char *pkg_dir) {
 // other ops on another stream. The thirty-sixth session found the audio conformer's FFN doing
 // that (compute-sanitizer initcheck: its convert read h before it was written); one stream on
 // the CPU cannot show the race, so this test spies: the towers load on `spy_root`, a copy of
-// the CPU backend whose compute ops count their calls before doing the CPU's work, and run with
-// ex = a plain copy. Any compute op that reaches the root handle during a run is counted; the
-// same run with ex = NULL (everything on the root) must count some (the spy sees the tower) and
-// give the same soft tokens bit for bit.
+// the CPU backend whose compute ops count their calls, per handle, before doing the CPU's work,
+// and run with ex = another copy with the same spies. A run on ex must count all its compute ops
+// on ex and none on the root; the same run with ex = NULL (everything on the root) must count
+// as many on the root (the spy sees every op of the tower) and give the same soft tokens bit
+// for bit.
 static g4_backend spy_cpu, spy_root;
-static long spy_calls;
+static long spy_calls[2]; // [0]: on any other handle, [1]: on spy_root
 #define SPY(op, P, A)                                                                             \
     static void spy_##op P {                                                                     \
-        spy_calls++;                                                                              \
+        spy_calls[be == &spy_root]++;                                                             \
         spy_cpu.op A;                                                                             \
     }
 SPY(convert, (g4_backend *be, g4_buf *d, const g4_buf *x), (be, d, x))
@@ -533,8 +534,8 @@ static void spy_install(void) {
     spy_root.vision_posemb = spy_vision_posemb;
 }
 
-// A tower's run on ex, then on the root handle (ex NULL): no compute op of the first reaches
-// the root, the second counts at least min_calls there, and the soft tokens are the same.
+// A tower's run on ex, then on the root handle (ex NULL): the first's compute ops all on ex,
+// the second's as many, all on the root, and the soft tokens the same.
 typedef int (*tower_run_fn)(void *t, g4_backend *ex, const void *features, g4_buf *out);
 static int run_audio(void *t, g4_backend *ex, const void *f, g4_buf *out) {
     return g4_audio_tower_run(t, ex, f, out, NULL, NULL);
@@ -543,19 +544,20 @@ static int run_vision(void *t, g4_backend *ex, const void *f, g4_buf *out) {
     return g4_vision_tower_run(t, ex, f, out, NULL, NULL);
 }
 static void check_run_handle(const char *kind, tower_run_fn run, void *t, const void *features,
-                             g4_backend *ex, int rows, int H, long min_calls) {
+                             g4_backend *ex, int rows, int H) {
     g4_buf o1 = g4_buf_new(ex, G4_F32, rows, H), o2 = g4_buf_new(ex, G4_F32, rows, H);
-    spy_calls = 0;
+    spy_calls[0] = spy_calls[1] = 0;
     int ok = run(t, ex, features, &o1) == G4_OK;
-    const long on_root = spy_calls;
-    spy_calls = 0;
+    const long on_ex = spy_calls[0], on_root = spy_calls[1];
+    spy_calls[0] = spy_calls[1] = 0;
     ok &= run(t, NULL, features, &o2) == G4_OK;
     CHECK_MSG(ok, "%s", g4_error());
     CHECK_MSG(on_root == 0, "%s: %ld compute ops of a run on ex went to the root handle", kind,
               on_root);
-    CHECK_MSG(spy_calls >= min_calls,
-              "%s: the run on the root handle counted %ld ops (the spy does not see the tower)",
-              kind, spy_calls);
+    CHECK_MSG(on_ex > 0 && spy_calls[1] == on_ex && spy_calls[0] == 0,
+              "%s: the run on ex counted %ld ops there, the run on the root %ld there and %ld "
+              "elsewhere (expected as many, all on the root)",
+              kind, on_ex, spy_calls[1], spy_calls[0]);
     CHECK_MSG(ok && memcmp(o1.data, o2.data, g4_buf_bytes(&o1)) == 0,
               "%s: the run on ex differs from the run on the root handle", kind);
     g4_buf_free(ex, &o1), g4_buf_free(ex, &o2);
@@ -569,12 +571,12 @@ static void test_run_handle(const char *pkg_dir) {
     }
     spy_cpu = *g4_backend_cpu();
     spy_root = spy_cpu;
-    g4_backend ex = spy_cpu; // the state's handle stand-in: the CPU's ops, not counted
     g4_audio_tower *at = NULL;
     g4_vision_tower *vt = NULL;
     CHECK_MSG(g4_audio_tower_load(p, &spy_root, &at) == 0, "%s", g4_error());
     CHECK_MSG(g4_vision_tower_load(p, &spy_root, &vt) == 0, "%s", g4_error());
     spy_install();
+    g4_backend ex = spy_root; // the state's handle stand-in: the same spies, counted apart
     const int H = p->text.hidden;
     if (at) {
         g4_audio_features a = {0};
@@ -585,12 +587,12 @@ static void test_run_handle(const char *pkg_dir) {
         for (int i = 0; i < a.n_frames * a.n_mel; i++) a.features[i] = g4t_rand_uniform(&s, -4, 1);
         a.mask = g4_malloc((size_t)a.n_frames);
         memset(a.mask, 1, (size_t)a.n_frames);
-        check_run_handle("audio", run_audio, at, &a, &ex, a.n_soft_tokens, H, 20);
+        check_run_handle("audio", run_audio, at, &a, &ex, a.n_soft_tokens, H);
         g4_audio_features_free(&a);
     }
     if (vt) {
         g4_image_features f = synth_image(3, 3, p->vision.patch_dim, 0x5b2);
-        check_run_handle("vision", run_vision, vt, &f, &ex, f.n_soft_tokens, H, 10);
+        check_run_handle("vision", run_vision, vt, &f, &ex, f.n_soft_tokens, H);
         g4_image_features_free(&f);
     }
     g4_audio_tower_free(at);
