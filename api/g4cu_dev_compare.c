@@ -123,6 +123,17 @@ static int judge_ids(g4_npz *ref, const char *ref_path, const float *test, const
     return G4_OK;
 }
 
+// The per-token tensor it (pos set) of a prompt with media: row->span, its rows split by the
+// kind of their position (c->span), against the reference's rows ref (the same rows).
+static void split_spans(const g4_capture *c, const g4_capture_item *it, const float *ref,
+                        g4_cmp_row *row) {
+    unsigned char *kind = g4_malloc((size_t)it->rows + 1);
+    for (int i = 0; i < it->rows; i++) kind[i] = c->span[it->pos[i]];
+    g4_cmp_spans(it->data, ref, (size_t)it->cols, kind, it->rows, row->span);
+    row->has_spans = 1;
+    free(kind);
+}
+
 // --- mode 1: against an HF dump -------------------------------------------------------------
 static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4_backend *be,
                     FILE *rf, int *pass) {
@@ -175,6 +186,7 @@ static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4
             const int is_logits = !strcmp(it->name, "logits");
             row.s = g4_cmp(it->data, r, ne, is_logits ? (size_t)cap.vocab : 0);
             row.pass = row.s.nan == 0 && row.s.ref_bad == 0 && row.s.rel <= row.tol;
+            if (cap.span && it->pos) split_spans(&cap, it, r, &row); // (information only)
             if (!strcmp(it->name, "logits_argmax")) { // ids: equal, or the reference's near ties
                 if ((rc = judge_ids(ref, ref_path, it->data, r, (int)ne, row.tol, &row))) {
                     free(r);
@@ -199,6 +211,7 @@ static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4
             fprintf(rf, "%-20s not produced by the engine: FAIL\n", g4_npz_name(ref, i));
             missing[n_missing++] = g4_npz_name(ref, i);
         }
+    g4_cmp_report_print_spans(&rep, cap.span, cap.n_tokens, rf); // (nothing without media)
     g4_report r = {.mode = G4_REPORT_HF_DUMP,
                    .reference = ref_path,
                    .test = pkg_dir,
@@ -211,6 +224,7 @@ static int run_dump(const char *pkg_dir, const char *ref_path, const opts *o, g4
                    .has_tolerance = 1,
                    .missing = missing,
                    .n_missing = n_missing,
+                   .span = cap.n_tokens == n ? cap.span : NULL,
                    .kl = have_kl ? &kl : NULL};
     g4_report_print_kl(&r, rf);
     const int ok = g4_cmp_report_ok(&rep) && n_missing == 0 && rep.n > 0;

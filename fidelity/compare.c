@@ -7,33 +7,50 @@
 
 #include "base/base.h"
 
-g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
-    g4_cmp_stats s = {0};
-    s.n = n;
-    s.argmax_agree_rows = -1;
-    double dd = 0, bb = 0, aa = 0, ab = 0;
+// The sums of g4_cmp, in double.
+typedef struct {
+    double dd, bb, aa, ab;
+} cmp_sums;
+
+// Adds n elements of a against b to s and q (one loop for g4_cmp and g4_cmp_rows).
+static void cmp_add(g4_cmp_stats *s, cmp_sums *q, const float *a, const float *b, size_t n) {
+    double dd = q->dd, bb = q->bb, aa = q->aa, ab = q->ab, max_abs = s->max_abs;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(b[i])) { // a broken reference checks nothing: never "rel err 0"
-            s.ref_bad++;
+            s->ref_bad++;
             continue;
         }
         if (!isfinite(a[i])) {
-            s.nan++;
+            s->nan++;
             continue;
         }
         double d = (double)a[i] - b[i];
-        if (fabs(d) > s.max_abs) s.max_abs = fabs(d);
+        if (fabs(d) > max_abs) max_abs = fabs(d);
         dd += d * d;
         bb += (double)b[i] * b[i];
         aa += (double)a[i] * a[i];
         ab += (double)a[i] * b[i];
     }
-    s.rel = bb > 0 ? sqrt(dd / bb) : (dd > 0 ? INFINITY : 0);
-    s.cosine = aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : (aa == bb ? 1 : 0);
-    if (s.nan || s.ref_bad) {
-        s.rel = s.max_abs = INFINITY;
-        s.cosine = NAN;
+    *q = (cmp_sums){dd, bb, aa, ab};
+    s->max_abs = max_abs;
+}
+
+static void cmp_finish(g4_cmp_stats *s, const cmp_sums *q) {
+    s->rel = q->bb > 0 ? sqrt(q->dd / q->bb) : (q->dd > 0 ? INFINITY : 0);
+    s->cosine = q->aa > 0 && q->bb > 0 ? q->ab / sqrt(q->aa * q->bb) : (q->aa == q->bb ? 1 : 0);
+    if (s->nan || s->ref_bad) {
+        s->rel = s->max_abs = INFINITY;
+        s->cosine = NAN;
     }
+}
+
+g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
+    g4_cmp_stats s = {0};
+    s.n = n;
+    s.argmax_agree_rows = -1;
+    cmp_sums q = {0};
+    cmp_add(&s, &q, a, b, n);
+    cmp_finish(&s, &q);
     if (row_len > 0 && n % row_len == 0) {
         s.rows = (int)(n / row_len);
         s.argmax_agree_rows = 0;
@@ -48,6 +65,42 @@ g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len) {
         }
     }
     return s;
+}
+
+g4_cmp_stats g4_cmp_rows(const float *a, const float *b, size_t row_len, const g4_row_range *ranges,
+                         int n_ranges) {
+    g4_cmp_stats s = {0};
+    s.argmax_agree_rows = -1;
+    cmp_sums q = {0};
+    size_t rows = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        const size_t at = ranges[i].start * row_len, n = ranges[i].count * row_len;
+        cmp_add(&s, &q, a + at, b + at, n);
+        s.n += n;
+        rows += ranges[i].count;
+    }
+    cmp_finish(&s, &q);
+    s.rows = (int)rows;
+    return s;
+}
+
+const char *const g4_span_names[G4_SPAN_KINDS] = {"text", "image", "audio"};
+
+void g4_cmp_spans(const float *a, const float *b, size_t row_len, const unsigned char *row_kind,
+                  int rows, g4_cmp_stats out[G4_SPAN_KINDS]) {
+    g4_row_range *r = g4_malloc(sizeof(g4_row_range) * (size_t)(rows > 0 ? rows : 1));
+    for (int k = 0; k < G4_SPAN_KINDS; k++) {
+        int n = 0;
+        for (int i = 0; i < rows; i++) {
+            if (row_kind[i] != k) continue;
+            if (n && r[n - 1].start + r[n - 1].count == (size_t)i)
+                r[n - 1].count++;
+            else
+                r[n++] = (g4_row_range){(size_t)i, 1};
+        }
+        out[k] = g4_cmp_rows(a, b, row_len, r, n);
+    }
+    free(r);
 }
 
 g4_ids_stats g4_ids_judge(const float *test, const float *ref, int rows, const g4_ids_ties *tie,
@@ -116,6 +169,68 @@ void g4_cmp_report_print(const g4_cmp_report *r, FILE *f) {
         if (x->has_ids)
             fprintf(f, "  ids equal %d/%d, near ties %d, real %d", x->ids.equal, x->ids.rows,
                     x->ids.near_ties, x->ids.real);
+        fprintf(f, "\n");
+    }
+}
+
+// kind's runs in span[n] as "a-b, c, ..." (at most 4, then "...") into buf.
+static void span_runs(const unsigned char *span, int n, int kind, char *buf, size_t size) {
+    size_t k = 0;
+    int runs = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && k < size; i++) {
+        if (span[i] != kind || (i > 0 && span[i - 1] == kind)) continue;
+        int j = i;
+        while (j + 1 < n && span[j + 1] == kind) j++;
+        if (++runs > 4) {
+            k += (size_t)snprintf(buf + k, size - k, ", ...");
+            break;
+        }
+        k += (size_t)(j > i ? snprintf(buf + k, size - k, "%s%d-%d", runs > 1 ? ", " : "", i, j)
+                            : snprintf(buf + k, size - k, "%s%d", runs > 1 ? ", " : "", i));
+    }
+}
+
+void g4_span_summary(const unsigned char *span, int n, char *buf, size_t size) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int kind = 0; kind < G4_SPAN_KINDS && k < size; kind++) {
+        int count = 0;
+        for (int i = 0; i < n; i++) count += span[i] == kind;
+        char runs[160];
+        span_runs(span, n, kind, runs, sizeof runs);
+        k +=
+            (size_t)snprintf(buf + k, size - k, "%s%s %d%s%s%s", kind ? ", " : "",
+                             g4_span_names[kind], count, count ? " (" : "", runs, count ? ")" : "");
+    }
+}
+
+void g4_cmp_report_print_spans(const g4_cmp_report *r, const unsigned char *span, int n_tokens,
+                               FILE *f) {
+    int any = 0;
+    for (int i = 0; i < r->n; i++) any |= r->rows[i].has_spans;
+    if (!any || !span) return;
+    char sum[600];
+    g4_span_summary(span, n_tokens, sum, sizeof sum);
+    fprintf(f, "by span of the %d prompt positions: %s\n", n_tokens, sum);
+    fprintf(f, "%-20s", "tensor");
+    for (int k = 0; k < G4_SPAN_KINDS; k++) {
+        char rows[16];
+        snprintf(rows, sizeof rows, "%s rows", g4_span_names[k]);
+        fprintf(f, " %11s %10s %11s", rows, "rel err", "cosine");
+    }
+    fprintf(f, "\n");
+    for (int i = 0; i < r->n; i++) {
+        const g4_cmp_row *x = &r->rows[i];
+        if (!x->has_spans) continue;
+        fprintf(f, "%-20s", x->name);
+        for (int k = 0; k < G4_SPAN_KINDS; k++) {
+            const g4_cmp_stats *s = &x->span[k];
+            if (s->rows)
+                fprintf(f, " %11d %10.4e %11.8f", s->rows, s->rel, s->cosine);
+            else
+                fprintf(f, " %11d %10s %11s", 0, "-", "-");
+        }
         fprintf(f, "\n");
     }
 }

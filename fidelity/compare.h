@@ -22,6 +22,30 @@ typedef struct {
 // rel and max_abs infinite (cosine NaN), so no tolerance passes it.
 g4_cmp_stats g4_cmp(const float *a, const float *b, size_t n, size_t row_len);
 
+// Rows [start, start + count) of a [rows, row_len] tensor.
+typedef struct {
+    size_t start, count;
+} g4_row_range;
+
+// g4_cmp (no argmax) over the rows of ranges[n_ranges] only, accumulated the same way (in
+// double, in row order within a range, the ranges in the order given): one range of every row
+// gives g4_cmp's numbers bit for bit. Sets rows to the rows compared; with none, n = rows = 0,
+// rel 0 and cosine 1 (nothing was compared: callers print no numbers for it).
+g4_cmp_stats g4_cmp_rows(const float *a, const float *b, size_t row_len, const g4_row_range *ranges,
+                         int n_ranges);
+
+// The kinds of prompt positions a per-token tensor is split by: text (text tokens, the
+// markers <|image> <image|> <|audio> <audio|> included: their rows come from the embedding
+// table, as any text token's), image and audio (the soft-token rows: the positions of the
+// image / audio placeholder id, where the towers' rows are merged).
+enum { G4_SPAN_TEXT = 0, G4_SPAN_IMAGE = 1, G4_SPAN_AUDIO = 2, G4_SPAN_KINDS = 3 };
+extern const char *const g4_span_names[G4_SPAN_KINDS]; // "text", "image", "audio"
+
+// g4_cmp_rows of a [rows, row_len] tensor once per span kind, row r of kind row_kind[r]
+// (each kind's runs of consecutive rows as its ranges): out[k].rows counts the rows of kind k.
+void g4_cmp_spans(const float *a, const float *b, size_t row_len, const unsigned char *row_kind,
+                  int rows, g4_cmp_stats out[G4_SPAN_KINDS]);
+
 // Token ids compared row by row (logits_argmax), the reference's near ties allowed.
 typedef struct {
     int rows;       // rows compared
@@ -55,6 +79,11 @@ typedef struct {
     int has_ids;  // 1: a row of token ids, judged by ids (g4_ids_judge), not by rel err
     g4_ids_stats ids;
     int pass;
+    // 1: a per-token tensor of a prompt with media (image or audio soft tokens): span[k] holds
+    // the statistics of its rows of kind k (G4_SPAN_*; span[k].rows of them). Information only:
+    // the verdict is the whole tensor's.
+    int has_spans;
+    g4_cmp_stats span[G4_SPAN_KINDS];
 } g4_cmp_row;
 
 typedef struct {
@@ -68,5 +97,13 @@ void g4_cmp_report_free(g4_cmp_report *r);
 int g4_cmp_report_ok(const g4_cmp_report *r);
 // Fixed-width table on f: tensor, max abs err, rel err, cosine, tolerance, verdict.
 void g4_cmp_report_print(const g4_cmp_report *r, FILE *f);
+// With media (a row with spans): the rows of each span kind, rel err and cosine per kind, one
+// line a tensor with spans, after a line naming the prompt's spans (span[n_tokens]: each
+// position's kind). Prints nothing when no row has spans.
+void g4_cmp_report_print_spans(const g4_cmp_report *r, const unsigned char *span, int n_tokens,
+                               FILE *f);
+// "text 16 (0-5, 272-277, 315-318), image 266 (6-271), audio 37 (278-314)": each kind's
+// positions of span[n] and their runs (at most 4 a kind, then "..."), into buf.
+void g4_span_summary(const unsigned char *span, int n, char *buf, size_t size);
 
 #endif

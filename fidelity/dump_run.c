@@ -28,6 +28,7 @@ static void add_item(g4_capture *c, const char *name, int rows, int cols, const 
     it->name = g4_strdup(name);
     it->rows = rows;
     it->cols = cols;
+    it->pos = NULL; // (g4_capture_mark_tokens)
     it->data = g4_malloc(sizeof(float) * (size_t)rows * (size_t)cols + 1);
     memcpy(it->data, data, sizeof(float) * (size_t)rows * (size_t)cols);
 }
@@ -185,6 +186,12 @@ static int reduce_rows(g4_capture *c, g4_npz *ref, const char *ref_path) {
             memcpy(d + (size_t)r * it->cols, it->data + (size_t)src * it->cols,
                    sizeof(float) * (size_t)it->cols);
         }
+        if (it->pos) { // (the positions of the kept rows)
+            int *pos = g4_malloc(sizeof(int) * (size_t)(k > 0 ? k : 1));
+            for (int r = 0; r < k; r++) pos[r] = it->pos[(int)g4_tensor_get(&v, (uint64_t)r)];
+            free(it->pos);
+            it->pos = pos;
+        }
         free(it->data);
         it->data = d;
         it->rows = k;
@@ -280,10 +287,13 @@ int g4_capture_dump(const char *pkg_dir, g4_backend *be, g4_npz *ref, const char
     s->hook = hook;
     s->hook_ctx = out;
     logits = g4_malloc(sizeof(float) * (size_t)n * p->text.vocab);
+    const int first_text = out->n; // (the forward's items follow the towers')
     if ((rc = g4_text_forward(s, ids, n, &soft, logits, 1))) {
         g4_error_prefix("%s", pkg_dir); // the run's errors do not name the package
         goto done;
     }
+    // the spans: the ids the forward took, its placeholders where g4_mm_merge put soft tokens
+    g4_capture_mark_tokens(out, first_text, &p->text, ids, n);
     if (g4_npz_find(ref, "logits_argmax") >= 0) {
         float *am = g4_malloc(sizeof(float) * (size_t)n);
         for (int t = 0; t < n; t++) {
@@ -309,8 +319,10 @@ done:
     g4_text_model_free(m);
     g4_package_close(p);
     if (rc) { // (what g4_capture_free does)
-        for (int i = 0; i < out->n; i++) free(out->items[i].name), free(out->items[i].data);
+        for (int i = 0; i < out->n; i++)
+            free(out->items[i].name), free(out->items[i].data), free(out->items[i].pos);
         free(out->items);
+        free(out->span);
         memset(out, 0, sizeof *out);
     }
     return rc;

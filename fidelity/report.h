@@ -48,6 +48,8 @@ typedef struct {
     const char *backend;   // "cpu", "cuda"
     const int32_t *ids;    // the input token ids
     int n_ids;
+    const unsigned char *span;    // hf-dump with media: [n_ids] each position's G4_SPAN_* kind
+                                  // (the rows with has_spans are split by it); else NULL
     int n_layers;                 // decoder layers (chart x axis)
     const g4_cmp_report *tensors; // per-tensor rows in run order (NULL in sensitivity mode)
     const int *shapes;            // [tensors->n][2]: rows, cols of each tensor (or NULL)

@@ -7,7 +7,11 @@
 //    "tensors": [{"name", "component", "kind", "layer" (-1 outside the layers), "position"
 //                 ("in" | "layer" | "out"), "rows", "cols", "n", "max_abs", "rel", "cosine",
 //                 "nonfinite", ["argmax_agree", "argmax_rows"], ["tolerance", "max_rel",
-//                 "pass"]}...],
+//                 "pass"], ["spans": {"text" | "image" | "audio": {"rows", ["rel", "cosine",
+//                 "max_abs"] (when rows > 0)}}]}...],
+//    "spans": {"text" | "image" | "audio": {"positions", "ranges": [[start, count]...]}}
+//                                  (hf-dump with media: the prompt's positions of each kind;
+//                                   per tensor, "spans" splits its rows by them)
 //    "missing": [names]            (hf-dump)
 //    "logits": {"positions", "kl_mean", "kl_max", "kl_max_position", "top1_agree",
 //               "top1_agreement", "nonfinite_positions", "kl": [...], "top1_ref": [...],
@@ -61,6 +65,17 @@ static cJSON *tensor_json(const g4_report *r, int i) {
             cJSON_AddNumberToObject(o, "ids_rows", x->ids.rows);
             cJSON_AddNumberToObject(o, "near_ties", x->ids.near_ties);
             cJSON_AddNumberToObject(o, "real_differences", x->ids.real);
+        }
+    }
+    if (x->shape_ok && x->has_spans) {
+        cJSON *sp = cJSON_AddObjectToObject(o, "spans");
+        for (int k = 0; k < G4_SPAN_KINDS; k++) {
+            cJSON *e = cJSON_AddObjectToObject(sp, g4_span_names[k]);
+            cJSON_AddNumberToObject(e, "rows", x->span[k].rows);
+            if (!x->span[k].rows) continue; // (nothing compared: no numbers)
+            cJSON_AddNumberToObject(e, "rel", x->span[k].rel);
+            cJSON_AddNumberToObject(e, "cosine", x->span[k].cosine);
+            cJSON_AddNumberToObject(e, "max_abs", x->span[k].max_abs);
         }
     }
     if (r->has_tolerance) {
@@ -124,6 +139,24 @@ char *g4_report_json(const g4_report *r) {
         cJSON_AddItemToObject(root, "missing",
                               r->n_missing ? cJSON_CreateStringArray(r->missing, r->n_missing)
                                            : cJSON_CreateArray());
+    if (r->span) {
+        cJSON *sp = cJSON_AddObjectToObject(root, "spans");
+        for (int k = 0; k < G4_SPAN_KINDS; k++) {
+            cJSON *e = cJSON_AddObjectToObject(sp, g4_span_names[k]), *ranges = cJSON_CreateArray();
+            int count = 0;
+            for (int i = 0; i < r->n_ids; i++) {
+                if (r->span[i] != k) continue;
+                count++;
+                if (i > 0 && r->span[i - 1] == k) continue;
+                int j = i;
+                while (j + 1 < r->n_ids && r->span[j + 1] == k) j++;
+                const int se[2] = {i, j - i + 1};
+                cJSON_AddItemToArray(ranges, cJSON_CreateIntArray(se, 2));
+            }
+            cJSON_AddNumberToObject(e, "positions", count);
+            cJSON_AddItemToObject(e, "ranges", ranges);
+        }
+    }
     if (r->kl) cJSON_AddItemToObject(root, "logits", kl_json(r->kl));
     if (r->mode == G4_REPORT_SENSITIVITY) {
         cJSON *a = cJSON_AddArrayToObject(root, "sensitivity");

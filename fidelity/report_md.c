@@ -83,6 +83,44 @@ static void tensor_section(const g4_report *r, FILE *f) {
     fprintf(f, "\n");
 }
 
+// With media: each tensor's rows of each span kind (text, image, audio).
+static void span_section(const g4_report *r, FILE *f) {
+    const g4_cmp_report *t = r->tensors;
+    int any = 0;
+    for (int i = 0; t && i < t->n; i++) any |= t->rows[i].has_spans;
+    if (!any || !r->span) return;
+    char sum[600];
+    g4_span_summary(r->span, r->n_ids, sum, sizeof sum);
+    fprintf(f,
+            "## Per span\n\nThe prompt's %d positions: %s. Image and audio rows are the "
+            "soft-token rows (the placeholder positions); the markers around them count as "
+            "text (their rows come from the embedding table, as any text token's). Where the "
+            "dump holds a subset of a tensor's rows, those are compared (rows). Information "
+            "only: the verdict is the whole tensor's.\n\n",
+            r->n_ids, sum);
+    fprintf(f, "| tensor |");
+    for (int k = 0; k < G4_SPAN_KINDS; k++)
+        fprintf(f, " %s rows | %s rel err | %s cosine |", g4_span_names[k], g4_span_names[k],
+                g4_span_names[k]);
+    fprintf(f, "\n|---|");
+    for (int k = 0; k < G4_SPAN_KINDS; k++) fprintf(f, "---:|---:|---:|");
+    fprintf(f, "\n");
+    for (int i = 0; i < t->n; i++) {
+        const g4_cmp_row *x = &t->rows[i];
+        if (!x->has_spans) continue;
+        fprintf(f, "| `%s` |", x->name);
+        for (int k = 0; k < G4_SPAN_KINDS; k++) {
+            if (x->span[k].rows)
+                fprintf(f, " %d | %.4e | %.8f |", x->span[k].rows, x->span[k].rel,
+                        x->span[k].cosine);
+            else
+                fprintf(f, " 0 | - | - |");
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "\n");
+}
+
 static void per_position(const g4_report *r, FILE *f) {
     const g4_kl_stats *k = r->kl;
     if (!k || !k->rows) return;
@@ -141,6 +179,7 @@ char *g4_report_md(const g4_report *r) {
     } else {
         kl_section(r, f);
         tensor_section(r, f);
+        span_section(r, f);
         per_position(r, f);
     }
     fclose(f);

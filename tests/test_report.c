@@ -247,9 +247,119 @@ static void test_ids_judge(void) {
     CHECK_INT(s.real, 4);
 }
 
+// g4_cmp_rows / g4_cmp_spans on a tensor whose error sits only in known rows, against values
+// worked out by hand: 8 rows of 4, the reference all ones; rows 0-1 and 5 text, 2-4 image,
+// 6-7 audio; the test equals it but for +0.5 at (2, 0) and -1.5 at (4, 3).
+static void test_cmp_spans(void) {
+    float b[32], a[32];
+    for (int i = 0; i < 32; i++) a[i] = b[i] = 1;
+    a[2 * 4 + 0] = 1.5f, a[4 * 4 + 3] = -0.5f;
+    const unsigned char kind[8] = {G4_SPAN_TEXT,  G4_SPAN_TEXT, G4_SPAN_IMAGE, G4_SPAN_IMAGE,
+                                   G4_SPAN_IMAGE, G4_SPAN_TEXT, G4_SPAN_AUDIO, G4_SPAN_AUDIO};
+    g4_cmp_stats sp[G4_SPAN_KINDS];
+    g4_cmp_spans(a, b, 4, kind, 8, sp);
+    // image: ||d||^2 = 0.25 + 2.25 = 2.5 over ||b||^2 = 12 (3 rows of 4 ones); <a, b> = 10 +
+    // 1.5 - 0.5 = 11, ||a||^2 = 10 + 2.25 + 0.25 = 12.5
+    CHECK_INT(sp[G4_SPAN_IMAGE].rows, 3);
+    CHECK_INT(sp[G4_SPAN_IMAGE].n, 12);
+    CHECK_MSG(sp[G4_SPAN_IMAGE].rel == sqrt(2.5 / 12), "image rel %.17g, expected %.17g",
+              sp[G4_SPAN_IMAGE].rel, sqrt(2.5 / 12));
+    CHECK_MSG(fabs(sp[G4_SPAN_IMAGE].cosine - 11 / sqrt(12.5 * 12)) < 1e-15, "image cosine %.17g",
+              sp[G4_SPAN_IMAGE].cosine);
+    CHECK(sp[G4_SPAN_IMAGE].max_abs == 1.5);
+    // text (two runs: rows 0-1 and 5) and audio: no error at all, exactly
+    CHECK_INT(sp[G4_SPAN_TEXT].rows, 3);
+    CHECK_INT(sp[G4_SPAN_TEXT].n, 12);
+    CHECK_INT(sp[G4_SPAN_AUDIO].rows, 2);
+    CHECK_INT(sp[G4_SPAN_AUDIO].n, 8);
+    for (int k = 0; k < G4_SPAN_KINDS; k += 2)
+        CHECK_MSG(sp[k].rel == 0 && sp[k].max_abs == 0 && sp[k].cosine == 1, "%s: rel %g",
+                  g4_span_names[k], sp[k].rel);
+    // the whole tensor: ||d||^2 = 2.5 over ||b||^2 = 32, as before the split
+    const g4_cmp_stats w = g4_cmp(a, b, 32, 0);
+    CHECK_MSG(w.rel == sqrt(2.5 / 32) && w.max_abs == 1.5 && w.n == 32, "whole rel %.17g", w.rel);
+    // one range of every row is g4_cmp bit for bit
+    const g4_row_range all = {0, 8};
+    const g4_cmp_stats o = g4_cmp_rows(a, b, 4, &all, 1);
+    CHECK(o.rel == w.rel && o.cosine == w.cosine && o.max_abs == w.max_abs && o.n == w.n &&
+          o.rows == 8);
+    // no row of a kind: nothing compared; a NaN in an audio row spoils audio alone
+    const unsigned char no_audio[8] = {0, 0, 1, 1, 1, 0, 0, 0};
+    g4_cmp_spans(a, b, 4, no_audio, 8, sp);
+    CHECK(sp[G4_SPAN_AUDIO].rows == 0 && sp[G4_SPAN_AUDIO].n == 0);
+    CHECK_INT(sp[G4_SPAN_TEXT].rows, 5);
+    a[7 * 4 + 1] = NAN;
+    g4_cmp_spans(a, b, 4, kind, 8, sp);
+    CHECK(isinf(sp[G4_SPAN_AUDIO].rel) && sp[G4_SPAN_AUDIO].nan == 1);
+    CHECK(sp[G4_SPAN_TEXT].rel == 0 && sp[G4_SPAN_IMAGE].rel == sqrt(2.5 / 12));
+
+    a[7 * 4 + 1] = 1;
+
+    // The reports: the split only on a row that has it, the prompt's spans only with media.
+    g4_cmp_report rep = {0};
+    add(&rep, "vision_soft_tokens", 1e-6);
+    add(&rep, "layer_0", 1e-3);
+    rep.rows[1].has_spans = 1;
+    g4_cmp_spans(a, b, 4, no_audio, 8, rep.rows[1].span);
+    const int32_t ids[] = {2, 9, 7, 7, 8, 3, 6, 6};
+    g4_report r = {.mode = G4_REPORT_HF_DUMP,
+                   .reference = "mm.npz",
+                   .test = "pkg",
+                   .backend = "cpu",
+                   .ids = ids,
+                   .n_ids = 8,
+                   .span = kind,
+                   .n_layers = 1,
+                   .tensors = &rep,
+                   .has_tolerance = 1};
+    char sum[200];
+    g4_span_summary(kind, 8, sum, sizeof sum);
+    CHECK_MSG(!strcmp(sum, "text 3 (0-1, 5), image 3 (2-4), audio 2 (6-7)"), "%s", sum);
+    char *js = g4_report_json(&r);
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    CHECK_MSG(j, "JSON does not parse");
+    if (j) {
+        const cJSON *ts = cJSON_GetObjectItem(j, "tensors"), *sp0 = cJSON_GetObjectItem(j, "spans");
+        CHECK(!cJSON_GetObjectItem(cJSON_GetArrayItem(ts, 0), "spans"));
+        const cJSON *s1 = cJSON_GetObjectItem(cJSON_GetArrayItem(ts, 1), "spans");
+        const cJSON *im = cJSON_GetObjectItem(s1, "image"), *au = cJSON_GetObjectItem(s1, "audio");
+        CHECK(im && cJSON_GetObjectItem(im, "rows")->valueint == 3 &&
+              cJSON_GetObjectItem(im, "rel")->valuedouble == sqrt(2.5 / 12));
+        CHECK(au && cJSON_GetObjectItem(au, "rows")->valueint == 0 &&
+              !cJSON_GetObjectItem(au, "rel")); // nothing compared: no numbers
+        const cJSON *tx = cJSON_GetObjectItem(sp0, "text");
+        CHECK(tx && cJSON_GetObjectItem(tx, "positions")->valueint == 3);
+        const cJSON *rg = cJSON_GetObjectItem(tx, "ranges");
+        CHECK(cJSON_GetArraySize(rg) == 2 &&
+              cJSON_GetArrayItem(cJSON_GetArrayItem(rg, 1), 0)->valueint == 5);
+        cJSON_Delete(j);
+    }
+    free(js);
+    char *md = g4_report_md(&r);
+    CHECK(md && strstr(md, "## Per span") && strstr(md, "| `layer_0` | 5 | 0.0000e+00 |") &&
+          !strstr(md, "| `vision_soft_tokens` | 5"));
+    free(md);
+    // without media: no trace of spans in either
+    r.span = NULL;
+    rep.rows[1].has_spans = 0;
+    js = g4_report_json(&r);
+    md = g4_report_md(&r);
+    CHECK(js && !strstr(js, "spans") && md && !strstr(md, "span"));
+    free(js), free(md);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    g4_cmp_report_print_spans(&rep, kind, 8, f);
+    fclose(f);
+    CHECK_INT(len, 0);
+    free(buf);
+    g4_cmp_report_free(&rep);
+}
+
 int main(void) {
     test_kl();
     test_ids_judge();
+    test_cmp_spans();
     test_tolerance();
     test_classify();
     test_two_panels();
