@@ -126,7 +126,9 @@ typedef enum {
     // g4cu_dev_compare(PKG, REF.npz): runs the package on the HF dump's input_ids and compares
     // every intermediate the dump holds (embeddings, per-layer inputs, q/k/v, each layer's
     // output, final norm, logits) by name, each against a named tolerance (the backend's, or
-    // tol_from's); passes when every tensor is within it and none is missing.
+    // tol_from's); passes when every tensor is within it and none is missing. With an image
+    // or audio in the prompt, each per-token tensor is also reported on its text, image and
+    // audio rows (information: the verdict stays the whole tensor's).
     G4CU_DEV_COMPARE_DUMP = 0,
     // g4cu_dev_compare(PKG_REF, PKG_TEST): one model in two precisions on the same ids, one
     // after the other; per tensor rel err, cosine, max abs err; the logits' KL(p_ref || p_test)

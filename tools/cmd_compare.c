@@ -3,7 +3,9 @@
 //   g4cu compare PKG REF.npz [--backend B]
 //       runs the package on the dump's input_ids and compares every intermediate the dump holds
 //       (embeddings, per-layer inputs, q/k/v, each layer's output, final norm, logits) by name,
-//       each against a named tolerance; exit 1 when any tensor is over it or missing.
+//       each against a named tolerance; exit 1 when any tensor is over it or missing. With
+//       media (image / audio placeholder ids in the dump's input_ids) each per-token decoder
+//       tensor is also reported on its text, image and audio rows (a second table, md, json).
 //   g4cu compare PKG_REF PKG_TEST (--ids 2,5,17 | --prompt TEXT [--tokenizer F]) [--backend B]
 //                [--max-kl X]
 //       fidelity of a test package (Q4, mixed precision) against a reference (f16): both run on

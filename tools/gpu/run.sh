@@ -289,7 +289,9 @@
 #            answers with HF's (tools/python/mm_parity.py, >= 95%; each differing answer a near
 #            tie or a real disagreement by the backend's compare tolerance), g4cu compare of f16 and
 #            each variant against an HF dump of one image + audio prompt (the CPU backend against
-#            HF float64 with --tol-from the float32 dump: hf-fp32x8); writes
+#            HF float64 with --tol-from the float32 dump: hf-fp32x8), each compare followed by
+#            one line per span kind (tools/python/cmp_spans.py: the worst decoder layer's rel
+#            err on the text / image / audio rows, issue 35); writes
 #            $OUT/mm/MM_FIDELITY.md (tools/python/mm_report.py) and $OUT/mm.tar.gz;
 #            MM_EVAL_BATCH=N: g4cu eval --batch N (default 1; on CUDA a batch may round a
 #            near-tie the other way); MM_CPU_PARITY=1: f16's ASR items again on the CPU backend,
@@ -2553,16 +2555,22 @@ PY
     for bb in "${bbs[@]}"; do
         if [ "$bb" = cpu ]; then
             build-gpu/g4cu compare "$d/f16" "$MMD/mm64.npz" --tol-from "$MMD/mm.npz" --backend cpu \
-                --md "$o/compare_f16_cpu.md" >"$o/compare_f16_cpu.txt" 2>&1
+                --md "$o/compare_f16_cpu.md" --json "$o/compare_f16_cpu.json" >"$o/compare_f16_cpu.txt" 2>&1
         else
-            build-gpu/g4cu compare "$d/f16" "$MMD/mm.npz" --backend "$bb" --md "$o/compare_f16_$bb.md" >"$o/compare_f16_$bb.txt" 2>&1
+            build-gpu/g4cu compare "$d/f16" "$MMD/mm.npz" --backend "$bb" --md "$o/compare_f16_$bb.md" \
+                --json "$o/compare_f16_$bb.json" >"$o/compare_f16_$bb.txt" 2>&1
         fi
         echo "compare f16 vs HF (mm prompt, $bb): exit $? $(tail -1 "$o/compare_f16_$bb.txt")"
+        python3 tools/python/cmp_spans.py "$o/compare_f16_$bb.json" "  f16 ($bb)"
     done
+    # each Q4 variant: the per-layer error on the text, image and audio rows (issue 35's
+    # FIDELITY row; tools/python/cmp_spans.py: the worst decoder layer's rel err per span kind)
     for v in $MM_VARIANTS; do
         [ -d "$d/$v" ] || continue
-        build-gpu/g4cu compare "$d/$v" "$MMD/mm.npz" --backend "$b" --md "$o/compare_$v.md" >"$o/compare_$v.txt" 2>&1
+        build-gpu/g4cu compare "$d/$v" "$MMD/mm.npz" --backend "$b" --md "$o/compare_$v.md" \
+            --json "$o/compare_$v.json" >"$o/compare_$v.txt" 2>&1
         echo "compare $v vs HF (mm prompt, information): $(tail -1 "$o/compare_$v.txt")"
+        python3 tools/python/cmp_spans.py "$o/compare_$v.json" "  $v"
     done
     stamp "mm: compare"
     python3 tools/python/mm_report.py "$o" "$o/MM_FIDELITY.md" && cat "$o/MM_FIDELITY.md"

@@ -13,11 +13,17 @@ the held-out font; WER (`g4cu eval`'s, Whisper normalizer) overall and on the he
 (from the per-category scores); agreement of the greedy answers with f16's (same text); a
 compare line (f16: the verdict of the layer-by-layer check on the image + audio prompt; a Q4
 variant: the logits' KL and top-1 agreement there; the per-layer errors are in compare_<v>.md). Missing inputs leave "-".
+Then, from compare_<v>.json (compare_f16_<backend>.json for f16), a table by span (issue 35): per
+package, the worst decoder layer's rel err on the text, image and audio rows of the prompt
+(tools/python/cmp_spans.py).
 """
 import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cmp_spans  # noqa: E402  (tools/python)
 
 
 def load(path):
@@ -128,7 +134,31 @@ def main():
             else:
                 line += ")"
             notes.append(line + f"; prompt lengths differ on {p['prompt_length_differs']}.")
-    open(out, "w").write("\n".join(lines + notes) + "\n")
+    open(out, "w").write("\n".join(lines + notes + span_table(d, variants)) + "\n")
+
+
+def span_table(d, variants):
+    """The worst decoder layer's rel err per span kind of each package's compare (markdown
+    lines; none when no report has spans)."""
+    rows = []
+    for v in variants:
+        names = ["compare_f16_cuda.json", "compare_f16_cpu.json"] if v == "f16" else [f"compare_{v}.json"]
+        for name in names:
+            s = cmp_spans.summary(load(os.path.join(d, name)) or {})
+            if not s:
+                continue
+            cells = []
+            for kind in cmp_spans.KINDS:
+                e = s[kind]
+                cells.append(f"{cmp_spans.fmt(e['rel'])} ({e['layer']}, {e['rows']} of "
+                             f"{e['positions']} rows)" if "layer" in e else "-")
+            rows.append(f"| {v}{' (' + name[12:-5] + ')' if v == 'f16' else ''} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "Per span of the image + audio prompt (g4cu compare vs HF): the worst decoder "
+            "layer's rel err on the text, image and audio rows (the dump's rows of each kind; "
+            "the markers count as text).", "",
+            "| package | text rows | image rows | audio rows |", "|---|---|---|---|"] + rows
 
 
 if __name__ == "__main__":
