@@ -19,7 +19,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
-                                               [--lm-warm-steps N [--lm-copy P]]
+                                               [--lm-warm-steps N [--lm-copy P [--lm-copy-kind K]]]
                                                [--answer-mask P [--answer-mask-kind K]]
                                                [--dec-freeze-steps N]
                                                [--v-warm-steps N] [--v-warm-batch B]
@@ -152,11 +152,15 @@ functions that wrote the held-out files).
    lm_warm and losses' lm_warm; a held-out row at step 0 after it (tests/mm_lmwarm_check.py).
    --lm-copy P (needs --lm-warm-steps): each of that phase's rows is, with probability P (numpy
    PCG64 at (seed, 37), its own: P 0 draws nothing and is the run without the option bit for
-   bit), a copy row: <bos> then whole segments <sep> TEXT <sep> TEXT of the same train texts
-   (lm_copy_segment; sep <unk>, id 3: lm_copy_sep says why not another id), the labels the
-   second copy's ids only, so that the decoder grows copy (induction) heads before it meets the
-   soft tokens, whose job is the same lookup: the session-37 decoder ignored clips its CTC head
-   read (held-out rolled gap +0.002). The plain rows keep their texts' order. The loss is the
+   bit), a copy row: <bos> then whole segments <sep> TEXT <sep> TEXT (lm_copy_segment; sep
+   <unk>, id 3: lm_copy_sep says why not another id), the labels the second copy's ids only,
+   so that the decoder grows copy (induction) heads before it meets the soft tokens, whose job
+   is a lookup of the same kind: the session-37 decoder ignored clips its CTC head read
+   (held-out rolled gap +0.002). TEXT (--lm-copy-kind): words (the default) as many words as a
+   train text, each drawn from all the train texts' words, which only copying predicts; texts
+   the train text itself (on the ci plan the decoder then memorised the pairs: copy loss 0.01,
+   and a new string's second copy no better predicted than its first). The plain rows keep
+   their texts' order. The loss is the
    mean over every labelled id as before; the log prints the copy rows' and the plain rows'
    beside it ("lm_warm L (copy C, plain P)"); train.json's lm_warm.copy (p, sep, sep_id, rows
    of `of`, ids, each kind's losses_every_25, first, last, final); P outside [0, 1) or without
@@ -2295,18 +2299,21 @@ def lm_copy_sep(tok):
 
 
 def lm_copy_segment(pr, text, sep):
-    """--lm-copy's segment: <sep> TEXT <sep> TEXT (TEXT: the answer's ids, pr.enc, no closing).
-    The first <sep> marks where the source starts (a row holds several segments), the second
-    says "now again": at it the next id is the first copy's first, an induction head's lookup.
-    The labels are on the second copy only (returned: the index where it starts): the first
-    copy is a plain LM text (the plain rows teach those; labelled, it would blur the copy loss
-    with LM loss), and in the joint phase the source (the media's soft tokens) has no labels
-    either. The closing <turn|> is not added: the copy's loss is on the copied ids alone."""
+    """--lm-copy's segment: <sep> TEXT <sep> TEXT (TEXT: pr.enc's ids, no closing). The first
+    <sep> marks where the source starts (a row holds several segments), the second says "now
+    again": at it the next id is the first copy's first, an induction head's lookup. The labels
+    are on the second copy only (returned: the index where it starts): the first copy is not
+    predictable from anything before it (labelled, it would blur the copy loss with LM loss; the
+    plain rows teach the texts), and in the joint phase the source (the media's soft tokens)
+    has no labels either. No closing <turn|>: the copy's loss is on the copied ids alone."""
     t = pr.enc(text)
     return [sep] + t + [sep] + t, len(t) + 2
 
 
-def lm_rows(pr, texts, rows, row_len, rng, copy=0.0, copy_rng=None, sep=None):
+LM_COPY_KINDS = ("words", "texts")
+
+
+def lm_rows(pr, texts, rows, row_len, rng, copy=0.0, copy_rng=None, sep=None, kind="words"):
     """Endless (input_ids, attention_mask, labels) batches of `rows` rows of row_len ids for
     --lm-warm-steps: each row <bos> then whole lm_segment()s of the texts in the order of
     successive permutations drawn from rng (its own generator: no stream of the run moves),
@@ -2317,28 +2324,46 @@ def lm_rows(pr, texts, rows, row_len, rng, copy=0.0, copy_rng=None, sep=None):
     the returned dict). Yields dicts with "tokens" (the target ids counted).
     --lm-copy P (copy > 0; copy_rng its own generator, sep lm_copy_sep's id): each row is a
     copy row with probability P (one copy_rng draw a row), packed the same way with
-    lm_copy_segment()s of the texts in the order of copy_rng's own permutations, so the plain
-    rows hold the texts in the order they hold without the option (later, as the copy rows
-    take their places); "copy" (a bool a row) and "copy_tokens" (the copy rows' target ids)
-    are added to each dict. copy 0 draws nothing: the rows of the run without the option."""
+    lm_copy_segment()s; their TEXTs follow copy_rng's own permutations of the texts: kind
+    "texts" the text itself, "words" (--lm-copy-kind's default) as many words as it has, each
+    drawn uniformly (copy_rng) from all the texts' words, a sequence no LM can predict, so the
+    second copy can only be had by copying (on the ci plan a decoder taught "texts" copies
+    memorised the pairs and copied no new string; bench/NOTES.md "Copy warm-up and a frozen
+    decoder"). The plain rows hold the texts in the order they hold without the option (later,
+    as the copy rows take their places). "copy" (a bool a row) and "copy_tokens" (the copy
+    rows' target ids) are added to each dict. copy 0 draws nothing: the rows of the run
+    without the option."""
     segs = [lm_segment(pr, t) for t in texts]
-    csegs = [lm_copy_segment(pr, t, sep) for t in texts] if copy else []
+    pool = [w for t in texts for w in t.split()]
+
+    def copy_seg(i):
+        if kind == "texts":
+            return lm_copy_segment(pr, texts[i], sep)
+        n = len(texts[i].split())
+        return lm_copy_segment(pr, " ".join(pool[j] for j in copy_rng.integers(0, len(pool), n)),
+                               sep)
+
     bos = pr.id["<bos>"]
-    cur = {False: [segs, [], 0], True: [csegs, [], 0]}  # (segments, order, next index)
+    cur = {False: {"order": [], "k": 0, "next": None},  # (each kind's order, index, the
+           True: {"order": [], "k": 0, "next": None}}  # segment drawn and not yet placed)
     cut = 0
     while True:  # (built as lists, three tensors a batch: an op an id would cost ~0.1 s)
         ids, att, lab, kinds = [], [], [], []
         for r in range(rows):
             is_copy = bool(copy) and copy_rng.random() < copy
-            src, g = cur[is_copy], copy_rng if is_copy else rng
+            c, g = cur[is_copy], copy_rng if is_copy else rng
             row, tgt = [bos], []
             while True:
-                if src[2] == len(src[1]):
-                    src[1], src[2] = g.permutation(len(src[0])).tolist(), 0
-                s, st = src[0][src[1][src[2]]]
+                if c["next"] is None:
+                    if c["k"] == len(c["order"]):
+                        c["order"], c["k"] = g.permutation(len(segs)).tolist(), 0
+                    i = c["order"][c["k"]]
+                    c["k"] += 1
+                    c["next"] = copy_seg(i) if is_copy else segs[i]
+                s, st = c["next"]
                 if len(row) > 1 and len(row) + len(s) > row_len:
-                    break  # (this segment starts the next row)
-                src[2] += 1
+                    break  # (this segment starts the next row of its kind)
+                c["next"] = None
                 if len(row) + len(s) > row_len:
                     s, cut = s[:row_len - len(row)], cut + 1
                 tgt += [len(row) + j for j in range(st, len(s))]
@@ -2415,15 +2440,18 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1, sep=No
     sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
     copy = getattr(args, "lm_copy", 0.0)
     rows = lm_rows(pr, texts, p["batch"], row_len, np.random.default_rng([args.seed, 36]), copy,
-                   np.random.default_rng([args.seed, LM_COPY_STREAM]) if copy else None, sep)
+                   np.random.default_rng([args.seed, LM_COPY_STREAM]) if copy else None, sep,
+                   getattr(args, "lm_copy_kind", None) or "words")
     closs = {"copy": [], "plain": []}  # (a step's value or None: no row of that kind)
     crows, ctokens = 0, 0
     print(f"train_mm_proxy: LM warm phase: {n} steps of {p['batch']} rows x {row_len} ids of "
           f"the {len(texts)} train texts ({n_held} held-out items share a text: the plan's "
           f"memorised ones), the decoder alone (own AdamW, lr {p['lr']:.2e} warm-up "
           f"{sched['warmup']})" + (f"; --lm-copy {copy}: a share {copy} of the rows are copy "
-                                   f"rows <sep> TEXT <sep> TEXT (sep {LM_COPY_SEP}, id {sep}), "
-                                   "the loss on the second copy" if copy else ""), flush=True)
+                                   f"rows <sep> TEXT <sep> TEXT (TEXT: "
+                                   f"{getattr(args, 'lm_copy_kind', None) or 'words'}; sep "
+                                   f"{LM_COPY_SEP}, id {sep}), the loss on the second copy"
+                                   if copy else ""), flush=True)
     tw0, step_s, done, tokens, stopped, cut = time.time(), [], 0, 0, None, 0
     for step in range(n):
         for g in wopt.param_groups:
@@ -2493,6 +2521,7 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1, sep=No
             "final_loss": float(np.mean(lw[-50:]))}
     if copy:
         info["copy"] = copy_record(copy, sep, crows, done * p["batch"], ctokens, closs)
+        info["copy"]["kind"] = getattr(args, "lm_copy_kind", None) or "words"
     print(f"train_mm_proxy: LM warm phase done: {done} steps in {info['seconds']:.1f} s (median "
           f"step {med:.3f} s), {tokens} target ids, lm_warm {lw[0]:.3f} -> {lw[-1]:.3f}"
           + ("; copy rows {rows} of {of}, {ids} ids, copy {first:.3f} -> {last:.3f}, plain "
@@ -2575,6 +2604,10 @@ def main():
                     help="a share P of the --lm-warm-steps rows are copy rows <sep> TEXT <sep> "
                     "TEXT (sep <unk>), the loss on the second copy only, so the decoder learns "
                     "to copy before it meets soft tokens (its own generator; 0: off)")
+    ap.add_argument("--lm-copy-kind", choices=LM_COPY_KINDS,
+                    help="--lm-copy's TEXT: words (default: as many words as a train text, each "
+                    "drawn from all the train texts' words: only copying predicts them) or texts "
+                    "(the train texts themselves, which the decoder can memorise)")
     ap.add_argument("--dec-freeze-steps", type=int, default=0, metavar="N",
                     help="the joint phase's first N steps leave the decoder frozen (no gradient, "
                     "its AdamW groups out: no moments, no decay) while the towers, embed_vision, "
@@ -2718,6 +2751,8 @@ def main():
     if args.lm_copy and not args.lm_warm_steps:
         raise SystemExit("train_mm_proxy: --lm-copy needs --lm-warm-steps N (N > 0): its copy "
                          "rows are that phase's rows")
+    if args.lm_copy_kind is not None and not args.lm_copy:
+        raise SystemExit("train_mm_proxy: --lm-copy-kind needs --lm-copy P (P > 0)")
     if args.dec_freeze_steps < 0:
         raise SystemExit(f"train_mm_proxy: --dec-freeze-steps {args.dec_freeze_steps}: expected "
                          "0 or more")
