@@ -19,8 +19,9 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-pos-init S] [--v-res-scale X]
                                                [--v-proj-init STD] [--v-chars N]
                                                [--v-aux-weight W]
-                                               [--lm-warm-steps N]
+                                               [--lm-warm-steps N [--lm-copy P [--lm-copy-kind K]]]
                                                [--answer-mask P [--answer-mask-kind K]]
+                                               [--dec-freeze-steps N]
                                                [--v-warm-steps N] [--v-warm-batch B]
                                                [--a-warm] [--tower-joint-lr-mult X]
                                                [--pad-to N] [--no-cudnn-sdpa]
@@ -149,6 +150,22 @@ functions that wrote the held-out files).
    at step 0, ln 4096 = 8.32) and spent its 503 joint steps on the answers' spelling; a table
    that already models the language is also the fixed target --ctc-tied wants. train.json's
    lm_warm and losses' lm_warm; a held-out row at step 0 after it (tests/mm_lmwarm_check.py).
+   --lm-copy P (needs --lm-warm-steps): each of that phase's rows is, with probability P (numpy
+   PCG64 at (seed, 37), its own: P 0 draws nothing and is the run without the option bit for
+   bit), a copy row: <bos> then whole segments <sep> TEXT <sep> TEXT (lm_copy_segment; sep
+   <unk>, id 3: lm_copy_sep says why not another id), the labels the second copy's ids only,
+   so that the decoder grows copy (induction) heads before it meets the soft tokens, whose job
+   is a lookup of the same kind: the session-37 decoder ignored clips its CTC head read
+   (held-out rolled gap +0.002). TEXT (--lm-copy-kind): words (the default) as many words as a
+   train text, each drawn from all the train texts' words, which only copying predicts; texts
+   the train text itself (on the ci plan the decoder then memorised the pairs: copy loss 0.01,
+   and a new string's second copy no better predicted than its first). The plain rows keep
+   their texts' order. The loss is the
+   mean over every labelled id as before; the log prints the copy rows' and the plain rows'
+   beside it ("lm_warm L (copy C, plain P)"); train.json's lm_warm.copy (p, sep, sep_id, rows
+   of `of`, ids, each kind's losses_every_25, first, last, final); P outside [0, 1) or without
+   --lm-warm-steps refused (tests/mm_copy_check.py, bench/NOTES.md "Copy warm-up and a frozen
+   decoder").
    --answer-mask P [--answer-mask-kind audio|image|both (default audio)]: word dropout on the
    joint phase's teacher-forced answer inputs (AnswerMask): each answer id that is an input
    (after the model turn's "model\n", before the closing <turn|>: the positions whose input is
@@ -160,6 +177,18 @@ functions that wrote the held-out files).
    next id has to come from the media too. Never in the warm phases nor the held-out
    evaluation; train.json's answer_mask (p, kinds, id, positions and masked a kind, share);
    P outside [0, 1) refused (tests/mm_ansmask_check.py, bench/NOTES.md "Answer-input masking").
+   --dec-freeze-steps N: the joint phase's first N steps leave the decoder (embed_tokens, the
+   layers, the per-layer inputs, the norms: make_optimizer's decoder groups) frozen: its
+   groups at lr 0 and no gradient (joint_lrs, train_groups), so AdamW skips its tensors (no
+   moment, no step count, no weight decay; decoder_state counts what it holds: 0 at the
+   unfreeze), while the towers, embed_vision, embed_audio and the read-out heads learn from the
+   answer loss through the decoder as it is (LLaVA's and SLAM-ASR's alignment stage: the soft
+   tokens must become readable by the LM that exists; with --lm-warm-steps, the LM it learned).
+   From step N + 1 everything trains as without it (the decoder's AdamW moments start there;
+   the lr schedule is the run's, not restarted). An audio half-batch whose loss reaches no
+   trained tensor (its side frozen too, no audio head) is not back-propagated. train.json's
+   dec_freeze (steps, decoder_tensors, decoder_parameters, frozen_steps, unfrozen_at,
+   decoder_state_at_unfreeze); N < 0 refused (tests/mm_copy_check.py).
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -224,7 +253,8 @@ functions that wrote the held-out files).
    how far the decoder's token table turned since the first row); with --v-aux-tied:
    v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
    v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
-   rows' tied_*; with --answer-mask: answer_mask), exports
+   rows' tied_*; with --answer-mask: answer_mask; with --lm-copy: lm_warm.copy; with
+   --dec-freeze-steps: dec_freeze), exports
    OUT/f16 with tools/python/export_package.py, copies the tokenizer, and sets
    image_processor.json's max_soft_tokens to 70.
 """
@@ -1095,6 +1125,36 @@ def lr_at(step, steps, p):
     return p["lr"] * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def joint_lrs(opt, step, steps, p, a_warm=0, dec_freeze=0):
+    """Sets each of the joint phase's AdamW groups' lr for the 0-based `step`: lr_at x the
+    group's multiplier, 0 for the audio side's groups inside --a-warmup (step < a_warm) and for
+    the decoder's inside --dec-freeze-steps (step < dec_freeze). Returns each group's lr > 0,
+    for train_groups: a group at 0 gets no gradient at all, and AdamW skips a parameter whose
+    gradient is None (no moment, no step count and no weight decay move; a group at lr 0 WITH
+    a gradient would still move its moments, and its decay is lr x wd = 0 only by the lr)."""
+    for g in opt.param_groups:
+        frozen = (g["audio"] and step < a_warm) or (g.get("decoder") and step < dec_freeze)
+        g["lr"] = 0.0 if frozen else lr_at(step, steps, p) * g["mult"]
+    return [g["lr"] > 0 for g in opt.param_groups]
+
+
+def train_groups(opt, now):
+    """requires_grad on the parameters of the groups that train (now: joint_lrs' list), off on
+    the rest (a frozen side needs no backward pass at all, and no gradient keeps it out of
+    AdamW's step); returns trained_params(opt)."""
+    for g, on in zip(opt.param_groups, now):
+        for x in g["params"]:
+            x.requires_grad_(on)
+    return trained_params(opt)
+
+
+def decoder_state(opt):
+    """How many of the decoder groups' tensors hold AdamW state (moments, step count): 0 while
+    --dec-freeze-steps holds them out."""
+    return sum(1 for g in opt.param_groups if g.get("decoder") for x in g["params"]
+               if opt.state.get(x))
+
+
 def trained_params(opt):
     """The parameters of the groups at lr > 0 (those this step updates)."""
     return [x for g in opt.param_groups if g["lr"] > 0 for x in g["params"]]
@@ -1439,7 +1499,8 @@ def train_step(model, opt, batches, step, guard, losses, head=None, ctc_w=0.0, a
                 tracked[-1:-1] = [("a_var", r[1].detach()), ("a_cov", r[2].detach())]
                 loss = loss + r[0]
         with torch.profiler.record_function(f"mm_backward_{kind}"):
-            (loss / 2).backward()
+            if loss.requires_grad:  # (not: nothing it reaches trains, e.g. the audio half
+                (loss / 2).backward()  # with its side and the decoder frozen)
         if (step + 1, kind, "grad") in inject:
             x = next(x for n, x in model.named_parameters()
                      if x.grad is not None and not n.startswith(SIDES["vision"] + SIDES["audio"]))
@@ -1579,7 +1640,7 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_
                  if (n.startswith(sides[side]) if side else
                      not n.startswith(sides["v"] + sides["a"]))]
         groups += decay_groups(named, p.get(f"{side}_lr_mult", 1.0) * tower_mult if side else 1.0,
-                               side == "a")
+                               side == "a", not side)
     groups += [head_group(h) for h in (head, vaux, tied, vtied) if h is not None]
     if impl == "auto":
         impl = "fused" if dev is not None and dev.type == "cuda" else "foreach"
@@ -1589,18 +1650,20 @@ def make_optimizer(model, p, head=None, dev=None, impl="auto", vaux=None, tower_
     return adamw(groups, p, impl)
 
 
-def decay_groups(named, mult, audio=False):
+def decay_groups(named, mult, audio=False, decoder=False):
     """Two AdamW groups of the parameters `named` at lr x mult: weight decay 0.05 on the
-    matrices, 0 on the rest ("audio": the group the frozen-audio schedule holds at lr 0)."""
+    matrices, 0 on the rest ("audio": the group the frozen-audio schedule holds at lr 0;
+    "decoder": the one --dec-freeze-steps holds at lr 0; joint_lrs)."""
     return [{"params": [x for x in named if x.dim() >= 2], "weight_decay": 0.05, "mult": mult,
-             "audio": audio},
+             "audio": audio, "decoder": decoder},
             {"params": [x for x in named if x.dim() < 2], "weight_decay": 0.0, "mult": mult,
-             "audio": audio}]
+             "audio": audio, "decoder": decoder}]
 
 
 def head_group(head):
     """A read-out head's AdamW group (CtcHead, AudioChars, VisionAux): no decay, the run's lr."""
-    return {"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0, "audio": False}
+    return {"params": list(head.parameters()), "weight_decay": 0.0, "mult": 1.0, "audio": False,
+            "decoder": False}
 
 
 def adamw(groups, p, impl):
@@ -2220,7 +2283,37 @@ def lm_segment(pr, text):
     return head + pr.target(text), len(head)
 
 
-def lm_rows(pr, texts, rows, row_len, rng):
+LM_COPY_STREAM = 37  # --lm-copy's generator: numpy PCG64 at (seed, 37); lm_rows' own is 36
+LM_COPY_SEP = "<unk>"  # --lm-copy's separator (Gemma's and train_proxy's id 3; lm_copy_sep)
+
+
+def lm_copy_sep(tok):
+    """--lm-copy's separator id: <unk> (id 3 in Gemma's tokenizer and train_proxy's). The
+    byte-fallback BPE never emits it, so it occurs in no prompt, answer, padding or eval input:
+    its embedding row learns only "a text starts here / copy it". Not <mask> (--answer-mask's
+    hidden answer id: the two roles would share a row), <pad> (collate's padding and the
+    embedding's padding_idx: no gradient reaches it), <eos> (a stop id of the config) nor the
+    turn ids (the chat template's structure: the decoder would learn to copy the user turn's
+    text into its answer, i.e. the OCR / ASR prompt). None when the tokenizer lacks it."""
+    return tok.token_to_id(LM_COPY_SEP)
+
+
+def lm_copy_segment(pr, text, sep):
+    """--lm-copy's segment: <sep> TEXT <sep> TEXT (TEXT: pr.enc's ids, no closing). The first
+    <sep> marks where the source starts (a row holds several segments), the second says "now
+    again": at it the next id is the first copy's first, an induction head's lookup. The labels
+    are on the second copy only (returned: the index where it starts): the first copy is not
+    predictable from anything before it (labelled, it would blur the copy loss with LM loss; the
+    plain rows teach the texts), and in the joint phase the source (the media's soft tokens)
+    has no labels either. No closing <turn|>: the copy's loss is on the copied ids alone."""
+    t = pr.enc(text)
+    return [sep] + t + [sep] + t, len(t) + 2
+
+
+LM_COPY_KINDS = ("words", "texts")
+
+
+def lm_rows(pr, texts, rows, row_len, rng, copy=0.0, copy_rng=None, sep=None, kind="words"):
     """Endless (input_ids, attention_mask, labels) batches of `rows` rows of row_len ids for
     --lm-warm-steps: each row <bos> then whole lm_segment()s of the texts in the order of
     successive permutations drawn from rng (its own generator: no stream of the run moves),
@@ -2228,21 +2321,49 @@ def lm_rows(pr, texts, rows, row_len, rng):
     as collate's (next-token targets at the position before): the answer ids and the closing
     id, not the turn's opening ids (constant: no signal) nor across a segment's start. A
     segment longer than a row is cut to it (counted in `cut`, the generator's attribute via
-    the returned dict). Yields dicts with "tokens" (the target ids counted)."""
+    the returned dict). Yields dicts with "tokens" (the target ids counted).
+    --lm-copy P (copy > 0; copy_rng its own generator, sep lm_copy_sep's id): each row is a
+    copy row with probability P (one copy_rng draw a row), packed the same way with
+    lm_copy_segment()s; their TEXTs follow copy_rng's own permutations of the texts: kind
+    "texts" the text itself, "words" (--lm-copy-kind's default) as many words as it has, each
+    drawn uniformly (copy_rng) from all the texts' words, a sequence no LM can predict, so the
+    second copy can only be had by copying (on the ci plan a decoder taught "texts" copies
+    memorised the pairs and copied no new string; bench/NOTES.md "Copy warm-up and a frozen
+    decoder"). The plain rows hold the texts in the order they hold without the option (later,
+    as the copy rows take their places). "copy" (a bool a row) and "copy_tokens" (the copy
+    rows' target ids) are added to each dict. copy 0 draws nothing: the rows of the run
+    without the option."""
     segs = [lm_segment(pr, t) for t in texts]
+    pool = [w for t in texts for w in t.split()]
+
+    def copy_seg(i):
+        if kind == "texts":
+            return lm_copy_segment(pr, texts[i], sep)
+        n = len(texts[i].split())
+        return lm_copy_segment(pr, " ".join(pool[j] for j in copy_rng.integers(0, len(pool), n)),
+                               sep)
+
     bos = pr.id["<bos>"]
-    order, k, cut = [], 0, 0
+    cur = {False: {"order": [], "k": 0, "next": None},  # (each kind's order, index, the
+           True: {"order": [], "k": 0, "next": None}}  # segment drawn and not yet placed)
+    cut = 0
     while True:  # (built as lists, three tensors a batch: an op an id would cost ~0.1 s)
-        ids, att, lab = [], [], []
+        ids, att, lab, kinds = [], [], [], []
         for r in range(rows):
+            is_copy = bool(copy) and copy_rng.random() < copy
+            c, g = cur[is_copy], copy_rng if is_copy else rng
             row, tgt = [bos], []
             while True:
-                if k == len(order):
-                    order, k = rng.permutation(len(segs)).tolist(), 0
-                s, st = segs[order[k]]
+                if c["next"] is None:
+                    if c["k"] == len(c["order"]):
+                        c["order"], c["k"] = g.permutation(len(segs)).tolist(), 0
+                    i = c["order"][c["k"]]
+                    c["k"] += 1
+                    c["next"] = copy_seg(i) if is_copy else segs[i]
+                s, st = c["next"]
                 if len(row) > 1 and len(row) + len(s) > row_len:
-                    break  # (this segment starts the next row)
-                k += 1
+                    break  # (this segment starts the next row of its kind)
+                c["next"] = None
                 if len(row) + len(s) > row_len:
                     s, cut = s[:row_len - len(row)], cut + 1
                 tgt += [len(row) + j for j in range(st, len(s))]
@@ -2256,10 +2377,15 @@ def lm_rows(pr, texts, rows, row_len, rng):
             for j in tgt:
                 lr[j - 1] = row[j]
             lab.append(lr)
+            kinds.append(is_copy)
         lab = torch.tensor(lab, dtype=torch.long)
-        yield dict(input_ids=torch.tensor(ids, dtype=torch.long),
-                   attention_mask=torch.tensor(att, dtype=torch.long), labels=lab,
-                   tokens=int((lab != -100).sum()), cut=cut)
+        b = dict(input_ids=torch.tensor(ids, dtype=torch.long),
+                 attention_mask=torch.tensor(att, dtype=torch.long), labels=lab,
+                 tokens=int((lab != -100).sum()), cut=cut)
+        if copy:
+            b["copy"] = torch.tensor(kinds)
+            b["copy_tokens"] = int((lab[b["copy"]] != -100).sum())
+        yield b
 
 
 def lm_optimizer(model, p, impl):
@@ -2273,7 +2399,23 @@ def lm_optimizer(model, p, impl):
     return adamw(decay_groups(named, 1.0), p, impl)
 
 
-def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
+def copy_record(p, sep, rows, of, ids, closs):
+    """lm_warm's copy record (--lm-copy): P, the separator, the copy rows among `of` rows and
+    their labelled ids, each kind's loss a step (None: no row of it that step) every 25 steps,
+    first and last (the first and last step that had such rows) and the mean of the last 50
+    steps' values."""
+    out = {"p": p, "sep": LM_COPY_SEP, "sep_id": sep, "rows": rows, "of": of, "ids": ids}
+    for k, pre in (("copy", ""), ("plain", "plain_")):
+        v = [x for x in closs[k] if x is not None]
+        out[pre + "losses_every_25"] = closs[k][::25]
+        out[pre + "first"] = v[0] if v else None
+        out[pre + "last"] = v[-1] if v else None
+        tail = [x for x in closs[k][-50:] if x is not None]
+        out[pre + "final"] = float(np.mean(tail)) if tail else None
+    return out
+
+
+def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1, sep=None):
     """--lm-warm-steps N: N steps of the decoder alone as a causal LM on the train texts
     (lm_rows: p["batch"] rows of min(LM_ROW, the decoder's positions) ids a step), before the
     towers' warm phase (--v-warm-steps) and the joint steps: input_ids only (no pixel_values,
@@ -2282,6 +2424,11 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
     warm-up, cosine to 5% over N: lr_at), the gradient clipped to 1.0 and guarded
     (StepGuard, one host sync a step). Only the decoder needs a gradient (requires_grad off
     elsewhere; the next phase sets its own). Stops early, saying so, once --minutes is spent.
+    --lm-copy P (args.lm_copy > 0; sep: lm_copy_sep's id): a share P of the rows are copy rows
+    (lm_rows, lm_copy_segment; numpy PCG64 at (seed, LM_COPY_STREAM)); the loss is then the
+    same mean over every labelled id, computed per id so that the copy rows' mean and the plain
+    rows' come with it (no gradient; the same host sync): the log's "(copy C, plain L)",
+    the record's copy.
     Returns train.json's lm_warm record."""
     n = args.lm_warm_steps
     row_len = min(LM_ROW, model.config.text_config.max_position_embeddings)
@@ -2291,11 +2438,20 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
     for x in model.parameters():
         x.requires_grad_(id(x) in keep)
     sched, guard = warm_schedule(p, n), StepGuard(args.max_skips)
-    rows = lm_rows(pr, texts, p["batch"], row_len, np.random.default_rng([args.seed, 36]))
+    copy = getattr(args, "lm_copy", 0.0)
+    rows = lm_rows(pr, texts, p["batch"], row_len, np.random.default_rng([args.seed, 36]), copy,
+                   np.random.default_rng([args.seed, LM_COPY_STREAM]) if copy else None, sep,
+                   getattr(args, "lm_copy_kind", None) or "words")
+    closs = {"copy": [], "plain": []}  # (a step's value or None: no row of that kind)
+    crows, ctokens = 0, 0
     print(f"train_mm_proxy: LM warm phase: {n} steps of {p['batch']} rows x {row_len} ids of "
           f"the {len(texts)} train texts ({n_held} held-out items share a text: the plan's "
           f"memorised ones), the decoder alone (own AdamW, lr {p['lr']:.2e} warm-up "
-          f"{sched['warmup']})", flush=True)
+          f"{sched['warmup']})" + (f"; --lm-copy {copy}: a share {copy} of the rows are copy "
+                                   f"rows <sep> TEXT <sep> TEXT (TEXT: "
+                                   f"{getattr(args, 'lm_copy_kind', None) or 'words'}; sep "
+                                   f"{LM_COPY_SEP}, id {sep}), the loss on the second copy"
+                                   if copy else ""), flush=True)
     tw0, step_s, done, tokens, stopped, cut = time.time(), [], 0, 0, None, 0
     for step in range(n):
         for g in wopt.param_groups:
@@ -2307,12 +2463,29 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
             logits = model(input_ids=b["input_ids"].to(dev),
                            attention_mask=b["attention_mask"].to(dev)).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                                 b["labels"].to(dev).reshape(-1),
-                                                 ignore_index=-100)
+        if copy:  # (per id: the same mean, and each kind's with it)
+            labels = b["labels"].to(dev)
+            per = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                                    labels.reshape(-1), ignore_index=-100,
+                                                    reduction="none").reshape(labels.shape)
+            on = labels != -100
+            loss = per.sum() / on.sum()
+            kind = b["copy"].to(dev)[:, None]
+            with torch.no_grad():
+                split = [(per * (on & k)).sum() / (on & k).sum() for k in (kind, ~kind)]
+        else:
+            loss = torch.nn.functional.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), b["labels"].to(dev).reshape(-1),
+                ignore_index=-100)
+            split = []
         loss.backward()
         norm_t = torch.nn.utils.clip_grad_norm_(live, 1.0)
-        lv, norm = torch.stack([loss.detach().float(), norm_t.float()]).tolist()
+        lv, norm, *cp = torch.stack([loss.detach().float(), norm_t.float()] +
+                                    [x.float() for x in split]).tolist()
+        if copy:  # (0 / 0 where a batch has no row of a kind: None)
+            for k, v in zip(("copy", "plain"), cp):
+                closs[k].append(v if math.isfinite(v) else None)
+            crows, ctokens = crows + int(b["copy"].sum()), ctokens + b["copy_tokens"]
         bad = ([f"LM warm loss {lv}"] if not math.isfinite(lv) else
                [f"LM warm gradient norm {norm}"] if not math.isfinite(norm) else [])
         losses["lm_warm"].append(lv)
@@ -2325,8 +2498,12 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
         el = time.time() - t1
         if step % 50 == 0 or step == n - 1:
             print(f"train_mm_proxy: LM warm step {step + 1}/{n} lm_warm "
-                  f"{np.mean(losses['lm_warm'][-50:]):.3f} lr {lr_at(step, n, sched):.2e} "
-                  f"{el:.0f} s", flush=True)
+                  f"{np.mean(losses['lm_warm'][-50:]):.3f}"
+                  + (" (copy {}, plain {})".format(*(
+                      f"{np.mean(v):.3f}" if v else "-" for v in (
+                          [x for x in closs[k][-50:] if x is not None]
+                          for k in ("copy", "plain")))) if copy else "")
+                  + f" lr {lr_at(step, n, sched):.2e} {el:.0f} s", flush=True)
         stopped = minutes_up(args, el, step, n, "the LM warm phase",
                              "the next phases stop after their first step")
         if stopped:
@@ -2342,9 +2519,15 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1):
                              "max": max(step_s)},
             "losses_every_25": lw[::25], "first_loss": lw[0], "last_loss": lw[-1],
             "final_loss": float(np.mean(lw[-50:]))}
+    if copy:
+        info["copy"] = copy_record(copy, sep, crows, done * p["batch"], ctokens, closs)
+        info["copy"]["kind"] = getattr(args, "lm_copy_kind", None) or "words"
     print(f"train_mm_proxy: LM warm phase done: {done} steps in {info['seconds']:.1f} s (median "
-          f"step {med:.3f} s), {tokens} target ids, lm_warm {lw[0]:.3f} -> {lw[-1]:.3f}",
-          flush=True)
+          f"step {med:.3f} s), {tokens} target ids, lm_warm {lw[0]:.3f} -> {lw[-1]:.3f}"
+          + ("; copy rows {rows} of {of}, {ids} ids, copy {first:.3f} -> {last:.3f}, plain "
+             "{plain_first:.3f} -> {plain_last:.3f}".format(**info["copy"])
+             if copy and info["copy"]["first"] is not None and
+             info["copy"]["plain_first"] is not None else ""), flush=True)
     return info
 
 
@@ -2417,6 +2600,19 @@ def main():
                     help="before the towers' warm phase and the joint steps, N steps of the "
                     "decoder alone as a causal LM on the plan's train texts (no media, no tower "
                     "forward; own AdamW; --minutes counts them; 0: off)")
+    ap.add_argument("--lm-copy", type=float, default=0.0, metavar="P",
+                    help="a share P of the --lm-warm-steps rows are copy rows <sep> TEXT <sep> "
+                    "TEXT (sep <unk>), the loss on the second copy only, so the decoder learns "
+                    "to copy before it meets soft tokens (its own generator; 0: off)")
+    ap.add_argument("--lm-copy-kind", choices=LM_COPY_KINDS,
+                    help="--lm-copy's TEXT: words (default: as many words as a train text, each "
+                    "drawn from all the train texts' words: only copying predicts them) or texts "
+                    "(the train texts themselves, which the decoder can memorise)")
+    ap.add_argument("--dec-freeze-steps", type=int, default=0, metavar="N",
+                    help="the joint phase's first N steps leave the decoder frozen (no gradient, "
+                    "its AdamW groups out: no moments, no decay) while the towers, embed_vision, "
+                    "embed_audio and the heads learn from the answer loss; then all as before "
+                    "(0: off)")
     ap.add_argument("--answer-mask", type=float, default=0.0, metavar="P",
                     help="in the joint phase, each teacher-forced answer input id of an item of "
                     "--answer-mask-kind is replaced by <mask> with probability P, the labels "
@@ -2550,6 +2746,16 @@ def main():
     if args.lm_warm_steps < 0:
         raise SystemExit(f"train_mm_proxy: --lm-warm-steps {args.lm_warm_steps}: expected 0 or "
                          "more")
+    if not 0 <= args.lm_copy < 1:
+        raise SystemExit(f"train_mm_proxy: --lm-copy {args.lm_copy}: expected 0 <= P < 1")
+    if args.lm_copy and not args.lm_warm_steps:
+        raise SystemExit("train_mm_proxy: --lm-copy needs --lm-warm-steps N (N > 0): its copy "
+                         "rows are that phase's rows")
+    if args.lm_copy_kind is not None and not args.lm_copy:
+        raise SystemExit("train_mm_proxy: --lm-copy-kind needs --lm-copy P (P > 0)")
+    if args.dec_freeze_steps < 0:
+        raise SystemExit(f"train_mm_proxy: --dec-freeze-steps {args.dec_freeze_steps}: expected "
+                         "0 or more")
     if not 0 <= args.answer_mask < 1:
         raise SystemExit(f"train_mm_proxy: --answer-mask {args.answer_mask}: expected 0 <= P < 1")
     if args.answer_mask_kind is not None and not args.answer_mask:
@@ -2619,6 +2825,9 @@ def main():
                          f"vocabulary of {p['vocab']}: give --vocab {tok.get_vocab_size()} or "
                          "more data")
     pr = Prompter(tok)
+    sep = lm_copy_sep(tok) if args.lm_copy else None
+    if args.lm_copy and sep is None:
+        raise SystemExit(f"train_mm_proxy: --lm-copy: the tokenizer has no {LM_COPY_SEP} id")
     amask = None
     if args.answer_mask:
         # <mask> (train_proxy's tokenizer: id 4, Gemma's), not <pad>: it occurs in no prompt,
@@ -2792,7 +3001,8 @@ def main():
     warm_info, lm_info = None, None
     if args.lm_warm_steps:  # (first: the towers' warm phase and the joint phase follow as
         # without it, their streams untouched; t1 before it: --minutes counts it)
-        lm_info = lm_warm(args, p, model, opt, pr, lm_text, lm_held, dev, amp, losses, t1)
+        lm_info = lm_warm(args, p, model, opt, pr, lm_text, lm_held, dev, amp, losses, t1,
+                          sep)
         if held is not None and not args.v_warm_steps:
             heldout(0)  # what the LM phase left: step 0 of the joint phase
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
@@ -2806,15 +3016,26 @@ def main():
             heldout(0)
     compile_failed, side_norms = None, []
     trained, live = None, None  # each group's lr > 0 and their parameters, as last set
+    dec_freeze, dec_info = args.dec_freeze_steps, None
+    if dec_freeze:
+        dec = [x for g in opt.param_groups if g.get("decoder") for x in g["params"]]
+        dec_info = {"steps": dec_freeze, "decoder_tensors": len(dec),
+                    "decoder_parameters": sum(x.numel() for x in dec), "frozen_steps": 0,
+                    "unfrozen_at": None, "decoder_state_at_unfreeze": None}
+        print(f"train_mm_proxy: --dec-freeze-steps {dec_freeze}: the decoder ({len(dec)} "
+              f"tensors) frozen for the joint phase's first {dec_freeze} steps (no gradient, out "
+              "of AdamW's step); the towers, embedders and heads learn from the answer loss"
+              + (f" (the run has {steps} steps: the decoder never trains)"
+                 if dec_freeze >= steps else ""), flush=True)
     for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = 0.0 if g["audio"] and step < a_warm else lr_at(step, steps, p) * g["mult"]
-        now = [g["lr"] > 0 for g in opt.param_groups]
-        if now != trained:  # a side starts or stops training (step 0, --a-warmup's end)
-            for g, on in zip(opt.param_groups, now):
-                for x in g["params"]:  # a frozen side needs no backward pass at all
-                    x.requires_grad_(on)
-            trained, live = now, trained_params(opt)
+        now = joint_lrs(opt, step, steps, p, a_warm, dec_freeze)
+        if dec_info is not None and step == dec_freeze:  # (what AdamW holds of the decoder)
+            dec_info["unfrozen_at"] = step + 1
+            dec_info["decoder_state_at_unfreeze"] = decoder_state(opt)
+            print(f"train_mm_proxy: step {step + 1}: the decoder trains from here (AdamW state "
+                  f"on {dec_info['decoder_state_at_unfreeze']} of its tensors)", flush=True)
+        if now != trained:  # a side starts or stops training (step 0, --a-warmup's end,
+            trained, live = now, train_groups(opt, now)  # --dec-freeze-steps' end)
         tw = time.time()  # the loader's share: waiting for both half-batches and the copy
         if streams["chars"] is not None and step == args.v_chars:
             streams["chars"] = None  # (its loader's workers go)
@@ -2849,6 +3070,8 @@ def main():
                        norms, live, loss_fn, spread, vaux, vaux_w, tied, tied_w, vtied,
                        vtied_w)
         step_s.append(time.time() - ts)  # (the host's: train_step syncs once at its end)
+        if dec_info is not None and step < dec_freeze:
+            dec_info["frozen_steps"] += 1
         if step % 25 == 0:  # (the gradients stay until the next step's zero_grad)
             side_norms.append(side_grad_norms(model))
         if args.profile and step == 20 + args.profile - 1:
@@ -2954,6 +3177,8 @@ def main():
         info["lm_warm"] = lm_info
     if amask is not None:
         info["answer_mask"] = amask.record()
+    if dec_info is not None:
+        info["dec_freeze"] = dec_info
     if spread is not None:
         info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
                          "cov_weight": spread.cov_weight}
