@@ -52,11 +52,6 @@ CHECKS = Checks("mm_copy_check")
 fail, expect = CHECKS.fail, CHECKS.expect
 
 
-def side(n):
-    return ("vision" if n.startswith(tmp.SIDES["vision"]) else
-            "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
-
-
 def read_copy_row(row, sep, row_len):
     """A copy row's ids (unpadded) read as <bos> then <sep> X <sep> X segments: the list of the
     X (id lists) and the labels such a row must have; None when the ids are not of that form."""
@@ -293,7 +288,7 @@ def check_freeze(tok):
              "audio_tower": "model.audio_tower.", "embed_audio": "model.embed_audio."}
     for step, model, opt, head, start, start_head in freeze_run(tok, p, b, N, N + K):
         named = dict(model.named_parameters())
-        dec = [n for n in named if side(n) == "decoder"]
+        dec = [n for n in named if tmp.side_of(n) == "decoder"]
         if step == N - 1:
             expect(len(dec) > 50 and all(torch.equal(named[n].detach(), start[n]) for n in dec),
                    f"after {N} frozen steps a decoder tensor moved")
@@ -315,7 +310,7 @@ def check_freeze(tok):
     with_grad = [n for n in dec if named[n].grad is not None]
     steps_of = {n: int(opt.state[named[n]]["step"]) for n in dec if named[n] in opt.state}
     vis = {int(opt.state[x]["step"]) for n, x in named.items()
-           if side(n) == "vision" and x in opt.state}
+           if tmp.side_of(n) == "vision" and x in opt.state}
     expect(len(with_grad) > 50 and set(with_grad) <= set(moved) and
            set(steps_of) == set(with_grad) and set(steps_of.values()) == {K} and vis == {N + K},
            f"after {N + K} steps: {len(moved)} of {len(dec)} decoder tensors moved, "

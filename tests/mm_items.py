@@ -256,8 +256,7 @@ def grad_by_side(tmp, model):
     SIDES prefixes; a parameter with no gradient counts 0)}."""
     moved = {}
     for n, x in model.named_parameters():
-        side = ("vision" if n.startswith(tmp.SIDES["vision"]) else
-                "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
+        side = tmp.side_of(n)
         g = 0.0 if x.grad is None else float(x.grad.abs().sum())
         moved[side] = moved.get(side, 0.0) + g
     return moved

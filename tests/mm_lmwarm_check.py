@@ -43,11 +43,6 @@ CHECKS = Checks("mm_lmwarm_check")
 fail, expect = CHECKS.fail, CHECKS.expect
 
 
-def side(n):
-    return ("vision" if n.startswith(tmp.SIDES["vision"]) else
-            "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
-
-
 def check_rows(tok, texts):
     pr = tmp.Prompter(tok)
     opening = [pr.id["<|turn>"]] + pr.enc("model\n")
@@ -128,8 +123,8 @@ def check_phase(tok, texts):
     wopt = tmp.lm_optimizer(model, p, "foreach")
     held = {id(x) for g in wopt.param_groups for x in g["params"]}
     names = {id(x): n for n, x in model.named_parameters()}
-    expect(held == {id(x) for n, x in model.named_parameters() if side(n) == "decoder"} and
-           all(side(names[i]) == "decoder" for i in held),
+    expect(held == {id(x) for n, x in model.named_parameters() if tmp.side_of(n) == "decoder"} and
+           all(tmp.side_of(names[i]) == "decoder" for i in held),
            "the LM optimizer does not hold exactly the decoder's tensors")
     args = types.SimpleNamespace(lm_warm_steps=16, seed=0, max_skips=10, minutes=30)
     losses = {"lm_warm": []}
@@ -147,7 +142,7 @@ def check_phase(tok, texts):
     expect(ran == {"vision": 0, "audio": 0}, f"a tower ran: {ran}")
     moved = {"vision": [], "audio": [], "decoder": []}
     for n, x in model.named_parameters():
-        moved[side(n)].append(not torch.equal(x.detach(), before[n]))
+        moved[tmp.side_of(n)].append(not torch.equal(x.detach(), before[n]))
     expect(not any(moved["vision"]) and not any(moved["audio"]) and moved["vision"] and
            moved["audio"], "a tower weight moved in the LM phase")
     emb = "model.language_model.embed_tokens.weight"

@@ -51,11 +51,6 @@ CHECKS = Checks("mm_vwarm_check")
 fail, expect = CHECKS.fail, CHECKS.expect
 
 
-def side(n):
-    return ("vision" if n.startswith(tmp.SIDES["vision"]) else
-            "audio" if n.startswith(tmp.SIDES["audio"]) else "decoder")
-
-
 def check_phase(tok, texts, a_warm=False):
     """vision_warm on the ci model; a_warm: with the audio CTC head (--a-warm: AudioChars on
     2 s noise clips, the audio side at lr x 0.3, ci's own x 0 being refused)."""
@@ -79,7 +74,7 @@ def check_phase(tok, texts, a_warm=False):
         ctc_before = head.proj.weight.detach().clone()
     opt = tmp.make_optimizer(model, p, head, None, "foreach", vaux)
     wopt = tmp.warm_optimizer(model, p, vaux, "foreach", head)
-    ids = {id(x): side(n) for n, x in model.named_parameters()}
+    ids = {id(x): tmp.side_of(n) for n, x in model.named_parameters()}
     ids.update({id(x): "vision head" for x in vaux.parameters()})
     if a_warm:
         ids.update({id(x): "audio head" for x in head.parameters()})
@@ -87,7 +82,7 @@ def check_phase(tok, texts, a_warm=False):
     want = {"vision", "vision head"} | ({"audio", "audio head"} if a_warm else set())
     expect(set(held) == want and len(held) == len(set(map(id, (
         x for g in wopt.param_groups for x in g["params"])))) and all(
-        held.count(s) == sum(1 for k in before if side(k) == s) for s in ("vision", "audio")
+        held.count(s) == sum(1 for k in before if tmp.side_of(k) == s) for s in ("vision", "audio")
         if s in want) and held.count("vision head") == 2 and
         held.count("audio head") == (2 if a_warm else 0),
         f"the warm optimizer holds {sorted(set(held))} ({held.count('vision')} vision, "
@@ -137,7 +132,7 @@ def check_phase(tok, texts, a_warm=False):
                f"audio keys in the vision-only record {info}")
     moved = {"decoder": [], "audio": [], "vision": []}
     for k, v in model.named_parameters():
-        moved[side(k)].append(not torch.equal(v, before[k]))
+        moved[tmp.side_of(k)].append(not torch.equal(v, before[k]))
     expect(not any(moved["decoder"]) and (a_warm or not any(moved["audio"])),
            f"the warm phase moved {sum(moved['decoder'])} decoder and {sum(moved['audio'])} "
            "audio tensors")

@@ -1358,6 +1358,12 @@ SIDES = {"vision": ("model.vision_tower.", "model.embed_vision."),
          "audio": ("model.audio_tower.", "model.embed_audio.")}
 
 
+def side_of(name):
+    """The side a parameter name belongs to: "vision", "audio" (SIDES' prefixes) or
+    "decoder" (everything else; the test scripts' split of the weights)."""
+    return next((k for k, pres in SIDES.items() if name.startswith(pres)), "decoder")
+
+
 def side_grad_norms(model):
     """The norm of each side's gradient as the optimizer takes it (after clip_trained's scaling,
     which is the same for every side, so the ratios are the raw gradients'): decoder,
