@@ -59,16 +59,18 @@ void g4_capture_mark_tokens(g4_capture *c, int first, const g4_text_config *cfg,
     }
     c->n_tokens = n;
     free(c->span);
-    c->span = NULL;
+    c->span = g4_malloc((size_t)(n > 0 ? n : 1));
     int media = 0;
-    for (int t = 0; t < n; t++) media |= g4_placeholder_of(cfg, ids[t]) != G4_PH_NONE;
-    if (!media) return;
-    c->span = g4_malloc((size_t)n);
     for (int t = 0; t < n; t++) {
         const g4_placeholder ph = g4_placeholder_of(cfg, ids[t]);
         c->span[t] = ph == G4_PH_IMAGE   ? G4_SPAN_IMAGE
                      : ph == G4_PH_AUDIO ? G4_SPAN_AUDIO
                                          : G4_SPAN_TEXT;
+        media |= c->span[t] != G4_SPAN_TEXT;
+    }
+    if (!media) { // (no image or audio soft token: nothing to split by)
+        free(c->span);
+        c->span = NULL;
     }
 }
 

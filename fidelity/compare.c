@@ -86,20 +86,23 @@ g4_cmp_stats g4_cmp_rows(const float *a, const float *b, size_t row_len, const g
 
 const char *const g4_span_names[G4_SPAN_KINDS] = {"text", "image", "audio"};
 
+int g4_span_ranges(const unsigned char *span, int n, int kind, g4_row_range *out) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (span[i] != kind) continue;
+        if (m && out[m - 1].start + out[m - 1].count == (size_t)i)
+            out[m - 1].count++;
+        else
+            out[m++] = (g4_row_range){(size_t)i, 1};
+    }
+    return m;
+}
+
 void g4_cmp_spans(const float *a, const float *b, size_t row_len, const unsigned char *row_kind,
                   int rows, g4_cmp_stats out[G4_SPAN_KINDS]) {
     g4_row_range *r = g4_malloc(sizeof(g4_row_range) * (size_t)(rows > 0 ? rows : 1));
-    for (int k = 0; k < G4_SPAN_KINDS; k++) {
-        int n = 0;
-        for (int i = 0; i < rows; i++) {
-            if (row_kind[i] != k) continue;
-            if (n && r[n - 1].start + r[n - 1].count == (size_t)i)
-                r[n - 1].count++;
-            else
-                r[n++] = (g4_row_range){(size_t)i, 1};
-        }
-        out[k] = g4_cmp_rows(a, b, row_len, r, n);
-    }
+    for (int k = 0; k < G4_SPAN_KINDS; k++)
+        out[k] = g4_cmp_rows(a, b, row_len, r, g4_span_ranges(row_kind, rows, k, r));
     free(r);
 }
 
@@ -173,36 +176,27 @@ void g4_cmp_report_print(const g4_cmp_report *r, FILE *f) {
     }
 }
 
-// kind's runs in span[n] as "a-b, c, ..." (at most 4, then "...") into buf.
-static void span_runs(const unsigned char *span, int n, int kind, char *buf, size_t size) {
-    size_t k = 0;
-    int runs = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n && k < size; i++) {
-        if (span[i] != kind || (i > 0 && span[i - 1] == kind)) continue;
-        int j = i;
-        while (j + 1 < n && span[j + 1] == kind) j++;
-        if (++runs > 4) {
-            k += (size_t)snprintf(buf + k, size - k, ", ...");
-            break;
-        }
-        k += (size_t)(j > i ? snprintf(buf + k, size - k, "%s%d-%d", runs > 1 ? ", " : "", i, j)
-                            : snprintf(buf + k, size - k, "%s%d", runs > 1 ? ", " : "", i));
-    }
-}
-
 void g4_span_summary(const unsigned char *span, int n, char *buf, size_t size) {
+    g4_row_range *r = g4_malloc(sizeof(g4_row_range) * (size_t)(n > 0 ? n : 1));
     size_t k = 0;
     buf[0] = 0;
     for (int kind = 0; kind < G4_SPAN_KINDS && k < size; kind++) {
-        int count = 0;
-        for (int i = 0; i < n; i++) count += span[i] == kind;
-        char runs[160];
-        span_runs(span, n, kind, runs, sizeof runs);
-        k +=
-            (size_t)snprintf(buf + k, size - k, "%s%s %d%s%s%s", kind ? ", " : "",
-                             g4_span_names[kind], count, count ? " (" : "", runs, count ? ")" : "");
+        const int runs = g4_span_ranges(span, n, kind, r);
+        size_t count = 0;
+        for (int i = 0; i < runs; i++) count += r[i].count;
+        k += (size_t)snprintf(buf + k, size - k, "%s%s %zu%s", kind ? ", " : "",
+                              g4_span_names[kind], count, count ? " (" : "");
+        for (int i = 0; i < runs && k < size; i++) { // (at most 4 runs a kind, then "...")
+            const size_t a = r[i].start, z = r[i].start + r[i].count - 1;
+            const char *sep = i ? ", " : "";
+            k += (size_t)(i == 4  ? snprintf(buf + k, size - k, ", ...")
+                          : z > a ? snprintf(buf + k, size - k, "%s%zu-%zu", sep, a, z)
+                                  : snprintf(buf + k, size - k, "%s%zu", sep, a));
+            if (i == 4) break;
+        }
+        if (count && k < size) k += (size_t)snprintf(buf + k, size - k, ")");
     }
+    free(r);
 }
 
 void g4_cmp_report_print_spans(const g4_cmp_report *r, const unsigned char *span, int n_tokens,

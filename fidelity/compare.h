@@ -41,6 +41,10 @@ g4_cmp_stats g4_cmp_rows(const float *a, const float *b, size_t row_len, const g
 enum { G4_SPAN_TEXT = 0, G4_SPAN_IMAGE = 1, G4_SPAN_AUDIO = 2, G4_SPAN_KINDS = 3 };
 extern const char *const g4_span_names[G4_SPAN_KINDS]; // "text", "image", "audio"
 
+// The runs of consecutive positions of kind in span[n], in order, as row ranges into out (room
+// for n); returns how many.
+int g4_span_ranges(const unsigned char *span, int n, int kind, g4_row_range *out);
+
 // g4_cmp_rows of a [rows, row_len] tensor once per span kind, row r of kind row_kind[r]
 // (each kind's runs of consecutive rows as its ranges): out[k].rows counts the rows of kind k.
 void g4_cmp_spans(const float *a, const float *b, size_t row_len, const unsigned char *row_kind,

@@ -141,21 +141,20 @@ char *g4_report_json(const g4_report *r) {
                                            : cJSON_CreateArray());
     if (r->span) {
         cJSON *sp = cJSON_AddObjectToObject(root, "spans");
+        g4_row_range *run = g4_malloc(sizeof(g4_row_range) * (size_t)(r->n_ids > 0 ? r->n_ids : 1));
         for (int k = 0; k < G4_SPAN_KINDS; k++) {
             cJSON *e = cJSON_AddObjectToObject(sp, g4_span_names[k]), *ranges = cJSON_CreateArray();
+            const int runs = g4_span_ranges(r->span, r->n_ids, k, run);
             int count = 0;
-            for (int i = 0; i < r->n_ids; i++) {
-                if (r->span[i] != k) continue;
-                count++;
-                if (i > 0 && r->span[i - 1] == k) continue;
-                int j = i;
-                while (j + 1 < r->n_ids && r->span[j + 1] == k) j++;
-                const int se[2] = {i, j - i + 1};
+            for (int i = 0; i < runs; i++) {
+                const int se[2] = {(int)run[i].start, (int)run[i].count};
                 cJSON_AddItemToArray(ranges, cJSON_CreateIntArray(se, 2));
+                count += se[1];
             }
             cJSON_AddNumberToObject(e, "positions", count);
             cJSON_AddItemToObject(e, "ranges", ranges);
         }
+        free(run);
     }
     if (r->kl) cJSON_AddItemToObject(root, "logits", kl_json(r->kl));
     if (r->mode == G4_REPORT_SENSITIVITY) {
