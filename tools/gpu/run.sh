@@ -279,7 +279,18 @@
 #            plain Q4, --keep-auto, --imatrix and the --method variants (as fid_methods;
 #            calibrated on the train sentences; q4_gptq_imx_16k from MM_CALIB_TOKENS_LONG=16384
 #            in windows of 512, as the text proxy's row); MM_QUANTS="q4_rtn q4_gptq ..." makes
-#            only those (q4 always; default all of MM_VARIANTS)
+#            only those (q4 always; default all of MM_VARIANTS).
+#            MM_TRAIN_ARGS_B="...": a second recipe B trained beside A (MM_TRAIN_ARGS) in the
+#            same stage, at the same time, on the same GPU and data (the same preset, --minutes
+#            and seed unless B's arguments give another), into $WORK/mm/proxy_b with --no-export;
+#            each trainer gets half the preset's loader workers (an own --workers in either list
+#            wins); B's log lines are A's with "B: " in front; B failing fails nothing. Then
+#            tools/python/mm_pair_table.py's table of both train.json files (steps done, median
+#            step s, data wait, each held-out row: image / audio loss, zeroed and rolled gaps,
+#            read-out heads' CER, answers' exact / OCRBench / WER), printed, in $OUT/mm/PAIR.md
+#            and $WORK/mm/PAIR.md, which mm_run packs with B's train.json (train_b.json). Only A
+#            is quantized, evaluated and packed. Unset: none of this (issue 35: two recipes in
+#            one GPU start; bench/NOTES.md "Two recipes in one start")
 #   mm_quant mm_make's quantize part alone, again, on its $WORK/mm/proxy/f16 and calib.txt
 #   mm_wait  wait for it (at most ~9.5 min a call; call again while it trains). Order the first
 #            call `mm_bg build mm_wait`: mm_make trains while build runs and waits for
@@ -2309,8 +2320,12 @@ from transformers import Gemma4ForConditionalGeneration' ||
     python3 tools/python/make_mm_data.py media "$MM_DATA" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
     stamp "mm: held-out media ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
-    python3 tools/python/train_mm_proxy.py "$d/proxy" --data "$MM_DATA" --preset "${MM_PRESET:-proxy}" \
-        --minutes "${MM_MINUTES:-10}" ${MM_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
+    if [ -n "${MM_TRAIN_ARGS_B:-}" ]; then
+        mm_train_pair
+    else
+        python3 tools/python/train_mm_proxy.py "$d/proxy" --data "$MM_DATA" --preset "${MM_PRESET:-proxy}" \
+            --minutes "${MM_MINUTES:-10}" ${MM_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
+    fi
     [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
     stamp "mm: trained + exported ($(($(date +%s) - t0)) s)"
     # MM_TRAIN_ARGS="--profile N": the profiler's tables into this log (mm_run copies the file)
@@ -2323,6 +2338,45 @@ for l in open(sys.argv[1]):
     wait_g4cu mm || { touch "$d/FAILED"; return 1; }
     mm_quant_all
     touch "$d/READY"
+}
+
+# mm_train_pair (mm_make with MM_TRAIN_ARGS_B): recipe B trained beside A, on the same GPU and
+# data, same preset and --minutes, MM_TRAIN_ARGS_B for MM_TRAIN_ARGS, into $MMD/proxy_b with
+# --no-export (B is compared, never packaged); each gets half the preset's loader workers (an own
+# --workers in MM_TRAIN_ARGS / _B comes later on the line and wins). B's log lines are A's filter
+# with "B: " in front (both line-buffered: the lines of the two never cut into each other). Both
+# exit codes are said; B failing fails nothing (A's package is the stage's product). After both:
+# tools/python/mm_pair_table.py's table of their train.json files in $MMD/PAIR.md (mm_run packs
+# it and B's train.json as train_b.json) and $OUT/mm/PAIR.md, printed.
+mm_train_pair() {
+    local d="$MMD" w half pid rc_a rc_b
+    w=$(python3 -c 'import sys; sys.path.insert(0, "tools/python")
+from train_mm_proxy import PRESETS; print(PRESETS[sys.argv[1]]["workers"])' "${MM_PRESET:-proxy}") ||
+        { echo "mm: B: no preset ${MM_PRESET:-proxy} (above)"; return 1; }
+    half=$((w > 1 ? w / 2 : w))
+    echo "mm: B: MM_TRAIN_ARGS_B=\"$MM_TRAIN_ARGS_B\" beside A, into $d/proxy_b, --workers $half each (preset ${MM_PRESET:-proxy}: $w)"
+    (
+        # shellcheck disable=SC2086 # word splitting: the arguments' list
+        python3 tools/python/train_mm_proxy.py "$d/proxy_b" --data "$MM_DATA" --preset "${MM_PRESET:-proxy}" \
+            --minutes "${MM_MINUTES:-10}" --workers "$half" $MM_TRAIN_ARGS_B --no-export 2>&1 |
+            grep --line-buffered -v "Saving \|it/s\]" | sed -u 's/^/B: /'
+        exit "${PIPESTATUS[0]}"
+    ) &
+    pid=$!
+    # shellcheck disable=SC2086
+    python3 tools/python/train_mm_proxy.py "$d/proxy" --data "$MM_DATA" --preset "${MM_PRESET:-proxy}" \
+        --minutes "${MM_MINUTES:-10}" --workers "$half" ${MM_TRAIN_ARGS:-} 2>&1 |
+        grep --line-buffered -v "Saving \|it/s\]"
+    rc_a=${PIPESTATUS[0]}
+    wait "$pid"
+    rc_b=$?
+    echo "mm: A: train_mm_proxy exit $rc_a; B: exit $rc_b$([ "$rc_b" = 0 ] || echo " (B failed: no PAIR.md; the stage goes on with A)")"
+    [ "$rc_b" = 0 ] && [ -f "$d/proxy/train.json" ] && [ -f "$d/proxy_b/train.json" ] || return 0
+    mkdir -p "$OUT/mm"
+    python3 tools/python/mm_pair_table.py "$d/proxy/train.json" "$d/proxy_b/train.json" \
+        --a "${MM_TRAIN_ARGS:-}" --b "$MM_TRAIN_ARGS_B" --out "$d/PAIR.md" &&
+        cp "$d/PAIR.md" "$OUT/mm/PAIR.md"
+    return 0
 }
 
 # mm_quant_all: the Q4 variants of $MMD/proxy/f16, calibrated on $MMD/calib.txt
@@ -2467,6 +2521,9 @@ stage_mm_run() {
     [ -x build-gpu/g4cu ] || { echo "mm: no build-gpu/g4cu (the build stage, this call or an earlier start's)"; return 1; }
     cp "$d/train.json" "$o/" 2>/dev/null
     cp "$d/profile.txt" "$o/" 2>/dev/null
+    # MM_TRAIN_ARGS_B's pair (mm_make): the table and B's train.json
+    cp "$MMD/PAIR.md" "$o/" 2>/dev/null
+    cp "$MMD/proxy_b/train.json" "$o/train_b.json" 2>/dev/null
     cp "$MM_DATA/data.json" "$MM_DATA/ocr_test.jsonl" "$MM_DATA/asr_test.jsonl" "$o/" 2>/dev/null
     for v in f16 $MM_VARIANTS; do
         [ -d "$d/$v" ] || continue
