@@ -2342,10 +2342,11 @@ for l in open(sys.argv[1]):
 
 # mm_train_pair (mm_make with MM_TRAIN_ARGS_B): recipe B trained beside A, on the same GPU and
 # data, same preset and --minutes, MM_TRAIN_ARGS_B for MM_TRAIN_ARGS, into $MMD/proxy_b with
-# --no-export (B is compared, never packaged); each gets half the preset's loader workers (an own
-# --workers in MM_TRAIN_ARGS / _B comes later on the line and wins). B's log lines are A's filter
-# with "B: " in front (both line-buffered: the lines of the two never cut into each other). Both
-# exit codes are said; B failing fails nothing (A's package is the stage's product). After both:
+# --no-export (B is compared, never packaged); each gets half the preset's loader workers (at
+# least 1 where the preset has any; an own --workers in MM_TRAIN_ARGS / _B comes later on the
+# line and wins: argparse keeps the last). B's log lines are A's filter with "B: " in front
+# (both line-buffered: the lines of the two never cut into each other). Both exit codes are
+# said; B failing fails nothing (A's package is the stage's product). After both:
 # tools/python/mm_pair_table.py's table of their train.json files in $MMD/PAIR.md (mm_run packs
 # it and B's train.json as train_b.json) and $OUT/mm/PAIR.md, printed.
 mm_train_pair() {
