@@ -19,7 +19,8 @@ on the CPU, the tiny preset on the ci plan (tests/mm_items.ci_data: noise clips 
   4. the single form as before (no --batches): --batch 4 --rounds 2 and --a-warm --count-ops
      print the base version's lines (their form, numbers aside: the same text, the same
      order, one line and two); the recipe options without --batches or --loader-workers, odd
-     --batches and --ctc-tied without a CTC weight are refused in one line (exit 1).
+     --batches, --ctc-tied without a CTC weight and --gpu-busy off CUDA are refused in one line
+     (exit 1; --gpu-busy's profiled step itself runs on the GPU only: the mm_speed stage).
 Prints one line per check and the count; exit 1 on the first failure."""
 import math
 import os
@@ -180,13 +181,15 @@ def check_single(data):
                         (["--batches", "2,3"], "--batches 2,3: expected even sizes"),
                         (["--batches", "0"], "--batches 0: expected integers, 2 or more"),
                         (["--loader-workers", "-1"], "--loader-workers -1: expected integers"),
-                        (["--batches", "2", "--ctc-tied"], "--ctc-tied needs --ctc-weight")):
+                        (["--batches", "2", "--ctc-tied"], "--ctc-tied needs --ctc-weight"),
+                        (["--batches", "2", "--gpu-busy"], "--gpu-busy: the device's own time "
+                         "needs CUDA")):
         _, res = timing(data, extra, rc=1)
         err = res.stderr.strip().splitlines()
         expect(len(err) == 1 and want in err[0], f"{' '.join(extra)}: stderr {err} (expected "
                f"one line holding {want!r})")
     print("mm_sweep_check: the single form prints the base version's lines (plain; --a-warm "
-          "--count-ops); 6 refusals in one line")
+          "--count-ops); 7 refusals in one line")
 
 
 def main():

@@ -18,7 +18,9 @@ fast can the proxy train: the batch sweep"): one model, one optimizer, and for e
 in turn (B / 2 images + B / 2 clips, the first of the plan's train items as the single form's)
 --rounds timed steps of the joint step (and, with --a-warm, then of the warm + audio step) after
 one untimed step of each; one row a (kind, B): the median seconds a step, B / that as items/s and,
-on CUDA, torch.cuda.max_memory_allocated over that row's steps (the peak reset before each row).
+on CUDA, torch.cuda.max_memory_allocated over that row's steps (the peak reset before each row);
+--gpu-busy (CUDA) adds the seconds the GPU itself worked in one more, profiled step (kernels and
+copies summed): near the median, the step waits on the GPU; far below it, on the host.
 An out-of-memory error at a size prints that row as OOM, frees what the step held, and the sweep
 goes on. The sweep runs as the trainer runs: its determinism settings
 (train_mm_proxy.deterministic_mode, --strict-determinism), the groups at lr 0 out of the backward
@@ -77,7 +79,26 @@ SWEEP_OPTIONS = [
     ("--ctc-tied", dict(action="store_true", help="the tied CTC head too (the trainer's)")),
     ("--a-lr-mult", dict(type=float, help="the audio side's lr multiplier (the preset's; 0: "
                          "frozen, no backward into it)")),
+    ("--gpu-busy", dict(action="store_true", help="one more step a row under torch.profiler: "
+                        "the seconds its CUDA kernels and copies ran (CUDA only)")),
 ]
+
+
+def gpu_busy(run):
+    """The seconds of device work (kernels, copies: torch.profiler's CUDA events, summed) of
+    one call of run() profiled, and that call's wall seconds (the profiler's host overhead in
+    it); sums overlapping events as if serial (the trainer runs one stream)."""
+    from torch.autograd import DeviceType
+
+    act = torch.profiler.ProfilerActivity
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=[act.CPU, act.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return us / 1e6, wall
 
 
 def int_list(spec, flag, least):
@@ -146,6 +167,9 @@ def render_items(ds, n, workers):
 
 def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
     """--batches: the rows (the module's docstring)."""
+    if args.gpu_busy and dev.type != "cuda":
+        raise SystemExit(f"mm_warm_timing: --gpu-busy: the device's own time needs CUDA (not "
+                         f"{dev})")
     tmp.deterministic_mode(args.strict_determinism)
     ctc_w = args.ctc_weight if args.ctc_weight is not None else 0.5 if args.a_warm else 0.0
     units, at = args.ctc_units or "chars", args.ctc_at or "embed"
@@ -248,7 +272,7 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
             loss_fn = oom_after_image if args.inject_oom == B else tmp.half_loss
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            secs, oom = [], None
+            secs, oom, busy = [], None, ""
             try:
                 for r in range(args.rounds + 1):  # round 0: untimed (first use of the shapes)
                     sync()
@@ -257,6 +281,16 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
                     sync()
                     if r:
                         secs.append(time.perf_counter() - t0)
+                if args.gpu_busy:  # (after the timed rounds: the profiler slows the host)
+                    try:
+                        g, w = gpu_busy(lambda: run(kind, args.rounds + 1, bt, loss_fn, live))
+                        pct = 100 * g / statistics.median(secs)
+                        busy = (f", GPU busy {g:.3f} s a step ({pct:.0f}% of the median; the "
+                                f"profiled step {w:.3f} s)")
+                    except torch.OutOfMemoryError:
+                        raise
+                    except Exception as e:  # (a profiler's failure costs the column, not the row)
+                        busy = f", GPU busy ? ({type(e).__name__}: {str(e)[:100]})"
             except torch.OutOfMemoryError as e:
                 oom = str(e).splitlines()[0][:200]
             if oom is not None:
@@ -267,7 +301,7 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
             peak = (f"peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if cuda else
                     "peak - (not CUDA)")
             print(f"mm_warm_timing: sweep {kind} {what}: {med:.3f} s a step (median of "
-                  f"{len(secs)}, min {min(secs):.3f}), {B / med:.1f} items/s, {peak}",
+                  f"{len(secs)}, min {min(secs):.3f}), {B / med:.1f} items/s, {peak}{busy}",
                   flush=True)
         bt = None
         free()
