@@ -16,7 +16,9 @@ on the CPU, the tiny preset on the ci plan (tests/mm_items.ci_data: noise clips 
      again at --loader-warmup 0 --loader-batches 5 --reps 2 --pad-to 64 --batch 6, W 1:
      "5 batches = 30 items" (--a-speed-perturb: the ci plan's clips have a fixed length that a
      slower rendering passes; tools/gpu/run.sh's mm_speed dry run reads it on the tiny plan);
-  4. the single form as before (no --batches): --batch 4 --rounds 2 and --a-warm --count-ops
+  4. render_items (the sweep's fixed items) by one worker process = rendered here, array for
+     array (10 items a kind: the ci plan's 8, then 2 second renderings);
+  5. the single form as before (no --batches): --batch 4 --rounds 2 and --a-warm --count-ops
      print the base version's lines (their form, numbers aside: the same text, the same
      order, one line and two); the recipe options without --batches or --loader-workers, odd
      --batches, --ctc-tied without a CTC weight and --gpu-busy off CUDA are refused in one line
@@ -121,7 +123,8 @@ def check_sweep(data):
 
 
 def check_oom(data):
-    lines, _ = timing(data, ["--batches", "2,4,6", "--rounds", "2", "--inject-oom", "4"])
+    lines, _ = timing(data, ["--batches", "2,4,6", "--rounds", "2", "--inject-oom", "4",
+                             "--render-workers", "1"])
     rows = sweep_rows(lines, "oom")
     expect([(r[0], r[1]) for r in rows] == [("joint", 2), ("joint", 4), ("joint", 6)],
            f"oom: rows {[(r[0], r[1]) for r in rows]}")
@@ -131,6 +134,34 @@ def check_oom(data):
            f"oom: batch 4's row is not the OOM row: {lines[2]!r}")
     print(f"mm_sweep_check: --inject-oom 4: the row says {lines[2].split(': ', 2)[2]!r}, batch "
           "6 measured after it")
+
+
+def check_render(data):
+    """render_items (the sweep's fixed items) by a worker process gives what rendering here
+    gives, array for array, in order (the stage renders with all cores)."""
+    import numpy as np
+    import mm_warm_timing as mwt
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    audio, images = tmp.load_items(data)
+    tok = tmp.make_tokenizer([i["text"] for i in audio + images], 480,
+                             os.path.join(os.path.dirname(data), "tok.json"))
+    pr, fe, fonts = tmp.Prompter(tok), Gemma4AudioFeatureExtractor(), tmp.mmd.font_roots(None)
+    n = 0
+    for kind, items in (("image", images), ("audio", audio)):
+        tr = [i for i in items if i["split"] == "train"]
+        ds = tmp.Items(tr, kind, data, fonts, pr, fe, 1)
+        here, there = mwt.render_items(ds, 10, 0), mwt.render_items(ds, 10, 1)
+        expect(len(here) == len(there) == 10, f"render {kind}: {len(here)}, {len(there)} items")
+        for a, b in zip(here, there):
+            expect(a.keys() == b.keys(), f"render {kind}: keys {a.keys()} vs {b.keys()}")
+            for k in a:
+                same = (np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else
+                        a[k] == b[k])
+                expect(same, f"render {kind}: {k} differs between 0 and 1 worker")
+                n += 1
+    print(f"mm_sweep_check: render_items by a worker = here ({n} fields of 10 + 10 items, 2 of "
+          "them past the 8 planned: a second rendering)")
 
 
 def loader_rows(lines, what):
@@ -196,6 +227,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d, seconds=2)
         check_single(data)
+        check_render(data)
         check_sweep(data)
         check_oom(data)
         check_loader(data)
