@@ -182,6 +182,12 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
     if args.a_warm and not p.get("a_lr_mult", 1.0):
         raise SystemExit("mm_warm_timing: --a-warm with the audio side at lr x 0: give "
                          "--a-lr-mult X (the trainer's rule)")
+    tr = time.perf_counter()  # (the fixed items first: the workers fork before CUDA starts)
+    most = max(batches) // 2
+    fixed = {kind: render_items(tmp.Items(items, kind, args.data, fonts, pr, fe, 1), most,
+                                args.render_workers)
+             for kind, items in (("image", tr_i), ("audio", tr_a))}
+    tr = time.perf_counter() - tr
     torch.manual_seed(0)
     model = tmp.build_model(p, tok, 0, v_pos_init=args.v_pos_init).to(dev).train()
     turn = pr.id["<turn|>"]
@@ -208,11 +214,6 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
     guard = tmp.StepGuard(len(batches) * len(kinds) * (args.rounds + 1) + 3)
     losses = {k: [] for k in ("image", "audio", "ctc", "ctc_tied", "a_var", "a_cov", "v_aux",
                               "v_aux_tied", "v_warm", "v_warm_tied", "a_warm", "a_warm_tied")}
-    tr = time.perf_counter()
-    most = max(batches) // 2
-    fixed = {kind: render_items(tmp.Items(items, kind, args.data, fonts, pr, fe, 1), most,
-                                args.render_workers)
-             for kind, items in (("image", tr_i), ("audio", tr_a))}
     n_params = sum(x.numel() for x in model.parameters())
     print(f"mm_warm_timing: sweep, {args.preset} ({n_params:,} parameters) on {dev} "
           f"({torch.get_num_threads()} threads): pad-to {args.pad_to}, strict determinism "
@@ -220,7 +221,7 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
           + (f", audio ctc x {ctc_w:g} ({units} at {at})" if head is not None else "")
           + (", tied ctc" if tied is not None else "")
           + f", audio side lr x {p.get('a_lr_mult', 1.0):g}; {args.rounds} rounds a row after "
-          f"1 untimed; {most} images + {most} clips rendered in {time.perf_counter() - tr:.1f} s",
+          f"1 untimed; {most} images + {most} clips rendered in {tr:.1f} s",
           flush=True)
 
     def oom_after_image(model_, b, lab, amp_):  # (--inject-oom: after the image half's forward)
