@@ -345,6 +345,22 @@
 #            proxy: MM_DET_PKG=$WORK/gpu-tiny/f16 MM_DET_HF=$WORK/gpu-tiny/hf
 #            MM_DET_DATA=tests/fixtures/mm-tiny (random weights: flat logits show any
 #            run-to-run difference, a benign rounding order too)
+#   mm_speed issue 35: how fast can the proxy train on one GPU? (~2 min, at most 3.5 by its
+#            timeouts; after mm_make, this call or an earlier start's, also right after mm_run:
+#            it reads only $MM_DATA) tools/python/mm_warm_timing.py, ${MM_PRESET:-proxy} on
+#            ${MM_SPEED_DEVICE:-cuda}: (1) the batch sweep, one model: the joint step, then the
+#            warm + audio step, at each of ${MM_SPEED_BATCHES:-64,128,256} items (first train
+#            items, half images, half clips), ${MM_SPEED_ROUNDS:-5} timed steps each after one
+#            untimed, with the recipe's options that change a step (--pad-to 64
+#            --strict-determinism --split-digits, AudioChars' CTC x 0.5 at embed, --ctc-tied,
+#            --a-lr-mult 0.3): a row each with the median s a step, items/s, peak GiB allocated
+#            and (CUDA) the GPU's own seconds in one more, profiled step (--gpu-busy: near the
+#            median, GPU-bound), OOM where a size does not fit (timeout ${MM_SPEED_SWEEP_S:-150}
+#            s); (2) the trainer's two loaders alone (its datasets, collate, augmentations: --reps
+#            8 --a-speed-perturb 0.1, batch 64) at each of ${MM_SPEED_WORKERS:-7,14} workers:
+#            items/s over ${MM_SPEED_LOADER_BATCHES:-24} batches after one a worker (timeout
+#            ${MM_SPEED_LOADER_S:-60} s). Rows in $OUT/mm_speed/speed.txt (logs speed_sweep.log,
+#            speed_loader.log); MM_SPEED_ARGS: more sweep options
 #   tiny_det mm_det on gpu-tiny (after tiny) with tests/fixtures/mm-tiny-grow's clips: $OUT/tiny_det
 #            (its items fail after the tower: no fitting tokenizer; see stage_tiny_det)
 #   mm_make  mm_bg's work in the foreground, for tools/gpu/pipeline.sh (which detaches every
@@ -2508,6 +2524,36 @@ PY
         stamp "mm_det: the prefill twice"
     fi
     cat "$o/DET.md"
+}
+
+# mm_speed: issue 35's batch sweep and loader measurement (the header's list says what)
+stage_mm_speed() {
+    local o="$OUT/mm_speed" dev=${MM_SPEED_DEVICE:-cuda} t0 rc busy=()
+    rm -rf "$o" && mkdir -p "$o"
+    [ -f "$MM_DATA/speech.jsonl" ] || { echo "mm_speed: no $MM_DATA/speech.jsonl (mm_make writes it, this call or an earlier start's)"; return 1; }
+    [ "$dev" = cuda ] && busy=(--gpu-busy)
+    local common=("$MM_DATA" --preset "${MM_PRESET:-proxy}" --device "$dev" --threads 0
+        --batch 64 --pad-to 64 --split-digits)
+    t0=$(date +%s)
+    # shellcheck disable=SC2086 # (MM_SPEED_ARGS: options, split on spaces)
+    timeout "${MM_SPEED_SWEEP_S:-150}" python3 tools/python/mm_warm_timing.py "${common[@]}" \
+        --batches "${MM_SPEED_BATCHES:-64,128,256}" --rounds "${MM_SPEED_ROUNDS:-5}" --a-warm \
+        --strict-determinism --ctc-weight 0.5 --ctc-units chars --ctc-at embed --ctc-tied \
+        --a-lr-mult 0.3 --v-pos-init 0.02 --render-workers "$(nproc)" "${busy[@]}" \
+        ${MM_SPEED_ARGS:-} >"$o/speed_sweep.log" 2>&1
+    rc=$?
+    grep "^mm_warm_timing" "$o/speed_sweep.log" >"$o/speed.txt"
+    [ $rc = 0 ] || echo "mm_speed: the sweep exited $rc$([ $rc = 124 ] && echo ": stopped by the timeout, ${MM_SPEED_SWEEP_S:-150} s"): $(grep -v '^ *$' "$o/speed_sweep.log" | tail -1)" >>"$o/speed.txt"
+    stamp "mm_speed: the sweep ($(($(date +%s) - t0)) s)"
+    t0=$(date +%s)
+    timeout "${MM_SPEED_LOADER_S:-60}" python3 tools/python/mm_warm_timing.py "${common[@]}" \
+        --loader-workers "${MM_SPEED_WORKERS:-7,14}" --loader-batches "${MM_SPEED_LOADER_BATCHES:-24}" \
+        --reps 8 --a-speed-perturb 0.1 >"$o/speed_loader.log" 2>&1
+    rc=$?
+    grep "^mm_warm_timing" "$o/speed_loader.log" >>"$o/speed.txt"
+    [ $rc = 0 ] || echo "mm_speed: the loader measurement exited $rc$([ $rc = 124 ] && echo ": stopped by the timeout, ${MM_SPEED_LOADER_S:-60} s"): $(grep -v '^ *$' "$o/speed_loader.log" | tail -1)" >>"$o/speed.txt"
+    stamp "mm_speed: the loaders ($(($(date +%s) - t0)) s)"
+    cat "$o/speed.txt"
 }
 
 stage_mm_run() {

@@ -2537,6 +2537,31 @@ def lm_warm(args, p, model, opt, pr, texts, n_held, dev, amp, losses, t1, sep=No
     return info
 
 
+def deterministic_mode(strict):
+    """The run's torch settings (main's, and tools/python/mm_warm_timing.py's sweep, so that it
+    times the kernels the run takes): deterministic algorithms, strict (--strict-determinism)
+    or warning only."""
+    # cuBLAS is deterministic only with a fixed workspace (set before its first use); without
+    # it use_deterministic_algorithms warns and the weights vary run to run
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only (the default) lets two nondeterministic kernels through, each warning once on
+    # the H100 (bench/NOTES.md "The multimodal proxy's step is CPU-bound"): cuDNN attention's
+    # backward, which SDPA prefers on sm90, and memory-efficient attention's backward with its
+    # keys split; --strict-determinism refuses both (torch's sdp_utils.cpp and
+    # attention_backward.cu): SDPA falls to memory-efficient attention with one key split
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
+    # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
+    # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
+    # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
+    torch.utils.deterministic.fill_uninitialized_memory = False
+
+
+def stream_workers(workers):
+    """How main splits --workers between its two loaders: (the image stream's, the audio
+    stream's), the odd one to the images."""
+    return workers // 2 + workers % 2, workers // 2
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -2853,25 +2878,13 @@ def main():
           f"{len(tr_a)} train utterances", flush=True)
 
     torch.manual_seed(args.seed)
-    # cuBLAS is deterministic only with a fixed workspace (set before its first use); without
-    # it use_deterministic_algorithms warns and the weights vary run to run
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    # warn_only (the default) lets two nondeterministic kernels through, each warning once on
-    # the H100 (bench/NOTES.md "The multimodal proxy's step is CPU-bound"): cuDNN attention's
-    # backward, which SDPA prefers on sm90, and memory-efficient attention's backward with its
-    # keys split; --strict-determinism refuses both (torch's sdp_utils.cpp and
-    # attention_backward.cu): SDPA falls to memory-efficient attention with one key split
-    torch.use_deterministic_algorithms(True, warn_only=not args.strict_determinism)
+    deterministic_mode(args.strict_determinism)
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     if args.pad_to < 0:
         raise SystemExit(f"train_mm_proxy: --pad-to {args.pad_to}: expected 0 or more")
     if args.pad_frames is not None and args.pad_frames < 1:
         raise SystemExit(f"train_mm_proxy: --pad-frames {args.pad_frames}: expected 1 or more")
-    # ... without filling every new tensor with NaN first (a debugging aid deterministic mode
-    # turns on: ~1/3 of the ops of a step, one kernel each; no result reads unwritten memory,
-    # so the weights are the same; bench/NOTES.md "The multimodal proxy's NaN")
-    torch.utils.deterministic.fill_uninitialized_memory = False
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 
     fe = Gemma4AudioFeatureExtractor()
@@ -2894,14 +2907,14 @@ def main():
 
     def image_stream(items, batch, seed):  # (the image streams' loader: half the workers, +1)
         return forever(Items(items, "image", args.data, fonts, pr, fe, p["reps"], cache), batch,
-                       seed, p["workers"] // 2 + p["workers"] % 2, args.pad_to, pin)
+                       seed, stream_workers(p["workers"])[0], args.pad_to, pin)
 
     streams = {"image": image_stream(tr_i, half, args.seed),
                "chars": image_stream(chars, half, args.seed + 2) if args.v_chars else None,
                "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache,
                                       p.get("a_speed_perturb", 0.0)),
-                                half, args.seed + 1, p["workers"] // 2, args.pad_to, pin,
-                                args.pad_frames)}
+                                half, args.seed + 1, stream_workers(p["workers"])[1],
+                                args.pad_to, pin, args.pad_frames)}
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
