@@ -345,6 +345,8 @@
 #            proxy: MM_DET_PKG=$WORK/gpu-tiny/f16 MM_DET_HF=$WORK/gpu-tiny/hf
 #            MM_DET_DATA=tests/fixtures/mm-tiny (random weights: flat logits show any
 #            run-to-run difference, a benign rounding order too)
+#   mm_data  mm_make's data part alone, no training (~1 min): the carried plan into $MM_DATA,
+#            the speech and the held-out media: what mm_speed needs (`build / mm_data mm_speed`)
 #   mm_speed issue 35: how fast can the proxy train on one GPU? (~2 min, at most 3.5 by its
 #            timeouts; after mm_make, this call or an earlier start's, also right after mm_run:
 #            it reads only $MM_DATA) tools/python/mm_warm_timing.py, ${MM_PRESET:-proxy} on
@@ -2310,31 +2312,39 @@ mm_data_init() {
     cp "$MM_CARRY/speech.jsonl.gz" "$MM_CARRY/images.jsonl.gz" "$MM_CARRY/data.json" "$MM_DATA/"
 }
 
-stage_mm_make() {
+# mm_prepare_data: $MM_DATA made ready for training: the carried plan copied, espeak-ng
+# unpacked into $MMD/espeak, the speech rendered and the held-out media and manifests written;
+# the python modules the training needs checked first (1 and one line on any failure)
+mm_prepare_data() {
     local d="$MMD" t0
-    rm -rf "$d" && mkdir -p "$d"
-    mm_check_quants || { touch "$d/FAILED"; return 1; }
     [ -f "$MM_CARRY/speech.jsonl.gz" ] && [ -f "$MM_CARRY/espeak/espeak-ng-data-en.tar.xz" ] ||
-        { echo "mm: $MM_CARRY has no plan or no espeak (tools/gpu/fetch_mm_carry.sh on a CPU machine, carried)"; touch "$d/FAILED"; return 1; }
-    mm_data_init || { echo "mm: could not copy the plan from $MM_CARRY to $MM_DATA"; touch "$d/FAILED"; return 1; }
+        { echo "mm: $MM_CARRY has no plan or no espeak (tools/gpu/fetch_mm_carry.sh on a CPU machine, carried)"; return 1; }
+    mm_data_init || { echo "mm: could not copy the plan from $MM_CARRY to $MM_DATA"; return 1; }
     # PIL renders the images (the image's; a Pillow wheel in .whl/opt/ where it has none)
     if ! python3 -c 'import PIL' 2>/dev/null && ls .whl/opt/pillow-*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/g4site .whl/opt/pillow-*.whl || { touch "$d/FAILED"; return 1; }
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/g4site .whl/opt/pillow-*.whl || return 1
     fi
     # what the training needs stops the stage now; what only mm_run's HF dump needs
     # (make_reference.py --mm: Gemma4ImageProcessor is torchvision's, soxr resamples) is said
     # now, 15 minutes before mm_run would find out
     python3 -c 'import numpy, PIL, tokenizers, torch, mobius
 from transformers import Gemma4ForConditionalGeneration' ||
-        { echo "mm: a python module the training needs is missing (above)"; touch "$d/FAILED"; return 1; }
+        { echo "mm: a python module the training needs is missing (above)"; return 1; }
     python3 -c 'import torchvision, soxr, soundfile' 2>&1 | tail -1 | sed 's/^/mm: WARNING: mm_run'"'"'s HF dump (make_reference.py --mm) will fail: /'
     t0=$(date +%s)
-    bash tools/gpu/espeak_prefix.sh "$MM_CARRY/espeak" "$d/espeak" || { touch "$d/FAILED"; return 1; }
-    python3 tools/python/make_mm_data.py speech "$MM_DATA" --espeak "$d/espeak" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
+    bash tools/gpu/espeak_prefix.sh "$MM_CARRY/espeak" "$d/espeak" || return 1
+    python3 tools/python/make_mm_data.py speech "$MM_DATA" --espeak "$d/espeak" --jobs "$(nproc)" || return 1
     stamp "mm: speech ($(($(date +%s) - t0)) s)"
     t0=$(date +%s)
-    python3 tools/python/make_mm_data.py media "$MM_DATA" --jobs "$(nproc)" || { touch "$d/FAILED"; return 1; }
+    python3 tools/python/make_mm_data.py media "$MM_DATA" --jobs "$(nproc)" || return 1
     stamp "mm: held-out media ($(($(date +%s) - t0)) s)"
+}
+
+stage_mm_make() {
+    local d="$MMD" t0
+    rm -rf "$d" && mkdir -p "$d"
+    mm_check_quants || { touch "$d/FAILED"; return 1; }
+    mm_prepare_data || { touch "$d/FAILED"; return 1; }
     t0=$(date +%s)
     if [ -n "${MM_TRAIN_ARGS_B:-}" ]; then
         mm_train_pair
@@ -2527,6 +2537,11 @@ PY
 }
 
 # mm_speed: issue 35's batch sweep and loader measurement (the header's list says what)
+# mm_data: mm_make's data part alone (no training): what mm_speed needs, in ~1 minute
+stage_mm_data() {
+    mkdir -p "$MMD" && mm_prepare_data
+}
+
 stage_mm_speed() {
     local o="$OUT/mm_speed" dev=${MM_SPEED_DEVICE:-cuda} t0 rc busy=()
     rm -rf "$o" && mkdir -p "$o"
