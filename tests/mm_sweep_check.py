@@ -223,9 +223,35 @@ def check_single(data):
           "--count-ops); 7 refusals in one line")
 
 
+def check_device_seconds():
+    """mm_warm_timing.device_seconds on hand-made profiler events: CUDA kernels and copies
+    count, a record_function range's CUDA span (is_user_annotation) and CPU events do not
+    (the first H100 sweep summed the ranges too: 0.608 s a step for 0.252 s of kernels)."""
+    import types
+
+    from torch.autograd import DeviceType
+
+    sys.path.insert(0, os.path.dirname(TIMING))
+    import mm_warm_timing
+
+    def ev(dev, us, ann=False):
+        return types.SimpleNamespace(device_type=dev, is_user_annotation=ann,
+                                     time_range=types.SimpleNamespace(elapsed_us=lambda: us))
+
+    events = [ev(DeviceType.CUDA, 120), ev(DeviceType.CUDA, 30),  # a kernel, a copy
+              ev(DeviceType.CUDA, 165400, ann=True),  # mm_forward_audio's span
+              ev(DeviceType.CPU, 9000), ev(DeviceType.CPU, 5000, ann=True)]
+    got = mm_warm_timing.device_seconds(events)
+    expect(abs(got - 150e-6) < 1e-12, f"device_seconds: {got} s (expected 150 us: 120 + 30)")
+    expect(mm_warm_timing.device_seconds([]) == 0, "device_seconds of no events is not 0")
+    print(f"mm_sweep_check: device_seconds: {got * 1e6:.0f} us of 2 kernels, the annotation "
+          "range and the CPU events left out")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d, seconds=2)
+        check_device_seconds()
         check_single(data)
         check_render(data)
         check_sweep(data)

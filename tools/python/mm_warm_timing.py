@@ -84,12 +84,22 @@ SWEEP_OPTIONS = [
 ]
 
 
-def gpu_busy(run):
-    """The seconds of device work (kernels, copies: torch.profiler's CUDA events, summed) of
-    one call of run() profiled, and that call's wall seconds (the profiler's host overhead in
-    it); sums overlapping events as if serial (the trainer runs one stream)."""
+def device_seconds(events):
+    """The seconds of device work in profiler events: the CUDA kernels, copies and fills
+    summed (overlapping ones as if serial: the trainer runs one stream). A record_function
+    range (the trainer's mm_forward_image, mm_backward_audio, ...) also appears as a CUDA
+    event, spanning its first to last kernel with the idle gaps between: it is no work of its
+    own and is left out (counting them made the first H100 sweep say 0.608 s a step where the
+    kernels took 0.252 s: bench/NOTES.md "The batch sweep on the H100")."""
     from torch.autograd import DeviceType
 
+    return sum(e.time_range.elapsed_us() for e in events if e.device_type == DeviceType.CUDA
+               and not getattr(e, "is_user_annotation", False)) / 1e6
+
+
+def gpu_busy(run):
+    """The seconds of device work (device_seconds) of one call of run() profiled, and that
+    call's wall seconds (the profiler's host overhead in it)."""
     act = torch.profiler.ProfilerActivity
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -97,8 +107,7 @@ def gpu_busy(run):
         run()
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return us / 1e6, wall
+    return device_seconds(prof.events()), wall
 
 
 def int_list(spec, flag, least):
