@@ -384,6 +384,9 @@ def main():
 
     fe, fonts, half = Gemma4AudioFeatureExtractor(), tmp.mmd.font_roots(None), args.batch // 2
     if workers is not None:
+        pools = [f"{os.path.basename(path)} {get()}" for path, get, _ in tmp.openblas_pools()]
+        print("loader threads: this process's OpenBLAS pools: " + (", ".join(pools) or "none "
+              "found") + "; each loader worker's: 1 (train_mm_proxy.worker_init)", flush=True)
         for w in workers:
             loader_row(args, p, dev, tr_i, tr_a, fonts, pr, fe, w)
     if batches is not None:
