@@ -166,11 +166,12 @@ def _one(x):  # (render_items' collate: the item as Items gives it)
 
 def render_items(ds, n, workers):
     """ds.render(k) for k < n (Items: the first n train items, then later renderings), by
-    `workers` processes (0: here), in order."""
+    `workers` processes (0: here), in order; each worker's native pools at one thread, as the
+    trainer's (train_mm_proxy.worker_init)."""
     if not workers:
         return [ds.render(k) for k in range(n)]
     dl = torch.utils.data.DataLoader(ds, batch_size=None, sampler=range(n), num_workers=workers,
-                                     collate_fn=_one)
+                                     collate_fn=_one, worker_init_fn=tmp.worker_init)
     return list(dl)
 
 
@@ -384,6 +385,9 @@ def main():
 
     fe, fonts, half = Gemma4AudioFeatureExtractor(), tmp.mmd.font_roots(None), args.batch // 2
     if workers is not None:
+        pools = [f"{os.path.basename(path)} {get()}" for path, get, _ in tmp.openblas_pools()]
+        print("loader threads: this process's OpenBLAS pools: " + (", ".join(pools) or "none "
+              "found") + "; each loader worker's: 1 (train_mm_proxy.worker_init)", flush=True)
         for w in workers:
             loader_row(args, p, dev, tr_i, tr_a, fonts, pr, fe, w)
     if batches is not None:

@@ -1043,9 +1043,71 @@ def collate(batch, pad=0, pad_frames=None):
     return out
 
 
+NATIVE_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# (what a native library loaded later in a worker reads for its pool's size)
+OPENBLAS_NAMES = [(a, b) for a in ("scipy_openblas", "openblas") for b in ("64_", "_64_", "")]
+# (numpy >= 2's scipy-openblas wheels name them scipy_openblas_set_num_threads64_, numpy 1's
+# openblas_set_num_threads64_; a plain OpenBLAS build openblas_set_num_threads)
+
+
+def openblas_pools():
+    """The OpenBLAS libraries this process has loaded (numpy's own, bundled in its wheel), each
+    as (its path, its get_num_threads, its set_num_threads), from /proc/self/maps; a library
+    whose functions go by none of OPENBLAS_NAMES is left out. Nothing is loaded (RTLD_NOLOAD)."""
+    import ctypes
+
+    paths = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            f6 = line.split(maxsplit=5)  # address, perms, offset, dev, inode[, path]
+            path = f6[5].strip() if len(f6) == 6 else ""
+            if "openblas" in path.lower() and path not in paths:  # (Debian's: openblas*/libblas)
+                paths.append(path)
+    out = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
+        except OSError:
+            continue
+        for a, b in OPENBLAS_NAMES:
+            get = getattr(lib, f"{a}_get_num_threads{b}", None)
+            put = getattr(lib, f"{a}_set_num_threads{b}", None)
+            if get is not None and put is not None:
+                get.restype, get.argtypes, put.restype, put.argtypes = (ctypes.c_int, [], None,
+                                                                       [ctypes.c_int])
+                out.append((path, get, put))
+                break
+    return out
+
+
+def limit_native_threads(n=1):
+    """This process's native thread pools held to n threads: numpy's OpenBLAS (openblas_pools:
+    it sizes its pool to the machine's cores when numpy is imported, and a forked DataLoader
+    worker keeps that size; torch sets its own intra-op pool to 1 in a worker, not numpy's) and,
+    for libraries loaded later, NATIVE_THREAD_VARS. Returns the OpenBLAS pools' sizes after, one
+    a library. Single-threaded OpenBLAS computes the same numbers (each output's dot product is
+    one thread's either way; tests/mm_threads_check.py compares batches and a training)."""
+    for k in NATIVE_THREAD_VARS:
+        os.environ[k] = str(n)
+    sizes = []
+    for _, get, put in openblas_pools():
+        put(n)
+        sizes.append(get())
+    return sizes
+
+
+def worker_init(_worker_id):
+    """forever's DataLoader workers' worker_init_fn: limit_native_threads(1). A clip's rendering
+    (make_mm_data.resample's strided products, the feature extractor's mel product) calls
+    OpenBLAS; with the parent's pool size each worker started one thread a core (14 workers x 16
+    threads on the H100 host's 16 cores, issue 35)."""
+    limit_native_threads(1)
+
+
 def forever(ds, batch, seed, workers, pad=0, pin=False, pad_frames=None):
     """ds's batches, reshuffled each pass, without end; pin: in page-locked memory (the copy to
-    the GPU then runs without blocking the host)."""
+    the GPU then runs without blocking the host). Each worker's native pools: one thread
+    (worker_init)."""
     g = torch.Generator()
     g.manual_seed(seed)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, generator=g,
@@ -1054,7 +1116,8 @@ def forever(ds, batch, seed, workers, pad=0, pin=False, pad_frames=None):
                                                                   pad_frames=pad_frames),
                                      num_workers=workers,
                                      persistent_workers=workers > 0, pin_memory=pin,
-                                     prefetch_factor=4 if workers else None)
+                                     prefetch_factor=4 if workers else None,
+                                     worker_init_fn=worker_init if workers else None)
     while True:
         yield from dl
 
