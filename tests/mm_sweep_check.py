@@ -214,13 +214,17 @@ def check_single(data):
                         (["--loader-workers", "-1"], "--loader-workers -1: expected integers"),
                         (["--batches", "2", "--ctc-tied"], "--ctc-tied needs --ctc-weight"),
                         (["--batches", "2", "--gpu-busy"], "--gpu-busy: the device's own time "
-                         "needs CUDA")):
+                         "needs CUDA"),
+                        (["--batches", "2", "--top-ops", "5"], "--top-ops 5: expected 0 or "
+                         "more, and --gpu-busy"),
+                        (["--batches", "2", "--top-ops", "-1"], "--top-ops -1: expected 0 or "
+                         "more")):
         _, res = timing(data, extra, rc=1)
         err = res.stderr.strip().splitlines()
         expect(len(err) == 1 and want in err[0], f"{' '.join(extra)}: stderr {err} (expected "
                f"one line holding {want!r})")
     print("mm_sweep_check: the single form prints the base version's lines (plain; --a-warm "
-          "--count-ops); 7 refusals in one line")
+          "--count-ops); 9 refusals in one line")
 
 
 def check_device_seconds():
@@ -248,10 +252,46 @@ def check_device_seconds():
           "range and the CPU events left out")
 
 
+def check_top_ops():
+    """mm_warm_timing.top_ops on hand-made key_averages rows: the host-side ops with device
+    time, most first, n of them; the kernels' own (device-side) rows, the record_function
+    ranges and ops without device time left out."""
+    import types
+
+    from torch.autograd import DeviceType
+
+    sys.path.insert(0, os.path.dirname(TIMING))
+    import mm_warm_timing
+
+    def row(key, dev, us, count, ann=False):
+        return types.SimpleNamespace(key=key, device_type=dev, self_device_time_total=us,
+                                     count=count, is_user_annotation=ann)
+
+    rows = [row("aten::copy_", DeviceType.CPU, 42369, 4008),
+            row("mm_forward_audio", DeviceType.CPU, 165400, 1, ann=True),
+            row("void elementwise_kernel<128, 2>", DeviceType.CUDA, 25974, 1492),
+            row("aten::mul", DeviceType.CPU, 59216, 3750),
+            row("aten::linear", DeviceType.CPU, 0, 728),
+            row("aten::mm", DeviceType.CPU, 30614, 1089)]
+    got = mm_warm_timing.top_ops(rows, 2)
+    want = [("aten::mul", 59.216, 3750), ("aten::copy_", 42.369, 4008)]
+    expect(len(got) == 2 and [(k, c) for k, _, c in got] == [(k, c) for k, _, c in want] and
+           all(abs(g[1] - w[1]) < 1e-9 for g, w in zip(got, want)),
+           f"top_ops(rows, 2): {got} (expected {want})")
+    got = mm_warm_timing.top_ops(rows, 10)
+    expect([k for k, _, _ in got] == ["aten::mul", "aten::copy_", "aten::mm"],
+           f"top_ops(rows, 10): {[k for k, _, _ in got]} (expected the 3 host-side ops with "
+           "device time)")
+    expect(mm_warm_timing.top_ops(rows, 0) == [], "top_ops(rows, 0) is not empty")
+    print("mm_sweep_check: top_ops: 3 of 6 rows are ops (a kernel's row, a range and an op "
+          "without device time left out), most GPU time first")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         data = ci_data(tmp, d, seconds=2)
         check_device_seconds()
+        check_top_ops()
         check_single(data)
         check_render(data)
         check_sweep(data)

@@ -357,9 +357,10 @@
 #            --strict-determinism --split-digits, AudioChars' CTC x 0.5 at embed, --ctc-tied,
 #            --a-lr-mult 0.3): a row each with the median s a step, items/s, peak GiB allocated
 #            and (CUDA) the GPU's own seconds in one more, profiled step (--gpu-busy: near the
-#            median, GPU-bound), OOM where a size does not fit (timeout ${MM_SPEED_SWEEP_S:-150}
-#            s); (2) the trainer's two loaders alone (its datasets, collate, augmentations: --reps
-#            8 --a-speed-perturb 0.1, batch 64) at each of ${MM_SPEED_WORKERS:-7,14} workers:
+#            median, GPU-bound; --top-ops: its ${MM_SPEED_TOP_OPS:-12} ops of most GPU time
+#            named), OOM where a size does not fit (timeout ${MM_SPEED_SWEEP_S:-150} s); (2)
+#            the trainer's two loaders alone (its datasets, collate, augmentations: --reps 8
+#            --a-speed-perturb 0.1, batch 64) at each of ${MM_SPEED_WORKERS:-7,14} workers:
 #            items/s over ${MM_SPEED_LOADER_BATCHES:-24} batches after one a worker (timeout
 #            ${MM_SPEED_LOADER_S:-60} s). Rows in $OUT/mm_speed/speed.txt (logs speed_sweep.log,
 #            speed_loader.log); MM_SPEED_ARGS: more sweep options
@@ -2546,7 +2547,7 @@ stage_mm_speed() {
     local o="$OUT/mm_speed" dev=${MM_SPEED_DEVICE:-cuda} t0 rc busy=()
     rm -rf "$o" && mkdir -p "$o"
     [ -f "$MM_DATA/speech.jsonl" ] || { echo "mm_speed: no $MM_DATA/speech.jsonl (mm_make writes it, this call or an earlier start's)"; return 1; }
-    [ "$dev" = cuda ] && busy=(--gpu-busy)
+    [ "$dev" = cuda ] && busy=(--gpu-busy --top-ops "${MM_SPEED_TOP_OPS:-12}")
     local common=("$MM_DATA" --preset "${MM_PRESET:-proxy}" --device "$dev" --threads 0
         --batch 64 --pad-to 64 --split-digits)
     t0=$(date +%s)

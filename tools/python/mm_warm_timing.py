@@ -81,6 +81,8 @@ SWEEP_OPTIONS = [
                          "frozen, no backward into it)")),
     ("--gpu-busy", dict(action="store_true", help="one more step a row under torch.profiler: "
                         "the seconds its CUDA kernels and copies ran (CUDA only)")),
+    ("--top-ops", dict(type=int, default=0, help="with --gpu-busy: the row also names the N "
+                       "ops of most GPU time in its profiled step")),
 ]
 
 
@@ -97,9 +99,22 @@ def device_seconds(events):
                and not getattr(e, "is_user_annotation", False)) / 1e6
 
 
-def gpu_busy(run):
-    """The seconds of device work (device_seconds) of one call of run() profiled, and that
-    call's wall seconds (the profiler's host overhead in it)."""
+def top_ops(rows, n):
+    """The n ops of most device time in profiler rows (prof.key_averages()): [(name, ms,
+    calls)], most first. An op row is a host-side one (aten::mul, ...) whose kernels ran on the
+    device (self_device_time_total: its own kernels, not its children's); the kernels' own rows
+    (device-side: the same time again) and the record_function ranges are left out."""
+    from torch.autograd import DeviceType
+
+    ops = [(r.key, r.self_device_time_total / 1e3, r.count) for r in rows
+           if r.device_type == DeviceType.CPU and not getattr(r, "is_user_annotation", False)
+           and r.self_device_time_total > 0]
+    return sorted(ops, key=lambda o: -o[1])[:n]
+
+
+def gpu_busy(run, n_top=0):
+    """The seconds of device work (device_seconds) of one call of run() profiled, that call's
+    wall seconds (the profiler's host overhead in it) and its n_top ops (top_ops)."""
     act = torch.profiler.ProfilerActivity
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -107,7 +122,7 @@ def gpu_busy(run):
         run()
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    return device_seconds(prof.events()), wall
+    return device_seconds(prof.events()), wall, top_ops(prof.key_averages(), n_top)
 
 
 def int_list(spec, flag, least):
@@ -294,10 +309,14 @@ def sweep(args, p, dev, tok, pr, fe, fonts, tr_i, tr_a, batches):
                         secs.append(time.perf_counter() - t0)
                 if args.gpu_busy:  # (after the timed rounds: the profiler slows the host)
                     try:
-                        g, w = gpu_busy(lambda: run(kind, args.rounds + 1, bt, loss_fn, live))
+                        g, w, top = gpu_busy(lambda: run(kind, args.rounds + 1, bt, loss_fn,
+                                                         live), args.top_ops)
                         pct = 100 * g / statistics.median(secs)
                         busy = (f", GPU busy {g:.3f} s a step ({pct:.0f}% of the median; the "
                                 f"profiled step {w:.3f} s)")
+                        if top:
+                            busy += ("; top ops, GPU ms (calls): " +
+                                     ", ".join(f"{k} {ms:.1f} ({c})" for k, ms, c in top))
                     except torch.OutOfMemoryError:
                         raise
                     except Exception as e:  # (a profiler's failure costs the column, not the row)
@@ -353,6 +372,9 @@ def main():
     args = ap.parse_args()
     if args.rounds < 2 or args.batch < 2:
         raise SystemExit("mm_warm_timing: --rounds and --batch: expected 2 or more")
+    if args.top_ops < 0 or (args.top_ops and not args.gpu_busy):
+        raise SystemExit(f"mm_warm_timing: --top-ops {args.top_ops}: expected 0 or more, and "
+                         "--gpu-busy (the ops are its profiled step's)")
     batches = int_list(args.batches, "--batches", 2) if args.batches is not None else None
     if batches and any(b % 2 for b in batches):
         raise SystemExit(f"mm_warm_timing: --batches {args.batches}: expected even sizes")
