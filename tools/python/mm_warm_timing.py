@@ -144,13 +144,10 @@ def loader_row(args, p, dev, tr_i, tr_a, fonts, pr, fe, w):
     (each half's rows), the seconds, items/s and each half's waits. The workers end with it."""
     half = args.batch // 2
     wi, wa = tmp.stream_workers(w)
-    cache = w == 0 and len(tr_i) + len(tr_a) <= 64  # (main's rule)
-    pin = dev.type == "cuda"
-    streams = [tmp.forever(tmp.Items(tr_i, "image", args.data, fonts, pr, fe, p["reps"], cache),
-                           half, 0, wi, args.pad_to, pin),
-               tmp.forever(tmp.Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache,
-                                     p.get("a_speed_perturb", 0.0)),
-                           half, 1, wa, args.pad_to, pin)]
+    cache = tmp.cache_items(w, len(tr_i) + len(tr_a))
+    streams = [tmp.item_stream(items, kind, args.data, fonts, pr, fe, p, cache, half, seed, w,
+                               args.pad_to, dev.type == "cuda")
+               for seed, (kind, items) in enumerate((("image", tr_i), ("audio", tr_a)))]
     warm = max(2, wi) if args.loader_warmup is None else args.loader_warmup
     t0 = time.perf_counter()
     for _ in range(warm):

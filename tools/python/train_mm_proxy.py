@@ -2625,6 +2625,26 @@ def stream_workers(workers):
     return workers // 2 + workers % 2, workers // 2
 
 
+def cache_items(workers, n_items):
+    """main's rule for Items' cache: a handful of items rendered in this process (no workers)
+    are seen every step, so each is rendered once."""
+    return workers == 0 and n_items <= 64
+
+
+def item_stream(items, kind, data, fonts, pr, fe, p, cache, batch, seed, workers, pad_to, pin,
+                pad_frames=None):
+    """One of main's loaders (tools/python/mm_warm_timing.py's loader rows time the same):
+    kind "image" or "audio" items of preset p (its reps, the clips' a_speed_perturb) by
+    forever, with the image's or the audio's share of `workers` (stream_workers)."""
+    wi, wa = stream_workers(workers)
+    if kind == "image":
+        return forever(Items(items, "image", data, fonts, pr, fe, p["reps"], cache), batch, seed,
+                       wi, pad_to, pin)
+    return forever(Items(items, "audio", data, fonts, pr, fe, p["reps"], cache,
+                         p.get("a_speed_perturb", 0.0)),
+                   batch, seed, wa, pad_to, pin, pad_frames)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -2956,7 +2976,7 @@ def main():
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
-    cache = p["workers"] == 0 and len(tr_i) + len(tr_a) <= 64  # (in this process, small)
+    cache = cache_items(p["workers"], len(tr_i) + len(tr_a))
     pin = dev.type == "cuda"
     for kind, items in (("image", tr_i), ("audio", tr_a)):
         if len(items) * p["reps"] < half:  # (drop_last: a loader of no batch never yields)
@@ -2968,16 +2988,16 @@ def main():
         raise SystemExit(f"train_mm_proxy: --v-chars: {len(chars)} train strings with a "
                          f"character for half-batches of {half}")
 
-    def image_stream(items, batch, seed):  # (the image streams' loader: half the workers, +1)
-        return forever(Items(items, "image", args.data, fonts, pr, fe, p["reps"], cache), batch,
-                       seed, stream_workers(p["workers"])[0], args.pad_to, pin)
+    def stream(items, kind, batch, seed):  # (image_stream: also vision_warm's own loader)
+        return item_stream(items, kind, args.data, fonts, pr, fe, p, cache, batch, seed,
+                           p["workers"], args.pad_to, pin, args.pad_frames)
+
+    def image_stream(items, batch, seed):
+        return stream(items, "image", batch, seed)
 
     streams = {"image": image_stream(tr_i, half, args.seed),
                "chars": image_stream(chars, half, args.seed + 2) if args.v_chars else None,
-               "audio": forever(Items(tr_a, "audio", args.data, fonts, pr, fe, p["reps"], cache,
-                                      p.get("a_speed_perturb", 0.0)),
-                                half, args.seed + 1, stream_workers(p["workers"])[1],
-                                args.pad_to, pin, args.pad_frames)}
+               "audio": stream(tr_a, "audio", half, args.seed + 1)}
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
