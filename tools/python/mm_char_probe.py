@@ -153,7 +153,8 @@ def main():
     dl = torch.utils.data.DataLoader(CharSet(train, fonts, 8), batch_size=args.batch, shuffle=True,
                                      generator=g, drop_last=True, collate_fn=collate,
                                      num_workers=args.workers,
-                                     persistent_workers=args.workers > 0)
+                                     persistent_workers=args.workers > 0,
+                                     worker_init_fn=T.worker_init if args.workers else None)
     ev = list(torch.utils.data.DataLoader(CharSet(evals, fonts, 1), batch_size=32,
                                           collate_fn=collate))
 
