@@ -2,8 +2,9 @@
 """tools/python/mm_pair_table.py on two hand-written train.json files whose table is written out
 here by hand (run by tests/test_mm_pair_table.sh). Python 3 standard library only.
 
-A: 100 of 100 steps, held-out rows at steps 0, 50, 100; B: stopped at 75 of 100, rows at 0, 50,
-75, with a tied read-out head A lacks. Every value is a multiple of 1/16 or has at most one more
+A: 100 of 100 steps, held-out rows at steps 0, 50, 100, an LM warm phase with copy rows; B:
+stopped at 75 of 100, rows at 0, 50, 75, with a tied read-out head A lacks, an LM warm phase
+without copy rows; step 50's greedy answers (stopped share, distinct count) in both. Every value is a multiple of 1/16 or has at most one more
 decimal than printed, so no row depends on how a tie rounds. Then: a different seed is said; a
 train.json without step_seconds, a held-out row without "rolled", a file that is not JSON and a
 file that does not exist each give one line on stderr and exit 1 (no traceback)."""
@@ -16,27 +17,32 @@ fails = 0
 A = {"preset": "proxy", "seed": 0, "device": "cuda", "steps": 100, "stopped_at": None,
      "step_seconds": {"first_5": [1.5, 0.8], "median": 0.7, "max": 1.5, "over_2x_median": 1},
      "seconds": {"train": 336.0, "data_wait": 12.5, "lm_warm": 20.0},
+     "lm_warm": {"final_loss": 4.375, "copy": {"final": 5.25, "plain_final": 4.0625}},
      "heldout": [
          {"step": 0, "image": {"loss": 4.0, "zeroed": 4.25, "rolled": 4.5, "soft_rms": 0.1},
           "audio": {"loss": 3.5, "zeroed": 3.5, "rolled": 3.625, "ctc": 5.0, "ctc_cer": 0.9,
                     "ctc_cer_other": 0.95}, "text_rms": 0.2, "seconds": 1.0},
          {"step": 50, "image": {"loss": 3.0, "zeroed": 3.5, "rolled": 3.75,
-                                "decode": {"exact": 0.25, "ocrbench": 0.5, "cer": 0.4}},
+                                "decode": {"exact": 0.25, "ocrbench": 0.5, "cer": 0.4, "eos": 0.75,
+                                           "answers": ["ab", "ab", "cd", "1,5"]}},
           "audio": {"loss": 3.25, "zeroed": 3.25, "rolled": 3.375, "ctc_cer": 0.5,
-                    "decode": {"exact": 0.0, "wer": 1.25, "cer": 0.8}}, "seconds": 1.0},
+                    "decode": {"exact": 0.0, "wer": 1.25, "cer": 0.8, "eos": 0.5,
+                               "answers": ["x y", "x y"]}}, "seconds": 1.0},
          {"step": 100, "image": {"loss": 2.5, "zeroed": 3.5, "rolled": 3.25},
           "audio": {"loss": 3.0, "zeroed": 3.125, "rolled": 3.0625}, "seconds": 1.0}]}
 B = {"preset": "proxy", "seed": 0, "device": "cuda", "steps": 100, "stopped_at": 75,
      "step_seconds": {"first_5": [1.5, 0.9], "median": 0.875, "max": 1.6, "over_2x_median": 1},
-     "seconds": {"train": 350.0, "data_wait": 40.3},
+     "seconds": {"train": 350.0, "data_wait": 40.3}, "lm_warm": {"final_loss": 3.875},
      "heldout": [
          {"step": 0, "image": {"loss": 4.0, "zeroed": 4.25, "rolled": 4.5},
           "audio": {"loss": 3.5, "zeroed": 3.5, "rolled": 3.625, "ctc_cer": 0.9,
                     "tied_cer": 0.95}},
          {"step": 50, "image": {"loss": 2.75, "zeroed": 3.5, "rolled": 4.0,
-                                "decode": {"exact": 0.5, "ocrbench": 0.75}},
+                                "decode": {"exact": 0.5, "ocrbench": 0.75, "eos": 1.0,
+                                           "answers": ["ab", "cd", "ef", "gh"]}},
           "audio": {"loss": 3.125, "zeroed": 3.5, "rolled": 3.25, "ctc_cer": 0.375,
-                    "tied_cer": 0.625, "decode": {"exact": 0.125, "wer": 0.875}}},
+                    "tied_cer": 0.625, "decode": {"exact": 0.125, "wer": 0.875, "eos": 0.625,
+                                                  "answers": ["x y", "x z", "x y"]}}},
          {"step": 75, "image": {"loss": 2.625, "zeroed": 3.5, "rolled": 3.875},
           "audio": {"loss": 3.0, "zeroed": 3.5, "rolled": 3.5}}]}
 
@@ -46,6 +52,9 @@ ROWS = """\
 | step s median | 0.700 | 0.875 | +0.175 |
 | data wait s | 12.5 | 40.3 | +27.8 |
 | train s | 336.0 | 350.0 | +14.0 |
+| LM warm loss | 4.3750 | 3.8750 | -0.5000 |
+| LM warm copy rows loss | 5.2500 | - | - |
+| LM warm plain rows loss | 4.0625 | - | - |
 | step 0 image loss | 4.0000 | 4.0000 | +0.0000 |
 | step 0 image zeroed gap | +0.2500 | +0.2500 | +0.0000 |
 | step 0 image rolled gap | +0.5000 | +0.5000 | +0.0000 |
@@ -59,6 +68,8 @@ ROWS = """\
 | step 50 image rolled gap | +0.7500 | +1.2500 | +0.5000 |
 | step 50 image answers exact | 0.250 | 0.500 | +0.250 |
 | step 50 image answers OCRBench | 0.500 | 0.750 | +0.250 |
+| step 50 image answers stopped | 0.750 | 1.000 | +0.250 |
+| step 50 image answers distinct | 3 | 4 | +1 |
 | step 50 audio loss | 3.2500 | 3.1250 | -0.1250 |
 | step 50 audio zeroed gap | +0.0000 | +0.3750 | +0.3750 |
 | step 50 audio rolled gap | +0.1250 | +0.1250 | +0.0000 |
@@ -66,6 +77,8 @@ ROWS = """\
 | step 50 audio tied head CER | - | 0.625 | - |
 | step 50 audio answers exact | 0.000 | 0.125 | +0.125 |
 | step 50 audio answers WER | 1.250 | 0.875 | -0.375 |
+| step 50 audio answers stopped | 0.500 | 0.625 | +0.125 |
+| step 50 audio answers distinct | 1 | 2 | +1 |
 | step 75 image loss | - | 2.6250 | - |
 | step 75 image zeroed gap | - | +0.8750 | - |
 | step 75 image rolled gap | - | +1.2500 | - |
@@ -115,7 +128,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 0, f"exit {r.returncode}: {r.stderr}")
     lines = r.stdout.splitlines()
     got = [x for x in lines if x.startswith("| ") and not x.startswith("| row ")]
-    check(len(got) == len(ROWS) == 36, f"{len(got)} rows, expected {len(ROWS)} (36)")
+    check(len(got) == len(ROWS) == 43, f"{len(got)} rows, expected {len(ROWS)} (43)")
     for i, (g, w) in enumerate(zip(got, ROWS)):
         check(g == w, f"row {i}: {g!r}, expected {w!r}")
     check(f"A: {a} (--steps 100)" in lines, "no line naming A and its arguments")
@@ -152,12 +165,19 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run(a, p3, "--out", f"{tmp}/x.md")
     check(not os.path.exists(f"{tmp}/x.md"), "--out written despite the error")
 
-    # no held-out evaluation (--eval-every 0: heldout []): the four run rows only
+    # no held-out evaluation (--eval-every 0: heldout []): the run and LM warm rows only
     a7, b7 = copy.deepcopy(A), copy.deepcopy(B)
     a7["heldout"], b7["heldout"] = [], []
     r = run(write(f"{tmp}/a7.json", a7), write(f"{tmp}/b7.json", b7))
     got = [x for x in r.stdout.splitlines() if x.startswith("| ") and not x.startswith("| row ")]
-    check(r.returncode == 0 and got == ROWS[:4], f"no held-out rows: {got}")
+    check(r.returncode == 0 and got == ROWS[:7], f"no held-out rows: {got}")
+
+    # no LM warm phase in either run: no LM warm row
+    a8, b8 = copy.deepcopy(A), copy.deepcopy(B)
+    del a8["lm_warm"], b8["lm_warm"]
+    r = run(write(f"{tmp}/a8.json", a8), write(f"{tmp}/b8.json", b8))
+    got = [x for x in r.stdout.splitlines() if x.startswith("| ") and not x.startswith("| row ")]
+    check(r.returncode == 0 and got == ROWS[:4] + ROWS[7:], f"no LM warm: {len(got)} rows")
 
 print(f"mm_pair_table_check: {fails} failed")
 sys.exit(1 if fails else 0)

@@ -12,12 +12,18 @@ Rows, a column per run and B - A where both have a value:
   step s median   the joint steps' median seconds (step_seconds.median)
   data wait s     seconds the steps waited on the loaders (seconds.data_wait)
   train s         the joint phase's seconds (seconds.train)
+  LM warm loss    the --lm-warm-steps phase's final loss (lm_warm.final_loss; its last 50
+                  steps), and with --lm-copy its copy rows' and plain rows' (lm_warm.copy.final,
+                  .plain_final): a decoder that learnt to copy has copy under plain
+                  (these three: only where a run has them)
 then for each held-out evaluation (--eval-every: train.json's heldout, by step) and kind
 (image, audio): the held-out answer loss as is, the zeroed and rolled gaps (zeroed / rolled
 minus as is: how much the answers depend on the item's own media), the read-out heads' CER
 (ctc_cer: --ctc-weight's / --v-aux-weight's head; tied_cer: --ctc-tied's / --v-aux-tied's) and,
 with --eval-decode, the greedy answers' exact match and OCRBench accuracy (image) or WER
-(audio). A value only one run has (another head, an evaluation at a step the other did not
+(audio), the share of answers that stopped at an end id (decode.eos) and how many
+differ (decode.answers: one stock answer for every item says the decoder ignores the media).
+A value only one run has (another head, an evaluation at a step the other did not
 reach) is "-" for the other. The table is printed and, with --out, written there.
 A file that is not JSON, or a train.json without what a row needs (steps, step_seconds.median,
 seconds.data_wait, seconds.train; a held-out row's step, loss, zeroed, rolled): one line naming
@@ -72,7 +78,19 @@ HELD = (
     ("answers exact", "{:.3f}", lambda r: get(r, "decode", "exact")),
     ("answers OCRBench", "{:.3f}", lambda r: get(r, "decode", "ocrbench")),
     ("answers WER", "{:.3f}", lambda r: get(r, "decode", "wer")),
+    ("answers stopped", "{:.3f}", lambda r: get(r, "decode", "eos")),
+    ("answers distinct", "{:.0f}", lambda r: distinct(get(r, "decode", "answers"))),
 )
+
+# the LM warm phase's rows: (label, keys); a row only where a run has the value
+LM_WARM = (("LM warm loss", ("lm_warm", "final_loss")),
+           ("LM warm copy rows loss", ("lm_warm", "copy", "final")),
+           ("LM warm plain rows loss", ("lm_warm", "copy", "plain_final")))
+
+
+def distinct(answers):
+    """How many different answers (None without a list)."""
+    return None if answers is None else len({json.dumps(x) for x in answers})
 
 
 def held_rows(j, name):
@@ -112,6 +130,10 @@ def rows(a, b, na, nb):
                            ("train s", ("seconds", "train"), "{:.1f}")):
         x, y = need(a, na, *keys), need(b, nb, *keys)
         out.append((label, f.format(x), f.format(y), signed(f).format(y - x)))
+    for label, keys in LM_WARM:
+        x, y = get(a, *keys), get(b, *keys)
+        if x is not None or y is not None:
+            out.append(pair_row(label, "{:.4f}", x, y))
     ha, hb = held_rows(a, na), held_rows(b, nb)
     for step in sorted(set(ha) | set(hb)):
         for kind in ("image", "audio"):
@@ -121,12 +143,15 @@ def rows(a, b, na, nb):
             for label, f, val in HELD:
                 x = val(ra) if ra is not None else None
                 y = val(rb) if rb is not None else None
-                if x is None and y is None:
-                    continue
-                d = "-" if x is None or y is None else signed(f).format(y - x)
-                out.append((f"step {step} {kind} {label}", "-" if x is None else f.format(x),
-                            "-" if y is None else f.format(y), d))
+                if x is not None or y is not None:
+                    out.append(pair_row(f"step {step} {kind} {label}", f, x, y))
     return out
+
+
+def pair_row(label, f, x, y):
+    """(label, A text, B text, B - A text) of values x, y (None: "-")."""
+    d = "-" if x is None or y is None else signed(f).format(y - x)
+    return (label, "-" if x is None else f.format(x), "-" if y is None else f.format(y), d)
 
 
 def table(a, b, pa, pb, args_a, args_b):
