@@ -286,8 +286,9 @@
 #            each trainer gets half the preset's loader workers (an own --workers in either list
 #            wins); B's log lines are A's with "B: " in front; B failing fails nothing. Then
 #            tools/python/mm_pair_table.py's table of both train.json files (steps done, median
-#            step s, data wait, each held-out row: image / audio loss, zeroed and rolled gaps,
-#            read-out heads' CER, answers' exact / OCRBench / WER), printed, in $OUT/mm/PAIR.md
+#            step s, data wait, the LM warm losses (copy / plain rows), each held-out row: image /
+#            audio loss, zeroed and rolled gaps, read-out heads' CER, answers' exact / OCRBench /
+#            WER / stopped share / distinct count), printed, in $OUT/mm/PAIR.md
 #            and $WORK/mm/PAIR.md, which mm_run packs with B's train.json (train_b.json). Only A
 #            is quantized, evaluated and packed. Unset: none of this (issue 35: two recipes in
 #            one GPU start; bench/NOTES.md "Two recipes in one start")
