@@ -265,6 +265,60 @@ check("the wide plan's images are the narrow plan's", pw["image"] == pn["image"]
 check("no train voice of the wide plan uses the held-out variant f4",
       all("+f4" not in i["voice"] for i in pw["audio"] if i["split"] == "train"))
 
+# --speech-pieces N (the tiny plan on the first corpus, the wide plan on the second, N 40): the
+# plan with pieces is the plan without them + N utterances at the end (every other item equal;
+# the gzipped file's text a prefix); each piece 1-4 consecutive words of a train clip's
+# sentence as written (inner commas kept, no , . ? ! at its end), its words no held-out
+# answer's (audio or image), ids train_p00000.., category piece, split train, voice without
+# f4, rate 140-200, pitch 30-70, snr 15-40 (the train clips' ranges); every length 1-4 drawn;
+# the stats; another seed other pieces; N < 0 refused.
+def runs_of(s):
+    w = s.split()
+    return {" ".join(w[i:i + n]).rstrip(",.?!") for n in range(1, 5)
+            for i in range(len(w) - n + 1)}
+for corpus, preset in ((d, "tiny"), (d2, "wide_check")):
+    a = A(); a.seed, a.preset = 0, preset
+    base, st0 = m.plan(a, corpus)
+    a.speech_pieces = 40
+    more, st1 = m.plan(a, corpus)
+    n_old = len(base["audio"])
+    check(f"{preset} + 40 pieces: the other items unchanged, the pieces last",
+          more["image"] == base["image"] and more["audio"][:n_old] == base["audio"] and
+          len(more["audio"]) == n_old + 40)
+    ga, gb = os.path.join(d, "pa.jsonl.gz"), os.path.join(d, "pb.jsonl.gz")
+    m.write_jsonl(ga, base["audio"]), m.write_jsonl(gb, more["audio"])
+    import gzip
+    check(f"{preset}: speech.jsonl.gz's text without pieces a prefix of the one with",
+          gzip.open(gb).read().startswith(gzip.open(ga).read()))
+    pcs = more["audio"][n_old:]
+    said = {i["text"] for i in base["audio"] if i["split"] == "train"}
+    runs = set().union(*(runs_of(s) for s in said))
+    held = {tuple(m.words_of(i["text"])) for k in ("audio", "image") for i in base[k]
+            if i["split"] == "test"}
+    check(f"{preset}: pieces' ids, category, split",
+          [i["id"] for i in pcs] == [f"train_p{k:05d}" for k in range(40)] and
+          all(i["category"] == "piece" and i["split"] == "train" for i in pcs))
+    check(f"{preset}: each piece 1-4 consecutive words of a train clip's sentence "
+          f"(e.g. {[i['text'] for i in pcs[:3]]})",
+          all(1 <= len(i["text"].split()) <= 4 and i["text"] in runs for i in pcs))
+    check(f"{preset}: lengths 1-4 all drawn ({sorted({len(i['text'].split()) for i in pcs})})",
+          {len(i["text"].split()) for i in pcs} == {1, 2, 3, 4})
+    check(f"{preset}: no piece has a held-out answer's words",
+          not any(tuple(m.words_of(i["text"])) in held for i in pcs))
+    check(f"{preset}: pieces' voices and draws in the train clips' ranges",
+          all("+f4" not in i["voice"] and 140 <= i["rate"] <= 200 and 30 <= i["pitch"] <= 70
+              and 15 <= i["snr_db"] <= 40 for i in pcs))
+    check(f"{preset}: stats {st1.get('speech_pieces')} pieces, none without",
+          st1.get("speech_pieces") == 40 and "speech_pieces" not in st0 and
+          {k: v for k, v in st1.items() if not k.startswith("speech_piece")} == st0)
+    a.seed = 1
+    check(f"{preset}: another seed, other pieces",
+          [i["text"] for i in m.plan(a, corpus)[0]["audio"][-40:]] != [i["text"] for i in pcs])
+r = subprocess.run([sys.executable, here, "plan", os.path.join(d, "neg"), "--corpus", d,
+                    "--preset", "tiny", "--speech-pieces", "-1"], capture_output=True, text=True)
+check(f"--speech-pieces -1 refused: exit {r.returncode} {r.stderr.strip()}",
+      r.returncode == 1 and "expected 0 or more" in r.stderr)
+
 # speed_perturb: a 440 Hz tone of 2 s at factors 0.9, 17/16 and 1.1 is 32000 x 16000 / (16000 x
 # factor) samples long (floor) and peaks at 440 x factor Hz (the FFT's bin, 0.5 Hz here: tempo
 # and pitch together); factor 1 is the tone itself; a factor off the 1/160 grid is refused;

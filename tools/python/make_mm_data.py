@@ -3,7 +3,7 @@
 train_mm_proxy.py trains on it), deterministic from a seed.
 
     python3 tools/python/make_mm_data.py plan OUT --corpus .carry/corpus [--seed 0]
-                                         [--preset proxy|tiny]                  (a CPU machine)
+                                         [--preset proxy|tiny] [--speech-pieces N] (a CPU machine)
     python3 tools/python/make_mm_data.py plan OUT --preset ci     (no corpus: tools/make_mm_tiny.sh)
     python3 tools/python/make_mm_data.py speech OUT [--espeak PREFIX] [--jobs N]  (anywhere)
     python3 tools/python/make_mm_data.py media OUT [--fonts DIR ...] [--jobs N]   (anywhere)
@@ -43,8 +43,19 @@ fetch_debs.sh), and PIL, numpy are the image's.
      held-out strings come from the held-out sentences and fresh numbers and are never a train
      string. Each item draws a font, size, colours, background, rotation and noise; the font
      family FreeSerif is held out (category "held_out_font" on half the held-out images).
+  4. --speech-pieces N (default 0: none; any preset): N more train clips, after all the others
+     (ids train_p00000..., category "piece"), each saying 1 to 4 consecutive words of a train
+     clip's sentence as that sentence writes them (no comma or . ? ! at the piece's end),
+     voice, rate, pitch, SNR and noise seed drawn as a train clip's, all from a generator of
+     their own (rng_for(seed, "train", "piece", i)): the plan without them is the plan with
+     them less its last N utterances, byte for byte. A piece whose words are a held-out
+     answer's (audio or image, words_of) is drawn again. train_mm_proxy.py --a-pieces reads
+     them (a share of each audio half-batch); without it the trainer leaves them out. The
+     images' answers are 1-4 words and the decoder reads them; the speech's are sentences of
+     4-20 words, which it ignores for its LM prior (issue 35): short clips make the audio
+     decide the whole answer.
   OUT/speech.jsonl.gz and OUT/images.jsonl.gz list the items, OUT/data.json: seed, preset,
-  counts. `--preset ci` (tests/fixtures/mm-tiny) plans CI_STRINGS and CI_SENTENCES instead, in
+  counts (and speech_pieces, speech_piece_sentences, speech_pieces_redrawn when N > 0). `--preset ci` (tests/fixtures/mm-tiny) plans CI_STRINGS and CI_SENTENCES instead, in
   one font and one voice, clean, one canvas and one clip length (plan_ci), the test split the
   train items again.
 
@@ -111,7 +122,7 @@ FONTS = [  # (file under a fonts root, family); FreeSerif is the held-out family
 ]
 HELD_OUT_FAMILY = "FreeSerif"
 SPLIT_CODE = {"train": 1, "test": 2}
-KIND_CODE = {"audio": 1, "image": 2, "plan": 3}
+KIND_CODE = {"audio": 1, "image": 2, "plan": 3, "piece": 4}
 
 
 def rng_for(seed, split, kind, index):
@@ -200,6 +211,43 @@ def prose_sentences(text, lo=4, hi=20):
 
 def words_of(s):
     return [w.strip(",.").lower() for w in s.split()]
+
+
+PIECE = "piece"  # --speech-pieces' clips' category
+
+
+def piece_of(rr, sents, held, tries=1000):
+    """--speech-pieces: 1 to 4 consecutive words of one of sents (drawn from rr), written as the
+    sentence writes them (its casing, its commas inside) without the punctuation that ends the
+    piece (a comma, the sentence's . ? !), as make_string cuts the images' pieces. Drawn again
+    while its words (words_of) are a held-out answer's (held: a set of words_of tuples): a
+    4-word held-out sentence inside a longer train sentence, a held-out image's word. Returns
+    the text and the draws refused."""
+    for k in range(tries):
+        words = sents[rr.integers(0, len(sents))].split()
+        n = min(int(rr.integers(1, 5)), len(words))
+        i = int(rr.integers(0, len(words) - n + 1))
+        text = " ".join(words[i:i + n]).rstrip(",.?!")
+        if tuple(words_of(text)) not in held:
+            return text, k
+    sys.exit(f"make_mm_data: --speech-pieces: {tries} draws in a row were held-out answers")
+
+
+def plan_pieces(seed, count, sents, held, draws):
+    """--speech-pieces N: N train clips (ids train_p00000..., category PIECE) that say a short
+    piece of a train speech sentence (piece_of), each from a generator of its own,
+    rng_for(seed, "train", "piece", i): no other item's draws move, and the plan without them
+    is the plan with them less these items (they come last). draws(rr): the clip's voice,
+    rate, pitch, snr_db, noise_seed (and more), drawn after the text as the train clips'.
+    Returns the items and the count of pieces drawn again (piece_of)."""
+    out, redrawn = [], 0
+    for i in range(count):
+        rr = rng_for(seed, "train", "piece", i)
+        text, k = piece_of(rr, sents, held)
+        redrawn += k
+        out.append(dict(id=f"train_p{i:05d}", split="train", text=text, category=PIECE,
+                        **draws(rr)))
+    return out, redrawn
 
 
 def make_number(rng):
@@ -312,6 +360,22 @@ def plan(args, corpus):
                                                         else "train"),
                 **image_style(rr, held)))
     stats = dict(train_sentences=len(tr_s), test_sentences=len(te_s), vocab=len(vocab))
+    pieces = getattr(args, "speech_pieces", 0)
+    if pieces:  # (last: every item above is the plan's without them)
+        said = list(dict.fromkeys(i["text"] for i in items["audio"] if i["split"] == "train"))
+        held = {tuple(words_of(i["text"])) for k in ("audio", "image") for i in items[k]
+                if i["split"] == "test"}
+
+        def draws(rr):  # (the train clips' draws, in their order)
+            voice = VOICES[rr.integers(0, len(VOICES))] + VARIANTS[rr.integers(0, len(VARIANTS))]
+            return dict(voice=voice, rate=int(rr.integers(140, 201)),
+                        pitch=int(rr.integers(30, 71)), snr_db=float(rr.uniform(15, 40)),
+                        noise_seed=int(rr.integers(0, 1 << 31)))
+
+        more, redrawn = plan_pieces(args.seed, pieces, said, held, draws)
+        items["audio"] += more
+        stats.update(speech_pieces=pieces, speech_piece_sentences=len(said),
+                     speech_pieces_redrawn=redrawn)
     if wide:  # (only here: the narrow presets' data.json stays as it was)
         stats.update(speech_train_sentences=len(a_s),
                      speech_test_replaced=sum(s in a_set for s in te_seq[:n["test_audio"]]),
@@ -336,7 +400,7 @@ CI_CANVAS = [192, 816]  # (h, w): one of fixed_sizes(), 68 soft tokens
 CI_SAMPLES = 32000  # 2 s at 16 kHz: the longest sentence (1.82 s) and some silence
 
 
-def plan_ci(seed):
+def plan_ci(seed, pieces=0):
     items = {"audio": [], "image": []}
     for split in SPLIT_CODE:
         for i, text in enumerate(CI_SENTENCES):
@@ -352,7 +416,16 @@ def plan_ci(seed):
                 font=CI_FONT, size_frac=0.6, fg=[0, 0, 0], bg=[255, 255, 255],
                 bg2=[255, 255, 255], angle=0.0, noise=0.0, shape=int(rr.integers(0, 1 << 30)),
                 canvas=CI_CANVAS))
-    return items, dict(strings=len(CI_STRINGS), sentences=len(CI_SENTENCES))
+    stats = dict(strings=len(CI_STRINGS), sentences=len(CI_SENTENCES))
+    if pieces:  # (last, as plan()'s; the held-out answers are the train items' texts)
+        held = {tuple(words_of(i["text"])) for k in ("audio", "image") for i in items[k]
+                if i["split"] == "test"}
+        more, redrawn = plan_pieces(seed, pieces, CI_SENTENCES, held, lambda rr: dict(
+            voice=CI_VOICE, rate=160, pitch=50, snr_db=None,
+            noise_seed=int(rr.integers(0, 1 << 31)), samples=CI_SAMPLES))
+        items["audio"] += more
+        stats.update(speech_pieces=pieces, speech_pieces_redrawn=redrawn)
+    return items, stats
 
 
 # --- speech ---------------------------------------------------------------------------------
@@ -472,7 +545,10 @@ def render_speech(job):
 
 
 def cmd_plan(args):
-    items, stats = plan_ci(args.seed) if args.preset == "ci" else plan(args, args.corpus)
+    if args.speech_pieces < 0:
+        raise SystemExit(f"make_mm_data: --speech-pieces {args.speech_pieces}: expected 0 or more")
+    items, stats = (plan_ci(args.seed, args.speech_pieces) if args.preset == "ci" else
+                    plan(args, args.corpus))
     write_jsonl(os.path.join(args.out, "speech.jsonl.gz"), items["audio"])
     write_jsonl(os.path.join(args.out, "images.jsonl.gz"), items["image"])
     json.dump(dict(seed=args.seed, preset=args.preset, counts=PRESETS.get(args.preset), **stats),
@@ -655,6 +731,9 @@ def main():
     ap.add_argument("--corpus", default=".carry/corpus")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", choices=sorted(PRESETS) + ["ci"], default="proxy")
+    ap.add_argument("--speech-pieces", type=int, default=0, metavar="N",
+                    help="plan: N more train clips (category piece, last) that say 1-4 "
+                    "consecutive words of a train speech sentence (train_mm_proxy --a-pieces)")
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--espeak", help="speech: espeak-ng unpacked here (tools/gpu/"
                     "espeak_prefix.sh), else the system's")
