@@ -53,18 +53,21 @@ def tone_clip(sentence, seconds):
     return (6000 * x + r.normal(0, 1000, n)).astype("<i2")
 
 
-def ci_data(tmp, d, seconds=1, tones=False):
+def ci_data(tmp, d, seconds=1, tones=False, pieces=0):
     """The ci preset's data plan under d/data (tools/python/make_mm_data.py plan) with `seconds`
     (whole) of noise for each clip (tones: tone_clip's, each sentence's own signal, the held-out
     clip the train clip's samples), written as the speech step writes its WAVs (no espeak-ng
-    needed); its path. tmp: the train_mm_proxy module (its make_mm_data helpers)."""
+    needed); its path. tmp: the train_mm_proxy module (its make_mm_data helpers). pieces:
+    plan's --speech-pieces (the piece clips come last, so the others' noise is as without them;
+    with tones, piece k is tone_clip(1000 + k))."""
     import subprocess
     import wave
 
     here = os.path.dirname(tmp.__file__)
     data = os.path.join(d, "data")
     subprocess.run([sys.executable, os.path.join(here, "make_mm_data.py"), "plan", data,
-                    "--preset", "ci"], check=True, capture_output=True)
+                    "--preset", "ci"] + (["--speech-pieces", str(pieces)] if pieces else []),
+                   check=True, capture_output=True)
     audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl.gz"))
     r = np.random.default_rng(0)
     for it in audio:
@@ -73,7 +76,9 @@ def ci_data(tmp, d, seconds=1, tones=False):
             w.setnchannels(1)
             w.setsampwidth(2)
             w.setframerate(16000)
-            w.writeframes((tone_clip(int(it["id"].split("_a")[1]), seconds) if tones else
+            k = (int(it["id"].split("_a")[1]) if "_a" in it["id"] else
+                 1000 + int(it["id"].split("_p")[1]))
+            w.writeframes((tone_clip(k, seconds) if tones else
                            r.normal(0, 3000, 16000 * seconds).astype("<i2")).tobytes())
         it["seconds"] = float(seconds)
     tmp.mmd.write_jsonl(os.path.join(data, "speech.jsonl"), audio)

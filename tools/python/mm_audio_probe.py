@@ -135,7 +135,7 @@ def main():
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     audio = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
-    tr = [i for i in audio if i["split"] == "train"][:args.n_train]
+    tr = tmp.train_split(audio)[:args.n_train]
     te = [i for i in audio if i["split"] == "test"]
     vocab = 640
     tok = tmp.make_tokenizer([i["text"] for i in tr], vocab,

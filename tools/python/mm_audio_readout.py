@@ -72,12 +72,12 @@ def build_tower(args, data):
     """(model, prompter): the whole Gemma-4 model as the trainer (or the probe) builds it at
     args.seed, so its audio side is the one that run would keep frozen."""
     audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl"))
-    tr_a = [i for i in audio if i["split"] == "train"]
+    tr_a = tmp.train_split(audio)
     os.makedirs(args.out, exist_ok=True)
     tok_path = os.path.join(args.out, "tokenizer.json")
     if args.tower == "proxy":  # train_mm_proxy.main's tokenizer and parameters
         images = tmp.mmd.read_jsonl(os.path.join(data, "images.jsonl"))
-        tr_i = [i for i in images if i["split"] == "train"]
+        tr_i = tmp.train_split(images)
         p = dict(tmp.PRESETS["proxy"])
         tok = tmp.make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path)
     elif args.tower == "probe":  # mm_audio_probe.main's (its first 400 train utterances)
@@ -105,7 +105,7 @@ def clips(args, data, pr):
 
     fe = Gemma4AudioFeatureExtractor()
     audio = tmp.mmd.read_jsonl(os.path.join(data, "speech.jsonl"))
-    tr = [i for i in audio if i["split"] == "train"][:args.n_train]
+    tr = tmp.train_split(audio)[:args.n_train]
     te = [i for i in audio if i["split"] == "test"]
     if len(tr) < args.n_train:
         raise SystemExit(f"mm_audio_readout: {len(tr)} train utterances in {data} < --n-train "

@@ -90,7 +90,7 @@ def main():
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     _, images = T.load_items(args.data)
-    tr = [i for i in images if i["split"] == "train"]
+    tr = T.train_split(images)
     if args.n_train + args.n_eval > len(tr):
         raise SystemExit(f"mm_char_probe: {args.n_train} + {args.n_eval} strings asked, "
                          f"{len(tr)} in {args.data}")

@@ -40,8 +40,8 @@ def main():
     args = ap.parse_args()
     fonts = mmd.font_roots(args.fonts)
     audio, images = tmp.load_items(args.data)
-    tr_a = [i for i in audio if i["split"] == "train"]
-    tr_i = [i for i in images if i["split"] == "train"]
+    tr_a = tmp.train_split(audio)
+    tr_i = tmp.train_split(images)
     tok = tmp.make_tokenizer([i["text"] for i in tr_a + tr_i], args.vocab,
                              "/tmp/mm_loader_bench_tok.json")
     pr = tmp.Prompter(tok)

@@ -190,7 +190,7 @@ def main():
     fonts = tmp.mmd.font_roots(args.fonts)
     images = tmp.mmd.read_jsonl(os.path.join(args.data, "images.jsonl"))
     speech = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
-    tr = [i for i in images if i["split"] == "train"]
+    tr = tmp.train_split(images)
     te = [i for i in images if i["split"] == "test"]
     if args.n_train:
         tr = tr[:args.n_train]
@@ -200,8 +200,8 @@ def main():
         raise SystemExit(f"mm_vision_probe: {args.data}: {len(tr)} train and {len(te)} held-out "
                          f"images (need > 0 and >= --n-train-eval {args.n_train_eval})")
     # the trainer's tokenizer: every train text of the plan, spoken and written
-    tok = tmp.make_tokenizer([i["text"] for i in speech if i["split"] == "train"] +
-                             [i["text"] for i in images if i["split"] == "train"], args.vocab,
+    tok = tmp.make_tokenizer([i["text"] for i in tmp.train_split(speech)] +
+                             [i["text"] for i in tmp.train_split(images)], args.vocab,
                              os.path.join(args.out, "tokenizer.json"))
     if tok.get_vocab_size() != args.vocab:
         raise SystemExit(f"mm_vision_probe: the tokenizer has {tok.get_vocab_size()} ids for "

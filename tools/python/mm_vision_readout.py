@@ -69,7 +69,7 @@ def build_tower(args):
     (probe) builds it at args.seed, then the init options."""
     images = tmp.mmd.read_jsonl(os.path.join(args.data, "images.jsonl"))
     speech = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
-    texts = [i["text"] for i in speech + images if i["split"] == "train"]
+    texts = [i["text"] for i in tmp.train_split(speech + images)]
     os.makedirs(args.out, exist_ok=True)
     p = dict(tmp.PRESETS["proxy"])
     if args.tower == "probe":
@@ -194,7 +194,7 @@ def cache_features(args, model, pr, depths):
         return json.load(open(os.path.join(cdir, "index.json")))
     os.makedirs(cdir, exist_ok=True)
     images = tmp.mmd.read_jsonl(os.path.join(args.data, "images.jsonl"))
-    tr = [i for i in images if i["split"] == "train"][:args.n_train]
+    tr = tmp.train_split(images)[:args.n_train]
     te = [i for i in images if i["split"] == "test"][:args.n_test or None]
     if len(tr) < args.n_train or not te:
         raise SystemExit(f"mm_vision_readout: {len(tr)} train / {len(te)} held-out images in "

@@ -394,8 +394,8 @@ def main():
         if getattr(args, k) is not None:
             p[k] = getattr(args, k)
     audio, images = tmp.load_items(args.data)
-    tr_a = [i for i in audio if i["split"] == "train"]
-    tr_i = [i for i in images if i["split"] == "train"]
+    tr_a = tmp.train_split(audio)
+    tr_i = tmp.train_split(images)
     with tempfile.TemporaryDirectory() as d:
         tok = tmp.make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"],
                                  os.path.join(d, "tokenizer.json"), args.split_digits)

@@ -189,6 +189,20 @@ functions that wrote the held-out files).
    trained tensor (its side frozen too, no audio head) is not back-propagated. train.json's
    dec_freeze (steps, decoder_tensors, decoder_parameters, frozen_steps, unfrozen_at,
    decoder_state_at_unfreeze); N < 0 refused (tests/mm_copy_check.py).
+   --a-pieces P: a plan made with make_mm_data.py --speech-pieces N holds N train clips of
+   category "piece" that say 1-4 words of a train sentence (train_split leaves them out of
+   every other use: the tokenizer, the LM phase, the whole-clip stream; so without --a-pieces
+   a plan with pieces trains the weights of the plan without them, bit for bit). With P > 0
+   each audio half-batch is half - k whole clips from the run's audio stream (its seed, its
+   batches cut at half - k) and k = round(P x half) piece clips from a stream of their own
+   (item_stream at seed + 9, the same reps and speed perturbation), joined (join_halves: the
+   tensors collate gives the joined list) in that order: a fixed count, so each step's share
+   is exact. The images' answers are 1-4 words that only the pixels decide, and the decoder
+   reads them; the clips' are sentences, and it falls back on its LM prior (held-out rolled gap
+   ~0 since session 24): short clips whose words only the audio decides. The held-out
+   evaluation stays on the whole sentences. train.json's a_pieces (p, clips, per_batch); P
+   outside [0, 1), P > 0 on a plan without pieces, and a k of 0 or of the whole half-batch
+   refused in one line (tests/mm_pieces_check.py, bench/NOTES.md "Short train clips").
    AdamW (beta2 0.95 for proxy, 0.98 for the others; --lr, --beta2, --warmup override), warm-up
    then cosine decay, each step guarded (StepGuard: a non-finite loss or gradient norm skips the
    step, --max-skips in a row stop the run); the data order and the items' renderings come from
@@ -1124,6 +1138,45 @@ def forever(ds, batch, seed, workers, pad=0, pin=False, pad_frames=None):
 
 ANSWER_MASK_STREAM = 8  # AnswerMask's torch generator: seed + 8 (the loaders +0, +1, +2, +5;
 # the heads' inits +3, +4, +6, +7): its draws are no other stream's numbers
+PIECE_STREAM = 9  # --a-pieces' loader: seed + 9, beside the others above
+
+
+def pad_rows(x, n, fill):
+    """x (B x L x ...) right-padded with `fill` to B x n x ... (x itself when L is n)."""
+    if x.shape[1] == n:
+        return x
+    out = torch.full((x.shape[0], n) + tuple(x.shape[2:]), fill, dtype=x.dtype)
+    out[:, :x.shape[1]] = x
+    return out
+
+
+# collate's padding of each tensor it makes (inert: see collate)
+PAD_FILL = {"input_ids": 0, "attention_mask": 0, "labels": -100, "input_features": 0.0,
+            "input_features_mask": False}
+
+
+def join_halves(a, b):
+    """collate(A + B) from a = collate(A) and b = collate(B) (the same pad and pad_frames), for
+    --a-pieces' audio half-batches: each of a's and b's tensors right-padded to the longer of
+    the two as collate pads, a's rows above b's. bucket is monotone, so the longer of two
+    bucketed lengths is the bucketed length of the longer: the same tensors as collate of the
+    joined list (tests/mm_pieces_check.py compares them). Audio only (an image half-batch
+    keeps its patches' shape)."""
+    if "pixel_values" in a:
+        raise SystemExit("train_mm_proxy: join_halves joins audio half-batches only")
+    out = {}
+    for k, x in a.items():
+        n = max(x.shape[1], b[k].shape[1])
+        out[k] = torch.cat([pad_rows(x, n, PAD_FILL[k]), pad_rows(b[k], n, PAD_FILL[k])])
+    return out
+
+
+def piece_mix(whole, pieces, pin=False):
+    """--a-pieces' audio stream: each batch of `whole` (half - k whole clips) joined with one of
+    `pieces` (k piece clips), join_halves; pin: in page-locked memory, as the loaders'."""
+    while True:
+        b = join_halves(next(whole), next(pieces))
+        yield {k: v.pin_memory() for k, v in b.items()} if pin else b
 
 
 def answer_inputs(labels):
@@ -1820,6 +1873,14 @@ def check_finite(model):
                              "nothing saved or exported")
 
 
+def train_split(items):
+    """The plan's train items as the trainer reads them: split "train", less make_mm_data's
+    --speech-pieces clips (category PIECE), which only --a-pieces reads (its own stream): a plan
+    with pieces then gives every other use (the tokenizer, the LM phase, the whole-clip stream,
+    mm_warm_timing's rows) the items of the plan without them."""
+    return [i for i in items if i["split"] == "train" and i.get("category") != mmd.PIECE]
+
+
 def load_items(data):
     # speech.jsonl: the plan's utterances once make_mm_data.py's speech step rendered them
     if not os.path.exists(os.path.join(data, "speech.jsonl")):
@@ -2330,7 +2391,7 @@ def lm_texts(audio, images):
     its media, so it is refused in one line, unless every such held-out item says category
     "memorised" (make_mm_data's ci plan: its test split IS the train items under test ids, by
     design; the joint phase learns those answers anyway)."""
-    train = [i["text"] for i in audio + images if i["split"] == "train"]
+    train = [i["text"] for i in train_split(audio + images)]
     seen = set(train)
     held = [i for i in audio + images if i["split"] != "train" and i["text"] in seen]
     bad = [i for i in held if i.get("category") != "memorised"]
@@ -2625,6 +2686,18 @@ def stream_workers(workers):
     return workers // 2 + workers % 2, workers // 2
 
 
+def piece_workers(workers, half, n_pieces):
+    """--a-pieces: the audio share of `workers` (stream_workers) split between the whole clips'
+    loader and the pieces' (half - n_pieces and n_pieces clips a batch), so the run starts no
+    more processes than without it: (whole, pieces), the pieces' in proportion (1 at least)
+    while the share has 2 or more; a share of 1 or 0 each (a process more, or none)."""
+    wa = stream_workers(workers)[1]
+    if wa < 2:
+        return wa, wa
+    wp = min(max(1, round(wa * n_pieces / half)), wa - 1)
+    return wa - wp, wp
+
+
 def cache_items(workers, n_items):
     """main's rule for Items' cache: a handful of items rendered in this process (no workers)
     are seen every step, so each is rendered once."""
@@ -2632,11 +2705,13 @@ def cache_items(workers, n_items):
 
 
 def item_stream(items, kind, data, fonts, pr, fe, p, cache, batch, seed, workers, pad_to, pin,
-                pad_frames=None):
+                pad_frames=None, audio_workers=None):
     """One of main's loaders (tools/python/mm_warm_timing.py's loader rows time the same):
     kind "image" or "audio" items of preset p (its reps, the clips' a_speed_perturb) by
-    forever, with the image's or the audio's share of `workers` (stream_workers)."""
+    forever, with the image's or the audio's share of `workers` (stream_workers; audio_workers:
+    this many instead, --a-pieces' two audio loaders' parts of that share, piece_workers)."""
     wi, wa = stream_workers(workers)
+    wa = wa if audio_workers is None else audio_workers
     if kind == "image":
         return forever(Items(items, "image", data, fonts, pr, fe, p["reps"], cache), batch, seed,
                        wi, pad_to, pin)
@@ -2734,6 +2809,11 @@ def main():
                     "media; never in the held-out evaluation nor the warm phases; 0: off)")
     ap.add_argument("--answer-mask-kind", choices=("audio", "image", "both"),
                     help="whose answers --answer-mask masks (default audio)")
+    ap.add_argument("--a-pieces", type=float, default=0.0, metavar="P",
+                    help="a share P (0 <= P < 1) of each audio half-batch, round(P x half) clips, "
+                    "from the plan's piece clips (make_mm_data.py --speech-pieces: 1-4 words of "
+                    "a train sentence), the rest whole clips as before (0: off; the pieces are "
+                    "then not read)")
     ap.add_argument("--a-warm", action="store_true",
                     help="the --v-warm-steps phase also trains the audio side (tower + "
                     "embed_audio, at its lr multiplier) and the --ctc-weight head on the run's "
@@ -2872,6 +2952,8 @@ def main():
                          "0 or more")
     if not 0 <= args.answer_mask < 1:
         raise SystemExit(f"train_mm_proxy: --answer-mask {args.answer_mask}: expected 0 <= P < 1")
+    if not 0 <= args.a_pieces < 1:
+        raise SystemExit(f"train_mm_proxy: --a-pieces {args.a_pieces}: expected 0 <= P < 1")
     if args.answer_mask_kind is not None and not args.answer_mask:
         raise SystemExit("train_mm_proxy: --answer-mask-kind needs --answer-mask P (P > 0)")
     if args.v_warm_steps and not p.get("v_aux_weight", 0.0):
@@ -2928,8 +3010,11 @@ def main():
     times, t0 = {}, time.time()
 
     audio, images = load_items(args.data)
-    tr_a = [i for i in audio if i["split"] == "train"]
-    tr_i = [i for i in images if i["split"] == "train"]
+    tr_a, tr_i = train_split(audio), train_split(images)
+    pieces = [i for i in audio if i["split"] == "train" and i.get("category") == mmd.PIECE]
+    if args.a_pieces and not pieces:
+        raise SystemExit(f"train_mm_proxy: --a-pieces {args.a_pieces}: the plan in {args.data} "
+                         "has no piece clips (make_mm_data.py plan --speech-pieces N)")
     lm_text, lm_held = lm_texts(audio, images) if args.lm_warm_steps else ([], 0)
     tok_path = os.path.join(hf_dir, "tokenizer.json")
     tok = make_tokenizer([i["text"] for i in tr_a + tr_i], p["vocab"], tok_path,
@@ -2976,28 +3061,45 @@ def main():
     n_params = sum(x.numel() for x in model.parameters())
     print(f"train_mm_proxy: {n_params:,} parameters on {dev}", flush=True)
     half = max(1, p["batch"] // 2)
-    cache = cache_items(p["workers"], len(tr_i) + len(tr_a))
+    n_pieces = round(args.a_pieces * half)  # (a fixed count a half-batch: the share is exact)
+    if args.a_pieces and not 0 < n_pieces < half:
+        raise SystemExit(f"train_mm_proxy: --a-pieces {args.a_pieces}: round(P x {half}) = "
+                         f"{n_pieces} piece clips of an audio half-batch of {half}: expected 1 to "
+                         f"{half - 1} (another P or --batch)")
+    cache = cache_items(p["workers"], len(tr_i) + len(tr_a) + (len(pieces) if n_pieces else 0))
     pin = dev.type == "cuda"
-    for kind, items in (("image", tr_i), ("audio", tr_a)):
-        if len(items) * p["reps"] < half:  # (drop_last: a loader of no batch never yields)
+    for kind, items, n in (("image", tr_i, half), ("audio", tr_a, half - n_pieces),
+                           ("piece", pieces, n_pieces)):
+        if n and len(items) * p["reps"] < n:  # (drop_last: a loader of no batch never yields)
             raise SystemExit(f"train_mm_proxy: {len(items)} train {kind} items x {p['reps']} "
-                             f"renderings for half-batches of {half}: give --batch "
+                             f"renderings for batches of {n}: give --batch "
                              f"{2 * len(items) * p['reps']} or less")
     chars = char_items(tr_i) if args.v_chars else []
     if args.v_chars and len(chars) * p["reps"] < half:  # (a loader of no batch never yields)
         raise SystemExit(f"train_mm_proxy: --v-chars: {len(chars)} train strings with a "
                          f"character for half-batches of {half}")
 
-    def stream(items, kind, batch, seed):  # (image_stream: also vision_warm's own loader)
-        return item_stream(items, kind, args.data, fonts, pr, fe, p, cache, batch, seed,
-                           p["workers"], args.pad_to, pin, args.pad_frames)
+    def stream(items, kind, batch, seed, audio_workers=None):  # (image_stream: also vision_warm's
+        return item_stream(items, kind, args.data, fonts, pr, fe, p, cache, batch, seed,  # own)
+                           p["workers"], args.pad_to, pin, args.pad_frames, audio_workers)
 
     def image_stream(items, batch, seed):
         return stream(items, "image", batch, seed)
 
+    wk = piece_workers(p["workers"], half, n_pieces) if n_pieces else (None, None)
     streams = {"image": image_stream(tr_i, half, args.seed),
                "chars": image_stream(chars, half, args.seed + 2) if args.v_chars else None,
-               "audio": stream(tr_a, "audio", half, args.seed + 1)}
+               "audio": stream(tr_a, "audio", half - n_pieces, args.seed + 1, wk[0])}
+    if n_pieces:  # (the whole clips' loader as without it, its batches cut at half - k)
+        streams["audio"] = piece_mix(streams["audio"], stream(pieces, "audio", n_pieces,
+                                                              args.seed + PIECE_STREAM, wk[1]),
+                                     pin)
+        print(f"train_mm_proxy: --a-pieces {args.a_pieces}: each audio half-batch "
+              f"{half - n_pieces} whole clips + {n_pieces} of the plan's {len(pieces)} piece "
+              f"clips (loader workers {wk[0]} + {wk[1]})", flush=True)
+    elif pieces:
+        print(f"train_mm_proxy: the plan's {len(pieces)} piece clips are not read (--a-pieces 0)",
+              flush=True)
     ctc_w, a_warm = p.get("ctc_weight", 0.0), p.get("a_warmup", 0)
     head = None
     if ctc_w:
@@ -3281,6 +3383,9 @@ def main():
         info["answer_mask"] = amask.record()
     if dec_info is not None:
         info["dec_freeze"] = dec_info
+    if n_pieces:
+        info["a_pieces"] = {"p": args.a_pieces, "clips": len(pieces), "per_batch": n_pieces,
+                            "whole_per_batch": half - n_pieces, "workers": list(wk)}
     if spread is not None:
         info["a_var"] = {"weight": spread.weight, "gamma": spread.gamma, "per": spread.per,
                          "cov_weight": spread.cov_weight}
