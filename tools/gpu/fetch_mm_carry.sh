@@ -5,7 +5,10 @@
 #   .carry/corpus          the sentences (tools/python/prepare_corpus.py), unless present; used
 #                          here only (the plan), never carried
 #   .carry/mmdata/         the item plan, gzipped (make_mm_data.py plan: speech.jsonl.gz,
-#                          images.jsonl.gz, data.json; ~2.4 MB)
+#                          images.jsonl.gz, data.json; ~2.4 MB); MM_SPEECH_PIECES=N plans N
+#                          short train clips more (--speech-pieces N, train_mm_proxy.py
+#                          --a-pieces reads them; 8000: +0.3 MB, the others byte for byte as
+#                          without them, and a trainer without --a-pieces reads the same items)
 #   .carry/mmdata/fonts/   fonts-dejavu-core, fonts-liberation, fonts-freefont-ttf (.debs, ~4.4
 #                          MB; tools/gpu/env.sh unpacks them into the prefix make_mm_data.py reads)
 #   .carry/mmdata/espeak/  espeak-ng, libespeak-ng1, libsonic0 (.debs) and the English part of
@@ -29,7 +32,7 @@ out=.carry/mmdata
 # plan's by the speech step's resume)
 rm -rf "$out" && mkdir -p "$out/espeak" "$out/fonts"
 "$venv/bin/python" tools/python/make_mm_data.py plan "$out" --corpus .carry/corpus \
-    --preset "${MM_PRESET:-proxy}" --seed "${MM_SEED:-0}"
+    --preset "${MM_PRESET:-proxy}" --seed "${MM_SEED:-0}" --speech-pieces "${MM_SPEECH_PIECES:-0}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$out/espeak" && apt-get download -q espeak-ng libespeak-ng1 libsonic0 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)

@@ -21,7 +21,7 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--v-aux-weight W]
                                                [--lm-warm-steps N [--lm-copy P [--lm-copy-kind K]]]
                                                [--answer-mask P [--answer-mask-kind K]]
-                                               [--dec-freeze-steps N]
+                                               [--dec-freeze-steps N] [--a-pieces P]
                                                [--v-warm-steps N] [--v-warm-batch B]
                                                [--a-warm] [--tower-joint-lr-mult X]
                                                [--pad-to N] [--no-cudnn-sdpa]
