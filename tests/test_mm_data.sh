@@ -199,6 +199,15 @@ r = subprocess.run([sys.executable, here, "speech", out, "--espeak", pre, "--job
 check("a second speech run keeps the files and writes the same speech.jsonl",
       r.returncode == 0 and sp and os.stat(wav0).st_mtime_ns == t0 and
       open(os.path.join(out, "speech.jsonl"), "rb").read() == first)
+# media: a font of the plan (train items' too) missing from the roots is refused in one line
+# naming it (the first, sorted), before any rendering (no PIL needed to get there)
+os.makedirs(os.path.join(d, "nofonts"))
+r = subprocess.run([sys.executable, here, "media", out, "--fonts", os.path.join(d, "nofonts"),
+                    "--jobs", "1"], capture_output=True, text=True)
+first_f = sorted({i["font"] for i in want["image"]})[0]
+check(f"media without the fonts refused: exit {r.returncode} {r.stderr.strip()}",
+      r.returncode == 1 and f"font {first_f} not under" in r.stderr and
+      len(r.stderr.strip().splitlines()) == 1)
 # The wide cut of the proxy's train speech (prose_sentences) on a handwritten reST page: an
 # indented directive body is prose, a literal block (after "::" or a code directive) is not, a
 # list item loses its bullet, inline markup reads as its text, "?" ends a sentence, 20 words
