@@ -12,8 +12,9 @@
 # reST page; a wide plan's held-out rules, replacements and unchanged images); speed_perturb's
 # lengths and pitch; --diverse's lists and plans (off: main 54537a4's bytes; on: the held-out
 # items unchanged, 582 voices and 30 fonts at proxy's train counts); the speech step refusing a
-# variant missing from the data. Needs numpy only (no espeak-ng, fonts or PIL): the interpreter is $G4_MM_PYTHON,
-# else .tools/ort-venv's (tools/install_deps.sh); without numpy the test skips (77).
+# variant missing from the data, the media step a missing font. Needs numpy only (no espeak-ng,
+# fonts or PIL): the interpreter is $G4_MM_PYTHON, else .tools/ort-venv's
+# (tools/install_deps.sh); without numpy the test skips (77).
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
 py=${G4_MM_PYTHON:-$G4_SOURCE_DIR/.tools/ort-venv/bin/python}
@@ -376,7 +377,8 @@ def gz_sha(items):
     m.write_jsonl(p, items)
     return hashlib.sha256(open(p, "rb").read()).hexdigest()[:16]
 OFF_SHA = {  # (speech, images) of main's 54537a4 on these corpora, seed 0
-    "tiny": ("2b6190f37d87f7da", "bc17351cf8a6a0e6"), "wide_check": ("0cf8237b7565687d", "465c1aa523356da1"),
+    "tiny": ("2b6190f37d87f7da", "bc17351cf8a6a0e6"),
+    "wide_check": ("0cf8237b7565687d", "465c1aa523356da1"),
     "big_check": ("8b8e15cd945e59d0", "867a0ed942524a61")}
 def variant(v):
     return v[v.index("+"):] if "+" in v else ""

@@ -5,12 +5,12 @@
 # exactly WIDE_VARIANTS and the five left out (f4, "Mr serious", RicishayMax 1-3: a new carry
 # with more variants shows here); each variant says one sentence through render_speech (the
 # speech step's function): a 16 kHz clip 0.7-1.5 x the plain voice's length, energy above
-# -40 dB of its peak in >= 50% of 20 ms frames, and the echo rule (below); the three font .debs (.carry/mmdata/fonts,
-# unpacked as tools/gpu/env.sh does) hold every WIDE_FONTS file, and their TTF files are exactly
-# WIDE_FONTS and FreeSerif's four; each draws every character of the plan's strings (letters,
-# digits, - / , . ') as a glyph other than its missing-glyph box (a private-use code point's;
-# a CJK character, which none of them has, gives that box: the check can fail) and render_image
-# renders one item per font (a canvas of fixed_sizes, ink on it). Needs the carried data
+# -40 dB of its peak in >= 50% of 20 ms frames, and the echo rule (below); the three font .debs
+# (.carry/mmdata/fonts, unpacked as tools/gpu/env.sh does) hold every WIDE_FONTS file, and
+# their TTF files are exactly WIDE_FONTS and FreeSerif's four; each draws every character of
+# the plan's strings (letters, digits, - / , . ') as a glyph other than its missing-glyph box (a
+# private-use code point's; a CJK character, which none of them has, gives that box: the check
+# can fail) and render_image renders one item per font (a canvas of fixed_sizes, ink on it). Needs the carried data
 # (tools/gpu/fetch_mm_carry.sh; not in git), dpkg, cc and a python with numpy and PIL
 # ($G4_TORCH_PYTHON or $G4_MM_PYTHON); skips (77) saying which is missing.
 set -u
@@ -18,11 +18,19 @@ set -u
 carry=${G4_MM_CARRY:-$G4_SOURCE_DIR/.carry/mmdata}
 py=
 for p in "${G4_MM_PYTHON:-}" "${G4_TORCH_PYTHON:-}"; do
-    if [ -n "$p" ] && [ -x "$p" ] && "$p" -c 'import numpy, PIL' 2>/dev/null; then py=$p; break; fi
+    if [ -n "$p" ] && [ -x "$p" ] && "$p" -c 'import numpy, PIL' 2>/dev/null; then
+        py=$p
+        break
+    fi
 done
-[ -n "$py" ] || { echo "test_mm_diverse: skipped: no python with numpy and PIL (set G4_MM_PYTHON)"; exit 77; }
-if [ ! -f "$carry/espeak/espeak-ng-data-en.tar.xz" ] || ! ls "$carry"/fonts/*.deb >/dev/null 2>&1; then
-    echo "test_mm_diverse: skipped: no carried espeak-ng / fonts under $carry (tools/gpu/fetch_mm_carry.sh)"
+if [ -z "$py" ]; then
+    echo "test_mm_diverse: skipped: no python with numpy and PIL (set G4_MM_PYTHON)"
+    exit 77
+fi
+if [ ! -f "$carry/espeak/espeak-ng-data-en.tar.xz" ] ||
+    ! ls "$carry"/fonts/*.deb >/dev/null 2>&1; then
+    echo "test_mm_diverse: skipped: no carried espeak-ng / fonts under $carry" \
+        "(tools/gpu/fetch_mm_carry.sh)"
     exit 77
 fi
 if ! command -v dpkg >/dev/null || ! command -v "${CC:-cc}" >/dev/null; then
