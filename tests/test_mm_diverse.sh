@@ -10,9 +10,10 @@
 # their TTF files are exactly WIDE_FONTS and FreeSerif's four; each draws every character of
 # the plan's strings (letters, digits, - / , . ') as a glyph other than its missing-glyph box (a
 # private-use code point's; a CJK character, which none of them has, gives that box: the check
-# can fail) and render_image renders one item per font (a canvas of fixed_sizes, ink on it). Needs the carried data
-# (tools/gpu/fetch_mm_carry.sh; not in git), dpkg, cc and a python with numpy and PIL
-# ($G4_TORCH_PYTHON or $G4_MM_PYTHON); skips (77) saying which is missing.
+# can fail) and render_image renders one item per font (a canvas of fixed_sizes, ink on it).
+# Needs the carried data (tools/gpu/fetch_mm_carry.sh; not in git; $G4_MM_CARRY, else
+# .carry/mmdata), dpkg, cc and a python with numpy and PIL ($G4_MM_PYTHON or $G4_TORCH_PYTHON);
+# skips (77) saying which is missing.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
 carry=${G4_MM_CARRY:-$G4_SOURCE_DIR/.carry/mmdata}
