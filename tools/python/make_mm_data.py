@@ -63,15 +63,14 @@ fetch_debs.sh), and PIL, numpy are the image's.
      lists and their own generators: their lines are those of the plan without it, byte for
      byte (the train lines' other draws could move, a bounded draw taking more than one word
      of the generator now and then; in the proxy plan none did: 15,808 of 16,000 clips changed
-     voice and 19,325 of 20,000 images font, nothing else). Off, the plan is as before. The held-out voice / font were
-     read at 0.787 / 0.956 char CER against ~0.23 / ~0.40 for the seen ones (session 39):
-     6 x 9 voices and 11 files did not teach the towers to generalise.
+     voice and 19,325 of 20,000 images font, nothing else). Off, the plan is as before. The
+     held-out voice / font were read at 0.787 / 0.956 char CER against ~0.23 / ~0.40 for the
+     seen ones (session 39): 6 x 9 voices and 11 files did not teach the towers to generalise.
   OUT/speech.jsonl.gz and OUT/images.jsonl.gz list the items, OUT/data.json: seed, preset,
   counts (and speech_pieces, speech_piece_sentences, speech_pieces_redrawn when N > 0;
   diverse, train_variants, train_fonts with --diverse). `--preset ci` (tests/fixtures/mm-tiny)
-  plans CI_STRINGS and CI_SENTENCES instead, in
-  one font and one voice, clean, one canvas and one clip length (plan_ci), the test split the
-  train items again.
+  plans CI_STRINGS and CI_SENTENCES instead, in one font and one voice, clean, one canvas and
+  one clip length (plan_ci), the test split the train items again.
 
 `speech` (needs espeak-ng: the system's, or PREFIX/usr/bin/espeak-ng with its data under
 PREFIX/usr/lib/x86_64-linux-gnu): each planned utterance -> espeak-ng WAV (22050 Hz) -> 16 kHz
