@@ -10,8 +10,11 @@
 # steps as the GPU machine runs them (a stand-in espeak-ng under a prefix: WAV format, lengths,
 # seconds, resume); the proxy's wide cut of the train speech (prose_sentences on a handwritten
 # reST page; a wide plan's held-out rules, replacements and unchanged images); speed_perturb's
-# lengths and pitch. Needs numpy only (no espeak-ng, fonts or PIL): the interpreter is $G4_MM_PYTHON,
-# else .tools/ort-venv's (tools/install_deps.sh); without numpy the test skips (77).
+# lengths and pitch; --diverse's lists and plans (off: main 54537a4's bytes; on: the held-out
+# items unchanged, 582 voices and 30 fonts at proxy's train counts); the speech step refusing a
+# variant missing from the data, the media step a missing font. Needs numpy only (no espeak-ng,
+# fonts or PIL): the interpreter is $G4_MM_PYTHON, else .tools/ort-venv's
+# (tools/install_deps.sh); without numpy the test skips (77).
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
 py=${G4_MM_PYTHON:-$G4_SOURCE_DIR/.tools/ort-venv/bin/python}
@@ -156,6 +159,18 @@ r = subprocess.run([sys.executable, here, "speech", out, "--espeak", pre, "--job
 check(f"speech without English data refused: exit {r.returncode}",
       r.returncode != 0 and "no English data" in r.stderr + r.stdout)
 open(os.path.join(pre, "usr/lib/x86_64-linux-gnu/espeak-ng-data/en_dict"), "w").write("x")
+# a variant the plan names and the data lacks is refused in one line naming it (the first,
+# sorted); then VARIANTS and the held-out f4 are written as files of voices/!v
+vdir = os.path.join(pre, "usr/lib/x86_64-linux-gnu/espeak-ng-data/voices/!v")
+os.makedirs(vdir)
+first_v = sorted({i["voice"].split("+")[1] for i in want["audio"] if "+" in i["voice"]})[0]
+r = subprocess.run([sys.executable, here, "speech", out, "--espeak", pre, "--jobs", "2"],
+                   capture_output=True, text=True)
+check(f"speech without the variant files refused: exit {r.returncode} {r.stderr.strip()}",
+      r.returncode == 1 and f"variant {first_v} is not in" in r.stderr and
+      len(r.stderr.strip().splitlines()) == 1)
+for v in m.VARIANTS[1:] + [m.HELD_OUT_VOICE[m.HELD_OUT_VOICE.index("+"):]]:
+    open(os.path.join(vdir, v[1:]), "w").write("language variant\n")
 r = subprocess.run([sys.executable, here, "speech", out, "--espeak", pre, "--jobs", "2"],
                    capture_output=True, text=True)
 check(f"speech: exit {r.returncode} {r.stderr.strip()[-300:]}", r.returncode == 0)
@@ -185,6 +200,15 @@ r = subprocess.run([sys.executable, here, "speech", out, "--espeak", pre, "--job
 check("a second speech run keeps the files and writes the same speech.jsonl",
       r.returncode == 0 and sp and os.stat(wav0).st_mtime_ns == t0 and
       open(os.path.join(out, "speech.jsonl"), "rb").read() == first)
+# media: a font of the plan (train items' too) missing from the roots is refused in one line
+# naming it (the first, sorted), before any rendering (no PIL needed to get there)
+os.makedirs(os.path.join(d, "nofonts"))
+r = subprocess.run([sys.executable, here, "media", out, "--fonts", os.path.join(d, "nofonts"),
+                    "--jobs", "1"], capture_output=True, text=True)
+first_f = sorted({i["font"] for i in want["image"]})[0]
+check(f"media without the fonts refused: exit {r.returncode} {r.stderr.strip()}",
+      r.returncode == 1 and f"font {first_f} not under" in r.stderr and
+      len(r.stderr.strip().splitlines()) == 1)
 # The wide cut of the proxy's train speech (prose_sentences) on a handwritten reST page: an
 # indented directive body is prose, a literal block (after "::" or a code directive) is not, a
 # list item loses its bullet, inline markup reads as its text, "?" ends a sentence, 20 words
@@ -318,6 +342,108 @@ r = subprocess.run([sys.executable, here, "plan", os.path.join(d, "neg"), "--cor
                     "--preset", "tiny", "--speech-pieces", "-1"], capture_output=True, text=True)
 check(f"--speech-pieces -1 refused: exit {r.returncode} {r.stderr.strip()}",
       r.returncode == 1 and "expected 0 or more" in r.stderr)
+
+# --diverse (issue 35): the train items draw their variant from WIDE_VARIANTS and their font
+# from WIDE_FONTS. The lists: sorted as written, no repeats, 97 variants ("" and 96 of the 101
+# files of the carried voices/!v: f4, "Mr serious" and RicishayMax 1-3 out) holding VARIANTS,
+# never f4; 30 fonts (the 34 TTF files of the three .debs less FreeSerif's 4) holding FONTS's
+# 11 train files, never FreeSerif. Off: the plans' gzipped files are the bytes main's
+# make_mm_data.py (54537a4, before --diverse) wrote for the same corpus and preset (the sha256
+# below: written by that version, not by this one); on: the held-out items are the plan
+# without it's, line for line, and so are every train item's text and id; every train voice is
+# one of VOICES + one of WIDE_VARIANTS, every train font one of WIDE_FONTS; with proxy's
+# train counts (16,000 clips, 20,000 images: big_check) all 6 x 97 = 582 voices, all 97
+# variants and all 30 fonts are drawn (a given voice is missed with probability
+# (581/582)^16000 = 1.1e-12, a font (29/30)^20000 ~ e^-678: with the seed fixed the counts are
+# exact), against 54 and 11 without it; with --speech-pieces the pieces draw from the wide list
+# too (held-out items still the same); data.json records diverse, train_variants 97,
+# train_fonts 30 only when on; --preset ci --diverse is refused.
+import gzip, hashlib
+check(f"WIDE_VARIANTS: {len(m.WIDE_VARIANTS)} sorted, distinct, VARIANTS in it, no f4",
+      len(m.WIDE_VARIANTS) == 97 and m.WIDE_VARIANTS == sorted(set(m.WIDE_VARIANTS)) and
+      set(m.VARIANTS) <= set(m.WIDE_VARIANTS) and "+f4" not in m.WIDE_VARIANTS and
+      all(v == "" or (v[0] == "+" and " " not in v) for v in m.WIDE_VARIANTS))
+wf = [f for f, _ in m.WIDE_FONTS]
+check(f"WIDE_FONTS: {len(wf)} files sorted, distinct, FONTS' train files in it, no FreeSerif",
+      len(wf) == 30 and wf == sorted(set(wf)) and
+      {f for f, fam in m.FONTS if fam != m.HELD_OUT_FAMILY} <= set(wf) and
+      all(fam != m.HELD_OUT_FAMILY and "FreeSerif" not in f for f, fam in m.WIDE_FONTS) and
+      all(dict(m.FONTS).get(f, fam) == fam for f, fam in m.WIDE_FONTS))
+m.PRESETS.update(big_check=dict(train_audio=16000, test_audio=20, train_images=20000,
+                                test_images=6))
+m.WIDE_SPEECH.add("big_check")
+def gz_sha(items):
+    p = os.path.join(d, "sha.jsonl.gz")
+    m.write_jsonl(p, items)
+    return hashlib.sha256(open(p, "rb").read()).hexdigest()[:16]
+OFF_SHA = {  # (speech, images) of main's 54537a4 on these corpora, seed 0
+    "tiny": ("2b6190f37d87f7da", "bc17351cf8a6a0e6"),
+    "wide_check": ("0cf8237b7565687d", "465c1aa523356da1"),
+    "big_check": ("8b8e15cd945e59d0", "867a0ed942524a61")}
+def variant(v):
+    return v[v.index("+"):] if "+" in v else ""
+for corpus, preset in ((d, "tiny"), (d2, "wide_check"), (d2, "big_check")):
+    a = A(); a.seed, a.preset = 0, preset
+    off, st_off = m.plan(a, corpus)
+    a.diverse = False
+    off2 = m.plan(a, corpus)[0]
+    got = (gz_sha(off["audio"]), gz_sha(off["image"]))
+    check(f"{preset} without --diverse: the plan of main 54537a4 ({got})",
+          got == OFF_SHA[preset] and off2 == off)
+    a.diverse = True
+    on, st_on = m.plan(a, corpus)
+    for k in ("audio", "image"):
+        te0 = [json.dumps(i) for i in off[k] if i["split"] == "test"]
+        te1 = [json.dumps(i) for i in on[k] if i["split"] == "test"]
+        tr0 = [(i["id"], i["text"]) for i in off[k] if i["split"] == "train"]
+        tr1 = [(i["id"], i["text"]) for i in on[k] if i["split"] == "train"]
+        check(f"{preset} --diverse {k}: {len(te1)} held-out lines the plan without it's, the "
+              f"{len(tr1)} train ids and texts too", te0 == te1 and len(te1) > 0 and tr0 == tr1)
+    tr_a = [i for i in on["audio"] if i["split"] == "train"]
+    tr_i = [i for i in on["image"] if i["split"] == "train"]
+    voices = {i["voice"] for i in tr_a}
+    fonts = {i["font"] for i in tr_i}
+    ok = all(i["voice"].split("+")[0] in m.VOICES and variant(i["voice"]) in m.WIDE_VARIANTS
+             and "+f4" not in i["voice"] for i in tr_a)
+    ok &= all(i["font"] in wf and "FreeSerif" not in i["font"] for i in tr_i)
+    nv, nf = len({variant(v) for v in voices}), len(fonts)
+    n_off = (len({i["voice"] for i in off["audio"] if i["split"] == "train"}),
+             len({i["font"] for i in off["image"] if i["split"] == "train"}))
+    want = (582, 97, 30) if preset == "big_check" else None
+    check(f"{preset} --diverse: train voices / variants / fonts in the wide lists, no f4 or "
+          f"FreeSerif: {len(voices)} voices, {nv} variants, {nf} fonts (without it "
+          f"{n_off[0]} voices, {n_off[1]} fonts)",
+          ok and (want is None or ((len(voices), nv, nf) == want and n_off == (54, 11))) and
+          (want is not None or nf > n_off[1] or len(tr_i) < 12))
+    check(f"{preset}: stats diverse only when on ({st_on.get('train_variants')}, "
+          f"{st_on.get('train_fonts')})",
+          st_on.get("diverse") is True and st_on.get("train_variants") == 97 and
+          st_on.get("train_fonts") == 30 and "diverse" not in st_off and
+          {k: v for k, v in st_on.items() if k not in ("diverse", "train_variants",
+                                                       "train_fonts")} == st_off)
+    if preset == "big_check":
+        continue
+    a.speech_pieces = 40
+    onp = m.plan(a, corpus)[0]
+    pv = {variant(i["voice"]) for i in onp["audio"][-40:]}
+    check(f"{preset} --diverse + 40 pieces: held-out items the same, pieces' variants in the "
+          f"wide list ({len(pv)}, {len(pv - set(m.VARIANTS))} of them not in VARIANTS)",
+          [i for i in onp["audio"] if i["split"] == "test"] ==
+          [i for i in off["audio"] if i["split"] == "test"] and onp["image"] == on["image"] and
+          pv <= set(m.WIDE_VARIANTS) and pv - set(m.VARIANTS) and
+          all("+f4" not in i["voice"] for i in onp["audio"][-40:]))
+for args, want in (([], False), (["--diverse"], True)):
+    o = os.path.join(d, "dj" + str(want))
+    r = subprocess.run([sys.executable, here, "plan", o, "--corpus", d, "--preset", "tiny"]
+                       + args, capture_output=True, text=True)
+    info = json.load(open(os.path.join(o, "data.json"))) if r.returncode == 0 else {}
+    check(f"plan {args}: exit {r.returncode}, data.json diverse {info.get('diverse')}",
+          r.returncode == 0 and ("diverse" in info) == want and
+          (not want or (info["train_variants"], info["train_fonts"]) == (97, 30)))
+r = subprocess.run([sys.executable, here, "plan", os.path.join(d, "ci"), "--preset", "ci",
+                    "--diverse"], capture_output=True, text=True)
+check(f"--preset ci --diverse refused: exit {r.returncode} {r.stderr.strip()}",
+      r.returncode == 1 and "one voice and one font" in r.stderr)
 
 # speed_perturb: a 440 Hz tone of 2 s at factors 0.9, 17/16 and 1.1 is 32000 x 16000 / (16000 x
 # factor) samples long (floor) and peaks at 440 x factor Hz (the FFT's bin, 0.5 Hz here: tempo

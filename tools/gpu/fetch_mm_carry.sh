@@ -8,7 +8,10 @@
 #                          images.jsonl.gz, data.json; ~2.4 MB); MM_SPEECH_PIECES=N plans N
 #                          short train clips more (--speech-pieces N, train_mm_proxy.py
 #                          --a-pieces reads them; 8000: +0.3 MB, the others byte for byte as
-#                          without them, and a trainer without --a-pieces reads the same items)
+#                          without them, and a trainer without --a-pieces reads the same items);
+#                          MM_DIVERSE=1 plans with --diverse (the train items' voices and fonts
+#                          from WIDE_VARIANTS / WIDE_FONTS, all in the espeak / fonts carried
+#                          below; the held-out items as without it; the same size)
 #   .carry/mmdata/fonts/   fonts-dejavu-core, fonts-liberation, fonts-freefont-ttf (.debs, ~4.4
 #                          MB; tools/gpu/env.sh unpacks them into the prefix make_mm_data.py reads)
 #   .carry/mmdata/espeak/  espeak-ng, libespeak-ng1, libsonic0 (.debs) and the English part of
@@ -32,13 +35,14 @@ out=.carry/mmdata
 # plan's by the speech step's resume)
 rm -rf "$out" && mkdir -p "$out/espeak" "$out/fonts"
 "$venv/bin/python" tools/python/make_mm_data.py plan "$out" --corpus .carry/corpus \
-    --preset "${MM_PRESET:-proxy}" --seed "${MM_SEED:-0}" --speech-pieces "${MM_SPEECH_PIECES:-0}"
+    --preset "${MM_PRESET:-proxy}" --seed "${MM_SEED:-0}" --speech-pieces "${MM_SPEECH_PIECES:-0}" \
+    ${MM_DIVERSE:+--diverse}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$out/espeak" && apt-get download -q espeak-ng libespeak-ng1 libsonic0 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
 (cd "$tmp" && apt-get download -q espeak-ng-data 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
 dpkg -x "$tmp"/espeak-ng-data_*.deb "$tmp/p"
-# the English voices and variants only (make_mm_data.py VOICES, VARIANTS)
+# the English voices and every variant (make_mm_data.py VOICES, VARIANTS, WIDE_VARIANTS)
 tar -C "$tmp/p/usr/lib/x86_64-linux-gnu" -cJf "$out/espeak/espeak-ng-data-en.tar.xz" \
     espeak-ng-data/phondata espeak-ng-data/phonindex espeak-ng-data/phontab \
     espeak-ng-data/intonations espeak-ng-data/en_dict espeak-ng-data/lang/gmw \
