@@ -363,6 +363,17 @@ def image_style(rng, held_font, fonts=FONTS):
                 noise=float(rng.uniform(0, 12)), shape=int(rng.integers(0, 1 << 30)))
 
 
+def clip_draws(rr, variants, voice=None):
+    """A clip's draws from rr after its text, in this order: its voice (one of VOICES + one of
+    variants; none drawn when `voice` is given: the held-out voice), rate, pitch, SNR and the
+    noise seed `media` uses. The sentence clips' and --speech-pieces' clips' (one rule, so the
+    pieces sound like the train clips)."""
+    if voice is None:
+        voice = VOICES[rr.integers(0, len(VOICES))] + variants[rr.integers(0, len(variants))]
+    return dict(voice=voice, rate=int(rr.integers(140, 201)), pitch=int(rr.integers(30, 71)),
+                snr_db=float(rr.uniform(15, 40)), noise_seed=int(rr.integers(0, 1 << 31)))
+
+
 def plan(args, corpus):
     """Every item's text and draws (no media), deterministic from the seed."""
     n = dict(PRESETS[args.preset])
@@ -411,13 +422,10 @@ def plan(args, corpus):
             if split == "test" and i % 2 == 1:
                 voice, cat = HELD_OUT_VOICE, "held_out_voice"
             else:  # (the held-out items draw from the narrow lists, --diverse or not)
-                var = tr_variants if split == "train" else VARIANTS
-                voice = VOICES[rr.integers(0, len(VOICES))] + var[rr.integers(0, len(var))]
-                cat = "unseen_sentence" if split == "test" else "train"
-            items["audio"].append(dict(
-                id=f"{split}_a{i:05d}", split=split, text=text, voice=voice, category=cat,
-                rate=int(rr.integers(140, 201)), pitch=int(rr.integers(30, 71)),
-                snr_db=float(rr.uniform(15, 40)), noise_seed=int(rr.integers(0, 1 << 31))))
+                voice, cat = None, "unseen_sentence" if split == "test" else "train"
+            d = clip_draws(rr, tr_variants if split == "train" else VARIANTS, voice)
+            items["audio"].append(dict(id=f"{split}_a{i:05d}", split=split, text=text,
+                                       voice=d.pop("voice"), category=cat, **d))
     train_strings = set()
     for split, count in (("train", n["train_images"]), ("test", n["test_images"])):
         sents = tr_s if split == "train" else te_s
@@ -441,15 +449,8 @@ def plan(args, corpus):
         said = list(dict.fromkeys(i["text"] for i in items["audio"] if i["split"] == "train"))
         held = {tuple(words_of(i["text"])) for k in ("audio", "image") for i in items[k]
                 if i["split"] == "test"}
-
-        def draws(rr):  # (the train clips' draws, in their order)
-            voice = VOICES[rr.integers(0, len(VOICES))] + tr_variants[rr.integers(
-                0, len(tr_variants))]
-            return dict(voice=voice, rate=int(rr.integers(140, 201)),
-                        pitch=int(rr.integers(30, 71)), snr_db=float(rr.uniform(15, 40)),
-                        noise_seed=int(rr.integers(0, 1 << 31)))
-
-        more, redrawn = plan_pieces(args.seed, pieces, said, held, draws)
+        more, redrawn = plan_pieces(args.seed, pieces, said, held,
+                                    lambda rr: clip_draws(rr, tr_variants))
         items["audio"] += more
         stats.update(speech_pieces=pieces, speech_piece_sentences=len(said),
                      speech_pieces_redrawn=redrawn)
