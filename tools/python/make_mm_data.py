@@ -687,14 +687,21 @@ def fixed_sizes(max_soft_tokens=70, patch=16, pool=3):
     return out
 
 
+def font_path(font, fonts_roots):
+    """The file of a plan's font (a path under a fonts root) in the first root that has it;
+    none: one line naming the font and the roots."""
+    path = next((os.path.join(r, font) for r in fonts_roots
+                 if os.path.exists(os.path.join(r, font))), None)
+    if path is None:
+        raise SystemExit(f"make_mm_data: font {font} not under {fonts_roots}")
+    return path
+
+
 def render_image(item, fonts_roots):
     from PIL import Image, ImageDraw, ImageFont
 
     sizes = fixed_sizes()
-    path = next((os.path.join(r, item["font"]) for r in fonts_roots
-                 if os.path.exists(os.path.join(r, item["font"]))), None)
-    if path is None:
-        raise SystemExit(f"make_mm_data: font {item['font']} not under {fonts_roots}")
+    path = font_path(item["font"], fonts_roots)
     r = np.random.default_rng(item["shape"])
     # the canvas whose aspect is nearest the text's at a height-filling size
     probe = ImageFont.truetype(path, 100)
@@ -779,8 +786,7 @@ def cmd_media(args):
     images = read_jsonl(os.path.join(args.out, "images.jsonl"))
     # every font of the plan, train items' too (the trainer renders them): found, before work
     for f in sorted({it["font"] for it in images}):
-        if not any(os.path.exists(os.path.join(r, f)) for r in roots):
-            raise SystemExit(f"make_mm_data: media: font {f} not under {roots}")
+        font_path(f, roots)
     for s in SPLIT_CODE:
         os.makedirs(os.path.join(args.out, "media", s), exist_ok=True)
     sha = {}
