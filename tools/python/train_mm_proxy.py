@@ -1023,6 +1023,11 @@ def bucket(n, pad):
     return -(-n // pad) * pad if pad > 0 else n
 
 
+# collate's padding of each tensor it makes (inert: see collate; join_halves pads the same)
+PAD_FILL = {"input_ids": 0, "attention_mask": 0, "labels": -100, "input_features": 0.0,
+            "input_features_mask": False}
+
+
 def collate(batch, pad=0, pad_frames=None):
     """The half-batch's tensors, right-padded to its longest sequence (and an audio half-batch
     to its longest clip); pad > 0 (--pad-to) rounds both lengths up to a multiple of pad, so
@@ -1034,9 +1039,9 @@ def collate(batch, pad=0, pad_frames=None):
     a coarser one leaves --compile one audio shape where the clips' lengths vary."""
     seqs = [b["ids"] + b["tgt"] for b in batch]
     T = bucket(max(len(s) for s in seqs), pad)
-    ids = torch.zeros(len(batch), T, dtype=torch.long)
-    att = torch.zeros(len(batch), T, dtype=torch.long)
-    lab = torch.full((len(batch), T), -100, dtype=torch.long)
+    ids = torch.full((len(batch), T), PAD_FILL["input_ids"], dtype=torch.long)
+    att = torch.full((len(batch), T), PAD_FILL["attention_mask"], dtype=torch.long)
+    lab = torch.full((len(batch), T), PAD_FILL["labels"], dtype=torch.long)
     for r, (b, s) in enumerate(zip(batch, seqs)):  # right padding
         ids[r, :len(s)] = torch.tensor(s)
         att[r, :len(s)] = 1
@@ -1048,8 +1053,9 @@ def collate(batch, pad=0, pad_frames=None):
     else:
         F = bucket(max(len(b["feats"]) for b in batch),
                    pad if pad_frames is None else pad_frames)
-        feats = np.zeros((len(batch), F, batch[0]["feats"].shape[1]), np.float32)
-        mask = np.zeros((len(batch), F), bool)
+        feats = np.full((len(batch), F, batch[0]["feats"].shape[1]), PAD_FILL["input_features"],
+                        np.float32)
+        mask = np.full((len(batch), F), PAD_FILL["input_features_mask"], bool)
         for r, b in enumerate(batch):
             feats[r, :len(b["feats"])], mask[r, :len(b["mask"])] = b["feats"], b["mask"]
         out["input_features"], out["input_features_mask"] = (torch.from_numpy(feats),
@@ -1149,10 +1155,6 @@ def pad_rows(x, n, fill):
     out[:, :x.shape[1]] = x
     return out
 
-
-# collate's padding of each tensor it makes (inert: see collate)
-PAD_FILL = {"input_ids": 0, "attention_mask": 0, "labels": -100, "input_features": 0.0,
-            "input_features_mask": False}
 
 
 def join_halves(a, b):
