@@ -1875,12 +1875,22 @@ def check_finite(model):
                              "nothing saved or exported")
 
 
+def train_parts(items):
+    """The plan's train items (split "train") in two lists: (whole, pieces), pieces being
+    make_mm_data's --speech-pieces clips (category PIECE), which only --a-pieces reads (its own
+    stream), whole the rest (train_split)."""
+    whole, pieces = [], []
+    for i in items:
+        if i["split"] == "train":
+            (pieces if i.get("category") == mmd.PIECE else whole).append(i)
+    return whole, pieces
+
+
 def train_split(items):
-    """The plan's train items as the trainer reads them: split "train", less make_mm_data's
-    --speech-pieces clips (category PIECE), which only --a-pieces reads (its own stream): a plan
-    with pieces then gives every other use (the tokenizer, the LM phase, the whole-clip stream,
-    mm_warm_timing's rows) the items of the plan without them."""
-    return [i for i in items if i["split"] == "train" and i.get("category") != mmd.PIECE]
+    """The plan's train items as the trainer reads them: train_parts' whole items, so a plan
+    with pieces gives every use but --a-pieces (the tokenizer, the LM phase, the whole-clip
+    stream, mm_warm_timing's rows) the items of the plan without them."""
+    return train_parts(items)[0]
 
 
 def load_items(data):
@@ -3012,8 +3022,7 @@ def main():
     times, t0 = {}, time.time()
 
     audio, images = load_items(args.data)
-    tr_a, tr_i = train_split(audio), train_split(images)
-    pieces = [i for i in audio if i["split"] == "train" and i.get("category") == mmd.PIECE]
+    (tr_a, pieces), tr_i = train_parts(audio), train_split(images)
     if args.a_pieces and not pieces:
         raise SystemExit(f"train_mm_proxy: --a-pieces {args.a_pieces}: the plan in {args.data} "
                          "has no piece clips (make_mm_data.py plan --speech-pieces N)")
