@@ -7,9 +7,9 @@ if [ ! -d "$G4_PREFIX/usr" ]; then
     for f in .debs/*.deb; do dpkg -x "$f" "$G4_PREFIX"; done
 fi
 # the mm calls' fonts (tools/gpu/fetch_mm_carry.sh), also when an earlier call on this machine
-# made the prefix without them
-if ls .carry/mmdata/fonts/*.deb >/dev/null 2>&1 && [ ! -d "$G4_PREFIX/usr/share/fonts/truetype/freefont" ]; then
-    for f in .carry/mmdata/fonts/*.deb; do dpkg -x "$f" "$G4_PREFIX"; done
+# made the prefix without them; from the carry the mm stages read ($MM_CARRY, run.sh's default)
+if ls "${MM_CARRY:-.carry/mmdata}"/fonts/*.deb >/dev/null 2>&1 && [ ! -d "$G4_PREFIX/usr/share/fonts/truetype/freefont" ]; then
+    for f in "${MM_CARRY:-.carry/mmdata}"/fonts/*.deb; do dpkg -x "$f" "$G4_PREFIX"; done
 fi
 export PATH="$G4_PREFIX/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$G4_PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

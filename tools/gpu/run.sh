@@ -272,7 +272,7 @@
 #            ($MM_CARRY; tools/gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan,
 #            gzipped, and espeak-ng's .debs) the speech (espeak-ng unpacked by tools/gpu/
 #            espeak_prefix.sh, all cores, ~1 min) and the held-out media (fonts from
-#            .carry/mmdata/fonts), written to $WORK/mm/data ($MM_DATA: the plan's copy, speech,
+#            $MM_CARRY/fonts, unpacked by tools/gpu/env.sh), written to $WORK/mm/data ($MM_DATA: the plan's copy, speech,
 #            media, manifests; outside the tree, so that mm_run in a later tools/gpu/pipeline.sh
 #            start finds them), train_mm_proxy.py --preset
 #            ${MM_PRESET:-proxy} --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize:
