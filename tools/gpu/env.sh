@@ -8,9 +8,11 @@ if [ ! -d "$G4_PREFIX/usr" ]; then
 fi
 # the mm calls' fonts (tools/gpu/fetch_mm_carry.sh), also when an earlier call on this machine
 # made the prefix without them; from the carry the mm stages read ($MM_CARRY, run.sh's default)
-if ls "${MM_CARRY:-.carry/mmdata}"/fonts/*.deb >/dev/null 2>&1 && [ ! -d "$G4_PREFIX/usr/share/fonts/truetype/freefont" ]; then
-    for f in "${MM_CARRY:-.carry/mmdata}"/fonts/*.deb; do dpkg -x "$f" "$G4_PREFIX"; done
+g4_mm_fonts=${MM_CARRY:-.carry/mmdata}/fonts
+if ls "$g4_mm_fonts"/*.deb >/dev/null 2>&1 && [ ! -d "$G4_PREFIX/usr/share/fonts/truetype/freefont" ]; then
+    for f in "$g4_mm_fonts"/*.deb; do dpkg -x "$f" "$G4_PREFIX"; done
 fi
+unset g4_mm_fonts
 export PATH="$G4_PREFIX/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$G4_PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CMAKE_PREFIX_PATH="$G4_PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"

@@ -272,9 +272,9 @@
 #            ($MM_CARRY; tools/gpu/fetch_mm_carry.sh on a Debian CPU machine: the item plan,
 #            gzipped, and espeak-ng's .debs) the speech (espeak-ng unpacked by tools/gpu/
 #            espeak_prefix.sh, all cores, ~1 min) and the held-out media (fonts from
-#            $MM_CARRY/fonts, unpacked by tools/gpu/env.sh), written to $WORK/mm/data ($MM_DATA: the plan's copy, speech,
-#            media, manifests; outside the tree, so that mm_run in a later tools/gpu/pipeline.sh
-#            start finds them), train_mm_proxy.py --preset
+#            $MM_CARRY/fonts, unpacked by tools/gpu/env.sh), written to $WORK/mm/data
+#            ($MM_DATA: the plan's copy, speech, media, manifests; outside the tree, so that
+#            mm_run in a later tools/gpu/pipeline.sh start finds them), train_mm_proxy.py --preset
 #            ${MM_PRESET:-proxy} --minutes ${MM_MINUTES:-10}, mobius export, g4cu quantize:
 #            plain Q4, --keep-auto, --imatrix and the --method variants (as fid_methods;
 #            calibrated on the train sentences; q4_gptq_imx_16k from MM_CALIB_TOKENS_LONG=16384
