@@ -7,7 +7,8 @@ stopped at 75 of 100, rows at 0, 50, 75, with a tied read-out head A lacks, an L
 without copy rows; step 50's greedy answers (stopped share, distinct count) in both. Every value is a multiple of 1/16 or has at most one more
 decimal than printed, so no row depends on how a tie rounds. Then: a different seed is said; a
 train.json without step_seconds, a held-out row without "rolled", a file that is not JSON and a
-file that does not exist each give one line on stderr and exit 1 (no traceback)."""
+file that does not exist each give one line on stderr and exit 1 (no traceback). With A alone:
+A's column of the same hand-written table, its rows where A has a value (35 of 43)."""
 import copy, json, os, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,6 +138,19 @@ with tempfile.TemporaryDirectory() as tmp:
     check(not any("not the same" in x for x in lines), "same preset / seed / device said to differ")
     check(os.path.exists(out) and open(out).read() == r.stdout, "--out differs from stdout")
     print(r.stdout, end="")
+
+    # A alone: A's column of ROWS, less the rows only B has
+    r = run(a, "--a", "--steps 100", "--out", out)
+    check(r.returncode == 0, f"A alone: exit {r.returncode}: {r.stderr}")
+    lines = r.stdout.splitlines()
+    got = [x for x in lines if x.startswith("| ") and not x.startswith("| row ")]
+    want = [" | ".join(w.split(" | ")[:2]) + " |" for w in ROWS if w.split(" | ")[1] != "-"]
+    check(len(got) == len(want) == 35, f"A alone: {len(got)} rows, expected {len(want)} (35)")
+    for i, (g, w) in enumerate(zip(got, want)):
+        check(g == w, f"A alone row {i}: {g!r}, expected {w!r}")
+    check("| row | A |" in lines and f"A: {a} (--steps 100)" in lines, "A alone: no header / A line")
+    check(not any(x.startswith("B:") for x in lines), "A alone: a B line")
+    check(os.path.exists(out) and open(out).read() == r.stdout, "A alone: --out differs")
 
     # another seed: said in one line
     b2 = copy.deepcopy(B)

@@ -290,8 +290,10 @@
 #            audio loss, zeroed and rolled gaps, read-out heads' CER, answers' exact / OCRBench /
 #            WER / stopped share / distinct count), printed, in $OUT/mm/PAIR.md
 #            and $WORK/mm/PAIR.md, which mm_run packs with B's train.json (train_b.json). Only A
-#            is quantized, evaluated and packed. Unset: none of this (issue 35: two recipes in
-#            one GPU start; bench/NOTES.md "Two recipes in one start")
+#            is quantized, evaluated and packed. Unset: A alone, and the same table of its
+#            train.json alone (its column) in $OUT/mm/RUN.md and $WORK/mm/RUN.md, which mm_run
+#            packs (issue 35: two recipes in one GPU start; bench/NOTES.md "Two recipes in one
+#            start")
 #   mm_quant mm_make's quantize part alone, again, on its $WORK/mm/proxy/f16 and calib.txt
 #   mm_wait  wait for it (at most ~9.5 min a call; call again while it trains). Order the first
 #            call `mm_bg build mm_wait`: mm_make trains while build runs and waits for
@@ -2353,6 +2355,10 @@ stage_mm_make() {
     else
         python3 tools/python/train_mm_proxy.py "$d/proxy" --data "$MM_DATA" --preset "${MM_PRESET:-proxy}" \
             --minutes "${MM_MINUTES:-10}" ${MM_TRAIN_ARGS:-} 2>&1 | grep -v "Saving \|it/s\]" || true
+        # the run's table alone (mm_pair_table.py with one file): printed, $MMD/RUN.md, $OUT/mm
+        [ -f "$d/proxy/train.json" ] && mkdir -p "$OUT/mm" &&
+            python3 tools/python/mm_pair_table.py "$d/proxy/train.json" --a "${MM_TRAIN_ARGS:-}" \
+                --out "$d/RUN.md" && cp "$d/RUN.md" "$OUT/mm/RUN.md"
     fi
     [ -f "$d/proxy/f16/tokenizer.json" ] || { touch "$d/FAILED"; return 1; }
     stamp "mm: trained + exported ($(($(date +%s) - t0)) s)"
@@ -2588,6 +2594,7 @@ stage_mm_run() {
     cp "$d/profile.txt" "$o/" 2>/dev/null
     # MM_TRAIN_ARGS_B's pair (mm_make): the table and B's train.json
     cp "$MMD/PAIR.md" "$o/" 2>/dev/null
+    cp "$MMD/RUN.md" "$o/" 2>/dev/null  # (A alone: its table)
     cp "$MMD/proxy_b/train.json" "$o/train_b.json" 2>/dev/null
     cp "$MM_DATA/data.json" "$MM_DATA/ocr_test.jsonl" "$MM_DATA/asr_test.jsonl" "$o/" 2>/dev/null
     for v in f16 $MM_VARIANTS; do

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Two recipes of the multimodal proxy side by side (issue 35; tools/gpu/run.sh's mm_make with
 MM_TRAIN_ARGS_B trains B beside A on the same GPU and data): one table from the two runs'
-train.json files (tools/python/train_mm_proxy.py).
+train.json files (tools/python/train_mm_proxy.py). With one file, that run's column alone
+(mm_make without B writes it as RUN.md; a run of another start is compared by naming both).
 
-    python3 tools/python/mm_pair_table.py A/train.json B/train.json [--a ARGS] [--b ARGS]
+    python3 tools/python/mm_pair_table.py A/train.json [B/train.json] [--a ARGS] [--b ARGS]
         [--out PAIR.md]
 
 Rows, a column per run and B - A where both have a value:
@@ -155,6 +156,11 @@ def pair_row(label, f, x, y):
 
 
 def table(a, b, pa, pb, args_a, args_b):
+    if b is None:  # one run: its own column of the table of the run beside itself
+        return "\n".join(["# One recipe (mm_make)", "",
+                          f"A: {pa}" + (f" ({args_a})" if args_a else ""), "",
+                          "| row | A |", "|---|---:|"] +
+                         [f"| {r} | {x} |" for r, x, _, _ in rows(a, a, pa, pa)]) + "\n"
     lines = ["# Two recipes in one start (mm_make, MM_TRAIN_ARGS_B)", "",
              f"A: {pa}" + (f" ({args_a})" if args_a else ""),
              f"B: {pb}" + (f" ({args_b})" if args_b else ""), ""]
@@ -169,13 +175,14 @@ def table(a, b, pa, pb, args_a, args_b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="run A's train.json")
-    ap.add_argument("b", help="run B's train.json")
+    ap.add_argument("b", nargs="?", help="run B's train.json (none: A's column alone)")
     ap.add_argument("--a", dest="args_a", default="", help="A's training arguments (a label)")
     ap.add_argument("--b", dest="args_b", default="", help="B's training arguments (a label)")
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args()
     try:
-        text = table(load(args.a), load(args.b), args.a, args.b, args.args_a, args.args_b)
+        b = None if args.b is None else load(args.b)
+        text = table(load(args.a), b, args.a, args.b, args.args_a, args.args_b)
     except Missing as e:
         print(f"mm_pair_table: {e}", file=sys.stderr)
         return 1
