@@ -156,13 +156,11 @@ def pair_row(label, f, x, y):
 
 
 def table(a, b, pa, pb, args_a, args_b):
+    name_a = f"A: {pa}" + (f" ({args_a})" if args_a else "")
     if b is None:  # one run: its own column of the table of the run beside itself
-        return "\n".join(["# One recipe (mm_make)", "",
-                          f"A: {pa}" + (f" ({args_a})" if args_a else ""), "",
-                          "| row | A |", "|---|---:|"] +
+        return "\n".join(["# One recipe (mm_make)", "", name_a, "", "| row | A |", "|---|---:|"] +
                          [f"| {r} | {x} |" for r, x, _, _ in rows(a, a, pa, pa)]) + "\n"
-    lines = ["# Two recipes in one start (mm_make, MM_TRAIN_ARGS_B)", "",
-             f"A: {pa}" + (f" ({args_a})" if args_a else ""),
+    lines = ["# Two recipes in one start (mm_make, MM_TRAIN_ARGS_B)", "", name_a,
              f"B: {pb}" + (f" ({args_b})" if args_b else ""), ""]
     for k in ("preset", "seed", "device"):
         if a.get(k) != b.get(k):
