@@ -2364,12 +2364,10 @@ stage_mm_make() {
     stamp "mm: trained + exported ($(($(date +%s) - t0)) s)"
     # MM_TRAIN_ARGS="--profile N": the profiler's tables into this log (mm_run copies the file)
     [ -f "$d/proxy/profile.txt" ] && cut -c1-200 "$d/proxy/profile.txt"
-    # (the train sentences; a plan's --speech-pieces clips left out, as the trainer leaves them)
-    python3 -c "
-import json, sys
-for l in open(sys.argv[1]):
-    it = json.loads(l)
-    if it['split'] == 'train' and it.get('category') != 'piece': print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
+    # (the train sentences as the trainer reads them: make_mm_data.train_split, no pieces)
+    PYTHONPATH=tools/python python3 -c "
+import sys, make_mm_data as m
+for it in m.train_split(m.read_jsonl(sys.argv[1])): print(it['text'])" "$MM_DATA/speech.jsonl" >"$d/calib.txt"
     wait_g4cu mm || { touch "$d/FAILED"; return 1; }
     mm_quant_all
     touch "$d/READY"

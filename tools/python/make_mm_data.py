@@ -289,6 +289,25 @@ def words_of(s):
 PIECE = "piece"  # --speech-pieces' clips' category
 
 
+def train_parts(items):
+    """The plan's train items (split "train") in two lists: (whole, pieces), pieces being the
+    --speech-pieces clips (category PIECE), which only train_mm_proxy.py --a-pieces reads (its
+    own stream), whole the rest (train_split)."""
+    whole, pieces = [], []
+    for i in items:
+        if i["split"] == "train":
+            (pieces if i.get("category") == PIECE else whole).append(i)
+    return whole, pieces
+
+
+def train_split(items):
+    """The plan's train items as the trainer reads them: train_parts' whole items, so a plan
+    with pieces gives every use but --a-pieces (the tokenizer, the LM phase, the whole-clip
+    stream, mm_warm_timing's rows, run.sh's calibration sentences) the items of the plan
+    without them."""
+    return train_parts(items)[0]
+
+
 def piece_of(rr, sents, held, tries=1000):
     """--speech-pieces: 1 to 4 consecutive words of one of sents (drawn from rr), written as the
     sentence writes them (its casing, its commas inside) without the punctuation that ends the

@@ -289,6 +289,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_mm_data as mmd  # noqa: E402
+from make_mm_data import train_parts, train_split  # noqa: E402 (the probes: tmp.train_split)
 from train_proxy import PRESETS as TEXT_PRESETS  # noqa: E402
 from train_proxy import ROPE, train_tokenizer  # noqa: E402
 
@@ -1156,7 +1157,6 @@ def pad_rows(x, n, fill):
     return out
 
 
-
 def join_halves(a, b):
     """collate(A + B) from a = collate(A) and b = collate(B) (the same pad and pad_frames), for
     --a-pieces' audio half-batches: each of a's and b's tensors right-padded to the longer of
@@ -1873,24 +1873,6 @@ def check_finite(model):
         if not torch.isfinite(x).all():
             raise SystemExit(f"train_mm_proxy: parameter {n} is not finite after training: "
                              "nothing saved or exported")
-
-
-def train_parts(items):
-    """The plan's train items (split "train") in two lists: (whole, pieces), pieces being
-    make_mm_data's --speech-pieces clips (category PIECE), which only --a-pieces reads (its own
-    stream), whole the rest (train_split)."""
-    whole, pieces = [], []
-    for i in items:
-        if i["split"] == "train":
-            (pieces if i.get("category") == mmd.PIECE else whole).append(i)
-    return whole, pieces
-
-
-def train_split(items):
-    """The plan's train items as the trainer reads them: train_parts' whole items, so a plan
-    with pieces gives every use but --a-pieces (the tokenizer, the LM phase, the whole-clip
-    stream, mm_warm_timing's rows) the items of the plan without them."""
-    return train_parts(items)[0]
 
 
 def load_items(data):
