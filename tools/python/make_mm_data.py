@@ -325,6 +325,12 @@ def piece_of(rr, sents, held, tries=1000):
     sys.exit(f"make_mm_data: --speech-pieces: {tries} draws in a row were held-out answers")
 
 
+def held_answers(items):
+    """piece_of's `held`: the words (words_of) of every held-out answer, audio and image."""
+    return {tuple(words_of(i["text"])) for k in ("audio", "image") for i in items[k]
+            if i["split"] == "test"}
+
+
 def plan_pieces(seed, count, sents, held, draws):
     """--speech-pieces N: N train clips (ids train_p00000..., category PIECE) that say a short
     piece of a train speech sentence (piece_of), each from a generator of its own,
@@ -466,9 +472,7 @@ def plan(args, corpus):
     pieces = getattr(args, "speech_pieces", 0)
     if pieces:  # (last: every item above is the plan's without them)
         said = list(dict.fromkeys(i["text"] for i in items["audio"] if i["split"] == "train"))
-        held = {tuple(words_of(i["text"])) for k in ("audio", "image") for i in items[k]
-                if i["split"] == "test"}
-        more, redrawn = plan_pieces(args.seed, pieces, said, held,
+        more, redrawn = plan_pieces(args.seed, pieces, said, held_answers(items),
                                     lambda rr: clip_draws(rr, tr_variants))
         items["audio"] += more
         stats.update(speech_pieces=pieces, speech_piece_sentences=len(said),
@@ -517,11 +521,11 @@ def plan_ci(seed, pieces=0):
                 canvas=CI_CANVAS))
     stats = dict(strings=len(CI_STRINGS), sentences=len(CI_SENTENCES))
     if pieces:  # (last, as plan()'s; the held-out answers are the train items' texts)
-        held = {tuple(words_of(i["text"])) for k in ("audio", "image") for i in items[k]
-                if i["split"] == "test"}
-        more, redrawn = plan_pieces(seed, pieces, CI_SENTENCES, held, lambda rr: dict(
-            voice=CI_VOICE, rate=160, pitch=50, snr_db=None,
-            noise_seed=int(rr.integers(0, 1 << 31)), samples=CI_SAMPLES))
+        more, redrawn = plan_pieces(seed, pieces, CI_SENTENCES, held_answers(items),
+                                    lambda rr: dict(voice=CI_VOICE, rate=160, pitch=50,
+                                                    snr_db=None,
+                                                    noise_seed=int(rr.integers(0, 1 << 31)),
+                                                    samples=CI_SAMPLES))
         items["audio"] += more
         stats.update(speech_pieces=pieces, speech_pieces_redrawn=redrawn)
     return items, stats
