@@ -9,7 +9,11 @@ detached; issue 35), on the CPU:
      that logit, and writing the frame's direction into row 2 makes class 2 the frame's argmax;
      the head's parameters are the blank and the log scale only (the table is not one, nor in
      its state_dict); its draws come from its own generator (the global stream untouched; seed
-     0 twice the same blank, seed 1 another);
+     0 twice the same blank, seed 1 another); --ctc-tied-scale 30 makes that logit 30;
+     --ctc-tied-center: the classes are the scaled rows less their mean row (summing to 0), the
+     blank as it was, a frame on token 4's row and the mean row plus half of token 4's centered
+     row both have cosine 1 to class 4 (the uncentered head: below 0.999 for the second);
+     table_mean_cos of a hand table (three rows and a zero row) = the pairs' mean by hand;
   2. the loss is CtcHead's column-picking CTC on the cosine logits: it and its gradients equal
      torch's ctc_loss over the full log-softmax of s x cos computed here by hand (normalised
      frames against normalised scaled rows + the blank), a clip too short for its ids skipped
@@ -40,10 +44,14 @@ detached; issue 35), on the CPU:
      whose audio and image parts have tied_ctc > 0, tied_cer, tied_cer_other, tied_peaks in
      [0, 1] over 4 items, and a "tied read-out" log line a kind; table_cos0 (the decoder's
      table against its first row's) 1 at step 0 and below 1 once the decoder trained (6 steps
-     at lr 3e-3); none of those keys without the options; the saved layout unchanged (the heads
-     are never saved);
+     at lr 3e-3), table_mean_cos a float in [-1, 1] (neither without a tied head); none of
+     those keys without the options; the saved layout unchanged (the heads are never saved);
+     --ctc-tied-scale 10 (the default) gives --ctc-tied's weights bit for bit, --ctc-tied-scale
+     30 and --ctc-tied-center other weights each, recorded in ctc.tied (scale_init 10 / 30 / 10,
+     center false / false / true) and in shapes only when given;
   6. refusals, one line each: --ctc-tied without --ctc-weight, with --ctc-at tower,
-     --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf; --v-aux-tied without
+     --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf, --ctc-tied-scale and
+     --ctc-tied-center without --ctc-tied, --ctc-tied-scale 0, nan and inf; --v-aux-tied without
      --v-aux-weight, --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
 Off = main's weights was checked by hand against main's trainer (bench/NOTES.md "ctctied"):
 nothing of the option runs without it (no head, no stream drawn, no record key).
@@ -129,6 +137,43 @@ def check_classes():
     print(f"mm_ctctied_check: the classes are embed_tokens x embed_scale + the blank: logit of "
           f"token 4's direction {float(z0[4]):.4f}, {float(z1[4]):.4f} once row 4 changed, row 2 "
           f"set to it -> argmax 2: {CHECKS.n} checks")
+    check_scale_center(V, D)
+
+
+def check_scale_center(V, D):
+    """--ctc-tied-scale / --ctc-tied-center on the stub's table (embed_scale 3): the logit of a
+    frame on token 4's row is the given scale; centered, the class rows are the scaled rows less
+    their mean (computed here) and sum to 0, a frame equal to token 4's scaled row has cosine 1
+    to class 4 as uncentered, and so has that row's mean plus half its centered part (a
+    direction the uncentered head does not give cosine 1); the blank is not centered; and
+    table_mean_cos by hand (rows (1, 0), (0, 1), (1, 1) and a zero row: the three pairs' cosines
+    0, 1 / sqrt 2, 1 / sqrt 2)."""
+    m = tied_stub(V, D, 3.0)
+    e = m.model.language_model.embed_tokens
+    rows = e.weight.detach().float() * 3.0
+    x = rows[4].reshape(1, 1, D)
+    s30 = tmp.TiedCtcHead(m, V, 0, "audio", 30.0)
+    z = s30.logits(x)[0, 0].detach()
+    expect(abs(float(z[4]) - 30.0) < 1e-4 and int(z.argmax()) == 4 and not s30.center,
+           f"scale 30: token 4's own row's logit {float(z[4])}, argmax {int(z.argmax())}")
+    cen = tmp.TiedCtcHead(m, V, 0, "audio", tmp.TIED_SCALE_INIT, True)
+    mean = rows.mean(0)
+    c = cen.classes()
+    expect(torch.allclose(c[:V], rows - mean, atol=1e-6, rtol=0) and
+           float(c[:V].sum(0).abs().max()) < 1e-5 and torch.equal(c[V], cen.blank_vec.detach()),
+           "centered classes are not the scaled rows less their mean + the blank")
+    half = (mean + 0.5 * (rows[4] - mean)).reshape(1, 1, D)
+    cc = [float(cen.cosines(f)[0, 0, 4]) for f in (x, half)]
+    plain = tmp.TiedCtcHead(m, V, 0)
+    cp = float(plain.cosines(half)[0, 0, 4])
+    expect(all(abs(v - 1.0) < 1e-5 for v in cc) and cp < 0.999,
+           f"centered cosines to class 4 {cc} (want 1, 1); uncentered of the half frame {cp}")
+    w = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    got, want = tmp.table_mean_cos(w), (0 + 2 * 0.5 ** 0.5) / 3
+    expect(abs(got - want) < 1e-6, f"table_mean_cos {got}, by hand {want}")
+    print(f"mm_ctctied_check: scale 30 gives token 4's row logit {float(z[4]):.4f}; centered: "
+          f"cosines {cc[0]:.6f} / {cc[1]:.6f} (the uncentered head's of the half frame "
+          f"{cp:.4f}); table_mean_cos {got:.6f} = {want:.6f}: {CHECKS.n} checks")
 
 
 def check_loss():
@@ -302,6 +347,16 @@ def check_trainer():
                            "expected a finite W > 0"),
                           (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-weight", "inf"],
                            "expected a finite W > 0"),
+                          (["--ctc-weight", "0.5", "--ctc-tied-scale", "30"],
+                           "--ctc-tied-scale needs --ctc-tied"),
+                          (["--ctc-weight", "0.5", "--ctc-tied-center"],
+                           "--ctc-tied-center needs --ctc-tied"),
+                          (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-scale", "0"],
+                           "expected a finite S > 0"),
+                          (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-scale", "nan"],
+                           "expected a finite S > 0"),
+                          (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-scale", "inf"],
+                           "expected a finite S > 0"),
                           (["--v-aux-tied"], "--v-aux-tied needs --v-aux-weight"),
                           (["--v-aux-weight", "0.5", "--v-aux-tied-weight", "0.5"],
                            "--v-aux-tied-weight needs --v-aux-tied"),
@@ -311,6 +366,9 @@ def check_trainer():
         runs = ci_trainer_runs(tmp, data, d, (
             ("off", base), ("tied", base + ["--ctc-tied"]),
             ("tied_w", base + ["--ctc-tied", "--ctc-tied-weight", "0.5"]),
+            ("tied_s10", base + ["--ctc-tied", "--ctc-tied-scale", "10"]),
+            ("tied_s30", base + ["--ctc-tied", "--ctc-tied-scale", "30"]),
+            ("tied_center", base + ["--ctc-tied", "--ctc-tied-center"]),
             ("both", both), ("both_w", both + ["--v-aux-tied-weight", "0.5"]),
             ("both_eval", both + ["--eval-every", "3", "--eval-items", "4"])),
             fail, stdout=out)
@@ -318,6 +376,20 @@ def check_trainer():
     expect(h["tied"] != h["off"], "--ctc-tied changed no weight")
     expect(h["tied_w"] == h["tied"], f"--ctc-tied-weight 0.5 (the default) {h['tied_w'][:12]}, "
            f"plain {h['tied'][:12]}: not the same weights")
+    expect(h["tied_s10"] == h["tied"], f"--ctc-tied-scale 10 (the default) "
+           f"{h['tied_s10'][:12]}, plain {h['tied'][:12]}: not the same weights")
+    expect(len({h["tied"], h["tied_s30"], h["tied_center"]}) == 3,
+           "--ctc-tied-scale 30 or --ctc-tied-center changed no weight")
+    for k, sc, ce in (("tied", 10.0, False), ("tied_s30", 30.0, False),
+                      ("tied_center", 10.0, True)):
+        rec = runs[k][0]["ctc"].get("tied") or {}
+        expect(rec.get("scale_init") == sc and rec.get("center") is ce and
+               math.isfinite(rec.get("scale_final", math.nan)),
+               f"{k}: the tied record {rec} (want scale_init {sc}, center {ce})")
+    expect("ctc_tied_scale" not in runs["tied"][0]["shapes"] and
+           runs["tied_s30"][0]["shapes"].get("ctc_tied_scale") == 30.0 and
+           runs["tied_center"][0]["shapes"].get("ctc_tied_center") is True,
+           "the shapes' ctc_tied_scale / ctc_tied_center")
     expect(h["both"] != h["tied"], "--v-aux-tied changed no weight")
     expect(h["both_w"] == h["both"] == h["both_eval"],
            f"--v-aux-tied-weight 0.5 (the default) {h['both_w'][:12]}, with the held-out "
@@ -358,6 +430,10 @@ def check_trainer():
                    0 <= a["tied_peaks"] <= 1 and len(a.get("tied_example") or []) == 2,
                    f"step {r['step']} {kind}: { {k: v for k, v in a.items() if 'tied' in k} }")
     drift = [r.get("table_cos0") for r in rows]
+    mc = [r.get("table_mean_cos") for r in rows]
+    expect(all(isinstance(c, float) and -1 <= c <= 1 for c in mc) and
+           not any("table_mean_cos" in r for r in runs["off"][0]["heldout"]),
+           f"table_mean_cos {mc}, or present without a tied head")
     expect(all(isinstance(c, float) for c in drift) and abs(drift[0] - 1.0) < 1e-6 and
            -1 <= drift[2] < 0.999, f"the table's cosine to step 0's: {drift}")
     expect(not any("table_cos0" in r for r in runs["off"][0]["heldout"]),

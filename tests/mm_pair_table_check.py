@@ -3,12 +3,12 @@
 here by hand (run by tests/test_mm_pair_table.sh). Python 3 standard library only.
 
 A: 100 of 100 steps, held-out rows at steps 0, 50, 100, an LM warm phase with copy rows; B:
-stopped at 75 of 100, rows at 0, 50, 75, with a tied read-out head A lacks, an LM warm phase
-without copy rows; step 50's greedy answers (stopped share, distinct count) in both. Every value is a multiple of 1/16 or has at most one more
-decimal than printed, so no row depends on how a tie rounds. Then: a different seed is said; a
+stopped at 75 of 100, rows at 0, 50, 75, with a tied read-out head A lacks (its CER and token
+frames), an LM warm phase without copy rows; step 50's greedy answers (stopped share, distinct
+count) in both. Every value is a multiple of 1/16 or has at most one more decimal than printed, so no row depends on how a tie rounds. Then: a different seed is said; a
 train.json without step_seconds, a held-out row without "rolled", a file that is not JSON and a
 file that does not exist each give one line on stderr and exit 1 (no traceback). With A alone:
-A's column of the same hand-written table, its rows where A has a value (35 of 43)."""
+A's column of the same hand-written table, its rows where A has a value (35 of 45)."""
 import copy, json, os, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,12 +37,12 @@ B = {"preset": "proxy", "seed": 0, "device": "cuda", "steps": 100, "stopped_at":
      "heldout": [
          {"step": 0, "image": {"loss": 4.0, "zeroed": 4.25, "rolled": 4.5},
           "audio": {"loss": 3.5, "zeroed": 3.5, "rolled": 3.625, "ctc_cer": 0.9,
-                    "tied_cer": 0.95}},
+                    "tied_cer": 0.95, "tied_peaks": 0.125}},
          {"step": 50, "image": {"loss": 2.75, "zeroed": 3.5, "rolled": 4.0,
                                 "decode": {"exact": 0.5, "ocrbench": 0.75, "eos": 1.0,
                                            "answers": ["ab", "cd", "ef", "gh"]}},
           "audio": {"loss": 3.125, "zeroed": 3.5, "rolled": 3.25, "ctc_cer": 0.375,
-                    "tied_cer": 0.625, "decode": {"exact": 0.125, "wer": 0.875, "eos": 0.625,
+                    "tied_cer": 0.625, "tied_peaks": 0.375, "decode": {"exact": 0.125, "wer": 0.875, "eos": 0.625,
                                                   "answers": ["x y", "x z", "x y"]}}},
          {"step": 75, "image": {"loss": 2.625, "zeroed": 3.5, "rolled": 3.875},
           "audio": {"loss": 3.0, "zeroed": 3.5, "rolled": 3.5}}]}
@@ -64,6 +64,7 @@ ROWS = """\
 | step 0 audio rolled gap | +0.1250 | +0.1250 | +0.0000 |
 | step 0 audio head CER | 0.900 | 0.900 | +0.000 |
 | step 0 audio tied head CER | - | 0.950 | - |
+| step 0 audio tied head token frames | - | 0.125 | - |
 | step 50 image loss | 3.0000 | 2.7500 | -0.2500 |
 | step 50 image zeroed gap | +0.5000 | +0.7500 | +0.2500 |
 | step 50 image rolled gap | +0.7500 | +1.2500 | +0.5000 |
@@ -76,6 +77,7 @@ ROWS = """\
 | step 50 audio rolled gap | +0.1250 | +0.1250 | +0.0000 |
 | step 50 audio head CER | 0.500 | 0.375 | -0.125 |
 | step 50 audio tied head CER | - | 0.625 | - |
+| step 50 audio tied head token frames | - | 0.375 | - |
 | step 50 audio answers exact | 0.000 | 0.125 | +0.125 |
 | step 50 audio answers WER | 1.250 | 0.875 | -0.375 |
 | step 50 audio answers stopped | 0.500 | 0.625 | +0.125 |
@@ -129,7 +131,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 0, f"exit {r.returncode}: {r.stderr}")
     lines = r.stdout.splitlines()
     got = [x for x in lines if x.startswith("| ") and not x.startswith("| row ")]
-    check(len(got) == len(ROWS) == 43, f"{len(got)} rows, expected {len(ROWS)} (43)")
+    check(len(got) == len(ROWS) == 45, f"{len(got)} rows, expected {len(ROWS)} (45)")
     for i, (g, w) in enumerate(zip(got, ROWS)):
         check(g == w, f"row {i}: {g!r}, expected {w!r}")
     check(f"A: {a} (--steps 100)" in lines, "no line naming A and its arguments")

@@ -20,7 +20,9 @@ Rows, a column per run and B - A where both have a value:
 then for each held-out evaluation (--eval-every: train.json's heldout, by step) and kind
 (image, audio): the held-out answer loss as is, the zeroed and rolled gaps (zeroed / rolled
 minus as is: how much the answers depend on the item's own media), the read-out heads' CER
-(ctc_cer: --ctc-weight's / --v-aux-weight's head; tied_cer: --ctc-tied's / --v-aux-tied's) and,
+(ctc_cer: --ctc-weight's / --v-aux-weight's head; tied_cer: --ctc-tied's / --v-aux-tied's), the
+tied head's token frames (tied_peaks: the share of frames whose argmax is not the blank; ~0: CTC
+on its all-blank plateau, bench/NOTES.md "The tied head's plateau") and,
 with --eval-decode, the greedy answers' exact match and OCRBench accuracy (image) or WER
 (audio), the share of answers that stopped at an end id (decode.eos) and how many
 differ (decode.answers: one stock answer for every item says the decoder ignores the media).
@@ -76,6 +78,7 @@ HELD = (
     ("rolled gap", "{:+.4f}", lambda r: r["rolled"] - r["loss"]),
     ("head CER", "{:.3f}", lambda r: get(r, "ctc_cer")),
     ("tied head CER", "{:.3f}", lambda r: get(r, "tied_cer")),
+    ("tied head token frames", "{:.3f}", lambda r: get(r, "tied_peaks")),
     ("answers exact", "{:.3f}", lambda r: get(r, "decode", "exact")),
     ("answers OCRBench", "{:.3f}", lambda r: get(r, "decode", "ocrbench")),
     ("answers WER", "{:.3f}", lambda r: get(r, "decode", "wer")),

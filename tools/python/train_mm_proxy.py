@@ -10,7 +10,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--a-lr-mult X] [--a-warmup N]
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--ctc-units tokens|chars]
-                                               [--ctc-tied [--ctc-tied-weight W]]
+                                               [--ctc-tied [--ctc-tied-weight W]
+                                                [--ctc-tied-scale S] [--ctc-tied-center]]
                                                [--v-aux-tied [--v-aux-tied-weight W]]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
@@ -83,7 +84,9 @@ functions that wrote the held-out files).
    CTC head, TiedCtcHead, at --ctc-tied-weight W (default --ctc-weight's): the soft tokens read
    into the answer's token ids (CtcHead's targets and CTC) with the decoder's own input
    embeddings (embed_tokens x embed_scale, detached: the loss never moves the LM's table) + a
-   learned blank as the classes, logits s x cosine (s learned from 10), so that the frames
+   learned blank as the classes, logits s x cosine (s learned from 10, or from
+   --ctc-tied-scale S; --ctc-tied-center: the frames and the rows less the table's mean row,
+   bench/NOTES.md "The tied head's plateau"), so that the frames
    where a token is heard point at that token's embedding, which the decoder can copy (the
    session-35 run: the char head read held-out clips at CER 0.165 and the decoder's answers
    ignored them; bench/NOTES.md "ctctied"); with --a-warm its loss (x W / --ctc-weight) joins
@@ -260,11 +263,12 @@ functions that wrote the held-out files).
    its loss in losses_every_25 / final_loss; v_warm: the warm phase's steps, images, seconds and
    step seconds, tower_joint_lr_mult, its loss as losses_every_25 / final_loss's v_warm; with
    --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm; with
-   --ctc-tied: ctc.tied {weight, classes, scale_init, scale_final, clips, clips_too_short}, its
-   loss as ctc_tied (and a_warm_tied, v_warm's tied_clips, tied_clips_too_short, tied_mult with
-   --a-warm), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other, tied_items,
-   tied_skipped, tied_peaks, tied_peak_cos, tied_example, and table_cos0 (HeldOut.table_drift:
-   how far the decoder's token table turned since the first row); with --v-aux-tied:
+   --ctc-tied: ctc.tied {weight, classes, scale_init, center, scale_final, clips,
+   clips_too_short}, its loss as ctc_tied (and a_warm_tied, v_warm's tied_clips,
+   tied_clips_too_short, tied_mult with --a-warm), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other, tied_items,
+   tied_skipped, tied_peaks, tied_peak_cos, tied_example, table_cos0 (HeldOut.table_drift:
+   how far the decoder's token table turned since the first row) and table_mean_cos (the
+   table's rows' mean cosine to each other, table_mean_cos()); with --v-aux-tied:
    v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
    v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
    rows' tied_*; with --answer-mask: answer_mask; with --lm-copy: lm_warm.copy; with
@@ -670,6 +674,19 @@ TIED_SCALE_INIT = 10.0  # TiedCtcHead's logit scale at init (learned as its log)
 TIED_BLANK_STD = 0.02
 
 
+def table_mean_cos(w):
+    """The mean cosine between two different rows of a token table (w, V x D; rows of zeros,
+    the pad's, left out): ~0 for random rows; a trained table's rows share a direction, and at
+    c the tied head's cosine logits of every token sit near s x c, so a frame on its token's
+    row gets ~1 / (1 + V exp(-s (1 - c))) of the probability at scale s (bench/NOTES.md "The
+    tied head's plateau")."""
+    w = w.detach().float()
+    u = torch.nn.functional.normalize(w[w.norm(dim=-1) > 0], dim=-1)
+    n = u.shape[0]
+    t = u.sum(0)
+    return float(((t @ t) - n) / (n * (n - 1))) if n > 1 else None
+
+
 class TiedCtcHead(CtcHead):
     """--ctc-tied: a CTC read-out of embed_audio's output (the soft tokens) into the answer's
     token ids whose class vectors are the decoder's own input embeddings (training only: never
@@ -695,7 +712,7 @@ class TiedCtcHead(CtcHead):
     VisionAux's frames, left to right; loss_of with the columns' mask, column_mask) against the
     answer's ids: no tap (the columns come from VisionAux's hook), its generator at seed + 7."""
 
-    def __init__(self, model, vocab, seed, kind="audio"):
+    def __init__(self, model, vocab, seed, kind="audio", scale=TIED_SCALE_INIT, center=False):
         torch.nn.Module.__init__(self)
         m = model.model
         emb = m.language_model.embed_tokens
@@ -710,8 +727,9 @@ class TiedCtcHead(CtcHead):
             raise SystemExit(f"train_mm_proxy: a tied CTC head for {kind!r}: audio or image")
         g = torch.Generator().manual_seed(seed + (6 if kind == "audio" else 7))
         self.blank_vec = torch.nn.Parameter(torch.randn(dim, generator=g) * TIED_BLANK_STD)
-        self.log_scale = torch.nn.Parameter(torch.tensor(math.log(TIED_SCALE_INIT)))
+        self.log_scale = torch.nn.Parameter(torch.tensor(math.log(scale)))
         self.vocab, self.at, self.kind = vocab, "embed" if kind == "audio" else "columns", kind
+        self.center = center
         self.used = self.skipped = 0
         self.tap = AudioTap(model, "embed", "tied CTC head") if kind == "audio" else None
 
@@ -725,18 +743,30 @@ class TiedCtcHead(CtcHead):
         pick[torch.arange(len(rows), device=x.device), torch.tensor(rows, device=x.device)] = 1.0
         return torch.einsum("rb,btd->rtd", pick, x)
 
-    def classes(self):
-        """The class vectors ((vocab + 1) x D, float32): the decoder's scaled token embeddings
-        (detached), then the blank."""
+    def table(self):
+        """The decoder's scaled token embeddings (vocab x D, float32, detached)."""
         e = self.embed
-        rows = e.weight[:self.vocab].detach().float() * e.embed_scale.float()
+        return e.weight[:self.vocab].detach().float() * e.embed_scale.float()
+
+    def classes(self, rows=None):
+        """The class vectors ((vocab + 1) x D, float32): the decoder's scaled token embeddings
+        (rows: table()'s when given), less their mean row with --ctc-tied-center, then the
+        blank."""
+        rows = self.table() if rows is None else rows
+        if self.center:
+            rows = rows - rows.mean(0)
         return torch.cat([rows, self.blank_vec.float()[None]], 0)
 
     def cosines(self, x):
-        """cos(frame, class vector) for frames x (... x D): ... x (vocab + 1)."""
+        """cos(frame, class vector) for frames x (... x D): ... x (vocab + 1). Centered
+        (--ctc-tied-center): the frames less the table's mean row too, so a frame equal to a
+        token's row has cosine 1 to its class, as uncentered."""
         with torch.autocast(x.device.type, enabled=False):
-            a = torch.nn.functional.normalize(x.float(), dim=-1)
-            c = torch.nn.functional.normalize(self.classes(), dim=-1)
+            rows, x = self.table(), x.float()
+            if self.center:
+                x = x - rows.mean(0)
+            a = torch.nn.functional.normalize(x, dim=-1)
+            c = torch.nn.functional.normalize(self.classes(rows), dim=-1)
             return a @ c.T
 
     def logits(self, x):
@@ -2145,6 +2175,7 @@ class HeldOut:
                                         .pow(2).mean().sqrt())
                 if self.tied:
                     out["table_cos0"] = self.table_drift(e.weight)
+                    out["table_mean_cos"] = table_mean_cos(e.weight)
         finally:
             for h in handles:
                 h.remove()
@@ -2764,6 +2795,15 @@ def main():
                     "the --ctc-weight head's loss, in the --a-warm phase too")
     ap.add_argument("--ctc-tied-weight", type=float, metavar="W",
                     help="the --ctc-tied head's loss weight (default: --ctc-weight's)")
+    ap.add_argument("--ctc-tied-scale", type=float, metavar="S",
+                    help="the --ctc-tied head's cosine logit scale at init (learned as its log; "
+                    f"default {TIED_SCALE_INIT:g}): over a vocabulary of thousands the default "
+                    "scale leaves CTC on its all-blank plateau (bench/NOTES.md \"The tied head's "
+                    "plateau\")")
+    ap.add_argument("--ctc-tied-center", action="store_true", default=None,
+                    help="the --ctc-tied head compares the soft tokens and the token embeddings "
+                    "less the table's mean row (detached): a trained table's rows share a "
+                    "direction, which crowds the cosines of every token together")
     ap.add_argument("--v-aux-tied", action="store_true", default=None,
                     help="the image twin of --ctc-tied (needs --v-aux-weight): the soft-token "
                     "columns VisionAux reads, read into the answer's token ids with the "
@@ -2913,7 +2953,8 @@ def main():
     p = dict(PRESETS[args.preset])
     for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
               "v_lr_mult", "a_lr_mult", "a_warmup", "ctc_weight", "v_aux_weight", "ctc_at",
-              "ctc_units", "ctc_tied", "ctc_tied_weight", "v_aux_tied", "v_aux_tied_weight",
+              "ctc_units", "ctc_tied", "ctc_tied_weight", "ctc_tied_scale", "ctc_tied_center",
+              "v_aux_tied", "v_aux_tied_weight",
               "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight", "a_res_scale",
               "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
@@ -2973,6 +3014,12 @@ def main():
     if "ctc_tied_weight" in p and not 0 < p["ctc_tied_weight"] < math.inf:
         raise SystemExit(f"train_mm_proxy: --ctc-tied-weight {p['ctc_tied_weight']}: expected a "
                          "finite W > 0")
+    for k in ("ctc_tied_scale", "ctc_tied_center"):
+        if k in p and not p.get("ctc_tied"):
+            raise SystemExit(f"train_mm_proxy: --{k.replace('_', '-')} needs --ctc-tied")
+    if "ctc_tied_scale" in p and not 0 < p["ctc_tied_scale"] < math.inf:
+        raise SystemExit(f"train_mm_proxy: --ctc-tied-scale {p['ctc_tied_scale']}: expected a "
+                         "finite S > 0")
     if p.get("v_aux_tied") and not p.get("v_aux_weight", 0.0):
         raise SystemExit("train_mm_proxy: --v-aux-tied needs --v-aux-weight W (W > 0): the tied "
                          "head reads the columns that head takes, and adds to its loss")
@@ -3106,7 +3153,9 @@ def main():
                   "the CTC loss trains its own head only", flush=True)
     tied, tied_w = None, p.get("ctc_tied_weight", ctc_w)
     if p.get("ctc_tied"):  # (its own generator: the run's streams as without it)
-        tied = TiedCtcHead(model, p["vocab"], args.seed).to(dev)
+        tied = TiedCtcHead(model, p["vocab"], args.seed, "audio",
+                           p.get("ctc_tied_scale", TIED_SCALE_INIT),
+                           bool(p.get("ctc_tied_center"))).to(dev)
     spread = None
     if p.get("a_var_weight", 0.0) or p.get("a_cov_weight", 0.0):
         spread = SpreadTerm(model, p.get("a_var_weight", 0.0), p.get("a_var_gamma", 0.15),
@@ -3163,7 +3212,8 @@ def main():
         for k in [k for k in ("image", "audio") if k in held.tied]:
             a = r[k]
             print(f"train_mm_proxy: held-out step {done} tied read-out (the token table's "
-                  f"cosine to the first row's {r['table_cos0']:.4f}): {k} ctc "
+                  f"cosine to the first row's {r['table_cos0']:.4f}, its rows' mean cosine "
+                  f"{r['table_mean_cos']:.4f}): {k} ctc "
                   + ("-" if a["tied_ctc"] is None else
                      f"{a['tied_ctc']:.3f} a label, cer {a['tied_cer']:.3f} (against another "
                      "item's " + ("-" if a["tied_cer_other"] is None else
@@ -3358,7 +3408,8 @@ def main():
         if tied is not None:
             info["ctc"]["tied"] = {"weight": tied_w, "classes": "embed_tokens x embed_scale, "
                                    "detached, + a learned blank; cosine x a learned scale",
-                                   "scale_init": TIED_SCALE_INIT,
+                                   "scale_init": p.get("ctc_tied_scale", TIED_SCALE_INIT),
+                                   "center": tied.center,
                                    "scale_final": float(tied.log_scale.detach().exp()),
                                    "clips": tied.used, "clips_too_short": tied.skipped}
     if vaux is not None:
