@@ -53,6 +53,8 @@ detached; issue 35), on the CPU:
      --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf, --ctc-tied-scale and
      --ctc-tied-center without --ctc-tied, --ctc-tied-scale 0, nan and inf; --v-aux-tied without
      --v-aux-weight, --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
+  7. tools/python/mm_tied_plateau.py (the plateau probe) runs at a small size (vocab 64) and
+     learns; a bad run spec is refused in one line.
 Off = main's weights was checked by hand against main's trainer (bench/NOTES.md "ctctied"):
 nothing of the option runs without it (no head, no stream drawn, no record key).
 Prints one line per check and the count; exit 1 on the first failure."""
@@ -453,6 +455,33 @@ def check_trainer():
           f"{fl['v_aux_tied']:.3f}; refusals in one line: {CHECKS.n} checks")
 
 
+def check_probe():
+    """tools/python/mm_tied_plateau.py at a small size (vocab 64, dim 32, 60 steps at lr 3e-3,
+    batch 8, one run: mean cosine 0.3, centered, scale 30): the table's measured mean cosine
+    within 0.1 of the asked, a row at steps 0, 50 and 60, each finite, the loss lower at the end
+    than at step 0; a bad run spec refused in one line, exit 1."""
+    import re
+    import subprocess
+
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python",
+                        "mm_tied_plateau.py")
+    r = subprocess.run([sys.executable, tool, "--vocab", "64", "--dim", "32", "--steps", "60",
+                        "--lr", "3e-3", "--batch", "8", "0.3:1:30"], capture_output=True,
+                       text=True, timeout=300)
+    head = re.search(r"mean cosine (-?[0-9.]+) \(asked 0.3\), center 1, scale 30", r.stdout)
+    rows = re.findall(r"step (\d+): tied ctc ([0-9.]+) a label, token frames ([0-9.]+)", r.stdout)
+    expect(r.returncode == 0 and head and abs(float(head.group(1)) - 0.3) < 0.1 and
+           [int(x[0]) for x in rows] == [0, 50, 60] and
+           all(math.isfinite(float(x[1])) for x in rows) and float(rows[-1][1]) < float(rows[0][1]),
+           f"mm_tied_plateau: exit {r.returncode}, {r.stdout[-600:]!r} {r.stderr[-300:]!r}")
+    bad = subprocess.run([sys.executable, tool, "0.3:2:30"], capture_output=True, text=True)
+    expect(bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and
+           "CENTER 0 or 1" in bad.stderr, f"a bad run spec: {bad.returncode} {bad.stderr!r}")
+    print(f"mm_ctctied_check: mm_tied_plateau at vocab 64: table mean cosine {head.group(1)}, "
+          f"tied ctc {rows[0][1]} -> {rows[-1][1]} a label over 60 steps; a bad spec refused: "
+          f"{CHECKS.n} checks")
+
+
 def main():
     words = ["the cat sat down", "open the red door", "we walk", "the red cat"]
     with tempfile.TemporaryDirectory() as d:  # (check_model's images show these too)
@@ -462,6 +491,7 @@ def main():
     check_items()
     check_model(tok)
     check_trainer()
+    check_probe()
     print(f"mm_ctctied_check: {CHECKS.n} checks passed")
 
 

@@ -5,8 +5,10 @@
 # the classes are embed_tokens x embed_scale (a change to the table shows in the logits); the
 # loss equals torch's full-vocabulary CTC of those logits; no gradient reaches embed_tokens
 # while the audio tower and embed_audio get one; a few steps lower it; the held-out read-out by
-# hand; the trainer's records, its determinism and --ctc-tied-weight's default; refusals in one
-# line. The interpreter needs torch, transformers 5.17, tokenizers, safetensors and numpy:
+# hand; --ctc-tied-scale and --ctc-tied-center (the default scale bit for bit, centered
+# classes and cosines by hand, table_mean_cos by hand); the trainer's records, its determinism
+# and --ctc-tied-weight's default; tools/python/mm_tied_plateau.py at a small size; refusals in
+# one line. The interpreter needs torch, transformers 5.17, tokenizers, safetensors and numpy:
 # $G4_TORCH_PYTHON (CI's tools/install_deps.sh installs no torch); without them the test skips
 # (77) saying why.
 set -u
