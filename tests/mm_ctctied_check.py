@@ -47,11 +47,15 @@ detached; issue 35), on the CPU:
      at lr 3e-3), table_mean_cos a float in [-1, 1] (neither without a tied head); none of
      those keys without the options; the saved layout unchanged (the heads are never saved);
      --ctc-tied-scale 10 (the default) gives --ctc-tied's weights bit for bit, --ctc-tied-scale
-     30 and --ctc-tied-center other weights each, recorded in ctc.tied (scale_init 10 / 30 / 10,
-     center false / false / true) and in shapes only when given;
+     30, --ctc-tied-center and --ctc-tied-joint-only other weights each, recorded in ctc.tied
+     (scale_init 10 / 30 / 10 / 10, center false / false / true / false, warm true / true / true /
+     false; 6 x 4 joint clips each) and in shapes only when given; joint-only's warm phase reads
+     its 4 x 4 clips with the char head alone (no tied_clips, tied_mult or a_warm_tied), the
+     joint phase's ctc_tied losses there;
   6. refusals, one line each: --ctc-tied without --ctc-weight, with --ctc-at tower,
      --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf, --ctc-tied-scale and
-     --ctc-tied-center without --ctc-tied, --ctc-tied-scale 0, nan and inf; --v-aux-tied without
+     --ctc-tied-center without --ctc-tied, --ctc-tied-scale 0, nan and inf, --ctc-tied-joint-only
+     without --ctc-tied and without --a-warm; --v-aux-tied without
      --v-aux-weight, --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
   7. tools/python/mm_tied_plateau.py (the plateau probe) runs at a small size (vocab 64) and
      learns; a bad run spec is refused in one line.
@@ -359,6 +363,10 @@ def check_trainer():
                            "expected a finite S > 0"),
                           (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-scale", "inf"],
                            "expected a finite S > 0"),
+                          (["--ctc-weight", "0.5", "--ctc-tied-joint-only"],
+                           "--ctc-tied-joint-only needs --ctc-tied"),
+                          (["--ctc-weight", "0.5", "--ctc-tied", "--ctc-tied-joint-only"],
+                           "--ctc-tied-joint-only needs --a-warm"),
                           (["--v-aux-tied"], "--v-aux-tied needs --v-aux-weight"),
                           (["--v-aux-weight", "0.5", "--v-aux-tied-weight", "0.5"],
                            "--v-aux-tied-weight needs --v-aux-tied"),
@@ -371,6 +379,7 @@ def check_trainer():
             ("tied_s10", base + ["--ctc-tied", "--ctc-tied-scale", "10"]),
             ("tied_s30", base + ["--ctc-tied", "--ctc-tied-scale", "30"]),
             ("tied_center", base + ["--ctc-tied", "--ctc-tied-center"]),
+            ("tied_joint", base + ["--ctc-tied", "--ctc-tied-joint-only"]),
             ("both", both), ("both_w", both + ["--v-aux-tied-weight", "0.5"]),
             ("both_eval", both + ["--eval-every", "3", "--eval-items", "4"])),
             fail, stdout=out)
@@ -380,14 +389,22 @@ def check_trainer():
            f"plain {h['tied'][:12]}: not the same weights")
     expect(h["tied_s10"] == h["tied"], f"--ctc-tied-scale 10 (the default) "
            f"{h['tied_s10'][:12]}, plain {h['tied'][:12]}: not the same weights")
-    expect(len({h["tied"], h["tied_s30"], h["tied_center"]}) == 3,
-           "--ctc-tied-scale 30 or --ctc-tied-center changed no weight")
-    for k, sc, ce in (("tied", 10.0, False), ("tied_s30", 30.0, False),
-                      ("tied_center", 10.0, True)):
+    expect(len({h["tied"], h["tied_s30"], h["tied_center"], h["tied_joint"]}) == 4,
+           "--ctc-tied-scale 30, --ctc-tied-center or --ctc-tied-joint-only changed no weight")
+    for k, sc, ce, wa in (("tied", 10.0, False, True), ("tied_s30", 30.0, False, True),
+                          ("tied_center", 10.0, True, True), ("tied_joint", 10.0, False, False)):
         rec = runs[k][0]["ctc"].get("tied") or {}
         expect(rec.get("scale_init") == sc and rec.get("center") is ce and
-               math.isfinite(rec.get("scale_final", math.nan)),
-               f"{k}: the tied record {rec} (want scale_init {sc}, center {ce})")
+               rec.get("warm") is wa and math.isfinite(rec.get("scale_final", math.nan)) and
+               rec.get("clips") == 6 * 4,
+               f"{k}: the tied record {rec} (want scale_init {sc}, center {ce}, warm {wa})")
+    jt, tw = runs["tied_joint"][0], runs["tied"][0]
+    expect("tied_clips" not in jt["v_warm"] and "tied_mult" not in jt["v_warm"] and
+           not jt["losses_every_25"].get("a_warm_tied") and
+           jt["losses_every_25"].get("ctc_tied") and jt["v_warm"].get("clips") == 4 * 4 and
+           tw["v_warm"].get("tied_clips") == 4 * 4 and tw["losses_every_25"].get("a_warm_tied"),
+           f"--ctc-tied-joint-only's warm record {jt['v_warm']} / losses "
+           f"{sorted(jt['losses_every_25'])}")
     expect("ctc_tied_scale" not in runs["tied"][0]["shapes"] and
            runs["tied_s30"][0]["shapes"].get("ctc_tied_scale") == 30.0 and
            runs["tied_center"][0]["shapes"].get("ctc_tied_center") is True,

@@ -214,7 +214,8 @@ def main():
     n_diff = sum(int((x != y).sum()) for x, y in zip(ref1_w, fu1_w))
     d6 = max(abs(ref_l[k][-1] - fu_l[k][-1]) for k in ("image", "audio"))
     print(f"mm_fast_check: fused vs reference: after step 1 {n_diff} weights differ, max |dw| "
-          f"{dw:.3g}, {over:.3g} beyond one ulp (tol {FUSED_UPDATE_TOL}); step 2's losses {dl:.3g} apart (tol {FUSED_LOSS_TOL})"
+          f"{dw:.3g}, {over:.3g} beyond one ulp (tol {FUSED_UPDATE_TOL}); step 2's losses "
+          f"{dl:.3g} apart (tol {FUSED_LOSS_TOL})"
           f"; step {STEPS}'s {d6:.3g} apart (not bounded)")
     if not (over <= FUSED_UPDATE_TOL and dl <= FUSED_LOSS_TOL):  # (NaN fails)
         fail("fused AdamW moved the run beyond the named tolerance")

@@ -5,9 +5,10 @@ here by hand (run by tests/test_mm_pair_table.sh). Python 3 standard library onl
 A: 100 of 100 steps, held-out rows at steps 0, 50, 100, an LM warm phase with copy rows; B:
 stopped at 75 of 100, rows at 0, 50, 75, with a tied read-out head A lacks (its CER and token
 frames), an LM warm phase without copy rows; step 50's greedy answers (stopped share, distinct
-count) in both. Every value is a multiple of 1/16 or has at most one more decimal than printed, so no row depends on how a tie rounds. Then: a different seed is said; a
-train.json without step_seconds, a held-out row without "rolled", a file that is not JSON and a
-file that does not exist each give one line on stderr and exit 1 (no traceback). With A alone:
+count) in both. Every value is a multiple of 1/16 or has at most one more decimal than
+printed, so no row depends on how a tie rounds. Then: a different seed is said; a train.json
+without step_seconds, a held-out row without "rolled", a file that is not JSON and a file that
+does not exist each give one line on stderr and exit 1 (no traceback). With A alone:
 A's column of the same hand-written table, its rows where A has a value (35 of 45)."""
 import copy, json, os, subprocess, sys, tempfile
 
@@ -42,8 +43,9 @@ B = {"preset": "proxy", "seed": 0, "device": "cuda", "steps": 100, "stopped_at":
                                 "decode": {"exact": 0.5, "ocrbench": 0.75, "eos": 1.0,
                                            "answers": ["ab", "cd", "ef", "gh"]}},
           "audio": {"loss": 3.125, "zeroed": 3.5, "rolled": 3.25, "ctc_cer": 0.375,
-                    "tied_cer": 0.625, "tied_peaks": 0.375, "decode": {"exact": 0.125, "wer": 0.875, "eos": 0.625,
-                                                  "answers": ["x y", "x z", "x y"]}}},
+                    "tied_cer": 0.625, "tied_peaks": 0.375,
+                    "decode": {"exact": 0.125, "wer": 0.875, "eos": 0.625,
+                               "answers": ["x y", "x z", "x y"]}}},
          {"step": 75, "image": {"loss": 2.625, "zeroed": 3.5, "rolled": 3.875},
           "audio": {"loss": 3.0, "zeroed": 3.5, "rolled": 3.5}}]}
 

@@ -104,7 +104,8 @@ def run(a, c, center, scale):
             exact = sum(r == t for r, t in zip(reads, refs))
             print(f"  step {s}: tied ctc {sum(per) / len(per):.3f} a label, token frames "
                   f"{share:.3f}, their cosine " + ("-" if cos is None else f"{cos:.3f}")
-                  + f", exact {exact}/{len(refs)}, scale {float(head.log_scale.detach().exp()):.2f}",
+                  + f", exact {exact}/{len(refs)}, scale "
+                  f"{float(head.log_scale.detach().exp()):.2f}",
                   flush=True)
         if s == a.steps:
             break

@@ -11,7 +11,8 @@ mobius exporter like the text proxy (tools/python/train_proxy.py).
                                                [--ctc-weight W] [--ctc-at embed|tower]
                                                [--ctc-units tokens|chars]
                                                [--ctc-tied [--ctc-tied-weight W]
-                                                [--ctc-tied-scale S] [--ctc-tied-center]]
+                                                [--ctc-tied-scale S] [--ctc-tied-center]
+                                                [--ctc-tied-joint-only]]
                                                [--v-aux-tied [--v-aux-tied-weight W]]
                                                [--a-var-weight W] [--a-var-gamma G]
                                                [--a-var-per clip|frame] [--a-cov-weight C]
@@ -85,12 +86,13 @@ functions that wrote the held-out files).
    into the answer's token ids (CtcHead's targets and CTC) with the decoder's own input
    embeddings (embed_tokens x embed_scale, detached: the loss never moves the LM's table) + a
    learned blank as the classes, logits s x cosine (s learned from 10, or from
-   --ctc-tied-scale S; --ctc-tied-center: the frames and the rows less the table's mean row,
-   bench/NOTES.md "The tied head's plateau"), so that the frames
-   where a token is heard point at that token's embedding, which the decoder can copy (the
-   session-35 run: the char head read held-out clips at CER 0.165 and the decoder's answers
-   ignored them; bench/NOTES.md "ctctied"); with --a-warm its loss (x W / --ctc-weight) joins
-   the warm step too; --v-aux-tied [--v-aux-tied-weight W] (needs --v-aux-weight) is its image
+   --ctc-tied-scale S; --ctc-tied-center: the frames and the rows less the table's mean row;
+   bench/NOTES.md "The tied head's plateau"), so that the frames where a token is heard point
+   at that token's embedding, which the decoder can copy (the session-35 run: the char head
+   read held-out clips at CER 0.165 and the decoder's answers ignored them; bench/NOTES.md
+   "ctctied"); with --a-warm its loss (x W / --ctc-weight) joins the warm step too, unless
+   --ctc-tied-joint-only (on its plateau it held the char head on its own there: "The tied
+   head's plateau"); --v-aux-tied [--v-aux-tied-weight W] (needs --v-aux-weight) is its image
    twin on VisionAux's soft-token columns (added to VisionAux's loss, in the --v-warm-steps
    phase too). --a-var-weight W
    [--a-var-gamma G --a-var-per clip|frame --a-cov-weight C]: an anti-collapse term (SpreadTerm,
@@ -263,12 +265,13 @@ functions that wrote the held-out files).
    its loss in losses_every_25 / final_loss; v_warm: the warm phase's steps, images, seconds and
    step seconds, tower_joint_lr_mult, its loss as losses_every_25 / final_loss's v_warm; with
    --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm; with
-   --ctc-tied: ctc.tied {weight, classes, scale_init, center, scale_final, clips,
-   clips_too_short}, its loss as ctc_tied (and a_warm_tied, v_warm's tied_clips,
-   tied_clips_too_short, tied_mult with --a-warm), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other, tied_items,
-   tied_skipped, tied_peaks, tied_peak_cos, tied_example, table_cos0 (HeldOut.table_drift:
-   how far the decoder's token table turned since the first row) and table_mean_cos (the
-   table's rows' mean cosine to each other, table_mean_cos()); with --v-aux-tied:
+   --ctc-tied: ctc.tied {weight, classes, scale_init, center, warm (whether it joined the warm
+   phase), scale_final, clips, clips_too_short}, its loss as ctc_tied (and a_warm_tied,
+   v_warm's tied_clips, tied_clips_too_short, tied_mult with --a-warm), the held-out audio
+   rows' tied_ctc, tied_cer, tied_cer_other, tied_items, tied_skipped, tied_peaks,
+   tied_peak_cos, tied_example, table_cos0 (HeldOut.table_drift: how far the decoder's token
+   table turned since the first row) and table_mean_cos (the table's rows' mean cosine to each
+   other, table_mean_cos()); with --v-aux-tied:
    v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
    v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
    rows' tied_*; with --answer-mask: answer_mask; with --lm-copy: lm_warm.copy; with
@@ -2800,6 +2803,10 @@ def main():
                     f"default {TIED_SCALE_INIT:g}): over a vocabulary of thousands the default "
                     "scale leaves CTC on its all-blank plateau (bench/NOTES.md \"The tied head's "
                     "plateau\")")
+    ap.add_argument("--ctc-tied-joint-only", action="store_true", default=None,
+                    help="the --ctc-tied head's loss is left out of the --a-warm phase: it trains "
+                    "from the joint phase's first step (on its plateau it held the warm phase's "
+                    "char head on its own plateau: bench/NOTES.md \"The tied head's plateau\")")
     ap.add_argument("--ctc-tied-center", action="store_true", default=None,
                     help="the --ctc-tied head compares the soft tokens and the token embeddings "
                     "less the table's mean row (detached): a trained table's rows share a "
@@ -2954,6 +2961,7 @@ def main():
     for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
               "v_lr_mult", "a_lr_mult", "a_warmup", "ctc_weight", "v_aux_weight", "ctc_at",
               "ctc_units", "ctc_tied", "ctc_tied_weight", "ctc_tied_scale", "ctc_tied_center",
+              "ctc_tied_joint_only",
               "v_aux_tied", "v_aux_tied_weight",
               "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight", "a_res_scale",
               "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
@@ -3014,9 +3022,12 @@ def main():
     if "ctc_tied_weight" in p and not 0 < p["ctc_tied_weight"] < math.inf:
         raise SystemExit(f"train_mm_proxy: --ctc-tied-weight {p['ctc_tied_weight']}: expected a "
                          "finite W > 0")
-    for k in ("ctc_tied_scale", "ctc_tied_center"):
+    for k in ("ctc_tied_scale", "ctc_tied_center", "ctc_tied_joint_only"):
         if k in p and not p.get("ctc_tied"):
             raise SystemExit(f"train_mm_proxy: --{k.replace('_', '-')} needs --ctc-tied")
+    if p.get("ctc_tied_joint_only") and not args.a_warm:
+        raise SystemExit("train_mm_proxy: --ctc-tied-joint-only needs --a-warm: without a warm "
+                         "phase the tied head trains in the joint phase only already")
     if "ctc_tied_scale" in p and not 0 < p["ctc_tied_scale"] < math.inf:
         raise SystemExit(f"train_mm_proxy: --ctc-tied-scale {p['ctc_tied_scale']}: expected a "
                          "finite S > 0")
@@ -3255,7 +3266,8 @@ def main():
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
         warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
                                 pin, dev, amp, losses, t1, head if args.a_warm else None,
-                                tied if args.a_warm else None, tied_w / ctc_w if ctc_w else 1.0,
+                                tied if args.a_warm and not p.get("ctc_tied_joint_only") else None,
+                                tied_w / ctc_w if ctc_w else 1.0,
                                 vtied, vtied_w / vaux_w if vaux_w else 1.0)
         wait += warm_info.pop("data_wait")
         warm_info["tower_joint_lr_mult"] = tower_mult
@@ -3410,6 +3422,8 @@ def main():
                                    "detached, + a learned blank; cosine x a learned scale",
                                    "scale_init": p.get("ctc_tied_scale", TIED_SCALE_INIT),
                                    "center": tied.center,
+                                   "warm": bool(args.a_warm and
+                                                not p.get("ctc_tied_joint_only")),
                                    "scale_final": float(tied.log_scale.detach().exp()),
                                    "clips": tied.used, "clips_too_short": tied.skipped}
     if vaux is not None:
