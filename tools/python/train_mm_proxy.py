@@ -267,7 +267,8 @@ functions that wrote the held-out files).
    --a-warm also a_warm, a_lr_mult, clips, clips_too_short, the audio loss as a_warm; with
    --ctc-tied: ctc.tied {weight, classes, scale_init, center, warm (whether it joined the warm
    phase), scale_final, clips, clips_too_short}, its loss as ctc_tied (and a_warm_tied,
-   v_warm's tied_clips, tied_clips_too_short, tied_mult with --a-warm), the held-out audio
+   v_warm's tied_clips, tied_clips_too_short, tied_mult with --a-warm and without
+   --ctc-tied-joint-only), the held-out audio
    rows' tied_ctc, tied_cer, tied_cer_other, tied_items, tied_skipped, tied_peaks,
    tied_peak_cos, tied_example, table_cos0 (HeldOut.table_drift: how far the decoder's token
    table turned since the first row) and table_mean_cos (the table's rows' mean cosine to each
@@ -2795,7 +2796,8 @@ def main():
                     help="a second audio CTC head (needs --ctc-weight, --ctc-at embed): the soft "
                     "tokens read into the answer's token ids with the decoder's own token "
                     "embeddings (detached) as its classes, cosine logits (TiedCtcHead); added to "
-                    "the --ctc-weight head's loss, in the --a-warm phase too")
+                    "the --ctc-weight head's loss, in the --a-warm phase too (unless "
+                    "--ctc-tied-joint-only)")
     ap.add_argument("--ctc-tied-weight", type=float, metavar="W",
                     help="the --ctc-tied head's loss weight (default: --ctc-weight's)")
     ap.add_argument("--ctc-tied-scale", type=float, metavar="S",
