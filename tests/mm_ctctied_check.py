@@ -55,8 +55,8 @@ detached; issue 35), on the CPU:
   6. refusals, one line each: --ctc-tied without --ctc-weight, with --ctc-at tower,
      --ctc-tied-weight without --ctc-tied, --ctc-tied-weight 0 and inf, --ctc-tied-scale and
      --ctc-tied-center without --ctc-tied, --ctc-tied-scale 0, nan and inf, --ctc-tied-joint-only
-     without --ctc-tied and without --a-warm; --v-aux-tied without
-     --v-aux-weight, --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
+     without --ctc-tied and without --a-warm; --v-aux-tied without --v-aux-weight,
+     --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
   7. tools/python/mm_tied_plateau.py (the plateau probe) runs at a small size (vocab 64) and
      learns; a bad run spec is refused in one line.
 Off = main's weights was checked by hand against main's trainer (bench/NOTES.md "ctctied"):

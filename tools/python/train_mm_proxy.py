@@ -268,11 +268,11 @@ functions that wrote the held-out files).
    --ctc-tied: ctc.tied {weight, classes, scale_init, center, warm (whether it joined the warm
    phase), scale_final, clips, clips_too_short}, its loss as ctc_tied (and a_warm_tied,
    v_warm's tied_clips, tied_clips_too_short, tied_mult with --a-warm and without
-   --ctc-tied-joint-only), the held-out audio
-   rows' tied_ctc, tied_cer, tied_cer_other, tied_items, tied_skipped, tied_peaks,
-   tied_peak_cos, tied_example, table_cos0 (HeldOut.table_drift: how far the decoder's token
-   table turned since the first row) and table_mean_cos (the table's rows' mean cosine to each
-   other, table_mean_cos()); with --v-aux-tied:
+   --ctc-tied-joint-only), the held-out audio rows' tied_ctc, tied_cer, tied_cer_other,
+   tied_items, tied_skipped, tied_peaks, tied_peak_cos, tied_example, table_cos0
+   (HeldOut.table_drift: how far the decoder's token table turned since the first row) and
+   table_mean_cos (the table's rows' mean cosine to each other, table_mean_cos()); with
+   --v-aux-tied:
    v_aux.tied {weight, scale_init, scale_final, images, images_too_short}, v_aux_tied,
    v_warm_tied, v_warm's tied_images, tied_images_too_short, vtied_mult, the held-out image
    rows' tied_*; with --answer-mask: answer_mask; with --lm-copy: lm_warm.copy; with
@@ -2963,8 +2963,7 @@ def main():
     for k in ("steps", "batch", "workers", "reps", "a_speed_perturb", "split_digits", "vocab",
               "v_lr_mult", "a_lr_mult", "a_warmup", "ctc_weight", "v_aux_weight", "ctc_at",
               "ctc_units", "ctc_tied", "ctc_tied_weight", "ctc_tied_scale", "ctc_tied_center",
-              "ctc_tied_joint_only",
-              "v_aux_tied", "v_aux_tied_weight",
+              "ctc_tied_joint_only", "v_aux_tied", "v_aux_tied_weight",
               "a_var_weight", "a_var_gamma", "a_var_per", "a_cov_weight", "a_res_scale",
               "v_pos_init", "v_res_scale", "v_proj_init", "lr", "beta2", "warmup"):
         if getattr(args, k) is not None:
