@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source on the GPU machine (Ubuntu 24.04 + CUDA 13, no package registry): unpacks the Debian
 # .deb files carried in .debs/ (fetched on a CPU machine with tools/gpu/fetch_debs.sh) into a
 # prefix and points the build and the loader at it, and finds cuDNN.
