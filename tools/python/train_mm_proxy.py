@@ -3018,20 +3018,16 @@ def main():
     if p.get("ctc_tied") and p.get("ctc_at", "embed") != "embed":
         raise SystemExit("train_mm_proxy: --ctc-tied with --ctc-at tower: the tied head compares "
                          "the soft tokens (embed_audio's output) with the token embeddings")
-    if "ctc_tied_weight" in p and not p.get("ctc_tied"):
-        raise SystemExit("train_mm_proxy: --ctc-tied-weight needs --ctc-tied")
-    if "ctc_tied_weight" in p and not 0 < p["ctc_tied_weight"] < math.inf:
-        raise SystemExit(f"train_mm_proxy: --ctc-tied-weight {p['ctc_tied_weight']}: expected a "
-                         "finite W > 0")
-    for k in ("ctc_tied_scale", "ctc_tied_center", "ctc_tied_joint_only"):
+    for k in ("ctc_tied_weight", "ctc_tied_scale", "ctc_tied_center", "ctc_tied_joint_only"):
         if k in p and not p.get("ctc_tied"):
             raise SystemExit(f"train_mm_proxy: --{k.replace('_', '-')} needs --ctc-tied")
+    for k, v in (("ctc_tied_weight", "W"), ("ctc_tied_scale", "S")):
+        if k in p and not 0 < p[k] < math.inf:
+            raise SystemExit(f"train_mm_proxy: --{k.replace('_', '-')} {p[k]}: expected a "
+                             f"finite {v} > 0")
     if p.get("ctc_tied_joint_only") and not args.a_warm:
         raise SystemExit("train_mm_proxy: --ctc-tied-joint-only needs --a-warm: without a warm "
                          "phase the tied head trains in the joint phase only already")
-    if "ctc_tied_scale" in p and not 0 < p["ctc_tied_scale"] < math.inf:
-        raise SystemExit(f"train_mm_proxy: --ctc-tied-scale {p['ctc_tied_scale']}: expected a "
-                         "finite S > 0")
     if p.get("v_aux_tied") and not p.get("v_aux_weight", 0.0):
         raise SystemExit("train_mm_proxy: --v-aux-tied needs --v-aux-weight W (W > 0): the tied "
                          "head reads the columns that head takes, and adds to its loss")
