@@ -3164,6 +3164,8 @@ def main():
         tied = TiedCtcHead(model, p["vocab"], args.seed, "audio",
                            p.get("ctc_tied_scale", TIED_SCALE_INIT),
                            bool(p.get("ctc_tied_center"))).to(dev)
+    # (whether its loss joins the --a-warm phase: the warm call and train.json's ctc.tied.warm)
+    tied_warm = bool(tied is not None and args.a_warm and not p.get("ctc_tied_joint_only"))
     spread = None
     if p.get("a_var_weight", 0.0) or p.get("a_cov_weight", 0.0):
         spread = SpreadTerm(model, p.get("a_var_weight", 0.0), p.get("a_var_gamma", 0.15),
@@ -3263,7 +3265,7 @@ def main():
     if args.v_warm_steps:  # (t1 before it: --minutes counts the warm phase)
         warm_info = vision_warm(args, p, model, vaux, opt, streams, image_stream, tr_i, half,
                                 pin, dev, amp, losses, t1, head if args.a_warm else None,
-                                tied if args.a_warm and not p.get("ctc_tied_joint_only") else None,
+                                tied if tied_warm else None,
                                 tied_w / ctc_w if ctc_w else 1.0,
                                 vtied, vtied_w / vaux_w if vaux_w else 1.0)
         wait += warm_info.pop("data_wait")
@@ -3419,8 +3421,7 @@ def main():
                                    "detached, + a learned blank; cosine x a learned scale",
                                    "scale_init": p.get("ctc_tied_scale", TIED_SCALE_INIT),
                                    "center": tied.center,
-                                   "warm": bool(args.a_warm and
-                                                not p.get("ctc_tied_joint_only")),
+                                   "warm": tied_warm,
                                    "scale_final": float(tied.log_scale.detach().exp()),
                                    "clips": tied.used, "clips_too_short": tied.skipped}
     if vaux is not None:
