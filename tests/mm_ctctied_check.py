@@ -59,6 +59,9 @@ detached; issue 35), on the CPU:
      --v-aux-tied-weight without --v-aux-tied, --v-aux-tied-weight 0.
   7. tools/python/mm_tied_plateau.py (the plateau probe) runs at a small size (vocab 64) and
      learns; a bad run spec is refused in one line.
+  8. tools/python/mm_tied_grad.py (each head's pull on the audio side): its gradient norm by
+     hand; on the ci plan it prints the char row and each tied row, finite, with their ratio; a
+     bad --tied is refused in one line.
 Off = main's weights was checked by hand against main's trainer (bench/NOTES.md "ctctied"):
 nothing of the option runs without it (no head, no stream drawn, no record key).
 Prints one line per check and the count; exit 1 on the first failure."""
@@ -499,6 +502,51 @@ def check_probe():
           f"{CHECKS.n} checks")
 
 
+def check_grad_tool():
+    """tools/python/mm_tied_grad.py (each head's pull on the audio side): side_grad_norm by hand
+    (loss = sum(a x) + |b|^2 / 2: the gradients x and b, an unused tensor counting 0); the tool
+    on the ci plan (3 noise clips of 2 s, the ci preset, --tied 10:0 --tied 50:1): exit 0, three
+    rows (char, then the two tied heads in order), every loss and norm finite and > 0, the char
+    row x 1.00 and each row's "x char" its norm over the char row's; a bad --tied refused in one
+    line, exit 1."""
+    import re
+    import subprocess
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python")
+    sys.path.insert(0, here)
+    import mm_tied_grad
+
+    x, a = torch.tensor([1.0, -2.0, 2.0]), torch.zeros(3, requires_grad=True)
+    b = torch.tensor([[3.0, 0.0], [0.0, 4.0]], requires_grad=True)
+    unused = torch.ones(2, requires_grad=True)
+    g = mm_tied_grad.side_grad_norm((a * x).sum() + (b ** 2).sum() / 2, [a, b, unused])
+    expect(abs(g - math.sqrt(9.0 + 25.0)) < 1e-6, f"side_grad_norm {g}, by hand sqrt(34)")
+    tool = os.path.join(here, "mm_tied_grad.py")
+    with tempfile.TemporaryDirectory() as d:
+        data = ci_data(tmp, d, seconds=2)
+        r = subprocess.run([sys.executable, tool, data, "--preset", "ci", "--clips", "3",
+                            "--tied", "10:0", "--tied", "50:1"], capture_output=True, text=True,
+                           timeout=300)
+    rows = re.findall(r"mm_tied_grad: (char|tied scale \S+(?: centered)?) +loss +(\S+) a label"
+                      r" +\|grad\| +(\S+) +x char +(\S+)", r.stdout)
+    expect(r.returncode == 0 and [x[0] for x in rows] ==
+           ["char", "tied scale 10", "tied scale 50 centered"],
+           f"mm_tied_grad: exit {r.returncode}, rows {rows}, {r.stdout[-600:]!r} "
+           f"{r.stderr[-300:]!r}")
+    vals = [(float(x[1]), float(x[2]), float(x[3])) for x in rows]
+    expect(all(math.isfinite(v) and v > 0 for row in vals for v in row[:2]),
+           f"mm_tied_grad: losses and norms {vals}")
+    expect(vals[0][2] == 1.0 and all(abs(v[2] - v[1] / vals[0][1]) <= 0.006 * max(1, v[2])
+                                     for v in vals), f"mm_tied_grad: x char {vals}")
+    bad = subprocess.run([sys.executable, tool, "unused", "--tied", "50:2"], capture_output=True,
+                         text=True)
+    expect(bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and
+           "CENTER 0 or 1" in bad.stderr, f"a bad --tied: {bad.returncode} {bad.stderr!r}")
+    print(f"mm_ctctied_check: mm_tied_grad by hand and on the ci plan: |grad| char "
+          f"{vals[0][1]:.4g}, tied scale 10 x {vals[1][2]}, scale 50 centered x {vals[2][2]}; a "
+          f"bad --tied refused: {CHECKS.n} checks")
+
+
 def main():
     words = ["the cat sat down", "open the red door", "we walk", "the red cat"]
     with tempfile.TemporaryDirectory() as d:  # (check_model's images show these too)
@@ -509,6 +557,7 @@ def main():
     check_model(tok)
     check_trainer()
     check_probe()
+    check_grad_tool()
     print(f"mm_ctctied_check: {CHECKS.n} checks passed")
 
 

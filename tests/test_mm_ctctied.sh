@@ -7,10 +7,10 @@
 # while the audio tower and embed_audio get one; a few steps lower it; the held-out read-out by
 # hand; --ctc-tied-scale and --ctc-tied-center (the default scale bit for bit, centered
 # classes and cosines by hand, table_mean_cos by hand); the trainer's records, its determinism
-# and --ctc-tied-weight's default; tools/python/mm_tied_plateau.py at a small size; refusals in
-# one line. The interpreter needs torch, transformers 5.17, tokenizers, safetensors and numpy:
-# $G4_TORCH_PYTHON (CI's tools/install_deps.sh installs no torch); without them the test skips
-# (77) saying why.
+# and --ctc-tied-weight's default; tools/python/mm_tied_plateau.py at a small size;
+# tools/python/mm_tied_grad.py by hand and on the ci plan; refusals in one line. The
+# interpreter needs torch, transformers 5.17, tokenizers, safetensors and numpy: $G4_TORCH_PYTHON
+# (CI's tools/install_deps.sh installs no torch); without them the test skips (77) saying why.
 set -u
 : "${G4_SOURCE_DIR:?run through ctest}"
 source "$(dirname "${BASH_SOURCE[0]}")/mm_torch.sh"
