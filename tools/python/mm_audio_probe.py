@@ -8,6 +8,10 @@ learning-rate multiplier, then is measured on train and held-out clips:
                                            [--a-warmup N] [--ctc-weight W --ctc-at embed|tower]
                                            [--a-var-weight W --a-var-gamma G --a-var-per clip|frame
                                             --a-cov-weight C]
+    python3 tools/python/mm_audio_probe.py DATA OUT --warm-only [--a-lr-mult X --lr L]
+                                           [--lm-warm N] [--vocab V] [--ctc-tied
+                                            --ctc-tied-weight W --ctc-tied-scale S
+                                            --ctc-tied-center]
 
 DATA: make_mm_data.py's folder after `speech` (a subset of the proxy plan is enough). Reports,
 every --every steps and at the end (OUT/probe.json):
@@ -23,6 +27,24 @@ every --every steps and at the end (OUT/probe.json):
   a_var_run   with --a-var-weight / --a-cov-weight: train_mm_proxy.SpreadTerm's variance hinge
               (and cov) on the training batches, the mean of the last 50 steps (unweighted)
 If loss == loss_zero == loss_shuf the audio is not read.
+
+--warm-only: the towers' warm phase of train_mm_proxy (--a-warm, vision_warm_step's audio half)
+alone, no decoder loss: the audio side (tower + embed_audio) through get_audio_features only, the
+character head (train_mm_proxy.AudioChars on embed_audio's output: --ctc-units chars, "the char
+head") and with --ctc-tied the tied head (train_mm_proxy.TiedCtcHead: --ctc-tied-scale,
+--ctc-tied-center) on the same frames, char + W x tied summed into one backward, the gradient
+over the audio side and both heads clipped to 1.0 together (the trainer's warm optimizer and
+schedule: the audio side at lr x --a-lr-mult, weight decay 0.05 on matrices, the heads at lr;
+a linear warm-up of min(--warmup, steps / 10) steps, cosine to 5%). --lm-warm N first trains the
+decoder alone N steps as a causal LM on the train texts (train_mm_proxy.lm_rows, the
+trainer's --lm-warm-steps), so the tied head's classes (the decoder's token rows) are a
+trained table with a shared direction as on the GPU, not random rows. Reports every --every
+steps and at the end (OUT/probe.json, "warm" rows): char_run / tied_run (the train losses, mean
+of the last --every steps), the clips each head used / skipped, the learned scale, and on the
+held-out clips: char_ctc (a label), char_cer (greedy read against the transcript as heard),
+tied_ctc (a label), tied_peaks (the share of valid frames whose argmax is a token, not the
+blank: ~0 is CTC's all-blank plateau), tied_peak_cos, tied_cer (the greedy token read decoded
+against the answer), table_mean_cos (train_mm_proxy.table_mean_cos of the class table).
 """
 import argparse
 import json
@@ -108,6 +130,147 @@ def measure(model, hook, tok, pr, batches, items, n_gen, head=None):
     return r
 
 
+def warm_measure(model, chars, tied, tok, closing, batches):
+    """The warm-only held-out read-outs of the char head (chars) and the tied head (tied, or
+    None) on batches; the heads' used / skipped counts are left as they were."""
+    model.eval()
+    counts = [(h.used, h.skipped) for h in (chars, tied) if h is not None]
+    c_loss, c_refs, c_hyps, c_n = [], [], [], 0
+    t_loss, t_reads, t_refs, t_skip, t_peak, t_cos, t_frames = [], [], [], 0, 0.0, 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            model.model.get_audio_features(b["input_features"], b["input_features_mask"])
+            x, valid = chars.tap.take()
+            w = valid.sum(-1).tolist()
+            texts = tmp.answer_texts(tok, b["labels"], closing)
+            used = chars.used
+            c = tmp.char_ctc_loss(chars, x, w, texts)
+            if c is not None:  # (a batch mean a label: weighted by its clips)
+                c_loss.append(c.item() * (chars.used - used))
+                c_n += chars.used - used
+            c_hyps += tmp.char_ctc_greedy(chars, x, w)
+            c_refs += [tmp.char_target(chars, t) for t in texts]
+            if tied is None:
+                continue
+            x, valid = tied.tap.take()
+            per, reads, tgts, skipped, share, cos = tied.items(x, valid, b["labels"])
+            n = int(valid.sum())
+            t_loss += per
+            t_reads += [tok.decode(r, skip_special_tokens=False) for r in reads]
+            t_refs += [tok.decode(r, skip_special_tokens=False) for r in tgts]
+            t_skip += skipped
+            t_frames += n
+            t_peak += share * n
+            t_cos += 0.0 if cos is None else cos * share * n
+    for h, (u, k) in zip([h for h in (chars, tied) if h is not None], counts):
+        h.used, h.skipped = u, k
+    r = dict(char_ctc=sum(c_loss) / c_n if c_n else None, char_cer=mm_probe.cer(c_refs, c_hyps),
+             char_items=len(c_refs), char_fit=c_n, char_example=[c_refs[0], c_hyps[0]])
+    if tied is not None:
+        r.update(tied_ctc=float(np.mean(t_loss)) if t_loss else None,
+                 tied_cer=mm_probe.cer(t_refs, t_reads) if t_refs else None,
+                 tied_items=len(t_refs), tied_skipped=t_skip, tied_frames=t_frames,
+                 tied_peaks=t_peak / t_frames if t_frames else None,
+                 tied_peak_cos=t_cos / t_peak if t_peak else None,
+                 tied_example=[t_refs[0], t_reads[0]] if t_refs else None,
+                 scale=float(tied.log_scale.detach().exp()),
+                 table_mean_cos=tmp.table_mean_cos(tied.table()))
+    model.train()
+    return r
+
+
+def lm_warm(model, pr, texts, n, batch, lr, seed):
+    """--lm-warm N: N steps of the decoder alone as a causal LM on the train texts
+    (train_mm_proxy.lm_rows: `batch` rows of min(LM_ROW, the decoder's positions) ids a step;
+    its own AdamW over the decoder, decay_groups; warm_schedule at lr; the gradient clipped to
+    1.0), as the trainer's --lm-warm-steps. Returns the loss every 25 steps and the last."""
+    named = [x for k, x in model.named_parameters()
+             if not k.startswith(tmp.SIDES["vision"] + tmp.SIDES["audio"])]
+    opt = tmp.adamw(tmp.decay_groups(named, 1.0), dict(lr=lr), "foreach")
+    sched = tmp.warm_schedule(dict(lr=lr, warmup=30), n)
+    row_len = min(tmp.LM_ROW, model.config.text_config.max_position_embeddings)
+    rows = tmp.lm_rows(pr, texts, batch, row_len, np.random.default_rng([seed, 36]))
+    out = []
+    for step in range(n):
+        for g in opt.param_groups:
+            g["lr"] = tmp.lr_at(step, n, sched) * g["mult"]
+        b = next(rows)
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                                 b["labels"].reshape(-1), ignore_index=-100)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(named, 1.0)
+        opt.step()
+        if step % 25 == 0 or step == n - 1:
+            out.append([step + 1, loss.item()])
+            print(f"LM warm step {step + 1}/{n} loss {loss.item():.3f}", flush=True)
+    return out
+
+
+def warm_only(args, model, tok, pr, stream, te_b, t0, out):
+    """--warm-only's training and reports (the module's docstring): out (the record) gains
+    "warm", the report rows, written to OUT/probe.json at each report."""
+    closing = pr.id["<turn|>"]
+    chars = tmp.AudioChars(model, "embed", args.seed, tok, closing)
+    tied = (tmp.TiedCtcHead(model, model.config.text_config.vocab_size, args.seed,
+                            scale=args.ctc_tied_scale, center=args.ctc_tied_center)
+            if args.ctc_tied else None)
+    named = [x for k, x in model.named_parameters() if k.startswith(tmp.SIDES["audio"])]
+    groups = tmp.decay_groups(named, args.a_lr_mult, True) + [tmp.head_group(chars)]
+    groups += [tmp.head_group(tied)] if tied is not None else []
+    opt = tmp.adamw(groups, dict(lr=args.lr), "foreach")
+    live = [x for g in opt.param_groups for x in g["params"]]
+    sched = tmp.warm_schedule(dict(lr=args.lr, warmup=args.warmup), args.steps)
+    log, closs, tloss, norms, skipped_steps = [], [], [], [], 0
+
+    def report(step):
+        e = dict(step=step, s=round(time.time() - t0),
+                 char_run=float(np.mean(closs[-args.every:])) if closs else None,
+                 tied_run=float(np.mean(tloss[-args.every:])) if tloss else None,
+                 gnorm_run=float(np.mean(norms[-args.every:])) if norms else None,
+                 char_clips=[chars.used, chars.skipped],
+                 tied_clips=[tied.used, tied.skipped] if tied is not None else None,
+                 steps_without_loss=skipped_steps,
+                 test=warm_measure(model, chars, tied, tok, closing, te_b))
+        log.append(e)
+        print(json.dumps(e), flush=True)
+        out["warm"] = log
+        json.dump(out, open(os.path.join(args.out, "probe.json"), "w"), indent=1)
+
+    report(0)
+    model.train()
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = tmp.lr_at(step, args.steps, sched) * g["mult"]
+        opt.zero_grad(set_to_none=True)
+        b = next(stream)
+        model.model.get_audio_features(b["input_features"], b["input_features_mask"])
+        c = chars.loss(b["labels"])
+        t = tied.loss(b["labels"]) if tied is not None else None
+        if c is None and t is None:
+            skipped_steps += 1
+            continue
+        total = None
+        for x, m in ((c, 1.0), (t, args.ctc_tied_weight)):
+            if x is not None:
+                total = m * x if total is None else total + m * x
+        total.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(live, 1.0)))
+        opt.step()
+        if c is not None:
+            closs.append(c.item())
+        if t is not None:
+            tloss.append(t.item())
+        if step % 25 == 0:
+            print(f"step {step + 1} char {np.mean(closs[-25:]):.3f}" +
+                  (f" tied {np.mean(tloss[-25:]):.3f} scale {tied.log_scale.exp().item():.2f}"
+                   if tloss else "") + f" gnorm {np.mean(norms[-25:]):.2f} "
+                  f"{time.time() - t0:.0f} s", flush=True)
+        if (step + 1) % args.every == 0 or step == args.steps - 1:
+            report(step + 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -131,14 +294,43 @@ def main():
     ap.add_argument("--a-var-gamma", type=float, default=0.15)
     ap.add_argument("--a-var-per", default="clip", help="clip (time-averaged) or frame")
     ap.add_argument("--a-cov-weight", type=float, default=0.0)
+    ap.add_argument("--warm-only", action="store_true",
+                    help="the towers' warm phase alone: char (+ tied) CTC, no decoder loss")
+    ap.add_argument("--lm-warm", type=int, default=0, metavar="N",
+                    help="--warm-only: N decoder-only LM steps on the train texts first")
+    ap.add_argument("--lm-warm-from", metavar="FILE",
+                    help="--warm-only: the decoder an --lm-warm run saved (OUT/lm_warm.pt) in "
+                    "place of training it again (the same seed, data and --vocab)")
+    ap.add_argument("--vocab", type=int, default=640, help="the tokenizer's ids")
+    ap.add_argument("--ctc-tied", action="store_true",
+                    help="--warm-only: train_mm_proxy.TiedCtcHead beside the char head")
+    ap.add_argument("--ctc-tied-weight", type=float, default=1.0,
+                    help="the tied loss's weight against the char head's 1 (the trainer's "
+                    "--ctc-tied-weight / --ctc-weight)")
+    ap.add_argument("--ctc-tied-scale", type=float, default=tmp.TIED_SCALE_INIT)
+    ap.add_argument("--ctc-tied-center", action="store_true")
     args = ap.parse_args()
+    tied_set = [k for k, v in (("--ctc-tied-weight", args.ctc_tied_weight != 1.0),
+                               ("--ctc-tied-scale", args.ctc_tied_scale != tmp.TIED_SCALE_INIT),
+                               ("--ctc-tied-center", args.ctc_tied_center)) if v]
+    if args.ctc_tied and not args.warm_only:
+        raise SystemExit("mm_audio_probe: --ctc-tied needs --warm-only")
+    if tied_set and not args.ctc_tied:
+        raise SystemExit(f"mm_audio_probe: {', '.join(tied_set)} without --ctc-tied")
+    if (args.lm_warm or args.lm_warm_from) and not args.warm_only:
+        raise SystemExit("mm_audio_probe: --lm-warm / --lm-warm-from need --warm-only")
+    if args.warm_only and (args.ctc_weight or args.a_var_weight or args.a_cov_weight or
+                           args.a_warmup):
+        raise SystemExit("mm_audio_probe: --warm-only trains the char head (and the tied head) "
+                         "alone: no --ctc-weight, --a-var-weight, --a-cov-weight, --a-warmup")
+    if args.ctc_tied and not (args.ctc_tied_weight > 0 and args.ctc_tied_scale > 0):
+        raise SystemExit("mm_audio_probe: --ctc-tied-weight and --ctc-tied-scale must be > 0")
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     audio = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
     tr = tmp.train_split(audio)[:args.n_train]
     te = [i for i in audio if i["split"] == "test"]
-    vocab = 640
-    tok = tmp.make_tokenizer([i["text"] for i in tr], vocab,
+    tok = tmp.make_tokenizer([i["text"] for i in tr], args.vocab,
                              os.path.join(args.out, "tokenizer.json"))
     p = dict(SHAPE, vocab=tok.get_vocab_size())
     pr = tmp.Prompter(tok)
@@ -150,6 +342,30 @@ def main():
     model = Gemma4ForConditionalGeneration._from_config(tmp.model_config(p, tok),
                                                         dtype=torch.float32,
                                                         attn_implementation="sdpa")
+    if args.warm_only:
+        t0 = time.time()
+        lm = lm_warm(model, pr, [i["text"] for i in tr], args.lm_warm, args.batch, args.lr,
+                     args.seed) if args.lm_warm and not args.lm_warm_from else None
+        dec = [k for k in model.state_dict() if not k.startswith(tmp.SIDES["vision"] +
+                                                                 tmp.SIDES["audio"])]
+        if lm is not None:  # (the decoder after it: --lm-warm-from of another arm reads it)
+            torch.save({k: model.state_dict()[k] for k in dec},
+                       os.path.join(args.out, "lm_warm.pt"))
+        if args.lm_warm_from:
+            got = torch.load(args.lm_warm_from)
+            if sorted(got) != sorted(dec):
+                raise SystemExit(f"mm_audio_probe: {args.lm_warm_from}: not this model's decoder")
+            model.load_state_dict(got, strict=False)
+        ds = tmp.Items(tr, "audio", args.data, None, pr, fe, 8)
+        te_items = [tmp.Items(te, "audio", args.data, None, pr, fe, 1).render(k)
+                    for k in range(len(te))]
+        te_b = [tmp.collate(te_items[k:k + 20]) for k in range(0, len(te_items), 20)]
+        out = dict(args=vars(args), params=sum(x.numel() for x in model.parameters()),
+                   vocab=p["vocab"], n_train=len(tr), n_test=len(te), lm_warm=lm,
+                   table_mean_cos=tmp.table_mean_cos(
+                       model.model.language_model.embed_tokens.weight))
+        warm_only(args, model, tok, pr, tmp.forever(ds, args.batch, args.seed, 0), te_b, t0, out)
+        return
     hook = mm_probe.SoftTokens()  # embed_audio's output: kept, zeroed or rolled
     model.model.embed_audio.register_forward_hook(hook)
     head = tmp.CtcHead(model, p["vocab"], args.ctc_at) if args.ctc_weight else None
