@@ -14,7 +14,8 @@ train_mm_proxy.TiedCtcHead; issue 35), on the CPU, on the ci plan with 2 s tone 
      at step 0 and moved by step 4; the LM phase's record the same in both; --lm-warm-from the
      first run's decoder gives its step-0 tied read-out bit for bit (and no LM record);
   3. refusals in one line: --ctc-tied without --warm-only, --ctc-tied-scale without --ctc-tied,
-     --lm-warm without --warm-only, --warm-only with --ctc-weight.
+     --lm-warm without --warm-only, --warm-only with --ctc-weight, --ctc-tied-scale inf and
+     --ctc-tied-weight 0.
 Prints one line per group; exit 1 on the first failure."""
 import json
 import math
@@ -192,7 +193,9 @@ def run_checks(d, data):
     for extra, msg in ((tied, "--ctc-tied needs --warm-only"),
                        (["--warm-only", "--ctc-tied-scale", "30"], "without --ctc-tied"),
                        (["--lm-warm", "3"], "need --warm-only"),
-                       (["--warm-only", "--ctc-weight", "0.5"], "no --ctc-weight")):
+                       (["--warm-only", "--ctc-weight", "0.5"], "no --ctc-weight"),
+                       (["--warm-only", "--ctc-tied", "--ctc-tied-scale", "inf"], "finite > 0"),
+                       (["--warm-only", "--ctc-tied", "--ctc-tied-weight", "0"], "finite > 0")):
         r = probe(data, os.path.join(d, "bad"), *extra)
         C.expect(r.returncode == 1 and msg in r.stderr and len(r.stderr.strip().splitlines())
                  == 1, f"{extra}: exit {r.returncode}, {r.stderr[-300:]!r}")

@@ -48,6 +48,7 @@ against the answer), table_mean_cos (train_mm_proxy.table_mean_cos of the class 
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -236,7 +237,8 @@ def warm_only(args, model, tok, pr, stream, te_b, t0, out):
         log.append(e)
         print(json.dumps(e), flush=True)
         out["warm"] = log
-        json.dump(out, open(os.path.join(args.out, "probe.json"), "w"), indent=1)
+        with open(os.path.join(args.out, "probe.json"), "w") as f:
+            json.dump(out, f, indent=1)
 
     report(0)
     model.train()
@@ -323,8 +325,10 @@ def main():
                            args.a_warmup):
         raise SystemExit("mm_audio_probe: --warm-only trains the char head (and the tied head) "
                          "alone: no --ctc-weight, --a-var-weight, --a-cov-weight, --a-warmup")
-    if args.ctc_tied and not (args.ctc_tied_weight > 0 and args.ctc_tied_scale > 0):
-        raise SystemExit("mm_audio_probe: --ctc-tied-weight and --ctc-tied-scale must be > 0")
+    if args.ctc_tied and not all(0 < x < math.inf for x in (args.ctc_tied_weight,
+                                                             args.ctc_tied_scale)):
+        raise SystemExit("mm_audio_probe: --ctc-tied-weight and --ctc-tied-scale must be "
+                         "finite > 0")
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     audio = tmp.mmd.read_jsonl(os.path.join(args.data, "speech.jsonl"))
