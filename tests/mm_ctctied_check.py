@@ -77,7 +77,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import train_mm_proxy as tmp  # noqa: E402
 from mm_items import (  # noqa: E402
     Checks, audio_stub, check_tokenizer, ci_data, ci_trainer_runs, ctc_label_rows, fp32_model,
-    full_ctc_loss, grad_by_side, layout, mm_items, trainer_refusals)
+    full_ctc_loss, grad_by_side, layout, mm_items, tool_refusals, trainer_refusals)
 
 CHECKS = Checks("mm_ctctied_check")
 fail, expect = CHECKS.fail, CHECKS.expect
@@ -494,9 +494,7 @@ def check_probe():
            [int(x[0]) for x in rows] == [0, 50, 60] and
            all(math.isfinite(float(x[1])) for x in rows) and float(rows[-1][1]) < float(rows[0][1]),
            f"mm_tied_plateau: exit {r.returncode}, {r.stdout[-600:]!r} {r.stderr[-300:]!r}")
-    bad = subprocess.run([sys.executable, tool, "0.3:2:30"], capture_output=True, text=True)
-    expect(bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and
-           "CENTER 0 or 1" in bad.stderr, f"a bad run spec: {bad.returncode} {bad.stderr!r}")
+    tool_refusals(tool, [], [(["0.3:2:30"], "CENTER 0 or 1")], expect)
     print(f"mm_ctctied_check: mm_tied_plateau at vocab 64: table mean cosine {head.group(1)}, "
           f"tied ctc {rows[0][1]} -> {rows[-1][1]} a label over 60 steps; a bad spec refused: "
           f"{CHECKS.n} checks")
@@ -538,10 +536,7 @@ def check_grad_tool():
            f"mm_tied_grad: losses and norms {vals}")
     expect(vals[0][2] == 1.0 and all(abs(v[2] - v[1] / vals[0][1]) <= 0.006 * max(1, v[2])
                                      for v in vals), f"mm_tied_grad: x char {vals}")
-    bad = subprocess.run([sys.executable, tool, "unused", "--tied", "50:2"], capture_output=True,
-                         text=True)
-    expect(bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and
-           "CENTER 0 or 1" in bad.stderr, f"a bad --tied: {bad.returncode} {bad.stderr!r}")
+    tool_refusals(tool, ["unused"], [(["--tied", "50:2"], "CENTER 0 or 1")], expect)
     print(f"mm_ctctied_check: mm_tied_grad by hand and on the ci plan: |grad| char "
           f"{vals[0][1]:.4g}, tied scale 10 x {vals[1][2]}, scale 50 centered x {vals[2][2]}; a "
           f"bad --tied refused: {CHECKS.n} checks")

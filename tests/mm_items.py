@@ -207,24 +207,29 @@ def side_moved(ts_a, ts_b, parts):
     return bool(side) and any(not torch.equal(ts_a[k], ts_b[k]) for k in side)
 
 
-def trainer_refusals(tmp, base, cases, expect):
-    """train_mm_proxy.py with the arguments `base` (its OUT, --data, --preset, ...) and each
-    (extra flags, want) of `cases` must be refused in one line: exit 1 and one stderr line that
-    holds `want`, checked by expect(ok, msg) (Checks.expect, or a caller's own). Returns those
-    lines, one a case."""
+def tool_refusals(script, base, cases, expect):
+    """The python tool `script` with the arguments `base` and each (extra flags, want) of
+    `cases` must be refused in one line: exit 1 and one stderr line that holds `want`, checked
+    by expect(ok, msg) (Checks.expect, or a caller's own). Returns those lines, one a case."""
     import subprocess
 
-    trainer = os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py")
     lines = []
     for extra, want in cases:
-        res = subprocess.run([sys.executable, trainer] + base + extra, capture_output=True,
+        res = subprocess.run([sys.executable, script] + base + extra, capture_output=True,
                              text=True, timeout=300)
-        err = res.stderr.strip().splitlines()
+        err = res.stderr.splitlines()
         expect(res.returncode == 1 and len(err) == 1 and want in err[0],
-               f"{' '.join(extra)}: exit {res.returncode}, stderr {res.stderr[-300:]!r} "
-               f"(expected exit 1 and one line holding {want!r})")
+               f"{os.path.basename(script)} {' '.join(extra)}: exit {res.returncode}, stderr "
+               f"{res.stderr[-300:]!r} (expected exit 1 and one line holding {want!r})")
         lines.append(err[0] if err else "")
     return lines
+
+
+def trainer_refusals(tmp, base, cases, expect):
+    """tool_refusals of train_mm_proxy.py (tmp: the module) with the arguments `base` (its OUT,
+    --data, --preset, ...)."""
+    return tool_refusals(os.path.join(os.path.dirname(tmp.__file__), "train_mm_proxy.py"),
+                         base, cases, expect)
 
 
 def ci_trainer_runs(tmp, data, d, variants, fail, steps=6, stdout=None):
