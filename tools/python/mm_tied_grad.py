@@ -32,8 +32,9 @@ import train_mm_proxy as tmp  # noqa: E402
 
 
 def side_grad_norm(loss, params):
-    """The 2-norm of d loss / d params (params with no path to the loss count 0)."""
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    """The 2-norm of d loss / d params (params with no path to the loss count 0); the graph
+    is kept for the next head's loss on the same forward."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
     return math.sqrt(sum(float((g.float() ** 2).sum()) for g in grads if g is not None))
 
 
@@ -85,10 +86,11 @@ def main():
         heads.append((f"tied scale {scale:g}{' centered' if center else ''}",
                       tmp.TiedCtcHead(model, p["vocab"], args.seed, "audio", scale, center)))
     rows = []
+    # one forward: every head's tap keeps its frames (as the trainer's warm step, where the
+    # char and tied heads read the same forward), then each loss's own backward
+    model.model.get_audio_features(b["input_features"], b["input_features_mask"])
     for name, head in heads:
         t = time.time()
-        # (each head's tap takes the frames of the forward before its loss: one forward each)
-        model.model.get_audio_features(b["input_features"], b["input_features_mask"])
         loss = head.loss(b["labels"])
         rows.append((name, float(loss.detach()), side_grad_norm(loss, side), time.time() - t))
     char = rows[0][2]
